@@ -1,0 +1,54 @@
+"""The AMP read rule and write rule. Each lives here, once; every caller uses these.
+
+GET, listing, search, PATCH, DELETE and the MCP tools all decide with `can_read` /
+`can_write`. `tests/test_rule_callers.py` asserts the callers agree.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+from ampup_memory.amp.model import MemoryCell
+
+
+@lru_cache(maxsize=4096)
+def _compile(pattern: str) -> re.Pattern[str]:
+    # `*` is any run of characters (also empty); every other character is literal.
+    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
+
+
+def pattern_matches(pattern: str, agent_id: str) -> bool:
+    """Does ``agent_id`` match an access-policy pattern such as ``agent_billing_*``?"""
+    if "*" not in pattern:
+        return pattern == agent_id
+    return _compile(pattern).fullmatch(agent_id) is not None
+
+
+def _is_principal(cell: MemoryCell, agent_id: str) -> bool:
+    # The creator and the owner (whatever its owner_type) always keep access.
+    return agent_id in (cell.identity.created_by, cell.identity.owner_id)
+
+
+def can_read(cell: MemoryCell, agent_id: str) -> bool:
+    """The read rule: public, or creator, or owner, or a readable_by pattern matches."""
+    if cell.access_policy.public or _is_principal(cell, agent_id):
+        return True
+    return any(pattern_matches(p, agent_id) for p in cell.access_policy.readable_by)
+
+
+def can_write(cell: MemoryCell, agent_id: str) -> bool:
+    """The write rule: creator, or owner, or a writable_by pattern. `public` grants no write."""
+    if _is_principal(cell, agent_id):
+        return True
+    return any(pattern_matches(p, agent_id) for p in cell.access_policy.writable_by)
+
+
+def may_be_readable(public: bool, created_by: str, owner_id: str, has_readers: bool,
+                    agent_id: str) -> bool:
+    """A necessary condition of `can_read`, cheap enough for a store to push into SQL.
+
+    Stores use it only to skip rows that can never pass; the decision itself is always
+    `can_read`. A property test asserts ``can_read(c, a) ⇒ may_be_readable(…)``.
+    """
+    return public or agent_id in (created_by, owner_id) or has_readers

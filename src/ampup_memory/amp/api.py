@@ -1,0 +1,254 @@
+"""AMP v0.1 REST routes under /amp/v1.
+
+Bodies are read raw and parsed by the service, after identity (and, for PATCH, after the
+access check): the contract orders checks identity 401 → access 403 → validation 422.
+The OpenAPI schema still documents each body (see `ampup_memory.openapi`).
+
+The listing routes are registered before ``/memories/{memory_id}``; a test asserts that
+``/memories/query`` answers as a listing, not as a cell id.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from ampup_memory.amp.model import (
+    AMP_VERSION,
+    MAX_CELL_SIZE_BYTES,
+    MAX_PAGE_SIZE,
+    CreateMemory,
+    LifecycleRunRequest,
+    ListQuery,
+    MemoryCell,
+    MemoryType,
+    Page,
+    PatchMemory,
+    PurgeRequest,
+    SearchPage,
+    SearchRequest,
+    Status,
+)
+from ampup_memory.amp.service import AmpService, parse_body
+from ampup_memory.auth import Authenticator, Caller
+from ampup_memory.errors import AmpError, Unauthenticated
+from ampup_memory.openapi import body_doc
+from ampup_memory.settings import Settings
+
+router = APIRouter()
+
+
+def _svc(request: Request) -> AmpService:
+    svc: AmpService = request.app.state.amp
+    return svc
+
+
+def _auth(request: Request) -> Authenticator:
+    auth: Authenticator = request.app.state.auth
+    return auth
+
+
+def _headers(request: Request) -> dict[str, str]:
+    return {k.lower(): v for k, v in request.headers.items()}
+
+
+def _caller(request: Request) -> Caller:
+    return _auth(request).caller(_headers(request))
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Missing or invalid identity (MISSING_AGENT_ID / UNAUTHENTICATED)"},
+    403: {"description": "ACCESS_DENIED: unknown, unreadable or deleted (one identical body)"},
+    422: {"description": "VALIDATION_ERROR"},
+}
+
+
+@router.get("/health", tags=["meta"])
+def health() -> dict[str, str]:
+    return {"status": "ok", "amp_version": AMP_VERSION}
+
+
+@router.get("/spec", tags=["meta"])
+def spec(request: Request) -> dict[str, Any]:
+    settings: Settings = request.app.state.settings
+    svc = _svc(request)
+    limit = svc.scoring_limit
+    return {
+        "amp_version": AMP_VERSION,
+        "capabilities": {
+            "mcp_compatible": True,
+            "storage_backends": [svc.store.info.name],
+            "api_keys_required": settings.require_keys,
+            "max_page_size": MAX_PAGE_SIZE,
+            "scoring_patch_limit": (
+                {"max_patches": limit.max_patches, "window_seconds": limit.window_seconds}
+                if limit.enabled else None
+            ),
+            "embedding": {
+                "provider": settings.embedding_provider,
+                "model": svc.embedder.name,
+                "dimensions": svc.embedder.dimensions,
+            },
+            "max_cell_size_bytes": MAX_CELL_SIZE_BYTES,
+            "retention_days": settings.retention_days,
+            "lifecycle_scheduler": {
+                "enabled": settings.lifecycle_enabled,
+                "interval_seconds": settings.lifecycle_interval_seconds,
+                "manual_run_endpoint": "/amp/v1/lifecycle/run",
+            },
+        },
+    }
+
+
+def _created_by_from_body(raw: bytes) -> str | None:
+    try:
+        data = json.loads(raw)
+        value = data["identity"]["created_by"]
+    except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+        return None
+    return value if isinstance(value, str) and value.strip() else None
+
+
+@router.post(
+    "/memories",
+    status_code=201,
+    response_model=MemoryCell,
+    tags=["memories"],
+    responses={**ERRORS, 413: {"description": "CELL_TOO_LARGE"}},
+    openapi_extra=body_doc(CreateMemory),
+)
+async def create_memory(request: Request) -> JSONResponse:
+    caller = _auth(request).optional_caller(_headers(request))
+    raw = await request.body()
+    if caller is None and _created_by_from_body(raw) is None:
+        raise Unauthenticated("The X-AMP-Agent-ID header is required.", code="MISSING_AGENT_ID")
+    agent = caller.agent_id if caller else None
+    cell = await run_in_threadpool(_svc(request).create, agent, raw)
+    return JSONResponse(cell.wire(), status_code=201)
+
+
+def _list(
+    request: Request,
+    owner_id: str | None,
+    type: MemoryType | None,
+    status: Status,
+    limit: int,
+    offset: int,
+) -> dict[str, Any]:
+    caller = _caller(request)
+    query = ListQuery(owner_id=owner_id, type=type, status=status, limit=limit, offset=offset)
+    return _svc(request).list(caller.agent_id, query)
+
+
+OwnerQ = Annotated[str | None, Query(description="Only cells owned by this id")]
+TypeQ = Annotated[MemoryType | None, Query(description="Only cells of this type")]
+StatusQ = Annotated[Status, Query(description="Lifecycle status (deleted is never listed)")]
+LimitQ = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
+OffsetQ = Annotated[int, Query(ge=0)]
+
+
+@router.get("/memories", response_model=Page, tags=["memories"], responses=ERRORS)
+def list_memories(
+    request: Request,
+    owner_id: OwnerQ = None,
+    type: TypeQ = None,
+    status: StatusQ = Status.active,
+    limit: LimitQ = 20,
+    offset: OffsetQ = 0,
+) -> dict[str, Any]:
+    """Readable cells, newest first. Paging counts only cells this caller may read."""
+    return _list(request, owner_id, type, status, limit, offset)
+
+
+@router.get("/memories/query", response_model=Page, tags=["memories"], responses=ERRORS)
+def query_memories(
+    request: Request,
+    owner_id: OwnerQ = None,
+    type: TypeQ = None,
+    status: StatusQ = Status.active,
+    limit: LimitQ = 20,
+    offset: OffsetQ = 0,
+) -> dict[str, Any]:
+    """The same listing under the reference's second name."""
+    return _list(request, owner_id, type, status, limit, offset)
+
+
+@router.post(
+    "/memories/search",
+    response_model=SearchPage,
+    tags=["memories"],
+    responses=ERRORS,
+    openapi_extra=body_doc(SearchRequest),
+)
+async def search_memories(request: Request) -> dict[str, Any]:
+    caller = _caller(request)
+    req = parse_body(SearchRequest, await request.body())
+    result: dict[str, Any] = await run_in_threadpool(_svc(request).search, caller.agent_id, req)
+    return result
+
+
+@router.get("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"],
+            responses=ERRORS)
+def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
+    caller = _caller(request)
+    return _svc(request).get(memory_id, caller.agent_id).wire()
+
+
+@router.patch(
+    "/memories/{memory_id}",
+    response_model=MemoryCell,
+    tags=["memories"],
+    responses={**ERRORS, 409: {"description": "INVALID_TRANSITION"},
+               413: {"description": "CELL_TOO_LARGE"}, 429: {"description": "RATE_LIMITED"}},
+    openapi_extra=body_doc(PatchMemory),
+)
+async def patch_memory(request: Request, memory_id: str) -> dict[str, Any]:
+    caller = _caller(request)
+    raw = await request.body()
+    cell = await run_in_threadpool(_svc(request).patch, memory_id, caller.agent_id, raw)
+    return cell.wire()
+
+
+@router.delete(
+    "/memories/{memory_id}",
+    status_code=204,
+    tags=["memories"],
+    responses={**ERRORS, 409: {"description": "INVALID_TRANSITION: only archived cells"}},
+)
+def delete_memory(request: Request, memory_id: str) -> Response:
+    caller = _caller(request)
+    _svc(request).delete(memory_id, caller.agent_id)
+    return Response(status_code=204)
+
+
+ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: {"description": "ADMIN_DISABLED (no admin credential configured) or ACCESS_DENIED"},
+    422: {"description": "VALIDATION_ERROR"},
+}
+
+
+@router.post("/lifecycle/run", tags=["admin"], responses=ADMIN_ERRORS,
+             openapi_extra=body_doc(LifecycleRunRequest, required=False))
+async def lifecycle_run(request: Request) -> dict[str, Any]:
+    _auth(request).require_admin(_headers(request))
+    req = parse_body(LifecycleRunRequest, await request.body())
+    report = await run_in_threadpool(_svc(request).run_lifecycle, req)
+    return report.wire()
+
+
+@router.post("/lifecycle/purge", tags=["admin"],
+             responses={**ADMIN_ERRORS, 404: {"description": "NOT_FOUND: no such cell"},
+                        409: {"description": "INVALID_TRANSITION or RETENTION_WINDOW"}},
+             openapi_extra=body_doc(PurgeRequest))
+async def lifecycle_purge(request: Request) -> dict[str, int]:
+    _auth(request).require_admin(_headers(request))
+    req = parse_body(PurgeRequest, await request.body())
+    purged = await run_in_threadpool(_svc(request).purge, req.id)
+    return {"purged": purged}
+
+
+__all__ = ["router", "AmpError"]

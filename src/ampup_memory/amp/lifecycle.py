@@ -1,0 +1,71 @@
+"""The decay score and the lifecycle state machine. Each rule lives here, once.
+
+    decay_score = importance × confidence × e^(−decay_rate × Δt_days)
+
+Δt runs from the cell's clock: the latest of created_at, last_accessed_at and
+last_updated_at. The engine's own status changes are not updates and reset no clock.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from ampup_memory.amp.model import MemoryCell, Status, StoredCell
+
+STALE_THRESHOLD = 0.3
+ARCHIVE_AFTER = timedelta(days=30)
+SECONDS_PER_DAY = 86400.0
+
+
+def clock(cell: MemoryCell) -> datetime:
+    """When the cell was last created, read or written: the start of its decay."""
+    life = cell.lifecycle
+    return max(life.created_at, life.last_accessed_at, life.last_updated_at)
+
+
+def decay_score(cell: MemoryCell, now: datetime) -> float:
+    """The one decay score. A cell past its explicit ``expires_at`` scores 0."""
+    life = cell.lifecycle
+    if life.expires_at is not None and now >= life.expires_at:
+        return 0.0
+    days = max(0.0, (now - clock(cell)).total_seconds() / SECONDS_PER_DAY)
+    s = cell.scoring
+    return s.importance * s.confidence * math.exp(-s.decay_rate * days)
+
+
+class Transition(StrEnum):
+    active_to_stale = "active_to_stale"
+    stale_to_active = "stale_to_active"
+    stale_to_archived = "stale_to_archived"
+
+
+@dataclass(frozen=True)
+class Decision:
+    transition: Transition
+    new_status: Status
+
+
+def evaluate(stored: StoredCell, now: datetime) -> Decision | None:
+    """What the engine does with one cell at ``now``; None = leave it alone."""
+    cell = stored.cell
+    status = cell.lifecycle.status
+    if status is Status.active:
+        if decay_score(cell, now) < STALE_THRESHOLD:
+            return Decision(Transition.active_to_stale, Status.stale)
+        return None
+    if status is Status.stale:
+        if decay_score(cell, now) >= STALE_THRESHOLD:
+            return Decision(Transition.stale_to_active, Status.active)
+        # Stale for 30 days with no access or update since it went stale.
+        quiet_since = max(stored.stale_since or clock(cell), clock(cell))
+        if now - quiet_since >= ARCHIVE_AFTER:
+            return Decision(Transition.stale_to_archived, Status.archived)
+        return None
+    return None  # archived and deleted are never evaluated
+
+
+def purgeable_at(deleted_at: datetime, retention_days: int) -> datetime:
+    return deleted_at + timedelta(days=retention_days)

@@ -1,0 +1,519 @@
+"""AMP operations, independent of HTTP. The REST routes and the MCP tools both call these."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from ulid import ULID
+
+from ampup_memory.amp import lifecycle
+from ampup_memory.amp.access import can_read, can_write
+from ampup_memory.amp.model import (
+    AMP_VERSION,
+    MAX_CELL_SIZE_BYTES,
+    AccessPolicy,
+    Content,
+    CreateMemory,
+    Identity,
+    Lifecycle,
+    LifecycleRunRequest,
+    ListQuery,
+    MemoryCell,
+    PatchMemory,
+    Provenance,
+    Scoring,
+    SearchRequest,
+    Status,
+    StoredCell,
+    format_time,
+    to_utc,
+)
+from ampup_memory.amp.store.base import (
+    CellFilter,
+    CellStore,
+    UpdateOutcome,
+    UpdateTx,
+    iter_all,
+)
+from ampup_memory.errors import (
+    AccessDenied,
+    AmpError,
+    InvalidTransition,
+    NotFound,
+    PayloadTooLarge,
+    RateLimited,
+    RetentionWindow,
+    ServiceUnavailable,
+    ValidationFailed,
+    field_error,
+)
+from ampup_memory.search.embed import Embedder
+from ampup_memory.search.rank import score_parts, with_decay
+from ampup_memory.search.tokenize import query_terms
+
+M = TypeVar("M", bound=BaseModel)
+T = TypeVar("T")
+
+LIFECYCLE_LEASE = "amp-lifecycle"
+LIST_BATCH = 200
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def validation_errors(exc: ValidationError, prefix: tuple[str, ...] = ("body",)) -> ValidationFailed:
+    """Pydantic's errors in the envelope's ``details.errors`` shape."""
+    errors = [
+        {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
+    ]
+    return ValidationFailed("Request validation failed.", errors)
+
+
+def parse_body(model: type[M], raw: bytes | None) -> M:
+    """Decode and validate a JSON body; malformed JSON is a 422 like any other."""
+    if raw is None or not raw.strip():
+        data: Any = {}
+    else:
+        try:
+            data = json.loads(raw)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise field_error(["body"], f"malformed JSON: {exc}", "json_invalid") from exc
+    if not isinstance(data, dict):
+        raise field_error(["body"], "the body must be a JSON object", "model_type")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_errors(exc) from exc
+
+
+@dataclass(frozen=True)
+class ScoringLimit:
+    max_patches: int
+    window_seconds: int
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_patches > 0 and self.window_seconds > 0
+
+
+@dataclass
+class LifecycleReport:
+    evaluated: int = 0
+    transitions: dict[str, int] = field(
+        default_factory=lambda: {t.value: 0 for t in lifecycle.Transition}
+    )
+    purged: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {
+            "evaluated": self.evaluated,
+            "transitions": dict(self.transitions),
+            "purged": self.purged,
+        }
+
+
+@dataclass
+class AmpService:
+    store: CellStore
+    embedder: Embedder
+    scoring_limit: ScoringLimit
+    retention_days: int = 30
+    purge_retention: bool = False
+    clock: Callable[[], datetime] = utcnow
+    last_lifecycle: dict[str, Any] = field(default_factory=dict)
+
+    # ---- create / read ---------------------------------------------------------------
+
+    def create(self, agent_id: str | None, raw: bytes | None) -> MemoryCell:
+        req = parse_body(CreateMemory, raw)
+        created_by = agent_id or req.identity.created_by
+        if not created_by:
+            raise field_error(
+                ["body", "identity", "created_by"],
+                "identity.created_by is required when no X-AMP-Agent-ID is sent",
+                "missing",
+            )
+        now = self.clock()
+        cell = MemoryCell(
+            id=f"mem_{ULID()}",
+            amp_version=AMP_VERSION,
+            type=req.type,
+            content=Content(text=req.content.text, metadata=req.content.metadata),
+            identity=Identity(
+                owner_id=req.identity.owner_id,
+                owner_type=req.identity.owner_type,
+                created_by=created_by,
+                session_id=req.identity.session_id,
+            ),
+            scoring=Scoring(
+                importance=req.scoring.importance,
+                confidence=req.scoring.confidence,
+                decay_rate=req.scoring.decay_rate,
+                access_count=0,
+            ),
+            lifecycle=Lifecycle(
+                created_at=now,
+                last_accessed_at=now,
+                last_updated_at=now,
+                expires_at=to_utc(req.lifecycle.expires_at) if req.lifecycle.expires_at else None,
+                status=Status.active,
+            ),
+            access_policy=req.access_policy,
+            provenance=req.provenance,
+        )
+        self._check_size(cell)
+        self.store.create(StoredCell(cell=cell), self.embedder.embed([cell.content.text])[0])
+        return cell
+
+    def _readable(self, cell_id: str, agent_id: str) -> StoredCell:
+        stored = self.store.get(cell_id)
+        if stored is None or stored.cell.lifecycle.status is Status.deleted:
+            raise AccessDenied()
+        if not can_read(stored.cell, agent_id):
+            raise AccessDenied()
+        return stored
+
+    def get(self, cell_id: str, agent_id: str) -> MemoryCell:
+        """A read: checks the read rule, then counts the access atomically."""
+        self._readable(cell_id, agent_id)
+        touched = self.store.touch(cell_id, self.clock())
+        if touched is None:
+            raise AccessDenied()
+        return touched.cell
+
+    def peek(self, cell_id: str, agent_id: str) -> MemoryCell:
+        """The read rule without counting an access (internal callers, not the wire)."""
+        return self._readable(cell_id, agent_id).cell
+
+    # ---- write -----------------------------------------------------------------------
+
+    def _writable(self, stored: StoredCell | None, agent_id: str) -> StoredCell:
+        if stored is None or stored.cell.lifecycle.status is Status.deleted:
+            raise AccessDenied()
+        if not can_write(stored.cell, agent_id):
+            raise AccessDenied()
+        return stored
+
+    @staticmethod
+    def _check_size(cell: MemoryCell) -> None:
+        size = cell.size_bytes()
+        if size > MAX_CELL_SIZE_BYTES:
+            raise PayloadTooLarge(
+                f"The cell is {size} bytes; the limit is {MAX_CELL_SIZE_BYTES}.",
+                details={"size_bytes": size, "max_cell_size_bytes": MAX_CELL_SIZE_BYTES},
+            )
+
+    def _check_budget(self, tx: UpdateTx, now: datetime) -> None:
+        limit = self.scoring_limit
+        if not limit.enabled:
+            return
+        window = timedelta(seconds=limit.window_seconds)
+        used = tx.scoring_patches_since(now - window)
+        if len(used) >= limit.max_patches:
+            retry = max(1, math.ceil((used[0] + window - now).total_seconds()))
+            raise RateLimited(
+                f"At most {limit.max_patches} scoring PATCHes per cell every "
+                f"{limit.window_seconds} seconds.",
+                details={"retry_after_seconds": retry},
+                headers={"Retry-After": str(retry)},
+            )
+
+    def patch(self, cell_id: str, agent_id: str, raw: bytes | None) -> MemoryCell:
+        # Order of checks: access 403 -> validation 422 -> budget 429 -> transition 409 -> 413.
+        self._writable(self.store.get(cell_id), agent_id)
+        req = parse_body(PatchMemory, raw)
+        vector = (
+            self.embedder.embed([req.content.text])[0]
+            if req.content is not None and req.content.text is not None
+            else None
+        )
+
+        def change(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
+            self._writable(stored, agent_id)
+            now = self.clock()
+            new = _apply_patch(stored, req, now)
+            carries_scoring = req.scoring is not None
+            if carries_scoring:
+                self._check_budget(tx, now)
+            _check_transition(stored.cell.lifecycle.status, req)
+            self._check_size(new.cell)
+            return UpdateOutcome(new, count_scoring_patch=carries_scoring, vector=vector)
+
+        result = self.store.update(cell_id, change)
+        if result is None:
+            raise AccessDenied()
+        return result.cell
+
+    def delete(self, cell_id: str, agent_id: str) -> None:
+        self._writable(self.store.get(cell_id), agent_id)
+
+        def change(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
+            self._writable(stored, agent_id)
+            status = stored.cell.lifecycle.status
+            if status is not Status.archived:
+                raise InvalidTransition(
+                    f"Only archived cells can be deleted; this one is {status.value}. "
+                    "Archive it first (PATCH lifecycle.status = archived).",
+                    details={"from": status.value, "to": Status.deleted.value},
+                )
+            now = self.clock()
+            life = stored.cell.lifecycle.model_copy(
+                update={"status": Status.deleted, "last_updated_at": now}
+            )
+            cell = stored.cell.model_copy(update={"lifecycle": life})
+            return UpdateOutcome(StoredCell(cell=cell, stale_since=None, deleted_at=now))
+
+        if self.store.update(cell_id, change) is None:
+            raise AccessDenied()
+
+    # ---- listing and search ----------------------------------------------------------
+
+    def list(self, agent_id: str, query: ListQuery) -> dict[str, Any]:
+        """A page of readable cells, newest first. Paging counts only readable cells."""
+        statuses = [] if query.status is Status.deleted else [query.status]
+        flt = CellFilter(
+            agent_id=agent_id,
+            statuses=statuses,
+            owner_id=query.owner_id,
+            types=[query.type] if query.type else None,
+        )
+        wanted = query.offset + query.limit + 1
+        readable: list[MemoryCell] = []
+        before: str | None = None
+        while len(readable) < wanted:
+            batch = self.store.list_candidates(flt, before, max(LIST_BATCH, query.limit + 1))
+            if not batch:
+                break
+            readable.extend(s.cell for s in batch if can_read(s.cell, agent_id))
+            before = batch[-1].cell.id
+        page = readable[query.offset : query.offset + query.limit]
+        return {
+            "results": [c.wire() for c in page],
+            "returned": len(page),
+            "has_more": len(readable) > query.offset + query.limit,
+            "offset": query.offset,
+            "limit": query.limit,
+        }
+
+    def search(self, agent_id: str, req: SearchRequest) -> dict[str, Any]:
+        ranked = self.rank(agent_id, req)
+        page = ranked[req.offset : req.offset + req.limit]
+        return {
+            "results": [cell.wire() for cell, _ in page],
+            "returned": len(page),
+            "has_more": len(ranked) > req.offset + req.limit,
+            "offset": req.offset,
+            "limit": req.limit,
+            "query": req.query,
+        }
+
+    def rank(self, agent_id: str, req: SearchRequest) -> list[tuple[MemoryCell, float]]:
+        """Readable cells matching the request, best first, with their blended scores."""
+        flt = CellFilter(
+            agent_id=agent_id, statuses=req.statuses(), owner_id=req.owner_id, types=req.types
+        )
+        terms = query_terms(req.query)
+        vector = self.embedder.embed([req.query])[0]
+        k = max(100, (req.offset + req.limit) * 4)
+        candidates = [
+            c for c in self.store.search_candidates(flt, terms, vector, k)
+            if can_read(c.stored.cell, agent_id)
+        ]
+        parts = score_parts([c.keyword for c in candidates], [c.cosine for c in candidates])
+        now = self.clock()
+        scored = [
+            (c.stored.cell, with_decay(p.relevance, lifecycle.decay_score(c.stored.cell, now)))
+            for c, p in zip(candidates, parts, strict=True)
+        ]
+        scored.sort(key=lambda item: (-item[1], item[0].id))
+        return scored
+
+    # ---- lifecycle -------------------------------------------------------------------
+
+    def run_lifecycle(self, req: LifecycleRunRequest, wait_seconds: float = 30.0) -> LifecycleReport:
+        """One pass of the engine; at most one runs at a time across all processes."""
+        if req.dry_run:
+            return self._pass(req)
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            with self.store.lease(LIFECYCLE_LEASE, ttl_seconds=600) as held:
+                if held:
+                    return self._pass(req)
+            if time.monotonic() >= deadline:
+                raise ServiceUnavailable(
+                    "Another lifecycle pass is running; try again shortly.",
+                    headers={"Retry-After": "5"},
+                )
+            time.sleep(0.2)
+
+    def run_lifecycle_if_free(self) -> LifecycleReport | None:
+        """For timers: run a pass only if no other process is running one."""
+        with self.store.lease(LIFECYCLE_LEASE, ttl_seconds=600) as held:
+            if not held:
+                return None
+            return self._pass(LifecycleRunRequest())
+
+    def _pass(self, req: LifecycleRunRequest) -> LifecycleReport:
+        now = to_utc(req.now) if req.now else self.clock()
+        report = LifecycleReport()
+        for stored in iter_all(self.store):
+            report.evaluated += 1
+            decision = lifecycle.evaluate(stored, now)
+            if decision is None:
+                continue
+            applied = True
+            if not req.dry_run:
+                stale_since = (
+                    now if decision.new_status is Status.stale
+                    else stored.stale_since if decision.new_status is Status.archived
+                    else None
+                )
+                applied = self.store.set_status(stored, decision.new_status, stale_since)
+            if applied:
+                report.transitions[decision.transition.value] += 1
+        if self.purge_retention:
+            cutoff = now - timedelta(days=self.retention_days)
+            while ids := self.store.deleted_before(cutoff, 500):
+                if req.dry_run:
+                    report.purged += len(ids)
+                    break
+                report.purged += sum(1 for i in ids if self.store.purge(i))
+        self.last_lifecycle = {"at": now, **report.wire()}
+        return report
+
+    def purge(self, cell_id: str) -> int:
+        """Hard-delete one deleted cell, never inside its retention window."""
+        stored = self.store.get(cell_id)
+        if stored is None:
+            raise NotFound("No cell with that id.")
+        if stored.cell.lifecycle.status is not Status.deleted or stored.deleted_at is None:
+            raise InvalidTransition(
+                "Only deleted cells can be purged; this one is "
+                f"{stored.cell.lifecycle.status.value}.",
+                details={"from": stored.cell.lifecycle.status.value, "to": "purged"},
+            )
+        now = self.clock()
+        when = lifecycle.purgeable_at(stored.deleted_at, self.retention_days)
+        if now < when:
+            remaining = math.ceil((when - now).total_seconds() / lifecycle.SECONDS_PER_DAY)
+            raise RetentionWindow(
+                f"Deleted at {format_time(stored.deleted_at)}; purgeable at "
+                f"{format_time(when)} ({remaining} days remaining).",
+                details={
+                    "deleted_at": format_time(stored.deleted_at),
+                    "purgeable_at": format_time(when),
+                    "days_remaining": remaining,
+                },
+            )
+        return 1 if self.store.purge(cell_id) else 0
+
+
+def _check_transition(current: Status, req: PatchMemory) -> None:
+    wanted = req.lifecycle.status if req.lifecycle else None
+    if wanted is None or wanted is current:
+        return
+    if wanted is Status.deleted:
+        raise InvalidTransition(
+            "Use DELETE to delete a cell.", details={"from": current.value, "to": wanted.value}
+        )
+    if current is Status.archived:
+        raise InvalidTransition(
+            "Archived cells cannot change status; re-create the cell instead.",
+            details={"from": current.value, "to": wanted.value},
+        )
+
+
+def _same_instant(a: datetime, b: datetime) -> bool:
+    return to_utc(a) == to_utc(b)
+
+
+def _apply_patch(stored: StoredCell, req: PatchMemory, now: datetime) -> StoredCell:
+    """The deep merge of a PATCH into a cell; raises 422 for a change to a fixed field."""
+    cell = stored.cell
+    errors: list[dict[str, Any]] = []
+
+    def fixed(loc: list[str], sent: Any, kept: Any) -> None:
+        if sent is not None and sent != kept:
+            errors.append({"loc": ["body", *loc], "msg": f"{'.'.join(loc)} cannot be changed",
+                           "type": "immutable"})
+
+    fixed(["id"], req.id, cell.id)
+    fixed(["amp_version"], req.amp_version, cell.amp_version)
+    if req.identity is not None:
+        for name in req.identity.model_fields_set:
+            sent = getattr(req.identity, name)
+            kept = getattr(cell.identity, name)
+            if sent != kept:
+                errors.append({"loc": ["body", "identity", name],
+                               "msg": f"identity.{name} cannot be changed", "type": "immutable"})
+    for loc, sent_at in ((["created_at"], req.created_at),
+                         (["lifecycle", "created_at"], req.lifecycle and req.lifecycle.created_at)):
+        if sent_at and not _same_instant(sent_at, cell.lifecycle.created_at):
+            errors.append({"loc": ["body", *loc], "msg": "created_at cannot be changed",
+                           "type": "immutable"})
+    if errors:
+        raise ValidationFailed("Request validation failed.", errors)
+
+    content = cell.content
+    if req.content is not None:
+        content = Content(
+            text=req.content.text if req.content.text is not None else content.text,
+            metadata=req.content.metadata if req.content.metadata is not None else content.metadata,
+        )
+    scoring = cell.scoring
+    if req.scoring is not None:
+        scoring = scoring.model_copy(
+            update={k: getattr(req.scoring, k) for k in req.scoring.model_fields_set
+                    if getattr(req.scoring, k) is not None}
+        )
+    policy = cell.access_policy
+    if req.access_policy is not None:
+        policy = AccessPolicy(
+            readable_by=_pick(req.access_policy.readable_by, policy.readable_by),
+            writable_by=_pick(req.access_policy.writable_by, policy.writable_by),
+            public=_pick(req.access_policy.public, policy.public),
+        )
+    provenance = cell.provenance
+    if req.provenance is not None:
+        provenance = Provenance(**{
+            **provenance.model_dump(),
+            **{k: getattr(req.provenance, k) for k in req.provenance.model_fields_set},
+        })
+    life = cell.lifecycle.model_copy(update={"last_updated_at": now})
+    stale_since = stored.stale_since
+    if req.lifecycle is not None:
+        if "expires_at" in req.lifecycle.model_fields_set:
+            expires = req.lifecycle.expires_at
+            life = life.model_copy(update={"expires_at": to_utc(expires) if expires else None})
+        wanted = req.lifecycle.status
+        if wanted is not None and wanted is not life.status:
+            life = life.model_copy(update={"status": wanted})
+            stale_since = now if wanted is Status.stale else None
+    new_cell = cell.model_copy(update={
+        "type": req.type or cell.type,
+        "content": content,
+        "scoring": scoring,
+        "access_policy": policy,
+        "provenance": provenance,
+        "lifecycle": life,
+    })
+    try:  # re-validate the merged whole: a merge must not produce an invalid cell
+        new_cell = MemoryCell.model_validate(new_cell.model_dump())
+    except ValidationError as exc:
+        raise validation_errors(exc) from exc
+    return StoredCell(cell=new_cell, stale_since=stale_since, deleted_at=stored.deleted_at)
+
+
+def _pick(sent: T | None, kept: T) -> T:
+    return kept if sent is None else sent
+
+
+__all__ = ["AmpService", "ScoringLimit", "LifecycleReport", "parse_body", "AmpError"]

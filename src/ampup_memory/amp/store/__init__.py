@@ -1,0 +1,1 @@
+"""Cell stores behind one protocol (`base.CellStore`)."""

@@ -1,0 +1,174 @@
+"""The cell-store contract. SQLite and PostgreSQL implement it; `open_store` picks by URI.
+
+A store keeps cells and the small amount of shared state several server processes must
+agree on (the scoring budget, the lifecycle lease, API keys). It decides nothing about
+access: it may skip rows that `access.may_be_readable` rules out, and the service applies
+`access.can_read` to what it returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from ampup_memory.amp.model import MemoryType, Status, StoredCell
+from ampup_memory.errors import ConfigurationError
+
+
+@dataclass(frozen=True)
+class CellFilter:
+    """What listing and search narrow by, before any access rule."""
+
+    agent_id: str
+    statuses: Sequence[Status] = (Status.active,)
+    owner_id: str | None = None
+    types: Sequence[MemoryType] | None = None
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A search hit before ranking: raw keyword score (higher = better, 0 = no match) and
+    cosine similarity of the cell's embedding with the query's (None = no vector)."""
+
+    stored: StoredCell
+    keyword: float
+    cosine: float | None
+
+
+@dataclass(frozen=True)
+class ScoringBudget:
+    """How the store counts scoring PATCHes inside one transaction with the cell locked."""
+
+    limit: int
+    window_seconds: int
+
+
+@dataclass
+class UpdateOutcome:
+    stored: StoredCell
+    count_scoring_patch: bool = False
+    vector: list[float] | None = None
+
+
+class UpdateTx(Protocol):
+    def scoring_patches_since(self, since: datetime) -> list[datetime]:
+        """Times of the cell's counted scoring PATCHes at or after ``since``, oldest first."""
+        ...
+
+
+Change = Callable[[StoredCell, UpdateTx], UpdateOutcome]
+
+
+@dataclass(frozen=True)
+class KeyRecord:
+    key_id: str
+    agent_id: str
+    key_hash: str  # "sha256:<hex>"
+    admin: bool
+    created_at: datetime
+    expires_at: datetime | None = None
+    revoked_at: datetime | None = None
+    user_id: str | None = None
+
+
+@dataclass
+class StoreInfo:
+    name: str
+    details: dict[str, str] = field(default_factory=dict)
+
+
+class CellStore(Protocol):
+    """Persistence for AMP cells. Every method is safe to call from many threads."""
+
+    info: StoreInfo
+
+    def create(self, stored: StoredCell, vector: list[float] | None) -> None:
+        """Insert a new cell; durable when it returns."""
+        ...
+
+    def get(self, cell_id: str) -> StoredCell | None: ...
+
+    def touch(self, cell_id: str, now: datetime) -> StoredCell | None:
+        """Atomically add one to access_count and set last_accessed_at; the cell after it.
+        None when the cell is missing or deleted."""
+        ...
+
+    def update(self, cell_id: str, change: Change) -> StoredCell | None:
+        """Run ``change`` on the locked cell and write its outcome in one transaction.
+        An exception from ``change`` leaves the cell untouched. None = no such cell."""
+        ...
+
+    def list_candidates(
+        self, filters: CellFilter, before_id: str | None, batch: int
+    ) -> list[StoredCell]:
+        """Cells matching ``filters``, newest id first, strictly older than ``before_id``."""
+        ...
+
+    def search_candidates(
+        self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
+    ) -> list[Candidate]:
+        """Up to about ``k`` best keyword hits and ``k`` nearest vectors, merged."""
+        ...
+
+    def lifecycle_batch(self, after_id: str | None, batch: int) -> list[StoredCell]:
+        """Active and stale cells in id order after ``after_id``."""
+        ...
+
+    def set_status(
+        self, expected: StoredCell, status: Status, stale_since: datetime | None
+    ) -> bool:
+        """Engine transition, applied only if the cell's status and clock are unchanged
+        since ``expected`` was read (a concurrent read or write wins). Touches no clock."""
+        ...
+
+    def deleted_before(self, cutoff: datetime, batch: int) -> list[str]: ...
+
+    def purge(self, cell_id: str) -> bool:
+        """Hard-delete a cell; True if a row went."""
+        ...
+
+    def lease(self, name: str, ttl_seconds: float) -> AbstractContextManager[bool]:
+        """Hold a cross-process lease while the block runs; yields False if taken."""
+        ...
+
+    def put_key(self, record: KeyRecord) -> None: ...
+
+    def key_by_hash(self, key_hash: str) -> KeyRecord | None: ...
+
+    def list_keys(self) -> list[KeyRecord]: ...
+
+    def revoke_key(self, key_id: str, now: datetime) -> bool: ...
+
+    def count(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+def open_store(uri: str, dimensions: int | None, *, create: bool = True) -> CellStore:
+    """Open the store a URI names. Drivers load lazily, so SQLite users never import psycopg."""
+    scheme = uri.split(":", 1)[0].lower()
+    if scheme == "sqlite":
+        from ampup_memory.amp.store.sqlite import SQLiteStore
+
+        return SQLiteStore(uri, dimensions)
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        from ampup_memory.amp.store.postgres import PostgresStore
+
+        return PostgresStore(uri, dimensions)
+    raise ConfigurationError(
+        f"unsupported store URI scheme {scheme!r}: use sqlite:///path or postgresql://…"
+    )
+
+
+def iter_all(store: CellStore, batch: int = 1000) -> Iterator[StoredCell]:
+    """Every active or stale cell, in batches (lifecycle passes)."""
+    after: str | None = None
+    while True:
+        rows = store.lifecycle_batch(after, batch)
+        if not rows:
+            return
+        yield from rows
+        after = rows[-1].cell.id

@@ -1,0 +1,511 @@
+"""The embedded cell store: one SQLite file (WAL), FTS5 for keywords, vectors in memory.
+
+Writes are serialised by one in-process lock plus ``BEGIN IMMEDIATE`` (so a second
+process on the same file waits instead of failing). Commits use ``synchronous=FULL``:
+a 201 means the cell survived a kill -9 or a power cut.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ampup_memory.amp.model import Status, StoredCell, format_time
+from ampup_memory.amp.store.base import (
+    Candidate,
+    CellFilter,
+    Change,
+    KeyRecord,
+    StoreInfo,
+)
+from ampup_memory.amp.store.rows import (
+    columns,
+    parse_time,
+    stored_from_row,
+    vector_bytes,
+    vector_from_bytes,
+)
+from ampup_memory.errors import ConfigurationError
+from ampup_memory.search.tokenize import fts5_match
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS cells (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL UNIQUE,
+    type TEXT NOT NULL,
+    owner_id TEXT NOT NULL,
+    created_by TEXT NOT NULL,
+    status TEXT NOT NULL,
+    public INTEGER NOT NULL,
+    has_readers INTEGER NOT NULL,
+    access_count INTEGER NOT NULL,
+    last_accessed_at TEXT NOT NULL,
+    text TEXT NOT NULL,
+    doc TEXT NOT NULL,
+    stale_since TEXT,
+    deleted_at TEXT,
+    vec BLOB,
+    vec_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS cells_status_id ON cells(status, id);
+CREATE INDEX IF NOT EXISTS cells_owner_status_id ON cells(owner_id, status, id);
+CREATE INDEX IF NOT EXISTS cells_vec_seq ON cells(vec_seq);
+CREATE INDEX IF NOT EXISTS cells_deleted_at ON cells(deleted_at) WHERE deleted_at IS NOT NULL;
+CREATE VIRTUAL TABLE IF NOT EXISTS cells_fts USING fts5(
+    text, content='cells', content_rowid='seq', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS cells_ai AFTER INSERT ON cells BEGIN
+    INSERT INTO cells_fts(rowid, text) VALUES (new.seq, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS cells_ad AFTER DELETE ON cells BEGIN
+    INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.seq, old.text);
+END;
+CREATE TRIGGER IF NOT EXISTS cells_au AFTER UPDATE OF text ON cells BEGIN
+    INSERT INTO cells_fts(cells_fts, rowid, text) VALUES ('delete', old.seq, old.text);
+    INSERT INTO cells_fts(rowid, text) VALUES (new.seq, new.text);
+END;
+CREATE TABLE IF NOT EXISTS scoring_patches (
+    cell_id TEXT NOT NULL,
+    at TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS scoring_patches_cell ON scoring_patches(cell_id, at);
+CREATE TABLE IF NOT EXISTS leases (
+    name TEXT PRIMARY KEY,
+    holder TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY,
+    agent_id TEXT NOT NULL,
+    key_hash TEXT NOT NULL UNIQUE,
+    admin INTEGER NOT NULL,
+    created_at TEXT NOT NULL,
+    expires_at TEXT,
+    revoked_at TEXT,
+    user_id TEXT
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+
+_COLS = "doc, access_count, last_accessed_at, stale_since, deleted_at"
+# Exact ranking is cheap below this many filtered cells; above it we take global top-k.
+EXACT_LIMIT = 5000
+
+
+def sqlite_path(uri: str) -> Path:
+    """``sqlite:///abs/path.db`` or ``sqlite:///rel.db`` → a path. Nothing else is accepted."""
+    if not uri.startswith("sqlite:///"):
+        raise ConfigurationError(f"SQLite URI must look like sqlite:///path, got {uri!r}")
+    raw = uri[len("sqlite:///") :]
+    if not raw or "\x00" in raw or "?" in raw:
+        raise ConfigurationError(f"invalid SQLite path in {uri!r}")
+    return Path(raw if raw.startswith("/") else raw).expanduser()
+
+
+def _stored(row: sqlite3.Row | tuple[Any, ...]) -> StoredCell:
+    return stored_from_row(row[0], row[1], row[2], row[3], row[4])
+
+
+class _VectorCache:
+    """Embeddings of every cell, in memory, refreshed by ``vec_seq`` on each search."""
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+        self.high_water = 0
+        self.pos: dict[int, int] = {}
+        self.seqs = np.zeros(0, dtype=np.int64)
+        self.matrix = np.zeros((0, dimensions), dtype=np.float32)
+        self.lock = threading.Lock()
+
+    def refresh(self, conn: sqlite3.Connection) -> None:
+        with self.lock:
+            rows = conn.execute(
+                "SELECT seq, vec, vec_seq FROM cells WHERE vec_seq > ? ORDER BY vec_seq",
+                (self.high_water,),
+            ).fetchall()
+            if not rows:
+                return
+            new_seqs: list[int] = []
+            new_vecs: list[np.ndarray] = []
+            for seq, blob, vec_seq in rows:
+                self.high_water = max(self.high_water, vec_seq)
+                if blob is None:
+                    continue
+                vec = vector_from_bytes(blob)
+                if vec.shape[0] != self.dimensions:
+                    continue
+                if seq in self.pos:
+                    self.matrix[self.pos[seq]] = vec
+                else:
+                    new_seqs.append(seq)
+                    new_vecs.append(vec)
+            if new_seqs:
+                start = len(self.seqs)
+                self.seqs = np.concatenate([self.seqs, np.asarray(new_seqs, dtype=np.int64)])
+                self.matrix = np.vstack([self.matrix, np.vstack(new_vecs)])
+                for i, seq in enumerate(new_seqs):
+                    self.pos[seq] = start + i
+
+    def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        with self.lock:
+            if not len(self.seqs):
+                return []
+            sims = self.matrix @ query
+            if k < len(sims):
+                idx = np.argpartition(-sims, k)[:k]
+            else:
+                idx = np.arange(len(sims))
+            return [(int(self.seqs[i]), float(sims[i])) for i in idx]
+
+    def cosine(self, query: np.ndarray, seqs: Sequence[int]) -> dict[int, float]:
+        with self.lock:
+            rows = [(s, self.pos[s]) for s in seqs if s in self.pos]
+            if not rows:
+                return {}
+            sims = self.matrix[[p for _, p in rows]] @ query
+            return {s: float(v) for (s, _), v in zip(rows, sims, strict=True)}
+
+
+class SQLiteStore:
+    def __init__(self, uri: str, dimensions: int | None) -> None:
+        self.path = sqlite_path(uri)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.info = StoreInfo(name="sqlite", details={"path": str(self.path)})
+        self._local = threading.local()
+        self._write_lock = threading.Lock()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._holder = uuid.uuid4().hex
+        self._vectors = _VectorCache(dimensions) if dimensions else None
+        conn = self._conn()
+        with self._write_lock:
+            conn.executescript(SCHEMA)
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("PRAGMA busy_timeout=30000")
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        conn = self._conn()
+        with self._write_lock:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+
+    def _next_vec_seq(self, conn: sqlite3.Connection) -> int:
+        row = conn.execute("SELECT coalesce(max(vec_seq), 0) + 1 FROM cells").fetchone()
+        return int(row[0])
+
+    # -- cells ----------------------------------------------------------------------------
+
+    def create(self, stored: StoredCell, vector: list[float] | None) -> None:
+        c = columns(stored)
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO cells (id, type, owner_id, created_by, status, public, has_readers,"
+                " access_count, last_accessed_at, text, doc, stale_since, deleted_at, vec,"
+                " vec_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                (
+                    c.id, c.type, c.owner_id, c.created_by, c.status, c.public,
+                    c.has_readers, c.access_count, c.last_accessed_at, c.text, c.doc,
+                    c.stale_since, c.deleted_at, vector_bytes(vector),
+                    self._next_vec_seq(conn),
+                ),
+            )
+
+    def get(self, cell_id: str) -> StoredCell | None:
+        row = self._conn().execute(f"SELECT {_COLS} FROM cells WHERE id = ?", (cell_id,)).fetchone()
+        return _stored(row) if row else None
+
+    def touch(self, cell_id: str, now: datetime) -> StoredCell | None:
+        with self._write() as conn:
+            row = conn.execute(
+                "UPDATE cells SET access_count = access_count + 1, last_accessed_at = ?"
+                f" WHERE id = ? AND status != 'deleted' RETURNING {_COLS}",
+                (format_time(now), cell_id),
+            ).fetchone()
+        return _stored(row) if row else None
+
+    def update(self, cell_id: str, change: Change) -> StoredCell | None:
+        with self._write() as conn:
+            row = conn.execute(f"SELECT {_COLS} FROM cells WHERE id = ?", (cell_id,)).fetchone()
+            if row is None:
+                return None
+            tx = _Tx(conn, cell_id)
+            outcome = change(_stored(row), tx)
+            c = columns(outcome.stored)
+            params: list[Any] = [
+                c.type, c.owner_id, c.created_by, c.status, c.public, c.has_readers,
+                c.text, c.doc, c.stale_since, c.deleted_at,
+            ]
+            vec_sql = ""
+            if outcome.vector is not None:
+                vec_sql = ", vec = ?, vec_seq = ?"
+                params += [vector_bytes(outcome.vector), self._next_vec_seq(conn)]
+            conn.execute(
+                "UPDATE cells SET type=?, owner_id=?, created_by=?, status=?, public=?,"
+                f" has_readers=?, text=?, doc=?, stale_since=?, deleted_at=?{vec_sql}"
+                " WHERE id = ?",
+                (*params, cell_id),
+            )
+            if outcome.count_scoring_patch:
+                conn.execute(
+                    "INSERT INTO scoring_patches (cell_id, at) VALUES (?, ?)",
+                    (cell_id, format_time(outcome.stored.cell.lifecycle.last_updated_at)),
+                )
+        return outcome.stored
+
+    # -- listing and search ---------------------------------------------------------------
+
+    @staticmethod
+    def _where(filters: CellFilter, alias: str = "") -> tuple[str, list[Any]]:
+        p = alias
+        clauses = [
+            f"{p}status IN ({','.join('?' * len(filters.statuses))})",
+            f"({p}public = 1 OR {p}created_by = ? OR {p}owner_id = ? OR {p}has_readers = 1)",
+        ]
+        params: list[Any] = [s.value for s in filters.statuses]
+        params += [filters.agent_id, filters.agent_id]
+        if filters.owner_id is not None:
+            clauses.append(f"{p}owner_id = ?")
+            params.append(filters.owner_id)
+        if filters.types:
+            clauses.append(f"{p}type IN ({','.join('?' * len(filters.types))})")
+            params += [t.value for t in filters.types]
+        return " AND ".join(clauses), params
+
+    def list_candidates(
+        self, filters: CellFilter, before_id: str | None, batch: int
+    ) -> list[StoredCell]:
+        if not filters.statuses:
+            return []
+        where, params = self._where(filters)
+        if before_id is not None:
+            where += " AND id < ?"
+            params.append(before_id)
+        rows = self._conn().execute(
+            f"SELECT {_COLS} FROM cells WHERE {where} ORDER BY id DESC LIMIT ?",
+            (*params, batch),
+        ).fetchall()
+        return [_stored(r) for r in rows]
+
+    def search_candidates(
+        self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
+    ) -> list[Candidate]:
+        if not filters.statuses:
+            return []
+        conn = self._conn()
+        where, params = self._where(filters, "c.")
+        keyword: dict[int, float] = {}
+        if terms:
+            for seq, score in conn.execute(
+                "SELECT c.seq, -bm25(cells_fts) FROM cells_fts JOIN cells c"
+                f" ON c.seq = cells_fts.rowid WHERE cells_fts MATCH ? AND {where}"
+                " ORDER BY bm25(cells_fts) LIMIT ?",
+                (fts5_match(list(terms)), *params, k),
+            ):
+                keyword[seq] = max(float(score), 0.0)
+        cosine: dict[int, float] = {}
+        query = None
+        if vector is not None and self._vectors is not None:
+            query = np.asarray(vector, dtype=np.float32)
+            self._vectors.refresh(conn)
+            small = conn.execute(
+                f"SELECT c.seq FROM cells c WHERE {where} LIMIT ?", (*params, EXACT_LIMIT + 1)
+            ).fetchall()
+            if len(small) <= EXACT_LIMIT:
+                cosine = self._vectors.cosine(query, [r[0] for r in small])
+                best = sorted(cosine.items(), key=lambda kv: -kv[1])[: max(k, 1)]
+                cosine = dict(best)
+            else:
+                cosine = dict(self._vectors.top(query, max(k * 4, 400)))
+        seqs = set(keyword) | set(cosine)
+        if not seqs:
+            return []
+        marks = ",".join("?" * len(seqs))
+        rows = conn.execute(
+            f"SELECT c.seq, {', '.join('c.' + x.strip() for x in _COLS.split(','))}"
+            f" FROM cells c WHERE c.seq IN ({marks}) AND {where}",
+            (*seqs, *params),
+        ).fetchall()
+        if query is not None and self._vectors is not None:
+            missing = [r[0] for r in rows if r[0] not in cosine]
+            cosine.update(self._vectors.cosine(query, missing))
+        return [
+            Candidate(
+                stored=_stored(r[1:]),
+                keyword=keyword.get(r[0], 0.0),
+                cosine=cosine.get(r[0]),
+            )
+            for r in rows
+        ]
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def lifecycle_batch(self, after_id: str | None, batch: int) -> list[StoredCell]:
+        rows = self._conn().execute(
+            f"SELECT {_COLS} FROM cells WHERE status IN ('active', 'stale') AND id > ?"
+            " ORDER BY id LIMIT ?",
+            (after_id or "", batch),
+        ).fetchall()
+        return [_stored(r) for r in rows]
+
+    def set_status(
+        self, expected: StoredCell, status: Status, stale_since: datetime | None
+    ) -> bool:
+        cell = expected.cell
+        current = expected.model_copy(
+            update={"cell": cell.model_copy(update={"lifecycle": cell.lifecycle.model_copy(
+                update={"status": status})}), "stale_since": stale_since}
+        )
+        c = columns(current)
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE cells SET status = ?, doc = ?, stale_since = ? WHERE id = ?"
+                " AND status = ? AND last_accessed_at = ?"
+                " AND json_extract(doc, '$.lifecycle.last_updated_at') = ?",
+                (
+                    c.status, c.doc, c.stale_since, cell.id, cell.lifecycle.status.value,
+                    format_time(cell.lifecycle.last_accessed_at),
+                    format_time(cell.lifecycle.last_updated_at),
+                ),
+            )
+            return cur.rowcount == 1
+
+    def deleted_before(self, cutoff: datetime, batch: int) -> list[str]:
+        rows = self._conn().execute(
+            "SELECT id FROM cells WHERE status = 'deleted' AND deleted_at <= ? ORDER BY id"
+            " LIMIT ?",
+            (format_time(cutoff), batch),
+        ).fetchall()
+        return [r[0] for r in rows]
+
+    def purge(self, cell_id: str) -> bool:
+        with self._write() as conn:
+            cur = conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))
+            conn.execute("DELETE FROM scoring_patches WHERE cell_id = ?", (cell_id,))
+            return cur.rowcount == 1
+
+    @contextmanager
+    def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:
+        now = datetime.now(UTC).timestamp()
+        with self._write() as conn:
+            row = conn.execute(
+                "SELECT holder, expires_at FROM leases WHERE name = ?", (name,)
+            ).fetchone()
+            got = row is None or row[1] < now
+            if got:
+                conn.execute(
+                    "INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)"
+                    " ON CONFLICT(name) DO UPDATE SET holder = excluded.holder,"
+                    " expires_at = excluded.expires_at",
+                    (name, self._holder, now + ttl_seconds),
+                )
+        try:
+            yield got
+        finally:
+            if got:
+                with self._write() as conn:
+                    conn.execute(
+                        "DELETE FROM leases WHERE name = ? AND holder = ?", (name, self._holder)
+                    )
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def put_key(self, record: KeyRecord) -> None:
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO api_keys (key_id, agent_id, key_hash, admin, created_at,"
+                " expires_at, revoked_at, user_id) VALUES (?,?,?,?,?,?,?,?)",
+                (
+                    record.key_id, record.agent_id, record.key_hash, record.admin,
+                    format_time(record.created_at),
+                    format_time(record.expires_at) if record.expires_at else None,
+                    format_time(record.revoked_at) if record.revoked_at else None,
+                    record.user_id,
+                ),
+            )
+
+    @staticmethod
+    def _key(row: tuple[Any, ...]) -> KeyRecord:
+        created = parse_time(row[4])
+        assert created is not None
+        return KeyRecord(
+            key_id=row[0], agent_id=row[1], key_hash=row[2], admin=bool(row[3]),
+            created_at=created, expires_at=parse_time(row[5]), revoked_at=parse_time(row[6]),
+            user_id=row[7],
+        )
+
+    _KEY_COLS = "key_id, agent_id, key_hash, admin, created_at, expires_at, revoked_at, user_id"
+
+    def key_by_hash(self, key_hash: str) -> KeyRecord | None:
+        row = self._conn().execute(
+            f"SELECT {self._KEY_COLS} FROM api_keys WHERE key_hash = ?", (key_hash,)
+        ).fetchone()
+        return self._key(row) if row else None
+
+    def list_keys(self) -> list[KeyRecord]:
+        rows = self._conn().execute(
+            f"SELECT {self._KEY_COLS} FROM api_keys ORDER BY created_at"
+        ).fetchall()
+        return [self._key(r) for r in rows]
+
+    def revoke_key(self, key_id: str, now: datetime) -> bool:
+        with self._write() as conn:
+            cur = conn.execute(
+                "UPDATE api_keys SET revoked_at = ? WHERE key_id = ? AND revoked_at IS NULL",
+                (format_time(now), key_id),
+            )
+            return cur.rowcount == 1
+
+    def count(self) -> int:
+        return int(self._conn().execute("SELECT count(*) FROM cells").fetchone()[0])
+
+    def close(self) -> None:
+        with self._all_lock:
+            for conn in self._all:
+                try:
+                    conn.close()
+                except sqlite3.Error:
+                    pass
+            self._all.clear()
+        self._local = threading.local()
+
+
+class _Tx:
+    def __init__(self, conn: sqlite3.Connection, cell_id: str) -> None:
+        self.conn = conn
+        self.cell_id = cell_id
+
+    def scoring_patches_since(self, since: datetime) -> list[datetime]:
+        rows = self.conn.execute(
+            "SELECT at FROM scoring_patches WHERE cell_id = ? AND at >= ? ORDER BY at",
+            (self.cell_id, format_time(since)),
+        ).fetchall()
+        return [t for t in (parse_time(r[0]) for r in rows) if t is not None]

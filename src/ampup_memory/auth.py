@@ -1,0 +1,181 @@
+"""Who is calling: trust-header mode, API keys, and the admin credential.
+
+Keys are stored only as ``sha256:<hex>`` (the reference's key-file format), so a leaked
+database leaks no usable key. Every identity or key failure with keys on is the same
+401 ``UNAUTHENTICATED``: which part was wrong is nobody's business but the log's.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from ampup_memory.amp.store.base import CellStore, KeyRecord
+from ampup_memory.errors import AccessDenied, AdminDisabled, ConfigurationError, Unauthenticated
+
+AGENT_HEADER = "x-amp-agent-id"
+KEY_HEADER = "x-amp-api-key"
+ADMIN_HEADER = "x-amp-admin-token"
+USER_HEADER = "x-ampup-user"
+
+
+def hash_key(key: str) -> str:
+    return "sha256:" + hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+def new_key() -> str:
+    return "ampk_" + secrets.token_urlsafe(32)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``45m``, ``90s`` → a timedelta."""
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    text = text.strip().lower()
+    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit() or int(text[:-1]) <= 0:
+        raise ValueError(f"bad duration {text!r}: use a positive number and d, h, m or s")
+    return timedelta(seconds=int(text[:-1]) * units[text[-1]])
+
+
+def load_keys_file(path: Path) -> dict[str, str]:
+    """The reference format: ``{"agent_id": "sha256:<hex>"}``."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigurationError(f"cannot read AMP_API_KEYS_FILE {path}: {exc}") from exc
+    if not isinstance(data, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) and v.startswith("sha256:")
+        for k, v in data.items()
+    ):
+        raise ConfigurationError(
+            f'{path} must be a JSON object of "agent_id": "sha256:<hex>" entries'
+        )
+    return data
+
+
+@dataclass(frozen=True)
+class Caller:
+    agent_id: str
+    user_id: str | None = None
+    admin: bool = False
+
+
+class KeyRing:
+    """API keys from the store plus the optional reference-format file."""
+
+    def __init__(self, store: CellStore, keys_file: Path | None) -> None:
+        self.store = store
+        self.keys_file = keys_file
+        self._file_keys: dict[str, str] = {}  # hash -> agent
+        self._file_mtime: float | None = None
+        self._reload_file()
+
+    def _reload_file(self) -> None:
+        if self.keys_file is None:
+            return
+        mtime = self.keys_file.stat().st_mtime if self.keys_file.exists() else None
+        if mtime != self._file_mtime:
+            entries = load_keys_file(self.keys_file) if mtime is not None else {}
+            self._file_keys = {h.lower(): agent for agent, h in entries.items()}
+            self._file_mtime = mtime
+
+    def lookup(self, key: str, now: datetime) -> KeyRecord | None:
+        digest = hash_key(key)
+        record = self.store.key_by_hash(digest)
+        if record is not None:
+            if record.revoked_at is not None:
+                return None
+            if record.expires_at is not None and record.expires_at <= now:
+                return None
+            return record
+        self._reload_file()
+        agent = self._file_keys.get(digest)
+        if agent is None:
+            return None
+        return KeyRecord(key_id="file", agent_id=agent, key_hash=digest, admin=False,
+                         created_at=now)
+
+    def create(self, agent_id: str, admin: bool, expires_in: timedelta | None,
+               user_id: str | None = None) -> tuple[str, KeyRecord]:
+        key = new_key()
+        now = datetime.now(UTC)
+        record = KeyRecord(
+            key_id="key_" + secrets.token_hex(8),
+            agent_id=agent_id,
+            key_hash=hash_key(key),
+            admin=admin,
+            created_at=now,
+            expires_at=now + expires_in if expires_in else None,
+            user_id=user_id,
+        )
+        self.store.put_key(record)
+        return key, record
+
+    def any_admin_key(self) -> bool:
+        now = datetime.now(UTC)
+        return any(
+            r.admin and r.revoked_at is None and (r.expires_at is None or r.expires_at > now)
+            for r in self.store.list_keys()
+        )
+
+
+def presented_key(headers: dict[str, str]) -> str | None:
+    key = headers.get(KEY_HEADER, "").strip()
+    if key:
+        return key
+    auth = headers.get("authorization", "")
+    if auth[:7].lower() == "bearer ":
+        return auth[7:].strip() or None
+    return None
+
+
+class Authenticator:
+    def __init__(self, keyring: KeyRing, require_keys: bool, admin_token: str | None) -> None:
+        self.keyring = keyring
+        self.require_keys = require_keys
+        self.admin_token = admin_token
+
+    def caller(self, headers: dict[str, str]) -> Caller:
+        """The calling agent, or 401. Runs before any body is looked at."""
+        agent = headers.get(AGENT_HEADER, "").strip()
+        user = headers.get(USER_HEADER, "").strip() or None
+        if not self.require_keys:
+            if not agent:
+                raise Unauthenticated(
+                    "The X-AMP-Agent-ID header is required.", code="MISSING_AGENT_ID"
+                )
+            return Caller(agent_id=agent, user_id=user)
+        key = presented_key(headers)
+        record = self.keyring.lookup(key, datetime.now(UTC)) if key else None
+        if not agent or record is None or not hmac.compare_digest(record.agent_id, agent):
+            raise Unauthenticated("A valid API key for this agent is required.")
+        return Caller(agent_id=agent, user_id=record.user_id or user, admin=record.admin)
+
+    def optional_caller(self, headers: dict[str, str]) -> Caller | None:
+        """For POST /memories with keys off: the header may be absent (body names creator)."""
+        agent = headers.get(AGENT_HEADER, "").strip()
+        if not self.require_keys and not agent:
+            return None
+        return self.caller(headers)
+
+    def require_admin(self, headers: dict[str, str]) -> None:
+        token = headers.get(ADMIN_HEADER, "")
+        if self.admin_token and token and hmac.compare_digest(
+            token.encode("utf-8"), self.admin_token.encode("utf-8")
+        ):
+            return
+        key = presented_key(headers)
+        if key:
+            record = self.keyring.lookup(key, datetime.now(UTC))
+            if record is not None and record.admin:
+                return
+        if not self.admin_token and not self.keyring.any_admin_key():
+            raise AdminDisabled(
+                "Admin routes are disabled: set AMP_ADMIN_TOKEN or create an admin key "
+                "(ampup-memory keys create --agent ID --admin)."
+            )
+        raise AccessDenied()

@@ -1,0 +1,226 @@
+"""The `ampup-memory` command (alias `memstore`).
+
+Every setting in `ampup_memory.settings.Settings` becomes a flag of every command that
+opens the server's state, built from the one declaration (name, env var, help).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, TypeVar, get_args
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from ampup_memory.errors import AmpError, ConfigurationError
+from ampup_memory.settings import Settings, env_name, load_settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console(stderr=True)
+SETTING_FIELDS = list(Settings.model_fields)
+
+
+def flag_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+def settings_options(func: F) -> F:
+    """Add one option per setting; values left unset fall back to env, then defaults."""
+    for name in reversed(SETTING_FIELDS):
+        info = Settings.model_fields[name]
+        help_text = f"{info.description} [env: {env_name(name)}]"
+        annotation = info.annotation
+        is_bool = annotation is bool
+        if is_bool:
+            option = click.option(
+                f"{flag_name(name)}/--no-{name.replace('_', '-')}",
+                name,
+                default=None,
+                help=help_text,
+            )
+        else:
+            choices = [a for a in get_args(annotation) if isinstance(a, str)]
+            kind: Any = click.Choice(choices) if choices else (
+                int if annotation in (int, int | None) else str
+            )
+            option = click.option(flag_name(name), name, type=kind, default=None,
+                                  help=help_text)
+        func = option(func)
+    return func
+
+
+def settings_from(kwargs: dict[str, Any]) -> Settings:
+    values = {k: kwargs.pop(k) for k in SETTING_FIELDS if k in kwargs}
+    try:
+        return load_settings(**values)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from exc
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    sys.exit(2)
+
+
+def _runtime(settings: Settings) -> Any:
+    from ampup_memory.server import open_runtime
+
+    try:
+        return open_runtime(settings)
+    except ConfigurationError as exc:
+        _fail(str(exc))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="ampup-memory")
+def cli() -> None:
+    """AmpUp Memory: shared long-term memory for AI agents (AMP v0.1 + AmpUp)."""
+
+
+@cli.command()
+@settings_options
+def serve(**kwargs: Any) -> None:
+    """Run the server: REST (AMP + AmpUp), MCP at /mcp and the background timers."""
+    import uvicorn
+
+    from ampup_memory.server import create_app
+
+    settings = settings_from(kwargs)
+    runtime = _runtime(settings)
+    app = create_app(settings, runtime)
+    console.print(
+        f"AmpUp Memory on http://{settings.host}:{settings.port}  "
+        f"(store: {runtime.store.info.name}, home: {settings.home})"
+    )
+    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
+                timeout_graceful_shutdown=5)
+
+
+@cli.group()
+def lifecycle() -> None:
+    """The AMP lifecycle engine."""
+
+
+@lifecycle.command("run")
+@click.option("--now", "now_text", default=None, help="Evaluate as of this RFC 3339 instant.")
+@click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
+@settings_options
+def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
+    """Run one lifecycle pass now (what the timer does)."""
+    from ampup_memory.amp.model import LifecycleRunRequest
+
+    settings = settings_from(kwargs)
+    rt = _runtime(settings)
+    try:
+        now = datetime.fromisoformat(now_text.replace("Z", "+00:00")) if now_text else None
+        if now is not None and now.tzinfo is None:
+            now = now.replace(tzinfo=UTC)
+    except ValueError:
+        _fail(f"--now must be an RFC 3339 time, got {now_text!r}")
+    try:
+        report = rt.amp.run_lifecycle(LifecycleRunRequest(now=now, dry_run=dry_run))
+    except AmpError as exc:
+        _fail(exc.message)
+    finally:
+        rt.close()
+    click.echo(json.dumps(report.wire(), indent=2))
+
+
+@cli.command()
+@click.argument("cell_id")
+@settings_options
+def purge(cell_id: str, **kwargs: Any) -> None:
+    """Hard-delete one deleted cell whose retention window has passed."""
+    settings = settings_from(kwargs)
+    rt = _runtime(settings)
+    try:
+        purged = rt.amp.purge(cell_id)
+    except AmpError as exc:
+        _fail(f"{exc.code}: {exc.message}")
+    finally:
+        rt.close()
+    click.echo(json.dumps({"purged": purged}))
+
+
+@cli.group()
+def keys() -> None:
+    """API keys (stored as SHA-256 hashes; a key is shown once)."""
+
+
+@keys.command("create")
+@click.option("--agent", "agent_id", required=True, help="Agent id the key authenticates.")
+@click.option("--admin", is_flag=True, help="The key also opens admin routes.")
+@click.option("--expires-in", default=None, help="Lifetime such as 30d, 12h, 45m.")
+@click.option("--user", "user_id", default=None, help="AmpUp user the key speaks for.")
+@settings_options
+def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str | None,
+                **kwargs: Any) -> None:
+    """Create a key. The key itself is printed alone on the last line."""
+    from ampup_memory.auth import parse_duration
+
+    try:
+        lifetime = parse_duration(expires_in) if expires_in else None
+    except ValueError as exc:
+        _fail(str(exc))
+    if not agent_id.strip():
+        _fail("--agent must not be empty")
+    settings = settings_from(kwargs)
+    rt = _runtime(settings)
+    try:
+        key, record = rt.auth.keyring.create(agent_id, admin, lifetime, user_id)
+    finally:
+        rt.close()
+    click.echo(f"key id: {record.key_id}")
+    click.echo(f"agent: {record.agent_id}{'  (admin)' if admin else ''}")
+    if record.expires_at:
+        click.echo(f"expires: {record.expires_at.isoformat()}")
+    click.echo("Store this key now; it is not shown again:")
+    click.echo(key)
+
+
+@keys.command("list")
+@settings_options
+def keys_list(**kwargs: Any) -> None:
+    """List keys (never the keys themselves)."""
+    settings = settings_from(kwargs)
+    rt = _runtime(settings)
+    try:
+        records = rt.store.list_keys()
+    finally:
+        rt.close()
+    table = Table("key id", "agent", "admin", "created", "expires", "revoked")
+    for r in records:
+        table.add_row(
+            r.key_id, r.agent_id, "yes" if r.admin else "", r.created_at.isoformat(),
+            r.expires_at.isoformat() if r.expires_at else "",
+            r.revoked_at.isoformat() if r.revoked_at else "",
+        )
+    Console().print(table)
+
+
+@keys.command("revoke")
+@click.argument("key_id")
+@settings_options
+def keys_revoke(key_id: str, **kwargs: Any) -> None:
+    """Revoke a key by its id; it stops working at once."""
+    settings = settings_from(kwargs)
+    rt = _runtime(settings)
+    try:
+        done = rt.store.revoke_key(key_id, datetime.now(UTC))
+    finally:
+        rt.close()
+    if not done:
+        _fail(f"no active key {key_id!r}")
+    click.echo(f"revoked {key_id}")
+
+
+def main() -> None:
+    cli(prog_name="ampup-memory")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,116 @@
+"""The error hierarchy. Every error the server returns is one of these.
+
+    AmpError                      status  code
+    ├── Unauthenticated            401    MISSING_AGENT_ID / UNAUTHENTICATED
+    ├── AccessDenied               403    ACCESS_DENIED
+    ├── AdminDisabled              403    ADMIN_DISABLED
+    ├── NotFound                   404    NOT_FOUND
+    ├── MethodNotAllowed           405    METHOD_NOT_ALLOWED
+    ├── Conflict                   409    INVALID_TRANSITION / RETENTION_WINDOW / CONFLICT
+    ├── PayloadTooLarge            413    CELL_TOO_LARGE
+    ├── ValidationFailed           422    VALIDATION_ERROR
+    ├── RateLimited                429    RATE_LIMITED
+    └── ServiceUnavailable         503    UNAVAILABLE
+
+`ampup_memory.http_errors` renders them as ``{"error": {"code", "message", "details"}}``;
+nothing else builds an error body.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class AmpError(Exception):
+    status: int = 500
+    code: str = "INTERNAL_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        details: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        self.details: dict[str, Any] = details or {}
+        self.headers: dict[str, str] = headers or {}
+
+
+class Unauthenticated(AmpError):
+    status = 401
+    code = "UNAUTHENTICATED"
+
+
+class AccessDenied(AmpError):
+    """One body for "does not exist", "may not read" and "deleted": never a probe."""
+
+    status = 403
+    code = "ACCESS_DENIED"
+
+    def __init__(self) -> None:
+        super().__init__("Access denied.")
+
+
+class AdminDisabled(AmpError):
+    status = 403
+    code = "ADMIN_DISABLED"
+
+
+class NotFound(AmpError):
+    status = 404
+    code = "NOT_FOUND"
+
+
+class MethodNotAllowed(AmpError):
+    status = 405
+    code = "METHOD_NOT_ALLOWED"
+
+
+class Conflict(AmpError):
+    status = 409
+    code = "CONFLICT"
+
+
+class InvalidTransition(Conflict):
+    code = "INVALID_TRANSITION"
+
+
+class RetentionWindow(Conflict):
+    code = "RETENTION_WINDOW"
+
+
+class PayloadTooLarge(AmpError):
+    status = 413
+    code = "CELL_TOO_LARGE"
+
+
+class ValidationFailed(AmpError):
+    status = 422
+    code = "VALIDATION_ERROR"
+
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message, details={"errors": errors or []})
+
+
+class RateLimited(AmpError):
+    status = 429
+    code = "RATE_LIMITED"
+
+
+class ServiceUnavailable(AmpError):
+    status = 503
+    code = "UNAVAILABLE"
+
+
+class ConfigurationError(Exception):
+    """A setting that cannot work; raised at start-up so the server never half-starts."""
+
+
+def field_error(loc: list[str | int], msg: str, type_: str = "value_error") -> ValidationFailed:
+    """A 422 for one field, in the same ``details.errors`` shape pydantic produces."""
+    return ValidationFailed(msg, [{"loc": loc, "msg": msg, "type": type_}])

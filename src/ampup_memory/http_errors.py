@@ -1,0 +1,84 @@
+"""The one place errors become HTTP responses: ``{"error": {"code", "message", "details"}}``."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import JSONResponse
+
+from ampup_memory.errors import AmpError
+
+log = logging.getLogger("ampup_memory")
+
+_STATUS_CODES = {
+    400: "BAD_REQUEST",
+    401: "UNAUTHENTICATED",
+    403: "ACCESS_DENIED",
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+    422: "VALIDATION_ERROR",
+}
+
+
+def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": details or {}}}
+
+
+def error_response(exc: AmpError) -> JSONResponse:
+    return JSONResponse(
+        envelope(exc.code, exc.message, exc.details), status_code=exc.status, headers=exc.headers
+    )
+
+
+def _clean(value: Any) -> Any:
+    # pydantic puts exception objects in ctx; keep the envelope pure JSON.
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_clean(v) for v in value]
+    if isinstance(value, str | int | float | bool) or value is None:
+        return value
+    return str(value)
+
+
+def install(app: FastAPI) -> None:
+    @app.exception_handler(AmpError)
+    async def _amp(request: Request, exc: AmpError) -> JSONResponse:
+        return error_response(exc)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        errors = [
+            {"loc": _clean(list(e.get("loc", []))), "msg": str(e.get("msg", "")),
+             "type": str(e.get("type", "value_error"))}
+            for e in exc.errors()
+        ]
+        return JSONResponse(
+            envelope("VALIDATION_ERROR", "Request validation failed.", {"errors": errors}),
+            status_code=422,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = _STATUS_CODES.get(exc.status_code, "HTTP_ERROR")
+        message = {404: "No such route.", 405: "Method not allowed on this route."}.get(
+            exc.status_code, str(exc.detail)
+        )
+        return JSONResponse(
+            envelope(code, message), status_code=exc.status_code,
+            headers=getattr(exc, "headers", None),
+        )
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return JSONResponse(
+            envelope("INTERNAL_ERROR", "The server hit an unexpected error; it is logged."),
+            status_code=500,
+        )

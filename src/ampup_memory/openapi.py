@@ -1,0 +1,51 @@
+"""Request-body documentation for routes that parse their bodies themselves.
+
+Routes read raw bodies so the contract's check order holds (identity before validation);
+`body_doc` still puts each body's JSON schema into the OpenAPI document, and
+`install_schemas` moves the nested models into ``components/schemas``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+REF = "#/components/schemas/{model}"
+_MODELS: dict[str, type[BaseModel]] = {}
+
+
+def body_doc(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
+    _MODELS[model.__name__] = model
+    return {
+        "requestBody": {
+            "required": required,
+            "content": {
+                "application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}
+            },
+        }
+    }
+
+
+def install_schemas(app: FastAPI) -> None:
+    """Replace ``app.openapi`` with one that also publishes the hand-parsed bodies."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema:
+            return app.openapi_schema
+        schema = get_openapi(
+            title=app.title, version=app.version, description=app.description,
+            routes=app.routes,
+        )
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for name, model in _MODELS.items():
+            body = model.model_json_schema(ref_template=REF, mode="validation")
+            for def_name, definition in body.pop("$defs", {}).items():
+                components.setdefault(def_name, definition)
+            components[name] = body
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,1 @@
+"""Tokenising, embedding and ranking shared by every search."""

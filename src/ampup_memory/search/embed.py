@@ -1,0 +1,183 @@
+"""Embedders: one small protocol, chosen by setting. Vectors come back L2-normalised.
+
+The default is WordLlama, whose 256-dimension weights ship inside its wheel: it loads
+offline and never downloads. An embedder's ``name`` goes into every index so a change of
+model means re-embedding, never a silent mix of vector spaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import httpx
+import numpy as np
+
+from ampup_memory.errors import ConfigurationError
+from ampup_memory.settings import Settings
+
+
+class Embedder(Protocol):
+    name: str
+    dimensions: int
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        """One unit-length vector per text."""
+        ...
+
+
+def _normalise(matrix: np.ndarray) -> list[list[float]]:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    norms[norms == 0] = 1.0
+    result: list[list[float]] = (matrix / norms).astype(np.float32).tolist()
+    return result
+
+
+class WordLlamaEmbedder:
+    def __init__(self, dimensions: int | None = None) -> None:
+        try:
+            import wordllama
+            from wordllama import WordLlama
+        except ImportError as exc:  # pragma: no cover - it is a core dependency
+            raise ConfigurationError("wordllama is not installed: pip install wordllama") from exc
+        package_dir = Path(wordllama.__file__).parent
+        self.dimensions = dimensions or 256
+        if self.dimensions > 256:
+            raise ConfigurationError("wordllama supports at most 256 dimensions")
+        self._model: Any = WordLlama.load(
+            cache_dir=package_dir, disable_download=True, dim=self.dimensions
+        )
+        self.name = f"wordllama/l2_supercat_{self.dimensions}"
+        self._lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        with self._lock:  # the tokenizer is not documented as thread-safe
+            matrix = np.asarray(self._model.embed(list(texts), norm=False), dtype=np.float32)
+        return _normalise(matrix.reshape(len(texts), -1))
+
+
+class HashEmbedder:
+    """Feature hashing of word unigrams: deterministic, instant, and meaningless beyond
+    shared words. For tests and machines that want no model at all."""
+
+    def __init__(self, dimensions: int | None = None) -> None:
+        self.dimensions = dimensions or 256
+        self.name = f"hash/{self.dimensions}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        from ampup_memory.search.tokenize import words
+
+        matrix = np.zeros((len(texts), self.dimensions), dtype=np.float32)
+        for row, text in enumerate(texts):
+            for word in words(text):
+                h = int.from_bytes(hashlib.blake2b(word.encode(), digest_size=8).digest(), "big")
+                matrix[row, h % self.dimensions] += 1.0 if (h >> 63) else -1.0
+        return _normalise(matrix)
+
+
+class OpenAICompatibleEmbedder:
+    """Any ``POST {base_url}/embeddings`` that speaks the OpenAI shape (Ollama, vLLM, …)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key: str | None,
+        dimensions: int | None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._dimensions_asked = dimensions
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(timeout=timeout, headers=headers)
+        self.name = f"openai-compatible/{model}"
+        self.dimensions = dimensions or 0
+        # Probe once so a wrong URL, model or key stops start-up instead of the first write.
+        probe = self._call(["dimension probe"])
+        self.dimensions = len(probe[0])
+        if dimensions and self.dimensions != dimensions:
+            raise ConfigurationError(
+                f"embedding endpoint returned {self.dimensions} dimensions, "
+                f"AMP_EMBEDDING_DIMENSIONS says {dimensions}"
+            )
+        self.name = f"openai-compatible/{model}/{self.dimensions}"
+
+    def _call(self, texts: Sequence[str]) -> list[list[float]]:
+        body: dict[str, Any] = {"model": self.model, "input": list(texts)}
+        if self._dimensions_asked:
+            body["dimensions"] = self._dimensions_asked
+        try:
+            response = self._client.post(f"{self.base_url}/embeddings", json=body)
+            response.raise_for_status()
+            data = sorted(response.json()["data"], key=lambda d: d.get("index", 0))
+            vectors = np.asarray([d["embedding"] for d in data], dtype=np.float32)
+        except (httpx.HTTPError, KeyError, ValueError, TypeError) as exc:
+            raise ConfigurationError(
+                f"embedding endpoint {self.base_url} failed: {exc}"
+            ) from exc
+        if vectors.shape[0] != len(texts):
+            raise ConfigurationError("embedding endpoint returned the wrong number of vectors")
+        return _normalise(vectors)
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return self._call(texts)
+
+
+class SentenceTransformersEmbedder:
+    """A sentence-transformers model already on disk (a path or a cached name; no download)."""
+
+    def __init__(self, model: str) -> None:
+        try:
+            from sentence_transformers import SentenceTransformer
+        except ImportError as exc:
+            raise ConfigurationError(
+                "AMP_EMBEDDING_PROVIDER=sentence-transformers needs "
+                "`pip install sentence-transformers`"
+            ) from exc
+        try:
+            self._model: Any = SentenceTransformer(model, local_files_only=True)
+        except Exception as exc:  # the library raises many kinds for a missing model
+            raise ConfigurationError(f"cannot load sentence-transformers model {model!r}: {exc}")
+        self.dimensions = int(self._model.get_sentence_embedding_dimension())
+        self.name = f"sentence-transformers/{model}/{self.dimensions}"
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        if not texts:
+            return []
+        return _normalise(np.asarray(self._model.encode(list(texts)), dtype=np.float32))
+
+
+def build_embedder(settings: Settings) -> Embedder:
+    """The configured embedder; raises ConfigurationError so `serve` refuses to start."""
+    provider = settings.embedding_provider
+    if provider == "wordllama":
+        return WordLlamaEmbedder(settings.embedding_dimensions)
+    if provider == "hash":
+        return HashEmbedder(settings.embedding_dimensions)
+    if provider == "openai-compatible":
+        if not settings.embedding_base_url or not settings.embedding_model:
+            raise ConfigurationError(
+                "AMP_EMBEDDING_PROVIDER=openai-compatible needs AMP_EMBEDDING_BASE_URL and "
+                "AMP_EMBEDDING_MODEL"
+            )
+        return OpenAICompatibleEmbedder(
+            settings.embedding_base_url,
+            settings.embedding_model,
+            settings.embedding_api_key,
+            settings.embedding_dimensions,
+        )
+    if provider == "sentence-transformers":
+        if not settings.embedding_model:
+            raise ConfigurationError(
+                "AMP_EMBEDDING_PROVIDER=sentence-transformers needs AMP_EMBEDDING_MODEL"
+            )
+        return SentenceTransformersEmbedder(settings.embedding_model)
+    raise ConfigurationError(f"unknown embedding provider {provider!r}")  # pragma: no cover

@@ -1,0 +1,129 @@
+"""ASGI assembly: settings → stores → services → routes, plus the background timers."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from fastapi import FastAPI
+from fastapi.concurrency import run_in_threadpool
+
+from ampup_memory import http_errors
+from ampup_memory.amp.api import router as amp_router
+from ampup_memory.amp.service import AmpService, ScoringLimit
+from ampup_memory.amp.store.base import CellStore, open_store
+from ampup_memory.auth import Authenticator, KeyRing
+from ampup_memory.openapi import install_schemas
+from ampup_memory.search.embed import Embedder, build_embedder
+from ampup_memory.settings import Settings
+
+log = logging.getLogger("ampup_memory")
+
+API_PREFIX = "/amp/v1"
+
+
+@dataclass
+class Runtime:
+    """Everything a process opens once: shared by the HTTP app, MCP and the CLI."""
+
+    settings: Settings
+    store: CellStore
+    embedder: Embedder
+    amp: AmpService
+    auth: Authenticator
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def open_runtime(settings: Settings) -> Runtime:
+    """Open stores and models; raises ConfigurationError on a setting that cannot work."""
+    settings.home.mkdir(parents=True, exist_ok=True)
+    embedder = build_embedder(settings)
+    store = open_store(settings.resolved_store_uri, embedder.dimensions)
+    amp = AmpService(
+        store=store,
+        embedder=embedder,
+        scoring_limit=ScoringLimit(
+            settings.scoring_patch_limit, settings.scoring_patch_window_seconds
+        ),
+        retention_days=settings.retention_days,
+        purge_retention=settings.purge_retention,
+    )
+    auth = Authenticator(
+        KeyRing(store, settings.api_keys_file), settings.require_keys, settings.admin_token
+    )
+    return Runtime(settings=settings, store=store, embedder=embedder, amp=amp, auth=auth)
+
+
+async def _lifecycle_timer(runtime: Runtime) -> None:
+    interval = runtime.settings.lifecycle_interval_seconds
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            report = await run_in_threadpool(runtime.amp.run_lifecycle_if_free)
+            if report is not None:
+                log.info("lifecycle pass: %s", report.wire())
+        except Exception:  # a failed pass must not kill the timer
+            log.exception("lifecycle pass failed")
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
+    rt = runtime or open_runtime(settings)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tasks: list[asyncio.Task[None]] = []
+        if settings.lifecycle_enabled:
+            tasks.append(asyncio.create_task(_lifecycle_timer(rt)))
+        async with contextlib.AsyncExitStack() as stack:
+            for enter in app.state.lifespan_hooks:
+                await stack.enter_async_context(enter())
+            try:
+                yield
+            finally:
+                for task in tasks:
+                    task.cancel()
+                for task in tasks:
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        rt.close()
+
+    app = FastAPI(
+        title="AmpUp Memory",
+        version="0.1.0",
+        description="Agent Memory Protocol v0.1 and AmpUp Memory: shared long-term memory "
+        "for AI agents.",
+        lifespan=lifespan,
+    )
+    app.state.settings = settings
+    app.state.runtime = rt
+    app.state.amp = rt.amp
+    app.state.auth = rt.auth
+    app.state.lifespan_hooks = []
+    http_errors.install(app)
+    app.include_router(amp_router, prefix=API_PREFIX)
+    # /health and /spec also answer at the root, where load balancers look first.
+    for route in ("/health", "/spec"):
+        app.add_api_route(
+            route,
+            next(r.endpoint for r in amp_router.routes if getattr(r, "path", None) == route),
+            methods=["GET"],
+            include_in_schema=False,
+        )
+    _mount_optional(app, rt)
+    install_schemas(app)
+    return app
+
+
+def _mount_optional(app: FastAPI, rt: Runtime) -> None:
+    """Faces that live in their own packages: MCP over streamable HTTP, AmpUp Memory."""
+    try:
+        from ampup_memory.mcp.http import mount as mount_mcp
+    except ImportError:
+        mount_mcp = None
+    if mount_mcp is not None:
+        mount_mcp(app, rt)

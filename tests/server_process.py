@@ -1,0 +1,75 @@
+"""Start a real `ampup-memory serve` process for tests (no mocks, no in-process app)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ServerProcess:
+    """One server process on a free port; `.url` is its base URL."""
+
+    def __init__(self, home: Path, env: Mapping[str, str] | None = None,
+                 args: list[str] | None = None, port: int | None = None) -> None:
+        self.home = home
+        self.port = port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.env = {**os.environ, "AMPUP_MEMORY_HOME": str(home), **(env or {})}
+        self.args = args or []
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.log_path = home / f"server-{self.port}.log"
+
+    def start(self, timeout: float = 30.0) -> ServerProcess:
+        self.home.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "ampup_memory.cli", "serve", "--port", str(self.port),
+             *self.args],
+            env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited: {self.log_path.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/amp/v1/health", timeout=1).status_code == 200:
+                    return self
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"server did not start: {self.log_path.read_text()}")
+
+    def kill(self) -> None:
+        """kill -9: no shutdown hooks, no flushing."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.kill()
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
