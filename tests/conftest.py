@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.pg import postgres  # noqa: F401  (session fixture shared by all tests)
 from tests.server_process import ServerProcess
 
 ADMIN_TOKEN = "test-admin-token"
@@ -30,3 +31,4 @@ def http(server: ServerProcess) -> Iterator[httpx.Client]:
 def uid() -> str:
     """A fresh suffix so tests sharing one server never see each other's cells."""
     return uuid.uuid4().hex[:10]
+
