@@ -16,6 +16,8 @@ from ampup_memory.amp.api import router as amp_router
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore, open_store
 from ampup_memory.auth import Authenticator, KeyRing
+from ampup_memory.memory.api import router as memory_router
+from ampup_memory.memory.service import MemoryService
 from ampup_memory.openapi import install_schemas
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings
@@ -34,8 +36,10 @@ class Runtime:
     embedder: Embedder
     amp: AmpService
     auth: Authenticator
+    memory: MemoryService
 
     def close(self) -> None:
+        self.memory.close()
         self.store.close()
 
 
@@ -56,7 +60,9 @@ def open_runtime(settings: Settings) -> Runtime:
     auth = Authenticator(
         KeyRing(store, settings.api_keys_file), settings.require_keys, settings.admin_token
     )
-    return Runtime(settings=settings, store=store, embedder=embedder, amp=amp, auth=auth)
+    memory = MemoryService.open(settings)
+    return Runtime(settings=settings, store=store, embedder=embedder, amp=amp, auth=auth,
+                   memory=memory)
 
 
 async def _lifecycle_timer(runtime: Runtime) -> None:
@@ -103,9 +109,11 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.runtime = rt
     app.state.amp = rt.amp
     app.state.auth = rt.auth
+    app.state.memory = rt.memory
     app.state.lifespan_hooks = []
     http_errors.install(app)
     app.include_router(amp_router, prefix=API_PREFIX)
+    app.include_router(memory_router)  # AmpUp Memory answers at the root paths
     # /health and /spec also answer at the root, where load balancers look first.
     for route in ("/health", "/spec"):
         app.add_api_route(

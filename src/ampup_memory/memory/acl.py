@@ -1,0 +1,87 @@
+"""Who reads what: ACL entries, principals, and the one visibility rule.
+
+An episode carries a short flat ACL of entries ``*``, ``user:<id>``, ``group:<id>`` and
+``role:<name>``. A caller is a principal: a user plus the groups and roles they hold. The
+caller may read an episode when the ACL and the principal's entries meet; a fact is visible
+when every episode it cites is. Membership lives on the principal only, so changing it never
+rewrites an episode and takes effect on the next read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from ampup_memory.errors import field_error
+
+EVERYONE = "*"
+KINDS = ("user", "group", "role")
+_ID = r"[A-Za-z0-9][A-Za-z0-9._@+\-]{0,199}"
+ID_RE = re.compile(rf"^{_ID}$")
+ENTRY_RE = re.compile(rf"^(?:\*|(?:user|group|role):{_ID})$")
+MAX_ENTRIES = 64
+
+
+def normalize_acl(entries: Iterable[str], loc: list[str | int]) -> tuple[str, ...]:
+    """Validated, de-duplicated and sorted: two spellings of one ACL compare equal."""
+    seen = sorted(set(entries))
+    bad = [e for e in seen if not isinstance(e, str) or not ENTRY_RE.fullmatch(e)]
+    if bad:
+        raise field_error(
+            loc, f"invalid ACL entry {str(bad[0])[:80]!r}: use '*', 'user:<id>', "
+            "'group:<id>' or 'role:<name>'", "acl_invalid")
+    if not seen:
+        raise field_error(loc, "an ACL needs at least one entry (use '*' for everyone)",
+                          "acl_empty")
+    if len(seen) > MAX_ENTRIES:
+        raise field_error(loc, f"an ACL holds at most {MAX_ENTRIES} entries", "acl_too_long")
+    return tuple(seen)
+
+
+def valid_id(value: str) -> bool:
+    return ID_RE.fullmatch(value) is not None
+
+
+def require_id(value: str, loc: list[str | int], what: str = "id") -> str:
+    if not isinstance(value, str) or not valid_id(value):
+        raise field_error(loc, f"invalid {what} {str(value)[:80]!r}: letters, digits and "
+                          "._@+- (max 200, starting with a letter or digit)", "id_invalid")
+    return value
+
+
+@dataclass(frozen=True)
+class Principal:
+    user: str
+    groups: tuple[str, ...] = field(default=())
+    roles: tuple[str, ...] = field(default=())
+
+    def entries(self) -> frozenset[str]:
+        """The ACL entries this principal holds (``*`` is held by everyone)."""
+        return frozenset(
+            [EVERYONE, f"user:{self.user}"]
+            + [f"group:{g}" for g in self.groups]
+            + [f"role:{r}" for r in self.roles]
+        )
+
+    def wire(self) -> dict[str, object]:
+        return {"user": self.user, "groups": list(self.groups), "roles": list(self.roles)}
+
+
+def may_read(principal: Principal, acl: Iterable[str]) -> bool:
+    """The visibility rule, the only one: some ACL entry is one the principal holds."""
+    held = principal.entries()
+    return any(entry in held for entry in acl)
+
+
+def may_read_all(principal: Principal, acls: Iterable[Iterable[str]]) -> bool:
+    """A fact's rule: the caller may read every episode it cites."""
+    return all(may_read(principal, acl) for acl in acls)
+
+
+def common_acl(acls: Iterable[Iterable[str]]) -> tuple[str, ...]:
+    """Entries present in every ACL: whoever holds one may read all of those episodes."""
+    sets = [set(a) for a in acls]
+    if not sets:
+        return ()
+    return tuple(sorted(set.intersection(*sets)))

@@ -1,0 +1,197 @@
+"""AmpUp Memory REST routes: /episodes, /document, /facts, /close, /ledger, /principals.
+
+Bodies are read raw and validated after identity, as on the AMP routes (401 before 422).
+Every error is an ``AmpError`` rendered in the one envelope by ``http_errors``.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from starlette.responses import JSONResponse
+
+from ampup_memory.amp.service import parse_body
+from ampup_memory.auth import USER_HEADER, Authenticator
+from ampup_memory.errors import ServiceUnavailable, Unauthenticated
+from ampup_memory.memory.acl import require_id, valid_id
+from ampup_memory.memory.episode_types import TYPES
+from ampup_memory.memory.episodes import WriteBatch, WriteEpisode
+from ampup_memory.memory.facts import CloseValue, PostFact
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.openapi import body_doc
+
+router = APIRouter(tags=["ampup memory"])
+
+
+class DocumentRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str
+    document: str = Field(min_length=1, max_length=512)
+    as_of: AwareDatetime | None = None
+    branch: str | None = None
+    at_commit: str | None = None
+
+
+class PrincipalBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    groups: list[str] = Field(default_factory=list, max_length=256)
+    roles: list[str] = Field(default_factory=list, max_length=256)
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"description": "UNAUTHENTICATED / MISSING_USER"},
+    404: {"description": "NOT_FOUND (missing and unreadable answer alike)"},
+    422: {"description": "VALIDATION_ERROR"},
+}
+
+
+def service(request: Request) -> MemoryService:
+    svc: MemoryService | None = getattr(request.app.state, "memory", None)
+    if svc is None:
+        raise ServiceUnavailable("AmpUp Memory is not available in this process.")
+    return svc
+
+
+def _headers(request: Request) -> dict[str, str]:
+    return {k.lower(): v for k, v in request.headers.items()}
+
+
+def memory_user(auth: Authenticator, headers: dict[str, str]) -> str:
+    """The principal's user: ``X-AmpUp-User`` in trust mode, the key's user with keys on."""
+    if auth.require_keys:
+        user = auth.caller(headers).user_id
+        if not user:
+            raise Unauthenticated("This API key speaks for no AmpUp user: create it with "
+                                  "--user, or send X-AmpUp-User.")
+    else:
+        user = headers.get(USER_HEADER, "").strip()
+        if not user:
+            raise Unauthenticated("The X-AmpUp-User header names the caller.",
+                                  code="MISSING_USER")
+    if not valid_id(user):
+        raise Unauthenticated("The caller's user id is not a valid id.")
+    return user
+
+
+def _user(request: Request) -> str:
+    auth: Authenticator = request.app.state.auth
+    return memory_user(auth, _headers(request))
+
+
+ScopeQ = Annotated[str, Query(description="org/team")]
+BranchQ = Annotated[str | None, Query(description="Default main.")]
+AtCommitQ = Annotated[str | None, Query(description="Read as of this commit.")]
+
+
+@router.post("/episodes", status_code=201, responses={**ERRORS, 409: {"description":
+             "CONFLICT: the id exists with other acl/occurred_at/about/document"}},
+             openapi_extra=body_doc(WriteEpisode))
+async def write_episode(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(WriteEpisode, await request.body())
+    ep_id, new, holder = await run_in_threadpool(service(request).write_episode, user, req)
+    return JSONResponse({"id": ep_id, "commit": holder, "created": new is not None},
+                        status_code=201 if new is not None else 200)
+
+
+@router.post("/episodes/batch", status_code=201, responses=ERRORS,
+             openapi_extra=body_doc(WriteBatch))
+async def write_batch(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(WriteBatch, await request.body())
+    result = await run_in_threadpool(service(request).write_batch, user, req)
+    body = {"commit": result.commit.commit_id if result.commit else None,
+            "episodes": [{"id": i, "status": s} for i, s in result.episodes]}
+    return JSONResponse(body, status_code=201 if result.commit else 200)
+
+
+@router.get("/episodes/{episode_id}", responses=ERRORS)
+def get_episode(request: Request, episode_id: str, scope: ScopeQ, branch: BranchQ = None,
+                at_commit: AtCommitQ = None) -> dict[str, Any]:
+    user = _user(request)
+    svc = service(request)
+    return svc.get_episode(user, episode_id, svc.view(scope, branch, at_commit))
+
+
+@router.get("/episode-types")
+def episode_types() -> dict[str, Any]:
+    return {"types": [t.wire() for t in TYPES]}
+
+
+@router.post("/document", responses=ERRORS, openapi_extra=body_doc(DocumentRequest))
+async def document(request: Request) -> dict[str, Any]:
+    user = _user(request)
+    req = parse_body(DocumentRequest, await request.body())
+    svc = service(request)
+
+    def run() -> dict[str, Any]:
+        return svc.document(user, req.document, svc.view(req.scope, req.branch, req.at_commit),
+                            req.as_of)
+
+    return await run_in_threadpool(run)
+
+
+@router.post("/facts", status_code=201, responses=ERRORS, openapi_extra=body_doc(PostFact))
+async def post_fact(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(PostFact, await request.body())
+    fid, entry = await run_in_threadpool(service(request).post_fact, user, req)
+    return JSONResponse({"id": fid, "commit": entry.commit_id}, status_code=201)
+
+
+@router.get("/facts", responses=ERRORS)
+def get_facts(
+    request: Request,
+    scope: ScopeQ,
+    entity: Annotated[str, Query(min_length=1, max_length=256)],
+    predicate: Annotated[str | None, Query(max_length=128)] = None,
+    as_of: Annotated[AwareDatetime | None, Query(description="Valid time; default now.")] = None,
+    history: Annotated[bool, Query(description="Every version with its window.")] = False,
+    branch: BranchQ = None,
+    at_commit: AtCommitQ = None,
+) -> dict[str, Any]:
+    user = _user(request)
+    svc = service(request)
+    view = svc.view(scope, branch, at_commit)
+    return {"facts": svc.get_facts(user, view, entity, predicate, as_of, history)}
+
+
+@router.post("/close", status_code=201, responses=ERRORS, openapi_extra=body_doc(CloseValue))
+async def close_value(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(CloseValue, await request.body())
+    result = await run_in_threadpool(service(request).close_value, user, req)
+    return JSONResponse(result, status_code=201)
+
+
+@router.get("/ledger", responses=ERRORS)
+def ledger(request: Request, scope: ScopeQ, branch: BranchQ = None,
+           limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+           before: Annotated[str | None, Query(description="Commit id: page before it.")] = None,
+           ) -> dict[str, Any]:
+    _user(request)
+    svc = service(request)
+    return svc.ledger(svc.view(scope, branch), limit, before)
+
+
+@router.put("/principals/{user}", responses={403: {"description": "admin only"}, **ERRORS},
+            openapi_extra=body_doc(PrincipalBody))
+async def put_principal(request: Request, user: str) -> dict[str, Any]:
+    auth: Authenticator = request.app.state.auth
+    auth.require_admin(_headers(request))
+    req = parse_body(PrincipalBody, await request.body())
+    principal = await run_in_threadpool(service(request).set_principal, user, req.groups,
+                                        req.roles, "admin")
+    return principal.wire()
+
+
+@router.get("/principals/{user}", responses={403: {"description": "admin only"}})
+def get_principal(request: Request, user: str) -> dict[str, Any]:
+    auth: Authenticator = request.app.state.auth
+    auth.require_admin(_headers(request))
+    return service(request).principal(require_id(user, ["user"], "user id")).wire()

@@ -1,0 +1,140 @@
+"""Episodes: the request shapes, content-addressed ids and the idempotent-write comparison."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from ampup_memory.errors import field_error
+from ampup_memory.memory.acl import normalize_acl
+from ampup_memory.memory.episode_types import EpisodeType, SplitError, Unit, require_type
+
+MAX_BODY_BYTES = 1_000_000
+MAX_BATCH = 1000
+
+
+class EpisodeIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    source: str = Field(min_length=1, max_length=512,
+                        description="Where it came from; its prefix picks the episode type.")
+    body: str = Field(min_length=1, description="The text, stored once by SHA-256.")
+    occurred_at: AwareDatetime | None = Field(
+        default=None, description="When it happened (default: when first written).")
+    about: list[str] | None = Field(default=None, max_length=100,
+                                    description="Entity ids the episode is about.")
+    acl: list[str] = Field(description="Who may read it: '*', 'user:', 'group:', 'role:'.")
+    document: str | None = Field(default=None, min_length=1, max_length=512,
+                                 description="Document key: this episode is one version.")
+
+
+class WriteEpisode(EpisodeIn):
+    scope: str = Field(description="org/team")
+    branch: str | None = Field(default=None, description="Default main.")
+
+
+class WriteBatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str
+    branch: str | None = None
+    episodes: list[EpisodeIn] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+def sha256(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def episode_id(etype: EpisodeType, source: str, body: str) -> str:
+    return sha256(f"{source}\n{body}" if etype.id_includes_source else body)
+
+
+@dataclass(frozen=True)
+class EpisodeRecord:
+    """One committed (or about to be committed) episode as the read path sees it."""
+
+    id: str
+    source: str
+    type: str
+    occurred_at: datetime
+    about: tuple[str, ...]
+    acl: tuple[str, ...]
+    document: str | None
+    body_ref: str
+    branch: str
+    commit_id: str = ""
+    seq: int = 0
+
+    def wire(self, scope: str, units: list[Unit] | None = None,
+             body: str | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id, "scope": scope, "branch": self.branch, "source": self.source,
+            "type": self.type, "occurred_at": self.occurred_at.isoformat(),
+            "about": list(self.about), "acl": list(self.acl), "document": self.document,
+            "body_ref": self.body_ref, "commit": self.commit_id,
+        }
+        if body is not None:
+            out["body"] = body
+        if units is not None:
+            out["units"] = [u.wire() for u in units]
+        return out
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A validated incoming episode: its record, its body, and which fields it stated."""
+
+    record: EpisodeRecord
+    body: str
+    stated_time: bool
+    stated_about: bool
+
+
+def prepare(item: EpisodeIn, branch: str, now: datetime, loc: list[str | int],
+            etype: EpisodeType | None = None) -> Prepared:
+    """Check one incoming episode; ``etype`` overrides the source lookup (``load``'s doc)."""
+    if len(item.body.encode("utf-8")) > MAX_BODY_BYTES:
+        raise field_error([*loc, "body"], f"a body holds at most {MAX_BODY_BYTES} bytes",
+                          "body_too_large")
+    kind = etype or require_type(item.source, [*loc, "source"])
+    try:
+        units = kind.units(item.body)
+    except SplitError as exc:
+        raise field_error([*loc, "body"], str(exc), "body_shape") from exc
+    if not units:
+        raise field_error([*loc, "body"], "the body has no text to cite", "body_empty")
+    acl = normalize_acl(item.acl, [*loc, "acl"])
+    about = tuple(sorted(set(item.about or [])))
+    if any(not a.strip() or len(a) > 256 for a in about):
+        raise field_error([*loc, "about"], "about holds entity ids of 1 to 256 characters")
+    record = EpisodeRecord(
+        id=episode_id(kind, item.source, item.body),
+        source=item.source,
+        type=kind.name,
+        occurred_at=(item.occurred_at or now).astimezone(UTC),
+        about=about,
+        acl=acl,
+        document=item.document,
+        body_ref=sha256(item.body),
+        branch=branch,
+    )
+    return Prepared(record, item.body, item.occurred_at is not None, item.about is not None)
+
+
+def differing_fields(existing: EpisodeRecord, new: Prepared) -> list[str]:
+    """What a rewrite of an existing id would change. Fields the rewrite leaves out
+    (no ``occurred_at``, no ``about``) are not a difference: a retry may omit them."""
+    diff = []
+    if existing.acl != new.record.acl:
+        diff.append("acl")
+    if new.stated_time and existing.occurred_at != new.record.occurred_at:
+        diff.append("occurred_at")
+    if new.stated_about and existing.about != new.record.about:
+        diff.append("about")
+    if existing.document != new.record.document:
+        diff.append("document")
+    return diff

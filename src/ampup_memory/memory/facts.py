@@ -1,0 +1,135 @@
+"""Facts: posting shapes, the verbatim-quote check, and newest-wins at read time.
+
+A fact version is ``(entity, predicate, value)`` with a valid-time window, a verbatim quote
+and the episode units it cites. Until schemas exist every predicate is one-valued: among the
+versions a reader may see, the one with the latest ``valid_from`` wins (ties: later commit),
+and a version's window ends where the next visible version begins (or at its own
+``valid_to``). A closure is a version with no value: it ends the one before it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+from ampup_memory.memory.episode_types import Unit
+
+VALUE = "value"
+CLOSURE = "closure"
+Scalar = str | int | float | bool
+
+
+class Cite(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    episode: str = Field(pattern=r"^[0-9a-f]{64}$", description="Episode id.")
+    unit: int = Field(ge=1, description="Unit number, from 1.")
+
+
+class PostFact(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str
+    branch: str | None = None
+    entity: str = Field(min_length=1, max_length=256)
+    predicate: str = Field(min_length=1, max_length=128)
+    value: Scalar = Field(description="A JSON string, number or boolean.")
+    valid_from: AwareDatetime | None = Field(
+        default=None, description="Default: the latest occurred_at of the cited episodes.")
+    valid_to: AwareDatetime | None = None
+    quote: str = Field(min_length=1, max_length=4000,
+                       description="Must occur verbatim in one of the cited units.")
+    cites: list[Cite] = Field(min_length=1, max_length=32)
+
+
+class CloseValue(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str
+    branch: str | None = None
+    entity: str = Field(min_length=1, max_length=256)
+    predicate: str = Field(min_length=1, max_length=128)
+    reason: str = Field(min_length=1, max_length=20000,
+                        description="Why; stored as its own episode and cited.")
+    acl: list[str] | None = Field(
+        default=None,
+        description="ACL of the reason episode (default: entries shared by the ACLs of the "
+        "episodes the closed value cites).")
+
+
+@dataclass(frozen=True)
+class FactRecord:
+    fact_id: str
+    kind: str
+    entity: str
+    predicate: str
+    value: str | None  # JSON text; None for a closure
+    valid_from: datetime
+    valid_to: datetime | None
+    quote: str
+    cites: tuple[tuple[str, int], ...]
+    written_by: str
+    branch: str
+    commit_id: str = ""
+    seq: int = 0
+    ord: int = 0  # position within its commit: the last tie-break
+
+    def order_key(self) -> tuple[datetime, int, int]:
+        return (self.valid_from, self.seq, self.ord)
+
+    def wire(self, scope: str, window_end: datetime | None) -> dict[str, Any]:
+        return {
+            "id": self.fact_id,
+            "scope": scope,
+            "branch": self.branch,
+            "kind": self.kind,
+            "entity": self.entity,
+            "predicate": self.predicate,
+            "value": None if self.value is None else json.loads(self.value),
+            "valid_from": self.valid_from.isoformat(),
+            "valid_to": window_end.isoformat() if window_end else None,
+            "stated_valid_to": self.valid_to.isoformat() if self.valid_to else None,
+            "quote": self.quote,
+            "cites": [{"episode": e, "unit": u} for e, u in self.cites],
+            "written_by": self.written_by,
+            "commit": self.commit_id,
+        }
+
+
+def quote_found(quote: str, units: list[Unit]) -> bool:
+    return any(quote in unit.text for unit in units)
+
+
+@dataclass(frozen=True)
+class Window:
+    fact: FactRecord
+    end: datetime | None  # exclusive; None = open
+
+    def holds_at(self, at: datetime) -> bool:
+        return self.fact.valid_from <= at and (self.end is None or at < self.end)
+
+
+def timeline(versions: list[FactRecord]) -> list[Window]:
+    """Visible versions of one (entity, predicate), oldest first, each with its window."""
+    ordered = sorted(versions, key=FactRecord.order_key)
+    windows = []
+    for i, fact in enumerate(ordered):
+        ends = [fact.valid_to] if fact.valid_to else []
+        if i + 1 < len(ordered):
+            ends.append(ordered[i + 1].valid_from)
+        windows.append(Window(fact, min(ends) if ends else None))
+    return windows
+
+
+def current(versions: list[FactRecord], at: datetime) -> Window | None:
+    """The value holding at ``at``; None when nothing holds or a closure ended it."""
+    for window in reversed(timeline(versions)):
+        if window.fact.valid_from <= at:
+            if window.fact.kind == CLOSURE or not window.holds_at(at):
+                return None
+            return window
+    return None

@@ -1,0 +1,355 @@
+"""The read index: a small SQL copy of committed rows that serves reads in milliseconds.
+
+It is derived: everything here comes from the Iceberg tables and ``rebuild`` recreates it
+from them alone (a lost index loses nothing). Only rows of commits in the ledger get here,
+which is what makes a crash between data rows and ledger row invisible. Tables are named
+``mem_*`` so they can live in the search index's database (``AMPUP_MEMORY_INDEX_URI``) until
+the search index folds them in. One SQLAlchemy code path serves SQLite and PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    delete,
+    event,
+    select,
+    update,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection, Engine
+
+from ampup_memory.memory.acl import Principal
+from ampup_memory.memory.episodes import EpisodeRecord
+from ampup_memory.memory.facts import FactRecord
+from ampup_memory.memory.ledger import Head, LedgerEntry
+from ampup_memory.memory.tables import sqlalchemy_url
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+MICRO = timedelta(microseconds=1)
+
+
+def to_us(value: datetime) -> int:
+    return (value - EPOCH) // MICRO
+
+
+def from_us(value: int) -> datetime:
+    return EPOCH + value * MICRO
+
+
+md = MetaData()
+meta_t = Table("mem_meta", md, Column("key", String(64), primary_key=True),
+               Column("value", Text, nullable=False))
+ledger_t = Table(
+    "mem_ledger", md,
+    Column("commit_id", String(40), primary_key=True),
+    Column("scope", String(140), nullable=False), Column("branch", String(64), nullable=False),
+    Column("seq", BigInteger, nullable=False), Column("parent", String(40)),
+    Column("author", Text, nullable=False), Column("committed_at", BigInteger, nullable=False),
+    Column("message", Text, nullable=False), Column("changes", Text, nullable=False),
+    Column("snapshots", Text, nullable=False),
+    Column("applied", Boolean, nullable=False, default=False),
+    Index("mem_ledger_chain", "scope", "branch", "seq"),
+    Index("mem_ledger_pending", "scope", "applied"),
+)
+episodes_t = Table(
+    "mem_episodes", md,
+    Column("scope", String(140), primary_key=True), Column("branch", String(64), primary_key=True),
+    Column("id", String(64), primary_key=True), Column("seq", BigInteger, nullable=False),
+    Column("commit_id", String(40), nullable=False), Column("source", Text, nullable=False),
+    Column("type", String(32), nullable=False), Column("occurred_at", BigInteger, nullable=False),
+    Column("about", Text, nullable=False), Column("acl", Text, nullable=False),
+    Column("document", String(512)), Column("body_ref", String(64), nullable=False),
+    Index("mem_episodes_document", "scope", "branch", "document", "occurred_at"),
+)
+bodies_t = Table(
+    "mem_bodies", md,
+    Column("scope", String(140), primary_key=True),
+    Column("body_ref", String(64), primary_key=True),
+    Column("body", Text, nullable=False),
+)
+facts_t = Table(
+    "mem_facts", md,
+    Column("scope", String(140), primary_key=True), Column("branch", String(64), primary_key=True),
+    Column("fact_id", String(48), primary_key=True), Column("seq", BigInteger, nullable=False),
+    Column("ord", Integer, nullable=False), Column("commit_id", String(40), nullable=False),
+    Column("kind", String(16), nullable=False), Column("entity", String(256), nullable=False),
+    Column("predicate", String(128), nullable=False), Column("value", Text),
+    Column("valid_from", BigInteger, nullable=False), Column("valid_to", BigInteger),
+    Column("quote", Text, nullable=False), Column("cites", Text, nullable=False),
+    Column("written_by", Text, nullable=False),
+    Index("mem_facts_entity", "scope", "branch", "entity", "predicate"),
+)
+principals_t = Table(
+    "mem_principals", md,
+    Column("user", String(200), primary_key=True), Column("groups", Text, nullable=False),
+    Column("roles", Text, nullable=False),
+)
+
+LEDGER_SNAPSHOT = "ledger_snapshot"
+PRINCIPALS_SNAPSHOT = "principals_snapshot"
+NO_LIMIT = 2**62
+
+
+class ReadIndex:
+    def __init__(self, uri: str) -> None:
+        url = sqlalchemy_url(uri, setting="AMPUP_MEMORY_INDEX_URI")
+        self.engine: Engine = create_engine(url, pool_pre_ping=True)
+        self.dialect = self.engine.dialect.name
+        if self.dialect == "sqlite":
+            event.listen(self.engine, "connect", _sqlite_pragmas)
+        md.create_all(self.engine, checkfirst=True)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def reset(self) -> None:
+        """Drop and recreate every ``mem_*`` table (the rebuild starts here)."""
+        md.drop_all(self.engine, checkfirst=True)
+        md.create_all(self.engine, checkfirst=True)
+
+    def _insert(self, table: Table) -> Any:
+        return (sqlite.insert if self.dialect == "sqlite" else postgresql.insert)(table)
+
+    # -- bookkeeping --------------------------------------------------------------------------
+    def get_meta(self, key: str) -> str | None:
+        with self.engine.connect() as conn:
+            return conn.execute(select(meta_t.c.value).where(meta_t.c.key == key)).scalar()
+
+    def _set_meta(self, conn: Connection, key: str, value: str) -> None:
+        stmt = self._insert(meta_t).values(key=key, value=value)
+        conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value}))
+
+    # -- ledger -------------------------------------------------------------------------------
+    def add_ledger(self, entries: Sequence[LedgerEntry], snapshot_id: int | None) -> None:
+        """Record ledger rows seen in the table (not yet applied) and how far we read."""
+        with self.engine.begin() as conn:
+            if entries:
+                conn.execute(self._insert(ledger_t).on_conflict_do_nothing(),
+                             [_ledger_values(e, applied=False) for e in entries])
+            if snapshot_id is not None:
+                self._set_meta(conn, LEDGER_SNAPSHOT, str(snapshot_id))
+
+    def ledger_snapshot(self) -> int | None:
+        value = self.get_meta(LEDGER_SNAPSHOT)
+        return int(value) if value is not None else None
+
+    def head(self, scope: str, branch: str) -> Head | None:
+        stmt = (select(ledger_t.c.commit_id, ledger_t.c.seq)
+                .where(ledger_t.c.scope == scope, ledger_t.c.branch == branch)
+                .order_by(ledger_t.c.seq.desc()).limit(1))
+        with self.engine.connect() as conn:
+            row = conn.execute(stmt).first()
+        return Head(row.commit_id, int(row.seq)) if row else None
+
+    def entry(self, commit_id: str) -> LedgerEntry | None:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(ledger_t).where(ledger_t.c.commit_id == commit_id)).first()
+        return _ledger_entry(row._mapping) if row else None
+
+    def ledger_page(self, scope: str, branch: str, limit: int,
+                    before_seq: int | None) -> list[LedgerEntry]:
+        stmt = select(ledger_t).where(ledger_t.c.scope == scope, ledger_t.c.branch == branch)
+        if before_seq is not None:
+            stmt = stmt.where(ledger_t.c.seq < before_seq)
+        stmt = stmt.order_by(ledger_t.c.seq.desc()).limit(limit)
+        with self.engine.connect() as conn:
+            return [_ledger_entry(r._mapping) for r in conn.execute(stmt)]
+
+    def pending(self, scope: str) -> list[LedgerEntry]:
+        stmt = (select(ledger_t).where(ledger_t.c.scope == scope, ledger_t.c.applied.is_(False))
+                .order_by(ledger_t.c.seq))
+        with self.engine.connect() as conn:
+            return [_ledger_entry(r._mapping) for r in conn.execute(stmt)]
+
+    def known_commits(self) -> set[str]:
+        with self.engine.connect() as conn:
+            return set(conn.execute(select(ledger_t.c.commit_id)).scalars())
+
+    # -- applying a commit's rows ---------------------------------------------------------------
+    def apply(self, entry: LedgerEntry, episodes: Iterable[EpisodeRecord],
+              bodies: Iterable[tuple[str, str]], facts: Iterable[FactRecord]) -> None:
+        """Copy one committed commit's rows in, then mark it applied; idempotent.
+
+        When two commits carry the same episode id (two servers racing on one write), the
+        earlier commit's row is kept, whichever order they are applied in.
+        """
+        scope = entry.scope
+        with self.engine.begin() as conn:
+            ledger_ins = self._insert(ledger_t).values(**_ledger_values(entry, applied=True))
+            conn.execute(ledger_ins.on_conflict_do_update(
+                index_elements=["commit_id"], set_={"applied": True}))
+            ep_rows = [_episode_values(scope, e, entry) for e in episodes]
+            if ep_rows:
+                ins = self._insert(episodes_t)
+                keep_first = {c: ins.excluded[c] for c in ep_rows[0] if c not in
+                              ("scope", "branch", "id")}
+                conn.execute(ins.on_conflict_do_update(
+                    index_elements=["scope", "branch", "id"], set_=keep_first,
+                    where=episodes_t.c.seq > ins.excluded.seq), ep_rows)
+            body_rows = [{"scope": scope, "body_ref": r, "body": b} for r, b in bodies]
+            if body_rows:
+                conn.execute(self._insert(bodies_t).on_conflict_do_nothing(), body_rows)
+            fact_rows = [_fact_values(scope, f, entry) for f in facts]
+            if fact_rows:
+                conn.execute(self._insert(facts_t).on_conflict_do_nothing(), fact_rows)
+
+    # -- reads --------------------------------------------------------------------------------
+    def episodes(self, scope: str, branch: str, ids: Iterable[str],
+                 max_seq: int = NO_LIMIT) -> dict[str, EpisodeRecord]:
+        wanted = list(set(ids))
+        out: dict[str, EpisodeRecord] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                stmt = select(episodes_t).where(
+                    episodes_t.c.scope == scope, episodes_t.c.branch == branch,
+                    episodes_t.c.id.in_(wanted[i:i + 500]), episodes_t.c.seq <= max_seq)
+                for row in conn.execute(stmt):
+                    rec = _episode_record(row._mapping)
+                    out[rec.id] = rec
+        return out
+
+    def document_versions(self, scope: str, branch: str, document: str, as_of: datetime,
+                          max_seq: int = NO_LIMIT) -> list[EpisodeRecord]:
+        stmt = (select(episodes_t).where(
+            episodes_t.c.scope == scope, episodes_t.c.branch == branch,
+            episodes_t.c.document == document, episodes_t.c.occurred_at <= to_us(as_of),
+            episodes_t.c.seq <= max_seq)
+            .order_by(episodes_t.c.occurred_at.desc(), episodes_t.c.seq.desc()))
+        with self.engine.connect() as conn:
+            return [_episode_record(r._mapping) for r in conn.execute(stmt)]
+
+    def known_bodies(self, scope: str, refs: Iterable[str]) -> set[str]:
+        wanted = list(set(refs))
+        found: set[str] = set()
+        with self.engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                stmt = select(bodies_t.c.body_ref).where(
+                    bodies_t.c.scope == scope, bodies_t.c.body_ref.in_(wanted[i:i + 500]))
+                found.update(conn.execute(stmt).scalars())
+        return found
+
+    def body(self, scope: str, body_ref: str) -> str | None:
+        stmt = select(bodies_t.c.body).where(bodies_t.c.scope == scope,
+                                             bodies_t.c.body_ref == body_ref)
+        with self.engine.connect() as conn:
+            return conn.execute(stmt).scalar()
+
+    def facts(self, scope: str, branch: str, entity: str | None, predicate: str | None,
+              max_seq: int = NO_LIMIT, limit: int = NO_LIMIT) -> list[FactRecord]:
+        stmt = select(facts_t).where(facts_t.c.scope == scope, facts_t.c.branch == branch,
+                                     facts_t.c.seq <= max_seq)
+        if entity is not None:
+            stmt = stmt.where(facts_t.c.entity == entity)
+        if predicate is not None:
+            stmt = stmt.where(facts_t.c.predicate == predicate)
+        stmt = stmt.order_by(facts_t.c.entity, facts_t.c.predicate).limit(limit)
+        with self.engine.connect() as conn:
+            return [_fact_record(r._mapping) for r in conn.execute(stmt)]
+
+    # -- principals ---------------------------------------------------------------------------
+    def principal(self, user: str) -> Principal:
+        with self.engine.connect() as conn:
+            row = conn.execute(select(principals_t).where(principals_t.c.user == user)).first()
+        if row is None:
+            return Principal(user)
+        return Principal(user, tuple(json.loads(row.groups)), tuple(json.loads(row.roles)))
+
+    def replace_principals(self, principals: Iterable[Principal], snapshot_id: int) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(delete(principals_t))
+            rows = [{"user": p.user, "groups": json.dumps(list(p.groups)),
+                     "roles": json.dumps(list(p.roles))} for p in principals]
+            if rows:
+                conn.execute(principals_t.insert(), rows)
+            self._set_meta(conn, PRINCIPALS_SNAPSHOT, str(snapshot_id))
+
+    def principals_snapshot(self) -> int | None:
+        value = self.get_meta(PRINCIPALS_SNAPSHOT)
+        return int(value) if value is not None else None
+
+    def mark_applied(self, commit_ids: Iterable[str]) -> None:
+        with self.engine.begin() as conn:
+            conn.execute(update(ledger_t).where(ledger_t.c.commit_id.in_(list(commit_ids)))
+                         .values(applied=True))
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA busy_timeout=60000")
+    cur.close()
+
+
+def _ledger_values(e: LedgerEntry, applied: bool) -> dict[str, Any]:
+    return {
+        "commit_id": e.commit_id, "scope": e.scope, "branch": e.branch, "seq": e.seq,
+        "parent": e.parent, "author": e.author, "committed_at": to_us(e.committed_at),
+        "message": e.message, "changes": json.dumps(e.changes, sort_keys=True),
+        "snapshots": json.dumps(e.snapshots, sort_keys=True), "applied": applied,
+    }
+
+
+def _ledger_entry(row: Any) -> LedgerEntry:
+    return LedgerEntry(
+        commit_id=row["commit_id"], parent=row["parent"], scope=row["scope"],
+        branch=row["branch"], seq=int(row["seq"]), author=row["author"],
+        committed_at=from_us(row["committed_at"]), message=row["message"],
+        changes=json.loads(row["changes"]), snapshots=json.loads(row["snapshots"]),
+    )
+
+
+def _episode_values(scope: str, e: EpisodeRecord, entry: LedgerEntry) -> dict[str, Any]:
+    return {
+        "scope": scope, "branch": e.branch, "id": e.id, "seq": entry.seq,
+        "commit_id": entry.commit_id,
+        "source": e.source, "type": e.type, "occurred_at": to_us(e.occurred_at),
+        "about": json.dumps(list(e.about)), "acl": json.dumps(list(e.acl)),
+        "document": e.document, "body_ref": e.body_ref,
+    }
+
+
+def _episode_record(row: Any) -> EpisodeRecord:
+    return EpisodeRecord(
+        id=row["id"], source=row["source"], type=row["type"],
+        occurred_at=from_us(row["occurred_at"]), about=tuple(json.loads(row["about"])),
+        acl=tuple(json.loads(row["acl"])), document=row["document"], body_ref=row["body_ref"],
+        branch=row["branch"], commit_id=row["commit_id"], seq=int(row["seq"]),
+    )
+
+
+def _fact_values(scope: str, f: FactRecord, entry: LedgerEntry) -> dict[str, Any]:
+    return {
+        "scope": scope, "branch": f.branch, "fact_id": f.fact_id, "seq": entry.seq,
+        "ord": f.ord, "commit_id": entry.commit_id, "kind": f.kind, "entity": f.entity,
+        "predicate": f.predicate, "value": f.value, "valid_from": to_us(f.valid_from),
+        "valid_to": to_us(f.valid_to) if f.valid_to else None, "quote": f.quote,
+        "cites": json.dumps([[e, u] for e, u in f.cites]), "written_by": f.written_by,
+    }
+
+
+def _fact_record(row: Any) -> FactRecord:
+    return FactRecord(
+        fact_id=row["fact_id"], kind=row["kind"], entity=row["entity"],
+        predicate=row["predicate"], value=row["value"],
+        valid_from=from_us(row["valid_from"]),
+        valid_to=from_us(row["valid_to"]) if row["valid_to"] is not None else None,
+        quote=row["quote"], cites=tuple((e, int(u)) for e, u in json.loads(row["cites"])),
+        written_by=row["written_by"], branch=row["branch"], commit_id=row["commit_id"],
+        seq=int(row["seq"]), ord=int(row["ord"]),
+    )

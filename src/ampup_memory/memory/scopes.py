@@ -1,0 +1,81 @@
+"""Scope and branch names: validated here, before any of them reaches a catalog or a path.
+
+A scope ``org/team`` is the Iceberg namespace ``org__team``. Org and team are lower-case
+letters, digits and single underscores (no leading, trailing or doubled underscore), so the
+``__`` separator is unambiguous and ``memory_system`` (no ``__``) can never be a scope.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from ampup_memory.errors import field_error
+
+NAME_RE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
+BRANCH_RE = re.compile(r"^[a-z0-9]+(?:[_-][a-z0-9]+)*$")
+MAX_NAME = 64
+SEPARATOR = "__"
+SYSTEM_NAMESPACE = "memory_system"
+MAIN = "main"
+
+
+def valid_name(name: str) -> bool:
+    return len(name) <= MAX_NAME and NAME_RE.fullmatch(name) is not None
+
+
+@dataclass(frozen=True, order=True)
+class Scope:
+    org: str
+    team: str
+
+    def __post_init__(self) -> None:
+        # A Scope object is proof of a valid name: every constructor path checks.
+        if not (valid_name(self.org) and valid_name(self.team)):
+            raise bad_scope(f"{self.org}/{self.team}")
+
+    @property
+    def namespace(self) -> str:
+        return f"{self.org}{SEPARATOR}{self.team}"
+
+    def __str__(self) -> str:
+        return f"{self.org}/{self.team}"
+
+
+def bad_scope(text: str, loc: str = "scope") -> Exception:
+    return field_error(
+        [loc],
+        f"invalid scope {text[:80]!r}: use org/team, each lower-case letters, digits and "
+        "single underscores (not starting or ending with one)",
+        "scope_invalid",
+    )
+
+
+def parse_scope(text: object, loc: str = "scope") -> Scope:
+    """``"org/team"`` → Scope, or a 422 naming the rule."""
+    if not isinstance(text, str):
+        raise bad_scope(str(text), loc)
+    org, sep, team = text.partition("/")
+    if not sep or not valid_name(org) or not valid_name(team):
+        raise bad_scope(text, loc)
+    return Scope(org, team)
+
+
+def scope_from_namespace(namespace: str) -> Scope | None:
+    """The scope a catalog namespace holds, or None for anything that is not a scope."""
+    org, sep, team = namespace.partition(SEPARATOR)
+    if not sep or not valid_name(org) or not valid_name(team):
+        return None
+    return Scope(org, team)
+
+
+def parse_branch(text: object, loc: str = "branch") -> str:
+    if text is None or text == "":
+        return MAIN
+    if not isinstance(text, str) or len(text) > MAX_NAME or not BRANCH_RE.fullmatch(text):
+        raise field_error(
+            [loc],
+            "invalid branch name: lower-case letters, digits, '-' and '_' (max 64)",
+            "branch_invalid",
+        )
+    return text

@@ -1,0 +1,426 @@
+"""AmpUp Memory operations, shared by REST, MCP and the CLI.
+
+Every write is one commit: data rows land in the scope's tables first, then one ledger row
+(compare-and-set), then the read index learns the commit. Every read first brings the
+index level with the ledger (sync.py), then answers from the index alone.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from ampup_memory.errors import Conflict, NotFound, field_error
+from ampup_memory.memory.acl import (
+    Principal,
+    common_acl,
+    may_read,
+    may_read_all,
+    normalize_acl,
+    require_id,
+)
+from ampup_memory.memory.episode_types import EpisodeType, by_name, type_for_source
+from ampup_memory.memory.episodes import (
+    EpisodeIn,
+    EpisodeRecord,
+    Prepared,
+    WriteBatch,
+    WriteEpisode,
+    differing_fields,
+    prepare,
+)
+from ampup_memory.memory.facts import (
+    CLOSURE,
+    VALUE,
+    CloseValue,
+    FactRecord,
+    PostFact,
+    current,
+    quote_found,
+    timeline,
+)
+from ampup_memory.memory.ledger import (
+    SUMMARY_KEY,
+    Backoff,
+    LedgerEntry,
+    compare_and_set,
+    new_commit_id,
+)
+from ampup_memory.memory.readindex import NO_LIMIT, ReadIndex
+from ampup_memory.memory.rows import body_row, episode_row, fact_id, fact_row
+from ampup_memory.memory.scopes import MAIN, Scope, parse_branch, parse_scope
+from ampup_memory.memory.sync import Sync
+from ampup_memory.memory.tables import (
+    BODIES,
+    EPISODES,
+    FACTS,
+    LEDGER,
+    PRINCIPALS,
+    MemoryTables,
+    arrow,
+)
+from ampup_memory.settings import Settings
+
+log = logging.getLogger("ampup_memory.memory")
+
+FAULT_AFTER_ROWS = "after-rows"
+MAX_LEDGER_PAGE = 1000
+OnConflict = Literal["refuse", "skip"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True)
+class View:
+    """Where a read looks: scope, branch and how far along the branch's chain."""
+
+    scope: Scope
+    branch: str
+    max_seq: int = NO_LIMIT
+    at_commit: str | None = None
+
+
+@dataclass
+class WriteResult:
+    commit: LedgerEntry | None
+    episodes: list[tuple[str, str]]  # (id, created|existing)
+    conflicts: list[dict[str, Any]]
+
+
+class MemoryService:
+    def __init__(self, tables: MemoryTables, index: ReadIndex, fault: str | None = None,
+                 backoff: Backoff | None = None) -> None:
+        self.tables = tables
+        self.index = index
+        self.sync = Sync(tables, index)
+        self.fault = fault
+        self.backoff = backoff or Backoff()
+        # One writer per process: in-process writers would only race each other on the
+        # ledger; across processes the compare-and-set keeps the chain.
+        self._write_lock = threading.Lock()
+        self._scopes_made: set[Scope] = set()
+
+    @classmethod
+    def open(cls, settings: Settings) -> MemoryService:
+        return cls(MemoryTables.open(settings), ReadIndex(settings.resolved_index_uri),
+                   settings.fault)
+
+    def close(self) -> None:
+        self.index.close()
+        self.tables.close()
+
+    # -- who and where ------------------------------------------------------------------------
+    def principal(self, user: str) -> Principal:
+        return self.sync.principal(user)
+
+    def view(self, scope_text: object, branch_text: object = None,
+             at_commit: str | None = None) -> View:
+        scope = parse_scope(scope_text)
+        branch = parse_branch(branch_text)
+        self._require_branch(scope, branch)
+        self.sync.scope(scope)
+        if not at_commit:
+            return View(scope, branch)
+        entry = self.index.entry(at_commit)
+        if entry is None or entry.scope != str(scope) or entry.branch != branch:
+            raise NotFound("No such commit on this scope and branch.",
+                           details={"at_commit": at_commit[:64]})
+        return View(scope, branch, entry.seq, entry.commit_id)
+
+    def _require_branch(self, scope: Scope, branch: str) -> None:
+        # Branches arrive with branches.py; until then only main exists, but every path
+        # already carries the branch so nothing is redesigned when they do.
+        if branch != MAIN:
+            raise NotFound(f"No branch {branch!r} in {scope}.", details={"branch": branch})
+
+    # -- episodes -----------------------------------------------------------------------------
+    def write_episode(self, user: str, req: WriteEpisode) -> tuple[str, LedgerEntry | None,
+                                                                   str]:
+        """One episode → (id, new commit or None, commit that holds it)."""
+        item = EpisodeIn.model_validate(req.model_dump(exclude={"scope", "branch"}))
+        result = self.write_episodes(user, req.scope, req.branch, [item], loc=[])
+        ep_id, status = result.episodes[0]
+        if result.commit is not None:
+            return ep_id, result.commit, result.commit.commit_id
+        view = View(parse_scope(req.scope), parse_branch(req.branch))
+        held = self.index.episodes(str(view.scope), view.branch, [ep_id])[ep_id]
+        return ep_id, None, held.commit_id
+
+    def write_batch(self, user: str, req: WriteBatch) -> WriteResult:
+        return self.write_episodes(user, req.scope, req.branch, req.episodes)
+
+    def write_episodes(self, user: str, scope_text: str, branch_text: str | None,
+                       items: list[EpisodeIn], *, loc: list[str | int] | None = None,
+                       on_conflict: OnConflict = "refuse",
+                       unclaimed: EpisodeType | None = None) -> WriteResult:
+        """Write episodes in one commit; ones already held answer ``existing``."""
+        scope = parse_scope(scope_text)
+        branch = parse_branch(branch_text)
+        self._require_branch(scope, branch)
+        base: list[str | int] = ["episodes"] if loc is None else loc
+        now = utcnow()
+        prepared = [
+            prepare(item, branch, now, [*base, i] if loc is None else base,
+                    unclaimed if unclaimed and _unclaimed(item.source) else None)
+            for i, item in enumerate(items)
+        ]
+        with self._write_lock:
+            self.sync.scope(scope)
+            held = self.index.episodes(str(scope), branch, [p.record.id for p in prepared])
+            fresh: dict[str, Prepared] = {}
+            statuses: list[tuple[str, str]] = []
+            conflicts: list[dict[str, Any]] = []
+            for i, p in enumerate(prepared):
+                rid = p.record.id
+                before = held.get(rid) or (fresh[rid].record if rid in fresh else None)
+                if before is None:
+                    fresh[rid] = p
+                    statuses.append((rid, "created"))
+                    continue
+                diff = differing_fields(before, p)
+                if diff:
+                    conflicts.append({"index": i, "id": rid, "fields": diff})
+                statuses.append((rid, "conflict" if diff else "existing"))
+            if conflicts and on_conflict == "refuse":
+                first = conflicts[0]
+                raise Conflict(
+                    f"Episode {first['id']} already exists with a different "
+                    + ", ".join(first["fields"]) + "; change an ACL with its own operation.",
+                    details={"conflicts": conflicts} if len(items) > 1 else
+                    {"id": first["id"], "fields": first["fields"]},
+                )
+            commit = None
+            if fresh:
+                n = len(fresh)
+                commit = self._commit(scope, branch, user, f"write {n} episode(s)",
+                                      list(fresh.values()), [], new_commit_id())
+            return WriteResult(commit, statuses, conflicts)
+
+    def get_episode(self, user: str, episode_id: str, view: View) -> dict[str, Any]:
+        principal = self.principal(user)
+        found = self.index.episodes(str(view.scope), view.branch, [episode_id], view.max_seq)
+        rec = found.get(episode_id)
+        if rec is None or not may_read(principal, rec.acl):
+            raise NotFound("No such episode.")  # unreadable and missing: one answer
+        return self._episode_wire(view.scope, rec)
+
+    def _episode_wire(self, scope: Scope, rec: EpisodeRecord) -> dict[str, Any]:
+        body = self.index.body(str(scope), rec.body_ref) or ""
+        etype = by_name(rec.type)
+        units = etype.units(body) if etype else []
+        return rec.wire(str(scope), units, body)
+
+    def document(self, user: str, document: str, view: View,
+                 as_of: datetime | None) -> dict[str, Any]:
+        principal = self.principal(user)
+        at = (as_of or utcnow()).astimezone(UTC)
+        for rec in self.index.document_versions(str(view.scope), view.branch, document, at,
+                                                view.max_seq):
+            if may_read(principal, rec.acl):
+                return self._episode_wire(view.scope, rec)
+        raise NotFound("No readable version of that document.")
+
+    # -- facts --------------------------------------------------------------------------------
+    def post_fact(self, user: str, req: PostFact) -> tuple[str, LedgerEntry]:
+        scope = parse_scope(req.scope)
+        branch = parse_branch(req.branch)
+        self._require_branch(scope, branch)
+        principal = self.principal(user)
+        with self._write_lock:
+            self.sync.scope(scope)
+            cited = self.index.episodes(str(scope), branch, [c.episode for c in req.cites])
+            units = []
+            for i, cite in enumerate(req.cites):
+                rec = cited.get(cite.episode)
+                if rec is None or not may_read(principal, rec.acl):
+                    raise field_error(["cites", i, "episode"], "no such episode",
+                                      "episode_unknown")
+                body = self.index.body(str(scope), rec.body_ref) or ""
+                etype = by_name(rec.type)
+                ep_units = etype.units(body) if etype else []
+                if cite.unit > len(ep_units):
+                    raise field_error(["cites", i, "unit"],
+                                      f"episode has {len(ep_units)} unit(s)", "unit_unknown")
+                units.append(ep_units[cite.unit - 1])
+            if not quote_found(req.quote, units):
+                raise field_error(["quote"], "the quote does not occur verbatim in any cited "
+                                  "unit", "quote_not_found")
+            valid_from = (req.valid_from or max(r.occurred_at for r in cited.values()))
+            valid_from = valid_from.astimezone(UTC)
+            valid_to = req.valid_to.astimezone(UTC) if req.valid_to else None
+            if valid_to is not None and valid_to <= valid_from:
+                raise field_error(["valid_to"], "valid_to must be after valid_from")
+            commit_id = new_commit_id()
+            fact = FactRecord(
+                fact_id=fact_id(commit_id, 0), kind=VALUE, entity=req.entity,
+                predicate=req.predicate, value=_json_value(req.value), valid_from=valid_from,
+                valid_to=valid_to, quote=req.quote,
+                cites=tuple((c.episode, c.unit) for c in req.cites), written_by="posted",
+                branch=branch,
+            )
+            entry = self._commit(scope, branch, user, f"post fact {req.entity}.{req.predicate}",
+                                 [], [fact], commit_id)
+        return fact.fact_id, entry
+
+    def visible_facts(self, principal: Principal, view: View, entity: str,
+                      predicate: str | None) -> dict[tuple[str, str], list[FactRecord]]:
+        rows = self.index.facts(str(view.scope), view.branch, entity, predicate, view.max_seq)
+        cited = self.index.episodes(str(view.scope), view.branch,
+                                    {e for f in rows for e, _ in f.cites}, view.max_seq)
+        groups: dict[tuple[str, str], list[FactRecord]] = defaultdict(list)
+        for f in rows:
+            acls = [cited[e].acl if e in cited else () for e, _ in f.cites]
+            if may_read_all(principal, acls):
+                groups[(f.entity, f.predicate)].append(f)
+        return groups
+
+    def get_facts(self, user: str, view: View, entity: str, predicate: str | None,
+                  as_of: datetime | None, history: bool) -> list[dict[str, Any]]:
+        groups = self.visible_facts(self.principal(user), view, entity, predicate)
+        at = (as_of or utcnow()).astimezone(UTC)
+        scope = str(view.scope)
+        out: list[dict[str, Any]] = []
+        for key in sorted(groups):
+            if history:
+                out.extend(w.fact.wire(scope, w.end) for w in timeline(groups[key]))
+            else:
+                window = current(groups[key], at)
+                if window is not None:
+                    out.append(window.fact.wire(scope, window.end))
+        return out
+
+    def close_value(self, user: str, req: CloseValue) -> dict[str, Any]:
+        scope = parse_scope(req.scope)
+        branch = parse_branch(req.branch)
+        self._require_branch(scope, branch)
+        with self._write_lock:
+            view = View(scope, branch)
+            self.sync.scope(scope)
+            principal = self.principal(user)
+            now = utcnow()
+            versions = self.visible_facts(principal, view, req.entity, req.predicate)
+            window = current(versions.get((req.entity, req.predicate), []), now)
+            if window is None:
+                raise NotFound("No current value of that entity and predicate to close.")
+            if req.acl is not None:
+                acl = list(normalize_acl(req.acl, ["acl"]))
+            else:
+                held = self.index.episodes(str(scope), branch, [e for e, _ in window.fact.cites])
+                acl = list(common_acl(held[e].acl for e, _ in window.fact.cites))
+                if not acl:
+                    raise field_error(["acl"], "the closed value's episodes share no ACL "
+                                      "entry; pass acl for the reason", "acl_required")
+            commit_id = new_commit_id()
+            reason = prepare(
+                EpisodeIn(source=f"close:{req.entity}:{req.predicate}:{commit_id}",
+                          body=req.reason, occurred_at=now, about=[req.entity], acl=acl),
+                branch, now, ["reason"])
+            closure = FactRecord(
+                fact_id=fact_id(commit_id, 0), kind=CLOSURE, entity=req.entity,
+                predicate=req.predicate, value=None, valid_from=now, valid_to=None,
+                quote=req.reason.strip(), cites=((reason.record.id, 1),),
+                written_by="posted", branch=branch,
+            )
+            entry = self._commit(scope, branch, user, f"close {req.entity}.{req.predicate}",
+                                 [reason], [closure], commit_id)
+        return {"episode": reason.record.id, "commit": entry.commit_id,
+                "closed": window.fact.fact_id, "fact": closure.fact_id}
+
+    # -- ledger and principals ------------------------------------------------------------------
+    def ledger(self, view: View, limit: int, before: str | None) -> dict[str, Any]:
+        before_seq = None
+        if before:
+            entry = self.index.entry(before)
+            if entry is None or entry.scope != str(view.scope) or entry.branch != view.branch:
+                raise field_error(["before"], "no such commit on this scope and branch")
+            before_seq = entry.seq
+        limit = max(1, min(limit, MAX_LEDGER_PAGE))
+        page = self.index.ledger_page(str(view.scope), view.branch, limit, before_seq)
+        more = len(page) == limit and page[-1].seq > 1
+        return {"commits": [e.wire() for e in page],
+                "next_before": page[-1].commit_id if more else None}
+
+    def set_principal(self, user: str, groups: list[str], roles: list[str],
+                      by: str) -> Principal:
+        require_id(user, ["user"], "user id")
+        gs = tuple(sorted({require_id(g, ["groups", i], "group") for i, g in enumerate(groups)}))
+        rs = tuple(sorted({require_id(r, ["roles", i], "role") for i, r in enumerate(roles)}))
+        table = self.tables.system("principals")
+        row = {"user": user, "groups": list(gs), "roles": list(rs), "updated_at": utcnow(),
+               "updated_by": by}
+        self.tables.append(table, arrow(PRINCIPALS, [row]))
+        return self.principal(user)
+
+    # -- the commit ---------------------------------------------------------------------------
+    def _commit(self, scope: Scope, branch: str, author: str, message: str,
+                episodes: list[Prepared], facts: list[FactRecord],
+                commit_id: str) -> LedgerEntry:
+        """Rows first, then one ledger row; the caller holds the write lock."""
+        now = utcnow()
+        if scope not in self._scopes_made:
+            self.tables.ensure_scope(scope)  # a scope is born inside its first commit
+            self._scopes_made.add(scope)
+        ns = str(scope)
+        bodies = {p.record.body_ref: p.body for p in episodes}
+        for ref in self.index.known_bodies(ns, bodies):
+            del bodies[ref]
+        snapshots: dict[str, int] = {}
+        if bodies:
+            rows = [body_row(r, b, commit_id, now) for r, b in bodies.items()]
+            snapshots["bodies"] = self._append(scope, "bodies", arrow(BODIES, rows))
+        if episodes:
+            rows = [episode_row(p.record, commit_id, now) for p in episodes]
+            snapshots["episodes"] = self._append(scope, "episodes", arrow(EPISODES, rows))
+        if facts:
+            rows = [fact_row(f, commit_id, now) for f in facts]
+            snapshots["facts"] = self._append(scope, "facts", arrow(FACTS, rows))
+        if self.fault == FAULT_AFTER_ROWS:
+            log.error("fault hook %s: exiting between data rows and ledger row", self.fault)
+            os._exit(70)
+        changes = {"episodes": len(episodes), "bodies": len(bodies),
+                   "facts": sum(f.kind == VALUE for f in facts),
+                   "closures": sum(f.kind == CLOSURE for f in facts)}
+
+        def attempt() -> LedgerEntry:
+            table = self.sync.ledger_table()
+            head = self.index.head(ns, branch)
+            entry = LedgerEntry(
+                commit_id=commit_id, parent=head.commit_id if head else None, scope=ns,
+                branch=branch, seq=head.seq + 1 if head else 1, author=author,
+                committed_at=utcnow(), message=message, changes=changes, snapshots=snapshots,
+            )
+            self.tables.append(table, arrow(LEDGER, [entry.row()]),
+                               {SUMMARY_KEY: entry.summary()})
+            return entry
+
+        entry, conflicts = compare_and_set(attempt, self.backoff)
+        if conflicts:
+            log.debug("ledger append for %s met %d conflict(s)", ns, conflicts)
+        self.index.apply(
+            entry,
+            [replace(p.record, commit_id=commit_id, seq=entry.seq) for p in episodes],
+            list(bodies.items()),
+            [replace(f, commit_id=commit_id, seq=entry.seq) for f in facts],
+        )
+        return entry
+
+    def _append(self, scope: Scope, name: str, rows: Any) -> int:
+        table = self.tables.scope_table(scope, name)
+        assert table is not None  # ensure_scope ran
+        return self.tables.append(table, rows)
+
+
+def _json_value(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False)
+
+
+def _unclaimed(source: str) -> bool:
+    return type_for_source(source) is None

@@ -1,0 +1,164 @@
+"""Keeping the read index level with the tables, cheaply enough to check on every request.
+
+Each check is one catalog query per table (its metadata location). Only when the ledger
+moved do we read new ledger rows, from the snapshot summaries we already hold; only when a
+scope has commits not yet applied do we scan that scope's tables, for just those commits.
+Several servers may share one catalog: whatever one commits, the others apply on their next
+read of that scope.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Any
+
+from pyiceberg.expressions import In
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation
+
+from ampup_memory.memory.acl import Principal
+from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry
+from ampup_memory.memory.readindex import ReadIndex
+from ampup_memory.memory.rows import episode_from_row, fact_from_row
+from ampup_memory.memory.scopes import Scope, parse_scope
+from ampup_memory.memory.tables import MemoryTables
+
+IN_FILTER_MAX = 200  # more pending commits than this: one full scan beats a huge IN list
+
+
+class Sync:
+    def __init__(self, tables: MemoryTables, index: ReadIndex) -> None:
+        self.tables = tables
+        self.index = index
+        self._ledger_seen: str | None = None
+        self._principals_seen: str | None = None
+        self._lock = threading.RLock()
+
+    def forget(self) -> None:
+        with self._lock:
+            self._ledger_seen = None
+            self._principals_seen = None
+
+    # -- ledger -------------------------------------------------------------------------------
+    def ledger_table(self) -> Table:
+        """The ledger table as of now, with every one of its rows in the index."""
+        table = self.tables.system("ledger")
+        with self._lock:
+            if table.metadata_location != self._ledger_seen:
+                self._catch_up_ledger(table)
+                self._ledger_seen = table.metadata_location
+        return table
+
+    def _catch_up_ledger(self, table: Table) -> None:
+        snap = table.current_snapshot()
+        if snap is None:
+            return
+        known = self.index.ledger_snapshot()
+        if known == snap.snapshot_id:
+            return
+        entries: list[LedgerEntry] | None = []
+        cur = snap
+        while entries is not None and cur.snapshot_id != known:
+            text = cur.summary[SUMMARY_KEY] if cur.summary is not None else None
+            if text:
+                entries.append(LedgerEntry.from_summary(text))
+            elif cur.summary is None or cur.summary.operation == Operation.APPEND:
+                entries = None  # a row we cannot see from metadata: read the table
+                break
+            if cur.parent_snapshot_id is None:
+                break
+            parent = table.metadata.snapshot_by_id(cur.parent_snapshot_id)
+            if parent is None:
+                entries = None  # history expired before the point we had reached
+                break
+            cur = parent
+        if entries is None:
+            rows = table.scan(snapshot_id=snap.snapshot_id).to_arrow().to_pylist()
+            entries = [LedgerEntry.from_row(r) for r in rows]
+        self.index.add_ledger(entries, snap.snapshot_id)
+
+    # -- scope data ---------------------------------------------------------------------------
+    def scope(self, scope: Scope) -> None:
+        """Apply every committed, not yet applied commit of this scope to the index."""
+        self.ledger_table()
+        if not self.index.pending(str(scope)):
+            return
+        with self._lock:
+            pending = self.index.pending(str(scope))
+            if pending:
+                self._apply(scope, pending)
+
+    def _apply(self, scope: Scope, pending: list[LedgerEntry]) -> None:
+        ids = {e.commit_id for e in pending}
+        episodes = self._rows(scope, "episodes", ids)
+        bodies = self._rows(scope, "bodies", ids)
+        facts = self._rows(scope, "facts", ids)
+        for entry in pending:
+            cid = entry.commit_id
+            self.index.apply(
+                entry,
+                [episode_from_row(r, entry.seq) for r in episodes[cid]],
+                [(r["body_ref"], r["body"]) for r in bodies[cid]],
+                [fact_from_row(r, entry.seq) for r in facts[cid]],
+            )
+
+    def _rows(self, scope: Scope, name: str, ids: set[str]) -> dict[str, list[dict[str, Any]]]:
+        table = self.tables.scope_table(scope, name)
+        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        if table is None or table.current_snapshot() is None:
+            return out
+        if len(ids) <= IN_FILTER_MAX:
+            # pyiceberg's In is a pydantic model with a custom __new__ mypy cannot follow.
+            scan = table.scan(row_filter=In("commit_id", ids))  # type: ignore[call-arg,arg-type]
+        else:
+            scan = table.scan()
+        for row in scan.to_arrow().to_pylist():
+            if row["commit_id"] in ids:
+                out[row["commit_id"]].append(row)
+        return out
+
+    def all_scopes(self) -> None:
+        for scope in self.tables.scopes():
+            self.scope(scope)
+
+    def rebuild(self) -> int:
+        """Recreate the index from the tables alone; returns the commits applied."""
+        with self._lock:
+            self.index.reset()
+            self.forget()
+            self.ledger_table()
+            count = 0
+            for scope in self.tables.scopes():
+                pending = self.index.pending(str(scope))
+                count += len(pending)
+                if pending:
+                    self._apply(scope, pending)
+            self.principal("-")
+            return count
+
+    # -- principals ---------------------------------------------------------------------------
+    def principal(self, user: str) -> Principal:
+        """Read fresh on every call, so a membership change counts on the next read."""
+        table = self.tables.system("principals")
+        with self._lock:
+            if table.metadata_location != self._principals_seen:
+                snap = table.current_snapshot()
+                if snap is not None and snap.snapshot_id != self.index.principals_snapshot():
+                    self.index.replace_principals(_newest(table), snap.snapshot_id)
+                self._principals_seen = table.metadata_location
+        return self.index.principal(user)
+
+
+def _newest(table: Table) -> list[Principal]:
+    latest: dict[str, dict[str, Any]] = {}
+    for row in table.scan().to_arrow().to_pylist():
+        have = latest.get(row["user"])
+        if have is None or row["updated_at"] >= have["updated_at"]:
+            latest[row["user"]] = row
+    return [Principal(u, tuple(r["groups"] or ()), tuple(r["roles"] or ())) for u, r in
+            latest.items()]
+
+
+def scope_of(entry: LedgerEntry) -> Scope:
+    return parse_scope(entry.scope)

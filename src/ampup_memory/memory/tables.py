@@ -1,0 +1,217 @@
+"""The Iceberg side: catalog from settings, table layouts and their properties.
+
+Layout (see DESIGN.md "AmpUp data model"):
+
+    <org>__<team>.episodes   one row per episode written (and per later ACL change)
+    <org>__<team>.bodies     episode bodies, content-addressed by SHA-256, stored once
+    <org>__<team>.facts      fact versions and closures
+    memory_system.ledger     one row per commit (compare-and-set, see ledger.py)
+    memory_system.principals one row per principal change; newest per user wins
+
+Every data row carries the ``commit_id`` of the commit that wrote it; a row counts only once
+that commit is in the ledger. Table properties follow what we measured on pyiceberg 0.12:
+merged manifests and deleted old metadata keep a commit near 30 ms; data tables may rebase
+an append on a concurrent one (rows are independent), the ledger may not.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterator
+from contextlib import suppress
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.exceptions import (
+    NamespaceAlreadyExistsError,
+    NoSuchTableError,
+    TableAlreadyExistsError,
+)
+from pyiceberg.table import Table
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ampup_memory.errors import ConfigurationError
+from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
+from ampup_memory.settings import Settings
+
+CATALOG_NAME = "ampup"
+TS = pa.timestamp("us", tz="UTC")
+
+EPISODES = pa.schema([
+    ("commit_id", pa.string()), ("branch", pa.string()), ("op", pa.string()),
+    ("id", pa.string()), ("source", pa.string()), ("type", pa.string()),
+    ("occurred_at", TS), ("about", pa.list_(pa.string())), ("acl", pa.list_(pa.string())),
+    ("document", pa.string()), ("body_ref", pa.string()), ("written_at", TS),
+])
+BODIES = pa.schema([
+    ("commit_id", pa.string()), ("body_ref", pa.string()), ("body", pa.string()),
+    ("written_at", TS),
+])
+CITE = pa.struct([("episode", pa.string()), ("unit", pa.int32())])
+FACTS = pa.schema([
+    ("commit_id", pa.string()), ("branch", pa.string()), ("kind", pa.string()),
+    ("fact_id", pa.string()), ("entity", pa.string()), ("predicate", pa.string()),
+    ("value", pa.string()), ("valid_from", TS), ("valid_to", TS), ("quote", pa.string()),
+    ("cites", pa.list_(CITE)), ("written_by", pa.string()), ("written_at", TS),
+])
+LEDGER = pa.schema([
+    ("commit_id", pa.string()), ("parent", pa.string()), ("scope", pa.string()),
+    ("branch", pa.string()), ("seq", pa.int64()), ("author", pa.string()),
+    ("committed_at", TS), ("message", pa.string()), ("changes", pa.string()),
+    ("snapshots", pa.string()),
+])
+PRINCIPALS = pa.schema([
+    ("user", pa.string()), ("groups", pa.list_(pa.string())),
+    ("roles", pa.list_(pa.string())), ("updated_at", TS), ("updated_by", pa.string()),
+])
+
+SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "bodies": BODIES, "facts": FACTS}
+SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS}
+
+_COMMON = {
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "16",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "10",
+}
+# Appends of independent rows may be rebased on a concurrent append: no meaning changes.
+DATA_PROPERTIES = {
+    **_COMMON,
+    "commit.retry.num-retries": "20",
+    "commit.retry.min-wait-ms": "5",
+    "commit.retry.max-wait-ms": "500",
+}
+# The ledger is compare-and-set: a stale append must fail, never be rebased (ledger.py retries
+# it itself after recomputing parent and seq).
+LEDGER_PROPERTIES = {**_COMMON, "commit.retry.num-retries": "0"}
+
+
+def sqlalchemy_url(uri: str, *, setting: str) -> str:
+    """``sqlite:///…`` or ``postgresql://…`` → a SQLAlchemy URL with our drivers."""
+    scheme = urlsplit(uri).scheme
+    if scheme == "sqlite":
+        return uri + ("&" if "?" in uri else "?") + "timeout=60"
+    if scheme in ("postgresql", "postgres"):
+        return "postgresql+psycopg://" + uri.split("://", 1)[1]
+    if scheme == "postgresql+psycopg":
+        return uri
+    raise ConfigurationError(
+        f"{setting} must be sqlite:///path or postgresql://…, got {uri.split(':', 1)[0]}://"
+    )
+
+
+def _sqlite_wal(uri: str) -> None:
+    # WAL lets readers run beside the one writer; several servers share one catalog file.
+    path = uri.split("sqlite:///", 1)[1].split("?", 1)[0]
+    if path and path != ":memory:":
+        with suppress(sqlite3.Error), sqlite3.connect(path, timeout=60) as conn:
+            conn.execute("PRAGMA journal_mode=WAL")
+
+
+def open_catalog(settings: Settings) -> SqlCatalog:
+    uri = settings.resolved_catalog_uri
+    url = sqlalchemy_url(uri, setting="AMPUP_MEMORY_CATALOG_URI")
+    warehouse = settings.resolved_warehouse
+    if url.startswith("sqlite"):
+        _sqlite_wal(url)
+    try:
+        return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
+    except Exception as exc:  # the driver's own error names what is wrong
+        raise ConfigurationError(f"cannot open the Iceberg catalog {uri!r}: {exc}") from exc
+
+
+class MemoryTables:
+    """Loads and creates tables; keeps each loaded table until the catalog says it moved."""
+
+    def __init__(self, catalog: SqlCatalog) -> None:
+        self.catalog = catalog
+        self._cache: dict[tuple[str, str], Table] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def open(cls, settings: Settings) -> MemoryTables:
+        tables = cls(open_catalog(settings))
+        tables.ensure_namespace(SYSTEM_NAMESPACE, SYSTEM_TABLES)
+        return tables
+
+    def close(self) -> None:
+        self.catalog.engine.dispose()
+
+    # -- creation -------------------------------------------------------------------------
+    def ensure_namespace(self, namespace: str, layout: dict[str, pa.Schema]) -> None:
+        """Create the namespace and its tables if missing; safe against racing servers."""
+        with suppress(NamespaceAlreadyExistsError):
+            self.catalog.create_namespace(namespace)
+        for name, schema in layout.items():
+            if self.location(namespace, name) is not None:
+                continue
+            props = LEDGER_PROPERTIES if name == "ledger" else DATA_PROPERTIES
+            with suppress(TableAlreadyExistsError):
+                self.catalog.create_table((namespace, name), schema=schema, properties=props)
+
+    def ensure_scope(self, scope: Scope) -> None:
+        self.ensure_namespace(scope.namespace, SCOPE_TABLES)
+
+    def scopes(self) -> list[Scope]:
+        found = (scope_from_namespace(ns[0]) for ns in self.catalog.list_namespaces())
+        return sorted(s for s in found if s is not None)
+
+    # -- reading ----------------------------------------------------------------------------
+    def location(self, namespace: str, name: str) -> str | None:
+        """The table's current metadata file: one indexed catalog query, no file read.
+
+        Freshness checks run on every request, so they must cost well under a millisecond.
+        """
+        stmt = select(IcebergTables.metadata_location).where(
+            IcebergTables.catalog_name == CATALOG_NAME,
+            IcebergTables.table_namespace == namespace,
+            IcebergTables.table_name == name,
+        )
+        with Session(self.catalog.engine) as session:
+            return session.execute(stmt).scalar_one_or_none()
+
+    def table(self, namespace: str, name: str, *, fresh: bool = True) -> Table:
+        """The table, reloaded only when its metadata moved since we last saw it."""
+        key = (namespace, name)
+        with self._lock:
+            cached = self._cache.get(key)
+        if cached is not None and (
+            not fresh or cached.metadata_location == self.location(namespace, name)
+        ):
+            return cached
+        loaded = self.catalog.load_table(key)
+        with self._lock:
+            self._cache[key] = loaded
+        return loaded
+
+    def scope_table(self, scope: Scope, name: str) -> Table | None:
+        try:
+            return self.table(scope.namespace, name)
+        except NoSuchTableError:
+            return None
+
+    def system(self, name: str) -> Table:
+        return self.table(SYSTEM_NAMESPACE, name)
+
+    # -- writing ----------------------------------------------------------------------------
+    def append(self, table: Table, rows: pa.Table, summary: dict[str, str] | None = None) -> int:
+        """Append rows as one snapshot; returns that snapshot's id."""
+        table.append(rows, snapshot_properties=summary or {})
+        snapshot = table.current_snapshot()
+        assert snapshot is not None
+        return snapshot.snapshot_id
+
+    def all_tables(self) -> Iterator[tuple[str, str]]:
+        """Every table we own: system tables, then each scope's."""
+        for name in SYSTEM_TABLES:
+            yield SYSTEM_NAMESPACE, name
+        for scope in self.scopes():
+            for name in SCOPE_TABLES:
+                yield scope.namespace, name
+
+
+def arrow(schema: pa.Schema, rows: list[dict[str, object]]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=schema)
