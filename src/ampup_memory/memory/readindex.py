@@ -27,6 +27,7 @@ from sqlalchemy import (
     create_engine,
     delete,
     event,
+    func,
     select,
     update,
 )
@@ -175,6 +176,11 @@ class ReadIndex:
                 .order_by(ledger_t.c.seq))
         with self.engine.connect() as conn:
             return [_ledger_entry(r._mapping) for r in conn.execute(stmt)]
+
+    def latest_commit_time(self) -> datetime | None:
+        with self.engine.connect() as conn:
+            value = conn.execute(select(func.max(ledger_t.c.committed_at))).scalar()
+        return from_us(value) if value is not None else None
 
     def known_commits(self) -> set[str]:
         with self.engine.connect() as conn:

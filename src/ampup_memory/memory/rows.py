@@ -13,13 +13,14 @@ def _utc(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
 
 
-def episode_row(rec: EpisodeRecord, commit_id: str, now: datetime,
+def episode_row(rec: EpisodeRecord, body: str | None, commit_id: str, now: datetime,
                 op: str = "put") -> dict[str, Any]:
+    """``body`` only when no committed episode of the scope carries it yet."""
     return {
         "commit_id": commit_id, "branch": rec.branch, "op": op, "id": rec.id,
         "source": rec.source, "type": rec.type, "occurred_at": rec.occurred_at,
         "about": list(rec.about), "acl": list(rec.acl), "document": rec.document,
-        "body_ref": rec.body_ref, "written_at": now,
+        "body_ref": rec.body_ref, "body": body, "written_at": now,
     }
 
 
@@ -32,10 +33,6 @@ def episode_from_row(row: dict[str, Any], seq: int) -> EpisodeRecord:
         document=row["document"], body_ref=row["body_ref"], branch=row["branch"],
         commit_id=row["commit_id"], seq=seq,
     )
-
-
-def body_row(body_ref: str, body: str, commit_id: str, now: datetime) -> dict[str, Any]:
-    return {"commit_id": commit_id, "body_ref": body_ref, "body": body, "written_at": now}
 
 
 def fact_row(rec: FactRecord, commit_id: str, now: datetime) -> dict[str, Any]:

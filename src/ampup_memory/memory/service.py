@@ -13,7 +13,7 @@ import os
 import threading
 from collections import defaultdict
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from ampup_memory.errors import Conflict, NotFound, field_error
@@ -52,12 +52,18 @@ from ampup_memory.memory.ledger import (
     compare_and_set,
     new_commit_id,
 )
+from ampup_memory.memory.maintenance import Protected, full_pass, no_protection, tidy
 from ampup_memory.memory.readindex import NO_LIMIT, ReadIndex
-from ampup_memory.memory.rows import body_row, episode_row, fact_id, fact_row
-from ampup_memory.memory.scopes import MAIN, Scope, parse_branch, parse_scope
+from ampup_memory.memory.rows import episode_row, fact_id, fact_row
+from ampup_memory.memory.scopes import (
+    MAIN,
+    SYSTEM_NAMESPACE,
+    Scope,
+    parse_branch,
+    parse_scope,
+)
 from ampup_memory.memory.sync import Sync
 from ampup_memory.memory.tables import (
-    BODIES,
     EPISODES,
     FACTS,
     LEDGER,
@@ -70,6 +76,7 @@ from ampup_memory.settings import Settings
 log = logging.getLogger("ampup_memory.memory")
 
 FAULT_AFTER_ROWS = "after-rows"
+ORPHAN_GRACE = timedelta(hours=1)
 MAX_LEDGER_PAGE = 1000
 OnConflict = Literal["refuse", "skip"]
 
@@ -107,9 +114,12 @@ class MemoryService:
         # ledger; across processes the compare-and-set keeps the chain.
         self._write_lock = threading.Lock()
         self._scopes_made: set[Scope] = set()
+        # Snapshots that maintenance must keep; snapshots and pins (a later issue) fill it.
+        self.protected: Protected = no_protection
 
     @classmethod
     def open(cls, settings: Settings) -> MemoryService:
+        settings.home.mkdir(parents=True, exist_ok=True)
         return cls(MemoryTables.open(settings), ReadIndex(settings.resolved_index_uri),
                    settings.fault)
 
@@ -359,6 +369,23 @@ class MemoryService:
         self.tables.append(table, arrow(PRINCIPALS, [row]))
         return self.principal(user)
 
+    # -- maintenance ----------------------------------------------------------------------------
+    def maintain(self, scope: Scope | None = None, grace: timedelta = ORPHAN_GRACE,
+                 ) -> dict[str, dict[str, Any]]:
+        """Orphan rows, compaction, snapshot expiry and orphan files on every table (or on
+        one scope's and the system tables)."""
+        self.sync.ledger_table()
+        committed = self.index.known_commits()
+        report: dict[str, dict[str, Any]] = {}
+        for namespace, name in self.tables.all_tables():
+            if scope is not None and namespace not in (scope.namespace, SYSTEM_NAMESPACE):
+                continue
+            table = self.tables.table(namespace, name)
+            rows = committed if namespace != SYSTEM_NAMESPACE else None
+            report[f"{namespace}.{name}"] = full_pass(
+                table, committed=rows, grace=grace, protected=self.protected).wire()
+        return report
+
     # -- the commit ---------------------------------------------------------------------------
     def _commit(self, scope: Scope, branch: str, author: str, message: str,
                 episodes: list[Prepared], facts: list[FactRecord],
@@ -369,15 +396,18 @@ class MemoryService:
             self.tables.ensure_scope(scope)  # a scope is born inside its first commit
             self._scopes_made.add(scope)
         ns = str(scope)
-        bodies = {p.record.body_ref: p.body for p in episodes}
-        for ref in self.index.known_bodies(ns, bodies):
-            del bodies[ref]
+        # Each body once per scope: only the first episode to carry it stores the text.
+        bodies: dict[str, str] = {}
+        known = self.index.known_bodies(ns, {p.record.body_ref for p in episodes})
+        rows = []
+        for p in episodes:
+            ref = p.record.body_ref
+            first = ref not in known and ref not in bodies
+            if first:
+                bodies[ref] = p.body
+            rows.append(episode_row(p.record, p.body if first else None, commit_id, now))
         snapshots: dict[str, int] = {}
-        if bodies:
-            rows = [body_row(r, b, commit_id, now) for r, b in bodies.items()]
-            snapshots["bodies"] = self._append(scope, "bodies", arrow(BODIES, rows))
-        if episodes:
-            rows = [episode_row(p.record, commit_id, now) for p in episodes]
+        if rows:
             snapshots["episodes"] = self._append(scope, "episodes", arrow(EPISODES, rows))
         if facts:
             rows = [fact_row(f, commit_id, now) for f in facts]
@@ -410,6 +440,12 @@ class MemoryService:
             list(bodies.items()),
             [replace(f, commit_id=commit_id, seq=entry.seq) for f in facts],
         )
+        # Upkeep after the commit is durable and visible: amortised, never fails the write.
+        for name in snapshots:
+            table = self.tables.scope_table(scope, name)
+            if table is not None:
+                tidy(table, self.protected)
+        tidy(self.tables.system("ledger"), self.protected)
         return entry
 
     def _append(self, scope: Scope, name: str, rows: Any) -> int:

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from datetime import timedelta
 from typing import Any
 
-from pyiceberg.expressions import In
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Operation
 
@@ -22,8 +22,9 @@ from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.rows import episode_from_row, fact_from_row
 from ampup_memory.memory.scopes import Scope, parse_scope
-from ampup_memory.memory.tables import MemoryTables
+from ampup_memory.memory.tables import MemoryTables, at_least, is_in
 
+SKEW = timedelta(minutes=10)
 IN_FILTER_MAX = 200  # more pending commits than this: one full scan beats a huge IN list
 
 
@@ -74,9 +75,17 @@ class Sync:
                 break
             cur = parent
         if entries is None:
-            rows = table.scan(snapshot_id=snap.snapshot_id).to_arrow().to_pylist()
-            entries = [LedgerEntry.from_row(r) for r in rows]
+            entries = self._scan_ledger(table, snap.snapshot_id)
         self.index.add_ledger(entries, snap.snapshot_id)
+
+    def _scan_ledger(self, table: Table, snapshot_id: int) -> list[LedgerEntry]:
+        """Read ledger rows from the table. A row lands seconds after its ``committed_at``,
+        so rows newer than the newest we hold minus a generous clock-skew margin suffice."""
+        latest = self.index.latest_commit_time()
+        scan = (table.scan(snapshot_id=snapshot_id) if latest is None else table.scan(
+            snapshot_id=snapshot_id,
+            row_filter=at_least("committed_at", (latest - SKEW).isoformat())))
+        return [LedgerEntry.from_row(r) for r in scan.to_arrow().to_pylist()]
 
     # -- scope data ---------------------------------------------------------------------------
     def scope(self, scope: Scope) -> None:
@@ -92,14 +101,13 @@ class Sync:
     def _apply(self, scope: Scope, pending: list[LedgerEntry]) -> None:
         ids = {e.commit_id for e in pending}
         episodes = self._rows(scope, "episodes", ids)
-        bodies = self._rows(scope, "bodies", ids)
         facts = self._rows(scope, "facts", ids)
         for entry in pending:
             cid = entry.commit_id
             self.index.apply(
                 entry,
                 [episode_from_row(r, entry.seq) for r in episodes[cid]],
-                [(r["body_ref"], r["body"]) for r in bodies[cid]],
+                [(r["body_ref"], r["body"]) for r in episodes[cid] if r["body"] is not None],
                 [fact_from_row(r, entry.seq) for r in facts[cid]],
             )
 
@@ -109,8 +117,7 @@ class Sync:
         if table is None or table.current_snapshot() is None:
             return out
         if len(ids) <= IN_FILTER_MAX:
-            # pyiceberg's In is a pydantic model with a custom __new__ mypy cannot follow.
-            scan = table.scan(row_filter=In("commit_id", ids))  # type: ignore[call-arg,arg-type]
+            scan = table.scan(row_filter=is_in("commit_id", ids))
         else:
             scan = table.scan()
         for row in scan.to_arrow().to_pylist():

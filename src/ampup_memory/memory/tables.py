@@ -2,23 +2,29 @@
 
 Layout (see DESIGN.md "AmpUp data model"):
 
-    <org>__<team>.episodes   one row per episode written (and per later ACL change)
-    <org>__<team>.bodies     episode bodies, content-addressed by SHA-256, stored once
+    <org>__<team>.episodes   one row per episode written (and per later ACL change); the
+                             body rides in the row of the first episode that carries it
+                             (content-addressed by ``body_ref`` = SHA-256, stored once)
     <org>__<team>.facts      fact versions and closures
     memory_system.ledger     one row per commit (compare-and-set, see ledger.py)
     memory_system.principals one row per principal change; newest per user wins
 
 Every data row carries the ``commit_id`` of the commit that wrote it; a row counts only once
 that commit is in the ledger. Table properties follow what we measured on pyiceberg 0.12:
-merged manifests and deleted old metadata keep a commit near 30 ms; data tables may rebase
-an append on a concurrent one (rows are independent), the ledger may not.
+merged manifests and deleted old metadata keep a commit near 30 ms while snapshots and small
+files stay few (maintenance.py keeps them few); data tables may rebase an append on a
+concurrent one (rows are independent), the ledger may not.
+
+Bodies share the episodes table instead of a ``bodies`` table of their own: a separate table
+is a third Iceberg commit (~30–40 ms) on every episode write, and an episode write must stay
+at two commits (rows, then ledger row).
 """
 
 from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import suppress
 from urllib.parse import urlsplit
 
@@ -29,6 +35,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
+from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
 from pyiceberg.table import Table
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -44,10 +51,7 @@ EPISODES = pa.schema([
     ("commit_id", pa.string()), ("branch", pa.string()), ("op", pa.string()),
     ("id", pa.string()), ("source", pa.string()), ("type", pa.string()),
     ("occurred_at", TS), ("about", pa.list_(pa.string())), ("acl", pa.list_(pa.string())),
-    ("document", pa.string()), ("body_ref", pa.string()), ("written_at", TS),
-])
-BODIES = pa.schema([
-    ("commit_id", pa.string()), ("body_ref", pa.string()), ("body", pa.string()),
+    ("document", pa.string()), ("body_ref", pa.string()), ("body", pa.string()),
     ("written_at", TS),
 ])
 CITE = pa.struct([("episode", pa.string()), ("unit", pa.int32())])
@@ -68,14 +72,14 @@ PRINCIPALS = pa.schema([
     ("roles", pa.list_(pa.string())), ("updated_at", TS), ("updated_by", pa.string()),
 ])
 
-SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "bodies": BODIES, "facts": FACTS}
+SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "facts": FACTS}
 SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS}
 
 _COMMON = {
     "commit.manifest-merge.enabled": "true",
     "commit.manifest.min-count-to-merge": "16",
     "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "10",
+    "write.metadata.previous-versions-max": "3",
 }
 # Appends of independent rows may be rebased on a concurrent append: no meaning changes.
 DATA_PROPERTIES = {
@@ -215,3 +219,13 @@ class MemoryTables:
 
 def arrow(schema: pa.Schema, rows: list[dict[str, object]]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=schema)
+
+
+# pyiceberg's predicates are pydantic models with a custom __new__ that mypy cannot follow;
+# these two wrappers keep the ignores in one place.
+def is_in(column: str, values: Iterable[str]) -> BooleanExpression:
+    return In(column, set(values))  # type: ignore[call-arg,arg-type]
+
+
+def at_least(column: str, value: str) -> BooleanExpression:
+    return GreaterThanOrEqual(column, value)  # type: ignore[call-arg,arg-type]
