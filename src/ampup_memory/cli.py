@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ampup_memory.errors import AmpError, ConfigurationError
+from ampup_memory.memory.cli import memory_commands
 from ampup_memory.settings import Settings, env_name, load_settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -216,6 +217,9 @@ def keys_revoke(key_id: str, **kwargs: Any) -> None:
     if not done:
         _fail(f"no active key {key_id!r}")
     click.echo(f"revoked {key_id}")
+
+
+for _command in memory_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from ampup_memory.amp.store.base import CellStore, open_store
 from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.service import MemoryService
+from ampup_memory.memory.timer import maintenance_timer
 from ampup_memory.openapi import install_schemas
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings
@@ -110,7 +111,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.amp = rt.amp
     app.state.auth = rt.auth
     app.state.memory = rt.memory
-    app.state.lifespan_hooks = []
+    app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings)]
     http_errors.install(app)
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths

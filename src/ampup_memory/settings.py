@@ -156,6 +156,20 @@ class Settings(BaseSettings):
         validation_alias=_env("AMP_MCP_API_KEY"),
         description="API key the stdio MCP server presents when keys are required.",
     )
+    memory_maintenance_interval_seconds: int = Field(
+        default=3600,
+        ge=0,
+        validation_alias=_env("AMPUP_MEMORY_MAINTENANCE_INTERVAL_SECONDS"),
+        description="Seconds between background passes of Iceberg table maintenance in "
+        "`serve` (orphan rows and files, compaction, snapshot expiry); 0 turns the timer off.",
+    )
+    memory_orphan_grace_seconds: int = Field(
+        default=3600,
+        ge=0,
+        validation_alias=_env("AMPUP_MEMORY_ORPHAN_GRACE_SECONDS"),
+        description="Rows and files not in any commit are removed only once older than "
+        "this; keep it far above the longest commit.",
+    )
     fault: str | None = Field(
         default=None,
         validation_alias=_env("AMPUP_MEMORY_FAULT"),

@@ -101,6 +101,12 @@ principals_t = Table(
     Column("roles", Text, nullable=False),
 )
 
+leases_t = Table(
+    "mem_leases", md,
+    Column("name", String(64), primary_key=True), Column("holder", String(64), nullable=False),
+    Column("until_us", BigInteger, nullable=False),
+)
+
 LEDGER_SNAPSHOT = "ledger_snapshot"
 PRINCIPALS_SNAPSHOT = "principals_snapshot"
 NO_LIMIT = 2**62
@@ -287,6 +293,16 @@ class ReadIndex:
     def principals_snapshot(self) -> int | None:
         value = self.get_meta(PRINCIPALS_SNAPSHOT)
         return int(value) if value is not None else None
+
+    def take_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
+        """A lock row: free, expired, or already ours → ours until ``now + ttl``."""
+        until = to_us(now + ttl)
+        stmt = self._insert(leases_t).values(name=name, holder=holder, until_us=until)
+        stmt = stmt.on_conflict_do_update(
+            index_elements=["name"], set_={"holder": holder, "until_us": until},
+            where=(leases_t.c.until_us < to_us(now)) | (leases_t.c.holder == holder))
+        with self.engine.begin() as conn:
+            return bool(conn.execute(stmt).rowcount == 1)
 
     def mark_applied(self, commit_ids: Iterable[str]) -> None:
         with self.engine.begin() as conn:

@@ -386,6 +386,13 @@ class MemoryService:
                 table, committed=rows, grace=grace, protected=self.protected).wire()
         return report
 
+    def maintain_if_free(self, grace: timedelta, holder: str,
+                         lease: timedelta = timedelta(minutes=30)) -> dict[str, Any] | None:
+        """The timer's pass: only one server at a time runs it (a lease in the index)."""
+        if not self.index.take_lease("memory-maintenance", holder, utcnow(), lease):
+            return None
+        return self.maintain(None, grace)
+
     # -- the commit ---------------------------------------------------------------------------
     def _commit(self, scope: Scope, branch: str, author: str, message: str,
                 episodes: list[Prepared], facts: list[FactRecord],

@@ -1,0 +1,244 @@
+"""AmpUp Memory commands: episode-type, load, close, principal, maintenance.
+
+``memory_commands`` takes the shared settings helpers from ``ampup_memory.cli`` as
+arguments instead of importing them, so the two modules never import each other.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ampup_memory.errors import AmpError, ConfigurationError
+from ampup_memory.memory.episode_types import DOC, TYPES, by_name, type_for_source
+from ampup_memory.memory.episodes import MAX_BATCH, prepare
+from ampup_memory.memory.facts import CloseValue
+from ampup_memory.memory.load import Item, read_corpus
+from ampup_memory.memory.scopes import parse_scope
+from ampup_memory.memory.service import MemoryService, utcnow
+from ampup_memory.settings import Settings
+
+F = TypeVar("F", bound=Callable[..., Any])
+console = Console(stderr=True)
+
+
+class Decorator(Protocol):
+    def __call__(self, func: F, /) -> F: ...
+
+
+def _fail(message: str) -> None:
+    console.print(f"[red]error:[/red] {message}")
+    sys.exit(2)
+
+
+def _amp_message(exc: AmpError) -> str:
+    errors = exc.details.get("errors") if isinstance(exc.details, dict) else None
+    return f"{exc.code}: {exc.message}" + (f" {errors}" if errors else "")
+
+
+@contextmanager
+def _service(settings: Settings) -> Iterator[MemoryService]:
+    try:
+        svc = MemoryService.open(settings)
+    except ConfigurationError as exc:
+        _fail(str(exc))
+    try:
+        yield svc
+    except AmpError as exc:
+        _fail(_amp_message(exc))
+    finally:
+        svc.close()
+
+
+def parse_duration(text: str) -> timedelta:
+    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
+    text = text.strip().lower()
+    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit():
+        raise click.BadParameter(f"{text!r}: use a number and d, h, m or s (e.g. 0s, 1h)")
+    return timedelta(seconds=int(text[:-1]) * units[text[-1]])
+
+
+def memory_commands(settings_options: Decorator,
+                    settings_from: Callable[[dict[str, Any]], Settings]) -> list[click.Command]:
+    """The AmpUp Memory commands, built on the main CLI's settings helpers."""
+
+    @click.group("episode-type")
+    def episode_type() -> None:
+        """Episode types: how each source's body splits into units."""
+
+    @episode_type.command("list")
+    def type_list() -> None:
+        """Every episode type with its prefix, unit and extractable predicates."""
+        table = Table("type", "prefix", "unit", "predicates")
+        for t in TYPES:
+            table.add_row(t.name, t.prefix, t.unit_kind, ", ".join(t.predicates) or "-")
+        Console().print(table)
+
+    @episode_type.command("show")
+    @click.argument("name")
+    def type_show(name: str) -> None:
+        """One type (by name or prefix) in full, as JSON."""
+        found = by_name(name)
+        if found is None:
+            _fail(f"no episode type {name!r}; known: " + ", ".join(t.name for t in TYPES))
+            return
+        click.echo(json.dumps(found.wire(), indent=2))
+
+    @click.command("load")
+    @click.argument("path", type=click.Path(exists=True, path_type=Path))
+    @click.option("--scope", required=True, help="org/team to load into.")
+    @click.option("--acl", "acl", multiple=True, default=("*",), show_default=True,
+                  help="ACL entry for episodes that name none (repeat for more).")
+    @click.option("--user", default="loader", show_default=True,
+                  help="Author recorded in the ledger.")
+    @click.option("--batch-size", default=MAX_BATCH, show_default=True,
+                  type=click.IntRange(1, MAX_BATCH), help="Episodes per commit.")
+    @click.option("--branch", default=None, help="Branch (default main).")
+    @settings_options
+    def load(path: Path, scope: str, acl: tuple[str, ...], user: str, batch_size: int,
+             branch: str | None, **kwargs: Any) -> None:
+        """Load a folder of text, Markdown and JSONL files, many episodes per commit.
+
+        Re-running it writes nothing new: episodes already held are skipped.
+        """
+        settings = settings_from(kwargs)
+        try:
+            parse_scope(scope, "--scope")
+        except AmpError as exc:
+            _fail(_amp_message(exc))
+        items = list(read_corpus(path, list(acl)))
+        counts = {"created": 0, "existing": 0, "conflict": 0, "invalid": 0, "commits": 0}
+        problems: list[str] = []
+        with _service(settings) as svc, _progress() as progress:
+            task = progress.add_task("loading", total=len(items))
+            batch: list[Item] = []
+            for item in items:
+                if item.episode is None:
+                    problems.append(f"{item.where}: {item.error}")
+                if item.episode is None or not _valid(item, problems):
+                    counts["invalid"] += 1
+                    progress.advance(task)
+                    continue
+                batch.append(item)
+                if len(batch) >= batch_size:
+                    _write(svc, user, scope, branch, batch, counts, problems)
+                    progress.advance(task, len(batch))
+                    batch = []
+            if batch:
+                _write(svc, user, scope, branch, batch, counts, problems)
+                progress.advance(task, len(batch))
+        for line in problems[:50]:
+            console.print(f"[yellow]skipped[/yellow] {line}")
+        click.echo(json.dumps(counts))
+        if counts["invalid"]:
+            sys.exit(1)
+
+    @click.command("close")
+    @click.option("--scope", required=True, help="org/team")
+    @click.option("--entity", required=True)
+    @click.option("--predicate", required=True)
+    @click.option("--reason", required=True, help="Why; stored as its own episode.")
+    @click.option("--user", required=True, help="Who closes it (author and reader).")
+    @click.option("--acl", "acl", multiple=True, help="ACL of the reason episode.")
+    @click.option("--branch", default=None)
+    @settings_options
+    def close(scope: str, entity: str, predicate: str, reason: str, user: str,
+              acl: tuple[str, ...], branch: str | None, **kwargs: Any) -> None:
+        """End a value with no successor; the reason becomes its own episode."""
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            req = CloseValue(scope=scope, branch=branch, entity=entity, predicate=predicate,
+                             reason=reason, acl=list(acl) or None)
+            click.echo(json.dumps(svc.close_value(user, req)))
+
+    @click.group("principal")
+    def principal() -> None:
+        """Principals: a user's groups and roles."""
+
+    @principal.command("set")
+    @click.argument("user")
+    @click.option("--group", "groups", multiple=True, help="A group held (repeat).")
+    @click.option("--role", "roles", multiple=True, help="A role held (repeat).")
+    @settings_options
+    def principal_set(user: str, groups: tuple[str, ...], roles: tuple[str, ...],
+                      **kwargs: Any) -> None:
+        """Replace a user's groups and roles; takes effect on their next read."""
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            done = svc.set_principal(user, list(groups), list(roles), by="cli")
+            click.echo(json.dumps(done.wire()))
+
+    @principal.command("show")
+    @click.argument("user")
+    @settings_options
+    def principal_show(user: str, **kwargs: Any) -> None:
+        """A user's groups and roles (none if never set)."""
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            click.echo(json.dumps(svc.principal(user).wire()))
+
+    @click.command("maintenance")
+    @click.option("--scope", default=None, help="Only this org/team (and the system tables).")
+    @click.option("--orphan-grace", default=None,
+                  help="Override the orphan grace period, e.g. 0s after a known crash.")
+    @click.option("--rebuild-index", is_flag=True,
+                  help="Also recreate the read index from the tables alone.")
+    @settings_options
+    def maintenance(scope: str | None, orphan_grace: str | None, rebuild_index: bool,
+                    **kwargs: Any) -> None:
+        """Remove orphan rows and files, compact small files, expire old snapshots."""
+        settings = settings_from(kwargs)
+        grace = (parse_duration(orphan_grace) if orphan_grace is not None
+                 else timedelta(seconds=settings.memory_orphan_grace_seconds))
+        with _service(settings) as svc:
+            only = parse_scope(scope, "--scope") if scope else None
+            report: dict[str, Any] = {"tables": svc.maintain(only, grace)}
+            if rebuild_index:
+                report["index_rebuilt_commits"] = svc.sync.rebuild()
+            click.echo(json.dumps(report, indent=2))
+
+    return [episode_type, load, close, principal, maintenance]
+
+
+def _progress() -> Progress:
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console)
+
+
+def _valid(item: Item, problems: list[str]) -> bool:
+    """Check one episode alone, so one bad record never sinks its whole batch."""
+    assert item.episode is not None
+    try:
+        prepare(item.episode, "main", utcnow(), [], DOC if _unclaimed(item) else None)
+    except AmpError as exc:
+        problems.append(f"{item.where}: {exc.message}")
+        return False
+    return True
+
+
+def _unclaimed(item: Item) -> bool:
+    assert item.episode is not None
+    return type_for_source(item.episode.source) is None
+
+
+def _write(svc: MemoryService, user: str, scope: str, branch: str | None, batch: list[Item],
+           counts: dict[str, int], problems: list[str]) -> None:
+    episodes = [i.episode for i in batch if i.episode is not None]
+    result = svc.write_episodes(user, scope, branch, episodes, on_conflict="skip",
+                                unclaimed=DOC)
+    counts["commits"] += result.commit is not None
+    for _id, status in result.episodes:
+        counts[status] += 1
+    for conflict in result.conflicts:
+        where = batch[conflict["index"]].where
+        problems.append(f"{where}: held with a different " + ", ".join(conflict["fields"]))

@@ -1,0 +1,65 @@
+"""AmpUp Memory's MCP tools as plain functions: ``remember_memory``, ``get_episode``,
+``close_memory``. The MCP server registers them beside the AMP tools; each takes the memory
+service and the authenticated caller and returns JSON-ready data. Errors are the usual
+``AmpError`` classes, so every transport reports them the same way.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from ampup_memory.auth import Caller
+from ampup_memory.errors import Unauthenticated, field_error
+from ampup_memory.memory.acl import require_id
+from ampup_memory.memory.episodes import WriteEpisode
+from ampup_memory.memory.facts import CloseValue
+from ampup_memory.memory.service import MemoryService
+
+NOTE_PREFIX = "mcp:remember_memory:"
+
+
+def caller_user(caller: Caller) -> str:
+    """The AmpUp user an MCP caller speaks for (the key's user, or the trusted header)."""
+    if not caller.user_id:
+        raise Unauthenticated("AmpUp Memory tools need a user: a key bound to one, or "
+                              "X-AmpUp-User in local trust mode.")
+    return require_id(caller.user_id, ["user"], "user id")
+
+
+def remember_memory(svc: MemoryService, caller: Caller, *, scope: str, text: str,
+                    source: str = "chat", acl: list[str] | None = None,
+                    about: list[str] | None = None, occurred_at: datetime | None = None,
+                    document: str | None = None, branch: str | None = None) -> dict[str, Any]:
+    """Keep a note as an episode. Source ``mcp:remember_memory:<author>:<source>``; the
+    note is readable by its author only unless ``acl`` says otherwise."""
+    user = caller_user(caller)
+    req = WriteEpisode(
+        scope=scope, branch=branch, source=f"{NOTE_PREFIX}{user}:{source}", body=text,
+        acl=acl or [f"user:{user}"], about=about, occurred_at=occurred_at, document=document)
+    episode_id, new, holder = svc.write_episode(user, req)
+    return {"id": episode_id, "commit": holder, "created": new is not None}
+
+
+def get_episode(svc: MemoryService, caller: Caller, *, scope: str, id: str | None = None,
+                document: str | None = None, as_of: datetime | None = None,
+                branch: str | None = None, at_commit: str | None = None) -> dict[str, Any]:
+    """An episode with its units, by id or (newest readable version) by document key."""
+    user = caller_user(caller)
+    if (id is None) == (document is None):
+        raise field_error(["id"], "give exactly one of id and document")
+    view = svc.view(scope, branch, at_commit)
+    if id is not None:
+        return svc.get_episode(user, id, view)
+    assert document is not None
+    return svc.document(user, document, view, as_of)
+
+
+def close_memory(svc: MemoryService, caller: Caller, *, scope: str, entity: str,
+                 predicate: str, reason: str, acl: list[str] | None = None,
+                 branch: str | None = None) -> dict[str, Any]:
+    """End the current value of (entity, predicate); the reason is its own episode."""
+    user = caller_user(caller)
+    req = CloseValue(scope=scope, branch=branch, entity=entity, predicate=predicate,
+                     reason=reason, acl=acl)
+    return svc.close_value(user, req)
