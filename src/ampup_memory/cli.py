@@ -183,8 +183,9 @@ def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str
 
 
 @keys.command("list")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per key, for scripts.")
 @settings_options
-def keys_list(**kwargs: Any) -> None:
+def keys_list(as_json: bool, **kwargs: Any) -> None:
     """List keys (never the keys themselves)."""
     settings = settings_from(kwargs)
     rt = _runtime(settings)
@@ -192,6 +193,15 @@ def keys_list(**kwargs: Any) -> None:
         records = rt.store.list_keys()
     finally:
         rt.close()
+    if as_json:
+        for r in records:
+            click.echo(json.dumps({
+                "key_id": r.key_id, "agent_id": r.agent_id, "admin": r.admin,
+                "user_id": r.user_id, "created_at": r.created_at.isoformat(),
+                "expires_at": r.expires_at.isoformat() if r.expires_at else None,
+                "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None,
+            }))
+        return
     table = Table("key id", "agent", "admin", "created", "expires", "revoked")
     for r in records:
         table.add_row(

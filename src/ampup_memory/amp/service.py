@@ -69,7 +69,9 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def validation_errors(exc: ValidationError, prefix: tuple[str, ...] = ("body",)) -> ValidationFailed:
+def validation_errors(
+    exc: ValidationError, prefix: tuple[str, ...] = ("body",)
+) -> ValidationFailed:
     """Pydantic's errors in the envelope's ``details.errors`` shape."""
     errors = [
         {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
@@ -276,7 +278,7 @@ class AmpService:
 
     # ---- listing and search ----------------------------------------------------------
 
-    def list(self, agent_id: str, query: ListQuery) -> dict[str, Any]:
+    def list_cells(self, agent_id: str, query: ListQuery) -> dict[str, Any]:
         """A page of readable cells, newest first. Paging counts only readable cells."""
         statuses = [] if query.status is Status.deleted else [query.status]
         flt = CellFilter(
@@ -338,7 +340,9 @@ class AmpService:
 
     # ---- lifecycle -------------------------------------------------------------------
 
-    def run_lifecycle(self, req: LifecycleRunRequest, wait_seconds: float = 30.0) -> LifecycleReport:
+    def run_lifecycle(
+        self, req: LifecycleRunRequest, wait_seconds: float = 30.0
+    ) -> LifecycleReport:
         """One pass of the engine; at most one runs at a time across all processes."""
         if req.dry_run:
             return self._pass(req)

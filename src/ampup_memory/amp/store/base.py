@@ -157,7 +157,8 @@ def open_store(uri: str, dimensions: int | None, *, create: bool = True) -> Cell
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         from ampup_memory.amp.store.postgres import PostgresStore
 
-        return PostgresStore(uri, dimensions)
+        store: CellStore = PostgresStore(uri, dimensions)
+        return store
     raise ConfigurationError(
         f"unsupported store URI scheme {scheme!r}: use sqlite:///path or postgresql://…"
     )
