@@ -30,7 +30,8 @@ def test_fifty_concurrent_gets_lose_no_access_count(server: ServerProcess, uid: 
     def read(_: int) -> int:
         with httpx.Client(timeout=60) as c:
             barrier.wait()
-            return c.get(f"{base}/memories/{cell_id}", headers={"X-AMP-Agent-ID": agent}).status_code
+            r = c.get(f"{base}/memories/{cell_id}", headers={"X-AMP-Agent-ID": agent})
+            return r.status_code
 
     with ThreadPoolExecutor(50) as pool:
         codes = list(pool.map(read, range(50)))

@@ -62,10 +62,11 @@ def test_read_rule_callers_agree(http: httpx.Client, uid: str, owner_type: str) 
 
     for agent in _agents(uid):
         h = {"X-AMP-Agent-ID": agent}
-        listed = {c["id"] for c in http.get(
-            "/memories", params={"owner_id": owner, "limit": 100}, headers=h).json()["results"]}
-        queried = {c["id"] for c in http.get(
-            "/memories/query", params={"owner_id": owner, "limit": 100}, headers=h).json()["results"]}
+        params = {"owner_id": owner, "limit": 100}
+        listed = {c["id"] for c in http.get("/memories", params=params,
+                                            headers=h).json()["results"]}
+        queried = {c["id"] for c in http.get("/memories/query", params=params,
+                                             headers=h).json()["results"]}
         found = {c["id"] for c in http.post("/memories/search", headers=h, json={
             "query": f"zebra{uid} fact", "owner_id": owner, "limit": 100}).json()["results"]}
         for cell in cells:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -80,18 +79,10 @@ def validation_errors(
 
 
 def parse_body(model: type[M], raw: bytes | None) -> M:
-    """Decode and validate a JSON body; malformed JSON is a 422 like any other."""
-    if raw is None or not raw.strip():
-        data: Any = {}
-    else:
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise field_error(["body"], f"malformed JSON: {exc}", "json_invalid") from exc
-    if not isinstance(data, dict):
-        raise field_error(["body"], "the body must be a JSON object", "model_type")
+    """Decode and validate a JSON body, strictly: ``"offset": false`` or ``"expires_at": 0``
+    is a 422, not a silent coercion. Malformed JSON is a 422 like any other."""
     try:
-        return model.model_validate(data)
+        return model.model_validate_json(raw if raw and raw.strip() else b"{}", strict=True)
     except ValidationError as exc:
         raise validation_errors(exc) from exc
 
