@@ -9,8 +9,8 @@ from typing import Annotated, Any
 
 from pydantic import (
     AwareDatetime,
-    BeforeValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,

@@ -308,25 +308,40 @@ class AmpService:
             "query": req.query,
         }
 
-    def rank(self, agent_id: str, req: SearchRequest) -> list[tuple[MemoryCell, float]]:
-        """Readable cells matching the request, best first, with their blended scores."""
+    def rank(
+        self, agent_id: str, req: SearchRequest, want: int | None = None
+    ) -> list[tuple[MemoryCell, float]]:
+        """Readable cells matching the request, best first, with their blended scores.
+
+        Only the best ``want`` (default: enough for the page and ``has_more``) are exact:
+        hits are fetched in order of relevance, and fetching stops once no unfetched hit
+        can beat the page, since decay only scales relevance by a factor in [0.5, 1].
+        """
+        want = want or req.offset + req.limit + 1
         flt = CellFilter(
             agent_id=agent_id, statuses=req.statuses(), owner_id=req.owner_id, types=req.types
         )
-        terms = query_terms(req.query)
         vector = self.embedder.embed([req.query])[0]
-        k = max(100, (req.offset + req.limit) * 4)
-        candidates = [
-            c for c in self.store.search_candidates(flt, terms, vector, k)
-            if can_read(c.stored.cell, agent_id)
-        ]
-        parts = score_parts([c.keyword for c in candidates], [c.cosine for c in candidates])
+        k = max(100, want * 4)
+        hits = self.store.search_candidates(flt, query_terms(req.query), vector, k)
+        parts = score_parts([h.keyword for h in hits], [h.cosine for h in hits])
+        order = sorted(zip(hits, parts, strict=True), key=lambda hp: -hp[1].relevance)
         now = self.clock()
-        scored = [
-            (c.stored.cell, with_decay(p.relevance, lifecycle.decay_score(c.stored.cell, now)))
-            for c, p in zip(candidates, parts, strict=True)
-        ]
-        scored.sort(key=lambda item: (-item[1], item[0].id))
+        scored: list[tuple[MemoryCell, float]] = []
+        batch = max(20, want)
+        for start in range(0, len(order), batch):
+            chunk = order[start : start + batch]
+            relevance = {h.cell_id: p.relevance for h, p in chunk}
+            for stored in self.store.get_many(list(relevance)):
+                cell = stored.cell
+                if can_read(cell, agent_id):
+                    decay = lifecycle.decay_score(cell, now)
+                    scored.append((cell, with_decay(relevance[cell.id], decay)))
+            scored.sort(key=lambda item: (-item[1], item[0].id))
+            if start + batch < len(order) and len(scored) >= want:
+                best_left = with_decay(order[start + batch][1].relevance, 1.0)
+                if scored[want - 1][1] > best_left:
+                    break
         return scored
 
     # ---- lifecycle -------------------------------------------------------------------
