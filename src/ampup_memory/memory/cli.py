@@ -25,7 +25,7 @@ from ampup_memory.memory.episodes import MAX_BATCH, prepare
 from ampup_memory.memory.facts import CloseValue
 from ampup_memory.memory.load import Item, read_corpus
 from ampup_memory.memory.scopes import parse_scope
-from ampup_memory.memory.service import MemoryService, utcnow
+from ampup_memory.memory.service import MemoryService, build, utcnow
 from ampup_memory.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -157,8 +157,8 @@ def memory_commands(settings_options: Decorator,
         """End a value with no successor; the reason becomes its own episode."""
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            req = CloseValue(scope=scope, branch=branch, entity=entity, predicate=predicate,
-                             reason=reason, acl=list(acl) or None)
+            req = build(CloseValue, scope=scope, branch=branch, entity=entity,
+                        predicate=predicate, reason=reason, acl=list(acl) or None)
             click.echo(json.dumps(svc.close_value(user, req)))
 
     @click.group("principal")

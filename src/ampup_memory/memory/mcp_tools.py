@@ -14,7 +14,7 @@ from ampup_memory.errors import Unauthenticated, field_error
 from ampup_memory.memory.acl import require_id
 from ampup_memory.memory.episodes import WriteEpisode
 from ampup_memory.memory.facts import CloseValue
-from ampup_memory.memory.service import MemoryService
+from ampup_memory.memory.service import MemoryService, build
 
 NOTE_PREFIX = "mcp:remember_memory:"
 
@@ -34,8 +34,8 @@ def remember_memory(svc: MemoryService, caller: Caller, *, scope: str, text: str
     """Keep a note as an episode. Source ``mcp:remember_memory:<author>:<source>``; the
     note is readable by its author only unless ``acl`` says otherwise."""
     user = caller_user(caller)
-    req = WriteEpisode(
-        scope=scope, branch=branch, source=f"{NOTE_PREFIX}{user}:{source}", body=text,
+    req = build(
+        WriteEpisode, scope=scope, branch=branch, source=f"{NOTE_PREFIX}{user}:{source}", body=text,
         acl=acl or [f"user:{user}"], about=about, occurred_at=occurred_at, document=document)
     episode_id, new, holder = svc.write_episode(user, req)
     return {"id": episode_id, "commit": holder, "created": new is not None}
@@ -60,6 +60,6 @@ def close_memory(svc: MemoryService, caller: Caller, *, scope: str, entity: str,
                  branch: str | None = None) -> dict[str, Any]:
     """End the current value of (entity, predicate); the reason is its own episode."""
     user = caller_user(caller)
-    req = CloseValue(scope=scope, branch=branch, entity=entity, predicate=predicate,
-                     reason=reason, acl=acl)
+    req = build(CloseValue, scope=scope, branch=branch, entity=entity, predicate=predicate,
+                reason=reason, acl=acl)
     return svc.close_value(user, req)

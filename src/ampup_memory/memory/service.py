@@ -14,8 +14,11 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
+from ampup_memory.amp.service import validation_errors
 from ampup_memory.errors import Conflict, NotFound, field_error
 from ampup_memory.memory.acl import (
     Principal,
@@ -79,10 +82,19 @@ FAULT_AFTER_ROWS = "after-rows"
 ORPHAN_GRACE = timedelta(hours=1)
 MAX_LEDGER_PAGE = 1000
 OnConflict = Literal["refuse", "skip"]
+M = TypeVar("M", bound=BaseModel)
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
+
+
+def build(model: type[M], **data: Any) -> M:
+    """A request model from keyword data (MCP, CLI), with a 422 instead of a traceback."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_errors(exc, prefix=()) from exc
 
 
 @dataclass(frozen=True)
