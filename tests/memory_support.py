@@ -1,0 +1,113 @@
+"""Shared pieces of the AmpUp Memory tests: backends, real servers, a thin HTTP client."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.pg import PostgresFactory
+from tests.server_process import ServerProcess
+
+ADMIN_TOKEN = "memory-admin-token"
+BACKENDS = ["sqlite", "postgres"]
+QUIET = {
+    "AMP_ADMIN_TOKEN": ADMIN_TOKEN,
+    "AMP_EMBEDDING_PROVIDER": "hash",
+    "AMP_LIFECYCLE_ENABLED": "false",
+    "AMPUP_MEMORY_MAINTENANCE_INTERVAL_SECONDS": "0",
+}
+
+
+def backend_env(kind: str, request: pytest.FixtureRequest) -> dict[str, str]:
+    """Catalog (and read index) on SQLite in the home folder, or on a fresh PostgreSQL DB."""
+    if kind == "sqlite":
+        return dict(QUIET)
+    pg: PostgresFactory = request.getfixturevalue("postgres")
+    url = pg.new_database("mem")
+    return {**QUIET, "AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url}
+
+
+def new_scope() -> str:
+    return f"t{uuid.uuid4().hex[:10]}/team_1"
+
+
+class Memory:
+    """The AmpUp routes of one server, as one user."""
+
+    def __init__(self, url: str, user: str = "alice") -> None:
+        self.url = url
+        self.user = user
+        self.http = httpx.Client(base_url=url, timeout=120, headers={"X-AmpUp-User": user})
+
+    def as_user(self, user: str) -> Memory:
+        return Memory(self.url, user)
+
+    def close(self) -> None:
+        self.http.close()
+
+    def write(self, scope: str, body: str, acl: list[str] | None = None,
+              source: str = "doc:note", **extra: Any) -> httpx.Response:
+        return self.http.post("/episodes", json={
+            "scope": scope, "source": source, "body": body, "acl": acl or ["*"], **extra})
+
+    def episode(self, scope: str, episode_id: str, **params: Any) -> httpx.Response:
+        return self.http.get(f"/episodes/{episode_id}", params={"scope": scope, **params})
+
+    def fact(self, scope: str, entity: str, predicate: str, value: Any, quote: str,
+             cites: list[tuple[str, int]], **extra: Any) -> httpx.Response:
+        return self.http.post("/facts", json={
+            "scope": scope, "entity": entity, "predicate": predicate, "value": value,
+            "quote": quote, "cites": [{"episode": e, "unit": u} for e, u in cites], **extra})
+
+    def facts(self, scope: str, entity: str, **params: Any) -> httpx.Response:
+        return self.http.get("/facts", params={"scope": scope, "entity": entity, **params})
+
+    def ledger(self, scope: str) -> list[dict[str, Any]]:
+        """Every commit of the scope's main branch, newest first, across pages."""
+        out: list[dict[str, Any]] = []
+        before = None
+        while True:
+            params: dict[str, Any] = {"scope": scope, "limit": 1000}
+            if before:
+                params["before"] = before
+            r = self.http.get("/ledger", params=params)
+            assert r.status_code == 200, r.text
+            page = r.json()
+            out += page["commits"]
+            before = page["next_before"]
+            if not before:
+                return out
+
+    def set_principal(self, user: str, groups: list[str] = [],  # noqa: B006
+                      roles: list[str] = []) -> httpx.Response:  # noqa: B006
+        return self.http.put(f"/principals/{user}", json={"groups": groups, "roles": roles},
+                             headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+
+
+def start(home: Path, env: dict[str, str]) -> ServerProcess:
+    return ServerProcess(home, env=env).start(timeout=90)
+
+
+def run_cli(home: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "AMPUP_MEMORY_HOME": str(home), **env}
+    return subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args], env=full,
+                          capture_output=True, text=True, timeout=300)
+
+
+@pytest.fixture
+def memory_server(request: pytest.FixtureRequest,
+                  tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
+    env = backend_env(request.param, request)
+    proc = start(tmp_path / "home", env)
+    try:
+        yield proc, env
+    finally:
+        proc.stop()
