@@ -168,7 +168,11 @@ def test_four_writers_make_one_chain(kind: str, request: pytest.FixtureRequest,
         print(f"\n{kind}: {WRITERS}x{COMMITS} commits in {elapsed:.1f} s")
 
         chains = [Memory(s.url).ledger(scope) for s in servers]
-        assert all(c == chains[0] for c in chains), "servers disagree on the ledger"
+        for c in chains[1:]:
+            mine = {(e["id"], e["seq"]) for e in chains[0]}
+            theirs = {(e["id"], e["seq"]) for e in c}
+            assert c == chains[0], (len(c), len(chains[0]), sorted(mine ^ theirs)[:10],
+                                    [(a, b) for a, b in zip(c, chains[0]) if a != b][:2])
         chain = list(reversed(chains[0]))
         assert len(chain) == WRITERS * COMMITS
         assert [c["seq"] for c in chain] == list(range(1, WRITERS * COMMITS + 1))

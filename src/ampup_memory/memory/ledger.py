@@ -4,8 +4,9 @@ A write lands its data rows first (each row carries its ``commit_id``), then app
 ledger row. Readers only see rows whose commit is in the ledger, so a crash between the two
 leaves nothing visible. The append is compare-and-set on the ledger table's snapshot: the
 table has ``commit.retry.num-retries=0`` (pyiceberg would otherwise rebase a stale append
-silently), and on conflict we re-read the head, recompute ``parent`` and ``seq`` and retry
-with exponential back-off and full jitter. Each (scope, branch) history stays one chain.
+silently), and on conflict the service re-reads the head, recomputes ``parent`` and ``seq``
+and retries with exponential back-off and full jitter (retry.py). Each (scope, branch)
+history stays one chain.
 
 Each ledger row is also written into its snapshot's summary, so catching up on new commits
 reads the table metadata we already hold instead of Parquet files (sync.py).
@@ -14,17 +15,11 @@ reads the table metadata we already hold instead of Parquet files (sync.py).
 from __future__ import annotations
 
 import json
-import random
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from pyiceberg.exceptions import CommitFailedException
 from ulid import ULID
-
-from ampup_memory.errors import ServiceUnavailable
 
 SUMMARY_KEY = "ampup.ledger-row"
 
@@ -91,39 +86,3 @@ class LedgerEntry:
 class Head:
     commit_id: str
     seq: int
-
-
-@dataclass
-class Backoff:
-    """Exponential back-off with full jitter; measured contention needed dozens of tries."""
-
-    base: float = 0.005
-    cap: float = 0.5
-    deadline_seconds: float = 120.0
-
-    def waits(self) -> Callable[[int], float]:
-        return lambda attempt: random.uniform(0, min(self.cap, self.base * 2 ** min(attempt, 16)))
-
-
-Attempt = Callable[[], LedgerEntry]
-
-
-def compare_and_set(attempt: Attempt, backoff: Backoff) -> tuple[LedgerEntry, int]:
-    """Run ``attempt`` (read head, append one row at that snapshot) until it lands.
-
-    Returns the entry and how many conflicts it met. Only a lost race is retried.
-    """
-    deadline = time.monotonic() + backoff.deadline_seconds
-    wait = backoff.waits()
-    conflicts = 0
-    while True:
-        try:
-            return attempt(), conflicts
-        except CommitFailedException:
-            conflicts += 1
-            if time.monotonic() > deadline:
-                raise ServiceUnavailable(
-                    "The ledger stayed busy; the write was not committed. Retry it.",
-                    details={"conflicts": conflicts},
-                ) from None
-            time.sleep(wait(conflicts))

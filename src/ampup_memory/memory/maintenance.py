@@ -28,7 +28,7 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import Table
 
-from ampup_memory.memory.tables import is_in
+from ampup_memory.memory.tables import MemoryTables, is_in
 
 log = logging.getLogger("ampup_memory.memory")
 
@@ -149,17 +149,28 @@ def delete_orphan_files(table: Table, older_than: datetime) -> int:
     return count
 
 
-def tidy(table: Table, protected: Protected = no_protection) -> None:
-    """The cheap upkeep a writer runs after committing to a table: amortised, never fatal."""
+def tidy(tables: MemoryTables, namespace: str, name: str,
+         protected: Protected = no_protection) -> None:
+    """The cheap upkeep a writer runs after committing to a table: amortised, never fatal.
+
+    Thresholds are read on the shared table object; the work runs on a private one, so
+    readers holding the shared object never see it change under them.
+    """
     try:
-        if len(table.metadata.snapshots) > SNAPSHOTS_HIGH:
-            expire_snapshots(table, SNAPSHOTS_KEEP, protected(table))
-        snap = table.current_snapshot()
+        shared = tables.table(namespace, name, fresh=False).metadata
+        snap = shared.current_snapshot()
         summary = snap.summary if snap is not None else None
         files = int(summary["total-data-files"] or 0) if summary is not None else 0
+        if len(shared.snapshots) <= SNAPSHOTS_HIGH and files <= SMALL_FILES_HIGH:
+            return
+        table = tables.private(namespace, name)
         if files > SMALL_FILES_HIGH:
             compact(table, min_files=SMALL_FILES_HIGH)
-    except (CommitFailedException, ValidationException) as exc:
+        if len(table.metadata.snapshots) > SNAPSHOTS_HIGH:
+            expire_snapshots(table, SNAPSHOTS_KEEP, protected(table))
+    except (CommitFailedException, ValidationException, ValueError) as exc:
+        # Another server upkept the same table first (pyiceberg reports an expiry of a
+        # snapshot that is already gone as ValueError); the write itself is committed.
         log.info("upkeep of %s deferred (concurrent commit): %s", table.name(), exc)
 
 
@@ -190,7 +201,7 @@ def full_pass(table: Table, *, committed: set[str] | None, grace: timedelta,
     for name, step in steps:
         try:
             step()
-        except (CommitFailedException, ValidationException) as exc:
+        except (CommitFailedException, ValidationException, ValueError) as exc:
             log.info("maintenance %s on %s deferred: %s", name, table.name(), exc)
             report.skipped.append(name)
         table.refresh()

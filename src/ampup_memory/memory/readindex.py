@@ -163,6 +163,14 @@ class ReadIndex:
             row = conn.execute(stmt).first()
         return Head(row.commit_id, int(row.seq)) if row else None
 
+    def chain_complete(self, scope: str, branch: str) -> bool:
+        """Seq runs 1..n with no gap: the index holds the whole chain it knows the head of."""
+        stmt = select(func.count(), func.max(ledger_t.c.seq)).where(
+            ledger_t.c.scope == scope, ledger_t.c.branch == branch)
+        with self.engine.connect() as conn:
+            count, top = conn.execute(stmt).one()
+        return bool(count == (top or 0))
+
     def entry(self, commit_id: str) -> LedgerEntry | None:
         with self.engine.connect() as conn:
             row = conn.execute(select(ledger_t).where(ledger_t.c.commit_id == commit_id)).first()

@@ -48,15 +48,10 @@ from ampup_memory.memory.facts import (
     quote_found,
     timeline,
 )
-from ampup_memory.memory.ledger import (
-    SUMMARY_KEY,
-    Backoff,
-    LedgerEntry,
-    compare_and_set,
-    new_commit_id,
-)
+from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry, new_commit_id
 from ampup_memory.memory.maintenance import Protected, full_pass, no_protection, tidy
 from ampup_memory.memory.readindex import NO_LIMIT, ReadIndex
+from ampup_memory.memory.retry import Backoff, until_won
 from ampup_memory.memory.rows import episode_row, fact_id, fact_row
 from ampup_memory.memory.scopes import (
     MAIN,
@@ -375,10 +370,11 @@ class MemoryService:
         require_id(user, ["user"], "user id")
         gs = tuple(sorted({require_id(g, ["groups", i], "group") for i, g in enumerate(groups)}))
         rs = tuple(sorted({require_id(r, ["roles", i], "role") for i, r in enumerate(roles)}))
-        table = self.tables.system("principals")
+        table = self.tables.private(SYSTEM_NAMESPACE, "principals")
         row = {"user": user, "groups": list(gs), "roles": list(rs), "updated_at": utcnow(),
                "updated_by": by}
         self.tables.append(table, arrow(PRINCIPALS, [row]))
+        tidy(self.tables, SYSTEM_NAMESPACE, "principals", self.protected)
         return self.principal(user)
 
     # -- maintenance ----------------------------------------------------------------------------
@@ -392,7 +388,7 @@ class MemoryService:
         for namespace, name in self.tables.all_tables():
             if scope is not None and namespace not in (scope.namespace, SYSTEM_NAMESPACE):
                 continue
-            table = self.tables.table(namespace, name)
+            table = self.tables.private(namespace, name)
             rows = committed if namespace != SYSTEM_NAMESPACE else None
             report[f"{namespace}.{name}"] = full_pass(
                 table, committed=rows, grace=grace, protected=self.protected).wire()
@@ -439,7 +435,14 @@ class MemoryService:
                    "closures": sum(f.kind == CLOSURE for f in facts)}
 
         def attempt() -> LedgerEntry:
-            table = self.sync.ledger_table()
+            # A private table object: the snapshot this append asserts is exactly the one
+            # the index was brought level with, so parent and seq are right or it fails.
+            table = self.tables.private(SYSTEM_NAMESPACE, "ledger")
+            self.sync.catch_up_ledger(table)
+            if not self.index.chain_complete(ns, branch):
+                log.warning("read index lost part of %s/%s's chain; rereading the ledger",
+                            ns, branch)
+                self.sync.rescan_ledger(table)
             head = self.index.head(ns, branch)
             entry = LedgerEntry(
                 commit_id=commit_id, parent=head.commit_id if head else None, scope=ns,
@@ -450,7 +453,7 @@ class MemoryService:
                                {SUMMARY_KEY: entry.summary()})
             return entry
 
-        entry, conflicts = compare_and_set(attempt, self.backoff)
+        entry, conflicts = until_won(attempt, self.backoff)
         if conflicts:
             log.debug("ledger append for %s met %d conflict(s)", ns, conflicts)
         self.index.apply(
@@ -461,16 +464,20 @@ class MemoryService:
         )
         # Upkeep after the commit is durable and visible: amortised, never fails the write.
         for name in snapshots:
-            table = self.tables.scope_table(scope, name)
-            if table is not None:
-                tidy(table, self.protected)
-        tidy(self.tables.system("ledger"), self.protected)
+            tidy(self.tables, scope.namespace, name, self.protected)
+        tidy(self.tables, SYSTEM_NAMESPACE, "ledger", self.protected)
         return entry
 
     def _append(self, scope: Scope, name: str, rows: Any) -> int:
-        table = self.tables.scope_table(scope, name)
-        assert table is not None  # ensure_scope ran
-        return self.tables.append(table, rows)
+        """Append data rows; a lost race is retried on the table as it now is (pyiceberg's
+        own rebase fails when another server expired the snapshot it started from)."""
+
+        def attempt() -> int:
+            table = self.tables.scope_table(scope, name)
+            assert table is not None  # ensure_scope ran
+            return self.tables.append(table, rows)
+
+        return until_won(attempt, self.backoff)[0]
 
 
 def _json_value(value: object) -> str:

@@ -15,7 +15,8 @@ from datetime import timedelta
 from typing import Any
 
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.snapshots import Operation, Snapshot
 
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry
@@ -32,8 +33,8 @@ class Sync:
     def __init__(self, tables: MemoryTables, index: ReadIndex) -> None:
         self.tables = tables
         self.index = index
-        self._ledger_seen: str | None = None
-        self._principals_seen: str | None = None
+        self._ledger_seen: int | None = None  # snapshot id the index holds every row of
+        self._principals_seen: int | None = None
         self._lock = threading.RLock()
 
     def forget(self) -> None:
@@ -42,19 +43,27 @@ class Sync:
             self._principals_seen = None
 
     # -- ledger -------------------------------------------------------------------------------
-    def ledger_table(self) -> Table:
-        """The ledger table as of now, with every one of its rows in the index."""
-        table = self.tables.system("ledger")
-        with self._lock:
-            if table.metadata_location != self._ledger_seen:
-                self._catch_up_ledger(table)
-                self._ledger_seen = table.metadata_location
-        return table
+    def ledger_table(self) -> None:
+        """Bring the index level with the ledger table as it is now."""
+        self.catch_up_ledger(self.tables.system("ledger"))
 
-    def _catch_up_ledger(self, table: Table) -> None:
-        snap = table.current_snapshot()
+    def catch_up_ledger(self, table: Table) -> None:
+        """Index every ledger row of ``table``'s current snapshot.
+
+        Works from one metadata object read once: another thread may replace the table's
+        metadata meanwhile, and the index must never claim rows it has not read.
+        """
+        metadata = table.metadata
+        snap = metadata.current_snapshot()
         if snap is None:
             return
+        with self._lock:
+            if snap.snapshot_id == self._ledger_seen:
+                return
+            self._catch_up_ledger(table, metadata, snap)
+            self._ledger_seen = snap.snapshot_id
+
+    def _catch_up_ledger(self, table: Table, metadata: TableMetadata, snap: Snapshot) -> None:
         known = self.index.ledger_snapshot()
         if known == snap.snapshot_id:
             return
@@ -68,8 +77,12 @@ class Sync:
                 entries = None  # a row we cannot see from metadata: read the table
                 break
             if cur.parent_snapshot_id is None:
+                # Expiry clears the parent of the oldest kept snapshot, so "no parent" is
+                # the table's first snapshot only when its sequence number says so.
+                if known is not None or (cur.sequence_number or 0) > 1:
+                    entries = None
                 break
-            parent = table.metadata.snapshot_by_id(cur.parent_snapshot_id)
+            parent = metadata.snapshot_by_id(cur.parent_snapshot_id)
             if parent is None:
                 entries = None  # history expired before the point we had reached
                 break
@@ -77,6 +90,16 @@ class Sync:
         if entries is None:
             entries = self._scan_ledger(table, snap.snapshot_id)
         self.index.add_ledger(entries, snap.snapshot_id)
+
+    def rescan_ledger(self, table: Table) -> None:
+        """Read every ledger row of ``table`` (the repair path when a chain has a gap)."""
+        snap = table.metadata.current_snapshot()
+        if snap is None:
+            return
+        with self._lock:
+            rows = table.scan(snapshot_id=snap.snapshot_id).to_arrow().to_pylist()
+            self.index.add_ledger([LedgerEntry.from_row(r) for r in rows], snap.snapshot_id)
+            self._ledger_seen = snap.snapshot_id
 
     def _scan_ledger(self, table: Table, snapshot_id: int) -> list[LedgerEntry]:
         """Read ledger rows from the table. A row lands seconds after its ``committed_at``,
@@ -148,18 +171,19 @@ class Sync:
     def principal(self, user: str) -> Principal:
         """Read fresh on every call, so a membership change counts on the next read."""
         table = self.tables.system("principals")
-        with self._lock:
-            if table.metadata_location != self._principals_seen:
-                snap = table.current_snapshot()
-                if snap is not None and snap.snapshot_id != self.index.principals_snapshot():
-                    self.index.replace_principals(_newest(table), snap.snapshot_id)
-                self._principals_seen = table.metadata_location
+        snap = table.metadata.current_snapshot()  # one metadata object, read once
+        if snap is not None and snap.snapshot_id != self._principals_seen:
+            with self._lock:
+                if snap.snapshot_id != self.index.principals_snapshot():
+                    self.index.replace_principals(_newest(table, snap.snapshot_id),
+                                                  snap.snapshot_id)
+                self._principals_seen = snap.snapshot_id
         return self.index.principal(user)
 
 
-def _newest(table: Table) -> list[Principal]:
+def _newest(table: Table, snapshot_id: int) -> list[Principal]:
     latest: dict[str, dict[str, Any]] = {}
-    for row in table.scan().to_arrow().to_pylist():
+    for row in table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist():
         have = latest.get(row["user"])
         if have is None or row["updated_at"] >= have["updated_at"]:
             latest[row["user"]] = row

@@ -38,6 +38,7 @@ from pyiceberg.exceptions import (
 from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
 from pyiceberg.table import Table
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from ampup_memory.errors import ConfigurationError
@@ -146,15 +147,22 @@ class MemoryTables:
 
     # -- creation -------------------------------------------------------------------------
     def ensure_namespace(self, namespace: str, layout: dict[str, pa.Schema]) -> None:
-        """Create the namespace and its tables if missing; safe against racing servers."""
-        with suppress(NamespaceAlreadyExistsError):
-            self.catalog.create_namespace(namespace)
+        """Create the namespace and its tables if missing; safe against racing servers
+        (a lost race surfaces as the driver's integrity error, not always as pyiceberg's)."""
+        if namespace not in {ns[0] for ns in self.catalog.list_namespaces()}:
+            try:
+                self.catalog.create_namespace(namespace)
+            except (NamespaceAlreadyExistsError, IntegrityError):
+                pass
         for name, schema in layout.items():
             if self.location(namespace, name) is not None:
                 continue
             props = LEDGER_PROPERTIES if name == "ledger" else DATA_PROPERTIES
-            with suppress(TableAlreadyExistsError):
+            try:
                 self.catalog.create_table((namespace, name), schema=schema, properties=props)
+            except (TableAlreadyExistsError, IntegrityError):
+                if self.location(namespace, name) is None:
+                    raise
 
     def ensure_scope(self, scope: Scope) -> None:
         self.ensure_namespace(scope.namespace, SCOPE_TABLES)
@@ -190,6 +198,12 @@ class MemoryTables:
         with self._lock:
             self._cache[key] = loaded
         return loaded
+
+    def private(self, namespace: str, name: str) -> Table:
+        """A table object no other thread holds: for commits whose base must not move
+        under them (the ledger's compare-and-set, maintenance). Shared objects from
+        ``table`` are replaced in place by every commit made through them."""
+        return self.catalog.load_table((namespace, name))
 
     def scope_table(self, scope: Scope, name: str) -> Table | None:
         try:
