@@ -86,8 +86,8 @@ _COMMON = {
 DATA_PROPERTIES = {
     **_COMMON,
     "commit.retry.num-retries": "20",
-    "commit.retry.min-wait-ms": "5",
-    "commit.retry.max-wait-ms": "500",
+    "commit.retry.min-wait-ms": "2",
+    "commit.retry.max-wait-ms": "100",
 }
 # The ledger is compare-and-set: a stale append must fail, never be rebased (ledger.py retries
 # it itself after recomputing parent and seq).
