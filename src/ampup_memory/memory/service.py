@@ -211,7 +211,7 @@ class MemoryService:
                 raise Conflict(
                     f"Episode {first['id']} already exists with a different "
                     + ", ".join(first["fields"]) + "; change an ACL with its own operation.",
-                    details={"conflicts": conflicts} if len(items) > 1 else
+                    details={"conflicts": conflicts} if loc is None else
                     {"id": first["id"], "fields": first["fields"]},
                 )
             commit = None

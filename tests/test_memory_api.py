@@ -1,0 +1,229 @@
+"""AmpUp Memory routes end to end: episodes, batches, facts, closures, documents, ledger,
+errors. One real server on the embedded default (SQLite catalog, file:// warehouse)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+
+import pytest
+
+from tests.memory_support import QUIET, Memory, new_scope, start
+
+
+@pytest.fixture(scope="module")
+def m(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
+    proc = start(tmp_path_factory.mktemp("mem-api"), dict(QUIET))
+    client = Memory(proc.url)
+    yield client
+    client.close()
+    proc.stop()
+
+
+def error(r: object) -> tuple[int, str]:
+    body = r.json()  # type: ignore[attr-defined]
+    assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}
+    return r.status_code, body["error"]["code"]  # type: ignore[attr-defined]
+
+
+CALL = "Alice: Our budget is 50k for this year.\nBob: Great.\n[00:03] Alice: We sign in May."
+
+
+def test_episode_written_once_and_read_with_units(m: Memory) -> None:
+    scope = new_scope()
+    first = m.write(scope, CALL, source="call:acme:1", about=["acme"], acl=["user:alice"],
+                    occurred_at="2024-03-01T10:00:00Z")
+    assert first.status_code == 201, first.text
+    again = m.write(scope, CALL, source="call:acme:1", about=["acme"], acl=["user:alice"],
+                    occurred_at="2024-03-01T11:00:00+01:00")  # the same instant
+    assert again.status_code == 200
+    assert again.json()["id"] == first.json()["id"]
+    assert again.json()["commit"] == first.json()["commit"]
+    assert len(m.ledger(scope)) == 1  # no new commit
+
+    got = m.episode(scope, first.json()["id"]).json()
+    assert got["id"] == hashlib.sha256(f"call:acme:1\n{CALL}".encode()).hexdigest()
+    assert got["body_ref"] == hashlib.sha256(CALL.encode()).hexdigest()
+    assert got["type"] == "call" and got["about"] == ["acme"]
+    assert [(u["n"], u["kind"]) for u in got["units"]] == [(1, "turn"), (2, "turn"), (3, "turn")]
+    assert got["units"][2]["text"] == "[00:03] Alice: We sign in May."
+
+
+def test_rewrite_with_other_fields_is_409_naming_them(m: Memory) -> None:
+    scope = new_scope()
+    assert m.write(scope, "hi", source="slack:C1:1", acl=["*"], about=["a"]).status_code == 201
+    r = m.write(scope, "hi", source="slack:C1:1", acl=["group:x"], about=["b"],
+                occurred_at="2020-01-01T00:00:00Z")
+    assert error(r) == (409, "CONFLICT")
+    assert r.json()["error"]["details"]["fields"] == ["acl", "occurred_at", "about"]
+    assert len(m.ledger(scope)) == 1
+
+
+def test_unclaimed_source_is_422_naming_prefixes(m: Memory) -> None:
+    r = m.write(new_scope(), "x", source="fax:123")
+    assert error(r) == (422, "VALIDATION_ERROR")
+    assert "slack:, gmail:, call:, crm:, doc:, mcp:remember_memory:, close:" in r.text
+    crm = m.write(new_scope(), "not json", source="crm:1")
+    assert error(crm) == (422, "VALIDATION_ERROR")
+
+
+@pytest.mark.parametrize("body", [
+    {"source": "doc:x", "body": "b"},                             # no acl
+    {"source": "doc:x", "body": "b", "acl": []},
+    {"source": "doc:x", "body": "b", "acl": ["everyone"]},
+    {"source": "doc:x", "body": "", "acl": ["*"]},
+    {"source": "doc:x", "body": "b", "acl": ["*"], "occurred_at": "2024-01-01T00:00:00"},
+    {"source": "doc:x", "body": "b", "acl": ["*"], "extra": 1},
+    {"source": "doc:x", "body": "b", "acl": "*"},
+])
+def test_bad_episode_bodies_are_422(m: Memory, body: dict[str, object]) -> None:
+    assert error(m.http.post("/episodes", json={"scope": new_scope(), **body})) == (
+        422, "VALIDATION_ERROR")
+
+
+def test_malformed_json_and_missing_user(m: Memory) -> None:
+    r = m.http.post("/episodes", content=b"{nope", headers={"content-type": "application/json"})
+    assert error(r) == (422, "VALIDATION_ERROR")
+    anon = m.http.get("/ledger", params={"scope": "a/b"}, headers={"X-AmpUp-User": ""})
+    assert error(anon) == (401, "MISSING_USER")
+
+
+def test_batch_is_one_commit_and_idempotent(m: Memory) -> None:
+    scope = new_scope()
+    eps = [{"source": f"slack:C9:{i}", "body": f"bob: message {i}", "acl": ["*"]}
+           for i in range(1000)]
+    r = m.http.post("/episodes/batch", json={"scope": scope, "episodes": eps})
+    assert r.status_code == 201, r.text
+    assert {e["status"] for e in r.json()["episodes"]} == {"created"}
+    ledger = m.ledger(scope)
+    assert len(ledger) == 1 and ledger[0]["changes"]["episodes"] == 1000
+    again = m.http.post("/episodes/batch", json={"scope": scope, "episodes": eps[:10] + [
+        {"source": "slack:C9:new", "body": "bob: new", "acl": ["*"]}]})
+    assert again.status_code == 201
+    assert [e["status"] for e in again.json()["episodes"]] == ["existing"] * 10 + ["created"]
+    same = m.http.post("/episodes/batch", json={"scope": scope, "episodes": eps[:5]})
+    assert same.status_code == 200 and same.json()["commit"] is None
+    too_many = m.http.post("/episodes/batch", json={"scope": scope, "episodes": eps + eps[:1]})
+    assert error(too_many) == (422, "VALIDATION_ERROR")
+    clash = m.http.post("/episodes/batch", json={"scope": scope, "episodes": [
+        {**eps[3], "acl": ["user:z"]}]})
+    assert error(clash) == (409, "CONFLICT")
+    assert clash.json()["error"]["details"]["conflicts"] == [
+        {"index": 0, "id": r.json()["episodes"][3]["id"], "fields": ["acl"]}]
+    assert len(m.ledger(scope)) == 2
+
+
+def test_bodies_are_stored_once(m: Memory) -> None:
+    scope = new_scope()
+    a = m.write(scope, "same words", source="slack:C1:1").json()
+    b = m.write(scope, "same words", source="slack:C2:1").json()
+    assert a["id"] != b["id"]
+    ledger = m.ledger(scope)
+    assert [c["changes"]["bodies"] for c in reversed(ledger)] == [1, 0]
+    assert m.episode(scope, b["id"]).json()["body"] == "same words"
+
+
+def test_facts_quote_cites_and_newest_wins(m: Memory) -> None:
+    scope = new_scope()
+    e1 = m.write(scope, CALL, source="call:1", occurred_at="2024-01-10T00:00:00Z").json()["id"]
+    e2 = m.write(scope, "Alice: budget is now 80k.", source="call:2",
+                 occurred_at="2024-05-01T00:00:00Z").json()["id"]
+    bad_quote = m.fact(scope, "acme", "budget", "50k", "budget is 60k", [(e1, 1)])
+    assert error(bad_quote) == (422, "VALIDATION_ERROR")
+    assert bad_quote.json()["error"]["details"]["errors"][0]["loc"] == ["quote"]
+    assert error(m.fact(scope, "acme", "budget", "50k", "Bob", [(e1, 1)]))[0] == 422
+    assert error(m.fact(scope, "acme", "budget", "50k", "x", [(e1, 9)]))[0] == 422
+    assert error(m.fact(scope, "acme", "budget", "50k", "x", [("a" * 64, 1)]))[0] == 422
+
+    old = m.fact(scope, "acme", "budget", "50k", "budget is 50k", [(e1, 1)])
+    assert old.status_code == 201, old.text
+    # Posted later but valid earlier: newest valid_from wins, not newest write.
+    new = m.fact(scope, "acme", "budget", "80k", "budget is now 80k", [(e2, 1)])
+    stale = m.fact(scope, "acme", "budget", "40k", "budget is 50k", [(e1, 1)],
+                   valid_from="2023-06-01T00:00:00Z")
+    assert new.status_code == stale.status_code == 201
+    now = m.facts(scope, "acme").json()["facts"]
+    assert [(f["value"], f["written_by"]) for f in now] == [("80k", "posted")]
+    march = m.facts(scope, "acme", as_of="2024-03-01T00:00:00Z").json()["facts"]
+    assert [f["value"] for f in march] == ["50k"]
+    assert march[0]["valid_from"] == "2024-01-10T00:00:00+00:00"  # the episode's time
+    assert march[0]["valid_to"] == "2024-05-01T00:00:00+00:00"
+    history = m.facts(scope, "acme", history="true").json()["facts"]
+    assert [f["value"] for f in history] == ["40k", "50k", "80k"]
+    assert m.facts(scope, "acme", as_of="2020-01-01T00:00:00Z").json()["facts"] == []
+    assert error(m.facts(scope, "acme", as_of="yesterday"))[0] == 422
+
+
+def test_close_ends_the_value_and_keeps_history(m: Memory) -> None:
+    scope = new_scope()
+    e1 = m.write(scope, "Dana owns the Acme account.", source="doc:owners",
+                 acl=["group:sales"], occurred_at="2024-01-01T00:00:00Z").json()["id"]
+    assert m.set_principal("alice", groups=["sales"]).status_code == 200
+    assert m.fact(scope, "acme", "owner", "dana", "Dana owns", [(e1, 1)]).status_code == 201
+    r = m.http.post("/close", json={"scope": scope, "entity": "acme", "predicate": "owner",
+                                    "reason": "Dana left the company."})
+    assert r.status_code == 201, r.text
+    closed = r.json()
+    reason = m.episode(scope, closed["episode"]).json()
+    assert reason["type"] == "close" and reason["acl"] == ["group:sales"]
+    assert reason["units"] == [{"n": 1, "kind": "reason", "text": "Dana left the company."}]
+    assert m.ledger(scope)[0]["id"] == closed["commit"]  # reason + closure: one commit
+    assert m.ledger(scope)[0]["changes"] == {"bodies": 1, "closures": 1, "episodes": 1,
+                                             "facts": 0}
+    assert m.facts(scope, "acme").json()["facts"] == []
+    before = m.facts(scope, "acme", as_of="2024-06-01T00:00:00Z").json()["facts"]
+    assert [f["value"] for f in before] == ["dana"]
+    history = m.facts(scope, "acme", history="true").json()["facts"]
+    assert [f["kind"] for f in history] == ["value", "closure"]
+    assert history[1]["cites"] == [{"episode": closed["episode"], "unit": 1}]
+    again = m.http.post("/close", json={"scope": scope, "entity": "acme", "predicate": "owner",
+                                        "reason": "again"})
+    assert error(again) == (404, "NOT_FOUND")
+
+
+def test_document_versions_by_as_of_and_acl(m: Memory) -> None:
+    scope = new_scope()
+    for when, text, acl in [("2024-01-01", "v1 public", ["*"]),
+                            ("2024-02-01", "v2 secret", ["user:carol"]),
+                            ("2024-03-01", "v3 public", ["*"])]:
+        r = m.write(scope, text, source=f"doc:handbook@{when}", document="handbook",
+                    acl=acl, occurred_at=f"{when}T00:00:00Z")
+        assert r.status_code == 201
+
+    def doc(as_of: str | None = None, user: str = "alice") -> object:
+        body = {"scope": scope, "document": "handbook", **({"as_of": as_of} if as_of else {})}
+        return m.as_user(user).http.post("/document", json=body)
+
+    assert doc().json()["body"] == "v3 public"  # type: ignore[attr-defined]
+    assert doc("2024-02-15T00:00:00Z").json()["body"] == "v1 public"  # type: ignore[attr-defined]
+    assert doc("2024-02-15T00:00:00Z", "carol").json()["body"] == "v2 secret"  # type: ignore
+    assert error(doc("2023-01-01T00:00:00Z")) == (404, "NOT_FOUND")
+
+
+def test_ledger_pages(m: Memory) -> None:
+    scope = new_scope()
+    ids = [m.write(scope, f"n{i}", source=f"slack:C:{i}").json()["commit"] for i in range(5)]
+    page = m.http.get("/ledger", params={"scope": scope, "limit": 2}).json()
+    assert [c["id"] for c in page["commits"]] == ids[::-1][:2]
+    assert {"id", "parent", "seq", "author", "time", "changes"} <= set(page["commits"][0])
+    assert page["commits"][0]["author"] == "alice"
+    nxt = m.http.get("/ledger", params={"scope": scope, "limit": 2,
+                                        "before": page["next_before"]}).json()
+    assert [c["id"] for c in nxt["commits"]] == ids[::-1][2:4]
+    assert error(m.http.get("/ledger", params={"scope": scope, "before": "nope"}))[0] == 422
+    assert error(m.http.get("/ledger", params={"scope": scope, "limit": 0}))[0] == 422
+    assert m.http.get("/ledger", params={"scope": new_scope()}).json() == {
+        "commits": [], "next_before": None}
+
+
+def test_other_branches_do_not_exist_yet(m: Memory) -> None:
+    scope = new_scope()
+    assert error(m.write(scope, "x", branch="feature"))[0] == 404
+    assert error(m.write(scope, "x", branch="Bad Branch"))[0] == 422
+    assert m.write(scope, "x", branch="main").status_code == 201
+
+
+def test_episode_types_route(m: Memory) -> None:
+    types = m.http.get("/episode-types").json()["types"]
+    assert [t["prefix"] for t in types] == ["slack:", "gmail:", "call:", "crm:", "doc:",
+                                            "mcp:remember_memory:", "close:"]
