@@ -7,6 +7,7 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,17 @@ class Memory:
 
 
 def start(home: Path, env: dict[str, str]) -> ServerProcess:
+    """A started server; the caller stops it."""
     return ServerProcess(home, env=env).start(timeout=90)
+
+
+@contextmanager
+def serving(home: Path, env: dict[str, str]) -> Iterator[ServerProcess]:
+    proc = start(home, env)
+    try:
+        yield proc
+    finally:
+        proc.stop()
 
 
 def run_cli(home: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -16,7 +16,15 @@ import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
 from ampup_memory.memory.tables import CATALOG_NAME, sqlalchemy_url
-from tests.memory_support import BACKENDS, Memory, backend_env, new_scope, run_cli, start
+from tests.memory_support import (
+    BACKENDS,
+    Memory,
+    backend_env,
+    new_scope,
+    run_cli,
+    serving,
+    start,
+)
 from tests.server_process import ServerProcess
 
 VALID_NAMESPACE = re.compile(r"^(memory_system|[a-z0-9]+(_[a-z0-9]+)*__[a-z0-9]+(_[a-z0-9]+)*)$")
@@ -99,7 +107,7 @@ def test_crash_between_rows_and_ledger_leaves_nothing_visible(
     source, body = "slack:C42:1", "alice: the crash-test message"
     lost = episode_id(source, body)
 
-    with ServerProcess(home, env) as healthy:
+    with serving(home, env) as healthy:
         first = Memory(healthy.url).write(scope, "alice: before the crash", source="slack:C42:0")
         assert first.status_code == 201, first.text
 
@@ -112,7 +120,7 @@ def test_crash_between_rows_and_ledger_leaves_nothing_visible(
     rows = catalog(home, env).load_table((namespace, "episodes")).scan().to_arrow().to_pylist()
     assert [r["id"] for r in rows].count(lost) == 1
 
-    with ServerProcess(home, env) as again:
+    with serving(home, env) as again:
         m = Memory(again.url)
         gone = m.episode(scope, lost)
         missing = m.episode(scope, "f" * 64)

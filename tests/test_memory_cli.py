@@ -1,0 +1,145 @@
+"""The AmpUp Memory commands against real state, with a real server reading what they wrote;
+the MCP tool functions; keys binding the caller's user."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ampup_memory.auth import Caller
+from ampup_memory.errors import AmpError
+from ampup_memory.memory import mcp_tools
+from ampup_memory.memory.facts import PostFact
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.settings import load_settings
+from tests.memory_support import QUIET, Memory, new_scope, run_cli, serving
+
+
+def test_episode_type_commands(tmp_path: Path) -> None:
+    listed = run_cli(tmp_path, QUIET, "episode-type", "list")
+    assert listed.returncode == 0
+    for prefix in ("slack:", "gmail:", "call:", "crm:", "doc:", "mcp:remember_memory:", "close:"):
+        assert prefix in listed.stdout
+    shown = json.loads(run_cli(tmp_path, QUIET, "episode-type", "show", "call").stdout)
+    assert shown["unit"] == "turn" and "budget" in shown["predicates"]
+    assert run_cli(tmp_path, QUIET, "episode-type", "show", "fax").returncode == 2
+
+
+def _corpus(root: Path) -> None:
+    (root / "notes").mkdir(parents=True)
+    for i in range(30):
+        (root / f"doc{i}.md").write_text(f"# Doc {i}\n\nFirst paragraph {i}.\n\nSecond.\n")
+    lines = [json.dumps({"source": f"slack:C7:{i}", "body": f"erin: update {i}"})
+             for i in range(80)]
+    lines.append(json.dumps({"source": "wiki:page-1", "body": "Unclaimed sources read as doc."}))
+    lines.append("{not json")
+    (root / "notes" / "feed.jsonl").write_text("\n".join(lines) + "\n")
+
+
+def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
+    home, corpus, scope = tmp_path / "home", tmp_path / "corpus", new_scope()
+    _corpus(corpus)
+    args = ("load", str(corpus), "--scope", scope, "--batch-size", "50", "--user", "loader")
+    first = run_cli(home, QUIET, *args)
+    assert first.returncode == 1, first.stderr  # one bad line is reported, the rest loaded
+    counts = json.loads(first.stdout)
+    assert counts == {"created": 111, "existing": 0, "conflict": 0, "invalid": 1, "commits": 3}
+    assert "feed.jsonl:82" in first.stderr
+    second = json.loads(run_cli(home, QUIET, *args).stdout)
+    assert second == {"created": 0, "existing": 111, "conflict": 0, "invalid": 1, "commits": 0}
+
+    with serving(home, QUIET) as proc:
+        m = Memory(proc.url)
+        ledger = m.ledger(scope)
+        assert [c["changes"]["episodes"] for c in reversed(ledger)] == [50, 50, 11]
+        assert {c["author"] for c in ledger} == {"loader"}
+        doc = m.http.post("/document", json={"scope": scope, "document": "doc7.md"}).json()
+        assert doc["source"] == "doc:doc7.md" and len(doc["units"]) == 3
+        bad = run_cli(home, QUIET, "load", str(corpus), "--scope", "Bad/Scope")
+        assert bad.returncode == 2 and "invalid scope" in bad.stderr
+
+
+def test_principal_close_and_rebuilt_index_agree(tmp_path: Path) -> None:
+    home, scope = tmp_path / "home", new_scope()
+    with serving(home, QUIET) as proc:
+        m = Memory(proc.url, "frank")
+        ep = m.write(scope, "Frank: renewal is due in June.", source="call:9",
+                     acl=["group:ops"]).json()["id"]
+        assert m.episode(scope, ep).status_code == 404
+        assert run_cli(home, QUIET, "principal", "set", "frank", "--group", "ops").returncode == 0
+        assert m.episode(scope, ep).status_code == 200  # next read, no restart
+        assert m.fact(scope, "acme", "renewal", "June", "due in June", [(ep, 1)]
+                      ).status_code == 201
+        closed = run_cli(home, QUIET, "close", "--scope", scope, "--entity", "acme",
+                         "--predicate", "renewal", "--reason", "Renewed early.",
+                         "--user", "frank")
+        assert closed.returncode == 0, closed.stderr
+        assert m.facts(scope, "acme").json()["facts"] == []
+        before = (m.ledger(scope), m.facts(scope, "acme", history="true").json(),
+                  m.episode(scope, json.loads(closed.stdout)["episode"]).json())
+
+    rebuilt = run_cli(home, QUIET, "maintenance", "--rebuild-index")
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads(rebuilt.stdout)["index_rebuilt_commits"] == 3
+    with serving(home, QUIET) as proc:
+        m = Memory(proc.url, "frank")
+        after = (m.ledger(scope), m.facts(scope, "acme", history="true").json(),
+                 m.episode(scope, json.loads(closed.stdout)["episode"]).json())
+    assert after == before
+
+
+def test_keys_bind_the_user(tmp_path: Path) -> None:
+    home, scope = tmp_path / "home", new_scope()
+    env = {**QUIET, "AMP_REQUIRE_KEYS": "1"}
+    made = run_cli(home, env, "keys", "create", "--agent", "agent_x", "--user", "bob")
+    key = made.stdout.strip().splitlines()[-1]
+    with serving(home, env) as proc:
+        m = Memory(proc.url, "mallory")  # the header is ignored when the key names a user
+        keyed = {"X-AMP-Agent-ID": "agent_x", "X-AMP-API-Key": key}
+        r = m.http.post("/episodes", headers=keyed, json={
+            "scope": scope, "source": "doc:a", "body": "b", "acl": ["user:bob"]})
+        assert r.status_code == 201, r.text
+        ledger = m.http.get("/ledger", params={"scope": scope}, headers=keyed).json()
+        assert ledger["commits"][0]["author"] == "bob"
+        assert m.episode(scope, r.json()["id"]).status_code == 401
+
+
+def test_mcp_tool_functions(tmp_path: Path) -> None:
+    svc = MemoryService.open(load_settings(home=tmp_path, embedding_provider="hash"))
+    try:
+        scope = new_scope()
+        gina = Caller(agent_id="desk", user_id="gina")
+        kept = mcp_tools.remember_memory(svc, gina, scope=scope, text="Gina prefers tea.",
+                                         source="chat-42", document="prefs")
+        assert kept["created"] is True
+        got = mcp_tools.get_episode(svc, gina, scope=scope, id=kept["id"])
+        assert got["source"] == "mcp:remember_memory:gina:chat-42"
+        assert got["acl"] == ["user:gina"] and got["units"][0]["kind"] == "note"
+        assert mcp_tools.get_episode(svc, gina, scope=scope, document="prefs")["id"] == kept["id"]
+        again = mcp_tools.remember_memory(svc, gina, scope=scope, text="Gina prefers tea.",
+                                          source="chat-42", document="prefs")
+        assert again == {**kept, "created": False}
+        other = Caller(agent_id="desk", user_id="hal")
+        with pytest.raises(AmpError) as hidden:
+            mcp_tools.get_episode(svc, other, scope=scope, id=kept["id"])
+        assert hidden.value.status == 404
+        svc.post_fact("gina", PostFact.model_validate({
+            "scope": scope, "entity": "gina", "predicate": "preference", "value": "tea",
+            "quote": "prefers tea", "cites": [{"episode": kept["id"], "unit": 1}]}))
+        closed = mcp_tools.close_memory(svc, gina, scope=scope, entity="gina",
+                                        predicate="preference", reason="Switched to coffee.")
+        assert set(closed) == {"episode", "commit", "closed", "fact"}
+        with pytest.raises(AmpError) as both:
+            mcp_tools.get_episode(svc, gina, scope=scope, id=kept["id"], document="prefs")
+        assert both.value.status == 422
+        with pytest.raises(AmpError) as bad:
+            mcp_tools.remember_memory(svc, gina, scope="Bad", text="x")
+        assert bad.value.status == 422
+        with pytest.raises(AmpError) as nobody:
+            mcp_tools.remember_memory(svc, Caller(agent_id="desk"), scope=scope, text="x")
+        assert nobody.value.status == 401
+    finally:
+        svc.close()
+
