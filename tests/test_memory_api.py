@@ -227,3 +227,23 @@ def test_episode_types_route(m: Memory) -> None:
     types = m.http.get("/episode-types").json()["types"]
     assert [t["prefix"] for t in types] == ["slack:", "gmail:", "call:", "crm:", "doc:",
                                             "mcp:remember_memory:", "close:"]
+
+
+def test_fact_batch_is_one_commit_or_nothing(m: Memory) -> None:
+    scope = new_scope()
+    ep = m.write(scope, "Acme: stage is won.\n\nAcme: amount 12k.", source="doc:crm-notes"
+                 ).json()["id"]
+    good = [{"entity": "acme", "predicate": "stage", "value": "won", "quote": "stage is won",
+             "cites": [{"episode": ep, "unit": 1}]},
+            {"entity": "acme", "predicate": "amount", "value": 12000, "quote": "amount 12k",
+             "cites": [{"episode": ep, "unit": 2}]}]
+    bad = {**good[1], "quote": "amount 13k"}
+    refused = m.http.post("/facts/batch", json={"scope": scope, "facts": [good[0], bad]})
+    assert error(refused) == (422, "VALIDATION_ERROR")
+    assert refused.json()["error"]["details"]["errors"][0]["loc"] == ["facts", 1, "quote"]
+    assert len(m.ledger(scope)) == 1
+    r = m.http.post("/facts/batch", json={"scope": scope, "facts": good})
+    assert r.status_code == 201, r.text
+    assert len(m.ledger(scope)) == 2 and m.ledger(scope)[0]["changes"]["facts"] == 2
+    values = {f["predicate"]: f["value"] for f in m.facts(scope, "acme").json()["facts"]}
+    assert values == {"stage": "won", "amount": 12000}

@@ -19,7 +19,7 @@ from ampup_memory.errors import ServiceUnavailable, Unauthenticated
 from ampup_memory.memory.acl import require_id, valid_id
 from ampup_memory.memory.episode_types import TYPES
 from ampup_memory.memory.episodes import WriteBatch, WriteEpisode
-from ampup_memory.memory.facts import CloseValue, PostFact
+from ampup_memory.memory.facts import CloseValue, PostFact, PostFacts
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.openapi import body_doc
 
@@ -142,6 +142,16 @@ async def post_fact(request: Request) -> JSONResponse:
     req = parse_body(PostFact, await request.body())
     fid, entry = await run_in_threadpool(service(request).post_fact, user, req)
     return JSONResponse({"id": fid, "commit": entry.commit_id}, status_code=201)
+
+
+@router.post("/facts/batch", status_code=201, responses=ERRORS,
+             openapi_extra=body_doc(PostFacts))
+async def post_facts(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(PostFacts, await request.body())
+    ids, entry = await run_in_threadpool(service(request).post_facts, user, req.scope,
+                                         req.branch, req.facts)
+    return JSONResponse({"ids": ids, "commit": entry.commit_id}, status_code=201)
 
 
 @router.get("/facts", responses=ERRORS)

@@ -30,11 +30,9 @@ class Cite(BaseModel):
     unit: int = Field(ge=1, description="Unit number, from 1.")
 
 
-class PostFact(BaseModel):
+class FactIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scope: str
-    branch: str | None = None
     entity: str = Field(min_length=1, max_length=256)
     predicate: str = Field(min_length=1, max_length=128)
     value: Scalar = Field(description="A JSON string, number or boolean.")
@@ -44,6 +42,22 @@ class PostFact(BaseModel):
     quote: str = Field(min_length=1, max_length=4000,
                        description="Must occur verbatim in one of the cited units.")
     cites: list[Cite] = Field(min_length=1, max_length=32)
+
+
+class PostFact(FactIn):
+    scope: str
+    branch: str | None = None
+
+
+MAX_FACT_BATCH = 1000
+
+
+class PostFacts(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str
+    branch: str | None = None
+    facts: list[FactIn] = Field(min_length=1, max_length=MAX_FACT_BATCH)
 
 
 class CloseValue(BaseModel):

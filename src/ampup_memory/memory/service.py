@@ -28,7 +28,7 @@ from ampup_memory.memory.acl import (
     normalize_acl,
     require_id,
 )
-from ampup_memory.memory.episode_types import EpisodeType, by_name, type_for_source
+from ampup_memory.memory.episode_types import EpisodeType, Unit, by_name, type_for_source
 from ampup_memory.memory.episodes import (
     EpisodeIn,
     EpisodeRecord,
@@ -42,6 +42,7 @@ from ampup_memory.memory.facts import (
     CLOSURE,
     VALUE,
     CloseValue,
+    FactIn,
     FactRecord,
     PostFact,
     current,
@@ -247,45 +248,68 @@ class MemoryService:
 
     # -- facts --------------------------------------------------------------------------------
     def post_fact(self, user: str, req: PostFact) -> tuple[str, LedgerEntry]:
-        scope = parse_scope(req.scope)
-        branch = parse_branch(req.branch)
+        item = FactIn.model_validate(req.model_dump(exclude={"scope", "branch"}))
+        ids, entry = self.post_facts(user, req.scope, req.branch, [item], loc=[])
+        return ids[0], entry
+
+    def post_facts(self, user: str, scope_text: str, branch_text: str | None,
+                   items: list[FactIn], *, loc: list[str | int] | None = None,
+                   ) -> tuple[list[str], LedgerEntry]:
+        """Post facts in one commit; any invalid fact refuses them all."""
+        scope = parse_scope(scope_text)
+        branch = parse_branch(branch_text)
         self._require_branch(scope, branch)
         principal = self.principal(user)
         with self._write_lock:
             self.sync.scope(scope)
-            cited = self.index.episodes(str(scope), branch, [c.episode for c in req.cites])
-            units = []
-            for i, cite in enumerate(req.cites):
-                rec = cited.get(cite.episode)
-                if rec is None or not may_read(principal, rec.acl):
-                    raise field_error(["cites", i, "episode"], "no such episode",
-                                      "episode_unknown")
-                body = self.index.body(str(scope), rec.body_ref) or ""
-                etype = by_name(rec.type)
-                ep_units = etype.units(body) if etype else []
-                if cite.unit > len(ep_units):
-                    raise field_error(["cites", i, "unit"],
-                                      f"episode has {len(ep_units)} unit(s)", "unit_unknown")
-                units.append(ep_units[cite.unit - 1])
-            if not quote_found(req.quote, units):
-                raise field_error(["quote"], "the quote does not occur verbatim in any cited "
-                                  "unit", "quote_not_found")
-            valid_from = (req.valid_from or max(r.occurred_at for r in cited.values()))
-            valid_from = valid_from.astimezone(UTC)
-            valid_to = req.valid_to.astimezone(UTC) if req.valid_to else None
-            if valid_to is not None and valid_to <= valid_from:
-                raise field_error(["valid_to"], "valid_to must be after valid_from")
+            cited = self.index.episodes(str(scope), branch,
+                                        {c.episode for f in items for c in f.cites})
+            units_of: dict[str, list[Unit]] = {}
             commit_id = new_commit_id()
-            fact = FactRecord(
-                fact_id=fact_id(commit_id, 0), kind=VALUE, entity=req.entity,
-                predicate=req.predicate, value=_json_value(req.value), valid_from=valid_from,
-                valid_to=valid_to, quote=req.quote,
-                cites=tuple((c.episode, c.unit) for c in req.cites), written_by="posted",
-                branch=branch,
-            )
-            entry = self._commit(scope, branch, user, f"post fact {req.entity}.{req.predicate}",
-                                 [], [fact], commit_id)
-        return fact.fact_id, entry
+            facts = []
+            for n, item in enumerate(items):
+                where: list[str | int] = ["facts", n] if loc is None else list(loc)
+                checked = self._check_fact(principal, scope, item, cited, units_of, where)
+                facts.append(replace(checked, fact_id=fact_id(commit_id, n), branch=branch))
+            first = items[0]
+            message = (f"post fact {first.entity}.{first.predicate}" if len(items) == 1
+                       else f"post {len(items)} facts")
+            entry = self._commit(scope, branch, user, message, [], facts, commit_id)
+        return [f.fact_id for f in facts], entry
+
+    def _check_fact(self, principal: Principal, scope: Scope, item: FactIn,
+                    cited: dict[str, EpisodeRecord], units_of: dict[str, list[Unit]],
+                    loc: list[str | int]) -> FactRecord:
+        """Cited episodes readable, units present, quote verbatim in one of them."""
+        units = []
+        for i, cite in enumerate(item.cites):
+            rec = cited.get(cite.episode)
+            if rec is None or not may_read(principal, rec.acl):
+                raise field_error([*loc, "cites", i, "episode"], "no such episode",
+                                  "episode_unknown")
+            if rec.id not in units_of:
+                etype = by_name(rec.type)
+                body = self.index.body(str(scope), rec.body_ref) or ""
+                units_of[rec.id] = etype.units(body) if etype else []
+            ep_units = units_of[rec.id]
+            if cite.unit > len(ep_units):
+                raise field_error([*loc, "cites", i, "unit"],
+                                  f"episode has {len(ep_units)} unit(s)", "unit_unknown")
+            units.append(ep_units[cite.unit - 1])
+        if not quote_found(item.quote, units):
+            raise field_error([*loc, "quote"], "the quote does not occur verbatim in any "
+                              "cited unit", "quote_not_found")
+        valid_from = item.valid_from or max(cited[c.episode].occurred_at for c in item.cites)
+        valid_from = valid_from.astimezone(UTC)
+        valid_to = item.valid_to.astimezone(UTC) if item.valid_to else None
+        if valid_to is not None and valid_to <= valid_from:
+            raise field_error([*loc, "valid_to"], "valid_to must be after valid_from")
+        return FactRecord(
+            fact_id="", kind=VALUE, entity=item.entity, predicate=item.predicate,
+            value=_json_value(item.value), valid_from=valid_from, valid_to=valid_to,
+            quote=item.quote, cites=tuple((c.episode, c.unit) for c in item.cites),
+            written_by="posted", branch=MAIN,
+        )
 
     def visible_facts(self, principal: Principal, view: View, entity: str,
                       predicate: str | None) -> dict[tuple[str, str], list[FactRecord]]:
