@@ -195,7 +195,7 @@ def baseline(home: Path, count: int) -> list[dict[str, Any]]:
 
 def markdown(r: dict[str, Any]) -> str:
     lines = [MARK_START, "## AmpUp Memory core (Iceberg tables)", "",
-             f"Run: `python benchmarks/memory_bench.py {r['args']}` on {r['machine']}; "
+             f"Run: `python benchmarks/memory_bench.py {r["args"] or "(defaults)"}` on {r['machine']}; "
              f"load average {r['load_before']} before, {r['load_after']} after (the machine "
              "was shared with other work, so wall times carry that load; server CPU per "
              "write does not).", "",
@@ -255,7 +255,7 @@ def main() -> None:
         "args": " ".join(sys.argv[1:]),
         "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                    f"Python {platform.python_version()}",
-        "load_before": os.getloadavg()[0], "entities": args.entities,
+        "load_before": round(os.getloadavg()[0], 2), "entities": args.entities,
         "load_size": args.load}
     with tempfile.TemporaryDirectory(prefix="memory-bench-") as tmp:
         home = Path(tmp) / "home"
@@ -276,7 +276,7 @@ def main() -> None:
             print(size, result["fact_reads"][size], flush=True)
         if args.baseline:
             result["baseline"] = baseline(Path(tmp), args.baseline)
-    result["load_after"] = os.getloadavg()[0]
+    result["load_after"] = round(os.getloadavg()[0], 2)
     out = ROOT / "benchmarks" / "results" / "memory_sqlite.json"
     out.write_text(json.dumps(result, indent=2))
     if not args.no_docs:

@@ -29,7 +29,6 @@ from sqlalchemy import (
     event,
     func,
     select,
-    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
@@ -312,10 +311,6 @@ class ReadIndex:
         with self.engine.begin() as conn:
             return bool(conn.execute(stmt).rowcount == 1)
 
-    def mark_applied(self, commit_ids: Iterable[str]) -> None:
-        with self.engine.begin() as conn:
-            conn.execute(update(ledger_t).where(ledger_t.c.commit_id.in_(list(commit_ids)))
-                         .values(applied=True))
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -211,7 +211,7 @@ class MemoryService:
                 first = conflicts[0]
                 raise Conflict(
                     f"Episode {first['id']} already exists with a different "
-                    + ", ".join(first["fields"]) + "; change an ACL with its own operation.",
+                    + ", ".join(first["fields"]) + "; a write never changes a held episode.",
                     details={"conflicts": conflicts} if loc is None else
                     {"id": first["id"], "fields": first["fields"]},
                 )

@@ -22,7 +22,7 @@ from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.rows import episode_from_row, fact_from_row
-from ampup_memory.memory.scopes import Scope, parse_scope
+from ampup_memory.memory.scopes import Scope
 from ampup_memory.memory.tables import MemoryTables, at_least, is_in
 
 SKEW = timedelta(minutes=10)
@@ -148,10 +148,6 @@ class Sync:
                 out[row["commit_id"]].append(row)
         return out
 
-    def all_scopes(self) -> None:
-        for scope in self.tables.scopes():
-            self.scope(scope)
-
     def rebuild(self) -> int:
         """Recreate the index from the tables alone; returns the commits applied."""
         with self._lock:
@@ -190,6 +186,3 @@ def _newest(table: Table, snapshot_id: int) -> list[Principal]:
     return [Principal(u, tuple(r["groups"] or ()), tuple(r["roles"] or ())) for u, r in
             latest.items()]
 
-
-def scope_of(entry: LedgerEntry) -> Scope:
-    return parse_scope(entry.scope)
