@@ -194,8 +194,9 @@ def baseline(home: Path, count: int) -> list[dict[str, Any]]:
 
 
 def markdown(r: dict[str, Any]) -> str:
+    run = f"`python benchmarks/memory_bench.py {r['args']}`".replace(" `", "`")
     lines = [MARK_START, "## AmpUp Memory core (Iceberg tables)", "",
-             f"Run: `python benchmarks/memory_bench.py {r["args"] or "(defaults)"}` on {r['machine']}; "
+             f"Run: {run} on {r['machine']}; "
              f"load average {r['load_before']} before, {r['load_after']} after (the machine "
              "was shared with other work, so wall times carry that load; server CPU per "
              "write does not).", "",
