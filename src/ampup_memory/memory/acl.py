@@ -12,15 +12,25 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Annotated
+
+from pydantic import StringConstraints
 
 from ampup_memory.errors import field_error
 
 EVERYONE = "*"
 KINDS = ("user", "group", "role")
 _ID = r"[A-Za-z0-9][A-Za-z0-9._@+\-]{0,199}"
+ID_PATTERN = f"^{_ID}$"
+ENTRY_PATTERN = rf"^(?:\*|(?:user|group|role):{_ID})$"
 ID_RE = re.compile(rf"^{_ID}$")
-ENTRY_RE = re.compile(rf"^(?:\*|(?:user|group|role):{_ID})$")
+ENTRY_RE = re.compile(ENTRY_PATTERN)
 MAX_ENTRIES = 64
+
+
+# Request models use these so the published schema says what the server accepts.
+AclEntry = Annotated[str, StringConstraints(pattern=ENTRY_PATTERN)]
+Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
 
 
 def normalize_acl(entries: Iterable[str], loc: list[str | int]) -> tuple[str, ...]:

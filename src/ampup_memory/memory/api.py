@@ -8,15 +8,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
 from ampup_memory.amp.service import parse_body
 from ampup_memory.auth import USER_HEADER, Authenticator
-from ampup_memory.errors import ServiceUnavailable, Unauthenticated
-from ampup_memory.memory.acl import require_id, valid_id
+from ampup_memory.errors import ServiceUnavailable, Unauthenticated, field_error
+from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
 from ampup_memory.memory.episode_types import TYPES
 from ampup_memory.memory.episodes import WriteBatch, WriteEpisode
 from ampup_memory.memory.facts import CloseValue, PostFact, PostFacts
@@ -39,8 +39,8 @@ class DocumentRequest(BaseModel):
 class PrincipalBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    groups: list[str] = Field(default_factory=list, max_length=256)
-    roles: list[str] = Field(default_factory=list, max_length=256)
+    groups: list[Identifier] = Field(default_factory=list, max_length=256)
+    roles: list[Identifier] = Field(default_factory=list, max_length=256)
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -189,19 +189,25 @@ def ledger(request: Request, scope: ScopeQ, branch: BranchQ = None,
     return svc.ledger(svc.view(scope, branch), limit, before)
 
 
+UserPath = Annotated[str, Path(pattern=ID_PATTERN, description="User id.")]
+
+
 @router.put("/principals/{user}", responses={403: {"description": "admin only"}, **ERRORS},
             openapi_extra=body_doc(PrincipalBody))
-async def put_principal(request: Request, user: str) -> dict[str, Any]:
+async def put_principal(request: Request, user: UserPath) -> dict[str, Any]:
     auth: Authenticator = request.app.state.auth
     auth.require_admin(_headers(request))
-    req = parse_body(PrincipalBody, await request.body())
+    raw = await request.body()
+    if not raw.strip():  # replacing groups and roles with nothing must be said, not implied
+        raise field_error(["body"], "a JSON body {groups, roles} is required", "missing")
+    req = parse_body(PrincipalBody, raw)
     principal = await run_in_threadpool(service(request).set_principal, user, req.groups,
                                         req.roles, "admin")
     return principal.wire()
 
 
 @router.get("/principals/{user}", responses={403: {"description": "admin only"}})
-def get_principal(request: Request, user: str) -> dict[str, Any]:
+def get_principal(request: Request, user: UserPath) -> dict[str, Any]:
     auth: Authenticator = request.app.state.auth
     auth.require_admin(_headers(request))
     return service(request).principal(require_id(user, ["user"], "user id")).wire()

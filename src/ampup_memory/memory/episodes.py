@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import field_error
-from ampup_memory.memory.acl import normalize_acl
+from ampup_memory.memory.acl import AclEntry, normalize_acl
 from ampup_memory.memory.episode_types import EpisodeType, SplitError, Unit, require_type
 
 MAX_BODY_BYTES = 1_000_000
@@ -27,7 +27,8 @@ class EpisodeIn(BaseModel):
         default=None, description="When it happened (default: when first written).")
     about: list[str] | None = Field(default=None, max_length=100,
                                     description="Entity ids the episode is about.")
-    acl: list[str] = Field(description="Who may read it: '*', 'user:', 'group:', 'role:'.")
+    acl: list[AclEntry] = Field(min_length=1, max_length=64,
+                                description="Who may read it: '*', 'user:', 'group:', 'role:'.")
     document: str | None = Field(default=None, min_length=1, max_length=512,
                                  description="Document key: this episode is one version.")
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from ampup_memory.memory.acl import AclEntry
 from ampup_memory.memory.episode_types import Unit
 
 VALUE = "value"
@@ -69,8 +70,8 @@ class CloseValue(BaseModel):
     predicate: str = Field(min_length=1, max_length=128)
     reason: str = Field(min_length=1, max_length=20000,
                         description="Why; stored as its own episode and cited.")
-    acl: list[str] | None = Field(
-        default=None,
+    acl: list[AclEntry] | None = Field(
+        default=None, min_length=1, max_length=64,
         description="ACL of the reason episode (default: entries shared by the ACLs of the "
         "episodes the closed value cites).")
 
