@@ -168,8 +168,8 @@ def test_close_ends_the_value_and_keeps_history(m: Memory) -> None:
     assert reason["type"] == "close" and reason["acl"] == ["group:sales"]
     assert reason["units"] == [{"n": 1, "kind": "reason", "text": "Dana left the company."}]
     assert m.ledger(scope)[0]["id"] == closed["commit"]  # reason + closure: one commit
-    assert m.ledger(scope)[0]["changes"] == {"bodies": 1, "closures": 1, "episodes": 1,
-                                             "facts": 0}
+    assert m.ledger(scope)[0]["changes"] == {"acl_changes": 0, "bodies": 1, "closures": 1,
+                                             "episodes": 1, "facts": 0}
     assert m.facts(scope, "acme").json()["facts"] == []
     before = m.facts(scope, "acme", as_of="2024-06-01T00:00:00Z").json()["facts"]
     assert [f["value"] for f in before] == ["dana"]
@@ -247,3 +247,28 @@ def test_fact_batch_is_one_commit_or_nothing(m: Memory) -> None:
     assert len(m.ledger(scope)) == 2 and m.ledger(scope)[0]["changes"]["facts"] == 2
     values = {f["predicate"]: f["value"] for f in m.facts(scope, "acme").json()["facts"]}
     assert values == {"stage": "won", "amount": 12000}
+
+
+def test_acl_change_is_its_own_commit(m: Memory) -> None:
+    scope = new_scope()
+    ivy = m.as_user("ivy")
+    w = m.write(scope, "alice: draft plan", source="slack:C5:1", acl=["user:alice"]).json()
+    assert ivy.episode(scope, w["id"]).status_code == 404
+    r = m.http.put(f"/episodes/{w['id']}/acl", json={"scope": scope,
+                                                     "acl": ["user:alice", "user:ivy"]})
+    assert r.status_code == 200, r.text
+    assert r.json()["acl"] == ["user:alice", "user:ivy"] and r.json()["commit"]
+    assert ivy.episode(scope, w["id"]).json()["acl"] == ["user:alice", "user:ivy"]
+    ledger = m.ledger(scope)
+    assert [c["changes"]["acl_changes"] for c in ledger] == [1, 0]
+    # As of the first commit the episode had its first ACL.
+    assert ivy.episode(scope, w["id"], at_commit=w["commit"]).status_code == 404
+    # Ivy may read it but did not write it; the same ACL again commits nothing.
+    other = ivy.http.put(f"/episodes/{w['id']}/acl", json={"scope": scope, "acl": ["*"]})
+    assert error(other) == (403, "ACCESS_DENIED")
+    same = m.http.put(f"/episodes/{w['id']}/acl", json={"scope": scope,
+                                                        "acl": ["user:ivy", "user:alice"]})
+    assert same.json()["commit"] is None and len(m.ledger(scope)) == 2
+    hidden = m.as_user("zed").http.put(f"/episodes/{w['id']}/acl",
+                                       json={"scope": scope, "acl": ["*"]})
+    assert error(hidden) == (404, "NOT_FOUND")

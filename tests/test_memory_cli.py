@@ -61,6 +61,10 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
         assert bad.returncode == 2 and "invalid scope" in bad.stderr
 
 
+def ledger_first(m: Memory, scope: str) -> str:
+    return str(m.ledger(scope)[-1]["id"])
+
+
 def test_principal_close_and_rebuilt_index_agree(tmp_path: Path) -> None:
     home, scope = tmp_path / "home", new_scope()
     with serving(home, QUIET) as proc:
@@ -77,17 +81,25 @@ def test_principal_close_and_rebuilt_index_agree(tmp_path: Path) -> None:
                          "--user", "frank")
         assert closed.returncode == 0, closed.stderr
         assert m.facts(scope, "acme").json()["facts"] == []
+        widened = m.http.put(f"/episodes/{ep}/acl", json={"scope": scope,
+                                                          "acl": ["group:ops", "user:gina"]})
+        assert widened.status_code == 200, widened.text
         before = (m.ledger(scope), m.facts(scope, "acme", history="true").json(),
-                  m.episode(scope, json.loads(closed.stdout)["episode"]).json())
+                  m.episode(scope, json.loads(closed.stdout)["episode"]).json(),
+                  m.episode(scope, ep).json(),
+                  m.episode(scope, ep, at_commit=ledger_first(m, scope)).json())
 
     rebuilt = run_cli(home, QUIET, "maintenance", "--rebuild-index")
     assert rebuilt.returncode == 0, rebuilt.stderr
-    assert json.loads(rebuilt.stdout)["index_rebuilt_commits"] == 3
+    assert json.loads(rebuilt.stdout)["index_rebuilt_commits"] == 4
     with serving(home, QUIET) as proc:
         m = Memory(proc.url, "frank")
         after = (m.ledger(scope), m.facts(scope, "acme", history="true").json(),
-                 m.episode(scope, json.loads(closed.stdout)["episode"]).json())
+                 m.episode(scope, json.loads(closed.stdout)["episode"]).json(),
+                 m.episode(scope, ep).json(),
+                 m.episode(scope, ep, at_commit=ledger_first(m, scope)).json())
     assert after == before
+    assert before[3]["acl"] == ["group:ops", "user:gina"] and before[4]["acl"] == ["group:ops"]
 
 
 def test_keys_bind_the_user(tmp_path: Path) -> None:

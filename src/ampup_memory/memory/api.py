@@ -15,10 +15,10 @@ from starlette.responses import JSONResponse
 
 from ampup_memory.amp.service import parse_body
 from ampup_memory.auth import USER_HEADER, Authenticator
-from ampup_memory.errors import ServiceUnavailable, Unauthenticated, field_error
+from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
 from ampup_memory.memory.episode_types import TYPES
-from ampup_memory.memory.episodes import WriteBatch, WriteEpisode
+from ampup_memory.memory.episodes import ChangeAcl, WriteBatch, WriteEpisode
 from ampup_memory.memory.facts import CloseValue, PostFact, PostFacts
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.openapi import body_doc
@@ -116,6 +116,23 @@ def get_episode(request: Request, episode_id: str, scope: ScopeQ, branch: Branch
     user = _user(request)
     svc = service(request)
     return svc.get_episode(user, episode_id, svc.view(scope, branch, at_commit))
+
+
+@router.put("/episodes/{episode_id}/acl", responses={
+    **ERRORS, 403: {"description": "ACCESS_DENIED: neither the episode's author nor admin"}},
+    openapi_extra=body_doc(ChangeAcl))
+async def change_acl(request: Request, episode_id: str) -> dict[str, Any]:
+    user = _user(request)
+    req = parse_body(ChangeAcl, await request.body())
+    auth: Authenticator = request.app.state.auth
+    try:
+        auth.require_admin(_headers(request))
+        admin = True
+    except AmpError:
+        admin = False
+    result: dict[str, Any] = await run_in_threadpool(
+        service(request).change_acl, user, req, episode_id, admin)
+    return result
 
 
 @router.get("/episode-types")

@@ -46,6 +46,14 @@ class WriteBatch(BaseModel):
     episodes: list[EpisodeIn] = Field(min_length=1, max_length=MAX_BATCH)
 
 
+class ChangeAcl(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: str
+    branch: str | None = None
+    acl: list[AclEntry] = Field(min_length=1, max_length=64)
+
+
 def sha256(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 

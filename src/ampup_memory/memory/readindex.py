@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -75,6 +76,13 @@ episodes_t = Table(
     Column("about", Text, nullable=False), Column("acl", Text, nullable=False),
     Column("document", String(512)), Column("body_ref", String(64), nullable=False),
     Index("mem_episodes_document", "scope", "branch", "document", "occurred_at"),
+)
+# ACL changes, versioned by seq so an ``at_commit`` read sees the ACL of its time.
+acl_t = Table(
+    "mem_acl", md,
+    Column("scope", String(140), primary_key=True), Column("branch", String(64), primary_key=True),
+    Column("id", String(64), primary_key=True), Column("seq", BigInteger, primary_key=True),
+    Column("acl", Text, nullable=False),
 )
 bodies_t = Table(
     "mem_bodies", md,
@@ -201,7 +209,8 @@ class ReadIndex:
 
     # -- applying a commit's rows ---------------------------------------------------------------
     def apply(self, entry: LedgerEntry, episodes: Iterable[EpisodeRecord],
-              bodies: Iterable[tuple[str, str]], facts: Iterable[FactRecord]) -> None:
+              bodies: Iterable[tuple[str, str]], facts: Iterable[FactRecord],
+              acl_changes: Iterable[EpisodeRecord] = ()) -> None:
         """Copy one committed commit's rows in, then mark it applied; idempotent.
 
         When two commits carry the same episode id (two servers racing on one write), the
@@ -226,6 +235,10 @@ class ReadIndex:
             fact_rows = [_fact_values(scope, f, entry) for f in facts]
             if fact_rows:
                 conn.execute(self._insert(facts_t).on_conflict_do_nothing(), fact_rows)
+            acl_rows = [{"scope": scope, "branch": e.branch, "id": e.id, "seq": entry.seq,
+                         "acl": json.dumps(list(e.acl))} for e in acl_changes]
+            if acl_rows:
+                conn.execute(self._insert(acl_t).on_conflict_do_nothing(), acl_rows)
 
     # -- reads --------------------------------------------------------------------------------
     def episodes(self, scope: str, branch: str, ids: Iterable[str],
@@ -240,7 +253,19 @@ class ReadIndex:
                 for row in conn.execute(stmt):
                     rec = _episode_record(row._mapping)
                     out[rec.id] = rec
-        return out
+            return self._current_acl(conn, scope, branch, out, max_seq)
+
+    def _current_acl(self, conn: Connection, scope: str, branch: str,
+                     found: dict[str, EpisodeRecord], max_seq: int) -> dict[str, EpisodeRecord]:
+        """Each episode with the ACL of its latest change at or before ``max_seq``."""
+        ids = list(found)
+        for i in range(0, len(ids), 500):
+            stmt = (select(acl_t.c.id, acl_t.c.acl).where(
+                acl_t.c.scope == scope, acl_t.c.branch == branch,
+                acl_t.c.id.in_(ids[i:i + 500]), acl_t.c.seq <= max_seq).order_by(acl_t.c.seq))
+            for row in conn.execute(stmt):  # ascending: the last change wins
+                found[row.id] = replace(found[row.id], acl=tuple(json.loads(row.acl)))
+        return found
 
     def document_versions(self, scope: str, branch: str, document: str, as_of: datetime,
                           max_seq: int = NO_LIMIT) -> list[EpisodeRecord]:
@@ -250,7 +275,10 @@ class ReadIndex:
             episodes_t.c.seq <= max_seq)
             .order_by(episodes_t.c.occurred_at.desc(), episodes_t.c.seq.desc()))
         with self.engine.connect() as conn:
-            return [_episode_record(r._mapping) for r in conn.execute(stmt)]
+            versions = [_episode_record(r._mapping) for r in conn.execute(stmt)]
+            current = self._current_acl(conn, scope, branch, {v.id: v for v in versions},
+                                        max_seq)
+        return [current[v.id] for v in versions]
 
     def known_bodies(self, scope: str, refs: Iterable[str]) -> set[str]:
         wanted = list(set(refs))

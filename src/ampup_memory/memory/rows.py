@@ -8,13 +8,16 @@ from typing import Any
 from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.facts import FactRecord
 
+PUT_OP = "put"
+ACL_OP = "acl"  # a later row of the same episode carrying only its new ACL
+
 
 def _utc(value: datetime | None) -> datetime | None:
     return None if value is None else value.astimezone(UTC)
 
 
 def episode_row(rec: EpisodeRecord, body: str | None, commit_id: str, now: datetime,
-                op: str = "put") -> dict[str, Any]:
+                op: str = PUT_OP) -> dict[str, Any]:
     """``body`` only when no committed episode of the scope carries it yet."""
     return {
         "commit_id": commit_id, "branch": rec.branch, "op": op, "id": rec.id,

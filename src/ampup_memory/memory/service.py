@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from ampup_memory.amp.service import validation_errors
-from ampup_memory.errors import Conflict, NotFound, field_error
+from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error
 from ampup_memory.memory.acl import (
     Principal,
     common_acl,
@@ -30,6 +30,7 @@ from ampup_memory.memory.acl import (
 )
 from ampup_memory.memory.episode_types import EpisodeType, Unit, by_name, type_for_source
 from ampup_memory.memory.episodes import (
+    ChangeAcl,
     EpisodeIn,
     EpisodeRecord,
     Prepared,
@@ -53,7 +54,7 @@ from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry, new_commit_id
 from ampup_memory.memory.maintenance import Protected, full_pass, no_protection, tidy
 from ampup_memory.memory.readindex import NO_LIMIT, ReadIndex
 from ampup_memory.memory.retry import Backoff, until_won
-from ampup_memory.memory.rows import episode_row, fact_id, fact_row
+from ampup_memory.memory.rows import ACL_OP, episode_row, fact_id, fact_row
 from ampup_memory.memory.scopes import (
     MAIN,
     SYSTEM_NAMESPACE,
@@ -235,6 +236,29 @@ class MemoryService:
         etype = by_name(rec.type)
         units = etype.units(body) if etype else []
         return rec.wire(str(scope), units, body)
+
+    def change_acl(self, user: str, req: ChangeAcl, episode_id: str,
+                   admin: bool) -> dict[str, Any]:
+        """An episode's ACL changes only here: its own commit, by the episode's author or an
+        admin. ``at_commit`` reads before it still see the old ACL."""
+        scope = parse_scope(req.scope)
+        branch = parse_branch(req.branch)
+        self._require_branch(scope, branch)
+        acl = normalize_acl(req.acl, ["acl"])
+        principal = self.principal(user)
+        with self._write_lock:
+            self.sync.scope(scope)
+            rec = self.index.episodes(str(scope), branch, [episode_id]).get(episode_id)
+            if rec is None or not may_read(principal, rec.acl):
+                raise NotFound("No such episode.")
+            wrote = self.index.entry(rec.commit_id)
+            if not admin and (wrote is None or wrote.author != user):
+                raise AccessDenied()
+            if acl == rec.acl:
+                return {"id": episode_id, "acl": list(acl), "commit": None}
+            entry = self._commit(scope, branch, user, f"change acl of {episode_id[:12]}", [],
+                                 [], new_commit_id(), [replace(rec, acl=acl)])
+        return {"id": episode_id, "acl": list(acl), "commit": entry.commit_id}
 
     def document(self, user: str, document: str, view: View,
                  as_of: datetime | None) -> dict[str, Any]:
@@ -428,7 +452,8 @@ class MemoryService:
     # -- the commit ---------------------------------------------------------------------------
     def _commit(self, scope: Scope, branch: str, author: str, message: str,
                 episodes: list[Prepared], facts: list[FactRecord],
-                commit_id: str) -> LedgerEntry:
+                commit_id: str, acl_changes: list[EpisodeRecord] | None = None,
+                ) -> LedgerEntry:
         """Rows first, then one ledger row; the caller holds the write lock."""
         now = utcnow()
         if scope not in self._scopes_made:
@@ -445,6 +470,7 @@ class MemoryService:
             if first:
                 bodies[ref] = p.body
             rows.append(episode_row(p.record, p.body if first else None, commit_id, now))
+        rows += [episode_row(r, None, commit_id, now, ACL_OP) for r in acl_changes or ()]
         snapshots: dict[str, int] = {}
         if rows:
             snapshots["episodes"] = self._append(scope, "episodes", arrow(EPISODES, rows))
@@ -455,6 +481,7 @@ class MemoryService:
             log.error("fault hook %s: exiting between data rows and ledger row", self.fault)
             os._exit(70)
         changes = {"episodes": len(episodes), "bodies": len(bodies),
+                   "acl_changes": len(acl_changes or ()),
                    "facts": sum(f.kind == VALUE for f in facts),
                    "closures": sum(f.kind == CLOSURE for f in facts)}
 
@@ -485,6 +512,7 @@ class MemoryService:
             [replace(p.record, commit_id=commit_id, seq=entry.seq) for p in episodes],
             list(bodies.items()),
             [replace(f, commit_id=commit_id, seq=entry.seq) for f in facts],
+            acl_changes or (),
         )
         # Upkeep after the commit is durable and visible: amortised, never fails the write.
         for name in snapshots:

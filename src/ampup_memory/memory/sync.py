@@ -21,7 +21,7 @@ from pyiceberg.table.snapshots import Operation, Snapshot
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry
 from ampup_memory.memory.readindex import ReadIndex
-from ampup_memory.memory.rows import episode_from_row, fact_from_row
+from ampup_memory.memory.rows import ACL_OP, episode_from_row, fact_from_row
 from ampup_memory.memory.scopes import Scope
 from ampup_memory.memory.tables import MemoryTables, at_least, is_in
 
@@ -127,11 +127,13 @@ class Sync:
         facts = self._rows(scope, "facts", ids)
         for entry in pending:
             cid = entry.commit_id
+            rows = episodes[cid]
             self.index.apply(
                 entry,
-                [episode_from_row(r, entry.seq) for r in episodes[cid]],
-                [(r["body_ref"], r["body"]) for r in episodes[cid] if r["body"] is not None],
+                [episode_from_row(r, entry.seq) for r in rows if r["op"] != ACL_OP],
+                [(r["body_ref"], r["body"]) for r in rows if r["body"] is not None],
                 [fact_from_row(r, entry.seq) for r in facts[cid]],
+                [episode_from_row(r, entry.seq) for r in rows if r["op"] == ACL_OP],
             )
 
     def _rows(self, scope: Scope, name: str, ids: set[str]) -> dict[str, list[dict[str, Any]]]:
