@@ -111,14 +111,3 @@ def run_cli(home: Path, env: dict[str, str], *args: str) -> subprocess.Completed
     full = {**os.environ, "AMPUP_MEMORY_HOME": str(home), **env}
     return subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args], env=full,
                           capture_output=True, text=True, timeout=300)
-
-
-@pytest.fixture
-def memory_server(request: pytest.FixtureRequest,
-                  tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
-    env = backend_env(request.param, request)
-    proc = start(tmp_path / "home", env)
-    try:
-        yield proc, env
-    finally:
-        proc.stop()
