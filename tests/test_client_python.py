@@ -99,6 +99,19 @@ def test_forget_works_from_every_live_status(client: AMPClient, owner: str) -> N
             client.get_memory(cell["id"])
 
 
+def test_forget_by_an_agent_that_may_write_but_not_read(server: ServerProcess,
+                                                        client: AMPClient, owner: str,
+                                                        uid: str) -> None:
+    # The reference Node client reads the cell first, so it cannot do this; ours can.
+    cell = client.remember("editable, not readable", owner, writable_by=[f"agent_ed_{uid}"])
+    with AMPClient(server.url, f"agent_ed_{uid}") as editor:
+        with pytest.raises(AccessDeniedError):
+            editor.get_memory(cell["id"])
+        assert editor.forget(cell["id"]) is True
+    with pytest.raises(AccessDeniedError):
+        client.get_memory(cell["id"])
+
+
 def test_url_forms_and_base_url(server: ServerProcess, agent: str, owner: str) -> None:
     for url in (server.url, server.url + "/", server.url + "/amp/v1", server.url + "/amp/v1/"):
         with AMPClient(url, agent) as c:

@@ -100,6 +100,19 @@ describe("AMPClient against a real server (keys off)", () => {
     }
   });
 
+  test("forget by an agent that may write but not read", async () => {
+    // The reference Node client GETs the cell first, so it fails here; this client does not.
+    const u = uid();
+    const owner = new AMPClient(server.url, `agent_owner_${u}`);
+    const cell = await owner.remember("editable, not readable", `user_${u}`, {
+      writableBy: [`agent_ed_${u}`],
+    });
+    const editor = new AMPClient(server.url, `agent_ed_${u}`);
+    await rejects(editor.getMemory(cell.id), AccessDeniedError, 403, "ACCESS_DENIED");
+    assert.equal(await editor.forget(cell.id), true);
+    await rejects(owner.getMemory(cell.id), AccessDeniedError, 403, "ACCESS_DENIED");
+  });
+
   test("URL forms and defaults", async () => {
     for (const url of [server.url, `${server.url}/`, `${server.url}/amp/v1`, `${server.url}/amp/v1/`]) {
       const c = new AMPClient(url, "agent_x");
