@@ -1,8 +1,13 @@
-"""How a cell becomes a row and back: shared by every SQL store so they cannot drift."""
+"""How a cell becomes a row and back: shared by every SQL store so they cannot drift.
+
+The SQLite and PostgreSQL stores keep the same columns and the same JSON document, and
+build their filters with the same `where_clause`; only the placeholder differs.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -10,8 +15,16 @@ from typing import Any
 import numpy as np
 
 from ampup_memory.amp.model import MemoryCell, StoredCell, format_time, to_utc
+from ampup_memory.amp.store.base import CellFilter, KeyRecord, PassRecord
 
 SCHEMA_VERSION = 1
+
+# Exact vector ranking is cheap below this many filtered cells; above it, an index answers.
+EXACT_LIMIT = 5000
+
+CELL_COLS = "doc, access_count, last_accessed_at, stale_since, deleted_at"
+KEY_COLS = "key_id, agent_id, key_hash, admin, created_at, expires_at, revoked_at, user_id"
+PASS_COLS = "started_at, finished_at, holder, evaluated, transitions, purged, dry_run"
 
 
 @dataclass(frozen=True)
@@ -88,3 +101,67 @@ def vector_bytes(vector: list[float] | None) -> bytes | None:
 
 def vector_from_bytes(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
+
+
+def where_clause(filters: CellFilter, mark: str, alias: str = "") -> tuple[str, list[Any]]:
+    """The SQL condition for ``filters``, with `access.may_be_readable` pushed down so rows
+    that can never be readable are skipped in the database. ``mark`` is the driver's
+    placeholder (``?`` for sqlite3, ``%s`` for psycopg); every value is bound, never spliced.
+    """
+    p = alias
+    clauses = [
+        f"{p}status IN ({','.join([mark] * len(filters.statuses))})",
+        f"({p}public OR {p}created_by = {mark} OR {p}owner_id = {mark} OR {p}has_readers)",
+    ]
+    params: list[Any] = [s.value for s in filters.statuses]
+    params += [filters.agent_id, filters.agent_id]
+    if filters.owner_id is not None:
+        clauses.append(f"{p}owner_id = {mark}")
+        params.append(filters.owner_id)
+    if filters.types:
+        clauses.append(f"{p}type IN ({','.join([mark] * len(filters.types))})")
+        params += [t.value for t in filters.types]
+    return " AND ".join(clauses), params
+
+
+def _time_or_none(value: datetime | None) -> str | None:
+    return format_time(value) if value is not None else None
+
+
+def key_params(record: KeyRecord) -> tuple[Any, ...]:
+    """Values for ``KEY_COLS``, in order."""
+    return (
+        record.key_id, record.agent_id, record.key_hash, record.admin,
+        format_time(record.created_at), _time_or_none(record.expires_at),
+        _time_or_none(record.revoked_at), record.user_id,
+    )
+
+
+def key_from_row(row: Sequence[Any]) -> KeyRecord:
+    created = parse_time(row[4])
+    assert created is not None  # NOT NULL column
+    return KeyRecord(
+        key_id=row[0], agent_id=row[1], key_hash=row[2], admin=bool(row[3]),
+        created_at=created, expires_at=parse_time(row[5]), revoked_at=parse_time(row[6]),
+        user_id=row[7],
+    )
+
+
+def pass_params(record: PassRecord) -> tuple[Any, ...]:
+    """Values for ``PASS_COLS``, in order."""
+    return (
+        format_time(record.started_at), format_time(record.finished_at), record.holder,
+        record.evaluated, json.dumps(record.transitions, separators=(",", ":")),
+        record.purged, record.dry_run,
+    )
+
+
+def pass_from_row(row: Sequence[Any]) -> PassRecord:
+    started, finished = parse_time(row[0]), parse_time(row[1])
+    assert started is not None and finished is not None  # NOT NULL columns
+    transitions = json.loads(row[4]) if isinstance(row[4], str) else row[4]
+    return PassRecord(
+        started_at=started, finished_at=finished, holder=row[2], evaluated=int(row[3]),
+        transitions={str(k): int(v) for k, v in transitions.items()},
+        purged=int(row[5]), dry_run=bool(row[6]),
+    )
