@@ -403,7 +403,7 @@ class PostgresStore:
             if self._iterative_scan:
                 conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
                 cond = f"{where} AND {has}"
-                args: tuple[Any, ...] = (qvec, *params, limit)
+                args: tuple[Any, ...] = (*params, qvec, limit)  # WHERE binds before ORDER BY
             else:
                 cond, args = has, (qvec, limit)
             rows = self._execute(
