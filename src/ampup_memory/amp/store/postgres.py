@@ -379,9 +379,9 @@ class PostgresStore:
         d = self.dimensions
         has = f"vector_dims(c.embedding) = {d}"  # matches the partial index's predicate
         dist = f"c.embedding::vector({d}) <=> %s::vector({d})"  # matches its expression
-        row = self._execute(
+        row = self._execute(  # how big is the filtered set? (stop counting past the limit)
             conn,
-            f"SELECT count(*) FROM (SELECT 1 FROM cells c WHERE {where} AND {has} LIMIT %s) s",
+            f"SELECT count(*) FROM (SELECT 1 FROM cells c WHERE {where} LIMIT %s) s",
             (*params, EXACT_LIMIT + 1),
         ).fetchone()
         if row is not None and row[0] <= EXACT_LIMIT:
