@@ -68,6 +68,15 @@ def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     return url
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def fresh_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Storage no store has opened yet (schema creation is part of the test)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'fresh.db'}"
+    factory: PostgresFactory = request.getfixturevalue("postgres")
+    return factory.new_database("fresh")
+
+
 @pytest.fixture
 def opened(store_uri: str) -> Iterator[Callable[[], CellStore]]:
     """Opens more stores on the same URI (another process, as far as the store knows)."""
@@ -206,6 +215,37 @@ def test_concurrent_touches_lose_no_increment(opened: Callable[[], CellStore]) -
     assert sorted(c.cell.scoring.access_count for c in counts if c) == list(range(1, 41))
     final = first.get(cell_id)
     assert final is not None and final.cell.scoring.access_count == 40
+
+
+def test_first_open_is_safe_when_processes_start_together(fresh_uri: str) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        stores = list(pool.map(lambda _: open_store(fresh_uri, DIMS), range(4)))
+    try:
+        add(stores[0], make(1, "made by the first"))
+        assert all(wire_json(s.get(make(1).cell.id)) == wire_json(make(1, "made by the first"))
+                   for s in stores)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_a_new_embedding_width_never_mixes_vector_spaces(fresh_uri: str) -> None:
+    wide, narrow = HashEmbedder(DIMS), HashEmbedder(32)
+    old = open_store(fresh_uri, DIMS)
+    try:
+        old.create(make(1, "green tea"), wide.embed(["green tea"])[0])
+    finally:
+        old.close()
+    new = open_store(fresh_uri, 32)  # the operator switched to a 32-dimension embedder
+    try:
+        new.create(make(2, "green tea"), narrow.embed(["green tea"])[0])
+        hits = new.search_candidates(CellFilter(agent_id="agent_a"), ["tea"],
+                                     narrow.embed(["green tea"])[0], 10)
+        cosine = {h.stored.cell.id: h.cosine for h in hits}
+        assert cosine[make(1).cell.id] is None  # found by keyword, no comparable vector
+        assert cosine[make(2).cell.id] == pytest.approx(1.0, abs=1e-5)
+    finally:
+        new.close()
 
 
 # ---- update ----------------------------------------------------------------------------

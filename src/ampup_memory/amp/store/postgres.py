@@ -219,10 +219,19 @@ class PostgresStore:
                 row = conn.execute(
                     "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
                 ).fetchone()
+        except psycopg.OperationalError as exc:
+            raise ConfigurationError(
+                f"cannot connect to PostgreSQL ({_described(self.conninfo)}): {exc}"
+            ) from exc
         except psycopg.Error as exc:
+            hint = (
+                " The database needs the pgvector extension: CREATE EXTENSION vector"
+                " (once, as a role allowed to create extensions)."
+                if "vector" in str(exc) else ""
+            )
             raise ConfigurationError(
                 f"cannot prepare the PostgreSQL cell store ({_described(self.conninfo)}): "
-                f"{exc}. The database needs the pgvector extension (CREATE EXTENSION vector)."
+                f"{exc}.{hint}"
             ) from exc
         version = tuple(int(x) for x in str(row[0] if row else "0").split(".")[:2])
         return version >= (0, 8)
@@ -335,7 +344,8 @@ class PostgresStore:
             return []
         where, params = where_clause(filters, "%s", "c.")
         query = tsquery(terms)
-        qvec = vector_literal(vector) if vector is not None and self.dimensions else None
+        usable = vector is not None and len(vector) == self.dimensions
+        qvec = vector_literal(vector) if vector is not None and usable else None
         with self._conn() as conn:
             keyword: dict[str, float] = {}
             if query is not None:
