@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -66,13 +65,16 @@ T = TypeVar("T")
 
 LIFECYCLE_LEASE = "amp-lifecycle"
 LIST_BATCH = 200
+MAX_CANDIDATES = 25_600
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def validation_errors(exc: ValidationError, prefix: tuple[str, ...] = ("body",)) -> ValidationFailed:
+def validation_errors(
+    exc: ValidationError, prefix: tuple[str, ...] = ("body",)
+) -> ValidationFailed:
     """Pydantic's errors in the envelope's ``details.errors`` shape."""
     errors = [
         {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
@@ -81,18 +83,10 @@ def validation_errors(exc: ValidationError, prefix: tuple[str, ...] = ("body",))
 
 
 def parse_body(model: type[M], raw: bytes | None) -> M:
-    """Decode and validate a JSON body; malformed JSON is a 422 like any other."""
-    if raw is None or not raw.strip():
-        data: Any = {}
-    else:
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise field_error(["body"], f"malformed JSON: {exc}", "json_invalid") from exc
-    if not isinstance(data, dict):
-        raise field_error(["body"], "the body must be a JSON object", "model_type")
+    """Decode and validate a JSON body, strictly: ``"offset": false`` or ``"expires_at": 0``
+    is a 422, not a silent coercion. Malformed JSON is a 422 like any other."""
     try:
-        return model.model_validate(data)
+        return model.model_validate_json(raw if raw and raw.strip() else b"{}", strict=True)
     except ValidationError as exc:
         raise validation_errors(exc) from exc
 
@@ -279,7 +273,7 @@ class AmpService:
 
     # ---- listing and search ----------------------------------------------------------
 
-    def list(self, agent_id: str, query: ListQuery) -> dict[str, Any]:
+    def list_cells(self, agent_id: str, query: ListQuery) -> dict[str, Any]:
         """A page of readable cells, newest first. Paging counts only readable cells."""
         statuses = [] if query.status is Status.deleted else [query.status]
         flt = CellFilter(
@@ -308,9 +302,13 @@ class AmpService:
 
     def search(self, agent_id: str, req: SearchRequest) -> dict[str, Any]:
         ranked = self.rank(agent_id, req)
-        page = ranked[req.offset : req.offset + req.limit]
+        page_ids = [cell_id for cell_id, _ in ranked[req.offset : req.offset + req.limit]]
+        cells = {s.cell.id: s.cell for s in self.store.get_many(page_ids)}
+        # A cell deleted or re-permissioned since it was ranked drops out of the page.
+        page = [cells[i] for i in page_ids if i in cells and can_read(cells[i], agent_id)
+                and cells[i].lifecycle.status in req.statuses()]
         return {
-            "results": [cell.wire() for cell, _ in page],
+            "results": [cell.wire() for cell in page],
             "returned": len(page),
             "has_more": len(ranked) > req.offset + req.limit,
             "offset": req.offset,
@@ -318,30 +316,41 @@ class AmpService:
             "query": req.query,
         }
 
-    def rank(self, agent_id: str, req: SearchRequest) -> list[tuple[MemoryCell, float]]:
-        """Readable cells matching the request, best first, with their blended scores."""
+    def rank(self, agent_id: str, req: SearchRequest) -> list[tuple[str, float]]:
+        """Ids of readable cells matching the request with their blended scores, best first.
+
+        Scores come from the hits alone (keyword, cosine, access guard, decay inputs), so
+        only the cells of the page are ever loaded.
+        """
+        want = req.offset + req.limit + 1
         flt = CellFilter(
             agent_id=agent_id, statuses=req.statuses(), owner_id=req.owner_id, types=req.types
         )
-        terms = query_terms(req.query)
         vector = self.embedder.embed([req.query])[0]
-        k = max(100, (req.offset + req.limit) * 4)
-        candidates = [
-            c for c in self.store.search_candidates(flt, terms, vector, k)
-            if can_read(c.stored.cell, agent_id)
-        ]
-        parts = score_parts([c.keyword for c in candidates], [c.cosine for c in candidates])
+        terms = query_terms(req.query)
+        k = max(100, want * 4)
+        while True:
+            found = self.store.search_candidates(flt, terms, vector, k)
+            # The read rule runs on every hit before scores are normalised, so hidden
+            # cells shape neither the ranking nor the counts.
+            hits = [h for h in found if can_read(h.guard, agent_id)]
+            if len(hits) >= want or len(found) < k or k >= MAX_CANDIDATES:
+                break
+            k *= 4  # hidden cells took the candidate slots: look deeper
+        parts = score_parts([h.keyword for h in hits], [h.cosine for h in hits])
         now = self.clock()
         scored = [
-            (c.stored.cell, with_decay(p.relevance, lifecycle.decay_score(c.stored.cell, now)))
-            for c, p in zip(candidates, parts, strict=True)
+            (h.cell_id, with_decay(p.relevance, lifecycle.decay_score(h.decay, now)))
+            for h, p in zip(hits, parts, strict=True)
         ]
-        scored.sort(key=lambda item: (-item[1], item[0].id))
+        scored.sort(key=lambda item: (-item[1], item[0]))
         return scored
 
     # ---- lifecycle -------------------------------------------------------------------
 
-    def run_lifecycle(self, req: LifecycleRunRequest, wait_seconds: float = 30.0) -> LifecycleReport:
+    def run_lifecycle(
+        self, req: LifecycleRunRequest, wait_seconds: float = 30.0
+    ) -> LifecycleReport:
         """One pass of the engine; at most one runs at a time across all processes."""
         if req.dry_run:
             return self._pass(req)

@@ -7,6 +7,7 @@ a 201 means the cell survived a kill -9 or a power cut.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import uuid
@@ -18,11 +19,13 @@ from typing import Any
 
 import numpy as np
 
+from ampup_memory.amp.access import Guard
+from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import Status, StoredCell, format_time
 from ampup_memory.amp.store.base import (
-    Candidate,
     CellFilter,
     Change,
+    Hit,
     KeyRecord,
     PassRecord,
     StoreInfo,
@@ -127,6 +130,14 @@ def sqlite_path(uri: str) -> Path:
     if not raw or "\x00" in raw or "?" in raw:
         raise ConfigurationError(f"invalid SQLite path in {uri!r}")
     return Path(raw if raw.startswith("/") else raw).expanduser()
+
+
+def _time(value: str) -> datetime:
+    # Every stored timestamp has the one spelling of model.format_time, so strings sort
+    # like instants (the max() above relies on it).
+    parsed = parse_time(value)
+    assert parsed is not None
+    return parsed
 
 
 def _stored(row: sqlite3.Row | tuple[Any, ...]) -> StoredCell:
@@ -262,6 +273,15 @@ class SQLiteStore:
         row = self._conn().execute(f"SELECT {_COLS} FROM cells WHERE id = ?", (cell_id,)).fetchone()
         return _stored(row) if row else None
 
+    def get_many(self, cell_ids: Sequence[str]) -> list[StoredCell]:
+        if not cell_ids:
+            return []
+        marks = ",".join("?" * len(cell_ids))
+        rows = self._conn().execute(
+            f"SELECT {_COLS} FROM cells WHERE id IN ({marks})", tuple(cell_ids)
+        ).fetchall()
+        return [_stored(r) for r in rows]
+
     def touch(self, cell_id: str, now: datetime) -> StoredCell | None:
         with self._write() as conn:
             row = conn.execute(
@@ -319,18 +339,19 @@ class SQLiteStore:
 
     def search_candidates(
         self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
-    ) -> list[Candidate]:
+    ) -> list[Hit]:
         if not filters.statuses:
             return []
         conn = self._conn()
         where, params = where_clause(filters, "?", "c.")
         keyword: dict[int, float] = {}
-        if terms:
+        kept = self._affordable_terms(conn, terms)
+        if kept:
             for seq, score in conn.execute(
                 "SELECT c.seq, -bm25(cells_fts) FROM cells_fts JOIN cells c"
                 f" ON c.seq = cells_fts.rowid WHERE cells_fts MATCH ? AND {where}"
                 " ORDER BY bm25(cells_fts) LIMIT ?",
-                (fts5_match(list(terms)), *params, k),
+                (fts5_match(kept), *params, k),
             ):
                 keyword[seq] = max(float(score), 0.0)
         cosine: dict[int, float] = {}
@@ -338,21 +359,31 @@ class SQLiteStore:
         if vector is not None and self._vectors is not None:
             query = np.asarray(vector, dtype=np.float32)
             self._vectors.refresh(conn)
-            small = conn.execute(
-                f"SELECT c.seq FROM cells c WHERE {where} LIMIT ?", (*params, EXACT_LIMIT + 1)
-            ).fetchall()
-            if len(small) <= EXACT_LIMIT:
+            small = None
+            if filters.owner_id is not None:  # selective: rank the owner's cells exactly
+                small = conn.execute(
+                    f"SELECT c.seq FROM cells c WHERE {where} LIMIT ?",
+                    (*params, EXACT_LIMIT + 1),
+                ).fetchall()
+            if small is not None and len(small) <= EXACT_LIMIT:
                 cosine = self._vectors.cosine(query, [r[0] for r in small])
-                best = sorted(cosine.items(), key=lambda kv: -kv[1])[: max(k, 1)]
-                cosine = dict(best)
+                cosine = dict(sorted(cosine.items(), key=lambda kv: -kv[1])[: max(k, 1)])
             else:
                 cosine = dict(self._vectors.top(query, max(k * 4, 400)))
         seqs = set(keyword) | set(cosine)
         if not seqs:
             return []
+        # Vector neighbours were found without the filters: keep only rows that pass them.
         marks = ",".join("?" * len(seqs))
         rows = conn.execute(
-            f"SELECT c.seq, {', '.join('c.' + x.strip() for x in _COLS.split(','))}"
+            "SELECT c.seq, c.id, c.created_by, c.owner_id, c.public,"
+            " json_extract(c.doc, '$.access_policy.readable_by'),"
+            " json_extract(c.doc, '$.scoring.importance'),"
+            " json_extract(c.doc, '$.scoring.confidence'),"
+            " json_extract(c.doc, '$.scoring.decay_rate'),"
+            " max(c.last_accessed_at, json_extract(c.doc, '$.lifecycle.created_at'),"
+            "     json_extract(c.doc, '$.lifecycle.last_updated_at')),"
+            " json_extract(c.doc, '$.lifecycle.expires_at')"
             f" FROM cells c WHERE c.seq IN ({marks}) AND {where}",
             (*seqs, *params),
         ).fetchall()
@@ -360,13 +391,42 @@ class SQLiteStore:
             missing = [r[0] for r in rows if r[0] not in cosine]
             cosine.update(self._vectors.cosine(query, missing))
         return [
-            Candidate(
-                stored=_stored(r[1:]),
+            Hit(
+                cell_id=r[1],
                 keyword=keyword.get(r[0], 0.0),
                 cosine=cosine.get(r[0]),
+                guard=Guard(created_by=r[2], owner_id=r[3], public=bool(r[4]),
+                            readable_by=tuple(json.loads(r[5] or "[]"))),
+                decay=DecayInputs(
+                    importance=float(r[6]), confidence=float(r[7]), decay_rate=float(r[8]),
+                    since=_time(r[9]), expires_at=parse_time(r[10]),
+                ),
             )
             for r in rows
         ]
+
+    @staticmethod
+    def _affordable_terms(conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
+        """The query terms worth a BM25 pass: known ones, rarest first, within the budget."""
+        if not terms:
+            return []
+        # fts5vocab holds stemmed terms; count each query word by a cheap MATCH instead.
+        counted: list[tuple[int, str]] = []
+        for term in terms:
+            row = conn.execute(
+                "SELECT count(*) FROM cells_fts WHERE cells_fts MATCH ?", (fts5_match([term]),)
+            ).fetchone()
+            if row[0]:
+                counted.append((int(row[0]), term))
+        counted.sort()
+        kept: list[str] = []
+        total = 0
+        for df, term in counted:
+            if kept and total + df > POSTINGS_BUDGET:
+                break
+            kept.append(term)
+            total += df
+        return kept
 
     # -- lifecycle ------------------------------------------------------------------------
 
