@@ -5,6 +5,10 @@ cells. What several processes must agree on lives in the database: the scoring b
 is counted while the cell's row is locked (``SELECT … FOR UPDATE``), a read is one
 ``UPDATE … RETURNING``, and a lease is a session advisory lock on its own connection.
 
+The document is ``text``, not ``jsonb``: jsonb would reorder metadata keys and refuses
+``\u0000``, and PostgreSQL's JSON operators refuse it too, so everything the store must
+compare or score by (guard, scoring, clocks) is kept in columns of its own.
+
 Keywords: a generated ``tsvector`` column (English) with a GIN index. Meaning: pgvector.
 The ``embedding`` column is an untyped ``vector`` with one partial HNSW index (cosine) per
 embedding width, so a change of embedder never mixes vector spaces: vectors of another
@@ -24,11 +28,12 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from ampup_memory.amp.model import Status, StoredCell, format_time, to_utc
+from ampup_memory.amp.lifecycle import DecayInputs
+from ampup_memory.amp.model import Status, StoredCell, to_utc
 from ampup_memory.amp.store.base import (
-    Candidate,
     CellFilter,
     Change,
+    Hit,
     KeyRecord,
     PassRecord,
     StoreInfo,
@@ -38,7 +43,11 @@ from ampup_memory.amp.store.rows import (
     EXACT_LIMIT,
     KEY_COLS,
     PASS_COLS,
+    POSTINGS_BUDGET,
+    CellColumns,
+    affordable_terms,
     columns,
+    guard_from_json,
     key_from_row,
     key_params,
     pass_from_row,
@@ -71,6 +80,13 @@ SCHEMA = (
         doc text NOT NULL,
         stale_since timestamptz,
         deleted_at timestamptz,
+        guard text NOT NULL,
+        importance float8 NOT NULL,
+        confidence float8 NOT NULL,
+        decay_rate float8 NOT NULL,
+        created_at timestamptz NOT NULL,
+        last_updated_at timestamptz NOT NULL,
+        expires_at timestamptz,
         embedding vector,
         tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
     )""",
@@ -161,6 +177,24 @@ def vector_literal(vector: Sequence[float]) -> str:
 
 def _stored(row: Sequence[Any]) -> StoredCell:
     return stored_from_row(row[0], row[1], row[2], row[3], row[4])
+
+
+# Everything a write sets; access_count and last_accessed_at belong to `touch`.
+_WRITE_COLS = (
+    "type, owner_id, created_by, status, public, has_readers, text, doc, stale_since,"
+    " deleted_at, guard, importance, confidence, decay_rate, created_at, last_updated_at,"
+    " expires_at"
+)
+_WRITE_MARKS = ", ".join(["%s"] * len(_WRITE_COLS.split(",")))
+
+
+def _written(c: CellColumns) -> tuple[Any, ...]:
+    """Values for ``_WRITE_COLS``, in order."""
+    return (
+        c.type, c.owner_id, c.created_by, c.status, c.public, c.has_readers, c.text, c.doc,
+        c.stale_since, c.deleted_at, c.guard, c.importance, c.confidence, c.decay_rate,
+        c.created_at, c.last_updated_at, c.expires_at,
+    )
 
 
 def _cosine(distance: float | None) -> float | None:
@@ -258,13 +292,10 @@ class PostgresStore:
         with self._conn() as conn:
             self._execute(
                 conn,
-                "INSERT INTO cells (id, type, owner_id, created_by, status, public, has_readers,"
-                " access_count, last_accessed_at, text, doc, stale_since, deleted_at,"
-                " embedding) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s::vector)",
+                f"INSERT INTO cells (id, access_count, last_accessed_at, {_WRITE_COLS},"
+                f" embedding) VALUES (%s, %s, %s, {_WRITE_MARKS}, %s::vector)",
                 (
-                    c.id, c.type, c.owner_id, c.created_by, c.status, c.public,
-                    c.has_readers, c.access_count, c.last_accessed_at, c.text, c.doc,
-                    c.stale_since, c.deleted_at,
+                    c.id, c.access_count, c.last_accessed_at, *_written(c),
                     vector_literal(vector) if vector is not None else None,
                 ),
             )
@@ -275,6 +306,15 @@ class PostgresStore:
                 conn, f"SELECT {CELL_COLS} FROM cells WHERE id = %s", (cell_id,)
             ).fetchone()
         return _stored(row) if row else None
+
+    def get_many(self, cell_ids: Sequence[str]) -> list[StoredCell]:
+        if not cell_ids:
+            return []
+        with self._conn() as conn:
+            rows = self._execute(
+                conn, f"SELECT {CELL_COLS} FROM cells WHERE id = ANY(%s)", (list(cell_ids),)
+            ).fetchall()
+        return [_stored(r) for r in rows]
 
     def touch(self, cell_id: str, now: datetime) -> StoredCell | None:
         with self._conn() as conn:
@@ -294,20 +334,15 @@ class PostgresStore:
             if row is None:
                 return None
             outcome = change(_stored(row), _Tx(conn, cell_id))
-            c = columns(outcome.stored)
-            params: list[Any] = [
-                c.type, c.owner_id, c.created_by, c.status, c.public, c.has_readers,
-                c.text, c.doc, c.stale_since, c.deleted_at,
-            ]
+            params = list(_written(columns(outcome.stored)))
             vec_sql = ""
             if outcome.vector is not None:
                 vec_sql = ", embedding = %s::vector"
                 params.append(vector_literal(outcome.vector))
+            # Access count and last read stay as they are: only `touch` moves them.
             self._execute(
                 conn,
-                "UPDATE cells SET type=%s, owner_id=%s, created_by=%s, status=%s, public=%s,"
-                f" has_readers=%s, text=%s, doc=%s, stale_since=%s, deleted_at=%s{vec_sql}"
-                " WHERE id = %s",
+                f"UPDATE cells SET ({_WRITE_COLS}) = ({_WRITE_MARKS}){vec_sql} WHERE id = %s",
                 (*params, cell_id),
             )
             if outcome.count_scoring_patch:
@@ -339,15 +374,15 @@ class PostgresStore:
 
     def search_candidates(
         self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
-    ) -> list[Candidate]:
+    ) -> list[Hit]:
         if not filters.statuses:
             return []
         where, params = where_clause(filters, "%s", "c.")
-        query = tsquery(terms)
         usable = vector is not None and len(vector) == self.dimensions
         qvec = vector_literal(vector) if vector is not None and usable else None
         with self._conn() as conn:
             keyword: dict[str, float] = {}
+            query = tsquery(affordable_terms(terms, lambda t: self._postings(conn, t)))
             if query is not None:
                 for cell_id, score in self._execute(
                     conn,
@@ -370,17 +405,38 @@ class PostgresStore:
                 head: tuple[Any, ...] = (qvec,)
             else:
                 cosine_sql, head = "NULL::float8", ()
-            cols = ", ".join("c." + x.strip() for x in CELL_COLS.split(","))
             rows = self._execute(
                 conn,
-                f"SELECT c.id, {cols}, {cosine_sql} FROM cells c"
-                f" WHERE c.id = ANY(%s) AND {where}",
+                "SELECT c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
+                " greatest(c.created_at, c.last_accessed_at, c.last_updated_at), c.expires_at,"
+                f" {cosine_sql} FROM cells c WHERE c.id = ANY(%s) AND {where}",
                 (*head, ids, *params),
             ).fetchall()
         return [
-            Candidate(stored=_stored(r[1:6]), keyword=keyword.get(r[0], 0.0), cosine=_cosine(r[6]))
+            Hit(
+                cell_id=r[0],
+                keyword=keyword.get(r[0], 0.0),
+                cosine=_cosine(r[7]),
+                guard=guard_from_json(r[1]),
+                decay=DecayInputs(importance=float(r[2]), confidence=float(r[3]),
+                                  decay_rate=float(r[4]), since=to_utc(r[5]),
+                                  expires_at=to_utc(r[6]) if r[6] is not None else None),
+            )
             for r in rows
         ]
+
+    def _postings(self, conn: Conn, term: str) -> int:
+        """Rows matching one term, counted no further than the budget can use."""
+        query = tsquery([term])
+        if query is None:
+            return 0
+        row = self._execute(
+            conn,
+            "SELECT count(*) FROM (SELECT 1 FROM cells"
+            " WHERE tsv @@ to_tsquery('english', %s) LIMIT %s) s",
+            (query, POSTINGS_BUDGET + 1),
+        ).fetchone()
+        return int(row[0]) if row else 0
 
     def _nearest(
         self, conn: Conn, where: str, params: list[Any], qvec: str, k: int
@@ -446,12 +502,11 @@ class PostgresStore:
             cur = self._execute(
                 conn,
                 "UPDATE cells SET status = %s, doc = %s, stale_since = %s WHERE id = %s"
-                " AND status = %s AND last_accessed_at = %s"
-                " AND (doc::json #>> '{lifecycle,last_updated_at}') = %s",
+                " AND status = %s AND last_accessed_at = %s AND last_updated_at = %s",
                 (
                     c.status, c.doc, c.stale_since, cell.id, cell.lifecycle.status.value,
                     to_utc(cell.lifecycle.last_accessed_at),
-                    format_time(cell.lifecycle.last_updated_at),
+                    to_utc(cell.lifecycle.last_updated_at),
                 ),
             )
             return cur.rowcount == 1

@@ -7,13 +7,14 @@ build their filters with the same `where_clause`; only the placeholder differs.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
+from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import MemoryCell, StoredCell, format_time, to_utc
 from ampup_memory.amp.store.base import CellFilter, KeyRecord, PassRecord
 
@@ -21,6 +22,10 @@ SCHEMA_VERSION = 1
 
 # Exact vector ranking is cheap below this many filtered cells; above it, an index answers.
 EXACT_LIMIT = 5000
+# Ranking keywords costs one score per matching row. Past this many postings, the query's
+# most common terms (lowest IDF, least weight) are left to the embedding side; the rarest
+# always stays.
+POSTINGS_BUDGET = 8000
 
 CELL_COLS = "doc, access_count, last_accessed_at, stale_since, deleted_at"
 KEY_COLS = "key_id, agent_id, key_hash, admin, created_at, expires_at, revoked_at, user_id"
@@ -44,6 +49,15 @@ class CellColumns:
     doc: str
     stale_since: str | None
     deleted_at: str | None
+    # What search scores a hit by, without the document (PostgreSQL keeps them as columns;
+    # SQLite reads them from the document with json_extract).
+    guard: str  # JSON: created_by, owner_id, public, readable_by
+    importance: float
+    confidence: float
+    decay_rate: float
+    created_at: str
+    last_updated_at: str
+    expires_at: str | None
 
 
 def columns(stored: StoredCell) -> CellColumns:
@@ -62,7 +76,39 @@ def columns(stored: StoredCell) -> CellColumns:
         doc=json.dumps(cell.wire(), separators=(",", ":"), ensure_ascii=False),
         stale_since=format_time(stored.stale_since) if stored.stale_since else None,
         deleted_at=format_time(stored.deleted_at) if stored.deleted_at else None,
+        guard=json.dumps(
+            {"created_by": cell.identity.created_by, "owner_id": cell.identity.owner_id,
+             "public": cell.access_policy.public,
+             "readable_by": cell.access_policy.readable_by},
+            separators=(",", ":"),
+        ),
+        importance=cell.scoring.importance,
+        confidence=cell.scoring.confidence,
+        decay_rate=cell.scoring.decay_rate,
+        created_at=format_time(cell.lifecycle.created_at),
+        last_updated_at=format_time(cell.lifecycle.last_updated_at),
+        expires_at=_time_or_none(cell.lifecycle.expires_at),
     )
+
+
+def guard_from_json(text: str) -> Guard:
+    data = json.loads(text)
+    return Guard(created_by=data["created_by"], owner_id=data["owner_id"],
+                 public=bool(data["public"]), readable_by=tuple(data["readable_by"]))
+
+
+def affordable_terms(terms: Sequence[str], postings: Callable[[str], int]) -> list[str]:
+    """The query terms worth a ranked keyword pass: known ones, rarest first, until their
+    postings (``postings(term)`` = rows matching it) would pass `POSTINGS_BUDGET`."""
+    counted = sorted((n, t) for t in terms if (n := postings(t)) > 0)
+    kept: list[str] = []
+    total = 0
+    for n, term in counted:
+        if kept and total + n > POSTINGS_BUDGET:
+            break
+        kept.append(term)
+        total += n
+    return kept
 
 
 def parse_time(value: str | datetime | None) -> datetime | None:

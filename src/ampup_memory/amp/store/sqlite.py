@@ -35,6 +35,7 @@ from ampup_memory.amp.store.rows import (
     EXACT_LIMIT,
     KEY_COLS,
     PASS_COLS,
+    affordable_terms,
     columns,
     key_from_row,
     key_params,
@@ -407,26 +408,14 @@ class SQLiteStore:
 
     @staticmethod
     def _affordable_terms(conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
-        """The query terms worth a BM25 pass: known ones, rarest first, within the budget."""
-        if not terms:
-            return []
-        # fts5vocab holds stemmed terms; count each query word by a cheap MATCH instead.
-        counted: list[tuple[int, str]] = []
-        for term in terms:
+        def postings(term: str) -> int:
+            # fts5vocab holds stemmed terms; count each query word by a cheap MATCH instead.
             row = conn.execute(
                 "SELECT count(*) FROM cells_fts WHERE cells_fts MATCH ?", (fts5_match([term]),)
             ).fetchone()
-            if row[0]:
-                counted.append((int(row[0]), term))
-        counted.sort()
-        kept: list[str] = []
-        total = 0
-        for df, term in counted:
-            if kept and total + df > POSTINGS_BUDGET:
-                break
-            kept.append(term)
-            total += df
-        return kept
+            return int(row[0])
+
+        return affordable_terms(terms, postings)
 
     # -- lifecycle ------------------------------------------------------------------------
 
