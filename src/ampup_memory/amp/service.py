@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ from ampup_memory.amp.model import (
 from ampup_memory.amp.store.base import (
     CellFilter,
     CellStore,
+    PassRecord,
     UpdateOutcome,
     UpdateTx,
     iter_all,
@@ -371,7 +374,8 @@ class AmpService:
             return self._pass(LifecycleRunRequest())
 
     def _pass(self, req: LifecycleRunRequest) -> LifecycleReport:
-        now = to_utc(req.now) if req.now else self.clock()
+        started = self.clock()
+        now = to_utc(req.now) if req.now else started
         report = LifecycleReport()
         for stored in iter_all(self.store):
             report.evaluated += 1
@@ -396,6 +400,12 @@ class AmpService:
                     break
                 report.purged += sum(1 for i in ids if self.store.purge(i))
         self.last_lifecycle = {"at": now, **report.wire()}
+        if not req.dry_run:  # the history (one row per pass, still under the lease)
+            self.store.record_pass(PassRecord(
+                started_at=started, finished_at=self.clock(), holder=_process_name(),
+                evaluated=report.evaluated, transitions=dict(report.transitions),
+                purged=report.purged,
+            ))
         return report
 
     def purge(self, cell_id: str) -> int:
@@ -423,6 +433,11 @@ class AmpService:
                 },
             )
         return 1 if self.store.purge(cell_id) else 0
+
+
+def _process_name() -> str:
+    """Who ran a lifecycle pass: enough to tell server processes apart in the history."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _check_transition(current: Status, req: PatchMemory) -> None:

@@ -27,14 +27,25 @@ from ampup_memory.amp.store.base import (
     Change,
     Hit,
     KeyRecord,
+    PassRecord,
     StoreInfo,
 )
 from ampup_memory.amp.store.rows import (
+    CELL_COLS,
+    EXACT_LIMIT,
+    KEY_COLS,
+    PASS_COLS,
+    affordable_terms,
     columns,
+    key_from_row,
+    key_params,
     parse_time,
+    pass_from_row,
+    pass_params,
     stored_from_row,
     vector_bytes,
     vector_from_bytes,
+    where_clause,
 )
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.tokenize import fts5_match
@@ -95,15 +106,21 @@ CREATE TABLE IF NOT EXISTS api_keys (
     revoked_at TEXT,
     user_id TEXT
 );
+CREATE TABLE IF NOT EXISTS lifecycle_passes (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    started_at TEXT NOT NULL,
+    finished_at TEXT NOT NULL,
+    holder TEXT NOT NULL,
+    evaluated INTEGER NOT NULL,
+    transitions TEXT NOT NULL,
+    purged INTEGER NOT NULL,
+    dry_run INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes(started_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
-_COLS = "doc, access_count, last_accessed_at, stale_since, deleted_at"
-# Exact ranking is cheap below this many filtered cells; above it we take global top-k.
-EXACT_LIMIT = 5000
-# BM25 costs one score per matching row. Past this many postings, the query's most common
-# terms (lowest IDF, least weight) are left to the embedding side; the rarest always stays.
-POSTINGS_BUDGET = 8000
+_COLS = CELL_COLS
 
 
 def sqlite_path(uri: str) -> Path:
@@ -306,29 +323,12 @@ class SQLiteStore:
 
     # -- listing and search ---------------------------------------------------------------
 
-    @staticmethod
-    def _where(filters: CellFilter, alias: str = "") -> tuple[str, list[Any]]:
-        p = alias
-        clauses = [
-            f"{p}status IN ({','.join('?' * len(filters.statuses))})",
-            f"({p}public = 1 OR {p}created_by = ? OR {p}owner_id = ? OR {p}has_readers = 1)",
-        ]
-        params: list[Any] = [s.value for s in filters.statuses]
-        params += [filters.agent_id, filters.agent_id]
-        if filters.owner_id is not None:
-            clauses.append(f"{p}owner_id = ?")
-            params.append(filters.owner_id)
-        if filters.types:
-            clauses.append(f"{p}type IN ({','.join('?' * len(filters.types))})")
-            params += [t.value for t in filters.types]
-        return " AND ".join(clauses), params
-
     def list_candidates(
         self, filters: CellFilter, before_id: str | None, batch: int
     ) -> list[StoredCell]:
         if not filters.statuses:
             return []
-        where, params = self._where(filters)
+        where, params = where_clause(filters, "?")
         if before_id is not None:
             where += " AND id < ?"
             params.append(before_id)
@@ -344,7 +344,7 @@ class SQLiteStore:
         if not filters.statuses:
             return []
         conn = self._conn()
-        where, params = self._where(filters, "c.")
+        where, params = where_clause(filters, "?", "c.")
         keyword: dict[int, float] = {}
         kept = self._affordable_terms(conn, terms)
         if kept:
@@ -408,26 +408,14 @@ class SQLiteStore:
 
     @staticmethod
     def _affordable_terms(conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
-        """The query terms worth a BM25 pass: known ones, rarest first, within the budget."""
-        if not terms:
-            return []
-        # fts5vocab holds stemmed terms; count each query word by a cheap MATCH instead.
-        counted: list[tuple[int, str]] = []
-        for term in terms:
+        def postings(term: str) -> int:
+            # fts5vocab holds stemmed terms; count each query word by a cheap MATCH instead.
             row = conn.execute(
                 "SELECT count(*) FROM cells_fts WHERE cells_fts MATCH ?", (fts5_match([term]),)
             ).fetchone()
-            if row[0]:
-                counted.append((int(row[0]), term))
-        counted.sort()
-        kept: list[str] = []
-        total = 0
-        for df, term in counted:
-            if kept and total + df > POSTINGS_BUDGET:
-                break
-            kept.append(term)
-            total += df
-        return kept
+            return int(row[0])
+
+        return affordable_terms(terms, postings)
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -504,40 +492,20 @@ class SQLiteStore:
     def put_key(self, record: KeyRecord) -> None:
         with self._write() as conn:
             conn.execute(
-                "INSERT INTO api_keys (key_id, agent_id, key_hash, admin, created_at,"
-                " expires_at, revoked_at, user_id) VALUES (?,?,?,?,?,?,?,?)",
-                (
-                    record.key_id, record.agent_id, record.key_hash, record.admin,
-                    format_time(record.created_at),
-                    format_time(record.expires_at) if record.expires_at else None,
-                    format_time(record.revoked_at) if record.revoked_at else None,
-                    record.user_id,
-                ),
+                f"INSERT INTO api_keys ({KEY_COLS}) VALUES (?,?,?,?,?,?,?,?)", key_params(record)
             )
-
-    @staticmethod
-    def _key(row: tuple[Any, ...]) -> KeyRecord:
-        created = parse_time(row[4])
-        assert created is not None
-        return KeyRecord(
-            key_id=row[0], agent_id=row[1], key_hash=row[2], admin=bool(row[3]),
-            created_at=created, expires_at=parse_time(row[5]), revoked_at=parse_time(row[6]),
-            user_id=row[7],
-        )
-
-    _KEY_COLS = "key_id, agent_id, key_hash, admin, created_at, expires_at, revoked_at, user_id"
 
     def key_by_hash(self, key_hash: str) -> KeyRecord | None:
         row = self._conn().execute(
-            f"SELECT {self._KEY_COLS} FROM api_keys WHERE key_hash = ?", (key_hash,)
+            f"SELECT {KEY_COLS} FROM api_keys WHERE key_hash = ?", (key_hash,)
         ).fetchone()
-        return self._key(row) if row else None
+        return key_from_row(row) if row else None
 
     def list_keys(self) -> list[KeyRecord]:
         rows = self._conn().execute(
-            f"SELECT {self._KEY_COLS} FROM api_keys ORDER BY created_at"
+            f"SELECT {KEY_COLS} FROM api_keys ORDER BY created_at"
         ).fetchall()
-        return [self._key(r) for r in rows]
+        return [key_from_row(r) for r in rows]
 
     def revoke_key(self, key_id: str, now: datetime) -> bool:
         with self._write() as conn:
@@ -546,6 +514,23 @@ class SQLiteStore:
                 (format_time(now), key_id),
             )
             return cur.rowcount == 1
+
+    # -- lifecycle history ----------------------------------------------------------------
+
+    def record_pass(self, record: PassRecord) -> None:
+        with self._write() as conn:
+            conn.execute(
+                f"INSERT INTO lifecycle_passes ({PASS_COLS}) VALUES (?,?,?,?,?,?,?)",
+                pass_params(record),
+            )
+
+    def recent_passes(self, limit: int) -> list[PassRecord]:
+        rows = self._conn().execute(
+            f"SELECT {PASS_COLS} FROM lifecycle_passes ORDER BY started_at DESC, seq DESC"
+            " LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [pass_from_row(r) for r in rows]
 
     def count(self) -> int:
         return int(self._conn().execute("SELECT count(*) FROM cells").fetchone()[0])
