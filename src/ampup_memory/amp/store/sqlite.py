@@ -7,6 +7,7 @@ a 201 means the cell survived a kill -9 or a power cut.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import uuid
@@ -18,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import Status, StoredCell, format_time
 from ampup_memory.amp.store.base import (
-    Candidate,
     CellFilter,
     Change,
+    Hit,
     KeyRecord,
     StoreInfo,
 )
@@ -243,6 +245,15 @@ class SQLiteStore:
         row = self._conn().execute(f"SELECT {_COLS} FROM cells WHERE id = ?", (cell_id,)).fetchone()
         return _stored(row) if row else None
 
+    def get_many(self, cell_ids: Sequence[str]) -> list[StoredCell]:
+        if not cell_ids:
+            return []
+        marks = ",".join("?" * len(cell_ids))
+        rows = self._conn().execute(
+            f"SELECT {_COLS} FROM cells WHERE id IN ({marks})", tuple(cell_ids)
+        ).fetchall()
+        return [_stored(r) for r in rows]
+
     def touch(self, cell_id: str, now: datetime) -> StoredCell | None:
         with self._write() as conn:
             row = conn.execute(
@@ -317,7 +328,7 @@ class SQLiteStore:
 
     def search_candidates(
         self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
-    ) -> list[Candidate]:
+    ) -> list[Hit]:
         if not filters.statuses:
             return []
         conn = self._conn()
@@ -341,16 +352,17 @@ class SQLiteStore:
             ).fetchall()
             if len(small) <= EXACT_LIMIT:
                 cosine = self._vectors.cosine(query, [r[0] for r in small])
-                best = sorted(cosine.items(), key=lambda kv: -kv[1])[: max(k, 1)]
-                cosine = dict(best)
+                cosine = dict(sorted(cosine.items(), key=lambda kv: -kv[1])[: max(k, 1)])
             else:
                 cosine = dict(self._vectors.top(query, max(k * 4, 400)))
         seqs = set(keyword) | set(cosine)
         if not seqs:
             return []
+        # Vector neighbours were found without the filters: keep only rows that pass them.
         marks = ",".join("?" * len(seqs))
         rows = conn.execute(
-            f"SELECT c.seq, {', '.join('c.' + x.strip() for x in _COLS.split(','))}"
+            f"SELECT c.seq, c.id, c.created_by, c.owner_id, c.public,"
+            f" json_extract(c.doc, '$.access_policy.readable_by')"
             f" FROM cells c WHERE c.seq IN ({marks}) AND {where}",
             (*seqs, *params),
         ).fetchall()
@@ -358,10 +370,12 @@ class SQLiteStore:
             missing = [r[0] for r in rows if r[0] not in cosine]
             cosine.update(self._vectors.cosine(query, missing))
         return [
-            Candidate(
-                stored=_stored(r[1:]),
+            Hit(
+                cell_id=r[1],
                 keyword=keyword.get(r[0], 0.0),
                 cosine=cosine.get(r[0]),
+                guard=Guard(created_by=r[2], owner_id=r[3], public=bool(r[4]),
+                            readable_by=tuple(json.loads(r[5] or "[]"))),
             )
             for r in rows
         ]
