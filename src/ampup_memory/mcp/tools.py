@@ -152,7 +152,7 @@ class AmpOps:
     def list_memories(self, caller: Caller, owner_id: str, type: str | None,
                       limit: int) -> str:
         query = _model(ListQuery, owner_id=owner_id, type=type, limit=limit)
-        return _lines(self.amp.list(caller.agent_id, query)["results"])
+        return _lines(self.amp.list_cells(caller.agent_id, query)["results"])
 
     def get(self, caller: Caller, memory_id: str) -> str:
         cell = self.amp.get(memory_id, caller.agent_id)
