@@ -17,6 +17,7 @@ from ampup_memory.amp.api import router as amp_router
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore, open_store
 from ampup_memory.auth import Authenticator, KeyRing
+from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.openapi import install_schemas
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings
@@ -117,9 +118,4 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
 def _mount_optional(app: FastAPI, rt: Runtime) -> None:
     """Faces that live in their own packages: MCP over streamable HTTP, AmpUp Memory."""
-    try:
-        from ampup_memory.mcp.http import mount as mount_mcp
-    except ImportError:
-        mount_mcp = None
-    if mount_mcp is not None:
-        mount_mcp(app, rt)
+    mount_mcp(app, rt)
