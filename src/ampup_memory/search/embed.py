@@ -145,7 +145,9 @@ class SentenceTransformersEmbedder:
         try:
             self._model: Any = SentenceTransformer(model, local_files_only=True)
         except Exception as exc:  # the library raises many kinds for a missing model
-            raise ConfigurationError(f"cannot load sentence-transformers model {model!r}: {exc}")
+            raise ConfigurationError(
+                f"cannot load sentence-transformers model {model!r}: {exc}"
+            ) from exc
         self.dimensions = int(self._model.get_sentence_embedding_dimension())
         self.name = f"sentence-transformers/{model}/{self.dimensions}"
 
