@@ -209,6 +209,10 @@ class SearchIndex(Protocol):
         and its bitmap bits moved to the new ACL entries)."""
         ...
 
+    def episode_numbers(self, scope: str, branch: str, ids: Iterable[str]) -> dict[str, int]:
+        """Numbers of the listed episodes that the index holds."""
+        ...
+
     def add_passages(self, passages: Sequence[NewPassage]) -> None:
         """Passages of episodes just numbered (only for new episodes)."""
         ...

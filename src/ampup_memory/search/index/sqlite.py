@@ -352,6 +352,17 @@ class SQLiteIndex:
             self._pending(entry).add(num)
         return num, new
 
+    def episode_numbers(self, scope: str, branch: str, ids: Iterable[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for batch in _chunks(dict.fromkeys(ids)):
+            for i, n in self._conn().execute(
+                "SELECT id, num FROM episodes WHERE scope = ? AND branch = ?"
+                f" AND id IN ({','.join('?' * len(batch))})",
+                (scope, branch, *batch),
+            ):
+                found[str(i)] = int(n)
+        return found
+
     def add_passages(self, passages: Sequence[NewPassage]) -> None:
         conn = self._tx()
         if not passages:
