@@ -6,6 +6,7 @@ Each test runs against both through the shared engine, with real files and a rea
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -140,16 +141,20 @@ def test_newest_visible_version_wins(engine: SearchEngine) -> None:
                                    as_of=when("2025-02-01"))) == [v1.id]
 
 
-def test_closed_value_has_no_current_version(engine: SearchEngine) -> None:
+def test_a_closure_ends_the_value_and_is_never_a_result(engine: SearchEngine) -> None:
     e = episode(S, ["Globex pilot is running."], ["*"])
-    open_v = fact(e, "Globex", "pilot", "running", "Globex pilot is running.",
-                  valid_from="2025-01-10", seq=1)
-    closed = fact(e, "Globex", "pilot", "running", "Globex pilot is running.",
-                  valid_from="2025-01-10", valid_to="2025-03-01", seq=2, fact_id="closed")
-    engine.ingest(DocumentBatch([e], [open_v, closed]))
+    why = episode(S, ["Globex pilot stopped: budget pulled."], ["*"], kind="reason")
+    running = fact(e, "Globex", "pilot", "running", "Globex pilot is running.",
+                   valid_from="2025-01-10", seq=1)
+    closure = replace(fact(why, "Globex", "pilot", "", "Globex pilot stopped: budget pulled.",
+                           valid_from="2025-03-01", seq=2), kind="closure")
+    engine.ingest(DocumentBatch([e, why], [running, closure]))
     assert ids(engine.search_facts(S, "main", "Globex pilot", ANN, now=NOW)) == []
-    assert ids(engine.search_facts(S, "main", "Globex pilot", ANN, now=NOW,
-                                   as_of=when("2025-02-01"))) == ["closed"]
+    found = engine.search_facts(S, "main", "Globex pilot", ANN, now=NOW,
+                                as_of=when("2025-02-01"))
+    assert ids(found) == [running.id] and found.facts[0].end == when("2025-03-01")
+    # the window after the closure does not see the ended value
+    assert ids(engine.search_facts(S, "main", "Globex pilot in April", ANN, now=NOW)) == []
 
 
 def test_a_named_window_ranks_its_facts_first_and_reaches_old_versions(
@@ -174,6 +179,11 @@ def test_a_named_window_ranks_its_facts_first_and_reaches_old_versions(
     assert all(f.parts.time == 0.0 for f in found.facts[1:])
     march = engine.search_facts(S, "main", "Acme champion last March", ANN, now=NOW)
     assert ids(march)[0] == mei.id and march.facts[0].parts.time == TIME_BOOST
+    # Raj held from January 3 until Mei replaced him on March 12: February is his
+    feb = engine.search_facts(S, "main", "Acme champion in February", ANN, now=NOW)
+    assert ids(feb)[0] == raj.id and feb.facts[0].end == when("2025-03-12")
+    april = engine.search_facts(S, "main", "Acme champion in April", ANN, now=NOW)
+    assert ids(april)[0] == mei.id and raj.id not in ids(april)
 
 
 def test_a_few_visible_matches_surface_under_many_hidden_ones(engine: SearchEngine) -> None:

@@ -30,7 +30,7 @@ from ampup_memory.search.index.base import (
     SearchIndex,
     fact_text,
 )
-from ampup_memory.search.newest import current_versions
+from ampup_memory.search.newest import CLOSURE, current, timelines
 from ampup_memory.search.passages import cut, passage_text
 from ampup_memory.search.rank import Parts, overlaps, score_parts, time_part, with_time
 from ampup_memory.search.timewindow import Window, find_window
@@ -48,6 +48,7 @@ Progress = Callable[[int], None]
 class RankedFact:
     row: FactRow
     parts: Parts
+    end: datetime | None = None  # where its validity ends, given the versions after it
 
     @property
     def score(self) -> float:
@@ -223,8 +224,10 @@ class SearchEngine:
             if span is not None and not rest:
                 overlap = self.index.facts_overlapping(scope, branch, span[0], span[1], k)
                 nums |= set(overlap)
-            rows = [r for r in self.index.facts(nums) if may_read_fact(r.episode_nums, visible)]
-            rows = self._eligible(scope, branch, rows, visible, as_of, span)
+            rows = [r for r in self.index.facts(nums)
+                    if r.kind != CLOSURE and may_read_fact(r.episode_nums, visible)]
+            ends = self._eligible(scope, branch, rows, visible, as_of, span)
+            rows = [r for r in rows if r.num in ends]
             exhausted = all(len(found) < k for found in (keyword, nearest, overlap))
             if len(rows) >= limit or exhausted or k >= MAX_K:
                 break
@@ -238,7 +241,7 @@ class SearchEngine:
         parts = score_parts([keyword.get(r.num, 0.0) for r in rows],
                             [cosines.get(r.num) for r in rows])
         ranked = [
-            RankedFact(r, with_time(p, time_part(r.valid_from, r.valid_to, span)))
+            RankedFact(r, with_time(p, time_part(r.valid_from, ends[r.num], span)), ends[r.num])
             for r, p in zip(rows, parts, strict=True)
         ]
         ranked.sort(key=lambda f: (-f.score, f.row.entity, f.row.predicate, f.row.id))
@@ -257,22 +260,29 @@ class SearchEngine:
         visible: BitMap,
         as_of: datetime,
         span: tuple[datetime, datetime] | None,
-    ) -> list[FactRow]:
-        """Current versions (newest visible wins at ``as_of``), plus, when the query names
-        a window, any visible version whose validity overlaps it."""
+    ) -> dict[int, datetime | None]:
+        """Rows worth ranking, with their effective end: the current version of each key
+        (newest visible wins at ``as_of``), plus, when the query names a window, any
+        visible version whose effective validity overlaps it."""
         if not rows:
-            return rows
-        versions = [
-            v for v in self.index.versions(scope, branch, {(r.entity, r.predicate) for r in rows})
-            if may_read_fact(v.episode_nums, visible)
-        ]
-        current = {v.num for v in current_versions(versions, as_of).values()}
-        return [
-            r for r in rows
-            if r.num in current
-            or (span is not None and r.valid_from is not None
-                and overlaps(r.valid_from, r.valid_to, *span))
-        ]
+            return {}
+        keys = {(r.entity, r.predicate) for r in rows}
+        versions = [v for v in self.index.versions(scope, branch, keys)
+                    if may_read_fact(v.episode_nums, visible)]
+        wanted = {r.num for r in rows}
+        eligible: dict[int, datetime | None] = {}
+        for line in timelines(versions).values():
+            now_held = current(line, as_of)
+            for held in line:
+                v = held.version
+                if v.num not in wanted:
+                    continue
+                if (now_held is not None and now_held.version.num == v.num) or (
+                    span is not None and v.valid_from is not None
+                    and overlaps(v.valid_from, held.end, *span)
+                ):
+                    eligible[v.num] = held.end
+        return eligible
 
     def search_passages(
         self,

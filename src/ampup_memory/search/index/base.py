@@ -72,8 +72,10 @@ class FactDoc:
     valid_to: datetime | None
     cites: tuple[Cite, ...]
     written_by: str
-    # Ledger order of the commit: breaks newest-wins ties ("later commit").
+    # Ledger order of the commit, then position in it: newest-wins tie-breaks.
     commit_seq: int = 0
+    ord: int = 0
+    kind: str = "value"  # or "closure": ends the version before it, never a result
 
 
 @dataclass
@@ -135,6 +137,8 @@ class FactRow:
     valid_to: datetime | None
     written_by: str
     cites: tuple[tuple[int, int], ...]  # (episode number, unit n)
+    ord: int = 0
+    kind: str = "value"
 
     @property
     def episode_nums(self) -> tuple[int, ...]:

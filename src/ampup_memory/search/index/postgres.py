@@ -75,7 +75,7 @@ CREATE TABLE IF NOT EXISTS search_facts (
     id text NOT NULL, scope text NOT NULL, branch text NOT NULL, commit_id text NOT NULL,
     commit_seq bigint NOT NULL, entity text NOT NULL, predicate text NOT NULL,
     value text NOT NULL, quote text NOT NULL, valid_from timestamptz, valid_to timestamptz,
-    written_by text NOT NULL, cites text NOT NULL,
+    written_by text NOT NULL, cites text NOT NULL, ord int NOT NULL, kind text NOT NULL,
     tsv tsvector GENERATED ALWAYS AS (
         {_tsv("entity", "entity")} || {_tsv("value", "value")}
         || {_tsv("predicate", "replace(predicate, '_', ' ')")} || {_tsv("quote", "quote")}
@@ -91,7 +91,7 @@ CREATE TABLE IF NOT EXISTS search_acl_bitmaps (entry text PRIMARY KEY, bits byte
 
 _FACT_COLS = (
     "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
-    " valid_from, valid_to, written_by, cites"
+    " valid_from, valid_to, written_by, cites, ord, kind"
 )
 _RANK_WEIGHTS = "'{" + ",".join(str(w) for w in ts_rank_weights()) + "}'::float4[]"
 
@@ -106,7 +106,7 @@ def _fact_row(r: Sequence[Any]) -> FactRow:
         num=r[0], id=r[1], scope=r[2], branch=r[3], commit=r[4], commit_seq=r[5],
         entity=r[6], predicate=r[7], value=r[8], quote=r[9], valid_from=r[10],
         valid_to=r[11], written_by=r[12],
-        cites=tuple((int(e), int(u)) for e, u in json.loads(r[13])),
+        cites=tuple((int(e), int(u)) for e, u in json.loads(r[13])), ord=r[14], kind=r[15],
     )
 
 
@@ -363,14 +363,14 @@ class PostgresIndex:
         with self._tx().cursor() as cur:
             cur.executemany(
                 "INSERT INTO search_facts (id, scope, branch, commit_id, commit_seq, entity,"
-                " predicate, value, quote, valid_from, valid_to, written_by, cites, vec)"
-                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                " predicate, value, quote, valid_from, valid_to, written_by, cites, vec, ord,"
+                " kind) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
                 " ON CONFLICT (scope, branch, id) DO NOTHING",
                 [
                     (f.doc.id, f.doc.scope, f.doc.branch, f.doc.commit, f.doc.commit_seq,
                      f.doc.entity, f.doc.predicate, f.doc.value, f.doc.quote,
                      f.doc.valid_from, f.doc.valid_to, f.doc.written_by,
-                     dumps([list(c) for c in f.cites]), _vec(f.vector))
+                     dumps([list(c) for c in f.cites]), _vec(f.vector), f.doc.ord, f.doc.kind)
                     for f in facts
                 ],
             )

@@ -79,6 +79,7 @@ CREATE TABLE IF NOT EXISTS facts (
     commit_seq INTEGER NOT NULL, entity TEXT NOT NULL, predicate TEXT NOT NULL,
     value TEXT NOT NULL, quote TEXT NOT NULL, valid_from TEXT, valid_to TEXT,
     written_by TEXT NOT NULL, cites TEXT NOT NULL, predicate_words TEXT NOT NULL,
+    ord INTEGER NOT NULL, kind TEXT NOT NULL,
     vec BLOB, vec_seq INTEGER NOT NULL DEFAULT 0,
     UNIQUE (scope, branch, id)
 );
@@ -102,7 +103,7 @@ CREATE TABLE IF NOT EXISTS acl_bitmaps (entry TEXT PRIMARY KEY, bits BLOB NOT NU
 
 _FACT_COLS = (
     "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
-    " valid_from, valid_to, written_by, cites"
+    " valid_from, valid_to, written_by, cites, ord, kind"
 )
 _TABLES = {"facts": "facts", "passages": "passages"}  # the only names that reach SQL
 _BM25 = ", ".join(str(w) for w in fts5_weights())
@@ -135,6 +136,7 @@ def _fact_row(r: Sequence[Any]) -> FactRow:
         entity=r[6], predicate=r[7], value=r[8], quote=r[9],
         valid_from=parse_time_text(r[10]), valid_to=parse_time_text(r[11]),
         written_by=r[12], cites=tuple((int(e), int(u)) for e, u in json.loads(r[13])),
+        ord=r[14], kind=r[15],
     )
 
 
@@ -388,14 +390,15 @@ class SQLiteIndex:
         conn.executemany(
             "INSERT INTO facts (id, scope, branch, commit_id, commit_seq, entity, predicate,"
             " value, quote, valid_from, valid_to, written_by, cites, predicate_words, vec,"
-            " vec_seq) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            " vec_seq, ord, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
             " ON CONFLICT (scope, branch, id) DO NOTHING",
             [
                 (f.doc.id, f.doc.scope, f.doc.branch, f.doc.commit, f.doc.commit_seq,
                  f.doc.entity, f.doc.predicate, f.doc.value, f.doc.quote,
                  time_text(f.doc.valid_from), time_text(f.doc.valid_to), f.doc.written_by,
                  dumps([list(c) for c in f.cites]), f.doc.predicate.replace("_", " "),
-                 vector_blob(f.vector), seq if f.vector is not None else 0)
+                 vector_blob(f.vector), seq if f.vector is not None else 0, f.doc.ord,
+                 f.doc.kind)
                 for f in facts
             ],
         )
