@@ -127,3 +127,6 @@ def _mount_optional(app: FastAPI, rt: Runtime) -> None:
         mount_mcp = None
     if mount_mcp is not None:
         mount_mcp(app, rt)
+    from ampup_memory.search.api import mount as mount_search
+
+    mount_search(app, rt)
