@@ -9,6 +9,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
+from starlette.routing import Match
 
 from ampup_memory.errors import AmpError
 
@@ -47,6 +48,20 @@ def _clean(value: Any) -> Any:
     return str(value)
 
 
+def allowed_methods(app: FastAPI, request: Request) -> list[str]:
+    """Every method any route serves at this path (Starlette names only the first route's,
+    and several routes share a path: GET and POST /memories are two routes)."""
+    methods: set[str] = set()
+    for route in app.router.routes:
+        match, _ = route.matches({**request.scope, "method": "GET"})
+        route_methods = getattr(route, "methods", None)
+        if match is not Match.NONE and route_methods:
+            methods |= set(route_methods)
+            if "GET" in route_methods:
+                methods.add("HEAD")
+    return sorted(methods)
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(AmpError)
     async def _amp(request: Request, exc: AmpError) -> JSONResponse:
@@ -70,10 +85,11 @@ def install(app: FastAPI) -> None:
         message = {404: "No such route.", 405: "Method not allowed on this route."}.get(
             exc.status_code, str(exc.detail)
         )
-        return JSONResponse(
-            envelope(code, message), status_code=exc.status_code,
-            headers=getattr(exc, "headers", None),
-        )
+        headers = dict(getattr(exc, "headers", None) or {})
+        if exc.status_code == 405:
+            headers["Allow"] = ", ".join(allowed_methods(app, request))
+        return JSONResponse(envelope(code, message), status_code=exc.status_code,
+                            headers=headers)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

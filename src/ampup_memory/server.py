@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.concurrency import run_in_threadpool
 
 from ampup_memory import http_errors
+from ampup_memory.amp.api import health, spec
 from ampup_memory.amp.api import router as amp_router
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore, open_store
@@ -107,13 +108,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     http_errors.install(app)
     app.include_router(amp_router, prefix=API_PREFIX)
     # /health and /spec also answer at the root, where load balancers look first.
-    for route in ("/health", "/spec"):
-        app.add_api_route(
-            route,
-            next(r.endpoint for r in amp_router.routes if getattr(r, "path", None) == route),
-            methods=["GET"],
-            include_in_schema=False,
-        )
+    app.add_api_route("/health", health, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/spec", spec, methods=["GET"], include_in_schema=False)
     _mount_optional(app, rt)
     install_schemas(app)
     return app

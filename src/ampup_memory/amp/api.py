@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
@@ -58,6 +58,11 @@ def _headers(request: Request) -> dict[str, str]:
 
 def _caller(request: Request) -> Caller:
     return _auth(request).caller(_headers(request))
+
+
+# A dependency, not a call in the body: FastAPI resolves dependencies before it validates
+# query parameters, so a request without identity is 401 even when its query is invalid.
+CallerDep = Annotated[Caller, Depends(_caller)]
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -133,15 +138,15 @@ async def create_memory(request: Request) -> JSONResponse:
 
 def _list(
     request: Request,
+    caller: Caller,
     owner_id: str | None,
     type: MemoryType | None,
     status: Status,
     limit: int,
     offset: int,
 ) -> dict[str, Any]:
-    caller = _caller(request)
     query = ListQuery(owner_id=owner_id, type=type, status=status, limit=limit, offset=offset)
-    return _svc(request).list(caller.agent_id, query)
+    return _svc(request).list_cells(caller.agent_id, query)
 
 
 OwnerQ = Annotated[str | None, Query(description="Only cells owned by this id")]
@@ -154,6 +159,7 @@ OffsetQ = Annotated[int, Query(ge=0)]
 @router.get("/memories", response_model=Page, tags=["memories"], responses=ERRORS)
 def list_memories(
     request: Request,
+    caller: CallerDep,
     owner_id: OwnerQ = None,
     type: TypeQ = None,
     status: StatusQ = Status.active,
@@ -161,12 +167,13 @@ def list_memories(
     offset: OffsetQ = 0,
 ) -> dict[str, Any]:
     """Readable cells, newest first. Paging counts only cells this caller may read."""
-    return _list(request, owner_id, type, status, limit, offset)
+    return _list(request, caller, owner_id, type, status, limit, offset)
 
 
 @router.get("/memories/query", response_model=Page, tags=["memories"], responses=ERRORS)
 def query_memories(
     request: Request,
+    caller: CallerDep,
     owner_id: OwnerQ = None,
     type: TypeQ = None,
     status: StatusQ = Status.active,
@@ -174,7 +181,7 @@ def query_memories(
     offset: OffsetQ = 0,
 ) -> dict[str, Any]:
     """The same listing under the reference's second name."""
-    return _list(request, owner_id, type, status, limit, offset)
+    return _list(request, caller, owner_id, type, status, limit, offset)
 
 
 @router.post(

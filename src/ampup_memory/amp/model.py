@@ -10,6 +10,7 @@ from typing import Annotated, Any
 from pydantic import (
     AwareDatetime,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
@@ -33,7 +34,15 @@ def to_utc(value: datetime) -> datetime:
     return value.astimezone(UTC)
 
 
+def _integral(value: Any) -> Any:
+    # JSON Schema's "integer" includes 36.0; strict parsing would refuse it.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str)]
+
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
 NonEmptyText = Annotated[str, StringConstraints(min_length=1)]
 AgentId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
@@ -237,8 +246,8 @@ class SearchRequest(_Strict):
     types: list[MemoryType] | None = None
     status: list[Status] | None = None
     include_stale: bool = False
-    limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE)] = 10
-    offset: Annotated[int, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE), BeforeValidator(_integral)] = 10
+    offset: Annotated[int, Field(ge=0), BeforeValidator(_integral)] = 0
 
     def statuses(self) -> list[Status]:
         """The statuses searched: asked-for ones (default active), never deleted."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from collections.abc import Callable
@@ -69,7 +68,9 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
-def validation_errors(exc: ValidationError, prefix: tuple[str, ...] = ("body",)) -> ValidationFailed:
+def validation_errors(
+    exc: ValidationError, prefix: tuple[str, ...] = ("body",)
+) -> ValidationFailed:
     """Pydantic's errors in the envelope's ``details.errors`` shape."""
     errors = [
         {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
@@ -78,18 +79,10 @@ def validation_errors(exc: ValidationError, prefix: tuple[str, ...] = ("body",))
 
 
 def parse_body(model: type[M], raw: bytes | None) -> M:
-    """Decode and validate a JSON body; malformed JSON is a 422 like any other."""
-    if raw is None or not raw.strip():
-        data: Any = {}
-    else:
-        try:
-            data = json.loads(raw)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise field_error(["body"], f"malformed JSON: {exc}", "json_invalid") from exc
-    if not isinstance(data, dict):
-        raise field_error(["body"], "the body must be a JSON object", "model_type")
+    """Decode and validate a JSON body, strictly: ``"offset": false`` or ``"expires_at": 0``
+    is a 422, not a silent coercion. Malformed JSON is a 422 like any other."""
     try:
-        return model.model_validate(data)
+        return model.model_validate_json(raw if raw and raw.strip() else b"{}", strict=True)
     except ValidationError as exc:
         raise validation_errors(exc) from exc
 
@@ -276,7 +269,7 @@ class AmpService:
 
     # ---- listing and search ----------------------------------------------------------
 
-    def list(self, agent_id: str, query: ListQuery) -> dict[str, Any]:
+    def list_cells(self, agent_id: str, query: ListQuery) -> dict[str, Any]:
         """A page of readable cells, newest first. Paging counts only readable cells."""
         statuses = [] if query.status is Status.deleted else [query.status]
         flt = CellFilter(
@@ -315,30 +308,47 @@ class AmpService:
             "query": req.query,
         }
 
-    def rank(self, agent_id: str, req: SearchRequest) -> list[tuple[MemoryCell, float]]:
-        """Readable cells matching the request, best first, with their blended scores."""
+    def rank(
+        self, agent_id: str, req: SearchRequest, want: int | None = None
+    ) -> list[tuple[MemoryCell, float]]:
+        """Readable cells matching the request, best first, with their blended scores.
+
+        Only the best ``want`` (default: enough for the page and ``has_more``) are exact:
+        hits are fetched in order of relevance, and fetching stops once no unfetched hit
+        can beat the page, since decay only scales relevance by a factor in [0.5, 1].
+        """
+        want = want or req.offset + req.limit + 1
         flt = CellFilter(
             agent_id=agent_id, statuses=req.statuses(), owner_id=req.owner_id, types=req.types
         )
-        terms = query_terms(req.query)
         vector = self.embedder.embed([req.query])[0]
-        k = max(100, (req.offset + req.limit) * 4)
-        candidates = [
-            c for c in self.store.search_candidates(flt, terms, vector, k)
-            if can_read(c.stored.cell, agent_id)
-        ]
-        parts = score_parts([c.keyword for c in candidates], [c.cosine for c in candidates])
+        k = max(100, want * 4)
+        hits = self.store.search_candidates(flt, query_terms(req.query), vector, k)
+        parts = score_parts([h.keyword for h in hits], [h.cosine for h in hits])
+        order = sorted(zip(hits, parts, strict=True), key=lambda hp: -hp[1].relevance)
         now = self.clock()
-        scored = [
-            (c.stored.cell, with_decay(p.relevance, lifecycle.decay_score(c.stored.cell, now)))
-            for c, p in zip(candidates, parts, strict=True)
-        ]
-        scored.sort(key=lambda item: (-item[1], item[0].id))
+        scored: list[tuple[MemoryCell, float]] = []
+        batch = max(20, want)
+        for start in range(0, len(order), batch):
+            chunk = order[start : start + batch]
+            relevance = {h.cell_id: p.relevance for h, p in chunk}
+            for stored in self.store.get_many(list(relevance)):
+                cell = stored.cell
+                if can_read(cell, agent_id):
+                    decay = lifecycle.decay_score(cell, now)
+                    scored.append((cell, with_decay(relevance[cell.id], decay)))
+            scored.sort(key=lambda item: (-item[1], item[0].id))
+            if start + batch < len(order) and len(scored) >= want:
+                best_left = with_decay(order[start + batch][1].relevance, 1.0)
+                if scored[want - 1][1] > best_left:
+                    break
         return scored
 
     # ---- lifecycle -------------------------------------------------------------------
 
-    def run_lifecycle(self, req: LifecycleRunRequest, wait_seconds: float = 30.0) -> LifecycleReport:
+    def run_lifecycle(
+        self, req: LifecycleRunRequest, wait_seconds: float = 30.0
+    ) -> LifecycleReport:
         """One pass of the engine; at most one runs at a time across all processes."""
         if req.dry_run:
             return self._pass(req)

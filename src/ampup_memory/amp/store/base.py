@@ -29,11 +29,12 @@ class CellFilter:
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Hit:
     """A search hit before ranking: raw keyword score (higher = better, 0 = no match) and
-    cosine similarity of the cell's embedding with the query's (None = no vector)."""
+    cosine similarity of the cell's embedding with the query's (None = no vector). Cells
+    are fetched afterwards, best first, only as far as the page needs."""
 
-    stored: StoredCell
+    cell_id: str
     keyword: float
     cosine: float | None
 
@@ -91,6 +92,10 @@ class CellStore(Protocol):
 
     def get(self, cell_id: str) -> StoredCell | None: ...
 
+    def get_many(self, cell_ids: Sequence[str]) -> list[StoredCell]:
+        """The cells that exist among ``cell_ids``, in no particular order."""
+        ...
+
     def touch(self, cell_id: str, now: datetime) -> StoredCell | None:
         """Atomically add one to access_count and set last_accessed_at; the cell after it.
         None when the cell is missing or deleted."""
@@ -109,8 +114,9 @@ class CellStore(Protocol):
 
     def search_candidates(
         self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
-    ) -> list[Candidate]:
-        """Up to about ``k`` best keyword hits and ``k`` nearest vectors, merged."""
+    ) -> list[Hit]:
+        """Up to about ``k`` best keyword hits and ``k`` nearest vectors among the cells
+        matching ``filters``, merged; every hit carries both scores."""
         ...
 
     def lifecycle_batch(self, after_id: str | None, batch: int) -> list[StoredCell]:
@@ -157,7 +163,8 @@ def open_store(uri: str, dimensions: int | None, *, create: bool = True) -> Cell
     if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
         from ampup_memory.amp.store.postgres import PostgresStore
 
-        return PostgresStore(uri, dimensions)
+        store: CellStore = PostgresStore(uri, dimensions)
+        return store
     raise ConfigurationError(
         f"unsupported store URI scheme {scheme!r}: use sqlite:///path or postgresql://…"
     )

@@ -20,9 +20,9 @@ import numpy as np
 
 from ampup_memory.amp.model import Status, StoredCell, format_time
 from ampup_memory.amp.store.base import (
-    Candidate,
     CellFilter,
     Change,
+    Hit,
     KeyRecord,
     StoreInfo,
 )
@@ -243,6 +243,15 @@ class SQLiteStore:
         row = self._conn().execute(f"SELECT {_COLS} FROM cells WHERE id = ?", (cell_id,)).fetchone()
         return _stored(row) if row else None
 
+    def get_many(self, cell_ids: Sequence[str]) -> list[StoredCell]:
+        if not cell_ids:
+            return []
+        marks = ",".join("?" * len(cell_ids))
+        rows = self._conn().execute(
+            f"SELECT {_COLS} FROM cells WHERE id IN ({marks})", tuple(cell_ids)
+        ).fetchall()
+        return [_stored(r) for r in rows]
+
     def touch(self, cell_id: str, now: datetime) -> StoredCell | None:
         with self._write() as conn:
             row = conn.execute(
@@ -317,7 +326,7 @@ class SQLiteStore:
 
     def search_candidates(
         self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
-    ) -> list[Candidate]:
+    ) -> list[Hit]:
         if not filters.statuses:
             return []
         conn = self._conn()
@@ -341,30 +350,23 @@ class SQLiteStore:
             ).fetchall()
             if len(small) <= EXACT_LIMIT:
                 cosine = self._vectors.cosine(query, [r[0] for r in small])
-                best = sorted(cosine.items(), key=lambda kv: -kv[1])[: max(k, 1)]
-                cosine = dict(best)
+                cosine = dict(sorted(cosine.items(), key=lambda kv: -kv[1])[: max(k, 1)])
             else:
                 cosine = dict(self._vectors.top(query, max(k * 4, 400)))
         seqs = set(keyword) | set(cosine)
         if not seqs:
             return []
+        # Vector neighbours were found without the filters: keep only rows that pass them.
         marks = ",".join("?" * len(seqs))
         rows = conn.execute(
-            f"SELECT c.seq, {', '.join('c.' + x.strip() for x in _COLS.split(','))}"
-            f" FROM cells c WHERE c.seq IN ({marks}) AND {where}",
+            f"SELECT c.seq, c.id FROM cells c WHERE c.seq IN ({marks}) AND {where}",
             (*seqs, *params),
         ).fetchall()
         if query is not None and self._vectors is not None:
             missing = [r[0] for r in rows if r[0] not in cosine]
             cosine.update(self._vectors.cosine(query, missing))
-        return [
-            Candidate(
-                stored=_stored(r[1:]),
-                keyword=keyword.get(r[0], 0.0),
-                cosine=cosine.get(r[0]),
-            )
-            for r in rows
-        ]
+        return [Hit(cell_id=r[1], keyword=keyword.get(r[0], 0.0), cosine=cosine.get(r[0]))
+                for r in rows]
 
     # -- lifecycle ------------------------------------------------------------------------
 

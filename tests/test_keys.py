@@ -1,0 +1,103 @@
+"""Opt-in API keys: created by the CLI, checked by a real server, one uniform 401."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from tests.server_process import ServerProcess
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AMPUP_MEMORY_HOME": str(home)}
+    return subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def create_key(home: Path, *args: str) -> str:
+    done = cli(home, "keys", "create", *args)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def body(owner: str) -> dict[str, object]:
+    return {"type": "semantic", "content": {"text": "k"},
+            "identity": {"owner_id": owner, "owner_type": "user"}}
+
+
+def test_keys_end_to_end(tmp_path: Path) -> None:
+    key = create_key(tmp_path, "--agent", "agent_a")
+    admin_key = create_key(tmp_path, "--agent", "ops", "--admin")
+    other = create_key(tmp_path, "--agent", "agent_b")
+    assert key.startswith("ampk_") and key != other
+    stored = (tmp_path / "amp.db").read_bytes()
+    assert key.encode() not in stored  # only the hash is kept
+    with ServerProcess(tmp_path, env={"AMP_REQUIRE_KEYS": "1"}) as srv:
+        base = srv.url + "/amp/v1"
+        assert httpx.get(f"{base}/health").status_code == 200
+        assert httpx.get(f"{base}/spec").json()["capabilities"]["api_keys_required"] is True
+        ok = httpx.post(f"{base}/memories", json=body("u"),
+                        headers={"X-AMP-Agent-ID": "agent_a", "X-AMP-API-Key": key})
+        assert ok.status_code == 201
+        bearer = httpx.get(f"{base}/memories/{ok.json()['id']}",
+                           headers={"X-AMP-Agent-ID": "agent_a",
+                                    "Authorization": f"Bearer {key}"})
+        assert bearer.status_code == 200
+        failures = [
+            {},  # nothing
+            {"X-AMP-Agent-ID": "agent_a"},  # no key
+            {"X-AMP-API-Key": key},  # no agent
+            {"X-AMP-Agent-ID": "agent_a", "X-AMP-API-Key": "ampk_wrong"},
+            {"X-AMP-Agent-ID": "agent_a", "X-AMP-API-Key": other},  # another agent's key
+            {"X-AMP-Agent-ID": "nobody", "X-AMP-API-Key": key},  # unknown agent
+        ]
+        answers = [httpx.post(f"{base}/memories", content=b"{bad", headers=h) for h in failures]
+        assert {a.status_code for a in answers} == {401}
+        assert {a.json()["error"]["code"] for a in answers} == {"UNAUTHENTICATED"}
+        assert len({a.content for a in answers}) == 1
+        # Admin: the admin key opens admin routes; a plain key does not.
+        run = httpx.post(f"{base}/lifecycle/run", json={"dry_run": True},
+                         headers={"X-AMP-API-Key": admin_key})
+        assert run.status_code == 200
+        denied = httpx.post(f"{base}/lifecycle/run", json={}, headers={"X-AMP-API-Key": key})
+        assert denied.status_code == 403 and denied.json()["error"]["code"] == "ACCESS_DENIED"
+        # Expiry and revocation take effect on the next request (the CLI writes to the
+        # store the running server reads).
+        short = create_key(tmp_path, "--agent", "agent_s", "--expires-in", "3s")
+        h = {"X-AMP-Agent-ID": "agent_s", "X-AMP-API-Key": short}
+        assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 201
+        time.sleep(3.2)
+        assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 401
+        listing = cli(tmp_path, "keys", "list", "--json")
+        assert "agent_b" in listing.stdout and other not in listing.stdout
+        rows = [json.loads(line) for line in listing.stdout.splitlines()]
+        key_id = next(r["key_id"] for r in rows if r["agent_id"] == "agent_b")
+        revoked = cli(tmp_path, "keys", "revoke", key_id)
+        assert revoked.returncode == 0, revoked.stderr + listing.stdout
+        h = {"X-AMP-Agent-ID": "agent_b", "X-AMP-API-Key": other}
+        assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 401
+
+
+def test_reference_keys_file(tmp_path: Path) -> None:
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps(
+        {"agent_ref": "sha256:" + hashlib.sha256(b"ref-secret").hexdigest()}))
+    with ServerProcess(tmp_path, env={"AMP_API_KEYS_FILE": str(keys_file)}) as srv:
+        base = srv.url + "/amp/v1"
+        h = {"X-AMP-Agent-ID": "agent_ref", "X-AMP-API-Key": "ref-secret"}
+        assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 201
+        h["X-AMP-API-Key"] = "nope"
+        assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 401
+
+
+def test_bad_cli_input_is_a_clear_error(tmp_path: Path) -> None:
+    done = cli(tmp_path, "keys", "create", "--agent", "a", "--expires-in", "soon")
+    assert done.returncode == 2 and "duration" in done.stderr
+    assert "Traceback" not in done.stderr
