@@ -55,7 +55,8 @@ def caller_user(request: Request) -> str:
     return user
 
 
-@router.post("/search", responses={**ERRORS, 200: {"content": {"text/plain": {}}}},
+@router.post("/search",
+             responses={**ERRORS, 200: {"content": {"application/json": {}, "text/plain": {}}}},
              openapi_extra=body_doc(FactSearchRequest))
 async def search(request: Request) -> Response:
     user = caller_user(request)
