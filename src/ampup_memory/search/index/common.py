@@ -25,7 +25,7 @@ def time_text(value: datetime | None) -> str | None:
 def parse_time_text(text: str | None) -> datetime | None:
     if text is None:
         return None
-    return datetime.strptime(text, _FORMAT).replace(tzinfo=UTC)
+    return datetime.fromisoformat(text)  # our own fixed format, 'Z' included
 
 
 def dumps(value: Any) -> str:

@@ -499,14 +499,17 @@ class SQLiteIndex:
     def versions(
         self, scope: str, branch: str, keys: Iterable[tuple[str, str]]
     ) -> list[FactRow]:
+        wanted = set(keys)
         found: list[FactRow] = []
-        conn = self._conn()
-        for entity, predicate in dict.fromkeys(keys):
-            found += [_fact_row(r) for r in conn.execute(
-                f"SELECT {_FACT_COLS} FROM facts WHERE scope = ? AND branch = ?"
-                " AND entity = ? AND predicate = ?",
-                (scope, branch, entity, predicate),
-            )]
+        for batch in _chunks(sorted({e for e, _ in wanted})):
+            found += [
+                row for row in (_fact_row(r) for r in self._conn().execute(
+                    f"SELECT {_FACT_COLS} FROM facts WHERE scope = ? AND branch = ?"
+                    f" AND entity IN ({','.join('?' * len(batch))})",
+                    (scope, branch, *batch),
+                ))
+                if (row.entity, row.predicate) in wanted
+            ]
         return found
 
     def facts_overlapping(
