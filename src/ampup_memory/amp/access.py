@@ -7,9 +7,36 @@ GET, listing, search, PATCH, DELETE and the MCP tools all decide with `can_read`
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from functools import lru_cache
 
 from ampup_memory.amp.model import MemoryCell
+
+
+@dataclass(frozen=True)
+class Guard:
+    """The part of a cell the rules look at. Stores can build it from a few columns, so
+    search can apply the read rule to every hit before loading any whole cell."""
+
+    created_by: str
+    owner_id: str
+    public: bool
+    readable_by: tuple[str, ...]
+    writable_by: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, cell: MemoryCell) -> Guard:
+        return cls(
+            created_by=cell.identity.created_by,
+            owner_id=cell.identity.owner_id,
+            public=cell.access_policy.public,
+            readable_by=tuple(cell.access_policy.readable_by),
+            writable_by=tuple(cell.access_policy.writable_by),
+        )
+
+
+def _guard(subject: MemoryCell | Guard) -> Guard:
+    return subject if isinstance(subject, Guard) else Guard.of(subject)
 
 
 @lru_cache(maxsize=4096)
@@ -25,23 +52,20 @@ def pattern_matches(pattern: str, agent_id: str) -> bool:
     return _compile(pattern).fullmatch(agent_id) is not None
 
 
-def _is_principal(cell: MemoryCell, agent_id: str) -> bool:
-    # The creator and the owner (whatever its owner_type) always keep access.
-    return agent_id in (cell.identity.created_by, cell.identity.owner_id)
-
-
-def can_read(cell: MemoryCell, agent_id: str) -> bool:
+def can_read(subject: MemoryCell | Guard, agent_id: str) -> bool:
     """The read rule: public, or creator, or owner, or a readable_by pattern matches."""
-    if cell.access_policy.public or _is_principal(cell, agent_id):
+    g = _guard(subject)
+    if g.public or agent_id in (g.created_by, g.owner_id):
         return True
-    return any(pattern_matches(p, agent_id) for p in cell.access_policy.readable_by)
+    return any(pattern_matches(p, agent_id) for p in g.readable_by)
 
 
-def can_write(cell: MemoryCell, agent_id: str) -> bool:
+def can_write(subject: MemoryCell | Guard, agent_id: str) -> bool:
     """The write rule: creator, or owner, or a writable_by pattern. `public` grants no write."""
-    if _is_principal(cell, agent_id):
+    g = _guard(subject)
+    if agent_id in (g.created_by, g.owner_id):  # the creator and the owner keep access
         return True
-    return any(pattern_matches(p, agent_id) for p in cell.access_policy.writable_by)
+    return any(pattern_matches(p, agent_id) for p in g.writable_by)
 
 
 def may_be_readable(public: bool, created_by: str, owner_id: str, has_readers: bool,

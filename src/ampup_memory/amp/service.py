@@ -62,6 +62,7 @@ T = TypeVar("T")
 
 LIFECYCLE_LEASE = "amp-lifecycle"
 LIST_BATCH = 200
+MAX_CANDIDATES = 25_600
 
 
 def utcnow() -> datetime:
@@ -322,8 +323,16 @@ class AmpService:
             agent_id=agent_id, statuses=req.statuses(), owner_id=req.owner_id, types=req.types
         )
         vector = self.embedder.embed([req.query])[0]
+        terms = query_terms(req.query)
         k = max(100, want * 4)
-        hits = self.store.search_candidates(flt, query_terms(req.query), vector, k)
+        while True:
+            found = self.store.search_candidates(flt, terms, vector, k)
+            # The read rule runs on every hit before scores are normalised, so hidden
+            # cells shape neither the ranking nor the counts.
+            hits = [h for h in found if can_read(h.guard, agent_id)]
+            if len(hits) >= want or len(found) < k or k >= MAX_CANDIDATES:
+                break
+            k *= 4  # hidden cells took the candidate slots: look deeper
         parts = score_parts([h.keyword for h in hits], [h.cosine for h in hits])
         order = sorted(zip(hits, parts, strict=True), key=lambda hp: -hp[1].relevance)
         now = self.clock()
@@ -334,7 +343,7 @@ class AmpService:
             relevance = {h.cell_id: p.relevance for h, p in chunk}
             for stored in self.store.get_many(list(relevance)):
                 cell = stored.cell
-                if can_read(cell, agent_id):
+                if can_read(cell, agent_id):  # the policy may have changed since the hit
                     decay = lifecycle.decay_score(cell, now)
                     scored.append((cell, with_decay(relevance[cell.id], decay)))
             scored.sort(key=lambda item: (-item[1], item[0].id))

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import MemoryType, Status, StoredCell
 from ampup_memory.errors import ConfigurationError
 
@@ -37,6 +38,7 @@ class Hit:
     cell_id: str
     keyword: float
     cosine: float | None
+    guard: Guard
 
 
 @dataclass(frozen=True)

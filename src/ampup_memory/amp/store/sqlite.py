@@ -7,6 +7,7 @@ a 201 means the cell survived a kill -9 or a power cut.
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 import uuid
@@ -18,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import Status, StoredCell, format_time
 from ampup_memory.amp.store.base import (
     CellFilter,
@@ -359,14 +361,24 @@ class SQLiteStore:
         # Vector neighbours were found without the filters: keep only rows that pass them.
         marks = ",".join("?" * len(seqs))
         rows = conn.execute(
-            f"SELECT c.seq, c.id FROM cells c WHERE c.seq IN ({marks}) AND {where}",
+            f"SELECT c.seq, c.id, c.created_by, c.owner_id, c.public,"
+            f" json_extract(c.doc, '$.access_policy.readable_by')"
+            f" FROM cells c WHERE c.seq IN ({marks}) AND {where}",
             (*seqs, *params),
         ).fetchall()
         if query is not None and self._vectors is not None:
             missing = [r[0] for r in rows if r[0] not in cosine]
             cosine.update(self._vectors.cosine(query, missing))
-        return [Hit(cell_id=r[1], keyword=keyword.get(r[0], 0.0), cosine=cosine.get(r[0]))
-                for r in rows]
+        return [
+            Hit(
+                cell_id=r[1],
+                keyword=keyword.get(r[0], 0.0),
+                cosine=cosine.get(r[0]),
+                guard=Guard(created_by=r[2], owner_id=r[3], public=bool(r[4]),
+                            readable_by=tuple(json.loads(r[5] or "[]"))),
+            )
+            for r in rows
+        ]
 
     # -- lifecycle ------------------------------------------------------------------------
 
