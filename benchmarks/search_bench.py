@@ -133,7 +133,7 @@ def main() -> None:
             started = time.perf_counter()
             fill(engine, size, 0)
             built = time.perf_counter() - started
-            p = timings(lambda q: engine.search_passages(SCOPE, "main", q, who), qs[:100])
+            p = timings(lambda q, e=engine: e.search_passages(SCOPE, "main", q, who), qs[:100])
             growth.append((size, p, built))
             print(size, p, built, flush=True)
             engine.index.close()
