@@ -7,6 +7,7 @@ opens the server's state, built from the one declaration (name, env var, help).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -271,6 +272,10 @@ def show_settings(markdown: bool, **kwargs: Any) -> None:
 
 
 def main() -> None:
+    # One BLAS thread: a query embedding times a matrix is too small to split, and on a busy
+    # 2-core machine a second spinning thread doubled vector-search latency (measured).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     cli(prog_name="ampup-memory")
 
 

@@ -26,14 +26,30 @@ def clock(cell: MemoryCell) -> datetime:
     return max(life.created_at, life.last_accessed_at, life.last_updated_at)
 
 
-def decay_score(cell: MemoryCell, now: datetime) -> float:
+@dataclass(frozen=True)
+class DecayInputs:
+    """What the decay score depends on; stores can hand these over without a whole cell."""
+
+    importance: float
+    confidence: float
+    decay_rate: float
+    since: datetime
+    expires_at: datetime | None = None
+
+    @classmethod
+    def of(cls, cell: MemoryCell) -> DecayInputs:
+        s = cell.scoring
+        return cls(s.importance, s.confidence, s.decay_rate, clock(cell),
+                   cell.lifecycle.expires_at)
+
+
+def decay_score(subject: MemoryCell | DecayInputs, now: datetime) -> float:
     """The one decay score. A cell past its explicit ``expires_at`` scores 0."""
-    life = cell.lifecycle
-    if life.expires_at is not None and now >= life.expires_at:
+    d = subject if isinstance(subject, DecayInputs) else DecayInputs.of(subject)
+    if d.expires_at is not None and now >= d.expires_at:
         return 0.0
-    days = max(0.0, (now - clock(cell)).total_seconds() / SECONDS_PER_DAY)
-    s = cell.scoring
-    return s.importance * s.confidence * math.exp(-s.decay_rate * days)
+    days = max(0.0, (now - d.since).total_seconds() / SECONDS_PER_DAY)
+    return d.importance * d.confidence * math.exp(-d.decay_rate * days)
 
 
 class Transition(StrEnum):

@@ -299,9 +299,13 @@ class AmpService:
 
     def search(self, agent_id: str, req: SearchRequest) -> dict[str, Any]:
         ranked = self.rank(agent_id, req)
-        page = ranked[req.offset : req.offset + req.limit]
+        page_ids = [cell_id for cell_id, _ in ranked[req.offset : req.offset + req.limit]]
+        cells = {s.cell.id: s.cell for s in self.store.get_many(page_ids)}
+        # A cell deleted or re-permissioned since it was ranked drops out of the page.
+        page = [cells[i] for i in page_ids if i in cells and can_read(cells[i], agent_id)
+                and cells[i].lifecycle.status in req.statuses()]
         return {
-            "results": [cell.wire() for cell, _ in page],
+            "results": [cell.wire() for cell in page],
             "returned": len(page),
             "has_more": len(ranked) > req.offset + req.limit,
             "offset": req.offset,
@@ -309,16 +313,13 @@ class AmpService:
             "query": req.query,
         }
 
-    def rank(
-        self, agent_id: str, req: SearchRequest, want: int | None = None
-    ) -> list[tuple[MemoryCell, float]]:
-        """Readable cells matching the request, best first, with their blended scores.
+    def rank(self, agent_id: str, req: SearchRequest) -> list[tuple[str, float]]:
+        """Ids of readable cells matching the request with their blended scores, best first.
 
-        Only the best ``want`` (default: enough for the page and ``has_more``) are exact:
-        hits are fetched in order of relevance, and fetching stops once no unfetched hit
-        can beat the page, since decay only scales relevance by a factor in [0.5, 1].
+        Scores come from the hits alone (keyword, cosine, access guard, decay inputs), so
+        only the cells of the page are ever loaded.
         """
-        want = want or req.offset + req.limit + 1
+        want = req.offset + req.limit + 1
         flt = CellFilter(
             agent_id=agent_id, statuses=req.statuses(), owner_id=req.owner_id, types=req.types
         )
@@ -334,23 +335,12 @@ class AmpService:
                 break
             k *= 4  # hidden cells took the candidate slots: look deeper
         parts = score_parts([h.keyword for h in hits], [h.cosine for h in hits])
-        order = sorted(zip(hits, parts, strict=True), key=lambda hp: -hp[1].relevance)
         now = self.clock()
-        scored: list[tuple[MemoryCell, float]] = []
-        batch = max(20, want)
-        for start in range(0, len(order), batch):
-            chunk = order[start : start + batch]
-            relevance = {h.cell_id: p.relevance for h, p in chunk}
-            for stored in self.store.get_many(list(relevance)):
-                cell = stored.cell
-                if can_read(cell, agent_id):  # the policy may have changed since the hit
-                    decay = lifecycle.decay_score(cell, now)
-                    scored.append((cell, with_decay(relevance[cell.id], decay)))
-            scored.sort(key=lambda item: (-item[1], item[0].id))
-            if start + batch < len(order) and len(scored) >= want:
-                best_left = with_decay(order[start + batch][1].relevance, 1.0)
-                if scored[want - 1][1] > best_left:
-                    break
+        scored = [
+            (h.cell_id, with_decay(p.relevance, lifecycle.decay_score(h.decay, now)))
+            for h, p in zip(hits, parts, strict=True)
+        ]
+        scored.sort(key=lambda item: (-item[1], item[0]))
         return scored
 
     # ---- lifecycle -------------------------------------------------------------------

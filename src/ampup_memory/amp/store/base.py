@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Protocol
 
 from ampup_memory.amp.access import Guard
+from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import MemoryType, Status, StoredCell
 from ampup_memory.errors import ConfigurationError
 
@@ -39,6 +40,7 @@ class Hit:
     keyword: float
     cosine: float | None
     guard: Guard
+    decay: DecayInputs
 
 
 @dataclass(frozen=True)

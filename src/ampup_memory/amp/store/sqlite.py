@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ampup_memory.amp.access import Guard
+from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import Status, StoredCell, format_time
 from ampup_memory.amp.store.base import (
     CellFilter,
@@ -100,6 +101,9 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 _COLS = "doc, access_count, last_accessed_at, stale_since, deleted_at"
 # Exact ranking is cheap below this many filtered cells; above it we take global top-k.
 EXACT_LIMIT = 5000
+# BM25 costs one score per matching row. Past this many postings, the query's most common
+# terms (lowest IDF, least weight) are left to the embedding side; the rarest always stays.
+POSTINGS_BUDGET = 8000
 
 
 def sqlite_path(uri: str) -> Path:
@@ -110,6 +114,14 @@ def sqlite_path(uri: str) -> Path:
     if not raw or "\x00" in raw or "?" in raw:
         raise ConfigurationError(f"invalid SQLite path in {uri!r}")
     return Path(raw if raw.startswith("/") else raw).expanduser()
+
+
+def _time(value: str) -> datetime:
+    # Every stored timestamp has the one spelling of model.format_time, so strings sort
+    # like instants (the max() above relies on it).
+    parsed = parse_time(value)
+    assert parsed is not None
+    return parsed
 
 
 def _stored(row: sqlite3.Row | tuple[Any, ...]) -> StoredCell:
@@ -334,12 +346,13 @@ class SQLiteStore:
         conn = self._conn()
         where, params = self._where(filters, "c.")
         keyword: dict[int, float] = {}
-        if terms:
+        kept = self._affordable_terms(conn, terms)
+        if kept:
             for seq, score in conn.execute(
                 "SELECT c.seq, -bm25(cells_fts) FROM cells_fts JOIN cells c"
                 f" ON c.seq = cells_fts.rowid WHERE cells_fts MATCH ? AND {where}"
                 " ORDER BY bm25(cells_fts) LIMIT ?",
-                (fts5_match(list(terms)), *params, k),
+                (fts5_match(kept), *params, k),
             ):
                 keyword[seq] = max(float(score), 0.0)
         cosine: dict[int, float] = {}
@@ -347,10 +360,13 @@ class SQLiteStore:
         if vector is not None and self._vectors is not None:
             query = np.asarray(vector, dtype=np.float32)
             self._vectors.refresh(conn)
-            small = conn.execute(
-                f"SELECT c.seq FROM cells c WHERE {where} LIMIT ?", (*params, EXACT_LIMIT + 1)
-            ).fetchall()
-            if len(small) <= EXACT_LIMIT:
+            small = None
+            if filters.owner_id is not None:  # selective: rank the owner's cells exactly
+                small = conn.execute(
+                    f"SELECT c.seq FROM cells c WHERE {where} LIMIT ?",
+                    (*params, EXACT_LIMIT + 1),
+                ).fetchall()
+            if small is not None and len(small) <= EXACT_LIMIT:
                 cosine = self._vectors.cosine(query, [r[0] for r in small])
                 cosine = dict(sorted(cosine.items(), key=lambda kv: -kv[1])[: max(k, 1)])
             else:
@@ -361,8 +377,14 @@ class SQLiteStore:
         # Vector neighbours were found without the filters: keep only rows that pass them.
         marks = ",".join("?" * len(seqs))
         rows = conn.execute(
-            f"SELECT c.seq, c.id, c.created_by, c.owner_id, c.public,"
-            f" json_extract(c.doc, '$.access_policy.readable_by')"
+            "SELECT c.seq, c.id, c.created_by, c.owner_id, c.public,"
+            " json_extract(c.doc, '$.access_policy.readable_by'),"
+            " json_extract(c.doc, '$.scoring.importance'),"
+            " json_extract(c.doc, '$.scoring.confidence'),"
+            " json_extract(c.doc, '$.scoring.decay_rate'),"
+            " max(c.last_accessed_at, json_extract(c.doc, '$.lifecycle.created_at'),"
+            "     json_extract(c.doc, '$.lifecycle.last_updated_at')),"
+            " json_extract(c.doc, '$.lifecycle.expires_at')"
             f" FROM cells c WHERE c.seq IN ({marks}) AND {where}",
             (*seqs, *params),
         ).fetchall()
@@ -376,9 +398,36 @@ class SQLiteStore:
                 cosine=cosine.get(r[0]),
                 guard=Guard(created_by=r[2], owner_id=r[3], public=bool(r[4]),
                             readable_by=tuple(json.loads(r[5] or "[]"))),
+                decay=DecayInputs(
+                    importance=float(r[6]), confidence=float(r[7]), decay_rate=float(r[8]),
+                    since=_time(r[9]), expires_at=parse_time(r[10]),
+                ),
             )
             for r in rows
         ]
+
+    @staticmethod
+    def _affordable_terms(conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
+        """The query terms worth a BM25 pass: known ones, rarest first, within the budget."""
+        if not terms:
+            return []
+        # fts5vocab holds stemmed terms; count each query word by a cheap MATCH instead.
+        counted: list[tuple[int, str]] = []
+        for term in terms:
+            row = conn.execute(
+                "SELECT count(*) FROM cells_fts WHERE cells_fts MATCH ?", (fts5_match([term]),)
+            ).fetchone()
+            if row[0]:
+                counted.append((int(row[0]), term))
+        counted.sort()
+        kept: list[str] = []
+        total = 0
+        for df, term in counted:
+            if kept and total + df > POSTINGS_BUDGET:
+                break
+            kept.append(term)
+            total += df
+        return kept
 
     # -- lifecycle ------------------------------------------------------------------------
 

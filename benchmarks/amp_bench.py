@@ -1,0 +1,140 @@
+"""AMP benchmark over real HTTP: create, get and search at several store sizes.
+
+Each measurement repeats ONE operation (the same body, the same id, the same query), so a
+row measures one thing; we report min and median. Cells are loaded over HTTP first.
+
+    python benchmarks/amp_bench.py --store sqlite --sizes 1000,10000,100000
+    python benchmarks/amp_bench.py --store postgres --sizes 1000,10000
+
+Results print as a Markdown table and are saved to benchmarks/results/amp_<store>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.server_process import ServerProcess  # noqa: E402
+
+SUBJECTS = ["The customer", "The user", "Our billing agent", "The on-call engineer", "Marketing",
+            "The account owner", "Support", "The finance team", "A new hire", "The CTO"]
+VERBS = ["prefers", "asked about", "complained about", "approved", "rejected", "scheduled",
+         "forgot", "mentioned", "escalated", "documented"]
+OBJECTS = ["short emails", "the invoice for March", "a timeout in connection-4",
+           "weekly status calls", "Python for backend work", "the deploy checklist",
+           "phone contact after 5pm", "the renewal discount", "dark mode in the dashboard",
+           "the Berlin office move", "quarterly planning", "SLA credits", "a refund",
+           "the onboarding guide", "two-factor login"]
+TAILS = ["last Tuesday", "during the review", "in the Slack thread", "on the call",
+         "before the release", "after the outage", "in a survey", "twice this month"]
+
+QUERY = {"query": "customer contact preference email", "limit": 10}
+
+
+def sentence(rng: random.Random) -> str:
+    return " ".join([rng.choice(SUBJECTS), rng.choice(VERBS), rng.choice(OBJECTS),
+                     rng.choice(TAILS)]) + f" (note {rng.randrange(10**6)})."
+
+
+def cell_body(text: str, owner: str) -> dict[str, object]:
+    return {"type": "semantic", "content": {"text": text},
+            "identity": {"owner_id": owner, "owner_type": "user"},
+            "access_policy": {"readable_by": ["agent_bench_*"]}}
+
+
+def load(base: str, count: int, rng: random.Random) -> None:
+    texts = [sentence(rng) for _ in range(count)]
+
+    def post(chunk: list[str]) -> None:
+        with httpx.Client(base_url=base, headers={"X-AMP-Agent-ID": "loader"},
+                          timeout=60) as c:
+            for i, text in enumerate(chunk):
+                r = c.post("/memories", json=cell_body(text, f"user_{i % 50}"))
+                r.raise_for_status()
+
+    chunks = [texts[i::4] for i in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(post, chunks))
+
+
+def timed(fn: object, repeat: int) -> tuple[float, float]:
+    samples = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        fn()  # type: ignore[operator]
+        samples.append((time.perf_counter() - t) * 1000)
+    return min(samples), statistics.median(samples)
+
+
+def measure(base: str, repeat: int) -> dict[str, tuple[float, float]]:
+    with httpx.Client(base_url=base, headers={"X-AMP-Agent-ID": "agent_bench_1"},
+                      timeout=60) as c:
+        body = cell_body("The customer prefers email for contact about invoices", "user_x")
+        cell_id = c.post("/memories", json=body).json()["id"]
+        for _ in range(20):  # warm caches and connections
+            c.get(f"/memories/{cell_id}")
+            c.post("/memories/search", json=QUERY)
+
+        def create() -> None:
+            c.post("/memories", json=body).raise_for_status()
+
+        def get() -> None:
+            c.get(f"/memories/{cell_id}").raise_for_status()
+
+        def search() -> None:
+            c.post("/memories/search", json=QUERY).raise_for_status()
+
+        return {"create": timed(create, repeat), "get": timed(get, repeat),
+                "search": timed(search, repeat)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--store", choices=["sqlite", "postgres"], default="sqlite")
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--repeat", type=int, default=200)
+    args = parser.parse_args()
+    rng = random.Random(7)
+    results: dict[str, dict[str, tuple[float, float]]] = {}
+    pg_admin = None
+    if args.store == "postgres":
+        from tests.pg import PostgresFactory, _embedded
+        pg_admin = PostgresFactory(_embedded())
+    for size in [int(s) for s in args.sizes.split(",")]:
+        home = Path(tempfile.mkdtemp(prefix=f"ampbench-{size}-"))
+        env = {"AMP_LIFECYCLE_ENABLED": "0", "AMP_SCORING_PATCH_LIMIT": "0"}
+        if pg_admin is not None:
+            env["AMP_STORE_URI"] = pg_admin.new_database("bench")
+        with ServerProcess(home, env=env) as srv:
+            base = srv.url + "/amp/v1"
+            t = time.perf_counter()
+            load(base, size, rng)
+            print(f"loaded {size} cells in {time.perf_counter() - t:.1f}s", file=sys.stderr)
+            results[str(size)] = measure(base, args.repeat)
+            print(f"{size}: {results[str(size)]}", file=sys.stderr)
+    out = ROOT / "benchmarks" / "results" / f"amp_{args.store}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"store": args.store, "repeat": args.repeat,
+                               "machine": platform.platform(), "results": results}, indent=2))
+    print(f"| cells | create min / p50 (ms) | get min / p50 (ms) | search min / p50 (ms) |")
+    print("|---|---|---|---|")
+    for size, r in results.items():
+        cols = " | ".join(f"{r[k][0]:.2f} / {r[k][1]:.2f}" for k in ("create", "get", "search"))
+        print(f"| {size} | {cols} |")
+
+
+if __name__ == "__main__":
+    main()
