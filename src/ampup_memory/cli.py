@@ -296,6 +296,17 @@ def show_settings(markdown: bool, **kwargs: Any) -> None:
     Console().print(table)
 
 
+@cli.command("openapi")
+@settings_options
+def openapi(**kwargs: Any) -> None:
+    """Print the server's OpenAPI schema (docs/openapi.json is this output)."""
+    from ampup_memory.server import create_app
+
+    settings = settings_from(kwargs)
+    click.echo(json.dumps(create_app(settings, _runtime(settings)).openapi(), indent=2,
+                          sort_keys=True))
+
+
 def main() -> None:
     # One BLAS thread: a query embedding times a matrix is too small to split, and on a busy
     # 2-core machine a second spinning thread doubled vector-search latency (measured).
