@@ -129,7 +129,11 @@ class AmpService:
 
     # ---- create / read ---------------------------------------------------------------
 
-    def create(self, agent_id: str | None, raw: bytes | None) -> MemoryCell:
+    def create(
+        self, agent_id: str | None, raw: bytes | None, vector: list[float] | None = None
+    ) -> MemoryCell:
+        """Create a cell. ``vector`` lets a bulk loader pass an embedding it computed in a
+        batch; it must come from this service's embedder."""
         req = parse_body(CreateMemory, raw)
         created_by = agent_id or req.identity.created_by
         if not created_by:
@@ -167,7 +171,9 @@ class AmpService:
             provenance=req.provenance,
         )
         self._check_size(cell)
-        self.store.create(StoredCell(cell=cell), self.embedder.embed([cell.content.text])[0])
+        if vector is None:
+            vector = self.embedder.embed([cell.content.text])[0]
+        self.store.create(StoredCell(cell=cell), vector)
         return cell
 
     def _readable(self, cell_id: str, agent_id: str) -> StoredCell:
