@@ -1,7 +1,8 @@
 """AMP benchmark over real HTTP: create, get and search at several store sizes.
 
 Each measurement repeats ONE operation (the same body, the same id, the same query), so a
-row measures one thing; we report min and median. Cells are loaded over HTTP first.
+row measures one thing; we report min and median. Cells are loaded in-process first (see
+`load`), then a fresh server process is started and every measurement goes over HTTP.
 
     python benchmarks/amp_bench.py --store sqlite --sizes 1000,10000,100000
     python benchmarks/amp_bench.py --store postgres --sizes 1000,10000
@@ -19,10 +20,10 @@ import statistics
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+from rich.progress import Progress
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -55,19 +56,27 @@ def cell_body(text: str, owner: str) -> dict[str, object]:
             "access_policy": {"readable_by": ["agent_bench_*"]}}
 
 
-def load(base: str, count: int, rng: random.Random) -> None:
-    texts = [sentence(rng) for _ in range(count)]
+def load(settings_kwargs: dict[str, str], count: int, rng: random.Random) -> None:
+    """Fill the store in-process (what is measured afterwards goes over HTTP): through
+    AmpService.create with embeddings computed in batches, SQLite without per-row fsync."""
+    from ampup_memory.server import open_runtime
+    from ampup_memory.settings import load_settings
 
-    def post(chunk: list[str]) -> None:
-        with httpx.Client(base_url=base, headers={"X-AMP-Agent-ID": "loader"},
-                          timeout=60) as c:
-            for i, text in enumerate(chunk):
-                r = c.post("/memories", json=cell_body(text, f"user_{i % 50}"))
-                r.raise_for_status()
-
-    chunks = [texts[i::4] for i in range(4)]
-    with ThreadPoolExecutor(4) as pool:
-        list(pool.map(post, chunks))
+    rt = open_runtime(load_settings(**settings_kwargs))
+    if rt.store.info.name == "sqlite":
+        rt.store._conn().execute("PRAGMA synchronous=OFF")  # loading only
+    done = 0
+    with Progress() as progress:
+        task = progress.add_task(f"loading {count} cells", total=count)
+        while done < count:
+            texts = [sentence(rng) for _ in range(min(2000, count - done))]
+            vectors = rt.embedder.embed(texts)
+            for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)):
+                body = json.dumps(cell_body(text, f"user_{(done + i) % 50}")).encode()
+                rt.amp.create("loader", body, vector)
+            done += len(texts)
+            progress.update(task, completed=done)
+    rt.close()
 
 
 def timed(fn: object, repeat: int) -> tuple[float, float]:
@@ -116,20 +125,21 @@ def main() -> None:
     for size in [int(s) for s in args.sizes.split(",")]:
         home = Path(tempfile.mkdtemp(prefix=f"ampbench-{size}-"))
         env = {"AMP_LIFECYCLE_ENABLED": "0", "AMP_SCORING_PATCH_LIMIT": "0"}
+        settings: dict[str, str] = {"home": str(home)}
         if pg_admin is not None:
-            env["AMP_STORE_URI"] = pg_admin.new_database("bench")
+            env["AMP_STORE_URI"] = settings["store_uri"] = pg_admin.new_database("bench")
+        t = time.perf_counter()
+        load(settings, size, rng)
+        print(f"loaded {size} cells in {time.perf_counter() - t:.1f}s", file=sys.stderr)
         with ServerProcess(home, env=env) as srv:
             base = srv.url + "/amp/v1"
-            t = time.perf_counter()
-            load(base, size, rng)
-            print(f"loaded {size} cells in {time.perf_counter() - t:.1f}s", file=sys.stderr)
             results[str(size)] = measure(base, args.repeat)
             print(f"{size}: {results[str(size)]}", file=sys.stderr)
     out = ROOT / "benchmarks" / "results" / f"amp_{args.store}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"store": args.store, "repeat": args.repeat,
                                "machine": platform.platform(), "results": results}, indent=2))
-    print(f"| cells | create min / p50 (ms) | get min / p50 (ms) | search min / p50 (ms) |")
+    print("| cells | create min / p50 (ms) | get min / p50 (ms) | search min / p50 (ms) |")
     print("|---|---|---|---|")
     for size, r in results.items():
         cols = " | ".join(f"{r[k][0]:.2f} / {r[k][1]:.2f}" for k in ("create", "get", "search"))

@@ -24,12 +24,16 @@ class ServerProcess:
     """One server process on a free port; `.url` is its base URL."""
 
     def __init__(self, home: Path, env: Mapping[str, str] | None = None,
-                 args: list[str] | None = None, port: int | None = None) -> None:
+                 args: list[str] | None = None, port: int | None = None,
+                 command: list[str] | None = None) -> None:
         self.home = home
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "AMPUP_MEMORY_HOME": str(home), **(env or {})}
         self.args = args or []
+        # Default: the real CLI. Tests of deliberately broken servers pass their own.
+        self.command = command or [sys.executable, "-m", "ampup_memory.cli", "serve",
+                                   "--port", str(self.port)]
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = home / f"server-{self.port}.log"
 
@@ -37,8 +41,7 @@ class ServerProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ampup_memory.cli", "serve", "--port", str(self.port),
-             *self.args],
+            [*self.command, *self.args],
             env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )
         deadline = time.monotonic() + timeout

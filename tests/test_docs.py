@@ -47,3 +47,16 @@ def test_every_route_is_documented(tmp_path: Path) -> None:
             if f"{method.upper()} {path}" not in text:
                 missing.append(f"{method.upper()} {path}")
     assert not missing, f"undocumented routes in docs/api.md: {missing}"
+
+
+def test_committed_openapi_matches_the_server(tmp_path: Path) -> None:
+    import json
+
+    from ampup_memory.server import create_app
+    from ampup_memory.settings import load_settings
+
+    app = create_app(load_settings(home=tmp_path, embedding_provider="hash"))
+    committed = json.loads((DOCS / "openapi.json").read_text())
+    assert committed == app.openapi(), (
+        "docs/openapi.json is stale: run `ampup-memory openapi > docs/openapi.json`"
+    )

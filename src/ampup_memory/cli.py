@@ -102,6 +102,31 @@ def serve(**kwargs: Any) -> None:
                 timeout_graceful_shutdown=5)
 
 
+@cli.command()
+@settings_options
+def mcp(**kwargs: Any) -> None:
+    """Serve the MCP tools over stdio as AMP_MCP_AGENT_ID (for desktop agents)."""
+    import anyio
+
+    from ampup_memory.mcp.stdio import serve_stdio, stdio_caller
+
+    settings = settings_from(kwargs)
+    if not settings.mcp_agent_id:
+        _fail("AMP_MCP_AGENT_ID is not set: the stdio MCP server needs the agent id it acts "
+              "as (set AMP_MCP_AGENT_ID or pass --mcp-agent-id).")
+    rt = _runtime(settings)
+    try:
+        try:
+            caller = stdio_caller(rt)
+        except (AmpError, ConfigurationError) as exc:
+            _fail(f"cannot act as {settings.mcp_agent_id!r}: {exc}"
+                  + (" (keys are required: set AMP_MCP_API_KEY to this agent's key)"
+                     if settings.require_keys else ""))
+        anyio.run(serve_stdio, rt, caller)
+    finally:
+        rt.close()
+
+
 @cli.group()
 def lifecycle() -> None:
     """The AMP lifecycle engine."""
@@ -270,6 +295,17 @@ def show_settings(markdown: bool, **kwargs: Any) -> None:
             value = "•••"
         table.add_row(name, env_name(name), "" if value is None else str(value))
     Console().print(table)
+
+
+@cli.command("openapi")
+@settings_options
+def openapi(**kwargs: Any) -> None:
+    """Print the server's OpenAPI schema (docs/openapi.json is this output)."""
+    from ampup_memory.server import create_app
+
+    settings = settings_from(kwargs)
+    click.echo(json.dumps(create_app(settings, _runtime(settings)).openapi(), indent=2,
+                          sort_keys=True))
 
 
 for _command in memory_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501

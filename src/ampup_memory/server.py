@@ -17,10 +17,12 @@ from ampup_memory.amp.api import router as amp_router
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore, open_store
 from ampup_memory.auth import Authenticator, KeyRing
+from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.memory.timer import maintenance_timer
 from ampup_memory.openapi import install_schemas
+from ampup_memory.search.api import mount as mount_search
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings
 
@@ -125,10 +127,6 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
 
 def _mount_optional(app: FastAPI, rt: Runtime) -> None:
-    """Faces that live in their own packages: MCP over streamable HTTP, AmpUp Memory."""
-    try:
-        from ampup_memory.mcp.http import mount as mount_mcp
-    except ImportError:
-        mount_mcp = None
-    if mount_mcp is not None:
-        mount_mcp(app, rt)
+    """Faces that live in their own packages: MCP over streamable HTTP, AmpUp search."""
+    mount_mcp(app, rt)
+    mount_search(app, rt)

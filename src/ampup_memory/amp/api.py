@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse
 from ampup_memory.amp.model import (
     AMP_VERSION,
     MAX_CELL_SIZE_BYTES,
+    MAX_OFFSET,
     MAX_PAGE_SIZE,
     CreateMemory,
     LifecycleRunRequest,
@@ -153,7 +154,7 @@ OwnerQ = Annotated[str | None, Query(description="Only cells owned by this id")]
 TypeQ = Annotated[MemoryType | None, Query(description="Only cells of this type")]
 StatusQ = Annotated[Status, Query(description="Lifecycle status (deleted is never listed)")]
 LimitQ = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
-OffsetQ = Annotated[int, Query(ge=0)]
+OffsetQ = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
 
 
 @router.get("/memories", response_model=Page, tags=["memories"], responses=ERRORS)

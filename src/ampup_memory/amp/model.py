@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     AwareDatetime,
     BaseModel,
     BeforeValidator,
@@ -21,11 +22,29 @@ from pydantic import (
 AMP_VERSION = "0.1.0"
 MAX_CELL_SIZE_BYTES = 65536
 MAX_PAGE_SIZE = 100
+# Offset paging past a million cells is a scan, not a query: use a filter instead.
+MAX_OFFSET = 1_000_000
 
 
 def format_time(value: datetime) -> str:
-    """RFC 3339 in UTC with microseconds and a ``Z``: one spelling for every timestamp."""
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    """RFC 3339 in UTC with microseconds and a ``Z``: one spelling for every timestamp
+    (fixed width, so stored strings sort like the instants they name)."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+EARLIEST_UTC = datetime.min.replace(tzinfo=UTC)
+LATEST_UTC = datetime.max.replace(tzinfo=UTC)
+
+
+def _in_range(value: datetime | None) -> datetime | None:
+    # An instant Python cannot hold in UTC (year 1 at +05:00) clamps to the nearest one it
+    # can: as an expiry or a "now" it means the same thing, and it is never a 500.
+    if value is None:
+        return None
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        return EARLIEST_UTC if value.year < 5000 else LATEST_UTC
 
 
 def to_utc(value: datetime) -> datetime:
@@ -164,8 +183,11 @@ class CreateScoring(_Strict):
     decay_rate: Annotated[float, Field(ge=0.0)] = 0.01
 
 
+RequestTime = Annotated[AwareDatetime, AfterValidator(_in_range)]
+
+
 class CreateLifecycle(_Strict):
-    expires_at: AwareDatetime | None = None
+    expires_at: RequestTime | None = None
 
 
 class CreateMemory(_Strict):
@@ -206,8 +228,8 @@ class PatchPolicy(_Strict):
 
 class PatchLifecycle(_Strict):
     status: Status | None = None
-    expires_at: AwareDatetime | None = None
-    created_at: AwareDatetime | None = None
+    expires_at: RequestTime | None = None
+    created_at: RequestTime | None = None
 
 
 class PatchIdentity(_Strict):
@@ -229,7 +251,7 @@ class PatchMemory(_Strict):
     access_policy: PatchPolicy | None = None
     provenance: Provenance | None = None
     lifecycle: PatchLifecycle | None = None
-    created_at: AwareDatetime | None = None
+    created_at: RequestTime | None = None
 
 
 class ListQuery(_Strict):
@@ -237,7 +259,7 @@ class ListQuery(_Strict):
     type: MemoryType | None = None
     status: Status = Status.active
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE)] = 20
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int, Field(ge=0, le=MAX_OFFSET)] = 0
 
 
 class SearchRequest(_Strict):
@@ -247,7 +269,7 @@ class SearchRequest(_Strict):
     status: list[Status] | None = None
     include_stale: bool = False
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE), BeforeValidator(_integral)] = 10
-    offset: Annotated[int, Field(ge=0), BeforeValidator(_integral)] = 0
+    offset: Annotated[int, Field(ge=0, le=MAX_OFFSET), BeforeValidator(_integral)] = 0
 
     def statuses(self) -> list[Status]:
         """The statuses searched: asked-for ones (default active), never deleted."""
@@ -258,7 +280,7 @@ class SearchRequest(_Strict):
 
 
 class LifecycleRunRequest(_Strict):
-    now: AwareDatetime | None = None
+    now: RequestTime | None = None
     dry_run: bool = False
 
 

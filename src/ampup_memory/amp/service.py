@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -37,6 +39,7 @@ from ampup_memory.amp.model import (
 from ampup_memory.amp.store.base import (
     CellFilter,
     CellStore,
+    PassRecord,
     UpdateOutcome,
     UpdateTx,
     iter_all,
@@ -126,7 +129,11 @@ class AmpService:
 
     # ---- create / read ---------------------------------------------------------------
 
-    def create(self, agent_id: str | None, raw: bytes | None) -> MemoryCell:
+    def create(
+        self, agent_id: str | None, raw: bytes | None, vector: list[float] | None = None
+    ) -> MemoryCell:
+        """Create a cell. ``vector`` lets a bulk loader pass an embedding it computed in a
+        batch; it must come from this service's embedder."""
         req = parse_body(CreateMemory, raw)
         created_by = agent_id or req.identity.created_by
         if not created_by:
@@ -164,7 +171,9 @@ class AmpService:
             provenance=req.provenance,
         )
         self._check_size(cell)
-        self.store.create(StoredCell(cell=cell), self.embedder.embed([cell.content.text])[0])
+        if vector is None:
+            vector = self.embedder.embed([cell.content.text])[0]
+        self.store.create(StoredCell(cell=cell), vector)
         return cell
 
     def _readable(self, cell_id: str, agent_id: str) -> StoredCell:
@@ -371,7 +380,8 @@ class AmpService:
             return self._pass(LifecycleRunRequest())
 
     def _pass(self, req: LifecycleRunRequest) -> LifecycleReport:
-        now = to_utc(req.now) if req.now else self.clock()
+        started = self.clock()
+        now = to_utc(req.now) if req.now else started
         report = LifecycleReport()
         for stored in iter_all(self.store):
             report.evaluated += 1
@@ -396,6 +406,12 @@ class AmpService:
                     break
                 report.purged += sum(1 for i in ids if self.store.purge(i))
         self.last_lifecycle = {"at": now, **report.wire()}
+        if not req.dry_run:  # the history (one row per pass, still under the lease)
+            self.store.record_pass(PassRecord(
+                started_at=started, finished_at=self.clock(), holder=_process_name(),
+                evaluated=report.evaluated, transitions=dict(report.transitions),
+                purged=report.purged,
+            ))
         return report
 
     def purge(self, cell_id: str) -> int:
@@ -423,6 +439,11 @@ class AmpService:
                 },
             )
         return 1 if self.store.purge(cell_id) else 0
+
+
+def _process_name() -> str:
+    """Who ran a lifecycle pass: enough to tell server processes apart in the history."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 def _check_transition(current: Status, req: PatchMemory) -> None:

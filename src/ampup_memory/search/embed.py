@@ -8,6 +8,7 @@ model means re-embedding, never a silent mix of vector spaces.
 from __future__ import annotations
 
 import hashlib
+import logging
 import threading
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,11 +39,18 @@ def _normalise(matrix: np.ndarray) -> list[list[float]]:
 
 class WordLlamaEmbedder:
     def __init__(self, dimensions: int | None = None) -> None:
+        root = logging.getLogger()
+        level, handlers = root.level, list(root.handlers)
         try:
             import wordllama
             from wordllama import WordLlama
         except ImportError as exc:  # pragma: no cover - it is a core dependency
             raise ConfigurationError("wordllama is not installed: pip install wordllama") from exc
+        finally:
+            # Importing wordllama calls logging.basicConfig(level=INFO), which would make
+            # every library (httpx, mcp, …) log each request in our output.
+            root.setLevel(level)
+            root.handlers[:] = handlers
         package_dir = Path(wordllama.__file__).parent
         self.dimensions = dimensions or 256
         if self.dimensions > 256:

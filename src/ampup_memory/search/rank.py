@@ -2,7 +2,12 @@
 
     keyword  = raw keyword score / best raw keyword score among the candidates   ∈ [0, 1]
     meaning  = max(0, cosine(query, document))                                   ∈ [0, 1]
-    score    = 0.6 · keyword + 0.4 · meaning (+ time boost for AmpUp facts)
+    time     = TIME_BOOST when a fact's validity overlaps the window the query names
+    score    = 0.6 · keyword + 0.4 · meaning + time
+
+The time boost is 1.0, more than any relevance (at most 1), so a query that names a
+window ranks every candidate valid in that window above every one that is not, and
+relevance orders each group.
 
 AMP cells then blend relevance with their decay score: ``score × (0.5 + 0.5 · decay)``,
 so fading context sinks but a relevant memory never drops below half its relevance.
@@ -12,10 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 
 KEYWORD_WEIGHT = 0.6
 MEANING_WEIGHT = 0.4
 DECAY_FLOOR = 0.5
+TIME_BOOST = 1.0
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,30 @@ def score_parts(raw_keyword: Sequence[float], cosines: Sequence[float | None]) -
     """Normalised parts for a candidate list, in the same order."""
     keyword = normalise_keyword(raw_keyword)
     return [Parts(k, meaning(c)) for k, c in zip(keyword, cosines, strict=True)]
+
+
+def overlaps(
+    valid_from: datetime | None, valid_to: datetime | None, start: datetime, end: datetime
+) -> bool:
+    """Whether validity [valid_from, valid_to) meets the window [start, end); None = open."""
+    return (valid_from is None or valid_from < end) and (valid_to is None or valid_to > start)
+
+
+def time_part(
+    valid_from: datetime | None,
+    valid_to: datetime | None,
+    window: tuple[datetime, datetime] | None,
+) -> float:
+    """The time boost of one fact for a query's window (0 when the query names none).
+
+    A fact with no ``valid_from`` says nothing about when it held, so it gets no boost."""
+    if window is None or valid_from is None:
+        return 0.0
+    return TIME_BOOST if overlaps(valid_from, valid_to, window[0], window[1]) else 0.0
+
+
+def with_time(parts: Parts, time: float) -> Parts:
+    return Parts(parts.keyword, parts.meaning, time)
 
 
 def with_decay(relevance: float, decay: float) -> float:

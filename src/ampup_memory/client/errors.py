@@ -1,0 +1,144 @@
+"""Exceptions raised by the AMP clients: one class per HTTP status the protocol uses.
+
+    AMPError                      status_code   code (the server's error.code)
+    ├── AMPConnectionError        None          (no HTTP response: refused, DNS, timeout)
+    ├── AuthenticationError       401           MISSING_AGENT_ID / UNAUTHENTICATED
+    ├── AccessDeniedError         403           ACCESS_DENIED / ADMIN_DISABLED
+    ├── NotFoundError             404           NOT_FOUND
+    ├── ConflictError             409           INVALID_TRANSITION / RETENTION_WINDOW
+    ├── PayloadTooLargeError      413           CELL_TOO_LARGE
+    ├── ValidationError           422           VALIDATION_ERROR (details["errors"])
+    ├── RateLimitedError          429           RATE_LIMITED (.retry_after seconds)
+    └── ServerError               5xx           INTERNAL_ERROR / UNAVAILABLE
+
+Any other non-2xx status raises a plain ``AMPError``. Every instance carries
+``status_code``, ``code``, ``message``, ``details`` and the ``request`` that failed, and
+``str(error)`` is ``"<code>: <message>"`` as in the reference client, so code that caught the
+reference's single ``AMPError`` keeps working.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+
+class AMPError(Exception):
+    """Base class: a failed AMP call."""
+
+    def __init__(
+        self,
+        message: str,
+        status_code: int | None = None,
+        details: dict[str, Any] | None = None,
+        *,
+        code: str | None = None,
+        request: httpx.Request | None = None,
+        response: httpx.Response | None = None,
+    ) -> None:
+        super().__init__(f"{code}: {message}" if code else message)
+        self.message = message
+        self.status_code = status_code
+        self.code = code
+        self.details: dict[str, Any] = details or {}
+        self.request = request
+        self.response = response
+
+
+class AMPConnectionError(AMPError):
+    """The request never got an HTTP answer."""
+
+
+class AuthenticationError(AMPError):
+    """401: no agent id, or (keys on) a missing, wrong, expired or foreign key."""
+
+
+class AccessDeniedError(AMPError):
+    """403: unknown, unreadable, unwritable or deleted cell (the server will not say which)."""
+
+
+class NotFoundError(AMPError):
+    """404: no such route (or, for purge, no such cell)."""
+
+
+class ConflictError(AMPError):
+    """409: a forbidden status change or a purge inside the retention window."""
+
+
+class PayloadTooLargeError(AMPError):
+    """413: the serialized cell is over the server's max_cell_size_bytes."""
+
+
+class ValidationError(AMPError):
+    """422: the body or query failed validation; ``details["errors"]`` lists each field."""
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        found = self.details.get("errors", [])
+        return found if isinstance(found, list) else []
+
+
+class RateLimitedError(AMPError):
+    """429: too many scoring PATCHes on one cell; retry after ``retry_after`` seconds."""
+
+    @property
+    def retry_after(self) -> float | None:
+        header = self.response.headers.get("retry-after") if self.response is not None else None
+        for value in (header, self.details.get("retry_after_seconds")):
+            try:
+                return float(value) if value is not None else None
+            except (TypeError, ValueError):
+                continue
+        return None
+
+
+class ServerError(AMPError):
+    """5xx: the server failed or is temporarily unavailable."""
+
+
+_BY_STATUS: dict[int, type[AMPError]] = {
+    401: AuthenticationError,
+    403: AccessDeniedError,
+    404: NotFoundError,
+    409: ConflictError,
+    413: PayloadTooLargeError,
+    422: ValidationError,
+    429: RateLimitedError,
+}
+
+
+def error_for(response: httpx.Response) -> AMPError:
+    """The exception for a non-2xx response, from the server's error envelope when present."""
+    status = response.status_code
+    code: str | None = None
+    message = f"HTTP error {status}: {response.text}"
+    details: dict[str, Any] = {}
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    error = body.get("error") if isinstance(body, dict) else None
+    if isinstance(error, dict):
+        code = error.get("code") if isinstance(error.get("code"), str) else None
+        if isinstance(error.get("message"), str):
+            message = error["message"]
+        if isinstance(error.get("details"), dict):
+            details = error["details"]
+    cls = _BY_STATUS.get(status) or (ServerError if status >= 500 else AMPError)
+    return cls(message, status, details, code=code, request=response.request, response=response)
+
+
+__all__ = [
+    "AMPError",
+    "AMPConnectionError",
+    "AuthenticationError",
+    "AccessDeniedError",
+    "NotFoundError",
+    "ConflictError",
+    "PayloadTooLargeError",
+    "ValidationError",
+    "RateLimitedError",
+    "ServerError",
+    "error_for",
+]

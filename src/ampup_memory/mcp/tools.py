@@ -1,0 +1,235 @@
+"""The MCP tools, built once for every transport.
+
+`build_server(runtime, identity)` returns one `MCPServer` carrying every registered
+toolset. The transports differ only in how they answer "who is calling?": stdio acts as
+one configured agent, HTTP as the agent each request's own headers name (see
+`ampup_memory.mcp.http`). Tools never decide access themselves: they call `AmpService`,
+whose rules (read, write, lifecycle) live in one place each.
+
+The AMP tools keep the reference server's names, arguments and reply strings, so an agent
+configured for the reference works unchanged. Where the reference printed a Python
+``datetime``, ``created`` here is the wire's RFC 3339 spelling.
+
+Later toolsets (the AmpUp memory tools) register through `TOOLSETS`: a toolset is a
+function that adds tools to the server given a `ToolEnv`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+
+import anyio.to_thread
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import CallToolResult, TextContent
+from pydantic import BaseModel, Field, ValidationError
+
+from ampup_memory.amp.model import MAX_PAGE_SIZE, ListQuery, SearchRequest, Status
+from ampup_memory.amp.service import AmpService, validation_errors
+from ampup_memory.auth import Caller
+from ampup_memory.errors import AccessDenied, AmpError, NotFound, ValidationFailed
+
+if TYPE_CHECKING:
+    from ampup_memory.server import Runtime
+
+M = TypeVar("M", bound=BaseModel)
+
+SERVER_NAME = "ampup-memory"
+NO_MEMORIES = "No memories found."
+NOT_FOUND = "Memory not found."  # the reference's amp_forget answer for every refusal
+ARCHIVE = json.dumps({"lifecycle": {"status": Status.archived.value}}).encode("utf-8")
+
+ToolContext = Context[Any, Any]
+IdentityResolver = Callable[[ToolContext], Caller]
+"""Who is calling in this request; raises `Unauthenticated` when nobody valid is."""
+
+# The values of `MemoryType`, spelled out so the schema shows a plain enum (a test pins it).
+MemoryTypeArg = Literal["episodic", "semantic", "procedural"]
+ImportanceArg = Annotated[float, Field(ge=0.0, le=1.0)]
+LimitArg = Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE)]
+
+
+def error_text(exc: AmpError) -> str:
+    """An `AmpError` as the one line a model reads: its message, plus the fields at fault."""
+    if isinstance(exc, ValidationFailed):
+        problems = [
+            f"{'.'.join(str(p) for p in e['loc'] if p != 'body')}: {e['msg']}"
+            for e in exc.details.get("errors", [])
+        ]
+        if problems:
+            return "Invalid request: " + "; ".join(problems)
+    return exc.message
+
+
+@dataclass(frozen=True)
+class ToolEnv:
+    """What a toolset needs: the opened runtime and the transport's identity resolver."""
+
+    runtime: Runtime
+    identity: IdentityResolver
+
+    async def reply(self, ctx: ToolContext, op: Callable[..., str], *args: Any) -> CallToolResult:
+        """Run ``op(caller, *args)`` off the event loop (store and embedder block) and turn
+        its text, or its `AmpError`, into the tool's result. The caller is resolved per
+        call, so over HTTP each request acts as the agent it names."""
+
+        def work() -> str:
+            return op(self.identity(ctx), *args)
+
+        try:
+            text = await anyio.to_thread.run_sync(work)
+        except AmpError as exc:
+            return _text(error_text(exc), error=True)
+        return _text(text)
+
+
+def _text(text: str, error: bool = False) -> CallToolResult:
+    # Built here rather than by raising ToolError, which the SDK would prefix with
+    # "Error executing tool …": the reply strings stay exactly the reference's.
+    return CallToolResult(content=[TextContent(type="text", text=text)], is_error=error)
+
+
+Toolset = Callable[[MCPServer[Any], ToolEnv], None]
+
+
+def _model(model: type[M], **values: Any) -> M:
+    """Build a request model from tool arguments; a bad value is a 422 like on the wire."""
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        raise validation_errors(exc, prefix=()) from None
+
+
+def _lines(cells: Iterable[dict[str, Any]]) -> str:
+    lines = [
+        f"- [{c['type']}] {c['content']['text']} (created: {c['lifecycle']['created_at']})"
+        for c in cells
+    ]
+    return "\n".join(lines) if lines else NO_MEMORIES
+
+
+@dataclass(frozen=True)
+class AmpOps:
+    """The AMP tools' work, transport-free: each takes the caller and returns the reply."""
+
+    amp: AmpService
+
+    def remember(self, caller: Caller, content: str, owner_id: str, type: str,
+                 importance: float, readable_by: list[str] | None) -> str:
+        body: dict[str, Any] = {
+            "type": type,
+            "content": {"text": content, "metadata": {}},
+            "identity": {"owner_id": owner_id, "owner_type": "user"},
+            "scoring": {"importance": importance},
+        }
+        if readable_by is not None:
+            body["access_policy"] = {"readable_by": readable_by}
+        cell = self.amp.create(caller.agent_id, json.dumps(body).encode("utf-8"))
+        return f"Memory stored: {cell.id}"
+
+    def recall(self, caller: Caller, query: str, owner_id: str, limit: int,
+               include_stale: bool) -> str:
+        req = _model(SearchRequest, query=query, owner_id=owner_id, limit=limit,
+                     include_stale=include_stale)
+        return _lines(self.amp.search(caller.agent_id, req)["results"])
+
+    def forget(self, caller: Caller, memory_id: str, owner_id: str) -> str:
+        try:
+            # The owner check is the reference's guard against forgetting the wrong
+            # owner's cell; reading the owner needs the read rule, as any read does.
+            cell = self.amp.peek(memory_id, caller.agent_id)
+            if cell.identity.owner_id != owner_id:
+                raise AccessDenied()
+            self.amp.patch(memory_id, caller.agent_id, ARCHIVE)
+            self.amp.delete(memory_id, caller.agent_id)
+        except AccessDenied:
+            # Unknown, unreadable, unwritable, deleted or another owner's: one answer.
+            raise NotFound(NOT_FOUND) from None
+        return f"Memory {memory_id} forgotten."
+
+    def list_memories(self, caller: Caller, owner_id: str, type: str | None,
+                      limit: int) -> str:
+        query = _model(ListQuery, owner_id=owner_id, type=type, limit=limit)
+        return _lines(self.amp.list_cells(caller.agent_id, query)["results"])
+
+    def get(self, caller: Caller, memory_id: str) -> str:
+        cell = self.amp.get(memory_id, caller.agent_id)
+        return json.dumps(cell.wire(), indent=2, ensure_ascii=False)
+
+
+def register_amp_tools(server: MCPServer[Any], env: ToolEnv) -> None:
+    """The AMP v0.1 tools, under the reference server's names and arguments."""
+    ops = AmpOps(env.runtime.amp)
+
+    @server.tool()
+    async def amp_remember(
+        content: str,
+        owner_id: str,
+        ctx: ToolContext,
+        type: MemoryTypeArg = "semantic",
+        importance: ImportanceArg = 0.5,
+        readable_by: list[str] | None = None,
+    ) -> CallToolResult:
+        """Remember a piece of information (create a memory cell owned by owner_id).
+
+        readable_by lists agent-id patterns (`*` is a wildcard) that may read it besides
+        you and the owner. Replies `Memory stored: <id>`.
+        """
+        return await env.reply(ctx, ops.remember, content, owner_id, type, importance,
+                               readable_by)
+
+    @server.tool()
+    async def amp_recall(
+        query: str,
+        owner_id: str,
+        ctx: ToolContext,
+        limit: LimitArg = 5,
+        include_stale: bool = False,
+    ) -> CallToolResult:
+        """Search owner_id's memories you may read, best match first.
+
+        One line per memory: `- [<type>] <text> (created: <time>)`.
+        """
+        return await env.reply(ctx, ops.recall, query, owner_id, limit, include_stale)
+
+    @server.tool()
+    async def amp_forget(memory_id: str, owner_id: str, ctx: ToolContext) -> CallToolResult:
+        """Forget a memory of owner_id: archive it, then delete it."""
+        return await env.reply(ctx, ops.forget, memory_id, owner_id)
+
+    @server.tool()
+    async def amp_list_memories(
+        owner_id: str,
+        ctx: ToolContext,
+        type: MemoryTypeArg | None = None,
+        limit: LimitArg = 20,
+    ) -> CallToolResult:
+        """List owner_id's active memories you may read, newest first (no search)."""
+        return await env.reply(ctx, ops.list_memories, owner_id, type, limit)
+
+    @server.tool()
+    async def amp_get(memory_id: str, ctx: ToolContext) -> CallToolResult:
+        """Read one memory cell by id, as AMP JSON. Counts as an access (resets decay)."""
+        return await env.reply(ctx, ops.get, memory_id)
+
+
+TOOLSETS: list[Toolset] = [register_amp_tools]
+"""Every toolset `build_server` registers; later faces (AmpUp memory) append theirs."""
+
+
+def build_server(runtime: Runtime, identity: IdentityResolver,
+                 toolsets: Iterable[Toolset] | None = None) -> MCPServer[Any]:
+    """One MCP server with every toolset, acting as whoever `identity` says."""
+    server: MCPServer[Any] = MCPServer(
+        SERVER_NAME,
+        version="0.1.0",
+        instructions="Shared long-term memory (AMP v0.1). Memories you store are private to "
+        "you and their owner unless you name readers in readable_by.",
+        log_level="WARNING",
+    )
+    env = ToolEnv(runtime=runtime, identity=identity)
+    for register in TOOLSETS if toolsets is None else toolsets:
+        register(server, env)
+    return server

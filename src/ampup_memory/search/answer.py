@@ -1,0 +1,165 @@
+"""Answers: JSON for programs, text for agents (what the MCP ``search_memory`` returns).
+
+The text answer groups facts by entity, cites each as ``[e<i> <k><n>]`` (episode i of this
+answer, unit kind letter k, unit n), quotes matching source text no shown fact cites with
+its own label, and ends with ``episodes: <id> <id> …`` for ``get_episode``. Everything in
+it comes from results the caller may see: hidden episodes contribute no title, quote,
+label or count.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from ampup_memory.search.engine import FactResults, PassageResults, RankedPassage
+from ampup_memory.search.index.base import UNIT_LETTERS, EpisodeRow
+from ampup_memory.search.rank import Parts
+from ampup_memory.search.tokenize import words
+
+MAX_SOURCE_QUOTES = 3
+MAX_QUOTE_CHARS = 300
+
+
+def _iso(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def _parts(parts: Parts) -> dict[str, float]:
+    return {"keyword": round(parts.keyword, 6), "meaning": round(parts.meaning, 6),
+            "time": round(parts.time, 6)}
+
+
+def _value(text: str) -> Any:
+    # Facts keep scalar values as JSON text; plain strings from other writers stay strings.
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def facts_json(results: FactResults, scope: str, branch: str, query: str,
+               as_of: datetime) -> dict[str, Any]:
+    episode_ids = {num: e.id for num, e in results.episodes.items()}
+    return {
+        "scope": scope,
+        "branch": branch,
+        "query": query,
+        "as_of": _iso(as_of),
+        "window": results.window.wire() if results.window else None,
+        "results": [
+            {
+                "id": f.row.id,
+                "entity": f.row.entity,
+                "predicate": f.row.predicate,
+                "value": _value(f.row.value),
+                "valid_from": _iso(f.row.valid_from),
+                "valid_to": _iso(f.end),
+                "stated_valid_to": _iso(f.row.valid_to),
+                "quote": f.row.quote,
+                "cites": [{"episode": episode_ids[e], "unit": u} for e, u in f.row.cites],
+                "written_by": f.row.written_by,
+                "commit": f.row.commit,
+                "score": round(f.score, 6),
+                "parts": _parts(f.parts),
+            }
+            for f in results.facts
+        ],
+    }
+
+
+def passages_json(results: PassageResults, scope: str, branch: str, query: str
+                  ) -> dict[str, Any]:
+    return {
+        "scope": scope,
+        "branch": branch,
+        "query": query,
+        "window": results.window.wire() if results.window else None,
+        "results": [
+            {
+                "episode": p.episode.id,
+                "occurred_at": _iso(p.episode.occurred_at),
+                "source": p.episode.source,
+                "first_unit": p.row.first_unit,
+                "last_unit": p.row.last_unit,
+                "units": [{"n": n, "kind": k, "text": t} for n, k, t in p.row.units],
+                "text": p.row.text,
+                "score": round(p.score, 6),
+                "parts": _parts(p.parts),
+            }
+            for p in results.passages
+        ],
+    }
+
+
+class _Labels:
+    """Numbers episodes in order of first mention within one answer."""
+
+    def __init__(self) -> None:
+        self.order: list[str] = []
+
+    def label(self, episode: EpisodeRow, unit: int) -> str:
+        if episode.id not in self.order:
+            self.order.append(episode.id)
+        i = self.order.index(episode.id) + 1
+        kinds = episode.unit_kinds
+        kind = kinds[unit - 1] if 0 < unit <= len(kinds) else ""
+        return f"[e{i} {UNIT_LETTERS.get(kind, 'u')}{unit}]"
+
+
+def _clip(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MAX_QUOTE_CHARS else text[: MAX_QUOTE_CHARS - 1] + "…"
+
+
+def _matches(text: str, terms: list[str]) -> bool:
+    found = set(words(text))
+    return any(t in found or any(w.startswith(t) for w in found if len(t) >= 4)
+               for t in terms)
+
+
+def text_answer(results: FactResults, sources: list[RankedPassage]) -> str:
+    labels = _Labels()
+    lines: list[str] = []
+    if results.window:
+        w = results.window
+        lines.append(f"time window: {_iso(w.start)} to {_iso(w.end)} ({w.text})")
+    cited: set[tuple[str, int]] = set()
+    by_entity: dict[str, list[str]] = {}
+    for f in results.facts:
+        tags = []
+        for num, unit in f.row.cites:
+            episode = results.episodes[num]
+            tags.append(labels.label(episode, unit))
+            cited.add((episode.id, unit))
+        span = _iso(f.row.valid_from) or "?"
+        if f.end is not None:
+            span += f" to {_iso(f.end)}"
+        else:
+            span = f"since {span}"
+        by_entity.setdefault(f.row.entity, []).append(
+            f"- {f.row.predicate}: {json.dumps(_value(f.row.value), ensure_ascii=False)}"
+            f" ({span}) {' '.join(tags)} \"{_clip(f.row.quote)}\""
+        )
+    for entity, facts in by_entity.items():
+        lines.append(entity)
+        lines.extend("  " + line for line in facts)
+    quotes: list[str] = []
+    for passage in sources:
+        for n, _, text in passage.row.units:
+            if len(quotes) >= MAX_SOURCE_QUOTES:
+                break
+            if (passage.episode.id, n) in cited or not _matches(text, results.terms):
+                continue
+            cited.add((passage.episode.id, n))
+            quotes.append(f"  {labels.label(passage.episode, n)} \"{_clip(text)}\"")
+    if quotes:
+        lines.append("source text no fact cites:")
+        lines.extend(quotes)
+    if not results.facts and not quotes:
+        lines.append("no matching memory")
+    lines.append("episodes: " + " ".join(labels.order) if labels.order else "episodes:")
+    return "\n".join(lines) + "\n"

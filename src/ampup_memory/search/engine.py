@@ -1,0 +1,329 @@
+"""The search engine over one index: ingest documents, rank facts and passages.
+
+Everything that must agree across backends lives here, above the backend: passage
+cutting, embedding, visibility (`search/visibility.py`), newest-wins (`search/newest.py`),
+the time window (`search/timewindow.py`) and the ranker (`search/rank.py`).
+
+Candidates come from the backend's keyword and vector top-k. When visibility or
+newest-wins leaves fewer than ``limit`` of them, k grows (×4) until enough survive or
+the index has no more, so a caller who may see little still gets its best matches.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+from pyroaring import BitMap
+
+from ampup_memory.search.embed import Embedder
+from ampup_memory.search.index.base import (
+    DocumentBatch,
+    EpisodeRow,
+    FactRow,
+    ModelInfo,
+    NewFact,
+    NewPassage,
+    PassageRow,
+    SearchIndex,
+    fact_text,
+)
+from ampup_memory.search.newest import CLOSURE, current, timelines
+from ampup_memory.search.passages import cut, passage_text
+from ampup_memory.search.rank import Parts, overlaps, score_parts, time_part, with_time
+from ampup_memory.search.timewindow import Window, find_window
+from ampup_memory.search.tokenize import query_terms
+from ampup_memory.search.visibility import Principal, may_read_fact, visible_episodes
+
+log = logging.getLogger("ampup_memory.search")
+
+MAX_K = 20_000  # the widest candidate list one query fetches per source
+EMBED_BATCH = 256
+Progress = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class RankedFact:
+    row: FactRow
+    parts: Parts
+    end: datetime | None = None  # where its validity ends, given the versions after it
+
+    @property
+    def score(self) -> float:
+        return self.parts.relevance
+
+
+@dataclass(frozen=True)
+class RankedPassage:
+    row: PassageRow
+    episode: EpisodeRow
+    parts: Parts
+
+    @property
+    def score(self) -> float:
+        return self.parts.relevance
+
+
+@dataclass
+class FactResults:
+    facts: list[RankedFact]
+    window: Window | None
+    terms: list[str]
+    episodes: dict[int, EpisodeRow] = field(default_factory=dict)
+
+
+@dataclass
+class PassageResults:
+    passages: list[RankedPassage]
+    window: Window | None
+    terms: list[str]
+
+
+@dataclass
+class IngestReport:
+    episodes: int = 0
+    passages: int = 0
+    facts: int = 0
+    unresolved: int = 0  # facts citing an episode the index does not hold
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class SearchEngine:
+    def __init__(self, index: SearchIndex, embedder: Embedder) -> None:
+        self.index = index
+        self.embedder = embedder
+        self.model = ModelInfo(embedder.name, embedder.dimensions)
+
+    # -- embeddings -----------------------------------------------------------------------
+
+    def ensure_model(self, progress: Progress | None = None) -> int:
+        """Record the embedder in the index; re-embed rows from another model (or none)."""
+        self.index.set_model(self.model)
+        done = 0
+        for kind in ("facts", "passages"):
+            while True:
+                rows = self.index.missing_vectors(kind, EMBED_BATCH)
+                if not rows:
+                    break
+                vectors = self.embedder.embed([text for _, text in rows])
+                with self.index.transaction():
+                    self.index.set_vectors(
+                        kind, [(n, v) for (n, _), v in zip(rows, vectors, strict=True)]
+                    )
+                done += len(rows)
+                if progress:
+                    progress(len(rows))
+        return done
+
+    def _embed(self, texts: Sequence[str]) -> list[list[float]]:
+        found: list[list[float]] = []
+        for start in range(0, len(texts), EMBED_BATCH):
+            found += self.embedder.embed(texts[start:start + EMBED_BATCH])
+        return found
+
+    # -- ingest ---------------------------------------------------------------------------
+
+    def ingest(
+        self, batch: DocumentBatch, cursor: tuple[str, str, str] | None = None
+    ) -> IngestReport:
+        """Add one batch of committed documents (and move a cursor) in one transaction.
+
+        Re-ingesting a document changes nothing except an episode's ACL, which moves its
+        bits between bitmaps."""
+        report = IngestReport()
+        known: dict[tuple[str, str], dict[str, int]] = {}
+        for doc in batch.episodes:
+            known.setdefault((doc.scope, doc.branch), {})
+        for (scope, branch), found in known.items():
+            found.update(self.index.episode_numbers(
+                scope, branch, [e.id for e in batch.episodes
+                                if (e.scope, e.branch) == (scope, branch)]))
+        # Cut and embed outside the write lock: it is the slow part.
+        cuts = {
+            (d.scope, d.branch, d.id): cut(d.units)
+            for d in batch.episodes if d.id not in known[(d.scope, d.branch)]
+        }
+        texts = [passage_text(p) for pieces in cuts.values() for p in pieces]
+        passage_vectors = iter(self._embed(texts))
+        vectors_by_doc = {
+            key: [next(passage_vectors) for _ in pieces] for key, pieces in cuts.items()
+        }
+        fact_vectors = self._embed([
+            fact_text(f.entity, f.predicate, f.value, f.quote) for f in batch.facts
+        ])
+        with self.index.transaction():
+            for doc in batch.episodes:
+                num, new = self.index.upsert_episode(doc)
+                key = (doc.scope, doc.branch, doc.id)
+                if not new or key not in cuts:
+                    continue
+                report.episodes += 1
+                new_passages = [
+                    NewPassage(num, doc.scope, doc.branch, pieces[0][0], pieces[-1][0],
+                               pieces, vec)
+                    for pieces, vec in zip(cuts[key], vectors_by_doc[key], strict=True)
+                ]
+                self.index.add_passages(new_passages)
+                report.passages += len(new_passages)
+            new_facts: list[NewFact] = []
+            for fact, vec in zip(batch.facts, fact_vectors, strict=True):
+                nums = self.index.episode_numbers(
+                    fact.scope, fact.branch, [c.episode for c in fact.cites])
+                if not fact.cites or any(c.episode not in nums for c in fact.cites):
+                    report.unresolved += 1
+                    log.warning("fact %s cites an episode the index lacks; skipped", fact.id)
+                    continue
+                cites = tuple((nums[c.episode], c.unit) for c in fact.cites)
+                new_facts.append(NewFact(fact, cites, vec))
+            self.index.upsert_facts(new_facts)
+            report.facts = len(new_facts)
+            if cursor is not None:
+                self.index.set_cursor(*cursor)
+        return report
+
+    # -- search ---------------------------------------------------------------------------
+
+    def visible(self, principal: Principal) -> BitMap:
+        return visible_episodes(principal, self.index.acl_bitmap)
+
+    def _query(self, query: str, now: datetime, tz: str | None
+               ) -> tuple[Window | None, list[str], str]:
+        window, rest = find_window(query, now, tz)
+        terms = query_terms(rest) if rest.strip() else []
+        return window, terms, rest.strip()
+
+    def search_facts(
+        self,
+        scope: str,
+        branch: str,
+        query: str,
+        principal: Principal,
+        *,
+        as_of: datetime | None = None,
+        limit: int = 10,
+        tz: str | None = None,
+        now: datetime | None = None,
+    ) -> FactResults:
+        now = now or _now()
+        as_of = as_of or now
+        window, terms, rest = self._query(query, now, tz)
+        span = (window.start, window.end) if window else None
+        vector = self.embedder.embed([rest])[0] if rest else None
+        visible = self.visible(principal)
+        k = max(limit * 5, 50)
+        while True:
+            keyword = dict(self.index.keyword_facts(scope, branch, terms, k))
+            nearest = dict(self.index.nearest_facts(scope, branch, vector, k)) if vector else {}
+            nums = set(keyword) | set(nearest)
+            overlap: list[int] = []
+            if span is not None and not rest:
+                overlap = self.index.facts_overlapping(scope, branch, span[0], span[1], k)
+                nums |= set(overlap)
+            rows = [r for r in self.index.facts(nums)
+                    if r.kind != CLOSURE and may_read_fact(r.episode_nums, visible)]
+            ends = self._eligible(scope, branch, rows, visible, as_of, span)
+            rows = [r for r in rows if r.num in ends]
+            exhausted = all(len(found) < k for found in (keyword, nearest, overlap))
+            if len(rows) >= limit or exhausted or k >= MAX_K:
+                break
+            k *= 4
+        missing = [r.num for r in rows if r.num not in keyword]
+        keyword.update(self.index.fact_keyword(missing, terms))
+        cosines: dict[int, float] = dict(nearest)
+        if vector is not None:
+            cosines.update(self.index.fact_cosines(
+                [r.num for r in rows if r.num not in cosines], vector))
+        parts = score_parts([keyword.get(r.num, 0.0) for r in rows],
+                            [cosines.get(r.num) for r in rows])
+        ranked = [
+            RankedFact(r, with_time(p, time_part(r.valid_from, ends[r.num], span)), ends[r.num])
+            for r, p in zip(rows, parts, strict=True)
+        ]
+        ranked.sort(key=lambda f: (-f.score, f.row.entity, f.row.predicate, f.row.id))
+        ranked = ranked[:limit]
+        episodes = {
+            e.num: e for e in self.index.episodes(
+                n for f in ranked for n in f.row.episode_nums)
+        }
+        return FactResults(ranked, window, terms, episodes)
+
+    def _eligible(
+        self,
+        scope: str,
+        branch: str,
+        rows: list[FactRow],
+        visible: BitMap,
+        as_of: datetime,
+        span: tuple[datetime, datetime] | None,
+    ) -> dict[int, datetime | None]:
+        """Rows worth ranking, with their effective end: the current version of each key
+        (newest visible wins at ``as_of``), plus, when the query names a window, any
+        visible version whose effective validity overlaps it."""
+        if not rows:
+            return {}
+        keys = {(r.entity, r.predicate) for r in rows}
+        versions = [v for v in self.index.versions(scope, branch, keys)
+                    if may_read_fact(v.episode_nums, visible)]
+        wanted = {r.num for r in rows}
+        eligible: dict[int, datetime | None] = {}
+        for line in timelines(versions).values():
+            now_held = current(line, as_of)
+            for held in line:
+                v = held.version
+                if v.num not in wanted:
+                    continue
+                if (now_held is not None and now_held.version.num == v.num) or (
+                    span is not None and v.valid_from is not None
+                    and overlaps(v.valid_from, held.end, *span)
+                ):
+                    eligible[v.num] = held.end
+        return eligible
+
+    def search_passages(
+        self,
+        scope: str,
+        branch: str,
+        query: str,
+        principal: Principal,
+        *,
+        limit: int = 10,
+        tz: str | None = None,
+        now: datetime | None = None,
+    ) -> PassageResults:
+        now = now or _now()
+        window, terms, rest = self._query(query, now, tz)
+        span = (window.start, window.end) if window else None
+        text = rest or query
+        terms = terms or query_terms(text)
+        vector = self.embedder.embed([text])[0]
+        visible = self.visible(principal)
+        k = max(limit * 5, 50)
+        while True:
+            keyword = dict(self.index.keyword_passages(scope, branch, terms, k))
+            nearest = dict(self.index.nearest_passages(scope, branch, vector, k))
+            rows = [p for p in self.index.passages(set(keyword) | set(nearest))
+                    if p.episode_num in visible]
+            exhausted = len(keyword) < k and len(nearest) < k
+            if len(rows) >= limit or exhausted or k >= MAX_K:
+                break
+            k *= 4
+        cosines = dict(nearest)
+        cosines.update(self.index.passage_cosines(
+            [p.num for p in rows if p.num not in cosines], vector))
+        episodes = {e.num: e for e in self.index.episodes(p.episode_num for p in rows)}
+        parts = score_parts([keyword.get(p.num, 0.0) for p in rows],
+                            [cosines.get(p.num) for p in rows])
+        ranked = []
+        for p, part in zip(rows, parts, strict=True):
+            episode = episodes[p.episode_num]
+            # A passage "holds" at its episode's time: that instant in the window counts.
+            boost = time_part(episode.occurred_at, None, span) if span and (
+                span[0] <= episode.occurred_at < span[1]) else 0.0
+            ranked.append(RankedPassage(p, episode, with_time(part, boost)))
+        ranked.sort(key=lambda r: (-r.score, r.episode.id, r.row.first_unit, r.row.num))
+        return PassageResults(ranked[:limit], window, terms)

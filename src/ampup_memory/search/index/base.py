@@ -1,0 +1,315 @@
+"""The index contract: what goes in, what a backend must answer, and how one is chosen.
+
+Input: *index documents* derived from committed data only (a row whose commit is not in
+the ledger never becomes one). An :class:`EpisodeDoc` carries its units; a
+:class:`FactDoc` carries its citations by episode id. The shared engine
+(`search/engine.py`) turns documents into rows (episode numbers, passages, vectors) and
+calls a backend; a backend stores rows and answers candidate queries. Every rule (ranking,
+visibility, newest-wins) stays above the backend, so both backends answer alike.
+
+Backends are picked by URI scheme: ``sqlite:///path`` (default) or ``postgresql://…``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from pyroaring import BitMap
+
+from ampup_memory.errors import ConfigurationError
+
+# The unit kinds episode types split bodies into, and the letter a citation label uses.
+UNIT_LETTERS = {
+    "turn": "t",
+    "message": "m",
+    "paragraph": "p",
+    "field": "f",
+    "note": "n",
+    "reason": "r",
+}
+
+
+@dataclass(frozen=True)
+class Unit:
+    n: int  # numbered from 1 within the episode
+    kind: str  # one of UNIT_LETTERS
+    text: str
+
+
+@dataclass(frozen=True)
+class EpisodeDoc:
+    id: str
+    scope: str
+    branch: str
+    commit: str
+    occurred_at: datetime
+    acl: tuple[str, ...]
+    units: tuple[Unit, ...]
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class Cite:
+    episode: str
+    unit: int
+
+
+@dataclass(frozen=True)
+class FactDoc:
+    id: str
+    scope: str
+    branch: str
+    commit: str
+    entity: str
+    predicate: str
+    value: str
+    quote: str
+    valid_from: datetime | None
+    valid_to: datetime | None
+    cites: tuple[Cite, ...]
+    written_by: str
+    # Ledger order of the commit, then position in it: newest-wins tie-breaks.
+    commit_seq: int = 0
+    ord: int = 0
+    kind: str = "value"  # or "closure": ends the version before it, never a result
+
+
+@dataclass
+class DocumentBatch:
+    """What one ledger commit (or one rebuild chunk) contributes to the index."""
+
+    episodes: list[EpisodeDoc] = field(default_factory=list)
+    facts: list[FactDoc] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.episodes) + len(self.facts)
+
+
+# ---- rows a backend stores ----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    num: int  # the episode's number in every ACL bitmap
+    id: str
+    scope: str
+    branch: str
+    commit: str
+    occurred_at: datetime
+    acl: tuple[str, ...]
+    source: str
+    unit_kinds: tuple[str, ...]  # kind of unit n at index n-1
+
+
+@dataclass(frozen=True)
+class PassageRow:
+    num: int
+    episode_num: int
+    scope: str
+    branch: str
+    first_unit: int
+    last_unit: int
+    # (unit n, kind, text) pieces; a unit longer than a passage appears in several rows.
+    units: tuple[tuple[int, str, str], ...]
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(t for _, _, t in self.units)
+
+
+@dataclass(frozen=True)
+class FactRow:
+    num: int
+    id: str
+    scope: str
+    branch: str
+    commit: str
+    commit_seq: int
+    entity: str
+    predicate: str
+    value: str
+    quote: str
+    valid_from: datetime | None
+    valid_to: datetime | None
+    written_by: str
+    cites: tuple[tuple[int, int], ...]  # (episode number, unit n)
+    ord: int = 0
+    kind: str = "value"
+
+    @property
+    def episode_nums(self) -> tuple[int, ...]:
+        return tuple(dict.fromkeys(e for e, _ in self.cites))
+
+
+@dataclass(frozen=True)
+class NewPassage:
+    episode_num: int
+    scope: str
+    branch: str
+    first_unit: int
+    last_unit: int
+    units: tuple[tuple[int, str, str], ...]
+    vector: list[float] | None
+
+
+@dataclass(frozen=True)
+class NewFact:
+    doc: FactDoc
+    cites: tuple[tuple[int, int], ...]
+    vector: list[float] | None
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    name: str
+    dimensions: int
+
+
+@dataclass(frozen=True)
+class IndexInfo:
+    backend: str
+    details: dict[str, str]
+
+
+Hit = tuple[int, float]  # (row number, raw score): higher is better for both kinds
+
+
+class SearchIndex(Protocol):
+    """One derived index. Higher raw scores are better; callers normalise them."""
+
+    info: IndexInfo
+
+    # -- model and bookkeeping ---------------------------------------------------------
+    def model(self) -> ModelInfo | None:
+        """The embedding model the stored vectors came from (None: empty index)."""
+        ...
+
+    def set_model(self, model: ModelInfo) -> None:
+        """Record the model; drops every stored vector when name or dimension changed."""
+        ...
+
+    def cursor(self, scope: str, branch: str) -> str | None:
+        """The last ledger commit applied for this scope and branch."""
+        ...
+
+    def set_cursor(self, scope: str, branch: str, commit: str) -> None: ...
+
+    def scopes(self) -> list[tuple[str, str]]:
+        """Every (scope, branch) that has a cursor."""
+        ...
+
+    def clear(self, scope: str | None = None) -> None:
+        """Forget everything (or one scope: its rows, cursors and bitmap bits)."""
+        ...
+
+    # -- writes ------------------------------------------------------------------------
+    # Every write below is called inside ``transaction()``.
+    def upsert_episode(self, doc: EpisodeDoc) -> tuple[int, bool]:
+        """The episode's number, and whether it is new (else its ACL/metadata is refreshed
+        and its bitmap bits moved to the new ACL entries)."""
+        ...
+
+    def episode_numbers(self, scope: str, branch: str, ids: Iterable[str]) -> dict[str, int]:
+        """Numbers of the listed episodes that the index holds."""
+        ...
+
+    def add_passages(self, passages: Sequence[NewPassage]) -> None:
+        """Passages of episodes just numbered (only for new episodes)."""
+        ...
+
+    def upsert_facts(self, facts: Sequence[NewFact]) -> None:
+        """Insert facts; one already present (same id, scope, branch) is left alone."""
+        ...
+
+    def transaction(self) -> AbstractContextManager[None]:
+        """Writes inside land together or not at all; one writer at a time."""
+        ...
+
+    # -- visibility --------------------------------------------------------------------
+    def acl_bitmap(self, entry: str) -> BitMap:
+        """Episode numbers whose ACL holds this entry (a copy; empty if none)."""
+        ...
+
+    # -- candidates --------------------------------------------------------------------
+    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int) -> list[Hit]:
+        ...
+
+    def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int) -> list[Hit]:
+        ...
+
+    def keyword_passages(
+        self, scope: str, branch: str, terms: Sequence[str], k: int
+    ) -> list[Hit]: ...
+
+    def nearest_passages(
+        self, scope: str, branch: str, vector: Sequence[float], k: int
+    ) -> list[Hit]: ...
+
+    def fact_cosines(self, nums: Sequence[int], vector: Sequence[float]) -> dict[int, float]:
+        """Cosine of the query with each listed fact (those that have a vector)."""
+        ...
+
+    def passage_cosines(self, nums: Sequence[int], vector: Sequence[float]) -> dict[int, float]:
+        ...
+
+    def fact_keyword(
+        self, nums: Sequence[int], terms: Sequence[str]
+    ) -> dict[int, float]:
+        """Raw keyword score of each listed fact that matches the terms at all."""
+        ...
+
+    # -- rows --------------------------------------------------------------------------
+    def facts(self, nums: Iterable[int]) -> list[FactRow]: ...
+
+    def versions(
+        self, scope: str, branch: str, keys: Iterable[tuple[str, str]]
+    ) -> list[FactRow]:
+        """Every version of each (entity, predicate) key."""
+        ...
+
+    def facts_overlapping(
+        self, scope: str, branch: str, start: datetime, end: datetime, limit: int
+    ) -> list[int]:
+        """Facts whose validity [valid_from, valid_to) overlaps [start, end)."""
+        ...
+
+    def passages(self, nums: Iterable[int]) -> list[PassageRow]: ...
+
+    def episodes(self, nums: Iterable[int]) -> list[EpisodeRow]: ...
+
+    def missing_vectors(self, kind: str, limit: int) -> list[tuple[int, str]]:
+        """Up to ``limit`` (num, text) rows of ``facts``/``passages`` with no vector."""
+        ...
+
+    def set_vectors(self, kind: str, vectors: Sequence[tuple[int, list[float]]]) -> None: ...
+
+    def counts(self, scope: str | None = None) -> dict[str, int]:
+        """Rows per kind: episodes, passages, facts."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def fact_text(entity: str, predicate: str, value: str, quote: str) -> str:
+    """What a fact's embedding is computed from."""
+    text = f"{entity} {predicate.replace('_', ' ')} {value}"
+    return f"{text}. {quote}" if quote else text
+
+
+def open_index(uri: str) -> SearchIndex:
+    """The backend the URI names; a backend's driver is imported only when chosen."""
+    if uri.startswith("sqlite:///"):
+        from ampup_memory.search.index.sqlite import SQLiteIndex
+
+        return SQLiteIndex(uri)
+    if uri.startswith(("postgresql://", "postgres://")):
+        from ampup_memory.search.index.postgres import PostgresIndex
+
+        return PostgresIndex(uri)
+    raise ConfigurationError(
+        f"AMPUP_MEMORY_INDEX_URI must start with sqlite:/// or postgresql://, got {uri!r}"
+    )

@@ -1,0 +1,147 @@
+"""Helpers both index backends share: time text, JSON columns, the in-memory vector matrix."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+
+# Fixed width, UTC, so text order is time order in SQL.
+_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+
+
+def time_text(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime(_FORMAT)
+
+
+def parse_time_text(text: str | None) -> datetime | None:
+    if text is None:
+        return None
+    return datetime.fromisoformat(text)  # our own fixed format, 'Z' included
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def vector_blob(vector: Sequence[float] | None) -> bytes | None:
+    if vector is None:
+        return None
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+class VectorMatrix:
+    """The vectors of one (scope, branch) of one table, for brute-force cosine.
+
+    Vectors are unit length, so a dot product is the cosine. Rows are appended to a list
+    and stacked on the next query, so a run of small writes costs no repeated copying.
+    """
+
+    def __init__(self, dimensions: int) -> None:
+        self.dimensions = dimensions
+        self.nums = np.zeros(0, dtype=np.int64)
+        self.matrix = np.zeros((0, dimensions), dtype=np.float32)
+        self.pos: dict[int, int] = {}
+        self._pending: list[tuple[int, np.ndarray]] = []
+
+    def put(self, num: int, vector: np.ndarray) -> None:
+        at = self.pos.get(num)
+        if at is not None:
+            self.matrix[at] = vector
+            return
+        self.pos[num] = len(self.nums) + len(self._pending)
+        self._pending.append((num, vector))
+
+    def remove(self, num: int) -> None:
+        at = self.pos.get(num)
+        if at is None:
+            return
+        self._settle()
+        self.matrix[at] = 0.0  # a zero row never ranks above a real match
+
+    def _settle(self) -> None:
+        if not self._pending:
+            return
+        nums = np.asarray([n for n, _ in self._pending], dtype=np.int64)
+        rows = np.vstack([v for _, v in self._pending]).astype(np.float32)
+        self.nums = np.concatenate([self.nums, nums])
+        self.matrix = np.vstack([self.matrix, rows])
+        self._pending = []
+
+    def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        self._settle()
+        if not len(self.nums) or k <= 0:
+            return []
+        sims = self.matrix @ query
+        if k < len(sims):
+            idx = np.argpartition(-sims, k)[:k]
+        else:
+            idx = np.arange(len(sims))
+        return [(int(self.nums[i]), float(sims[i])) for i in idx]
+
+    def cosines(self, query: np.ndarray, nums: Sequence[int]) -> dict[int, float]:
+        self._settle()
+        found = [(n, self.pos[n]) for n in nums if n in self.pos]
+        if not found:
+            return {}
+        sims = self.matrix[[p for _, p in found]] @ query
+        return {n: float(v) for (n, _), v in zip(found, sims, strict=True)}
+
+
+class VectorCache:
+    """Per-(scope, branch) matrices of one table, kept in step with the table by a
+    high-water mark on the table's ``vec_seq`` column and an index generation number."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.generation: int | None = None
+        self.high_water = 0
+        self.by_key: dict[tuple[str, str], VectorMatrix] = {}
+        self.key_of: dict[int, tuple[str, str]] = {}
+
+    def reset(self, generation: int) -> None:
+        self.generation = generation
+        self.high_water = 0
+        self.by_key = {}
+        self.key_of = {}
+
+    def apply(self, rows: Sequence[tuple[int, str, str, bytes | None, int]], dims: int) -> None:
+        """Rows of (num, scope, branch, vec, vec_seq) changed since the high-water mark."""
+        for num, scope, branch, blob, vec_seq in rows:
+            self.high_water = max(self.high_water, int(vec_seq))
+            key = (scope, branch)
+            matrix = self.by_key.get(key)
+            if blob is None:
+                if matrix is not None:
+                    matrix.remove(num)
+                continue
+            vector = np.frombuffer(blob, dtype=np.float32)
+            if vector.shape[0] != dims:
+                continue  # written under another model: re-embedding will replace it
+            if matrix is None:
+                matrix = self.by_key[key] = VectorMatrix(dims)
+            matrix.put(num, vector)
+            self.key_of[num] = key
+
+    def top(self, scope: str, branch: str, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        matrix = self.by_key.get((scope, branch))
+        return matrix.top(query, k) if matrix is not None else []
+
+    def cosines(self, nums: Sequence[int], query: np.ndarray) -> dict[int, float]:
+        found: dict[int, float] = {}
+        groups: dict[tuple[str, str], list[int]] = {}
+        for n in nums:
+            key = self.key_of.get(n)
+            if key is not None:
+                groups.setdefault(key, []).append(n)
+        for key, members in groups.items():
+            found.update(self.by_key[key].cosines(query, members))
+        return found

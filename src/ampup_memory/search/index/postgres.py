@@ -1,0 +1,569 @@
+"""The index on PostgreSQL: weighted tsvector + ts_rank for keywords, pgvector for meaning.
+
+Tables are prefixed ``search_`` so the index can share a database with the AMP store.
+Writers take a transaction-scoped advisory lock, so several server processes may share
+one index and the ACL bitmaps are never updated by two writers at once. Vectors sit in
+an untyped ``vector`` column with an HNSW expression index for the recorded model's
+dimension; a model change drops the vectors and rebuilds that index.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg_pool import ConnectionPool
+from pyroaring import BitMap
+
+from ampup_memory.errors import ConfigurationError
+from ampup_memory.search.bm25f import PG_LABELS, ts_rank_weights
+from ampup_memory.search.index.base import (
+    EpisodeDoc,
+    EpisodeRow,
+    FactRow,
+    Hit,
+    IndexInfo,
+    ModelInfo,
+    NewFact,
+    NewPassage,
+    PassageRow,
+    fact_text,
+)
+from ampup_memory.search.index.common import dumps
+
+WRITE_LOCK = 0x5EA2C4  # advisory lock key of index writers
+_TABLES = {"facts": "search_facts", "passages": "search_passages"}
+
+
+def _tsv(field: str, column: str) -> str:
+    return f"setweight(to_tsvector('english', {column}), '{PG_LABELS[field]}')"
+
+
+SCHEMA = f"""
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TABLE IF NOT EXISTS search_meta (key text PRIMARY KEY, value text NOT NULL);
+CREATE TABLE IF NOT EXISTS search_cursors (
+    scope text NOT NULL, branch text NOT NULL, commit_id text NOT NULL,
+    PRIMARY KEY (scope, branch)
+);
+CREATE TABLE IF NOT EXISTS search_episodes (
+    num bigserial PRIMARY KEY,
+    id text NOT NULL, scope text NOT NULL, branch text NOT NULL, commit_id text NOT NULL,
+    occurred_at timestamptz NOT NULL, acl text NOT NULL, source text NOT NULL,
+    unit_kinds text NOT NULL,
+    UNIQUE (scope, branch, id)
+);
+CREATE TABLE IF NOT EXISTS search_passages (
+    num bigserial PRIMARY KEY,
+    episode_num bigint NOT NULL, scope text NOT NULL, branch text NOT NULL,
+    first_unit int NOT NULL, last_unit int NOT NULL, units text NOT NULL, text text NOT NULL,
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
+    vec vector
+);
+CREATE INDEX IF NOT EXISTS search_passages_scope ON search_passages (scope, branch);
+CREATE INDEX IF NOT EXISTS search_passages_episode ON search_passages (episode_num);
+CREATE INDEX IF NOT EXISTS search_passages_tsv ON search_passages USING gin (tsv);
+CREATE TABLE IF NOT EXISTS search_facts (
+    num bigserial PRIMARY KEY,
+    id text NOT NULL, scope text NOT NULL, branch text NOT NULL, commit_id text NOT NULL,
+    commit_seq bigint NOT NULL, entity text NOT NULL, predicate text NOT NULL,
+    value text NOT NULL, quote text NOT NULL, valid_from timestamptz, valid_to timestamptz,
+    written_by text NOT NULL, cites text NOT NULL, ord int NOT NULL, kind text NOT NULL,
+    tsv tsvector GENERATED ALWAYS AS (
+        {_tsv("entity", "entity")} || {_tsv("value", "value")}
+        || {_tsv("predicate", "replace(predicate, '_', ' ')")} || {_tsv("quote", "quote")}
+    ) STORED,
+    vec vector,
+    UNIQUE (scope, branch, id)
+);
+CREATE INDEX IF NOT EXISTS search_facts_key ON search_facts (scope, branch, entity, predicate);
+CREATE INDEX IF NOT EXISTS search_facts_valid ON search_facts (scope, branch, valid_from);
+CREATE INDEX IF NOT EXISTS search_facts_tsv ON search_facts USING gin (tsv);
+CREATE TABLE IF NOT EXISTS search_acl_bitmaps (entry text PRIMARY KEY, bits bytea NOT NULL);
+"""
+
+_FACT_COLS = (
+    "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
+    " valid_from, valid_to, written_by, cites, ord, kind"
+)
+_RANK_WEIGHTS = "'{" + ",".join(str(w) for w in ts_rank_weights()) + "}'::float4[]"
+
+
+def _tsquery(terms: Sequence[str]) -> str:
+    # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out.
+    return " | ".join("'" + t.replace("'", "") + "'" for t in terms if t.replace("'", ""))
+
+
+def _fact_row(r: Sequence[Any]) -> FactRow:
+    return FactRow(
+        num=r[0], id=r[1], scope=r[2], branch=r[3], commit=r[4], commit_seq=r[5],
+        entity=r[6], predicate=r[7], value=r[8], quote=r[9], valid_from=r[10],
+        valid_to=r[11], written_by=r[12],
+        cites=tuple((int(e), int(u)) for e, u in json.loads(r[13])), ord=r[14], kind=r[15],
+    )
+
+
+def _vec(vector: Sequence[float] | None) -> np.ndarray | None:
+    return None if vector is None else np.asarray(vector, dtype=np.float32)
+
+
+class PostgresIndex:
+    def __init__(self, uri: str) -> None:
+        self.info = IndexInfo(backend="postgresql", details={})
+        try:
+            with psycopg.connect(uri, autocommit=True) as conn:
+                conn.execute(SCHEMA)
+        except psycopg.Error as exc:
+            raise ConfigurationError(f"cannot open the PostgreSQL index: {exc}") from exc
+        self._pool = ConnectionPool(
+            uri, min_size=1, max_size=8, kwargs={"autocommit": True},
+            configure=register_vector, open=True,
+        )
+        self._local = threading.local()
+        self._write_lock = threading.RLock()
+        self._bitmaps: dict[str, BitMap] = {}
+        self._bitmap_gen: int | None = None
+        self._bitmap_lock = threading.Lock()
+        self._pending_bits: dict[str, BitMap] | None = None
+
+    # -- connections and meta --------------------------------------------------------------
+
+    @contextmanager
+    def _read(self) -> Iterator[psycopg.Connection[Any]]:
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "tx", None)
+        if conn is not None:
+            yield conn  # reads inside a transaction see its own writes
+            return
+        with self._pool.connection() as pooled:
+            yield pooled
+
+    def _tx(self) -> psycopg.Connection[Any]:
+        conn: psycopg.Connection[Any] | None = getattr(self._local, "tx", None)
+        if conn is None:
+            raise RuntimeError("index writes must run inside transaction()")
+        return conn
+
+    def _meta(self, key: str) -> str | None:
+        with self._read() as conn:
+            row = conn.execute("SELECT value FROM search_meta WHERE key = %s", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def _set_meta(self, key: str, value: str) -> None:
+        self._tx().execute(
+            "INSERT INTO search_meta (key, value) VALUES (%s, %s)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def _bump(self, key: str) -> None:
+        self._tx().execute(
+            "INSERT INTO search_meta (key, value) VALUES (%s, '1') ON CONFLICT (key)"
+            " DO UPDATE SET value = (search_meta.value::bigint + 1)::text",
+            (key,),
+        )
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._write_lock:
+            if getattr(self._local, "tx", None) is not None:
+                yield
+                return
+            with self._pool.connection() as conn, conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                self._local.tx = conn
+                self._pending_bits = {}
+                try:
+                    yield
+                    self._flush_bits()
+                finally:
+                    self._local.tx = None
+                    self._pending_bits = None
+
+    # -- model and cursors -----------------------------------------------------------------
+
+    def model(self) -> ModelInfo | None:
+        name, dims = self._meta("model_name"), self._meta("model_dimensions")
+        if name is None or dims is None:
+            return None
+        return ModelInfo(name, int(dims))
+
+    def set_model(self, model: ModelInfo) -> None:
+        with self.transaction():
+            if self.model() == model:
+                return
+            conn = self._tx()
+            dims = int(model.dimensions)  # an int: safe in DDL
+            for kind, table in _TABLES.items():
+                conn.execute(f"DROP INDEX IF EXISTS {table}_vec_hnsw")
+                conn.execute(f"UPDATE {table} SET vec = NULL WHERE vec IS NOT NULL")
+                conn.execute(
+                    f"CREATE INDEX {table}_vec_hnsw ON {table} USING hnsw"
+                    f" ((vec::vector({dims})) vector_cosine_ops)"
+                )
+                del kind
+            self._set_meta("model_name", model.name)
+            self._set_meta("model_dimensions", str(dims))
+
+    def _dims(self) -> int:
+        model = self.model()
+        return model.dimensions if model else 0
+
+    def cursor(self, scope: str, branch: str) -> str | None:
+        with self._read() as conn:
+            row = conn.execute(
+                "SELECT commit_id FROM search_cursors WHERE scope = %s AND branch = %s",
+                (scope, branch),
+            ).fetchone()
+        return str(row[0]) if row else None
+
+    def set_cursor(self, scope: str, branch: str, commit: str) -> None:
+        self._tx().execute(
+            "INSERT INTO search_cursors (scope, branch, commit_id) VALUES (%s, %s, %s)"
+            " ON CONFLICT (scope, branch) DO UPDATE SET commit_id = excluded.commit_id",
+            (scope, branch, commit),
+        )
+
+    def scopes(self) -> list[tuple[str, str]]:
+        with self._read() as conn:
+            rows = conn.execute("SELECT scope, branch FROM search_cursors ORDER BY 1, 2")
+            return [(str(s), str(b)) for s, b in rows]
+
+    def clear(self, scope: str | None = None) -> None:
+        with self.transaction():
+            conn = self._tx()
+            if scope is None:
+                conn.execute(
+                    "TRUNCATE search_facts, search_passages, search_episodes, search_cursors,"
+                    " search_acl_bitmaps RESTART IDENTITY"
+                )
+                assert self._pending_bits is not None
+                self._pending_bits.clear()
+                self._bump("acl_generation")
+                return
+            nums = BitMap(int(r[0]) for r in conn.execute(
+                "SELECT num FROM search_episodes WHERE scope = %s", (scope,)))
+            for entry, bits in self._all_bitmaps(conn).items():
+                if bits & nums:
+                    self._pending(entry, bits - nums)
+            for table in ("search_facts", "search_passages", "search_episodes",
+                          "search_cursors"):
+                conn.execute(f"DELETE FROM {table} WHERE scope = %s", (scope,))
+
+    # -- bitmaps ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _all_bitmaps(conn: psycopg.Connection[Any]) -> dict[str, BitMap]:
+        return {
+            str(e): BitMap.deserialize(bytes(b))
+            for e, b in conn.execute("SELECT entry, bits FROM search_acl_bitmaps")
+        }
+
+    def _pending(self, entry: str, bits: BitMap | None = None) -> BitMap:
+        assert self._pending_bits is not None
+        if bits is not None:
+            self._pending_bits[entry] = bits
+        if entry not in self._pending_bits:
+            row = self._tx().execute(
+                "SELECT bits FROM search_acl_bitmaps WHERE entry = %s", (entry,)
+            ).fetchone()
+            self._pending_bits[entry] = BitMap.deserialize(bytes(row[0])) if row else BitMap()
+        return self._pending_bits[entry]
+
+    def _flush_bits(self) -> None:
+        if not self._pending_bits:
+            return
+        conn = self._tx()
+        for entry, bits in self._pending_bits.items():
+            bits.run_optimize()
+            conn.execute(
+                "INSERT INTO search_acl_bitmaps (entry, bits) VALUES (%s, %s)"
+                " ON CONFLICT (entry) DO UPDATE SET bits = excluded.bits",
+                (entry, bits.serialize()),
+            )
+        self._bump("acl_generation")
+
+    def acl_bitmap(self, entry: str) -> BitMap:
+        with self._bitmap_lock:
+            gen = int(self._meta("acl_generation") or 0)
+            if gen != self._bitmap_gen:
+                with self._read() as conn:
+                    self._bitmaps = self._all_bitmaps(conn)
+                self._bitmap_gen = gen
+            found = self._bitmaps.get(entry)
+            return BitMap(found) if found is not None else BitMap()
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def upsert_episode(self, doc: EpisodeDoc) -> tuple[int, bool]:
+        conn = self._tx()
+        kinds = dumps([u.kind for u in sorted(doc.units, key=lambda u: u.n)])
+        row = conn.execute(
+            "SELECT num, acl FROM search_episodes WHERE scope = %s AND branch = %s AND id = %s",
+            (doc.scope, doc.branch, doc.id),
+        ).fetchone()
+        if row is None:
+            inserted = conn.execute(
+                "INSERT INTO search_episodes (id, scope, branch, commit_id, occurred_at, acl,"
+                " source, unit_kinds) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) RETURNING num",
+                (doc.id, doc.scope, doc.branch, doc.commit, doc.occurred_at,
+                 dumps(list(doc.acl)), doc.source, kinds),
+            ).fetchone()
+            assert inserted is not None
+            num, old, new = int(inserted[0]), set[str](), True
+        else:
+            num, old, new = int(row[0]), set(json.loads(row[1])), False
+            conn.execute(
+                "UPDATE search_episodes SET acl = %s, occurred_at = %s, source = %s"
+                " WHERE num = %s",
+                (dumps(list(doc.acl)), doc.occurred_at, doc.source, num),
+            )
+        for entry in old - set(doc.acl):
+            self._pending(entry).discard(num)
+        for entry in set(doc.acl) - old:
+            self._pending(entry).add(num)
+        return num, new
+
+    def episode_numbers(self, scope: str, branch: str, ids: Iterable[str]) -> dict[str, int]:
+        wanted = list(dict.fromkeys(ids))
+        if not wanted:
+            return {}
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT id, num FROM search_episodes WHERE scope = %s AND branch = %s"
+                " AND id = ANY(%s)",
+                (scope, branch, wanted),
+            ).fetchall()
+        return {str(i): int(n) for i, n in rows}
+
+    def add_passages(self, passages: Sequence[NewPassage]) -> None:
+        if not passages:
+            return
+        with self._tx().cursor() as cur:
+            cur.executemany(
+                "INSERT INTO search_passages (episode_num, scope, branch, first_unit,"
+                " last_unit, units, text, vec) VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
+                [
+                    (p.episode_num, p.scope, p.branch, p.first_unit, p.last_unit,
+                     dumps([list(u) for u in p.units]),
+                     "\n\n".join(t for _, _, t in p.units), _vec(p.vector))
+                    for p in passages
+                ],
+            )
+
+    def upsert_facts(self, facts: Sequence[NewFact]) -> None:
+        if not facts:
+            return
+        with self._tx().cursor() as cur:
+            cur.executemany(
+                "INSERT INTO search_facts (id, scope, branch, commit_id, commit_seq, entity,"
+                " predicate, value, quote, valid_from, valid_to, written_by, cites, vec, ord,"
+                " kind) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                " ON CONFLICT (scope, branch, id) DO NOTHING",
+                [
+                    (f.doc.id, f.doc.scope, f.doc.branch, f.doc.commit, f.doc.commit_seq,
+                     f.doc.entity, f.doc.predicate, f.doc.value, f.doc.quote,
+                     f.doc.valid_from, f.doc.valid_to, f.doc.written_by,
+                     dumps([list(c) for c in f.cites]), _vec(f.vector), f.doc.ord, f.doc.kind)
+                    for f in facts
+                ],
+            )
+
+    # -- candidates ------------------------------------------------------------------------
+
+    def _keyword(self, table: str, scope: str, branch: str, terms: Sequence[str], k: int,
+                 weights: str) -> list[Hit]:
+        query = _tsquery(terms)
+        if not query or k <= 0:
+            return []
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT num, ts_rank({weights}tsv, q) AS r"
+                f" FROM {table}, to_tsquery('english', %s) q"
+                " WHERE tsv @@ q AND scope = %s AND branch = %s ORDER BY r DESC LIMIT %s",
+                (query, scope, branch, k),
+            ).fetchall()
+        return [(int(n), float(r)) for n, r in rows]
+
+    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int) -> list[Hit]:
+        return self._keyword("search_facts", scope, branch, terms, k, _RANK_WEIGHTS + ", ")
+
+    def keyword_passages(
+        self, scope: str, branch: str, terms: Sequence[str], k: int
+    ) -> list[Hit]:
+        return self._keyword("search_passages", scope, branch, terms, k, "")
+
+    def fact_keyword(self, nums: Sequence[int], terms: Sequence[str]) -> dict[int, float]:
+        query = _tsquery(terms)
+        if not query or not nums:
+            return {}
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT num, ts_rank({_RANK_WEIGHTS}, tsv, q) FROM search_facts,"
+                " to_tsquery('english', %s) q WHERE tsv @@ q AND num = ANY(%s)",
+                (query, list(nums)),
+            ).fetchall()
+        return {int(n): float(r) for n, r in rows}
+
+    def _nearest(self, table: str, scope: str, branch: str, vector: Sequence[float],
+                 k: int) -> list[Hit]:
+        dims = self._dims()
+        if dims == 0 or len(vector) != dims or k <= 0:
+            return []
+        cast = f"vector({dims})"
+        with self._read() as conn, conn.transaction():
+            # Iterative scans keep walking the HNSW graph until k rows pass the filter.
+            conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
+            conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(k, 40), 1000)}")
+            rows = conn.execute(
+                f"SELECT num, 1 - (vec::{cast} <=> %s::{cast}) FROM {table}"
+                f" WHERE scope = %s AND branch = %s AND vec IS NOT NULL"
+                f" ORDER BY vec::{cast} <=> %s::{cast} LIMIT %s",
+                (_vec(vector), scope, branch, _vec(vector), k),
+            ).fetchall()
+        return [(int(n), float(c)) for n, c in rows]
+
+    def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int) -> list[Hit]:
+        return self._nearest("search_facts", scope, branch, vector, k)
+
+    def nearest_passages(
+        self, scope: str, branch: str, vector: Sequence[float], k: int
+    ) -> list[Hit]:
+        return self._nearest("search_passages", scope, branch, vector, k)
+
+    def _cosines(self, table: str, nums: Sequence[int], vector: Sequence[float]
+                 ) -> dict[int, float]:
+        dims = self._dims()
+        if not nums or dims == 0 or len(vector) != dims:
+            return {}
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT num, 1 - (vec <=> %s) FROM {table}"
+                f" WHERE num = ANY(%s) AND vec IS NOT NULL AND vector_dims(vec) = %s",
+                (_vec(vector), list(nums), dims),
+            ).fetchall()
+        return {int(n): float(c) for n, c in rows}
+
+    def fact_cosines(self, nums: Sequence[int], vector: Sequence[float]) -> dict[int, float]:
+        return self._cosines("search_facts", nums, vector)
+
+    def passage_cosines(self, nums: Sequence[int], vector: Sequence[float]) -> dict[int, float]:
+        return self._cosines("search_passages", nums, vector)
+
+    # -- rows ------------------------------------------------------------------------------
+
+    def facts(self, nums: Iterable[int]) -> list[FactRow]:
+        wanted = list(dict.fromkeys(nums))
+        if not wanted:
+            return []
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_FACT_COLS} FROM search_facts WHERE num = ANY(%s)", (wanted,)
+            ).fetchall()
+        return [_fact_row(r) for r in rows]
+
+    def versions(
+        self, scope: str, branch: str, keys: Iterable[tuple[str, str]]
+    ) -> list[FactRow]:
+        pairs = list(dict.fromkeys(keys))
+        if not pairs:
+            return []
+        with self._read() as conn:
+            rows = conn.execute(
+                f"SELECT {_FACT_COLS} FROM search_facts WHERE scope = %s AND branch = %s"
+                " AND (entity, predicate) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
+                (scope, branch, [e for e, _ in pairs], [p for _, p in pairs]),
+            ).fetchall()
+        return [_fact_row(r) for r in rows]
+
+    def facts_overlapping(
+        self, scope: str, branch: str, start: datetime, end: datetime, limit: int
+    ) -> list[int]:
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT num FROM search_facts WHERE scope = %s AND branch = %s"
+                " AND valid_from IS NOT NULL AND valid_from < %s"
+                " AND (valid_to IS NULL OR valid_to > %s) ORDER BY valid_from DESC LIMIT %s",
+                (scope, branch, end, start, limit),
+            ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def passages(self, nums: Iterable[int]) -> list[PassageRow]:
+        wanted = list(dict.fromkeys(nums))
+        if not wanted:
+            return []
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT num, episode_num, scope, branch, first_unit, last_unit, units"
+                " FROM search_passages WHERE num = ANY(%s)",
+                (wanted,),
+            ).fetchall()
+        return [
+            PassageRow(
+                num=r[0], episode_num=r[1], scope=r[2], branch=r[3], first_unit=r[4],
+                last_unit=r[5],
+                units=tuple((int(n), str(k), str(t)) for n, k, t in json.loads(r[6])),
+            )
+            for r in rows
+        ]
+
+    def episodes(self, nums: Iterable[int]) -> list[EpisodeRow]:
+        wanted = list(dict.fromkeys(nums))
+        if not wanted:
+            return []
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT num, id, scope, branch, commit_id, occurred_at, acl, source,"
+                " unit_kinds FROM search_episodes WHERE num = ANY(%s)",
+                (wanted,),
+            ).fetchall()
+        return [
+            EpisodeRow(
+                num=r[0], id=r[1], scope=r[2], branch=r[3], commit=r[4], occurred_at=r[5],
+                acl=tuple(json.loads(r[6])), source=r[7], unit_kinds=tuple(json.loads(r[8])),
+            )
+            for r in rows
+        ]
+
+    def missing_vectors(self, kind: str, limit: int) -> list[tuple[int, str]]:
+        with self._read() as conn:
+            if kind == "passages":
+                rows = conn.execute(
+                    "SELECT num, text FROM search_passages WHERE vec IS NULL ORDER BY num"
+                    " LIMIT %s",
+                    (limit,),
+                ).fetchall()
+                return [(int(n), str(t)) for n, t in rows]
+            rows = conn.execute(
+                "SELECT num, entity, predicate, value, quote FROM search_facts"
+                " WHERE vec IS NULL ORDER BY num LIMIT %s",
+                (limit,),
+            ).fetchall()
+        return [(int(r[0]), fact_text(r[1], r[2], r[3], r[4])) for r in rows]
+
+    def set_vectors(self, kind: str, vectors: Sequence[tuple[int, list[float]]]) -> None:
+        table = _TABLES[kind]
+        with self._tx().cursor() as cur:
+            cur.executemany(
+                f"UPDATE {table} SET vec = %s WHERE num = %s",
+                [(_vec(v), n) for n, v in vectors],
+            )
+
+    def counts(self, scope: str | None = None) -> dict[str, int]:
+        where, params = ("WHERE scope = %s", (scope,)) if scope else ("", ())
+        found: dict[str, int] = {}
+        with self._read() as conn:
+            for kind in ("episodes", "passages", "facts"):
+                row = conn.execute(f"SELECT count(*) FROM search_{kind} {where}", params
+                                   ).fetchone()
+                found[kind] = int(row[0]) if row else 0
+        return found
+
+    def close(self) -> None:
+        self._pool.close()

@@ -1,0 +1,595 @@
+"""The embedded index: one SQLite file. FTS5 for keywords, vectors in memory (numpy).
+
+One writer at a time (an in-process lock plus ``BEGIN IMMEDIATE`` across processes);
+readers use their own thread-local connections and see only committed transactions.
+The index is derived, so ``synchronous=NORMAL`` is enough: a lost tail is rebuilt.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pyroaring import BitMap
+
+from ampup_memory.errors import ConfigurationError
+from ampup_memory.search.bm25f import fts5_weights
+from ampup_memory.search.index.base import (
+    EpisodeDoc,
+    EpisodeRow,
+    FactRow,
+    Hit,
+    IndexInfo,
+    ModelInfo,
+    NewFact,
+    NewPassage,
+    PassageRow,
+    fact_text,
+)
+from ampup_memory.search.index.common import (
+    VectorCache,
+    dumps,
+    parse_time_text,
+    time_text,
+    vector_blob,
+)
+from ampup_memory.search.tokenize import fts5_match
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS cursors (
+    scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
+    PRIMARY KEY (scope, branch)
+);
+CREATE TABLE IF NOT EXISTS episodes (
+    num INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
+    occurred_at TEXT NOT NULL, acl TEXT NOT NULL, source TEXT NOT NULL,
+    unit_kinds TEXT NOT NULL,
+    UNIQUE (scope, branch, id)
+);
+CREATE TABLE IF NOT EXISTS passages (
+    num INTEGER PRIMARY KEY AUTOINCREMENT,
+    episode_num INTEGER NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL,
+    first_unit INTEGER NOT NULL, last_unit INTEGER NOT NULL,
+    units TEXT NOT NULL, text TEXT NOT NULL,
+    vec BLOB, vec_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS passages_episode ON passages(episode_num);
+CREATE INDEX IF NOT EXISTS passages_vec_seq ON passages(vec_seq);
+CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(
+    text, content='passages', content_rowid='num', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS passages_ai AFTER INSERT ON passages BEGIN
+    INSERT INTO passages_fts(rowid, text) VALUES (new.num, new.text);
+END;
+CREATE TRIGGER IF NOT EXISTS passages_ad AFTER DELETE ON passages BEGIN
+    INSERT INTO passages_fts(passages_fts, rowid, text) VALUES ('delete', old.num, old.text);
+END;
+CREATE TABLE IF NOT EXISTS facts (
+    num INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
+    commit_seq INTEGER NOT NULL, entity TEXT NOT NULL, predicate TEXT NOT NULL,
+    value TEXT NOT NULL, quote TEXT NOT NULL, valid_from TEXT, valid_to TEXT,
+    written_by TEXT NOT NULL, cites TEXT NOT NULL, predicate_words TEXT NOT NULL,
+    ord INTEGER NOT NULL, kind TEXT NOT NULL,
+    vec BLOB, vec_seq INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (scope, branch, id)
+);
+CREATE INDEX IF NOT EXISTS facts_key ON facts(scope, branch, entity, predicate);
+CREATE INDEX IF NOT EXISTS facts_valid ON facts(scope, branch, valid_from);
+CREATE INDEX IF NOT EXISTS facts_vec_seq ON facts(vec_seq);
+CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(
+    entity, predicate_words, value, quote,
+    content='facts', content_rowid='num', tokenize='porter unicode61'
+);
+CREATE TRIGGER IF NOT EXISTS facts_ai AFTER INSERT ON facts BEGIN
+    INSERT INTO facts_fts(rowid, entity, predicate_words, value, quote)
+    VALUES (new.num, new.entity, new.predicate_words, new.value, new.quote);
+END;
+CREATE TRIGGER IF NOT EXISTS facts_ad AFTER DELETE ON facts BEGIN
+    INSERT INTO facts_fts(facts_fts, rowid, entity, predicate_words, value, quote)
+    VALUES ('delete', old.num, old.entity, old.predicate_words, old.value, old.quote);
+END;
+CREATE TABLE IF NOT EXISTS acl_bitmaps (entry TEXT PRIMARY KEY, bits BLOB NOT NULL);
+"""
+
+_FACT_COLS = (
+    "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
+    " valid_from, valid_to, written_by, cites, ord, kind"
+)
+_TABLES = {"facts": "facts", "passages": "passages"}  # the only names that reach SQL
+_BM25 = ", ".join(str(w) for w in fts5_weights())
+_CHUNK = 500  # bound parameters per IN (...) list
+
+
+def sqlite_path(uri: str) -> Path:
+    if not uri.startswith("sqlite:///"):
+        raise ConfigurationError(f"SQLite URI must look like sqlite:///path, got {uri!r}")
+    raw = uri[len("sqlite:///"):]
+    if not raw or "\x00" in raw or "?" in raw:
+        raise ConfigurationError(f"invalid SQLite path in {uri!r}")
+    return Path(raw).expanduser()
+
+
+def _chunks(values: Iterable[Any]) -> Iterator[list[Any]]:
+    batch: list[Any] = []
+    for v in values:
+        batch.append(v)
+        if len(batch) >= _CHUNK:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _fact_row(r: Sequence[Any]) -> FactRow:
+    return FactRow(
+        num=r[0], id=r[1], scope=r[2], branch=r[3], commit=r[4], commit_seq=r[5],
+        entity=r[6], predicate=r[7], value=r[8], quote=r[9],
+        valid_from=parse_time_text(r[10]), valid_to=parse_time_text(r[11]),
+        written_by=r[12], cites=tuple((int(e), int(u)) for e, u in json.loads(r[13])),
+        ord=r[14], kind=r[15],
+    )
+
+
+class SQLiteIndex:
+    def __init__(self, uri: str) -> None:
+        self.path = sqlite_path(uri)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.info = IndexInfo(backend="sqlite", details={"path": str(self.path)})
+        self._local = threading.local()
+        self._write_lock = threading.RLock()
+        self._all: list[sqlite3.Connection] = []
+        self._all_lock = threading.Lock()
+        self._vectors = {"facts": VectorCache(), "passages": VectorCache()}
+        self._bitmaps: dict[str, BitMap] = {}
+        self._bitmap_gen: int | None = None
+        self._bitmap_lock = threading.Lock()
+        self._pending_bits: dict[str, BitMap] | None = None
+        with self._write_lock:
+            self._conn().executescript(SCHEMA)
+
+    # -- connections and meta ------------------------------------------------------------
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(
+                self.path, isolation_level=None, check_same_thread=False, timeout=60.0
+            )
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=NORMAL")
+            conn.execute("PRAGMA busy_timeout=60000")
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
+
+    def _meta(self, key: str) -> str | None:
+        row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return str(row[0]) if row else None
+
+    def _set_meta(self, conn: sqlite3.Connection, key: str, value: str) -> None:
+        conn.execute(
+            "INSERT INTO meta (key, value) VALUES (?, ?)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+            (key, value),
+        )
+
+    def _bump(self, conn: sqlite3.Connection, key: str) -> int:
+        row = conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        value = int(row[0]) + 1 if row else 1
+        self._set_meta(conn, key, str(value))
+        return value
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        with self._write_lock:
+            if getattr(self._local, "in_tx", False):
+                yield  # nested: the outer transaction commits
+                return
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")
+            self._local.in_tx = True
+            self._pending_bits = {}
+            self._local.vec_seq = None
+            try:
+                yield
+                self._flush_bits(conn)
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            else:
+                conn.execute("COMMIT")
+            finally:
+                self._local.in_tx = False
+                self._pending_bits = None
+
+    def _tx(self) -> sqlite3.Connection:
+        if not getattr(self._local, "in_tx", False):
+            raise RuntimeError("index writes must run inside transaction()")
+        return self._conn()
+
+    def _vec_seq(self, conn: sqlite3.Connection) -> int:
+        # One number per transaction: readers load a whole transaction or none of it.
+        seq: int | None = getattr(self._local, "vec_seq", None)
+        if seq is None:
+            seq = self._bump(conn, "vec_seq")
+            self._local.vec_seq = seq
+        return seq
+
+    # -- model and cursors ---------------------------------------------------------------
+
+    def model(self) -> ModelInfo | None:
+        name, dims = self._meta("model_name"), self._meta("model_dimensions")
+        if name is None or dims is None:
+            return None
+        return ModelInfo(name, int(dims))
+
+    def set_model(self, model: ModelInfo) -> None:
+        with self.transaction():
+            conn = self._tx()
+            if self.model() != model:
+                conn.execute("UPDATE facts SET vec = NULL, vec_seq = 0")
+                conn.execute("UPDATE passages SET vec = NULL, vec_seq = 0")
+                self._bump(conn, "generation")
+            self._set_meta(conn, "model_name", model.name)
+            self._set_meta(conn, "model_dimensions", str(model.dimensions))
+
+    def cursor(self, scope: str, branch: str) -> str | None:
+        row = self._conn().execute(
+            "SELECT commit_id FROM cursors WHERE scope = ? AND branch = ?", (scope, branch)
+        ).fetchone()
+        return str(row[0]) if row else None
+
+    def set_cursor(self, scope: str, branch: str, commit: str) -> None:
+        self._tx().execute(
+            "INSERT INTO cursors (scope, branch, commit_id) VALUES (?, ?, ?)"
+            " ON CONFLICT (scope, branch) DO UPDATE SET commit_id = excluded.commit_id",
+            (scope, branch, commit),
+        )
+
+    def scopes(self) -> list[tuple[str, str]]:
+        rows = self._conn().execute("SELECT scope, branch FROM cursors ORDER BY 1, 2")
+        return [(str(s), str(b)) for s, b in rows]
+
+    def clear(self, scope: str | None = None) -> None:
+        with self.transaction():
+            conn = self._tx()
+            if scope is None:
+                for table in ("facts", "passages", "episodes", "cursors", "acl_bitmaps"):
+                    conn.execute(f"DELETE FROM {table}")  # noqa: S608 (fixed names)
+                conn.execute("DELETE FROM sqlite_sequence")
+                assert self._pending_bits is not None
+                self._pending_bits.clear()
+                self._bump(conn, "acl_generation")
+            else:
+                nums = BitMap(
+                    int(r[0]) for r in conn.execute(
+                        "SELECT num FROM episodes WHERE scope = ?", (scope,))
+                )
+                for entry, bits in self._all_bitmaps(conn).items():
+                    if bits & nums:
+                        self._pending(entry, bits - nums)
+                for table in ("facts", "passages", "episodes", "cursors"):
+                    conn.execute(f"DELETE FROM {table} WHERE scope = ?", (scope,))  # noqa: S608
+            self._bump(conn, "generation")
+
+    # -- bitmaps ---------------------------------------------------------------------------
+
+    def _all_bitmaps(self, conn: sqlite3.Connection) -> dict[str, BitMap]:
+        return {
+            str(e): BitMap.deserialize(bytes(b))
+            for e, b in conn.execute("SELECT entry, bits FROM acl_bitmaps")
+        }
+
+    def _pending(self, entry: str, bits: BitMap | None = None) -> BitMap:
+        """The bitmap of an entry as this transaction will leave it."""
+        assert self._pending_bits is not None
+        if bits is not None:
+            self._pending_bits[entry] = bits
+        if entry not in self._pending_bits:
+            row = self._conn().execute(
+                "SELECT bits FROM acl_bitmaps WHERE entry = ?", (entry,)
+            ).fetchone()
+            self._pending_bits[entry] = BitMap.deserialize(bytes(row[0])) if row else BitMap()
+        return self._pending_bits[entry]
+
+    def _flush_bits(self, conn: sqlite3.Connection) -> None:
+        if not self._pending_bits:
+            return
+        for entry, bits in self._pending_bits.items():
+            bits.run_optimize()
+            conn.execute(
+                "INSERT INTO acl_bitmaps (entry, bits) VALUES (?, ?)"
+                " ON CONFLICT (entry) DO UPDATE SET bits = excluded.bits",
+                (entry, bits.serialize()),
+            )
+        self._bump(conn, "acl_generation")
+
+    def acl_bitmap(self, entry: str) -> BitMap:
+        with self._bitmap_lock:
+            gen = int(self._meta("acl_generation") or 0)
+            if gen != self._bitmap_gen:
+                self._bitmaps = self._all_bitmaps(self._conn())
+                self._bitmap_gen = gen
+            found = self._bitmaps.get(entry)
+            return BitMap(found) if found is not None else BitMap()
+
+    # -- writes ----------------------------------------------------------------------------
+
+    def upsert_episode(self, doc: EpisodeDoc) -> tuple[int, bool]:
+        conn = self._tx()
+        kinds = dumps([u.kind for u in sorted(doc.units, key=lambda u: u.n)])
+        row = conn.execute(
+            "SELECT num, acl FROM episodes WHERE scope = ? AND branch = ? AND id = ?",
+            (doc.scope, doc.branch, doc.id),
+        ).fetchone()
+        if row is None:
+            num = int(conn.execute(
+                "INSERT INTO episodes (id, scope, branch, commit_id, occurred_at, acl, source,"
+                " unit_kinds) VALUES (?,?,?,?,?,?,?,?) RETURNING num",
+                (doc.id, doc.scope, doc.branch, doc.commit, time_text(doc.occurred_at),
+                 dumps(list(doc.acl)), doc.source, kinds),
+            ).fetchone()[0])
+            old: set[str] = set()
+            new = True
+        else:
+            num, old, new = int(row[0]), set(json.loads(row[1])), False
+            conn.execute(
+                "UPDATE episodes SET acl = ?, occurred_at = ?, source = ? WHERE num = ?",
+                (dumps(list(doc.acl)), time_text(doc.occurred_at), doc.source, num),
+            )
+        for entry in old - set(doc.acl):
+            self._pending(entry).discard(num)
+        for entry in set(doc.acl) - old:
+            self._pending(entry).add(num)
+        return num, new
+
+    def episode_numbers(self, scope: str, branch: str, ids: Iterable[str]) -> dict[str, int]:
+        found: dict[str, int] = {}
+        for batch in _chunks(dict.fromkeys(ids)):
+            for i, n in self._conn().execute(
+                "SELECT id, num FROM episodes WHERE scope = ? AND branch = ?"
+                f" AND id IN ({','.join('?' * len(batch))})",
+                (scope, branch, *batch),
+            ):
+                found[str(i)] = int(n)
+        return found
+
+    def add_passages(self, passages: Sequence[NewPassage]) -> None:
+        conn = self._tx()
+        if not passages:
+            return
+        seq = self._vec_seq(conn)
+        rows = [
+            (p.episode_num, p.scope, p.branch, p.first_unit, p.last_unit,
+             dumps([list(u) for u in p.units]), "\n\n".join(t for _, _, t in p.units),
+             vector_blob(p.vector), seq if p.vector is not None else 0)
+            for p in passages
+        ]
+        conn.executemany(
+            "INSERT INTO passages (episode_num, scope, branch, first_unit, last_unit, units,"
+            " text, vec, vec_seq) VALUES (?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+
+    def upsert_facts(self, facts: Sequence[NewFact]) -> None:
+        conn = self._tx()
+        if not facts:
+            return
+        seq = self._vec_seq(conn)
+        conn.executemany(
+            "INSERT INTO facts (id, scope, branch, commit_id, commit_seq, entity, predicate,"
+            " value, quote, valid_from, valid_to, written_by, cites, predicate_words, vec,"
+            " vec_seq, ord, kind) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            " ON CONFLICT (scope, branch, id) DO NOTHING",
+            [
+                (f.doc.id, f.doc.scope, f.doc.branch, f.doc.commit, f.doc.commit_seq,
+                 f.doc.entity, f.doc.predicate, f.doc.value, f.doc.quote,
+                 time_text(f.doc.valid_from), time_text(f.doc.valid_to), f.doc.written_by,
+                 dumps([list(c) for c in f.cites]), f.doc.predicate.replace("_", " "),
+                 vector_blob(f.vector), seq if f.vector is not None else 0, f.doc.ord,
+                 f.doc.kind)
+                for f in facts
+            ],
+        )
+
+    # -- candidates ------------------------------------------------------------------------
+
+    def _keyword(self, table: str, scope: str, branch: str, terms: Sequence[str], k: int,
+                 rank: str) -> list[Hit]:
+        if not terms or k <= 0:
+            return []
+        t = _TABLES[table]
+        rows = self._conn().execute(
+            f"SELECT x.num, -{rank} FROM {t}_fts JOIN {t} x ON x.num = {t}_fts.rowid"
+            f" WHERE {t}_fts MATCH ? AND x.scope = ? AND x.branch = ?"
+            f" ORDER BY {rank} LIMIT ?",
+            (fts5_match(list(terms)), scope, branch, k),
+        ).fetchall()
+        return [(int(n), max(float(s), 0.0)) for n, s in rows]
+
+    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int) -> list[Hit]:
+        return self._keyword("facts", scope, branch, terms, k, f"bm25(facts_fts, {_BM25})")
+
+    def keyword_passages(
+        self, scope: str, branch: str, terms: Sequence[str], k: int
+    ) -> list[Hit]:
+        return self._keyword("passages", scope, branch, terms, k, "bm25(passages_fts)")
+
+    def fact_keyword(self, nums: Sequence[int], terms: Sequence[str]) -> dict[int, float]:
+        found: dict[int, float] = {}
+        if not terms:
+            return found
+        for batch in _chunks(nums):
+            for n, s in self._conn().execute(
+                f"SELECT rowid, -bm25(facts_fts, {_BM25}) FROM facts_fts WHERE facts_fts"
+                f" MATCH ? AND rowid IN ({','.join('?' * len(batch))})",
+                (fts5_match(list(terms)), *batch),
+            ):
+                found[int(n)] = max(float(s), 0.0)
+        return found
+
+    def _refresh(self, table: str) -> VectorCache:
+        cache = self._vectors[table]
+        conn = self._conn()
+        gen = int(self._meta("generation") or 0)
+        model = self.model()
+        with cache.lock:
+            if cache.generation != gen:
+                cache.reset(gen)
+            if model is None:
+                return cache
+            t = _TABLES[table]
+            rows = conn.execute(
+                f"SELECT num, scope, branch, vec, vec_seq FROM {t} WHERE vec_seq > ?"
+                " ORDER BY vec_seq",
+                (cache.high_water,),
+            ).fetchall()
+            cache.apply(rows, model.dimensions)
+        return cache
+
+    def _nearest(self, table: str, scope: str, branch: str, vector: Sequence[float],
+                 k: int) -> list[Hit]:
+        cache = self._refresh(table)
+        query = np.asarray(vector, dtype=np.float32)
+        with cache.lock:
+            return cache.top(scope, branch, query, k)
+
+    def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int) -> list[Hit]:
+        return self._nearest("facts", scope, branch, vector, k)
+
+    def nearest_passages(
+        self, scope: str, branch: str, vector: Sequence[float], k: int
+    ) -> list[Hit]:
+        return self._nearest("passages", scope, branch, vector, k)
+
+    def _cosines(self, table: str, nums: Sequence[int], vector: Sequence[float]
+                 ) -> dict[int, float]:
+        cache = self._refresh(table)
+        with cache.lock:
+            return cache.cosines(nums, np.asarray(vector, dtype=np.float32))
+
+    def fact_cosines(self, nums: Sequence[int], vector: Sequence[float]) -> dict[int, float]:
+        return self._cosines("facts", nums, vector)
+
+    def passage_cosines(self, nums: Sequence[int], vector: Sequence[float]) -> dict[int, float]:
+        return self._cosines("passages", nums, vector)
+
+    # -- rows ------------------------------------------------------------------------------
+
+    def facts(self, nums: Iterable[int]) -> list[FactRow]:
+        found: list[FactRow] = []
+        for batch in _chunks(dict.fromkeys(nums)):
+            found += [_fact_row(r) for r in self._conn().execute(
+                f"SELECT {_FACT_COLS} FROM facts WHERE num IN ({','.join('?' * len(batch))})",
+                batch,
+            )]
+        return found
+
+    def versions(
+        self, scope: str, branch: str, keys: Iterable[tuple[str, str]]
+    ) -> list[FactRow]:
+        wanted = set(keys)
+        found: list[FactRow] = []
+        for batch in _chunks(sorted({e for e, _ in wanted})):
+            found += [
+                row for row in (_fact_row(r) for r in self._conn().execute(
+                    f"SELECT {_FACT_COLS} FROM facts WHERE scope = ? AND branch = ?"
+                    f" AND entity IN ({','.join('?' * len(batch))})",
+                    (scope, branch, *batch),
+                ))
+                if (row.entity, row.predicate) in wanted
+            ]
+        return found
+
+    def facts_overlapping(
+        self, scope: str, branch: str, start: datetime, end: datetime, limit: int
+    ) -> list[int]:
+        rows = self._conn().execute(
+            "SELECT num FROM facts WHERE scope = ? AND branch = ? AND valid_from IS NOT NULL"
+            " AND valid_from < ? AND (valid_to IS NULL OR valid_to > ?)"
+            " ORDER BY valid_from DESC LIMIT ?",
+            (scope, branch, time_text(end), time_text(start), limit),
+        ).fetchall()
+        return [int(r[0]) for r in rows]
+
+    def passages(self, nums: Iterable[int]) -> list[PassageRow]:
+        found: list[PassageRow] = []
+        for batch in _chunks(dict.fromkeys(nums)):
+            for r in self._conn().execute(
+                "SELECT num, episode_num, scope, branch, first_unit, last_unit, units"
+                f" FROM passages WHERE num IN ({','.join('?' * len(batch))})",
+                batch,
+            ):
+                found.append(PassageRow(
+                    num=r[0], episode_num=r[1], scope=r[2], branch=r[3], first_unit=r[4],
+                    last_unit=r[5],
+                    units=tuple((int(n), str(k), str(t)) for n, k, t in json.loads(r[6])),
+                ))
+        return found
+
+    def episodes(self, nums: Iterable[int]) -> list[EpisodeRow]:
+        found: list[EpisodeRow] = []
+        for batch in _chunks(dict.fromkeys(nums)):
+            for r in self._conn().execute(
+                "SELECT num, id, scope, branch, commit_id, occurred_at, acl, source, unit_kinds"
+                f" FROM episodes WHERE num IN ({','.join('?' * len(batch))})",
+                batch,
+            ):
+                occurred = parse_time_text(r[5])
+                assert occurred is not None
+                found.append(EpisodeRow(
+                    num=r[0], id=r[1], scope=r[2], branch=r[3], commit=r[4],
+                    occurred_at=occurred, acl=tuple(json.loads(r[6])), source=r[7],
+                    unit_kinds=tuple(json.loads(r[8])),
+                ))
+        return found
+
+    def missing_vectors(self, kind: str, limit: int) -> list[tuple[int, str]]:
+        conn = self._conn()
+        if kind == "passages":
+            rows = conn.execute(
+                "SELECT num, text FROM passages WHERE vec IS NULL ORDER BY num LIMIT ?",
+                (limit,),
+            ).fetchall()
+            return [(int(n), str(t)) for n, t in rows]
+        rows = conn.execute(
+            "SELECT num, entity, predicate, value, quote FROM facts WHERE vec IS NULL"
+            " ORDER BY num LIMIT ?",
+            (limit,),
+        ).fetchall()
+        return [(int(r[0]), fact_text(r[1], r[2], r[3], r[4])) for r in rows]
+
+    def set_vectors(self, kind: str, vectors: Sequence[tuple[int, list[float]]]) -> None:
+        conn = self._tx()
+        seq = self._vec_seq(conn)
+        t = _TABLES[kind]
+        conn.executemany(
+            f"UPDATE {t} SET vec = ?, vec_seq = ? WHERE num = ?",
+            [(vector_blob(v), seq, n) for n, v in vectors],
+        )
+
+    def counts(self, scope: str | None = None) -> dict[str, int]:
+        conn = self._conn()
+        where, params = ("WHERE scope = ?", (scope,)) if scope else ("", ())
+        return {
+            t: int(conn.execute(f"SELECT count(*) FROM {t} {where}", params).fetchone()[0])
+            for t in ("episodes", "passages", "facts")
+        }
+
+    def close(self) -> None:
+        with self._all_lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
+        self._local = threading.local()

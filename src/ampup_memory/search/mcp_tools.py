@@ -1,0 +1,60 @@
+"""The MCP tools of search as plain functions; `mcp/` registers them on its servers.
+
+``search_memory`` returns the text answer (facts grouped by entity with citations, then
+uncited source text, then the episode ids ``get_episode`` reads); ``query_memory``
+returns ranked passages as JSON-ready data.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from ampup_memory.amp.service import validation_errors
+from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
+
+
+def search_memory(
+    service: SearchService,
+    user: str,
+    scope: str,
+    query: str,
+    as_of: datetime | str | None = None,
+    limit: int = 10,
+    tz: str | None = None,
+    branch: str | None = None,
+) -> str:
+    """Facts ranked by keyword and meaning, as the text answer agents read."""
+    try:
+        req = FactSearchRequest.model_validate({
+            "scope": scope, "query": query, "as_of": as_of, "limit": limit, "format": "text",
+            "tz": tz, "branch": branch,
+        })
+    except ValidationError as exc:
+        raise validation_errors(exc, ("arguments",)) from exc
+    answer = service.search(user, req)
+    assert isinstance(answer, str)
+    return answer
+
+
+def query_memory(
+    service: SearchService,
+    user: str,
+    scope: str,
+    query: str,
+    find: str = "passages",
+    limit: int = 10,
+    tz: str | None = None,
+    branch: str | None = None,
+) -> dict[str, Any]:
+    """Episode passages ranked the same way; needs no extraction model."""
+    try:
+        req = PassageQueryRequest.model_validate({
+            "scope": scope, "find": find, "query": query, "limit": limit, "tz": tz,
+            "branch": branch,
+        })
+    except ValidationError as exc:
+        raise validation_errors(exc, ("arguments",)) from exc
+    return service.query(user, req)

@@ -1,0 +1,229 @@
+"""Find the time window a query names: "last March", "in Q3 2025", "yesterday", "2024-05-02".
+
+``find_window(query, now, tz)`` returns the window as ``[start, end)`` in UTC and the query
+with the time words removed (so "March" does not also count as a keyword). Calendar
+words are read in ``tz`` (an IANA name; UTC when not given): "yesterday" in Tokyo is a
+different 24 hours than in London.
+
+Understood, case-insensitively (the first match in the query wins):
+  dates         2024-05-02, 2024-05, "May 2, 2024", "2 May 2024", "May 2"
+  days          today, yesterday, "N days ago"
+  named spans   this/last week, month, quarter, year; "last N days|weeks|months"
+  months        "last March", "in March", "March 2024", "in March of 2024"
+  quarters      "Q3 2025", "in Q3", "last quarter"
+  years         "in 2023", "during 2023", "2023" (1900-2199 alone)
+A month or quarter named without a year means the latest one that has already begun
+("in March" said in April 2025 is March 2025; said in February 2025 it is March 2024).
+"last March" is the latest March before the current month. Weeks start on Monday.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from ampup_memory.errors import field_error
+
+MONTHS = {
+    name: i + 1
+    for i, names in enumerate([
+        ("january", "jan"), ("february", "feb"), ("march", "mar"), ("april", "apr"),
+        ("may",), ("june", "jun"), ("july", "jul"), ("august", "aug"),
+        ("september", "sep", "sept"), ("october", "oct"), ("november", "nov"),
+        ("december", "dec"),
+    ])
+    for name in names
+}
+_MONTH = "(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
+_YEAR = r"(?P<year>(?:19|20|21)\d\d)"
+_UNITS = {"day": 1, "days": 1, "week": 7, "weeks": 7}
+
+
+@dataclass(frozen=True)
+class Window:
+    start: datetime  # UTC, inclusive
+    end: datetime  # UTC, exclusive
+    text: str  # the words that named it
+
+    def wire(self) -> dict[str, str]:
+        return {"start": _iso(self.start), "end": _iso(self.end), "text": self.text}
+
+
+def _iso(value: datetime) -> str:
+    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def zone(tz: str | None) -> ZoneInfo:
+    """The named time zone, or a 422 for a name the system does not know."""
+    if tz is None:
+        return ZoneInfo("UTC")
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise field_error(["body", "tz"], f"unknown time zone {tz!r} (use an IANA name)"
+                          ) from None
+
+
+def _month_start(year: int, month: int) -> date:
+    return date(year + (month - 1) // 12, (month - 1) % 12 + 1, 1)
+
+
+def _add_months(day: date, months: int) -> date:
+    return _month_start(day.year, day.month + months)
+
+
+def _latest_begun(month: int, today: date, strictly_before: bool) -> int:
+    """Year of the latest ``month`` that began by today (or before this month)."""
+    if month < today.month or (month == today.month and not strictly_before):
+        return today.year
+    return today.year - 1
+
+
+# Each pattern maps to a builder of (start date, end date) in local days.
+Span = tuple[date, date]
+
+
+def _iso_date(m: re.Match[str], today: date) -> Span | None:
+    y, mo, d = int(m["y"]), int(m["m"]), m["d"]
+    try:
+        if d is None:
+            start = date(y, mo, 1)
+            return start, _add_months(start, 1)
+        day = date(y, mo, int(d))
+    except ValueError:
+        return None
+    return day, day + timedelta(days=1)
+
+
+def _named_day(m: re.Match[str], today: date) -> Span | None:
+    mo = MONTHS[m["month"].lower()]
+    year = int(m["year"]) if m["year"] else None
+    try:
+        if year is None:
+            day = date(today.year, mo, int(m["day"]))
+            if day > today:
+                day = date(today.year - 1, mo, int(m["day"]))
+        else:
+            day = date(year, mo, int(m["day"]))
+    except ValueError:
+        return None
+    return day, day + timedelta(days=1)
+
+
+def _relative_day(m: re.Match[str], today: date) -> Span:
+    word = m["word"].lower()
+    day = today if word == "today" else today - timedelta(days=1)
+    return day, day + timedelta(days=1)
+
+
+def _days_ago(m: re.Match[str], today: date) -> Span:
+    step = _UNITS[m["unit"].lower()]  # "2 weeks ago" is that whole week-long span
+    day = today - timedelta(days=int(m["n"]) * step)
+    return day, day + timedelta(days=step)
+
+
+def _last_n(m: re.Match[str], today: date) -> Span:
+    n, unit = int(m["n"]), m["unit"].lower().rstrip("s")
+    end = today + timedelta(days=1)
+    if unit == "month":
+        return _add_months(today, -n), end
+    if unit == "year":
+        return date(today.year - n, today.month, min(today.day, 28)), end
+    return end - timedelta(days=n * _UNITS[unit + "s"]), end
+
+
+def _this_last(m: re.Match[str], today: date) -> Span:
+    back = 1 if m["which"].lower() in ("last", "previous", "past") else 0
+    unit = m["unit"].lower()
+    if unit == "week":
+        monday = today - timedelta(days=today.weekday()) - timedelta(weeks=back)
+        return monday, monday + timedelta(weeks=1)
+    if unit == "month":
+        start = _add_months(_month_start(today.year, today.month), -back)
+        return start, _add_months(start, 1)
+    if unit == "quarter":
+        q_month = (today.month - 1) // 3 * 3 + 1
+        start = _add_months(_month_start(today.year, q_month), -3 * back)
+        return start, _add_months(start, 3)
+    year = today.year - back
+    return date(year, 1, 1), date(year + 1, 1, 1)
+
+
+def _quarter(m: re.Match[str], today: date) -> Span:
+    q = int(m["q"])
+    q_month = (q - 1) * 3 + 1
+    if m["year"]:
+        year = int(m["year"])
+    else:
+        year = _latest_begun(q_month, today, strictly_before=m["last"] is not None)
+    start = date(year, q_month, 1)
+    return start, _add_months(start, 3)
+
+
+def _month(m: re.Match[str], today: date) -> Span:
+    mo = MONTHS[m["month"].lower()]
+    if m["year"]:
+        year = int(m["year"])
+    else:
+        year = _latest_begun(mo, today, strictly_before=(m["pre"] or "").lower() == "last")
+    start = date(year, mo, 1)
+    return start, _add_months(start, 1)
+
+
+def _year(m: re.Match[str], today: date) -> Span:
+    year = int(m["year"])
+    return date(year, 1, 1), date(year + 1, 1, 1)
+
+
+_B = r"(?<![\w-])"  # word start that is not inside a longer token
+_E = r"(?![\w-])"
+PATTERNS = [
+    (re.compile(_B + r"(?:on\s+)?(?P<y>\d{4})-(?P<m>\d\d)(?:-(?P<d>\d\d))?" + _E), _iso_date),
+    (re.compile(_B + r"(?:on\s+)?" + _MONTH + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?"
+                r"(?:,?\s+" + _YEAR + ")?" + _E, re.I), _named_day),
+    (re.compile(_B + r"(?:on\s+)?(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+" + _MONTH
+                + r"(?:,?\s+" + _YEAR + ")?" + _E, re.I), _named_day),
+    (re.compile(_B + r"(?P<word>today|yesterday)" + _E, re.I), _relative_day),
+    (re.compile(_B + r"(?P<n>\d{1,3})\s+(?P<unit>days?|weeks?)\s+ago" + _E, re.I), _days_ago),
+    (re.compile(_B + r"(?:in\s+|over\s+|during\s+)?(?:the\s+)?(?:last|past)\s+(?P<n>\d{1,3})"
+                r"\s+(?P<unit>days|weeks|months|years)" + _E, re.I), _last_n),
+    (re.compile(_B + r"(?:in\s+|during\s+)?(?:the\s+)?(?P<last>last\s+)?q(?P<q>[1-4])"
+                r"(?:\s+(?:of\s+)?" + _YEAR + ")?" + _E, re.I), _quarter),
+    (re.compile(_B + r"(?:in\s+|during\s+)?(?P<which>this|last|previous|past)\s+"
+                r"(?P<unit>week|month|quarter|year)" + _E, re.I), _this_last),
+    (re.compile(_B + r"(?:(?P<pre>in|during|last|this|since|of)\s+)?" + _MONTH
+                + r"(?:,?\s+(?:of\s+)?" + _YEAR + ")?" + _E, re.I), _month),
+    (re.compile(_B + r"(?:(?:in|during)\s+)?" + _YEAR + _E, re.I), _year),
+]
+
+
+def _month_needs_context(m: re.Match[str]) -> bool:
+    # A bare month word may be an ordinary word ("may", "march", "sep"): it names a month
+    # only after a preposition or before a year.
+    return m.re.pattern.find("(?P<pre>") >= 0 and not m["pre"] and not m["year"]
+
+
+def find_window(query: str, now: datetime, tz: str | None = None) -> tuple[Window | None, str]:
+    """The window the query names (or None) and the query without those words."""
+    zone_info = zone(tz)
+    today = now.astimezone(zone_info).date()
+    best: tuple[int, re.Match[str], Span] | None = None
+    for pattern, build in PATTERNS:
+        for m in pattern.finditer(query):
+            if build is _month and _month_needs_context(m):
+                continue
+            span = build(m, today)
+            if span is None:
+                continue
+            if best is None or m.start() < best[0]:
+                best = (m.start(), m, span)
+            break
+    if best is None:
+        return None, query
+    _, m, (first, last) = best
+    start = datetime.combine(first, time(), zone_info).astimezone(UTC)
+    end = datetime.combine(last, time(), zone_info).astimezone(UTC)
+    rest = (query[: m.start()] + " " + query[m.end():]).strip()
+    return Window(start, end, m.group(0).strip()), re.sub(r"\s{2,}", " ", rest)

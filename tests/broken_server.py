@@ -1,0 +1,60 @@
+"""A deliberately broken AmpUp server, to prove the conformance suite can fail.
+
+    python tests/broken_server.py BREAK PORT
+
+Each BREAK re-creates a bug the AMP reference server shipped or could ship. This file is
+test scaffolding only; nothing in src/ knows it exists.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import uvicorn
+from fastapi.routing import APIRoute
+
+from ampup_memory.amp import access, service
+from ampup_memory.amp import api as amp_api
+from ampup_memory.server import create_app
+from ampup_memory.settings import load_settings
+
+
+def listing_after_item() -> None:
+    """Register GET /memories/query after GET /memories/{memory_id} (lesson 4)."""
+    routes = amp_api.router.routes
+    query = next(r for r in routes if isinstance(r, APIRoute) and r.path == "/memories/query")
+    routes.remove(query)
+    routes.append(query)
+
+
+def wildcard_blind() -> None:
+    """A read rule that forgets wildcards: patterns only match exactly."""
+    access.pattern_matches = lambda pattern, agent_id: pattern == agent_id  # type: ignore[assignment]
+
+
+def public_grants_write() -> None:
+    original = access.can_write
+
+    def can_write(subject: object, agent_id: str) -> bool:
+        guard = access._guard(subject)  # type: ignore[arg-type]
+        return guard.public or original(subject, agent_id)  # type: ignore[arg-type]
+
+    service.can_write = can_write  # type: ignore[assignment]
+
+
+BREAKS = {
+    "listing-after-item": listing_after_item,
+    "wildcard-blind": wildcard_blind,
+    "public-grants-write": public_grants_write,
+}
+
+
+def main() -> None:
+    name, port = sys.argv[1], int(sys.argv[2])
+    BREAKS[name]()  # before the app is built, so route order and rules are already broken
+    app = create_app(load_settings())
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()

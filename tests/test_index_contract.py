@@ -1,0 +1,279 @@
+"""One behaviour module for every index backend: SQLite (default) and PostgreSQL+pgvector.
+
+Each test runs against both through the shared engine, with real files and a real server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
+from ampup_memory.search.engine import SearchEngine
+from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex, open_index
+from ampup_memory.search.rank import KEYWORD_WEIGHT, MEANING_WEIGHT, TIME_BOOST
+from ampup_memory.search.visibility import Principal
+from tests.pg import PostgresFactory
+from tests.search_docs import episode, fact, when
+
+NOW = when("2025-04-15T12:00:00")
+ANN = Principal("ann", groups=("sales",))
+BOB = Principal("bob")
+S = "acme__sales"
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def index_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'index.db'}"
+    factory: PostgresFactory = request.getfixturevalue("postgres")
+    return factory.new_database("idx")
+
+
+@pytest.fixture(scope="module")
+def wordllama() -> WordLlamaEmbedder:
+    return WordLlamaEmbedder()
+
+
+@pytest.fixture
+def index(index_uri: str) -> Iterator[SearchIndex]:
+    idx = open_index(index_uri)
+    yield idx
+    idx.close()
+
+
+@pytest.fixture
+def engine(index: SearchIndex, wordllama: WordLlamaEmbedder) -> SearchEngine:
+    eng = SearchEngine(index, wordllama)
+    eng.ensure_model()
+    return eng
+
+
+def ids(results: object) -> list[str]:
+    return [f.row.id for f in results.facts]  # type: ignore[attr-defined]
+
+
+def test_field_weights_rank_entity_matches_above_quote_matches(engine: SearchEngine) -> None:
+    e = episode(S, ["Globex said Initech owns the renewal.", "Initech budget is 40k."], ["*"])
+    in_entity = fact(e, "Initech", "budget", "40k", "Initech budget is 40k.", unit=2)
+    in_quote = fact(e, "Globex", "renewal_owner", "someone", "Globex said Initech owns the "
+                    "renewal.", unit=1)
+    engine.ingest(DocumentBatch([e], [in_entity, in_quote]))
+    found = engine.search_facts(S, "main", "Initech", ANN, now=NOW)
+    assert ids(found)[:2] == [in_entity.id, in_quote.id]
+    assert found.facts[0].parts.keyword == 1.0
+    assert 0 < found.facts[1].parts.keyword < 1.0
+
+
+def test_score_is_the_documented_blend(engine: SearchEngine) -> None:
+    e = episode(S, ["Acme budget for 2025 is 40k dollars.", "Dana owns the Acme account."],
+                ["*"])
+    engine.ingest(DocumentBatch([e], [
+        fact(e, "Acme", "budget", "40k", "Acme budget for 2025 is 40k dollars."),
+        fact(e, "Acme", "owner", "Dana", "Dana owns the Acme account.", unit=2),
+    ]))
+    found = engine.search_facts(S, "main", "how much money can Acme spend", ANN, now=NOW)
+    assert found.facts
+    for f in found.facts:
+        p = f.parts
+        assert 0.0 <= p.keyword <= 1.0 and 0.0 <= p.meaning <= 1.0 and p.time == 0.0
+        assert f.score == pytest.approx(KEYWORD_WEIGHT * p.keyword + MEANING_WEIGHT * p.meaning)
+    # meaning carries a paraphrase: "money ... spend" is about the budget, not the owner
+    assert found.facts[0].row.predicate == "budget"
+
+
+def test_visibility_facts_need_every_cited_episode(engine: SearchEngine) -> None:
+    public = episode(S, ["Acme renewal is in June."], ["*"])
+    sales = episode(S, ["Acme discount approved at 15 percent."], ["group:sales"])
+    bobs = episode(S, ["Acme discount might go to 20 percent."], ["user:bob"])
+    f_public = fact(public, "Acme", "renewal_month", "June", "Acme renewal is in June.")
+    f_sales = fact(sales, "Acme", "discount", "15%", "Acme discount approved at 15 percent.")
+    f_both = fact([sales, bobs], "Acme", "discount_ceiling", "20%",
+                  "Acme discount might go to 20 percent.")
+    engine.ingest(DocumentBatch([public, sales, bobs], [f_public, f_sales, f_both]))
+    ann = set(ids(engine.search_facts(S, "main", "Acme discount renewal", ANN, now=NOW)))
+    bob = set(ids(engine.search_facts(S, "main", "Acme discount renewal", BOB, now=NOW)))
+    both = Principal("bob", groups=("sales",))
+    every = set(ids(engine.search_facts(S, "main", "Acme discount renewal", both, now=NOW)))
+    assert ann == {f_public.id, f_sales.id}
+    assert bob == {f_public.id}
+    assert every == {f_public.id, f_sales.id, f_both.id}
+    # passages follow the episode ACL alone
+    texts = {p.row.text for p in engine.search_passages(S, "main", "Acme discount", BOB,
+                                                        now=NOW).passages}
+    assert texts == {"Acme renewal is in June.", "Acme discount might go to 20 percent."}
+
+
+def test_acl_change_moves_bits_and_membership_is_the_callers(engine: SearchEngine) -> None:
+    e = episode(S, ["Initech churn risk is high."], ["user:ann"])
+    f = fact(e, "Initech", "churn_risk", "high", "Initech churn risk is high.")
+    engine.ingest(DocumentBatch([e], [f]))
+    assert ids(engine.search_facts(S, "main", "Initech churn", BOB, now=NOW)) == []
+    # a membership change is only the caller's entries: no episode is touched
+    assert ids(engine.search_facts(S, "main", "Initech churn", Principal("bob", roles=("x",)),
+                                   now=NOW)) == []
+    # an ACL change (its own commit upstream) re-ingests the episode with the new ACL
+    moved = episode(S, ["Initech churn risk is high."], ["role:cs"], commit="c2")
+    engine.ingest(DocumentBatch([moved], []))
+    assert ids(engine.search_facts(S, "main", "Initech churn", ANN, now=NOW)) == []
+    assert ids(engine.search_facts(S, "main", "Initech churn", Principal("bob", roles=("cs",)),
+                                   now=NOW)) == [f.id]
+    assert engine.index.counts(S)["passages"] == 1  # the body was not indexed twice
+
+
+def test_newest_visible_version_wins(engine: SearchEngine) -> None:
+    old = episode(S, ["Acme budget is 30k."], ["*"], occurred="2025-01-05")
+    new = episode(S, ["Acme budget raised to 50k."], ["*"], occurred="2025-03-02")
+    secret = episode(S, ["Acme budget cut to 10k."], ["user:bob"], occurred="2025-04-01")
+    v1 = fact(old, "Acme", "budget", "30k", "Acme budget is 30k.", valid_from="2025-01-05",
+              seq=1)
+    v2 = fact(new, "Acme", "budget", "50k", "Acme budget raised to 50k.",
+              valid_from="2025-03-02", seq=2)
+    v3 = fact(secret, "Acme", "budget", "10k", "Acme budget cut to 10k.",
+              valid_from="2025-04-01", seq=3)
+    engine.ingest(DocumentBatch([old, new, secret], [v1, v2, v3]))
+    assert ids(engine.search_facts(S, "main", "Acme budget", ANN, now=NOW)) == [v2.id]
+    assert ids(engine.search_facts(S, "main", "Acme budget", BOB, now=NOW)) == [v3.id]
+    assert ids(engine.search_facts(S, "main", "Acme budget", ANN, now=NOW,
+                                   as_of=when("2025-02-01"))) == [v1.id]
+
+
+def test_a_closure_ends_the_value_and_is_never_a_result(engine: SearchEngine) -> None:
+    e = episode(S, ["Globex pilot is running."], ["*"])
+    why = episode(S, ["Globex pilot stopped: budget pulled."], ["*"], kind="reason")
+    running = fact(e, "Globex", "pilot", "running", "Globex pilot is running.",
+                   valid_from="2025-01-10", seq=1)
+    closure = replace(fact(why, "Globex", "pilot", "", "Globex pilot stopped: budget pulled.",
+                           valid_from="2025-03-01", seq=2), kind="closure")
+    engine.ingest(DocumentBatch([e, why], [running, closure]))
+    assert ids(engine.search_facts(S, "main", "Globex pilot", ANN, now=NOW)) == []
+    found = engine.search_facts(S, "main", "Globex pilot", ANN, now=NOW,
+                                as_of=when("2025-02-01"))
+    assert ids(found) == [running.id] and found.facts[0].end == when("2025-03-01")
+    # the window after the closure does not see the ended value
+    assert ids(engine.search_facts(S, "main", "Globex pilot in April", ANN, now=NOW)) == []
+
+
+def test_a_named_window_ranks_its_facts_first_and_reaches_old_versions(
+    engine: SearchEngine,
+) -> None:
+    jan = episode(S, ["Acme champion is Raj."], ["*"], occurred="2025-01-03")
+    mar = episode(S, ["Acme champion is now Mei."], ["*"], occurred="2025-03-12")
+    other = episode(S, ["Acme champion Raj keynote."], ["*"], occurred="2025-02-01")
+    raj = fact(jan, "Acme", "champion", "Raj", "Acme champion is Raj.",
+               valid_from="2025-01-03", seq=1)
+    mei = fact(mar, "Acme", "champion", "Mei", "Acme champion is now Mei.",
+               valid_from="2025-03-12", seq=2)
+    talk = fact(other, "Raj", "gave", "keynote", "Acme champion Raj keynote.",
+                valid_from="2025-02-01", seq=3)
+    engine.ingest(DocumentBatch([jan, mar, other], [raj, mei, talk]))
+    now_ids = ids(engine.search_facts(S, "main", "Acme champion Raj", ANN, now=NOW))
+    assert raj.id not in now_ids  # superseded: not current, no window named
+    found = engine.search_facts(S, "main", "Acme champion Raj in January", ANN, now=NOW)
+    assert found.window is not None and found.window.start == when("2025-01-01")
+    assert ids(found)[0] == raj.id  # the old version, valid in January, ranks first
+    assert found.facts[0].parts.time == TIME_BOOST
+    assert all(f.parts.time == 0.0 for f in found.facts[1:])
+    march = engine.search_facts(S, "main", "Acme champion last March", ANN, now=NOW)
+    assert ids(march)[0] == mei.id and march.facts[0].parts.time == TIME_BOOST
+    # Raj held from January 3 until Mei replaced him on March 12: February is his
+    feb = engine.search_facts(S, "main", "Acme champion in February", ANN, now=NOW)
+    assert ids(feb)[0] == raj.id and feb.facts[0].end == when("2025-03-12")
+    april = engine.search_facts(S, "main", "Acme champion in April", ANN, now=NOW)
+    assert ids(april)[0] == mei.id and raj.id not in ids(april)
+
+
+def test_a_few_visible_matches_surface_under_many_hidden_ones(engine: SearchEngine) -> None:
+    hidden = [episode(S, [f"Zephyr deal note {i} Zephyr Zephyr."], ["user:bob"])
+              for i in range(120)]
+    seen = episode(S, ["A remark on the Zephyr deal."], ["*"])
+    facts = [fact(e, "Zephyr", f"note_{i}", str(i), e.units[0].text)
+             for i, e in enumerate(hidden)]
+    visible = fact(seen, "Zephyr", "remark", "deal", "A remark on the Zephyr deal.")
+    engine.ingest(DocumentBatch([*hidden, seen], [*facts, visible]))
+    found = engine.search_facts(S, "main", "Zephyr", ANN, limit=5, now=NOW)
+    assert ids(found) == [visible.id]
+    assert found.facts[0].parts.keyword == 1.0  # normalised among what the caller sees
+    passages = engine.search_passages(S, "main", "Zephyr", ANN, limit=5, now=NOW)
+    assert [p.row.text for p in passages.passages] == ["A remark on the Zephyr deal."]
+
+
+def test_scopes_and_branches_do_not_mix(engine: SearchEngine) -> None:
+    a = episode("acme__sales", ["Falcon launch slipped."], ["*"])
+    b = episode("globex__eng", ["Falcon launch on time."], ["*"])
+    c = episode("acme__sales", ["Falcon launch cancelled."], ["*"], branch="trial")
+    engine.ingest(DocumentBatch([a, b, c], [
+        fact(a, "Falcon", "launch", "slipped", "Falcon launch slipped."),
+        fact(b, "Falcon", "launch", "on time", "Falcon launch on time."),
+        fact(c, "Falcon", "launch", "cancelled", "Falcon launch cancelled."),
+    ]))
+    values = [f.row.value for f in engine.search_facts("acme__sales", "main", "Falcon launch",
+                                                       ANN, now=NOW).facts]
+    assert values == ["slipped"]
+    values = [f.row.value for f in engine.search_facts("acme__sales", "trial", "Falcon",
+                                                       ANN, now=NOW).facts]
+    assert values == ["cancelled"]
+
+
+def test_ingest_is_idempotent_and_cursors_move(engine: SearchEngine) -> None:
+    e = episode(S, ["Hooli signed."], ["*"])
+    batch = DocumentBatch([e], [fact(e, "Hooli", "status", "signed", "Hooli signed.")])
+    first = engine.ingest(batch, cursor=(S, "main", "c1"))
+    again = engine.ingest(batch, cursor=(S, "main", "c2"))
+    assert (first.episodes, first.facts) == (1, 1)
+    assert again.episodes == 0
+    assert engine.index.counts(S) == {"episodes": 1, "passages": 1, "facts": 1}
+    assert engine.index.cursor(S, "main") == "c2"
+    assert engine.index.scopes() == [(S, "main")]
+
+
+def test_unresolved_citations_are_not_indexed(engine: SearchEngine) -> None:
+    e = episode(S, ["Orphan."], ["*"])
+    report = engine.ingest(DocumentBatch([], [fact(e, "X", "y", "z", "Orphan.")]))
+    assert report.unresolved == 1 and engine.index.counts(S)["facts"] == 0
+
+
+def test_changed_model_reembeds_instead_of_mixing(index: SearchIndex) -> None:
+    e = episode(S, ["Vandelay imports latex."], ["*"])
+    first = SearchEngine(index, HashEmbedder(64))
+    first.ensure_model()
+    first.ingest(DocumentBatch([e], [fact(e, "Vandelay", "imports", "latex",
+                                          "Vandelay imports latex.")]))
+    assert index.model() == ModelInfo("hash/64", 64)
+    second = SearchEngine(index, HashEmbedder(32))
+    assert second.ensure_model() == 2  # one fact, one passage re-embedded
+    assert index.model() == ModelInfo("hash/32", 32)
+    assert index.missing_vectors("facts", 10) == []
+    found = second.search_facts(S, "main", "Vandelay latex", ANN, now=NOW)
+    assert found.facts and found.facts[0].parts.meaning > 0.5
+    assert second.ensure_model() == 0  # same model: nothing to do
+
+
+def test_clear_and_reingest_gives_identical_answers(engine: SearchEngine) -> None:
+    eps = [episode(S, [f"Account {n} renewal is due in {m}.", f"{n} asked for a demo."],
+                   ["*"] if i % 2 else ["group:sales"], occurred=f"2025-0{1 + i % 3}-0{1 + i}")
+           for i, (n, m) in enumerate([("Acme", "May"), ("Globex", "June"), ("Initech", "July"),
+                                       ("Hooli", "May"), ("Umbrella", "August")])]
+    facts = [fact(e, e.units[0].text.split()[1], "renewal_due", e.units[0].text.split()[-1][:-1],
+                  e.units[0].text, valid_from=e.occurred_at.date().isoformat())
+             for e in eps]
+    engine.ingest(DocumentBatch(eps, facts))
+
+    def answers() -> list[object]:
+        out: list[object] = []
+        for who in (ANN, BOB):
+            for q in ("renewal due in May", "demo", "Globex renewal last February"):
+                r = engine.search_facts(S, "main", q, who, now=NOW)
+                out.append([(f.row.id, round(f.score, 6)) for f in r.facts])
+                p = engine.search_passages(S, "main", q, who, now=NOW)
+                out.append([(x.row.text, round(x.score, 6)) for x in p.passages])
+        return out
+
+    before = answers()
+    engine.index.clear(S)
+    assert engine.index.counts(S) == {"episodes": 0, "passages": 0, "facts": 0}
+    engine.ingest(DocumentBatch(eps, facts))
+    assert answers() == before

@@ -1,0 +1,450 @@
+"""The MCP tools, driven by the MCP SDK's own client over both transports.
+
+stdio: a real `python -m ampup_memory.cli mcp` process per agent. HTTP: a real `serve`
+process, each agent an SDK client sending its own headers. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import httpx2
+import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.types import CallToolResult, TextContent
+
+from ampup_memory.amp.model import MemoryType
+from ampup_memory.settings import Settings, env_name
+from tests.conftest import ADMIN_TOKEN
+from tests.server_process import ServerProcess
+
+TOOLS = {"amp_remember", "amp_recall", "amp_forget", "amp_list_memories", "amp_get"}
+STORED = re.compile(r"^Memory stored: (mem_[0-9A-HJKMNP-TV-Z]{26})$")
+NO_MEMORIES = "No memories found."
+ACCESS_DENIED = "Access denied."
+
+Connect = Callable[[str], AbstractAsyncContextManager[Client]]
+
+
+# ---- connecting ------------------------------------------------------------------------
+
+
+def _cli(*args: str, home: Path, env: dict[str, str] | None = None,
+         ) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "ampup_memory.cli", *args],
+        env={**os.environ, "AMPUP_MEMORY_HOME": str(home), **(env or {})},
+        capture_output=True, text=True, timeout=120,
+    )
+
+
+@asynccontextmanager
+async def stdio_client_for(home: Path, agent: str,
+                           env: dict[str, str] | None = None) -> AsyncIterator[Client]:
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "ampup_memory.cli", "mcp"],
+        env={**os.environ, "AMPUP_MEMORY_HOME": str(home), "AMP_MCP_AGENT_ID": agent,
+             **(env or {})},
+    )
+    async with Client(params) as client:
+        yield client
+
+
+@asynccontextmanager
+async def http_client_for(url: str, headers: dict[str, str], mode: str = "auto",
+                          statuses: list[int] | None = None) -> AsyncIterator[Client]:
+    async def record(response: httpx2.Response) -> None:
+        if statuses is not None:
+            statuses.append(response.status_code)
+
+    http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30, read=120),
+                              event_hooks={"response": [record]})
+    async with http, Client(streamable_http_client(url + "/mcp", http_client=http),
+                            mode=mode) as client:
+        yield client
+
+
+@pytest.fixture(scope="module")
+def stdio_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("stdio-home")
+
+
+@pytest.fixture(params=["stdio", "http"])
+def connect(request: pytest.FixtureRequest, stdio_home: Path) -> Connect:
+    """Connect as an agent: a stdio process acting as it, or an HTTP client naming it."""
+    if request.param == "stdio":
+        return lambda agent: stdio_client_for(stdio_home, agent)
+    server: ServerProcess = request.getfixturevalue("server")
+    return lambda agent: http_client_for(server.url, {"X-AMP-Agent-ID": agent})
+
+
+def text(result: CallToolResult) -> str:
+    assert len(result.content) == 1
+    block = result.content[0]
+    assert isinstance(block, TextContent)
+    return block.text
+
+
+async def ok(client: Client, tool: str, **args: Any) -> str:
+    result = await client.call_tool(tool, args)
+    assert not result.is_error, text(result)
+    return text(result)
+
+
+async def refused(client: Client, tool: str, **args: Any) -> str:
+    result = await client.call_tool(tool, args)
+    assert result.is_error, text(result)
+    assert "Traceback" not in text(result)
+    return text(result)
+
+
+async def remember(client: Client, **args: Any) -> str:
+    reply = await ok(client, "amp_remember", **args)
+    match = STORED.match(reply)
+    assert match, reply
+    return match.group(1)
+
+
+def line(cell: dict[str, Any]) -> str:
+    """The reference's reply line for one cell."""
+    created = cell["lifecycle"]["created_at"]
+    return f"- [{cell['type']}] {cell['content']['text']} (created: {created})"
+
+
+# ---- both transports -------------------------------------------------------------------
+
+
+async def test_tools_have_the_reference_names_and_arguments(connect: Connect, uid: str) -> None:
+    async with connect(f"agent_{uid}") as client:
+        listed = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+    assert set(listed) == TOOLS
+
+    def args(tool: str) -> dict[str, Any]:
+        return {name: {k: v for k, v in spec.items() if k in ("type", "default", "enum",
+                                                               "minimum", "maximum")}
+                for name, spec in listed[tool]["properties"].items()}
+
+    assert listed["amp_remember"]["required"] == ["content", "owner_id"]
+    remember_args = args("amp_remember")
+    assert remember_args["content"] == {"type": "string"}
+    assert remember_args["owner_id"] == {"type": "string"}
+    assert remember_args["type"] == {"type": "string", "default": "semantic",
+                                     "enum": [t.value for t in MemoryType]}
+    assert remember_args["importance"] == {"type": "number", "default": 0.5,
+                                           "minimum": 0.0, "maximum": 1.0}
+    assert remember_args["readable_by"] == {"default": None}
+    assert listed["amp_remember"]["properties"]["readable_by"]["anyOf"] == [
+        {"type": "array", "items": {"type": "string"}}, {"type": "null"}]
+
+    assert listed["amp_recall"]["required"] == ["query", "owner_id"]
+    assert args("amp_recall") == {
+        "query": {"type": "string"}, "owner_id": {"type": "string"},
+        "limit": {"type": "integer", "default": 5, "minimum": 1, "maximum": 100},
+        "include_stale": {"type": "boolean", "default": False},
+    }
+    assert listed["amp_forget"]["required"] == ["memory_id", "owner_id"]
+    assert set(listed["amp_forget"]["properties"]) == {"memory_id", "owner_id"}
+    assert listed["amp_list_memories"]["required"] == ["owner_id"]
+    list_args = args("amp_list_memories")
+    assert list_args["limit"] == {"type": "integer", "default": 20, "minimum": 1,
+                                  "maximum": 100}
+    assert list_args["type"] == {"default": None}
+    assert listed["amp_get"]["required"] == ["memory_id"]
+    assert set(listed["amp_get"]["properties"]) == {"memory_id"}
+
+
+async def test_remember_then_recall_and_list_in_the_reference_format(
+        connect: Connect, uid: str) -> None:
+    agent, owner = f"agent_{uid}", f"user_{uid}"
+    async with connect(agent) as client:
+        first = await remember(client, content="Prefers short emails in the morning",
+                               owner_id=owner, importance=0.8)
+        second = await remember(client, content="Allergic to peanuts", owner_id=owner,
+                                type="episodic")
+        cells = {i: json.loads(await ok(client, "amp_get", memory_id=i))
+                 for i in (first, second)}
+        recalled = await ok(client, "amp_recall", query="short emails morning",
+                            owner_id=owner, limit=1)
+        listed = await ok(client, "amp_list_memories", owner_id=owner)
+        episodic = await ok(client, "amp_list_memories", owner_id=owner, type="episodic")
+        nobody = await ok(client, "amp_recall", query="emails", owner_id=f"nobody_{uid}")
+        empty_list = await ok(client, "amp_list_memories", owner_id=f"nobody_{uid}")
+
+    assert cells[first]["identity"] == {"owner_id": owner, "owner_type": "user",
+                                        "created_by": agent, "session_id": None}
+    assert cells[first]["scoring"]["importance"] == 0.8
+    assert cells[second]["type"] == "episodic"
+    assert recalled == line(cells[first])
+    assert listed == line(cells[second]) + "\n" + line(cells[first])  # newest first
+    assert episodic == line(cells[second])
+    assert nobody == NO_MEMORIES
+    assert empty_list == NO_MEMORIES
+
+
+async def test_forget_archives_then_deletes(connect: Connect, uid: str,
+                                            request: pytest.FixtureRequest) -> None:
+    agent, owner = f"agent_{uid}", f"user_{uid}"
+    async with connect(agent) as client:
+        memory_id = await remember(client, content="Old address: 1 Elm Street",
+                                   owner_id=owner)
+        kept = await remember(client, content="Likes jazz", owner_id=owner)
+        # The reference's owner guard: another owner's id forgets nothing.
+        assert await refused(client, "amp_forget", memory_id=kept,
+                             owner_id=f"other_{uid}") == "Memory not found."
+        assert await ok(client, "amp_forget", memory_id=memory_id,
+                        owner_id=owner) == f"Memory {memory_id} forgotten."
+        assert await refused(client, "amp_get", memory_id=memory_id) == ACCESS_DENIED
+        assert await ok(client, "amp_recall", query="address Elm Street",
+                        owner_id=owner) == line(
+            json.loads(await ok(client, "amp_get", memory_id=kept)))
+        assert await refused(client, "amp_forget", memory_id=memory_id,
+                             owner_id=owner) == "Memory not found."
+        assert await refused(client, "amp_forget", memory_id=f"mem_{uid}",
+                             owner_id=owner) == "Memory not found."
+
+    # Deleted, not merely archived: purge refuses it for its retention window (an
+    # archived cell would be refused as INVALID_TRANSITION instead).
+    if request.node.callspec.params["connect"] == "http":
+        server: ServerProcess = request.getfixturevalue("server")
+        r = httpx.post(f"{server.url}/amp/v1/lifecycle/purge", json={"id": memory_id},
+                       headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+        assert r.status_code == 409 and r.json()["error"]["code"] == "RETENTION_WINDOW"
+    else:
+        done = _cli("purge", memory_id, home=request.getfixturevalue("stdio_home"))
+        assert done.returncode == 2 and "RETENTION_WINDOW" in done.stderr
+
+
+async def test_unreadable_and_unknown_ids_answer_alike(connect: Connect, uid: str) -> None:
+    async with connect(f"agent_a_{uid}") as a:
+        private = await remember(a, content="Salary expectations: high", owner_id=f"u_{uid}")
+        gone = await remember(a, content="Temporary note", owner_id=f"u_{uid}")
+        await ok(a, "amp_forget", memory_id=gone, owner_id=f"u_{uid}")
+    async with connect(f"agent_b_{uid}") as b:
+        unreadable = await refused(b, "amp_get", memory_id=private)
+        unknown = await refused(b, "amp_get", memory_id="mem_01J00000000000000000000000")
+        deleted = await refused(b, "amp_get", memory_id=gone)
+        not_forgettable = await refused(b, "amp_forget", memory_id=private,
+                                        owner_id=f"u_{uid}")
+    assert unreadable == unknown == deleted == ACCESS_DENIED
+    assert not_forgettable == "Memory not found."
+
+
+async def test_bad_arguments_are_clear_tool_errors(connect: Connect, uid: str) -> None:
+    async with connect(f"agent_{uid}") as client:
+        blank = await refused(client, "amp_remember", content="   ", owner_id=f"u_{uid}")
+        too_important = await refused(client, "amp_remember", content="x",
+                                      owner_id=f"u_{uid}", importance=2)
+        bad_type = await refused(client, "amp_list_memories", owner_id=f"u_{uid}",
+                                 type="dream")
+        too_many = await refused(client, "amp_recall", query="x", owner_id=f"u_{uid}",
+                                 limit=1000)
+    assert blank == "Invalid request: content.text: Value error, content.text must not be blank"
+    assert "importance" in too_important and "less than or equal to 1" in too_important
+    assert "type" in bad_type and "'semantic'" in bad_type
+    assert "limit" in too_many and "less than or equal to 100" in too_many
+
+
+# ---- HTTP: one server, many agents, each request its own identity ----------------------
+
+
+async def test_readable_by_shares_between_agents_over_http(server: ServerProcess,
+                                                           uid: str) -> None:
+    owner = f"user_{uid}"
+    cs, billing, marketing = (f"agent_cs_{uid}", f"agent_billing_{uid}",
+                              f"agent_marketing_{uid}")
+    async with http_client_for(server.url, {"X-AMP-Agent-ID": cs}) as a:
+        shared = await remember(a, content="Contact by email only, never phone",
+                                owner_id=owner, readable_by=[f"agent_billing_*{uid}"])
+        cell = json.loads(await ok(a, "amp_get", memory_id=shared))
+    assert cell["identity"]["created_by"] == cs
+    assert cell["access_policy"]["readable_by"] == [f"agent_billing_*{uid}"]
+
+    async with http_client_for(server.url, {"X-AMP-Agent-ID": billing}) as b:
+        assert await ok(b, "amp_recall", query="contact preference email",
+                        owner_id=owner) == line(cell)
+        assert await ok(b, "amp_list_memories", owner_id=owner) == line(cell)
+        # Reading is not writing: billing may not forget it.
+        assert await refused(b, "amp_forget", memory_id=shared,
+                             owner_id=owner) == "Memory not found."
+
+    async with http_client_for(server.url, {"X-AMP-Agent-ID": marketing}) as c:
+        assert await ok(c, "amp_recall", query="contact preference email",
+                        owner_id=owner) == NO_MEMORIES
+        assert await ok(c, "amp_list_memories", owner_id=owner) == NO_MEMORIES
+        assert await refused(c, "amp_get", memory_id=shared) == ACCESS_DENIED
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_identity_follows_each_request_not_the_session(server: ServerProcess,
+                                                             uid: str, mode: str) -> None:
+    """One MCP connection whose HTTP headers change between calls acts as each agent."""
+    owner, alice, bob = f"user_{uid}", f"agent_alice_{uid}", f"agent_bob_{uid}"
+    seen: list[httpx2.Request] = []
+
+    async def record(request: httpx2.Request) -> None:
+        seen.append(request)
+
+    http = httpx2.AsyncClient(headers={"X-AMP-Agent-ID": alice}, event_hooks={"request": [record]},
+                              timeout=httpx2.Timeout(30, read=120))
+    async with http, Client(streamable_http_client(server.url + "/mcp", http_client=http),
+                            mode=mode) as client:
+        memory_id = await remember(client, content="Alice's private plan", owner_id=owner)
+        assert await ok(client, "amp_recall", query="plan", owner_id=owner) != NO_MEMORIES
+        as_alice = len(seen)
+        http.headers["X-AMP-Agent-ID"] = bob
+        assert await ok(client, "amp_recall", query="plan", owner_id=owner) == NO_MEMORIES
+        assert await refused(client, "amp_get", memory_id=memory_id) == ACCESS_DENIED
+        bobs = await remember(client, content="Bob's note", owner_id=owner)
+        cell = json.loads(await ok(client, "amp_get", memory_id=bobs))
+    assert cell["identity"]["created_by"] == bob
+    posts = [r for r in seen if r.method == "POST"]
+    assert {r.headers["x-amp-agent-id"] for r in seen[:as_alice]} == {alice}
+    assert {r.headers["x-amp-agent-id"] for r in seen[as_alice:] if r.method == "POST"} == {bob}
+    if mode == "legacy":  # the handshake era has a session: it stayed the same one
+        sessions = {r.headers.get("mcp-session-id") for r in posts[1:]}
+        assert len(sessions) == 1 and None not in sessions
+
+
+def test_mcp_without_identity_is_401_envelope(server: ServerProcess) -> None:
+    r = httpx.post(f"{server.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                   headers={"Accept": "application/json, text/event-stream"})
+    assert r.status_code == 401
+    assert r.json() == {"error": {"code": "MISSING_AGENT_ID",
+                                  "message": "The X-AMP-Agent-ID header is required.",
+                                  "details": {}}}
+
+
+# ---- keys on ---------------------------------------------------------------------------
+
+
+Keyed = tuple[ServerProcess, dict[str, str]]
+
+
+@pytest.fixture(scope="module")
+def keyed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Keyed]:
+    """A keys-required server and one key each for two agents (created with the CLI)."""
+    home = tmp_path_factory.mktemp("keyed-home")
+    keys = {}
+    for agent in ("agent_key_a", "agent_key_b"):
+        made = _cli("keys", "create", "--agent", agent, home=home)
+        assert made.returncode == 0, made.stderr
+        keys[agent] = made.stdout.strip().splitlines()[-1]
+    with ServerProcess(home, env={"AMP_REQUIRE_KEYS": "true"}) as proc:
+        yield proc, keys
+
+
+def test_keys_on_mcp_without_a_valid_key_is_401(keyed: Keyed) -> None:
+    server, keys = keyed
+    body = {"jsonrpc": "2.0", "id": 1, "method": "ping"}
+    accept = {"Accept": "application/json, text/event-stream"}
+    for headers in (
+        {"X-AMP-Agent-ID": "agent_key_a"},
+        {"X-AMP-Agent-ID": "agent_key_a", "X-AMP-API-Key": keys["agent_key_b"]},
+        {"X-AMP-Agent-ID": "agent_key_a", "Authorization": "Bearer not-a-key"},
+    ):
+        r = httpx.post(f"{server.url}/mcp", json=body, headers={**accept, **headers})
+        assert r.status_code == 401, headers
+        assert r.json() == {"error": {"code": "UNAUTHENTICATED",
+                                      "message": "A valid API key for this agent is required.",
+                                      "details": {}}}
+
+
+async def test_keys_on_sdk_client_needs_its_key(keyed: Keyed,
+                                                uid: str) -> None:
+    server, keys = keyed
+    statuses: list[int] = []
+    with pytest.raises(Exception):  # noqa: B017 - the SDK wraps it in task-group errors
+        async with http_client_for(server.url, {"X-AMP-Agent-ID": "agent_key_a"},
+                                   statuses=statuses):
+            pass
+    assert statuses and set(statuses) == {401}  # refused at the door, before any MCP
+
+    via_header = {"X-AMP-Agent-ID": "agent_key_a", "X-AMP-API-Key": keys["agent_key_a"]}
+    via_bearer = {"X-AMP-Agent-ID": "agent_key_b",
+                  "Authorization": f"Bearer {keys['agent_key_b']}"}
+    async with http_client_for(server.url, via_header) as a:
+        memory_id = await remember(a, content="Keyed secret", owner_id=f"user_{uid}")
+        assert json.loads(await ok(a, "amp_get", memory_id=memory_id))[
+            "identity"]["created_by"] == "agent_key_a"
+    async with http_client_for(server.url, via_bearer) as b:
+        assert await refused(b, "amp_get", memory_id=memory_id) == ACCESS_DENIED
+
+
+# ---- stdio start-up --------------------------------------------------------------------
+
+
+def test_stdio_refuses_to_start_without_an_agent_id(tmp_path: Path) -> None:
+    done = _cli("mcp", home=tmp_path, env={"AMP_MCP_AGENT_ID": ""})
+    assert done.returncode == 2
+    assert "AMP_MCP_AGENT_ID is not set" in done.stderr
+    assert done.stdout == ""  # stdout belongs to MCP messages
+
+
+async def test_stdio_with_keys_on_needs_the_agents_key(
+        keyed: Keyed, uid: str) -> None:
+    server, keys = keyed
+    env = {"AMP_REQUIRE_KEYS": "true"}
+    refused_start = _cli("mcp", home=server.home, env={**env, "AMP_MCP_AGENT_ID": "agent_key_a"})
+    assert refused_start.returncode == 2
+    assert "AMP_MCP_API_KEY" in refused_start.stderr
+
+    keyed_env = {**env, "AMP_MCP_API_KEY": keys["agent_key_a"]}
+    async with stdio_client_for(server.home, "agent_key_a", keyed_env) as client:
+        memory_id = await remember(client, content="Stored over stdio", owner_id=f"user_{uid}")
+    # The stdio process wrote to the same store the server reads.
+    r = httpx.get(f"{server.url}/amp/v1/memories/{memory_id}",
+                  headers={"X-AMP-Agent-ID": "agent_key_a", "X-AMP-API-Key": keys["agent_key_a"]})
+    assert r.status_code == 200 and r.json()["identity"]["created_by"] == "agent_key_a"
+
+
+def test_mcp_refuses_a_foreign_host_header_on_localhost(server: ServerProcess) -> None:
+    """The SDK's DNS-rebinding guard is on when serve binds to 127.0.0.1 (docs/mcp.md)."""
+    r = httpx.post(f"{server.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
+                   headers={"Accept": "application/json, text/event-stream",
+                            "X-AMP-Agent-ID": "agent_x", "Host": "evil.example"})
+    assert r.status_code == 421
+
+
+# ---- docs/mcp.md stays true ------------------------------------------------------------
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "mcp.md"
+
+
+def _blocks(language: str) -> list[str]:
+    return re.findall(rf"```{language}\n(.*?)```", DOC.read_text(encoding="utf-8"), re.S)
+
+
+def test_mcp_doc_names_the_real_tools_settings_and_command() -> None:
+    doc = DOC.read_text(encoding="utf-8")
+    assert set(re.findall(r"^\| `(amp_\w+)` \|", doc, re.M)) == TOOLS
+    configs = [json.loads(block) for block in _blocks("json")]
+    assert len(configs) == 3
+    stdio = configs[0]["mcpServers"]["ampup-memory"]
+    assert stdio["command"].endswith("ampup-memory") and stdio["args"] == ["mcp"]
+    env_names = {env_name(f) for f in Settings.model_fields}
+    assert set(stdio["env"]) <= env_names
+    assert set(re.findall(r"`((?:AMP|AMPUP)_[A-Z_]+)", doc)) <= env_names
+    http = configs[1]["mcpServers"]["ampup-memory"]
+    assert http["url"].endswith("/mcp") and set(http["headers"]) == {"X-AMP-Agent-ID",
+                                                                       "X-AMP-API-Key"}
+
+
+async def test_mcp_doc_python_example_runs(server: ServerProcess, uid: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    (code,) = _blocks("python")
+    code = code.replace("http://127.0.0.1:8765", server.url).replace("user_123", f"user_{uid}")
+    namespace: dict[str, Any] = {}
+    exec(compile(code, str(DOC), "exec"), namespace)
+    await namespace["main"]()
+    assert capsys.readouterr().out == NO_MEMORIES + "\n"

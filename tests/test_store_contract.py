@@ -1,0 +1,713 @@
+"""The cell-store contract: every `CellStore` method, run against every store.
+
+The `store` fixture is parametrized over SQLite (a temporary file) and PostgreSQL (a fresh
+database on the session's real server, or `TEST_POSTGRES_URL`). A second instance on the
+same URI stands in for a second server process.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from ampup_memory.amp.access import Guard
+from ampup_memory.amp.lifecycle import DecayInputs
+from ampup_memory.amp.model import (
+    AccessPolicy,
+    Content,
+    Identity,
+    Lifecycle,
+    MemoryCell,
+    MemoryType,
+    OwnerType,
+    Scoring,
+    Status,
+    StoredCell,
+)
+from ampup_memory.amp.store.base import (
+    CellFilter,
+    CellStore,
+    Hit,
+    KeyRecord,
+    PassRecord,
+    UpdateOutcome,
+    UpdateTx,
+    open_store,
+)
+from ampup_memory.search.embed import HashEmbedder
+from tests.pg import PostgresFactory
+
+DIMS = 256
+EMBED = HashEmbedder(DIMS)
+T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
+
+
+@pytest.fixture(scope="module")
+def pg_url(postgres: PostgresFactory) -> str:
+    """One database for the module (creating one per test costs more than the tests)."""
+    return postgres.new_database("contract")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def store_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'amp.db'}"
+    url: str = request.getfixturevalue("pg_url")
+    with psycopg.connect(url, autocommit=True) as conn:
+        tables = conn.execute(
+            "SELECT string_agg(quote_ident(tablename), ', ') FROM pg_tables"
+            " WHERE schemaname = current_schema()"
+        ).fetchone()
+        if tables and tables[0]:  # the store's own tables, left by the previous test
+            conn.execute(f"TRUNCATE {tables[0]}")
+    return url
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def fresh_uri(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Storage no store has opened yet (schema creation is part of the test)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'fresh.db'}"
+    factory: PostgresFactory = request.getfixturevalue("postgres")
+    return factory.new_database("fresh")
+
+
+@pytest.fixture
+def opened(store_uri: str) -> Iterator[Callable[[], CellStore]]:
+    """Opens more stores on the same URI (another process, as far as the store knows)."""
+    stores: list[CellStore] = []
+
+    def open_one() -> CellStore:
+        stores.append(open_store(store_uri, DIMS))
+        return stores[-1]
+
+    yield open_one
+    for s in stores:
+        s.close()
+
+
+@pytest.fixture
+def store(opened: Callable[[], CellStore]) -> CellStore:
+    return opened()
+
+
+def make(
+    n: int,
+    text: str = "a memory",
+    *,
+    owner: str = "user_1",
+    by: str = "agent_a",
+    type_: MemoryType = MemoryType.semantic,
+    status: Status = Status.active,
+    public: bool = False,
+    readable_by: list[str] | None = None,
+    at: datetime = T0,
+    metadata: dict[str, object] | None = None,
+    deleted_at: datetime | None = None,
+) -> StoredCell:
+    cell = MemoryCell(
+        id=f"mem_{n:026d}",  # digits are Crockford characters; order is numeric order
+        type=type_,
+        content=Content(text=text, metadata=metadata or {}),
+        identity=Identity(owner_id=owner, owner_type=OwnerType.user, created_by=by),
+        scoring=Scoring(importance=0.7, confidence=0.9, decay_rate=0.02),
+        lifecycle=Lifecycle(created_at=at, last_accessed_at=at, last_updated_at=at,
+                            status=status),
+        access_policy=AccessPolicy(public=public, readable_by=readable_by or []),
+    )
+    return StoredCell(cell=cell, deleted_at=deleted_at,
+                      stale_since=at if status is Status.stale else None)
+
+
+def add(store: CellStore, stored: StoredCell) -> StoredCell:
+    store.create(stored, EMBED.embed([stored.cell.content.text])[0])
+    return stored
+
+
+def wire_json(stored: StoredCell | None) -> str:
+    assert stored is not None
+    return json.dumps(stored.cell.wire(), separators=(",", ":"), ensure_ascii=False)
+
+
+def ids(cells: list[StoredCell]) -> list[str]:
+    return [c.cell.id for c in cells]
+
+
+def search(store: CellStore, flt: CellFilter, terms: list[str],
+           vector: list[float] | None, k: int) -> list[Hit]:
+    """`search_candidates`, checking that every hit's guard and decay inputs are exactly
+    what the rules would read from the whole cell."""
+    found = store.search_candidates(flt, terms, vector, k)
+    for hit in found:
+        stored = store.get(hit.cell_id)
+        assert stored is not None
+        full = Guard.of(stored.cell)
+        assert (hit.guard.created_by, hit.guard.owner_id, hit.guard.public,
+                hit.guard.readable_by) == (full.created_by, full.owner_id, full.public,
+                                           full.readable_by)
+        assert hit.decay == DecayInputs.of(stored.cell)
+    return found
+
+
+def set_text(text: str) -> Callable[[StoredCell, UpdateTx], UpdateOutcome]:
+    def change(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
+        cell = stored.cell
+        new = cell.model_copy(update={
+            "content": Content(text=text, metadata=cell.content.metadata),
+            "lifecycle": cell.lifecycle.model_copy(update={"last_updated_at": T0 + timedelta(1)}),
+        })
+        return UpdateOutcome(StoredCell(cell=new), vector=EMBED.embed([text])[0])
+    return change
+
+
+# ---- create / get / touch --------------------------------------------------------------
+
+RICH_METADATA: dict[str, object] = {
+    "zeta": 1, "alpha": [1.5, 2.0, "x"], "nested": {"b": None, "a": True},
+    "unicode": "thé vert 🍵", "nul": "a\x00b", "big": 12345678901234567890, "neg": -0.0,
+}
+
+
+def test_create_get_round_trip(store: CellStore) -> None:
+    stored = add(store, make(1, "likes green tea", metadata=RICH_METADATA, public=True,
+                             readable_by=["agent_*"]))
+    got = store.get(stored.cell.id)
+    assert got is not None
+    assert wire_json(got) == wire_json(stored)
+    assert got.cell == stored.cell
+    assert list(got.cell.content.metadata) == list(RICH_METADATA)  # key order kept
+    assert store.get("mem_missing") is None
+    assert store.get("mem_\x00") is None  # a NUL in an id is just an unknown id
+    assert store.count() == 1
+
+
+def test_wire_identical_across_stores(tmp_path: Path, postgres: PostgresFactory) -> None:
+    lite = open_store(f"sqlite:///{tmp_path / 'a.db'}", DIMS)
+    pg = open_store(postgres.new_database("wire"), DIMS)
+    try:
+        for s in (lite, pg):
+            add(s, make(7, "same cell", metadata=RICH_METADATA, owner="o\x00wner"))
+        assert wire_json(lite.get(make(7).cell.id)) == wire_json(pg.get(make(7).cell.id))
+        later = T0 + timedelta(seconds=5, microseconds=7)
+        assert wire_json(lite.touch(make(7).cell.id, later)) == wire_json(
+            pg.touch(make(7).cell.id, later)
+        )
+    finally:
+        lite.close()
+        pg.close()
+
+
+def test_get_many(store: CellStore) -> None:
+    for n in (1, 2, 3):
+        add(store, make(n, f"cell {n}"))
+    got = store.get_many([make(3).cell.id, make(1).cell.id, "mem_missing", "mem_\x00"])
+    assert sorted(wire_json(g) for g in got) == sorted(
+        wire_json(make(n, f"cell {n}")) for n in (1, 3))
+    assert store.get_many([]) == []
+
+
+def test_cells_with_nul_characters_work_everywhere(store: CellStore) -> None:
+    """A NUL may sit in any string of a cell (text, metadata, ids of owners); PostgreSQL's
+    text and JSON types refuse it, so this pins that no operation trips over it."""
+    stored = make(1, "tea with a \x00 inside", owner="o\x00wner", metadata=RICH_METADATA,
+                  readable_by=["agent_\x00*"])
+    stored = stored.model_copy(update={"cell": stored.cell.model_copy(update={
+        "lifecycle": stored.cell.lifecycle.model_copy(
+            update={"expires_at": T0 + timedelta(days=400)})})})
+    add(store, stored)
+    cell_id = stored.cell.id
+    assert wire_json(store.get(cell_id)) == wire_json(stored)
+    touched = store.touch(cell_id, T0 + timedelta(seconds=1))
+    assert touched is not None
+    flt = CellFilter(agent_id="agent_a", owner_id="o\x00wner")
+    assert [h.cell_id for h in search(store, flt, ["tea"], EMBED.embed(["tea"])[0], 5)] == [
+        cell_id]
+    assert ids(store.list_candidates(flt, None, 5)) == [cell_id]
+    assert store.set_status(touched, Status.stale, T0 + timedelta(days=1))
+    updated = store.update(cell_id, set_text("now \x00 coffee"))
+    assert updated is not None
+    assert wire_json(store.get(cell_id)) == wire_json(updated.model_copy(update={
+        "cell": updated.cell.model_copy(update={
+            "scoring": updated.cell.scoring.model_copy(update={"access_count": 1}),
+            "lifecycle": updated.cell.lifecycle.model_copy(
+                update={"last_accessed_at": T0 + timedelta(seconds=1)})})}))
+    assert store.purge(cell_id)
+
+
+def test_touch_counts_each_read_and_refuses_deleted(store: CellStore) -> None:
+    cell_id = add(store, make(1)).cell.id
+    later = T0 + timedelta(hours=2)
+    touched = store.touch(cell_id, later)
+    assert touched is not None
+    assert touched.cell.scoring.access_count == 1
+    assert touched.cell.lifecycle.last_accessed_at == later
+    assert touched.cell.lifecycle.last_updated_at == T0  # a read is not a write
+    got = store.get(cell_id)
+    assert got is not None and got.cell.scoring.access_count == 1
+
+    gone = add(store, make(2, status=Status.deleted, deleted_at=T0)).cell.id
+    assert store.touch(gone, later) is None
+    assert store.touch("mem_missing", later) is None
+    got = store.get(gone)
+    assert got is not None and got.cell.scoring.access_count == 0
+
+
+def test_concurrent_touches_lose_no_increment(opened: Callable[[], CellStore]) -> None:
+    first, second = opened(), opened()
+    cell_id = add(first, make(1)).cell.id
+    with ThreadPoolExecutor(8) as pool:
+        counts = list(pool.map(
+            lambda i: (first if i % 2 else second).touch(cell_id, T0 + timedelta(seconds=i)),
+            range(40),
+        ))
+    assert sorted(c.cell.scoring.access_count for c in counts if c) == list(range(1, 41))
+    final = first.get(cell_id)
+    assert final is not None and final.cell.scoring.access_count == 40
+
+
+def test_first_open_is_safe_when_processes_start_together(fresh_uri: str) -> None:
+    with ThreadPoolExecutor(4) as pool:
+        stores = list(pool.map(lambda _: open_store(fresh_uri, DIMS), range(4)))
+    try:
+        add(stores[0], make(1, "made by the first"))
+        assert all(wire_json(s.get(make(1).cell.id)) == wire_json(make(1, "made by the first"))
+                   for s in stores)
+    finally:
+        for s in stores:
+            s.close()
+
+
+def test_a_new_embedding_width_never_mixes_vector_spaces(fresh_uri: str) -> None:
+    wide, narrow = HashEmbedder(DIMS), HashEmbedder(32)
+    old = open_store(fresh_uri, DIMS)
+    try:
+        old.create(make(1, "green tea"), wide.embed(["green tea"])[0])
+    finally:
+        old.close()
+    new = open_store(fresh_uri, 32)  # the operator switched to a 32-dimension embedder
+    try:
+        new.create(make(2, "green tea"), narrow.embed(["green tea"])[0])
+        hits = search(new, CellFilter(agent_id="agent_a"), ["tea"],
+                                     narrow.embed(["green tea"])[0], 10)
+        cosine = {h.cell_id: h.cosine for h in hits}
+        assert cosine[make(1).cell.id] is None  # found by keyword, no comparable vector
+        assert cosine[make(2).cell.id] == pytest.approx(1.0, abs=1e-5)
+    finally:
+        new.close()
+
+
+# ---- update ----------------------------------------------------------------------------
+
+
+def test_update_writes_the_outcome_and_reindexes(store: CellStore) -> None:
+    cell_id = add(store, make(1, "likes green tea")).cell.id
+    result = store.update(cell_id, set_text("prefers black coffee"))
+    assert result is not None and result.cell.content.text == "prefers black coffee"
+    got = store.get(cell_id)
+    assert got is not None and wire_json(got) == wire_json(result)
+    flt = CellFilter(agent_id="agent_a")
+    assert search(store, flt, ["tea"], None, 10) == []
+    hits = search(store, flt, ["coffee"], None, 10)
+    assert [h.cell_id for h in hits] == [cell_id] and hits[0].keyword > 0
+    near = search(store, flt, [], EMBED.embed(["black coffee"])[0], 10)
+    assert near[0].cosine is not None and near[0].cosine > 0.5
+    assert store.update("mem_missing", set_text("x")) is None
+
+
+def test_update_that_raises_changes_nothing(store: CellStore) -> None:
+    cell_id = add(store, make(1, "likes green tea")).cell.id
+    before = wire_json(store.get(cell_id))
+    seen: list[int] = []
+
+    def failing(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
+        seen.append(len(tx.scoring_patches_since(T0 - timedelta(days=1))))
+        raise RuntimeError("refused half-way")
+
+    with pytest.raises(RuntimeError, match="half-way"):
+        store.update(cell_id, failing)
+    assert wire_json(store.get(cell_id)) == before
+    assert search(store, CellFilter(agent_id="agent_a"), ["tea"], None, 5)
+
+    # a failed scoring PATCH is not counted
+    def scoring_then_fail(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
+        seen.append(len(tx.scoring_patches_since(T0 - timedelta(days=1))))
+        raise RuntimeError("over budget")
+
+    with pytest.raises(RuntimeError):
+        store.update(cell_id, scoring_then_fail)
+    with pytest.raises(RuntimeError):
+        store.update(cell_id, scoring_then_fail)
+    assert seen == [0, 0, 0]
+
+
+Change = Callable[[StoredCell, UpdateTx], UpdateOutcome]
+
+
+def _scoring_patch(at: datetime, limit: int | None = None,
+                   since: datetime | None = None) -> Change:
+    def change(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
+        used = tx.scoring_patches_since(since or at - timedelta(hours=1))
+        if limit is not None and len(used) >= limit:
+            raise PermissionError("budget spent")
+        cell = stored.cell
+        new = cell.model_copy(update={
+            "scoring": cell.scoring.model_copy(update={"importance": 0.1 + 0.01 * len(used)}),
+            "lifecycle": cell.lifecycle.model_copy(update={"last_updated_at": at}),
+        })
+        return UpdateOutcome(StoredCell(cell=new), count_scoring_patch=True)
+    return change
+
+
+def test_scoring_patches_are_counted_in_the_transaction(store: CellStore) -> None:
+    cell_id = add(store, make(1)).cell.id
+    times = [T0 + timedelta(minutes=m) for m in (1, 2, 3)]
+    for t in times:
+        store.update(cell_id, _scoring_patch(t))
+    seen: dict[str, list[datetime]] = {}
+
+    def look(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
+        seen["all"] = tx.scoring_patches_since(T0)
+        seen["late"] = tx.scoring_patches_since(times[1])
+        return UpdateOutcome(stored)  # not a scoring patch: not counted
+
+    store.update(cell_id, look)
+    store.update(cell_id, look)
+    assert seen["all"] == times  # oldest first, exact instants
+    assert seen["late"] == times[1:]  # `since` is inclusive
+    other = add(store, make(2)).cell.id
+    store.update(other, look)
+    assert seen["all"] == []  # counted per cell
+
+
+def test_concurrent_scoring_patches_share_one_budget(opened: Callable[[], CellStore]) -> None:
+    stores = [opened(), opened()]  # two "processes" on one database
+    cell_id = add(stores[0], make(1)).cell.id
+
+    def attempt(i: int) -> bool:
+        try:
+            stores[i % 2].update(cell_id, _scoring_patch(T0 + timedelta(seconds=i), limit=5,
+                                                         since=T0))
+            return True
+        except PermissionError:
+            return False
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(attempt, range(24)))
+    assert sum(results) == 5
+
+
+# ---- listing and search ------------------------------------------------------------------
+
+
+def _population(store: CellStore) -> dict[str, StoredCell]:
+    cells = {
+        "mine": make(1, "green tea in the morning"),
+        "other_private": make(2, "green tea secret", owner="user_2", by="agent_b"),
+        "public": make(3, "public tea notes", owner="user_2", by="agent_b", public=True),
+        "shared": make(4, "tea shared by pattern", owner="user_2", by="agent_b",
+                       readable_by=["agent_*"]),
+        "owned": make(5, "tea owned by me", owner="agent_a", by="agent_b"),
+        "procedure": make(6, "how to brew tea", type_=MemoryType.procedural),
+        "stale": make(7, "stale tea memory", status=Status.stale),
+        "archived": make(8, "archived tea memory", status=Status.archived),
+        "deleted": make(9, "deleted tea memory", status=Status.deleted, deleted_at=T0),
+        "coffee": make(10, "strong black coffee"),
+        "other_owner": make(11, "tea for user three", owner="user_3"),
+    }
+    for c in cells.values():
+        add(store, c)
+    return cells
+
+
+def test_list_candidates_filters_and_orders(store: CellStore) -> None:
+    c = _population(store)
+    idof = {k: v.cell.id for k, v in c.items()}
+    got = ids(store.list_candidates(CellFilter(agent_id="agent_a"), None, 50))
+    # newest id first; the private cell of another agent with no readers is never a candidate
+    assert got == [idof[k] for k in ("other_owner", "coffee", "procedure", "owned", "shared",
+                                     "public", "mine")]
+    assert ids(store.list_candidates(CellFilter(agent_id="agent_b"), None, 50)) == [
+        idof[k] for k in ("owned", "shared", "public", "other_private")
+    ]  # agent_b: what it created, public, and what has readers; not agent_a's private ones
+
+    by_owner = CellFilter(agent_id="agent_a", owner_id="user_1")
+    assert ids(store.list_candidates(by_owner, None, 50)) == [idof["coffee"],
+                                                              idof["procedure"], idof["mine"]]
+    procedural = CellFilter(agent_id="agent_a", types=[MemoryType.procedural])
+    assert ids(store.list_candidates(procedural, None, 50)) == [idof["procedure"]]
+    for status in (Status.stale, Status.archived, Status.deleted):
+        flt = CellFilter(agent_id="agent_a", statuses=[status])
+        assert ids(store.list_candidates(flt, None, 50)) == [idof[status.value]]
+    both = CellFilter(agent_id="agent_a", statuses=[Status.stale, Status.archived])
+    assert ids(store.list_candidates(both, None, 50)) == [idof["archived"], idof["stale"]]
+    assert store.list_candidates(CellFilter(agent_id="agent_a", statuses=[]), None, 50) == []
+
+    # paging: batch size and strictly-older-than
+    first = ids(store.list_candidates(CellFilter(agent_id="agent_a"), None, 3))
+    assert first == got[:3]
+    rest = ids(store.list_candidates(CellFilter(agent_id="agent_a"), first[-1], 50))
+    assert rest == got[3:]
+
+
+def test_list_candidates_owner_with_odd_characters(store: CellStore) -> None:
+    add(store, make(1, owner="o\x00wner"))
+    add(store, make(2, owner="o'; DROP TABLE cells; --"))
+    for owner, n in (("o\x00wner", 1), ("o'; DROP TABLE cells; --", 2)):
+        flt = CellFilter(agent_id="agent_a", owner_id=owner)
+        assert ids(store.list_candidates(flt, None, 10)) == [make(n).cell.id]
+    assert store.count() == 2
+
+
+def test_search_keyword_hits(store: CellStore) -> None:
+    c = _population(store)
+    flt = CellFilter(agent_id="agent_a")
+    hits = {h.cell_id: h for h in search(store, flt, ["tea"], None, 50)}
+    expected = {c[k].cell.id for k in ("mine", "public", "shared", "owned", "procedure",
+                                       "other_owner")}
+    assert set(hits) == expected  # not coffee, not stale/archived/deleted, not private
+    assert all(h.keyword > 0 and h.cosine is None for h in hits.values())
+    # stemming on both stores: "brewing" finds "brew"
+    brewed = search(store, flt, ["brewing"], None, 10)
+    assert [h.cell_id for h in brewed] == [c["procedure"].cell.id]
+    # any of the terms matches
+    either = search(store, flt, ["coffee", "morning"], None, 10)
+    assert {h.cell_id for h in either} == {c["coffee"].cell.id, c["mine"].cell.id}
+    # terms are data, never syntax
+    for odd in (["'", "\\", "\"", "a&b|c", ":*", "(", "NEAR"], ["' OR 1=1 --"]):
+        assert search(store, flt, odd, None, 10) == []
+
+
+def test_search_keyword_score_prefers_more_matches(store: CellStore) -> None:
+    add(store, make(1, "tea tea tea, green tea and more tea"))
+    add(store, make(2, "one tea among many other words about mountains rivers and trains"))
+    hits = search(store, CellFilter(agent_id="agent_a"), ["tea"], None, 10)
+    score = {h.cell_id: h.keyword for h in hits}
+    assert score[make(1).cell.id] > score[make(2).cell.id] > 0
+
+
+def test_search_vector_neighbours(store: CellStore) -> None:
+    texts = {1: "green tea morning ritual", 2: "green tea", 3: "coffee beans roasted dark",
+             4: "mountain hiking trail"}
+    for n, t in texts.items():
+        add(store, make(n, t))
+    add(store, make(5, "green tea morning", owner="user_9", by="agent_z"))  # never readable
+    query = EMBED.embed(["green tea morning"])[0]
+    flt = CellFilter(agent_id="agent_a")
+    hits = search(store, flt, [], query, 2)
+    got = {h.cell_id: h for h in hits}
+    # "about k": a store may return more, but the k nearest readable ones lead
+    assert make(5).cell.id not in got
+    best = sorted(hits, key=lambda h: -(h.cosine or 0.0))[:2]
+    assert {h.cell_id for h in best} == {make(1).cell.id, make(2).cell.id}
+    q = np.asarray(query, dtype=np.float32)
+    for n in (1, 2):
+        v = np.asarray(EMBED.embed([texts[n]])[0], dtype=np.float32)
+        cosine = got[make(n).cell.id].cosine
+        assert cosine is not None and cosine == pytest.approx(float(v @ q), abs=1e-5)
+        assert got[make(n).cell.id].keyword == 0.0
+    # merged: keyword hits also carry their cosine
+    merged = search(store, flt, ["hiking"], query, 1)
+    by_id = {h.cell_id: h for h in merged}
+    assert by_id.keys() >= {make(1).cell.id, make(4).cell.id}
+    assert by_id[make(4).cell.id].keyword > 0
+    assert by_id[make(4).cell.id].cosine == pytest.approx(0.0, abs=1e-6)
+
+
+def test_search_filters(store: CellStore) -> None:
+    c = _population(store)
+    query = EMBED.embed(["tea"])[0]
+
+    def found(flt: CellFilter) -> set[str]:
+        return {h.cell_id for h in search(store, flt, ["tea"], query, 50)}
+
+    assert found(CellFilter(agent_id="agent_a", owner_id="user_3")) == {c["other_owner"].cell.id}
+    assert found(CellFilter(agent_id="agent_a", types=[MemoryType.procedural])) == {
+        c["procedure"].cell.id}
+    assert found(CellFilter(agent_id="agent_a", statuses=[Status.stale, Status.archived])) == {
+        c["stale"].cell.id, c["archived"].cell.id}
+    assert found(CellFilter(agent_id="agent_a", statuses=[])) == set()
+    everything = found(CellFilter(agent_id="agent_a"))
+    assert c["other_private"].cell.id not in everything
+    assert c["deleted"].cell.id not in everything
+    assert c["coffee"].cell.id in everything  # a vector neighbour, readable, active
+
+
+def test_search_many_cells_uses_the_index_path(
+    store: CellStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above the exact-ranking threshold the stores answer from an index (HNSW on
+    PostgreSQL); the nearest cells must still come back and filters must still hold.
+    The threshold is lowered so a few hundred cells cross it."""
+    for module in ("sqlite", "postgres"):
+        monkeypatch.setattr(f"ampup_memory.amp.store.{module}.EXACT_LIMIT", 50)
+    words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
+    rng = np.random.default_rng(7)
+    n = 300
+    for i in range(n):
+        add(store, make(i + 1, " ".join(rng.choice(words, size=4)) + f" item{i}"))
+    target = add(store, make(n + 1, "zulu yankee xray whiskey"))
+    add(store, make(n + 2, "zulu yankee xray whiskey", owner="user_2", by="agent_b"))
+    query = EMBED.embed(["zulu yankee xray whiskey"])[0]
+    hits = search(store, CellFilter(agent_id="agent_a"), [], query, 10)
+    assert target.cell.id in {h.cell_id for h in hits}
+    assert make(n + 2).cell.id not in {h.cell_id for h in hits}
+    assert all(h.guard.created_by == "agent_a" for h in hits)
+
+
+# ---- lifecycle -----------------------------------------------------------------------------
+
+
+def test_lifecycle_batch_pages_active_and_stale(store: CellStore) -> None:
+    c = _population(store)
+    expected = sorted(v.cell.id for k, v in c.items() if k not in ("archived", "deleted"))
+    page = store.lifecycle_batch(None, 4)
+    assert ids(page) == expected[:4]
+    assert ids(store.lifecycle_batch(page[-1].cell.id, 100)) == expected[4:]
+    assert store.lifecycle_batch(expected[-1], 10) == []
+
+
+def test_set_status_applies_and_touches_no_clock(store: CellStore) -> None:
+    stored = add(store, make(1))
+    stale_at = T0 + timedelta(days=40)
+    assert store.set_status(stored, Status.stale, stale_at)
+    got = store.get(stored.cell.id)
+    assert got is not None
+    assert got.cell.lifecycle.status is Status.stale and got.stale_since == stale_at
+    assert got.cell.lifecycle.last_updated_at == T0 and got.cell.lifecycle.last_accessed_at == T0
+    assert got.cell.scoring.access_count == 0
+    assert store.set_status(stored, Status.stale, stale_at) is False  # status moved on
+
+
+def test_set_status_loses_to_a_concurrent_read_or_write(store: CellStore) -> None:
+    read = add(store, make(1))
+    store.touch(read.cell.id, T0 + timedelta(seconds=1))
+    assert store.set_status(read, Status.stale, T0) is False
+    got = store.get(read.cell.id)
+    assert got is not None and got.cell.lifecycle.status is Status.active
+
+    written = add(store, make(2))
+    store.update(written.cell.id, set_text("changed"))
+    assert store.set_status(written, Status.stale, T0) is False
+    got = store.get(written.cell.id)
+    assert got is not None and got.cell.lifecycle.status is Status.active
+
+
+def test_deleted_before_and_purge(store: CellStore) -> None:
+    old = [add(store, make(n, status=Status.deleted, deleted_at=T0 - timedelta(days=40 + n)))
+           for n in (3, 1, 2)]
+    add(store, make(4, status=Status.deleted, deleted_at=T0))
+    add(store, make(5))
+    cutoff = T0 - timedelta(days=30)
+    assert store.deleted_before(cutoff, 10) == sorted(s.cell.id for s in old)
+    assert store.deleted_before(cutoff, 2) == sorted(s.cell.id for s in old)[:2]
+    assert store.deleted_before(T0, 10) == [make(n).cell.id for n in (1, 2, 3, 4)]  # inclusive
+    assert store.purge(make(1).cell.id) is True
+    assert store.purge(make(1).cell.id) is False
+    assert store.get(make(1).cell.id) is None
+    assert store.count() == 4
+
+
+# ---- leases ------------------------------------------------------------------------------
+
+
+def test_lease_is_exclusive_across_instances(opened: Callable[[], CellStore]) -> None:
+    first, second = opened(), opened()
+    with first.lease("amp-lifecycle", ttl_seconds=60) as held:
+        assert held is True
+        with first.lease("amp-lifecycle", ttl_seconds=60) as again:
+            assert again is False
+        with second.lease("amp-lifecycle", ttl_seconds=60) as other:
+            assert other is False
+        with second.lease("another-lease", ttl_seconds=60) as unrelated:
+            assert unrelated is True
+    with second.lease("amp-lifecycle", ttl_seconds=60) as later:
+        assert later is True
+
+    with pytest.raises(ZeroDivisionError):  # a failing holder still lets go
+        with first.lease("amp-lifecycle", ttl_seconds=60) as held:
+            assert held
+            raise ZeroDivisionError
+    with second.lease("amp-lifecycle", ttl_seconds=60) as after:
+        assert after is True
+
+
+def test_lease_holders_never_overlap(opened: Callable[[], CellStore]) -> None:
+    stores = [opened(), opened()]
+    inside = 0
+    worst = 0
+    wins = 0
+    guard = threading.Lock()
+    stop = threading.Event()
+
+    def contend(i: int) -> None:
+        nonlocal inside, worst, wins
+        while not stop.is_set():
+            with stores[i % 2].lease("race", ttl_seconds=60) as held:
+                if held:
+                    with guard:
+                        inside += 1
+                        worst = max(worst, inside)
+                        wins += 1
+                    stop.wait(0.005)
+                    with guard:
+                        inside -= 1
+
+    threads = [threading.Thread(target=contend, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    stop.wait(1.5)
+    stop.set()
+    for t in threads:
+        t.join()
+    assert wins > 5 and worst == 1
+
+
+# ---- keys ----------------------------------------------------------------------------------
+
+
+def test_keys_put_lookup_list_revoke(store: CellStore) -> None:
+    a = KeyRecord(key_id="k1", agent_id="agent_a", key_hash="sha256:" + "a" * 64, admin=False,
+                  created_at=T0, expires_at=T0 + timedelta(days=30), user_id="user_1")
+    b = KeyRecord(key_id="k2", agent_id="ops", key_hash="sha256:" + "b" * 64, admin=True,
+                  created_at=T0 + timedelta(seconds=1))
+    store.put_key(b)
+    store.put_key(a)
+    assert store.key_by_hash(a.key_hash) == a
+    assert store.key_by_hash(b.key_hash) == b
+    assert store.key_by_hash("sha256:" + "c" * 64) is None
+    assert store.list_keys() == [a, b]  # by creation time
+    revoked_at = T0 + timedelta(days=1)
+    assert store.revoke_key("k1", revoked_at) is True
+    assert store.revoke_key("k1", revoked_at + timedelta(1)) is False  # first revocation stays
+    assert store.revoke_key("k-missing", revoked_at) is False
+    got = store.key_by_hash(a.key_hash)
+    assert got is not None and got.revoked_at == revoked_at
+
+
+# ---- lifecycle history -------------------------------------------------------------------
+
+
+def test_record_and_read_passes(opened: Callable[[], CellStore]) -> None:
+    first, second = opened(), opened()
+    assert first.recent_passes(5) == []
+    records = [
+        PassRecord(started_at=T0 + timedelta(minutes=i),
+                   finished_at=T0 + timedelta(minutes=i, seconds=2, microseconds=5),
+                   holder=f"host:{100 + i}", evaluated=10 * i,
+                   transitions={"active_to_stale": i, "stale_to_active": 0,
+                                "stale_to_archived": 1},
+                   purged=i % 2)
+        for i in range(3)
+    ]
+    for i, r in enumerate(records):
+        (first if i % 2 else second).record_pass(r)
+    assert second.recent_passes(2) == [records[2], records[1]]  # newest first
+    assert first.recent_passes(10) == records[::-1]
