@@ -153,7 +153,8 @@ class Authenticator:
         record = self.keyring.lookup(key, datetime.now(UTC)) if key else None
         if not agent or record is None or not hmac.compare_digest(record.agent_id, agent):
             raise Unauthenticated("A valid API key for this agent is required.")
-        return Caller(agent_id=agent, user_id=record.user_id or user, admin=record.admin)
+        # With keys on, the key alone says which AmpUp user speaks: a header could name anyone.
+        return Caller(agent_id=agent, user_id=record.user_id, admin=record.admin)
 
     def optional_caller(self, headers: dict[str, str]) -> Caller | None:
         """For POST /memories with keys off: the header may be absent (body names creator)."""

@@ -63,7 +63,8 @@ def _integral(value: Any) -> Any:
 Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str)]
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
-NonEmptyText = Annotated[str, StringConstraints(min_length=1)]
+# At least one non-blank character; the pattern also tells the published schema so.
+NonEmptyText = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
 AgentId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 

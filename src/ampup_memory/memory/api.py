@@ -66,8 +66,8 @@ def memory_user(auth: Authenticator, headers: dict[str, str]) -> str:
     if auth.require_keys:
         user = auth.caller(headers).user_id
         if not user:
-            raise Unauthenticated("This API key speaks for no AmpUp user: create it with "
-                                  "--user, or send X-AmpUp-User.")
+            raise Unauthenticated("This API key speaks for no AmpUp user: create one with "
+                                  "`ampup-memory keys create --agent ID --user USER`.")
     else:
         user = headers.get(USER_HEADER, "").strip()
         if not user:
