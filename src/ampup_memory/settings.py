@@ -156,6 +156,14 @@ class Settings(BaseSettings):
         validation_alias=_env("AMP_MCP_API_KEY"),
         description="API key the stdio MCP server presents when keys are required.",
     )
+    search_refresh_interval_seconds: int = Field(
+        default=30,
+        ge=0,
+        validation_alias=_env("AMPUP_MEMORY_SEARCH_REFRESH_SECONDS"),
+        description="Seconds between passes of `serve` that bring the search index level "
+        "with ledger commits written by other processes; 0 turns the timer off (a search "
+        "still catches up its own scope first).",
+    )
     memory_maintenance_interval_seconds: int = Field(
         default=3600,
         ge=0,

@@ -119,7 +119,10 @@ def memory_commands(settings_options: Decorator,
         items = list(read_corpus(path, list(acl)))
         counts = {"created": 0, "existing": 0, "conflict": 0, "invalid": 0, "commits": 0}
         problems: list[str] = []
-        with _service(settings) as svc, _progress() as progress:
+        from ampup_memory.search.feed import attached_feed  # loads the embedder: only here
+
+        with _service(settings) as svc, attached_feed(settings, svc), \
+                _progress() as progress:
             task = progress.add_task("loading", total=len(items))
             batch: list[Item] = []
             for item in items:

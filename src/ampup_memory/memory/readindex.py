@@ -290,6 +290,16 @@ class ReadIndex:
                 found.update(conn.execute(stmt).scalars())
         return found
 
+    def bodies(self, scope: str, refs: Iterable[str]) -> dict[str, str]:
+        wanted = list(set(refs))
+        found: dict[str, str] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                stmt = select(bodies_t.c.body_ref, bodies_t.c.body).where(
+                    bodies_t.c.scope == scope, bodies_t.c.body_ref.in_(wanted[i:i + 500]))
+                found.update((r.body_ref, r.body) for r in conn.execute(stmt))
+        return found
+
     def body(self, scope: str, body_ref: str) -> str | None:
         stmt = select(bodies_t.c.body).where(bodies_t.c.scope == scope,
                                              bodies_t.c.body_ref == body_ref)
@@ -307,6 +317,41 @@ class ReadIndex:
         stmt = stmt.order_by(facts_t.c.entity, facts_t.c.predicate).limit(limit)
         with self.engine.connect() as conn:
             return [_fact_record(r._mapping) for r in conn.execute(stmt)]
+
+    # -- commits in order (the search index is fed from these) ----------------------------------
+    def applied_after(self, scope: str, branch: str, after_seq: int,
+                      limit: int) -> list[LedgerEntry]:
+        """Commits after ``after_seq`` in chain order, stopping before the first one whose
+        rows are not applied yet (a feed never skips a commit to come back for it)."""
+        stmt = (select(ledger_t).where(ledger_t.c.scope == scope, ledger_t.c.branch == branch,
+                                       ledger_t.c.seq > after_seq)
+                .order_by(ledger_t.c.seq).limit(limit))
+        out: list[LedgerEntry] = []
+        with self.engine.connect() as conn:
+            for row in conn.execute(stmt):
+                entry = _ledger_entry(row._mapping)
+                if not row.applied or entry.seq != after_seq + len(out) + 1:
+                    break
+                out.append(entry)
+        return out
+
+    def commit_rows(self, scope: str, branch: str, first_seq: int, last_seq: int,
+                    ) -> tuple[dict[str, EpisodeRecord], list[FactRecord]]:
+        """What commits ``first_seq..last_seq`` wrote: the episodes they added or changed
+        the ACL of (each with its ACL as of ``last_seq``) and their facts in chain order."""
+        between = (first_seq, last_seq)
+        with self.engine.connect() as conn:
+            ids = set(conn.execute(select(episodes_t.c.id).where(
+                episodes_t.c.scope == scope, episodes_t.c.branch == branch,
+                episodes_t.c.seq.between(*between))).scalars())
+            ids |= set(conn.execute(select(acl_t.c.id).where(
+                acl_t.c.scope == scope, acl_t.c.branch == branch,
+                acl_t.c.seq.between(*between))).scalars())
+            facts = [_fact_record(r._mapping) for r in conn.execute(
+                select(facts_t).where(facts_t.c.scope == scope, facts_t.c.branch == branch,
+                                      facts_t.c.seq.between(*between))
+                .order_by(facts_t.c.seq, facts_t.c.ord))]
+        return self.episodes(scope, branch, ids, last_seq), facts
 
     # -- principals ---------------------------------------------------------------------------
     def principal(self, user: str) -> Principal:

@@ -12,6 +12,7 @@ import logging
 import os
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -125,6 +126,9 @@ class MemoryService:
         self._scopes_made: set[Scope] = set()
         # Snapshots that maintenance must keep; snapshots and pins (a later issue) fill it.
         self.protected: Protected = no_protection
+        # Called with (scope, branch) once a commit is in the ledger and the read index
+        # (the search index feeds itself here, so a write is searchable when it returns).
+        self.after_commit: list[Callable[[str, str], None]] = []
 
     @classmethod
     def open(cls, settings: Settings) -> MemoryService:
@@ -514,6 +518,11 @@ class MemoryService:
             [replace(f, commit_id=commit_id, seq=entry.seq) for f in facts],
             acl_changes or (),
         )
+        for listener in self.after_commit:
+            try:
+                listener(ns, branch)
+            except Exception:  # the commit stands; the listener catches up on its next pass
+                log.exception("after-commit listener failed for %s/%s", ns, branch)
         # Upkeep after the commit is durable and visible: amortised, never fails the write.
         for name in snapshots:
             tidy(self.tables, scope.namespace, name, self.protected)

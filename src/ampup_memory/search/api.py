@@ -6,8 +6,10 @@ Identity comes first (401 before 422), then the body. ``format: "text"`` answers
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable
+import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
@@ -15,14 +17,17 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ampup_memory.amp.service import parse_body
-from ampup_memory.auth import USER_HEADER, Authenticator
-from ampup_memory.errors import ServiceUnavailable, Unauthenticated
+from ampup_memory.auth import Authenticator
+from ampup_memory.errors import ServiceUnavailable
+from ampup_memory.memory.api import memory_user
+from ampup_memory.memory.service import MemoryService
 from ampup_memory.openapi import body_doc
 from ampup_memory.search.engine import SearchEngine
+from ampup_memory.search.feed import Feed
 from ampup_memory.search.index.base import open_index
 from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
-from ampup_memory.search.visibility import Principal, valid_entry
 
+log = logging.getLogger("ampup_memory.search")
 router = APIRouter(tags=["search"])
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"description": "UNAUTHENTICATED / MISSING_USER"},
@@ -38,21 +43,9 @@ def search_service(request: Request) -> SearchService:
 
 
 def caller_user(request: Request) -> str:
-    """The principal's user: ``X-AmpUp-User`` in trust mode, the key's user with keys on."""
+    """The caller's user, resolved exactly as the memory routes resolve it."""
     auth: Authenticator = request.app.state.auth
-    headers = {k.lower(): v for k, v in request.headers.items()}
-    if auth.require_keys:
-        user = auth.caller(headers).user_id
-        if not user:
-            raise Unauthenticated("This API key speaks for no AmpUp user.")
-    else:
-        user = headers.get(USER_HEADER, "").strip()
-        if not user:
-            raise Unauthenticated("The X-AmpUp-User header names the caller.",
-                                  code="MISSING_USER")
-    if not valid_entry(f"user:{user}"):
-        raise Unauthenticated("The caller's user id is not a valid id.")
-    return user
+    return memory_user(auth, {k.lower(): v for k, v in request.headers.items()})
 
 
 @router.post("/search",
@@ -76,24 +69,47 @@ async def query(request: Request) -> JSONResponse:
     return JSONResponse(await run_in_threadpool(svc.query, user, req))
 
 
-def mount(app: FastAPI, runtime: Any,
-          principal_of: Callable[[str], Principal] | None = None,
-          catch_up: Callable[[str, str], None] | None = None) -> SearchService:
-    """Open the index at ``settings.resolved_index_uri`` and serve the routes."""
+def mount(app: FastAPI, runtime: Any) -> SearchService:
+    """Open the index at ``settings.resolved_index_uri``, feed it from core's commits
+    (on every commit of this process, before each search, at start-up and on a timer)
+    and serve the routes."""
     settings = runtime.settings
+    memory: MemoryService = runtime.memory
     index = open_index(settings.resolved_index_uri)
     engine = SearchEngine(index, runtime.embedder)
     engine.ensure_model()
-    svc = SearchService(engine, principal_of or (lambda user: Principal(user)), catch_up)
+    feed = Feed(memory, engine)
+    feed.attach()
+    svc = SearchService(engine, memory.principal, feed.catch_up)
     app.state.search = svc
+    app.state.search_feed = feed
 
     @contextlib.asynccontextmanager
-    async def close_index() -> AsyncIterator[None]:
+    async def feeding() -> AsyncIterator[None]:
+        task = asyncio.create_task(_refresh(feed, settings.search_refresh_interval_seconds))
         try:
             yield
         finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            feed.detach()
             index.close()
 
-    app.state.lifespan_hooks.append(close_index)
+    app.state.lifespan_hooks.append(feeding)
     app.include_router(router)
     return svc
+
+
+async def _refresh(feed: Feed, interval: int) -> None:
+    """Catch up with commits of other processes: once at start-up, then every interval."""
+    while True:
+        try:
+            done = await run_in_threadpool(feed.catch_up_all)
+            if done:
+                log.info("search index applied %d commit(s)", done)
+        except Exception:  # a failed pass must not kill the timer
+            log.exception("search index refresh failed")
+        if interval <= 0:
+            return
+        await asyncio.sleep(interval)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -10,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
-from ampup_memory.errors import field_error
+from ampup_memory.memory.scopes import parse_branch, parse_scope
 from ampup_memory.search.answer import facts_json, passages_json, text_answer
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.visibility import Principal
@@ -18,9 +17,6 @@ from ampup_memory.search.visibility import Principal
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 100
 SOURCE_PASSAGES = 3  # passages read for the text answer's uncited source text
-_NAME = r"[a-z0-9]+(?:_[a-z0-9]+)*"
-_SCOPE = re.compile(rf"^{_NAME}/{_NAME}$")
-_BRANCH = re.compile(r"^[a-z0-9]+(?:[_-][a-z0-9]+)*$")
 
 
 class FactSearchRequest(BaseModel):
@@ -48,22 +44,19 @@ class PassageQueryRequest(BaseModel):
 
 
 def check_scope(scope: str, branch: str | None) -> tuple[str, str]:
-    """Scope ``org/team`` and branch, validated before they reach the index."""
-    if len(scope) > 129 or not _SCOPE.match(scope):
-        raise field_error(["body", "scope"], f"invalid scope {scope[:80]!r}: use org/team, "
-                          "lower-case letters, digits and single underscores", "scope_invalid")
-    branch = branch or "main"
-    if len(branch) > 64 or not _BRANCH.match(branch):
-        raise field_error(["body", "branch"], "invalid branch name", "branch_invalid")
-    return scope, branch
+    """Scope ``org/team`` and branch, parsed exactly as the memory routes parse them."""
+    return str(parse_scope(scope)), parse_branch(branch)
 
 
 @dataclass
 class SearchService:
     engine: SearchEngine
+    # The caller's groups and roles, read fresh (core's principal lookup), so a
+    # membership change counts on the next search.
     principal_of: Callable[[str], Principal]
-    # Brings the index level with the ledger for one scope before it is read.
-    catch_up: Callable[[str, str], None] | None = None
+    # Brings the index level with the ledger for one scope before it is read; refuses
+    # a branch the memory routes would refuse.
+    catch_up: Callable[[str, str], object] | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     def _prepare(self, user: str, scope: str, branch: str | None

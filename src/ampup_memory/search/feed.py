@@ -1,0 +1,166 @@
+"""Feeding the search index from committed rows, and only from them.
+
+The search index follows the ledger: per scope and branch it keeps a cursor (the last
+commit it applied) and applies the commits after it in chain order. Rows come from
+core's read index (`memory/readindex.py`), which holds only rows of commits in the
+ledger and is itself rebuilt from the Iceberg tables alone; so the search index is a
+pure function of the tables too.
+
+Three callers, one path (:meth:`Feed.feed`): every commit of this process (the
+``after_commit`` hook of :class:`MemoryService`, so a write is searchable when its POST
+returns), every search (its scope first catches up with commits of other processes),
+and the ``serve`` timer and ``index rebuild`` (every scope).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+
+from ampup_memory.memory.episode_types import by_name
+from ampup_memory.memory.episodes import EpisodeRecord
+from ampup_memory.memory.facts import FactRecord
+from ampup_memory.memory.scopes import MAIN
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.search.embed import build_embedder
+from ampup_memory.search.engine import SearchEngine
+from ampup_memory.search.index.base import (
+    Cite,
+    DocumentBatch,
+    EpisodeDoc,
+    FactDoc,
+    Unit,
+    open_index,
+)
+from ampup_memory.settings import Settings
+
+log = logging.getLogger("ampup_memory.search")
+
+COMMITS_PER_BATCH = 50  # one ingest transaction; a commit holds at most a few hundred rows
+Progress = Callable[[int], None]
+
+
+def documents(scope: str, episodes: Iterable[EpisodeRecord], bodies: dict[str, str],
+              facts: Iterable[FactRecord]) -> DocumentBatch:
+    """Committed rows as index documents: episodes with units and ACL, facts (closures
+    included) with citations and valid time."""
+    batch = DocumentBatch()
+    for rec in episodes:
+        etype = by_name(rec.type)
+        body = bodies.get(rec.body_ref, "")
+        units = etype.units(body) if etype else []
+        batch.episodes.append(EpisodeDoc(
+            id=rec.id, scope=scope, branch=rec.branch, commit=rec.commit_id,
+            occurred_at=rec.occurred_at, acl=rec.acl, source=rec.source,
+            units=tuple(Unit(u.n, u.kind, u.text) for u in units),
+        ))
+    for f in facts:
+        batch.facts.append(FactDoc(
+            id=f.fact_id, scope=scope, branch=f.branch, commit=f.commit_id,
+            entity=f.entity, predicate=f.predicate, value=f.value or "", quote=f.quote,
+            valid_from=f.valid_from, valid_to=f.valid_to,
+            cites=tuple(Cite(e, u) for e, u in f.cites), written_by=f.written_by,
+            commit_seq=f.seq, ord=f.ord, kind=f.kind,
+        ))
+    return batch
+
+
+class Feed:
+    def __init__(self, memory: MemoryService, engine: SearchEngine) -> None:
+        self.memory = memory
+        self.engine = engine
+        # One feeder at a time per process: two would both read the same cursor.
+        self._lock = threading.Lock()
+
+    def attach(self) -> None:
+        """Feed every commit this process makes before its write returns."""
+        self.memory.after_commit.append(self.on_commit)
+
+    def detach(self) -> None:
+        if self.on_commit in self.memory.after_commit:
+            self.memory.after_commit.remove(self.on_commit)
+
+    def on_commit(self, scope: str, branch: str) -> None:
+        self.feed(scope, branch)
+
+    def _cursor_seq(self, scope: str, branch: str) -> int:
+        cursor = self.engine.index.cursor(scope, branch)
+        if cursor is None:
+            return 0
+        entry = self.memory.index.entry(cursor)
+        if entry is None or entry.scope != scope or entry.branch != branch:
+            # A cursor the ledger does not know (an index from other tables): start over;
+            # re-ingesting a held document changes nothing.
+            log.warning("search cursor %s of %s/%s is not in the ledger; refeeding",
+                        cursor[:12], scope, branch)
+            return 0
+        return entry.seq
+
+    def feed(self, scope: str, branch: str, progress: Progress | None = None) -> int:
+        """Apply the commits the read index holds that the search index has not seen;
+        returns how many. Does not read the tables: see :meth:`catch_up`."""
+        done = 0
+        with self._lock:
+            while True:
+                after = self._cursor_seq(scope, branch)
+                entries = self.memory.index.applied_after(scope, branch, after,
+                                                          COMMITS_PER_BATCH)
+                if not entries:
+                    return done
+                episodes, facts = self.memory.index.commit_rows(
+                    scope, branch, entries[0].seq, entries[-1].seq)
+                bodies = self.memory.index.bodies(scope, {e.body_ref for e in
+                                                          episodes.values()})
+                batch = documents(scope, episodes.values(), bodies, facts)
+                self.engine.ingest(batch, (scope, branch, entries[-1].commit_id))
+                done += len(entries)
+                if progress is not None:
+                    progress(len(entries))
+
+    def catch_up(self, scope: str, branch: str) -> int:
+        """Bring the read index level with the tables for this scope, then feed it."""
+        view = self.memory.view(scope, branch)  # parses, refuses unknown branches, syncs
+        return self.feed(str(view.scope), view.branch)
+
+    def catch_up_all(self, only: str | None = None, progress: Progress | None = None) -> int:
+        """Every scope (or one): the start-up pass, the timer's and the rebuild's."""
+        self.memory.sync.ledger_table()
+        done = 0
+        for scope in self.memory.tables.scopes():
+            if only is not None and str(scope) != only:
+                continue
+            self.memory.sync.scope(scope)
+            done += self.feed(str(scope), MAIN, progress)
+        return done
+
+    def pending(self, only: str | None = None) -> int:
+        """Commits the search index has still to apply (for a progress bar's total)."""
+        self.memory.sync.ledger_table()
+        total = 0
+        for scope in self.memory.tables.scopes():
+            if only is not None and str(scope) != only:
+                continue
+            self.memory.sync.scope(scope)
+            head = self.memory.index.head(str(scope), MAIN)
+            if head is not None:
+                total += max(0, head.seq - self._cursor_seq(str(scope), MAIN))
+        return total
+
+
+@contextmanager
+def attached_feed(settings: Settings, memory: MemoryService) -> Iterator[Feed]:
+    """A feed for a process without ``serve`` (the CLI): its commits reach the index
+    before it exits, exactly as a server's do."""
+    engine = SearchEngine(open_index(settings.resolved_index_uri), build_embedder(settings))
+    try:
+        engine.ensure_model()
+        feed = Feed(memory, engine)
+        feed.attach()
+        try:
+            yield feed
+        finally:
+            feed.detach()
+    finally:
+        engine.index.close()

@@ -1,0 +1,173 @@
+"""The search index is fed from core's commits, over real HTTP against real servers.
+
+Writes go through the AmpUp API (and the CLI); every answer is read back from /search
+and /query. Nothing here fills the index directly.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.memory_support import QUIET, Memory, new_scope, run_cli, serving
+
+ENV = {**QUIET, "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "1"}
+SECRET = "Umbrella acquisition codename Nightjar"
+
+
+def search(m: Memory, scope: str, query: str, **extra: Any) -> httpx.Response:
+    r = m.http.post("/search", json={"scope": scope, "query": query, "limit": 50, **extra})
+    assert r.status_code == 200, r.text
+    return r
+
+
+def facts(m: Memory, scope: str, query: str) -> set[tuple[str, str, Any]]:
+    return {(f["entity"], f["predicate"], f["value"])
+            for f in search(m, scope, query).json()["results"]}
+
+
+def passages(m: Memory, scope: str, query: str) -> list[str]:
+    r = m.http.post("/query", json={"scope": scope, "find": "passages", "query": query,
+                                    "limit": 50})
+    assert r.status_code == 200, r.text
+    return [p["text"] for p in r.json()["results"]]
+
+
+def write(m: Memory, scope: str, body: str, acl: list[str]) -> str:
+    r = m.write(scope, body, acl)
+    assert r.status_code == 201, r.text
+    episode_id: str = r.json()["id"]
+    return episode_id
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    return tmp_path / "home"
+
+
+@pytest.fixture
+def alice(home: Path) -> Iterator[Memory]:
+    with serving(home, ENV) as proc:
+        m = Memory(proc.url, "alice")
+        yield m
+        m.close()
+
+
+def test_every_write_is_searchable_when_it_returns(alice: Memory) -> None:
+    s = new_scope()
+    ep = write(alice, s, "Acme budget for the pilot is 40k.", ["*"])
+    assert any("40k" in t for t in passages(alice, s, "Acme budget"))
+    r = alice.fact(s, "Acme", "budget", "40k", "Acme budget for the pilot is 40k.", [(ep, 1)])
+    assert r.status_code == 201, r.text
+    assert ("Acme", "budget", "40k") in facts(alice, s, "Acme budget")
+
+    batch = alice.http.post("/episodes/batch", json={"scope": s, "episodes": [
+        {"source": "doc:a", "body": "Initech renewal is due in June.", "acl": ["*"]},
+        {"source": "doc:b", "body": "Globex churn risk is high.", "acl": ["*"]}]})
+    assert batch.status_code == 201, batch.text
+    ids = [e["id"] for e in batch.json()["episodes"]]
+    assert any("Globex" in t for t in passages(alice, s, "Globex churn"))
+    r = alice.http.post("/facts/batch", json={"scope": s, "facts": [
+        {"entity": "Initech", "predicate": "renewal", "value": "June",
+         "quote": "Initech renewal is due in June.", "cites": [{"episode": ids[0], "unit": 1}]},
+        {"entity": "Globex", "predicate": "churn_risk", "value": "high",
+         "quote": "Globex churn risk is high.", "cites": [{"episode": ids[1], "unit": 1}]}]})
+    assert r.status_code == 201, r.text
+    found = facts(alice, s, "Initech renewal Globex churn")
+    assert {("Initech", "renewal", "June"), ("Globex", "churn_risk", "high")} <= found
+
+    # closing a value: the next search no longer ranks it (it is not current)
+    r = alice.http.post("/close", json={"scope": s, "entity": "Globex",
+                                        "predicate": "churn_risk", "reason": "Deal signed."})
+    assert r.status_code == 201, r.text
+    assert ("Globex", "churn_risk", "high") not in facts(alice, s, "Globex churn")
+
+    # an ACL change moves the episode out of sight at once, facts and passages alike
+    r = alice.http.put(f"/episodes/{ep}/acl", json={"scope": s, "acl": ["user:bob"]})
+    assert r.status_code == 200, r.text
+    assert ("Acme", "budget", "40k") not in facts(alice, s, "Acme budget")
+    assert not any("40k" in t for t in passages(alice, s, "Acme budget"))
+    bob = alice.as_user("bob")
+    assert ("Acme", "budget", "40k") in facts(bob, s, "Acme budget")
+    bob.close()
+
+
+def test_cli_load_and_other_processes_are_searchable(home: Path, alice: Memory,
+                                                      tmp_path: Path) -> None:
+    s = new_scope()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "notes.md").write_text("Hooli picked the Denver office for the offsite.\n")
+    done = run_cli(home, ENV, "load", str(corpus), "--scope", s)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1])["created"] == 1
+    # written by another process: the search of this scope catches up first
+    assert any("Denver" in t for t in passages(alice, s, "Hooli offsite"))
+
+
+def _answers(m: Memory, scope: str) -> list[Any]:
+    out: list[Any] = []
+    for q in ("Acme budget", "Initech renewal June", "pilot"):
+        out.append(search(m, scope, q).json())
+        out.append(search(m, scope, q, format="text").text)
+        out.append(passages(m, scope, q))
+    return out
+
+
+def test_rebuild_from_the_tables_gives_identical_answers(home: Path) -> None:
+    s = new_scope()
+    with serving(home, ENV) as proc:
+        m = Memory(proc.url, "alice")
+        call = write(m, s, "Ann: Acme budget for the pilot is 40k.\n\nRaj: pilot starts May.",
+                     ["*"])
+        memo = write(m, s, "Initech renewal is due in June.", ["user:alice"])
+        for body in (["Acme", "budget", "40k", "Ann: Acme budget for the pilot is 40k.", call],
+                     ["Initech", "renewal", "June", "Initech renewal is due in June.", memo]):
+            r = m.fact(s, *body[:4], [(body[4], 1)])
+            assert r.status_code == 201, r.text
+        before = _answers(m, s)
+        m.close()
+    assert any(before[0]["results"]) and before[2]
+    (home / "index.db").unlink()
+    for extra in ("index.db-wal", "index.db-shm"):
+        (home / extra).unlink(missing_ok=True)
+    done = run_cli(home, ENV, "index", "rebuild")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["commits"] == 4 and report["facts"] == 2
+    with serving(home, {**ENV, "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "0"}) as proc:
+        m = Memory(proc.url, "alice")
+        assert _answers(m, s) == before
+        m.close()
+
+
+def test_a_membership_change_counts_on_the_next_search(alice: Memory) -> None:
+    s = new_scope()
+    public = write(alice, s, "Acme legal approved the security review.", ["*"])
+    hidden = write(alice, s, f"{SECRET}: Acme budget frozen by the board.", ["group:sales"])
+    for entity, pred, value, quote, ep in (
+            ("Acme", "security_review", "approved", "Acme legal approved the security review.",
+             public),
+            ("Acme", "budget", "frozen", f"{SECRET}: Acme budget frozen by the board.", hidden)):
+        assert alice.fact(s, entity, pred, value, quote, [(ep, 1)]).status_code == 201
+    carol = alice.as_user("carol")
+    assert carol.set_principal("carol", groups=["sales"]).status_code == 200
+    assert ("Acme", "budget", "frozen") in facts(carol, s, "Acme budget codename")
+    assert any(SECRET in t for t in passages(carol, s, "Umbrella acquisition codename"))
+    assert SECRET in search(carol, s, "Acme budget codename Umbrella", format="text").text
+
+    assert carol.set_principal("carol", groups=[]).status_code == 200
+    assert ("Acme", "budget", "frozen") not in facts(carol, s, "Acme budget codename")
+    assert ("Acme", "security_review", "approved") in facts(carol, s, "Acme review")
+    assert not any(SECRET in t for t in passages(carol, s, "Umbrella acquisition codename"))
+    text = search(carol, s, "Acme budget codename Umbrella Nightjar", format="text").text
+    for leak in (SECRET, "Nightjar", "frozen", "Umbrella", "board", "[e2"):
+        assert leak not in text
+    # the last line names only episodes she may read
+    assert text.strip().splitlines()[-1].split()[1:] == [public]
+    carol.close()
