@@ -54,6 +54,7 @@ from ampup_memory.amp.store.rows import (
     pass_params,
     stored_from_row,
     where_clause,
+    with_status,
 )
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 
@@ -493,11 +494,7 @@ class PostgresStore:
         self, expected: StoredCell, status: Status, stale_since: datetime | None
     ) -> bool:
         cell = expected.cell
-        current = expected.model_copy(
-            update={"cell": cell.model_copy(update={"lifecycle": cell.lifecycle.model_copy(
-                update={"status": status})}), "stale_since": stale_since}
-        )
-        c = columns(current)
+        c = columns(with_status(expected, status, stale_since))
         with self._conn() as conn:
             cur = self._execute(
                 conn,
