@@ -206,8 +206,8 @@ def _cosine(distance: float | None) -> float | None:
     return 0.0 if math.isnan(distance) else 1.0 - float(distance)
 
 
-
 DF_CACHE_SECONDS = 60.0
+
 
 class PostgresStore:
     def __init__(self, uri: str, dimensions: int | None) -> None:
