@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import uuid
 from collections.abc import AsyncIterator
@@ -220,9 +221,10 @@ async def test_errors_are_one_line_tool_errors(server: ServerProcess) -> None:
 
 
 @asynccontextmanager
-async def stdio_as(home: Path, user: str | None) -> AsyncIterator[Client]:
+async def stdio_as(home: Path, user: str | None,
+                   extra: dict[str, str] | None = None) -> AsyncIterator[Client]:
     env = {**os.environ, "AMPUP_MEMORY_HOME": str(home), "AMP_MCP_AGENT_ID": "agent_desk",
-           "AMP_EMBEDDING_PROVIDER": "hash"}
+           "AMP_EMBEDDING_PROVIDER": "hash", **(extra or {})}
     env.pop("AMPUP_MEMORY_MCP_USER", None)
     if user:
         env["AMPUP_MEMORY_MCP_USER"] = user
@@ -246,3 +248,43 @@ async def test_stdio_acts_for_the_configured_user(tmp_path: Path) -> None:
         stored = await ok(client, "amp_remember", content="still works", owner_id="user_1")
     assert "AMPUP_MEMORY_MCP_USER" in refusal and "\n" not in refusal
     assert stored.startswith("Memory stored: ")
+
+
+# ---- keys on: the key names the user ---------------------------------------------------
+
+
+def make_key(home: Path, agent: str, user: str | None) -> str:
+    args = ["keys", "create", "--agent", agent] + (["--user", user] if user else [])
+    made = subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args],
+                          env={**os.environ, "AMPUP_MEMORY_HOME": str(home)},
+                          capture_output=True, text=True, timeout=120)
+    assert made.returncode == 0, made.stderr
+    return made.stdout.strip().splitlines()[-1]
+
+
+async def test_keys_on_the_keys_user_acts_over_http_and_stdio(tmp_path: Path) -> None:
+    served, local = tmp_path / "served", tmp_path / "local"
+    served.mkdir()
+    dave, nobody = make_key(served, "agent_k1", "dave"), make_key(served, "agent_k2", None)
+    scope = new_scope()
+    with ServerProcess(served, env={"AMP_REQUIRE_KEYS": "true"}) as server:
+        # The header names someone else: with keys on only the key speaks.
+        async with http_client_for(server.url, {"X-AMP-Agent-ID": "agent_k1",
+                                                "X-AMP-API-Key": dave,
+                                                "X-AmpUp-User": "eve"}) as client:
+            note = await remember(client, scope=scope, text=NOTE)
+            got = json.loads(await ok(client, "get_episode", scope=scope, id=note["id"]))
+        async with http_client_for(server.url, {"X-AMP-Agent-ID": "agent_k2",
+                                                "X-AMP-API-Key": nobody,
+                                                "X-AmpUp-User": "dave"}) as client:
+            refusal = await refused(client, "get_episode", scope=scope, id=note["id"])
+    assert got["source"] == "mcp:remember_memory:dave:chat"
+    assert "speaks for no AmpUp user" in refusal and "\n" not in refusal
+
+    local.mkdir()
+    key = make_key(local, "agent_desk", "dave")
+    async with stdio_as(local, "eve", {"AMP_REQUIRE_KEYS": "true",
+                                       "AMP_MCP_API_KEY": key}) as client:
+        mine = await remember(client, scope=scope, text=NOTE)
+        desk = json.loads(await ok(client, "get_episode", scope=scope, id=mine["id"]))
+    assert desk["source"] == "mcp:remember_memory:dave:chat"
