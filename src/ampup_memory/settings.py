@@ -156,6 +156,13 @@ class Settings(BaseSettings):
         validation_alias=_env("AMP_MCP_API_KEY"),
         description="API key the stdio MCP server presents when keys are required.",
     )
+    mcp_user_id: str | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_MCP_USER"),
+        description="AmpUp user the stdio MCP server's memory tools (`remember_memory`, "
+        "`search_memory`, ...) act for in trust mode; with keys required the key's bound "
+        "user is used instead. Unset: those tools refuse to run.",
+    )
     memory_maintenance_interval_seconds: int = Field(
         default=3600,
         ge=0,
@@ -195,6 +202,7 @@ class Settings(BaseSettings):
         "embedding_dimensions",
         "mcp_agent_id",
         "mcp_api_key",
+        "mcp_user_id",
         "fault",
         mode="before",
     )

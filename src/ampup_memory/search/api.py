@@ -19,7 +19,7 @@ from ampup_memory.auth import USER_HEADER, Authenticator
 from ampup_memory.errors import ServiceUnavailable, Unauthenticated
 from ampup_memory.openapi import body_doc
 from ampup_memory.search.engine import SearchEngine
-from ampup_memory.search.index.base import open_index
+from ampup_memory.search.index.base import SearchIndex, open_index
 from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
 from ampup_memory.search.visibility import Principal, valid_entry
 
@@ -76,15 +76,23 @@ async def query(request: Request) -> JSONResponse:
     return JSONResponse(await run_in_threadpool(svc.query, user, req))
 
 
+def open_search(runtime: Any,
+                principal_of: Callable[[str], Principal] | None = None,
+                catch_up: Callable[[str, str], None] | None = None,
+                ) -> tuple[SearchService, SearchIndex]:
+    """The search service over the index at ``settings.resolved_index_uri``; the caller
+    closes the index. Shared by the HTTP app and the stdio MCP process."""
+    index = open_index(runtime.settings.resolved_index_uri)
+    engine = SearchEngine(index, runtime.embedder)
+    engine.ensure_model()
+    return SearchService(engine, principal_of or (lambda user: Principal(user)), catch_up), index
+
+
 def mount(app: FastAPI, runtime: Any,
           principal_of: Callable[[str], Principal] | None = None,
           catch_up: Callable[[str, str], None] | None = None) -> SearchService:
     """Open the index at ``settings.resolved_index_uri`` and serve the routes."""
-    settings = runtime.settings
-    index = open_index(settings.resolved_index_uri)
-    engine = SearchEngine(index, runtime.embedder)
-    engine.ensure_model()
-    svc = SearchService(engine, principal_of or (lambda user: Principal(user)), catch_up)
+    svc, index = open_search(runtime, principal_of, catch_up)
     app.state.search = svc
 
     @contextlib.asynccontextmanager
