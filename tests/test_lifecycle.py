@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -112,3 +113,19 @@ def test_cli_lifecycle_and_purge(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "INVALID_TRANSITION" in refused.stderr
     bad = cli("lifecycle", "run", "--now", "tomorrow")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+
+
+def test_background_timer_runs_at_the_advertised_interval(tmp_path: Path) -> None:
+    for enabled in ("1", "0"):
+        env = {"AMP_LIFECYCLE_ENABLED": enabled, "AMP_LIFECYCLE_INTERVAL_SECONDS": "1"}
+        with ServerProcess(tmp_path / enabled, env=env) as srv, \
+                httpx.Client(base_url=srv.url + "/amp/v1") as c:
+            sched = c.get("/spec").json()["capabilities"]["lifecycle_scheduler"]
+            assert sched["enabled"] is (enabled == "1") and sched["interval_seconds"] == 1
+            me = {"X-AMP-Agent-ID": "a"}
+            cell = c.post("/memories", headers=me, json={
+                "type": "semantic", "content": {"text": "t"}, "scoring": {"importance": 0.1},
+                "identity": {"owner_id": "o", "owner_type": "user"}}).json()["id"]
+            time.sleep(2.5)  # no manual run: only the timer can move it
+            expected = "stale" if enabled == "1" else "active"
+            assert statuses(c, "a", "o") == {cell: expected}

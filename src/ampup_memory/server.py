@@ -128,5 +128,5 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
 def _mount_optional(app: FastAPI, rt: Runtime) -> None:
     """Faces that live in their own packages: MCP over streamable HTTP, AmpUp search."""
-    mount_mcp(app, rt)
-    mount_search(app, rt)
+    search = mount_search(app, rt)
+    mount_mcp(app, rt, search)

@@ -164,6 +164,13 @@ class Settings(BaseSettings):
         "with ledger commits written by other processes; 0 turns the timer off (a search "
         "still catches up its own scope first).",
     )
+    mcp_user_id: str | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_MCP_USER"),
+        description="AmpUp user the stdio MCP server's memory tools (`remember_memory`, "
+        "`search_memory`, ...) act for in trust mode; with keys required the key's bound "
+        "user is used instead. Unset: those tools refuse to run.",
+    )
     memory_maintenance_interval_seconds: int = Field(
         default=3600,
         ge=0,
@@ -203,6 +210,7 @@ class Settings(BaseSettings):
         "embedding_dimensions",
         "mcp_agent_id",
         "mcp_api_key",
+        "mcp_user_id",
         "fault",
         mode="before",
     )

@@ -22,9 +22,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ampup_memory.auth import Authenticator, Caller
 from ampup_memory.errors import AmpError, Unauthenticated
 from ampup_memory.http_errors import error_response
-from ampup_memory.mcp.tools import IdentityResolver, ToolContext, build_server
+from ampup_memory.mcp.tools import IdentityResolver, ToolContext, UserResolver, build_server
+from ampup_memory.memory.api import memory_user
 
 if TYPE_CHECKING:
+    from ampup_memory.search.service import SearchService
     from ampup_memory.server import Runtime
 
 MCP_PATH = "/mcp"
@@ -42,6 +44,18 @@ def header_identity(auth: Authenticator) -> IdentityResolver:
         if headers is None:  # only HTTP requests reach this server; fail closed anyway
             raise Unauthenticated("This MCP request carries no HTTP headers.")
         return auth.caller(_lowered(headers))
+
+    return resolve
+
+
+def header_user(auth: Authenticator) -> UserResolver:
+    """The AmpUp user of this HTTP request, by the REST routes' own rule (`memory_user`)."""
+
+    def resolve(ctx: ToolContext) -> str:
+        headers = ctx.headers
+        if headers is None:
+            raise Unauthenticated("This MCP request carries no HTTP headers.")
+        return memory_user(auth, _lowered(headers))
 
     return resolve
 
@@ -65,9 +79,12 @@ class AuthGate:
         await self.app(scope, receive, send)
 
 
-def mount(app: FastAPI, runtime: Runtime) -> MCPServer[Any]:
+def mount(app: FastAPI, runtime: Runtime,
+          search: SearchService | None = None) -> MCPServer[Any]:
     """Serve the MCP tools at ``/mcp``; the session manager runs in the app's lifespan."""
-    server = build_server(runtime, header_identity(runtime.auth))
+    server = build_server(runtime, header_identity(runtime.auth),
+                          user=header_user(runtime.auth),
+                          search=None if search is None else (lambda: search))
     # Builds the session manager (with the SDK's DNS-rebinding guard when bound to
     # localhost); the Starlette app it returns is not used: we route to the manager.
     server.streamable_http_app(streamable_http_path=MCP_PATH, host=runtime.settings.host)

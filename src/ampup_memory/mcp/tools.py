@@ -32,6 +32,7 @@ from ampup_memory.auth import Caller
 from ampup_memory.errors import AccessDenied, AmpError, NotFound, ValidationFailed
 
 if TYPE_CHECKING:
+    from ampup_memory.search.service import SearchService
     from ampup_memory.server import Runtime
 
 M = TypeVar("M", bound=BaseModel)
@@ -44,6 +45,10 @@ ARCHIVE = json.dumps({"lifecycle": {"status": Status.archived.value}}).encode("u
 ToolContext = Context[Any, Any]
 IdentityResolver = Callable[[ToolContext], Caller]
 """Who is calling in this request; raises `Unauthenticated` when nobody valid is."""
+UserResolver = Callable[[ToolContext], str]
+"""The AmpUp user this request speaks for; raises `Unauthenticated` when none is known."""
+SearchProvider = Callable[[], "SearchService"]
+"""The search service; may open it on first use, raises `ServiceUnavailable` without one."""
 
 # The values of `MemoryType`, spelled out so the schema shows a plain enum (a test pins it).
 MemoryTypeArg = Literal["episodic", "semantic", "procedural"]
@@ -65,10 +70,13 @@ def error_text(exc: AmpError) -> str:
 
 @dataclass(frozen=True)
 class ToolEnv:
-    """What a toolset needs: the opened runtime and the transport's identity resolver."""
+    """What a toolset needs: the opened runtime and the transport's identity resolvers
+    (the AMP agent; the AmpUp user, when the transport can name one) and search."""
 
     runtime: Runtime
     identity: IdentityResolver
+    user: UserResolver | None = None
+    search: SearchProvider | None = None
 
     async def reply(self, ctx: ToolContext, op: Callable[..., str], *args: Any) -> CallToolResult:
         """Run ``op(caller, *args)`` off the event loop (store and embedder block) and turn
@@ -216,20 +224,24 @@ def register_amp_tools(server: MCPServer[Any], env: ToolEnv) -> None:
 
 
 TOOLSETS: list[Toolset] = [register_amp_tools]
-"""Every toolset `build_server` registers; later faces (AmpUp memory) append theirs."""
+"""Every toolset `build_server` registers; `ampup_memory.mcp.ampup` appends AmpUp's."""
 
 
 def build_server(runtime: Runtime, identity: IdentityResolver,
-                 toolsets: Iterable[Toolset] | None = None) -> MCPServer[Any]:
+                 toolsets: Iterable[Toolset] | None = None, *,
+                 user: UserResolver | None = None,
+                 search: SearchProvider | None = None) -> MCPServer[Any]:
     """One MCP server with every toolset, acting as whoever `identity` says."""
     server: MCPServer[Any] = MCPServer(
         SERVER_NAME,
         version="0.1.0",
-        instructions="Shared long-term memory (AMP v0.1). Memories you store are private to "
-        "you and their owner unless you name readers in readable_by.",
+        instructions="Shared long-term memory. amp_* tools: AMP v0.1 memory cells, private "
+        "to you and their owner unless you name readers in readable_by. remember_memory, "
+        "search_memory, query_memory, get_episode, close_memory: AmpUp Memory's team "
+        "memory (episodes and cited facts per org/team scope), read under its ACLs.",
         log_level="WARNING",
     )
-    env = ToolEnv(runtime=runtime, identity=identity)
+    env = ToolEnv(runtime=runtime, identity=identity, user=user, search=search)
     for register in TOOLSETS if toolsets is None else toolsets:
         register(server, env)
     return server

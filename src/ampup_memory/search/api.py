@@ -24,7 +24,7 @@ from ampup_memory.memory.service import MemoryService
 from ampup_memory.openapi import body_doc
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.feed import Feed
-from ampup_memory.search.index.base import open_index
+from ampup_memory.search.index.base import SearchIndex, open_index
 from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
 
 log = logging.getLogger("ampup_memory.search")
@@ -69,18 +69,29 @@ async def query(request: Request) -> JSONResponse:
     return JSONResponse(await run_in_threadpool(svc.query, user, req))
 
 
-def mount(app: FastAPI, runtime: Any) -> SearchService:
-    """Open the index at ``settings.resolved_index_uri``, feed it from core's commits
-    (on every commit of this process, before each search, at start-up and on a timer)
-    and serve the routes."""
-    settings = runtime.settings
+def _open(runtime: Any) -> tuple[SearchService, SearchIndex, Feed]:
     memory: MemoryService = runtime.memory
-    index = open_index(settings.resolved_index_uri)
+    index = open_index(runtime.settings.resolved_index_uri)
     engine = SearchEngine(index, runtime.embedder)
     engine.ensure_model()
     feed = Feed(memory, engine)
     feed.attach()
-    svc = SearchService(engine, memory.principal, feed.catch_up)
+    return SearchService(engine, memory.principal, feed.catch_up), index, feed
+
+
+def open_search(runtime: Any) -> tuple[SearchService, SearchIndex]:
+    """The search service over the index at ``settings.resolved_index_uri``, fed from
+    core's commits (this process's on write, others' before each search); the caller
+    closes the index. Shared by the HTTP app and the stdio MCP process."""
+    svc, index, _feed = _open(runtime)
+    return svc, index
+
+
+def mount(app: FastAPI, runtime: Any) -> SearchService:
+    """Open the index, feed it from core's commits (on every commit of this process,
+    before each search, at start-up and on a timer) and serve the routes."""
+    settings = runtime.settings
+    svc, index, feed = _open(runtime)
     app.state.search = svc
     app.state.search_feed = feed
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -54,6 +55,7 @@ from ampup_memory.amp.store.rows import (
     pass_params,
     stored_from_row,
     where_clause,
+    with_status,
 )
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 
@@ -204,6 +206,9 @@ def _cosine(distance: float | None) -> float | None:
     return 0.0 if math.isnan(distance) else 1.0 - float(distance)
 
 
+DF_CACHE_SECONDS = 60.0
+
+
 class PostgresStore:
     def __init__(self, uri: str, dimensions: int | None) -> None:
         if dimensions is not None and not 1 <= dimensions <= MAX_DIMENSIONS:
@@ -215,6 +220,9 @@ class PostgresStore:
         self.dimensions = dimensions
         self.info = StoreInfo(name="postgresql", details=_described(self.conninfo))
         self._iterative_scan = self._create_schema()
+        # term -> (matching rows, counted at): counting a common term is a heap walk of up
+        # to POSTINGS_BUDGET rows, and a term's frequency barely moves in a minute.
+        self._df_cache: dict[str, tuple[int, float]] = {}
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             self.conninfo,
             min_size=POOL_MIN,
@@ -426,7 +434,19 @@ class PostgresStore:
         ]
 
     def _postings(self, conn: Conn, term: str) -> int:
-        """Rows matching one term, counted no further than the budget can use."""
+        """Rows matching one term, counted no further than the budget can use (cached for
+        a minute: the budget only needs the order of magnitude)."""
+        now = time.monotonic()
+        cached = self._df_cache.get(term)
+        if cached is not None and now - cached[1] < DF_CACHE_SECONDS:
+            return cached[0]
+        count = self._count_postings(conn, term)
+        if len(self._df_cache) > 10_000:
+            self._df_cache.clear()
+        self._df_cache[term] = (count, now)
+        return count
+
+    def _count_postings(self, conn: Conn, term: str) -> int:
         query = tsquery([term])
         if query is None:
             return 0
@@ -493,11 +513,7 @@ class PostgresStore:
         self, expected: StoredCell, status: Status, stale_since: datetime | None
     ) -> bool:
         cell = expected.cell
-        current = expected.model_copy(
-            update={"cell": cell.model_copy(update={"lifecycle": cell.lifecycle.model_copy(
-                update={"status": status})}), "stale_since": stale_since}
-        )
-        c = columns(current)
+        c = columns(with_status(expected, status, stale_since))
         with self._conn() as conn:
             cur = self._execute(
                 conn,

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from ampup_memory.amp.access import Guard
-from ampup_memory.amp.model import MemoryCell, StoredCell, format_time, to_utc
+from ampup_memory.amp.model import MemoryCell, Status, StoredCell, format_time, to_utc
 from ampup_memory.amp.store.base import CellFilter, KeyRecord, PassRecord
 
 SCHEMA_VERSION = 1
@@ -58,6 +58,15 @@ class CellColumns:
     created_at: str
     last_updated_at: str
     expires_at: str | None
+
+
+def with_status(stored: StoredCell, status: Status, stale_since: datetime | None) -> StoredCell:
+    """The cell after an engine transition: new status and stale clock, nothing else."""
+    cell = stored.cell
+    life = cell.lifecycle.model_copy(update={"status": status})
+    return stored.model_copy(
+        update={"cell": cell.model_copy(update={"lifecycle": life}), "stale_since": stale_since}
+    )
 
 
 def columns(stored: StoredCell) -> CellColumns:

@@ -46,6 +46,7 @@ from ampup_memory.amp.store.rows import (
     vector_bytes,
     vector_from_bytes,
     where_clause,
+    with_status,
 )
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.tokenize import fts5_match
@@ -478,11 +479,7 @@ class SQLiteStore:
         self, expected: StoredCell, status: Status, stale_since: datetime | None
     ) -> bool:
         cell = expected.cell
-        current = expected.model_copy(
-            update={"cell": cell.model_copy(update={"lifecycle": cell.lifecycle.model_copy(
-                update={"status": status})}), "stale_since": stale_since}
-        )
-        c = columns(current)
+        c = columns(with_status(expected, status, stale_since))
         with self._write() as conn:
             cur = conn.execute(
                 "UPDATE cells SET status = ?, doc = ?, stale_since = ? WHERE id = ?"

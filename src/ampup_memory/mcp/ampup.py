@@ -1,0 +1,172 @@
+"""AmpUp Memory's MCP tools, on the same server as the AMP tools.
+
+``remember_memory``, ``get_episode`` and ``close_memory`` wrap `memory.mcp_tools`;
+``search_memory`` and ``query_memory`` wrap `search.mcp_tools`. Those plain functions call
+the services the REST routes call, so rules (ACL visibility, quoting, closing) live there
+once; this module only adapts arguments and replies. Every call acts for the AmpUp user the
+transport resolves (see `ToolEnv.user`): a transport that knows no user gets a tool error,
+never a default user.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from datetime import datetime
+from typing import Any, Literal
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
+
+from ampup_memory.auth import Caller
+from ampup_memory.errors import ServiceUnavailable, Unauthenticated
+from ampup_memory.mcp.tools import TOOLSETS, ToolContext, ToolEnv
+from ampup_memory.memory import mcp_tools as memory_tools
+from ampup_memory.search import mcp_tools as search_tools
+from ampup_memory.search.service import SearchService
+
+NO_USER = ("AmpUp Memory tools need a user: this MCP connection names none "
+           "(stdio: set AMPUP_MEMORY_MCP_USER; HTTP: X-AmpUp-User, or a key bound to a user).")
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+def user_env(env: ToolEnv) -> ToolEnv:
+    """The same env whose caller also carries the AmpUp user, resolved per call."""
+    resolve_user = env.user
+
+    def identity(ctx: ToolContext) -> Caller:
+        caller = env.identity(ctx)
+        if resolve_user is None:
+            raise Unauthenticated(NO_USER)
+        return replace(caller, user_id=resolve_user(ctx))
+
+    return ToolEnv(runtime=env.runtime, identity=identity, user=env.user, search=env.search)
+
+
+def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
+    """AmpUp Memory's tools under the names of issues 4 and 5."""
+    uenv = user_env(env)
+    memory = env.runtime.memory
+
+    def search() -> SearchService:
+        if env.search is None:
+            raise ServiceUnavailable("Search is not available in this process.")
+        return env.search()
+
+    def remember(caller: Caller, scope: str, text: str, source: str, acl: list[str] | None,
+                 about: list[str] | None, occurred_at: datetime | None, document: str | None,
+                 branch: str | None) -> str:
+        return _json(memory_tools.remember_memory(
+            memory, caller, scope=scope, text=text, source=source, acl=acl, about=about,
+            occurred_at=occurred_at, document=document, branch=branch))
+
+    def episode(caller: Caller, scope: str, id: str | None, document: str | None,
+                as_of: datetime | None, branch: str | None, at_commit: str | None) -> str:
+        return _json(memory_tools.get_episode(
+            memory, caller, scope=scope, id=id, document=document, as_of=as_of,
+            branch=branch, at_commit=at_commit))
+
+    def close(caller: Caller, scope: str, entity: str, predicate: str, reason: str,
+              acl: list[str] | None, branch: str | None) -> str:
+        return _json(memory_tools.close_memory(
+            memory, caller, scope=scope, entity=entity, predicate=predicate, reason=reason,
+            acl=acl, branch=branch))
+
+    def find_facts(caller: Caller, scope: str, query: str, as_of: str | None, limit: int,
+                   tz: str | None, branch: str | None) -> str:
+        user = memory_tools.caller_user(caller)
+        return search_tools.search_memory(search(), user, scope, query, as_of=as_of,
+                                          limit=limit, tz=tz, branch=branch)
+
+    def find_passages(caller: Caller, scope: str, query: str, find: str, limit: int,
+                      tz: str | None, branch: str | None) -> str:
+        user = memory_tools.caller_user(caller)
+        return _json(search_tools.query_memory(search(), user, scope, query, find=find,
+                                               limit=limit, tz=tz, branch=branch))
+
+    @server.tool()
+    async def remember_memory(
+        scope: str,
+        text: str,
+        ctx: ToolContext,
+        source: str = "chat",
+        acl: list[str] | None = None,
+        about: list[str] | None = None,
+        occurred_at: datetime | None = None,
+        document: str | None = None,
+        branch: str | None = None,
+    ) -> CallToolResult:
+        """Keep a note in team memory `scope` (org/team) as an episode.
+
+        Its source is `mcp:remember_memory:<you>:<source>`. Readable by you only unless
+        `acl` lists readers (`user:<id>`, `group:<id>`, `role:<id>` or `*`). Replies JSON
+        `{"id", "commit", "created"}`; the same note again is not stored twice.
+        """
+        return await uenv.reply(ctx, remember, scope, text, source, acl, about, occurred_at,
+                                document, branch)
+
+    @server.tool()
+    async def get_episode(
+        scope: str,
+        ctx: ToolContext,
+        id: str | None = None,
+        document: str | None = None,
+        as_of: datetime | None = None,
+        branch: str | None = None,
+        at_commit: str | None = None,
+    ) -> CallToolResult:
+        """Read one episode with its numbered units, as JSON: by `id` (the ids
+        search_memory lists) or, with `document`, the newest version you may read."""
+        return await uenv.reply(ctx, episode, scope, id, document, as_of, branch, at_commit)
+
+    @server.tool()
+    async def close_memory(
+        scope: str,
+        entity: str,
+        predicate: str,
+        reason: str,
+        ctx: ToolContext,
+        acl: list[str] | None = None,
+        branch: str | None = None,
+    ) -> CallToolResult:
+        """End the current value of (entity, predicate): it stops being current but stays
+        in history. `reason` is kept as its own episode. Replies JSON."""
+        return await uenv.reply(ctx, close, scope, entity, predicate, reason, acl, branch)
+
+    @server.tool()
+    async def search_memory(
+        scope: str,
+        query: str,
+        ctx: ToolContext,
+        as_of: str | None = None,
+        limit: int = 10,
+        tz: str | None = None,
+        branch: str | None = None,
+    ) -> CallToolResult:
+        """Search the facts of team memory `scope` you may read; the text answer.
+
+        Facts grouped by entity, each citing `[e<n> ...]` labels, then source text no fact
+        cites; the last line `episodes:` maps labels to ids for get_episode. `as_of` (RFC
+        3339) reads the values current then; `tz` (IANA) places calendar words.
+        """
+        return await uenv.reply(ctx, find_facts, scope, query, as_of, limit, tz, branch)
+
+    @server.tool()
+    async def query_memory(
+        scope: str,
+        query: str,
+        ctx: ToolContext,
+        find: Literal["passages"] = "passages",
+        limit: int = 10,
+        tz: str | None = None,
+        branch: str | None = None,
+    ) -> CallToolResult:
+        """Ranked passages of the episodes you may read in `scope`, as JSON (needs no
+        extracted facts)."""
+        return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch)
+
+
+TOOLSETS.append(register_ampup_tools)
