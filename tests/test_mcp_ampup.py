@@ -170,7 +170,6 @@ async def test_search_memory_answers_in_text_and_query_memory_finds_passages(
     assert "Nightjar" not in answer_b and secret["id"] not in answer_b
 
 
-@pytest.mark.xfail(strict=True, reason="memory writes do not feed the search index yet")
 async def test_search_memory_finds_a_posted_fact_without_a_test_feed(
         server: ServerProcess) -> None:
     scope = new_scope()
