@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from mcp import Client, StdioServerParameters
 
 from ampup_memory.search.embed import build_embedder
@@ -241,7 +240,8 @@ async def test_stdio_acts_for_the_configured_user(tmp_path: Path) -> None:
         found = json.loads(await ok(client, "query_memory", scope=scope, query="budget"))
     assert got["body"] == NOTE and len(got["units"]) == 2
     assert got["source"] == "mcp:remember_memory:carol:chat"
-    assert found["results"] == []  # the index is opened, and empty (no feed yet)
+    # the stdio process feeds its own writes: the note is searchable at once
+    assert [p["episode"] for p in found["results"]] == [note["id"]]
     async with stdio_as(tmp_path, None) as client:
         refusal = await refused(client, "get_episode", scope=scope, id=note["id"])
         stored = await ok(client, "amp_remember", content="still works", owner_id="user_1")
