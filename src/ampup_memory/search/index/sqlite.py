@@ -410,7 +410,10 @@ class SQLiteIndex:
         """Rows of the whole table matching one term, counted up to ``cap``."""
         t = _TABLES[table]
         row = self._conn().execute(
-            f"SELECT count(*) FROM (SELECT 1 FROM {t}_fts WHERE {t}_fts MATCH ? LIMIT ?)",
+            # Newest first: FTS5 starts a descending walk at once, where an ascending one
+            # over many segments paid ~10 ms before its first row at 300k rows here.
+            f"SELECT count(*) FROM (SELECT 1 FROM {t}_fts WHERE {t}_fts MATCH ?"
+            " ORDER BY rowid DESC LIMIT ?)",
             (fts5_match([term]), -1 if cap is None else cap),
         ).fetchone()
         return int(row[0])
@@ -428,12 +431,13 @@ class SQLiteIndex:
         if table in memo and memo[table][0] == key:
             return memo[table][1]  # one search asks twice (candidates, then scoring)
         # Counting is itself a doclist walk (~16 ms per 100k postings here), so count
-        # only up to the budget; only when every term is over it do the exact counts
-        # decide which one stays.
+        # only up to the budget; only when every known term is over it do the exact
+        # counts decide which one stays.
         cap = POSTINGS_BUDGET + 1
         counts = {term: self._postings(table, term, cap) for term in terms}
-        if counts and min(counts.values()) >= cap:
-            counts = {term: self._postings(table, term, None) for term in terms}
+        if all(n >= cap for n in counts.values() if n > 0):
+            counts = {term: n and self._postings(table, term, None)
+                      for term, n in counts.items()}
         kept = affordable_terms(terms, counts.__getitem__)
         memo[table] = (key, kept)
         return kept
@@ -567,17 +571,18 @@ class SQLiteIndex:
     def versions(
         self, scope: str, branch: str, keys: Iterable[tuple[str, str]]
     ) -> list[FactRow]:
-        wanted = set(keys)
         found: list[FactRow] = []
-        for batch in _chunks(sorted({e for e, _ in wanted})):
-            found += [
-                row for row in (_fact_row(r) for r in self._conn().execute(
-                    f"SELECT {_FACT_COLS} FROM facts WHERE scope = ? AND branch = ?"
-                    f" AND entity IN ({','.join('?' * len(batch))})",
-                    (scope, branch, *batch),
-                ))
-                if (row.entity, row.predicate) in wanted
-            ]
+        for batch in _chunks(sorted(set(keys))):
+            # The (entity, predicate) pairs go to SQL so only the wanted versions are
+            # read and parsed (an entity can hold many other predicates).
+            # A join, not a row-value IN, so SQLite probes facts_key per pair.
+            pairs = ",".join("(?, ?)" for _ in batch)
+            found += [_fact_row(r) for r in self._conn().execute(
+                f"SELECT {_FACT_COLS} FROM (VALUES {pairs}) AS k JOIN facts"
+                " ON facts.scope = ? AND facts.branch = ? AND facts.entity = k.column1"
+                " AND facts.predicate = k.column2",
+                (*(v for pair in batch for v in pair), scope, branch),
+            )]
         return found
 
     def facts_overlapping(
