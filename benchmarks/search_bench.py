@@ -9,12 +9,14 @@ them. Measures
   * growth: passage query p50 as the scope grows (10k → 100k → 1M passages).
 
     python benchmarks/search_bench.py [--facts 100000 --passages 300000]
-        [--growth 10000,100000,1000000] [--write-docs]
+        [--growth 10000,100000,1000000] [--db FILE] [--json FILE]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import random
 import statistics
 import tempfile
@@ -73,17 +75,18 @@ def make_batch(rng: random.Random, start: int, n_eps: int, n_facts: int) -> Docu
     return DocumentBatch(eps, facts)
 
 
-def fill(engine: SearchEngine, passages: int, facts: int, seed: int = 7) -> float:
-    """Ingest; returns documents per second."""
-    rng = random.Random(seed)
+def fill(engine: SearchEngine, passages: int, facts: int, seed: int = 7, start: int = 0
+         ) -> float:
+    """Ingest episodes ``start``..``passages``; returns documents per second."""
+    rng = random.Random(seed + start)
     started = time.perf_counter()
-    done = 0
+    done = start
     while done < passages:
         n = min(BATCH, passages - done)
         n_facts = round(facts * n / passages)
         engine.ingest(make_batch(rng, done, n, n_facts))
         done += n
-    return (passages + facts) / (time.perf_counter() - started)
+    return (passages - start + facts) / (time.perf_counter() - started)
 
 
 def timings(run: Any, queries: list[str]) -> tuple[float, float]:
@@ -109,67 +112,58 @@ def main() -> None:
     parser.add_argument("--passages", type=int, default=300_000)
     parser.add_argument("--growth", default="10000,100000,1000000")
     parser.add_argument("--queries", type=int, default=200)
-    parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--json", help="also write the figures to this file (the"
+                        " 'Search: speed' section of docs/performance.md quotes them)")
+    parser.add_argument("--db", help="keep the main index in this file; reuse it when it"
+                        " already holds the requested sizes (rebuild rate is then not re-measured)")
     args = parser.parse_args()
     embedder = WordLlamaEmbedder()
     who = Principal("ann", groups=("sales",))
     qs = queries(args.queries)
     rows: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        engine = SearchEngine(open_index(f"sqlite:///{tmp}/main.db"), embedder)
+        path = Path(args.db) if args.db else Path(tmp) / "main.db"
+        engine = SearchEngine(open_index(f"sqlite:///{path}"), embedder)
         engine.ensure_model()
-        rate = fill(engine, args.passages, args.facts)
+        have = engine.index.counts(SCOPE)
+        rate_file = path.with_suffix(".rate")
+        # Facts are spread over batches with rounding, so allow one per batch.
+        if have["passages"] == args.passages and (
+                abs(have["facts"] - args.facts) <= args.passages // BATCH + 1):
+            rate = float(rate_file.read_text())  # measured when the file was built
+        else:
+            engine.index.clear(SCOPE)
+            rate = fill(engine, args.passages, args.facts)
+            rate_file.write_text(str(rate))
+        load_before = os.getloadavg()
         facts_p = timings(lambda q: engine.search_facts(SCOPE, "main", q, who), qs)
         pass_p = timings(lambda q: engine.search_passages(SCOPE, "main", q, who), qs)
         rows["main"] = {"facts": args.facts, "passages": args.passages,
-                        "rebuild_docs_per_s": rate, "facts_ms": facts_p, "passages_ms": pass_p}
+                        "rebuild_docs_per_s": rate, "facts_ms": facts_p, "passages_ms": pass_p,
+                        "load": (load_before, os.getloadavg())}
         print(rows["main"], flush=True)
         engine.index.close()
     growth = []
-    for size in [int(s) for s in args.growth.split(",") if s]:
-        with tempfile.TemporaryDirectory() as tmp:
-            engine = SearchEngine(open_index(f"sqlite:///{tmp}/g.db"), embedder)
-            engine.ensure_model()
+    with tempfile.TemporaryDirectory() as tmp:
+        # One index grown in steps: each size is measured on the same file.
+        engine = SearchEngine(open_index(f"sqlite:///{tmp}/g.db"), embedder)
+        engine.ensure_model()
+        done = 0
+        for size in [int(s) for s in args.growth.split(",") if s]:
             started = time.perf_counter()
-            fill(engine, size, 0)
+            fill(engine, size, 0, start=done)
             built = time.perf_counter() - started
-            p = timings(lambda q, e=engine: e.search_passages(SCOPE, "main", q, who), qs[:100])
-            growth.append((size, p, built))
+            done = size
+            p = timings(lambda q: engine.search_passages(SCOPE, "main", q, who), qs[:100])
+            growth.append((size, p, built, os.getloadavg()[0]))
             print(size, p, built, flush=True)
-            engine.index.close()
-    if args.write_docs:
-        from benchmarks.retrieval_quality import write_section
-
-        m = rows["main"]
-        lines = [
-            "## Search: speed (embedded index)",
-            "",
-            "`python benchmarks/search_bench.py` on this 2-core machine: SQLite FTS5 with "
-            "column weights for keywords, numpy brute force over 256-d wordllama vectors, "
-            "one scope, synthetic CRM-like turns (one passage per three-turn episode, about "
-            "400 bytes; a quarter of the episodes readable only by `group:sales`), queries of "
-            "a company name plus two topic words, caller in `group:sales`.",
-            "",
-            "| data | search (POST /search work) p50 / p95 | passages (POST /query) p50 / p95 "
-            "| rebuild |",
-            "|---|---|---|---|",
-            f"| {m['facts']:,} facts + {m['passages']:,} passages | {m['facts_ms'][0]:.1f} / "
-            f"{m['facts_ms'][1]:.1f} ms | {m['passages_ms'][0]:.1f} / {m['passages_ms'][1]:.1f}"
-            f" ms | {m['rebuild_docs_per_s']:,.0f} documents/s |",
-            "",
-            "Times are the engine's (ranking, visibility, newest-wins), without HTTP. Rebuild "
-            "is ingest from documents (cut, embed, FTS, bitmaps); reading the Iceberg tables "
-            "is extra.",
-            "",
-            "Growth of passage query time with passages in the scope:",
-            "",
-            "| passages | p50 | p95 | build time |",
-            "|---|---|---|---|",
-        ]
-        for size, (p50, p95), built in growth:
-            lines.append(f"| {size:,} | {p50:.1f} ms | {p95:.1f} ms | {built:.0f} s |")
-        write_section(Path(__file__).resolve().parent.parent / "docs" / "performance.md",
-                      "\n".join(lines) + "\n")
+        engine.index.close()
+    result = {"main": rows.get("main"), "growth": [
+        {"passages": size, "p50_ms": p50, "p95_ms": p95, "build_s": built, "load1": load}
+        for size, (p50, p95), built, load in growth]}
+    print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -251,8 +251,7 @@ async def test_bad_arguments_are_clear_tool_errors(connect: Connect, uid: str) -
                                  type="dream")
         too_many = await refused(client, "amp_recall", query="x", owner_id=f"u_{uid}",
                                  limit=1000)
-    # main 419c273 moved the non-blank rule into the schema pattern, so pydantic's text wins.
-    assert blank == "Invalid request: content.text: String should match pattern '\\S'"
+    assert blank == "Invalid request: content.text: Value error, content.text must not be blank"
     assert "importance" in too_important and "less than or equal to 1" in too_important
     assert "type" in bad_type and "'semantic'" in bad_type
     assert "limit" in too_many and "less than or equal to 100" in too_many

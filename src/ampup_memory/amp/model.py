@@ -16,6 +16,7 @@ from pydantic import (
     Field,
     PlainSerializer,
     StringConstraints,
+    WithJsonSchema,
     field_validator,
 )
 
@@ -63,8 +64,12 @@ def _integral(value: Any) -> Any:
 Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str)]
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
-# At least one non-blank character; the pattern also tells the published schema so.
-NonEmptyText = Annotated[str, StringConstraints(min_length=1, pattern=r"\S")]
+# At least one non-blank character. The pattern is published in the schema only; the
+# validators below check it, so a client reads "must not be blank", not a regex.
+NonEmptyText = Annotated[
+    str, StringConstraints(min_length=1), WithJsonSchema({"type": "string", "minLength": 1,
+                                                          "pattern": "\\S"})
+]
 AgentId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
 

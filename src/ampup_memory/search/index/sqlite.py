@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from pyroaring import BitMap
 
+from ampup_memory.amp.store.rows import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.index.base import (
@@ -405,17 +406,83 @@ class SQLiteIndex:
 
     # -- candidates ------------------------------------------------------------------------
 
+    def _postings(self, table: str, term: str, cap: int | None) -> int:
+        """Rows of the whole table matching one term, counted up to ``cap``."""
+        t = _TABLES[table]
+        row = self._conn().execute(
+            # Newest first: FTS5 starts a descending walk at once, where an ascending one
+            # over many segments paid ~10 ms before its first row at 300k rows here.
+            f"SELECT count(*) FROM (SELECT 1 FROM {t}_fts WHERE {t}_fts MATCH ?"
+            " ORDER BY rowid DESC LIMIT ?)",
+            (fts5_match([term]), -1 if cap is None else cap),
+        ).fetchone()
+        return int(row[0])
+
+    def _affordable(self, table: str, terms: Sequence[str]) -> list[str]:
+        # FTS5's bm25() walks every posting of every query term (to rank, and to count
+        # document frequencies), so one very common word costs a scan of most of the
+        # table. Keep the rarest terms within the postings budget (the rarest always
+        # stays): the dropped ones carry the least IDF, and the embedding side still
+        # sees the whole query. Same rule as the AMP cell store.
+        conn = self._conn()
+        key = (table, tuple(terms), conn.total_changes,
+               conn.execute("PRAGMA data_version").fetchone()[0])
+        memo: dict[str, tuple[Any, list[str]]] = self._local.__dict__.setdefault("kept", {})
+        if table in memo and memo[table][0] == key:
+            return memo[table][1]  # one search asks twice (candidates, then scoring)
+        # Counting is itself a doclist walk (~16 ms per 100k postings here), so count
+        # only up to the budget; only when every known term is over it do the exact
+        # counts decide which one stays.
+        cap = POSTINGS_BUDGET + 1
+        counts = {term: self._postings(table, term, cap) for term in terms}
+        if all(n >= cap for n in counts.values() if n > 0):
+            counts = {term: n and self._postings(table, term, None)
+                      for term, n in counts.items()}
+        kept = affordable_terms(terms, counts.__getitem__)
+        memo[table] = (key, kept)
+        return kept
+
+    def _in_scope(self, table: str, nums: Sequence[int], scope: str, branch: str) -> set[int]:
+        t = _TABLES[table]
+        found: set[int] = set()
+        for batch in _chunks(nums):
+            # NOT INDEXED: look each candidate up by rowid instead of walking the
+            # (scope, branch) index over every row of the scope.
+            found.update(int(r[0]) for r in self._conn().execute(
+                f"SELECT num FROM {t} NOT INDEXED WHERE num IN ({','.join('?' * len(batch))})"
+                " AND scope = ? AND branch = ?",
+                (*batch, scope, branch),
+            ))
+        return found
+
     def _keyword(self, table: str, scope: str, branch: str, terms: Sequence[str], k: int,
                  rank: str) -> list[Hit]:
         if not terms or k <= 0:
             return []
+        kept = self._affordable(table, terms)
+        if not kept:
+            return []
         t = _TABLES[table]
-        rows = self._conn().execute(
-            f"SELECT x.num, -{rank} FROM {t}_fts JOIN {t} x ON x.num = {t}_fts.rowid"
-            f" WHERE {t}_fts MATCH ? AND x.scope = ? AND x.branch = ?"
+        conn = self._conn()
+        match = fts5_match(kept)
+        # Rank in FTS5 alone (a join costs a row lookup per match), then keep this scope.
+        fetch = k * 2
+        ranked = conn.execute(
+            f"SELECT rowid, -{rank} FROM {t}_fts WHERE {t}_fts MATCH ?"
             f" ORDER BY {rank} LIMIT ?",
-            (fts5_match(list(terms)), scope, branch, k),
+            (match, fetch),
         ).fetchall()
+        inside = self._in_scope(table, [int(n) for n, _ in ranked], scope, branch)
+        rows = [(n, s) for n, s in ranked if int(n) in inside][:k]
+        if len(rows) < k and len(ranked) == fetch:
+            # Other scopes crowd the top: rank with the scope joined in ('+' keeps SQLite
+            # driving from FTS5 rather than from the scope index).
+            rows = conn.execute(
+                f"SELECT x.num, -{rank} FROM {t}_fts JOIN {t} x ON x.num = {t}_fts.rowid"
+                f" WHERE {t}_fts MATCH ? AND +x.scope = ? AND +x.branch = ?"
+                f" ORDER BY {rank} LIMIT ?",
+                (match, scope, branch, k),
+            ).fetchall()
         return [(int(n), max(float(s), 0.0)) for n, s in rows]
 
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int) -> list[Hit]:
@@ -428,13 +495,18 @@ class SQLiteIndex:
 
     def fact_keyword(self, nums: Sequence[int], terms: Sequence[str]) -> dict[int, float]:
         found: dict[int, float] = {}
-        if not terms:
+        if not terms or not nums:
+            return found
+        # The same kept terms as candidate selection, so every fact of one answer is
+        # scored on one scale (and no common term's doclist is walked here either).
+        kept = self._affordable("facts", terms)
+        if not kept:
             return found
         for batch in _chunks(nums):
             for n, s in self._conn().execute(
                 f"SELECT rowid, -bm25(facts_fts, {_BM25}) FROM facts_fts WHERE facts_fts"
                 f" MATCH ? AND rowid IN ({','.join('?' * len(batch))})",
-                (fts5_match(list(terms)), *batch),
+                (fts5_match(kept), *batch),
             ):
                 found[int(n)] = max(float(s), 0.0)
         return found
@@ -499,17 +571,18 @@ class SQLiteIndex:
     def versions(
         self, scope: str, branch: str, keys: Iterable[tuple[str, str]]
     ) -> list[FactRow]:
-        wanted = set(keys)
         found: list[FactRow] = []
-        for batch in _chunks(sorted({e for e, _ in wanted})):
-            found += [
-                row for row in (_fact_row(r) for r in self._conn().execute(
-                    f"SELECT {_FACT_COLS} FROM facts WHERE scope = ? AND branch = ?"
-                    f" AND entity IN ({','.join('?' * len(batch))})",
-                    (scope, branch, *batch),
-                ))
-                if (row.entity, row.predicate) in wanted
-            ]
+        for batch in _chunks(sorted(set(keys))):
+            # The (entity, predicate) pairs go to SQL so only the wanted versions are
+            # read and parsed (an entity can hold many other predicates).
+            # A join, not a row-value IN, so SQLite probes facts_key per pair.
+            pairs = ",".join("(?, ?)" for _ in batch)
+            found += [_fact_row(r) for r in self._conn().execute(
+                f"SELECT {_FACT_COLS} FROM (VALUES {pairs}) AS k JOIN facts"
+                " ON facts.scope = ? AND facts.branch = ? AND facts.entity = k.column1"
+                " AND facts.predicate = k.column2",
+                (*(v for pair in batch for v in pair), scope, branch),
+            )]
         return found
 
     def facts_overlapping(
