@@ -170,7 +170,8 @@ def markdown(result: dict[str, Any]) -> str:
         "episodes whose units are turns; each question is a passage query and sessions are "
         "ranked by their best passage, embedder `wordllama` (256-d, offline). Documents "
         "enter through the index engine (`SearchEngine.ingest`); `--via-api` adds a row "
-        "loaded through `POST /episodes/batch` and ranked by `POST /query`. All three rows rank the same candidate pool (keyword top-100 ∪ "
+        "loaded through `POST /episodes/batch` and ranked by `POST /query`. "
+        "All three rows rank the same candidate pool (keyword top-100 ∪ "
         "vector top-100).",
         "",
         "| ranking | recall@5 | MRR |",
