@@ -77,6 +77,14 @@ def load(settings_kwargs: dict[str, str], count: int, rng: random.Random) -> Non
             done += len(texts)
             progress.update(task, completed=done)
     rt.close()
+    if "store_uri" in settings_kwargs:
+        # What autovacuum does eventually and an operator does after a bulk load: without
+        # fresh statistics the planner ranks every cell instead of asking the HNSW index
+        # (measured: 42 ms -> 1.3 ms for the vector step at 10k cells).
+        import psycopg
+
+        with psycopg.connect(settings_kwargs["store_uri"], autocommit=True) as conn:
+            conn.execute("ANALYZE cells")
 
 
 def timed(fn: object, repeat: int) -> tuple[float, float]:
