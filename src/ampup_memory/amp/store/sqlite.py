@@ -50,6 +50,7 @@ from ampup_memory.amp.store.rows import (
 )
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.tokenize import fts5_match
+from ampup_memory.sqlite_connections import ThreadConnections
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (
@@ -248,10 +249,9 @@ class SQLiteStore:
         self.path = sqlite_path(uri)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.info = StoreInfo(name="sqlite", details={"path": str(self.path)})
-        self._local = threading.local()
+        # FULL: a 201 must survive a power cut, not only a crashed process.
+        self._conns = ThreadConnections(self.path, synchronous="FULL", timeout=30.0)
         self._write_lock = threading.Lock()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
         self._holder = uuid.uuid4().hex
         self._vectors = _VectorCache(dimensions) if dimensions else None
         conn = self._conn()
@@ -262,18 +262,7 @@ class SQLiteStore:
     # -- connections ----------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=30.0
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("PRAGMA busy_timeout=30000")
-            self._local.conn = conn
-            with self._all_lock:
-                self._all.append(conn)
-        return conn
+        return self._conns.get()
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
@@ -580,14 +569,7 @@ class SQLiteStore:
         return int(self._conn().execute("SELECT count(*) FROM cells").fetchone()[0])
 
     def close(self) -> None:
-        with self._all_lock:
-            for conn in self._all:
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
-            self._all.clear()
-        self._local = threading.local()
+        self._conns.close_all()
 
 
 class _Tx:

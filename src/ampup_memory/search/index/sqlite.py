@@ -42,6 +42,7 @@ from ampup_memory.search.index.common import (
     vector_blob,
 )
 from ampup_memory.search.tokenize import fts5_match
+from ampup_memory.sqlite_connections import ThreadConnections
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -146,10 +147,10 @@ class SQLiteIndex:
         self.path = sqlite_path(uri)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.info = IndexInfo(backend="sqlite", details={"path": str(self.path)})
-        self._local = threading.local()
+        self._local = threading.local()  # per-thread transaction state
+        # NORMAL: the index is derived and rebuildable, so a power cut costs a catch-up.
+        self._conns = ThreadConnections(self.path, synchronous="NORMAL", timeout=60.0)
         self._write_lock = threading.RLock()
-        self._all: list[sqlite3.Connection] = []
-        self._all_lock = threading.Lock()
         self._vectors = {"facts": VectorCache(), "passages": VectorCache()}
         self._bitmaps: dict[str, BitMap] = {}
         self._bitmap_gen: int | None = None
@@ -161,18 +162,7 @@ class SQLiteIndex:
     # -- connections and meta ------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=60.0
-            )
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
-            conn.execute("PRAGMA busy_timeout=60000")
-            self._local.conn = conn
-            with self._all_lock:
-                self._all.append(conn)
-        return conn
+        return self._conns.get()
 
     def _meta(self, key: str) -> str | None:
         row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -661,8 +651,5 @@ class SQLiteIndex:
         }
 
     def close(self) -> None:
-        with self._all_lock:
-            for conn in self._all:
-                conn.close()
-            self._all.clear()
+        self._conns.close_all()
         self._local = threading.local()
