@@ -545,21 +545,33 @@ def test_search_many_cells_uses_the_index_path(
 ) -> None:
     """Above the exact-ranking threshold the stores answer from an index (HNSW on
     PostgreSQL); the nearest cells must still come back and filters must still hold.
-    The threshold is lowered so a few hundred cells cross it."""
+    The threshold is lowered so a few hundred cells cross it.
+
+    HNSW is approximate and its graph is built with random levels, so this asks for
+    recall over many queries rather than one exact answer: a lone outlier vector (one that
+    shares nothing with the rest) can end up with no incoming links and be unreachable,
+    which made a single-query version of this test fail about one run in ten. The keyword
+    half of hybrid search is what finds such a cell in practice."""
     for module in ("sqlite", "postgres"):
         monkeypatch.setattr(f"ampup_memory.amp.store.{module}.EXACT_LIMIT", 50)
     words = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel"]
     rng = np.random.default_rng(7)
     n = 300
-    for i in range(n):
-        add(store, make(i + 1, " ".join(rng.choice(words, size=4)) + f" item{i}"))
-    target = add(store, make(n + 1, "zulu yankee xray whiskey"))
-    add(store, make(n + 2, "zulu yankee xray whiskey", owner="user_2", by="agent_b"))
-    query = EMBED.embed(["zulu yankee xray whiskey"])[0]
-    hits = search(store, CellFilter(agent_id="agent_a"), [], query, 10)
-    assert target.cell.id in {h.cell_id for h in hits}
-    assert make(n + 2).cell.id not in {h.cell_id for h in hits}
-    assert all(h.guard.created_by == "agent_a" for h in hits)
+    texts = [" ".join(rng.choice(words, size=4)) + f" item{i}" for i in range(n)]
+    for i, text in enumerate(texts):
+        add(store, make(i + 1, text))
+    # The same text as cell 1, owned by someone agent_a may not read: never returned.
+    hidden = add(store, make(n + 1, texts[0], owner="user_2", by="agent_b"))
+    probes = list(range(0, n, 15))  # 20 queries
+    found = 0
+    for i in probes:
+        query = EMBED.embed([texts[i]])[0]
+        hits = search(store, CellFilter(agent_id="agent_a"), [], query, 10)
+        assert hits, texts[i]
+        assert hidden.cell.id not in {h.cell_id for h in hits}
+        assert all(h.guard.created_by == "agent_a" for h in hits)
+        found += make(i + 1).cell.id in {h.cell_id for h in hits}
+    assert found >= len(probes) - 2, f"recall@10 {found}/{len(probes)}"
 
 
 # ---- lifecycle -----------------------------------------------------------------------------
