@@ -272,3 +272,24 @@ def test_acl_change_is_its_own_commit(m: Memory) -> None:
     hidden = m.as_user("zed").http.put(f"/episodes/{w['id']}/acl",
                                        json={"scope": scope, "acl": ["*"]})
     assert error(hidden) == (404, "NOT_FOUND")
+
+
+def test_ledger_names_nothing_a_reader_may_not_see(m: Memory) -> None:
+    """The ledger is shown to every caller of a scope, so its messages carry kinds and
+    counts only: no entity, predicate, value or episode id of hidden material."""
+    scope = new_scope()
+    secret = m.write(scope, "Zanzibar merger closes in May.", source="doc:deals",
+                     acl=["user:alice"]).json()
+    assert m.fact(scope, "zanzibar_corp", "merger_month", "May", "closes in May",
+                  [(secret["id"], 1)]).status_code == 201
+    assert m.http.post("/close", json={"scope": scope, "entity": "zanzibar_corp",
+                                       "predicate": "merger_month",
+                                       "reason": "Called off."}).status_code == 201
+    assert m.http.put(f"/episodes/{secret['id']}/acl",
+                      json={"scope": scope, "acl": ["user:alice", "user:bo"]}).status_code == 200
+    raw = m.as_user("ivy").http.get("/ledger", params={"scope": scope}).text
+    for word in ("zanzibar", "merger", "May", "Called off", secret["id"], secret["id"][:12]):
+        assert word not in raw
+    messages = [c["message"] for c in m.as_user("ivy").ledger(scope)]
+    assert messages == ["change acl of 1 episode", "close 1 value", "post 1 fact",
+                        "write 1 episode(s)"]

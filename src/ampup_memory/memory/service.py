@@ -260,7 +260,7 @@ class MemoryService:
                 raise AccessDenied()
             if acl == rec.acl:
                 return {"id": episode_id, "acl": list(acl), "commit": None}
-            entry = self._commit(scope, branch, user, f"change acl of {episode_id[:12]}", [],
+            entry = self._commit(scope, branch, user, "change acl of 1 episode", [],
                                  [], new_commit_id(), [replace(rec, acl=acl)])
         return {"id": episode_id, "acl": list(acl), "commit": entry.commit_id}
 
@@ -299,9 +299,9 @@ class MemoryService:
                 where: list[str | int] = ["facts", n] if loc is None else list(loc)
                 checked = self._check_fact(principal, scope, item, cited, units_of, where)
                 facts.append(replace(checked, fact_id=fact_id(commit_id, n), branch=branch))
-            first = items[0]
-            message = (f"post fact {first.entity}.{first.predicate}" if len(items) == 1
-                       else f"post {len(items)} facts")
+            # Messages name kinds and counts only: the ledger is shown to every reader of
+            # the scope, and an entity or predicate name could reveal hidden material.
+            message = "post 1 fact" if len(items) == 1 else f"post {len(items)} facts"
             entry = self._commit(scope, branch, user, message, [], facts, commit_id)
         return [f.fact_id for f in facts], entry
 
@@ -398,7 +398,7 @@ class MemoryService:
                 quote=req.reason.strip(), cites=((reason.record.id, 1),),
                 written_by="posted", branch=branch,
             )
-            entry = self._commit(scope, branch, user, f"close {req.entity}.{req.predicate}",
+            entry = self._commit(scope, branch, user, "close 1 value",
                                  [reason], [closure], commit_id)
         return {"episode": reason.record.id, "commit": entry.commit_id,
                 "closed": window.fact.fact_id, "fact": closure.fact_id}
