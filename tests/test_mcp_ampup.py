@@ -127,6 +127,23 @@ async def test_remember_then_get_episode_with_units(server: ServerProcess) -> No
     assert [u["text"] for u in got["units"]] == NOTE.split("\n\n")
 
 
+async def test_an_ampup_user_alone_may_use_the_ampup_tools(server: ServerProcess) -> None:
+    """Trust mode: X-AmpUp-User without X-AMP-Agent-ID opens /mcp for the AmpUp tools; the
+    AMP tools, which need an agent, are refused one call at a time. Neither header: 401."""
+    scope = new_scope()
+    async with http_client_for(server.url, {"X-AmpUp-User": "uma"}) as uma:
+        stored = await remember(uma, scope=scope, text=NOTE, source="standup")
+        found = await ok(uma, "search_memory", scope=scope, query="Acme pilot budget")
+        amp = await refused(uma, "amp_recall", query="x", owner_id="uma")
+    assert stored["created"] is True and stored["id"] in found
+    assert "X-AMP-Agent-ID" in amp and "\n" not in amp
+    nobody = httpx.post(server.url + "/mcp", json={}, timeout=30)
+    assert nobody.status_code == 401
+    assert nobody.json()["error"]["code"] == "MISSING_AGENT_ID"
+    bad = httpx.post(server.url + "/mcp", json={}, headers={"X-AmpUp-User": "a b"}, timeout=30)
+    assert bad.status_code == 401
+
+
 async def test_other_users_cannot_read_a_private_episode(server: ServerProcess) -> None:
     scope = new_scope()
     async with as_user(server, "alice") as alice:

@@ -38,10 +38,16 @@ def user_env(env: ToolEnv) -> ToolEnv:
     resolve_user = env.user
 
     def identity(ctx: ToolContext) -> Caller:
-        caller = env.identity(ctx)
         if resolve_user is None:
             raise Unauthenticated(NO_USER)
-        return replace(caller, user_id=resolve_user(ctx))
+        user = resolve_user(ctx)  # with keys on this checks the key, too
+        try:
+            caller = env.identity(ctx)
+        except Unauthenticated:
+            # The AmpUp tools act for the user alone; a trust-mode client that names no
+            # AMP agent may still use them.
+            return Caller(agent_id="", user_id=user)
+        return replace(caller, user_id=user)
 
     return ToolEnv(runtime=env.runtime, identity=identity, user=env.user, search=env.search)
 

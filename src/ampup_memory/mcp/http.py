@@ -5,6 +5,7 @@ authenticated with `Authenticator.caller` (the REST routes' rule: ``X-AMP-Agent-
 its key when keys are on), and every tool call acts as the agent its own request names.
 One server therefore serves many agents, each with its own access rights. A request that
 fails authentication never reaches the MCP layer: it gets the REST API's 401 envelope.
+In trust mode a request naming only an AmpUp user (``X-AmpUp-User``) is let in too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ampup_memory.auth import Authenticator, Caller
+from ampup_memory.auth import USER_HEADER, Authenticator, Caller
 from ampup_memory.errors import AmpError, Unauthenticated
 from ampup_memory.http_errors import error_response
 from ampup_memory.mcp.tools import IdentityResolver, ToolContext, UserResolver, build_server
@@ -72,11 +73,24 @@ class AuthGate:
             headers = _lowered(Headers(scope=scope))
             try:
                 # A key lookup may touch the store: keep it off the event loop.
-                await anyio.to_thread.run_sync(self.auth.caller, headers)
+                await anyio.to_thread.run_sync(self.admit, headers)
             except AmpError as exc:
                 await error_response(exc)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
+
+    def admit(self, headers: dict[str, str]) -> None:
+        """Let in a request that names an AMP agent or, in trust mode, an AmpUp user.
+
+        An AmpUp-only client (``X-AmpUp-User`` alone) may use the AmpUp tools; its AMP
+        tool calls are then refused one by one, because they have no agent to act as.
+        With keys on the key is the only way in, as on the REST routes."""
+        try:
+            self.auth.caller(headers)
+        except Unauthenticated:
+            if self.auth.require_keys or not headers.get(USER_HEADER, "").strip():
+                raise
+            memory_user(self.auth, headers)  # a malformed user id is 401 here, too
 
 
 def mount(app: FastAPI, runtime: Runtime,
