@@ -146,8 +146,8 @@ def test_facts_quote_cites_and_newest_wins(m: Memory) -> None:
     assert [(f["value"], f["written_by"]) for f in now] == [("80k", "posted")]
     march = m.facts(scope, "acme", as_of="2024-03-01T00:00:00Z").json()["facts"]
     assert [f["value"] for f in march] == ["50k"]
-    assert march[0]["valid_from"] == "2024-01-10T00:00:00+00:00"  # the episode's time
-    assert march[0]["valid_to"] == "2024-05-01T00:00:00+00:00"
+    assert march[0]["valid_from"] == "2024-01-10T00:00:00Z"  # the episode's time
+    assert march[0]["valid_to"] == "2024-05-01T00:00:00Z"
     history = m.facts(scope, "acme", history="true").json()["facts"]
     assert [f["value"] for f in history] == ["40k", "50k", "80k"]
     assert m.facts(scope, "acme", as_of="2020-01-01T00:00:00Z").json()["facts"] == []

@@ -20,17 +20,13 @@ from pydantic import (
     field_validator,
 )
 
+from ampup_memory.timefmt import format_time
+
 AMP_VERSION = "0.1.0"
 MAX_CELL_SIZE_BYTES = 65536
 MAX_PAGE_SIZE = 100
 # Offset paging past a million cells is a scan, not a query: use a filter instead.
 MAX_OFFSET = 1_000_000
-
-
-def format_time(value: datetime) -> str:
-    """RFC 3339 in UTC with microseconds and a ``Z``: one spelling for every timestamp
-    (fixed width, so stored strings sort like the instants they name)."""
-    return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 EARLIEST_UTC = datetime.min.replace(tzinfo=UTC)

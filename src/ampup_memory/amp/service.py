@@ -33,7 +33,6 @@ from ampup_memory.amp.model import (
     SearchRequest,
     Status,
     StoredCell,
-    format_time,
     to_utc,
 )
 from ampup_memory.amp.store.base import (
@@ -59,6 +58,7 @@ from ampup_memory.errors import (
 from ampup_memory.search.embed import Embedder
 from ampup_memory.search.rank import score_parts, with_decay
 from ampup_memory.search.tokenize import query_terms
+from ampup_memory.timefmt import format_time
 
 M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")

@@ -12,6 +12,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 from ampup_memory.errors import field_error
 from ampup_memory.memory.acl import AclEntry, normalize_acl
 from ampup_memory.memory.episode_types import EpisodeType, SplitError, Unit, require_type
+from ampup_memory.timefmt import utc_text
 
 MAX_BODY_BYTES = 1_000_000
 MAX_BATCH = 1000
@@ -82,7 +83,7 @@ class EpisodeRecord:
              body: str | None = None) -> dict[str, Any]:
         out: dict[str, Any] = {
             "id": self.id, "scope": scope, "branch": self.branch, "source": self.source,
-            "type": self.type, "occurred_at": self.occurred_at.isoformat(),
+            "type": self.type, "occurred_at": utc_text(self.occurred_at),
             "about": list(self.about), "acl": list(self.acl), "document": self.document,
             "body_ref": self.body_ref, "commit": self.commit_id,
         }

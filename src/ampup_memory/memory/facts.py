@@ -18,6 +18,7 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 from ampup_memory.memory.acl import AclEntry
 from ampup_memory.memory.episode_types import Unit
+from ampup_memory.timefmt import utc_text
 
 VALUE = "value"
 CLOSURE = "closure"
@@ -105,9 +106,9 @@ class FactRecord:
             "entity": self.entity,
             "predicate": self.predicate,
             "value": None if self.value is None else json.loads(self.value),
-            "valid_from": self.valid_from.isoformat(),
-            "valid_to": window_end.isoformat() if window_end else None,
-            "stated_valid_to": self.valid_to.isoformat() if self.valid_to else None,
+            "valid_from": utc_text(self.valid_from),
+            "valid_to": utc_text(window_end) if window_end else None,
+            "stated_valid_to": utc_text(self.valid_to) if self.valid_to else None,
             "quote": self.quote,
             "cites": [{"episode": e, "unit": u} for e, u in self.cites],
             "written_by": self.written_by,

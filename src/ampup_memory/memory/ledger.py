@@ -21,6 +21,8 @@ from typing import Any
 
 from ulid import ULID
 
+from ampup_memory.timefmt import utc_text
+
 SUMMARY_KEY = "ampup.ledger-row"
 
 
@@ -77,7 +79,7 @@ class LedgerEntry:
         return {
             "id": self.commit_id, "parent": self.parent, "scope": self.scope,
             "branch": self.branch, "seq": self.seq, "author": self.author,
-            "time": self.committed_at.isoformat(), "message": self.message,
+            "time": utc_text(self.committed_at), "message": self.message,
             "changes": self.changes, "snapshots": {k: str(v) for k, v in self.snapshots.items()},
         }
 

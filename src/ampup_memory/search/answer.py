@@ -10,13 +10,14 @@ label or count.
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from ampup_memory.search.engine import FactResults, PassageResults, RankedPassage
 from ampup_memory.search.index.base import UNIT_LETTERS, EpisodeRow
 from ampup_memory.search.rank import Parts
 from ampup_memory.search.tokenize import words
+from ampup_memory.timefmt import utc_text
 
 MAX_SOURCE_QUOTES = 3
 MAX_QUOTE_CHARS = 300
@@ -25,7 +26,7 @@ MAX_QUOTE_CHARS = 300
 def _iso(value: datetime | None) -> str | None:
     if value is None:
         return None
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return utc_text(value)
 
 
 def _parts(parts: Parts) -> dict[str, float]:

@@ -25,6 +25,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ampup_memory.errors import field_error
+from ampup_memory.timefmt import utc_text
 
 MONTHS = {
     name: i + 1
@@ -52,7 +53,7 @@ class Window:
 
 
 def _iso(value: datetime) -> str:
-    return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    return utc_text(value)
 
 
 def zone(tz: str | None) -> ZoneInfo:

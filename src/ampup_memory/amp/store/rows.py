@@ -15,8 +15,9 @@ from typing import Any
 import numpy as np
 
 from ampup_memory.amp.access import Guard
-from ampup_memory.amp.model import MemoryCell, Status, StoredCell, format_time, to_utc
+from ampup_memory.amp.model import MemoryCell, Status, StoredCell, to_utc
 from ampup_memory.amp.store.base import CellFilter, KeyRecord, PassRecord
+from ampup_memory.timefmt import format_time
 
 SCHEMA_VERSION = 1
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from ampup_memory.amp.access import Guard
 from ampup_memory.amp.lifecycle import DecayInputs
-from ampup_memory.amp.model import Status, StoredCell, format_time
+from ampup_memory.amp.model import Status, StoredCell
 from ampup_memory.amp.store.base import (
     CellFilter,
     Change,
@@ -51,6 +51,7 @@ from ampup_memory.amp.store.rows import (
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections
+from ampup_memory.timefmt import format_time
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (
@@ -173,7 +174,7 @@ def _add_search_columns(conn: sqlite3.Connection) -> None:
 
 
 def _time(value: str) -> datetime:
-    # Every stored timestamp has the one spelling of model.format_time, so strings sort
+    # Every stored timestamp has the one spelling of timefmt.format_time, so strings sort
     # like instants (the max() above relies on it).
     parsed = parse_time(value)
     assert parsed is not None
