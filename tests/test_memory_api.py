@@ -223,6 +223,15 @@ def test_other_branches_do_not_exist_yet(m: Memory) -> None:
     assert m.write(scope, "x", branch="main").status_code == 201
 
 
+def test_every_unit_kind_has_a_citation_letter() -> None:
+    """The text answer cites `[e1 m2]`: each type's unit kind must be one of issue 5's
+    letters (t m p f n r), or its citations would carry a letter nobody documented."""
+    from ampup_memory.memory.episode_types import TYPES
+    from ampup_memory.search.index.base import UNIT_LETTERS
+    assert {t.unit_kind for t in TYPES} <= set(UNIT_LETTERS)
+    assert set(UNIT_LETTERS.values()) == set("tmpfnr")
+
+
 def test_episode_types_route(m: Memory) -> None:
     types = m.http.get("/episode-types").json()["types"]
     assert [t["prefix"] for t in types] == ["slack:", "gmail:", "call:", "crm:", "doc:",

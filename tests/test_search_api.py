@@ -150,3 +150,22 @@ def test_bad_requests_are_422_and_identity_comes_first(api: httpx.Client) -> Non
     r = api.post("/query", json={"scope": S, "find": "passages", "query": "Acme",
                                  "limit": 100}, headers=as_user("ann"))
     assert r.status_code == 200
+    # Dates at the edge of the calendar are words, not a 500 (found by an audit).
+    for path, extra in (("/search", {}), ("/query", {"find": "passages"})):
+        for query, tz in (("price 9999-12-31", None), ("price 0001-01-01", "Asia/Tokyo")):
+            r = api.post(path, json={"scope": S, "query": query, **extra,
+                                     **({"tz": tz} if tz else {})}, headers=as_user("ann"))
+            assert r.status_code == 200, (path, query, r.text)
+
+
+def test_a_query_that_matches_nothing_answers_nothing(api: httpx.Client) -> None:
+    """No shared word, no meaning, no window: no result, rather than every fact at 0."""
+    for path, extra in (("/search", {}), ("/query", {"find": "passages"})):
+        r = api.post(path, json={"scope": S, "query": "zzzzqqq", **extra},
+                     headers=as_user("ann"))
+        assert r.status_code == 200, r.text
+        answer = r.json()
+        assert answer["results"] == [], answer
+    text = api.post("/search", json={"scope": S, "query": "zzzzqqq", "format": "text"},
+                    headers=as_user("ann")).text
+    assert "Acme" not in text

@@ -64,3 +64,14 @@ def test_time_zone_moves_calendar_days() -> None:
 def test_unknown_time_zone_is_a_422() -> None:
     with pytest.raises(ValidationFailed):
         find_window("yesterday", NOW, "Mars/Olympus")
+
+
+@pytest.mark.parametrize(("query", "tz"), [
+    ("price 9999-12-31", None), ("price 9999-12", None), ("price 0001-01-01", "Asia/Tokyo"),
+    ("price 0001-01", "Asia/Tokyo"), ("9999-12-31", "Pacific/Kiritimati"),
+])
+def test_dates_at_the_calendar_edge_are_ordinary_words(query: str, tz: str | None) -> None:
+    """A date whose window cannot be represented (its next day or its zone shift leaves
+    the calendar) is not a window: the query keeps the words, nothing raises."""
+    window, remaining = find_window(query, NOW, tz)
+    assert window is None and remaining == query

@@ -155,7 +155,7 @@ TYPES: tuple[EpisodeType, ...] = (
                 "one unit per message: a JSON export [{user, text}] or one message per line "
                 "(indented lines continue it)",
                 ("decision", "owner", "status", "deadline", "preference"), True, slack_messages),
-    EpisodeType("gmail", "gmail:", "email",
+    EpisodeType("gmail", "gmail:", "message",
                 "one unit per e-mail of the thread: a JSON thread [{from, subject, body}] or "
                 "messages each opened by a 'From:' line",
                 ("contact", "commitment", "deadline", "price", "status"), True, mail_messages),

@@ -244,6 +244,8 @@ class SearchEngine:
             RankedFact(r, with_time(p, time_part(r.valid_from, ends[r.num], span)), ends[r.num])
             for r, p in zip(rows, parts, strict=True)
         ]
+        # No shared word, no meaning, no window: not an answer, however few facts there are.
+        ranked = [f for f in ranked if f.score > 0]
         ranked.sort(key=lambda f: (-f.score, f.row.entity, f.row.predicate, f.row.id))
         ranked = ranked[:limit]
         episodes = {
@@ -325,5 +327,6 @@ class SearchEngine:
             boost = time_part(episode.occurred_at, None, span) if span and (
                 span[0] <= episode.occurred_at < span[1]) else 0.0
             ranked.append(RankedPassage(p, episode, with_time(part, boost)))
+        ranked = [r for r in ranked if r.score > 0]
         ranked.sort(key=lambda r: (-r.score, r.episode.id, r.row.first_unit, r.row.num))
         return PassageResults(ranked[:limit], window, terms)

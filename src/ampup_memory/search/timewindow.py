@@ -206,25 +206,35 @@ def _month_needs_context(m: re.Match[str]) -> bool:
     return m.re.pattern.find("(?P<pre>") >= 0 and not m["pre"] and not m["year"]
 
 
+def _utc_bounds(span: Span, zone_info: ZoneInfo) -> tuple[datetime, datetime]:
+    first, last = span
+    return (datetime.combine(first, time(), zone_info).astimezone(UTC),
+            datetime.combine(last, time(), zone_info).astimezone(UTC))
+
+
 def find_window(query: str, now: datetime, tz: str | None = None) -> tuple[Window | None, str]:
     """The window the query names (or None) and the query without those words."""
     zone_info = zone(tz)
     today = now.astimezone(zone_info).date()
-    best: tuple[int, re.Match[str], Span] | None = None
+    best: tuple[int, re.Match[str], tuple[datetime, datetime]] | None = None
     for pattern, build in PATTERNS:
         for m in pattern.finditer(query):
             if build is _month and _month_needs_context(m):
                 continue
-            span = build(m, today)
-            if span is None:
+            try:
+                span = build(m, today)
+                bounds = span and _utc_bounds(span, zone_info)
+            except (ValueError, OverflowError):
+                # "9999-12-31" or "0001-01-01" in a far zone: no representable window, so
+                # the words are ordinary query words.
+                continue
+            if not bounds:
                 continue
             if best is None or m.start() < best[0]:
-                best = (m.start(), m, span)
+                best = (m.start(), m, bounds)
             break
     if best is None:
         return None, query
-    _, m, (first, last) = best
-    start = datetime.combine(first, time(), zone_info).astimezone(UTC)
-    end = datetime.combine(last, time(), zone_info).astimezone(UTC)
+    _, m, (start, end) = best
     rest = (query[: m.start()] + " " + query[m.end():]).strip()
     return Window(start, end, m.group(0).strip()), re.sub(r"\s{2,}", " ", rest)
