@@ -22,6 +22,8 @@ def test_episode_type_commands(tmp_path: Path) -> None:
     assert listed.returncode == 0
     for prefix in ("slack:", "gmail:", "call:", "crm:", "doc:", "mcp:remember_memory:", "close:"):
         assert prefix in listed.stdout
+    assert "split: one unit per speaker turn" in listed.stdout  # the split, not only the unit
+    assert listed.stdout.count("split: ") == 7
     shown = json.loads(run_cli(tmp_path, QUIET, "episode-type", "show", "call").stdout)
     assert shown["unit"] == "turn" and "budget" in shown["predicates"]
     assert run_cli(tmp_path, QUIET, "episode-type", "show", "fax").returncode == 2
@@ -59,6 +61,7 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
         assert doc["source"] == "doc:doc7.md" and len(doc["units"]) == 3
         bad = run_cli(home, QUIET, "load", str(corpus), "--scope", "Bad/Scope")
         assert bad.returncode == 2 and "invalid scope" in bad.stderr
+        assert bad.stderr.count("\n") == 1, bad.stderr  # one line on stderr, unwrapped
 
 
 def ledger_first(m: Memory, scope: str) -> str:

@@ -65,7 +65,7 @@ def settings_from(kwargs: dict[str, Any]) -> Settings:
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    console.print(f"[red]error:[/red] {message}", soft_wrap=True)  # one line, for scripts
     sys.exit(2)
 
 

@@ -17,7 +17,6 @@ from typing import Any, Protocol, TypeVar
 import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from ampup_memory.errors import AmpError, ConfigurationError
 from ampup_memory.memory.episode_types import DOC, TYPES, by_name, type_for_source
@@ -37,7 +36,7 @@ class Decorator(Protocol):
 
 
 def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    console.print(f"[red]error:[/red] {message}", soft_wrap=True)  # one line, for scripts
     sys.exit(2)
 
 
@@ -78,11 +77,11 @@ def memory_commands(settings_options: Decorator,
 
     @episode_type.command("list")
     def type_list() -> None:
-        """Every episode type with its prefix, unit and extractable predicates."""
-        table = Table("type", "prefix", "unit", "predicates")
-        for t in TYPES:
-            table.add_row(t.name, t.prefix, t.unit_kind, ", ".join(t.predicates) or "-")
-        Console().print(table)
+        """Every episode type: prefix, unit, how a body splits, extractable predicates."""
+        for n, t in enumerate(TYPES):
+            click.echo(("\n" if n else "") + f"{t.name}  prefix {t.prefix}  unit {t.unit_kind}")
+            click.echo(f"  split: {t.split_rule}")
+            click.echo(f"  predicates: {', '.join(t.predicates) or '-'}")
 
     @episode_type.command("show")
     @click.argument("name")

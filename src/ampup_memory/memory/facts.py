@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
@@ -22,7 +22,9 @@ from ampup_memory.timefmt import utc_text
 
 VALUE = "value"
 CLOSURE = "closure"
-Scalar = str | int | float | bool
+MAX_VALUE_CHARS = 4000  # as long as a quote: a value is an answer, not a document
+Scalar = (Annotated[str, Field(max_length=MAX_VALUE_CHARS)] | int
+          | Annotated[float, Field(allow_inf_nan=False)] | bool)
 
 
 class Cite(BaseModel):
