@@ -62,6 +62,14 @@ def allowed_methods(app: FastAPI, request: Request) -> list[str]:
     return sorted(methods)
 
 
+class WrongMethod(StarletteHTTPException):
+    """A 405 raised by a handler that knows its path's methods better than the router
+    (a fixed path that a ``{param}`` route also matches)."""
+
+    def __init__(self, allow: str) -> None:
+        super().__init__(405, headers={"Allow": allow})
+
+
 def install(app: FastAPI) -> None:
     @app.exception_handler(AmpError)
     async def _amp(request: Request, exc: AmpError) -> JSONResponse:
@@ -86,7 +94,7 @@ def install(app: FastAPI) -> None:
             exc.status_code, str(exc.detail)
         )
         headers = dict(getattr(exc, "headers", None) or {})
-        if exc.status_code == 405:
+        if exc.status_code == 405 and not isinstance(exc, WrongMethod):
             headers["Allow"] = ", ".join(allowed_methods(app, request))
         return JSONResponse(envelope(code, message), status_code=exc.status_code,
                             headers=headers)

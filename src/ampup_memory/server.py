@@ -108,6 +108,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         description="Agent Memory Protocol v0.1 and AmpUp Memory: shared long-term memory "
         "for AI agents.",
         lifespan=lifespan,
+        # A trailing slash is another route: 404 with the envelope, not a bare 307 that
+        # clients which do not follow redirects would see.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.runtime = rt
