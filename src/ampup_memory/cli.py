@@ -75,7 +75,7 @@ def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
 
     try:
         return open_runtime(settings, reembed=reembed)
-    except ConfigurationError as exc:
+    except (ConfigurationError, AmpError) as exc:  # AmpError: the store went away at start
         _fail(str(exc))
 
 
