@@ -21,12 +21,11 @@ from datetime import UTC, datetime
 from pyroaring import BitMap
 
 from ampup_memory.search.cutoff import Cutoff
-from ampup_memory.search.embed import Embedder
+from ampup_memory.search.embed import Embedder, model_info
 from ampup_memory.search.index.base import (
     DocumentBatch,
     EpisodeRow,
     FactRow,
-    ModelInfo,
     NewFact,
     NewPassage,
     PassageRow,
@@ -100,7 +99,7 @@ class SearchEngine:
     def __init__(self, index: SearchIndex, embedder: Embedder) -> None:
         self.index = index
         self.embedder = embedder
-        self.model = ModelInfo(embedder.name, embedder.dimensions)
+        self.model = model_info(embedder)
 
     # -- embeddings -----------------------------------------------------------------------
 
