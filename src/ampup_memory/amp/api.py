@@ -203,7 +203,7 @@ async def search_memories(request: Request) -> dict[str, Any]:
 # Fixed routes below /memories that `/memories/{memory_id}` would otherwise swallow for the
 # methods they lack: GET /memories/search is a wrong method (405), not a read of a cell
 # whose id is "search" (403).
-FIXED_MEMORY_ROUTES = {"search": "POST", "query": "GET, HEAD"}
+FIXED_MEMORY_ROUTES = {"search": "POST", "query": "GET"}
 
 
 def _not_a_fixed_route(memory_id: str) -> None:
