@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ampup_memory.errors import AmpError, ConfigurationError
+from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError
 from ampup_memory.memory.cli import memory_commands
 from ampup_memory.search.cli import search_commands
 from ampup_memory.settings import Settings, env_name, load_settings
@@ -168,6 +168,9 @@ def purge(cell_id: str, **kwargs: Any) -> None:
     rt = _runtime(settings, reembed=False)
     try:
         purged = rt.amp.purge(cell_id)
+    except AccessDenied:
+        # Over HTTP an unknown id is the one 403; the operator at the store may know more.
+        _fail(f"no cell {cell_id!r} in this store")
     except AmpError as exc:
         _fail(f"{exc.code}: {exc.message}")
     finally:
