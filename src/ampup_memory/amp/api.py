@@ -265,7 +265,7 @@ async def lifecycle_run(request: Request) -> dict[str, Any]:
 
 
 @router.post("/lifecycle/purge", tags=["admin"],
-             responses={**ADMIN_ERRORS, 404: {"description": "NOT_FOUND: no such cell"},
+             responses={**ADMIN_ERRORS,
                         409: {"description": "INVALID_TRANSITION or RETENTION_WINDOW"}},
              openapi_extra=body_doc(PurgeRequest))
 async def lifecycle_purge(request: Request) -> dict[str, int]:
