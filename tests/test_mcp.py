@@ -446,6 +446,9 @@ async def test_mcp_doc_python_example_runs(server: ServerProcess, uid: str,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     (code,) = _blocks("python")
     code = code.replace("http://127.0.0.1:8765", server.url).replace("user_123", f"user_{uid}")
+    # The snippet runs itself with asyncio.run; here a loop is already running.
+    assert code.rstrip().endswith("asyncio.run(main())")
+    code = code.rstrip().removesuffix("asyncio.run(main())")
     namespace: dict[str, Any] = {}
     exec(compile(code, str(DOC), "exec"), namespace)
     await namespace["main"]()

@@ -112,7 +112,8 @@ def _reject_non_finite(raw: bytes) -> None:
 def parse_body(model: type[M], raw: bytes | None) -> M:
     """Decode and validate a JSON body, strictly: ``"offset": false`` or ``"expires_at": 0``
     is a 422, not a silent coercion. Malformed JSON is a 422 like any other."""
-    body = raw if raw and raw.strip() else b"{}"
+    # No body at all is an empty object (optional bodies); whitespace alone is not JSON.
+    body = raw if raw else b"{}"
     _reject_non_finite(body)
     try:
         return model.model_validate_json(body, strict=True)
