@@ -627,6 +627,50 @@ def _(ctx: Ctx) -> None:
     )
 
 
+@vector("non_finite_numbers_422", "errors")
+def _(ctx: Ctx) -> None:
+    # JSON has no NaN or Infinity; 1e400 is not a finite double either. None may be stored.
+    agent = ctx.agent("a")
+    owner = ctx.owner()
+    for token in ("NaN", "Infinity", "-Infinity", "1e400"):
+        raw = ('{"type": "semantic", "content": {"text": "finite"}, "identity": {"owner_id": '
+               f'"{owner}", "owner_type": "user"}}, "scoring": {{"decay_rate": {token}}}}}')
+        expect_validation(ctx.call("POST", "/memories", agent=agent, raw=raw.encode()),
+                          f"create with decay_rate {token}")
+    listed = ctx.call("GET", "/memories", agent=agent, params={"owner_id": owner})
+    check(listed.status_code == 200 and listed.json().get("results") == [],
+          "a refused non-finite create left a cell behind")
+
+
+@vector("fixed_route_wrong_method_405", "errors")
+def _(ctx: Ctx) -> None:
+    # /memories/search is a route of its own: GET on it is a wrong method, not a cell read.
+    agent = ctx.agent("a")
+    expect_error(ctx.call("GET", "/memories/search", agent=agent), 405, "METHOD_NOT_ALLOWED",
+                 "GET /memories/search")
+
+
+@vector("trailing_slash_is_not_a_route", "errors")
+def _(ctx: Ctx) -> None:
+    agent = ctx.agent("a")
+    r = ctx.call("GET", "/memories/", agent=agent)
+    check(r.status_code in (404, 405) or r.status_code == 200 and "results" in r.json(),
+          f"GET /memories/ answered {r.status_code} (a redirect or an empty body breaks "
+          "clients that do not follow redirects)")
+    if r.status_code in (404, 405):
+        expect_error(r, r.status_code, "NOT_FOUND" if r.status_code == 404
+                     else "METHOD_NOT_ALLOWED", "GET /memories/")
+
+
+@vector("blank_search_query_like_empty", "search")
+def _(ctx: Ctx) -> None:
+    agent = ctx.agent("a")
+    empty = ctx.call("POST", "/memories/search", agent=agent, body={"query": ""})
+    blank = ctx.call("POST", "/memories/search", agent=agent, body={"query": "   "})
+    check(empty.status_code == blank.status_code,
+          f'query "" answered {empty.status_code} but "   " answered {blank.status_code}')
+
+
 @vector("non_object_json_body_422", "errors")
 def _(ctx: Ctx) -> None:
     agent = ctx.agent("a")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from contextlib import contextmanager
 
 import httpx
 
-from ampup_memory.client import AccessDeniedError, AMPClient
+from ampup_memory.client import AccessDeniedError, AMPClient, AMPError
 
 
 @contextmanager
@@ -50,6 +51,7 @@ def embedded_server() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+        shutil.rmtree(home, ignore_errors=True)
 
 
 def check(ok: bool, what: str) -> None:
@@ -94,11 +96,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--url", help="a running server (default: start an embedded one)")
     args = parser.parse_args()
-    if args.url:
-        demo(args.url)
-    else:
-        with embedded_server() as url:
-            demo(url)
+    try:
+        if args.url:
+            demo(args.url)
+        else:
+            with embedded_server() as url:
+                demo(url)
+    except AMPError as exc:  # a server that refuses a step is a failed demo, not a crash
+        print(f"  WRONG the server answered {exc.status_code} {exc.code}: {exc}")
+        raise SystemExit(1) from None
 
 
 if __name__ == "__main__":

@@ -35,6 +35,23 @@ def test_pattern_matches_agrees_with_oracle(pattern: str, agent: str) -> None:
     assert pattern_matches(pattern, agent) == oracle(pattern, agent)
 
 
+@given(st.text(alphabet="ab*", min_size=1, max_size=12),
+       st.text(alphabet="ab", min_size=0, max_size=14))
+def test_many_stars_agree_with_oracle(pattern: str, agent: str) -> None:
+    assert pattern_matches(pattern, agent) == oracle(pattern, agent)
+
+
+def test_a_pattern_cannot_stall_the_read_rule() -> None:
+    """A regex of `.*` pieces backtracked for minutes on this (an audit hung a server with
+    it); the rule must answer at once, whatever pattern a cell's creator wrote."""
+    import time
+    start = time.perf_counter()
+    for n in (30, 200, 2000):
+        assert not pattern_matches("*a" * n + "*b", "a" * (2 * n))
+        assert pattern_matches("*a" * n + "*b", "a" * (2 * n) + "b")
+    assert time.perf_counter() - start < 2.0
+
+
 def cell(created_by: str, owner: str, public: bool, readers: list[str],
          writers: list[str]) -> MemoryCell:
     now = datetime.now(UTC).isoformat()

@@ -284,3 +284,63 @@ def test_error_envelope_for_framework_errors(http: httpx.Client) -> None:
         assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}
     assert http.get("/nope").json()["error"]["code"] == "NOT_FOUND"
     assert http.put("/memories").json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+    # Allow names every method the path serves (two routes serve /memories).
+    for method, path, allow in (("PUT", "/memories", "GET, POST"), ("POST", "/health", "GET"),
+                                ("PUT", "/memories/mem_x", "DELETE, GET, PATCH"),
+                                ("GET", "/lifecycle/run", "POST")):
+        r = http.request(method, path, headers={"X-AMP-Agent-ID": "a"})
+        assert r.status_code == 405 and r.headers["allow"] == allow, (method, path)
+
+
+def test_audit_findings_stay_fixed(http: httpx.Client, uid: str) -> None:
+    """Each of these once broke the contract (an independent audit over HTTP found them)."""
+    me = {"X-AMP-Agent-ID": f"a_{uid}", "content-type": "application/json"}
+    owner = f"u_{uid}"
+    # Non-finite numbers are not JSON: 422, and nothing is stored.
+    base = ('{"type":"semantic","content":{"text":"finite_%s"%s},'
+            '"identity":{"owner_id":"%s","owner_type":"user"}%s}')
+    for meta, scoring in (("", ',"scoring":{"decay_rate":Infinity}'),
+                          ("", ',"scoring":{"decay_rate":1e400}'),
+                          (',"metadata":{"a":NaN}', ""),
+                          (',"metadata":{"a":-Infinity}', "")):
+        r = http.post("/memories", headers=me, content=base % (uid, meta, owner, scoring))
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["code"] == "VALIDATION_ERROR"
+    listed = http.get("/memories", params={"owner_id": owner}, headers=me).json()
+    assert listed["results"] == []
+    cell = make(http, f"a_{uid}", owner)
+    r = http.patch(f"/memories/{cell['id']}", headers=me,
+                   content='{"scoring":{"decay_rate":1e400}}')
+    assert r.status_code == 422
+    assert http.get(f"/memories/{cell['id']}", headers=me).json()["scoring"]["decay_rate"] == 0.01
+    # A fixed route with the wrong method is 405, not a read of a cell called "search".
+    for method, path, allow in (("GET", "/memories/search", "POST"),
+                                ("DELETE", "/memories/search", "POST"),
+                                ("PATCH", "/memories/query", "GET")):
+        r = http.request(method, path, headers=me)
+        assert r.status_code == 405, (method, path, r.text)
+        assert r.json()["error"]["code"] == "METHOD_NOT_ALLOWED"
+        assert r.headers["allow"] == allow
+    # A trailing slash is another route: 404 with the envelope, never a bare redirect.
+    for method, path in (("GET", "/memories/"), ("GET", "/health/"), ("POST", "/memories/"),
+                         ("GET", f"/memories/{cell['id']}/")):
+        r = http.request(method, path, headers=me)
+        assert r.status_code == 404, (method, path, r.status_code)
+        assert r.json()["error"]["code"] == "NOT_FOUND"
+    # Offset has no small upper bound: far past the end is an empty page.
+    far = http.get("/memories", params={"owner_id": owner, "offset": 5_000_000}, headers=me)
+    assert far.status_code == 200 and far.json()["results"] == []
+    far = http.post("/memories/search", headers=me, json={"query": "tea", "offset": 10**9})
+    assert far.status_code == 200 and far.json()["results"] == []
+    assert far.json()["has_more"] is False
+    # A blank query is refused like an empty one.
+    for query in ("", "   "):
+        r = http.post("/memories/search", headers=me, json={"query": query})
+        assert r.status_code == 422, query
+    # An unknown id is the one 403, on the admin purge route too.
+    r = http.post("/lifecycle/purge", headers=ADMIN, json={"id": "mem_01ARZ3NDEKTSV4RRFFQ69G5FAV"})
+    assert r.status_code == 403 and r.json() == {
+        "error": {"code": "ACCESS_DENIED", "message": "Access denied.", "details": {}}}
+    # /spec's embedding carries exactly the contract's keys.
+    caps = http.get("/spec").json()["capabilities"]
+    assert set(caps["embedding"]) == {"provider", "dimensions"}

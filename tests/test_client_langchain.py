@@ -90,3 +90,13 @@ def test_clear_leaves_cells_it_may_not_write(server: ServerProcess, client: AMPC
     assert [m.content for m in history.messages] == ["shared by a peer", "mine"]
     history.clear()
     assert [m.content for m in history.messages] == ["shared by a peer"]
+
+
+def test_reference_conveniences(client: AMPClient, uid: str) -> None:
+    """As the reference: several unnamed inputs store the first value; extra keyword
+    arguments reach the base class."""
+    memory = AMPMemory(client, f"user_{uid}")
+    memory.save_context({"topic": "Lisbon trip", "mood": "happy"}, {"text": "Noted."})
+    assert [m.content for m in memory.messages] == ["Lisbon trip", "Noted."]
+    with pytest.raises(TypeError):
+        AMPMemory(client, f"user_{uid}", no_such_option=1)  # reaches the base class

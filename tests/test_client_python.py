@@ -145,6 +145,15 @@ def test_remember_extras(client: AMPClient, owner: str) -> None:
     assert cell["lifecycle"]["expires_at"].startswith("2099-01-01T00:00:00")
 
 
+def test_reference_drop_in_details(client: AMPClient, owner: str) -> None:
+    """What code written for amp-client 0.1.0 touches besides the methods."""
+    import ampup_memory.client as package
+    assert isinstance(package.__version__, str) and "__version__" in package.__all__
+    assert client.session.headers is not None  # the reference's `session` attribute
+    cell = client.remember(123, owner)  # type: ignore[arg-type]  # the reference str()s it
+    assert cell["content"]["text"] == "123"
+
+
 def test_update_deep_merges_and_archive(client: AMPClient, owner: str) -> None:
     cell = client.remember("original text", owner, importance=0.5, readable_by=["agent_r"])
     updated = client.update(cell["id"], scoring={"importance": 0.9},

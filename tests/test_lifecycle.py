@@ -88,8 +88,9 @@ def test_purge_pass_is_opt_in_and_respects_the_window(tmp_path: Path) -> None:
             assert run(c, 31, dry=True)["purged"] == expected
             assert run(c, 31)["purged"] == expected
             after = c.post("/lifecycle/purge", headers=TOKEN, json={"id": cell})
-            # Purged: gone for good. Kept (no opt-in): still inside today's window.
-            assert after.status_code == (404 if expected else 409)
+            # Purged: gone for good (an unknown id: the one 403). Kept (no opt-in): still
+            # inside today's window.
+            assert after.status_code == (403 if expected else 409)
 
 
 def test_cli_lifecycle_and_purge(tmp_path: Path) -> None:

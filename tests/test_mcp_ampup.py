@@ -197,6 +197,33 @@ async def test_search_memory_finds_a_posted_fact_without_a_test_feed(
     assert ep["id"] in answer.splitlines()[-1]
 
 
+async def test_search_tools_read_memory_as_of_a_commit(server: ServerProcess) -> None:
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        first = await remember(alice, scope=scope, text=NOTE, acl=["*"])
+        with rest(server, "alice") as http:
+            post_fact(http, scope, first["id"], "budget", "50k", "budget for the pilot is 50k")
+            c1 = http.get("/ledger", params={"scope": scope, "limit": 1}).json()["commits"][0]
+            later = await remember(alice, scope=scope, acl=["*"],
+                                   text="Acme budget for the pilot is now 70k.")
+            post_fact(http, scope, later["id"], "budget", "70k", "budget for the pilot is now 70k")
+        now = await ok(alice, "search_memory", scope=scope, query="Acme budget")
+        then = await ok(alice, "search_memory", scope=scope, query="Acme budget",
+                        at_commit=c1["id"])
+        passages = json.loads(await ok(alice, "query_memory", scope=scope, query="Acme budget",
+                                       at_commit=c1["id"]))
+        unknown = await refused(alice, "search_memory", scope=scope, query="x",
+                                at_commit="01" + "0" * 24)
+        unknown_q = await refused(alice, "query_memory", scope=scope, query="x",
+                                  at_commit="01" + "0" * 24)
+    assert '"70k"' in now and '"50k"' not in now
+    assert '"50k"' in then and "70k" not in then
+    assert then.splitlines()[-1] == f"episodes: {first['id']}"
+    assert passages["at_commit"] == c1["id"]
+    assert {p["episode"] for p in passages["results"]} == {first["id"]}
+    assert unknown == unknown_q == "No such commit on this scope and branch."
+
+
 async def test_close_memory_ends_the_current_value(server: ServerProcess) -> None:
     scope = new_scope()
     async with as_user(server, "alice") as alice:

@@ -1,7 +1,8 @@
 """/search and /query over real HTTP against a real server process.
 
-The index is filled through the engine (the tables of issue 4 are its source once merged);
-everything asserted here is read back over HTTP from `ampup-memory serve`.
+Most tests fill the index through the engine; the ``at_commit`` tests write through the
+AmpUp API on both index backends. Everything asserted here is read back over HTTP from
+`ampup-memory serve`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +18,7 @@ import pytest
 from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, open_index
+from tests.memory_support import BACKENDS, Memory, backend_env, new_scope, run_cli, serving
 from tests.search_docs import episode, fact
 from tests.server_process import ServerProcess
 
@@ -169,3 +172,143 @@ def test_a_query_that_matches_nothing_answers_nothing(api: httpx.Client) -> None
     text = api.post("/search", json={"scope": S, "query": "zzzzqqq", "format": "text"},
                     headers=as_user("ann")).text
     assert "Acme" not in text
+
+
+# -- search as of a commit (both index backends, written through the API) -----------------
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def written(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+            ) -> Iterator[tuple[Memory, Path, dict[str, str]]]:
+    env = backend_env(request.param, request)
+    home = tmp_path_factory.mktemp(f"search-commit-{request.param}")
+    with serving(home, env) as proc:
+        m = Memory(proc.url, "alice")
+        yield m, home, env
+        m.close()
+
+
+def _ok(r: httpx.Response, status: int = 201) -> dict[str, Any]:
+    assert r.status_code == status, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def _search(m: Memory, scope: str, query: str = "Acme budget", **extra: Any
+            ) -> dict[str, Any]:
+    return _ok(m.http.post("/search", json={"scope": scope, "query": query, "limit": 50,
+                                            **extra}), 200)
+
+
+def _budgets(answer: dict[str, Any]) -> list[tuple[str, Any, str | None]]:
+    return sorted((f["id"], f["value"], f["valid_to"]) for f in answer["results"]
+                  if (f["entity"], f["predicate"]) == ("Acme", "budget"))
+
+
+def _facts_at(m: Memory, scope: str, **params: Any) -> list[tuple[str, Any, str | None]]:
+    got = _ok(m.facts(scope, "Acme", predicate="budget", **params), 200)["facts"]
+    return sorted((f["id"], f["value"], f["valid_to"]) for f in got)
+
+
+def _episodes(m: Memory, scope: str, **extra: Any) -> set[str]:
+    r = m.http.post("/query", json={"scope": scope, "find": "passages",
+                                    "query": "Acme budget pilot", "limit": 50, **extra})
+    return {p["episode"] for p in _ok(r, 200)["results"]}
+
+
+def test_search_at_a_commit_sees_what_that_commit_left(
+        written: tuple[Memory, Path, dict[str, str]]) -> None:
+    m, _, _ = written
+    s = new_scope()
+    w1 = _ok(m.write(s, "Acme budget for the pilot is 40k.",
+                     occurred_at="2025-01-10T00:00:00Z"))
+    e1, c0 = w1["id"], w1["commit"]
+    v1 = _ok(m.fact(s, "Acme", "budget", "40k", "Acme budget for the pilot is 40k.",
+                    [(e1, 1)]))
+    c1 = v1["commit"]
+    e2 = _ok(m.write(s, "Acme budget was raised to 55k for the pilot.",
+                     occurred_at="2025-06-01T00:00:00Z"))["id"]
+    v2 = _ok(m.fact(s, "Acme", "budget", "55k", "Acme budget was raised to 55k", [(e2, 1)]))
+    c2 = v2["commit"]
+    e3 = _ok(m.write(s, "Acme pilot budget review moved to Friday."))["id"]
+
+    assert _budgets(_search(m, s)) == [(v2["id"], "55k", None)]
+    at1 = _search(m, s, at_commit=c1)
+    assert at1["at_commit"] == c1 and _search(m, s)["at_commit"] is None
+    # v1 is current as of c1, and nothing ends it yet: v2 was not committed
+    assert _budgets(at1) == [(v1["id"], "40k", None)] == _facts_at(m, s, at_commit=c1)
+    assert _budgets(_search(m, s, at_commit=c0)) == [] == _facts_at(m, s, at_commit=c0)
+    # the time window applies on top: valid time March 2025, as of c2, is v1 ending in June
+    march = "2025-03-01T00:00:00Z"
+    assert _budgets(_search(m, s, at_commit=c2, as_of=march)) == [
+        (v1["id"], "40k", "2025-06-01T00:00:00Z")] == _facts_at(m, s, at_commit=c2, as_of=march)
+
+    assert _episodes(m, s, at_commit=c0) == {e1} == _episodes(m, s, at_commit=c1)
+    assert _episodes(m, s, at_commit=c2) == {e1, e2}
+    assert _episodes(m, s) == {e1, e2, e3}
+
+    r = m.http.post("/search", json={"scope": s, "query": "Acme budget pilot review",
+                                     "format": "text", "at_commit": c1})
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/plain")
+    assert '- budget: "40k"' in r.text
+    for later in ("55k", "Friday", e2, e3):
+        assert later not in r.text
+    assert r.text.strip().splitlines()[-1] == f"episodes: {e1}"
+
+    # a closure counts only from its commit on
+    closed = _ok(m.http.post("/close", json={"scope": s, "entity": "Acme",
+                                             "predicate": "budget", "reason": "Pilot lost."}))
+    assert _budgets(_search(m, s)) == [] == _facts_at(m, s)
+    assert _budgets(_search(m, s, at_commit=closed["commit"])) == []
+    assert _budgets(_search(m, s, at_commit=c2)) == [(v2["id"], "55k", None)]
+
+
+def test_search_at_a_commit_uses_the_current_acl(
+        written: tuple[Memory, Path, dict[str, str]]) -> None:
+    m, _, _ = written
+    bob = m.as_user("bob")
+    s = new_scope()
+    e1 = _ok(m.write(s, "Acme budget for the pilot is 40k."))["id"]
+    c1 = _ok(m.fact(s, "Acme", "budget", "40k", "budget for the pilot is 40k",
+                    [(e1, 1)]))["commit"]
+    assert _budgets(_search(bob, s, at_commit=c1)) != []
+    _ok(m.http.put(f"/episodes/{e1}/acl", json={"scope": s, "acl": ["user:alice"]}), 200)
+    # GET /episodes reads the ACL as of the commit; search keeps only today's ACL, so it
+    # shows bob nothing he may not read now
+    assert bob.episode(s, e1, at_commit=c1).status_code == 200
+    assert _budgets(_search(bob, s, at_commit=c1)) == []
+    assert _episodes(bob, s, at_commit=c1) == set()
+    assert _budgets(_search(m, s, at_commit=c1)) != [] and _episodes(m, s, at_commit=c1) == {e1}
+    bob.close()
+
+
+def test_a_commit_of_another_process_is_searched_once_caught_up(
+        written: tuple[Memory, Path, dict[str, str]], tmp_path: Path) -> None:
+    m, home, env = written
+    s = new_scope()
+    _ok(m.write(s, "Acme budget for the pilot is 40k."))
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "notes.md").write_text("Hooli picked the Denver office for the pilot.\n")
+    done = run_cli(home, env, "load", str(corpus), "--scope", s)
+    assert done.returncode == 0, done.stderr
+    head = m.ledger(s)[0]["id"]  # the CLI's commit: this server has not fed it yet
+    r = m.http.post("/query", json={"scope": s, "find": "passages", "query": "Hooli Denver",
+                                    "at_commit": head})
+    assert any("Denver" in p["text"] for p in _ok(r, 200)["results"])
+
+
+def test_an_unknown_commit_is_the_error_get_facts_gives(
+        written: tuple[Memory, Path, dict[str, str]]) -> None:
+    m, _, _ = written
+    s, other = new_scope(), new_scope()
+    _ok(m.write(s, "Acme budget for the pilot is 40k."))
+    foreign = _ok(m.write(other, "elsewhere"))["commit"]
+    for bad in ("01" + "0" * 24, foreign, "no such commit; DROP TABLE x"):
+        expected = m.facts(s, "Acme", at_commit=bad)
+        assert expected.status_code == 404 and expected.json()["error"]["code"] == "NOT_FOUND"
+        for path, body in (("/search", {"query": "Acme"}),
+                           ("/search", {"query": "Acme", "format": "text"}),
+                           ("/query", {"find": "passages", "query": "Acme"})):
+            got = m.http.post(path, json={"scope": s, "at_commit": bad, **body})
+            assert (got.status_code, got.json()) == (404, expected.json()), (path, bad)

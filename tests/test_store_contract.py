@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -32,9 +33,11 @@ from ampup_memory.amp.model import (
     Status,
     StoredCell,
 )
+from ampup_memory.amp.reembed import ensure_embedding_model
 from ampup_memory.amp.store.base import (
     CellFilter,
     CellStore,
+    EmbeddingSource,
     Hit,
     KeyRecord,
     PassRecord,
@@ -42,11 +45,12 @@ from ampup_memory.amp.store.base import (
     UpdateTx,
     open_store,
 )
-from ampup_memory.search.embed import HashEmbedder
+from ampup_memory.search.embed import Embedder, HashEmbedder, ModelInfo, WordLlamaEmbedder
 from tests.pg import PostgresFactory
 
 DIMS = 256
 EMBED = HashEmbedder(DIMS)
+EMBED_MODEL = ModelInfo(EMBED.name, DIMS)
 T0 = datetime(2025, 3, 1, 12, 0, 0, 123456, tzinfo=UTC)
 
 
@@ -85,8 +89,8 @@ def opened(store_uri: str) -> Iterator[Callable[[], CellStore]]:
     """Opens more stores on the same URI (another process, as far as the store knows)."""
     stores: list[CellStore] = []
 
-    def open_one() -> CellStore:
-        stores.append(open_store(store_uri, DIMS))
+    def open_one(dimensions: int = DIMS) -> CellStore:
+        stores.append(open_store(store_uri, dimensions))
         return stores[-1]
 
     yield open_one
@@ -723,3 +727,174 @@ def test_record_and_read_passes(opened: Callable[[], CellStore]) -> None:
         (first if i % 2 else second).record_pass(r)
     assert second.recent_passes(2) == [records[2], records[1]]  # newest first
     assert first.recent_passes(10) == records[::-1]
+
+
+# ---- embedding model and re-embedding ------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def wordllama() -> WordLlamaEmbedder:
+    return WordLlamaEmbedder(DIMS)  # the same width as EMBED: only the record tells them apart
+
+
+class FailingEmbedder:
+    """A real embedder that dies on its n-th call, as a process would mid-batch."""
+
+    def __init__(self, inner: Embedder, fail_on_call: int) -> None:
+        self.inner, self.fail_on_call, self.calls = inner, fail_on_call, 0
+        self.name, self.dimensions = inner.name, inner.dimensions
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            raise RuntimeError("embedder died mid-run")
+        return self.inner.embed(texts)
+
+
+class CountingEmbedder:
+    """A real embedder that counts the texts it embeds and takes its time."""
+
+    def __init__(self, inner: Embedder, pause: float) -> None:
+        self.inner, self.pause, self.texts = inner, pause, 0
+        self.name, self.dimensions = inner.name, inner.dimensions
+        self.lock = threading.Lock()
+
+    def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        time.sleep(self.pause)
+        with self.lock:
+            self.texts += len(texts)
+        return self.inner.embed(texts)
+
+
+def cosine_of(store: CellStore, cell_id: str, vector: list[float]) -> float | None:
+    """The store's cosine between a cell's stored vector and ``vector`` (None: none usable)."""
+    hits = store.search_candidates(CellFilter(agent_id="agent_a", statuses=list(Status)),
+                                   [], vector, 1000)
+    return {h.cell_id: h.cosine for h in hits}.get(cell_id)
+
+
+def test_embedding_model_is_recorded(opened: Callable[..., CellStore]) -> None:
+    store = opened()
+    assert store.embedding_model() is None  # fresh
+    report = ensure_embedding_model(store, EMBED)
+    assert (report.previous, report.reembedded) == (None, 0)  # empty: recorded, no work
+    assert store.embedding_model() == ModelInfo("hash/256", 256)
+    assert opened().embedding_model() == ModelInfo("hash/256", 256)  # another process
+    assert ensure_embedding_model(store, EMBED).reembedded == 0  # unchanged: nothing to do
+    store.set_embedding_model(ModelInfo("other/7", 7))
+    assert opened().embedding_model() == ModelInfo("other/7", 7)
+
+
+def test_reembed_rewrites_vectors_of_the_same_width_and_touches_no_clock(
+    opened: Callable[..., CellStore], wordllama: WordLlamaEmbedder
+) -> None:
+    """The silent-mix case: a store of hash vectors (made before stores recorded their
+    model) opened with WordLlama, which has the same width."""
+    store = opened()
+    texts = {1: "my favourite drink is green tea", 2: "the car needs new tyres before winter",
+             3: "weekly standup moved to thursdays", 4: "nul \x00 inside"}
+    tea = add(store, make(1, texts[1]))
+    add(store, make(2, texts[2]))
+    add(store, make(3, texts[3], status=Status.stale))
+    add(store, make(4, texts[4], status=Status.deleted, deleted_at=T0))
+    store.touch(make(2).cell.id, T0 + timedelta(hours=1))
+    before = {n: wire_json(store.get(make(n).cell.id)) for n in range(1, 5)}
+    flt = CellFilter(agent_id="agent_a", statuses=list(Status))
+    decay_before = {h.cell_id: h.decay for h in search(store, flt, [], EMBED.embed(["x"])[0], 10)}
+    query = wordllama.embed(["hot beverage brewed from leaves"])[0]  # no word in common
+    expected = float(np.dot(wordllama.embed([tea.cell.content.text])[0], query))
+    assert cosine_of(store, tea.cell.id, query) != pytest.approx(expected, abs=1e-3)
+
+    report = ensure_embedding_model(store, wordllama, batch=3)
+    assert (report.previous, report.reembedded) == (None, 4)  # unknown model: every cell
+    assert store.embedding_model() == ModelInfo("wordllama/l2_supercat_256", 256)
+    for n in range(1, 5):  # every stored vector is now the new embedder's
+        own = wordllama.embed([texts[n]])[0]
+        assert cosine_of(store, make(n).cell.id, own) == pytest.approx(1.0, abs=1e-4)
+    assert cosine_of(store, tea.cell.id, query) == pytest.approx(expected, abs=1e-4)
+    nearest = store.search_candidates(CellFilter(agent_id="agent_a"), [], query, 1)
+    assert max(nearest, key=lambda h: h.cosine or 0.0).cell_id == tea.cell.id
+    # Not an update: documents, counters, clocks and decay inputs are as they were.
+    assert {n: wire_json(store.get(make(n).cell.id)) for n in range(1, 5)} == before
+    assert {h.cell_id: h.decay for h in search(store, flt, [], query, 10)} == decay_before
+    assert store.get(make(3).cell.id).stale_since == T0  # type: ignore[union-attr]
+    assert store.get(make(4).cell.id).deleted_at == T0  # type: ignore[union-attr]
+
+
+def test_reembed_to_a_new_width(
+    opened: Callable[..., CellStore], store_uri: str
+) -> None:
+    old = opened()
+    for n, text in enumerate(["green tea", "black coffee", "mountain trail"], start=1):
+        add(old, make(n, text))
+    old.set_embedding_model(EMBED_MODEL)
+    narrow = HashEmbedder(32)
+    new = opened(32)  # the operator switched to a 32-dimension embedder
+    query = narrow.embed(["black coffee"])[0]
+    assert cosine_of(new, make(2).cell.id, query) is None  # no comparable vector yet
+    report = ensure_embedding_model(new, narrow)
+    assert (report.previous, report.reembedded) == (EMBED_MODEL, 3)
+    assert cosine_of(new, make(2).cell.id, query) == pytest.approx(1.0, abs=1e-5)
+    hits = new.search_candidates(CellFilter(agent_id="agent_a"), [], query, 1)
+    assert max(hits, key=lambda h: h.cosine or 0.0).cell_id == make(2).cell.id
+    if store_uri.startswith("postgres"):  # the new width has its own HNSW index
+        with psycopg.connect(store_uri) as conn:
+            names = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes")}
+        assert "cells_embedding_hnsw_32" in names
+
+
+def test_interrupted_reembed_keeps_the_old_record_and_runs_again(
+    opened: Callable[..., CellStore]
+) -> None:
+    store = opened()
+    for n in range(1, 6):
+        add(store, make(n, f"memory number {n}"))
+    store.set_embedding_model(EMBED_MODEL)
+    narrow = HashEmbedder(32)
+    reopened = opened(32)
+    dying = FailingEmbedder(narrow, fail_on_call=2)  # batch 1 written, batch 2 dies
+    with pytest.raises(RuntimeError, match="died"):
+        ensure_embedding_model(reopened, dying, batch=2)
+    assert reopened.embedding_model() == EMBED_MODEL  # not recorded: the work is redone
+    written = [cosine_of(reopened, make(n).cell.id, narrow.embed([f"memory number {n}"])[0])
+               for n in range(1, 6)]
+    assert written[:2] == [pytest.approx(1.0, abs=1e-5)] * 2 and written[2:] == [None] * 3
+    report = ensure_embedding_model(reopened, narrow, batch=2)  # the next start; lease free
+    assert (report.previous, report.reembedded) == (EMBED_MODEL, 5)
+    assert reopened.embedding_model() == ModelInfo("hash/32", 32)
+    for n in range(1, 6):
+        own = narrow.embed([f"memory number {n}"])[0]
+        assert cosine_of(reopened, make(n).cell.id, own) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_processes_starting_together_reembed_once(opened: Callable[..., CellStore]) -> None:
+    seed = opened()
+    for n in range(1, 7):
+        add(seed, make(n, f"memory number {n}"))
+    seed.set_embedding_model(EMBED_MODEL)
+    narrow = HashEmbedder(32)
+    stores = [opened(32), opened(32)]
+    embedders = [CountingEmbedder(narrow, pause=0.2), CountingEmbedder(narrow, pause=0.2)]
+    start = threading.Barrier(2)
+
+    def run(i: int) -> int:
+        start.wait()
+        return ensure_embedding_model(stores[i], embedders[i], batch=2).reembedded
+
+    with ThreadPoolExecutor(2) as pool:
+        done = sorted(pool.map(run, range(2)))
+    assert done == [0, 6]  # one did the work; the other waited and found it done
+    assert sum(e.texts for e in embedders) == 6
+    assert all(s.embedding_model() == ModelInfo("hash/32", 32) for s in stores)
+
+
+def test_replace_vectors_skips_a_cell_whose_text_moved_on(store: CellStore) -> None:
+    add(store, make(1, "old words"))
+    store.update(make(1).cell.id, set_text("new words"))
+    stale = EmbeddingSource(make(1).cell.id, "old words")
+    assert store.replace_vectors([(stale, EMBED.embed(["old words"])[0])]) == 0
+    assert cosine_of(store, make(1).cell.id, EMBED.embed(["new words"])[0]) == pytest.approx(
+        1.0, abs=1e-5)
+    fresh = EmbeddingSource(make(1).cell.id, "new words")
+    assert store.replace_vectors([(fresh, EMBED.embed(["new words"])[0])]) == 1
+    assert store.embedding_sources(None, 10) == [fresh]

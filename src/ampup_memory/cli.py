@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from ampup_memory.errors import AmpError, ConfigurationError
+from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError
 from ampup_memory.memory.cli import memory_commands
 from ampup_memory.search.cli import search_commands
 from ampup_memory.settings import Settings, env_name, load_settings
@@ -69,12 +69,13 @@ def _fail(message: str) -> None:
     sys.exit(2)
 
 
-def _runtime(settings: Settings) -> Any:
+def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
+    """``reembed=False`` for commands that write no vector (see `server.open_runtime`)."""
     from ampup_memory.server import open_runtime
 
     try:
-        return open_runtime(settings)
-    except ConfigurationError as exc:
+        return open_runtime(settings, reembed=reembed)
+    except (ConfigurationError, AmpError) as exc:  # AmpError: the store went away at start
         _fail(str(exc))
 
 
@@ -142,7 +143,7 @@ def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     from ampup_memory.amp.model import LifecycleRunRequest
 
     settings = settings_from(kwargs)
-    rt = _runtime(settings)
+    rt = _runtime(settings, reembed=False)
     try:
         now = datetime.fromisoformat(now_text.replace("Z", "+00:00")) if now_text else None
         if now is not None and now.tzinfo is None:
@@ -164,9 +165,12 @@ def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
 def purge(cell_id: str, **kwargs: Any) -> None:
     """Hard-delete one deleted cell whose retention window has passed."""
     settings = settings_from(kwargs)
-    rt = _runtime(settings)
+    rt = _runtime(settings, reembed=False)
     try:
         purged = rt.amp.purge(cell_id)
+    except AccessDenied:
+        # Over HTTP an unknown id is the one 403; the operator at the store may know more.
+        _fail(f"no cell {cell_id!r} in this store")
     except AmpError as exc:
         _fail(f"{exc.code}: {exc.message}")
     finally:
@@ -197,7 +201,7 @@ def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str
     if not agent_id.strip():
         _fail("--agent must not be empty")
     settings = settings_from(kwargs)
-    rt = _runtime(settings)
+    rt = _runtime(settings, reembed=False)
     try:
         key, record = rt.auth.keyring.create(agent_id, admin, lifetime, user_id)
     finally:
@@ -216,7 +220,7 @@ def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str
 def keys_list(as_json: bool, **kwargs: Any) -> None:
     """List keys (never the keys themselves)."""
     settings = settings_from(kwargs)
-    rt = _runtime(settings)
+    rt = _runtime(settings, reembed=False)
     try:
         records = rt.store.list_keys()
     finally:
@@ -246,7 +250,7 @@ def keys_list(as_json: bool, **kwargs: Any) -> None:
 def keys_revoke(key_id: str, **kwargs: Any) -> None:
     """Revoke a key by its id; it stops working at once."""
     settings = settings_from(kwargs)
-    rt = _runtime(settings)
+    rt = _runtime(settings, reembed=False)
     try:
         done = rt.store.revoke_key(key_id, datetime.now(UTC))
     finally:
@@ -254,6 +258,35 @@ def keys_revoke(key_id: str, **kwargs: Any) -> None:
     if not done:
         _fail(f"no active key {key_id!r}")
     click.echo(f"revoked {key_id}")
+
+
+@cli.command()
+@click.option("--force", is_flag=True,
+              help="Re-embed even when the store already records this embedder.")
+@settings_options
+def reembed(force: bool, **kwargs: Any) -> None:
+    """Re-embed every AMP cell with the configured embedder and record it in the store.
+
+    `serve` does the same at start when the embedder changed; this does it up front, with
+    a progress bar. Run it with the servers stopped (they keep their own embedder).
+    """
+    from ampup_memory.amp.reembed import ensure_embedding_model
+    from ampup_memory.memory.cli import _progress
+
+    settings = settings_from(kwargs)
+    rt = _runtime(settings, reembed=False)
+    try:
+        with _progress() as bar:
+            task = bar.add_task("re-embedding cells", total=rt.store.count())
+            report = ensure_embedding_model(
+                rt.store, rt.embedder, force=force,
+                progress=lambda done, total: bar.update(task, completed=done, total=total),
+            )
+    except (AmpError, ConfigurationError) as exc:
+        _fail(str(exc))
+    finally:
+        rt.close()
+    click.echo(json.dumps(report.wire()))
 
 
 def settings_markdown() -> str:
@@ -305,8 +338,8 @@ def openapi(**kwargs: Any) -> None:
     from ampup_memory.server import create_app
 
     settings = settings_from(kwargs)
-    click.echo(json.dumps(create_app(settings, _runtime(settings)).openapi(), indent=2,
-                          sort_keys=True))
+    app = create_app(settings, _runtime(settings, reembed=False))
+    click.echo(json.dumps(app.openapi(), indent=2, sort_keys=True))
 
 
 for _command in memory_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501

@@ -48,18 +48,33 @@ def _clean(value: Any) -> Any:
     return str(value)
 
 
+_METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
+
+
 def allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    """Every method any route serves at this path (Starlette names only the first route's,
-    and several routes share a path: GET and POST /memories are two routes)."""
-    methods: set[str] = set()
-    for route in app.router.routes:
-        match, _ = route.matches({**request.scope, "method": "GET"})
-        route_methods = getattr(route, "methods", None)
-        if match is not Match.NONE and route_methods:
-            methods |= set(route_methods)
-            if "GET" in route_methods:
-                methods.add("HEAD")
-    return sorted(methods)
+    """Every method the path serves. Starlette names only the first route's, and several
+    routes share a path (GET and POST /memories are two routes). A fixed path such as
+    /memories/search serves only the methods documented for it, though
+    /memories/{memory_id} also matches it (those handlers answer 405 for fixed names).
+    Routes are asked only through `matches`: included routers are routes too, and their
+    inner layout is FastAPI's own business."""
+    served = {
+        method for method in _METHODS
+        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
+               for route in app.router.routes)
+    }
+    fixed = app.openapi().get("paths", {}).get(request.url.path)
+    if fixed:
+        return sorted({m.upper() for m in fixed} & served or {m.upper() for m in fixed})
+    return sorted(served)
+
+
+class WrongMethod(StarletteHTTPException):
+    """A 405 raised by a handler that knows its path's methods better than the router
+    (a fixed path that a ``{param}`` route also matches)."""
+
+    def __init__(self, allow: str) -> None:
+        super().__init__(405, headers={"Allow": allow})
 
 
 def install(app: FastAPI) -> None:
@@ -86,7 +101,7 @@ def install(app: FastAPI) -> None:
             exc.status_code, str(exc.detail)
         )
         headers = dict(getattr(exc, "headers", None) or {})
-        if exc.status_code == 405:
+        if exc.status_code == 405 and not isinstance(exc, WrongMethod):
             headers["Allow"] = ", ".join(allowed_methods(app, request))
         return JSONResponse(envelope(code, message), status_code=exc.status_code,
                             headers=headers)

@@ -14,6 +14,7 @@ from fastapi.concurrency import run_in_threadpool
 from ampup_memory import http_errors
 from ampup_memory.amp.api import health, spec
 from ampup_memory.amp.api import router as amp_router
+from ampup_memory.amp.reembed import ensure_embedding_model
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore, open_store
 from ampup_memory.auth import Authenticator, KeyRing
@@ -47,11 +48,21 @@ class Runtime:
         self.store.close()
 
 
-def open_runtime(settings: Settings) -> Runtime:
-    """Open stores and models; raises ConfigurationError on a setting that cannot work."""
+def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
+    """Open stores and models; raises ConfigurationError on a setting that cannot work.
+
+    With ``reembed`` the cell store's vectors are first brought to the configured embedder
+    (`amp/reembed.py`). Commands that never write a vector pass False, so a maintenance
+    command run with other settings never rewrites the vectors under a running server."""
     settings.home.mkdir(parents=True, exist_ok=True)
     embedder = build_embedder(settings)
     store = open_store(settings.resolved_store_uri, embedder.dimensions)
+    if reembed:
+        try:
+            ensure_embedding_model(store, embedder)
+        except BaseException:
+            store.close()
+            raise
     amp = AmpService(
         store=store,
         embedder=embedder,
@@ -108,6 +119,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         description="Agent Memory Protocol v0.1 and AmpUp Memory: shared long-term memory "
         "for AI agents.",
         lifespan=lifespan,
+        # A trailing slash is another route: 404 with the envelope, not a bare 307 that
+        # clients which do not follow redirects would see.
+        redirect_slashes=False,
     )
     app.state.settings = settings
     app.state.runtime = rt

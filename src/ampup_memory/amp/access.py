@@ -6,9 +6,7 @@ GET, listing, search, PATCH, DELETE and the MCP tools all decide with `can_read`
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from functools import lru_cache
 
 from ampup_memory.amp.model import MemoryCell
 
@@ -39,17 +37,29 @@ def _guard(subject: MemoryCell | Guard) -> Guard:
     return subject if isinstance(subject, Guard) else Guard.of(subject)
 
 
-@lru_cache(maxsize=4096)
-def _compile(pattern: str) -> re.Pattern[str]:
-    # `*` is any run of characters (also empty); every other character is literal.
-    return re.compile(".*".join(re.escape(part) for part in pattern.split("*")), re.DOTALL)
-
-
 def pattern_matches(pattern: str, agent_id: str) -> bool:
-    """Does ``agent_id`` match an access-policy pattern such as ``agent_billing_*``?"""
+    """Does ``agent_id`` match an access-policy pattern such as ``agent_billing_*``?
+
+    ``*`` is any run of characters (also empty); every other character is literal. Matched
+    by anchoring the first and last pieces and finding the ones between left to right,
+    which is exact for ``*``-only patterns and linear-ish in the input: a regex of ``.*``
+    pieces backtracks exponentially on patterns like ``*a*a*a…*b``, and any agent may
+    write such a pattern into a cell it creates.
+    """
     if "*" not in pattern:
         return pattern == agent_id
-    return _compile(pattern).fullmatch(agent_id) is not None
+    head, *middle, tail = pattern.split("*")
+    if len(head) + len(tail) > len(agent_id):
+        return False
+    if not (agent_id.startswith(head) and agent_id.endswith(tail)):
+        return False
+    pos, end = len(head), len(agent_id) - len(tail)
+    for piece in middle:
+        found = agent_id.find(piece, pos, end)
+        if found < 0:
+            return False
+        pos = found + len(piece)
+    return True
 
 
 def can_read(subject: MemoryCell | Guard, agent_id: str) -> bool:

@@ -37,6 +37,7 @@ from ampup_memory.amp.model import (
 from ampup_memory.amp.service import AmpService, parse_body
 from ampup_memory.auth import Authenticator, Caller
 from ampup_memory.errors import AmpError, Unauthenticated
+from ampup_memory.http_errors import WrongMethod
 from ampup_memory.openapi import body_doc
 from ampup_memory.settings import Settings
 
@@ -95,8 +96,8 @@ def spec(request: Request) -> dict[str, Any]:
                 if limit.enabled else None
             ),
             "embedding": {
+                # Exactly the contract's two keys; the model's name is in `settings`.
                 "provider": settings.embedding_provider,
-                "model": svc.embedder.name,
                 "dimensions": svc.embedder.dimensions,
             },
             "max_cell_size_bytes": MAX_CELL_SIZE_BYTES,
@@ -199,9 +200,22 @@ async def search_memories(request: Request) -> dict[str, Any]:
     return result
 
 
+# Fixed routes below /memories that `/memories/{memory_id}` would otherwise swallow for the
+# methods they lack: GET /memories/search is a wrong method (405), not a read of a cell
+# whose id is "search" (403).
+FIXED_MEMORY_ROUTES = {"search": "POST", "query": "GET"}
+
+
+def _not_a_fixed_route(memory_id: str) -> None:
+    allow = FIXED_MEMORY_ROUTES.get(memory_id)
+    if allow is not None:
+        raise WrongMethod(allow)
+
+
 @router.get("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"],
             responses=ERRORS)
 def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
+    _not_a_fixed_route(memory_id)
     caller = _caller(request)
     return _svc(request).get(memory_id, caller.agent_id).wire()
 
@@ -215,6 +229,7 @@ def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
     openapi_extra=body_doc(PatchMemory),
 )
 async def patch_memory(request: Request, memory_id: str) -> dict[str, Any]:
+    _not_a_fixed_route(memory_id)
     caller = _caller(request)
     raw = await request.body()
     cell = await run_in_threadpool(_svc(request).patch, memory_id, caller.agent_id, raw)
@@ -228,6 +243,7 @@ async def patch_memory(request: Request, memory_id: str) -> dict[str, Any]:
     responses={**ERRORS, 409: {"description": "INVALID_TRANSITION: only archived cells"}},
 )
 def delete_memory(request: Request, memory_id: str) -> Response:
+    _not_a_fixed_route(memory_id)
     caller = _caller(request)
     _svc(request).delete(memory_id, caller.agent_id)
     return Response(status_code=204)
@@ -249,7 +265,7 @@ async def lifecycle_run(request: Request) -> dict[str, Any]:
 
 
 @router.post("/lifecycle/purge", tags=["admin"],
-             responses={**ADMIN_ERRORS, 404: {"description": "NOT_FOUND: no such cell"},
+             responses={**ADMIN_ERRORS,
                         409: {"description": "INVALID_TRANSITION or RETENTION_WINDOW"}},
              openapi_extra=body_doc(PurgeRequest))
 async def lifecycle_purge(request: Request) -> dict[str, int]:

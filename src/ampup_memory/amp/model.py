@@ -25,8 +25,9 @@ from ampup_memory.timefmt import format_time
 AMP_VERSION = "0.1.0"
 MAX_CELL_SIZE_BYTES = 65536
 MAX_PAGE_SIZE = 100
-# Offset paging past a million cells is a scan, not a query: use a filter instead.
-MAX_OFFSET = 1_000_000
+# The contract sets no upper bound; this one only keeps offset + limit inside a 64-bit SQL
+# integer everywhere. A large offset answers an empty page.
+MAX_OFFSET = 2**31 - 1
 
 
 EARLIEST_UTC = datetime.min.replace(tzinfo=UTC)
@@ -265,13 +266,21 @@ class ListQuery(_Strict):
 
 
 class SearchRequest(_Strict):
-    query: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+    query: Annotated[str, StringConstraints(min_length=1, max_length=4096), WithJsonSchema(
+        {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": "\\S"})]
     owner_id: str | None = None
     types: list[MemoryType] | None = None
     status: list[Status] | None = None
     include_stale: bool = False
     limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE), BeforeValidator(_integral)] = 10
     offset: Annotated[int, Field(ge=0, le=MAX_OFFSET), BeforeValidator(_integral)] = 0
+
+    @field_validator("query")
+    @classmethod
+    def _query_not_blank(cls, value: str) -> str:
+        if not value.strip():  # "" is already refused; "   " is the same request
+            raise ValueError("query must not be blank")
+        return value
 
     def statuses(self) -> list[Status]:
         """The statuses searched: asked-for ones (default active), never deleted."""

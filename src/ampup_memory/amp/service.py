@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import socket
@@ -47,7 +48,6 @@ from ampup_memory.errors import (
     AccessDenied,
     AmpError,
     InvalidTransition,
-    NotFound,
     PayloadTooLarge,
     RateLimited,
     RetentionWindow,
@@ -82,11 +82,40 @@ def validation_errors(
     return ValidationFailed("Request validation failed.", errors)
 
 
+class _NotFinite(ValueError):
+    pass
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400
+        raise _NotFinite(text)
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise _NotFinite(text)  # NaN, Infinity, -Infinity: not JSON at all
+
+
+def _reject_non_finite(raw: bytes) -> None:
+    """JSON has no NaN or Infinity, and a number too big for a double is one in disguise;
+    pydantic's parser accepts both, and a stored NaN would later break the cell's JSON."""
+    try:
+        json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
+    except _NotFinite as exc:
+        raise field_error(["body"], f"numbers must be finite JSON numbers, not {exc}",
+                          "json_invalid") from None
+    except ValueError:
+        pass  # malformed JSON: pydantic reports it with its position
+
+
 def parse_body(model: type[M], raw: bytes | None) -> M:
     """Decode and validate a JSON body, strictly: ``"offset": false`` or ``"expires_at": 0``
     is a 422, not a silent coercion. Malformed JSON is a 422 like any other."""
+    body = raw if raw and raw.strip() else b"{}"
+    _reject_non_finite(body)
     try:
-        return model.model_validate_json(raw if raw and raw.strip() else b"{}", strict=True)
+        return model.model_validate_json(body, strict=True)
     except ValidationError as exc:
         raise validation_errors(exc) from exc
 
@@ -334,7 +363,7 @@ class AmpService:
         )
         vector = self.embedder.embed([req.query])[0]
         terms = query_terms(req.query)
-        k = max(100, want * 4)
+        k = min(max(100, want * 4), MAX_CANDIDATES)
         while True:
             found = self.store.search_candidates(flt, terms, vector, k)
             # The read rule runs on every hit before scores are normalised, so hidden
@@ -418,7 +447,8 @@ class AmpService:
         """Hard-delete one deleted cell, never inside its retention window."""
         stored = self.store.get(cell_id)
         if stored is None:
-            raise NotFound("No cell with that id.")
+            # The contract's one answer for an unknown id, even to an admin.
+            raise AccessDenied()
         if stored.cell.lifecycle.status is not Status.deleted or stored.deleted_at is None:
             raise InvalidTransition(
                 "Only deleted cells can be purged; this one is "

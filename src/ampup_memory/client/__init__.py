@@ -15,6 +15,9 @@ HTTP status (see `ampup_memory.client.errors`). The LangChain chat history lives
 `ampup_memory.client.langchain` (extra ``ampup-memory[langchain]``).
 """
 
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as _version
+
 from ampup_memory.client._async import AsyncAMPClient
 from ampup_memory.client._base import DEFAULT_SERVER_URL, MemoryCell, Page, SearchPage
 from ampup_memory.client._sync import AMPClient
@@ -31,7 +34,13 @@ from ampup_memory.client.errors import (
     ValidationError,
 )
 
+try:  # the reference exports its version too; ours is the server package's
+    __version__ = _version("ampup-memory")
+except PackageNotFoundError:  # a source checkout never installed
+    __version__ = "0.1.0"
+
 __all__ = [
+    "__version__",
     "AMPClient",
     "AsyncAMPClient",
     "AMPError",

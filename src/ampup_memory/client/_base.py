@@ -180,12 +180,12 @@ class BaseClient:
         provenance: Mapping[str, Any] | None,
         expires_at: datetime | str | None,
     ) -> Call[MemoryCell]:
-        if isinstance(content, str):
-            body_content: dict[str, Any] = {"text": content, "metadata": dict(metadata or {})}
-        else:
-            body_content = dict(content)
+        if isinstance(content, Mapping):
+            body_content: dict[str, Any] = dict(content)
             if metadata is not None:
                 body_content["metadata"] = dict(metadata)
+        else:  # text, or anything else as its string (as the reference does)
+            body_content = {"text": str(content), "metadata": dict(metadata or {})}
         identity: dict[str, Any] = {"owner_id": owner_id, "owner_type": owner_type}
         if session_id is not None:
             identity["session_id"] = session_id

@@ -45,6 +45,12 @@ class AMPClient(BaseClient):
                          headers=headers)
         self._http = httpx.Client(timeout=timeout)
 
+    @property
+    def session(self) -> httpx.Client:
+        """The HTTP session (an ``httpx.Client``), under the reference client's name, for
+        calls this client does not wrap."""
+        return self._http
+
     def close(self) -> None:
         self._http.close()
 

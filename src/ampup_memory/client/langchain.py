@@ -73,7 +73,9 @@ class AMPChatMessageHistory(BaseChatMessageHistory):
         session_id: str | None = None,
         *,
         recall_limit: int | None = None,
+        **kwargs: Any,
     ) -> None:
+        super().__init__(**kwargs)  # as the reference: the base class's own options
         self.client = client
         self.owner_id = owner_id
         self.memory_key = memory_key
@@ -170,7 +172,7 @@ def _pick(source: dict[str, Any], keys: Sequence[str]) -> str:
     for key in keys:
         if key in source:
             return str(source[key])
-    return ""
+    return str(next(iter(source.values())))  # no known key: the first value, as the reference
 
 
 AMPMemory = AMPChatMessageHistory

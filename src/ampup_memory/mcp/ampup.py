@@ -82,16 +82,18 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
             acl=acl, branch=branch))
 
     def find_facts(caller: Caller, scope: str, query: str, as_of: str | None, limit: int,
-                   tz: str | None, branch: str | None) -> str:
+                   tz: str | None, branch: str | None, at_commit: str | None) -> str:
         user = memory_tools.caller_user(caller)
         return search_tools.search_memory(search(), user, scope, query, as_of=as_of,
-                                          limit=limit, tz=tz, branch=branch)
+                                          limit=limit, tz=tz, branch=branch,
+                                          at_commit=at_commit)
 
     def find_passages(caller: Caller, scope: str, query: str, find: str, limit: int,
-                      tz: str | None, branch: str | None) -> str:
+                      tz: str | None, branch: str | None, at_commit: str | None) -> str:
         user = memory_tools.caller_user(caller)
         return _json(search_tools.query_memory(search(), user, scope, query, find=find,
-                                               limit=limit, tz=tz, branch=branch))
+                                               limit=limit, tz=tz, branch=branch,
+                                               at_commit=at_commit))
 
     @server.tool()
     async def remember_memory(
@@ -151,14 +153,17 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         limit: int = 10,
         tz: str | None = None,
         branch: str | None = None,
+        at_commit: str | None = None,
     ) -> CallToolResult:
         """Search the facts of team memory `scope` you may read; the text answer.
 
         Facts grouped by entity, each citing `[e<n> ...]` labels, then source text no fact
         cites; the last line `episodes:` maps labels to ids for get_episode. `as_of` (RFC
-        3339) reads the values current then; `tz` (IANA) places calendar words.
+        3339) reads the values current then; `tz` (IANA) places calendar words;
+        `at_commit` (a ledger commit id) searches memory as that commit left it.
         """
-        return await uenv.reply(ctx, find_facts, scope, query, as_of, limit, tz, branch)
+        return await uenv.reply(ctx, find_facts, scope, query, as_of, limit, tz, branch,
+                                at_commit)
 
     @server.tool()
     async def query_memory(
@@ -169,10 +174,12 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         limit: int = 10,
         tz: str | None = None,
         branch: str | None = None,
+        at_commit: str | None = None,
     ) -> CallToolResult:
         """Ranked passages of the episodes you may read in `scope`, as JSON (needs no
-        extracted facts)."""
-        return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch)
+        extracted facts); `at_commit` limits them to episodes written by that commit."""
+        return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch,
+                                at_commit)
 
 
 TOOLSETS.append(register_ampup_tools)

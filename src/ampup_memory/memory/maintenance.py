@@ -171,7 +171,12 @@ def tidy(tables: MemoryTables, namespace: str, name: str,
     except (CommitFailedException, ValidationException, ValueError) as exc:
         # Another server upkept the same table first (pyiceberg reports an expiry of a
         # snapshot that is already gone as ValueError); the write itself is committed.
-        log.info("upkeep of %s deferred (concurrent commit): %s", table.name(), exc)
+        log.info("upkeep of %s.%s deferred (concurrent commit): %s", namespace, name, exc)
+    except Exception:
+        # The write this follows is already durable and visible: whatever went wrong here
+        # (a file another server's upkeep removed, a busy catalog) must not turn it into an
+        # error. The next write, or the maintenance timer, tries again.
+        log.warning("upkeep of %s.%s failed; deferred", namespace, name, exc_info=True)
 
 
 def full_pass(table: Table, *, committed: set[str] | None, grace: timedelta,

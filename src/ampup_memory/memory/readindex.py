@@ -183,6 +183,18 @@ class ReadIndex:
             row = conn.execute(select(ledger_t).where(ledger_t.c.commit_id == commit_id)).first()
         return _ledger_entry(row._mapping) if row else None
 
+    def commit_seqs(self, scope: str, branch: str, commit_ids: Iterable[str]) -> dict[str, int]:
+        """Ledger seq of each listed commit of this scope and branch (others are left out)."""
+        wanted = sorted(set(commit_ids))
+        found: dict[str, int] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                stmt = select(ledger_t.c.commit_id, ledger_t.c.seq).where(
+                    ledger_t.c.scope == scope, ledger_t.c.branch == branch,
+                    ledger_t.c.commit_id.in_(wanted[i:i + 500]))
+                found.update((str(c), int(s)) for c, s in conn.execute(stmt))
+        return found
+
     def ledger_page(self, scope: str, branch: str, limit: int,
                     before_seq: int | None) -> list[LedgerEntry]:
         stmt = select(ledger_t).where(ledger_t.c.scope == scope, ledger_t.c.branch == branch)

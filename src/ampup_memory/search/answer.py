@@ -43,13 +43,14 @@ def _value(text: str) -> Any:
 
 
 def facts_json(results: FactResults, scope: str, branch: str, query: str,
-               as_of: datetime) -> dict[str, Any]:
+               as_of: datetime, at_commit: str | None = None) -> dict[str, Any]:
     episode_ids = {num: e.id for num, e in results.episodes.items()}
     return {
         "scope": scope,
         "branch": branch,
         "query": query,
         "as_of": _iso(as_of),
+        "at_commit": at_commit,
         "window": results.window.wire() if results.window else None,
         "results": [
             {
@@ -72,12 +73,13 @@ def facts_json(results: FactResults, scope: str, branch: str, query: str,
     }
 
 
-def passages_json(results: PassageResults, scope: str, branch: str, query: str
-                  ) -> dict[str, Any]:
+def passages_json(results: PassageResults, scope: str, branch: str, query: str,
+                  at_commit: str | None = None) -> dict[str, Any]:
     return {
         "scope": scope,
         "branch": branch,
         "query": query,
+        "at_commit": at_commit,
         "window": results.window.wire() if results.window else None,
         "results": [
             {

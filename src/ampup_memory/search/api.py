@@ -76,7 +76,7 @@ def _open(runtime: Any) -> tuple[SearchService, SearchIndex, Feed]:
     engine.ensure_model()
     feed = Feed(memory, engine)
     feed.attach()
-    return SearchService(engine, memory.principal, feed.catch_up), index, feed
+    return SearchService(engine, memory.principal, feed.catch_up, feed.cutoff), index, feed
 
 
 def open_search(runtime: Any) -> tuple[SearchService, SearchIndex]:

@@ -1,8 +1,9 @@
 """Embedders: one small protocol, chosen by setting. Vectors come back L2-normalised.
 
 The default is WordLlama, whose 256-dimension weights ship inside its wheel: it loads
-offline and never downloads. An embedder's ``name`` goes into every index so a change of
-model means re-embedding, never a silent mix of vector spaces.
+offline and never downloads. An embedder's ``ModelInfo`` (name and width) is recorded by
+every store of vectors (the AMP cell store, the AmpUp search index), so a change of model
+means re-embedding, never a silent mix of vector spaces.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import hashlib
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -28,6 +30,19 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         """One unit-length vector per text."""
         ...
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What identifies a vector space: the embedder's name (provider and model) and its
+    width. Vectors compare only within one."""
+
+    name: str
+    dimensions: int
+
+
+def model_info(embedder: Embedder) -> ModelInfo:
+    return ModelInfo(embedder.name, embedder.dimensions)
 
 
 def _normalise(matrix: np.ndarray) -> list[list[float]]:

@@ -2,11 +2,13 @@
 
 Everything that must agree across backends lives here, above the backend: passage
 cutting, embedding, visibility (`search/visibility.py`), newest-wins (`search/newest.py`),
-the time window (`search/timewindow.py`) and the ranker (`search/rank.py`).
+the time window (`search/timewindow.py`), the ranker (`search/rank.py`) and, for a search
+as of a commit, the commit cut (`search/cutoff.py`).
 
 Candidates come from the backend's keyword and vector top-k. When visibility or
 newest-wins leaves fewer than ``limit`` of them, k grows (×4) until enough survive or
-the index has no more, so a caller who may see little still gets its best matches.
+the index has no more, so a caller who may see little (or searches as of an early
+commit) still gets its best matches.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from datetime import UTC, datetime
 
 from pyroaring import BitMap
 
-from ampup_memory.search.embed import Embedder
+from ampup_memory.search.cutoff import Cutoff
+from ampup_memory.search.embed import Embedder, model_info
 from ampup_memory.search.index.base import (
     DocumentBatch,
     EpisodeRow,
     FactRow,
-    ModelInfo,
     NewFact,
     NewPassage,
     PassageRow,
@@ -97,7 +99,7 @@ class SearchEngine:
     def __init__(self, index: SearchIndex, embedder: Embedder) -> None:
         self.index = index
         self.embedder = embedder
-        self.model = ModelInfo(embedder.name, embedder.dimensions)
+        self.model = model_info(embedder)
 
     # -- embeddings -----------------------------------------------------------------------
 
@@ -208,6 +210,7 @@ class SearchEngine:
         limit: int = 10,
         tz: str | None = None,
         now: datetime | None = None,
+        cutoff: Cutoff | None = None,
     ) -> FactResults:
         now = now or _now()
         as_of = as_of or now
@@ -225,8 +228,9 @@ class SearchEngine:
                 overlap = self.index.facts_overlapping(scope, branch, span[0], span[1], k)
                 nums |= set(overlap)
             rows = [r for r in self.index.facts(nums)
-                    if r.kind != CLOSURE and may_read_fact(r.episode_nums, visible)]
-            ends = self._eligible(scope, branch, rows, visible, as_of, span)
+                    if r.kind != CLOSURE and (cutoff is None or cutoff.holds_fact(r))
+                    and may_read_fact(r.episode_nums, visible)]
+            ends = self._eligible(scope, branch, rows, visible, as_of, span, cutoff)
             rows = [r for r in rows if r.num in ends]
             exhausted = all(len(found) < k for found in (keyword, nearest, overlap))
             if len(rows) >= limit or exhausted or k >= MAX_K:
@@ -262,15 +266,18 @@ class SearchEngine:
         visible: BitMap,
         as_of: datetime,
         span: tuple[datetime, datetime] | None,
+        cutoff: Cutoff | None = None,
     ) -> dict[int, datetime | None]:
         """Rows worth ranking, with their effective end: the current version of each key
         (newest visible wins at ``as_of``), plus, when the query names a window, any
-        visible version whose effective validity overlaps it."""
+        visible version whose effective validity overlaps it. With a cutoff, only versions
+        (and closures) committed by then take part, as in ``GET /facts?at_commit``."""
         if not rows:
             return {}
         keys = {(r.entity, r.predicate) for r in rows}
         versions = [v for v in self.index.versions(scope, branch, keys)
-                    if may_read_fact(v.episode_nums, visible)]
+                    if (cutoff is None or cutoff.holds_fact(v))
+                    and may_read_fact(v.episode_nums, visible)]
         wanted = {r.num for r in rows}
         eligible: dict[int, datetime | None] = {}
         for line in timelines(versions).values():
@@ -296,6 +303,7 @@ class SearchEngine:
         limit: int = 10,
         tz: str | None = None,
         now: datetime | None = None,
+        cutoff: Cutoff | None = None,
     ) -> PassageResults:
         now = now or _now()
         window, terms, rest = self._query(query, now, tz)
@@ -310,6 +318,9 @@ class SearchEngine:
             nearest = dict(self.index.nearest_passages(scope, branch, vector, k))
             rows = [p for p in self.index.passages(set(keyword) | set(nearest))
                     if p.episode_num in visible]
+            if cutoff is not None:
+                held = cutoff.episodes(self.index.episodes({p.episode_num for p in rows}))
+                rows = [p for p in rows if p.episode_num in held]
             exhausted = len(keyword) < k and len(nearest) < k
             if len(rows) >= limit or exhausted or k >= MAX_K:
                 break

@@ -18,12 +18,15 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from functools import partial
 
+from ampup_memory.errors import ServiceUnavailable
 from ampup_memory.memory.episode_types import by_name
 from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.facts import FactRecord
 from ampup_memory.memory.scopes import MAIN
 from ampup_memory.memory.service import MemoryService
+from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import build_embedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import (
@@ -126,6 +129,23 @@ class Feed:
         """Bring the read index level with the tables for this scope, then feed it."""
         view = self.memory.view(scope, branch)  # parses, refuses unknown branches, syncs
         return self.feed(str(view.scope), view.branch)
+
+    def cutoff(self, scope: str, branch: str, at_commit: str) -> Cutoff:
+        """The cut for a search as of ``at_commit``, once the index holds that commit.
+
+        The commit is resolved by core's own view (the check and the 404 of
+        ``GET /facts?at_commit``: unknown, or of another scope or branch)."""
+        view = self.memory.view(scope, branch, at_commit)
+        scope, branch, commit = str(view.scope), view.branch, view.at_commit or at_commit
+        if self._cursor_seq(scope, branch) < view.max_seq:
+            self.feed(scope, branch)
+            if self._cursor_seq(scope, branch) < view.max_seq:
+                # The read index holds the commit but not yet every commit before it.
+                raise ServiceUnavailable(
+                    "The search index has not reached that commit yet; retry shortly.",
+                    details={"at_commit": commit})
+        return Cutoff(commit, view.max_seq,
+                      partial(self.memory.index.commit_seqs, scope, branch))
 
     def catch_up_all(self, only: str | None = None, progress: Progress | None = None) -> int:
         """Every scope (or one): the start-up pass, the timer's and the rebuild's."""

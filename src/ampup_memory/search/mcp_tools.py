@@ -25,12 +25,13 @@ def search_memory(
     limit: int = 10,
     tz: str | None = None,
     branch: str | None = None,
+    at_commit: str | None = None,
 ) -> str:
     """Facts ranked by keyword and meaning, as the text answer agents read."""
     try:
         req = FactSearchRequest.model_validate({
             "scope": scope, "query": query, "as_of": as_of, "limit": limit, "format": "text",
-            "tz": tz, "branch": branch,
+            "tz": tz, "branch": branch, "at_commit": at_commit,
         })
     except ValidationError as exc:
         raise validation_errors(exc, ("arguments",)) from exc
@@ -48,12 +49,13 @@ def query_memory(
     limit: int = 10,
     tz: str | None = None,
     branch: str | None = None,
+    at_commit: str | None = None,
 ) -> dict[str, Any]:
     """Episode passages ranked the same way; needs no extraction model."""
     try:
         req = PassageQueryRequest.model_validate({
             "scope": scope, "find": find, "query": query, "limit": limit, "tz": tz,
-            "branch": branch,
+            "branch": branch, "at_commit": at_commit,
         })
     except ValidationError as exc:
         raise validation_errors(exc, ("arguments",)) from exc

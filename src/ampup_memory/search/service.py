@@ -9,14 +9,19 @@ from typing import Any, Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from ampup_memory.errors import ServiceUnavailable
 from ampup_memory.memory.scopes import parse_branch, parse_scope
 from ampup_memory.search.answer import facts_json, passages_json, text_answer
+from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.visibility import Principal
 
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 100
 SOURCE_PASSAGES = 3  # passages read for the text answer's uncited source text
+AT_COMMIT_DOC = (
+    "Search as of this commit of the scope's ledger on this branch: only facts and "
+    "episodes it or an earlier commit wrote count. Visibility is the current ACL.")
 
 
 class FactSearchRequest(BaseModel):
@@ -30,6 +35,7 @@ class FactSearchRequest(BaseModel):
     format: Literal["json", "text"] = "json"
     tz: str | None = Field(default=None, description="IANA zone for calendar words (UTC).")
     branch: str | None = None
+    at_commit: str | None = Field(default=None, description=AT_COMMIT_DOC)
 
 
 class PassageQueryRequest(BaseModel):
@@ -41,6 +47,7 @@ class PassageQueryRequest(BaseModel):
     limit: int = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
     tz: str | None = None
     branch: str | None = None
+    at_commit: str | None = Field(default=None, description=AT_COMMIT_DOC)
 
 
 def check_scope(scope: str, branch: str | None) -> tuple[str, str]:
@@ -57,32 +64,46 @@ class SearchService:
     # Brings the index level with the ledger for one scope before it is read; refuses
     # a branch the memory routes would refuse.
     catch_up: Callable[[str, str], object] | None = None
+    # Resolves ``at_commit`` for (scope, branch) exactly as GET /facts does (same 404 for
+    # an unknown commit or one of another scope or branch), once the index holds it.
+    cutoff_at: Callable[[str, str, str], Cutoff] | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
-    def _prepare(self, user: str, scope: str, branch: str | None
-                 ) -> tuple[str, str, Principal]:
+    def _prepare(self, user: str, scope: str, branch: str | None, at_commit: str | None
+                 ) -> tuple[str, str, Principal, Cutoff | None]:
         scope, branch = check_scope(scope, branch)
         if self.catch_up is not None:
             self.catch_up(scope, branch)
-        return scope, branch, self.principal_of(user)
+        cutoff = None
+        if at_commit:  # empty means "now", as on the memory routes
+            if self.cutoff_at is None:
+                raise ServiceUnavailable("Search as of a commit needs the commit ledger.")
+            cutoff = self.cutoff_at(scope, branch, at_commit)
+        return scope, branch, self.principal_of(user), cutoff
 
     def search(self, user: str, req: FactSearchRequest) -> dict[str, Any] | str:
-        scope, branch, principal = self._prepare(user, req.scope, req.branch)
+        scope, branch, principal, cutoff = self._prepare(user, req.scope, req.branch,
+                                                         req.at_commit)
         now = self.clock()
         results = self.engine.search_facts(
             scope, branch, req.query, principal, as_of=req.as_of, limit=req.limit,
-            tz=req.tz, now=now,
+            tz=req.tz, now=now, cutoff=cutoff,
         )
         if req.format == "json":
-            return facts_json(results, scope, branch, req.query, req.as_of or now)
+            return facts_json(results, scope, branch, req.query, req.as_of or now,
+                              cutoff.commit if cutoff else None)
         sources = self.engine.search_passages(
-            scope, branch, req.query, principal, limit=SOURCE_PASSAGES, tz=req.tz, now=now
+            scope, branch, req.query, principal, limit=SOURCE_PASSAGES, tz=req.tz, now=now,
+            cutoff=cutoff,
         )
         return text_answer(results, sources.passages)
 
     def query(self, user: str, req: PassageQueryRequest) -> dict[str, Any]:
-        scope, branch, principal = self._prepare(user, req.scope, req.branch)
+        scope, branch, principal, cutoff = self._prepare(user, req.scope, req.branch,
+                                                         req.at_commit)
         results = self.engine.search_passages(
-            scope, branch, req.query, principal, limit=req.limit, tz=req.tz, now=self.clock()
+            scope, branch, req.query, principal, limit=req.limit, tz=req.tz, now=self.clock(),
+            cutoff=cutoff,
         )
-        return passages_json(results, scope, branch, req.query)
+        return passages_json(results, scope, branch, req.query,
+                             cutoff.commit if cutoff else None)

@@ -18,6 +18,7 @@ from ampup_memory.amp.access import Guard
 from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import MemoryType, Status, StoredCell
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.search.embed import ModelInfo
 
 
 @dataclass(frozen=True)
@@ -91,6 +92,14 @@ class PassRecord:
     transitions: dict[str, int]
     purged: int
     dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class EmbeddingSource:
+    """What a cell's vector is computed from: the text the service embeds on write."""
+
+    cell_id: str
+    text: str
 
 
 @dataclass
@@ -175,6 +184,27 @@ class CellStore(Protocol):
         ...
 
     def count(self) -> int: ...
+
+    # -- embedding model (amp/reembed.py keeps the vectors in one space) ----------------
+
+    def embedding_model(self) -> ModelInfo | None:
+        """The embedder every stored vector comes from, as last recorded. None: never
+        recorded (a fresh store, or one made before stores recorded it)."""
+        ...
+
+    def set_embedding_model(self, model: ModelInfo) -> None:
+        """Record the embedder the stored vectors come from; durable when it returns."""
+        ...
+
+    def embedding_sources(self, after_id: str | None, batch: int) -> list[EmbeddingSource]:
+        """The text of every cell, whatever its status, in id order after ``after_id``."""
+        ...
+
+    def replace_vectors(self, vectors: Sequence[tuple[EmbeddingSource, list[float]]]) -> int:
+        """Set each cell's embedding in one transaction, only where the cell's text is
+        still the source's (a concurrent edit wrote its own vector). Touches no clock,
+        status or document: re-embedding is not an update. Returns the rows written."""
+        ...
 
     def close(self) -> None: ...
 

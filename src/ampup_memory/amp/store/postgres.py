@@ -11,8 +11,9 @@ compare or score by (guard, scoring, clocks) is kept in columns of its own.
 
 Keywords: a generated ``tsvector`` column (English) with a GIN index. Meaning: pgvector.
 The ``embedding`` column is an untyped ``vector`` with one partial HNSW index (cosine) per
-embedding width, so a change of embedder never mixes vector spaces: vectors of another
-width are ignored, exactly as the SQLite store ignores them.
+embedding width (the width a store opens with gets its index at start): vectors of another
+width are ignored, exactly as the SQLite store ignores them, until `amp/reembed.py`
+rewrites them. The embedder they come from is recorded in ``meta``.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ampup_memory.amp.model import Status, StoredCell, to_utc
 from ampup_memory.amp.store.base import (
     CellFilter,
     Change,
+    EmbeddingSource,
     Hit,
     KeyRecord,
     PassRecord,
@@ -43,14 +45,18 @@ from ampup_memory.amp.store.rows import (
     CELL_COLS,
     EXACT_LIMIT,
     KEY_COLS,
+    MODEL_DIMENSIONS_KEY,
+    MODEL_NAME_KEY,
     PASS_COLS,
     POSTINGS_BUDGET,
     CellColumns,
     affordable_terms,
     columns,
+    embedding_source,
     guard_from_json,
     key_from_row,
     key_params,
+    model_from_meta,
     pass_from_row,
     pass_params,
     stored_from_row,
@@ -58,6 +64,7 @@ from ampup_memory.amp.store.rows import (
     with_status,
 )
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
+from ampup_memory.search.embed import ModelInfo
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -123,6 +130,7 @@ SCHEMA = (
         dry_run boolean NOT NULL
     )""",
     "CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes (started_at)",
+    "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
 )
 
 
@@ -632,6 +640,46 @@ class PostgresStore:
         with self._conn() as conn:
             row = conn.execute("SELECT count(*) FROM cells").fetchone()
         return int(row[0]) if row else 0
+
+    # -- embedding model ------------------------------------------------------------------
+
+    def embedding_model(self) -> ModelInfo | None:
+        with self._conn() as conn:
+            rows = dict(self._execute(
+                conn, "SELECT key, value FROM meta WHERE key = ANY(%s)",
+                ([MODEL_NAME_KEY, MODEL_DIMENSIONS_KEY],),
+            ).fetchall())
+        return model_from_meta(rows.get(MODEL_NAME_KEY), rows.get(MODEL_DIMENSIONS_KEY))
+
+    def set_embedding_model(self, model: ModelInfo) -> None:
+        with self._conn() as conn, conn.transaction():
+            for key, value in ((MODEL_NAME_KEY, model.name),
+                               (MODEL_DIMENSIONS_KEY, str(model.dimensions))):
+                self._execute(
+                    conn,
+                    "INSERT INTO meta (key, value) VALUES (%s, %s)"
+                    " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    (key, value),
+                )
+
+    def embedding_sources(self, after_id: str | None, batch: int) -> list[EmbeddingSource]:
+        with self._conn() as conn:
+            rows = self._execute(
+                conn, "SELECT id, doc FROM cells WHERE id > %s ORDER BY id LIMIT %s",
+                (after_id or "", batch),
+            ).fetchall()
+        return [embedding_source(r[0], r[1]) for r in rows]
+
+    def replace_vectors(self, vectors: Sequence[tuple[EmbeddingSource, list[float]]]) -> int:
+        if not vectors:
+            return 0
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            # One pipelined round trip; `text` compares as stored (NUL mapped on both sides).
+            cur.executemany(
+                "UPDATE cells SET embedding = %s::vector WHERE id = %s AND text = %s",
+                [_params((vector_literal(v), s.cell_id, s.text)) for s, v in vectors],
+            )
+            return max(cur.rowcount, 0)  # the sum over the rows (psycopg >= 3.1)
 
     def close(self) -> None:
         self._pool.close()

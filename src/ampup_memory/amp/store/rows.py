@@ -16,7 +16,8 @@ import numpy as np
 
 from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import MemoryCell, Status, StoredCell, to_utc
-from ampup_memory.amp.store.base import CellFilter, KeyRecord, PassRecord
+from ampup_memory.amp.store.base import CellFilter, EmbeddingSource, KeyRecord, PassRecord
+from ampup_memory.search.embed import ModelInfo
 from ampup_memory.timefmt import format_time
 
 SCHEMA_VERSION = 1
@@ -27,6 +28,10 @@ EXACT_LIMIT = 5000
 # most common terms (lowest IDF, least weight) are left to the embedding side; the rarest
 # always stays.
 POSTINGS_BUDGET = 8000
+
+# Where both stores record the embedding model, in their `meta` table.
+MODEL_NAME_KEY = "embedding_model_name"
+MODEL_DIMENSIONS_KEY = "embedding_model_dimensions"
 
 CELL_COLS = "doc, access_count, last_accessed_at, stale_since, deleted_at"
 KEY_COLS = "key_id, agent_id, key_hash, admin, created_at, expires_at, revoked_at, user_id"
@@ -99,6 +104,18 @@ def columns(stored: StoredCell) -> CellColumns:
         last_updated_at=format_time(cell.lifecycle.last_updated_at),
         expires_at=_time_or_none(cell.lifecycle.expires_at),
     )
+
+
+def embedding_source(cell_id: str, doc: str) -> EmbeddingSource:
+    """The text the service embeds, from the document (PostgreSQL's ``text`` column has
+    NUL mapped away; the document keeps the cell as written)."""
+    return EmbeddingSource(cell_id, str(json.loads(doc)["content"]["text"]))
+
+
+def model_from_meta(name: str | None, dimensions: str | None) -> ModelInfo | None:
+    if name is None or dimensions is None:
+        return None
+    return ModelInfo(name, int(dimensions))
 
 
 def guard_from_json(text: str) -> Guard:

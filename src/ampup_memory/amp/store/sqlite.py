@@ -25,6 +25,7 @@ from ampup_memory.amp.model import Status, StoredCell
 from ampup_memory.amp.store.base import (
     CellFilter,
     Change,
+    EmbeddingSource,
     Hit,
     KeyRecord,
     PassRecord,
@@ -34,11 +35,15 @@ from ampup_memory.amp.store.rows import (
     CELL_COLS,
     EXACT_LIMIT,
     KEY_COLS,
+    MODEL_DIMENSIONS_KEY,
+    MODEL_NAME_KEY,
     PASS_COLS,
     affordable_terms,
     columns,
+    embedding_source,
     key_from_row,
     key_params,
+    model_from_meta,
     parse_time,
     pass_from_row,
     pass_params,
@@ -49,6 +54,7 @@ from ampup_memory.amp.store.rows import (
     with_status,
 )
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections
 from ampup_memory.timefmt import format_time
@@ -568,6 +574,44 @@ class SQLiteStore:
 
     def count(self) -> int:
         return int(self._conn().execute("SELECT count(*) FROM cells").fetchone()[0])
+
+    # -- embedding model ------------------------------------------------------------------
+
+    def embedding_model(self) -> ModelInfo | None:
+        rows = dict(self._conn().execute(
+            "SELECT key, value FROM meta WHERE key IN (?, ?)",
+            (MODEL_NAME_KEY, MODEL_DIMENSIONS_KEY),
+        ).fetchall())
+        return model_from_meta(rows.get(MODEL_NAME_KEY), rows.get(MODEL_DIMENSIONS_KEY))
+
+    def set_embedding_model(self, model: ModelInfo) -> None:
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT INTO meta (key, value) VALUES (?, ?)"
+                " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                [(MODEL_NAME_KEY, model.name), (MODEL_DIMENSIONS_KEY, str(model.dimensions))],
+            )
+
+    def embedding_sources(self, after_id: str | None, batch: int) -> list[EmbeddingSource]:
+        rows = self._conn().execute(
+            "SELECT id, doc FROM cells WHERE id > ? ORDER BY id LIMIT ?", (after_id or "", batch)
+        ).fetchall()
+        return [embedding_source(r[0], r[1]) for r in rows]
+
+    def replace_vectors(self, vectors: Sequence[tuple[EmbeddingSource, list[float]]]) -> int:
+        written = 0
+        with self._write() as conn:
+            seq = self._next_vec_seq(conn)
+            for source, vector in vectors:
+                # A fresh vec_seq per row: every process's vector cache picks the row up.
+                cur = conn.execute(
+                    "UPDATE cells SET vec = ?, vec_seq = ? WHERE id = ? AND text = ?",
+                    (vector_bytes(vector), seq, source.cell_id, source.text),
+                )
+                if cur.rowcount == 1:
+                    written += 1
+                    seq += 1
+        return written
 
     def close(self) -> None:
         self._conns.close_all()

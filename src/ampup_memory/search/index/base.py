@@ -21,6 +21,7 @@ from typing import Protocol
 from pyroaring import BitMap
 
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.search.embed import ModelInfo as ModelInfo  # re-exported for backends
 
 # The unit kinds episode types split bodies into, and the letter a citation label uses.
 UNIT_LETTERS = {
@@ -161,12 +162,6 @@ class NewFact:
     doc: FactDoc
     cites: tuple[tuple[int, int], ...]
     vector: list[float] | None
-
-
-@dataclass(frozen=True)
-class ModelInfo:
-    name: str
-    dimensions: int
 
 
 @dataclass(frozen=True)
