@@ -5,15 +5,18 @@ Each test runs against both through the shared engine, with real files and a rea
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex, open_index
+from ampup_memory.search.index.common import dots
 from ampup_memory.search.rank import KEYWORD_WEIGHT, MEANING_WEIGHT, TIME_BOOST
 from ampup_memory.search.visibility import Principal
 from tests.pg import PostgresFactory
@@ -252,28 +255,134 @@ def test_changed_model_reembeds_instead_of_mixing(index: SearchIndex) -> None:
     assert second.ensure_model() == 0  # same model: nothing to do
 
 
-def test_clear_and_reingest_gives_identical_answers(engine: SearchEngine) -> None:
-    eps = [episode(S, [f"Account {n} renewal is due in {m}.", f"{n} asked for a demo."],
-                   ["*"] if i % 2 else ["group:sales"], occurred=f"2025-0{1 + i % 3}-0{1 + i}")
+QUERIES = ["renewal due in May", "demo", "Globex renewal last February", "Acme", "asked",
+           "Initech July renewal demo", "account", "who wants a demo in August", "Hooli May",
+           "Umbrella renewal", "renewal", "due", "what is due in June", "Acme Globex Initech"]
+
+
+def _accounts(scope: str = S, branch: str = "main") -> DocumentBatch:
+    eps = [episode(scope, [f"Account {n} renewal is due in {m}.", f"{n} asked for a demo."],
+                   ["*"] if i % 2 else ["group:sales"], occurred=f"2025-0{1 + i % 3}-0{1 + i}",
+                   branch=branch)
            for i, (n, m) in enumerate([("Acme", "May"), ("Globex", "June"), ("Initech", "July"),
                                        ("Hooli", "May"), ("Umbrella", "August")])]
     facts = [fact(e, e.units[0].text.split()[1], "renewal_due", e.units[0].text.split()[-1][:-1],
                   e.units[0].text, valid_from=e.occurred_at.date().isoformat())
              for e in eps]
-    engine.ingest(DocumentBatch(eps, facts))
+    return DocumentBatch(eps, facts)
 
-    def answers() -> list[object]:
-        out: list[object] = []
-        for who in (ANN, BOB):
-            for q in ("renewal due in May", "demo", "Globex renewal last February"):
-                r = engine.search_facts(S, "main", q, who, now=NOW)
-                out.append([(f.row.id, round(f.score, 6)) for f in r.facts])
-                p = engine.search_passages(S, "main", q, who, now=NOW)
-                out.append([(x.row.text, round(x.score, 6)) for x in p.passages])
-        return out
 
-    before = answers()
+def _exact_answers(engine: SearchEngine, scope: str = S, branch: str = "main") -> list[object]:
+    """Every score as the engine computed it: exact floats, no rounding."""
+    out: list[object] = []
+    for who in (ANN, BOB):
+        for q in QUERIES:
+            r = engine.search_facts(scope, branch, q, who, now=NOW, limit=20)
+            out.append([(f.row.id, f.score, f.parts) for f in r.facts])
+            p = engine.search_passages(scope, branch, q, who, now=NOW, limit=20)
+            out.append([(x.row.text, x.score, x.parts) for x in p.passages])
+    return out
+
+
+def test_clear_and_reingest_gives_identical_answers(engine: SearchEngine) -> None:
+    batch = _accounts()
+    engine.ingest(batch)
+    before = _exact_answers(engine)
+    assert any(before)
     engine.index.clear(S)
     assert engine.index.counts(S) == {"episodes": 0, "passages": 0, "facts": 0}
-    engine.ingest(DocumentBatch(eps, facts))
-    assert answers() == before
+    # Another batch composition and order than the first time: one episode per commit,
+    # newest first, each embedded on its own. Scores must not depend on either.
+    for e in reversed(batch.episodes):
+        engine.ingest(DocumentBatch([e], [f for f in batch.facts if f.cites[0].episode == e.id]))
+    assert _exact_answers(engine) == before
+
+
+def test_other_scopes_and_branches_never_move_a_score(engine: SearchEngine) -> None:
+    engine.ingest(_accounts())
+    before = _exact_answers(engine)
+    assert any(before)
+    # hundreds of rows holding the query words, in another scope and on another branch
+    for scope, branch in (("globex__eng", "main"), (S, "trial")):
+        flood = [episode(scope, [f"Account {i} renewal due demo May {i}."], ["user:ann"],
+                         branch=branch, source=f"doc:{i}") for i in range(150)]
+        engine.ingest(DocumentBatch(flood, [
+            fact(e, f"Acme {i}", "renewal_due", "May", e.units[0].text)
+            for i, e in enumerate(flood)]))
+        assert engine.search_passages(scope, branch, "renewal demo", ANN, now=NOW).passages
+        assert _exact_answers(engine) == before
+    engine.index.clear("globex__eng")
+    assert _exact_answers(engine) == before
+
+
+def test_a_rows_cosine_does_not_depend_on_its_neighbours() -> None:
+    """The meaning part of one row is a function of its vector and the query alone: the
+    same float in a matrix of any size or order (a rebuilt index fills it differently)."""
+    rng = np.random.default_rng(5)
+    rows = rng.standard_normal((1003, 256)).astype(np.float32)
+    query = rng.standard_normal(256).astype(np.float32)
+    whole = dots(rows, query)
+    for size in (1, 2, 3, 7, 9, 64, 65, 500):
+        pick = rng.choice(len(rows), size, replace=False)
+        assert np.array_equal(dots(rows[pick], query), whole[pick])
+    order = rng.permutation(len(rows))
+    assert np.array_equal(dots(rows[order], query), whole[order])
+
+
+def test_an_embedding_does_not_depend_on_its_batch(wordllama: WordLlamaEmbedder) -> None:
+    """Live writes embed one commit at a time, a rebuild fifty commits at a time."""
+    texts = [" ".join(["Acme renewal budget pilot demo"] * n) + f" note {n}." for n in range(1, 90)]
+    together = wordllama.embed(texts)
+    assert [wordllama.embed([t])[0] for t in texts] == together
+    assert wordllama.embed(texts[::-1]) == together[::-1]
+
+
+def test_sqlite_keyword_files_follow_their_space(tmp_path: Path) -> None:
+    """SQLite only: each (scope, branch) gets its own keyword file on first write, clear()
+    deletes it, a stale file is removed on open, and a file name is only ever built from
+    a number and a hex token."""
+    from ampup_memory.search.index.keywords import Space, space_file
+
+    uri = f"sqlite:///{tmp_path / 'index.db'}"
+    folder = tmp_path / "index.db.keywords"
+    engine = SearchEngine(open_index(uri), HashEmbedder(32))
+    engine.ensure_model()
+
+    def files() -> set[str]:
+        return {p.name for p in folder.glob("*.db")} if folder.exists() else set()
+
+    assert files() == set()
+    engine.ingest(_accounts())
+    engine.ingest(_accounts(branch="trial"))
+    engine.ingest(_accounts("globex__eng"))
+    assert len(files()) == 3
+    with sqlite3.connect(tmp_path / "index.db") as conn:  # the index file's schema is fixed
+        assert not conn.execute(
+            "SELECT 1 FROM sqlite_master WHERE sql LIKE 'CREATE VIRTUAL TABLE%'").fetchone()
+    engine.index.clear(S)
+    assert len(files()) == 1
+    assert engine.search_facts("globex__eng", "main", "renewal", ANN, now=NOW).facts
+    assert not engine.search_facts(S, "main", "renewal", ANN, now=NOW).facts
+    engine.index.close()
+
+    stale = space_file(folder, Space(99, "0123456789abcdef", "x__y", "main"))
+    stale.write_bytes(b"")
+    reopened = SearchEngine(open_index(uri), HashEmbedder(32))
+    assert len(files()) == 1 and not stale.exists()
+    answers = _exact_answers(reopened, "globex__eng")
+    assert any(answers)
+    reopened.index.close()
+
+    # A writer that stopped between its commit and its keyword file (here: the file is
+    # gone): the next search applies the rows again, and scores are the same.
+    for path in folder.iterdir():
+        path.unlink()
+    again = SearchEngine(open_index(uri), HashEmbedder(32))
+    assert _exact_answers(again, "globex__eng") == answers
+    assert len(files()) == 1
+    again.index.close()
+
+    for bad in (Space(0, "0123456789abcdef", S, "main"), Space(True, "0123456789abcdef", S,
+                "main"), Space(1, "../../etc/passwd", S, "main"), Space(1, "ABC", S, "main")):
+        with pytest.raises(ValueError):
+            space_file(folder, bad)

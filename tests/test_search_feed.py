@@ -7,6 +7,7 @@ and /query. Nothing here fills the index directly.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -110,18 +111,49 @@ def test_cli_load_and_other_processes_are_searchable(home: Path, alice: Memory,
     assert any("Denver" in t for t in passages(alice, s, "Hooli offsite"))
 
 
+QUERIES = ["Acme budget", "Initech renewal June", "pilot", "alpha bravo", "bravo charlie",
+           "budget for the pilot", "who starts in May", "renewal", "Globex churn risk",
+           "delta echo foxtrot", "security review", "what did Raj say"]
+WORDS = ("alpha bravo charlie delta echo foxtrot budget pilot renewal security review churn "
+         "Acme Globex Initech Hooli May June").split()
+
+
 def _answers(m: Memory, scope: str) -> list[Any]:
     out: list[Any] = []
-    for q in ("Acme budget", "Initech renewal June", "pilot"):
+    for q in QUERIES:
         out.append(search(m, scope, q, as_of="2100-01-01T00:00:00Z").json())
         out.append(search(m, scope, q, format="text").text)
         out.append(passages(m, scope, q))
+        r = m.http.post("/query", json={"scope": scope, "find": "passages", "query": q,
+                                        "limit": 50})
+        out.append(r.json()["results"])  # scores and parts of every passage
     return out
 
 
+def _many_commits(m: Memory, scope: str, salt: int) -> None:
+    """Commits of several episodes each (a rebuild applies fifty commits at a time, so
+    its batches differ from the live ones), single writes and facts."""
+    for c in range(6):
+        bodies = [" ".join(WORDS[(salt + c * 7 + e * 3 + w) % len(WORDS)] for w in range(5 + e))
+                  + f". Note {c}-{e}." for e in range(7)]
+        r = m.http.post("/episodes/batch", json={"scope": scope, "episodes": [
+            {"source": f"doc:{salt}-{c}-{e}", "body": b, "acl": ["*"] if e % 3 else
+             ["user:alice"]} for e, b in enumerate(bodies)]})
+        assert r.status_code == 201, r.text
+        ids = [e["id"] for e in r.json()["episodes"]]
+        r = m.http.post("/facts/batch", json={"scope": scope, "facts": [
+            {"entity": b.split()[0].capitalize(), "predicate": f"note_{c}_{e}",
+             "value": b.split()[1], "quote": b, "cites": [{"episode": ep, "unit": 1}]}
+            for e, (b, ep) in enumerate(zip(bodies, ids, strict=True)) if e % 2]})
+        assert r.status_code == 201, r.text
+        write(m, scope, f"Alpha bravo single write {salt} {c}: pilot budget review.", ["*"])
+
+
 def test_rebuild_from_the_tables_gives_identical_answers(home: Path) -> None:
-    s = new_scope()
-    with serving(home, ENV) as proc:
+    # The bundled default embedder, as the auditor ran it.
+    env = {**ENV, "AMP_EMBEDDING_PROVIDER": "wordllama"}
+    s, other = new_scope(), new_scope()
+    with serving(home, env) as proc:
         m = Memory(proc.url, "alice")
         call = write(m, s, "Ann: Acme budget for the pilot is 40k.\n\nRaj: pilot starts May.",
                      ["*"])
@@ -130,25 +162,55 @@ def test_rebuild_from_the_tables_gives_identical_answers(home: Path) -> None:
                      ["Initech", "renewal", "June", "Initech renewal is due in June.", memo]):
             r = m.fact(s, *body[:4], [(body[4], 1)])
             assert r.status_code == 201, r.text
-        before = _answers(m, s)
+        # two scopes written in turns: live, their rows interleave; a rebuild feeds
+        # one scope after the other
+        for salt in range(2):
+            _many_commits(m, s, salt)
+            _many_commits(m, other, salt + 5)
+        before = [_answers(m, s), _answers(m, other)]
         m.close()
-    assert any(before[0]["results"]) and before[2]
+    assert any(before[0][0]["results"]) and before[0][2]
+    assert sum(len(a) for a in before[0][3::4]) > 50  # many scores compared, not a few
     assert (home / "index.db").exists()
     _delete_index(home)
-    done = run_cli(home, ENV, "index", "rebuild")
+    done = run_cli(home, env, "index", "rebuild")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
-    assert report["commits"] == 4 and report["facts"] == 2
-    with serving(home, {**ENV, "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "0"}) as proc:
+    assert report["commits"] == 4 + 2 * 2 * 6 * 3 and report["facts"] == 2 + 2 * 2 * 6 * 3
+    with serving(home, {**env, "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "0"}) as proc:
         m = Memory(proc.url, "alice")
-        assert _answers(m, s) == before
+        assert [_answers(m, s), _answers(m, other)] == before
         m.close()
     # no rebuild at all: a server catches up from the tables on its own
     _delete_index(home)
-    with serving(home, ENV) as proc:
+    with serving(home, env) as proc:
         m = Memory(proc.url, "alice")
-        assert _answers(m, s) == before
+        assert [_answers(m, s), _answers(m, other)] == before
         m.close()
+    # an index file of the older layout (one keyword table for every scope) is emptied
+    # on start and refilled from the tables: same answers
+    _downgrade_index(home)
+    with serving(home, env) as proc:
+        m = Memory(proc.url, "alice")
+        assert [_answers(m, s), _answers(m, other)] == before
+        m.close()
+    with sqlite3.connect(home / "index.db") as conn:
+        assert conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone() != ("1",)
+        names = {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
+    assert "facts_fts" not in names and "facts_ai" not in names
+
+
+def _downgrade_index(home: Path) -> None:
+    """Make the index look like one written before keyword spaces: format 1, one global
+    FTS5 table fed by a trigger, rows kept (but no longer trusted)."""
+    with sqlite3.connect(home / "index.db") as conn:
+        conn.execute("DELETE FROM meta WHERE key = 'format'")
+        conn.execute("CREATE VIRTUAL TABLE facts_fts USING fts5(entity, predicate_words,"
+                     " value, quote, content='facts', content_rowid='num')")
+        conn.execute("CREATE TRIGGER facts_ai AFTER INSERT ON facts BEGIN INSERT INTO"
+                     " facts_fts(rowid, entity, predicate_words, value, quote) VALUES"
+                     " (new.num, new.entity, new.predicate_words, new.value, new.quote); END")
+        conn.execute("INSERT INTO facts_fts(facts_fts) VALUES ('rebuild')")
 
 
 def _delete_index(home: Path) -> None:

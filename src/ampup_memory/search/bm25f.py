@@ -9,10 +9,11 @@ field counts against the same word found in the quote:
     predicate  1.5     the attribute asked for ("budget", "owner")
     quote      1.0     the verbatim evidence: long, so it matches often and weakly
 
-SQLite applies them as FTS5 column weights, ``bm25(facts_fts, 3.0, 1.5, 2.0, 1.0)`` (true
-BM25 per column, summed with these weights). PostgreSQL has no BM25: it uses a weighted
-``tsvector`` (entity A, value B, predicate C, quote D) ranked by ``ts_rank`` with the same
-weights scaled to at most 1, which orders alike on short fields but is not identical.
+SQLite applies them as FTS5 column weights, ``bm25(facts_fts_<space>, 3.0, 1.5, 2.0, 1.0)``
+(true BM25 per column, summed with these weights, over one scope and branch's facts).
+PostgreSQL has no BM25: it uses a weighted ``tsvector`` (entity A, value B, predicate C,
+quote D) ranked by ``ts_rank`` with the same weights scaled to at most 1, which orders
+alike on short fields but is not identical.
 Each backend's raw score is normalised by the best candidate, so only order matters.
 """
 

@@ -237,7 +237,7 @@ class SearchEngine:
                 break
             k *= 4
         missing = [r.num for r in rows if r.num not in keyword]
-        keyword.update(self.index.fact_keyword(missing, terms))
+        keyword.update(self.index.fact_keyword(scope, branch, missing, terms))
         cosines: dict[int, float] = dict(nearest)
         if vector is not None:
             cosines.update(self.index.fact_cosines(

@@ -50,7 +50,10 @@ def documents(scope: str, episodes: Iterable[EpisodeRecord], bodies: dict[str, s
     """Committed rows as index documents: episodes with units and ACL, facts (closures
     included) with citations and valid time."""
     batch = DocumentBatch()
-    for rec in episodes:
+    # Chain order, then id: the order a live feed (one commit at a time) numbers them in,
+    # whatever order the read index returns them and however many commits one batch holds,
+    # so a rebuilt index numbers every scope's rows in the same relative order.
+    for rec in sorted(episodes, key=lambda r: (r.seq, r.id)):
         etype = by_name(rec.type)
         body = bodies.get(rec.body_ref, "")
         units = etype.units(body) if etype else []

@@ -230,6 +230,8 @@ class SearchIndex(Protocol):
         ...
 
     # -- candidates --------------------------------------------------------------------
+    # Keyword scores of one (scope, branch) depend on its own rows only: nothing written
+    # to another scope or branch may change them (tests/test_scope_isolation.py).
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int) -> list[Hit]:
         ...
 
@@ -252,9 +254,10 @@ class SearchIndex(Protocol):
         ...
 
     def fact_keyword(
-        self, nums: Sequence[int], terms: Sequence[str]
+        self, scope: str, branch: str, nums: Sequence[int], terms: Sequence[str]
     ) -> dict[int, float]:
-        """Raw keyword score of each listed fact that matches the terms at all."""
+        """Raw keyword score of each listed fact of (scope, branch) that matches the terms
+        at all, on the same scale as :meth:`keyword_facts`."""
         ...
 
     # -- rows --------------------------------------------------------------------------

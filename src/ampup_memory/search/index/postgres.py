@@ -5,6 +5,10 @@ Writers take a transaction-scoped advisory lock, so several server processes may
 one index and the ACL bitmaps are never updated by two writers at once. Vectors sit in
 an untyped ``vector`` column with an HNSW expression index for the recorded model's
 dimension; a model change drops the vectors and rebuilds that index.
+
+Scopes share these tables but never each other's scores: ``ts_rank`` reads only the row's
+own tsvector (no collection statistics) and a cosine only the two vectors, so unlike
+FTS5's ``bm25()`` nothing here needs a table per scope (tests/test_scope_isolation.py).
 """
 
 from __future__ import annotations
@@ -399,15 +403,17 @@ class PostgresIndex:
     ) -> list[Hit]:
         return self._keyword("search_passages", scope, branch, terms, k, "")
 
-    def fact_keyword(self, nums: Sequence[int], terms: Sequence[str]) -> dict[int, float]:
+    def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
+                     terms: Sequence[str]) -> dict[int, float]:
         query = _tsquery(terms)
         if not query or not nums:
             return {}
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT num, ts_rank({_RANK_WEIGHTS}, tsv, q) FROM search_facts,"
-                " to_tsquery('english', %s) q WHERE tsv @@ q AND num = ANY(%s)",
-                (query, list(nums)),
+                " to_tsquery('english', %s) q WHERE tsv @@ q AND num = ANY(%s)"
+                " AND scope = %s AND branch = %s",
+                (query, list(nums), scope, branch),
             ).fetchall()
         return {int(n): float(r) for n, r in rows}
 

@@ -1,16 +1,36 @@
 """The embedded index: one SQLite file. FTS5 for keywords, vectors in memory (numpy).
 
+The file also holds core's read index (``mem_*`` tables, `memory/readindex.py`); nothing
+here touches those.
+
 One writer at a time (an in-process lock plus ``BEGIN IMMEDIATE`` across processes);
 readers use their own thread-local connections and see only committed transactions.
 The index is derived, so ``synchronous=NORMAL`` is enough: a lost tail is rebuilt.
+
+**Keyword statistics are per scope and branch.** FTS5's ``bm25()`` scores with whole-table
+statistics (row count, average length, how many rows hold each word), so one FTS5 table
+shared by every scope let a write to one scope move scores in another. Each (scope,
+branch) is a *keyword space* with FTS5 tables of its own, in a small file of its own
+(`keywords.py` says why a file and not tables here), created on its first write, filled
+from the rows of this file right after each commit and deleted by :meth:`SQLiteIndex.clear`.
+The vector matrices are per (scope, branch) too (`common.py`), so nothing written to one
+scope changes any score in another. Within one space, rows the caller may not see still
+count in the statistics (docs/security.md).
+
+Layout changes bump :data:`FORMAT`; an index file of another format is emptied on open
+and the start-up catch-up (`search/feed.py`) refills it from the tables, the same path
+that rebuilds a deleted index file.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import re
+import secrets
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +42,7 @@ from pyroaring import BitMap
 from ampup_memory.amp.store.rows import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.bm25f import fts5_weights
+from ampup_memory.search.index import keywords
 from ampup_memory.search.index.base import (
     EpisodeDoc,
     EpisodeRow,
@@ -41,73 +62,66 @@ from ampup_memory.search.index.common import (
     time_text,
     vector_blob,
 )
+from ampup_memory.search.index.keywords import Space, SpaceFiles
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections
 
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS cursors (
-    scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
-    PRIMARY KEY (scope, branch)
-);
-CREATE TABLE IF NOT EXISTS episodes (
-    num INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
-    occurred_at TEXT NOT NULL, acl TEXT NOT NULL, source TEXT NOT NULL,
-    unit_kinds TEXT NOT NULL,
-    UNIQUE (scope, branch, id)
-);
-CREATE TABLE IF NOT EXISTS passages (
-    num INTEGER PRIMARY KEY AUTOINCREMENT,
-    episode_num INTEGER NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL,
-    first_unit INTEGER NOT NULL, last_unit INTEGER NOT NULL,
-    units TEXT NOT NULL, text TEXT NOT NULL,
-    vec BLOB, vec_seq INTEGER NOT NULL DEFAULT 0
-);
-CREATE INDEX IF NOT EXISTS passages_episode ON passages(episode_num);
-CREATE INDEX IF NOT EXISTS passages_vec_seq ON passages(vec_seq);
-CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(
-    text, content='passages', content_rowid='num', tokenize='porter unicode61'
-);
-CREATE TRIGGER IF NOT EXISTS passages_ai AFTER INSERT ON passages BEGIN
-    INSERT INTO passages_fts(rowid, text) VALUES (new.num, new.text);
-END;
-CREATE TRIGGER IF NOT EXISTS passages_ad AFTER DELETE ON passages BEGIN
-    INSERT INTO passages_fts(passages_fts, rowid, text) VALUES ('delete', old.num, old.text);
-END;
-CREATE TABLE IF NOT EXISTS facts (
-    num INTEGER PRIMARY KEY AUTOINCREMENT,
-    id TEXT NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
-    commit_seq INTEGER NOT NULL, entity TEXT NOT NULL, predicate TEXT NOT NULL,
-    value TEXT NOT NULL, quote TEXT NOT NULL, valid_from TEXT, valid_to TEXT,
-    written_by TEXT NOT NULL, cites TEXT NOT NULL, predicate_words TEXT NOT NULL,
-    ord INTEGER NOT NULL, kind TEXT NOT NULL,
-    vec BLOB, vec_seq INTEGER NOT NULL DEFAULT 0,
-    UNIQUE (scope, branch, id)
-);
-CREATE INDEX IF NOT EXISTS facts_key ON facts(scope, branch, entity, predicate);
-CREATE INDEX IF NOT EXISTS facts_valid ON facts(scope, branch, valid_from);
-CREATE INDEX IF NOT EXISTS facts_vec_seq ON facts(vec_seq);
-CREATE VIRTUAL TABLE IF NOT EXISTS facts_fts USING fts5(
-    entity, predicate_words, value, quote,
-    content='facts', content_rowid='num', tokenize='porter unicode61'
-);
-CREATE TRIGGER IF NOT EXISTS facts_ai AFTER INSERT ON facts BEGIN
-    INSERT INTO facts_fts(rowid, entity, predicate_words, value, quote)
-    VALUES (new.num, new.entity, new.predicate_words, new.value, new.quote);
-END;
-CREATE TRIGGER IF NOT EXISTS facts_ad AFTER DELETE ON facts BEGIN
-    INSERT INTO facts_fts(facts_fts, rowid, entity, predicate_words, value, quote)
-    VALUES ('delete', old.num, old.entity, old.predicate_words, old.value, old.quote);
-END;
-CREATE TABLE IF NOT EXISTS acl_bitmaps (entry TEXT PRIMARY KEY, bits BLOB NOT NULL);
-"""
+FORMAT = "2"  # 2: a keyword file per (scope, branch); 1 (no key): one shared FTS5 table
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
+    """CREATE TABLE IF NOT EXISTS cursors (
+        scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
+        PRIMARY KEY (scope, branch))""",
+    """CREATE TABLE IF NOT EXISTS episodes (
+        num INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
+        occurred_at TEXT NOT NULL, acl TEXT NOT NULL, source TEXT NOT NULL,
+        unit_kinds TEXT NOT NULL,
+        UNIQUE (scope, branch, id))""",
+    """CREATE TABLE IF NOT EXISTS passages (
+        num INTEGER PRIMARY KEY AUTOINCREMENT,
+        episode_num INTEGER NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL,
+        first_unit INTEGER NOT NULL, last_unit INTEGER NOT NULL,
+        units TEXT NOT NULL, text TEXT NOT NULL,
+        vec BLOB, vec_seq INTEGER NOT NULL DEFAULT 0)""",
+    "CREATE INDEX IF NOT EXISTS passages_episode ON passages(episode_num)",
+    "CREATE INDEX IF NOT EXISTS passages_vec_seq ON passages(vec_seq)",
+    "CREATE INDEX IF NOT EXISTS passages_space ON passages(scope, branch)",
+    """CREATE TABLE IF NOT EXISTS facts (
+        num INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
+        commit_seq INTEGER NOT NULL, entity TEXT NOT NULL, predicate TEXT NOT NULL,
+        value TEXT NOT NULL, quote TEXT NOT NULL, valid_from TEXT, valid_to TEXT,
+        written_by TEXT NOT NULL, cites TEXT NOT NULL, predicate_words TEXT NOT NULL,
+        ord INTEGER NOT NULL, kind TEXT NOT NULL,
+        vec BLOB, vec_seq INTEGER NOT NULL DEFAULT 0,
+        UNIQUE (scope, branch, id))""",
+    "CREATE INDEX IF NOT EXISTS facts_key ON facts(scope, branch, entity, predicate)",
+    "CREATE INDEX IF NOT EXISTS facts_valid ON facts(scope, branch, valid_from)",
+    "CREATE INDEX IF NOT EXISTS facts_vec_seq ON facts(vec_seq)",
+    "CREATE INDEX IF NOT EXISTS facts_space ON facts(scope, branch)",
+    "CREATE TABLE IF NOT EXISTS acl_bitmaps (entry TEXT PRIMARY KEY, bits BLOB NOT NULL)",
+    # One row per keyword space; its file is named by id and a random token.
+    """CREATE TABLE IF NOT EXISTS keyword_spaces (
+        id INTEGER PRIMARY KEY AUTOINCREMENT, scope TEXT NOT NULL, branch TEXT NOT NULL,
+        token TEXT NOT NULL, UNIQUE (scope, branch))""",
+)
+
+# Kept across an emptying so caches of other processes notice (they compare numbers).
+_COUNTERS = ("generation", "acl_generation", "vec_seq")
+# This index's tables in every format so far, and nothing else in the file (format 1 had
+# one FTS5 table per kind here).
+_ROW_TABLES = ("cursors", "episodes", "passages", "facts", "acl_bitmaps", "keyword_spaces")
+_OWN_TABLE = re.compile(r"(?:facts|passages)_fts|" + "|".join(_ROW_TABLES))
+
+log = logging.getLogger("ampup_memory.search")
 
 _FACT_COLS = (
     "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
-_TABLES = {"facts": "facts", "passages": "passages"}  # the only names that reach SQL
+_TABLES = {"facts": "facts", "passages": "passages"}  # the only row-table names in SQL
 _BM25 = ", ".join(str(w) for w in fts5_weights())
 _CHUNK = 500  # bound parameters per IN (...) list
 
@@ -156,13 +170,64 @@ class SQLiteIndex:
         self._bitmap_gen: int | None = None
         self._bitmap_lock = threading.Lock()
         self._pending_bits: dict[str, BitMap] | None = None
-        with self._write_lock:
-            self._conn().executescript(SCHEMA)
+        self._spaces = SpaceFiles(self.path.with_name(self.path.name + ".keywords"),
+                                  timeout=60.0)
+        self._prepare_file()
 
     # -- connections and meta ------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
         return self._conns.get()
+
+    def _prepare_file(self) -> None:
+        """Create the schema; empty an index of another format first (it is refilled from
+        the tables by the start-up catch-up, as a deleted index file would be)."""
+        with self._write_lock:
+            conn = self._conn()
+            conn.execute("BEGIN IMMEDIATE")  # two processes opening one old file: one empties
+            try:
+                tables = {str(r[0]) for r in conn.execute(
+                    "SELECT name FROM sqlite_master WHERE type = 'table'")}
+                found = None
+                if "meta" in tables:
+                    row = conn.execute("SELECT value FROM meta WHERE key = 'format'").fetchone()
+                    found = str(row[0]) if row else "1"
+                if found is not None and found != FORMAT:
+                    log.warning("search index %s has format %s, this version uses %s:"
+                                " emptying it; it refills from the tables", self.path,
+                                found, FORMAT)
+                    self._empty_file(conn)
+                for statement in SCHEMA:
+                    conn.execute(statement)
+                self._set_meta(conn, "format", FORMAT)
+                # Under the write lock: a space's file is only created after its row is
+                # committed, so no file of a space being created can look stale here.
+                self._spaces.keep_only(self._all_spaces(conn))
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+    def _empty_file(self, conn: sqlite3.Connection) -> None:
+        """Drop this index's tables of any format (the file also holds core's ``mem_*``
+        read index, which stays) and keep only meta's counters, each moved on."""
+        names = [str(r[0]) for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]
+        ours = [n for n in names if _OWN_TABLE.fullmatch(n)]  # fixed names only
+        # Virtual tables first: dropping one drops its shadow tables (…_data, …_idx).
+        for name in sorted(ours, key=lambda n: "_fts" not in n):
+            conn.execute(f"DROP TABLE IF EXISTS {name}")
+        if "sqlite_sequence" in names:
+            conn.execute(
+                f"DELETE FROM sqlite_sequence WHERE name IN ({','.join('?' * len(_ROW_TABLES))})",
+                _ROW_TABLES,
+            )
+        conn.execute(
+            f"DELETE FROM meta WHERE key NOT IN ({','.join('?' * len(_COUNTERS))})",
+            _COUNTERS,
+        )
+        for key in ("generation", "acl_generation"):
+            self._bump(conn, key)
 
     def _meta(self, key: str) -> str | None:
         row = self._conn().execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
@@ -190,6 +255,8 @@ class SQLiteIndex:
             conn = self._conn()
             conn.execute("BEGIN IMMEDIATE")
             self._local.in_tx = True
+            self._local.after_commit = []
+            self._local.touched = set()
             self._pending_bits = {}
             self._local.vec_seq = None
             try:
@@ -203,6 +270,10 @@ class SQLiteIndex:
             finally:
                 self._local.in_tx = False
                 self._pending_bits = None
+                after: list[Callable[[], None]] = self._local.after_commit
+                self._local.after_commit = []
+            for step in after:  # only after a commit (an exception above skips this)
+                step()
 
     def _tx(self) -> sqlite3.Connection:
         if not getattr(self._local, "in_tx", False):
@@ -255,10 +326,14 @@ class SQLiteIndex:
     def clear(self, scope: str | None = None) -> None:
         with self.transaction():
             conn = self._tx()
+            cleared = [s for s in self._all_spaces(conn) if scope is None or s.scope == scope]
             if scope is None:
-                for table in ("facts", "passages", "episodes", "cursors", "acl_bitmaps"):
+                for table in ("facts", "passages", "episodes", "cursors", "acl_bitmaps",
+                              "keyword_spaces"):
                     conn.execute(f"DELETE FROM {table}")  # noqa: S608 (fixed names)
-                conn.execute("DELETE FROM sqlite_sequence")
+                # Numbers restart; keyword spaces' do not (their files are named by them).
+                conn.execute("DELETE FROM sqlite_sequence"
+                             " WHERE name IN ('facts', 'passages', 'episodes')")
                 assert self._pending_bits is not None
                 self._pending_bits.clear()
                 self._bump(conn, "acl_generation")
@@ -270,9 +345,98 @@ class SQLiteIndex:
                 for entry, bits in self._all_bitmaps(conn).items():
                     if bits & nums:
                         self._pending(entry, bits - nums)
-                for table in ("facts", "passages", "episodes", "cursors"):
+                for table in ("facts", "passages", "episodes", "cursors", "keyword_spaces"):
                     conn.execute(f"DELETE FROM {table} WHERE scope = ?", (scope,))  # noqa: S608
             self._bump(conn, "generation")
+            self._local.after_commit.append(lambda: self._remove_files(cleared))
+
+    # -- keyword spaces --------------------------------------------------------------------
+
+    @staticmethod
+    def _all_spaces(conn: sqlite3.Connection) -> list[Space]:
+        return [Space(int(i), str(t), str(s), str(b)) for i, t, s, b in conn.execute(
+            "SELECT id, token, scope, branch FROM keyword_spaces")]
+
+    def _space(self, scope: str, branch: str) -> Space | None:
+        """The keyword space of (scope, branch), if anything was ever written to it."""
+        row = self._conn().execute(
+            "SELECT id, token FROM keyword_spaces WHERE scope = ? AND branch = ?",
+            (scope, branch),
+        ).fetchone()
+        return Space(int(row[0]), str(row[1]), scope, branch) if row else None
+
+    def _space_for_write(self, conn: sqlite3.Connection, scope: str, branch: str) -> Space:
+        """The keyword space of (scope, branch), registered on first use; its file gets
+        this transaction's rows right after the commit."""
+        space = self._space(scope, branch)
+        if space is None:
+            token = secrets.token_hex(8)
+            row = conn.execute(
+                "INSERT INTO keyword_spaces (scope, branch, token) VALUES (?, ?, ?)"
+                " RETURNING id", (scope, branch, token),
+            ).fetchone()
+            space = Space(int(row[0]), token, scope, branch)
+        if space not in self._local.touched:
+            self._local.touched.add(space)
+            self._local.after_commit.append(lambda: self._apply_after_commit(space))
+        return space
+
+    def _apply_after_commit(self, space: Space) -> None:
+        try:
+            with self._spaces.connect(space) as kconn:
+                for kind in keywords.COLUMNS:
+                    self._catch_up(kconn, space, kind)
+        except (sqlite3.Error, OSError):
+            # The rows are committed: the next search of this space applies them.
+            log.warning("keyword file of %s/%s lags its rows; the next search applies them",
+                        space.scope, space.branch, exc_info=True)
+
+    def _catch_up(self, kconn: sqlite3.Connection, space: Space, kind: str) -> int:
+        """Bring the space file's ``kind`` postings level with this file's rows; returns
+        the row number they are applied up to (the version of the space's statistics)."""
+        t = _TABLES[kind]
+        upto = int(self._conn().execute(
+            f"SELECT max(num) FROM {t} INDEXED BY {t}_space WHERE scope = ? AND branch = ?",
+            (space.scope, space.branch),
+        ).fetchone()[0] or 0)
+        done = keywords.applied(kconn, kind)
+        if done >= upto:
+            return done
+        kconn.execute("BEGIN IMMEDIATE")
+        try:
+            done = keywords.applied(kconn, kind)  # another writer may have been first
+            if done < upto:
+                rows = self._conn().execute(
+                    f"SELECT num, {', '.join(keywords.COLUMNS[kind])} FROM {t}"
+                    f" INDEXED BY {t}_space WHERE scope = ? AND branch = ?"
+                    " AND num > ? AND num <= ? ORDER BY num",
+                    (space.scope, space.branch, done, upto),
+                )
+                keywords.apply(kconn, kind, rows, upto)
+        except BaseException:
+            kconn.execute("ROLLBACK")
+            raise
+        kconn.execute("COMMIT")
+        return max(done, upto)
+
+    def _remove_files(self, spaces: list[Space]) -> None:
+        try:
+            self._spaces.remove(spaces)
+        except OSError:
+            log.warning("could not delete a cleared keyword file; the next open does",
+                        exc_info=True)
+
+    @contextmanager
+    def _keyword_space(self, kind: str, scope: str, branch: str
+                       ) -> Iterator[tuple[sqlite3.Connection, str] | None]:
+        """The space's keyword file, caught up, and a key naming its current content."""
+        space = self._space(scope, branch)
+        if space is None:
+            yield None
+            return
+        with self._spaces.connect(space) as kconn:
+            upto = self._catch_up(kconn, space, kind)
+            yield kconn, f"{space.id}-{space.token}-{kind}-{upto}"
 
     # -- bitmaps ---------------------------------------------------------------------------
 
@@ -361,16 +525,15 @@ class SQLiteIndex:
         if not passages:
             return
         seq = self._vec_seq(conn)
-        rows = [
-            (p.episode_num, p.scope, p.branch, p.first_unit, p.last_unit,
-             dumps([list(u) for u in p.units]), "\n\n".join(t for _, _, t in p.units),
-             vector_blob(p.vector), seq if p.vector is not None else 0)
-            for p in passages
-        ]
+        for scope, branch in dict.fromkeys((p.scope, p.branch) for p in passages):
+            self._space_for_write(conn, scope, branch)
         conn.executemany(
             "INSERT INTO passages (episode_num, scope, branch, first_unit, last_unit, units,"
             " text, vec, vec_seq) VALUES (?,?,?,?,?,?,?,?,?)",
-            rows,
+            [(p.episode_num, p.scope, p.branch, p.first_unit, p.last_unit,
+              dumps([list(u) for u in p.units]), "\n\n".join(t for _, _, t in p.units),
+              vector_blob(p.vector), seq if p.vector is not None else 0)
+             for p in passages],
         )
 
     def upsert_facts(self, facts: Sequence[NewFact]) -> None:
@@ -378,6 +541,8 @@ class SQLiteIndex:
         if not facts:
             return
         seq = self._vec_seq(conn)
+        for scope, branch in dict.fromkeys((f.doc.scope, f.doc.branch) for f in facts):
+            self._space_for_write(conn, scope, branch)
         conn.executemany(
             "INSERT INTO facts (id, scope, branch, commit_id, commit_seq, entity, predicate,"
             " value, quote, valid_from, valid_to, written_by, cites, predicate_words, vec,"
@@ -396,109 +561,95 @@ class SQLiteIndex:
 
     # -- candidates ------------------------------------------------------------------------
 
-    def _postings(self, table: str, term: str, cap: int | None) -> int:
-        """Rows of the whole table matching one term, counted up to ``cap``."""
-        t = _TABLES[table]
-        row = self._conn().execute(
+    @staticmethod
+    def _postings(kconn: sqlite3.Connection, kind: str, term: str, cap: int | None) -> int:
+        """Rows of one keyword space matching one term, counted up to ``cap``."""
+        fts = keywords.fts_table(kind)
+        row = kconn.execute(
             # Newest first: FTS5 starts a descending walk at once, where an ascending one
             # over many segments paid ~10 ms before its first row at 300k rows here.
-            f"SELECT count(*) FROM (SELECT 1 FROM {t}_fts WHERE {t}_fts MATCH ?"
+            f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ?"
             " ORDER BY rowid DESC LIMIT ?)",
             (fts5_match([term]), -1 if cap is None else cap),
         ).fetchone()
         return int(row[0])
 
-    def _affordable(self, table: str, terms: Sequence[str]) -> list[str]:
+    def _affordable(self, kconn: sqlite3.Connection, kind: str, version: str,
+                    terms: Sequence[str]) -> list[str]:
         # FTS5's bm25() walks every posting of every query term (to rank, and to count
         # document frequencies), so one very common word costs a scan of most of the
-        # table. Keep the rarest terms within the postings budget (the rarest always
+        # space. Keep the rarest terms within the postings budget (the rarest always
         # stays): the dropped ones carry the least IDF, and the embedding side still
-        # sees the whole query. Same rule as the AMP cell store.
-        conn = self._conn()
-        key = (table, tuple(terms), conn.total_changes,
-               conn.execute("PRAGMA data_version").fetchone()[0])
+        # sees the whole query. Same rule as the AMP cell store. Counted in the space
+        # alone, so which terms are kept depends on this scope's rows only.
+        key = (version, tuple(terms))
         memo: dict[str, tuple[Any, list[str]]] = self._local.__dict__.setdefault("kept", {})
-        if table in memo and memo[table][0] == key:
-            return memo[table][1]  # one search asks twice (candidates, then scoring)
+        if kind in memo and memo[kind][0] == key:
+            return memo[kind][1]  # one search asks twice (candidates, then scoring)
         # Counting is itself a doclist walk (~16 ms per 100k postings here), so count
         # only up to the budget; only when every known term is over it do the exact
         # counts decide which one stays.
         cap = POSTINGS_BUDGET + 1
-        counts = {term: self._postings(table, term, cap) for term in terms}
+        counts = {term: self._postings(kconn, kind, term, cap) for term in terms}
         if all(n >= cap for n in counts.values() if n > 0):
-            counts = {term: n and self._postings(table, term, None)
+            counts = {term: n and self._postings(kconn, kind, term, None)
                       for term, n in counts.items()}
         kept = affordable_terms(terms, counts.__getitem__)
-        memo[table] = (key, kept)
+        memo[kind] = (key, kept)
         return kept
 
-    def _in_scope(self, table: str, nums: Sequence[int], scope: str, branch: str) -> set[int]:
-        t = _TABLES[table]
-        found: set[int] = set()
-        for batch in _chunks(nums):
-            # NOT INDEXED: look each candidate up by rowid instead of walking the
-            # (scope, branch) index over every row of the scope.
-            found.update(int(r[0]) for r in self._conn().execute(
-                f"SELECT num FROM {t} NOT INDEXED WHERE num IN ({','.join('?' * len(batch))})"
-                " AND scope = ? AND branch = ?",
-                (*batch, scope, branch),
-            ))
-        return found
-
-    def _keyword(self, table: str, scope: str, branch: str, terms: Sequence[str], k: int,
-                 rank: str) -> list[Hit]:
+    def _keyword(self, kind: str, scope: str, branch: str, terms: Sequence[str], k: int,
+                 weights: str) -> list[Hit]:
         if not terms or k <= 0:
             return []
-        kept = self._affordable(table, terms)
-        if not kept:
-            return []
-        t = _TABLES[table]
-        conn = self._conn()
-        match = fts5_match(kept)
-        # Rank in FTS5 alone (a join costs a row lookup per match), then keep this scope.
-        fetch = k * 2
-        ranked = conn.execute(
-            f"SELECT rowid, -{rank} FROM {t}_fts WHERE {t}_fts MATCH ?"
-            f" ORDER BY {rank} LIMIT ?",
-            (match, fetch),
-        ).fetchall()
-        inside = self._in_scope(table, [int(n) for n, _ in ranked], scope, branch)
-        rows = [(n, s) for n, s in ranked if int(n) in inside][:k]
-        if len(rows) < k and len(ranked) == fetch:
-            # Other scopes crowd the top: rank with the scope joined in ('+' keeps SQLite
-            # driving from FTS5 rather than from the scope index).
-            rows = conn.execute(
-                f"SELECT x.num, -{rank} FROM {t}_fts JOIN {t} x ON x.num = {t}_fts.rowid"
-                f" WHERE {t}_fts MATCH ? AND +x.scope = ? AND +x.branch = ?"
-                f" ORDER BY {rank} LIMIT ?",
-                (match, scope, branch, k),
+        with self._keyword_space(kind, scope, branch) as found:
+            if found is None:
+                return []
+            kconn, version = found
+            kept = self._affordable(kconn, kind, version, terms)
+            if not kept:
+                return []
+            fts = keywords.fts_table(kind)
+            rank = f"bm25({fts}{weights})"
+            # The file holds this scope and branch only: no filter, no join. Ties go to
+            # the older row, so the cut at k is the same in a rebuilt index.
+            rows = kconn.execute(
+                f"SELECT rowid, -{rank} FROM {fts} WHERE {fts} MATCH ?"
+                f" ORDER BY {rank}, rowid LIMIT ?",
+                (fts5_match(kept), k),
             ).fetchall()
         return [(int(n), max(float(s), 0.0)) for n, s in rows]
 
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int) -> list[Hit]:
-        return self._keyword("facts", scope, branch, terms, k, f"bm25(facts_fts, {_BM25})")
+        return self._keyword("facts", scope, branch, terms, k, f", {_BM25}")
 
     def keyword_passages(
         self, scope: str, branch: str, terms: Sequence[str], k: int
     ) -> list[Hit]:
-        return self._keyword("passages", scope, branch, terms, k, "bm25(passages_fts)")
+        return self._keyword("passages", scope, branch, terms, k, "")
 
-    def fact_keyword(self, nums: Sequence[int], terms: Sequence[str]) -> dict[int, float]:
+    def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
+                     terms: Sequence[str]) -> dict[int, float]:
         found: dict[int, float] = {}
         if not terms or not nums:
             return found
-        # The same kept terms as candidate selection, so every fact of one answer is
-        # scored on one scale (and no common term's doclist is walked here either).
-        kept = self._affordable("facts", terms)
-        if not kept:
-            return found
-        for batch in _chunks(nums):
-            for n, s in self._conn().execute(
-                f"SELECT rowid, -bm25(facts_fts, {_BM25}) FROM facts_fts WHERE facts_fts"
-                f" MATCH ? AND rowid IN ({','.join('?' * len(batch))})",
-                (fts5_match(kept), *batch),
-            ):
-                found[int(n)] = max(float(s), 0.0)
+        with self._keyword_space("facts", scope, branch) as space:
+            if space is None:
+                return found
+            kconn, version = space
+            # The same kept terms as candidate selection, so every fact of one answer is
+            # scored on one scale (and no common term's doclist is walked here either).
+            kept = self._affordable(kconn, "facts", version, terms)
+            if not kept:
+                return found
+            fts = keywords.fts_table("facts")
+            for batch in _chunks(nums):
+                for n, s in kconn.execute(
+                    f"SELECT rowid, -bm25({fts}, {_BM25}) FROM {fts} WHERE {fts}"
+                    f" MATCH ? AND rowid IN ({','.join('?' * len(batch))})",
+                    (fts5_match(kept), *batch),
+                ):
+                    found[int(n)] = max(float(s), 0.0)
         return found
 
     def _refresh(self, table: str) -> VectorCache:
@@ -651,5 +802,6 @@ class SQLiteIndex:
         }
 
     def close(self) -> None:
+        self._spaces.close()
         self._conns.close_all()
         self._local = threading.local()
