@@ -55,6 +55,7 @@ from ampup_memory.amp.store.rows import (
 )
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.embed import ModelInfo
+from ampup_memory.search.index.common import dots
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections
 from ampup_memory.timefmt import format_time
@@ -235,7 +236,7 @@ class _VectorCache:
         with self.lock:
             if not len(self.seqs):
                 return []
-            sims = self.matrix @ query
+            sims = dots(self.matrix, query)  # a cell's cosine never moves with its row
             if k < len(sims):
                 idx = np.argpartition(-sims, k)[:k]
             else:
@@ -247,7 +248,7 @@ class _VectorCache:
             rows = [(s, self.pos[s]) for s in seqs if s in self.pos]
             if not rows:
                 return {}
-            sims = self.matrix[[p for _, p in rows]] @ query
+            sims = dots(self.matrix[[p for _, p in rows]], query)
             return {s: float(v) for (s, _), v in zip(rows, sims, strict=True)}
 
 
