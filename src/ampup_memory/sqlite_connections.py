@@ -1,4 +1,4 @@
-"""One SQLite connection per thread, shared by every SQLite-backed store.
+"""What every SQLite-backed store shares: its URI's path and one connection per thread.
 
 Connections are not shared across threads (sqlite3 objects are not thread-safe), WAL lets
 readers run beside the one writer, and ``close_all`` ends every thread's connection.
@@ -10,6 +10,18 @@ import sqlite3
 import threading
 from pathlib import Path
 from typing import Literal
+
+from ampup_memory.errors import ConfigurationError
+
+
+def sqlite_path(uri: str) -> Path:
+    """``sqlite:///abs/path.db`` or ``sqlite:///rel.db`` → a path. Nothing else is accepted."""
+    if not uri.startswith("sqlite:///"):
+        raise ConfigurationError(f"SQLite URI must look like sqlite:///path, got {uri!r}")
+    raw = uri[len("sqlite:///") :]
+    if not raw or "\x00" in raw or "?" in raw:
+        raise ConfigurationError(f"invalid SQLite path in {uri!r}")
+    return Path(raw).expanduser()
 
 
 class ThreadConnections:

@@ -14,7 +14,6 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,11 +52,10 @@ from ampup_memory.amp.store.rows import (
     where_clause,
     with_status,
 )
-from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.index.common import dots
 from ampup_memory.search.tokenize import fts5_match
-from ampup_memory.sqlite_connections import ThreadConnections
+from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
 from ampup_memory.timefmt import format_time
 
 SCHEMA = """
@@ -138,15 +136,6 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 _COLS = CELL_COLS
 
-
-def sqlite_path(uri: str) -> Path:
-    """``sqlite:///abs/path.db`` or ``sqlite:///rel.db`` → a path. Nothing else is accepted."""
-    if not uri.startswith("sqlite:///"):
-        raise ConfigurationError(f"SQLite URI must look like sqlite:///path, got {uri!r}")
-    raw = uri[len("sqlite:///") :]
-    if not raw or "\x00" in raw or "?" in raw:
-        raise ConfigurationError(f"invalid SQLite path in {uri!r}")
-    return Path(raw if raw.startswith("/") else raw).expanduser()
 
 
 _SEARCH_COLUMNS = {

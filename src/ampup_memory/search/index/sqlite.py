@@ -33,14 +33,12 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pyroaring import BitMap
 
 from ampup_memory.amp.store.rows import POSTINGS_BUDGET, affordable_terms
-from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.index import keywords
 from ampup_memory.search.index.base import (
@@ -64,7 +62,7 @@ from ampup_memory.search.index.common import (
 )
 from ampup_memory.search.index.keywords import Space, SpaceFiles
 from ampup_memory.search.tokenize import fts5_match
-from ampup_memory.sqlite_connections import ThreadConnections
+from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
 
 FORMAT = "2"  # 2: a keyword file per (scope, branch); 1 (no key): one shared FTS5 table
 
@@ -125,14 +123,6 @@ _TABLES = {"facts": "facts", "passages": "passages"}  # the only row-table names
 _BM25 = ", ".join(str(w) for w in fts5_weights())
 _CHUNK = 500  # bound parameters per IN (...) list
 
-
-def sqlite_path(uri: str) -> Path:
-    if not uri.startswith("sqlite:///"):
-        raise ConfigurationError(f"SQLite URI must look like sqlite:///path, got {uri!r}")
-    raw = uri[len("sqlite:///"):]
-    if not raw or "\x00" in raw or "?" in raw:
-        raise ConfigurationError(f"invalid SQLite path in {uri!r}")
-    return Path(raw).expanduser()
 
 
 def _chunks(values: Iterable[Any]) -> Iterator[list[Any]]:
