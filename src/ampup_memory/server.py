@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from fastapi import FastAPI
-from fastapi.concurrency import run_in_threadpool
 
 from ampup_memory import http_errors
 from ampup_memory.amp.api import health, spec
@@ -18,6 +16,7 @@ from ampup_memory.amp.reembed import ensure_embedding_model
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore, open_store
 from ampup_memory.auth import Authenticator, KeyRing
+from ampup_memory.background import LifespanHook, periodic
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.service import MemoryService
@@ -80,16 +79,12 @@ def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
                    memory=memory)
 
 
-async def _lifecycle_timer(runtime: Runtime) -> None:
-    interval = runtime.settings.lifecycle_interval_seconds
-    while True:
-        await asyncio.sleep(interval)
-        try:
-            report = await run_in_threadpool(runtime.amp.run_lifecycle_if_free)
-            if report is not None:
-                log.info("lifecycle pass: %s", report.wire())
-        except Exception:  # a failed pass must not kill the timer
-            log.exception("lifecycle pass failed")
+def _lifecycle_timer(runtime: Runtime) -> LifespanHook:
+    def one_pass() -> str | None:
+        report = runtime.amp.run_lifecycle_if_free()
+        return None if report is None else str(report.wire())
+
+    return periodic(one_pass, runtime.settings.lifecycle_interval_seconds, "lifecycle pass", log)
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
@@ -97,20 +92,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        tasks: list[asyncio.Task[None]] = []
+        hooks = list(app.state.lifespan_hooks)
         if settings.lifecycle_enabled:
-            tasks.append(asyncio.create_task(_lifecycle_timer(rt)))
+            hooks.append(_lifecycle_timer(rt))
         async with contextlib.AsyncExitStack() as stack:
-            for enter in app.state.lifespan_hooks:
+            for enter in hooks:
                 await stack.enter_async_context(enter())
-            try:
-                yield
-            finally:
-                for task in tasks:
-                    task.cancel()
-                for task in tasks:
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await task
+            yield
         rt.close()
 
     app = FastAPI(

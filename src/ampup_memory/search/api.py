@@ -6,7 +6,6 @@ Identity comes first (401 before 422), then the body. ``format: "text"`` answers
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncIterator
@@ -18,6 +17,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ampup_memory.amp.service import parse_body
 from ampup_memory.auth import Authenticator
+from ampup_memory.background import periodic
 from ampup_memory.errors import ServiceUnavailable
 from ampup_memory.memory.api import memory_user
 from ampup_memory.memory.service import MemoryService
@@ -95,15 +95,20 @@ def mount(app: FastAPI, runtime: Any) -> SearchService:
     app.state.search = svc
     app.state.search_feed = feed
 
+    def catch_up() -> str | None:
+        done = feed.catch_up_all()
+        return f"applied {done} commit(s)" if done else None
+
+    # Catch up with commits of other processes: once at start-up, then every interval.
+    refreshing = periodic(catch_up, settings.search_refresh_interval_seconds,
+                          "search index refresh", log, first_at_start=True)
+
     @contextlib.asynccontextmanager
     async def feeding() -> AsyncIterator[None]:
-        task = asyncio.create_task(_refresh(feed, settings.search_refresh_interval_seconds))
         try:
-            yield
+            async with refreshing():
+                yield
         finally:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
             feed.detach()
             index.close()
 
@@ -112,15 +117,3 @@ def mount(app: FastAPI, runtime: Any) -> SearchService:
     return svc
 
 
-async def _refresh(feed: Feed, interval: int) -> None:
-    """Catch up with commits of other processes: once at start-up, then every interval."""
-    while True:
-        try:
-            done = await run_in_threadpool(feed.catch_up_all)
-            if done:
-                log.info("search index applied %d commit(s)", done)
-        except Exception:  # a failed pass must not kill the timer
-            log.exception("search index refresh failed")
-        if interval <= 0:
-            return
-        await asyncio.sleep(interval)
