@@ -20,9 +20,13 @@ from ampup_memory.settings import load_settings
 
 
 def listing_after_item() -> None:
-    """Register GET /memories/query after GET /memories/{memory_id} (lesson 4)."""
+    """Register GET /memories/query after a GET /memories/{memory_id} that takes any
+    segment (lesson 4). Ours no longer matches "query" at all, so the bug needs both."""
     routes = amp_api.router.routes
     query = next(r for r in routes if isinstance(r, APIRoute) and r.path == "/memories/query")
+    item = next(r for r in routes if isinstance(r, APIRoute) and r.name == "get_memory")
+    routes[routes.index(item)] = APIRoute("/memories/{memory_id}", item.endpoint,
+                                          methods=["GET"], response_model=item.response_model)
     routes.remove(query)
     routes.append(query)
 

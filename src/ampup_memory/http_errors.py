@@ -52,29 +52,15 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 
 
 def allowed_methods(app: FastAPI, request: Request) -> list[str]:
-    """Every method the path serves. Starlette names only the first route's, and several
-    routes share a path (GET and POST /memories are two routes). A fixed path such as
-    /memories/search serves only the methods documented for it, though
-    /memories/{memory_id} also matches it (those handlers answer 405 for fixed names).
+    """Every method some route serves at this path. Starlette names only the first
+    route's, and several routes share a path (GET and POST /memories are two routes).
     Routes are asked only through `matches`: included routers are routes too, and their
     inner layout is FastAPI's own business."""
-    served = {
+    return sorted(
         method for method in _METHODS
         if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
                for route in app.router.routes)
-    }
-    fixed = app.openapi().get("paths", {}).get(request.url.path)
-    if fixed:
-        return sorted({m.upper() for m in fixed} & served or {m.upper() for m in fixed})
-    return sorted(served)
-
-
-class WrongMethod(StarletteHTTPException):
-    """A 405 raised by a handler that knows its path's methods better than the router
-    (a fixed path that a ``{param}`` route also matches)."""
-
-    def __init__(self, allow: str) -> None:
-        super().__init__(405, headers={"Allow": allow})
+    )
 
 
 def install(app: FastAPI) -> None:
@@ -101,7 +87,7 @@ def install(app: FastAPI) -> None:
             exc.status_code, str(exc.detail)
         )
         headers = dict(getattr(exc, "headers", None) or {})
-        if exc.status_code == 405 and not isinstance(exc, WrongMethod):
+        if exc.status_code == 405:
             headers["Allow"] = ", ".join(allowed_methods(app, request))
         return JSONResponse(envelope(code, message), status_code=exc.status_code,
                             headers=headers)

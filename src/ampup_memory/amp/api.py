@@ -37,8 +37,8 @@ from ampup_memory.amp.model import (
 from ampup_memory.amp.service import AmpService, parse_body
 from ampup_memory.auth import Authenticator, Caller
 from ampup_memory.errors import AmpError, Unauthenticated
-from ampup_memory.http_errors import WrongMethod
 from ampup_memory.openapi import body_doc
+from ampup_memory.routing import segment_except
 from ampup_memory.settings import Settings
 
 router = APIRouter()
@@ -200,28 +200,19 @@ async def search_memories(request: Request) -> dict[str, Any]:
     return result
 
 
-# Fixed routes below /memories that `/memories/{memory_id}` would otherwise swallow for the
-# methods they lack: GET /memories/search is a wrong method (405), not a read of a cell
-# whose id is "search" (403).
-FIXED_MEMORY_ROUTES = {"search": "POST", "query": "GET"}
+# GET /memories/search is a wrong method, not a read of a cell called "search".
+CELL_PATH = "/memories/" + segment_except("memory_id", "search", "query")
 
 
-def _not_a_fixed_route(memory_id: str) -> None:
-    allow = FIXED_MEMORY_ROUTES.get(memory_id)
-    if allow is not None:
-        raise WrongMethod(allow)
-
-
-@router.get("/memories/{memory_id}", response_model=MemoryCell, tags=["memories"],
+@router.get(CELL_PATH, response_model=MemoryCell, tags=["memories"],
             responses=ERRORS)
 def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
-    _not_a_fixed_route(memory_id)
     caller = _caller(request)
     return _svc(request).get(memory_id, caller.agent_id).wire()
 
 
 @router.patch(
-    "/memories/{memory_id}",
+    CELL_PATH,
     response_model=MemoryCell,
     tags=["memories"],
     responses={**ERRORS, 409: {"description": "INVALID_TRANSITION"},
@@ -229,7 +220,6 @@ def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
     openapi_extra=body_doc(PatchMemory),
 )
 async def patch_memory(request: Request, memory_id: str) -> dict[str, Any]:
-    _not_a_fixed_route(memory_id)
     caller = _caller(request)
     raw = await request.body()
     cell = await run_in_threadpool(_svc(request).patch, memory_id, caller.agent_id, raw)
@@ -237,13 +227,12 @@ async def patch_memory(request: Request, memory_id: str) -> dict[str, Any]:
 
 
 @router.delete(
-    "/memories/{memory_id}",
+    CELL_PATH,
     status_code=204,
     tags=["memories"],
     responses={**ERRORS, 409: {"description": "INVALID_TRANSITION: only archived cells"}},
 )
 def delete_memory(request: Request, memory_id: str) -> Response:
-    _not_a_fixed_route(memory_id)
     caller = _caller(request)
     _svc(request).delete(memory_id, caller.agent_id)
     return Response(status_code=204)

@@ -22,8 +22,11 @@ from ampup_memory.memory.episodes import ChangeAcl, WriteBatch, WriteEpisode
 from ampup_memory.memory.facts import CloseValue, PostFact, PostFacts
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.openapi import body_doc
+from ampup_memory.routing import segment_except
 
 router = APIRouter(tags=["ampup memory"])
+# GET /episodes/batch is a wrong method, not a read of an episode called "batch".
+EPISODE_PATH = "/episodes/" + segment_except("episode_id", "batch")
 
 
 class DocumentRequest(BaseModel):
@@ -110,7 +113,7 @@ async def write_batch(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=201 if result.commit else 200)
 
 
-@router.get("/episodes/{episode_id}", responses=ERRORS)
+@router.get(EPISODE_PATH, responses=ERRORS)
 def get_episode(request: Request, episode_id: str, scope: ScopeQ, branch: BranchQ = None,
                 at_commit: AtCommitQ = None) -> dict[str, Any]:
     user = _user(request)
@@ -118,7 +121,7 @@ def get_episode(request: Request, episode_id: str, scope: ScopeQ, branch: Branch
     return svc.get_episode(user, episode_id, svc.view(scope, branch, at_commit))
 
 
-@router.put("/episodes/{episode_id}/acl", responses={
+@router.put(EPISODE_PATH + "/acl", responses={
     **ERRORS, 403: {"description": "ACCESS_DENIED: neither the episode's author nor admin"}},
     openapi_extra=body_doc(ChangeAcl))
 async def change_acl(request: Request, episode_id: str) -> dict[str, Any]:
