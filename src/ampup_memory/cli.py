@@ -19,6 +19,7 @@ from rich.table import Table
 
 from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError
 from ampup_memory.memory.cli import memory_commands
+from ampup_memory.ops.cli import ops_commands
 from ampup_memory.search.cli import search_commands
 from ampup_memory.settings import Settings, env_name, load_settings
 
@@ -344,6 +345,7 @@ def openapi(**kwargs: Any) -> None:
 
 for _command in memory_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
 for _command in search_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
+for _command in ops_commands(settings_options, settings_from, _runtime): cli.add_command(_command)  # noqa: E701,E501
 
 
 def main() -> None:

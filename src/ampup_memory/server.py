@@ -16,12 +16,13 @@ from ampup_memory.amp.reembed import ensure_embedding_model
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore, open_store
 from ampup_memory.auth import Authenticator, KeyRing
-from ampup_memory.background import LifespanHook, periodic
+from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.memory.timer import maintenance_timer
 from ampup_memory.openapi import install_schemas
+from ampup_memory.ops.api import router as ops_router
 from ampup_memory.search.api import mount as mount_search
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings
@@ -79,12 +80,13 @@ def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
                    memory=memory)
 
 
-def _lifecycle_timer(runtime: Runtime) -> LifespanHook:
+def _lifecycle_timer(runtime: Runtime, records: list[TimerRecord]) -> LifespanHook:
     def one_pass() -> str | None:
         report = runtime.amp.run_lifecycle_if_free()
         return None if report is None else str(report.wire())
 
-    return periodic(one_pass, runtime.settings.lifecycle_interval_seconds, "lifecycle pass", log)
+    return periodic(one_pass, runtime.settings.lifecycle_interval_seconds, "lifecycle pass", log,
+                    records=records)
 
 
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
@@ -94,7 +96,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         hooks = list(app.state.lifespan_hooks)
         if settings.lifecycle_enabled:
-            hooks.append(_lifecycle_timer(rt))
+            hooks.append(_lifecycle_timer(rt, app.state.timers))
         async with contextlib.AsyncExitStack() as stack:
             for enter in hooks:
                 await stack.enter_async_context(enter())
@@ -116,10 +118,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.amp = rt.amp
     app.state.auth = rt.auth
     app.state.memory = rt.memory
-    app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings)]
+    app.state.timers = []  # what each periodic job has done, for GET /status
+    app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings, app.state.timers)]
     http_errors.install(app)
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
+    app.include_router(ops_router)  # GET /status
     # /health and /spec also answer at the root, where load balancers look first.
     app.add_api_route("/health", health, methods=["GET"], include_in_schema=False)
     app.add_api_route("/spec", spec, methods=["GET"], include_in_schema=False)

@@ -396,6 +396,12 @@ class ReadIndex:
         with self.engine.begin() as conn:
             return bool(conn.execute(stmt).rowcount == 1)
 
+    def release_lease(self, name: str, holder: str) -> None:
+        """Give the lease back now, if it is still ours (not only when it runs out)."""
+        with self.engine.begin() as conn:
+            conn.execute(delete(leases_t).where((leases_t.c.name == name)
+                                                & (leases_t.c.holder == holder)))
+
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -112,6 +112,9 @@ class WriteResult:
     conflicts: list[dict[str, Any]]
 
 
+MAINTENANCE_LEASE = "memory-maintenance"  # also taken by `backup` while it reads files
+
+
 class MemoryService:
     def __init__(self, tables: MemoryTables, index: ReadIndex, fault: str | None = None,
                  backoff: Backoff | None = None) -> None:
@@ -449,9 +452,12 @@ class MemoryService:
     def maintain_if_free(self, grace: timedelta, holder: str,
                          lease: timedelta = timedelta(minutes=30)) -> dict[str, Any] | None:
         """The timer's pass: only one server at a time runs it (a lease in the index)."""
-        if not self.index.take_lease("memory-maintenance", holder, utcnow(), lease):
+        if not self.index.take_lease(MAINTENANCE_LEASE, holder, utcnow(), lease):
             return None
-        return self.maintain(None, grace)
+        try:
+            return self.maintain(None, grace)
+        finally:  # a backup waits for this lease: hold it no longer than the pass
+            self.index.release_lease(MAINTENANCE_LEASE, holder)
 
     # -- the commit ---------------------------------------------------------------------------
     def _commit(self, scope: Scope, branch: str, author: str, message: str,

@@ -6,14 +6,15 @@ import logging
 import uuid
 from datetime import timedelta
 
-from ampup_memory.background import LifespanHook, periodic
+from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.settings import Settings
 
 log = logging.getLogger("ampup_memory.memory")
 
 
-def maintenance_timer(svc: MemoryService, settings: Settings) -> LifespanHook:
+def maintenance_timer(svc: MemoryService, settings: Settings,
+                      records: list[TimerRecord] | None = None) -> LifespanHook:
     """A lifespan hook for ``create_app``: runs the timer while the app serves."""
     holder = uuid.uuid4().hex[:16]
     grace = timedelta(seconds=settings.memory_orphan_grace_seconds)
@@ -23,4 +24,4 @@ def maintenance_timer(svc: MemoryService, settings: Settings) -> LifespanHook:
         return None if report is None else str(report)
 
     return periodic(maintain, settings.memory_maintenance_interval_seconds,
-                    "memory maintenance pass", log)
+                    "memory maintenance pass", log, records=records)

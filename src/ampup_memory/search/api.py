@@ -101,7 +101,8 @@ def mount(app: FastAPI, runtime: Any) -> SearchService:
 
     # Catch up with commits of other processes: once at start-up, then every interval.
     refreshing = periodic(catch_up, settings.search_refresh_interval_seconds,
-                          "search index refresh", log, first_at_start=True)
+                          "search index refresh", log, first_at_start=True,
+                          records=app.state.timers)
 
     @contextlib.asynccontextmanager
     async def feeding() -> AsyncIterator[None]:

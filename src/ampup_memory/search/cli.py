@@ -34,8 +34,6 @@ def search_commands(settings_options: Decorator,
         Without --scope the read index is recreated from the tables too. Run it with the
         server stopped: a running server catches up again on its own.
         """
-        from ampup_memory.search.feed import attached_feed  # loads the embedder: only here
-
         settings = settings_from(kwargs)
         only = None
         if scope is not None:
@@ -43,16 +41,23 @@ def search_commands(settings_options: Decorator,
                 only = str(parse_scope(scope, "--scope"))
             except AmpError as exc:
                 _fail(exc.message)
-        with _service(settings) as svc:
-            commits = svc.sync.rebuild() if only is None else None
-            with attached_feed(settings, svc) as feed:
-                feed.engine.index.clear(only)
-                feed.engine.ensure_model()
-                with _progress() as progress:
-                    task = progress.add_task("indexing commits", total=feed.pending(only))
-                    done = feed.catch_up_all(only, lambda n: progress.advance(task, n))
-                report = {"commits": done, "read_index_commits": commits,
-                          **feed.engine.index.counts(only)}
-        click.echo(json.dumps(report))
+        click.echo(json.dumps(rebuild_index(settings, only)))
 
     return [index]
+
+
+def rebuild_index(settings: Settings, only: str | None = None) -> dict[str, Any]:
+    """Recreate the read index (all scopes only) and the search index from the tables,
+    with a progress bar; also the last step of ``restore``."""
+    from ampup_memory.search.feed import attached_feed  # loads the embedder: only here
+
+    with _service(settings) as svc:
+        commits = svc.sync.rebuild() if only is None else None
+        with attached_feed(settings, svc) as feed:
+            feed.engine.index.clear(only)
+            feed.engine.ensure_model()
+            with _progress() as progress:
+                task = progress.add_task("indexing commits", total=feed.pending(only))
+                done = feed.catch_up_all(only, lambda n: progress.advance(task, n))
+            return {"commits": done, "read_index_commits": commits,
+                    **feed.engine.index.counts(only)}

@@ -125,6 +125,11 @@ class Feed:
                 if progress is not None:
                     progress(len(entries))
 
+    def lag(self, scope: str, branch: str) -> int:
+        """Commits the read index holds that the search index has not applied yet."""
+        head = self.memory.index.head(scope, branch)
+        return 0 if head is None else max(0, head.seq - self._cursor_seq(scope, branch))
+
     def catch_up(self, scope: str, branch: str) -> int:
         """Bring the read index level with the tables for this scope, then feed it."""
         view = self.memory.view(scope, branch)  # parses, refuses unknown branches, syncs
@@ -166,9 +171,7 @@ class Feed:
             if only is not None and str(scope) != only:
                 continue
             self.memory.sync.scope(scope)
-            head = self.memory.index.head(str(scope), MAIN)
-            if head is not None:
-                total += max(0, head.seq - self._cursor_seq(str(scope), MAIN))
+            total += self.lag(str(scope), MAIN)
         return total
 
 

@@ -1,0 +1,1 @@
+"""Day-two operations: backup, restore and status."""

@@ -1,0 +1,29 @@
+"""``GET /status``: the admin's view of a running server (see ``ops/status.py``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.concurrency import run_in_threadpool
+
+from ampup_memory.auth import Authenticator
+from ampup_memory.ops.status import collect
+
+router = APIRouter()
+
+STATUS_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: {"description": "ADMIN_DISABLED (no admin credential configured) or ACCESS_DENIED"},
+}
+
+
+@router.get("/status", tags=["admin"], responses=STATUS_ERRORS)
+async def status(request: Request) -> dict[str, Any]:
+    """Versions, stores and their sizes, scopes with their commits and index lag, the
+    timers of this process and their last runs, the embedder. Admin only (the
+    ``X-AMP-Admin-Token`` header or an admin key)."""
+    auth: Authenticator = request.app.state.auth
+    auth.require_admin({k.lower(): v for k, v in request.headers.items()})
+    state = request.app.state
+    return await run_in_threadpool(collect, state.runtime, getattr(state, "search_feed", None),
+                                   state.timers)

@@ -1,0 +1,296 @@
+"""Backup and restore of the embedded stores (SQLite cells, Iceberg catalog + warehouse).
+
+A backup is a folder:
+
+    manifest.json                      format, time, versions, every file with rows and SHA-256
+    amp.db                             the AMP cell store (SQLite online backup: one instant)
+    tables/<namespace>/<table>.parquet every Iceberg table's rows at one instant
+
+Why the Iceberg tables are copied as rows, not as files: an Iceberg table's metadata names
+its manifests and data files by absolute path, so a copied warehouse only works at the path
+it was copied from. Rows restore anywhere. They are read at one instant: every table's
+metadata location is taken in one catalog query, so each ledger row present has its data
+rows present (data rows land before their ledger row). While the rows are read the backup
+holds the maintenance lease, so no compaction or snapshot expiry deletes a file under it.
+
+The search and read indexes are derived (``ampup-memory index rebuild`` recreates them from
+the tables alone and answers identically), so a backup leaves them out and a restore
+rebuilds them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.catalog.sql import IcebergTables
+from pyiceberg.table import StaticTable
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from ampup_memory import __version__
+from ampup_memory.errors import ConfigurationError
+from ampup_memory.memory.scopes import SYSTEM_NAMESPACE
+from ampup_memory.memory.service import MAINTENANCE_LEASE as LEASE
+from ampup_memory.memory.tables import (
+    CATALOG_NAME,
+    SCOPE_TABLES,
+    SYSTEM_TABLES,
+    MemoryTables,
+)
+from ampup_memory.settings import Settings
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+LEASE_WAIT = timedelta(minutes=5)
+
+Step = Callable[[str, int], None]  # (what, units done) for a progress bar
+
+
+class BackupError(ConfigurationError):
+    """A backup or restore that cannot proceed; the message says what to do."""
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The file of a ``sqlite:///path`` URI, or None for any other store."""
+    if urlsplit(uri).scheme != "sqlite":
+        return None
+    return Path(uri.split("sqlite:///", 1)[1].split("?", 1)[0])
+
+
+def embedded(settings: Settings) -> list[str]:
+    """Which stores are not embedded (each named for the message), or [] when all are."""
+    outside = []
+    if sqlite_file(settings.resolved_store_uri) is None:
+        outside.append("AMP cell store (AMP_STORE_URI): use pg_dump")
+    if sqlite_file(settings.resolved_catalog_uri) is None:
+        outside.append("Iceberg catalog (AMPUP_MEMORY_CATALOG_URI): use pg_dump")
+    if urlsplit(settings.resolved_warehouse).scheme != "file":
+        outside.append("Iceberg warehouse (AMPUP_MEMORY_WAREHOUSE): use your object "
+                       "store's versioning or replication")
+    return outside
+
+
+def _require_embedded(settings: Settings, verb: str) -> None:
+    outside = embedded(settings)
+    if outside:
+        raise BackupError(f"`{verb}` copies the embedded stores only; this server uses "
+                          + "; ".join(outside)
+                          + ". The search index is derived: `ampup-memory index rebuild`.")
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _sqlite_copy(source: Path, dest: Path) -> None:
+    """SQLite's online backup: one consistent instant, while writers go on."""
+    src = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=60)
+    try:
+        out = sqlite3.connect(dest)
+        try:
+            src.backup(out, pages=4096)
+        finally:
+            out.close()
+    finally:
+        src.close()
+
+
+@contextmanager
+def _maintenance_paused(tables: MemoryTables, settings: Settings) -> Iterator[None]:
+    """Hold the maintenance lease (waiting for a running pass to end) while files are read."""
+    from ampup_memory.memory.readindex import ReadIndex
+
+    index = ReadIndex(settings.resolved_index_uri)
+    holder = f"backup-{os.getpid()}"
+    deadline = time.monotonic() + LEASE_WAIT.total_seconds()
+    try:
+        while not index.take_lease(LEASE, holder, datetime.now(UTC), timedelta(hours=6)):
+            if time.monotonic() > deadline:
+                raise BackupError("table maintenance has been running for 5 minutes; "
+                                  "try the backup again when it ends")
+            time.sleep(0.5)
+        try:
+            yield
+        finally:
+            index.release_lease(LEASE, holder)
+    finally:
+        index.close()
+
+
+def _locations(tables: MemoryTables) -> dict[tuple[str, str], str]:
+    """Every table's metadata location, in one query: one instant of the catalog."""
+    stmt = select(IcebergTables.table_namespace, IcebergTables.table_name,
+                  IcebergTables.metadata_location).where(
+        IcebergTables.catalog_name == CATALOG_NAME)
+    with Session(tables.catalog.engine) as session:
+        return {(ns, name): loc for ns, name, loc in session.execute(stmt) if loc}
+
+
+@dataclass
+class Report:
+    path: Path
+    files: list[dict[str, Any]]
+
+    def wire(self) -> dict[str, Any]:
+        return {"path": str(self.path), "tables": sum(1 for f in self.files if f["kind"] ==
+                                                     "table"),
+                "rows": sum(int(f.get("rows", 0)) for f in self.files if f["kind"] == "table"),
+                "bytes": sum(int(f["bytes"]) for f in self.files)}
+
+
+def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
+    """Write a backup of the embedded stores into ``dest`` (new or empty)."""
+    _require_embedded(settings, "backup")
+    step = step or (lambda what, n: None)
+    if dest.exists() and any(dest.iterdir()):
+        raise BackupError(f"{dest} is not empty; back up into a new folder")
+    amp_db = sqlite_file(settings.resolved_store_uri)
+    assert amp_db is not None
+    dest.mkdir(parents=True, exist_ok=True)
+    files: list[dict[str, Any]] = []
+    if amp_db.exists():
+        _sqlite_copy(amp_db, dest / "amp.db")
+        files.append({"kind": "amp", "path": "amp.db"})
+    step("AMP cells", 1)
+    tables = MemoryTables.open(settings)
+    try:
+        with _maintenance_paused(tables, settings):
+            # Metadata files of old versions are deleted a few commits later; load every
+            # table right after the one catalog query and start again if one went missing.
+            for attempt in range(5):
+                locations = _locations(tables)
+                try:
+                    loaded = {key: StaticTable.from_metadata(loc, tables.catalog.properties)
+                              for key, loc in sorted(locations.items())}
+                    break
+                except FileNotFoundError:
+                    if attempt == 4:
+                        raise
+            for (namespace, name), table in loaded.items():
+                rows = table.scan().to_arrow()
+                rel = f"tables/{namespace}/{name}.parquet"
+                (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+                pq.write_table(rows, dest / rel)
+                files.append({"kind": "table", "path": rel, "namespace": namespace,
+                              "table": name, "rows": rows.num_rows})
+                step(f"{namespace}.{name}", 1)
+    finally:
+        tables.close()
+    for f in files:
+        f["bytes"] = (dest / f["path"]).stat().st_size
+        f["sha256"] = _sha256(dest / f["path"])
+    manifest = {"format": FORMAT, "version": __version__,
+                "created_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                "files": files}
+    (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    return Report(dest, files)
+
+
+def backup_steps(settings: Settings) -> int:
+    """How many steps ``backup`` reports (for a progress bar's total)."""
+    _require_embedded(settings, "backup")
+    tables = MemoryTables.open(settings)
+    try:
+        return 1 + len(_locations(tables))
+    finally:
+        tables.close()
+
+
+def read_manifest(src: Path) -> dict[str, Any]:
+    try:
+        manifest = json.loads((src / MANIFEST).read_text())
+    except (OSError, ValueError) as exc:
+        raise BackupError(f"{src} is not a backup ({MANIFEST} unreadable: {exc})") from exc
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise BackupError(f"{src}: unknown backup format {manifest.get('format')!r}")
+    for f in manifest["files"]:
+        path = _inside(src, f["path"])
+        if not path.is_file() or _sha256(path) != f["sha256"]:
+            raise BackupError(f"{src}: {f['path']} is missing or damaged (checksum differs)")
+    return manifest
+
+
+def _inside(root: Path, rel: str) -> Path:
+    path = (root / rel).resolve()
+    if not path.is_relative_to(root.resolve()):
+        raise BackupError(f"backup manifest names a file outside the backup: {rel!r}")
+    return path
+
+
+def _occupied(settings: Settings) -> list[str]:
+    found = []
+    for label, uri in (("amp.db", settings.resolved_store_uri),
+                       ("catalog", settings.resolved_catalog_uri),
+                       ("index", settings.resolved_index_uri)):
+        path = sqlite_file(uri)
+        if path is not None and path.exists():
+            found.append(f"{label} ({path})")
+    warehouse = Path(urlsplit(settings.resolved_warehouse).path)
+    if warehouse.exists() and any(warehouse.iterdir()):
+        found.append(f"warehouse ({warehouse})")
+    return found
+
+
+def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str, Any]:
+    """Restore a backup into the (fresh) stores ``settings`` names; the caller rebuilds
+    the indexes afterwards."""
+    _require_embedded(settings, "restore")
+    step = step or (lambda what, n: None)
+    manifest = read_manifest(src)
+    occupied = _occupied(settings)
+    if occupied:
+        raise BackupError("restore writes into a fresh home only; found "
+                          + ", ".join(occupied)
+                          + ". Point AMPUP_MEMORY_HOME (or --home) at an empty folder.")
+    settings.home.mkdir(parents=True, exist_ok=True)
+    amp_db = sqlite_file(settings.resolved_store_uri)
+    assert amp_db is not None
+    rows = 0
+    for f in manifest["files"]:
+        if f["kind"] == "amp":
+            amp_db.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(_inside(src, f["path"]), amp_db)
+            step("AMP cells", 1)
+    tables = MemoryTables.open(settings)
+    try:
+        for f in manifest["files"]:
+            if f["kind"] != "table":
+                continue
+            namespace, name = f["namespace"], f["table"]
+            layout = SYSTEM_TABLES if namespace == SYSTEM_NAMESPACE else SCOPE_TABLES
+            if name not in layout:
+                raise BackupError(f"backup holds an unknown table {namespace}.{name}")
+            tables.ensure_namespace(namespace, layout)
+            data: pa.Table = pq.read_table(_inside(src, f["path"]))
+            if data.num_rows:
+                target = tables.private(namespace, name)
+                tables.append(target, data.cast(layout[name]))
+            rows += data.num_rows
+            step(f"{namespace}.{name}", 1)
+    finally:
+        tables.close()
+    return {"restored_from": str(src), "backup_created_at": manifest["created_at"],
+            "rows": rows}
+
+
+def restore_steps(src: Path) -> int:
+    manifest = read_manifest(src)
+    return len(manifest["files"])

@@ -1,0 +1,88 @@
+"""Day-two commands: ``backup``, ``restore`` and ``status``.
+
+Built on the main CLI's settings helpers (passed in, as ``memory/cli.py`` does), so the
+modules never import each other; the heavy imports happen inside the commands.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ampup_memory.memory.cli import Decorator, _fail, _progress
+from ampup_memory.settings import Settings
+
+
+def ops_commands(settings_options: Decorator,
+                 settings_from: Callable[[dict[str, Any]], Settings],
+                 runtime: Callable[..., Any]) -> list[click.Command]:
+
+    @click.command("backup")
+    @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
+    @settings_options
+    def backup(dest: Path, **kwargs: Any) -> None:
+        """Copy the embedded stores (AMP cells, Iceberg tables) into DEST, a new folder.
+
+        Safe while the server runs: every store is copied as of one instant. The search
+        index is derived and left out; `restore` rebuilds it. On PostgreSQL or object
+        storage it says what to use instead.
+        """
+        from ampup_memory.errors import ConfigurationError
+        from ampup_memory.ops import backup as ops
+
+        settings = settings_from(kwargs)
+        try:
+            with _progress() as progress:
+                task = progress.add_task("backing up", total=ops.backup_steps(settings))
+                report = ops.backup(settings, dest, lambda what, n: progress.advance(task, n))
+        except ConfigurationError as exc:
+            _fail(str(exc))
+            return
+        click.echo(json.dumps(report.wire(), ensure_ascii=False))
+
+    @click.command("restore")
+    @click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
+    @settings_options
+    def restore(src: Path, **kwargs: Any) -> None:
+        """Restore a backup from SRC into a fresh home, then rebuild the indexes.
+
+        The home (--home / AMPUP_MEMORY_HOME) must hold no stores yet. Run it with no
+        server on that home.
+        """
+        from ampup_memory.errors import ConfigurationError
+        from ampup_memory.ops import backup as ops
+        from ampup_memory.search.cli import rebuild_index
+
+        settings = settings_from(kwargs)
+        try:
+            with _progress() as progress:
+                task = progress.add_task("restoring", total=ops.restore_steps(src))
+                report = ops.restore(settings, src, lambda what, n: progress.advance(task, n))
+        except ConfigurationError as exc:
+            _fail(str(exc))
+            return
+        report["index"] = rebuild_index(settings)
+        click.echo(json.dumps(report, ensure_ascii=False))
+
+    @click.command("status")
+    @settings_options
+    def status(**kwargs: Any) -> None:
+        """Versions, stores and sizes, scopes, commits and index lag, the embedder.
+
+        Reads the stores directly (the timers of a running server are in GET /status).
+        """
+        from ampup_memory.ops.status import collect
+
+        settings = settings_from(kwargs)
+        rt = runtime(settings, reembed=False)
+        try:
+            report = collect(rt)
+        finally:
+            rt.close()
+        click.echo(json.dumps(report, indent=2, ensure_ascii=False))
+
+    return [backup, restore, status]

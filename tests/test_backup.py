@@ -1,0 +1,169 @@
+"""backup, restore and status: a real server, real stores, a real copy.
+
+The property: a backup taken while writers run restores into a fresh home that answers
+every read exactly as the original answered for the state the backup holds, and a
+restored server serves new writes.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, new_scope, run_cli, serving
+
+AGENT = {"X-AMP-Agent-ID": "agent_backup"}
+
+
+def _seed(mem: Memory, scope: str, amp: httpx.Client) -> list[str]:
+    ids = []
+    for n in range(6):
+        r = mem.write(scope, f"Acme renewal call {n}: budget is {n}0k, contact Dana.",
+                      acl=["*"] if n % 2 else ["user:alice"])
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["id"])
+    r = mem.fact(scope, "acme", "budget", "50k", "budget is 50k", [(ids[5], 1)])
+    assert r.status_code == 201, r.text
+    for n in range(3):
+        r = amp.post("/amp/v1/memories", json={
+            "type": "semantic", "content": {"text": f"prefers short messages {n}"},
+            "identity": {"owner_id": "user_1", "owner_type": "user"}})
+        assert r.status_code == 201, r.text
+    return ids
+
+
+def _reads(url: str, scope: str, ids: list[str]) -> dict[str, Any]:
+    """Every read a user of the scope and an agent would make, as JSON."""
+    out: dict[str, Any] = {}
+    for user in ("alice", "bob"):
+        mem = Memory(url, user)
+        try:
+            out[f"{user} ledger"] = mem.ledger(scope)
+            out[f"{user} facts"] = mem.facts(scope, "acme").json()
+            for i in ids:
+                r = mem.episode(scope, i)
+                out[f"{user} episode {i}"] = (r.status_code, r.json())
+            r = mem.http.post("/query", json={"scope": scope, "query": "acme budget dana",
+                                              "find": "passages"})
+            assert r.status_code == 200, r.text
+            out[f"{user} passages"] = r.json()
+            found = mem.http.post("/search", json={"scope": scope, "query": "budget"}).json()
+            found.pop("as_of")  # the time of the read, not of the data
+            out[f"{user} search"] = found
+        finally:
+            mem.close()
+    with httpx.Client(base_url=url, headers=AGENT) as amp:
+        page = amp.get("/amp/v1/memories", params={"limit": 100}).json()
+        for cell in page.get("items", page.get("memories", [])):
+            for k in ("last_accessed_at",):  # a read moves the access clock: not data
+                cell.get("lifecycle", {}).pop(k, None)
+            cell.get("scoring", {}).pop("access_count", None)
+        out["amp list"] = page
+    return out
+
+
+def test_backup_during_writes_restores_the_same_answers(tmp_path: Path) -> None:
+    home, fresh, dest = tmp_path / "home", tmp_path / "fresh", tmp_path / "backup"
+    scope = new_scope()
+    with serving(home, QUIET) as server:
+        mem = Memory(server.url)
+        amp = httpx.Client(base_url=server.url, headers=AGENT)
+        ids = _seed(mem, scope, amp)
+        # Writers keep going in another scope while the backup runs.
+        other, stop, written = new_scope(), threading.Event(), []
+
+        def writer() -> None:
+            w = Memory(server.url)
+            while not stop.is_set():
+                r = w.write(other, f"busy note {len(written)}")
+                written.append(r.status_code)
+            w.close()
+
+        thread = threading.Thread(target=writer)
+        thread.start()
+        try:
+            done = run_cli(home, QUIET, "backup", str(dest))
+        finally:
+            stop.set()
+            thread.join()
+        assert done.returncode == 0, done.stderr
+        assert written and set(written) == {201}
+        report = json.loads(done.stdout)
+        assert report["tables"] >= 4 and report["rows"] > 0
+        before = _reads(server.url, scope, ids)
+        amp.close()
+        mem.close()
+
+    restored = run_cli(fresh, QUIET, "restore", str(dest))
+    assert restored.returncode == 0, restored.stderr
+    with serving(fresh, QUIET) as server:
+        after = _reads(server.url, scope, ids)
+        assert after == before
+        # The other scope holds exactly the commits the backup saw: a whole chain.
+        mem = Memory(server.url)
+        chain = mem.ledger(other)
+        assert [c["seq"] for c in chain] == list(range(len(chain), 0, -1))
+        # And the restored memory takes new writes.
+        assert mem.write(scope, "after the restore").status_code == 201
+        mem.close()
+
+
+def test_restore_refuses_a_home_in_use_and_a_damaged_backup(tmp_path: Path) -> None:
+    home, dest = tmp_path / "home", tmp_path / "backup"
+    with serving(home, QUIET) as server:
+        Memory(server.url).write(new_scope(), "one note")
+    assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0
+    again = run_cli(home, QUIET, "backup", str(dest))
+    assert again.returncode == 2 and "not empty" in again.stderr
+    into_used = run_cli(home, QUIET, "restore", str(dest))
+    assert into_used.returncode == 2 and "fresh home" in into_used.stderr
+    manifest = json.loads((dest / "manifest.json").read_text())
+    table = next(f for f in manifest["files"] if f["kind"] == "table")
+    (dest / table["path"]).write_bytes(b"not parquet")
+    damaged = run_cli(tmp_path / "fresh", QUIET, "restore", str(dest))
+    assert damaged.returncode == 2 and "damaged" in damaged.stderr
+    assert not (tmp_path / "fresh" / "catalog.db").exists()
+
+
+def test_backup_on_postgres_says_what_to_use_instead(tmp_path: Path) -> None:
+    env = {**QUIET, "AMPUP_MEMORY_CATALOG_URI": "postgresql://u:secret@127.0.0.1:1/db"}
+    done = run_cli(tmp_path, env, "backup", str(tmp_path / "b"))
+    assert done.returncode == 2
+    assert "pg_dump" in done.stderr and "secret" not in done.stderr
+
+
+def test_status_route_and_command(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    scope = new_scope()
+    env = {**QUIET, "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "1"}
+    with serving(home, env) as server:
+        mem = Memory(server.url)
+        for n in range(3):
+            assert mem.write(scope, f"status note {n}").status_code == 201
+        denied = httpx.get(f"{server.url}/status")
+        assert denied.status_code == 403
+        assert denied.json()["error"]["code"] == "ACCESS_DENIED"
+        r = httpx.get(f"{server.url}/status", headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+        assert r.status_code == 200, r.text
+        status = r.json()
+        assert status["versions"]["ampup-memory"]
+        assert status["stores"]["amp"]["engine"] == "sqlite"
+        assert status["stores"]["catalog"]["bytes"] > 0
+        assert status["stores"]["warehouse"]["bytes"] > 0
+        assert status["scopes"] == [{"scope": scope, "commits": 3, "read_index_lag": 0,
+                                     "search_index_lag": 0}]
+        assert status["commits"] == 3
+        assert status["embedder"]["configured"].startswith("hash/")
+        names = {t["name"]: t for t in status["timers"]}
+        assert names["search index refresh"]["runs"] >= 1
+        assert names["search index refresh"]["enabled"] is True
+        assert names["memory maintenance pass"]["enabled"] is False
+        mem.close()
+    done = run_cli(home, QUIET, "status")
+    assert done.returncode == 0, done.stderr
+    offline = json.loads(done.stdout)
+    assert offline["scopes"][0]["commits"] == 3 and offline["timers"] is None
