@@ -229,7 +229,7 @@ def lifecycle() -> None:
 @lifecycle.command("run")
 @click.option("--now", "now_text", default=None, help="Evaluate as of this RFC 3339 instant.")
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
-@settings_options("common", "cells", "retention")
+@settings_options("common", "cells", "tables", "retention")
 def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     """Run one lifecycle pass now (what the timer does)."""
     from ampup_memory.amp.model import LifecycleRunRequest
@@ -253,7 +253,7 @@ def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
 
 @cli.command()
 @click.argument("cell_id")
-@settings_options("common", "cells", "retention")
+@settings_options("common", "cells", "tables", "retention")
 def purge(cell_id: str, **kwargs: Any) -> None:
     """Hard-delete one deleted cell whose retention window has passed."""
     settings = settings_from(kwargs)
@@ -351,7 +351,7 @@ def keys_revoke(key_id: str, **kwargs: Any) -> None:
 @cli.command()
 @click.option("--force", is_flag=True,
               help="Re-embed even when the store already records this embedder.")
-@settings_options("common", "cells", "embedding")
+@settings_options("common", "cells", "tables", "embedding")
 def reembed(force: bool, **kwargs: Any) -> None:
     """Re-embed every AMP cell with the configured embedder and record it in the store.
 
