@@ -152,24 +152,22 @@ def serve(**kwargs: Any) -> None:
 
 
 def _listen(host: str, port: int) -> socket.socket:
-    """A socket bound to host:port (uvicorn serves on it), or one error line and exit 2."""
+    """A socket bound to host:port as uvicorn would bind it (uvicorn then serves on it), or
+    one error line and exit 2."""
+    import errno
     import socket
 
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM,
-                                   flags=socket.AI_PASSIVE)
-    except OSError as exc:
-        _fail(f"cannot listen on {host}:{port}: {exc.strerror or exc}")
-    family, kind, proto, _name, address = infos[0]
-    sock = socket.socket(family, kind, proto)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind(address)
+        sock.bind((host.strip("[]"), port))
     except OSError as exc:
         sock.close()
-        why = "the port is already in use" if exc.errno == 98 else (exc.strerror or str(exc))
-        _fail(f"cannot listen on {host}:{port}: {why} (choose another with --port or "
-              f"{env_name('port')})")
+        why = (f"the port is already in use (choose another with --port or "
+               f"{env_name('port')})" if exc.errno == errno.EADDRINUSE
+               else exc.strerror or str(exc))
+        _fail(f"cannot listen on {host}:{port}: {why}")
     sock.set_inheritable(True)
     return sock
 
