@@ -43,16 +43,17 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 SETTING_FIELDS = list(Settings.model_fields)
 PROG_NAMES = ("ampup-memory", "memstore")
+ALL_GROUPS = (*SETTING_GROUPS, "server")
 
 
 def flag_name(field: str) -> str:
-    return "--config" if field == "config" else "--" + field.replace("_", "-")
+    return "--" + field.replace("_", "-")
 
 
 def settings_options(*groups: str) -> Callable[[F], F]:
     """One option per setting of these groups (`settings.SETTING_GROUPS`; ``server`` holds
     the rest); values left unset fall back to env, then the config file, then defaults."""
-    unknown = set(groups) - {*SETTING_GROUPS, "server"}
+    unknown = set(groups) - set(ALL_GROUPS)
     assert not unknown, unknown
 
     def decorate(func: F) -> F:
@@ -62,9 +63,6 @@ def settings_options(*groups: str) -> Callable[[F], F]:
         return func
 
     return decorate
-
-
-ALL_GROUPS = (*SETTING_GROUPS, "server")
 
 
 def _option(name: str) -> Callable[[F], F]:
