@@ -12,7 +12,7 @@ from pathlib import Path
 
 import httpx
 
-from tests.server_process import ServerProcess
+from tests.memory_support import serving  # start(90): the first start sets up the stores
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -39,7 +39,7 @@ def test_keys_end_to_end(tmp_path: Path) -> None:
     assert key.startswith("ampk_") and key != other
     stored = (tmp_path / "amp.db").read_bytes()
     assert key.encode() not in stored  # only the hash is kept
-    with ServerProcess(tmp_path, env={"AMP_REQUIRE_KEYS": "1"}) as srv:
+    with serving(tmp_path, {"AMP_REQUIRE_KEYS": "1"}) as srv:
         base = srv.url + "/amp/v1"
         assert httpx.get(f"{base}/health").status_code == 200
         assert httpx.get(f"{base}/spec").json()["capabilities"]["api_keys_required"] is True
@@ -89,7 +89,7 @@ def test_reference_keys_file(tmp_path: Path) -> None:
     keys_file = tmp_path / "keys.json"
     keys_file.write_text(json.dumps(
         {"agent_ref": "sha256:" + hashlib.sha256(b"ref-secret").hexdigest()}))
-    with ServerProcess(tmp_path, env={"AMP_API_KEYS_FILE": str(keys_file)}) as srv:
+    with serving(tmp_path, {"AMP_API_KEYS_FILE": str(keys_file)}) as srv:
         base = srv.url + "/amp/v1"
         h = {"X-AMP-Agent-ID": "agent_ref", "X-AMP-API-Key": "ref-secret"}
         assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 201

@@ -47,13 +47,15 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
     first = run_cli(home, QUIET, *args)
     assert first.returncode == 1, first.stderr  # one bad line is reported, the rest loaded
     counts = json.loads(first.stdout)
-    assert counts == {"created": 111, "existing": 0, "conflict": 0, "invalid": 1, "commits": 3}
+    assert counts == {"created": 111, "existing": 0, "conflict": 0, "invalid": 1, "commits": 3,
+                      "skipped_files": {}}
     assert "feed.jsonl:82" in first.stderr
     second = json.loads(run_cli(home, QUIET, *args).stdout)
-    assert second == {"created": 0, "existing": 111, "conflict": 0, "invalid": 1, "commits": 0}
+    assert second == {"created": 0, "existing": 111, "conflict": 0, "invalid": 1, "commits": 0,
+                      "skipped_files": {}}
 
     with serving(home, QUIET) as proc:
-        m = Memory(proc.url)
+        m = Memory(proc.url, user="loader")  # no --acl: readable by the loader alone
         ledger = m.ledger(scope)
         assert [c["changes"]["episodes"] for c in reversed(ledger)] == [50, 50, 11]
         assert {c["author"] for c in ledger} == {"loader"}
@@ -62,6 +64,51 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
         bad = run_cli(home, QUIET, "load", str(corpus), "--scope", "Bad/Scope")
         assert bad.returncode == 2 and "invalid scope" in bad.stderr
         assert bad.stderr.count("\n") == 1, bad.stderr  # one line on stderr, unwrapped
+
+
+def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: Path) -> None:
+    home, corpus, scope = tmp_path / "home", tmp_path / "corpus", new_scope()
+    (corpus / ".git").mkdir(parents=True)
+    (corpus / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (corpus / "a.md").write_text("# Alpha\n\nThe alpha plan.\n")
+    (corpus / "b.txt").write_text("Beta notes.\n")
+    (corpus / "c.pdf").write_bytes(b"%PDF-1.4 binary")
+    (corpus / "d.png").write_bytes(b"\x89PNG")
+    (corpus / "e.md").write_text("  \n")
+    (corpus / "feed.jsonl").write_text(
+        json.dumps({"source": "wiki:pub", "body": "Everyone may read this.", "acl": ["*"],
+                    "document": "pub"}) + "\n"
+        + json.dumps({"source": "wiki:own", "body": "Only the loader.", "document": "own"})
+        + "\n")
+    args = ("load", str(corpus), "--scope", scope, "--user", "lena")
+    first = run_cli(home, QUIET, *args)
+    assert first.returncode == 0, first.stderr
+    counts = json.loads(first.stdout)
+    assert counts["created"] == 4 and counts["skipped_files"] == {
+        ".pdf": 1, ".png": 1, "empty": 1, "hidden": 1}
+    said = [line for line in first.stderr.splitlines() if line.startswith("skipped 4 files")]
+    assert len(said) == 1 and "1 .pdf, 1 .png, 1 empty, 1 hidden" in said[0], first.stderr
+
+    # The same files again for everyone: held episodes are never rewritten, and each one
+    # is explained in one plain line.
+    again = run_cli(home, QUIET, *args, "--acl", "*")
+    counts = json.loads(again.stdout)
+    assert (counts["created"], counts["existing"], counts["conflict"]) == (0, 1, 3)
+    held = [line for line in again.stderr.splitlines() if "already loaded" in line]
+    assert len(held) == 3, again.stderr
+    assert any(line.startswith("skipped a.md: already loaded with a different acl; the "
+                               "episode held (id ") and "kept unchanged" in line
+               for line in held), held
+
+    with serving(home, QUIET) as proc:
+        lena, alice = Memory(proc.url, "lena"), Memory(proc.url, "alice")
+
+        def doc(m: Memory, key: str) -> int:
+            r = m.http.post("/document", json={"scope": scope, "document": key})
+            return r.status_code
+
+        assert [doc(lena, k) for k in ("a.md", "b.txt", "own", "pub")] == [200] * 4
+        assert [doc(alice, k) for k in ("a.md", "b.txt", "own", "pub")] == [404, 404, 404, 200]
 
 
 def ledger_first(m: Memory, scope: str) -> str:

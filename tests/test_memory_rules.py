@@ -111,7 +111,8 @@ def test_crash_between_rows_and_ledger_leaves_nothing_visible(
         first = Memory(healthy.url).write(scope, "alice: before the crash", source="slack:C42:0")
         assert first.status_code == 201, first.text
 
-    faulty = ServerProcess(home, env={**env, "AMPUP_MEMORY_FAULT": "after-rows"}).start(90)
+    armed = {**env, "AMPUP_MEMORY_TEST_FAULT": f"after-rows@{home}"}  # point@own home
+    faulty = ServerProcess(home, env=armed).start(90)
     with pytest.raises(httpx.HTTPError):
         Memory(faulty.url).write(scope, body, source=source)
     assert faulty.proc is not None and faulty.proc.wait(30) == 70  # died at the fault hook

@@ -1,7 +1,10 @@
 """The `ampup-memory` command (alias `memstore`).
 
-Every setting in `ampup_memory.settings.Settings` becomes a flag of every command that
-opens the server's state, built from the one declaration (name, env var, help).
+Every setting in `ampup_memory.settings.Settings` becomes a flag of the commands that read
+it (`settings.SETTING_GROUPS`), built from the one declaration (name, env var, help).
+
+This module imports only click and the settings: each command imports what it needs when
+it runs, so `--help`, `settings` and `keys` answer without loading the server stack.
 """
 
 from __future__ import annotations
@@ -9,65 +12,85 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar, get_args
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import click
-from rich.console import Console
-from rich.table import Table
 
+from ampup_memory.cliutil import dumps as _dumps
+from ampup_memory.cliutil import error_line as _error_line
+from ampup_memory.cliutil import fail as _fail
 from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError
 from ampup_memory.memory.cli import memory_commands
 from ampup_memory.ops.cli import ops_commands
 from ampup_memory.search.cli import search_commands
-from ampup_memory.settings import Settings, env_name, load_settings
+from ampup_memory.settings import (
+    SETTING_GROUPS,
+    Settings,
+    env_name,
+    load_settings,
+    setting_group,
+    shown_value,
+)
+
+if TYPE_CHECKING:
+    import socket
+
+    from ampup_memory.amp.store.base import CellStore
 
 F = TypeVar("F", bound=Callable[..., Any])
-console = Console(stderr=True)
 SETTING_FIELDS = list(Settings.model_fields)
+PROG_NAMES = ("ampup-memory", "memstore")
+ALL_GROUPS = (*SETTING_GROUPS, "server")
 
 
 def flag_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def settings_options(func: F) -> F:
-    """Add one option per setting; values left unset fall back to env, then defaults."""
-    for name in reversed(SETTING_FIELDS):
-        info = Settings.model_fields[name]
-        help_text = f"{info.description} [env: {env_name(name)}]"
-        annotation = info.annotation
-        is_bool = annotation is bool
-        if is_bool:
-            option = click.option(
-                f"{flag_name(name)}/--no-{name.replace('_', '-')}",
-                name,
-                default=None,
-                help=help_text,
-            )
-        else:
-            choices = [a for a in get_args(annotation) if isinstance(a, str)]
-            kind: Any = click.Choice(choices) if choices else (
-                int if annotation in (int, int | None) else str
-            )
-            option = click.option(flag_name(name), name, type=kind, default=None,
-                                  help=help_text)
-        func = option(func)
-    return func
+def settings_options(*groups: str) -> Callable[[F], F]:
+    """One option per setting of these groups (`settings.SETTING_GROUPS`; ``server`` holds
+    the rest); values left unset fall back to env, then the config file, then defaults."""
+    unknown = set(groups) - set(ALL_GROUPS)
+    assert not unknown, unknown
+
+    def decorate(func: F) -> F:
+        for name in reversed(SETTING_FIELDS):
+            if setting_group(name) in groups:
+                func = _option(name)(func)
+        return func
+
+    return decorate
+
+
+def _option(name: str) -> Callable[[F], F]:
+    info = Settings.model_fields[name]
+    help_text = f"{info.description} [env: {env_name(name)}]"
+    annotation = info.annotation
+    if annotation is bool:
+        return click.option(f"{flag_name(name)}/--no-{name.replace('_', '-')}", name,
+                            default=None, help=help_text)
+    choices = [a for a in get_args(annotation) if isinstance(a, str)]
+    kind: Any = click.Choice(choices) if choices else (
+        int if annotation in (int, int | None) else str
+    )
+    return click.option(flag_name(name), name, type=kind, default=None, help=help_text,
+                        metavar="PATH" if name == "config" else None)
 
 
 def settings_from(kwargs: dict[str, Any]) -> Settings:
+    from ampup_memory.logs import configure_logging
+
     values = {k: kwargs.pop(k) for k in SETTING_FIELDS if k in kwargs}
     try:
-        return load_settings(**values)
+        settings = load_settings(**values)
     except ValueError as exc:
         raise click.UsageError(str(exc)) from exc
-
-
-def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}", soft_wrap=True)  # one line, for scripts
-    sys.exit(2)
+    configure_logging(settings)
+    return settings
 
 
 def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
@@ -80,6 +103,22 @@ def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
         _fail(str(exc))
 
 
+@contextmanager
+def _cell_store(settings: Settings) -> Iterator[CellStore]:
+    """The AMP cell store alone (keys live there): no embedder, no tables, no server."""
+    from ampup_memory.amp.store.base import open_store
+
+    settings.home.mkdir(parents=True, exist_ok=True)
+    try:
+        store = open_store(settings.resolved_store_uri, None)
+    except (ConfigurationError, AmpError) as exc:
+        _fail(str(exc))
+    try:
+        yield store
+    finally:
+        store.close()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ampup-memory")
 def cli() -> None:
@@ -87,26 +126,75 @@ def cli() -> None:
 
 
 @cli.command()
-@settings_options
+@settings_options("common", "cells", "tables", "embedding", "access", "retention",
+                  "maintenance", "server")
 def serve(**kwargs: Any) -> None:
     """Run the server: REST (AMP + AmpUp), MCP at /mcp and the background timers."""
+    settings = settings_from(kwargs)
+    # Take the port first: a port in use is one line now, not after the start-up work.
+    sock = _listen(settings.host, settings.port)
+    port = sock.getsockname()[1]
+    _warn_if_open(settings)
+
     import uvicorn
 
     from ampup_memory.server import create_app
 
-    settings = settings_from(kwargs)
     runtime = _runtime(settings)
     app = create_app(settings, runtime)
-    console.print(
-        f"AmpUp Memory on http://{settings.host}:{settings.port}  "
-        f"(store: {runtime.store.info.name}, home: {settings.home})"
-    )
-    uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning",
-                timeout_graceful_shutdown=5)
+    click.echo(f"AmpUp Memory on http://{settings.host}:{port}  "
+               f"(store: {runtime.store.info.name}, home: {settings.home})", err=True)
+    # log_config=None: logging is ours (`logs.py`); uvicorn only turns its access log on/off.
+    config = uvicorn.Config(app, log_config=None, access_log=settings.access_log,
+                            timeout_graceful_shutdown=5)
+    uvicorn.Server(config).run(sockets=[sock])
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    """A socket bound to host:port as uvicorn would bind it (uvicorn then serves on it), or
+    one error line and exit 2."""
+    import errno
+    import socket
+
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as exc:
+        sock.close()
+        why = (f"the port is already in use (choose another with --port or "
+               f"{env_name('port')})" if exc.errno == errno.EADDRINUSE
+               else exc.strerror or str(exc))
+        _fail(f"cannot listen on {host}:{port}: {why}")
+    sock.set_inheritable(True)
+    return sock
+
+
+def is_loopback(host: str) -> bool:
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _warn_if_open(settings: Settings) -> None:
+    """Trust mode (no keys: any caller may claim any agent or user) off loopback is a risk
+    the operator must see."""
+    if settings.require_keys or is_loopback(settings.host):
+        return
+    click.echo(f"{click.style('warning:', fg='yellow')} serving on {settings.host} without API "
+               "keys: anyone who can reach this port may act as any agent or user; set "
+               f"{env_name('require_keys')}=true and create keys (see docs/security.md)",
+               err=True)
 
 
 @cli.command()
-@settings_options
+@settings_options("common", "cells", "tables", "embedding", "access", "retention", "mcp")
 def mcp(**kwargs: Any) -> None:
     """Serve the MCP tools over stdio as AMP_MCP_AGENT_ID (for desktop agents)."""
     import anyio
@@ -138,7 +226,7 @@ def lifecycle() -> None:
 @lifecycle.command("run")
 @click.option("--now", "now_text", default=None, help="Evaluate as of this RFC 3339 instant.")
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
-@settings_options
+@settings_options("common", "cells", "tables", "retention")
 def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     """Run one lifecycle pass now (what the timer does)."""
     from ampup_memory.amp.model import LifecycleRunRequest
@@ -157,12 +245,12 @@ def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
         _fail(exc.message)
     finally:
         rt.close()
-    click.echo(json.dumps(report.wire(), indent=2))
+    click.echo(_dumps(report.wire(), indent=2))
 
 
 @cli.command()
 @click.argument("cell_id")
-@settings_options
+@settings_options("common", "cells", "tables", "retention")
 def purge(cell_id: str, **kwargs: Any) -> None:
     """Hard-delete one deleted cell whose retention window has passed."""
     settings = settings_from(kwargs)
@@ -176,7 +264,7 @@ def purge(cell_id: str, **kwargs: Any) -> None:
         _fail(f"{exc.code}: {exc.message}")
     finally:
         rt.close()
-    click.echo(json.dumps({"purged": purged}))
+    click.echo(_dumps({"purged": purged}))
 
 
 @cli.group()
@@ -189,7 +277,7 @@ def keys() -> None:
 @click.option("--admin", is_flag=True, help="The key also opens admin routes.")
 @click.option("--expires-in", default=None, help="Lifetime such as 30d, 12h, 45m.")
 @click.option("--user", "user_id", default=None, help="AmpUp user the key speaks for.")
-@settings_options
+@settings_options("common", "cells")
 def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str | None,
                 **kwargs: Any) -> None:
     """Create a key. The key itself is printed alone on the last line."""
@@ -201,12 +289,11 @@ def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str
         _fail(str(exc))
     if not agent_id.strip():
         _fail("--agent must not be empty")
+    from ampup_memory.auth import KeyRing
+
     settings = settings_from(kwargs)
-    rt = _runtime(settings, reembed=False)
-    try:
-        key, record = rt.auth.keyring.create(agent_id, admin, lifetime, user_id)
-    finally:
-        rt.close()
+    with _cell_store(settings) as store:
+        key, record = KeyRing(store, None).create(agent_id, admin, lifetime, user_id)
     click.echo(f"key id: {record.key_id}")
     click.echo(f"agent: {record.agent_id}{'  (admin)' if admin else ''}")
     if record.expires_at:
@@ -217,24 +304,24 @@ def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str
 
 @keys.command("list")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per key, for scripts.")
-@settings_options
+@settings_options("common", "cells")
 def keys_list(as_json: bool, **kwargs: Any) -> None:
     """List keys (never the keys themselves)."""
     settings = settings_from(kwargs)
-    rt = _runtime(settings, reembed=False)
-    try:
-        records = rt.store.list_keys()
-    finally:
-        rt.close()
+    with _cell_store(settings) as store:
+        records = store.list_keys()
     if as_json:
         for r in records:
-            click.echo(json.dumps({
+            click.echo(_dumps({
                 "key_id": r.key_id, "agent_id": r.agent_id, "admin": r.admin,
                 "user_id": r.user_id, "created_at": r.created_at.isoformat(),
                 "expires_at": r.expires_at.isoformat() if r.expires_at else None,
                 "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None,
             }))
         return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("key id", "agent", "admin", "created", "expires", "revoked")
     for r in records:
         table.add_row(
@@ -247,15 +334,12 @@ def keys_list(as_json: bool, **kwargs: Any) -> None:
 
 @keys.command("revoke")
 @click.argument("key_id")
-@settings_options
+@settings_options("common", "cells")
 def keys_revoke(key_id: str, **kwargs: Any) -> None:
     """Revoke a key by its id; it stops working at once."""
     settings = settings_from(kwargs)
-    rt = _runtime(settings, reembed=False)
-    try:
-        done = rt.store.revoke_key(key_id, datetime.now(UTC))
-    finally:
-        rt.close()
+    with _cell_store(settings) as store:
+        done = store.revoke_key(key_id, datetime.now(UTC))
     if not done:
         _fail(f"no active key {key_id!r}")
     click.echo(f"revoked {key_id}")
@@ -264,7 +348,7 @@ def keys_revoke(key_id: str, **kwargs: Any) -> None:
 @cli.command()
 @click.option("--force", is_flag=True,
               help="Re-embed even when the store already records this embedder.")
-@settings_options
+@settings_options("common", "cells", "tables", "embedding")
 def reembed(force: bool, **kwargs: Any) -> None:
     """Re-embed every AMP cell with the configured embedder and record it in the store.
 
@@ -272,7 +356,7 @@ def reembed(force: bool, **kwargs: Any) -> None:
     a progress bar. Run it with the servers stopped (they keep their own embedder).
     """
     from ampup_memory.amp.reembed import ensure_embedding_model
-    from ampup_memory.memory.cli import _progress
+    from ampup_memory.cliutil import progress as _progress
 
     settings = settings_from(kwargs)
     rt = _runtime(settings, reembed=False)
@@ -287,53 +371,94 @@ def reembed(force: bool, **kwargs: Any) -> None:
         _fail(str(exc))
     finally:
         rt.close()
-    click.echo(json.dumps(report.wire()))
+    click.echo(_dumps(report.wire()))
+
+
+def _readers() -> dict[str, list[str]]:
+    """Setting -> the commands that take its flag (all but `settings`, which takes every
+    one), read off the command tree itself so the docs cannot drift from it."""
+    readers: dict[str, list[str]] = {name: [] for name in SETTING_FIELDS}
+
+    def walk(group: click.Group, prefix: str) -> None:
+        for name, command in group.commands.items():
+            full = f"{prefix}{name}"
+            if isinstance(command, click.Group):
+                walk(command, f"{full} ")
+            elif full != "settings":
+                for param in command.params:
+                    if param.name in readers:
+                        readers[param.name].append(full)
+
+    walk(cli, "")
+    return readers
 
 
 def settings_markdown() -> str:
     """The settings reference (docs/settings.md is this text; a test keeps them equal)."""
+    readers = _readers()
+    everyone = set().union(*readers.values())
     lines = [
         "# Settings",
         "",
-        "Every setting is read from its environment variable and can be overridden by the",
-        "command-line flag of the same name on `serve`, `mcp` and the maintenance commands.",
-        "This page is generated by `ampup-memory settings --markdown`; a test fails when it",
-        "drifts from `src/ampup_memory/settings.py`.",
+        "Each setting is read, first match wins, from:",
         "",
-        "| flag | environment | default | meaning |",
-        "|---|---|---|---|",
+        "1. the command-line flag (each command offers the flags of the settings it reads;",
+        "   see the last column);",
+        "2. its environment variable (only the names below: a bare `HOME`, `HOST` or `PORT`",
+        "   is never read);",
+        "3. the config file: TOML, settings by name at the top level (`port = 9000`,",
+        '   `store_uri = "postgresql://…"`); `config.toml` in the home folder (the default',
+        "   `~/.ampup-memory/config.toml`, or in `AMPUP_MEMORY_HOME` / `--home`), or the file",
+        "   `--config PATH` / `AMPUP_MEMORY_CONFIG` names (which must exist). An unknown name",
+        "   in the file is an error;",
+        "4. the default.",
+        "",
+        "`ampup-memory settings` shows the effective values (`--json` for scripts); secrets",
+        "and passwords inside URIs are masked. This page is generated by",
+        "`ampup-memory settings --markdown`; a test fails when it drifts from",
+        "`src/ampup_memory/settings.py`.",
+        "",
+        "| flag | environment | default | commands | meaning |",
+        "|---|---|---|---|---|",
     ]
     for name in SETTING_FIELDS:
         info = Settings.model_fields[name]
         default = info.default
         text = str(default).lower() if isinstance(default, bool) else str(default)
         shown = "—" if default is None else f"`{text}`"
-        lines.append(
-            f"| `{flag_name(name)}` | `{env_name(name)}` | {shown} | {info.description} |"
-        )
+        used = ("all" if set(readers[name]) == everyone
+                else ", ".join(f"`{c}`" for c in readers[name]) or "`settings`")
+        lines.append(f"| `{flag_name(name)}` | `{env_name(name)}` | {shown} | {used} "
+                     f"| {info.description} |")
     return "\n".join(lines) + "\n"
 
 
 @cli.command("settings")
 @click.option("--markdown", is_flag=True, help="Print the settings reference as Markdown.")
-@settings_options
-def show_settings(markdown: bool, **kwargs: Any) -> None:
-    """Show every setting with its effective value (secrets hidden)."""
+@click.option("--json", "as_json", is_flag=True, help="Effective values as one JSON object.")
+@settings_options(*ALL_GROUPS)
+def show_settings(markdown: bool, as_json: bool, **kwargs: Any) -> None:
+    """Show every setting with its effective value (secrets and URI passwords masked)."""
     if markdown:
         click.echo(settings_markdown(), nl=False)
         return
     settings = settings_from(kwargs)
+    values = {name: shown_value(name, getattr(settings, name)) for name in SETTING_FIELDS}
+    if as_json:
+        click.echo(_dumps({k: str(v) if isinstance(v, Path) else v
+                           for k, v in values.items()}))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
     table = Table("setting", "environment", "value")
-    for name in SETTING_FIELDS:
-        value = getattr(settings, name)
-        if value is not None and name in ("admin_token", "embedding_api_key", "mcp_api_key"):
-            value = "•••"
+    for name, value in values.items():
         table.add_row(name, env_name(name), "" if value is None else str(value))
     Console().print(table)
 
 
 @cli.command("openapi")
-@settings_options
+@settings_options("common", "cells", "tables", "embedding")
 def openapi(**kwargs: Any) -> None:
     """Print the server's OpenAPI schema (docs/openapi.json is this output)."""
     from ampup_memory.server import create_app
@@ -353,7 +478,27 @@ def main() -> None:
     # 2-core machine a second spinning thread doubled vector-search latency (measured).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    cli(prog_name="ampup-memory")
+    # `memstore --help` says memstore; `python -m ampup_memory.cli` says ampup-memory.
+    invoked = Path(sys.argv[0]).name
+    run(prog_name=invoked if invoked in PROG_NAMES else PROG_NAMES[0])
+
+
+def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
+    """Run the CLI; a usage error is one line (``error: …``, exit code 2), as in
+    docs/cli.md, not click's usage block."""
+    try:
+        code = cli.main(args, prog_name, standalone_mode=False)
+    except click.exceptions.Abort:
+        _error_line("aborted")
+        sys.exit(1)
+    except click.ClickException as exc:
+        message = exc.format_message()
+        if isinstance(exc, click.UsageError) and exc.ctx is not None:
+            path = exc.ctx.command_path
+            message = f"{path}: {message} (see `{path} --help`)"
+        _error_line(message)
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

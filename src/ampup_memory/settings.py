@@ -3,17 +3,31 @@
 Each field names its environment variable and carries its help text; the CLI builds its
 flags from this list and `docs/settings.md` is checked against it by a test. Nothing else
 in the package reads ``os.environ``.
+
+Order (first wins): command-line flags, the documented environment variables (only those:
+never a bare ``HOME`` or ``PORT``), the TOML config file, the defaults.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import AliasChoices, Field, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 EmbeddingProvider = Literal["wordllama", "sentence-transformers", "openai-compatible", "hash"]
+LogLevel = Literal["debug", "info", "warning", "error"]
 
 
 def _env(name: str, *more: str) -> Any:
@@ -21,10 +35,21 @@ def _env(name: str, *more: str) -> Any:
 
 
 class Settings(BaseSettings):
-    """Server settings. Environment first, then CLI flags override."""
+    """Server settings: flags over environment over config file over defaults.
 
-    model_config = SettingsConfigDict(extra="ignore", populate_by_name=True, frozen=False)
+    Read them with `load_settings`. Fields are set by their environment names only: no
+    ``populate_by_name``, which made pydantic-settings also read the bare field names
+    (``HOME``, ``HOST``, ``PORT``, ...) from the environment.
+    """
 
+    model_config = SettingsConfigDict(extra="ignore", frozen=False)
+
+    config: Path | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_CONFIG"),
+        description="TOML config file of settings by name (`port = 8765`); default "
+        "`config.toml` in the home folder, read when it exists.",
+    )
     home: Path = Field(
         default=Path("~/.ampup-memory"),
         validation_alias=_env("AMPUP_MEMORY_HOME"),
@@ -185,17 +210,43 @@ class Settings(BaseSettings):
         description="Rows and files not in any commit are removed only once older than "
         "this; keep it far above the longest commit.",
     )
-    fault: str | None = Field(
-        default=None,
-        validation_alias=_env("AMPUP_MEMORY_FAULT"),
-        description="Test hook: make the process die at a named point (`after-rows`). "
-        "Never set in production.",
+    log_level: LogLevel = Field(
+        default="warning",
+        validation_alias=_env("AMPUP_MEMORY_LOG_LEVEL"),
+        description="Level of AmpUp Memory's own log lines on stderr (other libraries log "
+        "warnings and above).",
+    )
+    log_json: bool = Field(
+        default=False,
+        validation_alias=_env("AMPUP_MEMORY_LOG_JSON"),
+        description="Write log lines as JSON objects (`time`, `level`, `logger`, `message`), "
+        "one per line.",
+    )
+    access_log: bool = Field(
+        default=False,
+        validation_alias=_env("AMPUP_MEMORY_ACCESS_LOG"),
+        description="Log one line per HTTP request in `serve` (client, method, path, "
+        "status), whatever the log level. Off by default.",
     )
 
-    @field_validator("home", mode="after")
     @classmethod
-    def _expand_home(cls, value: Path) -> Path:
-        return value.expanduser()
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        path = _config_file.get()
+        if path is None:
+            return init_settings, env_settings
+        return init_settings, env_settings, ConfigFile(settings_cls, path)
+
+    @field_validator("home", "config", mode="after")
+    @classmethod
+    def _expand_home(cls, value: Path | None) -> Path | None:
+        return None if value is None else value.expanduser()
 
     @field_validator(
         "store_uri",
@@ -211,7 +262,7 @@ class Settings(BaseSettings):
         "mcp_agent_id",
         "mcp_api_key",
         "mcp_user_id",
-        "fault",
+        "config",
         mode="before",
     )
     @classmethod
@@ -255,7 +306,134 @@ def env_name(field: str) -> str:
     return first
 
 
+# The config file the next `Settings()` reads, set by `load_settings` only (a plain
+# `Settings()` reads flags and environment alone).
+_config_file: ContextVar[Path | None] = ContextVar("ampup_memory_config_file", default=None)
+
+
+class ConfigFile(TomlConfigSettingsSource):
+    """The TOML config file: settings by field name (`port = 8765`), top level only.
+
+    An unknown name is an error, so a typo never silently leaves a default in place."""
+
+    def __init__(self, settings_cls: type[BaseSettings], path: Path) -> None:
+        self.path = path
+        super().__init__(settings_cls, toml_file=path)
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            data = super()._read_file(file_path)
+        except ValueError as exc:  # tomllib.TOMLDecodeError
+            raise ValueError(f"config file {self.path}: {exc}") from exc
+        unknown = [k for k in data if k not in Settings.model_fields or k == "config"]
+        if unknown:
+            raise ValueError(f"config file {self.path}: unknown setting(s) "
+                             + ", ".join(repr(k) for k in unknown))
+        return {env_name(k): v for k, v in data.items()}
+
+
+def config_path(settings: Settings) -> Path:
+    """The config file these settings point at: `config`, else `config.toml` in home."""
+    return settings.config or settings.home / "config.toml"
+
+
 def load_settings(**overrides: Any) -> Settings:
-    """Read the environment, then apply explicit overrides (CLI flags); ``None`` = unset."""
-    given = {k: v for k, v in overrides.items() if v is not None}
-    return Settings(**given)
+    """Flags (``overrides``; ``None`` = unset) over environment over config file over
+    defaults. Raises ``ValueError`` (with one readable line) on a setting that is invalid."""
+    given = {env_name(k): v for k, v in overrides.items() if v is not None}
+    try:
+        first = Settings(**given)  # flags and environment: where is the config file?
+        path = config_path(first)
+        if first.config is not None and not path.is_file():
+            raise ValueError(f"config file {path} does not exist")
+        if not path.is_file():
+            return first
+        with _reading(path):
+            return Settings(**given)
+    except ValidationError as exc:
+        raise ValueError(_validation_line(exc)) from None
+
+
+@contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    token = _config_file.set(path)
+    try:
+        yield
+    finally:
+        _config_file.reset(token)
+
+
+def _validation_line(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        name = str(err["loc"][0]) if err["loc"] else "settings"
+        field = next((f for f in Settings.model_fields if env_name(f) == name), None)
+        shown = f"{field} ({name})" if field else name
+        parts.append(f"invalid setting {shown}: {err['msg']} (got {err.get('input')!r})")
+    return "; ".join(parts)
+
+
+# -- Showing settings -------------------------------------------------------------------------
+SECRET_SETTINGS = frozenset({"admin_token", "embedding_api_key", "mcp_api_key"})
+MASK = "•••"
+
+
+def shown_value(name: str, value: Any) -> Any:
+    """A setting's value fit to print: secrets hidden, passwords inside URIs masked."""
+    if value is None or isinstance(value, bool | int):
+        return value
+    if name in SECRET_SETTINGS:
+        return MASK
+    return mask_uri(str(value))
+
+
+def mask_uri(text: str) -> str:
+    """``postgresql://user:secret@host/db`` -> ``postgresql://user:•••@host/db``."""
+    try:
+        parts = urlsplit(text)
+        password = parts.password
+    except ValueError:
+        return text
+    if not password or "@" not in parts.netloc:
+        return text
+    userinfo, _, hostinfo = parts.netloc.rpartition("@")
+    user = userinfo.split(":", 1)[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostinfo}"))
+
+
+# -- Which commands read which settings (the CLI offers a flag only where it counts) ---------
+SETTING_GROUPS: dict[str, tuple[str, ...]] = {
+    "common": ("config", "home", "log_level", "log_json"),
+    "cells": ("store_uri",),  # the AMP cell store (also holds the API keys)
+    "tables": ("index_uri", "catalog_uri", "warehouse"),  # AmpUp episodes, facts, ledger
+    "embedding": ("embedding_provider", "embedding_base_url", "embedding_model",
+                  "embedding_api_key", "embedding_dimensions"),
+    "access": ("require_keys", "api_keys_file", "admin_token", "scoring_patch_limit",
+               "scoring_patch_window_seconds"),
+    "retention": ("purge_retention", "retention_days"),
+    "mcp": ("mcp_agent_id", "mcp_api_key", "mcp_user_id"),
+    "maintenance": ("memory_orphan_grace_seconds",),
+}
+
+
+def setting_group(field: str) -> str:
+    """The group of a setting; one not listed is read by `serve` alone (``server``)."""
+    return next((g for g, names in SETTING_GROUPS.items() if field in names), "server")
+
+
+# -- Crash hook for tests ---------------------------------------------------------------------
+TEST_FAULT_ENV = "AMPUP_MEMORY_TEST_FAULT"
+
+
+def armed_fault(settings: Settings) -> str | None:
+    """The crash point a crash-safety test armed, or None.
+
+    Not a setting (no flag, no config key, never in `settings`): armed only by
+    ``AMPUP_MEMORY_TEST_FAULT=<point>@<home>`` naming this process's own home folder, so
+    neither a stray variable nor a copied environment can arm it in a release."""
+    point, sep, home = os.environ.get(TEST_FAULT_ENV, "").partition("@")
+    if not (point and sep and home):
+        return None
+    if Path(home).expanduser().resolve() != settings.home.resolve():
+        return None
+    return point

@@ -60,6 +60,11 @@ def require_id(value: str, loc: list[str | int], what: str = "id") -> str:
     return value
 
 
+def own_acl(user: str) -> list[str]:
+    """The ACL of an episode whose writer named none: readable by that writer only."""
+    return [f"user:{user}"]
+
+
 @dataclass(frozen=True)
 class Principal:
     user: str

@@ -6,38 +6,34 @@ arguments instead of importing them, so the two modules never import each other.
 
 from __future__ import annotations
 
-import json
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ampup_memory.cliutil import dumps, fail
+from ampup_memory.cliutil import progress as _progress
 from ampup_memory.errors import AmpError, ConfigurationError
-from ampup_memory.memory.episode_types import DOC, TYPES, by_name, type_for_source
-from ampup_memory.memory.episodes import MAX_BATCH, prepare
-from ampup_memory.memory.facts import CloseValue
-from ampup_memory.memory.load import Item, read_corpus
-from ampup_memory.memory.scopes import parse_scope
-from ampup_memory.memory.service import MemoryService, build, utcnow
 from ampup_memory.settings import Settings
 
+if TYPE_CHECKING:
+    from ampup_memory.memory.load import Item
+    from ampup_memory.memory.service import MemoryService
+
 F = TypeVar("F", bound=Callable[..., Any])
-console = Console(stderr=True)
+_fail = fail
 
 
 class Decorator(Protocol):
     def __call__(self, func: F, /) -> F: ...
 
 
-def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}", soft_wrap=True)  # one line, for scripts
-    sys.exit(2)
+SettingsOptions = Callable[..., Decorator]  # settings_options("common", ...) in ampup_memory.cli
 
 
 def _amp_message(exc: AmpError) -> str:
@@ -47,6 +43,8 @@ def _amp_message(exc: AmpError) -> str:
 
 @contextmanager
 def _service(settings: Settings) -> Iterator[MemoryService]:
+    from ampup_memory.memory.service import MemoryService
+
     try:
         svc = MemoryService.open(settings)
     except ConfigurationError as exc:
@@ -67,7 +65,7 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=int(text[:-1]) * units[text[-1]])
 
 
-def memory_commands(settings_options: Decorator,
+def memory_commands(settings_options: SettingsOptions,
                     settings_from: Callable[[dict[str, Any]], Settings]) -> list[click.Command]:
     """The AmpUp Memory commands, built on the main CLI's settings helpers."""
 
@@ -78,6 +76,8 @@ def memory_commands(settings_options: Decorator,
     @episode_type.command("list")
     def type_list() -> None:
         """Every episode type: prefix, unit, how a body splits, extractable predicates."""
+        from ampup_memory.memory.episode_types import TYPES
+
         for n, t in enumerate(TYPES):
             click.echo(("\n" if n else "") + f"{t.name}  prefix {t.prefix}  unit {t.unit_kind}")
             click.echo(f"  split: {t.split_rule}")
@@ -87,36 +87,52 @@ def memory_commands(settings_options: Decorator,
     @click.argument("name")
     def type_show(name: str) -> None:
         """One type (by name or prefix) in full, as JSON."""
+        from ampup_memory.memory.episode_types import TYPES, by_name
+
         found = by_name(name)
         if found is None:
             _fail(f"no episode type {name!r}; known: " + ", ".join(t.name for t in TYPES))
-            return
-        click.echo(json.dumps(found.wire(), indent=2))
+        click.echo(dumps(found.wire(), indent=2))
 
     @click.command("load")
     @click.argument("path", type=click.Path(exists=True, path_type=Path))
     @click.option("--scope", required=True, help="org/team to load into.")
-    @click.option("--acl", "acl", multiple=True, default=("*",), show_default=True,
-                  help="ACL entry for episodes that name none (repeat for more).")
+    @click.option("--acl", "acl", multiple=True, metavar="ENTRY",
+                  help="ACL entry for episodes that name none (repeat for more: '*', "
+                  "user:<id>, group:<id>, role:<name>). Default: only the loading user "
+                  "(user:<--user>), as MCP remember_memory does.")
     @click.option("--user", default="loader", show_default=True,
-                  help="Author recorded in the ledger.")
-    @click.option("--batch-size", default=MAX_BATCH, show_default=True,
-                  type=click.IntRange(1, MAX_BATCH), help="Episodes per commit.")
+                  help="Who loads: the author in the ledger and the default reader.")
+    @click.option("--batch-size", default=None, type=click.IntRange(1),
+                  help="Episodes per commit (default: the most one commit holds, 1000).")
     @click.option("--branch", default=None, help="Branch (default main).")
-    @settings_options
-    def load(path: Path, scope: str, acl: tuple[str, ...], user: str, batch_size: int,
+    @settings_options("common", "tables", "embedding")
+    def load(path: Path, scope: str, acl: tuple[str, ...], user: str, batch_size: int | None,
              branch: str | None, **kwargs: Any) -> None:
         """Load a folder of text, Markdown and JSONL files, many episodes per commit.
 
-        Re-running it writes nothing new: episodes already held are skipped.
+        Re-running it writes nothing new: episodes already held are skipped. Episodes
+        without an ACL of their own are readable by the loading user only, unless --acl
+        says otherwise. Prints the counts as JSON; files not loaded are counted by kind.
         """
+        from ampup_memory.memory.acl import own_acl
+        from ampup_memory.memory.episodes import MAX_BATCH
+        from ampup_memory.memory.load import read_corpus
+        from ampup_memory.memory.scopes import parse_scope
+
+        if batch_size is not None and batch_size > MAX_BATCH:
+            raise click.BadParameter(f"at most {MAX_BATCH} (one commit's limit)",
+                                     param_hint="--batch-size")
+        batch_size = batch_size or MAX_BATCH
         settings = settings_from(kwargs)
         try:
             parse_scope(scope, "--scope")
         except AmpError as exc:
             _fail(_amp_message(exc))
-        items = list(read_corpus(path, list(acl)))
-        counts = {"created": 0, "existing": 0, "conflict": 0, "invalid": 0, "commits": 0}
+        skipped: Counter[str] = Counter()
+        items = list(read_corpus(path, list(acl) or own_acl(user), skipped))
+        counts: dict[str, Any] = {"created": 0, "existing": 0, "conflict": 0, "invalid": 0,
+                                  "commits": 0}
         problems: list[str] = []
         from ampup_memory.search.feed import attached_feed  # loads the embedder: only here
 
@@ -140,8 +156,13 @@ def memory_commands(settings_options: Decorator,
                 _write(svc, user, scope, branch, batch, counts, problems)
                 progress.advance(task, len(batch))
         for line in problems[:50]:
-            console.print(f"[yellow]skipped[/yellow] {line}")
-        click.echo(json.dumps(counts))
+            click.echo(f"{click.style('skipped', fg='yellow')} {line}", err=True)
+        if len(problems) > 50:
+            click.echo(f"… and {len(problems) - 50} more", err=True)
+        if skipped:
+            click.echo(_skipped_line(skipped), err=True)
+        counts["skipped_files"] = dict(sorted(skipped.items()))
+        click.echo(dumps(counts))
         if counts["invalid"]:
             sys.exit(1)
 
@@ -153,15 +174,18 @@ def memory_commands(settings_options: Decorator,
     @click.option("--user", required=True, help="Who closes it (author and reader).")
     @click.option("--acl", "acl", multiple=True, help="ACL of the reason episode.")
     @click.option("--branch", default=None)
-    @settings_options
+    @settings_options("common", "tables")
     def close(scope: str, entity: str, predicate: str, reason: str, user: str,
               acl: tuple[str, ...], branch: str | None, **kwargs: Any) -> None:
         """End a value with no successor; the reason becomes its own episode."""
+        from ampup_memory.memory.facts import CloseValue
+        from ampup_memory.memory.service import build
+
         settings = settings_from(kwargs)
         with _service(settings) as svc:
             req = build(CloseValue, scope=scope, branch=branch, entity=entity,
                         predicate=predicate, reason=reason, acl=list(acl) or None)
-            click.echo(json.dumps(svc.close_value(user, req)))
+            click.echo(dumps(svc.close_value(user, req)))
 
     @click.group("principal")
     def principal() -> None:
@@ -171,23 +195,23 @@ def memory_commands(settings_options: Decorator,
     @click.argument("user")
     @click.option("--group", "groups", multiple=True, help="A group held (repeat).")
     @click.option("--role", "roles", multiple=True, help="A role held (repeat).")
-    @settings_options
+    @settings_options("common", "tables")
     def principal_set(user: str, groups: tuple[str, ...], roles: tuple[str, ...],
                       **kwargs: Any) -> None:
         """Replace a user's groups and roles; takes effect on their next read."""
         settings = settings_from(kwargs)
         with _service(settings) as svc:
             done = svc.set_principal(user, list(groups), list(roles), by="cli")
-            click.echo(json.dumps(done.wire()))
+            click.echo(dumps(done.wire()))
 
     @principal.command("show")
     @click.argument("user")
-    @settings_options
+    @settings_options("common", "tables")
     def principal_show(user: str, **kwargs: Any) -> None:
         """A user's groups and roles (none if never set)."""
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            click.echo(json.dumps(svc.principal(user).wire()))
+            click.echo(dumps(svc.principal(user).wire()))
 
     @click.command("maintenance")
     @click.option("--scope", default=None, help="Only this org/team (and the system tables).")
@@ -195,10 +219,12 @@ def memory_commands(settings_options: Decorator,
                   help="Override the orphan grace period, e.g. 0s after a known crash.")
     @click.option("--rebuild-index", is_flag=True,
                   help="Also recreate the read index from the tables alone.")
-    @settings_options
+    @settings_options("common", "tables", "maintenance")
     def maintenance(scope: str | None, orphan_grace: str | None, rebuild_index: bool,
                     **kwargs: Any) -> None:
         """Remove orphan rows and files, compact small files, expire old snapshots."""
+        from ampup_memory.memory.scopes import parse_scope
+
         settings = settings_from(kwargs)
         grace = (parse_duration(orphan_grace) if orphan_grace is not None
                  else timedelta(seconds=settings.memory_orphan_grace_seconds))
@@ -207,18 +233,28 @@ def memory_commands(settings_options: Decorator,
             report: dict[str, Any] = {"tables": svc.maintain(only, grace)}
             if rebuild_index:
                 report["index_rebuilt_commits"] = svc.sync.rebuild()
-            click.echo(json.dumps(report, indent=2))
+            click.echo(dumps(report, indent=2))
 
     return [episode_type, load, close, principal, maintenance]
 
 
-def _progress() -> Progress:
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=console)
+def _skipped_line(skipped: Counter[str]) -> str:
+    """One line: how many files were left out, by kind, and what `load` reads."""
+    from ampup_memory.memory.load import JSONL_SUFFIXES, TEXT_SUFFIXES
+
+    total = sum(skipped.values())
+    kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(skipped.items()))
+    reads = " ".join(sorted(TEXT_SUFFIXES | JSONL_SUFFIXES))
+    return (f"skipped {total} file{'s' if total != 1 else ''} not loaded: {kinds} "
+            f"(load reads {reads}; hidden files and folders are left out)")
 
 
 def _valid(item: Item, problems: list[str]) -> bool:
     """Check one episode alone, so one bad record never sinks its whole batch."""
+    from ampup_memory.memory.episode_types import DOC
+    from ampup_memory.memory.episodes import prepare
+    from ampup_memory.memory.service import utcnow
+
     assert item.episode is not None
     try:
         prepare(item.episode, "main", utcnow(), [], DOC if _unclaimed(item) else None)
@@ -229,12 +265,16 @@ def _valid(item: Item, problems: list[str]) -> bool:
 
 
 def _unclaimed(item: Item) -> bool:
+    from ampup_memory.memory.episode_types import type_for_source
+
     assert item.episode is not None
     return type_for_source(item.episode.source) is None
 
 
 def _write(svc: MemoryService, user: str, scope: str, branch: str | None, batch: list[Item],
-           counts: dict[str, int], problems: list[str]) -> None:
+           counts: dict[str, Any], problems: list[str]) -> None:
+    from ampup_memory.memory.episode_types import DOC
+
     episodes = [i.episode for i in batch if i.episode is not None]
     result = svc.write_episodes(user, scope, branch, episodes, on_conflict="skip",
                                 unclaimed=DOC)
@@ -243,4 +283,7 @@ def _write(svc: MemoryService, user: str, scope: str, branch: str | None, batch:
         counts[status] += 1
     for conflict in result.conflicts:
         where = batch[conflict["index"]].where
-        problems.append(f"{where}: held with a different " + ", ".join(conflict["fields"]))
+        fields = " and ".join(conflict["fields"])
+        problems.append(f"{where}: already loaded with a different {fields}; the episode "
+                        f"held (id {conflict['id'][:12]}…) is kept unchanged, as a load never "
+                        "rewrites one")

@@ -7,6 +7,7 @@ JSONL files hold one episode per line. Sources no episode type claims are read a
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -28,11 +29,26 @@ class Item:
     error: str | None = None
 
 
-def corpus_files(path: Path) -> list[Path]:
+def corpus_files(path: Path, skipped: Counter[str] | None = None) -> list[Path]:
+    """The files to load, sorted; every other file is counted in ``skipped`` by kind
+    (``hidden``, or its extension such as ``.pdf``)."""
     if path.is_file():
         return [path]
     wanted = TEXT_SUFFIXES | JSONL_SUFFIXES
-    return sorted(p for p in path.rglob("*") if p.is_file() and p.suffix.lower() in wanted)
+    files = []
+    for p in sorted(path.rglob("*")):
+        if not p.is_file():
+            continue
+        if any(part.startswith(".") for part in p.relative_to(path).parts):
+            kind = "hidden"
+        elif p.suffix.lower() in wanted:
+            files.append(p)
+            continue
+        else:
+            kind = p.suffix.lower() or "without extension"
+        if skipped is not None:
+            skipped[kind] += 1
+    return files
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -40,8 +56,10 @@ def _relative(path: Path, root: Path) -> str:
     return path.relative_to(base).as_posix()
 
 
-def read_corpus(root: Path, acl: list[str]) -> Iterator[Item]:
-    for path in corpus_files(root):
+def read_corpus(root: Path, acl: list[str],
+                skipped: Counter[str] | None = None) -> Iterator[Item]:
+    """Episodes of the files under ``root``; files not read are counted in ``skipped``."""
+    for path in corpus_files(root, skipped):
         rel = _relative(path, root)
         if path.suffix.lower() in JSONL_SUFFIXES:
             yield from _jsonl(path, rel, acl)
@@ -52,6 +70,8 @@ def read_corpus(root: Path, acl: list[str]) -> Iterator[Item]:
             yield Item(rel, None, f"cannot read: {exc}")
             continue
         if not text.strip():
+            if skipped is not None:
+                skipped["empty"] += 1
             continue
         mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
         yield _item(rel, {"source": f"doc:{rel}", "body": text, "occurred_at": mtime,

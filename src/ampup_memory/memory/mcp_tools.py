@@ -11,7 +11,7 @@ from typing import Any
 
 from ampup_memory.auth import Caller
 from ampup_memory.errors import Unauthenticated, field_error
-from ampup_memory.memory.acl import require_id
+from ampup_memory.memory.acl import own_acl, require_id
 from ampup_memory.memory.episodes import WriteEpisode
 from ampup_memory.memory.facts import CloseValue
 from ampup_memory.memory.service import MemoryService, build
@@ -36,7 +36,7 @@ def remember_memory(svc: MemoryService, caller: Caller, *, scope: str, text: str
     user = caller_user(caller)
     req = build(
         WriteEpisode, scope=scope, branch=branch, source=f"{NOTE_PREFIX}{user}:{source}", body=text,
-        acl=acl or [f"user:{user}"], about=about, occurred_at=occurred_at, document=document)
+        acl=acl or own_acl(user), about=about, occurred_at=occurred_at, document=document)
     episode_id, new, holder = svc.write_episode(user, req)
     return {"id": episode_id, "commit": holder, "created": new is not None}
 

@@ -72,7 +72,7 @@ from ampup_memory.memory.tables import (
     MemoryTables,
     arrow,
 )
-from ampup_memory.settings import Settings
+from ampup_memory.settings import Settings, armed_fault
 
 log = logging.getLogger("ampup_memory.memory")
 
@@ -137,7 +137,7 @@ class MemoryService:
     def open(cls, settings: Settings) -> MemoryService:
         settings.home.mkdir(parents=True, exist_ok=True)
         return cls(MemoryTables.open(settings), ReadIndex(settings.resolved_index_uri),
-                   settings.fault)
+                   armed_fault(settings))
 
     def close(self) -> None:
         self.index.close()

@@ -43,7 +43,7 @@ from sqlalchemy.orm import Session
 
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
-from ampup_memory.settings import Settings
+from ampup_memory.settings import Settings, mask_uri
 
 CATALOG_NAME = "ampup"
 TS = pa.timestamp("us", tz="UTC")
@@ -125,7 +125,9 @@ def open_catalog(settings: Settings) -> SqlCatalog:
     try:
         return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
     except Exception as exc:  # the driver's own error names what is wrong
-        raise ConfigurationError(f"cannot open the Iceberg catalog {uri!r}: {exc}") from exc
+        raise ConfigurationError(
+            f"cannot open the Iceberg catalog {mask_uri(uri)!r}: {type(exc).__name__}"
+            f" {mask_uri(str(exc))}") from exc
 
 
 class MemoryTables:

@@ -6,24 +6,24 @@ modules never import each other; the heavy imports happen inside the commands.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import click
 
-from ampup_memory.memory.cli import Decorator, _fail, _progress
+from ampup_memory.cliutil import dumps, fail, progress
+from ampup_memory.memory.cli import SettingsOptions
 from ampup_memory.settings import Settings
 
 
-def ops_commands(settings_options: Decorator,
+def ops_commands(settings_options: SettingsOptions,
                  settings_from: Callable[[dict[str, Any]], Settings],
                  runtime: Callable[..., Any]) -> list[click.Command]:
 
     @click.command("backup")
     @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
-    @settings_options
+    @settings_options("common", "cells", "tables")
     def backup(dest: Path, **kwargs: Any) -> None:
         """Copy the embedded stores (AMP cells, Iceberg tables) into DEST, a new folder.
 
@@ -36,17 +36,16 @@ def ops_commands(settings_options: Decorator,
 
         settings = settings_from(kwargs)
         try:
-            with _progress() as progress:
-                task = progress.add_task("backing up", total=ops.backup_steps(settings))
-                report = ops.backup(settings, dest, lambda what, n: progress.advance(task, n))
+            with progress() as bar:
+                task = bar.add_task("backing up", total=ops.backup_steps(settings))
+                report = ops.backup(settings, dest, lambda what, n: bar.advance(task, n))
         except ConfigurationError as exc:
-            _fail(str(exc))
-            return
-        click.echo(json.dumps(report.wire(), ensure_ascii=False))
+            fail(str(exc))
+        click.echo(dumps(report.wire()))
 
     @click.command("restore")
     @click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
-    @settings_options
+    @settings_options("common", "cells", "tables", "embedding")
     def restore(src: Path, **kwargs: Any) -> None:
         """Restore a backup from SRC into a fresh home, then rebuild the indexes.
 
@@ -59,17 +58,16 @@ def ops_commands(settings_options: Decorator,
 
         settings = settings_from(kwargs)
         try:
-            with _progress() as progress:
-                task = progress.add_task("restoring", total=ops.restore_steps(src))
-                report = ops.restore(settings, src, lambda what, n: progress.advance(task, n))
+            with progress() as bar:
+                task = bar.add_task("restoring", total=ops.restore_steps(src))
+                report = ops.restore(settings, src, lambda what, n: bar.advance(task, n))
         except ConfigurationError as exc:
-            _fail(str(exc))
-            return
+            fail(str(exc))
         report["index"] = rebuild_index(settings)
-        click.echo(json.dumps(report, ensure_ascii=False))
+        click.echo(dumps(report))
 
     @click.command("status")
-    @settings_options
+    @settings_options("common", "cells", "tables", "embedding")
     def status(**kwargs: Any) -> None:
         """Versions, stores and sizes, scopes, commits and index lag, the embedder.
 
@@ -83,6 +81,6 @@ def ops_commands(settings_options: Decorator,
             report = collect(rt)
         finally:
             rt.close()
-        click.echo(json.dumps(report, indent=2, ensure_ascii=False))
+        click.echo(dumps(report, indent=2))
 
     return [backup, restore, status]

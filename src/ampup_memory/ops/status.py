@@ -8,29 +8,18 @@ import sqlite3
 from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from ampup_memory import __version__
 from ampup_memory.background import TimerRecord
 from ampup_memory.memory.scopes import MAIN
 from ampup_memory.ops.backup import sqlite_file
+from ampup_memory.settings import mask_uri
 from ampup_memory.timefmt import utc_text
 
 if TYPE_CHECKING:
     from ampup_memory.search.feed import Feed
     from ampup_memory.server import Runtime
-
-
-def masked(uri: str) -> str:
-    """A URI with any password replaced by ``***``: status output gets pasted into issues."""
-    parts = urlsplit(uri)
-    if parts.password is None:
-        return uri
-    host = parts.hostname or ""
-    if parts.port is not None:
-        host = f"{host}:{parts.port}"
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
 def _file_bytes(path: Path) -> int | None:
@@ -45,7 +34,7 @@ def _file_bytes(path: Path) -> int | None:
 
 def _store(uri: str) -> dict[str, Any]:
     path = sqlite_file(uri)
-    return {"uri": masked(uri), "engine": "sqlite" if path else "postgresql",
+    return {"uri": mask_uri(uri), "engine": "sqlite" if path else "postgresql",
             "bytes": _file_bytes(path) if path else None}
 
 
@@ -88,7 +77,7 @@ def collect(runtime: Runtime, feed: Feed | None = None,
         "stores": {
             "amp": {**_store(settings.resolved_store_uri), "cells": runtime.store.count()},
             "catalog": _store(settings.resolved_catalog_uri),
-            "warehouse": {"location": masked(warehouse),
+            "warehouse": {"location": mask_uri(warehouse),
                           "bytes": _file_bytes(warehouse_path) if warehouse_path else None},
             "index": _store(settings.resolved_index_uri),
         },

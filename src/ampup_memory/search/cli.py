@@ -6,19 +6,18 @@ the two modules never import each other.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import Any
 
 import click
 
+from ampup_memory.cliutil import dumps, fail, progress
 from ampup_memory.errors import AmpError
-from ampup_memory.memory.cli import Decorator, _fail, _progress, _service
-from ampup_memory.memory.scopes import parse_scope
+from ampup_memory.memory.cli import SettingsOptions, _service
 from ampup_memory.settings import Settings
 
 
-def search_commands(settings_options: Decorator,
+def search_commands(settings_options: SettingsOptions,
                     settings_from: Callable[[dict[str, Any]], Settings]) -> list[click.Command]:
 
     @click.group("index")
@@ -27,21 +26,23 @@ def search_commands(settings_options: Decorator,
 
     @index.command("rebuild")
     @click.option("--scope", default=None, help="Only this org/team (default: every scope).")
-    @settings_options
+    @settings_options("common", "tables", "embedding")
     def rebuild(scope: str | None, **kwargs: Any) -> None:
         """Recreate the search index from the Iceberg tables alone.
 
         Without --scope the read index is recreated from the tables too. Run it with the
         server stopped: a running server catches up again on its own.
         """
+        from ampup_memory.memory.scopes import parse_scope
+
         settings = settings_from(kwargs)
         only = None
         if scope is not None:
             try:
                 only = str(parse_scope(scope, "--scope"))
             except AmpError as exc:
-                _fail(exc.message)
-        click.echo(json.dumps(rebuild_index(settings, only)))
+                fail(exc.message)
+        click.echo(dumps(rebuild_index(settings, only)))
 
     return [index]
 
@@ -56,8 +57,8 @@ def rebuild_index(settings: Settings, only: str | None = None) -> dict[str, Any]
         with attached_feed(settings, svc) as feed:
             feed.engine.index.clear(only)
             feed.engine.ensure_model()
-            with _progress() as progress:
-                task = progress.add_task("indexing commits", total=feed.pending(only))
-                done = feed.catch_up_all(only, lambda n: progress.advance(task, n))
+            with progress() as bar:
+                task = bar.add_task("indexing commits", total=feed.pending(only))
+                done = feed.catch_up_all(only, lambda n: bar.advance(task, n))
             return {"commits": done, "read_index_commits": commits,
                     **feed.engine.index.counts(only)}

@@ -1,0 +1,57 @@
+"""Logging for every command: one handler on stderr, text or JSON lines.
+
+AmpUp Memory's own loggers (and uvicorn's server log) take the configured level; other
+libraries log warnings and above, so a chatty dependency never floods the output. The access
+log (one line per request, ``uvicorn.access``) is on or off by its own setting, whatever the
+level.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from datetime import UTC, datetime
+
+from ampup_memory.settings import Settings
+
+OWN_LOGGERS = ("ampup_memory", "uvicorn", "uvicorn.error")
+ACCESS_LOGGER = "uvicorn.access"
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per line: time, level, logger, message (and the error, if any)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info)
+        return json.dumps(line, ensure_ascii=False)
+
+
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def configure_logging(settings: Settings) -> None:
+    """Install the one stderr handler (idempotent: a second call replaces the first)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines() if settings.log_json else logging.Formatter(TEXT_FORMAT))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    level = getattr(logging, settings.log_level.upper())
+    root.setLevel(max(level, logging.WARNING))
+    for name in OWN_LOGGERS:
+        logger = logging.getLogger(name)
+        logger.setLevel(level)
+        logger.handlers[:] = []
+        logger.propagate = True
+    access = logging.getLogger(ACCESS_LOGGER)
+    access.handlers[:] = []
+    access.propagate = True
+    access.setLevel(logging.INFO)
+    access.disabled = not settings.access_log

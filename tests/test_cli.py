@@ -1,0 +1,281 @@
+"""The command line itself, run as a real process: where settings come from, what a command
+offers and prints, how fast it answers, and how `serve` starts (or refuses to)."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from tests.memory_support import QUIET, Memory, new_scope, serving
+from tests.server_process import ServerProcess
+
+HEAVY = ("pyiceberg", "pyarrow", "numpy", "wordllama", "fastapi")
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The test process's environment without any of our settings, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AMP_", "AMPUP_"))}
+    return {**env, **extra}
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args], env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def shown(env: dict[str, str], *args: str) -> dict[str, Any]:
+    """`ampup-memory settings --json`: the effective settings."""
+    done = cli(env, "settings", "--json", *args)
+    assert done.returncode == 0, done.stderr
+    values: dict[str, Any] = json.loads(done.stdout)
+    return values
+
+
+# -- A: only the documented environment names count -------------------------------------------
+def test_bare_environment_names_are_not_settings(tmp_path: Path) -> None:
+    env = clean_env(HOME=str(tmp_path), HOST="10.9.8.7", PORT="1234", ADMIN_TOKEN="t0k3n",
+                    STORE_URI="sqlite:////elsewhere.db", REQUIRE_KEYS="true",
+                    LOG_LEVEL="debug")
+    values = shown(env)
+    # The default data folder is ~/.ampup-memory under $HOME, not $HOME itself.
+    assert values["home"] == str(tmp_path / ".ampup-memory")
+    assert (values["host"], values["port"]) == ("127.0.0.1", 8765)
+    assert values["admin_token"] is None and values["store_uri"] is None
+    assert values["require_keys"] is False and values["log_level"] == "warning"
+    # The documented names do count.
+    values = shown(clean_env(HOME=str(tmp_path), AMPUP_MEMORY_PORT="1234"))
+    assert values["port"] == 1234
+
+
+def test_stray_fault_variables_cannot_arm_the_crash_hook(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    stray = {"FAULT": "after-rows", "AMPUP_MEMORY_FAULT": "after-rows",
+             "AMPUP_MEMORY_TEST_FAULT": "after-rows",  # the test name, but no home named
+             "fault": "after-rows"}
+    with serving(home, {**QUIET, **stray}) as proc:
+        m = Memory(proc.url)
+        written = m.write(new_scope(), "alice: still alive", source="slack:C1:1")
+        assert written.status_code == 201, written.text
+        assert proc.proc is not None and proc.proc.poll() is None
+    assert "fault" not in shown(clean_env(**stray, AMPUP_MEMORY_HOME=str(home)))
+
+
+# -- B: secrets stay hidden; an open bind in trust mode is called out --------------------------
+def test_settings_mask_passwords_inside_uris(tmp_path: Path) -> None:
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path),
+                    AMP_STORE_URI="postgresql://amp:s3cr3t-pw@db.internal:5432/amp",
+                    AMPUP_MEMORY_CATALOG_URI="postgresql://cat:0th3r-pw@db/cat",
+                    AMP_ADMIN_TOKEN="admin-s3cr3t")
+    table = cli(env, "settings")
+    assert table.returncode == 0, table.stderr
+    values = shown(env)
+    for text in (table.stdout, json.dumps(values)):
+        assert "s3cr3t-pw" not in text and "0th3r-pw" not in text and "admin-s3cr3t" not in text
+    assert values["store_uri"] == "postgresql://amp:•••@db.internal:5432/amp"
+    assert values["catalog_uri"] == "postgresql://cat:•••@db/cat"
+    assert values["admin_token"] == "•••"
+    assert "•••" in table.stdout
+
+
+def _warnings(log: str) -> list[str]:
+    return [line for line in log.splitlines() if line.startswith("warning:")]
+
+
+def test_open_bind_in_trust_mode_warns_and_access_log_is_off(tmp_path: Path) -> None:
+    trusting = ServerProcess(tmp_path / "a", env=QUIET, args=["--host", "0.0.0.0"]).start(90)
+    try:
+        assert httpx.get(f"{trusting.url}/amp/v1/health").status_code == 200
+    finally:
+        trusting.stop()
+    log = trusting.log_path.read_text()
+    assert len(_warnings(log)) == 1, log
+    assert "0.0.0.0" in _warnings(log)[0] and "AMP_REQUIRE_KEYS" in _warnings(log)[0]
+    assert "/amp/v1/health" not in log  # the access log is off by default
+
+    keyed = ServerProcess(tmp_path / "b", env=QUIET,
+                          args=["--host", "0.0.0.0", "--require-keys"]).start(90)
+    keyed.stop()
+    assert _warnings(keyed.log_path.read_text()) == []
+
+
+# -- C: fast, light, per-command help, one-line errors ----------------------------------------
+def test_help_and_settings_answer_fast(tmp_path: Path) -> None:
+    """Measured as the child's CPU time (what the command costs, whatever else the machine
+    runs; the whole stack costs several seconds), with a loose bound on the wall clock."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path))
+    for args in (["--help"], ["settings"], ["keys", "list"]):
+        cli(env, *args)  # warm the file cache
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        started = time.monotonic()
+        done = cli(env, *args)
+        took = time.monotonic() - started
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        assert done.returncode == 0, done.stderr
+        assert cpu < 1.5, f"`ampup-memory {' '.join(args)}` used {cpu:.2f} s of CPU"
+        assert took < 10, f"`ampup-memory {' '.join(args)}` took {took:.2f} s"
+
+
+LIGHT = """
+import json, sys
+from ampup_memory.cli import run
+try:
+    run(sys.argv[1:])
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in {heavy!r} if m in sys.modules)), file=sys.stderr)
+"""
+
+
+def _heavy_after(env: dict[str, str], *args: str) -> list[str]:
+    done = subprocess.run([sys.executable, "-c", LIGHT.format(heavy=HEAVY), *args], env=env,
+                          capture_output=True, text=True, timeout=120)
+    loaded: list[str] = json.loads(done.stderr.strip().splitlines()[-1])
+    return loaded
+
+
+def test_light_commands_do_not_import_the_stack(tmp_path: Path) -> None:
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path))
+    assert _heavy_after(env, "--help") == []
+    assert _heavy_after(env, "settings") == []
+    assert _heavy_after(env, "principal", "--help") == []
+    # keys open the cell store alone (its vector code needs numpy), never the tables,
+    # the models or the web stack.
+    assert set(_heavy_after(env, "keys", "list")) <= {"numpy"}
+
+
+def test_each_command_offers_only_its_own_settings(tmp_path: Path) -> None:
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path))
+
+    def flags(*command: str) -> str:
+        done = cli(env, *command, "--help")
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    mcp = flags("mcp")
+    assert "--mcp-agent-id" in mcp and "--store-uri" in mcp
+    assert "--host" not in mcp and "--port" not in mcp and "--lifecycle-enabled" not in mcp
+    keys = flags("keys", "list")
+    assert "--store-uri" in keys and "--home" in keys and "--config" in keys
+    for other in ("--embedding-provider", "--port", "--catalog-uri", "--admin-token"):
+        assert other not in keys
+    serve = flags("serve")
+    assert "--host" in serve and "--access-log" in serve and "--mcp-agent-id" not in serve
+    assert "--port" not in flags("principal", "show")
+
+
+def test_memstore_names_itself() -> None:
+    memstore = Path(sys.executable).parent / "memstore"
+    done = subprocess.run([str(memstore), "--help"], capture_output=True, text=True,
+                          env=clean_env(), timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: memstore "), done.stdout
+
+
+def test_usage_errors_are_one_line(tmp_path: Path) -> None:
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path))
+    for args, says in ((["serve", "--prot", "9000"], "--prot"),
+                       (["load"], "PATH"),
+                       (["settings", "--port", "99999"], "port"),
+                       (["nonsense"], "nonsense")):
+        done = cli(env, *args)
+        assert done.returncode == 2, (args, done.stderr)
+        assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+        assert says in done.stderr and done.stdout == ""
+
+
+def test_json_output_is_unicode(tmp_path: Path) -> None:
+    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "episode-type", "show", "call")
+    assert done.returncode == 0, done.stderr
+    assert "…" in done.stdout and "\\u2026" not in done.stdout
+    assert "…" in json.loads(done.stdout)["split"]
+
+
+def test_taken_port_fails_fast_in_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        started = time.monotonic()
+        done = cli(clean_env(AMPUP_MEMORY_HOME=str(home), **QUIET), "serve", "--port",
+                   str(port), timeout=120)
+        took = time.monotonic() - started
+    assert done.returncode == 2, done.stderr  # the documented exit code of a CLI error
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+    assert f"127.0.0.1:{port}" in done.stderr and "in use" in done.stderr
+    assert "AmpUp Memory on" not in done.stdout + done.stderr  # no banner, no start-up
+    assert not (home / "amp.db").exists() and not (home / "catalog.db").exists()
+    assert took < 10, f"took {took:.1f} s to report a taken port"
+
+
+# -- E: config file, precedence, logging ------------------------------------------------------
+def test_flags_over_environment_over_config_file_over_defaults(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.toml").write_text(
+        'port = 1111\nretention_days = 45\nlog_level = "info"\n'
+        'store_uri = "postgresql://me:filepw@db/amp"\n')
+    base = clean_env(AMPUP_MEMORY_HOME=str(home))
+
+    defaults = shown(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "empty")))
+    assert (defaults["port"], defaults["retention_days"]) == (8765, 30)
+
+    from_file = shown(base)
+    assert (from_file["port"], from_file["retention_days"], from_file["log_level"]) == (
+        1111, 45, "info")
+    assert from_file["store_uri"] == "postgresql://me:•••@db/amp"
+
+    env = {**base, "AMPUP_MEMORY_PORT": "2222"}
+    from_env = shown(env)
+    assert (from_env["port"], from_env["retention_days"]) == (2222, 45)  # file still counts
+
+    from_flag = shown(env, "--port", "3333", "--retention-days", "60")
+    assert (from_flag["port"], from_flag["retention_days"]) == (3333, 60)
+
+    # Another file by flag or environment (it replaces the home folder's file).
+    other = tmp_path / "other.toml"
+    other.write_text("port = 4444\n")
+    assert shown(base, "--config", str(other))["port"] == 4444
+    by_env = shown({**base, "AMPUP_MEMORY_CONFIG": str(other)})
+    assert (by_env["port"], by_env["retention_days"]) == (4444, 30)
+    assert shown({**base, "AMPUP_MEMORY_CONFIG": str(other), "AMPUP_MEMORY_PORT": "5"},
+                 "--port", "6")["port"] == 6
+
+    # A typo, a bad value, a bad file or a missing named file: one line, exit 2.
+    for text, says in (("prot = 1\n", f"{other}: unknown setting(s) 'prot'"),
+                       ("port = \n", f"config file {other}: "),
+                       ("fault = 'after-rows'\n", "unknown setting(s) 'fault'"),
+                       ("port = 99999\n", "invalid setting port")):
+        other.write_text(text)
+        done = cli(base, "settings", "--config", str(other))
+        assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+        assert says in done.stderr, done.stderr
+    missing = cli(base, "settings", "--config", str(tmp_path / "nope.toml"))
+    assert missing.returncode == 2 and "does not exist" in missing.stderr
+
+
+def test_json_logs_with_access_log(tmp_path: Path) -> None:
+    env = {**QUIET, "AMPUP_MEMORY_LOG_JSON": "true", "AMPUP_MEMORY_ACCESS_LOG": "true",
+           "AMPUP_MEMORY_LOG_LEVEL": "info"}
+    proc = ServerProcess(tmp_path / "home", env=env).start(90)
+    try:
+        assert httpx.get(f"{proc.url}/amp/v1/health?probe=1").status_code == 200
+    finally:
+        proc.stop()
+    lines = [json.loads(line) for line in proc.log_path.read_text().splitlines()
+             if line.startswith("{")]
+    access = [x for x in lines if x["logger"] == "uvicorn.access"]
+    assert any("GET /amp/v1/health?probe=1" in x["message"] and x["level"] == "info"
+               for x in access), lines
+    assert any(x["logger"] == "uvicorn.error" and x["level"] == "info" for x in lines), lines
+    assert all({"time", "level", "logger", "message"} <= set(x) for x in lines)
