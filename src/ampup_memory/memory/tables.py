@@ -125,9 +125,12 @@ def open_catalog(settings: Settings) -> SqlCatalog:
     try:
         return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
     except Exception as exc:  # the driver's own error names what is wrong
+        said = str(exc)
+        password = urlsplit(uri).password
+        if password:  # the driver may quote the URI it was given
+            said = said.replace(password, "•••")
         raise ConfigurationError(
-            f"cannot open the Iceberg catalog {mask_uri(uri)!r}: {type(exc).__name__}"
-            f" {mask_uri(str(exc))}") from exc
+            f"cannot open the Iceberg catalog {mask_uri(uri)!r}: {said}") from exc
 
 
 class MemoryTables:
