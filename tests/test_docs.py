@@ -60,3 +60,37 @@ def test_committed_openapi_matches_the_server(tmp_path: Path) -> None:
     assert committed == app.openapi(), (
         "docs/openapi.json is stale: run `ampup-memory openapi > docs/openapi.json`"
     )
+
+
+ROOT = DOCS.parent
+
+
+def test_readme_starts_with_the_two_setup_commands_ci_runs() -> None:
+    import re
+    import tomllib
+
+    readme = (ROOT / "README.md").read_text()
+    first, second = re.findall(r"^```bash\n(.*?)^```", readme, re.S | re.M)[:2]
+    assert readme.index("```bash") < readme.index("\n## ")
+    venv = "python3 -m venv .venv && . .venv/bin/activate && "
+    assert first.strip() == venv + "pip install . && ampup-memory serve"
+    assert second.strip().startswith(venv) and second.strip().endswith("python -m pytest")
+    assert second.strip() in (ROOT / ".ci" / "run").read_text()
+    python = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]
+    assert python == ">=3.11" and "Python 3.11 or newer" in readme
+
+
+def test_every_page_is_linked_from_the_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for page in DOCS.glob("*.md"):
+        assert f"(docs/{page.name})" in readme, f"README does not link docs/{page.name}"
+
+
+def test_user_docs_carry_no_internal_jargon() -> None:
+    import re
+
+    for page in [*DOCS.glob("*.md"), ROOT / "README.md"]:
+        text = page.read_text()
+        for pattern in (r"\bissue #?\d", r"\bauditor\b", r"#\d+\b",
+                        r"\bfound by an audit\b"):
+            assert not re.search(pattern, text, re.I), (page.name, pattern)

@@ -116,6 +116,32 @@ def test_text_answer_groups_cites_and_leaks_nothing(api: httpx.Client) -> None:
         assert leak not in text
 
 
+def test_json_answer_has_the_text_answers_uncited_source_text(api: httpx.Client) -> None:
+    """JSON ``sources`` is the text answer's "source text no fact cites", same order and
+    quotes, with episode ids instead of labels, and nothing the caller may not read."""
+    for user, query in (("ann", "Acme pilot budget sign-on"), ("bob", "Acme budget board"),
+                        ("ann", "single sign-on support")):
+        body = {"scope": S, "query": query}
+        got = api.post("/search", json=body, headers=as_user(user))
+        text = api.post("/search", json={**body, "format": "text"}, headers=as_user(user)).text
+        assert got.status_code == 200, got.text
+        sources = got.json()["sources"]
+        lines = text.strip().splitlines()
+        episodes = lines[-1].split()[1:]
+        quoted = lines[lines.index("source text no fact cites:") + 1:-1]
+        assert quoted, text
+        expected = []
+        for line in quoted:
+            m = re.fullmatch(r'  \[e(\d+) (\w)(\d+)\] "(.*)"', line)
+            assert m, line
+            expected.append((episodes[int(m[1]) - 1], int(m[3]), m[2], m[4]))
+        assert [(q["episode"], q["unit"], q["kind"][0], q["text"]) for q in sources] == expected
+        for q in sources:
+            assert q["source"] and q["occurred_at"].endswith("Z")
+        if user == "ann":
+            assert SECRET not in got.text and "memo" not in got.text
+
+
 def test_passages_follow_the_episode_acl(api: httpx.Client) -> None:
     def texts(user: str) -> list[str]:
         r = api.post("/query", json={"scope": S, "find": "passages", "query": "Acme budget"},
@@ -261,6 +287,36 @@ def test_search_at_a_commit_sees_what_that_commit_left(
     assert _budgets(_search(m, s)) == [] == _facts_at(m, s)
     assert _budgets(_search(m, s, at_commit=closed["commit"])) == []
     assert _budgets(_search(m, s, at_commit=c2)) == [(v2["id"], "55k", None)]
+
+
+def test_a_scope_of_documents_only_answers_json_with_its_source_text(
+        written: tuple[Memory, Path, dict[str, str]]) -> None:
+    """No fact yet, only loaded text: JSON used to answer ``"results": []`` while the
+    text answer quoted the source; now both show it, under the same rules."""
+    m, _, _ = written
+    bob = m.as_user("bob")
+    s = new_scope()
+    first = _ok(m.write(s, "Hooli picked the Denver office for the pilot.\n\n"
+                           "Lunch is at noon.", source="doc:notes.md"))
+    mine = _ok(m.write(s, "Hooli budget for Denver is private.", acl=["user:alice"],
+                       source="doc:private.md"))
+    answer = _search(m, s, "Where is the Hooli pilot? Denver office")
+    assert answer["results"] == []
+    found = [(q["episode"], q["unit"]) for q in answer["sources"]]
+    assert (first["id"], 1) in found and (mine["id"], 1) in found
+    assert (first["id"], 2) not in found  # a unit that does not match is not quoted
+    quote = next(q for q in answer["sources"] if q["episode"] == first["id"])
+    assert quote == {"episode": first["id"], "unit": 1, "kind": "paragraph",
+                     "text": "Hooli picked the Denver office for the pilot.",
+                     "source": "doc:notes.md", "occurred_at": quote["occurred_at"]}
+    text = m.http.post("/search", json={"scope": s, "format": "text", "limit": 50,
+                                        "query": "Where is the Hooli pilot? Denver office"}).text
+    assert "Hooli picked the Denver office for the pilot." in text
+    # bob may read only the first document; as of its commit, the second did not exist
+    assert {q["episode"] for q in _search(bob, s, "Hooli Denver")["sources"]} == {first["id"]}
+    early = _search(m, s, "Hooli Denver", at_commit=first["commit"])
+    assert {q["episode"] for q in early["sources"]} == {first["id"]}
+    bob.close()
 
 
 def test_search_at_a_commit_uses_the_current_acl(

@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 
 from ampup_memory import http_errors
 from ampup_memory.amp.api import health, spec
@@ -103,7 +104,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
             yield
         rt.close()
 
-    app = FastAPI(
+    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from files shipped in the
+    # fastapi-offline wheel (under /static-offline-docs), never from a CDN, so they work
+    # on a machine with no internet.
+    app = FastAPIOffline(
         title="AmpUp Memory",
         version="0.1.0",
         description="Agent Memory Protocol v0.1 and AmpUp Memory: shared long-term memory "

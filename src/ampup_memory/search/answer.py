@@ -5,11 +5,16 @@ answer, unit kind letter k, unit n), quotes matching source text no shown fact c
 its own label, and ends with ``episodes: <id> <id> …`` for ``get_episode``. Everything in
 it comes from results the caller may see: hidden episodes contribute no title, quote,
 label or count.
+
+The JSON answer carries the same uncited source text, in the same order, as ``sources``
+(episode id and unit instead of a label), so a scope loaded from documents, which has
+passages but no facts yet, answers both ways.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -42,8 +47,8 @@ def _value(text: str) -> Any:
         return text
 
 
-def facts_json(results: FactResults, scope: str, branch: str, query: str,
-               as_of: datetime, at_commit: str | None = None) -> dict[str, Any]:
+def facts_json(results: FactResults, sources: list[RankedPassage], scope: str, branch: str,
+               query: str, as_of: datetime, at_commit: str | None = None) -> dict[str, Any]:
     episode_ids = {num: e.id for num, e in results.episodes.items()}
     return {
         "scope": scope,
@@ -69,6 +74,17 @@ def facts_json(results: FactResults, scope: str, branch: str, query: str,
                 "parts": _parts(f.parts),
             }
             for f in results.facts
+        ],
+        "sources": [
+            {
+                "episode": q.episode.id,
+                "unit": q.unit,
+                "kind": q.kind,
+                "text": q.text,
+                "source": q.episode.source,
+                "occurred_at": _iso(q.episode.occurred_at),
+            }
+            for q in uncited_sources(results, sources)
         ],
     }
 
@@ -124,20 +140,41 @@ def _matches(text: str, terms: list[str]) -> bool:
                for t in terms)
 
 
+@dataclass(frozen=True)
+class SourceQuote:
+    """One piece of matching source text that no shown fact cites."""
+
+    episode: EpisodeRow
+    unit: int
+    kind: str
+    text: str  # whitespace folded, clipped to MAX_QUOTE_CHARS
+
+
+def uncited_sources(results: FactResults, passages: list[RankedPassage]) -> list[SourceQuote]:
+    """The matching units of the best passages that no shown fact cites, best first, at
+    most MAX_SOURCE_QUOTES: the one list both answers show."""
+    cited = {(results.episodes[num].id, unit) for f in results.facts for num, unit in f.row.cites}
+    quotes: list[SourceQuote] = []
+    for passage in passages:
+        for n, kind, text in passage.row.units:
+            if len(quotes) >= MAX_SOURCE_QUOTES:
+                return quotes
+            if (passage.episode.id, n) in cited or not _matches(text, results.terms):
+                continue
+            cited.add((passage.episode.id, n))
+            quotes.append(SourceQuote(passage.episode, n, kind, _clip(text)))
+    return quotes
+
+
 def text_answer(results: FactResults, sources: list[RankedPassage]) -> str:
     labels = _Labels()
     lines: list[str] = []
     if results.window:
         w = results.window
         lines.append(f"time window: {_iso(w.start)} to {_iso(w.end)} ({w.text})")
-    cited: set[tuple[str, int]] = set()
     by_entity: dict[str, list[str]] = {}
     for f in results.facts:
-        tags = []
-        for num, unit in f.row.cites:
-            episode = results.episodes[num]
-            tags.append(labels.label(episode, unit))
-            cited.add((episode.id, unit))
+        tags = [labels.label(results.episodes[num], unit) for num, unit in f.row.cites]
         span = _iso(f.row.valid_from) or "?"
         if f.end is not None:
             span += f" to {_iso(f.end)}"
@@ -150,15 +187,8 @@ def text_answer(results: FactResults, sources: list[RankedPassage]) -> str:
     for entity, facts in by_entity.items():
         lines.append(entity)
         lines.extend("  " + line for line in facts)
-    quotes: list[str] = []
-    for passage in sources:
-        for n, _, text in passage.row.units:
-            if len(quotes) >= MAX_SOURCE_QUOTES:
-                break
-            if (passage.episode.id, n) in cited or not _matches(text, results.terms):
-                continue
-            cited.add((passage.episode.id, n))
-            quotes.append(f"  {labels.label(passage.episode, n)} \"{_clip(text)}\"")
+    quotes = [f"  {labels.label(q.episode, q.unit)} \"{q.text}\""
+              for q in uncited_sources(results, sources)]
     if quotes:
         lines.append("source text no fact cites:")
         lines.extend(quotes)

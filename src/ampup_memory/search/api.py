@@ -48,8 +48,33 @@ def caller_user(request: Request) -> str:
     return memory_user(auth, {k.lower(): v for k, v in request.headers.items()})
 
 
+_CITE = {"type": "object", "required": ["episode", "unit"],
+         "properties": {"episode": {"type": "string"}, "unit": {"type": "integer"}}}
+_SOURCE = {"type": "object", "required": ["episode", "unit", "kind", "text", "source",
+                                          "occurred_at"],
+           "properties": {"episode": {"type": "string"}, "unit": {"type": "integer"},
+                          "kind": {"type": "string"}, "text": {"type": "string"},
+                          "source": {"type": "string"},
+                          "occurred_at": {"type": "string", "format": "date-time"}}}
+SEARCH_ANSWER = {
+    "type": "object",
+    "required": ["scope", "branch", "query", "as_of", "at_commit", "window", "results",
+                 "sources"],
+    "properties": {
+        "results": {"type": "array", "description": "Ranked facts, best first.", "items": {
+            "type": "object", "required": ["id", "entity", "predicate", "value", "quote",
+                                           "cites", "score", "parts"],
+            "properties": {"cites": {"type": "array", "items": _CITE}}}},
+        "sources": {"type": "array", "items": _SOURCE, "description":
+                    "Matching source text no fact in results cites (at most 3 units, best "
+                    "first): the text answer's 'source text no fact cites'."},
+    },
+}
+
+
 @router.post("/search",
-             responses={**ERRORS, 200: {"content": {"application/json": {}, "text/plain": {}}}},
+             responses={**ERRORS, 200: {"content": {
+                 "application/json": {"schema": SEARCH_ANSWER}, "text/plain": {}}}},
              openapi_extra=body_doc(FactSearchRequest))
 async def search(request: Request) -> Response:
     user = caller_user(request)

@@ -18,7 +18,7 @@ from ampup_memory.search.visibility import Principal
 
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 100
-SOURCE_PASSAGES = 3  # passages read for the text answer's uncited source text
+SOURCE_PASSAGES = 3  # passages read for the answers' uncited source text
 AT_COMMIT_DOC = (
     "Search as of this commit of the scope's ledger on this branch: only facts and "
     "episodes it or an earlier commit wrote count. Visibility is the current ACL.")
@@ -89,13 +89,13 @@ class SearchService:
             scope, branch, req.query, principal, as_of=req.as_of, limit=req.limit,
             tz=req.tz, now=now, cutoff=cutoff,
         )
-        if req.format == "json":
-            return facts_json(results, scope, branch, req.query, req.as_of or now,
-                              cutoff.commit if cutoff else None)
         sources = self.engine.search_passages(
             scope, branch, req.query, principal, limit=SOURCE_PASSAGES, tz=req.tz, now=now,
             cutoff=cutoff,
         )
+        if req.format == "json":
+            return facts_json(results, sources.passages, scope, branch, req.query,
+                              req.as_of or now, cutoff.commit if cutoff else None)
         return text_answer(results, sources.passages)
 
     def query(self, user: str, req: PassageQueryRequest) -> dict[str, Any]:

@@ -1,0 +1,55 @@
+"""docs/python-client.md: every Python example runs against a real server and prints
+exactly the ```text block that follows it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from ampup_memory.client import AMPClient, AsyncAMPClient
+from tests.server_process import ServerProcess
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "python-client.md"
+
+
+def examples() -> list[tuple[str, str]]:
+    """(python block, the ```text block after it)."""
+    return re.findall(r"^```python\n(.*?)^```\n+prints\n+```text\n(.*?)^```",
+                      DOC.read_text(), re.S | re.M)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("client-doc")).start(timeout=180)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+def test_every_python_block_has_its_output() -> None:
+    text = DOC.read_text()
+    assert len(examples()) == text.count("```python") == 3
+
+
+@pytest.mark.parametrize("n", range(3))
+def test_example_prints_what_the_page_says(server: ServerProcess, n: int) -> None:
+    code, printed = examples()[n]
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code.replace("http://127.0.0.1:8765", server.url), str(DOC), "exec"),
+             {"__name__": "__doc_example__"})
+    assert out.getvalue() == printed
+
+
+def test_the_method_table_names_every_public_method() -> None:
+    text = DOC.read_text()
+    for cls in (AMPClient, AsyncAMPClient):
+        public = {name for name in vars(cls) if not name.startswith("_")} - {"close", "aclose"}
+        missing = [name for name in public if f"`{name}" not in text]
+        assert not missing, (cls.__name__, missing)
