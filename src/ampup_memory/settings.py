@@ -185,6 +185,13 @@ class Settings(BaseSettings):
         description="Rows and files not in any commit are removed only once older than "
         "this; keep it far above the longest commit.",
     )
+    max_request_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=65536,
+        validation_alias=_env("AMPUP_MEMORY_MAX_REQUEST_BYTES"),
+        description="Largest request body accepted, in bytes, on every route and `/mcp` "
+        "(batches included); a larger one is 413 `PAYLOAD_TOO_LARGE` before it is read.",
+    )
     fault: str | None = Field(
         default=None,
         validation_alias=_env("AMPUP_MEMORY_FAULT"),
