@@ -23,6 +23,8 @@ import pytest
 
 from tests.memory_support import ADMIN_TOKEN, QUIET, new_scope
 from tests.server_process import ServerProcess
+from tests.test_mcp import http_client_for
+from tests.test_mcp import refused as mcp_refused
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 HEADERS = {"X-AmpUp-User": "alice", "X-AMP-Agent-ID": "agent-a",
@@ -163,6 +165,22 @@ def test_instants_outside_utc_years_are_422_everywhere(client: httpx.Client,
     assert error["details"]["errors"][0]["loc"] == ["query", "as_of"]
 
 
+@pytest.mark.parametrize("when", OVERFLOWING)
+async def test_mcp_tools_refuse_instants_outside_utc_years(server: ServerProcess,
+                                                          when: str) -> None:
+    async with http_client_for(server.url, {"X-AMP-Agent-ID": "agent-a",
+                                            "X-AmpUp-User": "alice"}) as mcp:
+        scope = new_scope()
+        replies = [
+            await mcp_refused(mcp, "remember_memory", scope=scope, text="hi",
+                              occurred_at=when),
+            await mcp_refused(mcp, "get_episode", scope=scope, document="d", as_of=when),
+            await mcp_refused(mcp, "search_memory", scope=scope, query="x", as_of=when),
+        ]
+    for reply in replies:
+        assert "outside years 0001-9999" in reply, reply
+
+
 def test_first_and_last_utc_instants_are_accepted(client: httpx.Client) -> None:
     scope = new_scope()
     for when in ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"):
@@ -178,7 +196,8 @@ def test_first_and_last_utc_instants_are_accepted(client: httpx.Client) -> None:
 # ---- time zones -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tz", ["America", "Europe", "A" * 5000, "Europe/" + "x" * 300])
+@pytest.mark.parametrize("tz", ["America", "Europe", "A" * 5000, "Europe/" + "x" * 300],
+                         ids=["folder", "top-folder", "too-long", "too-long-file"])
 def test_time_zone_that_is_no_zone_is_422(client: httpx.Client, tz: str) -> None:
     scope = new_scope()
     for path, body in (("/search", {"scope": scope, "query": "price yesterday", "tz": tz}),
