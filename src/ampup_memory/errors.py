@@ -7,7 +7,7 @@
     ├── NotFound                   404    NOT_FOUND
     ├── MethodNotAllowed           405    METHOD_NOT_ALLOWED
     ├── Conflict                   409    INVALID_TRANSITION / RETENTION_WINDOW / CONFLICT
-    ├── PayloadTooLarge            413    CELL_TOO_LARGE
+    ├── PayloadTooLarge            413    CELL_TOO_LARGE / PAYLOAD_TOO_LARGE (body_limit.py)
     ├── ValidationFailed           422    VALIDATION_ERROR
     ├── RateLimited                429    RATE_LIMITED
     └── ServiceUnavailable         503    UNAVAILABLE

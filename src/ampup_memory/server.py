@@ -18,6 +18,7 @@ from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore, open_store
 from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
+from ampup_memory.body_limit import BodyLimit
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.service import MemoryService
@@ -125,6 +126,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.timers = []  # what each periodic job has done, for GET /status
     app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings, app.state.timers)]
     http_errors.install(app)
+    app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
     app.include_router(ops_router)  # GET /status

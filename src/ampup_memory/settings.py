@@ -228,6 +228,13 @@ class Settings(BaseSettings):
         description="Log one line per HTTP request in `serve` (client, method, path, "
         "status), whatever the log level. Off by default.",
     )
+    max_request_bytes: int = Field(
+        default=4 * 1024 * 1024,
+        ge=65536,
+        validation_alias=_env("AMPUP_MEMORY_MAX_REQUEST_BYTES"),
+        description="Largest request body accepted, in bytes, on every route and `/mcp` "
+        "(batches included); a larger one is 413 `PAYLOAD_TOO_LARGE` before it is read.",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -1,19 +1,59 @@
-"""How timestamps are spelled on the wire: RFC 3339, UTC, with a ``Z``.
+"""How timestamps are spelled on the wire and in stores, and which instants are accepted.
 
-Both faces use these two functions, so an AMP cell and an AmpUp episode spell the same
-instant the same way (apart from AMP's fixed-width fraction)."""
+Both faces use these functions, so an AMP cell and an AmpUp episode spell the same
+instant the same way (apart from AMP's fixed-width fraction).
+
+Accepted instants: any RFC 3339 time with an offset whose UTC form falls in years
+0001–9999 (`Instant`); "0001-01-01T00:00:00+14:00" is the year 0 in UTC, so it is a 422,
+never an ``OverflowError`` deep inside a route. Every time stored or compared as text is
+spelled by `format_time` (fixed width, zero-padded year) and read back by `parse_time`.
+"""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Annotated
+
+from pydantic import AfterValidator, AwareDatetime
 
 
 def format_time(value: datetime) -> str:
-    """RFC 3339 in UTC with microseconds and a ``Z``: AMP's spelling (fixed width, so
-    stored strings sort like the instants they name)."""
+    """RFC 3339 in UTC with microseconds and a ``Z``: AMP's spelling and the one spelling of
+    every time stored as text (fixed width with a four-digit year, so stored strings sort
+    like the instants they name, year 0999 included)."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
     return value.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> datetime:
+    """A time `format_time` wrote, in UTC. Also reads a year written without its leading
+    zeros ("999-01-01T…", as the search index once stored years before 1000), so such a
+    row reads back until ``ampup-memory index rebuild`` rewrites it."""
+    year, dash, rest = text.partition("-")
+    if dash and year.isdigit() and len(year) < 4:
+        text = year.zfill(4) + dash + rest
+    value = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
 def utc_text(value: datetime) -> str:
     """RFC 3339 in UTC with a ``Z``; fractions only when the instant has them."""
     return value.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def in_utc(value: datetime) -> datetime:
+    """The same instant in UTC; ``ValueError`` when UTC has no year 0001–9999 for it."""
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError(
+            f"{value.isoformat()} is outside years 0001-9999 once converted to UTC"
+        ) from None
+
+
+# Every datetime a client sends (AMP and AmpUp bodies, query parameters, MCP tool arguments):
+# RFC 3339 with an offset, normalised to UTC, refused (422) when UTC cannot hold it.
+Instant = Annotated[AwareDatetime, AfterValidator(in_utc)]

@@ -10,13 +10,13 @@ The listing routes are registered before ``/memories/{memory_id}``; a test asser
 
 from __future__ import annotations
 
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
+from ampup_memory import jsontext
 from ampup_memory.amp.model import (
     AMP_VERSION,
     MAX_CELL_SIZE_BYTES,
@@ -113,7 +113,7 @@ def spec(request: Request) -> dict[str, Any]:
 
 def _created_by_from_body(raw: bytes) -> str | None:
     try:
-        data = json.loads(raw)
+        data = jsontext.loads(raw)
         value = data["identity"]["created_by"]
     except (ValueError, KeyError, TypeError, UnicodeDecodeError):
         return None

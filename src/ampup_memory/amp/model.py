@@ -8,8 +8,6 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import (
-    AfterValidator,
-    AwareDatetime,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -20,7 +18,7 @@ from pydantic import (
     field_validator,
 )
 
-from ampup_memory.timefmt import format_time
+from ampup_memory.timefmt import Instant, format_time
 
 AMP_VERSION = "0.1.0"
 MAX_CELL_SIZE_BYTES = 65536
@@ -28,21 +26,6 @@ MAX_PAGE_SIZE = 100
 # The contract sets no upper bound; this one only keeps offset + limit inside a 64-bit SQL
 # integer everywhere. A large offset answers an empty page.
 MAX_OFFSET = 2**31 - 1
-
-
-EARLIEST_UTC = datetime.min.replace(tzinfo=UTC)
-LATEST_UTC = datetime.max.replace(tzinfo=UTC)
-
-
-def _in_range(value: datetime | None) -> datetime | None:
-    # An instant Python cannot hold in UTC (year 1 at +05:00) clamps to the nearest one it
-    # can: as an expiry or a "now" it means the same thing, and it is never a 500.
-    if value is None:
-        return None
-    try:
-        return value.astimezone(UTC)
-    except OverflowError:
-        return EARLIEST_UTC if value.year < 5000 else LATEST_UTC
 
 
 def to_utc(value: datetime) -> datetime:
@@ -186,7 +169,8 @@ class CreateScoring(_Strict):
     decay_rate: Annotated[float, Field(ge=0.0)] = 0.01
 
 
-RequestTime = Annotated[AwareDatetime, AfterValidator(_in_range)]
+# Outside years 0001-9999 in UTC is a 422, as on every route (timefmt.Instant).
+RequestTime = Instant
 
 
 class CreateLifecycle(_Strict):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import socket
@@ -15,6 +14,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 from ulid import ULID
 
+from ampup_memory import jsontext
 from ampup_memory.amp import lifecycle
 from ampup_memory.amp.access import can_read, can_write
 from ampup_memory.amp.model import (
@@ -82,29 +82,14 @@ def validation_errors(
     return ValidationFailed("Request validation failed.", errors)
 
 
-class _NotFinite(ValueError):
-    pass
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if not math.isfinite(value):  # 1e400
-        raise _NotFinite(text)
-    return value
-
-
-def _no_constant(text: str) -> float:
-    raise _NotFinite(text)  # NaN, Infinity, -Infinity: not JSON at all
-
-
-def _reject_non_finite(raw: bytes) -> None:
-    """JSON has no NaN or Infinity, and a number too big for a double is one in disguise;
-    pydantic's parser accepts both, and a stored NaN would later break the cell's JSON."""
+def _reject_refused_json(raw: bytes) -> None:
+    """JSON nested too deep, NaN, Infinity or a number too big for a double: a 422 here
+    (`jsontext.loads`), before pydantic's parser, which accepts non-finite numbers (a stored
+    NaN would later break the cell's JSON)."""
     try:
-        json.loads(raw, parse_float=_finite_float, parse_constant=_no_constant)
-    except _NotFinite as exc:
-        raise field_error(["body"], f"numbers must be finite JSON numbers, not {exc}",
-                          "json_invalid") from None
+        jsontext.loads(raw)
+    except jsontext.JsonRefused as exc:
+        raise field_error(["body"], str(exc), "json_invalid") from None
     except ValueError:
         pass  # malformed JSON: pydantic reports it with its position
 
@@ -114,7 +99,7 @@ def parse_body(model: type[M], raw: bytes | None) -> M:
     is a 422, not a silent coercion. Malformed JSON is a 422 like any other."""
     # No body at all is an empty object (optional bodies); whitespace alone is not JSON.
     body = raw if raw else b"{}"
-    _reject_non_finite(body)
+    _reject_refused_json(body)
     try:
         return model.model_validate_json(body, strict=True)
     except ValidationError as exc:

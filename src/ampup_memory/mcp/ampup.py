@@ -24,6 +24,7 @@ from ampup_memory.mcp.tools import TOOLSETS, ToolContext, ToolEnv
 from ampup_memory.memory import mcp_tools as memory_tools
 from ampup_memory.search import mcp_tools as search_tools
 from ampup_memory.search.service import SearchService
+from ampup_memory.timefmt import Instant
 
 NO_USER = ("AmpUp Memory tools need a user: this MCP connection names none "
            "(stdio: set AMPUP_MEMORY_MCP_USER; HTTP: X-AmpUp-User, or a key bound to a user).")
@@ -103,7 +104,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         source: str = "chat",
         acl: list[str] | None = None,
         about: list[str] | None = None,
-        occurred_at: datetime | None = None,
+        occurred_at: Instant | None = None,
         document: str | None = None,
         branch: str | None = None,
     ) -> CallToolResult:
@@ -122,7 +123,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         ctx: ToolContext,
         id: str | None = None,
         document: str | None = None,
-        as_of: datetime | None = None,
+        as_of: Instant | None = None,
         branch: str | None = None,
         at_commit: str | None = None,
     ) -> CallToolResult:

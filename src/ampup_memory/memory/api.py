@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
 from ampup_memory.amp.service import parse_body
@@ -23,6 +23,7 @@ from ampup_memory.memory.facts import CloseValue, PostFact, PostFacts
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.openapi import body_doc
 from ampup_memory.routing import segment_except
+from ampup_memory.timefmt import Instant
 
 router = APIRouter(tags=["ampup memory"])
 # GET /episodes/batch is a wrong method, not a read of an episode called "batch".
@@ -34,7 +35,7 @@ class DocumentRequest(BaseModel):
 
     scope: str
     document: str = Field(min_length=1, max_length=512)
-    as_of: AwareDatetime | None = None
+    as_of: Instant | None = None
     branch: str | None = None
     at_commit: str | None = None
 
@@ -180,7 +181,7 @@ def get_facts(
     scope: ScopeQ,
     entity: Annotated[str, Query(min_length=1, max_length=256)],
     predicate: Annotated[str | None, Query(max_length=128)] = None,
-    as_of: Annotated[AwareDatetime | None, Query(description="Valid time; default now.")] = None,
+    as_of: Annotated[Instant | None, Query(description="Valid time; default now.")] = None,
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
     branch: BranchQ = None,
     at_commit: AtCommitQ = None,

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ampup_memory import jsontext
 from ampup_memory.errors import field_error
 
 
@@ -48,7 +49,9 @@ def _json_list(body: str) -> list[dict[str, Any]] | None:
     if not text.startswith("["):
         return None
     try:
-        data = json.loads(text)
+        data = jsontext.loads(text, "the episode body", finite=False)
+    except jsontext.JsonRefused as exc:
+        raise SplitError(str(exc)) from None
     except ValueError:
         return None
     if isinstance(data, list) and all(isinstance(m, dict) for m in data):
@@ -110,7 +113,9 @@ def _flatten(prefix: str, value: Any, out: list[str]) -> None:
 def crm_fields(body: str) -> list[str]:
     """A JSON object; each field (nested fields by dotted name) is one unit."""
     try:
-        data = json.loads(body)
+        data = jsontext.loads(body, "the episode body", finite=False)
+    except jsontext.JsonRefused as exc:
+        raise SplitError(str(exc)) from None
     except ValueError as exc:
         raise SplitError("a crm: episode body must be a JSON object") from exc
     if not isinstance(data, dict):

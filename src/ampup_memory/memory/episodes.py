@@ -7,12 +7,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import field_error
 from ampup_memory.memory.acl import AclEntry, normalize_acl
 from ampup_memory.memory.episode_types import EpisodeType, SplitError, Unit, require_type
-from ampup_memory.timefmt import utc_text
+from ampup_memory.timefmt import Instant, utc_text
 
 MAX_BODY_BYTES = 1_000_000
 MAX_BATCH = 1000
@@ -24,7 +24,7 @@ class EpisodeIn(BaseModel):
     source: str = Field(min_length=1, max_length=512,
                         description="Where it came from; its prefix picks the episode type.")
     body: str = Field(min_length=1, description="The text, stored once by SHA-256.")
-    occurred_at: AwareDatetime | None = Field(
+    occurred_at: Instant | None = Field(
         default=None, description="When it happened (default: when first written).")
     about: list[str] | None = Field(default=None, max_length=100,
                                     description="Entity ids the episode is about.")

@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.memory.acl import AclEntry
 from ampup_memory.memory.episode_types import Unit
-from ampup_memory.timefmt import utc_text
+from ampup_memory.timefmt import Instant, utc_text
 
 VALUE = "value"
 CLOSURE = "closure"
@@ -40,9 +40,9 @@ class FactIn(BaseModel):
     entity: str = Field(min_length=1, max_length=256)
     predicate: str = Field(min_length=1, max_length=128)
     value: Scalar = Field(description="A JSON string, number or boolean.")
-    valid_from: AwareDatetime | None = Field(
+    valid_from: Instant | None = Field(
         default=None, description="Default: the latest occurred_at of the cited episodes.")
-    valid_to: AwareDatetime | None = None
+    valid_to: Instant | None = None
     quote: str = Field(min_length=1, max_length=4000,
                        description="Must occur verbatim in one of the cited units.")
     cites: list[Cite] = Field(min_length=1, max_length=32)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import ServiceUnavailable
 from ampup_memory.memory.scopes import parse_branch, parse_scope
@@ -15,6 +15,7 @@ from ampup_memory.search.answer import facts_json, passages_json, text_answer
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.visibility import Principal
+from ampup_memory.timefmt import Instant
 
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 100
@@ -29,7 +30,7 @@ class FactSearchRequest(BaseModel):
 
     scope: str = Field(description="org/team")
     query: str = Field(min_length=1, max_length=2000)
-    as_of: AwareDatetime | None = Field(
+    as_of: Instant | None = Field(
         default=None, description="Valid time the current versions are taken at (default now).")
     limit: int = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
     format: Literal["json", "text"] = "json"

@@ -39,6 +39,7 @@ MONTHS = {
 }
 _MONTH = "(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
 _YEAR = r"(?P<year>(?:19|20|21)\d\d)"
+MAX_ZONE_NAME = 64  # the longest IANA name has 32 characters
 _UNITS = {"day": 1, "days": 1, "week": 7, "weeks": 7}
 
 
@@ -61,9 +62,13 @@ def zone(tz: str | None) -> ZoneInfo:
     if tz is None:
         return ZoneInfo("UTC")
     try:
+        if len(tz) > MAX_ZONE_NAME:
+            raise ValueError(tz)
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise field_error(["body", "tz"], f"unknown time zone {tz!r} (use an IANA name)"
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        # A zone name is a file name below the tz database: a folder ("America") or a name
+        # longer than the file system allows is an OSError, not ZoneInfoNotFoundError.
+        raise field_error(["body", "tz"], f"unknown time zone {tz[:80]!r} (use an IANA name)"
                           ) from None
 
 

@@ -19,6 +19,7 @@ from ampup_memory.amp.model import MemoryCell, Status, StoredCell, to_utc
 from ampup_memory.amp.store.base import CellFilter, EmbeddingSource, KeyRecord, PassRecord
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.timefmt import format_time
+from ampup_memory.timefmt import parse_time as stored_time
 
 SCHEMA_VERSION = 1
 
@@ -143,7 +144,7 @@ def parse_time(value: str | datetime | None) -> datetime | None:
         return None
     if isinstance(value, datetime):
         return to_utc(value)
-    return to_utc(datetime.fromisoformat(value.replace("Z", "+00:00")))
+    return stored_time(value)
 
 
 def stored_from_row(

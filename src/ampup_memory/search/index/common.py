@@ -5,27 +5,21 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import numpy as np
 
-# Fixed width, UTC, so text order is time order in SQL.
-_FORMAT = "%Y-%m-%dT%H:%M:%S.%fZ"
+from ampup_memory.timefmt import format_time, parse_time
 
 
 def time_text(value: datetime | None) -> str | None:
-    if value is None:
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    return value.astimezone(UTC).strftime(_FORMAT)
+    """Fixed width, UTC (`timefmt.format_time`), so text order is time order in SQL."""
+    return None if value is None else format_time(value)
 
 
 def parse_time_text(text: str | None) -> datetime | None:
-    if text is None:
-        return None
-    return datetime.fromisoformat(text)  # our own fixed format, 'Z' included
+    return None if text is None else parse_time(text)
 
 
 def dumps(value: Any) -> str:

@@ -1,0 +1,60 @@
+"""ASGI middleware bounding every request body (the ``max_request_bytes`` setting).
+
+It sits in front of every route, the AMP and AmpUp faces and ``/mcp`` alike, so no handler
+ever buffers more than the limit. A declared ``Content-Length`` above it is refused before
+a byte of the body is read; a chunked body is counted as it streams in and refused as soon
+as it passes the limit. Either way the answer is 413 ``PAYLOAD_TOO_LARGE`` in the one error
+envelope (`http_errors.error_response`); the server drops the unread rest and the
+connection stays usable.
+"""
+
+from __future__ import annotations
+
+from starlette.datastructures import Headers
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ampup_memory.errors import PayloadTooLarge
+from ampup_memory.http_errors import error_response
+
+
+class BodyLimit:
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = Headers(scope=scope).get("content-length", "")
+        if declared.isdigit() and int(declared) > self.max_bytes:
+            await self._refuse(scope, receive, send)
+            return
+        # Read the body here, counting (chunked bodies declare no length), and hand the
+        # app the same messages: routes and the MCP transport read bodies whole anyway.
+        messages: list[Message] = []
+        size = 0
+        while True:
+            message = await receive()
+            messages.append(message)
+            if message["type"] != "http.request":
+                break  # the client went away; the app sees the disconnect
+            size += len(message.get("body", b""))
+            if size > self.max_bytes:
+                await self._refuse(scope, receive, send)
+                return
+            if not message.get("more_body", False):
+                break
+
+        async def replay() -> Message:
+            return messages.pop(0) if messages else await receive()
+
+        await self.app(scope, replay, send)
+
+    async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
+        exc = PayloadTooLarge(
+            f"The request body exceeds {self.max_bytes} bytes (setting max_request_bytes); "
+            "send a smaller one (split a batch).",
+            code="PAYLOAD_TOO_LARGE", details={"max_bytes": self.max_bytes},
+        )
+        await error_response(exc)(scope, receive, send)

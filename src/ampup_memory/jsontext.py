@@ -1,0 +1,76 @@
+"""How JSON input is read: every JSON text a client sends is parsed by `loads`.
+
+Request bodies (`amp.service.parse_body`, on every AMP and AmpUp route) and JSON inside
+episode bodies (``crm:`` records, ``slack:``/``gmail:`` exports) share the one depth limit,
+checked before parsing by `depth` (which never recurses), so a body nested 100,000 deep is a
+clear 422 instead of a ``RecursionError`` in whichever parser meets it first. (``/mcp``
+bodies are parsed by the MCP SDK, whose own parser stops at 200 levels with a JSON-RPC
+parse error.)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+MAX_DEPTH = 128  # arrays and objects inside each other; real payloads stay far below
+
+_QUOTE = ord('"')
+_NOT_MARK = bytes(b for b in range(256) if b not in b'[]{}"')
+# What each mark does to the nesting depth: +1 for [ and {, -1 for ] and }.
+_STEP = np.zeros(256, dtype=np.int8)
+_STEP[list(b"[{")] = 1
+_STEP[list(b"]}")] = -1
+
+
+class JsonRefused(ValueError):
+    """Well-formed or not, this JSON is refused (too deep, or a number that is not finite)."""
+
+
+def depth(text: bytes | str) -> int:
+    """How deep arrays and objects nest in ``text``, brackets inside strings not counted.
+
+    Vectorised and iterative, so it never recurses and costs about what parsing the text costs
+    whatever the input. Only strings hold backslashes in JSON: with escaped backslashes and
+    quotes dropped, every quote left opens or closes a string. (Malformed JSON gets some
+    number; its parser refuses it anyway.)"""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    if b"\\" in raw:
+        raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
+    marks = np.frombuffer(raw.translate(None, _NOT_MARK), dtype=np.uint8)  # quotes, brackets
+    if not len(marks):
+        return 0
+    outside = (np.cumsum(marks == _QUOTE, dtype=np.int64) & 1) == 0
+    levels = np.cumsum(_STEP[marks] * outside, dtype=np.int64)
+    return max(0, int(levels.max()))
+
+
+def check_depth(text: bytes | str, where: str = "the body") -> None:
+    if depth(text) > MAX_DEPTH:
+        raise JsonRefused(f"JSON in {where} nests deeper than {MAX_DEPTH} arrays or objects")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400
+        raise JsonRefused(f"numbers must be finite JSON numbers, not {text}")
+    return value
+
+
+def _no_constant(text: str) -> float:
+    raise JsonRefused(f"numbers must be finite JSON numbers, not {text}")  # NaN, Infinity
+
+
+def loads(text: bytes | str, where: str = "the body", *, finite: bool = True) -> Any:
+    """Parse JSON from a client. `JsonRefused` for too deep or, with ``finite``, for a
+    number that is not finite (JSON has no NaN or Infinity, and a number too big for a
+    double is one in disguise); other malformed JSON raises ``json.JSONDecodeError``. Both
+    are ``ValueError``. Episode bodies pass ``finite=False``: they were always read with
+    Python's lenient parser, and a stored body must split the same way it did when written."""
+    check_depth(text, where)
+    if not finite:
+        return json.loads(text)
+    return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)

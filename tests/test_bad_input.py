@@ -1,0 +1,333 @@
+"""Bad input over real HTTP: a clear 4xx in the one envelope, never a 500, and the same
+keep-alive connection answers the next request.
+
+Covers JSON nested too deep (request bodies on every route, JSON inside episode bodies),
+instants UTC cannot hold, time zones that are folders or too long, request bodies over
+``max_request_bytes`` (413, also on /mcp), and times before year 1000, which the search
+index once stored unpadded (search answered 500 for good, even after a rebuild).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.memory_support import ADMIN_TOKEN, QUIET, new_scope
+from tests.server_process import ServerProcess
+from tests.test_mcp import http_client_for
+from tests.test_mcp import refused as mcp_refused
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+HEADERS = {"X-AmpUp-User": "alice", "X-AMP-Agent-ID": "agent-a",
+           "X-AMP-Admin-Token": ADMIN_TOKEN}
+MCP_HEADERS = {"content-type": "application/json",
+               "accept": "application/json, text/event-stream"}
+DEEP = b"[" * 100_000 + b"]" * 100_000
+MAX_REQUEST_BYTES = 4 * 1024 * 1024  # the documented default
+OVERFLOWING = ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    proc = ServerProcess(tmp_path_factory.mktemp("bad-input"), env=QUIET).start(timeout=180)
+    try:
+        yield proc
+    finally:
+        proc.stop()
+
+
+@pytest.fixture
+def client(server: ServerProcess) -> Iterator[httpx.Client]:
+    with httpx.Client(base_url=server.url, timeout=120, headers=HEADERS) as c:
+        yield c
+
+
+def _connection(response: httpx.Response) -> Any:
+    return response.extensions["network_stream"].get_extra_info("client_addr")
+
+
+def still_usable(client: httpx.Client, bad: httpx.Response) -> None:
+    """The connection that carried the bad request carries the next one."""
+    after = client.get("/health")
+    assert after.status_code == 200
+    assert _connection(after) == _connection(bad), "the server dropped the connection"
+
+
+def refused(client: httpx.Client, status: int, method: str, path: str,
+            **kwargs: Any) -> dict[str, Any]:
+    response = client.request(method, path, **kwargs)
+    assert response.status_code == status, (method, path, response.text[:300])
+    error = response.json()["error"]
+    assert set(error) == {"code", "message", "details"}
+    still_usable(client, response)
+    return dict(error)
+
+
+def _routes_with_bodies() -> list[tuple[str, str]]:
+    spec = json.loads((DOCS / "openapi.json").read_text())
+    return [(method.upper(), path) for path, methods in spec["paths"].items()
+            for method, op in methods.items() if "requestBody" in op]
+
+
+# ---- JSON nested too deep ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("method", "path"), _routes_with_bodies())
+def test_deeply_nested_body_is_422_on_every_route(client: httpx.Client, method: str,
+                                                  path: str) -> None:
+    if "{memory_id}" in path:  # a cell the caller may write, so the body is what is judged
+        cell = client.post("/amp/v1/memories", json={
+            "type": "semantic", "content": {"text": "x"},
+            "identity": {"owner_id": "agent-a", "owner_type": "agent"}})
+        path = path.replace("{memory_id}", cell.json()["id"])
+    path = path.replace("{episode_id}", "e" * 64).replace("{user}", "bob")
+    error = refused(client, 422, method, path, content=DEEP,
+                    headers={"content-type": "application/json"})
+    assert "deeper than 128" in error["message"]
+
+
+def test_deeply_nested_body_on_mcp_is_a_parse_error(client: httpx.Client) -> None:
+    response = client.post("/mcp", content=DEEP, headers=MCP_HEADERS)
+    assert response.status_code == 400
+    assert response.json()["error"]["code"] == -32700  # JSON-RPC parse error
+    still_usable(client, response)
+
+
+@pytest.mark.parametrize("source", ["crm:deal", "slack:#general", "gmail:thread"])
+def test_deeply_nested_json_in_an_episode_body_is_422(client: httpx.Client,
+                                                      source: str) -> None:
+    nested = '{"a":' * 5000 + "1" + "}" * 5000
+    body = nested if source.startswith("crm") else f"[{nested}]"
+    error = refused(client, 422, "POST", "/episodes", json={
+        "scope": new_scope(), "source": source, "body": body, "acl": ["*"]})
+    assert error["details"]["errors"][0]["loc"][-1] == "body"
+    assert "deeper than 128" in error["message"]
+
+
+def test_nesting_within_the_limit_is_accepted(client: httpx.Client) -> None:
+    record = '{"a":' * 100 + '"[{\\"]"' + "}" * 100  # brackets in strings do not count
+    r = client.post("/episodes", json={"scope": new_scope(), "source": "crm:deal",
+                                       "body": record, "acl": ["*"]})
+    assert r.status_code == 201, r.text
+
+
+# ---- instants UTC cannot hold ---------------------------------------------------------
+
+
+def _cited_episode(client: httpx.Client, scope: str) -> str:
+    r = client.post("/episodes", json={"scope": scope, "source": "doc:price",
+                                       "body": "The price is ten.", "acl": ["*"]})
+    assert r.status_code == 201, r.text
+    return str(r.json()["id"])
+
+
+@pytest.mark.parametrize("when", OVERFLOWING)
+def test_instants_outside_utc_years_are_422_everywhere(client: httpx.Client,
+                                                       when: str) -> None:
+    scope = new_scope()
+    episode = _cited_episode(client, scope)
+    fact = {"entity": "acme", "predicate": "price", "value": "ten",
+            "quote": "The price is ten.", "cites": [{"episode": episode, "unit": 1}]}
+    note = {"source": "doc:n", "body": "a note", "acl": ["*"], "occurred_at": when}
+    cell = {"type": "semantic", "content": {"text": "x"},
+            "identity": {"owner_id": "agent-a", "owner_type": "agent"}}
+    created = client.post("/amp/v1/memories", json=cell)
+    assert created.status_code == 201, created.text
+    cell_path = f"/amp/v1/memories/{created.json()['id']}"
+    cases: list[tuple[str, str, dict[str, Any], str]] = [
+        ("POST", "/episodes", {"scope": scope, **note}, "occurred_at"),
+        ("POST", "/episodes/batch", {"scope": scope, "episodes": [note]}, "occurred_at"),
+        ("POST", "/facts", {"scope": scope, **fact, "valid_from": when}, "valid_from"),
+        ("POST", "/facts", {"scope": scope, **fact, "valid_to": when}, "valid_to"),
+        ("POST", "/facts/batch", {"scope": scope, "facts": [{**fact, "valid_from": when}]},
+         "valid_from"),
+        ("POST", "/document", {"scope": scope, "document": "d", "as_of": when}, "as_of"),
+        ("POST", "/search", {"scope": scope, "query": "price", "as_of": when}, "as_of"),
+        ("POST", "/amp/v1/memories", {**cell, "lifecycle": {"expires_at": when}},
+         "expires_at"),
+        ("PATCH", cell_path, {"lifecycle": {"expires_at": when}}, "expires_at"),
+        ("POST", "/amp/v1/lifecycle/run", {"now": when, "dry_run": True}, "now"),
+    ]
+    for method, path, body, field in cases:
+        error = refused(client, 422, method, path, json=body)
+        assert error["details"]["errors"][0]["loc"][-1] == field, (path, error)
+    error = refused(client, 422, "GET", "/facts",
+                    params={"scope": scope, "entity": "acme", "as_of": when})
+    assert error["details"]["errors"][0]["loc"] == ["query", "as_of"]
+
+
+@pytest.mark.parametrize("when", OVERFLOWING)
+async def test_mcp_tools_refuse_instants_outside_utc_years(server: ServerProcess,
+                                                          when: str) -> None:
+    async with http_client_for(server.url, {"X-AMP-Agent-ID": "agent-a",
+                                            "X-AmpUp-User": "alice"}) as mcp:
+        scope = new_scope()
+        replies = [
+            await mcp_refused(mcp, "remember_memory", scope=scope, text="hi",
+                              occurred_at=when),
+            await mcp_refused(mcp, "get_episode", scope=scope, document="d", as_of=when),
+            await mcp_refused(mcp, "search_memory", scope=scope, query="x", as_of=when),
+        ]
+    for reply in replies:
+        assert "outside years 0001-9999" in reply, reply
+
+
+def test_first_and_last_utc_instants_are_accepted(client: httpx.Client) -> None:
+    scope = new_scope()
+    for when in ("0001-01-01T00:00:00Z", "9999-12-31T23:59:59Z"):
+        r = client.post("/episodes", json={"scope": scope, "source": "doc:edge",
+                                           "body": f"edge {when}", "acl": ["*"],
+                                           "occurred_at": when})
+        assert r.status_code == 201, r.text
+        got = client.get(f"/episodes/{r.json()['id']}", params={"scope": scope})
+        assert got.json()["occurred_at"] == when
+    assert client.post("/search", json={"scope": scope, "query": "edge"}).status_code == 200
+
+
+# ---- time zones -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tz", ["America", "Europe", "A" * 5000, "Europe/" + "x" * 300],
+                         ids=["folder", "top-folder", "too-long", "too-long-file"])
+def test_time_zone_that_is_no_zone_is_422(client: httpx.Client, tz: str) -> None:
+    scope = new_scope()
+    for path, body in (("/search", {"scope": scope, "query": "price yesterday", "tz": tz}),
+                       ("/query", {"scope": scope, "find": "passages",
+                                   "query": "price yesterday", "tz": tz})):
+        error = refused(client, 422, "POST", path, json=body)
+        assert error["details"]["errors"][0]["loc"] == ["body", "tz"]
+
+
+# ---- request size ---------------------------------------------------------------------
+
+
+def test_body_over_the_limit_is_413_before_it_is_read(client: httpx.Client) -> None:
+    big = b'{"scope":"' + b"x" * MAX_REQUEST_BYTES + b'"}'
+    for path in ("/episodes/batch", "/amp/v1/memories"):
+        error = refused(client, 413, "POST", path, content=big,
+                        headers={"content-type": "application/json"})
+        assert error["code"] == "PAYLOAD_TOO_LARGE"
+        assert error["details"] == {"max_bytes": MAX_REQUEST_BYTES}
+    # /mcp answers the same envelope, not its transport's plain text.
+    error = refused(client, 413, "POST", "/mcp", content=big, headers=MCP_HEADERS)
+    assert error["code"] == "PAYLOAD_TOO_LARGE"
+
+
+def test_chunked_body_is_counted_as_it_streams(client: httpx.Client) -> None:
+    def chunks() -> Iterator[bytes]:
+        yield b'{"scope":"'
+        for _ in range(50):  # 5 MB, no Content-Length
+            yield b"x" * 100_000
+
+    error = refused(client, 413, "POST", "/episodes/batch", content=chunks(),
+                    headers={"content-type": "application/json"})
+    assert error["code"] == "PAYLOAD_TOO_LARGE"
+
+
+def test_documented_limits_fit_under_the_default(client: httpx.Client) -> None:
+    scope = new_scope()
+    # The largest episode body (1,000,000 bytes), sent chunked.
+    body = ("word " * 199 + "end\n\n") * 1000
+    assert len(body.encode()) == 1_000_000
+    raw = json.dumps({"scope": scope, "source": "doc:big", "body": body, "acl": ["*"]})
+    r = client.post("/episodes", content=iter([raw.encode()]),
+                    headers={"content-type": "application/json"})
+    assert r.status_code == 201, r.text[:300]
+    # A batch of the most episodes a batch may hold.
+    batch = [{"source": f"slack:#c{i}", "body": f"message {i}", "acl": ["*"]}
+             for i in range(1000)]
+    r = client.post("/episodes/batch", json={"scope": scope, "episodes": batch})
+    assert r.status_code == 201, r.text[:300]
+    assert len(r.json()["episodes"]) == 1000
+
+
+# ---- times before year 1000 -----------------------------------------------------------
+
+
+def _write_ancient(client: httpx.Client, scope: str) -> None:
+    r = client.post("/episodes", json={"scope": scope, "source": "doc:old",
+                                       "body": "The old price of acme was ten.",
+                                       "acl": ["*"], "occurred_at": "0999-03-01T00:00:00Z"})
+    assert r.status_code == 201, r.text
+    cites = [{"episode": r.json()["id"], "unit": 1}]
+    for entity, valid_from in (("acme", "0500-01-01T00:00:00Z"),
+                               ("globex", "2024-01-01T00:00:00Z")):
+        r = client.post("/facts", json={
+            "scope": scope, "entity": entity, "predicate": "price", "value": "ten",
+            "quote": "The old price of acme was ten.", "cites": cites,
+            "valid_from": valid_from})
+        assert r.status_code == 201, r.text
+
+
+def _check_ancient(client: httpx.Client, scope: str) -> None:
+    """Search, passages and a time window in year 800 all work, for every reader."""
+    for user in ("alice", "bob"):
+        headers = {"X-AmpUp-User": user}
+        r = client.post("/search", json={"scope": scope, "query": "price 0800-01-01"},
+                        headers=headers)
+        assert r.status_code == 200, r.text[:300]
+        first = r.json()["results"][0]
+        assert (first["entity"], first["valid_from"]) == ("acme", "0500-01-01T00:00:00Z")
+        assert first["parts"]["time"] == 1.0  # valid in the window: text order is time order
+        r = client.post("/query", json={"scope": scope, "find": "passages",
+                                        "query": "old price"}, headers=headers)
+        assert r.status_code == 200, r.text[:300]
+        assert r.json()["results"]
+
+
+def test_times_before_year_1000_search_and_rank(client: httpx.Client) -> None:
+    scope = new_scope()
+    _write_ancient(client, scope)
+    _check_ancient(client, scope)
+
+
+@contextmanager
+def _served(home: Path) -> Iterator[tuple[ServerProcess, httpx.Client]]:
+    srv = ServerProcess(home, env=QUIET).start(timeout=180)  # a loaded CI box starts slowly
+    try:
+        with httpx.Client(base_url=srv.url, timeout=120, headers=HEADERS) as c:
+            yield srv, c
+    finally:
+        srv.stop()
+
+
+def _index_times(index: Path) -> list[str]:
+    with sqlite3.connect(index) as db:
+        return sorted([r[0] for r in db.execute("SELECT occurred_at FROM episodes")]
+                      + [r[0] for r in db.execute("SELECT valid_from FROM facts")])
+
+
+def test_index_with_unpadded_years_reads_and_heals_on_rebuild(tmp_path: Path) -> None:
+    """An index written before times were zero-padded ('999-03-01T…') still answers, and
+    `ampup-memory index rebuild` rewrites it in the one fixed-width form."""
+    scope = new_scope()
+    with _served(tmp_path) as (srv, c):
+        _write_ancient(c, scope)
+    index = tmp_path / "index.db"
+    with sqlite3.connect(index) as db:  # the spelling the index used to store
+        db.execute("UPDATE episodes SET occurred_at = substr(occurred_at, 2)"
+                   " WHERE occurred_at LIKE '0%'")
+        db.execute("UPDATE facts SET valid_from = substr(valid_from, 2)"
+                   " WHERE valid_from LIKE '0%'")
+    assert "999-03-01T00:00:00.000000Z" in _index_times(index)
+    with _served(tmp_path) as (srv, c):
+        r = c.post("/search", json={"scope": scope, "query": "acme price"})
+        assert r.status_code == 200, r.text[:300]  # legacy rows read back
+    rebuilt = subprocess.run(
+        [sys.executable, "-m", "ampup_memory.cli", "index", "rebuild"],
+        env={**srv.env}, capture_output=True, text=True, timeout=300)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert _index_times(index) == sorted([
+        "0999-03-01T00:00:00.000000Z", "0500-01-01T00:00:00.000000Z",
+        "2024-01-01T00:00:00.000000Z"])
+    with _served(tmp_path) as (srv, c):
+        _check_ancient(c, scope)
