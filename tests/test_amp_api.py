@@ -344,3 +344,194 @@ def test_audit_findings_stay_fixed(http: httpx.Client, uid: str) -> None:
     # /spec's embedding carries exactly the contract's keys.
     caps = http.get("/spec").json()["capabilities"]
     assert set(caps["embedding"]) == {"provider", "dimensions"}
+
+
+DENIED = {"error": {"code": "ACCESS_DENIED", "message": "Access denied.", "details": {}}}
+
+
+def test_a_write_never_shows_what_a_read_would_not(http: httpx.Client, uid: str) -> None:
+    """`writable_by` grants no read, on every route: PATCH answers a blind writer with the
+    id alone, and only the owner or the creator may send `access_policy` or `identity`."""
+    creator, owner, blind, both = f"c_{uid}", f"o_{uid}", f"w_{uid}", f"rw_{uid}"
+    secret = f"secret{uid}"
+    cell = make(http, creator, owner,
+                content={"text": f"{secret} door code", "metadata": {"pin": secret}},
+                access_policy={"readable_by": [both], "writable_by": [blind, both]})
+    url = f"/memories/{cell['id']}"
+    w = {"X-AMP-Agent-ID": blind}
+    r = http.patch(url, headers=w, json={"content": {"metadata": {"note": "x"}}})
+    assert r.status_code == 200, r.text
+    assert r.json() == {"id": cell["id"]}
+    # It cannot grant itself read, nor probe the policy or the identity by equality.
+    for body in ({"access_policy": {"readable_by": [blind]}},
+                 {"access_policy": {"public": True}},
+                 {"access_policy": {"readable_by": [both]}},  # the stored value: still 403
+                 {"access_policy": {}},
+                 {"identity": {"owner_id": owner}},
+                 {"identity": {"owner_id": "someone_else"}}):
+        r = http.patch(url, headers=w, json=body)
+        assert (r.status_code, r.json()) == (403, DENIED), body
+    assert http.get(url, headers=w).status_code == 403
+    # `created_at` equal vs different would tell it the hidden value: one answer for both.
+    probes = [http.patch(url, headers=w, json={"created_at": when})
+              for when in (cell["lifecycle"]["created_at"], "2001-01-01T00:00:00Z")]
+    assert {p.status_code for p in probes} == {422}
+    assert probes[0].content == probes[1].content
+    # Errors leave the hidden parts out too: no size on 413, no current status on 409.
+    big = http.patch(url, headers=w, json={"content": {"metadata": {"x": "y" * 70_000}}})
+    assert big.status_code == 413 and "size_bytes" not in big.json()["error"]["details"]
+    early = http.delete(url, headers=w)
+    assert early.status_code == 409 and "active" not in early.text
+    assert early.json()["error"]["details"] == {"to": "deleted"}
+    r = http.patch(url, headers=w, json={"lifecycle": {"status": "archived"}})
+    assert r.status_code == 200 and r.json() == {"id": cell["id"]}
+    back = http.patch(url, headers=w, json={"lifecycle": {"status": "active"}})
+    assert back.status_code == 409 and "archived" not in back.text
+    assert secret not in "".join(x.text for x in (early, back, big))
+    # A writer that may also read gets the cell, but still may not change the policy.
+    rw = {"X-AMP-Agent-ID": both}
+    seen = http.patch(url, headers=rw, json={"content": {"metadata": {"by": both}}})
+    assert seen.status_code == 200 and seen.json()["content"]["text"] == f"{secret} door code"
+    assert http.patch(url, headers=rw, json={"access_policy": {"public": True}}).json() == DENIED
+    # The owner and the creator may; their answers are whole cells.
+    for agent, readers in ((owner, [both, blind]), (creator, [both])):
+        r = http.patch(url, headers={"X-AMP-Agent-ID": agent},
+                       json={"access_policy": {"readable_by": readers}})
+        assert r.status_code == 200, r.text
+        assert r.json()["access_policy"]["readable_by"] == readers
+        assert r.json()["content"]["metadata"] == {"by": both}
+    assert http.delete(url, headers=w).status_code == 204
+
+
+def test_agent_ids_are_checked(http: httpx.Client, uid: str) -> None:
+    """An agent id is 1-256 visible ASCII characters other than '/' and '*', in the header
+    (401, like any bad identity) and wherever a body names an agent (422)."""
+    owner = f"u_{uid}"
+    for agent in ("agent_é".encode(), b"../x", ("x" * 5000).encode(),
+                  b"a/b", b"team*", "агент".encode()):
+        for method, path in (("GET", "/memories"), ("POST", "/memories")):
+            r = http.request(method, path, headers={"X-AMP-Agent-ID": agent},
+                             json={"type": "semantic", "content": {"text": "t"},
+                                   "identity": {"owner_id": owner, "owner_type": "user"}})
+            assert r.status_code == 401, (agent[:20], r.text)
+            err = r.json()["error"]
+            assert err["code"] == "UNAUTHENTICATED" and "not a valid agent id" in err["message"]
+    assert http.get("/memories", params={"owner_id": owner},
+                    headers={"X-AMP-Agent-ID": "a"}).json()["results"] == []
+    # Regex metacharacters are literal and allowed (the AMP conformance suite uses them).
+    odd = f"^a.b?[1](x|y)\\{uid}$"
+    cell = make(http, odd, owner, access_policy={"readable_by": [f"reader-{uid}-*"]})
+    assert cell["identity"]["created_by"] == odd
+    assert http.get(f"/memories/{cell['id']}",
+                    headers={"X-AMP-Agent-ID": f"reader-{uid}-7"}).status_code == 200
+    base = {"type": "semantic", "content": {"text": "t"}}
+    bad_bodies = [
+        ({"identity": {"owner_id": owner, "owner_type": "user", "created_by": "../x"}},
+         ["identity", "created_by"]),
+        ({"identity": {"owner_id": "agent_é", "owner_type": "agent"}}, ["identity"]),
+        ({"identity": {"owner_id": "y" * 257, "owner_type": "agent"}}, ["identity"]),
+        ({"identity": {"owner_id": owner, "owner_type": "user"},
+          "access_policy": {"readable_by": ["agent_é*"]}},
+         ["access_policy", "readable_by", 0]),
+        ({"identity": {"owner_id": owner, "owner_type": "user"},
+          "access_policy": {"writable_by": ["ok", "a b"]}},
+         ["access_policy", "writable_by", 1]),
+        ({"identity": {"owner_id": owner, "owner_type": "user"},
+          "access_policy": {"readable_by": ["z" * 257]}},
+         ["access_policy", "readable_by", 0]),
+    ]
+    for extra, loc in bad_bodies:
+        r = http.post("/memories", headers={"X-AMP-Agent-ID": f"a_{uid}"},
+                      json={**base, **extra})
+        assert r.status_code == 422, (extra, r.text)
+        locs = [e["loc"] for e in r.json()["error"]["details"]["errors"]]
+        assert any(got[1:1 + len(loc)] == loc for got in locs), (loc, locs)
+    assert http.get("/memories", params={"owner_id": owner},
+                    headers={"X-AMP-Agent-ID": f"a_{uid}"}).json()["results"] == []
+    # A user (not agent) owner's id is not an agent id: any 1-256 characters.
+    person = make(http, f"a_{uid}", "Jürgen Müller")
+    assert person["identity"]["owner_id"] == "Jürgen Müller"
+    r = http.patch(f"/memories/{person['id']}", headers={"X-AMP-Agent-ID": f"a_{uid}"},
+                   json={"access_policy": {"readable_by": ["bad id"]}})
+    assert r.status_code == 422
+    assert r.json()["error"]["details"]["errors"][0]["loc"] == [
+        "body", "access_policy", "readable_by", 0]
+
+
+def test_bodies_are_parsed_strictly(http: httpx.Client, uid: str) -> None:
+    """`false`, `0` or `"1"` where a number, a date or a flag is due: 422, never coerced."""
+    me = {"X-AMP-Agent-ID": f"a_{uid}"}
+    owner = f"u_{uid}"
+    ident = {"owner_id": owner, "owner_type": "user"}
+    cell = make(http, f"a_{uid}", owner)
+
+    def create(**extra: Any) -> tuple[str, str, dict[str, Any]]:
+        return "POST", "/memories", {"type": "semantic", "content": {"text": "strict"},
+                                     "identity": ident, **extra}
+
+    cases: list[tuple[tuple[str, str, Any], list[str | int]]] = [
+        (create(scoring={"importance": False}), ["scoring", "importance"]),
+        (create(scoring={"importance": "0.5"}), ["scoring", "importance"]),
+        (create(scoring={"confidence": True}), ["scoring", "confidence"]),
+        (create(scoring={"decay_rate": "1"}), ["scoring", "decay_rate"]),
+        (create(lifecycle={"expires_at": 0}), ["lifecycle", "expires_at"]),
+        (create(lifecycle={"expires_at": False}), ["lifecycle", "expires_at"]),
+        (create(lifecycle={"expires_at": 1893456000}), ["lifecycle", "expires_at"]),
+        (create(access_policy={"public": 1}), ["access_policy", "public"]),
+        (create(access_policy={"public": "true"}), ["access_policy", "public"]),
+        (create(content={"text": 1}), ["content", "text"]),
+        (("PATCH", f"/memories/{cell['id']}", {"scoring": {"importance": False}}),
+         ["scoring", "importance"]),
+        (("PATCH", f"/memories/{cell['id']}", {"lifecycle": {"expires_at": 0}}),
+         ["lifecycle", "expires_at"]),
+        (("PATCH", f"/memories/{cell['id']}", {"access_policy": {"public": 0}}),
+         ["access_policy", "public"]),
+        (("POST", "/memories/search", {"query": "q", "limit": "5"}), ["limit"]),
+        (("POST", "/memories/search", {"query": "q", "limit": True}), ["limit"]),
+        (("POST", "/memories/search", {"query": "q", "offset": False}), ["offset"]),
+        (("POST", "/memories/search", {"query": "q", "include_stale": 1}), ["include_stale"]),
+        (("POST", "/memories/search", {"query": 1}), ["query"]),
+        (("POST", "/lifecycle/run", {"now": 0, "dry_run": True}), ["now"]),
+        (("POST", "/lifecycle/run", {"now": False, "dry_run": True}), ["now"]),
+        (("POST", "/lifecycle/run", {"dry_run": 1}), ["dry_run"]),
+        (("POST", "/lifecycle/run", {"dry_run": "true"}), ["dry_run"]),
+        (("POST", "/lifecycle/purge", {"id": 1}), ["id"]),
+    ]
+    for (method, path, body), loc in cases:
+        r = http.request(method, path, headers={**me, **ADMIN}, json=body)
+        assert r.status_code == 422, (path, body, r.text)
+        err = r.json()["error"]
+        assert err["code"] == "VALIDATION_ERROR"
+        assert ["body", *loc] in [e["loc"][:len(loc) + 1] for e in err["details"]["errors"]], (
+            body, err)
+    listed = http.get("/memories", params={"owner_id": owner}, headers=me).json()["results"]
+    assert [c["id"] for c in listed] == [cell["id"]]  # nothing else was stored
+    assert http.get(f"/memories/{cell['id']}", headers=me).json()["scoring"]["importance"] == 0.5
+
+
+def test_a_manual_run_is_503_while_another_pass_holds_the_lease(
+        server: ServerProcess, http: httpx.Client) -> None:
+    """docs/api.md: 503 UNAVAILABLE when a manual run waited 30 s for another process's
+    pass. Another process is played by its lease row in the shared SQLite store."""
+    import sqlite3
+    import time
+
+    db = sqlite3.connect(server.home / "amp.db", timeout=30)
+    try:
+        with db:
+            db.execute("INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)",
+                       ("amp-lifecycle", "another-host:1", time.time() + 120))
+        start = time.monotonic()
+        r = http.post("/lifecycle/run", headers=ADMIN, json={}, timeout=90)
+        waited = time.monotonic() - start
+        assert r.status_code == 503, r.text
+        assert r.json()["error"]["code"] == "UNAVAILABLE"
+        assert r.headers["Retry-After"] == "5"
+        assert 29 <= waited < 60
+        # A dry run changes nothing and takes no lease: it answers at once.
+        assert http.post("/lifecycle/run", headers=ADMIN, json={"dry_run": True}).status_code == 200
+    finally:
+        with db:
+            db.execute("DELETE FROM leases WHERE holder = 'another-host:1'")
+        db.close()
+    assert http.post("/lifecycle/run", headers=ADMIN, json={}).status_code == 200

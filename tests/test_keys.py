@@ -13,6 +13,7 @@ from pathlib import Path
 import httpx
 
 from tests.memory_support import serving  # start(90): the first start sets up the stores
+from tests.server_process import ServerProcess
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -97,7 +98,60 @@ def test_reference_keys_file(tmp_path: Path) -> None:
         assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 401
 
 
+def test_a_running_server_follows_the_keys_file(tmp_path: Path) -> None:
+    """docs/security.md: the AMP_API_KEYS_FILE is re-read when it changes. A key added is
+    honoured on the next request, a key removed refused, even when the new file keeps the
+    old size and mtime (a copy that preserves times, or two writes in one clock tick); a
+    half-written file grants nothing and is no 500."""
+
+    def digest(secret: str) -> str:
+        return "sha256:" + hashlib.sha256(secret.encode()).hexdigest()
+
+    keys_file = tmp_path / "keys.json"
+    keys_file.write_text(json.dumps({"agent_ref": digest("ref-secret")}))
+    with ServerProcess(tmp_path, env={"AMP_API_KEYS_FILE": str(keys_file)}) as srv:
+        base = srv.url + "/amp/v1"
+
+        def status(agent: str, key: str) -> int:
+            return httpx.post(f"{base}/memories", json=body("u"),
+                              headers={"X-AMP-Agent-ID": agent, "X-AMP-API-Key": key}
+                              ).status_code
+
+        assert status("agent_new", "new-secret") == 401
+        keys_file.write_text(json.dumps({"agent_ref": digest("ref-secret"),
+                                         "agent_new": digest("new-secret")}))
+        assert status("agent_new", "new-secret") == 201  # added: honoured at once
+        assert status("agent_ref", "ref-secret") == 201
+        # Rotate agent_new's key: same length, and the file keeps its old mtime.
+        before = keys_file.stat()
+        keys_file.write_text(json.dumps({"agent_ref": digest("ref-secret"),
+                                         "agent_new": digest("new-secre2")}))
+        os.utime(keys_file, ns=(before.st_atime_ns, before.st_mtime_ns))
+        assert keys_file.stat().st_size == before.st_size
+        assert status("agent_new", "new-secret") == 401  # revoked
+        assert status("agent_new", "new-secre2") == 201
+        # Half-written: nothing from the file is accepted, and no request fails with 500.
+        keys_file.write_text('{"agent_ref": "sha256:')
+        assert status("agent_ref", "ref-secret") == 401
+        keys_file.write_text(json.dumps({"agent_ref": digest("ref-secret")}))
+        assert status("agent_ref", "ref-secret") == 201
+        assert status("agent_new", "new-secre2") == 401
+        keys_file.unlink()  # no file: no file keys
+        assert status("agent_ref", "ref-secret") == 401
+        # With keys on, a malformed agent id is the same uniform 401 (never a 500).
+        keys_file.write_text(json.dumps({"agent_ref": digest("ref-secret")}))
+        answers = [httpx.get(f"{base}/memories", headers={"X-AMP-Agent-ID": agent,
+                                                          "X-AMP-API-Key": "ref-secret"})
+                   for agent in ("agent_é".encode(), b"../x", b"x" * 5000, b"nobody")]
+        assert {a.status_code for a in answers} == {401}
+        assert len({a.content for a in answers}) == 1
+
+
 def test_bad_cli_input_is_a_clear_error(tmp_path: Path) -> None:
     done = cli(tmp_path, "keys", "create", "--agent", "a", "--expires-in", "soon")
     assert done.returncode == 2 and "duration" in done.stderr
     assert "Traceback" not in done.stderr
+    for agent in ("../x", "agent_é", "x" * 257, "team*", " "):
+        done = cli(tmp_path, "keys", "create", "--agent", agent)
+        assert done.returncode == 2, (agent, done.stdout)
+        assert "not a valid agent id" in done.stderr and "Traceback" not in done.stderr

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import time
@@ -72,25 +73,128 @@ def test_active_stale_archived_and_back(tmp_path: Path) -> None:
         assert run(c, 400)["evaluated"] == 2
 
 
-def test_purge_pass_is_opt_in_and_respects_the_window(tmp_path: Path) -> None:
+def backdate_deletion(home: Path, cell_id: str, days: float) -> None:
+    """Play the passing of real time: the tombstone says the cell was deleted `days` ago.
+    (The real server's real SQLite file; no clock in the server is touched.)"""
+    when = datetime.now(UTC) - timedelta(days=days)
+    db = sqlite3.connect(home / "amp.db", timeout=30)
+    try:
+        with db:
+            done = db.execute("UPDATE cells SET deleted_at = ? WHERE id = ?",
+                              (when.isoformat(timespec="microseconds").replace("+00:00", "Z"),
+                               cell_id))
+            assert done.rowcount == 1
+    finally:
+        db.close()
+
+
+def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: Path) -> None:
+    me = {"X-AMP-Agent-ID": "a"}
     for opt_in, expected in (("0", 0), ("1", 1)):
+        home = tmp_path / opt_in
         env = {"AMP_ADMIN_TOKEN": "t", "AMP_LIFECYCLE_ENABLED": "0",
                "AMP_PURGE_RETENTION": opt_in}
-        with ServerProcess(tmp_path / opt_in, env=env) as srv, \
+        with ServerProcess(home, env=env) as srv, \
                 httpx.Client(base_url=srv.url + "/amp/v1") as c:
-            me = {"X-AMP-Agent-ID": "a"}
-            cell = c.post("/memories", headers=me, json={
-                "type": "semantic", "content": {"text": "t"},
-                "identity": {"owner_id": "o", "owner_type": "user"}}).json()["id"]
-            c.patch(f"/memories/{cell}", headers=me, json={"lifecycle": {"status": "archived"}})
-            assert c.delete(f"/memories/{cell}", headers=me).status_code == 204
-            assert run(c, 29)["purged"] == 0
-            assert run(c, 31, dry=True)["purged"] == expected
-            assert run(c, 31)["purged"] == expected
-            after = c.post("/lifecycle/purge", headers=TOKEN, json={"id": cell})
-            # Purged: gone for good (an unknown id: the one 403). Kept (no opt-in): still
-            # inside today's window.
-            assert after.status_code == (403 if expected else 409)
+
+            def deleted_cell() -> str:
+                cell: str = c.post("/memories", headers=me, json={
+                    "type": "semantic", "content": {"text": "t"},
+                    "identity": {"owner_id": "o", "owner_type": "user"}}).json()["id"]
+                c.patch(f"/memories/{cell}", headers=me,
+                        json={"lifecycle": {"status": "archived"}})
+                assert c.delete(f"/memories/{cell}", headers=me).status_code == 204
+                return cell
+
+            def kept(cell: str) -> bool:
+                r = c.post("/lifecycle/purge", headers=TOKEN, json={"id": cell})
+                # Inside the window: 409 and kept; purged: gone (an unknown id: the 403).
+                assert r.status_code in (403, 409), r.text
+                return r.status_code == 409
+
+            old, young = deleted_cell(), deleted_cell()
+            # A what-if `now` never purges a cell deleted moments ago, dry or not.
+            for days in (29, 31, 10_000):
+                assert run(c, days, dry=True)["purged"] == 0
+                assert run(c, days)["purged"] == 0
+            r = c.post("/lifecycle/run", headers=TOKEN, json={"now": "2099-12-31T00:00:00Z"})
+            assert r.status_code == 200 and r.json()["purged"] == 0
+            assert kept(old) and kept(young)
+            # 29 real days after deletion: still inside the window.
+            backdate_deletion(home, old, 29)
+            assert run(c, 0)["purged"] == 0 and run(c, 5000)["purged"] == 0
+            # 31 real days: purgeable (with the opt-in), whatever `now` the run names.
+            backdate_deletion(home, old, 31)
+            assert run(c, -5000, dry=True)["purged"] == expected
+            assert run(c, -5000)["purged"] == expected
+            assert kept(young)
+            # Purged by the pass: gone (the 403). Kept (no opt-in): the admin may purge it.
+            r = c.post("/lifecycle/purge", headers=TOKEN, json={"id": old})
+            assert r.status_code == (403 if expected else 200), r.text
+
+
+def test_an_expired_cell_scores_zero(tmp_path: Path) -> None:
+    """docs/api.md: a cell past `lifecycle.expires_at` scores 0 in the decay formula, so the
+    next pass moves it to stale; search blends that 0 in (score = relevance × (0.5 + 0.5 ·
+    decay)), and default search, active cells only, drops it once it is stale."""
+    env = {"AMP_ADMIN_TOKEN": "t", "AMP_LIFECYCLE_ENABLED": "0"}
+    with ServerProcess(tmp_path, env=env) as srv, \
+            httpx.Client(base_url=srv.url + "/amp/v1") as c:
+        me = {"X-AMP-Agent-ID": "a"}
+
+        def make(text: str, importance: float, expires_at: str | None = None) -> str:
+            body: dict[str, Any] = {
+                "type": "semantic", "content": {"text": text},
+                "identity": {"owner_id": "o", "owner_type": "user"},
+                "scoring": {"importance": importance, "confidence": 1.0, "decay_rate": 0.0}}
+            if expires_at:
+                body["lifecycle"] = {"expires_at": expires_at}
+            r = c.post("/memories", headers=me, json=body)
+            assert r.status_code == 201, r.text
+            cell_id: str = r.json()["id"]
+            return cell_id
+
+        # decay_rate 0: without an expiry each score stays its importance for ever.
+        expiry = datetime.now(UTC) + timedelta(days=3)
+        soon = make("quarterly heron census", 1.0, expiry.isoformat())
+        make("quarterly heron census", 0.31)  # 0.31 ≥ 0.3: stays active
+        make("quarterly heron census", 0.29)  # 0.29 < 0.3: stale on any pass
+
+        def stale_count(when: datetime) -> int:
+            r = c.post("/lifecycle/run", headers=TOKEN,
+                       json={"now": when.isoformat(), "dry_run": True})
+            count: int = r.json()["transitions"]["active_to_stale"]
+            return count
+
+        assert stale_count(expiry - timedelta(seconds=1)) == 1  # 1.0 a second before
+        assert stale_count(expiry) == 2  # 0 from the expiry instant on
+        assert stale_count(expiry + timedelta(days=400)) == 2
+        report = c.post("/lifecycle/run", headers=TOKEN,
+                        json={"now": (expiry + timedelta(minutes=1)).isoformat()}).json()
+        assert report["transitions"]["active_to_stale"] == 2
+        assert statuses(c, "a", "o")[soon] == "stale"
+
+        # Search on the real clock: two identical texts tie (older id first) until one
+        # expires; then its score is halved, 0.5 + 0.5 × 0, and it drops behind.
+        first = make("lighthouse keeper rota", 1.0,
+                     (datetime.now(UTC) + timedelta(seconds=6)).isoformat())
+        second = make("lighthouse keeper rota", 1.0)
+
+        def order() -> list[str]:
+            r = c.post("/memories/search", headers=me,
+                       json={"query": "lighthouse keeper rota", "owner_id": "o"})
+            return [cell["id"] for cell in r.json()["results"] if cell["id"] in pair]
+
+        pair = (first, second)
+        assert order() == [first, second]
+        time.sleep(6.5)
+        assert order() == [second, first]
+        c.post("/lifecycle/run", headers=TOKEN, json={})
+        assert order() == [second]  # stale now: out of the default search
+        r = c.post("/memories/search", headers=me, json={
+            "query": "lighthouse keeper rota", "owner_id": "o", "include_stale": True})
+        assert [cell["id"] for cell in r.json()["results"] if cell["id"] in pair] == [
+            second, first]
 
 
 def test_cli_lifecycle_and_purge(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@
 The reference server once had two read checks that disagreed for one kind of agent id;
 here GET, listing (both routes) and search must give the answer `access.can_read` gives,
 and PATCH/DELETE the answer `access.can_write` gives, for the same agents and patterns.
+A PATCH sending `access_policy` passes exactly when `access.can_manage` says so, and a
+PATCH answers the whole cell exactly when `access.can_read` does.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ampup_memory.amp.access import can_read, can_write
+from ampup_memory.amp.access import can_manage, can_read, can_write
 from ampup_memory.amp.model import MemoryCell
 
 
@@ -101,3 +103,29 @@ def test_write_rule_callers_agree(http: httpx.Client, uid: str) -> None:
                            json={"lifecycle": {"status": "archived"}})
             deleted = http.delete(f"/memories/{cell.id}", headers=h)
             assert (deleted.status_code == 204) == expected, (agent, policy, deleted.text)
+
+
+def test_manage_rule_and_patch_answers_agree(http: httpx.Client, uid: str) -> None:
+    creator, owner = f"creator_{uid}", f"owner_{uid}"
+    for policy in _policies(uid):
+        r = http.post("/memories", headers={"X-AMP-Agent-ID": creator}, json={
+            "type": "semantic", "content": {"text": f"hidden {uid}"},
+            "identity": {"owner_id": owner, "owner_type": "agent"},
+            "access_policy": policy,
+        })
+        cell = MemoryCell.model_validate(r.json())
+        url = f"/memories/{cell.id}"
+        for agent in _agents(uid):
+            h = {"X-AMP-Agent-ID": agent}
+            # The stored policy sent back unchanged: still only for those who may manage.
+            sent = http.patch(url, headers=h,
+                              json={"access_policy": cell.access_policy.model_dump()})
+            assert (sent.status_code == 200) == can_manage(cell, agent), (agent, policy)
+            if sent.status_code != 200:
+                assert sent.status_code == 403
+            touched = http.patch(url, headers=h, json={"content": {"metadata": {"by": agent}}})
+            assert (touched.status_code == 200) == can_write(cell, agent), (agent, policy)
+            if touched.status_code == 200:
+                whole = touched.json() != {"id": cell.id}
+                assert whole == can_read(cell, agent), (agent, policy, touched.text)
+                assert (f"hidden {uid}" in touched.text) == can_read(cell, agent)

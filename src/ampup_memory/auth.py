@@ -10,11 +10,13 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import logging
 import secrets
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from ampup_memory.amp.model import agent_id_problem
 from ampup_memory.amp.store.base import CellStore, KeyRecord
 from ampup_memory.errors import AccessDenied, AdminDisabled, ConfigurationError, Unauthenticated
 
@@ -22,6 +24,8 @@ AGENT_HEADER = "x-amp-agent-id"
 KEY_HEADER = "x-amp-api-key"
 ADMIN_HEADER = "x-amp-admin-token"
 USER_HEADER = "x-ampup-user"
+
+log = logging.getLogger("ampup_memory")
 
 
 def hash_key(key: str) -> str:
@@ -41,19 +45,14 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=int(text[:-1]) * units[text[-1]])
 
 
-def load_keys_file(path: Path) -> dict[str, str]:
-    """The reference format: ``{"agent_id": "sha256:<hex>"}``."""
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ConfigurationError(f"cannot read AMP_API_KEYS_FILE {path}: {exc}") from exc
+def parse_keys_file(content: bytes) -> dict[str, str]:
+    """The reference format: ``{"agent_id": "sha256:<hex>"}``; ValueError if it is not."""
+    data = json.loads(content.decode("utf-8"))
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v.startswith("sha256:")
         for k, v in data.items()
     ):
-        raise ConfigurationError(
-            f'{path} must be a JSON object of "agent_id": "sha256:<hex>" entries'
-        )
+        raise ValueError('it must be a JSON object of "agent_id": "sha256:<hex>" entries')
     return data
 
 
@@ -71,17 +70,34 @@ class KeyRing:
         self.store = store
         self.keys_file = keys_file
         self._file_keys: dict[str, str] = {}  # hash -> agent
-        self._file_mtime: float | None = None
-        self._reload_file()
+        self._file_content: bytes | None = None
+        self._reload_file(at_start=True)
 
-    def _reload_file(self) -> None:
+    def _reload_file(self, at_start: bool = False) -> None:
+        """Re-read the key file when its bytes changed (not its mtime: a rewrite within one
+        clock tick, or a copy that keeps the old mtime, would go unseen).
+
+        At start-up a bad file stops the server. Once running, a file that cannot be read
+        or parsed (say, half-written) grants no file key until it can: a failed read never
+        keeps a revoked key alive, and never turns a request into a 500. A missing file
+        grants none.
+        """
         if self.keys_file is None:
             return
-        mtime = self.keys_file.stat().st_mtime if self.keys_file.exists() else None
-        if mtime != self._file_mtime:
-            entries = load_keys_file(self.keys_file) if mtime is not None else {}
-            self._file_keys = {h.lower(): agent for agent, h in entries.items()}
-            self._file_mtime = mtime
+        try:
+            content = self.keys_file.read_bytes() if self.keys_file.exists() else b"{}"
+            if content == self._file_content:
+                return
+            entries = parse_keys_file(content)
+        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+            problem = f"cannot read AMP_API_KEYS_FILE {self.keys_file}: {exc}"
+            if at_start:
+                raise ConfigurationError(problem) from exc
+            log.error("%s; no key from that file is accepted until it is fixed", problem)
+            self._file_keys, self._file_content = {}, None
+            return
+        self._file_keys = {h.lower(): agent for agent, h in entries.items()}
+        self._file_content = content
 
     def lookup(self, key: str, now: datetime) -> KeyRecord | None:
         digest = hash_key(key)
@@ -101,6 +117,10 @@ class KeyRing:
 
     def create(self, agent_id: str, admin: bool, expires_in: timedelta | None,
                user_id: str | None = None) -> tuple[str, KeyRecord]:
+        """A new key for ``agent_id``; ValueError when that is no valid agent id."""
+        problem = agent_id_problem(agent_id)
+        if problem:
+            raise ValueError(f"{agent_id[:80]!r} is not a valid agent id: it {problem}")
         key = new_key()
         now = datetime.now(UTC)
         record = KeyRecord(
@@ -141,17 +161,23 @@ class Authenticator:
 
     def caller(self, headers: dict[str, str]) -> Caller:
         """The calling agent, or 401. Runs before any body is looked at."""
+        # The server reads header bytes as Latin-1, so UTF-8 arrives as two or three
+        # characters above '~': refused as non-ASCII by the agent-id rule, never stored.
         agent = headers.get(AGENT_HEADER, "").strip()
         user = headers.get(USER_HEADER, "").strip() or None
+        problem = agent_id_problem(agent) if agent else None
         if not self.require_keys:
             if not agent:
                 raise Unauthenticated(
                     "The X-AMP-Agent-ID header is required.", code="MISSING_AGENT_ID"
                 )
+            if problem:
+                raise Unauthenticated(f"X-AMP-Agent-ID is not a valid agent id: it {problem}.")
             return Caller(agent_id=agent, user_id=user)
         key = presented_key(headers)
         record = self.keyring.lookup(key, datetime.now(UTC)) if key else None
-        if not agent or record is None or not hmac.compare_digest(record.agent_id, agent):
+        if (not agent or problem or record is None
+                or not hmac.compare_digest(record.agent_id.encode(), agent.encode())):
             raise Unauthenticated("A valid API key for this agent is required.")
         # With keys on, the key alone says which AmpUp user speaks: a header could name anyone.
         return Caller(agent_id=agent, user_id=record.user_id, admin=record.admin)

@@ -281,16 +281,15 @@ def keys() -> None:
 def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str | None,
                 **kwargs: Any) -> None:
     """Create a key. The key itself is printed alone on the last line."""
-    from ampup_memory.auth import parse_duration
+    from ampup_memory.amp.model import agent_id_problem
+    from ampup_memory.auth import KeyRing, parse_duration
 
     try:
         lifetime = parse_duration(expires_in) if expires_in else None
     except ValueError as exc:
         _fail(str(exc))
-    if not agent_id.strip():
-        _fail("--agent must not be empty")
-    from ampup_memory.auth import KeyRing
-
+    if problem := agent_id_problem(agent_id):
+        _fail(f"--agent {agent_id[:80]!r} is not a valid agent id: it {problem}")
     settings = settings_from(kwargs)
     with _cell_store(settings) as store:
         key, record = KeyRing(store, None).create(agent_id, admin, lifetime, user_id)

@@ -1,7 +1,8 @@
 """The AMP read rule and write rule. Each lives here, once; every caller uses these.
 
 GET, listing, search, PATCH, DELETE and the MCP tools all decide with `can_read` /
-`can_write`. `tests/test_rule_callers.py` asserts the callers agree.
+`can_write`; a PATCH that touches ``access_policy`` or ``identity`` also needs
+`can_manage`. `tests/test_rule_callers.py` asserts the callers agree.
 """
 
 from __future__ import annotations
@@ -62,18 +63,28 @@ def pattern_matches(pattern: str, agent_id: str) -> bool:
     return True
 
 
+def can_manage(subject: MemoryCell | Guard, agent_id: str) -> bool:
+    """The policy rule: only the creator or the owner may change who reads and writes the
+    cell (``access_policy``) or whose it is (``identity``). No pattern grants it, so an
+    agent given write (`writable_by`) cannot grant itself read. The creator and the owner
+    also bypass both lists below: they keep access to their own memory."""
+    g = _guard(subject)
+    return agent_id in (g.created_by, g.owner_id)
+
+
 def can_read(subject: MemoryCell | Guard, agent_id: str) -> bool:
     """The read rule: public, or creator, or owner, or a readable_by pattern matches."""
     g = _guard(subject)
-    if g.public or agent_id in (g.created_by, g.owner_id):
+    if g.public or can_manage(g, agent_id):
         return True
     return any(pattern_matches(p, agent_id) for p in g.readable_by)
 
 
 def can_write(subject: MemoryCell | Guard, agent_id: str) -> bool:
-    """The write rule: creator, or owner, or a writable_by pattern. `public` grants no write."""
+    """The write rule: creator, or owner, or a writable_by pattern. `public` grants no write;
+    `writable_by` grants no read (what a write answers is cut to what `can_read` allows)."""
     g = _guard(subject)
-    if agent_id in (g.created_by, g.owner_id):  # the creator and the owner keep access
+    if can_manage(g, agent_id):
         return True
     return any(pattern_matches(p, agent_id) for p in g.writable_by)
 

@@ -33,8 +33,9 @@ from ampup_memory.amp.model import (
     SearchPage,
     SearchRequest,
     Status,
+    WriteReceipt,
 )
-from ampup_memory.amp.service import AmpService, parse_body
+from ampup_memory.amp.service import AmpService, parse_body, write_answer
 from ampup_memory.auth import Authenticator, Caller
 from ampup_memory.errors import AmpError, Unauthenticated
 from ampup_memory.openapi import body_doc
@@ -213,17 +214,20 @@ def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
 
 @router.patch(
     CELL_PATH,
-    response_model=MemoryCell,
+    response_model=MemoryCell | WriteReceipt,
     tags=["memories"],
     responses={**ERRORS, 409: {"description": "INVALID_TRANSITION"},
                413: {"description": "CELL_TOO_LARGE"}, 429: {"description": "RATE_LIMITED"}},
     openapi_extra=body_doc(PatchMemory),
 )
-async def patch_memory(request: Request, memory_id: str) -> dict[str, Any]:
+async def patch_memory(request: Request, memory_id: str) -> JSONResponse:
+    """The changed cell, or only `{"id": …}` when the caller may write but not read it
+    (`writable_by` grants no read). Only the cell's owner or creator may send
+    `access_policy` or `identity`; anyone else gets the one 403."""
     caller = _caller(request)
     raw = await request.body()
     cell = await run_in_threadpool(_svc(request).patch, memory_id, caller.agent_id, raw)
-    return cell.wire()
+    return JSONResponse(write_answer(cell, caller.agent_id))
 
 
 @router.delete(

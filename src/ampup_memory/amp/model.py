@@ -8,6 +8,7 @@ from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -16,7 +17,9 @@ from pydantic import (
     StringConstraints,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 from ampup_memory.timefmt import Instant, format_time
 
@@ -51,6 +54,58 @@ NonEmptyText = Annotated[
                                                           "pattern": "\\S"})
 ]
 AgentId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+
+# ---- agent ids -------------------------------------------------------------------------
+# An AMP agent id is 1–256 visible ASCII characters other than `/` and `*` (the pattern
+# wildcard). Non-ASCII is refused, not decoded: HTTP clients disagree on how to send it
+# (Node's fetch refuses it, servers read Latin-1), so it would be stored garbled. Regex
+# metacharacters, `?`, `[`, `^`, `.` and backslash stay allowed: they are literal in patterns and
+# the AMP v0.1 conformance suite names agents with them. An access pattern is the same
+# with `*` allowed.
+MAX_AGENT_ID = 256
+AGENT_ID_PATTERN = r"^[!-)+-.0-~]{1,256}$"
+AGENT_PATTERN_PATTERN = r"^[!-.0-~]{1,256}$"
+_AGENT_ID_RULE = ("1–256 visible ASCII characters other than '/' and '*' (no spaces, "
+                  "control or non-ASCII characters)")
+
+
+def agent_id_problem(value: str, wildcard: bool = False) -> str | None:
+    """Why ``value`` is not a valid agent id (``wildcard``: access pattern); None if valid.
+
+    The one agent-id rule: the X-AMP-Agent-ID header, ``identity.created_by``, an agent's
+    ``identity.owner_id``, ``readable_by``/``writable_by`` patterns and ``keys create``.
+    """
+    if not value:
+        return "must not be empty"
+    if len(value) > MAX_AGENT_ID:
+        return f"is {len(value)} characters long; the limit is {MAX_AGENT_ID}"
+    for ch in value:
+        if not "!" <= ch <= "~":
+            return "may hold only visible ASCII characters (no spaces, control or non-ASCII)"
+        if ch == "/" or (ch == "*" and not wildcard):
+            return f"must not contain {ch!r}"
+    return None
+
+
+def _agent_id(value: str) -> str:
+    problem = agent_id_problem(value)
+    if problem:
+        raise ValueError(f"not a valid agent id: it {problem}")
+    return value
+
+
+def _agent_pattern(value: str) -> str:
+    problem = agent_id_problem(value, wildcard=True)
+    if problem:
+        raise ValueError(f"not a valid agent id pattern: it {problem}")
+    return value
+
+
+AgentName = Annotated[str, AfterValidator(_agent_id), WithJsonSchema(
+    {"type": "string", "pattern": AGENT_ID_PATTERN, "description": _AGENT_ID_RULE})]
+AgentPattern = Annotated[str, AfterValidator(_agent_pattern), WithJsonSchema(
+    {"type": "string", "pattern": AGENT_PATTERN_PATTERN,
+     "description": "An agent id, or a pattern where `*` matches any run of characters"})]
 
 
 class MemoryType(StrEnum):
@@ -159,8 +214,27 @@ class StoredCell(BaseModel):
 class CreateIdentity(_Strict):
     owner_id: AgentId
     owner_type: OwnerType
-    created_by: AgentId | None = None
+    created_by: AgentName | None = None
     session_id: str | None = None
+
+    @model_validator(mode="after")
+    def _agent_owner(self) -> CreateIdentity:
+        # An agent owner is an agent id; a user's or an organisation's id is its own affair.
+        if self.owner_type is OwnerType.agent:
+            problem = agent_id_problem(self.owner_id)
+            if problem:
+                raise PydanticCustomError(
+                    "agent_id_invalid", "owner_id of an agent owner is not a valid agent id: "
+                    "it {problem}", {"problem": problem})
+        return self
+
+
+class CreatePolicy(_Strict):
+    """The access policy as a request sends it: every entry a valid agent id or pattern."""
+
+    readable_by: list[AgentPattern] = Field(default_factory=list)
+    writable_by: list[AgentPattern] = Field(default_factory=list)
+    public: bool = False
 
 
 class CreateScoring(_Strict):
@@ -184,7 +258,7 @@ class CreateMemory(_Strict):
     content: Content
     identity: CreateIdentity
     scoring: CreateScoring = Field(default_factory=CreateScoring)
-    access_policy: AccessPolicy = Field(default_factory=AccessPolicy)
+    access_policy: CreatePolicy = Field(default_factory=CreatePolicy)
     provenance: Provenance = Field(default_factory=Provenance)
     lifecycle: CreateLifecycle = Field(default_factory=CreateLifecycle)
 
@@ -208,8 +282,8 @@ class PatchScoring(_Strict):
 
 
 class PatchPolicy(_Strict):
-    readable_by: list[AgentId] | None = None
-    writable_by: list[AgentId] | None = None
+    readable_by: list[AgentPattern] | None = None
+    writable_by: list[AgentPattern] | None = None
     public: bool | None = None
 
 
@@ -281,6 +355,12 @@ class LifecycleRunRequest(_Strict):
 
 class PurgeRequest(_Strict):
     id: Annotated[str, StringConstraints(min_length=1)]
+
+
+class WriteReceipt(BaseModel):
+    """A PATCH's answer to a caller who may write the cell but not read it: only its id."""
+
+    id: str
 
 
 class Page(BaseModel):

@@ -16,7 +16,7 @@ from ulid import ULID
 
 from ampup_memory import jsontext
 from ampup_memory.amp import lifecycle
-from ampup_memory.amp.access import can_read, can_write
+from ampup_memory.amp.access import can_manage, can_read, can_write
 from ampup_memory.amp.model import (
     AMP_VERSION,
     MAX_CELL_SIZE_BYTES,
@@ -182,7 +182,7 @@ class AmpService:
                 expires_at=to_utc(req.lifecycle.expires_at) if req.lifecycle.expires_at else None,
                 status=Status.active,
             ),
-            access_policy=req.access_policy,
+            access_policy=AccessPolicy(**req.access_policy.model_dump()),
             provenance=req.provenance,
         )
         self._check_size(cell)
@@ -221,13 +221,27 @@ class AmpService:
         return stored
 
     @staticmethod
-    def _check_size(cell: MemoryCell) -> None:
+    def _check_size(cell: MemoryCell, reveal: bool = True) -> None:
+        """413 for a cell over the limit; its size only to a caller who may read it."""
         size = cell.size_bytes()
-        if size > MAX_CELL_SIZE_BYTES:
+        if size <= MAX_CELL_SIZE_BYTES:
+            return
+        if not reveal:
             raise PayloadTooLarge(
-                f"The cell is {size} bytes; the limit is {MAX_CELL_SIZE_BYTES}.",
-                details={"size_bytes": size, "max_cell_size_bytes": MAX_CELL_SIZE_BYTES},
+                f"The changed cell would be over the limit of {MAX_CELL_SIZE_BYTES} bytes.",
+                details={"max_cell_size_bytes": MAX_CELL_SIZE_BYTES},
             )
+        raise PayloadTooLarge(
+            f"The cell is {size} bytes; the limit is {MAX_CELL_SIZE_BYTES}.",
+            details={"size_bytes": size, "max_cell_size_bytes": MAX_CELL_SIZE_BYTES},
+        )
+
+    @staticmethod
+    def _check_manage(stored: StoredCell, req: PatchMemory, agent_id: str) -> None:
+        # Sent at all, not "changed": comparing would tell a blind writer the stored value.
+        if (req.access_policy is not None or req.identity is not None) and not can_manage(
+                stored.cell, agent_id):
+            raise AccessDenied()
 
     def _check_budget(self, tx: UpdateTx, now: datetime) -> None:
         limit = self.scoring_limit
@@ -245,9 +259,12 @@ class AmpService:
             )
 
     def patch(self, cell_id: str, agent_id: str, raw: bytes | None) -> MemoryCell:
-        # Order of checks: access 403 -> validation 422 -> budget 429 -> transition 409 -> 413.
-        self._writable(self.store.get(cell_id), agent_id)
+        """Apply a PATCH and return the new cell; what the caller may see of it is
+        `write_answer`'s business. Order of checks: access 403 -> validation 422 ->
+        access_policy/identity 403 -> budget 429 -> transition 409 -> size 413."""
+        stored = self._writable(self.store.get(cell_id), agent_id)
         req = parse_body(PatchMemory, raw)
+        self._check_manage(stored, req, agent_id)
         vector = (
             self.embedder.embed([req.content.text])[0]
             if req.content is not None and req.content.text is not None
@@ -256,13 +273,15 @@ class AmpService:
 
         def change(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
             self._writable(stored, agent_id)
+            self._check_manage(stored, req, agent_id)
+            reveal = can_read(stored.cell, agent_id)
             now = self.clock()
-            new = _apply_patch(stored, req, now)
+            new = _apply_patch(stored, req, now, reveal)
             carries_scoring = req.scoring is not None
             if carries_scoring:
                 self._check_budget(tx, now)
-            _check_transition(stored.cell.lifecycle.status, req)
-            self._check_size(new.cell)
+            _check_transition(stored.cell.lifecycle.status, req, reveal)
+            self._check_size(new.cell, reveal)
             return UpdateOutcome(new, count_scoring_patch=carries_scoring, vector=vector)
 
         result = self.store.update(cell_id, change)
@@ -277,11 +296,10 @@ class AmpService:
             self._writable(stored, agent_id)
             status = stored.cell.lifecycle.status
             if status is not Status.archived:
-                raise InvalidTransition(
-                    f"Only archived cells can be deleted; this one is {status.value}. "
+                raise _transition_error(
+                    "Only archived cells can be deleted; this one is {status}. "
                     "Archive it first (PATCH lifecycle.status = archived).",
-                    details={"from": status.value, "to": Status.deleted.value},
-                )
+                    status, Status.deleted, can_read(stored.cell, agent_id))
             now = self.clock()
             life = stored.cell.lifecycle.model_copy(
                 update={"status": Status.deleted, "last_updated_at": now}
@@ -414,7 +432,9 @@ class AmpService:
             if applied:
                 report.transitions[decision.transition.value] += 1
         if self.purge_retention:
-            cutoff = now - timedelta(days=self.retention_days)
+            # The retention window is judged by the real clock only: a what-if `now`
+            # moves statuses, never the erasure of a cell still inside its window.
+            cutoff = self.clock() - timedelta(days=self.retention_days)
             while ids := self.store.deleted_before(cutoff, 500):
                 if req.dry_run:
                     report.purged += len(ids)
@@ -462,27 +482,45 @@ def _process_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _check_transition(current: Status, req: PatchMemory) -> None:
+def write_answer(cell: MemoryCell, agent_id: str) -> dict[str, Any]:
+    """What a successful PATCH answers: the cell to a caller who may read it, else only its
+    id. `writable_by` grants no read, so a write never shows more than a GET would."""
+    return cell.wire() if can_read(cell, agent_id) else {"id": cell.id}
+
+
+def _transition_error(message: str, current: Status, wanted: Status,
+                      reveal: bool) -> InvalidTransition:
+    """409 INVALID_TRANSITION; the current status only to a caller who may read the cell
+    (``message`` names it as ``{status}``; a blind writer reads "this one is not")."""
+    if not reveal:
+        return InvalidTransition(message.format(status="not"), details={"to": wanted.value})
+    return InvalidTransition(message.format(status=current.value),
+                             details={"from": current.value, "to": wanted.value})
+
+
+def _check_transition(current: Status, req: PatchMemory, reveal: bool = True) -> None:
     wanted = req.lifecycle.status if req.lifecycle else None
     if wanted is None or wanted is current:
         return
     if wanted is Status.deleted:
-        raise InvalidTransition(
-            "Use DELETE to delete a cell.", details={"from": current.value, "to": wanted.value}
-        )
+        raise _transition_error("Use DELETE to delete a cell.", current, wanted, reveal)
     if current is Status.archived:
-        raise InvalidTransition(
+        raise _transition_error(
             "Archived cells cannot change status; re-create the cell instead.",
-            details={"from": current.value, "to": wanted.value},
-        )
+            current, wanted, reveal)
 
 
 def _same_instant(a: datetime, b: datetime) -> bool:
     return to_utc(a) == to_utc(b)
 
 
-def _apply_patch(stored: StoredCell, req: PatchMemory, now: datetime) -> StoredCell:
-    """The deep merge of a PATCH into a cell; raises 422 for a change to a fixed field."""
+def _apply_patch(stored: StoredCell, req: PatchMemory, now: datetime,
+                 reveal: bool = True) -> StoredCell:
+    """The deep merge of a PATCH into a cell; raises 422 for a change to a fixed field.
+
+    Without ``reveal`` (the caller may write but not read) a sent ``created_at`` is refused
+    whatever its value: "equal is ignored" would confirm the hidden value.
+    """
     cell = stored.cell
     errors: list[dict[str, Any]] = []
 
@@ -502,7 +540,7 @@ def _apply_patch(stored: StoredCell, req: PatchMemory, now: datetime) -> StoredC
                                "msg": f"identity.{name} cannot be changed", "type": "immutable"})
     for loc, sent_at in ((["created_at"], req.created_at),
                          (["lifecycle", "created_at"], req.lifecycle and req.lifecycle.created_at)):
-        if sent_at and not _same_instant(sent_at, cell.lifecycle.created_at):
+        if sent_at and not (reveal and _same_instant(sent_at, cell.lifecycle.created_at)):
             errors.append({"loc": ["body", *loc], "msg": "created_at cannot be changed",
                            "type": "immutable"})
     if errors:
@@ -562,4 +600,5 @@ def _pick(sent: T | None, kept: T) -> T:
     return kept if sent is None else sent
 
 
-__all__ = ["AmpService", "ScoringLimit", "LifecycleReport", "parse_body", "AmpError"]
+__all__ = ["AmpService", "ScoringLimit", "LifecycleReport", "parse_body", "write_answer",
+           "AmpError"]
