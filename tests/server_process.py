@@ -37,7 +37,7 @@ class ServerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = home / f"server-{self.port}.log"
 
-    def start(self, timeout: float = 30.0) -> ServerProcess:
+    def start(self, timeout: float = 90.0) -> ServerProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
