@@ -8,18 +8,20 @@ from __future__ import annotations
 import math
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import replace
-from datetime import timedelta
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from ampup_memory.amp.lifecycle import DecayInputs, decay_score
+from ampup_memory.amp.model import MemoryCell
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex, open_index
 from ampup_memory.search.index.common import dots
+from ampup_memory.search.newest import current, timelines
 from ampup_memory.search.rank import (
     Parts,
     meaning,
@@ -109,6 +111,8 @@ def test_relevance_is_six_tenths_keyword_four_tenths_meaning_plus_time() -> None
 
 def test_parts_are_normalised_before_the_blend() -> None:
     assert normalise_keyword([2.0, 1.0, 0.0, -1.0]) == [1.0, 0.5, 0.0, 0.0]
+    assert normalise_keyword([0.5, 0.25]) == [1.0, 0.5]  # raw scores below 1 scale up too
+    assert normalise_keyword([0.001]) == [1.0]
     assert normalise_keyword([0.0, 0.0]) == [0.0, 0.0]
     assert normalise_keyword([-3.0]) == [0.0]
     assert normalise_keyword([]) == []
@@ -117,6 +121,8 @@ def test_parts_are_normalised_before_the_blend() -> None:
     parts = score_parts([4.0, 1.0], [0.5, None])
     assert parts == [Parts(1.0, 0.5), Parts(0.25, 0.0)]
     assert [p.relevance for p in parts] == pytest.approx([0.8, 0.15])  # .6+.2, .15+0
+    with pytest.raises(ValueError):  # one cosine per candidate, never silently cut
+        score_parts([4.0, 1.0], [0.5])
 
 
 def test_a_named_window_boosts_only_facts_valid_in_it() -> None:
@@ -149,6 +155,27 @@ def test_amp_blend_of_relevance_and_decay_score() -> None:
     assert with_decay(0.8, 0.5) == pytest.approx(0.6)
     assert with_decay(0.8, 2.0) == pytest.approx(0.8)  # decay is clamped to [0, 1]
     assert with_decay(0.8, -1.0) == pytest.approx(0.4)
+
+
+def test_decay_runs_from_the_latest_of_created_read_and_updated() -> None:
+    created = when("2025-01-01T00:00:00")
+    for accessed, updated, since in (
+        ("2025-01-05T00:00:00", "2025-01-03T00:00:00", "2025-01-05T00:00:00"),
+        ("2025-01-03T00:00:00", "2025-01-09T00:00:00", "2025-01-09T00:00:00"),
+        ("2025-01-01T00:00:00", "2025-01-01T00:00:00", "2025-01-01T00:00:00"),
+    ):
+        cell = MemoryCell.model_validate({
+            "id": "mem_x", "type": "semantic", "content": {"text": "t"},
+            "identity": {"owner_id": "o", "owner_type": "user", "created_by": "c"},
+            "scoring": {"importance": 0.8, "confidence": 0.5, "decay_rate": 0.01},
+            "lifecycle": {"created_at": created.isoformat(),
+                          "last_accessed_at": when(accessed).isoformat(),
+                          "last_updated_at": when(updated).isoformat()},
+            "access_policy": {},
+        })
+        assert DecayInputs.of(cell) == DecayInputs(0.8, 0.5, 0.01, when(since), None)
+        assert decay_score(cell, when(since) + timedelta(days=10)) == pytest.approx(0.361935,
+                                                                                   abs=1e-6)
 
 
 def test_visibility_facts_need_every_cited_episode(engine: SearchEngine) -> None:
@@ -205,6 +232,60 @@ def test_newest_visible_version_wins(engine: SearchEngine) -> None:
     assert ids(engine.search_facts(S, "main", "Acme budget", BOB, now=NOW)) == [v3.id]
     assert ids(engine.search_facts(S, "main", "Acme budget", ANN, now=NOW,
                                    as_of=when("2025-02-01"))) == [v1.id]
+
+
+@dataclass(frozen=True)
+class V:
+    """A bare version for the newest-wins rule (search/newest.py) alone."""
+
+    value: str
+    valid_from: datetime | None
+    valid_to: datetime | None = None
+    kind: str = "value"
+    commit_seq: int = 1
+    ord: int = 0
+    entity: str = "Acme"
+    predicate: str = "budget"
+
+
+def test_newest_wins_windows_table() -> None:
+    """Windows are half-open [valid_from, end): a version ends where the next begins, at
+    its own valid_to, or at a closure; the literal ends and answers are worked out by hand."""
+    jan, mar, may = V("30k", when("2025-01-01")), V("50k", when("2025-03-01")), V(
+        "70k", when("2025-05-01"))
+    line = timelines([may, jan, mar])[("Acme", "budget")]
+    assert [(h.version.value, h.end) for h in line] == [
+        ("30k", when("2025-03-01")), ("50k", when("2025-05-01")), ("70k", None)]
+    for at, value in (("2024-12-31T23:59:59", None), ("2025-01-01", "30k"),
+                      ("2025-02-28T23:59:59", "30k"), ("2025-03-01", "50k"),
+                      ("2025-05-01", "70k"), ("2030-01-01", "70k")):
+        held = current(line, when(at))
+        assert (held.version.value if held else None) == value, at
+    assert [h.holds_at(when("2025-03-01")) for h in line] == [False, True, False]
+    assert [h.holds_at(when("2025-01-01")) for h in line] == [True, False, False]
+
+    gap = timelines([V("30k", when("2025-01-01"), valid_to=when("2025-02-01")),
+                     V("50k", when("2025-03-01"))])[("Acme", "budget")]
+    assert [h.end for h in gap] == [when("2025-02-01"), None]
+    assert current(gap, when("2025-01-31T23:59:59")).version.value == "30k"  # type: ignore[union-attr]
+    assert current(gap, when("2025-02-01")) is None  # its own valid_to ended it
+    assert current(gap, when("2025-02-15")) is None
+
+    closed = timelines([V("30k", when("2025-01-01")),
+                        V("", when("2025-03-01"), kind="closure", commit_seq=2)])
+    closed_line = closed[("Acme", "budget")]
+    assert current(closed_line, when("2025-04-01")) is None  # a closure is never a value
+    assert current(closed_line, when("2025-02-01")).end == when("2025-03-01")  # type: ignore[union-attr]
+
+    undated = timelines([V("old", None), V("30k", when("2025-01-01"))])[("Acme", "budget")]
+    assert [(h.version.value, h.end) for h in undated] == [("old", when("2025-01-01")),
+                                                          ("30k", None)]
+    assert current(undated, when("2020-01-01")).version.value == "old"  # type: ignore[union-attr]
+    assert current(undated, when("2025-01-01")).version.value == "30k"  # type: ignore[union-attr]
+    # two undated versions: the later commit holds until the first dated one begins
+    two = timelines([V("a", None), V("b", None, commit_seq=2), V("c", when("2025-01-01"))])
+    assert [(h.version.value, h.end) for h in two[("Acme", "budget")]][1:] == [
+        ("b", when("2025-01-01")), ("c", None)]
 
 
 def test_a_closure_ends_the_value_and_is_never_a_result(engine: SearchEngine) -> None:
