@@ -5,19 +5,31 @@ Each test runs against both through the shared engine, with real files and a rea
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from ampup_memory.amp.lifecycle import DecayInputs, decay_score
+from ampup_memory.amp.model import MemoryCell
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex, open_index
 from ampup_memory.search.index.common import dots
-from ampup_memory.search.rank import KEYWORD_WEIGHT, MEANING_WEIGHT, TIME_BOOST
+from ampup_memory.search.newest import current, timelines
+from ampup_memory.search.rank import (
+    Parts,
+    meaning,
+    normalise_keyword,
+    score_parts,
+    time_part,
+    with_decay,
+)
 from ampup_memory.search.visibility import Principal
 from tests.pg import PostgresFactory
 from tests.search_docs import episode, fact, when
@@ -83,9 +95,87 @@ def test_score_is_the_documented_blend(engine: SearchEngine) -> None:
     for f in found.facts:
         p = f.parts
         assert 0.0 <= p.keyword <= 1.0 and 0.0 <= p.meaning <= 1.0 and p.time == 0.0
-        assert f.score == pytest.approx(KEYWORD_WEIGHT * p.keyword + MEANING_WEIGHT * p.meaning)
+        assert f.score == pytest.approx(0.6 * p.keyword + 0.4 * p.meaning)
     # meaning carries a paraphrase: "money ... spend" is about the budget, not the owner
     assert found.facts[0].row.predicate == "budget"
+
+
+# -- the blend, with literal weights and hand-computed numbers (no constant of rank.py) --------
+def test_relevance_is_six_tenths_keyword_four_tenths_meaning_plus_time() -> None:
+    assert Parts(1.0, 0.0).relevance == pytest.approx(0.6)
+    assert Parts(0.0, 1.0).relevance == pytest.approx(0.4)
+    assert Parts(0.5, 0.25).relevance == pytest.approx(0.4)  # 0.30 + 0.10
+    assert Parts(0.5, 0.25, 1.0).relevance == pytest.approx(1.4)  # the window boost is 1
+    assert Parts(1.0, 1.0).relevance == pytest.approx(1.0)
+
+
+def test_parts_are_normalised_before_the_blend() -> None:
+    assert normalise_keyword([2.0, 1.0, 0.0, -1.0]) == [1.0, 0.5, 0.0, 0.0]
+    assert normalise_keyword([0.5, 0.25]) == [1.0, 0.5]  # raw scores below 1 scale up too
+    assert normalise_keyword([0.001]) == [1.0]
+    assert normalise_keyword([0.0, 0.0]) == [0.0, 0.0]
+    assert normalise_keyword([-3.0]) == [0.0]
+    assert normalise_keyword([]) == []
+    assert [meaning(c) for c in (None, -0.2, 0.0, 0.7, 1.0, 1.3)] == [0.0, 0.0, 0.0, 0.7,
+                                                                      1.0, 1.0]
+    parts = score_parts([4.0, 1.0], [0.5, None])
+    assert parts == [Parts(1.0, 0.5), Parts(0.25, 0.0)]
+    assert [p.relevance for p in parts] == pytest.approx([0.8, 0.15])  # .6+.2, .15+0
+    with pytest.raises(ValueError):  # one cosine per candidate, never silently cut
+        score_parts([4.0, 1.0], [0.5])
+
+
+def test_a_named_window_boosts_only_facts_valid_in_it() -> None:
+    jan = (when("2025-01-01"), when("2025-02-01"))
+    assert time_part(when("2024-12-01"), None, jan) == 1.0  # open-ended, began before
+    assert time_part(when("2025-01-31"), when("2025-03-01"), jan) == 1.0
+    assert time_part(when("2025-02-01"), None, jan) == 0.0  # begins as the window ends
+    assert time_part(when("2024-12-01"), when("2025-01-01"), jan) == 0.0  # ended at start
+    assert time_part(None, None, jan) == 0.0  # says nothing about when it held
+    assert time_part(when("2024-12-01"), None, None) == 0.0  # the query names no window
+
+
+def test_amp_blend_of_relevance_and_decay_score() -> None:
+    """importance 0.8 × confidence 0.5 × e^(−0.01 × 10 days) = 0.4·e^−0.1 = 0.361935;
+    relevance 0.6·1 + 0.4·0.5 = 0.8; blended 0.8 × (0.5 + 0.5 × 0.361935) = 0.544774."""
+    since = when("2025-04-01T00:00:00")
+    cell = DecayInputs(importance=0.8, confidence=0.5, decay_rate=0.01, since=since)
+    decay = decay_score(cell, since + timedelta(days=10))
+    assert decay == pytest.approx(0.361935, abs=1e-6)
+    assert decay == pytest.approx(0.4 * math.exp(-0.1))
+    assert decay_score(cell, since) == pytest.approx(0.4)
+    assert decay_score(cell, since - timedelta(days=3)) == pytest.approx(0.4)  # no negative age
+    assert decay_score(replace(cell, decay_rate=0.0), since + timedelta(days=1000)) == (
+        pytest.approx(0.4))
+    assert decay_score(cell, since + timedelta(days=100)) == pytest.approx(0.147152, abs=1e-6)
+    relevance = Parts(1.0, 0.5).relevance
+    assert with_decay(relevance, decay) == pytest.approx(0.544774, abs=1e-6)
+    assert with_decay(0.8, 0.0) == pytest.approx(0.4)  # never below half its relevance
+    assert with_decay(0.8, 1.0) == pytest.approx(0.8)
+    assert with_decay(0.8, 0.5) == pytest.approx(0.6)
+    assert with_decay(0.8, 2.0) == pytest.approx(0.8)  # decay is clamped to [0, 1]
+    assert with_decay(0.8, -1.0) == pytest.approx(0.4)
+
+
+def test_decay_runs_from_the_latest_of_created_read_and_updated() -> None:
+    created = when("2025-01-01T00:00:00")
+    for accessed, updated, since in (
+        ("2025-01-05T00:00:00", "2025-01-03T00:00:00", "2025-01-05T00:00:00"),
+        ("2025-01-03T00:00:00", "2025-01-09T00:00:00", "2025-01-09T00:00:00"),
+        ("2025-01-01T00:00:00", "2025-01-01T00:00:00", "2025-01-01T00:00:00"),
+    ):
+        cell = MemoryCell.model_validate({
+            "id": "mem_x", "type": "semantic", "content": {"text": "t"},
+            "identity": {"owner_id": "o", "owner_type": "user", "created_by": "c"},
+            "scoring": {"importance": 0.8, "confidence": 0.5, "decay_rate": 0.01},
+            "lifecycle": {"created_at": created.isoformat(),
+                          "last_accessed_at": when(accessed).isoformat(),
+                          "last_updated_at": when(updated).isoformat()},
+            "access_policy": {},
+        })
+        assert DecayInputs.of(cell) == DecayInputs(0.8, 0.5, 0.01, when(since), None)
+        assert decay_score(cell, when(since) + timedelta(days=10)) == pytest.approx(0.361935,
+                                                                                   abs=1e-6)
 
 
 def test_visibility_facts_need_every_cited_episode(engine: SearchEngine) -> None:
@@ -144,6 +234,60 @@ def test_newest_visible_version_wins(engine: SearchEngine) -> None:
                                    as_of=when("2025-02-01"))) == [v1.id]
 
 
+@dataclass(frozen=True)
+class V:
+    """A bare version for the newest-wins rule (search/newest.py) alone."""
+
+    value: str
+    valid_from: datetime | None
+    valid_to: datetime | None = None
+    kind: str = "value"
+    commit_seq: int = 1
+    ord: int = 0
+    entity: str = "Acme"
+    predicate: str = "budget"
+
+
+def test_newest_wins_windows_table() -> None:
+    """Windows are half-open [valid_from, end): a version ends where the next begins, at
+    its own valid_to, or at a closure; the literal ends and answers are worked out by hand."""
+    jan, mar, may = V("30k", when("2025-01-01")), V("50k", when("2025-03-01")), V(
+        "70k", when("2025-05-01"))
+    line = timelines([may, jan, mar])[("Acme", "budget")]
+    assert [(h.version.value, h.end) for h in line] == [
+        ("30k", when("2025-03-01")), ("50k", when("2025-05-01")), ("70k", None)]
+    for at, value in (("2024-12-31T23:59:59", None), ("2025-01-01", "30k"),
+                      ("2025-02-28T23:59:59", "30k"), ("2025-03-01", "50k"),
+                      ("2025-05-01", "70k"), ("2030-01-01", "70k")):
+        held = current(line, when(at))
+        assert (held.version.value if held else None) == value, at
+    assert [h.holds_at(when("2025-03-01")) for h in line] == [False, True, False]
+    assert [h.holds_at(when("2025-01-01")) for h in line] == [True, False, False]
+
+    gap = timelines([V("30k", when("2025-01-01"), valid_to=when("2025-02-01")),
+                     V("50k", when("2025-03-01"))])[("Acme", "budget")]
+    assert [h.end for h in gap] == [when("2025-02-01"), None]
+    assert current(gap, when("2025-01-31T23:59:59")).version.value == "30k"  # type: ignore[union-attr]
+    assert current(gap, when("2025-02-01")) is None  # its own valid_to ended it
+    assert current(gap, when("2025-02-15")) is None
+
+    closed = timelines([V("30k", when("2025-01-01")),
+                        V("", when("2025-03-01"), kind="closure", commit_seq=2)])
+    closed_line = closed[("Acme", "budget")]
+    assert current(closed_line, when("2025-04-01")) is None  # a closure is never a value
+    assert current(closed_line, when("2025-02-01")).end == when("2025-03-01")  # type: ignore[union-attr]
+
+    undated = timelines([V("old", None), V("30k", when("2025-01-01"))])[("Acme", "budget")]
+    assert [(h.version.value, h.end) for h in undated] == [("old", when("2025-01-01")),
+                                                          ("30k", None)]
+    assert current(undated, when("2020-01-01")).version.value == "old"  # type: ignore[union-attr]
+    assert current(undated, when("2025-01-01")).version.value == "30k"  # type: ignore[union-attr]
+    # two undated versions: the later commit holds until the first dated one begins
+    two = timelines([V("a", None), V("b", None, commit_seq=2), V("c", when("2025-01-01"))])
+    assert [(h.version.value, h.end) for h in two[("Acme", "budget")]][1:] == [
+        ("b", when("2025-01-01")), ("c", None)]
+
+
 def test_a_closure_ends_the_value_and_is_never_a_result(engine: SearchEngine) -> None:
     e = episode(S, ["Globex pilot is running."], ["*"])
     why = episode(S, ["Globex pilot stopped: budget pulled."], ["*"], kind="reason")
@@ -178,10 +322,10 @@ def test_a_named_window_ranks_its_facts_first_and_reaches_old_versions(
     found = engine.search_facts(S, "main", "Acme champion Raj in January", ANN, now=NOW)
     assert found.window is not None and found.window.start == when("2025-01-01")
     assert ids(found)[0] == raj.id  # the old version, valid in January, ranks first
-    assert found.facts[0].parts.time == TIME_BOOST
+    assert found.facts[0].parts.time == 1.0
     assert all(f.parts.time == 0.0 for f in found.facts[1:])
     march = engine.search_facts(S, "main", "Acme champion last March", ANN, now=NOW)
-    assert ids(march)[0] == mei.id and march.facts[0].parts.time == TIME_BOOST
+    assert ids(march)[0] == mei.id and march.facts[0].parts.time == 1.0
     # Raj held from January 3 until Mei replaced him on March 12: February is his
     feb = engine.search_facts(S, "main", "Acme champion in February", ANN, now=NOW)
     assert ids(feb)[0] == raj.id and feb.facts[0].end == when("2025-03-12")
