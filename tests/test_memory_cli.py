@@ -58,7 +58,8 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
     with serving(home, QUIET) as proc:
         m = Memory(proc.url)
         ledger = m.ledger(scope)
-        assert [c["changes"]["episodes"] for c in reversed(ledger)] == [50, 49, 12]  # the refused crm: line took a slot of batch 2
+        # the refused crm: line took a slot of batch 2
+        assert [c["changes"]["episodes"] for c in reversed(ledger)] == [50, 49, 12]
         assert {c["author"] for c in ledger} == {"loader"}
         doc = m.http.post("/document", json={"scope": scope, "document": "doc7.md"}).json()
         assert doc["source"] == "doc:doc7.md" and len(doc["units"]) == 3
