@@ -210,8 +210,9 @@ def markdown(r: dict[str, Any]) -> str:
                      f"{w['server_cpu_ms_per_write']} | {w['fact_read_p50_ms']} | "
                      f"{w['snapshots']} | {w['data_files']} |")
     ld = r["load"]
-    lines += ["", f"**Load** (`ampup-memory load`, {r['load_size']:,} JSONL e-mails, 1,000 "
-              "per commit, process start included): "
+    lines += ["", f"**Load** (`ampup-memory load`, {r['load_size']:,} JSONL e-mails of about "
+              "50 bytes, 1,000 per commit, process start included, embedder `hash`: not the "
+              "default, see \"Load with the default embedder\" above): "
               f"{ld['first']['episodes_per_s']:,} episodes/s ({ld['first']['seconds']} s, "
               f"{ld['first']['commits']} commits); re-run {ld['rerun']['seconds']} s, "
               f"{ld['rerun']['created']} new, {ld['rerun']['commits']} commits.", "",

@@ -37,6 +37,9 @@ def _corpus(root: Path) -> None:
              for i in range(80)]
     lines.append(json.dumps({"source": "wiki:page-1", "body": "Unclaimed sources read as doc."}))
     lines.append("{not json")
+    # Parses, but its body cannot be split (a crm: body is a JSON object): refused when
+    # its batch is written, alone; the rest of that batch is still written.
+    lines.insert(40, json.dumps({"source": "crm:acct-1", "body": "not an object"}))
     (root / "notes" / "feed.jsonl").write_text("\n".join(lines) + "\n")
 
 
@@ -47,17 +50,18 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
     first = run_cli(home, QUIET, *args)
     assert first.returncode == 1, first.stderr  # one bad line is reported, the rest loaded
     counts = json.loads(first.stdout)
-    assert counts == {"created": 111, "existing": 0, "conflict": 0, "invalid": 1, "commits": 3,
+    assert counts == {"created": 111, "existing": 0, "conflict": 0, "invalid": 2, "commits": 3,
                       "skipped_files": {}}
-    assert "feed.jsonl:82" in first.stderr
+    assert "feed.jsonl:83" in first.stderr and "feed.jsonl:41" in first.stderr
     second = json.loads(run_cli(home, QUIET, *args).stdout)
-    assert second == {"created": 0, "existing": 111, "conflict": 0, "invalid": 1, "commits": 0,
+    assert second == {"created": 0, "existing": 111, "conflict": 0, "invalid": 2, "commits": 0,
                       "skipped_files": {}}
 
     with serving(home, QUIET) as proc:
         m = Memory(proc.url, user="loader")  # no --acl: readable by the loader alone
         ledger = m.ledger(scope)
-        assert [c["changes"]["episodes"] for c in reversed(ledger)] == [50, 50, 11]
+        # the refused crm: line took a slot of batch 2
+        assert [c["changes"]["episodes"] for c in reversed(ledger)] == [50, 49, 12]
         assert {c["author"] for c in ledger} == {"loader"}
         doc = m.http.post("/document", json={"scope": scope, "document": "doc7.md"}).json()
         assert doc["source"] == "doc:doc7.md" and len(doc["units"]) == 3

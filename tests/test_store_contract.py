@@ -544,6 +544,46 @@ def test_search_filters(store: CellStore) -> None:
     assert c["coffee"].cell.id in everything  # a vector neighbour, readable, active
 
 
+def test_search_one_owner_scores_as_unfiltered_search(
+    store: CellStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An owner filter only narrows: each hit scores exactly as in the unfiltered search,
+    and the keyword side keeps the k best keyword matches of that owner (as does the
+    vector side where it ranks the owner's cells exactly). Pinned for an owner below the
+    exact-ranking limit and one above it (the limit lowered so a few cells cross it)."""
+    for module in ("sqlite", "postgres"):
+        monkeypatch.setattr(f"ampup_memory.amp.store.{module}.EXACT_LIMIT", 20)
+    words = ["tea", "coffee", "juice", "water", "milk", "soda"]
+    owners = {"user_big": 40, "user_small": 12, "user_other": 48}
+    n = 0
+    for owner, count in owners.items():
+        for _ in range(count):
+            n += 1
+            text = " ".join([words[(n + j) % 6] for j in range(1 + n % 5)] +
+                            ["tea"] * (n % 3) + [f"note{n}", "about", "drinks"][: 1 + n % 3])
+            add(store, make(n, text, owner=owner, public=owner == "user_other"))
+    query = EMBED.embed(["tea with milk"])[0]
+    k = 8
+    everything = {h.cell_id: h for h in search(store, CellFilter(agent_id="agent_a"),
+                                                ["tea", "milk"], query, 500)}
+    assert len(everything) == n
+    for owner, count in owners.items():
+        mine = {i: h for i, h in everything.items() if h.guard.owner_id == owner}
+        assert len(mine) == count
+        hits = search(store, CellFilter(agent_id="agent_a", owner_id=owner),
+                      ["tea", "milk"], query, k)
+        for h in hits:  # a vector neighbour outside the keyword top k has keyword 0
+            assert h.cell_id in mine
+            assert h.cosine == mine[h.cell_id].cosine
+            assert h.keyword in (0.0, mine[h.cell_id].keyword)
+        best_keyword = sorted((h.keyword for h in mine.values() if h.keyword > 0),
+                              reverse=True)[:k]
+        assert sorted((h.keyword for h in hits if h.keyword > 0), reverse=True) == best_keyword
+        if count <= 20:  # exact ranking: the k nearest of the owner's cells
+            nearest = sorted((h.cosine or 0.0 for h in mine.values()), reverse=True)[:k]
+            assert sorted((h.cosine or 0.0 for h in hits), reverse=True)[:k] == nearest
+
+
 def test_search_many_cells_uses_the_index_path(
     store: CellStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -18,7 +18,7 @@ import click
 
 from ampup_memory.cliutil import dumps, fail
 from ampup_memory.cliutil import progress as _progress
-from ampup_memory.errors import AmpError, ConfigurationError
+from ampup_memory.errors import AmpError, ConfigurationError, ValidationFailed
 from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
@@ -143,17 +143,16 @@ def memory_commands(settings_options: SettingsOptions,
             for item in items:
                 if item.episode is None:
                     problems.append(f"{item.where}: {item.error}")
-                if item.episode is None or not _valid(item, problems):
                     counts["invalid"] += 1
                     progress.advance(task)
                     continue
                 batch.append(item)
                 if len(batch) >= batch_size:
-                    _write(svc, user, scope, branch, batch, counts, problems)
+                    _write_valid(svc, user, scope, branch, batch, counts, problems)
                     progress.advance(task, len(batch))
                     batch = []
             if batch:
-                _write(svc, user, scope, branch, batch, counts, problems)
+                _write_valid(svc, user, scope, branch, batch, counts, problems)
                 progress.advance(task, len(batch))
         for line in problems[:50]:
             click.echo(f"{click.style('skipped', fg='yellow')} {line}", err=True)
@@ -262,6 +261,22 @@ def _valid(item: Item, problems: list[str]) -> bool:
         problems.append(f"{item.where}: {exc.message}")
         return False
     return True
+
+
+def _write_valid(svc: MemoryService, user: str, scope: str, branch: str | None,
+                 batch: list[Item], counts: dict[str, int], problems: list[str]) -> None:
+    """Write a batch; only when it is refused as invalid, check its episodes one by one
+    and write the valid ones, so one bad record never sinks its whole batch. (Checking
+    every episode first prepared each one twice: a sixth of a load's time.)"""
+    try:
+        _write(svc, user, scope, branch, batch, counts, problems)
+        return
+    except ValidationFailed:
+        pass
+    valid = [item for item in batch if _valid(item, problems)]
+    counts["invalid"] += len(batch) - len(valid)
+    if valid:
+        _write(svc, user, scope, branch, valid, counts, problems)
 
 
 def _unclaimed(item: Item) -> bool:

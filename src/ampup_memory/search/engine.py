@@ -159,19 +159,22 @@ class SearchEngine:
             fact_text(f.entity, f.predicate, f.value, f.quote) for f in batch.facts
         ])
         with self.index.transaction():
+            new_passages: list[NewPassage] = []
             for doc in batch.episodes:
                 num, new = self.index.upsert_episode(doc)
                 key = (doc.scope, doc.branch, doc.id)
                 if not new or key not in cuts:
                     continue
                 report.episodes += 1
-                new_passages = [
+                new_passages += [
                     NewPassage(num, doc.scope, doc.branch, pieces[0][0], pieces[-1][0],
                                pieces, vec)
                     for pieces, vec in zip(cuts[key], vectors_by_doc[key], strict=True)
                 ]
-                self.index.add_passages(new_passages)
-                report.passages += len(new_passages)
+            # One insert for the batch, in the same order (a call per episode cost two
+            # lookups each: the keyword space and the vector sequence).
+            self.index.add_passages(new_passages)
+            report.passages += len(new_passages)
             new_facts: list[NewFact] = []
             for fact, vec in zip(batch.facts, fact_vectors, strict=True):
                 nums = self.index.episode_numbers(
