@@ -12,6 +12,7 @@ exist, naming episodes and commits that exist (mixed with the generated values).
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -143,8 +144,12 @@ def _cites(body: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def api_schema(fuzz_server: ServerProcess) -> Any:
-    seeded = _seed(fuzz_server.url)
+def seeded(fuzz_server: ServerProcess) -> dict[str, list[str]]:
+    return _seed(fuzz_server.url)
+
+
+@pytest.fixture(scope="module")
+def api_schema(fuzz_server: ServerProcess, seeded: dict[str, list[str]]) -> Any:
     loaded = schemathesis.openapi.from_url(f"{fuzz_server.url}/openapi.json")
     loaded.hook(_existing(seeded))
     return loaded
@@ -190,3 +195,64 @@ def test_ampup_routes_never_fail(case: Any) -> None:
           database=None, suppress_health_check=list(HealthCheck))
 def test_amp_routes_never_fail(case: Any) -> None:
     _check(case, {"X-AMP-Agent-ID": AGENT, "X-AMP-Admin-Token": ADMIN})
+
+
+def test_integral_numbers_are_integers(fuzz_server: ServerProcess,
+                                       seeded: dict[str, list[str]]) -> None:
+    """JSON Schema's "integer" includes 1.0; the strict parser refused it (found by fuzzing
+    as a schema-valid request answered 422)."""
+    user = {"X-AmpUp-User": USER}
+    with httpx.Client(base_url=fuzz_server.url, timeout=60, headers=user) as http:
+        r = http.post("/search", json={"scope": SCOPES[0], "query": "Acme plan", "limit": 5.0})
+        assert r.status_code == 200, r.text
+        r = http.post("/query", json={"scope": SCOPES[0], "find": "passages",
+                                      "query": "Acme", "limit": 2.0})
+        assert r.status_code == 200, r.text
+        r = http.post("/facts", json={
+            "scope": SCOPES[0], "entity": "acme", "predicate": "budget", "value": 40000,
+            "quote": "Budget is 40k.", "cites": [{"episode": seeded["episodes"][0],
+                                                  "unit": 2.0}]})
+        assert r.status_code == 201, r.text
+        r = http.post("/facts", json={
+            "scope": SCOPES[0], "entity": "acme", "predicate": "budget", "value": 1,
+            "quote": "Budget", "cites": [{"episode": seeded["episodes"][0], "unit": 1.5}]})
+        assert r.status_code == 422, r.text
+
+
+def test_schema_states_the_rules_the_server_checks(fuzz_server: ServerProcess) -> None:
+    """Spot checks of published rules against the server: each side of each boundary."""
+    spec = httpx.get(f"{fuzz_server.url}/openapi.json").json()
+    episode = spec["components"]["schemas"]["WriteEpisode"]["properties"]
+    user = {"X-AmpUp-User": USER}
+    with httpx.Client(base_url=fuzz_server.url, timeout=60, headers=user) as http:
+        def write(**fields: Any) -> httpx.Response:
+            return http.post("/episodes", json={"scope": SCOPES[1], "source": "doc:x",
+                                                "body": "Some text.", "acl": ["*"], **fields})
+
+        assert episode["about"]["anyOf"][0]["items"]["maxLength"] == 256
+        assert write(about=["a" * 256]).status_code in (200, 201)
+        assert write(about=["a" * 257]).status_code == 422
+        assert write(about=[""]).status_code == 422
+        # "" is published as the default branch, and answered as main
+        assert re.fullmatch(episode["branch"]["anyOf"][0]["pattern"], "")
+        assert write(branch="").status_code in (200, 201)
+        # the published source pattern is exactly the claimed prefixes
+        source = re.compile(episode["source"]["pattern"])
+        prefixes = [t["prefix"] for t in http.get("/episode-types").json()["types"]]
+        for prefix in prefixes:
+            assert source.match(prefix + "x")
+        assert not source.match("memo:x")
+        assert write(source="memo:x").status_code == 422
+        # every AmpUp route documents the caller header and answers errors in the envelope
+        r = http.post("/episodes", json={"scope": "Bad Scope"})
+        assert r.status_code == 422 and set(r.json()) == {"error"}
+    for path, item in spec["paths"].items():
+        for method, op in item.items():
+            for status, answer in op["responses"].items():
+                if int(status) >= 400:
+                    assert answer["content"]["application/json"]["schema"] == {
+                        "$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
+            if not path.startswith("/amp/") and "/principals/" not in path \
+                    and path != "/episode-types":
+                headers = [p["name"] for p in op.get("parameters", []) if p["in"] == "header"]
+                assert headers == ["x-ampup-user"], (method, path)
