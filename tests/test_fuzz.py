@@ -105,6 +105,8 @@ def _mixed(known: list[str], generated: Any) -> st.SearchStrategy[Any]:
 
 def _existing(seeded: dict[str, list[str]]) -> Callable[..., st.SearchStrategy[Any]]:
     def flatmap_case(ctx: Any, case: Any) -> st.SearchStrategy[Any]:
+        if not _positive(case):  # a schema-violating case keeps what makes it invalid
+            return st.just(case)
         parts: dict[str, st.SearchStrategy[Any]] = {}
         for where in ("body", "query"):
             data = getattr(case, where)
@@ -162,7 +164,14 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 RANDOM = os.environ.get("FUZZ_RANDOM", "") not in ("", "0")
 
 
+def _positive(case: Any) -> bool:
+    return case.meta is None or bool(case.meta.generation.mode.is_positive)
+
+
 def _check(case: Any, headers: dict[str, str]) -> None:
+    sent = {k.lower() for k in case.headers or {}}
+    if not _positive(case):  # keep a generated (invalid) header; add only missing ones
+        headers = {k: v for k, v in headers.items() if k.lower() not in sent}
     case.headers = {**(case.headers or {}), **headers}
     response = case.call()
     if response.status_code >= 500:
@@ -174,7 +183,7 @@ def _check(case: Any, headers: dict[str, str]) -> None:
     text = response.text
     assert "Traceback" not in text and 'File "' not in text, text[:500]
     case.validate_response(response, excluded_checks=[positive_data_acceptance])
-    if response.status_code == 422 and case.meta and case.meta.generation.mode.is_positive:
+    if response.status_code == 422 and _positive(case):
         errors = response.json()["error"]["details"].get("errors", [])
         types = {e["type"] if e["type"] in SEMANTIC_422 else f"{e['type']}@{e['loc'][-1]}"
                  for e in errors}

@@ -70,8 +70,8 @@ class PostFacts(BaseModel):
 class CloseValue(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scope: str
-    branch: str | None = None
+    scope: ScopeText
+    branch: BranchText | None = None
     entity: str = Field(min_length=1, max_length=MAX_ENTITY)
     predicate: str = Field(min_length=1, max_length=128)
     reason: str = Field(min_length=1, max_length=20000,
