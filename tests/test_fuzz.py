@@ -34,7 +34,11 @@ SCOPES = ["fuzz/team_a", "fuzz/team_b"]
 # 5xx answers other branches are fixing right now; each entry names the case it forgives
 # (`response.status_code >= 500` only). Delete an entry once its fix is merged: the fuzz
 # test then guards that fix too.
-KNOWN_5XX: list[tuple[str, Callable[[Any], bool]]] = []
+KNOWN_5XX: list[tuple[str, Callable[[Any], bool]]] = [
+    # An episode with occurred_at before year 1000 (written earlier by the fuzzer) makes
+    # later passage reads 500: the index cannot parse its own '1-03-20T…' timestamp.
+    ("ancient dates (< year 1000)", lambda case: case.path in ("/query", "/search")),
+]
 
 # A schema-valid request is accepted (2xx, or an answer about what exists: 401/403/404/409),
 # except for these 422s, whose rule depends on stored data or on more than JSON Schema can
@@ -173,7 +177,7 @@ def _check(case: Any, headers: dict[str, str]) -> None:
     if not _positive(case):  # keep a generated (invalid) header; add only missing ones
         headers = {k: v for k, v in headers.items() if k.lower() not in sent}
     case.headers = {**(case.headers or {}), **headers}
-    response = case.call()
+    response = case.call(timeout=60)  # a loaded CI machine, not a slow route, takes > 10 s
     if response.status_code >= 500:
         known = [name for name, matches in KNOWN_5XX if matches(case)]
         if known:
@@ -206,25 +210,29 @@ def test_amp_routes_never_fail(case: Any) -> None:
     _check(case, {"X-AMP-Agent-ID": AGENT, "X-AMP-Admin-Token": ADMIN})
 
 
-def test_integral_numbers_are_integers(fuzz_server: ServerProcess,
-                                       seeded: dict[str, list[str]]) -> None:
+def test_integral_numbers_are_integers(fuzz_server: ServerProcess) -> None:
     """JSON Schema's "integer" includes 1.0; the strict parser refused it (found by fuzzing
-    as a schema-valid request answered 422)."""
+    as a schema-valid request answered 422). Its own scope: fuzzed data stays out."""
     user = {"X-AmpUp-User": USER}
+    scope = "regress/integers"
     with httpx.Client(base_url=fuzz_server.url, timeout=60, headers=user) as http:
-        r = http.post("/search", json={"scope": SCOPES[0], "query": "Acme plan", "limit": 5.0})
+        r = http.post("/episodes", json={"scope": scope, "source": "doc:plan", "acl": ["*"],
+                                         "body": "Acme renewed in March.\n\nBudget is 40k."})
+        assert r.status_code == 201, r.text
+        episode = r.json()["id"]
+        r = http.post("/search", json={"scope": scope, "query": "Acme plan", "limit": 5.0})
         assert r.status_code == 200, r.text
-        r = http.post("/query", json={"scope": SCOPES[0], "find": "passages",
+        r = http.post("/query", json={"scope": scope, "find": "passages",
                                       "query": "Acme", "limit": 2.0})
         assert r.status_code == 200, r.text
         r = http.post("/facts", json={
-            "scope": SCOPES[0], "entity": "acme", "predicate": "budget", "value": 40000,
-            "quote": "Budget is 40k.", "cites": [{"episode": seeded["episodes"][0],
+            "scope": scope, "entity": "acme", "predicate": "budget", "value": 40000,
+            "quote": "Budget is 40k.", "cites": [{"episode": episode,
                                                   "unit": 2.0}]})
         assert r.status_code == 201, r.text
         r = http.post("/facts", json={
-            "scope": SCOPES[0], "entity": "acme", "predicate": "budget", "value": 1,
-            "quote": "Budget", "cites": [{"episode": seeded["episodes"][0], "unit": 1.5}]})
+            "scope": scope, "entity": "acme", "predicate": "budget", "value": 1,
+            "quote": "Budget", "cites": [{"episode": episode, "unit": 1.5}]})
         assert r.status_code == 422, r.text
 
 
