@@ -11,10 +11,42 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 REF = "#/components/schemas/{model}"
 _MODELS: dict[str, type[BaseModel]] = {}
+
+
+class ErrorDetail(BaseModel):
+    code: str = Field(description="Stable machine code, e.g. VALIDATION_ERROR.")
+    message: str
+    details: dict[str, Any] = Field(
+        description="VALIDATION_ERROR: errors = [{loc, msg, type}]; others per code.")
+
+
+class ErrorBody(BaseModel):
+    """The one error envelope every 4xx and 5xx answer has (``http_errors``)."""
+
+    error: ErrorDetail
+
+
+def errors(described: dict[int, str]) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` for a route: each status it answers, described, in the envelope."""
+    return {status: {"description": text, "model": ErrorBody}
+            for status, text in described.items()}
+
+
+def header_doc(name: str, description: str, *, pattern: str | None = None,
+               max_length: int | None = None) -> dict[str, Any]:
+    """An optional header parameter. Routes read headers themselves (identity first), so
+    the schema documents what they accept without FastAPI validating it ahead of them."""
+    schema: dict[str, Any] = {"type": "string"}
+    if pattern is not None:
+        schema["pattern"] = pattern
+    if max_length is not None:
+        schema["maxLength"] = max_length
+    return {"parameters": [{"name": name, "in": "header", "required": False,
+                            "description": description, "schema": schema}]}
 
 
 def body_doc(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:

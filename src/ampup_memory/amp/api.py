@@ -38,7 +38,7 @@ from ampup_memory.amp.model import (
 from ampup_memory.amp.service import AmpService, parse_body, write_answer
 from ampup_memory.auth import Authenticator, Caller
 from ampup_memory.errors import AmpError, Unauthenticated
-from ampup_memory.openapi import body_doc
+from ampup_memory.openapi import body_doc, errors
 from ampup_memory.routing import segment_except
 from ampup_memory.settings import Settings
 
@@ -68,11 +68,11 @@ def _caller(request: Request) -> Caller:
 CallerDep = Annotated[Caller, Depends(_caller)]
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Missing or invalid identity (MISSING_AGENT_ID / UNAUTHENTICATED)"},
-    403: {"description": "ACCESS_DENIED: unknown, unreadable or deleted (one identical body)"},
-    422: {"description": "VALIDATION_ERROR"},
-}
+ERRORS = errors({
+    401: "Missing or invalid identity (MISSING_AGENT_ID / UNAUTHENTICATED)",
+    403: "ACCESS_DENIED: unknown, unreadable or deleted (one identical body)",
+    422: "VALIDATION_ERROR",
+})
 
 
 @router.get("/health", tags=["meta"])
@@ -126,7 +126,7 @@ def _created_by_from_body(raw: bytes) -> str | None:
     status_code=201,
     response_model=MemoryCell,
     tags=["memories"],
-    responses={**ERRORS, 413: {"description": "CELL_TOO_LARGE"}},
+    responses={**ERRORS, **errors({413: "CELL_TOO_LARGE"})},
     openapi_extra=body_doc(CreateMemory),
 )
 async def create_memory(request: Request) -> JSONResponse:
@@ -216,8 +216,8 @@ def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
     CELL_PATH,
     response_model=MemoryCell | WriteReceipt,
     tags=["memories"],
-    responses={**ERRORS, 409: {"description": "INVALID_TRANSITION"},
-               413: {"description": "CELL_TOO_LARGE"}, 429: {"description": "RATE_LIMITED"}},
+    responses={**ERRORS, **errors({409: "INVALID_TRANSITION", 413: "CELL_TOO_LARGE",
+                                   429: "RATE_LIMITED"})},
     openapi_extra=body_doc(PatchMemory),
 )
 async def patch_memory(request: Request, memory_id: str) -> JSONResponse:
@@ -234,7 +234,7 @@ async def patch_memory(request: Request, memory_id: str) -> JSONResponse:
     CELL_PATH,
     status_code=204,
     tags=["memories"],
-    responses={**ERRORS, 409: {"description": "INVALID_TRANSITION: only archived cells"}},
+    responses={**ERRORS, **errors({409: "INVALID_TRANSITION: only archived cells"})},
 )
 def delete_memory(request: Request, memory_id: str) -> Response:
     caller = _caller(request)
@@ -242,13 +242,14 @@ def delete_memory(request: Request, memory_id: str) -> Response:
     return Response(status_code=204)
 
 
-ADMIN_ERRORS: dict[int | str, dict[str, Any]] = {
-    403: {"description": "ADMIN_DISABLED (no admin credential configured) or ACCESS_DENIED"},
-    422: {"description": "VALIDATION_ERROR"},
-}
+ADMIN_ERRORS = errors({
+    403: "ADMIN_DISABLED (no admin credential configured) or ACCESS_DENIED",
+    422: "VALIDATION_ERROR",
+})
 
 
-@router.post("/lifecycle/run", tags=["admin"], responses=ADMIN_ERRORS,
+@router.post("/lifecycle/run", tags=["admin"],
+             responses={**ADMIN_ERRORS, **errors({503: "UNAVAILABLE: another pass held on"})},
              openapi_extra=body_doc(LifecycleRunRequest, required=False))
 async def lifecycle_run(request: Request) -> dict[str, Any]:
     _auth(request).require_admin(_headers(request))
@@ -259,7 +260,7 @@ async def lifecycle_run(request: Request) -> dict[str, Any]:
 
 @router.post("/lifecycle/purge", tags=["admin"],
              responses={**ADMIN_ERRORS,
-                        409: {"description": "INVALID_TRANSITION or RETENTION_WINDOW"}},
+                        **errors({409: "INVALID_TRANSITION or RETENTION_WINDOW"})},
              openapi_extra=body_doc(PurgeRequest))
 async def lifecycle_purge(request: Request) -> dict[str, int]:
     _auth(request).require_admin(_headers(request))

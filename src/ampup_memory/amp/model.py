@@ -10,7 +10,6 @@ from typing import Annotated, Any
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     PlainSerializer,
@@ -21,6 +20,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ampup_memory.jsontypes import JsonInt
 from ampup_memory.timefmt import Instant, format_time
 
 AMP_VERSION = "0.1.0"
@@ -35,13 +35,6 @@ def to_utc(value: datetime) -> datetime:
     if value.tzinfo is None:
         return value.replace(tzinfo=UTC)
     return value.astimezone(UTC)
-
-
-def _integral(value: Any) -> Any:
-    # JSON Schema's "integer" includes 36.0; strict parsing would refuse it.
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return value
 
 
 Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str)]
@@ -330,8 +323,8 @@ class SearchRequest(_Strict):
     types: list[MemoryType] | None = None
     status: list[Status] | None = None
     include_stale: bool = False
-    limit: Annotated[int, Field(ge=1, le=MAX_PAGE_SIZE), BeforeValidator(_integral)] = 10
-    offset: Annotated[int, Field(ge=0, le=MAX_OFFSET), BeforeValidator(_integral)] = 0
+    limit: JsonInt = Field(default=10, ge=1, le=MAX_PAGE_SIZE)
+    offset: JsonInt = Field(default=0, ge=0, le=MAX_OFFSET)
 
     @field_validator("query")
     @classmethod

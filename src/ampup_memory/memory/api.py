@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
 
 from ampup_memory.amp.service import parse_body
@@ -18,10 +18,18 @@ from ampup_memory.auth import USER_HEADER, Authenticator
 from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
 from ampup_memory.memory.episode_types import TYPES
-from ampup_memory.memory.episodes import ChangeAcl, WriteBatch, WriteEpisode
+from ampup_memory.memory.episodes import (
+    EPISODE_ID_PATTERN,
+    MAX_ENTITY,
+    ChangeAcl,
+    WriteBatch,
+    WriteEpisode,
+)
 from ampup_memory.memory.facts import CloseValue, PostFact, PostFacts
+from ampup_memory.memory.ledger import CommitText
+from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.service import MemoryService
-from ampup_memory.openapi import body_doc
+from ampup_memory.openapi import body_doc, errors, header_doc
 from ampup_memory.routing import segment_except
 from ampup_memory.timefmt import Instant
 
@@ -33,11 +41,11 @@ EPISODE_PATH = "/episodes/" + segment_except("episode_id", "batch")
 class DocumentRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scope: str
+    scope: ScopeText
     document: str = Field(min_length=1, max_length=512)
     as_of: Instant | None = None
-    branch: str | None = None
-    at_commit: str | None = None
+    branch: BranchText | None = None
+    at_commit: CommitText | None = None
 
 
 class PrincipalBody(BaseModel):
@@ -47,11 +55,18 @@ class PrincipalBody(BaseModel):
     roles: list[Identifier] = Field(default_factory=list, max_length=256)
 
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "UNAUTHENTICATED / MISSING_USER"},
-    404: {"description": "NOT_FOUND (missing and unreadable answer alike)"},
-    422: {"description": "VALIDATION_ERROR"},
-}
+UNAUTHENTICATED = "UNAUTHENTICATED / MISSING_USER: no caller, or not a valid user id"
+NOT_FOUND = "NOT_FOUND: unknown branch or at_commit"
+INVALID = "VALIDATION_ERROR: details.errors = [{loc, msg, type}]"
+UNAVAILABLE = "UNAVAILABLE: the ledger stayed contended; nothing was committed"
+READ_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID,
+                      503: "UNAVAILABLE: AmpUp Memory is not available in this process"})
+WRITE_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID, 503: UNAVAILABLE})
+ADMIN_ERRORS = errors({403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 422: INVALID,
+                       503: "UNAVAILABLE: AmpUp Memory is not available in this process"})
+# The caller, read by the route itself (identity is checked before the body or query).
+USER_DOC = header_doc(USER_HEADER, "The calling user (keys off; keys on: the key's user).",
+                      pattern=ID_PATTERN)
 
 
 def service(request: Request) -> MemoryService:
@@ -87,14 +102,20 @@ def _user(request: Request) -> str:
     return memory_user(auth, _headers(request))
 
 
-ScopeQ = Annotated[str, Query(description="org/team")]
-BranchQ = Annotated[str | None, Query(description="Default main.")]
-AtCommitQ = Annotated[str | None, Query(description="Read as of this commit.")]
+# Scope, branch and commit are checked by the service (after identity, `scope_invalid`);
+# the schema publishes the same patterns.
+ScopeQ = Annotated[ScopeText, Query()]
+BranchQ = Annotated[BranchText | None, Query()]
+AtCommitQ = Annotated[CommitText | None, Query(description="Read as of this commit.")]
+EpisodeIdP = Annotated[str, Path(), WithJsonSchema({
+    "type": "string", "pattern": EPISODE_ID_PATTERN, "description": "Episode id (SHA-256)."})]
+CONFLICT = "CONFLICT: an id exists with other acl/occurred_at/about/document"
 
 
-@router.post("/episodes", status_code=201, responses={**ERRORS, 409: {"description":
-             "CONFLICT: the id exists with other acl/occurred_at/about/document"}},
-             openapi_extra=body_doc(WriteEpisode))
+@router.post("/episodes", status_code=201, responses={
+    200: {"description": "Already stored: nothing committed (created: false)"},
+    **WRITE_ERRORS, **errors({409: CONFLICT})},
+             openapi_extra={**body_doc(WriteEpisode), **USER_DOC})
 async def write_episode(request: Request) -> JSONResponse:
     user = _user(request)
     req = parse_body(WriteEpisode, await request.body())
@@ -103,8 +124,10 @@ async def write_episode(request: Request) -> JSONResponse:
                         status_code=201 if new is not None else 200)
 
 
-@router.post("/episodes/batch", status_code=201, responses=ERRORS,
-             openapi_extra=body_doc(WriteBatch))
+@router.post("/episodes/batch", status_code=201, responses={
+    200: {"description": "Nothing new: commit is null"},
+    **WRITE_ERRORS, **errors({409: CONFLICT + "; details.conflicts = [{index, id, fields}]"})},
+             openapi_extra={**body_doc(WriteBatch), **USER_DOC})
 async def write_batch(request: Request) -> JSONResponse:
     user = _user(request)
     req = parse_body(WriteBatch, await request.body())
@@ -114,18 +137,21 @@ async def write_batch(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=201 if result.commit else 200)
 
 
-@router.get(EPISODE_PATH, responses=ERRORS)
-def get_episode(request: Request, episode_id: str, scope: ScopeQ, branch: BranchQ = None,
+@router.get(EPISODE_PATH, responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown or unreadable episode (one answer), "
+    "unknown branch or at_commit", 422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
+def get_episode(request: Request, episode_id: EpisodeIdP, scope: ScopeQ, branch: BranchQ = None,
                 at_commit: AtCommitQ = None) -> dict[str, Any]:
     user = _user(request)
     svc = service(request)
     return svc.get_episode(user, episode_id, svc.view(scope, branch, at_commit))
 
 
-@router.put(EPISODE_PATH + "/acl", responses={
-    **ERRORS, 403: {"description": "ACCESS_DENIED: neither the episode's author nor admin"}},
-    openapi_extra=body_doc(ChangeAcl))
-async def change_acl(request: Request, episode_id: str) -> dict[str, Any]:
+@router.put(EPISODE_PATH + "/acl", responses=errors({
+    401: UNAUTHENTICATED, 403: "ACCESS_DENIED: neither the episode's author nor admin",
+    404: "NOT_FOUND: unknown or unreadable episode, unknown branch", 422: INVALID,
+    503: UNAVAILABLE}), openapi_extra={**body_doc(ChangeAcl), **USER_DOC})
+async def change_acl(request: Request, episode_id: EpisodeIdP) -> dict[str, Any]:
     user = _user(request)
     req = parse_body(ChangeAcl, await request.body())
     auth: Authenticator = request.app.state.auth
@@ -144,7 +170,9 @@ def episode_types() -> dict[str, Any]:
     return {"types": [t.wire() for t in TYPES]}
 
 
-@router.post("/document", responses=ERRORS, openapi_extra=body_doc(DocumentRequest))
+@router.post("/document", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: no readable version; unknown branch or at_commit",
+    422: INVALID, 503: UNAVAILABLE}), openapi_extra={**body_doc(DocumentRequest), **USER_DOC})
 async def document(request: Request) -> dict[str, Any]:
     user = _user(request)
     req = parse_body(DocumentRequest, await request.body())
@@ -157,7 +185,8 @@ async def document(request: Request) -> dict[str, Any]:
     return await run_in_threadpool(run)
 
 
-@router.post("/facts", status_code=201, responses=ERRORS, openapi_extra=body_doc(PostFact))
+@router.post("/facts", status_code=201, responses=WRITE_ERRORS,
+             openapi_extra={**body_doc(PostFact), **USER_DOC})
 async def post_fact(request: Request) -> JSONResponse:
     user = _user(request)
     req = parse_body(PostFact, await request.body())
@@ -165,8 +194,8 @@ async def post_fact(request: Request) -> JSONResponse:
     return JSONResponse({"id": fid, "commit": entry.commit_id}, status_code=201)
 
 
-@router.post("/facts/batch", status_code=201, responses=ERRORS,
-             openapi_extra=body_doc(PostFacts))
+@router.post("/facts/batch", status_code=201, responses=WRITE_ERRORS,
+             openapi_extra={**body_doc(PostFacts), **USER_DOC})
 async def post_facts(request: Request) -> JSONResponse:
     user = _user(request)
     req = parse_body(PostFacts, await request.body())
@@ -175,11 +204,11 @@ async def post_facts(request: Request) -> JSONResponse:
     return JSONResponse({"ids": ids, "commit": entry.commit_id}, status_code=201)
 
 
-@router.get("/facts", responses=ERRORS)
+@router.get("/facts", responses=READ_ERRORS, openapi_extra=USER_DOC)
 def get_facts(
     request: Request,
     scope: ScopeQ,
-    entity: Annotated[str, Query(min_length=1, max_length=256)],
+    entity: Annotated[str, Query(min_length=1, max_length=MAX_ENTITY)],
     predicate: Annotated[str | None, Query(max_length=128)] = None,
     as_of: Annotated[Instant | None, Query(description="Valid time; default now.")] = None,
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
@@ -192,7 +221,9 @@ def get_facts(
     return {"facts": svc.get_facts(user, view, entity, predicate, as_of, history)}
 
 
-@router.post("/close", status_code=201, responses=ERRORS, openapi_extra=body_doc(CloseValue))
+@router.post("/close", status_code=201, responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: no current value to close; unknown branch",
+    422: INVALID, 503: UNAVAILABLE}), openapi_extra={**body_doc(CloseValue), **USER_DOC})
 async def close_value(request: Request) -> JSONResponse:
     user = _user(request)
     req = parse_body(CloseValue, await request.body())
@@ -200,10 +231,11 @@ async def close_value(request: Request) -> JSONResponse:
     return JSONResponse(result, status_code=201)
 
 
-@router.get("/ledger", responses=ERRORS)
+@router.get("/ledger", responses=READ_ERRORS, openapi_extra=USER_DOC)
 def ledger(request: Request, scope: ScopeQ, branch: BranchQ = None,
            limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-           before: Annotated[str | None, Query(description="Commit id: page before it.")] = None,
+           before: Annotated[CommitText | None,
+                             Query(description="Commit id: page before it.")] = None,
            ) -> dict[str, Any]:
     _user(request)
     svc = service(request)
@@ -213,7 +245,7 @@ def ledger(request: Request, scope: ScopeQ, branch: BranchQ = None,
 UserPath = Annotated[str, Path(pattern=ID_PATTERN, description="User id.")]
 
 
-@router.put("/principals/{user}", responses={403: {"description": "admin only"}, **ERRORS},
+@router.put("/principals/{user}", responses=ADMIN_ERRORS,
             openapi_extra=body_doc(PrincipalBody))
 async def put_principal(request: Request, user: UserPath) -> dict[str, Any]:
     auth: Authenticator = request.app.state.auth
@@ -227,7 +259,7 @@ async def put_principal(request: Request, user: UserPath) -> dict[str, Any]:
     return principal.wire()
 
 
-@router.get("/principals/{user}", responses={403: {"description": "admin only"}})
+@router.get("/principals/{user}", responses=ADMIN_ERRORS)
 def get_principal(request: Request, user: UserPath) -> dict[str, Any]:
     auth: Authenticator = request.app.state.auth
     auth.require_admin(_headers(request))

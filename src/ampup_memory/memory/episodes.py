@@ -3,56 +3,76 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from ampup_memory.errors import field_error
 from ampup_memory.memory.acl import AclEntry, normalize_acl
-from ampup_memory.memory.episode_types import EpisodeType, SplitError, Unit, require_type
+from ampup_memory.memory.episode_types import (
+    EpisodeType,
+    SplitError,
+    Unit,
+    known_prefixes,
+    require_type,
+)
+from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.timefmt import Instant, utc_text
 
 MAX_BODY_BYTES = 1_000_000
 MAX_BATCH = 1000
+MAX_ACL = 64
+MAX_ENTITY = 256  # an entity id, in `about` as in a fact
+EPISODE_ID_PATTERN = r"^[0-9a-f]{64}$"
+EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ENTITY)]
+MAX_SOURCE = 512
+# The schema publishes the claimed prefixes; `require_type` checks them (after identity,
+# with a message that lists them), from the same list of episode types.
+Source = Annotated[str, Field(min_length=1, max_length=MAX_SOURCE), WithJsonSchema({
+    "type": "string", "minLength": 1, "maxLength": MAX_SOURCE,
+    "pattern": "^(?:" + "|".join(re.escape(p) for p in known_prefixes()) + ")",
+    "description": "Where it came from; its prefix picks the episode type."})]
 
 
 class EpisodeIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    source: str = Field(min_length=1, max_length=512,
-                        description="Where it came from; its prefix picks the episode type.")
-    body: str = Field(min_length=1, description="The text, stored once by SHA-256.")
+    source: Source
+    body: str = Field(min_length=1, max_length=MAX_BODY_BYTES,
+                      description=f"The text, stored once by SHA-256; at most {MAX_BODY_BYTES} "
+                      "bytes as UTF-8.")
     occurred_at: Instant | None = Field(
         default=None, description="When it happened (default: when first written).")
-    about: list[str] | None = Field(default=None, max_length=100,
+    about: list[EntityId] | None = Field(default=None, max_length=100,
                                     description="Entity ids the episode is about.")
-    acl: list[AclEntry] = Field(min_length=1, max_length=64,
+    acl: list[AclEntry] = Field(min_length=1, max_length=MAX_ACL,
                                 description="Who may read it: '*', 'user:', 'group:', 'role:'.")
     document: str | None = Field(default=None, min_length=1, max_length=512,
                                  description="Document key: this episode is one version.")
 
 
 class WriteEpisode(EpisodeIn):
-    scope: str = Field(description="org/team")
-    branch: str | None = Field(default=None, description="Default main.")
+    scope: ScopeText
+    branch: BranchText | None = None
 
 
 class WriteBatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scope: str
-    branch: str | None = None
+    scope: ScopeText
+    branch: BranchText | None = None
     episodes: list[EpisodeIn] = Field(min_length=1, max_length=MAX_BATCH)
 
 
 class ChangeAcl(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scope: str
-    branch: str | None = None
-    acl: list[AclEntry] = Field(min_length=1, max_length=64)
+    scope: ScopeText
+    branch: BranchText | None = None
+    acl: list[AclEntry] = Field(min_length=1, max_length=MAX_ACL)
 
 
 def sha256(text: str) -> str:

@@ -16,8 +16,11 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ampup_memory.jsontypes import JsonInt
 from ampup_memory.memory.acl import AclEntry
 from ampup_memory.memory.episode_types import Unit
+from ampup_memory.memory.episodes import EPISODE_ID_PATTERN, MAX_ACL, MAX_ENTITY
+from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.timefmt import Instant, utc_text
 
 VALUE = "value"
@@ -30,14 +33,14 @@ Scalar = (Annotated[str, Field(max_length=MAX_VALUE_CHARS)] | int
 class Cite(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    episode: str = Field(pattern=r"^[0-9a-f]{64}$", description="Episode id.")
-    unit: int = Field(ge=1, description="Unit number, from 1.")
+    episode: str = Field(pattern=EPISODE_ID_PATTERN, description="Episode id.")
+    unit: JsonInt = Field(ge=1, le=2**31 - 1, description="Unit number, from 1.")
 
 
 class FactIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    entity: str = Field(min_length=1, max_length=256)
+    entity: str = Field(min_length=1, max_length=MAX_ENTITY)
     predicate: str = Field(min_length=1, max_length=128)
     value: Scalar = Field(description="A JSON string, number or boolean.")
     valid_from: Instant | None = Field(
@@ -49,8 +52,8 @@ class FactIn(BaseModel):
 
 
 class PostFact(FactIn):
-    scope: str
-    branch: str | None = None
+    scope: ScopeText
+    branch: BranchText | None = None
 
 
 MAX_FACT_BATCH = 1000
@@ -59,22 +62,22 @@ MAX_FACT_BATCH = 1000
 class PostFacts(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scope: str
-    branch: str | None = None
+    scope: ScopeText
+    branch: BranchText | None = None
     facts: list[FactIn] = Field(min_length=1, max_length=MAX_FACT_BATCH)
 
 
 class CloseValue(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scope: str
-    branch: str | None = None
-    entity: str = Field(min_length=1, max_length=256)
+    scope: ScopeText
+    branch: BranchText | None = None
+    entity: str = Field(min_length=1, max_length=MAX_ENTITY)
     predicate: str = Field(min_length=1, max_length=128)
     reason: str = Field(min_length=1, max_length=20000,
                         description="Why; stored as its own episode and cited.")
     acl: list[AclEntry] | None = Field(
-        default=None, min_length=1, max_length=64,
+        default=None, min_length=1, max_length=MAX_ACL,
         description="ACL of the reason episode (default: entries shared by the ACLs of the "
         "episodes the closed value cites).")
 

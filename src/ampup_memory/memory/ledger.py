@@ -17,13 +17,22 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Annotated, Any
 
+from pydantic import WithJsonSchema
 from ulid import ULID
 
 from ampup_memory.timefmt import utc_text
 
 SUMMARY_KEY = "ampup.ledger-row"
+
+
+# A commit id is a ULID (Crockford base32). Published in the schema; an id of any other
+# shape is simply no commit of the scope (404), like an unknown one.
+COMMIT_SCHEMA: dict[str, Any] = {"type": "string", "pattern": "^(?:[0-9A-HJKMNP-TV-Z]{26})?$",
+                                 "description": "A commit id of the scope's ledger (empty: "
+                                 "none)."}
+CommitText = Annotated[str, WithJsonSchema(COMMIT_SCHEMA)]
 
 
 def new_commit_id() -> str:

@@ -9,15 +9,32 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Annotated, Any
+
+from pydantic import WithJsonSchema
 
 from ampup_memory.errors import field_error
 
-NAME_RE = re.compile(r"^[a-z0-9]+(?:_[a-z0-9]+)*$")
-BRANCH_RE = re.compile(r"^[a-z0-9]+(?:[_-][a-z0-9]+)*$")
+_NAME = r"[a-z0-9]+(?:_[a-z0-9]+)*"
+_BRANCH = r"[a-z0-9]+(?:[_-][a-z0-9]+)*"
+NAME_RE = re.compile(rf"^{_NAME}$")
+BRANCH_RE = re.compile(rf"^{_BRANCH}$")
 MAX_NAME = 64
 SEPARATOR = "__"
 SYSTEM_NAMESPACE = "memory_system"
 MAIN = "main"
+
+
+# What the OpenAPI schema publishes, built from the same fragments the checks below use
+# (the checks stay here so a bad name is 422 `scope_invalid` after identity, never before).
+SCOPE_SCHEMA: dict[str, Any] = {
+    "type": "string", "pattern": f"^{_NAME}/{_NAME}$", "maxLength": 2 * MAX_NAME + 1,
+    "description": f"org/team; each part at most {MAX_NAME} characters."}
+BRANCH_SCHEMA: dict[str, Any] = {
+    "type": "string", "pattern": f"^(?:{_BRANCH})?$", "maxLength": MAX_NAME,
+    "description": "Default (or empty): main."}
+ScopeText = Annotated[str, WithJsonSchema(SCOPE_SCHEMA)]
+BranchText = Annotated[str, WithJsonSchema(BRANCH_SCHEMA)]
 
 
 def valid_name(name: str) -> bool:

@@ -16,12 +16,13 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ampup_memory.amp.service import parse_body
-from ampup_memory.auth import Authenticator
+from ampup_memory.auth import USER_HEADER, Authenticator
 from ampup_memory.background import periodic
 from ampup_memory.errors import ServiceUnavailable
+from ampup_memory.memory.acl import ID_PATTERN
 from ampup_memory.memory.api import memory_user
 from ampup_memory.memory.service import MemoryService
-from ampup_memory.openapi import body_doc
+from ampup_memory.openapi import body_doc, errors, header_doc
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.feed import Feed
 from ampup_memory.search.index.base import SearchIndex, open_index
@@ -29,10 +30,14 @@ from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, 
 
 log = logging.getLogger("ampup_memory.search")
 router = APIRouter(tags=["search"])
-ERRORS: dict[int | str, dict[str, Any]] = {
-    401: {"description": "UNAUTHENTICATED / MISSING_USER"},
-    422: {"description": "VALIDATION_ERROR"},
-}
+ERRORS = errors({
+    401: "UNAUTHENTICATED / MISSING_USER: no caller, or not a valid user id",
+    404: "NOT_FOUND: unknown branch, or at_commit no commit of the scope and branch",
+    422: "VALIDATION_ERROR: details.errors = [{loc, msg, type}]",
+    503: "UNAVAILABLE: search is not available, or the index cannot reach the ledger",
+})
+USER_DOC = header_doc(USER_HEADER, "The calling user (keys off; keys on: the key's user).",
+                      pattern=ID_PATTERN)
 
 
 def search_service(request: Request) -> SearchService:
@@ -75,7 +80,7 @@ SEARCH_ANSWER = {
 @router.post("/search",
              responses={**ERRORS, 200: {"content": {
                  "application/json": {"schema": SEARCH_ANSWER}, "text/plain": {}}}},
-             openapi_extra=body_doc(FactSearchRequest))
+             openapi_extra={**body_doc(FactSearchRequest), **USER_DOC})
 async def search(request: Request) -> Response:
     user = caller_user(request)
     svc = search_service(request)
@@ -86,7 +91,8 @@ async def search(request: Request) -> Response:
     return JSONResponse(answer)
 
 
-@router.post("/query", responses=ERRORS, openapi_extra=body_doc(PassageQueryRequest))
+@router.post("/query", responses=ERRORS,
+             openapi_extra={**body_doc(PassageQueryRequest), **USER_DOC})
 async def query(request: Request) -> JSONResponse:
     user = caller_user(request)
     svc = search_service(request)

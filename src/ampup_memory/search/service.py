@@ -10,7 +10,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import ServiceUnavailable
-from ampup_memory.memory.scopes import parse_branch, parse_scope
+from ampup_memory.jsontypes import JsonInt
+from ampup_memory.memory.ledger import CommitText
+from ampup_memory.memory.scopes import BranchText, ScopeText, parse_branch, parse_scope
 from ampup_memory.search.answer import facts_json, passages_json, text_answer
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.engine import SearchEngine
@@ -28,27 +30,27 @@ AT_COMMIT_DOC = (
 class FactSearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scope: str = Field(description="org/team")
+    scope: ScopeText
     query: str = Field(min_length=1, max_length=2000)
     as_of: Instant | None = Field(
         default=None, description="Valid time the current versions are taken at (default now).")
-    limit: int = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
+    limit: JsonInt = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
     format: Literal["json", "text"] = "json"
     tz: str | None = Field(default=None, description="IANA zone for calendar words (UTC).")
-    branch: str | None = None
-    at_commit: str | None = Field(default=None, description=AT_COMMIT_DOC)
+    branch: BranchText | None = None
+    at_commit: CommitText | None = Field(default=None, description=AT_COMMIT_DOC)
 
 
 class PassageQueryRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scope: str = Field(description="org/team")
+    scope: ScopeText
     find: Literal["passages"]
     query: str = Field(min_length=1, max_length=2000)
-    limit: int = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
-    tz: str | None = None
-    branch: str | None = None
-    at_commit: str | None = Field(default=None, description=AT_COMMIT_DOC)
+    limit: JsonInt = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
+    tz: str | None = Field(default=None, description="IANA zone for calendar words (UTC).")
+    branch: BranchText | None = None
+    at_commit: CommitText | None = Field(default=None, description=AT_COMMIT_DOC)
 
 
 def check_scope(scope: str, branch: str | None) -> tuple[str, str]:
