@@ -243,4 +243,6 @@ def _write(svc: MemoryService, user: str, scope: str, branch: str | None, batch:
         counts[status] += 1
     for conflict in result.conflicts:
         where = batch[conflict["index"]].where
-        problems.append(f"{where}: held with a different " + ", ".join(conflict["fields"]))
+        fields = conflict.get("fields")
+        problems.append(f"{where}: held with a different " + ", ".join(fields) if fields
+                        else f"{where}: held already, in an episode you may not read")
