@@ -163,7 +163,7 @@ def test_two_servers_writing_one_episode_answer_as_if_in_turn(tmp_path: Path) ->
         users = [Memory(s.url, "alice") for s in servers]
         s = new_scope()
         _ok(users[0].write(s, "warm-up", source="slack:C0:0"))  # the scope exists
-        rounds = 6
+        rounds = 3
 
         def race(n: int, same: bool) -> list[httpx.Response]:
             barrier = threading.Barrier(2)
