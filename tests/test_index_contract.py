@@ -17,11 +17,11 @@ import pytest
 
 from ampup_memory.amp.lifecycle import DecayInputs, decay_score
 from ampup_memory.amp.model import MemoryCell
+from ampup_memory.memory.facts import current, timelines
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex, open_index
 from ampup_memory.search.index.common import dots
-from ampup_memory.search.newest import current, timelines
 from ampup_memory.search.rank import (
     Parts,
     meaning,
@@ -236,7 +236,7 @@ def test_newest_visible_version_wins(engine: SearchEngine) -> None:
 
 @dataclass(frozen=True)
 class V:
-    """A bare version for the newest-wins rule (search/newest.py) alone."""
+    """A bare version for the newest-wins rule (memory/facts.py) alone."""
 
     value: str
     valid_from: datetime | None

@@ -329,9 +329,9 @@ def test_search_at_a_commit_uses_the_current_acl(
                     [(e1, 1)]))["commit"]
     assert _budgets(_search(bob, s, at_commit=c1)) != []
     _ok(m.http.put(f"/episodes/{e1}/acl", json={"scope": s, "acl": ["user:alice"]}), 200)
-    # GET /episodes reads the ACL as of the commit; search keeps only today's ACL, so it
-    # shows bob nothing he may not read now
-    assert bob.episode(s, e1, at_commit=c1).status_code == 200
+    # One rule on every read path: today's ACL decides, as of any commit
+    assert bob.episode(s, e1, at_commit=c1).status_code == 404
+    assert _facts_at(bob, s, at_commit=c1) == []
     assert _budgets(_search(bob, s, at_commit=c1)) == []
     assert _episodes(bob, s, at_commit=c1) == set()
     assert _budgets(_search(m, s, at_commit=c1)) != [] and _episodes(m, s, at_commit=c1) == {e1}

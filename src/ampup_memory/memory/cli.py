@@ -298,7 +298,11 @@ def _write(svc: MemoryService, user: str, scope: str, branch: str | None, batch:
         counts[status] += 1
     for conflict in result.conflicts:
         where = batch[conflict["index"]].where
-        fields = " and ".join(conflict["fields"])
-        problems.append(f"{where}: already loaded with a different {fields}; the episode "
-                        f"held (id {conflict['id'][:12]}…) is kept unchanged, as a load never "
-                        "rewrites one")
+        fields = conflict.get("fields")
+        if fields:
+            problems.append(f"{where}: already loaded with a different {' and '.join(fields)}; "
+                            f"the episode held (id {conflict['id'][:12]}…) is kept unchanged, "
+                            "as a load never rewrites one")
+        else:
+            problems.append(f"{where}: held already, in an episode you may not read; a load "
+                            "never rewrites one")

@@ -2,17 +2,23 @@
 
 A fact version is ``(entity, predicate, value)`` with a valid-time window, a verbatim quote
 and the episode units it cites. Until schemas exist every predicate is one-valued: among the
-versions a reader may see, the one with the latest ``valid_from`` wins (ties: later commit),
-and a version's window ends where the next visible version begins (or at its own
-``valid_to``). A closure is a version with no value: it ends the one before it.
+versions a reader may see, the one with the latest ``valid_from`` wins (ties: the later
+commit, then the later position in the commit), and a version's window ends where the next
+visible version begins (or at its own ``valid_to``). A closure is a version with no value:
+it ends the one before it.
+
+Newest-wins lives here once (:func:`newest_order`, :func:`timeline`, :func:`current`) over
+any :class:`Version`: ``GET /facts`` applies it to core's records, search
+(`search/engine.py`) to its index rows.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
-from typing import Annotated, Any
+from datetime import UTC, datetime
+from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -99,8 +105,9 @@ class FactRecord:
     seq: int = 0
     ord: int = 0  # position within its commit: the last tie-break
 
-    def order_key(self) -> tuple[datetime, int, int]:
-        return (self.valid_from, self.seq, self.ord)
+    @property
+    def commit_seq(self) -> int:
+        return self.seq
 
     def wire(self, scope: str, window_end: datetime | None) -> dict[str, Any]:
         return {
@@ -125,32 +132,73 @@ def quote_found(quote: str, units: list[Unit]) -> bool:
     return any(quote in unit.text for unit in units)
 
 
+class Version(Protocol):
+    """What newest-wins needs of a fact version: core's records and the search index's
+    rows both have it."""
+
+    @property
+    def entity(self) -> str: ...
+    @property
+    def predicate(self) -> str: ...
+    @property
+    def kind(self) -> str: ...
+    @property
+    def valid_from(self) -> datetime | None: ...
+    @property
+    def valid_to(self) -> datetime | None: ...
+    @property
+    def commit_seq(self) -> int: ...
+    @property
+    def ord(self) -> int: ...
+
+
+V = TypeVar("V", bound=Version)
+_EPOCH = datetime.min.replace(tzinfo=UTC)
+
+
+def newest_order(v: Version) -> tuple[datetime, int, int]:
+    """The order of versions of one attribute, oldest first: ``valid_from``; on a tie the
+    later commit (ledger seq) is newer, then the later position in the commit."""
+    return (v.valid_from or _EPOCH, v.commit_seq, v.ord)
+
+
 @dataclass(frozen=True)
-class Window:
-    fact: FactRecord
+class Window(Generic[V]):
+    version: V
     end: datetime | None  # exclusive; None = open
 
     def holds_at(self, at: datetime) -> bool:
-        return self.fact.valid_from <= at and (self.end is None or at < self.end)
+        start = self.version.valid_from or _EPOCH
+        return start <= at and (self.end is None or at < self.end)
 
 
-def timeline(versions: list[FactRecord]) -> list[Window]:
-    """Visible versions of one (entity, predicate), oldest first, each with its window."""
-    ordered = sorted(versions, key=FactRecord.order_key)
-    windows = []
-    for i, fact in enumerate(ordered):
-        ends = [fact.valid_to] if fact.valid_to else []
+def timeline(versions: Iterable[V]) -> list[Window[V]]:
+    """Visible versions of one (entity, predicate), oldest first, each with its window: it
+    ends where the next version begins or at its own ``valid_to``, whichever is first."""
+    ordered = sorted(versions, key=newest_order)
+    windows: list[Window[V]] = []
+    for i, v in enumerate(ordered):
+        ends = [v.valid_to] if v.valid_to else []
         if i + 1 < len(ordered):
-            ends.append(ordered[i + 1].valid_from)
-        windows.append(Window(fact, min(ends) if ends else None))
+            ends.append(ordered[i + 1].valid_from or _EPOCH)
+        windows.append(Window(v, min(ends) if ends else None))
     return windows
 
 
-def current(versions: list[FactRecord], at: datetime) -> Window | None:
-    """The value holding at ``at``; None when nothing holds or a closure ended it."""
-    for window in reversed(timeline(versions)):
-        if window.fact.valid_from <= at:
-            if window.fact.kind == CLOSURE or not window.holds_at(at):
+def timelines(versions: Iterable[V]) -> dict[tuple[str, str], list[Window[V]]]:
+    """:func:`timeline` per (entity, predicate)."""
+    by_key: dict[tuple[str, str], list[V]] = {}
+    for v in versions:
+        by_key.setdefault((v.entity, v.predicate), []).append(v)
+    return {key: timeline(group) for key, group in by_key.items()}
+
+
+def current(line: list[Window[V]], at: datetime) -> Window[V] | None:
+    """Newest-wins, the only implementation: the version of a :func:`timeline` holding at
+    ``at``; None when nothing holds or a closure ended it."""
+    for window in reversed(line):
+        if (window.version.valid_from or _EPOCH) <= at:
+            if window.version.kind == CLOSURE or not window.holds_at(at):
                 return None
             return window
     return None

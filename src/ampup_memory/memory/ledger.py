@@ -25,6 +25,7 @@ from ulid import ULID
 from ampup_memory.timefmt import utc_text
 
 SUMMARY_KEY = "ampup.ledger-row"
+PUBLIC_CHANGES = ("episodes", "facts", "closures", "acl_changes")
 
 
 # A commit id is a ULID (Crockford base32). Published in the schema; an id of any other
@@ -85,11 +86,14 @@ class LedgerEntry:
         return cls.from_row(json.loads(text))
 
     def wire(self) -> dict[str, Any]:
+        # Only counts that depend on the commit alone: older rows also counted bodies new to
+        # the scope, which told any reader whether a guessed text was already held.
+        changes = {k: v for k, v in self.changes.items() if k in PUBLIC_CHANGES}
         return {
             "id": self.commit_id, "parent": self.parent, "scope": self.scope,
             "branch": self.branch, "seq": self.seq, "author": self.author,
             "time": utc_text(self.committed_at), "message": self.message,
-            "changes": self.changes, "snapshots": {k: str(v) for k, v in self.snapshots.items()},
+            "changes": changes, "snapshots": {k: str(v) for k, v in self.snapshots.items()},
         }
 
 

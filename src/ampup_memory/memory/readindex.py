@@ -77,7 +77,8 @@ episodes_t = Table(
     Column("document", String(512)), Column("body_ref", String(64), nullable=False),
     Index("mem_episodes_document", "scope", "branch", "document", "occurred_at"),
 )
-# ACL changes, versioned by seq so an ``at_commit`` read sees the ACL of its time.
+# ACL changes by seq. Reads apply the latest one whatever commit they read as of: the current
+# ACL decides who may read every version of an episode.
 acl_t = Table(
     "mem_acl", md,
     Column("scope", String(140), primary_key=True), Column("branch", String(64), primary_key=True),
@@ -265,16 +266,17 @@ class ReadIndex:
                 for row in conn.execute(stmt):
                     rec = _episode_record(row._mapping)
                     out[rec.id] = rec
-            return self._current_acl(conn, scope, branch, out, max_seq)
+            return self._current_acl(conn, scope, branch, out)
 
     def _current_acl(self, conn: Connection, scope: str, branch: str,
-                     found: dict[str, EpisodeRecord], max_seq: int) -> dict[str, EpisodeRecord]:
-        """Each episode with the ACL of its latest change at or before ``max_seq``."""
+                     found: dict[str, EpisodeRecord]) -> dict[str, EpisodeRecord]:
+        """Each episode with its current ACL (its latest change, of any commit): there is no
+        reading an older ACL, so no ``at_commit`` read can see what a narrowing hid."""
         ids = list(found)
         for i in range(0, len(ids), 500):
             stmt = (select(acl_t.c.id, acl_t.c.acl).where(
                 acl_t.c.scope == scope, acl_t.c.branch == branch,
-                acl_t.c.id.in_(ids[i:i + 500]), acl_t.c.seq <= max_seq).order_by(acl_t.c.seq))
+                acl_t.c.id.in_(ids[i:i + 500])).order_by(acl_t.c.seq))
             for row in conn.execute(stmt):  # ascending: the last change wins
                 found[row.id] = replace(found[row.id], acl=tuple(json.loads(row.acl)))
         return found
@@ -288,8 +290,7 @@ class ReadIndex:
             .order_by(episodes_t.c.occurred_at.desc(), episodes_t.c.seq.desc()))
         with self.engine.connect() as conn:
             versions = [_episode_record(r._mapping) for r in conn.execute(stmt)]
-            current = self._current_acl(conn, scope, branch, {v.id: v for v in versions},
-                                        max_seq)
+            current = self._current_acl(conn, scope, branch, {v.id: v for v in versions})
         return [current[v.id] for v in versions]
 
     def known_bodies(self, scope: str, refs: Iterable[str]) -> set[str]:
@@ -350,7 +351,7 @@ class ReadIndex:
     def commit_rows(self, scope: str, branch: str, first_seq: int, last_seq: int,
                     ) -> tuple[dict[str, EpisodeRecord], list[FactRecord]]:
         """What commits ``first_seq..last_seq`` wrote: the episodes they added or changed
-        the ACL of (each with its ACL as of ``last_seq``) and their facts in chain order."""
+        the ACL of (each with its current ACL) and their facts in chain order."""
         between = (first_seq, last_seq)
         with self.engine.connect() as conn:
             ids = set(conn.execute(select(episodes_t.c.id).where(

@@ -12,9 +12,10 @@ import logging
 import os
 import threading
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -25,7 +26,6 @@ from ampup_memory.memory.acl import (
     Principal,
     common_acl,
     may_read,
-    may_read_all,
     normalize_acl,
     require_id,
 )
@@ -167,6 +167,18 @@ class MemoryService:
         if branch != MAIN:
             raise NotFound(f"No branch {branch!r} in {scope}.", details={"branch": branch})
 
+    # -- who may read what ---------------------------------------------------------------------
+    def readable_episodes(self, principal: Principal, scope: str, branch: str,
+                          ids: Iterable[str], max_seq: int = NO_LIMIT,
+                          ) -> dict[str, EpisodeRecord]:
+        """The episodes among ``ids`` the caller may read: the one decision every read path
+        of core makes (episodes, documents, facts, citations, ACL changes, the held-episode
+        check). An episode counts when a commit at or before ``max_seq`` wrote it; who may
+        read it is always its *current* ACL (the read index hands out no other), so a
+        narrowed ACL hides every version at once, ``at_commit`` reads included."""
+        found = self.index.episodes(scope, branch, ids, max_seq)
+        return {i: rec for i, rec in found.items() if may_read(principal, rec.acl)}
+
     # -- episodes -----------------------------------------------------------------------------
     def write_episode(self, user: str, req: WriteEpisode) -> tuple[str, LedgerEntry | None,
                                                                    str]:
@@ -177,7 +189,9 @@ class MemoryService:
         if result.commit is not None:
             return ep_id, result.commit, result.commit.commit_id
         view = View(parse_scope(req.scope), parse_branch(req.branch))
-        held = self.index.episodes(str(view.scope), view.branch, [ep_id])[ep_id]
+        # "existing" only ever answers an episode the caller may read (see _classify).
+        held = self.readable_episodes(self.principal(user), str(view.scope), view.branch,
+                                      [ep_id])[ep_id]
         return ep_id, None, held.commit_id
 
     def write_batch(self, user: str, req: WriteBatch) -> WriteResult:
@@ -198,43 +212,66 @@ class MemoryService:
                     unclaimed if unclaimed and _unclaimed(item.source) else None)
             for i, item in enumerate(items)
         ]
+        principal = self.principal(user)
+        ns = str(scope)
         with self._write_lock:
-            self.sync.scope(scope)
-            held = self.index.episodes(str(scope), branch, [p.record.id for p in prepared])
-            fresh: dict[str, Prepared] = {}
-            statuses: list[tuple[str, str]] = []
-            conflicts: list[dict[str, Any]] = []
-            for i, p in enumerate(prepared):
-                rid = p.record.id
-                before = held.get(rid) or (fresh[rid].record if rid in fresh else None)
-                if before is None:
-                    fresh[rid] = p
-                    statuses.append((rid, "created"))
+            while True:
+                self.sync.scope(scope)
+                statuses, fresh, conflicts = self._classify(principal, ns, branch, prepared)
+                if conflicts and on_conflict == "refuse":
+                    raise _conflict(conflicts, batch=loc is None)
+                if not fresh:
+                    return WriteResult(None, statuses, conflicts)
+                try:
+                    commit = self._commit(scope, branch, user, f"write {len(fresh)} episode(s)",
+                                          list(fresh.values()), [], new_commit_id(),
+                                          recheck=partial(self._none_held, ns, branch,
+                                                          list(fresh)))
+                except _HeldMeanwhile:
+                    # Another server committed one of these ids first: answer as a second
+                    # write would (its data rows stay orphans, invisible, for maintenance).
                     continue
-                diff = differing_fields(before, p)
-                if diff:
-                    conflicts.append({"index": i, "id": rid, "fields": diff})
-                statuses.append((rid, "conflict" if diff else "existing"))
-            if conflicts and on_conflict == "refuse":
-                first = conflicts[0]
-                raise Conflict(
-                    f"Episode {first['id']} already exists with a different "
-                    + ", ".join(first["fields"]) + "; a write never changes a held episode.",
-                    details={"conflicts": conflicts} if loc is None else
-                    {"id": first["id"], "fields": first["fields"]},
-                )
-            commit = None
-            if fresh:
-                n = len(fresh)
-                commit = self._commit(scope, branch, user, f"write {n} episode(s)",
-                                      list(fresh.values()), [], new_commit_id())
-            return WriteResult(commit, statuses, conflicts)
+                return WriteResult(commit, statuses, conflicts)
+
+    def _none_held(self, scope: str, branch: str, ids: list[str]) -> None:
+        """Inside the commit's compare-and-set: no other commit holds these ids by now."""
+        if self.index.episodes(scope, branch, ids):
+            raise _HeldMeanwhile()
+
+    def _classify(self, principal: Principal, scope: str, branch: str,
+                  prepared: list[Prepared],
+                  ) -> tuple[list[tuple[str, str]], dict[str, Prepared], list[dict[str, Any]]]:
+        """Each incoming episode: new, already held alike, or a conflict. A held episode the
+        caller may not read is a conflict whatever it holds, with no field named: the
+        answer says it exists (its id is its content) and nothing more."""
+        ids = [p.record.id for p in prepared]
+        held = self.index.episodes(scope, branch, ids)
+        readable = self.readable_episodes(principal, scope, branch, ids)
+        fresh: dict[str, Prepared] = {}
+        statuses: list[tuple[str, str]] = []
+        conflicts: list[dict[str, Any]] = []
+        for i, p in enumerate(prepared):
+            rid = p.record.id
+            if rid in held and rid not in readable:
+                conflicts.append({"index": i, "id": rid})
+                statuses.append((rid, "conflict"))
+                continue
+            before = readable.get(rid) or (fresh[rid].record if rid in fresh else None)
+            if before is None:
+                fresh[rid] = p
+                statuses.append((rid, "created"))
+                continue
+            diff = differing_fields(before, p)
+            if diff:
+                conflicts.append({"index": i, "id": rid, "fields": diff})
+            statuses.append((rid, "conflict" if diff else "existing"))
+        return statuses, fresh, conflicts
 
     def get_episode(self, user: str, episode_id: str, view: View) -> dict[str, Any]:
         principal = self.principal(user)
-        found = self.index.episodes(str(view.scope), view.branch, [episode_id], view.max_seq)
-        rec = found.get(episode_id)
-        if rec is None or not may_read(principal, rec.acl):
+        rec = self.readable_episodes(principal, str(view.scope), view.branch, [episode_id],
+                                     view.max_seq).get(episode_id)
+        if rec is None:
             raise NotFound("No such episode.")  # unreadable and missing: one answer
         return self._episode_wire(view.scope, rec)
 
@@ -247,7 +284,7 @@ class MemoryService:
     def change_acl(self, user: str, req: ChangeAcl, episode_id: str,
                    admin: bool) -> dict[str, Any]:
         """An episode's ACL changes only here: its own commit, by the episode's author or an
-        admin. ``at_commit`` reads before it still see the old ACL."""
+        admin. The new ACL decides who may read every version, ``at_commit`` reads too."""
         scope = parse_scope(req.scope)
         branch = parse_branch(req.branch)
         self._require_branch(scope, branch)
@@ -255,8 +292,9 @@ class MemoryService:
         principal = self.principal(user)
         with self._write_lock:
             self.sync.scope(scope)
-            rec = self.index.episodes(str(scope), branch, [episode_id]).get(episode_id)
-            if rec is None or not may_read(principal, rec.acl):
+            rec = self.readable_episodes(principal, str(scope), branch,
+                                         [episode_id]).get(episode_id)
+            if rec is None:
                 raise NotFound("No such episode.")
             wrote = self.index.entry(rec.commit_id)
             if not admin and (wrote is None or wrote.author != user):
@@ -271,10 +309,13 @@ class MemoryService:
                  as_of: datetime | None) -> dict[str, Any]:
         principal = self.principal(user)
         at = (as_of or utcnow()).astimezone(UTC)
-        for rec in self.index.document_versions(str(view.scope), view.branch, document, at,
-                                                view.max_seq):
-            if may_read(principal, rec.acl):
-                return self._episode_wire(view.scope, rec)
+        versions = self.index.document_versions(str(view.scope), view.branch, document, at,
+                                                view.max_seq)
+        readable = self.readable_episodes(principal, str(view.scope), view.branch,
+                                          [v.id for v in versions], view.max_seq)
+        for rec in versions:  # newest first
+            if rec.id in readable:
+                return self._episode_wire(view.scope, readable[rec.id])
         raise NotFound("No readable version of that document.")
 
     # -- facts --------------------------------------------------------------------------------
@@ -293,29 +334,30 @@ class MemoryService:
         principal = self.principal(user)
         with self._write_lock:
             self.sync.scope(scope)
-            cited = self.index.episodes(str(scope), branch,
-                                        {c.episode for f in items for c in f.cites})
+            cited = self.readable_episodes(principal, str(scope), branch,
+                                           {c.episode for f in items for c in f.cites})
             units_of: dict[str, list[Unit]] = {}
             commit_id = new_commit_id()
             facts = []
             for n, item in enumerate(items):
                 where: list[str | int] = ["facts", n] if loc is None else list(loc)
-                checked = self._check_fact(principal, scope, item, cited, units_of, where)
-                facts.append(replace(checked, fact_id=fact_id(commit_id, n), branch=branch))
+                checked = self._check_fact(scope, item, cited, units_of, where)
+                facts.append(replace(checked, fact_id=fact_id(commit_id, n), ord=n,
+                                     branch=branch))
             # Messages name kinds and counts only: the ledger is shown to every reader of
             # the scope, and an entity or predicate name could reveal hidden material.
             message = "post 1 fact" if len(items) == 1 else f"post {len(items)} facts"
             entry = self._commit(scope, branch, user, message, [], facts, commit_id)
         return [f.fact_id for f in facts], entry
 
-    def _check_fact(self, principal: Principal, scope: Scope, item: FactIn,
+    def _check_fact(self, scope: Scope, item: FactIn,
                     cited: dict[str, EpisodeRecord], units_of: dict[str, list[Unit]],
                     loc: list[str | int]) -> FactRecord:
         """Cited episodes readable, units present, quote verbatim in one of them."""
         units = []
         for i, cite in enumerate(item.cites):
-            rec = cited.get(cite.episode)
-            if rec is None or not may_read(principal, rec.acl):
+            rec = cited.get(cite.episode)  # readable ones only: unreadable reads as missing
+            if rec is None:
                 raise field_error([*loc, "cites", i, "episode"], "no such episode",
                                   "episode_unknown")
             if rec.id not in units_of:
@@ -345,12 +387,11 @@ class MemoryService:
     def visible_facts(self, principal: Principal, view: View, entity: str,
                       predicate: str | None) -> dict[tuple[str, str], list[FactRecord]]:
         rows = self.index.facts(str(view.scope), view.branch, entity, predicate, view.max_seq)
-        cited = self.index.episodes(str(view.scope), view.branch,
-                                    {e for f in rows for e, _ in f.cites}, view.max_seq)
+        readable = self.readable_episodes(principal, str(view.scope), view.branch,
+                                          {e for f in rows for e, _ in f.cites}, view.max_seq)
         groups: dict[tuple[str, str], list[FactRecord]] = defaultdict(list)
         for f in rows:
-            acls = [cited[e].acl if e in cited else () for e, _ in f.cites]
-            if may_read_all(principal, acls):
+            if all(e in readable for e, _ in f.cites):  # every cited episode, as in acl.py
                 groups[(f.entity, f.predicate)].append(f)
         return groups
 
@@ -362,11 +403,11 @@ class MemoryService:
         out: list[dict[str, Any]] = []
         for key in sorted(groups):
             if history:
-                out.extend(w.fact.wire(scope, w.end) for w in timeline(groups[key]))
+                out.extend(w.version.wire(scope, w.end) for w in timeline(groups[key]))
             else:
-                window = current(groups[key], at)
+                window = current(timeline(groups[key]), at)
                 if window is not None:
-                    out.append(window.fact.wire(scope, window.end))
+                    out.append(window.version.wire(scope, window.end))
         return out
 
     def close_value(self, user: str, req: CloseValue) -> dict[str, Any]:
@@ -379,14 +420,15 @@ class MemoryService:
             principal = self.principal(user)
             now = utcnow()
             versions = self.visible_facts(principal, view, req.entity, req.predicate)
-            window = current(versions.get((req.entity, req.predicate), []), now)
+            window = current(timeline(versions.get((req.entity, req.predicate), [])), now)
             if window is None:
                 raise NotFound("No current value of that entity and predicate to close.")
             if req.acl is not None:
                 acl = list(normalize_acl(req.acl, ["acl"]))
             else:
-                held = self.index.episodes(str(scope), branch, [e for e, _ in window.fact.cites])
-                acl = list(common_acl(held[e].acl for e, _ in window.fact.cites))
+                held = self.readable_episodes(principal, str(scope), branch,
+                                              [e for e, _ in window.version.cites])
+                acl = list(common_acl(held[e].acl for e, _ in window.version.cites))
                 if not acl:
                     raise field_error(["acl"], "the closed value's episodes share no ACL "
                                       "entry; pass acl for the reason", "acl_required")
@@ -404,7 +446,7 @@ class MemoryService:
             entry = self._commit(scope, branch, user, "close 1 value",
                                  [reason], [closure], commit_id)
         return {"episode": reason.record.id, "commit": entry.commit_id,
-                "closed": window.fact.fact_id, "fact": closure.fact_id}
+                "closed": window.version.fact_id, "fact": closure.fact_id}
 
     # -- ledger and principals ------------------------------------------------------------------
     def ledger(self, view: View, limit: int, before: str | None) -> dict[str, Any]:
@@ -463,8 +505,13 @@ class MemoryService:
     def _commit(self, scope: Scope, branch: str, author: str, message: str,
                 episodes: list[Prepared], facts: list[FactRecord],
                 commit_id: str, acl_changes: list[EpisodeRecord] | None = None,
-                ) -> LedgerEntry:
-        """Rows first, then one ledger row; the caller holds the write lock."""
+                recheck: Callable[[], None] | None = None) -> LedgerEntry:
+        """Rows first, then one ledger row; the caller holds the write lock.
+
+        ``recheck`` runs inside each compare-and-set attempt, on the scope as of exactly the
+        ledger snapshot the append asserts: what it checks holds when the commit lands,
+        across processes (a commit of another server in between fails the append, and the
+        next attempt checks again). It raises to abandon the commit."""
         now = utcnow()
         if scope not in self._scopes_made:
             self.tables.ensure_scope(scope)  # a scope is born inside its first commit
@@ -490,7 +537,9 @@ class MemoryService:
         if self.fault == FAULT_AFTER_ROWS:
             log.error("fault hook %s: exiting between data rows and ledger row", self.fault)
             os._exit(70)
-        changes = {"episodes": len(episodes), "bodies": len(bodies),
+        # No count of bodies: whether a body was new depends on episodes the caller may not
+        # read, and the ledger is shown to every reader of the scope.
+        changes = {"episodes": len(episodes),
                    "acl_changes": len(acl_changes or ()),
                    "facts": sum(f.kind == VALUE for f in facts),
                    "closures": sum(f.kind == CLOSURE for f in facts)}
@@ -504,6 +553,9 @@ class MemoryService:
                 log.warning("read index lost part of %s/%s's chain; rereading the ledger",
                             ns, branch)
                 self.sync.rescan_ledger(table)
+            if recheck is not None:
+                self.sync.apply_pending(scope)  # the scope's rows up to this snapshot
+                recheck()
             head = self.index.head(ns, branch)
             entry = LedgerEntry(
                 commit_id=commit_id, parent=head.commit_id if head else None, scope=ns,
@@ -545,6 +597,21 @@ class MemoryService:
             return self.tables.append(table, rows)
 
         return until_won(attempt, self.backoff)[0]
+
+
+class _HeldMeanwhile(Exception):
+    """Another commit wrote one of a write's new episode ids after it was classified."""
+
+
+def _conflict(conflicts: list[dict[str, Any]], batch: bool) -> Conflict:
+    first = conflicts[0]
+    if "fields" in first:
+        message = (f"Episode {first['id']} already exists with a different "
+                   + ", ".join(first["fields"]) + "; a write never changes a held episode.")
+    else:
+        message = f"Episode {first['id']} already exists; a write never changes a held episode."
+    return Conflict(message, details={"conflicts": conflicts} if batch else
+                    {k: v for k, v in first.items() if k != "index"})
 
 
 def _json_value(value: object) -> str:

@@ -114,6 +114,11 @@ class Sync:
     def scope(self, scope: Scope) -> None:
         """Apply every committed, not yet applied commit of this scope to the index."""
         self.ledger_table()
+        self.apply_pending(scope)
+
+    def apply_pending(self, scope: Scope) -> None:
+        """Apply the scope's commits the index knows of from the ledger but lacks the rows
+        of (a writer calls it on the ledger snapshot its compare-and-set asserts)."""
         if not self.index.pending(str(scope)):
             return
         with self._lock:

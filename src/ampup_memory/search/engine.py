@@ -1,7 +1,7 @@
 """The search engine over one index: ingest documents, rank facts and passages.
 
 Everything that must agree across backends lives here, above the backend: passage
-cutting, embedding, visibility (`search/visibility.py`), newest-wins (`search/newest.py`),
+cutting, embedding, visibility (`search/visibility.py`), newest-wins (core's, `memory/facts.py`),
 the time window (`search/timewindow.py`), the ranker (`search/rank.py`) and, for a search
 as of a commit, the commit cut (`search/cutoff.py`).
 
@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 from pyroaring import BitMap
 
+from ampup_memory.memory.facts import CLOSURE, current, timelines
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import Embedder, model_info
 from ampup_memory.search.index.base import (
@@ -32,7 +33,6 @@ from ampup_memory.search.index.base import (
     SearchIndex,
     fact_text,
 )
-from ampup_memory.search.newest import CLOSURE, current, timelines
 from ampup_memory.search.passages import cut, passage_text
 from ampup_memory.search.rank import Parts, overlaps, score_parts, time_part, with_time
 from ampup_memory.search.timewindow import Window, find_window
