@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from ampup_memory import http_errors
 from ampup_memory.amp.api import health, spec
 from ampup_memory.amp.api import router as amp_router
 from ampup_memory.amp.reembed import ensure_embedding_model
@@ -18,16 +17,17 @@ from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore, open_store
 from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
-from ampup_memory.body_limit import BodyLimit
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.memory.timer import maintenance_timer
-from ampup_memory.openapi import install_schemas
 from ampup_memory.ops.api import router as ops_router
 from ampup_memory.search.api import mount as mount_search
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings
+from ampup_memory.web import errors as http_errors
+from ampup_memory.web.limits import BodyLimit
+from ampup_memory.web.openapi import install_schemas
 
 log = logging.getLogger("ampup_memory")
 

@@ -1,6 +1,6 @@
 """How JSON input is read: every JSON text a client sends is parsed by `loads`.
 
-Request bodies (`amp.service.parse_body`, on every AMP and AmpUp route) and JSON inside
+Request bodies (`web.body.parse_body`, on every AMP and AmpUp route) and JSON inside
 episode bodies (``crm:`` records, ``slack:``/``gmail:`` exports) share the one depth limit,
 checked before parsing by `depth` (which never recurses), so a body nested 100,000 deep is a
 clear 422 instead of a ``RecursionError`` in whichever parser meets it first. (``/mcp``
