@@ -7,7 +7,7 @@ build their filters with the same `where_clause`; only the placeholder differs.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -25,10 +25,6 @@ SCHEMA_VERSION = 1
 
 # Exact vector ranking is cheap below this many filtered cells; above it, an index answers.
 EXACT_LIMIT = 5000
-# Ranking keywords costs one score per matching row. Past this many postings, the query's
-# most common terms (lowest IDF, least weight) are left to the embedding side; the rarest
-# always stays.
-POSTINGS_BUDGET = 8000
 
 # Where both stores record the embedding model, in their `meta` table.
 MODEL_NAME_KEY = "embedding_model_name"
@@ -123,20 +119,6 @@ def guard_from_json(text: str) -> Guard:
     data = json.loads(text)
     return Guard(created_by=data["created_by"], owner_id=data["owner_id"],
                  public=bool(data["public"]), readable_by=tuple(data["readable_by"]))
-
-
-def affordable_terms(terms: Sequence[str], postings: Callable[[str], int]) -> list[str]:
-    """The query terms worth a ranked keyword pass: known ones, rarest first, until their
-    postings (``postings(term)`` = rows matching it) would pass `POSTINGS_BUDGET`."""
-    counted = sorted((n, t) for t in terms if (n := postings(t)) > 0)
-    kept: list[str] = []
-    total = 0
-    for n, term in counted:
-        if kept and total + n > POSTINGS_BUDGET:
-            break
-        kept.append(term)
-        total += n
-    return kept
 
 
 def parse_time(value: str | datetime | None) -> datetime | None:

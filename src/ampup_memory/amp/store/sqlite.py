@@ -37,7 +37,6 @@ from ampup_memory.amp.store.rows import (
     MODEL_DIMENSIONS_KEY,
     MODEL_NAME_KEY,
     PASS_COLS,
-    affordable_terms,
     columns,
     embedding_source,
     key_from_row,
@@ -52,6 +51,7 @@ from ampup_memory.amp.store.rows import (
     where_clause,
     with_status,
 )
+from ampup_memory.search.budget import affordable_terms
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.index.common import dots
 from ampup_memory.search.tokenize import fts5_match
