@@ -106,7 +106,7 @@ def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
 @contextmanager
 def _cell_store(settings: Settings) -> Iterator[CellStore]:
     """The AMP cell store alone (keys live there): no embedder, no tables, no server."""
-    from ampup_memory.amp.store.base import open_store
+    from ampup_memory.amp.store.registry import open_store
 
     settings.home.mkdir(parents=True, exist_ok=True)
     try:

@@ -14,7 +14,8 @@ from ampup_memory.amp.api import health, spec
 from ampup_memory.amp.api import router as amp_router
 from ampup_memory.amp.reembed import ensure_embedding_model
 from ampup_memory.amp.service import AmpService, ScoringLimit
-from ampup_memory.amp.store.base import CellStore, open_store
+from ampup_memory.amp.store.base import CellStore
+from ampup_memory.amp.store.registry import open_store
 from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.mcp.http import mount as mount_mcp

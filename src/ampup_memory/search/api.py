@@ -23,7 +23,8 @@ from ampup_memory.memory.api import memory_user
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.feed import Feed
-from ampup_memory.search.index.base import SearchIndex, open_index
+from ampup_memory.search.index.base import SearchIndex
+from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors, header_doc
