@@ -94,8 +94,8 @@ def settings_from(kwargs: dict[str, Any]) -> Settings:
 
 
 def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
-    """``reembed=False`` for commands that write no vector (see `server.open_runtime`)."""
-    from ampup_memory.server import open_runtime
+    """``reembed=False`` for commands that write no vector (see `runtime.open_runtime`)."""
+    from ampup_memory.runtime import open_runtime
 
     try:
         return open_runtime(settings, reembed=reembed)

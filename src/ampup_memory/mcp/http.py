@@ -27,8 +27,8 @@ from ampup_memory.memory.api import memory_user
 from ampup_memory.web.errors import error_response
 
 if TYPE_CHECKING:
+    from ampup_memory.runtime import Runtime
     from ampup_memory.search.service import SearchService
-    from ampup_memory.server import Runtime
 
 MCP_PATH = "/mcp"
 

@@ -33,8 +33,8 @@ from ampup_memory.errors import AccessDenied, AmpError, NotFound, ValidationFail
 from ampup_memory.web.body import validation_errors
 
 if TYPE_CHECKING:
+    from ampup_memory.runtime import Runtime
     from ampup_memory.search.service import SearchService
-    from ampup_memory.server import Runtime
 
 M = TypeVar("M", bound=BaseModel)
 
