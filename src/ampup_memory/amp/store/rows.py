@@ -10,9 +10,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import MemoryCell, Status, StoredCell, to_utc
@@ -20,6 +18,9 @@ from ampup_memory.amp.store.base import CellFilter, EmbeddingSource, KeyRecord, 
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.timefmt import format_time
 from ampup_memory.timefmt import parse_time as stored_time
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SCHEMA_VERSION = 1
 
@@ -150,12 +151,16 @@ def stored_from_row(
 
 
 def vector_bytes(vector: list[float] | None) -> bytes | None:
+    import numpy as np
+
     if vector is None:
         return None
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
 def vector_from_bytes(blob: bytes) -> np.ndarray:
+    import numpy as np
+
     return np.frombuffer(blob, dtype=np.float32)
 
 
