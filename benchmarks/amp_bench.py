@@ -67,7 +67,7 @@ def cell_body(text: str, owner: str) -> dict[str, object]:
 def load(settings_kwargs: dict[str, str], count: int, rng: random.Random) -> None:
     """Fill the store in-process (what is measured afterwards goes over HTTP): through
     AmpService.create with embeddings computed in batches, SQLite without per-row fsync."""
-    from ampup_memory.server import open_runtime
+    from ampup_memory.runtime import open_runtime
     from ampup_memory.settings import load_settings
 
     rt = open_runtime(load_settings(**settings_kwargs))

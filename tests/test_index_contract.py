@@ -20,8 +20,9 @@ from ampup_memory.amp.model import MemoryCell
 from ampup_memory.memory.facts import current, timelines
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
-from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex, open_index
+from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex
 from ampup_memory.search.index.common import dots
+from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.rank import (
     Parts,
     meaning,

@@ -34,8 +34,8 @@ from ampup_memory.search.index.base import (
     EpisodeDoc,
     FactDoc,
     Unit,
-    open_index,
 )
+from ampup_memory.search.index.registry import open_index
 from ampup_memory.settings import Settings
 from tests.server_process import ServerProcess
 from tests.test_mcp import http_client_for, ok, refused

@@ -19,7 +19,8 @@ from typing import Any
 import httpx
 import pytest
 
-from ampup_memory.amp.store.base import CellStore, open_store
+from ampup_memory.amp.store.base import CellStore
+from ampup_memory.amp.store.registry import open_store
 from tests.pg import PostgresFactory
 from tests.server_process import ServerProcess
 

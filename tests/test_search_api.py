@@ -17,7 +17,8 @@ import pytest
 
 from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
-from ampup_memory.search.index.base import DocumentBatch, open_index
+from ampup_memory.search.index.base import DocumentBatch
+from ampup_memory.search.index.registry import open_index
 from tests.memory_support import BACKENDS, Memory, backend_env, new_scope, run_cli, serving
 from tests.search_docs import episode, fact
 from tests.server_process import ServerProcess

@@ -43,8 +43,8 @@ from ampup_memory.amp.store.base import (
     PassRecord,
     UpdateOutcome,
     UpdateTx,
-    open_store,
 )
+from ampup_memory.amp.store.registry import open_store
 from ampup_memory.search.embed import Embedder, HashEmbedder, ModelInfo, WordLlamaEmbedder
 from tests.pg import PostgresFactory
 

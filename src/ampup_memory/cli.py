@@ -94,8 +94,8 @@ def settings_from(kwargs: dict[str, Any]) -> Settings:
 
 
 def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
-    """``reembed=False`` for commands that write no vector (see `server.open_runtime`)."""
-    from ampup_memory.server import open_runtime
+    """``reembed=False`` for commands that write no vector (see `runtime.open_runtime`)."""
+    from ampup_memory.runtime import open_runtime
 
     try:
         return open_runtime(settings, reembed=reembed)
@@ -106,7 +106,7 @@ def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
 @contextmanager
 def _cell_store(settings: Settings) -> Iterator[CellStore]:
     """The AMP cell store alone (keys live there): no embedder, no tables, no server."""
-    from ampup_memory.amp.store.base import open_store
+    from ampup_memory.amp.store.registry import open_store
 
     settings.home.mkdir(parents=True, exist_ok=True)
     try:

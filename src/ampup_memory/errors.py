@@ -7,12 +7,12 @@
     ├── NotFound                   404    NOT_FOUND
     ├── MethodNotAllowed           405    METHOD_NOT_ALLOWED
     ├── Conflict                   409    INVALID_TRANSITION / RETENTION_WINDOW / CONFLICT
-    ├── PayloadTooLarge            413    CELL_TOO_LARGE / PAYLOAD_TOO_LARGE (body_limit.py)
+    ├── PayloadTooLarge            413    CELL_TOO_LARGE / PAYLOAD_TOO_LARGE (web/limits.py)
     ├── ValidationFailed           422    VALIDATION_ERROR
     ├── RateLimited                429    RATE_LIMITED
     └── ServiceUnavailable         503    UNAVAILABLE
 
-`ampup_memory.http_errors` renders them as ``{"error": {"code", "message", "details"}}``;
+`ampup_memory.web.errors` renders them as ``{"error": {"code", "message", "details"}}``;
 nothing else builds an error body.
 """
 

@@ -1,85 +1,31 @@
-"""ASGI assembly: settings → stores → services → routes, plus the background timers."""
+"""ASGI assembly: a runtime (`runtime.py`) → routes, plus the background timers."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
-from ampup_memory import http_errors
 from ampup_memory.amp.api import health, spec
 from ampup_memory.amp.api import router as amp_router
-from ampup_memory.amp.reembed import ensure_embedding_model
-from ampup_memory.amp.service import AmpService, ScoringLimit
-from ampup_memory.amp.store.base import CellStore, open_store
-from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
-from ampup_memory.body_limit import BodyLimit
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
-from ampup_memory.memory.service import MemoryService
 from ampup_memory.memory.timer import maintenance_timer
-from ampup_memory.openapi import install_schemas
 from ampup_memory.ops.api import router as ops_router
+from ampup_memory.runtime import Runtime, open_runtime
 from ampup_memory.search.api import mount as mount_search
-from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings
+from ampup_memory.web import errors as http_errors
+from ampup_memory.web.limits import BodyLimit
+from ampup_memory.web.openapi import install_schemas
 
 log = logging.getLogger("ampup_memory")
 
 API_PREFIX = "/amp/v1"
-
-
-@dataclass
-class Runtime:
-    """Everything a process opens once: shared by the HTTP app, MCP and the CLI."""
-
-    settings: Settings
-    store: CellStore
-    embedder: Embedder
-    amp: AmpService
-    auth: Authenticator
-    memory: MemoryService
-
-    def close(self) -> None:
-        self.memory.close()
-        self.store.close()
-
-
-def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
-    """Open stores and models; raises ConfigurationError on a setting that cannot work.
-
-    With ``reembed`` the cell store's vectors are first brought to the configured embedder
-    (`amp/reembed.py`). Commands that never write a vector pass False, so a maintenance
-    command run with other settings never rewrites the vectors under a running server."""
-    settings.home.mkdir(parents=True, exist_ok=True)
-    embedder = build_embedder(settings)
-    store = open_store(settings.resolved_store_uri, embedder.dimensions)
-    if reembed:
-        try:
-            ensure_embedding_model(store, embedder)
-        except BaseException:
-            store.close()
-            raise
-    amp = AmpService(
-        store=store,
-        embedder=embedder,
-        scoring_limit=ScoringLimit(
-            settings.scoring_patch_limit, settings.scoring_patch_window_seconds
-        ),
-        retention_days=settings.retention_days,
-        purge_retention=settings.purge_retention,
-    )
-    auth = Authenticator(
-        KeyRing(store, settings.api_keys_file), settings.require_keys, settings.admin_token
-    )
-    memory = MemoryService.open(settings)
-    return Runtime(settings=settings, store=store, embedder=embedder, amp=amp, auth=auth,
-                   memory=memory)
 
 
 def _lifecycle_timer(runtime: Runtime, records: list[TimerRecord]) -> LifespanHook:

@@ -2,7 +2,7 @@
 
 Bodies are read raw and parsed by the service, after identity (and, for PATCH, after the
 access check): the contract orders checks identity 401 → access 403 → validation 422.
-The OpenAPI schema still documents each body (see `ampup_memory.openapi`).
+The OpenAPI schema still documents each body (see `ampup_memory.web.openapi`).
 
 The listing routes are registered before ``/memories/{memory_id}``; a test asserts that
 ``/memories/query`` answers as a listing, not as a cell id.
@@ -16,7 +16,6 @@ from fastapi import APIRouter, Depends, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from ampup_memory import jsontext
 from ampup_memory.amp.model import (
     AMP_VERSION,
     MAX_CELL_SIZE_BYTES,
@@ -35,12 +34,14 @@ from ampup_memory.amp.model import (
     Status,
     WriteReceipt,
 )
-from ampup_memory.amp.service import AmpService, parse_body, write_answer
+from ampup_memory.amp.service import AmpService, write_answer
 from ampup_memory.auth import Authenticator, Caller
 from ampup_memory.errors import AmpError, Unauthenticated
-from ampup_memory.openapi import body_doc, errors
-from ampup_memory.routing import segment_except
 from ampup_memory.settings import Settings
+from ampup_memory.web import jsontext
+from ampup_memory.web.body import parse_body
+from ampup_memory.web.openapi import body_doc, errors
+from ampup_memory.web.routing import segment_except
 
 router = APIRouter()
 

@@ -20,8 +20,8 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
-from ampup_memory.jsontypes import JsonInt
 from ampup_memory.timefmt import Instant, format_time
+from ampup_memory.web.body import JsonInt
 
 AMP_VERSION = "0.1.0"
 MAX_CELL_SIZE_BYTES = 65536

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from ulid import ULID
 
-from ampup_memory import jsontext
 from ampup_memory.amp import lifecycle
 from ampup_memory.amp.access import can_manage, can_read, can_write
 from ampup_memory.amp.model import (
@@ -59,8 +58,8 @@ from ampup_memory.search.embed import Embedder
 from ampup_memory.search.rank import score_parts, with_decay
 from ampup_memory.search.tokenize import query_terms
 from ampup_memory.timefmt import format_time
+from ampup_memory.web.body import parse_body, validation_errors
 
-M = TypeVar("M", bound=BaseModel)
 T = TypeVar("T")
 
 LIFECYCLE_LEASE = "amp-lifecycle"
@@ -70,40 +69,6 @@ MAX_CANDIDATES = 25_600
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
-
-
-def validation_errors(
-    exc: ValidationError, prefix: tuple[str, ...] = ("body",)
-) -> ValidationFailed:
-    """Pydantic's errors in the envelope's ``details.errors`` shape."""
-    errors = [
-        {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
-    ]
-    return ValidationFailed("Request validation failed.", errors)
-
-
-def _reject_refused_json(raw: bytes) -> None:
-    """JSON nested too deep, NaN, Infinity or a number too big for a double: a 422 here
-    (`jsontext.loads`), before pydantic's parser, which accepts non-finite numbers (a stored
-    NaN would later break the cell's JSON)."""
-    try:
-        jsontext.loads(raw)
-    except jsontext.JsonRefused as exc:
-        raise field_error(["body"], str(exc), "json_invalid") from None
-    except ValueError:
-        pass  # malformed JSON: pydantic reports it with its position
-
-
-def parse_body(model: type[M], raw: bytes | None) -> M:
-    """Decode and validate a JSON body, strictly: ``"offset": false`` or ``"expires_at": 0``
-    is a 422, not a silent coercion. Malformed JSON is a 422 like any other."""
-    # No body at all is an empty object (optional bodies); whitespace alone is not JSON.
-    body = raw if raw else b"{}"
-    _reject_refused_json(body)
-    try:
-        return model.model_validate_json(body, strict=True)
-    except ValidationError as exc:
-        raise validation_errors(exc) from exc
 
 
 @dataclass(frozen=True)
@@ -600,5 +565,5 @@ def _pick(sent: T | None, kept: T) -> T:
     return kept if sent is None else sent
 
 
-__all__ = ["AmpService", "ScoringLimit", "LifecycleReport", "parse_body", "write_answer",
+__all__ = ["AmpService", "ScoringLimit", "LifecycleReport", "write_answer",
            "AmpError"]

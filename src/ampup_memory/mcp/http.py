@@ -22,13 +22,13 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ampup_memory.auth import USER_HEADER, Authenticator, Caller
 from ampup_memory.errors import AmpError, Unauthenticated
-from ampup_memory.http_errors import error_response
 from ampup_memory.mcp.tools import IdentityResolver, ToolContext, UserResolver, build_server
 from ampup_memory.memory.api import memory_user
+from ampup_memory.web.errors import error_response
 
 if TYPE_CHECKING:
+    from ampup_memory.runtime import Runtime
     from ampup_memory.search.service import SearchService
-    from ampup_memory.server import Runtime
 
 MCP_PATH = "/mcp"
 

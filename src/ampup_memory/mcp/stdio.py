@@ -20,9 +20,9 @@ from ampup_memory.mcp.tools import IdentityResolver, ToolContext, UserResolver, 
 from ampup_memory.memory.api import memory_user
 
 if TYPE_CHECKING:
+    from ampup_memory.runtime import Runtime
     from ampup_memory.search.index.base import SearchIndex
     from ampup_memory.search.service import SearchService
-    from ampup_memory.server import Runtime
 
 NO_STDIO_USER = ("AmpUp Memory tools need a user: set AMPUP_MEMORY_MCP_USER (or pass "
                  "--mcp-user-id) to the user this MCP server acts for.")

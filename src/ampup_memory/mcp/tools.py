@@ -27,13 +27,14 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field, ValidationError
 
 from ampup_memory.amp.model import MAX_PAGE_SIZE, ListQuery, SearchRequest, Status
-from ampup_memory.amp.service import AmpService, validation_errors
+from ampup_memory.amp.service import AmpService
 from ampup_memory.auth import Caller
 from ampup_memory.errors import AccessDenied, AmpError, NotFound, ValidationFailed
+from ampup_memory.web.body import validation_errors
 
 if TYPE_CHECKING:
+    from ampup_memory.runtime import Runtime
     from ampup_memory.search.service import SearchService
-    from ampup_memory.server import Runtime
 
 M = TypeVar("M", bound=BaseModel)
 

@@ -1,7 +1,7 @@
 """AmpUp Memory REST routes: /episodes, /document, /facts, /close, /ledger, /principals.
 
 Bodies are read raw and validated after identity, as on the AMP routes (401 before 422).
-Every error is an ``AmpError`` rendered in the one envelope by ``http_errors``.
+Every error is an ``AmpError`` rendered in the one envelope by ``web.errors``.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
 
-from ampup_memory.amp.service import parse_body
 from ampup_memory.auth import USER_HEADER, Authenticator
 from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
@@ -29,9 +28,10 @@ from ampup_memory.memory.facts import CloseValue, PostFact, PostFacts
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.service import MemoryService
-from ampup_memory.openapi import body_doc, errors, header_doc
-from ampup_memory.routing import segment_except
 from ampup_memory.timefmt import Instant
+from ampup_memory.web.body import parse_body
+from ampup_memory.web.openapi import body_doc, errors, header_doc
+from ampup_memory.web.routing import segment_except
 
 router = APIRouter(tags=["ampup memory"])
 # GET /episodes/batch is a wrong method, not a read of an episode called "batch".

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ampup_memory import jsontext
 from ampup_memory.errors import field_error
+from ampup_memory.web import jsontext
 
 
 @dataclass(frozen=True)

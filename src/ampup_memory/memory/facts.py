@@ -22,12 +22,12 @@ from typing import Annotated, Any, Generic, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampup_memory.jsontypes import JsonInt
 from ampup_memory.memory.acl import AclEntry
 from ampup_memory.memory.episode_types import Unit
 from ampup_memory.memory.episodes import EPISODE_ID_PATTERN, MAX_ACL, MAX_ENTITY
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.timefmt import Instant, utc_text
+from ampup_memory.web.body import JsonInt
 
 VALUE = "value"
 CLOSURE = "closure"

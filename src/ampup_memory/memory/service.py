@@ -20,7 +20,6 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from ampup_memory.amp.service import validation_errors
 from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error
 from ampup_memory.memory.acl import (
     Principal,
@@ -73,6 +72,7 @@ from ampup_memory.memory.tables import (
     arrow,
 )
 from ampup_memory.settings import Settings, armed_fault
+from ampup_memory.web.body import validation_errors
 
 log = logging.getLogger("ampup_memory.memory")
 

@@ -18,8 +18,8 @@ from ampup_memory.settings import mask_uri
 from ampup_memory.timefmt import utc_text
 
 if TYPE_CHECKING:
+    from ampup_memory.runtime import Runtime
     from ampup_memory.search.feed import Feed
-    from ampup_memory.server import Runtime
 
 
 def _file_bytes(path: Path) -> int | None:

@@ -15,18 +15,19 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from ampup_memory.amp.service import parse_body
 from ampup_memory.auth import USER_HEADER, Authenticator
 from ampup_memory.background import periodic
 from ampup_memory.errors import ServiceUnavailable
 from ampup_memory.memory.acl import ID_PATTERN
 from ampup_memory.memory.api import memory_user
 from ampup_memory.memory.service import MemoryService
-from ampup_memory.openapi import body_doc, errors, header_doc
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.feed import Feed
-from ampup_memory.search.index.base import SearchIndex, open_index
+from ampup_memory.search.index.base import SearchIndex
+from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
+from ampup_memory.web.body import parse_body
+from ampup_memory.web.openapi import body_doc, errors, header_doc
 
 log = logging.getLogger("ampup_memory.search")
 router = APIRouter(tags=["search"])

@@ -14,13 +14,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
-import numpy as np
 
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.settings import Settings
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class Embedder(Protocol):
@@ -46,6 +48,8 @@ def model_info(embedder: Embedder) -> ModelInfo:
 
 
 def _normalise(matrix: np.ndarray) -> list[list[float]]:
+    import numpy as np
+
     norms = np.linalg.norm(matrix, axis=1, keepdims=True)
     norms[norms == 0] = 1.0
     result: list[list[float]] = (matrix / norms).astype(np.float32).tolist()
@@ -77,6 +81,8 @@ class WordLlamaEmbedder:
         self._lock = threading.Lock()
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import numpy as np
+
         if not texts:
             return []
         with self._lock:  # the tokenizer is not documented as thread-safe
@@ -93,6 +99,8 @@ class HashEmbedder:
         self.name = f"hash/{self.dimensions}"
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import numpy as np
+
         from ampup_memory.search.tokenize import words
 
         matrix = np.zeros((len(texts), self.dimensions), dtype=np.float32)
@@ -132,6 +140,8 @@ class OpenAICompatibleEmbedder:
         self.name = f"openai-compatible/{model}/{self.dimensions}"
 
     def _call(self, texts: Sequence[str]) -> list[list[float]]:
+        import numpy as np
+
         body: dict[str, Any] = {"model": self.model, "input": list(texts)}
         if self._dimensions_asked:
             body["dimensions"] = self._dimensions_asked
@@ -175,6 +185,8 @@ class SentenceTransformersEmbedder:
         self.name = f"sentence-transformers/{model}/{self.dimensions}"
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
+        import numpy as np
+
         if not texts:
             return []
         return _normalise(np.asarray(self._model.encode(list(texts)), dtype=np.float32))

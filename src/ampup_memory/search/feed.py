@@ -35,8 +35,8 @@ from ampup_memory.search.index.base import (
     EpisodeDoc,
     FactDoc,
     Unit,
-    open_index,
 )
+from ampup_memory.search.index.registry import open_index
 from ampup_memory.settings import Settings
 
 log = logging.getLogger("ampup_memory.search")

@@ -12,8 +12,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ampup_memory.amp.service import validation_errors
 from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
+from ampup_memory.web.body import validation_errors
 
 
 def search_memory(

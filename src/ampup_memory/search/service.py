@@ -10,7 +10,6 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import ServiceUnavailable
-from ampup_memory.jsontypes import JsonInt
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_branch, parse_scope
 from ampup_memory.search.answer import facts_json, passages_json, text_answer
@@ -18,6 +17,7 @@ from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.visibility import Principal
 from ampup_memory.timefmt import Instant
+from ampup_memory.web.body import JsonInt
 
 DEFAULT_LIMIT = 10
 MAX_LIMIT = 100

@@ -1,4 +1,5 @@
-"""The cell-store contract. SQLite and PostgreSQL implement it; `open_store` picks by URI.
+"""The cell-store contract. SQLite and PostgreSQL implement it; `registry.open_store`
+picks one by URI.
 
 A store keeps cells and the small amount of shared state several server processes must
 agree on (the scoring budget, the lifecycle lease, API keys). It decides nothing about
@@ -17,7 +18,6 @@ from typing import Protocol
 from ampup_memory.amp.access import Guard
 from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import MemoryType, Status, StoredCell
-from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.embed import ModelInfo
 
 
@@ -207,23 +207,6 @@ class CellStore(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-def open_store(uri: str, dimensions: int | None, *, create: bool = True) -> CellStore:
-    """Open the store a URI names. Drivers load lazily, so SQLite users never import psycopg."""
-    scheme = uri.split(":", 1)[0].lower()
-    if scheme == "sqlite":
-        from ampup_memory.amp.store.sqlite import SQLiteStore
-
-        return SQLiteStore(uri, dimensions)
-    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
-        from ampup_memory.amp.store.postgres import PostgresStore
-
-        store: CellStore = PostgresStore(uri, dimensions)
-        return store
-    raise ConfigurationError(
-        f"unsupported store URI scheme {scheme!r}: use sqlite:///path or postgresql://…"
-    )
 
 
 def iter_all(store: CellStore, batch: int = 1000) -> Iterator[StoredCell]:

@@ -48,9 +48,7 @@ from ampup_memory.amp.store.rows import (
     MODEL_DIMENSIONS_KEY,
     MODEL_NAME_KEY,
     PASS_COLS,
-    POSTINGS_BUDGET,
     CellColumns,
-    affordable_terms,
     columns,
     embedding_source,
     guard_from_json,
@@ -64,6 +62,7 @@ from ampup_memory.amp.store.rows import (
     with_status,
 )
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
+from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.search.embed import ModelInfo
 
 Conn = psycopg.Connection[tuple[Any, ...]]

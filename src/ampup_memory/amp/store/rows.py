@@ -7,12 +7,10 @@ build their filters with the same `where_clause`; only the placeholder differs.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import MemoryCell, Status, StoredCell, to_utc
@@ -21,14 +19,13 @@ from ampup_memory.search.embed import ModelInfo
 from ampup_memory.timefmt import format_time
 from ampup_memory.timefmt import parse_time as stored_time
 
+if TYPE_CHECKING:
+    import numpy as np
+
 SCHEMA_VERSION = 1
 
 # Exact vector ranking is cheap below this many filtered cells; above it, an index answers.
 EXACT_LIMIT = 5000
-# Ranking keywords costs one score per matching row. Past this many postings, the query's
-# most common terms (lowest IDF, least weight) are left to the embedding side; the rarest
-# always stays.
-POSTINGS_BUDGET = 8000
 
 # Where both stores record the embedding model, in their `meta` table.
 MODEL_NAME_KEY = "embedding_model_name"
@@ -125,20 +122,6 @@ def guard_from_json(text: str) -> Guard:
                  public=bool(data["public"]), readable_by=tuple(data["readable_by"]))
 
 
-def affordable_terms(terms: Sequence[str], postings: Callable[[str], int]) -> list[str]:
-    """The query terms worth a ranked keyword pass: known ones, rarest first, until their
-    postings (``postings(term)`` = rows matching it) would pass `POSTINGS_BUDGET`."""
-    counted = sorted((n, t) for t in terms if (n := postings(t)) > 0)
-    kept: list[str] = []
-    total = 0
-    for n, term in counted:
-        if kept and total + n > POSTINGS_BUDGET:
-            break
-        kept.append(term)
-        total += n
-    return kept
-
-
 def parse_time(value: str | datetime | None) -> datetime | None:
     if value is None:
         return None
@@ -168,12 +151,16 @@ def stored_from_row(
 
 
 def vector_bytes(vector: list[float] | None) -> bytes | None:
+    import numpy as np
+
     if vector is None:
         return None
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
 def vector_from_bytes(blob: bytes) -> np.ndarray:
+    import numpy as np
+
     return np.frombuffer(blob, dtype=np.float32)
 
 

@@ -14,9 +14,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ampup_memory.amp.access import Guard
 from ampup_memory.amp.lifecycle import DecayInputs
@@ -37,7 +35,6 @@ from ampup_memory.amp.store.rows import (
     MODEL_DIMENSIONS_KEY,
     MODEL_NAME_KEY,
     PASS_COLS,
-    affordable_terms,
     columns,
     embedding_source,
     key_from_row,
@@ -52,11 +49,15 @@ from ampup_memory.amp.store.rows import (
     where_clause,
     with_status,
 )
+from ampup_memory.search.budget import affordable_terms
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.index.common import dots
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
 from ampup_memory.timefmt import format_time
+
+if TYPE_CHECKING:
+    import numpy as np
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (
@@ -189,6 +190,8 @@ class _VectorCache:
     """Embeddings of every cell, in memory, refreshed by ``vec_seq`` on each search."""
 
     def __init__(self, dimensions: int) -> None:
+        import numpy as np
+
         self.dimensions = dimensions
         self.high_water = 0
         self.pos: dict[int, int] = {}
@@ -197,6 +200,8 @@ class _VectorCache:
         self.lock = threading.Lock()
 
     def refresh(self, conn: sqlite3.Connection) -> None:
+        import numpy as np
+
         with self.lock:
             rows = conn.execute(
                 "SELECT seq, vec, vec_seq FROM cells WHERE vec_seq > ? ORDER BY vec_seq",
@@ -226,6 +231,8 @@ class _VectorCache:
                     self.pos[seq] = start + i
 
     def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        import numpy as np
+
         with self.lock:
             if not len(self.seqs):
                 return []
@@ -375,6 +382,8 @@ class SQLiteStore:
     def search_candidates(
         self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
     ) -> list[Hit]:
+        import numpy as np
+
         if not filters.statuses:
             return []
         conn = self._conn()

@@ -1,4 +1,4 @@
-"""The index contract: what goes in, what a backend must answer, and how one is chosen.
+"""The index contract: what goes in, what a backend must answer.
 
 Input: *index documents* derived from committed data only (a row whose commit is not in
 the ledger never becomes one). An :class:`EpisodeDoc` carries its units; a
@@ -7,7 +7,8 @@ the ledger never becomes one). An :class:`EpisodeDoc` carries its units; a
 calls a backend; a backend stores rows and answers candidate queries. Every rule (ranking,
 visibility, newest-wins) stays above the backend, so both backends answer alike.
 
-Backends are picked by URI scheme: ``sqlite:///path`` (default) or ``postgresql://…``.
+Backends are picked by URI scheme (`registry.open_index`): ``sqlite:///path`` (default)
+or ``postgresql://…``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from typing import Protocol
 
 from pyroaring import BitMap
 
-from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.embed import ModelInfo as ModelInfo  # re-exported for backends
 
 # The unit kinds episode types split bodies into, and the letter a citation label uses.
@@ -296,18 +296,3 @@ def fact_text(entity: str, predicate: str, value: str, quote: str) -> str:
     """What a fact's embedding is computed from."""
     text = f"{entity} {predicate.replace('_', ' ')} {value}"
     return f"{text}. {quote}" if quote else text
-
-
-def open_index(uri: str) -> SearchIndex:
-    """The backend the URI names; a backend's driver is imported only when chosen."""
-    if uri.startswith("sqlite:///"):
-        from ampup_memory.search.index.sqlite import SQLiteIndex
-
-        return SQLiteIndex(uri)
-    if uri.startswith(("postgresql://", "postgres://")):
-        from ampup_memory.search.index.postgres import PostgresIndex
-
-        return PostgresIndex(uri)
-    raise ConfigurationError(
-        f"AMPUP_MEMORY_INDEX_URI must start with sqlite:/// or postgresql://, got {uri!r}"
-    )

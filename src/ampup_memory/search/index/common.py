@@ -6,11 +6,12 @@ import json
 import threading
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from ampup_memory.timefmt import format_time, parse_time
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 def time_text(value: datetime | None) -> str | None:
@@ -27,6 +28,8 @@ def dumps(value: Any) -> str:
 
 
 def vector_blob(vector: Sequence[float] | None) -> bytes | None:
+    import numpy as np
+
     if vector is None:
         return None
     return np.asarray(vector, dtype=np.float32).tobytes()
@@ -42,6 +45,8 @@ def dots(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
     without ``optimize`` never calls BLAS and sums every row alike; on this machine it is
     also faster than gemv (4 ms against 8 ms for 100k × 256). A test pins the property.
     """
+    import numpy as np
+
     result: np.ndarray = np.einsum("ij,j->i", matrix, query)
     return result
 
@@ -54,6 +59,8 @@ class VectorMatrix:
     """
 
     def __init__(self, dimensions: int) -> None:
+        import numpy as np
+
         self.dimensions = dimensions
         self.nums = np.zeros(0, dtype=np.int64)
         self.matrix = np.zeros((0, dimensions), dtype=np.float32)
@@ -76,6 +83,8 @@ class VectorMatrix:
         self.matrix[at] = 0.0  # a zero row never ranks above a real match
 
     def _settle(self) -> None:
+        import numpy as np
+
         if not self._pending:
             return
         nums = np.asarray([n for n, _ in self._pending], dtype=np.int64)
@@ -85,6 +94,8 @@ class VectorMatrix:
         self._pending = []
 
     def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        import numpy as np
+
         self._settle()
         if not len(self.nums) or k <= 0:
             return []
@@ -129,6 +140,8 @@ class VectorCache:
 
     def apply(self, rows: Sequence[tuple[int, str, str, bytes | None, int]], dims: int) -> None:
         """Rows of (num, scope, branch, vec, vec_seq) changed since the high-water mark."""
+        import numpy as np
+
         for num, scope, branch, blob, vec_seq in rows:
             self.high_water = max(self.high_water, int(vec_seq))
             key = (scope, branch)

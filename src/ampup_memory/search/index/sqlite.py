@@ -38,8 +38,8 @@ from typing import Any
 import numpy as np
 from pyroaring import BitMap
 
-from ampup_memory.amp.store.rows import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.search.bm25f import fts5_weights
+from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.search.index import keywords
 from ampup_memory.search.index.base import (
     EpisodeDoc,

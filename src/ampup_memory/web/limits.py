@@ -4,7 +4,7 @@ It sits in front of every route, the AMP and AmpUp faces and ``/mcp`` alike, so 
 ever buffers more than the limit. A declared ``Content-Length`` above it is refused before
 a byte of the body is read; a chunked body is counted as it streams in and refused as soon
 as it passes the limit. Either way the answer is 413 ``PAYLOAD_TOO_LARGE`` in the one error
-envelope (`http_errors.error_response`); the server drops the unread rest and the
+envelope (`web.errors.error_response`); the server drops the unread rest and the
 connection stays usable.
 """
 
@@ -14,7 +14,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ampup_memory.errors import PayloadTooLarge
-from ampup_memory.http_errors import error_response
+from ampup_memory.web.errors import error_response
 
 
 class BodyLimit:

@@ -27,6 +27,9 @@ class ErrorDetail(BaseModel):
 class ErrorBody(BaseModel):
     """The one error envelope every 4xx and 5xx answer has (``http_errors``)."""
 
+    # Rendered by `web.errors` (once ``http_errors``); the docstring is this schema's
+    # published description, so it stays as docs/openapi.json has it.
+
     error: ErrorDetail
 
 

@@ -1,6 +1,6 @@
 """How JSON input is read: every JSON text a client sends is parsed by `loads`.
 
-Request bodies (`amp.service.parse_body`, on every AMP and AmpUp route) and JSON inside
+Request bodies (`web.body.parse_body`, on every AMP and AmpUp route) and JSON inside
 episode bodies (``crm:`` records, ``slack:``/``gmail:`` exports) share the one depth limit,
 checked before parsing by `depth` (which never recurses), so a body nested 100,000 deep is a
 clear 422 instead of a ``RecursionError`` in whichever parser meets it first. (``/mcp``
@@ -12,18 +12,28 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:
+    import numpy as np
 
 MAX_DEPTH = 128  # arrays and objects inside each other; real payloads stay far below
 
 _QUOTE = ord('"')
 _NOT_MARK = bytes(b for b in range(256) if b not in b'[]{}"')
-# What each mark does to the nesting depth: +1 for [ and {, -1 for ] and }.
-_STEP = np.zeros(256, dtype=np.int8)
-_STEP[list(b"[{")] = 1
-_STEP[list(b"]}")] = -1
+
+
+@cache
+def _steps() -> np.ndarray:
+    """What each mark does to the nesting depth: +1 for [ and {, -1 for ] and }. (Built on
+    first use: numpy loads only when a body is read, not when a command imports this.)"""
+    import numpy as np
+
+    step = np.zeros(256, dtype=np.int8)
+    step[list(b"[{")] = 1
+    step[list(b"]}")] = -1
+    return step
 
 
 class JsonRefused(ValueError):
@@ -37,6 +47,8 @@ def depth(text: bytes | str) -> int:
     whatever the input. Only strings hold backslashes in JSON: with escaped backslashes and
     quotes dropped, every quote left opens or closes a string. (Malformed JSON gets some
     number; its parser refuses it anyway.)"""
+    import numpy as np
+
     raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
     if b"\\" in raw:
         raw = raw.replace(b"\\\\", b"").replace(b'\\"', b"")
@@ -44,7 +56,7 @@ def depth(text: bytes | str) -> int:
     if not len(marks):
         return 0
     outside = (np.cumsum(marks == _QUOTE, dtype=np.int64) & 1) == 0
-    levels = np.cumsum(_STEP[marks] * outside, dtype=np.int64)
+    levels = np.cumsum(_steps()[marks] * outside, dtype=np.int64)
     return max(0, int(levels.max()))
 
 

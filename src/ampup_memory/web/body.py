@@ -1,0 +1,62 @@
+"""Request bodies into validated models, the same way on every route and MCP tool.
+
+`parse_body` reads a raw body strictly (identity is checked before it, so routes read raw
+bodies themselves); `validation_errors` turns pydantic's errors into the envelope's
+``details.errors``; `JsonInt` is a body field type that accepts exactly what its published
+JSON Schema says.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, TypeVar
+
+from pydantic import BaseModel, BeforeValidator, ValidationError
+
+from ampup_memory.errors import ValidationFailed, field_error
+from ampup_memory.web import jsontext
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _integral(value: Any) -> Any:
+    # JSON Schema's "integer" includes 36.0; strict parsing would refuse it.
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+JsonInt = Annotated[int, BeforeValidator(_integral)]
+
+
+def validation_errors(
+    exc: ValidationError, prefix: tuple[str, ...] = ("body",)
+) -> ValidationFailed:
+    """Pydantic's errors in the envelope's ``details.errors`` shape."""
+    errors = [
+        {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
+    ]
+    return ValidationFailed("Request validation failed.", errors)
+
+
+def _reject_refused_json(raw: bytes) -> None:
+    """JSON nested too deep, NaN, Infinity or a number too big for a double: a 422 here
+    (`jsontext.loads`), before pydantic's parser, which accepts non-finite numbers (a stored
+    NaN would later break the cell's JSON)."""
+    try:
+        jsontext.loads(raw)
+    except jsontext.JsonRefused as exc:
+        raise field_error(["body"], str(exc), "json_invalid") from None
+    except ValueError:
+        pass  # malformed JSON: pydantic reports it with its position
+
+
+def parse_body(model: type[M], raw: bytes | None) -> M:
+    """Decode and validate a JSON body, strictly: ``"offset": false`` or ``"expires_at": 0``
+    is a 422, not a silent coercion. Malformed JSON is a 422 like any other."""
+    # No body at all is an empty object (optional bodies); whitespace alone is not JSON.
+    body = raw if raw else b"{}"
+    _reject_refused_json(body)
+    try:
+        return model.model_validate_json(body, strict=True)
+    except ValidationError as exc:
+        raise validation_errors(exc) from exc
