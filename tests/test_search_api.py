@@ -347,7 +347,7 @@ def test_a_commit_of_another_process_is_searched_once_caught_up(
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "notes.md").write_text("Hooli picked the Denver office for the pilot.\n")
-    done = run_cli(home, env, "load", str(corpus), "--scope", s)
+    done = run_cli(home, env, "load", str(corpus), "--scope", s, "--acl", "*")
     assert done.returncode == 0, done.stderr
     head = m.ledger(s)[0]["id"]  # the CLI's commit: this server has not fed it yet
     r = m.http.post("/query", json={"scope": s, "find": "passages", "query": "Hooli Denver",

@@ -104,7 +104,7 @@ def test_cli_load_and_other_processes_are_searchable(home: Path, alice: Memory,
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "notes.md").write_text("Hooli picked the Denver office for the offsite.\n")
-    done = run_cli(home, ENV, "load", str(corpus), "--scope", s)
+    done = run_cli(home, ENV, "load", str(corpus), "--scope", s, "--acl", "*")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout.strip().splitlines()[-1])["created"] == 1
     # written by another process: the search of this scope catches up first
