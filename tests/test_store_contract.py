@@ -618,6 +618,40 @@ def test_search_many_cells_uses_the_index_path(
     assert found >= len(probes) - 2, f"recall@10 {found}/{len(probes)}"
 
 
+@pytest.mark.postgres
+def test_postgres_store_upgrades_to_the_owner_filter_index_and_inline_vectors(
+    postgres: PostgresFactory,
+) -> None:
+    """An older PostgreSQL store (owner index without the filter columns, vectors with
+    pgvector's EXTERNAL storage, moved to TOAST once a row passes ~2 kB) is brought to the
+    current layout on open: the owner filter is answered from one covering index and
+    vectors stay in the row, so neither the filter nor an exact distance reads TOAST."""
+    url = postgres.new_database("upgrade")
+    open_store(url, DIMS).close()
+    with psycopg.connect(url, autocommit=True) as conn:  # the layout before this release
+        conn.execute("DROP INDEX cells_owner_filter")
+        conn.execute("CREATE INDEX cells_owner_status_id ON cells (owner_id, status, id)")
+        conn.execute("ALTER TABLE cells ALTER COLUMN embedding SET STORAGE EXTERNAL")
+    store = open_store(url, DIMS)
+    try:
+        noise = np.random.default_rng(3).integers(0, 2**62, 120)
+        add(store, make(1, " ".join(f"{x:x}" for x in noise)))  # a row past 2 kB, unzippable
+        with psycopg.connect(url, autocommit=True) as conn:
+            indexes = {r[0]: r[1] for r in conn.execute(
+                "SELECT indexname, indexdef FROM pg_indexes WHERE tablename = 'cells'")}
+            storage = conn.execute(
+                "SELECT attstorage FROM pg_attribute WHERE attrelid = 'cells'::regclass"
+                " AND attname = 'embedding'").fetchone()
+            # A vector in the row counts its 4-byte header; one in TOAST only its data.
+            size = conn.execute("SELECT pg_column_size(embedding) FROM cells").fetchone()
+    finally:
+        store.close()
+    assert "cells_owner_status_id" not in indexes
+    assert "INCLUDE (type, public, has_readers, created_by)" in indexes["cells_owner_filter"]
+    assert storage == ("m",)
+    assert size == (8 + 4 * DIMS,)
+
+
 # ---- lifecycle -----------------------------------------------------------------------------
 
 

@@ -354,17 +354,23 @@ class ReadIndex:
         the ACL of (each with its current ACL) and their facts in chain order."""
         between = (first_seq, last_seq)
         with self.engine.connect() as conn:
-            ids = set(conn.execute(select(episodes_t.c.id).where(
-                episodes_t.c.scope == scope, episodes_t.c.branch == branch,
-                episodes_t.c.seq.between(*between))).scalars())
-            ids |= set(conn.execute(select(acl_t.c.id).where(
+            # The rows these commits added, read at once (not their ids, then each by id:
+            # a row's seq is that of the commit that added it).
+            found = {rec.id: rec for rec in (_episode_record(r._mapping) for r in conn.execute(
+                select(episodes_t).where(
+                    episodes_t.c.scope == scope, episodes_t.c.branch == branch,
+                    episodes_t.c.seq.between(*between))))}
+            changed = set(conn.execute(select(acl_t.c.id).where(
                 acl_t.c.scope == scope, acl_t.c.branch == branch,
-                acl_t.c.seq.between(*between))).scalars())
+                acl_t.c.seq.between(*between))).scalars()) - set(found)
             facts = [_fact_record(r._mapping) for r in conn.execute(
                 select(facts_t).where(facts_t.c.scope == scope, facts_t.c.branch == branch,
                                       facts_t.c.seq.between(*between))
                 .order_by(facts_t.c.seq, facts_t.c.ord))]
-        return self.episodes(scope, branch, ids, last_seq), facts
+        if changed:  # episodes of earlier commits whose ACL these commits changed
+            found.update(self.episodes(scope, branch, changed, last_seq))
+        with self.engine.connect() as conn:
+            return self._current_acl(conn, scope, branch, found), facts
 
     # -- principals ---------------------------------------------------------------------------
     def principal(self, user: str) -> Principal:

@@ -160,8 +160,8 @@ class SearchEngine:
         ])
         with self.index.transaction():
             new_passages: list[NewPassage] = []
-            for doc in batch.episodes:
-                num, new = self.index.upsert_episode(doc)
+            numbers = self.index.upsert_episodes(batch.episodes)
+            for doc, (num, new) in zip(batch.episodes, numbers, strict=True):
                 key = (doc.scope, doc.branch, doc.id)
                 if not new or key not in cuts:
                     continue

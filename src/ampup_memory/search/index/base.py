@@ -203,9 +203,10 @@ class SearchIndex(Protocol):
 
     # -- writes ------------------------------------------------------------------------
     # Every write below is called inside ``transaction()``.
-    def upsert_episode(self, doc: EpisodeDoc) -> tuple[int, bool]:
-        """The episode's number, and whether it is new (else its ACL/metadata is refreshed
-        and its bitmap bits moved to the new ACL entries)."""
+    def upsert_episodes(self, docs: Sequence[EpisodeDoc]) -> list[tuple[int, bool]]:
+        """Each episode's number, and whether it is new (else its ACL/metadata is refreshed
+        and its bitmap bits moved to the new ACL entries), in the order given; new ones
+        are numbered in that order."""
         ...
 
     def episode_numbers(self, scope: str, branch: str, ids: Iterable[str]) -> dict[str, int]:

@@ -305,34 +305,46 @@ class PostgresIndex:
 
     # -- writes ----------------------------------------------------------------------------
 
-    def upsert_episode(self, doc: EpisodeDoc) -> tuple[int, bool]:
+    def upsert_episodes(self, docs: Sequence[EpisodeDoc]) -> list[tuple[int, bool]]:
         conn = self._tx()
-        kinds = dumps([u.kind for u in sorted(doc.units, key=lambda u: u.n)])
-        row = conn.execute(
-            "SELECT num, acl FROM search_episodes WHERE scope = %s AND branch = %s AND id = %s",
-            (doc.scope, doc.branch, doc.id),
-        ).fetchone()
-        if row is None:
-            inserted = conn.execute(
-                "INSERT INTO search_episodes (id, scope, branch, commit_id, occurred_at, acl,"
-                " source, unit_kinds) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) RETURNING num",
-                (doc.id, doc.scope, doc.branch, doc.commit, doc.occurred_at,
-                 dumps(list(doc.acl)), doc.source, kinds),
-            ).fetchone()
-            assert inserted is not None
-            num, old, new = int(inserted[0]), set[str](), True
-        else:
-            num, old, new = int(row[0]), set(json.loads(row[1])), False
-            conn.execute(
-                "UPDATE search_episodes SET acl = %s, occurred_at = %s, source = %s"
-                " WHERE num = %s",
-                (dumps(list(doc.acl)), doc.occurred_at, doc.source, num),
-            )
-        for entry in old - set(doc.acl):
-            self._pending(entry).discard(num)
-        for entry in set(doc.acl) - old:
-            self._pending(entry).add(num)
-        return num, new
+        # The held ones in one lookup per (scope, branch), inside the transaction.
+        held: dict[tuple[str, str, str], tuple[int, set[str]]] = {}
+        for scope, branch in dict.fromkeys((d.scope, d.branch) for d in docs):
+            ids = list(dict.fromkeys(d.id for d in docs if (d.scope, d.branch) == (scope, branch)))
+            for i, n, acl in conn.execute(
+                "SELECT id, num, acl FROM search_episodes WHERE scope = %s AND branch = %s"
+                " AND id = ANY(%s)",
+                (scope, branch, ids),
+            ).fetchall():
+                held[(scope, branch, str(i))] = (int(n), set(json.loads(acl)))
+        out: list[tuple[int, bool]] = []
+        for doc in docs:
+            key = (doc.scope, doc.branch, doc.id)
+            found = held.get(key)
+            if found is None:
+                kinds = dumps([u.kind for u in sorted(doc.units, key=lambda u: u.n)])
+                inserted = conn.execute(
+                    "INSERT INTO search_episodes (id, scope, branch, commit_id, occurred_at,"
+                    " acl, source, unit_kinds) VALUES (%s,%s,%s,%s,%s,%s,%s,%s) RETURNING num",
+                    (doc.id, doc.scope, doc.branch, doc.commit, doc.occurred_at,
+                     dumps(list(doc.acl)), doc.source, kinds),
+                ).fetchone()
+                assert inserted is not None
+                num, old, new = int(inserted[0]), set[str](), True
+            else:
+                (num, old), new = found, False
+                conn.execute(
+                    "UPDATE search_episodes SET acl = %s, occurred_at = %s, source = %s"
+                    " WHERE num = %s",
+                    (dumps(list(doc.acl)), doc.occurred_at, doc.source, num),
+                )
+            held[key] = (num, set(doc.acl))  # the same episode again below is held
+            for entry in old - set(doc.acl):
+                self._pending(entry).discard(num)
+            for entry in set(doc.acl) - old:
+                self._pending(entry).add(num)
+            out.append((num, new))
+        return out
 
     def episode_numbers(self, scope: str, branch: str, ids: Iterable[str]) -> dict[str, int]:
         wanted = list(dict.fromkeys(ids))
