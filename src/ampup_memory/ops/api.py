@@ -9,12 +9,12 @@ from fastapi.concurrency import run_in_threadpool
 
 from ampup_memory.auth import Authenticator
 from ampup_memory.ops.status import collect
+from ampup_memory.web.openapi import errors
 
 router = APIRouter()
 
-STATUS_ERRORS: dict[int | str, dict[str, Any]] = {
-    403: {"description": "ADMIN_DISABLED (no admin credential configured) or ACCESS_DENIED"},
-}
+STATUS_ERRORS = errors(
+    {403: "ADMIN_DISABLED (no admin credential configured) or ACCESS_DENIED"})
 
 
 @router.get("/status", tags=["admin"], responses=STATUS_ERRORS)
