@@ -52,6 +52,7 @@ from ampup_memory.memory.tables import (
     MemoryTables,
 )
 from ampup_memory.settings import Settings
+from ampup_memory.sqlite_connections import sqlite_path
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -65,10 +66,11 @@ class BackupError(ConfigurationError):
 
 
 def sqlite_file(uri: str) -> Path | None:
-    """The file of a ``sqlite:///path`` URI, or None for any other store."""
+    """The file of a ``sqlite:///path`` URI, read as the stores read it (`sqlite_path`:
+    ``~`` expanded), or None for any other store."""
     if urlsplit(uri).scheme != "sqlite":
         return None
-    return Path(uri.split("sqlite:///", 1)[1].split("?", 1)[0])
+    return sqlite_path(uri)
 
 
 def embedded(settings: Settings) -> list[str]:
