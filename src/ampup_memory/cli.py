@@ -157,7 +157,10 @@ def _listen(host: str, port: int) -> socket.socket:
     import socket
 
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP, as getaddrinfo gives uvicorn: asyncio turns Nagle off (TCP_NODELAY) only
+    # on connections whose socket says so. With proto 0 a response's body (written after
+    # its headers) waited for the client's delayed ACK: 40 ms on every keep-alive request.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host.strip("[]"), port))
