@@ -79,6 +79,7 @@ from ampup_memory.web.body import validation_errors
 log = logging.getLogger("ampup_memory.memory")
 
 FAULT_AFTER_ROWS = "after-rows"
+FAULT_AFTER_LEDGER = "after-ledger"  # the commit stands; this process never learned it
 ORPHAN_GRACE = timedelta(hours=1)
 MAX_LEDGER_PAGE = 1000
 OnConflict = Literal["refuse", "skip"]
@@ -580,6 +581,9 @@ class MemoryService:
             return entry
 
         entry, conflicts = until_won(attempt, self.backoff)
+        if self.fault == FAULT_AFTER_LEDGER:
+            log.error("fault hook %s: exiting after the ledger row", self.fault)
+            os._exit(70)
         if conflicts:
             log.debug("ledger append for %s met %d conflict(s)", ns, conflicts)
         # `apply` stamps every row with the entry's commit and seq (copies of 1,000 records
