@@ -26,6 +26,7 @@ from ampup_memory.memory.acl import AclEntry
 from ampup_memory.memory.episode_types import Unit
 from ampup_memory.memory.episodes import EPISODE_ID_PATTERN, MAX_ACL, MAX_ENTITY
 from ampup_memory.memory.scopes import BranchText, ScopeText
+from ampup_memory.memory.segments import layer_order
 from ampup_memory.timefmt import Instant, utc_text
 from ampup_memory.web.body import JsonInt
 
@@ -104,10 +105,12 @@ class FactRecord:
     commit_id: str = ""
     seq: int = 0
     ord: int = 0  # position within its commit: the last tie-break
+    layer: int = 0  # its branch's place in the view's chain (segments.py): ancestors first
 
     @property
     def commit_seq(self) -> int:
-        return self.seq
+        # Along the view's chain: a branch's own commits are newer than its ancestors'.
+        return layer_order(self.layer, self.seq)
 
     def wire(self, scope: str, window_end: datetime | None) -> dict[str, Any]:
         return {

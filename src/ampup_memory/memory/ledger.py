@@ -25,6 +25,11 @@ from ulid import ULID
 from ampup_memory.timefmt import utc_text
 
 SUMMARY_KEY = "ampup.ledger-row"
+# What a ledger row records. A branch is born and freed by rows of its own chain: "branch"
+# (its parent is the commit it forked from) and "delete"; a merge names the merged-in head
+# in ``merged``. Rows written before branches existed read as "commit".
+COMMIT, BRANCH, DELETE, MERGE = "commit", "branch", "delete", "merge"
+KINDS = (COMMIT, BRANCH, DELETE, MERGE)
 PUBLIC_CHANGES = ("episodes", "facts", "closures", "acl_changes")
 
 
@@ -53,6 +58,8 @@ class LedgerEntry:
     message: str
     changes: dict[str, int] = field(default_factory=dict)
     snapshots: dict[str, int] = field(default_factory=dict)
+    kind: str = COMMIT
+    merged: str | None = None
 
     def row(self) -> dict[str, Any]:
         return {
@@ -61,6 +68,7 @@ class LedgerEntry:
             "committed_at": self.committed_at, "message": self.message,
             "changes": json.dumps(self.changes, sort_keys=True),
             "snapshots": json.dumps(self.snapshots, sort_keys=True),
+            "kind": self.kind, "merged": self.merged,
         }
 
     def summary(self) -> str:
@@ -79,6 +87,7 @@ class LedgerEntry:
             committed_at=at.astimezone(UTC), message=row["message"] or "",
             changes=json.loads(row["changes"] or "{}"),
             snapshots={k: int(v) for k, v in json.loads(row["snapshots"] or "{}").items()},
+            kind=row.get("kind") or COMMIT, merged=row.get("merged"),
         )
 
     @classmethod
@@ -94,6 +103,8 @@ class LedgerEntry:
             "branch": self.branch, "seq": self.seq, "author": self.author,
             "time": utc_text(self.committed_at), "message": self.message,
             "changes": changes, "snapshots": {k: str(v) for k, v in self.snapshots.items()},
+            "kind": self.kind,
+            "parents": [p for p in (self.parent, self.merged) if p],
         }
 
 

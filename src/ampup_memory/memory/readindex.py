@@ -25,10 +25,12 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    and_,
     create_engine,
     delete,
     event,
     func,
+    or_,
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -37,7 +39,8 @@ from sqlalchemy.engine import Connection, Engine
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.facts import FactRecord
-from ampup_memory.memory.ledger import Head, LedgerEntry
+from ampup_memory.memory.ledger import BRANCH, DELETE, MERGE, Head, LedgerEntry
+from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
 from ampup_memory.memory.tables import sqlalchemy_url
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -64,6 +67,7 @@ ledger_t = Table(
     Column("message", Text, nullable=False), Column("changes", Text, nullable=False),
     Column("snapshots", Text, nullable=False),
     Column("applied", Boolean, nullable=False, default=False),
+    Column("kind", String(16), nullable=False, default="commit"), Column("merged", String(40)),
     Index("mem_ledger_chain", "scope", "branch", "seq"),
     Index("mem_ledger_pending", "scope", "applied"),
 )
@@ -117,7 +121,10 @@ leases_t = Table(
 
 LEDGER_SNAPSHOT = "ledger_snapshot"
 PRINCIPALS_SNAPSHOT = "principals_snapshot"
-NO_LIMIT = 2**62
+# The layout of the mem_* tables. An index of another layout is dropped and rebuilt from
+# the tables on open (it is derived; nothing is lost).
+SCHEMA_KEY = "schema"
+SCHEMA_VERSION = "2"
 
 
 class ReadIndex:
@@ -128,6 +135,8 @@ class ReadIndex:
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         md.create_all(self.engine, checkfirst=True)
+        if self.get_meta(SCHEMA_KEY) != SCHEMA_VERSION:
+            self.reset()
 
     def close(self) -> None:
         self.engine.dispose()
@@ -136,6 +145,8 @@ class ReadIndex:
         """Drop and recreate every ``mem_*`` table (the rebuild starts here)."""
         md.drop_all(self.engine, checkfirst=True)
         md.create_all(self.engine, checkfirst=True)
+        with self.engine.begin() as conn:
+            self._set_meta(conn, SCHEMA_KEY, SCHEMA_VERSION)
 
     def _insert(self, table: Table) -> Any:
         return (sqlite.insert if self.dialect == "sqlite" else postgresql.insert)(table)
@@ -196,6 +207,46 @@ class ReadIndex:
                 found.update((str(c), int(s)) for c, s in conn.execute(stmt))
         return found
 
+    def marker(self, scope: str, branch: str) -> LedgerEntry | None:
+        """The branch's latest creation or deletion row (None: never created)."""
+        stmt = (select(ledger_t).where(ledger_t.c.scope == scope, ledger_t.c.branch == branch,
+                                       ledger_t.c.kind.in_((BRANCH, DELETE)))
+                .order_by(ledger_t.c.seq.desc()).limit(1))
+        with self.engine.connect() as conn:
+            row = conn.execute(stmt).first()
+        return _ledger_entry(row._mapping) if row else None
+
+    def markers(self, scope: str) -> dict[str, LedgerEntry]:
+        """Each branch of the scope ever created → its latest creation or deletion row."""
+        stmt = (select(ledger_t).where(ledger_t.c.scope == scope,
+                                       ledger_t.c.kind.in_((BRANCH, DELETE)))
+                .order_by(ledger_t.c.seq))
+        with self.engine.connect() as conn:
+            return {e.branch: e for e in (_ledger_entry(r._mapping) for r in conn.execute(stmt))}
+
+    def merges(self, scope: str, branch: str, after_seq: int) -> list[LedgerEntry]:
+        """Merge commits on the branch's chain after ``after_seq``, oldest first."""
+        stmt = (select(ledger_t).where(ledger_t.c.scope == scope, ledger_t.c.branch == branch,
+                                       ledger_t.c.kind == MERGE, ledger_t.c.seq > after_seq)
+                .order_by(ledger_t.c.seq))
+        with self.engine.connect() as conn:
+            return [_ledger_entry(r._mapping) for r in conn.execute(stmt)]
+
+    def commit_at(self, scope: str, branch: str, seq: int) -> LedgerEntry | None:
+        stmt = select(ledger_t).where(ledger_t.c.scope == scope, ledger_t.c.branch == branch,
+                                      ledger_t.c.seq == seq)
+        with self.engine.connect() as conn:
+            row = conn.execute(stmt).first()
+        return _ledger_entry(row._mapping) if row else None
+
+    def ahead(self, scope: str, branch: str, after_seq: int) -> int:
+        """Commits on the branch's chain after ``after_seq`` (markers not counted)."""
+        stmt = select(func.count()).where(
+            ledger_t.c.scope == scope, ledger_t.c.branch == branch,
+            ledger_t.c.seq > after_seq, ledger_t.c.kind.not_in((BRANCH, DELETE)))
+        with self.engine.connect() as conn:
+            return int(conn.execute(stmt).scalar() or 0)
+
     def ledger_page(self, scope: str, branch: str, limit: int,
                     before_seq: int | None) -> list[LedgerEntry]:
         stmt = select(ledger_t).where(ledger_t.c.scope == scope, ledger_t.c.branch == branch)
@@ -234,6 +285,13 @@ class ReadIndex:
             ledger_ins = self._insert(ledger_t).values(**_ledger_values(entry, applied=True))
             conn.execute(ledger_ins.on_conflict_do_update(
                 index_elements=["commit_id"], set_={"applied": True}))
+            if entry.kind == DELETE:
+                # A deleted branch's rows leave the index (its commits stay in the ledger),
+                # so a branch made later under the same name starts empty.
+                for t in (episodes_t, facts_t, acl_t):
+                    conn.execute(delete(t).where(t.c.scope == scope,
+                                                 t.c.branch == entry.branch,
+                                                 t.c.seq < entry.seq))
             ep_rows = [_episode_values(scope, e, entry) for e in episodes]
             if ep_rows:
                 ins = self._insert(episodes_t)
@@ -254,43 +312,101 @@ class ReadIndex:
                 conn.execute(self._insert(acl_t).on_conflict_do_nothing(), acl_rows)
 
     # -- reads --------------------------------------------------------------------------------
-    def episodes(self, scope: str, branch: str, ids: Iterable[str],
-                 max_seq: int = NO_LIMIT) -> dict[str, EpisodeRecord]:
+    # Every read takes the segments of a view (segments.py): main is one segment, a branch
+    # its ancestors' segments then its own. A row is in the view when its branch is one of
+    # the segments' and its seq is in that segment's range.
+    def _in_view(self, t: Table, segs: Segments) -> Any:
+        return or_(*(and_(t.c.branch == g.branch, t.c.seq > g.after, t.c.seq <= g.upto)
+                     for g in segs))
+
+    def episodes(self, scope: str, segs: Segments, ids: Iterable[str],
+                 ) -> dict[str, EpisodeRecord]:
         wanted = list(set(ids))
+        order = layers(segs)
         out: dict[str, EpisodeRecord] = {}
         with self.engine.connect() as conn:
             for i in range(0, len(wanted), 500):
                 stmt = select(episodes_t).where(
-                    episodes_t.c.scope == scope, episodes_t.c.branch == branch,
-                    episodes_t.c.id.in_(wanted[i:i + 500]), episodes_t.c.seq <= max_seq)
+                    episodes_t.c.scope == scope, self._in_view(episodes_t, segs),
+                    episodes_t.c.id.in_(wanted[i:i + 500]))
                 for row in conn.execute(stmt):
                     rec = _episode_record(row._mapping)
-                    out[rec.id] = rec
-            return self._current_acl(conn, scope, branch, out)
+                    have = out.get(rec.id)  # held on two layers (a merge): the first wrote it
+                    if have is None or order[rec.branch] < order[have.branch]:
+                        out[rec.id] = rec
+            return self._current_acl(conn, scope, segs, out)
 
-    def _current_acl(self, conn: Connection, scope: str, branch: str,
-                     found: dict[str, EpisodeRecord]) -> dict[str, EpisodeRecord]:
-        """Each episode with its current ACL (its latest change, of any commit): there is no
-        reading an older ACL, so no ``at_commit`` read can see what a narrowing hid."""
+    def _current_acl(self, conn: Connection, scope: str, segs: Segments,
+                     found: dict[str, EpisodeRecord], *, limited: bool = False,
+                     ) -> dict[str, EpisodeRecord]:
+        """Each episode with its current ACL: its latest change on the view's chain, of any
+        commit (the last layer's changes come after its ancestors'). There is no reading an
+        older ACL, so no ``at_commit`` read, branch, pin or snapshot can see what a
+        narrowing hid. ``limited`` keeps to the segments' commit ranges instead: the ACL
+        *as of* the view, which only a merge compares (never to decide a read)."""
         ids = list(found)
+        order = layers(segs)
+        changes: list[tuple[int, int, str, str]] = []
+        where = (self._in_view(acl_t, segs) if limited
+                 else acl_t.c.branch.in_(list(order)))
         for i in range(0, len(ids), 500):
-            stmt = (select(acl_t.c.id, acl_t.c.acl).where(
-                acl_t.c.scope == scope, acl_t.c.branch == branch,
-                acl_t.c.id.in_(ids[i:i + 500])).order_by(acl_t.c.seq))
-            for row in conn.execute(stmt):  # ascending: the last change wins
-                found[row.id] = replace(found[row.id], acl=tuple(json.loads(row.acl)))
+            stmt = select(acl_t.c.id, acl_t.c.branch, acl_t.c.seq, acl_t.c.acl).where(
+                acl_t.c.scope == scope, where, acl_t.c.id.in_(ids[i:i + 500]))
+            changes.extend((order[r.branch], int(r.seq), r.id, r.acl)
+                           for r in conn.execute(stmt))
+        for _, _, ep, acl in sorted(changes):  # along the chain: the last change wins
+            found[ep] = replace(found[ep], acl=tuple(json.loads(acl)))
         return found
 
-    def document_versions(self, scope: str, branch: str, document: str, as_of: datetime,
-                          max_seq: int = NO_LIMIT) -> list[EpisodeRecord]:
-        stmt = (select(episodes_t).where(
-            episodes_t.c.scope == scope, episodes_t.c.branch == branch,
-            episodes_t.c.document == document, episodes_t.c.occurred_at <= to_us(as_of),
-            episodes_t.c.seq <= max_seq)
-            .order_by(episodes_t.c.occurred_at.desc(), episodes_t.c.seq.desc()))
+    def acl_as_of(self, scope: str, segs: Segments, ids: Iterable[str],
+                  ) -> dict[str, EpisodeRecord]:
+        """The episodes with the ACL they had as of the view (a merge's three-way input)."""
+        wanted = list(set(ids))
+        order = layers(segs)
+        out: dict[str, EpisodeRecord] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                stmt = select(episodes_t).where(
+                    episodes_t.c.scope == scope, self._in_view(episodes_t, segs),
+                    episodes_t.c.id.in_(wanted[i:i + 500]))
+                for row in conn.execute(stmt):
+                    rec = _episode_record(row._mapping)
+                    have = out.get(rec.id)
+                    if have is None or order[rec.branch] < order[have.branch]:
+                        out[rec.id] = rec
+            return self._current_acl(conn, scope, segs, out, limited=True)
+
+    def episodes_in(self, scope: str, segs: Segments) -> set[str]:
+        """Ids of the episodes these segments' commits wrote."""
+        with self.engine.connect() as conn:
+            return set(conn.execute(select(episodes_t.c.id).where(
+                episodes_t.c.scope == scope, self._in_view(episodes_t, segs))).scalars())
+
+    def count_commits(self, scope: str, segs: Segments) -> int:
+        """Commits (markers not counted) in these segments."""
+        stmt = select(func.count()).where(
+            ledger_t.c.scope == scope, self._in_view(ledger_t, segs),
+            ledger_t.c.kind.not_in((BRANCH, DELETE)))
+        with self.engine.connect() as conn:
+            return int(conn.execute(stmt).scalar() or 0)
+
+    def acl_changed(self, scope: str, segs: Segments) -> set[str]:
+        """Ids of episodes whose ACL a commit in these segments changed."""
+        with self.engine.connect() as conn:
+            return set(conn.execute(select(acl_t.c.id).where(
+                acl_t.c.scope == scope, self._in_view(acl_t, segs))).scalars())
+
+    def document_versions(self, scope: str, segs: Segments, document: str,
+                          as_of: datetime) -> list[EpisodeRecord]:
+        stmt = select(episodes_t).where(
+            episodes_t.c.scope == scope, self._in_view(episodes_t, segs),
+            episodes_t.c.document == document, episodes_t.c.occurred_at <= to_us(as_of))
+        order = layers(segs)
         with self.engine.connect() as conn:
             versions = [_episode_record(r._mapping) for r in conn.execute(stmt)]
-            current = self._current_acl(conn, scope, branch, {v.id: v for v in versions})
+            versions.sort(key=lambda v: (v.occurred_at, layer_order(order[v.branch], v.seq)),
+                          reverse=True)
+            current = self._current_acl(conn, scope, segs, {v.id: v for v in versions})
         return [current[v.id] for v in versions]
 
     def known_bodies(self, scope: str, refs: Iterable[str]) -> set[str]:
@@ -319,17 +435,33 @@ class ReadIndex:
         with self.engine.connect() as conn:
             return conn.execute(stmt).scalar()
 
-    def facts(self, scope: str, branch: str, entity: str | None, predicate: str | None,
-              max_seq: int = NO_LIMIT, limit: int = NO_LIMIT) -> list[FactRecord]:
-        stmt = select(facts_t).where(facts_t.c.scope == scope, facts_t.c.branch == branch,
-                                     facts_t.c.seq <= max_seq)
+    def facts(self, scope: str, segs: Segments, entity: str | None, predicate: str | None,
+              limit: int = NO_LIMIT) -> list[FactRecord]:
+        stmt = select(facts_t).where(facts_t.c.scope == scope, self._in_view(facts_t, segs))
         if entity is not None:
             stmt = stmt.where(facts_t.c.entity == entity)
         if predicate is not None:
             stmt = stmt.where(facts_t.c.predicate == predicate)
         stmt = stmt.order_by(facts_t.c.entity, facts_t.c.predicate).limit(limit)
+        order = layers(segs)
         with self.engine.connect() as conn:
-            return [_fact_record(r._mapping) for r in conn.execute(stmt)]
+            return [_fact_record(r._mapping, order[r.branch]) for r in conn.execute(stmt)]
+
+    def facts_of(self, scope: str, segs: Segments, keys: Iterable[tuple[str, str]],
+                 ) -> list[FactRecord]:
+        """Every fact row in the view of the listed (entity, predicate) pairs."""
+        wanted = set(keys)
+        entities = sorted({e for e, _ in wanted})
+        order = layers(segs)
+        out: list[FactRecord] = []
+        with self.engine.connect() as conn:
+            for i in range(0, len(entities), 500):
+                stmt = select(facts_t).where(
+                    facts_t.c.scope == scope, self._in_view(facts_t, segs),
+                    facts_t.c.entity.in_(entities[i:i + 500]))
+                out.extend(_fact_record(r._mapping, order[r.branch]) for r in conn.execute(stmt)
+                           if (r.entity, r.predicate) in wanted)
+        return out
 
     # -- commits in order (the search index is fed from these) ----------------------------------
     def applied_after(self, scope: str, branch: str, after_seq: int,
@@ -368,9 +500,18 @@ class ReadIndex:
                                       facts_t.c.seq.between(*between))
                 .order_by(facts_t.c.seq, facts_t.c.ord))]
         if changed:  # episodes of earlier commits whose ACL these commits changed
-            found.update(self.episodes(scope, branch, changed, last_seq))
+            found.update(self._episodes_of_branch(scope, branch, changed, last_seq))
         with self.engine.connect() as conn:
-            return self._current_acl(conn, scope, branch, found), facts
+            return self._current_acl(conn, scope, (Segment(branch),), found), facts
+
+    def _episodes_of_branch(self, scope: str, branch: str, ids: set[str],
+                            last_seq: int) -> dict[str, EpisodeRecord]:
+        # Rows of this branch's own chain only: the search feed indexes one chain at a time.
+        with self.engine.connect() as conn:
+            return {rec.id: rec for rec in (_episode_record(r._mapping) for r in conn.execute(
+                select(episodes_t).where(
+                    episodes_t.c.scope == scope, episodes_t.c.branch == branch,
+                    episodes_t.c.id.in_(list(ids)), episodes_t.c.seq <= last_seq)))}
 
     # -- principals ---------------------------------------------------------------------------
     def principal(self, user: str) -> Principal:
@@ -425,6 +566,7 @@ def _ledger_values(e: LedgerEntry, applied: bool) -> dict[str, Any]:
         "parent": e.parent, "author": e.author, "committed_at": to_us(e.committed_at),
         "message": e.message, "changes": json.dumps(e.changes, sort_keys=True),
         "snapshots": json.dumps(e.snapshots, sort_keys=True), "applied": applied,
+        "kind": e.kind, "merged": e.merged,
     }
 
 
@@ -434,6 +576,7 @@ def _ledger_entry(row: Any) -> LedgerEntry:
         branch=row["branch"], seq=int(row["seq"]), author=row["author"],
         committed_at=from_us(row["committed_at"]), message=row["message"],
         changes=json.loads(row["changes"]), snapshots=json.loads(row["snapshots"]),
+        kind=row["kind"], merged=row["merged"],
     )
 
 
@@ -466,7 +609,7 @@ def _fact_values(scope: str, f: FactRecord, entry: LedgerEntry) -> dict[str, Any
     }
 
 
-def _fact_record(row: Any) -> FactRecord:
+def _fact_record(row: Any, layer: int = 0) -> FactRecord:
     return FactRecord(
         fact_id=row["fact_id"], kind=row["kind"], entity=row["entity"],
         predicate=row["predicate"], value=row["value"],
@@ -474,5 +617,5 @@ def _fact_record(row: Any) -> FactRecord:
         valid_to=from_us(row["valid_to"]) if row["valid_to"] is not None else None,
         quote=row["quote"], cites=tuple((e, int(u)) for e, u in json.loads(row["cites"])),
         written_by=row["written_by"], branch=row["branch"], commit_id=row["commit_id"],
-        seq=int(row["seq"]), ord=int(row["ord"]),
+        seq=int(row["seq"]), ord=int(row["ord"]), layer=layer,
     )

@@ -16,7 +16,10 @@ from pydantic import WithJsonSchema
 from ampup_memory.errors import field_error
 
 _NAME = r"[a-z0-9]+(?:_[a-z0-9]+)*"
-_BRANCH = r"[a-z0-9]+(?:[_-][a-z0-9]+)*"
+_BRANCH_PART = r"[a-z0-9]+(?:[_-][a-z0-9]+)*"
+# Parts joined by single slashes ("team/alice/try-1"): never "..", a leading or trailing
+# "/", or "//"; bound as SQL parameters everywhere and never part of a path.
+_BRANCH = rf"{_BRANCH_PART}(?:/{_BRANCH_PART})*"
 NAME_RE = re.compile(rf"^{_NAME}$")
 BRANCH_RE = re.compile(rf"^{_BRANCH}$")
 MAX_NAME = 64
@@ -92,7 +95,8 @@ def parse_branch(text: object, loc: str = "branch") -> str:
     if not isinstance(text, str) or len(text) > MAX_NAME or not BRANCH_RE.fullmatch(text):
         raise field_error(
             [loc],
-            "invalid branch name: lower-case letters, digits, '-' and '_' (max 64)",
+            "invalid branch name: lower-case letters, digits, '-', '_' and single '/' "
+            "separators (max 64)",
             "branch_invalid",
         )
     return text

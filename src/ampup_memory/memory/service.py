@@ -28,6 +28,7 @@ from ampup_memory.memory.acl import (
     normalize_acl,
     require_id,
 )
+from ampup_memory.memory.branches import branch_segments
 from ampup_memory.memory.episode_types import EpisodeType, Unit, by_name, type_for_source
 from ampup_memory.memory.episodes import (
     ChangeAcl,
@@ -50,9 +51,9 @@ from ampup_memory.memory.facts import (
     quote_found,
     timeline,
 )
-from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry, new_commit_id
+from ampup_memory.memory.ledger import COMMIT, SUMMARY_KEY, LedgerEntry, new_commit_id
 from ampup_memory.memory.maintenance import Protected, full_pass, no_protection, tidy
-from ampup_memory.memory.readindex import NO_LIMIT, ReadIndex
+from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.retry import Backoff, until_won
 from ampup_memory.memory.rows import ACL_OP, episode_row, fact_id, fact_row
 from ampup_memory.memory.scopes import (
@@ -62,6 +63,7 @@ from ampup_memory.memory.scopes import (
     parse_branch,
     parse_scope,
 )
+from ampup_memory.memory.segments import Segment, Segments
 from ampup_memory.memory.sync import Sync
 from ampup_memory.memory.tables import (
     EPISODES,
@@ -77,6 +79,7 @@ from ampup_memory.web.body import validation_errors
 log = logging.getLogger("ampup_memory.memory")
 
 FAULT_AFTER_ROWS = "after-rows"
+FAULT_AFTER_LEDGER = "after-ledger"  # the commit stands; this process never learned it
 ORPHAN_GRACE = timedelta(hours=1)
 MAX_LEDGER_PAGE = 1000
 OnConflict = Literal["refuse", "skip"]
@@ -97,12 +100,18 @@ def build(model: type[M], **data: Any) -> M:
 
 @dataclass(frozen=True)
 class View:
-    """Where a read looks: scope, branch and how far along the branch's chain."""
+    """Where a read looks: scope, branch, and the chain of segments it sees (its
+    ancestors up to its fork point, then its own commits up to ``at_commit`` if given)."""
 
     scope: Scope
     branch: str
-    max_seq: int = NO_LIMIT
+    segments: Segments = (Segment(MAIN),)
     at_commit: str | None = None
+
+    @property
+    def max_seq(self) -> int:
+        """How far along the branch's own chain the view reads."""
+        return self.segments[-1].upto
 
 
 @dataclass
@@ -149,34 +158,38 @@ class MemoryService:
 
     def view(self, scope_text: object, branch_text: object = None,
              at_commit: str | None = None) -> View:
+        """The one place a read's scope, branch and commit become a view (404 for an
+        unknown or deleted branch, or a commit not on this branch as it now is)."""
         scope = parse_scope(scope_text)
         branch = parse_branch(branch_text)
-        self._require_branch(scope, branch)
         self.sync.scope(scope)
         if not at_commit:
-            return View(scope, branch)
+            return View(scope, branch, branch_segments(self.index, str(scope), branch))
         entry = self.index.entry(at_commit)
-        if entry is None or entry.scope != str(scope) or entry.branch != branch:
+        segs = branch_segments(self.index, str(scope), branch)
+        if (entry is None or entry.scope != str(scope) or entry.branch != branch
+                or not segs[-1].holds(entry.seq)):
             raise NotFound("No such commit on this scope and branch.",
                            details={"at_commit": at_commit[:64]})
-        return View(scope, branch, entry.seq, entry.commit_id)
+        last = segs[-1]
+        return View(scope, branch, (*segs[:-1], Segment(branch, last.after, entry.seq)),
+                    entry.commit_id)
 
-    def _require_branch(self, scope: Scope, branch: str) -> None:
-        # Branches arrive with branches.py; until then only main exists, but every path
-        # already carries the branch so nothing is redesigned when they do.
-        if branch != MAIN:
-            raise NotFound(f"No branch {branch!r} in {scope}.", details={"branch": branch})
+    def _write_view(self, scope: Scope, branch: str) -> Segments:
+        """The segments a write on the branch classifies against (synced first)."""
+        self.sync.scope(scope)
+        return branch_segments(self.index, str(scope), branch)
 
     # -- who may read what ---------------------------------------------------------------------
-    def readable_episodes(self, principal: Principal, scope: str, branch: str,
-                          ids: Iterable[str], max_seq: int = NO_LIMIT,
-                          ) -> dict[str, EpisodeRecord]:
+    def readable_episodes(self, principal: Principal, scope: str, segs: Segments,
+                          ids: Iterable[str]) -> dict[str, EpisodeRecord]:
         """The episodes among ``ids`` the caller may read: the one decision every read path
         of core makes (episodes, documents, facts, citations, ACL changes, the held-episode
-        check). An episode counts when a commit at or before ``max_seq`` wrote it; who may
+        check). An episode counts when a commit in the view wrote it; who may
         read it is always its *current* ACL (the read index hands out no other), so a
-        narrowed ACL hides every version at once, ``at_commit`` reads included."""
-        found = self.index.episodes(scope, branch, ids, max_seq)
+        narrowed ACL hides every version at once, ``at_commit`` reads included; on a
+        branch, the current ACL along its chain (readindex._current_acl)."""
+        found = self.index.episodes(scope, segs, ids)
         return {i: rec for i, rec in found.items() if may_read(principal, rec.acl)}
 
     # -- episodes -----------------------------------------------------------------------------
@@ -188,9 +201,9 @@ class MemoryService:
         ep_id, status = result.episodes[0]
         if result.commit is not None:
             return ep_id, result.commit, result.commit.commit_id
-        view = View(parse_scope(req.scope), parse_branch(req.branch))
+        view = self.view(req.scope, req.branch)
         # "existing" only ever answers an episode the caller may read (see _classify).
-        held = self.readable_episodes(self.principal(user), str(view.scope), view.branch,
+        held = self.readable_episodes(self.principal(user), str(view.scope), view.segments,
                                       [ep_id])[ep_id]
         return ep_id, None, held.commit_id
 
@@ -204,7 +217,6 @@ class MemoryService:
         """Write episodes in one commit; ones already held answer ``existing``."""
         scope = parse_scope(scope_text)
         branch = parse_branch(branch_text)
-        self._require_branch(scope, branch)
         base: list[str | int] = ["episodes"] if loc is None else loc
         now = utcnow()
         prepared = [
@@ -216,8 +228,8 @@ class MemoryService:
         ns = str(scope)
         with self._write_lock:
             while True:
-                self.sync.scope(scope)
-                statuses, fresh, conflicts = self._classify(principal, ns, branch, prepared)
+                segs = self._write_view(scope, branch)
+                statuses, fresh, conflicts = self._classify(principal, ns, segs, prepared)
                 if conflicts and on_conflict == "refuse":
                     raise _conflict(conflicts, batch=loc is None)
                 if not fresh:
@@ -225,7 +237,7 @@ class MemoryService:
                 try:
                     commit = self._commit(scope, branch, user, f"write {len(fresh)} episode(s)",
                                           list(fresh.values()), [], new_commit_id(),
-                                          recheck=partial(self._none_held, ns, branch,
+                                          recheck=partial(self._none_held, ns, segs,
                                                           list(fresh)))
                 except _HeldMeanwhile:
                     # Another server committed one of these ids first: answer as a second
@@ -233,20 +245,20 @@ class MemoryService:
                     continue
                 return WriteResult(commit, statuses, conflicts)
 
-    def _none_held(self, scope: str, branch: str, ids: list[str]) -> None:
+    def _none_held(self, scope: str, segs: Segments, ids: list[str]) -> None:
         """Inside the commit's compare-and-set: no other commit holds these ids by now."""
-        if self.index.episodes(scope, branch, ids):
+        if self.index.episodes(scope, segs, ids):
             raise _HeldMeanwhile()
 
-    def _classify(self, principal: Principal, scope: str, branch: str,
+    def _classify(self, principal: Principal, scope: str, segs: Segments,
                   prepared: list[Prepared],
                   ) -> tuple[list[tuple[str, str]], dict[str, Prepared], list[dict[str, Any]]]:
         """Each incoming episode: new, already held alike, or a conflict. A held episode the
         caller may not read is a conflict whatever it holds, with no field named: the
         answer says it exists (its id is its content) and nothing more."""
         ids = [p.record.id for p in prepared]
-        held = self.index.episodes(scope, branch, ids)
-        readable = self.readable_episodes(principal, scope, branch, ids)
+        held = self.index.episodes(scope, segs, ids)
+        readable = self.readable_episodes(principal, scope, segs, ids)
         fresh: dict[str, Prepared] = {}
         statuses: list[tuple[str, str]] = []
         conflicts: list[dict[str, Any]] = []
@@ -269,8 +281,8 @@ class MemoryService:
 
     def get_episode(self, user: str, episode_id: str, view: View) -> dict[str, Any]:
         principal = self.principal(user)
-        rec = self.readable_episodes(principal, str(view.scope), view.branch, [episode_id],
-                                     view.max_seq).get(episode_id)
+        rec = self.readable_episodes(principal, str(view.scope), view.segments,
+                                     [episode_id]).get(episode_id)
         if rec is None:
             raise NotFound("No such episode.")  # unreadable and missing: one answer
         return self._episode_wire(view.scope, rec)
@@ -287,12 +299,11 @@ class MemoryService:
         admin. The new ACL decides who may read every version, ``at_commit`` reads too."""
         scope = parse_scope(req.scope)
         branch = parse_branch(req.branch)
-        self._require_branch(scope, branch)
         acl = normalize_acl(req.acl, ["acl"])
         principal = self.principal(user)
         with self._write_lock:
-            self.sync.scope(scope)
-            rec = self.readable_episodes(principal, str(scope), branch,
+            segs = self._write_view(scope, branch)
+            rec = self.readable_episodes(principal, str(scope), segs,
                                          [episode_id]).get(episode_id)
             if rec is None:
                 raise NotFound("No such episode.")
@@ -302,17 +313,16 @@ class MemoryService:
             if acl == rec.acl:
                 return {"id": episode_id, "acl": list(acl), "commit": None}
             entry = self._commit(scope, branch, user, "change acl of 1 episode", [],
-                                 [], new_commit_id(), [replace(rec, acl=acl)])
+                                 [], new_commit_id(), [replace(rec, acl=acl, branch=branch)])
         return {"id": episode_id, "acl": list(acl), "commit": entry.commit_id}
 
     def document(self, user: str, document: str, view: View,
                  as_of: datetime | None) -> dict[str, Any]:
         principal = self.principal(user)
         at = (as_of or utcnow()).astimezone(UTC)
-        versions = self.index.document_versions(str(view.scope), view.branch, document, at,
-                                                view.max_seq)
-        readable = self.readable_episodes(principal, str(view.scope), view.branch,
-                                          [v.id for v in versions], view.max_seq)
+        versions = self.index.document_versions(str(view.scope), view.segments, document, at)
+        readable = self.readable_episodes(principal, str(view.scope), view.segments,
+                                          [v.id for v in versions])
         for rec in versions:  # newest first
             if rec.id in readable:
                 return self._episode_wire(view.scope, readable[rec.id])
@@ -330,11 +340,10 @@ class MemoryService:
         """Post facts in one commit; any invalid fact refuses them all."""
         scope = parse_scope(scope_text)
         branch = parse_branch(branch_text)
-        self._require_branch(scope, branch)
         principal = self.principal(user)
         with self._write_lock:
-            self.sync.scope(scope)
-            cited = self.readable_episodes(principal, str(scope), branch,
+            segs = self._write_view(scope, branch)
+            cited = self.readable_episodes(principal, str(scope), segs,
                                            {c.episode for f in items for c in f.cites})
             units_of: dict[str, list[Unit]] = {}
             commit_id = new_commit_id()
@@ -386,9 +395,9 @@ class MemoryService:
 
     def visible_facts(self, principal: Principal, view: View, entity: str,
                       predicate: str | None) -> dict[tuple[str, str], list[FactRecord]]:
-        rows = self.index.facts(str(view.scope), view.branch, entity, predicate, view.max_seq)
-        readable = self.readable_episodes(principal, str(view.scope), view.branch,
-                                          {e for f in rows for e, _ in f.cites}, view.max_seq)
+        rows = self.index.facts(str(view.scope), view.segments, entity, predicate)
+        readable = self.readable_episodes(principal, str(view.scope), view.segments,
+                                          {e for f in rows for e, _ in f.cites})
         groups: dict[tuple[str, str], list[FactRecord]] = defaultdict(list)
         for f in rows:
             if all(e in readable for e, _ in f.cites):  # every cited episode, as in acl.py
@@ -413,10 +422,8 @@ class MemoryService:
     def close_value(self, user: str, req: CloseValue) -> dict[str, Any]:
         scope = parse_scope(req.scope)
         branch = parse_branch(req.branch)
-        self._require_branch(scope, branch)
         with self._write_lock:
-            view = View(scope, branch)
-            self.sync.scope(scope)
+            view = View(scope, branch, self._write_view(scope, branch))
             principal = self.principal(user)
             now = utcnow()
             versions = self.visible_facts(principal, view, req.entity, req.predicate)
@@ -426,7 +433,7 @@ class MemoryService:
             if req.acl is not None:
                 acl = list(normalize_acl(req.acl, ["acl"]))
             else:
-                held = self.readable_episodes(principal, str(scope), branch,
+                held = self.readable_episodes(principal, str(scope), view.segments,
                                               [e for e, _ in window.version.cites])
                 acl = list(common_acl(held[e].acl for e, _ in window.version.cites))
                 if not acl:
@@ -505,13 +512,18 @@ class MemoryService:
     def _commit(self, scope: Scope, branch: str, author: str, message: str,
                 episodes: list[Prepared], facts: list[FactRecord],
                 commit_id: str, acl_changes: list[EpisodeRecord] | None = None,
-                recheck: Callable[[], None] | None = None) -> LedgerEntry:
+                recheck: Callable[[], None] | None = None, kind: str = COMMIT,
+                parent: Callable[[], str | None] | None = None,
+                merged: str | None = None) -> LedgerEntry:
         """Rows first, then one ledger row; the caller holds the write lock.
 
         ``recheck`` runs inside each compare-and-set attempt, on the scope as of exactly the
         ledger snapshot the append asserts: what it checks holds when the commit lands,
         across processes (a commit of another server in between fails the append, and the
-        next attempt checks again). It raises to abandon the commit."""
+        next attempt checks again). It raises to abandon the commit.
+
+        ``parent`` names the row's parent instead of the chain's head (a branch's creation
+        row: the commit it forked from), asked inside each attempt like ``recheck``."""
         now = utcnow()
         if scope not in self._scopes_made:
             self.tables.ensure_scope(scope)  # a scope is born inside its first commit
@@ -558,15 +570,20 @@ class MemoryService:
                 recheck()
             head = self.index.head(ns, branch)
             entry = LedgerEntry(
-                commit_id=commit_id, parent=head.commit_id if head else None, scope=ns,
-                branch=branch, seq=head.seq + 1 if head else 1, author=author,
+                commit_id=commit_id,
+                parent=parent() if parent is not None else head.commit_id if head else None,
+                scope=ns, branch=branch, seq=head.seq + 1 if head else 1, author=author,
                 committed_at=utcnow(), message=message, changes=changes, snapshots=snapshots,
+                kind=kind, merged=merged,
             )
             self.tables.append(table, arrow(LEDGER, [entry.row()]),
                                {SUMMARY_KEY: entry.summary()})
             return entry
 
         entry, conflicts = until_won(attempt, self.backoff)
+        if self.fault == FAULT_AFTER_LEDGER:
+            log.error("fault hook %s: exiting after the ledger row", self.fault)
+            os._exit(70)
         if conflicts:
             log.debug("ledger append for %s met %d conflict(s)", ns, conflicts)
         # `apply` stamps every row with the entry's commit and seq (copies of 1,000 records

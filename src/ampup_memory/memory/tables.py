@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 import pyarrow as pa
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import (
+    CommitFailedException,
     NamespaceAlreadyExistsError,
     NoSuchTableError,
     TableAlreadyExistsError,
@@ -66,7 +67,7 @@ LEDGER = pa.schema([
     ("commit_id", pa.string()), ("parent", pa.string()), ("scope", pa.string()),
     ("branch", pa.string()), ("seq", pa.int64()), ("author", pa.string()),
     ("committed_at", TS), ("message", pa.string()), ("changes", pa.string()),
-    ("snapshots", pa.string()),
+    ("snapshots", pa.string()), ("kind", pa.string()), ("merged", pa.string()),
 ])
 PRINCIPALS = pa.schema([
     ("user", pa.string()), ("groups", pa.list_(pa.string())),
@@ -161,6 +162,7 @@ class MemoryTables:
                 pass
         for name, schema in layout.items():
             if self.location(namespace, name) is not None:
+                self._add_missing_columns(namespace, name, schema)
                 continue
             props = LEDGER_PROPERTIES if name == "ledger" else DATA_PROPERTIES
             try:
@@ -168,6 +170,23 @@ class MemoryTables:
             except (TableAlreadyExistsError, IntegrityError):
                 if self.location(namespace, name) is None:
                     raise
+
+    def _add_missing_columns(self, namespace: str, name: str, schema: pa.Schema) -> None:
+        """Tables made by an older version gain the columns added since (all optional, so
+        older rows read as null). Two servers upgrading at once: one wins, the other finds
+        the columns there on its reload."""
+        table = self.catalog.load_table((namespace, name))
+        have = {f.name for f in table.schema().fields}
+        missing = [f for f in schema if f.name not in have]
+        if not missing:
+            return
+        try:
+            with table.update_schema() as update:
+                update.union_by_name(pa.schema(missing))
+        except CommitFailedException:
+            table = self.catalog.load_table((namespace, name))
+            if {f.name for f in missing} - {f.name for f in table.schema().fields}:
+                raise
 
     def ensure_scope(self, scope: Scope) -> None:
         self.ensure_namespace(scope.namespace, SCOPE_TABLES)

@@ -1,0 +1,84 @@
+"""Branch and merge routes: POST/GET /branches, DELETE /branches/{name}, POST /merge."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from ampup_memory.auth import Authenticator
+from ampup_memory.errors import AmpError
+from ampup_memory.memory import branches
+from ampup_memory.memory.api import (
+    INVALID,
+    UNAUTHENTICATED,
+    UNAVAILABLE,
+    USER_DOC,
+    ScopeQ,
+    _headers,
+    _user,
+    service,
+)
+from ampup_memory.memory.branches import CreateBranch, MergeRequest
+from ampup_memory.memory.scopes import BRANCH_SCHEMA
+from ampup_memory.web.body import parse_body
+from ampup_memory.web.openapi import body_doc, errors
+
+router = APIRouter(tags=["branches"])
+
+NamePath = Annotated[str, Path(json_schema_extra={k: v for k, v in BRANCH_SCHEMA.items()
+                                                  if k != "description"},
+                               description="Branch name (may hold '/').")]
+
+
+def _is_admin(request: Request) -> bool:
+    auth: Authenticator = request.app.state.auth
+    try:
+        auth.require_admin(_headers(request))
+    except AmpError:
+        return False
+    return True
+
+
+@router.post("/branches", status_code=201, responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope commit, `from` branch or at_commit",
+    409: "BRANCH_EXISTS: the name is taken", 422: INVALID, 503: UNAVAILABLE}),
+    openapi_extra={**body_doc(CreateBranch), **USER_DOC})
+async def create_branch(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(CreateBranch, await request.body())
+    made = await run_in_threadpool(branches.create, service(request), user, req)
+    return JSONResponse(made, status_code=201)
+
+
+@router.get("/branches", responses=errors({401: UNAUTHENTICATED, 422: INVALID,
+                                           503: UNAVAILABLE}), openapi_extra=USER_DOC)
+def list_branches(request: Request, scope: ScopeQ) -> dict[str, Any]:
+    _user(request)
+    return branches.list_branches(service(request), scope)
+
+
+@router.delete("/branches/{name:path}", responses=errors({
+    401: UNAUTHENTICATED, 403: "ACCESS_DENIED: neither the branch's creator nor admin",
+    404: "NOT_FOUND: no such branch", 409: "BRANCH_PROTECTED (main) or BRANCH_HAS_CHILDREN",
+    422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
+async def delete_branch(request: Request, name: NamePath, scope: ScopeQ) -> dict[str, Any]:
+    user = _user(request)
+    result: dict[str, Any] = await run_in_threadpool(
+        branches.delete, service(request), user, scope, name, _is_admin(request))
+    return result
+
+
+@router.post("/merge", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch",
+    409: "MERGE_CONFLICT: details.conflicts = [{entity, predicate, base, ours, theirs}]; "
+    "nothing was written", 422: INVALID, 503: UNAVAILABLE}),
+    openapi_extra={**body_doc(MergeRequest), **USER_DOC})
+async def merge(request: Request) -> dict[str, Any]:
+    user = _user(request)
+    req = parse_body(MergeRequest, await request.body())
+    result: dict[str, Any] = await run_in_threadpool(branches.merge, service(request), user,
+                                                     req)
+    return result
