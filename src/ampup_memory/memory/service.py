@@ -71,6 +71,7 @@ from ampup_memory.memory.tables import (
     MemoryTables,
     arrow,
 )
+from ampup_memory.memory.workspaces import Workspaces
 from ampup_memory.settings import Settings, armed_fault
 from ampup_memory.web.body import validation_errors
 
@@ -132,6 +133,10 @@ class MemoryService:
         # Called with (scope, branch) once a commit is in the ledger and the read index
         # (the search index feeds itself here, so a write is searchable when it returns).
         self.after_commit: list[Callable[[str, str], None]] = []
+        # Workspace orgs: refused once gone, capped on every commit (workspaces.py).
+        self.workspaces = Workspaces(tables, index, self.sync, self._write_lock,
+                                     self._scopes_made, lambda: self.protected,
+                                     MAINTENANCE_LEASE, fault)
 
     @classmethod
     def open(cls, settings: Settings) -> MemoryService:
@@ -151,6 +156,7 @@ class MemoryService:
              at_commit: str | None = None) -> View:
         scope = parse_scope(scope_text)
         branch = parse_branch(branch_text)
+        self.workspaces.require_live(scope)
         self._require_branch(scope, branch)
         self.sync.scope(scope)
         if not at_commit:
@@ -512,6 +518,7 @@ class MemoryService:
         ledger snapshot the append asserts: what it checks holds when the commit lands,
         across processes (a commit of another server in between fails the append, and the
         next attempt checks again). It raises to abandon the commit."""
+        self.workspaces.admit(scope, episodes, facts)  # caps, before any row is written
         now = utcnow()
         if scope not in self._scopes_made:
             self.tables.ensure_scope(scope)  # a scope is born inside its first commit
