@@ -360,8 +360,8 @@ class Workspaces:
         return sorted(names)
 
     def _indexed_scopes(self, org: str) -> set[str]:
-        """Scopes of ``org`` the read index still holds rows of (a drop cut short after its
-        namespaces went)."""
+        """Scopes of ``org`` the ledger knows (a drop cut short after its namespaces went
+        may have left their read-index rows)."""
         prefix = org + "/"
         with self.index.engine.connect() as conn:
             return {s for s in conn.execute(select(ledger_t.c.scope).distinct().where(
@@ -381,8 +381,10 @@ class Workspaces:
             pass
         self._remove_folder(ns)
         self.scopes_made.discard(scope)
+        # Its commits stay in the ledger (ids, authors, counts: no content), as a deleted
+        # branch's do; the index mirrors the ledger, so only the scope's rows go.
         with self.index.engine.begin() as conn:
-            for t in (episodes_t, acl_t, bodies_t, facts_t, ledger_t):
+            for t in (episodes_t, acl_t, bodies_t, facts_t):
                 conn.execute(delete(t).where(t.c.scope == str(scope)))
         for listener in self.dropped:
             listener(str(scope))
