@@ -67,6 +67,7 @@ Instant = Annotated[AwareDatetime, AfterValidator(in_utc)]
 _TTL_PART = re.compile(r"(\d{1,9})([smhdw])")
 _TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_TTL = timedelta(days=366)
+TTL_PATTERN = r"^\s*([0-9]{1,9}[smhdwSMHDW])+\s*$"  # what the OpenAPI schema publishes
 
 
 def parse_ttl(text: object, loc: list[str | int], maximum: timedelta = MAX_TTL) -> timedelta:

@@ -40,7 +40,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
 from sqlalchemy import LargeBinary, cast, delete, func, select
 
@@ -59,7 +59,7 @@ from ampup_memory.memory.readindex import (
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope
 from ampup_memory.memory.sync import Sync
 from ampup_memory.memory.tables import SCOPE_TABLES, WORKSPACES, MemoryTables, arrow
-from ampup_memory.timefmt import parse_ttl, utc_text
+from ampup_memory.timefmt import TTL_PATTERN, parse_ttl, utc_text
 from ampup_memory.web.body import JsonInt
 
 log = logging.getLogger("ampup_memory.memory")
@@ -76,6 +76,7 @@ DEFAULT_CAPS = {"scopes": 20, "episodes": 100_000, "facts": 1_000_000,
 MAX_CAPS = {"scopes": 1_000, "episodes": 10_000_000, "facts": 100_000_000,
             "bytes": 1024 ** 4}
 MAX_WORKSPACE_NAME = 200
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
 LEASE_TIME = timedelta(minutes=30)
 
 
@@ -91,29 +92,25 @@ def utcnow() -> datetime:
 class CapsIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    scopes: JsonInt | None = Field(default=None, ge=1, le=MAX_CAPS["scopes"])
-    episodes: JsonInt | None = Field(default=None, ge=1, le=MAX_CAPS["episodes"])
-    facts: JsonInt | None = Field(default=None, ge=1, le=MAX_CAPS["facts"])
-    bytes: JsonInt | None = Field(default=None, ge=1, le=MAX_CAPS["bytes"],
-                                  description="UTF-8 bytes of stored episode bodies.")
+    scopes: JsonInt = Field(default=DEFAULT_CAPS["scopes"], ge=1, le=MAX_CAPS["scopes"])
+    episodes: JsonInt = Field(default=DEFAULT_CAPS["episodes"], ge=1,
+                              le=MAX_CAPS["episodes"])
+    facts: JsonInt = Field(default=DEFAULT_CAPS["facts"], ge=1, le=MAX_CAPS["facts"],
+                           description="Fact rows, closures included.")
+    bytes: JsonInt = Field(default=DEFAULT_CAPS["bytes"], ge=1, le=MAX_CAPS["bytes"],
+                           description="UTF-8 bytes of stored episode bodies.")
 
 
 class CreateWorkspace(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=MAX_WORKSPACE_NAME,
-                      description="A label; printable text, no control characters.")
-    ttl: str = Field(max_length=32, description="Time to live: 30m, 1h, 7d, 1d12h …")
+    name: str = Field(min_length=1, max_length=MAX_WORKSPACE_NAME, pattern=NAME_PATTERN,
+                      description="A label: printable text, not only spaces.")
+    ttl: str = Field(max_length=32, pattern=TTL_PATTERN,
+                     description="Time to live: 30m, 1h, 7d, 1d12h … (more than 0, at most "
+                     "366 days).")
     caps: CapsIn | None = Field(default=None, description="Limits; each one left out takes "
-                                "its default (scopes 20, episodes 100000, facts 1000000, "
-                                "bytes 1 GiB).")
-
-    @field_validator("name")
-    @classmethod
-    def _printable(cls, value: str) -> str:
-        if any(ord(c) < 32 or ord(c) == 127 for c in value) or not value.strip():
-            raise ValueError("a name is printable text with no control characters")
-        return value
+                                "its default.")
 
 
 @dataclass(frozen=True)
@@ -272,8 +269,7 @@ class Workspaces:
     # -- what callers do ----------------------------------------------------------------------
     def create(self, user: str, req: CreateWorkspace) -> dict[str, Any]:
         ttl = parse_ttl(req.ttl, ["ttl"])
-        given = req.caps.model_dump() if req.caps is not None else {}
-        caps = {c: given.get(c) or DEFAULT_CAPS[c] for c in CAP_NAMES}
+        caps = (req.caps or CapsIn()).model_dump()
         now = utcnow()
         ws = Workspace(id="ws_" + secrets.token_hex(8), name=req.name, created_by=user,
                        created_at=now, expires_at=now + ttl, caps=caps, state=LIVE,
