@@ -35,6 +35,8 @@ SCOPES = ["fuzz/team_a", "fuzz/team_b"]
 # except for these 422s, whose rule depends on stored data or on more than JSON Schema can
 # say. Any other 422 to a schema-valid request means the schema hides a rule: publish it.
 SEMANTIC_422 = {
+    "ttl_invalid",       # a time to live of 0 (0s, 0d0h)
+    "ttl_too_long",      # ... or past its maximum
     "scope_invalid",     # each part of org/team at most 64 characters
     "episode_unknown",   # a cite names an episode the caller cannot read
     "unit_unknown",      # ... or a unit it does not have

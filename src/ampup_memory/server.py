@@ -15,7 +15,8 @@ from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.branch_api import router as branch_router
-from ampup_memory.memory.timer import maintenance_timer
+from ampup_memory.memory.timer import maintenance_timer, workspace_timer
+from ampup_memory.memory.workspace_api import router as workspace_router
 from ampup_memory.ops.api import router as ops_router
 from ampup_memory.runtime import Runtime, open_runtime
 from ampup_memory.search.api import mount as mount_search
@@ -71,12 +72,14 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.auth = rt.auth
     app.state.memory = rt.memory
     app.state.timers = []  # what each periodic job has done, for GET /status
-    app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings, app.state.timers)]
+    app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings, app.state.timers),
+                                workspace_timer(rt.memory, settings, app.state.timers)]
     http_errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
     app.include_router(branch_router)
+    app.include_router(workspace_router)
     app.include_router(ops_router)  # GET /status
     # /health and /spec also answer at the root, where load balancers look first.
     app.add_api_route("/health", health, methods=["GET"], include_in_schema=False)

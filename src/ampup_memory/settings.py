@@ -210,6 +210,13 @@ class Settings(BaseSettings):
         description="Rows and files not in any commit are removed only once older than "
         "this; keep it far above the longest commit.",
     )
+    workspace_gc_interval_seconds: int = Field(
+        default=60,
+        ge=0,
+        validation_alias=_env("AMPUP_MEMORY_WORKSPACE_GC_INTERVAL_SECONDS"),
+        description="Seconds between `serve`'s passes that drop expired and deleted "
+        "workspaces (what `workspace gc` does once); 0 turns the timer off.",
+    )
     log_level: LogLevel = Field(
         default="warning",
         validation_alias=_env("AMPUP_MEMORY_LOG_LEVEL"),

@@ -11,10 +11,13 @@ spelled by `format_time` (fixed width, zero-padded year) and read back by `parse
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from pydantic import AfterValidator, AwareDatetime
+
+from ampup_memory.errors import field_error
 
 
 def format_time(value: datetime) -> str:
@@ -57,3 +60,32 @@ def in_utc(value: datetime) -> datetime:
 # Every datetime a client sends (AMP and AmpUp bodies, query parameters, MCP tool arguments):
 # RFC 3339 with an offset, normalised to UTC, refused (422) when UTC cannot hold it.
 Instant = Annotated[AwareDatetime, AfterValidator(in_utc)]
+
+
+# A time to live (workspaces, pins): one or more <number><unit> parts, units s, m, h, d, w,
+# e.g. "30m", "1h", "7d", "1d12h". Positive and at most MAX_TTL; anything else is a 422.
+_TTL_PART = re.compile(r"(\d{1,9})([smhdw])")
+_TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+MAX_TTL = timedelta(days=366)
+TTL_PATTERN = r"^\s*([0-9]{1,9}[smhdwSMHDW])+\s*$"  # what the OpenAPI schema publishes
+
+
+def parse_ttl(text: object, loc: list[str | int], maximum: timedelta = MAX_TTL) -> timedelta:
+    """``"7d"`` → ``timedelta(days=7)``, or a 422 on ``loc`` naming the rule (``0s``,
+    ``-1d``, garbage, more than ``maximum``)."""
+    rule = ("use a positive time to live: a number and a unit s, m, h, d or w, e.g. 30m, "
+            "1h, 7d (parts may follow each other: 1d12h)")
+    if not isinstance(text, str) or not text.strip() or len(text) > 32:
+        raise field_error(loc, rule, "ttl_invalid")
+    spelled = text.strip().lower()
+    parts = _TTL_PART.findall(spelled)
+    if "".join(n + u for n, u in parts) != spelled:
+        raise field_error(loc, f"{text[:32]!r}: {rule}", "ttl_invalid")
+    seconds = sum(int(n) * _TTL_UNITS[u] for n, u in parts)
+    if seconds <= 0:
+        raise field_error(loc, f"{text!r}: a time to live must be more than 0 seconds",
+                          "ttl_invalid")
+    if seconds > maximum.total_seconds():
+        raise field_error(loc, f"{text!r}: a time to live is at most {maximum.days} days",
+                          "ttl_too_long")
+    return timedelta(seconds=seconds)

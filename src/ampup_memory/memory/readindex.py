@@ -541,8 +541,10 @@ class ReadIndex:
         stmt = stmt.on_conflict_do_update(
             index_elements=["name"], set_={"holder": holder, "until_us": until},
             where=(leases_t.c.until_us < to_us(now)) | (leases_t.c.holder == holder))
+        # RETURNING, not rowcount: psycopg reports -1 for this statement, so on PostgreSQL
+        # the lease was never taken (a row comes back exactly when it is ours).
         with self.engine.begin() as conn:
-            return bool(conn.execute(stmt).rowcount == 1)
+            return conn.execute(stmt.returning(leases_t.c.name)).first() is not None
 
     def release_lease(self, name: str, holder: str) -> None:
         """Give the lease back now, if it is still ours (not only when it runs out)."""

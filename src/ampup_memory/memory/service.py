@@ -73,6 +73,7 @@ from ampup_memory.memory.tables import (
     MemoryTables,
     arrow,
 )
+from ampup_memory.memory.workspaces import Workspaces
 from ampup_memory.settings import Settings, armed_fault
 from ampup_memory.web.body import validation_errors
 
@@ -141,6 +142,10 @@ class MemoryService:
         # Called with (scope, branch) once a commit is in the ledger and the read index
         # (the search index feeds itself here, so a write is searchable when it returns).
         self.after_commit: list[Callable[[str, str], None]] = []
+        # Workspace orgs: refused once gone, capped on every commit (workspaces.py).
+        self.workspaces = Workspaces(tables, index, self.sync, self._write_lock,
+                                     self._scopes_made, lambda: self.protected,
+                                     MAINTENANCE_LEASE, fault)
 
     @classmethod
     def open(cls, settings: Settings) -> MemoryService:
@@ -162,6 +167,7 @@ class MemoryService:
         unknown or deleted branch, or a commit not on this branch as it now is)."""
         scope = parse_scope(scope_text)
         branch = parse_branch(branch_text)
+        self.workspaces.require_live(scope)
         self.sync.scope(scope)
         if not at_commit:
             return View(scope, branch, branch_segments(self.index, str(scope), branch))
@@ -177,6 +183,7 @@ class MemoryService:
 
     def _write_view(self, scope: Scope, branch: str) -> Segments:
         """The segments a write on the branch classifies against (synced first)."""
+        self.workspaces.require_live(scope)
         self.sync.scope(scope)
         return branch_segments(self.index, str(scope), branch)
 
@@ -524,6 +531,7 @@ class MemoryService:
 
         ``parent`` names the row's parent instead of the chain's head (a branch's creation
         row: the commit it forked from), asked inside each attempt like ``recheck``."""
+        self.workspaces.admit(scope, episodes, facts)  # caps, before any row is written
         now = utcnow()
         if scope not in self._scopes_made:
             self.tables.ensure_scope(scope)  # a scope is born inside its first commit

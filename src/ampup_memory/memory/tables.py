@@ -8,6 +8,8 @@ Layout (see DESIGN.md "AmpUp data model"):
     <org>__<team>.facts      fact versions and closures
     memory_system.ledger     one row per commit (compare-and-set, see ledger.py)
     memory_system.principals one row per principal change; newest per user wins
+    memory_system.workspaces one row per workspace change; the furthest state per id wins
+                             (live → deleted → dropped), see workspaces.py
 
 Every data row carries the ``commit_id`` of the commit that wrote it; a row counts only once
 that commit is in the ledger. Table properties follow what we measured on pyiceberg 0.12:
@@ -73,9 +75,15 @@ PRINCIPALS = pa.schema([
     ("user", pa.string()), ("groups", pa.list_(pa.string())),
     ("roles", pa.list_(pa.string())), ("updated_at", TS), ("updated_by", pa.string()),
 ])
+WORKSPACES = pa.schema([
+    ("id", pa.string()), ("name", pa.string()), ("created_by", pa.string()),
+    ("created_at", TS), ("expires_at", TS), ("caps", pa.string()), ("state", pa.string()),
+    ("updated_at", TS), ("updated_by", pa.string()),
+])
 
 SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "facts": FACTS}
-SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS}
+SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS,
+                                       "workspaces": WORKSPACES}
 
 _COMMON = {
     "commit.manifest-merge.enabled": "true",
@@ -222,6 +230,11 @@ class MemoryTables:
         with self._lock:
             self._cache[key] = loaded
         return loaded
+
+    def forget(self, namespace: str, name: str) -> None:
+        """Drop the loaded copy of a table (it is being dropped from the catalog)."""
+        with self._lock:
+            self._cache.pop((namespace, name), None)
 
     def private(self, namespace: str, name: str) -> Table:
         """A table object no other thread holds: for commits whose base must not move

@@ -25,3 +25,18 @@ def maintenance_timer(svc: MemoryService, settings: Settings,
 
     return periodic(maintain, settings.memory_maintenance_interval_seconds,
                     "memory maintenance pass", log, records=records)
+
+
+def workspace_timer(svc: MemoryService, settings: Settings,
+                    records: list[TimerRecord] | None = None) -> LifespanHook:
+    """Drops expired and deleted workspaces (``workspace gc``) while the app serves."""
+    holder = uuid.uuid4().hex[:16]
+
+    def gc() -> str | None:
+        report = svc.workspaces.gc_if_free(holder)
+        if report is None or not (report["dropped"] or report["scopes"]):
+            return None
+        return str(report)
+
+    return periodic(gc, settings.workspace_gc_interval_seconds, "workspace gc pass", log,
+                    records=records)

@@ -83,10 +83,19 @@ class Feed:
     def attach(self) -> None:
         """Feed every commit this process makes before its write returns."""
         self.memory.after_commit.append(self.on_commit)
+        self.memory.workspaces.dropped.append(self.on_drop)
 
     def detach(self) -> None:
         if self.on_commit in self.memory.after_commit:
             self.memory.after_commit.remove(self.on_commit)
+        if self.on_drop in self.memory.workspaces.dropped:
+            self.memory.workspaces.dropped.remove(self.on_drop)
+
+    def on_drop(self, scope: str) -> None:
+        """A workspace's scope was dropped: its rows and cursors go (under the feed's lock,
+        so no batch of it lands after the clear)."""
+        with self._lock:
+            self.engine.index.clear(scope)
 
     def on_commit(self, scope: str, branch: str) -> None:
         self.feed(scope, branch)

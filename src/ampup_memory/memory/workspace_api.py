@@ -1,0 +1,82 @@
+"""Workspace routes: POST /workspaces, GET /workspaces, GET and DELETE /workspaces/{id}.
+
+Any authenticated user may create one; only its creator (or an admin) sees, reads the usage
+of or deletes it, and every other id is the same 404 (no probing for ids). The workspace's
+org then works in every route as any org (workspaces.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from ampup_memory.auth import Authenticator
+from ampup_memory.errors import AmpError
+from ampup_memory.memory.api import (
+    INVALID,
+    UNAUTHENTICATED,
+    USER_DOC,
+    _headers,
+    _user,
+    service,
+)
+from ampup_memory.memory.workspaces import ID_PATTERN, CreateWorkspace
+from ampup_memory.web.body import parse_body
+from ampup_memory.web.openapi import body_doc, errors
+
+router = APIRouter(tags=["workspaces"])
+UNAVAILABLE = "UNAVAILABLE: AmpUp Memory is not available in this process"
+NOT_FOUND = "NOT_FOUND: no live workspace of yours with that id (one answer for all)"
+WorkspaceId = Annotated[str, Path(max_length=64, description="Workspace id (ws_…).",
+                                  json_schema_extra={"pattern": ID_PATTERN})]
+
+
+def _is_admin(request: Request) -> bool:
+    auth: Authenticator = request.app.state.auth
+    try:
+        auth.require_admin(_headers(request))
+    except AmpError:
+        return False
+    return True
+
+
+@router.post("/workspaces", status_code=201, responses=errors({
+    401: UNAUTHENTICATED, 422: INVALID + " (bad name, ttl or caps)", 503: UNAVAILABLE}),
+    openapi_extra={**body_doc(CreateWorkspace), **USER_DOC})
+async def create_workspace(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(CreateWorkspace, await request.body())
+    created = await run_in_threadpool(service(request).workspaces.create, user, req)
+    return JSONResponse(created, status_code=201)
+
+
+@router.get("/workspaces", responses=errors({401: UNAUTHENTICATED, 422: INVALID,
+                                             503: UNAVAILABLE}), openapi_extra=USER_DOC)
+def list_workspaces(
+    request: Request,
+    all_users: Annotated[bool, Query(alias="all", description=(
+        "Admin only: every user's live workspaces."))] = False,
+) -> dict[str, Any]:
+    user = _user(request)
+    admin_all = all_users and _is_admin(request)
+    return {"workspaces": service(request).workspaces.listing(user, admin_all)}
+
+
+@router.get("/workspaces/{workspace_id}", responses=errors({
+    401: UNAUTHENTICATED, 404: NOT_FOUND, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
+def get_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
+    user = _user(request)
+    return service(request).workspaces.show(user, workspace_id, _is_admin(request))
+
+
+@router.delete("/workspaces/{workspace_id}", responses=errors({
+    401: UNAUTHENTICATED, 404: NOT_FOUND, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
+async def delete_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
+    user = _user(request)
+    admin = _is_admin(request)
+    result: dict[str, Any] = await run_in_threadpool(
+        service(request).workspaces.delete, user, workspace_id, admin)
+    return result

@@ -1,0 +1,85 @@
+"""``ampup-memory workspace create|list|delete|gc``.
+
+The command line speaks as the operator (it holds the tables): ``delete`` and ``list``
+reach every user's workspaces; ``create`` records ``--user`` as the creator.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import click
+
+from ampup_memory.cliutil import dumps
+from ampup_memory.memory.cli import SettingsOptions, _fail, _service
+from ampup_memory.settings import Settings
+
+
+def workspace_commands(settings_options: SettingsOptions,
+                       settings_from: Any) -> list[click.Command]:
+    @click.group("workspace")
+    def workspace() -> None:
+        """Workspaces: disposable orgs with caps and a time to live."""
+
+    @workspace.command("create")
+    @click.argument("name")
+    @click.option("--ttl", required=True, help="Time to live: 30m, 1h, 7d, 1d12h …")
+    @click.option("--user", required=True, help="Who creates it (it is theirs to delete).")
+    @click.option("--max-scopes", type=int, default=None, help="Cap on scopes.")
+    @click.option("--max-episodes", type=int, default=None, help="Cap on episodes.")
+    @click.option("--max-facts", type=int, default=None, help="Cap on facts.")
+    @click.option("--max-bytes", type=int, default=None, help="Cap on body bytes.")
+    @settings_options("common", "tables")
+    def create(name: str, ttl: str, user: str, max_scopes: int | None,
+               max_episodes: int | None, max_facts: int | None, max_bytes: int | None,
+               **kwargs: Any) -> None:
+        """Create a workspace; prints it (its id is its org: use <id>/<team> scopes)."""
+        from ampup_memory.memory.acl import require_id
+        from ampup_memory.memory.service import build
+        from ampup_memory.memory.workspaces import CreateWorkspace
+
+        settings: Settings = settings_from(kwargs)
+        caps = {k: v for k, v in (("scopes", max_scopes), ("episodes", max_episodes),
+                                  ("facts", max_facts), ("bytes", max_bytes))
+                if v is not None}
+        with _service(settings) as svc:
+            require_id(user, ["user"], "user id")
+            req = build(CreateWorkspace, name=name, ttl=ttl, caps=caps or None)
+            click.echo(dumps(svc.workspaces.create(user, req)))
+
+    @workspace.command("list")
+    @click.option("--user", default=None, help="Only this user's (default: everyone's).")
+    @settings_options("common", "tables")
+    def list_(user: str | None, **kwargs: Any) -> None:
+        """Live workspaces with their caps and usage, as JSON."""
+        settings: Settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            found = svc.workspaces.listing(user or "", admin_all=user is None)
+            click.echo(dumps({"workspaces": found}, indent=2))
+
+    @workspace.command("delete")
+    @click.argument("workspace_id")
+    @settings_options("common", "tables")
+    def delete(workspace_id: str, **kwargs: Any) -> None:
+        """Delete a workspace now: every scope, file and index row of it."""
+        from ampup_memory.search.feed import attached_feed
+
+        settings: Settings = settings_from(kwargs)
+        with _service(settings) as svc, attached_feed(settings, svc):
+            click.echo(dumps(svc.workspaces.delete("cli", workspace_id, admin=True)))
+
+    @workspace.command("gc")
+    @settings_options("common", "tables")
+    def gc(**kwargs: Any) -> None:
+        """Drop expired and deleted workspaces (and what a cut-short drop left behind)."""
+        from ampup_memory.search.feed import attached_feed
+
+        settings: Settings = settings_from(kwargs)
+        with _service(settings) as svc, attached_feed(settings, svc):
+            report = svc.workspaces.gc_if_free("cli-" + uuid.uuid4().hex[:12])
+            if report is None:
+                _fail("maintenance or a backup holds the lease; try again shortly")
+            click.echo(dumps(report))
+
+    return [workspace]

@@ -1,0 +1,412 @@
+"""Workspaces: disposable orgs with caps and a time to live (seed 003, issue #10).
+
+A workspace ``ws_<16 hex>`` *is* its org: its scopes are ``ws_…/<team>`` and every route
+takes them as any other scope. The id pattern is reserved: a scope whose org matches
+``^ws_[0-9a-f]{16}$`` is written and read only while that workspace is live, so no normal
+org can ever turn into (or collide with) a workspace, and a deleted or expired one is never
+recreated by a late write (404 ``WORKSPACE_GONE``).
+
+Storage: ``memory_system.workspaces`` (Iceberg), one row per change. A workspace's state
+only moves forward (live → deleted → dropped), so per id the row with the furthest state
+wins (newest ``updated_at`` among equals): servers sharing one catalog agree without a
+compare-and-set. Each process caches the table's rows keyed by its snapshot id.
+
+Two checks sit on the commit path, both one regex match and nothing else for a scope that
+is not a workspace's: :meth:`Workspaces.require_live` (every view and every commit) and
+:meth:`Workspaces.admit` (every commit, before any row is written: the caps). ``admit`` runs
+under the service's write lock, so writers of one process never overshoot a cap together;
+two *servers* writing into one workspace at the same moment may each pass the check and
+overshoot by at most their in-flight commits.
+
+Drop (``DELETE``, the ``serve`` timer, ``workspace gc``): first one durable row says the
+workspace is deleted (from then on it reads and writes as gone), then each of its scopes
+loses its Iceberg tables and files, its read-index rows and its search rows, then a last row
+says ``dropped``. A crash anywhere in between leaves a workspace that is gone to every
+caller, whose leftovers the next gc pass removes (every step is idempotent).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import secrets
+import shutil
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field
+from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
+from sqlalchemy import LargeBinary, cast, delete, func, select
+
+from ampup_memory.errors import Conflict, NotFound
+from ampup_memory.memory.episodes import Prepared
+from ampup_memory.memory.facts import FactRecord
+from ampup_memory.memory.maintenance import Protected, tidy
+from ampup_memory.memory.readindex import (
+    ReadIndex,
+    acl_t,
+    bodies_t,
+    episodes_t,
+    facts_t,
+    ledger_t,
+)
+from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope
+from ampup_memory.memory.sync import Sync
+from ampup_memory.memory.tables import SCOPE_TABLES, WORKSPACES, MemoryTables, arrow
+from ampup_memory.timefmt import TTL_PATTERN, parse_ttl, utc_text
+from ampup_memory.web.body import JsonInt
+
+log = logging.getLogger("ampup_memory.memory")
+
+ID_PATTERN = r"^ws_[0-9a-f]{16}$"
+WORKSPACE_ORG = re.compile(ID_PATTERN)
+FAULT_MID_DROP = "workspace-mid-drop"  # after the first table of a drop is gone
+TABLE = "workspaces"
+LIVE, DELETED, DROPPED = "live", "deleted", "dropped"
+_RANK = {LIVE: 0, DELETED: 1, DROPPED: 2}
+CAP_NAMES = ("scopes", "episodes", "facts", "bytes")
+DEFAULT_CAPS = {"scopes": 20, "episodes": 100_000, "facts": 1_000_000,
+                "bytes": 1024 ** 3}
+MAX_CAPS = {"scopes": 1_000, "episodes": 10_000_000, "facts": 100_000_000,
+            "bytes": 1024 ** 4}
+MAX_WORKSPACE_NAME = 200
+NAME_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
+LEASE_TIME = timedelta(minutes=30)
+
+
+def is_workspace_org(org: str) -> bool:
+    """The reserved pattern: an org that is (or was, or could only be) a workspace."""
+    return org.startswith("ws_") and WORKSPACE_ORG.fullmatch(org) is not None
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class CapsIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scopes: JsonInt = Field(default=DEFAULT_CAPS["scopes"], ge=1, le=MAX_CAPS["scopes"])
+    episodes: JsonInt = Field(default=DEFAULT_CAPS["episodes"], ge=1,
+                              le=MAX_CAPS["episodes"])
+    facts: JsonInt = Field(default=DEFAULT_CAPS["facts"], ge=1, le=MAX_CAPS["facts"],
+                           description="Fact rows, closures included.")
+    bytes: JsonInt = Field(default=DEFAULT_CAPS["bytes"], ge=1, le=MAX_CAPS["bytes"],
+                           description="UTF-8 bytes of stored episode bodies.")
+
+
+class CreateWorkspace(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1, max_length=MAX_WORKSPACE_NAME, pattern=NAME_PATTERN,
+                      description="A label: printable text, not only spaces.")
+    ttl: str = Field(max_length=32, pattern=TTL_PATTERN,
+                     description="Time to live: 30m, 1h, 7d, 1d12h … (more than 0, at most "
+                     "366 days).")
+    caps: CapsIn | None = Field(default=None, description="Limits; each one left out takes "
+                                "its default.")
+
+
+@dataclass(frozen=True)
+class Workspace:
+    id: str
+    name: str
+    created_by: str
+    created_at: datetime
+    expires_at: datetime
+    caps: dict[str, int]
+    state: str
+    updated_at: datetime
+    updated_by: str
+
+    def live(self, now: datetime) -> bool:
+        return self.state == LIVE and self.expires_at > now
+
+    def row(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "created_by": self.created_by,
+                "created_at": self.created_at, "expires_at": self.expires_at,
+                "caps": json.dumps(self.caps, sort_keys=True), "state": self.state,
+                "updated_at": self.updated_at, "updated_by": self.updated_by}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Workspace:
+        return cls(id=row["id"], name=row["name"], created_by=row["created_by"],
+                   created_at=row["created_at"], expires_at=row["expires_at"],
+                   caps=json.loads(row["caps"]), state=row["state"],
+                   updated_at=row["updated_at"], updated_by=row["updated_by"])
+
+    def wire(self, usage: dict[str, int] | None = None) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "id": self.id, "org": self.id, "name": self.name, "created_by": self.created_by,
+            "created_at": utc_text(self.created_at), "expires_at": utc_text(self.expires_at),
+            "caps": dict(self.caps)}
+        if usage is not None:
+            out["usage"] = usage
+        return out
+
+
+def gone(org: str) -> NotFound:
+    return NotFound(f"No live workspace {org}: it has expired, was deleted or never "
+                    "existed. Create a new one with POST /workspaces.",
+                    code="WORKSPACE_GONE", details={"workspace": org})
+
+
+class Workspaces:
+    """The registry, the checks on the commit path and the drop."""
+
+    def __init__(self, tables: MemoryTables, index: ReadIndex, sync: Sync,
+                 write_lock: threading.Lock, scopes_made: set[Scope],
+                 protected: Callable[[], Protected], lease: str,
+                 fault: str | None = None) -> None:
+        self.tables = tables
+        self.index = index
+        self.sync = sync
+        self.write_lock = write_lock
+        self.scopes_made = scopes_made
+        self.protected = protected
+        self.fault = fault
+        self.lease = lease  # maintenance's: a drop never runs beside it or a backup
+        # Called with a scope's name as it is dropped (the search index clears its rows).
+        self.dropped: list[Callable[[str], None]] = []
+        self._lock = threading.Lock()
+        self._seen: int | None = -1
+        self._known: dict[str, Workspace] = {}
+
+    # -- the registry -------------------------------------------------------------------------
+    def all(self) -> dict[str, Workspace]:
+        """Every workspace ever made, its furthest state each; re-read only when the table's
+        snapshot moved (one catalog query otherwise)."""
+        table = self.tables.system(TABLE)
+        snap = table.metadata.current_snapshot()
+        sid = snap.snapshot_id if snap is not None else None
+        with self._lock:
+            if sid == self._seen:
+                return self._known
+        known: dict[str, Workspace] = {}
+        if sid is not None:
+            for row in table.scan(snapshot_id=sid).to_arrow().to_pylist():
+                ws = Workspace.from_row(row)
+                have = known.get(ws.id)
+                if have is None or (_RANK[ws.state], ws.updated_at) >= (
+                        _RANK[have.state], have.updated_at):
+                    known[ws.id] = ws
+        with self._lock:
+            self._seen, self._known = sid, known
+        return known
+
+    def _record(self, ws: Workspace) -> None:
+        table = self.tables.private(SYSTEM_NAMESPACE, TABLE)
+        self.tables.append(table, arrow(WORKSPACES, [ws.row()]))
+        tidy(self.tables, SYSTEM_NAMESPACE, TABLE, self.protected())
+
+    # -- the checks on the commit path --------------------------------------------------------
+    def require_live(self, scope: Scope) -> Workspace | None:
+        """None for a scope of a normal org (one regex match); the live workspace for a
+        workspace's scope; 404 ``WORKSPACE_GONE`` otherwise."""
+        if not is_workspace_org(scope.org):
+            return None
+        ws = self.all().get(scope.org)
+        if ws is None or not ws.live(utcnow()):
+            raise gone(scope.org)
+        return ws
+
+    def admit(self, scope: Scope, episodes: list[Prepared], facts: list[FactRecord]) -> None:
+        """Refuse a commit that would take its workspace past a cap (409 ``WORKSPACE_CAP``,
+        naming the cap, the usage and the limit), before any row is written. The caller
+        holds the write lock."""
+        ws = self.require_live(scope)
+        if ws is None:
+            return
+        scopes = self._scopes(ws.id)
+        for s in scopes:  # usage counts the other servers' commits too, as far as known
+            self.sync.apply_pending(s)
+        usage = self.usage(ws.id, scopes)
+        bodies = {p.record.body_ref: p.body for p in episodes}
+        known = self.index.known_bodies(str(scope), bodies)
+        adding = {"scopes": 0 if scope in scopes else 1, "episodes": len(episodes),
+                  "facts": len(facts),
+                  "bytes": sum(len(b.encode("utf-8")) for r, b in bodies.items()
+                               if r not in known)}
+        for cap in CAP_NAMES:
+            limit = ws.caps[cap]
+            if adding[cap] and usage[cap] + adding[cap] > limit:
+                raise Conflict(
+                    f"Workspace {ws.id} is capped at {limit} {cap}: it holds {usage[cap]} "
+                    f"and this write adds {adding[cap]}. Nothing was written.",
+                    code="WORKSPACE_CAP",
+                    details={"workspace": ws.id, "cap": cap, "limit": limit,
+                             "usage": usage[cap], "adding": adding[cap]})
+
+    def _scopes(self, org: str) -> list[Scope]:
+        return [s for s in self.tables.scopes() if s.org == org]
+
+    def usage(self, org: str, scopes: list[Scope] | None = None) -> dict[str, int]:
+        """What the workspace holds: scopes, episode rows, fact rows (closures included)
+        and UTF-8 bytes of stored bodies, from the read index."""
+        names = [str(s) for s in (self._scopes(org) if scopes is None else scopes)]
+        if not names:
+            return dict.fromkeys(CAP_NAMES, 0)
+        if self.index.dialect == "sqlite":
+            size = func.length(cast(bodies_t.c.body, LargeBinary))
+        else:
+            size = func.octet_length(bodies_t.c.body)
+        with self.index.engine.connect() as conn:
+            episodes = conn.execute(select(func.count()).select_from(episodes_t)
+                                    .where(episodes_t.c.scope.in_(names))).scalar()
+            facts = conn.execute(select(func.count()).select_from(facts_t)
+                                 .where(facts_t.c.scope.in_(names))).scalar()
+            size_sum = conn.execute(select(func.coalesce(func.sum(size), 0))
+                                    .where(bodies_t.c.scope.in_(names))).scalar()
+        return {"scopes": len(names), "episodes": int(episodes or 0),
+                "facts": int(facts or 0), "bytes": int(size_sum or 0)}
+
+    # -- what callers do ----------------------------------------------------------------------
+    def create(self, user: str, req: CreateWorkspace) -> dict[str, Any]:
+        ttl = parse_ttl(req.ttl, ["ttl"])
+        caps = (req.caps or CapsIn()).model_dump()
+        now = utcnow()
+        ws = Workspace(id="ws_" + secrets.token_hex(8), name=req.name, created_by=user,
+                       created_at=now, expires_at=now + ttl, caps=caps, state=LIVE,
+                       updated_at=now, updated_by=user)
+        self._record(ws)
+        return ws.wire(dict.fromkeys(CAP_NAMES, 0))
+
+    def listing(self, user: str, admin_all: bool) -> list[dict[str, Any]]:
+        """Live workspaces the caller created (an admin asking for all: everyone's)."""
+        now = utcnow()
+        found = [ws for ws in self.all().values()
+                 if ws.live(now) and (admin_all or ws.created_by == user)]
+        return [ws.wire(self.usage(ws.id)) for ws in sorted(found, key=lambda w: w.created_at)]
+
+    def visible(self, user: str, ws_id: str, admin: bool) -> Workspace:
+        """A live workspace the caller created (or any, for an admin); every other id,
+        another user's included, is the same 404."""
+        ws = self.all().get(ws_id) if is_workspace_org(ws_id) else None
+        if ws is None or not ws.live(utcnow()) or not (admin or ws.created_by == user):
+            raise NotFound("No such workspace.")
+        return ws
+
+    def show(self, user: str, ws_id: str, admin: bool) -> dict[str, Any]:
+        ws = self.visible(user, ws_id, admin)
+        return ws.wire(self.usage(ws.id))
+
+    def _take_lease(self, holder: str) -> bool:
+        return self.index.take_lease(self.lease, holder, utcnow(), LEASE_TIME)
+
+    def delete(self, user: str, ws_id: str, admin: bool) -> dict[str, Any]:
+        """Mark deleted (one durable row: gone from here on), then drop what it holds when
+        maintenance is not running (else the next gc pass drops it)."""
+        ws = self.visible(user, ws_id, admin)
+        with self.write_lock:  # no commit of this process lands between the two steps
+            now = utcnow()
+            deleted = replace(ws, state=DELETED, updated_at=now, updated_by=user)
+            self._record(deleted)
+            holder = secrets.token_hex(8)
+            if not self._take_lease(holder):
+                return {"id": ws.id, "deleted": True, "dropped": False, "scopes": []}
+            try:
+                scopes = self._drop(deleted, user)
+            finally:
+                self.index.release_lease(self.lease, holder)
+        return {"id": ws.id, "deleted": True, "dropped": True, "scopes": scopes}
+
+    def gc_if_free(self, holder: str) -> dict[str, Any] | None:
+        """The timer's and the CLI's pass: None when maintenance (or a backup) holds the
+        lease; it comes again on the next pass."""
+        if not self._take_lease(holder):
+            return None
+        try:
+            return self.gc()
+        finally:
+            self.index.release_lease(self.lease, holder)
+
+    def gc(self, now: datetime | None = None) -> dict[str, Any]:
+        """Drop every expired or deleted workspace not dropped yet, and any namespace of the
+        reserved pattern without a live workspace (a crash, or a write of another server
+        racing a drop). The caller holds the maintenance lease."""
+        now = now or utcnow()
+        known = self.all()
+        done: list[str] = []
+        scopes: list[str] = []
+        with self.write_lock:
+            for ws in sorted(known.values(), key=lambda w: w.id):
+                if ws.state != DROPPED and not ws.live(now):
+                    scopes += self._drop(ws, "gc")
+                    done.append(ws.id)
+            for scope in self.tables.scopes():
+                ws_of = known.get(scope.org)
+                if is_workspace_org(scope.org) and (ws_of is None or not ws_of.live(now)):
+                    self._drop_scope(scope)
+                    scopes.append(str(scope))
+        return {"dropped": done, "scopes": sorted(set(scopes))}
+
+    # -- the drop -----------------------------------------------------------------------------
+    def _drop(self, ws: Workspace, by: str) -> list[str]:
+        names = {str(s) for s in self._scopes(ws.id)} | self._indexed_scopes(ws.id)
+        for name in sorted(names):
+            org, _, team = name.partition("/")
+            self._drop_scope(Scope(org, team))
+        self._record(replace(ws, state=DROPPED, updated_at=utcnow(), updated_by=by))
+        return sorted(names)
+
+    def _indexed_scopes(self, org: str) -> set[str]:
+        """Scopes of ``org`` the ledger knows (a drop cut short after its namespaces went
+        may have left their read-index rows)."""
+        prefix = org + "/"
+        with self.index.engine.connect() as conn:
+            return {s for s in conn.execute(select(ledger_t.c.scope).distinct().where(
+                ledger_t.c.scope.startswith(prefix, autoescape=True))).scalars()}
+
+    def _drop_scope(self, scope: Scope) -> None:
+        """Tables and files, then read-index rows, then search rows: each idempotent."""
+        ns = scope.namespace
+        for n, name in enumerate(SCOPE_TABLES):
+            self._purge(ns, name)
+            if n == 0 and self.fault == FAULT_MID_DROP:
+                log.error("fault hook %s: exiting in the middle of a drop", self.fault)
+                os._exit(70)
+        try:
+            self.tables.catalog.drop_namespace(ns)
+        except NoSuchNamespaceError:
+            pass
+        self._remove_folder(ns)
+        self.scopes_made.discard(scope)
+        # Its commits stay in the ledger (ids, authors, counts: no content), as a deleted
+        # branch's do; the index mirrors the ledger, so only the scope's rows go.
+        with self.index.engine.begin() as conn:
+            for t in (episodes_t, acl_t, bodies_t, facts_t):
+                conn.execute(delete(t).where(t.c.scope == str(scope)))
+        for listener in self.dropped:
+            listener(str(scope))
+        log.info("dropped workspace scope %s", scope)
+
+    def _purge(self, namespace: str, name: str) -> None:
+        self.tables.forget(namespace, name)
+        try:
+            self.tables.catalog.purge_table((namespace, name))
+        except NoSuchTableError:
+            return
+        except Exception:  # files already gone (a drop cut short): forget the table anyway
+            log.warning("purge of %s.%s failed; dropping its catalog entry", namespace, name,
+                        exc_info=True)
+            try:
+                self.tables.catalog.drop_table((namespace, name))
+            except NoSuchTableError:
+                pass
+
+    def _remove_folder(self, namespace: str) -> None:
+        """A file warehouse also loses the namespace's folder (orphan files of crashed
+        commits included); object stores keep only what purge did not list."""
+        warehouse = str(self.tables.catalog.properties.get("warehouse", ""))
+        parts = urlsplit(warehouse)
+        if parts.scheme != "file":
+            return
+        folder = os.path.join(unquote(parts.path), namespace)
+        if os.path.isdir(folder):
+            shutil.rmtree(folder, ignore_errors=True)

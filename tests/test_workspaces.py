@@ -1,0 +1,396 @@
+"""Workspaces over real HTTP on both catalogs: create, list, caps, expiry, drop, crash."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from pyiceberg.catalog.sql import SqlCatalog
+from sqlalchemy import create_engine, text
+
+from ampup_memory.errors import ValidationFailed
+from ampup_memory.memory.tables import CATALOG_NAME, sqlalchemy_url
+from ampup_memory.timefmt import parse_ttl
+from tests.memory_support import (
+    ADMIN_TOKEN,
+    BACKENDS,
+    Memory,
+    backend_env,
+    new_scope,
+    run_cli,
+    serving,
+    start,
+)
+from tests.server_process import ServerProcess
+
+ADMIN = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+# The scope's rows; its commits stay in the ledger (and mem_ledger mirrors the ledger).
+MEM_TABLES = ("mem_episodes", "mem_facts", "mem_bodies", "mem_acl")
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def shared(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+           ) -> Iterator[tuple[Memory, Path, dict[str, str]]]:
+    env = {**backend_env(request.param, request),
+           "AMPUP_MEMORY_WORKSPACE_GC_INTERVAL_SECONDS": "1"}
+    home = tmp_path_factory.mktemp(f"ws-{request.param}")
+    proc = start(home, env)
+    client = Memory(proc.url)
+    yield client, home, env
+    client.close()
+    proc.stop()
+
+
+def catalog(home: Path, env: dict[str, str]) -> SqlCatalog:
+    uri = env.get("AMPUP_MEMORY_CATALOG_URI") or f"sqlite:///{home / 'catalog.db'}"
+    return SqlCatalog(CATALOG_NAME, uri=sqlalchemy_url(uri, setting="catalog"),
+                      warehouse=f"file://{home / 'warehouse'}")
+
+
+def namespaces(home: Path, env: dict[str, str]) -> set[str]:
+    cat = catalog(home, env)
+    try:
+        return {ns[0] for ns in cat.list_namespaces()}
+    finally:
+        cat.engine.dispose()
+
+
+def index_rows(home: Path, env: dict[str, str], org: str) -> int:
+    """mem_* rows of any scope of ``org`` in the read index."""
+    uri = env.get("AMPUP_MEMORY_INDEX_URI") or f"sqlite:///{home / 'index.db'}"
+    engine = create_engine(sqlalchemy_url(uri, setting="index"))
+    try:
+        with engine.connect() as conn:
+            return sum(int(conn.execute(text(f"SELECT count(*) FROM {t} WHERE scope LIKE :p"),
+                                        {"p": org + "/%"}).scalar() or 0) for t in MEM_TABLES)
+    finally:
+        engine.dispose()
+
+
+def expire_leases(home: Path, env: dict[str, str]) -> None:
+    uri = env.get("AMPUP_MEMORY_INDEX_URI") or f"sqlite:///{home / 'index.db'}"
+    engine = create_engine(sqlalchemy_url(uri, setting="index"))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE mem_leases SET until_us = 0"))
+    finally:
+        engine.dispose()
+
+
+def table_rows(home: Path, env: dict[str, str], namespace: str, name: str) -> int:
+    cat = catalog(home, env)
+    try:
+        return len(cat.load_table((namespace, name)).scan().to_arrow())
+    finally:
+        cat.engine.dispose()
+
+
+def files_digest(folder: Path) -> dict[str, str]:
+    return {str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def create(m: Memory, name: str = "demo", ttl: str = "7d", **extra: Any) -> dict[str, Any]:
+    r = m.http.post("/workspaces", json={"name": name, "ttl": ttl, **extra})
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def error(r: httpx.Response) -> tuple[int, str, dict[str, Any]]:
+    body = r.json()
+    assert set(body) == {"error"}, body
+    return r.status_code, body["error"]["code"], body["error"]["details"]
+
+
+def fact_on(m: Memory, scope: str, episode: str, value: str) -> httpx.Response:
+    return m.fact(scope, "acme", "stage", value, "hello", [(episode, 1)])
+
+
+def normal_reads(m: Memory, scope: str) -> tuple[Any, ...]:
+    found = m.http.post("/search", json={"scope": scope, "query": "hello", "format": "json"})
+    assert found.status_code == 200 and found.json()["sources"], found.text
+    return m.ledger(scope), {k: v for k, v in found.json().items() if k != "as_of"}
+
+
+# -- create, use, list, delete ------------------------------------------------------------------
+def test_workspace_org_works_and_delete_drops_only_it(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    m, home, env = shared
+    bob = m.as_user("bob")
+    normal = new_scope()
+    assert m.write(normal, "hello normal world").status_code == 201
+    ws = create(m, caps={"scopes": 3})
+    org = ws["id"]
+    assert org.startswith("ws_") and ws["org"] == org and ws["created_by"] == "alice"
+    assert ws["caps"] == {"scopes": 3, "episodes": 100000, "facts": 1000000,
+                          "bytes": 1024 ** 3}
+    assert ws["usage"] == {"scopes": 0, "episodes": 0, "facts": 0, "bytes": 0}
+
+    scope = f"{org}/team_1"
+    ep = m.write(scope, "hello workspace world")
+    assert ep.status_code == 201, ep.text
+    assert fact_on(m, scope, ep.json()["id"], "won").status_code == 201
+    assert m.write(f"{org}/team_2", "hello second team").status_code == 201
+    got = m.facts(scope, "acme")
+    assert [f["value"] for f in got.json()["facts"]] == ["won"]
+    found = m.http.post("/search", json={"scope": scope, "query": "hello", "format": "json"})
+    assert found.status_code == 200 and found.json()["results"], found.text
+
+    mine = m.http.get("/workspaces").json()["workspaces"]
+    assert [w["id"] for w in mine if w["id"] == org] == [org]
+    listed = next(w for w in mine if w["id"] == org)
+    assert listed["usage"]["scopes"] == 2 and listed["usage"]["episodes"] == 2
+    assert listed["usage"]["facts"] == 1 and listed["usage"]["bytes"] > 0
+    assert all(w["id"] != org for w in bob.http.get("/workspaces").json()["workspaces"])
+    everyone = bob.http.get("/workspaces", params={"all": "true"}, headers=ADMIN).json()
+    assert org in {w["id"] for w in everyone["workspaces"]}
+
+    # Another user's workspace is the same 404 as one that never existed.
+    unknown = "ws_" + "0" * 16
+    for method in ("GET", "DELETE"):
+        theirs = bob.http.request(method, f"/workspaces/{org}")
+        nothing = bob.http.request(method, f"/workspaces/{unknown}")
+        assert theirs.status_code == nothing.status_code == 404
+        assert theirs.json() == nothing.json()
+    assert m.http.get(f"/workspaces/{org}").status_code == 200
+
+    # Snapshot the normal scope: its reads and its files must not change.
+    ns_folder = home / "warehouse" / normal.replace("/", "__")
+    before_files = files_digest(ns_folder)
+    before_reads = normal_reads(m, normal)
+
+    gone = m.http.delete(f"/workspaces/{org}")
+    assert gone.status_code == 200, gone.text
+    assert gone.json()["dropped"] is True
+    assert gone.json()["scopes"] == [f"{org}/team_1", f"{org}/team_2"]
+    assert not {ns for ns in namespaces(home, env) if ns.startswith(org)}
+    assert not [p for p in (home / "warehouse").iterdir() if p.name.startswith(org)]
+    assert index_rows(home, env, org) == 0
+    assert m.http.get(f"/workspaces/{org}").status_code == 404
+    assert all(w["id"] != org for w in m.http.get("/workspaces").json()["workspaces"])
+    for r in (m.write(scope, "hello again"), m.facts(scope, "acme"),
+              m.http.post("/search", json={"scope": scope, "query": "hello"})):
+        assert error(r)[:2] == (404, "WORKSPACE_GONE")
+    assert not {ns for ns in namespaces(home, env) if ns.startswith(org)}  # not recreated
+
+    assert files_digest(ns_folder) == before_files
+    assert normal_reads(m, normal) == before_reads
+
+
+def test_reserved_org_without_a_workspace_is_refused(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    m, home, env = shared
+    scope = "ws_0123456789abcdef/team"
+    assert error(m.write(scope, "hello"))[:2] == (404, "WORKSPACE_GONE")
+    assert error(m.facts(scope, "acme"))[:2] == (404, "WORKSPACE_GONE")
+    assert "ws_0123456789abcdef__team" not in namespaces(home, env)
+    # Orgs that only look alike stay normal orgs.
+    assert m.write("ws_demo/team", "hello").status_code == 201
+
+
+# -- caps ---------------------------------------------------------------------------------------
+def _refused(m: Memory, home: Path, env: dict[str, str], scope: str, r: httpx.Response,
+             cap: str, usage: int, limit: int) -> None:
+    status, code, details = error(r)
+    assert (status, code) == (409, "WORKSPACE_CAP"), r.text
+    assert details["cap"] == cap and details["usage"] == usage and details["limit"] == limit
+    assert cap in r.json()["error"]["message"]
+
+
+def test_each_cap_refuses_and_writes_nothing(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    m, home, env = shared
+    # episodes
+    org = create(m, caps={"episodes": 2})["id"]
+    scope, ns = f"{org}/team", f"{org}__team"
+    first = m.http.post("/episodes/batch", json={"scope": scope, "episodes": [
+        {"source": "doc:a", "body": "hello one", "acl": ["*"]},
+        {"source": "doc:b", "body": "hello two", "acl": ["*"]}]})
+    assert first.status_code == 201, first.text
+    ledger, rows = m.ledger(scope), table_rows(home, env, ns, "episodes")
+    _refused(m, home, env, scope, m.write(scope, "hello three"), "episodes", 2, 2)
+    assert m.ledger(scope) == ledger and table_rows(home, env, ns, "episodes") == rows
+    assert m.write(scope, "hello one", source="doc:a").status_code == 200  # held: no commit
+
+    # facts
+    org = create(m, caps={"facts": 1})["id"]
+    scope, ns = f"{org}/team", f"{org}__team"
+    ep = m.write(scope, "hello")
+    assert fact_on(m, scope, ep.json()["id"], "a").status_code == 201
+    ledger, rows = m.ledger(scope), table_rows(home, env, ns, "facts")
+    _refused(m, home, env, scope, fact_on(m, scope, ep.json()["id"], "b"), "facts", 1, 1)
+    close = m.http.post("/close", json={"scope": scope, "entity": "acme", "predicate": "stage",
+                                        "reason": "deal off"})
+    _refused(m, home, env, scope, close, "facts", 1, 1)
+    assert m.ledger(scope) == ledger and table_rows(home, env, ns, "facts") == rows
+    assert [f["value"] for f in m.facts(scope, "acme").json()["facts"]] == ["a"]
+
+    # bytes (UTF-8 bytes of bodies; a body held already costs nothing)
+    org = create(m, caps={"bytes": 10})["id"]
+    scope, ns = f"{org}/team", f"{org}__team"
+    assert m.write(scope, "héllo", source="doc:x").status_code == 201  # 6 bytes
+    ledger, rows = m.ledger(scope), table_rows(home, env, ns, "episodes")
+    _refused(m, home, env, scope, m.write(scope, "hello", source="doc:y"), "bytes", 6, 10)
+    assert m.ledger(scope) == ledger and table_rows(home, env, ns, "episodes") == rows
+
+    # scopes: the refused scope's namespace is never created
+    org = create(m, caps={"scopes": 1})["id"]
+    assert m.write(f"{org}/one", "hello").status_code == 201
+    _refused(m, home, env, f"{org}/two", m.write(f"{org}/two", "hello"), "scopes", 1, 1)
+    assert f"{org}__two" not in namespaces(home, env)
+    assert m.write(f"{org}/one", "hello more").status_code == 201  # its own scope still takes
+
+
+# -- time to live -------------------------------------------------------------------------------
+def test_expiry_refuses_writes_and_the_timer_drops_it(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    m, home, env = shared
+    org = create(m, ttl="3s")["id"]
+    scope = f"{org}/team"
+    assert m.write(scope, "short lived").status_code == 201
+    assert f"{org}__team" in namespaces(home, env)
+    time.sleep(3.2)
+    assert error(m.write(scope, "too late"))[:2] == (404, "WORKSPACE_GONE")
+    assert all(w["id"] != org for w in m.http.get("/workspaces").json()["workspaces"])
+    deadline = time.monotonic() + 30
+    while f"{org}__team" in namespaces(home, env) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert f"{org}__team" not in namespaces(home, env)
+    deadline = time.monotonic() + 10
+    while index_rows(home, env, org) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert index_rows(home, env, org) == 0
+
+
+# -- bad input ----------------------------------------------------------------------------------
+BAD_BODIES: list[dict[str, Any]] = [
+    {"name": "x", "ttl": "0s"}, {"name": "x", "ttl": "-1d"}, {"name": "x", "ttl": "soon"},
+    {"name": "x", "ttl": "99999d"}, {"name": "x", "ttl": ""}, {"name": "x", "ttl": 5},
+    {"name": "x", "ttl": "1h1"}, {"name": "x" * 600, "ttl": "1h"},
+    {"name": "a\u0000b", "ttl": "1h"}, {"name": "", "ttl": "1h"}, {"name": " ", "ttl": "1h"},
+    {"name": "x", "ttl": "1h", "caps": {"scopes": 0}},
+    {"name": "x", "ttl": "1h", "caps": {"episodes": -1}},
+    {"name": "x", "ttl": "1h", "caps": {"episodes": "1"}},
+    {"name": "x", "ttl": "1h", "caps": {"files": 1}},
+    {"name": "x", "ttl": "1h", "extra": 1}, {"ttl": "1h"}, {"name": "x"},
+]
+
+
+@pytest.mark.parametrize("body", BAD_BODIES, ids=range(len(BAD_BODIES)))
+def test_bad_create_bodies_are_422(shared: tuple[Memory, Path, dict[str, str]],
+                                   body: dict[str, Any]) -> None:
+    m, _, _ = shared
+    assert error(m.http.post("/workspaces", json=body))[:2] == (422, "VALIDATION_ERROR")
+
+
+def test_identity_and_odd_ids(shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    m, _, _ = shared
+    anon = httpx.post(m.url + "/workspaces", json={"name": "x", "ttl": "1h"})
+    assert error(anon)[:2] == (401, "MISSING_USER")
+    for odd in ("ws_zz", "..", "ws_" + "a" * 60, "x" * 65):
+        r = m.http.delete(f"/workspaces/{odd}")
+        assert r.status_code in (404, 422) and set(r.json()) == {"error"}, r.text
+
+
+@pytest.mark.parametrize("spelled, seconds", [("30m", 1800), ("1h", 3600), ("7d", 604800),
+                                              ("1d12h", 129600), ("2w", 1209600), ("2s", 2)])
+def test_parse_ttl_spellings(spelled: str, seconds: int) -> None:
+    assert parse_ttl(spelled, ["ttl"]) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("bad", ["0s", "-1d", "1.5h", "1 h", "h", "367d", "0d0h", None, 3])
+def test_parse_ttl_refuses(bad: object) -> None:
+    with pytest.raises(ValidationFailed) as caught:
+        parse_ttl(bad, ["ttl"])
+    assert caught.value.details["errors"][0]["loc"] == ["ttl"]
+
+
+# -- crash in the middle of a drop ----------------------------------------------------------------
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_crash_mid_drop_reads_as_gone_and_gc_finishes(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    env = {**backend_env(kind, request), "AMPUP_MEMORY_WORKSPACE_GC_INTERVAL_SECONDS": "0"}
+    home = tmp_path / "home"
+    armed = {**env, "AMPUP_MEMORY_TEST_FAULT": f"workspace-mid-drop@{home}"}
+    faulty = ServerProcess(home, env=armed).start(90)
+    m = Memory(faulty.url)
+    org = create(m)["id"]
+    scope, ns = f"{org}/team", f"{org}__team"
+    ep = m.write(scope, "hello before the crash")
+    assert fact_on(m, scope, ep.json()["id"], "won").status_code == 201
+    with pytest.raises(httpx.HTTPError):
+        m.http.delete(f"/workspaces/{org}")
+    assert faulty.proc is not None and faulty.proc.wait(30) == 70  # died mid-drop
+    m.close()
+    cat = catalog(home, env)
+    assert ns in {n[0] for n in cat.list_namespaces()}  # half dropped: facts still there
+    assert [t[1] for t in cat.list_tables(ns)] == ["facts"]
+    cat.engine.dispose()
+
+    with serving(home, env) as again:
+        m = Memory(again.url)
+        assert m.http.get(f"/workspaces/{org}").status_code == 404
+        assert all(w["id"] != org for w in m.http.get("/workspaces").json()["workspaces"])
+        assert error(m.write(scope, "after the crash"))[:2] == (404, "WORKSPACE_GONE")
+        assert error(m.facts(scope, "acme"))[:2] == (404, "WORKSPACE_GONE")
+        m.close()
+    # The crashed server still holds the maintenance lease (30 minutes): gc waits for it.
+    held = run_cli(home, env, "workspace", "gc")
+    assert held.returncode != 0 and "lease" in held.stderr
+    expire_leases(home, env)  # time passes: the dead holder's lease runs out
+    done = run_cli(home, env, "workspace", "gc")
+    assert done.returncode == 0, done.stderr
+    assert org in done.stdout
+    assert ns not in namespaces(home, env)
+    assert not (home / "warehouse" / ns).exists()
+    assert index_rows(home, env, org) == 0
+    again_gc = run_cli(home, env, "workspace", "gc")
+    assert again_gc.returncode == 0 and '"dropped": []' in again_gc.stdout.replace(
+        '"dropped":[]', '"dropped": []'), again_gc.stdout
+
+
+def test_cli_create_list_delete(tmp_path: Path) -> None:
+    env = {"AMP_EMBEDDING_PROVIDER": "hash"}
+    home = tmp_path / "home"
+    made = run_cli(home, env, "workspace", "create", "demo", "--ttl", "1h", "--user", "alice",
+                   "--max-episodes", "5")
+    assert made.returncode == 0, made.stderr
+    assert '"episodes": 5' in made.stdout.replace('"episodes":5', '"episodes": 5')
+    org = json.loads(made.stdout)["id"]
+    listed = run_cli(home, env, "workspace", "list", "--user", "alice")
+    assert org in listed.stdout
+    assert org not in run_cli(home, env, "workspace", "list", "--user", "bob").stdout
+    bad = run_cli(home, env, "workspace", "create", "demo", "--ttl", "0s", "--user", "alice")
+    assert bad.returncode != 0 and "time to live" in bad.stderr
+    gone = run_cli(home, env, "workspace", "delete", org)
+    assert gone.returncode == 0, gone.stderr
+    assert org not in run_cli(home, env, "workspace", "list").stdout
+
+
+@pytest.mark.parametrize("kind", BACKENDS)
+def test_lease_is_taken_on_both_index_backends(kind: str, request: pytest.FixtureRequest,
+                                               tmp_path: Path) -> None:
+    """A drop (and maintenance, and backup) waits for this lease: on PostgreSQL it was
+    never granted (rowcount -1), so DELETE never dropped and maintenance never ran."""
+    from datetime import UTC, datetime
+
+    from ampup_memory.memory.readindex import ReadIndex
+
+    url = (request.getfixturevalue("postgres").new_database("lease") if kind == "postgres"
+           else f"sqlite:///{tmp_path / 'index.db'}")
+    index, now, ttl = ReadIndex(url), datetime.now(UTC), timedelta(minutes=30)
+    try:
+        assert index.take_lease("l", "a", now, ttl) and index.take_lease("l", "a", now, ttl)
+        assert not index.take_lease("l", "b", now, ttl)
+        assert index.take_lease("l", "b", now + ttl + timedelta(seconds=1), ttl)
+        index.release_lease("l", "b")
+        assert index.take_lease("l", "c", now, ttl)
+    finally:
+        index.close()
