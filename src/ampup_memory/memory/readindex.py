@@ -550,6 +550,17 @@ class ReadIndex:
             conn.execute(delete(leases_t).where((leases_t.c.name == name)
                                                 & (leases_t.c.holder == holder)))
 
+    def acl_change_seqs(self, scope: str, branch: str, first_seq: int, last_seq: int,
+                        ) -> dict[str, int]:
+        """Episodes whose ACL commits ``first_seq..last_seq`` of the branch's own chain
+        changed → the seq of the latest such change (the search feed re-indexes them)."""
+        stmt = (select(acl_t.c.id, func.max(acl_t.c.seq))
+                .where(acl_t.c.scope == scope, acl_t.c.branch == branch,
+                       acl_t.c.seq.between(first_seq, last_seq))
+                .group_by(acl_t.c.id))
+        with self.engine.connect() as conn:
+            return {str(i): int(s) for i, s in conn.execute(stmt)}
+
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

@@ -201,6 +201,11 @@ class SearchIndex(Protocol):
         """Forget everything (or one scope: its rows, cursors and bitmap bits)."""
         ...
 
+    def clear_branch(self, scope: str, branch: str) -> None:
+        """Forget one (scope, branch): its rows, cursor, keyword statistics and bitmap
+        bits (a deleted branch; a branch made later under its name starts empty)."""
+        ...
+
     # -- writes ------------------------------------------------------------------------
     # Every write below is called inside ``transaction()``.
     def upsert_episodes(self, docs: Sequence[EpisodeDoc]) -> list[tuple[int, bool]]:
