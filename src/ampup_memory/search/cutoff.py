@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ampup_memory.memory.segments import Segments, layer_order, layers
-from ampup_memory.search.index.base import EpisodeRow, FactRow
+from ampup_memory.search.index.base import FactRow
 
 # (branch, commit ids) → ledger seq of those that are commits of that branch in this scope.
 SeqsOf = Callable[[str, Iterable[str]], dict[str, int]]
@@ -62,10 +62,9 @@ class Cutoff:
     def layer(self, branch: str) -> int:
         return self._layers.get(branch, -1)
 
-    def episodes(self, rows: Iterable[EpisodeRow]) -> set[int]:
-        """Numbers of the listed episodes whose writing commit a segment holds."""
-        rows = list(rows)
-        missing = {r.commit for r in rows} - self._known.keys()
+    def episodes(self, commits: dict[int, str]) -> set[int]:
+        """Of episode numbers → the commit that wrote each, those a segment holds."""
+        missing = set(commits.values()) - self._known.keys()
         for seg in self.segments:
             if not missing:
                 break
@@ -73,4 +72,4 @@ class Cutoff:
             self._known.update({c: seg.holds(seq) for c, seq in found.items()})
             missing -= found.keys()  # a commit is on one branch: no need to ask again
         self._known.update(dict.fromkeys(missing, False))
-        return {r.num for r in rows if self._known[r.commit]}
+        return {n for n, c in commits.items() if self._known[c]}

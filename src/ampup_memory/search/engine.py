@@ -376,7 +376,9 @@ class SearchEngine:
             rows = owners.readable_passages(
                 self.index.passages(set(keyword) | set(nearest)), visible)
             if cutoff is not None:
-                held = cutoff.episodes(self.index.episodes({p.episode_num for p in rows}))
+                refs = owners.refs(p.episode_num for p in rows)
+                held = cutoff.episodes({n: refs[n][1] for n in
+                                        {p.episode_num for p in rows} if n in refs})
                 rows = [p for p in rows if p.episode_num in held]
                 if cutoff.layered:
                     rows = owners.one_copy(rows, cutoff)
@@ -417,25 +419,34 @@ class _Owners:
         self.scope = scope
         self.branches = branches
         self._of: dict[int, int] = {}  # episode number → number of its deciding row
-        self._id: dict[int, str] = {}
+        self._refs: dict[int, tuple[str, str]] = {}  # episode number → (id, commit)
 
     @property
     def single(self) -> bool:
         return len(self.branches) == 1
 
+    def refs(self, nums: Iterable[int]) -> dict[int, tuple[str, str]]:
+        """(id, commit) of the listed episodes, read once per search."""
+        wanted = set(nums)
+        missing = wanted - self._refs.keys()
+        if missing:
+            self._refs.update(self.index.episode_refs(missing))
+        return {n: self._refs[n] for n in wanted if n in self._refs}
+
     def _resolve(self, nums: Iterable[int]) -> None:
         missing = set(nums) - self._of.keys()
         if not missing:
             return
-        rows = self.index.episodes(missing)
-        ids = {r.id for r in rows}
+        refs = self.refs(missing)
+        ids = {i for i, _ in refs.values()}
         latest: dict[str, int] = {}
-        for b in self.branches:  # oldest first: a later layer's row replaces an earlier one's
+        # Only a later layer can take an episode over: the first layer's rows decide for
+        # themselves unless one holds the id too (a later layer's row replaces an earlier's).
+        for b in self.branches[1:]:
             latest.update(self.index.episode_numbers(self.scope, b, ids))
-        for r in rows:
-            self._of[r.num] = latest.get(r.id, r.num)
-            self._id[r.num] = r.id
-        self._of.update((n, n) for n in missing - self._of.keys())
+        for n in missing:
+            ref = refs.get(n)
+            self._of[n] = latest.get(ref[0], n) if ref is not None else n
 
     def readable_facts(self, rows: list[FactRow], visible: BitMap) -> list[FactRow]:
         if self.single:
@@ -455,7 +466,8 @@ class _Owners:
         (the text is the same; the keyword score is that layer's)."""
         best: dict[tuple[str, int, int], PassageRow] = {}
         for p in rows:
-            key = (self._id.get(p.episode_num, str(p.episode_num)), p.first_unit, p.last_unit)
+            ref = self._refs.get(p.episode_num)
+            key = (ref[0] if ref else str(p.episode_num), p.first_unit, p.last_unit)
             have = best.get(key)
             if have is None or cutoff.layer(p.branch) > cutoff.layer(have.branch):
                 best[key] = p

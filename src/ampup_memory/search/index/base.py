@@ -285,6 +285,11 @@ class SearchIndex(Protocol):
 
     def episodes(self, nums: Iterable[int]) -> list[EpisodeRow]: ...
 
+    def episode_refs(self, nums: Iterable[int]) -> dict[int, tuple[str, str]]:
+        """(id, commit) of each listed episode the index holds: what a search on a
+        branch needs of its candidates' episodes, without reading the rows whole."""
+        ...
+
     def missing_vectors(self, kind: str, limit: int) -> list[tuple[int, str]]:
         """Up to ``limit`` (num, text) rows of ``facts``/``passages`` with no vector."""
         ...

@@ -559,6 +559,16 @@ class PostgresIndex:
             for r in rows
         ]
 
+    def episode_refs(self, nums: Iterable[int]) -> dict[int, tuple[str, str]]:
+        wanted = list(dict.fromkeys(nums))
+        if not wanted:
+            return {}
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT num, id, commit_id FROM search_episodes WHERE num = ANY(%s)",
+                (wanted,)).fetchall()
+        return {int(n): (str(i), str(c)) for n, i, c in rows}
+
     def missing_vectors(self, kind: str, limit: int) -> list[tuple[int, str]]:
         with self._read() as conn:
             if kind == "passages":

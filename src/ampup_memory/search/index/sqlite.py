@@ -786,6 +786,14 @@ class SQLiteIndex:
                 ))
         return found
 
+    def episode_refs(self, nums: Iterable[int]) -> dict[int, tuple[str, str]]:
+        found: dict[int, tuple[str, str]] = {}
+        for batch in _chunks(dict.fromkeys(nums)):
+            found.update((int(n), (str(i), str(c))) for n, i, c in self._conn().execute(
+                "SELECT num, id, commit_id FROM episodes"
+                f" WHERE num IN ({','.join('?' * len(batch))})", batch))
+        return found
+
     def missing_vectors(self, kind: str, limit: int) -> list[tuple[int, str]]:
         conn = self._conn()
         if kind == "passages":
