@@ -164,7 +164,7 @@ def main() -> None:
             from ampup_memory.search.cutoff import Cutoff
 
             readindex = ledger(uri, args.passages, fork, args.own)
-            seqs_of = partial(readindex.commit_seqs, SCOPE)
+            seqs_of = partial(readindex.commit_places, SCOPE)
 
             def view(at: int | None) -> Cutoff:
                 segs = branch_segments(readindex, SCOPE, "exp")  # per search, as a server

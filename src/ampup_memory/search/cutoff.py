@@ -29,14 +29,14 @@ from dataclasses import dataclass, field, replace
 from ampup_memory.memory.segments import Segments, layer_order, layers
 from ampup_memory.search.index.base import FactRow
 
-# (branch, commit ids) → ledger seq of those that are commits of that branch in this scope.
-SeqsOf = Callable[[str, Iterable[str]], dict[str, int]]
+# Commit ids → (branch, ledger seq) of those that are commits of this scope.
+PlacesOf = Callable[[Iterable[str]], dict[str, tuple[str, int]]]
 
 
 @dataclass
 class Cutoff:
     segments: Segments
-    seqs_of: SeqsOf
+    places_of: PlacesOf
     commit: str | None = None  # the ``at_commit`` asked for, echoed in the answer
     _layers: dict[str, int] = field(default_factory=dict, repr=False)
     _known: dict[str, bool] = field(default_factory=dict, repr=False)
@@ -65,11 +65,10 @@ class Cutoff:
     def episodes(self, commits: dict[int, str]) -> set[int]:
         """Of episode numbers → the commit that wrote each, those a segment holds."""
         missing = set(commits.values()) - self._known.keys()
-        for seg in self.segments:
-            if not missing:
-                break
-            found = self.seqs_of(seg.branch, missing)
-            self._known.update({c: seg.holds(seq) for c, seq in found.items()})
-            missing -= found.keys()  # a commit is on one branch: no need to ask again
-        self._known.update(dict.fromkeys(missing, False))
+        if missing:
+            found = self.places_of(missing)
+            for c in missing:
+                branch, seq = found.get(c, ("", 0))
+                layer = self._layers.get(branch)
+                self._known[c] = layer is not None and self.segments[layer].holds(seq)
         return {n for n, c in commits.items() if self._known[c]}

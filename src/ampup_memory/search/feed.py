@@ -211,7 +211,7 @@ class Feed:
                     raise ServiceUnavailable(
                         "The search index has not reached that commit yet; retry shortly.",
                         details={"at_commit": view.at_commit or ""})
-        return Cutoff(view.segments, partial(self.memory.index.commit_seqs, scope),
+        return Cutoff(view.segments, partial(self.memory.index.commit_places, scope),
                       view.at_commit)
 
     def catch_up_all(self, only: str | None = None, progress: Progress | None = None) -> int:
