@@ -460,6 +460,44 @@ def test_other_scopes_and_branches_never_move_a_score(engine: SearchEngine) -> N
     assert _exact_answers(engine) == before
 
 
+def test_clear_branch_forgets_one_branch_only(engine: SearchEngine) -> None:
+    """A deleted branch leaves the index: rows, cursor, keyword statistics, vectors and
+    bitmap bits; main, other branches and other scopes answer exactly as before, and a
+    branch made again under the name starts empty."""
+    engine.ingest(_accounts(), cursor=(S, "main", "m1"))
+    engine.ingest(_accounts("globex__eng", "trial"), cursor=("globex__eng", "trial", "g1"))
+    before = _exact_answers(engine), _exact_answers(engine, "globex__eng", "trial")
+    trial = _accounts(S, "trial")
+    engine.ingest(trial, cursor=(S, "trial", "t1"))
+    ids_ = [e.id for e in trial.episodes]
+    held = engine.index.episode_numbers(S, "trial", ids_)
+    assert len(held) == 5 and engine.search_facts(S, "trial", "Acme renewal", ANN, now=NOW).facts
+    everyone = engine.index.acl_bitmap("*") | engine.index.acl_bitmap("group:sales")
+    assert set(held.values()) <= set(everyone)
+
+    engine.index.clear_branch(S, "trial")
+    assert engine.index.episode_numbers(S, "trial", ids_) == {}
+    assert engine.index.cursor(S, "trial") is None
+    assert engine.index.cursor(S, "main") == "m1"
+    assert (S, "trial") not in engine.index.scopes()
+    everyone = engine.index.acl_bitmap("*") | engine.index.acl_bitmap("group:sales")
+    assert not set(held.values()) & set(everyone)
+    assert engine.index.keyword_facts(S, "trial", ["acme", "renewal"], 50) == []
+    assert engine.index.keyword_passages(S, "trial", ["acme", "renewal"], 50) == []
+    vector = engine.embedder.embed(["Acme renewal"])[0]
+    assert engine.index.nearest_facts(S, "trial", vector, 50) == []
+    assert engine.index.nearest_passages(S, "trial", vector, 50) == []
+    assert engine.index.versions(S, "trial", {("Acme", "renewal_due")}) == []
+    assert (_exact_answers(engine), _exact_answers(engine, "globex__eng", "trial")) == before
+
+    again = episode(S, ["Account Acme renewal moved to October."], ["*"], branch="trial")
+    engine.ingest(DocumentBatch([again], [fact(again, "Acme", "renewal_due", "October",
+                                               again.units[0].text)]))
+    found = engine.search_facts(S, "trial", "Acme renewal", ANN, now=NOW).facts
+    assert [f.row.value for f in found] == ["October"]
+    assert engine.index.episode_numbers(S, "trial", ids_) == {}
+
+
 def test_a_rows_cosine_does_not_depend_on_its_neighbours() -> None:
     """The meaning part of one row is a function of its vector and the query alone: the
     same float in a matrix of any size or order (a rebuilt index fills it differently)."""

@@ -552,6 +552,30 @@ class ReadIndex:
             conn.execute(delete(leases_t).where((leases_t.c.name == name)
                                                 & (leases_t.c.holder == holder)))
 
+    def commit_places(self, scope: str, commit_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
+        """Branch and seq of each listed commit of this scope (others are left out), looked
+        up by commit id alone (by scope and branch, SQLite walked the branch's chain)."""
+        wanted = sorted(set(commit_ids))
+        found: dict[str, tuple[str, int]] = {}
+        with self.engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                stmt = select(ledger_t.c.commit_id, ledger_t.c.scope, ledger_t.c.branch,
+                              ledger_t.c.seq).where(ledger_t.c.commit_id.in_(wanted[i:i + 500]))
+                found.update((str(c), (str(b), int(q))) for c, sc, b, q in conn.execute(stmt)
+                             if sc == scope)
+        return found
+
+    def acl_change_seqs(self, scope: str, branch: str, first_seq: int, last_seq: int,
+                        ) -> dict[str, int]:
+        """Episodes whose ACL commits ``first_seq..last_seq`` of the branch's own chain
+        changed → the seq of the latest such change (the search feed re-indexes them)."""
+        stmt = (select(acl_t.c.id, func.max(acl_t.c.seq))
+                .where(acl_t.c.scope == scope, acl_t.c.branch == branch,
+                       acl_t.c.seq.between(first_seq, last_seq))
+                .group_by(acl_t.c.id))
+        with self.engine.connect() as conn:
+            return {str(i): int(s) for i, s in conn.execute(stmt)}
+
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:

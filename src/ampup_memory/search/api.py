@@ -108,7 +108,7 @@ def _open(runtime: Any) -> tuple[SearchService, SearchIndex, Feed]:
     engine.ensure_model()
     feed = Feed(memory, engine)
     feed.attach()
-    return SearchService(engine, memory.principal, feed.catch_up, feed.cutoff), index, feed
+    return SearchService(engine, memory.principal, feed.reach), index, feed
 
 
 def open_search(runtime: Any) -> tuple[SearchService, SearchIndex]:

@@ -1,11 +1,22 @@
-"""Search as of a commit (``at_commit``): which index rows were committed by then.
+"""What a search reads of a view other than the whole of main: a branch, a commit, or both.
 
-The same cut as core's reads (``View.max_seq`` in `memory/service.py`): a row counts when
-the commit that wrote it has a ledger seq at or below the chosen commit's. Facts carry
-their commit's seq in the index; an episode (and so its passages) carries the id of the
-commit that first wrote it, resolved to a seq through the ledger.
+A search on main reads every row of (scope, main) and takes the engine's plain path. Any
+other read is a view of core's (`memory/segments.py`, resolved by ``MemoryService.view``
+alone): a chain of segments, oldest ancestor first, each the rows of one branch whose commit
+seq is in ``(after, upto]`` (``at_commit`` caps the last one). The search index keeps its
+rows per (scope, branch), so the engine takes candidates from each segment's branch and
+keeps a row only when its segment holds the commit that wrote it, the same cut as core's
+reads:
 
-Only *what* was committed is cut. Visibility stays the current ACL: the index keeps
+* a fact carries its commit's seq on its own branch;
+* an episode (and so its passages) carries the id of the commit that wrote it, resolved
+  to a seq through the ledger on the branch of the chain that made it. A branch's copy of
+  an ancestor's episode (its ACL was changed on the branch, which indexes it there too)
+  keeps the ancestor's commit, so it is in the view exactly when the ancestor's row is.
+
+Facts of later segments come after every fact of earlier ones (:func:`layer_order`, as
+``FactRecord.commit_seq``), so a branch's own version beats its base's at equal valid
+time. Only *what* was committed is cut. Visibility stays the current ACL: the index keeps
 today's bitmaps and no ACL history, so a search as of a commit shows what was committed
 then and is readable now (never anything the caller cannot read today).
 """
@@ -13,30 +24,51 @@ then and is readable now (never anything the caller cannot read today).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from ampup_memory.search.index.base import EpisodeRow, FactRow
+from ampup_memory.memory.segments import Segments, layer_order, layers
+from ampup_memory.search.index.base import FactRow
 
-SeqsOf = Callable[[Iterable[str]], dict[str, int]]
+# Commit ids → (branch, ledger seq) of those that are commits of this scope.
+PlacesOf = Callable[[Iterable[str]], dict[str, tuple[str, int]]]
 
 
 @dataclass
 class Cutoff:
-    commit: str
-    seq: int  # ledger seq of ``commit``
-    # Ledger seq of commits of this scope and branch (core's ledger); unknown ids are left out.
-    seqs_of: SeqsOf
-    _known: dict[str, int | None] = field(default_factory=dict, repr=False)
+    segments: Segments
+    places_of: PlacesOf
+    commit: str | None = None  # the ``at_commit`` asked for, echoed in the answer
+    _layers: dict[str, int] = field(default_factory=dict, repr=False)
+    _known: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        self._layers = layers(self.segments)
+
+    @property
+    def layered(self) -> bool:
+        """More than one segment: rows of several branches meet in one answer."""
+        return len(self.segments) > 1
 
     def holds_fact(self, row: FactRow) -> bool:
-        return row.commit_seq <= self.seq
+        layer = self._layers.get(row.branch)
+        return layer is not None and self.segments[layer].holds(row.commit_seq)
 
-    def episodes(self, rows: Iterable[EpisodeRow]) -> set[int]:
-        """Numbers of the listed episodes written at or before the cut."""
-        rows = list(rows)
-        missing = {r.commit for r in rows} - self._known.keys()
+    def along_chain(self, row: FactRow) -> FactRow:
+        """The row with its commit seq ordered along the chain (newest-wins' tie-break)."""
+        layer = self._layers[row.branch]
+        return row if layer == 0 else replace(row, commit_seq=layer_order(layer,
+                                                                          row.commit_seq))
+
+    def layer(self, branch: str) -> int:
+        return self._layers.get(branch, -1)
+
+    def episodes(self, commits: dict[int, str]) -> set[int]:
+        """Of episode numbers → the commit that wrote each, those a segment holds."""
+        missing = set(commits.values()) - self._known.keys()
         if missing:
-            found = self.seqs_of(missing)
-            self._known.update({c: found.get(c) for c in missing})
-        return {r.num for r in rows
-                if (seq := self._known[r.commit]) is not None and seq <= self.seq}
+            found = self.places_of(missing)
+            for c in missing:
+                branch, seq = found.get(c, ("", 0))
+                layer = self._layers.get(branch)
+                self._known[c] = layer is not None and self.segments[layer].holds(seq)
+        return {n for n, c in commits.items() if self._known[c]}

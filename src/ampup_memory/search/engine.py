@@ -3,7 +3,8 @@
 Everything that must agree across backends lives here, above the backend: passage
 cutting, embedding, visibility (`search/visibility.py`), newest-wins (core's, `memory/facts.py`),
 the time window (`search/timewindow.py`), the ranker (`search/rank.py`) and, for a search
-as of a commit, the commit cut (`search/cutoff.py`).
+on a branch or as of a commit, the view's segments (`search/cutoff.py`): candidates come
+from each segment's (scope, branch), cut to its commit range, and meet in one ranking.
 
 Candidates come from the backend's keyword and vector top-k. When visibility or
 newest-wins leaves fewer than ``limit`` of them, k grows (×4) until enough survive or
@@ -14,13 +15,14 @@ commit) still gets its best matches.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from pyroaring import BitMap
 
 from ampup_memory.memory.facts import CLOSURE, current, timelines
+from ampup_memory.memory.segments import Segment
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import Embedder, model_info
 from ampup_memory.search.index.base import (
@@ -131,12 +133,15 @@ class SearchEngine:
     # -- ingest ---------------------------------------------------------------------------
 
     def ingest(
-        self, batch: DocumentBatch, cursor: tuple[str, str, str] | None = None
+        self, batch: DocumentBatch, cursor: tuple[str, str, str] | None = None,
+        lineage: Sequence[str] = (),
     ) -> IngestReport:
         """Add one batch of committed documents (and move a cursor) in one transaction.
 
         Re-ingesting a document changes nothing except an episode's ACL, which moves its
-        bits between bitmaps."""
+        bits between bitmaps. A fact cites episodes of its own (scope, branch); one not
+        held there is looked up on ``lineage`` (the branch's ancestors, nearest first): a
+        fact written on a branch may cite an episode of the commit it forked from."""
         report = IngestReport()
         known: dict[tuple[str, str], dict[str, int]] = {}
         for doc in batch.episodes:
@@ -176,9 +181,9 @@ class SearchEngine:
             self.index.add_passages(new_passages)
             report.passages += len(new_passages)
             new_facts: list[NewFact] = []
+            cited = self._cited(batch, lineage)
             for fact, vec in zip(batch.facts, fact_vectors, strict=True):
-                nums = self.index.episode_numbers(
-                    fact.scope, fact.branch, [c.episode for c in fact.cites])
+                nums = cited[(fact.scope, fact.branch)]
                 if not fact.cites or any(c.episode not in nums for c in fact.cites):
                     report.unresolved += 1
                     log.warning("fact %s cites an episode the index lacks; skipped", fact.id)
@@ -191,6 +196,30 @@ class SearchEngine:
                 self.index.set_cursor(*cursor)
         return report
 
+    def drop_branch(self, scope: str, branch: str, cursor: str) -> None:
+        """Forget every row of a deleted branch, and note its delete marker as applied."""
+        with self.index.transaction():
+            self.index.clear_branch(scope, branch)
+            self.index.set_cursor(scope, branch, cursor)
+
+    def _cited(self, batch: DocumentBatch, lineage: Sequence[str],
+               ) -> dict[tuple[str, str], dict[str, int]]:
+        """Per (scope, branch) of the batch's facts: the number of each episode they cite,
+        held on that branch or else on the nearest ancestor in ``lineage`` that holds it
+        (one lookup per branch, not one per fact)."""
+        wanted: dict[tuple[str, str], set[str]] = {}
+        for f in batch.facts:
+            wanted.setdefault((f.scope, f.branch), set()).update(c.episode for c in f.cites)
+        found: dict[tuple[str, str], dict[str, int]] = {}
+        for (scope, branch), ids in wanted.items():
+            nums = found[(scope, branch)] = self.index.episode_numbers(scope, branch, ids)
+            for ancestor in lineage:
+                missing = ids - nums.keys()
+                if not missing:
+                    break
+                nums.update(self.index.episode_numbers(scope, ancestor, missing))
+        return found
+
     # -- search ---------------------------------------------------------------------------
 
     def visible(self, principal: Principal) -> BitMap:
@@ -201,6 +230,10 @@ class SearchEngine:
         window, rest = find_window(query, now, tz)
         terms = query_terms(rest) if rest.strip() else []
         return window, terms, rest.strip()
+
+    def _owners(self, scope: str, branch: str, cutoff: Cutoff | None) -> _Owners:
+        segs = cutoff.segments if cutoff is not None else (Segment(branch),)
+        return _Owners(self.index, scope, tuple(s.branch for s in segs))
 
     def search_facts(
         self,
@@ -221,26 +254,36 @@ class SearchEngine:
         span = (window.start, window.end) if window else None
         vector = self.embedder.embed([rest])[0] if rest else None
         visible = self.visible(principal)
+        owners = self._owners(scope, branch, cutoff)
         k = max(limit * 5, 50)
         while True:
-            keyword = dict(self.index.keyword_facts(scope, branch, terms, k))
-            nearest = dict(self.index.nearest_facts(scope, branch, vector, k)) if vector else {}
-            nums = set(keyword) | set(nearest)
+            keyword: dict[int, float] = {}
+            nearest: dict[int, float] = {}
             overlap: list[int] = []
-            if span is not None and not rest:
-                overlap = self.index.facts_overlapping(scope, branch, span[0], span[1], k)
-                nums |= set(overlap)
+            more = False  # a list came back full: the index may hold more candidates
+            for b in owners.branches:
+                found = self.index.keyword_facts(scope, b, terms, k)
+                near = self.index.nearest_facts(scope, b, vector, k) if vector else []
+                keyword.update(found)
+                nearest.update(near)
+                more |= len(found) >= k or len(near) >= k
+                if span is not None and not rest:
+                    over = self.index.facts_overlapping(scope, b, span[0], span[1], k)
+                    overlap += over
+                    more |= len(over) >= k
+            nums = set(keyword) | set(nearest) | set(overlap)
             rows = [r for r in self.index.facts(nums)
-                    if r.kind != CLOSURE and (cutoff is None or cutoff.holds_fact(r))
-                    and may_read_fact(r.episode_nums, visible)]
-            ends = self._eligible(scope, branch, rows, visible, as_of, span, cutoff)
+                    if r.kind != CLOSURE and (cutoff is None or cutoff.holds_fact(r))]
+            rows = owners.readable_facts(rows, visible)
+            ends = self._eligible(scope, owners, rows, visible, as_of, span, cutoff)
             rows = [r for r in rows if r.num in ends]
-            exhausted = all(len(found) < k for found in (keyword, nearest, overlap))
-            if len(rows) >= limit or exhausted or k >= MAX_K:
+            if len(rows) >= limit or not more or k >= MAX_K:
                 break
             k *= 4
-        missing = [r.num for r in rows if r.num not in keyword]
-        keyword.update(self.index.fact_keyword(scope, branch, missing, terms))
+        for b in dict.fromkeys(r.branch for r in rows):  # keyword scores are per branch
+            keyword.update(self.index.fact_keyword(
+                scope, b, [r.num for r in rows if r.branch == b and r.num not in keyword],
+                terms))
         cosines: dict[int, float] = dict(nearest)
         if vector is not None:
             cosines.update(self.index.fact_cosines(
@@ -264,7 +307,7 @@ class SearchEngine:
     def _eligible(
         self,
         scope: str,
-        branch: str,
+        owners: _Owners,
         rows: list[FactRow],
         visible: BitMap,
         as_of: datetime,
@@ -274,13 +317,16 @@ class SearchEngine:
         """Rows worth ranking, with their effective end: the current version of each key
         (newest visible wins at ``as_of``), plus, when the query names a window, any
         visible version whose effective validity overlaps it. With a cutoff, only versions
-        (and closures) committed by then take part, as in ``GET /facts?at_commit``."""
+        (and closures) its segments hold take part, as in ``GET /facts`` on the same view;
+        versions of a later segment come after an earlier one's (`cutoff.py`)."""
         if not rows:
             return {}
         keys = {(r.entity, r.predicate) for r in rows}
-        versions = [v for v in self.index.versions(scope, branch, keys)
-                    if (cutoff is None or cutoff.holds_fact(v))
-                    and may_read_fact(v.episode_nums, visible)]
+        versions = [v for b in owners.branches for v in self.index.versions(scope, b, keys)
+                    if cutoff is None or cutoff.holds_fact(v)]
+        versions = owners.readable_facts(versions, visible)
+        if cutoff is not None and cutoff.layered:
+            versions = [cutoff.along_chain(v) for v in versions]
         wanted = {r.num for r in rows}
         eligible: dict[int, datetime | None] = {}
         for line in timelines(versions).values():
@@ -315,17 +361,28 @@ class SearchEngine:
         terms = terms or query_terms(text)
         vector = self.embedder.embed([text])[0]
         visible = self.visible(principal)
+        owners = self._owners(scope, branch, cutoff)
         k = max(limit * 5, 50)
         while True:
-            keyword = dict(self.index.keyword_passages(scope, branch, terms, k))
-            nearest = dict(self.index.nearest_passages(scope, branch, vector, k))
-            rows = [p for p in self.index.passages(set(keyword) | set(nearest))
-                    if p.episode_num in visible]
+            keyword: dict[int, float] = {}
+            nearest: dict[int, float] = {}
+            more = False
+            for b in owners.branches:
+                found = self.index.keyword_passages(scope, b, terms, k)
+                near = self.index.nearest_passages(scope, b, vector, k)
+                keyword.update(found)
+                nearest.update(near)
+                more |= len(found) >= k or len(near) >= k
+            rows = owners.readable_passages(
+                self.index.passages(set(keyword) | set(nearest)), visible)
             if cutoff is not None:
-                held = cutoff.episodes(self.index.episodes({p.episode_num for p in rows}))
+                refs = owners.refs(p.episode_num for p in rows)
+                held = cutoff.episodes({n: refs[n][1] for n in
+                                        {p.episode_num for p in rows} if n in refs})
                 rows = [p for p in rows if p.episode_num in held]
-            exhausted = len(keyword) < k and len(nearest) < k
-            if len(rows) >= limit or exhausted or k >= MAX_K:
+                if cutoff.layered:
+                    rows = owners.one_copy(rows, cutoff)
+            if len(rows) >= limit or not more or k >= MAX_K:
                 break
             k *= 4
         cosines = dict(nearest)
@@ -344,3 +401,75 @@ class SearchEngine:
         ranked = [r for r in ranked if r.score > 0]
         ranked.sort(key=lambda r: (-r.score, r.episode.id, r.row.first_unit, r.row.num))
         return PassageResults(ranked[:limit], window, terms)
+
+
+class _Owners:
+    """Which row of an episode decides who may read it in a view.
+
+    On main (one segment) every episode has one row and its bits decide. Across a branch's
+    chain an episode can have a row on several layers: the one that wrote it, and the one of
+    any branch of the chain that changed its ACL (the feed indexes it there with that
+    branch's ACL). The row on the latest layer decides, as core's ``_current_acl`` lets a
+    later layer's ACL change come after its ancestors'. Facts cite episodes by number, so a
+    fact's citations are mapped to their deciding rows first; the visibility rule itself is
+    unchanged (`visibility.py`)."""
+
+    def __init__(self, index: SearchIndex, scope: str, branches: tuple[str, ...]) -> None:
+        self.index = index
+        self.scope = scope
+        self.branches = branches
+        self._of: dict[int, int] = {}  # episode number → number of its deciding row
+        self._refs: dict[int, tuple[str, str]] = {}  # episode number → (id, commit)
+
+    @property
+    def single(self) -> bool:
+        return len(self.branches) == 1
+
+    def refs(self, nums: Iterable[int]) -> dict[int, tuple[str, str]]:
+        """(id, commit) of the listed episodes, read once per search."""
+        wanted = set(nums)
+        missing = wanted - self._refs.keys()
+        if missing:
+            self._refs.update(self.index.episode_refs(missing))
+        return {n: self._refs[n] for n in wanted if n in self._refs}
+
+    def _resolve(self, nums: Iterable[int]) -> None:
+        missing = set(nums) - self._of.keys()
+        if not missing:
+            return
+        refs = self.refs(missing)
+        ids = {i for i, _ in refs.values()}
+        latest: dict[str, int] = {}
+        # Only a later layer can take an episode over: the first layer's rows decide for
+        # themselves unless one holds the id too (a later layer's row replaces an earlier's).
+        for b in self.branches[1:]:
+            latest.update(self.index.episode_numbers(self.scope, b, ids))
+        for n in missing:
+            ref = refs.get(n)
+            self._of[n] = latest.get(ref[0], n) if ref is not None else n
+
+    def readable_facts(self, rows: list[FactRow], visible: BitMap) -> list[FactRow]:
+        if self.single:
+            return [r for r in rows if may_read_fact(r.episode_nums, visible)]
+        self._resolve(n for r in rows for n in r.episode_nums)
+        return [r for r in rows
+                if may_read_fact([self._of[n] for n in r.episode_nums], visible)]
+
+    def readable_passages(self, rows: list[PassageRow], visible: BitMap) -> list[PassageRow]:
+        if self.single:
+            return [p for p in rows if p.episode_num in visible]
+        self._resolve(p.episode_num for p in rows)
+        return [p for p in rows if self._of[p.episode_num] in visible]
+
+    def one_copy(self, rows: list[PassageRow], cutoff: Cutoff) -> list[PassageRow]:
+        """A passage of an episode held on two layers counts once: its latest layer's copy
+        (the text is the same; the keyword score is that layer's)."""
+        best: dict[tuple[str, int, int], PassageRow] = {}
+        for p in rows:
+            ref = self._refs.get(p.episode_num)
+            key = (ref[0] if ref else str(p.episode_num), p.first_unit, p.last_unit)
+            have = best.get(key)
+            if have is None or cutoff.layer(p.branch) > cutoff.layer(have.branch):
+                best[key] = p
+        keep = {p.num for p in best.values()}
+        return [p for p in rows if p.num in keep]

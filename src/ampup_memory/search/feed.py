@@ -8,8 +8,14 @@ pure function of the tables too.
 
 Three callers, one path (:meth:`Feed.feed`): every commit of this process (the
 ``after_commit`` hook of :class:`MemoryService`, so a write is searchable when its POST
-returns), every search (its scope first catches up with commits of other processes),
-and the ``serve`` timer and ``index rebuild`` (every scope).
+returns), every search (the branches of its view first catch up with commits of other
+processes), and the ``serve`` timer and ``index rebuild`` (every scope, every branch).
+
+Each branch is fed on its own: its own commits' rows, under its own (scope, branch). A
+branch copies nothing from the commit it forked from; a search on it reads its ancestors'
+rows too, cut to the fork point (`search/cutoff.py`). A ``delete`` marker drops the
+branch's rows from the index (:meth:`SearchIndex.clear_branch`), as it does from the read
+index, so a branch made later under the same name starts empty.
 """
 
 from __future__ import annotations
@@ -18,13 +24,17 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 
-from ampup_memory.errors import ServiceUnavailable
+from ampup_memory.errors import NotFound, ServiceUnavailable
+from ampup_memory.memory.branches import branch_segments
 from ampup_memory.memory.episode_types import by_name
 from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.facts import FactRecord
+from ampup_memory.memory.ledger import DELETE
 from ampup_memory.memory.scopes import MAIN
+from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import build_embedder
@@ -115,61 +125,115 @@ class Feed:
 
     def feed(self, scope: str, branch: str, progress: Progress | None = None) -> int:
         """Apply the commits the read index holds that the search index has not seen;
-        returns how many. Does not read the tables: see :meth:`catch_up`."""
-        done = 0
+        returns how many. A branch's ancestors are fed first (a fact on the branch may cite
+        an episode of the commit it forked from). Does not read the tables: see
+        :meth:`reach`."""
         with self._lock:
-            while True:
-                after = self._cursor_seq(scope, branch)
-                entries = self.memory.index.applied_after(scope, branch, after,
-                                                          COMMITS_PER_BATCH)
-                if not entries:
-                    return done
-                episodes, facts = self.memory.index.commit_rows(
-                    scope, branch, entries[0].seq, entries[-1].seq)
-                bodies = self.memory.index.bodies(scope, {e.body_ref for e in
-                                                          episodes.values()})
-                batch = documents(scope, episodes.values(), bodies, facts)
-                self.engine.ingest(batch, (scope, branch, entries[-1].commit_id))
-                done += len(entries)
+            chain = self._chain(scope, branch)
+            return sum(self._feed(scope, b, tuple(reversed(chain[:i])), progress)
+                       for i, b in enumerate(chain))
+
+    def _chain(self, scope: str, branch: str) -> list[str]:
+        """The branches of ``branch``'s view, oldest ancestor first (just the branch
+        itself once it is deleted: its rows leave the index at its delete marker)."""
+        if branch == MAIN:
+            return [MAIN]
+        try:
+            return [s.branch for s in branch_segments(self.memory.index, scope, branch)]
+        except NotFound:
+            return [branch]
+
+    def _feed(self, scope: str, branch: str, lineage: tuple[str, ...],
+              progress: Progress | None) -> int:
+        done = 0
+        while True:
+            after = self._cursor_seq(scope, branch)
+            entries = self.memory.index.applied_after(scope, branch, after, COMMITS_PER_BATCH)
+            if not entries:
+                return done
+            deleted = [e for e in entries if e.kind == DELETE]
+            if deleted:
+                # The branch was deleted: what the index holds of it goes (the read index
+                # dropped its rows too), so a branch made later under its name starts
+                # empty. The commits before the marker have nothing left to feed.
+                self.engine.drop_branch(scope, branch, deleted[-1].commit_id)
+                done += entries.index(deleted[-1]) + 1
                 if progress is not None:
-                    progress(len(entries))
+                    progress(entries.index(deleted[-1]) + 1)
+                continue
+            first, last = entries[0].seq, entries[-1].seq
+            episodes, facts = self.memory.index.commit_rows(scope, branch, first, last)
+            episodes.update(self._acl_copies(scope, branch, first, last, episodes))
+            bodies = self.memory.index.bodies(scope, {e.body_ref for e in episodes.values()})
+            batch = documents(scope, episodes.values(), bodies, facts)
+            self.engine.ingest(batch, (scope, branch, entries[-1].commit_id), lineage)
+            done += len(entries)
+            if progress is not None:
+                progress(len(entries))
+
+    def _acl_copies(self, scope: str, branch: str, first: int, last: int,
+                    own: dict[str, EpisodeRecord]) -> dict[str, EpisodeRecord]:
+        """Episodes of the branch's ancestors whose ACL these commits of the branch
+        changed, as the branch's own rows: the branch's ACL decides on its view (core's
+        ``_current_acl``), so the index holds the episode on the branch too, with the
+        ancestor's commit (it is in a view exactly when the ancestor's row is)."""
+        if branch == MAIN:  # main has no ancestor: every episode it holds is its own
+            return {}
+        changed = self.memory.index.acl_change_seqs(scope, branch, first, last)
+        wanted = set(changed) - set(own)
+        if not wanted:
+            return {}
+        try:
+            segs = branch_segments(self.memory.index, scope, branch)
+        except NotFound:  # deleted since: its marker clears the branch on the next pass
+            return {}
+        found = self.memory.index.episodes(scope, segs, wanted)  # ACL: current on the chain
+        # Numbered in the order of the change's commit, as a feed of one commit at a time.
+        return {i: replace(rec, branch=branch, seq=changed[i]) for i, rec in found.items()}
 
     def lag(self, scope: str, branch: str) -> int:
         """Commits the read index holds that the search index has not applied yet."""
         head = self.memory.index.head(scope, branch)
         return 0 if head is None else max(0, head.seq - self._cursor_seq(scope, branch))
 
-    def catch_up(self, scope: str, branch: str) -> int:
-        """Bring the read index level with the tables for this scope, then feed it."""
-        view = self.memory.view(scope, branch)  # parses, refuses unknown branches, syncs
-        return self.feed(str(view.scope), view.branch)
+    def branches(self, scope: str) -> list[str]:
+        """Main and every branch the scope's ledger names, deleted ones included (feeding
+        one applies its delete marker: the index lets go of what it still holds of it)."""
+        return [MAIN, *sorted(self.memory.index.markers(scope))]
 
-    def cutoff(self, scope: str, branch: str, at_commit: str) -> Cutoff:
-        """The cut for a search as of ``at_commit``, once the index holds that commit.
+    def reach(self, scope: str, branch: str, at_commit: str | None) -> Cutoff | None:
+        """Catch up, then what a search of (scope, branch, ``at_commit``) reads: None for
+        the whole of main, else the view's segments (`search/cutoff.py`).
 
-        The commit is resolved by core's own view (the check and the 404 of
-        ``GET /facts?at_commit``: unknown, or of another scope or branch)."""
-        view = self.memory.view(scope, branch, at_commit)
-        scope, branch, commit = str(view.scope), view.branch, view.at_commit or at_commit
-        if self._cursor_seq(scope, branch) < view.max_seq:
-            self.feed(scope, branch)
-            if self._cursor_seq(scope, branch) < view.max_seq:
+        The view is core's (``MemoryService.view``: the same 404 as ``GET /facts`` for an
+        unknown branch, or a commit unknown or of another scope or branch)."""
+        view = self.memory.view(scope, branch, at_commit or None)
+        scope, branch = str(view.scope), view.branch
+        self.feed(scope, branch)
+        if view.at_commit is None and len(view.segments) == 1:
+            return None
+        for seg in view.segments:
+            if seg.upto < NO_LIMIT and self._cursor_seq(scope, seg.branch) < seg.upto:
                 # The read index holds the commit but not yet every commit before it.
-                raise ServiceUnavailable(
-                    "The search index has not reached that commit yet; retry shortly.",
-                    details={"at_commit": commit})
-        return Cutoff(commit, view.max_seq,
-                      partial(self.memory.index.commit_seqs, scope, branch))
+                self.feed(scope, branch)
+                if self._cursor_seq(scope, seg.branch) < seg.upto:
+                    raise ServiceUnavailable(
+                        "The search index has not reached that commit yet; retry shortly.",
+                        details={"at_commit": view.at_commit or ""})
+        return Cutoff(view.segments, partial(self.memory.index.commit_places, scope),
+                      view.at_commit)
 
     def catch_up_all(self, only: str | None = None, progress: Progress | None = None) -> int:
-        """Every scope (or one): the start-up pass, the timer's and the rebuild's."""
+        """Every scope (or one), every branch: the start-up pass, the timer's and the
+        rebuild's."""
         self.memory.sync.ledger_table()
         done = 0
         for scope in self.memory.tables.scopes():
             if only is not None and str(scope) != only:
                 continue
             self.memory.sync.scope(scope)
-            done += self.feed(str(scope), MAIN, progress)
+            for branch in self.branches(str(scope)):
+                done += self.feed(str(scope), branch, progress)
         return done
 
     def pending(self, only: str | None = None) -> int:
@@ -180,7 +244,7 @@ class Feed:
             if only is not None and str(scope) != only:
                 continue
             self.memory.sync.scope(scope)
-            total += self.lag(str(scope), MAIN)
+            total += sum(self.lag(str(scope), b) for b in self.branches(str(scope)))
         return total
 
 

@@ -64,24 +64,21 @@ class SearchService:
     # The caller's groups and roles, read fresh (core's principal lookup), so a
     # membership change counts on the next search.
     principal_of: Callable[[str], Principal]
-    # Brings the index level with the ledger for one scope before it is read; refuses
-    # a branch the memory routes would refuse.
-    catch_up: Callable[[str, str], object] | None = None
-    # Resolves ``at_commit`` for (scope, branch) exactly as GET /facts does (same 404 for
-    # an unknown commit or one of another scope or branch), once the index holds it.
-    cutoff_at: Callable[[str, str, str], Cutoff] | None = None
+    # Brings the index level with the ledger for the view of (scope, branch, at_commit)
+    # and resolves it exactly as GET /facts does (same 404 for an unknown branch, or a
+    # commit unknown or of another scope or branch): None for the whole of main, else the
+    # view's segments (`search/cutoff.py`). Without it only main, as of now, is searched.
+    reach: Callable[[str, str, str | None], Cutoff | None] | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
     def _prepare(self, user: str, scope: str, branch: str | None, at_commit: str | None
                  ) -> tuple[str, str, Principal, Cutoff | None]:
         scope, branch = check_scope(scope, branch)
-        if self.catch_up is not None:
-            self.catch_up(scope, branch)
         cutoff = None
-        if at_commit:  # empty means "now", as on the memory routes
-            if self.cutoff_at is None:
-                raise ServiceUnavailable("Search as of a commit needs the commit ledger.")
-            cutoff = self.cutoff_at(scope, branch, at_commit)
+        if self.reach is not None:
+            cutoff = self.reach(scope, branch, at_commit or None)  # empty means "now"
+        elif at_commit:
+            raise ServiceUnavailable("Search as of a commit needs the commit ledger.")
         return scope, branch, self.principal_of(user), cutoff
 
     def search(self, user: str, req: FactSearchRequest) -> dict[str, Any] | str:

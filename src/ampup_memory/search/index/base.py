@@ -201,6 +201,11 @@ class SearchIndex(Protocol):
         """Forget everything (or one scope: its rows, cursors and bitmap bits)."""
         ...
 
+    def clear_branch(self, scope: str, branch: str) -> None:
+        """Forget one (scope, branch): its rows, cursor, keyword statistics and bitmap
+        bits (a deleted branch; a branch made later under its name starts empty)."""
+        ...
+
     # -- writes ------------------------------------------------------------------------
     # Every write below is called inside ``transaction()``.
     def upsert_episodes(self, docs: Sequence[EpisodeDoc]) -> list[tuple[int, bool]]:
@@ -279,6 +284,11 @@ class SearchIndex(Protocol):
     def passages(self, nums: Iterable[int]) -> list[PassageRow]: ...
 
     def episodes(self, nums: Iterable[int]) -> list[EpisodeRow]: ...
+
+    def episode_refs(self, nums: Iterable[int]) -> dict[int, tuple[str, str]]:
+        """(id, commit) of each listed episode the index holds: what a search on a
+        branch needs of its candidates' episodes, without reading the rows whole."""
+        ...
 
     def missing_vectors(self, kind: str, limit: int) -> list[tuple[int, str]]:
         """Up to ``limit`` (num, text) rows of ``facts``/``passages`` with no vector."""

@@ -251,14 +251,24 @@ class PostgresIndex:
                 self._pending_bits.clear()
                 self._bump("acl_generation")
                 return
-            nums = BitMap(int(r[0]) for r in conn.execute(
-                "SELECT num FROM search_episodes WHERE scope = %s", (scope,)))
-            for entry, bits in self._all_bitmaps(conn).items():
-                if bits & nums:
-                    self._pending(entry, bits - nums)
-            for table in ("search_facts", "search_passages", "search_episodes",
-                          "search_cursors"):
-                conn.execute(f"DELETE FROM {table} WHERE scope = %s", (scope,))
+            self._clear_rows(conn, "scope = %s", (scope,))
+
+    def clear_branch(self, scope: str, branch: str) -> None:
+        with self.transaction():
+            self._clear_rows(self._tx(), "scope = %s AND branch = %s", (scope, branch))
+
+    def _clear_rows(self, conn: psycopg.Connection[Any], where: str,
+                    params: tuple[str, ...]) -> None:
+        """Delete the rows matching ``where`` (a fixed condition on scope and branch) from
+        every row table, and their episodes' bits from every bitmap."""
+        nums = BitMap(int(r[0]) for r in conn.execute(
+            f"SELECT num FROM search_episodes WHERE {where}", params))  # noqa: S608
+        for entry, bits in self._all_bitmaps(conn).items():
+            if bits & nums:
+                self._pending(entry, bits - nums)
+        for table in ("search_facts", "search_passages", "search_episodes",
+                      "search_cursors"):
+            conn.execute(f"DELETE FROM {table} WHERE {where}", params)  # noqa: S608
 
     # -- bitmaps ---------------------------------------------------------------------------
 
@@ -548,6 +558,16 @@ class PostgresIndex:
             )
             for r in rows
         ]
+
+    def episode_refs(self, nums: Iterable[int]) -> dict[int, tuple[str, str]]:
+        wanted = list(dict.fromkeys(nums))
+        if not wanted:
+            return {}
+        with self._read() as conn:
+            rows = conn.execute(
+                "SELECT num, id, commit_id FROM search_episodes WHERE num = ANY(%s)",
+                (wanted,)).fetchall()
+        return {int(n): (str(i), str(c)) for n, i, c in rows}
 
     def missing_vectors(self, kind: str, limit: int) -> list[tuple[int, str]]:
         with self._read() as conn:

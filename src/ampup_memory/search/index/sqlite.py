@@ -328,17 +328,30 @@ class SQLiteIndex:
                 self._pending_bits.clear()
                 self._bump(conn, "acl_generation")
             else:
-                nums = BitMap(
-                    int(r[0]) for r in conn.execute(
-                        "SELECT num FROM episodes WHERE scope = ?", (scope,))
-                )
-                for entry, bits in self._all_bitmaps(conn).items():
-                    if bits & nums:
-                        self._pending(entry, bits - nums)
-                for table in ("facts", "passages", "episodes", "cursors", "keyword_spaces"):
-                    conn.execute(f"DELETE FROM {table} WHERE scope = ?", (scope,))  # noqa: S608
+                self._clear_rows(conn, "scope = ?", (scope,))
             self._bump(conn, "generation")
             self._local.after_commit.append(lambda: self._remove_files(cleared))
+
+    def clear_branch(self, scope: str, branch: str) -> None:
+        with self.transaction():
+            conn = self._tx()
+            cleared = [s for s in self._all_spaces(conn) if (s.scope, s.branch) == (scope, branch)]
+            self._clear_rows(conn, "scope = ? AND branch = ?", (scope, branch))
+            # Vector caches reload (they hold the branch's rows); its keyword file goes.
+            self._bump(conn, "generation")
+            self._local.after_commit.append(lambda: self._remove_files(cleared))
+
+    def _clear_rows(self, conn: sqlite3.Connection, where: str, params: tuple[str, ...]
+                    ) -> None:
+        """Delete the rows matching ``where`` (a fixed condition on scope and branch) from
+        every row table, and their episodes' bits from every bitmap."""
+        nums = BitMap(int(r[0]) for r in conn.execute(
+            f"SELECT num FROM episodes WHERE {where}", params))  # noqa: S608
+        for entry, bits in self._all_bitmaps(conn).items():
+            if bits & nums:
+                self._pending(entry, bits - nums)
+        for table in ("facts", "passages", "episodes", "cursors", "keyword_spaces"):
+            conn.execute(f"DELETE FROM {table} WHERE {where}", params)  # noqa: S608
 
     # -- keyword spaces --------------------------------------------------------------------
 
@@ -771,6 +784,14 @@ class SQLiteIndex:
                     occurred_at=occurred, acl=tuple(json.loads(r[6])), source=r[7],
                     unit_kinds=tuple(json.loads(r[8])),
                 ))
+        return found
+
+    def episode_refs(self, nums: Iterable[int]) -> dict[int, tuple[str, str]]:
+        found: dict[int, tuple[str, str]] = {}
+        for batch in _chunks(dict.fromkeys(nums)):
+            found.update((int(n), (str(i), str(c))) for n, i, c in self._conn().execute(
+                "SELECT num, id, commit_id FROM episodes"
+                f" WHERE num IN ({','.join('?' * len(batch))})", batch))
         return found
 
     def missing_vectors(self, kind: str, limit: int) -> list[tuple[int, str]]:
