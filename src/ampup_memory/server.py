@@ -14,6 +14,7 @@ from ampup_memory.amp.api import router as amp_router
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
+from ampup_memory.memory.snapshots_api import router as holds_router
 from ampup_memory.memory.timer import maintenance_timer
 from ampup_memory.ops.api import router as ops_router
 from ampup_memory.runtime import Runtime, open_runtime
@@ -75,6 +76,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
+    app.include_router(holds_router)  # pins and snapshots
     app.include_router(ops_router)  # GET /status
     # /health and /spec also answer at the root, where load balancers look first.
     app.add_api_route("/health", health, methods=["GET"], include_in_schema=False)

@@ -11,7 +11,7 @@ spelled by `format_time` (fixed width, zero-padded year) and read back by `parse
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
 from pydantic import AfterValidator, AwareDatetime
@@ -57,3 +57,28 @@ def in_utc(value: datetime) -> datetime:
 # Every datetime a client sends (AMP and AmpUp bodies, query parameters, MCP tool arguments):
 # RFC 3339 with an offset, normalised to UTC, refused (422) when UTC cannot hold it.
 Instant = Annotated[AwareDatetime, AfterValidator(in_utc)]
+
+
+_TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+MAX_TTL = timedelta(days=366)
+
+
+def parse_ttl(text: str, loc: list[str | int]) -> timedelta:
+    """A time to live: a whole number and one unit, ``30s``, ``15m``, ``1h``, ``7d``.
+
+    Zero, negative, fractional or unitless values, anything else, and more than a year are
+    a 422 at ``loc`` (raised here, so every route and command refuses the same way)."""
+    from ampup_memory.errors import field_error  # errors imports nothing of ours
+
+    raw = text.strip().lower() if isinstance(text, str) else ""
+    number, unit = raw[:-1], raw[-1:]
+    if not (unit in _TTL_UNITS and number.isascii() and number.isdigit()
+            and len(number) <= 9):
+        raise field_error(loc, "a time to live is a whole number and s, m, h or d "
+                          "(e.g. 30s, 15m, 1h, 7d)", "ttl_invalid")
+    ttl = timedelta(seconds=int(number) * _TTL_UNITS[unit])
+    if ttl <= timedelta(0):
+        raise field_error(loc, "a time to live must be more than zero", "ttl_invalid")
+    if ttl > MAX_TTL:
+        raise field_error(loc, "a time to live is at most a year (366d)", "ttl_invalid")
+    return ttl

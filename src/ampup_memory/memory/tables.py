@@ -8,6 +8,8 @@ Layout (see DESIGN.md "AmpUp data model"):
     <org>__<team>.facts      fact versions and closures
     memory_system.ledger     one row per commit (compare-and-set, see ledger.py)
     memory_system.principals one row per principal change; newest per user wins
+    memory_system.holds      one row per pin/snapshot change; newest per id wins, a release
+                             is final (snapshots.py)
 
 Every data row carries the ``commit_id`` of the commit that wrote it; a row counts only once
 that commit is in the ledger. Table properties follow what we measured on pyiceberg 0.12:
@@ -73,8 +75,15 @@ PRINCIPALS = pa.schema([
     ("roles", pa.list_(pa.string())), ("updated_at", TS), ("updated_by", pa.string()),
 ])
 
+HOLDS = pa.schema([
+    ("id", pa.string()), ("kind", pa.string()), ("created_by", pa.string()),
+    ("created_at", TS), ("workspace", pa.string()), ("heads", pa.string()),
+    ("expires_at", TS), ("released", pa.bool_()), ("updated_at", TS),
+])
+
 SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "facts": FACTS}
-SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS}
+SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS,
+                                       "holds": HOLDS}
 
 _COMMON = {
     "commit.manifest-merge.enabled": "true",
