@@ -121,7 +121,8 @@ async def create_snapshot(request: Request) -> JSONResponse:
 
 @router.post("/workspaces/{workspace_id}/snapshots", status_code=201, responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no such workspace of the caller",
-    409: "NO_COMMITS: no scope of the workspace has a commit yet", 503: UNAVAILABLE}),
+    409: "NO_COMMITS: no scope of the workspace has a commit yet", 422: INVALID,
+    503: UNAVAILABLE}),
              openapi_extra=USER_DOC)
 async def snapshot_workspace(request: Request,
                              workspace_id: Annotated[str, Path(max_length=64)],
