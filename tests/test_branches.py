@@ -243,3 +243,31 @@ def test_bad_merges_and_unknown_branches(m: Memory) -> None:
     assert code(branch(m, scope, "c", **{"from": "nope"})) == (404, "NOT_FOUND")
     assert code(m.facts(scope, "acme", branch="nope")) == (404, "NOT_FOUND")
     assert code(branch(m, new_scope(), "c")) == (404, "NOT_FOUND")  # no commit yet
+
+
+def test_a_workspace_snapshot_holds_every_scope_and_branch(m: Memory) -> None:
+    ws = m.http.post("/workspaces", json={"name": "trial", "ttl": "1h"})
+    assert ws.status_code == 201, ws.text
+    org = ws.json()["org"]
+    one, two = f"{org}/one", f"{org}/two"
+    for scope in (one, two):
+        assert m.write(scope, f"{scope} budget is 50k.").status_code == 201
+    assert branch(m, one, "try").status_code == 201
+    ep = m.http.post("/episodes", json={"scope": one, "branch": "try", "source": "doc:t",
+                                        "body": "On try the budget is 70k.", "acl": ["*"]})
+    assert ep.status_code == 201, ep.text
+    snap = m.http.post(f"/workspaces/{ws.json()['id']}/snapshots")
+    assert snap.status_code == 201, snap.text
+    heads = snap.json()["heads"]
+    assert set(heads) == {f"{one}@main", f"{one}@try", f"{two}@main"}
+    # Later writes on the branch are not seen through the snapshot.
+    late = m.http.post("/episodes", json={"scope": one, "branch": "try", "source": "doc:late",
+                                          "body": "Later on try.", "acl": ["*"]}).json()["id"]
+    sid = snap.json()["id"]
+    assert m.episode(one, ep.json()["id"], snapshot=sid, branch="try").status_code == 200
+    assert m.episode(one, late, branch="try").status_code == 200
+    assert m.episode(one, late, snapshot=sid, branch="try").status_code == 404
+    # Another user's workspace is the same 404 as an unknown one.
+    other = m.as_user("bob").http.post(f"/workspaces/{ws.json()['id']}/snapshots")
+    unknown = m.http.post("/workspaces/ws_0000000000000000/snapshots")
+    assert code(other) == code(unknown) == (404, "NOT_FOUND")

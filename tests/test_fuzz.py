@@ -47,6 +47,8 @@ SEMANTIC_422 = {
     "value_error@before",    # a ledger page starts before a commit of that chain
     "value_error@tz",        # a zone of the IANA database
     "value_error@valid_to",  # valid_to after valid_from (the cited episodes' by default)
+    "hold_combined",     # pin or snapshot beside branch/at_commit, or both at once
+    "hold_scope",        # a scope (and branch) the pin or snapshot does not hold
 }
 
 

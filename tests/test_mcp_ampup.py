@@ -224,6 +224,41 @@ async def test_search_tools_read_memory_as_of_a_commit(server: ServerProcess) ->
     assert unknown == unknown_q == "No such commit on this scope and branch."
 
 
+async def test_read_tools_take_a_pin_and_a_snapshot(server: ServerProcess) -> None:
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        first = await remember(alice, scope=scope, text=NOTE, acl=["*"])
+        with rest(server, "alice") as http:
+            post_fact(http, scope, first["id"], "budget", "50k", "budget for the pilot is 50k")
+            pin = http.post("/pin", json={"scope": scope, "ttl": "1h"}).json()
+            snap = http.post("/snapshots", json={"scopes": [scope]}).json()
+            later = await remember(alice, scope=scope, acl=["*"],
+                                   text="Acme budget for the pilot is now 70k.")
+            post_fact(http, scope, later["id"], "budget", "70k", "budget for the pilot is now 70k")
+            by_commit = await ok(alice, "search_memory", scope=scope, query="Acme budget",
+                                 at_commit=pin["commit"])
+            pinned = await ok(alice, "search_memory", scope=scope, query="Acme budget",
+                              pin=pin["id"])
+            snapped = await ok(alice, "search_memory", scope=scope, query="Acme budget",
+                               snapshot=snap["id"])
+            passages = json.loads(await ok(alice, "query_memory", scope=scope,
+                                           query="Acme budget", pin=pin["id"]))
+            episode = await refused(alice, "get_episode", scope=scope, id=later["id"],
+                                    snapshot=snap["id"])
+            held = json.loads(await ok(alice, "get_episode", scope=scope, id=first["id"],
+                                       pin=pin["id"]))
+            assert http.delete(f"/pin/{pin['id']}").status_code == 200
+        released = await refused(alice, "search_memory", scope=scope, query="x",
+                                 pin=pin["id"])
+        combined = await refused(alice, "query_memory", scope=scope, query="x",
+                                 pin=snap["id"])
+    assert pinned == snapped == by_commit and '"50k"' in pinned and "70k" not in pinned
+    assert passages["at_commit"] == pin["commit"]
+    assert {p["episode"] for p in passages["results"]} == {first["id"]}
+    assert episode == "No such episode." and held["id"] == first["id"]
+    assert "released" in released and "pin" in combined
+
+
 async def test_close_memory_ends_the_current_value(server: ServerProcess) -> None:
     scope = new_scope()
     async with as_user(server, "alice") as alice:

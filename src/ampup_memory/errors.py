@@ -7,6 +7,7 @@
     ├── NotFound                   404    NOT_FOUND
     ├── MethodNotAllowed           405    METHOD_NOT_ALLOWED
     ├── Conflict                   409    INVALID_TRANSITION / RETENTION_WINDOW / CONFLICT
+    ├── Gone                       410    PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED
     ├── PayloadTooLarge            413    CELL_TOO_LARGE / PAYLOAD_TOO_LARGE (web/limits.py)
     ├── ValidationFailed           422    VALIDATION_ERROR
     ├── RateLimited                429    RATE_LIMITED
@@ -82,6 +83,13 @@ class InvalidTransition(Conflict):
 
 class RetentionWindow(Conflict):
     code = "RETENTION_WINDOW"
+
+
+class Gone(AmpError):
+    """Something that existed and no longer answers (an expired or released pin)."""
+
+    status = 410
+    code = "GONE"
 
 
 class PayloadTooLarge(AmpError):

@@ -71,10 +71,11 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
             occurred_at=occurred_at, document=document, branch=branch))
 
     def episode(caller: Caller, scope: str, id: str | None, document: str | None,
-                as_of: datetime | None, branch: str | None, at_commit: str | None) -> str:
+                as_of: datetime | None, branch: str | None, at_commit: str | None,
+                pin: str | None, snapshot: str | None) -> str:
         return _json(memory_tools.get_episode(
             memory, caller, scope=scope, id=id, document=document, as_of=as_of,
-            branch=branch, at_commit=at_commit))
+            branch=branch, at_commit=at_commit, pin=pin, snapshot=snapshot))
 
     def close(caller: Caller, scope: str, entity: str, predicate: str, reason: str,
               acl: list[str] | None, branch: str | None) -> str:
@@ -83,18 +84,21 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
             acl=acl, branch=branch))
 
     def find_facts(caller: Caller, scope: str, query: str, as_of: str | None, limit: int,
-                   tz: str | None, branch: str | None, at_commit: str | None) -> str:
+                   tz: str | None, branch: str | None, at_commit: str | None,
+                   pin: str | None, snapshot: str | None) -> str:
         user = memory_tools.caller_user(caller)
         return search_tools.search_memory(search(), user, scope, query, as_of=as_of,
                                           limit=limit, tz=tz, branch=branch,
-                                          at_commit=at_commit)
+                                          at_commit=at_commit, pin=pin, snapshot=snapshot)
 
     def find_passages(caller: Caller, scope: str, query: str, find: str, limit: int,
-                      tz: str | None, branch: str | None, at_commit: str | None) -> str:
+                      tz: str | None, branch: str | None, at_commit: str | None,
+                      pin: str | None, snapshot: str | None) -> str:
         user = memory_tools.caller_user(caller)
         return _json(search_tools.query_memory(search(), user, scope, query, find=find,
                                                limit=limit, tz=tz, branch=branch,
-                                               at_commit=at_commit))
+                                               at_commit=at_commit, pin=pin,
+                                               snapshot=snapshot))
 
     @server.tool()
     async def remember_memory(
@@ -126,10 +130,14 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         as_of: Instant | None = None,
         branch: str | None = None,
         at_commit: str | None = None,
+        pin: str | None = None,
+        snapshot: str | None = None,
     ) -> CallToolResult:
         """Read one episode with its numbered units, as JSON: by `id` (the ids
-        search_memory lists) or, with `document`, the newest version you may read."""
-        return await uenv.reply(ctx, episode, scope, id, document, as_of, branch, at_commit)
+        search_memory lists) or, with `document`, the newest version you may read.
+        `pin` (pin_…) or `snapshot` (snap_…) reads exactly what it holds."""
+        return await uenv.reply(ctx, episode, scope, id, document, as_of, branch, at_commit,
+                                pin, snapshot)
 
     @server.tool()
     async def close_memory(
@@ -155,16 +163,19 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         tz: str | None = None,
         branch: str | None = None,
         at_commit: str | None = None,
+        pin: str | None = None,
+        snapshot: str | None = None,
     ) -> CallToolResult:
         """Search the facts of team memory `scope` you may read; the text answer.
 
         Facts grouped by entity, each citing `[e<n> ...]` labels, then source text no fact
         cites; the last line `episodes:` maps labels to ids for get_episode. `as_of` (RFC
         3339) reads the values current then; `tz` (IANA) places calendar words;
-        `at_commit` (a ledger commit id) searches memory as that commit left it.
+        `at_commit` (a ledger commit id) searches memory as that commit left it;
+        `pin` (pin_…) or `snapshot` (snap_…) searches exactly what it holds.
         """
         return await uenv.reply(ctx, find_facts, scope, query, as_of, limit, tz, branch,
-                                at_commit)
+                                at_commit, pin, snapshot)
 
     @server.tool()
     async def query_memory(
@@ -176,11 +187,14 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         tz: str | None = None,
         branch: str | None = None,
         at_commit: str | None = None,
+        pin: str | None = None,
+        snapshot: str | None = None,
     ) -> CallToolResult:
         """Ranked passages of the episodes you may read in `scope`, as JSON (needs no
-        extracted facts); `at_commit` limits them to episodes written by that commit."""
+        extracted facts); `at_commit` limits them to episodes written by that commit,
+        `pin` (pin_…) or `snapshot` (snap_…) to what it holds."""
         return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch,
-                                at_commit)
+                                at_commit, pin, snapshot)
 
 
 TOOLSETS.append(register_ampup_tools)

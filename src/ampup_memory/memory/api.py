@@ -28,6 +28,7 @@ from ampup_memory.memory.facts import CloseValue, PostFact, PostFacts
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.service import MemoryService
+from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
 from ampup_memory.timefmt import Instant
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors, header_doc
@@ -46,6 +47,8 @@ class DocumentRequest(BaseModel):
     as_of: Instant | None = None
     branch: BranchText | None = None
     at_commit: CommitText | None = None
+    pin: PinText | None = None
+    snapshot: SnapshotText | None = None
 
 
 class PrincipalBody(BaseModel):
@@ -56,10 +59,12 @@ class PrincipalBody(BaseModel):
 
 
 UNAUTHENTICATED = "UNAUTHENTICATED / MISSING_USER: no caller, or not a valid user id"
-NOT_FOUND = "NOT_FOUND: unknown branch or at_commit"
+NOT_FOUND = "NOT_FOUND: unknown branch or at_commit, unknown pin or snapshot"
+GONE_DOC = ("PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED: the pin or snapshot no longer "
+            "holds anything")
 INVALID = "VALIDATION_ERROR: details.errors = [{loc, msg, type}]"
 UNAVAILABLE = "UNAVAILABLE: the ledger stayed contended; nothing was committed"
-READ_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID,
+READ_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 410: GONE_DOC, 422: INVALID,
                       503: "UNAVAILABLE: AmpUp Memory is not available in this process"})
 WRITE_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID, 503: UNAVAILABLE})
 ADMIN_ERRORS = errors({403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 422: INVALID,
@@ -107,6 +112,8 @@ def _user(request: Request) -> str:
 ScopeQ = Annotated[ScopeText, Query()]
 BranchQ = Annotated[BranchText | None, Query()]
 AtCommitQ = Annotated[CommitText | None, Query(description="Read as of this commit.")]
+PinQ = Annotated[PinText | None, Query()]
+SnapshotQ = Annotated[SnapshotText | None, Query()]
 EpisodeIdP = Annotated[str, Path(), WithJsonSchema({
     "type": "string", "pattern": EPISODE_ID_PATTERN, "description": "Episode id (SHA-256)."})]
 CONFLICT = "CONFLICT: an id exists with other acl/occurred_at/about/document"
@@ -139,12 +146,15 @@ async def write_batch(request: Request) -> JSONResponse:
 
 @router.get(EPISODE_PATH, responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown or unreadable episode (one answer), "
-    "unknown branch or at_commit", 422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
+    "unknown branch, at_commit, pin or snapshot", 410: GONE_DOC, 422: INVALID,
+    503: UNAVAILABLE}), openapi_extra=USER_DOC)
 def get_episode(request: Request, episode_id: EpisodeIdP, scope: ScopeQ, branch: BranchQ = None,
-                at_commit: AtCommitQ = None) -> dict[str, Any]:
+                at_commit: AtCommitQ = None, pin: PinQ = None,
+                snapshot: SnapshotQ = None) -> dict[str, Any]:
     user = _user(request)
     svc = service(request)
-    return svc.get_episode(user, episode_id, svc.view(scope, branch, at_commit))
+    return svc.get_episode(user, episode_id,
+                           read_view(svc, scope, branch, at_commit, pin, snapshot))
 
 
 @router.put(EPISODE_PATH + "/acl", responses=errors({
@@ -171,16 +181,17 @@ def episode_types() -> dict[str, Any]:
 
 
 @router.post("/document", responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: no readable version; unknown branch or at_commit",
-    422: INVALID, 503: UNAVAILABLE}), openapi_extra={**body_doc(DocumentRequest), **USER_DOC})
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: no readable version; unknown branch, at_commit, "
+    "pin or snapshot", 410: GONE_DOC, 422: INVALID, 503: UNAVAILABLE}),
+             openapi_extra={**body_doc(DocumentRequest), **USER_DOC})
 async def document(request: Request) -> dict[str, Any]:
     user = _user(request)
     req = parse_body(DocumentRequest, await request.body())
     svc = service(request)
 
     def run() -> dict[str, Any]:
-        return svc.document(user, req.document, svc.view(req.scope, req.branch, req.at_commit),
-                            req.as_of)
+        view = read_view(svc, req.scope, req.branch, req.at_commit, req.pin, req.snapshot)
+        return svc.document(user, req.document, view, req.as_of)
 
     return await run_in_threadpool(run)
 
@@ -214,10 +225,12 @@ def get_facts(
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
     branch: BranchQ = None,
     at_commit: AtCommitQ = None,
+    pin: PinQ = None,
+    snapshot: SnapshotQ = None,
 ) -> dict[str, Any]:
     user = _user(request)
     svc = service(request)
-    view = svc.view(scope, branch, at_commit)
+    view = read_view(svc, scope, branch, at_commit, pin, snapshot)
     return {"facts": svc.get_facts(user, view, entity, predicate, as_of, history)}
 
 
@@ -236,10 +249,10 @@ def ledger(request: Request, scope: ScopeQ, branch: BranchQ = None,
            limit: Annotated[int, Query(ge=1, le=1000)] = 50,
            before: Annotated[CommitText | None,
                              Query(description="Commit id: page before it.")] = None,
-           ) -> dict[str, Any]:
+           pin: PinQ = None, snapshot: SnapshotQ = None) -> dict[str, Any]:
     _user(request)
     svc = service(request)
-    return svc.ledger(svc.view(scope, branch), limit, before)
+    return svc.ledger(read_view(svc, scope, branch, None, pin, snapshot), limit, before)
 
 
 UserPath = Annotated[str, Path(pattern=ID_PATTERN, description="User id.")]

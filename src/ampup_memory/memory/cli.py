@@ -1,4 +1,4 @@
-"""AmpUp Memory commands: episode-type, load, close, principal, maintenance.
+"""AmpUp Memory commands: episode-type, load, close, principal, maintenance, pin, snapshot.
 
 ``memory_commands`` takes the shared settings helpers from ``ampup_memory.cli`` as
 arguments instead of importing them, so the two modules never import each other.
@@ -234,7 +234,86 @@ def memory_commands(settings_options: SettingsOptions,
                 report["index_rebuilt_commits"] = svc.sync.rebuild()
             click.echo(dumps(report, indent=2))
 
-    return [episode_type, load, close, principal, maintenance]
+    @click.group("pin")
+    def pin() -> None:
+        """Pins: one scope and branch held at one commit for a leased time."""
+
+    @pin.command("create")
+    @click.option("--scope", required=True, help="org/team")
+    @click.option("--branch", default=None, help="Branch (default main).")
+    @click.option("--at-commit", default=None, help="Commit to hold (default: the head).")
+    @click.option("--ttl", required=True, help="Time to live: 30s, 15m, 1h, 7d (max 366d).")
+    @click.option("--user", required=True, help="Who holds it (may renew and release it).")
+    @settings_options("common", "tables")
+    def pin_create(scope: str, branch: str | None, at_commit: str | None, ttl: str,
+                   user: str, **kwargs: Any) -> None:
+        """Hold a scope's branch at a commit; reads with pin=<id> see exactly it."""
+        from ampup_memory.memory import snapshots
+        from ampup_memory.timefmt import parse_ttl
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            click.echo(dumps(snapshots.create_pin(svc, user, scope, branch, at_commit,
+                                                  parse_ttl(ttl, ["--ttl"]))))
+
+    @pin.command("renew")
+    @click.argument("pin_id")
+    @click.option("--ttl", required=True, help="New time to live, from now.")
+    @click.option("--user", required=True, help="The pin's creator.")
+    @settings_options("common", "tables")
+    def pin_renew(pin_id: str, ttl: str, user: str, **kwargs: Any) -> None:
+        """Extend a live pin: it now expires ttl from now."""
+        from ampup_memory.memory import snapshots
+        from ampup_memory.timefmt import parse_ttl
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            click.echo(dumps(snapshots.renew_pin(svc, user, pin_id, parse_ttl(ttl, ["--ttl"]))))
+
+    @pin.command("release")
+    @click.argument("pin_id")
+    @click.option("--user", required=True, help="The pin's creator.")
+    @settings_options("common", "tables")
+    def pin_release(pin_id: str, user: str, **kwargs: Any) -> None:
+        """Release a pin now: reads with it answer 410, maintenance may drop what it held."""
+        from ampup_memory.memory import snapshots
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            click.echo(dumps(snapshots.release(svc, user, pin_id, snapshots.PIN)))
+
+    @click.group("snapshot")
+    def snapshot() -> None:
+        """Snapshots: the heads of several scopes held under one id until released."""
+
+    @snapshot.command("create")
+    @click.option("--scope", "scopes", multiple=True, required=True,
+                  help="org/team whose main head to hold (repeat for more).")
+    @click.option("--user", required=True, help="Who holds it (may release it).")
+    @settings_options("common", "tables")
+    def snapshot_create(scopes: tuple[str, ...], user: str, **kwargs: Any) -> None:
+        """Hold the current main head of each scope; reads with snapshot=<id> see them."""
+        from ampup_memory.memory import snapshots
+        from ampup_memory.memory.scopes import parse_scope
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            named = sorted({parse_scope(s, "--scope") for s in scopes})
+            click.echo(dumps(snapshots.create_snapshot(svc, user, named)))
+
+    @snapshot.command("release")
+    @click.argument("snapshot_id")
+    @click.option("--user", required=True, help="The snapshot's creator.")
+    @settings_options("common", "tables")
+    def snapshot_release(snapshot_id: str, user: str, **kwargs: Any) -> None:
+        """Release a snapshot: reads with it answer 410."""
+        from ampup_memory.memory import snapshots
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            click.echo(dumps(snapshots.release(svc, user, snapshot_id, snapshots.SNAPSHOT)))
+
+    return [episode_type, load, close, principal, maintenance, pin, snapshot]
 
 
 def _skipped_line(skipped: Counter[str]) -> str:

@@ -2,7 +2,8 @@
 
 - **Snapshot expiry.** Every commit copies the table metadata many times, so commit time
   grows with the snapshots kept; we keep few. Branch and tag heads are never expired, nor
-  any snapshot the ``protected`` hook names (snapshots and pins build on it).
+  any snapshot the ``protected`` hook names (live pins and snapshots, snapshots.py: what
+  they hold and why our own reads need no old snapshot is explained there).
 - **Compaction.** Each small commit leaves a small file; reads and manifest merges slow down
   as they pile up. Small files are rewritten into one by an explicit file overwrite: exactly
   the files read are replaced, so a concurrent append is never lost (the commit fails and is
@@ -157,11 +158,15 @@ def tidy(tables: MemoryTables, namespace: str, name: str,
     readers holding the shared object never see it change under them.
     """
     try:
-        shared = tables.table(namespace, name, fresh=False).metadata
+        shared_table = tables.table(namespace, name, fresh=False)
+        shared = shared_table.metadata
         snap = shared.current_snapshot()
         summary = snap.summary if snap is not None else None
         files = int(summary["total-data-files"] or 0) if summary is not None else 0
-        if len(shared.snapshots) <= SNAPSHOTS_HIGH and files <= SMALL_FILES_HIGH:
+        kept = len(shared.snapshots)
+        if kept > SNAPSHOTS_HIGH:  # held snapshots stay: they do not count towards expiry
+            kept -= len(protected(shared_table) & {s.snapshot_id for s in shared.snapshots})
+        if kept <= SNAPSHOTS_HIGH and files <= SMALL_FILES_HIGH:
             return
         table = tables.private(namespace, name)
         if files > SMALL_FILES_HIGH:

@@ -15,6 +15,7 @@ from ampup_memory.memory.acl import own_acl, require_id
 from ampup_memory.memory.episodes import WriteEpisode
 from ampup_memory.memory.facts import CloseValue
 from ampup_memory.memory.service import MemoryService, build
+from ampup_memory.memory.snapshots import read_view
 
 NOTE_PREFIX = "mcp:remember_memory:"
 
@@ -43,12 +44,14 @@ def remember_memory(svc: MemoryService, caller: Caller, *, scope: str, text: str
 
 def get_episode(svc: MemoryService, caller: Caller, *, scope: str, id: str | None = None,
                 document: str | None = None, as_of: datetime | None = None,
-                branch: str | None = None, at_commit: str | None = None) -> dict[str, Any]:
-    """An episode with its units, by id or (newest readable version) by document key."""
+                branch: str | None = None, at_commit: str | None = None,
+                pin: str | None = None, snapshot: str | None = None) -> dict[str, Any]:
+    """An episode with its units, by id or (newest readable version) by document key;
+    ``pin`` / ``snapshot`` read what that pin or snapshot holds."""
     user = caller_user(caller)
     if (id is None) == (document is None):
         raise field_error(["id"], "give exactly one of id and document")
-    view = svc.view(scope, branch, at_commit)
+    view = read_view(svc, scope, branch, at_commit, pin, snapshot)
     if id is not None:
         return svc.get_episode(user, id, view)
     assert document is not None

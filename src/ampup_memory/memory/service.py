@@ -52,7 +52,7 @@ from ampup_memory.memory.facts import (
     timeline,
 )
 from ampup_memory.memory.ledger import COMMIT, SUMMARY_KEY, LedgerEntry, new_commit_id
-from ampup_memory.memory.maintenance import Protected, full_pass, no_protection, tidy
+from ampup_memory.memory.maintenance import Protected, full_pass, tidy
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.retry import Backoff, until_won
 from ampup_memory.memory.rows import ACL_OP, episode_row, fact_id, fact_row
@@ -63,7 +63,8 @@ from ampup_memory.memory.scopes import (
     parse_branch,
     parse_scope,
 )
-from ampup_memory.memory.segments import Segment, Segments
+from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments
+from ampup_memory.memory.snapshots import Holds
 from ampup_memory.memory.sync import Sync
 from ampup_memory.memory.tables import (
     EPISODES,
@@ -137,8 +138,9 @@ class MemoryService:
         # ledger; across processes the compare-and-set keeps the chain.
         self._write_lock = threading.Lock()
         self._scopes_made: set[Scope] = set()
-        # Snapshots that maintenance must keep; snapshots and pins (a later issue) fill it.
-        self.protected: Protected = no_protection
+        # Pins and snapshots (snapshots.py); maintenance spares what they hold.
+        self.holds = Holds(tables, index)
+        self.protected: Protected = self.holds.protected
         # Called with (scope, branch) once a commit is in the ledger and the read index
         # (the search index feeds itself here, so a write is searchable when it returns).
         self.after_commit: list[Callable[[str, str], None]] = []
@@ -470,6 +472,8 @@ class MemoryService:
             if entry is None or entry.scope != str(view.scope) or entry.branch != view.branch:
                 raise field_error(["before"], "no such commit on this scope and branch")
             before_seq = entry.seq
+        if view.max_seq != NO_LIMIT:  # as of a commit (pin, snapshot): nothing after it
+            before_seq = min(before_seq or NO_LIMIT, view.max_seq + 1)
         limit = max(1, min(limit, MAX_LEDGER_PAGE))
         page = self.index.ledger_page(str(view.scope), view.branch, limit, before_seq)
         more = len(page) == limit and page[-1].seq > 1

@@ -10,6 +10,8 @@ Layout (see DESIGN.md "AmpUp data model"):
     memory_system.principals one row per principal change; newest per user wins
     memory_system.workspaces one row per workspace change; the furthest state per id wins
                              (live → deleted → dropped), see workspaces.py
+    memory_system.holds      one row per pin/snapshot change; newest per id wins, a release
+                             is final (snapshots.py)
 
 Every data row carries the ``commit_id`` of the commit that wrote it; a row counts only once
 that commit is in the ledger. Table properties follow what we measured on pyiceberg 0.12:
@@ -81,9 +83,15 @@ WORKSPACES = pa.schema([
     ("updated_at", TS), ("updated_by", pa.string()),
 ])
 
+HOLDS = pa.schema([
+    ("id", pa.string()), ("kind", pa.string()), ("created_by", pa.string()),
+    ("created_at", TS), ("workspace", pa.string()), ("heads", pa.string()),
+    ("expires_at", TS), ("released", pa.bool_()), ("updated_at", TS),
+])
+
 SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "facts": FACTS}
 SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS,
-                                       "workspaces": WORKSPACES}
+                                       "workspaces": WORKSPACES, "holds": HOLDS}
 
 _COMMON = {
     "commit.manifest-merge.enabled": "true",

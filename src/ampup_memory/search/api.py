@@ -33,7 +33,10 @@ log = logging.getLogger("ampup_memory.search")
 router = APIRouter(tags=["search"])
 ERRORS = errors({
     401: "UNAUTHENTICATED / MISSING_USER: no caller, or not a valid user id",
-    404: "NOT_FOUND: unknown branch, or at_commit no commit of the scope and branch",
+    404: "NOT_FOUND: unknown branch, or at_commit no commit of the scope and branch; "
+         "unknown pin or snapshot",
+    410: "PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED: the pin or snapshot no longer "
+         "holds anything",
     422: "VALIDATION_ERROR: details.errors = [{loc, msg, type}]",
     503: "UNAVAILABLE: search is not available, or the index cannot reach the ledger",
 })
@@ -108,7 +111,8 @@ def _open(runtime: Any) -> tuple[SearchService, SearchIndex, Feed]:
     engine.ensure_model()
     feed = Feed(memory, engine)
     feed.attach()
-    return SearchService(engine, memory.principal, feed.reach), index, feed
+    return SearchService(engine, memory.principal, feed.reach,
+                         resolve_held=memory.holds.resolve), index, feed
 
 
 def open_search(runtime: Any) -> tuple[SearchService, SearchIndex]:

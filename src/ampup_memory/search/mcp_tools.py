@@ -26,12 +26,15 @@ def search_memory(
     tz: str | None = None,
     branch: str | None = None,
     at_commit: str | None = None,
+    pin: str | None = None,
+    snapshot: str | None = None,
 ) -> str:
     """Facts ranked by keyword and meaning, as the text answer agents read."""
     try:
         req = FactSearchRequest.model_validate({
             "scope": scope, "query": query, "as_of": as_of, "limit": limit, "format": "text",
-            "tz": tz, "branch": branch, "at_commit": at_commit,
+            "tz": tz, "branch": branch, "at_commit": at_commit, "pin": pin,
+            "snapshot": snapshot,
         })
     except ValidationError as exc:
         raise validation_errors(exc, ("arguments",)) from exc
@@ -50,12 +53,14 @@ def query_memory(
     tz: str | None = None,
     branch: str | None = None,
     at_commit: str | None = None,
+    pin: str | None = None,
+    snapshot: str | None = None,
 ) -> dict[str, Any]:
     """Episode passages ranked the same way; needs no extraction model."""
     try:
         req = PassageQueryRequest.model_validate({
             "scope": scope, "find": find, "query": query, "limit": limit, "tz": tz,
-            "branch": branch, "at_commit": at_commit,
+            "branch": branch, "at_commit": at_commit, "pin": pin, "snapshot": snapshot,
         })
     except ValidationError as exc:
         raise validation_errors(exc, ("arguments",)) from exc

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ampup_memory.errors import ServiceUnavailable
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_branch, parse_scope
+from ampup_memory.memory.snapshots import PinText, SnapshotText
 from ampup_memory.search.answer import facts_json, passages_json, text_answer
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.engine import SearchEngine
@@ -39,6 +40,8 @@ class FactSearchRequest(BaseModel):
     tz: str | None = Field(default=None, description="IANA zone for calendar words (UTC).")
     branch: BranchText | None = None
     at_commit: CommitText | None = Field(default=None, description=AT_COMMIT_DOC)
+    pin: PinText | None = None
+    snapshot: SnapshotText | None = None
 
 
 class PassageQueryRequest(BaseModel):
@@ -51,9 +54,11 @@ class PassageQueryRequest(BaseModel):
     tz: str | None = Field(default=None, description="IANA zone for calendar words (UTC).")
     branch: BranchText | None = None
     at_commit: CommitText | None = Field(default=None, description=AT_COMMIT_DOC)
+    pin: PinText | None = None
+    snapshot: SnapshotText | None = None
 
 
-def check_scope(scope: str, branch: str | None) -> tuple[str, str]:
+def check_scope(scope: object, branch: object) -> tuple[str, str]:
     """Scope ``org/team`` and branch, parsed exactly as the memory routes parse them."""
     return str(parse_scope(scope)), parse_branch(branch)
 
@@ -69,11 +74,23 @@ class SearchService:
     # commit unknown or of another scope or branch): None for the whole of main, else the
     # view's segments (`search/cutoff.py`). Without it only main, as of now, is searched.
     reach: Callable[[str, str, str | None], Cutoff | None] | None = None
+    # Turns a pin or snapshot into the (scope, branch, at_commit) it holds (core's
+    # ``Holds.resolve``, the one rule for held reads); None: only plain reads.
+    resolve_held: Callable[[object, object, str | None, str | None, str | None],
+                           tuple[object, object, str | None]] | None = None
     clock: Callable[[], datetime] = lambda: datetime.now(UTC)
 
-    def _prepare(self, user: str, scope: str, branch: str | None, at_commit: str | None
+    def _prepare(self, user: str, req: FactSearchRequest | PassageQueryRequest,
                  ) -> tuple[str, str, Principal, Cutoff | None]:
-        scope, branch = check_scope(scope, branch)
+        scope_in: object = req.scope
+        branch_in: object = req.branch
+        at_commit = req.at_commit
+        if req.pin is not None or req.snapshot is not None:
+            if self.resolve_held is None:
+                raise ServiceUnavailable("Pinned and snapshot reads need the commit ledger.")
+            scope_in, branch_in, at_commit = self.resolve_held(
+                scope_in, branch_in, at_commit, req.pin, req.snapshot)
+        scope, branch = check_scope(scope_in, branch_in)
         cutoff = None
         if self.reach is not None:
             cutoff = self.reach(scope, branch, at_commit or None)  # empty means "now"
@@ -82,8 +99,7 @@ class SearchService:
         return scope, branch, self.principal_of(user), cutoff
 
     def search(self, user: str, req: FactSearchRequest) -> dict[str, Any] | str:
-        scope, branch, principal, cutoff = self._prepare(user, req.scope, req.branch,
-                                                         req.at_commit)
+        scope, branch, principal, cutoff = self._prepare(user, req)
         now = self.clock()
         results = self.engine.search_facts(
             scope, branch, req.query, principal, as_of=req.as_of, limit=req.limit,
@@ -99,8 +115,7 @@ class SearchService:
         return text_answer(results, sources.passages)
 
     def query(self, user: str, req: PassageQueryRequest) -> dict[str, Any]:
-        scope, branch, principal, cutoff = self._prepare(user, req.scope, req.branch,
-                                                         req.at_commit)
+        scope, branch, principal, cutoff = self._prepare(user, req)
         results = self.engine.search_passages(
             scope, branch, req.query, principal, limit=req.limit, tz=req.tz, now=self.clock(),
             cutoff=cutoff,

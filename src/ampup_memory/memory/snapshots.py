@@ -1,0 +1,389 @@
+"""Pins and snapshots: named, durable sets of heads a read can be fixed to.
+
+A **pin** (``pin_…``) holds one ``(scope, branch, commit)`` for a leased time (``ttl``,
+renewable); a **snapshot** (``snap_…``) holds several heads ``{"<scope>@<branch>":
+commit}`` (every scope of a workspace, or scopes the caller names) until released. A read
+with ``pin=`` or ``snapshot=`` is exactly an ``at_commit`` read of the held
+``(scope, branch, commit)`` (``MemoryService.view``, search's ``Feed.cutoff``): this module
+only turns the id into those three values, it reads nothing itself.
+
+Who may use one: anyone who holds the id. A pin or snapshot fixes *which commit* is read,
+never *who may read what*: every read through one obeys the caller's current ACL exactly
+as without it. Only its creator may renew or release it.
+
+Storage: ``memory_system.holds``, one row per change (create, renew, release); the newest
+row per id wins and a release is final (a renew racing a release on another server cannot
+bring the hold back). Several servers on one catalog share it; each keeps the folded table
+in memory and re-reads it only when the table's snapshot moved, so a held read costs one
+catalog lookup (the same indexed query every read already makes for principals).
+
+Maintenance (the ``protected`` hook, maintenance.py): our reads do not need old Iceberg
+snapshots. They are served from the read index by ledger seq, and the read index is
+rebuilt from each table's *current* snapshot, which holds every committed row: rows are
+append-only, compaction rewrites them unchanged, and orphan-row cleanup deletes only rows
+whose commit never reached the ledger. What a held read needs, the committed rows and the
+ledger rows up to its commit, no maintenance step removes. The hook still spares, per
+table of a held scope, the Iceberg snapshot the held commit left the table at, so the
+held state stays readable from the tables alone by Iceberg time travel (``snapshot_id``
+scans, other engines) for as long as the hold lives; that keeps at most one extra
+snapshot (and the files only it references) per table per live hold, freed by the first
+maintenance pass after the hold expires or is released.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Annotated, Any, Literal
+
+from pydantic import WithJsonSchema
+from pyiceberg.table import Table
+from ulid import ULID
+
+from ampup_memory.errors import AccessDenied, Conflict, Gone, NotFound, field_error
+from ampup_memory.memory.acl import require_id
+from ampup_memory.memory.ledger import BRANCH
+from ampup_memory.memory.maintenance import tidy
+from ampup_memory.memory.readindex import ReadIndex
+from ampup_memory.memory.scopes import MAIN, SYSTEM_NAMESPACE, Scope, parse_branch, parse_scope
+from ampup_memory.memory.tables import HOLDS, MemoryTables, arrow
+from ampup_memory.timefmt import utc_text
+
+if TYPE_CHECKING:
+    from ampup_memory.memory.service import MemoryService, View
+
+Kind = Literal["pin", "snapshot"]
+PIN: Literal["pin"] = "pin"
+SNAPSHOT: Literal["snapshot"] = "snapshot"
+PREFIX: dict[str, str] = {PIN: "pin_", SNAPSHOT: "snap_"}
+_ULID = "[0-9A-HJKMNP-TV-Z]{26}"
+PIN_PATTERN = f"^pin_{_ULID}$"
+SNAPSHOT_PATTERN = f"^snap_{_ULID}$"
+_ID_RE = {PIN: re.compile(PIN_PATTERN), SNAPSHOT: re.compile(SNAPSHOT_PATTERN)}
+MAX_SNAPSHOT_SCOPES = 256
+# What the schema publishes; the check is `check_id` (a 422 after identity, not before).
+PinText = Annotated[str, WithJsonSchema({
+    "type": "string", "pattern": PIN_PATTERN,
+    "description": "Read exactly the commit this pin holds (the pin's scope; give no "
+    "branch or at_commit)."})]
+SnapshotText = Annotated[str, WithJsonSchema({
+    "type": "string", "pattern": SNAPSHOT_PATTERN,
+    "description": "Read the head this snapshot holds for the scope and branch (give no "
+    "at_commit)."})]
+TABLE = "holds"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def head_key(scope: str, branch: str) -> str:
+    return f"{scope}@{branch}"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    scope, _, branch = key.rpartition("@")
+    return scope, branch
+
+
+def check_id(text: object, kind: Kind, loc: list[str | int]) -> str:
+    """A pin or snapshot id of the right shape, or a 422 (before anything is looked up)."""
+    if not isinstance(text, str) or _ID_RE[kind].fullmatch(text) is None:
+        raise field_error(loc, f"not a {kind} id ({PREFIX[kind]} and 26 characters)",
+                          f"{kind}_id_invalid")
+    return text
+
+
+@dataclass(frozen=True)
+class Hold:
+    """A pin or snapshot as its newest row says (``released`` once any row said so)."""
+
+    id: str
+    kind: str
+    created_by: str
+    created_at: datetime
+    heads: dict[str, str]
+    workspace: str | None = None
+    expires_at: datetime | None = None
+    released: bool = False
+    updated_at: datetime = field(default_factory=utcnow)
+
+    def live(self, now: datetime) -> bool:
+        return not self.released and (self.expires_at is None or now < self.expires_at)
+
+    def state(self, now: datetime) -> str:
+        if self.released:
+            return "released"
+        return "live" if self.live(now) else "expired"
+
+    def row(self) -> dict[str, Any]:
+        return {"id": self.id, "kind": self.kind, "created_by": self.created_by,
+                "created_at": self.created_at, "workspace": self.workspace,
+                "heads": json.dumps(self.heads, sort_keys=True),
+                "expires_at": self.expires_at, "released": self.released,
+                "updated_at": self.updated_at}
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Hold:
+        return cls(id=row["id"], kind=row["kind"], created_by=row["created_by"],
+                   created_at=row["created_at"].astimezone(UTC),
+                   heads=dict(json.loads(row["heads"] or "{}")), workspace=row["workspace"],
+                   expires_at=(row["expires_at"].astimezone(UTC) if row["expires_at"]
+                               else None),
+                   released=bool(row["released"]), updated_at=row["updated_at"].astimezone(UTC))
+
+    def wire(self, now: datetime) -> dict[str, Any]:
+        common = {"id": self.id, "created_by": self.created_by,
+                  "created_at": utc_text(self.created_at),
+                  "expires_at": utc_text(self.expires_at) if self.expires_at else None,
+                  "state": self.state(now)}
+        if self.kind == PIN:
+            (key, commit), = self.heads.items()
+            scope, branch = split_key(key)
+            return {**common, "scope": scope, "branch": branch, "commit": commit}
+        return {**common, "heads": dict(sorted(self.heads.items())),
+                "workspace": self.workspace}
+
+
+def fold(rows: Iterable[dict[str, Any]]) -> dict[str, Hold]:
+    """Newest row per id wins; a release is final whatever row is newest."""
+    out: dict[str, Hold] = {}
+    for row in sorted(rows, key=lambda r: (r["updated_at"], bool(r["released"]))):
+        hold = Hold.from_row(row)
+        before = out.get(hold.id)
+        out[hold.id] = replace(hold, released=True) if before and before.released else hold
+    return out
+
+
+class Holds:
+    """The holds table, folded and cached; shared by every server on one catalog."""
+
+    def __init__(self, tables: MemoryTables, index: ReadIndex) -> None:
+        self.tables = tables
+        self.index = index
+        self._seen: int | None = None  # holds table snapshot the cache was folded at
+        self._cache: dict[str, Hold] = {}
+        self._lock = threading.Lock()
+
+    def all(self) -> dict[str, Hold]:
+        """Every hold as the table says now (one catalog lookup unless it moved)."""
+        table = self.tables.system(TABLE)
+        snap = table.metadata.current_snapshot()  # one metadata object, read once
+        sid = snap.snapshot_id if snap is not None else None
+        if sid == self._seen:
+            return self._cache
+        with self._lock:
+            if sid != self._seen:
+                rows = ([] if sid is None else
+                        table.scan(snapshot_id=sid).to_arrow().to_pylist())
+                self._cache = fold(rows)
+                self._seen = sid
+            return self._cache
+
+    def get(self, hold_id: str, kind: Kind) -> Hold:
+        hold = self.all().get(hold_id)
+        if hold is None or hold.kind != kind:
+            raise NotFound(f"No such {kind}.", details={kind: hold_id})
+        return hold
+
+    def live(self, hold_id: str, kind: Kind, now: datetime | None = None) -> Hold:
+        """The hold, or 410 when released or expired (never a silently newer read)."""
+        hold = self.get(hold_id, kind)
+        now = now or utcnow()
+        if hold.released:
+            raise Gone(f"That {kind} was released.", code=f"{kind.upper()}_RELEASED",
+                       details={kind: hold_id})
+        if not hold.live(now):
+            assert hold.expires_at is not None
+            raise Gone(f"That {kind} expired at {utc_text(hold.expires_at)}.",
+                       code=f"{kind.upper()}_EXPIRED",
+                       details={kind: hold_id, "expired_at": utc_text(hold.expires_at)})
+        return hold
+
+    def write(self, hold: Hold) -> Hold:
+        table = self.tables.private(SYSTEM_NAMESPACE, TABLE)
+        self.tables.append(table, arrow(HOLDS, [hold.row()]))
+        tidy(self.tables, SYSTEM_NAMESPACE, TABLE)
+        return hold
+
+    # -- reads --------------------------------------------------------------------------------
+    def resolve(self, scope_text: object, branch_text: object, at_commit: str | None,
+                pin: str | None, snapshot: str | None,
+                ) -> tuple[object, object, str | None]:
+        """(scope, branch, at_commit) for a read that may name a pin or a snapshot: the
+        held commit as an ``at_commit``; unchanged when it names neither."""
+        if pin is None and snapshot is None:
+            return scope_text, branch_text, at_commit
+        if pin is not None and snapshot is not None:
+            raise field_error(["snapshot"], "give pin or snapshot, not both",
+                              "hold_combined")
+        if at_commit:
+            raise field_error(["at_commit"], "a pinned or snapshot read is already fixed "
+                              "to a commit: leave at_commit out", "hold_combined")
+        scope = str(parse_scope(scope_text))
+        if pin is not None:
+            if branch_text:
+                raise field_error(["branch"], "a pin holds one branch: leave branch out",
+                                  "hold_combined")
+            hold = self.live(check_id(pin, PIN, ["pin"]), PIN)
+            (key, commit), = hold.heads.items()
+            held_scope, branch = split_key(key)
+            if held_scope != scope:
+                raise field_error(["scope"], f"the pin holds scope {held_scope}, not "
+                                  f"{scope}", "hold_scope")
+            return scope, branch, commit
+        branch = parse_branch(branch_text)
+        hold = self.live(check_id(snapshot, SNAPSHOT, ["snapshot"]), SNAPSHOT)
+        held = hold.heads.get(head_key(scope, branch))
+        if held is None:
+            raise field_error(["scope"], f"the snapshot holds no head of {scope} on "
+                              f"branch {branch}", "hold_scope")
+        return scope, branch, held
+
+    # -- maintenance --------------------------------------------------------------------------
+    def protected(self, table: Table) -> set[int]:
+        """Iceberg snapshots of ``table`` that live holds left it at (see the module doc):
+        the one the held commit recorded for this table, or else the newest one made
+        before that commit (a commit that did not write to this table)."""
+        namespace, name = _table_name(table)
+        now = utcnow()
+        commits = {commit for hold in self.all().values() if hold.live(now)
+                   for key, commit in hold.heads.items()
+                   if _namespace(split_key(key)[0]) == namespace}
+        if not commits:
+            return set()
+        snaps = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
+        out: set[int] = set()
+        for commit in commits:
+            entry = self.index.entry(commit)
+            if entry is None:
+                continue
+            if name in entry.snapshots:
+                out.add(entry.snapshots[name])
+                continue
+            cut = entry.committed_at.timestamp() * 1000
+            before = [s.snapshot_id for s in snaps if s.timestamp_ms <= cut]
+            if before:
+                out.add(before[-1])
+        return out
+
+
+def _table_name(table: Table) -> tuple[str, str]:
+    ident = table.name()
+    return str(ident[-2]), str(ident[-1])
+
+
+def _namespace(scope: str) -> str | None:
+    try:
+        return parse_scope(scope).namespace
+    except Exception:  # a stored key is always valid; never let upkeep fail on one
+        return None
+
+
+# -- operations (REST, MCP and the CLI call these) -------------------------------------------
+def new_id(kind: Kind) -> str:
+    return PREFIX[kind] + str(ULID())
+
+
+def _held_commit(svc: MemoryService, scope: object, branch: object,
+                 at_commit: str | None) -> tuple[str, str, str]:
+    """(scope, branch, commit): ``at_commit`` if given (404 when unknown), else the head."""
+    view = svc.view(scope, branch, at_commit)
+    if view.at_commit is not None:
+        return str(view.scope), view.branch, view.at_commit
+    head = svc.index.head(str(view.scope), view.branch)
+    if head is None:
+        raise Conflict(f"{view.scope} has no commits on branch {view.branch} yet: "
+                       "there is nothing to hold.", code="NO_COMMITS",
+                       details={"scope": str(view.scope), "branch": view.branch})
+    return str(view.scope), view.branch, head.commit_id
+
+
+def create_pin(svc: MemoryService, user: str, scope: object, branch: object,
+               at_commit: str | None, ttl: timedelta) -> dict[str, Any]:
+    require_id(user, ["user"], "user id")
+    scope_text, branch_name, commit = _held_commit(svc, scope, branch, at_commit)
+    now = utcnow()
+    hold = Hold(id=new_id(PIN), kind=PIN, created_by=user, created_at=now,
+                heads={head_key(scope_text, branch_name): commit}, expires_at=now + ttl,
+                updated_at=now)
+    return svc.holds.write(hold).wire(now)
+
+
+def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta) -> dict[str, Any]:
+    """A new expiry ``ttl`` from now; only a live pin, only by its creator."""
+    hold = svc.holds.live(check_id(pin_id, PIN, ["pin"]), PIN)
+    if hold.created_by != user:
+        raise AccessDenied()
+    now = utcnow()
+    return svc.holds.write(replace(hold, expires_at=now + ttl, updated_at=now)).wire(now)
+
+
+def release(svc: MemoryService, user: str, hold_id: str, kind: Kind) -> dict[str, Any]:
+    """Release a pin or snapshot (by its creator); releasing it again changes nothing."""
+    hold = svc.holds.get(check_id(hold_id, kind, [kind]), kind)
+    if hold.created_by != user:
+        raise AccessDenied()
+    now = utcnow()
+    if not hold.released:
+        hold = svc.holds.write(replace(hold, released=True, updated_at=now))
+    return hold.wire(now)
+
+
+def show(svc: MemoryService, hold_id: str, kind: Kind) -> dict[str, Any]:
+    return svc.holds.get(check_id(hold_id, kind, [kind]), kind).wire(utcnow())
+
+
+def create_snapshot(svc: MemoryService, user: str, heads: dict[str, str] | Iterable[Scope],
+                    workspace_id: str | None = None) -> dict[str, Any]:
+    """A snapshot of the given heads, or of the current ``main`` head of each scope.
+
+    Scopes with no commit yet are refused (409 ``NO_COMMITS``) when named by the caller
+    and left out when they are a workspace's (``workspace_id``): such a scope holds
+    nothing to read. Heads given as ``{"<scope>@<branch>": commit}`` are checked like
+    ``at_commit`` (404 for a commit not on that scope and branch)."""
+    require_id(user, ["user"], "user id")
+    found: dict[str, str] = {}
+    if isinstance(heads, dict):
+        for key, commit in heads.items():
+            scope, branch = split_key(key)
+            s, b, c = _held_commit(svc, scope, branch, commit or None)
+            found[head_key(s, b)] = c
+    else:
+        for each in heads:
+            try:
+                s, b, c = _held_commit(svc, str(each), MAIN, None)
+            except Conflict:
+                if workspace_id is not None:
+                    continue
+                raise
+            found[head_key(s, b)] = c
+            # Every live branch of the scope too: a read of any of them is held.
+            for name, marker in sorted(svc.index.markers(s).items()):
+                if marker.kind == BRANCH:
+                    found[head_key(s, name)] = _held_commit(svc, s, name, None)[2]
+    if not found:
+        raise Conflict("None of those scopes has a commit yet: there is nothing to hold.",
+                       code="NO_COMMITS")
+    now = utcnow()
+    hold = Hold(id=new_id(SNAPSHOT), kind=SNAPSHOT, created_by=user, created_at=now,
+                heads=found, workspace=workspace_id, updated_at=now)
+    return svc.holds.write(hold).wire(now)
+
+
+def read_view(svc: MemoryService, scope: object, branch: object = None,
+              at_commit: str | None = None, pin: str | None = None,
+              snapshot: str | None = None) -> View:
+    """``MemoryService.view`` for a read that may name a pin or a snapshot."""
+    return svc.view(*svc.holds.resolve(scope, branch, at_commit, pin, snapshot))
+
+
+def workspace_scopes(svc: MemoryService, user: str, workspace_id: str) -> list[Scope]:
+    """The scopes of a live workspace the caller made; any other id (another user's
+    included) is the same 404 as an unknown one."""
+    ws = svc.workspaces.visible(user, workspace_id, admin=False)
+    return svc.workspaces._scopes(ws.id)  # a workspace's id is its org

@@ -1,0 +1,156 @@
+"""REST routes of pins and snapshots: ``/pin``, ``/snapshots``, ``/workspaces/{id}/snapshots``.
+
+Reads take ``pin=`` / ``snapshot=`` on their own routes (memory/api.py, search/api.py);
+these routes create, show, renew and release the holds (snapshots.py).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from starlette.responses import JSONResponse
+
+from ampup_memory.memory import snapshots as holds
+from ampup_memory.memory.api import USER_DOC, _user, service
+from ampup_memory.memory.ledger import CommitText
+from ampup_memory.memory.scopes import BranchText, ScopeText, parse_scope
+from ampup_memory.timefmt import parse_ttl
+from ampup_memory.web.body import parse_body
+from ampup_memory.web.openapi import body_doc, errors
+
+router = APIRouter(tags=["pins and snapshots"])
+
+TTL_SCHEMA = {"type": "string", "pattern": "^[0-9]{1,9}[smhd]$",
+              "description": "Time to live: a whole number and s, m, h or d (e.g. 30s, 1h, "
+              "7d); more than zero, at most 366d."}
+TtlText = Annotated[str, WithJsonSchema(TTL_SCHEMA)]
+PinP = Annotated[str, Path(description="Pin id.", json_schema_extra={
+    "pattern": holds.PIN_PATTERN})]
+SnapshotP = Annotated[str, Path(description="Snapshot id.", json_schema_extra={
+    "pattern": holds.SNAPSHOT_PATTERN})]
+
+UNAUTHENTICATED = "UNAUTHENTICATED / MISSING_USER: no caller, or not a valid user id"
+INVALID = ("VALIDATION_ERROR: details.errors = [{loc, msg, type}] (bad ttl, malformed id, "
+           "bad scope)")
+GONE = "PIN_EXPIRED / PIN_RELEASED: the pin no longer holds anything"
+UNAVAILABLE = "UNAVAILABLE: AmpUp Memory is not available in this process"
+
+
+class PinRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: ScopeText
+    branch: BranchText | None = None
+    at_commit: CommitText | None = Field(
+        default=None, description="The commit to hold (default: the branch head now).")
+    ttl: TtlText
+
+
+class RenewRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    ttl: TtlText
+
+
+class SnapshotRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scopes: list[ScopeText] = Field(
+        min_length=1, max_length=holds.MAX_SNAPSHOT_SCOPES,
+        description="Scopes whose current main head the snapshot holds.")
+
+
+@router.post("/pin", status_code=201, responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit",
+    409: "NO_COMMITS: the scope has no commit on that branch yet", 422: INVALID,
+    503: UNAVAILABLE}), openapi_extra={**body_doc(PinRequest), **USER_DOC})
+async def create_pin(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(PinRequest, await request.body())
+    ttl = parse_ttl(req.ttl, ["ttl"])
+    svc = service(request)
+    answer = await run_in_threadpool(holds.create_pin, svc, user, req.scope, req.branch,
+                                     req.at_commit, ttl)
+    return JSONResponse(answer, status_code=201)
+
+
+@router.get("/pin/{pin_id}", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: no such pin", 422: INVALID, 503: UNAVAILABLE}),
+            openapi_extra=USER_DOC)
+def show_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
+    _user(request)
+    return holds.show(service(request), pin_id, holds.PIN)
+
+
+@router.post("/pin/{pin_id}/renew", responses=errors({
+    401: UNAUTHENTICATED, 403: "ACCESS_DENIED: not the pin's creator",
+    404: "NOT_FOUND: no such pin", 410: GONE, 422: INVALID, 503: UNAVAILABLE}),
+             openapi_extra={**body_doc(RenewRequest), **USER_DOC})
+async def renew_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
+    user = _user(request)
+    req = parse_body(RenewRequest, await request.body())
+    ttl = parse_ttl(req.ttl, ["ttl"])
+    answer: dict[str, Any] = await run_in_threadpool(holds.renew_pin, service(request), user,
+                                                     pin_id, ttl)
+    return answer
+
+
+@router.delete("/pin/{pin_id}", responses=errors({
+    401: UNAUTHENTICATED, 403: "ACCESS_DENIED: not the pin's creator",
+    404: "NOT_FOUND: no such pin", 422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
+async def release_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
+    user = _user(request)
+    answer: dict[str, Any] = await run_in_threadpool(holds.release, service(request), user,
+                                                     pin_id, holds.PIN)
+    return answer
+
+
+@router.post("/snapshots", status_code=201, responses=errors({
+    401: UNAUTHENTICATED, 409: "NO_COMMITS: a named scope has no commit yet", 422: INVALID,
+    503: UNAVAILABLE}), openapi_extra={**body_doc(SnapshotRequest), **USER_DOC})
+async def create_snapshot(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(SnapshotRequest, await request.body())
+    scopes = sorted({parse_scope(s, "scopes") for s in req.scopes})
+    answer = await run_in_threadpool(holds.create_snapshot, service(request), user, scopes)
+    return JSONResponse(answer, status_code=201)
+
+
+@router.post("/workspaces/{workspace_id}/snapshots", status_code=201, responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: no such workspace of the caller",
+    409: "NO_COMMITS: no scope of the workspace has a commit yet", 422: INVALID,
+    503: UNAVAILABLE}),
+             openapi_extra=USER_DOC)
+async def snapshot_workspace(request: Request,
+                             workspace_id: Annotated[str, Path(max_length=64)],
+                             ) -> JSONResponse:
+    user = _user(request)
+    svc = service(request)
+
+    def run() -> dict[str, Any]:
+        scopes = holds.workspace_scopes(svc, user, workspace_id)
+        return holds.create_snapshot(svc, user, scopes, workspace_id)
+
+    return JSONResponse(await run_in_threadpool(run), status_code=201)
+
+
+@router.get("/snapshots/{snapshot_id}", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: no such snapshot", 422: INVALID,
+    503: UNAVAILABLE}), openapi_extra=USER_DOC)
+def show_snapshot(request: Request, snapshot_id: SnapshotP) -> dict[str, Any]:
+    _user(request)
+    return holds.show(service(request), snapshot_id, holds.SNAPSHOT)
+
+
+@router.delete("/snapshots/{snapshot_id}", responses=errors({
+    401: UNAUTHENTICATED, 403: "ACCESS_DENIED: not the snapshot's creator",
+    404: "NOT_FOUND: no such snapshot", 422: INVALID, 503: UNAVAILABLE}),
+               openapi_extra=USER_DOC)
+async def release_snapshot(request: Request, snapshot_id: SnapshotP) -> dict[str, Any]:
+    user = _user(request)
+    answer: dict[str, Any] = await run_in_threadpool(holds.release, service(request), user,
+                                                     snapshot_id, holds.SNAPSHOT)
+    return answer

@@ -1,0 +1,375 @@
+"""Pins and snapshots over real HTTP: reads fixed to what they hold, on every read route,
+bad input as clear 4xx, the ACL unchanged by them, and maintenance honouring them."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.memory_support import BACKENDS, QUIET, Memory, backend_env, new_scope, run_cli, start
+
+BODY = "Acme renewal is in March.\n\nThe champion is Dana Reyes."
+AS_OF = "2030-01-01T00:00:00Z"  # fixed, so answers of two moments compare byte for byte
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def m(request: pytest.FixtureRequest,
+      tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
+    proc = start(tmp_path_factory.mktemp("pins"), backend_env(request.param, request))
+    client = Memory(proc.url)
+    yield client
+    client.close()
+    proc.stop()
+
+
+def error(r: httpx.Response) -> tuple[int, str]:
+    body = r.json()
+    assert set(body) == {"error"}, r.text
+    return r.status_code, body["error"]["code"]
+
+
+def seed(m: Memory, scope: str, value: str, body: str = BODY,
+         acl: list[str] | None = None) -> str:
+    r = m.write(scope, body, acl=acl)
+    assert r.status_code in (200, 201), r.text
+    ep = r.json()["id"]
+    r = m.fact(scope, "acme", "renewal", value, "renewal is in March", [(ep, 1)],
+               valid_from="2024-01-01T00:00:00Z")
+    assert r.status_code == 201, r.text
+    return str(ep)
+
+
+def pin(m: Memory, scope: str, **extra: Any) -> dict[str, Any]:
+    r = m.http.post("/pin", json={"scope": scope, "ttl": "1h", **extra})
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def reads(m: Memory, scope: str, ep: str, **held: str) -> dict[str, bytes]:
+    """Every read route once, as raw bytes."""
+    out = {
+        "facts": m.facts(scope, "acme", as_of=AS_OF, **held),
+        "history": m.facts(scope, "acme", history="true", **held),
+        "episode": m.episode(scope, ep, **held),
+        "document": m.http.post("/document", json={"scope": scope, "document": "acme-plan",
+                                                   "as_of": AS_OF, **held}),
+        "ledger": m.http.get("/ledger", params={"scope": scope, **held}),
+        "search": m.http.post("/search", json={"scope": scope, "query": "acme renewal",
+                                               "as_of": AS_OF, **held}),
+        "search_text": m.http.post("/search", json={"scope": scope, "query": "acme renewal",
+                                                    "as_of": AS_OF, "format": "text",
+                                                    **held}),
+        "query": m.http.post("/query", json={"scope": scope, "find": "passages",
+                                             "query": "renewal champion", **held}),
+    }
+    for name, r in out.items():
+        assert r.status_code == 200, (name, r.text)
+    return {name: r.content for name, r in out.items()}
+
+
+def test_pinned_and_snapshot_reads_see_exactly_the_held_commit(m: Memory) -> None:
+    scope, other = new_scope(), new_scope()
+    ep = seed(m, scope, "March")
+    r = m.write(scope, "Plan v1: renew in March.", document="acme-plan")
+    assert r.status_code == 201, r.text
+    r = m.fact(scope, "acme", "champion", "Dana Reyes", "The champion is Dana Reyes",
+               [(ep, 2)])
+    assert r.status_code == 201, r.text
+    seed(m, other, "April")
+    held = pin(m, scope)
+    head = m.ledger(scope)[0]["id"]
+    assert held["commit"] == head and held["scope"] == scope and held["branch"] == "main"
+    assert held["id"].startswith("pin_") and held["state"] == "live"
+    r = m.http.post("/snapshots", json={"scopes": [scope, other]})
+    assert r.status_code == 201, r.text
+    snap = r.json()
+    assert snap["id"].startswith("snap_")
+    assert snap["heads"] == {f"{scope}@main": head, f"{other}@main": m.ledger(other)[0]["id"]}
+    by_commit = reads(m, scope, ep, at_commit=head)
+
+    # Move on: a new value, a new version of the document, a new episode.
+    ep2 = seed(m, scope, "June", body="Acme renewal is in March, moved.\n\nChampion: Lee.")
+    assert m.write(scope, "Plan v2: renew in June.", document="acme-plan").status_code == 201
+    now = reads(m, scope, ep)
+    pinned = reads(m, scope, ep, pin=held["id"])
+    snapped = reads(m, scope, ep, snapshot=snap["id"])
+    same_reads(pinned, by_commit)  # exactly an at_commit read of the held commit
+    assert pinned == snapped
+    assert now["facts"] != pinned["facts"] and b"June" in now["facts"]
+    assert b"March" in pinned["facts"] and b"June" not in pinned["facts"]
+    assert b"Plan v1" in pinned["document"] and b"Plan v2" in now["document"]
+    assert b'"at_commit":"' + head.encode() + b'"' in pinned["search"]
+    assert b"Lee" not in pinned["query"] and b"Lee" in now["query"]
+    ledger = m.http.get("/ledger", params={"scope": scope, "pin": held["id"]}).json()
+    assert ledger["commits"][0]["id"] == head
+    assert error(m.episode(scope, ep2, pin=held["id"])) == (404, "NOT_FOUND")
+    # The snapshot's other scope reads at its own head.
+    assert b"April" in m.facts(other, "acme", snapshot=snap["id"]).content
+
+
+def test_held_read_combinations_and_bad_ids_are_clear_4xx(m: Memory) -> None:
+    scope, other = new_scope(), new_scope()
+    ep = seed(m, scope, "March")
+    seed(m, other, "April")
+    held = pin(m, scope)["id"]
+    snap = m.http.post("/snapshots", json={"scopes": [scope]}).json()["id"]
+    head = m.ledger(scope)[0]["id"]
+    cases: list[tuple[dict[str, str], str]] = [
+        ({"pin": held, "branch": "main"}, "branch"),
+        ({"pin": held, "at_commit": head}, "at_commit"),
+        ({"snapshot": snap, "at_commit": head}, "at_commit"),
+        ({"pin": held, "snapshot": snap}, "snapshot"),
+        ({"pin": ""}, "pin"),
+        ({"pin": "pin_../x"}, "pin"),
+        ({"pin": "pin_" + "A" * 600}, "pin"),
+        ({"pin": "pin_01ARZ3NDEKTSV4RRFFQ69G5FA\x00"}, "pin"),
+        ({"snapshot": held}, "snapshot"),  # a pin id is no snapshot id
+    ]
+    for params, loc in cases:
+        for r in (m.facts(scope, "acme", **params),
+                  m.http.post("/search", json={"scope": scope, "query": "x", **params})):
+            assert error(r) == (422, "VALIDATION_ERROR"), (params, r.text)
+            assert r.json()["error"]["details"]["errors"][0]["loc"][-1] == loc, r.text
+    # The pin's scope only; a snapshot only for the scopes and branches it holds.
+    for r in (m.facts(other, "acme", pin=held), m.facts(other, "acme", snapshot=snap),
+              m.facts(scope, "acme", snapshot=snap, branch="dev"),
+              m.http.post("/query", json={"scope": other, "find": "passages", "query": "x",
+                                          "pin": held})):
+        assert error(r) == (422, "VALIDATION_ERROR"), r.text
+    unknown_pin, unknown_snap = "pin_01ARZ3NDEKTSV4RRFFQ69G5FAV", "snap_01ARZ3NDEKTSV4RRFFQ69G5FAV"
+    assert error(m.facts(scope, "acme", pin=unknown_pin)) == (404, "NOT_FOUND")
+    assert error(m.episode(scope, ep, snapshot=unknown_snap)) == (404, "NOT_FOUND")
+    assert error(m.http.get(f"/pin/{unknown_pin}")) == (404, "NOT_FOUND")
+    assert error(m.http.get("/pin/nope")) == (422, "VALIDATION_ERROR")
+    assert error(m.http.delete("/pin/pin_..%2Fx")) in {(422, "VALIDATION_ERROR"),
+                                                       (404, "NOT_FOUND")}
+    assert error(m.http.post(f"/pin/{'p' * 600}/renew", json={"ttl": "1h"}))[0] == 422
+    # Bad time to live, unknown commit, a scope with no commits yet.
+    for ttl in ("0s", "-1d", "1.5h", "1y", "", "367d", "9" * 12 + "s", "1h\x00"):
+        r = m.http.post("/pin", json={"scope": scope, "ttl": ttl})
+        assert error(r) == (422, "VALIDATION_ERROR"), (ttl, r.text)
+        assert r.json()["error"]["details"]["errors"][0]["loc"] == ["ttl"]
+    r = m.http.post("/pin", json={"scope": scope, "ttl": "1h",
+                                  "at_commit": "01ARZ3NDEKTSV4RRFFQ69G5FAV"})
+    assert error(r) == (404, "NOT_FOUND")
+    assert error(m.http.post("/pin", json={"scope": new_scope(), "ttl": "1h"})) == (
+        409, "NO_COMMITS")
+    assert error(m.http.post("/snapshots", json={"scopes": [scope, new_scope()]})) == (
+        409, "NO_COMMITS")
+    assert error(m.http.post("/snapshots", json={"scopes": []}))[0] == 422
+    assert error(m.http.post("/workspaces/ws_nope/snapshots")) == (404, "NOT_FOUND")
+
+
+def test_renew_release_expiry_and_owner(m: Memory) -> None:
+    scope = new_scope()
+    seed(m, scope, "March")
+    held = pin(m, scope, ttl="1s")
+    assert m.facts(scope, "acme", pin=held["id"]).status_code == 200
+    time.sleep(1.2)
+    r = m.facts(scope, "acme", pin=held["id"])
+    assert error(r) == (410, "PIN_EXPIRED") and r.json()["error"]["details"]["expired_at"]
+    assert error(m.http.post(f"/pin/{held['id']}/renew", json={"ttl": "1h"})) == (
+        410, "PIN_EXPIRED")
+    assert m.http.get(f"/pin/{held['id']}").json()["state"] == "expired"
+
+    held = pin(m, scope, ttl="1m")
+    bob = m.as_user("bob")
+    assert error(bob.http.post(f"/pin/{held['id']}/renew", json={"ttl": "1h"})) == (
+        403, "ACCESS_DENIED")
+    assert error(bob.http.delete(f"/pin/{held['id']}")) == (403, "ACCESS_DENIED")
+    for ttl in ("0s", "-1d"):
+        assert error(m.http.post(f"/pin/{held['id']}/renew", json={"ttl": ttl}))[0] == 422
+    r = m.http.post(f"/pin/{held['id']}/renew", json={"ttl": "2h"})
+    assert r.status_code == 200, r.text
+    assert r.json()["expires_at"] > held["expires_at"] and r.json()["commit"] == held["commit"]
+    r = m.http.delete(f"/pin/{held['id']}")
+    assert r.status_code == 200 and r.json()["state"] == "released"
+    assert m.http.delete(f"/pin/{held['id']}").status_code == 200  # again: nothing changes
+    assert error(m.facts(scope, "acme", pin=held["id"])) == (410, "PIN_RELEASED")
+    assert error(m.http.post("/search", json={"scope": scope, "query": "acme",
+                                              "pin": held["id"]})) == (410, "PIN_RELEASED")
+    assert error(m.http.post(f"/pin/{held['id']}/renew", json={"ttl": "1h"})) == (
+        410, "PIN_RELEASED")  # a release is final
+
+    snap = m.http.post("/snapshots", json={"scopes": [scope]}).json()["id"]
+    assert error(bob.http.delete(f"/snapshots/{snap}")) == (403, "ACCESS_DENIED")
+    assert m.http.delete(f"/snapshots/{snap}").status_code == 200
+    assert error(m.facts(scope, "acme", snapshot=snap)) == (410, "SNAPSHOT_RELEASED")
+
+
+def test_a_pin_fixes_the_commit_never_who_may_read(m: Memory) -> None:
+    scope = new_scope()
+    secret = seed(m, scope, "March", acl=["user:alice"])
+    held = pin(m, scope)["id"]  # alice's pin; bob may use the id, not alice's rights
+    bob = m.as_user("bob")
+    assert error(bob.episode(scope, secret, pin=held)) == (404, "NOT_FOUND")
+    assert bob.facts(scope, "acme", pin=held).json() == {"facts": []}
+    r = bob.http.post("/search", json={"scope": scope, "query": "acme renewal", "pin": held})
+    assert r.status_code == 200 and r.json()["results"] == [] and r.json()["sources"] == []
+    r = bob.http.post("/query", json={"scope": scope, "find": "passages", "query": "renewal",
+                                      "pin": held})
+    assert r.status_code == 200 and r.json()["results"] == []
+    # Alice reads the same pin in full.
+    assert m.facts(scope, "acme", pin=held).json()["facts"][0]["value"] == "March"
+    # Bob's own pin of the scope does not widen what he reads either.
+    bobs = pin(bob, scope)["id"]
+    assert bob.facts(scope, "acme", pin=bobs).json() == {"facts": []}
+
+
+def _held_snapshots(home: Path, scope: str) -> set[int]:
+    from ampup_memory.memory.scopes import parse_scope
+    from ampup_memory.memory.tables import MemoryTables
+    from ampup_memory.settings import Settings
+
+    tables = MemoryTables.open(Settings(**{"AMPUP_MEMORY_HOME": str(home)}))
+    try:
+        table = tables.private(parse_scope(scope).namespace, "facts")
+        return {s.snapshot_id for s in table.metadata.snapshots}
+    finally:
+        tables.close()
+
+
+# 1,000 single commits cost ~170 ms each on the 2-core CI machine (pyiceberg copies table
+# metadata on every commit), so the default proves the property with fewer: enough for
+# many snapshot expiries (every ~7 commits) and several compactions (every 32 files).
+# AMPUP_TEST_PIN_COMMITS=1000 runs the issue's full count (see CHANGELOG/report).
+COMMITS = int(os.environ.get("AMPUP_TEST_PIN_COMMITS", "64"))
+RANKED = ("search", "query")  # their keyword scores use today's statistics (see below)
+
+
+def same_reads(after: dict[str, bytes], before: dict[str, bytes]) -> None:
+    """Byte for byte, except the ranked answers' scores (test_held_search_scores_...)."""
+    for name, raw in before.items():
+        if name in RANKED:  # the same results in the same order, as the same text
+            assert unscored(after[name]) == unscored(raw), name
+        else:
+            assert after[name] == raw, name
+
+
+def unscored(raw: bytes) -> Any:
+    """A ranked answer without its scores: what was found, in which order, as what."""
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in ("score", "parts")}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+    return strip(json.loads(raw))
+
+
+def test_pinned_reads_are_byte_identical_after_commits_and_maintenance(
+        tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc = start(home, dict(QUIET))
+    try:
+        m = Memory(proc.url)
+        scope = new_scope()
+        ep = seed(m, scope, "March")
+        assert m.write(scope, "Plan v1: renew in March.", document="acme-plan").status_code \
+            == 201
+        held = pin(m, scope)
+        snap = m.http.post("/snapshots", json={"scopes": [scope]}).json()["id"]
+        wrote_facts = next(c for c in m.ledger(scope) if c["changes"]["facts"])
+        facts_snapshot = int(wrote_facts["snapshots"]["facts"])
+        at_pin = reads(m, scope, ep, pin=held["id"])
+        assert reads(m, scope, ep, snapshot=snap) == at_pin
+
+        started = time.monotonic()
+        for i in range(COMMITS):  # one commit each: a fact, or an episode every 4th
+            if i % 4 == 3:
+                r = m.write(scope, f"Note {i}: renewal champion update {i}.")
+            else:
+                r = m.fact(scope, "acme", "renewal", f"month {i}", "renewal is in March",
+                           [(ep, 1)], valid_from="2024-01-01T00:00:00Z")
+            assert r.status_code == 201, r.text
+        took = time.monotonic() - started
+        print(f"{COMMITS} commits over HTTP in {took:.1f} s")
+        assert len(m.ledger(scope)) == COMMITS + 3
+
+        done = run_cli(home, dict(QUIET), "maintenance", "--orphan-grace", "0s")
+        assert done.returncode == 0, done.stderr
+        from ampup_memory.memory.scopes import parse_scope
+
+        report = json.loads(done.stdout)["tables"][f"{parse_scope(scope).namespace}.facts"]
+        assert report["compacted_files"] > 0 and not report["skipped"], report
+        kept = _held_snapshots(home, scope)
+        assert facts_snapshot in kept  # the held commit's table snapshot was spared ...
+        assert len(kept) <= 6  # ... while the others went
+        same_reads(reads(m, scope, ep, pin=held["id"]), at_pin)
+        same_reads(reads(m, scope, ep, snapshot=snap), at_pin)
+        assert reads(m, scope, ep)["facts"] != at_pin["facts"]
+
+        # Released: the next pass may expire what they held; later reads answer 410.
+        assert m.http.delete(f"/pin/{held['id']}").status_code == 200
+        assert m.http.delete(f"/snapshots/{snap}").status_code == 200
+        done = run_cli(home, dict(QUIET), "maintenance", "--orphan-grace", "0s")
+        assert done.returncode == 0, done.stderr
+        assert facts_snapshot not in _held_snapshots(home, scope)
+        assert error(m.facts(scope, "acme", pin=held["id"])) == (410, "PIN_RELEASED")
+        m.close()
+    finally:
+        proc.stop()
+
+
+def test_cli_pin_and_snapshot(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    proc = start(home, dict(QUIET))
+    try:
+        m = Memory(proc.url)
+        scope = new_scope()
+        seed(m, scope, "March")
+        out = run_cli(home, dict(QUIET), "pin", "create", "--scope", scope, "--ttl", "1h",
+                      "--user", "alice")
+        assert out.returncode == 0, out.stderr
+
+        held = json.loads(out.stdout)
+        seed(m, scope, "June")
+        assert m.facts(scope, "acme", pin=held["id"]).json()["facts"][0]["value"] == "March"
+        out = run_cli(home, dict(QUIET), "pin", "renew", held["id"], "--ttl", "2h",
+                      "--user", "alice")
+        assert out.returncode == 0 and json.loads(out.stdout)["expires_at"] > \
+            held["expires_at"]
+        out = run_cli(home, dict(QUIET), "snapshot", "create", "--scope", scope,
+                      "--user", "alice")
+        assert out.returncode == 0, out.stderr
+        snap = json.loads(out.stdout)
+        assert m.facts(scope, "acme", snapshot=snap["id"]).json()["facts"][0]["value"] \
+            == "June"
+        out = run_cli(home, dict(QUIET), "pin", "release", held["id"], "--user", "alice")
+        assert out.returncode == 0, out.stderr
+        assert error(m.facts(scope, "acme", pin=held["id"])) == (410, "PIN_RELEASED")
+        m.close()
+    finally:
+        proc.stop()
+
+
+SCORES_MOVE = (
+    "SQLite: keyword scores of a held (or at_commit) search use the keyword statistics of "
+    "today's index (FTS5 bm25: row count, average length, document frequency of the whole "
+    "scope and branch), so later commits move the scores, not which rows count. Fixing it "
+    "needs BM25 over the rows of the cut (search/index/sqlite.py). PostgreSQL's ts_rank "
+    "uses no corpus statistics, so its held scores stay.")
+
+
+def test_held_search_scores_ignore_later_commits(m: Memory,
+                                                 request: pytest.FixtureRequest) -> None:
+    if request.node.callspec.params["m"] == "sqlite":
+        request.applymarker(pytest.mark.xfail(strict=True, reason=SCORES_MOVE))
+    scope = new_scope()
+    ep = seed(m, scope, "March")
+    assert m.write(scope, "Plan v1: renew in March.", document="acme-plan").status_code \
+        == 201
+    held = pin(m, scope)["id"]
+    before = reads(m, scope, ep, pin=held)
+    for i in range(3):
+        assert m.write(scope, f"Renewal note {i}: renewal renewal champion.").status_code \
+            == 201
+    after = reads(m, scope, ep, pin=held)
+    assert [after[n] for n in RANKED] == [before[n] for n in RANKED]
