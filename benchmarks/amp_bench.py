@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import statistics
@@ -155,7 +156,7 @@ def main() -> None:
     pg_admin = None
     if args.store == "postgres":
         from tests.pg import PostgresFactory, _embedded
-        pg_admin = PostgresFactory(_embedded())
+        pg_admin = PostgresFactory(os.environ.get("TEST_POSTGRES_URL") or _embedded())
     for size in [int(s) for s in args.sizes.split(",")]:
         if args.keep is not None:
             home = args.keep / str(size)

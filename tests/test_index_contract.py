@@ -520,6 +520,22 @@ def test_an_embedding_does_not_depend_on_its_batch(wordllama: WordLlamaEmbedder)
     assert wordllama.embed(texts[::-1]) == together[::-1]
 
 
+def test_wordllama_vectors_are_the_librarys_own(wordllama: WordLlamaEmbedder) -> None:
+    """Our WordLlama tokenizes with `encode_batch_fast` (no character offsets): every
+    vector must equal, bit for bit, the library's own embedding of the same batch, so
+    vectors stored before and after agree (mixed lengths, so batches are padded)."""
+    import wordllama as wl
+
+    from ampup_memory.search.embed import _normalise
+
+    texts = ["", "a", "Grüße aus Köln — naïve café ☕", "From: rep@acme.test\n\nQuote 7"]
+    texts += [" ".join(["renewal budget pilot"] * n) + f" note {n}." for n in range(1, 140)]
+    library = wl.WordLlama.load(cache_dir=Path(wl.__file__).parent, disable_download=True,
+                                dim=wordllama.dimensions)
+    want = _normalise(np.asarray(library.embed(texts, norm=False), dtype=np.float32))
+    assert wordllama.embed(texts) == want
+
+
 def test_sqlite_keyword_files_follow_their_space(tmp_path: Path) -> None:
     """SQLite only: each (scope, branch) gets its own keyword file on first write, clear()
     deletes it, a stale file is removed on open, and a file name is only ever built from

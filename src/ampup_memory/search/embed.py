@@ -79,6 +79,13 @@ class WordLlamaEmbedder:
         )
         self.name = f"wordllama/l2_supercat_{self.dimensions}"
         self._lock = threading.Lock()
+        tokenizer = self._model.tokenizer
+        if hasattr(tokenizer, "encode_batch_fast"):  # tokenizers >= 0.20
+            # The same ids and attention masks as wordllama's own `encode_batch` call,
+            # without the character offsets it computes and never reads (tokenizing is
+            # most of WordLlama's time; this takes ~10-20 % off an embedding call).
+            self._model.tokenize = lambda texts: tokenizer.encode_batch_fast(
+                list(texts), is_pretokenized=False, add_special_tokens=False)
 
     def embed(self, texts: Sequence[str]) -> list[list[float]]:
         import numpy as np

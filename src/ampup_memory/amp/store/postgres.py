@@ -495,12 +495,14 @@ class PostgresStore:
             (*params, EXACT_LIMIT + 1),
         ).fetchone()
         if row is not None and row[0] <= EXACT_LIMIT:
-            # MATERIALIZED keeps the planner off the (approximate) index: rank all of them.
+            # Rank all of them. The distance is written without the cast the HNSW index
+            # is built on, so the planner cannot answer from the (approximate) index;
+            # `has` keeps other widths out, and the values equal the cast form's.
             rows = self._execute(
                 conn,
-                f"WITH f AS MATERIALIZED (SELECT c.id, {dist} AS dist FROM cells c"
-                f" WHERE {where} AND {has}) SELECT id FROM f ORDER BY dist LIMIT %s",
-                (qvec, *params, max(k, 1)),
+                f"SELECT c.id FROM cells c WHERE {where} AND {has}"
+                " ORDER BY c.embedding <=> %s::vector LIMIT %s",
+                (*params, qvec, max(k, 1)),
             ).fetchall()
             return {r[0] for r in rows}
         # Iterative scans (pgvector >= 0.8) keep walking the graph until enough rows pass
