@@ -280,10 +280,14 @@ def plan(svc: MemoryService, principal: Principal, scope: Scope, src: str, dst: 
         return out
     # Facts: only pairs ``from`` wrote since the base can need anything.
     written = index.facts(ns, new_t, None, None)
-    keys = {(f.entity, f.predicate) for f in written}
-    sides = {name: _grouped(index.facts_of(ns, segs, keys)) if segs else {}
-             for name, segs in (("base", base), ("ours", ours), ("theirs", theirs))}
     new_by_key = _grouped(written)
+    keys = set(new_by_key)
+    if out.fast_forward:  # ours is the base: every pair changed on theirs only
+        keys = set()
+        out.facts.extend(sorted(written, key=lambda f: (f.entity, f.predicate,
+                                                        newest_order(f))))
+    sides = {name: _grouped(index.facts_of(ns, segs, keys)) if segs and keys else {}
+             for name, segs in (("base", base), ("ours", ours), ("theirs", theirs))}
     for key in sorted(keys):
         b, o, t = (_value(sides[n].get(key, ()), now) for n in ("base", "ours", "theirs"))
         if _same(o, b):  # ours untouched: take theirs (with its history)

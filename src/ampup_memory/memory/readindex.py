@@ -32,6 +32,7 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    tuple_,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
@@ -450,17 +451,15 @@ class ReadIndex:
     def facts_of(self, scope: str, segs: Segments, keys: Iterable[tuple[str, str]],
                  ) -> list[FactRecord]:
         """Every fact row in the view of the listed (entity, predicate) pairs."""
-        wanted = set(keys)
-        entities = sorted({e for e, _ in wanted})
+        wanted = sorted(set(keys))
         order = layers(segs)
         out: list[FactRecord] = []
         with self.engine.connect() as conn:
-            for i in range(0, len(entities), 500):
+            for i in range(0, len(wanted), 400):
                 stmt = select(facts_t).where(
                     facts_t.c.scope == scope, self._in_view(facts_t, segs),
-                    facts_t.c.entity.in_(entities[i:i + 500]))
-                out.extend(_fact_record(r._mapping, order[r.branch]) for r in conn.execute(stmt)
-                           if (r.entity, r.predicate) in wanted)
+                    tuple_(facts_t.c.entity, facts_t.c.predicate).in_(wanted[i:i + 400]))
+                out.extend(_fact_record(r._mapping, order[r.branch]) for r in conn.execute(stmt))
         return out
 
     # -- commits in order (the search index is fed from these) ----------------------------------
