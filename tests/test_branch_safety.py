@@ -169,6 +169,11 @@ def test_writers_and_merges_keep_one_chain(kind: str, request: pytest.FixtureReq
         assert len(line) == 1 + WRITERS * COMMITS + 2  # creation marker, writes, 2 merges
         assert all(b["parent"] == a["id"] for a, b in zip(line, line[1:], strict=False))
         assert [c["id"] for c in line if c["kind"] == "merge"] == merges
+        authors: dict[str, int] = {}
+        for c in line:
+            authors[c["author"]] = authors.get(c["author"], 0) + 1
+        assert authors == {"lead": 1, "merger": 2, **{f"writer{i}": COMMITS
+                                                      for i in range(WRITERS)}}
         reader = Memory(servers[-1].url, "reader")
         for ep in written + sides["side/a"] + sides["side/b"]:
             assert reader.episode(scope, ep, branch="work").status_code == 200, ep

@@ -10,7 +10,7 @@ the search index folds them in. One SQLAlchemy code path serves SQLite and Postg
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -30,7 +30,6 @@ from sqlalchemy import (
     delete,
     event,
     func,
-    or_,
     select,
     tuple_,
 )
@@ -316,9 +315,17 @@ class ReadIndex:
     # Every read takes the segments of a view (segments.py): main is one segment, a branch
     # its ancestors' segments then its own. A row is in the view when its branch is one of
     # the segments' and its seq is in that segment's range.
-    def _in_view(self, t: Table, segs: Segments) -> Any:
-        return or_(*(and_(t.c.branch == g.branch, t.c.seq > g.after, t.c.seq <= g.upto)
-                     for g in segs))
+    # Each read runs once per segment (a view has one or a few): one OR across segments
+    # keeps SQLite from using the (scope, branch, …) indexes, measured 60–120 ms instead of
+    # 4–10 ms for one entity's facts at 100k facts.
+    def _in_segment(self, t: Table, g: Segment) -> Any:
+        return and_(t.c.branch == g.branch, t.c.seq > g.after, t.c.seq <= g.upto)
+
+    def _each(self, conn: Connection, t: Table, segs: Segments,
+              build: Callable[..., Any]) -> Iterator[Any]:
+        """Rows of ``build(condition)`` for every segment's condition, in segment order."""
+        for g in segs:
+            yield from conn.execute(build(self._in_segment(t, g)))
 
     def episodes(self, scope: str, segs: Segments, ids: Iterable[str],
                  ) -> dict[str, EpisodeRecord]:
@@ -327,10 +334,10 @@ class ReadIndex:
         out: dict[str, EpisodeRecord] = {}
         with self.engine.connect() as conn:
             for i in range(0, len(wanted), 500):
-                stmt = select(episodes_t).where(
-                    episodes_t.c.scope == scope, self._in_view(episodes_t, segs),
-                    episodes_t.c.id.in_(wanted[i:i + 500]))
-                for row in conn.execute(stmt):
+                chunk = wanted[i:i + 500]
+                for row in self._each(conn, episodes_t, segs, lambda cond, chunk=chunk: select(
+                        episodes_t).where(episodes_t.c.scope == scope, cond,
+                                          episodes_t.c.id.in_(chunk))):
                     rec = _episode_record(row._mapping)
                     have = out.get(rec.id)  # held on two layers (a merge): the first wrote it
                     if have is None or order[rec.branch] < order[have.branch]:
@@ -348,13 +355,13 @@ class ReadIndex:
         ids = list(found)
         order = layers(segs)
         changes: list[tuple[int, int, str, str]] = []
-        where = (self._in_view(acl_t, segs) if limited
-                 else acl_t.c.branch.in_(list(order)))
+        ranges = segs if limited else tuple(Segment(g.branch) for g in segs)
         for i in range(0, len(ids), 500):
-            stmt = select(acl_t.c.id, acl_t.c.branch, acl_t.c.seq, acl_t.c.acl).where(
-                acl_t.c.scope == scope, where, acl_t.c.id.in_(ids[i:i + 500]))
-            changes.extend((order[r.branch], int(r.seq), r.id, r.acl)
-                           for r in conn.execute(stmt))
+            chunk = ids[i:i + 500]
+            changes.extend((order[r.branch], int(r.seq), r.id, r.acl) for r in self._each(
+                conn, acl_t, ranges, lambda cond, chunk=chunk: select(
+                    acl_t.c.id, acl_t.c.branch, acl_t.c.seq, acl_t.c.acl).where(
+                    acl_t.c.scope == scope, cond, acl_t.c.id.in_(chunk))))
         for _, _, ep, acl in sorted(changes):  # along the chain: the last change wins
             found[ep] = replace(found[ep], acl=tuple(json.loads(acl)))
         return found
@@ -367,10 +374,10 @@ class ReadIndex:
         out: dict[str, EpisodeRecord] = {}
         with self.engine.connect() as conn:
             for i in range(0, len(wanted), 500):
-                stmt = select(episodes_t).where(
-                    episodes_t.c.scope == scope, self._in_view(episodes_t, segs),
-                    episodes_t.c.id.in_(wanted[i:i + 500]))
-                for row in conn.execute(stmt):
+                chunk = wanted[i:i + 500]
+                for row in self._each(conn, episodes_t, segs, lambda cond, chunk=chunk: select(
+                        episodes_t).where(episodes_t.c.scope == scope, cond,
+                                          episodes_t.c.id.in_(chunk))):
                     rec = _episode_record(row._mapping)
                     have = out.get(rec.id)
                     if have is None or order[rec.branch] < order[have.branch]:
@@ -380,31 +387,30 @@ class ReadIndex:
     def episodes_in(self, scope: str, segs: Segments) -> set[str]:
         """Ids of the episodes these segments' commits wrote."""
         with self.engine.connect() as conn:
-            return set(conn.execute(select(episodes_t.c.id).where(
-                episodes_t.c.scope == scope, self._in_view(episodes_t, segs))).scalars())
+            return {r.id for r in self._each(conn, episodes_t, segs, lambda cond: select(
+                episodes_t.c.id).where(episodes_t.c.scope == scope, cond))}
 
     def count_commits(self, scope: str, segs: Segments) -> int:
         """Commits (markers not counted) in these segments."""
-        stmt = select(func.count()).where(
-            ledger_t.c.scope == scope, self._in_view(ledger_t, segs),
-            ledger_t.c.kind.not_in((BRANCH, DELETE)))
         with self.engine.connect() as conn:
-            return int(conn.execute(stmt).scalar() or 0)
+            return sum(int(r[0] or 0) for r in self._each(conn, ledger_t, segs, lambda cond:
+                select(func.count()).where(ledger_t.c.scope == scope, cond,
+                                           ledger_t.c.kind.not_in((BRANCH, DELETE)))))
 
     def acl_changed(self, scope: str, segs: Segments) -> set[str]:
         """Ids of episodes whose ACL a commit in these segments changed."""
         with self.engine.connect() as conn:
-            return set(conn.execute(select(acl_t.c.id).where(
-                acl_t.c.scope == scope, self._in_view(acl_t, segs))).scalars())
+            return {r.id for r in self._each(conn, acl_t, segs, lambda cond: select(
+                acl_t.c.id).where(acl_t.c.scope == scope, cond))}
 
     def document_versions(self, scope: str, segs: Segments, document: str,
                           as_of: datetime) -> list[EpisodeRecord]:
-        stmt = select(episodes_t).where(
-            episodes_t.c.scope == scope, self._in_view(episodes_t, segs),
-            episodes_t.c.document == document, episodes_t.c.occurred_at <= to_us(as_of))
         order = layers(segs)
         with self.engine.connect() as conn:
-            versions = [_episode_record(r._mapping) for r in conn.execute(stmt)]
+            versions = [_episode_record(r._mapping) for r in self._each(
+                conn, episodes_t, segs, lambda cond: select(episodes_t).where(
+                    episodes_t.c.scope == scope, cond, episodes_t.c.document == document,
+                    episodes_t.c.occurred_at <= to_us(as_of)))]
             versions.sort(key=lambda v: (v.occurred_at, layer_order(order[v.branch], v.seq)),
                           reverse=True)
             current = self._current_acl(conn, scope, segs, {v.id: v for v in versions})
@@ -438,15 +444,21 @@ class ReadIndex:
 
     def facts(self, scope: str, segs: Segments, entity: str | None, predicate: str | None,
               limit: int = NO_LIMIT) -> list[FactRecord]:
-        stmt = select(facts_t).where(facts_t.c.scope == scope, self._in_view(facts_t, segs))
-        if entity is not None:
-            stmt = stmt.where(facts_t.c.entity == entity)
-        if predicate is not None:
-            stmt = stmt.where(facts_t.c.predicate == predicate)
-        stmt = stmt.order_by(facts_t.c.entity, facts_t.c.predicate).limit(limit)
+        def build(cond: Any) -> Any:
+            stmt = select(facts_t).where(facts_t.c.scope == scope, cond)
+            if entity is not None:
+                stmt = stmt.where(facts_t.c.entity == entity)
+            if predicate is not None:
+                stmt = stmt.where(facts_t.c.predicate == predicate)
+            return stmt.order_by(facts_t.c.entity, facts_t.c.predicate).limit(limit)
+
         order = layers(segs)
         with self.engine.connect() as conn:
-            return [_fact_record(r._mapping, order[r.branch]) for r in conn.execute(stmt)]
+            found = [_fact_record(r._mapping, order[r.branch])
+                     for r in self._each(conn, facts_t, segs, build)]
+        if len(segs) > 1:  # one order across segments, as one query would give it
+            found.sort(key=lambda f: (f.entity, f.predicate))
+        return found[:limit]
 
     def facts_of(self, scope: str, segs: Segments, keys: Iterable[tuple[str, str]],
                  ) -> list[FactRecord]:
@@ -456,10 +468,11 @@ class ReadIndex:
         out: list[FactRecord] = []
         with self.engine.connect() as conn:
             for i in range(0, len(wanted), 400):
-                stmt = select(facts_t).where(
-                    facts_t.c.scope == scope, self._in_view(facts_t, segs),
-                    tuple_(facts_t.c.entity, facts_t.c.predicate).in_(wanted[i:i + 400]))
-                out.extend(_fact_record(r._mapping, order[r.branch]) for r in conn.execute(stmt))
+                chunk = wanted[i:i + 400]
+                out.extend(_fact_record(r._mapping, order[r.branch]) for r in self._each(
+                    conn, facts_t, segs, lambda cond, chunk=chunk: select(facts_t).where(
+                        facts_t.c.scope == scope, cond,
+                        tuple_(facts_t.c.entity, facts_t.c.predicate).in_(chunk))))
         return out
 
     # -- commits in order (the search index is fed from these) ----------------------------------
