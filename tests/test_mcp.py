@@ -29,7 +29,8 @@ from tests.conftest import ADMIN_TOKEN
 from tests.server_process import ServerProcess
 
 TOOLS = {"amp_remember", "amp_recall", "amp_forget", "amp_list_memories", "amp_get"}
-AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "search_memory",
+AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "branch_memory",
+               "merge_memory", "search_memory",
                "query_memory"}  # exercised in test_mcp_ampup.py
 STORED = re.compile(r"^Memory stored: (mem_[0-9A-HJKMNP-TV-Z]{26})$")
 NO_MEMORIES = "No memories found."

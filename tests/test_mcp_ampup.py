@@ -40,7 +40,8 @@ from ampup_memory.settings import Settings
 from tests.server_process import ServerProcess
 from tests.test_mcp import http_client_for, ok, refused
 
-AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "search_memory",
+AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "branch_memory",
+               "merge_memory", "search_memory",
                "query_memory"}
 NOTE = "Acme budget for the pilot is 50k.\n\nRaj owns the Acme pilot rollout."
 
@@ -277,6 +278,30 @@ async def test_close_memory_ends_the_current_value(server: ServerProcess) -> Non
     assert [f["kind"] for f in history["facts"]] == ["value", "closure"]
     assert reason["units"][0]["text"] == "The pilot was cancelled."
     assert "\n" not in again and "Traceback" not in again
+
+
+async def test_branch_and_merge_tools(server: ServerProcess) -> None:
+    """A branch made and merged over MCP: its note is on the branch only until the merge;
+    a conflicting merge is a one-line tool error that writes nothing."""
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        await remember(alice, scope=scope, text=NOTE, acl=["*"])
+        made = json.loads(await ok(alice, "branch_memory", scope=scope, name="try/mcp"))
+        note = await remember(alice, scope=scope, text="Acme pilot moved to June.",
+                              acl=["*"], branch="try/mcp")
+        with rest(server, "alice") as http:
+            assert http.get(f"/episodes/{note['id']}", params={"scope": scope}
+                            ).status_code == 404
+            merged = json.loads(await ok(alice, "merge_memory", scope=scope,
+                                         source="try/mcp"))
+            assert http.get(f"/episodes/{note['id']}", params={"scope": scope}
+                            ).status_code == 200
+        again = json.loads(await ok(alice, "merge_memory", scope=scope, source="try/mcp"))
+        unknown = await refused(alice, "merge_memory", scope=scope, source="nope")
+    assert made["name"] == "try/mcp" and made["base"]
+    assert merged["merged"] is True and merged["changes"]["episodes"] == 1
+    assert again["merged"] is False
+    assert "\n" not in unknown and "Traceback" not in unknown
 
 
 async def test_errors_are_one_line_tool_errors(server: ServerProcess) -> None:

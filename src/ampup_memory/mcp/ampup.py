@@ -83,6 +83,16 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
             memory, caller, scope=scope, entity=entity, predicate=predicate, reason=reason,
             acl=acl, branch=branch))
 
+    def fork(caller: Caller, scope: str, name: str, source: str | None,
+             at_commit: str | None) -> str:
+        return _json(memory_tools.branch_memory(memory, caller, scope=scope, name=name,
+                                                source=source, at_commit=at_commit))
+
+    def join(caller: Caller, scope: str, source: str, into: str | None,
+             message: str | None, dry_run: bool) -> str:
+        return _json(memory_tools.merge_memory(memory, caller, scope=scope, source=source,
+                                               into=into, message=message, dry_run=dry_run))
+
     def find_facts(caller: Caller, scope: str, query: str, as_of: str | None, limit: int,
                    tz: str | None, branch: str | None, at_commit: str | None,
                    pin: str | None, snapshot: str | None) -> str:
@@ -152,6 +162,34 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         """End the current value of (entity, predicate): it stops being current but stays
         in history. `reason` is kept as its own episode. Replies JSON."""
         return await uenv.reply(ctx, close, scope, entity, predicate, reason, acl, branch)
+
+    @server.tool()
+    async def branch_memory(
+        scope: str,
+        name: str,
+        ctx: ToolContext,
+        source: str | None = None,
+        at_commit: str | None = None,
+    ) -> CallToolResult:
+        """Fork branch `name` of `scope` from branch `source` (default main), at its head or
+        `at_commit`. Write on it with `branch=name`; nobody sees it on main until
+        `merge_memory`. Replies JSON `{"name", "base", "head", ...}`."""
+        return await uenv.reply(ctx, fork, scope, name, source, at_commit)
+
+    @server.tool()
+    async def merge_memory(
+        scope: str,
+        source: str,
+        ctx: ToolContext,
+        into: str | None = None,
+        message: str | None = None,
+        dry_run: bool = False,
+    ) -> CallToolResult:
+        """Merge branch `source` into `into` (default main), three-way per
+        (entity, predicate). On a conflict nothing is written and the error lists the
+        conflicts; `dry_run` reports without writing. Replies JSON `{"merged", "commit",
+        "changes", ...}`."""
+        return await uenv.reply(ctx, join, scope, source, into, message, dry_run)
 
     @server.tool()
     async def search_memory(

@@ -1,6 +1,6 @@
 """AmpUp Memory's MCP tools as plain functions: ``remember_memory``, ``get_episode``,
-``close_memory``. The MCP server registers them beside the AMP tools; each takes the memory
-service and the authenticated caller and returns JSON-ready data. Errors are the usual
+``close_memory``, ``branch_memory``, ``merge_memory``. The MCP server registers them beside
+the AMP tools; each takes the memory service and the authenticated caller and returns JSON-ready data. Errors are the usual
 ``AmpError`` classes, so every transport reports them the same way.
 """
 
@@ -66,3 +66,28 @@ def close_memory(svc: MemoryService, caller: Caller, *, scope: str, entity: str,
     req = build(CloseValue, scope=scope, branch=branch, entity=entity, predicate=predicate,
                 reason=reason, acl=acl)
     return svc.close_value(user, req)
+
+
+def branch_memory(svc: MemoryService, caller: Caller, *, scope: str, name: str,
+                  source: str | None = None, at_commit: str | None = None) -> dict[str, Any]:
+    """Fork branch ``name`` of ``scope`` from ``source`` (default main), as POST /branches."""
+    from ampup_memory.memory import branches
+
+    user = caller_user(caller)
+    req = build(branches.CreateBranch, scope=scope, name=name, at_commit=at_commit,
+                **{"from": source})
+    return branches.create(svc, user, req)
+
+
+def merge_memory(svc: MemoryService, caller: Caller, *, scope: str, source: str,
+                 into: str | None = None, message: str | None = None,
+                 dry_run: bool = False) -> dict[str, Any]:
+    """Merge branch ``source`` into ``into`` (default main), as POST /merge; a conflict is
+    the same MERGE_CONFLICT error, listing the conflicts, with nothing written."""
+    from ampup_memory.memory import branches
+
+    user = caller_user(caller)
+    req = build(branches.MergeRequest, scope=scope, into=into, message=message,
+                dry_run=dry_run, **{"from": source})
+    return branches.merge(svc, user, req)
+
