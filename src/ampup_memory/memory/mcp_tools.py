@@ -1,7 +1,8 @@
 """AmpUp Memory's MCP tools as plain functions: ``remember_memory``, ``get_episode``,
 ``close_memory``, ``branch_memory``, ``merge_memory``. The MCP server registers them beside
-the AMP tools; each takes the memory service and the authenticated caller and returns JSON-ready data. Errors are the usual
-``AmpError`` classes, so every transport reports them the same way.
+the AMP tools; each takes the memory service and the authenticated caller and returns
+JSON-ready data. Errors are the usual ``AmpError`` classes, so every transport reports them
+the same way.
 """
 
 from __future__ import annotations
