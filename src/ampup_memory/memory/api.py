@@ -167,7 +167,7 @@ async def change_acl(request: Request, episode_id: EpisodeIdP) -> dict[str, Any]
 
 @router.get("/episode-types")
 def episode_types() -> dict[str, Any]:
-    return {"types": [t.wire() for t in TYPES]}
+    return {"types": [t.wire() for t in TYPES if not t.reserved]}
 
 
 @router.post("/document", responses=errors({
