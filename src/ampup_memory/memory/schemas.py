@@ -558,7 +558,7 @@ def get_schema(svc: MemoryService, scope_text: object, branch_text: object,
     view = svc.view(scope_text, branch_text, at_commit)
     ns, at = str(view.scope), (as_of or datetime.now(UTC)).astimezone(UTC)
     got = schema_at(svc.index, ns, view.segments, at)
-    base = {"scope": ns, "branch": view.branch, "as_of": utc_text(at),
+    base: dict[str, Any] = {"scope": ns, "branch": view.branch, "as_of": utc_text(at),
             "at_commit": view.at_commit}
     out = ({**_wire(ns, view.branch, got[0], got[1]), **base} if got else
            {**base, "name": None, "version": None, "commit": None, "set_at": None,
