@@ -207,6 +207,16 @@ def test_schema_lives_on_a_branch_until_merged(m: Memory) -> None:
     assert merged.status_code == 200 and merged.json()["merged"], merged.text
     assert get_schema(m, scope)["name"] == "tiny"
     assert m.http.post("/facts", json={**body, "value": "won"}).status_code == 201
+    # a many-valued attribute merges per value: tags added on both sides are united
+    assert m.http.post("/branches", json={"scope": scope, "name": "tags"}).status_code == 201
+    tag = {**body, "predicate": "tags"}
+    assert m.http.post("/facts", json={**tag, "value": "emea", "branch": "tags"}
+                       ).status_code == 201
+    assert m.http.post("/facts", json={**tag, "value": "urgent"}).status_code == 201
+    merged = m.http.post("/merge", json={"scope": scope, "from": "tags"})
+    assert merged.status_code == 200 and merged.json()["merged"], merged.text
+    assert sorted(f["value"] for f in m.facts(scope, "deal:d1", predicate="tags").json()[
+        "facts"]) == ["emea", "urgent"]
     # a schema changed on both sides to different versions is a merge conflict
     assert m.http.post("/branches", json={"scope": scope, "name": "b2"}).status_code == 201
     assert put_schema(m, scope, builtin="sales", branch="b2").status_code == 200
