@@ -371,3 +371,16 @@ def test_typed_query_errors(m: Memory) -> None:
     r = query(m, bare, find="entities", type="deal",
               where=[{"attribute": "worth", "op": "gte", "value": 10}])
     assert [e["entity"] for e in r.json()["entities"]] == ["deal:x"]
+    # a repeated query sees the next commit, and an ACL narrowed since (rows are reused
+    # between identical queries; who sees what is decided on each)
+    ep2 = _episode(m, bare, "Deal y is worth 12.")
+    assert m.fact(bare, "deal:y", "worth", 12, "worth 12", [(ep2, 1)]).status_code == 201
+    again = {"find": "entities", "type": "deal"}
+    assert [e["entity"] for e in query(m, bare, **again).json()["entities"]] == [
+        "deal:x", "deal:y"]
+    r = m.http.put(f"/episodes/{ep2}/acl", json={"scope": bare, "acl": ["user:alice"]})
+    assert r.status_code == 200, r.text
+    bob = m.as_user("bob")
+    assert [e["entity"] for e in query(bob, bare, **again).json()["entities"]] == ["deal:x"]
+    assert [e["entity"] for e in query(m, bare, **again).json()["entities"]] == [
+        "deal:x", "deal:y"]

@@ -19,6 +19,8 @@ from __future__ import annotations
 
 import json
 import operator
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -39,6 +41,7 @@ from ampup_memory.memory.schemas import (
     validate_value,
 )
 from ampup_memory.memory.scopes import BranchText, ScopeText
+from ampup_memory.memory.segments import NO_LIMIT, Segment
 from ampup_memory.timefmt import Instant, utc_text
 from ampup_memory.web.body import JsonInt
 
@@ -166,6 +169,42 @@ def _sorted(items: list[Any], orders: list[tuple[Callable[[Any], Key], bool]]) -
     return out
 
 
+# The fact rows a typed query reads, per view as of its heads: a view's rows up to a
+# commit never change, so a repeated query (dashboards) reads them once. Rows only: who may
+# see which is decided per call by MemoryService.visible_facts.
+_ROWS: OrderedDict[tuple[Any, ...], list[FactRecord]] = OrderedDict()
+_ROWS_LOCK = threading.Lock()
+ROW_CACHE = 4
+
+
+def _rows(svc: MemoryService, view: View, prefix: str | None,
+          predicates: list[str] | set[str] | None) -> list[FactRecord] | None:
+    """The view's fact rows of a type (and predicates), cached by the view's resolved
+    heads; None (read them directly) while commits are still being applied."""
+    ns = str(view.scope)
+    segs = []
+    for s in view.segments:
+        if s.upto >= NO_LIMIT:
+            head = svc.index.head(ns, s.branch)
+            s = Segment(s.branch, s.after, head.seq if head else s.after)
+        segs.append(s)
+    key = (ns, tuple(segs), prefix, None if predicates is None else tuple(sorted(predicates)))
+    with _ROWS_LOCK:
+        hit = _ROWS.get(key)
+        if hit is not None:
+            _ROWS.move_to_end(key)
+            return hit
+    if svc.index.pending(ns):
+        return None
+    rows = svc.index.facts(ns, tuple(segs), None, None, entity_prefix=prefix,
+                           predicates=predicates)
+    with _ROWS_LOCK:
+        _ROWS[key] = rows
+        while len(_ROWS) > ROW_CACHE:
+            _ROWS.popitem(last=False)
+    return rows
+
+
 def run(svc: MemoryService, user: str, req: TypedQuery) -> dict[str, Any]:
     view = svc.view(req.scope, req.branch, req.at_commit)
     at = (req.as_of or datetime.now(UTC)).astimezone(UTC)
@@ -187,10 +226,11 @@ def _check_type(schema: Schema | None, name: str | None, loc: list[str | int]) -
 
 def _current(groups: dict[tuple[str, str], list[FactRecord]], schema: Schema | None,
              at: datetime) -> Iterable[tuple[tuple[str, str], list[Window[FactRecord]]]]:
+    pairs = schema.many_pairs() if schema is not None else frozenset()
     for key in sorted(groups):
         if key[0] == SCHEMA_ENTITY:
             continue
-        many = schema is not None and schema.many(*key)
+        many = bool(pairs) and (key[0].partition(":")[0], key[1]) in pairs
         windows = current_values(groups[key], at, many)
         if windows:
             yield key, windows
@@ -207,8 +247,9 @@ def _facts(svc: MemoryService, principal: Any, view: View, schema: Schema | None
                               "value: leave attribute out (filter with predicate)",
                               "attribute_unexpected")
     prefix = f"{req.type}:" if req.type else None
+    cached = _rows(svc, view, prefix, req.predicate) if req.entity is None else None
     groups = svc.visible_facts(principal, view, req.entity, None, entity_prefix=prefix,
-                               predicates=req.predicate)
+                               predicates=req.predicate, rows=cached)
     tests_of: dict[int, list[Callable[[list[Any]], bool]]] = {}  # by attribute (identity)
 
     def tests(attr: Attribute | None) -> list[Callable[[list[Any]], bool]]:
@@ -289,8 +330,9 @@ def _entities(svc: MemoryService, principal: Any, view: View, schema: Schema | N
     wanted = None
     if req.select is not None:
         wanted = {*req.select, *(n for n, _ in conds), *(n for n, _ in orders_attr)}
-    groups = svc.visible_facts(principal, view, None, None, entity_prefix=f"{req.type}:",
-                               predicates=wanted)
+    prefix = f"{req.type}:"
+    groups = svc.visible_facts(principal, view, None, None, entity_prefix=prefix,
+                               predicates=wanted, rows=_rows(svc, view, prefix, wanted))
     records: dict[str, dict[str, list[Window[FactRecord]]]] = {}
     for (entity, predicate), windows in _current(groups, schema, at):
         records.setdefault(entity, {})[predicate] = windows

@@ -34,7 +34,14 @@ from functools import cache, lru_cache, partial
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 
 from ampup_memory.errors import field_error
 from ampup_memory.memory.episode_types import TYPES as EPISODE_TYPES
@@ -121,6 +128,8 @@ class Schema(BaseModel):
     description: str = Field(default="", max_length=4000)
     entities: list[EntityType] = Field(min_length=1, max_length=100)
     extract: list[ExtractRule] = Field(default_factory=list, max_length=100)
+    _types: dict[str, EntityType] = PrivateAttr(default_factory=dict)
+    _attrs: dict[tuple[str, str], Attribute] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _consistent(self) -> Schema:
@@ -143,7 +152,7 @@ class Schema(BaseModel):
                     raise ValueError(f"extract reads unknown episode type {t!r}; known: "
                                      + ", ".join(sorted(known)))
             for etype, names in rule.targets.items():
-                ent = self.entity(etype)
+                ent = next((e for e in self.entities if e.name == etype), None)
                 if ent is None:
                     raise ValueError(f"extract targets unknown entity type {etype!r}")
                 for n in names:
@@ -152,13 +161,23 @@ class Schema(BaseModel):
         return self
 
     # -- lookups ------------------------------------------------------------------------------
+    def model_post_init(self, _context: Any) -> None:
+        self._types = {e.name: e for e in self.entities}
+        self._attrs = {(e.name, a.name): a for e in self.entities for a in e.attributes}
+
     def entity(self, name: str) -> EntityType | None:
-        return next((e for e in self.entities if e.name == name), None)
+        return self._types.get(name)
 
     def attribute_of(self, entity: str, predicate: str) -> Attribute | None:
         """The attribute a fact of ``entity`` (an id ``type:key``) and ``predicate`` has."""
-        etype = self.entity(entity_type(entity) or "")
-        return etype.attribute(predicate) if etype else None
+        head, sep, _ = entity.partition(":")
+        return self._attrs.get((head, predicate)) if sep else None
+
+    def many_pairs(self) -> frozenset[tuple[str, str]]:
+        """(entity type, attribute) of every many-valued attribute (for loops over many
+        facts: one set lookup each)."""
+        return frozenset((e.name, a.name) for e in self.entities for a in e.attributes
+                         if a.cardinality == "many")
 
     def many(self, entity: str, predicate: str) -> bool:
         attr = self.attribute_of(entity, predicate)

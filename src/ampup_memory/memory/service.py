@@ -425,11 +425,14 @@ class MemoryService:
     def visible_facts(self, principal: Principal, view: View, entity: str | None,
                       predicate: str | None, *, entity_prefix: str | None = None,
                       predicates: Iterable[str] | None = None,
+                      rows: list[FactRecord] | None = None,
                       ) -> dict[tuple[str, str], list[FactRecord]]:
         """Fact versions the caller may see, per (entity, predicate): every cited episode
-        readable (the one ACL rule for facts; typed queries read through it too)."""
-        rows = self.index.facts(str(view.scope), view.segments, entity, predicate,
-                                entity_prefix=entity_prefix, predicates=predicates)
+        readable (the one ACL rule for facts; typed queries read through it too, passing
+        the view's ``rows`` when they hold them already)."""
+        if rows is None:
+            rows = self.index.facts(str(view.scope), view.segments, entity, predicate,
+                                    entity_prefix=entity_prefix, predicates=predicates)
         readable = self.readable_episodes(principal, str(view.scope), view.segments,
                                           {e for f in rows for e, _ in f.cites})
         groups: dict[tuple[str, str], list[FactRecord]] = defaultdict(list)
