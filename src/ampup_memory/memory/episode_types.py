@@ -193,8 +193,13 @@ DOC = next(t for t in TYPES if t.name == "doc")
 _BY_NAME = {t.name: t for t in TYPES}
 
 
+def client_types() -> list[EpisodeType]:
+    """The types a client may write (the reserved ones are the server's own)."""
+    return [t for t in TYPES if not t.reserved]
+
+
 def known_prefixes() -> list[str]:
-    return [t.prefix for t in TYPES if not t.reserved]
+    return [t.prefix for t in client_types()]
 
 
 def type_for_source(source: str) -> EpisodeType | None:
