@@ -8,15 +8,25 @@ brute-force evaluation over the same facts does, under randomized ACLs.
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterator
 from datetime import date
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.memory_support import ADMIN_TOKEN, Memory, backend_env, new_scope, start
+from tests.memory_support import (
+    ADMIN_TOKEN,
+    QUIET,
+    Memory,
+    backend_env,
+    new_scope,
+    run_cli,
+    start,
+)
 
 ADMIN = {"X-AMP-Admin-Token": ADMIN_TOKEN}
 
@@ -384,3 +394,26 @@ def test_typed_query_errors(m: Memory) -> None:
     assert [e["entity"] for e in query(bob, bare, **again).json()["entities"]] == ["deal:x"]
     assert [e["entity"] for e in query(m, bare, **again).json()["entities"]] == [
         "deal:x", "deal:y"]
+
+
+def test_schema_commands(tmp_path: Path) -> None:
+    listed = run_cli(tmp_path, QUIET, "schema", "list")
+    assert listed.returncode == 0 and "opportunity: name, account, stage" in listed.stdout
+    assert "competitors*" in listed.stdout  # many-valued attributes are marked
+    scope = new_scope()
+    made = run_cli(tmp_path, QUIET, "schema", "set", scope, "--builtin", "engineering")
+    assert made.returncode == 0, made.stderr
+    assert json.loads(made.stdout)["changed"] is True
+    shown = json.loads(run_cli(tmp_path, QUIET, "schema", "show", scope).stdout)
+    assert shown["name"] == "engineering" and shown["commit"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"name": "x", "entities": [{"name": "a", "attributes": [
+        {"name": "b", "type": "ref", "entity": "nope"}]}]}))
+    refused = run_cli(tmp_path, QUIET, "schema", "set", scope, "--file", str(bad))
+    assert refused.returncode != 0 and "nope" in refused.stderr
+    assert json.loads(run_cli(tmp_path, QUIET, "schema", "show", scope).stdout)[
+        "name"] == "engineering"
+    builtin = json.loads(run_cli(tmp_path, QUIET, "schema", "show", "--builtin", "corpus"
+                                 ).stdout)
+    assert [e["name"] for e in builtin["entities"]] == ["document", "topic", "claim",
+                                                        "definition"]
