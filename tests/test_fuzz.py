@@ -49,6 +49,16 @@ SEMANTIC_422 = {
     "value_error@valid_to",  # valid_to after valid_from (the cited episodes' by default)
     "hold_combined",     # pin or snapshot beside branch/at_commit, or both at once
     "hold_scope",        # a scope (and branch) the pin or snapshot does not hold
+    # schemas (docs/schemas-and-queries.md): what a scope's schema allows, or cross-field
+    "value_invalid",     # a value its attribute's type refuses; an object with no schema
+    "entity_type_unknown", "predicate_unknown", "attribute_unknown",  # not in the schema
+    "entity_reserved",   # _schema holds the scope's schema
+    "value_required", "value_unexpected",  # /close: value only for a many-valued attribute
+    "schema_invalid", "schema_missing",  # a schema body's own consistency; builtin or schema
+    "op_invalid",        # an operator the attribute's type does not have
+    "attribute_unexpected", "select_unexpected", "field_unexpected", "order_invalid",
+    "missing@type", "missing@attribute",  # find: entities needs a type, its where attributes
+    "merge_self",        # a branch merged into itself (from = into)
 }
 
 

@@ -112,7 +112,10 @@ async def test_ampup_tools_are_listed_beside_the_amp_tools(server: ServerProcess
     assert listed["get_episode"]["required"] == ["scope"]
     assert listed["close_memory"]["required"] == ["scope", "entity", "predicate", "reason"]
     assert listed["search_memory"]["required"] == ["scope", "query"]
-    assert listed["query_memory"]["required"] == ["scope", "query"]
+    # query is for find: passages; typed finds (facts, entities) take a query language
+    assert listed["query_memory"]["required"] == ["scope"]
+    assert set(listed["query_memory"]["properties"]["find"]["enum"]) == {
+        "passages", "facts", "entities"}
 
 
 async def test_remember_then_get_episode_with_units(server: ServerProcess) -> None:
@@ -258,6 +261,24 @@ async def test_read_tools_take_a_pin_and_a_snapshot(server: ServerProcess) -> No
     assert {p["episode"] for p in passages["results"]} == {first["id"]}
     assert episode == "No such episode." and held["id"] == first["id"]
     assert "released" in released and "pin" in combined
+
+
+async def test_query_memory_answers_typed_finds_like_post_query(server: ServerProcess) -> None:
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        ep = await remember(alice, scope=scope, text=NOTE, acl=["*"])
+        with rest(server, "alice") as http:
+            post_fact(http, scope, ep["id"], "budget", "50k", "budget for the pilot is 50k")
+            body = {"scope": scope, "find": "facts", "predicate": ["budget"],
+                    "where": [{"op": "eq", "value": "50k"}]}
+            over_http = http.post("/query", json=body).json()
+        typed = json.loads(await ok(alice, "query_memory", scope=scope, find="facts",
+                                    predicate=["budget"],
+                                    where=[{"op": "eq", "value": "50k"}]))
+        bad = await refused(alice, "query_memory", scope=scope, find="entities")
+    assert [f["value"] for f in typed["facts"]] == ["50k"]
+    assert typed["facts"] == over_http["facts"]
+    assert "type" in bad
 
 
 async def test_close_memory_ends_the_current_value(server: ServerProcess) -> None:

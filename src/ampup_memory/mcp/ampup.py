@@ -101,11 +101,24 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
                                           limit=limit, tz=tz, branch=branch,
                                           at_commit=at_commit, pin=pin, snapshot=snapshot)
 
-    def find_passages(caller: Caller, scope: str, query: str, find: str, limit: int,
+    def find_passages(caller: Caller, scope: str, query: str | None, find: str, limit: int,
                       tz: str | None, branch: str | None, at_commit: str | None,
-                      pin: str | None, snapshot: str | None) -> str:
+                      pin: str | None, snapshot: str | None, typed: dict[str, Any]) -> str:
         user = memory_tools.caller_user(caller)
-        return _json(search_tools.query_memory(search(), user, scope, query, find=find,
+        if find in ("facts", "entities"):  # the same typed query POST /query answers
+            from ampup_memory.memory.query import TypedQuery
+            from ampup_memory.memory.query import run as typed_query
+            from ampup_memory.memory.service import build
+
+            if pin is not None or snapshot is not None:  # held: exactly an at_commit read
+                held = memory.holds.resolve(scope, branch, at_commit, pin, snapshot)
+                scope, at_commit = str(held[0]), held[2]
+                branch = None if held[1] is None else str(held[1])
+            req = build(TypedQuery, scope=scope, find=find, limit=limit, branch=branch,
+                        at_commit=at_commit,
+                        **{k: v for k, v in typed.items() if v is not None})
+            return _json(typed_query(memory, user, req))
+        return _json(search_tools.query_memory(search(), user, scope, query or "", find=find,
                                                limit=limit, tz=tz, branch=branch,
                                                at_commit=at_commit, pin=pin,
                                                snapshot=snapshot))
@@ -218,21 +231,35 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
     @server.tool()
     async def query_memory(
         scope: str,
-        query: str,
         ctx: ToolContext,
-        find: Literal["passages"] = "passages",
+        query: str | None = None,
+        find: Literal["passages", "facts", "entities"] = "passages",
         limit: int = 10,
         tz: str | None = None,
         branch: str | None = None,
         at_commit: str | None = None,
         pin: str | None = None,
         snapshot: str | None = None,
+        type: str | None = None,  # noqa: A002 - the query language's word
+        entity: str | None = None,
+        predicate: list[str] | None = None,
+        where: list[dict[str, Any]] | None = None,
+        select: list[str] | None = None,
+        order_by: list[dict[str, Any]] | None = None,
+        offset: int | None = None,
+        as_of: str | None = None,
     ) -> CallToolResult:
-        """Ranked passages of the episodes you may read in `scope`, as JSON (needs no
-        extracted facts); `at_commit` limits them to episodes written by that commit,
-        `pin` (pin_…) or `snapshot` (snap_…) to what it holds."""
+        """`find: "passages"` (default): ranked passages of the episodes you may read in
+        `scope`, as JSON, for `query` (needs no extracted facts). `find: "facts"` or
+        `"entities"`: a typed query over current values, as POST /query answers it: `type`
+        (entity type), `entity`, `predicate` (facts), `where` [{attribute, op, value}] with
+        op eq|ne|lt|lte|gt|gte|in|contains, `select`, `order_by` [{attribute, desc}],
+        `offset`, `as_of`. `at_commit` reads memory as that commit left it; `pin` (pin_…)
+        or `snapshot` (snap_…) as what it holds."""
+        typed = {"type": type, "entity": entity, "predicate": predicate, "where": where,
+                 "select": select, "order_by": order_by, "offset": offset, "as_of": as_of}
         return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch,
-                                at_commit, pin, snapshot)
+                                at_commit, pin, snapshot, typed)
 
 
 TOOLSETS.append(register_ampup_tools)

@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from ampup_memory.auth import USER_HEADER, Authenticator
 from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
-from ampup_memory.memory.episode_types import TYPES
+from ampup_memory.memory.episode_types import client_types
 from ampup_memory.memory.episodes import (
     EPISODE_ID_PATTERN,
     MAX_ENTITY,
@@ -177,7 +177,7 @@ async def change_acl(request: Request, episode_id: EpisodeIdP) -> dict[str, Any]
 
 @router.get("/episode-types")
 def episode_types() -> dict[str, Any]:
-    return {"types": [t.wire() for t in TYPES]}
+    return {"types": [t.wire() for t in client_types()]}
 
 
 @router.post("/document", responses=errors({

@@ -6,7 +6,8 @@ so making one copies no rows. ``delete`` is a row of the same chain: the name is
 again, the commits stay in the ledger, and the read index drops the branch's rows.
 
 A merge compares, per (entity, predicate), the current value at three points: the merge
-base, ``into`` (ours) and ``from`` (theirs). Changed on one side only: that side's value;
+base, ``into`` (ours) and ``from`` (theirs); for a many-valued attribute (schemas.py), per
+(entity, predicate, value). Changed on one side only: that side's value;
 changed on both to the same result: nothing to do; changed on both to different results: a
 conflict, and the whole merge is refused. Episodes are content-addressed, so both sides'
 episodes are united; the same episode with a different ACL on each side is compared the
@@ -39,6 +40,7 @@ from ampup_memory.memory.ledger import (
 )
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.rows import fact_id
+from ampup_memory.memory.schemas import schema_at
 from ampup_memory.memory.scopes import MAIN, BranchText, Scope, ScopeText, parse_branch, parse_scope
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, uncovered
 from ampup_memory.timefmt import utc_text
@@ -288,17 +290,31 @@ def plan(svc: MemoryService, principal: Principal, scope: Scope, src: str, dst: 
                                                         newest_order(f))))
     sides = {name: _grouped(index.facts_of(ns, segs, keys)) if segs and keys else {}
              for name, segs in (("base", base), ("ours", ours), ("theirs", theirs))}
+    # A many-valued attribute (the schema of `from`, else of `into`) merges per value.
+    typed = (schema_at(index, ns, theirs, now) or schema_at(index, ns, ours, now)
+             if keys else None)
     for key in sorted(keys):
-        b, o, t = (_value(sides[n].get(key, ()), now) for n in ("base", "ours", "theirs"))
-        if _same(o, b):  # ours untouched: take theirs (with its history)
-            out.facts.extend(sorted(new_by_key[key], key=newest_order))
-        elif _same(t, b) or _same(o, t):
-            continue
-        else:
-            out.conflicts.append({
-                "entity": key[0], "predicate": key[1],
-                **{n: _shown(svc, principal, ns, segs, v) for n, segs, v in
-                   (("base", base, b), ("ours", ours, o), ("theirs", theirs, t))}})
+        many = typed is not None and typed[0].many(*key)
+        slots = sorted({f.value or "" for side in sides.values()
+                        for f in side.get(key, ())}) if many else [None]
+        for slot in slots:
+            def pick(vs: Iterable[FactRecord], slot: str | None = slot) -> list[FactRecord]:
+                return [v for v in vs if slot is None or (v.value or "") == slot]
+
+            new = pick(new_by_key[key])
+            if not new:
+                continue
+            b, o, t = (_value(pick(sides[n].get(key, ())), now)
+                       for n in ("base", "ours", "theirs"))
+            if _same(o, b):  # ours untouched: take theirs (with its history)
+                out.facts.extend(sorted(new, key=newest_order))
+            elif _same(t, b) or _same(o, t):
+                continue
+            else:
+                out.conflicts.append({
+                    "entity": key[0], "predicate": key[1],
+                    **{n: _shown(svc, principal, ns, segs, v) for n, segs, v in
+                       (("base", base, b), ("ours", ours, o), ("theirs", theirs, t))}})
     # Episodes: united; an ACL that differs is compared like a value.
     ids = index.episodes_in(ns, new_t) | index.acl_changed(ns, new_t)
     t_acl = index.acl_as_of(ns, theirs, ids)

@@ -76,9 +76,9 @@ def memory_commands(settings_options: SettingsOptions,
     @episode_type.command("list")
     def type_list() -> None:
         """Every episode type: prefix, unit, how a body splits, extractable predicates."""
-        from ampup_memory.memory.episode_types import TYPES
+        from ampup_memory.memory.episode_types import client_types
 
-        for n, t in enumerate(TYPES):
+        for n, t in enumerate(client_types()):
             click.echo(("\n" if n else "") + f"{t.name}  prefix {t.prefix}  unit {t.unit_kind}")
             click.echo(f"  split: {t.split_rule}")
             click.echo(f"  predicates: {', '.join(t.predicates) or '-'}")

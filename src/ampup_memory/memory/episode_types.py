@@ -140,6 +140,9 @@ class EpisodeType:
     # two episodes; the same document text loaded from two paths is one.
     id_includes_source: bool
     splitter: Splitter
+    # Written only by the server itself (a scope's schema): refused as a client's source,
+    # and not searched (its text is configuration, not memory).
+    reserved: bool = False
 
     def units(self, body: str) -> list[Unit]:
         return [Unit(n, self.unit_kind, text) for n, text in enumerate(self.splitter(body), 1)]
@@ -182,13 +185,21 @@ TYPES: tuple[EpisodeType, ...] = (
     EpisodeType("close", "close:", "reason",
                 "the whole body is one unit: the reason a value was closed",
                 (), True, whole),
+    EpisodeType("schema", "schema:", "note",
+                "the whole body is one unit: a scope's schema as JSON (PUT /schemas)",
+                (), False, whole, reserved=True),
 )
 DOC = next(t for t in TYPES if t.name == "doc")
 _BY_NAME = {t.name: t for t in TYPES}
 
 
+def client_types() -> list[EpisodeType]:
+    """The types a client may write (the reserved ones are the server's own)."""
+    return [t for t in TYPES if not t.reserved]
+
+
 def known_prefixes() -> list[str]:
-    return [t.prefix for t in TYPES]
+    return [t.prefix for t in client_types()]
 
 
 def type_for_source(source: str) -> EpisodeType | None:
@@ -202,7 +213,7 @@ def by_name(name: str) -> EpisodeType | None:
 
 def require_type(source: str, loc: list[str | int]) -> EpisodeType:
     found = type_for_source(source)
-    if found is None:
+    if found is None or found.reserved:
         raise field_error(
             loc,
             f"no episode type claims source {source[:80]!r}; known prefixes: "

@@ -1,11 +1,13 @@
 """Facts: posting shapes, the verbatim-quote check, and newest-wins at read time.
 
 A fact version is ``(entity, predicate, value)`` with a valid-time window, a verbatim quote
-and the episode units it cites. Until schemas exist every predicate is one-valued: among the
-versions a reader may see, the one with the latest ``valid_from`` wins (ties: the later
-commit, then the later position in the commit), and a version's window ends where the next
-visible version begins (or at its own ``valid_to``). A closure is a version with no value:
-it ends the one before it.
+and the episode units it cites. A predicate is one-valued unless the scope's schema says
+``cardinality: many`` (schemas.py): among the versions a reader may see, the one with the
+latest ``valid_from`` wins (ties: the later commit, then the later position in the commit),
+and a version's window ends where the next visible version begins (or at its own
+``valid_to``). A closure is a version with no value: it ends the one before it. A
+many-valued predicate is one such timeline per value (:func:`lines`): every value holds
+until its own closure (which carries the value it closes) or ``valid_to`` ends it.
 
 Newest-wins lives here once (:func:`newest_order`, :func:`timeline`, :func:`current`) over
 any :class:`Version`: ``GET /facts`` applies it to core's records, search
@@ -37,6 +39,24 @@ Scalar = (Annotated[str, Field(max_length=MAX_VALUE_CHARS)] | int
           | Annotated[float, Field(allow_inf_nan=False)] | bool)
 
 
+class Money(BaseModel):
+    """A money value as an object (a scope's schema must type the predicate as money)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    amount: Annotated[str, Field(max_length=64)] | int | Annotated[
+        float, Field(allow_inf_nan=False)]
+    currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$")
+
+
+Value = Scalar | Money
+
+
+def raw_value(value: Value) -> Any:
+    """A posted value as plain JSON data (what schemas.check_fact reads)."""
+    return value.model_dump(exclude_none=True) if isinstance(value, Money) else value
+
+
 class Cite(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -49,7 +69,8 @@ class FactIn(BaseModel):
 
     entity: str = Field(min_length=1, max_length=MAX_ENTITY)
     predicate: str = Field(min_length=1, max_length=128)
-    value: Scalar = Field(description="A JSON string, number or boolean.")
+    value: Value = Field(description="A JSON string, number or boolean; with a schema, a "
+                         "money value may also be {amount, currency}.")
     valid_from: Instant | None = Field(
         default=None, description="Default: the latest occurred_at of the cited episodes.")
     valid_to: Instant | None = None
@@ -81,6 +102,9 @@ class CloseValue(BaseModel):
     branch: BranchText | None = None
     entity: str = Field(min_length=1, max_length=MAX_ENTITY)
     predicate: str = Field(min_length=1, max_length=128)
+    value: Value | None = Field(
+        default=None, description="For a many-valued attribute (schema cardinality many): "
+        "the one value to close.")
     reason: str = Field(min_length=1, max_length=20000,
                         description="Why; stored as its own episode and cited.")
     acl: list[AclEntry] | None = Field(
@@ -194,6 +218,37 @@ def timelines(versions: Iterable[V]) -> dict[tuple[str, str], list[Window[V]]]:
     for v in versions:
         by_key.setdefault((v.entity, v.predicate), []).append(v)
     return {key: timeline(group) for key, group in by_key.items()}
+
+
+class Valued(Version, Protocol):
+    @property
+    def value(self) -> str | None: ...
+
+
+VV = TypeVar("VV", bound=Valued)
+
+
+def lines(versions: Iterable[VV], many: bool = False) -> list[list[Window[VV]]]:
+    """The timelines of one (entity, predicate): one for a one-valued attribute; for a
+    many-valued one, one per value (a closure carries the value it ends), by value."""
+    if not many:
+        return [timeline(versions)]
+    by_value: dict[str, list[VV]] = {}
+    for v in versions:
+        by_value.setdefault(v.value or "", []).append(v)
+    return [timeline(by_value[k]) for k in sorted(by_value)]
+
+
+def current_values(versions: Iterable[VV], at: datetime,
+                   many: bool = False) -> list[Window[VV]]:
+    """Newest-wins (:func:`current`) on each of :func:`lines`: at most one window for a
+    one-valued attribute, every value holding at ``at`` for a many-valued one."""
+    out = []
+    for line in lines(versions, many):
+        window = current(line, at)
+        if window is not None:
+            out.append(window)
+    return out
 
 
 def current(line: list[Window[V]], at: datetime) -> Window[V] | None:

@@ -443,19 +443,27 @@ class ReadIndex:
             return conn.execute(stmt).scalar()
 
     def facts(self, scope: str, segs: Segments, entity: str | None, predicate: str | None,
-              limit: int = NO_LIMIT) -> list[FactRecord]:
+              limit: int = NO_LIMIT, *, entity_prefix: str | None = None,
+              predicates: Iterable[str] | None = None) -> list[FactRecord]:
+        """Fact rows in the view: of one entity (or of the entities whose id starts with
+        ``entity_prefix``: a type's, ``opportunity:``), one predicate (or ``predicates``)."""
         def build(cond: Any) -> Any:
             stmt = select(facts_t).where(facts_t.c.scope == scope, cond)
             if entity is not None:
                 stmt = stmt.where(facts_t.c.entity == entity)
+            if entity_prefix is not None:  # LIKE may ignore case (SQLite): checked again below
+                stmt = stmt.where(facts_t.c.entity.startswith(entity_prefix, autoescape=True))
             if predicate is not None:
                 stmt = stmt.where(facts_t.c.predicate == predicate)
+            if predicates is not None:
+                stmt = stmt.where(facts_t.c.predicate.in_(sorted(set(predicates))))
             return stmt.order_by(facts_t.c.entity, facts_t.c.predicate).limit(limit)
 
         order = layers(segs)
         with self.engine.connect() as conn:
             found = [_fact_record(r._mapping, order[r.branch])
-                     for r in self._each(conn, facts_t, segs, build)]
+                     for r in self._each(conn, facts_t, segs, build)
+                     if entity_prefix is None or r.entity.startswith(entity_prefix)]
         if len(segs) > 1:  # one order across segments, as one query would give it
             found.sort(key=lambda f: (f.entity, f.predicate))
         return found[:limit]

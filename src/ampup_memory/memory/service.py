@@ -48,7 +48,10 @@ from ampup_memory.memory.facts import (
     FactRecord,
     PostFact,
     current,
+    current_values,
+    lines,
     quote_found,
+    raw_value,
     timeline,
 )
 from ampup_memory.memory.ledger import COMMIT, SUMMARY_KEY, LedgerEntry, new_commit_id
@@ -56,6 +59,7 @@ from ampup_memory.memory.maintenance import Protected, full_pass, tidy
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.retry import Backoff, until_won
 from ampup_memory.memory.rows import ACL_OP, episode_row, fact_id, fact_row
+from ampup_memory.memory.schemas import SCHEMA_ENTITY, Schema, check_fact, schema_at
 from ampup_memory.memory.scopes import (
     MAIN,
     SYSTEM_NAMESPACE,
@@ -352,6 +356,7 @@ class MemoryService:
         principal = self.principal(user)
         with self._write_lock:
             segs = self._write_view(scope, branch)
+            typed = schema_at(self.index, str(scope), segs, utcnow())
             cited = self.readable_episodes(principal, str(scope), segs,
                                            {c.episode for f in items for c in f.cites})
             units_of: dict[str, list[Unit]] = {}
@@ -359,14 +364,31 @@ class MemoryService:
             facts = []
             for n, item in enumerate(items):
                 where: list[str | int] = ["facts", n] if loc is None else list(loc)
+                value = check_fact(typed[0] if typed else None, item.entity, item.predicate,
+                                   raw_value(item.value), where)
                 checked = self._check_fact(scope, item, cited, units_of, where)
                 facts.append(replace(checked, fact_id=fact_id(commit_id, n), ord=n,
-                                     branch=branch))
+                                     branch=branch, value=_json_value(value)))
             # Messages name kinds and counts only: the ledger is shown to every reader of
             # the scope, and an entity or predicate name could reveal hidden material.
             message = "post 1 fact" if len(items) == 1 else f"post {len(items)} facts"
-            entry = self._commit(scope, branch, user, message, [], facts, commit_id)
+            entry = self._commit(scope, branch, user, message, [], facts, commit_id,
+                                 recheck=partial(self._schema_unchanged, scope, segs, typed))
         return [f.fact_id for f in facts], entry
+
+    def _schema_unchanged(self, scope: Scope, segs: Segments,
+                          checked: tuple[Schema, FactRecord] | None) -> None:
+        """Inside the commit's compare-and-set: the schema the facts were checked against is
+        still the branch's (another server may have set a new one meanwhile)."""
+        now = schema_at(self.index, str(scope), segs, utcnow())
+        if (now[1].fact_id if now else None) != (checked[1].fact_id if checked else None):
+            raise Conflict("The scope's schema changed while these facts were checked; "
+                           "nothing was written. Post them again.", code="SCHEMA_CHANGED")
+
+    def schema(self, view: View) -> Schema | None:
+        """The schema current in a view (newest version): how its reads count cardinality."""
+        typed = schema_at(self.index, str(view.scope), view.segments, utcnow())
+        return typed[0] if typed else None
 
     def _check_fact(self, scope: Scope, item: FactIn,
                     cited: dict[str, EpisodeRecord], units_of: dict[str, list[Unit]],
@@ -397,14 +419,22 @@ class MemoryService:
             raise field_error([*loc, "valid_to"], "valid_to must be after valid_from")
         return FactRecord(
             fact_id="", kind=VALUE, entity=item.entity, predicate=item.predicate,
-            value=_json_value(item.value), valid_from=valid_from, valid_to=valid_to,
+            value=_json_value(raw_value(item.value)), valid_from=valid_from, valid_to=valid_to,
             quote=item.quote, cites=tuple((c.episode, c.unit) for c in item.cites),
             written_by="posted", branch=MAIN,
         )
 
-    def visible_facts(self, principal: Principal, view: View, entity: str,
-                      predicate: str | None) -> dict[tuple[str, str], list[FactRecord]]:
-        rows = self.index.facts(str(view.scope), view.segments, entity, predicate)
+    def visible_facts(self, principal: Principal, view: View, entity: str | None,
+                      predicate: str | None, *, entity_prefix: str | None = None,
+                      predicates: Iterable[str] | None = None,
+                      rows: list[FactRecord] | None = None,
+                      ) -> dict[tuple[str, str], list[FactRecord]]:
+        """Fact versions the caller may see, per (entity, predicate): every cited episode
+        readable (the one ACL rule for facts; typed queries read through it too, passing
+        the view's ``rows`` when they hold them already)."""
+        if rows is None:
+            rows = self.index.facts(str(view.scope), view.segments, entity, predicate,
+                                    entity_prefix=entity_prefix, predicates=predicates)
         readable = self.readable_episodes(principal, str(view.scope), view.segments,
                                           {e for f in rows for e, _ in f.cites})
         groups: dict[tuple[str, str], list[FactRecord]] = defaultdict(list)
@@ -418,25 +448,45 @@ class MemoryService:
         groups = self.visible_facts(self.principal(user), view, entity, predicate)
         at = (as_of or utcnow()).astimezone(UTC)
         scope = str(view.scope)
+        schema = self.schema(view) if groups else None
         out: list[dict[str, Any]] = []
         for key in sorted(groups):
+            many = schema is not None and schema.many(*key)
             if history:
-                out.extend(w.version.wire(scope, w.end) for w in timeline(groups[key]))
+                out.extend(w.version.wire(scope, w.end)
+                           for line in lines(groups[key], many) for w in line)
             else:
-                window = current(timeline(groups[key]), at)
-                if window is not None:
-                    out.append(window.version.wire(scope, window.end))
+                out.extend(w.version.wire(scope, w.end)
+                           for w in current_values(groups[key], at, many))
         return out
 
     def close_value(self, user: str, req: CloseValue) -> dict[str, Any]:
         scope = parse_scope(req.scope)
         branch = parse_branch(req.branch)
+        if req.entity == SCHEMA_ENTITY:
+            raise field_error(["entity"], f"{SCHEMA_ENTITY} is reserved for the scope's "
+                              "schema (PUT /schemas)", "entity_reserved")
         with self._write_lock:
             view = View(scope, branch, self._write_view(scope, branch))
             principal = self.principal(user)
             now = utcnow()
             versions = self.visible_facts(principal, view, req.entity, req.predicate)
-            window = current(timeline(versions.get((req.entity, req.predicate), [])), now)
+            schema = self.schema(view)
+            closed: str | None = None  # a many-valued closure names the value it ends
+            if schema is not None and schema.many(req.entity, req.predicate):
+                if req.value is None:
+                    raise field_error(["value"], f"{req.predicate} is many-valued: name the "
+                                      "value to close", "value_required")
+                closed = _json_value(check_fact(schema, req.entity, req.predicate,
+                                                raw_value(req.value), []))
+                holding = current_values(versions.get((req.entity, req.predicate), []), now,
+                                         many=True)
+                window = next((w for w in holding if w.version.value == closed), None)
+            else:
+                if req.value is not None:
+                    raise field_error(["value"], "only a many-valued attribute (schema "
+                                      "cardinality many) closes one value", "value_unexpected")
+                window = current(timeline(versions.get((req.entity, req.predicate), [])), now)
             if window is None:
                 raise NotFound("No current value of that entity and predicate to close.")
             if req.acl is not None:
@@ -455,7 +505,7 @@ class MemoryService:
                 branch, now, ["reason"])
             closure = FactRecord(
                 fact_id=fact_id(commit_id, 0), kind=CLOSURE, entity=req.entity,
-                predicate=req.predicate, value=None, valid_from=now, valid_to=None,
+                predicate=req.predicate, value=closed, valid_from=now, valid_to=None,
                 quote=req.reason.strip(), cites=((reason.record.id, 1),),
                 written_by="posted", branch=branch,
             )

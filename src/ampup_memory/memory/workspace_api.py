@@ -66,14 +66,16 @@ def list_workspaces(
 
 
 @router.get("/workspaces/{workspace_id}", responses=errors({
-    401: UNAUTHENTICATED, 404: NOT_FOUND, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
+    401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID, 503: UNAVAILABLE}),
+    openapi_extra=USER_DOC)
 def get_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
     user = _user(request)
     return service(request).workspaces.show(user, workspace_id, _is_admin(request))
 
 
 @router.delete("/workspaces/{workspace_id}", responses=errors({
-    401: UNAUTHENTICATED, 404: NOT_FOUND, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
+    401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID, 503: UNAVAILABLE}),
+    openapi_extra=USER_DOC)
 async def delete_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
     user = _user(request)
     admin = _is_admin(request)

@@ -1,4 +1,5 @@
-"""REST routes of search: ``POST /search`` (facts) and ``POST /query`` (passages).
+"""REST routes of search: ``POST /search`` (facts) and ``POST /query`` (passages; typed
+``find: "facts"``/``"entities"`` are answered by core's memory/query.py).
 
 Identity comes first (401 before 422), then the body. ``format: "text"`` answers
 ``text/plain``; everything else is JSON, errors in the one envelope.
@@ -7,6 +8,7 @@ Identity comes first (401 before 422), then the body. ``format: "text"`` answers
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator
 from typing import Any
@@ -17,9 +19,12 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 
 from ampup_memory.auth import USER_HEADER, Authenticator
 from ampup_memory.background import periodic
-from ampup_memory.errors import ServiceUnavailable
+from ampup_memory.errors import ServiceUnavailable, field_error
 from ampup_memory.memory.acl import ID_PATTERN
 from ampup_memory.memory.api import memory_user
+from ampup_memory.memory.api import service as memory_service
+from ampup_memory.memory.query import TypedQuery
+from ampup_memory.memory.query import run as typed_query
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.feed import Feed
@@ -95,12 +100,38 @@ async def search(request: Request) -> Response:
     return JSONResponse(answer)
 
 
-@router.post("/query", responses=ERRORS,
-             openapi_extra={**body_doc(PassageQueryRequest), **USER_DOC})
+def _query_doc() -> dict[str, Any]:
+    """POST /query's body: passages (ranked text) or a typed query (facts, entities)."""
+    refs = [body_doc(m)["requestBody"]["content"]["application/json"]["schema"]
+            for m in (PassageQueryRequest, TypedQuery)]
+    return {"requestBody": {"required": True, "content": {
+        "application/json": {"schema": {"oneOf": refs}}}}}
+
+
+FINDS = ("passages", "facts", "entities")
+
+
+def _find(raw: bytes) -> object:
+    try:
+        data = json.loads(raw or b"{}")
+    except ValueError:
+        return None  # parse_body answers malformed JSON
+    return data.get("find") if isinstance(data, dict) else None
+
+
+@router.post("/query", responses=ERRORS, openapi_extra={**_query_doc(), **USER_DOC})
 async def query(request: Request) -> JSONResponse:
     user = caller_user(request)
+    raw = await request.body()
+    find = _find(raw)
+    if find in ("facts", "entities"):  # typed: current values through core's view and ACL
+        typed = parse_body(TypedQuery, raw)
+        return JSONResponse(await run_in_threadpool(
+            typed_query, memory_service(request), user, typed))
+    if isinstance(find, str) and find not in FINDS:
+        raise field_error(["find"], "find is one of: " + ", ".join(FINDS), "literal_error")
     svc = search_service(request)
-    req = parse_body(PassageQueryRequest, await request.body())
+    req = parse_body(PassageQueryRequest, raw)
     return JSONResponse(await run_in_threadpool(svc.query, user, req))
 
 

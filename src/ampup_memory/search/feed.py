@@ -66,7 +66,7 @@ def documents(scope: str, episodes: Iterable[EpisodeRecord], bodies: dict[str, s
     for rec in sorted(episodes, key=lambda r: (r.seq, r.id)):
         etype = by_name(rec.type)
         body = bodies.get(rec.body_ref, "")
-        units = etype.units(body) if etype else []
+        units = etype.units(body) if etype and not etype.reserved else []
         batch.episodes.append(EpisodeDoc(
             id=rec.id, scope=scope, branch=rec.branch, commit=rec.commit_id,
             occurred_at=rec.occurred_at, acl=rec.acl, source=rec.source,

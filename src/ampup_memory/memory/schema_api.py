@@ -1,0 +1,85 @@
+"""Schema routes: PUT and GET /schemas/{org}/{team}, GET /schemas (the built-ins).
+
+Setting a schema is an admin's act; it is a commit on the scope's branch like any write
+(memory/schemas.py says how it is stored). Reading it needs only a caller.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import WithJsonSchema
+
+from ampup_memory.auth import USER_HEADER, Authenticator
+from ampup_memory.errors import field_error
+from ampup_memory.memory.acl import valid_id
+from ampup_memory.memory.api import (
+    INVALID,
+    UNAUTHENTICATED,
+    USER_DOC,
+    AtCommitQ,
+    BranchQ,
+    _headers,
+    _user,
+    service,
+)
+from ampup_memory.memory.schemas import PutSchema, get_schema, list_builtins, set_schema
+from ampup_memory.timefmt import in_utc
+from ampup_memory.web.body import parse_body
+from ampup_memory.web.openapi import body_doc, errors
+
+router = APIRouter(tags=["schemas"])
+UNAVAILABLE = "UNAVAILABLE: AmpUp Memory is not available in this process"
+NamePart = Annotated[str, Path(max_length=64, description="Org or team name.")]
+
+
+@router.put("/schemas/{org}/{team}", responses=errors({
+    403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown branch",
+    409: "CONFLICT: the ledger moved under the write; retry",
+    422: INVALID + " (schema_invalid names the first problem)", 503: UNAVAILABLE}),
+    openapi_extra={**body_doc(PutSchema), **USER_DOC})
+async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[str, Any]:
+    """Set the scope's schema on a branch (default main): ``{builtin}`` or ``{schema}``."""
+    auth: Authenticator = request.app.state.auth
+    auth.require_admin(_headers(request))
+    req = parse_body(PutSchema, await request.body())
+    named = request.headers.get(USER_HEADER, "").strip()
+    author = named if named and valid_id(named) else "admin"
+    result: dict[str, Any] = await run_in_threadpool(
+        set_schema, service(request), author, f"{org}/{team}", req)
+    return result
+
+
+@router.get("/schemas/{org}/{team}", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit", 422: INVALID,
+    503: UNAVAILABLE}), openapi_extra=USER_DOC)
+def read_schema(
+    request: Request, org: NamePart, team: NamePart, branch: BranchQ = None,
+    at_commit: AtCommitQ = None,
+    as_of: Annotated[str | None, Query(description="Valid time; default now."),
+                     WithJsonSchema({"type": "string", "format": "date-time"})] = None,
+    history: Annotated[bool, Query(description="Every version with its window.")] = False,
+) -> dict[str, Any]:
+    """The schema in force (``schema: null`` when the scope has none)."""
+    _user(request)
+    at = None
+    if as_of is not None:  # strictly RFC 3339 with an offset (a bare number is not a time)
+        try:
+            at = in_utc(datetime.fromisoformat(as_of.replace("Z", "+00:00")))
+            if "T" not in as_of.upper() or datetime.fromisoformat(
+                    as_of.replace("Z", "+00:00")).tzinfo is None:
+                raise ValueError("no time or offset")
+        except ValueError:
+            raise field_error(["query", "as_of"], "as_of is an RFC 3339 time with an "
+                              "offset, e.g. 2025-07-01T00:00:00Z", "datetime_parsing") from None
+    return get_schema(service(request), f"{org}/{team}", branch, at_commit, at, history)
+
+
+@router.get("/schemas", responses=errors({401: UNAUTHENTICATED}), openapi_extra=USER_DOC)
+def builtin_schemas(request: Request) -> dict[str, Any]:
+    """The built-in schemas, in full."""
+    _user(request)
+    return list_builtins()
