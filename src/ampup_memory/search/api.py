@@ -114,8 +114,8 @@ FINDS = ("passages", "facts", "entities")
 def _find(raw: bytes) -> object:
     try:
         data = json.loads(raw or b"{}")
-    except ValueError:
-        return None  # parse_body answers malformed JSON
+    except (ValueError, RecursionError):
+        return None  # parse_body answers malformed or too deeply nested JSON
     return data.get("find") if isinstance(data, dict) else None
 
 
