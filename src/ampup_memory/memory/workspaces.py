@@ -34,6 +34,7 @@ import re
 import secrets
 import shutil
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -78,6 +79,7 @@ MAX_CAPS = {"scopes": 1_000, "episodes": 10_000_000, "facts": 100_000_000,
 MAX_WORKSPACE_NAME = 200
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
 LEASE_TIME = timedelta(minutes=30)
+LEASE_WAIT_SECONDS = 5.0  # how long DELETE waits for a gc pass to give the lease back
 
 
 def is_workspace_org(org: str) -> bool:
@@ -299,6 +301,17 @@ class Workspaces:
     def _take_lease(self, holder: str) -> bool:
         return self.index.take_lease(self.lease, holder, utcnow(), LEASE_TIME)
 
+    def _wait_for_lease(self, holder: str) -> bool:
+        """The lease, waiting a little: a gc pass of the timer holds it for moments only,
+        and a caller who deletes expects the drop now (a maintenance pass or a backup may
+        hold it longer: then the next gc pass drops it)."""
+        deadline = time.monotonic() + LEASE_WAIT_SECONDS
+        while not self._take_lease(holder):
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.1)
+        return True
+
     def delete(self, user: str, ws_id: str, admin: bool) -> dict[str, Any]:
         """Mark deleted (one durable row: gone from here on), then drop what it holds when
         maintenance is not running (else the next gc pass drops it)."""
@@ -308,7 +321,7 @@ class Workspaces:
             deleted = replace(ws, state=DELETED, updated_at=now, updated_by=user)
             self._record(deleted)
             holder = secrets.token_hex(8)
-            if not self._take_lease(holder):
+            if not self._wait_for_lease(holder):
                 return {"id": ws.id, "deleted": True, "dropped": False, "scopes": []}
             try:
                 scopes = self._drop(deleted, user)
