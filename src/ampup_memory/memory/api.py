@@ -102,6 +102,16 @@ def memory_user(auth: Authenticator, headers: dict[str, str]) -> str:
     return user
 
 
+def is_admin(request: Request) -> bool:
+    """Whether the request carries admin credentials (no error when it does not)."""
+    auth: Authenticator = request.app.state.auth
+    try:
+        auth.require_admin(_headers(request))
+    except AmpError:
+        return False
+    return True
+
+
 def _user(request: Request) -> str:
     auth: Authenticator = request.app.state.auth
     return memory_user(auth, _headers(request))
@@ -164,14 +174,8 @@ def get_episode(request: Request, episode_id: EpisodeIdP, scope: ScopeQ, branch:
 async def change_acl(request: Request, episode_id: EpisodeIdP) -> dict[str, Any]:
     user = _user(request)
     req = parse_body(ChangeAcl, await request.body())
-    auth: Authenticator = request.app.state.auth
-    try:
-        auth.require_admin(_headers(request))
-        admin = True
-    except AmpError:
-        admin = False
     result: dict[str, Any] = await run_in_threadpool(
-        service(request).change_acl, user, req, episode_id, admin)
+        service(request).change_acl, user, req, episode_id, is_admin(request))
     return result
 
 

@@ -8,8 +8,6 @@ from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from ampup_memory.auth import Authenticator
-from ampup_memory.errors import AmpError
 from ampup_memory.memory import branches
 from ampup_memory.memory.api import (
     INVALID,
@@ -17,8 +15,8 @@ from ampup_memory.memory.api import (
     UNAVAILABLE,
     USER_DOC,
     ScopeQ,
-    _headers,
     _user,
+    is_admin,
     service,
 )
 from ampup_memory.memory.branches import CreateBranch, MergeRequest
@@ -32,14 +30,6 @@ NamePath = Annotated[str, Path(json_schema_extra={k: v for k, v in BRANCH_SCHEMA
                                                   if k != "description"},
                                description="Branch name (may hold '/').")]
 
-
-def _is_admin(request: Request) -> bool:
-    auth: Authenticator = request.app.state.auth
-    try:
-        auth.require_admin(_headers(request))
-    except AmpError:
-        return False
-    return True
 
 
 @router.post("/branches", status_code=201, responses=errors({
@@ -67,7 +57,7 @@ def list_branches(request: Request, scope: ScopeQ) -> dict[str, Any]:
 async def delete_branch(request: Request, name: NamePath, scope: ScopeQ) -> dict[str, Any]:
     user = _user(request)
     result: dict[str, Any] = await run_in_threadpool(
-        branches.delete, service(request), user, scope, name, _is_admin(request))
+        branches.delete, service(request), user, scope, name, is_admin(request))
     return result
 
 

@@ -329,6 +329,11 @@ class ReadIndex:
 
     def episodes(self, scope: str, segs: Segments, ids: Iterable[str],
                  ) -> dict[str, EpisodeRecord]:
+        return self._episodes(scope, segs, ids, limited=False)
+
+    def _episodes(self, scope: str, segs: Segments, ids: Iterable[str], *,
+                  limited: bool) -> dict[str, EpisodeRecord]:
+        """The listed episodes held in the view, each with its ACL (``_current_acl``)."""
         wanted = list(set(ids))
         order = layers(segs)
         out: dict[str, EpisodeRecord] = {}
@@ -342,7 +347,7 @@ class ReadIndex:
                     have = out.get(rec.id)  # held on two layers (a merge): the first wrote it
                     if have is None or order[rec.branch] < order[have.branch]:
                         out[rec.id] = rec
-            return self._current_acl(conn, scope, segs, out)
+            return self._current_acl(conn, scope, segs, out, limited=limited)
 
     def _current_acl(self, conn: Connection, scope: str, segs: Segments,
                      found: dict[str, EpisodeRecord], *, limited: bool = False,
@@ -369,20 +374,7 @@ class ReadIndex:
     def acl_as_of(self, scope: str, segs: Segments, ids: Iterable[str],
                   ) -> dict[str, EpisodeRecord]:
         """The episodes with the ACL they had as of the view (a merge's three-way input)."""
-        wanted = list(set(ids))
-        order = layers(segs)
-        out: dict[str, EpisodeRecord] = {}
-        with self.engine.connect() as conn:
-            for i in range(0, len(wanted), 500):
-                chunk = wanted[i:i + 500]
-                for row in self._each(conn, episodes_t, segs, lambda cond, chunk=chunk: select(
-                        episodes_t).where(episodes_t.c.scope == scope, cond,
-                                          episodes_t.c.id.in_(chunk))):
-                    rec = _episode_record(row._mapping)
-                    have = out.get(rec.id)
-                    if have is None or order[rec.branch] < order[have.branch]:
-                        out[rec.id] = rec
-            return self._current_acl(conn, scope, segs, out, limited=True)
+        return self._episodes(scope, segs, ids, limited=True)
 
     def episodes_in(self, scope: str, segs: Segments) -> set[str]:
         """Ids of the episodes these segments' commits wrote."""

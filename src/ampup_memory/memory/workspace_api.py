@@ -13,14 +13,12 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from ampup_memory.auth import Authenticator
-from ampup_memory.errors import AmpError
 from ampup_memory.memory.api import (
     INVALID,
     UNAUTHENTICATED,
     USER_DOC,
-    _headers,
     _user,
+    is_admin,
     service,
 )
 from ampup_memory.memory.workspaces import ID_PATTERN, CreateWorkspace
@@ -33,14 +31,6 @@ NOT_FOUND = "NOT_FOUND: no live workspace of yours with that id (one answer for 
 WorkspaceId = Annotated[str, Path(max_length=64, description="Workspace id (ws_…).",
                                   json_schema_extra={"pattern": ID_PATTERN})]
 
-
-def _is_admin(request: Request) -> bool:
-    auth: Authenticator = request.app.state.auth
-    try:
-        auth.require_admin(_headers(request))
-    except AmpError:
-        return False
-    return True
 
 
 @router.post("/workspaces", status_code=201, responses=errors({
@@ -61,7 +51,7 @@ def list_workspaces(
         "Admin only: every user's live workspaces."))] = False,
 ) -> dict[str, Any]:
     user = _user(request)
-    admin_all = all_users and _is_admin(request)
+    admin_all = all_users and is_admin(request)
     return {"workspaces": service(request).workspaces.listing(user, admin_all)}
 
 
@@ -70,7 +60,7 @@ def list_workspaces(
     openapi_extra=USER_DOC)
 def get_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
     user = _user(request)
-    return service(request).workspaces.show(user, workspace_id, _is_admin(request))
+    return service(request).workspaces.show(user, workspace_id, is_admin(request))
 
 
 @router.delete("/workspaces/{workspace_id}", responses=errors({
@@ -78,7 +68,7 @@ def get_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]
     openapi_extra=USER_DOC)
 async def delete_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
     user = _user(request)
-    admin = _is_admin(request)
+    admin = is_admin(request)
     result: dict[str, Any] = await run_in_threadpool(
         service(request).workspaces.delete, user, workspace_id, admin)
     return result
