@@ -8,18 +8,16 @@ contain. Every block must exit 0.
 
 from __future__ import annotations
 
-import re
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests import doc_blocks
 from tests.memory_support import QUIET, start
 from tests.server_process import ServerProcess
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "branches.md"
-MARK = "=====block-end====="
 
 
 @pytest.fixture(scope="module")
@@ -33,28 +31,10 @@ def test_the_worked_example_runs(server: ServerProcess) -> None:
     # The worked example is the page's "## A worked example" section; the workspace, pin
     # and snapshot sections after it are checked by their own tests.
     section = DOC.read_text().split("\n## A worked example\n", 1)[1].split("\n## ", 1)[0]
-    fenced = re.findall(r"^```(\w*)\n(.*?)^```", section, re.S | re.M)
-    steps: list[tuple[str, list[str]]] = []
-    for lang, text in fenced:
-        if lang == "bash":
-            steps.append((text, []))
-        elif lang == "text" and steps:
-            steps[-1][1].extend(line for line in text.splitlines() if line.strip())
-    assert len(steps) >= 6
-    script = "set -e -o pipefail\n" + "".join(
-        f"{block}\necho; echo {MARK}\n" for block, _ in steps)
-    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=300,
-                         env={"PATH": _path(), "AMPUP": server.url})
-    assert ran.returncode == 0, ran.stderr
-    outputs = ran.stdout.split(MARK)
-    assert len(outputs) == len(steps) + 1
-    for (block, expected), out in zip(steps, outputs, strict=False):
+    blocks = doc_blocks.steps(section)
+    assert len(blocks) >= 6
+    outputs = doc_blocks.run(blocks, {"AMPUP": server.url})
+    for (block, expected), out in zip(blocks, outputs, strict=True):
         for line in expected:
             assert line in out, (block[:80], line, out[-2000:])
         assert '"error"' not in out or expected, (block[:80], out)
-
-
-def _path() -> str:
-    import os
-
-    return os.environ.get("PATH", "/usr/bin:/bin")
