@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import Literal
 
@@ -22,6 +23,28 @@ def sqlite_path(uri: str) -> Path:
     if not raw or "\x00" in raw or "?" in raw:
         raise ConfigurationError(f"invalid SQLite path in {uri!r}")
     return Path(raw).expanduser()
+
+
+def enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch ``conn``'s database to WAL, retrying while another opener holds the lock.
+
+    The switch takes an exclusive lock, and SQLite can answer "database is locked" at once
+    (no busy handler) while another process is making the same first switch, so several
+    servers opening a new file together retry here until ``timeout``.
+    """
+    deadline = time.monotonic() + timeout
+    pause = 0.005
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) and "busy" not in str(exc):
+                raise
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.2)
 
 
 class ThreadConnections:
@@ -42,7 +65,7 @@ class ThreadConnections:
             conn = sqlite3.connect(
                 self.path, isolation_level=None, check_same_thread=False, timeout=self.timeout
             )
-            conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(conn, self.timeout)
             conn.execute(f"PRAGMA synchronous={self.synchronous}")
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
             self._local.conn = conn

@@ -42,6 +42,7 @@ from ampup_memory.memory.facts import FactRecord
 from ampup_memory.memory.ledger import BRANCH, DELETE, MERGE, Head, LedgerEntry
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
 from ampup_memory.memory.tables import sqlalchemy_url
+from ampup_memory.sqlite_connections import enable_wal
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICRO = timedelta(microseconds=1)
@@ -591,8 +592,8 @@ class ReadIndex:
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    enable_wal(dbapi_conn, 60)
     cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
     cur.execute("PRAGMA synchronous=NORMAL")
     cur.execute("PRAGMA busy_timeout=60000")
     cur.close()

@@ -49,6 +49,7 @@ from sqlalchemy.orm import Session
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
 from ampup_memory.settings import Settings, mask_uri
+from ampup_memory.sqlite_connections import enable_wal
 
 CATALOG_NAME = "ampup"
 TS = pa.timestamp("us", tz="UTC")
@@ -130,7 +131,7 @@ def _sqlite_wal(uri: str) -> None:
     path = uri.split("sqlite:///", 1)[1].split("?", 1)[0]
     if path and path != ":memory:":
         with suppress(sqlite3.Error), sqlite3.connect(path, timeout=60) as conn:
-            conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(conn, 60)
 
 
 def open_catalog(settings: Settings) -> SqlCatalog:

@@ -40,6 +40,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ampup_memory.sqlite_connections import enable_wal
+
 # What each kind's FTS5 table indexes, in column order (facts: the BM25F fields, in the
 # order of `search/bm25f.py`). Contentless: the text lives in the index file's rows.
 COLUMNS = {
@@ -132,7 +134,7 @@ class SpaceFiles:
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
                                timeout=self.timeout)
         try:
-            conn.execute("PRAGMA journal_mode=WAL")
+            enable_wal(conn, self.timeout)
             # Derived from the index file's rows: a lost tail is applied again.
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
