@@ -7,6 +7,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.model_support import ScriptedModel
 from tests.pg import postgres  # noqa: F401  (session fixture shared by all tests)
 from tests.server_process import ServerProcess
 
@@ -32,3 +33,19 @@ def uid() -> str:
     """A fresh suffix so tests sharing one server never see each other's cells."""
     return uuid.uuid4().hex[:10]
 
+
+
+@pytest.fixture(scope="session")
+def scripted_model_process() -> Iterator[ScriptedModel]:
+    model = ScriptedModel().start()
+    try:
+        yield model
+    finally:
+        model.stop()
+
+
+@pytest.fixture
+def scripted_model(scripted_model_process: ScriptedModel) -> ScriptedModel:
+    """The scripted OpenAI-compatible model server, with no rules and no calls recorded."""
+    scripted_model_process.reset()
+    return scripted_model_process

@@ -17,7 +17,7 @@ def test_many_first_openers_all_end_in_wal(tmp_path: Path) -> None:
     for round_ in range(60):
         path = tmp_path / f"fresh-{round_}.db"
 
-        def open_one(_: int) -> str:
+        def open_one(_: int, path: Path = path) -> str:
             conn = sqlite3.connect(path, isolation_level=None, timeout=5)
             try:
                 enable_wal(conn, 5)

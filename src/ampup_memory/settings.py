@@ -217,6 +217,130 @@ class Settings(BaseSettings):
         description="Seconds between `serve`'s passes that drop expired and deleted "
         "workspaces (what `workspace gc` does once); 0 turns the timer off.",
     )
+    model_base_url: str | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_MODEL_BASE_URL"),
+        description="Base URL of an OpenAI-compatible chat endpoint (`…/v1`: Ollama, vLLM, "
+        "llama.cpp server, hosted APIs) for extraction, judging, learning and compiling. "
+        "Unset (or no model name): none of that work runs, and nothing fails.",
+    )
+    model_name: str | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_MODEL"),
+        description="Chat model name sent to that endpoint; it is recorded on what the model "
+        "writes (`written_by: extract:<model>`).",
+    )
+    model_api_key: str | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_MODEL_API_KEY"),
+        description="API key sent as a Bearer token to the chat endpoint.",
+    )
+    model_timeout_seconds: float = Field(
+        default=60.0,
+        gt=0,
+        validation_alias=_env("AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS"),
+        description="Seconds one model request may take before it counts as failed.",
+    )
+    model_concurrency: int = Field(
+        default=4,
+        ge=1,
+        le=256,
+        validation_alias=_env("AMPUP_MEMORY_MODEL_CONCURRENCY"),
+        description="Model requests one server process sends at once.",
+    )
+    model_retries: int = Field(
+        default=3,
+        ge=0,
+        le=20,
+        validation_alias=_env("AMPUP_MEMORY_MODEL_RETRIES"),
+        description="Retries of one model request after a 429, a 5xx, a timeout or an answer "
+        "that is not the asked-for JSON, with back-off (a 429's Retry-After is honoured); "
+        "then the work stays pending for a later pass.",
+    )
+    extract_model_base_url: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_EXTRACT_MODEL_BASE_URL"),
+        description="Chat endpoint for extraction; unset: `AMPUP_MEMORY_MODEL_BASE_URL`.",
+    )
+    extract_model_name: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_EXTRACT_MODEL"),
+        description="Model for extraction; unset: `AMPUP_MEMORY_MODEL`.",
+    )
+    extract_model_api_key: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_EXTRACT_MODEL_API_KEY"),
+        description="API key for extraction's endpoint; unset: `AMPUP_MEMORY_MODEL_API_KEY`.",
+    )
+    extract_model_timeout_seconds: float | None = Field(
+        default=None, gt=0, validation_alias=_env("AMPUP_MEMORY_EXTRACT_MODEL_TIMEOUT_SECONDS"),
+        description="Request timeout for extraction; unset: `AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS`.",
+    )
+    extract_model_concurrency: int | None = Field(
+        default=None, ge=1, le=256,
+        validation_alias=_env("AMPUP_MEMORY_EXTRACT_MODEL_CONCURRENCY"),
+        description="Requests at once for extraction; unset: `AMPUP_MEMORY_MODEL_CONCURRENCY`.",
+    )
+    judge_model_base_url: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_JUDGE_MODEL_BASE_URL"),
+        description="Chat endpoint for judging; unset: `AMPUP_MEMORY_MODEL_BASE_URL`.",
+    )
+    judge_model_name: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_JUDGE_MODEL"),
+        description="Model for judging; unset: `AMPUP_MEMORY_MODEL`.",
+    )
+    judge_model_api_key: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_JUDGE_MODEL_API_KEY"),
+        description="API key for judging's endpoint; unset: `AMPUP_MEMORY_MODEL_API_KEY`.",
+    )
+    judge_model_timeout_seconds: float | None = Field(
+        default=None, gt=0, validation_alias=_env("AMPUP_MEMORY_JUDGE_MODEL_TIMEOUT_SECONDS"),
+        description="Request timeout for judging; unset: `AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS`.",
+    )
+    judge_model_concurrency: int | None = Field(
+        default=None, ge=1, le=256,
+        validation_alias=_env("AMPUP_MEMORY_JUDGE_MODEL_CONCURRENCY"),
+        description="Requests at once for judging; unset: `AMPUP_MEMORY_MODEL_CONCURRENCY`.",
+    )
+    learn_model_base_url: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_LEARN_MODEL_BASE_URL"),
+        description="Chat endpoint for learning; unset: `AMPUP_MEMORY_MODEL_BASE_URL`.",
+    )
+    learn_model_name: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_LEARN_MODEL"),
+        description="Model for learning; unset: `AMPUP_MEMORY_MODEL`.",
+    )
+    learn_model_api_key: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_LEARN_MODEL_API_KEY"),
+        description="API key for learning's endpoint; unset: `AMPUP_MEMORY_MODEL_API_KEY`.",
+    )
+    learn_model_timeout_seconds: float | None = Field(
+        default=None, gt=0, validation_alias=_env("AMPUP_MEMORY_LEARN_MODEL_TIMEOUT_SECONDS"),
+        description="Request timeout for learning; unset: `AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS`.",
+    )
+    learn_model_concurrency: int | None = Field(
+        default=None, ge=1, le=256,
+        validation_alias=_env("AMPUP_MEMORY_LEARN_MODEL_CONCURRENCY"),
+        description="Requests at once for learning; unset: `AMPUP_MEMORY_MODEL_CONCURRENCY`.",
+    )
+    compile_model_base_url: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_COMPILE_MODEL_BASE_URL"),
+        description="Chat endpoint for compiling; unset: `AMPUP_MEMORY_MODEL_BASE_URL`.",
+    )
+    compile_model_name: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_COMPILE_MODEL"),
+        description="Model for compiling; unset: `AMPUP_MEMORY_MODEL`.",
+    )
+    compile_model_api_key: str | None = Field(
+        default=None, validation_alias=_env("AMPUP_MEMORY_COMPILE_MODEL_API_KEY"),
+        description="API key for compiling's endpoint; unset: `AMPUP_MEMORY_MODEL_API_KEY`.",
+    )
+    compile_model_timeout_seconds: float | None = Field(
+        default=None, gt=0, validation_alias=_env("AMPUP_MEMORY_COMPILE_MODEL_TIMEOUT_SECONDS"),
+        description="Request timeout for compiling; unset: `AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS`.",
+    )
+    compile_model_concurrency: int | None = Field(
+        default=None, ge=1, le=256,
+        validation_alias=_env("AMPUP_MEMORY_COMPILE_MODEL_CONCURRENCY"),
+        description="Requests at once for compiling; unset: `AMPUP_MEMORY_MODEL_CONCURRENCY`.",
+    )
     log_level: LogLevel = Field(
         default="warning",
         validation_alias=_env("AMPUP_MEMORY_LOG_LEVEL"),
@@ -277,6 +401,29 @@ class Settings(BaseSettings):
         "mcp_api_key",
         "mcp_user_id",
         "config",
+        "model_base_url",
+        "model_name",
+        "model_api_key",
+        "extract_model_base_url",
+        "extract_model_name",
+        "extract_model_api_key",
+        "extract_model_timeout_seconds",
+        "extract_model_concurrency",
+        "judge_model_base_url",
+        "judge_model_name",
+        "judge_model_api_key",
+        "judge_model_timeout_seconds",
+        "judge_model_concurrency",
+        "learn_model_base_url",
+        "learn_model_name",
+        "learn_model_api_key",
+        "learn_model_timeout_seconds",
+        "learn_model_concurrency",
+        "compile_model_base_url",
+        "compile_model_name",
+        "compile_model_api_key",
+        "compile_model_timeout_seconds",
+        "compile_model_concurrency",
         mode="before",
     )
     @classmethod
@@ -388,7 +535,9 @@ def _validation_line(exc: ValidationError) -> str:
 
 
 # -- Showing settings -------------------------------------------------------------------------
-SECRET_SETTINGS = frozenset({"admin_token", "embedding_api_key", "mcp_api_key"})
+SECRET_SETTINGS = frozenset({"admin_token", "embedding_api_key", "mcp_api_key",
+                             "model_api_key", *(f"{role}_model_api_key" for role in
+                                                ("extract", "judge", "learn", "compile"))})
 MASK = "•••"
 
 
@@ -427,6 +576,12 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "retention": ("purge_retention", "retention_days"),
     "mcp": ("mcp_agent_id", "mcp_api_key", "mcp_user_id"),
     "maintenance": ("memory_orphan_grace_seconds",),
+    # The chat model endpoints (models/chat.py), each role falling back to the default.
+    "models": ("model_base_url", "model_name", "model_api_key", "model_timeout_seconds",
+               "model_concurrency", "model_retries",
+               *(f"{role}_model_{what}" for role in ("extract", "judge", "learn", "compile")
+                 for what in ("base_url", "name", "api_key", "timeout_seconds",
+                              "concurrency"))),
 }
 
 

@@ -1,0 +1,1 @@
+"""Model-backed work (extraction, judging, learning, compiling) calls models through here."""
