@@ -44,6 +44,9 @@ SEMANTIC_422 = {
     "body_shape",        # a crm: body is a JSON object
     "body_empty",        # a body whose units are all blank
     "acl_required",      # a closed value's episodes share no ACL entry
+    # An agent owner's owner_id must be a valid agent id; a user's or an org's need not be.
+    # owner_type decides, and one OpenAPI schema for owner_id cannot say so.
+    "agent_id_invalid@identity",
     "value_error@before",    # a ledger page starts before a commit of that chain
     "value_error@tz",        # a zone of the IANA database
     "value_error@valid_to",  # valid_to after valid_from (the cited episodes' by default)
