@@ -34,7 +34,6 @@ def uid() -> str:
     return uuid.uuid4().hex[:10]
 
 
-
 @pytest.fixture(scope="session")
 def scripted_model_process() -> Iterator[ScriptedModel]:
     model = ScriptedModel().start()

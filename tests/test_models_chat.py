@@ -19,7 +19,7 @@ from ampup_memory.models.chat import (
     endpoint_for,
     parse_answer,
 )
-from ampup_memory.settings import Settings
+from ampup_memory.settings import MODEL_ROLES, Settings
 from tests.model_support import ScriptedModel
 
 
@@ -117,3 +117,10 @@ def test_parse_answer_refuses_what_is_not_the_shape() -> None:
     with pytest.raises(ValueError):
         parse_answer("{", Answer)
     assert parse_answer(' ```\n{"value": 3}\n``` ', Answer) == Answer(value=3)
+
+
+def test_every_role_has_its_settings() -> None:
+    assert [r.value for r in Role] == list(MODEL_ROLES)
+    for role in MODEL_ROLES:
+        for what in ("base_url", "name", "api_key", "timeout_seconds", "concurrency"):
+            assert f"{role}_model_{what}" in Settings.model_fields

@@ -34,6 +34,14 @@ def _env(name: str, *more: str) -> Any:
     return AliasChoices(name, *more)
 
 
+# Model roles (models/chat.py `Role`): each has its own endpoint settings, falling back to
+# the default `model_*` ones.
+MODEL_ROLES = ("extract", "judge", "learn", "compile")
+_ROLE_MODEL_FIELDS = tuple(f"{role}_model_{what}" for role in MODEL_ROLES
+                           for what in ("base_url", "name", "api_key", "timeout_seconds",
+                                        "concurrency"))
+
+
 class Settings(BaseSettings):
     """Server settings: flags over environment over config file over defaults.
 
@@ -404,26 +412,7 @@ class Settings(BaseSettings):
         "model_base_url",
         "model_name",
         "model_api_key",
-        "extract_model_base_url",
-        "extract_model_name",
-        "extract_model_api_key",
-        "extract_model_timeout_seconds",
-        "extract_model_concurrency",
-        "judge_model_base_url",
-        "judge_model_name",
-        "judge_model_api_key",
-        "judge_model_timeout_seconds",
-        "judge_model_concurrency",
-        "learn_model_base_url",
-        "learn_model_name",
-        "learn_model_api_key",
-        "learn_model_timeout_seconds",
-        "learn_model_concurrency",
-        "compile_model_base_url",
-        "compile_model_name",
-        "compile_model_api_key",
-        "compile_model_timeout_seconds",
-        "compile_model_concurrency",
+        *_ROLE_MODEL_FIELDS,
         mode="before",
     )
     @classmethod
@@ -536,8 +525,7 @@ def _validation_line(exc: ValidationError) -> str:
 
 # -- Showing settings -------------------------------------------------------------------------
 SECRET_SETTINGS = frozenset({"admin_token", "embedding_api_key", "mcp_api_key",
-                             "model_api_key", *(f"{role}_model_api_key" for role in
-                                                ("extract", "judge", "learn", "compile"))})
+                             "model_api_key", *(f"{role}_model_api_key" for role in MODEL_ROLES)})
 MASK = "•••"
 
 
@@ -578,10 +566,7 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "maintenance": ("memory_orphan_grace_seconds",),
     # The chat model endpoints (models/chat.py), each role falling back to the default.
     "models": ("model_base_url", "model_name", "model_api_key", "model_timeout_seconds",
-               "model_concurrency", "model_retries",
-               *(f"{role}_model_{what}" for role in ("extract", "judge", "learn", "compile")
-                 for what in ("base_url", "name", "api_key", "timeout_seconds",
-                              "concurrency"))),
+               "model_concurrency", "model_retries", *_ROLE_MODEL_FIELDS),
 }
 
 

@@ -17,7 +17,7 @@ import json
 import re
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Protocol, TypeVar
@@ -165,14 +165,14 @@ class OpenAIChat:
 
 def _retry_after(response: Any) -> float | None:
     try:
-        return float(max(0.0, float(response.headers.get("retry-after"))))
+        return max(0.0, float(response.headers.get("retry-after")))
     except (TypeError, ValueError, AttributeError):
         return None
 
 
 def _short(exc: Exception) -> str:
-    text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-    return text[:200]
+    lines = str(exc).splitlines()
+    return (lines[0] if lines else type(exc).__name__)[:200]
 
 
 def chat_model(settings: Settings, role: Role) -> ChatModel | None:
@@ -180,12 +180,3 @@ def chat_model(settings: Settings, role: Role) -> ChatModel | None:
     endpoint = endpoint_for(settings, role)
     return None if endpoint is None else OpenAIChat(endpoint)
 
-
-def roles_configured(settings: Settings, roles: Sequence[Role] = tuple(Role)) -> dict[str, str]:
-    """``{role: model}`` for each role that has a model (for status pages)."""
-    found = {}
-    for role in roles:
-        endpoint = endpoint_for(settings, role)
-        if endpoint is not None:
-            found[role.value] = endpoint.model
-    return found
