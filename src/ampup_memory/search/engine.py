@@ -233,8 +233,12 @@ class SearchEngine:
 
     def _owners(self, scope: str, branch: str, cutoff: Cutoff | None) -> _Owners:
         segs = cutoff.segments if cutoff is not None else (Segment(branch),)
+        # Held (at_commit, a pin, a snapshot): every segment's keyword statistics are those
+        # of its rows up to its last commit, so later commits move no score. A branch's
+        # plain view keeps its base's current statistics (the fast path; docs/search.md).
+        held = cutoff is not None and cutoff.commit is not None
         return _Owners(self.index, scope, tuple(s.branch for s in segs),
-                       {s.branch: s.upto for s in segs if s.upto < NO_LIMIT})
+                       {s.branch: s.upto for s in segs if held and s.upto < NO_LIMIT})
 
     def search_facts(
         self,

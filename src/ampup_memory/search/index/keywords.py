@@ -204,25 +204,34 @@ def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound:
     idf: list[float] = []
     freqs: dict[int, list[float]] = {}
     for phrase, term in enumerate(terms):
-        hits = int(conn.execute(
-            f"SELECT count(*) FROM {fts} WHERE {fts} MATCH ? AND rowid <= ?",
-            ('"' + term.replace('"', '""') + '"', bound)).fetchone()[0])
-        value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
-        idf.append(value if value > 0.0 else 1e-6)
         tokens = _tokens(conn, term)
+        matched: set[int] = set()  # rows holding the phrase: its document frequency
         places: dict[tuple[int, str], list[set[int]]] = {}
+        counted: Iterable[tuple[int, str, int]] = ()
+        if len(tokens) == 1:  # one word (the usual case): SQLite counts, per row and column
+            counted = conn.execute(
+                f"SELECT doc, col, count(*) FROM temp.{fts}_instances"
+                " WHERE term = ? AND doc <= ? GROUP BY doc, col", (tokens[0], bound))
+            tokens = []
         for j, token in enumerate(tokens):
             for doc, col, offset in conn.execute(
                     f"SELECT doc, col, offset FROM temp.{fts}_instances"
                     " WHERE term = ? AND doc <= ?", (token, bound)):
-                if wanted is None or doc in wanted:
-                    places.setdefault((int(doc), str(col)), [set() for _ in tokens]
-                                      )[j].add(int(offset))
-        for (doc, col), at in places.items():
-            found = sum(1 for o in at[0] if all(o + j in at[j] for j in range(1, len(at))))
-            if found:
+                places.setdefault((int(doc), str(col)), [set() for _ in tokens]
+                                  )[j].add(int(offset))
+        phrases = ((doc, col, sum(1 for o in at[0] if all(o + j in at[j]
+                                                          for j in range(1, len(at)))))
+                   for (doc, col), at in places.items())
+        for doc, col, found in (*counted, *phrases):
+            if not found:
+                continue
+            matched.add(doc)
+            if wanted is None or doc in wanted:
                 weight = weights[columns[col]] if columns[col] < len(weights) else 1.0
                 freqs.setdefault(doc, [0.0] * len(terms))[phrase] += weight * found
+        hits = len(matched)
+        value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
+        idf.append(value if value > 0.0 else 1e-6)
     sizes: dict[int, int] = {}
     for batch in _batches(sorted(freqs)):
         sizes.update((int(n), _row_tokens(sz)) for n, sz in conn.execute(
