@@ -71,7 +71,7 @@ def episodes_and_facts(rng: random.Random, branch: str, first_seq: int, n_eps: i
             rng.choices(WORDS, k=18))) for t in range(3))
         acl = ("*",) if n % 4 else ("group:sales",)
         ep = EpisodeDoc(f"{branch}-{n:060x}", SCOPE, branch, commit_id(branch, seq),
-                        EPOCH + timedelta(hours=n), acl, units, "call:bench")
+                        EPOCH + timedelta(hours=n), acl, units, "call:bench", seq)
         batch.episodes.append(ep)
         owed += facts_per
         for j in range(int(owed)):

@@ -241,27 +241,13 @@ def _held_snapshots(home: Path, scope: str) -> set[int]:
 # many snapshot expiries (every ~7 commits) and several compactions (every 32 files).
 # AMPUP_TEST_PIN_COMMITS=1000 runs the issue's full count (see CHANGELOG/report).
 COMMITS = int(os.environ.get("AMPUP_TEST_PIN_COMMITS", "64"))
-RANKED = ("search", "query")  # their keyword scores use today's statistics (see below)
+RANKED = ("search", "query")
 
 
 def same_reads(after: dict[str, bytes], before: dict[str, bytes]) -> None:
-    """Byte for byte, except the ranked answers' scores (test_held_search_scores_...)."""
+    """Byte for byte, the ranked answers' scores included."""
     for name, raw in before.items():
-        if name in RANKED:  # the same results in the same order, as the same text
-            assert unscored(after[name]) == unscored(raw), name
-        else:
-            assert after[name] == raw, name
-
-
-def unscored(raw: bytes) -> Any:
-    """A ranked answer without its scores: what was found, in which order, as what."""
-    def strip(value: Any) -> Any:
-        if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in ("score", "parts")}
-        if isinstance(value, list):
-            return [strip(v) for v in value]
-        return value
-    return strip(json.loads(raw))
+        assert after[name] == raw, name
 
 
 def test_pinned_reads_are_byte_identical_after_commits_and_maintenance(
@@ -350,18 +336,9 @@ def test_cli_pin_and_snapshot(tmp_path: Path) -> None:
         proc.stop()
 
 
-SCORES_MOVE = (
-    "SQLite: keyword scores of a held (or at_commit) search use the keyword statistics of "
-    "today's index (FTS5 bm25: row count, average length, document frequency of the whole "
-    "scope and branch), so later commits move the scores, not which rows count. Fixing it "
-    "needs BM25 over the rows of the cut (search/index/sqlite.py). PostgreSQL's ts_rank "
-    "uses no corpus statistics, so its held scores stay.")
-
-
-def test_held_search_scores_ignore_later_commits(m: Memory,
-                                                 request: pytest.FixtureRequest) -> None:
-    if request.node.callspec.params["m"] == "sqlite":
-        request.applymarker(pytest.mark.xfail(strict=True, reason=SCORES_MOVE))
+def test_held_search_scores_ignore_later_commits(m: Memory) -> None:
+    """On SQLite a held search scores BM25 over the held rows alone (their row count,
+    average length and word counts); PostgreSQL's ts_rank uses no corpus statistics."""
     scope = new_scope()
     ep = seed(m, scope, "March")
     assert m.write(scope, "Plan v1: renew in March.", document="acme-plan").status_code \

@@ -269,6 +269,36 @@ def test_expiry_refuses_writes_and_the_timer_drops_it(
     assert index_rows(home, env, org) == 0
 
 
+def test_renew_extends_the_time_to_live(shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    """POST /workspaces/{id}/renew sets expires_at to ttl from now: a workspace made for 3 s
+    and renewed for 1 h still takes writes after the 3 s. Its creator or an admin only;
+    the ttl is checked as on create; a deleted one is the same 404."""
+    m, _, _ = shared
+    made = create(m, ttl="3s")
+    org = made["id"]
+    scope = f"{org}/team"
+    renew = f"/workspaces/{org}/renew"
+    bob = m.as_user("bob")
+    try:
+        assert error(bob.http.post(renew, json={"ttl": "1h"}))[:2] == (404, "NOT_FOUND")
+        for bad in ({"ttl": "0s"}, {"ttl": "-1d"}, {"ttl": "soon"}, {"ttl": "99999d"}, {},
+                    {"ttl": "1h", "extra": 1}):
+            assert error(m.http.post(renew, json=bad))[:2] == (422, "VALIDATION_ERROR"), bad
+        r = m.http.post(renew, json={"ttl": "1h"})
+        assert r.status_code == 200, r.text
+        assert r.json()["id"] == org and r.json()["expires_at"] > made["expires_at"]
+        assert m.http.get(f"/workspaces/{org}").json()["expires_at"] == r.json()["expires_at"]
+        r = bob.http.post(renew, json={"ttl": "2h"}, headers=ADMIN)  # an admin may
+        assert r.status_code == 200, r.text
+        time.sleep(3.2)
+        assert m.write(scope, "still here").status_code == 201
+        assert any(w["id"] == org for w in m.http.get("/workspaces").json()["workspaces"])
+        assert m.http.delete(f"/workspaces/{org}").status_code == 200
+        assert error(m.http.post(renew, json={"ttl": "1h"}))[:2] == (404, "NOT_FOUND")
+    finally:
+        bob.close()
+
+
 # -- bad input ----------------------------------------------------------------------------------
 BAD_BODIES: list[dict[str, Any]] = [
     {"name": "x", "ttl": "0s"}, {"name": "x", "ttl": "-1d"}, {"name": "x", "ttl": "soon"},
@@ -368,6 +398,11 @@ def test_cli_create_list_delete(tmp_path: Path) -> None:
     assert org in listed.stdout
     assert org not in run_cli(home, env, "workspace", "list", "--user", "bob").stdout
     bad = run_cli(home, env, "workspace", "create", "demo", "--ttl", "0s", "--user", "alice")
+    assert bad.returncode != 0 and "time to live" in bad.stderr
+    renewed = run_cli(home, env, "workspace", "renew", org, "--ttl", "7d")
+    assert renewed.returncode == 0, renewed.stderr
+    assert json.loads(renewed.stdout)["expires_at"] > json.loads(made.stdout)["expires_at"]
+    bad = run_cli(home, env, "workspace", "renew", org, "--ttl", "-1d")
     assert bad.returncode != 0 and "time to live" in bad.stderr
     gone = run_cli(home, env, "workspace", "delete", org)
     assert gone.returncode == 0, gone.stderr

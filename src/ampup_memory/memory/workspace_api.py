@@ -1,4 +1,5 @@
-"""Workspace routes: POST /workspaces, GET /workspaces, GET and DELETE /workspaces/{id}.
+"""Workspace routes: POST /workspaces, GET /workspaces, GET and DELETE /workspaces/{id},
+POST /workspaces/{id}/renew.
 
 Any authenticated user may create one; only its creator (or an admin) sees, reads the usage
 of or deletes it, and every other id is the same 404 (no probing for ids). The workspace's
@@ -21,7 +22,9 @@ from ampup_memory.memory.api import (
     is_admin,
     service,
 )
+from ampup_memory.memory.snapshots_api import RenewRequest
 from ampup_memory.memory.workspaces import ID_PATTERN, CreateWorkspace
+from ampup_memory.timefmt import parse_ttl
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 
@@ -61,6 +64,19 @@ def list_workspaces(
 def get_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
     user = _user(request)
     return service(request).workspaces.show(user, workspace_id, is_admin(request))
+
+
+@router.post("/workspaces/{workspace_id}/renew", responses=errors({
+    401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID + " (bad ttl)", 503: UNAVAILABLE}),
+    openapi_extra={**body_doc(RenewRequest), **USER_DOC})
+async def renew_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
+    """A new expiry: ``ttl`` from now (as on create). Its creator or an admin."""
+    user = _user(request)
+    req = parse_body(RenewRequest, await request.body())
+    ttl = parse_ttl(req.ttl, ["ttl"])
+    result: dict[str, Any] = await run_in_threadpool(
+        service(request).workspaces.renew, user, workspace_id, is_admin(request), ttl)
+    return result
 
 
 @router.delete("/workspaces/{workspace_id}", responses=errors({

@@ -1,4 +1,4 @@
-"""``ampup-memory workspace create|list|delete|gc``.
+"""``ampup-memory workspace create|list|renew|delete|gc``.
 
 The command line speaks as the operator (it holds the tables): ``delete`` and ``list``
 reach every user's workspaces; ``create`` records ``--user`` as the creator.
@@ -57,6 +57,19 @@ def workspace_commands(settings_options: SettingsOptions,
         with _service(settings) as svc:
             found = svc.workspaces.listing(user or "", admin_all=user is None)
             click.echo(dumps({"workspaces": found}, indent=2))
+
+    @workspace.command("renew")
+    @click.argument("workspace_id")
+    @click.option("--ttl", required=True, help="New time to live from now: 30m, 1h, 7d …")
+    @settings_options("common", "tables")
+    def renew(workspace_id: str, ttl: str, **kwargs: Any) -> None:
+        """Set a workspace's expiry to --ttl from now; prints it."""
+        from ampup_memory.timefmt import parse_ttl
+
+        settings: Settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            click.echo(dumps(svc.workspaces.renew("cli", workspace_id, True,
+                                                  parse_ttl(ttl, ["--ttl"]))))
 
     @workspace.command("delete")
     @click.argument("workspace_id")

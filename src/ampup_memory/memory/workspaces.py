@@ -298,6 +298,16 @@ class Workspaces:
         ws = self.visible(user, ws_id, admin)
         return ws.wire(self.usage(ws.id))
 
+    def renew(self, user: str, ws_id: str, admin: bool, ttl: timedelta) -> dict[str, Any]:
+        """A new expiry ``ttl`` from now, for a live workspace of the caller's (any, for an
+        admin). One durable row; a delete recorded beside it still wins (its state ranks
+        above live), so a renewal never brings a deleted workspace back."""
+        ws = self.visible(user, ws_id, admin)
+        now = utcnow()
+        renewed = replace(ws, expires_at=now + ttl, updated_at=now, updated_by=user)
+        self._record(renewed)
+        return renewed.wire(self.usage(ws.id))
+
     def _take_lease(self, holder: str) -> bool:
         return self.index.take_lease(self.lease, holder, utcnow(), LEASE_TIME)
 

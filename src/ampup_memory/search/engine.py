@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pyroaring import BitMap
 
 from ampup_memory.memory.facts import CLOSURE, current, timelines
-from ampup_memory.memory.segments import Segment
+from ampup_memory.memory.segments import NO_LIMIT, Segment
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import Embedder, model_info
 from ampup_memory.search.index.base import (
@@ -173,7 +173,7 @@ class SearchEngine:
                 report.episodes += 1
                 new_passages += [
                     NewPassage(num, doc.scope, doc.branch, pieces[0][0], pieces[-1][0],
-                               pieces, vec)
+                               pieces, vec, doc.seq)
                     for pieces, vec in zip(cuts[key], vectors_by_doc[key], strict=True)
                 ]
             # One insert for the batch, in the same order (a call per episode cost two
@@ -233,7 +233,12 @@ class SearchEngine:
 
     def _owners(self, scope: str, branch: str, cutoff: Cutoff | None) -> _Owners:
         segs = cutoff.segments if cutoff is not None else (Segment(branch),)
-        return _Owners(self.index, scope, tuple(s.branch for s in segs))
+        # Held (at_commit, a pin, a snapshot): every segment's keyword statistics are those
+        # of its rows up to its last commit, so later commits move no score. A branch's
+        # plain view keeps its base's current statistics (the fast path; docs/search.md).
+        held = cutoff is not None and cutoff.commit is not None
+        return _Owners(self.index, scope, tuple(s.branch for s in segs),
+                       {s.branch: s.upto for s in segs if held and s.upto < NO_LIMIT})
 
     def search_facts(
         self,
@@ -262,7 +267,7 @@ class SearchEngine:
             overlap: list[int] = []
             more = False  # a list came back full: the index may hold more candidates
             for b in owners.branches:
-                found = self.index.keyword_facts(scope, b, terms, k)
+                found = self.index.keyword_facts(scope, b, terms, k, owners.upto.get(b))
                 near = self.index.nearest_facts(scope, b, vector, k) if vector else []
                 keyword.update(found)
                 nearest.update(near)
@@ -283,7 +288,7 @@ class SearchEngine:
         for b in dict.fromkeys(r.branch for r in rows):  # keyword scores are per branch
             keyword.update(self.index.fact_keyword(
                 scope, b, [r.num for r in rows if r.branch == b and r.num not in keyword],
-                terms))
+                terms, owners.upto.get(b)))
         cosines: dict[int, float] = dict(nearest)
         if vector is not None:
             cosines.update(self.index.fact_cosines(
@@ -368,7 +373,7 @@ class SearchEngine:
             nearest: dict[int, float] = {}
             more = False
             for b in owners.branches:
-                found = self.index.keyword_passages(scope, b, terms, k)
+                found = self.index.keyword_passages(scope, b, terms, k, owners.upto.get(b))
                 near = self.index.nearest_passages(scope, b, vector, k)
                 keyword.update(found)
                 nearest.update(near)
@@ -414,10 +419,12 @@ class _Owners:
     fact's citations are mapped to their deciding rows first; the visibility rule itself is
     unchanged (`visibility.py`)."""
 
-    def __init__(self, index: SearchIndex, scope: str, branches: tuple[str, ...]) -> None:
+    def __init__(self, index: SearchIndex, scope: str, branches: tuple[str, ...],
+                 upto: dict[str, int]) -> None:
         self.index = index
         self.scope = scope
         self.branches = branches
+        self.upto = upto  # branch → the last commit seq its segment holds (held ones)
         self._of: dict[int, int] = {}  # episode number → number of its deciding row
         self._refs: dict[int, tuple[str, str]] = {}  # episode number → (id, commit)
 

@@ -70,7 +70,7 @@ def documents(scope: str, episodes: Iterable[EpisodeRecord], bodies: dict[str, s
         batch.episodes.append(EpisodeDoc(
             id=rec.id, scope=scope, branch=rec.branch, commit=rec.commit_id,
             occurred_at=rec.occurred_at, acl=rec.acl, source=rec.source,
-            units=tuple(Unit(u.n, u.kind, u.text) for u in units),
+            units=tuple(Unit(u.n, u.kind, u.text) for u in units), seq=rec.seq,
         ))
     for f in facts:
         batch.facts.append(FactDoc(

@@ -51,6 +51,7 @@ class EpisodeDoc:
     acl: tuple[str, ...]
     units: tuple[Unit, ...]
     source: str = ""
+    seq: int = 0  # ledger seq of the commit that put it on this branch (its passages')
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ class NewPassage:
     last_unit: int
     units: tuple[tuple[int, str, str], ...]
     vector: list[float] | None
+    seq: int = 0  # its episode's ``seq``
 
 
 @dataclass(frozen=True)
@@ -238,14 +240,20 @@ class SearchIndex(Protocol):
     # -- candidates --------------------------------------------------------------------
     # Keyword scores of one (scope, branch) depend on its own rows only: nothing written
     # to another scope or branch may change them (tests/test_scope_isolation.py).
-    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int) -> list[Hit]:
+    # ``upto`` (a held search: a pin, a snapshot, ``at_commit``, a branch's base) is a
+    # ledger seq of the branch: each held row's score then depends only on the rows its
+    # commits up to that seq put there, so later commits move no held score
+    # (tests/test_pins.py). Rows of later commits may still be answered; the engine cuts
+    # candidates to the view.
+    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
+                      upto: int | None = None) -> list[Hit]:
         ...
 
     def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int) -> list[Hit]:
         ...
 
     def keyword_passages(
-        self, scope: str, branch: str, terms: Sequence[str], k: int
+        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None
     ) -> list[Hit]: ...
 
     def nearest_passages(
@@ -260,7 +268,8 @@ class SearchIndex(Protocol):
         ...
 
     def fact_keyword(
-        self, scope: str, branch: str, nums: Sequence[int], terms: Sequence[str]
+        self, scope: str, branch: str, nums: Sequence[int], terms: Sequence[str],
+        upto: int | None = None,
     ) -> dict[int, float]:
         """Raw keyword score of each listed fact of (scope, branch) that matches the terms
         at all, on the same scale as :meth:`keyword_facts`."""

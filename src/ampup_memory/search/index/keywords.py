@@ -30,6 +30,7 @@ on open.
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 import sqlite3
 import threading
@@ -88,6 +89,11 @@ def _schema(conn: sqlite3.Connection) -> None:
             )
         conn.execute("CREATE TABLE IF NOT EXISTS applied"
                      " (kind TEXT PRIMARY KEY, upto INTEGER NOT NULL)")
+        # Per row, how many rows and tokens the space held up to it (the statistics of
+        # a held search, `cut_scores`).
+        conn.execute("CREATE TABLE IF NOT EXISTS sizes (kind TEXT NOT NULL,"
+                     " num INTEGER NOT NULL, rows INTEGER NOT NULL, tokens INTEGER NOT NULL,"
+                     " PRIMARY KEY (kind, num)) WITHOUT ROWID")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -110,11 +116,140 @@ def apply(conn: sqlite3.Connection, kind: str, rows: Iterable[Sequence[Any]], up
         f" VALUES (?, {', '.join('?' * len(columns))})",
         rows,
     )
+    last = conn.execute("SELECT num, rows, tokens FROM sizes WHERE kind = ?"
+                        " ORDER BY num DESC LIMIT 1", (kind,)).fetchone()
+    num, count, tokens = (int(v) for v in last) if last else (0, 0, 0)
+    sizes = []
+    for n, size in conn.execute(f"SELECT id, sz FROM {_TABLES[kind]}_docsize WHERE id > ?"
+                                " ORDER BY id", (num,)).fetchall():
+        count, tokens = count + 1, tokens + _row_tokens(size)
+        sizes.append((kind, int(n), count, tokens))
+    conn.executemany("INSERT INTO sizes (kind, num, rows, tokens) VALUES (?, ?, ?, ?)", sizes)
     conn.execute(
         "INSERT INTO applied (kind, upto) VALUES (?, ?)"
         " ON CONFLICT (kind) DO UPDATE SET upto = excluded.upto",
         (kind, upto),
     )
+
+
+# ---- BM25 over the rows up to a bound (a held search) ---------------------------------
+#
+# FTS5's bm25() takes its statistics from the whole table: rows committed after a pinned
+# commit would move a pinned search's scores. A held search scores the rows numbered up
+# to a bound with the statistics of those rows alone: FTS5 still finds the postings
+# (fts5vocab, so stemming and phrases are FTS5's own), the row sizes are FTS5's
+# (``<table>_docsize``, a varint per column) and the formula is FTS5's bm25, operation
+# for operation (sqlite/ext/fts5/fts5_aux.c), so over every row of a space it gives
+# bm25()'s scores bit for bit (tests/test_index_contract.py).
+
+_K1 = 1.2
+_B = 0.75
+
+
+def _row_tokens(size: bytes) -> int:
+    """The row's token count: the sum of its ``_docsize`` varints (one per column)."""
+    total = value = 0
+    for byte in size:
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            total += value
+            value = 0
+    return total
+
+
+def cut_totals(conn: sqlite3.Connection, kind: str, bound: int) -> tuple[int, int]:
+    """Rows and tokens of ``kind`` numbered up to ``bound``."""
+    row = conn.execute("SELECT rows, tokens FROM sizes WHERE kind = ? AND num <= ?"
+                       " ORDER BY num DESC LIMIT 1", (kind, bound)).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
+def _helpers(conn: sqlite3.Connection) -> None:
+    """This connection's temporary tables: a vocabulary view of each kind's postings and a
+    scratch table that tokenizes a query term as the space's tables do."""
+    if conn.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'term_tokens'"
+                    ).fetchone():
+        return
+    for table in _TABLES.values():
+        conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_instances"
+                     f" USING fts5vocab(main, {table}, instance)")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.term_text"
+                 " USING fts5(x, tokenize='porter unicode61')")
+    conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.term_tokens"
+                 " USING fts5vocab(temp, term_text, instance)")
+
+
+def _tokens(conn: sqlite3.Connection, term: str) -> list[str]:
+    """The indexed tokens of one query term, in order (a phrase when more than one)."""
+    conn.execute("DELETE FROM temp.term_text")
+    conn.execute("INSERT INTO temp.term_text (rowid, x) VALUES (1, ?)", (term,))
+    return [str(t) for (t,) in conn.execute("SELECT term FROM temp.term_tokens"
+                                            " ORDER BY offset")]
+
+
+def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound: int,
+               weights: Sequence[float], nums: Iterable[int] | None = None
+               ) -> dict[int, float]:
+    """BM25 (FTS5's, with column ``weights``) of each row numbered up to ``bound`` that
+    matches any term (only the listed ``nums`` when given), with the row count, average
+    length and document frequencies of those rows alone."""
+    n_rows, n_tokens = cut_totals(conn, kind, bound)
+    if not terms or n_rows == 0:
+        return {}
+    _helpers(conn)
+    fts = _TABLES[kind]
+    columns = {c: i for i, c in enumerate(COLUMNS[kind])}
+    wanted = None if nums is None else set(nums)
+    avgdl = float(n_tokens) / float(n_rows)
+    idf: list[float] = []
+    freqs: dict[int, list[float]] = {}
+    for phrase, term in enumerate(terms):
+        tokens = _tokens(conn, term)
+        matched: set[int] = set()  # rows holding the phrase: its document frequency
+        places: dict[tuple[int, str], list[set[int]]] = {}
+        counted: Iterable[tuple[int, str, int]] = ()
+        if len(tokens) == 1:  # one word (the usual case): SQLite counts, per row and column
+            counted = conn.execute(
+                f"SELECT doc, col, count(*) FROM temp.{fts}_instances"
+                " WHERE term = ? AND doc <= ? GROUP BY doc, col", (tokens[0], bound))
+            tokens = []
+        for j, token in enumerate(tokens):
+            for doc, col, offset in conn.execute(
+                    f"SELECT doc, col, offset FROM temp.{fts}_instances"
+                    " WHERE term = ? AND doc <= ?", (token, bound)):
+                places.setdefault((int(doc), str(col)), [set() for _ in tokens]
+                                  )[j].add(int(offset))
+        phrases = ((doc, col, sum(1 for o in at[0] if all(o + j in at[j]
+                                                          for j in range(1, len(at)))))
+                   for (doc, col), at in places.items())
+        for doc, col, found in (*counted, *phrases):
+            if not found:
+                continue
+            matched.add(doc)
+            if wanted is None or doc in wanted:
+                weight = weights[columns[col]] if columns[col] < len(weights) else 1.0
+                freqs.setdefault(doc, [0.0] * len(terms))[phrase] += weight * found
+        hits = len(matched)
+        value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
+        idf.append(value if value > 0.0 else 1e-6)
+    sizes: dict[int, int] = {}
+    for batch in _batches(sorted(freqs)):
+        sizes.update((int(n), _row_tokens(sz)) for n, sz in conn.execute(
+            f"SELECT id, sz FROM {fts}_docsize WHERE id IN ({','.join('?' * len(batch))})",
+            batch))
+    scores: dict[int, float] = {}
+    for doc, freq in freqs.items():
+        length = float(sizes[doc])
+        score = 0.0
+        for i, f in enumerate(freq):
+            score += idf[i] * ((f * (_K1 + 1.0)) / (f + _K1 * (1 - _B + _B * length / avgdl)))
+        scores[doc] = score
+    return scores
+
+
+def _batches(values: list[int], size: int = 500) -> Iterator[list[int]]:
+    for start in range(0, len(values), size):
+        yield values[start:start + size]
 
 
 class SpaceFiles:

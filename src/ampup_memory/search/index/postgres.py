@@ -417,16 +417,19 @@ class PostgresIndex:
             ).fetchall()
         return [(int(n), float(r)) for n, r in rows]
 
-    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int) -> list[Hit]:
+    # ``upto`` changes nothing here: ts_rank scores a row from the row and the query alone,
+    # so no later row moves a held score (the engine cuts the candidates to the view).
+    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
+                      upto: int | None = None) -> list[Hit]:
         return self._keyword("search_facts", scope, branch, terms, k, _RANK_WEIGHTS + ", ")
 
     def keyword_passages(
-        self, scope: str, branch: str, terms: Sequence[str], k: int
+        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None
     ) -> list[Hit]:
         return self._keyword("search_passages", scope, branch, terms, k, "")
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
-                     terms: Sequence[str]) -> dict[int, float]:
+                     terms: Sequence[str], upto: int | None = None) -> dict[int, float]:
         query = _tsquery(terms)
         if not query or not nums:
             return {}

@@ -64,7 +64,8 @@ from ampup_memory.search.index.keywords import Space, SpaceFiles
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
 
-FORMAT = "2"  # 2: a keyword file per (scope, branch); 1 (no key): one shared FTS5 table
+FORMAT = "3"  # 3: row seqs and sizes for held searches; 2: a keyword file per (scope,
+# branch); 1 (no key): one shared FTS5 table
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -81,11 +82,12 @@ SCHEMA = (
         num INTEGER PRIMARY KEY AUTOINCREMENT,
         episode_num INTEGER NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL,
         first_unit INTEGER NOT NULL, last_unit INTEGER NOT NULL,
-        units TEXT NOT NULL, text TEXT NOT NULL,
+        units TEXT NOT NULL, text TEXT NOT NULL, seq INTEGER NOT NULL,
         vec BLOB, vec_seq INTEGER NOT NULL DEFAULT 0)""",
     "CREATE INDEX IF NOT EXISTS passages_episode ON passages(episode_num)",
     "CREATE INDEX IF NOT EXISTS passages_vec_seq ON passages(vec_seq)",
     "CREATE INDEX IF NOT EXISTS passages_space ON passages(scope, branch)",
+    "CREATE INDEX IF NOT EXISTS passages_seq ON passages(scope, branch, seq)",
     """CREATE TABLE IF NOT EXISTS facts (
         num INTEGER PRIMARY KEY AUTOINCREMENT,
         id TEXT NOT NULL, scope TEXT NOT NULL, branch TEXT NOT NULL, commit_id TEXT NOT NULL,
@@ -99,6 +101,7 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS facts_valid ON facts(scope, branch, valid_from)",
     "CREATE INDEX IF NOT EXISTS facts_vec_seq ON facts(vec_seq)",
     "CREATE INDEX IF NOT EXISTS facts_space ON facts(scope, branch)",
+    "CREATE INDEX IF NOT EXISTS facts_seq ON facts(scope, branch, commit_seq)",
     "CREATE TABLE IF NOT EXISTS acl_bitmaps (entry TEXT PRIMARY KEY, bits BLOB NOT NULL)",
     # One row per keyword space; its file is named by id and a random token.
     """CREATE TABLE IF NOT EXISTS keyword_spaces (
@@ -120,6 +123,7 @@ _FACT_COLS = (
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
 _TABLES = {"facts": "facts", "passages": "passages"}  # the only row-table names in SQL
+_SEQ = {"facts": "commit_seq", "passages": "seq"}  # the commit that put a row in its space
 _BM25 = ", ".join(str(w) for w in fts5_weights())
 _CHUNK = 500  # bound parameters per IN (...) list
 
@@ -431,15 +435,16 @@ class SQLiteIndex:
 
     @contextmanager
     def _keyword_space(self, kind: str, scope: str, branch: str
-                       ) -> Iterator[tuple[sqlite3.Connection, str] | None]:
-        """The space's keyword file, caught up, and a key naming its current content."""
+                       ) -> Iterator[tuple[sqlite3.Connection, str, int] | None]:
+        """The space's keyword file, caught up, a key naming its current content and the
+        row it is applied up to."""
         space = self._space(scope, branch)
         if space is None:
             yield None
             return
         with self._spaces.connect(space) as kconn:
             upto = self._catch_up(kconn, space, kind)
-            yield kconn, f"{space.id}-{space.token}-{kind}-{upto}"
+            yield kconn, f"{space.id}-{space.token}-{kind}-{upto}", upto
 
     # -- bitmaps ---------------------------------------------------------------------------
 
@@ -563,10 +568,10 @@ class SQLiteIndex:
             self._space_for_write(conn, scope, branch)
         conn.executemany(
             "INSERT INTO passages (episode_num, scope, branch, first_unit, last_unit, units,"
-            " text, vec, vec_seq) VALUES (?,?,?,?,?,?,?,?,?)",
+            " text, seq, vec, vec_seq) VALUES (?,?,?,?,?,?,?,?,?,?)",
             [(p.episode_num, p.scope, p.branch, p.first_unit, p.last_unit,
               dumps([list(u) for u in p.units]), "\n\n".join(t for _, _, t in p.units),
-              vector_blob(p.vector), seq if p.vector is not None else 0)
+              p.seq, vector_blob(p.vector), seq if p.vector is not None else 0)
              for p in passages],
         )
 
@@ -596,27 +601,31 @@ class SQLiteIndex:
     # -- candidates ------------------------------------------------------------------------
 
     @staticmethod
-    def _postings(kconn: sqlite3.Connection, kind: str, term: str, cap: int | None) -> int:
-        """Rows of one keyword space matching one term, counted up to ``cap``."""
+    def _postings(kconn: sqlite3.Connection, kind: str, term: str, cap: int | None,
+                  bound: int | None = None) -> int:
+        """Rows of one keyword space (numbered up to ``bound``) matching one term, counted
+        up to ``cap``."""
         fts = keywords.fts_table(kind)
+        below, params = ("", ()) if bound is None else (" AND rowid <= ?", (bound,))
         row = kconn.execute(
             # Newest first: FTS5 starts a descending walk at once, where an ascending one
             # over many segments paid ~10 ms before its first row at 300k rows here.
-            f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ?"
+            f"SELECT count(*) FROM (SELECT 1 FROM {fts} WHERE {fts} MATCH ?{below}"
             " ORDER BY rowid DESC LIMIT ?)",
-            (fts5_match([term]), -1 if cap is None else cap),
+            (fts5_match([term]), *params, -1 if cap is None else cap),
         ).fetchone()
         return int(row[0])
 
     def _affordable(self, kconn: sqlite3.Connection, kind: str, version: str,
-                    terms: Sequence[str]) -> list[str]:
+                    terms: Sequence[str], bound: int | None = None) -> list[str]:
         # FTS5's bm25() walks every posting of every query term (to rank, and to count
         # document frequencies), so one very common word costs a scan of most of the
         # space. Keep the rarest terms within the postings budget (the rarest always
         # stays): the dropped ones carry the least IDF, and the embedding side still
         # sees the whole query. Same rule as the AMP cell store. Counted in the space
-        # alone, so which terms are kept depends on this scope's rows only.
-        key = (version, tuple(terms))
+        # alone (up to the bound of a held search), so which terms are kept depends on
+        # this scope's rows only (the held ones only).
+        key = (version, bound, tuple(terms))
         memo: dict[str, tuple[Any, list[str]]] = self._local.__dict__.setdefault("kept", {})
         if kind in memo and memo[kind][0] == key:
             return memo[kind][1]  # one search asks twice (candidates, then scoring)
@@ -624,27 +633,49 @@ class SQLiteIndex:
         # only up to the budget; only when every known term is over it do the exact
         # counts decide which one stays.
         cap = POSTINGS_BUDGET + 1
-        counts = {term: self._postings(kconn, kind, term, cap) for term in terms}
+        counts = {term: self._postings(kconn, kind, term, cap, bound) for term in terms}
         if all(n >= cap for n in counts.values() if n > 0):
-            counts = {term: n and self._postings(kconn, kind, term, None)
+            counts = {term: n and self._postings(kconn, kind, term, None, bound)
                       for term, n in counts.items()}
         kept = affordable_terms(terms, counts.__getitem__)
         memo[kind] = (key, kept)
         return kept
 
+    def _bound(self, kind: str, scope: str, branch: str, upto: int | None,
+               applied: int) -> int | None:
+        """The last row the space held after its branch's commit ``upto`` (None: every
+        row it holds now). Rows are numbered in the order their commits were applied
+        (`feed.documents`), so the rows up to it are the rows of those commits."""
+        if upto is None:
+            return None
+        t, seq = _TABLES[kind], _SEQ[kind]
+        row = self._conn().execute(
+            f"SELECT num FROM {t} INDEXED BY {t}_seq WHERE scope = ? AND branch = ?"
+            f" AND {seq} <= ? ORDER BY {seq} DESC, num DESC LIMIT 1",
+            (scope, branch, upto),
+        ).fetchone()
+        bound = int(row[0]) if row else 0
+        # Nothing after it: FTS5's own statistics are the held ones (bit for bit).
+        return None if bound >= applied else bound
+
     def _keyword(self, kind: str, scope: str, branch: str, terms: Sequence[str], k: int,
-                 weights: str) -> list[Hit]:
+                 weights: tuple[float, ...], upto: int | None) -> list[Hit]:
         if not terms or k <= 0:
             return []
         with self._keyword_space(kind, scope, branch) as found:
             if found is None:
                 return []
-            kconn, version = found
-            kept = self._affordable(kconn, kind, version, terms)
+            kconn, version, applied = found
+            bound = self._bound(kind, scope, branch, upto, applied)
+            kept = self._affordable(kconn, kind, version, terms, bound)
             if not kept:
                 return []
+            if bound is not None:  # a held search: BM25 over the held rows alone
+                scores = keywords.cut_scores(kconn, kind, kept, bound, weights)
+                best = sorted(scores.items(), key=lambda h: (-h[1], h[0]))[:k]
+                return [(n, max(s, 0.0)) for n, s in best]
             fts = keywords.fts_table(kind)
-            rank = f"bm25({fts}{weights})"
+            rank = f"bm25({fts}{''.join(f', {w}' for w in weights)})"
             # The file holds this scope and branch only: no filter, no join. Ties go to
             # the older row, so the cut at k is the same in a rebuilt index.
             rows = kconn.execute(
@@ -654,28 +685,34 @@ class SQLiteIndex:
             ).fetchall()
         return [(int(n), max(float(s), 0.0)) for n, s in rows]
 
-    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int) -> list[Hit]:
-        return self._keyword("facts", scope, branch, terms, k, f", {_BM25}")
+    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
+                      upto: int | None = None) -> list[Hit]:
+        return self._keyword("facts", scope, branch, terms, k, fts5_weights(), upto)
 
     def keyword_passages(
-        self, scope: str, branch: str, terms: Sequence[str], k: int
+        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None
     ) -> list[Hit]:
-        return self._keyword("passages", scope, branch, terms, k, "")
+        return self._keyword("passages", scope, branch, terms, k, (), upto)
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
-                     terms: Sequence[str]) -> dict[int, float]:
+                     terms: Sequence[str], upto: int | None = None) -> dict[int, float]:
         found: dict[int, float] = {}
         if not terms or not nums:
             return found
         with self._keyword_space("facts", scope, branch) as space:
             if space is None:
                 return found
-            kconn, version = space
+            kconn, version, applied = space
+            bound = self._bound("facts", scope, branch, upto, applied)
             # The same kept terms as candidate selection, so every fact of one answer is
             # scored on one scale (and no common term's doclist is walked here either).
-            kept = self._affordable(kconn, "facts", version, terms)
+            kept = self._affordable(kconn, "facts", version, terms, bound)
             if not kept:
                 return found
+            if bound is not None:
+                scores = keywords.cut_scores(kconn, "facts", kept, bound, fts5_weights(),
+                                             nums)
+                return {n: max(s, 0.0) for n, s in scores.items()}
             fts = keywords.fts_table("facts")
             for batch in _chunks(nums):
                 for n, s in kconn.execute(
