@@ -15,6 +15,7 @@ from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.branch_api import router as branch_router
+from ampup_memory.memory.extraction_api import router as extraction_router
 from ampup_memory.memory.schema_api import router as schema_router
 from ampup_memory.memory.snapshots_api import router as holds_router
 from ampup_memory.memory.timer import maintenance_timer, workspace_timer
@@ -84,6 +85,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(workspace_router)
     app.include_router(holds_router)  # pins and snapshots
     app.include_router(schema_router)
+    app.include_router(extraction_router)
     app.include_router(ops_router)  # GET /status
     # /health and /spec also answer at the root, where load balancers look first.
     app.add_api_route("/health", health, methods=["GET"], include_in_schema=False)
