@@ -139,6 +139,25 @@ def test_checked_facts_are_written_and_the_rest_rejected_per_reason(s: Setup) ->
     assert code == 0, err
     assert out[0]["read"] == 0
     assert (len(s.m.ledger(s.scope)), len(s.model.calls())) == (commits, calls)
+    # Read marks are bookkeeping: search answers the facts, never a mark.
+    r = s.m.http.post("/search", json={"scope": s.scope, "query": "scripted-1 acme won"})
+    assert r.status_code == 200, r.text
+    found = {f["entity"] for f in r.json()["results"]}
+    assert "deal:acme" in found and not any(e.startswith("_extracted:") for e in found)
+    r = s.m.http.post("/query", json={"scope": s.scope, "find": "facts"})
+    assert r.status_code == 200, r.text
+    assert {f["entity"] for f in r.json()["facts"]} == {"deal:acme"}
+    # A new schema version reads the episode again (newest-wins sorts out the versions).
+    org, team = s.scope.split("/")
+    r = s.m.http.put(f"/schemas/{org}/{team}",
+                     json={"schema": {**DEALS, "description": "v2"}}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert s.status()["episodes_pending"] == 1
+    s.model.script([], default={"reply": {"facts": GOOD[:1]}})
+    code, out, err = s.extract()
+    assert code == 0, err
+    assert out[0]["read"] == 1 and out[0]["facts_written"] == 1
+    assert s.status()["episodes_pending"] == 0
 
 
 @pytest.mark.parametrize("reply", [
@@ -221,5 +240,25 @@ def test_no_model_configured_runs_nothing_and_says_so(tmp_path: Path) -> None:
         code, _, err = s.extract()
         assert code == 0 and "no model configured" in err
         assert s.facts() == []
+    finally:
+        proc.stop()
+
+
+def test_the_serve_timer_reads_pending_episodes(tmp_path: Path,
+                                                scripted_model: ScriptedModel) -> None:
+    import time
+
+    proc = start(tmp_path, {**QUIET, **scripted_model.env(), "AMPUP_MEMORY_MODEL_RETRIES": "0",
+                            "AMPUP_MEMORY_EXTRACTION_INTERVAL_SECONDS": "1"})
+    try:
+        s = Setup(tmp_path, proc, scripted_model)
+        scripted_model.script([], default={"reply": {"facts": GOOD}})
+        s.write()
+        deadline = time.monotonic() + 60
+        while s.status()["episodes_read"] == 0 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        st = s.status()
+        assert (st["episodes_pending"], st["episodes_read"], st["facts_written"]) == (0, 1, 2)
+        assert {f["written_by"] for f in s.facts()} == {"extract:scripted-1"}
     finally:
         proc.stop()

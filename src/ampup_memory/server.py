@@ -18,7 +18,7 @@ from ampup_memory.memory.branch_api import router as branch_router
 from ampup_memory.memory.extraction_api import router as extraction_router
 from ampup_memory.memory.schema_api import router as schema_router
 from ampup_memory.memory.snapshots_api import router as holds_router
-from ampup_memory.memory.timer import maintenance_timer, workspace_timer
+from ampup_memory.memory.timer import extraction_timer, maintenance_timer, workspace_timer
 from ampup_memory.memory.workspace_api import router as workspace_router
 from ampup_memory.ops.api import router as ops_router
 from ampup_memory.runtime import Runtime, open_runtime
@@ -76,7 +76,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.memory = rt.memory
     app.state.timers = []  # what each periodic job has done, for GET /status
     app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings, app.state.timers),
-                                workspace_timer(rt.memory, settings, app.state.timers)]
+                                workspace_timer(rt.memory, settings, app.state.timers),
+                                extraction_timer(rt.memory, settings, app.state.timers)]
     http_errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.include_router(amp_router, prefix=API_PREFIX)
