@@ -26,6 +26,7 @@ from ampup_memory.cliutil import fail as _fail
 from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError
 from ampup_memory.memory.branch_cli import branch_commands
 from ampup_memory.memory.cli import memory_commands
+from ampup_memory.memory.extraction_cli import extraction_commands
 from ampup_memory.memory.schema_cli import schema_commands
 from ampup_memory.memory.workspace_cli import workspace_commands
 from ampup_memory.ops.cli import ops_commands
@@ -477,6 +478,7 @@ for _command in memory_commands(settings_options, settings_from): cli.add_comman
 for _command in branch_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
 for _command in workspace_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
 for _command in schema_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
+for _command in extraction_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
 for _command in search_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
 for _command in ops_commands(settings_options, settings_from, _runtime): cli.add_command(_command)  # noqa: E701,E501
 

@@ -15,9 +15,10 @@ from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.branch_api import router as branch_router
+from ampup_memory.memory.extraction_api import router as extraction_router
 from ampup_memory.memory.schema_api import router as schema_router
 from ampup_memory.memory.snapshots_api import router as holds_router
-from ampup_memory.memory.timer import maintenance_timer, workspace_timer
+from ampup_memory.memory.timer import extraction_timer, maintenance_timer, workspace_timer
 from ampup_memory.memory.workspace_api import router as workspace_router
 from ampup_memory.ops.api import router as ops_router
 from ampup_memory.runtime import Runtime, open_runtime
@@ -75,7 +76,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.memory = rt.memory
     app.state.timers = []  # what each periodic job has done, for GET /status
     app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings, app.state.timers),
-                                workspace_timer(rt.memory, settings, app.state.timers)]
+                                workspace_timer(rt.memory, settings, app.state.timers),
+                                extraction_timer(rt.memory, settings, app.state.timers)]
     http_errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.include_router(amp_router, prefix=API_PREFIX)
@@ -84,6 +86,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(workspace_router)
     app.include_router(holds_router)  # pins and snapshots
     app.include_router(schema_router)
+    app.include_router(extraction_router)
     app.include_router(ops_router)  # GET /status
     # /health and /spec also answer at the root, where load balancers look first.
     app.add_api_route("/health", health, methods=["GET"], include_in_schema=False)

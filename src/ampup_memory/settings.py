@@ -211,6 +211,14 @@ class Settings(BaseSettings):
         description="Seconds between background passes of Iceberg table maintenance in "
         "`serve` (orphan rows and files, compaction, snapshot expiry); 0 turns the timer off.",
     )
+    extraction_interval_seconds: int = Field(
+        default=300,
+        ge=0,
+        validation_alias=_env("AMPUP_MEMORY_EXTRACTION_INTERVAL_SECONDS"),
+        description="Seconds between extraction passes in `serve` (every scope's main "
+        "branch, one server at a time; docs/extraction.md); 0 turns the timer off. No "
+        "extract model configured: the timer does nothing.",
+    )
     memory_orphan_grace_seconds: int = Field(
         default=3600,
         ge=0,

@@ -157,6 +157,10 @@ class ReadIndex:
         with self.engine.connect() as conn:
             return conn.execute(select(meta_t.c.value).where(meta_t.c.key == key)).scalar()
 
+    def set_meta(self, key: str, value: str) -> None:
+        with self.engine.begin() as conn:
+            self._set_meta(conn, key, value)
+
     def _set_meta(self, conn: Connection, key: str, value: str) -> None:
         stmt = self._insert(meta_t).values(key=key, value=value)
         conn.execute(stmt.on_conflict_do_update(index_elements=["key"], set_={"value": value}))
@@ -382,6 +386,20 @@ class ReadIndex:
         with self.engine.connect() as conn:
             return {r.id for r in self._each(conn, episodes_t, segs, lambda cond: select(
                 episodes_t.c.id).where(episodes_t.c.scope == scope, cond))}
+
+    def episodes_of_types(self, scope: str, segs: Segments, types: Iterable[str],
+                          ) -> list[EpisodeRecord]:
+        """The episodes of these types the view's commits wrote, oldest commit first (their
+        ACLs as written: for server-side work such as extraction, never for a read)."""
+        wanted = sorted(set(types))
+        order = layers(segs)
+        found: dict[str, EpisodeRecord] = {}
+        with self.engine.connect() as conn:
+            for row in self._each(conn, episodes_t, segs, lambda cond: select(episodes_t).where(
+                    episodes_t.c.scope == scope, cond, episodes_t.c.type.in_(wanted))):
+                rec = _episode_record(row._mapping)
+                found.setdefault(rec.id, rec)
+        return sorted(found.values(), key=lambda r: (layer_order(order[r.branch], r.seq), r.id))
 
     def count_commits(self, scope: str, segs: Segments) -> int:
         """Commits (markers not counted) in these segments."""

@@ -349,8 +349,9 @@ class MemoryService:
 
     def post_facts(self, user: str, scope_text: str, branch_text: str | None,
                    items: list[FactIn], *, loc: list[str | int] | None = None,
-                   ) -> tuple[list[str], LedgerEntry]:
-        """Post facts in one commit; any invalid fact refuses them all."""
+                   written_by: str = "posted") -> tuple[list[str], LedgerEntry]:
+        """Post facts in one commit; any invalid fact refuses them all. ``written_by``
+        says who wrote them: ``posted`` (a client) or ``extract:<model>`` (extraction.py)."""
         scope = parse_scope(scope_text)
         branch = parse_branch(branch_text)
         principal = self.principal(user)
@@ -366,7 +367,7 @@ class MemoryService:
                 where: list[str | int] = ["facts", n] if loc is None else list(loc)
                 value = check_fact(typed[0] if typed else None, item.entity, item.predicate,
                                    raw_value(item.value), where)
-                checked = self._check_fact(scope, item, cited, units_of, where)
+                checked = self._check_fact(scope, item, cited, units_of, where, written_by)
                 facts.append(replace(checked, fact_id=fact_id(commit_id, n), ord=n,
                                      branch=branch, value=_json_value(value)))
             # Messages name kinds and counts only: the ledger is shown to every reader of
@@ -392,7 +393,7 @@ class MemoryService:
 
     def _check_fact(self, scope: Scope, item: FactIn,
                     cited: dict[str, EpisodeRecord], units_of: dict[str, list[Unit]],
-                    loc: list[str | int]) -> FactRecord:
+                    loc: list[str | int], written_by: str = "posted") -> FactRecord:
         """Cited episodes readable, units present, quote verbatim in one of them."""
         units = []
         for i, cite in enumerate(item.cites):
@@ -421,7 +422,7 @@ class MemoryService:
             fact_id="", kind=VALUE, entity=item.entity, predicate=item.predicate,
             value=_json_value(raw_value(item.value)), valid_from=valid_from, valid_to=valid_to,
             quote=item.quote, cites=tuple((c.episode, c.unit) for c in item.cites),
-            written_by="posted", branch=MAIN,
+            written_by=written_by, branch=MAIN,
         )
 
     def visible_facts(self, principal: Principal, view: View, entity: str | None,

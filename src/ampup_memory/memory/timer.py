@@ -7,6 +7,7 @@ import uuid
 from datetime import timedelta
 
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
+from ampup_memory.errors import AmpError
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.settings import Settings
 
@@ -40,3 +41,42 @@ def workspace_timer(svc: MemoryService, settings: Settings,
 
     return periodic(gc, settings.workspace_gc_interval_seconds, "workspace gc pass", log,
                     records=records)
+
+
+EXTRACTION_LEASE = "memory-extraction"
+
+
+def extraction_timer(svc: MemoryService, settings: Settings,
+                     records: list[TimerRecord] | None = None) -> LifespanHook:
+    """Extraction passes over every scope's main branch while the app serves (one server at
+    a time, by lease); nothing when no extract model is configured."""
+    from ampup_memory.memory.extraction import extractor
+
+    holder = uuid.uuid4().hex[:16]
+    interval = settings.extraction_interval_seconds
+    ex = extractor(svc, settings)
+    if ex.model is None:
+        interval = 0
+
+    def extract() -> str | None:
+        from ampup_memory.memory.service import utcnow
+
+        lease = timedelta(seconds=max(600, 2 * interval))
+        if not svc.index.take_lease(EXTRACTION_LEASE, holder, utcnow(), lease):
+            return None
+        try:
+            said = []
+            for scope in svc.tables.scopes():
+                try:
+                    out = ex.run(str(scope))
+                except AmpError as exc:  # a workspace gone meanwhile, a schema changed ...
+                    said.append(f"{scope}: {exc.message}")
+                    continue
+                if out.read or out.error:
+                    said.append(f"{scope}: read {out.read}, wrote {out.facts}"
+                                + (f", error {out.error}" if out.error else ""))
+            return "; ".join(said) or None
+        finally:
+            svc.index.release_lease(EXTRACTION_LEASE, holder)
+
+    return periodic(extract, interval, "extraction pass", log, records=records)

@@ -1,0 +1,401 @@
+"""Extraction: a model reads episodes and proposes facts; only checked ones are written.
+
+Which episodes: those of the types the scope's schema says to read (``Schema.extract``) that
+this model has not read with this schema version. The model answers JSON (entity,
+predicate, value, unit number, verbatim quote). A candidate is kept only if its quote occurs
+in that unit of that episode (whitespace-normalised; the stored quote is the unit's own
+text) and its entity, predicate and value validate against the schema (the same
+:func:`check_fact` and quote check as POST /facts). Kept facts are written with
+``written_by: extract:<model>``, citing (episode, unit), ``valid_from`` the episode's
+``occurred_at``.
+
+**Read marks.** That an episode was read is itself a row of the commit: one fact per episode
+on the reserved entity ``_extracted:<episode id>`` with predicate ``read:<key>`` (``key``
+names the model and schema version) and a value counting what was written and rejected. So
+the facts of a batch and the record that its episodes were read land in ONE commit: a
+crash (kill -9) before the ledger row leaves neither, after it both, and an episode is never
+read twice by the same model and schema version. A new model or schema version has another
+key and reads again; newest-wins takes care of the rest.
+
+**Failures.** No model configured: nothing runs. A model that is down, slow, rate-limited or
+answering garbage (after the client's bounded retries, models/chat.py) leaves the episode
+pending, writes nothing and records the error for ``GET /extraction/status``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ampup_memory.errors import Conflict, ValidationFailed
+from ampup_memory.memory.episode_types import Unit, by_name
+from ampup_memory.memory.facts import VALUE, FactIn, FactRecord
+from ampup_memory.memory.ledger import new_commit_id
+from ampup_memory.memory.rows import fact_id
+from ampup_memory.memory.schemas import (
+    READ_MARK_PREFIX,
+    Attribute,
+    Schema,
+    check_fact,
+    schema_at,
+)
+from ampup_memory.memory.scopes import parse_branch, parse_scope
+from ampup_memory.models.chat import ChatModel, ModelUnavailable
+from ampup_memory.timefmt import utc_text
+
+if TYPE_CHECKING:
+    from ampup_memory.memory.episodes import EpisodeRecord
+    from ampup_memory.memory.service import MemoryService
+
+log = logging.getLogger("ampup_memory.extraction")
+
+NO_MODEL = "no model configured"
+AUTHOR = "extract"
+DEFAULT_BATCH = 20
+MAX_CANDIDATES = 200  # per episode: more is a model gone astray, not more knowledge
+
+
+# -- the model's answer ------------------------------------------------------------------------
+class Candidate(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    entity: str
+    predicate: str
+    value: Any
+    unit: int
+    quote: str
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    facts: list[Candidate] = Field(default_factory=list, max_length=MAX_CANDIDATES)
+
+
+SYSTEM = (
+    "You extract facts from one text for a memory store. Answer ONLY with JSON of the form "
+    '{"facts": [{"entity": "<type>:<key>", "predicate": "<attribute>", "value": <value>, '
+    '"unit": <unit number>, "quote": "<exact words copied from that unit>"}]}. '
+    "Use only the entity types and attributes listed. The entity key is a short lowercase "
+    "slug naming the thing (e.g. opportunity:acme-2025). The quote must be copied verbatim "
+    "from the numbered unit it comes from and must state the value. State nothing that the "
+    'text does not say; if it says nothing relevant, answer {"facts": []}.'
+)
+
+
+def _attribute_text(attr: Attribute) -> str:
+    kind: str = attr.type
+    if attr.type == "enum" and attr.values:
+        kind = "one of " + ", ".join(attr.values)
+    elif attr.type == "ref":
+        kind = f"ref to {attr.entity} (<{attr.entity}>:<key>)"
+    elif attr.type == "money":
+        kind = "money" + (f" (default currency {attr.currency})" if attr.currency else "")
+    many = ", may hold several values" if attr.cardinality == "many" else ""
+    desc = f": {attr.description}" if attr.description else ""
+    return f"  - {attr.name} ({kind}{many}){desc}"
+
+
+def prompt(schema: Schema, episode: EpisodeRecord, units: list[Unit]) -> str:
+    """The user message for one episode: what to extract, then its numbered units."""
+    parts = [f"Schema {schema.name}. Extract these attributes:"]
+    notes = []
+    for etype, attrs, instructions in schema.extraction_for(episode.type):
+        parts.append(f"Entity type {etype}:")
+        parts.extend(_attribute_text(a) for a in attrs)
+        if instructions and instructions not in notes:
+            notes.append(instructions)
+    parts.extend(f"Instructions: {n}" for n in notes)
+    parts.append(f"\nText ({episode.type}, occurred {utc_text(episode.occurred_at)}), "
+                 "by unit:")
+    parts.extend(f"[unit {u.n}] {u.text}" for u in units)
+    return "\n".join(parts)
+
+
+# -- checking a candidate -------------------------------------------------------------------------
+def locate(quote: str, text: str) -> str | None:
+    """The span of ``text`` that ``quote`` matches with runs of whitespace read as one
+    space (and the ends trimmed), or None: what is stored is the unit's own text."""
+    words = quote.split()
+    if not words:
+        return None
+    found = re.search(r"\s+".join(re.escape(w) for w in words), text)
+    return found.group(0) if found else None
+
+
+def read_key(model: str, version: str) -> str:
+    """The predicate of a read mark: one per (model, schema version)."""
+    return "read:" + hashlib.sha256(f"{model}\n{version}".encode()).hexdigest()[:40]
+
+
+def mark_entity(episode_id: str) -> str:
+    return READ_MARK_PREFIX + episode_id
+
+
+@dataclass
+class Outcome:
+    """One pass: what it read, wrote and rejected, and why it stopped early if it did."""
+
+    model: str
+    schema: str | None
+    read: int = 0
+    facts: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    commits: list[str] = field(default_factory=list)
+    error: str | None = None
+    pending: int = 0
+
+    def wire(self) -> dict[str, Any]:
+        return {"model": self.model, "schema": self.schema, "read": self.read,
+                "facts_written": self.facts, "rejected": dict(sorted(self.rejected.items())),
+                "commits": self.commits, "error": self.error, "pending": self.pending}
+
+
+@dataclass
+class _Read:
+    """One episode's checked answer, ready to commit."""
+
+    episode: EpisodeRecord
+    items: list[FactIn]
+    rejected: Counter[str]
+
+
+def _error_key(scope: str, branch: str) -> str:
+    return "extract_error:" + hashlib.sha256(f"{scope}\n{branch}".encode()).hexdigest()[:48]
+
+
+# -- the pass -------------------------------------------------------------------------------------
+class Extractor:
+    """Extraction for one service and one model (``model`` None: nothing runs)."""
+
+    def __init__(self, svc: MemoryService, model: ChatModel | None) -> None:
+        self.svc = svc
+        self.model = model
+
+    @property
+    def writer(self) -> str:
+        return f"extract:{self.model.name}" if self.model else ""
+
+    def _state(self, scope_text: str, branch_text: str | None,
+               ) -> tuple[Any, str, Any, tuple[Schema, FactRecord] | None]:
+        scope, branch = parse_scope(scope_text), parse_branch(branch_text)
+        segs = self.svc._write_view(scope, branch)
+        return scope, branch, segs, schema_at(self.svc.index, str(scope), segs,
+                                              datetime.now(UTC))
+
+    def pending(self, scope_text: str, branch_text: str | None = None,
+                ) -> tuple[list[EpisodeRecord], int, dict[str, Any]]:
+        """Episodes still to read (oldest first), how many were read, and the read marks'
+        totals (facts written, rejected by reason) for this model and schema version."""
+        scope, _branch, segs, typed = self._state(scope_text, branch_text)
+        totals: dict[str, Any] = {"facts": 0, "rejected": Counter()}
+        if typed is None:
+            return [], 0, totals
+        schema, fact = typed
+        types = sorted({t for rule in schema.extract for t in rule.episode_types})
+        episodes = self.svc.index.episodes_of_types(str(scope), segs, types)
+        if self.model is None:
+            return episodes, 0, totals
+        key = read_key(self.model.name, json.loads(fact.value or "null"))
+        marks = self.svc.index.facts(str(scope), segs, None, key,
+                                     entity_prefix=READ_MARK_PREFIX)
+        read = {m.entity[len(READ_MARK_PREFIX):] for m in marks}
+        for m in marks:
+            value = json.loads(m.value or "{}")
+            totals["facts"] += int(value.get("facts", 0))
+            totals["rejected"].update(value.get("rejected", {}))
+        return [e for e in episodes if e.id not in read], len(read), totals
+
+    def run(self, scope_text: str, branch_text: str | None = None, limit: int | None = None,
+            batch: int = DEFAULT_BATCH,
+            progress: Callable[[int, int], None] | None = None) -> Outcome:
+        """Read up to ``limit`` pending episodes, ``batch`` per commit. Stops at the first
+        model failure (the rest stay pending; the error is recorded)."""
+        if self.model is None:
+            return Outcome(NO_MODEL, None)
+        scope, branch, _segs, typed = self._state(scope_text, branch_text)
+        version = json.loads(typed[1].value or "null") if typed else None
+        out = Outcome(self.model.name, version)
+        if typed is None:  # no schema: nothing says what to read
+            return out
+        todo, _, _ = self.pending(scope_text, branch_text)
+        if limit is not None:
+            todo = todo[:max(0, limit)]
+        if progress:
+            progress(0, len(todo))
+        done = 0
+        for start in range(0, len(todo), batch):
+            chunk = todo[start:start + batch]
+            reads: list[_Read] = []
+            try:
+                for ep in chunk:
+                    reads.append(self._read(str(scope), typed[0], ep))
+            except ModelUnavailable as exc:
+                out.error = exc.message
+            if reads:
+                self._commit(scope_text, branch, typed, reads, out)
+            done += len(reads)
+            if progress:
+                progress(done, len(todo))
+            if out.error:
+                break
+        self._record_error(str(scope), branch, out.error)
+        out.pending = len(self.pending(scope_text, branch_text)[0])
+        return out
+
+    def _read(self, scope: str, schema: Schema, ep: EpisodeRecord) -> _Read:
+        """Ask the model about one episode and check each candidate (no write)."""
+        assert self.model is not None
+        etype = by_name(ep.type)
+        body = self.svc.index.body(scope, ep.body_ref) or ""
+        units = etype.units(body) if etype else []
+        answer = self.model.ask(SYSTEM, prompt(schema, ep, units), Answer)
+        items: list[FactIn] = []
+        rejected: Counter[str] = Counter()
+        seen: set[tuple[str, str, str]] = set()
+        for c in answer.facts:
+            reason, item = self._check(schema, ep, units, c)
+            if item is None:
+                rejected[reason] += 1
+                continue
+            key = (item.entity, item.predicate, json.dumps(item.model_dump(mode="json")["value"],
+                                                           sort_keys=True))
+            if key in seen:
+                rejected["duplicate"] += 1
+                continue
+            seen.add(key)
+            items.append(item)
+        return _Read(ep, items, rejected)
+
+    @staticmethod
+    def _check(schema: Schema, ep: EpisodeRecord, units: list[Unit], c: Candidate,
+               ) -> tuple[str, FactIn | None]:
+        if not 1 <= c.unit <= len(units):
+            return "unit_unknown", None
+        quote = locate(c.quote, units[c.unit - 1].text)
+        if quote is None:
+            return "quote_not_found", None
+        try:
+            value = check_fact(schema, c.entity, c.predicate, c.value, [])
+        except ValidationFailed as exc:
+            errors = exc.details.get("errors") or [{}]
+            return str(errors[0].get("type", "invalid")), None
+        allowed = {(etype, a.name) for etype, attrs, _ in schema.extraction_for(ep.type)
+                   for a in attrs}
+        if (c.entity.partition(":")[0], c.predicate) not in allowed:
+            return "not_extracted_here", None
+        try:
+            return "", FactIn.model_validate({
+                "entity": c.entity, "predicate": c.predicate, "value": value, "quote": quote,
+                "valid_from": ep.occurred_at, "cites": [{"episode": ep.id, "unit": c.unit}]})
+        except ValidationError:
+            return "invalid", None
+
+    def _commit(self, scope_text: str, branch: str,
+                typed: tuple[Schema, FactRecord] | None, reads: list[_Read],
+                out: Outcome) -> None:
+        """The batch's facts and read marks in one commit, checked against the schema the
+        model was asked with (a new schema meanwhile: the batch is dropped, read again)."""
+        assert self.model is not None and typed is not None
+        svc = self.svc
+        scope = parse_scope(scope_text)
+        ns = str(scope)
+        version = json.loads(typed[1].value or "null")
+        key = read_key(self.model.name, version)
+        with svc._write_lock:
+            segs = svc._write_view(scope, branch)
+            ids = [r.episode.id for r in reads]
+            cited = svc.index.episodes(ns, segs, ids)
+            units_of: dict[str, list[Unit]] = {}
+            commit_id = new_commit_id()
+            facts: list[FactRecord] = []
+            counts: list[tuple[_Read, int]] = []
+            for r in reads:
+                wrote = 0
+                for item in r.items:
+                    try:
+                        rec = svc._check_fact(scope, item, cited, units_of, [], self.writer)
+                    except ValidationFailed as exc:  # cannot happen after _check; counted
+                        errors = exc.details.get("errors") or [{}]
+                        r.rejected[str(errors[0].get("type", "invalid"))] += 1
+                        continue
+                    n = len(facts)  # the value is the schema's normal form already (_check)
+                    facts.append(replace(rec, fact_id=fact_id(commit_id, n), ord=n,
+                                         branch=branch))
+                    wrote += 1
+                counts.append((r, wrote))
+            now = datetime.now(UTC)
+            for r, wrote in counts:
+                n = len(facts)
+                facts.append(FactRecord(
+                    fact_id=fact_id(commit_id, n), kind=VALUE,
+                    entity=mark_entity(r.episode.id), predicate=key,
+                    value=json.dumps({"model": self.model.name, "schema": version,
+                                      "facts": wrote, "rejected": dict(r.rejected)}),
+                    valid_from=now, valid_to=None, quote="", cites=((r.episode.id, 1),),
+                    written_by=self.writer, branch=branch, ord=n))
+            wrote_total = sum(w for _, w in counts)
+            try:
+                entry = svc._commit(
+                    scope, branch, AUTHOR,
+                    f"extract {wrote_total} fact(s) from {len(reads)} episode(s)", [], facts,
+                    commit_id, recheck=partial(self._unread, scope, segs, typed, key, ids))
+            except Conflict as exc:  # schema changed or another server read them: not ours
+                log.info("extraction batch on %s/%s dropped: %s", ns, branch, exc.message)
+                return
+        out.commits.append(entry.commit_id)
+        out.read += len(reads)
+        out.facts += wrote_total
+        for r, _ in counts:
+            out.rejected.update(r.rejected)
+
+    def _unread(self, scope: Any, segs: Any, typed: tuple[Schema, FactRecord], key: str,
+                ids: list[str]) -> None:
+        """Inside the compare-and-set: the schema is the one asked with, and no other
+        commit has marked these episodes read meanwhile (another server's pass)."""
+        self.svc._schema_unchanged(scope, segs, typed)
+        marks = self.svc.index.facts(str(scope), segs, None, key,
+                                     entity_prefix=READ_MARK_PREFIX)
+        wanted = {mark_entity(i) for i in ids}
+        if any(m.entity in wanted for m in marks):
+            raise Conflict("These episodes were read meanwhile.", code="ALREADY_READ")
+
+    def _record_error(self, scope: str, branch: str, error: str | None) -> None:
+        value = json.dumps({"error": error, "at": utc_text(datetime.now(UTC))} if error else {})
+        self.svc.index.set_meta(_error_key(scope, branch), value)
+
+    def status(self, scope_text: str, branch_text: str | None = None) -> dict[str, Any]:
+        """What ``GET /extraction/status`` answers."""
+        scope, branch, _segs, typed = self._state(scope_text, branch_text)
+        todo, read, totals = self.pending(scope_text, branch_text)
+        raw = self.svc.index.get_meta(_error_key(str(scope), branch))
+        last = json.loads(raw) if raw else {}
+        return {
+            "scope": str(scope), "branch": branch,
+            "model": self.model.name if self.model else NO_MODEL,
+            "schema": json.loads(typed[1].value or "null") if typed else None,
+            "schema_name": typed[0].name if typed else None,
+            "episodes_pending": len(todo),
+            "episodes_read": read,
+            "facts_written": totals["facts"],
+            "rejected": dict(sorted(totals["rejected"].items())),
+            "last_error": last.get("error"),
+            "last_error_at": last.get("at"),
+        }
+
+
+def extractor(svc: MemoryService, settings: Any) -> Extractor:
+    from ampup_memory.models.chat import Role, chat_model
+
+    return Extractor(svc, chat_model(settings, Role.EXTRACT))
+

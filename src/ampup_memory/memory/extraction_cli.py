@@ -1,0 +1,66 @@
+"""``ampup-memory extract``: one extraction pass over the home's tables (extraction.py).
+
+It runs in this process with the extract model from the settings; a server sharing the
+catalog sees the facts on its next read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from ampup_memory.cliutil import dumps
+from ampup_memory.memory.cli import SettingsOptions, _service
+from ampup_memory.settings import Settings
+
+
+def extraction_commands(settings_options: SettingsOptions,
+                        settings_from: Callable[[dict[str, Any]], Settings],
+                        ) -> list[click.Command]:
+
+    @click.command("extract")
+    @click.option("--scope", default=None,
+                  help="One scope (org/team); default: every scope with a schema.")
+    @click.option("--branch", default=None, help="Branch to read and write (default main).")
+    @click.option("--limit", type=click.IntRange(min=0), default=None,
+                  help="At most this many episodes per scope.")
+    @click.option("--batch", type=click.IntRange(min=1, max=1000), default=20,
+                  show_default=True, help="Episodes per commit.")
+    @settings_options("common", "tables", "models")
+    def extract(scope: str | None, branch: str | None, limit: int | None, batch: int,
+                **kwargs: Any) -> None:
+        """Read pending episodes with the extract model and write the facts it finds that
+        check out (quote in the cited unit, value valid for the schema); one JSON line per
+        scope. Exits 2 when the model failed (the episodes stay pending)."""
+        from ampup_memory.cliutil import fail, progress
+        from ampup_memory.memory.extraction import NO_MODEL, extractor
+
+        settings = settings_from(kwargs)
+        failed = False
+        with _service(settings) as svc:
+            ex = extractor(svc, settings)
+            if ex.model is None:
+                click.echo(dumps({"model": NO_MODEL, "read": 0}))
+                click.echo(f"{NO_MODEL}: set model_base_url and model_name (or the "
+                           "extract_model_* settings); nothing was read", err=True)
+                return
+            scopes = [scope] if scope else [str(s) for s in svc.tables.scopes()]
+            with progress() as bar:
+                for name in scopes:
+                    task = bar.add_task(f"extract {name}", total=None)
+
+                    def step(done: int, total: int, task: Any = task) -> None:
+                        bar.update(task, completed=done, total=total)
+
+                    out = ex.run(name, branch, limit, batch, progress=step)
+                    if out.schema is None and not scope:
+                        bar.remove_task(task)
+                        continue
+                    click.echo(dumps({"scope": name, **out.wire()}))
+                    failed = failed or out.error is not None
+        if failed:
+            fail("the model failed; the episodes it did not read stay pending")
+
+    return [extract]
