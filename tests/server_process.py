@@ -20,6 +20,10 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class PortTaken(RuntimeError):
+    """The server could not bind its port: another process took it first."""
+
+
 class ServerProcess:
     """One server process on a free port; `.url` is its base URL."""
 
@@ -27,17 +31,32 @@ class ServerProcess:
                  args: list[str] | None = None, port: int | None = None,
                  command: list[str] | None = None) -> None:
         self.home = home
-        self.port = port or free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, "AMPUP_MEMORY_HOME": str(home), **(env or {})}
         self.args = args or []
-        # Default: the real CLI. Tests of deliberately broken servers pass their own.
-        self.command = command or [sys.executable, "-m", "ampup_memory.cli", "serve",
-                                   "--port", str(self.port)]
+        self._given_command = command
+        # A port we picked may be taken by another test worker before our server binds it;
+        # then start() picks another. A port or command the test chose is used as given.
+        self._may_move = port is None and command is None
+        self._use_port(port or free_port())
         self.proc: subprocess.Popen[bytes] | None = None
-        self.log_path = home / f"server-{self.port}.log"
+
+    def _use_port(self, port: int) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        # Default: the real CLI. Tests of deliberately broken servers pass their own.
+        self.command = self._given_command or [sys.executable, "-m", "ampup_memory.cli",
+                                               "serve", "--port", str(port)]
+        self.log_path = self.home / f"server-{port}.log"
 
     def start(self, timeout: float = 120.0) -> ServerProcess:
+        for _ in range(5):
+            try:
+                return self._start(timeout)
+            except PortTaken:
+                self._use_port(free_port())
+        return self._start(timeout)
+
+    def _start(self, timeout: float) -> ServerProcess:
         self.home.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
@@ -47,7 +66,10 @@ class ServerProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log_path.read_text()}")
+                text = self.log_path.read_text()
+                if self._may_move and "port is already in use" in text:
+                    raise PortTaken(text)
+                raise RuntimeError(f"server exited: {text}")
             try:
                 if httpx.get(f"{self.url}/amp/v1/health", timeout=1).status_code == 200:
                     return self
