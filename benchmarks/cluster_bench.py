@@ -88,15 +88,19 @@ class Run:
     at: datetime = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def runs(n: int, seed: int = 11) -> tuple[list[Run], dict[str, str]]:
+def runs(n: int, seed: int = 11, distinct: bool = False) -> tuple[list[Run], dict[str, str]]:
+    """``n`` runs cycling through the templates; ``distinct`` adds a ticket number to each
+    task so no two texts are the same (the tree is built over distinct texts)."""
     rng = random.Random(seed)
     kinds = sorted(TEMPLATES)
     out, kind_of = [], {}
     for i in range(n):
         kind = kinds[i % len(kinds)]
         template, words = TEMPLATES[kind]
-        run = Run(id=f"run_{i:06d}",
-                  task=template.format(**{k: rng.choice(v) for k, v in words.items()}))
+        task = template.format(**{k: rng.choice(v) for k, v in words.items()})
+        if distinct:
+            task += f" (ticket {100000 + i})"
+        run = Run(id=f"run_{i:06d}", task=task)
         out.append(run)
         kind_of[run.id] = kind
     return out, kind_of
@@ -126,6 +130,15 @@ def main() -> None:
         recluster_s.append(t3 - t2)
         assert {s.id for s in again.situations} == {s.id for s in smap.situations}
     assert smap is not None
+    distinct_tasks, distinct_kind_of = runs(args.runs, distinct=True)
+    distinct_vectors = embedder.embed([t.task for t in distinct_tasks])
+    distinct_s = []
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        distinct_map = build_map(distinct_tasks, embedder, vectors=distinct_vectors)
+        distinct_s.append(time.perf_counter() - t0)
+    distinct_mixed = sum(1 for s in distinct_map.situations
+                         if len(Counter(distinct_kind_of[m] for m in s.members)) > 1)
     split = sum(1 for kind in TEMPLATES
                 if sum(1 for s in smap.situations
                        if any(kind_of[m] == kind for m in s.members)) > 1)
@@ -140,6 +153,10 @@ def main() -> None:
         "situations": len(smap.situations), "categories": len(smap.categories),
         "templates_split": split, "situations_mixed": merged,
         "embed": stat(embed_s), "cluster": stat(cluster_s), "recluster": stat(recluster_s),
+        "distinct_texts": len({t.task for t in tasks}),
+        "cluster_all_distinct": stat(distinct_s),
+        "all_distinct_situations": len(distinct_map.situations),
+        "all_distinct_situations_mixed": distinct_mixed,
         "total": stat([a + b for a, b in zip(embed_s, cluster_s, strict=True)]),
         "machine": f"{platform.machine()}, {platform.python_version()}, {platform.system()}",
     }
@@ -162,11 +179,16 @@ def main() -> None:
             f"{r['cluster']['median_s']} s |\n"
             f"| embed + cluster | {r['total']['min_s']} s | {r['total']['median_s']} s |\n"
             f"| re-cluster with the previous map | {r['recluster']['min_s']} s | "
-            f"{r['recluster']['median_s']} s |\n\n"
+            f"{r['recluster']['median_s']} s |\n"
+            f"| cluster {r['runs']:,} all-distinct texts (a ticket number in each) | "
+            f"{r['cluster_all_distinct']['min_s']} s | "
+            f"{r['cluster_all_distinct']['median_s']} s |\n\n"
             f"Result: {r['situations']} situations in {r['categories']} categories; "
             f"{r['templates_split']} templates split over several situations, "
             f"{r['situations_mixed']} situations mixing templates; every situation id kept "
-            f"by the re-clustering.\n{MARK_END}")
+            f"by the re-clustering. The {r['runs']:,} runs hold {r['distinct_texts']:,} "
+            f"distinct texts; with every text distinct: {r['all_distinct_situations']} "
+            f"situations, {r['all_distinct_situations_mixed']} mixing templates.\n{MARK_END}")
         if MARK_START in text:
             start, end = text.index(MARK_START), text.index(MARK_END) + len(MARK_END)
             text = text[:start] + table + text[end:]

@@ -47,8 +47,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-MICRO_CLUSTERS = 600  # above this many tasks, k-means first cuts them into this many groups
-LLOYD_STEPS = 6
+MICRO_CLUSTERS = 400  # above this many distinct texts, k-means first cuts them into leaves
+LLOYD_STEPS = 4
 NAME_TERMS = 3
 # Below this best mean silhouette the situations show no grouping into categories.
 MIN_SILHOUETTE = 0.05
@@ -177,6 +177,7 @@ def _micro_groups(x: np.ndarray) -> list[int]:
     n = x.shape[0]
     if n <= MICRO_CLUSTERS:
         return list(range(n))
+    x = x.astype(np.float32)  # leaves need no more precision; the merges are in float64
     centres = x[np.linspace(0, n - 1, MICRO_CLUSTERS).astype(int)].copy()
     labels = np.zeros(n, dtype=np.int64)
     for _ in range(LLOYD_STEPS):
@@ -199,7 +200,7 @@ def _linkage(x: np.ndarray, texts: Sequence[str]) -> _Tree:
     import numpy as np
 
     first: dict[str, int] = {}
-    distinct_of = [first.setdefault(" ".join(words(t)), len(first)) for t in texts]
+    distinct_of = [first.setdefault(" ".join(t.lower().split()), len(first)) for t in texts]
     first_row: dict[int, int] = {}
     for i, d in enumerate(distinct_of):
         first_row.setdefault(d, i)
@@ -285,10 +286,12 @@ def _content_words(text: str) -> set[str]:
     return {w for w in words(text) if w not in STOPWORDS and len(w) > 1 and not w.isdigit()}
 
 
-def word_names(groups: Sequence[Sequence[str]]) -> list[tuple[str, ...]]:
+def word_names(groups: Sequence[Sequence[str]], cache: dict[str, frozenset[str]] | None = None
+               ) -> list[tuple[str, ...]]:
     """Per group of texts: its most distinctive terms (share of the group's texts that use
-    a word, minus its share among all other texts; ties by word)."""
-    cache: dict[str, frozenset[str]] = {}
+    a word, minus its share among all other texts; ties by word). ``cache`` keeps each
+    text's words between calls."""
+    cache = {} if cache is None else cache
     bags = [[cache.get(t) or cache.setdefault(t, frozenset(_content_words(t))) for t in texts]
             for texts in groups]
     inside = [Counter(w for bag in group for w in bag) for group in bags]
@@ -428,10 +431,11 @@ def build_map(tasks: Sequence[TaskRecord], embedder: Embedder, *,
 
     centroids = np.asarray([_unit(x[g].sum(axis=0)) for g in groups])
     members = [{ids[i] for i in g} for g in groups]
-    sit_terms = word_names([[texts[i] for i in g] for g in groups])
+    word_cache: dict[str, frozenset[str]] = {}
+    sit_terms = word_names([[texts[i] for i in g] for g in groups], word_cache)
     cat_groups = [[i for s, g in enumerate(groups) if cat_of_situation[s] == c for i in g]
                   for c in range(cat_k)]
-    cat_terms = word_names([[texts[i] for i in g] for g in cat_groups])
+    cat_terms = word_names([[texts[i] for i in g] for g in cat_groups], word_cache)
 
     old_sits = previous.situations if previous else ()
     old_cats = previous.categories if previous else ()
