@@ -186,6 +186,23 @@ def test_reclustering_with_new_tasks_keeps_the_ids(embedder: WordLlamaEmbedder,
     assert not {s.id for s in fresh.situations} & set(old_of.values())
 
 
+def test_small_and_bad_inputs(embedder: WordLlamaEmbedder) -> None:
+    empty = build_map([], embedder)
+    assert (empty.situations, empty.categories) == ((), ())
+    assert situation_for(embedder.embed(["anything"])[0], empty, min_similarity=0.0) is None
+    one = build_map([Task(id="run_a", task="Write a SQL query")], embedder)
+    assert [s.members for s in one.situations] == [("run_a",)]
+    assert [c.situations for c in one.categories] == [(one.situations[0].id,)]
+    # The same text twice is one point, still two members.
+    twice = build_map([Task(id="run_a", task="Fix the test"),
+                       Task(id="run_b", task="fix  the TEST")], embedder)
+    assert [s.members for s in twice.situations] == [("run_a", "run_b")]
+    with pytest.raises(ValueError, match="unique"):
+        build_map([Task(id="run_a", task="x"), Task(id="run_a", task="y")], embedder)
+    with pytest.raises(ValueError, match="one vector per task"):
+        build_map([Task(id="run_a", task="x")], embedder, vectors=[])
+
+
 def test_a_new_task_finds_its_situation_and_an_unrelated_one_none(
         embedder: WordLlamaEmbedder, first_map: SituationMap) -> None:
     threshold = Settings().advice_situation_min_similarity

@@ -411,8 +411,9 @@ def build_map(tasks: Sequence[TaskRecord], embedder: Embedder, *,
     if len(set(ids)) != len(ids):
         raise ValueError("task ids must be unique")
     texts = [tasks[i].task for i in order]
-    raw = vectors if vectors is not None else embedder.embed([tasks[i].task for i in range(
-        len(tasks))])
+    raw = vectors if vectors is not None else embedder.embed([t.task for t in tasks])
+    if len(raw) != len(tasks):
+        raise ValueError("one vector per task is needed")
     x = np.asarray(raw, dtype=np.float64)[order]
 
     tree = _linkage(x, texts)
