@@ -6,7 +6,8 @@ compiling ask the scripted OpenAI-compatible model server (a real HTTP process).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -27,7 +28,7 @@ from ampup_memory.advice.gate import (
     review,
     serves,
 )
-from ampup_memory.advice.notes import MAX_PROMPT_CHARS, build_prompt, learn_note
+from ampup_memory.advice.notes import MAX_PROMPT_CHARS, Note, build_prompt, learn_note
 from ampup_memory.advice.situations import (
     Situation,
     SituationMap,
@@ -371,6 +372,10 @@ def test_a_note_is_learned_from_the_best_and_the_failed_runs(
                                         "helped_by_people": 0}
     assert set(note.sources) == {t.id for t in tasks}
     assert note.model == ScriptedModel.name
+    helped = replace(note, state=NoteState.PROMOTED,
+                     evidence=Evidence(served=4, applied=3, helped=2,
+                                       helped_users=frozenset({"ann", "bob"})))
+    assert Note.from_dict(json.loads(json.dumps(helped.to_dict()))) == helped
     prompt = scripted_model.calls()[0]["messages"][1]["content"]
     assert prompt.index("GOOD-TRACE-0") < prompt.index("GOOD-TRACE-1")  # best first
     assert "BAD-TRACE-0" in prompt.split("Attempts that failed:")[1]

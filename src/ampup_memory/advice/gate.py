@@ -39,8 +39,20 @@ class Evidence:
         return len(self.helped_users)
 
     def counters(self) -> dict[str, int]:
+        """What callers are shown (never who was helped)."""
         return {"served": self.served, "applied": self.applied, "helped": self.helped,
                 "helped_by_people": self.helped_by_people}
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything, for storage (JSON)."""
+        return {"served": self.served, "applied": self.applied, "helped": self.helped,
+                "helped_users": sorted(self.helped_users)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Evidence:
+        return cls(served=int(data["served"]), applied=int(data["applied"]),
+                   helped=int(data["helped"]),
+                   helped_users=frozenset(str(u) for u in data["helped_users"]))
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from pydantic import BaseModel, Field
 from ulid import ULID
@@ -49,6 +50,22 @@ class Note:
     created_at: str
     state: NoteState = NoteState.CANDIDATE
     evidence: Evidence = field(default_factory=Evidence)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The note for storage (JSON); `from_dict` reads it back."""
+        return {"key": self.key, "situation": self.situation, "when": self.when,
+                "steps": list(self.steps), "pitfalls": list(self.pitfalls),
+                "sources": list(self.sources), "model": self.model,
+                "created_at": self.created_at, "state": self.state.value,
+                "evidence": self.evidence.to_dict()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Note:
+        return cls(key=data["key"], situation=data["situation"], when=data["when"],
+                   steps=tuple(data["steps"]), pitfalls=tuple(data["pitfalls"]),
+                   sources=tuple(data["sources"]), model=data["model"],
+                   created_at=data["created_at"], state=NoteState(data["state"]),
+                   evidence=Evidence.from_dict(data["evidence"]))
 
 
 SYSTEM = (
