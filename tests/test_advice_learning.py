@@ -187,6 +187,47 @@ def test_reclustering_with_new_tasks_keeps_the_ids(embedder: WordLlamaEmbedder,
     assert not {s.id for s in fresh.situations} & set(old_of.values())
 
 
+TRAVEL = [
+    "Book a flight to Berlin for the March offsite",
+    "Find a hotel near the conference centre in Lisbon",
+    "Book train tickets to Paris for the customer visit",
+    "Arrange a rental car at the Austin airport",
+    "Book flights and a hotel for the Singapore trip",
+    "Find a cheaper flight to London next Tuesday",
+    "Reserve a hotel room in Madrid for two nights",
+    "Book a taxi from the airport to the hotel in Rome",
+    "Change my flight to Boston to an earlier departure",
+    "Book a hotel in Tokyo close to the office",
+]
+
+
+def test_a_new_kind_of_work_gets_a_new_id_and_old_ones_keep_theirs(
+        embedder: WordLlamaEmbedder, first_map: SituationMap) -> None:
+    old_of = {kind_of(s.members[0]): s.id for s in first_map.situations}
+    grown = build_map(tasks_of(KINDS) + tasks_of({"travel": TRAVEL}), embedder,
+                      previous=first_map)
+    by_kind = {}
+    for s in grown.situations:
+        kinds = {kind_of(m) for m in s.members}
+        assert len(kinds) == 1
+        by_kind[kinds.pop()] = s.id
+    assert set(by_kind) == {"sql", "bug", "email", "travel"}
+    assert {k: by_kind[k] for k in old_of} == old_of
+    assert by_kind["travel"] not in old_of.values()
+
+
+def test_ids_are_kept_by_centre_when_no_task_is_shared(
+        embedder: WordLlamaEmbedder, first_map: SituationMap) -> None:
+    # The same kinds of work recorded again under other ids (the old runs aged out).
+    again = build_map(tasks_of(KINDS, prefix="again"), embedder, previous=first_map)
+    old_of = {kind_of(s.members[0]): s.id for s in first_map.situations}
+    assert {kind_of(s.members[0]): s.id for s in again.situations} == old_of
+    # A centre too far from every old one is a new situation: nothing is kept.
+    strict = build_map(tasks_of(KINDS, prefix="again"), embedder, previous=first_map,
+                       min_similarity=1.01)
+    assert not {s.id for s in strict.situations} & set(old_of.values())
+
+
 def test_small_and_bad_inputs(embedder: WordLlamaEmbedder) -> None:
     empty = build_map([], embedder)
     assert (empty.situations, empty.categories) == ((), ())
