@@ -100,11 +100,12 @@ def trial_draw(note: str, session: str) -> float:
 
 
 def serves(note: str, state: NoteState, session: str, rules: GateRules) -> tuple[bool, bool]:
-    """(served?, as a trial?) for this note in this session."""
+    """(served?, served as a trial?) for this note in this session."""
     if state is NoteState.PROMOTED:
         return True, False
     if state is NoteState.CANDIDATE:
-        return trial_draw(note, session) < rules.trial_share, True
+        drawn = trial_draw(note, session) < rules.trial_share
+        return drawn, drawn
     return False, False
 
 
