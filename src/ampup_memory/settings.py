@@ -357,6 +357,42 @@ class Settings(BaseSettings):
         validation_alias=_env("AMPUP_MEMORY_COMPILE_MODEL_CONCURRENCY"),
         description="Requests at once for compiling; unset: `AMPUP_MEMORY_MODEL_CONCURRENCY`.",
     )
+    # The advice loop's learning half (advice/situations.py, notes.py, gate.py).
+    advice_trial_share: float = Field(
+        default=0.2, ge=0.0, le=1.0,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_TRIAL_SHARE"),
+        description="Share of sessions (0-1) in which a candidate note is served while it "
+        "earns evidence; the draw is deterministic per note and session.",
+    )
+    advice_promote_after_people: int = Field(
+        default=3, ge=1,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_PROMOTE_AFTER_PEOPLE"),
+        description="Distinct users a candidate note must have helped before it is promoted "
+        "and served always (one user helped many times counts once).",
+    )
+    advice_retire_min_served: int = Field(
+        default=20, ge=1,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_RETIRE_MIN_SERVED"),
+        description="Times a note must have been served before its help rate can retire it.",
+    )
+    advice_retire_max_help_rate: float = Field(
+        default=0.1, ge=0.0, le=1.0,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_RETIRE_MAX_HELP_RATE"),
+        description="A note served at least `AMPUP_MEMORY_ADVICE_RETIRE_MIN_SERVED` times "
+        "that helped in this share of servings or fewer is retired (no longer served).",
+    )
+    advice_min_runs_for_note: int = Field(
+        default=5, ge=1,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_MIN_RUNS_FOR_NOTE"),
+        description="Rewarded runs and sessions a situation needs (at least one with a "
+        "positive reward) before the learning model writes its note.",
+    )
+    advice_situation_min_similarity: float = Field(
+        default=0.35, ge=-1.0, le=1.0,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_SITUATION_MIN_SIMILARITY"),
+        description="Cosine similarity a task's embedding needs to a situation's centre to "
+        "get that situation's advice; below it the task is unrelated and gets none.",
+    )
     log_level: LogLevel = Field(
         default="warning",
         validation_alias=_env("AMPUP_MEMORY_LOG_LEVEL"),

@@ -1,0 +1,1 @@
+"""The advice loop: runs, sessions, situations, notes, the evidence gate and procedures."""
