@@ -274,6 +274,8 @@ def test_model_down_writes_nothing_and_the_session_is_judged_later(
 
 
 def test_the_judge_command_without_a_model_judges_nothing(srv: Served) -> None:
+    if srv.env.get("AMPUP_MEMORY_CATALOG_URI"):
+        pytest.skip("the command's no-model path is the same on every catalog (time)")
     scope = new_scope()
     ses = _ended_session(srv.m, srv, scope, [])
     env = {k: v for k, v in srv.env.items() if "_MODEL" not in k}

@@ -25,7 +25,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from ampup_memory.advice.runs import END, JUDGE, REWARD, STEP, reward_event, utcnow
+from ampup_memory.advice.runs import (
+    END,
+    JUDGE,
+    REWARD,
+    STEP,
+    reward_event,
+    served_keys,
+    utcnow,
+)
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.memory.events import EventRecord
 from ampup_memory.memory.scopes import Scope, parse_scope
@@ -64,15 +72,6 @@ class JudgeAnswer(BaseModel):
 
 class _RewardedMeanwhile(Exception):
     """Another reward of the session landed before the judge's commit."""
-
-
-def served_keys(events: list[EventRecord]) -> list[str]:
-    keys: list[str] = []
-    for e in events:
-        key = e.data.get("served", {}).get("key") if e.kind == STEP else None
-        if key and str(key) not in keys:
-            keys.append(str(key))
-    return keys
 
 
 def prompt(events: list[EventRecord]) -> str:

@@ -72,7 +72,7 @@ class RewardRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     run: str = Field(min_length=1, max_length=64,
-                     description="A run id (run_…) or an ended session's id (ses_…).")
+                     description="A run id (run_…) or a session id (ses_…).")
     reward: RewardValue
     reason: str = Field(min_length=1, max_length=MAX_TEXT)
 
@@ -266,6 +266,16 @@ def rewarded_tasks(svc: MemoryService, scope: Scope | str, branch: str | None = 
     return out
 
 
+def served_keys(events: list[EventRecord]) -> tuple[str, ...]:
+    """The advice keys served in a session, in the order first served."""
+    keys: list[str] = []
+    for e in events:
+        key = e.data.get("served", {}).get("key") if e.kind == STEP else None
+        if key and str(key) not in keys:
+            keys.append(str(key))
+    return tuple(keys)
+
+
 def rewarded_task(evs: list[EventRecord]) -> RewardedTask | None:
     first = evs[0]
     current = current_reward(evs)
@@ -280,8 +290,7 @@ def rewarded_task(evs: list[EventRecord]) -> RewardedTask | None:
             served=(key,) if key else (), verdicts=current.notes, reward_by=current.by,
             acl=first.acl)
     end = next((e for e in evs if e.kind == END), None)
-    served = tuple(str(e.data.get("served", {}).get("key")) for e in evs
-                   if e.kind == STEP and e.data.get("served", {}).get("key"))
+    served = served_keys(evs)
     return RewardedTask(
         id=first.subject, kind="session", task=str(first.data.get("task") or ""),
         reward=current.value, user=first.user,
