@@ -10,6 +10,7 @@ command itself. Advice steps are appended with `record_advice_step`, the functio
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -309,9 +310,10 @@ async def test_mcp_tools_round_trip(srv: Served) -> None:
 
 
 def test_a_crash_before_the_ledger_row_leaves_nothing_and_the_index_rebuilds(
-        tmp_path: Path) -> None:
+        tmp_path: Path, scripted_model: ScriptedModel) -> None:
     """Rows first, then the ledger row: a server killed in between shows no run. The read
-    index is derived: rebuilt from the tables alone, it holds the same runs and rewards."""
+    index is derived: rebuilt from the tables alone, it holds the same runs and rewards.
+    The restarted server also judges on its timer (every second here)."""
     home = tmp_path / "home"
     env = {**QUIET, "AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS": "0"}
     crashing = start(home, {**env, "AMPUP_MEMORY_TEST_FAULT": f"after-rows@{home}"})
@@ -323,10 +325,21 @@ def test_a_crash_before_the_ledger_row_leaves_nothing_and_the_index_rebuilds(
     finally:
         m.close()
         crashing.kill()
+    scripted_model.script([], default={"reply": {"reward": 0.5, "notes": {}}})
+    env = {**env, **scripted_model.env("JUDGE_"),
+           "AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS": "1"}
     proc = start(home, env)
     m = Memory(proc.url)
     try:
         assert m.http.get("/runs", params={"scope": scope}).json()["runs"] == []
+        ses = m.http.post("/sessions/start", json={"scope": scope}).json()["id"]
+        assert m.http.post("/sessions/end", json={"session": ses, "transcript": "t",
+                                                  "outcome": "o"}).status_code == 200
+        deadline = time.monotonic() + 30
+        while m.http.get(f"/sessions/{ses}").json()["judging"] == "pending":
+            assert time.monotonic() < deadline, "the timer never judged the session"
+            time.sleep(0.2)
+        assert m.http.get(f"/sessions/{ses}").json()["reward"]["by"] == "judge"
         run = record(m, scope)
         for value, reason in ((1, "a"), (0, "b")):
             assert m.http.post("/runs/reward", json={"run": run, "reward": value,
