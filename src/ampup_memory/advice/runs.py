@@ -189,27 +189,33 @@ def get_run(svc: MemoryService, user: str, run_id: str) -> dict[str, Any]:
 
 def list_runs(svc: MemoryService, user: str, scope_text: object, branch_text: object = None,
               limit: int = 50, before: str | None = None) -> dict[str, Any]:
-    """The runs of a scope the caller may read, newest first, each with its current reward."""
+    """The runs of a scope the caller may read, newest first, each with its current reward.
+
+    Streams run events newest first from the read index and stops at a full page (the
+    visibility rule decides each), then reads the rewards of that page's runs only."""
     view = svc.view(scope_text, branch_text)
     principal = svc.principal(user)
-    by_subject = _grouped(svc.index.events(str(view.scope), view.segments, (RUN, REWARD)))
-    runs = sorted((evs for evs in by_subject.values()
-                   if evs[0].kind == RUN and may_read(principal, evs[0].acl)),
-                  key=lambda evs: evs[0].subject, reverse=True)
-    if before:
-        runs = [evs for evs in runs if evs[0].subject < before]
-    page = runs[:limit]
-    more = len(runs) > limit
-    return {"runs": [run_wire(evs, history=False) for evs in page],
-            "next_before": page[-1][0].subject if more and page else None}
+    scope = str(view.scope)
+    found = svc.index.newest_subjects(scope, view.segments, RUN, before,
+                                      lambda e: may_read(principal, e.acl), limit + 1)
+    page = found[:limit]
+    rewards = _grouped_by_subject(svc.index.events(
+        scope, view.segments, (REWARD,), [e.subject for e in page]))
+    return {"runs": [run_wire([e, *rewards.get(e.subject, [])], history=False) for e in page],
+            "next_before": page[-1].subject if len(found) > limit else None}
+
+
+def _grouped_by_subject(events: list[EventRecord]) -> dict[str, list[EventRecord]]:
+    out: dict[str, list[EventRecord]] = defaultdict(list)
+    for e in events:
+        out[e.subject].append(e)
+    return out
 
 
 def _grouped(events: list[EventRecord]) -> dict[str, list[EventRecord]]:
     """Events by subject, each subject's in commit order, its first event first."""
-    out: dict[str, list[EventRecord]] = defaultdict(list)
-    for e in events:
-        out[e.subject].append(e)
-    return {s: evs for s, evs in out.items() if evs[0].kind in (RUN, START)}
+    return {s: evs for s, evs in _grouped_by_subject(events).items()
+            if evs[0].kind in (RUN, START)}
 
 
 # -- writing ------------------------------------------------------------------------------------

@@ -120,7 +120,7 @@ events_t = Table(
     Column("acl", Text, nullable=False), Column("reward", Float),
     Column("data", Text, nullable=False), Column("at", BigInteger, nullable=False),
     Index("mem_events_subject", "subject"),
-    Index("mem_events_kind", "scope", "branch", "kind", "seq"),
+    Index("mem_events_kind", "scope", "branch", "kind", "subject"),
 )
 principals_t = Table(
     "mem_principals", md,
@@ -532,6 +532,32 @@ class ReadIndex:
                          for r in self._each(conn, events_t, segs, build)]
         found.sort(key=lambda e: (e.seq, e.id))
         return found
+
+    def newest_subjects(self, scope: str, segs: Segments, kind: str, before: str | None,
+                        keep: Callable[[EventRecord], bool], limit: int) -> list[EventRecord]:
+        """The first ``limit`` events of ``kind`` in the view that ``keep`` accepts, by
+        subject newest first (subjects are ULID-named), below ``before`` if given. Rows
+        stream in subject order, so a page costs about its own size, not the scope's."""
+        found: list[EventRecord] = []
+        with self.engine.connect() as conn:
+            for g in segs:
+                stmt = select(events_t).where(
+                    events_t.c.scope == scope, self._in_segment(events_t, g),
+                    events_t.c.kind == kind)
+                if before is not None:
+                    stmt = stmt.where(events_t.c.subject < before)
+                stmt = stmt.order_by(events_t.c.subject.desc()).execution_options(
+                    yield_per=max(limit, 64))
+                taken = 0
+                for row in conn.execute(stmt):
+                    rec = _event_record(row._mapping)
+                    if keep(rec):
+                        found.append(rec)
+                        taken += 1
+                        if taken >= limit:
+                            break
+        found.sort(key=lambda e: e.subject, reverse=True)
+        return found[:limit]
 
     def pending_scopes(self) -> list[str]:
         """Scopes with commits in the ledger whose rows are not applied yet."""
