@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
 import click
 
+from ampup_memory.advice.cli import advice_commands
 from ampup_memory.cliutil import dumps as _dumps
 from ampup_memory.cliutil import error_line as _error_line
 from ampup_memory.cliutil import fail as _fail
@@ -480,6 +481,7 @@ for _command in workspace_commands(settings_options, settings_from): cli.add_com
 for _command in schema_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
 for _command in extraction_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
 for _command in search_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
+for _command in advice_commands(settings_options, settings_from): cli.add_command(_command)  # noqa: E701,E501
 for _command in ops_commands(settings_options, settings_from, _runtime): cli.add_command(_command)  # noqa: E701,E501
 
 

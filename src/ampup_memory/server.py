@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 
+from ampup_memory.advice.api import router as advice_router
+from ampup_memory.advice.judge import judge_timer
 from ampup_memory.amp.api import health, spec
 from ampup_memory.amp.api import router as amp_router
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
@@ -77,7 +79,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.timers = []  # what each periodic job has done, for GET /status
     app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings, app.state.timers),
                                 workspace_timer(rt.memory, settings, app.state.timers),
-                                extraction_timer(rt.memory, settings, app.state.timers)]
+                                extraction_timer(rt.memory, settings, app.state.timers),
+                                judge_timer(rt.memory, settings, app.state.timers)]
     http_errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.include_router(amp_router, prefix=API_PREFIX)
@@ -88,6 +91,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(schema_router)
     app.include_router(extraction_router)
     app.include_router(ops_router)  # GET /status
+    app.include_router(advice_router)  # runs and sessions
     # /health and /spec also answer at the root, where load balancers look first.
     app.add_api_route("/health", health, methods=["GET"], include_in_schema=False)
     app.add_api_route("/spec", spec, methods=["GET"], include_in_schema=False)

@@ -233,6 +233,14 @@ class Settings(BaseSettings):
         description="Seconds between `serve`'s passes that drop expired and deleted "
         "workspaces (what `workspace gc` does once); 0 turns the timer off.",
     )
+    advice_judge_interval_seconds: int = Field(
+        default=300,
+        ge=0,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS"),
+        description="Seconds between `serve`'s passes that judge ended advice sessions with "
+        "no explicit reward (what `advice judge` does once; needs a judge model); 0 turns "
+        "the timer off.",
+    )
     model_base_url: str | None = Field(
         default=None,
         validation_alias=_env("AMPUP_MEMORY_MODEL_BASE_URL"),

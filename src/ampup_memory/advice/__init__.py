@@ -1,1 +1,2 @@
-"""The advice loop: runs, sessions, situations, notes, the evidence gate and procedures."""
+"""The advice loop: runs, sessions, judging, situations, notes, the evidence gate and
+procedures. See docs/advice.md."""

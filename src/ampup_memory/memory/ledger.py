@@ -30,7 +30,7 @@ SUMMARY_KEY = "ampup.ledger-row"
 # in ``merged``. Rows written before branches existed read as "commit".
 COMMIT, BRANCH, DELETE, MERGE = "commit", "branch", "delete", "merge"
 KINDS = (COMMIT, BRANCH, DELETE, MERGE)
-PUBLIC_CHANGES = ("episodes", "facts", "closures", "acl_changes")
+PUBLIC_CHANGES = ("episodes", "facts", "closures", "acl_changes", "events")
 
 
 # A commit id is a ULID (Crockford base32). Published in the schema; an id of any other

@@ -19,6 +19,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     Column,
+    Float,
     Index,
     Integer,
     MetaData,
@@ -38,6 +39,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episodes import EpisodeRecord
+from ampup_memory.memory.events import EventRecord
 from ampup_memory.memory.facts import FactRecord
 from ampup_memory.memory.ledger import BRANCH, DELETE, MERGE, Head, LedgerEntry
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
@@ -107,6 +109,18 @@ facts_t = Table(
     Column("quote", Text, nullable=False), Column("cites", Text, nullable=False),
     Column("written_by", Text, nullable=False),
     Index("mem_facts_entity", "scope", "branch", "entity", "predicate"),
+)
+# Events of advice runs and sessions (events.py): read by subject, or a scope's by kind.
+events_t = Table(
+    "mem_events", md,
+    Column("scope", String(140), primary_key=True), Column("branch", String(64), primary_key=True),
+    Column("id", String(40), primary_key=True), Column("seq", BigInteger, nullable=False),
+    Column("commit_id", String(40), nullable=False), Column("subject", String(64), nullable=False),
+    Column("kind", String(32), nullable=False), Column("user", String(200), nullable=False),
+    Column("acl", Text, nullable=False), Column("reward", Float),
+    Column("data", Text, nullable=False), Column("at", BigInteger, nullable=False),
+    Index("mem_events_subject", "subject"),
+    Index("mem_events_kind", "scope", "branch", "kind", "subject"),
 )
 principals_t = Table(
     "mem_principals", md,
@@ -279,7 +293,8 @@ class ReadIndex:
     # -- applying a commit's rows ---------------------------------------------------------------
     def apply(self, entry: LedgerEntry, episodes: Iterable[EpisodeRecord],
               bodies: Iterable[tuple[str, str]], facts: Iterable[FactRecord],
-              acl_changes: Iterable[EpisodeRecord] = ()) -> None:
+              acl_changes: Iterable[EpisodeRecord] = (),
+              events: Iterable[EventRecord] = ()) -> None:
         """Copy one committed commit's rows in, then mark it applied; idempotent.
 
         When two commits carry the same episode id (two servers racing on one write), the
@@ -293,7 +308,7 @@ class ReadIndex:
             if entry.kind == DELETE:
                 # A deleted branch's rows leave the index (its commits stay in the ledger),
                 # so a branch made later under the same name starts empty.
-                for t in (episodes_t, facts_t, acl_t):
+                for t in (episodes_t, facts_t, acl_t, events_t):
                     conn.execute(delete(t).where(t.c.scope == scope,
                                                  t.c.branch == entry.branch,
                                                  t.c.seq < entry.seq))
@@ -315,6 +330,9 @@ class ReadIndex:
                          "acl": json.dumps(list(e.acl))} for e in acl_changes]
             if acl_rows:
                 conn.execute(self._insert(acl_t).on_conflict_do_nothing(), acl_rows)
+            event_rows = [_event_values(scope, e, entry) for e in events]
+            if event_rows:
+                conn.execute(self._insert(events_t).on_conflict_do_nothing(), event_rows)
 
     # -- reads --------------------------------------------------------------------------------
     # Every read takes the segments of a view (segments.py): main is one segment, a branch
@@ -493,6 +511,77 @@ class ReadIndex:
                         facts_t.c.scope == scope, cond,
                         tuple_(facts_t.c.entity, facts_t.c.predicate).in_(chunk))))
         return out
+
+    # -- events (advice runs and sessions) -------------------------------------------------------
+    def events_of(self, subjects: Iterable[str]) -> list[EventRecord]:
+        """Every event of the listed subjects, whatever scope or branch, in commit order
+        (a subject lives on the scope and branch of the event that started it)."""
+        wanted = sorted(set(subjects))
+        out: list[EventRecord] = []
+        with self.engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                out.extend(_event_record(r._mapping) for r in conn.execute(
+                    select(events_t).where(
+                        events_t.c.subject.in_(wanted[i:i + 500]))))
+        out.sort(key=lambda e: (e.seq, e.id))
+        return out
+
+    def events(self, scope: str, segs: Segments | None, kinds: Iterable[str] | None = None,
+               subjects: Iterable[str] | None = None) -> list[EventRecord]:
+        """Events in the view (of these kinds, of these subjects), in commit order;
+        ``segs`` None: of every branch of the scope."""
+        kind_list = None if kinds is None else sorted(set(kinds))
+        subject_list = None if subjects is None else sorted(set(subjects))
+
+        def build(cond: Any) -> Any:
+            stmt = select(events_t).where(events_t.c.scope == scope, cond)
+            if kind_list is not None:
+                stmt = stmt.where(events_t.c.kind.in_(kind_list))
+            if subject_list is not None:
+                stmt = stmt.where(events_t.c.subject.in_(subject_list))
+            return stmt
+
+        with self.engine.connect() as conn:
+            if segs is None:
+                found = [_event_record(r._mapping)
+                         for r in conn.execute(build(events_t.c.scope == scope))]
+            else:
+                found = [_event_record(r._mapping)
+                         for r in self._each(conn, events_t, segs, build)]
+        found.sort(key=lambda e: (e.seq, e.id))
+        return found
+
+    def newest_subjects(self, scope: str, segs: Segments, kind: str, before: str | None,
+                        keep: Callable[[EventRecord], bool], limit: int) -> list[EventRecord]:
+        """The first ``limit`` events of ``kind`` in the view that ``keep`` accepts, by
+        subject newest first (subjects are ULID-named), below ``before`` if given. Rows
+        stream in subject order, so a page costs about its own size, not the scope's."""
+        found: list[EventRecord] = []
+        with self.engine.connect() as conn:
+            for g in segs:
+                stmt = select(events_t).where(
+                    events_t.c.scope == scope, self._in_segment(events_t, g),
+                    events_t.c.kind == kind)
+                if before is not None:
+                    stmt = stmt.where(events_t.c.subject < before)
+                stmt = stmt.order_by(events_t.c.subject.desc()).execution_options(
+                    yield_per=max(limit, 64))
+                taken = 0
+                for row in conn.execute(stmt):
+                    rec = _event_record(row._mapping)
+                    if keep(rec):
+                        found.append(rec)
+                        taken += 1
+                        if taken >= limit:
+                            break
+        found.sort(key=lambda e: e.subject, reverse=True)
+        return found[:limit]
+
+    def pending_scopes(self) -> list[str]:
+        """Scopes with commits in the ledger whose rows are not applied yet."""
+        stmt = select(ledger_t.c.scope).distinct().where(ledger_t.c.applied.is_(False))
+        with self.engine.connect() as conn:
+            return sorted(conn.execute(stmt).scalars())
 
     # -- commits in order (the search index is fed from these) ----------------------------------
     def applied_after(self, scope: str, branch: str, after_seq: int,
@@ -675,4 +764,22 @@ def _fact_record(row: Any, layer: int = 0) -> FactRecord:
         quote=row["quote"], cites=tuple((e, int(u)) for e, u in json.loads(row["cites"])),
         written_by=row["written_by"], branch=row["branch"], commit_id=row["commit_id"],
         seq=int(row["seq"]), ord=int(row["ord"]), layer=layer,
+    )
+
+
+def _event_values(scope: str, e: EventRecord, entry: LedgerEntry) -> dict[str, Any]:
+    return {
+        "scope": scope, "branch": e.branch, "id": e.id, "seq": entry.seq,
+        "commit_id": entry.commit_id, "subject": e.subject, "kind": e.kind, "user": e.user,
+        "acl": json.dumps(list(e.acl)), "reward": e.reward,
+        "data": json.dumps(e.data, ensure_ascii=False, sort_keys=True), "at": to_us(e.at),
+    }
+
+
+def _event_record(row: Any) -> EventRecord:
+    return EventRecord(
+        id=row["id"], subject=row["subject"], kind=row["kind"], user=row["user"],
+        at=from_us(row["at"]), acl=tuple(json.loads(row["acl"])), reward=row["reward"],
+        data=json.loads(row["data"]), branch=row["branch"], commit_id=row["commit_id"],
+        seq=int(row["seq"]), scope=row["scope"],
     )

@@ -40,6 +40,7 @@ from ampup_memory.memory.episodes import (
     differing_fields,
     prepare,
 )
+from ampup_memory.memory.events import EventRecord, event_row
 from ampup_memory.memory.facts import (
     CLOSURE,
     VALUE,
@@ -72,6 +73,7 @@ from ampup_memory.memory.snapshots import Holds
 from ampup_memory.memory.sync import Sync
 from ampup_memory.memory.tables import (
     EPISODES,
+    EVENTS,
     FACTS,
     LEDGER,
     PRINCIPALS,
@@ -543,6 +545,27 @@ class MemoryService:
         tidy(self.tables, SYSTEM_NAMESPACE, "principals", self.protected)
         return self.principal(user)
 
+    # -- events (advice runs and sessions, events.py) ------------------------------------------
+    def write_events(self, user: str, scope: Scope, branch: str, message: str,
+                     events: list[EventRecord],
+                     recheck: Callable[[Segments], None] | None = None) -> LedgerEntry:
+        """Append events as one commit. ``recheck`` runs inside the commit's
+        compare-and-set with the branch's segments as of exactly the ledger the append
+        asserts (see ``_commit``): it raises to refuse the commit (e.g. a second end of
+        one session, whichever server wrote the first)."""
+        with self._write_lock:
+            segs = self._write_view(scope, branch)
+            check = None if recheck is None else (
+                lambda: recheck(branch_segments(self.index, str(scope), branch)))
+            if recheck is not None:
+                recheck(segs)  # early, for the common case: no rows written at all
+            return self._commit(scope, branch, user, message, [], [], new_commit_id(),
+                                recheck=check, events=events)
+
+    def events_view(self, scope: Scope, branch: str) -> Segments:
+        """The segments an events read of the scope's branch looks at (synced first)."""
+        return self._write_view(scope, branch)
+
     # -- maintenance ----------------------------------------------------------------------------
     def maintain(self, scope: Scope | None = None, grace: timedelta = ORPHAN_GRACE,
                  ) -> dict[str, dict[str, Any]]:
@@ -576,7 +599,8 @@ class MemoryService:
                 commit_id: str, acl_changes: list[EpisodeRecord] | None = None,
                 recheck: Callable[[], None] | None = None, kind: str = COMMIT,
                 parent: Callable[[], str | None] | None = None,
-                merged: str | None = None) -> LedgerEntry:
+                merged: str | None = None,
+                events: list[EventRecord] | None = None) -> LedgerEntry:
         """Rows first, then one ledger row; the caller holds the write lock.
 
         ``recheck`` runs inside each compare-and-set attempt, on the scope as of exactly the
@@ -609,6 +633,9 @@ class MemoryService:
         if facts:
             rows = [fact_row(f, commit_id, now) for f in facts]
             snapshots["facts"] = self._append(scope, "facts", arrow(FACTS, rows))
+        if events:
+            rows = [event_row(e, commit_id) for e in events]
+            snapshots["events"] = self._append(scope, "events", arrow(EVENTS, rows))
         if self.fault == FAULT_AFTER_ROWS:
             log.error("fault hook %s: exiting between data rows and ledger row", self.fault)
             os._exit(70)
@@ -618,6 +645,8 @@ class MemoryService:
                    "acl_changes": len(acl_changes or ()),
                    "facts": sum(f.kind == VALUE for f in facts),
                    "closures": sum(f.kind == CLOSURE for f in facts)}
+        if events:
+            changes["events"] = len(events)
 
         def attempt() -> LedgerEntry:
             # A private table object: the snapshot this append asserts is exactly the one
@@ -652,7 +681,7 @@ class MemoryService:
         # `apply` stamps every row with the entry's commit and seq (copies of 1,000 records
         # per commit to set them here first were ~2 % of a load).
         self.index.apply(entry, [p.record for p in episodes], list(bodies.items()), facts,
-                         acl_changes or ())
+                         acl_changes or (), events or ())
         for listener in self.after_commit:
             try:
                 listener(ns, branch)

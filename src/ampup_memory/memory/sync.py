@@ -19,10 +19,11 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.snapshots import Operation, Snapshot
 
 from ampup_memory.memory.acl import Principal
+from ampup_memory.memory.events import event_from_row
 from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.rows import ACL_OP, episode_from_row, fact_from_row
-from ampup_memory.memory.scopes import Scope
+from ampup_memory.memory.scopes import Scope, valid_name
 from ampup_memory.memory.tables import MemoryTables, at_least, is_in
 
 SKEW = timedelta(minutes=10)
@@ -130,6 +131,7 @@ class Sync:
         ids = {e.commit_id for e in pending}
         episodes = self._rows(scope, "episodes", ids)
         facts = self._rows(scope, "facts", ids)
+        events = self._rows(scope, "events", ids)
         for entry in pending:
             cid = entry.commit_id
             rows = episodes[cid]
@@ -139,6 +141,7 @@ class Sync:
                 [(r["body_ref"], r["body"]) for r in rows if r["body"] is not None],
                 [fact_from_row(r, entry.seq) for r in facts[cid]],
                 [episode_from_row(r, entry.seq) for r in rows if r["op"] == ACL_OP],
+                [event_from_row(r, entry.seq) for r in events[cid]],
             )
 
     def _rows(self, scope: Scope, name: str, ids: set[str]) -> dict[str, list[dict[str, Any]]]:
@@ -154,6 +157,15 @@ class Sync:
             if row["commit_id"] in ids:
                 out[row["commit_id"]].append(row)
         return out
+
+    def everywhere(self) -> None:
+        """Apply every committed, not yet applied commit of any scope (reads by id alone,
+        which do not know their scope before they look)."""
+        self.ledger_table()
+        for name in self.index.pending_scopes():
+            org, _, team = name.partition("/")
+            if valid_name(org) and valid_name(team):
+                self.apply_pending(Scope(org, team))
 
     def rebuild(self) -> int:
         """Recreate the index from the tables alone; returns the commits applied."""

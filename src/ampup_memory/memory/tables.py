@@ -6,6 +6,7 @@ Layout (see DESIGN.md "AmpUp data model"):
                              body rides in the row of the first episode that carries it
                              (content-addressed by ``body_ref`` = SHA-256, stored once)
     <org>__<team>.facts      fact versions and closures
+    <org>__<team>.events     append-only events of advice runs and sessions (events.py)
     memory_system.ledger     one row per commit (compare-and-set, see ledger.py)
     memory_system.principals one row per principal change; newest per user wins
     memory_system.workspaces one row per workspace change; the furthest state per id wins
@@ -84,13 +85,21 @@ WORKSPACES = pa.schema([
     ("updated_at", TS), ("updated_by", pa.string()),
 ])
 
+EVENTS = pa.schema([
+    ("commit_id", pa.string()), ("branch", pa.string()), ("id", pa.string()),
+    ("subject", pa.string()), ("kind", pa.string()), ("user", pa.string()),
+    ("acl", pa.list_(pa.string())), ("reward", pa.float64()), ("data", pa.string()),
+    ("at", TS),
+])
+
 HOLDS = pa.schema([
     ("id", pa.string()), ("kind", pa.string()), ("created_by", pa.string()),
     ("created_at", TS), ("workspace", pa.string()), ("heads", pa.string()),
     ("expires_at", TS), ("released", pa.bool_()), ("updated_at", TS),
 ])
 
-SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "facts": FACTS}
+SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "facts": FACTS,
+                                      "events": EVENTS}
 SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS,
                                        "workspaces": WORKSPACES, "holds": HOLDS}
 

@@ -1,0 +1,106 @@
+"""Advice REST routes: /runs, /runs/reward, /sessions/start, /sessions/end, /sessions/{id}.
+
+Identity first (401), then the body (422), as on every AmpUp route; every error is an
+``AmpError`` rendered in the one envelope. An unknown run or session and one the caller may
+not read answer the same 404.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from starlette.responses import JSONResponse
+
+from ampup_memory.advice import runs, sessions
+from ampup_memory.auth import Authenticator
+from ampup_memory.memory.api import USER_DOC, memory_user, service
+from ampup_memory.memory.scopes import BranchText, ScopeText
+from ampup_memory.web.body import parse_body
+from ampup_memory.web.openapi import body_doc, errors
+
+router = APIRouter(tags=["advice"])
+
+UNAUTHENTICATED = "UNAUTHENTICATED / MISSING_USER: no caller, or not a valid user id"
+INVALID = "VALIDATION_ERROR: details.errors = [{loc, msg, type}] (reward outside [-1, 1])"
+UNAVAILABLE = "UNAVAILABLE: the ledger stayed contended; nothing was committed"
+NOT_FOUND_RUN = "NOT_FOUND: unknown run or session, or one you may not read (one answer)"
+ENDED = "SESSION_ENDED: the session has ended already"
+
+
+def _user(request: Request) -> str:
+    auth: Authenticator = request.app.state.auth
+    return memory_user(auth, {k.lower(): v for k, v in request.headers.items()})
+
+
+RunIdP = Annotated[str, Path(max_length=64, description="A run id (run_…).")]
+SessionIdP = Annotated[str, Path(max_length=64, description="A session id (ses_…).")]
+
+
+@router.post("/runs", status_code=201, responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 422: INVALID, 503: UNAVAILABLE}),
+             openapi_extra={**body_doc(runs.RecordRun), **USER_DOC})
+async def record_run(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(runs.RecordRun, await request.body())
+    run_id, entry = await run_in_threadpool(runs.record_run, service(request), user, req)
+    return JSONResponse({"id": run_id, "commit": entry.commit_id}, status_code=201)
+
+
+@router.post("/runs/reward", status_code=201, responses=errors({
+    401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 422: INVALID, 503: UNAVAILABLE}),
+             openapi_extra={**body_doc(runs.RewardRun), **USER_DOC})
+async def reward_run(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(runs.RewardRun, await request.body())
+    result = await run_in_threadpool(runs.reward, service(request), user, req)
+    return JSONResponse(result, status_code=201)
+
+
+@router.get("/runs", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 422: INVALID}),
+            openapi_extra=USER_DOC)
+def list_runs(request: Request, scope: Annotated[ScopeText, Query()],
+              branch: Annotated[BranchText | None, Query()] = None,
+              limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+              before: Annotated[str | None, Query(max_length=64,
+                                                  description="Run id: page before it.")] = None,
+              ) -> dict[str, Any]:
+    user = _user(request)
+    return runs.list_runs(service(request), user, scope, branch, limit, before)
+
+
+@router.get("/runs/{run_id}", responses=errors({401: UNAUTHENTICATED, 404: NOT_FOUND_RUN}),
+            openapi_extra=USER_DOC)
+def get_run(request: Request, run_id: RunIdP) -> dict[str, Any]:
+    user = _user(request)
+    return runs.get_run(service(request), user, run_id)
+
+
+@router.post("/sessions/start", status_code=201, responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 422: INVALID, 503: UNAVAILABLE}),
+             openapi_extra={**body_doc(sessions.StartSession), **USER_DOC})
+async def start_session(request: Request) -> JSONResponse:
+    user = _user(request)
+    req = parse_body(sessions.StartSession, await request.body())
+    ses_id = await run_in_threadpool(sessions.start_session, service(request), user, req)
+    return JSONResponse({"id": ses_id}, status_code=201)
+
+
+@router.post("/sessions/end", responses=errors({
+    401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 409: ENDED, 422: INVALID, 503: UNAVAILABLE}),
+             openapi_extra={**body_doc(sessions.EndSession), **USER_DOC})
+async def end_session(request: Request) -> dict[str, Any]:
+    user = _user(request)
+    req = parse_body(sessions.EndSession, await request.body())
+    result: dict[str, Any] = await run_in_threadpool(sessions.end_session, service(request),
+                                                     user, req)
+    return result
+
+
+@router.get("/sessions/{session_id}", responses=errors({
+    401: UNAUTHENTICATED, 404: NOT_FOUND_RUN}), openapi_extra=USER_DOC)
+def get_session(request: Request, session_id: SessionIdP) -> dict[str, Any]:
+    user = _user(request)
+    return sessions.get_session(service(request), user, session_id)

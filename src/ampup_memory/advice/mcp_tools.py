@@ -1,0 +1,45 @@
+"""The advice loop's MCP tools as plain functions: ``record_run``, ``reward_run``,
+``start_session``, ``end_session``. Each takes the memory service and the authenticated
+caller and returns JSON-ready data, through the same functions as the REST routes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ampup_memory.advice import runs, sessions
+from ampup_memory.auth import Caller
+from ampup_memory.memory.mcp_tools import caller_user
+from ampup_memory.memory.service import MemoryService, build
+
+
+def record_run(svc: MemoryService, caller: Caller, *, scope: str, task: str,
+               trace: str | None = None, outcome: str | None = None,
+               advice_key: str | None = None, acl: list[str] | None = None,
+               branch: str | None = None) -> dict[str, Any]:
+    user = caller_user(caller)
+    req = build(runs.RecordRun, scope=scope, task=task, trace=trace, outcome=outcome,
+                advice_key=advice_key, acl=acl, branch=branch)
+    run_id, entry = runs.record_run(svc, user, req)
+    return {"id": run_id, "commit": entry.commit_id}
+
+
+def reward_run(svc: MemoryService, caller: Caller, *, run: str, reward: float,
+               reason: str) -> dict[str, Any]:
+    user = caller_user(caller)
+    return runs.reward(svc, user, build(runs.RewardRun, run=run, reward=reward, reason=reason))
+
+
+def start_session(svc: MemoryService, caller: Caller, *, scope: str, task: str | None = None,
+                  acl: list[str] | None = None, branch: str | None = None) -> dict[str, Any]:
+    user = caller_user(caller)
+    req = build(sessions.StartSession, scope=scope, task=task, acl=acl, branch=branch)
+    return {"id": sessions.start_session(svc, user, req)}
+
+
+def end_session(svc: MemoryService, caller: Caller, *, session: str, transcript: str,
+                outcome: str, reward: float | None = None,
+                reason: str | None = None) -> dict[str, Any]:
+    user = caller_user(caller)
+    req = build(sessions.EndSession, session=session, transcript=transcript, outcome=outcome,
+                reward=reward, reason=reason)
+    return sessions.end_session(svc, user, req)

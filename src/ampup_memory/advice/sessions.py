@@ -1,0 +1,152 @@
+"""Sessions: one agent's work on a task, with the advice served along the way.
+
+A session is the fold of its events (runs.py stores them): ``start`` (scope, task, ACL),
+one ``step`` per advice served (``record_advice_step``), one ``end`` (transcript, outcome)
+and any number of rewards — explicit (at the end, or later with ``POST /runs/reward``) or
+the judge's (judge.py). Ending an ended session is a 409, decided inside the commit's
+compare-and-set so two servers cannot both end one session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from ulid import ULID
+
+from ampup_memory.advice.runs import (
+    END,
+    EXPLICIT,
+    MAX_TEXT,
+    MAX_TRACE,
+    REWARD,
+    SESSION_PREFIX,
+    START,
+    STEP,
+    RewardValue,
+    current_reward,
+    new_id,
+    reward_event,
+    reward_of,
+    subject_events,
+    utcnow,
+)
+from ampup_memory.errors import Conflict
+from ampup_memory.memory.acl import AclEntry, normalize_acl, own_acl
+from ampup_memory.memory.events import EventRecord
+from ampup_memory.memory.scopes import BranchText, ScopeText, parse_branch, parse_scope
+from ampup_memory.memory.segments import Segments
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.timefmt import utc_text
+
+OPEN, ENDED = "open", "ended"
+MAX_STEP_BYTES = 64_000
+
+
+class StartSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: ScopeText
+    task: str | None = Field(default=None, max_length=MAX_TEXT)
+    acl: list[AclEntry] | None = Field(default=None, max_length=64,
+                                       description="Who may read the session (default: you).")
+    branch: BranchText | None = None
+
+
+class EndSession(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    session: str = Field(min_length=1, max_length=64)
+    transcript: str = Field(max_length=MAX_TRACE)
+    outcome: str = Field(max_length=MAX_TEXT)
+    reward: RewardValue | None = None
+    reason: str | None = Field(default=None, max_length=MAX_TEXT,
+                               description="Why this reward (default: the outcome).")
+
+
+def start_session(svc: MemoryService, user: str, req: StartSession) -> str:
+    scope = parse_scope(req.scope)
+    branch = parse_branch(req.branch)
+    acl = normalize_acl(req.acl, ["acl"]) if req.acl is not None else tuple(own_acl(user))
+    ses_id = new_id(SESSION_PREFIX)
+    event = EventRecord(id=str(ULID()), subject=ses_id, kind=START, user=user, at=utcnow(),
+                        acl=acl, data={"task": req.task or ""}, branch=branch)
+    svc.write_events(user, scope, branch, "start session", [event])
+    return ses_id
+
+
+def _refuse_if_ended(svc: MemoryService, scope: str, session: str,
+                     what: str) -> Callable[[Segments], None]:
+    def check(segs: Segments) -> None:
+        if any(e.kind == END for e in svc.index.events(scope, segs, (END,), [session])):
+            raise Conflict(f"Session {session} has ended; {what}.",
+                           code="SESSION_ENDED")
+    return check
+
+
+def record_advice_step(svc: MemoryService, user: str, session: str,
+                       served: dict[str, Any]) -> dict[str, Any]:
+    """Append one served-advice step to an open session the caller may read.
+
+    ``served`` is what was served (for a note: at least ``{"key": ...}``); POST /advice
+    calls this. NotFound for an unknown or unreadable session, 409 once it has ended."""
+    events = subject_events(svc, svc.principal(user), session, SESSION_PREFIX)
+    first = events[0]
+    if any(e.kind == END for e in events):
+        raise Conflict(f"Session {session} has ended; no advice is recorded on it.",
+                       code="SESSION_ENDED")
+    event = EventRecord(id=str(ULID()), subject=session, kind=STEP, user=user, at=utcnow(),
+                        data={"served": served}, branch=first.branch)
+    entry = svc.write_events(user, parse_scope(first.scope), first.branch, "advice step",
+                             [event], recheck=_refuse_if_ended(
+                                 svc, first.scope, session, "no advice is recorded on it"))
+    return {"session": session, "step": event.id, "commit": entry.commit_id}
+
+
+def end_session(svc: MemoryService, user: str, req: EndSession) -> dict[str, Any]:
+    events = subject_events(svc, svc.principal(user), req.session, SESSION_PREFIX)
+    first = events[0]
+    if any(e.kind == END for e in events):
+        raise Conflict(f"Session {req.session} has already ended.", code="SESSION_ENDED")
+    end = EventRecord(id=str(ULID()), subject=req.session, kind=END, user=user, at=utcnow(),
+                      data={"transcript": req.transcript, "outcome": req.outcome},
+                      branch=first.branch)
+    written = [end]
+    if req.reward is not None:
+        written.append(reward_event(req.session, user, req.reward, req.reason or req.outcome,
+                                    EXPLICIT, first.branch))
+    entry = svc.write_events(user, parse_scope(first.scope), first.branch, "end session",
+                             written, recheck=_refuse_if_ended(
+                                 svc, first.scope, req.session, "it ends once"))
+    return session_wire([*events, *written]) | {"commit": entry.commit_id}
+
+
+def get_session(svc: MemoryService, user: str, session: str) -> dict[str, Any]:
+    return session_wire(subject_events(svc, svc.principal(user), session, SESSION_PREFIX))
+
+
+def session_wire(events: list[EventRecord]) -> dict[str, Any]:
+    first = events[0]
+    end = next((e for e in events if e.kind == END), None)
+    reward = current_reward(events)
+    if end is None:
+        judging = None
+    elif reward is None:
+        judging = "pending"
+    else:
+        judging = "judged" if reward.by != EXPLICIT else "not needed"
+    return {
+        "id": first.subject, "scope": first.scope, "branch": first.branch,
+        "user": first.user, "task": first.data.get("task", ""), "acl": list(first.acl),
+        "started_at": utc_text(first.at), "state": ENDED if end else OPEN,
+        "steps": [{"at": utc_text(e.at), "user": e.user, "served": e.data.get("served", {})}
+                  for e in events if e.kind == STEP],
+        "transcript": end.data.get("transcript") if end else None,
+        "outcome": end.data.get("outcome") if end else None,
+        "ended_at": utc_text(end.at) if end else None,
+        "reward": None if reward is None else reward.wire(),
+        "rewards": [reward_of(e).wire() for e in events
+                    if e.kind == REWARD and e.reward is not None],
+        "judging": judging,
+    }

@@ -1,0 +1,100 @@
+"""The advice loop's MCP tools (``record_run``, ``reward_run``, ``start_session``,
+``end_session``), on the same server as the other tools; they wrap `advice.mcp_tools`,
+which call what the REST routes call."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mcp.server.mcpserver import MCPServer
+from mcp.types import CallToolResult
+
+from ampup_memory.advice import mcp_tools as advice_tools
+from ampup_memory.auth import Caller
+from ampup_memory.mcp.ampup import user_env
+from ampup_memory.mcp.tools import TOOLSETS, ToolContext, ToolEnv
+
+
+def _json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2, ensure_ascii=False)
+
+
+def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
+    uenv = user_env(env)
+    memory = env.runtime.memory
+
+    def run(caller: Caller, scope: str, task: str, trace: str | None, outcome: str | None,
+            advice_key: str | None, acl: list[str] | None, branch: str | None) -> str:
+        return _json(advice_tools.record_run(memory, caller, scope=scope, task=task,
+                                             trace=trace, outcome=outcome,
+                                             advice_key=advice_key, acl=acl, branch=branch))
+
+    def rate(caller: Caller, run: str, reward: float, reason: str) -> str:
+        return _json(advice_tools.reward_run(memory, caller, run=run, reward=reward,
+                                             reason=reason))
+
+    def start(caller: Caller, scope: str, task: str | None, acl: list[str] | None,
+              branch: str | None) -> str:
+        return _json(advice_tools.start_session(memory, caller, scope=scope, task=task,
+                                                acl=acl, branch=branch))
+
+    def end(caller: Caller, session: str, transcript: str, outcome: str,
+            reward: float | None, reason: str | None) -> str:
+        return _json(advice_tools.end_session(memory, caller, session=session,
+                                              transcript=transcript, outcome=outcome,
+                                              reward=reward, reason=reason))
+
+    @server.tool()
+    async def record_run(
+        scope: str,
+        task: str,
+        ctx: ToolContext,
+        trace: str | None = None,
+        outcome: str | None = None,
+        advice_key: str | None = None,
+        acl: list[str] | None = None,
+        branch: str | None = None,
+    ) -> CallToolResult:
+        """Record a finished piece of work in team memory `scope` (org/team): the `task`,
+        what you did (`trace`), the `outcome`, and the `advice_key` of advice you followed.
+        Readable by you only unless `acl` lists readers. Replies JSON `{"id": "run_…"}`;
+        reward it later with reward_run."""
+        return await uenv.reply(ctx, run, scope, task, trace, outcome, advice_key, acl,
+                                branch)
+
+    @server.tool()
+    async def reward_run(run: str, reward: float, reason: str,
+                         ctx: ToolContext) -> CallToolResult:
+        """Reward a run (run_…) or a session (ses_…): `reward` from -1 (failed) to 1
+        (went well) and why. A later reward replaces an earlier one; both stay in history."""
+        return await uenv.reply(ctx, rate, run, reward, reason)
+
+    @server.tool()
+    async def start_session(
+        scope: str,
+        ctx: ToolContext,
+        task: str | None = None,
+        acl: list[str] | None = None,
+        branch: str | None = None,
+    ) -> CallToolResult:
+        """Start a work session in `scope` on `task`; advice served to it is recorded on it.
+        Replies JSON `{"id": "ses_…"}`; finish it with end_session."""
+        return await uenv.reply(ctx, start, scope, task, acl, branch)
+
+    @server.tool()
+    async def end_session(
+        session: str,
+        transcript: str,
+        outcome: str,
+        ctx: ToolContext,
+        reward: float | None = None,
+        reason: str | None = None,
+    ) -> CallToolResult:
+        """End session `session` with a short `transcript` of what happened and the
+        `outcome`. Give `reward` (-1..1) if you know how it went; otherwise the judge model
+        (when one is configured) rewards it later. A session ends once."""
+        return await uenv.reply(ctx, end, session, transcript, outcome, reward, reason)
+
+
+TOOLSETS.append(register_advice_tools)

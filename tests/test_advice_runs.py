@@ -1,0 +1,356 @@
+"""Runs, rewards and sessions of the advice loop, over real HTTP against a real server on
+both catalogs (SQLite and PostgreSQL), real Iceberg tables, and the scripted judge model.
+
+Judging runs in this process through the same service the server opens (a second real
+process on the same tables and index, as the `advice judge` command is); one test runs the
+command itself. Advice steps are appended with `record_advice_step`, the function POST
+/advice will call (that route is not built yet).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ampup_memory.advice.judge import judge_pass
+from ampup_memory.advice.runs import rewarded_tasks
+from ampup_memory.advice.sessions import record_advice_step
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.models.chat import Role, chat_model
+from ampup_memory.settings import Settings
+from tests.memory_support import (
+    BACKENDS,
+    QUIET,
+    Memory,
+    backend_env,
+    new_scope,
+    run_cli,
+    start,
+)
+from tests.model_support import ScriptedModel
+from tests.test_mcp import http_client_for, ok
+
+
+@dataclass
+class Served:
+    m: Memory
+    home: Path
+    env: dict[str, str]
+
+    def settings(self) -> Settings:
+        return Settings.model_validate({**self.env, "AMPUP_MEMORY_HOME": str(self.home)})
+
+    @contextmanager
+    def service(self) -> Iterator[MemoryService]:
+        svc = MemoryService.open(self.settings())
+        try:
+            yield svc
+        finally:
+            svc.close()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def srv(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+        scripted_model_process: ScriptedModel) -> Iterator[Served]:
+    env = {**backend_env(request.param, request), **scripted_model_process.env("JUDGE_"),
+           "AMPUP_MEMORY_MODEL_RETRIES": "0",
+           "AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS": "0"}
+    home = tmp_path_factory.mktemp(f"advice-{request.param}")
+    proc = start(home, env)
+    client = Memory(proc.url)
+    yield Served(client, home, env)
+    client.close()
+    proc.stop()
+
+
+def err(r: Any) -> tuple[int, str]:
+    body = r.json()
+    assert set(body) == {"error"}, body
+    return r.status_code, body["error"]["code"]
+
+
+def record(m: Memory, scope: str, **extra: Any) -> str:
+    r = m.http.post("/runs", json={"scope": scope, "task": "fix the flaky login test",
+                                   **extra})
+    assert r.status_code == 201, r.text
+    run_id: str = r.json()["id"]
+    assert run_id.startswith("run_") and len(run_id) == 30
+    return run_id
+
+
+def test_a_run_is_read_only_by_its_readers(srv: Served) -> None:
+    m, bob = srv.m, srv.m.as_user("bob")
+    scope = new_scope()
+    private = record(m, scope, trace="ran pytest -x; fixed the wait", outcome="green",
+                     advice_key="note_login")
+    shared = record(m, scope, acl=["*"])
+
+    got = m.http.get(f"/runs/{private}").json()
+    assert (got["id"], got["scope"], got["user"], got["acl"]) == (
+        private, scope, "alice", ["user:alice"])
+    assert (got["trace"], got["outcome"], got["advice_key"]) == (
+        "ran pytest -x; fixed the wait", "green", "note_login")
+    assert got["reward"] is None and got["rewards"] == []
+
+    # Someone who may not read it gets exactly the answer of an id that does not exist.
+    hidden, unknown = bob.http.get(f"/runs/{private}"), bob.http.get(f"/runs/run_{'0' * 26}")
+    assert err(hidden) == err(unknown) == (404, "NOT_FOUND")
+    assert hidden.json() == unknown.json()
+    assert err(bob.http.get(f"/sessions/{private}")) == (404, "NOT_FOUND")  # not a session
+
+    assert [r["id"] for r in m.http.get("/runs", params={"scope": scope}).json()["runs"]] == [
+        shared, private]  # newest first
+    assert [r["id"] for r in bob.http.get("/runs", params={"scope": scope}).json()["runs"]] == [
+        shared]
+    page = m.http.get("/runs", params={"scope": scope, "limit": 1}).json()
+    assert [r["id"] for r in page["runs"]] == [shared] and page["next_before"] == shared
+    rest = m.http.get("/runs", params={"scope": scope, "before": shared}).json()
+    assert [r["id"] for r in rest["runs"]] == [private] and rest["next_before"] is None
+
+    # Each run is one commit in the scope's ledger.
+    assert [c["changes"].get("events") for c in m.ledger(scope)] == [1, 1]
+    assert err(m.http.post("/runs", json={"scope": scope})) == (422, "VALIDATION_ERROR")
+    assert err(m.as_user("").http.post("/runs", json={"scope": scope, "task": "x"}))[0] == 401
+
+
+def test_a_second_reward_replaces_the_first_and_both_stay(srv: Served) -> None:
+    m, bob = srv.m, srv.m.as_user("bob")
+    scope = new_scope()
+    run = record(m, scope)
+    first = m.http.post("/runs/reward", json={"run": run, "reward": 0.5, "reason": "ok"})
+    assert first.status_code == 201, first.text
+    second = m.http.post("/runs/reward", json={"run": run, "reward": -1, "reason": "broke CI"})
+    assert second.status_code == 201
+
+    got = m.http.get(f"/runs/{run}").json()
+    assert (got["reward"]["value"], got["reward"]["by"], got["reward"]["reason"]) == (
+        -1.0, "explicit", "broke CI")
+    assert [r["value"] for r in got["rewards"]] == [0.5, -1.0]
+    listed = m.http.get("/runs", params={"scope": scope}).json()["runs"]
+    assert listed[0]["reward"]["value"] == -1.0
+
+    for bad in (1.5, -1.01, "high"):
+        r = m.http.post("/runs/reward", json={"run": run, "reward": bad, "reason": "x"})
+        assert err(r) == (422, "VALIDATION_ERROR")
+    assert err(bob.http.post("/runs/reward", json={"run": run, "reward": 1, "reason": "x"})
+               ) == (404, "NOT_FOUND")
+    assert len(m.http.get(f"/runs/{run}").json()["rewards"]) == 2  # nothing else landed
+
+    with srv.service() as svc:
+        tasks = {t.id: t for t in rewarded_tasks(svc, scope)}
+        assert set(tasks) == {run} and tasks[run].reward == -1.0
+        assert (tasks[run].kind, tasks[run].user) == ("run", "alice")
+        assert rewarded_tasks(svc, scope, principal=svc.principal("bob")) == []
+
+
+def test_session_lifecycle(srv: Served) -> None:
+    m, bob = srv.m, srv.m.as_user("bob")
+    scope = new_scope()
+    r = m.http.post("/sessions/start", json={"scope": scope, "task": "triage ticket 42"})
+    assert r.status_code == 201, r.text
+    ses = r.json()["id"]
+    assert ses.startswith("ses_")
+    opened = m.http.get(f"/sessions/{ses}").json()
+    assert (opened["state"], opened["task"], opened["steps"], opened["judging"]) == (
+        "open", "triage ticket 42", [], None)
+
+    with srv.service() as svc:
+        step = record_advice_step(svc, "alice", ses, {"key": "note_triage", "kind": "note"})
+        assert step["session"] == ses
+        with pytest.raises(Exception, match="No such session"):
+            record_advice_step(svc, "bob", ses, {"key": "note_triage"})
+
+    assert err(bob.http.get(f"/sessions/{ses}")) == (404, "NOT_FOUND")
+    assert err(bob.http.post("/sessions/end", json={
+        "session": ses, "transcript": "t", "outcome": "o"})) == (404, "NOT_FOUND")
+    end = m.http.post("/sessions/end", json={"session": ses, "transcript": "read logs",
+                                             "outcome": "closed as duplicate"})
+    assert end.status_code == 200, end.text
+    got = m.http.get(f"/sessions/{ses}").json()
+    assert (got["state"], got["transcript"], got["outcome"]) == (
+        "ended", "read logs", "closed as duplicate")
+    assert [s["served"] for s in got["steps"]] == [{"key": "note_triage", "kind": "note"}]
+    assert (got["reward"], got["judging"]) == (None, "pending")
+
+    again = m.http.post("/sessions/end", json={"session": ses, "transcript": "x",
+                                               "outcome": "y"})
+    assert err(again) == (409, "SESSION_ENDED")
+    with srv.service() as svc:
+        with pytest.raises(Exception, match="has ended"):
+            record_advice_step(svc, "alice", ses, {"key": "late"})
+    assert m.http.get(f"/sessions/{ses}").json() == got  # nothing else landed
+
+    rewarded = m.http.post("/sessions/start", json={"scope": scope}).json()["id"]
+    done = m.http.post("/sessions/end", json={"session": rewarded, "transcript": "t",
+                                              "outcome": "shipped", "reward": 1}).json()
+    assert (done["reward"]["value"], done["reward"]["by"], done["judging"]) == (
+        1.0, "explicit", "not needed")
+    assert err(m.http.post("/sessions/end", json={
+        "session": rewarded, "transcript": "t", "outcome": "o", "reward": 2})) == (
+        422, "VALIDATION_ERROR")
+
+
+def _ended_session(m: Memory, srv: Served, scope: str, served: list[str],
+                   reward: float | None = None) -> str:
+    ses: str = m.http.post("/sessions/start", json={"scope": scope, "task": "deploy"}
+                           ).json()["id"]
+    with srv.service() as svc:
+        for key in served:
+            record_advice_step(svc, m.user, ses, {"key": key})
+    body: dict[str, Any] = {"session": ses, "transcript": "followed the note; deployed",
+                            "outcome": "deployed"}
+    if reward is not None:
+        body["reward"] = reward
+    assert m.http.post("/sessions/end", json=body).status_code == 200
+    return ses
+
+
+def test_judging_stores_a_reward_and_an_explicit_one_wins(srv: Served,
+                                                          scripted_model: ScriptedModel) -> None:
+    m = srv.m
+    scope = new_scope()
+    judged = _ended_session(m, srv, scope, ["note_deploy"])
+    explicit = _ended_session(m, srv, scope, [], reward=-0.5)
+    scripted_model.script([], default={"reply": {
+        "reward": 0.75, "reason": "deployed as asked",
+        "notes": {"note_deploy": {"applied": True, "helped": True},
+                  "never_served": {"applied": True, "helped": False}}}})
+    with srv.service() as svc:
+        report = judge_pass(svc, chat_model(srv.settings(), Role.JUDGE), svc.view(scope).scope)
+        assert (report["judged"], report["failed"]) == (1, 0)
+        # Judged once: a second pass finds nothing pending.
+        assert judge_pass(svc, chat_model(srv.settings(), Role.JUDGE),
+                          svc.view(scope).scope)["judged"] == 0
+    calls = scripted_model.calls()
+    assert len(calls) == 1 and "note_deploy" in calls[0]["messages"][1]["content"]
+
+    got = m.http.get(f"/sessions/{judged}").json()
+    assert (got["reward"]["value"], got["reward"]["by"], got["judging"]) == (
+        0.75, "judge", "judged")
+    assert got["reward"]["notes"] == {"note_deploy": {"applied": True, "helped": True}}
+    assert m.http.get(f"/sessions/{explicit}").json()["reward"]["value"] == -0.5
+
+    # An explicit reward given after the judge's wins; the judge's stays in history.
+    r = m.http.post("/runs/reward", json={"run": judged, "reward": -0.25, "reason": "rolled back"})
+    assert r.status_code == 201, r.text
+    got = m.http.get(f"/sessions/{judged}").json()
+    assert (got["reward"]["value"], got["reward"]["by"]) == (-0.25, "explicit")
+    assert [(x["by"], x["value"]) for x in got["rewards"]] == [("judge", 0.75),
+                                                              ("explicit", -0.25)]
+    with srv.service() as svc:
+        tasks = {t.id: t for t in rewarded_tasks(svc, scope)}
+    assert (tasks[judged].kind, tasks[judged].reward, tasks[judged].served) == (
+        "session", -0.25, ("note_deploy",))
+    assert tasks[judged].trace == "followed the note; deployed"
+
+
+def test_model_down_writes_nothing_and_the_session_is_judged_later(
+        srv: Served, scripted_model: ScriptedModel) -> None:
+    m = srv.m
+    scope = new_scope()
+    ses = _ended_session(m, srv, scope, ["note_x"])
+    commits = len(m.ledger(scope))
+    model = chat_model(srv.settings(), Role.JUDGE)
+    for failure in ({"status": 500}, {"reply": "no JSON here"},
+                    {"reply": {"reward": 3, "notes": {}}}):
+        scripted_model.script([], default=failure)
+        with srv.service() as svc:
+            report = judge_pass(svc, model, svc.view(scope).scope)
+        assert (report["judged"], report["failed"]) == (0, 1), failure
+        got = m.http.get(f"/sessions/{ses}").json()
+        assert (got["reward"], got["rewards"], got["judging"]) == (None, [], "pending")
+        assert len(m.ledger(scope)) == commits
+    scripted_model.script([], default={"reply": {"reward": -0.2, "notes": {}}})
+    with srv.service() as svc:
+        assert judge_pass(svc, model, svc.view(scope).scope)["judged"] == 1
+    assert m.http.get(f"/sessions/{ses}").json()["reward"]["value"] == -0.2
+
+
+def test_the_judge_command_without_a_model_judges_nothing(srv: Served) -> None:
+    if srv.env.get("AMPUP_MEMORY_CATALOG_URI"):
+        pytest.skip("the command's no-model path is the same on every catalog (time)")
+    scope = new_scope()
+    ses = _ended_session(srv.m, srv, scope, [])
+    env = {k: v for k, v in srv.env.items() if "_MODEL" not in k}
+    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"judged": 0, "failed": 0, "skipped": 0, "model": None}
+    assert srv.m.http.get(f"/sessions/{ses}").json()["judging"] == "pending"
+
+
+async def test_mcp_tools_round_trip(srv: Served) -> None:
+    scope = new_scope()
+    headers = {"X-AMP-Agent-ID": "agent_alice", "X-AmpUp-User": "alice"}
+    async with http_client_for(srv.m.url, headers) as client:
+        run = json.loads(await ok(client, "record_run", scope=scope, task="write the docs",
+                                  outcome="merged"))
+        rewarded = json.loads(await ok(client, "reward_run", run=run["id"], reward=0.9,
+                                       reason="clear"))
+        ses = json.loads(await ok(client, "start_session", scope=scope, task="review PR"))
+        ended = json.loads(await ok(client, "end_session", session=ses["id"],
+                                    transcript="read diff", outcome="approved", reward=1))
+        again = await client.call_tool("end_session", {"session": ses["id"],
+                                                       "transcript": "x", "outcome": "y"})
+        bad = await client.call_tool("reward_run", {"run": run["id"], "reward": 7,
+                                                    "reason": "x"})
+    assert rewarded["reward"]["value"] == 0.9
+    assert ended["state"] == "ended" and ended["reward"]["value"] == 1.0
+    assert again.is_error and bad.is_error
+    got = srv.m.http.get(f"/runs/{run['id']}").json()
+    assert (got["task"], got["reward"]["value"]) == ("write the docs", 0.9)
+    assert srv.m.http.get(f"/sessions/{ses['id']}").json()["outcome"] == "approved"
+
+
+def test_a_crash_before_the_ledger_row_leaves_nothing_and_the_index_rebuilds(
+        tmp_path: Path, scripted_model: ScriptedModel) -> None:
+    """Rows first, then the ledger row: a server killed in between shows no run. The read
+    index is derived: rebuilt from the tables alone, it holds the same runs and rewards.
+    The restarted server also judges on its timer (every second here)."""
+    home = tmp_path / "home"
+    env = {**QUIET, "AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS": "0"}
+    crashing = start(home, {**env, "AMPUP_MEMORY_TEST_FAULT": f"after-rows@{home}"})
+    scope = new_scope()
+    m = Memory(crashing.url)
+    try:
+        with pytest.raises(httpx.HTTPError):  # the server exits mid-request
+            m.http.post("/runs", json={"scope": scope, "task": "lost", "acl": ["*"]})
+    finally:
+        m.close()
+        crashing.kill()
+    scripted_model.script([], default={"reply": {"reward": 0.5, "notes": {}}})
+    env = {**env, **scripted_model.env("JUDGE_"),
+           "AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS": "1"}
+    proc = start(home, env)
+    m = Memory(proc.url)
+    try:
+        assert m.http.get("/runs", params={"scope": scope}).json()["runs"] == []
+        ses = m.http.post("/sessions/start", json={"scope": scope}).json()["id"]
+        assert m.http.post("/sessions/end", json={"session": ses, "transcript": "t",
+                                                  "outcome": "o"}).status_code == 200
+        deadline = time.monotonic() + 30
+        while m.http.get(f"/sessions/{ses}").json()["judging"] == "pending":
+            assert time.monotonic() < deadline, "the timer never judged the session"
+            time.sleep(0.2)
+        assert m.http.get(f"/sessions/{ses}").json()["reward"]["by"] == "judge"
+        run = record(m, scope)
+        for value, reason in ((1, "a"), (0, "b")):
+            assert m.http.post("/runs/reward", json={"run": run, "reward": value,
+                                                     "reason": reason}).status_code == 201
+        before = m.http.get(f"/runs/{run}").json()
+        served = Served(m, home, env)
+        with served.service() as svc:  # what `index rebuild` does first, the server idle
+            assert svc.sync.rebuild() >= 3
+        assert m.http.get(f"/runs/{run}").json() == before
+        assert [r["id"] for r in m.http.get("/runs", params={"scope": scope}).json()["runs"]
+                ] == [run]
+    finally:
+        m.close()
+        proc.stop()
