@@ -32,7 +32,6 @@ from ampup_memory.memory.facts import FactRecord, Window, current_values
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.schemas import (
     NAME_PATTERN,
-    READ_MARK_PREFIX,
     SCHEMA_ENTITY,
     Attribute,
     BadValue,
@@ -229,8 +228,8 @@ def _current(groups: dict[tuple[str, str], list[FactRecord]], schema: Schema | N
              at: datetime) -> Iterable[tuple[tuple[str, str], list[Window[FactRecord]]]]:
     pairs = schema.many_pairs() if schema is not None else frozenset()
     for key in sorted(groups):
-        if key[0] == SCHEMA_ENTITY or key[0].startswith(READ_MARK_PREFIX):
-            continue  # the schema's and extraction's bookkeeping
+        if key[0] == SCHEMA_ENTITY:
+            continue  # the schema's bookkeeping
         many = bool(pairs) and (key[0].partition(":")[0], key[1]) in pairs
         windows = current_values(groups[key], at, many)
         if windows:

@@ -40,6 +40,7 @@ from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.facts import FactRecord
 from ampup_memory.memory.ledger import BRANCH, DELETE, MERGE, Head, LedgerEntry
+from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
 from ampup_memory.memory.tables import sqlalchemy_url
 from ampup_memory.sqlite_connections import enable_wal
@@ -107,6 +108,16 @@ facts_t = Table(
     Column("quote", Text, nullable=False), Column("cites", Text, nullable=False),
     Column("written_by", Text, nullable=False),
     Index("mem_facts_entity", "scope", "branch", "entity", "predicate"),
+)
+# Extraction's read marks (reads.py): which episodes a model read with a schema version.
+reads_t = Table(
+    "mem_reads", md,
+    Column("scope", String(140), primary_key=True), Column("branch", String(64), primary_key=True),
+    Column("key", String(40), primary_key=True), Column("episode", String(64), primary_key=True),
+    Column("seq", BigInteger, nullable=False), Column("commit_id", String(40), nullable=False),
+    Column("model", Text, nullable=False), Column("schema", Text),
+    Column("facts", Integer, nullable=False), Column("rejected", Text, nullable=False),
+    Column("read_at", BigInteger, nullable=False),
 )
 principals_t = Table(
     "mem_principals", md,
@@ -279,7 +290,8 @@ class ReadIndex:
     # -- applying a commit's rows ---------------------------------------------------------------
     def apply(self, entry: LedgerEntry, episodes: Iterable[EpisodeRecord],
               bodies: Iterable[tuple[str, str]], facts: Iterable[FactRecord],
-              acl_changes: Iterable[EpisodeRecord] = ()) -> None:
+              acl_changes: Iterable[EpisodeRecord] = (),
+              reads: Iterable[ReadMark] = ()) -> None:
         """Copy one committed commit's rows in, then mark it applied; idempotent.
 
         When two commits carry the same episode id (two servers racing on one write), the
@@ -293,7 +305,7 @@ class ReadIndex:
             if entry.kind == DELETE:
                 # A deleted branch's rows leave the index (its commits stay in the ledger),
                 # so a branch made later under the same name starts empty.
-                for t in (episodes_t, facts_t, acl_t):
+                for t in (episodes_t, facts_t, acl_t, reads_t):
                     conn.execute(delete(t).where(t.c.scope == scope,
                                                  t.c.branch == entry.branch,
                                                  t.c.seq < entry.seq))
@@ -315,6 +327,9 @@ class ReadIndex:
                          "acl": json.dumps(list(e.acl))} for e in acl_changes]
             if acl_rows:
                 conn.execute(self._insert(acl_t).on_conflict_do_nothing(), acl_rows)
+            read_rows = [_read_values(scope, r, entry) for r in reads]
+            if read_rows:
+                conn.execute(self._insert(reads_t).on_conflict_do_nothing(), read_rows)
 
     # -- reads --------------------------------------------------------------------------------
     # Every read takes the segments of a view (segments.py): main is one segment, a branch
@@ -494,6 +509,16 @@ class ReadIndex:
                         tuple_(facts_t.c.entity, facts_t.c.predicate).in_(chunk))))
         return out
 
+    def reads(self, scope: str, segs: Segments, key: str | None = None,
+              ) -> list[ReadMark]:
+        """Read marks in the view: of one read key (a model and schema version), or all."""
+        order = layers(segs)
+        with self.engine.connect() as conn:
+            return [_read_record(r._mapping, order[r.branch]) for r in self._each(
+                conn, reads_t, segs, lambda cond: select(reads_t).where(
+                    reads_t.c.scope == scope, cond,
+                    *(() if key is None else (reads_t.c.key == key,))))]
+
     # -- commits in order (the search index is fed from these) ----------------------------------
     def applied_after(self, scope: str, branch: str, after_seq: int,
                       limit: int) -> list[LedgerEntry]:
@@ -664,6 +689,24 @@ def _fact_values(scope: str, f: FactRecord, entry: LedgerEntry) -> dict[str, Any
         "valid_to": to_us(f.valid_to) if f.valid_to else None, "quote": f.quote,
         "cites": json.dumps([[e, u] for e, u in f.cites]), "written_by": f.written_by,
     }
+
+
+def _read_values(scope: str, r: ReadMark, entry: LedgerEntry) -> dict[str, Any]:
+    return {
+        "scope": scope, "branch": r.branch, "key": r.key, "episode": r.episode,
+        "seq": entry.seq, "commit_id": entry.commit_id, "model": r.model, "schema": r.schema,
+        "facts": r.facts, "rejected": json.dumps(r.rejected, sort_keys=True),
+        "read_at": to_us(r.read_at),
+    }
+
+
+def _read_record(row: Any, layer: int = 0) -> ReadMark:
+    return ReadMark(
+        episode=row["episode"], key=row["key"], model=row["model"], schema=row["schema"],
+        facts=int(row["facts"]), rejected=json.loads(row["rejected"]),
+        read_at=from_us(row["read_at"]), branch=row["branch"], commit_id=row["commit_id"],
+        seq=int(row["seq"]), layer=layer,
+    )
 
 
 def _fact_record(row: Any, layer: int = 0) -> FactRecord:

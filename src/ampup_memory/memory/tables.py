@@ -6,6 +6,8 @@ Layout (see DESIGN.md "AmpUp data model"):
                              body rides in the row of the first episode that carries it
                              (content-addressed by ``body_ref`` = SHA-256, stored once)
     <org>__<team>.facts      fact versions and closures
+    <org>__<team>.reads      extraction's read marks: one row per episode a model read with a
+                             schema version, in the commit of the facts it gave (extraction.py)
     memory_system.ledger     one row per commit (compare-and-set, see ledger.py)
     memory_system.principals one row per principal change; newest per user wins
     memory_system.workspaces one row per workspace change; the furthest state per id wins
@@ -83,6 +85,11 @@ WORKSPACES = pa.schema([
     ("created_at", TS), ("expires_at", TS), ("caps", pa.string()), ("state", pa.string()),
     ("updated_at", TS), ("updated_by", pa.string()),
 ])
+READS = pa.schema([
+    ("commit_id", pa.string()), ("branch", pa.string()), ("episode", pa.string()),
+    ("key", pa.string()), ("model", pa.string()), ("schema", pa.string()),
+    ("facts", pa.int32()), ("rejected", pa.string()), ("read_at", TS),
+])
 
 HOLDS = pa.schema([
     ("id", pa.string()), ("kind", pa.string()), ("created_by", pa.string()),
@@ -90,7 +97,7 @@ HOLDS = pa.schema([
     ("expires_at", TS), ("released", pa.bool_()), ("updated_at", TS),
 ])
 
-SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "facts": FACTS}
+SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "facts": FACTS, "reads": READS}
 SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS,
                                        "workspaces": WORKSPACES, "holds": HOLDS}
 
@@ -269,12 +276,14 @@ class MemoryTables:
         return snapshot.snapshot_id
 
     def all_tables(self) -> Iterator[tuple[str, str]]:
-        """Every table we own: system tables, then each scope's."""
+        """Every table we own: system tables, then each scope's (a scope made before a
+        table was added gains it on its next commit; until then it has none)."""
         for name in SYSTEM_TABLES:
             yield SYSTEM_NAMESPACE, name
         for scope in self.scopes():
             for name in SCOPE_TABLES:
-                yield scope.namespace, name
+                if self.location(scope.namespace, name) is not None:
+                    yield scope.namespace, name
 
 
 def arrow(schema: pa.Schema, rows: list[dict[str, object]]) -> pa.Table:
