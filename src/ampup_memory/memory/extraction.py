@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -62,7 +63,12 @@ log = logging.getLogger("ampup_memory.extraction")
 
 NO_MODEL = "no model configured"
 AUTHOR = "extract"
-DEFAULT_BATCH = 20
+# A batch is one commit: three Iceberg appends (facts, read marks, ledger row) of some 0.1 s
+# each whatever their size, so fewer, larger batches are what keeps our overhead per episode
+# small (benchmarks/extract_bench.py); a slow model commits sooner (BATCH_SECONDS), so a
+# crash loses little model time.
+DEFAULT_BATCH = 100
+BATCH_SECONDS = 30.0
 MAX_CANDIDATES = 200  # per episode: more is a model gone astray, not more knowledge
 
 
@@ -220,12 +226,16 @@ class Extractor:
         if progress:
             progress(0, len(todo))
         done = 0
-        for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
+        while done < len(todo) and out.error is None:
+            chunk = todo[done:done + batch]
+            bodies = self.svc.index.bodies(str(scope), {e.body_ref for e in chunk})
             reads: list[_Read] = []
+            began = time.monotonic()
             try:
                 for ep in chunk:
-                    reads.append(self._read(str(scope), typed[0], ep))
+                    reads.append(self._read(typed[0], ep, bodies.get(ep.body_ref, "")))
+                    if time.monotonic() - began >= BATCH_SECONDS:
+                        break  # a slow model: commit what it gave before asking on
             except ModelUnavailable as exc:
                 out.error = exc.message
             if reads:
@@ -233,17 +243,14 @@ class Extractor:
             done += len(reads)
             if progress:
                 progress(done, len(todo))
-            if out.error:
-                break
         self._record_error(str(scope), branch, out.error)
         out.pending = len(self.pending(scope_text, branch_text)[0])
         return out
 
-    def _read(self, scope: str, schema: Schema, ep: EpisodeRecord) -> _Read:
+    def _read(self, schema: Schema, ep: EpisodeRecord, body: str) -> _Read:
         """Ask the model about one episode and check each candidate (no write)."""
         assert self.model is not None
         etype = by_name(ep.type)
-        body = self.svc.index.body(scope, ep.body_ref) or ""
         units = etype.units(body) if etype else []
         answer = self.model.ask(SYSTEM, prompt(schema, ep, units), Answer)
         items: list[FactIn] = []
