@@ -166,6 +166,7 @@ class _Read:
     episode: EpisodeRecord
     items: list[FactIn]
     rejected: Counter[str]
+    units: list[Unit]
 
 
 def _error_key(scope: str, branch: str) -> str:
@@ -268,7 +269,7 @@ class Extractor:
                 continue
             seen.add(key)
             items.append(item)
-        return _Read(ep, items, rejected)
+        return _Read(ep, items, rejected, units)
 
     @staticmethod
     def _check(schema: Schema, ep: EpisodeRecord, units: list[Unit], c: Candidate,
@@ -309,7 +310,7 @@ class Extractor:
             segs = svc._write_view(scope, branch)
             ids = [r.episode.id for r in reads]
             cited = svc.index.episodes(ns, segs, ids)
-            units_of: dict[str, list[Unit]] = {}
+            units_of = {r.episode.id: r.units for r in reads}  # the units the model saw
             commit_id = new_commit_id()
             facts: list[FactRecord] = []
             counts: list[tuple[_Read, int]] = []
@@ -352,8 +353,7 @@ class Extractor:
         """Inside the compare-and-set: the schema is the one asked with, and no other
         commit has marked these episodes read meanwhile (another server's pass)."""
         self.svc._schema_unchanged(scope, segs, typed)
-        wanted = set(ids)
-        if any(m.episode in wanted for m in self.svc.index.reads(str(scope), segs, key)):
+        if self.svc.index.reads(str(scope), segs, key, ids):
             raise Conflict("These episodes were read meanwhile.", code="ALREADY_READ")
 
     def _record_error(self, scope: str, branch: str, error: str | None) -> None:

@@ -510,14 +510,24 @@ class ReadIndex:
         return out
 
     def reads(self, scope: str, segs: Segments, key: str | None = None,
-              ) -> list[ReadMark]:
-        """Read marks in the view: of one read key (a model and schema version), or all."""
+              episodes: Iterable[str] | None = None) -> list[ReadMark]:
+        """Read marks in the view: of one read key (a model and schema version), or all;
+        of the listed episodes only, if given."""
         order = layers(segs)
+        wanted = None if episodes is None else sorted(set(episodes))
+        chunks = [None] if wanted is None else [wanted[i:i + 500]
+                                                for i in range(0, len(wanted), 500)]
+
+        def build(cond: Any, chunk: list[str] | None) -> Any:
+            stmt = select(reads_t).where(reads_t.c.scope == scope, cond)
+            if key is not None:
+                stmt = stmt.where(reads_t.c.key == key)
+            return stmt if chunk is None else stmt.where(reads_t.c.episode.in_(chunk))
+
         with self.engine.connect() as conn:
-            return [_read_record(r._mapping, order[r.branch]) for r in self._each(
-                conn, reads_t, segs, lambda cond: select(reads_t).where(
-                    reads_t.c.scope == scope, cond,
-                    *(() if key is None else (reads_t.c.key == key,))))]
+            return [_read_record(r._mapping, order[r.branch]) for chunk in chunks
+                    for r in self._each(conn, reads_t, segs,
+                                        lambda cond, chunk=chunk: build(cond, chunk))]
 
     # -- commits in order (the search index is fed from these) ----------------------------------
     def applied_after(self, scope: str, branch: str, after_seq: int,

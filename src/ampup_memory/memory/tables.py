@@ -32,6 +32,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import suppress
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -43,7 +44,8 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -269,8 +271,10 @@ class MemoryTables:
 
     # -- writing ----------------------------------------------------------------------------
     def append(self, table: Table, rows: pa.Table, summary: dict[str, str] | None = None) -> int:
-        """Append rows as one snapshot; returns that snapshot's id."""
-        table.append(rows, snapshot_properties=summary or {})
+        """Append rows as one snapshot; returns that snapshot's id (``Table.append``, in a
+        transaction that computes its staged metadata once per change, see below)."""
+        with _StagedOnce(table) as tx:
+            tx.append(rows, snapshot_properties=summary or {})
         snapshot = table.current_snapshot()
         assert snapshot is not None
         return snapshot.snapshot_id
@@ -284,6 +288,29 @@ class MemoryTables:
             for name in SCOPE_TABLES:
                 if self.location(scope.namespace, name) is not None:
                     yield scope.namespace, name
+
+
+class _StagedOnce(Transaction):
+    """pyiceberg's transaction, with its staged metadata computed once per staged change.
+
+    pyiceberg 0.12 recomputes ``table_metadata`` (base metadata plus the staged updates,
+    ending in a deep copy of the whole metadata) on every read, and one append reads it
+    about twenty times: most of an append's time (profiled with benchmarks/
+    extract_bench.py). The value only changes when the base metadata or the staged
+    updates do (both immutable, replaced on change), so it is kept until either is
+    replaced. The commit itself is unchanged: the catalog recomputes the metadata from the
+    base and the updates."""
+
+    _kept: tuple[TableMetadata, tuple[Any, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        kept = self._kept
+        if kept is not None and kept[0] is self._table.metadata and kept[1] is self._updates:
+            return kept[2]
+        value = super().table_metadata
+        self._kept = (self._table.metadata, self._updates, value)
+        return value
 
 
 def arrow(schema: pa.Schema, rows: list[dict[str, object]]) -> pa.Table:
