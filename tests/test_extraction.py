@@ -110,8 +110,10 @@ def model_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPath
                ) -> Iterator[tuple[Path, ServerProcess, dict[str, str]]]:
     home = tmp_path_factory.mktemp("extraction")
     base = backend_env(request.param, request)
+    # No serve timer: its pass (every 300 s by default) would read main behind a test's back.
     proc = start(home, {**base, **scripted_model_process.env(),
-                        "AMPUP_MEMORY_MODEL_RETRIES": "1"})
+                        "AMPUP_MEMORY_MODEL_RETRIES": "1",
+                        "AMPUP_MEMORY_EXTRACTION_INTERVAL_SECONDS": "0"})
     yield home, proc, base
     proc.stop()
 
