@@ -5,8 +5,13 @@ process answers the prompts. Checked: correct facts are written with ``written_b
 extract:<model>``, cites and ``valid_from``; a hallucinated quote, a quote from another unit
 and wrong types are rejected and counted per reason; malformed JSON, 500 and 429 leave the
 episode pending with nothing written; a kill -9 between the data rows and the ledger row
-leaves neither facts nor read marks; re-running reads nothing twice; a branch's pass writes
-to the branch; with no model configured nothing runs, nothing fails and the status says so.
+leaves neither facts nor read marks, and a real kill -9 of the serving server in the middle
+of its timer's pass leaves every batch all-or-none; re-running reads nothing twice; read
+marks are rows of their own table (never facts), mirrored in the read index and rebuilt
+from the tables; a branch's pass writes to the branch and a merge carries its read marks;
+the status counts only episodes the caller may read; with no model configured nothing
+runs, nothing fails and the status says so. The shared-home tests run on SQLite and on
+PostgreSQL.
 """
 
 from __future__ import annotations
@@ -17,7 +22,16 @@ from typing import Any
 
 import pytest
 
-from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, new_scope, run_cli, start
+from tests.memory_support import (
+    ADMIN_TOKEN,
+    BACKENDS,
+    QUIET,
+    Memory,
+    backend_env,
+    new_scope,
+    run_cli,
+    start,
+)
 from tests.model_support import ScriptedModel
 from tests.server_process import ServerProcess
 
@@ -50,17 +64,20 @@ BAD = [fact("deal:acme", "close_date", "2025-07-01", 2, "Close date is 2025-07-0
 
 
 class Setup:
-    def __init__(self, home: Path, proc: ServerProcess, model: ScriptedModel | None) -> None:
-        self.home, self.proc, self.model = home, proc, model
+    def __init__(self, home: Path, proc: ServerProcess, model: ScriptedModel | None,
+                 base: dict[str, str] = QUIET, scope: str | None = None) -> None:
+        self.home, self.proc, self.model, self.base = home, proc, model, base
         self.m = Memory(proc.url)
-        self.scope = new_scope()
+        self.scope = scope or new_scope()
+        if scope:  # a scope set up before (by another server process)
+            return
         org, team = self.scope.split("/")
         r = self.m.http.put(f"/schemas/{org}/{team}", json={"schema": DEALS}, headers=ADMIN)
         assert r.status_code == 200, r.text
 
     def env(self, **extra: str) -> dict[str, str]:
         model = self.model.env() if self.model else {}
-        return {**QUIET, **model, "AMPUP_MEMORY_MODEL_RETRIES": "1",
+        return {**self.base, **model, "AMPUP_MEMORY_MODEL_RETRIES": "1",
                 "AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS": "2", **extra}
 
     def write(self, body: str = BODY, **extra: Any) -> str:
@@ -87,19 +104,25 @@ class Setup:
         return list(r.json()["facts"])
 
 
-@pytest.fixture(scope="module")
-def model_home(tmp_path_factory: pytest.TempPathFactory,
-               scripted_model_process: ScriptedModel) -> Iterator[tuple[Path, ServerProcess]]:
+@pytest.fixture(scope="module", params=BACKENDS)
+def model_home(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+               scripted_model_process: ScriptedModel,
+               ) -> Iterator[tuple[Path, ServerProcess, dict[str, str]]]:
     home = tmp_path_factory.mktemp("extraction")
-    proc = start(home, {**QUIET, **scripted_model_process.env(),
-                        "AMPUP_MEMORY_MODEL_RETRIES": "1"})
-    yield home, proc
+    base = backend_env(request.param, request)
+    # No serve timer: its pass (every 300 s by default) would read main behind a test's back.
+    proc = start(home, {**base, **scripted_model_process.env(),
+                        "AMPUP_MEMORY_MODEL_RETRIES": "1",
+                        "AMPUP_MEMORY_EXTRACTION_INTERVAL_SECONDS": "0"})
+    yield home, proc, base
     proc.stop()
 
 
 @pytest.fixture
-def s(model_home: tuple[Path, ServerProcess], scripted_model: ScriptedModel) -> Setup:
-    return Setup(*model_home, scripted_model)
+def s(model_home: tuple[Path, ServerProcess, dict[str, str]],
+      scripted_model: ScriptedModel) -> Setup:
+    home, proc, base = model_home
+    return Setup(home, proc, scripted_model, base)
 
 
 def test_checked_facts_are_written_and_the_rest_rejected_per_reason(s: Setup) -> None:
@@ -130,9 +153,10 @@ def test_checked_facts_are_written_and_the_rest_rejected_per_reason(s: Setup) ->
     assert after["rejected"] == {"predicate_unknown": 1, "quote_not_found": 2,
                                  "unit_unknown": 1, "value_invalid": 2}
     assert after["last_error"] is None
-    # One commit held the facts and the read mark.
-    assert [c["message"] for c in s.m.ledger(s.scope)][0] == (
-        "extract 2 fact(s) from 1 episode(s)")
+    # One commit held the facts and the read mark; the mark is no fact (its own table).
+    head = s.m.ledger(s.scope)[0]
+    assert head["message"] == "extract 2 fact(s) from 1 episode(s)"
+    assert head["changes"]["facts"] == 2
     # Re-running reads nothing twice: no model call, no commit.
     commits, calls = len(s.m.ledger(s.scope)), len(s.model.calls())
     code, out, err = s.extract()
@@ -220,13 +244,53 @@ def test_a_pass_on_a_branch_writes_to_the_branch(s: Setup) -> None:
     assert s.facts() == []  # main has not read it
     assert s.status()["episodes_pending"] == 1
     assert s.status(branch="try-extract")["episodes_pending"] == 0
+    # The merge carries the branch's read marks: main does not read the episode again.
+    r = s.m.http.post("/merge", json={"scope": s.scope, "from": "try-extract", "into": "main"})
+    assert r.status_code == 200, r.text
+    assert len(s.facts()) == 2
+    assert (s.status()["episodes_pending"], s.status()["episodes_read"]) == (0, 1)
+    calls = len(s.model.calls())
+    code, out, err = s.extract()
+    assert code == 0, err
+    assert out[0]["read"] == 0 and len(s.model.calls()) == calls
 
 
-def test_only_extraction_writes_read_marks(s: Setup) -> None:
-    ep = s.write()
-    r = s.m.fact(s.scope, f"_extracted:{ep}", "read:x", "y", "Acme", [(ep, 1)])
-    assert r.status_code == 422
-    assert r.json()["error"]["details"]["errors"][0]["type"] == "entity_reserved"
+def test_a_crash_after_the_ledger_row_keeps_facts_and_read_marks_together(s: Setup) -> None:
+    # The CLI dies after the ledger row, before its own read index learns the commit: the
+    # server learns facts and read marks alike from the tables alone.
+    assert s.model is not None
+    s.write()
+    s.model.script([], default={"reply": {"facts": GOOD}})
+    code, _, _ = s.extract(AMPUP_MEMORY_TEST_FAULT=f"after-ledger@{s.home}")
+    assert code == 70
+    assert len(s.facts()) == 2
+    st = s.status()
+    assert (st["episodes_pending"], st["episodes_read"], st["facts_written"]) == (0, 1, 2)
+    calls = len(s.model.calls())
+    code, out, err = s.extract()
+    assert code == 0, err
+    assert out[0]["read"] == 0 and len(s.model.calls()) == calls
+
+
+def test_the_status_counts_only_episodes_the_caller_may_read(s: Setup) -> None:
+    assert s.model is not None
+    s.write(BODY + "\n\nFor everyone.")
+    s.write(BODY + "\n\nFor alice alone.", acl=["user:alice"])
+    bob = s.m.as_user("bob")
+    try:
+        def seen(m: Memory) -> tuple[int, int, int]:
+            r = m.http.get("/extraction/status", params={"scope": s.scope})
+            assert r.status_code == 200, r.text
+            st = r.json()
+            return st["episodes_pending"], st["episodes_read"], st["facts_written"]
+
+        assert (seen(s.m), seen(bob)) == ((2, 0, 0), (1, 0, 0))
+        s.model.script([], default={"reply": {"facts": GOOD}})
+        code, out, err = s.extract()
+        assert code == 0, err
+        assert (seen(s.m), seen(bob)) == ((0, 2, 4), (0, 1, 2))
+    finally:
+        bob.close()
 
 
 def test_no_model_configured_runs_nothing_and_says_so(tmp_path: Path) -> None:
@@ -260,5 +324,92 @@ def test_the_serve_timer_reads_pending_episodes(tmp_path: Path,
         st = s.status()
         assert (st["episodes_pending"], st["episodes_read"], st["facts_written"]) == (0, 1, 2)
         assert {f["written_by"] for f in s.facts()} == {"extract:scripted-1"}
+    finally:
+        proc.stop()
+
+
+def test_a_kill_9_of_the_server_mid_pass_leaves_every_batch_all_or_none(
+        tmp_path: Path, scripted_model: ScriptedModel) -> None:
+    """The serve timer reads one batch and two episodes more; the model holds the second
+    batch's first request while the server is killed with SIGKILL. What was committed
+    stands whole (facts and read marks of the same episodes), the batch in flight left
+    nothing; a pass after the restart reads only what was not committed, so an episode is
+    asked twice only if the crash cost its answer; ``index rebuild`` from the tables alone
+    keeps the read marks."""
+    import collections
+    import time
+
+    from ampup_memory.memory.extraction import DEFAULT_BATCH
+
+    env = {**QUIET, **scripted_model.env(), "AMPUP_MEMORY_MODEL_RETRIES": "0",
+           "AMPUP_MEMORY_EXTRACTION_INTERVAL_SECONDS": "1"}
+    proc = start(tmp_path, env)
+    total = DEFAULT_BATCH + 2
+    s = Setup(tmp_path, proc, scripted_model, scope=new_scope())  # no schema yet: no pass
+    r = s.m.http.post("/episodes/batch", json={"scope": s.scope, "episodes": [
+        {"source": "doc:note", "body": BODY + f"\n\nNote {n}.", "acl": ["*"],
+         "occurred_at": WHEN} for n in range(1, total + 1)]})
+    assert r.status_code == 201, r.text
+    note = {e["id"]: f"Note {n}." for n, e in enumerate(r.json()["episodes"], 1)}
+    ids = sorted(note)  # the order a pass reads one commit's episodes in
+    held = ids[DEFAULT_BATCH]  # the second batch's first episode
+    scripted_model.script([{"match": note[held], "delay": 60, "times": 1,
+                            "reply": {"facts": GOOD}}], default={"reply": {"facts": GOOD}})
+    org, team = s.scope.split("/")
+    r = s.m.http.put(f"/schemas/{org}/{team}", json={"schema": DEALS}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+
+    def asked() -> collections.Counter[str]:
+        said = collections.Counter[str]()
+        for call in scripted_model.calls():
+            text = call["messages"][1]["content"]
+            said.update(i for i in ids if note[i] in text)
+        return said
+
+    try:
+        deadline = time.monotonic() + 120
+        while asked()[held] == 0 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert asked()[held] == 1  # its request is in flight, held by the model
+        proc.kill()
+    finally:
+        proc.stop()
+    s.m.close()
+    quiet = {**env, "AMPUP_MEMORY_EXTRACTION_INTERVAL_SECONDS": "0"}
+    proc = start(tmp_path, quiet)
+    try:
+        s = Setup(tmp_path, proc, scripted_model, scope=s.scope)
+
+        def per_episode() -> collections.Counter[str]:
+            return collections.Counter(f["cites"][0]["episode"] for f in s.facts())
+
+        before = asked()
+        got = per_episode()
+        done = len(got)
+        assert 0 < done <= DEFAULT_BATCH  # a whole first batch (fewer: the 30 s cap)
+        assert got == {i: 2 for i in ids[:done]}  # each committed episode whole
+        st = s.status()
+        assert (st["episodes_pending"], st["episodes_read"], st["facts_written"]) == (
+            total - done, done, 2 * done)  # read marks exactly where the facts are
+        code, out, err = s.extract()
+        assert code == 0, err
+        assert out[0]["read"] == total - done
+        assert per_episode() == {i: 2 for i in ids}
+        lost = [i for i in ids if before[i] and i not in got]  # asked, never committed
+        assert held in lost
+        assert asked() == {i: 2 if i in lost else 1 for i in ids}
+        s.m.close()
+    finally:
+        proc.stop()
+    # The read index rebuilt from the tables alone knows the same read marks.
+    done_cli = run_cli(tmp_path, quiet, "index", "rebuild")
+    assert done_cli.returncode == 0, done_cli.stderr
+    proc = start(tmp_path, quiet)
+    try:
+        s = Setup(tmp_path, proc, scripted_model, scope=s.scope)
+        st = s.status()
+        assert (st["episodes_pending"], st["episodes_read"], st["facts_written"]) == (
+            0, total, 2 * total)
+        s.m.close()
     finally:
         proc.stop()

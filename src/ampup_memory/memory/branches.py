@@ -39,6 +39,7 @@ from ampup_memory.memory.ledger import (
     new_commit_id,
 )
 from ampup_memory.memory.readindex import ReadIndex
+from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.rows import fact_id
 from ampup_memory.memory.schemas import schema_at
 from ampup_memory.memory.scopes import MAIN, BranchText, Scope, ScopeText, parse_branch, parse_scope
@@ -223,6 +224,7 @@ class Plan:
     acl_changes: list[EpisodeRecord] = field(default_factory=list)
     facts: list[FactRecord] = field(default_factory=list)
     conflicts: list[dict[str, Any]] = field(default_factory=list)
+    reads: list[ReadMark] = field(default_factory=list)  # extraction's, carried along
 
     @property
     def changes(self) -> dict[str, int]:
@@ -231,7 +233,7 @@ class Plan:
 
     @property
     def empty(self) -> bool:
-        return not (self.episodes or self.facts or self.acl_changes)
+        return not (self.episodes or self.facts or self.acl_changes or self.reads)
 
 
 def merge_base(index: ReadIndex, scope: str, src: str, dst: str, theirs: Segments,
@@ -315,6 +317,10 @@ def plan(svc: MemoryService, principal: Principal, scope: Scope, src: str, dst: 
                     "entity": key[0], "predicate": key[1],
                     **{n: _shown(svc, principal, ns, segs, v) for n, segs, v in
                        (("base", base, b), ("ours", ours, o), ("theirs", theirs, t))}})
+    # Read marks: what `from` read that `into` has not, so `into` does not read it again.
+    have = {(m.key, m.episode) for m in index.reads(ns, ours)}
+    out.reads = [replace(m, branch=dst) for m in index.reads(ns, new_t)
+                 if (m.key, m.episode) not in have]
     # Episodes: united; an ACL that differs is compared like a value.
     ids = index.episodes_in(ns, new_t) | index.acl_changed(ns, new_t)
     t_acl = index.acl_as_of(ns, theirs, ids)
@@ -399,7 +405,8 @@ def merge(svc: MemoryService, user: str, req: MergeRequest) -> dict[str, Any]:
             try:
                 entry = svc._commit(scope, dst, user, req.message or f"merge {src} into {dst}",
                                     episodes, facts, commit_id, p.acl_changes,
-                                    recheck=unmoved, kind=MERGE, merged=p.theirs_head)
+                                    recheck=unmoved, kind=MERGE, merged=p.theirs_head,
+                                    reads=p.reads)
             except _Moved:
                 continue
             return {**said, "merged": True, "dry_run": False, "commit": entry.commit_id}

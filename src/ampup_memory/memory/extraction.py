@@ -9,13 +9,13 @@ text) and its entity, predicate and value validate against the schema (the same
 ``written_by: extract:<model>``, citing (episode, unit), ``valid_from`` the episode's
 ``occurred_at``.
 
-**Read marks.** That an episode was read is itself a row of the commit: one fact per episode
-on the reserved entity ``_extracted:<episode id>`` with predicate ``read:<key>`` (``key``
-names the model and schema version) and a value counting what was written and rejected. So
-the facts of a batch and the record that its episodes were read land in ONE commit: a
-crash (kill -9) before the ledger row leaves neither, after it both, and an episode is never
-read twice by the same model and schema version. A new model or schema version has another
-key and reads again; newest-wins takes care of the rest.
+**Read marks.** That an episode was read is a row of the commit too: one row per episode in
+the scope's ``reads`` table (reads.py), keyed by the model and schema version, counting what
+was written and rejected. So the facts of a batch and the record that its episodes were
+read land in ONE commit: a crash (kill -9) before the ledger row leaves neither, after it
+both, and an episode is never read twice by the same model and schema version. A new model
+or schema version has another key and reads again; newest-wins takes care of the rest.
+Read marks are not facts: no fact read, search or query sees them.
 
 **Failures.** No model configured: nothing runs. A model that is down, slow, rate-limited or
 answering garbage (after the client's bounded retries, models/chat.py) leaves the episode
@@ -28,6 +28,7 @@ import hashlib
 import json
 import logging
 import re
+import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -38,12 +39,13 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ampup_memory.errors import Conflict, ValidationFailed
+from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episode_types import Unit, by_name
-from ampup_memory.memory.facts import VALUE, FactIn, FactRecord
+from ampup_memory.memory.facts import FactIn, FactRecord
 from ampup_memory.memory.ledger import new_commit_id
+from ampup_memory.memory.reads import ReadMark, read_key
 from ampup_memory.memory.rows import fact_id
 from ampup_memory.memory.schemas import (
-    READ_MARK_PREFIX,
     Attribute,
     Schema,
     check_fact,
@@ -61,7 +63,12 @@ log = logging.getLogger("ampup_memory.extraction")
 
 NO_MODEL = "no model configured"
 AUTHOR = "extract"
-DEFAULT_BATCH = 20
+# A batch is one commit: three Iceberg appends (facts, read marks, ledger row) of some 0.1 s
+# each whatever their size, so fewer, larger batches are what keeps our overhead per episode
+# small (benchmarks/extract_bench.py); a slow model commits sooner (BATCH_SECONDS), so a
+# crash loses little model time.
+DEFAULT_BATCH = 100
+BATCH_SECONDS = 30.0
 MAX_CANDIDATES = 200  # per episode: more is a model gone astray, not more knowledge
 
 
@@ -133,15 +140,6 @@ def locate(quote: str, text: str) -> str | None:
     return found.group(0) if found else None
 
 
-def read_key(model: str, version: str) -> str:
-    """The predicate of a read mark: one per (model, schema version)."""
-    return "read:" + hashlib.sha256(f"{model}\n{version}".encode()).hexdigest()[:40]
-
-
-def mark_entity(episode_id: str) -> str:
-    return READ_MARK_PREFIX + episode_id
-
-
 @dataclass
 class Outcome:
     """One pass: what it read, wrote and rejected, and why it stopped early if it did."""
@@ -168,6 +166,7 @@ class _Read:
     episode: EpisodeRecord
     items: list[FactIn]
     rejected: Counter[str]
+    units: list[Unit]
 
 
 def _error_key(scope: str, branch: str) -> str:
@@ -194,27 +193,21 @@ class Extractor:
                                               datetime.now(UTC))
 
     def pending(self, scope_text: str, branch_text: str | None = None,
-                ) -> tuple[list[EpisodeRecord], int, dict[str, Any]]:
-        """Episodes still to read (oldest first), how many were read, and the read marks'
-        totals (facts written, rejected by reason) for this model and schema version."""
+                ) -> tuple[list[EpisodeRecord], list[ReadMark]]:
+        """Episodes still to read (oldest first) and the read marks of this model and
+        schema version in the branch's view."""
         scope, _branch, segs, typed = self._state(scope_text, branch_text)
-        totals: dict[str, Any] = {"facts": 0, "rejected": Counter()}
         if typed is None:
-            return [], 0, totals
+            return [], []
         schema, fact = typed
         types = sorted({t for rule in schema.extract for t in rule.episode_types})
         episodes = self.svc.index.episodes_of_types(str(scope), segs, types)
         if self.model is None:
-            return episodes, 0, totals
+            return episodes, []
         key = read_key(self.model.name, json.loads(fact.value or "null"))
-        marks = self.svc.index.facts(str(scope), segs, None, key,
-                                     entity_prefix=READ_MARK_PREFIX)
-        read = {m.entity[len(READ_MARK_PREFIX):] for m in marks}
-        for m in marks:
-            value = json.loads(m.value or "{}")
-            totals["facts"] += int(value.get("facts", 0))
-            totals["rejected"].update(value.get("rejected", {}))
-        return [e for e in episodes if e.id not in read], len(read), totals
+        marks = self.svc.index.reads(str(scope), segs, key)
+        read = {m.episode for m in marks}
+        return [e for e in episodes if e.id not in read], marks
 
     def run(self, scope_text: str, branch_text: str | None = None, limit: int | None = None,
             batch: int = DEFAULT_BATCH,
@@ -228,18 +221,22 @@ class Extractor:
         out = Outcome(self.model.name, version)
         if typed is None:  # no schema: nothing says what to read
             return out
-        todo, _, _ = self.pending(scope_text, branch_text)
+        todo, _ = self.pending(scope_text, branch_text)
         if limit is not None:
             todo = todo[:max(0, limit)]
         if progress:
             progress(0, len(todo))
         done = 0
-        for start in range(0, len(todo), batch):
-            chunk = todo[start:start + batch]
+        while done < len(todo) and out.error is None:
+            chunk = todo[done:done + batch]
+            bodies = self.svc.index.bodies(str(scope), {e.body_ref for e in chunk})
             reads: list[_Read] = []
+            began = time.monotonic()
             try:
                 for ep in chunk:
-                    reads.append(self._read(str(scope), typed[0], ep))
+                    reads.append(self._read(typed[0], ep, bodies.get(ep.body_ref, "")))
+                    if time.monotonic() - began >= BATCH_SECONDS:
+                        break  # a slow model: commit what it gave before asking on
             except ModelUnavailable as exc:
                 out.error = exc.message
             if reads:
@@ -247,17 +244,14 @@ class Extractor:
             done += len(reads)
             if progress:
                 progress(done, len(todo))
-            if out.error:
-                break
         self._record_error(str(scope), branch, out.error)
         out.pending = len(self.pending(scope_text, branch_text)[0])
         return out
 
-    def _read(self, scope: str, schema: Schema, ep: EpisodeRecord) -> _Read:
+    def _read(self, schema: Schema, ep: EpisodeRecord, body: str) -> _Read:
         """Ask the model about one episode and check each candidate (no write)."""
         assert self.model is not None
         etype = by_name(ep.type)
-        body = self.svc.index.body(scope, ep.body_ref) or ""
         units = etype.units(body) if etype else []
         answer = self.model.ask(SYSTEM, prompt(schema, ep, units), Answer)
         items: list[FactIn] = []
@@ -275,7 +269,7 @@ class Extractor:
                 continue
             seen.add(key)
             items.append(item)
-        return _Read(ep, items, rejected)
+        return _Read(ep, items, rejected, units)
 
     @staticmethod
     def _check(schema: Schema, ep: EpisodeRecord, units: list[Unit], c: Candidate,
@@ -316,7 +310,7 @@ class Extractor:
             segs = svc._write_view(scope, branch)
             ids = [r.episode.id for r in reads]
             cited = svc.index.episodes(ns, segs, ids)
-            units_of: dict[str, list[Unit]] = {}
+            units_of = {r.episode.id: r.units for r in reads}  # the units the model saw
             commit_id = new_commit_id()
             facts: list[FactRecord] = []
             counts: list[tuple[_Read, int]] = []
@@ -335,21 +329,16 @@ class Extractor:
                     wrote += 1
                 counts.append((r, wrote))
             now = datetime.now(UTC)
-            for r, wrote in counts:
-                n = len(facts)
-                facts.append(FactRecord(
-                    fact_id=fact_id(commit_id, n), kind=VALUE,
-                    entity=mark_entity(r.episode.id), predicate=key,
-                    value=json.dumps({"model": self.model.name, "schema": version,
-                                      "facts": wrote, "rejected": dict(r.rejected)}),
-                    valid_from=now, valid_to=None, quote="", cites=((r.episode.id, 1),),
-                    written_by=self.writer, branch=branch, ord=n))
+            marks = [ReadMark(episode=r.episode.id, key=key, model=self.model.name,
+                              schema=version, facts=wrote, rejected=dict(r.rejected),
+                              read_at=now, branch=branch) for r, wrote in counts]
             wrote_total = sum(w for _, w in counts)
             try:
                 entry = svc._commit(
                     scope, branch, AUTHOR,
                     f"extract {wrote_total} fact(s) from {len(reads)} episode(s)", [], facts,
-                    commit_id, recheck=partial(self._unread, scope, segs, typed, key, ids))
+                    commit_id, recheck=partial(self._unread, scope, segs, typed, key, ids),
+                    reads=marks)
             except Conflict as exc:  # schema changed or another server read them: not ours
                 log.info("extraction batch on %s/%s dropped: %s", ns, branch, exc.message)
                 return
@@ -364,20 +353,28 @@ class Extractor:
         """Inside the compare-and-set: the schema is the one asked with, and no other
         commit has marked these episodes read meanwhile (another server's pass)."""
         self.svc._schema_unchanged(scope, segs, typed)
-        marks = self.svc.index.facts(str(scope), segs, None, key,
-                                     entity_prefix=READ_MARK_PREFIX)
-        wanted = {mark_entity(i) for i in ids}
-        if any(m.entity in wanted for m in marks):
+        if self.svc.index.reads(str(scope), segs, key, ids):
             raise Conflict("These episodes were read meanwhile.", code="ALREADY_READ")
 
     def _record_error(self, scope: str, branch: str, error: str | None) -> None:
         value = json.dumps({"error": error, "at": utc_text(datetime.now(UTC))} if error else {})
         self.svc.index.set_meta(_error_key(scope, branch), value)
 
-    def status(self, scope_text: str, branch_text: str | None = None) -> dict[str, Any]:
-        """What ``GET /extraction/status`` answers."""
-        scope, branch, _segs, typed = self._state(scope_text, branch_text)
-        todo, read, totals = self.pending(scope_text, branch_text)
+    def status(self, scope_text: str, branch_text: str | None = None,
+               principal: Principal | None = None) -> dict[str, Any]:
+        """What ``GET /extraction/status`` answers. With ``principal``, every count covers
+        only the episodes that caller may read (the one read rule): the status of a scope
+        never tells how many episodes hide behind ACLs."""
+        scope, branch, segs, typed = self._state(scope_text, branch_text)
+        todo, marks = self.pending(scope_text, branch_text)
+        if principal is not None:
+            seen = self.svc.readable_episodes(
+                principal, str(scope), segs, [e.id for e in todo] + [m.episode for m in marks])
+            todo = [e for e in todo if e.id in seen]
+            marks = [m for m in marks if m.episode in seen]
+        rejected: Counter[str] = Counter()
+        for m in marks:
+            rejected.update(m.rejected)
         raw = self.svc.index.get_meta(_error_key(str(scope), branch))
         last = json.loads(raw) if raw else {}
         return {
@@ -386,9 +383,9 @@ class Extractor:
             "schema": json.loads(typed[1].value or "null") if typed else None,
             "schema_name": typed[0].name if typed else None,
             "episodes_pending": len(todo),
-            "episodes_read": read,
-            "facts_written": totals["facts"],
-            "rejected": dict(sorted(totals["rejected"].items())),
+            "episodes_read": len(marks),
+            "facts_written": sum(m.facts for m in marks),
+            "rejected": dict(sorted(rejected.items())),
             "last_error": last.get("error"),
             "last_error_at": last.get("at"),
         }

@@ -24,6 +24,8 @@ def extraction_status(request: Request, scope: ScopeQ, branch: BranchQ = None,
                       ) -> dict[str, Any]:
     """Episodes pending and read by the extract model with the scope's schema version,
     facts written, candidates rejected by reason, the last model error, and the model
-    (``"no model configured"`` when there is none: then nothing runs)."""
-    _user(request)
-    return extractor(service(request), request.app.state.settings).status(scope, branch)
+    (``"no model configured"`` when there is none: then nothing runs). Every count covers
+    only the episodes the caller may read."""
+    svc = service(request)
+    principal = svc.principal(_user(request))
+    return extractor(svc, request.app.state.settings).status(scope, branch, principal)

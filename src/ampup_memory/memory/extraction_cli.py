@@ -13,6 +13,7 @@ import click
 
 from ampup_memory.cliutil import dumps
 from ampup_memory.memory.cli import SettingsOptions, _service
+from ampup_memory.memory.extraction import DEFAULT_BATCH
 from ampup_memory.settings import Settings
 
 
@@ -26,8 +27,9 @@ def extraction_commands(settings_options: SettingsOptions,
     @click.option("--branch", default=None, help="Branch to read and write (default main).")
     @click.option("--limit", type=click.IntRange(min=0), default=None,
                   help="At most this many episodes per scope.")
-    @click.option("--batch", type=click.IntRange(min=1, max=1000), default=20,
-                  show_default=True, help="Episodes per commit.")
+    @click.option("--batch", type=click.IntRange(min=1, max=1000), default=DEFAULT_BATCH,
+                  show_default=True,
+                  help="Episodes per commit (fewer once the model has taken 30 s).")
     @settings_options("common", "tables", "models")
     def extract(scope: str | None, branch: str | None, limit: int | None, batch: int,
                 **kwargs: Any) -> None:

@@ -20,19 +20,20 @@ from __future__ import annotations
 import json
 import operator
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import field_error
-from ampup_memory.memory.facts import FactRecord, Window, current_values
+from ampup_memory.memory.facts import FactRecord, Window, current, current_values, lines
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.schemas import (
     NAME_PATTERN,
-    READ_MARK_PREFIX,
     SCHEMA_ENTITY,
     Attribute,
     BadValue,
@@ -47,6 +48,7 @@ from ampup_memory.timefmt import Instant, utc_text
 from ampup_memory.web.body import JsonInt
 
 if TYPE_CHECKING:
+    from ampup_memory.memory.acl import Principal
     from ampup_memory.memory.service import MemoryService, View
 
 Op = Literal["eq", "ne", "lt", "lte", "gt", "gte", "in", "contains"]
@@ -173,13 +175,20 @@ def _sorted(items: list[Any], orders: list[tuple[Callable[[Any], Key], bool]]) -
 # The fact rows a typed query reads, per view as of its heads: a view's rows up to a
 # commit never change, so a repeated query (dashboards) reads them once. Rows only: who may
 # see which is decided per call by MemoryService.visible_facts.
-_ROWS: OrderedDict[tuple[Any, ...], list[FactRecord]] = OrderedDict()
+_ROWS: OrderedDict[tuple[Any, ...], _Rows] = OrderedDict()
 _ROWS_LOCK = threading.Lock()
 ROW_CACHE = 4
 
 
+@dataclass(frozen=True)
+class _Rows:
+    key: tuple[Any, ...]  # the view's resolved heads, type and predicates
+    rows: list[FactRecord]
+    cited: frozenset[str]  # the episodes the rows cite
+
+
 def _rows(svc: MemoryService, view: View, prefix: str | None,
-          predicates: list[str] | set[str] | None) -> list[FactRecord] | None:
+          predicates: list[str] | set[str] | None) -> _Rows | None:
     """The view's fact rows of a type (and predicates), cached by the view's resolved
     heads; None (read them directly) while commits are still being applied."""
     ns = str(view.scope)
@@ -199,11 +208,95 @@ def _rows(svc: MemoryService, view: View, prefix: str | None,
         return None
     rows = svc.index.facts(ns, tuple(segs), None, None, entity_prefix=prefix,
                            predicates=predicates)
+    found = _Rows(key, rows, frozenset(e for f in rows for e, _ in f.cites))
     with _ROWS_LOCK:
-        _ROWS[key] = rows
+        _ROWS[key] = found
         while len(_ROWS) > ROW_CACHE:
             _ROWS.popitem(last=False)
-    return rows
+    return found
+
+
+# What find: entities evaluates, kept per rows and visibility: the timelines of every
+# visible (entity, attribute), and per stretch of time between two window boundaries (the
+# current values cannot change inside one) the entities' current values, decoded. A repeated
+# query then only tests its conditions and orders; who sees what is still decided per call
+# (the caller's readable episodes, MemoryService.readable_episodes, pick the entry).
+Attr = tuple[list[Window[FactRecord]], list[Any]]  # current windows, their decoded values
+Records = dict[str, dict[str, Attr]]
+
+
+@dataclass
+class _Evaluated:
+    lines: dict[tuple[str, str], list[list[Window[FactRecord]]]]
+    bounds: list[datetime]
+    at: OrderedDict[int, Records] = field(default_factory=OrderedDict)
+
+
+_EVALUATED: OrderedDict[tuple[Any, ...], _Evaluated] = OrderedDict()
+STRETCHES = 8
+
+
+def _evaluate(groups: dict[tuple[str, str], list[FactRecord]],
+              schema: Schema | None) -> _Evaluated:
+    pairs = schema.many_pairs() if schema is not None else frozenset()
+    found: dict[tuple[str, str], list[list[Window[FactRecord]]]] = {}
+    bounds: set[datetime] = set()
+    for key, versions in groups.items():
+        if key[0] == SCHEMA_ENTITY:
+            continue  # the schema's bookkeeping
+        many = bool(pairs) and (key[0].partition(":")[0], key[1]) in pairs
+        found[key] = lines(versions, many)
+        for line in found[key]:
+            for w in line:
+                if w.version.valid_from is not None:  # None: from the beginning
+                    bounds.add(w.version.valid_from)
+                if w.end is not None:
+                    bounds.add(w.end)
+    return _Evaluated(found, sorted(bounds))
+
+
+def _records_at(ev: _Evaluated, at: datetime) -> Records:
+    """Each entity's current values at ``at`` (newest-wins, facts.current), decoded."""
+    stretch = bisect_right(ev.bounds, at)
+    with _ROWS_LOCK:
+        hit = ev.at.get(stretch)
+    if hit is not None:
+        return hit
+    records: Records = {}
+    for (entity, predicate), found in sorted(ev.lines.items()):
+        windows = [w for line in found if (w := current(line, at)) is not None]
+        if windows:
+            records.setdefault(entity, {})[predicate] = (windows, [
+                json.loads(w.version.value) for w in windows if w.version.value is not None])
+    with _ROWS_LOCK:
+        ev.at[stretch] = records
+        while len(ev.at) > STRETCHES:
+            ev.at.popitem(last=False)
+    return records
+
+
+def _current_records(svc: MemoryService, principal: Principal, view: View,
+                     schema: Schema | None, at: datetime, prefix: str,
+                     wanted: set[str] | None) -> Records:
+    cached = _rows(svc, view, prefix, wanted)
+    if cached is None:  # commits still being applied: nothing kept
+        groups = svc.visible_facts(principal, view, None, None, entity_prefix=prefix,
+                                   predicates=wanted)
+        return _records_at(_evaluate(groups, schema), at)
+    readable = svc.readable_episodes(principal, str(view.scope), view.segments, cached.cited)
+    key = (cached.key, cached.cited.difference(readable))
+    with _ROWS_LOCK:
+        ev = _EVALUATED.get(key)
+        if ev is not None:
+            _EVALUATED.move_to_end(key)
+    if ev is None:
+        ev = _evaluate(svc.visible_facts(principal, view, None, None, entity_prefix=prefix,
+                                         predicates=wanted, rows=cached.rows), schema)
+        with _ROWS_LOCK:
+            _EVALUATED[key] = ev
+            while len(_EVALUATED) > ROW_CACHE:
+                _EVALUATED.popitem(last=False)
+    return _records_at(ev, at)
 
 
 def run(svc: MemoryService, user: str, req: TypedQuery) -> dict[str, Any]:
@@ -229,8 +322,8 @@ def _current(groups: dict[tuple[str, str], list[FactRecord]], schema: Schema | N
              at: datetime) -> Iterable[tuple[tuple[str, str], list[Window[FactRecord]]]]:
     pairs = schema.many_pairs() if schema is not None else frozenset()
     for key in sorted(groups):
-        if key[0] == SCHEMA_ENTITY or key[0].startswith(READ_MARK_PREFIX):
-            continue  # the schema's and extraction's bookkeeping
+        if key[0] == SCHEMA_ENTITY:
+            continue  # the schema's bookkeeping
         many = bool(pairs) and (key[0].partition(":")[0], key[1]) in pairs
         windows = current_values(groups[key], at, many)
         if windows:
@@ -250,7 +343,8 @@ def _facts(svc: MemoryService, principal: Any, view: View, schema: Schema | None
     prefix = f"{req.type}:" if req.type else None
     cached = _rows(svc, view, prefix, req.predicate) if req.entity is None else None
     groups = svc.visible_facts(principal, view, req.entity, None, entity_prefix=prefix,
-                               predicates=req.predicate, rows=cached)
+                               predicates=req.predicate,
+                               rows=cached.rows if cached is not None else None)
     tests_of: dict[int, list[Callable[[list[Any]], bool]]] = {}  # by attribute (identity)
 
     def tests(attr: Attribute | None) -> list[Callable[[list[Any]], bool]]:
@@ -331,23 +425,18 @@ def _entities(svc: MemoryService, principal: Any, view: View, schema: Schema | N
     wanted = None
     if req.select is not None:
         wanted = {*req.select, *(n for n, _ in conds), *(n for n, _ in orders_attr)}
-    prefix = f"{req.type}:"
-    groups = svc.visible_facts(principal, view, None, None, entity_prefix=prefix,
-                               predicates=wanted, rows=_rows(svc, view, prefix, wanted))
-    records: dict[str, dict[str, list[Window[FactRecord]]]] = {}
-    for (entity, predicate), windows in _current(groups, schema, at):
-        records.setdefault(entity, {})[predicate] = windows
+    records = _current_records(svc, principal, view, schema, at, f"{req.type}:", wanted)
 
-    def values(rec: dict[str, list[Window[FactRecord]]], name: str) -> list[Any]:
-        return [json.loads(w.version.value) for w in rec.get(name, ())
-                if w.version.value is not None]
+    def values(rec: dict[str, Attr], name: str) -> list[Any]:
+        found = rec.get(name)
+        return found[1] if found is not None else []
 
     matched = [(e, rec) for e, rec in records.items()
                if all(test(values(rec, name)) for name, test in conds)]
 
     def by_attr(name: str, attr: Attribute | None,
-                ) -> Callable[[tuple[str, dict[str, list[Window[FactRecord]]]]], Key]:
-        def key(item: tuple[str, dict[str, list[Window[FactRecord]]]]) -> Key:
+                ) -> Callable[[tuple[str, dict[str, Attr]]], Key]:
+        def key(item: tuple[str, dict[str, Attr]]) -> Key:
             keys = [k for v in values(item[1], name) if (k := sort_key(attr, v)) is not None]
             return min(keys) if keys else None
         return key
@@ -366,7 +455,7 @@ def _entities(svc: MemoryService, principal: Any, view: View, schema: Schema | N
         shown = req.select if req.select is not None else sorted(rec)
         attrs: dict[str, Any] = {}
         for name in shown:
-            windows = rec.get(name)
+            windows = rec[name][0] if name in rec else []
             if not windows:
                 continue
             many = schema is not None and schema.many(entity, name)

@@ -42,6 +42,7 @@ from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.events import EventRecord
 from ampup_memory.memory.facts import FactRecord
 from ampup_memory.memory.ledger import BRANCH, DELETE, MERGE, Head, LedgerEntry
+from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
 from ampup_memory.memory.tables import sqlalchemy_url
 from ampup_memory.sqlite_connections import enable_wal
@@ -121,6 +122,16 @@ events_t = Table(
     Column("data", Text, nullable=False), Column("at", BigInteger, nullable=False),
     Index("mem_events_subject", "subject"),
     Index("mem_events_kind", "scope", "branch", "kind", "subject"),
+)
+# Extraction's read marks (reads.py): which episodes a model read with a schema version.
+reads_t = Table(
+    "mem_reads", md,
+    Column("scope", String(140), primary_key=True), Column("branch", String(64), primary_key=True),
+    Column("key", String(40), primary_key=True), Column("episode", String(64), primary_key=True),
+    Column("seq", BigInteger, nullable=False), Column("commit_id", String(40), nullable=False),
+    Column("model", Text, nullable=False), Column("schema", Text),
+    Column("facts", Integer, nullable=False), Column("rejected", Text, nullable=False),
+    Column("read_at", BigInteger, nullable=False),
 )
 principals_t = Table(
     "mem_principals", md,
@@ -294,7 +305,8 @@ class ReadIndex:
     def apply(self, entry: LedgerEntry, episodes: Iterable[EpisodeRecord],
               bodies: Iterable[tuple[str, str]], facts: Iterable[FactRecord],
               acl_changes: Iterable[EpisodeRecord] = (),
-              events: Iterable[EventRecord] = ()) -> None:
+              events: Iterable[EventRecord] = (),
+              reads: Iterable[ReadMark] = ()) -> None:
         """Copy one committed commit's rows in, then mark it applied; idempotent.
 
         When two commits carry the same episode id (two servers racing on one write), the
@@ -308,7 +320,7 @@ class ReadIndex:
             if entry.kind == DELETE:
                 # A deleted branch's rows leave the index (its commits stay in the ledger),
                 # so a branch made later under the same name starts empty.
-                for t in (episodes_t, facts_t, acl_t, events_t):
+                for t in (episodes_t, facts_t, acl_t, events_t, reads_t):
                     conn.execute(delete(t).where(t.c.scope == scope,
                                                  t.c.branch == entry.branch,
                                                  t.c.seq < entry.seq))
@@ -333,6 +345,9 @@ class ReadIndex:
             event_rows = [_event_values(scope, e, entry) for e in events]
             if event_rows:
                 conn.execute(self._insert(events_t).on_conflict_do_nothing(), event_rows)
+            read_rows = [_read_values(scope, r, entry) for r in reads]
+            if read_rows:
+                conn.execute(self._insert(reads_t).on_conflict_do_nothing(), read_rows)
 
     # -- reads --------------------------------------------------------------------------------
     # Every read takes the segments of a view (segments.py): main is one segment, a branch
@@ -583,6 +598,26 @@ class ReadIndex:
         with self.engine.connect() as conn:
             return sorted(conn.execute(stmt).scalars())
 
+    def reads(self, scope: str, segs: Segments, key: str | None = None,
+              episodes: Iterable[str] | None = None) -> list[ReadMark]:
+        """Read marks in the view: of one read key (a model and schema version), or all;
+        of the listed episodes only, if given."""
+        order = layers(segs)
+        wanted = None if episodes is None else sorted(set(episodes))
+        chunks = [None] if wanted is None else [wanted[i:i + 500]
+                                                for i in range(0, len(wanted), 500)]
+
+        def build(cond: Any, chunk: list[str] | None) -> Any:
+            stmt = select(reads_t).where(reads_t.c.scope == scope, cond)
+            if key is not None:
+                stmt = stmt.where(reads_t.c.key == key)
+            return stmt if chunk is None else stmt.where(reads_t.c.episode.in_(chunk))
+
+        with self.engine.connect() as conn:
+            return [_read_record(r._mapping, order[r.branch]) for chunk in chunks
+                    for r in self._each(conn, reads_t, segs,
+                                        lambda cond, chunk=chunk: build(cond, chunk))]
+
     # -- commits in order (the search index is fed from these) ----------------------------------
     def applied_after(self, scope: str, branch: str, after_seq: int,
                       limit: int) -> list[LedgerEntry]:
@@ -753,6 +788,24 @@ def _fact_values(scope: str, f: FactRecord, entry: LedgerEntry) -> dict[str, Any
         "valid_to": to_us(f.valid_to) if f.valid_to else None, "quote": f.quote,
         "cites": json.dumps([[e, u] for e, u in f.cites]), "written_by": f.written_by,
     }
+
+
+def _read_values(scope: str, r: ReadMark, entry: LedgerEntry) -> dict[str, Any]:
+    return {
+        "scope": scope, "branch": r.branch, "key": r.key, "episode": r.episode,
+        "seq": entry.seq, "commit_id": entry.commit_id, "model": r.model, "schema": r.schema,
+        "facts": r.facts, "rejected": json.dumps(r.rejected, sort_keys=True),
+        "read_at": to_us(r.read_at),
+    }
+
+
+def _read_record(row: Any, layer: int = 0) -> ReadMark:
+    return ReadMark(
+        episode=row["episode"], key=row["key"], model=row["model"], schema=row["schema"],
+        facts=int(row["facts"]), rejected=json.loads(row["rejected"]),
+        read_at=from_us(row["read_at"]), branch=row["branch"], commit_id=row["commit_id"],
+        seq=int(row["seq"]), layer=layer,
+    )
 
 
 def _fact_record(row: Any, layer: int = 0) -> FactRecord:

@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 
 SCHEMA_ENTITY = "_schema"  # the reserved (entity, predicate) holding a scope's schema
 SCHEMA_PREDICATE = "schema"
-READ_MARK_PREFIX = "_extracted:"  # extraction's read marks (extraction.py), one per episode
 SCHEMA_SOURCE = "schema:"
 SCHEMA_DOCUMENT = "schema"
 BUILTINS = ("sales", "engineering", "corpus")
@@ -394,9 +393,6 @@ def check_fact(schema: Schema | None, entity: str, predicate: str, value: Any,
     if entity == SCHEMA_ENTITY:
         raise field_error([*loc, "entity"], f"{SCHEMA_ENTITY} is reserved for the scope's "
                           "schema (PUT /schemas)", "entity_reserved")
-    if entity.startswith(READ_MARK_PREFIX):
-        raise field_error([*loc, "entity"], f"{READ_MARK_PREFIX}... is reserved for "
-                          "extraction's read marks", "entity_reserved")
     if schema is None:
         if isinstance(value, dict):
             raise field_error([*loc, "value"], "an object value needs a schema that types "

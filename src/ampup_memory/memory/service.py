@@ -58,6 +58,7 @@ from ampup_memory.memory.facts import (
 from ampup_memory.memory.ledger import COMMIT, SUMMARY_KEY, LedgerEntry, new_commit_id
 from ampup_memory.memory.maintenance import Protected, full_pass, tidy
 from ampup_memory.memory.readindex import ReadIndex
+from ampup_memory.memory.reads import ReadMark, read_row
 from ampup_memory.memory.retry import Backoff, until_won
 from ampup_memory.memory.rows import ACL_OP, episode_row, fact_id, fact_row
 from ampup_memory.memory.schemas import SCHEMA_ENTITY, Schema, check_fact, schema_at
@@ -77,6 +78,7 @@ from ampup_memory.memory.tables import (
     FACTS,
     LEDGER,
     PRINCIPALS,
+    READS,
     MemoryTables,
     arrow,
 )
@@ -600,13 +602,16 @@ class MemoryService:
                 recheck: Callable[[], None] | None = None, kind: str = COMMIT,
                 parent: Callable[[], str | None] | None = None,
                 merged: str | None = None,
-                events: list[EventRecord] | None = None) -> LedgerEntry:
+                events: list[EventRecord] | None = None,
+                reads: list[ReadMark] | None = None) -> LedgerEntry:
         """Rows first, then one ledger row; the caller holds the write lock.
 
         ``recheck`` runs inside each compare-and-set attempt, on the scope as of exactly the
         ledger snapshot the append asserts: what it checks holds when the commit lands,
         across processes (a commit of another server in between fails the append, and the
         next attempt checks again). It raises to abandon the commit.
+
+        ``reads`` are extraction's read marks (reads.py): rows of the same commit.
 
         ``parent`` names the row's parent instead of the chain's head (a branch's creation
         row: the commit it forked from), asked inside each attempt like ``recheck``."""
@@ -636,6 +641,9 @@ class MemoryService:
         if events:
             rows = [event_row(e, commit_id) for e in events]
             snapshots["events"] = self._append(scope, "events", arrow(EVENTS, rows))
+        if reads:
+            rows = [read_row(r, commit_id) for r in reads]
+            snapshots["reads"] = self._append(scope, "reads", arrow(READS, rows))
         if self.fault == FAULT_AFTER_ROWS:
             log.error("fault hook %s: exiting between data rows and ledger row", self.fault)
             os._exit(70)
@@ -681,7 +689,7 @@ class MemoryService:
         # `apply` stamps every row with the entry's commit and seq (copies of 1,000 records
         # per commit to set them here first were ~2 % of a load).
         self.index.apply(entry, [p.record for p in episodes], list(bodies.items()), facts,
-                         acl_changes or (), events or ())
+                         acl_changes or (), events or (), reads or ())
         for listener in self.after_commit:
             try:
                 listener(ns, branch)

@@ -22,6 +22,7 @@ from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.events import event_from_row
 from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry
 from ampup_memory.memory.readindex import ReadIndex
+from ampup_memory.memory.reads import read_from_row
 from ampup_memory.memory.rows import ACL_OP, episode_from_row, fact_from_row
 from ampup_memory.memory.scopes import Scope, valid_name
 from ampup_memory.memory.tables import MemoryTables, at_least, is_in
@@ -131,7 +132,13 @@ class Sync:
         ids = {e.commit_id for e in pending}
         episodes = self._rows(scope, "episodes", ids)
         facts = self._rows(scope, "facts", ids)
-        events = self._rows(scope, "events", ids)
+        # Only advice's and extraction's commits carry events and read marks: no scan of
+        # those tables for the rest.
+        evented = {e.commit_id for e in pending if "events" in e.snapshots}
+        events = self._rows(scope, "events", evented) if evented else {}
+        # Only extraction's commits carry read marks: no scan of that table for the rest.
+        marked = {e.commit_id for e in pending if "reads" in e.snapshots}
+        reads = self._rows(scope, "reads", marked) if marked else {}
         for entry in pending:
             cid = entry.commit_id
             rows = episodes[cid]
@@ -141,7 +148,8 @@ class Sync:
                 [(r["body_ref"], r["body"]) for r in rows if r["body"] is not None],
                 [fact_from_row(r, entry.seq) for r in facts[cid]],
                 [episode_from_row(r, entry.seq) for r in rows if r["op"] == ACL_OP],
-                [event_from_row(r, entry.seq) for r in events[cid]],
+                [event_from_row(r, entry.seq) for r in events.get(cid, ())],
+                [read_from_row(r, entry.seq) for r in reads.get(cid, ())],
             )
 
     def _rows(self, scope: Scope, name: str, ids: set[str]) -> dict[str, list[dict[str, Any]]]:

@@ -7,6 +7,8 @@ Layout (see DESIGN.md "AmpUp data model"):
                              (content-addressed by ``body_ref`` = SHA-256, stored once)
     <org>__<team>.facts      fact versions and closures
     <org>__<team>.events     append-only events of advice runs and sessions (events.py)
+    <org>__<team>.reads      extraction's read marks: one row per episode a model read with a
+                             schema version, in the commit of the facts it gave (extraction.py)
     memory_system.ledger     one row per commit (compare-and-set, see ledger.py)
     memory_system.principals one row per principal change; newest per user wins
     memory_system.workspaces one row per workspace change; the furthest state per id wins
@@ -31,6 +33,7 @@ import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import suppress
+from typing import Any
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -42,7 +45,8 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
+from pyiceberg.table.metadata import TableMetadata
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -84,6 +88,11 @@ WORKSPACES = pa.schema([
     ("created_at", TS), ("expires_at", TS), ("caps", pa.string()), ("state", pa.string()),
     ("updated_at", TS), ("updated_by", pa.string()),
 ])
+READS = pa.schema([
+    ("commit_id", pa.string()), ("branch", pa.string()), ("episode", pa.string()),
+    ("key", pa.string()), ("model", pa.string()), ("schema", pa.string()),
+    ("facts", pa.int32()), ("rejected", pa.string()), ("read_at", TS),
+])
 
 EVENTS = pa.schema([
     ("commit_id", pa.string()), ("branch", pa.string()), ("id", pa.string()),
@@ -99,7 +108,7 @@ HOLDS = pa.schema([
 ])
 
 SCOPE_TABLES: dict[str, pa.Schema] = {"episodes": EPISODES, "facts": FACTS,
-                                      "events": EVENTS}
+                                      "events": EVENTS, "reads": READS}
 SYSTEM_TABLES: dict[str, pa.Schema] = {"ledger": LEDGER, "principals": PRINCIPALS,
                                        "workspaces": WORKSPACES, "holds": HOLDS}
 
@@ -271,19 +280,46 @@ class MemoryTables:
 
     # -- writing ----------------------------------------------------------------------------
     def append(self, table: Table, rows: pa.Table, summary: dict[str, str] | None = None) -> int:
-        """Append rows as one snapshot; returns that snapshot's id."""
-        table.append(rows, snapshot_properties=summary or {})
+        """Append rows as one snapshot; returns that snapshot's id (``Table.append``, in a
+        transaction that computes its staged metadata once per change, see below)."""
+        with _StagedOnce(table) as tx:
+            tx.append(rows, snapshot_properties=summary or {})
         snapshot = table.current_snapshot()
         assert snapshot is not None
         return snapshot.snapshot_id
 
     def all_tables(self) -> Iterator[tuple[str, str]]:
-        """Every table we own: system tables, then each scope's."""
+        """Every table we own: system tables, then each scope's (a scope made before a
+        table was added gains it on its next commit; until then it has none)."""
         for name in SYSTEM_TABLES:
             yield SYSTEM_NAMESPACE, name
         for scope in self.scopes():
             for name in SCOPE_TABLES:
-                yield scope.namespace, name
+                if self.location(scope.namespace, name) is not None:
+                    yield scope.namespace, name
+
+
+class _StagedOnce(Transaction):
+    """pyiceberg's transaction, with its staged metadata computed once per staged change.
+
+    pyiceberg 0.12 recomputes ``table_metadata`` (base metadata plus the staged updates,
+    ending in a deep copy of the whole metadata) on every read, and one append reads it
+    about twenty times: most of an append's time (profiled with benchmarks/
+    extract_bench.py). The value only changes when the base metadata or the staged
+    updates do (both immutable, replaced on change), so it is kept until either is
+    replaced. The commit itself is unchanged: the catalog recomputes the metadata from the
+    base and the updates."""
+
+    _kept: tuple[TableMetadata, tuple[Any, ...], TableMetadata] | None = None
+
+    @property
+    def table_metadata(self) -> TableMetadata:
+        kept = self._kept
+        if kept is not None and kept[0] is self._table.metadata and kept[1] is self._updates:
+            return kept[2]
+        value = super().table_metadata
+        self._kept = (self._table.metadata, self._updates, value)
+        return value
 
 
 def arrow(schema: pa.Schema, rows: list[dict[str, object]]) -> pa.Table:

@@ -20,6 +20,7 @@ from ampup_memory.timefmt import utc_text
 if TYPE_CHECKING:
     from ampup_memory.runtime import Runtime
     from ampup_memory.search.feed import Feed
+    from ampup_memory.settings import Settings
 
 
 def _file_bytes(path: Path) -> int | None:
@@ -86,11 +87,19 @@ def collect(runtime: Runtime, feed: Feed | None = None,
         "embedder": {"configured": runtime.embedder.name,
                      "dimensions": runtime.embedder.dimensions,
                      "recorded": None if model is None else model.name},
-        # Extraction, judging and learning models are not built yet: nothing to name.
-        "model": None,
+        "model": _models(settings),
         "timers": [t.wire() for t in timers] if timers is not None else None,
         "last_lifecycle_pass": None if not passes else {
             "finished_at": utc_text(passes[0].finished_at), "holder": passes[0].holder,
             "evaluated": passes[0].evaluated, "transitions": passes[0].transitions,
             "purged": passes[0].purged},
     }
+
+
+def _models(settings: Settings) -> dict[str, Any]:
+    """Each model role's configured model name (None: that work does not run); never a
+    URL or key."""
+    from ampup_memory.models.chat import Role, endpoint_for
+
+    found = {role.value: endpoint_for(settings, role) for role in Role}
+    return {role: ep.model if ep else None for role, ep in found.items()}

@@ -33,7 +33,6 @@ from ampup_memory.memory.episode_types import by_name
 from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.facts import FactRecord
 from ampup_memory.memory.ledger import DELETE
-from ampup_memory.memory.schemas import READ_MARK_PREFIX
 from ampup_memory.memory.scopes import MAIN
 from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.memory.service import MemoryService
@@ -74,8 +73,6 @@ def documents(scope: str, episodes: Iterable[EpisodeRecord], bodies: dict[str, s
             units=tuple(Unit(u.n, u.kind, u.text) for u in units), seq=rec.seq,
         ))
     for f in facts:
-        if f.entity.startswith(READ_MARK_PREFIX):  # extraction's bookkeeping, not knowledge
-            continue
         batch.facts.append(FactDoc(
             id=f.fact_id, scope=scope, branch=f.branch, commit=f.commit_id,
             entity=f.entity, predicate=f.predicate, value=f.value or "", quote=f.quote,
