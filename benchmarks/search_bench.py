@@ -55,10 +55,9 @@ def make_batch(rng: random.Random, start: int, n_eps: int, n_facts: int) -> Docu
     eps: list[EpisodeDoc] = []
     for i in range(start, start + n_eps):
         who = company(i)
-        units = tuple(
-            Unit(t + 1, "turn", f"Speaker{t}: {who} " + " ".join(rng.choices(WORDS, k=18)))
-            for t in range(3)
-        )
+        # One turn of ~450 bytes: one passage per episode (passages are about one turn,
+        # `search/passages.py`), so --passages counts passages.
+        units = (Unit(1, "turn", f"Speaker0: {who} " + " ".join(rng.choices(WORDS, k=54))),)
         acl = ("*",) if i % 4 else ("group:sales",)
         eps.append(EpisodeDoc(f"{i:064x}", SCOPE, "main", f"c{i}",
                               EPOCH + timedelta(hours=i), acl, units, "call:bench"))

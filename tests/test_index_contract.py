@@ -23,6 +23,7 @@ from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex
 from ampup_memory.search.index.common import dots
 from ampup_memory.search.index.registry import open_index
+from ampup_memory.search.passages import CUT
 from ampup_memory.search.rank import (
     Parts,
     meaning,
@@ -399,6 +400,38 @@ def test_changed_model_reembeds_instead_of_mixing(index: SearchIndex) -> None:
     assert found.facts and found.facts[0].parts.meaning > 0.5
     assert second.ensure_model() == 0  # same model: nothing to do
 
+
+
+def test_index_cut_another_way_is_emptied_not_mixed(index: SearchIndex) -> None:
+    e = episode(S, ["Vandelay imports latex."], ["*"])
+    engine = SearchEngine(index, HashEmbedder(64))
+    assert engine.ensure_model() == 0 and index.passage_cut() == CUT  # empty: just recorded
+    engine.ingest(DocumentBatch([e], []), cursor=(S, "main", "c1"))
+    assert engine.ensure_cut() is False  # same cut: rows stay
+    assert index.counts(S)["passages"] == 1 and index.cursor(S, "main") == "c1"
+    index.set_passage_cut("units/1500/2000")  # as an index of the former cut records
+    assert engine.ensure_cut() is True
+    assert index.counts(S) == {"episodes": 0, "passages": 0, "facts": 0}
+    assert index.cursor(S, "main") is None and index.passage_cut() == CUT  # refeeds all
+
+
+def test_index_from_before_the_cut_was_recorded_is_emptied(tmp_path: Path) -> None:
+    path = tmp_path / "index.db"
+    index = open_index(f"sqlite:///{path}")
+    engine = SearchEngine(index, HashEmbedder(64))
+    engine.ensure_model()
+    engine.ingest(DocumentBatch([episode(S, ["Vandelay imports latex."], ["*"])], []),
+                  cursor=(S, "main", "c1"))
+    index.close()
+    with sqlite3.connect(path) as conn:  # what every index written before this version has
+        conn.execute("DELETE FROM meta WHERE key = 'passage_cut'")
+    index = open_index(f"sqlite:///{path}")
+    try:
+        assert index.passage_cut() is None and index.counts(S)["passages"] == 1
+        assert SearchEngine(index, HashEmbedder(64)).ensure_cut() is True
+        assert index.counts(S)["passages"] == 0 and index.cursor(S, "main") is None
+    finally:
+        index.close()
 
 QUERIES = ["renewal due in May", "demo", "Globex renewal last February", "Acme", "asked",
            "Initech July renewal demo", "account", "who wants a demo in August", "Hooli May",

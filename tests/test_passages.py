@@ -12,7 +12,8 @@ def size(text: str) -> int:
 
 
 def test_small_units_pack_to_target_on_unit_boundaries() -> None:
-    units = [Unit(i, "turn", f"Speaker {i}: " + "word " * 60) for i in range(1, 21)]
+    units = [Unit(i, "turn", f"Speaker {i}: " + "word " * (TARGET_BYTES // 25))
+             for i in range(1, 21)]
     passages = cut(units)
     assert len(passages) > 1
     seen = []
@@ -24,6 +25,13 @@ def test_small_units_pack_to_target_on_unit_boundaries() -> None:
             assert kind == "turn" and text == units[n - 1].text.strip()
     assert seen == list(range(1, 21))
 
+
+def test_a_unit_over_the_target_but_under_the_limit_is_one_whole_passage() -> None:
+    turn = "I moved the Acme renewal to May. " * ((TARGET_BYTES + MAX_BYTES) // 2 // 33)
+    assert TARGET_BYTES < size(turn.strip()) <= MAX_BYTES
+    units = [Unit(1, "turn", "Hi."), Unit(2, "turn", turn), Unit(3, "turn", "Thanks.")]
+    assert cut(units) == [((1, "turn", "Hi."),), ((2, "turn", turn.strip()),),
+                          ((3, "turn", "Thanks."),)]
 
 def test_long_unit_splits_on_sentences_never_over_the_limit() -> None:
     sentence = "The quarterly budget for Acme was approved by the board after review. "

@@ -35,7 +35,7 @@ from ampup_memory.search.index.base import (
     SearchIndex,
     fact_text,
 )
-from ampup_memory.search.passages import cut, passage_text
+from ampup_memory.search.passages import CUT, cut, passage_text
 from ampup_memory.search.rank import Parts, overlaps, score_parts, time_part, with_time
 from ampup_memory.search.timewindow import Window, find_window
 from ampup_memory.search.tokenize import query_terms
@@ -105,8 +105,28 @@ class SearchEngine:
 
     # -- embeddings -----------------------------------------------------------------------
 
+    def ensure_cut(self) -> bool:
+        """Record how passages are cut; an index holding passages cut another way is
+        emptied (True) and refills from the tables as a deleted index does (each search
+        and the ``serve`` timer catch up), so two passage sizes never meet in one ranking
+        and a rebuild scores exactly alike."""
+        found = self.index.passage_cut()
+        if found == CUT:
+            return False
+        stale = found is not None or bool(self.index.scopes()) or (
+            self.index.counts()["passages"] > 0)
+        if stale:
+            log.warning("search index passages were cut as %s, this version cuts %s:"
+                        " emptying it; it refills from the tables", found or "units/1500/2000",
+                        CUT)
+            self.index.clear()
+        self.index.set_passage_cut(CUT)
+        return stale
+
     def ensure_model(self, progress: Progress | None = None) -> int:
-        """Record the embedder in the index; re-embed rows from another model (or none)."""
+        """Record the passage cut (:meth:`ensure_cut`) and the embedder in the index;
+        re-embed rows from another model (or none)."""
+        self.ensure_cut()
         self.index.set_model(self.model)
         done = 0
         for kind in ("facts", "passages"):

@@ -1,8 +1,16 @@
-"""Cut an episode body into passages: about 1,500 bytes, on unit boundaries, never over 2,000.
+"""Cut an episode body into passages: about 300 bytes, on unit boundaries, never over 2,000.
 
-Units are packed greedily while the passage stays at or under the target. A unit that
-alone exceeds the hard limit is split on sentence boundaries, then on word boundaries,
-and as a last resort (one "word" over the limit) on UTF-8 character boundaries.
+Units are packed greedily while the passage stays at or under the target, so a passage
+is one unit (a turn, a paragraph) or a few short ones: a unit of up to 2,000 bytes stays
+whole. A unit that alone exceeds the hard limit is split on sentence boundaries, then on
+word boundaries, and as a last resort (one "word" over the limit) on UTF-8 character
+boundaries.
+
+The target was 1,500 bytes until the ablation in docs/performance.md ("Search: retrieval
+levers"): passages of about one turn rank the right session first more often, for the
+keyword and the meaning side alike. The index records :data:`CUT`; an index cut another
+way is emptied and refilled from the tables (`SearchEngine.ensure_cut`), so passages of
+two sizes never meet in one ranking.
 """
 
 from __future__ import annotations
@@ -12,8 +20,9 @@ from collections.abc import Sequence
 
 from ampup_memory.search.index.base import Unit
 
-TARGET_BYTES = 1500
+TARGET_BYTES = 300
 MAX_BYTES = 2000
+CUT = f"units/{TARGET_BYTES}/{MAX_BYTES}"  # what the index records of how it was cut
 SEPARATOR = "\n\n"  # between units inside a passage; counted in its size
 
 _SENTENCE_END = re.compile(r"(?<=[.!?…])\s+")

@@ -189,6 +189,15 @@ class SearchIndex(Protocol):
         """Record the model; drops every stored vector when name or dimension changed."""
         ...
 
+    def passage_cut(self) -> str | None:
+        """How the stored passages were cut (`search/passages.py` ``CUT``); None: not
+        recorded (an empty index, or one from before the cut was recorded)."""
+        ...
+
+    def set_passage_cut(self, cut: str) -> None:
+        """Record how passages are cut (the caller empties an index cut another way)."""
+        ...
+
     def cursor(self, scope: str, branch: str) -> str | None:
         """The last ledger commit applied for this scope and branch."""
         ...

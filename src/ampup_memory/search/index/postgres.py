@@ -215,6 +215,13 @@ class PostgresIndex:
             self._set_meta("model_name", model.name)
             self._set_meta("model_dimensions", str(dims))
 
+    def passage_cut(self) -> str | None:
+        return self._meta("passage_cut")
+
+    def set_passage_cut(self, cut: str) -> None:
+        with self.transaction():
+            self._set_meta("passage_cut", cut)
+
     def _dims(self) -> int:
         model = self.model()
         return model.dimensions if model else 0

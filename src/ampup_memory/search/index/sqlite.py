@@ -300,6 +300,13 @@ class SQLiteIndex:
             self._set_meta(conn, "model_name", model.name)
             self._set_meta(conn, "model_dimensions", str(model.dimensions))
 
+    def passage_cut(self) -> str | None:
+        return self._meta("passage_cut")
+
+    def set_passage_cut(self, cut: str) -> None:
+        with self.transaction():
+            self._set_meta(self._tx(), "passage_cut", cut)
+
     def cursor(self, scope: str, branch: str) -> str | None:
         row = self._conn().execute(
             "SELECT commit_id FROM cursors WHERE scope = ? AND branch = ?", (scope, branch)
