@@ -127,9 +127,10 @@ class Sync:
                 self._apply(scope, pending)
 
     def _apply(self, scope: Scope, pending: list[LedgerEntry]) -> None:
-        ids = {e.commit_id for e in pending}
-        episodes = self._rows(scope, "episodes", ids)
-        facts = self._rows(scope, "facts", ids)
+        # A ledger row names the tables its commit wrote rows to (``snapshots``): a table
+        # none of the pending commits wrote to is not scanned at all.
+        episodes = self._rows(scope, "episodes", _writers(pending, "episodes"))
+        facts = self._rows(scope, "facts", _writers(pending, "facts"))
         for entry in pending:
             cid = entry.commit_id
             rows = episodes[cid]
@@ -142,8 +143,10 @@ class Sync:
             )
 
     def _rows(self, scope: Scope, name: str, ids: set[str]) -> dict[str, list[dict[str, Any]]]:
-        table = self.tables.scope_table(scope, name)
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        if not ids:
+            return out
+        table = self.tables.scope_table(scope, name)
         if table is None or table.current_snapshot() is None:
             return out
         if len(ids) <= IN_FILTER_MAX:
@@ -182,6 +185,11 @@ class Sync:
                                                   snap.snapshot_id)
                 self._principals_seen = snap.snapshot_id
         return self.index.principal(user)
+
+
+def _writers(pending: list[LedgerEntry], name: str) -> set[str]:
+    """The pending commits that wrote rows to table ``name``."""
+    return {e.commit_id for e in pending if name in e.snapshots}
 
 
 def _newest(table: Table, snapshot_id: int) -> list[Principal]:
