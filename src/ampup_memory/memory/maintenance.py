@@ -164,17 +164,18 @@ def tidy(tables: MemoryTables, namespace: str, name: str,
         # (tables.Turn), the others skip; the one that does rechecks on fresh metadata.
         # Upkeep of the ledger is a commit to it like an append: it takes the ledger's turn
         # too, or it would fail (and make appends fail) whenever appends run.
-        with tables.upkeep_turn.hold(wait=0) as mine, tables.commit_turn(namespace, name):
+        with tables.upkeep_turn.hold(wait=0) as mine:
             if not mine:
                 return
-            table = tables.private(namespace, name)
-            files = _data_files_if_due(table, protected)
-            if files is None:
-                return
-            if files > SMALL_FILES_HIGH:
-                compact(table, min_files=SMALL_FILES_HIGH)
-            if len(table.metadata.snapshots) > SNAPSHOTS_HIGH:
-                expire_snapshots(table, SNAPSHOTS_KEEP, protected(table))
+            with tables.commit_turn(namespace, name):
+                table = tables.private(namespace, name)
+                files = _data_files_if_due(table, protected)
+                if files is None:
+                    return
+                if files > SMALL_FILES_HIGH:
+                    compact(table, min_files=SMALL_FILES_HIGH)
+                if len(table.metadata.snapshots) > SNAPSHOTS_HIGH:
+                    expire_snapshots(table, SNAPSHOTS_KEEP, protected(table))
     except (CommitFailedException, ValidationException, ValueError) as exc:
         # Another server upkept the same table first (pyiceberg reports an expiry of a
         # snapshot that is already gone as ValueError); the write itself is committed.
