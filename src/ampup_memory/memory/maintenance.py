@@ -158,21 +158,24 @@ def tidy(tables: MemoryTables, namespace: str, name: str,
     readers holding the shared object never see it change under them.
     """
     try:
-        shared_table = tables.table(namespace, name, fresh=False)
-        shared = shared_table.metadata
-        snap = shared.current_snapshot()
-        summary = snap.summary if snap is not None else None
-        files = int(summary["total-data-files"] or 0) if summary is not None else 0
-        kept = len(shared.snapshots)
-        if kept > SNAPSHOTS_HIGH:  # held snapshots stay: they do not count towards expiry
-            kept -= len(protected(shared_table) & {s.snapshot_id for s in shared.snapshots})
-        if kept <= SNAPSHOTS_HIGH and files <= SMALL_FILES_HIGH:
+        if _data_files_if_due(tables.table(namespace, name, fresh=False), protected) is None:
             return
-        table = tables.private(namespace, name)
-        if files > SMALL_FILES_HIGH:
-            compact(table, min_files=SMALL_FILES_HIGH)
-        if len(table.metadata.snapshots) > SNAPSHOTS_HIGH:
-            expire_snapshots(table, SNAPSHOTS_KEEP, protected(table))
+        # Every server crosses the thresholds at about the same commit: one does the work
+        # (tables.Turn), the others skip; the one that does rechecks on fresh metadata.
+        # Upkeep of the ledger is a commit to it like an append: it takes the ledger's turn
+        # too, or it would fail (and make appends fail) whenever appends run.
+        with tables.upkeep_turn.hold(wait=0) as mine:
+            if not mine:
+                return
+            with tables.commit_turn(namespace, name):
+                table = tables.private(namespace, name)
+                files = _data_files_if_due(table, protected)
+                if files is None:
+                    return
+                if files > SMALL_FILES_HIGH:
+                    compact(table, min_files=SMALL_FILES_HIGH)
+                if len(table.metadata.snapshots) > SNAPSHOTS_HIGH:
+                    expire_snapshots(table, SNAPSHOTS_KEEP, protected(table))
     except (CommitFailedException, ValidationException, ValueError) as exc:
         # Another server upkept the same table first (pyiceberg reports an expiry of a
         # snapshot that is already gone as ValueError); the write itself is committed.
@@ -182,6 +185,21 @@ def tidy(tables: MemoryTables, namespace: str, name: str,
         # (a file another server's upkeep removed, a busy catalog) must not turn it into an
         # error. The next write, or the maintenance timer, tries again.
         log.warning("upkeep of %s.%s failed; deferred", namespace, name, exc_info=True)
+
+
+def _data_files_if_due(table: Table, protected: Protected) -> int | None:
+    """``table``'s data file count when its files or its snapshots are over their
+    threshold (held snapshots do not count towards expiry), else None."""
+    meta = table.metadata
+    snap = meta.current_snapshot()
+    summary = snap.summary if snap is not None else None
+    files = int(summary["total-data-files"] or 0) if summary is not None else 0
+    kept = len(meta.snapshots)
+    if kept > SNAPSHOTS_HIGH:
+        kept -= len(protected(table) & {s.snapshot_id for s in meta.snapshots})
+    if kept <= SNAPSHOTS_HIGH and files <= SMALL_FILES_HIGH:
+        return None
+    return files
 
 
 def full_pass(table: Table, *, committed: set[str] | None, grace: timedelta,

@@ -19,6 +19,7 @@ from functools import partial
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
+from pyiceberg.exceptions import CommitFailedException
 
 from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error
 from ampup_memory.memory.acl import (
@@ -676,11 +677,14 @@ class MemoryService:
                 committed_at=utcnow(), message=message, changes=changes, snapshots=snapshots,
                 kind=kind, merged=merged,
             )
+            if self.tables.moved(table):  # lost already: skip writing the append's files
+                raise CommitFailedException("the ledger moved during the attempt")
             self.tables.append(table, arrow(LEDGER, [entry.row()]),
                                {SUMMARY_KEY: entry.summary()})
             return entry
 
-        entry, conflicts = until_won(attempt, self.backoff)
+        with self.tables.ledger_turn.hold():
+            entry, conflicts = until_won(attempt, self.backoff)
         if self.fault == FAULT_AFTER_LEDGER:
             log.error("fault hook %s: exiting after the ledger row", self.fault)
             os._exit(70)

@@ -129,16 +129,12 @@ class Sync:
                 self._apply(scope, pending)
 
     def _apply(self, scope: Scope, pending: list[LedgerEntry]) -> None:
-        ids = {e.commit_id for e in pending}
-        episodes = self._rows(scope, "episodes", ids)
-        facts = self._rows(scope, "facts", ids)
-        # Only advice's and extraction's commits carry events and read marks: no scan of
-        # those tables for the rest.
-        evented = {e.commit_id for e in pending if "events" in e.snapshots}
-        events = self._rows(scope, "events", evented) if evented else {}
-        # Only extraction's commits carry read marks: no scan of that table for the rest.
-        marked = {e.commit_id for e in pending if "reads" in e.snapshots}
-        reads = self._rows(scope, "reads", marked) if marked else {}
+        # A ledger row names the tables its commit wrote rows to (``snapshots``): a table
+        # none of the pending commits wrote to is not scanned at all.
+        episodes = self._rows(scope, "episodes", _writers(pending, "episodes"))
+        facts = self._rows(scope, "facts", _writers(pending, "facts"))
+        events = self._rows(scope, "events", _writers(pending, "events"))
+        reads = self._rows(scope, "reads", _writers(pending, "reads"))
         for entry in pending:
             cid = entry.commit_id
             rows = episodes[cid]
@@ -148,13 +144,15 @@ class Sync:
                 [(r["body_ref"], r["body"]) for r in rows if r["body"] is not None],
                 [fact_from_row(r, entry.seq) for r in facts[cid]],
                 [episode_from_row(r, entry.seq) for r in rows if r["op"] == ACL_OP],
-                [event_from_row(r, entry.seq) for r in events.get(cid, ())],
-                [read_from_row(r, entry.seq) for r in reads.get(cid, ())],
+                [event_from_row(r, entry.seq) for r in events[cid]],
+                [read_from_row(r, entry.seq) for r in reads[cid]],
             )
 
     def _rows(self, scope: Scope, name: str, ids: set[str]) -> dict[str, list[dict[str, Any]]]:
-        table = self.tables.scope_table(scope, name)
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        if not ids:
+            return out
+        table = self.tables.scope_table(scope, name)
         if table is None or table.current_snapshot() is None:
             return out
         if len(ids) <= IN_FILTER_MAX:
@@ -202,6 +200,11 @@ class Sync:
                                                   snap.snapshot_id)
                 self._principals_seen = snap.snapshot_id
         return self.index.principal(user)
+
+
+def _writers(pending: list[LedgerEntry], name: str) -> set[str]:
+    """The pending commits that wrote rows to table ``name``."""
+    return {e.commit_id for e in pending if name in e.snapshots}
 
 
 def _newest(table: Table, snapshot_id: int) -> list[Principal]:

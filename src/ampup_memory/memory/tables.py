@@ -29,11 +29,13 @@ at two commits (rows, then ledger row).
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator
-from contextlib import suppress
-from typing import Any
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from urllib.parse import urlsplit
 
 import pyarrow as pa
@@ -47,7 +49,8 @@ from pyiceberg.exceptions import (
 from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
-from sqlalchemy import select
+from pyiceberg.table.update import update_table_metadata
+from sqlalchemy import select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -57,6 +60,28 @@ from ampup_memory.settings import Settings, mask_uri
 from ampup_memory.sqlite_connections import enable_wal
 
 CATALOG_NAME = "ampup"
+
+
+def _staged_metadata(self: Transaction) -> TableMetadata:
+    """``Transaction.table_metadata``, computed once per staged state.
+
+    pyiceberg 0.12 recomputes it, with a deep copy of the whole table metadata, on every
+    read, and one append reads it ~20 times: a deep copy of every kept snapshot's summary
+    each time, most of a commit's CPU (measured: 45 of 128 ms per append at 8 snapshots).
+    The metadata models are frozen, so the copy made for a given (table metadata, staged
+    updates) pair can be handed out again until either changes (both are replaced, never
+    mutated, when they do).
+    """
+    base, updates = self._table.metadata, self._updates
+    memo = self.__dict__.get("_ampup_staged")
+    if memo is not None and memo[0] is base and memo[1] is updates:
+        return memo[2]  # type: ignore[no-any-return]
+    staged = update_table_metadata(base, updates)
+    self.__dict__["_ampup_staged"] = (base, updates, staged)
+    return staged
+
+
+Transaction.table_metadata = property(_staged_metadata)  # type: ignore[method-assign,assignment]
 TS = pa.timestamp("us", tz="UTC")
 
 EPISODES = pa.schema([
@@ -119,8 +144,12 @@ _COMMON = {
     "write.metadata.previous-versions-max": "3",
 }
 # Appends of independent rows may be rebased on a concurrent append: no meaning changes.
+# A compaction rewrites exactly the files it read (pyiceberg checks they still exist), so an
+# append made meanwhile does not conflict with it ("snapshot"; the default "serializable"
+# failed every compaction that overlapped an append, after it had read the whole table).
 DATA_PROPERTIES = {
     **_COMMON,
+    "write.delete.isolation-level": "snapshot",
     "commit.retry.num-retries": "20",
     "commit.retry.min-wait-ms": "2",
     "commit.retry.max-wait-ms": "100",
@@ -169,6 +198,109 @@ def open_catalog(settings: Settings) -> SqlCatalog:
             f"cannot open the Iceberg catalog {mask_uri(uri)!r}: {said}") from exc
 
 
+# How long a writer waits for the ledger turn before committing without it (the
+# compare-and-set keeps the chain either way; the turn only saves wasted attempts).
+TURN_WAIT_SECONDS = 10.0
+
+
+class Turn:
+    """A lock every server sharing the catalog sees, that its holder's death frees: an
+    ``flock`` on a file beside a SQLite catalog, a session advisory lock on PostgreSQL
+    (nothing for an in-memory catalog, which one process holds).
+
+    Turns only save wasted work; they decide nothing. Two are taken (service.py,
+    maintenance.py):
+
+    - ``ledger``: one ledger appender at a time. The ledger's compare-and-set keeps each
+      history one chain, but an attempt that loses it has already done all its work
+      (catching up, reading the scope's new rows, writing the append's files), and with
+      several servers appending at once most attempts lost (measured with 4 servers: ~1.3
+      lost attempts per commit, each as costly as the commit). Losers now wait instead; a
+      writer that cannot get the turn within ``TURN_WAIT_SECONDS`` goes ahead anyway.
+    - ``upkeep``: one server compacts or expires at a time. Every server crosses a table's
+      thresholds at the same commit, and each compaction read and rewrote the whole table
+      only for all but one to fail. A server that finds the turn taken skips its upkeep.
+    """
+
+    def __init__(self, catalog: SqlCatalog, name: str) -> None:
+        self.engine = catalog.engine
+        self.name = name
+        self.path: str | None = None
+        url = self.engine.url
+        if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+            self.path = f"{url.database}.{name}-turn"
+        self.postgres = url.get_backend_name() == "postgresql"
+
+    @contextmanager
+    def hold(self, wait: float = TURN_WAIT_SECONDS) -> Iterator[bool]:
+        """Take the turn, trying for up to ``wait`` seconds; yields whether it is ours."""
+        if self.path is not None:
+            with self._file(wait) as held:
+                yield held
+        elif self.postgres:
+            with self._advisory(wait) as held:
+                yield held
+        else:
+            yield True
+
+    @contextmanager
+    def _file(self, wait: float) -> Iterator[bool]:
+        assert self.path is not None
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            held = _poll(lambda: _try_flock(fd), wait)
+            try:
+                yield held
+            finally:
+                if held:
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    @contextmanager
+    def _advisory(self, wait: float) -> Iterator[bool]:
+        key = _advisory_key(f"{self.name}-turn")
+        with self.engine.connect() as conn:
+            held = _poll(lambda: bool(conn.execute(
+                text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()), wait)
+            conn.commit()
+            try:
+                yield held
+            finally:
+                if held:
+                    try:
+                        conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
+                        conn.commit()
+                    except Exception:  # a broken connection frees the lock as it closes
+                        conn.invalidate()
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _poll(take: Callable[[], bool], wait: float) -> bool:
+    """Try ``take`` until it succeeds or ``wait`` seconds are over; whether it succeeded."""
+    deadline = time.monotonic() + wait
+    pause = 0.001
+    while not take():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+    return True
+
+
+def _advisory_key(name: str) -> int:
+    from ampup_memory.amp.store.postgres import advisory_key
+
+    return advisory_key(name)
+
+
 class MemoryTables:
     """Loads and creates tables; keeps each loaded table until the catalog says it moved."""
 
@@ -176,6 +308,8 @@ class MemoryTables:
         self.catalog = catalog
         self._cache: dict[tuple[str, str], Table] = {}
         self._lock = threading.Lock()
+        self.ledger_turn = Turn(catalog, "ledger")
+        self.upkeep_turn = Turn(catalog, "upkeep")
 
     @classmethod
     def open(cls, settings: Settings) -> MemoryTables:
@@ -196,21 +330,26 @@ class MemoryTables:
             except (NamespaceAlreadyExistsError, IntegrityError):
                 pass
         for name, schema in layout.items():
-            if self.location(namespace, name) is not None:
-                self._add_missing_columns(namespace, name, schema)
-                continue
             props = LEDGER_PROPERTIES if name == "ledger" else DATA_PROPERTIES
+            if self.location(namespace, name) is not None:
+                self._add_missing_columns(namespace, name, schema, props)
+                continue
             try:
                 self.catalog.create_table((namespace, name), schema=schema, properties=props)
             except (TableAlreadyExistsError, IntegrityError):
                 if self.location(namespace, name) is None:
                     raise
 
-    def _add_missing_columns(self, namespace: str, name: str, schema: pa.Schema) -> None:
-        """Tables made by an older version gain the columns added since (all optional, so
-        older rows read as null). Two servers upgrading at once: one wins, the other finds
-        the columns there on its reload."""
+    def _add_missing_columns(self, namespace: str, name: str, schema: pa.Schema,
+                             props: dict[str, str]) -> None:
+        """Tables made by an older version gain the columns (all optional, so older rows
+        read as null) and properties added since. Two servers upgrading at once: one wins,
+        the other finds the columns there on its reload."""
         table = self.catalog.load_table((namespace, name))
+        if any(k not in table.properties for k in props):
+            with suppress(CommitFailedException), table.transaction() as tx:
+                tx.set_properties({k: v for k, v in props.items() if k not in table.properties})
+            table = self.catalog.load_table((namespace, name))
         have = {f.name for f in table.schema().fields}
         missing = [f for f in schema if f.name not in have]
         if not missing:
@@ -258,6 +397,19 @@ class MemoryTables:
             self._cache[key] = loaded
         return loaded
 
+    def commit_turn(self, namespace: str, name: str) -> AbstractContextManager[bool]:
+        """The turn a commit to this table takes: the ledger's for the ledger, else none
+        (data appends rebase on each other)."""
+        if (namespace, name) == (SYSTEM_NAMESPACE, "ledger"):
+            return self.ledger_turn.hold()
+        return nullcontext(True)
+
+    def moved(self, table: Table) -> bool:
+        """Whether the catalog's pointer left ``table``'s metadata: a commit based on it
+        would lose the compare-and-set, so a writer can give up before writing files."""
+        namespace, name = table.name()[-2:]
+        return self.location(namespace, name) != table.metadata_location
+
     def forget(self, namespace: str, name: str) -> None:
         """Drop the loaded copy of a table (it is being dropped from the catalog)."""
         with self._lock:
@@ -280,10 +432,9 @@ class MemoryTables:
 
     # -- writing ----------------------------------------------------------------------------
     def append(self, table: Table, rows: pa.Table, summary: dict[str, str] | None = None) -> int:
-        """Append rows as one snapshot; returns that snapshot's id (``Table.append``, in a
-        transaction that computes its staged metadata once per change, see below)."""
-        with _StagedOnce(table) as tx:
-            tx.append(rows, snapshot_properties=summary or {})
+        """Append rows as one snapshot; returns that snapshot's id (`_staged_metadata`
+        keeps the transaction from recomputing its metadata)."""
+        table.append(rows, snapshot_properties=summary or {})
         snapshot = table.current_snapshot()
         assert snapshot is not None
         return snapshot.snapshot_id
@@ -297,29 +448,6 @@ class MemoryTables:
             for name in SCOPE_TABLES:
                 if self.location(scope.namespace, name) is not None:
                     yield scope.namespace, name
-
-
-class _StagedOnce(Transaction):
-    """pyiceberg's transaction, with its staged metadata computed once per staged change.
-
-    pyiceberg 0.12 recomputes ``table_metadata`` (base metadata plus the staged updates,
-    ending in a deep copy of the whole metadata) on every read, and one append reads it
-    about twenty times: most of an append's time (profiled with benchmarks/
-    extract_bench.py). The value only changes when the base metadata or the staged
-    updates do (both immutable, replaced on change), so it is kept until either is
-    replaced. The commit itself is unchanged: the catalog recomputes the metadata from the
-    base and the updates."""
-
-    _kept: tuple[TableMetadata, tuple[Any, ...], TableMetadata] | None = None
-
-    @property
-    def table_metadata(self) -> TableMetadata:
-        kept = self._kept
-        if kept is not None and kept[0] is self._table.metadata and kept[1] is self._updates:
-            return kept[2]
-        value = super().table_metadata
-        self._kept = (self._table.metadata, self._updates, value)
-        return value
 
 
 def arrow(schema: pa.Schema, rows: list[dict[str, object]]) -> pa.Table:
