@@ -48,6 +48,7 @@ from sqlalchemy.orm import Session
 
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
+from ampup_memory.memory.warehouse import catalog_properties
 from ampup_memory.settings import Settings, mask_uri
 from ampup_memory.sqlite_connections import enable_wal
 
@@ -137,11 +138,11 @@ def _sqlite_wal(uri: str) -> None:
 def open_catalog(settings: Settings) -> SqlCatalog:
     uri = settings.resolved_catalog_uri
     url = sqlalchemy_url(uri, setting="AMPUP_MEMORY_CATALOG_URI")
-    warehouse = settings.resolved_warehouse
+    properties = catalog_properties(settings)
     if url.startswith("sqlite"):
         _sqlite_wal(url)
     try:
-        return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
+        return SqlCatalog(CATALOG_NAME, uri=url, **properties)
     except Exception as exc:  # the driver's own error names what is wrong
         said = str(exc)
         password = urlsplit(uri).password
