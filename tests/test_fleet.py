@@ -34,7 +34,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.fleet, pytest.mark.slow]
 
 SERVERS = 3
 CLIENTS = 6
-ROUNDS = 3          # per client: ROUNDS x (cell, episode, fact, close)
+ROUNDS = 1          # per client: ROUNDS x (cell, episode, fact, close)
 SCOPES = ("fleet/team_a", "fleet/team_b")
 USER = {"X-AmpUp-User": "alice"}
 
@@ -189,7 +189,9 @@ def _assert_one_chain(commits: list[dict[str, Any]]) -> None:
 def _search(client: httpx.Client, scope: str) -> Any:
     r = client.post("/search", json={"scope": scope, "query": "Lisbon office account moved",
                                      "limit": 50})
-    return _ok(r, 200)
+    answer = _ok(r, 200)
+    answer.pop("as_of")  # the moment each server answered
+    return answer
 
 
 def test_three_servers_are_one_memory(fleet: Fleet) -> None:
@@ -252,7 +254,7 @@ def test_a_killed_server_loses_nothing_acknowledged(fleet: Fleet) -> None:
     victim = fleet.servers[0]
     acked: dict[str, str] = {}      # episode id -> commit id
     lock = threading.Lock()
-    per_client = 6
+    per_client = 2
     killed = threading.Event()
 
     def work(n: int) -> None:
@@ -275,7 +277,7 @@ def test_a_killed_server_loses_nothing_acknowledged(fleet: Fleet) -> None:
                     break
                 else:
                     raise AssertionError(f"no server took client {n}'s write {k}")
-                if n == 0 and k == 1:
+                if n == 0 and k == 0:
                     victim.kill()
                     killed.set()
         finally:

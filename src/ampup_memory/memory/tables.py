@@ -29,11 +29,11 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterable, Iterator
-from contextlib import suppress
+from contextlib import contextmanager, suppress
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog, SqlCatalogBaseTable
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -42,10 +42,11 @@ from pyiceberg.exceptions import (
 )
 from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
 from pyiceberg.table import Table
-from sqlalchemy import select
+from sqlalchemy import Connection, Engine, create_engine, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from ampup_memory.amp.store.postgres import SCHEMA_LOCK
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
 from ampup_memory.memory.warehouse import catalog_properties
@@ -135,6 +136,17 @@ def _sqlite_wal(uri: str) -> None:
             enable_wal(conn, 60)
 
 
+@contextmanager
+def schema_lock(engine: Engine) -> Iterator[Connection]:
+    """A transaction in which to create tables: on PostgreSQL under the one schema
+    advisory lock (the AMP store's too), so processes starting together on a fresh
+    database do not race on CREATE TABLE (``IF NOT EXISTS`` is not safe against that)."""
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
+        yield conn
+
+
 def open_catalog(settings: Settings) -> SqlCatalog:
     uri = settings.resolved_catalog_uri
     url = sqlalchemy_url(uri, setting="AMPUP_MEMORY_CATALOG_URI")
@@ -142,6 +154,15 @@ def open_catalog(settings: Settings) -> SqlCatalog:
     if url.startswith("sqlite"):
         _sqlite_wal(url)
     try:
+        if not url.startswith("sqlite"):
+            # pyiceberg creates its own tables unlocked: servers starting together on a
+            # fresh database would race on them. Made here first, under the lock.
+            engine = create_engine(url)
+            try:
+                with schema_lock(engine) as conn:
+                    SqlCatalogBaseTable.metadata.create_all(conn, checkfirst=True)
+            finally:
+                engine.dispose()
         return SqlCatalog(CATALOG_NAME, uri=url, **properties)
     except Exception as exc:  # the driver's own error names what is wrong
         said = str(exc)
