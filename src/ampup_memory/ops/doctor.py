@@ -89,8 +89,8 @@ def _warehouse_check(settings: Settings) -> Callable[[], str]:
         from ampup_memory.memory import warehouse
 
         props = warehouse.catalog_properties(settings)
-        location = (f"{settings.resolved_warehouse.rstrip('/')}/_ampup_doctor/"
-                    f"{uuid.uuid4().hex}")
+        # Straight under the warehouse: no folder of its own left behind on S3.
+        location = f"{settings.resolved_warehouse.rstrip('/')}/_ampup_doctor_{uuid.uuid4().hex}"
         io = warehouse.file_io(props, location)
         if not warehouse.is_s3(location):
             fs, path = warehouse.filesystem(io, location)
