@@ -184,7 +184,16 @@ class MemoryTables:
     @classmethod
     def open(cls, settings: Settings) -> MemoryTables:
         tables = cls(open_catalog(settings))
-        tables.ensure_namespace(SYSTEM_NAMESPACE, SYSTEM_TABLES)
+        try:
+            tables.ensure_namespace(SYSTEM_NAMESPACE, SYSTEM_TABLES)
+        except OSError as exc:  # the warehouse's own error: no bucket, refused, no access
+            tables.close()
+            said = " ".join(str(exc).split())
+            if settings.s3_secret_access_key:
+                said = said.replace(settings.s3_secret_access_key, "•••")
+            raise ConfigurationError(
+                f"cannot use the Iceberg warehouse {mask_uri(settings.resolved_warehouse)!r}: "
+                f"{said} (`ampup-memory doctor` checks every engine)") from exc
         return tables
 
     def close(self) -> None:
