@@ -84,9 +84,15 @@ def remove_tree(properties: Mapping[str, str], location: str) -> None:
     """Delete every file under ``location`` (a namespace's folder or prefix); nothing
     there is not an error."""
     fs, path = filesystem(file_io(properties, location), location)
-    if fs.get_file_info(path).type == pafs.FileType.NotFound:
-        return
-    fs.delete_dir(path)
+    for attempt in range(3):
+        if fs.get_file_info(path).type == pafs.FileType.NotFound:
+            return
+        try:
+            fs.delete_dir(path)
+            return
+        except OSError:  # a file went (or came) while listing: list again
+            if attempt == 2:
+                raise
 
 
 def namespace_location(properties: Mapping[str, str], namespace: str) -> str:
