@@ -96,7 +96,38 @@ class Settings(BaseSettings):
     warehouse: str | None = Field(
         default=None,
         validation_alias=_env("AMPUP_MEMORY_WAREHOUSE"),
-        description="Iceberg warehouse location (default: `file://<home>/warehouse`).",
+        description="Iceberg warehouse location: `file:///path` (default: "
+        "`file://<home>/warehouse`) or `s3://bucket/prefix` on any S3-compatible store "
+        "(with the `s3_*` settings).",
+    )
+    s3_endpoint: str | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_S3_ENDPOINT"),
+        description="Endpoint of an S3-compatible store for an `s3://` warehouse "
+        "(`http://minio:9000`, R2, Ceph, SeaweedFS ...); unset: AWS S3.",
+    )
+    s3_region: str | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_S3_REGION"),
+        description="Region of the `s3://` warehouse's bucket (`us-east-1`, `auto` ...).",
+    )
+    s3_access_key_id: str | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_S3_ACCESS_KEY_ID"),
+        description="Access key id for the `s3://` warehouse; unset: the usual AWS "
+        "credential chain (environment, profile, instance role).",
+    )
+    s3_secret_access_key: str | None = Field(
+        default=None,
+        validation_alias=_env("AMPUP_MEMORY_S3_SECRET_ACCESS_KEY"),
+        description="Secret access key for the `s3://` warehouse.",
+    )
+    s3_virtual_addressing: bool = Field(
+        default=False,
+        validation_alias=_env("AMPUP_MEMORY_S3_VIRTUAL_ADDRESSING"),
+        description="Address the bucket as `bucket.endpoint` (virtual-hosted style) "
+        "rather than `endpoint/bucket` (path style, what MinIO, Ceph and SeaweedFS "
+        "expect) when `s3_endpoint` is set.",
     )
     purge_retention: bool = Field(
         default=False,
@@ -451,6 +482,10 @@ class Settings(BaseSettings):
         "index_uri",
         "catalog_uri",
         "warehouse",
+        "s3_endpoint",
+        "s3_region",
+        "s3_access_key_id",
+        "s3_secret_access_key",
         "admin_token",
         "api_keys_file",
         "embedding_base_url",
@@ -577,6 +612,7 @@ def _validation_line(exc: ValidationError) -> str:
 
 # -- Showing settings -------------------------------------------------------------------------
 SECRET_SETTINGS = frozenset({"admin_token", "embedding_api_key", "mcp_api_key",
+                             "s3_secret_access_key",
                              "model_api_key", *(f"{role}_model_api_key" for role in MODEL_ROLES)})
 MASK = "•••"
 
@@ -608,7 +644,9 @@ def mask_uri(text: str) -> str:
 SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "common": ("config", "home", "log_level", "log_json"),
     "cells": ("store_uri",),  # the AMP cell store (also holds the API keys)
-    "tables": ("index_uri", "catalog_uri", "warehouse"),  # AmpUp episodes, facts, ledger
+    # AmpUp episodes, facts, ledger
+    "tables": ("index_uri", "catalog_uri", "warehouse", "s3_endpoint", "s3_region",
+               "s3_access_key_id", "s3_secret_access_key", "s3_virtual_addressing"),
     "embedding": ("embedding_provider", "embedding_base_url", "embedding_model",
                   "embedding_api_key", "embedding_dimensions"),
     "access": ("require_keys", "api_keys_file", "admin_token", "scoring_patch_limit",

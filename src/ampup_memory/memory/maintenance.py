@@ -29,6 +29,7 @@ from pyiceberg.expressions import AlwaysTrue
 from pyiceberg.io.pyarrow import ArrowScan, _dataframe_to_data_files
 from pyiceberg.table import Table
 
+from ampup_memory.memory import warehouse
 from ampup_memory.memory.tables import MemoryTables, is_in
 
 log = logging.getLogger("ampup_memory.memory")
@@ -137,7 +138,7 @@ def referenced_files(table: Table) -> set[str]:
 
 
 def delete_orphan_files(table: Table, older_than: datetime) -> int:
-    filesystem, root = pafs.FileSystem.from_uri(table.location())
+    filesystem, root = warehouse.filesystem(table.io, table.location())
     keep = referenced_files(table)
     count = 0
     for info in filesystem.get_file_info(pafs.FileSelector(root, recursive=True,

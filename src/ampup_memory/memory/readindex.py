@@ -44,7 +44,7 @@ from ampup_memory.memory.facts import FactRecord
 from ampup_memory.memory.ledger import BRANCH, DELETE, MERGE, Head, LedgerEntry
 from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
-from ampup_memory.memory.tables import sqlalchemy_url
+from ampup_memory.memory.tables import schema_lock, sqlalchemy_url
 from ampup_memory.sqlite_connections import enable_wal
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -160,19 +160,24 @@ class ReadIndex:
         self.dialect = self.engine.dialect.name
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        md.create_all(self.engine, checkfirst=True)
-        if self.get_meta(SCHEMA_KEY) != SCHEMA_VERSION:
-            self.reset()
+        with schema_lock(self.engine) as conn:  # servers starting together: one at a time
+            md.create_all(conn, checkfirst=True)
+            found = conn.execute(select(meta_t.c.value).where(meta_t.c.key == SCHEMA_KEY))
+            if found.scalar() != SCHEMA_VERSION:
+                self._reset(conn)
+
+    def _reset(self, conn: Connection) -> None:
+        md.drop_all(conn, checkfirst=True)
+        md.create_all(conn, checkfirst=True)
+        self._set_meta(conn, SCHEMA_KEY, SCHEMA_VERSION)
 
     def close(self) -> None:
         self.engine.dispose()
 
     def reset(self) -> None:
         """Drop and recreate every ``mem_*`` table (the rebuild starts here)."""
-        md.drop_all(self.engine, checkfirst=True)
-        md.create_all(self.engine, checkfirst=True)
-        with self.engine.begin() as conn:
-            self._set_meta(conn, SCHEMA_KEY, SCHEMA_VERSION)
+        with schema_lock(self.engine) as conn:
+            self._reset(conn)
 
     def _insert(self, table: Table) -> Any:
         return (sqlite.insert if self.dialect == "sqlite" else postgresql.insert)(table)

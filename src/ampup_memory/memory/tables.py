@@ -39,7 +39,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext, supp
 from urllib.parse import urlsplit
 
 import pyarrow as pa
-from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog, SqlCatalogBaseTable
 from pyiceberg.exceptions import (
     CommitFailedException,
     NamespaceAlreadyExistsError,
@@ -50,12 +50,14 @@ from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import update_table_metadata
-from sqlalchemy import select, text
+from sqlalchemy import Connection, Engine, create_engine, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from ampup_memory.amp.store.postgres import SCHEMA_LOCK
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
+from ampup_memory.memory.warehouse import catalog_properties
 from ampup_memory.settings import Settings, mask_uri
 from ampup_memory.sqlite_connections import enable_wal
 
@@ -181,14 +183,34 @@ def _sqlite_wal(uri: str) -> None:
             enable_wal(conn, 60)
 
 
+@contextmanager
+def schema_lock(engine: Engine) -> Iterator[Connection]:
+    """A transaction in which to create tables: on PostgreSQL under the one schema
+    advisory lock (the AMP store's too), so processes starting together on a fresh
+    database do not race on CREATE TABLE (``IF NOT EXISTS`` is not safe against that)."""
+    with engine.begin() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK})
+        yield conn
+
+
 def open_catalog(settings: Settings) -> SqlCatalog:
     uri = settings.resolved_catalog_uri
     url = sqlalchemy_url(uri, setting="AMPUP_MEMORY_CATALOG_URI")
-    warehouse = settings.resolved_warehouse
+    properties = catalog_properties(settings)
     if url.startswith("sqlite"):
         _sqlite_wal(url)
     try:
-        return SqlCatalog(CATALOG_NAME, uri=url, warehouse=warehouse)
+        if not url.startswith("sqlite"):
+            # pyiceberg creates its own tables unlocked: servers starting together on a
+            # fresh database would race on them. Made here first, under the lock.
+            engine = create_engine(url)
+            try:
+                with schema_lock(engine) as conn:
+                    SqlCatalogBaseTable.metadata.create_all(conn, checkfirst=True)
+            finally:
+                engine.dispose()
+        return SqlCatalog(CATALOG_NAME, uri=url, **properties)
     except Exception as exc:  # the driver's own error names what is wrong
         said = str(exc)
         password = urlsplit(uri).password
@@ -314,7 +336,16 @@ class MemoryTables:
     @classmethod
     def open(cls, settings: Settings) -> MemoryTables:
         tables = cls(open_catalog(settings))
-        tables.ensure_namespace(SYSTEM_NAMESPACE, SYSTEM_TABLES)
+        try:
+            tables.ensure_namespace(SYSTEM_NAMESPACE, SYSTEM_TABLES)
+        except OSError as exc:  # the warehouse's own error: no bucket, refused, no access
+            tables.close()
+            said = " ".join(str(exc).split())
+            if settings.s3_secret_access_key:
+                said = said.replace(settings.s3_secret_access_key, "•••")
+            raise ConfigurationError(
+                f"cannot use the Iceberg warehouse {mask_uri(settings.resolved_warehouse)!r}: "
+                f"{said} (`ampup-memory doctor` checks every engine)") from exc
         return tables
 
     def close(self) -> None:

@@ -32,14 +32,12 @@ import logging
 import os
 import re
 import secrets
-import shutil
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
@@ -61,6 +59,7 @@ from ampup_memory.memory.readindex import (
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope
 from ampup_memory.memory.sync import Sync
 from ampup_memory.memory.tables import SCOPE_TABLES, WORKSPACES, MemoryTables, arrow
+from ampup_memory.memory.warehouse import namespace_location, remove_tree
 from ampup_memory.timefmt import TTL_PATTERN, parse_ttl, utc_text
 from ampup_memory.web.body import JsonInt
 
@@ -425,12 +424,10 @@ class Workspaces:
                 pass
 
     def _remove_folder(self, namespace: str) -> None:
-        """A file warehouse also loses the namespace's folder (orphan files of crashed
-        commits included); object stores keep only what purge did not list."""
-        warehouse = str(self.tables.catalog.properties.get("warehouse", ""))
-        parts = urlsplit(warehouse)
-        if parts.scheme != "file":
-            return
-        folder = os.path.join(unquote(parts.path), namespace)
-        if os.path.isdir(folder):
-            shutil.rmtree(folder, ignore_errors=True)
+        """The namespace's folder (or S3 prefix) goes too, with any orphan files of crashed
+        commits that purge did not list."""
+        properties = self.tables.catalog.properties
+        try:
+            remove_tree(properties, namespace_location(properties, namespace))
+        except OSError:  # the drop itself is done: stray files cost space, not meaning
+            log.warning("removing the files of %s failed", namespace, exc_info=True)

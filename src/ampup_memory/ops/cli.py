@@ -83,4 +83,31 @@ def ops_commands(settings_options: SettingsOptions,
             rt.close()
         click.echo(dumps(report, indent=2))
 
-    return [backup, restore, status]
+    @click.command("doctor")
+    @settings_options("common", "cells", "tables", "embedding", "models")
+    def doctor(**kwargs: Any) -> None:
+        """Check that each configured engine is reachable and writable.
+
+        AMP store, Iceberg catalog, warehouse, search index and any configured model
+        endpoint: one line each, `ok` or what is wrong. Exit code 1 when any check fails.
+        Nothing written stays (SQL probes roll back, the warehouse probe is deleted).
+        """
+        from ampup_memory.ops.doctor import checks, run_check, secrets_of
+
+        settings = settings_from(kwargs)
+        todo = checks(settings)
+        secrets = secrets_of(settings)
+        failed = 0
+        with progress() as bar:
+            task = bar.add_task("checking", total=len(todo))
+            for check in todo:
+                bar.update(task, description=f"checking {check.name}")
+                result = run_check(check, secrets)
+                failed += not result.ok
+                click.echo(result.line())
+                bar.advance(task)
+        if failed:
+            click.echo(f"{failed} of {len(todo)} checks failed", err=True)
+            raise SystemExit(1)
+
+    return [backup, restore, status, doctor]

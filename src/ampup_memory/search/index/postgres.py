@@ -26,6 +26,7 @@ from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool
 from pyroaring import BitMap
 
+from ampup_memory.amp.store.postgres import SCHEMA_LOCK
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.bm25f import PG_LABELS, ts_rank_weights
 from ampup_memory.search.index.base import (
@@ -122,7 +123,9 @@ class PostgresIndex:
     def __init__(self, uri: str) -> None:
         self.info = IndexInfo(backend="postgresql", details={})
         try:
-            with psycopg.connect(uri, autocommit=True) as conn:
+            with psycopg.connect(uri, autocommit=True) as conn, conn.transaction():
+                # Servers starting together on a fresh database: one creates, the rest see.
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                 conn.execute(SCHEMA)
         except psycopg.Error as exc:
             raise ConfigurationError(f"cannot open the PostgreSQL index: {exc}") from exc

@@ -1,0 +1,172 @@
+"""``ampup-memory doctor``: is each configured engine reachable and writable?
+
+One check per engine (AMP cell store, Iceberg catalog, warehouse, search index, and each
+configured model endpoint), each ending in one line: ``ok`` or exactly what is wrong. A
+check writes nothing that stays: the SQL ones roll back, the warehouse one deletes the
+object it wrote.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+from ampup_memory.settings import MODEL_ROLES, Settings, mask_uri
+
+CONNECT_TIMEOUT_SECONDS = 5
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str      # "AMP store", "catalog", ...
+    where: str     # the masked URI or URL it checks
+    run: Callable[[], str]  # returns what it verified; raises on a problem
+
+
+@dataclass(frozen=True)
+class Result:
+    check: Check
+    ok: bool
+    said: str
+
+    def line(self) -> str:
+        mark = "ok  " if self.ok else "FAIL"
+        return f"{mark}  {self.check.name}: {self.check.where}: {self.said}"
+
+
+def _one_line(exc: BaseException) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__
+
+
+def _sql_check(uri: str) -> Callable[[], str]:
+    """Connect and write in a transaction that is rolled back."""
+    scheme = urlsplit(uri).scheme
+
+    def sqlite_probe() -> str:
+        from ampup_memory.ops.backup import sqlite_file
+
+        path = sqlite_file(uri)
+        assert path is not None
+        if not path.parent.is_dir():
+            raise OSError(f"folder {path.parent} does not exist")
+        conn = sqlite3.connect(path, timeout=CONNECT_TIMEOUT_SECONDS, isolation_level=None)
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # takes the write lock: the file is writable
+            conn.execute("CREATE TABLE ampup_doctor_probe (x INTEGER)")
+            conn.execute("ROLLBACK")
+        finally:
+            conn.close()
+        return "sqlite file writable"
+
+    def postgres_probe() -> str:
+        import psycopg
+
+        from ampup_memory.amp.store.postgres import conninfo_from_uri
+
+        with psycopg.connect(conninfo_from_uri(uri),
+                             connect_timeout=CONNECT_TIMEOUT_SECONDS) as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+            conn.execute("CREATE TABLE ampup_doctor_probe (x integer)")
+            conn.execute("INSERT INTO ampup_doctor_probe VALUES (1)")
+            conn.rollback()
+        return f"PostgreSQL {version[0] if version else '?'} reachable and writable"
+
+    if scheme == "sqlite":
+        return sqlite_probe
+    if scheme in ("postgresql", "postgres", "postgresql+psycopg"):
+        return postgres_probe
+
+    def unknown() -> str:
+        raise ValueError(f"unsupported URI scheme {scheme}:// (sqlite:/// or postgresql://)")
+    return unknown
+
+
+def _warehouse_check(settings: Settings) -> Callable[[], str]:
+    def probe() -> str:
+        from ampup_memory.memory import warehouse
+
+        props = warehouse.catalog_properties(settings)
+        # Straight under the warehouse: no folder of its own left behind on S3.
+        location = f"{settings.resolved_warehouse.rstrip('/')}/_ampup_doctor_{uuid.uuid4().hex}"
+        io = warehouse.file_io(props, location)
+        if not warehouse.is_s3(location):
+            fs, path = warehouse.filesystem(io, location)
+            fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
+        payload = b"ampup-memory doctor probe"
+        with io.new_output(location).create(overwrite=True) as out:
+            out.write(payload)
+        try:
+            with io.new_input(location).open() as got:
+                if got.read() != payload:
+                    raise OSError("the probe object read back differs from what was written")
+        finally:
+            io.delete(location)
+        return "wrote, read back and deleted a probe object"
+    return probe
+
+
+def _endpoint_check(base_url: str, api_key: str | None) -> Callable[[], str]:
+    def probe() -> str:
+        import httpx
+
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        answer = httpx.get(base_url.rstrip("/") + "/models", headers=headers,
+                           timeout=CONNECT_TIMEOUT_SECONDS)
+        if answer.status_code in (401, 403):
+            raise PermissionError(f"HTTP {answer.status_code}: the API key was refused")
+        if answer.status_code >= 400:
+            raise OSError(f"HTTP {answer.status_code} from GET /models")
+        return "reachable (GET /models answered)"
+    return probe
+
+
+def checks(settings: Settings) -> list[Check]:
+    found = [
+        Check("AMP store", mask_uri(settings.resolved_store_uri),
+              _sql_check(settings.resolved_store_uri)),
+        Check("catalog", mask_uri(settings.resolved_catalog_uri),
+              _sql_check(settings.resolved_catalog_uri)),
+        Check("warehouse", mask_uri(settings.resolved_warehouse), _warehouse_check(settings)),
+        Check("index", mask_uri(settings.resolved_index_uri),
+              _sql_check(settings.resolved_index_uri)),
+    ]
+    endpoints: dict[str, tuple[str, str | None]] = {}
+    if settings.model_base_url:
+        endpoints["model"] = (settings.model_base_url, settings.model_api_key)
+    for role in MODEL_ROLES:
+        url = getattr(settings, f"{role}_model_base_url")
+        if url and url != settings.model_base_url:
+            key = getattr(settings, f"{role}_model_api_key") or settings.model_api_key
+            endpoints[f"{role} model"] = (url, key)
+    if settings.embedding_provider == "openai-compatible" and settings.embedding_base_url:
+        endpoints["embedding model"] = (settings.embedding_base_url,
+                                        settings.embedding_api_key)
+    for name, (url, key) in endpoints.items():
+        found.append(Check(name, mask_uri(url), _endpoint_check(url, key)))
+    return found
+
+
+def secrets_of(settings: Settings) -> list[str]:
+    """Passwords and keys an error message might quote, to be masked in it."""
+    out = [settings.s3_secret_access_key, settings.model_api_key,
+           settings.embedding_api_key]
+    for uri in (settings.resolved_store_uri, settings.resolved_catalog_uri,
+                settings.resolved_index_uri):
+        try:
+            out.append(urlsplit(uri).password)
+        except ValueError:
+            continue
+    return [s for s in out if s]
+
+
+def run_check(check: Check, secrets: list[str]) -> Result:
+    try:
+        return Result(check, True, check.run())
+    except Exception as exc:  # each engine's own error says what is wrong; one line of it
+        said = _one_line(exc)
+        for secret in secrets:
+            said = said.replace(secret, "•••")
+        return Result(check, False, said)

