@@ -11,6 +11,8 @@ the same service the command opens (as the judge tests do), to keep the file fas
 
 from __future__ import annotations
 
+import asyncio
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +30,7 @@ from ampup_memory.settings import Settings
 from tests.memory_support import Memory, backend_env, new_scope, run_cli, start
 from tests.model_support import ScriptedModel
 from tests.test_advice_learning import KINDS, NEW_TASKS, UNRELATED
+from tests.test_mcp import http_client_for, ok
 
 USERS = [f"u{i}" for i in range(1, 7)]
 NOTES = {kind: {"when": f"For {kind} tasks.", "steps": [f"Do the {kind} thing first.",
@@ -181,6 +184,7 @@ def test_the_learning_loop(loop: Loop) -> None:
         assert (advice["key"], advice["trial"], advice["state"]) == (sql_key, False, "promoted")
         assert advice["evidence"]["helped_by_people"] == 3
     assert r.json()["advice"]["sources"] == []  # someone-else may read none of them
+    assert asyncio.run(mcp_advice(loop.m.url, scope, NEW_TASKS["sql"][1])) == r.json()
     for text in UNRELATED:
         assert u1.post("/advice", json={"scope": scope, "task": text}).json() == {
             "advice": None}
@@ -209,6 +213,12 @@ def test_the_learning_loop(loop: Loop) -> None:
     again = u1.get("/situations", params={"scope": scope}).json()
     assert again["versions"] == 2
     assert {s["id"] for s in again["situations"]} >= set(situation_of_kind.values())
+
+
+async def mcp_advice(url: str, scope: str, task: str) -> Any:
+    headers = {"X-AMP-Agent-ID": "agent_other", "X-AmpUp-User": "someone-else"}
+    async with http_client_for(url, headers) as client:
+        return json.loads(await ok(client, "get_advice", scope=scope, task=task))
 
 
 def test_advice_errors(loop: Loop) -> None:
