@@ -157,7 +157,8 @@ def test_the_learning_loop(loop: Loop) -> None:
         _, advice = loop.session("u1", sql_task, 1.0, "sql")
         assert (advice["key"], advice["kind"], advice["trial"]) == (sql_key, "note", True)
         assert advice["situation"] == situation_of_kind["sql"]
-    loop.learn()
+    report = loop.learn()  # evidence of the one note served; no second note anywhere
+    assert (report["reviewed"], report["learned"]) == (1, 0)
     note = loop.notes()[situation_of_kind["sql"]]
     assert note["state"] == "candidate"
     assert note["evidence"] == {"served": 10, "applied": 10, "helped": 10,

@@ -51,6 +51,7 @@ from ampup_memory.errors import NotFound
 from ampup_memory.memory.acl import Principal, may_read
 from ampup_memory.memory.events import EventRecord
 from ampup_memory.memory.scopes import MAIN, Scope, ScopeText
+from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
 from ampup_memory.search.embed import Embedder
@@ -252,10 +253,29 @@ def learn_scope(svc: MemoryService, scope: Scope, model: ChatModel | None, rules
             continue
         if learned is None:
             continue
-        svc.write_events(LEARNER, scope, MAIN, f"learn note {learned.key}",
-                         [_learning_event(learned.key, NOTE, {"note": learned.to_dict()})])
+        try:
+            svc.write_events(LEARNER, scope, MAIN, f"learn note {learned.key}",
+                             [_learning_event(learned.key, NOTE, {"note": learned.to_dict()})],
+                             recheck=_no_live_note(svc, scope, situation.id))
+        except _NoteMeanwhile:
+            continue
         report["learned"] += 1
     return report
+
+
+class _NoteMeanwhile(Exception):
+    """Another pass committed a live note for the situation first."""
+
+
+def _no_live_note(svc: MemoryService, scope: Scope, situation: str
+                  ) -> Callable[[Segments], None]:
+    """Refuse a second live note for a situation, checked inside the commit's
+    compare-and-set (a command and a timer learning at once write one note)."""
+    def check(segs: Segments) -> None:
+        state = fold(svc.index.events(str(scope), segs, (NOTE, GATE)))
+        if any(n.state is not NoteState.RETIRED for n in state.notes_of(situation)):
+            raise _NoteMeanwhile()
+    return check
 
 
 def learn_pass(svc: MemoryService, model: ChatModel | None, rules: GateRules, min_runs: int,
