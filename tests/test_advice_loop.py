@@ -4,7 +4,8 @@ POST /advice serving candidates on trial, the evidence gate promoting a note onl
 different people were helped, retiring one that does not help, and nothing for an
 unrelated task.
 
-The server is real (WordLlama embeddings, SQLite catalog, real Iceberg tables); the
+The server is real (WordLlama embeddings, SQLite or PostgreSQL catalog, real Iceberg
+tables); the
 commands run as real processes once, and the later learn passes run in this process through
 the same service the command opens (as the judge tests do), to keep the file fast.
 """
@@ -27,7 +28,7 @@ from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import Role, chat_model
 from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.settings import Settings
-from tests.memory_support import Memory, backend_env, new_scope, run_cli, start
+from tests.memory_support import BACKENDS, Memory, backend_env, new_scope, run_cli, start
 from tests.model_support import ScriptedModel
 from tests.test_advice_learning import KINDS, NEW_TASKS, UNRELATED
 from tests.test_mcp import http_client_for, ok
@@ -82,10 +83,10 @@ class Loop:
         return {n["situation"]: n for n in r.json()["notes"]}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=BACKENDS)
 def loop(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
          scripted_model_process: ScriptedModel) -> Iterator[Loop]:
-    env = {**backend_env("sqlite", request), **scripted_model_process.env("LEARN_"),
+    env = {**backend_env(request.param, request), **scripted_model_process.env("LEARN_"),
            "AMP_EMBEDDING_PROVIDER": "wordllama",
            "AMPUP_MEMORY_MODEL_RETRIES": "0",
            "AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS": "0",
@@ -93,7 +94,7 @@ def loop(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
            "AMPUP_MEMORY_ADVICE_LEARN_INTERVAL_SECONDS": "0",
            "AMPUP_MEMORY_ADVICE_TRIAL_SHARE": "1.0",
            "AMPUP_MEMORY_ADVICE_RETIRE_MIN_SERVED": "4"}
-    home = tmp_path_factory.mktemp("advice-loop")
+    home = tmp_path_factory.mktemp(f"advice-loop-{request.param}")
     proc = start(home, env)
     m = Memory(proc.url)
     yield Loop(m, home, env, new_scope(), scripted_model_process)
