@@ -152,6 +152,10 @@ def cluster_scope(svc: MemoryService, scope: Scope, embedder: Embedder,
     """Re-cluster one scope's rewarded tasks; commit the map when it changed."""
     previous = load_state(svc, scope).smap
     tasks = rewarded_tasks(svc, scope)
+    if previous is not None and previous.embedder == embedder.name and (
+            {t.id for t in tasks} == {m for s in previous.situations for m in s.members}):
+        return {"scope": str(scope), "tasks": len(tasks),  # nothing new: no embedding,
+                "situations": len(previous.situations), "committed": None}  # no naming
     smap = build_map(tasks, embedder, previous=previous, model=model,
                      min_similarity=min_similarity)
     if _same_map(previous, smap):
