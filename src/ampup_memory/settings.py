@@ -272,6 +272,22 @@ class Settings(BaseSettings):
         "no explicit reward (what `advice judge` does once; needs a judge model); 0 turns "
         "the timer off.",
     )
+    advice_cluster_interval_seconds: int = Field(
+        default=900,
+        ge=0,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_CLUSTER_INTERVAL_SECONDS"),
+        description="Seconds between `serve`'s passes that re-cluster each scope's rewarded "
+        "runs and sessions into situations (what `advice cluster` does once); 0 turns the "
+        "timer off.",
+    )
+    advice_learn_interval_seconds: int = Field(
+        default=900,
+        ge=0,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_LEARN_INTERVAL_SECONDS"),
+        description="Seconds between `serve`'s passes that update notes' evidence, promote "
+        "or retire them and learn new notes (what `advice learn` does once); 0 turns the "
+        "timer off.",
+    )
     model_base_url: str | None = Field(
         default=None,
         validation_alias=_env("AMPUP_MEMORY_MODEL_BASE_URL"),

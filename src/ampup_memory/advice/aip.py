@@ -3,7 +3,7 @@
 A *skill* says when it applies, its steps, its edge cases and the document units it rests
 on; its *graph* is the AIP step graph: steps with ids, and edges (from, to, optional
 condition) with exactly one start, every step reachable from it. The format is documented
-in docs/advice-learning.md ("AIP step graph format").
+in docs/advice.md ("AIP step graph format").
 
 `compile_skills` shows the compile model (Role.COMPILE) the documents with their units
 numbered and asks for skills whose every step and edge case cites ``(episode, unit)``

@@ -1,4 +1,5 @@
-"""Advice REST routes: /runs, /runs/reward, /sessions/start, /sessions/end, /sessions/{id}.
+"""Advice REST routes: /runs, /runs/reward, /sessions/start, /sessions/end, /sessions/{id},
+/situations, /notes and /advice.
 
 Identity first (401), then the body (422), as on every AmpUp route; every error is an
 ``AmpError`` rendered in the one envelope. An unknown run or session and one the caller may
@@ -13,7 +14,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from ampup_memory.advice import runs, sessions
+from ampup_memory.advice import loop, runs, sessions
 from ampup_memory.auth import Authenticator
 from ampup_memory.memory.api import USER_DOC, memory_user, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
@@ -104,3 +105,40 @@ async def end_session(request: Request) -> dict[str, Any]:
 def get_session(request: Request, session_id: SessionIdP) -> dict[str, Any]:
     user = _user(request)
     return sessions.get_session(service(request), user, session_id)
+
+
+@router.get("/situations", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID}),
+            openapi_extra=USER_DOC)
+def list_situations(request: Request, scope: Annotated[ScopeText, Query()]) -> dict[str, Any]:
+    """The scope's situation map (latest version); member lists show only the runs and
+    sessions you may read."""
+    user = _user(request)
+    return loop.list_situations(service(request), user, scope)
+
+
+@router.get("/notes", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID}),
+            openapi_extra=USER_DOC)
+def list_notes(request: Request, scope: Annotated[ScopeText, Query()],
+               situation: Annotated[str | None, Query(max_length=64)] = None,
+               ) -> dict[str, Any]:
+    """The scope's notes (of one situation), each with its state, evidence counters and
+    history; sources show only the runs and sessions you may read."""
+    user = _user(request)
+    return loop.list_notes(service(request), user, scope, situation)
+
+
+@router.post("/advice", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope, or a session you may not read",
+    409: ENDED, 422: INVALID, 503: UNAVAILABLE}),
+             openapi_extra={**body_doc(loop.AdviceRequest), **USER_DOC})
+async def get_advice(request: Request) -> dict[str, Any]:
+    """The advice for a task: its situation's promoted note, or a candidate on trial in
+    your session, or `{"advice": null}`. Serving is recorded on the session."""
+    user = _user(request)
+    req = parse_body(loop.AdviceRequest, await request.body())
+    result: dict[str, Any] = await run_in_threadpool(
+        loop.get_advice, service(request), user, req, request.app.state.runtime.embedder,
+        request.app.state.settings)
+    return result

@@ -1,4 +1,4 @@
-"""Advice commands: ``ampup-memory advice judge [--scope S]``.
+"""Advice commands: ``ampup-memory advice judge|cluster|learn [--scope S]``.
 
 ``advice_commands`` takes the shared settings helpers from ``ampup_memory.cli`` as
 arguments instead of importing them, as the other command modules do.
@@ -6,7 +6,8 @@ arguments instead of importing them, as the other command modules do.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -17,13 +18,15 @@ from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
     from ampup_memory.memory.cli import SettingsOptions
+    from ampup_memory.memory.scopes import Scope
+    from ampup_memory.memory.service import MemoryService
 
 
 def advice_commands(settings_options: SettingsOptions,
                     settings_from: Callable[[dict[str, Any]], Settings]) -> list[click.Command]:
     @click.group("advice")
     def advice() -> None:
-        """The advice loop: judging ended sessions (more passes to come)."""
+        """The advice loop: judging sessions, clustering situations, learning notes."""
 
     @advice.command("judge")
     @click.option("--scope", default=None, help="Only this org/team.")
@@ -57,4 +60,74 @@ def advice_commands(settings_options: SettingsOptions,
             svc.close()
         click.echo(dumps(report))
 
+    @advice.command("cluster")
+    @click.option("--scope", default=None, help="Only this org/team.")
+    @settings_options("common", "tables", "models")
+    def cluster(scope: str | None, **kwargs: Any) -> None:
+        """Sort each scope's rewarded runs and sessions into situations, once.
+
+        A changed map is committed as the scope's next version (situations that still
+        exist keep their ids); the learning model, if any, names the groups. Prints JSON."""
+        from ampup_memory.advice.loop import cluster_pass
+        from ampup_memory.models.chat import Role, chat_model
+        from ampup_memory.search.embed import build_embedder
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            only = _scope(scope)
+            embedder = build_embedder(settings)
+            with progress() as bar:
+                task = bar.add_task("clustering scopes", total=None)
+                report = cluster_pass(svc, embedder, chat_model(settings, Role.LEARN),
+                                      settings.advice_situation_min_similarity, only,
+                                      on_one=lambda: bar.advance(task))
+        click.echo(dumps(report))
+
+    @advice.command("learn")
+    @click.option("--scope", default=None, help="Only this org/team.")
+    @settings_options("common", "tables", "models")
+    def learn(scope: str | None, **kwargs: Any) -> None:
+        """Update every note's evidence (promote, retire), then learn a note for each
+        situation with enough rewarded tasks and none yet, once.
+
+        Without a learning model no note is learned (evidence is still updated); a
+        situation the model could not write a note for is tried again next time."""
+        from ampup_memory.advice.gate import GateRules
+        from ampup_memory.advice.loop import learn_pass
+        from ampup_memory.models.chat import Role, chat_model
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            only = _scope(scope)
+            with progress() as bar:
+                task = bar.add_task("learning notes", total=None)
+                report = learn_pass(svc, chat_model(settings, Role.LEARN),
+                                    GateRules.from_settings(settings),
+                                    settings.advice_min_runs_for_note, only,
+                                    on_one=lambda: bar.advance(task))
+        click.echo(dumps(report))
+
     return [advice]
+
+
+def _scope(text: str | None) -> Scope | None:
+    from ampup_memory.memory.scopes import parse_scope
+
+    return parse_scope(text, "--scope") if text else None
+
+
+@contextmanager
+def _service(settings: Settings) -> Iterator[MemoryService]:
+    """The memory service for one command; an AmpError ends the command with its message."""
+    from ampup_memory.memory.service import MemoryService
+
+    try:
+        svc = MemoryService.open(settings)
+    except ConfigurationError as exc:
+        fail(str(exc))
+    try:
+        yield svc
+    except AmpError as exc:
+        fail(f"{exc.code}: {exc.message}")
+    finally:
+        svc.close()

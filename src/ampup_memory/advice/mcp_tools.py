@@ -1,15 +1,17 @@
 """The advice loop's MCP tools as plain functions: ``record_run``, ``reward_run``,
-``start_session``, ``end_session``. Each takes the memory service and the authenticated
-caller and returns JSON-ready data, through the same functions as the REST routes."""
+``start_session``, ``end_session``, ``get_advice``. Each takes the memory service and the
+authenticated caller and returns JSON-ready data, through the same functions as the REST routes."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from ampup_memory.advice import runs, sessions
+from ampup_memory.advice import loop, runs, sessions
 from ampup_memory.auth import Caller
 from ampup_memory.memory.mcp_tools import caller_user
 from ampup_memory.memory.service import MemoryService, build
+from ampup_memory.search.embed import Embedder
+from ampup_memory.settings import Settings
 
 
 def record_run(svc: MemoryService, caller: Caller, *, scope: str, task: str,
@@ -43,3 +45,10 @@ def end_session(svc: MemoryService, caller: Caller, *, session: str, transcript:
     req = build(sessions.EndSession, session=session, transcript=transcript, outcome=outcome,
                 reward=reward, reason=reason)
     return sessions.end_session(svc, user, req)
+
+
+def get_advice(svc: MemoryService, caller: Caller, embedder: Embedder, settings: Settings, *,
+               scope: str, task: str, session: str | None = None) -> dict[str, Any]:
+    user = caller_user(caller)
+    req = build(loop.AdviceRequest, scope=scope, task=task, session=session)
+    return loop.get_advice(svc, user, req, embedder, settings)

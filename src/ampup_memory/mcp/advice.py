@@ -1,6 +1,6 @@
 """The advice loop's MCP tools (``record_run``, ``reward_run``, ``start_session``,
-``end_session``), on the same server as the other tools; they wrap `advice.mcp_tools`,
-which call what the REST routes call."""
+``end_session``, ``get_advice``), on the same server as the other tools; they wrap
+`advice.mcp_tools`, which call what the REST routes call."""
 
 from __future__ import annotations
 
@@ -44,6 +44,21 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return _json(advice_tools.end_session(memory, caller, session=session,
                                               transcript=transcript, outcome=outcome,
                                               reward=reward, reason=reason))
+
+    def advise(caller: Caller, scope: str, task: str, session: str | None) -> str:
+        return _json(advice_tools.get_advice(memory, caller, env.runtime.embedder,
+                                             env.runtime.settings, scope=scope, task=task,
+                                             session=session))
+
+    @server.tool()
+    async def get_advice(scope: str, task: str, ctx: ToolContext,
+                         session: str | None = None) -> CallToolResult:
+        """Ask team memory `scope` how this kind of `task` is best done: the steps that
+        worked and the pitfalls that did not, learned from rewarded runs and sessions,
+        with its evidence. Pass your open `session` (ses_…) so the serving is recorded and
+        judged. Replies JSON `{"advice": {key, when, steps, pitfalls, evidence, sources,
+        trial, …}}` or `{"advice": null}`; record_run with `advice_key` when you follow it."""
+        return await uenv.reply(ctx, advise, scope, task, session)
 
     @server.tool()
     async def record_run(

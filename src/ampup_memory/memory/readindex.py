@@ -571,6 +571,15 @@ class ReadIndex:
         found.sort(key=lambda e: (e.seq, e.id))
         return found
 
+    def last_event_seq(self, scope: str, kinds: Iterable[str]) -> int:
+        """The newest commit seq holding an event of these kinds in the scope (0: none) —
+        a cheap marker a cache of what those events say is keyed by."""
+        stmt = select(func.max(events_t.c.seq)).where(
+            events_t.c.scope == scope, events_t.c.kind.in_(sorted(set(kinds))))
+        with self.engine.connect() as conn:
+            value = conn.execute(stmt).scalar()
+        return int(value or 0)
+
     def newest_subjects(self, scope: str, segs: Segments, kind: str, before: str | None,
                         keep: Callable[[EventRecord], bool], limit: int) -> list[EventRecord]:
         """The first ``limit`` events of ``kind`` in the view that ``keep`` accepts, by

@@ -1,0 +1,440 @@
+"""The learning loop wired to storage: situation maps, notes and their evidence as events.
+
+Everything the loop learns is an append-only event of the scope's ``events`` table on
+``main`` (``memory/events.py``), committed through the ledger like runs and sessions:
+
+- ``situations`` (subject ``situations``): one whole `SituationMap` per re-clustering — the
+  map is versioned by its commits, and each map keeps the ids of the one before it;
+- ``note`` (subject the note key): a note the learning model wrote, as a candidate;
+- ``gate`` (subject the note key): the note's evidence recomputed from the rewarded runs
+  and sessions that served it, with the `GateEvent`s that changed it (outcomes, promotion,
+  retirement). A note's state is the fold of its events.
+
+Evidence is a function of the sessions, not a running counter: each learn pass recomputes
+every live note's outcome per (note, session) from the session's *current* reward (an
+explicit reward replaces the judge's), so nothing is counted twice and a later explicit
+reward corrects an earlier judge verdict. Only a changed outcome writes an event.
+
+``POST /advice`` reads a per-process cache of the scope's map and notes, keyed by the
+newest commit holding such events (one index query), so serving never re-reads the
+rewarded tasks.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import timedelta
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+from ulid import ULID
+
+from ampup_memory.advice import gate
+from ampup_memory.advice.gate import Evidence, GateRules, NoteState
+from ampup_memory.advice.notes import Note, learn_note
+from ampup_memory.advice.runs import (
+    MAX_TEXT,
+    SESSION_PREFIX,
+    RewardedTask,
+    rewarded_tasks,
+    subject_events,
+    utcnow,
+)
+from ampup_memory.advice.sessions import record_advice_step
+from ampup_memory.advice.situations import SituationMap, build_map, members_of, situation_for
+from ampup_memory.background import LifespanHook, TimerRecord, periodic
+from ampup_memory.errors import NotFound
+from ampup_memory.memory.acl import Principal, may_read
+from ampup_memory.memory.events import EventRecord
+from ampup_memory.memory.scopes import MAIN, Scope, ScopeText
+from ampup_memory.memory.segments import Segments
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
+from ampup_memory.search.embed import Embedder
+from ampup_memory.settings import Settings
+
+log = logging.getLogger("ampup_memory.advice")
+
+MAP, NOTE, GATE = "situations", "note", "gate"
+LEARNING_KINDS = (MAP, NOTE, GATE)
+MAP_SUBJECT = "situations"
+LEARNER = "learner"
+CLUSTER_LEASE, LEARN_LEASE = "advice-cluster", "advice-learn"
+
+
+# -- state: the fold of a scope's learning events ------------------------------------------------
+@dataclass
+class LearnedState:
+    smap: SituationMap | None = None
+    map_commit: str | None = None
+    versions: int = 0
+    notes: dict[str, Note] = field(default_factory=dict)  # in creation order
+    history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    outcomes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
+    retired_at: dict[str, str] = field(default_factory=dict)
+
+    def notes_of(self, situation: str) -> list[Note]:
+        return [n for n in self.notes.values() if n.situation == situation]
+
+
+def fold(events: Sequence[EventRecord]) -> LearnedState:
+    state = LearnedState()
+    for e in events:
+        if e.kind == MAP:
+            state.smap = SituationMap.from_json(str(e.data["map"]))
+            state.map_commit = e.commit_id
+            state.versions += 1
+        elif e.kind == NOTE:
+            note = Note.from_dict(e.data["note"])
+            state.notes[note.key] = note
+            state.history[note.key] = [{"kind": "created", "state": note.state.value,
+                                        "at": note.created_at, "detail": note.model}]
+            state.outcomes[note.key] = {}
+        elif e.kind == GATE and e.subject in state.notes:
+            note = state.notes[e.subject]
+            new_state = NoteState(e.data["state"])
+            state.notes[e.subject] = replace(
+                note, state=new_state, evidence=Evidence.from_dict(e.data["evidence"]))
+            state.outcomes[e.subject] = dict(e.data["outcomes"])
+            state.history[e.subject].extend(e.data["events"])
+            if new_state is NoteState.RETIRED and note.state is not NoteState.RETIRED:
+                state.retired_at[e.subject] = e.at.isoformat()
+    return state
+
+
+def load_state(svc: MemoryService, scope: Scope) -> LearnedState:
+    segs = svc.events_view(scope, MAIN)
+    return fold(svc.index.events(str(scope), segs, LEARNING_KINDS))
+
+
+_cache: dict[tuple[int, str], tuple[int, LearnedState]] = {}
+_cache_lock = threading.Lock()
+
+
+def cached_state(svc: MemoryService, scope: Scope) -> LearnedState:
+    """The scope's learned state, re-read only when a newer learning event was committed."""
+    marker = svc.index.last_event_seq(str(scope), LEARNING_KINDS)
+    key = (id(svc), str(scope))
+    with _cache_lock:
+        hit = _cache.get(key)
+    if hit is not None and hit[0] == marker:
+        return hit[1]
+    state = load_state(svc, scope)
+    with _cache_lock:
+        _cache[key] = (marker, state)
+    return state
+
+
+def _learning_event(subject: str, kind: str, data: dict[str, Any]) -> EventRecord:
+    return EventRecord(id=str(ULID()), subject=subject, kind=kind, user=LEARNER, at=utcnow(),
+                       acl=(), data=data, branch=MAIN)
+
+
+def _scopes(svc: MemoryService, scope: Scope | None) -> list[Scope]:
+    svc.sync.ledger_table()
+    return [scope] if scope is not None else svc.tables.scopes()
+
+
+# -- clustering ------------------------------------------------------------------------------
+def _same_map(a: SituationMap | None, b: SituationMap) -> bool:
+    if a is None:
+        return not b.situations
+    return ([(s.id, s.category, s.name, s.members) for s in a.situations]
+            == [(s.id, s.category, s.name, s.members) for s in b.situations])
+
+
+def cluster_scope(svc: MemoryService, scope: Scope, embedder: Embedder,
+                  model: ChatModel | None, min_similarity: float) -> dict[str, Any]:
+    """Re-cluster one scope's rewarded tasks; commit the map when it changed."""
+    previous = load_state(svc, scope).smap
+    tasks = rewarded_tasks(svc, scope)
+    if previous is not None and previous.embedder == embedder.name and (
+            {t.id for t in tasks} == {m for s in previous.situations for m in s.members}):
+        return {"scope": str(scope), "tasks": len(tasks),  # nothing new: no embedding,
+                "situations": len(previous.situations), "committed": None}  # no naming
+    smap = build_map(tasks, embedder, previous=previous, model=model,
+                     min_similarity=min_similarity)
+    if _same_map(previous, smap):
+        return {"scope": str(scope), "tasks": len(tasks), "situations": len(smap.situations),
+                "committed": None}
+    entry = svc.write_events(LEARNER, scope, MAIN, "cluster situations",
+                             [_learning_event(MAP_SUBJECT, MAP, {"map": smap.to_json()})])
+    return {"scope": str(scope), "tasks": len(tasks), "situations": len(smap.situations),
+            "committed": entry.commit_id}
+
+
+def cluster_pass(svc: MemoryService, embedder: Embedder, model: ChatModel | None,
+                 min_similarity: float, scope: Scope | None = None,
+                 on_one: Callable[[], None] | None = None) -> dict[str, Any]:
+    reports = []
+    for s in _scopes(svc, scope):
+        reports.append(cluster_scope(svc, s, embedder, model, min_similarity))
+        if on_one is not None:
+            on_one()
+    return {"scopes": reports}
+
+
+# -- evidence and the gate -------------------------------------------------------------------
+def outcome_of(task: RewardedTask, key: str) -> dict[str, Any]:
+    """What one rewarded session (or run) says of a note it served: the judge's verdict,
+    or — when an explicit reward decided — applied, and helped when the reward is positive."""
+    if task.reward_by == "judge":
+        verdict = task.verdicts.get(key, {})
+        helped = bool(verdict.get("helped"))
+        applied = bool(verdict.get("applied")) or helped
+    else:
+        applied, helped = True, task.reward > 0
+    return {"user": task.user, "applied": applied, "helped": helped}
+
+
+def review_note(note: Note, tasks: Sequence[RewardedTask], old: dict[str, dict[str, Any]],
+                rules: GateRules) -> dict[str, Any] | None:
+    """The note's next ``gate`` event data, or None when nothing changed."""
+    if note.state is NoteState.RETIRED:
+        return None
+    outcomes = {t.id: outcome_of(t, note.key) for t in tasks if note.key in t.served}
+    evidence, events = Evidence(), []
+    for sid in sorted(outcomes):
+        o = outcomes[sid]
+        evidence, _ = gate.record_served(note.key, note.state, evidence, session=sid)
+        evidence, ev = gate.record_outcome(note.key, note.state, evidence, session=sid,
+                                           user=o["user"], applied=o["applied"],
+                                           helped=o["helped"])
+        if old.get(sid) != o:
+            events.append(ev.to_dict())
+    state, change = gate.review(note.key, note.state, evidence, rules)
+    if change is not None:
+        events.append(change.to_dict())
+    if not events and outcomes == old:
+        return None
+    for ev_dict in events:  # who was helped is kept in storage, never shown (counters only)
+        ev_dict.pop("user", None)
+    return {"state": state.value, "evidence": evidence.to_dict(), "outcomes": outcomes,
+            "events": events}
+
+
+# -- learning --------------------------------------------------------------------------------
+def learn_scope(svc: MemoryService, scope: Scope, model: ChatModel | None, rules: GateRules,
+                min_runs: int) -> dict[str, Any]:
+    state = load_state(svc, scope)
+    tasks = rewarded_tasks(svc, scope)
+    report: dict[str, Any] = {"scope": str(scope), "reviewed": 0, "promoted": 0,
+                              "retired": 0, "learned": 0, "failed": 0}
+    for note in list(state.notes.values()):
+        data = review_note(note, tasks, state.outcomes.get(note.key, {}), rules)
+        if data is None:
+            continue
+        svc.write_events(LEARNER, scope, MAIN, f"note evidence {note.key}",
+                         [_learning_event(note.key, GATE, data)])
+        report["reviewed"] += 1
+        kinds = {e["kind"] for e in data["events"]}
+        report["promoted"] += int("promoted" in kinds)
+        report["retired"] += int("retired" in kinds)
+    if model is None or state.smap is None:
+        return report
+    state = load_state(svc, scope)
+    smap = state.smap
+    if smap is None:
+        return report
+    for situation in smap.situations:
+        notes = state.notes_of(situation.id)
+        if any(n.state is not NoteState.RETIRED for n in notes):
+            continue
+        members = members_of(smap, situation.id, tasks)
+        since = max((state.retired_at.get(n.key, "") for n in notes), default="")
+        if since:  # after a retirement only what happened since teaches a new note
+            members = [t for t in members if t.at.isoformat() > since]
+        try:
+            learned = learn_note(situation, members, model, min_runs=min_runs)
+        except ModelUnavailable as exc:
+            report["failed"] += 1
+            log.warning("learn: situation %s keeps no note for now: %s", situation.id,
+                        exc.message)
+            continue
+        if learned is None:
+            continue
+        try:
+            svc.write_events(LEARNER, scope, MAIN, f"learn note {learned.key}",
+                             [_learning_event(learned.key, NOTE, {"note": learned.to_dict()})],
+                             recheck=_no_live_note(svc, scope, situation.id))
+        except _NoteMeanwhile:
+            continue
+        report["learned"] += 1
+    return report
+
+
+class _NoteMeanwhile(Exception):
+    """Another pass committed a live note for the situation first."""
+
+
+def _no_live_note(svc: MemoryService, scope: Scope, situation: str
+                  ) -> Callable[[Segments], None]:
+    """Refuse a second live note for a situation, checked inside the commit's
+    compare-and-set (a command and a timer learning at once write one note)."""
+    def check(segs: Segments) -> None:
+        state = fold(svc.index.events(str(scope), segs, (NOTE, GATE)))
+        if any(n.state is not NoteState.RETIRED for n in state.notes_of(situation)):
+            raise _NoteMeanwhile()
+    return check
+
+
+def learn_pass(svc: MemoryService, model: ChatModel | None, rules: GateRules, min_runs: int,
+               scope: Scope | None = None,
+               on_one: Callable[[], None] | None = None) -> dict[str, Any]:
+    reports = []
+    for s in _scopes(svc, scope):
+        reports.append(learn_scope(svc, s, model, rules, min_runs))
+        if on_one is not None:
+            on_one()
+    return {"scopes": reports, "model": None if model is None else model.name}
+
+
+# -- timers ----------------------------------------------------------------------------------
+def _under_lease(svc: MemoryService, name: str, holder: str,
+                 job: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
+    if not svc.index.take_lease(name, holder, utcnow(), timedelta(minutes=30)):
+        return None
+    try:
+        return job()
+    finally:
+        svc.index.release_lease(name, holder)
+
+
+def learning_timers(svc: MemoryService, settings: Settings, embedder: Embedder,
+                    records: list[TimerRecord] | None = None) -> list[LifespanHook]:
+    """``serve``'s clustering and learning timers, each under its own lease."""
+    holder = uuid.uuid4().hex[:16]
+    model = chat_model(settings, Role.LEARN)
+    rules = GateRules.from_settings(settings)
+
+    def cluster() -> str | None:
+        report = _under_lease(svc, CLUSTER_LEASE, holder, lambda: cluster_pass(
+            svc, embedder, model, settings.advice_situation_min_similarity))
+        done = [r for r in (report or {}).get("scopes", []) if r["committed"]]
+        return f"clustered {len(done)} scope(s)" if done else None
+
+    def learn() -> str | None:
+        report = _under_lease(svc, LEARN_LEASE, holder, lambda: learn_pass(
+            svc, model, rules, settings.advice_min_runs_for_note))
+        return str(report) if report and any(
+            r["reviewed"] or r["learned"] for r in report["scopes"]) else None
+
+    return [periodic(cluster, settings.advice_cluster_interval_seconds,
+                     "advice cluster pass", log, records=records),
+            periodic(learn, settings.advice_learn_interval_seconds,
+                     "advice learn pass", log, records=records)]
+
+
+# -- reading: situations, notes, advice ------------------------------------------------------
+def _readable(svc: MemoryService, principal: Principal, ids: Sequence[str]) -> set[str]:
+    """The runs and sessions among ``ids`` the caller may read (the one visibility rule)."""
+    firsts: dict[str, EventRecord] = {}
+    for e in svc.index.events_of(ids):
+        firsts.setdefault(e.subject, e)
+    return {s for s, e in firsts.items() if may_read(principal, e.acl)}
+
+
+def list_situations(svc: MemoryService, user: str, scope_text: object) -> dict[str, Any]:
+    view = svc.view(scope_text)
+    state = cached_state(svc, view.scope)
+    smap = state.smap
+    if smap is None:
+        return {"scope": str(view.scope), "version": None, "built_at": None,
+                "categories": [], "situations": []}
+    principal = svc.principal(user)
+    readable = _readable(svc, principal, [m for s in smap.situations for m in s.members])
+    return {
+        "scope": str(view.scope), "version": state.map_commit, "versions": state.versions,
+        "built_at": smap.built_at, "named_by": smap.named_by,
+        "categories": [{"id": c.id, "name": c.name, "terms": list(c.terms),
+                        "situations": list(c.situations)} for c in smap.categories],
+        "situations": [{"id": s.id, "category": s.category, "name": s.name,
+                        "terms": list(s.terms), "size": len(s.members),
+                        "members": [m for m in s.members if m in readable]}
+                       for s in smap.situations],
+    }
+
+
+def note_wire(note: Note, readable: set[str], history: list[dict[str, Any]] | None = None
+              ) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "key": note.key, "kind": "note", "situation": note.situation, "state": note.state.value,
+        "when": note.when, "steps": list(note.steps), "pitfalls": list(note.pitfalls),
+        "evidence": note.evidence.counters(),
+        "sources": [s for s in note.sources if s in readable],
+        "model": note.model, "created_at": note.created_at}
+    if history is not None:
+        out["history"] = history
+    return out
+
+
+def list_notes(svc: MemoryService, user: str, scope_text: object,
+               situation: str | None = None) -> dict[str, Any]:
+    view = svc.view(scope_text)
+    state = cached_state(svc, view.scope)
+    notes = [n for n in state.notes.values() if situation is None or n.situation == situation]
+    readable = _readable(svc, svc.principal(user), [s for n in notes for s in n.sources])
+    return {"scope": str(view.scope),
+            "notes": [note_wire(n, readable, state.history.get(n.key, [])) for n in notes]}
+
+
+class AdviceRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: ScopeText
+    task: str = Field(min_length=1, max_length=MAX_TEXT, description="The task at hand.")
+    session: str | None = Field(default=None, min_length=1, max_length=64,
+                                description="Your open session (ses_…): the serving is "
+                                "recorded on it, and a candidate note may be tried in it.")
+
+
+def choose(state: LearnedState, situation: str, session: str | None,
+           rules: GateRules) -> tuple[Note, bool] | None:
+    """The note served for ``situation``: the newest promoted one, else a candidate the
+    gate's trial draw picks for this session (no session: no trial)."""
+    notes = state.notes_of(situation)
+    promoted = [n for n in notes if n.state is NoteState.PROMOTED]
+    if promoted:
+        return promoted[-1], False
+    if session is None:
+        return None
+    for n in reversed([n for n in notes if n.state is NoteState.CANDIDATE]):
+        served, trial = gate.serves(n.key, n.state, session, rules)
+        if served:
+            return n, trial
+    return None
+
+
+def get_advice(svc: MemoryService, user: str, req: AdviceRequest, embedder: Embedder,
+               settings: Settings) -> dict[str, Any]:
+    scope = svc.view(req.scope).scope  # 404 for a deleted scope
+    if req.session is not None:  # an unknown, unreadable or other scope's session: 404
+        first = subject_events(svc, svc.principal(user), req.session, SESSION_PREFIX)[0]
+        if first.scope != str(scope):
+            raise NotFound("No such session.")
+    state = cached_state(svc, scope)
+    none: dict[str, Any] = {"advice": None}
+    if state.smap is None or not state.smap.situations:
+        return none
+    vector = embedder.embed([req.task])[0]
+    situation = situation_for(vector, state.smap, embedder=embedder.name,
+                              min_similarity=settings.advice_situation_min_similarity)
+    if situation is None:
+        return none
+    chosen = choose(state, situation.id, req.session, GateRules.from_settings(settings))
+    if chosen is None:
+        return none | {"situation": situation.id}
+    note, trial = chosen
+    if req.session is not None:
+        record_advice_step(svc, user, req.session,
+                           {"key": note.key, "kind": "note", "situation": situation.id,
+                            "trial": trial})
+    readable = _readable(svc, svc.principal(user), note.sources)
+    wire = note_wire(note, readable)
+    return {"advice": {k: wire[k] for k in ("key", "kind", "situation", "when", "steps",
+                                            "pitfalls", "evidence", "sources")}
+            | {"trial": trial, "state": note.state.value}}

@@ -1,0 +1,233 @@
+"""The advice loop end to end over real HTTP: sessions from six users across three kinds of
+task → `advice cluster` (situations) → `advice learn` (notes, scripted learning model) →
+POST /advice serving candidates on trial, the evidence gate promoting a note only once three
+different people were helped, retiring one that does not help, and nothing for an
+unrelated task.
+
+The server is real (WordLlama embeddings, SQLite or PostgreSQL catalog, real Iceberg
+tables); the
+commands run as real processes once, and the later learn passes run in this process through
+the same service the command opens (as the judge tests do), to keep the file fast.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampup_memory.advice.gate import GateRules
+from ampup_memory.advice.loop import cluster_pass, learn_pass
+from ampup_memory.memory.scopes import parse_scope
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.models.chat import Role, chat_model
+from ampup_memory.search.embed import WordLlamaEmbedder
+from ampup_memory.settings import Settings
+from tests.memory_support import BACKENDS, Memory, backend_env, new_scope, run_cli, start
+from tests.model_support import ScriptedModel
+from tests.test_advice_learning import KINDS, NEW_TASKS, UNRELATED
+from tests.test_mcp import http_client_for, ok
+
+USERS = [f"u{i}" for i in range(1, 7)]
+NOTES = {kind: {"when": f"For {kind} tasks.", "steps": [f"Do the {kind} thing first.",
+                                                          "Check the result."],
+                "pitfalls": [f"Skipping the {kind} check."]} for kind in KINDS}
+
+
+@dataclass
+class Loop:
+    m: Memory
+    home: Path
+    env: dict[str, str]
+    scope: str
+    model: ScriptedModel
+
+    def settings(self) -> Settings:
+        return Settings.model_validate({**self.env, "AMPUP_MEMORY_HOME": str(self.home)})
+
+    def learn(self) -> dict[str, Any]:
+        settings = self.settings()
+        svc = MemoryService.open(settings)
+        try:
+            report = learn_pass(svc, chat_model(settings, Role.LEARN),
+                                GateRules.from_settings(settings),
+                                settings.advice_min_runs_for_note, parse_scope(self.scope))
+        finally:
+            svc.close()
+        scope_report: dict[str, Any] = report["scopes"][0]
+        return scope_report
+
+    def session(self, user: str, task: str, reward: float, kind: str = "") -> tuple[str, Any]:
+        """One session of ``user``: start, ask for advice, end with an explicit reward."""
+        http = self.m.as_user(user).http
+        r = http.post("/sessions/start", json={"scope": self.scope, "task": task})
+        assert r.status_code == 201, r.text
+        ses = r.json()["id"]
+        advice = http.post("/advice", json={"scope": self.scope, "task": task,
+                                            "session": ses})
+        assert advice.status_code == 200, advice.text
+        r = http.post("/sessions/end", json={
+            "session": ses, "transcript": f"[kind:{kind}] worked on it", "outcome": "done",
+            "reward": reward})
+        assert r.status_code == 200, r.text
+        return ses, advice.json()["advice"]
+
+    def notes(self, user: str = "u1") -> dict[str, dict[str, Any]]:
+        r = self.m.as_user(user).http.get("/notes", params={"scope": self.scope})
+        assert r.status_code == 200, r.text
+        return {n["situation"]: n for n in r.json()["notes"]}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def loop(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+         scripted_model_process: ScriptedModel) -> Iterator[Loop]:
+    env = {**backend_env(request.param, request), **scripted_model_process.env("LEARN_"),
+           "AMP_EMBEDDING_PROVIDER": "wordllama",
+           "AMPUP_MEMORY_MODEL_RETRIES": "0",
+           "AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS": "0",
+           "AMPUP_MEMORY_ADVICE_CLUSTER_INTERVAL_SECONDS": "0",
+           "AMPUP_MEMORY_ADVICE_LEARN_INTERVAL_SECONDS": "0",
+           "AMPUP_MEMORY_ADVICE_TRIAL_SHARE": "1.0",
+           "AMPUP_MEMORY_ADVICE_RETIRE_MIN_SERVED": "4"}
+    home = tmp_path_factory.mktemp(f"advice-loop-{request.param}")
+    proc = start(home, env)
+    m = Memory(proc.url)
+    yield Loop(m, home, env, new_scope(), scripted_model_process)
+    m.close()
+    proc.stop()
+
+
+def test_the_learning_loop(loop: Loop) -> None:
+    scope, model = loop.scope, loop.model
+    # ~40 sessions from six users across three kinds of task, explicitly rewarded; before
+    # any map exists there is no advice.
+    kind_of: dict[str, str] = {}
+    n = 0
+    for kind, texts in KINDS.items():
+        for i, text in enumerate(texts):
+            reward = -0.5 if i % 5 == 4 else 1.0
+            ses, advice = loop.session(USERS[n % len(USERS)], text, reward, kind)
+            assert advice is None
+            kind_of[ses] = kind
+            n += 1
+    assert n == 40
+
+    # Situations: one per kind of task, committed as the scope's first map version.
+    done = run_cli(loop.home, loop.env, "advice", "cluster", "--scope", scope)
+    assert done.returncode == 0, done.stderr
+    u1 = loop.m.as_user("u1").http
+    smap = u1.get("/situations", params={"scope": scope}).json()
+    assert smap["versions"] == 1 and len(smap["situations"]) == 3
+    situation_of_kind: dict[str, str] = {}
+    mine = {s for s in kind_of if loop.m.as_user("u1").http.get(f"/sessions/{s}")
+            .status_code == 200}
+    for s in smap["situations"]:
+        kinds = {kind_of[m] for m in s["members"]}
+        assert len(kinds) == 1, s  # one kind of task per situation
+        assert set(s["members"]) <= mine  # only the sessions u1 may read are listed
+        situation_of_kind[kinds.pop()] = s["id"]
+        assert s["size"] > len(s["members"])
+    assert sorted(situation_of_kind) == sorted(KINDS)
+
+    # Model down during learn: nothing half-written, the next pass learns.
+    model.script([], default={"status": 500, "reply": "down"})
+    assert loop.learn()["failed"] == 3
+    assert loop.notes() == {}
+    model.script([{"match": f"[kind:{kind}]", "reply": NOTES[kind]} for kind in KINDS])
+    done = run_cli(loop.home, loop.env, "advice", "learn", "--scope", scope)
+    assert done.returncode == 0, done.stderr
+    notes = loop.notes()
+    assert set(notes) == set(situation_of_kind.values())
+    for kind, sit in situation_of_kind.items():
+        note = notes[sit]
+        assert (note["state"], note["when"], note["steps"]) == (
+            "candidate", NOTES[kind]["when"], NOTES[kind]["steps"])
+        assert note["evidence"] == {"served": 0, "applied": 0, "helped": 0,
+                                    "helped_by_people": 0}
+        assert note["sources"] and set(note["sources"]) <= mine
+    sql_key = notes[situation_of_kind["sql"]]["key"]
+
+    # A candidate is served on trial in sessions; one user helped ten times is one person.
+    sql_task = NEW_TASKS["sql"][0]
+    for _ in range(10):
+        _, advice = loop.session("u1", sql_task, 1.0, "sql")
+        assert (advice["key"], advice["kind"], advice["trial"]) == (sql_key, "note", True)
+        assert advice["situation"] == situation_of_kind["sql"]
+    report = loop.learn()  # evidence of the one note served; no second note anywhere
+    assert (report["reviewed"], report["learned"]) == (1, 0)
+    note = loop.notes()[situation_of_kind["sql"]]
+    assert note["state"] == "candidate"
+    assert note["evidence"] == {"served": 10, "applied": 10, "helped": 10,
+                                "helped_by_people": 1}
+    loop.session("u2", sql_task, 1.0, "sql")
+    loop.learn()
+    assert loop.notes()[situation_of_kind["sql"]]["state"] == "candidate"  # two: not enough
+    # Without a session a candidate is never served (no trial draw).
+    r = u1.post("/advice", json={"scope": scope, "task": sql_task})
+    assert r.json() == {"advice": None, "situation": situation_of_kind["sql"]}
+
+    loop.session("u3", sql_task, 1.0, "sql")
+    assert loop.learn()["promoted"] == 1
+    note = loop.notes()[situation_of_kind["sql"]]
+    assert note["state"] == "promoted" and note["evidence"]["helped_by_people"] == 3
+    assert [h["kind"] for h in note["history"]][-1] == "promoted"
+    assert all("user" not in h for h in note["history"])  # who was helped is not shown
+
+    # A promoted note is served to anyone, always; an unrelated task gets nothing.
+    for user in ("u4", "someone-else"):
+        r = loop.m.as_user(user).http.post("/advice", json={"scope": scope,
+                                                            "task": NEW_TASKS["sql"][1]})
+        advice = r.json()["advice"]
+        assert (advice["key"], advice["trial"], advice["state"]) == (sql_key, False, "promoted")
+        assert advice["evidence"]["helped_by_people"] == 3
+    assert r.json()["advice"]["sources"] == []  # someone-else may read none of them
+    assert asyncio.run(mcp_advice(loop.m.url, scope, NEW_TASKS["sql"][1])) == r.json()
+    for text in UNRELATED:
+        assert u1.post("/advice", json={"scope": scope, "task": text}).json() == {
+            "advice": None}
+
+    # A note that does not help is retired and no longer served.
+    email_key = notes[situation_of_kind["email"]]["key"]
+    email_task = NEW_TASKS["email"][0]
+    for user in USERS[:4]:
+        _, advice = loop.session(user, email_task, -1.0, "email")
+        assert advice["key"] == email_key
+    assert loop.learn()["retired"] == 1
+    note = loop.notes()[situation_of_kind["email"]]
+    assert note["state"] == "retired" and note["evidence"]["helped"] == 0
+    _, advice = loop.session("u5", email_task, 1.0, "email")
+    assert advice is None
+
+    # Re-clustering commits a new version that keeps the situations' ids.
+    settings = loop.settings()
+    svc = MemoryService.open(settings)
+    try:
+        reports = [cluster_pass(svc, WordLlamaEmbedder(), None,
+                                settings.advice_situation_min_similarity,
+                                parse_scope(scope))["scopes"][0] for _ in range(2)]
+    finally:
+        svc.close()
+    assert reports[0]["committed"] and reports[1]["committed"] is None  # nothing new
+    again = u1.get("/situations", params={"scope": scope}).json()
+    assert again["versions"] == 2
+    assert {s["id"] for s in again["situations"]} >= set(situation_of_kind.values())
+
+
+async def mcp_advice(url: str, scope: str, task: str) -> Any:
+    headers = {"X-AMP-Agent-ID": "agent_other", "X-AmpUp-User": "someone-else"}
+    async with http_client_for(url, headers) as client:
+        return json.loads(await ok(client, "get_advice", scope=scope, task=task))
+
+
+def test_advice_errors(loop: Loop) -> None:
+    http = loop.m.http
+    assert http.post("/advice", json={"scope": loop.scope}).status_code == 422
+    r = http.post("/advice", json={"scope": loop.scope, "task": "x",
+                                   "session": f"ses_{'0' * 26}"})
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "NOT_FOUND")
+    assert loop.m.http.get("/situations", params={"scope": "nope"}).status_code == 422
