@@ -54,10 +54,10 @@ from sqlalchemy import Connection, Engine, create_engine, select, text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from ampup_memory.amp.store.postgres import SCHEMA_LOCK
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
 from ampup_memory.memory.warehouse import catalog_properties
+from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.settings import Settings, mask_uri
 from ampup_memory.sqlite_connections import enable_wal
 
@@ -281,7 +281,7 @@ class Turn:
 
     @contextmanager
     def _advisory(self, wait: float) -> Iterator[bool]:
-        key = _advisory_key(f"{self.name}-turn")
+        key = advisory_key(f"{self.name}-turn")
         with self.engine.connect() as conn:
             held = _poll(lambda: bool(conn.execute(
                 text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()), wait)
@@ -315,12 +315,6 @@ def _poll(take: Callable[[], bool], wait: float) -> bool:
         time.sleep(pause)
         pause = min(pause * 2, 0.01)
     return True
-
-
-def _advisory_key(name: str) -> int:
-    from ampup_memory.amp.store.postgres import advisory_key
-
-    return advisory_key(name)
 
 
 class MemoryTables:

@@ -18,7 +18,6 @@ rewrites them. The embedder they come from is recorded in ``meta``.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import time
 from collections.abc import Iterator, Sequence
@@ -62,6 +61,7 @@ from ampup_memory.amp.store.rows import (
     with_status,
 )
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
+from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.search.embed import ModelInfo
 
@@ -142,15 +142,6 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes (started_at)",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
 )
-
-
-def advisory_key(name: str) -> int:
-    """A stable signed 64-bit advisory-lock key for a name (same in every process)."""
-    digest = hashlib.blake2b(f"ampup-memory:{name}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big", signed=True)
-
-
-SCHEMA_LOCK = advisory_key("schema")
 
 
 def conninfo_from_uri(uri: str) -> str:

@@ -26,8 +26,8 @@ from pgvector.psycopg import register_vector
 from psycopg_pool import ConnectionPool
 from pyroaring import BitMap
 
-from ampup_memory.amp.store.postgres import SCHEMA_LOCK
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.search.bm25f import PG_LABELS, ts_rank_weights
 from ampup_memory.search.index.base import (
     EpisodeDoc,
