@@ -32,6 +32,8 @@ TOOLS = {"amp_remember", "amp_recall", "amp_forget", "amp_list_memories", "amp_g
 AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "branch_memory",
                "merge_memory", "search_memory",
                "query_memory"}  # exercised in test_mcp_ampup.py
+ADVICE_TOOLS = {"record_run", "reward_run", "start_session", "end_session",
+                "get_advice"}  # exercised in test_advice_runs.py and test_advice_loop.py
 STORED = re.compile(r"^Memory stored: (mem_[0-9A-HJKMNP-TV-Z]{26})$")
 NO_MEMORIES = "No memories found."
 ACCESS_DENIED = "Access denied."
@@ -131,7 +133,7 @@ def line(cell: dict[str, Any]) -> str:
 async def test_tools_have_the_reference_names_and_arguments(connect: Connect, uid: str) -> None:
     async with connect(f"agent_{uid}") as client:
         listed = {t.name: t.input_schema for t in (await client.list_tools()).tools}
-    assert set(listed) == TOOLS | AMPUP_TOOLS
+    assert set(listed) == TOOLS | AMPUP_TOOLS | ADVICE_TOOLS
 
     def args(tool: str) -> dict[str, Any]:
         return {name: {k: v for k, v in spec.items() if k in ("type", "default", "enum",
@@ -430,7 +432,7 @@ def _blocks(language: str) -> list[str]:
 
 def test_mcp_doc_names_the_real_tools_settings_and_command() -> None:
     doc = DOC.read_text(encoding="utf-8")
-    assert set(re.findall(r"^\| `(\w+)` \|", doc, re.M)) == TOOLS | AMPUP_TOOLS
+    assert set(re.findall(r"^\| `(\w+)` \|", doc, re.M)) == TOOLS | AMPUP_TOOLS | ADVICE_TOOLS
     configs = [json.loads(block) for block in _blocks("json")]
     assert len(configs) == 3
     stdio = configs[0]["mcpServers"]["ampup-memory"]

@@ -20,8 +20,13 @@ from ampup_memory.memory.api import USER_DOC, memory_user, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
+from ampup_memory.web.routing import segment_except
 
 router = APIRouter(tags=["advice"])
+# GET /runs/reward and GET /sessions/start are wrong methods, not reads of a run or session
+# called "reward" or "start".
+RUN_PATH = "/runs/" + segment_except("run_id", "reward")
+SESSION_PATH = "/sessions/" + segment_except("session_id", "start", "end")
 
 UNAUTHENTICATED = "UNAUTHENTICATED / MISSING_USER: no caller, or not a valid user id"
 INVALID = "VALIDATION_ERROR: details.errors = [{loc, msg, type}] (reward outside [-1, 1])"
@@ -72,7 +77,8 @@ def list_runs(request: Request, scope: Annotated[ScopeText, Query()],
     return runs.list_runs(service(request), user, scope, branch, limit, before)
 
 
-@router.get("/runs/{run_id}", responses=errors({401: UNAUTHENTICATED, 404: NOT_FOUND_RUN}),
+@router.get(RUN_PATH, responses=errors({401: UNAUTHENTICATED, 404: NOT_FOUND_RUN,
+                                        422: INVALID}),
             openapi_extra=USER_DOC)
 def get_run(request: Request, run_id: RunIdP) -> dict[str, Any]:
     user = _user(request)
@@ -100,8 +106,8 @@ async def end_session(request: Request) -> dict[str, Any]:
     return result
 
 
-@router.get("/sessions/{session_id}", responses=errors({
-    401: UNAUTHENTICATED, 404: NOT_FOUND_RUN}), openapi_extra=USER_DOC)
+@router.get(SESSION_PATH, responses=errors({
+    401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 422: INVALID}), openapi_extra=USER_DOC)
 def get_session(request: Request, session_id: SessionIdP) -> dict[str, Any]:
     user = _user(request)
     return sessions.get_session(service(request), user, session_id)

@@ -63,7 +63,7 @@ class RecordRun(BaseModel):
     outcome: str | None = Field(default=None, max_length=MAX_TEXT)
     advice_key: str | None = Field(default=None, min_length=1, max_length=200,
                                    description="The key of the advice the run followed.")
-    acl: list[AclEntry] | None = Field(default=None, max_length=64,
+    acl: list[AclEntry] | None = Field(default=None, min_length=1, max_length=64,
                                        description="Who may read the run (default: you).")
     branch: BranchText | None = None
 

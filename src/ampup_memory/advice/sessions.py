@@ -49,7 +49,7 @@ class StartSession(BaseModel):
 
     scope: ScopeText
     task: str | None = Field(default=None, max_length=MAX_TEXT)
-    acl: list[AclEntry] | None = Field(default=None, max_length=64,
+    acl: list[AclEntry] | None = Field(default=None, min_length=1, max_length=64,
                                        description="Who may read the session (default: you).")
     branch: BranchText | None = None
 
