@@ -6,20 +6,18 @@ arguments instead of importing them, as the other command modules do.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from ampup_memory.cliutil import dumps, fail, progress
-from ampup_memory.errors import AmpError, ConfigurationError
+from ampup_memory.cliutil import dumps, progress
+from ampup_memory.memory.cli import _service
 from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
     from ampup_memory.memory.cli import SettingsOptions
     from ampup_memory.memory.scopes import Scope
-    from ampup_memory.memory.service import MemoryService
 
 
 def advice_commands(settings_options: SettingsOptions,
@@ -37,27 +35,17 @@ def advice_commands(settings_options: SettingsOptions,
         Without a judge model nothing is judged (and nothing fails). A session the model
         could not judge stays pending for the next pass. Prints the counts as JSON."""
         from ampup_memory.advice.judge import judge_pass
-        from ampup_memory.memory.scopes import parse_scope
-        from ampup_memory.memory.service import MemoryService
         from ampup_memory.models.chat import Role, chat_model
 
         settings = settings_from(kwargs)
-        try:
-            svc = MemoryService.open(settings)
-        except ConfigurationError as exc:
-            fail(str(exc))
-        try:
-            only = parse_scope(scope, "--scope") if scope else None
+        with _service(settings) as svc:
+            only = _scope(scope)
             model = chat_model(settings, Role.JUDGE)
             with progress() as bar:
                 task = bar.add_task("judging sessions", total=None)
                 report = judge_pass(svc, model, only,
                                     on_total=lambda n: bar.update(task, total=n),
                                     on_one=lambda: bar.advance(task))
-        except AmpError as exc:
-            fail(f"{exc.code}: {exc.message}")
-        finally:
-            svc.close()
         click.echo(dumps(report))
 
     @advice.command("cluster")
@@ -114,20 +102,3 @@ def _scope(text: str | None) -> Scope | None:
     from ampup_memory.memory.scopes import parse_scope
 
     return parse_scope(text, "--scope") if text else None
-
-
-@contextmanager
-def _service(settings: Settings) -> Iterator[MemoryService]:
-    """The memory service for one command; an AmpError ends the command with its message."""
-    from ampup_memory.memory.service import MemoryService
-
-    try:
-        svc = MemoryService.open(settings)
-    except ConfigurationError as exc:
-        fail(str(exc))
-    try:
-        yield svc
-    except AmpError as exc:
-        fail(f"{exc.code}: {exc.message}")
-    finally:
-        svc.close()
