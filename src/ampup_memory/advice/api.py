@@ -15,8 +15,7 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from ampup_memory.advice import loop, runs, sessions
-from ampup_memory.auth import Authenticator
-from ampup_memory.memory.api import USER_DOC, memory_user, service
+from ampup_memory.memory.api import USER_DOC, _user, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
@@ -33,11 +32,6 @@ INVALID = "VALIDATION_ERROR: details.errors = [{loc, msg, type}] (reward outside
 UNAVAILABLE = "UNAVAILABLE: the ledger stayed contended; nothing was committed"
 NOT_FOUND_RUN = "NOT_FOUND: unknown run or session, or one you may not read (one answer)"
 ENDED = "SESSION_ENDED: the session has ended already"
-
-
-def _user(request: Request) -> str:
-    auth: Authenticator = request.app.state.auth
-    return memory_user(auth, {k.lower(): v for k, v in request.headers.items()})
 
 
 RunIdP = Annotated[str, Path(max_length=64, description="A run id (run_…).")]

@@ -17,11 +17,11 @@ from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 
-from ampup_memory.auth import USER_HEADER, Authenticator
+from ampup_memory.auth import USER_HEADER
 from ampup_memory.background import periodic
 from ampup_memory.errors import ServiceUnavailable, field_error
 from ampup_memory.memory.acl import ID_PATTERN
-from ampup_memory.memory.api import memory_user
+from ampup_memory.memory.api import _user
 from ampup_memory.memory.api import service as memory_service
 from ampup_memory.memory.query import TypedQuery
 from ampup_memory.memory.query import run as typed_query
@@ -57,9 +57,8 @@ def search_service(request: Request) -> SearchService:
 
 
 def caller_user(request: Request) -> str:
-    """The caller's user, resolved exactly as the memory routes resolve it."""
-    auth: Authenticator = request.app.state.auth
-    return memory_user(auth, {k.lower(): v for k, v in request.headers.items()})
+    """The caller's user, resolved by the memory routes' own function."""
+    return _user(request)
 
 
 _CITE = {"type": "object", "required": ["episode", "unit"],
