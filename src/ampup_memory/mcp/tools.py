@@ -225,7 +225,7 @@ def register_amp_tools(server: MCPServer[Any], env: ToolEnv) -> None:
 
 
 TOOLSETS: list[Toolset] = [register_amp_tools]
-"""Every toolset `build_server` registers; `ampup_memory.mcp.ampup` appends AmpUp's."""
+"""Every toolset `build_server` registers; `ampup_memory.mcp.ampup` and `.advice` append theirs."""
 
 
 def build_server(runtime: Runtime, identity: IdentityResolver,
@@ -242,7 +242,11 @@ def build_server(runtime: Runtime, identity: IdentityResolver,
         "memory (episodes and cited facts per org/team scope), read under its ACLs.",
         log_level="WARNING",
     )
+    if toolsets is None:
+        # AmpUp's and the advice toolsets append themselves to TOOLSETS when imported.
+        from ampup_memory.mcp import advice, ampup  # noqa: F401
+        toolsets = TOOLSETS
     env = ToolEnv(runtime=runtime, identity=identity, user=user, search=search)
-    for register in TOOLSETS if toolsets is None else toolsets:
+    for register in toolsets:
         register(server, env)
     return server
