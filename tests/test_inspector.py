@@ -242,6 +242,8 @@ def test_history_graph_and_memory_as_of_a_commit(inspector: Inspector) -> None:
     inspector.go(f"#/scope/{SCOPE}/history", "#commits li")
     assert page.locator("#commits .pill.merge").count() == 1
     assert page.locator("svg.graph path.edge.merge").count() == 1
+    # the scopes page, still loading when the hash moved on, drew nothing into this one
+    assert page.locator("tr[data-scope]").count() == 0
     assert page.locator("#commits .pill:has-text('review')").count() >= 1
     inspector.shot("history")
     # The oldest commit on main wrote only the chat: memory as of it holds one episode.

@@ -137,7 +137,10 @@ function pager(load, render, into) {
 }
 
 // -- pages ----------------------------------------------------------------------------------
-const main = () => document.getElementById("main");
+// Each render draws into a box of its own: a page still loading when the user moves on
+// finishes into a detached box, never into the page shown now.
+let current = null;
+const main = () => current;
 
 function title(text, ...extra) { return h("h1", {}, text, ...extra); }
 
@@ -493,8 +496,10 @@ async function render() {
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.page === (parts[0] === "scope" ? "scopes" : parts[0]));
   }
-  const m = main();
-  m.replaceChildren(h("p", {class: "hint"}, "Loading…"));
+  const m = h("div", {class: "page"});
+  current = m;
+  document.getElementById("main").replaceChildren(m);
+  m.append(h("p", {class: "hint"}, "Loading…"));
   try {
     if (!who().user && !who().agent) {
       m.replaceChildren(title("Who is asking?"), h("p", {}, "Name a user (AmpUp routes: X-AmpUp-User) "
