@@ -308,6 +308,9 @@ def test_a_user_without_access_sees_nothing_of_it(browser: Any, seeded: dict[str
 
 def test_cells_and_advice_pages(inspector: Inspector) -> None:
     page = inspector.page
+    inspector.be(user="alice")  # no agent: the page asks for one (and sends no request)
+    inspector.go("#/cells", "main .empty")
+    assert "name one above" in page.inner_text("main")
     inspector.be(user="alice", agent="agent-1")
     inspector.go("#/cells?owner=agent-1", "#cells tbody tr")
     assert "Globex prefers email." in page.inner_text("#cells")

@@ -425,6 +425,10 @@ async function pageCells(q) {
   });
   m.replaceChildren(title("AMP cells"), h("p", {class: "hint"},
     "Cells this agent may read (GET /amp/v1/memories; listing is not a read, so no clock moves)."), form);
+  if (!who().agent) {
+    m.append(h("p", {class: "empty"}, "AMP cells are read as an agent: name one above (Agent)."));
+    return;
+  }
   // How many readable cells are in each state now (a page of 100 each: "100+" past that).
   const counts = await Promise.all(STATES.map(s => get("/amp/v1/memories",
     {owner_id: owner, status: s, limit: 100})));
