@@ -105,6 +105,14 @@ def test_scopes_count_only_what_the_caller_may_read(seeded: dict[str, Any]) -> N
     # bob reads neither the secret episode nor the fact citing it, nor the board scope
     assert theirs == {SCOPE: {"scope": SCOPE, "episodes": 4, "facts": 2, "entities": 1}}
     assert httpx.get(f"{seeded['url']}/scopes").status_code == 401
+    # A deleted workspace's scope is not listed, and does not break the listing.
+    ws = alice.http.post("/workspaces", json={"name": "scratch", "ttl": "1h"}).json()["id"]
+    assert alice.write(f"{ws}/tmp", "scratch note", ["*"]).status_code == 201
+    assert f"{ws}/tmp" in {s["scope"] for s in alice.http.get("/scopes").json()["scopes"]}
+    assert alice.http.delete(f"/workspaces/{ws}").status_code == 200
+    after = alice.http.get("/scopes")
+    assert after.status_code == 200, after.text
+    assert {s["scope"] for s in after.json()["scopes"]} == {SCOPE, HIDDEN}
 
 
 def test_episodes_page_by_cursor_and_hide_unreadable(seeded: dict[str, Any]) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from ampup_memory.errors import AmpError, field_error
+from ampup_memory.errors import NotFound, field_error
 from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.service import MemoryService, View
 
@@ -34,7 +34,9 @@ def scopes(svc: MemoryService, user: str) -> dict[str, Any]:
     for scope in svc.tables.scopes():
         try:
             view = svc.view(str(scope))
-        except AmpError:  # a workspace that is gone: not listed
+        except NotFound as exc:  # a workspace that is gone: not listed
+            if exc.code != "WORKSPACE_GONE":
+                raise
             continue
         episodes = _readable(svc, user, view)
         if not episodes:
