@@ -48,6 +48,7 @@ SEMANTIC_422 = {
     # owner_type decides, and one OpenAPI schema for owner_id cannot say so.
     "agent_id_invalid@identity",
     "value_error@before",    # a ledger page starts before a commit of that chain
+    "cursor_invalid",    # a listing's `after` that is not in the caller's listing
     "value_error@tz",        # a zone of the IANA database
     "value_error@valid_to",  # valid_to after valid_from (the cited episodes' by default)
     "hold_combined",     # pin or snapshot beside branch/at_commit, or both at once

@@ -18,6 +18,7 @@ from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.branch_api import router as branch_router
+from ampup_memory.memory.browse_api import router as browse_router
 from ampup_memory.memory.extraction_api import router as extraction_router
 from ampup_memory.memory.schema_api import router as schema_router
 from ampup_memory.memory.snapshots_api import router as holds_router
@@ -28,6 +29,7 @@ from ampup_memory.runtime import Runtime, open_runtime
 from ampup_memory.search.api import mount as mount_search
 from ampup_memory.settings import Settings
 from ampup_memory.web import errors as http_errors
+from ampup_memory.web import inspector
 from ampup_memory.web.limits import BodyLimit
 from ampup_memory.web.openapi import install_schemas
 
@@ -89,6 +91,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
     app.include_router(branch_router)
+    app.include_router(browse_router)  # GET /scopes, /episodes, /entities
     app.include_router(workspace_router)
     app.include_router(holds_router)  # pins and snapshots
     app.include_router(schema_router)
@@ -99,6 +102,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.add_api_route("/health", health, methods=["GET"], include_in_schema=False)
     app.add_api_route("/spec", spec, methods=["GET"], include_in_schema=False)
     _mount_optional(app, rt)
+    inspector.mount(app)  # the web inspector at / (static files, no API of its own)
     install_schemas(app)
     return app
 

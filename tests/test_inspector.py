@@ -1,0 +1,330 @@
+"""The web inspector in a real browser (Playwright driving the system's Chromium) against a
+real server with seeded data, plus the listing routes it reads (GET /scopes, /episodes,
+/entities) over plain HTTP.
+
+One server and one browser for the module: the whole file stays well under 90 seconds.
+Screenshots of every page go to ``AMPUP_INSPECTOR_ARTIFACTS`` (default
+``tests/artifacts/inspector``); with ``AMPUP_DOCS_SCREENSHOTS=1`` also to
+``docs/img/inspector`` (how the docs' pictures are made).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.memory_support import QUIET, Memory
+from tests.server_process import ServerProcess
+
+ROOT = Path(__file__).resolve().parent.parent
+ARTIFACTS = Path(os.environ.get("AMPUP_INSPECTOR_ARTIFACTS")
+                 or ROOT / "tests" / "artifacts" / "inspector")
+DOCS_IMG = ROOT / "docs" / "img" / "inspector"
+SCOPE = "acme/sales"
+HIDDEN = "acme/board"
+SECRET = "Zanzibar merger"  # words only the secret episode (readable by alice) holds
+QUOTE = "renewal is set at 120 seats"
+
+CHAT = ("Dana: hi team, quick update on Globex\n"
+        "Sam: the renewal is set at 120 seats, signed yesterday\n"
+        "Dana: great, and the champion is still Priya")
+SECRET_BODY = f"Board only: the {SECRET} closes in March at 40 million."
+
+
+def _chromium() -> str | None:
+    return shutil.which("chromium") or shutil.which("chromium-browser") or (
+        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
+
+
+@pytest.fixture(scope="module")
+def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    home = tmp_path_factory.mktemp("inspector")
+    with ServerProcess(home, env=QUIET) as server:
+        alice = Memory(server.url, "alice")
+        ids: dict[str, Any] = {"url": server.url}
+        r = alice.write(SCOPE, CHAT, ["*"], source="slack:C1/1700000000.000100",
+                        occurred_at="2026-03-02T10:00:00Z", about=["account:globex"])
+        assert r.status_code == 201, r.text
+        ids["chat"] = r.json()["id"]
+        r = alice.write(SCOPE, SECRET_BODY, ["user:alice"], source="doc:board/minutes",
+                        occurred_at="2026-03-03T10:00:00Z")
+        assert r.status_code == 201, r.text
+        ids["secret"] = r.json()["id"]
+        for version, day in (("Seats were 100 at signing.", "2025-03-01"),
+                             ("Seats are 120 after the renewal.", "2026-03-01")):
+            r = alice.write(SCOPE, version, ["*"], source="doc:globex/contract",
+                            document="globex-contract", occurred_at=f"{day}T09:00:00Z")
+            assert r.status_code == 201, r.text
+            ids.setdefault("contract", []).append(r.json()["id"])
+        r = alice.fact(SCOPE, "account:globex", "seats", 100, "Seats were 100",
+                       [(ids["contract"][0], 1)], valid_from="2025-03-01T09:00:00Z")
+        assert r.status_code == 201, r.text
+        r = alice.fact(SCOPE, "account:globex", "seats", 120, QUOTE, [(ids["chat"], 2)])
+        assert r.status_code == 201, r.text
+        ids["seats_fact"] = r.json()["id"]
+        r = alice.fact(SCOPE, "account:globex", "pending_deal", "Zanzibar merger",
+                       SECRET, [(ids["secret"], 1)])
+        assert r.status_code == 201, r.text
+        r = alice.write(HIDDEN, "Board agenda, private.", ["user:alice"], source="doc:agenda")
+        assert r.status_code == 201, r.text
+        # A branch with a commit of its own, merged back: the history draws a join.
+        r = alice.http.post("/branches", json={"scope": SCOPE, "name": "review"})
+        assert r.status_code == 201, r.text
+        r = alice.write(SCOPE, "Reviewed: champion confirmed.", ["*"], source="doc:review",
+                        branch="review")
+        assert r.status_code == 201, r.text
+        r = alice.http.post("/merge", json={"scope": SCOPE, "from": "review"})
+        assert r.status_code == 200, r.text
+        # An AMP cell of agent-1.
+        r = httpx.post(f"{server.url}/amp/v1/memories", headers={"X-AMP-Agent-ID": "agent-1"},
+                       json={"type": "semantic", "content": {"text": "Globex prefers email."},
+                             "identity": {"owner_id": "agent-1", "owner_type": "agent"}})
+        assert r.status_code == 201, r.text
+        ids["bob"] = alice.as_user("bob")
+        ids["alice"] = alice
+        yield ids
+        alice.close()
+        ids["bob"].close()
+
+
+# -- the listing routes, over HTTP ---------------------------------------------------------
+
+def test_scopes_count_only_what_the_caller_may_read(seeded: dict[str, Any]) -> None:
+    alice, bob = seeded["alice"], seeded["bob"]
+    mine = {s["scope"]: s for s in alice.http.get("/scopes").json()["scopes"]}
+    theirs = {s["scope"]: s for s in bob.http.get("/scopes").json()["scopes"]}
+    # alice: chat, secret, two contract versions, the merged review; 3 fact versions, 1 entity
+    assert mine[SCOPE] == {"scope": SCOPE, "episodes": 5, "facts": 3, "entities": 1}
+    assert mine[HIDDEN]["episodes"] == 1
+    # bob reads neither the secret episode nor the fact citing it, nor the board scope
+    assert theirs == {SCOPE: {"scope": SCOPE, "episodes": 4, "facts": 2, "entities": 1}}
+    assert httpx.get(f"{seeded['url']}/scopes").status_code == 401
+    # A deleted workspace's scope is not listed, and does not break the listing.
+    ws = alice.http.post("/workspaces", json={"name": "scratch", "ttl": "1h"}).json()["id"]
+    assert alice.write(f"{ws}/tmp", "scratch note", ["*"]).status_code == 201
+    assert f"{ws}/tmp" in {s["scope"] for s in alice.http.get("/scopes").json()["scopes"]}
+    assert alice.http.delete(f"/workspaces/{ws}").status_code == 200
+    after = alice.http.get("/scopes")
+    assert after.status_code == 200, after.text
+    assert {s["scope"] for s in after.json()["scopes"]} == {SCOPE, HIDDEN}
+
+
+def test_episodes_page_by_cursor_and_hide_unreadable(seeded: dict[str, Any]) -> None:
+    alice, bob = seeded["alice"], seeded["bob"]
+    seen: list[str] = []
+    after = None
+    while True:
+        params = {"scope": SCOPE, "limit": 2, **({"after": after} if after else {})}
+        page = bob.http.get("/episodes", params=params).json()
+        assert page["total"] == 4 and len(page["episodes"]) <= 2
+        seen += [e["id"] for e in page["episodes"]]
+        after = page["next_after"]
+        if not after:
+            break
+    assert len(seen) == len(set(seen)) == 4 and seeded["secret"] not in seen
+    contract = [e for e in alice.http.get("/episodes", params={"scope": SCOPE}).json()["episodes"]
+                if e["document"] == "globex-contract"]
+    assert [e["document_versions"] for e in contract] == [2, 2]
+    # A cursor bob may not read answers exactly like an unknown one.
+    hidden = bob.http.get("/episodes", params={"scope": SCOPE, "after": seeded["secret"]})
+    unknown = bob.http.get("/episodes", params={"scope": SCOPE, "after": "0" * 64})
+    assert hidden.status_code == unknown.status_code == 422
+    assert hidden.json() == unknown.json()
+
+
+def test_entities_list_only_visible_facts(seeded: dict[str, Any]) -> None:
+    mine = seeded["alice"].http.get("/entities", params={"scope": SCOPE}).json()
+    theirs = seeded["bob"].http.get("/entities", params={"scope": SCOPE}).json()
+    assert mine["entities"] == [{"entity": "account:globex",
+                                 "predicates": ["pending_deal", "seats"], "versions": 3}]
+    assert theirs["entities"] == [{"entity": "account:globex", "predicates": ["seats"],
+                                   "versions": 2}]
+
+
+def test_inspector_is_served_without_the_api_schema(seeded: dict[str, Any]) -> None:
+    url = seeded["url"]
+    page = httpx.get(url + "/")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "default-src 'self'" in page.headers["content-security-policy"]
+    assert "/inspector/app.js" in page.text
+    assert httpx.get(url + "/inspector/app.js").status_code == 200
+    missing = httpx.get(url + "/inspector/../pyproject.toml")
+    assert missing.status_code == 404 and missing.json()["error"]["code"] == "NOT_FOUND"
+    assert httpx.get(url + "/inspector/nothing.js").json()["error"]["code"] == "NOT_FOUND"
+    paths = httpx.get(url + "/openapi.json").json()["paths"]
+    assert "/" not in paths and not any(p.startswith("/inspector") for p in paths)
+
+
+# -- in the browser ------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def browser(seeded: dict[str, Any]) -> Iterator[Any]:
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        yield b
+        b.close()
+
+
+class Inspector:
+    """One browser page on the inspector; every console error and page error is kept."""
+
+    def __init__(self, browser: Any, url: str, width: int = 1280, height: int = 860) -> None:
+        self.url = url
+        self.context = browser.new_context(viewport={"width": width, "height": height})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("pageerror", lambda e: self.errors.append(str(e)))
+        self.page.set_default_timeout(15000)
+
+    def be(self, user: str = "", agent: str = "") -> None:
+        self.page.goto(self.url + "/")
+        self.page.fill("#who-user", user)
+        self.page.fill("#who-agent", agent)
+        self.page.click("#who-apply")
+
+    def go(self, hash_: str, ready: str) -> None:
+        self.page.evaluate("h => { location.hash = h; }", hash_)
+        self.page.wait_for_selector(ready)
+
+    def shot(self, name: str) -> None:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        self.page.screenshot(path=str(ARTIFACTS / f"{name}.png"), full_page=True)
+        if os.environ.get("AMPUP_DOCS_SCREENSHOTS") == "1":
+            DOCS_IMG.mkdir(parents=True, exist_ok=True)
+            shutil.copy(ARTIFACTS / f"{name}.png", DOCS_IMG / f"{name}.png")
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def inspector(browser: Any, seeded: dict[str, Any]) -> Iterator[Inspector]:
+    ins = Inspector(browser, seeded["url"])
+    yield ins
+    ins.close()
+    assert ins.errors == [], f"console errors: {ins.errors}"
+
+
+def test_walk_scopes_episode_fact_unit(inspector: Inspector, seeded: dict[str, Any]) -> None:
+    page = inspector.page
+    inspector.be(user="alice")
+    page.wait_for_selector(f"tr[data-scope='{SCOPE}']")
+    row = page.locator(f"tr[data-scope='{SCOPE}'] td")
+    assert row.all_inner_texts() == [SCOPE, "5", "3", "1"]
+    inspector.shot("scopes")
+    page.click(f"tr[data-scope='{SCOPE}'] a")
+    page.wait_for_selector("#episodes tbody tr")
+    assert page.locator("#episodes tbody tr").count() == 5
+    assert "globex-contract (2)" in page.inner_text("#episodes")
+    inspector.shot("episodes")
+    page.click(".tabs a:has-text('Facts')")
+    page.click("li[data-entity='account:globex'] a")
+    page.wait_for_selector(f".fact[data-fact='{seeded['seats_fact']}']")
+    assert page.locator(".fact").count() == 3
+    assert page.locator(".fact .track .bar").count() == 3
+    current = page.locator(".fact.current")
+    assert current.count() == 2  # seats = 120 and the pending deal hold now
+    inspector.shot("facts")
+    page.click(f".fact[data-fact='{seeded['seats_fact']}'] a.cite")
+    page.wait_for_selector("li.unit.cited mark.quote")
+    assert page.get_attribute("li.unit.cited", "data-unit") == "2"
+    assert page.inner_text("li.unit.cited mark.quote") == QUOTE
+    assert page.locator("#units li").count() == 3
+    inspector.shot("episode")
+
+
+def test_history_graph_and_memory_as_of_a_commit(inspector: Inspector) -> None:
+    page = inspector.page
+    inspector.be(user="alice")
+    inspector.go(f"#/scope/{SCOPE}/history", "#commits li")
+    assert page.locator("#commits .pill.merge").count() == 1
+    assert page.locator("svg.graph path.edge.merge").count() == 1
+    # the scopes page, still loading when the hash moved on, drew nothing into this one
+    assert page.locator("tr[data-scope]").count() == 0
+    assert page.locator("#commits .pill:has-text('review')").count() >= 1
+    inspector.shot("history")
+    # The oldest commit on main wrote only the chat: memory as of it holds one episode.
+    page.locator("#commits li:has(.pill:text-is('main')) a.asof-link").last.click()
+    page.wait_for_selector(".asof")
+    page.wait_for_selector("#episodes tbody tr")
+    assert page.locator("#episodes tbody tr").count() == 1
+    assert "slack:C1" in page.inner_text("#episodes tbody")
+
+
+def test_search_side_by_side(inspector: Inspector) -> None:
+    page = inspector.page
+    inspector.be(user="alice")
+    inspector.go("#/search", "#search-form")
+    page.fill("#search-form input[name=scope]", SCOPE)
+    page.fill("#search-form input[name=q]", "renewal seats")
+    page.click("#search-form button")
+    page.wait_for_selector("#search-answer")
+    facts = page.inner_text("#search-facts")
+    assert "account:globex" in facts and "keyword" in facts and "meaning" in facts
+    assert page.locator("#search-facts mark.word").count() >= 1
+    assert page.locator("#search-passages .hit").count() >= 1
+    assert "account:globex" in page.inner_text("#search-answer")
+    inspector.shot("search")
+
+
+def test_a_user_without_access_sees_nothing_of_it(browser: Any, seeded: dict[str, Any]) -> None:
+    """bob, on a phone-width screen: neither the secret episode, nor the fact citing it,
+    nor the hidden scope, nor a count that would reveal them, on any page."""
+    ins = Inspector(browser, seeded["url"], width=390, height=844)
+    page = ins.page
+    try:
+        ins.be(user="bob")
+        page.wait_for_selector(f"tr[data-scope='{SCOPE}']")
+        assert page.locator("tr[data-scope]").count() == 1  # not acme/board
+        assert page.locator(f"tr[data-scope='{SCOPE}'] td").all_inner_texts() == [
+            SCOPE, "4", "2", "1"]
+        ins.shot("scopes-phone")
+        seen = [page.content()]
+        ins.go(f"#/scope/{SCOPE}/episodes", "#episodes tbody tr")
+        assert page.locator("#episodes tbody tr").count() == 4
+        assert page.locator(f"tr[data-episode='{seeded['secret']}']").count() == 0
+        assert "4 episodes" in page.inner_text("main")
+        seen.append(page.content())
+        ins.go(f"#/scope/{SCOPE}/entity/account%3Aglobex", ".fact")
+        assert page.locator(".fact").count() == 2
+        seen.append(page.content())
+        ins.go(f"#/search?scope={SCOPE.replace('/', '%2F')}&q=Zanzibar+merger", "#search-answer")
+        # the query names the secret, so the page holds it: the results must not
+        results = page.inner_text("#search-facts") + page.inner_text("#search-passages")
+        assert SECRET not in results and "Zanzibar" not in results
+        assert "40 million" not in page.inner_text("#search-answer")
+        ins.go(f"#/scope/{SCOPE}/history", "#commits li")
+        seen.append(page.content())
+        for html in seen:
+            assert SECRET not in html and seeded["secret"] not in html
+            assert "40 million" not in html and "pending_deal" not in html
+        assert ins.errors == [], f"console errors: {ins.errors}"
+    finally:
+        ins.close()
+
+
+def test_cells_and_advice_pages(inspector: Inspector) -> None:
+    page = inspector.page
+    inspector.be(user="alice")  # no agent: the page asks for one (and sends no request)
+    inspector.go("#/cells", "main .empty")
+    assert "name one above" in page.inner_text("main")
+    inspector.be(user="alice", agent="agent-1")
+    inspector.go("#/cells?owner=agent-1", "#cells tbody tr")
+    assert "Globex prefers email." in page.inner_text("#cells")
+    assert page.locator("#cell-states .chart-row").all_inner_texts()[0].split() == [
+        "active", "1"]
+    inspector.shot("cells")
+    inspector.go(f"#/advice?scope={SCOPE.replace('/', '%2F')}", "main h2")
+    assert "No situation map yet." in page.inner_text("main")
+    inspector.shot("advice")
