@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 
+from tests.extraction_data import BODY, DEALS, GOOD, WHEN  # noqa: E402
 from tests.model_support import ScriptedModel  # noqa: E402
 
 from ampup_memory.memory.episodes import EpisodeIn  # noqa: E402
@@ -43,20 +44,7 @@ from ampup_memory.settings import load_settings  # noqa: E402
 
 MARK_START, MARK_END = "<!-- extract-bench:start -->", "<!-- extract-bench:end -->"
 SCOPE = "bench/deals"
-DEALS = {"name": "deals", "entities": [
-    {"name": "deal", "attributes": [
-        {"name": "stage", "type": "enum", "values": ["open", "won", "lost"]},
-        {"name": "amount", "type": "money", "currency": "USD"},
-        {"name": "close_date", "type": "date"}]}],
-    "extract": [{"episode_types": ["doc"],
-                 "targets": {"deal": ["stage", "amount", "close_date"]}}]}
-BODY = ("The Acme deal\nis now won.\n\nThey signed for $50k in total.\n\n"
-        "Close date is 2025-07-01.\n\nNote {i}.")
-ANSWER = {"facts": [
-    {"entity": "deal:acme", "predicate": "stage", "value": "won", "unit": 1,
-     "quote": "Acme deal is now won"},
-    {"entity": "deal:acme", "predicate": "amount", "value": "$50k", "unit": 2,
-     "quote": "signed for $50k"}]}
+ANSWER = {"facts": GOOD}  # two facts, one quote with its whitespace changed
 
 
 class Instant:
@@ -83,8 +71,8 @@ def main() -> None:
                                      model_name="scripted-1", model_api_key="bench")
             svc = MemoryService.open(settings)
             svc.write_episodes("writer", SCOPE, None, [EpisodeIn.model_validate({
-                "source": "doc:note", "acl": ["*"], "body": BODY.format(i=i),
-                "occurred_at": "2025-06-02T09:00:00Z"}) for i in range(args.episodes)])
+                "source": "doc:note", "acl": ["*"], "body": f"{BODY}\n\nNote {i}.",
+                "occurred_at": WHEN}) for i in range(args.episodes)])
             ex = extractor(svc, settings)
             assert ex.model is not None
             asked = ex.model.ask
