@@ -345,7 +345,8 @@ def _evaluate(groups: dict[tuple[str, str], list[FactRecord]],
 
 
 def _records_at(ev: _Evaluated, at: datetime) -> _Stretch:
-    """Each entity's current values at ``at`` (newest-wins, facts.current), decoded."""
+    """Each entity's current values at ``at`` (newest-wins, facts.current), decoded; the
+    entities in order (what find: entities lists by default)."""
     stretch = bisect_right(ev.bounds, at)
     with _ROWS_LOCK:
         hit = ev.at.get(stretch)
@@ -523,7 +524,8 @@ def _entities(svc: MemoryService, principal: Any, view: View, schema: Schema | N
     for name, attr, test in conds:
         picked = test.select(stretch.column(name, attr))
         chosen = picked if chosen is None else chosen & picked
-    matched = sorted(records) if chosen is None else sorted(chosen)  # entity ids
+    # entity ids in entity order (_records_at fills records in that order)
+    matched = list(records) if chosen is None else sorted(chosen)
 
     def by_attr(col: Column) -> Callable[[str], Key]:
         return col.least.get
