@@ -148,8 +148,9 @@ def main() -> None:
                  f"{p['in_process']['min']} ms | {p['in_process']['median']} ms |\n"
                  f"| the same, CPU time of our process (what the load does not inflate) | "
                  f"{p['in_process_cpu']['min']} ms | {p['in_process_cpu']['median']} ms |\n"
-                 f"\nLoad average (1, 5, 15 min) before and after the in-process passes: "
-                 f"{results['load_average']} on a machine shared with other work.\n"
+                 f"\nLoad average (1, 5, 15 min) before the in-process passes "
+                 f"{results['load_average'][:3]}, after {results['load_average'][3:]}, on a "
+                 "machine shared with other work.\n"
                  f"{MARK_END}")
         if MARK_START in text:
             start, end = text.index(MARK_START), text.index(MARK_END) + len(MARK_END)
