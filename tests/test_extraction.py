@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tests.extraction_data import BAD, BODY, DEALS, GOOD, WHEN
 from tests.memory_support import (
     ADMIN_TOKEN,
     BACKENDS,
@@ -36,31 +37,6 @@ from tests.model_support import ScriptedModel
 from tests.server_process import ServerProcess
 
 ADMIN = {"X-AMP-Admin-Token": ADMIN_TOKEN}
-DEALS = {"name": "deals", "entities": [
-    {"name": "deal", "attributes": [
-        {"name": "stage", "type": "enum", "values": ["open", "won", "lost"]},
-        {"name": "amount", "type": "money", "currency": "USD"},
-        {"name": "close_date", "type": "date"}]}],
-    "extract": [{"episode_types": ["doc"],
-                 "targets": {"deal": ["stage", "amount", "close_date"]}}]}
-BODY = ("The Acme deal\nis now won.\n\nThey signed for $50k in total.\n\n"
-        "Close date is 2025-07-01.")
-WHEN = "2025-06-02T09:00:00Z"
-
-
-def fact(entity: str, predicate: str, value: Any, unit: int, quote: str) -> dict[str, Any]:
-    return {"entity": entity, "predicate": predicate, "value": value, "unit": unit,
-            "quote": quote}
-
-
-GOOD = [fact("deal:acme", "stage", "won", 1, "Acme deal is now  won"),  # whitespace differs
-        fact("deal:acme", "amount", "$50k", 2, "signed for $50k")]
-BAD = [fact("deal:acme", "close_date", "2025-07-01", 2, "Close date is 2025-07-01"),  # unit 3's
-       fact("deal:acme", "amount", "$90k", 2, "signed for $90k"),  # hallucinated
-       fact("deal:acme", "stage", "maybe", 1, "is now won"),  # not one of the enum's values
-       fact("deal:acme", "close_date", 17, 3, "2025-07-01"),  # a number is no date
-       fact("deal:acme", "owner", "ann", 1, "Acme deal"),  # no such attribute
-       fact("deal:acme", "stage", "won", 9, "won")]  # no such unit
 
 
 class Setup:
@@ -413,3 +389,30 @@ def test_a_kill_9_of_the_server_mid_pass_leaves_every_batch_all_or_none(
         s.m.close()
     finally:
         proc.stop()
+
+
+def test_the_extraction_lease_is_renewed_while_a_pass_runs_and_lapses_soon_after_a_kill(
+        tmp_path: Path) -> None:
+    """The serve timer's lease is short and renewed while its pass runs (formerly 10
+    minutes, never renewed): the holder keeps it past its time while the pass lasts, and a
+    holder that dies without releasing it (kill -9: the renewal dies with it) hands over
+    once the short time has run out."""
+    import time
+    from datetime import UTC, datetime, timedelta
+
+    from ampup_memory.memory.readindex import ReadIndex
+    from ampup_memory.memory.timer import EXTRACTION_LEASE_TIME, renewing
+
+    assert EXTRACTION_LEASE_TIME <= timedelta(minutes=1)
+    index, ttl = ReadIndex(f"sqlite:///{tmp_path / 'index.db'}"), timedelta(seconds=1.2)
+    try:
+        assert index.take_lease("x", "a", datetime.now(UTC), ttl)
+        with renewing(index, "x", "a", ttl):
+            time.sleep(2.0)  # a pass longer than the lease
+            assert not index.take_lease("x", "b", datetime.now(UTC), ttl)
+        # the pass ends without a release (as if killed): the lease lapses by itself
+        assert not index.take_lease("x", "b", datetime.now(UTC), ttl)
+        time.sleep(1.3)
+        assert index.take_lease("x", "b", datetime.now(UTC), ttl)
+    finally:
+        index.close()

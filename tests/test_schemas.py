@@ -338,6 +338,25 @@ def test_typed_queries_match_brute_force(m: Memory) -> None:
             offset = page["next_offset"]
         assert {e["entity"]: {k: v["value"] for k, v in e["attributes"].items()}
                 for e in seen} == expected
+        # the other operators on entities, one condition each, against the truth
+        for cond, holds in [
+                ({"attribute": "owner", "op": "ne", "value": "ann"},
+                 lambda rec: rec.get("owner") not in (None, "ann")),
+                ({"attribute": "owner", "op": "eq", "value": "ben"},
+                 lambda rec: rec.get("owner") == "ben"),
+                ({"attribute": "next_step", "op": "contains", "value": "CALL 1"},
+                 lambda rec: "call 1" in rec.get("next_step", "")),
+                ({"attribute": "amount", "op": "lt", "value": {"amount": 50000,
+                                                               "currency": "EUR"}},
+                 lambda rec: "amount" in rec and rec["amount"]["currency"] == "EUR"
+                 and rec["amount"]["amount"] < 50000),
+                ({"attribute": "close_date", "op": "lt", "value": "2025-07-15"},
+                 lambda rec: "" < rec.get("close_date", "") < "2025-07-15")]:
+            r = query(reader, scope, find="entities", type="opportunity", where=[cond],
+                      limit=1000)
+            assert r.status_code == 200, r.text
+            assert [e["entity"] for e in r.json()["entities"]] == sorted(
+                e for e, rec in expected.items() if holds(rec)), (user, cond)
         # find: facts, money within a currency: EUR amounts never compare with a USD operand
         r = query(reader, scope, find="facts", type="opportunity", predicate=["amount"],
                   where=[{"op": "lte", "value": {"amount": 50000, "currency": "EUR"}}],

@@ -113,18 +113,36 @@ def _attribute_text(attr: Attribute) -> str:
     return f"  - {attr.name} ({kind}{many}){desc}"
 
 
-def prompt(schema: Schema, episode: EpisodeRecord, units: list[Unit]) -> str:
-    """The user message for one episode: what to extract, then its numbered units."""
+@dataclass(frozen=True)
+class _Rule:
+    """What the schema asks of one episode type: the prompt's head (the attributes to
+    extract, with instructions) and the (entity type, attribute) pairs it may yield.
+    Worked out once per pass and episode type, not per episode and candidate."""
+
+    head: str
+    allowed: frozenset[tuple[str, str]]
+
+
+def _rule(schema: Schema, episode_type: str) -> _Rule:
     parts = [f"Schema {schema.name}. Extract these attributes:"]
     notes = []
-    for etype, attrs, instructions in schema.extraction_for(episode.type):
+    allowed: set[tuple[str, str]] = set()
+    for etype, attrs, instructions in schema.extraction_for(episode_type):
         parts.append(f"Entity type {etype}:")
         parts.extend(_attribute_text(a) for a in attrs)
+        allowed.update((etype, a.name) for a in attrs)
         if instructions and instructions not in notes:
             notes.append(instructions)
     parts.extend(f"Instructions: {n}" for n in notes)
-    parts.append(f"\nText ({episode.type}, occurred {utc_text(episode.occurred_at)}), "
-                 "by unit:")
+    return _Rule("\n".join(parts), frozenset(allowed))
+
+
+def prompt(schema: Schema, episode: EpisodeRecord, units: list[Unit],
+           rule: _Rule | None = None) -> str:
+    """The user message for one episode: what to extract, then its numbered units."""
+    rule = rule or _rule(schema, episode.type)
+    parts = [rule.head, f"\nText ({episode.type}, occurred {utc_text(episode.occurred_at)}), "
+             "by unit:"]
     parts.extend(f"[unit {u.n}] {u.text}" for u in units)
     return "\n".join(parts)
 
@@ -227,6 +245,7 @@ class Extractor:
         if progress:
             progress(0, len(todo))
         done = 0
+        rules: dict[str, _Rule] = {}
         while done < len(todo) and out.error is None:
             chunk = todo[done:done + batch]
             bodies = self.svc.index.bodies(str(scope), {e.body_ref for e in chunk})
@@ -234,7 +253,10 @@ class Extractor:
             began = time.monotonic()
             try:
                 for ep in chunk:
-                    reads.append(self._read(typed[0], ep, bodies.get(ep.body_ref, "")))
+                    if ep.type not in rules:
+                        rules[ep.type] = _rule(typed[0], ep.type)
+                    reads.append(self._read(typed[0], ep, bodies.get(ep.body_ref, ""),
+                                            rules[ep.type]))
                     if time.monotonic() - began >= BATCH_SECONDS:
                         break  # a slow model: commit what it gave before asking on
             except ModelUnavailable as exc:
@@ -248,17 +270,17 @@ class Extractor:
         out.pending = len(self.pending(scope_text, branch_text)[0])
         return out
 
-    def _read(self, schema: Schema, ep: EpisodeRecord, body: str) -> _Read:
+    def _read(self, schema: Schema, ep: EpisodeRecord, body: str, rule: _Rule) -> _Read:
         """Ask the model about one episode and check each candidate (no write)."""
         assert self.model is not None
         etype = by_name(ep.type)
         units = etype.units(body) if etype else []
-        answer = self.model.ask(SYSTEM, prompt(schema, ep, units), Answer)
+        answer = self.model.ask(SYSTEM, prompt(schema, ep, units, rule), Answer)
         items: list[FactIn] = []
         rejected: Counter[str] = Counter()
         seen: set[tuple[str, str, str]] = set()
         for c in answer.facts:
-            reason, item = self._check(schema, ep, units, c)
+            reason, item = self._check(schema, ep, units, c, rule)
             if item is None:
                 rejected[reason] += 1
                 continue
@@ -273,7 +295,7 @@ class Extractor:
 
     @staticmethod
     def _check(schema: Schema, ep: EpisodeRecord, units: list[Unit], c: Candidate,
-               ) -> tuple[str, FactIn | None]:
+               rule: _Rule) -> tuple[str, FactIn | None]:
         if not 1 <= c.unit <= len(units):
             return "unit_unknown", None
         quote = locate(c.quote, units[c.unit - 1].text)
@@ -284,9 +306,7 @@ class Extractor:
         except ValidationFailed as exc:
             errors = exc.details.get("errors") or [{}]
             return str(errors[0].get("type", "invalid")), None
-        allowed = {(etype, a.name) for etype, attrs, _ in schema.extraction_for(ep.type)
-                   for a in attrs}
-        if (c.entity.partition(":")[0], c.predicate) not in allowed:
+        if (c.entity.partition(":")[0], c.predicate) not in rule.allowed:
             return "not_extracted_here", None
         try:
             return "", FactIn.model_validate({

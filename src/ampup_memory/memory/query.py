@@ -20,11 +20,12 @@ from __future__ import annotations
 import json
 import operator
 import threading
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -109,43 +110,114 @@ def _operand(attr: Attribute | None, raw: Any, loc: list[str | int]) -> Any:
         raise field_error(loc, f"{attr.name} is {attr.type}: {exc}", "value_invalid") from None
 
 
-def compile_condition(attr: Attribute | None, cond: Condition, loc: list[str | int],
-                      ) -> Callable[[list[Any]], bool]:
+@dataclass(frozen=True)
+class Test:
+    """A compiled condition: on one list of an attribute's current values (``find:
+    facts``, one value per fact) and, with the same semantics, as the set of entities of a
+    :class:`Column` it holds for (``find: entities``)."""
+
+    attr: Attribute | None
+    op: Op
+    want: Key = None  # eq, ne, lt, lte, gt, gte
+    keys: frozenset[Key] = frozenset()  # in
+    needle: str = ""  # contains
+
+    def __call__(self, values: list[Any]) -> bool:
+        attr = self.attr
+        if self.op == "contains":
+            return any(isinstance(v, str) and self.needle in v.casefold() for v in values)
+        if self.op == "in":
+            return any(sort_key(attr, v) in self.keys for v in values)
+        if self.op == "eq":
+            return any(sort_key(attr, v) == self.want for v in values)
+        if self.op == "ne":
+            return bool(values) and all(sort_key(attr, v) != self.want for v in values)
+        assert self.want is not None
+        test = ORDERED[self.op]
+        for v in values:
+            k = sort_key(attr, v)  # only within one kind: money within its currency
+            if k is not None and k[0] == self.want[0] and test(k[1], self.want[1]):
+                return True
+        return False
+
+    def select(self, col: Column) -> set[str]:
+        """The entities for which ``self(values)`` holds, from the column's index."""
+        if self.op == "contains":
+            return {e for e, values in col.values.items() if self(values)}
+        if self.op == "in":
+            return set().union(*(col.by_key.get(k, ()) for k in self.keys))
+        if self.op == "eq":
+            return set(col.by_key.get(self.want, ()))
+        if self.op == "ne":
+            return set(col.values).difference(col.by_key.get(self.want, ()))
+        assert self.want is not None
+        kind = self.want[0]  # keys of one kind compare; the kind's keys are one run
+        start = bisect_left(col.keys, (kind,))
+        end = bisect_left(col.keys, (kind + "\0",))
+        lo, hi = {"lt": (start, bisect_left(col.keys, self.want)),
+                  "lte": (start, bisect_right(col.keys, self.want)),
+                  "gt": (bisect_right(col.keys, self.want), end),
+                  "gte": (bisect_left(col.keys, self.want), end)}[self.op]
+        return set(col.owners[lo:hi])
+
+
+ORDERED: dict[str, Callable[[Any, Any], bool]] = {
+    "lt": operator.lt, "lte": operator.le, "gt": operator.gt, "gte": operator.ge}
+
+
+def compile_condition(attr: Attribute | None, cond: Condition, loc: list[str | int]) -> Test:
     """A condition as a test on the list of an attribute's current values."""
     kind = attr.type if attr else None
     if cond.op == "contains":
         if kind not in TEXT_TYPES or not isinstance(cond.value, str) or not cond.value:
             raise field_error([*loc, "op"], "contains compares text: a non-empty string "
                               "operand on a string, text, enum or ref attribute", "op_invalid")
-        needle = cond.value.casefold()
-        return lambda values: any(isinstance(v, str) and needle in v.casefold()
-                                  for v in values)
+        return Test(attr, cond.op, needle=cond.value.casefold())
     if cond.op == "in":
         if not isinstance(cond.value, list) or not cond.value:
             raise field_error([*loc, "value"], "in takes a non-empty list", "value_invalid")
-        keys = {sort_key(attr, _operand(attr, v, [*loc, "value", i]))
-                for i, v in enumerate(cond.value)}
-        return lambda values: any(sort_key(attr, v) in keys for v in values)
+        return Test(attr, cond.op, keys=frozenset(
+            sort_key(attr, _operand(attr, v, [*loc, "value", i]))
+            for i, v in enumerate(cond.value)))
     want = sort_key(attr, _operand(attr, cond.value, [*loc, "value"]))
     if want is None:
         raise field_error([*loc, "value"], "the operand has no order", "value_invalid")
-    if cond.op == "eq":
-        return lambda values: any(sort_key(attr, v) == want for v in values)
-    if cond.op == "ne":
-        return lambda values: bool(values) and all(sort_key(attr, v) != want for v in values)
-    if kind in ("bool", "ref", "text") and kind is not None:
+    if cond.op not in ("eq", "ne") and kind in ("bool", "ref", "text") and kind is not None:
         raise field_error([*loc, "op"], f"{cond.op} does not order a {kind}", "op_invalid")
-    test: Callable[[Any, Any], bool] = {
-        "lt": operator.lt, "lte": operator.le, "gt": operator.gt, "gte": operator.ge}[cond.op]
+    return Test(attr, cond.op, want=want)
 
-    def ordered(values: list[Any]) -> bool:
-        for v in values:
-            k = sort_key(attr, v)  # only within one kind: money within its currency
-            if k is not None and k[0] == want[0] and test(k[1], want[1]):
-                return True
-        return False
 
-    return ordered
+@dataclass
+class Column:
+    """One attribute's current values over a stretch's entities, indexed once for the
+    conditions and the ordering of every query that reads it (sort keys computed once)."""
+
+    values: dict[str, list[Any]]  # entity → its decoded current values (some)
+    keys: list[tuple[Any, ...]]  # every value's sort key that has one, sorted
+    owners: list[str]  # the entity of each of ``keys``
+    by_key: dict[Key, set[str]]  # sort key (None included) → entities holding it
+    least: dict[str, Key]  # entity → its least sort key (what it is ordered by)
+
+
+def _column(records: Records, name: str, attr: Attribute | None) -> Column:
+    values: dict[str, list[Any]] = {}
+    pairs: list[tuple[tuple[Any, ...], str]] = []
+    by_key: dict[Key, set[str]] = {}
+    least: dict[str, Key] = {}
+    for entity, rec in records.items():
+        found = rec.get(name)
+        if found is None or not found[1]:
+            continue
+        values[entity] = found[1]
+        for v in found[1]:
+            k = sort_key(attr, v)
+            by_key.setdefault(k, set()).add(entity)
+            if k is not None:
+                pairs.append((k, entity))
+                if entity not in least or k < least[entity]:  # type: ignore[operator]
+                    least[entity] = k
+    pairs.sort()
+    return Column(values, [k for k, _ in pairs], [e for _, e in pairs], by_key, least)
 
 
 # -- running a query ----------------------------------------------------------------------------
@@ -157,18 +229,15 @@ def _cite_wire(w: Window[FactRecord]) -> dict[str, Any]:
             "valid_to": utc_text(w.end) if w.end else None, "commit": v.commit_id}
 
 
-def _order_key(key: Key) -> tuple[int, Any]:
-    return (0, key) if key is not None else (1, ())
-
-
 def _sorted(items: list[Any], orders: list[tuple[Callable[[Any], Key], bool]]) -> list[Any]:
-    """Stable sorts, last criterion first; a missing value sorts last either way."""
+    """Stable sorts, last criterion first; a missing value sorts last either way. Each
+    item's key is computed once per criterion."""
     out = list(items)
     for key_of, desc in reversed(orders):
-        present = [i for i in out if key_of(i) is not None]
-        missing = [i for i in out if key_of(i) is None]
-        present.sort(key=lambda i, k=key_of: _order_key(k(i)), reverse=desc)  # type: ignore[misc]
-        out = present + missing
+        keyed = [(key_of(i), i) for i in out]
+        present = [pair for pair in keyed if pair[0] is not None]
+        present.sort(key=itemgetter(0), reverse=desc)
+        out = [i for _, i in present] + [i for k, i in keyed if k is None]
     return out
 
 
@@ -226,10 +295,30 @@ Records = dict[str, dict[str, Attr]]
 
 
 @dataclass
+class _Stretch:
+    """The entities' current values in one stretch of time, and the attributes' columns
+    (sort keys and indexes) built from them as queries ask for them."""
+
+    records: Records
+    columns: dict[tuple[Any, ...], Column] = field(default_factory=dict)
+
+    def column(self, name: str, attr: Attribute | None) -> Column:
+        key = (name, attr.type if attr else None,  # what sort_key reads of the attribute
+               tuple(attr.values) if attr is not None and attr.values else None)
+        with _ROWS_LOCK:
+            hit = self.columns.get(key)
+        if hit is None:
+            hit = _column(self.records, name, attr)
+            with _ROWS_LOCK:
+                self.columns[key] = hit
+        return hit
+
+
+@dataclass
 class _Evaluated:
     lines: dict[tuple[str, str], list[list[Window[FactRecord]]]]
     bounds: list[datetime]
-    at: OrderedDict[int, Records] = field(default_factory=OrderedDict)
+    at: OrderedDict[int, _Stretch] = field(default_factory=OrderedDict)
 
 
 _EVALUATED: OrderedDict[tuple[Any, ...], _Evaluated] = OrderedDict()
@@ -255,8 +344,9 @@ def _evaluate(groups: dict[tuple[str, str], list[FactRecord]],
     return _Evaluated(found, sorted(bounds))
 
 
-def _records_at(ev: _Evaluated, at: datetime) -> Records:
-    """Each entity's current values at ``at`` (newest-wins, facts.current), decoded."""
+def _records_at(ev: _Evaluated, at: datetime) -> _Stretch:
+    """Each entity's current values at ``at`` (newest-wins, facts.current), decoded; the
+    entities in order (what find: entities lists by default)."""
     stretch = bisect_right(ev.bounds, at)
     with _ROWS_LOCK:
         hit = ev.at.get(stretch)
@@ -268,16 +358,17 @@ def _records_at(ev: _Evaluated, at: datetime) -> Records:
         if windows:
             records.setdefault(entity, {})[predicate] = (windows, [
                 json.loads(w.version.value) for w in windows if w.version.value is not None])
+    made = _Stretch(records)
     with _ROWS_LOCK:
-        ev.at[stretch] = records
+        ev.at[stretch] = made
         while len(ev.at) > STRETCHES:
             ev.at.popitem(last=False)
-    return records
+    return made
 
 
 def _current_records(svc: MemoryService, principal: Principal, view: View,
                      schema: Schema | None, at: datetime, prefix: str,
-                     wanted: set[str] | None) -> Records:
+                     wanted: set[str] | None) -> _Stretch:
     cached = _rows(svc, view, prefix, wanted)
     if cached is None:  # commits still being applied: nothing kept
         groups = svc.visible_facts(principal, view, None, None, entity_prefix=prefix,
@@ -414,7 +505,7 @@ def _entities(svc: MemoryService, principal: Any, view: View, schema: Schema | N
             raise field_error(["where", i, "attribute"], "name the attribute compared",
                               "missing")
         attr = attribute(c.attribute, ["where", i, "attribute"])
-        conds.append((c.attribute, compile_condition(attr, c, ["where", i])))
+        conds.append((c.attribute, attr, compile_condition(attr, c, ["where", i])))
     for i, name in enumerate(req.select or []):
         attribute(name, ["select", i])
     orders_attr = []
@@ -424,42 +515,44 @@ def _entities(svc: MemoryService, principal: Any, view: View, schema: Schema | N
                                                                       "attribute"])))
     wanted = None
     if req.select is not None:
-        wanted = {*req.select, *(n for n, _ in conds), *(n for n, _ in orders_attr)}
-    records = _current_records(svc, principal, view, schema, at, f"{req.type}:", wanted)
+        wanted = {*req.select, *(n for n, _, _ in conds), *(n for n, _ in orders_attr)}
+    stretch = _current_records(svc, principal, view, schema, at, f"{req.type}:", wanted)
+    records = stretch.records
+    # Each condition picks its entities from the attribute's column (indexed once per
+    # stretch); an entity matches when every condition picked it.
+    chosen: set[str] | None = None
+    for name, attr, test in conds:
+        picked = test.select(stretch.column(name, attr))
+        chosen = picked if chosen is None else chosen & picked
+    # entity ids in entity order (_records_at fills records in that order)
+    matched = list(records) if chosen is None else sorted(chosen)
 
-    def values(rec: dict[str, Attr], name: str) -> list[Any]:
-        found = rec.get(name)
-        return found[1] if found is not None else []
-
-    matched = [(e, rec) for e, rec in records.items()
-               if all(test(values(rec, name)) for name, test in conds)]
-
-    def by_attr(name: str, attr: Attribute | None,
-                ) -> Callable[[tuple[str, dict[str, Attr]]], Key]:
-        def key(item: tuple[str, dict[str, Attr]]) -> Key:
-            keys = [k for v in values(item[1], name) if (k := sort_key(attr, v)) is not None]
-            return min(keys) if keys else None
-        return key
+    def by_attr(col: Column) -> Callable[[str], Key]:
+        return col.least.get
 
     orders: list[tuple[Callable[[Any], Key], bool]] = []
-    for o in req.order_by or [Order(attribute="entity")]:
+    for o in req.order_by:
         if o.attribute == "entity":
-            orders.append((lambda item: ("s", item[0]), o.desc))
+            orders.append((lambda entity: ("s", entity), o.desc))
         else:
             attr = etype.attribute(o.attribute) if etype else None
-            orders.append((by_attr(o.attribute, attr), o.desc))
-    ordered = _sorted(sorted(matched, key=lambda item: item[0]), orders)
+            orders.append((by_attr(stretch.column(o.attribute, attr)), o.desc))
+    ordered = _sorted(matched, orders) if orders else matched  # by entity already
     page = ordered[req.offset:req.offset + req.limit]
+    many: dict[str, bool] = {}  # per attribute: the type is one
     out = []
-    for entity, rec in page:
+    for entity in page:
+        rec = records[entity]
         shown = req.select if req.select is not None else sorted(rec)
         attrs: dict[str, Any] = {}
         for name in shown:
             windows = rec[name][0] if name in rec else []
             if not windows:
                 continue
-            many = schema is not None and schema.many(entity, name)
-            attrs[name] = [_cite_wire(w) for w in windows] if many else _cite_wire(windows[0])
+            if name not in many:
+                many[name] = schema is not None and schema.many(entity, name)
+            attrs[name] = ([_cite_wire(w) for w in windows] if many[name]
+                           else _cite_wire(windows[0]))
         out.append({"entity": entity, "type": req.type,
                     "key": entity.partition(":")[2], "attributes": attrs})
     more = req.offset + req.limit < len(ordered)
