@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import logging
-import uuid
 from datetime import timedelta
 
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.errors import AmpError
+from ampup_memory.memory.readindex import lease_holder
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.settings import Settings
 
@@ -17,11 +17,12 @@ log = logging.getLogger("ampup_memory.memory")
 def maintenance_timer(svc: MemoryService, settings: Settings,
                       records: list[TimerRecord] | None = None) -> LifespanHook:
     """A lifespan hook for ``create_app``: runs the timer while the app serves."""
-    holder = uuid.uuid4().hex[:16]
+    holder = lease_holder()
     grace = timedelta(seconds=settings.memory_orphan_grace_seconds)
+    lease = timedelta(seconds=settings.lease_seconds)
 
     def maintain() -> str | None:
-        report = svc.maintain_if_free(grace, holder)
+        report = svc.maintain_if_free(grace, holder, lease)
         return None if report is None else str(report)
 
     return periodic(maintain, settings.memory_maintenance_interval_seconds,
@@ -31,10 +32,11 @@ def maintenance_timer(svc: MemoryService, settings: Settings,
 def workspace_timer(svc: MemoryService, settings: Settings,
                     records: list[TimerRecord] | None = None) -> LifespanHook:
     """Drops expired and deleted workspaces (``workspace gc``) while the app serves."""
-    holder = uuid.uuid4().hex[:16]
+    holder = lease_holder()
+    lease = timedelta(seconds=settings.lease_seconds)
 
     def gc() -> str | None:
-        report = svc.workspaces.gc_if_free(holder)
+        report = svc.workspaces.gc_if_free(holder, lease)
         if report is None or not (report["dropped"] or report["scopes"]):
             return None
         return str(report)
@@ -52,31 +54,28 @@ def extraction_timer(svc: MemoryService, settings: Settings,
     a time, by lease); nothing when no extract model is configured."""
     from ampup_memory.memory.extraction import extractor
 
-    holder = uuid.uuid4().hex[:16]
+    holder = lease_holder()
+    lease = timedelta(seconds=settings.lease_seconds)
     interval = settings.extraction_interval_seconds
     ex = extractor(svc, settings)
     if ex.model is None:
         interval = 0
 
     def extract() -> str | None:
-        from ampup_memory.memory.service import utcnow
+        with svc.index.hold_lease(EXTRACTION_LEASE, holder, lease) as held:
+            return scan() if held else None
 
-        lease = timedelta(seconds=max(600, 2 * interval))
-        if not svc.index.take_lease(EXTRACTION_LEASE, holder, utcnow(), lease):
-            return None
-        try:
-            said = []
-            for scope in svc.tables.scopes():
-                try:
-                    out = ex.run(str(scope))
-                except AmpError as exc:  # a workspace gone meanwhile, a schema changed ...
-                    said.append(f"{scope}: {exc.message}")
-                    continue
-                if out.read or out.error:
-                    said.append(f"{scope}: read {out.read}, wrote {out.facts}"
-                                + (f", error {out.error}" if out.error else ""))
-            return "; ".join(said) or None
-        finally:
-            svc.index.release_lease(EXTRACTION_LEASE, holder)
+    def scan() -> str | None:
+        said = []
+        for scope in svc.tables.scopes():
+            try:
+                out = ex.run(str(scope))
+            except AmpError as exc:  # a workspace gone meanwhile, a schema changed ...
+                said.append(f"{scope}: {exc.message}")
+                continue
+            if out.read or out.error:
+                said.append(f"{scope}: read {out.read}, wrote {out.facts}"
+                            + (f", error {out.error}" if out.error else ""))
+        return "; ".join(said) or None
 
     return periodic(extract, interval, "extraction pass", log, records=records)
