@@ -9,8 +9,11 @@ on the same port (its buckets live in memory, so they go with it).
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -26,8 +29,19 @@ SECRET_KEY = "fleet-secret-key-never-shown"
 REGION = "us-east-1"
 
 
+def s3_env(url: str, bucket: str, prefix: str = "warehouse") -> dict[str, str]:
+    return {"AMPUP_MEMORY_WAREHOUSE": f"s3://{bucket}/{prefix}",
+            "AMPUP_MEMORY_S3_ENDPOINT": url,
+            "AMPUP_MEMORY_S3_REGION": REGION,
+            "AMPUP_MEMORY_S3_ACCESS_KEY_ID": ACCESS_KEY,
+            "AMPUP_MEMORY_S3_SECRET_ACCESS_KEY": SECRET_KEY}
+
+
 class S3Server:
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, check_credentials: bool = False) -> None:
+        # moto accepts any key unless told to authenticate from the first request on; then
+        # a key it never issued is refused (InvalidAccessKeyId), as AWS S3 or MinIO would.
+        self.check_credentials = check_credentials
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = log_dir / "moto.log"
@@ -37,7 +51,9 @@ class S3Server:
         log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=log, stderr=subprocess.STDOUT)
+            stdout=log, stderr=subprocess.STDOUT,
+            env={**os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}
+                                  if self.check_credentials else {})})
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -63,11 +79,7 @@ class S3Server:
 
     def env(self, bucket: str, prefix: str = "warehouse") -> dict[str, str]:
         """The settings that point a server at ``s3://bucket/prefix`` on this store."""
-        return {"AMPUP_MEMORY_WAREHOUSE": f"s3://{bucket}/{prefix}",
-                "AMPUP_MEMORY_S3_ENDPOINT": self.url,
-                "AMPUP_MEMORY_S3_REGION": REGION,
-                "AMPUP_MEMORY_S3_ACCESS_KEY_ID": ACCESS_KEY,
-                "AMPUP_MEMORY_S3_SECRET_ACCESS_KEY": SECRET_KEY}
+        return s3_env(self.url, bucket, prefix)
 
     def keys(self, bucket: str) -> list[str]:
         """Every object key in ``bucket`` (ListObjectsV2, paged)."""
@@ -93,3 +105,75 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         yield server
     finally:
         server.stop()
+
+
+class S3Outage:
+    """A TCP relay in front of the S3 server whose ``down()`` makes the store vanish (open
+    connections cut, new ones refused) and ``up()`` brings it back on the same port, with
+    the buckets intact (moto keeps them in memory, so stopping moto itself would lose
+    them). The servers under test are pointed at ``url`` instead of the store's."""
+
+    def __init__(self, target: S3Server) -> None:
+        self.target_port = target.port
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self._listener: socket.socket | None = None
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+
+    def env(self, bucket: str, prefix: str = "warehouse") -> dict[str, str]:
+        """As ``S3Server.env``, through this relay."""
+        return s3_env(self.url, bucket, prefix)
+
+    def up(self) -> S3Outage:
+        listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
+        self._listener = listener
+        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        return self
+
+    def down(self) -> None:
+        with self._lock:
+            listener, self._listener = self._listener, None
+            conns, self._conns = self._conns, []
+        if listener is not None:
+            listener.close()
+        for c in conns:
+            try:
+                c.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            c.close()
+
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = listener.accept()
+            except OSError:
+                return  # closed by down()
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                if self._listener is not listener:
+                    client.close()
+                    upstream.close()
+                    return
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

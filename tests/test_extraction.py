@@ -393,24 +393,25 @@ def test_a_kill_9_of_the_server_mid_pass_leaves_every_batch_all_or_none(
 
 def test_the_extraction_lease_is_renewed_while_a_pass_runs_and_lapses_soon_after_a_kill(
         tmp_path: Path) -> None:
-    """The serve timer's lease is short and renewed while its pass runs (formerly 10
-    minutes, never renewed): the holder keeps it past its time while the pass lasts, and a
-    holder that dies without releasing it (kill -9: the renewal dies with it) hands over
+    """The serve timers' lease is short and renewed while its pass runs (extraction's was
+    10 minutes, never renewed): the holder keeps it past its time while the pass lasts, and
+    a holder that dies without releasing it (kill -9: the renewal dies with it) hands over
     once the short time has run out."""
     import time
     from datetime import UTC, datetime, timedelta
 
     from ampup_memory.memory.readindex import ReadIndex
-    from ampup_memory.memory.timer import EXTRACTION_LEASE_TIME, renewing
+    from ampup_memory.settings import Settings
 
-    assert EXTRACTION_LEASE_TIME <= timedelta(minutes=1)
+    assert Settings().lease_seconds <= 60
     index, ttl = ReadIndex(f"sqlite:///{tmp_path / 'index.db'}"), timedelta(seconds=1.2)
     try:
-        assert index.take_lease("x", "a", datetime.now(UTC), ttl)
-        with renewing(index, "x", "a", ttl):
+        with index.hold_lease("x", "a", ttl) as held:
+            assert held
             time.sleep(2.0)  # a pass longer than the lease
             assert not index.take_lease("x", "b", datetime.now(UTC), ttl)
-        # the pass ends without a release (as if killed): the lease lapses by itself
+        # a holder that dies keeps its lease only until it runs out: taken, not released
+        assert index.take_lease("x", "a", datetime.now(UTC), ttl)
         assert not index.take_lease("x", "b", datetime.now(UTC), ttl)
         time.sleep(1.3)
         assert index.take_lease("x", "b", datetime.now(UTC), ttl)

@@ -115,6 +115,19 @@ class ServiceUnavailable(AmpError):
     code = "UNAVAILABLE"
 
 
+STORAGE_RETRY_AFTER_SECONDS = 5
+
+
+def storage_unavailable() -> ServiceUnavailable:
+    """The answer to a storage engine that failed mid-request (an S3-compatible store down,
+    refusing or timing out, a warehouse disk gone): pyarrow and pyiceberg raise those as
+    ``OSError``. Nothing a reader may not see is named; the cause goes to the log."""
+    return ServiceUnavailable(
+        "The table storage (Iceberg warehouse) did not answer; try again shortly. A write "
+        "that got this answer may or may not have landed: writing the same episode again "
+        "is safe.", headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)})
+
+
 class ConfigurationError(Exception):
     """A setting that cannot work; raised at start-up so the server never half-starts."""
 

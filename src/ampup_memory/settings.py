@@ -250,6 +250,15 @@ class Settings(BaseSettings):
         "branch, one server at a time; docs/extraction.md); 0 turns the timer off. No "
         "extract model configured: the timer does nothing.",
     )
+    lease_seconds: int = Field(
+        default=60,
+        ge=3,
+        validation_alias=_env("AMPUP_MEMORY_LEASE_SECONDS"),
+        description="Length of the lease under which one server of a fleet runs a timed "
+        "pass (maintenance, extraction, workspace gc, advice judge/cluster/learn); the "
+        "holder renews it every third of it while the pass runs, so a killed holder's pass "
+        "moves to another server within this time.",
+    )
     memory_orphan_grace_seconds: int = Field(
         default=3600,
         ge=0,

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -32,10 +31,10 @@ from ampup_memory.advice.runs import (
     STEP,
     reward_event,
     served_keys,
-    utcnow,
 )
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.memory.events import EventRecord
+from ampup_memory.memory.readindex import DEFAULT_LEASE, lease_holder
 from ampup_memory.memory.scopes import Scope, parse_scope
 from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
@@ -149,24 +148,23 @@ def judge_pass(svc: MemoryService, model: ChatModel | None, scope: Scope | None 
 
 
 def judge_if_free(svc: MemoryService, model: ChatModel | None, holder: str,
-                  lease: timedelta = timedelta(minutes=30)) -> dict[str, Any] | None:
-    """The timer's pass: only one server at a time runs it (a lease in the index)."""
-    if model is None or not svc.index.take_lease(JUDGE_LEASE, holder, utcnow(), lease):
+                  lease: timedelta = DEFAULT_LEASE) -> dict[str, Any] | None:
+    """The timer's pass: only one server at a time runs it (a lease in the index,
+    renewed while it runs)."""
+    if model is None:
         return None
-    try:
-        return judge_pass(svc, model)
-    finally:
-        svc.index.release_lease(JUDGE_LEASE, holder)
+    with svc.index.hold_lease(JUDGE_LEASE, holder, lease) as held:
+        return judge_pass(svc, model) if held else None
 
 
 def judge_timer(svc: MemoryService, settings: Settings,
                 records: list[TimerRecord] | None = None) -> LifespanHook:
     """``serve``'s judging timer (a no-op pass when no judge model is configured)."""
-    holder = uuid.uuid4().hex[:16]
+    holder = lease_holder()
     model = chat_model(settings, Role.JUDGE)
 
     def one_pass() -> str | None:
-        report = judge_if_free(svc, model, holder)
+        report = judge_if_free(svc, model, holder, timedelta(seconds=settings.lease_seconds))
         if report is None or not (report["judged"] or report["failed"]):
             return None
         return str(report)

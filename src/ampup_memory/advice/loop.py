@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
@@ -50,6 +49,7 @@ from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.errors import NotFound
 from ampup_memory.memory.acl import Principal, may_read
 from ampup_memory.memory.events import EventRecord
+from ampup_memory.memory.readindex import lease_holder
 from ampup_memory.memory.scopes import MAIN, Scope, ScopeText
 from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
@@ -294,31 +294,28 @@ def learn_pass(svc: MemoryService, model: ChatModel | None, rules: GateRules, mi
 
 
 # -- timers ----------------------------------------------------------------------------------
-def _under_lease(svc: MemoryService, name: str, holder: str,
+def _under_lease(svc: MemoryService, name: str, holder: str, lease: timedelta,
                  job: Callable[[], dict[str, Any]]) -> dict[str, Any] | None:
-    if not svc.index.take_lease(name, holder, utcnow(), timedelta(minutes=30)):
-        return None
-    try:
-        return job()
-    finally:
-        svc.index.release_lease(name, holder)
+    with svc.index.hold_lease(name, holder, lease) as held:
+        return job() if held else None
 
 
 def learning_timers(svc: MemoryService, settings: Settings, embedder: Embedder,
                     records: list[TimerRecord] | None = None) -> list[LifespanHook]:
     """``serve``'s clustering and learning timers, each under its own lease."""
-    holder = uuid.uuid4().hex[:16]
+    holder = lease_holder()
+    lease = timedelta(seconds=settings.lease_seconds)
     model = chat_model(settings, Role.LEARN)
     rules = GateRules.from_settings(settings)
 
     def cluster() -> str | None:
-        report = _under_lease(svc, CLUSTER_LEASE, holder, lambda: cluster_pass(
+        report = _under_lease(svc, CLUSTER_LEASE, holder, lease, lambda: cluster_pass(
             svc, embedder, model, settings.advice_situation_min_similarity))
         done = [r for r in (report or {}).get("scopes", []) if r["committed"]]
         return f"clustered {len(done)} scope(s)" if done else None
 
     def learn() -> str | None:
-        report = _under_lease(svc, LEARN_LEASE, holder, lambda: learn_pass(
+        report = _under_lease(svc, LEARN_LEASE, holder, lease, lambda: learn_pass(
             svc, model, rules, settings.advice_min_runs_for_note))
         return str(report) if report and any(
             r["reviewed"] or r["learned"] for r in report["scopes"]) else None

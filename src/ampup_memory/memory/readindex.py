@@ -10,7 +10,13 @@ the search index folds them in. One SQLAlchemy code path serves SQLite and Postg
 from __future__ import annotations
 
 import json
+import logging
+import os
+import socket
+import threading
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -46,6 +52,20 @@ from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
 from ampup_memory.memory.tables import schema_lock, sqlalchemy_url
 from ampup_memory.sqlite_connections import enable_wal
+
+log = logging.getLogger("ampup_memory.memory")
+
+# A held lease is renewed this many times per its length while the pass runs, so a live
+# holder keeps it however long the pass takes and a dead one loses it ``ttl`` after its
+# last renewal (``lease_seconds``; docs/deployment.md, "Timed jobs").
+LEASE_RENEWALS_PER_TTL = 3
+DEFAULT_LEASE = timedelta(seconds=60)
+
+
+def lease_holder() -> str:
+    """A holder name that says which process holds a lease (host/pid/random), for
+    operators reading ``mem_leases`` and for tests that kill the holder."""
+    return f"{socket.gethostname()}/{os.getpid()}/{uuid.uuid4().hex[:8]}"
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 MICRO = timedelta(microseconds=1)
@@ -714,6 +734,38 @@ class ReadIndex:
         # the lease was never taken (a row comes back exactly when it is ours).
         with self.engine.begin() as conn:
             return conn.execute(stmt.returning(leases_t.c.name)).first() is not None
+
+    @contextmanager
+    def hold_lease(self, name: str, holder: str, ttl: timedelta = DEFAULT_LEASE,
+                   ) -> Iterator[bool]:
+        """The lease for the block: False when another process holds it, else True, with
+        a thread renewing it every ``ttl / LEASE_RENEWALS_PER_TTL`` until the block ends
+        and then giving it back. So exactly one process runs a pass however long it takes,
+        and a holder that dies (kill -9) lets another take over ``ttl`` after its last
+        renewal, never ``ttl`` after the pass began."""
+        if not self.take_lease(name, holder, datetime.now(UTC), ttl):
+            yield False
+            return
+        stop = threading.Event()
+
+        def renew() -> None:
+            while not stop.wait(ttl.total_seconds() / LEASE_RENEWALS_PER_TTL):
+                try:
+                    if not self.take_lease(name, holder, datetime.now(UTC), ttl):
+                        log.warning("lease %s: another process took it over (this one "
+                                    "did not renew it in time)", name)
+                        return
+                except Exception as exc:  # the index unreachable: try on the next beat
+                    log.warning("lease %s: renewal failed: %s", name, exc)
+
+        beat = threading.Thread(target=renew, name=f"lease-{name}", daemon=True)
+        beat.start()
+        try:
+            yield True
+        finally:
+            stop.set()
+            beat.join()
+            self.release_lease(name, holder)
 
     def release_lease(self, name: str, holder: str) -> None:
         """Give the lease back now, if it is still ours (not only when it runs out)."""

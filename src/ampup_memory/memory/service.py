@@ -58,7 +58,7 @@ from ampup_memory.memory.facts import (
 )
 from ampup_memory.memory.ledger import COMMIT, SUMMARY_KEY, LedgerEntry, new_commit_id
 from ampup_memory.memory.maintenance import Protected, full_pass, tidy
-from ampup_memory.memory.readindex import ReadIndex
+from ampup_memory.memory.readindex import DEFAULT_LEASE, ReadIndex
 from ampup_memory.memory.reads import ReadMark, read_row
 from ampup_memory.memory.retry import Backoff, until_won
 from ampup_memory.memory.rows import ACL_OP, episode_row, fact_id, fact_row
@@ -587,14 +587,11 @@ class MemoryService:
         return report
 
     def maintain_if_free(self, grace: timedelta, holder: str,
-                         lease: timedelta = timedelta(minutes=30)) -> dict[str, Any] | None:
-        """The timer's pass: only one server at a time runs it (a lease in the index)."""
-        if not self.index.take_lease(MAINTENANCE_LEASE, holder, utcnow(), lease):
-            return None
-        try:
-            return self.maintain(None, grace)
-        finally:  # a backup waits for this lease: hold it no longer than the pass
-            self.index.release_lease(MAINTENANCE_LEASE, holder)
+                         lease: timedelta = DEFAULT_LEASE) -> dict[str, Any] | None:
+        """The timer's pass: only one server at a time runs it (a lease in the index,
+        renewed while it runs; a backup waits for it: held no longer than the pass)."""
+        with self.index.hold_lease(MAINTENANCE_LEASE, holder, lease) as held:
+            return self.maintain(None, grace) if held else None
 
     # -- the commit ---------------------------------------------------------------------------
     def _commit(self, scope: Scope, branch: str, author: str, message: str,

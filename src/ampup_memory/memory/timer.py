@@ -3,15 +3,11 @@
 from __future__ import annotations
 
 import logging
-import threading
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.errors import AmpError
-from ampup_memory.memory.readindex import ReadIndex
+from ampup_memory.memory.readindex import lease_holder
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.settings import Settings
 
@@ -21,11 +17,12 @@ log = logging.getLogger("ampup_memory.memory")
 def maintenance_timer(svc: MemoryService, settings: Settings,
                       records: list[TimerRecord] | None = None) -> LifespanHook:
     """A lifespan hook for ``create_app``: runs the timer while the app serves."""
-    holder = uuid.uuid4().hex[:16]
+    holder = lease_holder()
     grace = timedelta(seconds=settings.memory_orphan_grace_seconds)
+    lease = timedelta(seconds=settings.lease_seconds)
 
     def maintain() -> str | None:
-        report = svc.maintain_if_free(grace, holder)
+        report = svc.maintain_if_free(grace, holder, lease)
         return None if report is None else str(report)
 
     return periodic(maintain, settings.memory_maintenance_interval_seconds,
@@ -35,10 +32,11 @@ def maintenance_timer(svc: MemoryService, settings: Settings,
 def workspace_timer(svc: MemoryService, settings: Settings,
                     records: list[TimerRecord] | None = None) -> LifespanHook:
     """Drops expired and deleted workspaces (``workspace gc``) while the app serves."""
-    holder = uuid.uuid4().hex[:16]
+    holder = lease_holder()
+    lease = timedelta(seconds=settings.lease_seconds)
 
     def gc() -> str | None:
-        report = svc.workspaces.gc_if_free(holder)
+        report = svc.workspaces.gc_if_free(holder, lease)
         if report is None or not (report["dropped"] or report["scopes"]):
             return None
         return str(report)
@@ -48,36 +46,6 @@ def workspace_timer(svc: MemoryService, settings: Settings,
 
 
 EXTRACTION_LEASE = "memory-extraction"
-# The extraction pass holds its lease for this long and renews it every third of it while
-# the pass runs, so a server killed mid-pass (kill -9: no release) hands over within a
-# minute. A pass that outlives a lost lease is harmless: each batch's commit refuses
-# episodes another pass read meanwhile (ALREADY_READ).
-EXTRACTION_LEASE_TIME = timedelta(seconds=60)
-
-
-@contextmanager
-def renewing(index: ReadIndex, name: str, holder: str, ttl: timedelta) -> Iterator[None]:
-    """Keep renewing a lease the caller holds (take_lease by its holder) every ``ttl / 3``
-    until the block ends; a thread of this process, so it dies with the process."""
-    stop = threading.Event()
-
-    def beat() -> None:
-        from ampup_memory.memory.service import utcnow
-
-        while not stop.wait(ttl.total_seconds() / 3):
-            try:
-                if not index.take_lease(name, holder, utcnow(), ttl):
-                    return  # another server has it now (ours ran out): nothing to keep
-            except Exception:  # the index unreachable a moment: try again next beat
-                log.warning("renewing lease %s failed", name, exc_info=True)
-
-    thread = threading.Thread(target=beat, name=f"lease {name}", daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        stop.set()
-        thread.join()
 
 
 def extraction_timer(svc: MemoryService, settings: Settings,
@@ -86,25 +54,18 @@ def extraction_timer(svc: MemoryService, settings: Settings,
     a time, by lease); nothing when no extract model is configured."""
     from ampup_memory.memory.extraction import extractor
 
-    holder = uuid.uuid4().hex[:16]
+    holder = lease_holder()
+    lease = timedelta(seconds=settings.lease_seconds)
     interval = settings.extraction_interval_seconds
     ex = extractor(svc, settings)
     if ex.model is None:
         interval = 0
 
     def extract() -> str | None:
-        from ampup_memory.memory.service import utcnow
+        with svc.index.hold_lease(EXTRACTION_LEASE, holder, lease) as held:
+            return scan() if held else None
 
-        lease = EXTRACTION_LEASE_TIME
-        if not svc.index.take_lease(EXTRACTION_LEASE, holder, utcnow(), lease):
-            return None
-        try:
-            with renewing(svc.index, EXTRACTION_LEASE, holder, lease):
-                return extract_all()
-        finally:
-            svc.index.release_lease(EXTRACTION_LEASE, holder)
-
-    def extract_all() -> str | None:
+    def scan() -> str | None:
         said = []
         for scope in svc.tables.scopes():
             try:

@@ -48,6 +48,7 @@ from ampup_memory.memory.episodes import Prepared
 from ampup_memory.memory.facts import FactRecord
 from ampup_memory.memory.maintenance import Protected, tidy
 from ampup_memory.memory.readindex import (
+    DEFAULT_LEASE,
     ReadIndex,
     acl_t,
     bodies_t,
@@ -339,15 +340,12 @@ class Workspaces:
                 self.index.release_lease(self.lease, holder)
         return {"id": ws.id, "deleted": True, "dropped": True, "scopes": scopes}
 
-    def gc_if_free(self, holder: str) -> dict[str, Any] | None:
+    def gc_if_free(self, holder: str, lease: timedelta = DEFAULT_LEASE,
+                   ) -> dict[str, Any] | None:
         """The timer's and the CLI's pass: None when maintenance (or a backup) holds the
         lease; it comes again on the next pass."""
-        if not self._take_lease(holder):
-            return None
-        try:
-            return self.gc()
-        finally:
-            self.index.release_lease(self.lease, holder)
+        with self.index.hold_lease(self.lease, holder, lease) as held:
+            return self.gc() if held else None
 
     def gc(self, now: datetime | None = None) -> dict[str, Any]:
         """Drop every expired or deleted workspace not dropped yet, and any namespace of the

@@ -11,7 +11,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.routing import Match
 
-from ampup_memory.errors import AmpError
+from ampup_memory.errors import AmpError, storage_unavailable
 
 log = logging.getLogger("ampup_memory")
 
@@ -91,6 +91,13 @@ def install(app: FastAPI) -> None:
             headers["Allow"] = ", ".join(allowed_methods(app, request))
         return JSONResponse(envelope(code, message), status_code=exc.status_code,
                             headers=headers)
+
+    @app.exception_handler(OSError)
+    async def _storage(request: Request, exc: OSError) -> JSONResponse:
+        # pyarrow's S3 and file errors: the store is down, refuses, or times out.
+        log.warning("storage error on %s %s: %s", request.method, request.url.path,
+                    " ".join(str(exc).split()))
+        return error_response(storage_unavailable())
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
