@@ -116,13 +116,15 @@ class VectorMatrix:
             return None
         if self.ann is not None and len(self.ann) == live:
             return self.ann
-        gone = np.fromiter(self._removed, dtype=np.int64, count=len(self._removed))
-        new = np.flatnonzero((self.nums > (self.ann.last if self.ann else -1))
-                             & ~np.isin(self.nums, gone))
+        keep = np.ones(len(self.nums), dtype=bool)
+        if self._removed:
+            gone = np.fromiter(self._removed, dtype=np.int64, count=len(self._removed))
+            keep = ~np.isin(self.nums, gone)
+        new = np.flatnonzero((self.nums > (self.ann.last if self.ann else -1)) & keep)
         if self.ann is None or len(self.ann) + len(new) != live:
             # No graph yet, or a row numbered below the graph's last: build it afresh.
             self.ann = Ann(self.dimensions)
-            new = np.flatnonzero(~np.isin(self.nums, gone))
+            new = np.flatnonzero(keep)
         new = new[np.argsort(self.nums[new], kind="stable")]
         self.ann.add(self.nums[new], self.matrix[new])
         return self.ann
