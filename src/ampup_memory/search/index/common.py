@@ -144,7 +144,6 @@ class VectorMatrix:
             sims = dots(self.matrix[rows], query)
             nums = self.nums[rows]
         else:
-            rows = None
             sims = dots(self.matrix, query)
             nums = self.nums
         if k >= len(sims):
