@@ -6,10 +6,13 @@ them. Measures
     one scope, and `search_passages` (POST /query);
   * rebuild throughput: documents ingested per second into an empty index (cutting,
     embedding, FTS and bitmaps included; reading the Iceberg tables is not);
-  * growth: passage query p50 as the scope grows (10k → 100k → 1M passages).
+  * growth: passage query p50 as the scope grows (10k → 100k → 1M passages), with the
+    HNSW graph from --ann-min vectors on (the default setting, 50,000) and, with
+    --exact-too, exact search timed on the same file at each size.
 
     python benchmarks/search_bench.py [--facts 100000 --passages 300000]
-        [--growth 10000,100000,1000000] [--db FILE] [--json FILE]
+        [--growth 10000,100000,1000000] [--ann-min 50000] [--exact-too] [--db FILE]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from typing import Any
 
 from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
+from ampup_memory.search.index.ann import ANN_MIN_VECTORS
 from ampup_memory.search.index.base import (
     Cite,
     DocumentBatch,
@@ -111,6 +115,10 @@ def main() -> None:
     parser.add_argument("--passages", type=int, default=300_000)
     parser.add_argument("--growth", default="10000,100000,1000000")
     parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--ann-min", type=int, default=ANN_MIN_VECTORS,
+                        help="AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS (0: exact search)")
+    parser.add_argument("--exact-too", action="store_true",
+                        help="growth: also time exact search on the same file")
     parser.add_argument("--json", help="also write the figures to this file (the"
                         " 'Search: speed' section of docs/performance.md quotes them)")
     parser.add_argument("--db", help="keep the main index in this file; reuse it when it"
@@ -122,7 +130,7 @@ def main() -> None:
     rows: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(args.db) if args.db else Path(tmp) / "main.db"
-        engine = SearchEngine(open_index(f"sqlite:///{path}"), embedder)
+        engine = SearchEngine(open_index(f"sqlite:///{path}", args.ann_min), embedder)
         engine.ensure_model()
         have = engine.index.counts(SCOPE)
         rate_file = path.with_suffix(".rate")
@@ -145,7 +153,7 @@ def main() -> None:
     growth = []
     with tempfile.TemporaryDirectory() as tmp:
         # One index grown in steps: each size is measured on the same file.
-        engine = SearchEngine(open_index(f"sqlite:///{tmp}/g.db"), embedder)
+        engine = SearchEngine(open_index(f"sqlite:///{tmp}/g.db", args.ann_min), embedder)
         engine.ensure_model()
         done = 0
         for size in [int(s) for s in args.growth.split(",") if s]:
@@ -153,13 +161,23 @@ def main() -> None:
             fill(engine, size, 0, start=done)
             built = time.perf_counter() - started
             done = size
+            t = time.perf_counter()
+            engine.search_passages(SCOPE, "main", qs[0], who)  # loads vectors, builds graph
+            first = time.perf_counter() - t
             p = timings(lambda q: engine.search_passages(SCOPE, "main", q, who), qs[:100])
-            growth.append((size, p, built, os.getloadavg()[0]))
-            print(size, p, built, flush=True)
+            exact = None
+            if args.exact_too:
+                plain = SearchEngine(open_index(f"sqlite:///{tmp}/g.db", 0), embedder)
+                exact = timings(lambda q, e=plain: e.search_passages(SCOPE, "main", q, who),
+                                qs[:100])
+                plain.index.close()
+            growth.append((size, p, built, os.getloadavg()[0], first, exact))
+            print(size, p, built, first, exact, flush=True)
         engine.index.close()
     result = {"main": rows.get("main"), "growth": [
-        {"passages": size, "p50_ms": p50, "p95_ms": p95, "build_s": built, "load1": load}
-        for size, (p50, p95), built, load in growth]}
+        {"passages": size, "p50_ms": p50, "p95_ms": p95, "build_s": built, "load1": load,
+         "first_query_s": first, "exact_p50_p95_ms": exact}
+        for size, (p50, p95), built, load, first, exact in growth]}
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

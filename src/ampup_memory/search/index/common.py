@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from ampup_memory.search.index.ann import EXACT_SHARE, Ann
 from ampup_memory.timefmt import format_time, parse_time
 
 if TYPE_CHECKING:
@@ -52,25 +53,32 @@ def dots(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
 
 
 class VectorMatrix:
-    """The vectors of one (scope, branch) of one table, for brute-force cosine.
+    """The vectors of one (scope, branch) of one table, for cosine.
 
     Vectors are unit length, so a dot product is the cosine. Rows are appended to a list
     and stacked on the next query, so a run of small writes costs no repeated copying.
+    From ``ann_min`` rows on (0: never) an HNSW graph (`ann.py`) proposes the candidates
+    of :meth:`top` and the matrix re-scores them exactly; below it every row is scored.
     """
 
-    def __init__(self, dimensions: int) -> None:
+    def __init__(self, dimensions: int, ann_min: int = 0) -> None:
         import numpy as np
 
         self.dimensions = dimensions
+        self.ann_min = ann_min
         self.nums = np.zeros(0, dtype=np.int64)
         self.matrix = np.zeros((0, dimensions), dtype=np.float32)
         self.pos: dict[int, int] = {}
         self._pending: list[tuple[int, np.ndarray]] = []
+        self.ann: Ann | None = None
+        self._removed: set[int] = set()  # zeroed rows: never proposed by the graph
 
     def put(self, num: int, vector: np.ndarray) -> None:
         at = self.pos.get(num)
         if at is not None:
             self.matrix[at] = vector
+            self._removed.discard(num)
+            self.ann = None  # a row of the graph changed: rebuilt on the next query
             return
         self.pos[num] = len(self.nums) + len(self._pending)
         self._pending.append((num, vector))
@@ -81,6 +89,8 @@ class VectorMatrix:
             return
         self._settle()
         self.matrix[at] = 0.0  # a zero row never ranks above a real match
+        self._removed.add(num)
+        self.ann = None
 
     def _settle(self) -> None:
         import numpy as np
@@ -93,13 +103,49 @@ class VectorMatrix:
         self.matrix = np.vstack([self.matrix, rows])
         self._pending = []
 
+    def _graph(self) -> Ann | None:
+        """The HNSW graph over every row, brought up to date; None below ``ann_min`` rows.
+
+        Rows enter in ascending number, so the graph is the same however the rows came
+        (one commit at a time, a rebuild's batches, a reopened file): see `ann.py`."""
+        import numpy as np
+
+        live = len(self.nums) - len(self._removed)
+        if self.ann_min <= 0 or live < self.ann_min:
+            self.ann = None
+            return None
+        if self.ann is not None and len(self.ann) == live:
+            return self.ann
+        keep = np.ones(len(self.nums), dtype=bool)
+        if self._removed:
+            gone = np.fromiter(self._removed, dtype=np.int64, count=len(self._removed))
+            keep = ~np.isin(self.nums, gone)
+        new = np.flatnonzero((self.nums > (self.ann.last if self.ann else -1)) & keep)
+        if self.ann is None or len(self.ann) + len(new) != live:
+            # No graph yet, or a row numbered below the graph's last: build it afresh.
+            self.ann = Ann(self.dimensions)
+            new = np.flatnonzero(keep)
+        new = new[np.argsort(self.nums[new], kind="stable")]
+        self.ann.add(self.nums[new], self.matrix[new])
+        return self.ann
+
     def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         import numpy as np
 
         self._settle()
         if not len(self.nums) or k <= 0:
             return []
-        sims = dots(self.matrix, query)
+        ann = self._graph() if k * EXACT_SHARE < len(self.nums) else None
+        if ann is not None:
+            # The graph proposes, the matrix scores: the same float as an exact search
+            # gives each row, and the same tie rule at the cut below.
+            rows = np.asarray([self.pos[int(n)] for n in ann.candidates(query, k)],
+                              dtype=np.int64)
+            sims = dots(self.matrix[rows], query)
+            nums = self.nums[rows]
+        else:
+            sims = dots(self.matrix, query)
+            nums = self.nums
         if k >= len(sims):
             idx = np.arange(len(sims))
         else:
@@ -108,9 +154,9 @@ class VectorMatrix:
             kth = np.partition(sims, len(sims) - k)[len(sims) - k]
             above = np.flatnonzero(sims > kth)
             tied = np.flatnonzero(sims == kth)
-            tied = tied[np.argsort(self.nums[tied], kind="stable")][: k - len(above)]
+            tied = tied[np.argsort(nums[tied], kind="stable")][: k - len(above)]
             idx = np.concatenate([above, tied])
-        return [(int(self.nums[i]), float(sims[i])) for i in idx]
+        return [(int(nums[i]), float(sims[i])) for i in idx]
 
     def cosines(self, query: np.ndarray, nums: Sequence[int]) -> dict[int, float]:
         self._settle()
@@ -125,8 +171,9 @@ class VectorCache:
     """Per-(scope, branch) matrices of one table, kept in step with the table by a
     high-water mark on the table's ``vec_seq`` column and an index generation number."""
 
-    def __init__(self) -> None:
+    def __init__(self, ann_min: int = 0) -> None:
         self.lock = threading.Lock()
+        self.ann_min = ann_min  # rows of a matrix from which an HNSW graph proposes
         self.generation: int | None = None
         self.high_water = 0
         self.by_key: dict[tuple[str, str], VectorMatrix] = {}
@@ -154,7 +201,7 @@ class VectorCache:
             if vector.shape[0] != dims:
                 continue  # written under another model: re-embedding will replace it
             if matrix is None:
-                matrix = self.by_key[key] = VectorMatrix(dims)
+                matrix = self.by_key[key] = VectorMatrix(dims, self.ann_min)
             matrix.put(num, vector)
             self.key_of[num] = key
 

@@ -10,21 +10,24 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.search.index.ann import ANN_MIN_VECTORS
 from ampup_memory.search.index.base import SearchIndex
 
-IndexFactory = Callable[[str], SearchIndex]
+# (uri, ann_min_vectors) -> index. The threshold is the SQLite index's (its HNSW graph,
+# `ann.py`); PostgreSQL's pgvector HNSW index answers at every size.
+IndexFactory = Callable[[str, int], SearchIndex]
 
 
 def _sqlite() -> IndexFactory:
     from ampup_memory.search.index.sqlite import SQLiteIndex
 
-    return SQLiteIndex
+    return lambda uri, ann_min: SQLiteIndex(uri, ann_min_vectors=ann_min)
 
 
 def _postgres() -> IndexFactory:
     from ampup_memory.search.index.postgres import PostgresIndex
 
-    return PostgresIndex
+    return lambda uri, _ann_min: PostgresIndex(uri)
 
 
 # URI prefix -> loader of the class that opens it. The SQLite prefix includes the path's
@@ -36,11 +39,12 @@ INDEX_LOADERS: dict[str, Callable[[], IndexFactory]] = {
 }
 
 
-def open_index(uri: str) -> SearchIndex:
-    """The backend the URI names; a backend's driver is imported only when chosen."""
+def open_index(uri: str, ann_min_vectors: int = ANN_MIN_VECTORS) -> SearchIndex:
+    """The backend the URI names; a backend's driver is imported only when chosen.
+    ``ann_min_vectors``: `AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS` (SQLite only)."""
     for prefix, loader in INDEX_LOADERS.items():
         if uri.startswith(prefix):
-            return loader()(uri)
+            return loader()(uri, ann_min_vectors)
     raise ConfigurationError(
         f"AMPUP_MEMORY_INDEX_URI must start with sqlite:/// or postgresql://, got {uri!r}"
     )

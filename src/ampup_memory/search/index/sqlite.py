@@ -41,6 +41,7 @@ from pyroaring import BitMap
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.search.index import keywords
+from ampup_memory.search.index.ann import ANN_MIN_VECTORS
 from ampup_memory.search.index.base import (
     EpisodeDoc,
     EpisodeRow,
@@ -151,7 +152,7 @@ def _fact_row(r: Sequence[Any]) -> FactRow:
 
 
 class SQLiteIndex:
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, ann_min_vectors: int = ANN_MIN_VECTORS) -> None:
         self.path = sqlite_path(uri)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.info = IndexInfo(backend="sqlite", details={"path": str(self.path)})
@@ -159,7 +160,10 @@ class SQLiteIndex:
         # NORMAL: the index is derived and rebuildable, so a power cut costs a catch-up.
         self._conns = ThreadConnections(self.path, synchronous="NORMAL", timeout=60.0)
         self._write_lock = threading.RLock()
-        self._vectors = {"facts": VectorCache(), "passages": VectorCache()}
+        # From ann_min_vectors rows of one (scope, branch) on, an HNSW graph proposes
+        # vector candidates and the matrix re-scores them (`ann.py`); 0: always exact.
+        self._vectors = {"facts": VectorCache(ann_min_vectors),
+                         "passages": VectorCache(ann_min_vectors)}
         self._bitmaps: dict[str, BitMap] = {}
         self._bitmap_gen: int | None = None
         self._bitmap_lock = threading.Lock()

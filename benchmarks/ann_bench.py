@@ -1,0 +1,129 @@
+"""The vector step of search with and without the HNSW graph (`search/index/ann.py`).
+
+Vectors are the bundled WordLlama's (256-d) embeddings of synthetic passages written like
+`search_bench.py`'s (a company name and 54 of 24 CRM words), fed straight into one
+`VectorMatrix`, the per-(scope, branch) structure the SQLite index keeps, without the
+SQLite rows and keyword side (so sizes the full ingest path is too slow for on this
+machine can be measured). Measures, per size:
+
+  * exact and ANN top-k (k = 50, the candidate count of a 10-hit search) p50 / p95;
+  * recall@10 of the ANN answer against the exact one (both re-scored exactly, so this
+    is whether the graph proposed the exact ten best among its 50);
+  * graph build time per vector (one thread, as the index builds it) and the time to
+    add 1,000 more (the incremental cost a commit pays on the next query);
+  * the graph's memory (usearch's own count; the float32 matrix is extra, as before);
+  * that a graph built in other batches (200 at a time, as a live index is fed, against
+    all at once, as a reopened or rebuilt one is) proposes the same candidates.
+
+    python -m benchmarks.ann_bench [--sizes 50000,200000] [--queries 200] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ampup_memory.search.embed import WordLlamaEmbedder
+from ampup_memory.search.index.common import VectorMatrix
+from benchmarks.search_bench import WORDS, company, queries
+
+K = 50
+
+
+def vectors(embedder: WordLlamaEmbedder, n: int, seed: int = 7) -> np.ndarray:
+    rng = random.Random(seed)
+    out = np.zeros((n, 256), dtype=np.float32)
+    for start in range(0, n, 2048):
+        texts = [f"Speaker0: {company(i)} " + " ".join(rng.choices(WORDS, k=54))
+                 for i in range(start, min(n, start + 2048))]
+        out[start:start + len(texts)] = np.asarray(embedder.embed(texts), dtype=np.float32)
+    return out
+
+
+def matrix(vecs: np.ndarray, ann_min: int, step: int | None = None) -> VectorMatrix:
+    m = VectorMatrix(vecs.shape[1], ann_min)
+    for i, v in enumerate(vecs):
+        m.put(i + 1, v)
+        if step and (i + 1) % step == 0:
+            m.top(vecs[0], K)  # a query between writes: the graph grows in steps
+    return m
+
+
+def timed(m: VectorMatrix, qs: np.ndarray) -> tuple[list[list[tuple[int, float]]], float, float]:
+    answers, took = [], []
+    for q in qs:
+        t = time.perf_counter()
+        answers.append(m.top(q, K))
+        took.append((time.perf_counter() - t) * 1000)
+    took.sort()
+    return answers, statistics.median(took), took[int(len(took) * 0.95) - 1]
+
+
+def top10(hits: list[tuple[int, float]]) -> set[int]:
+    return {n for n, _ in sorted(hits, key=lambda h: (-h[1], h[0]))[:10]}
+
+
+def run(embedder: WordLlamaEmbedder, size: int, n_queries: int, check_steps: bool
+        ) -> dict[str, Any]:
+    load = os.getloadavg()[0]
+    all_vecs = vectors(embedder, size + 1000)
+    vecs, extra = all_vecs[:size], all_vecs[size:]
+    qs = np.asarray(embedder.embed(queries(n_queries)), dtype=np.float32)
+    exact = matrix(vecs, 0)
+    exact_answers, e50, e95 = timed(exact, qs)
+    ann = matrix(vecs, 1)
+    t = time.perf_counter()
+    ann.top(qs[0], K)  # builds the graph
+    build = time.perf_counter() - t
+    ann_answers, a50, a95 = timed(ann, qs)
+    recall = statistics.mean(len(top10(a) & top10(e)) / 10
+                             for a, e in zip(ann_answers, exact_answers, strict=True))
+    same_scores = all(dict(a).get(n) in (None, s) for a, e in
+                      zip(ann_answers, exact_answers, strict=True) for n, s in e)
+    assert ann.ann is not None
+    memory = ann.ann.memory_bytes
+    for i, v in enumerate(extra):
+        ann.put(size + i + 1, v)
+    t = time.perf_counter()
+    ann.top(qs[0], K)
+    add = time.perf_counter() - t
+    alike = None
+    if check_steps:
+        stepped = matrix(all_vecs, 1, step=200)
+        again = matrix(all_vecs, 1)
+        alike = all(stepped.top(q, K) == again.top(q, K) for q in qs)
+    row = {"vectors": size, "exact_ms": (e50, e95), "ann_ms": (a50, a95),
+           "recall_at_10": recall, "scores_equal_exact": same_scores,
+           "build_s": build, "build_ms_per_vector": build / size * 1000,
+           "add_1000_s": add, "graph_mb": memory / 1e6,
+           "matrix_mb": vecs.nbytes / 1e6, "stepped_build_alike": alike,
+           "load1": (load, os.getloadavg()[0])}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", default="50000,200000")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--check-steps", type=int, default=20_000,
+                        help="compare a stepped and a one-go build up to this size")
+    parser.add_argument("--json")
+    args = parser.parse_args()
+    embedder = WordLlamaEmbedder()
+    rows = [run(embedder, int(s), args.queries, int(s) <= args.check_steps)
+            for s in args.sizes.split(",") if s]
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
