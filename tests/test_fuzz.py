@@ -201,7 +201,7 @@ def _check(case: Any, headers: dict[str, str]) -> None:
 
 
 @schema.exclude(path_regex="^/amp/").parametrize()
-@settings(max_examples=60 if RANDOM else 20, deadline=None, derandomize=not RANDOM,
+@settings(max_examples=60 if RANDOM else 12, deadline=None, derandomize=not RANDOM,
           database=None, suppress_health_check=list(HealthCheck))
 def test_ampup_routes_never_fail(case: Any) -> None:
     """As the principal ``fuzz.user`` (groups and roles set), with an admin token too."""
