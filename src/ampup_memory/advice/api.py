@@ -16,6 +16,7 @@ from starlette.responses import JSONResponse
 
 from ampup_memory.advice import loop, procedures, runs, sessions
 from ampup_memory.auth import USER_HEADER, Authenticator
+from ampup_memory.errors import Unauthenticated
 from ampup_memory.memory.acl import valid_id
 from ampup_memory.memory.api import USER_DOC, _headers, _user, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
@@ -147,6 +148,7 @@ async def get_advice(request: Request) -> dict[str, Any]:
 
 
 @router.put("/procedures/sources", responses=errors({
+    401: "UNAUTHENTICATED: X-AmpUp-User given but not a valid user id",
     403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown scope",
     422: INVALID, 503: UNAVAILABLE}),
             openapi_extra={**body_doc(procedures.PutSources), **USER_DOC})
@@ -156,8 +158,10 @@ async def put_procedure_sources(request: Request) -> dict[str, Any]:
     auth: Authenticator = request.app.state.auth
     auth.require_admin(_headers(request))
     req = parse_body(procedures.PutSources, await request.body())
-    named = request.headers.get(USER_HEADER, "").strip()
-    author = named if named and valid_id(named) else "admin"
+    named = request.headers.get(USER_HEADER)
+    if named is not None and not valid_id(named.strip()):  # named, then a valid id
+        raise Unauthenticated("The caller's user id is not a valid id.")
+    author = named.strip() if named is not None else "admin"
     result: dict[str, Any] = await run_in_threadpool(procedures.put_sources,
                                                      service(request), author, req)
     return result
