@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -256,6 +257,13 @@ class ProcedureSet:
     model: str
     compiled_at: str
 
+    @cached_property
+    def matrix(self) -> Any:
+        """The skills' vectors as one matrix (built once per compilation)."""
+        import numpy as np
+
+        return np.asarray(self.vectors, dtype=np.float64)
+
     def to_dict(self) -> dict[str, object]:
         return {"skills": [s.model_dump(mode="json", by_alias=True, exclude_none=True)
                            for s in self.skills],
@@ -287,7 +295,7 @@ def procedure_for(task_embedding: Sequence[float], procs: ProcedureSet, *, embed
 
     if not procs.skills or embedder != procs.embedder:
         return None
-    rows = np.asarray(procs.vectors, dtype=np.float64)
+    rows = procs.matrix
     v = np.asarray(task_embedding, dtype=np.float64)
     if rows.ndim != 2 or v.shape != (rows.shape[1],):
         return None

@@ -127,7 +127,7 @@ _cache_lock = threading.Lock()
 
 def cached_state(svc: MemoryService, scope: Scope) -> LearnedState:
     """The scope's learned state, re-read only when a newer learning event was committed."""
-    marker = svc.index.last_event_seq(str(scope), LEARNING_KINDS)
+    marker = svc.index.last_event_seq(str(scope), LEARNING_KINDS, MAIN)  # written on main
     key = (id(svc), str(scope))
     with _cache_lock:
         hit = _cache.get(key)
