@@ -50,15 +50,15 @@ def answer(episode: str) -> dict[str, Any]:
     return {"skills": [
         {"name": "Refund an order", "when": "When a customer asks for a refund of an order.",
          "steps": [{"id": "check_age", "text": "Check the order is under 30 days old",
-                    "cites": cite(0)},
-                   {"id": "ask_lead", "text": "Ask the team lead to approve",
                     "cites": cite(1)},
-                   {"id": "finance", "text": "Send it to finance", "cites": cite(2)},
-                   {"id": "issue", "text": "Issue the refund in billing", "cites": cite(3)}],
+                   {"id": "ask_lead", "text": "Ask the team lead to approve",
+                    "cites": cite(2)},
+                   {"id": "finance", "text": "Send it to finance", "cites": cite(3)},
+                   {"id": "issue", "text": "Issue the refund in billing", "cites": cite(4)}],
          "edges": [{"from": "check_age", "to": "ask_lead", "condition": "under 30 days"},
                    {"from": "check_age", "to": "finance", "condition": "older"},
                    {"from": "ask_lead", "to": "issue", "condition": "approved"}],
-         "edge_cases": [{"text": "Gift cards are never refunded in cash", "cites": cite(4)}]},
+         "edge_cases": [{"text": "Gift cards are never refunded in cash", "cites": cite(5)}]},
         {"name": "Invented procedure", "when": "Never.",
          "steps": [{"id": "s1", "text": "Something the document never says",
                     "cites": cite(99)}]},
@@ -178,7 +178,7 @@ def test_procedures_are_compiled_and_served_until_a_note_is_promoted(proc: Proc)
                                                           "issue"]
     assert {"from": "check_age", "to": "finance", "condition": "older"} in skill["graph"][
         "edges"]
-    assert skill["sources"] == [{"episode": episode, "unit": u} for u in range(5)]
+    assert skill["sources"] == [{"episode": episode, "unit": u} for u in range(1, 6)]
     assert proc.procedures("bob")["procedures"][0]["sources"] == []  # bob may not read it
 
     # Nothing changed: the next pass neither asks the model nor commits.

@@ -32,12 +32,13 @@ MAX_PROMPT_CHARS = 40000
 
 
 class Citation(BaseModel):
-    """One unit of one episode: the ``unit``-th unit (from 0) of episode ``episode``."""
+    """One unit of one episode: unit ``unit`` of episode ``episode``, numbered from 1 as
+    episode units and fact citations are."""
 
     model_config = ConfigDict(frozen=True)
 
     episode: str = Field(min_length=1)
-    unit: int = Field(ge=0)
+    unit: int = Field(ge=1)
 
 
 class GraphStep(BaseModel):
@@ -162,7 +163,7 @@ def build_prompt(documents: Sequence[SourceDocument]) -> tuple[str, set[Citation
             break
         parts.append(head)
         size += len(head) + 1
-        for index, unit in enumerate(doc.units):
+        for index, unit in enumerate(doc.units, start=1):
             text = " ".join(unit.split())
             if not text:
                 continue
