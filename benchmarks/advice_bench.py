@@ -14,6 +14,15 @@ Then, in process on a read index alone (SQLite), filled with 10,000 runs each wi
 reward and a 1 KB trace: one page of `GET /runs` (50 newest, readable by everyone) and
 the fold of every rewarded task the learning passes read (`rewarded_tasks`' work).
 
+Then `POST /advice` on a real server (default WordLlama embedder, SQLite) whose scope holds
+10,000 rewarded runs (written in-process through `MemoryService.write_events`, 1,000
+events a commit), a 200-situation map (one distinct task text per situation, 50 runs each,
+committed as one `situations` event) and one promoted note per situation: the map and notes
+are built directly as data (clustering has its own benchmark, cluster_bench.py). Three
+requests, interleaved: a task of a known kind without a session (the promoted note), with
+an open session (the note, and the serving recorded on the session: one commit), and an
+unrelated task (null).
+
 Results go to benchmarks/results/advice.json and, between markers, into
 docs/performance.md.
 """
@@ -137,6 +146,96 @@ def index_only(runs: int) -> dict[str, Any]:
     return {"runs": runs, "list_page": summary(pages), "rewarded_tasks": summary(folds)}
 
 
+KINDS = ["deploy", "refund", "invoice", "migrate", "review", "onboard", "backup", "audit",
+         "forecast", "triage"]
+OBJECTS = ["the billing service", "a customer order", "the staging database",
+           "the mobile app", "a pull request", "the sales report", "the search index",
+           "a new employee laptop", "the marketing site", "the data warehouse",
+           "the payment gateway", "a support ticket", "the CI pipeline", "the CRM export",
+           "the quarterly budget", "the HR policy", "the API gateway", "a vendor contract",
+           "the analytics dashboard", "the email campaign"]
+
+
+def serving(runs: int, n: int) -> dict[str, Any]:
+    """POST /advice with ``runs`` rewarded runs and len(KINDS)*len(OBJECTS) situations."""
+    from ulid import ULID
+
+    from ampup_memory.advice.gate import Evidence, NoteState
+    from ampup_memory.advice.loop import MAP, MAP_SUBJECT, NOTE, _learning_event
+    from ampup_memory.advice.notes import Note
+    from ampup_memory.advice.runs import RUN, new_id, reward_event, utcnow
+    from ampup_memory.advice.situations import Category, Situation, SituationMap
+    from ampup_memory.memory.events import EventRecord
+    from ampup_memory.memory.scopes import parse_scope
+    from ampup_memory.memory.service import MemoryService
+    from ampup_memory.search.embed import build_embedder
+    from ampup_memory.settings import Settings
+
+    env = {k: v for k, v in ENV.items() if k != "AMP_EMBEDDING_PROVIDER"}  # the default
+    texts = [f"{k} {o}" for k in KINDS for o in OBJECTS]
+    with tempfile.TemporaryDirectory() as home:
+        settings = Settings.model_validate({**env, "AMPUP_MEMORY_HOME": home})
+        embedder = build_embedder(settings)
+        scope = parse_scope(SCOPE)
+        svc = MemoryService.open(settings)
+        started = time.perf_counter()
+        members: dict[int, list[str]] = {i: [] for i in range(len(texts))}
+        for c in range(0, runs, 500):
+            events = []
+            for i in range(c, min(c + 500, runs)):
+                subject = new_id("run_")
+                members[i % len(texts)].append(subject)
+                events.append(EventRecord(
+                    id=str(ULID()), subject=subject, kind=RUN, user=f"u{i % 40}",
+                    at=utcnow(), acl=(f"user:u{i % 40}",),
+                    data={"task": texts[i % len(texts)], "trace": "step " * 100,
+                          "outcome": "ok", "advice_key": None}))
+                events.append(reward_event(subject, f"u{i % 40}", 0.5, "ok", "explicit",
+                                           "main"))
+            svc.write_events("bench", scope, "main", "bench runs", events)
+        vectors = embedder.embed(texts)
+        cat = f"cat_{ULID()}"
+        situations = tuple(Situation(id=f"sit_{ULID()}", category=cat, name=t,
+                                     terms=tuple(t.split()[:3]), centroid=tuple(v),
+                                     members=tuple(sorted(members[i])))
+                           for i, (t, v) in enumerate(zip(texts, vectors, strict=True)))
+        smap = SituationMap(embedder=embedder.name, built_at=utcnow().isoformat(),
+                            categories=(Category(cat, "all", ("all",),
+                                                 tuple(s.id for s in situations)),),
+                            situations=situations)
+        notes = [Note(key=f"note_{ULID()}", situation=s.id, when=f"For {s.name}.",
+                      steps=("Check first.", "Then do it."), pitfalls=("Skipping it.",),
+                      sources=s.members[:6], model="bench", created_at=utcnow().isoformat(),
+                      state=NoteState.PROMOTED, evidence=Evidence())
+                 for s in situations]
+        svc.write_events("learner", scope, "main", "bench map",
+                         [_learning_event(MAP_SUBJECT, MAP, {"map": smap.to_json()})])
+        svc.write_events("learner", scope, "main", "bench notes",
+                         [_learning_event(n.key, NOTE, {"note": n.to_dict()}) for n in notes])
+        svc.close()
+        fill_s = time.perf_counter() - started
+        with ServerProcess(Path(home), env=env) as proc:
+            http = httpx.Client(base_url=proc.url, timeout=60,
+                                headers={"X-AmpUp-User": "u1"})
+            known = {"scope": SCOPE, "task": "deploy the billing service to production"}
+            unrelated = {"scope": SCOPE, "task": "what is the capital of France"}
+            first = http.post("/advice", json=known)  # fills the per-process cache
+            assert first.json()["advice"]["kind"] == "note", first.text
+            note, session, null = [], [], []
+            for _ in range(n):
+                note.append(timed(lambda: http.post("/advice", json=known)))
+                ses = http.post("/sessions/start", json={"scope": SCOPE, "task": "x"}).json()
+                session.append(timed(lambda ses=ses: http.post(
+                    "/advice", json=known | {"session": ses["id"]})))
+                r = http.post("/advice", json=unrelated)
+                null.append(timed(lambda: http.post("/advice", json=unrelated)))
+                assert r.json()["advice"] is None, r.text
+            http.close()
+    return {"runs": runs, "situations": len(texts), "fill_seconds": round(fill_s, 1),
+            "advice_note": summary(note), "advice_note_session": summary(session),
+            "advice_unrelated": summary(null)}
+
+
 def markdown(result: dict[str, Any]) -> str:
     rows = [("`POST /episodes` (one episode)", result["post_episode"]),
             ("`POST /runs` (one run)", result["post_run"]),
@@ -158,6 +257,18 @@ def markdown(result: dict[str, Any]) -> str:
                   f"{big['list_page']['median_ms']} ms median; folding every rewarded "
                   f"task (what the learning passes read) {big['rewarded_tasks']['median_ms']} "
                   "ms median."]
+    serve = result.get("serving")
+    if serve:
+        lines += ["", f"`POST /advice` with {serve['runs']:,} rewarded runs and "
+                  f"{serve['situations']} situations (one promoted note each) in the scope, "
+                  "default WordLlama embedder:", "",
+                  "| request | n | min ms | median ms |", "|---|---|---|---|"]
+        for name, key in (("known kind, no session (promoted note)", "advice_note"),
+                          ("known kind, open session (served, recorded: one commit)",
+                           "advice_note_session"),
+                          ("unrelated task (null)", "advice_unrelated")):
+            s = serve[key]
+            lines.append(f"| {name} | {s['n']} | {s['min_ms']} | {s['median_ms']} |")
     lines += ["", MARK_END]
     return "\n".join(lines)
 
@@ -166,12 +277,16 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--index-runs", type=int, default=10_000)
+    parser.add_argument("--serve-runs", type=int, default=10_000)
+    parser.add_argument("--serve-n", type=int, default=100)
     parser.add_argument("--no-docs", action="store_true")
     args = parser.parse_args()
     load_before = round(os.getloadavg()[0], 2)
     result = run(args.n)
     if args.index_runs:
         result["index_only"] = index_only(args.index_runs)
+    if args.serve_runs:
+        result["serving"] = serving(args.serve_runs, args.serve_n)
     result["load_before"], result["load_after"] = load_before, round(os.getloadavg()[0], 2)
     print(json.dumps(result, indent=2))
     out = ROOT / "benchmarks" / "results"

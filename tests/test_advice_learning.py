@@ -492,13 +492,13 @@ def test_skills_are_compiled_with_verified_citations(scripted_model: ScriptedMod
         {"name": "Refund an order", "when": "A customer asks for a refund.",
          "steps": [
              {"id": "check_age", "text": "Check the order is under 30 days old",
-              "cites": cited("ep_refund", 1)},
+              "cites": cited("ep_refund", 2)},
              {"id": "ask_lead", "text": "Ask the team lead to approve",
-              "cites": cited("ep_refund", 0) + cited("ep_refund", 0)},
+              "cites": cited("ep_refund", 1) + cited("ep_refund", 1)},
              {"id": "invent", "text": "Offer a discount voucher", "cites": []},
-             {"id": "finance", "text": "Send it to finance", "cites": cited("ep_refund", 2)},
+             {"id": "finance", "text": "Send it to finance", "cites": cited("ep_refund", 3)},
              {"id": "issue", "text": "Issue the refund in billing",
-              "cites": cited("ep_refund", 3) + cited("ep_other", 0)}],
+              "cites": cited("ep_refund", 4) + cited("ep_other", 1)}],
          "edges": [
              {"from": "check_age", "to": "ask_lead", "condition": "under 30 days"},
              {"from": "check_age", "to": "finance", "condition": "older"},
@@ -506,10 +506,10 @@ def test_skills_are_compiled_with_verified_citations(scripted_model: ScriptedMod
              {"from": "invent", "to": "issue", "condition": "approved"}],
          "edge_cases": [
              {"text": "Orders older than 30 days go to finance",
-              "cites": cited("ep_refund", 2)},
+              "cites": cited("ep_refund", 3)},
              {"text": "VIP customers skip approval", "cites": cited("ep_refund", 9)}]},
         {"name": "Made up", "when": "Never.",
-         "steps": [{"id": "s1", "text": "Nothing backs this", "cites": cited("ep_x", 0)}]},
+         "steps": [{"id": "s1", "text": "Nothing backs this", "cites": cited("ep_x", 1)}]},
     ]}}])
     skills = compile_skills(DOCS, chat(scripted_model, Role.COMPILE))
     assert len(skills) == 1  # the skill with no verified step is dropped
@@ -524,9 +524,9 @@ def test_skills_are_compiled_with_verified_citations(scripted_model: ScriptedMod
         ("check_age", "ask_lead", "under 30 days"), ("check_age", "finance", "older"),
         ("ask_lead", "issue", "approved")}
     assert skill.edge_cases == ["Orders older than 30 days go to finance"]
-    assert skill.sources == [Citation(episode="ep_refund", unit=u) for u in (1, 0, 2, 3)]
+    assert skill.sources == [Citation(episode="ep_refund", unit=u) for u in (2, 1, 3, 4)]
     prompt = scripted_model.calls()[0]["messages"][1]["content"]
-    assert "[1] First check the order is under 30 days old." in prompt
+    assert "[2] First check the order is under 30 days old." in prompt
 
 
 def test_a_skill_whose_graph_breaks_without_its_uncited_start_is_dropped(
@@ -534,8 +534,8 @@ def test_a_skill_whose_graph_breaks_without_its_uncited_start_is_dropped(
     scripted_model.script([{"match": "ep_refund", "reply": {"skills": [
         {"name": "Forked", "when": "x",
          "steps": [{"id": "a", "text": "uncited start", "cites": []},
-                   {"id": "b", "text": "b", "cites": cited("ep_refund", 0)},
-                   {"id": "c", "text": "c", "cites": cited("ep_refund", 1)}],
+                   {"id": "b", "text": "b", "cites": cited("ep_refund", 1)},
+                   {"id": "c", "text": "c", "cites": cited("ep_refund", 2)}],
          "edges": [{"from": "a", "to": "b"}, {"from": "a", "to": "c"}]}]}}])
     assert compile_skills(DOCS, chat(scripted_model, Role.COMPILE)) == []
 

@@ -12,6 +12,7 @@ from fastapi_offline import FastAPIOffline
 from ampup_memory.advice.api import router as advice_router
 from ampup_memory.advice.judge import judge_timer
 from ampup_memory.advice.loop import learning_timers
+from ampup_memory.advice.procedures import compile_timer
 from ampup_memory.amp.api import health, spec
 from ampup_memory.amp.api import router as amp_router
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
@@ -85,7 +86,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
                                 extraction_timer(rt.memory, settings, app.state.timers),
                                 judge_timer(rt.memory, settings, app.state.timers),
                                 *learning_timers(rt.memory, settings, rt.embedder,
-                                                 app.state.timers)]
+                                                 app.state.timers),
+                                compile_timer(rt.memory, settings, rt.embedder,
+                                              app.state.timers)]
     http_errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.include_router(amp_router, prefix=API_PREFIX)

@@ -309,6 +309,14 @@ class Settings(BaseSettings):
         "or retire them and learn new notes (what `advice learn` does once); 0 turns the "
         "timer off.",
     )
+    advice_compile_interval_seconds: int = Field(
+        default=900,
+        ge=0,
+        validation_alias=_env("AMPUP_MEMORY_ADVICE_COMPILE_INTERVAL_SECONDS"),
+        description="Seconds between `serve`'s passes that compile each scope's chosen "
+        "documents into procedures (what `advice compile` does once; a scope whose "
+        "documents did not change is not recompiled); 0 turns the timer off.",
+    )
     model_base_url: str | None = Field(
         default=None,
         validation_alias=_env("AMPUP_MEMORY_MODEL_BASE_URL"),

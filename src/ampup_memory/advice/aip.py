@@ -19,6 +19,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -30,12 +32,13 @@ MAX_PROMPT_CHARS = 40000
 
 
 class Citation(BaseModel):
-    """One unit of one episode: the ``unit``-th unit (from 0) of episode ``episode``."""
+    """One unit of one episode: unit ``unit`` of episode ``episode``, numbered from 1 as
+    episode units and fact citations are."""
 
     model_config = ConfigDict(frozen=True)
 
     episode: str = Field(min_length=1)
-    unit: int = Field(ge=0)
+    unit: int = Field(ge=1)
 
 
 class GraphStep(BaseModel):
@@ -160,7 +163,7 @@ def build_prompt(documents: Sequence[SourceDocument]) -> tuple[str, set[Citation
             break
         parts.append(head)
         size += len(head) + 1
-        for index, unit in enumerate(doc.units):
+        for index, unit in enumerate(doc.units, start=1):
             text = " ".join(unit.split())
             if not text:
                 continue
@@ -236,3 +239,68 @@ def compile_skills(documents: Sequence[SourceDocument], model: ChatModel) -> lis
         if skill is not None:
             skills.setdefault(skill.key, skill)
     return list(skills.values())
+
+
+# -- a scope's compiled procedures, as stored and served -------------------------------------
+
+@dataclass(frozen=True)
+class ProcedureSet:
+    """One compilation of a scope's chosen documents: the skills, one unit-length vector per
+    skill (its name and ``when``, embedded by ``embedder``) to match tasks against, and what
+    was compiled: ``documents`` (the chosen keys) and ``inputs`` (each key's version, an
+    episode id, that was read)."""
+
+    skills: tuple[Skill, ...]
+    vectors: tuple[tuple[float, ...], ...]
+    embedder: str
+    documents: tuple[str, ...]
+    inputs: dict[str, str]
+    model: str
+    compiled_at: str
+
+    @cached_property
+    def matrix(self) -> Any:
+        """The skills' vectors as one matrix (built once per compilation)."""
+        import numpy as np
+
+        return np.asarray(self.vectors, dtype=np.float64)
+
+    def to_dict(self) -> dict[str, object]:
+        return {"skills": [s.model_dump(mode="json", by_alias=True, exclude_none=True)
+                           for s in self.skills],
+                "vectors": [[round(x, 6) for x in v] for v in self.vectors],
+                "embedder": self.embedder, "documents": list(self.documents),
+                "inputs": dict(self.inputs), "model": self.model,
+                "compiled_at": self.compiled_at}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ProcedureSet:
+        return cls(skills=tuple(Skill.model_validate(s) for s in data["skills"]),
+                   vectors=tuple(tuple(float(x) for x in v) for v in data["vectors"]),
+                   embedder=str(data["embedder"]), documents=tuple(data["documents"]),
+                   inputs=dict(data["inputs"]), model=str(data["model"]),
+                   compiled_at=str(data["compiled_at"]))
+
+
+def match_text(skill: Skill) -> str:
+    """What a skill is matched to tasks by: its name and when it applies."""
+    return f"{skill.name}. {skill.when}"
+
+
+def procedure_for(task_embedding: Sequence[float], procs: ProcedureSet, *, embedder: str,
+                  min_similarity: float) -> Skill | None:
+    """The skill whose name and ``when`` are most similar to the task, if at least
+    ``min_similarity`` (the threshold situations use); a vector of another embedder (name
+    or width) matches nothing."""
+    import numpy as np
+
+    if not procs.skills or embedder != procs.embedder:
+        return None
+    rows = procs.matrix
+    v = np.asarray(task_embedding, dtype=np.float64)
+    if rows.ndim != 2 or v.shape != (rows.shape[1],):
+        return None
+    norm = float(np.linalg.norm(v))
+    sims = rows @ (v / norm if norm else v)
+    best = int(np.argmax(sims))
+    return procs.skills[best] if float(sims[best]) >= min_similarity else None

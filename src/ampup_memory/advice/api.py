@@ -1,5 +1,5 @@
 """Advice REST routes: /runs, /runs/reward, /sessions/start, /sessions/end, /sessions/{id},
-/situations, /notes and /advice.
+/situations, /notes, /procedures, /procedures/sources and /advice.
 
 Identity first (401), then the body (422), as on every AmpUp route; every error is an
 ``AmpError`` rendered in the one envelope. An unknown run or session and one the caller may
@@ -14,8 +14,11 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from ampup_memory.advice import loop, runs, sessions
-from ampup_memory.memory.api import USER_DOC, _user, service
+from ampup_memory.advice import loop, procedures, runs, sessions
+from ampup_memory.auth import USER_HEADER, Authenticator
+from ampup_memory.errors import Unauthenticated
+from ampup_memory.memory.acl import valid_id
+from ampup_memory.memory.api import USER_DOC, _headers, _user, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
@@ -142,3 +145,33 @@ async def get_advice(request: Request) -> dict[str, Any]:
         loop.get_advice, service(request), user, req, request.app.state.runtime.embedder,
         request.app.state.settings)
     return result
+
+
+@router.put("/procedures/sources", responses=errors({
+    401: "UNAUTHENTICATED: X-AmpUp-User given but not a valid user id",
+    403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown scope",
+    422: INVALID, 503: UNAVAILABLE}),
+            openapi_extra={**body_doc(procedures.PutSources), **USER_DOC})
+async def put_procedure_sources(request: Request) -> dict[str, Any]:
+    """Choose the scope's documents to compile into procedures (admin, as a schema is):
+    `{scope, documents: [keys]}` replaces the list; committed on `main`."""
+    auth: Authenticator = request.app.state.auth
+    auth.require_admin(_headers(request))
+    req = parse_body(procedures.PutSources, await request.body())
+    named = request.headers.get(USER_HEADER)
+    if named is not None and not valid_id(named.strip()):  # named, then a valid id
+        raise Unauthenticated("The caller's user id is not a valid id.")
+    author = named.strip() if named is not None else "admin"
+    result: dict[str, Any] = await run_in_threadpool(procedures.put_sources,
+                                                     service(request), author, req)
+    return result
+
+
+@router.get("/procedures", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID}),
+            openapi_extra=USER_DOC)
+def list_procedures(request: Request, scope: Annotated[ScopeText, Query()]) -> dict[str, Any]:
+    """The scope's compiled procedures, each with its AIP step graph; sources show only
+    the episodes you may read."""
+    user = _user(request)
+    return loop.list_procedures(service(request), user, scope)

@@ -1,4 +1,4 @@
-"""Advice commands: ``ampup-memory advice judge|cluster|learn [--scope S]``.
+"""Advice commands: ``ampup-memory advice judge|cluster|learn|compile [--scope S]``.
 
 ``advice_commands`` takes the shared settings helpers from ``ampup_memory.cli`` as
 arguments instead of importing them, as the other command modules do.
@@ -24,7 +24,8 @@ def advice_commands(settings_options: SettingsOptions,
                     settings_from: Callable[[dict[str, Any]], Settings]) -> list[click.Command]:
     @click.group("advice")
     def advice() -> None:
-        """The advice loop: judging sessions, clustering situations, learning notes."""
+        """The advice loop: judging sessions, clustering situations, learning notes,
+        compiling procedures."""
 
     @advice.command("judge")
     @click.option("--scope", default=None, help="Only this org/team.")
@@ -93,6 +94,35 @@ def advice_commands(settings_options: SettingsOptions,
                                     GateRules.from_settings(settings),
                                     settings.advice_min_runs_for_note, only,
                                     on_one=lambda: bar.advance(task))
+        click.echo(dumps(report))
+
+    @advice.command("compile")
+    @click.option("--scope", default=None, help="Only this org/team.")
+    @settings_options("common", "tables", "models")
+    def compile_(scope: str | None, **kwargs: Any) -> None:
+        """Compile each scope's chosen documents (PUT /procedures/sources) into procedures
+        with the compile model, once.
+
+        A scope whose documents did not change since its last compilation is skipped; one
+        the model failed on keeps its procedures and is tried again next time. Without a
+        compile model nothing is compiled (and the report says so). Prints JSON."""
+        from ampup_memory.advice.procedures import compile_pass
+        from ampup_memory.models.chat import Role, chat_model
+        from ampup_memory.search.embed import build_embedder
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            only = _scope(scope)
+            model = chat_model(settings, Role.COMPILE)
+            if model is None:
+                report = compile_pass(svc, None, build_embedder(settings), only)
+                click.echo(report["message"], err=True)
+            else:
+                embedder = build_embedder(settings)
+                with progress() as bar:
+                    task = bar.add_task("compiling procedures", total=None)
+                    report = compile_pass(svc, model, embedder, only,
+                                          on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
 
     return [advice]

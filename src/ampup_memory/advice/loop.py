@@ -33,6 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ulid import ULID
 
 from ampup_memory.advice import gate
+from ampup_memory.advice.aip import ProcedureSet, Skill, procedure_for
 from ampup_memory.advice.gate import Evidence, GateRules, NoteState
 from ampup_memory.advice.notes import Note, learn_note
 from ampup_memory.advice.runs import (
@@ -60,7 +61,8 @@ from ampup_memory.settings import Settings
 log = logging.getLogger("ampup_memory.advice")
 
 MAP, NOTE, GATE = "situations", "note", "gate"
-LEARNING_KINDS = (MAP, NOTE, GATE)
+PROC_SOURCES, PROCEDURES = "procedure_sources", "procedures"  # advice/procedures.py
+LEARNING_KINDS = (MAP, NOTE, GATE, PROC_SOURCES, PROCEDURES)
 MAP_SUBJECT = "situations"
 LEARNER = "learner"
 CLUSTER_LEASE, LEARN_LEASE = "advice-cluster", "advice-learn"
@@ -76,6 +78,9 @@ class LearnedState:
     history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     outcomes: dict[str, dict[str, dict[str, Any]]] = field(default_factory=dict)
     retired_at: dict[str, str] = field(default_factory=dict)
+    documents: tuple[str, ...] = ()  # the chosen document keys (PUT /procedures/sources)
+    procedures: ProcedureSet | None = None  # the latest compilation
+    procedures_commit: str | None = None
 
     def notes_of(self, situation: str) -> list[Note]:
         return [n for n in self.notes.values() if n.situation == situation]
@@ -103,6 +108,11 @@ def fold(events: Sequence[EventRecord]) -> LearnedState:
             state.history[e.subject].extend(e.data["events"])
             if new_state is NoteState.RETIRED and note.state is not NoteState.RETIRED:
                 state.retired_at[e.subject] = e.at.isoformat()
+        elif e.kind == PROC_SOURCES:
+            state.documents = tuple(e.data["documents"])
+        elif e.kind == PROCEDURES:
+            state.procedures = ProcedureSet.from_dict(e.data["procedures"])
+            state.procedures_commit = e.commit_id
     return state
 
 
@@ -117,7 +127,7 @@ _cache_lock = threading.Lock()
 
 def cached_state(svc: MemoryService, scope: Scope) -> LearnedState:
     """The scope's learned state, re-read only when a newer learning event was committed."""
-    marker = svc.index.last_event_seq(str(scope), LEARNING_KINDS)
+    marker = svc.index.last_event_seq(str(scope), LEARNING_KINDS, MAIN)  # written on main
     key = (id(svc), str(scope))
     with _cache_lock:
         hit = _cache.get(key)
@@ -408,30 +418,78 @@ def choose(state: LearnedState, situation: str, session: str | None,
 
 def get_advice(svc: MemoryService, user: str, req: AdviceRequest, embedder: Embedder,
                settings: Settings) -> dict[str, Any]:
-    scope = svc.view(req.scope).scope  # 404 for a deleted scope
+    """A promoted note of the task's situation; else a candidate on trial in the session;
+    else the compiled procedure closest to the task; else ``{advice: null}``."""
+    view = svc.view(req.scope)  # 404 for a deleted scope
+    scope = view.scope
     if req.session is not None:  # an unknown, unreadable or other scope's session: 404
         first = subject_events(svc, svc.principal(user), req.session, SESSION_PREFIX)[0]
         if first.scope != str(scope):
             raise NotFound("No such session.")
     state = cached_state(svc, scope)
     none: dict[str, Any] = {"advice": None}
-    if state.smap is None or not state.smap.situations:
+    smap = state.smap if state.smap is not None and state.smap.situations else None
+    procs = state.procedures if state.procedures is not None and state.procedures.skills \
+        else None
+    if smap is None and procs is None:
         return none
     vector = embedder.embed([req.task])[0]
-    situation = situation_for(vector, state.smap, embedder=embedder.name,
-                              min_similarity=settings.advice_situation_min_similarity)
-    if situation is None:
-        return none
-    chosen = choose(state, situation.id, req.session, GateRules.from_settings(settings))
-    if chosen is None:
-        return none | {"situation": situation.id}
-    note, trial = chosen
+    situation = None if smap is None else situation_for(
+        vector, smap, embedder=embedder.name,
+        min_similarity=settings.advice_situation_min_similarity)
+    chosen = None if situation is None else choose(state, situation.id, req.session,
+                                                   GateRules.from_settings(settings))
+    if chosen is not None and situation is not None:
+        note, trial = chosen
+        if req.session is not None:
+            record_advice_step(svc, user, req.session,
+                               {"key": note.key, "kind": "note", "situation": situation.id,
+                                "trial": trial})
+        readable = _readable(svc, svc.principal(user), note.sources)
+        wire = note_wire(note, readable)
+        return {"advice": {k: wire[k] for k in ("key", "kind", "situation", "when", "steps",
+                                                "pitfalls", "evidence", "sources")}
+                | {"trial": trial, "state": note.state.value}}
+    skill = None if procs is None else procedure_for(
+        vector, procs, embedder=embedder.name,
+        min_similarity=settings.advice_situation_min_similarity)
+    if skill is None:
+        return none if situation is None else none | {"situation": situation.id}
+    sid = None if situation is None else situation.id
     if req.session is not None:
         record_advice_step(svc, user, req.session,
-                           {"key": note.key, "kind": "note", "situation": situation.id,
-                            "trial": trial})
-    readable = _readable(svc, svc.principal(user), note.sources)
-    wire = note_wire(note, readable)
-    return {"advice": {k: wire[k] for k in ("key", "kind", "situation", "when", "steps",
-                                            "pitfalls", "evidence", "sources")}
-            | {"trial": trial, "state": note.state.value}}
+                           {"key": skill.key, "kind": "procedure", "situation": sid,
+                            "trial": False})
+    wire = procedure_wire(skill, readable_units(svc, user, view.scope, view.segments, skill))
+    return {"advice": {k: wire[k] for k in ("key", "kind", "name", "when", "steps",
+                                            "edge_cases", "graph", "sources")}
+            | {"situation": sid, "pitfalls": wire["edge_cases"],
+               "evidence": Evidence().counters(), "trial": False, "state": "compiled"}}
+
+
+# -- procedures: reading ---------------------------------------------------------------------
+def readable_units(svc: MemoryService, user: str, scope: Scope, segs: Segments,
+                   *skills: Skill) -> set[str]:
+    """The episodes the skills cite that the caller may read (the one episode read rule)."""
+    ids = {c.episode for s in skills for c in s.sources}
+    return set(svc.readable_episodes(svc.principal(user), str(scope), segs, ids))
+
+
+def procedure_wire(skill: Skill, readable: set[str]) -> dict[str, Any]:
+    return {"key": skill.key, "kind": "procedure", "name": skill.name, "when": skill.when,
+            "steps": list(skill.steps), "edge_cases": list(skill.edge_cases),
+            "graph": skill.graph.to_json_dict(),
+            "sources": [c.model_dump() for c in skill.sources if c.episode in readable]}
+
+
+def list_procedures(svc: MemoryService, user: str, scope_text: object) -> dict[str, Any]:
+    view = svc.view(scope_text)
+    state = cached_state(svc, view.scope)
+    procs = state.procedures
+    if procs is None:
+        return {"scope": str(view.scope), "version": None, "compiled_at": None,
+                "model": None, "procedures": []}
+    readable = readable_units(svc, user, view.scope, view.segments, *procs.skills)
+    return {"scope": str(view.scope), "version": state.procedures_commit,
+            "compiled_at": procs.compiled_at, "model": procs.model,
+            "procedures": [procedure_wire(s, readable) for s in procs.skills]}

@@ -32,6 +32,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from pydantic import BaseModel, Field
@@ -105,6 +106,13 @@ class SituationMap:
     categories: tuple[Category, ...] = ()
     situations: tuple[Situation, ...] = ()
     named_by: str = "words"  # "words" or the naming model's name
+
+    @cached_property
+    def centres(self) -> np.ndarray:
+        """The situations' centroids as one matrix (built once per map, not per request)."""
+        import numpy as np
+
+        return np.asarray([s.centroid for s in self.situations], dtype=np.float64)
 
     def situation(self, situation_id: str) -> Situation | None:
         return next((s for s in self.situations if s.id == situation_id), None)
@@ -488,7 +496,7 @@ def situation_for(task_embedding: Sequence[float], smap: SituationMap, *,
 
     if not smap.situations or (embedder is not None and embedder != smap.embedder):
         return None
-    centres = np.asarray([s.centroid for s in smap.situations], dtype=np.float64)
+    centres = smap.centres
     v = np.asarray(task_embedding, dtype=np.float64)
     if v.shape != (centres.shape[1],):
         return None

@@ -55,9 +55,11 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
                          session: str | None = None) -> CallToolResult:
         """Ask team memory `scope` how this kind of `task` is best done: the steps that
         worked and the pitfalls that did not, learned from rewarded runs and sessions,
-        with its evidence. Pass your open `session` (ses_…) so the serving is recorded and
-        judged. Replies JSON `{"advice": {key, when, steps, pitfalls, evidence, sources,
-        trial, …}}` or `{"advice": null}`; record_run with `advice_key` when you follow it."""
+        with its evidence — or, before any note is learned, a procedure compiled from the
+        team's documents (`kind: "procedure"`, with its step `graph`). Pass your open
+        `session` (ses_…) so the serving is recorded and judged. Replies JSON `{"advice":
+        {key, kind, when, steps, pitfalls, evidence, sources, trial, …}}` or `{"advice":
+        null}`; record_run with `advice_key` when you follow it."""
         return await uenv.reply(ctx, advise, scope, task, session)
 
     @server.tool()

@@ -1,0 +1,167 @@
+"""Procedures (AIP) wired to storage: a scope's chosen documents, compiled into skills.
+
+- ``PUT /procedures/sources`` (admin, like a schema) commits one ``procedure_sources`` event
+  (subject ``procedure_sources``) on the scope's ``main``: the chosen document keys.
+- A compile pass (``ampup-memory advice compile``, ``serve``'s timer under a lease) reads the
+  newest version of each chosen document, has the compile model (`aip.compile_skills`,
+  citations checked) turn them into skills with step graphs, embeds each skill's name and
+  ``when`` and commits the whole set as one ``procedures`` event (subject ``procedures``).
+  Nothing changed since the last compilation (same keys, same versions, same embedder): no
+  model call, no commit. Model down or garbage: nothing written, the next pass retries. No
+  model: nothing is compiled.
+
+Both kinds are folded with the rest of the scope's learning state (`loop.fold`), so
+``POST /advice`` and ``GET /procedures`` read them from the same per-process cache.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+
+from ampup_memory.advice.aip import ProcedureSet, SourceDocument, compile_skills, match_text
+from ampup_memory.advice.loop import (
+    LEARNER,
+    PROC_SOURCES,
+    PROCEDURES,
+    _learning_event,
+    _scopes,
+    _under_lease,
+    load_state,
+)
+from ampup_memory.advice.runs import utcnow
+from ampup_memory.background import LifespanHook, TimerRecord, periodic
+from ampup_memory.memory.episode_types import by_name
+from ampup_memory.memory.scopes import MAIN, Scope, ScopeText, parse_scope
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
+from ampup_memory.search.embed import Embedder
+from ampup_memory.settings import Settings
+
+log = logging.getLogger("ampup_memory.advice")
+
+SOURCES_SUBJECT, PROCEDURES_SUBJECT = "procedure_sources", "procedures"
+COMPILE_LEASE = "advice-compile"
+MAX_DOCUMENTS = 100
+NO_MODEL = "no compile model configured: nothing compiled"
+
+
+DocumentKey = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
+                                              max_length=512)]
+
+
+class PutSources(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    scope: ScopeText
+    documents: list[DocumentKey] = Field(max_length=MAX_DOCUMENTS, description=(
+        "The document keys (an episode's `document`) to compile into procedures; the "
+        "newest version of each is read. An empty list compiles none."))
+
+    def keys(self) -> list[str]:
+        return list(dict.fromkeys(self.documents))
+
+
+def put_sources(svc: MemoryService, author: str, req: PutSources) -> dict[str, Any]:
+    """Commit the scope's chosen documents (nothing when they are the same as now)."""
+    keys = req.keys()
+    scope = parse_scope(req.scope)
+    if list(load_state(svc, scope).documents) == keys:
+        return {"scope": str(scope), "documents": keys, "commit": None}
+    entry = svc.write_events(author, scope, MAIN,
+                             f"set procedure sources ({len(keys)} documents)",
+                             [replace(_learning_event(SOURCES_SUBJECT, PROC_SOURCES,
+                                                      {"documents": keys}), user=author)])
+    return {"scope": str(scope), "documents": keys, "commit": entry.commit_id}
+
+
+def _documents(svc: MemoryService, scope: Scope, keys: tuple[str, ...]
+               ) -> tuple[list[SourceDocument], dict[str, str]]:
+    """The newest version of each chosen document (a compile reads as the system: every
+    version, whoever may read it) with its units, and which version that was."""
+    segs = svc.events_view(scope, MAIN)
+    now = utcnow()
+    docs: list[SourceDocument] = []
+    inputs: dict[str, str] = {}
+    for key in keys:
+        versions = svc.index.document_versions(str(scope), segs, key, now)
+        if not versions:
+            continue
+        rec = versions[0]
+        etype = by_name(rec.type)
+        body = svc.index.body(str(scope), rec.body_ref) or ""
+        units = etype.units(body) if etype else []
+        docs.append(SourceDocument(episode=rec.id, units=tuple(u.text for u in units),
+                                   title=key))
+        inputs[key] = rec.id
+    return docs, inputs
+
+
+def compile_scope(svc: MemoryService, scope: Scope, model: ChatModel, embedder: Embedder,
+                  ) -> dict[str, Any]:
+    """Compile one scope's chosen documents; commit the procedures when their inputs
+    changed since the last compilation."""
+    state = load_state(svc, scope)
+    previous = state.procedures
+    report: dict[str, Any] = {"scope": str(scope), "documents": len(state.documents),
+                              "procedures": 0 if previous is None else len(previous.skills),
+                              "committed": None, "failed": 0}
+    if not state.documents and previous is None:
+        return report
+    docs, inputs = _documents(svc, scope, state.documents)
+    if previous is not None and (previous.documents, previous.inputs, previous.embedder) == (
+            state.documents, inputs, embedder.name):
+        return report  # nothing new: no model call, no commit
+    try:
+        skills = compile_skills(docs, model)
+    except ModelUnavailable as exc:
+        report["failed"] = 1
+        log.warning("compile: scope %s keeps its procedures for now: %s", scope, exc.message)
+        return report
+    vectors = embedder.embed([match_text(s) for s in skills]) if skills else []
+    procs = ProcedureSet(skills=tuple(skills), vectors=tuple(tuple(v) for v in vectors),
+                         embedder=embedder.name, documents=state.documents, inputs=inputs,
+                         model=model.name, compiled_at=utcnow().isoformat())
+    entry = svc.write_events(LEARNER, scope, MAIN, f"compile {len(skills)} procedures",
+                             [_learning_event(PROCEDURES_SUBJECT, PROCEDURES,
+                                              {"procedures": procs.to_dict()})])
+    report.update(procedures=len(skills), committed=entry.commit_id)
+    return report
+
+
+def compile_pass(svc: MemoryService, model: ChatModel | None, embedder: Embedder,
+                 scope: Scope | None = None,
+                 on_one: Callable[[], None] | None = None) -> dict[str, Any]:
+    """Compile every scope's (or one scope's) chosen documents once. Without a model
+    nothing is compiled, and the report says so."""
+    if model is None:
+        return {"scopes": [], "model": None, "message": NO_MODEL}
+    reports = []
+    for s in _scopes(svc, scope):
+        reports.append(compile_scope(svc, s, model, embedder))
+        if on_one is not None:
+            on_one()
+    return {"scopes": reports, "model": model.name}
+
+
+def compile_timer(svc: MemoryService, settings: Settings, embedder: Embedder,
+                  records: list[TimerRecord] | None = None) -> LifespanHook:
+    """``serve``'s compile timer, under its lease (several servers never compile at once)."""
+    holder = uuid.uuid4().hex[:16]
+    model = chat_model(settings, Role.COMPILE)
+
+    def job() -> str | None:
+        if model is None:
+            return None
+        report = _under_lease(svc, COMPILE_LEASE, holder,
+                              lambda: compile_pass(svc, model, embedder))
+        done = [r for r in (report or {}).get("scopes", []) if r["committed"]]
+        return f"compiled procedures of {len(done)} scope(s)" if done else None
+
+    return periodic(job, settings.advice_compile_interval_seconds, "advice compile pass", log,
+                    records=records)

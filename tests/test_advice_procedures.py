@@ -1,0 +1,229 @@
+"""Procedures (AIP) over real HTTP: an admin chooses a scope's documents, `advice compile`
+(the scripted compile model, a real HTTP process) turns them into citation-checked skills
+with step graphs, `GET /procedures` lists them, and `POST /advice` serves a procedure for a
+matching task until a note for that kind of task is promoted. Model down, garbage or
+absent: nothing is written. Both catalogs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ampup_memory.advice.gate import GateRules
+from ampup_memory.advice.loop import cluster_pass, learn_pass
+from ampup_memory.advice.procedures import compile_pass
+from ampup_memory.memory.scopes import parse_scope
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.models.chat import Role, chat_model
+from ampup_memory.search.embed import WordLlamaEmbedder
+from ampup_memory.settings import Settings
+from tests.memory_support import (
+    ADMIN_TOKEN,
+    BACKENDS,
+    Memory,
+    backend_env,
+    new_scope,
+    run_cli,
+    start,
+)
+from tests.model_support import ScriptedModel
+
+ADMIN = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+RUNBOOK = ("Refunds: check the order is under 30 days old.\n\n"
+           "If it is, ask the team lead to approve the refund.\n\n"
+           "If it is older, send the request to finance.\n\n"
+           "Once approved, issue the refund in the billing tool.\n\n"
+           "Gift cards are never refunded in cash.")
+REFUND_TASK = "A customer asks for a refund of their order"
+UNRELATED = "Tune the PostgreSQL autovacuum settings on the replica"
+
+
+def answer(episode: str) -> dict[str, Any]:
+    """The compile model's answer: one well-cited skill, one citing a unit never shown."""
+    def cite(*units: int) -> list[dict[str, Any]]:
+        return [{"episode": episode, "unit": u} for u in units]
+    return {"skills": [
+        {"name": "Refund an order", "when": "When a customer asks for a refund of an order.",
+         "steps": [{"id": "check_age", "text": "Check the order is under 30 days old",
+                    "cites": cite(1)},
+                   {"id": "ask_lead", "text": "Ask the team lead to approve",
+                    "cites": cite(2)},
+                   {"id": "finance", "text": "Send it to finance", "cites": cite(3)},
+                   {"id": "issue", "text": "Issue the refund in billing", "cites": cite(4)}],
+         "edges": [{"from": "check_age", "to": "ask_lead", "condition": "under 30 days"},
+                   {"from": "check_age", "to": "finance", "condition": "older"},
+                   {"from": "ask_lead", "to": "issue", "condition": "approved"}],
+         "edge_cases": [{"text": "Gift cards are never refunded in cash", "cites": cite(5)}]},
+        {"name": "Invented procedure", "when": "Never.",
+         "steps": [{"id": "s1", "text": "Something the document never says",
+                    "cites": cite(99)}]},
+    ]}
+
+
+@dataclass
+class Proc:
+    m: Memory
+    home: Path
+    env: dict[str, str]
+    scope: str
+    model: ScriptedModel
+
+    def settings(self, **extra: str) -> Settings:
+        return Settings.model_validate({**self.env, **extra,
+                                        "AMPUP_MEMORY_HOME": str(self.home)})
+
+    def in_process(self, job: str, with_model: bool = True) -> dict[str, Any]:
+        """One compile, cluster or learn pass in this process, through the service the
+        commands open (as test_advice_loop does, to keep the file fast)."""
+        settings = self.settings()
+        svc = MemoryService.open(settings)
+        scope = parse_scope(self.scope)
+        try:
+            if job == "compile":
+                model = chat_model(settings, Role.COMPILE) if with_model else None
+                return compile_pass(svc, model, WordLlamaEmbedder(), scope)
+            if job == "cluster":
+                return cluster_pass(svc, WordLlamaEmbedder(), None,
+                                    settings.advice_situation_min_similarity, scope)
+            return learn_pass(svc, chat_model(settings, Role.LEARN),
+                              GateRules.from_settings(settings),
+                              settings.advice_min_runs_for_note, scope)
+        finally:
+            svc.close()
+
+    def procedures(self, user: str = "alice") -> dict[str, Any]:
+        r = self.m.as_user(user).http.get("/procedures", params={"scope": self.scope})
+        assert r.status_code == 200, r.text
+        out: dict[str, Any] = r.json()
+        return out
+
+    def advice(self, task: str, user: str = "alice", session: str | None = None) -> Any:
+        body = {"scope": self.scope, "task": task} | ({"session": session} if session else {})
+        r = self.m.as_user(user).http.post("/advice", json=body)
+        assert r.status_code == 200, r.text
+        return r.json()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def proc(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+         scripted_model_process: ScriptedModel) -> Iterator[Proc]:
+    env = {**backend_env(request.param, request), **scripted_model_process.env("COMPILE_"),
+           **scripted_model_process.env("LEARN_"),
+           "AMP_EMBEDDING_PROVIDER": "wordllama",
+           "AMPUP_MEMORY_MODEL_RETRIES": "0",
+           "AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS": "0",
+           "AMPUP_MEMORY_ADVICE_CLUSTER_INTERVAL_SECONDS": "0",
+           "AMPUP_MEMORY_ADVICE_LEARN_INTERVAL_SECONDS": "0",
+           "AMPUP_MEMORY_ADVICE_COMPILE_INTERVAL_SECONDS": "0",
+           "AMPUP_MEMORY_ADVICE_MIN_RUNS_FOR_NOTE": "2",
+           "AMPUP_MEMORY_ADVICE_PROMOTE_AFTER_PEOPLE": "1",
+           "AMPUP_MEMORY_ADVICE_TRIAL_SHARE": "1.0"}
+    home = tmp_path_factory.mktemp(f"advice-procedures-{request.param}")
+    server = start(home, env)
+    m = Memory(server.url)
+    yield Proc(m, home, env, new_scope(), scripted_model_process)
+    m.close()
+    server.stop()
+
+
+def test_procedures_are_compiled_and_served_until_a_note_is_promoted(proc: Proc) -> None:
+    scope, model, alice = proc.scope, proc.model, proc.m.http
+    r = proc.m.write(scope, RUNBOOK, acl=["user:alice"], document="refund-runbook")
+    assert r.status_code == 201, r.text
+    episode = r.json()["id"]
+
+    # Choosing the documents is an admin's act, committed once (the same list: no commit).
+    body = {"scope": scope, "documents": ["refund-runbook", "no-such-document"]}
+    r = alice.put("/procedures/sources", json=body)
+    assert r.status_code == 403, r.text
+    r = alice.put("/procedures/sources", json=body, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert r.json()["documents"] == body["documents"] and r.json()["commit"]
+    assert alice.put("/procedures/sources", json=body, headers=ADMIN).json()["commit"] is None
+    bad = alice.put("/procedures/sources", json={"scope": scope, "documents": [" "]},
+                    headers=ADMIN)
+    assert (bad.status_code, bad.json()["error"]["code"]) == (422, "VALIDATION_ERROR")
+    assert proc.procedures()["procedures"] == [] and proc.advice(REFUND_TASK) == {
+        "advice": None}
+
+    # No model: a pass compiles nothing and says so.
+    assert proc.in_process("compile", with_model=False) == {
+        "scopes": [], "model": None, "message": "no compile model configured: nothing compiled"}
+    # Model down, then garbage: nothing written, tried again by the next pass.
+    for rules, default in (([], {"status": 500, "reply": "down"}),
+                           ([{"match": "refund", "reply": "not json at all"}], None)):
+        model.script(rules, default=default)
+        report = proc.in_process("compile")
+        assert report["scopes"][0]["failed"] == 1 and report["scopes"][0]["committed"] is None
+        assert proc.procedures()["version"] is None
+
+    # The command compiles; the skill citing a unit never shown is rejected.
+    model.script([{"match": "Refunds: check the order", "reply": answer(episode)}])
+    done = run_cli(proc.home, proc.env, "advice", "compile", "--scope", scope)
+    assert done.returncode == 0, done.stderr
+    got = proc.procedures()
+    assert got["version"] and got["model"] == model.name
+    [skill] = got["procedures"]
+    assert (skill["kind"], skill["name"], skill["steps"], skill["edge_cases"]) == (
+        "procedure", "Refund an order", ["Check the order is under 30 days old",
+                                         "Ask the team lead to approve", "Send it to finance",
+                                         "Issue the refund in billing"],
+        ["Gift cards are never refunded in cash"])
+    assert [s["id"] for s in skill["graph"]["steps"]] == ["check_age", "ask_lead", "finance",
+                                                          "issue"]
+    assert {"from": "check_age", "to": "finance", "condition": "older"} in skill["graph"][
+        "edges"]
+    assert skill["sources"] == [{"episode": episode, "unit": u} for u in range(1, 6)]
+    assert proc.procedures("bob")["procedures"][0]["sources"] == []  # bob may not read it
+
+    # Nothing changed: the next pass neither asks the model nor commits.
+    calls = len(model.calls())
+    assert proc.in_process("compile")["scopes"][0]["committed"] is None
+    assert len(model.calls()) == calls
+
+    # Served for a matching task (and recorded on the session), not for an unrelated one.
+    ses = alice.post("/sessions/start", json={"scope": scope, "task": REFUND_TASK}).json()["id"]
+    advice = proc.advice(REFUND_TASK, session=ses)["advice"]
+    assert (advice["kind"], advice["key"], advice["trial"], advice["situation"]) == (
+        "procedure", skill["key"], False, None)
+    assert advice["graph"] == skill["graph"] and advice["pitfalls"] == skill["edge_cases"]
+    assert advice["sources"] == skill["sources"]
+    served = alice.get(f"/sessions/{ses}").json()["steps"]
+    assert [s["served"]["kind"] for s in served] == ["procedure"]
+    assert proc.advice(UNRELATED) == {"advice": None}
+    assert proc.advice(REFUND_TASK, user="bob")["advice"]["sources"] == []
+
+    # Rewarded refund sessions teach a note: a candidate on trial in a session wins over
+    # the procedure; outside a trial the procedure still answers; once promoted, the note.
+    alice.post("/sessions/end", json={"session": ses, "transcript": "refunded",
+                                      "outcome": "done", "reward": 1.0})
+    for user in ("bob", "carol"):
+        http = proc.m.as_user(user).http
+        s = http.post("/sessions/start", json={"scope": scope, "task": REFUND_TASK}).json()
+        http.post("/sessions/end", json={"session": s["id"], "transcript": "[kind:refund]",
+                                         "outcome": "done", "reward": 1.0})
+    assert proc.in_process("cluster")["scopes"][0]["committed"]
+    model.script([{"match": "refund", "reply": {
+        "when": "Refund requests.", "steps": ["Check the age.", "Refund."],
+        "pitfalls": ["Cash for gift cards."]}}])
+    assert proc.in_process("learn")["scopes"][0]["learned"] == 1
+    assert proc.advice(REFUND_TASK)["advice"]["kind"] == "procedure"  # no trial, no note
+    ses = alice.post("/sessions/start", json={"scope": scope, "task": REFUND_TASK}).json()["id"]
+    note = proc.advice(REFUND_TASK, session=ses)["advice"]
+    assert (note["kind"], note["trial"]) == ("note", True)
+    alice.post("/sessions/end", json={"session": ses, "transcript": "used the note",
+                                      "outcome": "done", "reward": 1.0})
+    assert proc.in_process("learn")["scopes"][0]["promoted"] == 1
+    advice = proc.advice(REFUND_TASK)["advice"]
+    assert (advice["kind"], advice["key"], advice["state"]) == ("note", note["key"],
+                                                                 "promoted")
+
+    # An empty list leaves no procedures after the next compilation.
+    alice.put("/procedures/sources", json={"scope": scope, "documents": []}, headers=ADMIN)
+    assert proc.in_process("compile")["scopes"][0]["committed"]
+    assert proc.procedures()["procedures"] == []
