@@ -678,8 +678,7 @@ class SQLiteIndex:
             if not kept:
                 return []
             if bound is not None:  # a held search: BM25 over the held rows alone
-                scores = keywords.cut_scores(kconn, kind, kept, bound, weights)
-                best = sorted(scores.items(), key=lambda h: (-h[1], h[0]))[:k]
+                best = keywords.cut_scores(kconn, kind, kept, bound, weights, limit=k)
                 return [(n, max(s, 0.0)) for n, s in best]
             fts = keywords.fts_table(kind)
             rank = f"bm25({fts}{''.join(f', {w}' for w in weights)})"
@@ -719,7 +718,7 @@ class SQLiteIndex:
             if bound is not None:
                 scores = keywords.cut_scores(kconn, "facts", kept, bound, fts5_weights(),
                                              nums)
-                return {n: max(s, 0.0) for n, s in scores.items()}
+                return {n: max(s, 0.0) for n, s in scores}
             fts = keywords.fts_table("facts")
             for batch in _chunks(nums):
                 for n, s in kconn.execute(
