@@ -90,10 +90,10 @@ def _schema(conn: sqlite3.Connection) -> None:
         conn.execute("CREATE TABLE IF NOT EXISTS applied"
                      " (kind TEXT PRIMARY KEY, upto INTEGER NOT NULL)")
         # Per row, how many rows and tokens the space held up to it (the statistics of
-        # a held search, `cut_scores`).
+        # a held search, `cut_scores`) and its own token count (``length``).
         conn.execute("CREATE TABLE IF NOT EXISTS sizes (kind TEXT NOT NULL,"
                      " num INTEGER NOT NULL, rows INTEGER NOT NULL, tokens INTEGER NOT NULL,"
-                     " PRIMARY KEY (kind, num)) WITHOUT ROWID")
+                     " length INTEGER NOT NULL, PRIMARY KEY (kind, num)) WITHOUT ROWID")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -122,9 +122,11 @@ def apply(conn: sqlite3.Connection, kind: str, rows: Iterable[Sequence[Any]], up
     sizes = []
     for n, size in conn.execute(f"SELECT id, sz FROM {_TABLES[kind]}_docsize WHERE id > ?"
                                 " ORDER BY id", (num,)).fetchall():
-        count, tokens = count + 1, tokens + _row_tokens(size)
-        sizes.append((kind, int(n), count, tokens))
-    conn.executemany("INSERT INTO sizes (kind, num, rows, tokens) VALUES (?, ?, ?, ?)", sizes)
+        length = _row_tokens(size)
+        count, tokens = count + 1, tokens + length
+        sizes.append((kind, int(n), count, tokens, length))
+    conn.executemany("INSERT INTO sizes (kind, num, rows, tokens, length)"
+                     " VALUES (?, ?, ?, ?, ?)", sizes)
     conn.execute(
         "INSERT INTO applied (kind, upto) VALUES (?, ?)"
         " ON CONFLICT (kind) DO UPDATE SET upto = excluded.upto",
@@ -210,9 +212,8 @@ def _phrase_freqs(conn: sqlite3.Connection, kind: str, phrase: int, tokens: list
     weight, params = _weight_of(kind, weights)
     if len(tokens) == 1:  # one word (the usual case): all in SQL
         conn.execute(
-            "INSERT INTO temp.held_freqs (doc, phrase, f) SELECT doc, ?, sum(w * n) FROM"
-            f" (SELECT doc, {weight} AS w, count(*) AS n FROM temp.{fts}_instances"
-            " WHERE term = ? AND doc <= ? GROUP BY doc, col) GROUP BY doc",
+            f"INSERT INTO temp.held_freqs (doc, phrase, f) SELECT doc, ?, sum({weight})"
+            f" FROM temp.{fts}_instances WHERE term = ? AND doc <= ? GROUP BY doc",
             (phrase, *params, tokens[0], bound))
         return
     places: dict[tuple[int, str], list[set[int]]] = {}
@@ -242,8 +243,8 @@ def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound:
 
     Computed in SQL: per query phrase, the weighted frequency in each row holding it
     (``temp.held_freqs``), from which each phrase's document frequency and IDF; then
-    one query scores each row from its frequencies and its length (the difference of
-    the running token totals in ``sizes``), operation for operation as FTS5's bm25
+    one query scores each row from its frequencies and its length (``sizes``),
+    operation for operation as FTS5's bm25
     (phrases added in query order, as ``score +=`` there)."""
     n_rows, n_tokens = cut_totals(conn, kind, bound)
     if not terms or n_rows == 0:
@@ -283,12 +284,10 @@ def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound:
         cap = "" if limit is None else " LIMIT ?"
         rows = conn.execute(
             f"SELECT doc, {score} AS score FROM (SELECT doc, {pivot},"
-            " (SELECT s.tokens FROM sizes s WHERE s.kind = ? AND s.num = doc)"
-            " - coalesce((SELECT p.tokens FROM sizes p WHERE p.kind = ? AND p.num < doc"
-            " ORDER BY p.num DESC LIMIT 1), 0) AS length"
+            " (SELECT s.length FROM sizes s WHERE s.kind = ? AND s.num = doc) AS length"
             f" FROM temp.held_freqs{only} GROUP BY doc)"
             f" ORDER BY score DESC, doc{cap}",
-            (*params, kind, kind, *(() if limit is None else (limit,))),
+            (*params, kind, *(() if limit is None else (limit,))),
         ).fetchall()
     finally:
         conn.execute("DELETE FROM temp.held_freqs")

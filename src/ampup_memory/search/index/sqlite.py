@@ -64,8 +64,8 @@ from ampup_memory.search.index.keywords import Space, SpaceFiles
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
 
-FORMAT = "3"  # 3: row seqs and sizes for held searches; 2: a keyword file per (scope,
-# branch); 1 (no key): one shared FTS5 table
+FORMAT = "4"  # 4: row lengths for held searches; 3: row seqs and sizes for held searches;
+# 2: a keyword file per (scope, branch); 1 (no key): one shared FTS5 table
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
