@@ -211,8 +211,12 @@ def _phrase_freqs(conn: sqlite3.Connection, kind: str, phrase: int, tokens: list
     fts = _TABLES[kind]
     weight, params = _weight_of(kind, weights)
     if len(tokens) == 1:  # one word (the usual case): all in SQL
+        if params == [1.0]:  # one column of weight 1 (passages): the count, no column read
+            weight, params = "count(*) * 1.0", []
+        else:
+            weight = f"sum({weight})"
         conn.execute(
-            f"INSERT INTO temp.held_freqs (doc, phrase, f) SELECT doc, ?, sum({weight})"
+            f"INSERT INTO temp.held_freqs (doc, phrase, f) SELECT doc, ?, {weight}"
             f" FROM temp.{fts}_instances WHERE term = ? AND doc <= ? GROUP BY doc",
             (phrase, *params, tokens[0], bound))
         return
