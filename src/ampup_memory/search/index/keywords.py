@@ -248,8 +248,8 @@ def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound:
     Computed in SQL: per query phrase, the weighted frequency in each row holding it
     (``temp.held_freqs``), from which each phrase's document frequency and IDF; then
     one query scores each row from its frequencies and its length (``sizes``),
-    operation for operation as FTS5's bm25
-    (phrases added in query order, as ``score +=`` there)."""
+    operation for operation as FTS5's bm25 (phrases added in query order, as
+    ``score +=`` there)."""
     n_rows, n_tokens = cut_totals(conn, kind, bound)
     if not terms or n_rows == 0:
         return []
