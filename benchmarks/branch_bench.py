@@ -2,6 +2,11 @@
 
     python benchmarks/branch_bench.py                     # 10k and 100k facts, writes docs
     python benchmarks/branch_bench.py --sizes 10000 --no-docs   # quick
+    python benchmarks/branch_bench.py --home /tmp/bb --no-docs  # fill once, reuse the home
+
+With ``--home`` each size's filled home is kept (``<home>/<size>``) and reused by the next
+run (filling 100k facts takes minutes); every run adds its branches (new names) and its
+merged facts (3,000) to it, so main grows by that much per run.
 
 Measures, on a scope of N facts on main (commits of 1,000 facts, as a load makes them):
 - branch create (POST /branches's service call): 20 creations, min and median, at each
@@ -63,31 +68,37 @@ def branch_commits(svc: MemoryService, name: str, commits: int, per: int, tag: s
         svc.post_facts("bench", SCOPE, name, batch)
 
 
-def run_size(home: Path, size: int) -> dict[str, Any]:
+def run_size(home: Path, size: int, tag: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {"facts": size}
     svc = MemoryService.open(load_settings(home=home, embedding_provider="hash"))
     try:
-        times = []
+        times, cpu = [], []
         for i in range(20):
-            req = build(branches.CreateBranch, scope=SCOPE, name=f"c{size}-{i}")
-            t = time.perf_counter()
+            req = build(branches.CreateBranch, scope=SCOPE, name=f"c{size}{tag}-{i}")
+            t, c = time.perf_counter(), time.process_time()
             branches.create(svc, "bench", req)
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+        # CPU time of the process (all its threads): what the load of a shared machine
+        # inflates least.
         out["create"] = summary(times)
-        merges = []
+        out["create_cpu"] = summary(cpu)
+        merges, merge_cpu = [], []
         for i in range(3):
-            name = f"m{size}-{i}"
+            name = f"m{size}{tag}-{i}"
             branches.create(svc, "bench", build(branches.CreateBranch, scope=SCOPE, name=name))
-            branch_commits(svc, name, 100, 10, f"{size}-{i}")
+            branch_commits(svc, name, 100, 10, f"{size}{tag}-{i}")
             req = build(branches.MergeRequest, scope=SCOPE, **{"from": name})
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             done = branches.merge(svc, "bench", req)
             merges.append(time.perf_counter() - t)
+            merge_cpu.append(time.process_time() - c)
             assert done["merged"], done
         out["merge_1000_facts"] = summary(merges)
-        name = f"r{size}"
+        out["merge_cpu"] = summary(merge_cpu)
+        name = f"r{size}{tag}"
         branches.create(svc, "bench", build(branches.CreateBranch, scope=SCOPE, name=name))
-        branch_commits(svc, name, 100, 1, f"r{size}")
+        branch_commits(svc, name, 100, 1, f"r{size}{tag}")
         reads: dict[str, list[float]] = {"main": [], name: []}
         for n in range(200):
             for where in reads:
@@ -106,19 +117,27 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--home", help="keep the filled home here; reuse it when present")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     results: dict[str, Any] = {"machine": f"{platform.machine()} {platform.system()}, "
                                f"Python {platform.python_version()}", "sizes": []}
     with tempfile.TemporaryDirectory() as tmp:
-        home = Path(tmp) / "home"
         have = 0
         for size in sizes:
+            # --home: one kept home per size; otherwise one temporary home, filled up.
+            home = Path(args.home) / str(size) if args.home else Path(tmp) / "home"
+            filled = home / "bench-filled.txt"  # facts bulk-loaded into this home
+            if args.home:
+                have = int(filled.read_text()) if filled.exists() else 0
+            tag = f"-{time.time_ns() % 10**9}" if args.home else ""  # this run's names
             t = time.perf_counter()
-            add_facts(home, have, size, ENTITIES)
-            have = size
+            if size > have:
+                add_facts(home, have, size, ENTITIES)
+                have = size
+                filled.write_text(str(have))
             print(f"filled to {size} facts in {time.perf_counter() - t:.0f} s", flush=True)
-            got = run_size(home, size)
+            got = run_size(home, size, tag)
             print(json.dumps(got), flush=True)
             results["sizes"].append(got)
     if len(results["sizes"]) > 1:

@@ -678,6 +678,7 @@ class MemoryService:
                 raise CommitFailedException("the ledger moved during the attempt")
             self.tables.append(table, arrow(LEDGER, [entry.row()]),
                                {SUMMARY_KEY: entry.summary()})
+            self.tables.remember(table)  # the next read of the ledger starts from it
             return entry
 
         with self.tables.ledger_turn.hold():

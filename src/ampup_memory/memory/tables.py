@@ -323,6 +323,9 @@ class MemoryTables:
     def __init__(self, catalog: SqlCatalog) -> None:
         self.catalog = catalog
         self._cache: dict[tuple[str, str], Table] = {}
+        # Per table, the latest metadata file seen and its parsed content (frozen): a table
+        # object for that location is built from it without reading the file again.
+        self._known: dict[tuple[str, str], tuple[str, TableMetadata, Table]] = {}
         self._lock = threading.Lock()
         self.ledger_turn = Turn(catalog, "ledger")
         self.upkeep_turn = Turn(catalog, "upkeep")
@@ -413,14 +416,40 @@ class MemoryTables:
         key = (namespace, name)
         with self._lock:
             cached = self._cache.get(key)
-        if cached is not None and (
-            not fresh or cached.metadata_location == self.location(namespace, name)
-        ):
+        if cached is not None and not fresh:
             return cached
-        loaded = self.catalog.load_table(key)
+        at = self.location(namespace, name)
+        if cached is not None and cached.metadata_location == at:
+            return cached
+        loaded = self._load(key, at)
         with self._lock:
             self._cache[key] = loaded
         return loaded
+
+    def _load(self, key: tuple[str, str], at: str | None) -> Table:
+        """A new table object at the catalog's metadata file ``at``: from the metadata
+        parsed last time when that is the same file (a file at a location never changes),
+        else read from the catalog. A commit moves the ledger every time, and the ledger
+        is read again after each (reads level the index, writers assert it): each read
+        was a parse of the whole metadata file (~20 % of a branch creation)."""
+        with self._lock:
+            known = self._known.get(key)
+        if known is not None and at is not None and known[0] == at:
+            location, metadata, like = known
+            return Table(identifier=like.name(), metadata=metadata,
+                         metadata_location=location, io=like.io, catalog=self.catalog)
+        loaded = self.catalog.load_table(key)
+        self.remember(loaded)
+        return loaded
+
+    def remember(self, table: Table) -> None:
+        """Note a table object's metadata as the latest seen. Call it only with an object
+        no other thread commits through (loaded just now, or ``private`` after its commit),
+        so its location and metadata are one pair."""
+        key = tuple(table.name()[-2:])
+        location, metadata = table.metadata_location, table.metadata
+        with self._lock:
+            self._known[(key[0], key[1])] = (location, metadata, table)
 
     def commit_turn(self, namespace: str, name: str) -> AbstractContextManager[bool]:
         """The turn a commit to this table takes: the ledger's for the ledger, else none
@@ -444,7 +473,7 @@ class MemoryTables:
         """A table object no other thread holds: for commits whose base must not move
         under them (the ledger's compare-and-set, maintenance). Shared objects from
         ``table`` are replaced in place by every commit made through them."""
-        return self.catalog.load_table((namespace, name))
+        return self._load((namespace, name), self.location(namespace, name))
 
     def scope_table(self, scope: Scope, name: str) -> Table | None:
         try:

@@ -90,10 +90,10 @@ def _schema(conn: sqlite3.Connection) -> None:
         conn.execute("CREATE TABLE IF NOT EXISTS applied"
                      " (kind TEXT PRIMARY KEY, upto INTEGER NOT NULL)")
         # Per row, how many rows and tokens the space held up to it (the statistics of
-        # a held search, `cut_scores`).
+        # a held search, `cut_scores`) and its own token count (``length``).
         conn.execute("CREATE TABLE IF NOT EXISTS sizes (kind TEXT NOT NULL,"
                      " num INTEGER NOT NULL, rows INTEGER NOT NULL, tokens INTEGER NOT NULL,"
-                     " PRIMARY KEY (kind, num)) WITHOUT ROWID")
+                     " length INTEGER NOT NULL, PRIMARY KEY (kind, num)) WITHOUT ROWID")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
@@ -122,9 +122,11 @@ def apply(conn: sqlite3.Connection, kind: str, rows: Iterable[Sequence[Any]], up
     sizes = []
     for n, size in conn.execute(f"SELECT id, sz FROM {_TABLES[kind]}_docsize WHERE id > ?"
                                 " ORDER BY id", (num,)).fetchall():
-        count, tokens = count + 1, tokens + _row_tokens(size)
-        sizes.append((kind, int(n), count, tokens))
-    conn.executemany("INSERT INTO sizes (kind, num, rows, tokens) VALUES (?, ?, ?, ?)", sizes)
+        length = _row_tokens(size)
+        count, tokens = count + 1, tokens + length
+        sizes.append((kind, int(n), count, tokens, length))
+    conn.executemany("INSERT INTO sizes (kind, num, rows, tokens, length)"
+                     " VALUES (?, ?, ?, ?, ?)", sizes)
     conn.execute(
         "INSERT INTO applied (kind, upto) VALUES (?, ?)"
         " ON CONFLICT (kind) DO UPDATE SET upto = excluded.upto",
@@ -165,11 +167,13 @@ def cut_totals(conn: sqlite3.Connection, kind: str, bound: int) -> tuple[int, in
 
 
 def _helpers(conn: sqlite3.Connection) -> None:
-    """This connection's temporary tables: a vocabulary view of each kind's postings and a
-    scratch table that tokenizes a query term as the space's tables do."""
-    if conn.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'term_tokens'"
+    """This connection's temporary tables: a vocabulary view of each kind's postings, a
+    scratch table that tokenizes a query term as the space's tables do, and the weighted
+    frequency of each query phrase in each held row that holds it."""
+    if conn.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'held_nums'"
                     ).fetchone():
         return
+    conn.execute("PRAGMA temp_store=MEMORY")  # scratch rows of one search
     for table in _TABLES.values():
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_instances"
                      f" USING fts5vocab(main, {table}, instance)")
@@ -177,6 +181,10 @@ def _helpers(conn: sqlite3.Connection) -> None:
                  " USING fts5(x, tokenize='porter unicode61')")
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.term_tokens"
                  " USING fts5vocab(temp, term_text, instance)")
+    conn.execute("CREATE TABLE IF NOT EXISTS temp.held_freqs (doc INTEGER NOT NULL,"
+                 " phrase INTEGER NOT NULL, f REAL NOT NULL, PRIMARY KEY (doc, phrase))"
+                 " WITHOUT ROWID")
+    conn.execute("CREATE TABLE IF NOT EXISTS temp.held_nums (doc INTEGER PRIMARY KEY)")
 
 
 def _tokens(conn: sqlite3.Connection, term: str) -> list[str]:
@@ -187,69 +195,107 @@ def _tokens(conn: sqlite3.Connection, term: str) -> list[str]:
                                             " ORDER BY offset")]
 
 
+def _weight_of(kind: str, weights: Sequence[float]) -> tuple[str, list[float]]:
+    """An SQL expression giving column ``col``'s weight, and its parameters."""
+    columns = COLUMNS[kind]
+    cases = " ".join(f"WHEN '{c}' THEN ?" for c in columns)
+    return (f"CASE col {cases} ELSE 1.0 END",
+            [weights[i] if i < len(weights) else 1.0 for i in range(len(columns))])
+
+
+def _phrase_freqs(conn: sqlite3.Connection, kind: str, phrase: int, tokens: list[str],
+                  bound: int, weights: Sequence[float]) -> None:
+    """Add to ``temp.held_freqs`` the weighted frequency of one query phrase in each row
+    numbered up to ``bound`` that holds it (FTS5's ``aFreq``: a column's weight per
+    instance)."""
+    fts = _TABLES[kind]
+    weight, params = _weight_of(kind, weights)
+    if len(tokens) == 1:  # one word (the usual case): all in SQL
+        if params == [1.0]:  # one column of weight 1 (passages): the count, no column read
+            weight, params = "count(*) * 1.0", []
+        else:
+            weight = f"sum({weight})"
+        conn.execute(
+            f"INSERT INTO temp.held_freqs (doc, phrase, f) SELECT doc, ?, {weight}"
+            f" FROM temp.{fts}_instances WHERE term = ? AND doc <= ? GROUP BY doc",
+            (phrase, *params, tokens[0], bound))
+        return
+    places: dict[tuple[int, str], list[set[int]]] = {}
+    for j, token in enumerate(tokens):
+        for doc, col, offset in conn.execute(
+                f"SELECT doc, col, offset FROM temp.{fts}_instances"
+                " WHERE term = ? AND doc <= ?", (token, bound)):
+            places.setdefault((int(doc), str(col)), [set() for _ in tokens]
+                              )[j].add(int(offset))
+    by_col = dict(zip(COLUMNS[kind], params, strict=True))
+    freqs: dict[int, float] = {}
+    for (doc, col), at in sorted(places.items()):
+        found = sum(1 for o in at[0] if all(o + j in at[j] for j in range(1, len(at))))
+        if found:
+            freqs[doc] = freqs.get(doc, 0.0) + by_col.get(col, 1.0) * found
+    conn.executemany("INSERT INTO temp.held_freqs (doc, phrase, f) VALUES (?, ?, ?)",
+                     [(doc, phrase, f) for doc, f in freqs.items()])
+
+
 def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound: int,
-               weights: Sequence[float], nums: Iterable[int] | None = None
-               ) -> dict[int, float]:
+               weights: Sequence[float], nums: Iterable[int] | None = None,
+               limit: int | None = None) -> list[tuple[int, float]]:
     """BM25 (FTS5's, with column ``weights``) of each row numbered up to ``bound`` that
     matches any term (only the listed ``nums`` when given), with the row count, average
-    length and document frequencies of those rows alone."""
+    length and document frequencies of those rows alone; best first (ties: the older
+    row), the best ``limit`` when given.
+
+    Computed in SQL: per query phrase, the weighted frequency in each row holding it
+    (``temp.held_freqs``), from which each phrase's document frequency and IDF; then
+    one query scores each row from its frequencies and its length (``sizes``),
+    operation for operation as FTS5's bm25 (phrases added in query order, as
+    ``score +=`` there)."""
     n_rows, n_tokens = cut_totals(conn, kind, bound)
     if not terms or n_rows == 0:
-        return {}
+        return []
     _helpers(conn)
-    fts = _TABLES[kind]
-    columns = {c: i for i, c in enumerate(COLUMNS[kind])}
-    wanted = None if nums is None else set(nums)
-    avgdl = float(n_tokens) / float(n_rows)
-    idf: list[float] = []
-    freqs: dict[int, list[float]] = {}
-    for phrase, term in enumerate(terms):
-        tokens = _tokens(conn, term)
-        matched: set[int] = set()  # rows holding the phrase: its document frequency
-        places: dict[tuple[int, str], list[set[int]]] = {}
-        counted: Iterable[tuple[int, str, int]] = ()
-        if len(tokens) == 1:  # one word (the usual case): SQLite counts, per row and column
-            counted = conn.execute(
-                f"SELECT doc, col, count(*) FROM temp.{fts}_instances"
-                " WHERE term = ? AND doc <= ? GROUP BY doc, col", (tokens[0], bound))
-            tokens = []
-        for j, token in enumerate(tokens):
-            for doc, col, offset in conn.execute(
-                    f"SELECT doc, col, offset FROM temp.{fts}_instances"
-                    " WHERE term = ? AND doc <= ?", (token, bound)):
-                places.setdefault((int(doc), str(col)), [set() for _ in tokens]
-                                  )[j].add(int(offset))
-        phrases = ((doc, col, sum(1 for o in at[0] if all(o + j in at[j]
-                                                          for j in range(1, len(at)))))
-                   for (doc, col), at in places.items())
-        for doc, col, found in (*counted, *phrases):
-            if not found:
-                continue
-            matched.add(doc)
-            if wanted is None or doc in wanted:
-                weight = weights[columns[col]] if columns[col] < len(weights) else 1.0
-                freqs.setdefault(doc, [0.0] * len(terms))[phrase] += weight * found
-        hits = len(matched)
-        value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
-        idf.append(value if value > 0.0 else 1e-6)
-    sizes: dict[int, int] = {}
-    for batch in _batches(sorted(freqs)):
-        sizes.update((int(n), _row_tokens(sz)) for n, sz in conn.execute(
-            f"SELECT id, sz FROM {fts}_docsize WHERE id IN ({','.join('?' * len(batch))})",
-            batch))
-    scores: dict[int, float] = {}
-    for doc, freq in freqs.items():
-        length = float(sizes[doc])
-        score = 0.0
-        for i, f in enumerate(freq):
-            score += idf[i] * ((f * (_K1 + 1.0)) / (f + _K1 * (1 - _B + _B * length / avgdl)))
-        scores[doc] = score
-    return scores
-
-
-def _batches(values: list[int], size: int = 500) -> Iterator[list[int]]:
-    for start in range(0, len(values), size):
-        yield values[start:start + size]
+    conn.execute("DELETE FROM temp.held_freqs")
+    try:
+        idf: list[float] = []
+        for phrase, term in enumerate(terms):
+            tokens = _tokens(conn, term)
+            if tokens:
+                _phrase_freqs(conn, kind, phrase, tokens, bound, weights)
+            (hits,) = conn.execute("SELECT count(*) FROM temp.held_freqs"
+                                   " WHERE phrase = ?", (phrase,)).fetchone()
+            value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
+            idf.append(value if value > 0.0 else 1e-6)
+        avgdl = float(n_tokens) / float(n_rows)
+        # score = 0.0; score += idf[i] * ((f * (k1 + 1)) / (f + k1 * (1 - b + b * D / avgdl)))
+        # for each phrase i in order; a phrase a row lacks adds 0.0, which changes nothing.
+        score = "0.0"
+        params: list[Any] = []
+        for i, value in enumerate(idf):
+            score = (f"({score} + coalesce(? * ((f{i} * ?) / (f{i} + ? * (? + ? * length"
+                     f" / ?))), 0.0))")
+            params += [value, _K1 + 1.0, _K1, 1 - _B, _B, avgdl]
+        pivot = ", ".join(f"max(CASE phrase WHEN {i} THEN f END) AS f{i}"
+                          for i in range(len(terms)))
+        only = ""
+        if nums is not None:
+            wanted = sorted(set(nums))
+            if not wanted:
+                return []
+            conn.execute("DELETE FROM temp.held_nums")
+            conn.executemany("INSERT INTO temp.held_nums (doc) VALUES (?)",
+                             [(n,) for n in wanted])
+            only = " WHERE doc IN (SELECT doc FROM temp.held_nums)"
+        cap = "" if limit is None else " LIMIT ?"
+        rows = conn.execute(
+            f"SELECT doc, {score} AS score FROM (SELECT doc, {pivot},"
+            " (SELECT s.length FROM sizes s WHERE s.kind = ? AND s.num = doc) AS length"
+            f" FROM temp.held_freqs{only} GROUP BY doc)"
+            f" ORDER BY score DESC, doc{cap}",
+            (*params, kind, *(() if limit is None else (limit,))),
+        ).fetchall()
+    finally:
+        conn.execute("DELETE FROM temp.held_freqs")
+    return [(int(n), float(s)) for n, s in rows]
 
 
 class SpaceFiles:

@@ -65,8 +65,8 @@ from ampup_memory.search.index.keywords import Space, SpaceFiles
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
 
-FORMAT = "3"  # 3: row seqs and sizes for held searches; 2: a keyword file per (scope,
-# branch); 1 (no key): one shared FTS5 table
+FORMAT = "4"  # 4: row lengths for held searches; 3: row seqs and sizes for held searches;
+# 2: a keyword file per (scope, branch); 1 (no key): one shared FTS5 table
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL)",
@@ -682,8 +682,7 @@ class SQLiteIndex:
             if not kept:
                 return []
             if bound is not None:  # a held search: BM25 over the held rows alone
-                scores = keywords.cut_scores(kconn, kind, kept, bound, weights)
-                best = sorted(scores.items(), key=lambda h: (-h[1], h[0]))[:k]
+                best = keywords.cut_scores(kconn, kind, kept, bound, weights, limit=k)
                 return [(n, max(s, 0.0)) for n, s in best]
             fts = keywords.fts_table(kind)
             rank = f"bm25({fts}{''.join(f', {w}' for w in weights)})"
@@ -723,7 +722,7 @@ class SQLiteIndex:
             if bound is not None:
                 scores = keywords.cut_scores(kconn, "facts", kept, bound, fts5_weights(),
                                              nums)
-                return {n: max(s, 0.0) for n, s in scores.items()}
+                return {n: max(s, 0.0) for n, s in scores}
             fts = keywords.fts_table("facts")
             for batch in _chunks(nums):
                 for n, s in kconn.execute(
