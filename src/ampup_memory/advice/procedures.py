@@ -17,9 +17,9 @@ Both kinds are folded with the rest of the scope's learning state (`loop.fold`),
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import timedelta
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
@@ -37,6 +37,7 @@ from ampup_memory.advice.loop import (
 from ampup_memory.advice.runs import utcnow
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.memory.episode_types import by_name
+from ampup_memory.memory.readindex import lease_holder
 from ampup_memory.memory.scopes import MAIN, Scope, ScopeText, parse_scope
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
@@ -152,13 +153,14 @@ def compile_pass(svc: MemoryService, model: ChatModel | None, embedder: Embedder
 def compile_timer(svc: MemoryService, settings: Settings, embedder: Embedder,
                   records: list[TimerRecord] | None = None) -> LifespanHook:
     """``serve``'s compile timer, under its lease (several servers never compile at once)."""
-    holder = uuid.uuid4().hex[:16]
+    holder = lease_holder()
+    lease = timedelta(seconds=settings.lease_seconds)
     model = chat_model(settings, Role.COMPILE)
 
     def job() -> str | None:
         if model is None:
             return None
-        report = _under_lease(svc, COMPILE_LEASE, holder,
+        report = _under_lease(svc, COMPILE_LEASE, holder, lease,
                               lambda: compile_pass(svc, model, embedder))
         done = [r for r in (report or {}).get("scopes", []) if r["committed"]]
         return f"compiled procedures of {len(done)} scope(s)" if done else None
