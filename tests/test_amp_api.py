@@ -510,28 +510,34 @@ def test_bodies_are_parsed_strictly(http: httpx.Client, uid: str) -> None:
 
 
 def test_a_manual_run_is_503_while_another_pass_holds_the_lease(
-        server: ServerProcess, http: httpx.Client) -> None:
-    """docs/api.md: 503 UNAVAILABLE when a manual run waited 30 s for another process's
-    pass. Another process is played by its lease row in the shared SQLite store."""
-    import sqlite3
-    import time
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    """docs/api.md: 503 UNAVAILABLE when a manual run waited AMP_LIFECYCLE_RUN_WAIT_SECONDS
+    (30 s by default; 3 here) for another process's pass. Another process is played by its
+    lease row in the shared SQLite store."""
+    home = tmp_path_factory.mktemp("lease-wait")
+    env = {"AMP_ADMIN_TOKEN": ADMIN_TOKEN, "AMP_LIFECYCLE_RUN_WAIT_SECONDS": "3"}
+    with ServerProcess(home, env=env) as server, httpx.Client(
+            base_url=server.url + "/amp/v1", timeout=30) as http:
+        import sqlite3
+        import time
 
-    db = sqlite3.connect(server.home / "amp.db", timeout=30)
-    try:
-        with db:
-            db.execute("INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)",
-                       ("amp-lifecycle", "another-host:1", time.time() + 120))
-        start = time.monotonic()
-        r = http.post("/lifecycle/run", headers=ADMIN, json={}, timeout=90)
-        waited = time.monotonic() - start
-        assert r.status_code == 503, r.text
-        assert r.json()["error"]["code"] == "UNAVAILABLE"
-        assert r.headers["Retry-After"] == "5"
-        assert 29 <= waited < 60
-        # A dry run changes nothing and takes no lease: it answers at once.
-        assert http.post("/lifecycle/run", headers=ADMIN, json={"dry_run": True}).status_code == 200
-    finally:
-        with db:
-            db.execute("DELETE FROM leases WHERE holder = 'another-host:1'")
-        db.close()
-    assert http.post("/lifecycle/run", headers=ADMIN, json={}).status_code == 200
+        db = sqlite3.connect(server.home / "amp.db", timeout=30)
+        try:
+            with db:
+                db.execute("INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)",
+                           ("amp-lifecycle", "another-host:1", time.time() + 120))
+            start = time.monotonic()
+            r = http.post("/lifecycle/run", headers=ADMIN, json={}, timeout=90)
+            waited = time.monotonic() - start
+            assert r.status_code == 503, r.text
+            assert r.json()["error"]["code"] == "UNAVAILABLE"
+            assert r.headers["Retry-After"] == "5"
+            assert 2.9 <= waited < 30
+            # A dry run changes nothing and takes no lease: it answers at once.
+            dry = http.post("/lifecycle/run", headers=ADMIN, json={"dry_run": True})
+            assert dry.status_code == 200
+        finally:
+            with db:
+                db.execute("DELETE FROM leases WHERE holder = 'another-host:1'")
+            db.close()
+        assert http.post("/lifecycle/run", headers=ADMIN, json={}).status_code == 200

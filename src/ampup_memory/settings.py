@@ -182,6 +182,14 @@ class Settings(BaseSettings):
         validation_alias=_env("AMP_LIFECYCLE_INTERVAL_SECONDS"),
         description="Seconds between background lifecycle passes.",
     )
+    lifecycle_run_wait_seconds: float = Field(
+        default=30.0,
+        ge=0,
+        le=3600,
+        validation_alias=_env("AMP_LIFECYCLE_RUN_WAIT_SECONDS"),
+        description="How long `POST /amp/v1/lifecycle/run` waits for another process's "
+        "pass to finish before answering 503 UNAVAILABLE.",
+    )
     embedding_provider: EmbeddingProvider = Field(
         default="wordllama",
         validation_alias=_env("AMP_EMBEDDING_PROVIDER"),

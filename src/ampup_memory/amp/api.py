@@ -255,7 +255,8 @@ ADMIN_ERRORS = errors({
 async def lifecycle_run(request: Request) -> dict[str, Any]:
     _auth(request).require_admin(_headers(request))
     req = parse_body(LifecycleRunRequest, await request.body())
-    report = await run_in_threadpool(_svc(request).run_lifecycle, req)
+    wait = request.app.state.settings.lifecycle_run_wait_seconds
+    report = await run_in_threadpool(_svc(request).run_lifecycle, req, wait)
     return report.wire()
 
 
