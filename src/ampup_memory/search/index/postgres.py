@@ -125,7 +125,12 @@ class PostgresIndex:
         try:
             with psycopg.connect(uri, autocommit=True) as conn, conn.transaction():
                 # Servers starting together on a fresh database: one creates, the rest see.
+                # The writers' lock too: CREATE INDEX IF NOT EXISTS locks its table even when
+                # the index exists, and a server already writing (rows into one table, then
+                # another) deadlocked with a starting one running this (seen in the fleet
+                # test: 3 servers started together).
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 conn.execute(SCHEMA)
         except psycopg.Error as exc:
             raise ConfigurationError(f"cannot open the PostgreSQL index: {exc}") from exc
