@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -98,3 +99,22 @@ class ServerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def start_together(procs: list[ServerProcess], timeout: float) -> list[BaseException]:
+    """Start servers at the same time (as a fleet does), each on its own thread; the
+    errors of those that failed to start, for the caller to assert in its own thread."""
+    errors: list[BaseException] = []
+
+    def start(p: ServerProcess) -> None:
+        try:
+            p.start(timeout=timeout)
+        except BaseException as exc:  # reported in the caller's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=start, args=(p,)) for p in procs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors

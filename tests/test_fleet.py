@@ -28,7 +28,7 @@ import pytest
 from tests.memory_support import QUIET
 from tests.pg import PostgresFactory
 from tests.s3 import S3Server, s3  # noqa: F401  (session fixture)
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, start_together
 
 pytestmark = [pytest.mark.postgres, pytest.mark.fleet, pytest.mark.slow]
 
@@ -63,19 +63,7 @@ def fleet(postgres: PostgresFactory, s3: S3Server,  # noqa: F811
            "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "2"}
     procs = [ServerProcess(tmp_path_factory.mktemp(f"fleet{i}"), env=env)
              for i in range(SERVERS)]
-    errors: list[BaseException] = []
-
-    def start(p: ServerProcess) -> None:
-        try:
-            p.start(timeout=120)
-        except BaseException as exc:  # reported in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(p,)) for p in procs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = start_together(procs, timeout=120)
     try:
         assert not errors, errors
         yield Fleet(procs, bucket, s3)

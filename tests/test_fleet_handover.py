@@ -14,7 +14,6 @@ visible, one ledger chain per scope.
 from __future__ import annotations
 
 import collections
-import threading
 import time
 from collections.abc import Iterator
 
@@ -26,7 +25,7 @@ from tests.memory_support import ADMIN_TOKEN, QUIET
 from tests.model_support import ScriptedModel
 from tests.pg import PostgresFactory
 from tests.s3 import S3Server, s3  # noqa: F401  (session fixture)
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, start_together
 from tests.test_extraction import BODY, DEALS, GOOD, WHEN
 from tests.test_fleet import _assert_one_chain, _ledger, _ok
 
@@ -51,19 +50,7 @@ def pair(postgres: PostgresFactory, s3: S3Server, scripted_model: ScriptedModel,
            "AMPUP_MEMORY_EXTRACTION_INTERVAL_SECONDS": "1",
            "AMPUP_MEMORY_LEASE_SECONDS": str(LEASE_SECONDS)}
     procs = [ServerProcess(tmp_path_factory.mktemp(f"handover{i}"), env=env) for i in (0, 1)]
-    errors: list[BaseException] = []
-
-    def start(p: ServerProcess) -> None:
-        try:
-            p.start(timeout=120)
-        except BaseException as exc:  # reported in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(p,)) for p in procs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = start_together(procs, timeout=120)
     try:
         assert not errors, errors
         yield procs, index_uri

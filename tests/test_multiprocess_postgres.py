@@ -22,7 +22,7 @@ import pytest
 from ampup_memory.amp.store.base import CellStore
 from ampup_memory.amp.store.registry import open_store
 from tests.pg import PostgresFactory
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, start_together
 
 pytestmark = pytest.mark.postgres
 
@@ -48,19 +48,7 @@ def servers(
         "AMP_SCORING_PATCH_WINDOW_SECONDS": "3600",
     }
     procs = [ServerProcess(tmp_path_factory.mktemp(f"home{i}"), env=env) for i in range(2)]
-    errors: list[BaseException] = []
-
-    def start(p: ServerProcess) -> None:
-        try:
-            p.start(timeout=90)
-        except BaseException as exc:  # reported below, in the test's thread
-            errors.append(exc)
-
-    threads = [threading.Thread(target=start, args=(p,)) for p in procs]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    errors = start_together(procs, timeout=90)
     try:
         assert not errors, errors
         yield procs
