@@ -26,20 +26,21 @@ from pathlib import Path
 from typing import Any
 
 import ampup_memory.search.engine as engine_module
-from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.passages import cut
 from ampup_memory.search.tokenize import query_terms
-from benchmarks.retrieval_quality import SCOPE, episodes, load, write_section
+from benchmarks.retrieval_quality import SCOPE, embedder_for, episodes, load, write_section
 
 # One candidate: (session, raw keyword score or None, cosine)
 Candidate = tuple[str, float | None, float]
 
 
-def gather(cache: Path, target: int) -> tuple[list[list[Candidate]], list[set[str]]]:
-    """Every passage of every session with its raw keyword score and cosine, per question."""
+def gather(cache: Path, target: int, provider: str = "wordllama",
+           ) -> tuple[list[list[Candidate]], list[set[str]]]:
+    """Every passage of every session with its raw keyword score and cosine, per question
+    (``provider``: the AMP_EMBEDDING_PROVIDER that embeds passages and questions)."""
     questions, sessions = load(cache)
     docs, session_of = episodes(sessions)
     original = engine_module.cut
@@ -47,10 +48,11 @@ def gather(cache: Path, target: int) -> tuple[list[list[Candidate]], list[set[st
     try:
         with tempfile.TemporaryDirectory() as tmp:
             index = open_index(f"sqlite:///{tmp}/index.db")
-            engine = SearchEngine(index, WordLlamaEmbedder())
+            engine = SearchEngine(index, embedder_for(provider))
             engine.ensure_model()
             engine.ingest(DocumentBatch(docs, []))
-            nums = [n for n, _ in index.nearest_passages(SCOPE, "main", [1.0] * 256, 10**6)]
+            probe = [1.0] * engine.embedder.dimensions
+            nums = [n for n, _ in index.nearest_passages(SCOPE, "main", probe, 10**6)]
             rows = index.passages(nums)
             eps = {e.num: e for e in index.episodes(r.episode_num for r in rows)}
             owner = {r.num: session_of[eps[r.episode_num].id] for r in rows}

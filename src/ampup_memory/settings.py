@@ -26,7 +26,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-EmbeddingProvider = Literal["wordllama", "sentence-transformers", "openai-compatible", "hash"]
+EmbeddingProvider = Literal[
+    "wordllama", "minilm", "sentence-transformers", "openai-compatible", "hash"
+]
 LogLevel = Literal["debug", "info", "warning", "error"]
 
 
@@ -193,7 +195,8 @@ class Settings(BaseSettings):
     embedding_provider: EmbeddingProvider = Field(
         default="wordllama",
         validation_alias=_env("AMP_EMBEDDING_PROVIDER"),
-        description="Embedder: `wordllama` (bundled, offline), `sentence-transformers`, "
+        description="Embedder: `wordllama` (bundled, offline), `minilm` (all-MiniLM-L6-v2 "
+        "int8 ONNX, offline, the `minilm` extra), `sentence-transformers`, "
         "`openai-compatible`, or `hash` (tiny deterministic fallback, for tests).",
     )
     embedding_base_url: str | None = Field(
