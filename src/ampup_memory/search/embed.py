@@ -109,7 +109,7 @@ class MiniLMEmbedder:
     in, and an index rebuild scores exactly alike.
     """
 
-    MAX_TOKENS = 256  # the model's max_seq_length in sentence-transformers
+    MAX_TOKENS = 256  # the model's max_seq_length: a longer text's tail is not embedded
 
     def __init__(self, dimensions: int | None = None) -> None:
         try:
@@ -137,6 +137,7 @@ class MiniLMEmbedder:
             single="[CLS] $A [SEP]", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
         tokenizer.enable_truncation(self.MAX_TOKENS)
         self._tokenizer = tokenizer
+        self._lock = threading.Lock()  # the tokenizer is not documented as thread-safe
         options = onnxruntime.SessionOptions()
         # One thread per call: the CPU time per passage is the cost, and a server embeds
         # on several request threads at once.
@@ -153,8 +154,10 @@ class MiniLMEmbedder:
 
         if not texts:
             return []
+        with self._lock:
+            encodings = self._tokenizer.encode_batch(list(texts))
         matrix = np.zeros((len(texts), self.dimensions), dtype=np.float32)
-        for row, encoding in enumerate(self._tokenizer.encode_batch(list(texts))):
+        for row, encoding in enumerate(encodings):
             ids = np.asarray([encoding.ids], dtype=np.int64)
             feeds = {"input_ids": ids, "attention_mask": np.ones_like(ids),
                      "token_type_ids": np.zeros_like(ids)}
