@@ -21,6 +21,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import psycopg
+from sqlalchemy.exc import DBAPIError
+
 
 class AmpError(Exception):
     status: int = 500
@@ -126,6 +129,26 @@ def storage_unavailable() -> ServiceUnavailable:
         "The table storage (Iceberg warehouse) did not answer; try again shortly. A write "
         "that got this answer may or may not have landed: writing the same episode again "
         "is safe.", headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)})
+
+
+def database_unavailable() -> ServiceUnavailable:
+    """The answer to the catalog or index database (PostgreSQL) failing mid-request: down,
+    restarting, unreachable or timing out (psycopg's ``OperationalError``, also as
+    SQLAlchemy wraps it). The cause goes to the log."""
+    return ServiceUnavailable(
+        "The catalog or index database did not answer; try again shortly. A write that got "
+        "this answer may or may not have landed: writing the same episode again is safe.",
+        headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)})
+
+
+def database_down(exc: BaseException) -> bool:
+    """Whether ``exc`` says the PostgreSQL catalog or index is unavailable (down,
+    restarting, unreachable, timing out): psycopg's ``OperationalError`` — also as
+    SQLAlchemy wraps it, or a connection SQLAlchemy found dead. A SQLite error, or a
+    statement PostgreSQL refused, is not (a bug stays a 500)."""
+    if isinstance(exc, DBAPIError):
+        return exc.connection_invalidated or isinstance(exc.orig, psycopg.OperationalError)
+    return isinstance(exc, psycopg.OperationalError)
 
 
 class ConfigurationError(Exception):
