@@ -19,10 +19,8 @@ nothing else builds an error body.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
-
-import psycopg
-from sqlalchemy.exc import DBAPIError
 
 
 class AmpError(Exception):
@@ -145,10 +143,13 @@ def database_down(exc: BaseException) -> bool:
     """Whether ``exc`` says the PostgreSQL catalog or index is unavailable (down,
     restarting, unreachable, timing out): psycopg's ``OperationalError`` — also as
     SQLAlchemy wraps it, or a connection SQLAlchemy found dead. A SQLite error, or a
-    statement PostgreSQL refused, is not (a bug stays a 500)."""
-    if isinstance(exc, DBAPIError):
-        return exc.connection_invalidated or isinstance(exc.orig, psycopg.OperationalError)
-    return isinstance(exc, psycopg.OperationalError)
+    statement PostgreSQL refused, is not (a bug stays a 500). The drivers are looked up,
+    not imported: an error of theirs means they are loaded, and the CLI starts fast."""
+    psycopg, sa_exc = sys.modules.get("psycopg"), sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(exc, sa_exc.DBAPIError):
+        return bool(exc.connection_invalidated) or (
+            psycopg is not None and isinstance(exc.orig, psycopg.OperationalError))
+    return psycopg is not None and isinstance(exc, psycopg.OperationalError)
 
 
 class ConfigurationError(Exception):
