@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +113,31 @@ def run_cli(home: Path, env: dict[str, str], *args: str) -> subprocess.Completed
     full = {**os.environ, "AMPUP_MEMORY_HOME": str(home), **env}
     return subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args], env=full,
                           capture_output=True, text=True, timeout=300)
+
+
+LEASE = 6  # AMPUP_MEMORY_LEASE_SECONDS of a process killed while it holds a lease
+
+
+def maintenance_lease_free(home: Path, env: dict[str, str]) -> bool:
+    """Whether another process gets the maintenance lease now (given back at once)."""
+    from ampup_memory.memory.readindex import ReadIndex
+    from ampup_memory.memory.service import MAINTENANCE_LEASE
+
+    index = ReadIndex(env.get("AMPUP_MEMORY_INDEX_URI") or f"sqlite:///{home / 'index.db'}")
+    try:
+        got = index.take_lease(MAINTENANCE_LEASE, "probe", datetime.now(UTC),
+                               timedelta(seconds=1))
+        if got:
+            index.release_lease(MAINTENANCE_LEASE, "probe")
+        return got
+    finally:
+        index.close()
+
+
+def wait_until_lease_free(home: Path, env: dict[str, str], died: float) -> float:
+    """Seconds from ``died`` (a monotonic time) until the maintenance lease is free; fails
+    past one lease and a few seconds."""
+    while not maintenance_lease_free(home, env):
+        assert time.monotonic() - died < LEASE + 5, "the dead holder's lease did not run out"
+        time.sleep(0.2)
+    return time.monotonic() - died

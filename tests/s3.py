@@ -107,25 +107,20 @@ def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         server.stop()
 
 
-class S3Outage:
-    """A TCP relay in front of the S3 server whose ``down()`` makes the store vanish (open
-    connections cut, new ones refused) and ``up()`` brings it back on the same port, with
-    the buckets intact (moto keeps them in memory, so stopping moto itself would lose
-    them). The servers under test are pointed at ``url`` instead of the store's."""
+class TcpOutage:
+    """A TCP relay in front of a local server (S3, PostgreSQL) whose ``down()`` makes it
+    vanish (open connections cut, new ones refused) and ``up()`` brings it back on the
+    same port, its data intact. The servers under test connect to ``port`` instead.
+    ``target``: the server's local TCP port, or the path of its Unix socket."""
 
-    def __init__(self, target: S3Server) -> None:
-        self.target_port = target.port
+    def __init__(self, target: int | str) -> None:
+        self.target = target
         self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         self._listener: socket.socket | None = None
         self._conns: list[socket.socket] = []
         self._lock = threading.Lock()
 
-    def env(self, bucket: str, prefix: str = "warehouse") -> dict[str, str]:
-        """As ``S3Server.env``, through this relay."""
-        return s3_env(self.url, bucket, prefix)
-
-    def up(self) -> S3Outage:
+    def up(self) -> TcpOutage:
         listener = socket.create_server(("127.0.0.1", self.port), reuse_port=False)
         self._listener = listener
         threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
@@ -151,7 +146,7 @@ class S3Outage:
             except OSError:
                 return  # closed by down()
             try:
-                upstream = socket.create_connection(("127.0.0.1", self.target_port))
+                upstream = self._connect()
             except OSError:
                 client.close()
                 continue
@@ -163,6 +158,17 @@ class S3Outage:
                 self._conns += [client, upstream]
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _connect(self) -> socket.socket:
+        if isinstance(self.target, int):
+            return socket.create_connection(("127.0.0.1", self.target))
+        unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            unix.connect(self.target)
+        except OSError:
+            unix.close()
+            raise
+        return unix
 
     @staticmethod
     def _pipe(src: socket.socket, dst: socket.socket) -> None:
@@ -177,3 +183,20 @@ class S3Outage:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+class S3Outage(TcpOutage):
+    """A `TcpOutage` in front of the S3 server (stopping moto itself would lose the
+    buckets: it keeps them in memory). The servers under test use ``url``."""
+
+    def __init__(self, target: S3Server) -> None:
+        super().__init__(target.port)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def env(self, bucket: str, prefix: str = "warehouse") -> dict[str, str]:
+        """As ``S3Server.env``, through this relay."""
+        return s3_env(self.url, bucket, prefix)
+
+    def up(self) -> S3Outage:
+        super().up()
+        return self

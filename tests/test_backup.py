@@ -8,13 +8,27 @@ restored server serves new writes.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
-from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, new_scope, run_cli, serving
+from tests.memory_support import (
+    ADMIN_TOKEN,
+    LEASE,
+    QUIET,
+    Memory,
+    maintenance_lease_free,
+    new_scope,
+    run_cli,
+    serving,
+    wait_until_lease_free,
+)
 
 AGENT = {"X-AMP-Agent-ID": "agent_backup"}
 
@@ -167,3 +181,36 @@ def test_status_route_and_command(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     offline = json.loads(done.stdout)
     assert offline["scopes"][0]["commits"] == 3 and offline["timers"] is None
+
+
+def test_a_backup_killed_mid_copy_frees_the_lease_within_one_lease(tmp_path: Path) -> None:
+    """The backup holds the maintenance lease renewed while it copies: held past one lease
+    length while it lives, free within about one lease once it is killed (kill -9)."""
+    env = {**QUIET, "AMPUP_MEMORY_LEASE_SECONDS": str(LEASE)}
+    home = tmp_path / "home"
+    with serving(home, env) as proc:  # one table to copy
+        mem = Memory(proc.url)
+        assert mem.write(new_scope(), "one episode to back up").status_code == 201
+        mem.close()
+    script = (  # the real backup, paused by its own progress callback once inside the lease
+        "import sys, time\n"
+        "from pathlib import Path\n"
+        "from ampup_memory.ops.backup import backup\n"
+        "from ampup_memory.settings import Settings\n"
+        "def step(what, n):\n"
+        "    if what != 'AMP cells':\n"
+        "        print('copying', flush=True)\n"
+        "        time.sleep(600)\n"
+        "backup(Settings(), Path(sys.argv[1]), step)\n")
+    child = subprocess.Popen([sys.executable, "-c", script, str(tmp_path / "bk")],
+                             env={**os.environ, "AMPUP_MEMORY_HOME": str(home), **env},
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "copying"
+        assert not maintenance_lease_free(home, env)
+        time.sleep(LEASE + 1)  # renewed: still held after a whole lease
+        assert not maintenance_lease_free(home, env)
+    finally:
+        child.kill()
+        child.wait()
+    wait_until_lease_free(home, env, time.monotonic())

@@ -72,3 +72,24 @@ def test_doctor_refuses_a_warehouse_it_cannot_use(tmp_path: Path) -> None:
     assert "names no bucket" in _lines(done.stdout)["warehouse"]
     assert _lines(done.stdout)["AMP store"].startswith("ok")
 
+
+
+def test_doctor_before_the_first_serve_says_the_home_will_be_created(tmp_path: Path) -> None:
+    done = run_cli(tmp_path / "not-yet", {}, "doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = _lines(done.stdout)
+    for name in ("AMP store", "catalog"):
+        assert lines[name].startswith("ok") and "`serve` creates it" in lines[name], lines
+    # A home that cannot be created (under a plain file) is a failure.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    done = run_cli(blocker / "home", {}, "doctor")
+    assert done.returncode == 1
+    assert "cannot be created" in _lines(done.stdout)["AMP store"], done.stdout
+
+
+def test_an_empty_home_setting_is_a_settings_error(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, {"AMPUP_MEMORY_HOME": ""}, "doctor")
+    assert done.returncode != 0 and done.stdout == ""
+    assert "invalid setting home (AMPUP_MEMORY_HOME)" in done.stderr, done.stderr
+    assert "is empty" in done.stderr and "Traceback" not in done.stderr

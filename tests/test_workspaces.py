@@ -21,12 +21,15 @@ from ampup_memory.timefmt import parse_ttl
 from tests.memory_support import (
     ADMIN_TOKEN,
     BACKENDS,
+    LEASE,
     Memory,
     backend_env,
+    maintenance_lease_free,
     new_scope,
     run_cli,
     serving,
     start,
+    wait_until_lease_free,
 )
 from tests.server_process import ServerProcess
 
@@ -70,16 +73,6 @@ def index_rows(home: Path, env: dict[str, str], org: str) -> int:
         with engine.connect() as conn:
             return sum(int(conn.execute(text(f"SELECT count(*) FROM {t} WHERE scope LIKE :p"),
                                         {"p": org + "/%"}).scalar() or 0) for t in MEM_TABLES)
-    finally:
-        engine.dispose()
-
-
-def expire_leases(home: Path, env: dict[str, str]) -> None:
-    uri = env.get("AMPUP_MEMORY_INDEX_URI") or f"sqlite:///{home / 'index.db'}"
-    engine = create_engine(sqlalchemy_url(uri, setting="index"))
-    try:
-        with engine.begin() as conn:
-            conn.execute(text("UPDATE mem_leases SET until_us = 0"))
     finally:
         engine.dispose()
 
@@ -350,7 +343,8 @@ def test_crash_mid_drop_reads_as_gone_and_gc_finishes(
         kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     env = {**backend_env(kind, request), "AMPUP_MEMORY_WORKSPACE_GC_INTERVAL_SECONDS": "0"}
     home = tmp_path / "home"
-    armed = {**env, "AMPUP_MEMORY_TEST_FAULT": f"workspace-mid-drop@{home}"}
+    armed = {**env, "AMPUP_MEMORY_TEST_FAULT": f"workspace-mid-drop@{home}",
+             "AMPUP_MEMORY_LEASE_SECONDS": str(LEASE)}
     faulty = ServerProcess(home, env=armed).start(90)
     m = Memory(faulty.url)
     org = create(m)["id"]
@@ -360,7 +354,12 @@ def test_crash_mid_drop_reads_as_gone_and_gc_finishes(
     with pytest.raises(httpx.HTTPError):
         m.http.delete(f"/workspaces/{org}")
     assert faulty.proc is not None and faulty.proc.wait(30) == 70  # died mid-drop
+    died = time.monotonic()
     m.close()
+    # The dead holder's lease (renewed every LEASE / 3 s while it dropped) runs out within
+    # one lease of the crash, not 30 minutes after the drop began.
+    assert not maintenance_lease_free(home, env)
+    wait_until_lease_free(home, env, died)
     cat = catalog(home, env)
     # Half dropped: the fault fires once the first table is gone; the others are still there.
     assert ns in {n[0] for n in cat.list_namespaces()}
@@ -374,10 +373,6 @@ def test_crash_mid_drop_reads_as_gone_and_gc_finishes(
         assert error(m.write(scope, "after the crash"))[:2] == (404, "WORKSPACE_GONE")
         assert error(m.facts(scope, "acme"))[:2] == (404, "WORKSPACE_GONE")
         m.close()
-    # The crashed server still holds the maintenance lease (30 minutes): gc waits for it.
-    held = run_cli(home, env, "workspace", "gc")
-    assert held.returncode != 0 and "lease" in held.stderr
-    expire_leases(home, env)  # time passes: the dead holder's lease runs out
     done = run_cli(home, env, "workspace", "gc")
     assert done.returncode == 0, done.stderr
     assert org in done.stdout

@@ -14,6 +14,8 @@ from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 
+from ampup_memory.errors import database_down
+
 LifespanHook = Callable[[], AbstractAsyncContextManager[None]]
 
 
@@ -65,7 +67,11 @@ def periodic(job: Callable[[], str | None], interval: float, what: str, log: log
             except Exception as exc:  # a failed run must not kill the timer
                 record.failures += 1
                 record.last_error = f"{type(exc).__name__}: {exc}"
-                log.exception("%s failed", what)
+                if isinstance(exc, OSError) or database_down(exc):  # storage down: no bug
+                    log.warning("%s failed, storage unavailable: %s", what,
+                                " ".join(str(exc).split())[:300])
+                else:
+                    log.exception("%s failed", what)
             record.runs += 1
             record.last_finished_at = datetime.now(UTC)
             if interval <= 0:

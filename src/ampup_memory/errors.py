@@ -19,6 +19,7 @@ nothing else builds an error body.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 
@@ -126,6 +127,29 @@ def storage_unavailable() -> ServiceUnavailable:
         "The table storage (Iceberg warehouse) did not answer; try again shortly. A write "
         "that got this answer may or may not have landed: writing the same episode again "
         "is safe.", headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)})
+
+
+def database_unavailable() -> ServiceUnavailable:
+    """The answer to the catalog or index database (PostgreSQL) failing mid-request: down,
+    restarting, unreachable or timing out (psycopg's ``OperationalError``, also as
+    SQLAlchemy wraps it). The cause goes to the log."""
+    return ServiceUnavailable(
+        "The catalog or index database did not answer; try again shortly. A write that got "
+        "this answer may or may not have landed: writing the same episode again is safe.",
+        headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)})
+
+
+def database_down(exc: BaseException) -> bool:
+    """Whether ``exc`` says the PostgreSQL catalog or index is unavailable (down,
+    restarting, unreachable, timing out): psycopg's ``OperationalError`` — also as
+    SQLAlchemy wraps it, or a connection SQLAlchemy found dead. A SQLite error, or a
+    statement PostgreSQL refused, is not (a bug stays a 500). The drivers are looked up,
+    not imported: an error of theirs means they are loaded, and the CLI starts fast."""
+    psycopg, sa_exc = sys.modules.get("psycopg"), sys.modules.get("sqlalchemy.exc")
+    if sa_exc is not None and isinstance(exc, sa_exc.DBAPIError):
+        return bool(exc.connection_invalidated) or (
+            psycopg is not None and isinstance(exc.orig, psycopg.OperationalError))
+    return psycopg is not None and isinstance(exc, psycopg.OperationalError)
 
 
 class ConfigurationError(Exception):

@@ -528,6 +528,13 @@ class Settings(BaseSettings):
             return init_settings, env_settings
         return init_settings, env_settings, ConfigFile(settings_cls, path)
 
+    @field_validator("home", mode="before")
+    @classmethod
+    def _home_named(cls, value: Any) -> Any:
+        if isinstance(value, str) and not value.strip():  # "" would silently mean "."
+            raise ValueError("is empty: name a folder, or unset it for ~/.ampup-memory")
+        return value
+
     @field_validator("home", "config", mode="after")
     @classmethod
     def _expand_home(cls, value: Path | None) -> Path | None:

@@ -416,10 +416,42 @@ def choose(state: LearnedState, situation: str, session: str | None,
     return None
 
 
+@dataclass(frozen=True)
+class Pick:
+    """What `advise` decided for one task (and session): a note (``trial``: a candidate
+    drawn for the session), else a procedure, else nothing; ``situation`` is the task's."""
+
+    situation: str | None
+    note: Note | None = None
+    trial: bool = False
+    skill: Skill | None = None
+
+
+def advise(state: LearnedState, vector: Sequence[float], embedder: str,
+           session: str | None, settings: Settings) -> Pick:
+    """The one serving rule of ``POST /advice`` (pure; `get_advice` records and answers
+    it): the task's situation's promoted note, else a candidate the gate's trial draw picks
+    for ``session``, else the closest compiled procedure, else nothing."""
+    smap = state.smap if state.smap is not None and state.smap.situations else None
+    situation = None if smap is None else situation_for(
+        vector, smap, embedder=embedder,
+        min_similarity=settings.advice_situation_min_similarity)
+    sid = None if situation is None else situation.id
+    chosen = None if sid is None else choose(state, sid, session,
+                                             GateRules.from_settings(settings))
+    if chosen is not None:
+        return Pick(sid, note=chosen[0], trial=chosen[1])
+    procs = state.procedures
+    skill = None if procs is None or not procs.skills else procedure_for(
+        vector, procs, embedder=embedder,
+        min_similarity=settings.advice_situation_min_similarity)
+    return Pick(sid, skill=skill)
+
+
 def get_advice(svc: MemoryService, user: str, req: AdviceRequest, embedder: Embedder,
                settings: Settings) -> dict[str, Any]:
-    """A promoted note of the task's situation; else a candidate on trial in the session;
-    else the compiled procedure closest to the task; else ``{advice: null}``."""
+    """`advise` for the task, recorded on the session (one commit) when something is
+    served; ``{advice: null}`` when nothing is."""
     view = svc.view(req.scope)  # 404 for a deleted scope
     scope = view.scope
     if req.session is not None:  # an unknown, unreadable or other scope's session: 404

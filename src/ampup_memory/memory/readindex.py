@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -742,15 +743,19 @@ class ReadIndex:
 
     @contextmanager
     def hold_lease(self, name: str, holder: str, ttl: timedelta = DEFAULT_LEASE,
-                   ) -> Iterator[bool]:
-        """The lease for the block: False when another process holds it, else True, with
-        a thread renewing it every ``ttl / LEASE_RENEWALS_PER_TTL`` until the block ends
-        and then giving it back. So exactly one process runs a pass however long it takes,
-        and a holder that dies (kill -9) lets another take over ``ttl`` after its last
-        renewal, never ``ttl`` after the pass began."""
-        if not self.take_lease(name, holder, datetime.now(UTC), ttl):
-            yield False
-            return
+                   wait: float = 0.0, poll: float = 0.1) -> Iterator[bool]:
+        """The lease for the block: False when another process holds it (still, after
+        trying every ``poll`` seconds for ``wait``), else True, with a thread renewing it
+        every ``ttl / LEASE_RENEWALS_PER_TTL`` until the block ends and then giving it
+        back. So exactly one process runs a pass however long it takes, and a holder that
+        dies (kill -9) lets another take over ``ttl`` after its last renewal, never
+        ``ttl`` after the pass began."""
+        deadline = time.monotonic() + wait
+        while not self.take_lease(name, holder, datetime.now(UTC), ttl):
+            if time.monotonic() >= deadline:
+                yield False
+                return
+            time.sleep(poll)
         stop = threading.Event()
 
         def renew() -> None:

@@ -161,8 +161,10 @@ class MemoryService:
     @classmethod
     def open(cls, settings: Settings) -> MemoryService:
         settings.home.mkdir(parents=True, exist_ok=True)
-        return cls(MemoryTables.open(settings), ReadIndex(settings.resolved_index_uri),
-                   armed_fault(settings))
+        svc = cls(MemoryTables.open(settings), ReadIndex(settings.resolved_index_uri),
+                  armed_fault(settings))
+        svc.workspaces.lease_ttl = timedelta(seconds=settings.lease_seconds)
+        return svc
 
     def close(self) -> None:
         self.index.close()

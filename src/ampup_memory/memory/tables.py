@@ -210,6 +210,7 @@ def open_catalog(settings: Settings) -> SqlCatalog:
                     SqlCatalogBaseTable.metadata.create_all(conn, checkfirst=True)
             finally:
                 engine.dispose()
+            properties["pool_pre_ping"] = "true"  # survive a database restart
         return SqlCatalog(CATALOG_NAME, uri=url, **properties)
     except Exception as exc:  # the driver's own error names what is wrong
         said = str(exc)

@@ -33,7 +33,6 @@ import os
 import re
 import secrets
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -55,6 +54,7 @@ from ampup_memory.memory.readindex import (
     episodes_t,
     events_t,
     facts_t,
+    lease_holder,
     ledger_t,
 )
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope
@@ -79,7 +79,6 @@ MAX_CAPS = {"scopes": 1_000, "episodes": 10_000_000, "facts": 100_000_000,
             "bytes": 1024 ** 4}
 MAX_WORKSPACE_NAME = 200
 NAME_PATTERN = r"^[^\x00-\x1f\x7f]*[^\s\x00-\x1f\x7f][^\x00-\x1f\x7f]*$"
-LEASE_TIME = timedelta(minutes=30)
 LEASE_WAIT_SECONDS = 5.0  # how long DELETE waits for a gc pass to give the lease back
 
 
@@ -175,6 +174,7 @@ class Workspaces:
         self.protected = protected
         self.fault = fault
         self.lease = lease  # maintenance's: a drop never runs beside it or a backup
+        self.lease_ttl = DEFAULT_LEASE  # AMPUP_MEMORY_LEASE_SECONDS (MemoryService.open)
         # Called with a scope's name as it is dropped (the search index clears its rows).
         self.dropped: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
@@ -309,20 +309,6 @@ class Workspaces:
         self._record(renewed)
         return renewed.wire(self.usage(ws.id))
 
-    def _take_lease(self, holder: str) -> bool:
-        return self.index.take_lease(self.lease, holder, utcnow(), LEASE_TIME)
-
-    def _wait_for_lease(self, holder: str) -> bool:
-        """The lease, waiting a little: a gc pass of the timer holds it for moments only,
-        and a caller who deletes expects the drop now (a maintenance pass or a backup may
-        hold it longer: then the next gc pass drops it)."""
-        deadline = time.monotonic() + LEASE_WAIT_SECONDS
-        while not self._take_lease(holder):
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.1)
-        return True
-
     def delete(self, user: str, ws_id: str, admin: bool) -> dict[str, Any]:
         """Mark deleted (one durable row: gone from here on), then drop what it holds when
         maintenance is not running (else the next gc pass drops it)."""
@@ -331,20 +317,22 @@ class Workspaces:
             now = utcnow()
             deleted = replace(ws, state=DELETED, updated_at=now, updated_by=user)
             self._record(deleted)
-            holder = secrets.token_hex(8)
-            if not self._wait_for_lease(holder):
-                return {"id": ws.id, "deleted": True, "dropped": False, "scopes": []}
-            try:
+            # The lease, waiting a little: a gc pass of the timer holds it for moments
+            # only, and a caller who deletes expects the drop now (a maintenance pass or a
+            # backup may hold it longer: then the next gc pass drops it). Renewed while
+            # the drop runs, so a server killed mid-drop frees it within one lease.
+            with self.index.hold_lease(self.lease, lease_holder(), self.lease_ttl,
+                                       wait=LEASE_WAIT_SECONDS) as held:
+                if not held:
+                    return {"id": ws.id, "deleted": True, "dropped": False, "scopes": []}
                 scopes = self._drop(deleted, user)
-            finally:
-                self.index.release_lease(self.lease, holder)
         return {"id": ws.id, "deleted": True, "dropped": True, "scopes": scopes}
 
-    def gc_if_free(self, holder: str, lease: timedelta = DEFAULT_LEASE,
+    def gc_if_free(self, holder: str, lease: timedelta | None = None,
                    ) -> dict[str, Any] | None:
         """The timer's and the CLI's pass: None when maintenance (or a backup) holds the
         lease; it comes again on the next pass."""
-        with self.index.hold_lease(self.lease, holder, lease) as held:
+        with self.index.hold_lease(self.lease, holder, lease or self.lease_ttl) as held:
             return self.gc() if held else None
 
     def gc(self, now: datetime | None = None) -> dict[str, Any]:

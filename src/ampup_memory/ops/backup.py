@@ -25,7 +25,6 @@ import json
 import os
 import shutil
 import sqlite3
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -122,17 +121,13 @@ def _maintenance_paused(tables: MemoryTables, settings: Settings) -> Iterator[No
 
     index = ReadIndex(settings.resolved_index_uri)
     holder = f"backup-{os.getpid()}"
-    deadline = time.monotonic() + LEASE_WAIT.total_seconds()
-    try:
-        while not index.take_lease(LEASE, holder, datetime.now(UTC), timedelta(hours=6)):
-            if time.monotonic() > deadline:
+    try:  # renewed while the files are read: a backup killed mid-copy frees it in a lease
+        with index.hold_lease(LEASE, holder, timedelta(seconds=settings.lease_seconds),
+                              wait=LEASE_WAIT.total_seconds(), poll=0.5) as held:
+            if not held:
                 raise BackupError("table maintenance has been running for 5 minutes; "
                                   "try the backup again when it ends")
-            time.sleep(0.5)
-        try:
             yield
-        finally:
-            index.release_lease(LEASE, holder)
     finally:
         index.close()
 

@@ -8,10 +8,12 @@ object it wrote.
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from ampup_memory.settings import MODEL_ROLES, Settings, mask_uri
@@ -41,7 +43,18 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _sql_check(uri: str) -> Callable[[], str]:
+def _home_to_create(home: Path) -> str:
+    """The home folder does not exist yet: fine if `serve` can create it (its nearest
+    existing parent is a folder we may write in)."""
+    parent = home.absolute()
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise OSError(f"home {home} does not exist and cannot be created in {parent}")
+    return f"home {home} does not exist yet: `serve` creates it"
+
+
+def _sql_check(uri: str, home: Path) -> Callable[[], str]:
     """Connect and write in a transaction that is rolled back."""
     scheme = urlsplit(uri).scheme
 
@@ -51,6 +64,8 @@ def _sql_check(uri: str) -> Callable[[], str]:
         path = sqlite_file(uri)
         assert path is not None
         if not path.parent.is_dir():
+            if path.parent.absolute() == home.absolute():
+                return _home_to_create(home)
             raise OSError(f"folder {path.parent} does not exist")
         conn = sqlite3.connect(path, timeout=CONNECT_TIMEOUT_SECONDS, isolation_level=None)
         try:
@@ -126,12 +141,12 @@ def _endpoint_check(base_url: str, api_key: str | None) -> Callable[[], str]:
 def checks(settings: Settings) -> list[Check]:
     found = [
         Check("AMP store", mask_uri(settings.resolved_store_uri),
-              _sql_check(settings.resolved_store_uri)),
+              _sql_check(settings.resolved_store_uri, settings.home)),
         Check("catalog", mask_uri(settings.resolved_catalog_uri),
-              _sql_check(settings.resolved_catalog_uri)),
+              _sql_check(settings.resolved_catalog_uri, settings.home)),
         Check("warehouse", mask_uri(settings.resolved_warehouse), _warehouse_check(settings)),
         Check("index", mask_uri(settings.resolved_index_uri),
-              _sql_check(settings.resolved_index_uri)),
+              _sql_check(settings.resolved_index_uri, settings.home)),
     ]
     endpoints: dict[str, tuple[str, str | None]] = {}
     if settings.model_base_url:

@@ -5,13 +5,20 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
+from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.routing import Match
 
-from ampup_memory.errors import AmpError, storage_unavailable
+from ampup_memory.errors import (
+    AmpError,
+    database_down,
+    database_unavailable,
+    storage_unavailable,
+)
 
 log = logging.getLogger("ampup_memory")
 
@@ -99,10 +106,23 @@ def install(app: FastAPI) -> None:
                     " ".join(str(exc).split()))
         return error_response(storage_unavailable())
 
+    @app.exception_handler(psycopg.OperationalError)
+    @app.exception_handler(DBAPIError)
+    async def _database(request: Request, exc: Exception) -> JSONResponse:
+        if not database_down(exc):
+            return _internal(request, exc)
+        log.warning("database error on %s %s: %s", request.method, request.url.path,
+                    " ".join(str(getattr(exc, "orig", None) or exc).split())[:300])
+        return error_response(database_unavailable())
+
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return JSONResponse(
-            envelope("INTERNAL_ERROR", "The server hit an unexpected error; it is logged."),
-            status_code=500,
-        )
+        return _internal(request, exc)
+
+
+def _internal(request: Request, exc: Exception) -> JSONResponse:
+    log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return JSONResponse(
+        envelope("INTERNAL_ERROR", "The server hit an unexpected error; it is logged."),
+        status_code=500,
+    )

