@@ -86,7 +86,7 @@ def _new_index(dimensions: int) -> Any:
                  expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
 
 
-Sealed = Callable[["Ann", bytes], None]  # called with the graph and its serialised bytes
+Sealed = Callable[[int, int, bytes], None]  # a sealed graph: its size, last row, bytes
 
 
 class Ann:
@@ -120,7 +120,7 @@ class Ann:
                 self._index = _new_index(self.dimensions)
                 self._index.load(data)  # a fresh level generator, as after a restart
                 if sealed is not None:
-                    sealed(self, data)
+                    sealed(len(self._index), self.last, data)
 
     def candidates(self, query: np.ndarray, k: int) -> np.ndarray:
         """Row numbers of (about) the ``OVERFETCH`` × k nearest rows, by the graph: more

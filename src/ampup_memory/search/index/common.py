@@ -185,6 +185,13 @@ class VectorMatrix:
                 graph = self._load(version)
             if graph is None:
                 graph, fresh = Ann(self.dimensions), True
+            # Only the last seal this thread passes is saved (a build from nothing passes
+            # about eight per doubling: writing each would write the graph many times).
+            last_seal: list[tuple[int, int, bytes]] = []
+
+            def keep(count: int, last: int, data: bytes) -> None:
+                last_seal[:] = [(count, last, data)]
+
             while True:
                 with self._lock:
                     if self.version != version:
@@ -196,8 +203,10 @@ class VectorMatrix:
                     if len(graph) + len(new) != len(order) or len(order) < self.ann_min:
                         return
                     if len(new) <= INLINE_ROWS:
-                        graph.add(nums[new], matrix[new], self._sealed)
+                        graph.add(nums[new], matrix[new], keep)
                         self.ann = graph
+                        if last_seal:
+                            self._sealed(*last_seal[0])
                         break
                 # Outside the lock: queries answer exactly meanwhile. The arrays held
                 # here stay valid (stacking makes new ones); a row changed in place
@@ -206,7 +215,7 @@ class VectorMatrix:
                     if self.version != version:
                         return
                     chunk = new[start:start + 4096]
-                    graph.add(nums[chunk], matrix[chunk], self._sealed)
+                    graph.add(nums[chunk], matrix[chunk], keep)
             if fresh:
                 self.stats.bump("built")
         except Exception:  # a failed build leaves exact search answering
@@ -244,14 +253,14 @@ class VectorMatrix:
         self.stats.bump("loaded")
         return graph
 
-    def _sealed(self, graph: Ann, data: bytes) -> None:
+    def _sealed(self, count: int, last: int, data: bytes) -> None:
         """A graph was sealed at a checkpoint: queue its bytes for the saver thread (the
         latest only: a build passing several checkpoints writes the last it reached)."""
         if self.file is None:
             return
         with self._lock:
             self._to_save = (data, (self.nums, self.matrix, set(self._removed),
-                                    self.version, graph.last, len(graph)))
+                                    self.version, last, count))
             if self._saver is None:
                 self._saver = threading.Thread(target=self._save_loop, daemon=True,
                                                name="ampup-search-graph-save")
