@@ -138,11 +138,12 @@ class VectorMatrix:
         self.matrix = np.vstack([self.matrix, rows])
         self._pending = []
 
-    def _live(self) -> np.ndarray:
-        """Positions of the rows not removed, in ascending row number (the graph's order)."""
+    def _live(self, after: int = -1) -> np.ndarray:
+        """Positions of the rows not removed and numbered above ``after``, in ascending
+        row number (the graph's order)."""
         import numpy as np
 
-        keep = np.ones(len(self.nums), dtype=bool)
+        keep = self.nums > after
         if self._removed:
             gone = np.fromiter(self._removed, dtype=np.int64, count=len(self._removed))
             keep = ~np.isin(self.nums, gone)
@@ -159,8 +160,9 @@ class VectorMatrix:
             return None
         ann = self.ann
         if ann is not None:
-            order = self._live()
-            new = order[self.nums[order] > ann.last]
+            if len(ann) == live:
+                return ann  # the usual query: nothing written since
+            new = self._live(ann.last)
             if len(ann) + len(new) == live and len(new) <= INLINE_ROWS:
                 ann.add(self.nums[new], self.matrix[new], self._sealed)
                 return ann
@@ -197,14 +199,15 @@ class VectorMatrix:
                     if self.version != version:
                         return
                     self._settle()
-                    order = self._live()
                     nums, matrix = self.nums, self.matrix
-                    new = order[nums[order] > graph.last]
-                    if len(graph) + len(new) != len(order) or len(order) < self.ann_min:
+                    new = self._live(graph.last)
+                    live = len(nums) - len(self._removed)
+                    if len(graph) + len(new) != live or live < self.ann_min:
                         return
                     if len(new) <= INLINE_ROWS:
                         graph.add(nums[new], matrix[new], keep)
                         self.ann = graph
+                        self._job = None  # swapped in: a later query may start another
                         if last_seal:
                             self._sealed(*last_seal[0])
                         break
@@ -223,7 +226,8 @@ class VectorMatrix:
         finally:
             self.stats.bump("building", -1)
             with self._lock:
-                self._job = None
+                if self._job is threading.current_thread():
+                    self._job = None
 
     def _load(self, version: int) -> Ann | None:
         """The saved graph, if whole, sealed, and built from exactly the rows this matrix
