@@ -240,16 +240,15 @@ class Settings(BaseSettings):
         "still catches up its own scope first).",
     )
     search_ann_min_vectors: int = Field(
-        default=0,
+        default=50_000,
         ge=0,
         validation_alias=_env("AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS"),
         description="Vectors of one scope and branch (facts and passages counted apart) "
         "from which the embedded (SQLite) search index finds vector candidates with an "
         "HNSW graph and re-scores them exactly, instead of scoring every vector; below it, "
-        "and with 0 (the default), search is exact. Opt-in for now: the graph lives in "
-        "memory only, so the first search of a large scope after a restart (or after a row "
-        "is removed) builds it, about 1 ms of CPU per vector. PostgreSQL uses pgvector's "
-        "HNSW index at any size.",
+        "and with 0, search is exact. The graph is built (or loaded from the file saved "
+        "beside the index) in the background while exact search answers. PostgreSQL uses "
+        "pgvector's HNSW index at any size.",
     )
     mcp_user_id: str | None = Field(
         default=None,

@@ -89,6 +89,9 @@ def collect(runtime: Runtime, feed: Feed | None = None,
                      "recorded": None if model is None else model.name},
         "model": _models(settings),
         "timers": [t.wire() for t in timers] if timers is not None else None,
+        # This process's HNSW graphs (SQLite index): built, loaded from their saved files,
+        # files rejected, saves, builds running; None for the CLI and PostgreSQL.
+        "search_graphs": feed.engine.index.graphs() if feed is not None else None,
         "last_lifecycle_pass": None if not passes else {
             "finished_at": utc_text(passes[0].finished_at), "holder": passes[0].holder,
             "evaluated": passes[0].evaluated, "transitions": passes[0].transitions,

@@ -3,12 +3,25 @@
 It only proposes candidates: `common.VectorMatrix` re-scores every one of them exactly
 (`common.dots`), so a score never depends on the graph, and applies its own tie rule at
 the cut. What the graph can change is which rows are proposed; to keep that the same for
-a live index, a reopened one and a rebuilt one, rows enter the graph one at a time, on
-one thread, in ascending row number (the order the feed numbers them in, the same live
-and rebuilt: docs/search.md) and with the same vectors, and usearch draws each node's
-level from a generator with a fixed seed. A change to a row already in the graph (its
-vector replaced or removed) drops the graph, and the next query builds it again in that
-same order from the matrix as it then is, so the graph is a function of the rows alone.
+a live index, a reopened one and a rebuilt one, the graph is a function of the rows:
+
+* rows enter one at a time, on one thread, in ascending row number (the order the feed
+  numbers them in, the same live and rebuilt: docs/search.md), with the same vectors;
+* usearch draws each node's level from a generator that starts from a fixed seed when an
+  index is created or loaded, and that state is not saved with it. So that a graph saved,
+  loaded after a restart and then grown is the very graph a process that never stopped
+  holds, every graph is *sealed* at fixed sizes (:func:`checkpoint_after`, about eight
+  per doubling): serialised and loaded back, which restarts the generator. A graph built
+  in one go is sealed at the same sizes, so all three paths give one graph;
+* a change to a row already in the graph (its vector replaced or removed) drops it and
+  it is built again from the matrix as it then is.
+
+Sealed graphs are what is saved (:class:`GraphFile`): at a checkpoint, beside the index
+file, written to a temporary file and renamed. A saved graph is used only if its bytes
+are intact and the rows it covers (row numbers and float32 vectors, fingerprinted) are
+the rows the matrix now holds up to its last row number; rows numbered above that are
+then added. Anything else (a torn, corrupt, foreign or stale file) is rebuilt, not
+trusted.
 
 Below `AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS` rows (per scope and branch, per table) there
 is no graph: the matrix answers exactly, as before.
@@ -16,43 +29,98 @@ is no graph: the matrix answers exactly, as before.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+import struct
+import threading
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import numpy as np
 
-ANN_MIN_VECTORS = 0  # the default of AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS: off
+log = logging.getLogger("ampup_memory.search")
+
+ANN_MIN_VECTORS = 50_000  # the default of AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS
 CONNECTIVITY = 16  # HNSW M: links per node
 EXPANSION_ADD = 128  # efConstruction
 EXPANSION_SEARCH = 128  # efSearch floor; a query asking for more candidates widens it
 OVERFETCH = 2  # the graph proposes k × this, the matrix keeps the exact k best of them
 EXACT_SHARE = 4  # a query asking for at least rows/4 candidates is answered exactly
 DTYPE = "f16"  # the graph's copy of the vectors; candidates are re-scored in float32
+CHECKPOINT_MIN = 256  # below 8 × this, a graph is sealed every this many rows
+INLINE_ROWS = 2_000  # more new rows than this are added by the background thread
+FILE_FORMAT = 1
+MAGIC = b"AMPUP-ANN\n"
+
+
+def checkpoint_after(count: int) -> int:
+    """The first size above ``count`` at which a graph is sealed (and may be saved):
+    multiples of an eighth of the power of two below it (at least `CHECKPOINT_MIN`),
+    so a graph is never more than about 12 % past its last seal."""
+    step = max(CHECKPOINT_MIN, 1 << max(0, count.bit_length() - 4))
+    return (count // step + 1) * step
+
+
+def fingerprint(nums: np.ndarray, matrix: np.ndarray, rows: np.ndarray) -> str:
+    """A digest of the rows at positions ``rows`` (in that order, ascending row number):
+    their numbers and float32 vectors, what a saved graph was built from, compared with
+    the matrix before the graph is used."""
+    import numpy as np
+
+    h = hashlib.blake2b(digest_size=20)
+    h.update(np.ascontiguousarray(nums[rows], dtype=np.int64).tobytes())
+    for start in range(0, len(rows), 65_536):
+        h.update(np.ascontiguousarray(matrix[rows[start:start + 65_536]],
+                                      dtype=np.float32).tobytes())
+    return h.hexdigest()
+
+
+def _new_index(dimensions: int) -> Any:
+    from usearch.index import Index
+
+    return Index(ndim=dimensions, metric="ip", dtype=DTYPE, connectivity=CONNECTIVITY,
+                 expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+
+
+Sealed = Callable[[int, int, bytes], None]  # a sealed graph: its size, last row, bytes
 
 
 class Ann:
     """HNSW graph over the rows of one matrix, keyed by row number (inner product)."""
 
-    def __init__(self, dimensions: int) -> None:
-        from usearch.index import Index
-
-        self._index: Any = Index(
-            ndim=dimensions, metric="ip", dtype=DTYPE, connectivity=CONNECTIVITY,
-            expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH,
-        )
-        self.last = -1  # the highest row number in the graph: rows enter in ascending order
+    def __init__(self, dimensions: int, data: bytes | None = None, last: int = -1) -> None:
+        self.dimensions = dimensions
+        self._index: Any = _new_index(dimensions)
+        if data is not None:
+            self._index.load(data)
+        self.last = last  # the highest row number in the graph: rows enter in ascending order
 
     def __len__(self) -> int:
         return len(self._index)
 
-    def add(self, nums: np.ndarray, vectors: np.ndarray) -> None:
-        """Add rows numbered above every row already in (ascending ``nums``)."""
+    def add(self, nums: np.ndarray, vectors: np.ndarray, sealed: Sealed | None = None) -> None:
+        """Add rows numbered above every row already in (ascending ``nums``), sealing the
+        graph at each checkpoint size it passes (``sealed`` gets the sealed bytes)."""
         import numpy as np
 
-        if not len(nums):
-            return
-        self._index.add(nums.astype(np.uint64), vectors, threads=1)
-        self.last = int(nums[-1])
+        done = 0
+        while done < len(nums):
+            size = len(self._index)
+            take = min(len(nums) - done, checkpoint_after(size) - size)
+            self._index.add(nums[done:done + take].astype(np.uint64),
+                            vectors[done:done + take], threads=1)
+            done += take
+            self.last = int(nums[done - 1])
+            if len(self._index) == checkpoint_after(size):
+                data = bytes(self._index.save())
+                self._index = _new_index(self.dimensions)
+                self._index.load(data)  # a fresh level generator, as after a restart
+                if sealed is not None:
+                    sealed(len(self._index), self.last, data)
 
     def candidates(self, query: np.ndarray, k: int) -> np.ndarray:
         """Row numbers of (about) the ``OVERFETCH`` × k nearest rows, by the graph: more
@@ -69,3 +137,100 @@ class Ann:
     @property
     def memory_bytes(self) -> int:
         return int(self._index.memory_usage)
+
+
+class GraphStats:
+    """Counters of one index's graphs, shown by ``GET /status`` (``search_graphs``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.counts = {"built": 0, "loaded": 0, "rejected": 0, "saved": 0, "building": 0}
+
+    def bump(self, name: str, by: int = 1) -> None:
+        with self._lock:
+            self.counts[name] += by
+
+    def wire(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self.counts)
+
+
+class GraphFile:
+    """One saved, sealed graph: ``MAGIC``, a JSON header's length and the header (format,
+    dimensions, HNSW parameters, size, last row number, the rows' fingerprint, the graph
+    bytes' digest), then the graph bytes usearch wrote. Written whole to a temporary
+    file, flushed and renamed over the old one, so a crash leaves the old file or the new
+    one, and a torn or edited file fails its digest."""
+
+    def __init__(self, path: Path, stats: GraphStats) -> None:
+        self.path = path
+        self.stats = stats
+
+    def _params(self, dimensions: int) -> dict[str, Any]:
+        return {"format": FILE_FORMAT, "dimensions": dimensions, "dtype": DTYPE,
+                "connectivity": CONNECTIVITY, "expansion_add": EXPANSION_ADD,
+                "checkpoint_min": CHECKPOINT_MIN}
+
+    def write(self, data: bytes, dimensions: int, count: int, last: int, rows: str) -> None:
+        header = json.dumps({**self._params(dimensions), "count": count, "last": last,
+                             "rows": rows,
+                             "digest": hashlib.blake2b(data, digest_size=20).hexdigest()}
+                            ).encode()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._remove_orphans()
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                f.write(MAGIC + struct.pack(">I", len(header)) + header)
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, self.path)
+        finally:
+            tmp.unlink(missing_ok=True)
+        self.stats.bump("saved")
+
+    def _remove_orphans(self) -> None:
+        """Temporary files of this graph left by a process that died while saving."""
+        for tmp in self.path.parent.glob(f"{self.path.name}.*.tmp"):
+            try:
+                os.kill(int(tmp.name.split(".")[-3]), 0)
+            except ProcessLookupError:
+                tmp.unlink(missing_ok=True)
+            except (ValueError, OSError):
+                pass
+
+    def read(self, dimensions: int) -> tuple[dict[str, Any], bytes] | None:
+        """The header and graph bytes, if the file is whole and made with these
+        parameters; None (and a log line) otherwise."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            self.reject(f"unreadable ({e})")
+            return None
+        if not raw.startswith(MAGIC) or len(raw) < len(MAGIC) + 4:
+            self.reject("not a graph file")
+            return None
+        (size,) = struct.unpack(">I", raw[len(MAGIC):len(MAGIC) + 4])
+        start = len(MAGIC) + 4
+        try:
+            header = json.loads(raw[start:start + size])
+        except ValueError:
+            self.reject("unreadable header")
+            return None
+        if not isinstance(header, dict) or any(
+                header.get(k) != v for k, v in self._params(dimensions).items()):
+            self.reject("made with other parameters")
+            return None
+        data = raw[start + size:]
+        if hashlib.blake2b(data, digest_size=20).hexdigest() != header.get("digest"):
+            self.reject("digest does not match (torn or corrupt)")
+            return None
+        return header, data
+
+    def reject(self, why: str) -> None:
+        log.warning("search graph %s %s: building it again", self.path, why)
+        self.stats.bump("rejected")
+        return None

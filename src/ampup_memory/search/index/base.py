@@ -318,6 +318,11 @@ class SearchIndex(Protocol):
         """Rows per kind: episodes, passages, facts."""
         ...
 
+    def graphs(self) -> dict[str, int] | None:
+        """Counters of this process's saved HNSW graphs (embedded index); None if the
+        backend keeps none (PostgreSQL: pgvector's index lives in the database)."""
+        ...
+
     def close(self) -> None: ...
 
 

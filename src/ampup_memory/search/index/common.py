@@ -2,17 +2,30 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
 import threading
 from collections.abc import Sequence
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ampup_memory.search.index.ann import EXACT_SHARE, Ann
+from ampup_memory.search.index.ann import (
+    EXACT_SHARE,
+    INLINE_ROWS,
+    Ann,
+    GraphFile,
+    GraphStats,
+    checkpoint_after,
+    fingerprint,
+)
 from ampup_memory.timefmt import format_time, parse_time
 
 if TYPE_CHECKING:
     import numpy as np
+
+log = logging.getLogger("ampup_memory.search")
 
 
 def time_text(value: datetime | None) -> str | None:
@@ -59,9 +72,17 @@ class VectorMatrix:
     and stacked on the next query, so a run of small writes costs no repeated copying.
     From ``ann_min`` rows on (0: never) an HNSW graph (`ann.py`) proposes the candidates
     of :meth:`top` and the matrix re-scores them exactly; below it every row is scored.
+
+    The graph is loaded (``file``, when saved and still the rows') or built by a
+    background thread while exact search answers, and swapped in when it has every row;
+    a query adds the few rows written since (more than `INLINE_ROWS` go back to the
+    thread). Every method is called with ``lock`` held (the owning cache's), which the
+    thread takes too to read and swap.
     """
 
-    def __init__(self, dimensions: int, ann_min: int = 0) -> None:
+    def __init__(self, dimensions: int, ann_min: int = 0,
+                 lock: threading.RLock | None = None, file: GraphFile | None = None,
+                 stats: GraphStats | None = None) -> None:
         import numpy as np
 
         self.dimensions = dimensions
@@ -72,13 +93,21 @@ class VectorMatrix:
         self._pending: list[tuple[int, np.ndarray]] = []
         self.ann: Ann | None = None
         self._removed: set[int] = set()  # zeroed rows: never proposed by the graph
+        self.version = 0  # moves when a row of the graph changes: its graph is dropped
+        self._lock = lock if lock is not None else threading.RLock()
+        self.file = file
+        self.stats = stats if stats is not None else GraphStats()
+        self._job: threading.Thread | None = None  # building, loading or catching up
+        self._saver: threading.Thread | None = None
+        self._to_save: tuple[bytes, Any] | None = None  # the latest sealed graph to write
 
     def put(self, num: int, vector: np.ndarray) -> None:
         at = self.pos.get(num)
         if at is not None:
+            self.version += 1
             self.matrix[at] = vector
             self._removed.discard(num)
-            self.ann = None  # a row of the graph changed: rebuilt on the next query
+            self.ann = None  # a row of the graph changed: rebuilt from the rows
             return
         self.pos[num] = len(self.nums) + len(self._pending)
         self._pending.append((num, vector))
@@ -88,8 +117,14 @@ class VectorMatrix:
         if at is None:
             return
         self._settle()
+        self.version += 1
         self.matrix[at] = 0.0  # a zero row never ranks above a real match
         self._removed.add(num)
+        self.ann = None
+
+    def drop(self) -> None:
+        """Stop this matrix's background work (its cache was reset or closed)."""
+        self.version += 1
         self.ann = None
 
     def _settle(self) -> None:
@@ -103,31 +138,175 @@ class VectorMatrix:
         self.matrix = np.vstack([self.matrix, rows])
         self._pending = []
 
-    def _graph(self) -> Ann | None:
-        """The HNSW graph over every row, brought up to date; None below ``ann_min`` rows.
-
-        Rows enter in ascending number, so the graph is the same however the rows came
-        (one commit at a time, a rebuild's batches, a reopened file): see `ann.py`."""
+    def _live(self, after: int = -1) -> np.ndarray:
+        """Positions of the rows not removed and numbered above ``after``, in ascending
+        row number (the graph's order)."""
         import numpy as np
 
+        keep = self.nums > after
+        if self._removed:
+            gone = np.fromiter(self._removed, dtype=np.int64, count=len(self._removed))
+            keep = ~np.isin(self.nums, gone)
+        idx = np.flatnonzero(keep)
+        ordered: np.ndarray = idx[np.argsort(self.nums[idx], kind="stable")]
+        return ordered
+
+    def _graph(self) -> Ann | None:
+        """The HNSW graph over every row, brought up to date; None below ``ann_min`` rows
+        or while the background thread prepares it (exact search answers meanwhile)."""
         live = len(self.nums) - len(self._removed)
         if self.ann_min <= 0 or live < self.ann_min:
             self.ann = None
             return None
-        if self.ann is not None and len(self.ann) == live:
-            return self.ann
-        keep = np.ones(len(self.nums), dtype=bool)
-        if self._removed:
-            gone = np.fromiter(self._removed, dtype=np.int64, count=len(self._removed))
-            keep = ~np.isin(self.nums, gone)
-        new = np.flatnonzero((self.nums > (self.ann.last if self.ann else -1)) & keep)
-        if self.ann is None or len(self.ann) + len(new) != live:
-            # No graph yet, or a row numbered below the graph's last: build it afresh.
-            self.ann = Ann(self.dimensions)
-            new = np.flatnonzero(keep)
-        new = new[np.argsort(self.nums[new], kind="stable")]
-        self.ann.add(self.nums[new], self.matrix[new])
-        return self.ann
+        ann = self.ann
+        if ann is not None:
+            if len(ann) == live:
+                return ann  # the usual query: nothing written since
+            new = self._live(ann.last)
+            if len(ann) + len(new) == live and len(new) <= INLINE_ROWS:
+                ann.add(self.nums[new], self.matrix[new], self._sealed)
+                return ann
+            # Many rows to add (the thread adds them), or rows below the graph's last
+            # (cannot happen without a version move; built afresh to be safe).
+            self.ann = None
+            if len(ann) + len(new) != live:
+                ann = None
+        if self._job is None:
+            self._job = threading.Thread(target=self._prepare, args=(ann, self.version),
+                                         name="ampup-search-graph", daemon=True)
+            self._job.start()
+        return None
+
+    def _prepare(self, graph: Ann | None, version: int) -> None:
+        """Background: load the saved graph (or start one, or take ``graph``), add every
+        row in ascending number, swap it in. Gives up when a row of it changes."""
+        self.stats.bump("building")
+        try:
+            fresh = False
+            if graph is None:
+                graph = self._load(version)
+            if graph is None:
+                graph, fresh = Ann(self.dimensions), True
+            # Only the last seal this thread passes is saved (a build from nothing passes
+            # about eight per doubling: writing each would write the graph many times).
+            last_seal: list[tuple[int, int, bytes]] = []
+
+            def keep(count: int, last: int, data: bytes) -> None:
+                last_seal[:] = [(count, last, data)]
+
+            while True:
+                with self._lock:
+                    if self.version != version:
+                        return
+                    self._settle()
+                    nums, matrix = self.nums, self.matrix
+                    new = self._live(graph.last)
+                    live = len(nums) - len(self._removed)
+                    if len(graph) + len(new) != live or live < self.ann_min:
+                        return
+                    if len(new) <= INLINE_ROWS:
+                        graph.add(nums[new], matrix[new], keep)
+                        self.ann = graph
+                        self._job = None  # swapped in: a later query may start another
+                        if last_seal:
+                            self._sealed(*last_seal[0])
+                        break
+                # Outside the lock: queries answer exactly meanwhile. The arrays held
+                # here stay valid (stacking makes new ones); a row changed in place
+                # moves the version, checked between chunks.
+                for start in range(0, len(new), 4096):
+                    if self.version != version:
+                        return
+                    chunk = new[start:start + 4096]
+                    graph.add(nums[chunk], matrix[chunk], keep)
+            if fresh:
+                self.stats.bump("built")
+        except Exception:  # a failed build leaves exact search answering
+            log.exception("building a search graph failed; exact search answers")
+        finally:
+            self.stats.bump("building", -1)
+            with self._lock:
+                if self._job is threading.current_thread():
+                    self._job = None
+
+    def _load(self, version: int) -> Ann | None:
+        """The saved graph, if whole, sealed, and built from exactly the rows this matrix
+        now holds up to its last row number (fingerprinted); otherwise None."""
+        if self.file is None:
+            return None
+        found = self.file.read(self.dimensions)
+        if found is None:
+            return None
+        header, data = found
+        with self._lock:
+            if self.version != version:
+                return None
+            self._settle()
+            order = self._live()
+            nums, matrix = self.nums, self.matrix
+        count, last = int(header["count"]), int(header["last"])
+        rows = order[nums[order] <= last]
+        if (count < 1 or checkpoint_after(count - 1) != count or len(rows) != count
+                or fingerprint(nums, matrix, rows) != header["rows"]):
+            self.file.reject("stale: built from other rows than the index holds")
+            return None
+        graph = Ann(self.dimensions, data, last)
+        if len(graph) != count:
+            self.file.reject("holds another number of rows than its header")
+            return None
+        self.stats.bump("loaded")
+        return graph
+
+    def _sealed(self, count: int, last: int, data: bytes) -> None:
+        """A graph was sealed at a checkpoint: queue its bytes for the saver thread (the
+        latest only: a build passing several checkpoints writes the last it reached)."""
+        if self.file is None:
+            return
+        with self._lock:
+            self._to_save = (data, (self.nums, self.matrix, set(self._removed),
+                                    self.version, last, count))
+            if self._saver is None:
+                self._saver = threading.Thread(target=self._save_loop, daemon=True,
+                                               name="ampup-search-graph-save")
+                self._saver.start()
+
+    def _save_loop(self) -> None:
+        import numpy as np
+
+        assert self.file is not None
+        while True:
+            with self._lock:
+                item, self._to_save = self._to_save, None
+                if item is None:
+                    self._saver = None
+                    return
+            data, (nums, matrix, removed, version, last, count) = item
+            try:
+                keep = nums <= last
+                if removed:
+                    keep &= ~np.isin(nums, np.fromiter(removed, dtype=np.int64))
+                rows = np.flatnonzero(keep)
+                rows = rows[np.argsort(nums[rows], kind="stable")]
+                if len(rows) != count or self.version != version:
+                    continue  # the rows moved on: the next seal is saved instead
+                digest = fingerprint(nums, matrix, rows)
+                if self.version == version:
+                    self.file.write(data, self.dimensions, count, last, digest)
+            except Exception:
+                log.exception("saving a search graph failed; it is built again if needed")
+
+    def wait(self, timeout: float) -> None:
+        """Until no background work is left (tests, benchmarks)."""
+        import time
+
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            with self._lock:
+                jobs = [t for t in (self._job, self._saver) if t is not None]
+            if not jobs:
+                return
+            for t in jobs:
+                t.join(max(0.0, end - time.monotonic()))
 
     def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         import numpy as np
@@ -169,21 +348,34 @@ class VectorMatrix:
 
 class VectorCache:
     """Per-(scope, branch) matrices of one table, kept in step with the table by a
-    high-water mark on the table's ``vec_seq`` column and an index generation number."""
+    high-water mark on the table's ``vec_seq`` column and an index generation number.
+    ``graphs``: the folder their HNSW graphs are saved in (None: not saved)."""
 
-    def __init__(self, ann_min: int = 0) -> None:
-        self.lock = threading.Lock()
+    def __init__(self, ann_min: int = 0, graphs: Path | None = None, table: str = "",
+                 stats: GraphStats | None = None) -> None:
+        self.lock = threading.RLock()
         self.ann_min = ann_min  # rows of a matrix from which an HNSW graph proposes
+        self.graphs = graphs
+        self.table = table
+        self.stats = stats if stats is not None else GraphStats()
         self.generation: int | None = None
         self.high_water = 0
         self.by_key: dict[tuple[str, str], VectorMatrix] = {}
         self.key_of: dict[int, tuple[str, str]] = {}
 
     def reset(self, generation: int) -> None:
+        for matrix in self.by_key.values():
+            matrix.drop()
         self.generation = generation
         self.high_water = 0
         self.by_key = {}
         self.key_of = {}
+
+    def _file(self, key: tuple[str, str]) -> GraphFile | None:
+        if self.graphs is None:
+            return None
+        name = hashlib.sha256("\0".join(key).encode()).hexdigest()[:32]
+        return GraphFile(self.graphs / f"{self.table}-{name}.ann", self.stats)
 
     def apply(self, rows: Sequence[tuple[int, str, str, bytes | None, int]], dims: int) -> None:
         """Rows of (num, scope, branch, vec, vec_seq) changed since the high-water mark."""
@@ -201,9 +393,22 @@ class VectorCache:
             if vector.shape[0] != dims:
                 continue  # written under another model: re-embedding will replace it
             if matrix is None:
-                matrix = self.by_key[key] = VectorMatrix(dims, self.ann_min)
+                matrix = self.by_key[key] = VectorMatrix(dims, self.ann_min, self.lock,
+                                                         self._file(key), self.stats)
             matrix.put(num, vector)
             self.key_of[num] = key
+
+    def wait(self, timeout: float = 600.0) -> None:
+        """Until every matrix's graph work is done (tests, benchmarks)."""
+        with self.lock:
+            matrices = list(self.by_key.values())
+        for matrix in matrices:
+            matrix.wait(timeout)
+
+    def close(self) -> None:
+        with self.lock:
+            for matrix in self.by_key.values():
+                matrix.drop()
 
     def top(self, scope: str, branch: str, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         matrix = self.by_key.get((scope, branch))

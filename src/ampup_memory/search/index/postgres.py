@@ -622,5 +622,8 @@ class PostgresIndex:
                 found[kind] = int(row[0]) if row else 0
         return found
 
+    def graphs(self) -> None:
+        return None
+
     def close(self) -> None:
         self._pool.close()

@@ -41,7 +41,7 @@ from pyroaring import BitMap
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.search.index import keywords
-from ampup_memory.search.index.ann import ANN_MIN_VECTORS
+from ampup_memory.search.index.ann import ANN_MIN_VECTORS, GraphStats
 from ampup_memory.search.index.base import (
     EpisodeDoc,
     EpisodeRow,
@@ -162,8 +162,11 @@ class SQLiteIndex:
         self._write_lock = threading.RLock()
         # From ann_min_vectors rows of one (scope, branch) on, an HNSW graph proposes
         # vector candidates and the matrix re-scores them (`ann.py`); 0: always exact.
-        self._vectors = {"facts": VectorCache(ann_min_vectors),
-                         "passages": VectorCache(ann_min_vectors)}
+        # Graphs are saved beside this file and reused while they match the rows.
+        self.graph_stats = GraphStats()
+        graphs = self.path.with_name(self.path.name + ".graphs")
+        self._vectors = {t: VectorCache(ann_min_vectors, graphs, t, self.graph_stats)
+                         for t in ("facts", "passages")}
         self._bitmaps: dict[str, BitMap] = {}
         self._bitmap_gen: int | None = None
         self._bitmap_lock = threading.Lock()
@@ -890,7 +893,19 @@ class SQLiteIndex:
             for t in ("episodes", "passages", "facts")
         }
 
+    def graphs(self) -> dict[str, int]:
+        """Counters of the HNSW graphs (`ann.py`): built from the rows, loaded from a
+        saved file, saved files rejected (torn, corrupt or stale), saves, builds running."""
+        return self.graph_stats.wire()
+
+    def wait_graphs(self, timeout: float = 600.0) -> None:
+        """Until no graph is being built, loaded or saved (tests, benchmarks)."""
+        for cache in self._vectors.values():
+            cache.wait(timeout)
+
     def close(self) -> None:
+        for cache in self._vectors.values():
+            cache.close()
         self._spaces.close()
         self._conns.close_all()
         self._local = threading.local()
