@@ -96,14 +96,23 @@ def load(c: httpx.Client) -> tuple[dict[tuple[str, str], str], dict[tuple[str, s
     return fact_ids, cell_ids
 
 
-def rank(c: httpx.Client) -> tuple[list[list[str]], list[list[str]], list[float]]:
-    """Top-10 fact ids and cell ids per query, and each request's latency in ms."""
+def rank(c: httpx.Client, weight: float
+         ) -> tuple[list[list[str]], list[list[str]], list[float]]:
+    """Top-10 fact ids and cell ids per query, and each request's latency in ms.
+
+    Every fact's score must be the blend at `weight`, so a server that ignored the
+    weights given at its start (say, the ranker moved them elsewhere) stops the run."""
     by_fact, by_cell, ms = [], [], []
     for _, query, _ in QUERIES:
         t = time.perf_counter()
         r = c.post("/search", headers=USER, json={"scope": SCOPE, "query": query, "limit": 10})
         ms.append((time.perf_counter() - t) * 1000)
         r.raise_for_status()
+        for hit in r.json()["results"]:
+            p = hit["parts"]
+            want = weight * p["keyword"] + (1 - weight) * p["meaning"] + p["time"]
+            if abs(hit["score"] - want) > 1e-3:
+                raise SystemExit(f"score {hit['score']} is not the blend at {weight}: {p}")
         by_fact.append([hit["id"] for hit in r.json()["results"]])
         t = time.perf_counter()
         r = c.post("/amp/v1/memories/search", headers=AGENT, json={"query": query, "limit": 10})
@@ -146,7 +155,8 @@ def run() -> dict[str, Any]:
                     t = time.perf_counter()
                     fact_ids, cell_ids = load(c)
                     result["load_seconds"] = round(time.perf_counter() - t, 1)
-                by_fact, by_cell, ms_mode = rank(c)
+                weight = MODES[name]
+                by_fact, by_cell, ms_mode = rank(c, 0.6 if weight is None else weight)
                 ms += ms_mode
             gold_f = [{fact_ids[k] for k in g} for _, _, g in QUERIES]
             gold_c = [{cell_ids[k] for k in g} for _, _, g in QUERIES]
