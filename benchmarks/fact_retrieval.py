@@ -186,7 +186,8 @@ def markdown(result: dict[str, Any]) -> str:
         "AMP cells), ranked by `POST /search` and `POST /amp/v1/memories/search` "
         "(limit 10), embedder `wordllama`. Keyword-only and meaning-only rows serve the "
         "same home with the ranker's weights set to 1 / 0 and 0 / 1 (the candidate pool "
-        "does not depend on them). "
+        "does not depend on them; the script checks every fact's score is the blend at "
+        "its row's weights). "
         f"Whole run {result['seconds']} s (load {result['load_seconds']} s, median request "
         f"{result['request_ms_median']} ms) at load average {result['load_average']:.1f} "
         "on 2 shared cores.",
