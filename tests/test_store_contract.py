@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -801,6 +802,18 @@ def test_record_and_read_passes(opened: Callable[[], CellStore]) -> None:
         (first if i % 2 else second).record_pass(r)
     assert second.recent_passes(2) == [records[2], records[1]]  # newest first
     assert first.recent_passes(10) == records[::-1]
+    # Each pass keeps the cells' status counts; the history keeps the newest ``keep``.
+    last = replace(records[2], started_at=T0 + timedelta(hours=1),
+                   states={"active": 3, "stale": 1})
+    first.record_pass(last, keep=2)
+    assert second.recent_passes(10) == [last, records[2]]
+
+
+def test_status_counts(store: CellStore) -> None:
+    assert store.status_counts() == {}
+    for i, status in enumerate([Status.active, Status.active, Status.stale]):
+        add(store, make(i, status=status))
+    assert store.status_counts() == {"active": 2, "stale": 1}
 
 
 # ---- embedding model and re-embedding ------------------------------------------------------
