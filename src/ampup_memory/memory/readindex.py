@@ -46,6 +46,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import Select, Subquery
 
 from ampup_memory.memory.acl import Principal
@@ -179,6 +180,8 @@ leases_t = Table(
     Column("until_us", BigInteger, nullable=False),
 )
 
+# Listing counts remembered (``_counted``), per scope, view and readable ACLs.
+COUNTS_KEPT = 512
 LEDGER_SNAPSHOT = "ledger_snapshot"
 PRINCIPALS_SNAPSHOT = "principals_snapshot"
 # The layout of the mem_* tables. An index of another layout is dropped and rebuilt from
@@ -192,6 +195,8 @@ class ReadIndex:
         url = sqlalchemy_url(uri, setting="AMPUP_MEMORY_INDEX_URI")
         self.engine: Engine = create_engine(url, pool_pre_ping=True)
         self.dialect = self.engine.dialect.name
+        self._counts: dict[tuple[Any, ...], Any] = {}
+        self._counts_lock = threading.Lock()
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         with schema_lock(self.engine) as conn:  # servers starting together: one at a time
@@ -600,12 +605,31 @@ class ReadIndex:
         return select(*[c for c in rows.c if c.name != "acl"],
                       func.coalesce(change, rows.c.acl).label("acl")).subquery("view_episodes")
 
+    def _counted(self, conn: Connection, key: tuple[Any, ...],
+                 count: Callable[[], Any]) -> Any:
+        """``count()``, remembered until a commit of the scope (``key[0]``) is applied:
+        the scope's rows change only then, so a repeated listing costs one small query."""
+        version = conn.execute(select(func.count()).where(
+            ledger_t.c.scope == key[0], ledger_t.c.applied.is_(True))).scalar()
+        full = (*key, version)
+        with self._counts_lock:
+            if full in self._counts:
+                return self._counts[full]
+        value = count()
+        with self._counts_lock:
+            if len(self._counts) >= COUNTS_KEPT:
+                self._counts.clear()
+            self._counts[full] = value
+        return value
+
     def episode_acls(self, scope: str, segs: Segments) -> dict[str, int]:
         """Each current ACL (as JSON text) of the view's episodes → how many carry it."""
         v = self._view_episodes(scope, segs)
         with self.engine.connect() as conn:
-            return {str(a): int(n) for a, n in conn.execute(
-                select(v.c.acl, func.count()).group_by(v.c.acl))}
+            found: dict[str, int] = self._counted(conn, (scope, "acls", segs), lambda: {
+                str(a): int(n) for a, n in conn.execute(
+                    select(v.c.acl, func.count()).group_by(v.c.acl))})
+        return dict(found)
 
     def episode_page(self, scope: str, segs: Segments, acls: Iterable[str], limit: int,
                      after: EpisodeRecord | None = None) -> list[EpisodeRecord]:
@@ -637,18 +661,29 @@ class ReadIndex:
         with self.engine.connect() as conn:
             return {str(d): int(n) for d, n in conn.execute(stmt)}
 
-    def _visible_facts(self, scope: str, segs: Segments, acls: list[str]) -> Subquery:
+    def _visible_facts(self, scope: str, segs: Segments, acls: list[str], *,
+                       whole: bool = False) -> Subquery:
         """(entity, predicate) of every fact row in the view all of whose cited episodes
-        are the view's episodes with a current ACL in ``acls`` (``visible_facts``' rule)."""
+        are the view's episodes with a current ACL in ``acls`` (``visible_facts``' rule).
+        ``whole``: for reading every row (counts), the hidden facts are found in one pass
+        over the cites; else row by row (a page stops early)."""
         v = self._view_episodes(scope, segs)
-        readable = select(v.c.id).where(v.c.acl.in_(acls))
         parts: list[Select[Any]] = []
         for g in segs:
-            hidden = select(cites_t.c.episode).where(
-                cites_t.c.scope == scope, cites_t.c.branch == facts_t.c.branch,
-                cites_t.c.fact_id == facts_t.c.fact_id, cites_t.c.episode.not_in(readable))
+            shown: ColumnElement[bool]
+            if whole:
+                hidden = select(cites_t.c.fact_id).where(
+                    cites_t.c.scope == scope, cites_t.c.branch == g.branch,
+                    cites_t.c.episode.not_in(select(v.c.id).where(v.c.acl.in_(acls))))
+                shown = facts_t.c.fact_id.not_in(hidden)
+            else:  # each cite looked up: no set of readable ids is built
+                shown = ~select(cites_t.c.episode).where(
+                    cites_t.c.scope == scope, cites_t.c.branch == facts_t.c.branch,
+                    cites_t.c.fact_id == facts_t.c.fact_id,
+                    ~select(v.c.id).where(v.c.id == cites_t.c.episode,
+                                          v.c.acl.in_(acls)).exists()).exists()
             parts.append(select(facts_t.c.entity, facts_t.c.predicate).where(
-                facts_t.c.scope == scope, self._in_segment(facts_t, g), ~hidden.exists()))
+                facts_t.c.scope == scope, self._in_segment(facts_t, g), shown))
         return (parts[0] if len(parts) == 1 else union_all(*parts)).subquery("visible")
 
     def fact_counts(self, scope: str, segs: Segments, acls: Iterable[str]) -> tuple[int, int]:
@@ -656,10 +691,11 @@ class ReadIndex:
         wanted = sorted(set(acls))
         if not wanted:
             return 0, 0
-        f = self._visible_facts(scope, segs, wanted)
+        f = self._visible_facts(scope, segs, wanted, whole=True)
         with self.engine.connect() as conn:
-            versions, entities = conn.execute(
-                select(func.count(), func.count(f.c.entity.distinct()))).one()
+            versions, entities = self._counted(
+                conn, (scope, "facts", segs, tuple(wanted)), lambda: conn.execute(
+                    select(func.count(), func.count(f.c.entity.distinct()))).one())
         return int(versions), int(entities)
 
     def entity_page(self, scope: str, segs: Segments, acls: Iterable[str], limit: int,
