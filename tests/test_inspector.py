@@ -223,10 +223,11 @@ class Inspector:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.set_default_timeout(15000)
 
-    def be(self, user: str = "", agent: str = "") -> None:
+    def be(self, user: str = "", agent: str = "", admin: str = "") -> None:
         self.page.goto(self.url + "/")
         self.page.fill("#who-user", user)
         self.page.fill("#who-agent", agent)
+        self.page.fill("#who-admin", admin)
         self.page.click("#who-apply")
 
     def go(self, hash_: str, ready: str) -> None:
@@ -360,6 +361,23 @@ def test_cells_and_advice_pages(inspector: Inspector) -> None:
     assert "Globex prefers email." in page.inner_text("#cells")
     assert page.locator("#cell-states .chart-row").all_inner_texts()[0].split() == [
         "active", "1"]
+    # The decay score is the route's (GET /amp-cells), the lifecycle history needs an admin.
+    listed = httpx.get(f"{inspector.url}/amp-cells", params={"owner_id": "agent-1"},
+                       headers={"X-AMP-Agent-ID": "agent-1"}).json()["cells"][0]
+    shown = float(page.inner_text("#cells td.decay"))
+    assert abs(shown - listed["decay_score"]) < 0.002
+    assert "shown to an admin" in page.inner_text("#lifecycle")
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    for body in ({"now": "2099-01-01T00:00:00Z"}, {}):  # stale in 2099, active again now
+        assert httpx.post(f"{inspector.url}/amp/v1/lifecycle/run", json=body,
+                          headers=admin).status_code == 200
+    inspector.be(user="alice", agent="agent-1", admin=ADMIN_TOKEN)
+    inspector.go("#/cells?owner=agent-1", "#lifecycle svg")
+    bars = page.locator("#lifecycle svg g[data-pass]")
+    assert bars.count() >= 2
+    assert page.locator("#lifecycle svg g[data-pass] rect.st-stale").count() >= 1
+    assert page.locator("#lifecycle svg g[data-pass]").last.locator(
+        "rect.st-active").count() == 1
     inspector.shot("cells")
     inspector.go(f"#/advice?scope={SCOPE.replace('/', '%2F')}", "main h2")
     assert "No situation map yet." in page.inner_text("main")

@@ -425,7 +425,7 @@ async function pageCells(q) {
     location.hash = route("/cells", {owner: f.get("owner"), status: f.get("status")});
   });
   m.replaceChildren(title("AMP cells"), h("p", {class: "hint"},
-    "Cells this agent may read (GET /amp/v1/memories; listing is not a read, so no clock moves)."), form);
+    "Cells this agent may read (GET /amp-cells: the page GET /amp/v1/memories lists, with each cell's decay score; listing is not a read, so no clock moves)."), form);
   if (!who().agent) {
     m.append(h("p", {class: "empty"}, "AMP cells are read as an agent: name one above (Agent)."));
     return;
@@ -479,13 +479,18 @@ function svg(tag, attrs, ...children) {
 
 async function lifecycleHistory() {
   const box = h("section", {id: "lifecycle"}, h("h2", {}, "Lifecycle over the recent passes"));
+  const hint = h("p", {class: "empty"}, "The lifecycle history counts every owner's cells: "
+    + "it is shown to an admin (Admin token, or an admin key).");
+  if (!who().admin && !who().key) {  // no admin credential: nothing to ask
+    box.append(hint);
+    return box;
+  }
   let passes;
   try {
     passes = (await get("/amp-lifecycle", {limit: 30})).passes;
   } catch (err) {
     if (!(err instanceof ApiError) || (err.status !== 403 && err.status !== 401)) throw err;
-    box.append(h("p", {class: "empty"}, "The lifecycle history counts every owner's cells: "
-      + "it is shown to an admin (Admin token, or an admin key)."));
+    box.append(hint);
     return box;
   }
   const kept = passes.filter(p => Object.keys(p.states || {}).length).reverse();
@@ -537,14 +542,16 @@ async function pageAdvice(q) {
   m.append(h("h2", {}, "Situations"), map.situations.length ? table(["Category", "Situation", "Terms", "Size", "Runs you may read"],
     map.situations.map(s => h("tr", {}, h("td", {}, (map.categories.find(c => c.id === s.category) || {}).name || s.category),
       h("td", {}, s.name), h("td", {}, (s.terms || []).join(", ")), h("td", {class: "n"}, s.size),
-      h("td", {class: "n"}, (s.members || []).length))))
+      h("td", {class: "n", "data-members": (s.members || []).join(" ")}, (s.members || []).length))))
     : h("p", {class: "empty"}, "No situation map yet."));
   m.append(h("h2", {}, "Notes"), notes.notes.length ? h("div", {class: "notes"}, notes.notes.map(n => h("article", {class: "note"},
     h("div", {}, h("span", {class: `pill ${n.state}`}, n.state), " ", h("code", {}, n.key), " · ", n.situation),
     h("h3", {}, "When"), h("p", {}, n.when),
     h("h3", {}, "Steps"), h("ol", {}, (n.steps || []).map(s => h("li", {}, s))),
     h("h3", {}, "Pitfalls"), h("ul", {}, (n.pitfalls || []).map(s => h("li", {}, s))),
-    h("p", {class: "hint"}, Object.entries(n.evidence || {}).map(([k, v]) => `${k} ${v}`).join(" · ")))))
+    h("p", {class: "evidence"}, Object.entries(n.evidence || {}).map(([k, v]) => `${k} ${v}`).join(" · ")),
+    h("p", {class: "hint sources"}, `Learnt from ${(n.sources || []).length} session(s) you may read: `,
+      ...(n.sources || []).map(id => h("code", {"data-session": id}, short(id), " "))))))
     : h("p", {class: "empty"}, "No notes."));
 }
 
