@@ -381,4 +381,4 @@ def test_cells_and_advice_pages(inspector: Inspector) -> None:
     inspector.shot("cells")
     inspector.go(f"#/advice?scope={SCOPE.replace('/', '%2F')}", "main h2")
     assert "No situation map yet." in page.inner_text("main")
-    inspector.shot("advice")
+    inspector.shot("advice-empty")  # the page with data: tests/test_advice_loop.py
