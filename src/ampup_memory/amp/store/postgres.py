@@ -141,7 +141,6 @@ SCHEMA = (
         dry_run boolean NOT NULL,
         states text
     )""",
-    "ALTER TABLE lifecycle_passes ADD COLUMN IF NOT EXISTS states text",  # older stores
     "CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes (started_at)",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
 )
@@ -262,6 +261,14 @@ class PostgresStore:
                     conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     for statement in SCHEMA:
                         conn.execute(statement)
+                    # A store made before passes kept their states. Checked first: ALTER
+                    # TABLE locks the table even when the column is there.
+                    if conn.execute(
+                        "SELECT 1 FROM information_schema.columns WHERE table_schema ="
+                        " current_schema() AND table_name = 'lifecycle_passes'"
+                        " AND column_name = 'states'"
+                    ).fetchone() is None:
+                        conn.execute("ALTER TABLE lifecycle_passes ADD COLUMN states text")
                     storage = conn.execute(
                         "SELECT attstorage FROM pg_attribute"
                         " WHERE attrelid = 'cells'::regclass AND attname = 'embedding'"
