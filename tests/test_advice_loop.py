@@ -218,6 +218,65 @@ def test_the_learning_loop(loop: Loop) -> None:
     assert {s["id"] for s in again["situations"]} >= set(situation_of_kind.values())
 
 
+def test_the_inspector_shows_only_the_advice_evidence_one_may_read(
+        loop: Loop, request: pytest.FixtureRequest) -> None:
+    """The advice page in a real browser on what the loop above left (a promoted, a
+    retired and a candidate note, their evidence, the situation map): each user sees the
+    notes with When / Steps / Pitfalls, counters and gate state, and only the sessions
+    (runs) they may read, as GET /notes and GET /situations answer them."""
+    if request.node.callspec.params.get("loop") != "sqlite":
+        pytest.skip("the page is the same on every backend: checked once, on SQLite")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    from tests.test_inspector import Inspector, _chromium
+
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    shown: dict[str, set[str]] = {}
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        ins = Inspector(browser, loop.m.url)
+        try:
+            for user in ("u1", "someone-else"):
+                http = loop.m.as_user(user).http
+                notes = http.get("/notes", params={"scope": loop.scope}).json()["notes"]
+                assert {n["state"] for n in notes} == {"candidate", "promoted", "retired"}
+                ins.be(user=user)
+                ins.go(f"#/advice?scope={loop.scope.replace('/', '%2F')}", ".note")
+                page = ins.page
+                cards = page.locator(".note")
+                assert cards.count() == len(notes)
+                for i, n in enumerate(notes):
+                    card = cards.nth(i)
+                    text = card.inner_text()
+                    assert n["state"] in text and n["when"] in text
+                    assert all(step in text for step in n["steps"] + n["pitfalls"])
+                    assert card.locator(".evidence").inner_text() == " · ".join(
+                        f"{k} {v}" for k, v in n["evidence"].items())
+                    ids = {c.get_attribute("data-session")
+                           for c in card.locator("[data-session]").all()}
+                    assert ids == set(n["sources"])
+                situations = http.get("/situations", params={"scope": loop.scope}).json()
+                members = {m for s in situations["situations"] for m in s["members"]}
+                listed = {m for cell in page.locator("[data-members]").all()
+                          for m in (cell.get_attribute("data-members") or "").split()}
+                assert listed == members
+                shown[user] = {c.get_attribute("data-session") or ""
+                               for c in page.locator("[data-session]").all()} | listed
+                for ses in shown[user]:  # every session shown is one the user may read
+                    assert http.get(f"/sessions/{ses}").status_code == 200
+                if user == "u1":
+                    ins.shot("advice")
+                    html_u1 = page.content()
+            assert shown["u1"] and not shown["someone-else"]  # nothing of u1's runs
+            html = ins.page.content()
+            assert not any(ses in html for ses in shown["u1"]) and html != html_u1
+            assert ins.errors == [], f"console errors: {ins.errors}"
+        finally:
+            ins.close()
+            browser.close()
+
+
 async def mcp_advice(url: str, scope: str, task: str) -> Any:
     headers = {"X-AMP-Agent-ID": "agent_other", "X-AmpUp-User": "someone-else"}
     async with http_client_for(url, headers) as client:

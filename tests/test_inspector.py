@@ -13,13 +13,16 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.memory_support import QUIET, Memory
+from ampup_memory.amp.lifecycle import clock, decay_score
+from ampup_memory.amp.model import MemoryCell
+from tests.memory_support import ADMIN_TOKEN, QUIET, Memory
 from tests.server_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -161,6 +164,39 @@ def test_inspector_is_served_without_the_api_schema(seeded: dict[str, Any]) -> N
     assert "/" not in paths and not any(p.startswith("/inspector") for p in paths)
 
 
+def test_amp_cells_carry_the_one_decay_score(seeded: dict[str, Any]) -> None:
+    url, agent = seeded["url"], {"X-AMP-Agent-ID": "agent-1"}
+    first = httpx.get(f"{url}/amp-cells", params={"owner_id": "agent-1"}, headers=agent)
+    assert first.status_code == 200, first.text
+    [item] = first.json()["cells"]
+    cell = MemoryCell.model_validate(item["cell"])
+    now = datetime.fromisoformat(first.json()["now"])
+    assert item["decay_score"] == decay_score(cell, now) > 0
+    assert datetime.fromisoformat(item["decay_clock"]) == clock(cell)
+    # Listing is not a read: the clock stays; another agent sees nothing of the cell.
+    again = httpx.get(f"{url}/amp-cells", params={"owner_id": "agent-1"}, headers=agent)
+    assert again.json()["cells"][0]["decay_clock"] == item["decay_clock"]
+    other = httpx.get(f"{url}/amp-cells", params={"owner_id": "agent-1"},
+                      headers={"X-AMP-Agent-ID": "agent-2"})
+    assert other.status_code == 200 and other.json()["cells"] == []
+    assert httpx.get(f"{url}/amp-cells").status_code == 401
+
+
+def test_lifecycle_history_counts_states_per_pass(seeded: dict[str, Any]) -> None:
+    url, admin = seeded["url"], {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    # Now, in 2099 (the cell goes stale) and now again (it is active again).
+    for body in ({}, {"now": "2099-01-01T00:00:00Z"}, {}):
+        r = httpx.post(f"{url}/amp/v1/lifecycle/run", json=body, headers=admin)
+        assert r.status_code == 200, r.text
+    passes = httpx.get(f"{url}/amp-lifecycle", params={"limit": 3}, headers=admin)
+    assert passes.status_code == 200, passes.text
+    assert [p["states"] for p in passes.json()["passes"]] == [
+        {"active": 1}, {"stale": 1}, {"active": 1}]
+    # The counts cover every owner's cells: admins only.
+    denied = httpx.get(f"{url}/amp-lifecycle", headers={"X-AMP-Agent-ID": "agent-1"})
+    assert denied.status_code == 403
+
+
 # -- in the browser ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -187,10 +223,11 @@ class Inspector:
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.set_default_timeout(15000)
 
-    def be(self, user: str = "", agent: str = "") -> None:
+    def be(self, user: str = "", agent: str = "", admin: str = "") -> None:
         self.page.goto(self.url + "/")
         self.page.fill("#who-user", user)
         self.page.fill("#who-agent", agent)
+        self.page.fill("#who-admin", admin)
         self.page.click("#who-apply")
 
     def go(self, hash_: str, ready: str) -> None:
@@ -324,7 +361,24 @@ def test_cells_and_advice_pages(inspector: Inspector) -> None:
     assert "Globex prefers email." in page.inner_text("#cells")
     assert page.locator("#cell-states .chart-row").all_inner_texts()[0].split() == [
         "active", "1"]
+    # The decay score is the route's (GET /amp-cells), the lifecycle history needs an admin.
+    listed = httpx.get(f"{inspector.url}/amp-cells", params={"owner_id": "agent-1"},
+                       headers={"X-AMP-Agent-ID": "agent-1"}).json()["cells"][0]
+    shown = float(page.inner_text("#cells td.decay"))
+    assert abs(shown - listed["decay_score"]) < 0.002
+    assert "shown to an admin" in page.inner_text("#lifecycle")
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    for body in ({"now": "2099-01-01T00:00:00Z"}, {}):  # stale in 2099, active again now
+        assert httpx.post(f"{inspector.url}/amp/v1/lifecycle/run", json=body,
+                          headers=admin).status_code == 200
+    inspector.be(user="alice", agent="agent-1", admin=ADMIN_TOKEN)
+    inspector.go("#/cells?owner=agent-1", "#lifecycle svg")
+    bars = page.locator("#lifecycle svg g[data-pass]")
+    assert bars.count() >= 2
+    assert page.locator("#lifecycle svg g[data-pass] rect.st-stale").count() >= 1
+    assert page.locator("#lifecycle svg g[data-pass]").last.locator(
+        "rect.st-active").count() == 1
     inspector.shot("cells")
     inspector.go(f"#/advice?scope={SCOPE.replace('/', '%2F')}", "main h2")
     assert "No situation map yet." in page.inner_text("main")
-    inspector.shot("advice")
+    inspector.shot("advice-empty")  # the page with data: tests/test_advice_loop.py

@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -801,6 +802,39 @@ def test_record_and_read_passes(opened: Callable[[], CellStore]) -> None:
         (first if i % 2 else second).record_pass(r)
     assert second.recent_passes(2) == [records[2], records[1]]  # newest first
     assert first.recent_passes(10) == records[::-1]
+    # Each pass keeps the cells' status counts; the history keeps the newest ``keep``.
+    last = replace(records[2], started_at=T0 + timedelta(hours=1),
+                   states={"active": 3, "stale": 1})
+    first.record_pass(last, keep=2)
+    assert second.recent_passes(10) == [last, records[2]]
+
+
+def test_a_store_made_before_passes_kept_states_opens_and_keeps_them(fresh_uri: str) -> None:
+    open_store(fresh_uri, DIMS).close()
+    old = PassRecord(started_at=T0, finished_at=T0, holder="h:1", evaluated=1,
+                     transitions={}, purged=0)
+    if fresh_uri.startswith("sqlite"):  # the layout before this release
+        import sqlite3
+        with sqlite3.connect(fresh_uri.removeprefix("sqlite:///")) as conn:
+            conn.execute("ALTER TABLE lifecycle_passes DROP COLUMN states")
+    else:
+        with psycopg.connect(fresh_uri, autocommit=True) as conn:
+            conn.execute("ALTER TABLE lifecycle_passes DROP COLUMN states")
+    store = open_store(fresh_uri, DIMS)
+    try:
+        store.record_pass(old)
+        new = replace(old, started_at=T0 + timedelta(1), states={"active": 2})
+        store.record_pass(new)
+        assert store.recent_passes(5) == [new, old]
+    finally:
+        store.close()
+
+
+def test_status_counts(store: CellStore) -> None:
+    assert store.status_counts() == {}
+    for i, status in enumerate([Status.active, Status.active, Status.stale]):
+        add(store, make(i, status=status))
+    assert store.status_counts() == {"active": 2, "stale": 1}
 
 
 # ---- embedding model and re-embedding ------------------------------------------------------

@@ -35,7 +35,7 @@ from tests.server_process import ServerProcess
 
 ADMIN = {"X-AMP-Admin-Token": ADMIN_TOKEN}
 # The scope's rows; its commits stay in the ledger (and mem_ledger mirrors the ledger).
-MEM_TABLES = ("mem_episodes", "mem_facts", "mem_bodies", "mem_acl")
+MEM_TABLES = ("mem_episodes", "mem_facts", "mem_fact_cites", "mem_bodies", "mem_acl")
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -15,6 +15,7 @@ from ampup_memory.advice.loop import learning_timers
 from ampup_memory.advice.procedures import compile_timer
 from ampup_memory.amp.api import health, spec
 from ampup_memory.amp.api import router as amp_router
+from ampup_memory.amp.inspect_api import router as amp_cells_router
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
@@ -95,6 +96,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
     app.include_router(branch_router)
     app.include_router(browse_router)  # GET /scopes, /episodes, /entities
+    app.include_router(amp_cells_router)  # GET /amp-cells, /amp-lifecycle
     app.include_router(workspace_router)
     app.include_router(holds_router)  # pins and snapshots
     app.include_router(schema_router)

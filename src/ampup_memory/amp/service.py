@@ -279,6 +279,33 @@ class AmpService:
 
     def list_cells(self, agent_id: str, query: ListQuery) -> dict[str, Any]:
         """A page of readable cells, newest first. Paging counts only readable cells."""
+        page, more = self._readable_page(agent_id, query)
+        return {
+            "results": [c.wire() for c in page],
+            "returned": len(page),
+            "has_more": more,
+            "offset": query.offset,
+            "limit": query.limit,
+        }
+
+    def list_decay(self, agent_id: str, query: ListQuery) -> dict[str, Any]:
+        """``list_cells``' page with each cell's decay score at ``now`` and the time its
+        clock runs from (``lifecycle.decay_score`` and ``lifecycle.clock``, the one rule).
+        Listing is not a read: no clock moves."""
+        page, more = self._readable_page(agent_id, query)
+        now = self.clock()
+        return {
+            "now": format_time(now),
+            "stale_below": lifecycle.STALE_THRESHOLD,
+            "cells": [{"cell": c.wire(), "decay_score": lifecycle.decay_score(c, now),
+                       "decay_clock": format_time(lifecycle.clock(c))} for c in page],
+            "has_more": more,
+            "offset": query.offset,
+            "limit": query.limit,
+        }
+
+    def _readable_page(self, agent_id: str, query: ListQuery,
+                       ) -> tuple[list[MemoryCell], bool]:
         statuses = [] if query.status is Status.deleted else [query.status]
         flt = CellFilter(
             agent_id=agent_id,
@@ -296,13 +323,7 @@ class AmpService:
             readable.extend(s.cell for s in batch if can_read(s.cell, agent_id))
             before = batch[-1].cell.id
         page = readable[query.offset : query.offset + query.limit]
-        return {
-            "results": [c.wire() for c in page],
-            "returned": len(page),
-            "has_more": len(readable) > query.offset + query.limit,
-            "offset": query.offset,
-            "limit": query.limit,
-        }
+        return page, len(readable) > query.offset + query.limit
 
     def search(self, agent_id: str, req: SearchRequest) -> dict[str, Any]:
         ranked = self.rank(agent_id, req)
@@ -410,7 +431,7 @@ class AmpService:
             self.store.record_pass(PassRecord(
                 started_at=started, finished_at=self.clock(), holder=_process_name(),
                 evaluated=report.evaluated, transitions=dict(report.transitions),
-                purged=report.purged,
+                purged=report.purged, states=self.store.status_counts(),
             ))
         return report
 

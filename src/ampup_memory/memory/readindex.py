@@ -34,15 +34,21 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    case,
     create_engine,
     delete,
     event,
     func,
+    literal,
+    or_,
     select,
     tuple_,
+    union_all,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy.sql.selectable import Select, Subquery
 
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episodes import EpisodeRecord
@@ -105,6 +111,7 @@ episodes_t = Table(
     Column("about", Text, nullable=False), Column("acl", Text, nullable=False),
     Column("document", String(512)), Column("body_ref", String(64), nullable=False),
     Index("mem_episodes_document", "scope", "branch", "document", "occurred_at"),
+    Index("mem_episodes_time", "scope", "branch", "occurred_at", "id"),
 )
 # ACL changes by seq. Reads apply the latest one whatever commit they read as of: the current
 # ACL decides who may read every version of an episode.
@@ -131,6 +138,14 @@ facts_t = Table(
     Column("quote", Text, nullable=False), Column("cites", Text, nullable=False),
     Column("written_by", Text, nullable=False),
     Index("mem_facts_entity", "scope", "branch", "entity", "predicate"),
+)
+# The episodes each fact row cites, one row per (fact, episode): lets a listing count and
+# page the facts a caller may see in SQL (browse.py) instead of loading the scope's facts.
+cites_t = Table(
+    "mem_fact_cites", md,
+    Column("scope", String(140), primary_key=True), Column("branch", String(64), primary_key=True),
+    Column("fact_id", String(48), primary_key=True),
+    Column("episode", String(64), primary_key=True), Column("seq", BigInteger, nullable=False),
 )
 # Events of advice runs and sessions (events.py): read by subject, or a scope's by kind.
 events_t = Table(
@@ -166,12 +181,14 @@ leases_t = Table(
     Column("until_us", BigInteger, nullable=False),
 )
 
+# Listing counts remembered (``_counted``), per scope, view and readable ACLs.
+COUNTS_KEPT = 512
 LEDGER_SNAPSHOT = "ledger_snapshot"
 PRINCIPALS_SNAPSHOT = "principals_snapshot"
 # The layout of the mem_* tables. An index of another layout is dropped and rebuilt from
 # the tables on open (it is derived; nothing is lost).
 SCHEMA_KEY = "schema"
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 
 
 class ReadIndex:
@@ -179,6 +196,8 @@ class ReadIndex:
         url = sqlalchemy_url(uri, setting="AMPUP_MEMORY_INDEX_URI")
         self.engine: Engine = create_engine(url, pool_pre_ping=True)
         self.dialect = self.engine.dialect.name
+        self._counts: dict[tuple[Any, ...], Any] = {}
+        self._counts_lock = threading.Lock()
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         with schema_lock(self.engine) as conn:  # servers starting together: one at a time
@@ -346,7 +365,7 @@ class ReadIndex:
             if entry.kind == DELETE:
                 # A deleted branch's rows leave the index (its commits stay in the ledger),
                 # so a branch made later under the same name starts empty.
-                for t in (episodes_t, facts_t, acl_t, events_t, reads_t):
+                for t in (episodes_t, facts_t, cites_t, acl_t, events_t, reads_t):
                     conn.execute(delete(t).where(t.c.scope == scope,
                                                  t.c.branch == entry.branch,
                                                  t.c.seq < entry.seq))
@@ -361,9 +380,15 @@ class ReadIndex:
             body_rows = [{"scope": scope, "body_ref": r, "body": b} for r, b in bodies]
             if body_rows:
                 conn.execute(self._insert(bodies_t).on_conflict_do_nothing(), body_rows)
+            facts = list(facts)
             fact_rows = [_fact_values(scope, f, entry) for f in facts]
             if fact_rows:
                 conn.execute(self._insert(facts_t).on_conflict_do_nothing(), fact_rows)
+            cite_rows = list({(f.branch, f.fact_id, e): {
+                "scope": scope, "branch": f.branch, "fact_id": f.fact_id, "episode": e,
+                "seq": entry.seq} for f in facts for e, _ in f.cites}.values())
+            if cite_rows:
+                conn.execute(self._insert(cites_t).on_conflict_do_nothing(), cite_rows)
             acl_rows = [{"scope": scope, "branch": e.branch, "id": e.id, "seq": entry.seq,
                          "acl": json.dumps(list(e.acl))} for e in acl_changes]
             if acl_rows:
@@ -552,6 +577,149 @@ class ReadIndex:
                         facts_t.c.scope == scope, cond,
                         tuple_(facts_t.c.entity, facts_t.c.predicate).in_(chunk))))
         return out
+
+    # -- browsing (browse.py): counts and pages in SQL, never the whole scope -----------------
+    # Who may read an episode is decided by ``acl.may_read`` alone, in Python, once per
+    # distinct current ACL of the view (``episode_acls``); these reads then take the set of
+    # ACL texts it allowed and only compare texts, so no copy of the rule lives in SQL.
+    def _text(self, col: Any) -> Any:
+        """Order and compare by code point on both backends (PostgreSQL's default collation
+        would order differently from SQLite and from Python)."""
+        return col.collate("C") if self.dialect == "postgresql" else col
+
+    def _view_episodes(self, scope: str, segs: Segments) -> Subquery:
+        """The view's episodes, one row each (held on two layers: the first layer's, as
+        ``_episodes``), ``acl`` being its current ACL text (as ``_current_acl``)."""
+        order = layers(segs)
+        parts = [select(episodes_t, literal(order[g.branch]).label("layer")).where(
+            episodes_t.c.scope == scope, self._in_segment(episodes_t, g)) for g in segs]
+        rows = (parts[0] if len(parts) == 1 else union_all(*parts)).subquery("rows")
+        if len(parts) > 1:
+            rank = func.row_number().over(partition_by=rows.c.id, order_by=rows.c.layer)
+            ranked = select(rows, rank.label("rank")).subquery("ranked")
+            rows = select(*[c for c in ranked.c if c.name != "rank"]).where(
+                ranked.c.rank == 1).subquery("rows1")
+        change = (select(acl_t.c.acl).where(
+            acl_t.c.scope == scope, acl_t.c.id == rows.c.id, acl_t.c.branch.in_(list(order)))
+            .order_by(case(order, value=acl_t.c.branch).desc(), acl_t.c.seq.desc())
+            .limit(1).scalar_subquery())
+        return select(*[c for c in rows.c if c.name != "acl"],
+                      func.coalesce(change, rows.c.acl).label("acl")).subquery("view_episodes")
+
+    def _counted(self, conn: Connection, key: tuple[Any, ...],
+                 count: Callable[[], Any]) -> Any:
+        """``count()``, remembered until a commit of the scope (``key[0]``) is applied:
+        the scope's rows change only then, so a repeated listing costs one small query."""
+        version = conn.execute(select(func.count()).where(
+            ledger_t.c.scope == key[0], ledger_t.c.applied.is_(True))).scalar()
+        full = (*key, version)
+        with self._counts_lock:
+            if full in self._counts:
+                return self._counts[full]
+        value = count()
+        with self._counts_lock:
+            if len(self._counts) >= COUNTS_KEPT:
+                self._counts.clear()
+            self._counts[full] = value
+        return value
+
+    def episode_acls(self, scope: str, segs: Segments) -> dict[str, int]:
+        """Each current ACL (as JSON text) of the view's episodes → how many carry it."""
+        v = self._view_episodes(scope, segs)
+        with self.engine.connect() as conn:
+            found: dict[str, int] = self._counted(conn, (scope, "acls", segs), lambda: {
+                str(a): int(n) for a, n in conn.execute(
+                    select(v.c.acl, func.count()).group_by(v.c.acl))})
+        return dict(found)
+
+    def episode_page(self, scope: str, segs: Segments, acls: Iterable[str], limit: int,
+                     after: EpisodeRecord | None = None) -> list[EpisodeRecord]:
+        """The view's episodes whose current ACL is one of ``acls``, newest ``occurred_at``
+        first then by id, from the one after ``after``; each with its current ACL."""
+        wanted = sorted(set(acls))
+        if not wanted:
+            return []
+        v = self._view_episodes(scope, segs)
+        stmt = select(v).where(v.c.acl.in_(wanted))
+        if after is not None:
+            t = to_us(after.occurred_at)
+            stmt = stmt.where(or_(v.c.occurred_at < t, and_(
+                v.c.occurred_at == t, self._text(v.c.id) > after.id)))
+        stmt = stmt.order_by(v.c.occurred_at.desc(), self._text(v.c.id)).limit(limit)
+        with self.engine.connect() as conn:
+            return [_episode_record(r._mapping) for r in conn.execute(stmt)]
+
+    def document_counts(self, scope: str, segs: Segments, acls: Iterable[str],
+                        documents: Iterable[str]) -> dict[str, int]:
+        """Each listed document → its versions in the view whose current ACL is in ``acls``."""
+        wanted, docs = sorted(set(acls)), sorted(set(documents))
+        if not wanted or not docs:
+            return {}
+        v = self._view_episodes(scope, segs)
+        stmt = (select(v.c.document, func.count()).where(v.c.acl.in_(wanted),
+                                                         v.c.document.in_(docs))
+                .group_by(v.c.document))
+        with self.engine.connect() as conn:
+            return {str(d): int(n) for d, n in conn.execute(stmt)}
+
+    def _visible_facts(self, scope: str, segs: Segments, acls: list[str], *,
+                       whole: bool = False) -> Subquery:
+        """(entity, predicate) of every fact row in the view all of whose cited episodes
+        are the view's episodes with a current ACL in ``acls`` (``visible_facts``' rule).
+        ``whole``: for reading every row (counts), the hidden facts are found in one pass
+        over the cites; else row by row (a page stops early)."""
+        v = self._view_episodes(scope, segs)
+        parts: list[Select[Any]] = []
+        for g in segs:
+            shown: ColumnElement[bool]
+            if whole:
+                hidden = select(cites_t.c.fact_id).where(
+                    cites_t.c.scope == scope, cites_t.c.branch == g.branch,
+                    cites_t.c.episode.not_in(select(v.c.id).where(v.c.acl.in_(acls))))
+                shown = facts_t.c.fact_id.not_in(hidden)
+            else:  # each cite looked up: no set of readable ids is built
+                shown = ~select(cites_t.c.episode).where(
+                    cites_t.c.scope == scope, cites_t.c.branch == facts_t.c.branch,
+                    cites_t.c.fact_id == facts_t.c.fact_id,
+                    ~select(v.c.id).where(v.c.id == cites_t.c.episode,
+                                          v.c.acl.in_(acls)).exists()).exists()
+            parts.append(select(facts_t.c.entity, facts_t.c.predicate).where(
+                facts_t.c.scope == scope, self._in_segment(facts_t, g), shown))
+        return (parts[0] if len(parts) == 1 else union_all(*parts)).subquery("visible")
+
+    def fact_counts(self, scope: str, segs: Segments, acls: Iterable[str]) -> tuple[int, int]:
+        """(fact versions, entities) visible in the view with the readable ``acls``."""
+        wanted = sorted(set(acls))
+        if not wanted:
+            return 0, 0
+        f = self._visible_facts(scope, segs, wanted, whole=True)
+        with self.engine.connect() as conn:
+            versions, entities = self._counted(
+                conn, (scope, "facts", segs, tuple(wanted)), lambda: conn.execute(
+                    select(func.count(), func.count(f.c.entity.distinct()))).one())
+        return int(versions), int(entities)
+
+    def entity_page(self, scope: str, segs: Segments, acls: Iterable[str], limit: int,
+                    after: str | None = None) -> list[tuple[str, dict[str, int]]]:
+        """The next ``limit`` entities (by code point, after ``after``) with visible facts,
+        each with its predicates and how many visible versions each holds."""
+        wanted = sorted(set(acls))
+        if not wanted:
+            return []
+        f = self._visible_facts(scope, segs, wanted)
+        names = select(f.c.entity).group_by(f.c.entity)
+        if after is not None:
+            names = names.where(self._text(f.c.entity) > after)
+        names = names.order_by(self._text(f.c.entity)).limit(limit)
+        per: dict[str, dict[str, int]] = {}
+        with self.engine.connect() as conn:
+            page = [str(n) for n in conn.execute(names).scalars()]
+            if page:
+                stmt = (select(f.c.entity, f.c.predicate, func.count())
+                        .where(f.c.entity.in_(page)).group_by(f.c.entity, f.c.predicate))
+                for entity, predicate, n in conn.execute(stmt):
+                    per.setdefault(str(entity), {})[str(predicate)] = int(n)
+        return [(n, per.get(n, {})) for n in page]
 
     # -- events (advice runs and sessions) -------------------------------------------------------
     def events_of(self, subjects: Iterable[str]) -> list[EventRecord]:

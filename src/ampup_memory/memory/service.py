@@ -212,6 +212,14 @@ class MemoryService:
         found = self.index.episodes(scope, segs, ids)
         return {i: rec for i, rec in found.items() if may_read(principal, rec.acl)}
 
+    def readable_acls(self, principal: Principal, view: View) -> tuple[set[str], int]:
+        """The current ACLs (as the read index's JSON texts) of the view's episodes that the
+        caller may read, and how many episodes carry them: ``readable_episodes``' decision
+        taken once per distinct ACL, so listings can count and page in the index."""
+        found = self.index.episode_acls(str(view.scope), view.segments)
+        ok = {text for text in found if may_read(principal, json.loads(text))}
+        return ok, sum(found[text] for text in ok)
+
     # -- episodes -----------------------------------------------------------------------------
     def write_episode(self, user: str, req: WriteEpisode) -> tuple[str, LedgerEntry | None,
                                                                    str]:

@@ -51,6 +51,7 @@ from ampup_memory.memory.readindex import (
     ReadIndex,
     acl_t,
     bodies_t,
+    cites_t,
     episodes_t,
     events_t,
     facts_t,
@@ -389,7 +390,7 @@ class Workspaces:
         # Its commits stay in the ledger (ids, authors, counts: no content), as a deleted
         # branch's do; the index mirrors the ledger, so only the scope's rows go.
         with self.index.engine.begin() as conn:
-            for t in (episodes_t, acl_t, bodies_t, facts_t, events_t):
+            for t in (episodes_t, acl_t, bodies_t, facts_t, cites_t, events_t):
                 conn.execute(delete(t).where(t.c.scope == str(scope)))
         for listener in self.dropped:
             listener(str(scope))

@@ -92,6 +92,14 @@ class PassRecord:
     transitions: dict[str, int]
     purged: int
     dry_run: bool = False
+    # How many cells were in each status (active, stale, archived, deleted) when the pass
+    # ended; empty for passes recorded before the history kept it.
+    states: dict[str, int] = field(default_factory=dict)
+
+
+# The lifecycle history keeps this many passes (the newest); older ones are dropped as
+# new ones are recorded, so the history stays small whatever the timer's interval.
+PASS_HISTORY = 1000
 
 
 @dataclass(frozen=True)
@@ -175,8 +183,9 @@ class CellStore(Protocol):
 
     def revoke_key(self, key_id: str, now: datetime) -> bool: ...
 
-    def record_pass(self, record: PassRecord) -> None:
-        """Append a finished lifecycle pass to the history."""
+    def record_pass(self, record: PassRecord, keep: int = PASS_HISTORY) -> None:
+        """Append a finished lifecycle pass to the history, which keeps the newest
+        ``keep`` passes."""
         ...
 
     def recent_passes(self, limit: int) -> list[PassRecord]:
@@ -184,6 +193,10 @@ class CellStore(Protocol):
         ...
 
     def count(self) -> int: ...
+
+    def status_counts(self) -> dict[str, int]:
+        """How many cells hold each lifecycle status (statuses with none are left out)."""
+        ...
 
     # -- embedding model (amp/reembed.py keeps the vectors in one space) ----------------
 

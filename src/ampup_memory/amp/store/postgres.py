@@ -32,6 +32,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import Status, StoredCell, to_utc
 from ampup_memory.amp.store.base import (
+    PASS_HISTORY,
     CellFilter,
     Change,
     EmbeddingSource,
@@ -137,7 +138,8 @@ SCHEMA = (
         evaluated integer NOT NULL,
         transitions text NOT NULL,
         purged integer NOT NULL,
-        dry_run boolean NOT NULL
+        dry_run boolean NOT NULL,
+        states text
     )""",
     "CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes (started_at)",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
@@ -259,6 +261,14 @@ class PostgresStore:
                     conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     for statement in SCHEMA:
                         conn.execute(statement)
+                    # A store made before passes kept their states. Checked first: ALTER
+                    # TABLE locks the table even when the column is there.
+                    if conn.execute(
+                        "SELECT 1 FROM information_schema.columns WHERE table_schema ="
+                        " current_schema() AND table_name = 'lifecycle_passes'"
+                        " AND column_name = 'states'"
+                    ).fetchone() is None:
+                        conn.execute("ALTER TABLE lifecycle_passes ADD COLUMN states text")
                     storage = conn.execute(
                         "SELECT attstorage FROM pg_attribute"
                         " WHERE attrelid = 'cells'::regclass AND attname = 'embedding'"
@@ -627,12 +637,19 @@ class PostgresStore:
 
     # -- lifecycle history ----------------------------------------------------------------
 
-    def record_pass(self, record: PassRecord) -> None:
+    def record_pass(self, record: PassRecord, keep: int = PASS_HISTORY) -> None:
         with self._conn() as conn:
             self._execute(
                 conn,
-                f"INSERT INTO lifecycle_passes ({PASS_COLS}) VALUES (%s,%s,%s,%s,%s,%s,%s)",
+                f"INSERT INTO lifecycle_passes ({PASS_COLS})"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s)",
                 pass_params(record),
+            )
+            self._execute(
+                conn,
+                "DELETE FROM lifecycle_passes WHERE id NOT IN (SELECT id FROM"
+                " lifecycle_passes ORDER BY started_at DESC, id DESC LIMIT %s)",
+                (keep,),
             )
 
     def recent_passes(self, limit: int) -> list[PassRecord]:
@@ -649,6 +666,11 @@ class PostgresStore:
         with self._conn() as conn:
             row = conn.execute("SELECT count(*) FROM cells").fetchone()
         return int(row[0]) if row else 0
+
+    def status_counts(self) -> dict[str, int]:
+        with self._conn() as conn:
+            rows = conn.execute("SELECT status, count(*) FROM cells GROUP BY status").fetchall()
+        return {str(s): int(n) for s, n in rows}
 
     # -- embedding model ------------------------------------------------------------------
 

@@ -33,7 +33,8 @@ MODEL_DIMENSIONS_KEY = "embedding_model_dimensions"
 
 CELL_COLS = "doc, access_count, last_accessed_at, stale_since, deleted_at"
 KEY_COLS = "key_id, agent_id, key_hash, admin, created_at, expires_at, revoked_at, user_id"
-PASS_COLS = "started_at, finished_at, holder, evaluated, transitions, purged, dry_run"
+PASS_COLS = ("started_at, finished_at, holder, evaluated, transitions, purged, dry_run,"
+             " states")
 
 
 @dataclass(frozen=True)
@@ -213,7 +214,7 @@ def pass_params(record: PassRecord) -> tuple[Any, ...]:
     return (
         format_time(record.started_at), format_time(record.finished_at), record.holder,
         record.evaluated, json.dumps(record.transitions, separators=(",", ":")),
-        record.purged, record.dry_run,
+        record.purged, record.dry_run, json.dumps(record.states, separators=(",", ":")),
     )
 
 
@@ -221,8 +222,10 @@ def pass_from_row(row: Sequence[Any]) -> PassRecord:
     started, finished = parse_time(row[0]), parse_time(row[1])
     assert started is not None and finished is not None  # NOT NULL columns
     transitions = json.loads(row[4]) if isinstance(row[4], str) else row[4]
+    states = json.loads(row[7]) if isinstance(row[7], str) else row[7] or {}
     return PassRecord(
         started_at=started, finished_at=finished, holder=row[2], evaluated=int(row[3]),
         transitions={str(k): int(v) for k, v in transitions.items()},
         purged=int(row[5]), dry_run=bool(row[6]),
+        states={str(k): int(v) for k, v in states.items()},
     )

@@ -20,6 +20,7 @@ from ampup_memory.amp.access import Guard
 from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import Status, StoredCell
 from ampup_memory.amp.store.base import (
+    PASS_HISTORY,
     CellFilter,
     Change,
     EmbeddingSource,
@@ -133,7 +134,8 @@ CREATE TABLE IF NOT EXISTS lifecycle_passes (
     evaluated INTEGER NOT NULL,
     transitions TEXT NOT NULL,
     purged INTEGER NOT NULL,
-    dry_run INTEGER NOT NULL
+    dry_run INTEGER NOT NULL,
+    states TEXT
 );
 CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes(started_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -266,6 +268,9 @@ class SQLiteStore:
         with self._write_lock:
             conn.executescript(SCHEMA)
             _add_search_columns(conn)
+            if "states" not in {r[1] for r in conn.execute(
+                    "PRAGMA table_info(lifecycle_passes)")}:  # made before it kept states
+                conn.execute("ALTER TABLE lifecycle_passes ADD COLUMN states TEXT")
 
     # -- connections ----------------------------------------------------------------------
 
@@ -564,12 +569,15 @@ class SQLiteStore:
 
     # -- lifecycle history ----------------------------------------------------------------
 
-    def record_pass(self, record: PassRecord) -> None:
+    def record_pass(self, record: PassRecord, keep: int = PASS_HISTORY) -> None:
         with self._write() as conn:
             conn.execute(
-                f"INSERT INTO lifecycle_passes ({PASS_COLS}) VALUES (?,?,?,?,?,?,?)",
+                f"INSERT INTO lifecycle_passes ({PASS_COLS}) VALUES (?,?,?,?,?,?,?,?)",
                 pass_params(record),
             )
+            conn.execute(
+                "DELETE FROM lifecycle_passes WHERE seq NOT IN (SELECT seq FROM"
+                " lifecycle_passes ORDER BY started_at DESC, seq DESC LIMIT ?)", (keep,))
 
     def recent_passes(self, limit: int) -> list[PassRecord]:
         rows = self._conn().execute(
@@ -581,6 +589,10 @@ class SQLiteStore:
 
     def count(self) -> int:
         return int(self._conn().execute("SELECT count(*) FROM cells").fetchone()[0])
+
+    def status_counts(self) -> dict[str, int]:
+        rows = self._conn().execute("SELECT status, count(*) FROM cells GROUP BY status")
+        return {str(s): int(n) for s, n in rows.fetchall()}
 
     # -- embedding model ------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ function headers() {
   if (w.user) h["X-AmpUp-User"] = w.user;
   if (w.agent) h["X-AMP-Agent-ID"] = w.agent;
   if (w.key) h["X-AMP-API-Key"] = w.key;
+  if (w.admin) h["X-AMP-Admin-Token"] = w.admin;
   return h;
 }
 
@@ -424,7 +425,7 @@ async function pageCells(q) {
     location.hash = route("/cells", {owner: f.get("owner"), status: f.get("status")});
   });
   m.replaceChildren(title("AMP cells"), h("p", {class: "hint"},
-    "Cells this agent may read (GET /amp/v1/memories; listing is not a read, so no clock moves)."), form);
+    "Cells this agent may read (GET /amp-cells: the page GET /amp/v1/memories lists, with each cell's decay score; listing is not a read, so no clock moves)."), form);
   if (!who().agent) {
     m.append(h("p", {class: "empty"}, "AMP cells are read as an agent: name one above (Agent)."));
     return;
@@ -438,30 +439,90 @@ async function pageCells(q) {
     bar.style.width = `${(100 * counts[i].returned) / max}%`;
     return h("div", {class: "chart-row"}, h("span", {class: "label"}, s), h("span", {class: "track"}, bar),
       h("span", {class: "n"}, `${counts[i].returned}${counts[i].has_more ? "+" : ""}`));
-  })), h("p", {class: "hint"}, "States now. No route serves the states over past lifecycle passes, so "
-    + "there is no chart over time."));
+  })), h("p", {class: "hint"}, "Readable cells in each state now."));
+  m.append(await lifecycleHistory());
   const body = h("tbody", {});
   m.append(h("div", {class: "scroll"}, h("table", {id: "cells"}, h("thead", {}, h("tr", {},
-    ["Cell", "Owner", "Type", "Status", "Importance × confidence", "Decay rate", "Clock from", "Access", "Text"]
+    ["Cell", "Owner", "Type", "Status", "Decay score", "Importance × confidence", "Decay rate", "Clock from", "Access", "Text"]
       .map(c => h("th", {}, c)))), body)));
   const p = pager(async (offset) => {
-    const page = await get("/amp/v1/memories", {owner_id: owner, status, limit: PAGE, offset: offset || 0});
-    return {items: page.results, cursor: page.has_more ? page.offset + page.returned : null};
+    const page = await get("/amp-cells", {owner_id: owner, status, limit: PAGE, offset: offset || 0});
+    return {items: page.cells.map(x => ({...x, stale_below: page.stale_below})),
+      cursor: page.has_more ? page.offset + page.cells.length : null};
   }, (page) => {
-    for (const c of page.items) {
-      const l = c.lifecycle, s = c.scoring, a = c.access_policy;
-      const clock = [l.created_at, l.last_accessed_at, l.last_updated_at].filter(Boolean).sort().pop();
+    for (const x of page.items) {
+      const c = x.cell, l = c.lifecycle, s = c.scoring, a = c.access_policy;
+      const low = x.decay_score < x.stale_below;
       body.append(h("tr", {"data-cell": c.id}, h("td", {}, h("code", {}, short(c.id))),
         h("td", {}, `${c.identity.owner_type}:${c.identity.owner_id}`), h("td", {}, c.type),
         h("td", {}, h("span", {class: `pill ${l.status}`}, l.status)),
+        h("td", {class: `n decay${low ? " low" : ""}`, title: `stale below ${x.stale_below}`}, num(x.decay_score)),
         h("td", {class: "n"}, `${num(s.importance)} × ${num(s.confidence)}`), h("td", {class: "n"}, num(s.decay_rate)),
-        h("td", {}, when(clock)),
+        h("td", {}, when(x.decay_clock)),
         h("td", {}, a.public ? "public" : `read: ${(a.readable_by || []).join(" ") || "owner"}`),
         h("td", {}, String(c.content.text).slice(0, 160))));
     }
   });
   m.append(p.box);
   await p.next(0);
+}
+
+// The recent lifecycle passes (GET /amp-lifecycle, admin only: its counts cover every
+// owner's cells) as stacked bars of the cells in each status after each pass, oldest left.
+const SVG = "http://www.w3.org/2000/svg";
+function svg(tag, attrs, ...children) {
+  const el = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, String(v));
+  el.append(...children);
+  return el;
+}
+
+async function lifecycleHistory() {
+  const box = h("section", {id: "lifecycle"}, h("h2", {}, "Lifecycle over the recent passes"));
+  const hint = h("p", {class: "empty"}, "The lifecycle history counts every owner's cells: "
+    + "it is shown to an admin (Admin token, or an admin key).");
+  if (!who().admin && !who().key) {  // no admin credential: nothing to ask
+    box.append(hint);
+    return box;
+  }
+  let passes;
+  try {
+    passes = (await get("/amp-lifecycle", {limit: 30})).passes;
+  } catch (err) {
+    if (!(err instanceof ApiError) || (err.status !== 403 && err.status !== 401)) throw err;
+    box.append(hint);
+    return box;
+  }
+  const kept = passes.filter(p => Object.keys(p.states || {}).length).reverse();
+  if (!kept.length) {
+    box.append(h("p", {class: "empty"}, "No lifecycle pass recorded yet."));
+    return box;
+  }
+  const states = ["active", "stale", "archived", "deleted"];
+  const total = p => states.reduce((n, s) => n + (p.states[s] || 0), 0);
+  const top = Math.max(1, ...kept.map(total));
+  const W = 24, GAP = 6, H = 120, width = kept.length * (W + GAP) + GAP;
+  const chart = svg("svg", {viewBox: `0 0 ${width} ${H + 4}`, width, height: H + 4, role: "img",
+    "aria-label": "cells in each status after each lifecycle pass"});
+  kept.forEach((p, i) => {
+    let y = H;
+    const g = svg("g", {"data-pass": p.started_at});
+    g.append(svg("title", {}, `${when(p.started_at)}: ` + states.map(s => `${s} ${p.states[s] || 0}`).join(", ")));
+    for (const s of states) {
+      const n = p.states[s] || 0;
+      if (!n) continue;
+      const hgt = (H * n) / top;
+      y -= hgt;
+      g.append(svg("rect", {class: `st-${s}`, x: GAP + i * (W + GAP), y, width: W, height: hgt}));
+    }
+    chart.append(g);
+  });
+  const newest = kept[kept.length - 1];
+  box.append(h("div", {class: "scroll"}, chart), h("p", {class: "legend"}, states.map(s =>
+    h("span", {class: `key st-${s}`}, `${s} ${newest.states[s] || 0}`))),
+  h("p", {class: "hint"}, `${kept.length} passes, oldest left; the numbers are after the latest `
+    + `(${when(newest.started_at)}).`));
+  return box;
 }
 
 // -- advice ---------------------------------------------------------------------------------
@@ -481,14 +542,16 @@ async function pageAdvice(q) {
   m.append(h("h2", {}, "Situations"), map.situations.length ? table(["Category", "Situation", "Terms", "Size", "Runs you may read"],
     map.situations.map(s => h("tr", {}, h("td", {}, (map.categories.find(c => c.id === s.category) || {}).name || s.category),
       h("td", {}, s.name), h("td", {}, (s.terms || []).join(", ")), h("td", {class: "n"}, s.size),
-      h("td", {class: "n"}, (s.members || []).length))))
+      h("td", {class: "n", "data-members": (s.members || []).join(" ")}, (s.members || []).length))))
     : h("p", {class: "empty"}, "No situation map yet."));
   m.append(h("h2", {}, "Notes"), notes.notes.length ? h("div", {class: "notes"}, notes.notes.map(n => h("article", {class: "note"},
     h("div", {}, h("span", {class: `pill ${n.state}`}, n.state), " ", h("code", {}, n.key), " · ", n.situation),
     h("h3", {}, "When"), h("p", {}, n.when),
     h("h3", {}, "Steps"), h("ol", {}, (n.steps || []).map(s => h("li", {}, s))),
     h("h3", {}, "Pitfalls"), h("ul", {}, (n.pitfalls || []).map(s => h("li", {}, s))),
-    h("p", {class: "hint"}, Object.entries(n.evidence || {}).map(([k, v]) => `${k} ${v}`).join(" · ")))))
+    h("p", {class: "evidence"}, Object.entries(n.evidence || {}).map(([k, v]) => `${k} ${v}`).join(" · ")),
+    h("p", {class: "hint sources"}, `Learnt from ${(n.sources || []).length} session(s) you may read: `,
+      ...(n.sources || []).map(id => h("code", {"data-session": id}, short(id), " "))))))
     : h("p", {class: "empty"}, "No notes."));
 }
 
@@ -535,10 +598,12 @@ function init() {
   form.user.value = w.user || "";
   form.agent.value = w.agent || "";
   form.key.value = w.key || "";
+  form.admin.value = w.admin || "";
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     sessionStorage.setItem(WHO_KEY, JSON.stringify({
-      user: form.user.value.trim(), agent: form.agent.value.trim(), key: form.key.value.trim()}));
+      user: form.user.value.trim(), agent: form.agent.value.trim(), key: form.key.value.trim(),
+      admin: form.admin.value.trim()}));
     render();
   });
   window.addEventListener("hashchange", render);
