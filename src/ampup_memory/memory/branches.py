@@ -133,6 +133,13 @@ def create(svc: MemoryService, user: str, req: CreateBranch) -> dict[str, Any]:
 
         entry = svc._commit(scope, name, user, f"branch from {source}", [], [],
                             new_commit_id(), recheck=name_free, kind=BRANCH, parent=fork)
+    if source == MAIN and not view.at_commit:
+        # Forked from main's head as the commit landed (the compare-and-set asserted it):
+        # the marker is the branch's head, nothing is ahead or behind; the general answer
+        # would read that back in five ledger queries.
+        return {"scope": ns, "name": name, "head": entry.commit_id, "from": MAIN,
+                "base": entry.parent, "created_by": entry.author,
+                "created_at": utc_text(entry.committed_at), "ahead": 0, "behind": 0}
     return _branch_wire(svc.index, ns, name, entry)
 
 

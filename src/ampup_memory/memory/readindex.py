@@ -34,6 +34,7 @@ from sqlalchemy import (
     Table,
     Text,
     and_,
+    bindparam,
     case,
     create_engine,
     delete,
@@ -102,6 +103,19 @@ ledger_t = Table(
     Index("mem_ledger_chain", "scope", "branch", "seq"),
     Index("mem_ledger_pending", "scope", "applied"),
 )
+# The ledger look-ups every commit and branch creation makes, built once (building a
+# statement cost more than running it).
+_SCOPE: Any = bindparam("scope")
+_BRANCH: Any = bindparam("branch")
+_HEAD = (select(ledger_t.c.commit_id, ledger_t.c.seq)
+         .where(ledger_t.c.scope == _SCOPE, ledger_t.c.branch == _BRANCH)
+         .order_by(ledger_t.c.seq.desc()).limit(1))
+_CHAIN = select(func.count(), func.max(ledger_t.c.seq)).where(
+    ledger_t.c.scope == _SCOPE, ledger_t.c.branch == _BRANCH)
+_ENTRY = select(ledger_t).where(ledger_t.c.commit_id == bindparam("commit_id"))
+_MARKER = (select(ledger_t).where(ledger_t.c.scope == _SCOPE, ledger_t.c.branch == _BRANCH,
+                                  ledger_t.c.kind.in_((BRANCH, DELETE)))
+           .order_by(ledger_t.c.seq.desc()).limit(1))
 episodes_t = Table(
     "mem_episodes", md,
     Column("scope", String(140), primary_key=True), Column("branch", String(64), primary_key=True),
@@ -250,24 +264,19 @@ class ReadIndex:
         return int(value) if value is not None else None
 
     def head(self, scope: str, branch: str) -> Head | None:
-        stmt = (select(ledger_t.c.commit_id, ledger_t.c.seq)
-                .where(ledger_t.c.scope == scope, ledger_t.c.branch == branch)
-                .order_by(ledger_t.c.seq.desc()).limit(1))
         with self.engine.connect() as conn:
-            row = conn.execute(stmt).first()
+            row = conn.execute(_HEAD, {"scope": scope, "branch": branch}).first()
         return Head(row.commit_id, int(row.seq)) if row else None
 
     def chain_complete(self, scope: str, branch: str) -> bool:
         """Seq runs 1..n with no gap: the index holds the whole chain it knows the head of."""
-        stmt = select(func.count(), func.max(ledger_t.c.seq)).where(
-            ledger_t.c.scope == scope, ledger_t.c.branch == branch)
         with self.engine.connect() as conn:
-            count, top = conn.execute(stmt).one()
+            count, top = conn.execute(_CHAIN, {"scope": scope, "branch": branch}).one()
         return bool(count == (top or 0))
 
     def entry(self, commit_id: str) -> LedgerEntry | None:
         with self.engine.connect() as conn:
-            row = conn.execute(select(ledger_t).where(ledger_t.c.commit_id == commit_id)).first()
+            row = conn.execute(_ENTRY, {"commit_id": commit_id}).first()
         return _ledger_entry(row._mapping) if row else None
 
     def commit_seqs(self, scope: str, branch: str, commit_ids: Iterable[str]) -> dict[str, int]:
@@ -284,11 +293,8 @@ class ReadIndex:
 
     def marker(self, scope: str, branch: str) -> LedgerEntry | None:
         """The branch's latest creation or deletion row (None: never created)."""
-        stmt = (select(ledger_t).where(ledger_t.c.scope == scope, ledger_t.c.branch == branch,
-                                       ledger_t.c.kind.in_((BRANCH, DELETE)))
-                .order_by(ledger_t.c.seq.desc()).limit(1))
         with self.engine.connect() as conn:
-            row = conn.execute(stmt).first()
+            row = conn.execute(_MARKER, {"scope": scope, "branch": branch}).first()
         return _ledger_entry(row._mapping) if row else None
 
     def markers(self, scope: str) -> dict[str, LedgerEntry]:

@@ -29,6 +29,7 @@ from ampup_memory.search.index.base import (
     DocumentBatch,
     EpisodeRow,
     FactRow,
+    Hit,
     NewFact,
     NewPassage,
     PassageRow,
@@ -281,24 +282,58 @@ class SearchEngine:
         visible = self.visible(principal)
         owners = self._owners(scope, branch, cutoff)
         k = max(limit * 5, 50)
+        seen: dict[int, FactRow] = {}  # rows read so far (a view reads them to cut)
+
+        def held(nums: list[int]) -> set[int]:
+            missing = [n for n in nums if n not in seen]
+            seen.update((r.num, r) for r in self.index.facts(missing))
+            return {n for n in nums if n in seen and cutoff is not None
+                    and cutoff.holds_fact(seen[n])}
+
         while True:
             keyword: dict[int, float] = {}
             nearest: dict[int, float] = {}
             overlap: list[int] = []
             more = False  # a list came back full: the index may hold more candidates
-            for b in owners.branches:
-                found = self.index.keyword_facts(scope, b, terms, k, owners.upto.get(b))
-                near = self.index.nearest_facts(scope, b, vector, k) if vector else []
-                keyword.update(found)
-                nearest.update(near)
-                more |= len(found) >= k or len(near) >= k
-                if span is not None and not rest:
-                    over = self.index.facts_overlapping(scope, b, span[0], span[1], k)
-                    overlap += over
-                    more |= len(over) >= k
-            nums = set(keyword) | set(nearest) | set(overlap)
-            rows = [r for r in self.index.facts(nums)
-                    if r.kind != CLOSURE and (cutoff is None or cutoff.holds_fact(r))]
+            if cutoff is None:  # main: one space, the index's own top k
+                for b in owners.branches:
+                    found = self.index.keyword_facts(scope, b, terms, k, owners.upto.get(b))
+                    near = self.index.nearest_facts(scope, b, vector, k) if vector else []
+                    keyword.update(found)
+                    nearest.update(near)
+                    more |= len(found) >= k or len(near) >= k
+                    if span is not None and not rest:
+                        over = self.index.facts_overlapping(scope, b, span[0], span[1], k)
+                        overlap += over
+                        more |= len(over) >= k
+                nums = set(keyword) | set(nearest) | set(overlap)
+                rows = [r for r in self.index.facts(nums) if r.kind != CLOSURE]
+            else:
+                # A view is one space, as main is: its k best of each kind among the rows
+                # it holds. Each segment gives its k best held rows (asking its index for
+                # more when the cut removed some), and the view keeps the k best of all.
+                kinds: dict[str, list[Callable[[int], list[Hit]]]] = {}
+                firsts: dict[str, list[int]] = {}
+                for seg in cutoff.segments:
+                    for source, into in self._fact_sources(scope, seg.branch,
+                                                           owners.upto.get(seg.branch),
+                                                           terms, vector, span, rest):
+                        kinds.setdefault(into, []).append(source)
+                        firsts.setdefault(into, []).append(_first_k(seg, k))
+                for into, sources in kinds.items():
+                    got, full = _view_hits(sources, held, k, firsts[into],
+                                           None if into != "overlap"
+                                           else lambda n: _instant(seen[n].valid_from) if n in seen
+                                           else float("-inf"))
+                    more |= full
+                    if into == "overlap":
+                        overlap += list(got)
+                    else:
+                        (keyword if into == "keyword" else nearest).update(got)
+                keep = set(_best(keyword, k)) | set(_best(nearest, k))
+                keep.update(sorted(overlap, key=lambda n: (
+                    -_instant(seen[n].valid_from), n))[:k])
+                rows = [seen[n] for n in keep if seen[n].kind != CLOSURE]
             rows = owners.readable_facts(rows, visible)
             ends = self._eligible(scope, owners, rows, visible, as_of, span, cutoff)
             rows = [r for r in rows if r.num in ends]
@@ -328,6 +363,20 @@ class SearchEngine:
                 n for f in ranked for n in f.row.episode_nums)
         }
         return FactResults(ranked, window, terms, episodes)
+
+    def _fact_sources(self, scope: str, b: str, upto: int | None, terms: list[str],
+                      vector: list[float] | None, span: tuple[datetime, datetime] | None,
+                      rest: str) -> list[tuple[Callable[[int], list[Hit]], str]]:
+        """A segment's candidate lists, each as ``n`` → its ``n`` best hits."""
+        found: list[tuple[Callable[[int], list[Hit]], str]] = [
+            (lambda n: self.index.keyword_facts(scope, b, terms, n, upto), "keyword")]
+        if vector:
+            found.append((lambda n: self.index.nearest_facts(scope, b, vector, n), "nearest"))
+        if span is not None and not rest:
+            start, end = span
+            found.append((lambda n: [(x, 0.0) for x in self.index.facts_overlapping(
+                scope, b, start, end, n)], "overlap"))
+        return found
 
     def _eligible(
         self,
@@ -388,25 +437,61 @@ class SearchEngine:
         visible = self.visible(principal)
         owners = self._owners(scope, branch, cutoff)
         k = max(limit * 5, 50)
+        read: dict[int, PassageRow] = {}
+
+        def held_passages(nums: list[int]) -> set[int]:
+            assert cutoff is not None
+            read.update((p.num, p) for p in self.index.passages(
+                n for n in nums if n not in read))
+            rows = [read[n] for n in nums if n in read]
+            refs = owners.refs(p.episode_num for p in rows)
+            cut = cutoff.episodes({n: refs[n][1] for n in
+                                   {p.episode_num for p in rows} if n in refs})
+            return {p.num for p in rows if p.episode_num in cut}
+
         while True:
             keyword: dict[int, float] = {}
             nearest: dict[int, float] = {}
             more = False
-            for b in owners.branches:
-                found = self.index.keyword_passages(scope, b, terms, k, owners.upto.get(b))
-                near = self.index.nearest_passages(scope, b, vector, k)
-                keyword.update(found)
-                nearest.update(near)
-                more |= len(found) >= k or len(near) >= k
-            rows = owners.readable_passages(
-                self.index.passages(set(keyword) | set(nearest)), visible)
-            if cutoff is not None:
-                refs = owners.refs(p.episode_num for p in rows)
-                held = cutoff.episodes({n: refs[n][1] for n in
-                                        {p.episode_num for p in rows} if n in refs})
-                rows = [p for p in rows if p.episode_num in held]
-                if cutoff.layered:
+            if cutoff is None:
+                for b in owners.branches:
+                    found = self.index.keyword_passages(scope, b, terms, k,
+                                                        owners.upto.get(b))
+                    near = self.index.nearest_passages(scope, b, vector, k)
+                    keyword.update(found)
+                    nearest.update(near)
+                    more |= len(found) >= k or len(near) >= k
+                rows = self.index.passages(set(keyword) | set(nearest))
+            else:
+                # As for facts: each segment's k best held rows, then the view's k best.
+                by_words: list[Callable[[int], list[Hit]]] = []
+                by_meaning: list[Callable[[int], list[Hit]]] = []
+                firsts = [_first_k(seg, k) for seg in cutoff.segments]
+                for b in owners.branches:
+                    upto = owners.upto.get(b)
+
+                    def words(n: int, b: str = b, upto: int | None = upto) -> list[Hit]:
+                        return self.index.keyword_passages(scope, b, terms, n, upto)
+
+                    def meaning(n: int, b: str = b) -> list[Hit]:
+                        return self.index.nearest_passages(scope, b, vector, n)
+
+                    by_words.append(words)
+                    by_meaning.append(meaning)
+                got, full = _view_hits(by_words, held_passages, k, firsts)
+                keyword.update(got)
+                got, full2 = _view_hits(by_meaning, held_passages, k, firsts)
+                nearest.update(got)
+                more |= full or full2
+                rows = [read[n] for n in dict.fromkeys([*keyword, *nearest])]
+                if cutoff.layered:  # one copy of a passage held on two layers
                     rows = owners.one_copy(rows, cutoff)
+                    there = {p.num for p in rows}
+                    keyword = {n: v for n, v in keyword.items() if n in there}
+                    nearest = {n: v for n, v in nearest.items() if n in there}
+                keep = set(_best(keyword, k)) | set(_best(nearest, k))
+                rows = [p for p in rows if p.num in keep]
+            rows = owners.readable_passages(rows, visible)
             if len(rows) >= limit or not more or k >= MAX_K:
                 break
             k *= 4
@@ -426,6 +511,64 @@ class SearchEngine:
         ranked = [r for r in ranked if r.score > 0]
         ranked.sort(key=lambda r: (-r.score, r.episode.id, r.row.first_unit, r.row.num))
         return PassageResults(ranked[:limit], window, terms)
+
+
+def _best(hits: dict[int, float], k: int) -> list[int]:
+    """The ``k`` best hits (ties: the lower row number, as each backend breaks them
+    within one space)."""
+    found = list(hits.items())
+    if len(found) > k:
+        found = sorted(found, key=lambda h: (-h[1], h[0]))[:k]
+    return [n for n, _ in found]
+
+
+def _first_k(seg: Segment, k: int) -> int:
+    """How many hits to ask a segment for first: a segment cut before its branch's last
+    commit (a branch's base, a held commit) lists rows the view does not hold, so a
+    quarter more spares most second asks."""
+    return k + k // 4 if seg.upto < NO_LIMIT else k
+
+
+def _view_hits(sources: list[Callable[[int], list[Hit]]],
+               held: Callable[[list[int]], set[int]], k: int, first: list[int],
+               score: Callable[[int], float] | None = None,
+               ) -> tuple[dict[int, float], bool]:
+    """The view's ``k`` best hits of one kind, from its segments' lists (``source(n)``: a
+    segment's ``n`` best of all its rows, best first), and whether a list came back full.
+
+    The view holds only some of a segment's rows (its cut), so a segment whose list came
+    back full is asked for more while a row it did not list could still be among the
+    view's k best: while its last listed score is not below the k-th best held one. The
+    hits' order is ``score`` (a row number's) when given, else the scores listed."""
+    n = list(first)
+    lists: list[list[Hit]] = [[] for _ in sources]
+    lasts: list[float | None] = [None] * len(sources)  # a full list's last score
+    todo = list(range(len(sources)))
+    while True:
+        for i in todo:
+            hits = sources[i](n[i])
+            keep = held([h for h, _ in hits])
+            lists[i] = [(h, score(h) if score else v) for h, v in hits if h in keep]
+            lasts[i] = None
+            if hits and len(hits) >= n[i]:
+                lasts[i] = score(hits[-1][0]) if score else hits[-1][1]
+        pool = sorted((hit for found in lists for hit in found), key=lambda x: (-x[1], x[0]))
+        bar = pool[k - 1][1] if len(pool) >= k else float("-inf")
+        # A segment with k held rows listed has given all it can to the view's k best.
+        todo = [i for i, last in enumerate(lasts) if last is not None and last >= bar
+                and len(lists[i]) < k and n[i] < MAX_K]
+        if not todo:
+            return dict(pool[:k]), any(last is not None for last in lasts)
+        for i in todo:
+            # As many as the share held so far says k held rows need, and some more (rows
+            # already read are not read again).
+            held_now = len(lists[i])
+            grow = n[i] * 4 if held_now == 0 else int(n[i] * k / held_now * 1.25) + 8
+            n[i] = min(MAX_K, max(n[i] + 8, grow))
+
+
+def _instant(at: datetime | None) -> float:
+    return at.timestamp() if at is not None else float("-inf")
 
 
 class _Owners:
