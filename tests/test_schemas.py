@@ -430,11 +430,12 @@ def test_typed_queries_follow_commits_exactly(m: Memory) -> None:
         """New versions of a few attributes of ``entities``, each citing a random episode,
         posted by a reader of it (bob reads user:bob, carol the rest); the last commit."""
         facts: dict[str, list[dict[str, Any]]] = {"bob": [], "carol": []}
-        when = f"2025-{next(month):02d}-01T00:00:00Z"
+        m_no = next(month)
+        when = f"2025-{m_no:02d}-01T00:00:00Z"
         for opp in entities:
             for predicate in rng.sample(["stage", "amount", "owner", "competitors"], 2):
                 value = {"stage": rng.choice(STAGES), "owner": rng.choice(["ann", "ben"]),
-                         "amount": f"${rng.choice([20, 60, 90])}k",
+                         "amount": f"${m_no * 10 + rng.choice([0, 5])}k",  # grows
                          "competitors": rng.choice(["rivals", "others"])}[predicate]
                 acl = rng.choice(ACLS)
                 writer = "bob" if acl == ["user:bob"] else "carol"
@@ -480,6 +481,15 @@ def test_typed_queries_follow_commits_exactly(m: Memory) -> None:
                     {"attribute": "competitors", "op": "eq", "value": "rivals"}])
                 assert order == sorted(e for e, rec in want.items() if any(
                     v[0] == '"rivals"' for v in rec.get("competitors", []))), (user, name)
+                for op in ("eq", "ne"):
+                    order, _ = _answered(reader, scope, params, where=[
+                        {"attribute": "owner", "op": op, "value": "ann"}],
+                        order_by=[{"attribute": "amount"}, {"attribute": "entity"}])
+                    chosen = [e for e, rec in want.items() if "owner" in rec
+                              and (rec["owner"][0] == '"ann"') == (op == "eq")]
+                    assert order == sorted(chosen, key=lambda e: (
+                        "amount" not in want[e], json.loads(want[e]["amount"][0])[
+                            "amount"] if "amount" in want[e] else 0, e)), (user, name, op)
 
     post(opps[:4])
     first = post(opps[2:6])
