@@ -529,8 +529,9 @@ class ReadIndex:
             return stmt.order_by(facts_t.c.entity, facts_t.c.predicate).limit(limit)
 
         order = layers(segs)
+        memo: dict[Any, Any] = {}  # rows share citations and times: each parsed once
         with self.engine.connect() as conn:
-            found = [_fact_record(r._mapping, order[r.branch])
+            found = [_fact_record(r._mapping, order[r.branch], memo)
                      for r in self._each(conn, facts_t, segs, build)
                      if entity_prefix is None or r.entity.startswith(entity_prefix)]
         if len(segs) > 1:  # one order across segments, as one query would give it
@@ -879,13 +880,26 @@ def _read_record(row: Any, layer: int = 0) -> ReadMark:
     )
 
 
-def _fact_record(row: Any, layer: int = 0) -> FactRecord:
+def _fact_record(row: Any, layer: int = 0, memo: dict[Any, Any] | None = None) -> FactRecord:
+    """A fact row as a record; ``memo`` (one per read) parses each distinct citation list
+    and time once (the rows of a type share a few episodes and dates)."""
+    memo = {} if memo is None else memo
+    raw, start, end = row["cites"], row["valid_from"], row["valid_to"]
+    cites = memo.get(raw)
+    if cites is None:
+        cites = memo[raw] = tuple((e, int(u)) for e, u in json.loads(raw))
+    valid_from = memo.get(start)
+    if valid_from is None:
+        valid_from = memo[start] = from_us(start)
+    valid_to = None
+    if end is not None:
+        valid_to = memo.get(end)
+        if valid_to is None:
+            valid_to = memo[end] = from_us(end)
     return FactRecord(
         fact_id=row["fact_id"], kind=row["kind"], entity=row["entity"],
-        predicate=row["predicate"], value=row["value"],
-        valid_from=from_us(row["valid_from"]),
-        valid_to=from_us(row["valid_to"]) if row["valid_to"] is not None else None,
-        quote=row["quote"], cites=tuple((e, int(u)) for e, u in json.loads(row["cites"])),
+        predicate=row["predicate"], value=row["value"], valid_from=valid_from,
+        valid_to=valid_to, quote=row["quote"], cites=cites,
         written_by=row["written_by"], branch=row["branch"], commit_id=row["commit_id"],
         seq=int(row["seq"]), ord=int(row["ord"]), layer=layer,
     )
