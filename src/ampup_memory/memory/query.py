@@ -514,10 +514,14 @@ def _records_fold(base: _Stretch, ev: _Evaluated, at: datetime) -> _Stretch:
 def _column_fold(old: Column, records: Records, name: str, attr: Attribute | None,
                  touched: frozenset[str]) -> Column:
     """``old`` (the column before a fold) with the ``touched`` entities' values replaced
-    by theirs in ``records``: what :func:`_column` would build, without re-keying the rest."""
+    by theirs in ``records``: what :func:`_column` would build, without re-keying the rest
+    (the sorted keys are edited in place of a copy, each pair found by bisection)."""
+    if len(touched) * 2 > len(old.values):
+        return _column(records, name, attr)  # most of it changed: build it again
     values = dict(old.values)
     by_key = dict(old.by_key)
     least = dict(old.least)
+    keys, owners = list(old.keys), list(old.owners)
     for entity in touched:  # out with the old values (their sets copied, not changed)
         least.pop(entity, None)
         for v in values.pop(entity, ()):
@@ -528,7 +532,10 @@ def _column_fold(old: Column, records: Records, name: str, attr: Attribute | Non
                     del by_key[k]
                 else:
                     by_key[k] = held - {entity}
-    added: list[tuple[tuple[Any, ...], str]] = []
+            if k is not None:  # (k, entity) is one pair of the sorted run of k
+                lo, hi = bisect_left(keys, k), bisect_right(keys, k)
+                i = bisect_left(owners, entity, lo, hi)
+                del keys[i], owners[i]
     for entity in touched:  # in with the new
         found = records.get(entity, {}).get(name)
         if found is None or not found[1]:
@@ -538,15 +545,13 @@ def _column_fold(old: Column, records: Records, name: str, attr: Attribute | Non
             k = sort_key(attr, v)
             by_key[k] = by_key.get(k, set()) | {entity}
             if k is not None:
-                added.append((k, entity))
+                lo, hi = bisect_left(keys, k), bisect_right(keys, k)
+                i = bisect_left(owners, entity, lo, hi)
+                keys.insert(i, k)
+                owners.insert(i, entity)
                 if entity not in least or k < least[entity]:  # type: ignore[operator]
                     least[entity] = k
-    pairs = [(k, e) for k, e in zip(old.keys, old.owners, strict=True)
-             if e not in touched]
-    if added:
-        pairs.extend(added)
-        pairs.sort()  # two sorted runs: one merge
-    return Column(values, [k for k, _ in pairs], [e for _, e in pairs], by_key, least)
+    return Column(values, keys, owners, by_key, least)
 
 
 def _current_records(svc: MemoryService, principal: Principal, view: View,

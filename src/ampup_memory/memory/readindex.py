@@ -130,6 +130,8 @@ facts_t = Table(
     Column("quote", Text, nullable=False), Column("cites", Text, nullable=False),
     Column("written_by", Text, nullable=False),
     Index("mem_facts_entity", "scope", "branch", "entity", "predicate"),
+    # A commit's rows by seq (typed queries fold in the commits since a view's heads).
+    Index("mem_facts_commit", "scope", "branch", "seq"),
 )
 # Events of advice runs and sessions (events.py): read by subject, or a scope's by kind.
 events_t = Table(
@@ -165,6 +167,8 @@ leases_t = Table(
     Column("until_us", BigInteger, nullable=False),
 )
 
+# Indexes added to a layout without changing it: made on open where missing.
+ADDED_INDEXES = [i for i in facts_t.indexes if i.name == "mem_facts_commit"]
 LEDGER_SNAPSHOT = "ledger_snapshot"
 PRINCIPALS_SNAPSHOT = "principals_snapshot"
 # The layout of the mem_* tables. An index of another layout is dropped and rebuilt from
@@ -185,6 +189,8 @@ class ReadIndex:
             found = conn.execute(select(meta_t.c.value).where(meta_t.c.key == SCHEMA_KEY))
             if found.scalar() != SCHEMA_VERSION:
                 self._reset(conn)
+            for index in ADDED_INDEXES:  # an index kept by an earlier release lacks them
+                index.create(conn, checkfirst=True)
 
     def _reset(self, conn: Connection) -> None:
         md.drop_all(conn, checkfirst=True)
