@@ -289,9 +289,8 @@ def _grow(svc: MemoryService, old: _Rows, key: tuple[Any, ...], prefix: str | No
     added: list[FactRecord] = []
     for layer, (a, b) in enumerate(zip(old.key[1], segs, strict=True)):
         if a.upto < b.upto:
-            got = svc.index.facts(ns, (Segment(b.branch, a.upto, b.upto),), None, None,
-                                  entity_prefix=prefix, predicates=predicates)
-            added.extend(replace(f, layer=layer) if layer else f for f in got)
+            added.extend(svc.index.facts_between(ns, Segment(b.branch, a.upto, b.upto), layer,
+                                                 entity_prefix=prefix, predicates=predicates))
     by_pair = dict(old.by_pair)
     touched: set[Pair] = set()
     new_cites: dict[str, set[Pair]] = {}
@@ -516,8 +515,6 @@ def _column_fold(old: Column, records: Records, name: str, attr: Attribute | Non
     """``old`` (the column before a fold) with the ``touched`` entities' values replaced
     by theirs in ``records``: what :func:`_column` would build, without re-keying the rest
     (the sorted keys are edited in place of a copy, each pair found by bisection)."""
-    if len(touched) * 2 > len(old.values):
-        return _column(records, name, attr)  # most of it changed: build it again
     values = dict(old.values)
     by_key = dict(old.by_key)
     least = dict(old.least)
