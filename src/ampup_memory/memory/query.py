@@ -23,7 +23,7 @@ import threading
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Literal
@@ -242,11 +242,13 @@ def _sorted(items: list[Any], orders: list[tuple[Callable[[Any], Key], bool]]) -
 
 
 # The fact rows a typed query reads, per view as of its heads: a view's rows up to a
-# commit never change, so a repeated query (dashboards) reads them once. Rows only: who may
+# commit never change, so a repeated query (dashboards) reads them once, and a view whose
+# heads moved on reads only the rows of the commits since (``_grow``). Rows only: who may
 # see which is decided per call by MemoryService.visible_facts.
 _ROWS: OrderedDict[tuple[Any, ...], _Rows] = OrderedDict()
 _ROWS_LOCK = threading.Lock()
 ROW_CACHE = 4
+Pair = tuple[str, str]  # (entity, predicate)
 
 
 @dataclass(frozen=True)
@@ -254,6 +256,62 @@ class _Rows:
     key: tuple[Any, ...]  # the view's resolved heads, type and predicates
     rows: list[FactRecord]
     cited: frozenset[str]  # the episodes the rows cite
+    by_pair: dict[Pair, list[FactRecord]]  # the rows of each (entity, predicate)
+    by_episode: dict[str, frozenset[Pair]]  # the pairs with a row citing each episode
+    base: _Rows | None = None  # grown from these rows (the view at earlier heads) ...
+    touched: frozenset[Pair] = frozenset()  # ... by rows of these pairs
+
+
+def _indexed(key: tuple[Any, ...], rows: list[FactRecord]) -> _Rows:
+    by_pair: dict[Pair, list[FactRecord]] = {}
+    by_episode: dict[str, set[Pair]] = {}
+    for f in rows:
+        pair = (f.entity, f.predicate)
+        by_pair.setdefault(pair, []).append(f)
+        for e, _ in f.cites:
+            by_episode.setdefault(e, set()).add(pair)
+    return _Rows(key, rows, frozenset(by_episode), by_pair,
+                 {e: frozenset(p) for e, p in by_episode.items()})
+
+
+def _grown_from(old: tuple[Segment, ...], new: tuple[Segment, ...]) -> bool:
+    """``new`` is ``old`` with some segments reaching further (later heads, same chain)."""
+    return len(old) == len(new) and all(
+        a.branch == b.branch and a.after == b.after and a.upto <= b.upto
+        for a, b in zip(old, new, strict=True))
+
+
+def _grow(svc: MemoryService, old: _Rows, key: tuple[Any, ...], prefix: str | None,
+          predicates: list[str] | set[str] | None) -> _Rows:
+    """``old`` and the rows of the commits after its heads up to ``key``'s: each grown
+    segment's new commits read by seq range, folded into copies of the indexes."""
+    ns, segs = key[0], key[1]
+    added: list[FactRecord] = []
+    for layer, (a, b) in enumerate(zip(old.key[1], segs, strict=True)):
+        if a.upto < b.upto:
+            added.extend(svc.index.facts_between(ns, Segment(b.branch, a.upto, b.upto), layer,
+                                                 entity_prefix=prefix, predicates=predicates))
+    by_pair = dict(old.by_pair)
+    touched: set[Pair] = set()
+    new_cites: dict[str, set[Pair]] = {}
+    for f in added:
+        pair = (f.entity, f.predicate)
+        if pair not in touched:  # copy on write: ``old`` stays as it was
+            touched.add(pair)
+            by_pair[pair] = list(by_pair.get(pair, ()))
+        by_pair[pair].append(f)
+        for e, _ in f.cites:
+            new_cites.setdefault(e, set()).add(pair)
+    by_episode = dict(old.by_episode)
+    for e, pairs in new_cites.items():
+        by_episode[e] = by_episode.get(e, frozenset()) | pairs
+    return _Rows(key, old.rows + added, old.cited.union(new_cites), by_pair, by_episode,
+                 _unlinked(old), frozenset(touched))
+
+
+def _unlinked(rows: _Rows) -> _Rows:
+    """``rows`` without its own base (the chain of bases stays one link long)."""
+    return rows if rows.base is None else replace(rows, base=None, touched=frozenset())
 
 
 def _rows(svc: MemoryService, view: View, prefix: str | None,
@@ -273,11 +331,17 @@ def _rows(svc: MemoryService, view: View, prefix: str | None,
         if hit is not None:
             _ROWS.move_to_end(key)
             return hit
+        # the same view at earlier heads, the furthest along: grown instead of read again
+        bases = [r for k, r in _ROWS.items() if k[0] == ns and k[2:] == key[2:]
+                 and _grown_from(k[1], key[1])]
+        base = max(bases, key=lambda r: sum(s.upto for s in r.key[1]), default=None)
     if svc.index.pending(ns):
         return None
-    rows = svc.index.facts(ns, tuple(segs), None, None, entity_prefix=prefix,
-                           predicates=predicates)
-    found = _Rows(key, rows, frozenset(e for f in rows for e, _ in f.cites))
+    if base is not None:
+        found = _grow(svc, base, key, prefix, predicates)
+    else:
+        found = _indexed(key, svc.index.facts(ns, key[1], None, None, entity_prefix=prefix,
+                                              predicates=predicates))
     with _ROWS_LOCK:
         _ROWS[key] = found
         while len(_ROWS) > ROW_CACHE:
@@ -289,26 +353,35 @@ def _rows(svc: MemoryService, view: View, prefix: str | None,
 # visible (entity, attribute), and per stretch of time between two window boundaries (the
 # current values cannot change inside one) the entities' current values, decoded. A repeated
 # query then only tests its conditions and orders; who sees what is still decided per call
-# (the caller's readable episodes, MemoryService.readable_episodes, pick the entry).
+# (the caller's readable episodes, MemoryService.readable_episodes, pick the entry). After a
+# commit (rows grown, ``_grow``) or an ACL change, the evaluation, the current values and
+# the columns of the view at its earlier heads are copied and only the (entity, attribute)
+# pairs with new rows or with a citation whose visibility changed are evaluated again.
 Attr = tuple[list[Window[FactRecord]], list[Any]]  # current windows, their decoded values
 Records = dict[str, dict[str, Attr]]
+Interval = tuple[datetime | None, datetime | None]  # [start, end): None is unbounded
 
 
 @dataclass
 class _Stretch:
     """The entities' current values in one stretch of time, and the attributes' columns
-    (sort keys and indexes) built from them as queries ask for them."""
+    (sort keys and indexes) built from them as queries ask for them (or folded from the
+    columns of the stretch this one was folded from: ``base``, minus ``touched``)."""
 
     records: Records
     columns: dict[tuple[Any, ...], Column] = field(default_factory=dict)
+    base: dict[tuple[Any, ...], Column] = field(default_factory=dict)
+    touched: frozenset[str] = frozenset()  # entities whose values differ from base's
 
     def column(self, name: str, attr: Attribute | None) -> Column:
         key = (name, attr.type if attr else None,  # what sort_key reads of the attribute
                tuple(attr.values) if attr is not None and attr.values else None)
         with _ROWS_LOCK:
             hit = self.columns.get(key)
+            base = self.base.pop(key, None) if hit is None else None
         if hit is None:
-            hit = _column(self.records, name, attr)
+            hit = (_column(self.records, name, attr) if base is None
+                   else _column_fold(base, self.records, name, attr, self.touched))
             with _ROWS_LOCK:
                 self.columns[key] = hit
         return hit
@@ -316,78 +389,222 @@ class _Stretch:
 
 @dataclass
 class _Evaluated:
-    lines: dict[tuple[str, str], list[list[Window[FactRecord]]]]
+    lines: dict[Pair, list[list[Window[FactRecord]]]]
     bounds: list[datetime]
-    at: OrderedDict[int, _Stretch] = field(default_factory=OrderedDict)
+    at: OrderedDict[Interval, _Stretch] = field(default_factory=OrderedDict)
+    base: dict[Interval, _Stretch] = field(default_factory=dict)  # folded from these ...
+    touched: frozenset[Pair] = frozenset()  # ... with these pairs evaluated again
 
 
 _EVALUATED: OrderedDict[tuple[Any, ...], _Evaluated] = OrderedDict()
 STRETCHES = 8
 
 
-def _evaluate(groups: dict[tuple[str, str], list[FactRecord]],
-              schema: Schema | None) -> _Evaluated:
-    pairs = schema.many_pairs() if schema is not None else frozenset()
-    found: dict[tuple[str, str], list[list[Window[FactRecord]]]] = {}
+def _lines_of(pairs: frozenset[Pair], key: Pair,
+              versions: list[FactRecord]) -> list[list[Window[FactRecord]]]:
+    many = bool(pairs) and (key[0].partition(":")[0], key[1]) in pairs
+    return lines(versions, many)
+
+
+def _add_bounds(bounds: set[datetime], found: list[list[Window[FactRecord]]]) -> None:
+    for line in found:
+        for w in line:
+            if w.version.valid_from is not None:  # None: from the beginning
+                bounds.add(w.version.valid_from)
+            if w.end is not None:
+                bounds.add(w.end)
+
+
+def _evaluate(groups: dict[Pair, list[FactRecord]], pairs: frozenset[Pair]) -> _Evaluated:
+    found: dict[Pair, list[list[Window[FactRecord]]]] = {}
     bounds: set[datetime] = set()
     for key, versions in groups.items():
         if key[0] == SCHEMA_ENTITY:
             continue  # the schema's bookkeeping
-        many = bool(pairs) and (key[0].partition(":")[0], key[1]) in pairs
-        found[key] = lines(versions, many)
-        for line in found[key]:
-            for w in line:
-                if w.version.valid_from is not None:  # None: from the beginning
-                    bounds.add(w.version.valid_from)
-                if w.end is not None:
-                    bounds.add(w.end)
+        found[key] = _lines_of(pairs, key, versions)
+        _add_bounds(bounds, found[key])
     return _Evaluated(found, sorted(bounds))
+
+
+def _fold(old: _Evaluated, groups: dict[Pair, list[FactRecord]], pairs: frozenset[Pair],
+          touched: frozenset[Pair]) -> _Evaluated:
+    """``old`` with the ``touched`` pairs evaluated again from their visible versions
+    (``groups``; a pair missing there has none left). The boundaries only grow: a stale one
+    splits a stretch in two equal halves, a missing one would merge two different ones."""
+    found = dict(old.lines)
+    bounds = set(old.bounds)
+    for key in touched:
+        versions = groups.get(key)
+        if key[0] == SCHEMA_ENTITY or not versions:
+            found.pop(key, None)
+            continue
+        found[key] = _lines_of(pairs, key, versions)
+        _add_bounds(bounds, found[key])
+    with _ROWS_LOCK:
+        base = dict(old.at)
+    return _Evaluated(found, sorted(bounds), base=base, touched=touched)
+
+
+def _interval(bounds: list[datetime], at: datetime) -> Interval:
+    i = bisect_right(bounds, at)
+    return (bounds[i - 1] if i else None, bounds[i] if i < len(bounds) else None)
+
+
+def _holds(iv: Interval, at: datetime) -> bool:
+    return (iv[0] is None or iv[0] <= at) and (iv[1] is None or at < iv[1])
+
+
+def _attr_at(found: list[list[Window[FactRecord]]], at: datetime) -> Attr | None:
+    windows = [w for line in found if (w := current(line, at)) is not None]
+    if not windows:
+        return None
+    return windows, [json.loads(w.version.value) for w in windows if w.version.value is not None]
 
 
 def _records_at(ev: _Evaluated, at: datetime) -> _Stretch:
     """Each entity's current values at ``at`` (newest-wins, facts.current), decoded; the
     entities in order (what find: entities lists by default)."""
-    stretch = bisect_right(ev.bounds, at)
+    iv = _interval(ev.bounds, at)
     with _ROWS_LOCK:
-        hit = ev.at.get(stretch)
+        hit = ev.at.get(iv)
+        base = None if hit is not None else next(
+            (s for b, s in ev.base.items() if _holds(b, at)), None)
     if hit is not None:
         return hit
-    records: Records = {}
-    for (entity, predicate), found in sorted(ev.lines.items()):
-        windows = [w for line in found if (w := current(line, at)) is not None]
-        if windows:
-            records.setdefault(entity, {})[predicate] = (windows, [
-                json.loads(w.version.value) for w in windows if w.version.value is not None])
-    made = _Stretch(records)
+    if base is not None:  # the stretch holding ``at`` before the fold: only touched change
+        made = _records_fold(base, ev, at) if ev.touched else base
+    else:
+        records: Records = {}
+        for (entity, predicate), found in sorted(ev.lines.items()):
+            got = _attr_at(found, at)
+            if got is not None:
+                records.setdefault(entity, {})[predicate] = got
+        made = _Stretch(records)
     with _ROWS_LOCK:
-        ev.at[stretch] = made
+        ev.at[iv] = made
         while len(ev.at) > STRETCHES:
             ev.at.popitem(last=False)
     return made
 
 
+def _records_fold(base: _Stretch, ev: _Evaluated, at: datetime) -> _Stretch:
+    records = dict(base.records)
+    copied: set[str] = set()
+    for entity, predicate in ev.touched:
+        if entity not in copied:  # copy on write: ``base`` stays as it was
+            copied.add(entity)
+            records[entity] = dict(records.get(entity, {}))
+        found = ev.lines.get((entity, predicate))
+        got = _attr_at(found, at) if found is not None else None
+        if got is None:
+            records[entity].pop(predicate, None)
+        else:
+            records[entity][predicate] = got
+    for entity in copied:
+        if not records[entity]:
+            del records[entity]
+    if not copied <= base.records.keys():  # new entities: back in entity order
+        records = {e: records[e] for e in sorted(records)}
+    with _ROWS_LOCK:
+        columns = dict(base.columns)
+    return _Stretch(records, base=columns, touched=frozenset(copied))
+
+
+def _column_fold(old: Column, records: Records, name: str, attr: Attribute | None,
+                 touched: frozenset[str]) -> Column:
+    """``old`` (the column before a fold) with the ``touched`` entities' values replaced
+    by theirs in ``records``: what :func:`_column` would build, without re-keying the rest
+    (the sorted keys are edited in place of a copy, each pair found by bisection)."""
+    values = dict(old.values)
+    by_key = dict(old.by_key)
+    least = dict(old.least)
+    keys, owners = list(old.keys), list(old.owners)
+    for entity in touched:  # out with the old values (their sets copied, not changed)
+        least.pop(entity, None)
+        for v in values.pop(entity, ()):
+            k = sort_key(attr, v)
+            held = by_key.get(k)
+            if held is not None and entity in held:
+                if len(held) == 1:
+                    del by_key[k]
+                else:
+                    by_key[k] = held - {entity}
+            if k is not None:  # (k, entity) is one pair of the sorted run of k
+                lo, hi = bisect_left(keys, k), bisect_right(keys, k)
+                i = bisect_left(owners, entity, lo, hi)
+                del keys[i], owners[i]
+    for entity in touched:  # in with the new
+        found = records.get(entity, {}).get(name)
+        if found is None or not found[1]:
+            continue
+        values[entity] = found[1]
+        for v in found[1]:
+            k = sort_key(attr, v)
+            by_key[k] = by_key.get(k, set()) | {entity}
+            if k is not None:
+                lo, hi = bisect_left(keys, k), bisect_right(keys, k)
+                i = bisect_left(owners, entity, lo, hi)
+                keys.insert(i, k)
+                owners.insert(i, entity)
+                if entity not in least or k < least[entity]:  # type: ignore[operator]
+                    least[entity] = k
+    return Column(values, keys, owners, by_key, least)
+
+
 def _current_records(svc: MemoryService, principal: Principal, view: View,
                      schema: Schema | None, at: datetime, prefix: str,
                      wanted: set[str] | None) -> _Stretch:
+    pairs = schema.many_pairs() if schema is not None else frozenset()
     cached = _rows(svc, view, prefix, wanted)
     if cached is None:  # commits still being applied: nothing kept
         groups = svc.visible_facts(principal, view, None, None, entity_prefix=prefix,
                                    predicates=wanted)
-        return _records_at(_evaluate(groups, schema), at)
+        return _records_at(_evaluate(groups, pairs), at)
     readable = svc.readable_episodes(principal, str(view.scope), view.segments, cached.cited)
-    key = (cached.key, cached.cited.difference(readable))
+    hidden = cached.cited.difference(readable)
+    key = (cached.key, hidden, pairs)
+    olds: list[tuple[tuple[Any, ...], _Evaluated]] = []
     with _ROWS_LOCK:
         ev = _EVALUATED.get(key)
         if ev is not None:
             _EVALUATED.move_to_end(key)
+        else:
+            olds = [(k, e) for k, e in _EVALUATED.items() if k[2] == pairs and (
+                k[0] == cached.key or (cached.base is not None and k[0] == cached.base.key))]
     if ev is None:
-        ev = _evaluate(svc.visible_facts(principal, view, None, None, entity_prefix=prefix,
-                                         predicates=wanted, rows=cached.rows), schema)
+        ev = _evaluated(svc, principal, view, cached, readable, hidden, pairs, olds)
         with _ROWS_LOCK:
             _EVALUATED[key] = ev
             while len(_EVALUATED) > ROW_CACHE:
                 _EVALUATED.popitem(last=False)
     return _records_at(ev, at)
+
+
+def _evaluated(svc: MemoryService, principal: Principal, view: View, cached: _Rows,
+               readable: dict[str, Any], hidden: frozenset[str], pairs: frozenset[Pair],
+               olds: list[tuple[tuple[Any, ...], _Evaluated]]) -> _Evaluated:
+    """The evaluation for the caller's visibility (``hidden``): folded from the closest
+    kept one of these rows or of the rows they grew from, else built from every row."""
+    best: tuple[int, _Evaluated, frozenset[Pair]] | None = None
+    for k, old in olds:
+        same_rows = k[0] == cached.key
+        rows_then = cached if same_rows else cached.base
+        assert rows_then is not None
+        # citations hidden then and not now, or the other way (an ACL change, or another
+        # caller): every pair citing one is evaluated again, as are the pairs with new rows
+        flipped = k[1].symmetric_difference(hidden.intersection(rows_then.cited))
+        touched = set() if same_rows else set(cached.touched)
+        for e in flipped:
+            touched.update(cached.by_episode.get(e, ()))
+        if best is None or len(touched) < best[0]:
+            best = (len(touched), old, frozenset(touched))
+    if best is not None and best[0] <= len(cached.by_pair) // 2:
+        _, old, again = best
+        rows = [f for pair in again for f in cached.by_pair.get(pair, ())]
+        groups = svc.visible_facts(principal, view, None, None, rows=rows, readable=readable)
+        return _fold(old, groups, pairs, again)
+    return _evaluate(svc.visible_facts(principal, view, None, None, rows=cached.rows,
+                                       readable=readable), pairs)
 
 
 def run(svc: MemoryService, user: str, req: TypedQuery) -> dict[str, Any]:

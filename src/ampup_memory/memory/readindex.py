@@ -152,6 +152,8 @@ facts_t = Table(
     Column("quote", Text, nullable=False), Column("cites", Text, nullable=False),
     Column("written_by", Text, nullable=False),
     Index("mem_facts_entity", "scope", "branch", "entity", "predicate"),
+    # A commit's rows by seq (typed queries fold in the commits since a view's heads).
+    Index("mem_facts_commit", "scope", "branch", "seq"),
 )
 # The episodes each fact row cites, one row per (fact, episode): lets a listing count and
 # page the facts a caller may see in SQL (browse.py) instead of loading the scope's facts.
@@ -197,6 +199,9 @@ leases_t = Table(
 
 # Listing counts remembered (``_counted``), per scope, view and readable ACLs.
 COUNTS_KEPT = 512
+
+# Indexes added to a layout without changing it: made on open where missing.
+ADDED_INDEXES = [i for i in facts_t.indexes if i.name == "mem_facts_commit"]
 LEDGER_SNAPSHOT = "ledger_snapshot"
 PRINCIPALS_SNAPSHOT = "principals_snapshot"
 # The layout of the mem_* tables. An index of another layout is dropped and rebuilt from
@@ -219,6 +224,8 @@ class ReadIndex:
             found = conn.execute(select(meta_t.c.value).where(meta_t.c.key == SCHEMA_KEY))
             if found.scalar() != SCHEMA_VERSION:
                 self._reset(conn)
+            for index in ADDED_INDEXES:  # an index kept by an earlier release lacks them
+                index.create(conn, checkfirst=True)
 
     def _reset(self, conn: Connection) -> None:
         md.drop_all(conn, checkfirst=True)
@@ -414,7 +421,11 @@ class ReadIndex:
     # keeps SQLite from using the (scope, branch, …) indexes, measured 60–120 ms instead of
     # 4–10 ms for one entity's facts at 100k facts.
     def _in_segment(self, t: Table, g: Segment) -> Any:
-        return and_(t.c.branch == g.branch, t.c.seq > g.after, t.c.seq <= g.upto)
+        # Facts: ``seq + 0`` keeps SQLite's planner (no statistics) off mem_facts_commit,
+        # which serves reads by commit (facts_between) only: for a read by entity it took
+        # the seq range over (scope, branch, entity) and scanned the branch.
+        seq = t.c.seq + 0 if t is facts_t else t.c.seq
+        return and_(t.c.branch == g.branch, seq > g.after, seq <= g.upto)
 
     def _each(self, conn: Connection, t: Table, segs: Segments,
               build: Callable[..., Any]) -> Iterator[Any]:
@@ -561,13 +572,29 @@ class ReadIndex:
             return stmt.order_by(facts_t.c.entity, facts_t.c.predicate).limit(limit)
 
         order = layers(segs)
+        memo: dict[Any, Any] = {}  # rows share citations and times: each parsed once
         with self.engine.connect() as conn:
-            found = [_fact_record(r._mapping, order[r.branch])
+            found = [_fact_record(r._mapping, order[r.branch], memo)
                      for r in self._each(conn, facts_t, segs, build)
                      if entity_prefix is None or r.entity.startswith(entity_prefix)]
         if len(segs) > 1:  # one order across segments, as one query would give it
             found.sort(key=lambda f: (f.entity, f.predicate))
         return found[:limit]
+
+    def facts_between(self, scope: str, g: Segment, layer: int, *,
+                      entity_prefix: str | None = None,
+                      predicates: Iterable[str] | None = None) -> list[FactRecord]:
+        """The fact rows the commits of one segment wrote (of the entities whose id starts
+        with ``entity_prefix``, of ``predicates``), read by seq through mem_facts_commit;
+        ``layer`` is the segment's place in the view's chain."""
+        stmt = select(facts_t).where(facts_t.c.scope == scope, facts_t.c.branch == g.branch,
+                                     facts_t.c.seq > g.after, facts_t.c.seq <= g.upto)
+        if predicates is not None:
+            stmt = stmt.where(facts_t.c.predicate.in_(sorted(set(predicates))))
+        memo: dict[Any, Any] = {}
+        with self.engine.connect() as conn:
+            return [_fact_record(r._mapping, layer, memo) for r in conn.execute(stmt)
+                    if entity_prefix is None or r.entity.startswith(entity_prefix)]
 
     def facts_of(self, scope: str, segs: Segments, keys: Iterable[tuple[str, str]],
                  ) -> list[FactRecord]:
@@ -1058,13 +1085,26 @@ def _read_record(row: Any, layer: int = 0) -> ReadMark:
     )
 
 
-def _fact_record(row: Any, layer: int = 0) -> FactRecord:
+def _fact_record(row: Any, layer: int = 0, memo: dict[Any, Any] | None = None) -> FactRecord:
+    """A fact row as a record; ``memo`` (one per read) parses each distinct citation list
+    and time once (the rows of a type share a few episodes and dates)."""
+    memo = {} if memo is None else memo
+    raw, start, end = row["cites"], row["valid_from"], row["valid_to"]
+    cites = memo.get(raw)
+    if cites is None:
+        cites = memo[raw] = tuple((e, int(u)) for e, u in json.loads(raw))
+    valid_from = memo.get(start)
+    if valid_from is None:
+        valid_from = memo[start] = from_us(start)
+    valid_to = None
+    if end is not None:
+        valid_to = memo.get(end)
+        if valid_to is None:
+            valid_to = memo[end] = from_us(end)
     return FactRecord(
         fact_id=row["fact_id"], kind=row["kind"], entity=row["entity"],
-        predicate=row["predicate"], value=row["value"],
-        valid_from=from_us(row["valid_from"]),
-        valid_to=from_us(row["valid_to"]) if row["valid_to"] is not None else None,
-        quote=row["quote"], cites=tuple((e, int(u)) for e, u in json.loads(row["cites"])),
+        predicate=row["predicate"], value=row["value"], valid_from=valid_from,
+        valid_to=valid_to, quote=row["quote"], cites=cites,
         written_by=row["written_by"], branch=row["branch"], commit_id=row["commit_id"],
         seq=int(row["seq"]), ord=int(row["ord"]), layer=layer,
     )

@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -444,18 +444,25 @@ class MemoryService:
                       predicate: str | None, *, entity_prefix: str | None = None,
                       predicates: Iterable[str] | None = None,
                       rows: list[FactRecord] | None = None,
+                      readable: Mapping[str, object] | None = None,
                       ) -> dict[tuple[str, str], list[FactRecord]]:
         """Fact versions the caller may see, per (entity, predicate): every cited episode
         readable (the one ACL rule for facts; typed queries read through it too, passing
-        the view's ``rows`` when they hold them already)."""
+        the view's ``rows`` when they hold them already, and the caller's ``readable``
+        episodes among them when they decided them already by ``readable_episodes``)."""
         if rows is None:
             rows = self.index.facts(str(view.scope), view.segments, entity, predicate,
                                     entity_prefix=entity_prefix, predicates=predicates)
-        readable = self.readable_episodes(principal, str(view.scope), view.segments,
-                                          {e for f in rows for e, _ in f.cites})
+        if readable is None:
+            readable = self.readable_episodes(principal, str(view.scope), view.segments,
+                                              {e for f in rows for e, _ in f.cites})
         groups: dict[tuple[str, str], list[FactRecord]] = defaultdict(list)
+        seen: dict[tuple[tuple[str, int], ...], bool] = {}  # rows share their citations
         for f in rows:
-            if all(e in readable for e, _ in f.cites):  # every cited episode, as in acl.py
+            ok = seen.get(f.cites)
+            if ok is None:  # every cited episode, as in acl.py
+                ok = seen[f.cites] = all(e in readable for e, _ in f.cites)
+            if ok:
                 groups[(f.entity, f.predicate)].append(f)
         return groups
 
