@@ -378,3 +378,33 @@ def test_restart_loads_the_saved_graph_and_rebuilds_a_corrupt_one(
             hits += sum(p["text"] in ids for p in got)
             total += len(want)
     assert total == 20 * len(queries) and hits / total >= 0.98
+
+
+EXIT_DURING_A_BUILD = """
+import time
+import numpy as np
+from ampup_memory.search.index.common import VectorMatrix
+matrix = VectorMatrix(32, ann_min=10)
+rng = np.random.default_rng(1)
+vectors = rng.standard_normal((20000, 32)).astype(np.float32)
+vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+for i, vector in enumerate(vectors):
+    matrix.put(i + 1, vector)
+matrix.top(vectors[0], 10)  # starts the background build
+time.sleep(0.3)
+print("exiting", flush=True)
+"""
+
+
+def test_a_process_exiting_during_a_graph_build_exits_cleanly() -> None:
+    # A daemon thread still inside usearch while the interpreter tore down aborted the
+    # process (exit 134, "terminate called without an active exception"): a server
+    # stopped while it built a large scope's graph died that way.
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", EXIT_DURING_A_BUILD], capture_output=True,
+                          text=True, timeout=120)
+    assert done.stdout.strip() == "exiting"
+    assert done.returncode == 0, done.stderr
+    assert "terminate called" not in done.stderr

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import json
 import logging
@@ -26,6 +27,22 @@ if TYPE_CHECKING:
     import numpy as np
 
 log = logging.getLogger("ampup_memory.search")
+
+# Rows a background build adds between two checks of whether to stop (about a second of
+# one core at most).
+BUILD_CHUNK = 1024
+# Set when the interpreter exits: a background build stops at its next chunk. A daemon
+# thread still inside usearch's C++ code while the interpreter tears down aborts the whole
+# process ("terminate called without an active exception", exit 134), so exit waits for it.
+_EXITING = threading.Event()
+
+
+@atexit.register
+def _stop_graph_threads(timeout: float = 10.0) -> None:
+    _EXITING.set()
+    for thread in threading.enumerate():
+        if thread.name.startswith("ampup-search-graph"):
+            thread.join(timeout)
 
 
 def time_text(value: datetime | None) -> str | None:
@@ -214,10 +231,10 @@ class VectorMatrix:
                 # Outside the lock: queries answer exactly meanwhile. The arrays held
                 # here stay valid (stacking makes new ones); a row changed in place
                 # moves the version, checked between chunks.
-                for start in range(0, len(new), 4096):
-                    if self.version != version:
+                for start in range(0, len(new), BUILD_CHUNK):
+                    if self.version != version or _EXITING.is_set():
                         return
-                    chunk = new[start:start + 4096]
+                    chunk = new[start:start + BUILD_CHUNK]
                     graph.add(nums[chunk], matrix[chunk], keep)
             if fresh:
                 self.stats.bump("built")
