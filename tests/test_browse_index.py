@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 
@@ -81,6 +82,21 @@ def _reference(index: ReadIndex, segs: Segments, who: Principal,
     return sorted(readable.values(), key=lambda e: (-e.occurred_at.timestamp(), e.id)), facts
 
 
+T = TypeVar("T")
+
+
+def _all_pages(fetch: Callable[[Any], list[T]], cursor_of: Callable[[T], Any]) -> list[T]:
+    """Every row of a listing read two at a time, each page after the last row's cursor."""
+    rows: list[T] = []
+    cursor = None
+    while True:
+        page = fetch(cursor)
+        rows += page
+        if len(page) < 2:
+            return rows
+        cursor = cursor_of(page[-1])
+
+
 @pytest.mark.parametrize("segs", [MAIN, BRANCH, AS_OF_2], ids=["main", "branch", "as_of"])
 def test_browsing_reads_answer_what_the_row_reads_answer(index: ReadIndex,
                                                          segs: Segments) -> None:
@@ -91,14 +107,8 @@ def test_browsing_reads_answer_what_the_row_reads_answer(index: ReadIndex,
         acls = {a for a in classes if may_read(who, json.loads(a))}
         assert sum(classes[a] for a in acls) == len(want_eps), who
         # Pages of two, by cursor, give the reference order, each with its current ACL.
-        got: list[EpisodeRecord] = []
-        cursor = None
-        while True:
-            page = index.episode_page(S, segs, acls, 2, cursor)
-            got += page
-            if len(page) < 2:
-                break
-            cursor = page[-1]
+        got: list[EpisodeRecord] = _all_pages(
+            lambda cursor, acls=acls: index.episode_page(S, segs, acls, 2, cursor), lambda e: e)
         assert [(e.id, e.acl) for e in got] == [(e.id, e.acl) for e in want_eps], who
         docs = Counter(e.document for e in want_eps if e.document)
         assert index.document_counts(S, segs, acls, ["d", "none"]) == dict(docs), who
@@ -107,14 +117,8 @@ def test_browsing_reads_answer_what_the_row_reads_answer(index: ReadIndex,
         per: dict[str, Counter[str]] = {}
         for f in want_facts:
             per.setdefault(f.entity, Counter())[f.predicate] += 1
-        names: list[tuple[str, dict[str, int]]] = []
-        after = None
-        while True:
-            chunk = index.entity_page(S, segs, acls, 2, after)
-            names += chunk
-            if len(chunk) < 2:
-                break
-            after = chunk[-1][0]
+        names: list[tuple[str, dict[str, int]]] = _all_pages(
+            lambda after, acls=acls: index.entity_page(S, segs, acls, 2, after), lambda row: row[0])
         assert names == [(n, dict(per[n])) for n in sorted(per)], who
     assert index.episode_page(S, segs, [], 5) == []
     assert index.fact_counts(S, segs, []) == (0, 0)
