@@ -369,3 +369,30 @@ def test_an_unknown_commit_is_the_error_get_facts_gives(
                            ("/query", {"find": "passages", "query": "Acme"})):
             got = m.http.post(path, json={"scope": s, "at_commit": bad, **body})
             assert (got.status_code, got.json()) == (404, expected.json()), (path, bad)
+
+
+def test_a_date_in_a_fact_query_matches_the_date_words_as_well_as_the_window(
+        written: tuple[Memory, Path, dict[str, str]]) -> None:
+    """"Which deal closes on 2025-11-20?" names a window (every deal below is valid on
+    that day) and the date words: the deal whose value is that date ranks first. When the
+    date was a window only, the query's words were "deal closes", which the two other
+    deals match better (their entity says "deal")."""
+    m, _, _ = written
+    s = new_scope()
+    deals = [("Hooli data migration", "2025-11-20", "The Hooli data migration closes on"
+              " 2025-11-20."),
+             ("Initech platform deal", "2025-06-30", "The Initech platform deal closes"
+              " on 2025-06-30."),
+             ("Acme expansion deal", "2026-01-15", "The Acme expansion deal closes on"
+              " 2026-01-15.")]
+    ids = {}
+    for entity, value, quote in deals:
+        e = _ok(m.write(s, quote, occurred_at="2025-01-10T00:00:00Z"))["id"]
+        ids[entity] = _ok(m.fact(s, entity, "close_date", value, quote, [(e, 1)],
+                                 valid_from="2025-01-10T00:00:00Z"))["id"]
+    answer = _search(m, s, "Which deal closes on 2025-11-20?")
+    assert answer["window"]["start"].startswith("2025-11-20"), answer
+    assert [f["id"] for f in answer["results"]][:1] == [ids["Hooli data migration"]], answer
+    # the same date written in words finds it too (its ISO numbers are query words)
+    answer = _search(m, s, "Which deal closes on 20 November 2025?")
+    assert [f["id"] for f in answer["results"]][:1] == [ids["Hooli data migration"]], answer

@@ -249,7 +249,10 @@ class SearchEngine:
     def _query(self, query: str, now: datetime, tz: str | None
                ) -> tuple[Window | None, list[str], str]:
         window, rest = find_window(query, now, tz)
-        terms = query_terms(rest) if rest.strip() else []
+        # A written date is a window and words: "closes on 2025-11-20" also matches the
+        # fact whose value is that date (timewindow.py, ``Window.words``).
+        said = " ".join([rest, *window.words]) if window is not None else rest
+        terms = query_terms(said) if said.strip() else []
         return window, terms, rest.strip()
 
     def _owners(self, scope: str, branch: str, cutoff: Cutoff | None) -> _Owners:

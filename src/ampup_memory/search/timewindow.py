@@ -1,7 +1,12 @@
 """Find the time window a query names: "last March", "in Q3 2025", "yesterday", "2024-05-02".
 
 ``find_window(query, now, tz)`` returns the window as ``[start, end)`` in UTC and the query
-with the time words removed (so "March" does not also count as a keyword). Calendar
+with the time words removed (so "last March" does not also count as the keyword "march").
+A window written as a calendar date with digits ("2025-11-20", "12 June 2025", "September
+2024", "Q3 2025", "in 2023") keeps its date words as keywords too (``Window.words``): a
+fact whose value or quote *is* that date is found by it, not only facts valid on that day.
+The words are those written plus the ISO spelling's numbers ("12 June 2025" → 12, june,
+2025, 06), because an index splits "2025-06-12" into the words 2025, 06, 12. Calendar
 words are read in ``tz`` (an IANA name; UTC when not given): "yesterday" in Tokyo is a
 different 24 hours than in London.
 
@@ -25,6 +30,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from ampup_memory.errors import field_error
+from ampup_memory.search.tokenize import words
 from ampup_memory.timefmt import utc_text
 
 MONTHS = {
@@ -48,6 +54,7 @@ class Window:
     start: datetime  # UTC, inclusive
     end: datetime  # UTC, exclusive
     text: str  # the words that named it
+    words: tuple[str, ...] = ()  # keyword words of a written calendar date (see above)
 
     def wire(self) -> dict[str, str]:
         return {"start": _iso(self.start), "end": _iso(self.end), "text": self.text}
@@ -211,6 +218,24 @@ def _month_needs_context(m: re.Match[str]) -> bool:
     return m.re.pattern.find("(?P<pre>") >= 0 and not m["pre"] and not m["year"]
 
 
+_CALENDAR = (_iso_date, _named_day, _quarter, _month, _year)
+
+
+def _date_words(m: re.Match[str], build: object, span: Span | None) -> tuple[str, ...]:
+    """The keyword words of a written calendar date (none for a relative window)."""
+    text = m.group(0)
+    if span is None or build not in _CALENDAR or not any(c.isdigit() for c in text):
+        return ()
+    found = [w for w in words(text)
+             if w.isdigit() or w in MONTHS or re.fullmatch(r"q[1-4]", w)]
+    first = span[0]
+    if build is _named_day:  # its ISO spelling: the month and day as two digits
+        found += [f"{first:%m}", f"{first:%d}"]
+    elif build is _month and m["year"]:
+        found.append(f"{first:%m}")
+    return tuple(dict.fromkeys(found))
+
+
 def _utc_bounds(span: Span, zone_info: ZoneInfo) -> tuple[datetime, datetime]:
     first, last = span
     return (datetime.combine(first, time(), zone_info).astimezone(UTC),
@@ -221,7 +246,7 @@ def find_window(query: str, now: datetime, tz: str | None = None) -> tuple[Windo
     """The window the query names (or None) and the query without those words."""
     zone_info = zone(tz)
     today = now.astimezone(zone_info).date()
-    best: tuple[int, re.Match[str], tuple[datetime, datetime]] | None = None
+    best: tuple[int, re.Match[str], tuple[datetime, datetime], tuple[str, ...]] | None = None
     for pattern, build in PATTERNS:
         for m in pattern.finditer(query):
             if build is _month and _month_needs_context(m):
@@ -236,10 +261,10 @@ def find_window(query: str, now: datetime, tz: str | None = None) -> tuple[Windo
             if not bounds:
                 continue
             if best is None or m.start() < best[0]:
-                best = (m.start(), m, bounds)
+                best = (m.start(), m, bounds, _date_words(m, build, span))
             break
     if best is None:
         return None, query
-    _, m, (start, end) = best
+    _, m, (start, end), date_words = best
     rest = (query[: m.start()] + " " + query[m.end():]).strip()
-    return Window(start, end, m.group(0).strip()), re.sub(r"\s{2,}", " ", rest)
+    return Window(start, end, m.group(0).strip(), date_words), re.sub(r"\s{2,}", " ", rest)

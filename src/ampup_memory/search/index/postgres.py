@@ -103,7 +103,14 @@ _RANK_WEIGHTS = "'{" + ",".join(str(w) for w in ts_rank_weights()) + "}'::float4
 
 def _tsquery(terms: Sequence[str]) -> str:
     # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out.
-    return " | ".join("'" + t.replace("'", "") + "'" for t in terms if t.replace("'", ""))
+    # PostgreSQL's parser reads a number after a hyphen as a signed integer ("2025-11-20"
+    # is the lexemes 2025, -11, -20), where FTS5 and the query see 11 and 20: a number
+    # term also matches its signed lexeme, so a date finds its words on both backends.
+    return " | ".join(_lexemes(t.replace("'", "")) for t in terms if t.replace("'", ""))
+
+
+def _lexemes(term: str) -> str:
+    return f"'{term}' | '-{term}'" if term.isdigit() else f"'{term}'"
 
 
 def _fact_row(r: Sequence[Any]) -> FactRow:
