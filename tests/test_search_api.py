@@ -396,3 +396,23 @@ def test_a_date_in_a_fact_query_matches_the_date_words_as_well_as_the_window(
     # the same date written in words finds it too (its ISO numbers are query words)
     answer = _search(m, s, "Which deal closes on 20 November 2025?")
     assert [f["id"] for f in answer["results"]][:1] == [ids["Hooli data migration"]], answer
+
+
+def test_how_many_asks_for_a_count_and_many_is_not_a_query_word(
+        written: tuple[Memory, Path, dict[str, str]]) -> None:
+    """"How many kits …?": the word "many" is the question's form, not its subject, so a
+    passage that says "many" three times no longer outranks the one about the kits
+    (`POST /query`; facts and AMP cells read the query's words the same way)."""
+    m, _, _ = written
+    s = new_scope()
+    kits = _ok(m.write(s, "I finished two model kits this spring: a Spitfire and a Tiger"
+                          " tank, both in the scale I like best for a shelf."))["id"]
+    many = _ok(m.write(s, "Many shops sell many kinds of paint, and many brushes."))["id"]
+    for filler in ("The weather was mild all week.", "We talked about the office move."):
+        _ok(m.write(s, filler))
+    r = m.http.post("/query", json={"scope": s, "find": "passages",
+                                    "query": "How many kits?", "limit": 5})
+    answer = _ok(r, 200)
+    assert [p["episode"] for p in answer["results"]][:1] == [kits], answer
+    assert many not in [p["episode"] for p in answer["results"]
+                        if p["parts"]["keyword"] > 0], answer

@@ -6,12 +6,15 @@ import re
 
 _WORD = re.compile(r"\w+", re.UNICODE)
 
-# Words so common that matching them ranks nothing but costs a scan of most rows.
+# Words so common that matching them ranks nothing but costs a scan of most rows. "many"
+# and "much" are the quantifiers of "how many / how much": the question asks for a count,
+# and passages that say "many" are no nearer to it (docs/performance.md, "Search: levers
+# on both benchmarks").
 STOPWORDS = frozenset(
     """a an and are as at be but by do does did for from had has have he her hers him his
-    how i if in into is it its me my no not of on or our ours she so than that the their
-    them then there these they this those to too us was we were what when where which who
-    whom why will with you your yours""".split()
+    how i if in into is it its many me much my no not of on or our ours she so than that
+    the their them then there these they this those to too us was we were what when where
+    which who whom why will with you your yours""".split()
 )
 
 MAX_QUERY_TERMS = 32
