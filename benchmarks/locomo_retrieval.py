@@ -82,7 +82,7 @@ def sessions(conv: dict[str, Any]) -> dict[str, list[dict[str, str]]]:
 
 def scope_of(conv: dict[str, Any]) -> str:
     """`locomo/conv_26` for `conv-26` (a scope is `org/team`: lower-case, digits, `_`)."""
-    return "locomo/" + conv["conv_id"].lower().replace("-", "_")
+    return "locomo/" + str(conv["conv_id"]).lower().replace("-", "_")
 
 
 def metrics(ranked: list[list[str]], gold: list[set[str]]) -> dict[str, float]:
