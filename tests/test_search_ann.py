@@ -408,3 +408,57 @@ def test_a_process_exiting_during_a_graph_build_exits_cleanly() -> None:
     assert done.stdout.strip() == "exiting"
     assert done.returncode == 0, done.stderr
     assert "terminate called" not in done.stderr
+
+
+def test_a_graph_keeps_growing_in_place_after_a_row_is_removed() -> None:
+    # `_live(after)` dropped its `after` filter as soon as a row had been removed, so the
+    # rows written since the graph's last row were "every row": the graph was thrown away
+    # and built again after each write, and a loaded one was never swapped in.
+    import numpy as np
+
+    matrix = VectorMatrix(32, ann_min=10)
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((400, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for i in range(300):
+        matrix.put(i + 1, vectors[i])
+    matrix.top(vectors[0], 10)
+    matrix.wait(60)
+    matrix.remove(5)
+    matrix.top(vectors[0], 10)  # a row of the graph changed: built again
+    matrix.wait(60)
+    assert matrix.ann is not None and len(matrix.ann) == 299
+    assert matrix.stats.counts["built"] == 2
+    for i in range(300, 400):
+        matrix.put(i + 1, vectors[i])
+    found = matrix.top(vectors[350], 10)  # 100 new rows: added inline, nothing rebuilt
+    assert matrix.ann is not None and len(matrix.ann) == 399
+    assert found[0][0] == 351 and 5 not in [n for n, _ in found]
+    matrix.wait(60)
+    assert matrix.stats.counts["built"] == 2
+
+
+def test_a_query_after_a_write_does_not_copy_the_rows_already_held() -> None:
+    # Each write followed by a query stacked the whole matrix again (np.vstack): at 1M
+    # 256-d rows, a gigabyte copied per query after every write, linear in the scope.
+    import numpy as np
+
+    matrix = VectorMatrix(8)
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((3000, 8)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    for i in range(2000):
+        matrix.put(i + 1, vectors[i])
+    matrix.top(vectors[0], 5)
+    first = previous = matrix.matrix
+    copies = 0
+    for i in range(2000, 3000):
+        matrix.put(i + 1, vectors[i])
+        found = matrix.top(vectors[i], 1)
+        assert found[0][0] == i + 1
+        copies += not np.shares_memory(previous, matrix.matrix)
+        previous = matrix.matrix
+    assert copies <= 1  # the held rows are copied when the room runs out, not per write
+    assert np.array_equal(matrix.matrix, vectors) and np.array_equal(
+        matrix.nums, np.arange(1, 3001))
+    assert np.array_equal(first, vectors[:2000])  # a view handed out earlier is unchanged

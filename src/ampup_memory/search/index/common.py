@@ -106,6 +106,7 @@ class VectorMatrix:
         self.ann_min = ann_min
         self.nums = np.zeros(0, dtype=np.int64)
         self.matrix = np.zeros((0, dimensions), dtype=np.float32)
+        self._nums_room, self._matrix_room = self.nums, self.matrix  # see _settle
         self.pos: dict[int, int] = {}
         self._pending: list[tuple[int, np.ndarray]] = []
         self.ann: Ann | None = None
@@ -145,14 +146,27 @@ class VectorMatrix:
         self.ann = None
 
     def _settle(self) -> None:
+        """Append the pending rows. ``nums`` and ``matrix`` are views of buffers with room
+        to spare (doubled when full), so a write followed by a query copies the new rows,
+        not the whole matrix (1 GB at 1M 256-d rows). Views handed out earlier (to the
+        background thread, the saver) keep their length and rows: appending writes past
+        them."""
         import numpy as np
 
         if not self._pending:
             return
-        nums = np.asarray([n for n, _ in self._pending], dtype=np.int64)
-        rows = np.vstack([v for _, v in self._pending]).astype(np.float32)
-        self.nums = np.concatenate([self.nums, nums])
-        self.matrix = np.vstack([self.matrix, rows])
+        held, new = len(self.nums), len(self._pending)
+        if held + new > len(self._nums_room):
+            room = max(held + new, 2 * len(self._nums_room), 1024)
+            nums = np.empty(room, dtype=np.int64)
+            matrix = np.empty((room, self.dimensions), dtype=np.float32)
+            nums[:held] = self.nums
+            matrix[:held] = self.matrix
+            self._nums_room, self._matrix_room = nums, matrix
+        self._nums_room[held:held + new] = [n for n, _ in self._pending]
+        self._matrix_room[held:held + new] = np.vstack([v for _, v in self._pending])
+        self.nums = self._nums_room[:held + new]
+        self.matrix = self._matrix_room[:held + new]
         self._pending = []
 
     def _live(self, after: int = -1) -> np.ndarray:
@@ -163,7 +177,7 @@ class VectorMatrix:
         keep = self.nums > after
         if self._removed:
             gone = np.fromiter(self._removed, dtype=np.int64, count=len(self._removed))
-            keep = ~np.isin(self.nums, gone)
+            keep &= ~np.isin(self.nums, gone)
         idx = np.flatnonzero(keep)
         ordered: np.ndarray = idx[np.argsort(self.nums[idx], kind="stable")]
         return ordered

@@ -1,0 +1,199 @@
+"""Search at the issue's sizes (1M passages, 100k facts, one scope) on a kept index file.
+
+Two steps, so a slow fill survives a failed measurement:
+
+    python -m benchmarks.scale_bench fill --db /tmp/s/main.db --passages 1000000 --facts 100000
+    python -m benchmarks.scale_bench measure --db /tmp/s/main.db [--queries 200] [--json FILE]
+
+``fill`` writes `search_bench.py`'s synthetic data (one ~450-byte turn, so one passage,
+per episode; facts citing them) through the engine's real ingest, 5,000 episodes per
+batch, and logs wall and CPU time every 50,000 passages (ingest cost per passage).
+
+``measure`` opens the file as a restarted server would and reports, with the 1-minute
+load average and the querying thread's CPU time beside wall time:
+
+* passage search p50/p95 (`search_passages`, what POST /query runs), and its vector step
+  alone (`nearest_passages`, k = 50), with the passages' graph forced off (``--passage-graph``
+  leaves it on: the product's default builds it in the background, exact search answering
+  meanwhile);
+* fact search p50/p95 (`search_facts`, POST /search) while the facts' graph builds (exact
+  answers), then the graph's build (wall, process CPU, memory), fact search with it, its
+  recall@10 against exact search on the same vectors;
+* a restart: a fresh index object on the same file loads the saved graph (time to swap
+  in, counters: loaded, not built) and proposes the same candidates as the built one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import resource
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ampup_memory.search.embed import WordLlamaEmbedder
+from ampup_memory.search.engine import SearchEngine
+from ampup_memory.search.index.ann import ANN_MIN_VECTORS
+from ampup_memory.search.index.common import VectorMatrix, dots
+from ampup_memory.search.index.registry import open_index
+from ampup_memory.search.index.sqlite import SQLiteIndex
+from ampup_memory.search.visibility import Principal
+from benchmarks.search_bench import BATCH, SCOPE, make_batch, queries
+
+WHO = Principal("ann", groups=("sales",))
+
+
+def rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def fill(db: Path, passages: int, facts: int) -> None:
+    engine = SearchEngine(open_index(f"sqlite:///{db}", ANN_MIN_VECTORS), WordLlamaEmbedder())
+    engine.ensure_model()
+    engine.index.clear(SCOPE)
+    rng = random.Random(7)  # search_bench.fill's seed and order: the same rows
+    wall, cpu = time.perf_counter(), time.process_time()
+    done = 0
+    while done < passages:
+        n = min(BATCH, passages - done)
+        engine.ingest(make_batch(rng, done, n, round(facts * n / passages)))
+        done += n
+        if done % 50_000 == 0 or done == passages:
+            w, c = time.perf_counter() - wall, time.process_time() - cpu
+            print(f"{done} passages: wall {w:.1f} s, cpu {c:.1f} s ({1000 * c / done:.3f} ms"
+                  f" per passage), load {os.getloadavg()[0]:.1f}, max rss {rss_mb():.0f} MB",
+                  flush=True)
+    print("counts", engine.index.counts(SCOPE), flush=True)
+    engine.index.close()
+
+
+def timed(run: Any, qs: list[str]) -> dict[str, float]:
+    run(qs[0])
+    took = []
+    load = os.getloadavg()[0]
+    cpu = time.thread_time()
+    for q in qs:
+        t = time.perf_counter()
+        run(q)
+        took.append((time.perf_counter() - t) * 1000)
+    cpu = (time.thread_time() - cpu) * 1000 / len(qs)
+    took.sort()
+    return {"p50_ms": statistics.median(took), "p95_ms": took[int(len(took) * 0.95) - 1],
+            "cpu_ms_per_query": cpu, "load1_before": load, "load1_after": os.getloadavg()[0]}
+
+
+def matrix_of(engine: SearchEngine, table: str) -> VectorMatrix:
+    assert isinstance(engine.index, SQLiteIndex)
+    return engine.index._vectors[table].by_key[(SCOPE, "main")]
+
+
+def open_engine(db: Path, embedder: WordLlamaEmbedder, passage_graph: bool,
+                ann_min: int) -> SearchEngine:
+    engine = SearchEngine(open_index(f"sqlite:///{db}", ann_min), embedder)
+    assert isinstance(engine.index, SQLiteIndex)
+    if not passage_graph:
+        engine.index._vectors["passages"].ann_min = 0  # exact for passages
+    return engine
+
+
+def measure(db: Path, n_queries: int, passage_graph: bool, ann_min: int) -> dict[str, Any]:
+    embedder = WordLlamaEmbedder()
+    qs = queries(n_queries)
+    vectors = embedder.embed(qs)
+    out: dict[str, Any] = {"load1_start": os.getloadavg()[0]}
+    engine = open_engine(db, embedder, passage_graph, ann_min)
+    out["counts"] = engine.index.counts(SCOPE)
+    t, c = time.perf_counter(), time.process_time()
+    engine.search_passages(SCOPE, "main", qs[0], WHO)  # reads every vector of the scope
+    out["first_passage_query"] = {"wall_s": time.perf_counter() - t,
+                                  "cpu_s": time.process_time() - c, "max_rss_mb": rss_mb()}
+    print(out, flush=True)
+    out["passages"] = timed(lambda q: engine.search_passages(SCOPE, "main", q, WHO), qs)
+    vec = iter(vectors * 2)
+    out["passages_vector_step"] = timed(
+        lambda _q: engine.index.nearest_passages(SCOPE, "main", next(vec), 50), qs)
+    print(out["passages"], out["passages_vector_step"], flush=True)
+    # Facts: the first query reads the vectors and starts the graph's background build.
+    t = time.perf_counter()
+    engine.search_facts(SCOPE, "main", qs[0], WHO)
+    out["first_fact_query_s"] = time.perf_counter() - t
+    building = matrix_of(engine, "facts")._job is not None
+    out["facts_while_graph_builds"] = timed(
+        lambda q: engine.search_facts(SCOPE, "main", q, WHO), qs)
+    out["facts_while_graph_builds"]["graph_building_at_start"] = building
+    print(out["facts_while_graph_builds"], flush=True)
+    c = time.process_time()
+    engine.index.wait_graphs(7200)
+    facts = matrix_of(engine, "facts")
+    out["facts_graph"] = {
+        "ready_s_after_first_query": time.perf_counter() - t,
+        "process_cpu_s_while_waiting": time.process_time() - c,
+        "rows": len(facts.nums), "memory_mb": facts.ann.memory_bytes / 2**20 if facts.ann else None,
+        "counters": engine.index.graphs(), "max_rss_mb": rss_mb(),
+        "load1": os.getloadavg()[0]}
+    print(out["facts_graph"], flush=True)
+    out["facts_with_graph"] = timed(lambda q: engine.search_facts(SCOPE, "main", q, WHO), qs)
+    print(out["facts_with_graph"], flush=True)
+    hits = 0
+    built = []
+    for v in vectors:
+        query = np.asarray(v, dtype=np.float32)
+        with engine.index._vectors["facts"].lock:
+            got = {n for n, _ in facts.top(query, 10)}
+            built.append(sorted(n for n, _ in facts.top(query, 50)))
+            sims = dots(facts.matrix, query)
+            exact = {int(facts.nums[i]) for i in sims.argsort()[-10:]}
+        hits += len(got & exact)
+    out["facts_graph"]["recall_at_10_vs_exact"] = hits / (10 * len(vectors))
+    engine.index.close()
+    # Restart: a new index object on the same file loads the saved graph.
+    engine = open_engine(db, embedder, passage_graph, ann_min)
+    t, c = time.perf_counter(), time.process_time()
+    engine.search_facts(SCOPE, "main", qs[0], WHO)
+    engine.index.wait_graphs(7200)
+    facts = matrix_of(engine, "facts")
+    alike = 0
+    for v, want in zip(vectors, built, strict=True):
+        query = np.asarray(v, dtype=np.float32)
+        with engine.index._vectors["facts"].lock:
+            alike += sorted(n for n, _ in facts.top(query, 50)) == want
+    out["restart"] = {"graph_ready_s": time.perf_counter() - t,
+                      "process_cpu_s": time.process_time() - c,
+                      "counters": engine.index.graphs(), "graph_in": facts.ann is not None,
+                      "same_top50_of": f"{alike}/{len(vectors)}"}
+    print(out["restart"], flush=True)
+    engine.index.close()
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("step", choices=("fill", "measure"))
+    parser.add_argument("--db", required=True)
+    parser.add_argument("--passages", type=int, default=1_000_000)
+    parser.add_argument("--facts", type=int, default=100_000)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--passage-graph", action="store_true",
+                        help="leave the passages' graph on (it builds in the background)")
+    parser.add_argument("--ann-min", type=int, default=ANN_MIN_VECTORS,
+                        help="graph threshold (AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS)")
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+    if args.step == "fill":
+        fill(Path(args.db), args.passages, args.facts)
+        return
+    result = measure(Path(args.db), args.queries, args.passage_graph, args.ann_min)
+    print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
