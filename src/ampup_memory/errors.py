@@ -152,6 +152,19 @@ def database_down(exc: BaseException) -> bool:
     return psycopg is not None and isinstance(exc, psycopg.OperationalError)
 
 
+def storage_down(exc: BaseException) -> ServiceUnavailable | None:
+    """The one rule for "a storage engine failed, this is no bug": the 503 ``exc`` gets
+    (:func:`storage_unavailable` for an ``OSError`` of the table storage,
+    :func:`database_unavailable` when :func:`database_down`), or None for anything else
+    (a bug stays one). The HTTP faces, the MCP tools and the background timers all ask
+    this."""
+    if isinstance(exc, OSError):
+        return storage_unavailable()
+    if database_down(exc):
+        return database_unavailable()
+    return None
+
+
 class ConfigurationError(Exception):
     """A setting that cannot work; raised at start-up so the server never half-starts."""
 
