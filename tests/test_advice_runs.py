@@ -114,6 +114,10 @@ def test_a_run_is_read_only_by_its_readers(srv: Served) -> None:
     assert [r["id"] for r in page["runs"]] == [shared] and page["next_before"] == shared
     rest = m.http.get("/runs", params={"scope": scope, "before": shared}).json()
     assert [r["id"] for r in rest["runs"]] == [private] and rest["next_before"] is None
+    # A cursor that is no run id is a 422, not a page cut at an arbitrary string.
+    for bad in ("x", "", "\u202e", "run_" + "0" * 25, shared.lower()):
+        r = m.http.get("/runs", params={"scope": scope, "before": bad})
+        assert err(r) == (422, "VALIDATION_ERROR"), (bad, r.text)
 
     # Each run is one commit in the scope's ledger.
     assert [c["changes"].get("events") for c in m.ledger(scope)] == [1, 1]

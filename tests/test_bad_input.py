@@ -331,3 +331,59 @@ def test_index_with_unpadded_years_reads_and_heals_on_rebuild(tmp_path: Path) ->
         "2024-01-01T00:00:00.000000Z"])
     with _served(tmp_path) as (srv, c):
         _check_ancient(c, scope)
+
+
+NUL = "a\x00b"
+
+
+@pytest.mark.postgres
+async def test_nul_characters_are_422_and_never_stall_a_scope(
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """U+0000 in any AmpUp text (body, query, path, MCP tool argument) is a 422 naming
+    where, on PostgreSQL too, whose text cannot hold it: it once landed in the tables and
+    then failed in the read index, so every later request on the scope was a 500. The
+    AMP face keeps accepting it in cells (its store maps it away)."""
+    from tests.memory_support import backend_env
+
+    env = {**backend_env("postgres", request), "AMP_EMBEDDING_PROVIDER": "hash"}
+    scope = new_scope()
+    with ServerProcess(tmp_path / "home", env=env) as proc, \
+            httpx.Client(base_url=proc.url, headers=HEADERS, timeout=60) as c:
+        def episode(body: str, source: str = "doc:a") -> httpx.Response:
+            return c.post("/episodes", json={"scope": scope, "source": source, "body": body,
+                                             "acl": ["*"]})
+
+        assert episode("The Porto office opened.").status_code == 201
+        assert c.post("/branches", json={"scope": scope, "name": "b1"}).status_code == 201
+        refused = {
+            ("body",): episode(NUL, "doc:b"),
+            ("source",): episode("x", "doc:" + NUL),
+            ("message",): c.post("/merge", json={"scope": scope, "from": "b1",
+                                                        "message": NUL}),
+            ("task",): c.post("/runs", json={"scope": scope, "task": NUL}),
+            ("query",): c.post("/search", json={"scope": scope, "query": NUL}),
+            ("query", "entity"): c.get("/facts", params={"scope": scope, "entity": NUL}),
+            ("query", "after"): c.get("/entities", params={"scope": scope, "after": NUL}),
+            ("path",): c.get("/episodes/%00", params={"scope": scope}),
+        }
+        async with http_client_for(proc.url, HEADERS) as mcp:
+            by_tool = await mcp_refused(mcp, "remember_memory", scope=scope, text=NUL)
+        # The scope still serves: reads, writes, branches, merges.
+        after = [episode("The Lisbon office opened."),
+                 c.post("/branches", json={"scope": scope, "name": "b2"}),
+                 c.post("/merge", json={"scope": scope, "from": "b1"}),
+                 c.get("/ledger", params={"scope": scope}),
+                 c.post("/search", json={"scope": scope, "query": "office"})]
+        cell = c.post("/amp/v1/memories", json={
+            "type": "semantic", "content": {"text": NUL},
+            "identity": {"owner_id": "alice", "owner_type": "user"}})
+        log = proc.log_path.read_text()
+    for loc, r in refused.items():
+        assert r.status_code == 422, (loc, r.text)
+        error = r.json()["error"]
+        assert error["code"] == "VALIDATION_ERROR" and "NUL" in error["message"], r.text
+        assert tuple(error["details"]["errors"][0]["loc"]) == loc, r.text
+    assert "NUL" in by_tool
+    assert [r.status_code for r in after] == [201, 201, 200, 200, 200], [r.text for r in after]
+    assert cell.status_code == 201, cell.text
+    assert "unhandled error" not in log and "Traceback" not in log

@@ -78,14 +78,29 @@ def test_doctor_before_the_first_serve_says_the_home_will_be_created(tmp_path: P
     done = run_cli(tmp_path / "not-yet", {}, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = _lines(done.stdout)
-    for name in ("AMP store", "catalog"):
+    for name in ("AMP store", "catalog", "index"):
         assert lines[name].startswith("ok") and "`serve` creates it" in lines[name], lines
+    assert lines["warehouse"].startswith("ok"), lines
+    assert not (tmp_path / "not-yet").exists()  # probed, and no trace left
     # A home that cannot be created (under a plain file) is a failure.
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
     done = run_cli(blocker / "home", {}, "doctor")
     assert done.returncode == 1
     assert "cannot be created" in _lines(done.stdout)["AMP store"], done.stdout
+
+
+def test_doctor_on_an_empty_home_leaves_it_empty(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    done = run_cli(home, {}, "doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = _lines(done.stdout)
+    for name, file in (("AMP store", "amp.db"), ("catalog", "catalog.db"),
+                       ("index", "index.db")):
+        assert lines[name].startswith("ok") and f"`serve` creates {file}" in lines[name]
+    assert lines["warehouse"].startswith("ok"), lines
+    assert list(home.iterdir()) == []
 
 
 def test_an_empty_home_setting_is_a_settings_error(tmp_path: Path) -> None:

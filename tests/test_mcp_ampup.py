@@ -412,3 +412,32 @@ async def test_keys_on_the_keys_user_acts_over_http_and_stdio(tmp_path: Path) ->
         mine = await remember(client, scope=scope, text=NOTE)
         desk = json.loads(await ok(client, "get_episode", scope=scope, id=mine["id"]))
     assert desk["source"] == "mcp:remember_memory:dave:chat"
+
+
+async def test_a_table_storage_failure_is_the_rest_routes_503_as_a_tool_error(
+        tmp_path: Path) -> None:
+    """The warehouse gone under a running server (an OSError from pyarrow, as an S3 store
+    down gives): an MCP write gets the REST routes' 503 text and retry hint as a tool
+    error, never the SDK's "Error executing tool" or a traceback."""
+    from ampup_memory.errors import storage_unavailable
+
+    scope = new_scope()
+    with ServerProcess(tmp_path / "home") as proc:
+        async with as_user(proc, "alice") as alice:
+            await remember(alice, scope=scope, text=NOTE, source="standup")
+            warehouse = proc.home / "warehouse"
+            warehouse.rename(proc.home / "warehouse.away")
+            warehouse.write_text("not a folder")  # every path under it now fails
+            try:
+                down = await refused(alice, "remember_memory", scope=scope,
+                                     text="Raj moved to Lisbon.", source="standup")
+            finally:
+                warehouse.unlink()
+                (proc.home / "warehouse.away").rename(warehouse)
+        with rest(proc, "alice") as http:
+            r = http.post("/episodes", json={"scope": scope, "source": "doc:after",
+                                              "body": "Raj moved to Lisbon.", "acl": ["*"]})
+        log = proc.log_path.read_text()
+    assert down == f"{storage_unavailable().message} (Retry after 5 s.)"
+    assert r.status_code == 201, r.text
+    assert "storage error in an MCP tool call" in log and "Traceback" not in log

@@ -107,3 +107,30 @@ def test_the_database_down_gives_503s_and_the_server_recovers(
         assert r.status_code == 200 and r.json()["results"][0]["id"] == cell, r.text
     log = proc.log_path.read_text()
     assert "Traceback" not in log and "unhandled error" not in log
+
+
+async def test_mcp_tools_answer_a_database_outage_with_the_same_503_text(
+        behind_relay: tuple[ServerProcess, TcpOutage]) -> None:
+    """An MCP tool call meeting the database down gets the REST routes' 503 as a tool
+    error (its message and retry hint), not the SDK's "Error executing tool" with the
+    driver's text; the same session works again once the database is back."""
+    from ampup_memory.errors import database_unavailable
+    from tests.test_mcp import http_client_for, ok, refused
+
+    proc, relay = behind_relay
+    args = {"scope": SCOPE, "text": "The Porto office opened in May.", "source": "standup"}
+    async with http_client_for(proc.url, {**USER, **AGENT}) as client:
+        await ok(client, "remember_memory", **args)
+        relay.down()
+        try:
+            down = await refused(client, "remember_memory", **args)
+            lookup = await refused(client, "get_episode", scope=SCOPE, id="f" * 64)
+        finally:
+            relay.up()
+        again = await ok(client, "search_memory", scope=SCOPE, query="Porto office")
+    expected = f"{database_unavailable().message} (Retry after 5 s.)"
+    assert down == lookup == expected
+    assert "Porto" in again
+    log = proc.log_path.read_text()
+    assert "storage error in an MCP tool call" in log
+    assert "Traceback" not in log and "unhandled error" not in log

@@ -462,3 +462,47 @@ def test_a_query_after_a_write_does_not_copy_the_rows_already_held() -> None:
     assert np.array_equal(matrix.matrix, vectors) and np.array_equal(
         matrix.nums, np.arange(1, 3001))
     assert np.array_equal(first, vectors[:2000])  # a view handed out earlier is unchanged
+
+
+def test_a_dropped_workspace_takes_its_saved_graphs_and_a_leftover_goes_at_start(
+        tmp_path: Path) -> None:
+    """Over HTTP, threshold 100: a workspace scope and a normal scope each get a saved
+    passage graph; deleting the workspace deletes its graph file and keeps the other. A
+    graph file whose scope is gone (a drop a crash cut short, or cleared by another
+    process) and a dead process's temporary file are removed at the next start, which
+    still loads the live scope's graph."""
+    home = tmp_path / "home"
+    graphs = home / "index.db.graphs"
+    env = {**ENV, "AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS": "100"}
+
+    def fill(m: Memory, scope: str) -> None:
+        r = m.http.post("/episodes/batch", json={"scope": scope, "episodes": [
+            {"source": f"doc:{i}", "acl": ["*"],
+             "body": f"Nightjar budget {i}. " + " ".join(_body(i))} for i in range(300)]})
+        assert r.status_code == 201, r.text
+
+    with serving(home, env) as proc:
+        bob = Memory(proc.url, "bob")
+        r = bob.http.post("/workspaces", json={"name": "graphs", "ttl": "1d"})
+        assert r.status_code == 201, r.text
+        ws, normal = r.json()["id"], new_scope()
+        fill(bob, normal)
+        _settled(proc, bob, normal, lambda g: g["saved"] >= 1)
+        kept = set(graphs.glob("passages-*.ann"))
+        fill(bob, f"{ws}/team_1")
+        _settled(proc, bob, f"{ws}/team_1", lambda g: g["saved"] >= 2)
+        theirs = set(graphs.glob("passages-*.ann")) - kept
+        assert len(kept) == len(theirs) == 1, (kept, theirs)
+        leftover = (graphs / ("passages-" + "0" * 32 + ".ann"))
+        leftover.write_bytes(next(iter(theirs)).read_bytes())
+        gone = bob.http.delete(f"/workspaces/{ws}")
+        assert gone.status_code == 200 and gone.json()["dropped"] is True, gone.text
+        assert set(graphs.glob("*.ann")) == kept | {leftover}
+        bob.close()
+    dead_tmp = graphs / f"passages-{'1' * 32}.ann.{2 ** 22 + 7}.1.tmp"  # no such pid
+    dead_tmp.write_bytes(b"torn")
+    with serving(home, env) as proc:
+        assert set(graphs.iterdir()) == kept
+        m = Memory(proc.url, "bob")
+        assert _settled(proc, m, normal, lambda g: g["loaded"] >= 1)["built"] == 0
+        m.close()

@@ -14,7 +14,7 @@ from typing import Any
 
 from fastapi.concurrency import run_in_threadpool
 
-from ampup_memory.errors import database_down
+from ampup_memory.errors import storage_down
 
 LifespanHook = Callable[[], AbstractAsyncContextManager[None]]
 
@@ -67,7 +67,7 @@ def periodic(job: Callable[[], str | None], interval: float, what: str, log: log
             except Exception as exc:  # a failed run must not kill the timer
                 record.failures += 1
                 record.last_error = f"{type(exc).__name__}: {exc}"
-                if isinstance(exc, OSError) or database_down(exc):  # storage down: no bug
+                if storage_down(exc) is not None:  # storage down: no bug
                     log.warning("%s failed, storage unavailable: %s", what,
                                 " ".join(str(exc).split())[:300])
                 else:

@@ -152,6 +152,19 @@ def database_down(exc: BaseException) -> bool:
     return psycopg is not None and isinstance(exc, psycopg.OperationalError)
 
 
+def storage_down(exc: BaseException) -> ServiceUnavailable | None:
+    """The one rule for "a storage engine failed, this is no bug": the 503 ``exc`` gets
+    (:func:`storage_unavailable` for an ``OSError`` of the table storage,
+    :func:`database_unavailable` when :func:`database_down`), or None for anything else
+    (a bug stays one). The HTTP faces, the MCP tools and the background timers all ask
+    this."""
+    if isinstance(exc, OSError):
+        return storage_unavailable()
+    if database_down(exc):
+        return database_unavailable()
+    return None
+
+
 class ConfigurationError(Exception):
     """A setting that cannot work; raised at start-up so the server never half-starts."""
 
@@ -159,3 +172,22 @@ class ConfigurationError(Exception):
 def field_error(loc: list[str | int], msg: str, type_: str = "value_error") -> ValidationFailed:
     """A 422 for one field, in the same ``details.errors`` shape pydantic produces."""
     return ValidationFailed(msg, [{"loc": loc, "msg": msg, "type": type_}])
+
+
+NUL_MESSAGE = "text may not contain the NUL character (U+0000)"
+
+
+def refuse_nul(value: Any, loc: list[str | int]) -> None:
+    """A 422 at ``loc`` for U+0000 anywhere in ``value`` (a string, or JSON-like dicts and
+    lists, keys too). PostgreSQL's text cannot hold it: a row carrying one would fail in
+    the read index after its commit landed, and stall its scope."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            raise field_error(loc, NUL_MESSAGE, "string_nul")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            refuse_nul(key, loc)
+            refuse_nul(item, [*loc, str(key)])
+    elif isinstance(value, list | tuple):
+        for n, item in enumerate(value):
+            refuse_nul(item, [*loc, n])

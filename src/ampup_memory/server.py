@@ -32,7 +32,7 @@ from ampup_memory.search.api import mount as mount_search
 from ampup_memory.settings import Settings
 from ampup_memory.web import errors as http_errors
 from ampup_memory.web import inspector
-from ampup_memory.web.limits import BodyLimit
+from ampup_memory.web.limits import BodyLimit, NulGuard
 from ampup_memory.web.openapi import install_schemas
 
 log = logging.getLogger("ampup_memory")
@@ -92,6 +92,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
                                               app.state.timers)]
     http_errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
+    app.add_middleware(NulGuard)
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
     app.include_router(branch_router)

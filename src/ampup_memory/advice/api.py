@@ -67,8 +67,10 @@ async def reward_run(request: Request) -> JSONResponse:
 def list_runs(request: Request, scope: Annotated[ScopeText, Query()],
               branch: Annotated[BranchText | None, Query()] = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-              before: Annotated[str | None, Query(max_length=64,
-                                                  description="Run id: page before it.")] = None,
+              before: Annotated[str | None, Query(
+                  pattern=f"^{runs.RUN_PREFIX}[0-9A-HJKMNP-TV-Z]{{26}}$",
+                  description="Run id (`next_before` of the page before): page before it."
+              )] = None,
               ) -> dict[str, Any]:
     user = _user(request)
     return runs.list_runs(service(request), user, scope, branch, limit, before)

@@ -197,7 +197,7 @@ def query_memories(
 )
 async def search_memories(request: Request) -> dict[str, Any]:
     caller = _caller(request)
-    req = parse_body(SearchRequest, await request.body())
+    req = parse_body(SearchRequest, await request.body(), nul=True)
     result: dict[str, Any] = await run_in_threadpool(_svc(request).search, caller.agent_id, req)
     return result
 
@@ -254,7 +254,7 @@ ADMIN_ERRORS = errors({
              openapi_extra=body_doc(LifecycleRunRequest, required=False))
 async def lifecycle_run(request: Request) -> dict[str, Any]:
     _auth(request).require_admin(_headers(request))
-    req = parse_body(LifecycleRunRequest, await request.body())
+    req = parse_body(LifecycleRunRequest, await request.body(), nul=True)
     wait = request.app.state.settings.lifecycle_run_wait_seconds
     report = await run_in_threadpool(_svc(request).run_lifecycle, req, wait)
     return report.wire()
@@ -266,7 +266,7 @@ async def lifecycle_run(request: Request) -> dict[str, Any]:
              openapi_extra=body_doc(PurgeRequest))
 async def lifecycle_purge(request: Request) -> dict[str, int]:
     _auth(request).require_admin(_headers(request))
-    req = parse_body(PurgeRequest, await request.body())
+    req = parse_body(PurgeRequest, await request.body(), nul=True)
     purged = await run_in_threadpool(_svc(request).purge, req.id)
     return {"purged": purged}
 

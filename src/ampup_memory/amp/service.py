@@ -114,7 +114,7 @@ class AmpService:
     ) -> MemoryCell:
         """Create a cell. ``vector`` lets a bulk loader pass an embedding it computed in a
         batch; it must come from this service's embedder."""
-        req = parse_body(CreateMemory, raw)
+        req = parse_body(CreateMemory, raw, nul=True)
         created_by = agent_id or req.identity.created_by
         if not created_by:
             raise field_error(
@@ -228,7 +228,7 @@ class AmpService:
         `write_answer`'s business. Order of checks: access 403 -> validation 422 ->
         access_policy/identity 403 -> budget 429 -> transition 409 -> size 413."""
         stored = self._writable(self.store.get(cell_id), agent_id)
-        req = parse_body(PatchMemory, raw)
+        req = parse_body(PatchMemory, raw, nul=True)
         self._check_manage(stored, req, agent_id)
         vector = (
             self.embedder.embed([req.content.text])[0]

@@ -17,6 +17,7 @@ function that adds tools to the server given a `ToolEnv`.
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
@@ -29,7 +30,13 @@ from pydantic import BaseModel, Field, ValidationError
 from ampup_memory.amp.model import MAX_PAGE_SIZE, ListQuery, SearchRequest, Status
 from ampup_memory.amp.service import AmpService
 from ampup_memory.auth import Caller
-from ampup_memory.errors import AccessDenied, AmpError, NotFound, ValidationFailed
+from ampup_memory.errors import (
+    AccessDenied,
+    AmpError,
+    NotFound,
+    ValidationFailed,
+    storage_down,
+)
 from ampup_memory.web.body import validation_errors
 
 if TYPE_CHECKING:
@@ -37,9 +44,11 @@ if TYPE_CHECKING:
     from ampup_memory.search.service import SearchService
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger("ampup_memory")
 
 SERVER_NAME = "ampup-memory"
 NO_MEMORIES = "No memories found."
+INTERNAL = "The server hit an unexpected error; it is logged."
 NOT_FOUND = "Memory not found."  # the reference's amp_forget answer for every refusal
 ARCHIVE = json.dumps({"lifecycle": {"status": Status.archived.value}}).encode("utf-8")
 
@@ -66,7 +75,8 @@ def error_text(exc: AmpError) -> str:
         ]
         if problems:
             return "Invalid request: " + "; ".join(problems)
-    return exc.message
+    retry = exc.headers.get("Retry-After")
+    return exc.message if retry is None else f"{exc.message} (Retry after {retry} s.)"
 
 
 @dataclass(frozen=True)
@@ -91,6 +101,14 @@ class ToolEnv:
             text = await anyio.to_thread.run_sync(work)
         except AmpError as exc:
             return _text(error_text(exc), error=True)
+        except Exception as exc:  # the HTTP faces' rule (web/errors.py), as a tool error
+            answer = storage_down(exc)
+            if answer is None:
+                log.error("unhandled error in an MCP tool call", exc_info=exc)
+                return _text(INTERNAL, error=True)
+            log.warning("storage error in an MCP tool call: %s",
+                        " ".join(str(getattr(exc, "orig", None) or exc).split())[:300])
+            return _text(error_text(answer), error=True)
         return _text(text)
 
 

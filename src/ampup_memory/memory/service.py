@@ -21,7 +21,7 @@ from typing import Any, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 from pyiceberg.exceptions import CommitFailedException
 
-from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error
+from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error, refuse_nul
 from ampup_memory.memory.acl import (
     Principal,
     common_acl,
@@ -632,9 +632,6 @@ class MemoryService:
         row: the commit it forked from), asked inside each attempt like ``recheck``."""
         self.workspaces.admit(scope, episodes, facts)  # caps, before any row is written
         now = utcnow()
-        if scope not in self._scopes_made:
-            self.tables.ensure_scope(scope)  # a scope is born inside its first commit
-            self._scopes_made.add(scope)
         ns = str(scope)
         # Each body once per scope: only the first episode to carry it stores the text.
         bodies: dict[str, str] = {}
@@ -647,18 +644,23 @@ class MemoryService:
                 bodies[ref] = p.body
             rows.append(episode_row(p.record, p.body if first else None, commit_id, now))
         rows += [episode_row(r, None, commit_id, now, ACL_OP) for r in acl_changes or ()]
+        fact_rows = [fact_row(f, commit_id, now) for f in facts]
+        event_rows = [event_row(e, commit_id) for e in events or ()]
+        read_rows = [read_row(r, commit_id) for r in reads or ()]
+        # Before anything is written: a row the read index cannot hold would stall the scope.
+        refuse_nul([author, message, rows, fact_rows, event_rows, read_rows], ["body"])
+        if scope not in self._scopes_made:
+            self.tables.ensure_scope(scope)  # a scope is born inside its first commit
+            self._scopes_made.add(scope)
         snapshots: dict[str, int] = {}
         if rows:
             snapshots["episodes"] = self._append(scope, "episodes", arrow(EPISODES, rows))
-        if facts:
-            rows = [fact_row(f, commit_id, now) for f in facts]
-            snapshots["facts"] = self._append(scope, "facts", arrow(FACTS, rows))
-        if events:
-            rows = [event_row(e, commit_id) for e in events]
-            snapshots["events"] = self._append(scope, "events", arrow(EVENTS, rows))
-        if reads:
-            rows = [read_row(r, commit_id) for r in reads]
-            snapshots["reads"] = self._append(scope, "reads", arrow(READS, rows))
+        if fact_rows:
+            snapshots["facts"] = self._append(scope, "facts", arrow(FACTS, fact_rows))
+        if event_rows:
+            snapshots["events"] = self._append(scope, "events", arrow(EVENTS, event_rows))
+        if read_rows:
+            snapshots["reads"] = self._append(scope, "reads", arrow(READS, read_rows))
         if self.fault == FAULT_AFTER_ROWS:
             log.error("fault hook %s: exiting between data rows and ledger row", self.fault)
             os._exit(70)

@@ -57,6 +57,7 @@ from ampup_memory.memory.readindex import (
     facts_t,
     lease_holder,
     ledger_t,
+    reads_t,
 )
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope
 from ampup_memory.memory.sync import Sync
@@ -354,7 +355,19 @@ class Workspaces:
                 if is_workspace_org(scope.org) and (ws_of is None or not ws_of.live(now)):
                     self._drop_scope(scope)
                     scopes.append(str(scope))
+            self._drop_stale_reads(known, now)
         return {"dropped": done, "scopes": sorted(set(scopes))}
+
+    def _drop_stale_reads(self, known: dict[str, Workspace], now: datetime) -> None:
+        """Extraction's read marks of a workspace that is no longer live (left by a
+        version that dropped a workspace without them)."""
+        with self.index.engine.begin() as conn:
+            for name in list(conn.execute(select(reads_t.c.scope).distinct().where(
+                    reads_t.c.scope.startswith("ws_", autoescape=True))).scalars()):
+                ws_of = known.get(name.partition("/")[0])
+                if is_workspace_org(name.partition("/")[0]) and (
+                        ws_of is None or not ws_of.live(now)):
+                    conn.execute(delete(reads_t).where(reads_t.c.scope == name))
 
     # -- the drop -----------------------------------------------------------------------------
     def _drop(self, ws: Workspace, by: str) -> list[str]:
@@ -390,7 +403,7 @@ class Workspaces:
         # Its commits stay in the ledger (ids, authors, counts: no content), as a deleted
         # branch's do; the index mirrors the ledger, so only the scope's rows go.
         with self.index.engine.begin() as conn:
-            for t in (episodes_t, acl_t, bodies_t, facts_t, cites_t, events_t):
+            for t in (episodes_t, acl_t, bodies_t, facts_t, cites_t, events_t, reads_t):
                 conn.execute(delete(t).where(t.c.scope == str(scope)))
         for listener in self.dropped:
             listener(str(scope))

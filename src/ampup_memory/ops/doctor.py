@@ -3,7 +3,7 @@
 One check per engine (AMP cell store, Iceberg catalog, warehouse, search index, and each
 configured model endpoint), each ending in one line: ``ok`` or exactly what is wrong. A
 check writes nothing that stays: the SQL ones roll back, the warehouse one deletes the
-object it wrote.
+object it wrote, and a folder or SQLite file a probe had to make is removed with it.
 """
 
 from __future__ import annotations
@@ -54,6 +54,30 @@ def _home_to_create(home: Path) -> str:
     return f"home {home} does not exist yet: `serve` creates it"
 
 
+def _sqlite_write(path: Path) -> None:
+    """Take the file's write lock and write in a transaction that is rolled back."""
+    conn = sqlite3.connect(path, timeout=CONNECT_TIMEOUT_SECONDS, isolation_level=None)
+    try:
+        conn.execute("BEGIN IMMEDIATE")  # takes the write lock: the file is writable
+        conn.execute("CREATE TABLE ampup_doctor_probe (x INTEGER)")
+        conn.execute("ROLLBACK")
+    finally:
+        conn.close()
+
+
+def _missing_folders(path: str) -> list[str]:
+    """The folders of local ``path`` that do not exist yet, outermost first."""
+    missing: list[str] = []
+    folder = os.path.abspath(path)
+    while not os.path.exists(folder):
+        missing.insert(0, folder)
+        parent = os.path.dirname(folder)
+        if parent == folder:
+            break
+        folder = parent
+    return missing
+
+
 def _sql_check(uri: str, home: Path) -> Callable[[], str]:
     """Connect and write in a transaction that is rolled back."""
     scheme = urlsplit(uri).scheme
@@ -67,13 +91,16 @@ def _sql_check(uri: str, home: Path) -> Callable[[], str]:
             if path.parent.absolute() == home.absolute():
                 return _home_to_create(home)
             raise OSError(f"folder {path.parent} does not exist")
-        conn = sqlite3.connect(path, timeout=CONNECT_TIMEOUT_SECONDS, isolation_level=None)
-        try:
-            conn.execute("BEGIN IMMEDIATE")  # takes the write lock: the file is writable
-            conn.execute("CREATE TABLE ampup_doctor_probe (x INTEGER)")
-            conn.execute("ROLLBACK")
-        finally:
-            conn.close()
+        if not path.exists():
+            # Probed where the file would be made, then removed: doctor leaves no trace.
+            probe = path.with_name(f"{path.name}.doctor-{uuid.uuid4().hex[:12]}")
+            try:
+                _sqlite_write(probe)
+            finally:
+                for suffix in ("", "-journal", "-wal", "-shm"):
+                    probe.with_name(probe.name + suffix).unlink(missing_ok=True)
+            return f"no file yet, folder writable: `serve` creates {path.name}"
+        _sqlite_write(path)
         return "sqlite file writable"
 
     def postgres_probe() -> str:
@@ -107,18 +134,28 @@ def _warehouse_check(settings: Settings) -> Callable[[], str]:
         # Straight under the warehouse: no folder of its own left behind on S3.
         location = f"{settings.resolved_warehouse.rstrip('/')}/_ampup_doctor_{uuid.uuid4().hex}"
         io = warehouse.file_io(props, location)
+        made: list[str] = []  # local folders the probe made, removed with it
         if not warehouse.is_s3(location):
             fs, path = warehouse.filesystem(io, location)
+            made = _missing_folders(path.rsplit("/", 1)[0])
             fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         payload = b"ampup-memory doctor probe"
-        with io.new_output(location).create(overwrite=True) as out:
-            out.write(payload)
         try:
-            with io.new_input(location).open() as got:
-                if got.read() != payload:
-                    raise OSError("the probe object read back differs from what was written")
+            with io.new_output(location).create(overwrite=True) as out:
+                out.write(payload)
+            try:
+                with io.new_input(location).open() as got:
+                    if got.read() != payload:
+                        raise OSError(
+                            "the probe object read back differs from what was written")
+            finally:
+                io.delete(location)
         finally:
-            io.delete(location)
+            for folder in reversed(made):
+                try:
+                    os.rmdir(folder)
+                except OSError:  # something else came to live there meanwhile: it stays
+                    break
         return "wrote, read back and deleted a probe object"
     return probe
 

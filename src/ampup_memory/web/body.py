@@ -12,7 +12,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ValidationError
 
-from ampup_memory.errors import ValidationFailed, field_error
+from ampup_memory.errors import ValidationFailed, field_error, refuse_nul
 from ampup_memory.web import jsontext
 
 M = TypeVar("M", bound=BaseModel)
@@ -38,24 +38,28 @@ def validation_errors(
     return ValidationFailed("Request validation failed.", errors)
 
 
-def _reject_refused_json(raw: bytes) -> None:
+def _reject_refused_json(raw: bytes, nul: bool) -> None:
     """JSON nested too deep, NaN, Infinity or a number too big for a double: a 422 here
     (`jsontext.loads`), before pydantic's parser, which accepts non-finite numbers (a stored
-    NaN would later break the cell's JSON)."""
+    NaN would later break the cell's JSON). Unless ``nul``, a string holding U+0000 too
+    (`refuse_nul`; in JSON it can only be spelled ``\\u0000``)."""
     try:
-        jsontext.loads(raw)
+        parsed = jsontext.loads(raw)
     except jsontext.JsonRefused as exc:
         raise field_error(["body"], str(exc), "json_invalid") from None
     except ValueError:
-        pass  # malformed JSON: pydantic reports it with its position
+        return  # malformed JSON: pydantic reports it with its position
+    if not nul and b"\\u0000" in raw:
+        refuse_nul(parsed, [])  # the field, as the routes name it (["ttl"], ["source"])
 
 
-def parse_body(model: type[M], raw: bytes | None) -> M:
+def parse_body(model: type[M], raw: bytes | None, *, nul: bool = False) -> M:
     """Decode and validate a JSON body, strictly: ``"offset": false`` or ``"expires_at": 0``
-    is a 422, not a silent coercion. Malformed JSON is a 422 like any other."""
+    is a 422, not a silent coercion. Malformed JSON is a 422 like any other. ``nul``: the
+    AMP face's cells may carry U+0000 (its store maps it away); elsewhere it is a 422."""
     # No body at all is an empty object (optional bodies); whitespace alone is not JSON.
     body = raw if raw else b"{}"
-    _reject_refused_json(body)
+    _reject_refused_json(body, nul)
     try:
         return model.model_validate_json(body, strict=True)
     except ValidationError as exc:

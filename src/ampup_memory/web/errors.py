@@ -13,12 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.routing import Match
 
-from ampup_memory.errors import (
-    AmpError,
-    database_down,
-    database_unavailable,
-    storage_unavailable,
-)
+from ampup_memory.errors import AmpError, storage_down
 
 log = logging.getLogger("ampup_memory")
 
@@ -99,21 +94,18 @@ def install(app: FastAPI) -> None:
         return JSONResponse(envelope(code, message), status_code=exc.status_code,
                             headers=headers)
 
-    @app.exception_handler(OSError)
-    async def _storage(request: Request, exc: OSError) -> JSONResponse:
-        # pyarrow's S3 and file errors: the store is down, refuses, or times out.
-        log.warning("storage error on %s %s: %s", request.method, request.url.path,
-                    " ".join(str(exc).split()))
-        return error_response(storage_unavailable())
-
+    @app.exception_handler(OSError)  # pyarrow's S3 and file errors: the store is down
     @app.exception_handler(psycopg.OperationalError)
     @app.exception_handler(DBAPIError)
-    async def _database(request: Request, exc: Exception) -> JSONResponse:
-        if not database_down(exc):
+    async def _storage(request: Request, exc: Exception) -> JSONResponse:
+        answer = storage_down(exc)
+        if answer is None:
             return _internal(request, exc)
-        log.warning("database error on %s %s: %s", request.method, request.url.path,
+        log.warning("%s error on %s %s: %s",
+                    "storage" if isinstance(exc, OSError) else "database", request.method,
+                    request.url.path,
                     " ".join(str(getattr(exc, "orig", None) or exc).split())[:300])
-        return error_response(database_unavailable())
+        return error_response(answer)
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:

@@ -10,10 +10,12 @@ connection stays usable.
 
 from __future__ import annotations
 
+from urllib.parse import parse_qsl
+
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ampup_memory.errors import PayloadTooLarge
+from ampup_memory.errors import AmpError, PayloadTooLarge, refuse_nul
 from ampup_memory.web.errors import error_response
 
 
@@ -58,3 +60,30 @@ class BodyLimit:
             code="PAYLOAD_TOO_LARGE", details={"max_bytes": self.max_bytes},
         )
         await error_response(exc)(scope, receive, send)
+
+
+class NulGuard:
+    """A 422 for U+0000 in the path or a query parameter of an AmpUp route (`refuse_nul`;
+    bodies: `web.body.parse_body`), before any handler puts it into a SQL statement. The
+    AMP face (``/amp/v1``) and ``/mcp`` are passed through: the AMP cell store maps NUL
+    away, and MCP messages are bodies."""
+
+    PASS = ("/amp/", "/mcp")
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not str(scope["path"]).startswith(self.PASS):
+            try:
+                refuse_nul(str(scope["path"]), ["path"])
+                query = bytes(scope.get("query_string", b"")).decode("latin-1")
+                if "%00" in query or "\x00" in query:
+                    for name, value in parse_qsl(query, keep_blank_values=True,
+                                                 encoding="utf-8", errors="replace"):
+                        refuse_nul(name, ["query"])
+                        refuse_nul(value, ["query", name])
+            except AmpError as exc:
+                await error_response(exc)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)

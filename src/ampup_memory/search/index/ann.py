@@ -33,6 +33,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import struct
 import threading
 from collections.abc import Callable
@@ -137,6 +138,53 @@ class Ann:
     @property
     def memory_bytes(self) -> int:
         return int(self._index.memory_usage)
+
+
+_GRAPH_FILE = re.compile(r"((?:facts|passages)-[0-9a-f]{32}\.ann)(?:\.(\d+)\.\d+\.tmp)?")
+
+
+def graph_path(folder: Path, table: str, scope: str, branch: str) -> Path:
+    """Where the graph of ``table``'s (scope, branch) matrix is saved (a hash names it)."""
+    name = hashlib.sha256(f"{scope}\0{branch}".encode()).hexdigest()[:32]
+    return folder / f"{table}-{name}.ann"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True  # someone else's process: alive
+    return True
+
+
+def remove_graphs(paths: list[Path]) -> None:
+    """Delete these saved graphs (their scope or branch was cleared). A file a saver
+    writes again meanwhile is harmless (its rows are gone, so it is never loaded) and
+    :func:`keep_only_graphs` removes it at the next open."""
+    for path in paths:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError:
+            log.warning("could not delete search graph %s; the next open does", path,
+                        exc_info=True)
+
+
+def keep_only_graphs(folder: Path, keep: list[Path]) -> None:
+    """Delete every graph file in ``folder`` not in ``keep`` (a scope or branch cleared by
+    a process that died first, or by another process), and their temporary files of
+    processes no longer running."""
+    if not folder.is_dir():
+        return
+    names = {p.name for p in keep}
+    for path in folder.iterdir():
+        found = _GRAPH_FILE.fullmatch(path.name)
+        if found is None or found.group(1) in names:
+            continue
+        if found.group(2) is not None and _pid_alive(int(found.group(2))):
+            continue
+        remove_graphs([path])
 
 
 class GraphStats:

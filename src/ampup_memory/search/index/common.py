@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import hashlib
 import json
 import logging
 import threading
@@ -20,6 +19,7 @@ from ampup_memory.search.index.ann import (
     GraphStats,
     checkpoint_after,
     fingerprint,
+    graph_path,
 )
 from ampup_memory.timefmt import format_time, parse_time
 
@@ -405,8 +405,7 @@ class VectorCache:
     def _file(self, key: tuple[str, str]) -> GraphFile | None:
         if self.graphs is None:
             return None
-        name = hashlib.sha256("\0".join(key).encode()).hexdigest()[:32]
-        return GraphFile(self.graphs / f"{self.table}-{name}.ann", self.stats)
+        return GraphFile(graph_path(self.graphs, self.table, *key), self.stats)
 
     def apply(self, rows: Sequence[tuple[int, str, str, bytes | None, int]], dims: int) -> None:
         """Rows of (num, scope, branch, vec, vec_seq) changed since the high-water mark."""

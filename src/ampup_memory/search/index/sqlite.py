@@ -33,6 +33,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -41,7 +42,13 @@ from pyroaring import BitMap
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.search.index import keywords
-from ampup_memory.search.index.ann import ANN_MIN_VECTORS, GraphStats
+from ampup_memory.search.index.ann import (
+    ANN_MIN_VECTORS,
+    GraphStats,
+    graph_path,
+    keep_only_graphs,
+    remove_graphs,
+)
 from ampup_memory.search.index.base import (
     EpisodeDoc,
     EpisodeRow,
@@ -164,7 +171,7 @@ class SQLiteIndex:
         # vector candidates and the matrix re-scores them (`ann.py`); 0: always exact.
         # Graphs are saved beside this file and reused while they match the rows.
         self.graph_stats = GraphStats()
-        graphs = self.path.with_name(self.path.name + ".graphs")
+        self._graphs = graphs = self.path.with_name(self.path.name + ".graphs")
         self._vectors = {t: VectorCache(ann_min_vectors, graphs, t, self.graph_stats)
                          for t in ("facts", "passages")}
         self._bitmaps: dict[str, BitMap] = {}
@@ -204,6 +211,7 @@ class SQLiteIndex:
                 # Under the write lock: a space's file is only created after its row is
                 # committed, so no file of a space being created can look stale here.
                 self._spaces.keep_only(self._all_spaces(conn))
+                keep_only_graphs(self._graphs, self._graph_paths(self._all_spaces(conn)))
             except BaseException:
                 conn.execute("ROLLBACK")
                 raise
@@ -440,7 +448,15 @@ class SQLiteIndex:
         kconn.execute("COMMIT")
         return max(done, upto)
 
+    def _graph_paths(self, spaces: list[Space]) -> list[Path]:
+        """The saved HNSW graphs of these spaces' matrices (`ann.py`), of both tables."""
+        return [graph_path(self._graphs, table, s.scope, s.branch)
+                for s in spaces for table in self._vectors]
+
     def _remove_files(self, spaces: list[Space]) -> None:
+        """A cleared space's keyword file and saved graphs; what a crash leaves here, the
+        next open removes (`keep_only`, `keep_only_graphs`)."""
+        remove_graphs(self._graph_paths(spaces))
         try:
             self._spaces.remove(spaces)
         except OSError:
