@@ -247,8 +247,9 @@ class Settings(BaseSettings):
         "from which the embedded (SQLite) search index finds vector candidates with an "
         "HNSW graph and re-scores them exactly, instead of scoring every vector; below it, "
         "and with 0, search is exact. The graph is built (or loaded from the file saved "
-        "beside the index) in the background while exact search answers. PostgreSQL uses "
-        "pgvector's HNSW index at any size.",
+        "beside the index) in the background while exact search answers. The same "
+        "threshold applies to the AMP cells of the embedded cell store (all cells "
+        "counted). PostgreSQL uses pgvector's HNSW index at any size.",
     )
     mcp_user_id: str | None = Field(
         default=None,

@@ -76,7 +76,8 @@ def collect(runtime: Runtime, feed: Feed | None = None,
     return {
         "versions": _versions(),
         "stores": {
-            "amp": {**_store(settings.resolved_store_uri), "cells": runtime.store.count()},
+            "amp": {**_store(settings.resolved_store_uri), "cells": runtime.store.count(),
+                    "graphs": runtime.store.graphs()},
             "catalog": _store(settings.resolved_catalog_uri),
             "warehouse": {"location": mask_uri(warehouse),
                           "bytes": _file_bytes(warehouse_path) if warehouse_path else None},

@@ -219,6 +219,12 @@ class CellStore(Protocol):
         status or document: re-embedding is not an update. Returns the rows written."""
         ...
 
+    def graphs(self) -> dict[str, int] | None:
+        """Counters of this process's HNSW graph over the cell vectors (`GraphStats`:
+        built, loaded, rejected, saved, building); None where the database keeps the
+        vector index (PostgreSQL)."""
+        ...
+
     def close(self) -> None: ...
 
 

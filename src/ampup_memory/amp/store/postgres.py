@@ -712,6 +712,9 @@ class PostgresStore:
             )
             return max(cur.rowcount, 0)  # the sum over the rows (psycopg >= 3.1)
 
+    def graphs(self) -> dict[str, int] | None:
+        return None  # pgvector's HNSW index lives in the database
+
     def close(self) -> None:
         self._pool.close()
 

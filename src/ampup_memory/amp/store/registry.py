@@ -11,8 +11,11 @@ from collections.abc import Callable
 
 from ampup_memory.amp.store.base import CellStore
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.search.index.ann import ANN_MIN_VECTORS
 
-StoreFactory = Callable[[str, int | None], CellStore]
+# (uri, dimensions, ann_min_vectors) -> store. The threshold is the SQLite store's (its
+# HNSW graph over the cell vectors); PostgreSQL has pgvector's HNSW index at any size.
+StoreFactory = Callable[[str, int | None, int], CellStore]
 
 
 def _sqlite() -> StoreFactory:
@@ -24,7 +27,7 @@ def _sqlite() -> StoreFactory:
 def _postgres() -> StoreFactory:
     from ampup_memory.amp.store.postgres import PostgresStore
 
-    return PostgresStore
+    return lambda uri, dimensions, _ann_min: PostgresStore(uri, dimensions)
 
 
 # URI scheme (lower-cased) -> loader of the class that opens it.
@@ -36,12 +39,14 @@ STORE_LOADERS: dict[str, Callable[[], StoreFactory]] = {
 }
 
 
-def open_store(uri: str, dimensions: int | None, *, create: bool = True) -> CellStore:
-    """Open the store a URI names. Drivers load lazily, so SQLite users never import psycopg."""
+def open_store(uri: str, dimensions: int | None, *, create: bool = True,
+               ann_min_vectors: int = ANN_MIN_VECTORS) -> CellStore:
+    """Open the store a URI names. Drivers load lazily, so SQLite users never import psycopg.
+    ``ann_min_vectors``: `AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS` (SQLite only)."""
     scheme = uri.split(":", 1)[0].lower()
     loader = STORE_LOADERS.get(scheme)
     if loader is None:
         raise ConfigurationError(
             f"unsupported store URI scheme {scheme!r}: use sqlite:///path or postgresql://…"
         )
-    return loader()(uri, dimensions)
+    return loader()(uri, dimensions, ann_min_vectors)

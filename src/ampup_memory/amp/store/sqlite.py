@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ampup_memory.amp.access import Guard
@@ -46,13 +47,13 @@ from ampup_memory.amp.store.rows import (
     pass_params,
     stored_from_row,
     vector_bytes,
-    vector_from_bytes,
     where_clause,
     with_status,
 )
 from ampup_memory.search.budget import affordable_terms
 from ampup_memory.search.embed import ModelInfo
-from ampup_memory.search.index.common import dots
+from ampup_memory.search.index.ann import ANN_MIN_VECTORS, GraphFile, GraphStats
+from ampup_memory.search.index.common import VectorMatrix
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
 from ampup_memory.timefmt import format_time
@@ -189,73 +190,54 @@ def _stored(row: sqlite3.Row | tuple[Any, ...]) -> StoredCell:
 
 
 class _VectorCache:
-    """Embeddings of every cell, in memory, refreshed by ``vec_seq`` on each search."""
+    """Embeddings of every cell, in memory, refreshed by ``vec_seq`` on each search: one
+    `VectorMatrix` (the search index's: from ``ann_min`` vectors on, an HNSW graph saved
+    in ``graph`` proposes candidates and the matrix re-scores them exactly), keyed by the
+    cell's ``seq``, grouped by owner (an owner never changes) for owner-filtered search."""
 
-    def __init__(self, dimensions: int) -> None:
-        import numpy as np
-
-        self.dimensions = dimensions
+    def __init__(self, dimensions: int, ann_min: int, graph: Path) -> None:
+        self.lock = threading.RLock()
+        self.stats = GraphStats()
+        self.matrix = VectorMatrix(dimensions, ann_min, self.lock,
+                                   GraphFile(graph, self.stats), self.stats)
         self.high_water = 0
-        self.pos: dict[int, int] = {}
-        self.seqs = np.zeros(0, dtype=np.int64)
-        self.matrix = np.zeros((0, dimensions), dtype=np.float32)
-        self.lock = threading.Lock()
+        self.owners: dict[str, int] = {}
 
     def refresh(self, conn: sqlite3.Connection) -> None:
         import numpy as np
 
         with self.lock:
             rows = conn.execute(
-                "SELECT seq, vec, vec_seq FROM cells WHERE vec_seq > ? ORDER BY vec_seq",
+                "SELECT seq, owner_id, vec, vec_seq FROM cells WHERE vec_seq > ?"
+                " ORDER BY vec_seq",
                 (self.high_water,),
             ).fetchall()
-            if not rows:
-                return
-            new_seqs: list[int] = []
-            new_vecs: list[np.ndarray] = []
-            for seq, blob, vec_seq in rows:
+            for seq, owner, blob, vec_seq in rows:
                 self.high_water = max(self.high_water, vec_seq)
                 if blob is None:
+                    self.matrix.remove(seq)
                     continue
-                vec = vector_from_bytes(blob)
-                if vec.shape[0] != self.dimensions:
-                    continue
-                if seq in self.pos:
-                    self.matrix[self.pos[seq]] = vec
-                else:
-                    new_seqs.append(seq)
-                    new_vecs.append(vec)
-            if new_seqs:
-                start = len(self.seqs)
-                self.seqs = np.concatenate([self.seqs, np.asarray(new_seqs, dtype=np.int64)])
-                self.matrix = np.vstack([self.matrix, np.vstack(new_vecs)])
-                for i, seq in enumerate(new_seqs):
-                    self.pos[seq] = start + i
+                vec = np.frombuffer(blob, dtype=np.float32)
+                if vec.shape[0] != self.matrix.dimensions:
+                    continue  # written under another model: re-embedding replaces it
+                group = self.owners.setdefault(owner, len(self.owners) + 1)
+                self.matrix.put(seq, vec, group)
 
-    def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        import numpy as np
-
+    def top(self, query: np.ndarray, k: int, owner: str | None = None) -> dict[int, float]:
         with self.lock:
-            if not len(self.seqs):
-                return []
-            sims = dots(self.matrix, query)  # a cell's cosine never moves with its row
-            if k < len(sims):
-                idx = np.argpartition(-sims, k)[:k]
-            else:
-                idx = np.arange(len(sims))
-            return [(int(self.seqs[i]), float(sims[i])) for i in idx]
+            if owner is None:
+                return dict(self.matrix.top(query, k))
+            group = self.owners.get(owner)
+            return {} if group is None else dict(self.matrix.top(query, k, group))
 
     def cosine(self, query: np.ndarray, seqs: Sequence[int]) -> dict[int, float]:
         with self.lock:
-            rows = [(s, self.pos[s]) for s in seqs if s in self.pos]
-            if not rows:
-                return {}
-            sims = dots(self.matrix[[p for _, p in rows]], query)
-            return {s: float(v) for (s, _), v in zip(rows, sims, strict=True)}
+            return self.matrix.cosines(query, seqs)
 
 
 class SQLiteStore:
-    def __init__(self, uri: str, dimensions: int | None) -> None:
+    def __init__(self, uri: str, dimensions: int | None,
+                 ann_min_vectors: int = ANN_MIN_VECTORS) -> None:
         self.path = sqlite_path(uri)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.info = StoreInfo(name="sqlite", details={"path": str(self.path)})
@@ -263,7 +245,11 @@ class SQLiteStore:
         self._conns = ThreadConnections(self.path, synchronous="FULL", timeout=30.0)
         self._write_lock = threading.Lock()
         self._holder = uuid.uuid4().hex
-        self._vectors = _VectorCache(dimensions) if dimensions else None
+        # From ann_min_vectors cells on, an HNSW graph (search/index/ann.py) proposes
+        # vector candidates; it is saved beside the file and loaded on the next start.
+        graph = self.path.with_name(self.path.name + ".graphs") / "cells.ann"
+        self._vectors = (_VectorCache(dimensions, ann_min_vectors, graph)
+                         if dimensions else None)
         conn = self._conn()
         with self._write_lock:
             conn.executescript(SCHEMA)
@@ -431,7 +417,9 @@ class SQLiteStore:
                 cosine = self._vectors.cosine(query, [r[0] for r in small])
                 cosine = dict(sorted(cosine.items(), key=lambda kv: -kv[1])[: max(k, 1)])
             else:
-                cosine = dict(self._vectors.top(query, max(k * 2, 200)))
+                # An owner with more cells: the owner's nearest cells (the filters below
+                # drop those another rule excludes), never the nearest of all cells.
+                cosine = self._vectors.top(query, max(k * 2, 200), filters.owner_id)
         seqs = set(keyword) | set(cosine)
         if not seqs:
             return []
@@ -632,7 +620,27 @@ class SQLiteStore:
                     seq += 1
         return written
 
+    def graphs(self) -> dict[str, int] | None:
+        """Counters of the cell vectors' HNSW graph (`GraphStats`)."""
+        return self._vectors.stats.wire() if self._vectors is not None else None
+
+    def graph_memory(self) -> int:
+        """Bytes the graph holds in memory (0: none in use)."""
+        if self._vectors is None:
+            return 0
+        with self._vectors.lock:
+            ann = self._vectors.matrix.ann
+            return ann.memory_bytes if ann is not None else 0
+
+    def wait_graphs(self, timeout: float = 600.0) -> None:
+        """Until the graph is built, loaded or saved (tests, benchmarks)."""
+        if self._vectors is not None:
+            self._vectors.matrix.wait(timeout)
+
     def close(self) -> None:
+        if self._vectors is not None:
+            with self._vectors.lock:
+                self._vectors.matrix.drop()
         self._conns.close_all()
 
 

@@ -28,6 +28,11 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ampup_memory.search")
 
+# `VectorMatrix.top` for one group of rows asks the graph for k / (the group's share of
+# the rows) candidates only where this many times that is at most the group's size: each
+# candidate costs the graph about this many vector comparisons (measured at a million rows:
+# docs/performance.md), each row of the group one.
+GROUP_COST = 16
 # Rows a background build adds between two checks of whether to stop (about a second of
 # one core at most).
 BUILD_CHUNK = 1024
@@ -106,9 +111,13 @@ class VectorMatrix:
         self.ann_min = ann_min
         self.nums = np.zeros(0, dtype=np.int64)
         self.matrix = np.zeros((0, dimensions), dtype=np.float32)
-        self._nums_room, self._matrix_room = self.nums, self.matrix  # see _settle
+        # Each row's group (the AMP cell store: its owner), for `top(group=...)`.
+        self.groups = np.zeros(0, dtype=np.int32)
+        # The arrays above are views of the first rows of these, grown by a quarter when
+        # full: appending a few rows copies nothing (a million rows are a gigabyte).
+        self._bufs = (self.nums, self.matrix, self.groups)
         self.pos: dict[int, int] = {}
-        self._pending: list[tuple[int, np.ndarray]] = []
+        self._pending: list[tuple[int, np.ndarray, int]] = []
         self.ann: Ann | None = None
         self._removed: set[int] = set()  # zeroed rows: never proposed by the graph
         self.version = 0  # moves when a row of the graph changes: its graph is dropped
@@ -119,16 +128,17 @@ class VectorMatrix:
         self._saver: threading.Thread | None = None
         self._to_save: tuple[bytes, Any] | None = None  # the latest sealed graph to write
 
-    def put(self, num: int, vector: np.ndarray) -> None:
+    def put(self, num: int, vector: np.ndarray, group: int = 0) -> None:
         at = self.pos.get(num)
         if at is not None:
+            self._settle()  # the row may still be pending
             self.version += 1
             self.matrix[at] = vector
             self._removed.discard(num)
             self.ann = None  # a row of the graph changed: rebuilt from the rows
             return
         self.pos[num] = len(self.nums) + len(self._pending)
-        self._pending.append((num, vector))
+        self._pending.append((num, vector, group))
 
     def remove(self, num: int) -> None:
         at = self.pos.get(num)
@@ -155,18 +165,21 @@ class VectorMatrix:
 
         if not self._pending:
             return
-        held, new = len(self.nums), len(self._pending)
-        if held + new > len(self._nums_room):
-            room = max(held + new, 2 * len(self._nums_room), 1024)
-            nums = np.empty(room, dtype=np.int64)
-            matrix = np.empty((room, self.dimensions), dtype=np.float32)
-            nums[:held] = self.nums
-            matrix[:held] = self.matrix
-            self._nums_room, self._matrix_room = nums, matrix
-        self._nums_room[held:held + new] = [n for n, _ in self._pending]
-        self._matrix_room[held:held + new] = np.vstack([v for _, v in self._pending])
-        self.nums = self._nums_room[:held + new]
-        self.matrix = self._matrix_room[:held + new]
+        have, need = len(self.nums), len(self.nums) + len(self._pending)
+        nums, matrix, groups = self._bufs
+        if need > len(nums):
+            # Views taken before (a background build holds some) keep the old buffers;
+            # rows are only ever appended past a view's end, or changed with a version move.
+            cap = max(need, len(nums) + len(nums) // 4 + 1024)
+            nums = np.concatenate([nums[:have], np.zeros(cap - have, dtype=np.int64)])
+            matrix = np.empty((cap, self.dimensions), dtype=np.float32)
+            matrix[:have] = self.matrix
+            groups = np.concatenate([groups[:have], np.zeros(cap - have, dtype=np.int32)])
+            self._bufs = (nums, matrix, groups)
+        nums[have:need] = [n for n, _, _ in self._pending]
+        matrix[have:need] = np.vstack([v for _, v, _ in self._pending])
+        groups[have:need] = [g for _, _, g in self._pending]
+        self.nums, self.matrix, self.groups = nums[:need], matrix[:need], groups[:need]
         self._pending = []
 
     def _live(self, after: int = -1) -> np.ndarray:
@@ -339,23 +352,44 @@ class VectorMatrix:
             for t in jobs:
                 t.join(max(0.0, end - time.monotonic()))
 
-    def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def top(self, query: np.ndarray, k: int,
+            group: int | None = None) -> list[tuple[int, float]]:
+        """The ``k`` rows nearest ``query`` (row number, cosine); with ``group``, the
+        ``k`` nearest among that group's rows."""
         import numpy as np
 
         self._settle()
         if not len(self.nums) or k <= 0:
             return []
-        ann = self._graph() if k * EXACT_SHARE < len(self.nums) else None
+        members = None if group is None else np.flatnonzero(self.groups == group)
+        size = len(self.nums) if members is None else len(members)
+        if not size:
+            return []
+        ann = self._graph() if k * EXACT_SHARE < size else None
+        rows = None
         if ann is not None:
             # The graph proposes, the matrix scores: the same float as an exact search
             # gives each row, and the same tie rule at the cut below.
-            rows = np.asarray([self.pos[int(n)] for n in ann.candidates(query, k)],
-                              dtype=np.int64)
-            sims = dots(self.matrix[rows], query)
-            nums = self.nums[rows]
-        else:
+            if members is None:
+                rows = self._positions(ann.candidates(query, k))
+            else:
+                # The graph cannot filter (usearch's Python binding takes no predicate):
+                # it is asked for as many more rows as the group is rarer and the group's
+                # are kept. Where that costs more than scoring the group's rows, or finds
+                # fewer than k of them, the group's rows are scored (exact).
+                want = -(-k * len(self.nums) // size)
+                if want * GROUP_COST <= size:
+                    found = self._positions(ann.candidates(query, want))
+                    found = found[self.groups[found] == group]
+                    rows = found if len(found) >= k else None
+        if rows is None:
+            rows = members
+        if rows is None:
             sims = dots(self.matrix, query)
             nums = self.nums
+        else:
+            sims = dots(self.matrix[rows], query)
+            nums = self.nums[rows]
         if k >= len(sims):
             idx = np.arange(len(sims))
         else:
@@ -367,6 +401,11 @@ class VectorMatrix:
             tied = tied[np.argsort(nums[tied], kind="stable")][: k - len(above)]
             idx = np.concatenate([above, tied])
         return [(int(nums[i]), float(sims[i])) for i in idx]
+
+    def _positions(self, nums: np.ndarray) -> np.ndarray:
+        import numpy as np
+
+        return np.asarray([self.pos[int(n)] for n in nums], dtype=np.int64)
 
     def cosines(self, query: np.ndarray, nums: Sequence[int]) -> dict[int, float]:
         self._settle()
