@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.memory_support import QUIET, Memory, new_scope, run_cli, serving
+from tests.memory_support import QUIET, Memory, cli_in_process, new_scope, run_cli, serving
 
 ENV = {**QUIET, "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "1"}
 SECRET = "Umbrella acquisition codename Nightjar"
@@ -173,7 +173,7 @@ def test_rebuild_from_the_tables_gives_identical_answers(home: Path) -> None:
     assert sum(len(a) for a in before[0][3::4]) > 50  # many scores compared, not a few
     assert (home / "index.db").exists()
     _delete_index(home)
-    done = run_cli(home, env, "index", "rebuild")
+    done = cli_in_process(home, env, "index", "rebuild")
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["commits"] == 4 + 2 * 2 * 6 * 3 and report["facts"] == 2 + 2 * 2 * 6 * 3

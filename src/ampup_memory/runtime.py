@@ -42,7 +42,8 @@ def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
     command run with other settings never rewrites the vectors under a running server."""
     settings.home.mkdir(parents=True, exist_ok=True)
     embedder = build_embedder(settings)
-    store = open_store(settings.resolved_store_uri, embedder.dimensions)
+    store = open_store(settings.resolved_store_uri, embedder.dimensions,
+                       pool_wait_seconds=settings.store_pool_wait_seconds)
     if reembed:
         try:
             ensure_embedding_model(store, embedder)

@@ -12,13 +12,13 @@ from collections.abc import Callable
 from ampup_memory.amp.store.base import CellStore
 from ampup_memory.errors import ConfigurationError
 
-StoreFactory = Callable[[str, int | None], CellStore]
+StoreFactory = Callable[[str, int | None, float], CellStore]
 
 
 def _sqlite() -> StoreFactory:
     from ampup_memory.amp.store.sqlite import SQLiteStore
 
-    return SQLiteStore
+    return lambda uri, dimensions, _pool_wait: SQLiteStore(uri, dimensions)  # no pool
 
 
 def _postgres() -> StoreFactory:
@@ -36,12 +36,14 @@ STORE_LOADERS: dict[str, Callable[[], StoreFactory]] = {
 }
 
 
-def open_store(uri: str, dimensions: int | None, *, create: bool = True) -> CellStore:
-    """Open the store a URI names. Drivers load lazily, so SQLite users never import psycopg."""
+def open_store(uri: str, dimensions: int | None, *, create: bool = True,
+               pool_wait_seconds: float = 30.0) -> CellStore:
+    """Open the store a URI names. Drivers load lazily, so SQLite users never import psycopg.
+    ``pool_wait_seconds``: how long a request waits for a pooled connection (PostgreSQL)."""
     scheme = uri.split(":", 1)[0].lower()
     loader = STORE_LOADERS.get(scheme)
     if loader is None:
         raise ConfigurationError(
             f"unsupported store URI scheme {scheme!r}: use sqlite:///path or postgresql://…"
         )
-    return loader()(uri, dimensions)
+    return loader()(uri, dimensions, pool_wait_seconds)
