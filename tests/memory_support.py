@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.pg import PostgresFactory
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, plain_client
 
 ADMIN_TOKEN = "memory-admin-token"
 BACKENDS = ["sqlite", "postgres"]
@@ -48,7 +48,7 @@ class Memory:
     def __init__(self, url: str, user: str = "alice") -> None:
         self.url = url
         self.user = user
-        self.http = httpx.Client(base_url=url, timeout=120, headers={"X-AmpUp-User": user})
+        self.http = plain_client(base_url=url, timeout=120, headers={"X-AmpUp-User": user})
 
     def as_user(self, user: str) -> Memory:
         return Memory(self.url, user)
