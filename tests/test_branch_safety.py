@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.memory_support import BACKENDS, Memory, backend_env, new_scope, start
-from tests.server_process import ServerProcess, start_together
+from tests.server_process import ServerProcess
 
 
 def _die(home: Path, env: dict[str, str], point: str, call: Any,
@@ -122,13 +122,9 @@ def test_writers_and_merges_keep_one_chain(kind: str, request: pytest.FixtureReq
     env = backend_env(kind, request)
     home = tmp_path / "home"
     scope = new_scope()
-    servers = [ServerProcess(home, env={**env,
-                                        "AMPUP_MEMORY_INDEX_URI": f"sqlite:///{home}/idx{i}.db"})
+    servers = [start(home, {**env, "AMPUP_MEMORY_INDEX_URI": f"sqlite:///{home}/idx{i}.db"})
                for i in range(WRITERS)]
     try:
-        # The first makes the catalog and tables; the others then start side by side.
-        servers[0].start(90)
-        assert start_together(servers[1:], 90) == []
         lead = Memory(servers[0].url, "lead")
         assert lead.write(scope, "the start", source="doc:start").status_code == 201
         assert lead.http.post("/branches", json={"scope": scope, "name": "work"}
