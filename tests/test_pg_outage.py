@@ -98,7 +98,7 @@ def test_the_database_down_gives_503s_and_the_server_recovers(
         # before its 503 (the default, 30 s, would not fit the bound below).
         began = time.monotonic()
         _unavailable(c.get(f"/amp/v1/memories/{cell}", headers=AGENT))
-        assert time.monotonic() - began < POOL_WAIT + 10
+        assert time.monotonic() - began < 20
 
         relay.up()  # served again at once: pooled connections are checked before use
         r = _write(c, 2)
