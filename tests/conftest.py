@@ -9,7 +9,7 @@ import pytest
 
 from tests.model_support import ScriptedModel
 from tests.pg import postgres  # noqa: F401  (session fixture shared by all tests)
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, plain_client
 
 ADMIN_TOKEN = "test-admin-token"
 
@@ -24,7 +24,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 @pytest.fixture
 def http(server: ServerProcess) -> Iterator[httpx.Client]:
-    with httpx.Client(base_url=server.url + "/amp/v1", timeout=30) as client:
+    with plain_client(base_url=server.url + "/amp/v1", timeout=30) as client:
         yield client
 
 

@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from tests.pg import PostgresFactory
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, plain_client
 
 ADMIN_TOKEN = "memory-admin-token"
 BACKENDS = ["sqlite", "postgres"]
@@ -48,7 +48,7 @@ class Memory:
     def __init__(self, url: str, user: str = "alice") -> None:
         self.url = url
         self.user = user
-        self.http = httpx.Client(base_url=url, timeout=120, headers={"X-AmpUp-User": user})
+        self.http = plain_client(base_url=url, timeout=120, headers={"X-AmpUp-User": user})
 
     def as_user(self, user: str) -> Memory:
         return Memory(self.url, user)
@@ -113,6 +113,43 @@ def run_cli(home: Path, env: dict[str, str], *args: str) -> subprocess.Completed
     full = {**os.environ, "AMPUP_MEMORY_HOME": str(home), **env}
     return subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args], env=full,
                           capture_output=True, text=True, timeout=300)
+
+
+def cli_in_process(home: Path, env: dict[str, str],
+                   *args: str) -> subprocess.CompletedProcess[str]:
+    """`run_cli` without a new Python process: the same command line through the CLI's own
+    entry (`ampup_memory.cli.run`: its exit codes and one-line errors), in this process,
+    with ``env`` set for the call and restored after. An exception the CLI does not turn
+    into an exit code propagates (a subprocess would have printed its traceback).
+    For tests of what a command does; tests of the installed command use `run_cli`."""
+    import contextlib
+    import io
+    import logging
+
+    from ampup_memory import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    saved_env = dict(os.environ)
+    loggers = [logging.getLogger(name) for name in ("", *logging.root.manager.loggerDict)]
+    saved_logs = [(lg, lg.handlers[:], lg.level, lg.propagate, lg.disabled) for lg in loggers
+                  if isinstance(lg, logging.Logger)]
+    os.environ.update({"AMPUP_MEMORY_HOME": str(home), **env})
+    code: int = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                cli.run(list(args))
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 0 if exc.code is None else 1
+    finally:
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for lg, handlers, level, propagate, disabled in saved_logs:
+            lg.handlers[:] = handlers
+            lg.setLevel(level)
+            lg.propagate, lg.disabled = propagate, disabled
+    return subprocess.CompletedProcess(["ampup-memory", *args], code, out.getvalue(),
+                                       err.getvalue())
 
 
 LEASE = 6  # AMPUP_MEMORY_LEASE_SECONDS of a process killed while it holds a lease

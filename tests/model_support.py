@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 
-from tests.server_process import free_port
+from tests.server_process import free_port, plain_client
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,12 +29,13 @@ class ScriptedModel:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.scripted_model", "--port", str(self.port)], cwd=ROOT)
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/_health", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                time.sleep(0.05)
+        with plain_client(timeout=1) as probe:  # one client for every probe, no CA bundle
+            while time.monotonic() < deadline:
+                try:
+                    if probe.get(f"{self.url}/_health").status_code == 200:
+                        return self
+                except httpx.HTTPError:
+                    time.sleep(0.05)
         self.stop()
         raise RuntimeError("scripted model server did not start")
 

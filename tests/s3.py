@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.server_process import free_port
+from tests.server_process import free_port, plain_client
 
 ACCESS_KEY = "fleet-access-key"
 SECRET_KEY = "fleet-secret-key-never-shown"
@@ -55,14 +55,15 @@ class S3Server:
             env={**os.environ, **({"INITIAL_NO_AUTH_ACTION_COUNT": "0"}
                                   if self.check_credentials else {})})
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"moto server exited: {self.log_path.read_text()}")
-            try:
-                httpx.get(self.url + "/", timeout=1)
-                return self
-            except httpx.HTTPError:
-                time.sleep(0.1)
+        with plain_client(timeout=1) as probe:  # one client for every probe, no CA bundle
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"moto server exited: {self.log_path.read_text()}")
+                try:
+                    probe.get(self.url + "/")
+                    return self
+                except httpx.HTTPError:
+                    time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"moto server did not start: {self.log_path.read_text()}")
 

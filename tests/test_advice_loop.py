@@ -6,8 +6,9 @@ unrelated task.
 
 The server is real (WordLlama embeddings, SQLite or PostgreSQL catalog, real Iceberg
 tables); the
-commands run as real processes once, and the later learn passes run in this process through
-the same service the command opens (as the judge tests do), to keep the file fast.
+commands run through the CLI's own entry in this process (`cli_in_process`), and the later
+learn passes through the same service the command opens (as the judge tests do), to keep
+the file fast.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import Role, chat_model
 from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.settings import Settings
-from tests.memory_support import BACKENDS, Memory, backend_env, new_scope, run_cli, start
+from tests.memory_support import BACKENDS, Memory, backend_env, cli_in_process, new_scope, start
 from tests.model_support import ScriptedModel
 from tests.test_advice_learning import KINDS, NEW_TASKS, UNRELATED
 from tests.test_mcp import http_client_for, ok
@@ -118,7 +119,7 @@ def test_the_learning_loop(loop: Loop) -> None:
     assert n == 40
 
     # Situations: one per kind of task, committed as the scope's first map version.
-    done = run_cli(loop.home, loop.env, "advice", "cluster", "--scope", scope)
+    done = cli_in_process(loop.home, loop.env, "advice", "cluster", "--scope", scope)
     assert done.returncode == 0, done.stderr
     u1 = loop.m.as_user("u1").http
     smap = u1.get("/situations", params={"scope": scope}).json()
@@ -139,7 +140,7 @@ def test_the_learning_loop(loop: Loop) -> None:
     assert loop.learn()["failed"] == 3
     assert loop.notes() == {}
     model.script([{"match": f"[kind:{kind}]", "reply": NOTES[kind]} for kind in KINDS])
-    done = run_cli(loop.home, loop.env, "advice", "learn", "--scope", scope)
+    done = cli_in_process(loop.home, loop.env, "advice", "learn", "--scope", scope)
     assert done.returncode == 0, done.stderr
     notes = loop.notes()
     assert set(notes) == set(situation_of_kind.values())

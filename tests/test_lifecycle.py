@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
-import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from tests.memory_support import cli_in_process
 from tests.server_process import ServerProcess
 
 TOKEN = {"X-AMP-Admin-Token": "t"}
@@ -198,11 +197,8 @@ def test_an_expired_cell_scores_zero(tmp_path: Path) -> None:
 
 
 def test_cli_lifecycle_and_purge(tmp_path: Path) -> None:
-    env = {**os.environ, "AMPUP_MEMORY_HOME": str(tmp_path)}
-
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args], env=env,
-                              capture_output=True, text=True, timeout=120)
+        return cli_in_process(tmp_path, {}, *args)
 
     with ServerProcess(tmp_path, env={"AMP_LIFECYCLE_ENABLED": "0"}) as srv:
         me = {"X-AMP-Agent-ID": "a"}

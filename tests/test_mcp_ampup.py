@@ -37,7 +37,7 @@ from ampup_memory.search.index.base import (
 )
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.settings import Settings
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, plain_client
 from tests.test_mcp import http_client_for, ok, refused
 
 AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "branch_memory",
@@ -56,7 +56,7 @@ def as_user(server: ServerProcess, user: str) -> Any:
 
 
 def rest(server: ServerProcess, user: str) -> httpx.Client:
-    return httpx.Client(base_url=server.url, timeout=60, headers={"X-AmpUp-User": user})
+    return plain_client(base_url=server.url, timeout=60, headers={"X-AmpUp-User": user})
 
 
 async def remember(client: Client, **args: Any) -> dict[str, Any]:

@@ -14,19 +14,19 @@ from ampup_memory.memory import mcp_tools
 from ampup_memory.memory.facts import PostFact
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.settings import load_settings
-from tests.memory_support import QUIET, Memory, new_scope, run_cli, serving
+from tests.memory_support import QUIET, Memory, cli_in_process, new_scope, serving
 
 
 def test_episode_type_commands(tmp_path: Path) -> None:
-    listed = run_cli(tmp_path, QUIET, "episode-type", "list")
+    listed = cli_in_process(tmp_path, QUIET, "episode-type", "list")
     assert listed.returncode == 0
     for prefix in ("slack:", "gmail:", "call:", "crm:", "doc:", "mcp:remember_memory:", "close:"):
         assert prefix in listed.stdout
     assert "split: one unit per speaker turn" in listed.stdout  # the split, not only the unit
     assert listed.stdout.count("split: ") == 7
-    shown = json.loads(run_cli(tmp_path, QUIET, "episode-type", "show", "call").stdout)
+    shown = json.loads(cli_in_process(tmp_path, QUIET, "episode-type", "show", "call").stdout)
     assert shown["unit"] == "turn" and "budget" in shown["predicates"]
-    assert run_cli(tmp_path, QUIET, "episode-type", "show", "fax").returncode == 2
+    assert cli_in_process(tmp_path, QUIET, "episode-type", "show", "fax").returncode == 2
 
 
 def _corpus(root: Path) -> None:
@@ -47,13 +47,13 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
     home, corpus, scope = tmp_path / "home", tmp_path / "corpus", new_scope()
     _corpus(corpus)
     args = ("load", str(corpus), "--scope", scope, "--batch-size", "50", "--user", "loader")
-    first = run_cli(home, QUIET, *args)
+    first = cli_in_process(home, QUIET, *args)
     assert first.returncode == 1, first.stderr  # one bad line is reported, the rest loaded
     counts = json.loads(first.stdout)
     assert counts == {"created": 111, "existing": 0, "conflict": 0, "invalid": 2, "commits": 3,
                       "skipped_files": {}}
     assert "feed.jsonl:83" in first.stderr and "feed.jsonl:41" in first.stderr
-    second = json.loads(run_cli(home, QUIET, *args).stdout)
+    second = json.loads(cli_in_process(home, QUIET, *args).stdout)
     assert second == {"created": 0, "existing": 111, "conflict": 0, "invalid": 2, "commits": 0,
                       "skipped_files": {}}
 
@@ -65,7 +65,7 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
         assert {c["author"] for c in ledger} == {"loader"}
         doc = m.http.post("/document", json={"scope": scope, "document": "doc7.md"}).json()
         assert doc["source"] == "doc:doc7.md" and len(doc["units"]) == 3
-        bad = run_cli(home, QUIET, "load", str(corpus), "--scope", "Bad/Scope")
+        bad = cli_in_process(home, QUIET, "load", str(corpus), "--scope", "Bad/Scope")
         assert bad.returncode == 2 and "invalid scope" in bad.stderr
         assert bad.stderr.count("\n") == 1, bad.stderr  # one line on stderr, unwrapped
 
@@ -85,7 +85,7 @@ def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: P
         + json.dumps({"source": "wiki:own", "body": "Only the loader.", "document": "own"})
         + "\n")
     args = ("load", str(corpus), "--scope", scope, "--user", "lena")
-    first = run_cli(home, QUIET, *args)
+    first = cli_in_process(home, QUIET, *args)
     assert first.returncode == 0, first.stderr
     counts = json.loads(first.stdout)
     assert counts["created"] == 4 and counts["skipped_files"] == {
@@ -95,7 +95,7 @@ def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: P
 
     # The same files again for everyone: held episodes are never rewritten, and each one
     # is explained in one plain line.
-    again = run_cli(home, QUIET, *args, "--acl", "*")
+    again = cli_in_process(home, QUIET, *args, "--acl", "*")
     counts = json.loads(again.stdout)
     assert (counts["created"], counts["existing"], counts["conflict"]) == (0, 1, 3)
     held = [line for line in again.stderr.splitlines() if "already loaded" in line]
@@ -126,11 +126,12 @@ def test_principal_close_and_rebuilt_index_agree(tmp_path: Path) -> None:
         ep = m.write(scope, "Frank: renewal is due in June.", source="call:9",
                      acl=["group:ops"]).json()["id"]
         assert m.episode(scope, ep).status_code == 404
-        assert run_cli(home, QUIET, "principal", "set", "frank", "--group", "ops").returncode == 0
+        assert cli_in_process(home, QUIET, "principal", "set", "frank", "--group", "ops"
+                              ).returncode == 0
         assert m.episode(scope, ep).status_code == 200  # next read, no restart
         assert m.fact(scope, "acme", "renewal", "June", "due in June", [(ep, 1)]
                       ).status_code == 201
-        closed = run_cli(home, QUIET, "close", "--scope", scope, "--entity", "acme",
+        closed = cli_in_process(home, QUIET, "close", "--scope", scope, "--entity", "acme",
                          "--predicate", "renewal", "--reason", "Renewed early.",
                          "--user", "frank")
         assert closed.returncode == 0, closed.stderr
@@ -143,7 +144,7 @@ def test_principal_close_and_rebuilt_index_agree(tmp_path: Path) -> None:
                   m.episode(scope, ep).json(),
                   m.episode(scope, ep, at_commit=ledger_first(m, scope)).json())
 
-    rebuilt = run_cli(home, QUIET, "maintenance", "--rebuild-index")
+    rebuilt = cli_in_process(home, QUIET, "maintenance", "--rebuild-index")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout)["index_rebuilt_commits"] == 4
     with serving(home, QUIET) as proc:
@@ -160,7 +161,7 @@ def test_principal_close_and_rebuilt_index_agree(tmp_path: Path) -> None:
 def test_keys_bind_the_user(tmp_path: Path) -> None:
     home, scope = tmp_path / "home", new_scope()
     env = {**QUIET, "AMP_REQUIRE_KEYS": "1"}
-    made = run_cli(home, env, "keys", "create", "--agent", "agent_x", "--user", "bob")
+    made = cli_in_process(home, env, "keys", "create", "--agent", "agent_x", "--user", "bob")
     key = made.stdout.strip().splitlines()[-1]
     with serving(home, env) as proc:
         m = Memory(proc.url, "mallory")  # the header is ignored when the key names a user

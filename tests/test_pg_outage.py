@@ -7,6 +7,7 @@ lost, and the same server serves again once the database is back, without a rest
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -20,6 +21,7 @@ from tests.s3 import TcpOutage
 from tests.server_process import ServerProcess
 
 SCOPE = "pgoutage/team_a"
+POOL_WAIT = 2  # AMP_STORE_POOL_WAIT_SECONDS: the cell store's wait for a connection
 USER = {"X-AmpUp-User": "alice"}
 AGENT = {"X-AMP-Agent-ID": "agent_outage"}
 CELL = {"type": "semantic", "content": {"text": "the Porto office opened"},
@@ -50,7 +52,8 @@ def behind_relay(postgres: PostgresFactory,
     env = {**QUIET, "AMPUP_MEMORY_CATALOG_URI": through(relay, postgres.new_database("pgo_c")),
            "AMPUP_MEMORY_INDEX_URI": through(relay, postgres.new_database("pgo_i")),
            "AMP_STORE_URI": through(relay, postgres.new_database("pgo_s")),
-           "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "0"}
+           "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "0",
+           "AMP_STORE_POOL_WAIT_SECONDS": str(POOL_WAIT)}
     proc = ServerProcess(tmp_path, env=env).start()
     try:
         yield proc, relay
@@ -91,8 +94,11 @@ def test_the_database_down_gives_503s_and_the_server_recovers(
         _unavailable(c.get(f"/episodes/{first}", params={"scope": SCOPE}))
         _unavailable(c.get("/ledger", params={"scope": SCOPE}))
         _unavailable(c.post("/search", json={"scope": SCOPE, "query": "Porto office"}))
-        # The AMP cell store's pool waits its 30 s for a connection before its 503.
+        # The AMP cell store's pool waits AMP_STORE_POOL_WAIT_SECONDS for a connection
+        # before its 503 (the default, 30 s, would not fit the bound below).
+        began = time.monotonic()
         _unavailable(c.get(f"/amp/v1/memories/{cell}", headers=AGENT))
+        assert time.monotonic() - began < 20
 
         relay.up()  # served again at once: pooled connections are checked before use
         r = _write(c, 2)

@@ -124,15 +124,22 @@ class Session:
             self.server = None
 
 
+@pytest.fixture(scope="module")
+def work(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder both shells paste into, as one user trying both would: the first makes
+    `.venv` there for real (the most of a session's set-up time), the second runs the same
+    `python3 -m venv .venv` on it, which keeps what is there. Each has its own server home."""
+    return tmp_path_factory.mktemp("qs-work")
+
+
 @pytest.fixture(scope="module", params=list(SHELLS))
-def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[Session]:
+def session(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+            work: Path) -> Iterator[Session]:
     shell = request.param
     if shutil.which(shell) is None:
         pytest.skip(f"{shell} is not installed here, so the quickstart was not run in it "
                     f"(.ci/run installs it: apt-get install -y {shell})")
-    s = Session(shell, tmp_path_factory.mktemp(f"qs-{shell}"),
-                tmp_path_factory.mktemp(f"qs-home-{shell}"))
+    s = Session(shell, work, tmp_path_factory.mktemp(f"qs-home-{shell}"))
     try:
         for language, block in fenced():
             if language not in ("bash", "python") or block.strip() == DEMO:

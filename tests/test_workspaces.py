@@ -24,9 +24,9 @@ from tests.memory_support import (
     LEASE,
     Memory,
     backend_env,
+    cli_in_process,
     maintenance_lease_free,
     new_scope,
-    run_cli,
     serving,
     start,
     wait_until_lease_free,
@@ -373,13 +373,13 @@ def test_crash_mid_drop_reads_as_gone_and_gc_finishes(
         assert error(m.write(scope, "after the crash"))[:2] == (404, "WORKSPACE_GONE")
         assert error(m.facts(scope, "acme"))[:2] == (404, "WORKSPACE_GONE")
         m.close()
-    done = run_cli(home, env, "workspace", "gc")
+    done = cli_in_process(home, env, "workspace", "gc")
     assert done.returncode == 0, done.stderr
     assert org in done.stdout
     assert ns not in namespaces(home, env)
     assert not (home / "warehouse" / ns).exists()
     assert index_rows(home, env, org) == 0
-    again_gc = run_cli(home, env, "workspace", "gc")
+    again_gc = cli_in_process(home, env, "workspace", "gc")
     assert again_gc.returncode == 0 and '"dropped": []' in again_gc.stdout.replace(
         '"dropped":[]', '"dropped": []'), again_gc.stdout
 
@@ -387,24 +387,24 @@ def test_crash_mid_drop_reads_as_gone_and_gc_finishes(
 def test_cli_create_list_delete(tmp_path: Path) -> None:
     env = {"AMP_EMBEDDING_PROVIDER": "hash"}
     home = tmp_path / "home"
-    made = run_cli(home, env, "workspace", "create", "demo", "--ttl", "1h", "--user", "alice",
-                   "--max-episodes", "5")
+    made = cli_in_process(home, env, "workspace", "create", "demo", "--ttl", "1h",
+                          "--user", "alice", "--max-episodes", "5")
     assert made.returncode == 0, made.stderr
     assert '"episodes": 5' in made.stdout.replace('"episodes":5', '"episodes": 5')
     org = json.loads(made.stdout)["id"]
-    listed = run_cli(home, env, "workspace", "list", "--user", "alice")
+    listed = cli_in_process(home, env, "workspace", "list", "--user", "alice")
     assert org in listed.stdout
-    assert org not in run_cli(home, env, "workspace", "list", "--user", "bob").stdout
-    bad = run_cli(home, env, "workspace", "create", "demo", "--ttl", "0s", "--user", "alice")
+    assert org not in cli_in_process(home, env, "workspace", "list", "--user", "bob").stdout
+    bad = cli_in_process(home, env, "workspace", "create", "demo", "--ttl", "0s", "--user", "alice")
     assert bad.returncode != 0 and "time to live" in bad.stderr
-    renewed = run_cli(home, env, "workspace", "renew", org, "--ttl", "7d")
+    renewed = cli_in_process(home, env, "workspace", "renew", org, "--ttl", "7d")
     assert renewed.returncode == 0, renewed.stderr
     assert json.loads(renewed.stdout)["expires_at"] > json.loads(made.stdout)["expires_at"]
-    bad = run_cli(home, env, "workspace", "renew", org, "--ttl", "-1d")
+    bad = cli_in_process(home, env, "workspace", "renew", org, "--ttl", "-1d")
     assert bad.returncode != 0 and "time to live" in bad.stderr
-    gone = run_cli(home, env, "workspace", "delete", org)
+    gone = cli_in_process(home, env, "workspace", "delete", org)
     assert gone.returncode == 0, gone.stderr
-    assert org not in run_cli(home, env, "workspace", "list").stdout
+    assert org not in cli_in_process(home, env, "workspace", "list").stdout
 
 
 @pytest.mark.parametrize("kind", BACKENDS)

@@ -43,7 +43,8 @@ def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
     settings.home.mkdir(parents=True, exist_ok=True)
     embedder = build_embedder(settings)
     store = open_store(settings.resolved_store_uri, embedder.dimensions,
-                       ann_min_vectors=settings.search_ann_min_vectors)
+                       ann_min_vectors=settings.search_ann_min_vectors,
+                       pool_wait_seconds=settings.store_pool_wait_seconds)
     if reembed:
         try:
             ensure_embedding_model(store, embedder)

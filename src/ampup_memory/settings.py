@@ -83,6 +83,13 @@ class Settings(BaseSettings):
         description="AMP cell store: `sqlite:///path.db` (default: `amp.db` in the home "
         "folder) or `postgresql://user:pass@host/db`.",
     )
+    store_pool_wait_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        validation_alias=_env("AMP_STORE_POOL_WAIT_SECONDS"),
+        description="PostgreSQL cell store: seconds a request waits for a pooled connection "
+        "(all busy, or the database unreachable) before its 503 `UNAVAILABLE`.",
+    )
     index_uri: str | None = Field(
         default=None,
         validation_alias=_env("AMPUP_MEMORY_INDEX_URI"),

@@ -221,7 +221,8 @@ DF_CACHE_SECONDS = 60.0
 
 
 class PostgresStore:
-    def __init__(self, uri: str, dimensions: int | None) -> None:
+    def __init__(self, uri: str, dimensions: int | None,
+                 pool_wait_seconds: float = 30.0) -> None:
         if dimensions is not None and not 1 <= dimensions <= MAX_DIMENSIONS:
             raise ConfigurationError(
                 f"embedding dimensions must be 1..{MAX_DIMENSIONS} for pgvector, "
@@ -241,6 +242,7 @@ class PostgresStore:
             kwargs={"autocommit": True},
             check=ConnectionPool.check_connection,  # survive a database restart
             name="amp-cells",
+            timeout=pool_wait_seconds,  # a request's wait for a connection, then its 503
             open=False,
         )
         try:

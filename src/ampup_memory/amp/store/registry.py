@@ -13,21 +13,22 @@ from ampup_memory.amp.store.base import CellStore
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.index.ann import ANN_MIN_VECTORS
 
-# (uri, dimensions, ann_min_vectors) -> store. The threshold is the SQLite store's (its
-# HNSW graph over the cell vectors); PostgreSQL has pgvector's HNSW index at any size.
-StoreFactory = Callable[[str, int | None, int], CellStore]
+# (uri, dimensions, ann_min_vectors, pool_wait_seconds) -> store. Each store takes what is
+# its own: the SQLite store the threshold of its HNSW graph over the cell vectors (PostgreSQL
+# has pgvector's HNSW index at any size), the PostgreSQL store its pool's wait.
+StoreFactory = Callable[[str, int | None, int, float], CellStore]
 
 
 def _sqlite() -> StoreFactory:
     from ampup_memory.amp.store.sqlite import SQLiteStore
 
-    return SQLiteStore
+    return lambda uri, dimensions, ann_min, _pool_wait: SQLiteStore(uri, dimensions, ann_min)
 
 
 def _postgres() -> StoreFactory:
     from ampup_memory.amp.store.postgres import PostgresStore
 
-    return lambda uri, dimensions, _ann_min: PostgresStore(uri, dimensions)
+    return lambda uri, dimensions, _ann_min, pool_wait: PostgresStore(uri, dimensions, pool_wait)
 
 
 # URI scheme (lower-cased) -> loader of the class that opens it.
@@ -40,13 +41,15 @@ STORE_LOADERS: dict[str, Callable[[], StoreFactory]] = {
 
 
 def open_store(uri: str, dimensions: int | None, *, create: bool = True,
-               ann_min_vectors: int = ANN_MIN_VECTORS) -> CellStore:
+               ann_min_vectors: int = ANN_MIN_VECTORS,
+               pool_wait_seconds: float = 30.0) -> CellStore:
     """Open the store a URI names. Drivers load lazily, so SQLite users never import psycopg.
-    ``ann_min_vectors``: `AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS` (SQLite only)."""
+    ``ann_min_vectors``: `AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS` (SQLite only);
+    ``pool_wait_seconds``: how long a request waits for a pooled connection (PostgreSQL)."""
     scheme = uri.split(":", 1)[0].lower()
     loader = STORE_LOADERS.get(scheme)
     if loader is None:
         raise ConfigurationError(
             f"unsupported store URI scheme {scheme!r}: use sqlite:///path or postgresql://…"
         )
-    return loader()(uri, dimensions, ann_min_vectors)
+    return loader()(uri, dimensions, ann_min_vectors, pool_wait_seconds)
