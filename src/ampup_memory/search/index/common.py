@@ -105,9 +105,10 @@ class VectorMatrix:
         self.dimensions = dimensions
         self.ann_min = ann_min
         self.nums = np.zeros(0, dtype=np.int64)
+        self.seqs = np.zeros(0, dtype=np.int64)  # each row's commit seq on its branch
         self.matrix = np.zeros((0, dimensions), dtype=np.float32)
         self.pos: dict[int, int] = {}
-        self._pending: list[tuple[int, np.ndarray]] = []
+        self._pending: list[tuple[int, np.ndarray, int]] = []
         self.ann: Ann | None = None
         self._removed: set[int] = set()  # zeroed rows: never proposed by the graph
         self.version = 0  # moves when a row of the graph changes: its graph is dropped
@@ -118,16 +119,18 @@ class VectorMatrix:
         self._saver: threading.Thread | None = None
         self._to_save: tuple[bytes, Any] | None = None  # the latest sealed graph to write
 
-    def put(self, num: int, vector: np.ndarray) -> None:
+    def put(self, num: int, vector: np.ndarray, seq: int = 0) -> None:
         at = self.pos.get(num)
         if at is not None:
+            self._settle()
             self.version += 1
             self.matrix[at] = vector
+            self.seqs[at] = seq
             self._removed.discard(num)
             self.ann = None  # a row of the graph changed: rebuilt from the rows
             return
         self.pos[num] = len(self.nums) + len(self._pending)
-        self._pending.append((num, vector))
+        self._pending.append((num, vector, seq))
 
     def remove(self, num: int) -> None:
         at = self.pos.get(num)
@@ -149,9 +152,11 @@ class VectorMatrix:
 
         if not self._pending:
             return
-        nums = np.asarray([n for n, _ in self._pending], dtype=np.int64)
-        rows = np.vstack([v for _, v in self._pending]).astype(np.float32)
+        nums = np.asarray([n for n, _, _ in self._pending], dtype=np.int64)
+        rows = np.vstack([v for _, v, _ in self._pending]).astype(np.float32)
+        seqs = np.asarray([q for _, _, q in self._pending], dtype=np.int64)
         self.nums = np.concatenate([self.nums, nums])
+        self.seqs = np.concatenate([self.seqs, seqs])
         self.matrix = np.vstack([self.matrix, rows])
         self._pending = []
 
@@ -325,23 +330,45 @@ class VectorMatrix:
             for t in jobs:
                 t.join(max(0.0, end - time.monotonic()))
 
-    def top(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def top(self, query: np.ndarray, k: int, seqs: tuple[int, int] | None = None
+            ) -> list[tuple[int, float]]:
+        """The ``k`` nearest rows; with ``seqs`` = (after, upto], of the rows whose commit
+        seq is in it alone (a view's segment: rows it does not hold are never listed)."""
         import numpy as np
 
         self._settle()
         if not len(self.nums) or k <= 0:
             return []
-        ann = self._graph() if k * EXACT_SHARE < len(self.nums) else None
+        inside: np.ndarray | None = None
+        if seqs is not None:
+            inside = (self.seqs > seqs[0]) & (self.seqs <= seqs[1])
+            held = int(np.count_nonzero(inside))
+            if held == len(self.nums):
+                inside = None  # the segment holds every row: the plain path
+            elif held == 0:
+                return []
+        share = 1.0 if inside is None else held / len(self.nums)
+        # The graph lists the nearest of all rows: over-ask by the share the bound keeps.
+        ask = k if inside is None else int(k / share) + 1
+        ann = self._graph() if ask * EXACT_SHARE < len(self.nums) else None
+        rows: np.ndarray | None = None
         if ann is not None:
             # The graph proposes, the matrix scores: the same float as an exact search
             # gives each row, and the same tie rule at the cut below.
-            rows = np.asarray([self.pos[int(n)] for n in ann.candidates(query, k)],
+            rows = np.asarray([self.pos[int(n)] for n in ann.candidates(query, ask)],
                               dtype=np.int64)
+            if inside is not None:
+                rows = rows[inside[rows]]
+                if len(rows) < min(k, held):
+                    rows = None  # the bound left too few of its proposals: exact
+        if rows is not None:
             sims = dots(self.matrix[rows], query)
             nums = self.nums[rows]
         else:
             sims = dots(self.matrix, query)
             nums = self.nums
+            if inside is not None:
+                sims, nums = sims[inside], nums[inside]
         if k >= len(sims):
             idx = np.arange(len(sims))
         else:
@@ -394,11 +421,13 @@ class VectorCache:
         name = hashlib.sha256("\0".join(key).encode()).hexdigest()[:32]
         return GraphFile(self.graphs / f"{self.table}-{name}.ann", self.stats)
 
-    def apply(self, rows: Sequence[tuple[int, str, str, bytes | None, int]], dims: int) -> None:
-        """Rows of (num, scope, branch, vec, vec_seq) changed since the high-water mark."""
+    def apply(self, rows: Sequence[tuple[int, str, str, bytes | None, int, int]],
+              dims: int) -> None:
+        """Rows of (num, scope, branch, vec, vec_seq, seq) changed since the high-water
+        mark; ``seq``: the commit seq that put the row on its branch."""
         import numpy as np
 
-        for num, scope, branch, blob, vec_seq in rows:
+        for num, scope, branch, blob, vec_seq, seq in rows:
             self.high_water = max(self.high_water, int(vec_seq))
             key = (scope, branch)
             matrix = self.by_key.get(key)
@@ -412,7 +441,7 @@ class VectorCache:
             if matrix is None:
                 matrix = self.by_key[key] = VectorMatrix(dims, self.ann_min, self.lock,
                                                          self._file(key), self.stats)
-            matrix.put(num, vector)
+            matrix.put(num, vector, int(seq))
             self.key_of[num] = key
 
     def wait(self, timeout: float = 600.0) -> None:
@@ -427,9 +456,10 @@ class VectorCache:
             for matrix in self.by_key.values():
                 matrix.drop()
 
-    def top(self, scope: str, branch: str, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def top(self, scope: str, branch: str, query: np.ndarray, k: int,
+            seqs: tuple[int, int] | None = None) -> list[tuple[int, float]]:
         matrix = self.by_key.get((scope, branch))
-        return matrix.top(query, k) if matrix is not None else []
+        return matrix.top(query, k, seqs) if matrix is not None else []
 
     def cosines(self, nums: Sequence[int], query: np.ndarray) -> dict[int, float]:
         found: dict[int, float] = {}
