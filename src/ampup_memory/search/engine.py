@@ -565,9 +565,14 @@ def _view_hits(sources: list[Callable[[int], list[Hit]]],
             keep = held([h for h, _, _ in batch])
             pool += [hit for hit in batch if hit[0] in keep]
         bar = pool[k - 1][1] if len(pool) >= k else float("-inf")
-        # A segment with k held rows listed has given all it can to the view's k best
-        # (its rows tied with the k-th may not all have been checked yet).
-        mine = {i: len(held([h for h, _ in lists[i]])) for i, last in enumerate(lasts)
+        # A segment with k held rows listed has given all it can to the view's k best.
+        # Its rows above the k-th held one were all checked on the way down; only its
+        # rows tied with it may not have been.
+        counts = [0] * len(sources)
+        for _, _, i in pool:
+            counts[i] += 1
+        mine = {i: counts[i] if last > bar else len(held([h for h, _ in lists[i]]))
+                for i, last in enumerate(lasts)
                 if last is not None and last >= bar and n[i] < MAX_K}
         todo = [i for i, count in mine.items() if count < k]
         if not todo:
