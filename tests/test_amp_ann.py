@@ -192,7 +192,7 @@ def test_group_search_finds_the_groups_nearest_rows_by_graph_or_exactly() -> Non
     groups = np.where(np.arange(6000) % 10 < 7, 1, np.where(np.arange(6000) % 100 == 7, 2, 3))
     matrix = VectorMatrix(32, ann_min=1000)
     for i, (v, g) in enumerate(zip(vecs, groups, strict=True)):
-        matrix.put(i + 1, v, int(g))
+        matrix.put(i + 1, v, group=int(g))
     queries = _unit(40, 32, 4)
     matrix.top(queries[0], 10)
     matrix.wait(120)
@@ -201,13 +201,13 @@ def test_group_search_finds_the_groups_nearest_rows_by_graph_or_exactly() -> Non
         members = np.flatnonzero(groups == group)
         hits = 0
         for q in queries:
-            got = {n for n, _ in matrix.top(q, 10, group)}
+            got = {n for n, _ in matrix.top(q, 10, group=group)}
             sims = dots(vecs[members], q)
             want = {int(members[i]) + 1 for i in np.argsort(-sims)[:10]}
             assert all(groups[n - 1] == group for n in got)
             hits += len(got & want)
         assert hits / (10 * len(queries)) >= least, (group, hits)
-    assert matrix.top(queries[0], 10, 99) == []
+    assert matrix.top(queries[0], 10, group=99) == []
 
 
 def test_a_removed_row_does_not_keep_the_graph_from_being_swapped_in() -> None:

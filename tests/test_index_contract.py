@@ -550,6 +550,43 @@ def test_held_keyword_scores_are_those_of_the_held_rows_alone(
         fresh.index.close()
 
 
+def test_a_seq_range_lists_the_best_rows_of_its_commits_alone(engine: SearchEngine) -> None:
+    """``seqs`` = (after, upto] bounds a candidate list to the rows of those commits (a
+    view's segment: a branch's base cut at the fork, a held commit): the ``k`` best of
+    them, not the ``k`` best of all rows with the others dropped, so a cut segment needs
+    no second ask. Scores are unchanged. PostgreSQL keeps no seq on passages, so its
+    passage lists are cut by the engine alone (checked on SQLite)."""
+    for i in range(1, 9):
+        engine.ingest(_commit(i))
+    idx = engine.index
+    vector = engine.embedder.embed(["Acme renewal budget"])[0]
+    terms = ["acme", "renewal", "budget"]
+    facts = {f.num: f.commit_seq for f in idx.facts(
+        n for n, _ in idx.keyword_facts(S, "main", terms, 100))}
+    sqlite = idx.info.backend == "sqlite"
+    lists = [
+        ("facts", lambda k, seqs: idx.keyword_facts(S, "main", terms, k, None, seqs)),
+        ("facts", lambda k, seqs: idx.nearest_facts(S, "main", vector, k, seqs)),
+    ]
+    if sqlite:
+        lists += [
+            ("passages", lambda k, seqs: idx.keyword_passages(S, "main", terms, k, None, seqs)),
+            ("passages", lambda k, seqs: idx.nearest_passages(S, "main", vector, k, seqs)),
+        ]
+    passages = {p.num: p.seq for p in idx.passages(
+        n for n, _ in idx.nearest_passages(S, "main", vector, 100))}
+    for kind, listed in lists:
+        seq_of = facts if kind == "facts" else passages
+        every = listed(100, None)
+        assert len({seq_of[n] for n, _ in every}) == 8, kind
+        for after, upto in ((0, 4), (2, 6), (5, 8)):
+            inside = [h for h in every if after < (seq_of[h[0]] or 0) <= upto]
+            best = sorted(inside, key=lambda h: (-h[1], h[0]))[:3]
+            got = listed(3, (after, upto))
+            assert sorted(got, key=lambda h: (-h[1], h[0])) == best, (kind, after, upto)
+            assert len(got) == 3
+
+
 def test_clear_branch_forgets_one_branch_only(engine: SearchEngine) -> None:
     """A deleted branch leaves the index: rows, cursor, keyword statistics, vectors and
     bitmap bits; main, other branches and other scopes answer exactly as before, and a

@@ -227,6 +227,33 @@ def test_a_graph_saved_loaded_and_grown_is_the_graph_built_in_one_go(tmp_path: P
     assert [list(grown.candidates(q, 10)) for q in queries] == want
 
 
+def test_a_seq_range_lists_the_nearest_rows_of_its_commits_with_a_graph() -> None:
+    """With a graph, a list bounded to a seq range (a view's segment) is the k nearest of
+    the rows in it, as exact search gives them: the graph is asked for more by the share
+    of rows the range keeps, and exact search answers when its proposals fall short."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    vecs = rng.standard_normal((3000, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    graph, exact = VectorMatrix(32, ann_min=500), VectorMatrix(32)
+    for i, v in enumerate(vecs):
+        for m in (graph, exact):
+            m.put(i + 1, v, seq=i // 10 + 1)  # ten rows per commit, seqs 1..300
+    graph.top(vecs[0], 10)  # starts the background build
+    graph.wait(120)
+    assert graph.ann is not None
+    for q in rng.standard_normal((20, 32)).astype(np.float32):
+        q /= np.linalg.norm(q)
+        for seqs in ((0, 280), (0, 150), (200, 210), (299, 300)):
+            want = exact.top(q, 10, seqs=seqs)
+            held = [n for n in range(1, 3001) if seqs[0] < (n - 1) // 10 + 1 <= seqs[1]]
+            best = sorted(((n, float(vecs[n - 1] @ q)) for n in held),
+                          key=lambda h: (-h[1], h[0]))[:10]
+            assert sorted(n for n, _ in want) == sorted(n for n, _ in best)
+            assert sorted(graph.top(q, 10, seqs=seqs)) == sorted(want)
+
+
 def test_saved_graph_is_reused_and_a_stale_one_rebuilt(
         tmp_path: Path, engines: tuple[SearchEngine, SearchEngine],
         wordllama: WordLlamaEmbedder) -> None:

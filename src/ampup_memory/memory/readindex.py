@@ -199,6 +199,7 @@ leases_t = Table(
 
 # Listing counts remembered (``_counted``), per scope, view and readable ACLs.
 COUNTS_KEPT = 512
+PLACES_KEPT = 100_000  # commit places remembered (commit_places)
 
 # Indexes added to a layout without changing it: made on open where missing.
 ADDED_INDEXES = [i for i in facts_t.indexes if i.name == "mem_facts_commit"]
@@ -217,6 +218,7 @@ class ReadIndex:
         self.dialect = self.engine.dialect.name
         self._counts: dict[tuple[Any, ...], Any] = {}
         self._counts_lock = threading.Lock()
+        self._places: dict[str, tuple[str, str, int]] = {}  # commit → scope, branch, seq
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         with schema_lock(self.engine) as conn:  # servers starting together: one at a time
@@ -228,6 +230,7 @@ class ReadIndex:
                 index.create(conn, checkfirst=True)
 
     def _reset(self, conn: Connection) -> None:
+        self._places.clear()
         md.drop_all(conn, checkfirst=True)
         md.create_all(conn, checkfirst=True)
         self._set_meta(conn, SCHEMA_KEY, SCHEMA_VERSION)
@@ -986,15 +989,31 @@ class ReadIndex:
 
     def commit_places(self, scope: str, commit_ids: Iterable[str]) -> dict[str, tuple[str, int]]:
         """Branch and seq of each listed commit of this scope (others are left out), looked
-        up by commit id alone (by scope and branch, SQLite walked the branch's chain)."""
-        wanted = sorted(set(commit_ids))
+        up by commit id alone (by scope and branch, SQLite walked the branch's chain).
+
+        A ledger row never changes once written, so the places found are remembered (a
+        search on a branch asks for its own commits' places every time)."""
+        known = self._places
         found: dict[str, tuple[str, int]] = {}
+        wanted: list[str] = []
+        for c in sorted(set(commit_ids)):
+            place = known.get(c)
+            if place is None:
+                wanted.append(c)
+            elif place[0] == scope:
+                found[c] = (place[1], place[2])
+        if not wanted:
+            return found
+        if len(known) + len(wanted) > PLACES_KEPT:
+            known.clear()
         with self.engine.connect() as conn:
             for i in range(0, len(wanted), 500):
                 stmt = select(ledger_t.c.commit_id, ledger_t.c.scope, ledger_t.c.branch,
                               ledger_t.c.seq).where(ledger_t.c.commit_id.in_(wanted[i:i + 500]))
-                found.update((str(c), (str(b), int(q))) for c, sc, b, q in conn.execute(stmt)
-                             if sc == scope)
+                for c, sc, b, q in conn.execute(stmt):
+                    known[str(c)] = (str(sc), str(b), int(q))
+                    if sc == scope:
+                        found[str(c)] = (str(b), int(q))
         return found
 
     def acl_change_seqs(self, scope: str, branch: str, first_seq: int, last_seq: int,

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ampup_memory.memory.segments import Segments, layer_order, layers
-from ampup_memory.search.index.base import FactRow
+from ampup_memory.search.index.base import FactRow, PassageRow
 
 # Commit ids → (branch, ledger seq) of those that are commits of this scope.
 PlacesOf = Callable[[Iterable[str]], dict[str, tuple[str, int]]]
@@ -72,3 +72,24 @@ class Cutoff:
                 layer = self._layers.get(branch)
                 self._known[c] = layer is not None and self.segments[layer].holds(seq)
         return {n for n, c in commits.items() if self._known[c]}
+
+    def holds_passages(self, rows: Iterable[PassageRow], commits: dict[int, str]) -> set[int]:
+        """Of passage rows (``commits``: episode number → the commit that wrote it), the
+        numbers of those a segment holds. A row of the oldest ancestor is decided by its
+        own seq when the index keeps one: that branch holds no copy of another's episode,
+        so the seq is its commit's (no ledger look-up); any other row by its episode's
+        commit (a branch's copy of an ancestor's episode keeps the ancestor's commit)."""
+        found: set[int] = set()
+        rest: list[PassageRow] = []
+        first = self.segments[0]
+        for p in rows:
+            if p.seq is not None and p.branch == first.branch:
+                if first.holds(p.seq):
+                    found.add(p.num)
+            else:
+                rest.append(p)
+        if rest:
+            cut = self.episodes({p.episode_num: commits[p.episode_num] for p in rest
+                                 if p.episode_num in commits})
+            found.update(p.num for p in rest if p.episode_num in cut)
+        return found

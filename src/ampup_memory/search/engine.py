@@ -34,6 +34,7 @@ from ampup_memory.search.index.base import (
     NewPassage,
     PassageRow,
     SearchIndex,
+    SeqRange,
     fact_text,
 )
 from ampup_memory.search.passages import CUT, cut, passage_text
@@ -316,15 +317,12 @@ class SearchEngine:
                 # it holds. Each segment gives its k best held rows (asking its index for
                 # more when the cut removed some), and the view keeps the k best of all.
                 kinds: dict[str, list[Callable[[int], list[Hit]]]] = {}
-                firsts: dict[str, list[int]] = {}
                 for seg in cutoff.segments:
-                    for source, into in self._fact_sources(scope, seg.branch,
-                                                           owners.upto.get(seg.branch),
-                                                           terms, vector, span, rest):
+                    for source, into in self._fact_sources(scope, seg, owners.upto.get(
+                            seg.branch), terms, vector, span, rest):
                         kinds.setdefault(into, []).append(source)
-                        firsts.setdefault(into, []).append(_first_k(seg, k))
                 for into, sources in kinds.items():
-                    got, full = _view_hits(sources, held, k, firsts[into],
+                    got, full = _view_hits(sources, held, k,
                                            None if into != "overlap"
                                            else lambda n: _instant(seen[n].valid_from) if n in seen
                                            else float("-inf"))
@@ -367,14 +365,17 @@ class SearchEngine:
         }
         return FactResults(ranked, window, terms, episodes)
 
-    def _fact_sources(self, scope: str, b: str, upto: int | None, terms: list[str],
+    def _fact_sources(self, scope: str, seg: Segment, upto: int | None, terms: list[str],
                       vector: list[float] | None, span: tuple[datetime, datetime] | None,
                       rest: str) -> list[tuple[Callable[[int], list[Hit]], str]]:
-        """A segment's candidate lists, each as ``n`` → its ``n`` best hits."""
+        """A segment's candidate lists, each as ``n`` → its ``n`` best hits (of the rows
+        of its commits, where the backend can bound a list)."""
+        b, seqs = seg.branch, _seqs(seg)
         found: list[tuple[Callable[[int], list[Hit]], str]] = [
-            (lambda n: self.index.keyword_facts(scope, b, terms, n, upto), "keyword")]
+            (lambda n: self.index.keyword_facts(scope, b, terms, n, upto, seqs), "keyword")]
         if vector:
-            found.append((lambda n: self.index.nearest_facts(scope, b, vector, n), "nearest"))
+            found.append((lambda n: self.index.nearest_facts(scope, b, vector, n, seqs),
+                          "nearest"))
         if span is not None and not rest:
             start, end = span
             found.append((lambda n: [(x, 0.0) for x in self.index.facts_overlapping(
@@ -447,10 +448,8 @@ class SearchEngine:
             read.update((p.num, p) for p in self.index.passages(
                 n for n in nums if n not in read))
             rows = [read[n] for n in nums if n in read]
-            refs = owners.refs(p.episode_num for p in rows)
-            cut = cutoff.episodes({n: refs[n][1] for n in
-                                   {p.episode_num for p in rows} if n in refs})
-            return {p.num for p in rows if p.episode_num in cut}
+            refs = owners.refs(p.episode_num for p in rows)  # one_copy needs them too
+            return cutoff.holds_passages(rows, {n: c for n, (_, c) in refs.items()})
 
         while True:
             keyword: dict[int, float] = {}
@@ -469,21 +468,22 @@ class SearchEngine:
                 # As for facts: each segment's k best held rows, then the view's k best.
                 by_words: list[Callable[[int], list[Hit]]] = []
                 by_meaning: list[Callable[[int], list[Hit]]] = []
-                firsts = [_first_k(seg, k) for seg in cutoff.segments]
-                for b in owners.branches:
-                    upto = owners.upto.get(b)
+                for seg in cutoff.segments:
+                    b, upto, seqs = seg.branch, owners.upto.get(seg.branch), _seqs(seg)
 
-                    def words(n: int, b: str = b, upto: int | None = upto) -> list[Hit]:
-                        return self.index.keyword_passages(scope, b, terms, n, upto)
+                    def words(n: int, b: str = b, upto: int | None = upto,
+                              seqs: SeqRange | None = seqs) -> list[Hit]:
+                        return self.index.keyword_passages(scope, b, terms, n, upto, seqs)
 
-                    def meaning(n: int, b: str = b) -> list[Hit]:
-                        return self.index.nearest_passages(scope, b, vector, n)
+                    def meaning(n: int, b: str = b, seqs: SeqRange | None = seqs
+                                ) -> list[Hit]:
+                        return self.index.nearest_passages(scope, b, vector, n, seqs)
 
                     by_words.append(words)
                     by_meaning.append(meaning)
-                got, full = _view_hits(by_words, held_passages, k, firsts)
+                got, full = _view_hits(by_words, held_passages, k)
                 keyword.update(got)
-                got, full2 = _view_hits(by_meaning, held_passages, k, firsts)
+                got, full2 = _view_hits(by_meaning, held_passages, k)
                 nearest.update(got)
                 more |= full or full2
                 rows = [read[n] for n in dict.fromkeys([*keyword, *nearest])]
@@ -525,47 +525,65 @@ def _best(hits: dict[int, float], k: int) -> list[int]:
     return [n for n, _ in found]
 
 
-def _first_k(seg: Segment, k: int) -> int:
-    """How many hits to ask a segment for first: a segment cut before its branch's last
-    commit (a branch's base, a held commit) lists rows the view does not hold, so a
-    quarter more spares most second asks."""
-    return k + k // 4 if seg.upto < NO_LIMIT else k
+def _seqs(seg: Segment) -> SeqRange | None:
+    """The commit seqs a segment holds, to bound its candidate lists (None: all of its
+    branch's rows, as main's plain path)."""
+    return (seg.after, seg.upto) if seg.after > 0 or seg.upto < NO_LIMIT else None
 
 
 def _view_hits(sources: list[Callable[[int], list[Hit]]],
-               held: Callable[[list[int]], set[int]], k: int, first: list[int],
+               held: Callable[[list[int]], set[int]], k: int,
                score: Callable[[int], float] | None = None,
                ) -> tuple[dict[int, float], bool]:
     """The view's ``k`` best hits of one kind, from its segments' lists (``source(n)``: a
-    segment's ``n`` best of all its rows, best first), and whether a list came back full.
+    segment's ``n`` best rows, best first), and whether a list came back full.
 
-    The view holds only some of a segment's rows (its cut), so a segment whose list came
-    back full is asked for more while a row it did not list could still be among the
-    view's k best: while its last listed score is not below the k-th best held one. The
-    hits' order is ``score`` (a row number's) when given, else the scores listed."""
-    n = list(first)
+    Each list names the rows of its segment's commits where the backend can bound it
+    (`SeqRange`); ``held`` decides (a passage's episode commit is looked up in the
+    ledger), and only for the rows that can still make the view's k best: the lists
+    merged, from the top down until k are held. A segment whose list came back full is
+    asked for more while a row it did not list could still be among the view's k best:
+    while its last listed score is not below the k-th best held one. The hits' order is
+    ``score`` (a row number's; every row listed is read first) when given, else the
+    scores listed."""
+    n = [k] * len(sources)
     lists: list[list[Hit]] = [[] for _ in sources]
     lasts: list[float | None] = [None] * len(sources)  # a full list's last score
     todo = list(range(len(sources)))
     while True:
         for i in todo:
             hits = sources[i](n[i])
-            keep = held([h for h, _ in hits])
-            lists[i] = [(h, score(h) if score else v) for h, v in hits if h in keep]
-            lasts[i] = None
-            if hits and len(hits) >= n[i]:
-                lasts[i] = score(hits[-1][0]) if score else hits[-1][1]
-        pool = sorted((hit for found in lists for hit in found), key=lambda x: (-x[1], x[0]))
+            if score is not None:
+                held(list(dict.fromkeys(h for h, _ in hits)))  # read, to be ordered
+                hits = [(h, score(h)) for h, _ in hits]
+            lists[i] = hits
+            lasts[i] = hits[-1][1] if hits and len(hits) >= n[i] else None
+        merged = sorted(((h, v, i) for i, found in enumerate(lists) for h, v in found),
+                        key=lambda x: (-x[1], x[0]))
+        pool: list[tuple[int, float, int]] = []
+        at = 0
+        while len(pool) < k and at < len(merged):
+            batch = merged[at:at + k - len(pool)]
+            at += len(batch)
+            keep = held([h for h, _, _ in batch])
+            pool += [hit for hit in batch if hit[0] in keep]
         bar = pool[k - 1][1] if len(pool) >= k else float("-inf")
         # A segment with k held rows listed has given all it can to the view's k best.
-        todo = [i for i, last in enumerate(lasts) if last is not None and last >= bar
-                and len(lists[i]) < k and n[i] < MAX_K]
+        # Its rows above the k-th held one were all checked on the way down; only its
+        # rows tied with it may not have been.
+        counts = [0] * len(sources)
+        for _, _, i in pool:
+            counts[i] += 1
+        mine = {i: counts[i] if last > bar else len(held([h for h, _ in lists[i]]))
+                for i, last in enumerate(lasts)
+                if last is not None and last >= bar and n[i] < MAX_K}
+        todo = [i for i, count in mine.items() if count < k]
         if not todo:
-            return dict(pool[:k]), any(last is not None for last in lasts)
+            return {h: v for h, v, _ in pool}, any(last is not None for last in lasts)
         for i in todo:
             # As many as the share held so far says k held rows need, and some more (rows
             # already read are not read again).
-            held_now = len(lists[i])
+            held_now = mine[i]
             grow = n[i] * 4 if held_now == 0 else int(n[i] * k / held_now * 1.25) + 8
             n[i] = min(MAX_K, max(n[i] + 8, grow))
 

@@ -221,14 +221,14 @@ class _VectorCache:
                 if vec.shape[0] != self.matrix.dimensions:
                     continue  # written under another model: re-embedding replaces it
                 group = self.owners.setdefault(owner, len(self.owners) + 1)
-                self.matrix.put(seq, vec, group)
+                self.matrix.put(seq, vec, group=group)
 
     def top(self, query: np.ndarray, k: int, owner: str | None = None) -> dict[int, float]:
         with self.lock:
             if owner is None:
                 return dict(self.matrix.top(query, k))
             group = self.owners.get(owner)
-            return {} if group is None else dict(self.matrix.top(query, k, group))
+            return {} if group is None else dict(self.matrix.top(query, k, group=group))
 
     def cosine(self, query: np.ndarray, seqs: Sequence[int]) -> dict[int, float]:
         with self.lock:

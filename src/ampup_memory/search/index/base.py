@@ -117,6 +117,9 @@ class PassageRow:
     last_unit: int
     # (unit n, kind, text) pieces; a unit longer than a passage appears in several rows.
     units: tuple[tuple[int, str, str], ...]
+    # The seq of the commit that put it on its branch (its episode's ``seq``); None: the
+    # backend keeps none (PostgreSQL).
+    seq: int | None = None
 
     @property
     def text(self) -> str:
@@ -173,6 +176,9 @@ class IndexInfo:
 
 
 Hit = tuple[int, float]  # (row number, raw score): higher is better for both kinds
+# (after, upto]: the commit seqs (on the row's own branch) of the rows a candidate list may
+# name; a view's segment passes its own, so it lists only rows it holds.
+SeqRange = tuple[int, int]
 
 
 class SearchIndex(Protocol):
@@ -252,21 +258,25 @@ class SearchIndex(Protocol):
     # ``upto`` (a held search: a pin, a snapshot, ``at_commit``, a branch's base) is a
     # ledger seq of the branch: each held row's score then depends only on the rows its
     # commits up to that seq put there, so later commits move no held score
-    # (tests/test_pins.py). Rows of later commits may still be answered; the engine cuts
-    # candidates to the view.
+    # (tests/test_pins.py). ``seqs`` bounds which rows are listed (the k best of the rows
+    # whose commit seq is in it), not how they are scored; a backend that cannot bound a
+    # list may name other rows too: the engine still cuts candidates to the view.
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
-                      upto: int | None = None) -> list[Hit]:
+                      upto: int | None = None, seqs: SeqRange | None = None) -> list[Hit]:
         ...
 
-    def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int) -> list[Hit]:
+    def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int,
+                      seqs: SeqRange | None = None) -> list[Hit]:
         ...
 
     def keyword_passages(
-        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None
+        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
+        seqs: SeqRange | None = None,
     ) -> list[Hit]: ...
 
     def nearest_passages(
-        self, scope: str, branch: str, vector: Sequence[float], k: int
+        self, scope: str, branch: str, vector: Sequence[float], k: int,
+        seqs: SeqRange | None = None,
     ) -> list[Hit]: ...
 
     def fact_cosines(self, nums: Sequence[int], vector: Sequence[float]) -> dict[int, float]:

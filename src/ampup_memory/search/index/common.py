@@ -110,14 +110,15 @@ class VectorMatrix:
         self.dimensions = dimensions
         self.ann_min = ann_min
         self.nums = np.zeros(0, dtype=np.int64)
+        self.seqs = np.zeros(0, dtype=np.int64)  # each row's commit seq on its branch
         self.matrix = np.zeros((0, dimensions), dtype=np.float32)
         # Each row's group (the AMP cell store: its owner), for `top(group=...)`.
         self.groups = np.zeros(0, dtype=np.int32)
         # The arrays above are views of the first rows of these, grown by a quarter when
         # full: appending a few rows copies nothing (a million rows are a gigabyte).
-        self._bufs = (self.nums, self.matrix, self.groups)
+        self._bufs = (self.nums, self.matrix, self.groups, self.seqs)
         self.pos: dict[int, int] = {}
-        self._pending: list[tuple[int, np.ndarray, int]] = []
+        self._pending: list[tuple[int, np.ndarray, int, int]] = []
         self.ann: Ann | None = None
         self._removed: set[int] = set()  # zeroed rows: never proposed by the graph
         self.version = 0  # moves when a row of the graph changes: its graph is dropped
@@ -128,17 +129,21 @@ class VectorMatrix:
         self._saver: threading.Thread | None = None
         self._to_save: tuple[bytes, Any] | None = None  # the latest sealed graph to write
 
-    def put(self, num: int, vector: np.ndarray, group: int = 0) -> None:
+    def put(self, num: int, vector: np.ndarray, *, group: int = 0, seq: int = 0) -> None:
+        """Add or change row ``num``. ``group``: the row's group for `top(group=...)` (an
+        AMP cell's owner: it never changes); ``seq``: the commit seq that put the row on its
+        branch, for `top(seqs=...)`."""
         at = self.pos.get(num)
         if at is not None:
             self._settle()  # the row may still be pending
             self.version += 1
             self.matrix[at] = vector
+            self.seqs[at] = seq
             self._removed.discard(num)
             self.ann = None  # a row of the graph changed: rebuilt from the rows
             return
         self.pos[num] = len(self.nums) + len(self._pending)
-        self._pending.append((num, vector, group))
+        self._pending.append((num, vector, group, seq))
 
     def remove(self, num: int) -> None:
         at = self.pos.get(num)
@@ -166,7 +171,7 @@ class VectorMatrix:
         if not self._pending:
             return
         have, need = len(self.nums), len(self.nums) + len(self._pending)
-        nums, matrix, groups = self._bufs
+        nums, matrix, groups, seqs = self._bufs
         if need > len(nums):
             # Views taken before (a background build holds some) keep the old buffers;
             # rows are only ever appended past a view's end, or changed with a version move.
@@ -175,11 +180,14 @@ class VectorMatrix:
             matrix = np.empty((cap, self.dimensions), dtype=np.float32)
             matrix[:have] = self.matrix
             groups = np.concatenate([groups[:have], np.zeros(cap - have, dtype=np.int32)])
-            self._bufs = (nums, matrix, groups)
-        nums[have:need] = [n for n, _, _ in self._pending]
-        matrix[have:need] = np.vstack([v for _, v, _ in self._pending])
-        groups[have:need] = [g for _, _, g in self._pending]
-        self.nums, self.matrix, self.groups = nums[:need], matrix[:need], groups[:need]
+            seqs = np.concatenate([seqs[:have], np.zeros(cap - have, dtype=np.int64)])
+            self._bufs = (nums, matrix, groups, seqs)
+        nums[have:need] = [n for n, _, _, _ in self._pending]
+        matrix[have:need] = np.vstack([v for _, v, _, _ in self._pending])
+        groups[have:need] = [g for _, _, g, _ in self._pending]
+        seqs[have:need] = [q for _, _, _, q in self._pending]
+        self.nums, self.matrix = nums[:need], matrix[:need]
+        self.groups, self.seqs = groups[:need], seqs[:need]
         self._pending = []
 
     def _live(self, after: int = -1) -> np.ndarray:
@@ -352,38 +360,46 @@ class VectorMatrix:
             for t in jobs:
                 t.join(max(0.0, end - time.monotonic()))
 
-    def top(self, query: np.ndarray, k: int,
-            group: int | None = None) -> list[tuple[int, float]]:
-        """The ``k`` rows nearest ``query`` (row number, cosine); with ``group``, the
-        ``k`` nearest among that group's rows."""
+    def top(self, query: np.ndarray, k: int, *, group: int | None = None,
+            seqs: tuple[int, int] | None = None) -> list[tuple[int, float]]:
+        """The ``k`` rows nearest ``query`` (row number, cosine). With ``group``, the ``k``
+        nearest among that group's rows; with ``seqs`` = (after, upto], among the rows whose
+        commit seq is in it (a view's segment: rows it does not hold are never listed)."""
         import numpy as np
 
         self._settle()
         if not len(self.nums) or k <= 0:
             return []
-        members = None if group is None else np.flatnonzero(self.groups == group)
-        size = len(self.nums) if members is None else len(members)
-        if not size:
+        inside: np.ndarray | None = None
+        if group is not None:
+            inside = self.groups == group
+        if seqs is not None:
+            bound = (self.seqs > seqs[0]) & (self.seqs <= seqs[1])
+            inside = bound if inside is None else inside & bound
+        held = len(self.nums) if inside is None else int(np.count_nonzero(inside))
+        if not held:
             return []
-        ann = self._graph() if k * EXACT_SHARE < size else None
-        rows = None
+        if held == len(self.nums):
+            inside = None  # every row is kept: the plain path
+        ann = self._graph() if k * EXACT_SHARE < held else None
+        rows: np.ndarray | None = None
         if ann is not None:
             # The graph proposes, the matrix scores: the same float as an exact search
             # gives each row, and the same tie rule at the cut below.
-            if members is None:
+            if inside is None:
                 rows = self._positions(ann.candidates(query, k))
             else:
                 # The graph cannot filter (usearch's Python binding takes no predicate):
-                # it is asked for as many more rows as the group is rarer and the group's
-                # are kept. Where that costs more than scoring the group's rows, or finds
-                # fewer than k of them, the group's rows are scored (exact).
-                want = -(-k * len(self.nums) // size)
-                if want * GROUP_COST <= size:
+                # it is asked for as many more rows as the kept rows are rarer, and the kept
+                # ones stay. Where that costs more than scoring the kept rows, or finds
+                # fewer than k of them, the kept rows are scored (exact).
+                want = -(-k * len(self.nums) // held)
+                if want * GROUP_COST <= held:
                     found = self._positions(ann.candidates(query, want))
-                    found = found[self.groups[found] == group]
-                    rows = found if len(found) >= k else None
-        if rows is None:
-            rows = members
+                    found = found[inside[found]]
+                    rows = found if len(found) >= min(k, held) else None
+        if rows is None and inside is not None:
+            rows = np.flatnonzero(inside)
         if rows is None:
             sims = dots(self.matrix, query)
             nums = self.nums
@@ -446,11 +462,13 @@ class VectorCache:
             return None
         return GraphFile(graph_path(self.graphs, self.table, *key), self.stats)
 
-    def apply(self, rows: Sequence[tuple[int, str, str, bytes | None, int]], dims: int) -> None:
-        """Rows of (num, scope, branch, vec, vec_seq) changed since the high-water mark."""
+    def apply(self, rows: Sequence[tuple[int, str, str, bytes | None, int, int]],
+              dims: int) -> None:
+        """Rows of (num, scope, branch, vec, vec_seq, seq) changed since the high-water
+        mark; ``seq``: the commit seq that put the row on its branch."""
         import numpy as np
 
-        for num, scope, branch, blob, vec_seq in rows:
+        for num, scope, branch, blob, vec_seq, seq in rows:
             self.high_water = max(self.high_water, int(vec_seq))
             key = (scope, branch)
             matrix = self.by_key.get(key)
@@ -464,7 +482,7 @@ class VectorCache:
             if matrix is None:
                 matrix = self.by_key[key] = VectorMatrix(dims, self.ann_min, self.lock,
                                                          self._file(key), self.stats)
-            matrix.put(num, vector)
+            matrix.put(num, vector, seq=int(seq))
             self.key_of[num] = key
 
     def wait(self, timeout: float = 600.0) -> None:
@@ -479,9 +497,10 @@ class VectorCache:
             for matrix in self.by_key.values():
                 matrix.drop()
 
-    def top(self, scope: str, branch: str, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def top(self, scope: str, branch: str, query: np.ndarray, k: int,
+            seqs: tuple[int, int] | None = None) -> list[tuple[int, float]]:
         matrix = self.by_key.get((scope, branch))
-        return matrix.top(query, k) if matrix is not None else []
+        return matrix.top(query, k, seqs=seqs) if matrix is not None else []
 
     def cosines(self, nums: Sequence[int], query: np.ndarray) -> dict[int, float]:
         found: dict[int, float] = {}

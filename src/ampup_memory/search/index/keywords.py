@@ -39,7 +39,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ampup_memory.sqlite_connections import enable_wal
 
@@ -239,11 +239,11 @@ def _phrase_freqs(conn: sqlite3.Connection, kind: str, phrase: int, tokens: list
 
 def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound: int,
                weights: Sequence[float], nums: Iterable[int] | None = None,
-               limit: int | None = None) -> list[tuple[int, float]]:
+               limit: int | None = None, after: int = 0) -> list[tuple[int, float]]:
     """BM25 (FTS5's, with column ``weights``) of each row numbered up to ``bound`` that
-    matches any term (only the listed ``nums`` when given), with the row count, average
-    length and document frequencies of those rows alone; best first (ties: the older
-    row), the best ``limit`` when given.
+    matches any term (only the listed ``nums`` when given, only rows numbered above
+    ``after``), with the row count, average length and document frequencies of the rows
+    up to ``bound``; best first (ties: the older row), the best ``limit`` when given.
 
     Computed in SQL: per query phrase, the weighted frequency in each row holding it
     (``temp.held_freqs``), from which each phrase's document frequency and IDF; then
@@ -276,7 +276,7 @@ def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound:
             params += [value, _K1 + 1.0, _K1, 1 - _B, _B, avgdl]
         pivot = ", ".join(f"max(CASE phrase WHEN {i} THEN f END) AS f{i}"
                           for i in range(len(terms)))
-        only = ""
+        only, above = "", cast(tuple[int, ...], ())
         if nums is not None:
             wanted = sorted(set(nums))
             if not wanted:
@@ -285,13 +285,15 @@ def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound:
             conn.executemany("INSERT INTO temp.held_nums (doc) VALUES (?)",
                              [(n,) for n in wanted])
             only = " WHERE doc IN (SELECT doc FROM temp.held_nums)"
+        if after > 0:
+            only, above = (only + " AND" if only else " WHERE") + " doc > ?", (after,)
         cap = "" if limit is None else " LIMIT ?"
         rows = conn.execute(
             f"SELECT doc, {score} AS score FROM (SELECT doc, {pivot},"
             " (SELECT s.length FROM sizes s WHERE s.kind = ? AND s.num = doc) AS length"
             f" FROM temp.held_freqs{only} GROUP BY doc)"
             f" ORDER BY score DESC, doc{cap}",
-            (*params, kind, *(() if limit is None else (limit,))),
+            (*params, kind, *above, *(() if limit is None else (limit,))),
         ).fetchall()
     finally:
         conn.execute("DELETE FROM temp.held_freqs")

@@ -39,6 +39,7 @@ from ampup_memory.search.index.base import (
     NewFact,
     NewPassage,
     PassageRow,
+    SeqRange,
     fact_text,
 )
 from ampup_memory.search.index.common import dumps
@@ -120,6 +121,14 @@ def _fact_row(r: Sequence[Any]) -> FactRow:
         valid_to=r[11], written_by=r[12],
         cites=tuple((int(e), int(u)) for e, u in json.loads(r[13])), ord=r[14], kind=r[15],
     )
+
+
+def _within(table: str, seqs: SeqRange | None) -> tuple[str, tuple[int, ...]]:
+    """The SQL bounding a candidate list to the rows of commits ``seqs`` (facts only: a
+    passage row keeps no seq here, so its list is cut by the engine alone)."""
+    if seqs is None or table != "search_facts":
+        return "", ()
+    return " AND commit_seq > %s AND commit_seq <= %s", (seqs[0], seqs[1])
 
 
 def _vec(vector: Sequence[float] | None) -> np.ndarray | None:
@@ -427,29 +436,33 @@ class PostgresIndex:
     # -- candidates ------------------------------------------------------------------------
 
     def _keyword(self, table: str, scope: str, branch: str, terms: Sequence[str], k: int,
-                 weights: str) -> list[Hit]:
+                 weights: str, seqs: SeqRange | None) -> list[Hit]:
         query = _tsquery(terms)
         if not query or k <= 0:
             return []
+        within, bound = _within(table, seqs)
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT num, ts_rank({weights}tsv, q) AS r"
                 f" FROM {table}, to_tsquery('english', %s) q"
-                " WHERE tsv @@ q AND scope = %s AND branch = %s ORDER BY r DESC LIMIT %s",
-                (query, scope, branch, k),
+                f" WHERE tsv @@ q AND scope = %s AND branch = %s{within}"
+                " ORDER BY r DESC LIMIT %s",
+                (query, scope, branch, *bound, k),
             ).fetchall()
         return [(int(n), float(r)) for n, r in rows]
 
     # ``upto`` changes nothing here: ts_rank scores a row from the row and the query alone,
     # so no later row moves a held score (the engine cuts the candidates to the view).
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
-                      upto: int | None = None) -> list[Hit]:
-        return self._keyword("search_facts", scope, branch, terms, k, _RANK_WEIGHTS + ", ")
+                      upto: int | None = None, seqs: SeqRange | None = None) -> list[Hit]:
+        return self._keyword("search_facts", scope, branch, terms, k, _RANK_WEIGHTS + ", ",
+                             seqs)
 
     def keyword_passages(
-        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None
+        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
+        seqs: SeqRange | None = None,
     ) -> list[Hit]:
-        return self._keyword("search_passages", scope, branch, terms, k, "")
+        return self._keyword("search_passages", scope, branch, terms, k, "", seqs)
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
                      terms: Sequence[str], upto: int | None = None) -> dict[int, float]:
@@ -466,30 +479,33 @@ class PostgresIndex:
         return {int(n): float(r) for n, r in rows}
 
     def _nearest(self, table: str, scope: str, branch: str, vector: Sequence[float],
-                 k: int) -> list[Hit]:
+                 k: int, seqs: SeqRange | None) -> list[Hit]:
         dims = self._dims()
         if dims == 0 or len(vector) != dims or k <= 0:
             return []
         cast = f"vector({dims})"
+        within, bound = _within(table, seqs)
         with self._read() as conn, conn.transaction():
             # Iterative scans keep walking the HNSW graph until k rows pass the filter.
             conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             conn.execute(f"SET LOCAL hnsw.ef_search = {min(max(k, 40), 1000)}")
             rows = conn.execute(
                 f"SELECT num, 1 - (vec::{cast} <=> %s::{cast}) FROM {table}"
-                f" WHERE scope = %s AND branch = %s AND vec IS NOT NULL"
+                f" WHERE scope = %s AND branch = %s AND vec IS NOT NULL{within}"
                 f" ORDER BY vec::{cast} <=> %s::{cast} LIMIT %s",
-                (_vec(vector), scope, branch, _vec(vector), k),
+                (_vec(vector), scope, branch, *bound, _vec(vector), k),
             ).fetchall()
         return [(int(n), float(c)) for n, c in rows]
 
-    def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int) -> list[Hit]:
-        return self._nearest("search_facts", scope, branch, vector, k)
+    def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int,
+                      seqs: SeqRange | None = None) -> list[Hit]:
+        return self._nearest("search_facts", scope, branch, vector, k, seqs)
 
     def nearest_passages(
-        self, scope: str, branch: str, vector: Sequence[float], k: int
+        self, scope: str, branch: str, vector: Sequence[float], k: int,
+        seqs: SeqRange | None = None,
     ) -> list[Hit]:
-        return self._nearest("search_passages", scope, branch, vector, k)
+        return self._nearest("search_passages", scope, branch, vector, k, seqs)
 
     def _cosines(self, table: str, nums: Sequence[int], vector: Sequence[float]
                  ) -> dict[int, float]:

@@ -34,11 +34,12 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 from pyroaring import BitMap
 
+from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.search.index import keywords
@@ -59,6 +60,7 @@ from ampup_memory.search.index.base import (
     NewFact,
     NewPassage,
     PassageRow,
+    SeqRange,
     fact_text,
 )
 from ampup_memory.search.index.common import (
@@ -688,8 +690,19 @@ class SQLiteIndex:
         # Nothing after it: FTS5's own statistics are the held ones (bit for bit).
         return None if bound >= applied else bound
 
+    def _first_after(self, kind: str, scope: str, branch: str, after: int) -> int | None:
+        """The first row the space holds of a commit after seq ``after`` (None: none)."""
+        t, seq = _TABLES[kind], _SEQ[kind]
+        row = self._conn().execute(
+            f"SELECT num FROM {t} INDEXED BY {t}_seq WHERE scope = ? AND branch = ?"
+            f" AND {seq} > ? ORDER BY {seq}, num LIMIT 1",
+            (scope, branch, after),
+        ).fetchone()
+        return int(row[0]) if row else None
+
     def _keyword(self, kind: str, scope: str, branch: str, terms: Sequence[str], k: int,
-                 weights: tuple[float, ...], upto: int | None) -> list[Hit]:
+                 weights: tuple[float, ...], upto: int | None,
+                 seqs: SeqRange | None = None) -> list[Hit]:
         if not terms or k <= 0:
             return []
         with self._keyword_space(kind, scope, branch) as found:
@@ -697,31 +710,49 @@ class SQLiteIndex:
                 return []
             kconn, version, applied = found
             bound = self._bound(kind, scope, branch, upto, applied)
+            # Rows are numbered in commit order (see _bound), so a seq range is a rowid
+            # range: only the rows a view's segment holds are listed.
+            low, high = 0, None
+            if seqs is not None:
+                if seqs[1] < NO_LIMIT:
+                    high = self._bound(kind, scope, branch, seqs[1], applied)
+                if seqs[0] > 0:
+                    first = self._first_after(kind, scope, branch, seqs[0])
+                    if first is None:
+                        return []
+                    low = first - 1
             kept = self._affordable(kconn, kind, version, terms, bound)
             if not kept:
                 return []
             if bound is not None:  # a held search: BM25 over the held rows alone
-                best = keywords.cut_scores(kconn, kind, kept, bound, weights, limit=k)
+                best = keywords.cut_scores(kconn, kind, kept, bound, weights, limit=k,
+                                           after=low)
                 return [(n, max(s, 0.0)) for n, s in best]
             fts = keywords.fts_table(kind)
             rank = f"bm25({fts}{''.join(f', {w}' for w in weights)})"
+            within, params = "", cast(tuple[int, ...], ())
+            if low:
+                within, params = " AND rowid > ?", (low,)
+            if high is not None:
+                within, params = within + " AND rowid <= ?", (*params, high)
             # The file holds this scope and branch only: no filter, no join. Ties go to
             # the older row, so the cut at k is the same in a rebuilt index.
             rows = kconn.execute(
-                f"SELECT rowid, -{rank} FROM {fts} WHERE {fts} MATCH ?"
+                f"SELECT rowid, -{rank} FROM {fts} WHERE {fts} MATCH ?{within}"
                 f" ORDER BY {rank}, rowid LIMIT ?",
-                (fts5_match(kept), k),
+                (fts5_match(kept), *params, k),
             ).fetchall()
         return [(int(n), max(float(s), 0.0)) for n, s in rows]
 
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
-                      upto: int | None = None) -> list[Hit]:
-        return self._keyword("facts", scope, branch, terms, k, fts5_weights(), upto)
+                      upto: int | None = None, seqs: SeqRange | None = None) -> list[Hit]:
+        return self._keyword("facts", scope, branch, terms, k, fts5_weights(), upto, seqs)
 
     def keyword_passages(
-        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None
+        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
+        seqs: SeqRange | None = None,
     ) -> list[Hit]:
-        return self._keyword("passages", scope, branch, terms, k, (), upto)
+        return self._keyword("passages", scope, branch, terms, k, (), upto, seqs)
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
                      terms: Sequence[str], upto: int | None = None) -> dict[int, float]:
@@ -762,9 +793,9 @@ class SQLiteIndex:
                 cache.reset(gen)
             if model is None:
                 return cache
-            t = _TABLES[table]
+            t, seq = _TABLES[table], _SEQ[table]
             rows = conn.execute(
-                f"SELECT num, scope, branch, vec, vec_seq FROM {t} WHERE vec_seq > ?"
+                f"SELECT num, scope, branch, vec, vec_seq, {seq} FROM {t} WHERE vec_seq > ?"
                 " ORDER BY vec_seq",
                 (cache.high_water,),
             ).fetchall()
@@ -772,19 +803,21 @@ class SQLiteIndex:
         return cache
 
     def _nearest(self, table: str, scope: str, branch: str, vector: Sequence[float],
-                 k: int) -> list[Hit]:
+                 k: int, seqs: SeqRange | None) -> list[Hit]:
         cache = self._refresh(table)
         query = np.asarray(vector, dtype=np.float32)
         with cache.lock:
-            return cache.top(scope, branch, query, k)
+            return cache.top(scope, branch, query, k, seqs)
 
-    def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int) -> list[Hit]:
-        return self._nearest("facts", scope, branch, vector, k)
+    def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int,
+                      seqs: SeqRange | None = None) -> list[Hit]:
+        return self._nearest("facts", scope, branch, vector, k, seqs)
 
     def nearest_passages(
-        self, scope: str, branch: str, vector: Sequence[float], k: int
+        self, scope: str, branch: str, vector: Sequence[float], k: int,
+        seqs: SeqRange | None = None,
     ) -> list[Hit]:
-        return self._nearest("passages", scope, branch, vector, k)
+        return self._nearest("passages", scope, branch, vector, k, seqs)
 
     def _cosines(self, table: str, nums: Sequence[int], vector: Sequence[float]
                  ) -> dict[int, float]:
@@ -841,7 +874,7 @@ class SQLiteIndex:
         found: list[PassageRow] = []
         for batch in _chunks(dict.fromkeys(nums)):
             for r in self._conn().execute(
-                "SELECT num, episode_num, scope, branch, first_unit, last_unit, units"
+                "SELECT num, episode_num, scope, branch, first_unit, last_unit, units, seq"
                 f" FROM passages WHERE num IN ({','.join('?' * len(batch))})",
                 batch,
             ):
@@ -849,6 +882,7 @@ class SQLiteIndex:
                     num=r[0], episode_num=r[1], scope=r[2], branch=r[3], first_unit=r[4],
                     last_unit=r[5],
                     units=tuple((int(n), str(k), str(t)) for n, k, t in json.loads(r[6])),
+                    seq=int(r[7]),
                 ))
         return found
 
