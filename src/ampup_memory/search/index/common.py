@@ -33,6 +33,9 @@ log = logging.getLogger("ampup_memory.search")
 # candidate costs the graph about this many vector comparisons (measured at a million rows:
 # docs/performance.md), each row of the group one.
 GROUP_COST = 16
+# Exact search over a part of the rows gathers them (a copy) when they are fewer than one
+# in GATHER_SHARE, and otherwise scores every row in place and keeps the part's.
+GATHER_SHARE = 4
 # Rows a background build adds between two checks of whether to stop (about a second of
 # one core at most).
 BUILD_CHUNK = 1024
@@ -398,11 +401,14 @@ class VectorMatrix:
                     found = self._positions(ann.candidates(query, want))
                     found = found[inside[found]]
                     rows = found if len(found) >= min(k, held) else None
-        if rows is None and inside is not None:
-            rows = np.flatnonzero(inside)
+        if rows is None and inside is not None and held * GATHER_SHARE < len(self.nums):
+            rows = np.flatnonzero(inside)  # few rows kept: gather them, score those alone
         if rows is None:
+            # Every row scored in place; gathering most of them would first copy them.
             sims = dots(self.matrix, query)
             nums = self.nums
+            if inside is not None:
+                sims, nums = sims[inside], nums[inside]
         else:
             sims = dots(self.matrix[rows], query)
             nums = self.nums[rows]
