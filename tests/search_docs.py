@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import UTC, datetime
+from typing import Any
 
 from ampup_memory.search.index.base import Cite, EpisodeDoc, FactDoc, Unit
 
@@ -39,3 +40,13 @@ def fact(ep: EpisodeDoc | list[EpisodeDoc], entity: str, predicate: str, value: 
         valid_to=when(valid_to) if valid_to else None,
         cites=tuple(Cite(e.id, unit) for e in eps), written_by="posted", commit_seq=seq,
     )
+
+
+def unit_vectors(n: int, dims: int, seed: int) -> Any:
+    """``n`` random unit vectors of ``dims`` float32 (the vector step's tests: its cost and
+    its answers do not depend on what the vectors mean)."""
+    import numpy as np
+
+    vecs = np.random.default_rng(seed).standard_normal((n, dims)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    return vecs

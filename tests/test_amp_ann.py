@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from tests.memory_support import ADMIN_TOKEN, QUIET, serving
+from tests.search_docs import unit_vectors
 
 BIG = "user_big"  # 5,100 cells about warehouses and invoices
 OTHER = "user_other"  # 1,100 cells about the garden and the kitchen, what queries ask
@@ -173,14 +174,6 @@ def test_deleted_and_edited_cells_are_never_returned_from_the_graph(
         http.close()
 
 
-def _unit(n: int, dims: int, seed: int) -> Any:
-    import numpy as np
-
-    vecs = np.random.default_rng(seed).standard_normal((n, dims)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    return vecs
-
-
 def test_group_search_finds_the_groups_nearest_rows_by_graph_or_exactly() -> None:
     """`VectorMatrix.top(group=...)` (what an owner filter uses): a common group through
     the graph at recall@10 >= 0.98, a rare one scored exactly; never another group's row."""
@@ -188,12 +181,12 @@ def test_group_search_finds_the_groups_nearest_rows_by_graph_or_exactly() -> Non
 
     from ampup_memory.search.index.common import VectorMatrix, dots
 
-    vecs = _unit(6000, 32, 3)
+    vecs = unit_vectors(6000, 32, 3)
     groups = np.where(np.arange(6000) % 10 < 7, 1, np.where(np.arange(6000) % 100 == 7, 2, 3))
     matrix = VectorMatrix(32, ann_min=1000)
     for i, (v, g) in enumerate(zip(vecs, groups, strict=True)):
         matrix.put(i + 1, v, group=int(g))
-    queries = _unit(40, 32, 4)
+    queries = unit_vectors(40, 32, 4)
     matrix.top(queries[0], 10)
     matrix.wait(120)
     assert matrix.ann is not None
@@ -209,18 +202,3 @@ def test_group_search_finds_the_groups_nearest_rows_by_graph_or_exactly() -> Non
         assert hits / (10 * len(queries)) >= least, (group, hits)
     assert matrix.top(queries[0], 10, group=99) == []
 
-
-def test_a_removed_row_does_not_keep_the_graph_from_being_swapped_in() -> None:
-    """A matrix with a removed row builds its graph and uses it (the rows still to add were
-    counted without the row bound once a row was removed, so the build never finished)."""
-    from ampup_memory.search.index.common import VectorMatrix
-
-    vecs = _unit(3000, 16, 5)
-    matrix = VectorMatrix(16, ann_min=1000)
-    for i, v in enumerate(vecs):
-        matrix.put(i + 1, v)
-    matrix.remove(17)
-    matrix.top(vecs[0], 10)
-    matrix.wait(120)
-    assert matrix.ann is not None and len(matrix.ann) == 2999
-    assert 17 not in {n for n, _ in matrix.top(vecs[16], 10)}

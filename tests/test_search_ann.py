@@ -20,7 +20,7 @@ from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.index.sqlite import SQLiteIndex
 from ampup_memory.search.visibility import Principal
 from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, new_scope, serving
-from tests.search_docs import episode, fact, when
+from tests.search_docs import episode, fact, unit_vectors, when
 
 S = "acme__sales"
 NOW = when("2025-04-15T12:00:00")
@@ -441,12 +441,8 @@ def test_a_graph_keeps_growing_in_place_after_a_row_is_removed() -> None:
     # `_live(after)` dropped its `after` filter as soon as a row had been removed, so the
     # rows written since the graph's last row were "every row": the graph was thrown away
     # and built again after each write, and a loaded one was never swapped in.
-    import numpy as np
-
     matrix = VectorMatrix(32, ann_min=10)
-    rng = np.random.default_rng(2)
-    vectors = rng.standard_normal((400, 32)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit_vectors(400, 32, 2)
     for i in range(300):
         matrix.put(i + 1, vectors[i])
     matrix.top(vectors[0], 10)
@@ -456,6 +452,7 @@ def test_a_graph_keeps_growing_in_place_after_a_row_is_removed() -> None:
     matrix.wait(60)
     assert matrix.ann is not None and len(matrix.ann) == 299
     assert matrix.stats.counts["built"] == 2
+    assert 5 not in [n for n, _ in matrix.top(vectors[4], 10)]  # asked for by its own vector
     for i in range(300, 400):
         matrix.put(i + 1, vectors[i])
     found = matrix.top(vectors[350], 10)  # 100 new rows: added inline, nothing rebuilt
@@ -471,9 +468,7 @@ def test_a_query_after_a_write_does_not_copy_the_rows_already_held() -> None:
     import numpy as np
 
     matrix = VectorMatrix(8)
-    rng = np.random.default_rng(3)
-    vectors = rng.standard_normal((3000, 8)).astype(np.float32)
-    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    vectors = unit_vectors(3000, 8, 3)
     for i in range(2000):
         matrix.put(i + 1, vectors[i])
     matrix.top(vectors[0], 5)
