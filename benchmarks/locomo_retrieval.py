@@ -85,22 +85,10 @@ def scope_of(conv: dict[str, Any]) -> str:
     return "locomo/" + str(conv["conv_id"]).lower().replace("-", "_")
 
 
-def metrics(ranked: list[list[str]], gold: list[set[str]]) -> dict[str, float]:
-    """recall@n: share of a question's gold items among its first n; MRR: reciprocal rank
-    of the first gold item. For turns, `ranked` holds each passage's turn set."""
-    out = {"recall@1": 0.0, "recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
-    if not gold:
-        return out
-    for items, want in zip(ranked, gold, strict=True):
-        for n in (1, 5, 10):
-            out[f"recall@{n}"] += len(set(items[:n]) & want) / len(want)
-        out["mrr"] += next((1.0 / (i + 1) for i, s in enumerate(items) if s in want), 0.0)
-    return {key: value / len(gold) for key, value in out.items()}
-
-
 def turn_metrics(ranked: list[list[frozenset[str]]], gold: list[set[str]]
                  ) -> dict[str, float]:
-    """Like `metrics`, but item i is a passage: its turns are found at rank i + 1."""
+    """Like `retrieval_quality.metrics`, but item i is a passage: its turns are found at
+    rank i + 1."""
     out = {"recall@1": 0.0, "recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
     if not gold:
         return out
@@ -114,6 +102,8 @@ def turn_metrics(ranked: list[list[frozenset[str]]], gold: list[set[str]]
 
 def by_category(questions: list[dict[str, Any]], session_rank: list[list[str]],
                 turn_rank: list[list[frozenset[str]]]) -> dict[str, Any]:
+    from benchmarks.retrieval_quality import metrics
+
     out: dict[str, Any] = {}
     cats = sorted({q["question_type"] for q in questions})
     for cat in [*cats, "all"]:
@@ -207,6 +197,8 @@ def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
     conversation, then POST /query per question (the hybrid users get); session level."""
     import httpx
 
+    from benchmarks.retrieval_quality import metrics, sessions_found
+
     sys.path.insert(0, str(ROOT))
     from tests.server_process import ServerProcess
 
@@ -226,15 +218,7 @@ def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
             if r.status_code >= 400:
                 raise SystemExit(f"POST /episodes/batch: {r.status_code} {r.text[:500]}")
             for q in conv["queries"]:
-                r = c.post("/query", json={"scope": scope, "find": "passages",
-                                           "query": q["query"], "limit": POOL})
-                r.raise_for_status()
-                order: list[str] = []
-                for hit in r.json()["results"]:
-                    session = hit["source"].removeprefix("call:")
-                    if session not in order:
-                        order.append(session)
-                ranked.append(order)
+                ranked.append(sessions_found(c, scope, q["query"], POOL))
                 questions.append(q)
     out: dict[str, Any] = {}
     for cat in [*sorted({q["question_type"] for q in questions}), "all"]:

