@@ -22,8 +22,10 @@ no ranking.
                                           [--ablation] [--json FILE]
 
 `--lever` applies a lever of benchmarks/retrieval_ablation.py (`no_date_words`,
-`no_stop_many`, joined with `+`) before anything is indexed; `--ablation` runs the shipped
-code and those levers, each in a fresh process, and prints one table.
+`no_stop_many`, the feedback levers `prf=D,T,W` and `rocchio=D,W` of
+benchmarks/feedback_lever.py, joined with `+`) before anything is indexed; `--ablation`
+runs the shipped code and the adopted levers switched off, each in a fresh process, and
+prints one table.
 """
 
 from __future__ import annotations

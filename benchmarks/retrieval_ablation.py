@@ -13,7 +13,9 @@ AMP cell search). For every row:
 
 Levers are named on the command line and joined with `+` for a combined row; `shipped`
 is the code as it is. `no_x` turns an adopted lever off (`no_date_words`), so the table keeps
-reproducing after a lever lands.
+reproducing after a lever lands. `prf=D,T,W`, `rocchio=D,W` (and `feedback_own`,
+`feedback_or`, `feedback_min_docs=N`) are the pseudo-relevance feedback levers of
+`benchmarks/feedback_lever.py`; they re-rank passages only.
 
     python -m benchmarks.retrieval_ablation [LEVER ...] [--write-docs]
 """
@@ -67,8 +69,35 @@ def apply(name: str) -> None:
             import ampup_memory.search.rank as rank
             rank.KEYWORD_WEIGHT = float(part.split("=", 1)[1])
             rank.MEANING_WEIGHT = 1.0 - rank.KEYWORD_WEIGHT
+        elif part.startswith(("prf=", "rocchio=", "feedback_")):
+            _feedback(part)
         else:
             raise SystemExit(f"unknown lever {part!r}")
+
+
+def _feedback(part: str) -> None:
+    """Pseudo-relevance feedback levers (benchmarks/feedback_lever.py): ``prf=D,T,W``
+    (keyword side: T words of the D best results, weight W), ``rocchio=D,W`` (meaning
+    side), ``feedback_own`` (each side picks its own best results), ``feedback_min_docs=N``,
+    ``feedback_or`` (a probabilistic OR of the two keyword scores, not a sum)."""
+    from benchmarks import feedback_lever as fl
+
+    fl.install()
+    name, _, value = part.partition("=")
+    if name == "prf":
+        docs, terms, weight = value.split(",")
+        fl.PRF.update(docs=int(docs), terms=int(terms), weight=float(weight))
+    elif name == "rocchio":
+        docs, weight = value.split(",")
+        fl.ROCCHIO.update(docs=int(docs), weight=float(weight))
+    elif name == "feedback_own":
+        fl.FROM["value"] = "own"
+    elif name == "feedback_or":
+        fl.MODE["value"] = "or"
+    elif name == "feedback_min_docs":
+        fl.MIN_DOCS["value"] = int(value)
+    else:
+        raise SystemExit(f"unknown lever {part!r}")
 
 
 LME = """
