@@ -175,6 +175,21 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
             by_turn.append([t for _, t in sorted(scored, key=lambda x: -x[0])])
         return by_session, by_turn
 
+    def diverse(cap: int) -> list[list[frozenset[str]]]:
+        """Hybrid passages with at most ``cap`` of a session before every session's
+        next ``cap`` (session diversity in a passage list; session order cannot move)."""
+        out = []
+        for pool in pools:
+            scored = sorted(((0.6 * p.keyword + 0.4 * p.meaning + p.time, i, s, t)
+                             for i, (s, t, p) in enumerate(pool)), key=lambda x: (-x[0], x[1]))
+            seen: dict[str, int] = defaultdict(int)
+            tiered = []
+            for at, (_, _, session, turns) in enumerate(scored):
+                tiered.append((seen[session] // cap, at, turns))
+                seen[session] += 1
+            out.append([t for _, _, t in sorted(tiered, key=lambda x: (x[0], x[1]))])
+        return out
+
     return {
         "conversations": len(data["conversations"]), "questions": len(questions),
         "turns": sum(len(c["docs"]) for c in data["conversations"]),
@@ -187,6 +202,10 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
         "first": [{"id": q["id"], "rank": next((i + 1 for i, s in enumerate(order)
                                                   if s in q["gold_sessions"]), 0)}
                   for q, order in zip(questions, ranking(0.6)[0], strict=True)],
+        # Session diversity in the passage list (not shipped), turn level, all questions.
+        "diversity": {str(cap): turn_metrics(diverse(cap), [set(q["gold_turns"])
+                                                            for q in questions])
+                      for cap in (1, 2, 3)},
         # For reading only, not for choosing: the blend is set on other sets, not this one.
         "sweep": {f"{w:.1f}": {level: row[level] for level in ("session", "turn")}
                   for w in [i / 10 for i in range(11)]
