@@ -32,6 +32,7 @@ PRF: dict[str, Any] = {"docs": 0, "terms": 8, "weight": 0.3}
 ROCCHIO: dict[str, Any] = {"docs": 0, "weight": 0.5}
 FROM = {"value": "hybrid"}
 MIN_DOCS = {"value": 1}
+DISTINCT = {"value": False}  # feedback from distinct episodes
 MODE = {"value": "add"}  # "add": raw + weight × raw feedback; "or": see below
 MIN_LENGTH = 3
 
@@ -102,6 +103,10 @@ def install() -> None:
                     else p.keyword if by == "keyword" else p.meaning)
         order = sorted(((value(r.parts), r.row.num, r) for r in ranked),
                        key=lambda x: (-x[0], x[1]))
+        if DISTINCT["value"]:  # the best passage of each of the n best episodes
+            seen: set[int] = set()
+            order = [x for x in order if x[2].row.episode_num not in seen
+                     and not seen.add(x[2].row.episode_num)]
         return [(r, v) for v, _, r in order[:n] if v > 0]
 
     def search_passages(self: Any, scope: str, branch: str, query: str, principal: Any,

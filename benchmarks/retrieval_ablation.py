@@ -79,7 +79,8 @@ def _feedback(part: str) -> None:
     """Pseudo-relevance feedback levers (benchmarks/feedback_lever.py): ``prf=D,T,W``
     (keyword side: T words of the D best results, weight W), ``rocchio=D,W`` (meaning
     side), ``feedback_own`` (each side picks its own best results), ``feedback_min_docs=N``,
-    ``feedback_or`` (a probabilistic OR of the two keyword scores, not a sum)."""
+    ``feedback_or`` (a probabilistic OR of the two keyword scores, not a sum),
+    ``feedback_distinct`` (the feedback results from distinct episodes)."""
     from benchmarks import feedback_lever as fl
 
     fl.install()
@@ -92,6 +93,8 @@ def _feedback(part: str) -> None:
         fl.ROCCHIO.update(docs=int(docs), weight=float(weight))
     elif name == "feedback_own":
         fl.FROM["value"] = "own"
+    elif name == "feedback_distinct":
+        fl.DISTINCT["value"] = True
     elif name == "feedback_or":
         fl.MODE["value"] = "or"
     elif name == "feedback_min_docs":
