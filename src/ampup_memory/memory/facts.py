@@ -181,6 +181,7 @@ class Version(Protocol):
 
 V = TypeVar("V", bound=Version)
 _EPOCH = datetime.min.replace(tzinfo=UTC)
+EPOCH = _EPOCH  # where `newest_order` places a version without valid_from
 
 
 def newest_order(v: Version) -> tuple[datetime, int, int]:

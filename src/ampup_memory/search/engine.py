@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from pyroaring import BitMap
 
-from ampup_memory.memory.facts import CLOSURE, current, timelines
+from ampup_memory.memory.facts import CLOSURE, current, newest_order, timelines
 from ampup_memory.memory.segments import NO_LIMIT, Segment
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import Embedder, model_info
@@ -400,7 +400,17 @@ class SearchEngine:
         if not rows:
             return {}
         keys = {(r.entity, r.predicate) for r in rows}
-        versions = [v for b in owners.branches for v in self.index.versions(scope, b, keys)
+        # On main, only the versions at or after a key's oldest candidate can decide
+        # whether a candidate is current and where its validity ends (newest-wins looks
+        # at the versions after it), so older ones are not read.
+        since: dict[tuple[str, str], tuple[datetime, int, int]] | None = None
+        if cutoff is None:
+            since = {}
+            for r in rows:
+                at = newest_order(r)
+                since[(r.entity, r.predicate)] = min(since.get((r.entity, r.predicate), at), at)
+        versions = [v for b in owners.branches
+                    for v in self.index.versions(scope, b, keys, since)
                     if cutoff is None or cutoff.holds_fact(v)]
         versions = owners.readable_facts(versions, visible)
         if cutoff is not None and cutoff.layered:
