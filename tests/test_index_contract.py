@@ -570,6 +570,10 @@ def test_an_over_budget_pass_ranks_the_newest_postings_alone(
                 " zebra" if i == 1 else "")
             e = replace(episode(S, [text], ["*"], commit=f"c{i}", source=f"call:{i}"), seq=i)
             eng.ingest(DocumentBatch([e], [fact(e, f"Acme {i}", "note", "x", text, seq=i)]))
+            if i == 3:  # 3 + 1 postings fit the budget: both words rank (counts are
+                # remembered per space content, so the writes below count afresh)
+                both = eng.index.keyword_facts(S, "main", ["renewal", "zebra"], 50)
+                assert len(both) == 3
         idx = eng.index
         facts = {f.num: f.commit_seq for f in idx.versions(S, "main", [
             (f"Acme {i}", "note") for i in range(1, 13)])}

@@ -30,6 +30,7 @@ import re
 import secrets
 import sqlite3
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -137,6 +138,7 @@ _TABLES = {"facts": "facts", "passages": "passages"}  # the only row-table names
 _SEQ = {"facts": "commit_seq", "passages": "seq"}  # the commit that put a row in its space
 _BM25 = ", ".join(str(w) for w in fts5_weights())
 _CHUNK = 500  # bound parameters per IN (...) list
+COUNTS_KEPT = 4096  # word counts remembered (`SQLiteIndex._count`)
 
 
 
@@ -187,6 +189,10 @@ class SQLiteIndex:
         self._bitmap_gen: int | None = None
         self._bitmap_lock = threading.Lock()
         self._pending_bits: dict[str, BitMap] | None = None
+        # Word counts of the postings budget, per keyword space content (`_count`).
+        self._counts: OrderedDict[tuple[str, str, int | None, int | None], int] = (
+            OrderedDict())
+        self._counts_lock = threading.Lock()
         self._spaces = SpaceFiles(self.path.with_name(self.path.name + ".keywords"),
                                   timeout=60.0)
         self._prepare_file()
@@ -655,6 +661,24 @@ class SQLiteIndex:
         ).fetchone()
         return int(row[0])
 
+    def _count(self, kconn: sqlite3.Connection, kind: str, version: str, term: str,
+               cap: int | None, bound: int | None) -> int:
+        """`_postings`, remembered per space content (``version`` names the space and the
+        row it is applied up to, so a write starts afresh): a common word's exact count
+        walks its whole doclist (2 ms per 30k postings here), and common words recur."""
+        key = (version, term, cap, bound)
+        with self._counts_lock:
+            found = self._counts.get(key)
+            if found is not None:
+                self._counts.move_to_end(key)
+                return found
+        n = self._postings(kconn, kind, term, cap, bound)
+        with self._counts_lock:
+            self._counts[key] = n
+            while len(self._counts) > COUNTS_KEPT:
+                self._counts.popitem(last=False)
+        return n
+
     def _affordable(self, kconn: sqlite3.Connection, kind: str, version: str,
                     terms: Sequence[str], bound: int | None = None) -> tuple[list[str], bool]:
         """The kept terms, and whether their postings are over the budget (the rarest
@@ -675,9 +699,10 @@ class SQLiteIndex:
         # only up to the budget; only when every known term is over it do the exact
         # counts decide which one stays.
         cap = POSTINGS_BUDGET + 1
-        counts = {term: self._postings(kconn, kind, term, cap, bound) for term in terms}
+        counts = {term: self._count(kconn, kind, version, term, cap, bound)
+                  for term in terms}
         if all(n >= cap for n in counts.values() if n > 0):
-            counts = {term: n and self._postings(kconn, kind, term, None, bound)
+            counts = {term: n and self._count(kconn, kind, version, term, None, bound)
                       for term, n in counts.items()}
         kept = affordable_terms(terms, counts.__getitem__)
         over = sum(counts[t] for t in kept) > POSTINGS_BUDGET
