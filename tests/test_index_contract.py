@@ -17,7 +17,7 @@ import pytest
 
 from ampup_memory.amp.lifecycle import DecayInputs, decay_score
 from ampup_memory.amp.model import MemoryCell
-from ampup_memory.memory.facts import current, timelines
+from ampup_memory.memory.facts import current, newest_order, timelines
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex
@@ -548,6 +548,77 @@ def test_held_keyword_scores_are_those_of_the_held_rows_alone(
     finally:
         full.index.close()
         fresh.index.close()
+
+
+def test_an_over_budget_pass_ranks_the_newest_postings_alone(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When even the rarest known query word is over the postings budget, a ranked
+    keyword pass (facts and passages, live and held) ranks only its newest
+    ``POSTINGS_BUDGET`` matches, with their usual scores: its cost no longer grows with
+    the word's doclist. Here the older rows are the better matches (shorter), so ranking
+    every match would list them first. SQLite only: PostgreSQL's index has no postings
+    budget (``ts_rank`` reads no collection statistics)."""
+    from ampup_memory.search import budget
+    from ampup_memory.search.index import sqlite as sqlite_index
+
+    monkeypatch.setattr(budget, "POSTINGS_BUDGET", 4)
+    monkeypatch.setattr(sqlite_index, "POSTINGS_BUDGET", 4)
+    eng = SearchEngine(open_index(f"sqlite:///{tmp_path / 'index.db'}"), HashEmbedder(32))
+    try:
+        for i in range(1, 13):
+            text = "renewal " + " ".join(f"filler{j}" for j in range(i)) + (
+                " zebra" if i == 1 else "")
+            e = replace(episode(S, [text], ["*"], commit=f"c{i}", source=f"call:{i}"), seq=i)
+            eng.ingest(DocumentBatch([e], [fact(e, f"Acme {i}", "note", "x", text, seq=i)]))
+            if i == 3:  # 3 + 1 postings fit the budget: both words rank (counts are
+                # remembered per space content, so the writes below count afresh)
+                both = eng.index.keyword_facts(S, "main", ["renewal", "zebra"], 50)
+                assert len(both) == 3
+        idx = eng.index
+        facts = {f.num: f.commit_seq for f in idx.versions(S, "main", [
+            (f"Acme {i}", "note") for i in range(1, 13)])}
+        newest = sorted(facts, key=facts.__getitem__)[-4:]
+        got = idx.keyword_facts(S, "main", ["renewal"], 50)
+        assert sorted(n for n, _ in got) == sorted(newest)
+        assert dict(got) == idx.fact_keyword(S, "main", newest, ["renewal"])
+        # The cut follows the held rows: the newest four of commits 1..8.
+        held = [n for n in sorted(facts, key=facts.__getitem__) if facts[n] <= 8][-4:]
+        got = idx.keyword_facts(S, "main", ["renewal"], 50, upto=8)
+        assert sorted(n for n, _ in got) == sorted(held)
+        assert dict(got) == idx.fact_keyword(S, "main", held, ["renewal"], upto=8)
+        passages = idx.keyword_passages(S, "main", ["renewal"], 50)
+        assert len(passages) == 4
+        assert {p.seq for p in idx.passages(n for n, _ in passages)} == {9, 10, 11, 12}
+        # A word within the budget is kept alone and finds its old row as before.
+        rare = idx.keyword_facts(S, "main", ["renewal", "zebra"], 50)
+        assert [facts[n] for n, _ in rare] == [1]
+    finally:
+        eng.index.close()
+
+
+def test_versions_since_a_place_are_those_at_or_after_it(engine: SearchEngine) -> None:
+    """``versions(..., since)`` gives, for a key it names, exactly the versions at or
+    after that place in newest-wins' order (``valid_from``, none counting as the epoch;
+    then commit seq; then position) and every version of a key it does not name: what
+    the search reads to decide whether a candidate is current, without the older ones."""
+    e = episode(S, ["Acme budget notes."], ["*"])
+    docs = [replace(fact(e, "Acme", "budget", f"{i}k", "Acme budget notes.",
+                         valid_from=at, seq=seq, fact_id=f"v{i}"), ord=o)
+            for i, (at, seq, o) in enumerate([
+                (None, 1, 0), (None, 2, 0), ("2025-01-10", 1, 0), ("2025-01-10", 1, 1),
+                ("2025-01-10", 2, 0), ("2025-03-01", 1, 0), ("2025-03-01", 3, 2)])]
+    other = fact(e, "Globex", "budget", "1k", "Acme budget notes.", fact_id="g0")
+    engine.ingest(DocumentBatch([e], [*docs, other]))
+    keys = {("Acme", "budget"), ("Globex", "budget")}
+    every = engine.index.versions(S, "main", keys)
+    assert len(every) == 8
+    acme = [v for v in every if v.entity == "Acme"]
+    for pivot in acme:
+        place = newest_order(pivot)
+        got = engine.index.versions(S, "main", keys, {("Acme", "budget"): place})
+        want = {v.id for v in acme if newest_order(v) >= place} | {other.id}
+        assert {v.id for v in got} == want, pivot.id
+        assert 1 < len(want) < 9 or pivot.id in ("v0", "v6")
 
 
 def test_a_seq_range_lists_the_best_rows_of_its_commits_alone(engine: SearchEngine) -> None:

@@ -181,6 +181,7 @@ class Version(Protocol):
 
 V = TypeVar("V", bound=Version)
 _EPOCH = datetime.min.replace(tzinfo=UTC)
+EPOCH = _EPOCH  # where `newest_order` places a version without valid_from
 
 
 def newest_order(v: Version) -> tuple[datetime, int, int]:
@@ -251,11 +252,17 @@ def current_values(versions: Iterable[VV], at: datetime,
     return out
 
 
+def begun(v: Version, at: datetime) -> bool:
+    """Whether a version's validity has begun at ``at``: one that has not is never
+    :func:`current` there (a search drops such candidates before reading versions)."""
+    return (v.valid_from or _EPOCH) <= at
+
+
 def current(line: list[Window[V]], at: datetime) -> Window[V] | None:
     """Newest-wins, the only implementation: the version of a :func:`timeline` holding at
     ``at``; None when nothing holds or a closure ended it."""
     for window in reversed(line):
-        if (window.version.valid_from or _EPOCH) <= at:
+        if begun(window.version, at):
             if window.version.kind == CLOSURE or not window.holds_at(at):
                 return None
             return window

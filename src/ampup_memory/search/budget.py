@@ -2,7 +2,9 @@
 
 The AMP cell stores and the AmpUp search index both score one row per matching posting;
 past `POSTINGS_BUDGET` postings a query's most common terms (lowest IDF, least weight) are
-left to the embedding side, and the rarest always stays.
+left to the embedding side, and the rarest always stays. When the rarest alone is over
+the budget, the search index's ranked pass takes only its newest `POSTINGS_BUDGET`
+matching rows as candidates (`SQLiteIndex._floor`), so no pass ranks more postings.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 
 from pyroaring import BitMap
 
-from ampup_memory.memory.facts import CLOSURE, current, timelines
+from ampup_memory.memory.facts import CLOSURE, begun, current, newest_order, timelines
 from ampup_memory.memory.segments import NO_LIMIT, Segment
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import Embedder, model_info
@@ -286,11 +286,14 @@ class SearchEngine:
         visible = self.visible(principal)
         owners = self._owners(scope, branch, cutoff)
         k = max(limit * 5, 50)
-        seen: dict[int, FactRow] = {}  # rows read so far (a view reads them to cut)
+        seen: dict[int, FactRow] = {}  # rows read so far (once per search; a view cuts)
 
-        def held(nums: list[int]) -> set[int]:
+        def read(nums: Iterable[int]) -> None:
             missing = [n for n in nums if n not in seen]
             seen.update((r.num, r) for r in self.index.facts(missing))
+
+        def held(nums: list[int]) -> set[int]:
+            read(nums)
             return {n for n in nums if n in seen and cutoff is not None
                     and cutoff.holds_fact(seen[n])}
 
@@ -311,7 +314,8 @@ class SearchEngine:
                         overlap += over
                         more |= len(over) >= k
                 nums = set(keyword) | set(nearest) | set(overlap)
-                rows = [r for r in self.index.facts(nums) if r.kind != CLOSURE]
+                read(nums)  # the rows an earlier round did not read
+                rows = [seen[n] for n in nums if n in seen and seen[n].kind != CLOSURE]
             else:
                 # A view is one space, as main is: its k best of each kind among the rows
                 # it holds. Each segment gives its k best held rows (asking its index for
@@ -397,10 +401,22 @@ class SearchEngine:
         visible version whose effective validity overlaps it. With a cutoff, only versions
         (and closures) its segments hold take part, as in ``GET /facts`` on the same view;
         versions of a later segment come after an earlier one's (`cutoff.py`)."""
+        if span is None:  # only a current version counts: one not begun never is
+            rows = [r for r in rows if begun(r, as_of)]
         if not rows:
             return {}
         keys = {(r.entity, r.predicate) for r in rows}
-        versions = [v for b in owners.branches for v in self.index.versions(scope, b, keys)
+        # On main, only the versions at or after a key's oldest candidate can decide
+        # whether a candidate is current and where its validity ends (newest-wins looks
+        # at the versions after it), so older ones are not read.
+        since: dict[tuple[str, str], tuple[datetime, int, int]] | None = None
+        if cutoff is None:
+            since = {}
+            for r in rows:
+                at = newest_order(r)
+                since[(r.entity, r.predicate)] = min(since.get((r.entity, r.predicate), at), at)
+        versions = [v for b in owners.branches
+                    for v in self.index.versions(scope, b, keys, since)
                     if cutoff is None or cutoff.holds_fact(v)]
         versions = owners.readable_facts(versions, visible)
         if cutoff is not None and cutoff.layered:

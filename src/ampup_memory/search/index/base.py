@@ -13,7 +13,7 @@ or ``postgresql://…``.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -298,9 +298,13 @@ class SearchIndex(Protocol):
     def facts(self, nums: Iterable[int]) -> list[FactRow]: ...
 
     def versions(
-        self, scope: str, branch: str, keys: Iterable[tuple[str, str]]
+        self, scope: str, branch: str, keys: Iterable[tuple[str, str]],
+        since: Mapping[tuple[str, str], tuple[datetime, int, int]] | None = None,
     ) -> list[FactRow]:
-        """Every version of each (entity, predicate) key."""
+        """Every version of each (entity, predicate) key; with ``since``, of a key it
+        names only the versions at or after that place in newest-wins' order
+        (`memory.facts.newest_order`: ``valid_from``, none counting as its epoch, then
+        commit seq, then position), so older versions are neither read nor parsed."""
         ...
 
     def facts_overlapping(

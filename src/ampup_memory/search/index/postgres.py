@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -27,6 +27,7 @@ from psycopg_pool import ConnectionPool
 from pyroaring import BitMap
 
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.search.bm25f import PG_LABELS, ts_rank_weights
 from ampup_memory.search.index.base import (
@@ -539,16 +540,27 @@ class PostgresIndex:
         return [_fact_row(r) for r in rows]
 
     def versions(
-        self, scope: str, branch: str, keys: Iterable[tuple[str, str]]
+        self, scope: str, branch: str, keys: Iterable[tuple[str, str]],
+        since: Mapping[tuple[str, str], tuple[datetime, int, int]] | None = None,
     ) -> list[FactRow]:
         pairs = list(dict.fromkeys(keys))
         if not pairs:
             return []
+        since = since or {}
+        # With ``since``, a key's versions at or after that place in newest-wins' order
+        # (no valid_from counts as the order's epoch); without, all of them.
+        places = [since.get(k, (EPOCH, -(2**62), -(2**62))) for k in pairs]
         with self._read() as conn:
             rows = conn.execute(
-                f"SELECT {_FACT_COLS} FROM search_facts WHERE scope = %s AND branch = %s"
-                " AND (entity, predicate) IN (SELECT * FROM unnest(%s::text[], %s::text[]))",
-                (scope, branch, [e for e, _ in pairs], [p for _, p in pairs]),
+                f"SELECT {_FACT_COLS} FROM search_facts f JOIN unnest(%s::text[],"
+                " %s::text[], %s::timestamptz[], %s::bigint[], %s::bigint[])"
+                " AS k(k_entity, k_predicate, k_at, k_seq, k_ord)"
+                " ON f.entity = k_entity AND f.predicate = k_predicate"
+                " WHERE f.scope = %s AND f.branch = %s"
+                " AND (coalesce(f.valid_from, %s), f.commit_seq, f.ord)"
+                " >= (k_at, k_seq, k_ord)",
+                ([e for e, _ in pairs], [p for _, p in pairs], [a for a, _, _ in places],
+                 [q for _, q, _ in places], [o for _, _, o in places], scope, branch, EPOCH),
             ).fetchall()
         return [_fact_row(r) for r in rows]
 

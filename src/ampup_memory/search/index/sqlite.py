@@ -30,7 +30,8 @@ import re
 import secrets
 import sqlite3
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +40,7 @@ from typing import Any, cast
 import numpy as np
 from pyroaring import BitMap
 
+from ampup_memory.memory.facts import EPOCH
 from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
@@ -136,6 +138,7 @@ _TABLES = {"facts": "facts", "passages": "passages"}  # the only row-table names
 _SEQ = {"facts": "commit_seq", "passages": "seq"}  # the commit that put a row in its space
 _BM25 = ", ".join(str(w) for w in fts5_weights())
 _CHUNK = 500  # bound parameters per IN (...) list
+COUNTS_KEPT = 4096  # word counts remembered (`SQLiteIndex._count`)
 
 
 
@@ -148,6 +151,12 @@ def _chunks(values: Iterable[Any]) -> Iterator[list[Any]]:
             batch = []
     if batch:
         yield batch
+
+
+def _place(at: tuple[datetime, int, int] | None, default: tuple[str, int, int]
+           ) -> tuple[str, int, int]:
+    """A place in newest-wins' order as SQL compares it (``default`` when none)."""
+    return default if at is None else (time_text(at[0]) or "", at[1], at[2])
 
 
 def _fact_row(r: Sequence[Any]) -> FactRow:
@@ -180,6 +189,10 @@ class SQLiteIndex:
         self._bitmap_gen: int | None = None
         self._bitmap_lock = threading.Lock()
         self._pending_bits: dict[str, BitMap] | None = None
+        # Word counts of the postings budget, per keyword space content (`_count`).
+        self._counts: OrderedDict[tuple[str, str, int | None, int | None], int] = (
+            OrderedDict())
+        self._counts_lock = threading.Lock()
         self._spaces = SpaceFiles(self.path.with_name(self.path.name + ".keywords"),
                                   timeout=60.0)
         self._prepare_file()
@@ -648,8 +661,28 @@ class SQLiteIndex:
         ).fetchone()
         return int(row[0])
 
+    def _count(self, kconn: sqlite3.Connection, kind: str, version: str, term: str,
+               cap: int | None, bound: int | None) -> int:
+        """`_postings`, remembered per space content (``version`` names the space and the
+        row it is applied up to, so a write starts afresh): a common word's exact count
+        walks its whole doclist (2 ms per 30k postings here), and common words recur."""
+        key = (version, term, cap, bound)
+        with self._counts_lock:
+            found = self._counts.get(key)
+            if found is not None:
+                self._counts.move_to_end(key)
+                return found
+        n = self._postings(kconn, kind, term, cap, bound)
+        with self._counts_lock:
+            self._counts[key] = n
+            while len(self._counts) > COUNTS_KEPT:
+                self._counts.popitem(last=False)
+        return n
+
     def _affordable(self, kconn: sqlite3.Connection, kind: str, version: str,
-                    terms: Sequence[str], bound: int | None = None) -> list[str]:
+                    terms: Sequence[str], bound: int | None = None) -> tuple[list[str], bool]:
+        """The kept terms, and whether their postings are over the budget (the rarest
+        term alone is: a ranked pass then ranks its newest postings only, `_floor`)."""
         # FTS5's bm25() walks every posting of every query term (to rank, and to count
         # document frequencies), so one very common word costs a scan of most of the
         # space. Keep the rarest terms within the postings budget (the rarest always
@@ -658,20 +691,40 @@ class SQLiteIndex:
         # alone (up to the bound of a held search), so which terms are kept depends on
         # this scope's rows only (the held ones only).
         key = (version, bound, tuple(terms))
-        memo: dict[str, tuple[Any, list[str]]] = self._local.__dict__.setdefault("kept", {})
+        memo: dict[str, tuple[Any, list[str], bool]] = self._local.__dict__.setdefault(
+            "kept", {})
         if kind in memo and memo[kind][0] == key:
-            return memo[kind][1]  # one search asks twice (candidates, then scoring)
+            return memo[kind][1], memo[kind][2]  # one search asks twice (candidates, scores)
         # Counting is itself a doclist walk (~16 ms per 100k postings here), so count
         # only up to the budget; only when every known term is over it do the exact
         # counts decide which one stays.
         cap = POSTINGS_BUDGET + 1
-        counts = {term: self._postings(kconn, kind, term, cap, bound) for term in terms}
+        counts = {term: self._count(kconn, kind, version, term, cap, bound)
+                  for term in terms}
         if all(n >= cap for n in counts.values() if n > 0):
-            counts = {term: n and self._postings(kconn, kind, term, None, bound)
+            counts = {term: n and self._count(kconn, kind, version, term, None, bound)
                       for term, n in counts.items()}
         kept = affordable_terms(terms, counts.__getitem__)
-        memo[kind] = (key, kept)
-        return kept
+        over = sum(counts[t] for t in kept) > POSTINGS_BUDGET
+        memo[kind] = (key, kept, over)
+        return kept, over
+
+    @staticmethod
+    def _floor(kconn: sqlite3.Connection, kind: str, kept: list[str], low: int,
+               high: int | None) -> int:
+        """The row above which a ranked pass over ``kept`` (rows ``low`` < n <= ``high``)
+        finds at most `POSTINGS_BUDGET` matches: the newest ones (`budget.py`); ``low``
+        when they are fewer."""
+        fts = keywords.fts_table(kind)
+        within, params = " AND rowid > ?", [low]
+        if high is not None:
+            within, params = within + " AND rowid <= ?", [low, high]
+        row = kconn.execute(
+            f"SELECT rowid FROM {fts} WHERE {fts} MATCH ?{within}"
+            " ORDER BY rowid DESC LIMIT 1 OFFSET ?",
+            (fts5_match(kept), *params, POSTINGS_BUDGET),
+        ).fetchone()
+        return low if row is None else max(low, int(row[0]))
 
     def _bound(self, kind: str, scope: str, branch: str, upto: int | None,
                applied: int) -> int | None:
@@ -721,9 +774,12 @@ class SQLiteIndex:
                     if first is None:
                         return []
                     low = first - 1
-            kept = self._affordable(kconn, kind, version, terms, bound)
+            kept, over = self._affordable(kconn, kind, version, terms, bound)
             if not kept:
                 return []
+            if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
+                low = self._floor(kconn, kind, kept, low, high if high is not None
+                                  else bound)
             if bound is not None:  # a held search: BM25 over the held rows alone
                 best = keywords.cut_scores(kconn, kind, kept, bound, weights, limit=k,
                                            after=low)
@@ -766,7 +822,7 @@ class SQLiteIndex:
             bound = self._bound("facts", scope, branch, upto, applied)
             # The same kept terms as candidate selection, so every fact of one answer is
             # scored on one scale (and no common term's doclist is walked here either).
-            kept = self._affordable(kconn, "facts", version, terms, bound)
+            kept, _ = self._affordable(kconn, "facts", version, terms, bound)
             if not kept:
                 return found
             if bound is not None:
@@ -775,9 +831,12 @@ class SQLiteIndex:
                 return {n: max(s, 0.0) for n, s in scores}
             fts = keywords.fts_table("facts")
             for batch in _chunks(nums):
+                # "+rowid": one walk of the doclist, filtered here. A plain rowid IN goes
+                # to FTS5 as one lookup per row, and bm25() then counts the term's rows
+                # again for each (1.4 ms per matching row for a word in 30k facts).
                 for n, s in kconn.execute(
                     f"SELECT rowid, -bm25({fts}, {_BM25}) FROM {fts} WHERE {fts}"
-                    f" MATCH ? AND rowid IN ({','.join('?' * len(batch))})",
+                    f" MATCH ? AND +rowid IN ({','.join('?' * len(batch))})",
                     (fts5_match(kept), *batch),
                 ):
                     found[int(n)] = max(float(s), 0.0)
@@ -843,19 +902,26 @@ class SQLiteIndex:
         return found
 
     def versions(
-        self, scope: str, branch: str, keys: Iterable[tuple[str, str]]
+        self, scope: str, branch: str, keys: Iterable[tuple[str, str]],
+        since: Mapping[tuple[str, str], tuple[datetime, int, int]] | None = None,
     ) -> list[FactRow]:
         found: list[FactRow] = []
+        since = since or {}
+        everything = ("", 0, 0)  # '' sorts before every time text: all versions
         for batch in _chunks(sorted(set(keys))):
             # The (entity, predicate) pairs go to SQL so only the wanted versions are
-            # read and parsed (an entity can hold many other predicates).
+            # read and parsed (an entity can hold many other predicates), and with
+            # ``since`` only those at or after its place in newest-wins' order (time
+            # text sorts as time; no valid_from counts as the order's epoch).
             # A join, not a row-value IN, so SQLite probes facts_key per pair.
-            pairs = ",".join("(?, ?)" for _ in batch)
+            rows = [(e, p, *_place(since.get((e, p)), everything)) for e, p in batch]
+            values = ",".join("(?, ?, ?, ?, ?)" for _ in batch)
             found += [_fact_row(r) for r in self._conn().execute(
-                f"SELECT {_FACT_COLS} FROM (VALUES {pairs}) AS k JOIN facts"
+                f"SELECT {_FACT_COLS} FROM (VALUES {values}) AS k JOIN facts"
                 " ON facts.scope = ? AND facts.branch = ? AND facts.entity = k.column1"
-                " AND facts.predicate = k.column2",
-                (*(v for pair in batch for v in pair), scope, branch),
+                " AND facts.predicate = k.column2 AND (coalesce(facts.valid_from, ?),"
+                " facts.commit_seq, facts.ord) >= (k.column3, k.column4, k.column5)",
+                (*(v for row in rows for v in row), scope, branch, time_text(EPOCH)),
             )]
         return found
 
