@@ -31,7 +31,7 @@ import secrets
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
@@ -657,21 +657,53 @@ class SQLiteIndex:
         # sees the whole query. Same rule as the AMP cell store. Counted in the space
         # alone (up to the bound of a held search), so which terms are kept depends on
         # this scope's rows only (the held ones only).
-        key = (version, bound, tuple(terms))
-        memo: dict[str, tuple[Any, list[str]]] = self._local.__dict__.setdefault("kept", {})
-        if kind in memo and memo[kind][0] == key:
-            return memo[kind][1]  # one search asks twice (candidates, then scoring)
-        # Counting is itself a doclist walk (~16 ms per 100k postings here), so count
-        # only up to the budget; only when every known term is over it do the exact
-        # counts decide which one stays.
+        return affordable_terms(terms, self._term_counts(kind, [(kconn, version, bound)],
+                                                         terms).__getitem__)
+
+    def _term_counts(self, kind: str, spaces: Sequence[tuple[sqlite3.Connection, str, int | None]],
+                     terms: Sequence[str]) -> dict[str, int]:
+        """Rows matching each term in these spaces together (each: its connection,
+        version and bound), as the budget needs them: counted only up to the budget
+        unless every known term is over it (counting is itself a doclist walk, ~16 ms per
+        100k postings here); then the exact counts decide which one stays."""
         cap = POSTINGS_BUDGET + 1
-        counts = {term: self._postings(kconn, kind, term, cap, bound) for term in terms}
+        # term → (count, exact), per space version and bound: one search asks several
+        # times (candidates, scoring, a view's terms), and a version never changes.
+        memo: dict[tuple[str, int | None], dict[str, tuple[int, bool]]] = (
+            self._local.__dict__.setdefault("postings", {}))
+        if len(memo) > 64:
+            memo.clear()
+
+        def counted(exact: bool) -> dict[str, int]:
+            totals = dict.fromkeys(terms, 0)
+            for kconn, version, bound in spaces:
+                known = memo.setdefault((version, bound), {})
+                for term in terms:
+                    n, whole = known.get(term, (-1, False))
+                    if n < 0 or (exact and not whole):
+                        n = self._postings(kconn, kind, term, None if exact else cap,
+                                           bound)
+                        known[term] = (n, exact or n < cap)
+                    totals[term] += n
+            return totals
+
+        counts = counted(False)
         if all(n >= cap for n in counts.values() if n > 0):
-            counts = {term: n and self._postings(kconn, kind, term, None, bound)
-                      for term, n in counts.items()}
-        kept = affordable_terms(terms, counts.__getitem__)
-        memo[kind] = (key, kept)
-        return kept
+            counts = counted(True)
+        return counts
+
+    def keyword_terms(self, kind: str, scope: str,
+                      spaces: Sequence[tuple[str, int | None]], terms: Sequence[str]
+                      ) -> list[str]:
+        with ExitStack() as stack:
+            found: list[tuple[sqlite3.Connection, str, int | None]] = []
+            for branch, upto in spaces:
+                space = stack.enter_context(self._keyword_space(kind, scope, branch))
+                if space is not None:
+                    kconn, version, applied = space
+                    found.append((kconn, version, self._bound(kind, scope, branch, upto,
+                                                              applied)))
+            return affordable_terms(terms, self._term_counts(kind, found, terms).__getitem__)
 
     def _bound(self, kind: str, scope: str, branch: str, upto: int | None,
                applied: int) -> int | None:
