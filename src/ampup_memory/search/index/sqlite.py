@@ -671,8 +671,8 @@ class SQLiteIndex:
         # times (candidates, scoring, a view's terms), and a version never changes.
         memo: dict[tuple[str, int | None], dict[str, tuple[int, bool]]] = (
             self._local.__dict__.setdefault("postings", {}))
-        if len(memo) > 64:
-            memo.clear()
+        if len(memo) > 64 or sum(map(len, memo.values())) > 16_384:
+            memo.clear()  # ~2 MB at most: versions move on with writes, words recur
 
         def counted(exact: bool) -> dict[str, int]:
             totals = dict.fromkeys(terms, 0)
