@@ -18,6 +18,9 @@ import pytest
 from ampup_memory.amp.lifecycle import DecayInputs, decay_score
 from ampup_memory.amp.model import MemoryCell
 from ampup_memory.memory.facts import current, newest_order, timelines
+from ampup_memory.memory.segments import Segment
+from ampup_memory.search.budget import POSTINGS_BUDGET
+from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex
@@ -656,6 +659,39 @@ def test_a_seq_range_lists_the_best_rows_of_its_commits_alone(engine: SearchEngi
             got = listed(3, (after, upto))
             assert sorted(got, key=lambda h: (-h[1], h[0])) == best, (kind, after, upto)
             assert len(got) == 3
+
+
+def test_a_view_keeps_the_query_words_its_segments_afford_together(
+        engine: SearchEngine) -> None:
+    """A view of several segments is one space for the postings budget too: a word whose
+    rows in the view pass the budget is dropped on every segment, as a main holding the
+    view's rows would drop it, though the branch's few rows alone afford it. PostgreSQL
+    keeps no budget: every word ranks there."""
+    idx = engine.index
+    sqlite = idx.info.backend == "sqlite"
+    # main alone affords "pricing"; with the branch, not (no budget on PostgreSQL: few rows)
+    common = POSTINGS_BUDGET - 40 if sqlite else 10
+    base = episode(S, ["Pricing notes."], ["*"])
+    engine.ingest(DocumentBatch([base], [
+        fact(base, f"Company{i}", "note", "pricing", "pricing call", fact_id=f"m{i}")
+        for i in range(common)]))
+    own = replace(episode(S, ["Zephyr pricing."], ["*"], branch="exp", commit="e2"), seq=2)
+    engine.ingest(DocumentBatch([own], [
+        replace(fact(own, f"Company{i}", "note", "pricing", "pricing call", fact_id=f"e{i}",
+                     seq=2), commit="e2") for i in range(60)] + [
+        replace(fact(own, "Zephyr", "codename", "Nightjar", "Zephyr codename", seq=2),
+                commit="e2")]), lineage=["main"])
+    words = ["pricing", "zephyr"]
+    alone = idx.keyword_terms("facts", S, [("main", None)], words)
+    assert alone == (["pricing"] if sqlite else words)
+    together = idx.keyword_terms("facts", S, [("main", None), ("exp", None)], words)
+    assert together == (["zephyr"] if sqlite else words)
+    view = Cutoff((Segment("main", 0, 1), Segment("exp", 1)), lambda _: {})
+    found = engine.search_facts(S, "exp", "pricing zephyr", ANN, now=NOW, cutoff=view,
+                                limit=20).facts
+    scored = {f.row.entity for f in found if f.parts.keyword > 0}
+    assert len(found) == 20 and "Zephyr" in scored
+    assert scored == ({"Zephyr"} if sqlite else {f.row.entity for f in found})
 
 
 def test_clear_branch_forgets_one_branch_only(engine: SearchEngine) -> None:

@@ -156,6 +156,41 @@ def test_a_branch_of_a_branch_reads_its_whole_chain(served: tuple[Memory, str]) 
     assert passages(m, s, "Acme region north tier gold", **on) >= {mid, top}
 
 
+def test_a_branch_search_follows_new_commits_and_a_branch_made_again(
+        served: tuple[Memory, str]) -> None:
+    """A branch's chain is read once per creation marker (``branch_segments``): a commit
+    on the branch between two searches is found by the second, and a branch deleted and
+    made again under its name reads from its new fork point, never its old chain. The
+    values are literal: GET /facts reads its view through the same function."""
+    m, _ = served
+    s = new_scope()
+    base = write(m, s, "Acme budget is 50k.")["id"]
+    fact(m, s, "Acme", "budget", "50k", "Acme budget is 50k", base)
+    make_branch(m, s, "exp")
+    on = {"branch": "exp"}
+    assert values(m, s, "Acme budget", "Acme", "budget", **on) == ["50k"]
+    assert values(m, s, "Zephyr codename", "Zephyr", "codename", **on) == []
+    mine = write(m, s, "Zephyr codename is Nightjar. Acme budget is 70k.", "exp")["id"]
+    fact(m, s, "Zephyr", "codename", "Nightjar", "Zephyr codename is Nightjar", mine, "exp")
+    assert values(m, s, "Zephyr codename", "Zephyr", "codename", **on) == ["Nightjar"]
+    assert mine in passages(m, s, "Zephyr codename Nightjar", **on)
+    fact(m, s, "Acme", "budget", "70k", "Acme budget is 70k", mine, "exp")
+    assert values(m, s, "Acme budget", "Acme", "budget", **on) == ["70k"]
+    later = write(m, s, "Acme budget is 90k.")["id"]  # main, after the fork
+    fact(m, s, "Acme", "budget", "90k", "Acme budget is 90k", later)
+    assert values(m, s, "Acme budget", "Acme", "budget", **on) == ["70k"]
+    assert later not in passages(m, s, "Acme budget 90k", **on)
+
+    ok(m.http.delete("/branches/exp", params={"scope": s}), 200)
+    assert ok(m.http.post("/search", json={"scope": s, "query": "Acme", **on}),
+              404)["error"]["code"] == "NOT_FOUND"
+    make_branch(m, s, "exp")  # forks from main's head now
+    assert values(m, s, "Acme budget", "Acme", "budget", **on) == ["90k"]
+    assert values(m, s, "Zephyr codename", "Zephyr", "codename", **on) == []
+    found = passages(m, s, "Acme budget 90k Zephyr Nightjar", **on)
+    assert later in found and mine not in found
+
+
 def test_an_acl_narrowed_on_a_branch_holds_there_only(served: tuple[Memory, str]) -> None:
     m, index_uri = served
     bob = m.as_user("bob")

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from ampup_memory.memory.service import MemoryService
 
 MAX_DEPTH = 32  # branches of branches: deeper chains are refused at creation
+CHAINS_KEPT = 1024  # branch chains remembered per read index (a few bytes each)
 
 
 class CreateBranch(BaseModel):
@@ -77,18 +78,43 @@ class MergeRequest(BaseModel):
 def branch_segments(index: ReadIndex, scope: str, branch: str,
                     upto: int = NO_LIMIT) -> Segments:
     """The segments of ``branch``'s view (its own chain up to ``upto``); 404 for a branch
-    never created or deleted."""
+    never created or deleted.
+
+    A branch's chain is fixed by its creation marker: the marker names the commit it
+    forked from, ledger rows never change, and a branch with branches made from it
+    cannot be deleted. So the chain is read once per marker (`ReadIndex.chains`); each
+    read still looks the marker up, so a branch deleted, or deleted and made again under
+    its name (a new marker), is never read through a chain it no longer has."""
+    if branch == MAIN:
+        return (Segment(MAIN, 0, upto),)
+    marker = index.marker(scope, branch)
+    if marker is None or marker.kind != BRANCH:
+        raise NotFound(f"No branch {branch!r} in {scope}.", details={"branch": branch})
+    chain = index.chains.get((scope, marker.commit_id))
+    if chain is None:
+        chain = _chain(index, scope, branch, marker)
+        if len(index.chains) >= CHAINS_KEPT:
+            index.chains.clear()
+        index.chains[(scope, marker.commit_id)] = chain
+    own = chain[-1]
+    return (*chain[:-1], Segment(own.branch, own.after, upto))
+
+
+def _chain(index: ReadIndex, scope: str, branch: str, marker: LedgerEntry) -> Segments:
+    """The segments of a branch's whole view, read from its marker up the chain."""
     segs: list[Segment] = []
-    name, limit = branch, upto
+    name, limit = branch, NO_LIMIT
+    found: LedgerEntry | None = marker
     for _ in range(MAX_DEPTH + 1):
         if name == MAIN:
             segs.append(Segment(MAIN, 0, limit))
             return tuple(reversed(segs))
-        marker = index.marker(scope, name)
-        base = index.entry(marker.parent) if marker and marker.parent else None
-        if marker is None or marker.kind != BRANCH or base is None:
+        at = found if found is not None else index.marker(scope, name)
+        found = None
+        base = index.entry(at.parent) if at and at.parent else None
+        if at is None or at.kind != BRANCH or base is None:
             raise NotFound(f"No branch {branch!r} in {scope}.", details={"branch": branch})
-        segs.append(Segment(name, marker.seq, limit))
+        segs.append(Segment(name, at.seq, limit))
         name, limit = base.branch, base.seq
     raise Conflict("The branch's chain of ancestors is too deep.")
 

@@ -219,6 +219,8 @@ class ReadIndex:
         self._counts: dict[tuple[Any, ...], Any] = {}
         self._counts_lock = threading.Lock()
         self._places: dict[str, tuple[str, str, int]] = {}  # commit → scope, branch, seq
+        # (scope, a branch's creation marker) → its view's segments (`branch_segments`)
+        self.chains: dict[tuple[str, str], Segments] = {}
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         with schema_lock(self.engine) as conn:  # servers starting together: one at a time
@@ -231,6 +233,7 @@ class ReadIndex:
 
     def _reset(self, conn: Connection) -> None:
         self._places.clear()
+        self.chains.clear()
         md.drop_all(conn, checkfirst=True)
         md.create_all(conn, checkfirst=True)
         self._set_meta(conn, SCHEMA_KEY, SCHEMA_VERSION)

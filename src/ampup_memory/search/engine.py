@@ -265,6 +265,15 @@ class SearchEngine:
         return _Owners(self.index, scope, tuple(s.branch for s in segs),
                        {s.branch: s.upto for s in segs if held and s.upto < NO_LIMIT})
 
+    def _words(self, kind: str, scope: str, owners: _Owners, terms: list[str]) -> list[str]:
+        """The terms keyword lists rank by: a view of several segments is one space, so
+        the postings budget keeps the terms its segments' rows afford together (a word
+        common on the base is dropped on the branch too, as on a main holding the view)."""
+        if owners.single or not terms:
+            return terms
+        return self.index.keyword_terms(kind, scope, [(b, owners.upto.get(b))
+                                                      for b in owners.branches], terms)
+
     def search_facts(
         self,
         scope: str,
@@ -285,6 +294,7 @@ class SearchEngine:
         vector = self.embedder.embed([rest])[0] if rest else None
         visible = self.visible(principal)
         owners = self._owners(scope, branch, cutoff)
+        said = self._words("facts", scope, owners, terms)
         k = max(limit * 5, 50)
         seen: dict[int, FactRow] = {}  # rows read so far (once per search; a view cuts)
 
@@ -323,7 +333,7 @@ class SearchEngine:
                 kinds: dict[str, list[Callable[[int], list[Hit]]]] = {}
                 for seg in cutoff.segments:
                     for source, into in self._fact_sources(scope, seg, owners.upto.get(
-                            seg.branch), terms, vector, span, rest):
+                            seg.branch), said, vector, span, rest):
                         kinds.setdefault(into, []).append(source)
                 for into, sources in kinds.items():
                     got, full = _view_hits(sources, held, k,
@@ -348,7 +358,7 @@ class SearchEngine:
         for b in dict.fromkeys(r.branch for r in rows):  # keyword scores are per branch
             keyword.update(self.index.fact_keyword(
                 scope, b, [r.num for r in rows if r.branch == b and r.num not in keyword],
-                terms, owners.upto.get(b)))
+                said, owners.upto.get(b)))
         cosines: dict[int, float] = dict(nearest)
         if vector is not None:
             cosines.update(self.index.fact_cosines(
@@ -456,6 +466,7 @@ class SearchEngine:
         vector = self.embedder.embed([text])[0]
         visible = self.visible(principal)
         owners = self._owners(scope, branch, cutoff)
+        said = self._words("passages", scope, owners, terms)
         k = max(limit * 5, 50)
         read: dict[int, PassageRow] = {}
 
@@ -489,7 +500,7 @@ class SearchEngine:
 
                     def words(n: int, b: str = b, upto: int | None = upto,
                               seqs: SeqRange | None = seqs) -> list[Hit]:
-                        return self.index.keyword_passages(scope, b, terms, n, upto, seqs)
+                        return self.index.keyword_passages(scope, b, said, n, upto, seqs)
 
                     def meaning(n: int, b: str = b, seqs: SeqRange | None = seqs
                                 ) -> list[Hit]:

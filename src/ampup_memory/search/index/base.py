@@ -269,6 +269,15 @@ class SearchIndex(Protocol):
                       seqs: SeqRange | None = None) -> list[Hit]:
         ...
 
+    def keyword_terms(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],
+                      terms: Sequence[str]) -> list[str]:
+        """The query terms a keyword pass over several (branch, ``upto``) spaces of one
+        scope ranks by, as if they were one space (a view's segments: ``kind`` is
+        ``facts`` or ``passages``). A backend with a postings budget counts each term's
+        rows in them together; passed to each space's keyword lists, these terms are
+        kept there too. A backend without one keeps every term."""
+        ...
+
     def keyword_passages(
         self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
         seqs: SeqRange | None = None,

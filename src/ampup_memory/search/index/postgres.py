@@ -465,6 +465,10 @@ class PostgresIndex:
     ) -> list[Hit]:
         return self._keyword("search_passages", scope, branch, terms, k, "", seqs)
 
+    def keyword_terms(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],
+                      terms: Sequence[str]) -> list[str]:
+        return list(terms)  # no postings budget here: every term ranks
+
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
                      terms: Sequence[str], upto: int | None = None) -> dict[int, float]:
         query = _tsquery(terms)

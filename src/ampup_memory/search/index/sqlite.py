@@ -32,7 +32,7 @@ import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
@@ -690,24 +690,27 @@ class SQLiteIndex:
         # sees the whole query. Same rule as the AMP cell store. Counted in the space
         # alone (up to the bound of a held search), so which terms are kept depends on
         # this scope's rows only (the held ones only).
-        key = (version, bound, tuple(terms))
-        memo: dict[str, tuple[Any, list[str], bool]] = self._local.__dict__.setdefault(
-            "kept", {})
-        if kind in memo and memo[kind][0] == key:
-            return memo[kind][1], memo[kind][2]  # one search asks twice (candidates, scores)
-        # Counting is itself a doclist walk (~16 ms per 100k postings here), so count
-        # only up to the budget; only when every known term is over it do the exact
-        # counts decide which one stays.
-        cap = POSTINGS_BUDGET + 1
-        counts = {term: self._count(kconn, kind, version, term, cap, bound)
-                  for term in terms}
-        if all(n >= cap for n in counts.values() if n > 0):
-            counts = {term: n and self._count(kconn, kind, version, term, None, bound)
-                      for term, n in counts.items()}
+        counts = self._term_counts(kind, [(kconn, version, bound)], terms)
         kept = affordable_terms(terms, counts.__getitem__)
-        over = sum(counts[t] for t in kept) > POSTINGS_BUDGET
-        memo[kind] = (key, kept, over)
-        return kept, over
+        return kept, sum(counts[t] for t in kept) > POSTINGS_BUDGET
+
+    def _term_counts(self, kind: str,
+                     spaces: Sequence[tuple[sqlite3.Connection, str, int | None]],
+                     terms: Sequence[str]) -> dict[str, int]:
+        """Rows matching each term in these spaces together (each: its connection,
+        version and bound), as the budget needs them. Counting is itself a doclist walk
+        (~16 ms per 100k postings here), so count only up to the budget; only when every
+        known term is over it do the exact counts decide which one stays."""
+        cap = POSTINGS_BUDGET + 1
+
+        def counted(term: str, limit: int | None) -> int:
+            return sum(self._count(kconn, kind, version, term, limit, bound)
+                       for kconn, version, bound in spaces)
+
+        counts = {term: counted(term, cap) for term in terms}
+        if all(n >= cap for n in counts.values() if n > 0):
+            counts = {term: n and counted(term, None) for term, n in counts.items()}
+        return counts
 
     @staticmethod
     def _floor(kconn: sqlite3.Connection, kind: str, kept: list[str], low: int,
@@ -725,6 +728,19 @@ class SQLiteIndex:
             (fts5_match(kept), *params, POSTINGS_BUDGET),
         ).fetchone()
         return low if row is None else max(low, int(row[0]))
+
+    def keyword_terms(self, kind: str, scope: str,
+                      spaces: Sequence[tuple[str, int | None]], terms: Sequence[str]
+                      ) -> list[str]:
+        with ExitStack() as stack:
+            found: list[tuple[sqlite3.Connection, str, int | None]] = []
+            for branch, upto in spaces:
+                space = stack.enter_context(self._keyword_space(kind, scope, branch))
+                if space is not None:
+                    kconn, version, applied = space
+                    found.append((kconn, version, self._bound(kind, scope, branch, upto,
+                                                              applied)))
+            return affordable_terms(terms, self._term_counts(kind, found, terms).__getitem__)
 
     def _bound(self, kind: str, scope: str, branch: str, upto: int | None,
                applied: int) -> int | None:
