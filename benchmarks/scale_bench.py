@@ -4,6 +4,7 @@ Two steps, so a slow fill survives a failed measurement:
 
     python -m benchmarks.scale_bench fill --db /tmp/s/main.db --passages 1000000 --facts 100000
     python -m benchmarks.scale_bench measure --db /tmp/s/main.db [--queries 200] [--json FILE]
+    python -m benchmarks.scale_bench graph --db /tmp/s/main.db [--queries 100] [--json FILE]
 
 ``fill`` writes `search_bench.py`'s synthetic data (one ~450-byte turn, so one passage,
 per episode; facts citing them) through the engine's real ingest, 5,000 episodes per
@@ -47,7 +48,8 @@ import numpy as np
 
 from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
-from ampup_memory.search.index.ann import ANN_MIN_VECTORS
+from ampup_memory.search.index import ann, common
+from ampup_memory.search.index.ann import ANN_MIN_VECTORS, Ann, graph_path
 from ampup_memory.search.index.common import VectorMatrix, dots
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.index.sqlite import SQLiteIndex
@@ -203,10 +205,125 @@ def measure(db: Path, n_queries: int, passage_graph: bool, ann_min: int) -> dict
     return out
 
 
+class LoggedAnn(Ann):
+    """The product's graph, logging its build's progress (the build thread's CPU time)."""
+
+    every = int(os.environ.get("SCALE_BENCH_LOG_EVERY", "50000"))
+
+    def add(self, nums: Any, vectors: Any, sealed: Any = None) -> None:
+        if not hasattr(self, "_mark"):
+            self._mark = (len(self), time.perf_counter(), time.thread_time())
+            self._start = self._mark
+        super().add(nums, vectors, sealed)
+        rows, wall, cpu = self._mark
+        if len(self) - rows >= self.every:
+            now, used = time.perf_counter(), time.thread_time()
+            print(f"graph {len(self)} rows: wall {now - self._start[1]:.0f} s, build thread cpu"
+                  f" {used - self._start[2]:.1f} s, last {len(self) - rows} rows"
+                  f" {1000 * (used - cpu) / (len(self) - rows):.3f} ms cpu/row,"
+                  f" {(len(self) - rows) / (now - wall):.0f} rows/s wall,"
+                  f" load {os.getloadavg()[0]:.1f}, max rss {rss_mb():.0f} MB", flush=True)
+            self._mark = (len(self), now, used)
+
+
+def top_lists(engine: SearchEngine, vectors: list[list[float]], k: int) -> list[list[int]]:
+    passages = matrix_of(engine, "passages")
+    out = []
+    for v in vectors:
+        with engine.index._vectors["passages"].lock:
+            out.append(sorted(n for n, _ in passages.top(np.asarray(v, dtype=np.float32), k)))
+    return out
+
+
+def recall(engine: SearchEngine, vectors: list[list[float]], exact: list[set[int]]) -> float:
+    """Recall@10 of the matrix's top 10 (graph candidates, re-scored) against ``exact``."""
+    passages = matrix_of(engine, "passages")
+    hits = 0
+    for v, want in zip(vectors, exact, strict=True):
+        with engine.index._vectors["passages"].lock:
+            hits += len({n for n, _ in passages.top(np.asarray(v, dtype=np.float32), 10)} & want)
+    return hits / (10 * len(vectors))
+
+
+def graph(db: Path, n_queries: int, ann_min: int) -> dict[str, Any]:
+    common.Ann = LoggedAnn  # type: ignore[misc]  # the build thread makes its graph here
+    embedder = WordLlamaEmbedder()
+    qs = queries(n_queries)
+    vectors = embedder.embed(qs)
+    out: dict[str, Any] = {"load1_start": os.getloadavg()[0]}
+    engine = open_engine(db, embedder, True, ann_min)
+    t, c = time.perf_counter(), time.process_time()
+    engine.search_passages(SCOPE, "main", qs[0], WHO)  # reads the vectors, starts the build
+    out["first_passage_query"] = {"wall_s": time.perf_counter() - t,
+                                  "cpu_s": time.process_time() - c, "max_rss_mb": rss_mb()}
+    print(out, flush=True)
+    t, c = time.perf_counter(), time.process_time()
+    engine.index.wait_graphs(6 * 3600)
+    passages = matrix_of(engine, "passages")
+    file = graph_path(Path(f"{db}.graphs"), "passages", SCOPE, "main")
+    out["graph"] = {"ready_s": time.perf_counter() - t,
+                    "process_cpu_s": time.process_time() - c, "rows": len(passages.nums),
+                    "in": passages.ann is not None,
+                    "memory_mb": passages.ann.memory_bytes / 2**20 if passages.ann else None,
+                    "file_mb": file.stat().st_size / 2**20 if file.exists() else None,
+                    "counters": engine.index.graphs(), "max_rss_mb": rss_mb(),
+                    "load1": os.getloadavg()[0]}
+    print(out["graph"], flush=True)
+    out["passages_with_graph"] = timed(
+        lambda q: engine.search_passages(SCOPE, "main", q, WHO), qs)
+    vec = iter(vectors * 2)
+    out["vector_step_with_graph"] = timed(
+        lambda _q: engine.index.nearest_passages(SCOPE, "main", next(vec), 50), qs)
+    print(out["passages_with_graph"], out["vector_step_with_graph"], flush=True)
+    exact = []
+    for v in vectors:
+        sims = dots(passages.matrix[:len(passages.nums)], np.asarray(v, dtype=np.float32))
+        exact.append({int(passages.nums[i]) for i in sims.argsort()[-10:]})
+    out["graph"]["recall_at_10_vs_exact"] = recall(engine, vectors, exact)
+    # efSearch is a search-time setting (not the graph's): recall and the vector step's CPU
+    # at wider settings, on the same graph.
+    default = ann.EXPANSION_SEARCH
+    out["graph"]["by_expansion_search"] = {}
+    for ef in (64, 128, 256, 384, 512):
+        ann.EXPANSION_SEARCH = ef
+        c = time.thread_time()
+        found = recall(engine, vectors, exact)
+        out["graph"]["by_expansion_search"][ef] = {
+            "recall_at_10": found,
+            "cpu_ms_per_query": (time.thread_time() - c) * 1000 / len(vectors)}
+    ann.EXPANSION_SEARCH = default
+    built = top_lists(engine, vectors, 50)
+    print("recall@10", out["graph"]["recall_at_10_vs_exact"], flush=True)
+    engine.index.close()
+    engine = open_engine(db, embedder, True, ann_min)
+    t, c = time.perf_counter(), time.process_time()
+    engine.search_passages(SCOPE, "main", qs[0], WHO)
+    first = time.perf_counter() - t
+    engine.index.wait_graphs(6 * 3600)
+    passages = matrix_of(engine, "passages")
+    alike = sum(a == b for a, b in zip(top_lists(engine, vectors, 50), built, strict=True))
+    out["restart"] = {"first_query_s": first, "graph_ready_s": time.perf_counter() - t,
+                      "process_cpu_s": time.process_time() - c,
+                      "counters": engine.index.graphs(), "graph_in": passages.ann is not None,
+                      "same_top50_of": f"{alike}/{len(vectors)}", "max_rss_mb": rss_mb()}
+    print(out["restart"], flush=True)
+    out["passages_after_restart"] = timed(
+        lambda q: engine.search_passages(SCOPE, "main", q, WHO), qs)
+    print(out["passages_after_restart"], flush=True)
+    passages.ann_min = 0  # exact, for comparison at the same load (drops the graph)
+    out["passages_exact"] = timed(lambda q: engine.search_passages(SCOPE, "main", q, WHO), qs)
+    vec = iter(vectors * 2)
+    out["vector_step_exact"] = timed(
+        lambda _q: engine.index.nearest_passages(SCOPE, "main", next(vec), 50), qs)
+    print(out["passages_exact"], out["vector_step_exact"], flush=True)
+    engine.index.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("fill", "measure"))
+    parser.add_argument("step", choices=("fill", "measure", "graph"))
     parser.add_argument("--db", required=True)
     parser.add_argument("--passages", type=int, default=1_000_000)
     parser.add_argument("--facts", type=int, default=100_000)
@@ -224,9 +341,12 @@ def main() -> None:
     if args.step == "fill":
         fill(Path(args.db), args.passages, args.facts)
         return
-    result = (measure_facts(Path(args.db), args.queries, args.ann_min, args.at_data_end)
-              if args.facts_only
-              else measure(Path(args.db), args.queries, args.passage_graph, args.ann_min))
+    if args.step == "graph":
+        result = graph(Path(args.db), args.queries, args.ann_min)
+    elif args.facts_only:
+        result = measure_facts(Path(args.db), args.queries, args.ann_min, args.at_data_end)
+    else:
+        result = measure(Path(args.db), args.queries, args.passage_graph, args.ann_min)
     print(json.dumps(result, indent=2))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")

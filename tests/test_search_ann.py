@@ -299,6 +299,16 @@ def test_saved_graph_is_reused_and_a_stale_one_rebuilt(
                                           "saved": 1, "building": 0}
     finally:
         foreign.index.close()
+    # The file the last open saved, of these very rows, now says it was built with the
+    # build parameters graphs had before (efConstruction 128): rejected, built again.
+    _rewrite_header(_graph_file(tmp_path / "ann.db", "passages"), expansion_add=128)
+    older = SearchEngine(open_index(uri, 1), wordllama)
+    try:
+        assert _answers(older) == _answers(exact)
+        assert older.index.graphs() == {"built": 1, "loaded": 1, "rejected": 1,
+                                        "saved": 1, "building": 0}
+    finally:
+        older.index.close()
 
 
 def _status(proc: Any) -> dict[str, int]:
@@ -323,6 +333,21 @@ def _settled(proc: Any, m: Memory, scope: str, ready: Callable[[dict[str, int]],
             return _status(proc)
         assert time.monotonic() < end, graphs
         time.sleep(0.2)
+
+
+def _rewrite_header(path: Path, **fields: Any) -> None:
+    """Change fields of a saved graph's header, its graph bytes (and their digest) kept."""
+    import json
+    import struct
+
+    from ampup_memory.search.index.ann import MAGIC
+
+    raw = path.read_bytes()
+    (size,) = struct.unpack(">I", raw[len(MAGIC):len(MAGIC) + 4])
+    start = len(MAGIC) + 4
+    header = {**json.loads(raw[start:start + size]), **fields}
+    text = json.dumps(header).encode()
+    path.write_bytes(MAGIC + struct.pack(">I", len(text)) + text + raw[start + size:])
 
 
 def _foreign_graph(path: Path, dimensions: int) -> None:

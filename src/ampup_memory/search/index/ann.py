@@ -47,11 +47,11 @@ log = logging.getLogger("ampup_memory.search")
 
 ANN_MIN_VECTORS = 50_000  # the default of AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS
 CONNECTIVITY = 16  # HNSW M: links per node
-EXPANSION_ADD = 128  # efConstruction
-EXPANSION_SEARCH = 128  # efSearch floor; a query asking for more candidates widens it
+EXPANSION_ADD = 64  # efConstruction (docs/performance.md: build cost against recall)
+EXPANSION_SEARCH = 512  # efSearch floor; a query asking for more candidates widens it
 OVERFETCH = 2  # the graph proposes k × this, the matrix keeps the exact k best of them
 EXACT_SHARE = 4  # a query asking for at least rows/4 candidates is answered exactly
-DTYPE = "f16"  # the graph's copy of the vectors; candidates are re-scored in float32
+DTYPE = "i8"  # the graph's copy of the (unit) vectors; candidates are re-scored in float32
 CHECKPOINT_MIN = 256  # below 8 × this, a graph is sealed every this many rows
 INLINE_ROWS = 2_000  # more new rows than this are added by the background thread
 FILE_FORMAT = 1

@@ -30,8 +30,9 @@ log = logging.getLogger("ampup_memory.search")
 
 # `VectorMatrix.top` for one group of rows asks the graph for k / (the group's share of
 # the rows) candidates only where this many times that is at most the group's size: each
-# candidate costs the graph about this many vector comparisons (measured at a million rows:
-# docs/performance.md), each row of the group one.
+# candidate costs the graph about this many vector comparisons, each row of the group one.
+# An estimate: at a million AMP cells the measured ratio was about 80 (docs/performance.md,
+# "the passages' graph at 1M"), so owners and segments near the bound take the slower path.
 GROUP_COST = 16
 # Exact search over a part of the rows gathers them (a copy) when they are fewer than one
 # in GATHER_SHARE, and otherwise scores every row in place and keeps the part's.
