@@ -24,7 +24,7 @@ from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex
-from ampup_memory.search.index.common import dots
+from ampup_memory.search.index.common import dots, dots_at
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.passages import CUT
 from ampup_memory.search.rank import (
@@ -744,6 +744,10 @@ def test_a_rows_cosine_does_not_depend_on_its_neighbours() -> None:
         assert np.array_equal(dots(rows[pick], query), whole[pick])
     order = rng.permutation(len(rows))
     assert np.array_equal(dots(rows[order], query), whole[order])
+    # Gathered a chunk at a time (a group's rows, `dots_at`): the same floats.
+    big = rng.standard_normal((5000, 256)).astype(np.float32)
+    pick = np.sort(rng.choice(len(big), 2500, replace=False))
+    assert np.array_equal(dots_at(big, pick, query), dots(big, query)[pick])
 
 
 def test_an_embedding_does_not_depend_on_its_batch(wordllama: WordLlamaEmbedder) -> None:

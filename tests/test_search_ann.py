@@ -227,11 +227,19 @@ def test_a_graph_saved_loaded_and_grown_is_the_graph_built_in_one_go(tmp_path: P
     assert [list(grown.candidates(q, 10)) for q in queries] == want
 
 
-def test_a_seq_range_lists_the_nearest_rows_of_its_commits_with_a_graph() -> None:
+def test_a_seq_range_lists_the_nearest_rows_of_its_commits_with_a_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """With a graph, a list bounded to a seq range (a view's segment) is the k nearest of
     the rows in it, as exact search gives them: the graph is asked for more by the share
     of rows the range keeps, and exact search answers when its proposals fall short."""
     import numpy as np
+
+    from ampup_memory.search.index import common
+
+    # At 3,000 rows exact search is cheaper than the graph (`group_candidates`); a graph
+    # candidate made as cheap as a row sends the ranges to the graph.
+    monkeypatch.setattr(common, "GROUP_COST", 1)
 
     rng = np.random.default_rng(3)
     vecs = rng.standard_normal((3000, 32)).astype(np.float32)

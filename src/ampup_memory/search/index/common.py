@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING, Any
 
 from ampup_memory.search.index.ann import (
     EXACT_SHARE,
+    EXPANSION_SEARCH,
     INLINE_ROWS,
+    OVERFETCH,
     Ann,
     GraphFile,
     GraphStats,
@@ -28,15 +30,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("ampup_memory.search")
 
-# `VectorMatrix.top` for one group of rows asks the graph for k / (the group's share of
-# the rows) candidates only where this many times that is at most the group's size: each
-# candidate costs the graph about this many vector comparisons, each row of the group one.
-# An estimate: at a million AMP cells the measured ratio was about 80 (docs/performance.md,
-# "the passages' graph at 1M"), so owners and segments near the bound take the slower path.
-GROUP_COST = 16
-# Exact search over a part of the rows gathers them (a copy) when they are fewer than one
-# in GATHER_SHARE, and otherwise scores every row in place and keeps the part's.
+# `VectorMatrix.top` for one group of rows (an AMP owner, a view's segment) takes the
+# cheaper of two paths (`group_candidates`), costed in rows scored in place (about 0.1 us
+# each at 256 dimensions): the graph, asked for k / (the group's share of the rows)
+# candidates, GROUP_COST per candidate (never fewer than its efSearch floor gives); or
+# exact, GATHER_COST per row of the group gathered, or every row in place when the group
+# holds at least one in GATHER_SHARE. Measured at 100k and 1M rows (docs/performance.md,
+# "AMP cell search at 1M: where the time goes"): a row in place 0.10 us, a gathered row
+# 0.42 to 0.50 us, a graph candidate 16 to 20 us at 100k and 39 to 50 us at 1M (GROUP_COST
+# is between: a large owner at 1M is scored exactly, a view's base segment at 100k is not).
+GROUP_COST = 300
+GATHER_COST = 4
 GATHER_SHARE = 4
+# Rows gathered and scored at a time: one small buffer instead of a copy of every row.
+GATHER_CHUNK = 1024
 # Rows a background build adds between two checks of whether to stop (about a second of
 # one core at most).
 BUILD_CHUNK = 1024
@@ -89,6 +96,34 @@ def dots(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
 
     result: np.ndarray = np.einsum("ij,j->i", matrix, query)
     return result
+
+
+def group_candidates(k: int, held: int, rows: int) -> int | None:
+    """How many candidates to ask the graph for, for the ``k`` nearest of a group of
+    ``held`` of the ``rows`` rows (k / the group's share), or None where scoring the
+    group exactly costs less (the costs beside `GROUP_COST`)."""
+    want = -(-k * rows // held)
+    graph = GROUP_COST * max(want, EXPANSION_SEARCH // OVERFETCH)
+    exact = held * GATHER_COST if held * GATHER_SHARE < rows else rows
+    return want if graph <= exact else None
+
+
+def dots_at(matrix: np.ndarray, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """``dots(matrix[rows], query)``, the same floats, without copying the rows all at once:
+    `GATHER_CHUNK` rows at a time through one small buffer (a copy of an 80,000-row group
+    is 80 MB per query; the chunks are about 5 % faster, and use 1 MB)."""
+    import numpy as np
+
+    if len(rows) <= GATHER_CHUNK:
+        return dots(matrix[rows], query)
+    out = np.empty(len(rows), dtype=np.float32)
+    buf = np.empty((GATHER_CHUNK, matrix.shape[1]), dtype=matrix.dtype)
+    for start in range(0, len(rows), GATHER_CHUNK):
+        part = rows[start:start + GATHER_CHUNK]
+        block = buf[:len(part)]
+        np.take(matrix, part, axis=0, out=block)
+        out[start:start + len(part)] = dots(block, query)
+    return out
 
 
 class VectorMatrix:
@@ -397,8 +432,8 @@ class VectorMatrix:
                 # it is asked for as many more rows as the kept rows are rarer, and the kept
                 # ones stay. Where that costs more than scoring the kept rows, or finds
                 # fewer than k of them, the kept rows are scored (exact).
-                want = -(-k * len(self.nums) // held)
-                if want * GROUP_COST <= held:
+                want = group_candidates(k, held, len(self.nums))
+                if want is not None:
                     found = self._positions(ann.candidates(query, want))
                     found = found[inside[found]]
                     rows = found if len(found) >= min(k, held) else None
@@ -411,7 +446,7 @@ class VectorMatrix:
             if inside is not None:
                 sims, nums = sims[inside], nums[inside]
         else:
-            sims = dots(self.matrix[rows], query)
+            sims = dots_at(self.matrix, rows, query)
             nums = self.nums[rows]
         if k >= len(sims):
             idx = np.arange(len(sims))
