@@ -121,11 +121,9 @@ def by_category(questions: list[dict[str, Any]], session_rank: list[list[str]],
 
 
 def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
-    from ampup_memory.search.engine import SearchEngine
-    from ampup_memory.search.index.base import DocumentBatch, EpisodeDoc, Unit
-    from ampup_memory.search.index.registry import open_index
+    from ampup_memory.search.index.base import EpisodeDoc, Unit
     from ampup_memory.search.visibility import Principal
-    from benchmarks.retrieval_quality import embedder_for
+    from benchmarks.retrieval_quality import ingested
 
     data = load(cache)
     docs: list[Any] = []
@@ -143,13 +141,9 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
             session_of[eid] = sid
             turn_of.update(((eid, i + 1), t["id"]) for i, t in enumerate(turns))
         questions += [{**q, "scope": scope} for q in conv["queries"]]
-    with tempfile.TemporaryDirectory() as tmp:
-        index = open_index(f"sqlite:///{tmp}/index.db")
-        engine = SearchEngine(index, embedder_for(provider))
-        engine.ensure_model()
-        started, cpu = time.perf_counter(), time.process_time()
-        report = engine.ingest(DocumentBatch(docs, []))
-        ingest_s, ingest_cpu = time.perf_counter() - started, time.process_time() - cpu
+    with ingested(docs, provider) as got:
+        engine, report = got.engine, got.report
+        ingest_s, ingest_cpu = got.seconds, got.cpu_seconds
         who = Principal("bench")
         started, cpu = time.perf_counter(), time.process_time()
         pools = []
@@ -160,7 +154,6 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
                            frozenset(turn_of[(p.episode.id, n)] for n, _, _ in p.row.units),
                            p.parts) for p in found.passages])
         query_s, query_cpu = time.perf_counter() - started, time.process_time() - cpu
-        index.close()
 
     def ranking(weight: float) -> tuple[list[list[str]], list[list[frozenset[str]]]]:
         by_session, by_turn = [], []

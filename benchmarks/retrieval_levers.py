@@ -19,19 +19,15 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
 
 import ampup_memory.search.engine as engine_module
-from ampup_memory.search.engine import SearchEngine
-from ampup_memory.search.index.base import DocumentBatch
-from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.passages import cut
 from ampup_memory.search.tokenize import query_terms
-from benchmarks.retrieval_quality import SCOPE, embedder_for, episodes, load, write_section
+from benchmarks.retrieval_quality import SCOPE, episodes, ingested, load, write_section
 
 # One candidate: (session, raw keyword score or None, cosine)
 Candidate = tuple[str, float | None, float]
@@ -46,11 +42,9 @@ def gather(cache: Path, target: int, provider: str = "wordllama",
     original = engine_module.cut
     engine_module.cut = partial(cut, target=target, limit=max(target, 2000))  # type: ignore[assignment]
     try:
-        with tempfile.TemporaryDirectory() as tmp:
-            index = open_index(f"sqlite:///{tmp}/index.db")
-            engine = SearchEngine(index, embedder_for(provider))
-            engine.ensure_model()
-            engine.ingest(DocumentBatch(docs, []))
+        with ingested(docs, provider) as got:
+            engine = got.engine
+            index = engine.index
             probe = [1.0] * engine.embedder.dimensions
             nums = [n for n, _ in index.nearest_passages(SCOPE, "main", probe, 10**6)]
             rows = index.passages(nums)
@@ -64,7 +58,6 @@ def gather(cache: Path, target: int, provider: str = "wordllama",
                                                       10**6))
                 cosines = index.passage_cosines(nums, vector)
                 out.append([(owner[n], keyword.get(n), cosines[n]) for n in nums])
-            index.close()
     finally:
         engine_module.cut = original  # type: ignore[assignment]
     gold = [set(q["ground_truth"]["supporting_session_ids"]) for q in questions]

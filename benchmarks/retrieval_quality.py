@@ -25,12 +25,15 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ampup_memory.search.embed import Embedder, build_embedder
-from ampup_memory.search.engine import SearchEngine
+from ampup_memory.search.engine import IngestReport, SearchEngine
 from ampup_memory.search.index.base import DocumentBatch, EpisodeDoc, Unit
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.visibility import Principal
@@ -104,22 +107,45 @@ def embedder_for(provider: str) -> Embedder:
     return build_embedder(Settings.model_validate({"AMP_EMBEDDING_PROVIDER": provider}))
 
 
+@dataclass
+class Ingested:
+    """A benchmark's documents in a fresh index: the engine, its ingest report, and the
+    ingest's wall and process CPU seconds."""
+
+    engine: SearchEngine
+    report: IngestReport
+    seconds: float
+    cpu_seconds: float
+
+
+@contextmanager
+def ingested(docs: list[EpisodeDoc], provider: str = "wordllama") -> Iterator[Ingested]:
+    """A throwaway SQLite index holding ``docs``, ingested through the engine's own path
+    with the named embedder; closed and deleted on exit."""
+    with tempfile.TemporaryDirectory() as tmp:
+        index = open_index(f"sqlite:///{tmp}/index.db")
+        try:
+            engine = SearchEngine(index, embedder_for(provider))
+            engine.ensure_model()
+            started, cpu = time.perf_counter(), time.process_time()
+            report = engine.ingest(DocumentBatch(docs, []))
+            yield Ingested(engine, report, time.perf_counter() - started,
+                           time.process_time() - cpu)
+        finally:
+            index.close()
+
+
 def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
     questions, sessions = load(cache)
     docs, session_of = episodes(sessions)
-    with tempfile.TemporaryDirectory() as tmp:
-        index = open_index(f"sqlite:///{tmp}/index.db")
-        engine = SearchEngine(index, embedder_for(provider))
-        engine.ensure_model()
-        started, cpu = time.perf_counter(), time.process_time()
-        report = engine.ingest(DocumentBatch(docs, []))
-        ingest_s, ingest_cpu = time.perf_counter() - started, time.process_time() - cpu
+    with ingested(docs, provider) as got:
+        engine, report = got.engine, got.report
+        ingest_s, ingest_cpu = got.seconds, got.cpu_seconds
         who = Principal("bench")
         pools = []
         for q in questions:
             found = engine.search_passages(SCOPE, "main", q["question"], who, limit=POOL)
             pools.append([(session_of[p.episode.id], p.parts) for p in found.passages])
-        index.close()
     gold = [set(q["ground_truth"]["supporting_session_ids"]) for q in questions]
 
     def ranking(weight: float) -> list[list[str]]:
