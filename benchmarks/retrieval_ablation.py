@@ -104,26 +104,18 @@ def _feedback(part: str) -> None:
 
 
 LME = """
-import json, sys, tempfile
+import json, sys
 from pathlib import Path
 from benchmarks.retrieval_ablation import apply
 apply(sys.argv[1])
-from benchmarks.retrieval_quality import SCOPE, embedder_for, episodes, load, metrics
-from ampup_memory.search.engine import SearchEngine
-from ampup_memory.search.index.base import DocumentBatch
-from ampup_memory.search.index.registry import open_index
+from benchmarks.retrieval_quality import SCOPE, episodes, ingested, load, metrics
 from ampup_memory.search.visibility import Principal
 questions, sessions = load(Path(sys.argv[2]))
 docs, session_of = episodes(sessions)
-with tempfile.TemporaryDirectory() as tmp:
-    index = open_index(f"sqlite:///{tmp}/index.db")
-    engine = SearchEngine(index, embedder_for("wordllama"))
-    engine.ensure_model()
-    engine.ingest(DocumentBatch(docs, []))
-    pools = [[(session_of[p.episode.id], p.parts) for p in engine.search_passages(
+with ingested(docs) as got:
+    pools = [[(session_of[p.episode.id], p.parts) for p in got.engine.search_passages(
         SCOPE, "main", q["question"], Principal("bench"), limit=100).passages]
         for q in questions]
-    index.close()
 gold = [set(q["ground_truth"]["supporting_session_ids"]) for q in questions]
 import ampup_memory.search.rank as rank
 def ranking(w):
