@@ -11,6 +11,10 @@ Levers measured here (none shipped unless docs/performance.md says so):
   weights (the form the fact index uses for its BM25F): the passage's own BM25 plus
   ``B`` × the BM25 of its episode's whole text (``episode_field``, episodes as documents of
   their own) or of its episode's first unit (``first_field``).
+- ``episode_norm=B``: as ``episode_field``, but each field divided by its own best score
+  first: ``(1 − B) · passage / best passage + B · episode / best episode``.
+- ``candidates=K``: rank only the engine's candidates (the passages' own keyword top K ∪
+  vector top K), to check that scoring every passage of a scope changes nothing.
 - ``expand=N,S,W``: query side, each query word's ``N`` nearest whole-word tokens in
   WordLlama's own token-embedding table (cosine ≥ ``S``; not a form of a query word),
   searched with BM25 and added to the passage's raw keyword score as ``W`` × Σ cosine ×
@@ -200,7 +204,10 @@ LEVERS = ["shipped",
           "first_field=0.3+episode_field=0.3", "first_field=0.4+episode_field=0.1",
           "first_field=0.4+episode_field=0.2", "first_field=0.4+episode_field=0.3",
           "first_field=0.5+episode_field=0.1", "first_field=0.5+episode_field=0.3",
-          "first_field=0.7+episode_field=0.2", "first_field=0.7+episode_field=0.3"]
+          "first_field=0.7+episode_field=0.2", "first_field=0.7+episode_field=0.3",
+          "candidates=500", "first_field=0.4+episode_field=0.3+candidates=500",
+          "episode_norm=0.1", "episode_norm=0.2", "episode_norm=0.3",
+          "episode_norm=0.2+centroid_mix=0.2"]
 
 
 def signals(corpus: Corpus, q: Question, lever: str, expander: Expander | None
@@ -231,6 +238,14 @@ def signals(corpus: Corpus, q: Question, lever: str, expander: Expander | None
             table = "e" if name == "episode_field" else "f"
             eps = corpus.bm25(table, q.scope, q.terms, max(s.ep_index) + 1)
             raw = raw + float(value) * eps[np.asarray(s.ep_index)]
+        elif name == "episode_norm":
+            # Each field normalised by its own best before the mix, so the weight is a
+            # share of the keyword part whatever the fields' BM25 scales.
+            b = float(value)
+            eps = corpus.bm25("e", q.scope, q.terms, max(s.ep_index) + 1)
+            top_p, top_e = raw.max(initial=0.0), eps.max(initial=0.0)
+            if top_p > 0 and top_e > 0:
+                raw = (1 - b) * raw / top_p + b * eps[np.asarray(s.ep_index)] / top_e
         elif name == "expand":
             assert expander is not None
             count, floor, weight = value.split(",")
@@ -375,6 +390,31 @@ def main() -> None:
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
+    print(markdown(result))
+
+
+def markdown(result: dict[str, Any]) -> str:
+    """One row per lever: recall@5 / MRR cells, LoCoMo over all questions and multi-hop."""
+    lines = ["| lever | LME hybrid | LME keyword only | LME meaning only | LoCoMo hybrid session"
+             " | LoCoMo hybrid turn | LoCoMo keyword session | LoCoMo keyword turn | LoCoMo"
+             " hybrid cat1 / cat2 / cat3 / cat4 session r@5 | CPU (wall) ms per query,"
+             " LME / LoCoMo |", "|---|---|---|---|---|---|---|---|---|---|"]
+
+    def cell(m: dict[str, float]) -> str:
+        return f"{m['recall@5']:.3f} / {m['mrr']:.3f}"
+
+    for lever, row in result["rows"].items():
+        lo = row["locomo"]
+        cats = " / ".join(f"{lo['hybrid'][c]['session']['recall@5']:.3f}"
+                          for c in ("cat1", "cat2", "cat3", "cat4"))
+        lines.append(" | ".join([
+            f"| {lever}", cell(row["lme"]["hybrid"]), cell(row["lme"]["keyword only"]),
+            cell(row["lme"]["meaning only"]), cell(lo["hybrid"]["all"]["session"]),
+            cell(lo["hybrid"]["all"]["turn"]), cell(lo["keyword only"]["all"]["session"]),
+            cell(lo["keyword only"]["all"]["turn"]), cats,
+            f"{row['lme_cpu_ms']} ({row['lme_wall_ms']}) / {row['locomo_cpu_ms']}"
+            f" ({row['locomo_wall_ms']}) |"]))
+    return "\n".join(lines)
 
 
 def summary(row: dict[str, Any]) -> dict[str, Any]:
