@@ -27,7 +27,7 @@ keeps keyword statistics per scope and branch); the pool of a row is its own hyb
 `retrieval_quality.py`. The ``shipped`` row reproduces the engine's ranking. Time parts
 are left out: neither set's questions name a window that separates its sessions.
 
-    python -m benchmarks.context_levers [--json FILE]
+    python -m benchmarks.context_levers [--embedder minilm] [--json FILE] [LEVER ...]
 """
 
 from __future__ import annotations
@@ -329,11 +329,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ampup-bench")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--embedder", default="wordllama",
+                        help="AMP_EMBEDDING_PROVIDER of the meaning side (wordllama, minilm)")
     parser.add_argument("levers", nargs="*", default=LEVERS)
     args = parser.parse_args()
     load_before = os.getloadavg()[0]
     started, cpu0 = time.perf_counter(), time.process_time()
-    embedder = embedder_for("wordllama")
+    embedder = embedder_for(args.embedder)
     from datetime import UTC, datetime
 
     from ampup_memory.search.engine import SearchEngine
@@ -352,7 +354,8 @@ def main() -> None:
     lo = Corpus(lo_docs, embedder)
     build_cpu = time.process_time() - t0
     expander = Expander() if any("expand" in lv for lv in args.levers) else None
-    result: dict[str, Any] = {"build_cpu_seconds": round(build_cpu, 2), "rows": {}}
+    result: dict[str, Any] = {"embedder": embedder.name,
+                              "build_cpu_seconds": round(build_cpu, 2), "rows": {}}
     for lever in args.levers:
         row: dict[str, Any] = {}
         c0, w0 = time.process_time(), time.perf_counter()
