@@ -13,6 +13,9 @@ Levers measured here (none shipped unless docs/performance.md says so):
   their own) or of its episode's first unit (``first_field``).
 - ``episode_norm=B``: as ``episode_field``, but each field divided by its own best score
   first: ``(1 − B) · passage / best passage + B · episode / best episode``.
+- ``proximity=W,D``: term proximity (the sequential dependence model's ordered-pair
+  idea): each pair of adjacent query words within ``D`` tokens of each other adds ``W`` ×
+  the BM25 of that pair (an FTS5 ``NEAR`` query) to the raw keyword score.
 - ``candidates=K``: rank only the engine's candidates (the passages' own keyword top K ∪
   vector top K), to check that scoring every passage of a scope changes nothing.
 - ``expand=N,S,W``: query side, each query word's ``N`` nearest whole-word tokens in
@@ -105,15 +108,17 @@ class Corpus:
     def _key(scope: str) -> str:
         return hashlib.sha1(scope.encode()).hexdigest()[:10]
 
-    def bm25(self, table: str, scope: str, terms: Sequence[str], n: int) -> Any:
-        """Raw BM25 (higher is better) of each of the ``n`` rows for ``terms`` (OR)."""
+    def bm25(self, table: str, scope: str, terms: Sequence[str], n: int,
+             raw_match: bool = False) -> Any:
+        """Raw BM25 (higher is better) of each of the ``n`` rows for ``terms`` (OR), or
+        for ``terms[0]`` as an FTS5 expression when ``raw_match``."""
         out = np.zeros(n)
         if not terms:
             return out
         name = f"{table}_{self._key(scope)}"
+        match = terms[0] if raw_match else fts5_match(list(terms))
         for rowid, score in self.db.execute(
-                f"SELECT rowid, -bm25({name}) FROM {name} WHERE {name} MATCH ?",
-                (fts5_match(list(terms)),)):
+                f"SELECT rowid, -bm25({name}) FROM {name} WHERE {name} MATCH ?", (match,)):
             out[rowid] = score
         return out
 
@@ -246,6 +251,14 @@ def signals(corpus: Corpus, q: Question, lever: str, expander: Expander | None
             top_p, top_e = raw.max(initial=0.0), eps.max(initial=0.0)
             if top_p > 0 and top_e > 0:
                 raw = (1 - b) * raw / top_p + b * eps[np.asarray(s.ep_index)] / top_e
+        elif name == "proximity":
+            # Term proximity, as the sequential dependence model: each pair of adjacent
+            # query words found within D tokens of each other scores BM25 once more.
+            weight, _, near = value.partition(",")
+            span = int(near or 8)
+            for a, b in zip(q.terms, q.terms[1:], strict=False):
+                pair = f'NEAR("{a}" "{b}", {span})'
+                raw = raw + float(weight) * corpus.bm25("p", q.scope, [pair], n, raw_match=True)
         elif name == "expand":
             assert expander is not None
             count, floor, weight = value.split(",")
