@@ -68,6 +68,7 @@ class Scope:
     vectors: Any = None
     centroids: Any = None  # per passage: its episode's centroid
     ep_index: list[int] = field(default_factory=list)  # per passage: its episode's row
+    episodes: int = 0  # episode rows (one with no passage too)
 
 
 class Corpus:
@@ -90,6 +91,7 @@ class Corpus:
                     s.ep_index.append(i)
                 ep_text.append("\n".join(u.text for u in d.units))
                 ep_first.append(d.units[0].text if d.units else "")
+            s.episodes = len(group)
             s.vectors = np.asarray(embedder.embed(s.texts), dtype=np.float64)
             ep = np.asarray(s.ep_index)
             sums = np.zeros((len(group), s.vectors.shape[1]))
@@ -241,13 +243,13 @@ def signals(corpus: Corpus, q: Question, lever: str, expander: Expander | None
             cos = (1 - m) * cos + m * (s.centroids @ q.vector)
         elif name in ("episode_field", "first_field"):
             table = "e" if name == "episode_field" else "f"
-            eps = corpus.bm25(table, q.scope, q.terms, max(s.ep_index) + 1)
+            eps = corpus.bm25(table, q.scope, q.terms, s.episodes)
             raw = raw + float(value) * eps[np.asarray(s.ep_index)]
         elif name == "episode_norm":
             # Each field normalised by its own best before the mix, so the weight is a
             # share of the keyword part whatever the fields' BM25 scales.
             b = float(value)
-            eps = corpus.bm25("e", q.scope, q.terms, max(s.ep_index) + 1)
+            eps = corpus.bm25("e", q.scope, q.terms, s.episodes)
             top_p, top_e = raw.max(initial=0.0), eps.max(initial=0.0)
             if top_p > 0 and top_e > 0:
                 raw = (1 - b) * raw / top_p + b * eps[np.asarray(s.ep_index)] / top_e
