@@ -24,6 +24,7 @@ that rebuilds a deleted index file.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import re
@@ -40,7 +41,7 @@ from typing import Any, cast
 import numpy as np
 from pyroaring import BitMap
 
-from ampup_memory.memory.facts import EPOCH
+from ampup_memory.memory.facts import EPOCH, begin_instant
 from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
@@ -771,7 +772,7 @@ class SQLiteIndex:
 
     def _keyword(self, kind: str, scope: str, branch: str, terms: Sequence[str], k: int,
                  weights: tuple[float, ...], upto: int | None,
-                 seqs: SeqRange | None = None) -> list[Hit]:
+                 seqs: SeqRange | None = None, begun_at: int | None = None) -> list[Hit]:
         if not terms or k <= 0:
             return []
         with self._keyword_space(kind, scope, branch) as found:
@@ -796,9 +797,15 @@ class SQLiteIndex:
             if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
                 low = self._floor(kconn, kind, kept, low, high if high is not None
                                   else bound)
+            # Only begun facts wanted, and some of this space's are not: the ranked list
+            # is read best first until k of them are begun (`_begun_first`).
+            late = begun_at is not None and self._some_late(scope, branch, begun_at)
             if bound is not None:  # a held search: BM25 over the held rows alone
-                best = keywords.cut_scores(kconn, kind, kept, bound, weights, limit=k,
-                                           after=low)
+                best = keywords.cut_scores(kconn, kind, kept, bound, weights,
+                                           limit=None if late else k, after=low)
+                if late:
+                    assert begun_at is not None
+                    return self._begun_first(scope, branch, iter(best), k, begun_at)
                 return [(n, max(s, 0.0)) for n, s in best]
             fts = keywords.fts_table(kind)
             rank = f"bm25({fts}{''.join(f', {w}' for w in weights)})"
@@ -809,16 +816,66 @@ class SQLiteIndex:
                 within, params = within + " AND rowid <= ?", (*params, high)
             # The file holds this scope and branch only: no filter, no join. Ties go to
             # the older row, so the cut at k is the same in a rebuilt index.
-            rows = kconn.execute(
+            cursor = kconn.execute(
                 f"SELECT rowid, -{rank} FROM {fts} WHERE {fts} MATCH ?{within}"
                 f" ORDER BY {rank}, rowid LIMIT ?",
-                (fts5_match(kept), *params, k),
-            ).fetchall()
+                (fts5_match(kept), *params, -1 if late else k),
+            )
+            if late:
+                assert begun_at is not None
+                return self._begun_first(scope, branch, cursor, k, begun_at)
+            rows = cursor.fetchall()
         return [(int(n), max(float(s), 0.0)) for n, s in rows]
 
+    def _some_late(self, scope: str, branch: str, at: int) -> bool:
+        """Whether a fact of the space may not have begun at ``at``: its cached vectors'
+        latest start says so, or a fact has no vector yet (its row decides). A pre-filter:
+        the engine still applies `memory.facts.begun` to every candidate."""
+        cache = self._refresh("facts")
+        with cache.lock:
+            matrix = cache.by_key.get((scope, branch))
+            if matrix is None or matrix.latest_start() > at:
+                return True
+        row = self._conn().execute(
+            "SELECT 1 FROM facts INDEXED BY facts_vec_seq WHERE vec_seq = 0 AND scope = ?"
+            " AND branch = ? LIMIT 1", (scope, branch)).fetchone()
+        return row is not None
+
+    def _begun_first(self, scope: str, branch: str, ranked: Iterator[Any], k: int,
+                     at: int) -> list[Hit]:
+        """The first ``k`` of a ranked list (row, score) whose facts have begun at ``at``
+        (`begun_facts`), read in batches so a list of mostly begun rows stops early."""
+        found: list[Hit] = []
+        batch = max(k, 64)
+        while len(found) < k:
+            part = [(int(n), max(float(s), 0.0)) for n, s in itertools.islice(ranked, batch)]
+            if not part:
+                break
+            ok = self.begun_facts(scope, branch, [n for n, _ in part], at)
+            found += [h for h in part if h[0] in ok][:k - len(found)]
+            batch *= 4
+        return found
+
+    def begun_facts(self, scope: str, branch: str, nums: Sequence[int], at: int) -> set[int]:
+        """Of the listed facts, those begun at ``at`` (`memory.facts.begin_instant`): from
+        the cached starts of their vectors, else from their rows (the same integers)."""
+        cache = self._refresh("facts")
+        with cache.lock:
+            matrix = cache.by_key.get((scope, branch))
+            ok, missing = matrix.begun_of(nums, at) if matrix is not None else (set(), nums)
+        for batch in _chunks(missing):
+            marks = ",".join("?" * len(batch))
+            for n, valid_from in self._conn().execute(
+                    f"SELECT num, valid_from FROM facts WHERE num IN ({marks})", batch):
+                if begin_instant(parse_time_text(valid_from)) <= at:
+                    ok.add(int(n))
+        return ok
+
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
-                      upto: int | None = None, seqs: SeqRange | None = None) -> list[Hit]:
-        return self._keyword("facts", scope, branch, terms, k, fts5_weights(), upto, seqs)
+                      upto: int | None = None, seqs: SeqRange | None = None,
+                      begun_at: datetime | None = None) -> list[Hit]:
+        return self._keyword("facts", scope, branch, terms, k, fts5_weights(), upto, seqs,
+                             None if begun_at is None else begin_instant(begun_at))
 
     def keyword_passages(
         self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
@@ -869,24 +926,38 @@ class SQLiteIndex:
             if model is None:
                 return cache
             t, seq = _TABLES[table], _SEQ[table]
+            # Facts: where each one's validity begins, for candidates begun at an instant.
+            start = ", valid_from" if table == "facts" else ""
             rows = conn.execute(
-                f"SELECT num, scope, branch, vec, vec_seq, {seq} FROM {t} WHERE vec_seq > ?"
-                " ORDER BY vec_seq",
+                f"SELECT num, scope, branch, vec, vec_seq, {seq}{start} FROM {t}"
+                " WHERE vec_seq > ? ORDER BY vec_seq",
                 (cache.high_water,),
             ).fetchall()
-            cache.apply(rows, model.dimensions)
+            starts: list[int] | None = None
+            if start:
+                instants: dict[str | None, int] = {}  # a time text parsed once
+                starts = []
+                for r in rows:
+                    text = r[6]
+                    if text not in instants:
+                        instants[text] = begin_instant(parse_time_text(text))
+                    starts.append(instants[text])
+                rows = [r[:6] for r in rows]
+            cache.apply(rows, model.dimensions, starts)
         return cache
 
     def _nearest(self, table: str, scope: str, branch: str, vector: Sequence[float],
-                 k: int, seqs: SeqRange | None) -> list[Hit]:
+                 k: int, seqs: SeqRange | None, begun_at: int | None = None) -> list[Hit]:
         cache = self._refresh(table)
         query = np.asarray(vector, dtype=np.float32)
         with cache.lock:
-            return cache.top(scope, branch, query, k, seqs)
+            return cache.top(scope, branch, query, k, seqs, begun_at)
 
     def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int,
-                      seqs: SeqRange | None = None) -> list[Hit]:
-        return self._nearest("facts", scope, branch, vector, k, seqs)
+                      seqs: SeqRange | None = None, begun_at: datetime | None = None
+                      ) -> list[Hit]:
+        return self._nearest("facts", scope, branch, vector, k, seqs,
+                             None if begun_at is None else begin_instant(begun_at))
 
     def nearest_passages(
         self, scope: str, branch: str, vector: Sequence[float], k: int,
