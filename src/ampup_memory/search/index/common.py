@@ -170,6 +170,8 @@ class VectorMatrix:
         self._job: threading.Thread | None = None  # building, loading or catching up
         self._saver: threading.Thread | None = None
         self._latest: int | None = None  # `latest_start`, until the rows change
+        # (positions in row-number order, the row numbers in that order), for `begun_mask`
+        self._sorted: tuple[np.ndarray, np.ndarray] | None = None
         self._to_save: tuple[bytes, Any] | None = None  # the latest sealed graph to write
 
     def put(self, num: int, vector: np.ndarray, *, group: int = 0, seq: int = 0,
@@ -185,7 +187,7 @@ class VectorMatrix:
             self.matrix[at] = vector
             self.seqs[at] = seq
             self.starts[at] = start
-            self._latest = None
+            self._latest, self._sorted = None, None
             self._removed.discard(num)
             self.ann = None  # a row of the graph changed: rebuilt from the rows
             return
@@ -237,7 +239,7 @@ class VectorMatrix:
         starts[have:need] = [b for _, _, _, _, b in self._pending]
         self.nums, self.matrix = nums[:need], matrix[:need]
         self.groups, self.seqs, self.starts = groups[:need], seqs[:need], starts[:need]
-        self._latest = None
+        self._latest, self._sorted = None, None
         self._pending = []
 
     def _live(self, after: int = -1) -> np.ndarray:
@@ -417,22 +419,25 @@ class VectorMatrix:
             self._latest = int(self.starts.max()) if len(self.starts) else 0
         return self._latest
 
-    def begun_of(self, nums: Sequence[int], at: int) -> tuple[set[int], list[int]]:
-        """Of the listed rows, those begun at ``at`` (``start <= at``), and those this
-        matrix does not hold (to be decided elsewhere)."""
+    def begun_mask(self, nums: np.ndarray, at: int) -> tuple[np.ndarray, np.ndarray]:
+        """For each listed row number: whether its row has begun at ``at`` (``start <=``
+        it), and whether this matrix holds it at all (a row it does not hold is decided
+        elsewhere). Vectorised: a ranked keyword list of thousands of rows is checked at
+        once (a dict lookup per row cost about 8 ms per 7,000 rows here)."""
         import numpy as np
 
         self._settle()
-        held = [(n, self.pos[n]) for n in nums if n in self.pos]
-        if len(held) == len(nums) and self.latest_start() <= at:
-            return set(nums), []
-        mine = {n for n, _ in held}
-        missing = [n for n in nums if n not in mine]
-        if not held:
-            return set(), missing
-        at_rows = np.fromiter((p for _, p in held), dtype=np.int64, count=len(held))
-        ok = self.starts[at_rows] <= at
-        return {n for (n, _), yes in zip(held, ok.tolist(), strict=True) if yes}, missing
+        if not len(self.nums):
+            none = np.zeros(len(nums), dtype=bool)
+            return none, none.copy()
+        if self._sorted is None:
+            order = np.argsort(self.nums, kind="stable")
+            self._sorted = (order, self.nums[order])
+        order, ordered = self._sorted
+        at_sorted = np.minimum(np.searchsorted(ordered, nums), len(ordered) - 1)
+        held: np.ndarray = ordered[at_sorted] == nums
+        ok: np.ndarray = held & (self.starts[order[at_sorted]] <= at)
+        return ok, held
 
     def top(self, query: np.ndarray, k: int, *, group: int | None = None,
             seqs: tuple[int, int] | None = None, begun_at: int | None = None

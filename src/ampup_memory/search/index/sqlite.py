@@ -24,7 +24,6 @@ that rebuilds a deleted index file.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import re
@@ -805,7 +804,7 @@ class SQLiteIndex:
                                            limit=None if late else k, after=low)
                 if late:
                     assert begun_at is not None
-                    return self._begun_first(scope, branch, iter(best), k, begun_at)
+                    return self._begun_first(scope, branch, best, k, begun_at)
                 return [(n, max(s, 0.0)) for n, s in best]
             fts = keywords.fts_table(kind)
             rank = f"bm25({fts}{''.join(f', {w}' for w in weights)})"
@@ -841,35 +840,44 @@ class SQLiteIndex:
             " AND branch = ? LIMIT 1", (scope, branch)).fetchone()
         return row is not None
 
-    def _begun_first(self, scope: str, branch: str, ranked: Iterator[Any], k: int,
+    def _begun_first(self, scope: str, branch: str, ranked: Iterable[Sequence[Any]], k: int,
                      at: int) -> list[Hit]:
-        """The first ``k`` of a ranked list (row, score) whose facts have begun at ``at``
-        (`begun_facts`), read in batches so a list of mostly begun rows stops early."""
-        found: list[Hit] = []
-        batch = max(k, 64)
-        while len(found) < k:
-            part = [(int(n), max(float(s), 0.0)) for n, s in itertools.islice(ranked, batch)]
-            if not part:
-                break
-            ok = self.begun_facts(scope, branch, [n for n, _ in part], at)
-            found += [h for h in part if h[0] in ok][:k - len(found)]
-            batch *= 4
-        return found
+        """The first ``k`` of a ranked list (row, score) whose facts have begun at ``at``.
+        The list is the pass's whole ranked set (within the postings budget, so at most
+        about `POSTINGS_BUDGET` rows), checked at once (`_begun_mask`)."""
+        rows = list(ranked)
+        if not rows:
+            return []
+        nums = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        keep = np.flatnonzero(self._begun_mask(scope, branch, nums, at))[:k]
+        return [(int(rows[i][0]), max(float(rows[i][1]), 0.0)) for i in keep.tolist()]
 
-    def begun_facts(self, scope: str, branch: str, nums: Sequence[int], at: int) -> set[int]:
-        """Of the listed facts, those begun at ``at`` (`memory.facts.begin_instant`): from
-        the cached starts of their vectors, else from their rows (the same integers)."""
+    def _begun_mask(self, scope: str, branch: str, nums: np.ndarray, at: int) -> np.ndarray:
+        """Whether each listed fact has begun at ``at`` (`memory.facts.begin_instant`):
+        from the cached starts of their vectors, else from their rows (the same integers)."""
         cache = self._refresh("facts")
         with cache.lock:
             matrix = cache.by_key.get((scope, branch))
-            ok, missing = matrix.begun_of(nums, at) if matrix is not None else (set(), nums)
-        for batch in _chunks(missing):
-            marks = ",".join("?" * len(batch))
-            for n, valid_from in self._conn().execute(
-                    f"SELECT num, valid_from FROM facts WHERE num IN ({marks})", batch):
-                if begin_instant(parse_time_text(valid_from)) <= at:
-                    ok.add(int(n))
+            if matrix is None:
+                ok, held = np.zeros(len(nums), dtype=bool), np.zeros(len(nums), dtype=bool)
+            else:
+                ok, held = matrix.begun_mask(nums, at)
+        missing = np.flatnonzero(~held)
+        if len(missing):
+            where = {int(n): i for i, n in zip(missing.tolist(), nums[missing].tolist(),
+                                               strict=True)}
+            for batch in _chunks(list(where)):
+                marks = ",".join("?" * len(batch))
+                for n, valid_from in self._conn().execute(
+                        f"SELECT num, valid_from FROM facts WHERE num IN ({marks})", batch):
+                    ok[where[int(n)]] = begin_instant(parse_time_text(valid_from)) <= at
         return ok
+
+    def begun_facts(self, scope: str, branch: str, nums: Sequence[int], at: int) -> set[int]:
+        """Of the listed facts, those begun at ``at`` (`_begun_mask`)."""
+        listed = np.asarray(list(nums), dtype=np.int64)
+        ok = self._begun_mask(scope, branch, listed, at)
+        return {int(n) for n in listed[ok].tolist()}
 
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
                       upto: int | None = None, seqs: SeqRange | None = None,
