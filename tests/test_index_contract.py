@@ -826,8 +826,9 @@ def test_sqlite_keyword_files_follow_their_space(tmp_path: Path) -> None:
             space_file(folder, bad)
 
 
-_STARTS = [None, "2024-01-01", "2025-04-15T11:59:59.999999", "2025-04-15T12:00:00",
-           "2025-04-15T12:00:00.000001", "2025-04-16", "2138-01-01"]
+# Not in time order, so begun rows and others alternate by row number.
+_STARTS = ["2025-04-15T12:00:00", None, "2138-01-01", "2025-04-15T11:59:59.999999",
+           "2025-04-16", "2024-01-01", "2025-04-15T12:00:00.000001"]
 
 
 def _starting_facts(engine: SearchEngine) -> dict[int, FactRow]:
@@ -876,6 +877,8 @@ def test_candidate_lists_of_begun_facts_keep_exactly_what_begun_keeps(
             idx._vectors["facts"].by_key.pop((S, "main"))
             try:
                 assert idx.begun_facts(S, "main", list(rows), begin_instant(instant)) == want
+                assert {n for n, _ in idx.keyword_facts(S, "main", ["renewal"], 100,
+                                                        begun_at=instant)} == want
             finally:
                 idx._vectors["facts"].reset(-1)
 

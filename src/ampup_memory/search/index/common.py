@@ -419,6 +419,22 @@ class VectorMatrix:
             self._latest = int(self.starts.max()) if len(self.starts) else 0
         return self._latest
 
+    def live_rows(self) -> int:
+        """Rows held and not removed."""
+        self._settle()
+        return len(self.nums) - len(self._removed)
+
+    def begun_span(self, at: int) -> tuple[int, int]:
+        """The lowest and highest row number among the rows begun at ``at`` ((1, 0):
+        none)."""
+        import numpy as np
+
+        self._settle()
+        begun_nums = self.nums[self.starts <= at]
+        if not len(begun_nums):
+            return 1, 0
+        return int(np.min(begun_nums)), int(np.max(begun_nums))
+
     def begun_mask(self, nums: np.ndarray, at: int) -> tuple[np.ndarray, np.ndarray]:
         """For each listed row number: whether its row has begun at ``at`` (``start <=``
         it), and whether this matrix holds it at all (a row it does not hold is decided

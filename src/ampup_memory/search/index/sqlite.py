@@ -796,9 +796,21 @@ class SQLiteIndex:
             if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
                 low = self._floor(kconn, kind, kept, low, high if high is not None
                                   else bound)
-            # Only begun facts wanted, and some of this space's are not: the ranked list
-            # is read best first until k of them are begun (`_begun_first`).
-            late = begun_at is not None and self._some_late(scope, branch, begun_at)
+            # Only begun facts wanted, and some of this space's are not: the whole ranked
+            # list is checked, its first k begun kept (`_begun_first`). When every fact of
+            # the space has its start cached, the rows outside the begun ones' row-number
+            # span are not ranked at all (none of them has begun); the budget's floor
+            # above is unchanged by it, so the same rows rank as without the span.
+            late, span = False, None
+            if begun_at is not None:
+                late, span = self._begun_span(kind, scope, branch, version, begun_at)
+            if span is not None and bound is None:
+                if span[0] > span[1]:
+                    return []
+                low = max(low, span[0] - 1)
+                high = span[1] if high is None else min(high, span[1])
+                if high is not None and low >= high:
+                    return []
             if bound is not None:  # a held search: BM25 over the held rows alone
                 best = keywords.cut_scores(kconn, kind, kept, bound, weights,
                                            limit=None if late else k, after=low)
@@ -826,19 +838,42 @@ class SQLiteIndex:
             rows = cursor.fetchall()
         return [(int(n), max(float(s), 0.0)) for n, s in rows]
 
-    def _some_late(self, scope: str, branch: str, at: int) -> bool:
-        """Whether a fact of the space may not have begun at ``at``: its cached vectors'
-        latest start says so, or a fact has no vector yet (its row decides). A pre-filter:
-        the engine still applies `memory.facts.begun` to every candidate."""
+    def _begun_span(self, kind: str, scope: str, branch: str, version: str, at: int
+                    ) -> tuple[bool, tuple[int, int] | None]:
+        """Whether a fact of the space may not have begun at ``at`` (then the candidate
+        lists check each row), and, when the space's every fact has its start cached
+        (one per live vector row), the row numbers (first, last) its begun facts lie
+        between ((1, 0): none). A pre-filter: the engine still applies
+        `memory.facts.begun` to every candidate."""
         cache = self._refresh("facts")
         with cache.lock:
             matrix = cache.by_key.get((scope, branch))
-            if matrix is None or matrix.latest_start() > at:
-                return True
-        row = self._conn().execute(
-            "SELECT 1 FROM facts INDEXED BY facts_vec_seq WHERE vec_seq = 0 AND scope = ?"
-            " AND branch = ? LIMIT 1", (scope, branch)).fetchone()
-        return row is not None
+            if matrix is None:
+                return True, None
+            late = matrix.latest_start() > at
+            live = matrix.live_rows()
+            span = matrix.begun_span(at) if late else None
+        if not late:
+            # The cached starts say all have begun; a fact without a cached vector may not.
+            return live != self._space_facts(kind, scope, branch, version), None
+        return True, span if live == self._space_facts(kind, scope, branch, version) else None
+
+    def _space_facts(self, kind: str, scope: str, branch: str, version: str) -> int:
+        """How many facts the space holds, remembered per keyword space content (any
+        write of a fact moves ``version``)."""
+        key = (version, "facts in space", None, None)
+        with self._counts_lock:
+            found = self._counts.get(key)
+        if found is not None:
+            return found
+        (n,) = self._conn().execute(
+            "SELECT count(*) FROM facts INDEXED BY facts_space WHERE scope = ? AND branch = ?",
+            (scope, branch)).fetchone()
+        with self._counts_lock:
+            self._counts[key] = int(n)
+            while len(self._counts) > COUNTS_KEPT:
+                self._counts.popitem(last=False)
+        return int(n)
 
     def _begun_first(self, scope: str, branch: str, ranked: Iterable[Sequence[Any]], k: int,
                      at: int) -> list[Hit]:
