@@ -6,8 +6,9 @@ the time window (`search/timewindow.py`), the ranker (`search/rank.py`) and, for
 on a branch or as of a commit, the view's segments (`search/cutoff.py`): candidates come
 from each segment's (scope, branch), cut to its commit range, and meet in one ranking.
 
-Candidates come from the backend's keyword and vector top-k. When visibility or
-newest-wins leaves fewer than ``limit`` of them, k grows (×4) until enough survive or
+Candidates come from the backend's keyword and vector top-k (facts: of those begun at
+``as_of`` when the query names no window, as only those can be current). When visibility
+or newest-wins leaves fewer than ``limit`` of them, k grows (×4) until enough survive or
 the index has no more, so a caller who may see little (or searches as of an early
 commit) still gets its best matches.
 """
