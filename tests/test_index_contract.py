@@ -881,6 +881,18 @@ def test_candidate_lists_of_begun_facts_keep_exactly_what_begun_keeps(
                                                         begun_at=instant)} == want
             finally:
                 idx._vectors["facts"].reset(-1)
+    # A held search (as of commit 1, a later commit written): its rows alone, begun ones.
+    e2 = episode(S, ["More renewal notes."], ["*"], commit="c2", source="call:2")
+    engine.ingest(DocumentBatch([e2], [fact(e2, "Account 99", "renewal", "due", "renewal",
+                                            valid_from="2024-01-01", seq=2)]))
+    for at in ("2023-06-01", "2025-04-15T12:00:00", "2200-01-01"):
+        instant = when(at)
+        want = {n for n, r in rows.items() if begun(r, instant)}
+        got = {n for n, _ in idx.keyword_facts(S, "main", ["renewal"], 100, upto=1,
+                                                begun_at=instant)}
+        assert got & set(rows) == want, at
+        if isinstance(idx, SQLiteIndex):  # PostgreSQL lists later rows too (the engine cuts)
+            assert got <= set(rows), at
 
 
 def test_a_search_before_most_facts_begin_asks_each_list_once(
