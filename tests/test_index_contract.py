@@ -17,15 +17,16 @@ import pytest
 
 from ampup_memory.amp.lifecycle import DecayInputs, decay_score
 from ampup_memory.amp.model import MemoryCell
-from ampup_memory.memory.facts import current, newest_order, timelines
+from ampup_memory.memory.facts import begin_instant, begun, current, newest_order, timelines
 from ampup_memory.memory.segments import Segment
 from ampup_memory.search.budget import POSTINGS_BUDGET
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
-from ampup_memory.search.index.base import DocumentBatch, ModelInfo, SearchIndex
+from ampup_memory.search.index.base import DocumentBatch, FactRow, ModelInfo, SearchIndex
 from ampup_memory.search.index.common import dots, dots_at
 from ampup_memory.search.index.registry import open_index
+from ampup_memory.search.index.sqlite import SQLiteIndex
 from ampup_memory.search.passages import CUT
 from ampup_memory.search.rank import (
     Parts,
@@ -823,3 +824,98 @@ def test_sqlite_keyword_files_follow_their_space(tmp_path: Path) -> None:
                 "main"), Space(1, "../../etc/passwd", S, "main"), Space(1, "ABC", S, "main")):
         with pytest.raises(ValueError):
             space_file(folder, bad)
+
+
+# Not in time order, so begun rows and others alternate by row number.
+_STARTS = ["2025-04-15T12:00:00", None, "2138-01-01", "2025-04-15T11:59:59.999999",
+           "2025-04-16", "2024-01-01", "2025-04-15T12:00:00.000001"]
+
+
+def _starting_facts(engine: SearchEngine) -> dict[int, FactRow]:
+    """One fact per start above, each a 'renewal' match of another length (distinct
+    keyword scores and cosines), under its own entity."""
+    e = episode(S, ["Renewal notes."], ["*"])
+    docs = [fact(e, f"Account {i}", "renewal", "due", "renewal " + "word " * i,
+                 valid_from=at, fact_id=f"f{i}") for i, at in enumerate(_STARTS)]
+    engine.ingest(DocumentBatch([e], docs))
+    rows = engine.index.versions(S, "main", {(f"Account {i}", "renewal")
+                                             for i in range(len(_STARTS))})
+    return {r.num: r for r in rows}
+
+
+def test_candidate_lists_of_begun_facts_keep_exactly_what_begun_keeps(
+        engine: SearchEngine) -> None:
+    """``begun_at`` lists the k best facts whose validity has begun then, and the
+    backend's own form of the test (SQLite: an array of `begin_instant`s, or the rows;
+    PostgreSQL: SQL) keeps exactly the facts `memory.facts.begun` keeps, at the
+    microsecond on either side and for a fact with no ``valid_from``."""
+    rows = _starting_facts(engine)
+    idx = engine.index
+    vector = engine.embedder.embed(["renewal"])[0]
+    every_kw = idx.keyword_facts(S, "main", ["renewal"], 100)
+    every_near = idx.nearest_facts(S, "main", vector, 100)
+    assert set(dict(every_kw)) == set(rows) == set(dict(every_near))
+    for at in ("2023-06-01", "2025-04-15T11:59:59.999999", "2025-04-15T12:00:00",
+               "2025-04-15T12:00:00.000001", "2030-01-01", "2200-01-01"):
+        instant = when(at)
+        want = {n for n, r in rows.items() if begun(r, instant)}
+        for every, listed in (
+                (every_kw, lambda k, t=instant: idx.keyword_facts(S, "main", ["renewal"], k,
+                                                                 begun_at=t)),
+                (every_near, lambda k, t=instant: idx.nearest_facts(S, "main", vector, k,
+                                                                   begun_at=t))):
+            assert {n for n, _ in listed(100)} == want, at
+            best = sorted((h for h in every if h[0] in want), key=lambda h: (-h[1], h[0]))
+            got = listed(2)
+            # The two best begun (PostgreSQL's ts_rank ties these rows: equal scores).
+            assert {n for n, _ in got} <= want, at
+            assert sorted(s for _, s in got) == pytest.approx(
+                sorted(s for _, s in best[:2])), at
+        if isinstance(idx, SQLiteIndex):
+            assert idx.begun_facts(S, "main", list(rows), begin_instant(instant)) == want
+            # From the rows when no vector is cached for them: the same facts.
+            idx._vectors["facts"].by_key.pop((S, "main"))
+            try:
+                assert idx.begun_facts(S, "main", list(rows), begin_instant(instant)) == want
+                assert {n for n, _ in idx.keyword_facts(S, "main", ["renewal"], 100,
+                                                        begun_at=instant)} == want
+            finally:
+                idx._vectors["facts"].reset(-1)
+    # A held search (as of commit 1, a later commit written): its rows alone, begun ones.
+    e2 = episode(S, ["More renewal notes."], ["*"], commit="c2", source="call:2")
+    engine.ingest(DocumentBatch([e2], [fact(e2, "Account 99", "renewal", "due", "renewal",
+                                            valid_from="2024-01-01", seq=2)]))
+    for at in ("2023-06-01", "2025-04-15T12:00:00", "2200-01-01"):
+        instant = when(at)
+        want = {n for n, r in rows.items() if begun(r, instant)}
+        got = {n for n, _ in idx.keyword_facts(S, "main", ["renewal"], 100, upto=1,
+                                                begun_at=instant)}
+        assert got & set(rows) == want, at
+        if isinstance(idx, SQLiteIndex):  # PostgreSQL lists later rows too (the engine cuts)
+            assert got <= set(rows), at
+
+
+def test_a_search_before_most_facts_begin_asks_each_list_once(
+        engine: SearchEngine, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sixty better matches not yet valid at ``now`` and three begun ones: the lists hold
+    begun facts only, so one round finds the three (the search asked again with 4k, 16k,
+    ... while the not-yet-valid ones filled its lists)."""
+    e = episode(S, ["Renewal notes."], ["*"])
+    late = [fact(e, f"Late {i}", "renewal", "due", "renewal due", valid_from="2030-01-01",
+                 fact_id=f"late{i}") for i in range(60)]
+    begun_ = [fact(e, f"Early {i}", "renewal", "due", "renewal due soon " + "x " * i,
+                   valid_from="2025-01-01", fact_id=f"early{i}") for i in range(3)]
+    engine.ingest(DocumentBatch([e], [*late, *begun_]))
+    calls: list[int] = []
+    keyword = engine.index.keyword_facts
+
+    def counted(*args: object, **kwargs: object) -> list[tuple[int, float]]:
+        calls.append(1)
+        return keyword(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(engine.index, "keyword_facts", counted)
+    found = engine.search_facts(S, "main", "renewal due", ANN, now=NOW)
+    assert sorted(f.row.id for f in found.facts) == ["early0", "early1", "early2"]
+    assert len(calls) == 1
+    later = engine.search_facts(S, "main", "renewal due", ANN, now=when("2031-01-01"))
+    assert len(later.facts) == 10 and all(f.row.id.startswith("late") for f in later.facts)

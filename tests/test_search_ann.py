@@ -555,3 +555,36 @@ def test_a_dropped_workspace_takes_its_saved_graphs_and_a_leftover_goes_at_start
         m = Memory(proc.url, "bob")
         assert _settled(proc, m, normal, lambda g: g["loaded"] >= 1)["built"] == 0
         m.close()
+
+
+def test_begun_rows_are_the_nearest_begun_rows_with_a_graph(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a graph, a list of the rows begun at an instant (`top(begun_at=...)`) is the
+    k nearest of those rows, as exact search gives them, whether the cost rule asks the
+    graph for more or scores the begun rows alone: a few begun, half, nearly all."""
+    import numpy as np
+
+    from ampup_memory.search.index import common
+
+    rng = np.random.default_rng(5)
+    vecs = rng.standard_normal((3000, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    graph, exact = VectorMatrix(32, ann_min=500), VectorMatrix(32)
+    for i, v in enumerate(vecs):
+        for m in (graph, exact):
+            m.put(i + 1, v, start=i * 10)  # row n begins at 10 (n - 1)
+    graph.top(vecs[0], 10)
+    graph.wait(120)
+    assert graph.ann is not None
+    for cost in (common.GROUP_COST, 1):  # 1: a graph candidate as cheap as a row
+        monkeypatch.setattr(common, "GROUP_COST", cost)
+        for q in rng.standard_normal((10, 32)).astype(np.float32):
+            q /= np.linalg.norm(q)
+            for at in (95, 14_990, 29_000, 10**9):
+                begun_rows = [n for n in range(1, 3001) if (n - 1) * 10 <= at]
+                best = sorted(((n, float(vecs[n - 1] @ q)) for n in begun_rows),
+                              key=lambda h: (-h[1], h[0]))[:10]
+                want = exact.top(q, 10, begun_at=at)
+                assert sorted(n for n, _ in want) == sorted(n for n, _ in best)
+                assert sorted(graph.top(q, 10, begun_at=at)) == sorted(want)

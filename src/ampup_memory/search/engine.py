@@ -6,8 +6,9 @@ the time window (`search/timewindow.py`), the ranker (`search/rank.py`) and, for
 on a branch or as of a commit, the view's segments (`search/cutoff.py`): candidates come
 from each segment's (scope, branch), cut to its commit range, and meet in one ranking.
 
-Candidates come from the backend's keyword and vector top-k. When visibility or
-newest-wins leaves fewer than ``limit`` of them, k grows (×4) until enough survive or
+Candidates come from the backend's keyword and vector top-k (facts: of those begun at
+``as_of`` when the query names no window, as only those can be current). When visibility
+or newest-wins leaves fewer than ``limit`` of them, k grows (×4) until enough survive or
 the index has no more, so a caller who may see little (or searches as of an early
 commit) still gets its best matches.
 """
@@ -297,6 +298,10 @@ class SearchEngine:
         said = self._words("facts", scope, owners, terms)
         k = max(limit * 5, 50)
         seen: dict[int, FactRow] = {}  # rows read so far (once per search; a view cuts)
+        # Without a named window only a current version is an answer, and one not begun at
+        # as_of never is (`_eligible`): the lists hold begun facts only, so a search at an
+        # instant before most facts begin needs no wider rounds to find enough.
+        begun_at = as_of if span is None else None
 
         def read(nums: Iterable[int]) -> None:
             missing = [n for n in nums if n not in seen]
@@ -314,8 +319,10 @@ class SearchEngine:
             more = False  # a list came back full: the index may hold more candidates
             if cutoff is None:  # main: one space, the index's own top k
                 for b in owners.branches:
-                    found = self.index.keyword_facts(scope, b, terms, k, owners.upto.get(b))
-                    near = self.index.nearest_facts(scope, b, vector, k) if vector else []
+                    found = self.index.keyword_facts(scope, b, terms, k, owners.upto.get(b),
+                                                     begun_at=begun_at)
+                    near = (self.index.nearest_facts(scope, b, vector, k, begun_at=begun_at)
+                            if vector else [])
                     keyword.update(found)
                     nearest.update(near)
                     more |= len(found) >= k or len(near) >= k
@@ -333,7 +340,7 @@ class SearchEngine:
                 kinds: dict[str, list[Callable[[int], list[Hit]]]] = {}
                 for seg in cutoff.segments:
                     for source, into in self._fact_sources(scope, seg, owners.upto.get(
-                            seg.branch), said, vector, span, rest):
+                            seg.branch), said, vector, span, rest, begun_at):
                         kinds.setdefault(into, []).append(source)
                 for into, sources in kinds.items():
                     got, full = _view_hits(sources, held, k,
@@ -381,15 +388,17 @@ class SearchEngine:
 
     def _fact_sources(self, scope: str, seg: Segment, upto: int | None, terms: list[str],
                       vector: list[float] | None, span: tuple[datetime, datetime] | None,
-                      rest: str) -> list[tuple[Callable[[int], list[Hit]], str]]:
+                      rest: str, begun_at: datetime | None
+                      ) -> list[tuple[Callable[[int], list[Hit]], str]]:
         """A segment's candidate lists, each as ``n`` → its ``n`` best hits (of the rows
-        of its commits, where the backend can bound a list)."""
+        of its commits, where the backend can bound a list; begun at ``begun_at``)."""
         b, seqs = seg.branch, _seqs(seg)
         found: list[tuple[Callable[[int], list[Hit]], str]] = [
-            (lambda n: self.index.keyword_facts(scope, b, terms, n, upto, seqs), "keyword")]
+            (lambda n: self.index.keyword_facts(scope, b, terms, n, upto, seqs, begun_at),
+             "keyword")]
         if vector:
-            found.append((lambda n: self.index.nearest_facts(scope, b, vector, n, seqs),
-                          "nearest"))
+            found.append((lambda n: self.index.nearest_facts(scope, b, vector, n, seqs,
+                                                             begun_at), "nearest"))
         if span is not None and not rest:
             start, end = span
             found.append((lambda n: [(x, 0.0) for x in self.index.facts_overlapping(

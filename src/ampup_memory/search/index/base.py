@@ -261,12 +261,17 @@ class SearchIndex(Protocol):
     # (tests/test_pins.py). ``seqs`` bounds which rows are listed (the k best of the rows
     # whose commit seq is in it), not how they are scored; a backend that cannot bound a
     # list may name other rows too: the engine still cuts candidates to the view.
+    # ``begun_at``: the k best of the facts whose validity has begun then
+    # (`memory.facts.begun`, which the engine still applies to every candidate), so a
+    # search at an instant before most facts begin needs no wider rounds.
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
-                      upto: int | None = None, seqs: SeqRange | None = None) -> list[Hit]:
+                      upto: int | None = None, seqs: SeqRange | None = None,
+                      begun_at: datetime | None = None) -> list[Hit]:
         ...
 
     def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int,
-                      seqs: SeqRange | None = None) -> list[Hit]:
+                      seqs: SeqRange | None = None, begun_at: datetime | None = None
+                      ) -> list[Hit]:
         ...
 
     def keyword_terms(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],

@@ -132,6 +132,14 @@ def _within(table: str, seqs: SeqRange | None) -> tuple[str, tuple[int, ...]]:
     return " AND commit_seq > %s AND commit_seq <= %s", (seqs[0], seqs[1])
 
 
+def _begun(begun_at: datetime | None) -> tuple[str, tuple[datetime, ...]]:
+    """The SQL keeping facts begun at ``begun_at`` (`memory.facts.begun`: no valid_from
+    begins at the time line's start), agreed with it by tests/test_index_contract.py."""
+    if begun_at is None:
+        return "", ()
+    return " AND coalesce(valid_from, '-infinity'::timestamptz) <= %s", (begun_at,)
+
+
 def _vec(vector: Sequence[float] | None) -> np.ndarray | None:
     return None if vector is None else np.asarray(vector, dtype=np.float32)
 
@@ -437,11 +445,14 @@ class PostgresIndex:
     # -- candidates ------------------------------------------------------------------------
 
     def _keyword(self, table: str, scope: str, branch: str, terms: Sequence[str], k: int,
-                 weights: str, seqs: SeqRange | None) -> list[Hit]:
+                 weights: str, seqs: SeqRange | None, begun_at: datetime | None = None
+                 ) -> list[Hit]:
         query = _tsquery(terms)
         if not query or k <= 0:
             return []
-        within, bound = _within(table, seqs)
+        within, seq_bound = _within(table, seqs)
+        started, at = _begun(begun_at)
+        within, bound = within + started, (*seq_bound, *at)
         with self._read() as conn:
             rows = conn.execute(
                 f"SELECT num, ts_rank({weights}tsv, q) AS r"
@@ -455,9 +466,10 @@ class PostgresIndex:
     # ``upto`` changes nothing here: ts_rank scores a row from the row and the query alone,
     # so no later row moves a held score (the engine cuts the candidates to the view).
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
-                      upto: int | None = None, seqs: SeqRange | None = None) -> list[Hit]:
+                      upto: int | None = None, seqs: SeqRange | None = None,
+                      begun_at: datetime | None = None) -> list[Hit]:
         return self._keyword("search_facts", scope, branch, terms, k, _RANK_WEIGHTS + ", ",
-                             seqs)
+                             seqs, begun_at)
 
     def keyword_passages(
         self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
@@ -484,12 +496,15 @@ class PostgresIndex:
         return {int(n): float(r) for n, r in rows}
 
     def _nearest(self, table: str, scope: str, branch: str, vector: Sequence[float],
-                 k: int, seqs: SeqRange | None) -> list[Hit]:
+                 k: int, seqs: SeqRange | None, begun_at: datetime | None = None
+                 ) -> list[Hit]:
         dims = self._dims()
         if dims == 0 or len(vector) != dims or k <= 0:
             return []
         cast = f"vector({dims})"
-        within, bound = _within(table, seqs)
+        within, seq_bound = _within(table, seqs)
+        started, at = _begun(begun_at)
+        within, bound = within + started, (*seq_bound, *at)
         with self._read() as conn, conn.transaction():
             # Iterative scans keep walking the HNSW graph until k rows pass the filter.
             conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
@@ -503,8 +518,9 @@ class PostgresIndex:
         return [(int(n), float(c)) for n, c in rows]
 
     def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int,
-                      seqs: SeqRange | None = None) -> list[Hit]:
-        return self._nearest("search_facts", scope, branch, vector, k, seqs)
+                      seqs: SeqRange | None = None, begun_at: datetime | None = None
+                      ) -> list[Hit]:
+        return self._nearest("search_facts", scope, branch, vector, k, seqs, begun_at)
 
     def nearest_passages(
         self, scope: str, branch: str, vector: Sequence[float], k: int,

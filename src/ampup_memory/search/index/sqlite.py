@@ -40,7 +40,7 @@ from typing import Any, cast
 import numpy as np
 from pyroaring import BitMap
 
-from ampup_memory.memory.facts import EPOCH
+from ampup_memory.memory.facts import EPOCH, begin_instant
 from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
@@ -771,7 +771,7 @@ class SQLiteIndex:
 
     def _keyword(self, kind: str, scope: str, branch: str, terms: Sequence[str], k: int,
                  weights: tuple[float, ...], upto: int | None,
-                 seqs: SeqRange | None = None) -> list[Hit]:
+                 seqs: SeqRange | None = None, begun_at: int | None = None) -> list[Hit]:
         if not terms or k <= 0:
             return []
         with self._keyword_space(kind, scope, branch) as found:
@@ -796,9 +796,27 @@ class SQLiteIndex:
             if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
                 low = self._floor(kconn, kind, kept, low, high if high is not None
                                   else bound)
+            # Only begun facts wanted, and some of this space's are not: the whole ranked
+            # list is checked, its first k begun kept (`_begun_first`). When every fact of
+            # the space has its start cached, the rows outside the begun ones' row-number
+            # span are not ranked at all (none of them has begun); the budget's floor
+            # above is unchanged by it, so the same rows rank as without the span.
+            late, span = False, None
+            if begun_at is not None:
+                late, span = self._begun_span(kind, scope, branch, version, begun_at)
+            if span is not None and bound is None:
+                if span[0] > span[1]:
+                    return []
+                low = max(low, span[0] - 1)
+                high = span[1] if high is None else min(high, span[1])
+                if high is not None and low >= high:
+                    return []
             if bound is not None:  # a held search: BM25 over the held rows alone
-                best = keywords.cut_scores(kconn, kind, kept, bound, weights, limit=k,
-                                           after=low)
+                best = keywords.cut_scores(kconn, kind, kept, bound, weights,
+                                           limit=None if late else k, after=low)
+                if late:
+                    assert begun_at is not None
+                    return self._begun_first(scope, branch, best, k, begun_at)
                 return [(n, max(s, 0.0)) for n, s in best]
             fts = keywords.fts_table(kind)
             rank = f"bm25({fts}{''.join(f', {w}' for w in weights)})"
@@ -809,16 +827,98 @@ class SQLiteIndex:
                 within, params = within + " AND rowid <= ?", (*params, high)
             # The file holds this scope and branch only: no filter, no join. Ties go to
             # the older row, so the cut at k is the same in a rebuilt index.
-            rows = kconn.execute(
+            cursor = kconn.execute(
                 f"SELECT rowid, -{rank} FROM {fts} WHERE {fts} MATCH ?{within}"
                 f" ORDER BY {rank}, rowid LIMIT ?",
-                (fts5_match(kept), *params, k),
-            ).fetchall()
+                (fts5_match(kept), *params, -1 if late else k),
+            )
+            if late:
+                assert begun_at is not None
+                return self._begun_first(scope, branch, cursor, k, begun_at)
+            rows = cursor.fetchall()
         return [(int(n), max(float(s), 0.0)) for n, s in rows]
 
+    def _begun_span(self, kind: str, scope: str, branch: str, version: str, at: int
+                    ) -> tuple[bool, tuple[int, int] | None]:
+        """Whether a fact of the space may not have begun at ``at`` (then the candidate
+        lists check each row), and, when the space's every fact has its start cached
+        (one per live vector row), the row numbers (first, last) its begun facts lie
+        between ((1, 0): none). A pre-filter: the engine still applies
+        `memory.facts.begun` to every candidate."""
+        cache = self._refresh("facts")
+        with cache.lock:
+            matrix = cache.by_key.get((scope, branch))
+            if matrix is None:
+                return True, None
+            late = matrix.latest_start() > at
+            live = matrix.live_rows()
+            span = matrix.begun_span(at) if late else None
+        if not late:
+            # The cached starts say all have begun; a fact without a cached vector may not.
+            return live != self._space_facts(kind, scope, branch, version), None
+        return True, span if live == self._space_facts(kind, scope, branch, version) else None
+
+    def _space_facts(self, kind: str, scope: str, branch: str, version: str) -> int:
+        """How many facts the space holds, remembered per keyword space content (any
+        write of a fact moves ``version``)."""
+        key = (version, "facts in space", None, None)
+        with self._counts_lock:
+            found = self._counts.get(key)
+        if found is not None:
+            return found
+        (n,) = self._conn().execute(
+            "SELECT count(*) FROM facts INDEXED BY facts_space WHERE scope = ? AND branch = ?",
+            (scope, branch)).fetchone()
+        with self._counts_lock:
+            self._counts[key] = int(n)
+            while len(self._counts) > COUNTS_KEPT:
+                self._counts.popitem(last=False)
+        return int(n)
+
+    def _begun_first(self, scope: str, branch: str, ranked: Iterable[Sequence[Any]], k: int,
+                     at: int) -> list[Hit]:
+        """The first ``k`` of a ranked list (row, score) whose facts have begun at ``at``.
+        The list is the pass's whole ranked set (within the postings budget, so at most
+        about `POSTINGS_BUDGET` rows), checked at once (`_begun_mask`)."""
+        rows = list(ranked)
+        if not rows:
+            return []
+        nums = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+        keep = np.flatnonzero(self._begun_mask(scope, branch, nums, at))[:k]
+        return [(int(rows[i][0]), max(float(rows[i][1]), 0.0)) for i in keep.tolist()]
+
+    def _begun_mask(self, scope: str, branch: str, nums: np.ndarray, at: int) -> np.ndarray:
+        """Whether each listed fact has begun at ``at`` (`memory.facts.begin_instant`):
+        from the cached starts of their vectors, else from their rows (the same integers)."""
+        cache = self._refresh("facts")
+        with cache.lock:
+            matrix = cache.by_key.get((scope, branch))
+            if matrix is None:
+                ok, held = np.zeros(len(nums), dtype=bool), np.zeros(len(nums), dtype=bool)
+            else:
+                ok, held = matrix.begun_mask(nums, at)
+        missing = np.flatnonzero(~held)
+        if len(missing):
+            where = {int(n): i for i, n in zip(missing.tolist(), nums[missing].tolist(),
+                                               strict=True)}
+            for batch in _chunks(list(where)):
+                marks = ",".join("?" * len(batch))
+                for n, valid_from in self._conn().execute(
+                        f"SELECT num, valid_from FROM facts WHERE num IN ({marks})", batch):
+                    ok[where[int(n)]] = begin_instant(parse_time_text(valid_from)) <= at
+        return ok
+
+    def begun_facts(self, scope: str, branch: str, nums: Sequence[int], at: int) -> set[int]:
+        """Of the listed facts, those begun at ``at`` (`_begun_mask`)."""
+        listed = np.asarray(list(nums), dtype=np.int64)
+        ok = self._begun_mask(scope, branch, listed, at)
+        return {int(n) for n in listed[ok].tolist()}
+
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
-                      upto: int | None = None, seqs: SeqRange | None = None) -> list[Hit]:
-        return self._keyword("facts", scope, branch, terms, k, fts5_weights(), upto, seqs)
+                      upto: int | None = None, seqs: SeqRange | None = None,
+                      begun_at: datetime | None = None) -> list[Hit]:
+        return self._keyword("facts", scope, branch, terms, k, fts5_weights(), upto, seqs,
+                             None if begun_at is None else begin_instant(begun_at))
 
     def keyword_passages(
         self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
@@ -869,24 +969,38 @@ class SQLiteIndex:
             if model is None:
                 return cache
             t, seq = _TABLES[table], _SEQ[table]
+            # Facts: where each one's validity begins, for candidates begun at an instant.
+            start = ", valid_from" if table == "facts" else ""
             rows = conn.execute(
-                f"SELECT num, scope, branch, vec, vec_seq, {seq} FROM {t} WHERE vec_seq > ?"
-                " ORDER BY vec_seq",
+                f"SELECT num, scope, branch, vec, vec_seq, {seq}{start} FROM {t}"
+                " WHERE vec_seq > ? ORDER BY vec_seq",
                 (cache.high_water,),
             ).fetchall()
-            cache.apply(rows, model.dimensions)
+            starts: list[int] | None = None
+            if start:
+                instants: dict[str | None, int] = {}  # a time text parsed once
+                starts = []
+                for r in rows:
+                    text = r[6]
+                    if text not in instants:
+                        instants[text] = begin_instant(parse_time_text(text))
+                    starts.append(instants[text])
+                rows = [r[:6] for r in rows]
+            cache.apply(rows, model.dimensions, starts)
         return cache
 
     def _nearest(self, table: str, scope: str, branch: str, vector: Sequence[float],
-                 k: int, seqs: SeqRange | None) -> list[Hit]:
+                 k: int, seqs: SeqRange | None, begun_at: int | None = None) -> list[Hit]:
         cache = self._refresh(table)
         query = np.asarray(vector, dtype=np.float32)
         with cache.lock:
-            return cache.top(scope, branch, query, k, seqs)
+            return cache.top(scope, branch, query, k, seqs, begun_at)
 
     def nearest_facts(self, scope: str, branch: str, vector: Sequence[float], k: int,
-                      seqs: SeqRange | None = None) -> list[Hit]:
-        return self._nearest("facts", scope, branch, vector, k, seqs)
+                      seqs: SeqRange | None = None, begun_at: datetime | None = None
+                      ) -> list[Hit]:
+        return self._nearest("facts", scope, branch, vector, k, seqs,
+                             None if begun_at is None else begin_instant(begun_at))
 
     def nearest_passages(
         self, scope: str, branch: str, vector: Sequence[float], k: int,
