@@ -632,6 +632,14 @@ class SQLiteStore:
             ann = self._vectors.matrix.ann
             return ann.memory_bytes if ann is not None else 0
 
+    def block_memory(self) -> int:
+        """Bytes the large owners' contiguous copies of their vectors hold
+        (`group_candidates`, "block"; 0: none)."""
+        if self._vectors is None:
+            return 0
+        with self._vectors.lock:
+            return self._vectors.matrix.block_memory()
+
     def wait_graphs(self, timeout: float = 600.0) -> None:
         """Until the graph is built, loaded or saved (tests, benchmarks)."""
         if self._vectors is not None:
