@@ -371,3 +371,45 @@ def test_a_large_owners_cells_are_its_exact_nearest_through_writes_and_a_restart
         assert edited in found and fresh not in found
     finally:
         rt.close()
+
+
+def test_hits_read_by_several_threads_are_the_hits_read_by_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search's 200 candidates' rows, read in shares by `HIT_READERS` threads, are the
+    rows one query reads: the same hits in the same order, the filters (status, owner,
+    the access pushdown) applied to every share; closing the store ends the threads."""
+    import threading
+
+    from ampup_memory.amp.store import sqlite as store_module
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+
+    rt = open_runtime(load_settings(home=str(tmp_path / "home"), embedding_provider="hash",
+                                    search_ann_min_vectors=0))
+    try:
+        rt.store._conn().execute("PRAGMA synchronous=OFF")
+        ids = []
+        for i in range(600):
+            body = {"type": "semantic", "content": {"text": f"note {i} on w{i % 17}"},
+                    "identity": {"owner_id": f"user_{i % 3}", "owner_type": "user"},
+                    "access_policy": {"public": i % 7 == 0}}
+            ids.append(str(rt.amp.create(AGENT if i % 2 else "agent_other",
+                                         json.dumps(body).encode()).id))
+        for cell_id in ids[:600:9]:
+            rt.amp.patch(cell_id, AGENT if ids.index(cell_id) % 2 else "agent_other",
+                         json.dumps({"lifecycle": {"status": "archived"}}).encode())
+        vector = rt.embedder.embed(["note on w3"])[0]
+        filters = [CellFilter(agent_id=AGENT), CellFilter(agent_id=AGENT, owner_id="user_1")]
+        split = [rt.store.search_candidates(f, ["w3"], vector, 100) for f in filters]
+        assert any(t.name.startswith("ampup-amp-hits") for t in threading.enumerate())
+        assert len(split[0]) >= store_module.HIT_SPLIT  # read in shares
+        monkeypatch.setattr(store_module, "HIT_SPLIT", 10**9)
+        assert [rt.store.search_candidates(f, ["w3"], vector, 100) for f in filters] == split
+        archived = set(ids[:600:9])
+        for hits in split:
+            assert not {h.cell_id for h in hits} & archived
+            assert all(h.guard.public or h.guard.created_by == AGENT for h in hits)
+    finally:
+        rt.close()
+    assert not any(t.name.startswith("ampup-amp-hits") for t in threading.enumerate())

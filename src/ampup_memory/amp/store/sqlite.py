@@ -12,6 +12,7 @@ import sqlite3
 import threading
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -143,6 +144,12 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _COLS = CELL_COLS
+# `SQLiteStore._hit_rows`: the hits' rows (200 for a 10-result search) are read by this
+# many threads at once from HIT_SPLIT rows on. At 1M cells, every page from disk: 24 to
+# 29 ms p50 read one after another, 10 to 11 ms by 4 threads, 5 to 6 ms by 8
+# (docs/performance.md, "AMP cell search at 1M: an owner's block, hits read at once").
+HIT_READERS = 8
+HIT_SPLIT = 64
 
 
 
@@ -245,6 +252,8 @@ class SQLiteStore:
         self._conns = ThreadConnections(self.path, synchronous="FULL", timeout=30.0)
         self._write_lock = threading.Lock()
         self._holder = uuid.uuid4().hex
+        self._readers: ThreadPoolExecutor | None = None  # `_hit_rows`, made when needed
+        self._readers_lock = threading.Lock()
         # From ann_min_vectors cells on, an HNSW graph (search/index/ann.py) proposes
         # vector candidates; it is saved beside the file and loaded on the next start.
         graph = self.path.with_name(self.path.name + ".graphs") / "cells.ann"
@@ -423,16 +432,7 @@ class SQLiteStore:
         seqs = set(keyword) | set(cosine)
         if not seqs:
             return []
-        # Neighbours and keyword hits were found without the filters: keep rows that pass.
-        marks = ",".join("?" * len(seqs))
-        rows = conn.execute(
-            "SELECT c.seq, c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
-            " max(c.last_accessed_at, c.last_updated_at), c.expires_at"
-            # NOT INDEXED: look the hits up by rowid. Left alone, the planner walks the
-            # status index over every active cell (16 ms instead of 1 ms at 100k cells).
-            f" FROM cells c NOT INDEXED WHERE c.seq IN ({marks}) AND {where}",
-            (*seqs, *params),
-        ).fetchall()
+        rows = self._hit_rows(conn, sorted(seqs), where, params)
         if query is not None and self._vectors is not None:
             missing = [r[0] for r in rows if r[0] not in cosine]
             cosine.update(self._vectors.cosine(query, missing))
@@ -449,6 +449,42 @@ class SQLiteStore:
                                   since=_time(r[6]), expires_at=parse_time(r[7])),
             ))
         return hits
+
+    def _hit_rows(self, conn: sqlite3.Connection, seqs: list[int], where: str,
+                  params: list[Any]) -> list[Any]:
+        """The search inputs of the rows ``seqs`` that pass the filters (neighbours and
+        keyword hits were found without them). Each row is a random page of the file:
+        from `HIT_SPLIT` rows on, `HIT_READERS` threads read a share each, so pages not
+        cached are read from disk at once instead of one after another. Each share is read
+        in its own snapshot; a row is a row of one of them, as if it had been read a
+        moment earlier or later (the rows were picked from an earlier snapshot anyway)."""
+
+        def read(conn: sqlite3.Connection, part: list[int]) -> list[Any]:
+            return conn.execute(
+                "SELECT c.seq, c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
+                " max(c.last_accessed_at, c.last_updated_at), c.expires_at"
+                # NOT INDEXED: look the hits up by rowid. Left alone, the planner walks the
+                # status index over every active cell (16 ms instead of 1 ms at 100k).
+                f" FROM cells c NOT INDEXED WHERE c.seq IN ({','.join('?' * len(part))})"
+                f" AND {where}",
+                (*part, *params),
+            ).fetchall()
+
+        if len(seqs) < HIT_SPLIT:
+            return read(conn, seqs)
+        with self._readers_lock:
+            if self._readers is None:
+                self._readers = ThreadPoolExecutor(HIT_READERS - 1,
+                                                   thread_name_prefix="ampup-amp-hits")
+            pool = self._readers
+        parts = [seqs[i::HIT_READERS] for i in range(HIT_READERS)]
+        others = [pool.submit(lambda part: read(self._conn(), part), part)
+                  for part in parts[1:]]
+        rows = read(conn, parts[0])
+        for job in others:
+            rows += job.result()
+        rows.sort(key=lambda r: r[0])  # the order one query gives
+        return rows
 
     @staticmethod
     def _affordable_terms(conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
@@ -649,6 +685,10 @@ class SQLiteStore:
         if self._vectors is not None:
             with self._vectors.lock:
                 self._vectors.matrix.drop()
+        with self._readers_lock:
+            readers, self._readers = self._readers, None
+        if readers is not None:
+            readers.shutdown(wait=True)
         self._conns.close_all()
 
 
