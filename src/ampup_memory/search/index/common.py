@@ -283,7 +283,8 @@ class VectorMatrix:
         if not build:
             return None
         pos = np.flatnonzero(self.groups == group)
-        rows = np.empty((len(pos) + len(pos) // 4, self.dimensions), dtype=np.float32)
+        # Room for a sixteenth more rows: a few new cells are appended without a copy.
+        rows = np.empty((len(pos) + len(pos) // 16 + 64, self.dimensions), dtype=np.float32)
         np.take(self.matrix, pos, axis=0, out=rows[:len(pos)])
         for other in self._evicted(held) or []:
             del self._blocks[other]
