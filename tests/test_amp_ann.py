@@ -375,9 +375,10 @@ def test_a_large_owners_cells_are_its_exact_nearest_through_writes_and_a_restart
 
 def test_hits_read_by_several_threads_are_the_hits_read_by_one(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A search's 200 candidates' rows, read in shares by `HIT_READERS` threads, are the
-    rows one query reads: the same hits in the same order, the filters (status, owner,
-    the access pushdown) applied to every share; closing the store ends the threads."""
+    """A search's 200 candidates' rows, read in shares by `HIT_READERS` threads (where
+    its first rows read slowly, as from disk), are the rows one query reads: the same
+    hits in the same order, the filters (status, owner, the access pushdown) applied to
+    every share; closing the store ends the threads."""
     import threading
 
     from ampup_memory.amp.store import sqlite as store_module
@@ -401,11 +402,16 @@ def test_hits_read_by_several_threads_are_the_hits_read_by_one(
                          json.dumps({"lifecycle": {"status": "archived"}}).encode())
         vector = rt.embedder.embed(["note on w3"])[0]
         filters = [CellFilter(agent_id=AGENT), CellFilter(agent_id=AGENT, owner_id="user_1")]
+        # Read by this thread alone (no first rows read slowly)...
+        monkeypatch.setattr(store_module, "HIT_SLOW_US", float("inf"))
+        alone = [rt.store.search_candidates(f, ["w3"], vector, 100) for f in filters]
+        assert not any(t.name.startswith("ampup-amp-hits") for t in threading.enumerate())
+        # ... and in shares (every first rows read slowly).
+        monkeypatch.setattr(store_module, "HIT_SLOW_US", -1.0)
         split = [rt.store.search_candidates(f, ["w3"], vector, 100) for f in filters]
         assert any(t.name.startswith("ampup-amp-hits") for t in threading.enumerate())
-        assert len(split[0]) >= store_module.HIT_SPLIT  # read in shares
-        monkeypatch.setattr(store_module, "HIT_SPLIT", 10**9)
-        assert [rt.store.search_candidates(f, ["w3"], vector, 100) for f in filters] == split
+        assert len(split[0]) >= store_module.HIT_SPLIT + store_module.HIT_PROBE
+        assert split == alone
         archived = set(ids[:600:9])
         for hits in split:
             assert not {h.cell_id for h in hits} & archived

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -144,12 +145,17 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _COLS = CELL_COLS
-# `SQLiteStore._hit_rows`: the hits' rows (200 for a 10-result search) are read by this
-# many threads at once from HIT_SPLIT rows on. At 1M cells, every page from disk: 24 to
-# 29 ms p50 read one after another, 10 to 11 ms by 4 threads, 5 to 6 ms by 8
-# (docs/performance.md, "AMP cell search at 1M: an owner's block, hits read at once").
+# `SQLiteStore._hit_rows`: the hits' rows (200 for a 10-result search) are read by
+# HIT_READERS threads at once, from HIT_SPLIT rows on, when the first HIT_PROBE of them
+# took more than HIT_SLOW_US of wall time a row (their pages came from disk). At 1M cells,
+# every page from disk: 24 to 29 ms p50 read one after another, 10 to 11 by 4 threads, 5
+# to 6 by 8; with the file's pages cached a row takes about 6 us, and the threads would
+# only add their cost (1 to 2 ms of CPU per search) (docs/performance.md, "AMP cell
+# search at 1M: an owner's block, hits read at once").
 HIT_READERS = 8
 HIT_SPLIT = 64
+HIT_PROBE = 8
+HIT_SLOW_US = 25.0
 
 
 
@@ -453,11 +459,12 @@ class SQLiteStore:
     def _hit_rows(self, conn: sqlite3.Connection, seqs: list[int], where: str,
                   params: list[Any]) -> list[Any]:
         """The search inputs of the rows ``seqs`` that pass the filters (neighbours and
-        keyword hits were found without them). Each row is a random page of the file:
-        from `HIT_SPLIT` rows on, `HIT_READERS` threads read a share each, so pages not
-        cached are read from disk at once instead of one after another. Each share is read
-        in its own snapshot; a row is a row of one of them, as if it had been read a
-        moment earlier or later (the rows were picked from an earlier snapshot anyway)."""
+        keyword hits were found without them). Each row is a random page of the file;
+        where the first rows' pages came from disk (`HIT_SLOW_US`), `HIT_READERS` threads
+        read a share each of the others, at once instead of one after another. Each share
+        is read in its own snapshot: a row is as if read a moment earlier or later (the
+        rows were picked from an earlier snapshot anyway). The rows come in row order
+        either way."""
 
         def read(conn: sqlite3.Connection, part: list[int]) -> list[Any]:
             return conn.execute(
@@ -470,17 +477,25 @@ class SQLiteStore:
                 (*part, *params),
             ).fetchall()
 
-        if len(seqs) < HIT_SPLIT:
+        if len(seqs) < HIT_SPLIT + HIT_PROBE:
             return read(conn, seqs)
+        # A few rows first, one after another, tell whether this search's pages come from
+        # disk; measured before the threads start, so none of them slows it.
+        started = time.perf_counter()
+        rows = read(conn, seqs[:HIT_PROBE])
+        per_row = (time.perf_counter() - started) * 1e6 / HIT_PROBE
+        rest = seqs[HIT_PROBE:]
+        if per_row <= HIT_SLOW_US:
+            return rows + read(conn, rest)
         with self._readers_lock:
             if self._readers is None:
                 self._readers = ThreadPoolExecutor(HIT_READERS - 1,
                                                    thread_name_prefix="ampup-amp-hits")
             pool = self._readers
-        parts = [seqs[i::HIT_READERS] for i in range(HIT_READERS)]
+        parts = [rest[i::HIT_READERS] for i in range(HIT_READERS)]
         others = [pool.submit(lambda part: read(self._conn(), part), part)
                   for part in parts[1:]]
-        rows = read(conn, parts[0])
+        rows += read(conn, parts[0])
         for job in others:
             rows += job.result()
         rows.sort(key=lambda r: r[0])  # the order one query gives
