@@ -31,24 +31,22 @@ if TYPE_CHECKING:
 log = logging.getLogger("ampup_memory.search")
 
 # `VectorMatrix.top` for one group of rows (an AMP owner, a view's segment) takes the
-# cheaper of two paths (`group_candidates`), costed in rows scored in place (about 0.1 us
-# each at 256 dimensions): the graph, asked for k / (the group's share of the rows)
-# candidates, GROUP_COST per candidate (never fewer than its efSearch floor gives); or
-# exact, GATHER_COST per row of the group gathered, or every row in place when the group
-# holds at least one in GATHER_SHARE. Measured at 100k and 1M rows (docs/performance.md,
-# "AMP cell search at 1M: where the time goes"): a row in place 0.10 us, a gathered row
-# 0.42 to 0.50 us, a graph candidate 16 to 20 us at 100k and 39 to 50 us at 1M (GROUP_COST
-# is between: a large owner at 1M is scored exactly, a view's base segment at 100k is not).
-#
-# A third exact path: a large group's own block, a contiguous copy of its rows scored in
-# place (BLOCK_COST per row, like a row of the matrix), built on the group's first exact
-# search (a gather, GATHER_COST per row) and kept in step with the matrix after. Only a
-# group holding at least one row in BLOCK_SHARE may have one, and the blocks together
-# hold at most one row in BLOCK_BUDGET of the matrix (at 1M 256-d rows: 256 MB beside
-# the 1 GB matrix; a larger group's block displaces smaller ones).
+# cheapest path (`group_candidates`), costed in rows scored in place (about 0.1 us each at
+# 256 dimensions): the graph, asked for k / (the group's share of the rows) candidates,
+# GROUP_COST per candidate (never fewer than its efSearch floor gives); the group's rows
+# gathered, GATHER_COST each; every row scored in place (the group's filtered out after);
+# or the group's own block, a contiguous copy of its rows scored in place, BLOCK_COST a
+# row (GATHER_COST while not yet built: its first search gathers the rows into it).
+# Measured at 100k and 1M rows (docs/performance.md, "AMP cell search at 1M: where the
+# time goes"): a row in place 0.10 us, a gathered row 0.42 to 0.50 us, a graph candidate 16
+# to 20 us at 100k and 39 to 50 us at 1M (GROUP_COST is between: a large owner at 1M is
+# scored exactly, a view's base segment at 100k is not). A block is kept in step with the
+# matrix (`VectorMatrix._block`); only a group holding at least one row in BLOCK_SHARE may
+# have one, and the blocks together hold at most one row in BLOCK_BUDGET of the matrix (at
+# 1M 256-d rows: 256 MB beside the 1 GB matrix; a larger group's block displaces smaller
+# ones). Views' segments (`top(seqs=...)`) have no blocks.
 GROUP_COST = 300
 GATHER_COST = 4
-GATHER_SHARE = 4
 BLOCK_COST = 1
 BLOCK_SHARE = 32
 BLOCK_BUDGET = 4
