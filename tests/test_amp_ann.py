@@ -128,6 +128,12 @@ def test_graph_answers_match_exact_search_with_and_without_an_owner(
         first = _settled(proc, http, "built")
         assert first == {"built": 1, "loaded": 0, "rejected": 0, "saved": 1, "building": 0}
         graph = _answers(http)
+        r = httpx.get(f"{proc.url}/status", headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+        memory = r.json()["stores"]["amp"]["vector_memory"]
+        # 6,200 vectors of 256 dimensions, and the graph; no owner holds a block (the one
+        # owner above 5,000 cells holds more than a quarter of them).
+        assert memory["matrix"] >= 6200 * 256 * 4 and memory["graph"] > 0, memory
+        assert memory["blocks"] == 0, memory
         http.close()
     hits = total = 0
     for got, want in zip(graph, exact, strict=True):
@@ -341,6 +347,9 @@ def test_a_large_owners_cells_are_its_exact_nearest_through_writes_and_a_restart
                                           [float(x) for x in query], 100)
         assert {h.cell_id: h.cosine for h in hits} == want
         assert rt.store.block_memory() >= len(rows) * len(query) * 4  # from the block
+        memory = rt.store.vector_memory()
+        assert memory["blocks"] == rt.store.block_memory()
+        assert memory["matrix"] >= 26_000 * len(query) * 4
         return {h.cell_id: h for h in hits}
 
     rt = runtime()

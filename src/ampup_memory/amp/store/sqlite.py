@@ -691,6 +691,14 @@ class SQLiteStore:
         with self._vectors.lock:
             return self._vectors.matrix.block_memory()
 
+    def vector_memory(self) -> dict[str, int] | None:
+        if self._vectors is None:
+            return None
+        with self._vectors.lock:
+            matrix = self._vectors.matrix
+            return {"matrix": matrix.buffer_memory(), "graph": self.graph_memory(),
+                    "blocks": matrix.block_memory()}
+
     def wait_graphs(self, timeout: float = 600.0) -> None:
         """Until the graph is built, loaded or saved (tests, benchmarks)."""
         if self._vectors is not None:

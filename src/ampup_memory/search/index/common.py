@@ -310,6 +310,11 @@ class VectorMatrix:
         """Bytes the groups' blocks hold (0: none)."""
         return sum(b.bytes for b in self._blocks.values())
 
+    def buffer_memory(self) -> int:
+        """Bytes of the rows' buffers (the vectors, their numbers, groups and seqs, with
+        the room grown ahead)."""
+        return sum(int(b.nbytes) for b in self._bufs)
+
     def _settle(self) -> None:
         """Append the pending rows. ``nums`` and ``matrix`` are views of buffers with room
         to spare (doubled when full), so a write followed by a query copies the new rows,
