@@ -428,3 +428,45 @@ def test_hits_read_by_several_threads_are_the_hits_read_by_one(
     finally:
         rt.close()
     assert not any(t.name.startswith("ampup-amp-hits") for t in threading.enumerate())
+
+
+def test_hits_are_read_from_the_narrow_index_alone_and_an_older_file_gets_it(
+        tmp_path: Path) -> None:
+    """The hits' rows are read from `cells_hits` alone (SQLite's plan says COVERING: no
+    wide row is read), with every filter; a file made before the index gets it on open."""
+    import sqlite3
+
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+
+    home = tmp_path / "home"
+
+    def runtime() -> Any:
+        return open_runtime(load_settings(home=str(home), embedding_provider="hash",
+                                          search_ann_min_vectors=0))
+
+    rt = runtime()
+    rt.close()
+    with sqlite3.connect(home / "amp.db") as conn:  # the layout before the index
+        conn.execute("DROP INDEX cells_hits")
+    rt = runtime()
+    try:
+        for i in range(30):
+            body = {"type": "semantic", "content": {"text": f"note {i} on w{i % 5}"},
+                    "identity": {"owner_id": f"user_{i % 2}", "owner_type": "user"}}
+            rt.amp.create(AGENT, json.dumps(body).encode())
+        statements: list[str] = []
+        conn = rt.store._conn()
+        conn.set_trace_callback(statements.append)
+        vector = rt.embedder.embed(["note on w3"])[0]
+        for flt in (CellFilter(agent_id=AGENT), CellFilter(agent_id=AGENT, owner_id="user_1")):
+            assert rt.store.search_candidates(flt, ["w3"], vector, 100)
+        conn.set_trace_callback(None)
+        reads = [s for s in statements if "INDEXED BY cells_hits" in s]
+        assert len(reads) == 2, statements
+        for sql in reads:
+            plan = " ".join(str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+            assert "COVERING INDEX cells_hits" in plan, plan
+    finally:
+        rt.close()

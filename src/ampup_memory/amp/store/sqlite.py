@@ -145,6 +145,15 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _COLS = CELL_COLS
+# What a search reads of its hits (`SQLiteStore._hit_rows`: the filters' columns, id, guard,
+# decay inputs), by row number: about 270 bytes a cell instead of a 1.8 KB row, so the
+# pages searches touch (one per hit) stay in the page cache: at 1M cells 270 MB of them,
+# not 4.3 GB. Made after `_add_search_columns` (older files lack some of the columns).
+_HITS_INDEX = """
+CREATE INDEX IF NOT EXISTS cells_hits ON cells(seq, status, public, created_by, owner_id,
+    has_readers, type, id, guard, importance, confidence, decay_rate, last_accessed_at,
+    last_updated_at, expires_at)
+"""
 # `SQLiteStore._hit_rows`: the hits' rows (200 for a 10-result search) are read by
 # HIT_READERS threads at once, from HIT_SPLIT rows on, when the first HIT_PROBE of them
 # took more than HIT_SLOW_US of wall time a row (their pages came from disk). At 1M cells,
@@ -269,6 +278,7 @@ class SQLiteStore:
         with self._write_lock:
             conn.executescript(SCHEMA)
             _add_search_columns(conn)
+            conn.execute(_HITS_INDEX)
             if "states" not in {r[1] for r in conn.execute(
                     "PRAGMA table_info(lifecycle_passes)")}:  # made before it kept states
                 conn.execute("ALTER TABLE lifecycle_passes ADD COLUMN states TEXT")
@@ -470,9 +480,11 @@ class SQLiteStore:
             return conn.execute(
                 "SELECT c.seq, c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
                 " max(c.last_accessed_at, c.last_updated_at), c.expires_at"
-                # NOT INDEXED: look the hits up by rowid. Left alone, the planner walks the
-                # status index over every active cell (16 ms instead of 1 ms at 100k).
-                f" FROM cells c NOT INDEXED WHERE c.seq IN ({','.join('?' * len(part))})"
+                # INDEXED BY: look the hits up by row number in the narrow index that
+                # holds every column read here. Left alone, the planner walks the status
+                # index over every active cell (16 ms instead of 1 ms at 100k).
+                f" FROM cells c INDEXED BY cells_hits"
+                f" WHERE c.seq IN ({','.join('?' * len(part))})"
                 f" AND {where}",
                 (*part, *params),
             ).fetchall()
