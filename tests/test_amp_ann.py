@@ -128,6 +128,12 @@ def test_graph_answers_match_exact_search_with_and_without_an_owner(
         first = _settled(proc, http, "built")
         assert first == {"built": 1, "loaded": 0, "rejected": 0, "saved": 1, "building": 0}
         graph = _answers(http)
+        r = httpx.get(f"{proc.url}/status", headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+        memory = r.json()["stores"]["amp"]["vector_memory"]
+        # 6,200 vectors of 256 dimensions, and the graph; no owner holds a block (the one
+        # owner above 5,000 cells holds more than a quarter of them).
+        assert memory["matrix"] >= 6200 * 256 * 4 and memory["graph"] > 0, memory
+        assert memory["blocks"] == 0, memory
         http.close()
     hits = total = 0
     for got, want in zip(graph, exact, strict=True):
@@ -210,16 +216,257 @@ def test_group_search_finds_the_groups_nearest_rows_by_graph_or_exactly(
     assert matrix.top(queries[0], 10, group=99) == []
 
 
-
 def test_a_group_takes_the_cheaper_path_at_a_million_rows() -> None:
     """The path rule, with the costs measured at a million 256-d rows: the 8 % owner
-    (80,000 cells, 2,500 graph candidates for 200 of its own) is scored exactly (35 ms
-    against 97 through the graph), as are rarer owners; half the rows, or a view's base
-    segment, go to the graph."""
+    (80,000 cells, 2,500 graph candidates for 200 of its own) is scored in its own block
+    (80,000 rows in place, about 8 ms, against 35 ms gathered and 97 through the graph;
+    its first search gathers the rows into it), or gathered where it may have no block;
+    rarer owners are gathered; half the rows, or a view's base segment, go to the graph."""
     from ampup_memory.search.index.common import group_candidates
 
-    assert group_candidates(200, 80_000, 1_000_000) is None
-    assert group_candidates(200, 20_000, 1_000_000) is None
-    assert group_candidates(200, 500_000, 1_000_000) == 400
-    assert group_candidates(100, 990_000, 1_000_000) == 102
-    assert group_candidates(100, 990, 1_000_000) is None
+    assert group_candidates(200, 80_000, 1_000_000, block=True) == ("block", 0)
+    assert group_candidates(200, 80_000, 1_000_000, block=False) == ("block", 0)
+    assert group_candidates(200, 80_000, 1_000_000) == ("gather", 0)
+    assert group_candidates(200, 80_000, 1_000_000, graph=False, block=True) == ("block", 0)
+    assert group_candidates(200, 20_000, 1_000_000) == ("gather", 0)
+    assert group_candidates(200, 500_000, 1_000_000) == ("graph", 400)
+    assert group_candidates(100, 990_000, 1_000_000) == ("graph", 102)
+    assert group_candidates(100, 990, 1_000_000) == ("gather", 0)
+    # Without a graph, a group of a quarter or more is scored in place with every row.
+    assert group_candidates(100, 500_000, 1_000_000, graph=False) == ("scan", 0)
+
+
+def _reference(vecs: Any, nums: Any, query: Any, k: int) -> list[tuple[int, float]]:
+    """The ``k`` nearest of ``vecs`` by numpy (`dots`), ties to the lower number."""
+    from ampup_memory.search.index.common import dots
+
+    sims = dots(vecs, query)
+    order = sorted(range(len(nums)), key=lambda i: (-float(sims[i]), int(nums[i])))[:k]
+    return sorted((int(nums[i]), float(sims[i])) for i in order)
+
+
+def test_a_groups_block_answers_like_exact_search_through_changes() -> None:
+    """`VectorMatrix.top(group=...)` from a large group's block: the same rows and the
+    same floats as numpy over the group's current vectors, after rows are added, changed
+    and removed; a larger group's block displaces a smaller one's within the budget."""
+    import numpy as np
+
+    from ampup_memory.search.index.common import BLOCK_BUDGET, VectorMatrix
+
+    n, dims = 20_000, 32
+    vecs = unit_vectors(n + 300, dims, 5)
+    # group 1: 10 % of the rows, group 2: 5 %, the rest spread over 40 small groups.
+    groups = np.where(np.arange(n + 300) % 20 < 2, 1,
+                      np.where(np.arange(n + 300) % 20 == 2, 2, 3 + np.arange(n + 300) % 40))
+    matrix = VectorMatrix(dims)
+    current = vecs.copy()
+    for i in range(n):
+        matrix.put(i + 1, vecs[i], group=int(groups[i]))
+    queries = unit_vectors(5, dims, 6)
+
+    def check(group: int) -> None:
+        members = np.flatnonzero(groups[:len(matrix.pos)] == group)
+        for q in queries:
+            got = sorted(matrix.top(q, 50, group=group))
+            assert got == _reference(current[members], members + 1, q, 50)
+
+    check(2)
+    assert set(matrix._blocks) == {2}
+    check(1)  # 10 % + 5 % fit within a quarter of the rows: both kept
+    assert set(matrix._blocks) == {1, 2}
+    assert matrix.block_memory() >= (2000 + 1000) * dims * 4
+    # Rows added (pending, then caught up by the block), changed in place and removed.
+    for i in range(n, n + 300):
+        matrix.put(i + 1, vecs[i], group=int(groups[i]))
+    for num in (1, 2, 21, 40, n + 1, n + 2):  # rows of groups 1 and 2, old and new
+        at = num - 1
+        current[at] = queries[0] if num % 2 else -queries[1]
+        matrix.put(num, current[at], group=int(groups[at]))
+    for num in (22, 41, n + 21):
+        matrix.remove(num)
+        current[num - 1] = 0.0
+    check(1)
+    check(2)
+    top = matrix.top(queries[0], 5, group=1)
+    assert {num for num, _ in top} >= {1, 21, n + 1}
+    # A group as large as the budget displaces the smaller blocks; a smaller one then
+    # finds no room and is gathered, with the same answers.
+    big = VectorMatrix(dims)
+    owner = np.where(np.arange(n) % BLOCK_BUDGET == 0, 1, 2 + np.arange(n) % 2)
+    owner = np.where(np.arange(n) % 20 == 1, 9, owner)
+    for i in range(n):
+        big.put(i + 1, vecs[i], group=int(owner[i]))
+    big.top(queries[0], 10, group=9)
+    assert set(big._blocks) == {9}
+    big.top(queries[0], 10, group=1)
+    assert set(big._blocks) == {1}
+    members = np.flatnonzero(owner == 9)
+    assert sorted(big.top(queries[1], 10, group=9)) == _reference(
+        vecs[members], members + 1, queries[1], 10)
+    assert set(big._blocks) == {1}
+
+
+def test_a_large_owners_cells_are_its_exact_nearest_through_writes_and_a_restart(
+        tmp_path: Path) -> None:
+    """The cell store with an owner of a fifth of 26,000 cells (above the 5,000 ranked in
+    SQL, so its vector step runs in the matrix, from the owner's block): its candidates
+    are the owner's nearest cells with the cosines numpy gives over the stored vectors,
+    after new cells, an edit (a new vector), an archive and a delete, an expiry, and a
+    restart (the block is built again)."""
+    import random
+
+    import numpy as np
+
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+
+    home = tmp_path / "home"
+
+    def runtime() -> Any:
+        return open_runtime(load_settings(home=str(home), embedding_provider="hash",
+                                          search_ann_min_vectors=0))
+
+    words = [f"w{i}" for i in range(300)]
+    rng = random.Random(3)
+
+    def create(rt: Any, owner: str, text: str | None = None) -> str:
+        text = text or " ".join(rng.choice(words) for _ in range(6))
+        body = {"type": "semantic", "content": {"text": text},
+                "identity": {"owner_id": owner, "owner_type": "user"}}
+        return str(rt.amp.create(AGENT, json.dumps(body).encode()).id)
+
+    def check(rt: Any, text: str) -> dict[str, Any]:
+        query = np.asarray(rt.embedder.embed([text])[0], dtype=np.float32)
+        rows = rt.store._conn().execute(
+            "SELECT seq, id, vec, status FROM cells WHERE owner_id = ?", (BIG,)).fetchall()
+        vecs = np.vstack([np.frombuffer(r[2], dtype=np.float32) for r in rows])
+        nearest = dict(_reference(vecs, np.asarray([r[0] for r in rows]), query, 200))
+        want = {r[1]: nearest[r[0]] for r in rows if r[0] in nearest and r[3] == "active"}
+        hits = rt.store.search_candidates(CellFilter(agent_id=AGENT, owner_id=BIG), [],
+                                          [float(x) for x in query], 100)
+        assert {h.cell_id: h.cosine for h in hits} == want
+        assert rt.store.block_memory() >= len(rows) * len(query) * 4  # from the block
+        memory = rt.store.vector_memory()
+        assert memory["blocks"] == rt.store.block_memory()
+        assert memory["matrix"] >= 26_000 * len(query) * 4
+        return {h.cell_id: h for h in hits}
+
+    rt = runtime()
+    try:
+        rt.store._conn().execute("PRAGMA synchronous=OFF")
+        for i in range(26_000):
+            create(rt, BIG if i % 5 == 0 else f"user_{i % 13}")
+        query = "w1 w2 w3 w4 w5 w6"
+        check(rt, query)
+        fresh = create(rt, BIG, query)  # a new row, appended to the block
+        assert fresh in check(rt, query)
+        edited = next(iter(check(rt, "w7 w8 w9 w10 w11 w12")))
+        rt.amp.patch(edited, AGENT, json.dumps({"content": {"text": query}}).encode())
+        assert edited in check(rt, query)  # its row in the block took the new vector
+        rt.amp.patch(fresh, AGENT, json.dumps({"lifecycle": {"status": "archived"}}).encode())
+        rt.amp.delete(fresh, AGENT)
+        assert fresh not in check(rt, query)
+        past = "2020-01-01T00:00:00Z"
+        rt.amp.patch(edited, AGENT,
+                     json.dumps({"lifecycle": {"expires_at": past}}).encode())
+        assert check(rt, query)[edited].decay.expires_at is not None  # scored 0 by decay
+    finally:
+        rt.close()
+    rt = runtime()
+    try:
+        assert rt.store.block_memory() == 0
+        found = check(rt, query)
+        assert edited in found and fresh not in found
+    finally:
+        rt.close()
+
+
+def test_hits_read_by_several_threads_are_the_hits_read_by_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A search's 200 candidates' rows, read in shares by `HIT_READERS` threads (where
+    its first rows read slowly, as from disk), are the rows one query reads: the same
+    hits in the same order, the filters (status, owner, the access pushdown) applied to
+    every share; closing the store ends the threads."""
+    import threading
+
+    from ampup_memory.amp.store import sqlite as store_module
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+
+    rt = open_runtime(load_settings(home=str(tmp_path / "home"), embedding_provider="hash",
+                                    search_ann_min_vectors=0))
+    try:
+        rt.store._conn().execute("PRAGMA synchronous=OFF")
+        ids = []
+        for i in range(600):
+            body = {"type": "semantic", "content": {"text": f"note {i} on w{i % 17}"},
+                    "identity": {"owner_id": f"user_{i % 3}", "owner_type": "user"},
+                    "access_policy": {"public": i % 7 == 0}}
+            ids.append(str(rt.amp.create(AGENT if i % 2 else "agent_other",
+                                         json.dumps(body).encode()).id))
+        for cell_id in ids[:600:9]:
+            rt.amp.patch(cell_id, AGENT if ids.index(cell_id) % 2 else "agent_other",
+                         json.dumps({"lifecycle": {"status": "archived"}}).encode())
+        vector = rt.embedder.embed(["note on w3"])[0]
+        filters = [CellFilter(agent_id=AGENT), CellFilter(agent_id=AGENT, owner_id="user_1")]
+        # Read by this thread alone (no first rows read slowly)...
+        monkeypatch.setattr(store_module, "HIT_SLOW_US", float("inf"))
+        alone = [rt.store.search_candidates(f, ["w3"], vector, 100) for f in filters]
+        assert not any(t.name.startswith("ampup-amp-hits") for t in threading.enumerate())
+        # ... and in shares (every first rows read slowly).
+        monkeypatch.setattr(store_module, "HIT_SLOW_US", -1.0)
+        split = [rt.store.search_candidates(f, ["w3"], vector, 100) for f in filters]
+        assert any(t.name.startswith("ampup-amp-hits") for t in threading.enumerate())
+        assert len(split[0]) >= store_module.HIT_SPLIT + store_module.HIT_PROBE
+        assert split == alone
+        archived = set(ids[:600:9])
+        for hits in split:
+            assert not {h.cell_id for h in hits} & archived
+            assert all(h.guard.public or h.guard.created_by == AGENT for h in hits)
+    finally:
+        rt.close()
+    assert not any(t.name.startswith("ampup-amp-hits") for t in threading.enumerate())
+
+
+def test_hits_are_read_from_the_narrow_index_alone_and_an_older_file_gets_it(
+        tmp_path: Path) -> None:
+    """The hits' rows are read from `cells_hits` alone (SQLite's plan says COVERING: no
+    wide row is read), with every filter; a file made before the index gets it on open."""
+    import sqlite3
+
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+
+    home = tmp_path / "home"
+
+    def runtime() -> Any:
+        return open_runtime(load_settings(home=str(home), embedding_provider="hash",
+                                          search_ann_min_vectors=0))
+
+    rt = runtime()
+    rt.close()
+    with sqlite3.connect(home / "amp.db") as conn:  # the layout before the index
+        conn.execute("DROP INDEX cells_hits")
+    rt = runtime()
+    try:
+        for i in range(30):
+            body = {"type": "semantic", "content": {"text": f"note {i} on w{i % 5}"},
+                    "identity": {"owner_id": f"user_{i % 2}", "owner_type": "user"}}
+            rt.amp.create(AGENT, json.dumps(body).encode())
+        statements: list[str] = []
+        conn = rt.store._conn()
+        conn.set_trace_callback(statements.append)
+        vector = rt.embedder.embed(["note on w3"])[0]
+        for flt in (CellFilter(agent_id=AGENT), CellFilter(agent_id=AGENT, owner_id="user_1")):
+            assert rt.store.search_candidates(flt, ["w3"], vector, 100)
+        conn.set_trace_callback(None)
+        reads = [s for s in statements if "INDEXED BY cells_hits" in s]
+        assert len(reads) == 2, statements
+        for sql in reads:
+            plan = " ".join(str(r[3]) for r in conn.execute(f"EXPLAIN QUERY PLAN {sql}"))
+            assert "COVERING INDEX cells_hits" in plan, plan
+    finally:
+        rt.close()

@@ -77,7 +77,9 @@ def collect(runtime: Runtime, feed: Feed | None = None,
         "versions": _versions(),
         "stores": {
             "amp": {**_store(settings.resolved_store_uri), "cells": runtime.store.count(),
-                    "graphs": runtime.store.graphs()},
+                    "graphs": runtime.store.graphs(),
+                    # Bytes of cell vectors in this process (None: in PostgreSQL).
+                    "vector_memory": runtime.store.vector_memory()},
             "catalog": _store(settings.resolved_catalog_uri),
             "warehouse": {"location": mask_uri(warehouse),
                           "bytes": _file_bytes(warehouse_path) if warehouse_path else None},

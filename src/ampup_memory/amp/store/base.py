@@ -225,6 +225,12 @@ class CellStore(Protocol):
         vector index (PostgreSQL)."""
         ...
 
+    def vector_memory(self) -> dict[str, int] | None:
+        """Bytes this process holds for the cell vectors: ``matrix`` (every vector),
+        ``graph`` (the HNSW graph in use, 0: none), ``blocks`` (large owners' contiguous
+        copies); None where the database keeps them (PostgreSQL)."""
+        ...
+
     def close(self) -> None: ...
 
 

@@ -717,6 +717,9 @@ class PostgresStore:
     def graphs(self) -> dict[str, int] | None:
         return None  # pgvector's HNSW index lives in the database
 
+    def vector_memory(self) -> dict[str, int] | None:
+        return None  # the vectors and their index live in the database
+
     def close(self) -> None:
         self._pool.close()
 

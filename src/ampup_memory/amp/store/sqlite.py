@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -143,6 +145,26 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _COLS = CELL_COLS
+# What a search reads of its hits (`SQLiteStore._hit_rows`: the filters' columns, id, guard,
+# decay inputs), by row number: about 270 bytes a cell instead of a 1.8 KB row, so the
+# pages searches touch (one per hit) stay in the page cache: at 1M cells 270 MB of them,
+# not 4.3 GB. Made after `_add_search_columns` (older files lack some of the columns).
+_HITS_INDEX = """
+CREATE INDEX IF NOT EXISTS cells_hits ON cells(seq, status, public, created_by, owner_id,
+    has_readers, type, id, guard, importance, confidence, decay_rate, last_accessed_at,
+    last_updated_at, expires_at)
+"""
+# `SQLiteStore._hit_rows`: the hits' rows (200 for a 10-result search) are read by
+# HIT_READERS threads at once, from HIT_SPLIT rows on, when the first HIT_PROBE of them
+# took more than HIT_SLOW_US of wall time a row (their pages came from disk). At 1M cells,
+# every page from disk: 24 to 29 ms p50 read one after another, 10 to 11 by 4 threads, 5
+# to 6 by 8; with the file's pages cached a row takes about 6 us, and the threads would
+# only add their cost (1 to 2 ms of CPU per search) (docs/performance.md, "AMP cell
+# search at 1M: an owner's block, hits read at once").
+HIT_READERS = 8
+HIT_SPLIT = 64
+HIT_PROBE = 8
+HIT_SLOW_US = 25.0
 
 
 
@@ -245,6 +267,8 @@ class SQLiteStore:
         self._conns = ThreadConnections(self.path, synchronous="FULL", timeout=30.0)
         self._write_lock = threading.Lock()
         self._holder = uuid.uuid4().hex
+        self._readers: ThreadPoolExecutor | None = None  # `_hit_rows`, made when needed
+        self._readers_lock = threading.Lock()
         # From ann_min_vectors cells on, an HNSW graph (search/index/ann.py) proposes
         # vector candidates; it is saved beside the file and loaded on the next start.
         graph = self.path.with_name(self.path.name + ".graphs") / "cells.ann"
@@ -254,6 +278,7 @@ class SQLiteStore:
         with self._write_lock:
             conn.executescript(SCHEMA)
             _add_search_columns(conn)
+            conn.execute(_HITS_INDEX)
             if "states" not in {r[1] for r in conn.execute(
                     "PRAGMA table_info(lifecycle_passes)")}:  # made before it kept states
                 conn.execute("ALTER TABLE lifecycle_passes ADD COLUMN states TEXT")
@@ -423,16 +448,7 @@ class SQLiteStore:
         seqs = set(keyword) | set(cosine)
         if not seqs:
             return []
-        # Neighbours and keyword hits were found without the filters: keep rows that pass.
-        marks = ",".join("?" * len(seqs))
-        rows = conn.execute(
-            "SELECT c.seq, c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
-            " max(c.last_accessed_at, c.last_updated_at), c.expires_at"
-            # NOT INDEXED: look the hits up by rowid. Left alone, the planner walks the
-            # status index over every active cell (16 ms instead of 1 ms at 100k cells).
-            f" FROM cells c NOT INDEXED WHERE c.seq IN ({marks}) AND {where}",
-            (*seqs, *params),
-        ).fetchall()
+        rows = self._hit_rows(conn, sorted(seqs), where, params)
         if query is not None and self._vectors is not None:
             missing = [r[0] for r in rows if r[0] not in cosine]
             cosine.update(self._vectors.cosine(query, missing))
@@ -449,6 +465,53 @@ class SQLiteStore:
                                   since=_time(r[6]), expires_at=parse_time(r[7])),
             ))
         return hits
+
+    def _hit_rows(self, conn: sqlite3.Connection, seqs: list[int], where: str,
+                  params: list[Any]) -> list[Any]:
+        """The search inputs of the rows ``seqs`` that pass the filters (neighbours and
+        keyword hits were found without them). Each row is a random page of the file;
+        where the first rows' pages came from disk (`HIT_SLOW_US`), `HIT_READERS` threads
+        read a share each of the others, at once instead of one after another. Each share
+        is read in its own snapshot: a row is as if read a moment earlier or later (the
+        rows were picked from an earlier snapshot anyway). The rows come in row order
+        either way."""
+
+        def read(conn: sqlite3.Connection, part: list[int]) -> list[Any]:
+            return conn.execute(
+                "SELECT c.seq, c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
+                " max(c.last_accessed_at, c.last_updated_at), c.expires_at"
+                # INDEXED BY: look the hits up by row number in the narrow index that
+                # holds every column read here. Left alone, the planner walks the status
+                # index over every active cell (16 ms instead of 1 ms at 100k).
+                f" FROM cells c INDEXED BY cells_hits"
+                f" WHERE c.seq IN ({','.join('?' * len(part))})"
+                f" AND {where}",
+                (*part, *params),
+            ).fetchall()
+
+        if len(seqs) < HIT_SPLIT + HIT_PROBE:
+            return read(conn, seqs)
+        # A few rows first, one after another, tell whether this search's pages come from
+        # disk; measured before the threads start, so none of them slows it.
+        started = time.perf_counter()
+        rows = read(conn, seqs[:HIT_PROBE])
+        per_row = (time.perf_counter() - started) * 1e6 / HIT_PROBE
+        rest = seqs[HIT_PROBE:]
+        if per_row <= HIT_SLOW_US:
+            return rows + read(conn, rest)
+        with self._readers_lock:
+            if self._readers is None:
+                self._readers = ThreadPoolExecutor(HIT_READERS - 1,
+                                                   thread_name_prefix="ampup-amp-hits")
+            pool = self._readers
+        parts = [rest[i::HIT_READERS] for i in range(HIT_READERS)]
+        others = [pool.submit(lambda part: read(self._conn(), part), part)
+                  for part in parts[1:]]
+        rows += read(conn, parts[0])
+        for job in others:
+            rows += job.result()
+        rows.sort(key=lambda r: r[0])  # the order one query gives
+        return rows
 
     @staticmethod
     def _affordable_terms(conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
@@ -632,6 +695,22 @@ class SQLiteStore:
             ann = self._vectors.matrix.ann
             return ann.memory_bytes if ann is not None else 0
 
+    def block_memory(self) -> int:
+        """Bytes the large owners' contiguous copies of their vectors hold
+        (`group_candidates`, "block"; 0: none)."""
+        if self._vectors is None:
+            return 0
+        with self._vectors.lock:
+            return self._vectors.matrix.block_memory()
+
+    def vector_memory(self) -> dict[str, int] | None:
+        if self._vectors is None:
+            return None
+        with self._vectors.lock:
+            matrix = self._vectors.matrix
+            return {"matrix": matrix.buffer_memory(), "graph": self.graph_memory(),
+                    "blocks": matrix.block_memory()}
+
     def wait_graphs(self, timeout: float = 600.0) -> None:
         """Until the graph is built, loaded or saved (tests, benchmarks)."""
         if self._vectors is not None:
@@ -641,6 +720,10 @@ class SQLiteStore:
         if self._vectors is not None:
             with self._vectors.lock:
                 self._vectors.matrix.drop()
+        with self._readers_lock:
+            readers, self._readers = self._readers, None
+        if readers is not None:
+            readers.shutdown(wait=True)
         self._conns.close_all()
 
 

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from ampup_memory.search.index.ann import (
     EXACT_SHARE,
@@ -31,17 +31,25 @@ if TYPE_CHECKING:
 log = logging.getLogger("ampup_memory.search")
 
 # `VectorMatrix.top` for one group of rows (an AMP owner, a view's segment) takes the
-# cheaper of two paths (`group_candidates`), costed in rows scored in place (about 0.1 us
-# each at 256 dimensions): the graph, asked for k / (the group's share of the rows)
-# candidates, GROUP_COST per candidate (never fewer than its efSearch floor gives); or
-# exact, GATHER_COST per row of the group gathered, or every row in place when the group
-# holds at least one in GATHER_SHARE. Measured at 100k and 1M rows (docs/performance.md,
-# "AMP cell search at 1M: where the time goes"): a row in place 0.10 us, a gathered row
-# 0.42 to 0.50 us, a graph candidate 16 to 20 us at 100k and 39 to 50 us at 1M (GROUP_COST
-# is between: a large owner at 1M is scored exactly, a view's base segment at 100k is not).
+# cheapest path (`group_candidates`), costed in rows scored in place (about 0.1 us each at
+# 256 dimensions): the graph, asked for k / (the group's share of the rows) candidates,
+# GROUP_COST per candidate (never fewer than its efSearch floor gives); the group's rows
+# gathered, GATHER_COST each; every row scored in place (the group's filtered out after);
+# or the group's own block, a contiguous copy of its rows scored in place, BLOCK_COST a
+# row (GATHER_COST while not yet built: its first search gathers the rows into it).
+# Measured at 100k and 1M rows (docs/performance.md, "AMP cell search at 1M: where the
+# time goes"): a row in place 0.10 us, a gathered row 0.42 to 0.50 us, a graph candidate 16
+# to 20 us at 100k and 39 to 50 us at 1M (GROUP_COST is between: a large owner at 1M is
+# scored exactly, a view's base segment at 100k is not). A block is kept in step with the
+# matrix (`VectorMatrix._block`); only a group holding at least one row in BLOCK_SHARE may
+# have one, and the blocks together hold at most one row in BLOCK_BUDGET of the matrix (at
+# 1M 256-d rows: 256 MB beside the 1 GB matrix; a larger group's block displaces smaller
+# ones). Views' segments (`top(seqs=...)`) have no blocks.
 GROUP_COST = 300
 GATHER_COST = 4
-GATHER_SHARE = 4
+BLOCK_COST = 1
+BLOCK_SHARE = 32
+BLOCK_BUDGET = 4
 # Rows gathered and scored at a time: one small buffer instead of a copy of every row.
 GATHER_CHUNK = 1024
 # Rows a background build adds between two checks of whether to stop (about a second of
@@ -98,14 +106,26 @@ def dots(matrix: np.ndarray, query: np.ndarray) -> np.ndarray:
     return result
 
 
-def group_candidates(k: int, held: int, rows: int) -> int | None:
-    """How many candidates to ask the graph for, for the ``k`` nearest of a group of
-    ``held`` of the ``rows`` rows (k / the group's share), or None where scoring the
-    group exactly costs less (the costs beside `GROUP_COST`)."""
+GroupWay = Literal["graph", "block", "gather", "scan"]
+
+
+def group_candidates(k: int, held: int, rows: int, *, graph: bool = True,
+                     block: bool | None = None) -> tuple[GroupWay, int]:
+    """The cheapest way to the ``k`` nearest of a group of ``held`` of the ``rows`` rows,
+    costed in rows scored in place (the costs beside `GROUP_COST`), and for ``"graph"``
+    how many candidates to ask it for (k / the group's share). ``graph``: a graph is
+    ready; ``block``: the group's block is built (True), may be built (False, its first
+    search gathers the rows once), or may not (None)."""
     want = -(-k * rows // held)
-    graph = GROUP_COST * max(want, EXPANSION_SEARCH // OVERFETCH)
-    exact = held * GATHER_COST if held * GATHER_SHARE < rows else rows
-    return want if graph <= exact else None
+    costs: dict[GroupWay, int] = {"scan": rows, "gather": held * GATHER_COST}
+    if block is not None:
+        costs["block"] = held * (BLOCK_COST if block else GATHER_COST)
+    # At equal cost: a block before a gather (the gather builds it), a scan before one.
+    order: tuple[GroupWay, ...] = ("block", "scan", "gather")
+    way = min(order, key=lambda w: costs.get(w, rows + 1))
+    if graph and GROUP_COST * max(want, EXPANSION_SEARCH // OVERFETCH) <= costs[way]:
+        return "graph", want
+    return way, 0
 
 
 def dots_at(matrix: np.ndarray, rows: np.ndarray, query: np.ndarray) -> np.ndarray:
@@ -124,6 +144,37 @@ def dots_at(matrix: np.ndarray, rows: np.ndarray, query: np.ndarray) -> np.ndarr
         np.take(matrix, part, axis=0, out=block)
         out[start:start + len(part)] = dots(block, query)
     return out
+
+
+class _Block:
+    """One group's rows copied into one contiguous buffer (`group_candidates`, "block"):
+    ``pos`` their positions in the matrix, ascending, ``rows[:len(pos)]`` their vectors,
+    the same floats; ``covered``: the matrix rows looked at, later ones are the group's
+    rows still to append."""
+
+    def __init__(self, pos: np.ndarray, rows: np.ndarray, covered: int) -> None:
+        self.pos = pos
+        self.rows = rows
+        self.covered = covered
+
+    def __len__(self) -> int:
+        return len(self.pos)
+
+    @property
+    def bytes(self) -> int:
+        return int(self.rows.nbytes + self.pos.nbytes)
+
+    def append(self, pos: np.ndarray, vectors: np.ndarray) -> None:
+        """Add rows past the last; the buffer grows by a quarter when full."""
+        import numpy as np
+
+        have, need = len(self.pos), len(self.pos) + len(pos)
+        if need > len(self.rows):
+            rows = np.empty((need + need // 4, self.rows.shape[1]), dtype=self.rows.dtype)
+            rows[:have] = self.rows[:have]
+            self.rows = rows
+        self.rows[have:need] = vectors
+        self.pos = np.concatenate([self.pos, pos])
 
 
 class VectorMatrix:
@@ -173,6 +224,8 @@ class VectorMatrix:
         # (positions in row-number order, the row numbers in that order), for `begun_mask`
         self._sorted: tuple[np.ndarray, np.ndarray] | None = None
         self._to_save: tuple[bytes, Any] | None = None  # the latest sealed graph to write
+        # Large groups' own contiguous copies of their rows, by group (`_block`).
+        self._blocks: dict[int, _Block] = {}
 
     def put(self, num: int, vector: np.ndarray, *, group: int = 0, seq: int = 0,
             start: int = 0) -> None:
@@ -185,6 +238,7 @@ class VectorMatrix:
             self._settle()  # the row may still be pending
             self.version += 1
             self.matrix[at] = vector
+            self._mirror(at)
             self.seqs[at] = seq
             self.starts[at] = start
             self._latest, self._sorted = None, None
@@ -201,6 +255,7 @@ class VectorMatrix:
         self._settle()
         self.version += 1
         self.matrix[at] = 0.0  # a zero row never ranks above a real match
+        self._mirror(at)
         self._removed.add(num)
         self.ann = None
 
@@ -208,6 +263,67 @@ class VectorMatrix:
         """Stop this matrix's background work (its cache was reset or closed)."""
         self.version += 1
         self.ann = None
+        self._blocks = {}
+
+    def _mirror(self, at: int) -> None:
+        """Row ``at`` of the matrix changed: its group's block, if it holds the row, takes
+        the same floats."""
+        import numpy as np
+
+        block = self._blocks.get(int(self.groups[at]))
+        if block is not None and at < block.covered:
+            i = int(np.searchsorted(block.pos, at))
+            block.rows[i] = self.matrix[at]
+
+    def _block(self, group: int, held: int, build: bool) -> _Block | None:
+        """``group``'s block with the rows written since appended; with ``build``, made
+        (its rows gathered once) where it has none, displacing smaller groups' blocks
+        if the budget needs their room. ``held``: the group's rows now."""
+        import numpy as np
+
+        block = self._blocks.get(group)
+        if block is not None:
+            if block.covered < len(self.nums):
+                new = block.covered + np.flatnonzero(self.groups[block.covered:] == group)
+                block.append(new, self.matrix[new])
+                block.covered = len(self.nums)
+            return block
+        if not build:
+            return None
+        pos = np.flatnonzero(self.groups == group)
+        # Room for a sixteenth more rows: a few new cells are appended without a copy.
+        rows = np.empty((len(pos) + len(pos) // 16 + 64, self.dimensions), dtype=np.float32)
+        np.take(self.matrix, pos, axis=0, out=rows[:len(pos)])
+        for other in self._evicted(held) or []:
+            del self._blocks[other]
+        block = self._blocks[group] = _Block(pos, rows, len(self.nums))
+        return block
+
+    def _evicted(self, held: int) -> list[int] | None:
+        """The groups whose blocks (smallest first, each smaller than ``held`` rows) make
+        room within `BLOCK_BUDGET` for a block of ``held`` rows; None: no room."""
+        budget = len(self.nums) // BLOCK_BUDGET
+        used = sum(len(b) for b in self._blocks.values())
+        out: list[int] = []
+        for group, block in sorted(self._blocks.items(), key=lambda gb: len(gb[1])):
+            if used + held <= budget or len(block) >= held:
+                break
+            out.append(group)
+            used -= len(block)
+        return out if used + held <= budget else None
+
+    def _may_block(self, held: int) -> bool:
+        """Whether a group of ``held`` rows, without a block, may have one."""
+        return held * BLOCK_SHARE >= len(self.nums) and self._evicted(held) is not None
+
+    def block_memory(self) -> int:
+        """Bytes the groups' blocks hold (0: none)."""
+        return sum(b.bytes for b in self._blocks.values())
+
+    def buffer_memory(self) -> int:
+        """Bytes of the rows' buffers (the vectors, their numbers, groups and seqs, with
+        the room grown ahead)."""
+        return sum(int(b.nbytes) for b in self._bufs)
 
     def _settle(self) -> None:
         """Append the pending rows. ``nums`` and ``matrix`` are views of buffers with room
@@ -462,55 +578,88 @@ class VectorMatrix:
         nearest among that group's rows; with ``seqs`` = (after, upto], among the rows whose
         commit seq is in it (a view's segment: rows it does not hold are never listed);
         with ``begun_at``, among the rows whose validity has begun then (``start <=``
-        it). Each filter goes through the one cost rule below (graph asked for more, or
-        the kept rows gathered, or every row scored)."""
+        it). Each filter goes through the one cost rule below (graph asked for more, the
+        group's block, the kept rows gathered, or every row scored)."""
         import numpy as np
 
         self._settle()
-        if not len(self.nums) or k <= 0:
+        total = len(self.nums)
+        if not total or k <= 0:
             return []
+        # A group with a block counts its rows there (brought up to date): no pass over
+        # every row's group. Facts: only the rows begun at ``begun_at`` when some have not;
+        # a block holds its group's every row, so it serves no such filter.
+        late = begun_at is not None and self.latest_start() > begun_at
+        block = (self._block(group, 0, build=False)
+                 if group is not None and seqs is None and not late else None)
         inside: np.ndarray | None = None
-        if group is not None:
-            inside = self.groups == group
-        if seqs is not None:
-            bound = (self.seqs > seqs[0]) & (self.seqs <= seqs[1])
-            inside = bound if inside is None else inside & bound
-        if begun_at is not None and self.latest_start() > begun_at:
-            started = self.starts <= begun_at
-            inside = started if inside is None else inside & started
-        held = len(self.nums) if inside is None else int(np.count_nonzero(inside))
+        if block is not None:
+            held = len(block)
+        else:
+            if group is not None:
+                inside = self.groups == group
+            if seqs is not None:
+                bound = (self.seqs > seqs[0]) & (self.seqs <= seqs[1])
+                inside = bound if inside is None else inside & bound
+            if late:
+                started = self.starts <= begun_at
+                inside = started if inside is None else inside & started
+            held = total if inside is None else int(np.count_nonzero(inside))
         if not held:
             return []
-        if held == len(self.nums):
-            inside = None  # every row is kept: the plain path
+        if held == total:
+            inside = block = None  # every row is kept: the plain path
+            group = seqs = None
         ann = self._graph() if k * EXACT_SHARE < held else None
         rows: np.ndarray | None = None
-        if ann is not None:
-            # The graph proposes, the matrix scores: the same float as an exact search
-            # gives each row, and the same tie rule at the cut below.
-            if inside is None:
-                rows = self._positions(ann.candidates(query, k))
-            else:
-                # The graph cannot filter (usearch's Python binding takes no predicate):
-                # it is asked for as many more rows as the kept rows are rarer, and the kept
-                # ones stay. Where that costs more than scoring the kept rows, or finds
-                # fewer than k of them, the kept rows are scored (exact).
-                want = group_candidates(k, held, len(self.nums))
-                if want is not None:
-                    found = self._positions(ann.candidates(query, want))
-                    found = found[inside[found]]
-                    rows = found if len(found) >= min(k, held) else None
-        if rows is None and inside is not None and held * GATHER_SHARE < len(self.nums):
+        way: GroupWay = "scan"
+        if inside is None and block is None:
+            if ann is not None:
+                # The graph proposes, the matrix scores: the same float as an exact search
+                # gives each row, and the same tie rule at the cut below.
+                rows, way = self._positions(ann.candidates(query, k)), "graph"
+        else:
+            # The graph cannot filter (usearch's Python binding takes no predicate): it is
+            # asked for as many more rows as the kept rows are rarer, and the kept ones
+            # stay. Where that costs more than scoring the kept rows exactly (gathered, in
+            # the group's block, or every row in place), or finds fewer than k of them,
+            # the kept rows are scored.
+            blocked = (True if block is not None else False
+                       if group is not None and seqs is None and not late
+                       and self._may_block(held)
+                       else None)
+            way, want = group_candidates(k, held, total, graph=ann is not None,
+                                         block=blocked)
+            if way == "graph":
+                assert ann is not None
+                found = self._positions(ann.candidates(query, want))
+                kept = inside[found] if inside is not None else self.groups[found] == group
+                rows = found[kept]
+                if len(rows) < min(k, held):
+                    rows = None
+                    way, _ = group_candidates(k, held, total, graph=False, block=blocked)
+            if way in ("gather", "scan") and inside is None:
+                inside = self.groups == group
+        if way == "block":
+            assert group is not None
+            block = self._block(group, held, build=True)
+            assert block is not None
+            sims = dots(block.rows[:len(block)], query)
+            nums = self.nums[block.pos]
+        elif way == "gather":
+            assert inside is not None
             rows = np.flatnonzero(inside)  # few rows kept: gather them, score those alone
-        if rows is None:
+            sims = dots_at(self.matrix, rows, query)
+            nums = self.nums[rows]
+        elif rows is not None:
+            sims = dots_at(self.matrix, rows, query)
+            nums = self.nums[rows]
+        else:
             # Every row scored in place; gathering most of them would first copy them.
             sims = dots(self.matrix, query)
             nums = self.nums
             if inside is not None:
                 sims, nums = sims[inside], nums[inside]
-        else:
-            sims = dots_at(self.matrix, rows, query)
-            nums = self.nums[rows]
         if k >= len(sims):
             idx = np.arange(len(sims))
         else:
