@@ -602,6 +602,7 @@ class VectorMatrix:
                 bound = (self.seqs > seqs[0]) & (self.seqs <= seqs[1])
                 inside = bound if inside is None else inside & bound
             if late:
+                assert begun_at is not None
                 started = self.starts <= begun_at
                 inside = started if inside is None else inside & started
             held = total if inside is None else int(np.count_nonzero(inside))
