@@ -58,17 +58,26 @@ class RecentCounts:
         self._lock = threading.Lock()
 
     def get(self, key: Hashable, count: Callable[[], int]) -> int:
-        now = time.monotonic()
+        found = self.peek(key)
+        if found is not None:
+            return found
+        n = count()
+        self.put(key, n)
+        return n
+
+    def peek(self, key: Hashable) -> int | None:
+        """The count remembered for ``key``, if still fresh."""
         with self._lock:
             found = self._counts.get(key)
-        if found is not None and now - found[1] < self.seconds:
-            return found[0]
-        n = count()
+        if found is None or time.monotonic() - found[1] >= self.seconds:
+            return None
+        return found[0]
+
+    def put(self, key: Hashable, n: int) -> None:
         with self._lock:
             if len(self._counts) >= self.kept:
                 self._counts.clear()
-            self._counts[key] = (n, now)
-        return n
+            self._counts[key] = (n, time.monotonic())
 
     def clear(self) -> None:
         with self._lock:

@@ -494,8 +494,34 @@ class PostgresIndex:
 
         counts = {term: counted(term, cap) for term in terms}
         if all(n >= cap for n in counts.values() if n > 0):
-            counts = {term: n and counted(term, None) for term, n in counts.items()}
+            known = [term for term, n in counts.items() if n > 0]
+            exact = [self._exact_counts(conn, table, scope, branch, upto, known)
+                     for branch, upto in spaces]
+            counts = {term: n and sum(e[term] for e in exact) for term, n in counts.items()}
         return counts
+
+    def _exact_counts(self, conn: psycopg.Connection[Any], table: str, scope: str,
+                      branch: str, upto: int | None, terms: Sequence[str]) -> dict[str, int]:
+        """Every row of one space matching each term. Uncounted terms are counted in one
+        pass over the rows matching any of them: a common word's count reads most of the
+        space (130 ms per word at 200k passages here), three words one pass, not three."""
+        held, bound = _held(table, upto)
+        keys = {term: (table, scope, branch, bound, term, None) for term in terms}
+        found = {term: self._counts.peek(key) for term, key in keys.items()}
+        missing = [term for term, n in found.items() if n is None]
+        if missing:
+            each = ", ".join(["count(*) FILTER (WHERE tsv @@ to_tsquery('english', %s))"]
+                             * len(missing))
+            row = conn.execute(
+                f"SELECT {each} FROM {table} WHERE tsv @@ to_tsquery('english', %s)"
+                f" AND scope = %s AND branch = %s{held}",
+                (*(_tsquery([t]) for t in missing), _tsquery(missing), scope, branch,
+                 *bound),
+            ).fetchone()
+            for term, n in zip(missing, row or [0] * len(missing), strict=True):
+                found[term] = int(n)
+                self._counts.put(keys[term], int(n))
+        return {term: n or 0 for term, n in found.items()}
 
     def _affordable(self, conn: psycopg.Connection[Any], table: str, scope: str,
                     branch: str, terms: Sequence[str], upto: int | None
