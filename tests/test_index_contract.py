@@ -19,7 +19,6 @@ from ampup_memory.amp.lifecycle import DecayInputs, decay_score
 from ampup_memory.amp.model import MemoryCell
 from ampup_memory.memory.facts import begin_instant, begun, current, newest_order, timelines
 from ampup_memory.memory.segments import Segment
-from ampup_memory.search.budget import POSTINGS_BUDGET
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
@@ -554,30 +553,43 @@ def test_held_keyword_scores_are_those_of_the_held_rows_alone(
         fresh.index.close()
 
 
+def _small_budget(monkeypatch: pytest.MonkeyPatch, budget_: int) -> None:
+    """The postings budget at ``budget_`` for both index backends (they read it at call
+    time), so a test reaches it with a few rows."""
+    from ampup_memory.search import budget
+    from ampup_memory.search.index import postgres as postgres_index
+    from ampup_memory.search.index import sqlite as sqlite_index
+
+    for module in (budget, sqlite_index, postgres_index):
+        monkeypatch.setattr(module, "POSTINGS_BUDGET", budget_, raising=False)
+
+
+def _renewals(eng: SearchEngine, n: int = 12, check_at: int | None = 3) -> None:
+    """Commits 1..n, each one episode and one fact saying "renewal" with i fillers (the
+    older, the shorter: the better match); commit 1 also says "zebra"."""
+    for i in range(1, n + 1):
+        text = "renewal " + " ".join(f"filler{j}" for j in range(i)) + (
+            " zebra" if i == 1 else "")
+        e = replace(episode(S, [text], ["*"], commit=f"c{i}", source=f"call:{i}"), seq=i)
+        eng.ingest(DocumentBatch([e], [fact(e, f"Acme {i}", "note", "x", text, seq=i)]))
+        if i == check_at:  # 3 + 1 postings fit the budget: both words rank (counts are
+            # forgotten on a write, so the writes below count afresh)
+            both = eng.index.keyword_facts(S, "main", ["renewal", "zebra"], 50)
+            assert len(both) == 3
+
+
 def test_an_over_budget_pass_ranks_the_newest_postings_alone(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        index_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """When even the rarest known query word is over the postings budget, a ranked
     keyword pass (facts and passages, live and held) ranks only its newest
     ``POSTINGS_BUDGET`` matches, with their usual scores: its cost no longer grows with
     the word's doclist. Here the older rows are the better matches (shorter), so ranking
-    every match would list them first. SQLite only: PostgreSQL's index has no postings
-    budget (``ts_rank`` reads no collection statistics)."""
-    from ampup_memory.search import budget
-    from ampup_memory.search.index import sqlite as sqlite_index
-
-    monkeypatch.setattr(budget, "POSTINGS_BUDGET", 4)
-    monkeypatch.setattr(sqlite_index, "POSTINGS_BUDGET", 4)
-    eng = SearchEngine(open_index(f"sqlite:///{tmp_path / 'index.db'}"), HashEmbedder(32))
+    every match would list them first. PostgreSQL keeps no commit seq on passages, so
+    its held passage lists are not checked (docs/search.md)."""
+    _small_budget(monkeypatch, 4)
+    eng = SearchEngine(open_index(index_uri), HashEmbedder(32))
     try:
-        for i in range(1, 13):
-            text = "renewal " + " ".join(f"filler{j}" for j in range(i)) + (
-                " zebra" if i == 1 else "")
-            e = replace(episode(S, [text], ["*"], commit=f"c{i}", source=f"call:{i}"), seq=i)
-            eng.ingest(DocumentBatch([e], [fact(e, f"Acme {i}", "note", "x", text, seq=i)]))
-            if i == 3:  # 3 + 1 postings fit the budget: both words rank (counts are
-                # remembered per space content, so the writes below count afresh)
-                both = eng.index.keyword_facts(S, "main", ["renewal", "zebra"], 50)
-                assert len(both) == 3
+        _renewals(eng)
         idx = eng.index
         facts = {f.num: f.commit_seq for f in idx.versions(S, "main", [
             (f"Acme {i}", "note") for i in range(1, 13)])}
@@ -592,12 +604,65 @@ def test_an_over_budget_pass_ranks_the_newest_postings_alone(
         assert dict(got) == idx.fact_keyword(S, "main", held, ["renewal"], upto=8)
         passages = idx.keyword_passages(S, "main", ["renewal"], 50)
         assert len(passages) == 4
-        assert {p.seq for p in idx.passages(n for n, _ in passages)} == {9, 10, 11, 12}
+        assert {p.text.count("filler") for p in idx.passages(n for n, _ in passages)} == {
+            9, 10, 11, 12}
         # A word within the budget is kept alone and finds its old row as before.
         rare = idx.keyword_facts(S, "main", ["renewal", "zebra"], 50)
         assert [facts[n] for n, _ in rare] == [1]
     finally:
         eng.index.close()
+
+
+@pytest.mark.postgres
+def test_both_backends_keep_the_same_words_and_rank_the_same_rows(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres: PostgresFactory) -> None:
+    """One postings budget (`search/budget.py`) on both backends: for the same rows they
+    keep the same query words (per space, held or not, a view's spaces together) and an
+    over-budget pass ranks the same newest rows, so neither ranks a common word's whole
+    doclist."""
+    _small_budget(monkeypatch, 4)
+    engines = [SearchEngine(open_index(u), HashEmbedder(32)) for u in (
+        f"sqlite:///{tmp_path / 'index.db'}", postgres.new_database("budget"))]
+    try:
+        for eng in engines:
+            _renewals(eng, check_at=None)
+            own = replace(episode(S, ["zebra renewal on the branch"], ["*"], branch="exp",
+                                  commit="e1"), seq=13)
+            eng.ingest(DocumentBatch([own], [replace(fact(
+                own, "Zeta", "note", "x", "zebra renewal on the branch", seq=13),
+                commit="e1")]), lineage=["main"])
+
+        def kept(idx: SearchIndex) -> list[list[str]]:
+            asks = [("facts", [("main", None)], ["renewal", "zebra"]),
+                    ("facts", [("main", None)], ["renewal", "filler0"]),
+                    ("facts", [("main", None)], ["filler10", "filler9", "filler8"]),
+                    ("facts", [("main", 3)], ["renewal", "zebra"]),
+                    ("facts", [("main", 2)], ["filler0", "filler1", "zebra"]),
+                    ("passages", [("main", None)], ["filler10", "filler11", "zebra"]),
+                    ("passages", [("exp", None)], ["zebra", "renewal"]),
+                    ("facts", [("main", None), ("exp", None)], ["zebra", "filler1"]),
+                    ("facts", [("main", 2), ("exp", None)], ["zebra", "renewal"])]
+            return [idx.keyword_terms(kind, S, spaces, words) for kind, spaces, words in asks]
+
+        sqlite, pg = (kept(e.index) for e in engines)
+        assert sqlite == pg
+        assert sqlite[0] == ["zebra"] and sqlite[3] == ["zebra", "renewal"]
+
+        def ranked(idx: SearchIndex) -> list[object]:
+            facts = [sorted(f.id for f in idx.facts(n for n, _ in hits)) for hits in (
+                idx.keyword_facts(S, "main", ["renewal"], 50),
+                idx.keyword_facts(S, "main", ["renewal"], 50, upto=8),
+                idx.keyword_facts(S, "main", ["filler0", "renewal"], 50))]
+            texts = sorted(p.text for p in idx.passages(
+                n for n, _ in idx.keyword_passages(S, "main", ["renewal", "filler0"], 50)))
+            return [*facts, texts]
+
+        sqlite_rows, pg_rows = (ranked(e.index) for e in engines)
+        assert sqlite_rows == pg_rows
+        assert all(len(rows) == 4 for rows in sqlite_rows)  # type: ignore[arg-type]
+    finally:
+        for eng in engines:
+            eng.index.close()
 
 
 def test_versions_since_a_place_are_those_at_or_after_it(engine: SearchEngine) -> None:
@@ -663,15 +728,13 @@ def test_a_seq_range_lists_the_best_rows_of_its_commits_alone(engine: SearchEngi
 
 
 def test_a_view_keeps_the_query_words_its_segments_afford_together(
-        engine: SearchEngine) -> None:
+        engine: SearchEngine, monkeypatch: pytest.MonkeyPatch) -> None:
     """A view of several segments is one space for the postings budget too: a word whose
     rows in the view pass the budget is dropped on every segment, as a main holding the
-    view's rows would drop it, though the branch's few rows alone afford it. PostgreSQL
-    keeps no budget: every word ranks there."""
+    view's rows would drop it, though the branch's few rows alone afford it."""
+    _small_budget(monkeypatch, 100)
     idx = engine.index
-    sqlite = idx.info.backend == "sqlite"
-    # main alone affords "pricing"; with the branch, not (no budget on PostgreSQL: few rows)
-    common = POSTINGS_BUDGET - 40 if sqlite else 10
+    common = 60  # main alone affords "pricing"; with the branch's 60, not
     base = episode(S, ["Pricing notes."], ["*"])
     engine.ingest(DocumentBatch([base], [
         fact(base, f"Company{i}", "note", "pricing", "pricing call", fact_id=f"m{i}")
@@ -684,15 +747,15 @@ def test_a_view_keeps_the_query_words_its_segments_afford_together(
                 commit="e2")]), lineage=["main"])
     words = ["pricing", "zephyr"]
     alone = idx.keyword_terms("facts", S, [("main", None)], words)
-    assert alone == (["pricing"] if sqlite else words)
+    assert alone == ["pricing"]
     together = idx.keyword_terms("facts", S, [("main", None), ("exp", None)], words)
-    assert together == (["zephyr"] if sqlite else words)
+    assert together == ["zephyr"]
     view = Cutoff((Segment("main", 0, 1), Segment("exp", 1)), lambda _: {})
     found = engine.search_facts(S, "exp", "pricing zephyr", ANN, now=NOW, cutoff=view,
                                 limit=20).facts
     scored = {f.row.entity for f in found if f.parts.keyword > 0}
     assert len(found) == 20 and "Zephyr" in scored
-    assert scored == ({"Zephyr"} if sqlite else {f.row.entity for f in found})
+    assert scored == {"Zephyr"}
 
 
 def test_clear_branch_forgets_one_branch_only(engine: SearchEngine) -> None:

@@ -4,14 +4,22 @@ The AMP cell stores and the AmpUp search index both score one row per matching p
 past `POSTINGS_BUDGET` postings a query's most common terms (lowest IDF, least weight) are
 left to the embedding side, and the rarest always stays. When the rarest alone is over
 the budget, the search index's ranked pass takes only its newest `POSTINGS_BUDGET`
-matching rows as candidates (`SQLiteIndex._floor`), so no pass ranks more postings.
+matching rows as candidates (`SQLiteIndex._floor`, `PostgresIndex._keyword`), so no pass
+ranks more postings. Both index backends keep the same terms and rank the same rows.
+
+On PostgreSQL both the cell store and the search index count a term's rows with
+`postings_sql` (through the GIN index, stopped past the budget) and remember the counts
+a while (`RecentCounts`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+import time
+from collections.abc import Callable, Hashable, Sequence
 
 POSTINGS_BUDGET = 8000
+COUNTS_SECONDS = 60.0  # how long PostgreSQL's counts are remembered (`RecentCounts`)
 
 
 def affordable_terms(terms: Sequence[str], postings: Callable[[str], int]) -> list[str]:
@@ -26,3 +34,51 @@ def affordable_terms(terms: Sequence[str], postings: Callable[[str], int]) -> li
         kept.append(term)
         total += n
     return kept
+
+
+def postings_sql(table: str, where: str = "") -> str:
+    """PostgreSQL: the rows of ``table`` matching a tsquery (the first ``%s``), counted up
+    to a cap (the last ``%s``; NULL counts them all). ``where`` narrows the rows
+    (" AND ..." with its own ``%s`` parameters, passed between the two)."""
+    if not table.isidentifier():
+        raise ValueError(f"not a table name: {table!r}")
+    return (f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE tsv @@"
+            f" to_tsquery('english', %s){where} LIMIT %s) s")
+
+
+class RecentCounts:
+    """Postings counts remembered for ``seconds``: a common word's count is a walk of up
+    to `POSTINGS_BUDGET` rows, and the budget needs only its order of magnitude, which a
+    minute of writes barely moves. `clear` forgets them (after this process's writes)."""
+
+    def __init__(self, seconds: float, kept: int = 10_000) -> None:
+        self.seconds = seconds
+        self.kept = kept
+        self._counts: dict[Hashable, tuple[int, float]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: Hashable, count: Callable[[], int]) -> int:
+        found = self.peek(key)
+        if found is not None:
+            return found
+        n = count()
+        self.put(key, n)
+        return n
+
+    def peek(self, key: Hashable) -> int | None:
+        """The count remembered for ``key``, if still fresh."""
+        with self._lock:
+            found = self._counts.get(key)
+        if found is None or time.monotonic() - found[1] >= self.seconds:
+            return None
+        return found[0]
+
+    def put(self, key: Hashable, n: int) -> None:
+        with self._lock:
+            if len(self._counts) >= self.kept:
+                self._counts.clear()
+            self._counts[key] = (n, time.monotonic())
+
+    def clear(self) -> None:
+        with self._lock:
+            self._counts.clear()

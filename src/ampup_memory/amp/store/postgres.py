@@ -19,7 +19,6 @@ rewrites them. The embedder they come from is recorded in ``meta``.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -63,7 +62,13 @@ from ampup_memory.amp.store.rows import (
 )
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
-from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
+from ampup_memory.search.budget import (
+    COUNTS_SECONDS,
+    POSTINGS_BUDGET,
+    RecentCounts,
+    affordable_terms,
+    postings_sql,
+)
 from ampup_memory.search.embed import ModelInfo
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -217,8 +222,6 @@ def _cosine(distance: float | None) -> float | None:
     return 0.0 if math.isnan(distance) else 1.0 - float(distance)
 
 
-DF_CACHE_SECONDS = 60.0
-
 
 class PostgresStore:
     def __init__(self, uri: str, dimensions: int | None,
@@ -234,7 +237,7 @@ class PostgresStore:
         self._iterative_scan = self._create_schema()
         # term -> (matching rows, counted at): counting a common term is a heap walk of up
         # to POSTINGS_BUDGET rows, and a term's frequency barely moves in a minute.
-        self._df_cache: dict[str, tuple[int, float]] = {}
+        self._df_cache = RecentCounts(COUNTS_SECONDS)
         self._pool: ConnectionPool[Conn] = ConnectionPool(
             self.conninfo,
             min_size=POOL_MIN,
@@ -463,26 +466,14 @@ class PostgresStore:
     def _postings(self, conn: Conn, term: str) -> int:
         """Rows matching one term, counted no further than the budget can use (cached for
         a minute: the budget only needs the order of magnitude)."""
-        now = time.monotonic()
-        cached = self._df_cache.get(term)
-        if cached is not None and now - cached[1] < DF_CACHE_SECONDS:
-            return cached[0]
-        count = self._count_postings(conn, term)
-        if len(self._df_cache) > 10_000:
-            self._df_cache.clear()
-        self._df_cache[term] = (count, now)
-        return count
+        return self._df_cache.get(term, lambda: self._count_postings(conn, term))
 
     def _count_postings(self, conn: Conn, term: str) -> int:
         query = tsquery([term])
         if query is None:
             return 0
-        row = self._execute(
-            conn,
-            "SELECT count(*) FROM (SELECT 1 FROM cells"
-            " WHERE tsv @@ to_tsquery('english', %s) LIMIT %s) s",
-            (query, POSTINGS_BUDGET + 1),
-        ).fetchone()
+        row = self._execute(conn, postings_sql("cells"), (query, POSTINGS_BUDGET + 1)
+                            ).fetchone()
         return int(row[0]) if row else 0
 
     def _nearest(

@@ -280,7 +280,7 @@ class SearchIndex(Protocol):
         scope ranks by, as if they were one space (a view's segments: ``kind`` is
         ``facts`` or ``passages``). A backend with a postings budget counts each term's
         rows in them together; passed to each space's keyword lists, these terms are
-        kept there too. A backend without one keeps every term."""
+        kept there too. Both backends apply the one budget (`search/budget.py`)."""
         ...
 
     def keyword_passages(

@@ -9,6 +9,14 @@ dimension; a model change drops the vectors and rebuilds that index.
 Scopes share these tables but never each other's scores: ``ts_rank`` reads only the row's
 own tsvector (no collection statistics) and a cosine only the two vectors, so unlike
 FTS5's ``bm25()`` nothing here needs a table per scope (tests/test_scope_isolation.py).
+
+The postings budget (`search/budget.py`) is the SQLite index's: the same terms are kept
+for the same rows, and an over-budget pass ranks the same newest matches. Counts are per
+(scope, branch) space and remembered for a minute (`RecentCounts`; this process's writes
+forget them). A held search (``upto``) counts and cuts a fact space's rows up to that
+commit; a passage row keeps no commit seq here, so a held passage search counts the
+space's rows as they are now (its terms may differ from SQLite's once later commits
+pass a word over the budget).
 """
 
 from __future__ import annotations
@@ -30,6 +38,13 @@ from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.search.bm25f import PG_LABELS, ts_rank_weights
+from ampup_memory.search.budget import (
+    COUNTS_SECONDS,
+    POSTINGS_BUDGET,
+    RecentCounts,
+    affordable_terms,
+    postings_sql,
+)
 from ampup_memory.search.index.base import (
     EpisodeDoc,
     EpisodeRow,
@@ -140,6 +155,13 @@ def _begun(begun_at: datetime | None) -> tuple[str, tuple[datetime, ...]]:
     return " AND coalesce(valid_from, '-infinity'::timestamptz) <= %s", (begun_at,)
 
 
+def _held(table: str, upto: int | None) -> tuple[str, tuple[int, ...]]:
+    """The SQL keeping a space's rows of commits up to ``upto`` (facts only, as `_within`)."""
+    if upto is None or table != "search_facts":
+        return "", ()
+    return " AND commit_seq <= %s", (upto,)
+
+
 def _vec(vector: Sequence[float] | None) -> np.ndarray | None:
     return None if vector is None else np.asarray(vector, dtype=np.float32)
 
@@ -170,6 +192,7 @@ class PostgresIndex:
         self._bitmap_gen: int | None = None
         self._bitmap_lock = threading.Lock()
         self._pending_bits: dict[str, BitMap] | None = None
+        self._counts = RecentCounts(COUNTS_SECONDS)
 
     # -- connections and meta --------------------------------------------------------------
 
@@ -213,16 +236,21 @@ class PostgresIndex:
             if getattr(self._local, "tx", None) is not None:
                 yield
                 return
-            with self._pool.connection() as conn, conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-                self._local.tx = conn
-                self._pending_bits = {}
-                try:
-                    yield
-                    self._flush_bits()
-                finally:
-                    self._local.tx = None
-                    self._pending_bits = None
+            try:
+                with self._pool.connection() as conn, conn.transaction():
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                    self._local.tx = conn
+                    self._pending_bits = {}
+                    try:
+                        yield
+                        self._flush_bits()
+                    finally:
+                        self._local.tx = None
+                        self._pending_bits = None
+            finally:
+                # Once committed (or rolled back): counts taken meanwhile, inside the
+                # transaction included, may name rows that are not (or no longer) there.
+                self._counts.clear()
 
     # -- model and cursors -----------------------------------------------------------------
 
@@ -444,49 +472,138 @@ class PostgresIndex:
 
     # -- candidates ------------------------------------------------------------------------
 
+    def _count(self, conn: psycopg.Connection[Any], table: str, scope: str, branch: str,
+               upto: int | None, term: str, cap: int | None) -> int:
+        """Rows of one space (held: up to commit ``upto``) matching ``term``, counted up
+        to ``cap`` through the GIN index."""
+        query = _tsquery([term])
+        if not query:
+            return 0
+        held, bound = _held(table, upto)
+
+        def count() -> int:
+            row = conn.execute(postings_sql(table, " AND scope = %s AND branch = %s" + held),
+                               (query, scope, branch, *bound, cap)).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._counts.get((table, scope, branch, bound, term, cap), count)
+
+    def _term_counts(self, conn: psycopg.Connection[Any], table: str, scope: str,
+                     spaces: Sequence[tuple[str, int | None]], terms: Sequence[str]
+                     ) -> dict[str, int]:
+        """Rows matching each term in these (branch, ``upto``) spaces together, counted
+        only up to the budget; only when every known term is over it do exact counts
+        decide which one stays (`SQLiteIndex._term_counts`)."""
+        cap = POSTINGS_BUDGET + 1
+
+        def counted(term: str, limit: int | None) -> int:
+            return sum(self._count(conn, table, scope, branch, upto, term, limit)
+                       for branch, upto in spaces)
+
+        counts = {term: counted(term, cap) for term in terms}
+        if all(n >= cap for n in counts.values() if n > 0):
+            known = [term for term, n in counts.items() if n > 0]
+            exact = [self._exact_counts(conn, table, scope, branch, upto, known)
+                     for branch, upto in spaces]
+            counts = {term: n and sum(e[term] for e in exact) for term, n in counts.items()}
+        return counts
+
+    def _exact_counts(self, conn: psycopg.Connection[Any], table: str, scope: str,
+                      branch: str, upto: int | None, terms: Sequence[str]) -> dict[str, int]:
+        """Every row of one space matching each term. Uncounted terms are counted in one
+        pass over the rows matching any of them: a common word's count reads most of the
+        space (130 ms per word at 200k passages here), three words one pass, not three."""
+        held, bound = _held(table, upto)
+        keys = {term: (table, scope, branch, bound, term, None) for term in terms}
+        found = {term: self._counts.peek(key) for term, key in keys.items()}
+        missing = [term for term, n in found.items() if n is None]
+        if missing:
+            each = ", ".join(["count(*) FILTER (WHERE tsv @@ to_tsquery('english', %s))"]
+                             * len(missing))
+            row = conn.execute(
+                f"SELECT {each} FROM {table} WHERE tsv @@ to_tsquery('english', %s)"
+                f" AND scope = %s AND branch = %s{held}",
+                (*(_tsquery([t]) for t in missing), _tsquery(missing), scope, branch,
+                 *bound),
+            ).fetchone()
+            for term, n in zip(missing, row or [0] * len(missing), strict=True):
+                found[term] = int(n)
+                self._counts.put(keys[term], int(n))
+        return {term: n or 0 for term, n in found.items()}
+
+    def _affordable(self, conn: psycopg.Connection[Any], table: str, scope: str,
+                    branch: str, terms: Sequence[str], upto: int | None
+                    ) -> tuple[list[str], bool]:
+        """The kept terms, and whether their postings are over the budget (the rarest
+        alone is: a ranked pass then ranks its newest matches only)."""
+        # ts_rank reads each matching row's tsvector, so a common word would rank most
+        # of the space: keep the rarest terms within the budget, as SQLite does.
+        counts = self._term_counts(conn, table, scope, [(branch, upto)], terms)
+        kept = affordable_terms(terms, counts.__getitem__)
+        return kept, sum(counts[t] for t in kept) > POSTINGS_BUDGET
+
     def _keyword(self, table: str, scope: str, branch: str, terms: Sequence[str], k: int,
-                 weights: str, seqs: SeqRange | None, begun_at: datetime | None = None
-                 ) -> list[Hit]:
-        query = _tsquery(terms)
-        if not query or k <= 0:
+                 weights: str, upto: int | None, seqs: SeqRange | None,
+                 begun_at: datetime | None = None) -> list[Hit]:
+        if not terms or k <= 0:
             return []
-        within, seq_bound = _within(table, seqs)
+        within, bound = _within(table, seqs)
+        # Begun facts only (`_begun`), kept after the budget's cut: the newest matches
+        # rank as on SQLite, and those not begun at ``begun_at`` drop out of them.
         started, at = _begun(begun_at)
-        within, bound = within + started, (*seq_bound, *at)
         with self._read() as conn:
+            kept, over = self._affordable(conn, table, scope, branch, terms, upto)
+            query = _tsquery(kept)
+            if not query:
+                return []
+            start = ", valid_from" if started else ""
+            matches = (f"SELECT num, tsv, q{start} FROM {table}, to_tsquery('english', %s) q"
+                       f" WHERE tsv @@ q AND scope = %s AND branch = %s{within}")
+            params: tuple[Any, ...] = (query, scope, branch, *bound)
+            if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
+                held, upper = _held(table, upto)
+                matches += f"{held} ORDER BY num DESC LIMIT %s"
+                params += (*upper, POSTINGS_BUDGET)
+            # Ties go to the older row, as on SQLite, so the cut at k is reproducible.
             rows = conn.execute(
-                f"SELECT num, ts_rank({weights}tsv, q) AS r"
-                f" FROM {table}, to_tsquery('english', %s) q"
-                f" WHERE tsv @@ q AND scope = %s AND branch = %s{within}"
-                " ORDER BY r DESC LIMIT %s",
-                (query, scope, branch, *bound, k),
+                f"SELECT num, ts_rank({weights}tsv, q) AS r FROM ({matches}) m"
+                f" WHERE true{started} ORDER BY r DESC, num LIMIT %s",
+                (*params, *at, k),
             ).fetchall()
         return [(int(n), float(r)) for n, r in rows]
 
-    # ``upto`` changes nothing here: ts_rank scores a row from the row and the query alone,
-    # so no later row moves a held score (the engine cuts the candidates to the view).
+    # ``upto`` moves no score here: ts_rank scores a row from the row and the query alone
+    # (the engine cuts the candidates to the view). It bounds the fact rows the budget
+    # counts and an over-budget pass ranks.
     def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
                       upto: int | None = None, seqs: SeqRange | None = None,
                       begun_at: datetime | None = None) -> list[Hit]:
         return self._keyword("search_facts", scope, branch, terms, k, _RANK_WEIGHTS + ", ",
-                             seqs, begun_at)
+                             upto, seqs, begun_at)
 
     def keyword_passages(
         self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
         seqs: SeqRange | None = None,
     ) -> list[Hit]:
-        return self._keyword("search_passages", scope, branch, terms, k, "", seqs)
+        return self._keyword("search_passages", scope, branch, terms, k, "", upto, seqs)
 
     def keyword_terms(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],
                       terms: Sequence[str]) -> list[str]:
-        return list(terms)  # no postings budget here: every term ranks
+        with self._read() as conn:
+            counts = self._term_counts(conn, _TABLES[kind], scope, spaces, terms)
+        return affordable_terms(terms, counts.__getitem__)
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
                      terms: Sequence[str], upto: int | None = None) -> dict[int, float]:
-        query = _tsquery(terms)
-        if not query or not nums:
+        if not terms or not nums:
             return {}
         with self._read() as conn:
+            # The candidate lists' kept terms, so every fact of one answer is scored on
+            # one scale.
+            kept, _ = self._affordable(conn, "search_facts", scope, branch, terms, upto)
+            query = _tsquery(kept)
+            if not query:
+                return {}
             rows = conn.execute(
                 f"SELECT num, ts_rank({_RANK_WEIGHTS}, tsv, q) FROM search_facts,"
                 " to_tsquery('english', %s) q WHERE tsv @@ q AND num = ANY(%s)"
