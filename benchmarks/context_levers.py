@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from ampup_memory.search.embed import Embedder
-from ampup_memory.search.index.base import EpisodeDoc, Unit
+from ampup_memory.search.index.base import EpisodeDoc
 from ampup_memory.search.passages import cut, passage_text
 from ampup_memory.search.tokenize import STOPWORDS, fts5_match, query_terms
 
@@ -313,23 +313,13 @@ def questions_lme(cache: Path, embedder: Embedder, engine_query: Any
 def questions_locomo(cache: Path, embedder: Embedder, engine_query: Any
                      ) -> tuple[list[EpisodeDoc], list[Question], dict[str, str],
                                 dict[tuple[str, int], str]]:
-    from benchmarks.locomo_retrieval import WHEN, load, scope_of, sessions
+    from benchmarks.locomo_retrieval import WHEN, episodes, load, scope_of
 
     data = load(cache)
-    docs: list[EpisodeDoc] = []
-    session_of: dict[str, str] = {}
-    turn_of: dict[tuple[str, int], str] = {}
+    docs, session_of, turn_of = episodes(data)
     out = []
     for conv in data["conversations"]:
         scope = scope_of(conv)
-        for sid, turns in sessions(conv).items():
-            units = tuple(Unit(i + 1, "turn", t["text"]) for i, t in enumerate(turns))
-            body = "\n".join(u.text for u in units)
-            eid = hashlib.sha256(f"{scope}:{sid}\n{body}".encode()).hexdigest()
-            docs.append(EpisodeDoc(eid, scope, "main", "bench", WHEN, ("*",), units,
-                                   f"call:{sid}"))
-            session_of[eid] = sid
-            turn_of.update(((eid, i + 1), t["id"]) for i, t in enumerate(turns))
         for q in conv["queries"]:
             terms, vec = engine_query(q["query"], WHEN)
             out.append(Question(scope, q["query"], terms, vec, set(q["gold_sessions"]),

@@ -120,16 +120,16 @@ def by_category(questions: list[dict[str, Any]], session_rank: list[list[str]],
     return out
 
 
-def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
+def episodes(data: dict[str, Any]) -> tuple[list[Any], dict[str, str],
+                                             dict[tuple[str, int], str]]:
+    """LoCoMo's sessions as episodes (one per session, a unit per turn, each conversation
+    its own scope), with each episode's session id and each (episode id, unit n)'s turn
+    id."""
     from ampup_memory.search.index.base import EpisodeDoc, Unit
-    from ampup_memory.search.visibility import Principal
-    from benchmarks.retrieval_quality import ingested
 
-    data = load(cache)
     docs: list[Any] = []
-    turn_of: dict[tuple[str, int], str] = {}  # (episode id, unit n) → turn id
+    turn_of: dict[tuple[str, int], str] = {}
     session_of: dict[str, str] = {}
-    questions: list[dict[str, Any]] = []
     for conv in data["conversations"]:
         scope = scope_of(conv)
         for sid, turns in sessions(conv).items():
@@ -140,7 +140,17 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
                                    f"call:{sid}"))
             session_of[eid] = sid
             turn_of.update(((eid, i + 1), t["id"]) for i, t in enumerate(turns))
-        questions += [{**q, "scope": scope} for q in conv["queries"]]
+    return docs, session_of, turn_of
+
+
+def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
+    from ampup_memory.search.visibility import Principal
+    from benchmarks.retrieval_quality import ingested
+
+    data = load(cache)
+    docs, session_of, turn_of = episodes(data)
+    questions = [{**q, "scope": scope_of(conv)} for conv in data["conversations"]
+                 for q in conv["queries"]]
     with ingested(docs, provider) as got:
         engine, report = got.engine, got.report
         ingest_s, ingest_cpu = got.seconds, got.cpu_seconds

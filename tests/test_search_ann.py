@@ -227,6 +227,24 @@ def test_a_graph_saved_loaded_and_grown_is_the_graph_built_in_one_go(tmp_path: P
     assert [list(grown.candidates(q, 10)) for q in queries] == want
 
 
+def _graph_and_exact(rng: Any, fields: Callable[[int], dict[str, int]]
+                     ) -> tuple[Any, VectorMatrix, VectorMatrix]:
+    """3,000 random unit vectors of 32 dimensions put in two matrices, one with its graph
+    built (from 500 rows) and one exact; ``fields(i)`` gives row i + 1's put keywords."""
+    import numpy as np
+
+    vecs = rng.standard_normal((3000, 32)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    graph, exact = VectorMatrix(32, ann_min=500), VectorMatrix(32)
+    for i, v in enumerate(vecs):
+        for m in (graph, exact):
+            m.put(i + 1, v, **fields(i))
+    graph.top(vecs[0], 10)  # starts the background build
+    graph.wait(120)
+    assert graph.ann is not None
+    return vecs, graph, exact
+
+
 def test_a_seq_range_lists_the_nearest_rows_of_its_commits_with_a_graph(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -242,15 +260,8 @@ def test_a_seq_range_lists_the_nearest_rows_of_its_commits_with_a_graph(
     monkeypatch.setattr(common, "GROUP_COST", 1)
 
     rng = np.random.default_rng(3)
-    vecs = rng.standard_normal((3000, 32)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    graph, exact = VectorMatrix(32, ann_min=500), VectorMatrix(32)
-    for i, v in enumerate(vecs):
-        for m in (graph, exact):
-            m.put(i + 1, v, seq=i // 10 + 1)  # ten rows per commit, seqs 1..300
-    graph.top(vecs[0], 10)  # starts the background build
-    graph.wait(120)
-    assert graph.ann is not None
+    # ten rows per commit, seqs 1..300
+    vecs, graph, exact = _graph_and_exact(rng, lambda i: {"seq": i // 10 + 1})
     for q in rng.standard_normal((20, 32)).astype(np.float32):
         q /= np.linalg.norm(q)
         for seqs in ((0, 280), (0, 150), (200, 210), (299, 300)):
@@ -568,15 +579,8 @@ def test_begun_rows_are_the_nearest_begun_rows_with_a_graph(
     from ampup_memory.search.index import common
 
     rng = np.random.default_rng(5)
-    vecs = rng.standard_normal((3000, 32)).astype(np.float32)
-    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
-    graph, exact = VectorMatrix(32, ann_min=500), VectorMatrix(32)
-    for i, v in enumerate(vecs):
-        for m in (graph, exact):
-            m.put(i + 1, v, start=i * 10)  # row n begins at 10 (n - 1)
-    graph.top(vecs[0], 10)
-    graph.wait(120)
-    assert graph.ann is not None
+    # row n begins at 10 (n - 1)
+    vecs, graph, exact = _graph_and_exact(rng, lambda i: {"start": i * 10})
     for cost in (common.GROUP_COST, 1):  # 1: a graph candidate as cheap as a row
         monkeypatch.setattr(common, "GROUP_COST", cost)
         for q in rng.standard_normal((10, 32)).astype(np.float32):
