@@ -693,6 +693,58 @@ def test_both_backends_keep_the_same_words_and_rank_the_same_rows(
             eng.index.close()
 
 
+@pytest.mark.postgres
+def test_a_postgres_index_without_passage_seqs_is_emptied_and_refills_exactly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres: PostgresFactory) -> None:
+    """An index made before PostgreSQL passage rows kept their commit seq (the column
+    and its index dropped here) gets the column when opened; its rows, which no seq can
+    be derived for in the index, are emptied (cursors too, so the feed refills it from
+    the store) and, refilled, it answers held and seq-bounded passage searches as SQLite
+    does. A current index keeps its rows when reopened."""
+    import psycopg
+
+    _small_budget(monkeypatch, 4)
+    uri = postgres.new_database("old")
+    sqlite, pg = (SearchEngine(open_index(u), HashEmbedder(32)) for u in (
+        f"sqlite:///{tmp_path / 'index.db'}", uri))
+    try:
+        _renewals(sqlite, check_at=None)
+        _renewals(pg, check_at=None)
+        pg.index.close()
+        pg = SearchEngine(open_index(uri), HashEmbedder(32))
+        assert pg.index.counts()["passages"] == 12  # a current index is kept
+        pg.index.close()
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute("DROP INDEX search_passages_seq")
+            conn.execute("ALTER TABLE search_passages DROP COLUMN seq")
+        pg = SearchEngine(open_index(uri), HashEmbedder(32))
+        with psycopg.connect(uri, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_indexes WHERE indexname = 'search_passages_seq'"
+            ).fetchone()
+        assert found == (1,)
+        assert pg.index.counts() == {"episodes": 0, "passages": 0, "facts": 0}
+        assert pg.index.scopes() == [] and pg.index.cursor(S, "main") is None
+        _renewals(pg, check_at=None)  # what the feed gives it again from the store
+
+        def held(idx: SearchIndex) -> list[object]:
+            words = [idx.keyword_terms("passages", S, [("main", upto)], ["renewal", "zebra"])
+                     for upto in (3, 8, None)]
+            rows = [sorted((p.seq, p.text) for p in idx.passages(n for n, _ in hits))
+                    for hits in (idx.keyword_passages(S, "main", ["renewal"], 50, upto=8),
+                                 idx.keyword_passages(S, "main", ["renewal"], 3, None, (2, 6)))]
+            return [*words, *rows]
+
+        want = held(sqlite.index)
+        assert held(pg.index) == want
+        assert want[:3] == [["zebra", "renewal"], ["zebra"], ["zebra"]]
+        assert [s for s, _ in want[3]] == [5, 6, 7, 8]  # type: ignore[attr-defined]
+        assert [s for s, _ in want[4]] == [3, 4, 5]  # type: ignore[attr-defined]
+    finally:
+        sqlite.index.close()
+        pg.index.close()
+
+
 def test_versions_since_a_place_are_those_at_or_after_it(engine: SearchEngine) -> None:
     """``versions(..., since)`` gives, for a key it names, exactly the versions at or
     after that place in newest-wins' order (``valid_from``, none counting as the epoch;
