@@ -7,6 +7,7 @@ Two steps, so a slow fill survives a failed measurement:
     python -m benchmarks.scale_bench graph --db /tmp/s/main.db [--queries 100] [--json FILE]
     python -m benchmarks.scale_bench fill --postgres URL --passages 200000 --facts 20000
     python -m benchmarks.scale_bench keywords --postgres URL [--queries 200] [--json FILE]
+    python -m benchmarks.scale_bench held --postgres URL|--db FILE [--queries 200]
 
 ``fill`` writes `search_bench.py`'s synthetic data (one ~450-byte turn, so one passage,
 per episode; facts citing them) through the engine's real ingest, 5,000 episodes per
@@ -39,11 +40,18 @@ postings budget (`search/budget.py`) cuts it; it reports passage and fact search
 keyword lists alone, for queries of a company and two common words and of three common
 words only, with the process's CPU time (client) and the server's (PostgreSQL backends'
 CPU, read from /proc) per query beside wall time.
+
+``held`` times held passage searches (a view of main's first half of commits, as a pin
+or an ``at_commit`` of that commit reads): `search_passages` through that view, and the
+held keyword list alone (``upto`` = that commit, k = 50), with the same CPU columns, and
+prints a digest of the first 20 answers (passage numbers) so two code versions' answers
+can be compared.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import random
@@ -57,6 +65,8 @@ from urllib.parse import parse_qs, urlsplit
 
 import numpy as np
 
+from ampup_memory.memory.segments import Segment
+from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.index import ann, common
@@ -175,6 +185,44 @@ def keywords(uri: str, n_queries: int) -> dict[str, Any]:
                 qs, uri),
         }
         print(name, json.dumps(out[name]), flush=True)
+    out["load1_end"] = os.getloadavg()[0]
+    engine.index.close()
+    return out
+
+
+def held(uri: str, n_queries: int) -> dict[str, Any]:
+    """Held passage searches on a filled index; see the module doc."""
+    from benchmarks.search_bench import WORDS
+
+    engine = SearchEngine(open_index(uri, ANN_MIN_VECTORS), WordLlamaEmbedder())
+    half = engine.index.counts(SCOPE)["passages"] // 2  # episode i is commit c{i}, seq i + 1
+
+    def places(commits: Any) -> dict[str, tuple[str, int]]:
+        return {c: ("main", int(c[1:]) + 1) for c in commits if c[1:].isdigit()}
+
+    def search(q: str) -> list[int]:
+        view = Cutoff((Segment("main", 0, half),), places)  # one per search, as `reach`
+        found = engine.search_passages(SCOPE, "main", q, WHO, cutoff=view)
+        return [p.row.num for p in found.passages]
+
+    rng = random.Random(5)
+    mixed = queries(n_queries)
+    common = [" ".join(rng.sample(WORDS, 3)) for _ in range(n_queries)]
+    out: dict[str, Any] = {"uri": uri.split("?")[0], "counts": engine.index.counts(SCOPE),
+                           "upto": half, "load1_start": os.getloadavg()[0]}
+    for name, qs in (("company_and_two_words", mixed), ("three_common_words", common)):
+        answers = [search(q) for q in qs[:20]]
+        out[name] = {
+            "answers_digest": hashlib.sha256(json.dumps(answers).encode()).hexdigest()[:16],
+            "answers_held_share": sum(len(a) for a in answers) / (20 * 10),
+            "answers": answers,
+            "held_search_passages": timed_both(search, qs, uri),
+            "held_keyword_passages_k50": timed_both(
+                lambda q: engine.index.keyword_passages(SCOPE, "main", query_terms(q), 50,
+                                                        upto=half), qs, uri),
+        }
+        print(name, json.dumps({k: v for k, v in out[name].items() if k != "answers"}),
+              flush=True)
     out["load1_end"] = os.getloadavg()[0]
     engine.index.close()
     return out
@@ -405,7 +453,7 @@ def graph(db: Path, n_queries: int, ann_min: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("fill", "measure", "graph", "keywords"))
+    parser.add_argument("step", choices=("fill", "measure", "graph", "keywords", "held"))
     parser.add_argument("--db")
     parser.add_argument("--postgres", help="a PostgreSQL index's URL (fill, keywords)")
     parser.add_argument("--passages", type=int, default=1_000_000)
@@ -424,10 +472,12 @@ def main() -> None:
     if args.step == "fill":
         fill(index_uri(args.db, args.postgres), args.passages, args.facts)
         return
-    if args.step != "fill" and args.step != "keywords" and not args.db:
+    if args.step not in ("fill", "keywords", "held") and not args.db:
         parser.error("--db is required")
     if args.step == "keywords":
         result = keywords(index_uri(args.db, args.postgres), args.queries)
+    elif args.step == "held":
+        result = held(index_uri(args.db, args.postgres), args.queries)
     elif args.step == "graph":
         result = graph(Path(args.db), args.queries, args.ann_min)
     elif args.facts_only:

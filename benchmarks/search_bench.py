@@ -63,8 +63,10 @@ def make_batch(rng: random.Random, start: int, n_eps: int, n_facts: int) -> Docu
         # `search/passages.py`), so --passages counts passages.
         units = (Unit(1, "turn", f"Speaker0: {who} " + " ".join(rng.choices(WORDS, k=54))),)
         acl = ("*",) if i % 4 else ("group:sales",)
+        # Commit c{i} is seq i + 1 (held searches read a prefix of commits).
         eps.append(EpisodeDoc(f"{i:064x}", SCOPE, "main", f"c{i}",
-                              EPOCH + timedelta(hours=i), acl, units, "call:bench"))
+                              EPOCH + timedelta(hours=i), acl, units, "call:bench",
+                              seq=i + 1))
     facts = []
     for j in range(n_facts):
         ep = eps[j % len(eps)]

@@ -584,8 +584,7 @@ def test_an_over_budget_pass_ranks_the_newest_postings_alone(
     keyword pass (facts and passages, live and held) ranks only its newest
     ``POSTINGS_BUDGET`` matches, with their usual scores: its cost no longer grows with
     the word's doclist. Here the older rows are the better matches (shorter), so ranking
-    every match would list them first. PostgreSQL keeps no commit seq on passages, so
-    its held passage lists are not checked (docs/search.md)."""
+    every match would list them first."""
     _small_budget(monkeypatch, 4)
     eng = SearchEngine(open_index(index_uri), HashEmbedder(32))
     try:
@@ -606,6 +605,14 @@ def test_an_over_budget_pass_ranks_the_newest_postings_alone(
         assert len(passages) == 4
         assert {p.text.count("filler") for p in idx.passages(n for n, _ in passages)} == {
             9, 10, 11, 12}
+        # Held passages too: the newest four of commits 1..8, counted over those alone
+        # ("zebra" is then within the budget beside "renewal" up to commit 3).
+        held_passages = idx.keyword_passages(S, "main", ["renewal"], 50, upto=8)
+        assert {p.seq for p in idx.passages(n for n, _ in held_passages)} == {5, 6, 7, 8}
+        assert idx.keyword_terms("passages", S, [("main", 3)], ["renewal", "zebra"]) == [
+            "zebra", "renewal"]
+        assert idx.keyword_terms("passages", S, [("main", None)], ["renewal", "zebra"]) == [
+            "zebra"]
         # A word within the budget is kept alone and finds its old row as before.
         rare = idx.keyword_facts(S, "main", ["renewal", "zebra"], 50)
         assert [facts[n] for n, _ in rare] == [1]
@@ -640,6 +647,9 @@ def test_both_backends_keep_the_same_words_and_rank_the_same_rows(
                     ("facts", [("main", 2)], ["filler0", "filler1", "zebra"]),
                     ("passages", [("main", None)], ["filler10", "filler11", "zebra"]),
                     ("passages", [("exp", None)], ["zebra", "renewal"]),
+                    ("passages", [("main", 3)], ["renewal", "zebra"]),
+                    ("passages", [("main", 2)], ["filler0", "filler1", "zebra"]),
+                    ("passages", [("main", 2), ("exp", None)], ["zebra", "renewal"]),
                     ("facts", [("main", None), ("exp", None)], ["zebra", "filler1"]),
                     ("facts", [("main", 2), ("exp", None)], ["zebra", "renewal"])]
             return [idx.keyword_terms(kind, S, spaces, words) for kind, spaces, words in asks]
@@ -653,9 +663,10 @@ def test_both_backends_keep_the_same_words_and_rank_the_same_rows(
                 idx.keyword_facts(S, "main", ["renewal"], 50),
                 idx.keyword_facts(S, "main", ["renewal"], 50, upto=8),
                 idx.keyword_facts(S, "main", ["filler0", "renewal"], 50))]
-            texts = sorted(p.text for p in idx.passages(
-                n for n, _ in idx.keyword_passages(S, "main", ["renewal", "filler0"], 50)))
-            return [*facts, texts]
+            texts = [sorted(p.text for p in idx.passages(n for n, _ in hits)) for hits in (
+                idx.keyword_passages(S, "main", ["renewal", "filler0"], 50),
+                idx.keyword_passages(S, "main", ["renewal"], 50, upto=8))]
+            return [*facts, *texts]
 
         sqlite_rows, pg_rows = (ranked(e.index) for e in engines)
         assert sqlite_rows == pg_rows
@@ -680,6 +691,58 @@ def test_both_backends_keep_the_same_words_and_rank_the_same_rows(
     finally:
         for eng in engines:
             eng.index.close()
+
+
+@pytest.mark.postgres
+def test_a_postgres_index_without_passage_seqs_is_emptied_and_refills_exactly(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, postgres: PostgresFactory) -> None:
+    """An index made before PostgreSQL passage rows kept their commit seq (the column
+    and its index dropped here) gets the column when opened; its rows, which no seq can
+    be derived for in the index, are emptied (cursors too, so the feed refills it from
+    the store) and, refilled, it answers held and seq-bounded passage searches as SQLite
+    does. A current index keeps its rows when reopened."""
+    import psycopg
+
+    _small_budget(monkeypatch, 4)
+    uri = postgres.new_database("old")
+    sqlite, pg = (SearchEngine(open_index(u), HashEmbedder(32)) for u in (
+        f"sqlite:///{tmp_path / 'index.db'}", uri))
+    try:
+        _renewals(sqlite, check_at=None)
+        _renewals(pg, check_at=None)
+        pg.index.close()
+        pg = SearchEngine(open_index(uri), HashEmbedder(32))
+        assert pg.index.counts()["passages"] == 12  # a current index is kept
+        pg.index.close()
+        with psycopg.connect(uri, autocommit=True) as conn:
+            conn.execute("DROP INDEX search_passages_seq")
+            conn.execute("ALTER TABLE search_passages DROP COLUMN seq")
+        pg = SearchEngine(open_index(uri), HashEmbedder(32))
+        with psycopg.connect(uri, autocommit=True) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM pg_indexes WHERE indexname = 'search_passages_seq'"
+            ).fetchone()
+        assert found == (1,)
+        assert pg.index.counts() == {"episodes": 0, "passages": 0, "facts": 0}
+        assert pg.index.scopes() == [] and pg.index.cursor(S, "main") is None
+        _renewals(pg, check_at=None)  # what the feed gives it again from the store
+
+        def held(idx: SearchIndex) -> list[object]:
+            words = [idx.keyword_terms("passages", S, [("main", upto)], ["renewal", "zebra"])
+                     for upto in (3, 8, None)]
+            rows = [sorted((p.seq, p.text) for p in idx.passages(n for n, _ in hits))
+                    for hits in (idx.keyword_passages(S, "main", ["renewal"], 50, upto=8),
+                                 idx.keyword_passages(S, "main", ["renewal"], 3, None, (2, 6)))]
+            return [*words, *rows]
+
+        want = held(sqlite.index)
+        assert held(pg.index) == want
+        assert want[:3] == [["zebra", "renewal"], ["zebra"], ["zebra"]]
+        assert [s for s, _ in want[3]] == [5, 6, 7, 8]  # type: ignore[attr-defined]
+        assert [s for s, _ in want[4]] == [3, 4, 5]  # type: ignore[attr-defined]
+    finally:
+        sqlite.index.close()
+        pg.index.close()
 
 
 def test_versions_since_a_place_are_those_at_or_after_it(engine: SearchEngine) -> None:
@@ -711,8 +774,7 @@ def test_a_seq_range_lists_the_best_rows_of_its_commits_alone(engine: SearchEngi
     """``seqs`` = (after, upto] bounds a candidate list to the rows of those commits (a
     view's segment: a branch's base cut at the fork, a held commit): the ``k`` best of
     them, not the ``k`` best of all rows with the others dropped, so a cut segment needs
-    no second ask. Scores are unchanged. PostgreSQL keeps no seq on passages, so its
-    passage lists are cut by the engine alone (checked on SQLite)."""
+    no second ask. Scores are unchanged."""
     for i in range(1, 9):
         engine.ingest(_commit(i))
     idx = engine.index
@@ -720,16 +782,12 @@ def test_a_seq_range_lists_the_best_rows_of_its_commits_alone(engine: SearchEngi
     terms = ["acme", "renewal", "budget"]
     facts = {f.num: f.commit_seq for f in idx.facts(
         n for n, _ in idx.keyword_facts(S, "main", terms, 100))}
-    sqlite = idx.info.backend == "sqlite"
     lists = [
         ("facts", lambda k, seqs: idx.keyword_facts(S, "main", terms, k, None, seqs)),
         ("facts", lambda k, seqs: idx.nearest_facts(S, "main", vector, k, seqs)),
+        ("passages", lambda k, seqs: idx.keyword_passages(S, "main", terms, k, None, seqs)),
+        ("passages", lambda k, seqs: idx.nearest_passages(S, "main", vector, k, seqs)),
     ]
-    if sqlite:
-        lists += [
-            ("passages", lambda k, seqs: idx.keyword_passages(S, "main", terms, k, None, seqs)),
-            ("passages", lambda k, seqs: idx.nearest_passages(S, "main", vector, k, seqs)),
-        ]
     passages = {p.num: p.seq for p in idx.passages(
         n for n, _ in idx.nearest_passages(S, "main", vector, 100))}
     for kind, listed in lists:

@@ -118,7 +118,7 @@ class PassageRow:
     # (unit n, kind, text) pieces; a unit longer than a passage appears in several rows.
     units: tuple[tuple[int, str, str], ...]
     # The seq of the commit that put it on its branch (its episode's ``seq``); None: the
-    # backend keeps none (PostgreSQL).
+    # backend keeps none.
     seq: int | None = None
 
     @property
