@@ -221,7 +221,35 @@ def recall_at_10(store: Any, f: Any, qs: Any) -> float:
     return hits / (10 * len(qs))
 
 
-def fresh(home: Path, queries: int, cold: bool, wait: float) -> dict[str, object]:
+def ef_sweep(store: Any, f: Any, qs: Any, values: list[int]) -> dict[str, object]:
+    """The unfiltered search at other efSearch floors (`ann.EXPANSION_SEARCH`, read at
+    each search; the graph asks at least 2 × k = 200 whatever the floor): recall@10
+    against exact and p50 wall / process CPU of the same queries, rows cached."""
+    from ampup_memory.search.index import ann
+
+    keep, out = ann.EXPANSION_SEARCH, {}
+    try:
+        for ef in values:
+            ann.EXPANSION_SEARCH = ef
+            wall, cpu = [], []
+            for q in qs:
+                vec = [float(x) for x in q]
+                c, w = time.process_time(), time.perf_counter()
+                store.search_candidates(f, [], vec, 100)
+                wall.append((time.perf_counter() - w) * 1000)
+                cpu.append((time.process_time() - c) * 1000)
+            out[str(ef)] = {"recall_at_10": recall_at_10(store, f, qs),
+                            "p50_ms": round(statistics.median(wall), 2),
+                            "cpu_p50_ms": round(statistics.median(cpu), 2),
+                            "load": os.getloadavg()[0]}
+            print("efSearch", ef, json.dumps(out[str(ef)]), file=sys.stderr, flush=True)
+    finally:
+        ann.EXPANSION_SEARCH = keep
+    return out
+
+
+def fresh(home: Path, queries: int, cold: bool, wait: float, ef: list[int] | None = None
+          ) -> dict[str, object]:
     """Fresh queries only (none repeated, so each reads its own hits' rows), the saved
     graph loaded first: per filter, p50 / p95 of wall and CPU time, the bytes read from
     disk per search (``/proc/self/io``), and the memory of the graph and of the owners'
@@ -287,6 +315,8 @@ def fresh(home: Path, queries: int, cold: bool, wait: float) -> dict[str, object
         name: recall_at_10(store, f, qs[n * queries:(n + 1) * queries])
         for n, (name, f) in enumerate(filters.items())}
     print("recall_at_10", json.dumps(out["recall_at_10"]), file=sys.stderr, flush=True)
+    if ef:
+        out["ef_sweep"] = ef_sweep(store, filters["none"], qs[:queries], ef)
     out["load_at_end"] = os.getloadavg()[0]
     store.close()
     return out
@@ -308,6 +338,9 @@ def main() -> None:
                         help="instead: this many fresh queries per filter, graph loaded")
     parser.add_argument("--cold", action="store_true",
                         help="with --fresh: the file's pages dropped before each filter")
+    parser.add_argument("--ef", default="",
+                        help="with --fresh: also these efSearch floors, unfiltered"
+                        " (comma-separated), recall@10 and time each")
     parser.add_argument("--out", default="amp_ann_sqlite.json")
     args = parser.parse_args()
     args.home.mkdir(parents=True, exist_ok=True)
@@ -316,7 +349,8 @@ def main() -> None:
     if args.fill_only:
         return
     if args.fresh:
-        result = {"cells": args.cells, **fresh(args.home, args.fresh, args.cold, args.wait)}
+        result = {"cells": args.cells, **fresh(args.home, args.fresh, args.cold, args.wait,
+                                                 [int(v) for v in args.ef.split(",") if v])}
     else:
         result = {"cells": args.cells,
                   **measure(args.home, args.repeat, args.queries, args.wait)}
