@@ -42,6 +42,16 @@ from benchmarks.amp_bench import BIG_OWNER, cell_body, owner_of, sentence  # noq
 EMBED_BATCH = 1000
 
 
+def vocabulary(embedder: Any) -> list[str]:
+    """``--vectors wordllama-vocab``: the whole words of WordLlama's tokenizer (ASCII
+    letters, four or more), sorted; a stress case of text spread over ~9,000 words instead of
+    `search_bench`'s 24 (whose vectors hold 99 % of their variance in 24 dimensions)."""
+    vocab = embedder._model.tokenizer.get_vocab()
+    return sorted(t[1:] for t in vocab
+                  if t.startswith("\u2581") and t[1:].isascii() and t[1:].isalpha()
+                  and len(t) > 4)
+
+
 def query_vectors(home: Path, n: int, seed: int) -> Any:
     """``n`` unit query vectors: random, or `search_bench.queries` texts embedded by
     WordLlama when the cells were filled with ``--vectors wordllama``."""
@@ -53,6 +63,13 @@ def query_vectors(home: Path, n: int, seed: int) -> Any:
         from benchmarks.search_bench import queries
 
         return np.asarray(WordLlamaEmbedder().embed(queries(n, seed)), dtype=np.float32)
+    if info.get("vectors") == "wordllama-vocab":
+        from ampup_memory.search.embed import WordLlamaEmbedder
+
+        embedder = WordLlamaEmbedder()
+        words, rng = vocabulary(embedder), random.Random(seed)
+        texts = [" ".join(rng.choices(words, k=3)) for _ in range(n)]
+        return np.asarray(embedder.embed(texts), dtype=np.float32)
     gen = np.random.default_rng(seed)
     qs = gen.standard_normal((n, int(info["dims"]))).astype(np.float32)
     qs /= np.linalg.norm(qs, axis=1, keepdims=True)
@@ -67,7 +84,7 @@ def fill(home: Path, cells: int, vectors: str) -> None:
     from ampup_memory.settings import load_settings
     from benchmarks.search_bench import turn
 
-    provider = "wordllama" if vectors == "wordllama" else "hash"
+    provider = "hash" if vectors == "random" else "wordllama"
     rt = open_runtime(load_settings(home=str(home), embedding_provider=provider))
     dims = rt.embedder.dimensions
     template = rt.amp.create("agent_bench_1", json.dumps(
@@ -85,10 +102,12 @@ def fill(home: Path, cells: int, vectors: str) -> None:
     seq = int(conn.execute("SELECT max(vec_seq) FROM cells").fetchone()[0])
     done = conn.execute("SELECT count(*) FROM cells").fetchone()[0] - 1
     started, embed_s = time.perf_counter(), 0.0
+    words = vocabulary(rt.embedder) if vectors == "wordllama-vocab" else []
     while done < cells:
         n = min(10_000, cells - done)
-        if vectors == "wordllama":
-            texts = [turn(rng, done + i) for i in range(n)]
+        if vectors != "random":
+            texts = ([turn(rng, done + i) for i in range(n)] if not words else
+                     [" ".join(rng.choices(words, k=30)) for _ in range(n)])
             t = time.perf_counter()
             vecs = np.concatenate([
                 np.asarray(rt.embedder.embed(texts[j:j + EMBED_BATCH]), dtype=np.float32)
@@ -206,14 +225,17 @@ def recall_at_10(store: Any, f: Any, qs: Any) -> float:
     vectors = store._vectors
     assert vectors is not None
     matrix = vectors.matrix
-    pick = np.arange(len(matrix.nums))
+    pick = None
     if f.owner_id is not None:
         pick = np.flatnonzero(matrix.groups == vectors.owners[f.owner_id])
+    rows = matrix.matrix[:len(matrix.nums)] if pick is None else matrix.matrix[pick]
     hits = 0
     for q in qs:
         got = store.search_candidates(f, [], [float(x) for x in q], 100)
         top = {h.cell_id for h in sorted(got, key=lambda h: -(h.cosine or 0))[:10]}
-        best = pick[np.argsort(-dots(matrix.matrix[pick], q))[:10]]
+        best = np.argsort(-dots(rows, q))[:10]
+        if pick is not None:
+            best = pick[best]
         want = {r[0] for r in store._conn().execute(
             f"SELECT id FROM cells WHERE seq IN ({','.join('?' * 10)})",
             [int(n) for n in matrix.nums[best]]).fetchall()}
@@ -327,9 +349,11 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=Path("/tmp/amp1m/home"))
     parser.add_argument("--cells", type=int, default=1_000_000)
     parser.add_argument("--fill-only", action="store_true")
-    parser.add_argument("--vectors", choices=("random", "wordllama"), default="random",
+    parser.add_argument("--vectors", choices=("random", "wordllama", "wordllama-vocab"),
+                        default="random",
                         help="the cells' vectors when filling: random unit vectors, or"
-                        " WordLlama's of synthetic CRM turns (queries follow the file)")
+                        " WordLlama's of synthetic CRM turns, or of 30 words drawn from"
+                        " WordLlama's vocabulary (queries follow the file)")
     parser.add_argument("--repeat", type=int, default=100)
     parser.add_argument("--wait", type=float, default=3600.0,
                         help="seconds to wait for the graph before giving up")
@@ -341,6 +365,10 @@ def main() -> None:
     parser.add_argument("--ef", default="",
                         help="with --fresh: also these efSearch floors, unfiltered"
                         " (comma-separated), recall@10 and time each")
+    parser.add_argument("--group-cost", type=int, default=None,
+                        help="override common.GROUP_COST (the cost rule's graph candidate"
+                        " price; 0 sends every owner filter to the graph): to measure the"
+                        " graph's recall with an owner filter")
     parser.add_argument("--out", default="amp_ann_sqlite.json")
     args = parser.parse_args()
     args.home.mkdir(parents=True, exist_ok=True)
@@ -348,6 +376,10 @@ def main() -> None:
         fill(args.home, args.cells, args.vectors)
     if args.fill_only:
         return
+    if args.group_cost is not None:
+        from ampup_memory.search.index import common
+
+        common.GROUP_COST = args.group_cost
     if args.fresh:
         result = {"cells": args.cells, **fresh(args.home, args.fresh, args.cold, args.wait,
                                                  [int(v) for v in args.ef.split(",") if v])}
