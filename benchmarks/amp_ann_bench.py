@@ -245,7 +245,8 @@ def recall_at_10(store: Any, f: Any, qs: Any) -> float:
 
 def ef_sweep(store: Any, f: Any, qs: Any, values: list[int]) -> dict[str, object]:
     """The unfiltered search at other efSearch floors (`ann.EXPANSION_SEARCH`, read at
-    each search; the graph asks at least 2 × k = 200 whatever the floor): recall@10
+    each search; the vector step is asked for 2 × k = 200, the graph returns 400 and
+    searches with at least that, whatever the floor): recall@10
     against exact and p50 wall / process CPU of the same queries, rows cached."""
     from ampup_memory.search.index import ann
 
