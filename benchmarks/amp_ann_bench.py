@@ -2,13 +2,19 @@
 without an owner filter, exact and through the HNSW graph.
 
 The store is filled directly (one validated template cell, then rows written in batches of
-10,000 with ``executemany``, no per-row fsync), with RANDOM UNIT VECTORS: they measure the
-speed of the vector step, not the quality of an embedder. Owners follow `amp_bench.py`:
+10,000 with ``executemany``, no per-row fsync). By default with RANDOM UNIT VECTORS: they
+measure the speed of the vector step, not the quality of an embedder (the graph's recall
+on them is about 0.1). With ``--vectors wordllama`` the cells hold the synthetic CRM turns
+of `search_bench.py` (``turn``), embedded by the project's WordLlama embedder in batches of
+1,000, as the server would, and queries are `search_bench.queries` texts embedded the same
+way (other seeds, so none is a cell's text): the graph's recall then means something.
+Owners follow `amp_bench.py`:
 ``user_big`` holds 8 % of the cells, 50 other owners about 1.8 % each (all above the 5,000
 cells of exact owner ranking). The home folder is kept (``--home``), so a second run
 measures without filling again.
 
     python benchmarks/amp_ann_bench.py --home /tmp/amp1m/home --cells 1000000
+    python benchmarks/amp_ann_bench.py --home /tmp/ampreal/home --vectors wordllama --fresh 200
 
 Measured in-process on the store (``search_candidates`` with a vector and no keywords, what
 the service calls): p50 / p95 of wall and CPU time, with and without an owner filter, once
@@ -26,21 +32,60 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.amp_bench import BIG_OWNER, cell_body, owner_of, sentence  # noqa: E402
 
+EMBED_BATCH = 1000
 
-def fill(home: Path, cells: int) -> None:
+
+def vocabulary(embedder: Any) -> list[str]:
+    """``--vectors wordllama-vocab``: the whole words of WordLlama's tokenizer (ASCII
+    letters, four or more), sorted; a stress case of text spread over ~9,000 words instead of
+    `search_bench`'s 24 (whose vectors hold 99 % of their variance in 24 dimensions)."""
+    vocab = embedder._model.tokenizer.get_vocab()
+    return sorted(t[1:] for t in vocab
+                  if t.startswith("\u2581") and t[1:].isascii() and t[1:].isalpha()
+                  and len(t) > 4)
+
+
+def query_vectors(home: Path, n: int, seed: int) -> Any:
+    """``n`` unit query vectors: random, or `search_bench.queries` texts embedded by
+    WordLlama when the cells were filled with ``--vectors wordllama``."""
+    import numpy as np
+
+    info = json.loads((home / "bench.json").read_text())
+    if info.get("vectors", "random") == "wordllama":
+        from ampup_memory.search.embed import WordLlamaEmbedder
+        from benchmarks.search_bench import queries
+
+        return np.asarray(WordLlamaEmbedder().embed(queries(n, seed)), dtype=np.float32)
+    if info.get("vectors") == "wordllama-vocab":
+        from ampup_memory.search.embed import WordLlamaEmbedder
+
+        embedder = WordLlamaEmbedder()
+        words, rng = vocabulary(embedder), random.Random(seed)
+        texts = [" ".join(rng.choices(words, k=3)) for _ in range(n)]
+        return np.asarray(embedder.embed(texts), dtype=np.float32)
+    gen = np.random.default_rng(seed)
+    qs = gen.standard_normal((n, int(info["dims"]))).astype(np.float32)
+    qs /= np.linalg.norm(qs, axis=1, keepdims=True)
+    return qs
+
+
+def fill(home: Path, cells: int, vectors: str) -> None:
     import numpy as np
     from ulid import ULID
 
     from ampup_memory.runtime import open_runtime
     from ampup_memory.settings import load_settings
+    from benchmarks.search_bench import turn
 
-    rt = open_runtime(load_settings(home=str(home), embedding_provider="hash"))
+    provider = "hash" if vectors == "random" else "wordllama"
+    rt = open_runtime(load_settings(home=str(home), embedding_provider=provider))
     dims = rt.embedder.dimensions
     template = rt.amp.create("agent_bench_1", json.dumps(
         cell_body("template cell", "user_template")).encode())
@@ -56,16 +101,27 @@ def fill(home: Path, cells: int) -> None:
     gen = np.random.default_rng(7)
     seq = int(conn.execute("SELECT max(vec_seq) FROM cells").fetchone()[0])
     done = conn.execute("SELECT count(*) FROM cells").fetchone()[0] - 1
-    started = time.perf_counter()
+    started, embed_s = time.perf_counter(), 0.0
+    words = vocabulary(rt.embedder) if vectors == "wordllama-vocab" else []
     while done < cells:
         n = min(10_000, cells - done)
-        vecs = gen.standard_normal((n, dims)).astype(np.float32)
-        vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+        if vectors != "random":
+            texts = ([turn(rng, done + i) for i in range(n)] if not words else
+                     [" ".join(rng.choices(words, k=30)) for _ in range(n)])
+            t = time.perf_counter()
+            vecs = np.concatenate([
+                np.asarray(rt.embedder.embed(texts[j:j + EMBED_BATCH]), dtype=np.float32)
+                for j in range(0, n, EMBED_BATCH)])
+            embed_s += time.perf_counter() - t
+        else:
+            texts = [sentence(rng) for _ in range(n)]
+            vecs = gen.standard_normal((n, dims)).astype(np.float32)
+            vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
         batch = []
         for i in range(n):
             owner = owner_of(done + i)
             cid = f"mem_{ULID()}"
-            text = sentence(rng)
+            text = texts[i]
             d = doc.replace(template.id, cid).replace("user_template", owner).replace(
                 "template cell", text)
             g = guard.replace("user_template", owner)
@@ -80,10 +136,12 @@ def fill(home: Path, cells: int) -> None:
                 " guard, importance, confidence, decay_rate, last_updated_at)"
                 " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", batch)
         done += n
-        print(f"{done} cells, {time.perf_counter() - started:.0f}s", file=sys.stderr,
-              flush=True)
+        print(f"{done} cells, {time.perf_counter() - started:.0f}s"
+              f" (embedding {embed_s:.0f}s)", file=sys.stderr, flush=True)
     rt.close()
-    (home / "bench.json").write_text(json.dumps({"dims": dims, "cells": cells}))
+    (home / "bench.json").write_text(json.dumps({
+        "dims": dims, "cells": cells, "vectors": vectors,
+        "fill_s": round(time.perf_counter() - started, 1), "embed_s": round(embed_s, 1)}))
     (home / "filled").write_text(str(cells))
 
 
@@ -105,16 +163,12 @@ def measure(home: Path, repeat: int, queries: int, wait: float) -> dict[str, obj
     """One store, threshold 50,000: timed while the graph builds (exact), then, once it is
     swapped in, through the graph; recall@10 of the graph's candidates against the exact
     top 10 computed with numpy from the same matrix."""
-    import numpy as np
 
     from ampup_memory.amp.store.base import CellFilter
     from ampup_memory.amp.store.sqlite import SQLiteStore
-    from ampup_memory.search.index.common import dots
 
     dims = int(json.loads((home / "bench.json").read_text())["dims"])
-    gen = np.random.default_rng(11)
-    qs = gen.standard_normal((queries, dims)).astype(np.float32)
-    qs /= np.linalg.norm(qs, axis=1, keepdims=True)
+    qs = query_vectors(home, queries, 11)
     out: dict[str, object] = {"load_at_start": os.getloadavg()[0]}
     t, c = time.perf_counter(), time.process_time()
     store = SQLiteStore(f"sqlite:///{home / 'amp.db'}", dims, ann_min_vectors=50_000)
@@ -155,47 +209,82 @@ def measure(home: Path, repeat: int, queries: int, wait: float) -> dict[str, obj
     if not out["graph_bytes"]:
         return out
     out["graph"] = timings("graph")
-    vectors = store._vectors
-    assert vectors is not None
-    matrix = vectors.matrix
-    recall: dict[str, float] = {}
-    for name, f in filters.items():
-        rows = None
-        if f.owner_id is not None:
-            rows = np.flatnonzero(matrix.groups == vectors.owners[f.owner_id])
-        hits = 0
-        for q in qs:
-            got = store.search_candidates(f, [], [float(x) for x in q], 100)
-            top = {h.cell_id for h in sorted(got, key=lambda h: -(h.cosine or 0))[:10]}
-            pick = np.arange(len(matrix.nums)) if rows is None else rows
-            best = pick[np.argsort(-dots(matrix.matrix[pick], q))[:10]]
-            want = {r[0] for r in store._conn().execute(
-                f"SELECT id FROM cells WHERE seq IN ({','.join('?' * 10)})",
-                [int(n) for n in matrix.nums[best]]).fetchall()}
-            hits += len(top & want)
-        recall[name] = hits / (10 * len(qs))
-    out["recall_at_10"] = recall
+    out["recall_at_10"] = {name: recall_at_10(store, f, qs) for name, f in filters.items()}
     out["load_at_end"] = os.getloadavg()[0]
     store.close()
     return out
 
 
-def fresh(home: Path, queries: int, cold: bool, wait: float) -> dict[str, object]:
+def recall_at_10(store: Any, f: Any, qs: Any) -> float:
+    """Recall@10 of ``search_candidates`` (k = 100, its 10 best cosines) against the exact
+    top 10 of the filter's rows, computed with numpy from the store's own matrix."""
+    import numpy as np
+
+    from ampup_memory.search.index.common import dots
+
+    vectors = store._vectors
+    assert vectors is not None
+    matrix = vectors.matrix
+    pick = None
+    if f.owner_id is not None:
+        pick = np.flatnonzero(matrix.groups == vectors.owners[f.owner_id])
+    rows = matrix.matrix[:len(matrix.nums)] if pick is None else matrix.matrix[pick]
+    hits = 0
+    for q in qs:
+        got = store.search_candidates(f, [], [float(x) for x in q], 100)
+        top = {h.cell_id for h in sorted(got, key=lambda h: -(h.cosine or 0))[:10]}
+        best = np.argsort(-dots(rows, q))[:10]
+        if pick is not None:
+            best = pick[best]
+        want = {r[0] for r in store._conn().execute(
+            f"SELECT id FROM cells WHERE seq IN ({','.join('?' * 10)})",
+            [int(n) for n in matrix.nums[best]]).fetchall()}
+        hits += len(top & want)
+    return hits / (10 * len(qs))
+
+
+def ef_sweep(store: Any, f: Any, qs: Any, values: list[int]) -> dict[str, object]:
+    """The unfiltered search at other efSearch floors (`ann.EXPANSION_SEARCH`, read at
+    each search; the vector step is asked for 2 × k = 200, the graph returns 400 and
+    searches with at least that, whatever the floor): recall@10
+    against exact and p50 wall / process CPU of the same queries, rows cached."""
+    from ampup_memory.search.index import ann
+
+    keep, out = ann.EXPANSION_SEARCH, {}
+    try:
+        for ef in values:
+            ann.EXPANSION_SEARCH = ef
+            wall, cpu = [], []
+            for q in qs:
+                vec = [float(x) for x in q]
+                c, w = time.process_time(), time.perf_counter()
+                store.search_candidates(f, [], vec, 100)
+                wall.append((time.perf_counter() - w) * 1000)
+                cpu.append((time.process_time() - c) * 1000)
+            out[str(ef)] = {"recall_at_10": recall_at_10(store, f, qs),
+                            "p50_ms": round(statistics.median(wall), 2),
+                            "cpu_p50_ms": round(statistics.median(cpu), 2),
+                            "load": os.getloadavg()[0]}
+            print("efSearch", ef, json.dumps(out[str(ef)]), file=sys.stderr, flush=True)
+    finally:
+        ann.EXPANSION_SEARCH = keep
+    return out
+
+
+def fresh(home: Path, queries: int, cold: bool, wait: float, ef: list[int] | None = None
+          ) -> dict[str, object]:
     """Fresh queries only (none repeated, so each reads its own hits' rows), the saved
     graph loaded first: per filter, p50 / p95 of wall and CPU time, the bytes read from
     disk per search (``/proc/self/io``), and the memory of the graph and of the owners'
     blocks. ``cold``: the file's pages are dropped from the page cache (``posix_fadvise``
     DONTNEED, this file only) before each filter's series; otherwise the whole file is
     read once first, so every page is cached."""
-    import numpy as np
 
     from ampup_memory.amp.store.base import CellFilter
     from ampup_memory.amp.store.sqlite import SQLiteStore
 
     dims = int(json.loads((home / "bench.json").read_text())["dims"])
-    gen = np.random.default_rng(23)
-    qs = gen.standard_normal((queries * 4, dims)).astype(np.float32)
-    qs /= np.linalg.norm(qs, axis=1, keepdims=True)
+    qs = query_vectors(home, queries * 4, 23)
     store = SQLiteStore(f"sqlite:///{home / 'amp.db'}", dims, ann_min_vectors=50_000)
     filters = {"none": CellFilter(agent_id="agent_bench_1"),
                "owner_8pct": CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER),
@@ -244,6 +333,14 @@ def fresh(home: Path, queries: int, cold: bool, wait: float) -> dict[str, object
                      "read_kb_p50": round(statistics.median(io), 1),
                      "load": os.getloadavg()[0]}
         print(name, json.dumps(out[name]), file=sys.stderr, flush=True)
+    # After the timings (a search repeated here reads cached rows): the same queries.
+    out["recall_at_10"] = {
+        name: recall_at_10(store, f, qs[n * queries:(n + 1) * queries])
+        for n, (name, f) in enumerate(filters.items())}
+    print("recall_at_10", json.dumps(out["recall_at_10"]), file=sys.stderr, flush=True)
+    if ef:
+        out["ef_sweep"] = ef_sweep(store, filters["none"], qs[:queries], ef)
+    out["load_at_end"] = os.getloadavg()[0]
     store.close()
     return out
 
@@ -253,6 +350,11 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=Path("/tmp/amp1m/home"))
     parser.add_argument("--cells", type=int, default=1_000_000)
     parser.add_argument("--fill-only", action="store_true")
+    parser.add_argument("--vectors", choices=("random", "wordllama", "wordllama-vocab"),
+                        default="random",
+                        help="the cells' vectors when filling: random unit vectors, or"
+                        " WordLlama's of synthetic CRM turns, or of 30 words drawn from"
+                        " WordLlama's vocabulary (queries follow the file)")
     parser.add_argument("--repeat", type=int, default=100)
     parser.add_argument("--wait", type=float, default=3600.0,
                         help="seconds to wait for the graph before giving up")
@@ -261,15 +363,27 @@ def main() -> None:
                         help="instead: this many fresh queries per filter, graph loaded")
     parser.add_argument("--cold", action="store_true",
                         help="with --fresh: the file's pages dropped before each filter")
+    parser.add_argument("--ef", default="",
+                        help="with --fresh: also these efSearch floors, unfiltered"
+                        " (comma-separated), recall@10 and time each")
+    parser.add_argument("--group-cost", type=int, default=None,
+                        help="override common.GROUP_COST (the cost rule's graph candidate"
+                        " price; 0 sends every owner filter to the graph): to measure the"
+                        " graph's recall with an owner filter")
     parser.add_argument("--out", default="amp_ann_sqlite.json")
     args = parser.parse_args()
     args.home.mkdir(parents=True, exist_ok=True)
     if not (args.home / "filled").exists():
-        fill(args.home, args.cells)
+        fill(args.home, args.cells, args.vectors)
     if args.fill_only:
         return
+    if args.group_cost is not None:
+        from ampup_memory.search.index import common
+
+        common.GROUP_COST = args.group_cost
     if args.fresh:
-        result = {"cells": args.cells, **fresh(args.home, args.fresh, args.cold, args.wait)}
+        result = {"cells": args.cells, **fresh(args.home, args.fresh, args.cold, args.wait,
+                                                 [int(v) for v in args.ef.split(",") if v])}
     else:
         result = {"cells": args.cells,
                   **measure(args.home, args.repeat, args.queries, args.wait)}

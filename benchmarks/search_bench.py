@@ -55,13 +55,18 @@ def company(i: int) -> str:
     return f"Company{i % 20000:05d}"
 
 
+def turn(rng: random.Random, i: int) -> str:
+    """Episode ``i``'s one turn of ~450 bytes (also the text of `amp_ann_bench.py`'s cells
+    with ``--vectors wordllama``)."""
+    return f"Speaker0: {company(i)} " + " ".join(rng.choices(WORDS, k=54))
+
+
 def make_batch(rng: random.Random, start: int, n_eps: int, n_facts: int) -> DocumentBatch:
     eps: list[EpisodeDoc] = []
     for i in range(start, start + n_eps):
-        who = company(i)
-        # One turn of ~450 bytes: one passage per episode (passages are about one turn,
+        # One turn: one passage per episode (passages are about one turn,
         # `search/passages.py`), so --passages counts passages.
-        units = (Unit(1, "turn", f"Speaker0: {who} " + " ".join(rng.choices(WORDS, k=54))),)
+        units = (Unit(1, "turn", turn(rng, i)),)
         acl = ("*",) if i % 4 else ("group:sales",)
         # Commit c{i} is seq i + 1 (held searches read a prefix of commits).
         eps.append(EpisodeDoc(f"{i:064x}", SCOPE, "main", f"c{i}",
