@@ -268,6 +268,12 @@ def signals(corpus: Corpus, q: Question, lever: str, expander: Expander | None
             for t in q.terms:
                 for w, sim in expander.neighbours(t, int(count), float(floor), said):
                     raw = raw + float(weight) * sim * corpus.bm25("p", q.scope, [w], n)
+        elif name in ("agent_kw", "agent_both"):
+            w = float(value)
+            agent = np.asarray([t.lower().startswith(("assistant:",)) for t in s.texts])
+            raw = np.where(agent, raw * w, raw)
+            if name == "agent_both":
+                cos = np.where(agent, cos * w, cos)
         elif name != "shipped":
             raise SystemExit(f"unknown lever {part!r}")
     if within is not None:  # a passage outside the candidates is not ranked

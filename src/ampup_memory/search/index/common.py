@@ -590,8 +590,9 @@ class VectorMatrix:
         # every row's group. Facts: only the rows begun at ``begun_at`` when some have not;
         # a block holds its group's every row, so it serves no such filter.
         late = begun_at is not None and self.latest_start() > begun_at
+        blockable = seqs is None and not late  # a group's block can serve this search
         block = (self._block(group, 0, build=False)
-                 if group is not None and seqs is None and not late else None)
+                 if group is not None and blockable else None)
         inside: np.ndarray | None = None
         if block is not None:
             held = len(block)
@@ -625,10 +626,8 @@ class VectorMatrix:
             # stay. Where that costs more than scoring the kept rows exactly (gathered, in
             # the group's block, or every row in place), or finds fewer than k of them,
             # the kept rows are scored.
-            blocked = (True if block is not None else False
-                       if group is not None and seqs is None and not late
-                       and self._may_block(held)
-                       else None)
+            blocked = self._block_state(block is not None, group is not None and blockable,
+                                        held)
             way, want = group_candidates(k, held, total, graph=ann is not None,
                                          block=blocked)
             if way == "graph":
@@ -672,6 +671,15 @@ class VectorMatrix:
             tied = tied[np.argsort(nums[tied], kind="stable")][: k - len(above)]
             idx = np.concatenate([above, tied])
         return [(int(nums[i]), float(sims[i])) for i in idx]
+
+    def _block_state(self, built: bool, blockable: bool, held: int) -> bool | None:
+        """`group_candidates`'s ``block``: the group's block is built (True), may be built
+        by this search (False), or may not (None: a view's segment or a begun filter keeps
+        rows a block does not tell apart; or the group is too small a share of the rows,
+        or its block would not fit the blocks' memory budget)."""
+        if built:
+            return True
+        return False if blockable and self._may_block(held) else None
 
     def _positions(self, nums: np.ndarray) -> np.ndarray:
         import numpy as np

@@ -31,11 +31,11 @@ import secrets
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Generic, TypeVar, cast
 
 import numpy as np
 from pyroaring import BitMap
@@ -140,6 +140,32 @@ _BM25 = ", ".join(str(w) for w in fts5_weights())
 _CHUNK = 500  # bound parameters per IN (...) list
 COUNTS_KEPT = 4096  # word counts remembered (`SQLiteIndex._count`)
 
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+class Remembered(Generic[_Key]):
+    """Counts remembered by key, the ``kept`` most recently used; safe across threads.
+    A key names what was counted and the content it was counted in, so an entry is never
+    stale: a write makes new keys and the old ones age out."""
+
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        self._found: OrderedDict[_Key, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: _Key, count: Callable[[], int]) -> int:
+        """The remembered count, or ``count()`` (run outside the lock) remembered."""
+        with self._lock:
+            found = self._found.get(key)
+            if found is not None:
+                self._found.move_to_end(key)
+                return found
+        n = count()
+        with self._lock:
+            self._found[key] = n
+            while len(self._found) > self._kept:
+                self._found.popitem(last=False)
+        return n
 
 
 def _chunks(values: Iterable[Any]) -> Iterator[list[Any]]:
@@ -189,10 +215,11 @@ class SQLiteIndex:
         self._bitmap_gen: int | None = None
         self._bitmap_lock = threading.Lock()
         self._pending_bits: dict[str, BitMap] | None = None
-        # Word counts of the postings budget, per keyword space content (`_count`).
-        self._counts: OrderedDict[tuple[str, str, int | None, int | None], int] = (
-            OrderedDict())
-        self._counts_lock = threading.Lock()
+        # Word counts of the postings budget, per keyword space content (`_count`), and
+        # facts per space (`_space_facts`).
+        self._counts: Remembered[tuple[str, str, int | None, int | None]] = Remembered(
+            COUNTS_KEPT)
+        self._space_counts: Remembered[str] = Remembered(COUNTS_KEPT)
         self._spaces = SpaceFiles(self.path.with_name(self.path.name + ".keywords"),
                                   timeout=60.0)
         self._prepare_file()
@@ -666,18 +693,8 @@ class SQLiteIndex:
         """`_postings`, remembered per space content (``version`` names the space and the
         row it is applied up to, so a write starts afresh): a common word's exact count
         walks its whole doclist (2 ms per 30k postings here), and common words recur."""
-        key = (version, term, cap, bound)
-        with self._counts_lock:
-            found = self._counts.get(key)
-            if found is not None:
-                self._counts.move_to_end(key)
-                return found
-        n = self._postings(kconn, kind, term, cap, bound)
-        with self._counts_lock:
-            self._counts[key] = n
-            while len(self._counts) > COUNTS_KEPT:
-                self._counts.popitem(last=False)
-        return n
+        return self._counts.get((version, term, cap, bound),
+                                lambda: self._postings(kconn, kind, term, cap, bound))
 
     def _affordable(self, kconn: sqlite3.Connection, kind: str, version: str,
                     terms: Sequence[str], bound: int | None = None) -> tuple[list[str], bool]:
@@ -861,19 +878,13 @@ class SQLiteIndex:
     def _space_facts(self, kind: str, scope: str, branch: str, version: str) -> int:
         """How many facts the space holds, remembered per keyword space content (any
         write of a fact moves ``version``)."""
-        key = (version, "facts in space", None, None)
-        with self._counts_lock:
-            found = self._counts.get(key)
-        if found is not None:
-            return found
-        (n,) = self._conn().execute(
-            "SELECT count(*) FROM facts INDEXED BY facts_space WHERE scope = ? AND branch = ?",
-            (scope, branch)).fetchone()
-        with self._counts_lock:
-            self._counts[key] = int(n)
-            while len(self._counts) > COUNTS_KEPT:
-                self._counts.popitem(last=False)
-        return int(n)
+        def count() -> int:
+            (n,) = self._conn().execute(
+                "SELECT count(*) FROM facts INDEXED BY facts_space"
+                " WHERE scope = ? AND branch = ?", (scope, branch)).fetchone()
+            return int(n)
+
+        return self._space_counts.get(version, count)
 
     def _begun_first(self, scope: str, branch: str, ranked: Iterable[Sequence[Any]], k: int,
                      at: int) -> list[Hit]:
