@@ -8,6 +8,8 @@ sentences, 40 to 600 characters):
 - ``docstrings``: module, class and function docstrings of every ``.py`` file under the
   venv's ``site-packages`` and ``/usr/lib/python3.11`` (``ast``), split on blank lines;
 - ``comments``: runs of ``#`` comment lines in the same files, joined per block;
+- ``gcloud_docstrings``, ``gcloud_comments``: the same from the Google Cloud SDK's Python
+  (``/usr/lib/google-cloud-sdk/lib`` and its ``gsutil``; its bundled Python left out);
 - ``man``: the English man pages (``/usr/share/man/man*/*.gz``), roff markup stripped by
   a regular expression (macro lines dropped but for their text arguments, font and
   character escapes removed);
@@ -17,6 +19,12 @@ sentences, 40 to 600 characters):
 - ``pod``: the Perl documentation (POD paragraphs of ``.pod`` and ``.pm`` files under
   ``/usr/share/perl*`` and ``/usr/lib/x86_64-linux-gnu/perl*``), formatting codes
   unwrapped;
+- ``javadoc``: the comments of the JDK's Java sources (``lib/src.zip`` of the newest JDK
+  under ``/usr/lib/jvm``), HTML tags and ``{@code ...}`` wrappers removed, block tags
+  (``@param name``) dropped;
+- ``rust_docs``: the ``<p>`` paragraphs of the Rust toolchain's HTML documentation
+  (``~/.rustup/toolchains/stable-*/share/doc/rust/html``: std, the book, the reference,
+  cargo's and rustc's books), tags removed, entities unescaped;
 - ``doc``: plain-text files under ``/usr/share/doc`` (``.txt``, ``.md``, ``.rst``,
   README, NEWS, changelogs; gzipped or not);
 - ``conversations``: the turns of the LongMemEval_S subset (`retrieval_quality.py`) and
@@ -49,6 +57,7 @@ from pathlib import Path
 
 ROOTS = (Path(sys.prefix) / "lib" / "python3.11" / "site-packages",
          Path("/usr/lib/python3.11"))
+GCLOUD = (Path("/usr/lib/google-cloud-sdk/lib"), Path("/usr/lib/google-cloud-sdk/platform/gsutil"))
 MAN = Path("/usr/share/man")
 INCLUDE = Path("/usr/include")
 PERL = (Path("/usr/share"), Path("/usr/lib/x86_64-linux-gnu"))
@@ -106,8 +115,8 @@ def _paragraphs(text: str) -> Iterator[str]:
     yield from (p for p in re.split(r"\n\s*\n", text) if p.strip())
 
 
-def python_files() -> list[Path]:
-    return sorted(p for root in ROOTS for p in root.rglob("*.py") if p.is_file())
+def python_files(roots: tuple[Path, ...] = ROOTS) -> list[Path]:
+    return sorted(p for root in roots for p in root.rglob("*.py") if p.is_file())
 
 
 def docstrings_and_comments(path: Path) -> tuple[list[str], list[str]]:
@@ -233,6 +242,52 @@ def pod_paragraphs() -> Iterator[str]:
                 yield text
 
 
+_HTML_TAG = re.compile(r"</?[a-zA-Z][^>]*>")
+_JAVADOC_INLINE = re.compile(r"\{@\w+\s+([^{}]*)\}")
+_JAVADOC_TAG = re.compile(r"^@(param|throws|exception)\s+\S+\s*|^@\w+\s*")
+
+
+def jdk_sources() -> Path | None:
+    found = sorted(Path("/usr/lib/jvm").glob("*/lib/src.zip"))
+    return max(found, key=lambda p: p.stat().st_size) if found else None
+
+
+def javadoc() -> Iterator[str]:
+    import zipfile
+
+    src = jdk_sources()
+    if src is None:
+        return
+    with zipfile.ZipFile(src) as z:
+        for name in sorted(n for n in z.namelist() if n.endswith(".java")):
+            source = z.read(name).decode("utf-8", errors="replace")
+            for m in _C_BLOCK.finditer(source):
+                lines = [_JAVADOC_TAG.sub("", re.sub(r"^\s*\*+ ?", "", ln).strip())
+                         for ln in m.group(1).splitlines()]
+                text = "\n".join(lines)
+                for _ in range(2):
+                    text = _JAVADOC_INLINE.sub(lambda g: g.group(1), text)
+                text = _HTML_TAG.sub(" ", text).replace("&lt;", "<").replace(
+                    "&gt;", ">").replace("&amp;", "&").replace("&nbsp;", " ")
+                yield from _paragraphs(text)
+
+
+_HTML_P = re.compile(r"<p>(.*?)</p>", re.S)
+
+
+def rust_docs() -> Iterator[str]:
+    import html
+
+    for root in sorted(Path.home().glob(".rustup/toolchains/stable-*/share/doc/rust/html")):
+        for path in sorted(root.rglob("*.html")):
+            try:
+                page = path.read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue
+            for m in _HTML_P.finditer(page):
+                yield html.unescape(_HTML_TAG.sub("", m.group(1)))
+
+
 def doc_files() -> Iterator[str]:
     keep = re.compile(r"(\.(txt|md|rst)(\.gz)?$)|(^(README|NEWS|changelog|CHANGES|"
                       r"AUTHORS|TODO|FAQ)[^/]*$)", re.I)
@@ -282,21 +337,25 @@ def build(out: Path, cache: Path) -> dict[str, object]:
                     rows.append((source, piece))
                     counts[source] += 1
 
-    comments: list[str] = []
-    for n, path in enumerate(python_files()):
-        docs, notes = docstrings_and_comments(path)
-        take("docstrings", docs)
-        comments.extend(notes)
-        if n % 2000 == 0:
-            print(f"{n} python files, {len(rows)} pieces,"
-                  f" {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
-    take("comments", comments)
+    for prefix, roots in (("", ROOTS), ("gcloud_", GCLOUD)):
+        comments: list[str] = []
+        for n, path in enumerate(python_files(roots)):
+            docs, notes = docstrings_and_comments(path)
+            take(prefix + "docstrings", docs)
+            comments.extend(notes)
+            if n % 2000 == 0:
+                print(f"{n} python files, {len(rows)} pieces,"
+                      f" {time.perf_counter() - started:.0f}s", file=sys.stderr, flush=True)
+        take(prefix + "comments", comments)
     take("man", man_pages())
     print(f"man: {len(rows)} pieces", file=sys.stderr, flush=True)
     take("c_comments", c_comments())
     print(f"c_comments: {len(rows)} pieces", file=sys.stderr, flush=True)
     take("pod", pod_paragraphs())
+    take("javadoc", javadoc())
+    print(f"javadoc: {len(rows)} pieces", file=sys.stderr, flush=True)
     take("doc", doc_files())
+    take("rust_docs", rust_docs())
     take("conversations", conversations(cache))
     random.Random(SEED).shuffle(rows)
     out.parent.mkdir(parents=True, exist_ok=True)
