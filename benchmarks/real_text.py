@@ -2,7 +2,8 @@
 the vector graph's recall on real (topic-clustered, Zipfian) text rather than synthetic
 generators.
 
-Sources, walked in sorted order (each yields paragraphs, cut into pieces of 1 to 3
+Sources, in this order, each walked in sorted file order (a piece counts for the first
+source that yields it; each source yields paragraphs, cut into pieces of 1 to 3
 sentences, 40 to 600 characters):
 
 - ``docstrings``: module, class and function docstrings of every ``.py`` file under the
@@ -19,20 +20,21 @@ sentences, 40 to 600 characters):
 - ``pod``: the Perl documentation (POD paragraphs of ``.pod`` and ``.pm`` files under
   ``/usr/share/perl*`` and ``/usr/lib/x86_64-linux-gnu/perl*``), formatting codes
   unwrapped;
-- ``javadoc``: the comments of the JDK's Java sources (``lib/src.zip`` of the newest JDK
+- ``javadoc``: the comments of the JDK's Java sources (the largest ``lib/src.zip``
   under ``/usr/lib/jvm``), HTML tags and ``{@code ...}`` wrappers removed, block tags
   (``@param name``) dropped;
+- ``doc``: plain-text files under ``/usr/share/doc`` (``.txt``, ``.md``, ``.rst``,
+  README, NEWS, changelogs; gzipped or not);
 - ``rust_docs``: the ``<p>`` paragraphs of the Rust toolchain's HTML documentation
   (``~/.rustup/toolchains/stable-*/share/doc/rust/html``: std, the book, the reference,
   cargo's and rustc's books), tags removed, entities unescaped;
-- ``doc``: plain-text files under ``/usr/share/doc`` (``.txt``, ``.md``, ``.rst``,
-  README, NEWS, changelogs; gzipped or not);
 - ``conversations``: the turns of the LongMemEval_S subset (`retrieval_quality.py`) and
   of LoCoMo (`locomo_retrieval.py`), when their wheels are available.
 
 Pieces are deduplicated exactly (after whitespace normalisation), and a piece that is
 mostly code or symbols is dropped (see ``prose``). The output is shuffled with a fixed
-seed, so any prefix (100k, 300k) is a fair sample, and cached as one JSON line per piece
+seed, so any prefix (100k, 300k) is a fair sample (the same files give the same file),
+and cached as one JSON line per piece
 (``{"s": source, "t": text}``). The texts are under their packages' licences: used
 locally for measurement, never committed or redistributed.
 
