@@ -8,6 +8,9 @@ on them is about 0.1). With ``--vectors wordllama`` the cells hold the synthetic
 of `search_bench.py` (``turn``), embedded by the project's WordLlama embedder in batches of
 1,000, as the server would, and queries are `search_bench.queries` texts embedded the same
 way (other seeds, so none is a cell's text): the graph's recall then means something.
+With ``--vectors text --text-file PATH`` the cells hold real English pieces (the corpus of
+`real_text.py`, in its shuffled order) and queries are 3 to 8 word spans of held-out pieces
+(the file's last ``HELD_OUT``, never stored).
 Owners follow `amp_bench.py`:
 ``user_big`` holds 8 % of the cells, 50 other owners about 1.8 % each (all above the 5,000
 cells of exact owner ranking). The home folder is kept (``--home``), so a second run
@@ -40,6 +43,23 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.amp_bench import BIG_OWNER, cell_body, owner_of, sentence  # noqa: E402
 
 EMBED_BATCH = 1000
+HELD_OUT = 10_000  # the text corpus' last pieces: queries are drawn from them, never stored
+
+
+def text_queries(path: Path, n: int, seed: int) -> list[str]:
+    """``n`` queries from the held-out pieces of a `real_text.py` corpus: a span of 3 to 8
+    consecutive words of a held-out piece (what a user might ask with), seeded."""
+    from benchmarks.real_text import load_pieces
+
+    held = load_pieces(path)[-HELD_OUT:]
+    rng = random.Random(seed)
+    out = []
+    for piece in rng.sample(held, n):
+        words = piece.split()
+        size = rng.randint(3, min(8, len(words)))
+        start = rng.randint(0, len(words) - size)
+        out.append(" ".join(words[start:start + size]))
+    return out
 
 
 def vocabulary(embedder: Any) -> list[str]:
@@ -70,13 +90,18 @@ def query_vectors(home: Path, n: int, seed: int) -> Any:
         words, rng = vocabulary(embedder), random.Random(seed)
         texts = [" ".join(rng.choices(words, k=3)) for _ in range(n)]
         return np.asarray(embedder.embed(texts), dtype=np.float32)
+    if info.get("vectors") == "text":
+        from ampup_memory.search.embed import WordLlamaEmbedder
+
+        texts = text_queries(Path(info["text_file"]), n, seed)
+        return np.asarray(WordLlamaEmbedder().embed(texts), dtype=np.float32)
     gen = np.random.default_rng(seed)
     qs = gen.standard_normal((n, int(info["dims"]))).astype(np.float32)
     qs /= np.linalg.norm(qs, axis=1, keepdims=True)
     return qs
 
 
-def fill(home: Path, cells: int, vectors: str) -> None:
+def fill(home: Path, cells: int, vectors: str, text_file: Path | None = None) -> None:
     import numpy as np
     from ulid import ULID
 
@@ -103,10 +128,20 @@ def fill(home: Path, cells: int, vectors: str) -> None:
     done = conn.execute("SELECT count(*) FROM cells").fetchone()[0] - 1
     started, embed_s = time.perf_counter(), 0.0
     words = vocabulary(rt.embedder) if vectors == "wordllama-vocab" else []
+    corpus: list[str] = []
+    if vectors == "text":
+        from benchmarks.real_text import load_pieces
+
+        assert text_file is not None, "--vectors text needs --text-file"
+        corpus = load_pieces(text_file)
+        if len(corpus) - HELD_OUT < cells:
+            raise SystemExit(f"{text_file}: {len(corpus)} pieces, {HELD_OUT} held out:"
+                             f" fewer than {cells} cells")
     while done < cells:
         n = min(10_000, cells - done)
         if vectors != "random":
-            texts = ([turn(rng, done + i) for i in range(n)] if not words else
+            texts = (corpus[done:done + n] if corpus else
+                     [turn(rng, done + i) for i in range(n)] if not words else
                      [" ".join(rng.choices(words, k=30)) for _ in range(n)])
             t = time.perf_counter()
             vecs = np.concatenate([
@@ -141,6 +176,7 @@ def fill(home: Path, cells: int, vectors: str) -> None:
     rt.close()
     (home / "bench.json").write_text(json.dumps({
         "dims": dims, "cells": cells, "vectors": vectors,
+        "text_file": str(text_file) if text_file else None,
         "fill_s": round(time.perf_counter() - started, 1), "embed_s": round(embed_s, 1)}))
     (home / "filled").write_text(str(cells))
 
@@ -350,11 +386,15 @@ def main() -> None:
     parser.add_argument("--home", type=Path, default=Path("/tmp/amp1m/home"))
     parser.add_argument("--cells", type=int, default=1_000_000)
     parser.add_argument("--fill-only", action="store_true")
-    parser.add_argument("--vectors", choices=("random", "wordllama", "wordllama-vocab"),
+    parser.add_argument("--vectors", choices=("random", "wordllama", "wordllama-vocab",
+                                              "text"),
                         default="random",
                         help="the cells' vectors when filling: random unit vectors, or"
                         " WordLlama's of synthetic CRM turns, or of 30 words drawn from"
-                        " WordLlama's vocabulary (queries follow the file)")
+                        " WordLlama's vocabulary, or of the real pieces of --text-file"
+                        " (queries follow the file)")
+    parser.add_argument("--text-file", type=Path, default=None,
+                        help="with --vectors text: a corpus written by real_text.py")
     parser.add_argument("--repeat", type=int, default=100)
     parser.add_argument("--wait", type=float, default=3600.0,
                         help="seconds to wait for the graph before giving up")
@@ -374,7 +414,7 @@ def main() -> None:
     args = parser.parse_args()
     args.home.mkdir(parents=True, exist_ok=True)
     if not (args.home / "filled").exists():
-        fill(args.home, args.cells, args.vectors)
+        fill(args.home, args.cells, args.vectors, args.text_file)
     if args.fill_only:
         return
     if args.group_cost is not None:
