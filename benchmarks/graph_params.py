@@ -133,6 +133,27 @@ def run(matrix: np.ndarray, qs: np.ndarray, sizes: list[int], m: int, efc: int,
                 f.write(line + "\n")
 
 
+def evaluate(matrix: np.ndarray, qs: np.ndarray, files: list[Path], efs: list[int],
+             out: Path | None) -> None:
+    """Graphs saved by ``--save`` (named m{M}-efc{E}-{size}.usearch), searched again at
+    other efSearch values without building them again."""
+    for path in files:
+        m, efc, size = (int(x.lstrip("mefc")) for x in path.stem.split("-"))
+        index = _new(matrix.shape[1], m, efc)
+        index.load(str(path))
+        assert len(index) == size, (path, len(index))
+        truth = exact_top(matrix, qs, size)
+        row: dict[str, object] = {
+            "M": m, "efC": efc, "size": size, "loaded": path.name,
+            "load": round(os.getloadavg()[0], 2),
+            "search": [measure(index, matrix, qs, truth, ef) for ef in efs]}
+        line = json.dumps(row)
+        print(line, flush=True)
+        if out is not None:
+            with open(out, "a") as f:
+                f.write(line + "\n")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--vectors", type=Path, required=True, help="unit float32 .npy, rows in order")
@@ -142,10 +163,15 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--out", type=Path)
     p.add_argument("--save", type=Path, help="a folder to save each measured graph in")
+    p.add_argument("--evaluate", type=Path, nargs="+",
+                   help="graphs saved by --save: search them at --ef, build nothing")
     a = p.parse_args()
     matrix = np.load(a.vectors, mmap_mode="r")
     matrix = np.ascontiguousarray(matrix, dtype=np.float32)
     qs = query_matrix(a.vectors, a.queries, 11)
+    if a.evaluate:
+        evaluate(matrix, qs, a.evaluate, [int(e) for e in a.ef.split(",")], a.out)
+        return
     sizes = [int(s) for s in a.sizes.split(",")]
     for pair in a.params:
         m, efc = (int(x) for x in pair.split(","))
