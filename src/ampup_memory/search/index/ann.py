@@ -64,10 +64,11 @@ MAGIC = b"AMPUP-ANN\n"
 
 @dataclass(frozen=True)
 class GraphParams:
-    """The HNSW build parameters every embedded graph (passages, facts, AMP cells) is made
-    with: M (``connectivity``) and efConstruction (``expansion_add``). Recall on text
-    spread over many words rises with both, and so do build time and memory
-    (docs/search.md)."""
+    """The HNSW build parameters every vector graph is made with (the embedded passages',
+    facts' and AMP cells' graphs, and pgvector's HNSW indexes on PostgreSQL): M
+    (``connectivity``) and efConstruction (``expansion_add``), from the settings. Recall
+    on text spread over many words rises with both, and so do build time and memory
+    (docs/search.md, "When to raise M")."""
 
     connectivity: int = CONNECTIVITY
     expansion_add: int = EXPANSION_ADD
