@@ -97,9 +97,12 @@ def measure(index: Any, matrix: np.ndarray, qs: np.ndarray, truth: list[set[int]
 
 
 def run(matrix: np.ndarray, qs: np.ndarray, sizes: list[int], m: int, efc: int,
-        efs: list[int], out: Path | None, save: Path | None) -> None:
+        efs: list[int], out: Path | None, save: Path | None,
+        resume: Path | None = None) -> None:
     dims = matrix.shape[1]
     index = _new(dims, m, efc)
+    if resume is not None:  # a graph saved by --save, grown from there (build time: the rest)
+        index.load(str(resume))
     wall = cpu = 0.0
     for size in sizes:
         t, c = time.perf_counter(), time.process_time()
@@ -163,6 +166,9 @@ def main() -> None:
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--out", type=Path)
     p.add_argument("--save", type=Path, help="a folder to save each measured graph in")
+    p.add_argument("--resume", type=Path,
+                   help="a graph saved by --save (one --params pair) to grow to --sizes; its"
+                   " level generator restarts there, as at one more seal")
     p.add_argument("--evaluate", type=Path, nargs="+",
                    help="graphs saved by --save: search them at --ef, build nothing")
     a = p.parse_args()
@@ -175,7 +181,8 @@ def main() -> None:
     sizes = [int(s) for s in a.sizes.split(",")]
     for pair in a.params:
         m, efc = (int(x) for x in pair.split(","))
-        run(matrix, qs, sizes, m, efc, [int(e) for e in a.ef.split(",")], a.out, a.save)
+        run(matrix, qs, sizes, m, efc, [int(e) for e in a.ef.split(",")], a.out, a.save,
+            a.resume)
 
 
 if __name__ == "__main__":
