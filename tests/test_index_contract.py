@@ -1057,3 +1057,63 @@ def test_a_search_before_most_facts_begin_asks_each_list_once(
     assert len(calls) == 1
     later = engine.search_facts(S, "main", "renewal due", ANN, now=when("2031-01-01"))
     assert len(later.facts) == 10 and all(f.row.id.startswith("late") for f in later.facts)
+
+
+def _graph_options(url: str) -> dict[str, list[str] | None]:
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT relname, reloptions FROM pg_class WHERE relname IN"
+            " ('search_passages_vec_hnsw', 'search_facts_vec_hnsw')").fetchall()
+    return {str(name): (sorted(options) if options else None) for name, options in rows}
+
+
+@pytest.mark.postgres
+def test_pg_hnsw_indexes_follow_the_graph_settings(
+        postgres: PostgresFactory, wordllama: WordLlamaEmbedder) -> None:
+    """The passages' and facts' HNSW indexes are built with the graph settings (M,
+    efConstruction) and built again when a server opens with other values; an index
+    that names none (made before the settings) has pgvector's 16 / 64, the defaults,
+    and is kept. Answers stay the same (the rows are re-scored exactly)."""
+    import psycopg
+
+    from ampup_memory.search.index.ann import GraphParams
+
+    url = postgres.new_database("graphs")
+    eps = [episode(S, [f"budget review {i}", f"renewal note {i} for globex"], ["*"])
+           for i in range(30)]
+    batch = DocumentBatch(eps, [fact(e, f"Account {i}", "status", "renewal", "renewal")
+                                for i, e in enumerate(eps)])
+
+    def answers(params: GraphParams) -> list[object]:
+        eng = SearchEngine(open_index(url, 0, params), wordllama)
+        try:
+            eng.ensure_model()
+            return [([p.row.num for p in eng.search_passages(S, "main", q, ANN,
+                                                              now=NOW).passages],
+                     ids(eng.search_facts(S, "main", q, ANN, now=NOW)))
+                    for q in ("budget review 7", "globex renewal")]
+        finally:
+            eng.index.close()
+
+    first = SearchEngine(open_index(url, 0), wordllama)
+    first.ensure_model()
+    first.ingest(batch)
+    first.index.close()
+    default = ["ef_construction=64", "m=16"]
+    assert _graph_options(url) == {"search_passages_vec_hnsw": default,
+                                   "search_facts_vec_hnsw": default}
+    before = answers(GraphParams())
+    assert all(passages and facts for passages, facts in before), before
+    with psycopg.connect(url, autocommit=True) as conn:  # as an older version made them
+        for table in ("search_passages", "search_facts"):
+            conn.execute(f"DROP INDEX {table}_vec_hnsw")
+            conn.execute(f"CREATE INDEX {table}_vec_hnsw ON {table} USING hnsw"
+                         " ((vec::vector(256)) vector_cosine_ops)")
+    assert answers(GraphParams()) == before
+    assert set(_graph_options(url).values()) == {None}  # kept: pgvector's defaults
+    assert answers(GraphParams(24, 96)) == before
+    wider = ["ef_construction=96", "m=24"]
+    assert _graph_options(url) == {"search_passages_vec_hnsw": wider,
+                                   "search_facts_vec_hnsw": wider}

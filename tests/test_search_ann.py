@@ -197,14 +197,19 @@ def _graph_file(index: Path, table: str) -> Path:
     return found[0]
 
 
-def test_a_graph_saved_loaded_and_grown_is_the_graph_built_in_one_go(tmp_path: Path) -> None:
+@pytest.mark.parametrize("m, efc", [(16, 64), (32, 128)])
+def test_a_graph_saved_loaded_and_grown_is_the_graph_built_in_one_go(
+        tmp_path: Path, m: int, efc: int) -> None:
     """usearch restarts its level generator when an index is loaded; graphs are sealed
     (saved and loaded back) at fixed sizes so that one saved at a checkpoint, loaded in
     another process and grown proposes exactly what a graph built in one go, or fed row
-    by row, proposes. Without the seals 7 of 300 candidate lists differed."""
+    by row, proposes. Without the seals 7 of 300 candidate lists differed. Alike for the
+    default parameters and for others a setting chooses."""
     import numpy as np
 
-    from ampup_memory.search.index.ann import Ann, checkpoint_after
+    from ampup_memory.search.index.ann import Ann, GraphParams, checkpoint_after
+
+    params = GraphParams(m, efc)
 
     rng = np.random.default_rng(1)
     vecs = rng.standard_normal((2500, 64)).astype(np.float32)
@@ -212,15 +217,16 @@ def test_a_graph_saved_loaded_and_grown_is_the_graph_built_in_one_go(tmp_path: P
     nums = np.arange(1, 2501, dtype=np.int64)
     queries = rng.standard_normal((300, 64)).astype(np.float32)
     seals: list[tuple[int, bytes]] = []
-    whole = Ann(64)
+    whole = Ann(64, params=params)
     whole.add(nums, vecs, lambda count, _last, data: seals.append((count, data)))
+    assert whole._index.connectivity == m and whole._index.expansion_add == efc
     assert [n for n, _ in seals] == [256 * i for i in range(1, 9)] + [2304]
     assert checkpoint_after(2304) == 2560
-    stepped = Ann(64)
+    stepped = Ann(64, params=params)
     for i in range(0, 2500, 37):
         stepped.add(nums[i:i + 37], vecs[i:i + 37])
     count, data = seals[4]  # as loaded after a restart at 1,280 rows
-    grown = Ann(64, data, int(nums[count - 1]))
+    grown = Ann(64, data, int(nums[count - 1]), params)
     grown.add(nums[count:], vecs[count:])
     want = [list(whole.candidates(q, 10)) for q in queries]
     assert [list(stepped.candidates(q, 10)) for q in queries] == want
@@ -310,6 +316,75 @@ def test_saved_graph_is_reused_and_a_stale_one_rebuilt(
     # build parameters graphs had before (efConstruction 128): rejected, built again.
     _rewrite_header(_graph_file(tmp_path / "ann.db", "passages"), expansion_add=128)
     _rejected_and_rebuilt(uri, wordllama, exact)
+
+
+def test_a_graph_saved_with_other_parameters_is_rebuilt_with_the_settings(
+        tmp_path: Path, engines: tuple[SearchEngine, SearchEngine],
+        wordllama: WordLlamaEmbedder) -> None:
+    """Graphs saved with the default M 16 / efConstruction 64 are not used once the
+    settings say M 32 / efConstruction 128: both are rejected and built again with the
+    new parameters (the files then say so), answers still the exact index's; the graphs
+    saved with M 32 are then loaded, and answer as the live ones did."""
+    import json
+    import struct
+
+    from ampup_memory.search.index.ann import MAGIC, GraphParams
+    from ampup_memory.settings import load_settings
+
+    exact, ann = engines
+    for e in (exact, ann):
+        e.ingest(_batch(0, 600))
+    default = _answers(ann)
+    ann.index.close()
+    uri = f"sqlite:///{tmp_path / 'ann.db'}"
+    settings = load_settings(home=str(tmp_path), search_ann_connectivity=32,
+                             search_ann_expansion_add=128)
+    assert settings.ann_params == GraphParams(32, 128)
+
+    def header(table: str) -> dict[str, Any]:
+        raw = _graph_file(tmp_path / "ann.db", table).read_bytes()
+        (size,) = struct.unpack(">I", raw[len(MAGIC):len(MAGIC) + 4])
+        found: dict[str, Any] = json.loads(raw[len(MAGIC) + 4:len(MAGIC) + 4 + size])
+        return found
+
+    assert {header(t)["connectivity"] for t in ("facts", "passages")} == {16}
+    wider = SearchEngine(open_index(uri, 1, settings.ann_params), wordllama)
+    try:
+        live = _answers(wider)
+        assert wider.index.graphs() == {"built": 2, "loaded": 0, "rejected": 2,
+                                        "saved": 2, "building": 0}
+        assert live == _answers(exact) == default
+        graph = _graph(wider, "passages").ann
+        assert graph is not None and graph._index.connectivity == 32
+    finally:
+        wider.index.close()
+    for t in ("facts", "passages"):
+        assert (header(t)["connectivity"], header(t)["expansion_add"]) == (32, 128)
+    reopened = SearchEngine(open_index(uri, 1, settings.ann_params), wordllama)
+    try:
+        assert _answers(reopened) == live
+        assert reopened.index.graphs() == {"built": 0, "loaded": 2, "rejected": 0,
+                                           "saved": 0, "building": 0}
+    finally:
+        reopened.index.close()
+
+
+@pytest.mark.parametrize("name, value, bound", [
+    ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "3", "greater than or equal to 4"),
+    ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "101", "less than or equal to 100"),
+    ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "33", "at least twice"),
+    ("AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD", "7", "greater than or equal to 8"),
+    ("AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD", "1001", "less than or equal to 1000"),
+])
+def test_graph_parameters_out_of_bounds_stop_the_start_with_their_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, value: str,
+        bound: str) -> None:
+    from ampup_memory.settings import load_settings
+
+    monkeypatch.setenv(name, value)
+    with pytest.raises(ValueError) as raised:
+        load_settings(home=str(tmp_path))
+    assert name in str(raised.value) and bound in str(raised.value), str(raised.value)
 
 
 def _status(proc: Any) -> dict[str, int]:

@@ -1006,3 +1006,87 @@ def test_replace_vectors_skips_a_cell_whose_text_moved_on(store: CellStore) -> N
     fresh = EmbeddingSource(make(1).cell.id, "new words")
     assert store.replace_vectors([(fresh, EMBED.embed(["new words"])[0])]) == 1
     assert store.embedding_sources(None, 10) == [fresh]
+
+
+def _hnsw_options(url: str) -> tuple[int, list[str] | None]:
+    """The cell store's HNSW index of `DIMS`-wide vectors: its oid and reloptions."""
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT oid::int, reloptions FROM pg_class WHERE relname = %s",
+                           (f"cells_embedding_hnsw_{DIMS}",)).fetchone()
+    assert row is not None
+    return int(row[0]), row[1]
+
+
+def _saved_graph_params(uri: str) -> tuple[int, int]:
+    from ampup_memory.search.index.ann import MAGIC
+
+    path = Path(uri.removeprefix("sqlite:///") + ".graphs") / "cells.ann"
+    raw = path.read_bytes()
+    size = int.from_bytes(raw[len(MAGIC):len(MAGIC) + 4], "big")
+    header = json.loads(raw[len(MAGIC) + 4:len(MAGIC) + 4 + size])
+    return int(header["connectivity"]), int(header["expansion_add"])
+
+
+def test_the_vector_graph_follows_the_settings_parameters(store_uri: str) -> None:
+    """AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY / _EXPANSION_ADD reach the cell store's graph:
+    SQLite saves its graph with them and rebuilds one saved with others; PostgreSQL builds
+    its HNSW index with them and builds it again, at open, when it was built with others
+    (an index that names no parameters has pgvector's 16 / 64, today's defaults: kept)."""
+    from ampup_memory.search.index.ann import GraphParams
+
+    wider = GraphParams(24, 96)
+    query = EMBED.embed(["memory number 7"])[0]
+    want = make(7, "memory number 7").cell.id
+
+    def opened_with(params: GraphParams) -> CellStore:
+        return open_store(store_uri, DIMS, ann_min_vectors=1, ann_params=params)
+
+    def nearest(store: CellStore) -> str:
+        hits = store.search_candidates(CellFilter(agent_id="agent_a"), [], query, 5)
+        wait = getattr(store, "wait_graphs", None)  # SQLite: a search starts the graph
+        if wait is not None:
+            wait(120)
+            hits = store.search_candidates(CellFilter(agent_id="agent_a"), [], query, 5)
+        return max(hits, key=lambda h: h.cosine or 0.0).cell_id
+
+    first = opened_with(GraphParams())
+    try:
+        # 1,000 cells: a search asks for 200 vectors, answered exactly below 4 × that.
+        for n in range(1, 1001):
+            add(first, make(n, f"memory number {n}"))
+        assert nearest(first) == want
+    finally:
+        first.close()
+    if store_uri.startswith("sqlite"):
+        assert _saved_graph_params(store_uri) == (16, 64)
+    else:
+        oid, options = _hnsw_options(store_uri)
+        assert sorted(options or []) == ["ef_construction=64", "m=16"]
+        with psycopg.connect(store_uri, autocommit=True) as conn:  # as an older version made it
+            conn.execute(f"DROP INDEX cells_embedding_hnsw_{DIMS}")
+            conn.execute(f"CREATE INDEX cells_embedding_hnsw_{DIMS} ON cells USING hnsw"
+                         f" ((embedding::vector({DIMS})) vector_cosine_ops)"
+                         f" WHERE vector_dims(embedding) = {DIMS}")
+        legacy = _hnsw_options(store_uri)
+        opened_with(GraphParams()).close()
+        assert _hnsw_options(store_uri) == legacy  # pgvector's defaults are ours: kept
+    second = opened_with(wider)
+    try:
+        assert nearest(second) == want
+        if store_uri.startswith("sqlite"):
+            assert second.graphs() == {"built": 1, "loaded": 0, "rejected": 1, "saved": 1,
+                                       "building": 0}
+    finally:
+        second.close()
+    if store_uri.startswith("sqlite"):
+        assert _saved_graph_params(store_uri) == (24, 96)
+    else:
+        assert sorted(_hnsw_options(store_uri)[1] or []) == ["ef_construction=96", "m=24"]
+    third = opened_with(wider)
+    try:
+        assert nearest(third) == want
+        if store_uri.startswith("sqlite"):
+            assert third.graphs() == {"built": 0, "loaded": 1, "rejected": 0, "saved": 0,
+                                      "building": 0}
+    finally:
+        third.close()

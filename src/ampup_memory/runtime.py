@@ -44,6 +44,7 @@ def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
     embedder = build_embedder(settings)
     store = open_store(settings.resolved_store_uri, embedder.dimensions,
                        ann_min_vectors=settings.search_ann_min_vectors,
+                       ann_params=settings.ann_params,
                        pool_wait_seconds=settings.store_pool_wait_seconds)
     if reembed:
         try:

@@ -26,6 +26,8 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from ampup_memory.search.index.ann import CONNECTIVITY, EXPANSION_ADD, GraphParams
+
 EmbeddingProvider = Literal[
     "wordllama", "minilm", "sentence-transformers", "openai-compatible", "hash"
 ]
@@ -257,6 +259,29 @@ class Settings(BaseSettings):
         "beside the index) in the background while exact search answers. The same "
         "threshold applies to the AMP cells of the embedded cell store (all cells "
         "counted). PostgreSQL uses pgvector's HNSW index at any size.",
+    )
+    search_ann_connectivity: int = Field(
+        default=CONNECTIVITY,
+        ge=4,
+        le=100,
+        validation_alias=_env("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY"),
+        description="Links per node (HNSW M) of every vector graph: the embedded index's "
+        "and cell store's (usearch), and pgvector's HNSW indexes on PostgreSQL. More links "
+        "find more of the exact nearest vectors on text spread over many words, at more "
+        "build time and memory (docs/search.md has the measured table). A graph saved "
+        "with another value is rebuilt on the next open (on PostgreSQL: the index is "
+        "built again when a server starts).",
+    )
+    search_ann_expansion_add: int = Field(
+        default=EXPANSION_ADD,
+        ge=8,
+        le=1000,
+        validation_alias=_env("AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD"),
+        description="Candidates kept while linking a new node into a vector graph (HNSW "
+        "efConstruction), for the same graphs as AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY: "
+        "higher builds a better graph, more slowly. At least twice the connectivity (as "
+        "pgvector requires). A graph saved with another value is rebuilt on the next "
+        "open.",
     )
     mcp_user_id: str | None = Field(
         default=None,
@@ -577,6 +602,17 @@ class Settings(BaseSettings):
         return None if isinstance(value, str) and value.strip() == "" else value
 
     @model_validator(mode="after")
+    def _graph_breadth_covers_its_links(self) -> Settings:
+        # pgvector refuses an HNSW index with ef_construction below 2 × m; one rule for
+        # both backends, so a setting that works embedded works on PostgreSQL too.
+        if self.search_ann_expansion_add < 2 * self.search_ann_connectivity:
+            raise ValueError(
+                "AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD must be at least twice "
+                f"AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY ({self.search_ann_expansion_add} < "
+                f"2 × {self.search_ann_connectivity})")
+        return self
+
+    @model_validator(mode="after")
     def _keys_file_turns_keys_on(self) -> Settings:
         if self.api_keys_file is not None:
             self.require_keys = True
@@ -586,6 +622,11 @@ class Settings(BaseSettings):
     @property
     def resolved_store_uri(self) -> str:
         return self.store_uri or f"sqlite:///{self.home / 'amp.db'}"
+
+    @property
+    def ann_params(self) -> GraphParams:
+        """The vector graphs' build parameters (M, efConstruction), for every backend."""
+        return GraphParams(self.search_ann_connectivity, self.search_ann_expansion_add)
 
     @property
     def resolved_index_uri(self) -> str:

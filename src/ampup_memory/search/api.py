@@ -137,7 +137,7 @@ async def query(request: Request) -> JSONResponse:
 def _open(runtime: Any) -> tuple[SearchService, SearchIndex, Feed]:
     memory: MemoryService = runtime.memory
     index = open_index(runtime.settings.resolved_index_uri,
-                       runtime.settings.search_ann_min_vectors)
+                       runtime.settings.search_ann_min_vectors, runtime.settings.ann_params)
     engine = SearchEngine(index, runtime.embedder)
     engine.ensure_model()
     feed = Feed(memory, engine)

@@ -253,7 +253,7 @@ def attached_feed(settings: Settings, memory: MemoryService) -> Iterator[Feed]:
     """A feed for a process without ``serve`` (the CLI): its commits reach the index
     before it exits, exactly as a server's do."""
     engine = SearchEngine(open_index(settings.resolved_index_uri,
-                                     settings.search_ann_min_vectors),
+                                     settings.search_ann_min_vectors, settings.ann_params),
                           build_embedder(settings))
     try:
         engine.ensure_model()

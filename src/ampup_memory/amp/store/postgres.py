@@ -18,6 +18,7 @@ rewrites them. The embedder they come from is recorded in ``meta``.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -70,8 +71,10 @@ from ampup_memory.search.budget import (
     postings_sql,
 )
 from ampup_memory.search.embed import ModelInfo
+from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+log = logging.getLogger("ampup_memory.amp")
 
 # Enough for a 2-core host: requests mostly wait on the database, not on Python.
 POOL_MIN = 2
@@ -225,7 +228,8 @@ def _cosine(distance: float | None) -> float | None:
 
 class PostgresStore:
     def __init__(self, uri: str, dimensions: int | None,
-                 pool_wait_seconds: float = 30.0) -> None:
+                 pool_wait_seconds: float = 30.0,
+                 ann_params: GraphParams = DEFAULT_PARAMS) -> None:
         if dimensions is not None and not 1 <= dimensions <= MAX_DIMENSIONS:
             raise ConfigurationError(
                 f"embedding dimensions must be 1..{MAX_DIMENSIONS} for pgvector, "
@@ -233,6 +237,7 @@ class PostgresStore:
             )
         self.conninfo = conninfo_from_uri(uri)
         self.dimensions = dimensions
+        self.ann_params = ann_params  # the HNSW index's m and ef_construction (settings)
         self.info = StoreInfo(name="postgresql", details=_described(self.conninfo))
         self._iterative_scan = self._create_schema()
         # term -> (matching rows, counted at): counting a common term is a heap walk of up
@@ -255,6 +260,26 @@ class PostgresStore:
             raise ConfigurationError(f"cannot open PostgreSQL connections: {exc}") from exc
 
     # -- connections ----------------------------------------------------------------------
+
+    def _match_graph(self, conn: Conn, d: int) -> None:
+        """The HNSW index of ``d``-wide vectors, made if missing and made again when
+        built with other parameters than the settings' (M, efConstruction), as an
+        embedded graph file made with others is: one setting gives one graph."""
+        name = f"cells_embedding_hnsw_{d}"
+        found = conn.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)",
+                             (name,)).fetchone()
+        if found is not None:
+            if self.ann_params.pg_built_with(found[0]):
+                return
+            log.warning("rebuilding the HNSW index %s with m = %d, ef_construction = %d",
+                        name, self.ann_params.connectivity, self.ann_params.expansion_add)
+            conn.execute(f"DROP INDEX {name}")
+        # d is a validated int: DDL cannot bind it as a parameter.
+        conn.execute(
+            f"CREATE INDEX {name} ON cells"
+            f" USING hnsw ((embedding::vector({d})) vector_cosine_ops)"
+            f" {self.ann_params.pg_storage()} WHERE vector_dims(embedding) = {d}"
+        )
 
     def _create_schema(self) -> bool:
         """Idempotent DDL under an advisory lock, so processes starting together do not
@@ -282,12 +307,7 @@ class PostgresStore:
                         conn.execute("ALTER TABLE cells ALTER COLUMN embedding SET STORAGE MAIN")
                     d = self.dimensions
                     if d is not None and d <= HNSW_MAX_DIMENSIONS:
-                        # d is a validated int: DDL cannot bind it as a parameter.
-                        conn.execute(
-                            f"CREATE INDEX IF NOT EXISTS cells_embedding_hnsw_{d} ON cells"
-                            f" USING hnsw ((embedding::vector({d})) vector_cosine_ops)"
-                            f" WHERE vector_dims(embedding) = {d}"
-                        )
+                        self._match_graph(conn, d)
                 row = conn.execute(
                     "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
                 ).fetchone()

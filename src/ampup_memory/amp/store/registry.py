@@ -11,24 +11,27 @@ from collections.abc import Callable
 
 from ampup_memory.amp.store.base import CellStore
 from ampup_memory.errors import ConfigurationError
-from ampup_memory.search.index.ann import ANN_MIN_VECTORS
+from ampup_memory.search.index.ann import ANN_MIN_VECTORS, DEFAULT_PARAMS, GraphParams
 
-# (uri, dimensions, ann_min_vectors, pool_wait_seconds) -> store. Each store takes what is
-# its own: the SQLite store the threshold of its HNSW graph over the cell vectors (PostgreSQL
-# has pgvector's HNSW index at any size), the PostgreSQL store its pool's wait.
-StoreFactory = Callable[[str, int | None, int, float], CellStore]
+# (uri, dimensions, ann_min_vectors, pool_wait_seconds, ann_params) -> store. Each store
+# takes what is its own: the SQLite store the threshold of its HNSW graph over the cell
+# vectors (PostgreSQL has pgvector's HNSW index at any size), the PostgreSQL store its
+# pool's wait; both the graph's M and efConstruction.
+StoreFactory = Callable[[str, int | None, int, float, GraphParams], CellStore]
 
 
 def _sqlite() -> StoreFactory:
     from ampup_memory.amp.store.sqlite import SQLiteStore
 
-    return lambda uri, dimensions, ann_min, _pool_wait: SQLiteStore(uri, dimensions, ann_min)
+    return lambda uri, dimensions, ann_min, _pool_wait, params: SQLiteStore(
+        uri, dimensions, ann_min, params)
 
 
 def _postgres() -> StoreFactory:
     from ampup_memory.amp.store.postgres import PostgresStore
 
-    return lambda uri, dimensions, _ann_min, pool_wait: PostgresStore(uri, dimensions, pool_wait)
+    return lambda uri, dimensions, _ann_min, pool_wait, params: PostgresStore(
+        uri, dimensions, pool_wait, params)
 
 
 # URI scheme (lower-cased) -> loader of the class that opens it.
@@ -42,14 +45,16 @@ STORE_LOADERS: dict[str, Callable[[], StoreFactory]] = {
 
 def open_store(uri: str, dimensions: int | None, *, create: bool = True,
                ann_min_vectors: int = ANN_MIN_VECTORS,
-               pool_wait_seconds: float = 30.0) -> CellStore:
+               pool_wait_seconds: float = 30.0,
+               ann_params: GraphParams = DEFAULT_PARAMS) -> CellStore:
     """Open the store a URI names. Drivers load lazily, so SQLite users never import psycopg.
     ``ann_min_vectors``: `AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS` (SQLite only);
-    ``pool_wait_seconds``: how long a request waits for a pooled connection (PostgreSQL)."""
+    ``pool_wait_seconds``: how long a request waits for a pooled connection (PostgreSQL);
+    ``ann_params``: the HNSW graph's M and efConstruction (`Settings.ann_params`)."""
     scheme = uri.split(":", 1)[0].lower()
     loader = STORE_LOADERS.get(scheme)
     if loader is None:
         raise ConfigurationError(
             f"unsupported store URI scheme {scheme!r}: use sqlite:///path or postgresql://…"
         )
-    return loader()(uri, dimensions, ann_min_vectors, pool_wait_seconds)
+    return loader()(uri, dimensions, ann_min_vectors, pool_wait_seconds, ann_params)

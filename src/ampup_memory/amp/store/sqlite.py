@@ -54,7 +54,13 @@ from ampup_memory.amp.store.rows import (
 )
 from ampup_memory.search.budget import affordable_terms
 from ampup_memory.search.embed import ModelInfo
-from ampup_memory.search.index.ann import ANN_MIN_VECTORS, GraphFile, GraphStats
+from ampup_memory.search.index.ann import (
+    ANN_MIN_VECTORS,
+    DEFAULT_PARAMS,
+    GraphFile,
+    GraphParams,
+    GraphStats,
+)
 from ampup_memory.search.index.common import VectorMatrix
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
@@ -217,11 +223,12 @@ class _VectorCache:
     in ``graph`` proposes candidates and the matrix re-scores them exactly), keyed by the
     cell's ``seq``, grouped by owner (an owner never changes) for owner-filtered search."""
 
-    def __init__(self, dimensions: int, ann_min: int, graph: Path) -> None:
+    def __init__(self, dimensions: int, ann_min: int, graph: Path,
+                 params: GraphParams) -> None:
         self.lock = threading.RLock()
         self.stats = GraphStats()
         self.matrix = VectorMatrix(dimensions, ann_min, self.lock,
-                                   GraphFile(graph, self.stats), self.stats)
+                                   GraphFile(graph, self.stats, params), self.stats, params)
         self.high_water = 0
         self.owners: dict[str, int] = {}
 
@@ -259,7 +266,8 @@ class _VectorCache:
 
 class SQLiteStore:
     def __init__(self, uri: str, dimensions: int | None,
-                 ann_min_vectors: int = ANN_MIN_VECTORS) -> None:
+                 ann_min_vectors: int = ANN_MIN_VECTORS,
+                 ann_params: GraphParams = DEFAULT_PARAMS) -> None:
         self.path = sqlite_path(uri)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.info = StoreInfo(name="sqlite", details={"path": str(self.path)})
@@ -272,7 +280,7 @@ class SQLiteStore:
         # From ann_min_vectors cells on, an HNSW graph (search/index/ann.py) proposes
         # vector candidates; it is saved beside the file and loaded on the next start.
         graph = self.path.with_name(self.path.name + ".graphs") / "cells.ann"
-        self._vectors = (_VectorCache(dimensions, ann_min_vectors, graph)
+        self._vectors = (_VectorCache(dimensions, ann_min_vectors, graph, ann_params)
                          if dimensions else None)
         conn = self._conn()
         with self._write_lock:

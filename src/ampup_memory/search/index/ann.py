@@ -24,7 +24,9 @@ then added. Anything else (a torn, corrupt, foreign or stale file) is rebuilt, n
 trusted.
 
 Below `AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS` rows (per scope and branch, per table) there
-is no graph: the matrix answers exactly, as before.
+is no graph: the matrix answers exactly, as before. The graph's links per node (M) and
+build-time breadth (efConstruction) are settings (:class:`GraphParams`); a saved graph
+records them and one made with others is rebuilt, so one setting gives one graph.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ import re
 import struct
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +49,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("ampup_memory.search")
 
 ANN_MIN_VECTORS = 50_000  # the default of AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS
-CONNECTIVITY = 16  # HNSW M: links per node
-EXPANSION_ADD = 64  # efConstruction (docs/performance.md: build cost against recall)
+CONNECTIVITY = 16  # the default HNSW M (links per node): AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY
+EXPANSION_ADD = 64  # the default efConstruction: AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD
+PGVECTOR_DEFAULTS = (16, 64)  # pgvector's m and ef_construction when an index names none
 EXPANSION_SEARCH = 512  # efSearch floor; a query asking for more candidates widens it
 OVERFETCH = 2  # the graph proposes k × this, the matrix keeps the exact k best of them
 EXACT_SHARE = 4  # a query asking for at least rows/4 candidates is answered exactly
@@ -56,6 +60,34 @@ CHECKPOINT_MIN = 256  # below 8 × this, a graph is sealed every this many rows
 INLINE_ROWS = 2_000  # more new rows than this are added by the background thread
 FILE_FORMAT = 1
 MAGIC = b"AMPUP-ANN\n"
+
+
+@dataclass(frozen=True)
+class GraphParams:
+    """The HNSW build parameters every vector graph is made with (the embedded passages',
+    facts' and AMP cells' graphs, and pgvector's HNSW indexes on PostgreSQL): M
+    (``connectivity``) and efConstruction (``expansion_add``), from the settings. Recall
+    on text spread over many words rises with both, and so do build time and memory
+    (docs/search.md, "When to raise M")."""
+
+    connectivity: int = CONNECTIVITY
+    expansion_add: int = EXPANSION_ADD
+
+    def pg_storage(self) -> str:
+        """pgvector's HNSW storage parameters for these values (ints: safe in DDL)."""
+        return (f"WITH (m = {int(self.connectivity)},"
+                f" ef_construction = {int(self.expansion_add)})")
+
+    def pg_built_with(self, reloptions: list[str] | None) -> bool:
+        """Whether a pgvector HNSW index whose ``pg_class.reloptions`` are these was built
+        with these values (pgvector's defaults, 16 and 64, where one is not given)."""
+        given = dict(o.split("=", 1) for o in reloptions or [] if "=" in o)
+        return (int(given.get("m", PGVECTOR_DEFAULTS[0])),
+                int(given.get("ef_construction", PGVECTOR_DEFAULTS[1]))) == (
+                    self.connectivity, self.expansion_add)
+
+
+DEFAULT_PARAMS = GraphParams()
 
 
 def checkpoint_after(count: int) -> int:
@@ -80,11 +112,11 @@ def fingerprint(nums: np.ndarray, matrix: np.ndarray, rows: np.ndarray) -> str:
     return h.hexdigest()
 
 
-def _new_index(dimensions: int) -> Any:
+def _new_index(dimensions: int, params: GraphParams) -> Any:
     from usearch.index import Index
 
-    return Index(ndim=dimensions, metric="ip", dtype=DTYPE, connectivity=CONNECTIVITY,
-                 expansion_add=EXPANSION_ADD, expansion_search=EXPANSION_SEARCH)
+    return Index(ndim=dimensions, metric="ip", dtype=DTYPE, connectivity=params.connectivity,
+                 expansion_add=params.expansion_add, expansion_search=EXPANSION_SEARCH)
 
 
 Sealed = Callable[[int, int, bytes], None]  # a sealed graph: its size, last row, bytes
@@ -93,9 +125,11 @@ Sealed = Callable[[int, int, bytes], None]  # a sealed graph: its size, last row
 class Ann:
     """HNSW graph over the rows of one matrix, keyed by row number (inner product)."""
 
-    def __init__(self, dimensions: int, data: bytes | None = None, last: int = -1) -> None:
+    def __init__(self, dimensions: int, data: bytes | None = None, last: int = -1,
+                 params: GraphParams = DEFAULT_PARAMS) -> None:
         self.dimensions = dimensions
-        self._index: Any = _new_index(dimensions)
+        self.params = params
+        self._index: Any = _new_index(dimensions, params)
         if data is not None:
             self._index.load(data)
         self.last = last  # the highest row number in the graph: rows enter in ascending order
@@ -118,7 +152,7 @@ class Ann:
             self.last = int(nums[done - 1])
             if len(self._index) == checkpoint_after(size):
                 data = bytes(self._index.save())
-                self._index = _new_index(self.dimensions)
+                self._index = _new_index(self.dimensions, self.params)
                 self._index.load(data)  # a fresh level generator, as after a restart
                 if sealed is not None:
                     sealed(len(self._index), self.last, data)
@@ -210,13 +244,16 @@ class GraphFile:
     file, flushed and renamed over the old one, so a crash leaves the old file or the new
     one, and a torn or edited file fails its digest."""
 
-    def __init__(self, path: Path, stats: GraphStats) -> None:
+    def __init__(self, path: Path, stats: GraphStats,
+                 params: GraphParams = DEFAULT_PARAMS) -> None:
         self.path = path
         self.stats = stats
+        self.params = params
 
     def _params(self, dimensions: int) -> dict[str, Any]:
         return {"format": FILE_FORMAT, "dimensions": dimensions, "dtype": DTYPE,
-                "connectivity": CONNECTIVITY, "expansion_add": EXPANSION_ADD,
+                "connectivity": self.params.connectivity,
+                "expansion_add": self.params.expansion_add,
                 "checkpoint_min": CHECKPOINT_MIN}
 
     def write(self, data: bytes, dimensions: int, count: int, last: int, rows: str) -> None:

@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from ampup_memory.search.index.ann import (
+    DEFAULT_PARAMS,
     EXACT_SHARE,
     EXPANSION_SEARCH,
     INLINE_ROWS,
     OVERFETCH,
     Ann,
     GraphFile,
+    GraphParams,
     GraphStats,
     checkpoint_after,
     fingerprint,
@@ -194,11 +196,13 @@ class VectorMatrix:
 
     def __init__(self, dimensions: int, ann_min: int = 0,
                  lock: threading.RLock | None = None, file: GraphFile | None = None,
-                 stats: GraphStats | None = None) -> None:
+                 stats: GraphStats | None = None, params: GraphParams = DEFAULT_PARAMS
+                 ) -> None:
         import numpy as np
 
         self.dimensions = dimensions
         self.ann_min = ann_min
+        self.params = params  # the graph's M and efConstruction (settings)
         self.nums = np.zeros(0, dtype=np.int64)
         self.seqs = np.zeros(0, dtype=np.int64)  # each row's commit seq on its branch
         self.matrix = np.zeros((0, dimensions), dtype=np.float32)
@@ -406,7 +410,7 @@ class VectorMatrix:
             if graph is None:
                 graph = self._load(version)
             if graph is None:
-                graph, fresh = Ann(self.dimensions), True
+                graph, fresh = Ann(self.dimensions, params=self.params), True
             # Only the last seal this thread passes is saved (a build from nothing passes
             # about eight per doubling: writing each would write the graph many times).
             last_seal: list[tuple[int, int, bytes]] = []
@@ -470,7 +474,7 @@ class VectorMatrix:
                 or fingerprint(nums, matrix, rows) != header["rows"]):
             self.file.reject("stale: built from other rows than the index holds")
             return None
-        graph = Ann(self.dimensions, data, last)
+        graph = Ann(self.dimensions, data, last, self.params)
         if len(graph) != count:
             self.file.reject("holds another number of rows than its header")
             return None
@@ -701,9 +705,11 @@ class VectorCache:
     ``graphs``: the folder their HNSW graphs are saved in (None: not saved)."""
 
     def __init__(self, ann_min: int = 0, graphs: Path | None = None, table: str = "",
-                 stats: GraphStats | None = None) -> None:
+                 stats: GraphStats | None = None, params: GraphParams = DEFAULT_PARAMS
+                 ) -> None:
         self.lock = threading.RLock()
         self.ann_min = ann_min  # rows of a matrix from which an HNSW graph proposes
+        self.params = params
         self.graphs = graphs
         self.table = table
         self.stats = stats if stats is not None else GraphStats()
@@ -723,7 +729,7 @@ class VectorCache:
     def _file(self, key: tuple[str, str]) -> GraphFile | None:
         if self.graphs is None:
             return None
-        return GraphFile(graph_path(self.graphs, self.table, *key), self.stats)
+        return GraphFile(graph_path(self.graphs, self.table, *key), self.stats, self.params)
 
     def apply(self, rows: Sequence[tuple[int, str, str, bytes | None, int, int]],
               dims: int, starts: Sequence[int] | None = None) -> None:
@@ -745,7 +751,8 @@ class VectorCache:
                 continue  # written under another model: re-embedding will replace it
             if matrix is None:
                 matrix = self.by_key[key] = VectorMatrix(dims, self.ann_min, self.lock,
-                                                         self._file(key), self.stats)
+                                                         self._file(key), self.stats,
+                                                         self.params)
             matrix.put(num, vector, seq=int(seq), start=starts[i] if starts is not None else 0)
             self.key_of[num] = key
 

@@ -51,6 +51,7 @@ from ampup_memory.search.budget import (
     affordable_terms,
     postings_sql,
 )
+from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams
 from ampup_memory.search.index.base import (
     EpisodeDoc,
     EpisodeRow,
@@ -208,9 +209,38 @@ def _vec(vector: Sequence[float] | None) -> np.ndarray | None:
     return None if vector is None else np.asarray(vector, dtype=np.float32)
 
 
+def _create_graph(conn: psycopg.Connection[Any], table: str, dims: int,
+                  params: GraphParams) -> None:
+    """(Re)create ``table``'s HNSW index over vectors of ``dims`` (an int: safe in DDL)
+    with the graph settings' M and efConstruction."""
+    conn.execute(f"DROP INDEX IF EXISTS {table}_vec_hnsw")
+    conn.execute(f"CREATE INDEX {table}_vec_hnsw ON {table} USING hnsw"
+                 f" ((vec::vector({int(dims)})) vector_cosine_ops) {params.pg_storage()}")
+
+
+def _match_graphs(conn: psycopg.Connection[Any], params: GraphParams) -> None:
+    """At open (under the schema and writers' locks): an HNSW index built with other
+    parameters than the settings' is built again with them, as an embedded graph file
+    made with others is, so a setting gives one graph whichever process built it."""
+    row = conn.execute(
+        "SELECT value FROM search_meta WHERE key = 'model_dimensions'").fetchone()
+    if row is None:
+        return  # no model yet: `set_model` creates the indexes
+    for table in _TABLES.values():
+        found = conn.execute(
+            "SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)",
+            (f"{table}_vec_hnsw",)).fetchone()
+        if found is not None and params.pg_built_with(found[0]):
+            continue
+        log.warning("rebuilding the HNSW index of %s with m = %d, ef_construction = %d",
+                    table, params.connectivity, params.expansion_add)
+        _create_graph(conn, table, int(row[0]), params)
+
+
 class PostgresIndex:
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, ann_params: GraphParams = DEFAULT_PARAMS) -> None:
         self.info = IndexInfo(backend="postgresql", details={})
+        self.ann_params = ann_params
         try:
             with psycopg.connect(uri, autocommit=True) as conn, conn.transaction():
                 # Servers starting together on a fresh database: one creates, the rest see.
@@ -222,6 +252,7 @@ class PostgresIndex:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 _migrate(conn)
                 conn.execute(SCHEMA)
+                _match_graphs(conn, ann_params)
         except psycopg.Error as exc:
             raise ConfigurationError(f"cannot open the PostgreSQL index: {exc}") from exc
         self._pool = ConnectionPool(
@@ -309,14 +340,10 @@ class PostgresIndex:
                 return
             conn = self._tx()
             dims = int(model.dimensions)  # an int: safe in DDL
-            for kind, table in _TABLES.items():
+            for table in _TABLES.values():
                 conn.execute(f"DROP INDEX IF EXISTS {table}_vec_hnsw")
                 conn.execute(f"UPDATE {table} SET vec = NULL WHERE vec IS NOT NULL")
-                conn.execute(
-                    f"CREATE INDEX {table}_vec_hnsw ON {table} USING hnsw"
-                    f" ((vec::vector({dims})) vector_cosine_ops)"
-                )
-                del kind
+                _create_graph(conn, table, dims, self.ann_params)
             self._set_meta("model_name", model.name)
             self._set_meta("model_dimensions", str(dims))
 

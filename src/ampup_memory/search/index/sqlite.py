@@ -47,6 +47,8 @@ from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
 from ampup_memory.search.index import keywords
 from ampup_memory.search.index.ann import (
     ANN_MIN_VECTORS,
+    DEFAULT_PARAMS,
+    GraphParams,
     GraphStats,
     graph_path,
     keep_only_graphs,
@@ -196,7 +198,8 @@ def _fact_row(r: Sequence[Any]) -> FactRow:
 
 
 class SQLiteIndex:
-    def __init__(self, uri: str, ann_min_vectors: int = ANN_MIN_VECTORS) -> None:
+    def __init__(self, uri: str, ann_min_vectors: int = ANN_MIN_VECTORS,
+                 ann_params: GraphParams = DEFAULT_PARAMS) -> None:
         self.path = sqlite_path(uri)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.info = IndexInfo(backend="sqlite", details={"path": str(self.path)})
@@ -209,7 +212,8 @@ class SQLiteIndex:
         # Graphs are saved beside this file and reused while they match the rows.
         self.graph_stats = GraphStats()
         self._graphs = graphs = self.path.with_name(self.path.name + ".graphs")
-        self._vectors = {t: VectorCache(ann_min_vectors, graphs, t, self.graph_stats)
+        self._vectors = {t: VectorCache(ann_min_vectors, graphs, t, self.graph_stats,
+                                        ann_params)
                          for t in ("facts", "passages")}
         self._bitmaps: dict[str, BitMap] = {}
         self._bitmap_gen: int | None = None
