@@ -1074,7 +1074,7 @@ def test_pg_hnsw_indexes_follow_the_graph_settings(
         postgres: PostgresFactory, wordllama: WordLlamaEmbedder) -> None:
     """The passages' and facts' HNSW indexes are built with the graph settings (M,
     efConstruction) and built again when a server opens with other values; an index
-    that names none (made before the settings) has pgvector's 16 / 64, the defaults,
+    that names none (made before the settings) has pgvector's 16 / 64, what unset settings keep,
     and is kept. Answers stay the same (the rows are re-scored exactly)."""
     import psycopg
 

@@ -313,18 +313,19 @@ def test_saved_graph_is_reused_and_a_stale_one_rebuilt(
     _foreign_graph(_graph_file(tmp_path / "ann.db", "passages"), 256)
     _rejected_and_rebuilt(uri, wordllama, exact)
     # The file the last open saved, of these very rows, now says it was built with the
-    # build parameters graphs had before (efConstruction 128): rejected, built again.
-    _rewrite_header(_graph_file(tmp_path / "ann.db", "passages"), expansion_add=128)
+    # build parameters graphs had before (M 16, efConstruction 64): rejected, built again.
+    _rewrite_header(_graph_file(tmp_path / "ann.db", "passages"), connectivity=16,
+                    expansion_add=64)
     _rejected_and_rebuilt(uri, wordllama, exact)
 
 
 def test_a_graph_saved_with_other_parameters_is_rebuilt_with_the_settings(
         tmp_path: Path, engines: tuple[SearchEngine, SearchEngine],
         wordllama: WordLlamaEmbedder) -> None:
-    """Graphs saved with the default M 16 / efConstruction 64 are not used once the
-    settings say M 32 / efConstruction 128: both are rejected and built again with the
+    """Graphs saved with the default M 32 / efConstruction 128 are not used once the
+    settings say M 24 / efConstruction 96: both are rejected and built again with the
     new parameters (the files then say so), answers still the exact index's; the graphs
-    saved with M 32 are then loaded, and answer as the live ones did."""
+    saved with M 24 are then loaded, and answer as the live ones did."""
     import json
     import struct
 
@@ -337,9 +338,9 @@ def test_a_graph_saved_with_other_parameters_is_rebuilt_with_the_settings(
     default = _answers(ann)
     ann.index.close()
     uri = f"sqlite:///{tmp_path / 'ann.db'}"
-    settings = load_settings(home=str(tmp_path), search_ann_connectivity=32,
-                             search_ann_expansion_add=128)
-    assert settings.ann_params == GraphParams(32, 128)
+    settings = load_settings(home=str(tmp_path), search_ann_connectivity=24,
+                             search_ann_expansion_add=96)
+    assert settings.ann_params == GraphParams(24, 96)
 
     def header(table: str) -> dict[str, Any]:
         raw = _graph_file(tmp_path / "ann.db", table).read_bytes()
@@ -347,7 +348,7 @@ def test_a_graph_saved_with_other_parameters_is_rebuilt_with_the_settings(
         found: dict[str, Any] = json.loads(raw[len(MAGIC) + 4:len(MAGIC) + 4 + size])
         return found
 
-    assert {header(t)["connectivity"] for t in ("facts", "passages")} == {16}
+    assert {header(t)["connectivity"] for t in ("facts", "passages")} == {32}
     wider = SearchEngine(open_index(uri, 1, settings.ann_params), wordllama)
     try:
         live = _answers(wider)
@@ -355,11 +356,11 @@ def test_a_graph_saved_with_other_parameters_is_rebuilt_with_the_settings(
                                         "saved": 2, "building": 0}
         assert live == _answers(exact) == default
         graph = _graph(wider, "passages").ann
-        assert graph is not None and graph._index.connectivity == 32
+        assert graph is not None and graph._index.connectivity == 24
     finally:
         wider.index.close()
     for t in ("facts", "passages"):
-        assert (header(t)["connectivity"], header(t)["expansion_add"]) == (32, 128)
+        assert (header(t)["connectivity"], header(t)["expansion_add"]) == (24, 96)
     reopened = SearchEngine(open_index(uri, 1, settings.ann_params), wordllama)
     try:
         assert _answers(reopened) == live
@@ -369,10 +370,25 @@ def test_a_graph_saved_with_other_parameters_is_rebuilt_with_the_settings(
         reopened.index.close()
 
 
+def test_unset_graph_parameters_are_each_backends_default(tmp_path: Path) -> None:
+    """Unset, the embedded graphs get 32 / 128 and pgvector keeps its own 16 / 64 (an
+    upgrade rebuilds no PostgreSQL index); a value set applies to both."""
+    from ampup_memory.settings import load_settings
+
+    unset = load_settings(home=str(tmp_path)).ann_params
+    assert (unset.embedded(), unset.pgvector()) == ((32, 128), (16, 64))
+    assert unset.pg_built_with(None) and unset.pg_storage() == (
+        "WITH (m = 16, ef_construction = 64)")
+    both = load_settings(home=str(tmp_path), search_ann_connectivity=24).ann_params
+    assert (both.embedded(), both.pgvector()) == ((24, 128), (24, 64))
+    assert not both.pg_built_with(None) and both.pg_built_with(["m=24"])
+
+
 @pytest.mark.parametrize("name, value, bound", [
     ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "3", "greater than or equal to 4"),
     ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "101", "less than or equal to 100"),
-    ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "33", "at least twice"),
+    ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "65", "at least twice"),  # embedded: 128
+    ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "40", "for the PostgreSQL graphs"),  # 64
     ("AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD", "7", "greater than or equal to 8"),
     ("AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD", "1001", "less than or equal to 1000"),
 ])

@@ -1031,7 +1031,8 @@ def test_the_vector_graph_follows_the_settings_parameters(store_uri: str) -> Non
     """AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY / _EXPANSION_ADD reach the cell store's graph:
     SQLite saves its graph with them and rebuilds one saved with others; PostgreSQL builds
     its HNSW index with them and builds it again, at open, when it was built with others
-    (an index that names no parameters has pgvector's 16 / 64, today's defaults: kept)."""
+    (unset, the settings keep pgvector's own 16 / 64 there: an index that names no
+    parameters is kept; the embedded graph's default is 32 / 128)."""
     from ampup_memory.search.index.ann import GraphParams
 
     wider = GraphParams(24, 96)
@@ -1058,7 +1059,7 @@ def test_the_vector_graph_follows_the_settings_parameters(store_uri: str) -> Non
     finally:
         first.close()
     if store_uri.startswith("sqlite"):
-        assert _saved_graph_params(store_uri) == (16, 64)
+        assert _saved_graph_params(store_uri) == (32, 128)
     else:
         oid, options = _hnsw_options(store_uri)
         assert sorted(options or []) == ["ef_construction=64", "m=16"]

@@ -272,7 +272,7 @@ class PostgresStore:
             if self.ann_params.pg_built_with(found[0]):
                 return
             log.warning("rebuilding the HNSW index %s with m = %d, ef_construction = %d",
-                        name, self.ann_params.connectivity, self.ann_params.expansion_add)
+                        name, *self.ann_params.pgvector())
             conn.execute(f"DROP INDEX {name}")
         # d is a validated int: DDL cannot bind it as a parameter.
         conn.execute(

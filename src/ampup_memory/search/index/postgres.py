@@ -233,7 +233,7 @@ def _match_graphs(conn: psycopg.Connection[Any], params: GraphParams) -> None:
         if found is not None and params.pg_built_with(found[0]):
             continue
         log.warning("rebuilding the HNSW index of %s with m = %d, ef_construction = %d",
-                    table, params.connectivity, params.expansion_add)
+                    table, *params.pgvector())
         _create_graph(conn, table, int(row[0]), params)
 
 
