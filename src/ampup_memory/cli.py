@@ -115,7 +115,7 @@ def _cell_store(settings: Settings) -> Iterator[CellStore]:
 
     settings.home.mkdir(parents=True, exist_ok=True)
     try:
-        store = open_store(settings.resolved_store_uri, None)
+        store = open_store(settings.resolved_store_uri, None, ann_params=settings.ann_params)
     except (ConfigurationError, AmpError) as exc:
         _fail(str(exc))
     try:
