@@ -18,7 +18,6 @@ rewrites them. The embedder they come from is recorded in ``meta``.
 
 from __future__ import annotations
 
-import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -74,7 +73,6 @@ from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams
 
 Conn = psycopg.Connection[tuple[Any, ...]]
-log = logging.getLogger("ampup_memory.amp")
 
 # Enough for a 2-core host: requests mostly wait on the database, not on Python.
 POOL_MIN = 2
@@ -261,26 +259,6 @@ class PostgresStore:
 
     # -- connections ----------------------------------------------------------------------
 
-    def _match_graph(self, conn: Conn, d: int) -> None:
-        """The HNSW index of ``d``-wide vectors, made if missing and made again when
-        built with other parameters than the settings' (M, efConstruction), as an
-        embedded graph file made with others is: one setting gives one graph."""
-        name = f"cells_embedding_hnsw_{d}"
-        found = conn.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)",
-                             (name,)).fetchone()
-        if found is not None:
-            if self.ann_params.pg_built_with(found[0]):
-                return
-            log.warning("rebuilding the HNSW index %s with m = %d, ef_construction = %d",
-                        name, *self.ann_params.pgvector())
-            conn.execute(f"DROP INDEX {name}")
-        # d is a validated int: DDL cannot bind it as a parameter.
-        conn.execute(
-            f"CREATE INDEX {name} ON cells"
-            f" USING hnsw ((embedding::vector({d})) vector_cosine_ops)"
-            f" {self.ann_params.pg_storage()} WHERE vector_dims(embedding) = {d}"
-        )
-
     def _create_schema(self) -> bool:
         """Idempotent DDL under an advisory lock, so processes starting together do not
         race on CREATE … IF NOT EXISTS. Returns whether pgvector has iterative scans."""
@@ -307,7 +285,11 @@ class PostgresStore:
                         conn.execute("ALTER TABLE cells ALTER COLUMN embedding SET STORAGE MAIN")
                     d = self.dimensions
                     if d is not None and d <= HNSW_MAX_DIMENSIONS:
-                        self._match_graph(conn, d)
+                        # d is a validated int: DDL cannot bind it as a parameter.
+                        self.ann_params.pg_match(
+                            conn, f"cells_embedding_hnsw_{d}",
+                            f"cells USING hnsw ((embedding::vector({d})) vector_cosine_ops)",
+                            f" WHERE vector_dims(embedding) = {d}")
                 row = conn.execute(
                     "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
                 ).fetchone()

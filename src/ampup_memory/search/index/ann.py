@@ -99,6 +99,22 @@ class GraphParams:
         return (int(given.get("m", PGVECTOR_DEFAULTS[0])),
                 int(given.get("ef_construction", PGVECTOR_DEFAULTS[1]))) == self.pgvector()
 
+    def pg_match(self, conn: Any, name: str, target: str, where: str = "") -> None:
+        """Make pgvector's HNSW index ``name`` on ``target`` (``table USING hnsw (expr)
+        opclass``, then ``where``) if it is missing, and make it again if it was built
+        with other values than these, as an embedded graph file made with others is: one
+        setting gives one graph, whichever process built it. ``conn``: a psycopg
+        connection holding the caller's schema lock; the SQL is trusted DDL."""
+        found = conn.execute("SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)",
+                             (name,)).fetchone()
+        if found is not None:
+            if self.pg_built_with(found[0]):
+                return
+            log.warning("rebuilding the HNSW index %s with m = %d, ef_construction = %d",
+                        name, *self.pgvector())
+            conn.execute(f"DROP INDEX {name}")
+        conn.execute(f"CREATE INDEX {name} ON {target} {self.pg_storage()}{where}")
+
 
 DEFAULT_PARAMS = GraphParams()
 

@@ -209,13 +209,12 @@ def _vec(vector: Sequence[float] | None) -> np.ndarray | None:
     return None if vector is None else np.asarray(vector, dtype=np.float32)
 
 
-def _create_graph(conn: psycopg.Connection[Any], table: str, dims: int,
-                  params: GraphParams) -> None:
-    """(Re)create ``table``'s HNSW index over vectors of ``dims`` (an int: safe in DDL)
-    with the graph settings' M and efConstruction."""
-    conn.execute(f"DROP INDEX IF EXISTS {table}_vec_hnsw")
-    conn.execute(f"CREATE INDEX {table}_vec_hnsw ON {table} USING hnsw"
-                 f" ((vec::vector({int(dims)})) vector_cosine_ops) {params.pg_storage()}")
+def _graph(conn: psycopg.Connection[Any], table: str, dims: int,
+           params: GraphParams) -> None:
+    """``table``'s HNSW index over vectors of ``dims`` (an int: safe in DDL), made or made
+    again with the graph settings' M and efConstruction (`GraphParams.pg_match`)."""
+    params.pg_match(conn, f"{table}_vec_hnsw",
+                    f"{table} USING hnsw ((vec::vector({int(dims)})) vector_cosine_ops)")
 
 
 def _match_graphs(conn: psycopg.Connection[Any], params: GraphParams) -> None:
@@ -227,14 +226,7 @@ def _match_graphs(conn: psycopg.Connection[Any], params: GraphParams) -> None:
     if row is None:
         return  # no model yet: `set_model` creates the indexes
     for table in _TABLES.values():
-        found = conn.execute(
-            "SELECT reloptions FROM pg_class WHERE oid = to_regclass(%s)",
-            (f"{table}_vec_hnsw",)).fetchone()
-        if found is not None and params.pg_built_with(found[0]):
-            continue
-        log.warning("rebuilding the HNSW index of %s with m = %d, ef_construction = %d",
-                    table, *params.pgvector())
-        _create_graph(conn, table, int(row[0]), params)
+        _graph(conn, table, int(row[0]), params)
 
 
 class PostgresIndex:
@@ -343,7 +335,7 @@ class PostgresIndex:
             for table in _TABLES.values():
                 conn.execute(f"DROP INDEX IF EXISTS {table}_vec_hnsw")
                 conn.execute(f"UPDATE {table} SET vec = NULL WHERE vec IS NOT NULL")
-                _create_graph(conn, table, dims, self.ann_params)
+                _graph(conn, table, dims, self.ann_params)
             self._set_meta("model_name", model.name)
             self._set_meta("model_dimensions", str(dims))
 
