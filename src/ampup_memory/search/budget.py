@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Hashable, Sequence
+from typing import Generic, TypeVar
 
 POSTINGS_BUDGET = 8000
 COUNTS_SECONDS = 60.0  # how long PostgreSQL's counts are remembered (`RecentCounts`)
@@ -44,6 +46,36 @@ def postings_sql(table: str, where: str = "") -> str:
         raise ValueError(f"not a table name: {table!r}")
     return (f"SELECT count(*) FROM (SELECT 1 FROM {table} WHERE tsv @@"
             f" to_tsquery('english', %s){where} LIMIT %s) s")
+
+
+_Key = TypeVar("_Key", bound=Hashable)
+
+
+class Remembered(Generic[_Key]):
+    """Counts remembered by key, the ``kept`` most recently used; safe across threads.
+    For keys that name what was counted and the content it was counted in (the SQLite
+    index's space versions), so an entry is never stale: a write makes new keys and the
+    old ones age out. `RecentCounts` is the form for keys that do not change with the
+    content (PostgreSQL's): there an entry lives a fixed time."""
+
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        self._found: OrderedDict[_Key, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: _Key, count: Callable[[], int]) -> int:
+        """The remembered count, or ``count()`` (run outside the lock) remembered."""
+        with self._lock:
+            found = self._found.get(key)
+            if found is not None:
+                self._found.move_to_end(key)
+                return found
+        n = count()
+        with self._lock:
+            self._found[key] = n
+            while len(self._found) > self._kept:
+                self._found.popitem(last=False)
+        return n
 
 
 class RecentCounts:

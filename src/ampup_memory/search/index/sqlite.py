@@ -30,12 +30,11 @@ import re
 import secrets
 import sqlite3
 import threading
-from collections import OrderedDict
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, cast
 
 import numpy as np
 from pyroaring import BitMap
@@ -43,7 +42,7 @@ from pyroaring import BitMap
 from ampup_memory.memory.facts import EPOCH, begin_instant
 from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.search.bm25f import fts5_weights
-from ampup_memory.search.budget import POSTINGS_BUDGET, affordable_terms
+from ampup_memory.search.budget import POSTINGS_BUDGET, Remembered, affordable_terms
 from ampup_memory.search.index import keywords
 from ampup_memory.search.index.ann import (
     ANN_MIN_VECTORS,
@@ -141,34 +140,6 @@ _SEQ = {"facts": "commit_seq", "passages": "seq"}  # the commit that put a row i
 _BM25 = ", ".join(str(w) for w in fts5_weights())
 _CHUNK = 500  # bound parameters per IN (...) list
 COUNTS_KEPT = 4096  # word counts remembered (`SQLiteIndex._count`)
-
-_Key = TypeVar("_Key", bound=Hashable)
-
-
-class Remembered(Generic[_Key]):
-    """Counts remembered by key, the ``kept`` most recently used; safe across threads.
-    A key names what was counted and the content it was counted in, so an entry is never
-    stale: a write makes new keys and the old ones age out."""
-
-    def __init__(self, kept: int) -> None:
-        self._kept = kept
-        self._found: OrderedDict[_Key, int] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: _Key, count: Callable[[], int]) -> int:
-        """The remembered count, or ``count()`` (run outside the lock) remembered."""
-        with self._lock:
-            found = self._found.get(key)
-            if found is not None:
-                self._found.move_to_end(key)
-                return found
-        n = count()
-        with self._lock:
-            self._found[key] = n
-            while len(self._found) > self._kept:
-                self._found.popitem(last=False)
-        return n
-
 
 def _chunks(values: Iterable[Any]) -> Iterator[list[Any]]:
     batch: list[Any] = []
