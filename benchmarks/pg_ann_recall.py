@@ -125,7 +125,9 @@ def load_passages(uri: str, texts: list[str], vecs: Any) -> list[int]:
         register_vector(conn)
         conn.execute("DROP INDEX IF EXISTS search_passages_vec_hnsw")
         for start in range(0, len(texts), 5000):
-            rows = [(i + 1, SCOPE, BRANCH, 0, 0, "[]", texts[i], np.asarray(vecs[i]), i + 1)
+            # (PostgreSQL text holds no NUL; a few corpus pieces do)
+            rows = [(i + 1, SCOPE, BRANCH, 0, 0, "[]", texts[i].replace("\x00", ""),
+                     np.asarray(vecs[i]), i + 1)
                     for i in range(start, min(start + 5000, len(texts)))]
             with conn.transaction(), conn.cursor() as cur:
                 cur.executemany(
