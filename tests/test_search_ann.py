@@ -683,3 +683,15 @@ def test_begun_rows_are_the_nearest_begun_rows_with_a_graph(
                 want = exact.top(q, 10, begun_at=at)
                 assert sorted(n for n, _ in want) == sorted(n for n, _ in best)
                 assert sorted(graph.top(q, 10, begun_at=at)) == sorted(want)
+
+
+def test_pgvectors_ef_search_covers_k_within_its_valid_range() -> None:
+    """One rule for the PostgreSQL store's and index's ``hnsw.ef_search``: pgvector refuses
+    values outside 1..1000, and a value below k cuts an iterative scan's rounds short."""
+    from ampup_memory.search.index.ann import PG_EF_SEARCH, pg_ef_search
+
+    for k in (1, 10, 50, 100, 400, 999, 1000, 1001, 5000):
+        ef = pg_ef_search(k)
+        assert 1 <= ef <= 1000
+        assert ef >= min(k, 1000)
+        assert ef >= PG_EF_SEARCH[0]

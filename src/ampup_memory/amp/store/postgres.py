@@ -70,6 +70,7 @@ from ampup_memory.search.budget import (
     postings_sql,
 )
 from ampup_memory.search.embed import ModelInfo
+from ampup_memory.search.index import ann
 from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -505,10 +506,8 @@ class PostgresStore:
         # the filter; without them, over-fetch and let the final query filter.
         limit = k if self._iterative_scan else max(k * 4, 400)
         with conn.transaction():
-            # ef_search at least 100: below that, HNSW sometimes missed an exact match
-            # in the contract test (300 cells); the cost is a fraction of a millisecond.
             conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true)", (str(min(1000, max(100, limit))),)
+                "SELECT set_config('hnsw.ef_search', %s, true)", (str(ann.pg_ef_search(limit)),)
             )
             if self._iterative_scan:
                 conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
