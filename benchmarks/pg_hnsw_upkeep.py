@@ -154,6 +154,99 @@ def explain(work: Path, text_file: Path, queries: int) -> dict[str, Any]:
     return out
 
 
+def upgrade(work: Path, text_file: Path, rows: int, params: str, single: int,
+            queries: int) -> dict[str, Any]:
+    """The kept database of a run, its store opened with other graph settings (``M x
+    efConstruction``): the start's rebuild (`pg_match`, under the schema lock) timed and
+    sized, then ``single`` new cells (the pieces after the first ``rows``) through
+    `PostgresStore.create` one by one, then recall@10 unfiltered and for ``user_big``."""
+    import numpy as np
+    import psycopg
+    from tests.pg import PostgresFactory, _embedded
+
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.amp.store.postgres import PostgresStore
+    from ampup_memory.amp.store.rows import columns
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.search.embed import WordLlamaEmbedder
+    from ampup_memory.search.index.ann import GraphParams
+    from ampup_memory.settings import load_settings
+    from benchmarks.amp_ann_bench import text_queries
+    from benchmarks.real_text import load_pieces
+
+    os.environ["AMPUP_TEST_PGDATA"] = str(work / "pg")
+    m, efc = (int(v) for v in params.split("x"))
+    texts = load_pieces(text_file, rows + single)
+    vecs = embed_all(texts)
+    qs = np.asarray(WordLlamaEmbedder().embed(text_queries(text_file, queries, 11)),
+                    dtype=np.float32)
+    d = vecs.shape[1]
+    index = f"cells_embedding_hnsw_{d}"
+    out: dict[str, Any] = {"params": params, "load_at_start": os.getloadavg()[0]}
+    with _embedded() as admin_url, psycopg.connect(admin_url, autocommit=True) as admin:
+        name = admin.execute("SELECT datname FROM pg_database WHERE datname LIKE 'upkeep_%'"
+                             ).fetchone()
+        assert name is not None
+        uri = PostgresFactory(admin_url).url_for(name[0])
+        # A second run inserts the same extra pieces again: same text, same row of truth.
+        by_text = {text: n for n, text in enumerate(texts)}
+        with psycopg.connect(uri, autocommit=True) as conn:
+            pos = {cid: by_text[text] for cid, text in conn.execute("SELECT id, text FROM cells")}
+        # The service that makes the new cells opens first, with the index as it is (its
+        # store would otherwise remake the index to its own settings).
+        rt = open_runtime(load_settings(home=str(work / "home"), store_uri=uri,
+                                        embedding_provider="wordllama"))
+        t = time.perf_counter()
+        store = PostgresStore(uri, d, ann_params=GraphParams(m, efc))
+        out["rebuild_s"] = round(time.perf_counter() - t, 1)
+        with psycopg.connect(uri, autocommit=True) as conn:
+            size = conn.execute("SELECT pg_relation_size(%s)", (index,)).fetchone()
+            out["index_mb"] = round(size[0] / 2**20, 1)  # type: ignore[index]
+            out["reloptions"] = conn.execute(
+                "SELECT reloptions FROM pg_class WHERE relname = %s", (index,)).fetchone()[0]  # type: ignore[index]
+        out["load_after_rebuild"] = os.getloadavg()[0]
+        print("rebuild", json.dumps(out), file=sys.stderr, flush=True)
+        # New cells made by the service, written by the store one by one.
+        made: list[tuple[Any, list[float]]] = []
+        rt.store.create = (  # type: ignore[method-assign]
+            lambda stored, vector: made.append((stored, vector)))
+        for i in range(rows, rows + single):
+            rt.amp.create("loader", json.dumps(cell_body(texts[i], owner_of(i))).encode(),
+                          [float(x) for x in vecs[i]])
+        wall = []
+        for n, (stored, vector) in enumerate(made):
+            pos[columns(stored).id] = rows + n
+            t = time.perf_counter()
+            store.create(stored, vector)
+            wall.append((time.perf_counter() - t) * 1000)
+        rt.close()
+        out["single_insert_ms"] = {"p50": round(statistics.median(wall), 2),
+                                   "p95": round(_pct(wall, 0.95), 2),
+                                   "load": os.getloadavg()[0]}
+        print("single", json.dumps(out["single_insert_ms"]), file=sys.stderr, flush=True)
+        n_all = rows + single
+        big = np.flatnonzero(np.array([owner_of(n) == BIG_OWNER for n in range(n_all)]))
+        filters = {"none": (CellFilter(agent_id="agent_bench_1"), np.arange(n_all)),
+                   "owner_8pct": (CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER),
+                                  big)}
+        for fname, (f, pick) in filters.items():
+            hits, ms = 0, []
+            for q in qs:
+                want, tenth = exact_top(vecs, pick, q)
+                t = time.perf_counter()
+                got = store.search_candidates(f, [], [float(x) for x in q], 100)
+                ms.append((time.perf_counter() - t) * 1000)
+                top = sorted(got, key=lambda h: -(h.cosine or 0))[:10]
+                hits += sum(1 for h in top if pos[h.cell_id] in want
+                            or (h.cosine or 0) >= tenth - TIE)
+            out[fname] = {"recall_at_10": round(hits / (10 * len(qs)), 4),
+                          "p50_ms": round(statistics.median(ms), 2),
+                          "p95_ms": round(_pct(ms, 0.95), 2), "load": os.getloadavg()[0]}
+            print(fname, json.dumps(out[fname]), file=sys.stderr, flush=True)
+        store.close()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--text-file", type=Path, required=True)
@@ -166,7 +259,16 @@ def main() -> None:
     parser.add_argument("--out", default="pg_hnsw_upkeep.json")
     parser.add_argument("--explain", type=int, default=0,
                         help="instead: this many queries under EXPLAIN BUFFERS, kept database")
+    parser.add_argument("--upgrade", default="",
+                        help="instead: M x efConstruction (e.g. 32x128), the kept database's"
+                        " store opened with them (rebuild), then --single inserts, recall")
     args = parser.parse_args()
+    if args.upgrade:
+        result = upgrade(args.work, args.text_file, args.rows, args.upgrade, args.single,
+                         args.queries)
+        print(json.dumps(result, indent=2))
+        (ROOT / "benchmarks" / "results" / args.out).write_text(json.dumps(result, indent=2))
+        return
     if args.explain:
         result = explain(args.work, args.text_file, args.explain)
         print(json.dumps(result, indent=2))
