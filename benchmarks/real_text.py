@@ -33,7 +33,9 @@ sentences, 40 to 600 characters):
 
 Pieces are deduplicated exactly (after whitespace normalisation), and a piece that is
 mostly code or symbols is dropped (see ``prose``). The output is shuffled with a fixed
-seed, so any prefix (100k, 300k) is a fair sample (the same files give the same file),
+seed, so any prefix (100k, 300k) is a fair sample (the same files give the same file;
+the venv's packages are among the files, so installing one, such as the ``bench``
+extra's, changes the corpus: keep the file of a run to compare with it),
 and cached as one JSON line per piece
 (``{"s": source, "t": text}``). The texts are under their packages' licences: used
 locally for measurement, never committed or redistributed.
