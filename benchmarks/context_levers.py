@@ -333,6 +333,27 @@ def questions_locomo(cache: Path, embedder: Embedder, engine_query: Any
     return docs, out, session_of, turn_of
 
 
+def both_sets(cache: Path, embedder: Embedder) -> tuple[
+        list[EpisodeDoc], list[Question], dict[str, str],
+        list[EpisodeDoc], list[Question], dict[str, str], dict[tuple[str, int], str]]:
+    """Both conversational sets read as the engine reads a query (window out, date words
+    in, stop words out), the question embedded by ``embedder``: LongMemEval's documents,
+    questions and sessions, then LoCoMo's, and LoCoMo's turn of each (episode, unit)."""
+    from datetime import UTC, datetime
+
+    from ampup_memory.search.engine import SearchEngine
+
+    def engine_query(text: str, now: datetime | None) -> tuple[list[str], Any]:
+        _, terms, rest = SearchEngine._query(None, text, now or datetime.now(UTC), None)  # type: ignore[arg-type]
+        body = rest or text
+        terms = terms or query_terms(body)
+        return terms, np.asarray(embedder.embed([body])[0], dtype=np.float64)
+
+    lme_docs, lme_q, lme_sess = questions_lme(cache, embedder, engine_query)
+    lo_docs, lo_q, lo_sess, turn_of = questions_locomo(cache, embedder, engine_query)
+    return lme_docs, lme_q, lme_sess, lo_docs, lo_q, lo_sess, turn_of
+
+
 def main() -> None:
     from benchmarks.locomo_retrieval import turn_metrics
     from benchmarks.retrieval_quality import embedder_for, metrics
@@ -347,19 +368,7 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     started, cpu0 = time.perf_counter(), time.process_time()
     embedder = embedder_for(args.embedder)
-    from datetime import UTC, datetime
-
-    from ampup_memory.search.engine import SearchEngine
-
-    def engine_query(text: str, now: datetime | None) -> tuple[list[str], Any]:
-        # The engine's own query reading: window out, date words in, stop words out.
-        _, terms, rest = SearchEngine._query(None, text, now or datetime.now(UTC), None)  # type: ignore[arg-type]
-        body = rest or text
-        terms = terms or query_terms(body)
-        return terms, np.asarray(embedder.embed([body])[0], dtype=np.float64)
-
-    lme_docs, lme_q, lme_sess = questions_lme(args.cache, embedder, engine_query)
-    lo_docs, lo_q, lo_sess, turn_of = questions_locomo(args.cache, embedder, engine_query)
+    lme_docs, lme_q, lme_sess, lo_docs, lo_q, lo_sess, turn_of = both_sets(args.cache, embedder)
     t0 = time.process_time()
     lme = Corpus(lme_docs, embedder)
     lo = Corpus(lo_docs, embedder)

@@ -36,7 +36,6 @@ import importlib.util
 import json
 import os
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -48,9 +47,8 @@ from benchmarks.context_levers import (
     POOL,
     Corpus,
     Question,
+    both_sets,
     markdown,
-    questions_lme,
-    questions_locomo,
     signals,
     summary,
 )
@@ -159,8 +157,6 @@ def levers(tops: tuple[int, ...]) -> list[str]:
 
 
 def main() -> None:
-    from ampup_memory.search.engine import SearchEngine
-    from ampup_memory.search.tokenize import query_terms
     from benchmarks.locomo_retrieval import turn_metrics
     from benchmarks.retrieval_quality import embedder_for, metrics
 
@@ -180,14 +176,7 @@ def main() -> None:
     started, cpu0 = time.perf_counter(), time.process_time()
     embedder = embedder_for(args.embedder)
 
-    def engine_query(text: str, now: datetime | None) -> tuple[list[str], Any]:
-        _, terms, rest = SearchEngine._query(None, text, now or datetime.now(UTC), None)  # type: ignore[arg-type]
-        body = rest or text
-        terms = terms or query_terms(body)
-        return terms, np.asarray(embedder.embed([body])[0], dtype=np.float64)
-
-    lme_docs, lme_q, lme_sess = questions_lme(args.cache, embedder, engine_query)
-    lo_docs, lo_q, lo_sess, turn_of = questions_locomo(args.cache, embedder, engine_query)
+    lme_docs, lme_q, lme_sess, lo_docs, lo_q, lo_sess, turn_of = both_sets(args.cache, embedder)
     sets = {"lme": (Corpus(lme_docs, embedder), lme_q), "locomo": (Corpus(lo_docs, embedder),
                                                                    lo_q)}
     folder = args.model or model_dir()

@@ -46,9 +46,8 @@ from benchmarks.context_levers import (
     POOL,
     Corpus,
     Question,
+    both_sets,
     markdown,
-    questions_lme,
-    questions_locomo,
     signals,
     summary,
 )
@@ -162,10 +161,7 @@ def rerank(corpus: Corpus, q: Question, lever: str, rr: Reranker
 
 
 def main() -> None:
-    from datetime import UTC, datetime
 
-    from ampup_memory.search.engine import SearchEngine
-    from ampup_memory.search.tokenize import query_terms
     from benchmarks.locomo_retrieval import turn_metrics
     from benchmarks.retrieval_quality import embedder_for, metrics
 
@@ -180,14 +176,7 @@ def main() -> None:
     started, cpu0 = time.perf_counter(), time.process_time()
     embedder = embedder_for(args.embedder)
 
-    def engine_query(text: str, now: datetime | None) -> tuple[list[str], Any]:
-        _, terms, rest = SearchEngine._query(None, text, now or datetime.now(UTC), None)  # type: ignore[arg-type]
-        body = rest or text
-        terms = terms or query_terms(body)
-        return terms, np.asarray(embedder.embed([body])[0], dtype=np.float64)
-
-    lme_docs, lme_q, lme_sess = questions_lme(args.cache, embedder, engine_query)
-    lo_docs, lo_q, lo_sess, turn_of = questions_locomo(args.cache, embedder, engine_query)
+    lme_docs, lme_q, lme_sess, lo_docs, lo_q, lo_sess, turn_of = both_sets(args.cache, embedder)
     lme, lo = Corpus(lme_docs, embedder), Corpus(lo_docs, embedder)
     rr = Reranker(TokenEncoder())
     result: dict[str, Any] = {"embedder": embedder.name, "rows": {}}
