@@ -354,9 +354,48 @@ def both_sets(cache: Path, embedder: Embedder) -> tuple[
     return lme_docs, lme_q, lme_sess, lo_docs, lo_q, lo_sess, turn_of
 
 
-def main() -> None:
+MODES = ("hybrid", "keyword only", "meaning only")
+
+
+def lme_scores(ranked: Sequence[dict[str, Any]], qs: Sequence[Question],
+               session_of: dict[str, str]) -> dict[str, Any]:
+    """A row's LongMemEval cells: per mode the session metrics, and per question the ranks
+    of its gold sessions in the hybrid (``lme_first``)."""
+    from benchmarks.retrieval_quality import metrics
+
+    gold = [q.gold_sessions for q in qs]
+    return {"lme": {mode: metrics([[session_of[e] for e in r[mode][0]] for r in ranked], gold)
+                    for mode in MODES},
+            "lme_first": [[i + 1 for i, e in enumerate(r["hybrid"][0])
+                           if session_of[e] in q.gold_sessions]
+                          for r, q in zip(ranked, qs, strict=True)]}
+
+
+def locomo_scores(ranked: Sequence[dict[str, Any]], qs: Sequence[Question],
+                  session_of: dict[str, str], turn_of: dict[tuple[str, int], str]
+                  ) -> dict[str, Any]:
+    """A row's LoCoMo cells: per mode and category (and "all") session and turn metrics."""
     from benchmarks.locomo_retrieval import turn_metrics
-    from benchmarks.retrieval_quality import embedder_for, metrics
+    from benchmarks.retrieval_quality import metrics
+
+    out: dict[str, Any] = {}
+    for mode in MODES:
+        cats: dict[str, Any] = {}
+        for cat in [*sorted({q.category for q in qs}), "all"]:
+            idx = [i for i, q in enumerate(qs) if cat in ("all", q.category)]
+            cats[cat] = {
+                "n": len(idx),
+                "session": metrics([[session_of[e] for e in ranked[i][mode][0]] for i in idx],
+                                   [qs[i].gold_sessions for i in idx]),
+                "turn": turn_metrics(
+                    [[frozenset(turn_of[x] for x in p) for p in ranked[i][mode][1]]
+                     for i in idx], [qs[i].gold_turns for i in idx])}
+        out[mode] = cats
+    return out
+
+
+def main() -> None:
+    from benchmarks.retrieval_quality import embedder_for
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ampup-bench")
@@ -382,29 +421,12 @@ def main() -> None:
         ranked = [rank(lme, q, *signals(lme, q, lever, expander)) for q in lme_q]
         row["lme_cpu_ms"] = round((time.process_time() - c0) * 1000 / len(lme_q), 2)
         row["lme_wall_ms"] = round((time.perf_counter() - w0) * 1000 / len(lme_q), 2)
-        gold = [q.gold_sessions for q in lme_q]
-        row["lme"] = {mode: metrics([[lme_sess[e] for e in r[mode][0]] for r in ranked], gold)
-                      for mode in ("hybrid", "keyword only", "meaning only")}
-        row["lme_first"] = [[i + 1 for i, e in enumerate(r["hybrid"][0])
-                             if lme_sess[e] in q.gold_sessions] for r, q in zip(
-                                 ranked, lme_q, strict=True)]
+        row.update(lme_scores(ranked, lme_q, lme_sess))
         c0, w0 = time.process_time(), time.perf_counter()
         ranked = [rank(lo, q, *signals(lo, q, lever, expander)) for q in lo_q]
         row["locomo_cpu_ms"] = round((time.process_time() - c0) * 1000 / len(lo_q), 2)
         row["locomo_wall_ms"] = round((time.perf_counter() - w0) * 1000 / len(lo_q), 2)
-        row["locomo"] = {}
-        for mode in ("hybrid", "keyword only", "meaning only"):
-            cats: dict[str, Any] = {}
-            for cat in [*sorted({q.category for q in lo_q}), "all"]:
-                idx = [i for i, q in enumerate(lo_q) if cat in ("all", q.category)]
-                cats[cat] = {
-                    "n": len(idx),
-                    "session": metrics([[lo_sess[e] for e in ranked[i][mode][0]] for i in idx],
-                                       [lo_q[i].gold_sessions for i in idx]),
-                    "turn": turn_metrics(
-                        [[frozenset(turn_of[x] for x in p) for p in ranked[i][mode][1]]
-                         for i in idx], [lo_q[i].gold_turns for i in idx])}
-            row["locomo"][mode] = cats
+        row["locomo"] = locomo_scores(ranked, lo_q, lo_sess, turn_of)
         result["rows"][lever] = row
         print(lever, json.dumps(summary(row)), flush=True)
     result.update(seconds=round(time.perf_counter() - started, 1),

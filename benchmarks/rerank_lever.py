@@ -48,6 +48,8 @@ from benchmarks.context_levers import (
     Corpus,
     Question,
     both_sets,
+    lme_scores,
+    locomo_scores,
     markdown,
     signals,
     summary,
@@ -157,8 +159,7 @@ def levers(tops: tuple[int, ...]) -> list[str]:
 
 
 def main() -> None:
-    from benchmarks.locomo_retrieval import turn_metrics
-    from benchmarks.retrieval_quality import embedder_for, metrics
+    from benchmarks.retrieval_quality import embedder_for
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ampup-bench")
@@ -238,27 +239,9 @@ def main() -> None:
             row[f"{key}_cpu_ms"] = round(cost, 1)
             row[f"{key}_wall_ms"] = round(cost, 1)  # one thread: the CPU is the wall here
             if name == "lme":
-                row["lme"] = {mode: metrics([[lme_sess[e] for e in r[mode][0]] for r in ranked],
-                                            [q.gold_sessions for q in qs])
-                              for mode in ("hybrid", "keyword only", "meaning only")}
-                row["lme_first"] = [[i + 1 for i, e in enumerate(r["hybrid"][0])
-                                     if lme_sess[e] in q.gold_sessions]
-                                    for r, q in zip(ranked, qs, strict=True)]
+                row.update(lme_scores(ranked, qs, lme_sess))
                 continue
-            row["locomo"] = {}
-            for mode in ("hybrid", "keyword only", "meaning only"):
-                cats: dict[str, Any] = {}
-                for cat in [*sorted({q.category for q in qs}), "all"]:
-                    idx = [i for i, q in enumerate(qs) if cat in ("all", q.category)]
-                    cats[cat] = {
-                        "n": len(idx),
-                        "session": metrics(
-                            [[lo_sess[e] for e in ranked[i][mode][0]] for i in idx],
-                            [qs[i].gold_sessions for i in idx]),
-                        "turn": turn_metrics(
-                            [[frozenset(turn_of[x] for x in p) for p in ranked[i][mode][1]]
-                             for i in idx], [qs[i].gold_turns for i in idx])}
-                row["locomo"][mode] = cats
+            row["locomo"] = locomo_scores(ranked, qs, lo_sess, turn_of)
         result["rows"][lever] = row
         print(lever, json.dumps(summary(row)), flush=True)
     result.update(seconds=round(time.perf_counter() - started, 1),

@@ -47,6 +47,8 @@ from benchmarks.context_levers import (
     Corpus,
     Question,
     both_sets,
+    lme_scores,
+    locomo_scores,
     markdown,
     signals,
     summary,
@@ -162,8 +164,7 @@ def rerank(corpus: Corpus, q: Question, lever: str, rr: Reranker
 
 def main() -> None:
 
-    from benchmarks.locomo_retrieval import turn_metrics
-    from benchmarks.retrieval_quality import embedder_for, metrics
+    from benchmarks.retrieval_quality import embedder_for
 
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ampup-bench")
@@ -186,29 +187,12 @@ def main() -> None:
         ranked = [rerank(lme, q, lever, rr) for q in lme_q]
         row["lme_cpu_ms"] = round((time.process_time() - c0) * 1000 / len(lme_q), 2)
         row["lme_wall_ms"] = round((time.perf_counter() - w0) * 1000 / len(lme_q), 2)
-        row["lme"] = {mode: metrics([[lme_sess[e] for e in r[mode][0]] for r in ranked],
-                                    [q.gold_sessions for q in lme_q])
-                      for mode in ("hybrid", "keyword only", "meaning only")}
-        row["lme_first"] = [[i + 1 for i, e in enumerate(r["hybrid"][0])
-                             if lme_sess[e] in q.gold_sessions]
-                            for r, q in zip(ranked, lme_q, strict=True)]
+        row.update(lme_scores(ranked, lme_q, lme_sess))
         c0, w0 = time.process_time(), time.perf_counter()
         ranked = [rerank(lo, q, lever, rr) for q in lo_q]
         row["locomo_cpu_ms"] = round((time.process_time() - c0) * 1000 / len(lo_q), 2)
         row["locomo_wall_ms"] = round((time.perf_counter() - w0) * 1000 / len(lo_q), 2)
-        row["locomo"] = {}
-        for mode in ("hybrid", "keyword only", "meaning only"):
-            cats: dict[str, Any] = {}
-            for cat in [*sorted({q.category for q in lo_q}), "all"]:
-                idx = [i for i, q in enumerate(lo_q) if cat in ("all", q.category)]
-                cats[cat] = {
-                    "n": len(idx),
-                    "session": metrics([[lo_sess[e] for e in ranked[i][mode][0]] for i in idx],
-                                       [lo_q[i].gold_sessions for i in idx]),
-                    "turn": turn_metrics(
-                        [[frozenset(turn_of[x] for x in p) for p in ranked[i][mode][1]]
-                         for i in idx], [lo_q[i].gold_turns for i in idx])}
-            row["locomo"][mode] = cats
+        row["locomo"] = locomo_scores(ranked, lo_q, lo_sess, turn_of)
         result["rows"][lever] = row
         print(lever, json.dumps(summary(row)), flush=True)
     cost = sorted(rr.encoder.cpu_ms)
