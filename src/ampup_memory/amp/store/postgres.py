@@ -70,8 +70,7 @@ from ampup_memory.search.budget import (
     postings_sql,
 )
 from ampup_memory.search.embed import ModelInfo
-from ampup_memory.search.index import ann
-from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams
+from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams, pg_ef_search
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -507,7 +506,7 @@ class PostgresStore:
         limit = k if self._iterative_scan else max(k * 4, 400)
         with conn.transaction():
             conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true)", (str(ann.pg_ef_search(limit)),)
+                "SELECT set_config('hnsw.ef_search', %s, true)", (str(pg_ef_search(limit)),)
             )
             if self._iterative_scan:
                 conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")

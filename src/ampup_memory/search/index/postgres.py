@@ -51,8 +51,7 @@ from ampup_memory.search.budget import (
     affordable_terms,
     postings_sql,
 )
-from ampup_memory.search.index import ann
-from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams
+from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams, pg_ef_search
 from ampup_memory.search.index.base import (
     EpisodeDoc,
     EpisodeRow,
@@ -687,7 +686,7 @@ class PostgresIndex:
         with self._read() as conn, conn.transaction():
             # Iterative scans keep walking the HNSW graph until k rows pass the filter.
             conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
-            conn.execute(f"SET LOCAL hnsw.ef_search = {ann.pg_ef_search(k)}")
+            conn.execute(f"SET LOCAL hnsw.ef_search = {pg_ef_search(k)}")
             rows = conn.execute(
                 f"SELECT num, 1 - (vec::{cast} <=> %s::{cast}) FROM {table}"
                 f" WHERE scope = %s AND branch = %s AND vec IS NOT NULL{within}"
