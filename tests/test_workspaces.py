@@ -6,7 +6,7 @@ import hashlib
 import json
 import time
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -412,8 +412,6 @@ def test_lease_is_taken_on_both_index_backends(kind: str, request: pytest.Fixtur
                                                tmp_path: Path) -> None:
     """A drop (and maintenance, and backup) waits for this lease: on PostgreSQL it was
     never granted (rowcount -1), so DELETE never dropped and maintenance never ran."""
-    from datetime import UTC, datetime
-
     from ampup_memory.memory.readindex import ReadIndex
 
     url = (request.getfixturevalue("postgres").new_database("lease") if kind == "postgres"
@@ -427,3 +425,43 @@ def test_lease_is_taken_on_both_index_backends(kind: str, request: pytest.Fixtur
         assert index.take_lease("l", "c", now, ttl)
     finally:
         index.close()
+
+
+def test_a_delete_racing_a_gc_pass_still_drops(tmp_path: Path) -> None:
+    """A gc pass holds the maintenance lease, then takes the write lock (as the timer's
+    pass does). A DELETE arriving in between must not hold the write lock while it waits
+    for the lease (the gc pass would wait for it in turn, and the delete would give up
+    after its wait, leaving the drop to the next pass): the workspace is dropped now."""
+    import threading
+
+    from ampup_memory.memory.service import MAINTENANCE_LEASE, MemoryService
+    from ampup_memory.memory.workspaces import CreateWorkspace
+    from ampup_memory.settings import Settings
+
+    svc = MemoryService.open(Settings.model_validate({"AMPUP_MEMORY_HOME": str(tmp_path)}))
+    try:
+        ws = svc.workspaces.create("alice", CreateWorkspace(name="race", ttl="1h"))
+        leased, go = threading.Event(), threading.Event()
+
+        def gc_pass() -> None:  # gc_if_free, with a pause between the lease and the pass
+            with svc.index.hold_lease(MAINTENANCE_LEASE, "timer") as held:
+                assert held
+                leased.set()
+                go.wait(30)
+                svc.workspaces.gc()
+
+        gc = threading.Thread(target=gc_pass)
+        gc.start()
+        assert leased.wait(30)
+        answer: list[dict[str, Any]] = []
+        deleting = threading.Thread(target=lambda: answer.append(
+            svc.workspaces.delete("alice", ws["id"], admin=False)))
+        deleting.start()
+        time.sleep(0.3)  # the delete is waiting now
+        go.set()
+        gc.join(30)
+        deleting.join(30)
+        assert answer and answer[0]["dropped"] is True, answer
+        assert ws["id"] not in {w["id"] for w in svc.workspaces.listing("alice", False)}
+    finally:
+        svc.close()

@@ -315,16 +315,19 @@ class Workspaces:
         """Mark deleted (one durable row: gone from here on), then drop what it holds when
         maintenance is not running (else the next gc pass drops it)."""
         ws = self.visible(user, ws_id, admin)
-        with self.write_lock:  # no commit of this process lands between the two steps
-            now = utcnow()
-            deleted = replace(ws, state=DELETED, updated_at=now, updated_by=user)
-            self._record(deleted)
-            # The lease, waiting a little: a gc pass of the timer holds it for moments
-            # only, and a caller who deletes expects the drop now (a maintenance pass or a
-            # backup may hold it longer: then the next gc pass drops it). Renewed while
-            # the drop runs, so a server killed mid-drop frees it within one lease.
-            with self.index.hold_lease(self.lease, lease_holder(), self.lease_ttl,
-                                       wait=LEASE_WAIT_SECONDS) as held:
+        # The lease first, waiting a little: a gc pass of the timer holds it for moments
+        # only, and a caller who deletes expects the drop now (a maintenance pass or a
+        # backup may hold it longer: then the next gc pass drops it). Renewed while the
+        # drop runs, so a server killed mid-drop frees it within one lease. Lease before
+        # the write lock, in the order gc takes them: the other order let a gc pass hold
+        # the lease while it waited for the write lock this call held, so the delete
+        # waited out its LEASE_WAIT_SECONDS and left the drop to the next pass.
+        with self.index.hold_lease(self.lease, lease_holder(), self.lease_ttl,
+                                   wait=LEASE_WAIT_SECONDS) as held:
+            with self.write_lock:  # no commit of this process lands between the two steps
+                now = utcnow()
+                deleted = replace(ws, state=DELETED, updated_at=now, updated_by=user)
+                self._record(deleted)
                 if not held:
                     return {"id": ws.id, "deleted": True, "dropped": False, "scopes": []}
                 scopes = self._drop(deleted, user)
