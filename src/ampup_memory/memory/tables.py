@@ -50,6 +50,7 @@ from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import update_table_metadata
+from pyiceberg.typedef import Identifier
 from sqlalchemy import Connection, Engine, bindparam, create_engine, select, text
 from sqlalchemy.exc import IntegrityError
 
@@ -193,6 +194,35 @@ def schema_lock(engine: Engine) -> Iterator[Connection]:
         yield conn
 
 
+# How many times a load follows a moved pointer whose old metadata file was deleted.
+MOVED_RELOADS = 20
+
+
+class Catalog(SqlCatalog):
+    """pyiceberg's SQL catalog, with one race between servers closed.
+
+    A load reads the table's metadata pointer, then the file it names. Tables delete
+    metadata files older than their last few versions (``previous-versions-max``), so
+    when other servers commit that many times between the two reads, the file is gone:
+    a ``FileNotFoundError`` that said "storage down" (503) to a write or a merge that
+    had only lost a race. The pointer has moved on then, so the load reads it again.
+    A file missing while the pointer still names it is a real loss and is raised.
+    pyiceberg's own commit and its retries load through here too."""
+
+    def load_table(self, identifier: str | Identifier) -> Table:
+        namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
+        name = Catalog.table_name_from(identifier)
+        for attempt in range(MOVED_RELOADS + 1):
+            before = metadata_pointer(self.engine, namespace, name)
+            try:
+                return super().load_table(identifier)
+            except FileNotFoundError:
+                if (attempt == MOVED_RELOADS
+                        or metadata_pointer(self.engine, namespace, name) == before):
+                    raise
+        raise AssertionError("unreachable")
+
+
 def open_catalog(settings: Settings) -> SqlCatalog:
     uri = settings.resolved_catalog_uri
     url = sqlalchemy_url(uri, setting="AMPUP_MEMORY_CATALOG_URI")
@@ -210,7 +240,7 @@ def open_catalog(settings: Settings) -> SqlCatalog:
             finally:
                 engine.dispose()
             properties["pool_pre_ping"] = "true"  # survive a database restart
-        return SqlCatalog(CATALOG_NAME, uri=url, **properties)
+        return Catalog(CATALOG_NAME, uri=url, **properties)
     except Exception as exc:  # the driver's own error names what is wrong
         said = str(exc)
         password = urlsplit(uri).password
@@ -226,6 +256,13 @@ _LOCATION = select(IcebergTables.metadata_location).where(
     IcebergTables.table_namespace == bindparam("namespace"),
     IcebergTables.table_name == bindparam("name"),
 )
+
+
+def metadata_pointer(engine: Engine, namespace: str, name: str) -> str | None:
+    """The table's current metadata file as the catalog names it (None: no such table)."""
+    with engine.connect() as conn:
+        return conn.execute(_LOCATION, {"namespace": namespace, "name": name}
+                            ).scalar_one_or_none()
 
 # How long a writer waits for the ledger turn before committing without it (the
 # compare-and-set keeps the chain either way; the turn only saves wasted attempts).
@@ -410,9 +447,7 @@ class MemoryTables:
 
         Freshness checks run on every request, so they must cost well under a millisecond.
         """
-        with self.catalog.engine.connect() as conn:
-            found = conn.execute(_LOCATION, {"namespace": namespace, "name": name})
-            return found.scalar_one_or_none()
+        return metadata_pointer(self.catalog.engine, namespace, name)
 
     def table(self, namespace: str, name: str, *, fresh: bool = True) -> Table:
         """The table, reloaded only when its metadata moved since we last saw it."""
