@@ -1,12 +1,13 @@
 """PostgreSQL: where an owner-filtered AMP cell search should stop ranking exactly.
 
-`PostgresStore._nearest` ranks every cell of a filter exactly up to `EXACT_LIMIT` rows and
-walks the HNSW graph (iterative scan) above it. This measures both paths on the same
-owners, through the store's own step (`search_candidates`, k = 100, what a 10-hit search
-asks): recall@10 against numpy's exact answer and wall ms p50 / p95, with the limit set
-above the owner's size (exact) and below it (HNSW). It reuses a database
-`benchmarks/pg_ann_recall.py` loaded (its ``--work`` folder: the PostgreSQL data, the
-saved URLs and the cached vectors), so run that first at the same ``--rows``.
+`PostgresStore._nearest` ranks every cell of a filter naming an owner exactly up to
+`OWNER_EXACT_LIMIT` rows and walks the HNSW graph (iterative scan) above it. This
+measures both paths on the same owners, through the store's own step
+(`search_candidates`, k = 100, what a 10-hit search asks): recall@10 against numpy's
+exact answer and wall ms p50 / p95, with the limit set above the owner's size (exact)
+and below it (HNSW). It reuses a database `benchmarks/pg_ann_recall.py` loaded (its
+``--work`` folder: the PostgreSQL data, the saved URLs and the cached vectors), so run
+that first at the same ``--rows``.
 
     nice -n 15 env OPENBLAS_NUM_THREADS=1 PYTHONPATH=src:. python -m benchmarks.pg_exact_limit \\
         --text-file /tmp/lead/pieces.jsonl --rows 300000 --work /tmp/pgrecall/w300
@@ -54,8 +55,8 @@ def main() -> None:
         text_queries(args.text_file, args.queries, 11)), dtype=np.float32)
     owners = np.asarray([owner_of(i) for i in range(args.rows)])
     out: dict[str, Any] = {"rows": args.rows, "queries": args.queries,
-                           "exact_limit": pg.EXACT_LIMIT, "owners": {}}
-    keep = pg.EXACT_LIMIT
+                           "exact_limit": pg.OWNER_EXACT_LIMIT, "owners": {}}
+    keep = pg.OWNER_EXACT_LIMIT
     with _embedded():
         store = pg.PostgresStore(saved["cells"], int(vecs.shape[1]))
         try:
@@ -70,13 +71,13 @@ def main() -> None:
                                                              100)}
                 res: dict[str, Any] = {"cells": int(len(pick))}
                 for path, limit in (("exact", len(pick) + 1), ("hnsw", len(pick) - 1)):
-                    pg.EXACT_LIMIT = limit
+                    pg.OWNER_EXACT_LIMIT = limit
                     cells(qs[0])  # warm the buffers this path reads
                     res[path] = series(cells, qs, truth)
                     print(owner, path, json.dumps(res[path]), file=sys.stderr, flush=True)
                 out["owners"][owner] = res
         finally:
-            pg.EXACT_LIMIT = keep
+            pg.OWNER_EXACT_LIMIT = keep
             store.close()
     text = json.dumps(out, indent=2)
     print(text)

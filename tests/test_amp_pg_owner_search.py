@@ -24,7 +24,7 @@ pytestmark = pytest.mark.postgres
 
 AGENT = "agent_reader"
 OWNER = "user_big"
-OWNED = pg.EXACT_LIMIT + 3000  # 25,200 readable: above the exact-ranking limit (HNSW path)
+OWNED = pg.OWNER_EXACT_LIMIT + 3000  # 25,200 readable: above the exact-ranking limit (HNSW path)
 OTHERS = 300
 WORDS = ("customer contact preference email invoice refund renewal discount call weekly"
          " status deploy checklist outage review slack thread survey office move planning"
@@ -101,11 +101,11 @@ def test_owner_search_on_the_hnsw_path_agrees_with_the_exact_ranking(
         readable = {r[0] for r in conn.execute(
             "SELECT id FROM cells WHERE owner_id = %s AND (public OR has_readers)",
             (OWNER,)).fetchall()}
-    assert len(readable) > pg.EXACT_LIMIT, "the owner's readable cells must take the HNSW path"
+    assert len(readable) > pg.OWNER_EXACT_LIMIT, "the owner's cells must take the HNSW path"
 
     # The exact ranking of the same requests: the same service, in this process, with
     # every filtered set ranked exactly.
-    monkeypatch.setattr(pg, "EXACT_LIMIT", 10**9)
+    monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 10**9)
     rt = open_runtime(load_settings(home=str(home), store_uri=uri, embedding_provider="hash",
                                     embedding_dimensions=DIMS))
     try:

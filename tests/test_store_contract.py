@@ -554,6 +554,7 @@ def test_search_one_owner_scores_as_unfiltered_search(
     exact-ranking limit and one above it (the limit lowered so a few cells cross it)."""
     for module in ("sqlite", "postgres"):
         monkeypatch.setattr(f"ampup_memory.amp.store.{module}.EXACT_LIMIT", 20)
+    monkeypatch.setattr("ampup_memory.amp.store.postgres.OWNER_EXACT_LIMIT", 20)
     words = ["tea", "coffee", "juice", "water", "milk", "soda"]
     owners = {"user_big": 40, "user_small": 12, "user_other": 48}
     n = 0

@@ -42,11 +42,12 @@ from ampup_memory.amp.store.base import (
 )
 from ampup_memory.amp.store.rows import (
     CELL_COLS,
+    EXACT_LIMIT,
     KEY_COLS,
     MODEL_DIMENSIONS_KEY,
     MODEL_NAME_KEY,
     PASS_COLS,
-    PG_EXACT_LIMIT,
+    PG_OWNER_EXACT_LIMIT,
     CellColumns,
     columns,
     embedding_source,
@@ -151,9 +152,9 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
 )
 
-# A filter matching at most this many cells is ranked exactly (module-level: tests and
-# benchmarks move it to reach either path).
-EXACT_LIMIT = PG_EXACT_LIMIT
+# A filter matching at most this many cells is ranked exactly; one naming an owner, at most
+# OWNER_EXACT_LIMIT (module-level: tests and benchmarks move them to reach either path).
+OWNER_EXACT_LIMIT = PG_OWNER_EXACT_LIMIT
 
 
 def conninfo_from_uri(uri: str) -> str:
@@ -436,7 +437,9 @@ class PostgresStore:
                     (query, *params, k),
                 ):
                     keyword[cell_id] = max(float(score), 0.0)
-            near = self._nearest(conn, where, params, qvec, k) if qvec is not None else set()
+            exact_limit = OWNER_EXACT_LIMIT if filters.owner_id is not None else EXACT_LIMIT
+            near = (self._nearest(conn, where, params, qvec, k, exact_limit)
+                    if qvec is not None else set())
             ids = list(set(keyword) | near)
             if not ids:
                 return []
@@ -483,18 +486,19 @@ class PostgresStore:
         return int(row[0]) if row else 0
 
     def _nearest(
-        self, conn: Conn, where: str, params: list[Any], qvec: str, k: int
+        self, conn: Conn, where: str, params: list[Any], qvec: str, k: int, exact_limit: int
     ) -> set[str]:
-        """Ids of the cells nearest the query: exact over a small filtered set, else HNSW."""
+        """Ids of the cells nearest the query: exact over a filtered set of at most
+        ``exact_limit`` cells, else HNSW."""
         d = self.dimensions
         has = f"vector_dims(c.embedding) = {d}"  # matches the partial index's predicate
         dist = f"c.embedding::vector({d}) <=> %s::vector({d})"  # matches its expression
         row = self._execute(  # how big is the filtered set? (stop counting past the limit)
             conn,
             f"SELECT count(*) FROM (SELECT 1 FROM cells c WHERE {where} LIMIT %s) s",
-            (*params, EXACT_LIMIT + 1),
+            (*params, exact_limit + 1),
         ).fetchone()
-        if row is not None and row[0] <= EXACT_LIMIT:
+        if row is not None and row[0] <= exact_limit:
             # Rank all of them. The distance is written without the cast the HNSW index
             # is built on, so the planner cannot answer from the (approximate) index;
             # `has` keeps other widths out, and the values equal the cast form's.
