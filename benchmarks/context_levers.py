@@ -16,6 +16,10 @@ Levers measured here (none shipped unless docs/performance.md says so):
 - ``proximity=W,D``: term proximity (the sequential dependence model's ordered-pair
   idea): each pair of adjacent query words within ``D`` tokens of each other adds ``W`` ×
   the BM25 of that pair (an FTS5 ``NEAR`` query) to the raw keyword score.
+- ``bm25=K1,B``: keyword side, BM25 with other saturation (``k1``) and length
+  normalisation (``b``) than FTS5's fixed 1.2 / 0.75, computed from the same FTS5 table's
+  tokens (an ``fts5vocab`` instance table: term frequencies and row lengths) with FTS5's
+  own IDF; ``bm25=1.2,0.75`` reproduces the shipped scores.
 - ``candidates=K``: rank only the engine's candidates (the passages' own keyword top K ∪
   vector top K), to check that scoring every passage of a scope changes nothing.
 - ``expand=N,S,W``: query side, each query word's ``N`` nearest whole-word tokens in
@@ -75,6 +79,7 @@ class Corpus:
     def __init__(self, docs: Sequence[EpisodeDoc], embedder: Embedder) -> None:
         self.db = sqlite3.connect(":memory:")
         self.embedder = embedder
+        self._lengths: dict[str, Any] = {}  # per vocabulary table: row lengths in tokens
         self.scopes: dict[str, Scope] = {}
         by_scope: dict[str, list[EpisodeDoc]] = defaultdict(list)
         for d in docs:
@@ -123,6 +128,52 @@ class Corpus:
                 f"SELECT rowid, -bm25({name}) FROM {name} WHERE {name} MATCH ?", (match,)):
             out[rowid] = score
         return out
+
+
+    def bm25_params(self, scope: str, terms: Sequence[str], n: int, k1: float,
+                    b: float) -> Any:
+        """BM25 of each of the ``n`` passages for ``terms`` (OR) with ``k1`` and ``b``, as
+        FTS5's ``bm25()`` computes it (its IDF, row lengths in tokens) but with these two
+        parameters instead of its fixed 1.2 and 0.75."""
+        out = np.zeros(n)
+        key = self._key(scope)
+        vocab = f"pv_{key}"
+        if vocab not in self._lengths:
+            self.db.execute(f"CREATE VIRTUAL TABLE {vocab} USING fts5vocab(p_{key}, 'instance')")
+            lengths = np.zeros(n)
+            for doc, count in self.db.execute(f"SELECT doc, count(*) FROM {vocab} GROUP BY doc"):
+                lengths[doc] = count
+            self._lengths[vocab] = lengths
+        lengths = self._lengths[vocab]
+        avg = lengths.mean() if n else 1.0
+        for term in terms:
+            tokens = self._tokens(term)
+            if len(tokens) != 1:  # a phrase of several tokens: FTS5's own score
+                out += self.bm25("p", scope, [term], n) if tokens else 0.0
+                continue
+            tf = np.zeros(n)
+            for doc, count in self.db.execute(
+                    f"SELECT doc, count(*) FROM {vocab} WHERE term = ? GROUP BY doc", tokens):
+                tf[doc] = count
+            hits = int((tf > 0).sum())
+            if not hits:
+                continue
+            idf = np.log((n - hits + 0.5) / (hits + 0.5))
+            idf = idf if idf > 0 else 1e-6
+            out += idf * tf * (k1 + 1) / (tf + k1 * (1 - b + b * lengths / avg))
+        return out
+
+    def _tokens(self, text: str) -> list[str]:
+        """``text`` as the passages' tokenizer cuts and stems it."""
+        if not self._lengths.get("stem"):
+            self.db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS stem_t USING fts5(x,"
+                            " tokenize='porter unicode61')")
+            self.db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS stem_v USING"
+                            " fts5vocab(stem_t, 'instance')")
+            self._lengths["stem"] = np.ones(1)
+        self.db.execute("DELETE FROM stem_t")
+        self.db.execute("INSERT INTO stem_t(rowid, x) VALUES (1, ?)", (text,))
+        return [t for (t,) in self.db.execute('SELECT term FROM stem_v ORDER BY "offset"')]
 
 
 class Expander:
@@ -234,6 +285,10 @@ def signals(corpus: Corpus, q: Question, lever: str, expander: Expander | None
             within = np.zeros(n, dtype=bool)
             within[[i for i in np.argsort(-own, kind="stable")[:k] if own[i] > 0]] = True
             within[np.argsort(-near, kind="stable")[:k]] = True
+        elif name == "bm25":
+            k1, b = (float(v) for v in value.split(","))
+            raw = corpus.bm25_params(q.scope, q.terms, n, k1, b)
+            own = raw.copy()
         elif name == "centroid_blend":
             blended = s.vectors + float(value) * s.centroids
             blended /= np.linalg.norm(blended, axis=1, keepdims=True)
