@@ -1073,9 +1073,9 @@ def _graph_options(url: str) -> dict[str, list[str] | None]:
 def test_pg_hnsw_indexes_follow_the_graph_settings(
         postgres: PostgresFactory, wordllama: WordLlamaEmbedder) -> None:
     """The passages' and facts' HNSW indexes are built with the graph settings (M,
-    efConstruction) and built again when a server opens with other values; an index
-    that names none (made before the settings) has pgvector's 16 / 64, what unset settings keep,
-    and is kept. Answers stay the same (the rows are re-scored exactly)."""
+    efConstruction) and built again when a server opens with other values set; unset,
+    new indexes get 32 / 128 and an index made before (pgvector's 16 / 64, no options) is
+    kept as built. Answers stay the same (the rows are re-scored exactly)."""
     import psycopg
 
     from ampup_memory.search.index.ann import GraphParams
@@ -1101,7 +1101,7 @@ def test_pg_hnsw_indexes_follow_the_graph_settings(
     first.ensure_model()
     first.ingest(batch)
     first.index.close()
-    default = ["ef_construction=64", "m=16"]
+    default = ["ef_construction=128", "m=32"]
     assert _graph_options(url) == {"search_passages_vec_hnsw": default,
                                    "search_facts_vec_hnsw": default}
     before = answers(GraphParams())
@@ -1112,7 +1112,7 @@ def test_pg_hnsw_indexes_follow_the_graph_settings(
             conn.execute(f"CREATE INDEX {table}_vec_hnsw ON {table} USING hnsw"
                          " ((vec::vector(256)) vector_cosine_ops)")
     assert answers(GraphParams()) == before
-    assert set(_graph_options(url).values()) == {None}  # kept: pgvector's defaults
+    assert set(_graph_options(url).values()) == {None}  # kept as built: no value is set
     assert answers(GraphParams(24, 96)) == before
     wider = ["ef_construction=96", "m=24"]
     assert _graph_options(url) == {"search_passages_vec_hnsw": wider,

@@ -370,25 +370,27 @@ def test_a_graph_saved_with_other_parameters_is_rebuilt_with_the_settings(
         reopened.index.close()
 
 
-def test_unset_graph_parameters_are_each_backends_default(tmp_path: Path) -> None:
-    """Unset, the embedded graphs get 32 / 128 and pgvector keeps its own 16 / 64 (an
-    upgrade rebuilds no PostgreSQL index); a value set applies to both."""
+def test_unset_graph_parameters_are_one_default_that_keeps_existing_indexes(
+        tmp_path: Path) -> None:
+    """Unset, every new graph gets 32 / 128, pgvector's indexes too, and an existing
+    PostgreSQL index is kept as built (an upgrade rebuilds none); a value set applies to
+    both backends and to existing indexes."""
     from ampup_memory.settings import load_settings
 
     unset = load_settings(home=str(tmp_path)).ann_params
-    assert (unset.embedded(), unset.pgvector()) == ((32, 128), (16, 64))
-    assert unset.pg_built_with(None) and unset.pg_storage() == (
-        "WITH (m = 16, ef_construction = 64)")
+    assert not unset.given
+    assert (unset.embedded(), unset.pgvector()) == ((32, 128), (32, 128))
+    assert unset.pg_storage() == "WITH (m = 32, ef_construction = 128)"
     both = load_settings(home=str(tmp_path), search_ann_connectivity=24).ann_params
-    assert (both.embedded(), both.pgvector()) == ((24, 128), (24, 64))
-    assert not both.pg_built_with(None) and both.pg_built_with(["m=24"])
+    assert both.given and (both.embedded(), both.pgvector()) == ((24, 128), (24, 128))
+    assert not both.pg_built_with(None) and both.pg_built_with(["m=24", "ef_construction=128"])
 
 
 @pytest.mark.parametrize("name, value, bound", [
     ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "3", "greater than or equal to 4"),
     ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "101", "less than or equal to 100"),
-    ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "65", "at least twice"),  # embedded: 128
-    ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "40", "for the PostgreSQL graphs"),  # 64
+    ("AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY", "65", "at least twice"),  # unset: 128
+    ("AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD", "60", "at least twice"),  # unset M: 32
     ("AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD", "7", "greater than or equal to 8"),
     ("AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD", "1001", "less than or equal to 1000"),
 ])

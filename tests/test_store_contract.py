@@ -1032,8 +1032,8 @@ def test_the_vector_graph_follows_the_settings_parameters(store_uri: str) -> Non
     """AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY / _EXPANSION_ADD reach the cell store's graph:
     SQLite saves its graph with them and rebuilds one saved with others; PostgreSQL builds
     its HNSW index with them and builds it again, at open, when it was built with others
-    (unset, the settings keep pgvector's own 16 / 64 there: an index that names no
-    parameters is kept; the embedded graph's default is 32 / 128)."""
+    (unset, a new graph or index gets 32 / 128 on both, and an existing PostgreSQL index,
+    such as one an older version made with pgvector's 16 / 64, is kept as built)."""
     from ampup_memory.search.index.ann import GraphParams
 
     wider = GraphParams(24, 96)
@@ -1063,7 +1063,7 @@ def test_the_vector_graph_follows_the_settings_parameters(store_uri: str) -> Non
         assert _saved_graph_params(store_uri) == (32, 128)
     else:
         oid, options = _hnsw_options(store_uri)
-        assert sorted(options or []) == ["ef_construction=64", "m=16"]
+        assert sorted(options or []) == ["ef_construction=128", "m=32"]
         with psycopg.connect(store_uri, autocommit=True) as conn:  # as an older version made it
             conn.execute(f"DROP INDEX cells_embedding_hnsw_{DIMS}")
             conn.execute(f"CREATE INDEX cells_embedding_hnsw_{DIMS} ON cells USING hnsw"
@@ -1071,7 +1071,7 @@ def test_the_vector_graph_follows_the_settings_parameters(store_uri: str) -> Non
                          f" WHERE vector_dims(embedding) = {DIMS}")
         legacy = _hnsw_options(store_uri)
         opened_with(GraphParams()).close()
-        assert _hnsw_options(store_uri) == legacy  # pgvector's defaults are ours: kept
+        assert _hnsw_options(store_uri) == legacy  # no value set: kept as built
     second = opened_with(wider)
     try:
         assert nearest(second) == want
