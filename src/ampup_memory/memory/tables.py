@@ -264,6 +264,7 @@ def metadata_pointer(engine: Engine, namespace: str, name: str) -> str | None:
         return conn.execute(_LOCATION, {"namespace": namespace, "name": name}
                             ).scalar_one_or_none()
 
+
 # How long a writer waits for the ledger turn before committing without it (the
 # compare-and-set keeps the chain either way; the turn only saves wasted attempts).
 TURN_WAIT_SECONDS = 10.0
