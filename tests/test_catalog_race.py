@@ -64,6 +64,11 @@ def test_a_load_follows_the_pointer_past_a_deleted_metadata_file(
         loaded = ours.load_table(("ns", "t"))
         assert loaded.metadata_location == other.load_table(("ns", "t")).metadata_location
         assert len(loaded.scan().to_arrow()) == 2 * COMMITS
+
+        # A file missing while the pointer still names it is a real loss: raised.
+        Path(loaded.metadata_location.removeprefix("file://")).unlink()
+        with pytest.raises(FileNotFoundError):
+            ours.load_table(("ns", "t"))
         ours.engine.dispose()
     finally:
         other.engine.dispose()

@@ -212,14 +212,17 @@ class Catalog(SqlCatalog):
     def load_table(self, identifier: str | Identifier) -> Table:
         namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
         name = Catalog.table_name_from(identifier)
+        # The pointer is read only after a failure (a load on the happy path costs what
+        # pyiceberg's does): a second failure at the same pointer is a real loss.
+        seen: str | None = None
         for attempt in range(MOVED_RELOADS + 1):
-            before = metadata_pointer(self.engine, namespace, name)
             try:
                 return super().load_table(identifier)
             except FileNotFoundError:
-                if (attempt == MOVED_RELOADS
-                        or metadata_pointer(self.engine, namespace, name) == before):
+                now = metadata_pointer(self.engine, namespace, name)
+                if attempt == MOVED_RELOADS or now is None or now == seen:
                     raise
+                seen = now
         raise AssertionError("unreachable")
 
 
