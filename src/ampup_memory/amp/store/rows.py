@@ -26,14 +26,6 @@ SCHEMA_VERSION = 1
 
 # Exact vector ranking is cheap below this many filtered cells; above it, an index answers.
 EXACT_LIMIT = 5000
-# On PostgreSQL, for a search narrowed to one owner, the crossing is much higher:
-# pgvector's filtered HNSW scan walks the graph until enough rows pass the filter (about
-# k·N/n rows met for n of N), which for an owner's share costs more than ranking every row
-# of it, and misses some (300k cells, docs/performance.md: 5,400 rows exact 20 ms p50
-# against HNSW 142 ms at recall 0.965; 24,000 rows 52 ms against 105 ms at 0.981). Without
-# an owner the filter keeps most rows, the walk meets few it drops, and counting to this
-# limit would cost every unfiltered search 4 ms more (1.1 → 5.1 ms at 300k): 5,000 stays.
-PG_OWNER_EXACT_LIMIT = 25_000
 
 # Where both stores record the embedding model, in their `meta` table.
 MODEL_NAME_KEY = "embedding_model_name"
