@@ -46,7 +46,7 @@ import os
 import sqlite3
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -336,25 +336,33 @@ def signals(corpus: Corpus, q: Question, lever: str, expander: Expander | None
     return raw, cos
 
 
-def rank(corpus: Corpus, q: Question, raw: Any, cos: Any
-         ) -> dict[str, tuple[list[str], list[frozenset[tuple[str, int]]]]]:
-    """Per mode: sessions best first, and passages (as (episode, unit) sets) best first."""
-    s = corpus.scopes[q.scope]
+def hybrid_pool(raw: Any, cos: Any) -> tuple[list[int], Any, Any, Any]:
+    """The hybrid's top `POOL` passages as the engine ranks them, and the three modes'
+    scores: (pool, hybrid, keyword only, meaning only)."""
     best = raw.max() if raw.size else 0.0
     kw = np.maximum(raw, 0) / best if best > 0 else np.zeros_like(raw)
     mn = np.clip(cos, 0.0, 1.0)
     hy = KW * kw + MW * mn
-    order = [i for i in np.argsort(-hy, kind="stable") if hy[i] > 0][:POOL]
-    out = {}
-    for mode, score in (("hybrid", hy), ("keyword only", kw), ("meaning only", mn)):
-        ranked = sorted(order, key=lambda i: (-score[i], i))
-        sessions: list[str] = []
-        for i in ranked:
-            if s.episode[i] not in sessions:
-                sessions.append(s.episode[i])
-        out[mode] = (sessions, [frozenset((s.episode[i], u) for u in s.units[i])
-                                for i in ranked])
-    return out
+    order = [int(i) for i in np.argsort(-hy, kind="stable") if hy[i] > 0][:POOL]
+    return order, hy, kw, mn
+
+
+def lists(s: Scope, ranked: list[int]) -> tuple[list[str], list[frozenset[tuple[str, int]]]]:
+    """Sessions in order of their first passage in ``ranked``, and the passages as
+    (episode, unit) sets."""
+    sessions: list[str] = []
+    for i in ranked:
+        if s.episode[i] not in sessions:
+            sessions.append(s.episode[i])
+    return sessions, [frozenset((s.episode[i], u) for u in s.units[i]) for i in ranked]
+
+
+def rank(corpus: Corpus, q: Question, raw: Any, cos: Any
+         ) -> dict[str, tuple[list[str], list[frozenset[tuple[str, int]]]]]:
+    """Per mode: sessions best first, and passages (as (episode, unit) sets) best first."""
+    order, hy, kw, mn = hybrid_pool(raw, cos)
+    return {mode: lists(corpus.scopes[q.scope], sorted(order, key=lambda i: (-score[i], i)))
+            for mode, score in (("hybrid", hy), ("keyword only", kw), ("meaning only", mn))}
 
 
 def questions_lme(cache: Path, embedder: Embedder, engine_query: Any
@@ -449,6 +457,34 @@ def locomo_scores(ranked: Sequence[dict[str, Any]], qs: Sequence[Question],
     return out
 
 
+# One benchmark: its passages, its questions, and the session of each episode.
+QuestionSet = tuple[Corpus, list[Question], dict[str, str]]
+
+
+def timed_row(rank_one: Callable[[Corpus, Question], Any], lme: QuestionSet,
+              locomo: QuestionSet, turn_of: dict[Any, str]) -> dict[str, Any]:
+    """One lever's row: ``rank_one`` over every question of both sets, its CPU and wall
+    time per question, and the scores of what it ranked."""
+    row: dict[str, Any] = {}
+    for key, (corpus, qs, session_of) in (("lme", lme), ("locomo", locomo)):
+        c0, w0 = time.process_time(), time.perf_counter()
+        ranked = [rank_one(corpus, q) for q in qs]
+        row[f"{key}_cpu_ms"] = round((time.process_time() - c0) * 1000 / len(qs), 2)
+        row[f"{key}_wall_ms"] = round((time.perf_counter() - w0) * 1000 / len(qs), 2)
+        if key == "lme":
+            row.update(lme_scores(ranked, qs, session_of))
+        else:
+            row["locomo"] = locomo_scores(ranked, qs, session_of, turn_of)
+    return row
+
+
+def run_totals(started: float, cpu0: float, load_before: float) -> dict[str, Any]:
+    """A run's wall and CPU seconds since ``started`` / ``cpu0`` and the load around it."""
+    return {"seconds": round(time.perf_counter() - started, 1),
+            "cpu_seconds": round(time.process_time() - cpu0, 1),
+            "load_before": load_before, "load_after": os.getloadavg()[0]}
+
+
 def main() -> None:
     from benchmarks.retrieval_quality import embedder_for
 
@@ -471,22 +507,12 @@ def main() -> None:
     result: dict[str, Any] = {"embedder": embedder.name,
                               "build_cpu_seconds": round(build_cpu, 2), "rows": {}}
     for lever in args.levers:
-        row: dict[str, Any] = {}
-        c0, w0 = time.process_time(), time.perf_counter()
-        ranked = [rank(lme, q, *signals(lme, q, lever, expander)) for q in lme_q]
-        row["lme_cpu_ms"] = round((time.process_time() - c0) * 1000 / len(lme_q), 2)
-        row["lme_wall_ms"] = round((time.perf_counter() - w0) * 1000 / len(lme_q), 2)
-        row.update(lme_scores(ranked, lme_q, lme_sess))
-        c0, w0 = time.process_time(), time.perf_counter()
-        ranked = [rank(lo, q, *signals(lo, q, lever, expander)) for q in lo_q]
-        row["locomo_cpu_ms"] = round((time.process_time() - c0) * 1000 / len(lo_q), 2)
-        row["locomo_wall_ms"] = round((time.perf_counter() - w0) * 1000 / len(lo_q), 2)
-        row["locomo"] = locomo_scores(ranked, lo_q, lo_sess, turn_of)
+        def ranked(corpus: Corpus, q: Question, lever: str = lever) -> Any:
+            return rank(corpus, q, *signals(corpus, q, lever, expander))
+        row = timed_row(ranked, (lme, lme_q, lme_sess), (lo, lo_q, lo_sess), turn_of)
         result["rows"][lever] = row
         print(lever, json.dumps(summary(row)), flush=True)
-    result.update(seconds=round(time.perf_counter() - started, 1),
-                  cpu_seconds=round(time.process_time() - cpu0, 1),
-                  load_before=load_before, load_after=os.getloadavg()[0])
+    result.update(run_totals(started, cpu0, load_before))
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -42,15 +42,14 @@ from typing import Any
 import numpy as np
 
 from benchmarks.context_levers import (
-    KW,
-    MW,
-    POOL,
     Corpus,
-    Question,
     both_sets,
+    hybrid_pool,
+    lists,
     lme_scores,
     locomo_scores,
     markdown,
+    run_totals,
     signals,
     summary,
 )
@@ -103,17 +102,6 @@ class CrossEncoder:
         return np.asarray(out)
 
 
-def hybrid_pool(corpus: Corpus, q: Question) -> tuple[list[int], Any, Any, Any]:
-    """The hybrid's top 100 (as `context_levers.rank`), and the three mode scores."""
-    raw, cos = signals(corpus, q, "shipped", None)
-    best = raw.max() if raw.size else 0.0
-    kw = np.maximum(raw, 0) / best if best > 0 else np.zeros_like(raw)
-    mn = np.clip(cos, 0.0, 1.0)
-    hy = KW * kw + MW * mn
-    order = [int(i) for i in np.argsort(-hy, kind="stable") if hy[i] > 0][:POOL]
-    return order, hy, kw, mn
-
-
 def reorder(order: list[int], hy: Any, logits: Any, lever: str) -> list[int]:
     """The pool with its top N reordered by the lever; the rest as the hybrid had it."""
     name, _, top_s = lever.partition("@")
@@ -138,16 +126,6 @@ def reorder(order: list[int], hy: Any, logits: Any, lever: str) -> list[int]:
         raise SystemExit(f"unknown lever {lever!r}")
     ranked = sorted(range(top), key=lambda j: (key[j], j))
     return [head[j] for j in ranked] + tail
-
-
-def lists(corpus: Corpus, q: Question, ranked: list[int]
-          ) -> tuple[list[str], list[frozenset[tuple[str, int]]]]:
-    s = corpus.scopes[q.scope]
-    sessions: list[str] = []
-    for i in ranked:
-        if s.episode[i] not in sessions:
-            sessions.append(s.episode[i])
-    return sessions, [frozenset((s.episode[i], u) for u in s.units[i]) for i in ranked]
 
 
 def levers(tops: tuple[int, ...]) -> list[str]:
@@ -193,7 +171,7 @@ def main() -> None:
     for name, (corpus, qs) in sets.items():
         scored[name], ce_ms[name] = [], {top: [] for top in tops}
         for q in qs:
-            order, hy, kw, mn = hybrid_pool(corpus, q)
+            order, hy, kw, mn = hybrid_pool(*signals(corpus, q, "shipped", None))
             if earlier is not None:
                 k = len(scored[name])
                 scored[name].append((order, hy, kw, mn,
@@ -229,10 +207,11 @@ def main() -> None:
             c0 = time.process_time()
             for q, (order, hy, kw, mn, logits) in zip(qs, scored[name], strict=True):
                 hybrid = order if lever == "shipped" else reorder(order, hy, logits, lever)
+                s = corpus.scopes[q.scope]
                 ranked.append({
-                    "hybrid": lists(corpus, q, hybrid),
-                    "keyword only": lists(corpus, q, sorted(order, key=lambda i: (-kw[i], i))),
-                    "meaning only": lists(corpus, q, sorted(order, key=lambda i: (-mn[i], i)))})
+                    "hybrid": lists(s, hybrid),
+                    "keyword only": lists(s, sorted(order, key=lambda i: (-kw[i], i))),
+                    "meaning only": lists(s, sorted(order, key=lambda i: (-mn[i], i)))})
             rank_ms = (time.process_time() - c0) * 1000 / len(qs)
             cost = rank_ms + (float(np.mean(ce_ms[name][top])) if top else 0.0)
             key = "lme" if name == "lme" else "locomo"
@@ -244,9 +223,7 @@ def main() -> None:
             row["locomo"] = locomo_scores(ranked, qs, lo_sess, turn_of)
         result["rows"][lever] = row
         print(lever, json.dumps(summary(row)), flush=True)
-    result.update(seconds=round(time.perf_counter() - started, 1),
-                  cpu_seconds=round(time.process_time() - cpu0, 1),
-                  load_before=load_before, load_after=os.getloadavg()[0])
+    result.update(run_totals(started, cpu0, load_before))
     print(json.dumps({k: v for k, v in result.items()
                       if k not in ("rows", "logits", "ce_ms")}))
     misses = [(i, q.text) for i, q in enumerate(lme_q)

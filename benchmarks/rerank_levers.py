@@ -41,17 +41,16 @@ from typing import Any
 import numpy as np
 
 from benchmarks.context_levers import (
-    KW,
-    MW,
-    POOL,
     Corpus,
     Question,
     both_sets,
-    lme_scores,
-    locomo_scores,
+    hybrid_pool,
+    lists,
     markdown,
+    run_totals,
     signals,
     summary,
+    timed_row,
 )
 
 LEVERS = ["shipped",
@@ -121,13 +120,7 @@ class Reranker:
 def rerank(corpus: Corpus, q: Question, lever: str, rr: Reranker
            ) -> dict[str, tuple[list[str], list[frozenset[tuple[str, int]]]]]:
     """Per mode: sessions and passages best first, the hybrid's top N reordered."""
-    raw, cos = signals(corpus, q, "shipped", None)
-    s = corpus.scopes[q.scope]
-    best = raw.max() if raw.size else 0.0
-    kw = np.maximum(raw, 0) / best if best > 0 else np.zeros_like(raw)
-    mn = np.clip(cos, 0.0, 1.0)
-    hy = KW * kw + MW * mn
-    order = [i for i in np.argsort(-hy, kind="stable") if hy[i] > 0][:POOL]
+    order, hy, kw, mn = hybrid_pool(*signals(corpus, q, "shipped", None))
     final = {i: float(hy[i]) for i in order}
     name, _, value = lever.partition("=")
     if name != "shipped":
@@ -150,20 +143,11 @@ def rerank(corpus: Corpus, q: Question, lever: str, rr: Reranker
         lift = 10.0 + max(final.values(), default=0.0)
         for i, v in zip(top, sc, strict=True):
             final[i] = lift + float(v)
-    out = {}
-    for mode, score in (("hybrid", final), ("keyword only", kw), ("meaning only", mn)):
-        ranked = sorted(order, key=lambda i: (-score[i], i))
-        sessions: list[str] = []
-        for i in ranked:
-            if s.episode[i] not in sessions:
-                sessions.append(s.episode[i])
-        out[mode] = (sessions, [frozenset((s.episode[i], u) for u in s.units[i])
-                                for i in ranked])
-    return out
+    return {mode: lists(corpus.scopes[q.scope], sorted(order, key=lambda i: (-score[i], i)))
+            for mode, score in (("hybrid", final), ("keyword only", kw), ("meaning only", mn))}
 
 
 def main() -> None:
-
     from benchmarks.retrieval_quality import embedder_for
 
     parser = argparse.ArgumentParser(description=__doc__)
@@ -182,17 +166,8 @@ def main() -> None:
     rr = Reranker(TokenEncoder())
     result: dict[str, Any] = {"embedder": embedder.name, "rows": {}}
     for lever in args.levers:
-        row: dict[str, Any] = {}
-        c0, w0 = time.process_time(), time.perf_counter()
-        ranked = [rerank(lme, q, lever, rr) for q in lme_q]
-        row["lme_cpu_ms"] = round((time.process_time() - c0) * 1000 / len(lme_q), 2)
-        row["lme_wall_ms"] = round((time.perf_counter() - w0) * 1000 / len(lme_q), 2)
-        row.update(lme_scores(ranked, lme_q, lme_sess))
-        c0, w0 = time.process_time(), time.perf_counter()
-        ranked = [rerank(lo, q, lever, rr) for q in lo_q]
-        row["locomo_cpu_ms"] = round((time.process_time() - c0) * 1000 / len(lo_q), 2)
-        row["locomo_wall_ms"] = round((time.perf_counter() - w0) * 1000 / len(lo_q), 2)
-        row["locomo"] = locomo_scores(ranked, lo_q, lo_sess, turn_of)
+        row = timed_row(lambda corpus, q, lever=lever: rerank(corpus, q, lever, rr),
+                        (lme, lme_q, lme_sess), (lo, lo_q, lo_sess), turn_of)
         result["rows"][lever] = row
         print(lever, json.dumps(summary(row)), flush=True)
     cost = sorted(rr.encoder.cpu_ms)
@@ -200,9 +175,7 @@ def main() -> None:
         result["passage_cpu_ms"] = {
             "n": len(cost), "min": round(cost[0], 2), "median": round(statistics.median(cost), 2),
             "p95": round(cost[int(0.95 * (len(cost) - 1))], 2), "max": round(cost[-1], 2)}
-    result.update(seconds=round(time.perf_counter() - started, 1),
-                  cpu_seconds=round(time.process_time() - cpu0, 1),
-                  load_before=load_before, load_after=os.getloadavg()[0])
+    result.update(run_totals(started, cpu0, load_before))
     print(json.dumps({k: v for k, v in result.items() if k != "rows"}))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
