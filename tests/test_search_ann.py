@@ -379,10 +379,10 @@ def test_unset_graph_parameters_are_one_default_that_keeps_existing_indexes(
 
     unset = load_settings(home=str(tmp_path)).ann_params
     assert not unset.given
-    assert (unset.embedded(), unset.pgvector()) == ((32, 128), (32, 128))
+    assert unset.values() == (32, 128)
     assert unset.pg_storage() == "WITH (m = 32, ef_construction = 128)"
     both = load_settings(home=str(tmp_path), search_ann_connectivity=24).ann_params
-    assert both.given and (both.embedded(), both.pgvector()) == ((24, 128), (24, 128))
+    assert both.given and both.values() == (24, 128)
     assert not both.pg_built_with(None) and both.pg_built_with(["m=24", "ef_construction=128"])
 
 

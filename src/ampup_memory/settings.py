@@ -616,7 +616,7 @@ class Settings(BaseSettings):
     def _graph_breadth_covers_its_links(self) -> Settings:
         # pgvector refuses an HNSW index with ef_construction below 2 × m; one rule for
         # both backends, so a setting that works embedded works on PostgreSQL too.
-        m, ef = self.ann_params.pgvector()
+        m, ef = self.ann_params.values()
         if ef < 2 * m:
             raise ValueError(
                 "AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD must be at least twice "

@@ -86,17 +86,14 @@ class GraphParams:
         """Whether the settings name either value (else every default applies)."""
         return self.connectivity is not None or self.expansion_add is not None
 
-    def embedded(self) -> tuple[int, int]:
-        """(M, efConstruction) of the embedded (usearch) graphs."""
+    def values(self) -> tuple[int, int]:
+        """(M, efConstruction) of the embedded (usearch) graphs and of pgvector's HNSW
+        indexes built from now on: one pair for both backends."""
         return (self.connectivity or CONNECTIVITY, self.expansion_add or EXPANSION_ADD)
-
-    def pgvector(self) -> tuple[int, int]:
-        """(m, ef_construction) of pgvector's HNSW indexes built from now on: the same."""
-        return self.embedded()
 
     def pg_storage(self) -> str:
         """pgvector's HNSW storage parameters for these values (ints: safe in DDL)."""
-        m, ef = self.pgvector()
+        m, ef = self.values()
         return f"WITH (m = {int(m)}, ef_construction = {int(ef)})"
 
     def pg_built_with(self, reloptions: list[str] | None) -> bool:
@@ -104,7 +101,7 @@ class GraphParams:
         with these values (pgvector's defaults, 16 and 64, where one is not given)."""
         given = dict(o.split("=", 1) for o in reloptions or [] if "=" in o)
         return (int(given.get("m", PGVECTOR_DEFAULTS[0])),
-                int(given.get("ef_construction", PGVECTOR_DEFAULTS[1]))) == self.pgvector()
+                int(given.get("ef_construction", PGVECTOR_DEFAULTS[1]))) == self.values()
 
     def pg_match(self, conn: Any, name: str, target: str, where: str = "") -> None:
         """Make pgvector's HNSW index ``name`` on ``target`` (``table USING hnsw (expr)
@@ -120,7 +117,7 @@ class GraphParams:
             if not self.given or self.pg_built_with(found[0]):
                 return
             log.warning("rebuilding the HNSW index %s with m = %d, ef_construction = %d",
-                        name, *self.pgvector())
+                        name, *self.values())
             conn.execute(f"DROP INDEX {name}")
         conn.execute(f"CREATE INDEX {name} ON {target} {self.pg_storage()}{where}")
 
@@ -164,7 +161,7 @@ def fingerprint(nums: np.ndarray, matrix: np.ndarray, rows: np.ndarray) -> str:
 def _new_index(dimensions: int, params: GraphParams) -> Any:
     from usearch.index import Index
 
-    m, ef = params.embedded()
+    m, ef = params.values()
     return Index(ndim=dimensions, metric="ip", dtype=DTYPE, connectivity=m,
                  expansion_add=ef, expansion_search=EXPANSION_SEARCH)
 
@@ -302,8 +299,8 @@ class GraphFile:
 
     def _params(self, dimensions: int) -> dict[str, Any]:
         return {"format": FILE_FORMAT, "dimensions": dimensions, "dtype": DTYPE,
-                "connectivity": self.params.embedded()[0],
-                "expansion_add": self.params.embedded()[1],
+                "connectivity": self.params.values()[0],
+                "expansion_add": self.params.values()[1],
                 "checkpoint_min": CHECKPOINT_MIN}
 
     def write(self, data: bytes, dimensions: int, count: int, last: int, rows: str) -> None:
