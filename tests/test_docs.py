@@ -94,3 +94,28 @@ def test_user_docs_carry_no_internal_jargon() -> None:
         for pattern in (r"\bissue #?\d", r"\bauditor\b", r"#\d+\b",
                         r"\bfound by an audit\b"):
             assert not re.search(pattern, text, re.I), (page.name, pattern)
+
+
+# The README's status table names capabilities by word; these words name served routes.
+STATUS_ROUTES = {"branches": "/branches", "merge": "/merge", "workspaces": "/workspaces",
+                 "snapshots": "/snapshots", "pins": "/pin", "procedures": "/procedures"}
+
+
+def test_readme_status_calls_nothing_served_not_yet(tmp_path: Path) -> None:
+    import re
+
+    from ampup_memory.server import create_app
+    from ampup_memory.settings import load_settings
+
+    paths = set(create_app(load_settings(home=tmp_path, embedding_provider="hash"))
+                .openapi()["paths"])
+    readme = (ROOT / "README.md").read_text()
+    table = readme.split("## Status", 1)[1].split("\n## ", 1)[0]
+    stale = []
+    for capability, state in re.findall(r"^\| (.+?) \| (.+?) \|$", table, re.M):
+        if "not yet" not in state:
+            continue
+        for word in re.findall(r"[a-z]+", capability):
+            if STATUS_ROUTES.get(word) in paths:
+                stale.append(f"{word}: {capability} | {state}")
+    assert not stale, f"README's status says 'not yet' for served routes: {stale}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -239,6 +240,30 @@ def test_episode_types_route(m: Memory) -> None:
     types = m.http.get("/episode-types").json()["types"]
     assert [t["prefix"] for t in types] == ["slack:", "gmail:", "call:", "crm:", "doc:",
                                             "mcp:remember_memory:", "close:"]
+
+
+API_DOC = (Path(__file__).resolve().parent.parent / "docs" / "api.md").read_text()
+
+
+def documented_fields(heading: str, marker: str) -> set[str]:
+    """The field names api.md lists in braces after ``marker`` in the section ``heading``
+    opens, e.g. ``each `{id, scope, …}``` -> {"id", "scope", …}."""
+    section = API_DOC.split(heading, 1)[1].split("\n### ", 1)[0]
+    after = section.split(marker, 1)[1]
+    inner = after[after.index("{") + 1:after.index("}")]
+    return {name.strip(" `\n") for name in inner.replace("\n", " ").split(",")}
+
+
+def test_answers_carry_exactly_the_documented_fields(m: Memory) -> None:
+    scope = new_scope()
+    ep = m.write(scope, "Alice: The price is ten.", source="call:doc-fields").json()["id"]
+    assert m.fact(scope, "acme", "price", "ten", "price is ten", [(ep, 1)]).status_code == 201
+    fact = m.facts(scope, "acme").json()["facts"][0]
+    assert set(fact) == documented_fields("### `GET /facts?", "each `")
+    listed = m.http.get("/episodes", params={"scope": scope}).json()["episodes"][0]
+    assert set(listed) == documented_fields("### `GET /episodes?", "`{episodes: [")
+    kind = m.http.get("/episode-types").json()["types"][0]
+    assert set(kind) == documented_fields("### `GET /episode-types`", "`{types: [")
 
 
 def test_fact_batch_is_one_commit_or_nothing(m: Memory) -> None:

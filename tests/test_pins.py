@@ -68,6 +68,8 @@ def reads(m: Memory, scope: str, ep: str, **held: str) -> dict[str, bytes]:
                                                     **held}),
         "query": m.http.post("/query", json={"scope": scope, "find": "passages",
                                              "query": "renewal champion", **held}),
+        "typed": m.http.post("/query", json={"scope": scope, "find": "facts",
+                                             "entity": "acme", "as_of": AS_OF, **held}),
     }
     for name, r in out.items():
         assert r.status_code == 200, (name, r.text)
@@ -134,7 +136,8 @@ def test_held_read_combinations_and_bad_ids_are_clear_4xx(m: Memory) -> None:
     ]
     for params, loc in cases:
         for r in (m.facts(scope, "acme", **params),
-                  m.http.post("/search", json={"scope": scope, "query": "x", **params})):
+                  m.http.post("/search", json={"scope": scope, "query": "x", **params}),
+                  m.http.post("/query", json={"scope": scope, "find": "facts", **params})):
             assert error(r) == (422, "VALIDATION_ERROR"), (params, r.text)
             assert r.json()["error"]["details"]["errors"][0]["loc"][-1] == loc, r.text
     # The pin's scope only; a snapshot only for the scopes and branches it holds.

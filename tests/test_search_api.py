@@ -180,6 +180,14 @@ def test_bad_requests_are_422_and_identity_comes_first(api: httpx.Client) -> Non
     r = api.post("/query", json={"scope": S, "find": "passages", "query": "Acme",
                                  "limit": 100}, headers=as_user("ann"))
     assert r.status_code == 200
+    # Any find that is none of the three is the one 422 naming them, whatever its type.
+    for find in ("cells", 1, None, ["facts"]):
+        r = api.post("/query", json={"scope": S, "find": find, "query": "x"},
+                     headers=as_user("ann"))
+        assert r.status_code == 422, (find, r.text)
+        assert r.json()["error"]["details"]["errors"] == [{
+            "loc": ["find"], "msg": "find is one of: passages, facts, entities",
+            "type": "literal_error"}], (find, r.text)
     # Dates at the edge of the calendar are words, not a 500 (found by an audit).
     for path, extra in (("/search", {}), ("/query", {"find": "passages"})):
         for query, tz in (("price 9999-12-31", None), ("price 0001-01-01", "Asia/Tokyo")):

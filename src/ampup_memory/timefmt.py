@@ -15,7 +15,8 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator, AwareDatetime
+from pydantic import AfterValidator, AwareDatetime, BeforeValidator, TypeAdapter, ValidationError
+from pydantic_core import PydanticCustomError
 
 from ampup_memory.errors import field_error
 
@@ -57,9 +58,31 @@ def in_utc(value: datetime) -> datetime:
         ) from None
 
 
+# The start of an RFC 3339 date-time. Pydantic alone also reads a number, or a string of
+# digits, as seconds since 1970 ("1741100000" was stored as 2025-03-04T14:53:20Z), and a
+# query parameter always arrives as a string: only date-time text is a time here.
+_DATE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}")
+_PARSE = TypeAdapter(datetime)
+
+
+def rfc3339_text(value: object) -> object:
+    """A string that reads as an RFC 3339 date-time, parsed (the offset is checked after);
+    any other string, digits included, a 422. Other values are left to the field's rule."""
+    if not isinstance(value, str):
+        return value
+    if not _DATE_TIME.match(value):
+        raise PydanticCustomError("datetime_parsing", "Input should be an RFC 3339 time "
+                                  "with an offset, e.g. 2025-07-01T00:00:00Z")
+    try:  # parsed here because a strict field takes no string once a validator ran first
+        return _PARSE.validate_python(value)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise PydanticCustomError(first["type"], first["msg"]) from None
+
+
 # Every datetime a client sends (AMP and AmpUp bodies, query parameters, MCP tool arguments):
 # RFC 3339 with an offset, normalised to UTC, refused (422) when UTC cannot hold it.
-Instant = Annotated[AwareDatetime, AfterValidator(in_utc)]
+Instant = Annotated[AwareDatetime, BeforeValidator(rfc3339_text), AfterValidator(in_utc)]
 
 
 # A time to live (workspaces, pins): one or more <number><unit> parts, units s, m, h, d, w,

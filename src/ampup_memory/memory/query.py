@@ -45,6 +45,7 @@ from ampup_memory.memory.schemas import (
 )
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.segments import NO_LIMIT, Segment
+from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
 from ampup_memory.timefmt import Instant, utc_text
 from ampup_memory.web.body import JsonInt
 
@@ -95,6 +96,8 @@ class TypedQuery(BaseModel):
     as_of: Instant | None = Field(default=None, description="Valid time (default now).")
     branch: BranchText | None = None
     at_commit: CommitText | None = None
+    pin: PinText | None = None
+    snapshot: SnapshotText | None = None
 
 
 # -- conditions ---------------------------------------------------------------------------------
@@ -608,7 +611,7 @@ def _evaluated(svc: MemoryService, principal: Principal, view: View, cached: _Ro
 
 
 def run(svc: MemoryService, user: str, req: TypedQuery) -> dict[str, Any]:
-    view = svc.view(req.scope, req.branch, req.at_commit)
+    view = read_view(svc, req.scope, req.branch, req.at_commit, req.pin, req.snapshot)
     at = (req.as_of or datetime.now(UTC)).astimezone(UTC)
     schema = svc.schema(view)
     principal = svc.principal(user)

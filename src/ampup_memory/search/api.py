@@ -108,14 +108,15 @@ def _query_doc() -> dict[str, Any]:
 
 
 FINDS = ("passages", "facts", "entities")
+_NO_FIND = object()  # no "find" key, or no JSON object: parse_body answers
 
 
 def _find(raw: bytes) -> object:
     try:
         data = json.loads(raw or b"{}")
     except (ValueError, RecursionError):
-        return None  # parse_body answers malformed or too deeply nested JSON
-    return data.get("find") if isinstance(data, dict) else None
+        return _NO_FIND  # parse_body answers malformed or too deeply nested JSON
+    return data.get("find", _NO_FIND) if isinstance(data, dict) else _NO_FIND
 
 
 @router.post("/query", responses=ERRORS, openapi_extra={**_query_doc(), **USER_DOC})
@@ -127,7 +128,7 @@ async def query(request: Request) -> JSONResponse:
         typed = parse_body(TypedQuery, raw)
         return JSONResponse(await run_in_threadpool(
             typed_query, memory_service(request), user, typed))
-    if isinstance(find, str) and find not in FINDS:
+    if find is not _NO_FIND and find not in FINDS:  # 1, null or "stuff": one answer
         raise field_error(["find"], "find is one of: " + ", ".join(FINDS), "literal_error")
     svc = search_service(request)
     req = parse_body(PassageQueryRequest, raw)
