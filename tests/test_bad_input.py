@@ -400,3 +400,29 @@ async def test_nul_characters_are_422_and_never_stall_a_scope(
     assert [r.status_code for r in after] == [201, 201, 200, 200, 200], [r.text for r in after]
     assert cell.status_code == 201, cell.text
     assert "unhandled error" not in log and "Traceback" not in log
+
+
+@pytest.mark.parametrize("method, path, name", [
+    ("GET", "/scopes", "X-AmpUp-User"),
+    ("GET", "/amp/v1/memories", "X-AMP-Agent-ID"),
+    ("GET", "/status", "X-AMP-Admin-Token"),
+    ("POST", "/mcp", "X-AmpUp-User"),
+])
+def test_a_credential_header_sent_twice_with_two_values_is_401(
+        server: ServerProcess, method: str, path: str, name: str) -> None:
+    """Which copy names the caller would depend on the reader: refused, on REST, AMP,
+    admin and MCP routes alike. The same value twice is one caller, and is let in."""
+    base = [(k, v) for k, v in {**HEADERS, **MCP_HEADERS}.items() if k != name]
+    body = ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}} if path == "/mcp" else None)
+    first = HEADERS[name] if name != "X-AmpUp-User" else "alice"
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        twice = c.request(method, path, json=body,
+                          headers=[*base, (name, first), (name, first + "x")])
+        assert twice.status_code == 401, twice.text
+        error = twice.json()["error"]
+        assert error["code"] == "UNAUTHENTICATED" and name in error["message"]
+        still_usable(c, twice)
+        same = c.request(method, path, json=body, headers=[*base, (name, first), (name, first)])
+        assert same.status_code == 200, same.text

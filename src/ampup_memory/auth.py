@@ -12,6 +12,7 @@ import hmac
 import json
 import logging
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -24,6 +25,11 @@ AGENT_HEADER = "x-amp-agent-id"
 KEY_HEADER = "x-amp-api-key"
 ADMIN_HEADER = "x-amp-admin-token"
 USER_HEADER = "x-ampup-user"
+# The headers that say who calls. Sent twice with two values, which copy names the caller
+# would depend on which copy a reader (or a proxy in front) takes: refused instead.
+CREDENTIAL_HEADERS = {AGENT_HEADER: "X-AMP-Agent-ID", KEY_HEADER: "X-AMP-API-Key",
+                      ADMIN_HEADER: "X-AMP-Admin-Token", USER_HEADER: "X-AmpUp-User",
+                      "authorization": "Authorization"}
 
 log = logging.getLogger("ampup_memory")
 
@@ -141,6 +147,20 @@ class KeyRing:
             r.admin and r.revoked_at is None and (r.expires_at is None or r.expires_at > now)
             for r in self.store.list_keys()
         )
+
+
+def header_map(headers: Mapping[str, str]) -> dict[str, str]:
+    """A request's headers by lower-case name, for the checks below. ``headers.items()``
+    yields every copy of a repeated header (Starlette's and the MCP SDK's do); a credential
+    header with two different values is a 401."""
+    out: dict[str, str] = {}
+    for name, value in headers.items():
+        key = name.lower()
+        if key in CREDENTIAL_HEADERS and key in out and out[key] != value:
+            raise Unauthenticated(f"The {CREDENTIAL_HEADERS[key]} header is sent more than "
+                                  "once, with different values: send it once.")
+        out[key] = value
+    return out
 
 
 def presented_key(headers: dict[str, str]) -> str | None:

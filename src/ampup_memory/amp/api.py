@@ -35,7 +35,7 @@ from ampup_memory.amp.model import (
     WriteReceipt,
 )
 from ampup_memory.amp.service import AmpService, write_answer
-from ampup_memory.auth import Authenticator, Caller
+from ampup_memory.auth import Authenticator, Caller, header_map
 from ampup_memory.errors import AmpError, Unauthenticated
 from ampup_memory.settings import Settings
 from ampup_memory.web import jsontext
@@ -57,7 +57,7 @@ def _auth(request: Request) -> Authenticator:
 
 
 def _headers(request: Request) -> dict[str, str]:
-    return {k.lower(): v for k, v in request.headers.items()}
+    return header_map(request.headers)
 
 
 def _caller(request: Request) -> Caller:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -27,7 +27,7 @@ from starlette.datastructures import Headers
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from ampup_memory.auth import USER_HEADER, Authenticator, Caller
+from ampup_memory.auth import USER_HEADER, Authenticator, Caller, header_map
 from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated
 from ampup_memory.memory.api import memory_user
 from ampup_memory.web.errors import error_response
@@ -42,10 +42,6 @@ log = logging.getLogger("ampup_memory")
 MCP_PATH = "/mcp"
 
 
-def _lowered(headers: Mapping[str, str]) -> dict[str, str]:
-    return {k.lower(): v for k, v in headers.items()}
-
-
 def header_identity(auth: Authenticator) -> IdentityResolver:
     """The caller named by the HTTP request that carried this MCP message."""
 
@@ -53,7 +49,7 @@ def header_identity(auth: Authenticator) -> IdentityResolver:
         headers = ctx.headers
         if headers is None:  # only HTTP requests reach this server; fail closed anyway
             raise Unauthenticated("This MCP request carries no HTTP headers.")
-        return auth.caller(_lowered(headers))
+        return auth.caller(header_map(headers))
 
     return resolve
 
@@ -65,7 +61,7 @@ def header_user(auth: Authenticator) -> UserResolver:
         headers = ctx.headers
         if headers is None:
             raise Unauthenticated("This MCP request carries no HTTP headers.")
-        return memory_user(auth, _lowered(headers))
+        return memory_user(auth, header_map(headers))
 
     return resolve
 
@@ -79,8 +75,8 @@ class AuthGate:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
-            headers = _lowered(Headers(scope=scope))
             try:
+                headers = header_map(Headers(scope=scope))
                 # A key lookup may touch the store: keep it off the event loop.
                 await anyio.to_thread.run_sync(self.admit, headers)
             except AmpError as exc:

@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
 
-from ampup_memory.auth import USER_HEADER, Authenticator
+from ampup_memory.auth import USER_HEADER, Authenticator, header_map
 from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
 from ampup_memory.memory.episode_types import client_types
@@ -82,7 +82,7 @@ def service(request: Request) -> MemoryService:
 
 
 def _headers(request: Request) -> dict[str, str]:
-    return {k.lower(): v for k, v in request.headers.items()}
+    return header_map(request.headers)
 
 
 def memory_user(auth: Authenticator, headers: dict[str, str]) -> str:
