@@ -101,6 +101,30 @@ def test_builtins_set_show_history_and_as_of(m: Memory) -> None:
     assert found["results"] == []
 
 
+def test_an_admin_write_is_committed_as_the_user_it_names(m: Memory) -> None:
+    """PUT /schemas and PUT /procedures/sources take their author by one rule
+    (`admin_author`): the X-AmpUp-User named, a malformed one a 401 as on every route,
+    none at all "admin"."""
+    scope = new_scope()
+    org, team = scope.split("/")
+    plain = httpx.Client(base_url=m.http.base_url, timeout=60)
+    try:
+        cases = [({"X-AmpUp-User": "carol"}, "carol"), ({}, "admin")]
+        for i, (named, author) in enumerate(cases):
+            body = {"builtin": "sales"} if i == 0 else {"builtin": "engineering"}
+            r = plain.put(f"/schemas/{org}/{team}", json=body, headers={**ADMIN, **named})
+            assert r.status_code == 200, r.text
+            assert m.ledger(scope)[0]["author"] == author
+        for path, body in ((f"/schemas/{org}/{team}", {"builtin": "corpus"}),
+                           ("/procedures/sources", {"scope": scope, "documents": ["d"]})):
+            bad = plain.put(path, json=body, headers={**ADMIN, "X-AmpUp-User": "bad user"})
+            assert bad.status_code == 401, (path, bad.text)
+            assert bad.json()["error"]["code"] == "UNAUTHENTICATED"
+        assert get_schema(m, scope)["schema"]["name"] == "engineering"
+    finally:
+        plain.close()
+
+
 def test_put_schema_is_admin_only_and_names_the_first_problem(m: Memory) -> None:
     scope = new_scope()
     org, team = scope.split("/")

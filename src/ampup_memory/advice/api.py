@@ -15,10 +15,8 @@ from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from ampup_memory.advice import loop, procedures, runs, sessions
-from ampup_memory.auth import USER_HEADER, Authenticator
-from ampup_memory.errors import Unauthenticated
-from ampup_memory.memory.acl import valid_id
-from ampup_memory.memory.api import USER_DOC, _headers, _user, service
+from ampup_memory.auth import Authenticator
+from ampup_memory.memory.api import USER_DOC, _headers, _user, admin_author, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
@@ -160,10 +158,7 @@ async def put_procedure_sources(request: Request) -> dict[str, Any]:
     auth: Authenticator = request.app.state.auth
     auth.require_admin(_headers(request))
     req = parse_body(procedures.PutSources, await request.body())
-    named = request.headers.get(USER_HEADER)
-    if named is not None and not valid_id(named.strip()):  # named, then a valid id
-        raise Unauthenticated("The caller's user id is not a valid id.")
-    author = named.strip() if named is not None else "admin"
+    author = admin_author(request)
     result: dict[str, Any] = await run_in_threadpool(procedures.put_sources,
                                                      service(request), author, req)
     return result

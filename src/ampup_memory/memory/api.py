@@ -112,6 +112,18 @@ def is_admin(request: Request) -> bool:
     return True
 
 
+def admin_author(request: Request) -> str:
+    """Who an admin write (a schema, the procedure sources) is committed as: the user that
+    ``X-AmpUp-User`` names (a malformed id is a 401, as on every route), else ``admin``.
+    Call after `Authenticator.require_admin`."""
+    named = _headers(request).get(USER_HEADER)
+    if named is None or not named.strip():
+        return "admin"
+    if not valid_id(named.strip()):
+        raise Unauthenticated("The caller's user id is not a valid id.")
+    return named.strip()
+
+
 def _user(request: Request) -> str:
     auth: Authenticator = request.app.state.auth
     return memory_user(auth, _headers(request))

@@ -13,9 +13,8 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import WithJsonSchema
 
-from ampup_memory.auth import USER_HEADER, Authenticator
+from ampup_memory.auth import Authenticator
 from ampup_memory.errors import field_error
-from ampup_memory.memory.acl import valid_id
 from ampup_memory.memory.api import (
     INVALID,
     UNAUTHENTICATED,
@@ -24,6 +23,7 @@ from ampup_memory.memory.api import (
     BranchQ,
     _headers,
     _user,
+    admin_author,
     service,
 )
 from ampup_memory.memory.schemas import PutSchema, get_schema, list_builtins, set_schema
@@ -46,8 +46,7 @@ async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[st
     auth: Authenticator = request.app.state.auth
     auth.require_admin(_headers(request))
     req = parse_body(PutSchema, await request.body())
-    named = request.headers.get(USER_HEADER, "").strip()
-    author = named if named and valid_id(named) else "admin"
+    author = admin_author(request)
     result: dict[str, Any] = await run_in_threadpool(
         set_schema, service(request), author, f"{org}/{team}", req)
     return result
