@@ -426,3 +426,29 @@ def test_a_credential_header_sent_twice_with_two_values_is_401(
         still_usable(c, twice)
         same = c.request(method, path, json=body, headers=[*base, (name, first), (name, first)])
         assert same.status_code == 200, same.text
+
+
+@pytest.mark.parametrize("blank", [" ", "\t", "  \n"])
+def test_a_blank_entity_or_predicate_is_422_on_every_fact_route(client: httpx.Client,
+                                                                 blank: str) -> None:
+    """White space alone names nothing: refused as an entity or predicate wherever a fact
+    is written or closed, as it already was in an episode's `about`."""
+    scope = new_scope()
+    episode = _cited_episode(client, scope)
+    fact = {"entity": "acme", "predicate": "price", "value": "ten",
+            "quote": "The price is ten.", "cites": [{"episode": episode, "unit": 1}]}
+    for field in ("entity", "predicate"):
+        bad = {**fact, field: blank}
+        for path, body in (("/facts", {"scope": scope, **bad}),
+                           ("/facts/batch", {"scope": scope, "facts": [bad]}),
+                           ("/close", {"scope": scope, "entity": bad["entity"],
+                                       "predicate": bad["predicate"]})):
+            error = refused(client, 422, "POST", path, json=body)
+            first = error["details"]["errors"][0]
+            assert (first["loc"][-1], first["type"]) == (field, "string_blank"), (path, error)
+    error = refused(client, 422, "POST", "/episodes",
+                    json={"scope": scope, "source": "doc:a", "body": "b", "acl": ["*"],
+                          "about": [blank]})
+    first = error["details"]["errors"][0]
+    assert (first["loc"][-2:], first["type"]) == (["about", 0], "string_blank"), error
+    assert client.post("/facts", json={"scope": scope, **fact}).status_code == 201

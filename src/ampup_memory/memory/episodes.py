@@ -8,7 +8,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from ampup_memory.errors import field_error
 from ampup_memory.memory.acl import AclEntry, normalize_acl
@@ -27,7 +28,18 @@ MAX_BATCH = 1000
 MAX_ACL = 64
 MAX_ENTITY = 256  # an entity id, in `about` as in a fact
 EPISODE_ID_PATTERN = r"^[0-9a-f]{64}$"
-EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ENTITY)]
+
+
+def not_blank(value: str) -> str:
+    """An entity or predicate is a name: white space alone names nothing (" " would be an
+    entity no one can tell from "  ")."""
+    if not value.strip():
+        raise PydanticCustomError("string_blank", "must hold a character other than white space")
+    return value
+
+
+EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ENTITY), AfterValidator(not_blank)]
+Predicate = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(not_blank)]
 MAX_SOURCE = 512
 # The schema publishes the claimed prefixes; `require_type` checks them (after identity,
 # with a message that lists them), from the same list of episode types.

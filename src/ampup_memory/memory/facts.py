@@ -26,7 +26,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.memory.acl import AclEntry
 from ampup_memory.memory.episode_types import Unit
-from ampup_memory.memory.episodes import EPISODE_ID_PATTERN, MAX_ACL, MAX_ENTITY
+from ampup_memory.memory.episodes import (
+    EPISODE_ID_PATTERN,
+    MAX_ACL,
+    EntityId,
+    Predicate,
+)
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.segments import layer_order
 from ampup_memory.timefmt import Instant, utc_text
@@ -67,8 +72,8 @@ class Cite(BaseModel):
 class FactIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    entity: str = Field(min_length=1, max_length=MAX_ENTITY)
-    predicate: str = Field(min_length=1, max_length=128)
+    entity: EntityId
+    predicate: Predicate
     value: Value = Field(description="A JSON string, number or boolean; with a schema, a "
                          "money value may also be {amount, currency}.")
     valid_from: Instant | None = Field(
@@ -100,8 +105,8 @@ class CloseValue(BaseModel):
 
     scope: ScopeText
     branch: BranchText | None = None
-    entity: str = Field(min_length=1, max_length=MAX_ENTITY)
-    predicate: str = Field(min_length=1, max_length=128)
+    entity: EntityId
+    predicate: Predicate
     value: Value | None = Field(
         default=None, description="For a many-valued attribute (schema cardinality many): "
         "the one value to close.")
