@@ -1,0 +1,65 @@
+"""Edges an outside reviewer hit over real HTTP (branches, holds, schemas, extraction,
+advice), each one a case the docs promise and the server once got wrong."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.memory_support import QUIET, Memory, new_scope, start
+
+
+@pytest.fixture(scope="module")
+def m(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
+    proc = start(tmp_path_factory.mktemp("review"), dict(QUIET))
+    client = Memory(proc.url)
+    yield client
+    client.close()
+    proc.stop()
+
+
+def seeded(m: Memory) -> tuple[str, str]:
+    scope = new_scope()
+    r = m.write(scope, "Acme plan is basic.")
+    assert r.status_code == 201, r.text
+    ep = r.json()["id"]
+    r = m.fact(scope, "acme", "plan", "basic", "plan is basic", [(ep, 1)])
+    assert r.status_code == 201, r.text
+    return scope, ep
+
+
+def test_a_fresh_branch_head_reads_through_at_commit_pin_and_snapshot(m: Memory) -> None:
+    """A branch with no commit of its own has its creation marker for head (GET /branches
+    says so); a pin or snapshot holds that head, and reading it must see the fork point,
+    not answer 404 as if the commit were on no branch."""
+    scope, _ = seeded(m)
+    made = m.http.post("/branches", json={"scope": scope, "name": "try/fresh"})
+    assert made.status_code == 201, made.text
+    head = made.json()["head"]
+    listed = {b["name"]: b["head"] for b in
+              m.http.get("/branches", params={"scope": scope}).json()["branches"]}
+    assert listed["try/fresh"] == head
+    on_main = m.facts(scope, "acme").json()["facts"]
+    assert [f["value"] for f in on_main] == ["basic"]
+
+    r = m.facts(scope, "acme", branch="try/fresh", at_commit=head)
+    assert r.status_code == 200, r.text
+    assert r.json()["facts"] == on_main
+    held = m.http.post("/pin", json={"scope": scope, "branch": "try/fresh", "ttl": "1h"})
+    assert held.status_code == 201 and held.json()["commit"] == head, held.text
+    r = m.facts(scope, "acme", pin=held.json()["id"])
+    assert r.status_code == 200, r.text
+    assert r.json()["facts"] == on_main
+    snap = m.http.post("/snapshots", json={"scopes": [scope]})
+    assert snap.json()["heads"][f"{scope}@try/fresh"] == head, snap.text
+    sid = snap.json()["id"]
+    r = m.facts(scope, "acme", snapshot=sid, branch="try/fresh")
+    assert r.status_code == 200, r.text
+    assert r.json()["facts"] == on_main
+    r = m.http.post("/search", json={"scope": scope, "query": "acme plan",
+                                     "snapshot": sid, "branch": "try/fresh"})
+    assert r.status_code == 200, r.text
+    # The fork point is main's commit, not the branch's: still refused there.
+    r = m.facts(scope, "acme", branch="try/fresh", at_commit=on_main[0]["commit"])
+    assert r.status_code == 404, r.text
