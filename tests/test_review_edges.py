@@ -63,3 +63,33 @@ def test_a_fresh_branch_head_reads_through_at_commit_pin_and_snapshot(m: Memory)
     # The fork point is main's commit, not the branch's: still refused there.
     r = m.facts(scope, "acme", branch="try/fresh", at_commit=on_main[0]["commit"])
     assert r.status_code == 404, r.text
+
+
+def test_a_schema_refused_across_its_parts_names_where(m: Memory) -> None:
+    """schemas-and-queries.md: a refused schema's ``details.errors[0].loc`` points at the
+    problem, the cross-part ones too (a ref to an unknown type, a name defined twice, an
+    extract rule naming what the schema lacks)."""
+    def deal(*attrs: dict[str, object]) -> dict[str, object]:
+        return {"name": "deal", "attributes": list(attrs) or [{"name": "a", "type": "string"}]}
+
+    cases = [
+        ({"entities": [deal({"name": "acct", "type": "ref", "entity": "account"})]},
+         ["schema", "entities", 0, "attributes", 0, "entity"]),
+        ({"entities": [deal({"name": "a", "type": "string"}, {"name": "a", "type": "text"})]},
+         ["schema", "entities", 0, "attributes", 1, "name"]),
+        ({"entities": [deal(), deal()]}, ["schema", "entities", 1, "name"]),
+        ({"entities": [deal()], "extract": [{"episode_types": ["fax"],
+                                             "targets": {"deal": ["a"]}}]},
+         ["schema", "extract", 0, "episode_types"]),
+        ({"entities": [deal()], "extract": [{"episode_types": ["call"],
+                                             "targets": {"deal": ["zz"]}}]},
+         ["schema", "extract", 0, "targets", "deal"]),
+    ]
+    admin = {"X-AMP-Admin-Token": QUIET["AMP_ADMIN_TOKEN"]}
+    org, team = new_scope().split("/")
+    for body, loc in cases:
+        r = m.http.put(f"/schemas/{org}/{team}", headers=admin,
+                       json={"schema": {"name": "t", **body}})
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]["details"]["errors"][0]
+        assert (err["type"], err["loc"]) == ("schema_invalid", loc), r.text
