@@ -3,16 +3,23 @@ advice), each one a case the docs promise and the server once got wrong."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.memory_support import QUIET, Memory, new_scope, start
+from tests.memory_support import QUIET, Memory, new_scope, run_cli, start
 
 
 @pytest.fixture(scope="module")
-def m(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Memory]:
-    proc = start(tmp_path_factory.mktemp("review"), dict(QUIET))
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("review")
+
+
+@pytest.fixture(scope="module")
+def m(home: Path) -> Iterator[Memory]:
+    proc = start(home, dict(QUIET))
     client = Memory(proc.url)
     yield client
     client.close()
@@ -93,3 +100,28 @@ def test_a_schema_refused_across_its_parts_names_where(m: Memory) -> None:
         assert r.status_code == 422, r.text
         err = r.json()["error"]["details"]["errors"][0]
         assert (err["type"], err["loc"]) == ("schema_invalid", loc), r.text
+
+
+WIRE_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+def test_situations_keep_one_shape_and_the_wire_time_spelling(m: Memory, home: Path) -> None:
+    """GET /situations answers the same keys before and after the first map (advice.md's
+    shape), and its time is spelled like every other time on the wire (RFC 3339, Z)."""
+    scope = new_scope()
+    before = m.http.get("/situations", params={"scope": scope})
+    assert before.status_code == 200, before.text
+    assert before.json()["versions"] == 0 and before.json()["named_by"] is None
+    for task in ("refund a late order", "refund a damaged order", "reset a password",
+                 "reset a forgotten password"):
+        r = m.http.post("/runs", json={"scope": scope, "task": task, "acl": ["*"]})
+        assert r.status_code == 201, r.text
+        r = m.http.post("/runs/reward", json={"run": r.json()["id"], "reward": 0.5,
+                                              "reason": "ok"})
+        assert r.status_code == 201, r.text
+    done = run_cli(home, QUIET, "advice", "cluster", "--scope", scope)
+    assert done.returncode == 0, done.stderr
+    after = m.http.get("/situations", params={"scope": scope}).json()
+    assert set(after) == set(before.json()), (after, before.text)
+    assert after["versions"] == 1 and after["named_by"] == "words"
+    assert WIRE_TIME.fullmatch(after["built_at"]), after["built_at"]
