@@ -4,6 +4,7 @@ advice), each one a case the docs promise and the server once got wrong."""
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -125,3 +126,27 @@ def test_situations_keep_one_shape_and_the_wire_time_spelling(m: Memory, home: P
     assert set(after) == set(before.json()), (after, before.text)
     assert after["versions"] == 1 and after["named_by"] == "words"
     assert WIRE_TIME.fullmatch(after["built_at"]), after["built_at"]
+
+
+def test_inspector_survives_a_bad_escape_in_its_link(m: Memory) -> None:
+    """A hand-typed inspector link with a bad %-escape draws its page (or its error box)
+    instead of throwing before the page is drawn and leaving the last page on screen."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    scope, _ = seeded(m)
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        page = browser.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
+        page.goto(m.url + "/")
+        page.fill("#who-user", "alice")
+        page.click("#who-apply")
+        page.wait_for_selector("text=Scopes")
+        page.evaluate("h => { location.hash = h; }", f"#/scope/{scope}/entity/acme%ZZ")
+        page.wait_for_selector("h2:has-text('acme%ZZ')", timeout=15000)
+        browser.close()
+    assert errors == []

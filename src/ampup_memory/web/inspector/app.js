@@ -559,7 +559,11 @@ async function pageAdvice(q) {
 async function render() {
   const [path, query] = (location.hash.slice(1) || "/scopes").split("?");
   const q = new URLSearchParams(query || "");
-  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  // A hand-typed or truncated link may hold a bad %-escape: keep that part as typed
+  // rather than throw before the page (and its error box) is drawn.
+  const parts = path.split("/").filter(Boolean).map((p) => {
+    try { return decodeURIComponent(p); } catch { return p; }
+  });
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.page === (parts[0] === "scope" ? "scopes" : parts[0]));
   }
