@@ -150,3 +150,16 @@ def test_inspector_survives_a_bad_escape_in_its_link(m: Memory) -> None:
         page.wait_for_selector("h2:has-text('acme%ZZ')", timeout=15000)
         browser.close()
     assert errors == []
+
+
+async def test_remember_memory_names_its_own_argument_when_refused(m: Memory) -> None:
+    """mcp.md: a refused value answers ``Invalid request: <field>: <problem>``. The note's
+    text is stored as the episode's body; the error names ``text``, the tool's argument
+    (it named no field at all)."""
+    from tests.test_mcp import http_client_for, refused
+
+    scope = new_scope()
+    async with http_client_for(m.url, {"X-AMP-Agent-ID": "agent_alice",
+                                       "X-AmpUp-User": "alice"}) as alice:
+        empty = await refused(alice, "remember_memory", scope=scope, text="")
+    assert empty.startswith("Invalid request: text: "), empty
