@@ -163,3 +163,13 @@ async def test_remember_memory_names_its_own_argument_when_refused(m: Memory) ->
                                        "X-AmpUp-User": "alice"}) as alice:
         empty = await refused(alice, "remember_memory", scope=scope, text="")
     assert empty.startswith("Invalid request: text: "), empty
+
+
+def test_a_branch_needs_a_name(m: Memory) -> None:
+    """An empty name is refused as a bad name (422), not read as main (409 'Branch main
+    already exists', an answer about a branch the caller never named)."""
+    scope, _ = seeded(m)
+    r = m.http.post("/branches", json={"scope": scope, "name": ""})
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]["details"]["errors"][0]
+    assert (err["loc"], err["type"]) == (["name"], "branch_invalid"), r.text
