@@ -173,3 +173,17 @@ def test_a_branch_needs_a_name(m: Memory) -> None:
     assert r.status_code == 422, r.text
     err = r.json()["error"]["details"]["errors"][0]
     assert (err["loc"], err["type"]) == (["name"], "branch_invalid"), r.text
+
+
+def test_branches_of_a_gone_workspace_are_a_workspace_gone(m: Memory) -> None:
+    """branches.md: a read of a workspace org that is not live answers 404 WORKSPACE_GONE
+    and creates nothing; GET /branches listed a main branch for it instead."""
+    made = m.http.post("/workspaces", json={"name": "review", "ttl": "1h"})
+    assert made.status_code == 201, made.text
+    ws = made.json()["id"]
+    r = m.http.get("/branches", params={"scope": f"{ws}/sales"})
+    assert r.status_code == 200, r.text
+    assert m.http.delete(f"/workspaces/{ws}").status_code == 200
+    for org in (ws, "ws_0000000000000000"):
+        r = m.http.get("/branches", params={"scope": f"{org}/sales"})
+        assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text

@@ -195,6 +195,7 @@ def _branch_wire(index: ReadIndex, scope: str, name: str,
 def list_branches(svc: MemoryService, scope_text: str) -> dict[str, Any]:
     scope = parse_scope(scope_text)
     ns = str(scope)
+    svc.workspaces.require_live(scope)  # a gone workspace's scope lists nothing, as reads
     svc.sync.scope(scope)
     out = [_branch_wire(svc.index, ns, MAIN, None)]
     for name, marker in sorted(svc.index.markers(ns).items()):
