@@ -176,8 +176,9 @@ def test_a_branch_needs_a_name(m: Memory) -> None:
 
 
 def test_branches_of_a_gone_workspace_are_a_workspace_gone(m: Memory) -> None:
-    """branches.md: a read of a workspace org that is not live answers 404 WORKSPACE_GONE
-    and creates nothing; GET /branches listed a main branch for it instead."""
+    """branches.md: a read or write of a workspace org that is not live answers 404
+    WORKSPACE_GONE; GET /branches listed a main branch for it instead, and a branch delete
+    or merge answered the NOT_FOUND of an unknown branch."""
     made = m.http.post("/workspaces", json={"name": "review", "ttl": "1h"})
     assert made.status_code == 201, made.text
     ws = made.json()["id"]
@@ -185,5 +186,8 @@ def test_branches_of_a_gone_workspace_are_a_workspace_gone(m: Memory) -> None:
     assert r.status_code == 200, r.text
     assert m.http.delete(f"/workspaces/{ws}").status_code == 200
     for org in (ws, "ws_0000000000000000"):
-        r = m.http.get("/branches", params={"scope": f"{org}/sales"})
-        assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
+        scope = f"{org}/sales"
+        for r in (m.http.get("/branches", params={"scope": scope}),
+                  m.http.delete("/branches/x", params={"scope": scope}),
+                  m.http.post("/merge", json={"scope": scope, "from": "x"})):
+            assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text

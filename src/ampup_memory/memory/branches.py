@@ -211,6 +211,7 @@ def delete(svc: MemoryService, user: str, scope_text: str, name_text: str,
     ns = str(scope)
     if name == MAIN:
         raise Conflict("Branch 'main' cannot be deleted.", code="BRANCH_PROTECTED")
+    svc.workspaces.require_live(scope)
     with svc._write_lock:
         svc.sync.scope(scope)
         marker = svc.index.marker(ns, name)
@@ -410,6 +411,7 @@ def merge(svc: MemoryService, user: str, req: MergeRequest) -> dict[str, Any]:
     dst = parse_branch(req.into, "into")
     if src == dst:
         raise field_error(["from"], "a branch cannot be merged into itself", "merge_self")
+    svc.workspaces.require_live(scope)
     ns = str(scope)
     principal = svc.principal(user)
     with svc._write_lock:
