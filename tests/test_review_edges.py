@@ -7,6 +7,7 @@ import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -128,27 +129,56 @@ def test_situations_keep_one_shape_and_the_wire_time_spelling(m: Memory, home: P
     assert WIRE_TIME.fullmatch(after["built_at"]), after["built_at"]
 
 
-def test_inspector_survives_a_bad_escape_in_its_link(m: Memory) -> None:
-    """A hand-typed inspector link with a bad %-escape draws its page (or its error box)
-    instead of throwing before the page is drawn and leaving the last page on screen."""
+@pytest.fixture
+def page(m: Memory) -> Iterator[tuple[Any, list[str]]]:
+    """A browser page on the inspector as alice, and the console and page errors it met."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     exe = shutil.which("chromium") or shutil.which("chromium-browser")
     if exe is None:
         pytest.skip("no chromium on this machine (apt-get install chromium)")
-    scope, _ = seeded(m)
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        page = browser.new_page()
+        tab = browser.new_page()
+        tab.set_default_timeout(15000)
         errors: list[str] = []
-        page.on("pageerror", lambda e: errors.append(str(e)))
-        page.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
-        page.goto(m.url + "/")
-        page.fill("#who-user", "alice")
-        page.click("#who-apply")
-        page.wait_for_selector("text=Scopes")
-        page.evaluate("h => { location.hash = h; }", f"#/scope/{scope}/entity/acme%ZZ")
-        page.wait_for_selector("h2:has-text('acme%ZZ')", timeout=15000)
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
+        tab.goto(m.url + "/")
+        tab.fill("#who-user", "alice")
+        tab.click("#who-apply")
+        tab.wait_for_selector("text=Scopes")
+        yield tab, errors
         browser.close()
+
+
+def test_inspector_survives_a_bad_escape_in_its_link(m: Memory,
+                                                     page: tuple[Any, list[str]]) -> None:
+    """A hand-typed inspector link with a bad %-escape draws its page (or its error box)
+    instead of throwing before the page is drawn and leaving the last page on screen."""
+    tab, errors = page
+    scope, _ = seeded(m)
+    tab.evaluate("h => { location.hash = h; }", f"#/scope/{scope}/entity/acme%ZZ")
+    tab.wait_for_selector("h2:has-text('acme%ZZ')")
+    assert errors == []
+
+
+def test_inspector_shows_memory_as_of_a_branch_commit(m: Memory,
+                                                      page: tuple[Any, list[str]]) -> None:
+    """inspector.md: History's "show memory as of this commit" opens the memory that commit
+    left. For a commit on a branch the read must name the branch (it answered 404, as the
+    commit is on no other branch)."""
+    tab, errors = page
+    scope, _ = seeded(m)
+    assert m.http.post("/branches", json={"scope": scope, "name": "try/side"}).status_code == 201
+    r = m.write(scope, "Only the side branch says this.", source="doc:side", branch="try/side")
+    assert r.status_code == 201, r.text
+    side_commit = r.json()["commit"]
+    tab.evaluate("h => { location.hash = h; }", f"#/scope/{scope}/history")
+    tab.click(f"li[data-commit='{side_commit}'] a.asof-link")
+    tab.wait_for_selector("tr:has-text('doc:side')")
+    assert "try/side" in tab.inner_text("p.asof")
+    tab.click("nav.tabs a:has-text('Facts')")  # the tabs keep reading that commit
+    tab.wait_for_selector("li[data-entity='acme']")
     assert errors == []
 
 
