@@ -17,6 +17,7 @@ from enum import StrEnum
 from typing import Any
 
 from ampup_memory.settings import Settings
+from ampup_memory.timefmt import format_time
 
 
 class NoteState(StrEnum):
@@ -90,7 +91,7 @@ class GateEvent:
 
 
 def _now(at: datetime | None) -> str:
-    return (at or datetime.now(UTC)).isoformat()
+    return format_time(at or datetime.now(UTC))
 
 
 def trial_draw(note: str, session: str) -> float:

@@ -350,8 +350,8 @@ def list_situations(svc: MemoryService, user: str, scope_text: object) -> dict[s
     state = cached_state(svc, view.scope)
     smap = state.smap
     if smap is None:
-        return {"scope": str(view.scope), "version": None, "built_at": None,
-                "categories": [], "situations": []}
+        return {"scope": str(view.scope), "version": None, "versions": 0, "built_at": None,
+                "named_by": None, "categories": [], "situations": []}
     principal = svc.principal(user)
     readable = _readable(svc, principal, [m for s in smap.situations for m in s.members])
     return {

@@ -22,6 +22,7 @@ from ulid import ULID
 from ampup_memory.advice.gate import Evidence, NoteState
 from ampup_memory.advice.situations import Situation, TaskRecord
 from ampup_memory.models.chat import ChatModel, ModelUnavailable
+from ampup_memory.timefmt import format_time
 
 MAX_SHOWN = 6  # traces shown per side (worked / failed)
 MAX_TASK_CHARS = 300
@@ -138,4 +139,4 @@ def learn_note(situation: Situation, tasks: Sequence[TaskRecord], model: ChatMod
     return Note(key=f"note_{ULID()}", situation=situation.id, when=answer.when.strip(),
                 steps=steps, pitfalls=tuple(p.strip() for p in answer.pitfalls if p.strip()),
                 sources=tuple(shown), model=model.name,
-                created_at=(now or datetime.now(UTC)).isoformat())
+                created_at=format_time(now or datetime.now(UTC)))

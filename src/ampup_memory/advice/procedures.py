@@ -43,6 +43,7 @@ from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
+from ampup_memory.timefmt import format_time
 
 log = logging.getLogger("ampup_memory.advice")
 
@@ -127,7 +128,7 @@ def compile_scope(svc: MemoryService, scope: Scope, model: ChatModel, embedder: 
     vectors = embedder.embed([match_text(s) for s in skills]) if skills else []
     procs = ProcedureSet(skills=tuple(skills), vectors=tuple(tuple(v) for v in vectors),
                          embedder=embedder.name, documents=state.documents, inputs=inputs,
-                         model=model.name, compiled_at=utcnow().isoformat())
+                         model=model.name, compiled_at=format_time(utcnow()))
     entry = svc.write_events(LEARNER, scope, MAIN, f"compile {len(skills)} procedures",
                              [_learning_event(PROCEDURES_SUBJECT, PROCEDURES,
                                               {"procedures": procs.to_dict()})])

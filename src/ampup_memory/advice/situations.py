@@ -40,6 +40,7 @@ from ulid import ULID
 
 from ampup_memory.models.chat import ChatModel, ModelUnavailable
 from ampup_memory.search.tokenize import STOPWORDS, words
+from ampup_memory.timefmt import format_time
 
 if TYPE_CHECKING:
     import numpy as np
@@ -409,7 +410,7 @@ def build_map(tasks: Sequence[TaskRecord], embedder: Embedder, *,
     groups; with none, or when it fails, the names are the tasks' own distinctive words."""
     import numpy as np
 
-    built_at = (now or datetime.now(UTC)).isoformat()
+    built_at = format_time(now or datetime.now(UTC))
     if previous is not None and previous.embedder != embedder.name:
         previous = None  # another vector space: nothing to compare centres with
     order = sorted(range(len(tasks)), key=lambda i: tasks[i].id)

@@ -129,6 +129,8 @@ def _fork_point(index: ReadIndex, scope: str, name: str) -> LedgerEntry | None:
 # -- create, list, delete ----------------------------------------------------------------------
 def create(svc: MemoryService, user: str, req: CreateBranch) -> dict[str, Any]:
     scope = parse_scope(req.scope)
+    if not req.name:  # elsewhere an empty branch means main; a new one needs its name
+        raise field_error(["name"], "a new branch needs a name", "branch_invalid")
     name = parse_branch(req.name, "name")
     source = parse_branch(req.from_, "from")
     ns = str(scope)
@@ -193,6 +195,7 @@ def _branch_wire(index: ReadIndex, scope: str, name: str,
 def list_branches(svc: MemoryService, scope_text: str) -> dict[str, Any]:
     scope = parse_scope(scope_text)
     ns = str(scope)
+    svc.workspaces.require_live(scope)  # a gone workspace's scope lists nothing, as reads
     svc.sync.scope(scope)
     out = [_branch_wire(svc.index, ns, MAIN, None)]
     for name, marker in sorted(svc.index.markers(ns).items()):
@@ -208,6 +211,7 @@ def delete(svc: MemoryService, user: str, scope_text: str, name_text: str,
     ns = str(scope)
     if name == MAIN:
         raise Conflict("Branch 'main' cannot be deleted.", code="BRANCH_PROTECTED")
+    svc.workspaces.require_live(scope)
     with svc._write_lock:
         svc.sync.scope(scope)
         marker = svc.index.marker(ns, name)
@@ -407,6 +411,7 @@ def merge(svc: MemoryService, user: str, req: MergeRequest) -> dict[str, Any]:
     dst = parse_branch(req.into, "into")
     if src == dst:
         raise field_error(["from"], "a branch cannot be merged into itself", "merge_self")
+    svc.workspaces.require_live(scope)
     ns = str(scope)
     principal = svc.principal(user)
     with svc._write_lock:

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Any
 
 from ampup_memory.auth import Caller
-from ampup_memory.errors import Unauthenticated, field_error
+from ampup_memory.errors import Unauthenticated, ValidationFailed, field_error
 from ampup_memory.memory.acl import own_acl, require_id
 from ampup_memory.memory.episodes import WriteEpisode
 from ampup_memory.memory.facts import CloseValue
@@ -36,9 +36,17 @@ def remember_memory(svc: MemoryService, caller: Caller, *, scope: str, text: str
     """Keep a note as an episode. Source ``mcp:remember_memory:<author>:<source>``; the
     note is readable by its author only unless ``acl`` says otherwise."""
     user = caller_user(caller)
-    req = build(
-        WriteEpisode, scope=scope, branch=branch, source=f"{NOTE_PREFIX}{user}:{source}", body=text,
-        acl=acl or own_acl(user), about=about, occurred_at=occurred_at, document=document)
+    try:
+        req = build(
+            WriteEpisode, scope=scope, branch=branch, source=f"{NOTE_PREFIX}{user}:{source}",
+            body=text, acl=acl or own_acl(user), about=about, occurred_at=occurred_at,
+            document=document)
+    except ValidationFailed as exc:
+        # The episode's ``body`` is this tool's ``text``: name the argument the caller gave.
+        for err in exc.details["errors"]:
+            if err["loc"][:1] == ["body"]:
+                err["loc"] = ["text", *err["loc"][1:]]
+        raise
     episode_id, new, holder = svc.write_episode(user, req)
     return {"id": episode_id, "commit": holder, "created": new is not None}
 

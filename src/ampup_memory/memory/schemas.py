@@ -121,6 +121,15 @@ class ExtractRule(BaseModel):
     instructions: str = Field(default="", max_length=8000)
 
 
+class Inconsistent(ValueError):
+    """A problem across parts of a schema, with where it is: pydantic gives a model
+    validator's error no location, and the 422 promises one."""
+
+    def __init__(self, msg: str, loc: tuple[str | int, ...]) -> None:
+        super().__init__(msg)
+        self.loc = loc
+
+
 class Schema(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -135,29 +144,35 @@ class Schema(BaseModel):
     def _consistent(self) -> Schema:
         names = [e.name for e in self.entities]
         for i, e in enumerate(self.entities):
+            at: tuple[str | int, ...] = ("entities", i)
             if e.name in names[:i]:
-                raise ValueError(f"entity type {e.name!r} is defined twice")
+                raise Inconsistent(f"entity type {e.name!r} is defined twice", (*at, "name"))
             seen: set[str] = set()
-            for a in e.attributes:
+            for j, a in enumerate(e.attributes):
+                where = (*at, "attributes", j)
                 if a.name in seen:
-                    raise ValueError(f"{e.name}.{a.name} is defined twice")
+                    raise Inconsistent(f"{e.name}.{a.name} is defined twice", (*where, "name"))
                 seen.add(a.name)
                 if a.type == "ref" and a.entity not in names:
-                    raise ValueError(f"{e.name}.{a.name} refers to unknown entity type "
-                                     f"{a.entity!r}; known: {', '.join(names)}")
+                    raise Inconsistent(f"{e.name}.{a.name} refers to unknown entity type "
+                                       f"{a.entity!r}; known: {', '.join(names)}",
+                                       (*where, "entity"))
         known = {t.name for t in EPISODE_TYPES if not t.reserved}
-        for rule in self.extract:
+        for r, rule in enumerate(self.extract):
             for t in rule.episode_types:
                 if t not in known:
-                    raise ValueError(f"extract reads unknown episode type {t!r}; known: "
-                                     + ", ".join(sorted(known)))
+                    raise Inconsistent(f"extract reads unknown episode type {t!r}; known: "
+                                       + ", ".join(sorted(known)),
+                                       ("extract", r, "episode_types"))
             for etype, names in rule.targets.items():
                 ent = next((e for e in self.entities if e.name == etype), None)
                 if ent is None:
-                    raise ValueError(f"extract targets unknown entity type {etype!r}")
+                    raise Inconsistent(f"extract targets unknown entity type {etype!r}",
+                                       ("extract", r, "targets", etype))
                 for n in names:
                     if ent.attribute(n) is None:
-                        raise ValueError(f"extract targets unknown attribute {etype}.{n}")
+                        raise Inconsistent(f"extract targets unknown attribute {etype}.{n}",
+                                           ("extract", r, "targets", etype))
         return self
 
     # -- lookups ------------------------------------------------------------------------------
@@ -227,6 +242,9 @@ def parse_schema(data: Any, loc: list[str | int]) -> Schema:
     except ValidationError as exc:
         err = exc.errors()[0]
         where = [*loc, *(p for p in err["loc"] if isinstance(p, (str, int)))]
+        cause = (err.get("ctx") or {}).get("error")
+        if isinstance(cause, Inconsistent):
+            where += cause.loc
         msg = str(err["msg"]).removeprefix("Value error, ")
         raise field_error(where, msg, "schema_invalid") from None
 

@@ -56,7 +56,7 @@ from ampup_memory.memory.facts import (
     raw_value,
     timeline,
 )
-from ampup_memory.memory.ledger import COMMIT, SUMMARY_KEY, LedgerEntry, new_commit_id
+from ampup_memory.memory.ledger import BRANCH, COMMIT, SUMMARY_KEY, LedgerEntry, new_commit_id
 from ampup_memory.memory.maintenance import Protected, full_pass, tidy
 from ampup_memory.memory.readindex import DEFAULT_LEASE, ReadIndex
 from ampup_memory.memory.reads import ReadMark, read_row
@@ -186,8 +186,12 @@ class MemoryService:
             return View(scope, branch, branch_segments(self.index, str(scope), branch))
         entry = self.index.entry(at_commit)
         segs = branch_segments(self.index, str(scope), branch)
+        # A branch's creation marker sits at its segment's lower bound: it is the head of
+        # a branch with no commit of its own (what GET /branches, a pin and a snapshot
+        # name), so it reads as the fork point plus nothing.
         if (entry is None or entry.scope != str(scope) or entry.branch != branch
-                or not segs[-1].holds(entry.seq)):
+                or not (segs[-1].holds(entry.seq)
+                        or (entry.kind == BRANCH and entry.seq == segs[-1].after))):
             raise NotFound("No such commit on this scope and branch.",
                            details={"at_commit": at_commit[:64]})
         last = segs[-1]

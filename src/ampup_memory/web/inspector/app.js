@@ -145,15 +145,23 @@ const main = () => current;
 
 function title(text, ...extra) { return h("h1", {}, text, ...extra); }
 
-function scopeNav(scope, active, atCommit) {
+// A read as of a commit: the commit and the branch it is on (a commit is looked up on its
+// own branch, so a branch's commit read as main's would be a 404).
+function asOf(q) {
+  return {at_commit: q.get("at_commit") || undefined, branch: q.get("branch") || undefined};
+}
+
+function scopeNav(scope, active, view) {
+  const atCommit = view.at_commit;
   const tabs = [["episodes", "Episodes"], ["facts", "Facts"], ["history", "History"]];
   const nav = h("nav", {class: "tabs"}, tabs.map(([k, label]) =>
-    link(route(`/scope/${scope}/${k}`, k === "history" ? {} : {at_commit: atCommit}), label,
+    link(route(`/scope/${scope}/${k}`, k === "history" ? {} : view), label,
       {class: k === active ? "active" : ""})),
     link(route("/search", {scope}), "Search"), link(route("/advice", {scope}), "Advice"));
   const box = h("div", {}, h("h1", {}, "Scope ", h("code", {}, scope)), nav);
   if (atCommit) {
     box.append(h("p", {class: "asof"}, "Memory as of commit ", h("code", {}, short(atCommit)),
+      view.branch ? [" on branch ", h("code", {}, view.branch)] : null,
       " (what that commit left, read with today's ACLs). ",
       link(route(`/scope/${scope}/${active}`), "Back to now")));
   }
@@ -174,22 +182,22 @@ async function pageScopes() {
 
 async function pageEpisodes(scope, q) {
   const m = main();
-  const atCommit = q.get("at_commit");
-  m.replaceChildren(scopeNav(scope, "episodes", atCommit));
+  const view = asOf(q);
+  m.replaceChildren(scopeNav(scope, "episodes", view));
   const body = h("tbody", {});
   const total = h("p", {class: "hint"});
   m.append(total, h("div", {class: "scroll"}, h("table", {id: "episodes"},
     h("thead", {}, h("tr", {}, ["Occurred", "Source", "Type", "ACL", "Document (versions)", "Commit"]
       .map(c => h("th", {}, c)))), body)));
   const p = pager(async (after) => {
-    const page = await get("/episodes", {scope, at_commit: atCommit, limit: PAGE, after});
+    const page = await get("/episodes", {scope, ...view, limit: PAGE, after});
     total.textContent = `${page.total} episodes you may read, newest first.`;
     return {items: page.episodes, cursor: page.next_after};
   }, (page) => {
     for (const e of page.items) {
       body.append(h("tr", {"data-episode": e.id},
         h("td", {}, when(e.occurred_at)),
-        h("td", {}, link(route(`/scope/${scope}/episode/${e.id}`, {at_commit: atCommit}), e.source)),
+        h("td", {}, link(route(`/scope/${scope}/episode/${e.id}`, view), e.source)),
         h("td", {}, e.type), h("td", {}, e.acl.join(" ")),
         h("td", {}, e.document ? `${e.document} (${e.document_versions})` : "—"),
         h("td", {}, h("code", {}, short(e.commit)))));
@@ -201,11 +209,11 @@ async function pageEpisodes(scope, q) {
 
 async function pageEpisode(scope, id, q) {
   const m = main();
-  const atCommit = q.get("at_commit");
+  const view = asOf(q);
   const unit = Number(q.get("unit") || 0);
   const quote = q.get("quote") || "";
-  m.replaceChildren(scopeNav(scope, "episodes", atCommit));
-  const e = await get(`/episodes/${id}`, {scope, at_commit: atCommit});
+  m.replaceChildren(scopeNav(scope, "episodes", view));
+  const e = await get(`/episodes/${id}`, {scope, ...view});
   m.append(h("h2", {}, e.source),
     h("dl", {class: "meta"},
       h("dt", {}, "Episode"), h("dd", {}, h("code", {}, e.id)),
@@ -225,19 +233,19 @@ async function pageEpisode(scope, id, q) {
 
 async function pageFacts(scope, q) {
   const m = main();
-  const atCommit = q.get("at_commit");
-  m.replaceChildren(scopeNav(scope, "facts", atCommit));
+  const view = asOf(q);
+  m.replaceChildren(scopeNav(scope, "facts", view));
   const list = h("ul", {class: "entities", id: "entities"});
   const total = h("p", {class: "hint"});
   m.append(total, list);
   const p = pager(async (after) => {
-    const page = await get("/entities", {scope, at_commit: atCommit, limit: 50, after});
+    const page = await get("/entities", {scope, ...view, limit: 50, after});
     total.textContent = `${page.total} entities with facts you may read.`;
     return {items: page.entities, cursor: page.next_after};
   }, (page) => {
     for (const e of page.items) {
       list.append(h("li", {"data-entity": e.entity},
-        link(route(`/scope/${scope}/entity/${encodeURIComponent(e.entity)}`, {at_commit: atCommit}), e.entity),
+        link(route(`/scope/${scope}/entity/${encodeURIComponent(e.entity)}`, view), e.entity),
         h("span", {class: "hint"}, ` ${e.predicates.join(", ")} · ${e.versions} versions`)));
     }
   });
@@ -263,11 +271,11 @@ function timeline(facts) {
 
 async function pageEntity(scope, entity, q) {
   const m = main();
-  const atCommit = q.get("at_commit");
-  m.replaceChildren(scopeNav(scope, "facts", atCommit), h("h2", {}, entity));
+  const view = asOf(q);
+  m.replaceChildren(scopeNav(scope, "facts", view), h("h2", {}, entity));
   const [all, now] = await Promise.all([
-    get("/facts", {scope, entity, history: "true", at_commit: atCommit}),
-    get("/facts", {scope, entity, at_commit: atCommit})]);
+    get("/facts", {scope, entity, history: "true", ...view}),
+    get("/facts", {scope, entity, ...view})]);
   const current = new Set(now.facts.map(f => f.id));
   if (!all.facts.length) { m.append(h("p", {class: "empty"}, "No facts you may read.")); return; }
   const bar = timeline(all.facts);
@@ -283,7 +291,7 @@ async function pageEntity(scope, entity, q) {
     bar(f),
     h("blockquote", {}, f.quote),
     h("div", {class: "cites"}, "Quote from: ", f.cites.map(c =>
-      link(route(`/scope/${scope}/episode/${c.episode}`, {unit: c.unit, quote: f.quote, at_commit: atCommit}),
+      link(route(`/scope/${scope}/episode/${c.episode}`, {unit: c.unit, quote: f.quote, ...view}),
         `${short(c.episode)} unit ${c.unit}`, {class: "cite"})))));
   m.append(h("div", {class: "facts"}, rows));
 }
@@ -327,7 +335,7 @@ function graph(commits, branches) {
 
 async function pageHistory(scope, q) {
   const m = main();
-  m.replaceChildren(scopeNav(scope, "history", null));
+  m.replaceChildren(scopeNav(scope, "history", {}));
   const {branches} = await get("/branches", {scope});
   const names = branches.map(b => b.name);
   m.append(h("p", {class: "hint"}, `Branches: ${names.join(", ")}. Newest commits first, `
@@ -350,7 +358,9 @@ async function pageHistory(scope, q) {
         c.message, (c.parents || []).length > 1 ? h("span", {class: "pill merge"}, "merge") : null),
       h("div", {class: "hint"}, `${when(c.time)} · ${c.author} · `,
         Object.entries(c.changes).filter(([, v]) => v).map(([k, v]) => `${v} ${k}`).join(", ") || "no rows",
-        " · ", link(route(`/scope/${scope}/episodes`, {at_commit: c.id}), "show memory as of this commit",
+        " · ", link(route(`/scope/${scope}/episodes`,
+          {at_commit: c.id, branch: c.branch === "main" ? undefined : c.branch}),
+          "show memory as of this commit",
           {class: "asof-link"})))));
     box.replaceChildren(graph(commits, names), list);
     more.replaceChildren();
@@ -559,7 +569,11 @@ async function pageAdvice(q) {
 async function render() {
   const [path, query] = (location.hash.slice(1) || "/scopes").split("?");
   const q = new URLSearchParams(query || "");
-  const parts = path.split("/").filter(Boolean).map(decodeURIComponent);
+  // A hand-typed or truncated link may hold a bad %-escape: keep that part as typed
+  // rather than throw before the page (and its error box) is drawn.
+  const parts = path.split("/").filter(Boolean).map((p) => {
+    try { return decodeURIComponent(p); } catch { return p; }
+  });
   for (const a of document.querySelectorAll("#nav a")) {
     a.classList.toggle("active", a.dataset.page === (parts[0] === "scope" ? "scopes" : parts[0]));
   }

@@ -1,0 +1,223 @@
+"""Edges an outside reviewer hit over real HTTP (branches, holds, schemas, extraction,
+advice), each one a case the docs promise and the server once got wrong."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.memory_support import QUIET, Memory, new_scope, run_cli, start
+
+
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("review")
+
+
+@pytest.fixture(scope="module")
+def m(home: Path) -> Iterator[Memory]:
+    proc = start(home, dict(QUIET))
+    client = Memory(proc.url)
+    yield client
+    client.close()
+    proc.stop()
+
+
+def seeded(m: Memory) -> tuple[str, str]:
+    scope = new_scope()
+    r = m.write(scope, "Acme plan is basic.")
+    assert r.status_code == 201, r.text
+    ep = r.json()["id"]
+    r = m.fact(scope, "acme", "plan", "basic", "plan is basic", [(ep, 1)])
+    assert r.status_code == 201, r.text
+    return scope, ep
+
+
+def test_a_fresh_branch_head_reads_through_at_commit_pin_and_snapshot(m: Memory) -> None:
+    """A branch with no commit of its own has its creation marker for head (GET /branches
+    says so); a pin or snapshot holds that head, and reading it must see the fork point,
+    not answer 404 as if the commit were on no branch."""
+    scope, _ = seeded(m)
+    made = m.http.post("/branches", json={"scope": scope, "name": "try/fresh"})
+    assert made.status_code == 201, made.text
+    head = made.json()["head"]
+    listed = {b["name"]: b["head"] for b in
+              m.http.get("/branches", params={"scope": scope}).json()["branches"]}
+    assert listed["try/fresh"] == head
+    on_main = m.facts(scope, "acme").json()["facts"]
+    assert [f["value"] for f in on_main] == ["basic"]
+
+    r = m.facts(scope, "acme", branch="try/fresh", at_commit=head)
+    assert r.status_code == 200, r.text
+    assert r.json()["facts"] == on_main
+    held = m.http.post("/pin", json={"scope": scope, "branch": "try/fresh", "ttl": "1h"})
+    assert held.status_code == 201 and held.json()["commit"] == head, held.text
+    r = m.facts(scope, "acme", pin=held.json()["id"])
+    assert r.status_code == 200, r.text
+    assert r.json()["facts"] == on_main
+    snap = m.http.post("/snapshots", json={"scopes": [scope]})
+    assert snap.json()["heads"][f"{scope}@try/fresh"] == head, snap.text
+    sid = snap.json()["id"]
+    r = m.facts(scope, "acme", snapshot=sid, branch="try/fresh")
+    assert r.status_code == 200, r.text
+    assert r.json()["facts"] == on_main
+    r = m.http.post("/search", json={"scope": scope, "query": "acme plan",
+                                     "snapshot": sid, "branch": "try/fresh"})
+    assert r.status_code == 200, r.text
+    # The fork point is main's commit, not the branch's: still refused there.
+    r = m.facts(scope, "acme", branch="try/fresh", at_commit=on_main[0]["commit"])
+    assert r.status_code == 404, r.text
+
+
+def test_a_schema_refused_across_its_parts_names_where(m: Memory) -> None:
+    """schemas-and-queries.md: a refused schema's ``details.errors[0].loc`` points at the
+    problem, the cross-part ones too (a ref to an unknown type, a name defined twice, an
+    extract rule naming what the schema lacks)."""
+    def deal(*attrs: dict[str, object]) -> dict[str, object]:
+        return {"name": "deal", "attributes": list(attrs) or [{"name": "a", "type": "string"}]}
+
+    cases = [
+        ({"entities": [deal({"name": "acct", "type": "ref", "entity": "account"})]},
+         ["schema", "entities", 0, "attributes", 0, "entity"]),
+        ({"entities": [deal({"name": "a", "type": "string"}, {"name": "a", "type": "text"})]},
+         ["schema", "entities", 0, "attributes", 1, "name"]),
+        ({"entities": [deal(), deal()]}, ["schema", "entities", 1, "name"]),
+        ({"entities": [deal()], "extract": [{"episode_types": ["fax"],
+                                             "targets": {"deal": ["a"]}}]},
+         ["schema", "extract", 0, "episode_types"]),
+        ({"entities": [deal()], "extract": [{"episode_types": ["call"],
+                                             "targets": {"deal": ["zz"]}}]},
+         ["schema", "extract", 0, "targets", "deal"]),
+    ]
+    admin = {"X-AMP-Admin-Token": QUIET["AMP_ADMIN_TOKEN"]}
+    org, team = new_scope().split("/")
+    for body, loc in cases:
+        r = m.http.put(f"/schemas/{org}/{team}", headers=admin,
+                       json={"schema": {"name": "t", **body}})
+        assert r.status_code == 422, r.text
+        err = r.json()["error"]["details"]["errors"][0]
+        assert (err["type"], err["loc"]) == ("schema_invalid", loc), r.text
+
+
+WIRE_TIME = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z")
+
+
+def test_situations_keep_one_shape_and_the_wire_time_spelling(m: Memory, home: Path) -> None:
+    """GET /situations answers the same keys before and after the first map (advice.md's
+    shape), and its time is spelled like every other time on the wire (RFC 3339, Z)."""
+    scope = new_scope()
+    before = m.http.get("/situations", params={"scope": scope})
+    assert before.status_code == 200, before.text
+    assert before.json()["versions"] == 0 and before.json()["named_by"] is None
+    for task in ("refund a late order", "refund a damaged order", "reset a password",
+                 "reset a forgotten password"):
+        r = m.http.post("/runs", json={"scope": scope, "task": task, "acl": ["*"]})
+        assert r.status_code == 201, r.text
+        r = m.http.post("/runs/reward", json={"run": r.json()["id"], "reward": 0.5,
+                                              "reason": "ok"})
+        assert r.status_code == 201, r.text
+    done = run_cli(home, QUIET, "advice", "cluster", "--scope", scope)
+    assert done.returncode == 0, done.stderr
+    after = m.http.get("/situations", params={"scope": scope}).json()
+    assert set(after) == set(before.json()), (after, before.text)
+    assert after["versions"] == 1 and after["named_by"] == "words"
+    assert WIRE_TIME.fullmatch(after["built_at"]), after["built_at"]
+
+
+@pytest.fixture
+def page(m: Memory) -> Iterator[tuple[Any, list[str]]]:
+    """A browser page on the inspector as alice, and the console and page errors it met."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        tab = browser.new_page()
+        tab.set_default_timeout(15000)
+        errors: list[str] = []
+        tab.on("pageerror", lambda e: errors.append(str(e)))
+        tab.on("console", lambda msg: msg.type == "error" and errors.append(msg.text))
+        tab.goto(m.url + "/")
+        tab.fill("#who-user", "alice")
+        tab.click("#who-apply")
+        tab.wait_for_selector("text=Scopes")
+        yield tab, errors
+        browser.close()
+
+
+def test_inspector_survives_a_bad_escape_in_its_link(m: Memory,
+                                                     page: tuple[Any, list[str]]) -> None:
+    """A hand-typed inspector link with a bad %-escape draws its page (or its error box)
+    instead of throwing before the page is drawn and leaving the last page on screen."""
+    tab, errors = page
+    scope, _ = seeded(m)
+    tab.evaluate("h => { location.hash = h; }", f"#/scope/{scope}/entity/acme%ZZ")
+    tab.wait_for_selector("h2:has-text('acme%ZZ')")
+    assert errors == []
+
+
+def test_inspector_shows_memory_as_of_a_branch_commit(m: Memory,
+                                                      page: tuple[Any, list[str]]) -> None:
+    """inspector.md: History's "show memory as of this commit" opens the memory that commit
+    left. For a commit on a branch the read must name the branch (it answered 404, as the
+    commit is on no other branch)."""
+    tab, errors = page
+    scope, _ = seeded(m)
+    assert m.http.post("/branches", json={"scope": scope, "name": "try/side"}).status_code == 201
+    r = m.write(scope, "Only the side branch says this.", source="doc:side", branch="try/side")
+    assert r.status_code == 201, r.text
+    side_commit = r.json()["commit"]
+    tab.evaluate("h => { location.hash = h; }", f"#/scope/{scope}/history")
+    tab.click(f"li[data-commit='{side_commit}'] a.asof-link")
+    tab.wait_for_selector("tr:has-text('doc:side')")
+    assert "try/side" in tab.inner_text("p.asof")
+    tab.click("nav.tabs a:has-text('Facts')")  # the tabs keep reading that commit
+    tab.wait_for_selector("li[data-entity='acme']")
+    assert errors == []
+
+
+async def test_remember_memory_names_its_own_argument_when_refused(m: Memory) -> None:
+    """mcp.md: a refused value answers ``Invalid request: <field>: <problem>``. The note's
+    text is stored as the episode's body; the error names ``text``, the tool's argument
+    (it named no field at all)."""
+    from tests.test_mcp import http_client_for, refused
+
+    scope = new_scope()
+    async with http_client_for(m.url, {"X-AMP-Agent-ID": "agent_alice",
+                                       "X-AmpUp-User": "alice"}) as alice:
+        empty = await refused(alice, "remember_memory", scope=scope, text="")
+    assert empty.startswith("Invalid request: text: "), empty
+
+
+def test_a_branch_needs_a_name(m: Memory) -> None:
+    """An empty name is refused as a bad name (422), not read as main (409 'Branch main
+    already exists', an answer about a branch the caller never named)."""
+    scope, _ = seeded(m)
+    r = m.http.post("/branches", json={"scope": scope, "name": ""})
+    assert r.status_code == 422, r.text
+    err = r.json()["error"]["details"]["errors"][0]
+    assert (err["loc"], err["type"]) == (["name"], "branch_invalid"), r.text
+
+
+def test_branches_of_a_gone_workspace_are_a_workspace_gone(m: Memory) -> None:
+    """branches.md: a read or write of a workspace org that is not live answers 404
+    WORKSPACE_GONE; GET /branches listed a main branch for it instead, and a branch delete
+    or merge answered the NOT_FOUND of an unknown branch."""
+    made = m.http.post("/workspaces", json={"name": "review", "ttl": "1h"})
+    assert made.status_code == 201, made.text
+    ws = made.json()["id"]
+    r = m.http.get("/branches", params={"scope": f"{ws}/sales"})
+    assert r.status_code == 200, r.text
+    assert m.http.delete(f"/workspaces/{ws}").status_code == 200
+    for org in (ws, "ws_0000000000000000"):
+        scope = f"{org}/sales"
+        for r in (m.http.get("/branches", params={"scope": scope}),
+                  m.http.delete("/branches/x", params={"scope": scope}),
+                  m.http.post("/merge", json={"scope": scope, "from": "x"})):
+            assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
