@@ -353,3 +353,27 @@ def test_held_search_scores_ignore_later_commits(m: Memory) -> None:
             == 201
     after = reads(m, scope, ep, pin=held)
     assert [after[n] for n in RANKED] == [before[n] for n in RANKED]
+
+
+def test_a_branch_held_by_a_live_pin_or_snapshot_is_not_deleted(m: Memory) -> None:
+    """A hold promises its reads for its lease: DELETE /branches is 409 BRANCH_HELD (counts
+    only in details) until the pin is released and the snapshot too; then it is deleted."""
+    scope = new_scope()
+    ep = seed(m, scope, "March")
+    r = m.http.post("/branches", json={"scope": scope, "name": "trial"})
+    assert r.status_code == 201, r.text
+    held = pin(m, scope, branch="trial")
+    snap = m.http.post("/snapshots", json={"scopes": [scope]}).json()["id"]
+    before = m.facts(scope, "acme", pin=held["id"]).content
+    r = m.http.delete("/branches/trial", params={"scope": scope})
+    assert error(r) == (409, "BRANCH_HELD")
+    assert r.json()["error"]["details"] == {"pins": 1, "snapshots": 1}
+    assert m.facts(scope, "acme", pin=held["id"]).content == before
+    assert m.http.delete(f"/pin/{held['id']}").status_code == 200
+    r = m.http.delete("/branches/trial", params={"scope": scope})
+    assert (error(r), r.json()["error"]["details"]) == (
+        (409, "BRANCH_HELD"), {"pins": 0, "snapshots": 1})
+    assert m.http.delete(f"/snapshots/{snap}").status_code == 200
+    r = m.http.delete("/branches/trial", params={"scope": scope})
+    assert r.status_code == 200 and r.json()["deleted"] is True, r.text
+    assert m.episode(scope, ep).status_code == 200  # main untouched

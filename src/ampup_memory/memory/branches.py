@@ -44,6 +44,7 @@ from ampup_memory.memory.rows import fact_id
 from ampup_memory.memory.schemas import schema_at
 from ampup_memory.memory.scopes import MAIN, BranchText, Scope, ScopeText, parse_branch, parse_scope
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, uncovered
+from ampup_memory.memory.snapshots import PIN, SNAPSHOT, head_key, utcnow
 from ampup_memory.timefmt import utc_text
 
 if TYPE_CHECKING:
@@ -229,10 +230,26 @@ def delete(svc: MemoryService, user: str, scope_text: str, name_text: str,
                 raise Conflict(f"Branch {name!r} has branches made from it; delete those "
                                "first.", code="BRANCH_HAS_CHILDREN",
                                details={"branches": children})
+            held = _held_by(svc, ns, name)
+            if held:
+                # A pin or snapshot promises its reads for its lease: the branch stays until
+                # they are released or expire. Counts only: a hold's id lets its holder read.
+                raise Conflict(f"Branch {name!r} is held by a live pin or snapshot; release "
+                               "it or let it expire first.", code="BRANCH_HELD",
+                               details=held)
 
         entry = svc._commit(scope, name, user, f"delete branch {name}", [], [],
                             new_commit_id(), recheck=deletable, kind=DELETE)
     return {"scope": ns, "name": name, "deleted": True, "commit": entry.commit_id}
+
+
+def _held_by(svc: MemoryService, scope: str, name: str) -> dict[str, int]:
+    """How many live pins and snapshots hold a head of this branch (none: empty)."""
+    key, now = head_key(scope, name), utcnow()
+    held = [h for h in svc.holds.all().values() if h.live(now) and key in h.heads]
+    counts = {"pins": sum(h.kind == PIN for h in held),
+              "snapshots": sum(h.kind == SNAPSHOT for h in held)}
+    return counts if held else {}
 
 
 def _children(index: ReadIndex, scope: str, name: str) -> list[str]:
