@@ -70,6 +70,21 @@ TINY = {"name": "tiny", "entities": [
         {"name": "tags", "type": "string", "cardinality": "many"}]}]}
 
 
+def test_the_schema_is_no_entity_in_listings(m: Memory) -> None:
+    """The schema is kept as a fact of a reserved entity; GET /entities and GET /scopes
+    list and count only the facts clients wrote."""
+    scope = new_scope()
+    assert put_schema(m, scope, schema=TINY).status_code == 200
+    ep = m.write(scope, "deal d1 is open").json()["id"]
+    r = m.fact(scope, "deal:d1", "stage", "open", "deal d1 is open", [(ep, 1)])
+    assert r.status_code == 201, r.text
+    listed = m.http.get("/entities", params={"scope": scope}).json()
+    assert [e["entity"] for e in listed["entities"]] == ["deal:d1"] and listed["total"] == 1
+    row, = [s for s in m.http.get("/scopes").json()["scopes"] if s["scope"] == scope]
+    assert (row["facts"], row["entities"]) == (1, 1)
+    assert get_schema(m, scope)["schema"]["name"] == "tiny"
+
+
 def test_builtins_set_show_history_and_as_of(m: Memory) -> None:
     names = [s["name"] for s in m.http.get("/schemas").json()["schemas"]]
     assert names == ["sales", "engineering", "corpus"]

@@ -52,7 +52,8 @@ def list_branches(request: Request, scope: ScopeQ) -> dict[str, Any]:
 
 @router.delete("/branches/{name:path}", responses=errors({
     401: UNAUTHENTICATED, 403: "ACCESS_DENIED: neither the branch's creator nor admin",
-    404: "NOT_FOUND: no such branch", 409: "BRANCH_PROTECTED (main), BRANCH_HAS_CHILDREN or BRANCH_HELD",
+    404: "NOT_FOUND: no such branch",
+    409: "BRANCH_PROTECTED (main), BRANCH_HAS_CHILDREN or BRANCH_HELD",
     422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
 async def delete_branch(request: Request, name: NamePath, scope: ScopeQ) -> dict[str, Any]:
     user = _user(request)

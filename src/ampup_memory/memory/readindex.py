@@ -57,6 +57,7 @@ from ampup_memory.memory.events import EventRecord
 from ampup_memory.memory.facts import FactRecord
 from ampup_memory.memory.ledger import BRANCH, DELETE, MERGE, Head, LedgerEntry
 from ampup_memory.memory.reads import ReadMark
+from ampup_memory.memory.schemas import SCHEMA_ENTITY
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
 from ampup_memory.memory.tables import schema_lock, sqlalchemy_url
 from ampup_memory.sqlite_connections import enable_wal
@@ -704,7 +705,8 @@ class ReadIndex:
     def _visible_facts(self, scope: str, segs: Segments, acls: list[str], *,
                        whole: bool = False) -> Subquery:
         """(entity, predicate) of every fact row in the view all of whose cited episodes
-        are the view's episodes with a current ACL in ``acls`` (``visible_facts``' rule).
+        are the view's episodes with a current ACL in ``acls`` (``visible_facts``' rule),
+        the schema's own row left out.
         ``whole``: for reading every row (counts), the hidden facts are found in one pass
         over the cites; else row by row (a page stops early)."""
         v = self._view_episodes(scope, segs)
@@ -722,8 +724,11 @@ class ReadIndex:
                     cites_t.c.fact_id == facts_t.c.fact_id,
                     ~select(v.c.id).where(v.c.id == cites_t.c.episode,
                                           v.c.acl.in_(acls)).exists()).exists()
+            # The scope's schema is kept as a fact of a reserved entity (schemas.py): not
+            # one a client wrote, so listings and their counts leave it out.
             parts.append(select(facts_t.c.entity, facts_t.c.predicate).where(
-                facts_t.c.scope == scope, self._in_segment(facts_t, g), shown))
+                facts_t.c.scope == scope, self._in_segment(facts_t, g), shown,
+                facts_t.c.entity != SCHEMA_ENTITY))
         return (parts[0] if len(parts) == 1 else union_all(*parts)).subquery("visible")
 
     def fact_counts(self, scope: str, segs: Segments, acls: Iterable[str]) -> tuple[int, int]:
