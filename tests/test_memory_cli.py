@@ -211,3 +211,24 @@ def test_mcp_tool_functions(tmp_path: Path) -> None:
     finally:
         svc.close()
 
+
+
+def test_principal_show_checks_the_id_and_errors_read_as_lines(tmp_path: Path) -> None:
+    """`principal show` refuses an id `principal set` refuses (exit 2, one clear line, no
+    traceback); a field error the message does not already say is its own `at` line."""
+    home = tmp_path / "home"
+    for bad in ("", "bad user"):
+        shown = cli_in_process(home, QUIET, "principal", "show", bad)
+        assert shown.returncode == 2 and shown.stdout == "", shown
+        assert shown.stderr.strip().splitlines() == [
+            f"error: VALIDATION_ERROR: invalid user id {bad!r}: letters, digits and ._@+- "
+            "(max 200, starting with a letter or digit)"]
+    ok = cli_in_process(home, QUIET, "principal", "show", "bob")
+    assert (ok.returncode, json.loads(ok.stdout)) == (
+        0, {"user": "bob", "groups": [], "roles": []})
+    closed = cli_in_process(home, QUIET, "close", "--scope", new_scope(), "--entity", " ",
+                            "--predicate", "renewal", "--reason", "x", "--user", "frank")
+    assert closed.returncode == 2, closed
+    assert closed.stderr.strip().splitlines() == [
+        "error: VALIDATION_ERROR: Request validation failed; at entity: must hold a "
+        "character other than white space"]

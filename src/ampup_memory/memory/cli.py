@@ -19,6 +19,7 @@ import click
 from ampup_memory.cliutil import dumps, fail
 from ampup_memory.cliutil import progress as _progress
 from ampup_memory.errors import AmpError, ConfigurationError, ValidationFailed
+from ampup_memory.memory.acl import require_id
 from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
@@ -37,8 +38,21 @@ SettingsOptions = Callable[..., Decorator]  # settings_options("common", ...) in
 
 
 def _amp_message(exc: AmpError) -> str:
+    """``CODE: message``, then each field error the message does not already say as
+    ``; at <loc>: <msg>`` (the JSON API's ``details.errors``, read by a person; one line,
+    as `cliutil.fail` prints)."""
     errors = exc.details.get("errors") if isinstance(exc.details, dict) else None
-    return f"{exc.code}: {exc.message}" + (f" {errors}" if errors else "")
+    lines = [f"{exc.code}: {exc.message}"]
+    for e in errors if isinstance(errors, list) else []:
+        if not isinstance(e, dict):
+            continue
+        msg = str(e.get("msg", ""))
+        if msg and msg != exc.message:
+            where = ".".join(str(part) for part in e.get("loc", []))
+            lines.append(f"at {where}: {msg}" if where else msg)
+    if len(lines) > 1:
+        lines[0] = lines[0].rstrip(".")
+    return "; ".join(lines)
 
 
 @contextmanager
@@ -210,6 +224,7 @@ def memory_commands(settings_options: SettingsOptions,
         """A user's groups and roles (none if never set)."""
         settings = settings_from(kwargs)
         with _service(settings) as svc:
+            require_id(user, ["user"], "user id")  # as `principal set` and GET /principals
             click.echo(dumps(svc.principal(user).wire()))
 
     @click.command("maintenance")
