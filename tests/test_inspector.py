@@ -157,6 +157,9 @@ def test_inspector_is_served_without_the_api_schema(seeded: dict[str, Any]) -> N
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert "/inspector/app.js" in page.text
     assert httpx.get(url + "/inspector/app.js").status_code == 200
+    for path in ("/", "/inspector/app.js", "/health", "/amp/v1/health"):  # HEAD as GET, no body
+        head = httpx.head(url + path)
+        assert (head.status_code, head.content) == (200, b""), path
     missing = httpx.get(url + "/inspector/../pyproject.toml")
     assert missing.status_code == 404 and missing.json()["error"]["code"] == "NOT_FOUND"
     assert httpx.get(url + "/inspector/nothing.js").json()["error"]["code"] == "NOT_FOUND"

@@ -105,7 +105,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(ops_router)  # GET /status
     app.include_router(advice_router)  # runs and sessions
     # /health and /spec also answer at the root, where load balancers look first.
-    app.add_api_route("/health", health, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/health", health, methods=["GET", "HEAD"], include_in_schema=False)
     app.add_api_route("/spec", spec, methods=["GET"], include_in_schema=False)
     _mount_optional(app, rt)
     inspector.mount(app)  # the web inspector at / (static files, no API of its own)

@@ -81,6 +81,10 @@ def health() -> dict[str, str]:
     return {"status": "ok", "amp_version": AMP_VERSION}
 
 
+# HEAD too (load balancers and uptime checks probe with it), outside the API schema.
+router.add_api_route("/health", health, methods=["HEAD"], include_in_schema=False)
+
+
 @router.get("/spec", tags=["meta"])
 def spec(request: Request) -> dict[str, Any]:
     settings: Settings = request.app.state.settings

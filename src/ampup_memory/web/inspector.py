@@ -38,5 +38,6 @@ def asset(name: str) -> FileResponse:
 def mount(app: FastAPI) -> None:
     """``GET /`` is the page, ``GET /inspector/<file>`` its script and style; neither is
     part of the API schema."""
-    app.add_api_route("/", index, methods=["GET"], include_in_schema=False)
-    app.add_api_route("/inspector/{name}", asset, methods=["GET"], include_in_schema=False)
+    app.add_api_route("/", index, methods=["GET", "HEAD"], include_in_schema=False)
+    app.add_api_route("/inspector/{name}", asset, methods=["GET", "HEAD"],
+                      include_in_schema=False)
