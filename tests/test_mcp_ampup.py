@@ -37,6 +37,7 @@ from ampup_memory.search.index.base import (
 )
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.settings import Settings
+from tests.conftest import ADMIN_TOKEN
 from tests.server_process import ServerProcess, plain_client
 from tests.test_mcp import http_client_for, ok, refused
 
@@ -299,6 +300,38 @@ async def test_close_memory_ends_the_current_value(server: ServerProcess) -> Non
     assert [f["kind"] for f in history["facts"]] == ["value", "closure"]
     assert reason["units"][0]["text"] == "The pilot was cancelled."
     assert "\n" not in again and "Traceback" not in again
+
+
+async def test_close_memory_ends_one_value_of_a_many_valued_attribute(
+        server: ServerProcess) -> None:
+    """With the sales schema, an opportunity's competitors are many-valued: POST /close
+    needs the value to end, and so does close_memory, which passes it through."""
+    scope, deal = new_scope(), "opportunity:acme-renewal"
+    org, team = scope.split("/")
+    async with as_user(server, "alice") as alice:
+        ep = await remember(alice, scope=scope, acl=["*"],
+                            text="Globex is in the running.\n\nInitech bid too.")
+        with rest(server, "alice") as http:
+            set_schema = http.put(f"/schemas/{org}/{team}", json={"builtin": "sales"},
+                                  headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+            assert set_schema.status_code == 200, set_schema.text
+            for unit, (name, quote) in enumerate(
+                    [("Globex", "Globex is in the running."),
+                     ("Initech", "Initech bid too.")], start=1):
+                r = http.post("/facts", json={
+                    "scope": scope, "entity": deal, "predicate": "competitors",
+                    "value": name, "quote": quote, "cites": [{"episode": ep["id"],
+                                                               "unit": unit}]})
+                assert r.status_code == 201, r.text
+            unnamed = await refused(alice, "close_memory", scope=scope, entity=deal,
+                                    predicate="competitors", reason="Globex dropped out.")
+            closed = json.loads(await ok(alice, "close_memory", scope=scope, entity=deal,
+                                         predicate="competitors", value="Globex",
+                                         reason="Globex dropped out."))
+            current = http.get("/facts", params={"scope": scope, "entity": deal}).json()
+    assert "value" in unnamed and "many-valued" in unnamed
+    assert closed["closed"] and closed["episode"]
+    assert [f["value"] for f in current["facts"]] == ["Initech"]
 
 
 async def test_branch_and_merge_tools(server: ServerProcess) -> None:
