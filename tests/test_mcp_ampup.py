@@ -358,6 +358,33 @@ async def test_branch_and_merge_tools(server: ServerProcess) -> None:
     assert "\n" not in unknown and "Traceback" not in unknown
 
 
+async def test_merge_conflict_error_lists_the_conflicts(server: ServerProcess) -> None:
+    """merge_memory refused on a conflict names, on its one line, each (entity,
+    predicate) that clashed with its base, ours and theirs, as POST /merge's
+    details.conflicts do; nothing is written."""
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        base = await remember(alice, scope=scope, text=NOTE, acl=["*"])
+        with rest(server, "alice") as http:
+            post_fact(http, scope, base["id"], "budget", "50k", "budget for the pilot is 50k")
+            await ok(alice, "branch_memory", scope=scope, name="try/clash")
+            for branch, amount in (("try/clash", "70k"), (None, "60k")):
+                ep = await remember(alice, scope=scope, acl=["*"], branch=branch,
+                                    text=f"Acme budget is now {amount}.")
+                r = http.post("/facts", json={
+                    "scope": scope, "branch": branch, "entity": "acme",
+                    "predicate": "budget", "value": amount,
+                    "quote": f"budget is now {amount}",
+                    "cites": [{"episode": ep["id"], "unit": 1}]})
+                assert r.status_code == 201, r.text
+            head = http.get("/ledger", params={"scope": scope}).json()["commits"][0]["id"]
+            clash = await refused(alice, "merge_memory", scope=scope, source="try/clash")
+            after = http.get("/ledger", params={"scope": scope}).json()["commits"][0]["id"]
+    assert "\n" not in clash and "conflicts on 1 value" in clash
+    assert 'acme budget: base "50k", ours "60k", theirs "70k"' in clash
+    assert after == head
+
+
 async def test_errors_are_one_line_tool_errors(server: ServerProcess) -> None:
     async with http_client_for(server.url, {"X-AMP-Agent-ID": "agent_nouser"}) as nobody:
         no_user = await refused(nobody, "search_memory", scope="acme/sales", query="x")
