@@ -119,3 +119,23 @@ def test_readme_status_calls_nothing_served_not_yet(tmp_path: Path) -> None:
             if STATUS_ROUTES.get(word) in paths:
                 stale.append(f"{word}: {capability} | {state}")
     assert not stale, f"README's status says 'not yet' for served routes: {stale}"
+
+
+# The product page (the docs site's overview) sends readers to these pages by file name.
+PAGES_THE_OVERVIEW_NAMES = ("schemas-and-queries.md", "advice.md", "security-model.md")
+
+
+def test_the_pages_the_overview_names_exist() -> None:
+    missing = [name for name in PAGES_THE_OVERVIEW_NAMES if not (DOCS / name).is_file()]
+    assert not missing, f"pages the overview links to are missing from docs/: {missing}"
+
+
+def test_every_relative_link_to_a_page_resolves() -> None:
+    import re
+
+    broken = []
+    for page in [*DOCS.glob("*.md"), ROOT / "README.md"]:
+        for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text()):
+            if "://" not in target and not (page.parent / target).is_file():
+                broken.append(f"{page.name} -> {target}")
+    assert not broken, f"links to missing pages: {broken}"

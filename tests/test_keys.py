@@ -99,7 +99,7 @@ def test_reference_keys_file(tmp_path: Path) -> None:
 
 
 def test_a_running_server_follows_the_keys_file(tmp_path: Path) -> None:
-    """docs/security.md: the AMP_API_KEYS_FILE is re-read when it changes. A key added is
+    """docs/security-model.md: the AMP_API_KEYS_FILE is re-read when it changes. A key added is
     honoured on the next request, a key removed refused, even when the new file keeps the
     old size and mtime (a copy that preserves times, or two writes in one clock tick); a
     half-written file grants nothing and is no 500."""

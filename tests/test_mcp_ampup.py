@@ -37,6 +37,7 @@ from ampup_memory.search.index.base import (
 )
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.settings import Settings
+from tests.conftest import ADMIN_TOKEN
 from tests.server_process import ServerProcess, plain_client
 from tests.test_mcp import http_client_for, ok, refused
 
@@ -301,6 +302,38 @@ async def test_close_memory_ends_the_current_value(server: ServerProcess) -> Non
     assert "\n" not in again and "Traceback" not in again
 
 
+async def test_close_memory_ends_one_value_of_a_many_valued_attribute(
+        server: ServerProcess) -> None:
+    """With the sales schema, an opportunity's competitors are many-valued: POST /close
+    needs the value to end, and so does close_memory, which passes it through."""
+    scope, deal = new_scope(), "opportunity:acme-renewal"
+    org, team = scope.split("/")
+    async with as_user(server, "alice") as alice:
+        ep = await remember(alice, scope=scope, acl=["*"],
+                            text="Globex is in the running.\n\nInitech bid too.")
+        with rest(server, "alice") as http:
+            set_schema = http.put(f"/schemas/{org}/{team}", json={"builtin": "sales"},
+                                  headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+            assert set_schema.status_code == 200, set_schema.text
+            for unit, (name, quote) in enumerate(
+                    [("Globex", "Globex is in the running."),
+                     ("Initech", "Initech bid too.")], start=1):
+                r = http.post("/facts", json={
+                    "scope": scope, "entity": deal, "predicate": "competitors",
+                    "value": name, "quote": quote, "cites": [{"episode": ep["id"],
+                                                               "unit": unit}]})
+                assert r.status_code == 201, r.text
+            unnamed = await refused(alice, "close_memory", scope=scope, entity=deal,
+                                    predicate="competitors", reason="Globex dropped out.")
+            closed = json.loads(await ok(alice, "close_memory", scope=scope, entity=deal,
+                                         predicate="competitors", value="Globex",
+                                         reason="Globex dropped out."))
+            current = http.get("/facts", params={"scope": scope, "entity": deal}).json()
+    assert "value" in unnamed and "many-valued" in unnamed
+    assert closed["closed"] and closed["episode"]
+    assert [f["value"] for f in current["facts"]] == ["Initech"]
+
+
 async def test_branch_and_merge_tools(server: ServerProcess) -> None:
     """A branch made and merged over MCP: its note is on the branch only until the merge;
     a conflicting merge is a one-line tool error that writes nothing."""
@@ -323,6 +356,33 @@ async def test_branch_and_merge_tools(server: ServerProcess) -> None:
     assert merged["merged"] is True and merged["changes"]["episodes"] == 1
     assert again["merged"] is False
     assert "\n" not in unknown and "Traceback" not in unknown
+
+
+async def test_merge_conflict_error_lists_the_conflicts(server: ServerProcess) -> None:
+    """merge_memory refused on a conflict names, on its one line, each (entity,
+    predicate) that clashed with its base, ours and theirs, as POST /merge's
+    details.conflicts do; nothing is written."""
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        base = await remember(alice, scope=scope, text=NOTE, acl=["*"])
+        with rest(server, "alice") as http:
+            post_fact(http, scope, base["id"], "budget", "50k", "budget for the pilot is 50k")
+            await ok(alice, "branch_memory", scope=scope, name="try/clash")
+            for branch, amount in (("try/clash", "70k"), (None, "60k")):
+                ep = await remember(alice, scope=scope, acl=["*"], branch=branch,
+                                    text=f"Acme budget is now {amount}.")
+                r = http.post("/facts", json={
+                    "scope": scope, "branch": branch, "entity": "acme",
+                    "predicate": "budget", "value": amount,
+                    "quote": f"budget is now {amount}",
+                    "cites": [{"episode": ep["id"], "unit": 1}]})
+                assert r.status_code == 201, r.text
+            head = http.get("/ledger", params={"scope": scope}).json()["commits"][0]["id"]
+            clash = await refused(alice, "merge_memory", scope=scope, source="try/clash")
+            after = http.get("/ledger", params={"scope": scope}).json()["commits"][0]["id"]
+    assert "\n" not in clash and "conflicts on 1 value" in clash
+    assert 'acme budget: base "50k", ours "60k", theirs "70k"' in clash
+    assert after == head
 
 
 async def test_errors_are_one_line_tool_errors(server: ServerProcess) -> None:

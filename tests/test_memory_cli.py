@@ -158,6 +158,30 @@ def test_principal_close_and_rebuilt_index_agree(tmp_path: Path) -> None:
     assert before[3]["acl"] == before[4]["acl"] == ["group:ops", "user:gina"]
 
 
+def test_close_names_the_value_of_a_many_valued_attribute(tmp_path: Path) -> None:
+    """`close --value` ends one value of a many-valued attribute, as POST /close does;
+    without it the command says the value is needed and changes nothing."""
+    home, scope, deal = tmp_path / "home", new_scope(), "opportunity:acme-renewal"
+    with serving(home, QUIET) as proc:
+        m = Memory(proc.url, "ivy")
+        set_schema = cli_in_process(home, QUIET, "schema", "set", scope, "--builtin", "sales")
+        assert set_schema.returncode == 0, set_schema.stderr
+        ep = m.write(scope, "Globex is in the running.\n\nInitech bid too.").json()["id"]
+        for unit, name in enumerate(["Globex", "Initech"], start=1):
+            quote = "Globex is in the running." if unit == 1 else "Initech bid too."
+            posted = m.fact(scope, deal, "competitors", name, quote, [(ep, unit)])
+            assert posted.status_code == 201, posted.text
+        close = ("close", "--scope", scope, "--entity", deal, "--predicate", "competitors",
+                 "--reason", "Globex dropped out.", "--user", "ivy")
+        unnamed = cli_in_process(home, QUIET, *close)
+        named = cli_in_process(home, QUIET, *close, "--value", "Globex")
+        assert named.returncode == 0, named.stderr
+        current = m.facts(scope, deal).json()["facts"]
+    assert unnamed.returncode != 0 and "name the value to close" in unnamed.stderr
+    assert json.loads(named.stdout)["closed"]
+    assert [f["value"] for f in current] == ["Initech"]
+
+
 def test_keys_bind_the_user(tmp_path: Path) -> None:
     home, scope = tmp_path / "home", new_scope()
     env = {**QUIET, "AMP_REQUIRE_KEYS": "1"}

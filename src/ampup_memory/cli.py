@@ -197,7 +197,7 @@ def _warn_if_open(settings: Settings) -> None:
         return
     click.echo(f"{click.style('warning:', fg='yellow')} serving on {settings.host} without API "
                "keys: anyone who can reach this port may act as any agent or user; set "
-               f"{env_name('require_keys')}=true and create keys (see docs/security.md)",
+               f"{env_name('require_keys')}=true and create keys (see docs/security-model.md)",
                err=True)
 
 

@@ -26,6 +26,10 @@ from ampup_memory.search import mcp_tools as search_tools
 from ampup_memory.search.service import SearchService
 from ampup_memory.timefmt import Instant
 
+# A fact value as a tool argument: text, a number, a boolean or a money object; the
+# scope's schema checks it exactly as POST /close does.
+ToolValue = str | int | float | bool | dict[str, Any]
+
 NO_USER = ("AmpUp Memory tools need a user: this MCP connection names none "
            "(stdio: set AMPUP_MEMORY_MCP_USER; HTTP: X-AmpUp-User, or a key bound to a user).")
 
@@ -78,10 +82,10 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
             branch=branch, at_commit=at_commit, pin=pin, snapshot=snapshot))
 
     def close(caller: Caller, scope: str, entity: str, predicate: str, reason: str,
-              acl: list[str] | None, branch: str | None) -> str:
+              acl: list[str] | None, branch: str | None, value: ToolValue | None) -> str:
         return _json(memory_tools.close_memory(
             memory, caller, scope=scope, entity=entity, predicate=predicate, reason=reason,
-            acl=acl, branch=branch))
+            acl=acl, branch=branch, value=value))
 
     def fork(caller: Caller, scope: str, name: str, source: str | None,
              at_commit: str | None) -> str:
@@ -171,10 +175,13 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         ctx: ToolContext,
         acl: list[str] | None = None,
         branch: str | None = None,
+        value: ToolValue | None = None,
     ) -> CallToolResult:
         """End the current value of (entity, predicate): it stops being current but stays
-        in history. `reason` is kept as its own episode. Replies JSON."""
-        return await uenv.reply(ctx, close, scope, entity, predicate, reason, acl, branch)
+        in history. `reason` is kept as its own episode. For a many-valued attribute
+        (schema cardinality many) `value` names the one value to end. Replies JSON."""
+        return await uenv.reply(ctx, close, scope, entity, predicate, reason, acl, branch,
+                                value)
 
     @server.tool()
     async def branch_memory(

@@ -76,7 +76,20 @@ def error_text(exc: AmpError) -> str:
         if problems:
             return "Invalid request: " + "; ".join(problems)
     retry = exc.headers.get("Retry-After")
-    return exc.message if retry is None else f"{exc.message} (Retry after {retry} s.)"
+    if retry is not None:
+        return f"{exc.message} (Retry after {retry} s.)"
+    if exc.code == "MERGE_CONFLICT":  # the agent needs what clashed to resolve it
+        return f"{exc.message} Conflicts: " + "; ".join(
+            _conflict(c) for c in exc.details.get("conflicts", []))
+    return exc.message
+
+
+def _conflict(c: dict[str, Any]) -> str:
+    """One merge conflict (`details.conflicts` of MERGE_CONFLICT) on one line."""
+    what = (f"episode {c['episode']} {c['field']}" if "episode" in c
+            else f"{c['entity']} {c['predicate']}")
+    sides = ", ".join(f"{side} {json.dumps(c[side])}" for side in ("base", "ours", "theirs"))
+    return f"{what}: {sides}"
 
 
 @dataclass(frozen=True)

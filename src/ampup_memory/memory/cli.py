@@ -187,9 +187,13 @@ def memory_commands(settings_options: SettingsOptions,
     @click.option("--user", required=True, help="Who closes it (author and reader).")
     @click.option("--acl", "acl", multiple=True, help="ACL of the reason episode.")
     @click.option("--branch", default=None)
+    @click.option("--value", default=None,
+                  help="The one value to end, for a many-valued attribute (schema "
+                  "cardinality many); as text, which the schema reads as its type.")
     @settings_options("common", "tables")
     def close(scope: str, entity: str, predicate: str, reason: str, user: str,
-              acl: tuple[str, ...], branch: str | None, **kwargs: Any) -> None:
+              acl: tuple[str, ...], branch: str | None, value: str | None,
+              **kwargs: Any) -> None:
         """End a value with no successor; the reason becomes its own episode."""
         from ampup_memory.memory.facts import CloseValue
         from ampup_memory.memory.service import build
@@ -197,7 +201,8 @@ def memory_commands(settings_options: SettingsOptions,
         settings = settings_from(kwargs)
         with _service(settings) as svc:
             req = build(CloseValue, scope=scope, branch=branch, entity=entity,
-                        predicate=predicate, reason=reason, acl=list(acl) or None)
+                        predicate=predicate, reason=reason, acl=list(acl) or None,
+                        value=value)
             click.echo(dumps(svc.close_value(user, req)))
 
     @click.group("principal")

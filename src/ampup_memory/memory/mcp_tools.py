@@ -69,11 +69,12 @@ def get_episode(svc: MemoryService, caller: Caller, *, scope: str, id: str | Non
 
 def close_memory(svc: MemoryService, caller: Caller, *, scope: str, entity: str,
                  predicate: str, reason: str, acl: list[str] | None = None,
-                 branch: str | None = None) -> dict[str, Any]:
-    """End the current value of (entity, predicate); the reason is its own episode."""
+                 branch: str | None = None, value: Any = None) -> dict[str, Any]:
+    """End the current value of (entity, predicate), or of its one ``value`` when the
+    attribute is many-valued; the reason is its own episode."""
     user = caller_user(caller)
     req = build(CloseValue, scope=scope, branch=branch, entity=entity, predicate=predicate,
-                reason=reason, acl=acl)
+                reason=reason, acl=acl, value=value)
     return svc.close_value(user, req)
 
 

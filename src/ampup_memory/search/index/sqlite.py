@@ -15,7 +15,7 @@ branch) is a *keyword space* with FTS5 tables of its own, in a small file of its
 from the rows of this file right after each commit and deleted by :meth:`SQLiteIndex.clear`.
 The vector matrices are per (scope, branch) too (`common.py`), so nothing written to one
 scope changes any score in another. Within one space, rows the caller may not see still
-count in the statistics (docs/security.md).
+count in the statistics (docs/security-model.md).
 
 Layout changes bump :data:`FORMAT`; an index file of another format is emptied on open
 and the start-up catch-up (`search/feed.py`) refills it from the tables, the same path
