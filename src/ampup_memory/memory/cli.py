@@ -89,7 +89,7 @@ def memory_commands(settings_options: SettingsOptions,
 
     @episode_type.command("list")
     def type_list() -> None:
-        """Every episode type: prefix, unit, how a body splits, extractable predicates."""
+        """Every episode type: prefix, unit, how a body splits, typical predicates."""
         from ampup_memory.memory.episode_types import client_types
 
         for n, t in enumerate(client_types()):

@@ -1,5 +1,6 @@
-"""Episode types: which sources each claims, how its body splits into units, and which
-predicates a model may extract from it.
+"""Episode types: which sources each claims, how its body splits into units, and the
+predicates such records typically carry (a guide for a schema's extract rules; those rules,
+not this list, decide what extraction reads: docs/extraction.md).
 
 Units are what facts cite (``{episode, unit}``), numbered from 1. A type is chosen by the
 longest source prefix that claims it; a source no type claims is refused (``load`` reads
