@@ -285,7 +285,7 @@ def test_error_envelope_for_framework_errors(http: httpx.Client) -> None:
     assert http.get("/nope").json()["error"]["code"] == "NOT_FOUND"
     assert http.put("/memories").json()["error"]["code"] == "METHOD_NOT_ALLOWED"
     # Allow names every method the path serves (two routes serve /memories).
-    for method, path, allow in (("PUT", "/memories", "GET, POST"), ("POST", "/health", "GET"),
+    for method, path, allow in (("PUT", "/memories", "GET, POST"), ("POST", "/health", "GET, HEAD"),
                                 ("PUT", "/memories/mem_x", "DELETE, GET, PATCH"),
                                 ("GET", "/lifecycle/run", "POST")):
         r = http.request(method, path, headers={"X-AMP-Agent-ID": "a"})
