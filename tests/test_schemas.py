@@ -118,8 +118,8 @@ def test_builtins_set_show_history_and_as_of(m: Memory) -> None:
 
 def test_an_admin_write_is_committed_as_the_user_it_names(m: Memory) -> None:
     """PUT /schemas and PUT /procedures/sources take their author by one rule
-    (`admin_author`): the X-AmpUp-User named, a malformed one a 401 as on every route,
-    none at all "admin"."""
+    (`admin_author`): the X-AmpUp-User named, a blank or malformed one a 401 as on every
+    route, none at all "admin"."""
     scope = new_scope()
     org, team = scope.split("/")
     plain = httpx.Client(base_url=m.http.base_url, timeout=60)
@@ -132,9 +132,10 @@ def test_an_admin_write_is_committed_as_the_user_it_names(m: Memory) -> None:
             assert m.ledger(scope)[0]["author"] == author
         for path, body in ((f"/schemas/{org}/{team}", {"builtin": "corpus"}),
                            ("/procedures/sources", {"scope": scope, "documents": ["d"]})):
-            bad = plain.put(path, json=body, headers={**ADMIN, "X-AmpUp-User": "bad user"})
-            assert bad.status_code == 401, (path, bad.text)
-            assert bad.json()["error"]["code"] == "UNAUTHENTICATED"
+            for named in ("bad user", ""):  # named, even blank: a valid id or a 401
+                bad = plain.put(path, json=body, headers={**ADMIN, "X-AmpUp-User": named})
+                assert bad.status_code == 401, (path, named, bad.text)
+                assert bad.json()["error"]["code"] == "UNAUTHENTICATED"
         assert get_schema(m, scope)["schema"]["name"] == "engineering"
     finally:
         plain.close()

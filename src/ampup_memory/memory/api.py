@@ -114,12 +114,13 @@ def is_admin(request: Request) -> bool:
 
 def admin_author(request: Request) -> str:
     """Who an admin write (a schema, the procedure sources) is committed as: the user that
-    ``X-AmpUp-User`` names (a malformed id is a 401, as on every route), else ``admin``.
+    ``X-AmpUp-User`` names (a blank or malformed id is a 401, as on every route), else
+    ``admin``.
     Call after `Authenticator.require_admin`."""
     named = _headers(request).get(USER_HEADER)
-    if named is None or not named.strip():
+    if named is None:
         return "admin"
-    if not valid_id(named.strip()):
+    if not valid_id(named.strip()):  # named, even blank: then a valid id
         raise Unauthenticated("The caller's user id is not a valid id.")
     return named.strip()
 

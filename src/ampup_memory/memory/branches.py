@@ -42,7 +42,15 @@ from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.rows import fact_id
 from ampup_memory.memory.schemas import schema_at
-from ampup_memory.memory.scopes import MAIN, BranchText, Scope, ScopeText, parse_branch, parse_scope
+from ampup_memory.memory.scopes import (
+    MAIN,
+    BranchName,
+    BranchText,
+    Scope,
+    ScopeText,
+    parse_branch,
+    parse_scope,
+)
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, uncovered
 from ampup_memory.memory.snapshots import PIN, SNAPSHOT, head_key, utcnow
 from ampup_memory.timefmt import utc_text
@@ -58,7 +66,7 @@ class CreateBranch(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     scope: ScopeText
-    name: BranchText
+    name: BranchName
     from_: BranchText | None = Field(default=None, alias="from",
                                      description="The branch to fork (default main).")
     at_commit: CommitText | None = Field(default=None, description="Fork at this commit of "

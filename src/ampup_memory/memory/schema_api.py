@@ -37,6 +37,7 @@ NamePart = Annotated[str, Path(max_length=64, description="Org or team name.")]
 
 
 @router.put("/schemas/{org}/{team}", responses=errors({
+    401: "UNAUTHENTICATED: X-AmpUp-User names no valid user id",
     403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown branch",
     409: "CONFLICT: the ledger moved under the write; retry",
     422: INVALID + " (schema_invalid names the first problem)", 503: UNAVAILABLE}),

@@ -38,6 +38,10 @@ BRANCH_SCHEMA: dict[str, Any] = {
     "description": "Default (or empty): main."}
 ScopeText = Annotated[str, WithJsonSchema(SCOPE_SCHEMA)]
 BranchText = Annotated[str, WithJsonSchema(BRANCH_SCHEMA)]
+# A branch to make: the same rule, but empty names nothing (it is not main here).
+BranchName = Annotated[str, WithJsonSchema({
+    **BRANCH_SCHEMA, "pattern": f"^{_BRANCH}$", "minLength": 1,
+    "description": "The new branch's name."})]
 
 
 def valid_name(name: str) -> bool:
