@@ -398,3 +398,31 @@ def test_errors_keep_the_response(client: AMPClient, owner: str) -> None:
     response = invalid.value.response
     assert isinstance(response, httpx.Response) and response.status_code == 422
     assert response.json()["error"]["code"] == "VALIDATION_ERROR"
+
+
+# ---- arguments the server never sees as sent --------------------------------------------
+
+
+def test_one_pattern_as_a_string_is_one_pattern(server: ServerProcess, client: AMPClient,
+                                                owner: str) -> None:
+    """`readable_by="agent_billing_*"` was sent as fifteen one-letter patterns, one of
+    them `*`, which let every agent read (and, for `writable_by`, write) the cell."""
+    cell = client.remember("one pattern", owner, readable_by="agent_billing_*",
+                           writable_by="agent_billing_*")
+    assert cell["access_policy"]["readable_by"] == ["agent_billing_*"]
+    assert cell["access_policy"]["writable_by"] == ["agent_billing_*"]
+    with AMPClient(server.url, "agent_marketing") as marketing:
+        with pytest.raises(AccessDeniedError):
+            marketing.get_memory(cell["id"])
+    with AMPClient(server.url, "agent_billing_v1") as billing:
+        assert billing.get_memory(cell["id"])["id"] == cell["id"]
+
+
+async def test_async_one_pattern_as_a_string_is_one_pattern(server: ServerProcess,
+                                                            agent: str, owner: str) -> None:
+    async with AsyncAMPClient(server.url, agent) as c:
+        cell = await c.remember("one pattern", owner, readable_by="agent_billing_*")
+    assert cell["access_policy"]["readable_by"] == ["agent_billing_*"]
+    async with AsyncAMPClient(server.url, "agent_marketing") as marketing:
+        with pytest.raises(AccessDeniedError):
+            await marketing.get_memory(cell["id"])

@@ -90,6 +90,12 @@ def _healthy(response: httpx.Response) -> bool:
     return isinstance(body, dict) and body.get("status") == "ok"
 
 
+def _patterns(patterns: str | Sequence[str]) -> list[str]:
+    # A str is a Sequence too: list("agent_*") would be one-letter patterns, "*" among them,
+    # granting every agent.
+    return [patterns] if isinstance(patterns, str) else list(patterns)
+
+
 def _statuses(status: str | Sequence[str] | None) -> list[str] | None:
     if status is None:
         return None
@@ -168,11 +174,11 @@ class BaseClient:
         owner_id: str,
         type: str,
         importance: float,
-        readable_by: Sequence[str] | None,
+        readable_by: str | Sequence[str] | None,
         *,
         owner_type: str,
         metadata: Mapping[str, Any] | None,
-        writable_by: Sequence[str] | None,
+        writable_by: str | Sequence[str] | None,
         public: bool | None,
         confidence: float | None,
         decay_rate: float | None,
@@ -199,9 +205,9 @@ class BaseClient:
         }
         policy: dict[str, Any] = {}
         if readable_by is not None:
-            policy["readable_by"] = list(readable_by)
+            policy["readable_by"] = _patterns(readable_by)
         if writable_by is not None:
-            policy["writable_by"] = list(writable_by)
+            policy["writable_by"] = _patterns(writable_by)
         if public is not None:
             policy["public"] = public
         if policy:
