@@ -426,3 +426,58 @@ async def test_async_one_pattern_as_a_string_is_one_pattern(server: ServerProces
     async with AsyncAMPClient(server.url, "agent_marketing") as marketing:
         with pytest.raises(AccessDeniedError):
             await marketing.get_memory(cell["id"])
+
+
+def _unsendable(c: AMPClient | AsyncAMPClient, owner: str) -> list[tuple[str, object]]:
+    """Calls whose arguments cannot go on the wire at all (each a fresh call or coroutine)."""
+    return [
+        ("NaN importance", lambda: c.remember("nan", owner, importance=float("nan"))),
+        ("infinite decay", lambda: c.remember("inf", owner, decay_rate=float("inf"))),
+        ("a set in metadata", lambda: c.remember("set", owner, metadata={"tags": {"a"}})),
+        ("an object in a PATCH", lambda: c.update("mem_x", content={"metadata": object()})),
+        ("no id", lambda: c.get_memory(None)),  # type: ignore[arg-type]
+        ("an empty id", lambda: c.forget("")),
+        ("a number as id", lambda: c.archive(7)),  # type: ignore[arg-type]
+    ]
+
+
+def test_unsendable_arguments_are_validation_errors(server: ServerProcess, agent: str,
+                                                    owner: str) -> None:
+    """They raised json's ValueError / TypeError, quote's TypeError or a UnicodeEncodeError
+    from inside the client; now the documented ValidationError, before anything is sent
+    (status_code None), and nothing is stored."""
+    with AMPClient(server.url, agent) as c:
+        for what, call in _unsendable(c, owner):
+            with pytest.raises(ValidationError) as invalid:
+                call()  # type: ignore[operator]
+            assert invalid.value.status_code is None, what
+            assert invalid.value.request is None and invalid.value.response is None, what
+        assert c.list_memories(owner) == []
+    with AMPClient(server.url, "agént") as accented:  # a header is ASCII
+        with pytest.raises(ValidationError) as invalid:
+            accented.list_memories(owner)
+        assert "ascii" in str(invalid.value).lower()
+    with AMPClient("http://[::1", agent) as broken:  # httpx.InvalidURL is no HTTPError
+        with pytest.raises(AMPConnectionError):
+            broken.list_memories(owner)
+
+
+async def test_async_unsendable_arguments_are_validation_errors(
+        server: ServerProcess, agent: str, owner: str) -> None:
+    for pooled in (True, False):  # inside `async with` and with a client per call
+        c = AsyncAMPClient(server.url, agent)
+        if pooled:
+            await c.__aenter__()
+        for what, call in _unsendable(c, owner):
+            with pytest.raises(ValidationError) as invalid:
+                await call()  # type: ignore[operator]
+            assert invalid.value.status_code is None, what
+        await c.aclose()
+    async with AsyncAMPClient(server.url, agent) as c:
+        assert await c.list_memories(owner) == []
+    async with AsyncAMPClient(server.url, "agént") as accented:
+        with pytest.raises(ValidationError):
+            await accented.list_memories(owner)
+    async with AsyncAMPClient("http://[::1", agent) as broken:
+        with pytest.raises(AMPConnectionError):
+            await broken.list_memories(owner)

@@ -73,10 +73,7 @@ class AsyncAMPClient(BaseClient):
         return self._finish(call, response)
 
     async def _exchange(self, http: httpx.AsyncClient, call: Call[Any]) -> httpx.Response:
-        return await http.request(
-            call.method, self._url(call.path), params=call.params, json=call.json,
-            headers=self.identity_headers(),
-        )
+        return await http.send(self._build(http, call))
 
     # ---- the reference client's methods ----------------------------------------------
 

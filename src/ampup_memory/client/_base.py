@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ampup_memory.client.errors import AMPConnectionError, AMPError, error_for
+from ampup_memory.client.errors import AMPConnectionError, AMPError, ValidationError, error_for
 
 T = TypeVar("T")
 
@@ -57,6 +57,8 @@ def normalize_url(url: str) -> str:
 
 
 def _cell_path(memory_id: str) -> str:
+    if not isinstance(memory_id, str) or not memory_id:
+        raise ValidationError(f"memory_id must be a non-empty string, got {memory_id!r}")
     # Quoted as one path segment: an id can never walk to another route.
     return f"/memories/{quote(memory_id, safe='')}"
 
@@ -145,6 +147,18 @@ class BaseClient:
 
     def _url(self, path: str) -> str:
         return self.server_url + path
+
+    def _build(self, http: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.Request:
+        """The request for ``call``. Arguments that cannot go on the wire at all (NaN, a
+        set, an agent id that is not ASCII) are the caller's error, raised here, before
+        anything is sent, rather than as json's or httpx's own exceptions."""
+        try:
+            return http.build_request(call.method, self._url(call.path), params=call.params,
+                                      json=call.json, headers=self.identity_headers())
+        except httpx.InvalidURL as exc:
+            raise AMPConnectionError(f"invalid server URL {self.server_url!r}: {exc}") from exc
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            raise ValidationError(f"cannot send this request: {exc}") from exc
 
     @staticmethod
     def _connection_error(exc: httpx.HTTPError) -> AMPConnectionError:

@@ -64,11 +64,9 @@ class AMPClient(BaseClient):
         self.close()
 
     def _send(self, call: Call[T]) -> T:
+        request = self._build(self._http, call)
         try:
-            response = self._http.request(
-                call.method, self._url(call.path), params=call.params, json=call.json,
-                headers=self.identity_headers(),
-            )
+            response = self._http.send(request)
         except httpx.HTTPError as exc:
             raise self._connection_error(exc) from exc
         return self._finish(call, response)
