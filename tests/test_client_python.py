@@ -481,3 +481,16 @@ async def test_async_unsendable_arguments_are_validation_errors(
     async with AsyncAMPClient("http://[::1", agent) as broken:
         with pytest.raises(AMPConnectionError):
             await broken.list_memories(owner)
+
+
+def test_sync_client_after_close(server: ServerProcess, agent: str, owner: str) -> None:
+    """A closed AMPClient raised httpx's RuntimeError on its next call; it now opens a new
+    session, as the async client (a client per call outside `async with`) and the
+    reference client's requests.Session do."""
+    with AMPClient(server.url, agent) as c:
+        cell = c.remember("before close", owner)
+    assert c.get_memory(cell["id"])["id"] == cell["id"]
+    c.close()
+    assert c.forget(cell["id"]) is True
+    assert c.session.is_closed is False
+    c.close()

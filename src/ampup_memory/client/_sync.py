@@ -64,6 +64,8 @@ class AMPClient(BaseClient):
         self.close()
 
     def _send(self, call: Call[T]) -> T:
+        if self._http.is_closed:  # usable after close(), as the async client and requests
+            self._http = httpx.Client(timeout=self.timeout)
         request = self._build(self._http, call)
         try:
             response = self._http.send(request)
