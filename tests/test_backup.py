@@ -214,3 +214,33 @@ def test_a_backup_killed_mid_copy_frees_the_lease_within_one_lease(tmp_path: Pat
         child.kill()
         child.wait()
     wait_until_lease_free(home, env, time.monotonic())
+
+
+def _backup_of_one_scope(tmp_path: Path) -> Path:
+    home, dest = tmp_path / "home", tmp_path / "backup"
+    with serving(home, QUIET) as server:
+        mem = Memory(server.url)
+        assert mem.write(new_scope(), "one note").status_code == 201
+        mem.close()
+        with httpx.Client(base_url=server.url, headers=AGENT) as amp:
+            assert amp.post("/amp/v1/memories", json={
+                "type": "semantic", "content": {"text": "a cell"},
+                "identity": {"owner_id": "user_1", "owner_type": "user"}}).status_code == 201
+    assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0
+    return dest
+
+
+def test_a_damaged_manifest_is_one_error_line(tmp_path: Path) -> None:
+    """A manifest that is JSON but not a manifest's shape raised AttributeError / KeyError
+    from inside `restore`."""
+    dest = _backup_of_one_scope(tmp_path)
+    fresh = tmp_path / "fresh"
+    for text in ('[]', '"manifest"', '{"format": 1}', '{"format": 1, "files": {}}',
+                 '{"format": 1, "files": [{"path": "amp.db"}]}',
+                 '{"format": 1, "files": ["amp.db"]}'):
+        (dest / "manifest.json").write_text(text)
+        done = run_cli(fresh, QUIET, "restore", str(dest))
+        assert done.returncode == 2, (text, done.stderr)
+        assert "Traceback" not in done.stderr and "manifest" in done.stderr, (text, done.stderr)
+        assert not fresh.exists() or not any(fresh.iterdir())
+

@@ -211,14 +211,27 @@ def backup_steps(settings: Settings) -> int:
         tables.close()
 
 
+def _entry_ok(f: Any) -> bool:
+    if not isinstance(f, dict) or f.get("kind") not in ("amp", "table"):
+        return False
+    names = ("path", "sha256", "namespace", "table") if f["kind"] == "table" else (
+        "path", "sha256")
+    return all(isinstance(f.get(name), str) for name in names)
+
+
 def read_manifest(src: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((src / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise BackupError(f"{src} is not a backup ({MANIFEST} unreadable: {exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict):
+        raise BackupError(f"{src} is not a backup ({MANIFEST} is not a JSON object)")
+    if manifest.get("format") != FORMAT:
         raise BackupError(f"{src}: unknown backup format {manifest.get('format')!r}")
-    for f in manifest["files"]:
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(_entry_ok(f) for f in files):
+        raise BackupError(f"{src}: {MANIFEST} is damaged (its list of files is unreadable)")
+    for f in files:
         path = _inside(src, f["path"])
         if not path.is_file() or _sha256(path) != f["sha256"]:
             raise BackupError(f"{src}: {f['path']} is missing or damaged (checksum differs)")
@@ -284,7 +297,7 @@ def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str
             step(f"{namespace}.{name}", 1)
     finally:
         tables.close()
-    return {"restored_from": str(src), "backup_created_at": manifest["created_at"],
+    return {"restored_from": str(src), "backup_created_at": manifest.get("created_at"),
             "rows": rows}
 
 
