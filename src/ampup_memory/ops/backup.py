@@ -20,6 +20,7 @@ rebuilds them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -291,14 +292,62 @@ def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str
             tables.ensure_namespace(namespace, layout)
             data: pa.Table = pq.read_table(_inside(src, f["path"]))
             if data.num_rows:
-                target = tables.private(namespace, name)
-                tables.append(target, data.cast(layout[name]))
+                try:
+                    rows_here = data.cast(layout[name])
+                except (pa.ArrowException, ValueError) as exc:
+                    raise BackupError(f"{src}: {f['path']} does not hold the rows of "
+                                      f"{namespace}.{name} this version reads ({exc})") from exc
+                tables.append(tables.private(namespace, name), rows_here)
             rows += data.num_rows
             step(f"{namespace}.{name}", 1)
     finally:
         tables.close()
     return {"restored_from": str(src), "backup_created_at": manifest.get("created_at"),
             "rows": rows}
+
+
+def _written_by_restore(settings: Settings) -> set[Path]:
+    """What a restore may create: each SQLite store with the files named after it (``-wal``,
+    ``.keywords``, ``.graphs`` …) and whatever is in the warehouse folder."""
+    found: set[Path] = set()
+    for uri in (settings.resolved_store_uri, settings.resolved_catalog_uri,
+                settings.resolved_index_uri):
+        path = sqlite_file(uri)
+        if path is None or not path.parent.is_dir():
+            continue
+        found.update(p for p in path.parent.iterdir() if p.name == path.name
+                     or p.name.startswith((path.name + "-", path.name + ".")))
+    warehouse = Path(urlsplit(settings.resolved_warehouse).path)
+    if warehouse.is_dir():
+        found.update(warehouse.iterdir())
+    return found
+
+
+@contextmanager
+def undone_on_failure(settings: Settings) -> Iterator[None]:
+    """Around a whole restore (tables and index): when it fails or is interrupted, remove
+    what it wrote. A half-restored home served its cells without some tables, and refused
+    the next restore as not fresh; it only ever held what this restore put there."""
+    if _occupied(settings):  # restore refuses it; files appearing meanwhile are not ours
+        yield
+        return
+    home_existed = settings.home.exists()
+    warehouse = Path(urlsplit(settings.resolved_warehouse).path)
+    warehouse_existed = warehouse.exists()
+    before = _written_by_restore(settings)
+    try:
+        yield
+    except BaseException:
+        for path in _written_by_restore(settings) - before:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        for folder, existed in ((warehouse, warehouse_existed), (settings.home, home_existed)):
+            if not existed:
+                with contextlib.suppress(OSError):  # left when anything else is in it
+                    folder.rmdir()
+        raise
 
 
 def restore_steps(src: Path) -> int:
