@@ -276,3 +276,17 @@ def test_a_restore_that_fails_midway_leaves_the_home_as_it_was(tmp_path: Path) -
     assert sorted(p.name for p in fresh.iterdir()) == ["config.toml"]
     restored = run_cli(fresh, QUIET, "restore", str(good))
     assert restored.returncode == 0, restored.stderr
+
+
+def test_a_backup_of_a_home_with_no_stores_is_refused(tmp_path: Path) -> None:
+    """A mistyped home: missing, it failed with SQLAlchemy's message; existing but empty,
+    `backup` created a catalog, an index and a warehouse in it and wrote a backup of
+    nothing. Both are one line now, and nothing is written anywhere."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for home in (tmp_path / "missing", empty):
+        done = run_cli(home, QUIET, "backup", str(tmp_path / "bk"))
+        assert done.returncode == 2, done.stderr
+        assert "nothing to back up" in done.stderr and "sqlalche" not in done.stderr
+        assert not (tmp_path / "bk").exists()
+    assert not (tmp_path / "missing").exists() and not any(empty.iterdir())

@@ -94,6 +94,16 @@ def _require_embedded(settings: Settings, verb: str) -> None:
                           + ". The search index is derived: `ampup-memory index rebuild`.")
 
 
+def _require_stores(settings: Settings) -> None:
+    """A home with neither cells nor tables is a mistyped one; opening the tables there
+    would create a catalog, an index and a warehouse just to back up nothing."""
+    amp_db = sqlite_file(settings.resolved_store_uri)
+    catalog = sqlite_file(settings.resolved_catalog_uri)
+    if not any(path is not None and path.exists() for path in (amp_db, catalog)):
+        raise BackupError(f"nothing to back up: no AMP cell store ({amp_db}) and no catalog "
+                          f"({catalog}); is --home / AMPUP_MEMORY_HOME right?")
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -157,6 +167,7 @@ class Report:
 def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
     """Write a backup of the embedded stores into ``dest`` (new or empty)."""
     _require_embedded(settings, "backup")
+    _require_stores(settings)
     step = step or (lambda what, n: None)
     if dest.exists() and any(dest.iterdir()):
         raise BackupError(f"{dest} is not empty; back up into a new folder")
@@ -205,6 +216,7 @@ def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
 def backup_steps(settings: Settings) -> int:
     """How many steps ``backup`` reports (for a progress bar's total)."""
     _require_embedded(settings, "backup")
+    _require_stores(settings)
     tables = MemoryTables.open(settings)
     try:
         return 1 + len(_locations(tables))
