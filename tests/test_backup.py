@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.memory_support import (
     ADMIN_TOKEN,
@@ -290,3 +291,29 @@ def test_a_backup_of_a_home_with_no_stores_is_refused(tmp_path: Path) -> None:
         assert "nothing to back up" in done.stderr and "sqlalche" not in done.stderr
         assert not (tmp_path / "bk").exists()
     assert not (tmp_path / "missing").exists() and not any(empty.iterdir())
+
+
+def test_a_backup_interrupted_midway_leaves_no_partial_folder(tmp_path: Path) -> None:
+    """Ctrl-C after the cells were copied left DEST with amp.db and no manifest: the same
+    command then refused DEST as not empty. The interrupt here is raised from the real
+    backup's own progress callback, at its first table."""
+    from ampup_memory.ops.backup import backup
+    from ampup_memory.settings import Settings
+
+    home = tmp_path / "home"
+    with serving(home, QUIET) as server:
+        mem = Memory(server.url)
+        assert mem.write(new_scope(), "one note").status_code == 201
+        mem.close()
+
+    def interrupt(what: str, n: int) -> None:
+        if what != "AMP cells":
+            raise KeyboardInterrupt
+
+    for dest in (tmp_path / "new", tmp_path / "made-empty"):
+        if dest.name == "made-empty":
+            dest.mkdir()
+        with pytest.raises(KeyboardInterrupt):
+            backup(Settings(home=home), dest, interrupt)
+        assert not dest.exists() or not any(dest.iterdir())
+        assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0

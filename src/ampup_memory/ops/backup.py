@@ -173,7 +173,24 @@ def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
         raise BackupError(f"{dest} is not empty; back up into a new folder")
     amp_db = sqlite_file(settings.resolved_store_uri)
     assert amp_db is not None
+    created = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
+    try:
+        return _backup_into(settings, amp_db, dest, step)
+    except BaseException:
+        # DEST was new or empty: a copy without its manifest is no backup, and left behind
+        # it made the same command refuse DEST as not empty.
+        for path in dest.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        if created:
+            dest.rmdir()
+        raise
+
+
+def _backup_into(settings: Settings, amp_db: Path, dest: Path, step: Step) -> Report:
     files: list[dict[str, Any]] = []
     if amp_db.exists():
         _sqlite_copy(amp_db, dest / "amp.db")

@@ -41,6 +41,8 @@ def ops_commands(settings_options: SettingsOptions,
                 report = ops.backup(settings, dest, lambda what, n: bar.advance(task, n))
         except ConfigurationError as exc:
             fail(str(exc))
+        except KeyboardInterrupt:
+            fail(f"backup interrupted; nothing of it is left in {dest}: run it again")
         click.echo(dumps(report.wire()))
 
     @click.command("restore")
