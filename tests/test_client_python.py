@@ -494,3 +494,19 @@ def test_sync_client_after_close(server: ServerProcess, agent: str, owner: str) 
     assert c.forget(cell["id"]) is True
     assert c.session.is_closed is False
     c.close()
+
+
+def test_listing_filters_take_one_value(client: AMPClient, owner: str) -> None:
+    """`list_memories(owner, status=["active", "stale"])` went out as two `status`
+    parameters; the server kept the last and the active cells were silently missing.
+    A listing filter is one value (search takes several); a list is a ValidationError."""
+    client.remember("listed", owner)
+    for kwargs in ({"status": ["active", "stale"]}, {"type": ["semantic"]}):
+        with pytest.raises(ValidationError) as invalid:
+            client.list_memories(owner, **kwargs)  # type: ignore[arg-type]
+        assert invalid.value.status_code is None
+        with pytest.raises(ValidationError):
+            list(client.iter_memories(owner, **kwargs))  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        client.list_page([owner])  # type: ignore[arg-type]
+    assert len(client.list_memories(owner, status="active")) == 1

@@ -278,12 +278,14 @@ class BaseClient:
         self, owner_id: str | None, type: str | None, status: str | None, limit: int, offset: int
     ) -> dict[str, str | int]:
         params: dict[str, str | int] = {"limit": limit, "offset": offset}
-        if owner_id is not None:
-            params["owner_id"] = owner_id
-        if type is not None:
-            params["type"] = type
-        if status is not None:
-            params["status"] = status
+        for name, value in (("owner_id", owner_id), ("type", type), ("status", status)):
+            if value is None:
+                continue
+            # A list would go out as repeated parameters, of which the server keeps the
+            # last: a silently different listing. (search takes several types and statuses.)
+            if not isinstance(value, str):
+                raise ValidationError(f"a listing takes one {name}, got {value!r}")
+            params[name] = value
         return params
 
     def _list_call(
