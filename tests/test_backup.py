@@ -317,3 +317,25 @@ def test_a_backup_interrupted_midway_leaves_no_partial_folder(tmp_path: Path) ->
             backup(Settings(home=home), dest, interrupt)
         assert not dest.exists() or not any(dest.iterdir())
         assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0
+
+
+def test_a_home_named_relatively_opens_from_anywhere(tmp_path: Path) -> None:
+    """`restore BK --home rel` (or any command with a relative home) wrote table metadata
+    paths relative to the working directory: the same home opened by its full path, or
+    from another directory, could not open its tables and `serve` stopped at start."""
+    import ampup_memory
+
+    good = _backup_of_one_scope(tmp_path)
+    source = str(Path(ampup_memory.__file__).parents[1])  # this checkout, from any cwd
+    done = subprocess.run(
+        [sys.executable, "-m", "ampup_memory.cli", "restore", str(good), "--home", "rel"],
+        env={**os.environ, **QUIET, "PYTHONPATH": source}, cwd=tmp_path,
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with serving(tmp_path / "rel", QUIET) as server:  # by its full path, from elsewhere
+        mem = Memory(server.url)
+        scopes = httpx.get(f"{server.url}/amp/v1/memories", headers=AGENT,
+                           params={"owner_id": "user_1"}).json()["results"]
+        assert [c["content"]["text"] for c in scopes] == ["a cell"]
+        assert mem.write(new_scope(), "after a relative restore").status_code == 201
+        mem.close()
