@@ -49,6 +49,11 @@ class AMPClient(BaseClient):
     def session(self) -> httpx.Client:
         """The HTTP session (an ``httpx.Client``), under the reference client's name, for
         calls this client does not wrap."""
+        return self._open()
+
+    def _open(self) -> httpx.Client:
+        if self._http.is_closed:  # usable after close(), as the async client and requests
+            self._http = httpx.Client(timeout=self.timeout)
         return self._http
 
     def close(self) -> None:
@@ -64,11 +69,10 @@ class AMPClient(BaseClient):
         self.close()
 
     def _send(self, call: Call[T]) -> T:
-        if self._http.is_closed:  # usable after close(), as the async client and requests
-            self._http = httpx.Client(timeout=self.timeout)
-        request = self._build(self._http, call)
+        http = self._open()
+        request = self._build(http, call)
         try:
-            response = self._http.send(request)
+            response = http.send(request)
         except httpx.HTTPError as exc:
             raise self._connection_error(exc) from exc
         return self._finish(call, response)
