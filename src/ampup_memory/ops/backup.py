@@ -321,9 +321,18 @@ def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str
             tables.ensure_namespace(namespace, layout)
             data: pa.Table = pq.read_table(_inside(src, f["path"]))
             if data.num_rows:
+                schema = layout[name]
+                unknown = [c for c in data.schema.names if c not in schema.names]
+                if unknown:  # dropping them would lose what a newer version wrote
+                    raise BackupError(f"{src}: {f['path']} has columns this version does "
+                                      f"not know ({', '.join(unknown)}); restore it with "
+                                      f"the version that made it ({manifest.get('version')})")
+                for field in schema:  # added since the backup: null, as on upgrade
+                    if field.name not in data.schema.names and field.nullable:
+                        data = data.append_column(field, pa.nulls(data.num_rows, field.type))
                 try:
-                    rows_here = data.cast(layout[name])
-                except (pa.ArrowException, ValueError) as exc:
+                    rows_here = data.select(schema.names).cast(schema)
+                except (pa.ArrowException, ValueError, KeyError) as exc:
                     raise BackupError(f"{src}: {f['path']} does not hold the rows of "
                                       f"{namespace}.{name} this version reads ({exc})") from exc
                 tables.append(tables.private(namespace, name), rows_here)
