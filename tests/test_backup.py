@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.memory_support import (
     ADMIN_TOKEN,
@@ -214,3 +216,174 @@ def test_a_backup_killed_mid_copy_frees_the_lease_within_one_lease(tmp_path: Pat
         child.kill()
         child.wait()
     wait_until_lease_free(home, env, time.monotonic())
+
+
+def _backup_of_one_scope(tmp_path: Path) -> Path:
+    home, dest = tmp_path / "home", tmp_path / "backup"
+    with serving(home, QUIET) as server:
+        mem = Memory(server.url)
+        assert mem.write(new_scope(), "one note").status_code == 201
+        mem.close()
+        with httpx.Client(base_url=server.url, headers=AGENT) as amp:
+            assert amp.post("/amp/v1/memories", json={
+                "type": "semantic", "content": {"text": "a cell"},
+                "identity": {"owner_id": "user_1", "owner_type": "user"}}).status_code == 201
+    assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0
+    return dest
+
+
+def test_a_damaged_manifest_is_one_error_line(tmp_path: Path) -> None:
+    """A manifest that is JSON but not a manifest's shape raised AttributeError / KeyError
+    from inside `restore`."""
+    dest = _backup_of_one_scope(tmp_path)
+    fresh = tmp_path / "fresh"
+    for text in ('[]', '"manifest"', '{"format": 1}', '{"format": 1, "files": {}}',
+                 '{"format": 1, "files": [{"path": "amp.db"}]}',
+                 '{"format": 1, "files": ["amp.db"]}'):
+        (dest / "manifest.json").write_text(text)
+        done = run_cli(fresh, QUIET, "restore", str(dest))
+        assert done.returncode == 2, (text, done.stderr)
+        assert "Traceback" not in done.stderr and "manifest" in done.stderr, (text, done.stderr)
+        assert not fresh.exists() or not any(fresh.iterdir())
+
+
+def test_a_restore_that_fails_midway_leaves_the_home_as_it_was(tmp_path: Path) -> None:
+    """A backup whose table rows do not fit this version's layout (checksums intact) failed
+    with pyarrow's traceback after amp.db, the catalog and part of the warehouse were
+    written, and the home then refused a second restore. Now: one error line, the home
+    as it was (its other files kept), and a restore of a good backup into it works."""
+    import hashlib
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    good = _backup_of_one_scope(tmp_path)
+    bad = tmp_path / "bad"
+    shutil.copytree(good, bad)
+    manifest = json.loads((bad / "manifest.json").read_text())
+    tables = [f for f in manifest["files"] if f["kind"] == "table"]
+    last = sorted(tables, key=lambda f: f["path"])[-1]  # restored after other tables
+    pq.write_table(pa.table({"not_a_column": [1, 2]}), bad / last["path"])
+    data = (bad / last["path"]).read_bytes()
+    last["bytes"], last["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    (bad / "manifest.json").write_text(json.dumps(manifest))
+
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "config.toml").write_text("# mine\n")
+    failed = run_cli(fresh, QUIET, "restore", str(bad))
+    assert failed.returncode == 2, failed.stderr
+    assert "Traceback" not in failed.stderr and last["path"] in failed.stderr, failed.stderr
+    assert sorted(p.name for p in fresh.iterdir()) == ["config.toml"]
+    restored = run_cli(fresh, QUIET, "restore", str(good))
+    assert restored.returncode == 0, restored.stderr
+
+
+def test_a_backup_of_a_home_with_no_stores_is_refused(tmp_path: Path) -> None:
+    """A mistyped home: missing, it failed with SQLAlchemy's message; existing but empty,
+    `backup` created a catalog, an index and a warehouse in it and wrote a backup of
+    nothing. Both are one line now, and nothing is written anywhere."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for home in (tmp_path / "missing", empty):
+        done = run_cli(home, QUIET, "backup", str(tmp_path / "bk"))
+        assert done.returncode == 2, done.stderr
+        assert "nothing to back up" in done.stderr and "sqlalche" not in done.stderr
+        assert not (tmp_path / "bk").exists()
+    assert not (tmp_path / "missing").exists() and not any(empty.iterdir())
+
+
+def test_a_backup_interrupted_midway_leaves_no_partial_folder(tmp_path: Path) -> None:
+    """Ctrl-C after the cells were copied left DEST with amp.db and no manifest: the same
+    command then refused DEST as not empty. The interrupt here is raised from the real
+    backup's own progress callback, at its first table."""
+    from ampup_memory.ops.backup import backup
+    from ampup_memory.settings import Settings
+
+    home = tmp_path / "home"
+    with serving(home, QUIET) as server:
+        mem = Memory(server.url)
+        assert mem.write(new_scope(), "one note").status_code == 201
+        mem.close()
+
+    def interrupt(what: str, n: int) -> None:
+        if what != "AMP cells":
+            raise KeyboardInterrupt
+
+    for dest in (tmp_path / "new", tmp_path / "made-empty"):
+        if dest.name == "made-empty":
+            dest.mkdir()
+        with pytest.raises(KeyboardInterrupt):
+            backup(Settings(home=home), dest, interrupt)
+        assert not dest.exists() or not any(dest.iterdir())
+        assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0
+
+
+def test_a_home_named_relatively_opens_from_anywhere(tmp_path: Path) -> None:
+    """`restore BK --home rel` (or any command with a relative home) wrote table metadata
+    paths relative to the working directory: the same home opened by its full path, or
+    from another directory, could not open its tables and `serve` stopped at start."""
+    import ampup_memory
+
+    good = _backup_of_one_scope(tmp_path)
+    source = str(Path(ampup_memory.__file__).parents[1])  # this checkout, from any cwd
+    done = subprocess.run(
+        [sys.executable, "-m", "ampup_memory.cli", "restore", str(good), "--home", "rel"],
+        env={**os.environ, **QUIET, "PYTHONPATH": source}, cwd=tmp_path,
+        capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with serving(tmp_path / "rel", QUIET) as server:  # by its full path, from elsewhere
+        mem = Memory(server.url)
+        scopes = httpx.get(f"{server.url}/amp/v1/memories", headers=AGENT,
+                           params={"owner_id": "user_1"}).json()["results"]
+        assert [c["content"]["text"] for c in scopes] == ["a cell"]
+        assert mem.write(new_scope(), "after a relative restore").status_code == 201
+        mem.close()
+
+
+def _rewrite_table(backup: Path, path: str, change: Any) -> None:
+    """Replace one table's rows in a backup by ``change(rows)``, its checksum updated."""
+    import hashlib
+
+    import pyarrow.parquet as pq
+
+    pq.write_table(change(pq.read_table(backup / path)), backup / path)
+    manifest = json.loads((backup / "manifest.json").read_text())
+    entry = next(f for f in manifest["files"] if f["path"] == path)
+    data = (backup / path).read_bytes()
+    entry["bytes"], entry["sha256"] = len(data), hashlib.sha256(data).hexdigest()
+    (backup / "manifest.json").write_text(json.dumps(manifest))
+
+
+def test_a_backup_made_before_a_column_was_added_restores(tmp_path: Path) -> None:
+    """Tables gain optional columns on upgrade (the ledger's `merged` came with branches),
+    but `restore` cast the backup's rows to this version's layout, which needs the same
+    columns: a backup taken before an upgrade failed to restore after it. A missing
+    optional column now reads as null, as an upgraded table's older rows do; a column this
+    version does not know (a backup by a newer version) is refused, never dropped."""
+    import pyarrow as pa
+
+    good = _backup_of_one_scope(tmp_path)
+    manifest = json.loads((good / "manifest.json").read_text())
+    namespace = next(f["namespace"] for f in manifest["files"]
+                     if f["kind"] == "table" and f["namespace"] != "memory_system")
+    scope = namespace.replace("__", "/")
+    older, newer = tmp_path / "older", tmp_path / "newer"
+    shutil.copytree(good, older)
+    shutil.copytree(good, newer)
+    ledger = "tables/memory_system/ledger.parquet"
+    _rewrite_table(older, ledger, lambda rows: rows.drop_columns(["merged"]))
+    _rewrite_table(newer, ledger, lambda rows: rows.append_column(
+        "from_the_future", pa.array(["x"] * rows.num_rows)))
+
+    refused = run_cli(tmp_path / "from-newer", QUIET, "restore", str(newer))
+    assert refused.returncode == 2 and "from_the_future" in refused.stderr, refused.stderr
+    answers = []
+    for name, backup in (("from-good", good), ("from-older", older)):
+        done = run_cli(tmp_path / name, QUIET, "restore", str(backup))
+        assert done.returncode == 0, done.stderr
+        with serving(tmp_path / name, QUIET) as server:
+            mem = Memory(server.url)
+            answers.append(mem.ledger(scope))
+            mem.close()
+    assert answers[0] == answers[1] and answers[0]

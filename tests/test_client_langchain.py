@@ -10,7 +10,7 @@ pytest.importorskip("langchain_core")
 
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage  # noqa: E402
 
-from ampup_memory.client import AMPClient  # noqa: E402
+from ampup_memory.client import AMPClient, ValidationError  # noqa: E402
 from ampup_memory.client.langchain import AMPChatMessageHistory, AMPMemory  # noqa: E402
 from tests.server_process import ServerProcess  # noqa: E402
 
@@ -100,3 +100,16 @@ def test_reference_conveniences(client: AMPClient, uid: str) -> None:
     assert [m.content for m in memory.messages] == ["Lisbon trip", "Noted."]
     with pytest.raises(TypeError):
         AMPMemory(client, f"user_{uid}", no_such_option=1)  # reaches the base class
+
+
+def test_search_messages_below_one_is_the_servers_422(client: AMPClient, uid: str) -> None:
+    """`search_messages(q, limit=0)` (or -1) answered one message: the page size was
+    raised to 1 and the first hit kept before the count was checked. A limit below one is
+    now the server's 422, as `recall(q, owner, limit=0)` is."""
+    history = AMPChatMessageHistory(client, f"user_{uid}")
+    history.add_message(HumanMessage(content="alpha order"))
+    for limit in (0, -1):
+        with pytest.raises(ValidationError) as invalid:
+            history.search_messages("alpha", limit=limit)
+        assert invalid.value.status_code == 422
+    assert [m.content for m in history.search_messages("alpha", limit=1)] == ["alpha order"]

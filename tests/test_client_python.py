@@ -398,3 +398,116 @@ def test_errors_keep_the_response(client: AMPClient, owner: str) -> None:
     response = invalid.value.response
     assert isinstance(response, httpx.Response) and response.status_code == 422
     assert response.json()["error"]["code"] == "VALIDATION_ERROR"
+
+
+# ---- arguments the server never sees as sent --------------------------------------------
+
+
+def test_one_pattern_as_a_string_is_one_pattern(server: ServerProcess, client: AMPClient,
+                                                owner: str) -> None:
+    """`readable_by="agent_billing_*"` was sent as fifteen one-letter patterns, one of
+    them `*`, which let every agent read (and, for `writable_by`, write) the cell."""
+    cell = client.remember("one pattern", owner, readable_by="agent_billing_*",
+                           writable_by="agent_billing_*")
+    assert cell["access_policy"]["readable_by"] == ["agent_billing_*"]
+    assert cell["access_policy"]["writable_by"] == ["agent_billing_*"]
+    with AMPClient(server.url, "agent_marketing") as marketing:
+        with pytest.raises(AccessDeniedError):
+            marketing.get_memory(cell["id"])
+    with AMPClient(server.url, "agent_billing_v1") as billing:
+        assert billing.get_memory(cell["id"])["id"] == cell["id"]
+
+
+async def test_async_one_pattern_as_a_string_is_one_pattern(server: ServerProcess,
+                                                            agent: str, owner: str) -> None:
+    async with AsyncAMPClient(server.url, agent) as c:
+        cell = await c.remember("one pattern", owner, readable_by="agent_billing_*")
+    assert cell["access_policy"]["readable_by"] == ["agent_billing_*"]
+    async with AsyncAMPClient(server.url, "agent_marketing") as marketing:
+        with pytest.raises(AccessDeniedError):
+            await marketing.get_memory(cell["id"])
+
+
+def _unsendable(c: AMPClient | AsyncAMPClient, owner: str) -> list[tuple[str, object]]:
+    """Calls whose arguments cannot go on the wire at all (each a fresh call or coroutine)."""
+    return [
+        ("NaN importance", lambda: c.remember("nan", owner, importance=float("nan"))),
+        ("infinite decay", lambda: c.remember("inf", owner, decay_rate=float("inf"))),
+        ("a set in metadata", lambda: c.remember("set", owner, metadata={"tags": {"a"}})),
+        ("an object in a PATCH", lambda: c.update("mem_x", content={"metadata": object()})),
+        ("no id", lambda: c.get_memory(None)),  # type: ignore[arg-type]
+        ("an empty id", lambda: c.forget("")),
+        ("a number as id", lambda: c.archive(7)),  # type: ignore[arg-type]
+    ]
+
+
+def test_unsendable_arguments_are_validation_errors(server: ServerProcess, agent: str,
+                                                    owner: str) -> None:
+    """They raised json's ValueError / TypeError, quote's TypeError or a UnicodeEncodeError
+    from inside the client; now the documented ValidationError, before anything is sent
+    (status_code None), and nothing is stored."""
+    with AMPClient(server.url, agent) as c:
+        for what, call in _unsendable(c, owner):
+            with pytest.raises(ValidationError) as invalid:
+                call()  # type: ignore[operator]
+            assert invalid.value.status_code is None, what
+            assert invalid.value.request is None and invalid.value.response is None, what
+        assert c.list_memories(owner) == []
+    with AMPClient(server.url, "agént") as accented:  # a header is ASCII
+        with pytest.raises(ValidationError) as invalid:
+            accented.list_memories(owner)
+        assert "ascii" in str(invalid.value).lower()
+    with AMPClient("http://[::1", agent) as broken:  # httpx.InvalidURL is no HTTPError
+        with pytest.raises(AMPConnectionError):
+            broken.list_memories(owner)
+
+
+async def test_async_unsendable_arguments_are_validation_errors(
+        server: ServerProcess, agent: str, owner: str) -> None:
+    for pooled in (True, False):  # inside `async with` and with a client per call
+        c = AsyncAMPClient(server.url, agent)
+        if pooled:
+            await c.__aenter__()
+        for what, call in _unsendable(c, owner):
+            with pytest.raises(ValidationError) as invalid:
+                await call()  # type: ignore[operator]
+            assert invalid.value.status_code is None, what
+        await c.aclose()
+    async with AsyncAMPClient(server.url, agent) as c:
+        assert await c.list_memories(owner) == []
+    async with AsyncAMPClient(server.url, "agént") as accented:
+        with pytest.raises(ValidationError):
+            await accented.list_memories(owner)
+    async with AsyncAMPClient("http://[::1", agent) as broken:
+        with pytest.raises(AMPConnectionError):
+            await broken.list_memories(owner)
+
+
+def test_sync_client_after_close(server: ServerProcess, agent: str, owner: str) -> None:
+    """A closed AMPClient raised httpx's RuntimeError on its next call; it now opens a new
+    session, as the async client (a client per call outside `async with`) and the
+    reference client's requests.Session do."""
+    with AMPClient(server.url, agent) as c:
+        cell = c.remember("before close", owner)
+    assert c.get_memory(cell["id"])["id"] == cell["id"]
+    c.close()
+    assert c.forget(cell["id"]) is True
+    c.close()
+    assert c.session.get(f"{server.url}/amp/v1/health").status_code == 200
+    c.close()
+
+
+def test_listing_filters_take_one_value(client: AMPClient, owner: str) -> None:
+    """`list_memories(owner, status=["active", "stale"])` went out as two `status`
+    parameters; the server kept the last and the active cells were silently missing.
+    A listing filter is one value (search takes several); a list is a ValidationError."""
+    client.remember("listed", owner)
+    for kwargs in ({"status": ["active", "stale"]}, {"type": ["semantic"]}):
+        with pytest.raises(ValidationError) as invalid:
+            client.list_memories(owner, **kwargs)  # type: ignore[arg-type]
+        assert invalid.value.status_code is None
+        with pytest.raises(ValidationError):
+            list(client.iter_memories(owner, **kwargs))  # type: ignore[arg-type]
+    with pytest.raises(ValidationError):
+        client.list_page([owner])  # type: ignore[arg-type]
+    assert len(client.list_memories(owner, status="active")) == 1

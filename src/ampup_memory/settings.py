@@ -581,7 +581,9 @@ class Settings(BaseSettings):
     @field_validator("home", "config", mode="after")
     @classmethod
     def _expand_home(cls, value: Path | None) -> Path | None:
-        return None if value is None else value.expanduser()
+        # Absolute: the catalog keeps each table's metadata location as a path built from
+        # the home, and a relative one only opens from the directory it was written in.
+        return None if value is None else value.expanduser().absolute()
 
     @field_validator(
         "store_uri",

@@ -73,10 +73,7 @@ class AsyncAMPClient(BaseClient):
         return self._finish(call, response)
 
     async def _exchange(self, http: httpx.AsyncClient, call: Call[Any]) -> httpx.Response:
-        return await http.request(
-            call.method, self._url(call.path), params=call.params, json=call.json,
-            headers=self.identity_headers(),
-        )
+        return await http.send(self._build(http, call))
 
     # ---- the reference client's methods ----------------------------------------------
 
@@ -86,11 +83,11 @@ class AsyncAMPClient(BaseClient):
         owner_id: str,
         type: str = "semantic",
         importance: float = 0.5,
-        readable_by: Sequence[str] | None = None,
+        readable_by: str | Sequence[str] | None = None,
         *,
         owner_type: str = "user",
         metadata: Mapping[str, Any] | None = None,
-        writable_by: Sequence[str] | None = None,
+        writable_by: str | Sequence[str] | None = None,
         public: bool | None = None,
         confidence: float | None = None,
         decay_rate: float | None = None,

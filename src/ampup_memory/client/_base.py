@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import httpx
 
-from ampup_memory.client.errors import AMPConnectionError, AMPError, error_for
+from ampup_memory.client.errors import AMPConnectionError, AMPError, ValidationError, error_for
 
 T = TypeVar("T")
 
@@ -57,6 +57,8 @@ def normalize_url(url: str) -> str:
 
 
 def _cell_path(memory_id: str) -> str:
+    if not isinstance(memory_id, str) or not memory_id:
+        raise ValidationError(f"memory_id must be a non-empty string, got {memory_id!r}")
     # Quoted as one path segment: an id can never walk to another route.
     return f"/memories/{quote(memory_id, safe='')}"
 
@@ -88,6 +90,12 @@ def _no_content(response: httpx.Response) -> bool:
 def _healthy(response: httpx.Response) -> bool:
     body = response.json()
     return isinstance(body, dict) and body.get("status") == "ok"
+
+
+def _patterns(patterns: str | Sequence[str]) -> list[str]:
+    # A str is a Sequence too: list("agent_*") would be one-letter patterns, "*" among them,
+    # granting every agent.
+    return [patterns] if isinstance(patterns, str) else list(patterns)
 
 
 def _statuses(status: str | Sequence[str] | None) -> list[str] | None:
@@ -140,6 +148,18 @@ class BaseClient:
     def _url(self, path: str) -> str:
         return self.server_url + path
 
+    def _build(self, http: httpx.Client | httpx.AsyncClient, call: Call[Any]) -> httpx.Request:
+        """The request for ``call``. Arguments that cannot go on the wire at all (NaN, a
+        set, an agent id that is not ASCII) are the caller's error, raised here, before
+        anything is sent, rather than as json's or httpx's own exceptions."""
+        try:
+            return http.build_request(call.method, self._url(call.path), params=call.params,
+                                      json=call.json, headers=self.identity_headers())
+        except httpx.InvalidURL as exc:
+            raise AMPConnectionError(f"invalid server URL {self.server_url!r}: {exc}") from exc
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
+            raise ValidationError(f"cannot send this request: {exc}") from exc
+
     @staticmethod
     def _connection_error(exc: httpx.HTTPError) -> AMPConnectionError:
         try:
@@ -168,11 +188,11 @@ class BaseClient:
         owner_id: str,
         type: str,
         importance: float,
-        readable_by: Sequence[str] | None,
+        readable_by: str | Sequence[str] | None,
         *,
         owner_type: str,
         metadata: Mapping[str, Any] | None,
-        writable_by: Sequence[str] | None,
+        writable_by: str | Sequence[str] | None,
         public: bool | None,
         confidence: float | None,
         decay_rate: float | None,
@@ -199,9 +219,9 @@ class BaseClient:
         }
         policy: dict[str, Any] = {}
         if readable_by is not None:
-            policy["readable_by"] = list(readable_by)
+            policy["readable_by"] = _patterns(readable_by)
         if writable_by is not None:
-            policy["writable_by"] = list(writable_by)
+            policy["writable_by"] = _patterns(writable_by)
         if public is not None:
             policy["public"] = public
         if policy:
@@ -258,12 +278,14 @@ class BaseClient:
         self, owner_id: str | None, type: str | None, status: str | None, limit: int, offset: int
     ) -> dict[str, str | int]:
         params: dict[str, str | int] = {"limit": limit, "offset": offset}
-        if owner_id is not None:
-            params["owner_id"] = owner_id
-        if type is not None:
-            params["type"] = type
-        if status is not None:
-            params["status"] = status
+        for name, value in (("owner_id", owner_id), ("type", type), ("status", status)):
+            if value is None:
+                continue
+            # A list would go out as repeated parameters, of which the server keeps the
+            # last: a silently different listing. (search takes several types and statuses.)
+            if not isinstance(value, str):
+                raise ValidationError(f"a listing takes one {name}, got {value!r}")
+            params[name] = value
         return params
 
     def _list_call(

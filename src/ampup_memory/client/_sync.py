@@ -49,6 +49,11 @@ class AMPClient(BaseClient):
     def session(self) -> httpx.Client:
         """The HTTP session (an ``httpx.Client``), under the reference client's name, for
         calls this client does not wrap."""
+        return self._open()
+
+    def _open(self) -> httpx.Client:
+        if self._http.is_closed:  # usable after close(), as the async client and requests
+            self._http = httpx.Client(timeout=self.timeout)
         return self._http
 
     def close(self) -> None:
@@ -64,11 +69,10 @@ class AMPClient(BaseClient):
         self.close()
 
     def _send(self, call: Call[T]) -> T:
+        http = self._open()
+        request = self._build(http, call)
         try:
-            response = self._http.request(
-                call.method, self._url(call.path), params=call.params, json=call.json,
-                headers=self.identity_headers(),
-            )
+            response = http.send(request)
         except httpx.HTTPError as exc:
             raise self._connection_error(exc) from exc
         return self._finish(call, response)
@@ -81,11 +85,11 @@ class AMPClient(BaseClient):
         owner_id: str,
         type: str = "semantic",
         importance: float = 0.5,
-        readable_by: Sequence[str] | None = None,
+        readable_by: str | Sequence[str] | None = None,
         *,
         owner_type: str = "user",
         metadata: Mapping[str, Any] | None = None,
-        writable_by: Sequence[str] | None = None,
+        writable_by: str | Sequence[str] | None = None,
         public: bool | None = None,
         confidence: float | None = None,
         decay_rate: float | None = None,

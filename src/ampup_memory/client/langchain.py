@@ -130,8 +130,9 @@ class AMPChatMessageHistory(BaseChatMessageHistory):
     def search_messages(self, query: str, limit: int = 5) -> list[BaseMessage]:
         """The turns most relevant to ``query``, best first."""
         found: list[BaseMessage] = []
+        # A limit below 1 goes to the server as the page size: its 422, as `recall` gets.
         for cell in self.client.iter_search(query, self.owner_id, types=["episodic"],
-                                            page_size=max(1, min(limit, 100))):
+                                            page_size=min(limit, 100)):
             if self._mine(cell):
                 found.append(_to_message(cell))
                 if len(found) >= limit:

@@ -20,6 +20,7 @@ rebuilds them.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -93,6 +94,16 @@ def _require_embedded(settings: Settings, verb: str) -> None:
                           + ". The search index is derived: `ampup-memory index rebuild`.")
 
 
+def _require_stores(settings: Settings) -> None:
+    """A home with neither cells nor tables is a mistyped one; opening the tables there
+    would create a catalog, an index and a warehouse just to back up nothing."""
+    amp_db = sqlite_file(settings.resolved_store_uri)
+    catalog = sqlite_file(settings.resolved_catalog_uri)
+    if not any(path is not None and path.exists() for path in (amp_db, catalog)):
+        raise BackupError(f"nothing to back up: no AMP cell store ({amp_db}) and no catalog "
+                          f"({catalog}); is --home / AMPUP_MEMORY_HOME right?")
+
+
 def _sha256(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as f:
@@ -156,12 +167,30 @@ class Report:
 def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
     """Write a backup of the embedded stores into ``dest`` (new or empty)."""
     _require_embedded(settings, "backup")
+    _require_stores(settings)
     step = step or (lambda what, n: None)
     if dest.exists() and any(dest.iterdir()):
         raise BackupError(f"{dest} is not empty; back up into a new folder")
     amp_db = sqlite_file(settings.resolved_store_uri)
     assert amp_db is not None
+    created = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
+    try:
+        return _backup_into(settings, amp_db, dest, step)
+    except BaseException:
+        # DEST was new or empty: a copy without its manifest is no backup, and left behind
+        # it made the same command refuse DEST as not empty.
+        for path in dest.iterdir():
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        if created:
+            dest.rmdir()
+        raise
+
+
+def _backup_into(settings: Settings, amp_db: Path, dest: Path, step: Step) -> Report:
     files: list[dict[str, Any]] = []
     if amp_db.exists():
         _sqlite_copy(amp_db, dest / "amp.db")
@@ -204,6 +233,7 @@ def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
 def backup_steps(settings: Settings) -> int:
     """How many steps ``backup`` reports (for a progress bar's total)."""
     _require_embedded(settings, "backup")
+    _require_stores(settings)
     tables = MemoryTables.open(settings)
     try:
         return 1 + len(_locations(tables))
@@ -211,14 +241,27 @@ def backup_steps(settings: Settings) -> int:
         tables.close()
 
 
+def _entry_ok(f: Any) -> bool:
+    if not isinstance(f, dict) or f.get("kind") not in ("amp", "table"):
+        return False
+    names = ("path", "sha256", "namespace", "table") if f["kind"] == "table" else (
+        "path", "sha256")
+    return all(isinstance(f.get(name), str) for name in names)
+
+
 def read_manifest(src: Path) -> dict[str, Any]:
     try:
         manifest = json.loads((src / MANIFEST).read_text())
     except (OSError, ValueError) as exc:
         raise BackupError(f"{src} is not a backup ({MANIFEST} unreadable: {exc})") from exc
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict):
+        raise BackupError(f"{src} is not a backup ({MANIFEST} is not a JSON object)")
+    if manifest.get("format") != FORMAT:
         raise BackupError(f"{src}: unknown backup format {manifest.get('format')!r}")
-    for f in manifest["files"]:
+    files = manifest.get("files")
+    if not isinstance(files, list) or not all(_entry_ok(f) for f in files):
+        raise BackupError(f"{src}: {MANIFEST} is damaged (its list of files is unreadable)")
+    for f in files:
         path = _inside(src, f["path"])
         if not path.is_file() or _sha256(path) != f["sha256"]:
             raise BackupError(f"{src}: {f['path']} is missing or damaged (checksum differs)")
@@ -278,14 +321,71 @@ def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str
             tables.ensure_namespace(namespace, layout)
             data: pa.Table = pq.read_table(_inside(src, f["path"]))
             if data.num_rows:
-                target = tables.private(namespace, name)
-                tables.append(target, data.cast(layout[name]))
+                schema = layout[name]
+                unknown = [c for c in data.schema.names if c not in schema.names]
+                if unknown:  # dropping them would lose what a newer version wrote
+                    raise BackupError(f"{src}: {f['path']} has columns this version does "
+                                      f"not know ({', '.join(unknown)}); restore it with "
+                                      f"the version that made it ({manifest.get('version')})")
+                for field in schema:  # added since the backup: null, as on upgrade
+                    if field.name not in data.schema.names and field.nullable:
+                        data = data.append_column(field, pa.nulls(data.num_rows, field.type))
+                try:
+                    rows_here = data.select(schema.names).cast(schema)
+                except (pa.ArrowException, ValueError, KeyError) as exc:
+                    raise BackupError(f"{src}: {f['path']} does not hold the rows of "
+                                      f"{namespace}.{name} this version reads ({exc})") from exc
+                tables.append(tables.private(namespace, name), rows_here)
             rows += data.num_rows
             step(f"{namespace}.{name}", 1)
     finally:
         tables.close()
-    return {"restored_from": str(src), "backup_created_at": manifest["created_at"],
+    return {"restored_from": str(src), "backup_created_at": manifest.get("created_at"),
             "rows": rows}
+
+
+def _written_by_restore(settings: Settings) -> set[Path]:
+    """What a restore may create: each SQLite store with the files named after it (``-wal``,
+    ``.keywords``, ``.graphs`` …) and whatever is in the warehouse folder."""
+    found: set[Path] = set()
+    for uri in (settings.resolved_store_uri, settings.resolved_catalog_uri,
+                settings.resolved_index_uri):
+        path = sqlite_file(uri)
+        if path is None or not path.parent.is_dir():
+            continue
+        found.update(p for p in path.parent.iterdir() if p.name == path.name
+                     or p.name.startswith((path.name + "-", path.name + ".")))
+    warehouse = Path(urlsplit(settings.resolved_warehouse).path)
+    if warehouse.is_dir():
+        found.update(warehouse.iterdir())
+    return found
+
+
+@contextmanager
+def undone_on_failure(settings: Settings) -> Iterator[None]:
+    """Around a whole restore (tables and index): when it fails or is interrupted, remove
+    what it wrote. A half-restored home served its cells without some tables, and refused
+    the next restore as not fresh; it only ever held what this restore put there."""
+    if _occupied(settings):  # restore refuses it; files appearing meanwhile are not ours
+        yield
+        return
+    home_existed = settings.home.exists()
+    warehouse = Path(urlsplit(settings.resolved_warehouse).path)
+    warehouse_existed = warehouse.exists()
+    before = _written_by_restore(settings)
+    try:
+        yield
+    except BaseException:
+        for path in _written_by_restore(settings) - before:
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+        for folder, existed in ((warehouse, warehouse_existed), (settings.home, home_existed)):
+            if not existed:
+                with contextlib.suppress(OSError):  # left when anything else is in it
+                    folder.rmdir()
+        raise
 
 
 def restore_steps(src: Path) -> int:

@@ -41,6 +41,8 @@ def ops_commands(settings_options: SettingsOptions,
                 report = ops.backup(settings, dest, lambda what, n: bar.advance(task, n))
         except ConfigurationError as exc:
             fail(str(exc))
+        except KeyboardInterrupt:
+            fail(f"backup interrupted; nothing of it is left in {dest}: run it again")
         click.echo(dumps(report.wire()))
 
     @click.command("restore")
@@ -58,12 +60,16 @@ def ops_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         try:
-            with progress() as bar:
-                task = bar.add_task("restoring", total=ops.restore_steps(src))
-                report = ops.restore(settings, src, lambda what, n: bar.advance(task, n))
+            with ops.undone_on_failure(settings):
+                with progress() as bar:
+                    task = bar.add_task("restoring", total=ops.restore_steps(src))
+                    report = ops.restore(settings, src, lambda what, n: bar.advance(task, n))
+                report["index"] = rebuild_index(settings)
         except ConfigurationError as exc:
             fail(str(exc))
-        report["index"] = rebuild_index(settings)
+        except KeyboardInterrupt:
+            fail(f"restore interrupted; what it had written into {settings.home} is removed: "
+                 "run it again")
         click.echo(dumps(report))
 
     @click.command("status")
