@@ -119,14 +119,18 @@ def memory_commands(settings_options: SettingsOptions,
     @click.option("--user", default="loader", show_default=True,
                   help="Who loads: the author in the ledger and the default reader.")
     @click.option("--batch-size", default=None, type=click.IntRange(1),
-                  help="Episodes per commit (default: the most one commit holds, 1000).")
+                  help="Episodes, then facts, per commit (default: the most one commit "
+                  "holds, 1000).")
     @click.option("--branch", default=None, help="Branch (default main).")
     @settings_options("common", "tables", "embedding")
     def load(path: Path, scope: str, acl: tuple[str, ...], user: str, batch_size: int | None,
              branch: str | None, **kwargs: Any) -> None:
         """Load a folder of text, Markdown and JSONL files, many episodes per commit.
 
-        Re-running it writes nothing new: episodes already held are skipped. Episodes
+        A JSONL line {"fact": {...}} is a fact as in POST /facts/batch, whose cites may
+        also name a corpus episode by "source" or "document"; facts are written after the
+        episodes. Re-running it writes nothing new: episodes and facts already held are
+        skipped. Episodes
         without an ACL of their own are readable by the loading user only, unless --acl
         says otherwise. Prints the counts as JSON; files not loaded are counted by kind.
         """
