@@ -399,7 +399,10 @@ class MemoryService:
             typed = schema_at(self.index, str(scope), segs, utcnow())
             cited = self.readable_episodes(principal, str(scope), segs,
                                            {c.episode for f in items for c in f.cites})
-            units_of: dict[str, list[Unit]] = {}
+            # The cited bodies in one read, not one per episode (two thirds of a
+            # thousand-fact batch's check went to those reads).
+            bodies = self.index.bodies(str(scope), {r.body_ref for r in cited.values()})
+            units_of = {r.id: _units(r, bodies.get(r.body_ref, "")) for r in cited.values()}
             checked = []
             for n, item in enumerate(items):
                 where: list[str | int] = ["facts", n] if loc is None else list(loc)
@@ -465,9 +468,7 @@ class MemoryService:
                 raise field_error([*loc, "cites", i, "episode"], "no such episode",
                                   "episode_unknown")
             if rec.id not in units_of:
-                etype = by_name(rec.type)
-                body = self.index.body(str(scope), rec.body_ref) or ""
-                units_of[rec.id] = etype.units(body) if etype else []
+                units_of[rec.id] = _units(rec, self.index.body(str(scope), rec.body_ref) or "")
             ep_units = units_of[rec.id]
             if cite.unit > len(ep_units):
                 raise field_error([*loc, "cites", i, "unit"],
@@ -795,6 +796,11 @@ def _conflict(conflicts: list[dict[str, Any]], batch: bool) -> Conflict:
         message = f"Episode {first['id']} already exists; a write never changes a held episode."
     return Conflict(message, details={"conflicts": conflicts} if batch else
                     {k: v for k, v in first.items() if k != "index"})
+
+
+def _units(rec: EpisodeRecord, body: str) -> list[Unit]:
+    etype = by_name(rec.type)
+    return etype.units(body) if etype else []
 
 
 def _fact_key(f: FactRecord) -> tuple[Any, ...]:
