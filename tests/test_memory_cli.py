@@ -50,12 +50,14 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
     first = cli_in_process(home, QUIET, *args)
     assert first.returncode == 1, first.stderr  # one bad line is reported, the rest loaded
     counts = json.loads(first.stdout)
-    assert counts == {"created": 111, "existing": 0, "conflict": 0, "invalid": 2, "commits": 3,
-                      "skipped_files": {}}
+    assert counts == {"created": 111, "existing": 0, "conflict": 0, "invalid": 2,
+                      "facts_created": 0, "facts_existing": 0, "facts_invalid": 0,
+                      "commits": 3, "skipped_files": {}}
     assert "feed.jsonl:83" in first.stderr and "feed.jsonl:41" in first.stderr
     second = json.loads(cli_in_process(home, QUIET, *args).stdout)
-    assert second == {"created": 0, "existing": 111, "conflict": 0, "invalid": 2, "commits": 0,
-                      "skipped_files": {}}
+    assert second == {"created": 0, "existing": 111, "conflict": 0, "invalid": 2,
+                      "facts_created": 0, "facts_existing": 0, "facts_invalid": 0,
+                      "commits": 0, "skipped_files": {}}
 
     with serving(home, QUIET) as proc:
         m = Memory(proc.url, user="loader")  # no --acl: readable by the loader alone

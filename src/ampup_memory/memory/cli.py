@@ -23,7 +23,8 @@ from ampup_memory.memory.acl import require_id
 from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
-    from ampup_memory.memory.load import Item
+    from ampup_memory.memory.facts import FactIn
+    from ampup_memory.memory.load import CiteTargets, Item
     from ampup_memory.memory.service import MemoryService
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -118,20 +119,24 @@ def memory_commands(settings_options: SettingsOptions,
     @click.option("--user", default="loader", show_default=True,
                   help="Who loads: the author in the ledger and the default reader.")
     @click.option("--batch-size", default=None, type=click.IntRange(1),
-                  help="Episodes per commit (default: the most one commit holds, 1000).")
+                  help="Episodes, then facts, per commit (default: the most one commit "
+                  "holds, 1000).")
     @click.option("--branch", default=None, help="Branch (default main).")
     @settings_options("common", "tables", "embedding")
     def load(path: Path, scope: str, acl: tuple[str, ...], user: str, batch_size: int | None,
              branch: str | None, **kwargs: Any) -> None:
         """Load a folder of text, Markdown and JSONL files, many episodes per commit.
 
-        Re-running it writes nothing new: episodes already held are skipped. Episodes
+        A JSONL line {"fact": {...}} is a fact as in POST /facts/batch, whose cites may
+        also name a corpus episode by "source" or "document"; facts are written after the
+        episodes. Re-running it writes nothing new: episodes and facts already held are
+        skipped. Episodes
         without an ACL of their own are readable by the loading user only, unless --acl
         says otherwise. Prints the counts as JSON; files not loaded are counted by kind.
         """
         from ampup_memory.memory.acl import own_acl
         from ampup_memory.memory.episodes import MAX_BATCH
-        from ampup_memory.memory.load import read_corpus
+        from ampup_memory.memory.load import CiteTargets, read_corpus
         from ampup_memory.memory.scopes import parse_scope
 
         if batch_size is not None and batch_size > MAX_BATCH:
@@ -146,28 +151,40 @@ def memory_commands(settings_options: SettingsOptions,
         skipped: Counter[str] = Counter()
         items = list(read_corpus(path, list(acl) or own_acl(user), skipped))
         counts: dict[str, Any] = {"created": 0, "existing": 0, "conflict": 0, "invalid": 0,
-                                  "commits": 0}
+                                  "facts_created": 0, "facts_existing": 0,
+                                  "facts_invalid": 0, "commits": 0}
         problems: list[str] = []
+        targets = CiteTargets()
         from ampup_memory.search.feed import attached_feed  # loads the embedder: only here
 
         with _service(settings) as svc, attached_feed(settings, svc), \
                 _progress() as progress:
             task = progress.add_task("loading", total=len(items))
             batch: list[Item] = []
+            facts: list[Item] = []
             for item in items:
+                if item.fact is not None:
+                    facts.append(item)  # after every episode: they may cite any of them
+                    continue
                 if item.episode is None:
                     problems.append(f"{item.where}: {item.error}")
-                    counts["invalid"] += 1
+                    counts["facts_invalid" if item.is_fact else "invalid"] += 1
                     progress.advance(task)
                     continue
                 batch.append(item)
                 if len(batch) >= batch_size:
-                    _write_valid(svc, user, scope, branch, batch, counts, problems)
+                    _write_valid(svc, user, scope, branch, batch, counts, problems, targets)
                     progress.advance(task, len(batch))
                     batch = []
             if batch:
-                _write_valid(svc, user, scope, branch, batch, counts, problems)
+                _write_valid(svc, user, scope, branch, batch, counts, problems, targets)
                 progress.advance(task, len(batch))
+            if facts:
+                _order_documents(svc, user, scope, branch, targets)
+            for start in range(0, len(facts), batch_size):
+                chunk = facts[start:start + batch_size]
+                _post_facts(svc, user, scope, branch, chunk, targets, counts, problems)
+                progress.advance(task, len(chunk))
         for line in problems[:50]:
             click.echo(f"{click.style('skipped', fg='yellow')} {line}", err=True)
         if len(problems) > 50:
@@ -176,7 +193,7 @@ def memory_commands(settings_options: SettingsOptions,
             click.echo(_skipped_line(skipped), err=True)
         counts["skipped_files"] = dict(sorted(skipped.items()))
         click.echo(dumps(counts))
-        if counts["invalid"]:
+        if counts["invalid"] or counts["facts_invalid"]:
             sys.exit(1)
 
     @click.command("close")
@@ -363,19 +380,20 @@ def _valid(item: Item, problems: list[str]) -> bool:
 
 
 def _write_valid(svc: MemoryService, user: str, scope: str, branch: str | None,
-                 batch: list[Item], counts: dict[str, int], problems: list[str]) -> None:
+                 batch: list[Item], counts: dict[str, int], problems: list[str],
+                 targets: CiteTargets) -> None:
     """Write a batch; only when it is refused as invalid, check its episodes one by one
     and write the valid ones, so one bad record never sinks its whole batch. (Checking
     every episode first prepared each one twice: a sixth of a load's time.)"""
     try:
-        _write(svc, user, scope, branch, batch, counts, problems)
+        _write(svc, user, scope, branch, batch, counts, problems, targets)
         return
     except ValidationFailed:
         pass
     valid = [item for item in batch if _valid(item, problems)]
     counts["invalid"] += len(batch) - len(valid)
     if valid:
-        _write(svc, user, scope, branch, valid, counts, problems)
+        _write(svc, user, scope, branch, valid, counts, problems, targets)
 
 
 def _unclaimed(item: Item) -> bool:
@@ -386,15 +404,20 @@ def _unclaimed(item: Item) -> bool:
 
 
 def _write(svc: MemoryService, user: str, scope: str, branch: str | None, batch: list[Item],
-           counts: dict[str, Any], problems: list[str]) -> None:
+           counts: dict[str, Any], problems: list[str], targets: CiteTargets) -> None:
     from ampup_memory.memory.episode_types import DOC
 
     episodes = [i.episode for i in batch if i.episode is not None]
     result = svc.write_episodes(user, scope, branch, episodes, on_conflict="skip",
                                 unclaimed=DOC)
     counts["commits"] += result.commit is not None
-    for _id, status in result.episodes:
+    for item, (episode_id, status) in zip(batch, result.episodes, strict=True):
         counts[status] += 1
+        assert item.episode is not None
+        if status == "conflict":
+            targets.not_loaded(item.episode)
+        else:
+            targets.add(item.episode, episode_id)
     for conflict in result.conflicts:
         where = batch[conflict["index"]].where
         fields = conflict.get("fields")
@@ -405,3 +428,59 @@ def _write(svc: MemoryService, user: str, scope: str, branch: str | None, batch:
         else:
             problems.append(f"{where}: held already, in an episode you may not read; a load "
                             "never rewrites one")
+
+
+def _order_documents(svc: MemoryService, user: str, scope: str, branch: str | None,
+                     targets: CiteTargets) -> None:
+    """Tell ``targets`` when each version of a document the corpus wrote more than once
+    occurred (as held: a line without ``occurred_at`` took its first write's time)."""
+    ids = targets.versioned()
+    if not ids:
+        return
+    view = svc.view(scope, branch)
+    held = svc.readable_episodes(svc.principal(user), str(view.scope), view.segments, ids)
+    targets.order({i: rec.occurred_at for i, rec in held.items()})
+
+
+def _post_facts(svc: MemoryService, user: str, scope: str, branch: str | None,
+                chunk: list[Item], targets: CiteTargets, counts: dict[str, Any],
+                problems: list[str]) -> None:
+    """Post a chunk of corpus facts in one commit, as ``POST /facts/batch`` would, skipping
+    those held already. Refused as a whole for one bad fact, it is posted again without
+    that one (listed), until the rest is written: one bad fact among a thousand costs one
+    more check, not a thousand commits."""
+    from ampup_memory.memory.load import fact_error
+
+    ready: list[tuple[Item, FactIn]] = []
+    for item in chunk:
+        assert item.fact is not None
+        try:
+            ready.append((item, targets.resolve(item.fact)))
+        except ValidationFailed as exc:
+            problems.append(f"{item.where}: {fact_error(exc)}")
+            counts["facts_invalid"] += 1
+    while ready:
+        try:
+            ids, entry = svc.post_new_facts(user, scope, branch, [f for _, f in ready])
+        except ValidationFailed as exc:
+            refused = _refused_fact(exc, len(ready))
+            if refused is None:
+                raise  # not one fact's fault (the branch, say): the load stops, as for episodes
+            n, loc = refused
+            problems.append(f"{ready.pop(n)[0].where}: {fact_error(exc, loc)}")
+            counts["facts_invalid"] += 1
+            continue
+        counts["commits"] += entry is not None
+        counts["facts_created"] += sum(i is not None for i in ids)
+        counts["facts_existing"] += sum(i is None for i in ids)
+        return
+
+
+def _refused_fact(exc: ValidationFailed, count: int) -> tuple[int, list[str | int]] | None:
+    """Which fact of a batch of ``count`` refused it (its error's ``facts.<n>``), and that
+    error's place within the fact as a corpus line tells it (``fact.quote``)."""
+    errors = exc.details.get("errors") or []
+    loc = list(errors[0].get("loc", [])) if errors else []
+    if len(loc) >= 2 and loc[0] == "facts" and isinstance(loc[1], int) and 0 <= loc[1] < count:
+        return loc[1], ["fact", *loc[2:]]
+    return None

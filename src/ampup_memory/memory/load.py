@@ -1,7 +1,9 @@
-"""Reading a corpus folder into episodes for ``ampup-memory load``.
+"""Reading a corpus folder into episodes and facts for ``ampup-memory load``.
 
 Text and Markdown files are one episode each (a version of the document named by its path);
-JSONL files hold one episode per line. Sources no episode type claims are read as ``doc``.
+JSONL files hold one episode per line, or one fact (a line ``{"fact": {...}}``, an item of
+``POST /facts/batch`` whose cites may also name an episode of the corpus by its source or
+its document: :class:`CiteTargets`). Sources no episode type claims are read as ``doc``.
 """
 
 from __future__ import annotations
@@ -14,12 +16,45 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ampup_memory.memory.episodes import EpisodeIn
+from ampup_memory.errors import ValidationFailed, field_error
+from ampup_memory.memory.episodes import EPISODE_ID_PATTERN, MAX_SOURCE, EpisodeIn
+from ampup_memory.memory.facts import FactIn
+from ampup_memory.web.body import JsonInt
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".text"}
 JSONL_SUFFIXES = {".jsonl", ".ndjson"}
+
+
+class CorpusCite(BaseModel):
+    """A cite of a corpus fact: an episode by id (any of the scope, as the API takes it),
+    or by the source or document key of an episode this corpus loads."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    episode: str | None = Field(default=None, pattern=EPISODE_ID_PATTERN)
+    source: str | None = Field(default=None, min_length=1, max_length=MAX_SOURCE)
+    document: str | None = Field(default=None, min_length=1, max_length=512)
+    unit: JsonInt = Field(ge=1, le=2**31 - 1)
+
+    @model_validator(mode="after")
+    def _one_name(self) -> CorpusCite:
+        if sum(x is not None for x in (self.episode, self.source, self.document)) != 1:
+            raise ValueError("name the episode by one of episode, source or document")
+        return self
+
+
+class CorpusFact(FactIn):
+    # FactIn's fields and rules, with cites that may name corpus episodes (resolved to
+    # FactIn's cites by CiteTargets once the episodes are written).
+    cites: list[CorpusCite] = Field(min_length=1, max_length=32)  # type: ignore[assignment]
+
+
+class FactLine(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    fact: CorpusFact
 
 
 @dataclass(frozen=True)
@@ -27,6 +62,8 @@ class Item:
     where: str  # file (and line) for messages
     episode: EpisodeIn | None
     error: str | None = None
+    fact: CorpusFact | None = None
+    is_fact: bool = False  # a fact line, read (``fact``) or refused (``error``)
 
 
 def corpus_files(path: Path, skipped: Counter[str] | None = None) -> list[Path]:
@@ -96,6 +133,9 @@ def _jsonl(path: Path, rel: str, acl: list[str]) -> Iterator[Item]:
         if not isinstance(data, dict):
             yield Item(where, None, "each line must be a JSON object")
             continue
+        if "fact" in data:
+            yield _fact_item(where, data)
+            continue
         body = data.pop("body", None) or data.pop("text", None)
         record: dict[str, Any] = {"source": f"doc:{rel}#{n}", "acl": acl, **data, "body": body}
         yield _item(where, record)
@@ -105,6 +145,98 @@ def _item(where: str, record: dict[str, Any]) -> Item:
     try:
         return Item(where, EpisodeIn.model_validate(record))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first.get("loc", ()))
-        return Item(where, None, f"{loc}: {first.get('msg')}")
+        return Item(where, None, _first_error(exc.errors()))
+
+
+def _fact_item(where: str, data: dict[str, Any]) -> Item:
+    try:
+        return Item(where, None, fact=FactLine.model_validate(data).fact, is_fact=True)
+    except ValidationError as exc:
+        return Item(where, None, _first_error(exc.errors()), is_fact=True)
+
+
+def _first_error(errors: Any) -> str:
+    """``loc: msg`` of the first error (pydantic's or ``details.errors``)."""
+    first = errors[0] if errors else {}
+    loc = ".".join(str(p) for p in first.get("loc", ()))
+    return f"{loc}: {first.get('msg')}" if loc else str(first.get("msg"))
+
+
+def fact_error(exc: ValidationFailed, loc: list[str | int] | None = None) -> str:
+    """A refused fact as one line, the way a bad line of the corpus is told; ``loc``
+    replaces the error's own (a batch's ``facts.<n>.quote`` told as ``fact.quote``)."""
+    errors = exc.details.get("errors") or []
+    if not errors:
+        return exc.message
+    first = dict(errors[0])
+    if loc is not None:
+        first["loc"] = loc
+    return _first_error([first])
+
+
+class CiteTargets:
+    """The episodes this corpus wrote (or found held alike), by source and by document:
+    what a corpus fact's cite by ``source`` or ``document`` names. A document's newest
+    version is the one with the latest ``occurred_at``, then the later in the corpus, as
+    GET /documents orders versions."""
+
+    def __init__(self) -> None:
+        self._by_source: dict[str, set[str]] = {}
+        self._by_document: dict[str, list[str]] = {}  # in corpus order
+        self._not_loaded: set[tuple[str, str]] = set()  # ("source" | "document", name)
+        self._newest: dict[str, str] = {}
+
+    def add(self, episode: EpisodeIn, episode_id: str) -> None:
+        self._by_source.setdefault(episode.source, set()).add(episode_id)
+        if episode.document is not None:
+            self._by_document.setdefault(episode.document, []).append(episode_id)
+
+    def not_loaded(self, episode: EpisodeIn) -> None:
+        """A line the load kept out (held otherwise): a cite of it says so."""
+        self._not_loaded.add(("source", episode.source))
+        if episode.document is not None:
+            self._not_loaded.add(("document", episode.document))
+
+    def versioned(self) -> set[str]:
+        """Ids of the versions of documents written more than once: their order needs
+        their ``occurred_at`` (:meth:`order`)."""
+        return {i for ids in self._by_document.values() if len(set(ids)) > 1 for i in ids}
+
+    def order(self, occurred_at: dict[str, datetime]) -> None:
+        for doc, ids in self._by_document.items():
+            ranked = [(occurred_at.get(i, _EPOCH), n, i) for n, i in enumerate(ids)]
+            self._newest[doc] = max(ranked)[2]
+
+    def resolve(self, fact: CorpusFact) -> FactIn:
+        """The fact with every cite naming its episode by id; a cite naming a source or
+        document the corpus did not load is a ValidationFailed at that cite."""
+        cites = []
+        for i, cite in enumerate(fact.cites):
+            cites.append({"episode": self._episode(cite, ["fact", "cites", i]),
+                          "unit": cite.unit})
+        data = fact.model_dump(exclude={"cites"}, exclude_unset=True)
+        return FactIn.model_validate({**data, "cites": cites})
+
+    def _episode(self, cite: CorpusCite, loc: list[str | int]) -> str:
+        if cite.episode is not None:
+            return cite.episode
+        if cite.source is not None:
+            kind, name, ids = "source", cite.source, sorted(self._by_source.get(cite.source, ()))
+        else:
+            assert cite.document is not None
+            kind, name = "document", cite.document
+            versions = self._by_document.get(name, [])
+            ids = [self._newest.get(name, versions[-1])] if versions else []
+        if len(ids) == 1:
+            return ids[0]
+        if ids:
+            raise field_error([*loc, kind], f"{len(ids)} episodes of this corpus have source "
+                              f"{name!r}: cite one by episode id", "cite_ambiguous")
+        if (kind, name) in self._not_loaded:
+            raise field_error([*loc, kind], f"the episode with {kind} {name!r} was not "
+                              "loaded (see its line)", "cite_not_loaded")
+        raise field_error([*loc, kind], f"no episode of this corpus has {kind} {name!r}",
+                          "cite_unknown")
+
+
+_EPOCH = datetime.min.replace(tzinfo=UTC)
