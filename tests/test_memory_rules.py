@@ -4,6 +4,7 @@ on a SQLite catalog and on a PostgreSQL catalog."""
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -137,6 +138,8 @@ def test_crash_between_rows_and_ledger_leaves_nothing_visible(
         done = run_cli(home, env, "maintenance", "--orphan-grace", "0s")
         assert done.returncode == 0, done.stderr
         assert '"orphan_rows": 1' in done.stdout.split(f'"{namespace}.episodes"')[1]
+        tables = len(json.loads(done.stdout)["tables"])  # one tick of the bar per table
+        assert "maintenance" in done.stderr and f"{tables}/{tables}" in done.stderr
         rows = catalog(home, env).load_table((namespace, "episodes")).scan().to_arrow()
         held = [r for r in rows.to_pylist() if r["id"] == lost]
         assert [r["commit_id"] for r in held] == [ledger[0]["id"]]

@@ -264,9 +264,14 @@ def memory_commands(settings_options: SettingsOptions,
         settings = settings_from(kwargs)
         grace = (parse_duration(orphan_grace) if orphan_grace is not None
                  else timedelta(seconds=settings.memory_orphan_grace_seconds))
-        with _service(settings) as svc:
+        with _service(settings) as svc, _progress() as progress:
             only = parse_scope(scope, "--scope") if scope else None
-            report: dict[str, Any] = {"tables": svc.maintain(only, grace)}
+            task = progress.add_task("maintenance", total=None)
+
+            def table_done(total: int) -> None:
+                progress.update(task, total=total, advance=1)
+
+            report: dict[str, Any] = {"tables": svc.maintain(only, grace, table_done)}
             if rebuild_index:
                 report["index_rebuilt_commits"] = svc.sync.rebuild()
             click.echo(dumps(report, indent=2))

@@ -637,19 +637,22 @@ class MemoryService:
 
     # -- maintenance ----------------------------------------------------------------------------
     def maintain(self, scope: Scope | None = None, grace: timedelta = ORPHAN_GRACE,
-                 ) -> dict[str, dict[str, Any]]:
+                 done: Callable[[int], None] | None = None) -> dict[str, dict[str, Any]]:
         """Orphan rows, compaction, snapshot expiry and orphan files on every table (or on
-        one scope's and the system tables)."""
+        one scope's and the system tables). ``done(total)`` is called after each table
+        (a progress bar's tick)."""
         self.sync.ledger_table()
         committed = self.index.known_commits()
         report: dict[str, dict[str, Any]] = {}
-        for namespace, name in self.tables.all_tables():
-            if scope is not None and namespace not in (scope.namespace, SYSTEM_NAMESPACE):
-                continue
+        tables = [(namespace, name) for namespace, name in self.tables.all_tables()
+                  if scope is None or namespace in (scope.namespace, SYSTEM_NAMESPACE)]
+        for namespace, name in tables:
             table = self.tables.private(namespace, name)
             rows = committed if namespace != SYSTEM_NAMESPACE else None
             report[f"{namespace}.{name}"] = full_pass(
                 table, committed=rows, grace=grace, protected=self.protected).wire()
+            if done is not None:
+                done(len(tables))
         return report
 
     def maintain_if_free(self, grace: timedelta, holder: str,
