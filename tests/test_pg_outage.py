@@ -15,6 +15,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import httpx
 import pytest
 
+from ampup_memory.client import AMPClient, ServerError
 from tests.memory_support import QUIET
 from tests.pg import PostgresFactory
 from tests.s3 import TcpOutage
@@ -99,6 +100,11 @@ def test_the_database_down_gives_503s_and_the_server_recovers(
         began = time.monotonic()
         _unavailable(c.get(f"/amp/v1/memories/{cell}", headers=AGENT))
         assert time.monotonic() - began < 20
+        # The Python client hands the wait on: ServerError.retry_after, as a 429's.
+        with AMPClient(proc.url, agent_id=AGENT["X-AMP-Agent-ID"]) as client:
+            with pytest.raises(ServerError) as refused:
+                client.get_memory(cell)
+        assert (refused.value.status_code, refused.value.retry_after) == (503, 5.0)
 
         relay.up()  # served again at once: pooled connections are checked before use
         r = _write(c, 2)

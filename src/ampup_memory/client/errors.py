@@ -45,6 +45,18 @@ class AMPError(Exception):
         self.request = request
         self.response = response
 
+    @property
+    def retry_after(self) -> float | None:
+        """Seconds the server asked to wait before trying again (``Retry-After``, or the
+        error's ``retry_after_seconds``): a 429's, and a 503's while storage is down."""
+        header = self.response.headers.get("retry-after") if self.response is not None else None
+        for value in (header, self.details.get("retry_after_seconds")):
+            try:
+                return float(value) if value is not None else None
+            except (TypeError, ValueError):
+                continue
+        return None
+
 
 class AMPConnectionError(AMPError):
     """The request never got an HTTP answer."""
@@ -82,19 +94,10 @@ class ValidationError(AMPError):
 class RateLimitedError(AMPError):
     """429: too many scoring PATCHes on one cell; retry after ``retry_after`` seconds."""
 
-    @property
-    def retry_after(self) -> float | None:
-        header = self.response.headers.get("retry-after") if self.response is not None else None
-        for value in (header, self.details.get("retry_after_seconds")):
-            try:
-                return float(value) if value is not None else None
-            except (TypeError, ValueError):
-                continue
-        return None
-
 
 class ServerError(AMPError):
-    """5xx: the server failed or is temporarily unavailable."""
+    """5xx: the server failed or is temporarily unavailable (a 503 says for how long in
+    ``retry_after``)."""
 
 
 _BY_STATUS: dict[int, type[AMPError]] = {
