@@ -258,3 +258,38 @@ def test_principal_show_checks_the_id_and_errors_read_as_lines(tmp_path: Path) -
     assert closed.stderr.strip().splitlines() == [
         "error: VALIDATION_ERROR: Request validation failed; at entity: must hold a "
         "character other than white space"]
+
+
+def test_relative_table_uris_open_from_anywhere(tmp_path: Path) -> None:
+    """A relative SQLite catalog or index file and a relative file:// warehouse are made
+    absolute when read, as the home is: tables loaded from one directory open from any
+    other (their metadata locations were relative to the loader's working directory)."""
+    import os
+    import subprocess
+    import sys
+
+    import ampup_memory
+
+    work, scope = tmp_path / "work", new_scope()
+    (work / "corpus").mkdir(parents=True)
+    (work / "corpus" / "note.md").write_text("The Lisbon office opens in May.\n")
+    relative = {"AMPUP_MEMORY_CATALOG_URI": "sqlite:///catalog.db",
+                "AMPUP_MEMORY_INDEX_URI": "sqlite:///index.db",
+                "AMPUP_MEMORY_WAREHOUSE": "file://warehouse"}
+    source = str(Path(ampup_memory.__file__).parents[1])  # this checkout, from any cwd
+    done = subprocess.run(
+        [sys.executable, "-m", "ampup_memory.cli", "load", "corpus", "--scope", scope,
+         "--acl", "*"],
+        env={**os.environ, **QUIET, **relative, "PYTHONPATH": source,
+             "AMPUP_MEMORY_HOME": str(tmp_path / "home")},
+        cwd=work, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["created"] == 1
+    absolute = {"AMPUP_MEMORY_CATALOG_URI": f"sqlite:///{work / 'catalog.db'}",
+                "AMPUP_MEMORY_INDEX_URI": f"sqlite:///{work / 'index.db'}",
+                "AMPUP_MEMORY_WAREHOUSE": f"file://{work / 'warehouse'}"}
+    with serving(tmp_path / "home", {**QUIET, **absolute}) as server:  # another cwd
+        m = Memory(server.url)
+        listed = m.http.get("/episodes", params={"scope": scope}).json()["episodes"]
+        assert [e["source"] for e in listed] == ["doc:note.md"]
+        m.close()

@@ -585,6 +585,20 @@ class Settings(BaseSettings):
         # the home, and a relative one only opens from the directory it was written in.
         return None if value is None else value.expanduser().absolute()
 
+    @field_validator("store_uri", "index_uri", "catalog_uri", "warehouse", mode="after")
+    @classmethod
+    def _local_paths_absolute(cls, value: str | None) -> str | None:
+        # As the home: a relative file in an SQLite URI or a file:// warehouse is written
+        # into the catalog's metadata locations, which then open only from that directory.
+        if value is None:
+            return None
+        for scheme in ("sqlite:///", "file://"):
+            if value.startswith(scheme):
+                rest, sep, query = value[len(scheme):].partition("?")
+                if rest and not rest.startswith("/") and rest != ":memory:":
+                    return f"{scheme}{Path(rest).expanduser().absolute()}{sep}{query}"
+        return value
+
     @field_validator(
         "store_uri",
         "index_uri",
