@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -165,6 +166,17 @@ def test_a_named_window_ranks_its_facts_first(api: httpx.Client) -> None:
     # ann sees two current Acme facts stated on March 4; none holds only on the 20th for her,
     # but both hold through it, so both are boosted; the group-only review is not hers
     assert all(f["parts"]["time"] == 1.0 for f in body["results"] if f["entity"] == "Acme")
+
+
+def test_since_a_month_runs_to_today(api: httpx.Client) -> None:
+    """"since March 2025" is March until now: the review approved on the 20th and the
+    budget stated on the 4th both still hold today, so both are in the window, which ends
+    after today rather than on April 1st."""
+    body = api.post("/search", json={"scope": S, "query": "Acme since March 2025"},
+                    headers=as_user("ann")).json()
+    assert body["window"]["start"] == "2025-03-01T00:00:00Z", body["window"]
+    assert body["window"]["end"] > datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"), body
+    assert body["results"] and all(f["parts"]["time"] == 1.0 for f in body["results"])
 
 
 def test_bad_requests_are_422_and_identity_comes_first(api: httpx.Client) -> None:

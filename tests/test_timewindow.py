@@ -38,6 +38,9 @@ def d(text: str) -> datetime:
         ("March 2024 pricing", "2024-03-01", "2024-04-01", "pricing"),
         ("3 days ago", "2025-04-12", "2025-04-13", ""),
         ("last 7 days", "2025-04-09", "2025-04-16", ""),
+        ("deals since June", "2024-06-01", "2025-04-16", "deals"),
+        ("since April", "2025-04-01", "2025-05-01", ""),
+        ("since March 2025", "2025-03-01", "2025-04-16", ""),
     ],
 )
 def test_windows(query: str, start: str, end: str, rest: str) -> None:

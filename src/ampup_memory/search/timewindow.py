@@ -14,7 +14,8 @@ Understood, case-insensitively (the first match in the query wins):
   dates         2024-05-02, 2024-05, "May 2, 2024", "2 May 2024", "May 2"
   days          today, yesterday, "N days ago"
   named spans   this/last week, month, quarter, year; "last N days|weeks|months"
-  months        "last March", "in March", "March 2024", "in March of 2024"
+  months        "last March", "in March", "March 2024", "in March of 2024"; "since March"
+                runs from March up to and including today
   quarters      "Q3 2025", "in Q3", "last quarter"
   years         "in 2023", "during 2023", "2023" (1900-2199 alone)
 A month or quarter named without a year means the latest one that has already begun
@@ -182,6 +183,10 @@ def _month(m: re.Match[str], today: date) -> Span:
     else:
         year = _latest_begun(mo, today, strictly_before=(m["pre"] or "").lower() == "last")
     start = date(year, mo, 1)
+    if (m["pre"] or "").lower() == "since":
+        # "since June" runs from June to now, not through June alone: facts that began
+        # in August are part of what it asks for.
+        return start, max(_add_months(start, 1), today + timedelta(days=1))
     return start, _add_months(start, 1)
 
 
