@@ -14,8 +14,10 @@ Understood, case-insensitively (the first match in the query wins):
   dates         2024-05-02, 2024-05, "May 2, 2024", "2 May 2024", "May 2"
   days          today, yesterday, "N days ago"
   named spans   this/last week, month, quarter, year; "last N days|weeks|months"
-  months        "last March", "in March", "March 2024", "in March of 2024"; "since March"
-                runs from March up to and including today
+  months        "last March", "in March", "March 2024", "in March of 2024"
+  since         "since" before a month, date, quarter or year ("since March", "since
+                2024-05-02", "since Q3", "since 2023") runs from its start up to and
+                including today
   quarters      "Q3 2025", "in Q3", "last quarter"
   years         "in 2023", "during 2023", "2023" (1900-2199 alone)
 A month or quarter named without a year means the latest one that has already begun
@@ -198,22 +200,26 @@ def _year(m: re.Match[str], today: date) -> Span:
 _B = r"(?<![\w-])"  # word start that is not inside a longer token
 _E = r"(?![\w-])"
 PATTERNS = [
-    (re.compile(_B + r"(?:on\s+)?(?P<y>\d{4})-(?P<m>\d\d)(?:-(?P<d>\d\d))?" + _E), _iso_date),
-    (re.compile(_B + r"(?:on\s+)?" + _MONTH + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?"
+    (re.compile(_B + r"(?:on\s+|(?P<since>(?i:since))\s+)?(?P<y>\d{4})-(?P<m>\d\d)"
+                r"(?:-(?P<d>\d\d))?" + _E), _iso_date),
+    (re.compile(_B + r"(?:on\s+|(?P<since>since)\s+)?" + _MONTH
+                + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?"
                 r"(?:,?\s+" + _YEAR + ")?" + _E, re.I), _named_day),
-    (re.compile(_B + r"(?:on\s+)?(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+" + _MONTH
+    (re.compile(_B + r"(?:on\s+|(?P<since>since)\s+)?(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+"
+                + _MONTH
                 + r"(?:,?\s+" + _YEAR + ")?" + _E, re.I), _named_day),
     (re.compile(_B + r"(?P<word>today|yesterday)" + _E, re.I), _relative_day),
     (re.compile(_B + r"(?P<n>\d{1,3})\s+(?P<unit>days?|weeks?)\s+ago" + _E, re.I), _days_ago),
     (re.compile(_B + r"(?:in\s+|over\s+|during\s+)?(?:the\s+)?(?:last|past)\s+(?P<n>\d{1,3})"
                 r"\s+(?P<unit>days|weeks|months|years)" + _E, re.I), _last_n),
-    (re.compile(_B + r"(?:in\s+|during\s+)?(?:the\s+)?(?P<last>last\s+)?q(?P<q>[1-4])"
+    (re.compile(_B + r"(?:in\s+|during\s+|(?P<since>since)\s+)?(?:the\s+)?"
+                r"(?P<last>last\s+)?q(?P<q>[1-4])"
                 r"(?:\s+(?:of\s+)?" + _YEAR + ")?" + _E, re.I), _quarter),
     (re.compile(_B + r"(?:in\s+|during\s+)?(?P<which>this|last|previous|past)\s+"
                 r"(?P<unit>week|month|quarter|year)" + _E, re.I), _this_last),
     (re.compile(_B + r"(?:(?P<pre>in|during|last|this|since|of)\s+)?" + _MONTH
                 + r"(?:,?\s+(?:of\s+)?" + _YEAR + ")?" + _E, re.I), _month),
-    (re.compile(_B + r"(?:(?:in|during)\s+)?" + _YEAR + _E, re.I), _year),
+    (re.compile(_B + r"(?:(?:in|during)\s+|(?P<since>since)\s+)?" + _YEAR + _E, re.I), _year),
 ]
 
 
@@ -258,6 +264,10 @@ def find_window(query: str, now: datetime, tz: str | None = None) -> tuple[Windo
                 continue
             try:
                 span = build(m, today)
+                if span and m.groupdict().get("since"):
+                    # "since 2024-05-02", "since Q3", "since 2023": from then up to and
+                    # including today, as "since June" (`_month`).
+                    span = span[0], max(span[1], today + timedelta(days=1))
                 bounds = span and _utc_bounds(span, zone_info)
             except (ValueError, OverflowError):
                 # "9999-12-31" or "0001-01-01" in a far zone: no representable window, so
