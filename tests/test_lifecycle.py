@@ -132,6 +132,35 @@ def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: 
             assert r.status_code == (403 if expected else 200), r.text
 
 
+def test_a_dry_run_counts_every_purgeable_cell(tmp_path: Path) -> None:
+    """docs/api.md: `dry_run` applies nothing and counts what would change. The purge pass
+    works in batches (500 ids); a dry run counted the first batch only, so 501 purgeable
+    cells answered 500 while the real pass then purged 501."""
+    me = {"X-AMP-Agent-ID": "a"}
+    env = {"AMP_ADMIN_TOKEN": "t", "AMP_LIFECYCLE_ENABLED": "0", "AMP_PURGE_RETENTION": "1"}
+    with ServerProcess(tmp_path, env=env) as srv, \
+            httpx.Client(base_url=srv.url + "/amp/v1") as c:
+        for _ in range(501):
+            cell = c.post("/memories", headers=me, json={
+                "type": "semantic", "content": {"text": "t"},
+                "identity": {"owner_id": "o", "owner_type": "user"}}).json()["id"]
+            c.patch(f"/memories/{cell}", headers=me, json={"lifecycle": {"status": "archived"}})
+            assert c.delete(f"/memories/{cell}", headers=me).status_code == 204
+        when = datetime.now(UTC) - timedelta(days=31)
+        db = sqlite3.connect(tmp_path / "amp.db", timeout=30)
+        try:
+            with db:
+                done = db.execute(
+                    "UPDATE cells SET deleted_at = ? WHERE status = 'deleted'",
+                    (when.isoformat(timespec="microseconds").replace("+00:00", "Z"),))
+                assert done.rowcount == 501
+        finally:
+            db.close()
+        assert run(c, 0, dry=True)["purged"] == 501
+        assert run(c, 0)["purged"] == 501
+        assert run(c, 0, dry=True)["purged"] == 0
+
+
 def test_an_expired_cell_scores_zero(tmp_path: Path) -> None:
     """docs/api.md: a cell past `lifecycle.expires_at` scores 0 in the decay formula, so the
     next pass moves it to stale; search blends that 0 in (score = relevance × (0.5 + 0.5 ·

@@ -700,6 +700,10 @@ def test_deleted_before_and_purge(store: CellStore) -> None:
     cutoff = T0 - timedelta(days=30)
     assert store.deleted_before(cutoff, 10) == sorted(s.cell.id for s in old)
     assert store.deleted_before(cutoff, 2) == sorted(s.cell.id for s in old)[:2]
+    # Paging on from the last id seen (a dry run deletes nothing, so it must move on).
+    first = store.deleted_before(cutoff, 2)
+    assert store.deleted_before(cutoff, 2, first[-1]) == sorted(s.cell.id for s in old)[2:]
+    assert store.deleted_before(cutoff, 2, sorted(s.cell.id for s in old)[-1]) == []
     assert store.deleted_before(T0, 10) == [make(n).cell.id for n in (1, 2, 3, 4)]  # inclusive
     assert store.purge(make(1).cell.id) is True
     assert store.purge(make(1).cell.id) is False

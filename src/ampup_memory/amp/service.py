@@ -421,10 +421,12 @@ class AmpService:
             # The retention window is judged by the real clock only: a what-if `now`
             # moves statuses, never the erasure of a cell still inside its window.
             cutoff = self.clock() - timedelta(days=self.retention_days)
-            while ids := self.store.deleted_before(cutoff, 500):
+            after = ""
+            while ids := self.store.deleted_before(cutoff, 500, after):
+                after = ids[-1]
                 if req.dry_run:
                     report.purged += len(ids)
-                    break
+                    continue
                 report.purged += sum(1 for i in ids if self.store.purge(i))
         self.last_lifecycle = {"at": now, **report.wire()}
         if not req.dry_run:  # the history (one row per pass, still under the lease)

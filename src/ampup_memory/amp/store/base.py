@@ -165,7 +165,10 @@ class CellStore(Protocol):
         since ``expected`` was read (a concurrent read or write wins). Touches no clock."""
         ...
 
-    def deleted_before(self, cutoff: datetime, batch: int) -> list[str]: ...
+    def deleted_before(self, cutoff: datetime, batch: int, after: str = "") -> list[str]:
+        """Ids of cells deleted at or before ``cutoff``, in id order, only those after
+        ``after``: a dry run purges nothing, so it pages on from the last id it saw."""
+        ...
 
     def purge(self, cell_id: str) -> bool:
         """Hard-delete a cell; True if a row went."""

@@ -562,13 +562,13 @@ class PostgresStore:
             )
             return cur.rowcount == 1
 
-    def deleted_before(self, cutoff: datetime, batch: int) -> list[str]:
+    def deleted_before(self, cutoff: datetime, batch: int, after: str = "") -> list[str]:
         with self._conn() as conn:
             rows = self._execute(
                 conn,
                 "SELECT id FROM cells WHERE status = 'deleted' AND deleted_at <= %s"
-                " ORDER BY id LIMIT %s",
-                (to_utc(cutoff), batch),
+                " AND id > %s ORDER BY id LIMIT %s",
+                (to_utc(cutoff), after, batch),
             ).fetchall()
         return [r[0] for r in rows]
 

@@ -560,11 +560,11 @@ class SQLiteStore:
             )
             return cur.rowcount == 1
 
-    def deleted_before(self, cutoff: datetime, batch: int) -> list[str]:
+    def deleted_before(self, cutoff: datetime, batch: int, after: str = "") -> list[str]:
         rows = self._conn().execute(
-            "SELECT id FROM cells WHERE status = 'deleted' AND deleted_at <= ? ORDER BY id"
-            " LIMIT ?",
-            (format_time(cutoff), batch),
+            "SELECT id FROM cells WHERE status = 'deleted' AND deleted_at <= ? AND id > ?"
+            " ORDER BY id LIMIT ?",
+            (format_time(cutoff), after, batch),
         ).fetchall()
         return [r[0] for r in rows]
 
