@@ -185,10 +185,6 @@ def _month(m: re.Match[str], today: date) -> Span:
     else:
         year = _latest_begun(mo, today, strictly_before=(m["pre"] or "").lower() == "last")
     start = date(year, mo, 1)
-    if (m["pre"] or "").lower() == "since":
-        # "since June" runs from June to now, not through June alone: facts that began
-        # in August are part of what it asks for.
-        return start, max(_add_months(start, 1), today + timedelta(days=1))
     return start, _add_months(start, 1)
 
 
@@ -221,6 +217,12 @@ PATTERNS = [
                 + r"(?:,?\s+(?:of\s+)?" + _YEAR + ")?" + _E, re.I), _month),
     (re.compile(_B + r"(?:(?:in|during)\s+|(?P<since>since)\s+)?" + _YEAR + _E, re.I), _year),
 ]
+
+
+def _since(m: re.Match[str]) -> bool:
+    """Whether "since" opens the match: its own group, or a month's preposition."""
+    groups = m.groupdict()
+    return bool(groups.get("since")) or (groups.get("pre") or "").lower() == "since"
 
 
 def _month_needs_context(m: re.Match[str]) -> bool:
@@ -264,9 +266,9 @@ def find_window(query: str, now: datetime, tz: str | None = None) -> tuple[Windo
                 continue
             try:
                 span = build(m, today)
-                if span and m.groupdict().get("since"):
-                    # "since 2024-05-02", "since Q3", "since 2023": from then up to and
-                    # including today, as "since June" (`_month`).
+                if span and _since(m):
+                    # "since June", "since 2024-05-02": from then up to and including
+                    # today, not through June or that day alone.
                     span = span[0], max(span[1], today + timedelta(days=1))
                 bounds = span and _utc_bounds(span, zone_info)
             except (ValueError, OverflowError):
