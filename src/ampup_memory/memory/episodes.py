@@ -150,9 +150,7 @@ def prepare(item: EpisodeIn, branch: str, now: datetime, loc: list[str | int],
     if not units:
         raise field_error([*loc, "body"], "the body has no text to cite", "body_empty")
     acl = normalize_acl(item.acl, [*loc, "acl"])
-    about = tuple(sorted(set(item.about or [])))
-    if any(not a.strip() or len(a) > 256 for a in about):
-        raise field_error([*loc, "about"], "about holds entity ids of 1 to 256 characters")
+    about = tuple(sorted(set(item.about or [])))  # each checked by EntityId
     record = EpisodeRecord(
         id=episode_id(kind, item.source, item.body),
         source=item.source,
