@@ -26,7 +26,7 @@ import json
 import os
 import shutil
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -180,11 +180,7 @@ def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
     except BaseException:
         # DEST was new or empty: a copy without its manifest is no backup, and left behind
         # it made the same command refuse DEST as not empty.
-        for path in dest.iterdir():
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        _remove(dest.iterdir())
         if created:
             dest.rmdir()
         raise
@@ -344,6 +340,16 @@ def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str
             "rows": rows}
 
 
+def _remove(paths: Iterable[Path]) -> None:
+    """Delete what a failed backup or restore wrote: folders with their contents, files
+    and links themselves (a link's target is never followed)."""
+    for path in list(paths):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+
+
 def _written_by_restore(settings: Settings) -> set[Path]:
     """What a restore may create: each SQLite store with the files named after it (``-wal``,
     ``.keywords``, ``.graphs`` …) and whatever is in the warehouse folder."""
@@ -376,11 +382,7 @@ def undone_on_failure(settings: Settings) -> Iterator[None]:
     try:
         yield
     except BaseException:
-        for path in _written_by_restore(settings) - before:
-            if path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+        _remove(_written_by_restore(settings) - before)
         for folder, existed in ((warehouse, warehouse_existed), (settings.home, home_existed)):
             if not existed:
                 with contextlib.suppress(OSError):  # left when anything else is in it
