@@ -156,9 +156,10 @@ async def put_procedure_sources(request: Request) -> dict[str, Any]:
     """Choose the scope's documents to compile into procedures (admin, as a schema is):
     `{scope, documents: [keys]}` replaces the list; committed on `main`."""
     auth: Authenticator = request.app.state.auth
-    auth.require_admin(_headers(request))
+    headers = _headers(request)
+    auth.require_admin(headers)
     req = parse_body(procedures.PutSources, await request.body())
-    author = admin_author(request)
+    author = admin_author(headers)
     result: dict[str, Any] = await run_in_threadpool(procedures.put_sources,
                                                      service(request), author, req)
     return result

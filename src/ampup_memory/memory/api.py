@@ -112,12 +112,11 @@ def is_admin(request: Request) -> bool:
     return True
 
 
-def admin_author(request: Request) -> str:
+def admin_author(headers: dict[str, str]) -> str:
     """Who an admin write (a schema, the procedure sources) is committed as: the user that
     ``X-AmpUp-User`` names (a blank or malformed id is a 401, as on every route), else
-    ``admin``.
-    Call after `Authenticator.require_admin`."""
-    named = _headers(request).get(USER_HEADER)
+    ``admin``. ``headers``: the request's, as `Authenticator.require_admin` checked them."""
+    named = headers.get(USER_HEADER)
     if named is None:
         return "admin"
     if not valid_id(named.strip()):  # named, even blank: then a valid id

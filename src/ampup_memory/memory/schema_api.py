@@ -45,9 +45,10 @@ NamePart = Annotated[str, Path(max_length=64, description="Org or team name.")]
 async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[str, Any]:
     """Set the scope's schema on a branch (default main): ``{builtin}`` or ``{schema}``."""
     auth: Authenticator = request.app.state.auth
-    auth.require_admin(_headers(request))
+    headers = _headers(request)
+    auth.require_admin(headers)
     req = parse_body(PutSchema, await request.body())
-    author = admin_author(request)
+    author = admin_author(headers)
     result: dict[str, Any] = await run_in_threadpool(
         set_schema, service(request), author, f"{org}/{team}", req)
     return result
