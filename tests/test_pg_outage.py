@@ -151,3 +151,40 @@ async def test_mcp_tools_answer_a_database_outage_with_the_same_503_text(
     log = proc.log_path.read_text()
     assert "storage error in an MCP tool call" in log
     assert "Traceback" not in log and "unhandled error" not in log
+
+
+def test_the_server_is_back_within_seconds_after_a_long_outage(
+        behind_relay: tuple[ServerProcess, TcpOutage]) -> None:
+    """psycopg_pool retries a lost database 1, 2, 4, 8 … s apart: after 20 s down its
+    next attempt would be some 10 s after the database is back, every request a 503 till
+    then. Our pools (ampup_memory.pg_pool) retry at most 2 s apart."""
+    proc, relay = behind_relay
+    with httpx.Client(base_url=proc.url, timeout=60, headers=USER) as c:
+        r = c.post("/amp/v1/memories", json=CELL, headers=AGENT)
+        assert r.status_code == 201, r.text
+        cell = r.json()["id"]
+        assert _write(c, 0).status_code == 201
+
+        relay.down()
+        down_at = time.monotonic()
+        # Each refused request finds pooled connections broken and throws them away,
+        # and each one thrown away starts a reconnection that backs off.
+        for _ in range(3):
+            _unavailable(c.get(f"/amp/v1/memories/{cell}", headers=AGENT))
+        _unavailable(c.post("/search", json={"scope": SCOPE, "query": "Porto office"}))
+        time.sleep(max(0.0, 20 - (time.monotonic() - down_at)))
+
+        relay.up()
+        up_at = time.monotonic()
+        while (r := c.get(f"/amp/v1/memories/{cell}", headers=AGENT)).status_code != 200:
+            _unavailable(r)
+            assert time.monotonic() - up_at < 30, "the cell store never came back"
+        cells_back = time.monotonic() - up_at
+        r = c.post("/search", json={"scope": SCOPE, "query": "Porto office"})
+        assert r.status_code == 200, r.text
+        search_back = time.monotonic() - up_at
+    # 2 s between attempts, plus a refused request's 2 s wait for a connection.
+    assert cells_back < 6, f"cells served {cells_back:.1f} s after the database was back"
+    assert search_back < 8, f"search served {search_back:.1f} s after the database was back"
+    log = proc.log_path.read_text()
+    assert "Traceback" not in log and "unhandled error" not in log

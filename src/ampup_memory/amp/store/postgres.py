@@ -26,7 +26,7 @@ from typing import Any
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import PoolTimeout
 
 from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import Status, StoredCell, to_utc
@@ -62,6 +62,7 @@ from ampup_memory.amp.store.rows import (
 )
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
+from ampup_memory.pg_pool import Pool
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
     POSTINGS_BUDGET,
@@ -251,12 +252,12 @@ class PostgresStore:
         # term -> (matching rows, counted at): counting a common term is a heap walk of up
         # to POSTINGS_BUDGET rows, and a term's frequency barely moves in a minute.
         self._df_cache = RecentCounts(COUNTS_SECONDS)
-        self._pool: ConnectionPool[Conn] = ConnectionPool(
+        self._pool: Pool[Conn] = Pool(
             self.conninfo,
             min_size=POOL_MIN,
             max_size=POOL_MAX,
             kwargs={"autocommit": True},
-            check=ConnectionPool.check_connection,  # survive a database restart
+            check=Pool.check_connection,  # survive a database restart
             name="amp-cells",
             timeout=pool_wait_seconds,  # a request's wait for a connection, then its 503
             open=False,

@@ -37,12 +37,12 @@ from typing import Any
 import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
-from psycopg_pool import ConnectionPool
 from pyroaring import BitMap
 
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
+from ampup_memory.pg_pool import Pool
 from ampup_memory.search.bm25f import PG_LABELS, ts_rank_weights
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
@@ -247,10 +247,10 @@ class PostgresIndex:
                 _match_graphs(conn, ann_params)
         except psycopg.Error as exc:
             raise ConfigurationError(f"cannot open the PostgreSQL index: {exc}") from exc
-        self._pool = ConnectionPool(
+        self._pool: Pool[Any] = Pool(
             uri, min_size=1, max_size=8, kwargs={"autocommit": True},
             configure=register_vector, open=True,
-            check=ConnectionPool.check_connection,  # survive a database restart
+            check=Pool.check_connection,  # survive a database restart
         )
         self._local = threading.local()
         self._write_lock = threading.RLock()
