@@ -193,6 +193,10 @@ def test_session_lifecycle(srv: Served) -> None:
     assert m.http.get(f"/sessions/{ses}").json() == got  # nothing else landed
 
     rewarded = m.http.post("/sessions/start", json={"scope": scope}).json()["id"]
+    # An open session has no outcome to judge yet: its reward comes with its end.
+    early = m.http.post("/runs/reward", json={"run": rewarded, "reward": 1, "reason": "r"})
+    assert err(early) == (409, "SESSION_OPEN")
+    assert m.http.get(f"/sessions/{rewarded}").json()["rewards"] == []
     done = m.http.post("/sessions/end", json={"session": rewarded, "transcript": "t",
                                               "outcome": "shipped", "reward": 1}).json()
     assert (done["reward"]["value"], done["reward"]["by"], done["judging"]) == (

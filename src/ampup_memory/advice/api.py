@@ -33,6 +33,7 @@ INVALID = "VALIDATION_ERROR: details.errors = [{loc, msg, type}] (reward outside
 UNAVAILABLE = "UNAVAILABLE: the ledger stayed contended; nothing was committed"
 NOT_FOUND_RUN = "NOT_FOUND: unknown run or session, or one you may not read (one answer)"
 ENDED = "SESSION_ENDED: the session has ended already"
+OPEN = "SESSION_OPEN: the session is still open; end it first (its end takes a reward)"
 
 
 RunIdP = Annotated[str, Path(max_length=64, description="A run id (run_…).")]
@@ -50,7 +51,7 @@ async def record_run(request: Request) -> JSONResponse:
 
 
 @router.post("/runs/reward", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 422: INVALID, 503: UNAVAILABLE}),
+    401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 409: OPEN, 422: INVALID, 503: UNAVAILABLE}),
              openapi_extra={**body_doc(runs.RewardRun), **USER_DOC})
 async def reward_run(request: Request) -> JSONResponse:
     user = _user(request)

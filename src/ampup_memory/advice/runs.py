@@ -26,7 +26,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field
 from ulid import ULID
 
-from ampup_memory.errors import NotFound
+from ampup_memory.errors import Conflict, NotFound
 from ampup_memory.memory.acl import AclEntry, Principal, may_read, normalize_acl, own_acl
 from ampup_memory.memory.events import EventRecord
 from ampup_memory.memory.ledger import LedgerEntry
@@ -246,6 +246,11 @@ def reward(svc: MemoryService, user: str, req: RewardRun) -> dict[str, Any]:
     """An explicit reward of a run or a session (replaces an earlier one at read time)."""
     events = subject_events(svc, svc.principal(user), req.run)
     first = events[0]
+    if first.kind == START and not any(e.kind == END for e in events):
+        # A session's reward judges how it went: an open session has no outcome yet, and
+        # a reward on it would put it among the rewarded tasks before it has a transcript.
+        raise Conflict(f"Session {req.run} is still open; end it first (POST /sessions/end "
+                       "takes the reward too).", code="SESSION_OPEN")
     event = reward_event(first.subject, user, req.reward, req.reason, EXPLICIT, first.branch)
     entry = svc.write_events(user, parse_scope(first.scope), first.branch,
                              f"reward {first.kind}", [event])
