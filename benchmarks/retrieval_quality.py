@@ -20,6 +20,7 @@ import argparse
 import ast
 import hashlib
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -176,11 +177,16 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
     }
 
 
-def sessions_found(c: httpx.Client, scope: str, query: str, limit: int) -> list[str]:
+def sessions_found(c: httpx.Client, scope: str, query: str, limit: int,
+                   times: list[float] | None = None) -> list[str]:
     """The distinct sessions (episode sources ``call:<id>``) of the ``limit`` passages
-    `POST /query` ranks first for ``query``, best first."""
+    `POST /query` ranks first for ``query``, best first; each call's wall seconds are
+    appended to ``times``."""
+    began = time.perf_counter()
     r = c.post("/query", json={"scope": scope, "find": "passages", "query": query,
                                "limit": limit})
+    if times is not None:
+        times.append(time.perf_counter() - began)
     r.raise_for_status()
     order: list[str] = []
     for hit in r.json()["results"]:
@@ -190,9 +196,18 @@ def sessions_found(c: httpx.Client, scope: str, query: str, limit: int) -> list[
     return order
 
 
-def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, float]:
+def latency(times: list[float]) -> dict[str, float]:
+    """Wall milliseconds of the POST /query calls: min, median (p50) and p95."""
+    ms = sorted(t * 1000 for t in times)
+    return {"query_ms_min": round(ms[0], 1), "query_ms_p50": round(statistics.median(ms), 1),
+            "query_ms_p95": round(ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))], 1)}
+
+
+def run_via_api(cache: Path, provider: str = "wordllama",
+                rerank: str = "off") -> dict[str, float]:
     """The same sessions and questions through a real server: POST /episodes/batch, then
-    POST /query per question. Measures the ranking users get (the hybrid blend)."""
+    POST /query per question. Measures the ranking users get (the hybrid blend, reranked
+    when ``rerank`` names a model: AMPUP_MEMORY_RERANK), and each query's wall time."""
     import httpx
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -207,7 +222,8 @@ def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, float]:
             continue  # a session with no turns has nothing to find (the engine run agrees)
         batch.append({"source": f"call:{s['id']}", "body": body, "acl": ["*"],
                       "occurred_at": _when(s["timestamp"]).isoformat()})
-    env = {"AMP_EMBEDDING_PROVIDER": provider}
+    env = {"AMP_EMBEDDING_PROVIDER": provider, "AMPUP_MEMORY_RERANK": rerank}
+    times: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), env=env) as srv, \
             httpx.Client(base_url=srv.url, headers={"X-AmpUp-User": "bench"},
                          timeout=600) as c:
@@ -216,9 +232,9 @@ def run_via_api(cache: Path, provider: str = "wordllama") -> dict[str, float]:
             raise SystemExit(f"POST /episodes/batch: {r.status_code} {r.text[:500]}")
         ranked = []
         for q in questions:
-            ranked.append(sessions_found(c, SCOPE, q["question"], POOL))
+            ranked.append(sessions_found(c, SCOPE, q["question"], POOL, times))
     gold = [set(q["ground_truth"]["supporting_session_ids"]) for q in questions]
-    return metrics(ranked, gold)
+    return {**metrics(ranked, gold), **latency(times)}
 
 
 def markdown(result: dict[str, Any]) -> str:
@@ -277,13 +293,15 @@ def main() -> None:
     parser.add_argument("--embedder", default="wordllama",
                         help="AMP_EMBEDDING_PROVIDER for every row (wordllama, minilm, …) or"
                              " bge-small (benchmarks/bge_small.py; engine rows only)")
+    parser.add_argument("--rerank", default="off",
+                        help="AMPUP_MEMORY_RERANK of the --via-api server (off, minilm-l12)")
     args = parser.parse_args()
     if args.via_api and args.embedder == "bge-small":
         parser.error("--via-api needs an AMP_EMBEDDING_PROVIDER; bge-small is benchmark-only")
     args.cache.mkdir(parents=True, exist_ok=True)
     result = run(args.cache, args.embedder)
     if args.via_api:
-        result["via_api"] = run_via_api(args.cache, args.embedder)
+        result["via_api"] = run_via_api(args.cache, args.embedder, args.rerank)
     print(json.dumps(result, indent=2))
     if args.write_docs:
         write_section(Path(__file__).resolve().parent.parent / "docs" / "performance.md",

@@ -235,6 +235,39 @@ class Settings(BaseSettings):
         validation_alias=_env("AMP_EMBEDDING_DIMENSIONS"),
         description="Requested embedding dimensions (the endpoint must honour it).",
     )
+    rerank: Literal["off", "minilm-l12"] = Field(
+        default="off",
+        validation_alias=_env("AMPUP_MEMORY_RERANK"),
+        description="A query-time reranker for passage search (`POST /query`, "
+        "`find: passages`): `minilm-l12` (the cross-encoder ms-marco-MiniLM-L-12-v2, int8 "
+        "ONNX, offline; the `rerank` extra) reorders the hybrid ranking's top passages below "
+        "its first. Better evidence in the top 5, at a cost of about a second or more of CPU "
+        "per query (docs/search.md). A request's `rerank: false` skips it.",
+    )
+    rerank_top: int = Field(
+        default=50,
+        ge=2,
+        le=100,
+        validation_alias=_env("AMPUP_MEMORY_RERANK_TOP"),
+        description="How many of the hybrid ranking's top passages the reranker sees (the "
+        "first stays first; the next ones are reordered). The cost grows with it.",
+    )
+    rerank_weight: float = Field(
+        default=0.3,
+        gt=0,
+        le=1,
+        validation_alias=_env("AMPUP_MEMORY_RERANK_WEIGHT"),
+        description="The reranker's share of a reranked passage's score: "
+        "(1 − w) · hybrid + w · the cross-encoder's score scaled to [0, 1] per query.",
+    )
+    rerank_threads: int = Field(
+        default=0,
+        ge=0,
+        le=64,
+        validation_alias=_env("AMPUP_MEMORY_RERANK_THREADS"),
+        description="CPU threads one reranking may use; 0: onnxruntime's choice (the "
+        "machine's cores).",
+    )
     mcp_agent_id: str | None = Field(
         default=None,
         validation_alias=_env("AMP_MCP_AGENT_ID"),

@@ -35,8 +35,11 @@ def _iso(value: datetime | None) -> str | None:
 
 
 def _parts(parts: Parts) -> dict[str, float]:
-    return {"keyword": round(parts.keyword, 6), "meaning": round(parts.meaning, 6),
-            "time": round(parts.time, 6)}
+    out = {"keyword": round(parts.keyword, 6), "meaning": round(parts.meaning, 6),
+           "time": round(parts.time, 6)}
+    if parts.rerank is not None:  # only a reranked passage has one
+        out["rerank"] = round(parts.rerank, 6)
+    return out
 
 
 def _value(text: str) -> Any:

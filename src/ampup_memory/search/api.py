@@ -30,6 +30,7 @@ from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.feed import Feed
 from ampup_memory.search.index.base import SearchIndex
 from ampup_memory.search.index.registry import open_index
+from ampup_memory.search.rerank import build_rerank
 from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors, header_doc
@@ -139,7 +140,12 @@ def _open(runtime: Any) -> tuple[SearchService, SearchIndex, Feed]:
     memory: MemoryService = runtime.memory
     index = open_index(runtime.settings.resolved_index_uri,
                        runtime.settings.search_ann_min_vectors, runtime.settings.ann_params)
-    engine = SearchEngine(index, runtime.embedder)
+    try:
+        rerank = build_rerank(runtime.settings)
+    except BaseException:
+        index.close()
+        raise
+    engine = SearchEngine(index, runtime.embedder, rerank)
     engine.ensure_model()
     feed = Feed(memory, engine)
     feed.attach()

@@ -9,6 +9,13 @@ The time boost is 1.0, more than any relevance (at most 1), so a query that name
 window ranks every candidate valid in that window above every one that is not, and
 relevance orders each group.
 
+With a reranker (passages only, `search/rerank.py`), a reranked passage's relevance is
+
+    (1 − w) · (0.6 · keyword + 0.4 · meaning) + w · rerank + time
+
+where ``rerank`` is its cross-encoder logit scaled to [0, 1] by the lowest and highest
+logit among the passages reranked together, and ``w`` is AMPUP_MEMORY_RERANK_WEIGHT.
+
 AMP cells then blend relevance with their decay score: ``score × (0.5 + 0.5 · decay)``,
 so fading context sinks but a relevant memory never drops below half its relevance.
 """
@@ -16,7 +23,7 @@ so fading context sinks but a relevant memory never drops below half its relevan
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 
 KEYWORD_WEIGHT = 0.6
@@ -30,10 +37,16 @@ class Parts:
     keyword: float
     meaning: float
     time: float = 0.0
+    rerank: float | None = None  # the scaled cross-encoder score, when reranked
+    rerank_weight: float = 0.0
 
     @property
     def relevance(self) -> float:
-        return KEYWORD_WEIGHT * self.keyword + MEANING_WEIGHT * self.meaning + self.time
+        hybrid = KEYWORD_WEIGHT * self.keyword + MEANING_WEIGHT * self.meaning
+        if self.rerank is None:
+            return hybrid + self.time
+        w = self.rerank_weight
+        return (1.0 - w) * hybrid + w * self.rerank + self.time
 
 
 def normalise_keyword(raw: Sequence[float]) -> list[float]:
@@ -76,7 +89,17 @@ def time_part(
 
 
 def with_time(parts: Parts, time: float) -> Parts:
-    return Parts(parts.keyword, parts.meaning, time)
+    return replace(parts, time=time)
+
+
+def reranked(parts: Sequence[Parts], logits: Sequence[float], weight: float) -> list[Parts]:
+    """``parts`` with their reranker logits, scaled to [0, 1] among themselves, blended in
+    with ``weight``. A logit is unbounded and its spread differs per question, so only
+    its place between this question's lowest and highest counts."""
+    low, high = min(logits, default=0.0), max(logits, default=0.0)
+    span = high - low
+    return [replace(p, rerank=(x - low) / span if span > 0 else 0.0, rerank_weight=weight)
+            for p, x in zip(parts, logits, strict=True)]
 
 
 def with_decay(relevance: float, decay: float) -> float:

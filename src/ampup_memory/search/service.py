@@ -9,7 +9,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampup_memory.errors import ServiceUnavailable
+from ampup_memory.errors import ServiceUnavailable, field_error
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_branch, parse_scope
 from ampup_memory.memory.snapshots import PinText, SnapshotText
@@ -56,6 +56,10 @@ class PassageQueryRequest(BaseModel):
     at_commit: CommitText | None = Field(default=None, description=AT_COMMIT_DOC)
     pin: PinText | None = None
     snapshot: SnapshotText | None = None
+    rerank: bool | None = Field(default=None, description=(
+        "Reorder the top passages with the server's reranker (AMPUP_MEMORY_RERANK). "
+        "Default: whenever the server has one; false skips it (faster); true on a "
+        "server without one is a 422."))
 
 
 def check_scope(scope: object, branch: object) -> tuple[str, str]:
@@ -115,10 +119,14 @@ class SearchService:
         return text_answer(results, sources.passages)
 
     def query(self, user: str, req: PassageQueryRequest) -> dict[str, Any]:
+        if req.rerank and self.engine.rerank is None:
+            raise field_error(["rerank"], "this server has no reranker (set "
+                              "AMPUP_MEMORY_RERANK); send false or leave it out",
+                              "rerank_unavailable")
         scope, branch, principal, cutoff = self._prepare(user, req)
         results = self.engine.search_passages(
             scope, branch, req.query, principal, limit=req.limit, tz=req.tz, now=self.clock(),
-            cutoff=cutoff,
+            cutoff=cutoff, rerank=req.rerank is not False,
         )
         return passages_json(results, scope, branch, req.query,
                              cutoff.commit if cutoff else None)

@@ -1,0 +1,116 @@
+"""The optional query-time reranker (AMPUP_MEMORY_RERANK): the real cross-encoder model
+from the `rerank` extra, a real server, real HTTP. It reorders passage search's top
+passages below the first; its score is the blend of search/rank.py."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from ampup_memory.search.rank import KEYWORD_WEIGHT, MEANING_WEIGHT
+from tests.memory_support import QUIET
+from tests.server_process import ServerProcess
+from tests.test_cli import clean_env, cli
+
+SCOPE = "acme/health"
+USER = {"X-AmpUp-User": "alice"}
+WEIGHT = 0.3
+QUESTION = "Which medication did the doctor prescribe for my migraine?"
+ANSWER = "At my visit the doctor put me on sumatriptan, 50 mg when a headache starts."
+# Notes that share the question's words without answering it, and filler that shares
+# none (so the question's words are rare enough for BM25 to weigh them).
+NOTES = [f"Standup {i}: the build passed and the release moved to Friday {i}."
+         for i in range(30)] + [
+    "The doctor said migraine is common, and the doctor keeps a migraine medication list.",
+    "A migraine medication article listed many names; I did not read it.",
+    "My doctor told me to rest my back after the move.",
+    ANSWER,
+    "Migraine forums argue about which medication works best.",
+    "The doctor's office moved to Elm Street.",
+]
+
+
+@pytest.fixture(scope="module")
+def reranking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    env = {**QUIET, "AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_TOP": "10",
+           "AMPUP_MEMORY_RERANK_WEIGHT": str(WEIGHT), "AMPUP_MEMORY_RERANK_THREADS": "1"}
+    with ServerProcess(tmp_path_factory.mktemp("rerank"), env=env) as srv, \
+            httpx.Client(base_url=srv.url, headers=USER, timeout=60) as c:
+        r = c.post("/episodes/batch", json={"scope": SCOPE, "episodes": [
+            {"source": f"doc:note{i}", "body": text, "acl": ["*"]}
+            for i, text in enumerate(NOTES)]})
+        assert r.status_code in (200, 201), r.text
+        yield c
+
+
+def _query(c: httpx.Client, **extra: Any) -> list[dict[str, Any]]:
+    r = c.post("/query", json={"scope": SCOPE, "find": "passages", "query": QUESTION,
+                               "limit": 10, **extra})
+    assert r.status_code == 200, r.text
+    results: list[dict[str, Any]] = r.json()["results"]
+    return results
+
+
+def _hybrid(parts: dict[str, float]) -> float:
+    return KEYWORD_WEIGHT * parts["keyword"] + MEANING_WEIGHT * parts["meaning"]
+
+
+def test_the_reranker_reorders_below_the_first_by_the_blend(reranking: httpx.Client) -> None:
+    plain = _query(reranking, rerank=False)
+    ranked = _query(reranking)
+    texts = [h["text"] for h in plain]
+    assert sorted(texts) == sorted(h["text"] for h in ranked)  # the same passages
+    assert all("rerank" not in h["parts"] for h in plain)
+
+    # The hybrid's first stays first, unreranked; the next ones carry the reranker's score.
+    assert ranked[0] == plain[0] and "rerank" not in ranked[0]["parts"]
+    scaled = [h["parts"]["rerank"] for h in ranked[1:]]
+    assert min(scaled) == 0.0 and max(scaled) == 1.0  # scaled among those reranked
+    # The answer shares few of the question's words: the hybrid puts it low, and the
+    # cross-encoder, reading question and passage together, scores it above the rest.
+    before, after = texts.index(ANSWER), [h["text"] for h in ranked].index(ANSWER)
+    assert before >= 3 and after < before, (before, after)
+    assert ranked[after]["parts"]["rerank"] == 1.0
+
+    # Every score is search/rank.py's rule: the blend for a reranked passage, the hybrid
+    # for the first; and the order is the score's.
+    for h in ranked:
+        parts, want = h["parts"], _hybrid(h["parts"]) + h["parts"]["time"]
+        if "rerank" in parts:
+            want = ((1 - WEIGHT) * _hybrid(parts) + WEIGHT * parts["rerank"] + parts["time"])
+        assert h["score"] == pytest.approx(want, abs=2e-6), h
+    assert [h["score"] for h in ranked[1:]] == sorted(
+        (h["score"] for h in ranked[1:]), reverse=True)
+
+    assert _query(reranking) == ranked  # deterministic: the same answer again
+
+
+def test_a_query_may_ask_for_it_or_skip_it_and_bad_values_are_refused(
+        reranking: httpx.Client, tmp_path: Path) -> None:
+    assert _query(reranking, rerank=True) == _query(reranking)
+    r = reranking.post("/query", json={"scope": SCOPE, "find": "passages", "query": "x",
+                                       "rerank": "yes please"})
+    assert r.status_code == 422 and r.json()["error"]["details"]["errors"][0]["loc"][-1] == (
+        "rerank"), r.text
+
+    with ServerProcess(tmp_path / "plain", env=QUIET) as srv, \
+            httpx.Client(base_url=srv.url, headers=USER, timeout=60) as c:
+        body = {"scope": SCOPE, "find": "passages", "query": QUESTION}
+        refused = c.post("/query", json={**body, "rerank": True})
+        assert refused.status_code == 422, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "VALIDATION_ERROR" and "AMPUP_MEMORY_RERANK" in error["message"]
+        assert error["details"]["errors"][0]["loc"] == ["rerank"]
+        assert c.post("/query", json={**body, "rerank": False}).status_code == 200
+
+
+def test_an_unknown_reranker_fails_at_start_in_one_line(tmp_path: Path) -> None:
+    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path), **QUIET,
+                         AMPUP_MEMORY_RERANK="bert-huge"), "serve", "--port", "0",
+               timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and "AMPUP_MEMORY_RERANK" in done.stderr, done.stderr
