@@ -175,12 +175,20 @@ def test_hidden_values_stay_hidden_in_a_conflict(m: Memory) -> None:
     bob = m.as_user("bob")
     r = merge(bob, scope, "side")
     assert code(r) == (409, "MERGE_CONFLICT")
+    # Bob may read no side: not even the attribute is named (no read shows him "deal").
     assert r.json()["error"]["details"]["conflicts"] == [
-        {"entity": "deal", "predicate": "price", "base": "hidden", "ours": "hidden",
+        {"entity": "hidden", "predicate": "hidden", "base": "hidden", "ours": "hidden",
          "theirs": "hidden"}]
-    assert "Secret" not in r.text and "price is" not in r.text
+    assert "Secret" not in r.text and "price is" not in r.text and "deal" not in r.text
     mine = merge(m, scope, "side").json()["error"]["details"]["conflicts"]
-    assert mine[0]["ours"] == 9 and mine[0]["theirs"] == 7
+    assert mine[0]["entity"] == "deal" and mine[0]["ours"] == 9 and mine[0]["theirs"] == 7
+    # Once he may read one side (the base here), the attribute is named, the rest hidden.
+    assert m.http.put(f"/episodes/{ep}/acl", json={"scope": scope, "acl": ["*"]}
+                      ).status_code == 200
+    r = merge(bob, scope, "side")
+    assert r.json()["error"]["details"]["conflicts"] == [
+        {"entity": "deal", "predicate": "price", "base": 5, "ours": "hidden",
+         "theirs": "hidden"}]
     bob.close()
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -290,6 +292,31 @@ def test_renew_extends_the_time_to_live(shared: tuple[Memory, Path, dict[str, st
         assert error(m.http.post(renew, json={"ttl": "1h"}))[:2] == (404, "NOT_FOUND")
     finally:
         bob.close()
+
+
+def test_concurrent_deletes_answer_as_deletes_in_turn(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    """Four DELETEs of one workspace at once: one deletes it (200), the others get the 404
+    of a deleted workspace, as a second DELETE sent after the first does; the drop is
+    recorded once."""
+    m, home, env = shared
+    org = create(m)["id"]
+    assert m.write(f"{org}/team", "hello").status_code == 201
+    barrier = threading.Barrier(4)
+
+    def delete(_: int) -> httpx.Response:
+        with httpx.Client(base_url=m.url, headers={"X-AmpUp-User": m.user}, timeout=120) as c:
+            barrier.wait()
+            return c.delete(f"/workspaces/{org}")
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(delete, range(4)))
+    assert sorted(r.status_code for r in answers) == [200, 404, 404, 404], [
+        r.text for r in answers]
+    done = next(r.json() for r in answers if r.status_code == 200)
+    assert done["deleted"] and done["scopes"] == [f"{org}/team"]
+    assert all(error(r)[:2] == (404, "NOT_FOUND") for r in answers if r.status_code == 404)
+    assert error(m.http.delete(f"/workspaces/{org}"))[:2] == (404, "NOT_FOUND")
 
 
 # -- bad input ----------------------------------------------------------------------------------

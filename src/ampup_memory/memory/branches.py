@@ -375,10 +375,8 @@ def plan(svc: MemoryService, principal: Principal, scope: Scope, src: str, dst: 
             elif _same(t, b) or _same(o, t):
                 continue
             else:
-                out.conflicts.append({
-                    "entity": key[0], "predicate": key[1],
-                    **{n: _shown(svc, principal, ns, segs, v) for n, segs, v in
-                       (("base", base, b), ("ours", ours, o), ("theirs", theirs, t))}})
+                out.conflicts.append(_conflict(svc, principal, ns, key, (
+                    ("base", base, b), ("ours", ours, o), ("theirs", theirs, t))))
     # Read marks: what `from` read that `into` has not, so `into` does not read it again.
     have = {(m.key, m.episode) for m in index.reads(ns, ours)}
     out.reads = [replace(m, branch=dst) for m in index.reads(ns, new_t)
@@ -416,18 +414,29 @@ def _grouped(rows: Iterable[FactRecord]) -> dict[tuple[str, str], list[FactRecor
     return out
 
 
-def _shown(svc: MemoryService, principal: Principal, scope: str, segs: Segments,
-           version: FactRecord | None) -> Any:
-    """A side's value in a conflict report: in clear only if the caller may read every
-    episode it cites (as any read of it would require)."""
-    if version is None:
-        return None
-    cited = [e for e, _ in version.cites]
-    if not segs or len(svc.readable_episodes(principal, scope, segs, cited)) < len(set(cited)):
-        return "hidden"
-    if version.kind == CLOSURE:
-        return None
-    return None if version.value is None else json.loads(version.value)
+def _conflict(svc: MemoryService, principal: Principal, scope: str, key: tuple[str, str],
+              sides: Iterable[tuple[str, Segments, FactRecord | None]]) -> dict[str, Any]:
+    """A conflict report: each side's value in clear only if the caller may read every
+    episode it cites (as any read of it would require), else ``"hidden"``. The entity and
+    predicate are named only when the caller may read some side: otherwise no read would
+    show them the attribute exists, and the report must not either (as for an episode's
+    ACL conflict, and as the ledger never names one)."""
+    shown: dict[str, Any] = {}
+    named = False
+    for name, segs, version in sides:
+        if version is None:
+            shown[name] = None
+            continue
+        cited = [e for e, _ in version.cites]
+        if not segs or len(svc.readable_episodes(principal, scope, segs, cited)) < len(
+                set(cited)):
+            shown[name] = "hidden"
+            continue
+        named = True
+        shown[name] = (None if version.kind == CLOSURE or version.value is None
+                       else json.loads(version.value))
+    entity, predicate = key if named else ("hidden", "hidden")
+    return {"entity": entity, "predicate": predicate, **shown}
 
 
 def merge(svc: MemoryService, user: str, req: MergeRequest) -> dict[str, Any]:

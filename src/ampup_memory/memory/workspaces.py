@@ -325,6 +325,9 @@ class Workspaces:
         with self.index.hold_lease(self.lease, lease_holder(), self.lease_ttl,
                                    wait=LEASE_WAIT_SECONDS) as held:
             with self.write_lock:  # no commit of this process lands between the two steps
+                # Again under the lock: a delete that got here first answers the others
+                # the 404 of a deleted workspace, as deletes sent one after another do.
+                ws = self.visible(user, ws_id, admin)
                 now = utcnow()
                 deleted = replace(ws, state=DELETED, updated_at=now, updated_by=user)
                 self._record(deleted)
