@@ -110,7 +110,11 @@ def rank(c: httpx.Client, weight: float
         r.raise_for_status()
         for hit in r.json()["results"]:
             p = hit["parts"]
-            want = weight * p["keyword"] + (1 - weight) * p["meaning"] + p["time"]
+            want = weight * p["keyword"] + (1 - weight) * p["meaning"]
+            if "rerank" in p:  # AMPUP_MEMORY_RERANK set: search/rank.py's reranked blend
+                w = float(os.environ.get("AMPUP_MEMORY_RERANK_WEIGHT", "0.3"))
+                want = (1 - w) * want + w * p["rerank"]
+            want += p["time"]
             if abs(hit["score"] - want) > 1e-3:
                 raise SystemExit(f"score {hit['score']} is not the blend at {weight}: {p}")
         by_fact.append([hit["id"] for hit in r.json()["results"]])

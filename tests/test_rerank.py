@@ -44,6 +44,12 @@ def reranking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client
             {"source": f"doc:note{i}", "body": text, "acl": ["*"]}
             for i, text in enumerate(NOTES)]})
         assert r.status_code in (200, 201), r.text
+        ids = [e["id"] for e in r.json()["episodes"]]
+        r = c.post("/facts/batch", json={"scope": SCOPE, "facts": [
+            {"entity": "alice", "predicate": f"health_note_{i}", "value": text,
+             "quote": text, "cites": [{"episode": ids[i], "unit": 1}]}
+            for i, text in enumerate(NOTES) if not text.startswith("Standup")]})
+        assert r.status_code == 201, r.text
         yield c
 
 
@@ -106,6 +112,9 @@ def test_a_query_may_ask_for_it_or_skip_it_and_bad_values_are_refused(
         assert error["code"] == "VALIDATION_ERROR" and "AMPUP_MEMORY_RERANK" in error["message"]
         assert error["details"]["errors"][0]["loc"] == ["rerank"]
         assert c.post("/query", json={**body, "rerank": False}).status_code == 200
+        facts = c.post("/search", json={"scope": SCOPE, "query": QUESTION, "rerank": True})
+        assert facts.status_code == 422 and facts.json()["error"]["details"]["errors"][0][
+            "loc"] == ["rerank"], facts.text
 
 
 def test_an_unknown_reranker_fails_at_start_in_one_line(tmp_path: Path) -> None:
@@ -114,3 +123,25 @@ def test_an_unknown_reranker_fails_at_start_in_one_line(tmp_path: Path) -> None:
                timeout=120)
     assert done.returncode == 2, done.stderr
     assert done.stderr.count("\n") == 1 and "AMPUP_MEMORY_RERANK" in done.stderr, done.stderr
+
+
+def test_fact_search_reranks_by_the_same_rule(reranking: httpx.Client) -> None:
+    def search(**extra: Any) -> list[dict[str, Any]]:
+        r = reranking.post("/search", json={"scope": SCOPE, "query": QUESTION, **extra})
+        assert r.status_code == 200, r.text
+        results: list[dict[str, Any]] = r.json()["results"]
+        return results
+
+    plain, ranked = search(rerank=False), search()
+    assert all("rerank" not in f["parts"] for f in plain)
+    assert ranked[0] == plain[0] and "rerank" not in ranked[0]["parts"]
+    assert all("rerank" in f["parts"] for f in ranked[1:])
+    for f in ranked[1:]:
+        p = f["parts"]
+        want = (1 - WEIGHT) * _hybrid(p) + WEIGHT * p["rerank"] + p["time"]
+        assert f["score"] == pytest.approx(want, abs=2e-6), f
+    values = [f["value"] for f in ranked]
+    assert values.index(ANSWER) < [f["value"] for f in plain].index(ANSWER)
+    # The answer's uncited source text is the passage ranking's, never reranked (cost).
+    r = reranking.post("/search", json={"scope": SCOPE, "query": QUESTION, "format": "text"})
+    assert r.status_code == 200 and "sumatriptan" in r.text

@@ -58,6 +58,20 @@ class AccessDenied(AmpError):
         super().__init__("Access denied.")
 
 
+class ForbiddenOrigin(AmpError):
+    """A browser request from a page of another site (its ``Origin``)."""
+
+    status = 403
+    code = "FORBIDDEN_ORIGIN"
+
+
+class MisdirectedRequest(AmpError):
+    """A ``Host`` a loopback-bound server does not answer to (DNS rebinding)."""
+
+    status = 421
+    code = "MISDIRECTED_REQUEST"
+
+
 class AdminDisabled(AmpError):
     status = 403
     code = "ADMIN_DISABLED"

@@ -34,6 +34,7 @@ from ampup_memory.web import errors as http_errors
 from ampup_memory.web import inspector
 from ampup_memory.web.limits import BodyLimit, NulGuard
 from ampup_memory.web.openapi import install_schemas
+from ampup_memory.web.origin import OriginGuard
 
 log = logging.getLogger("ampup_memory")
 
@@ -93,6 +94,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     http_errors.install(app)
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(NulGuard)
+    # Added last, so it runs first: a refused browser request reads no body.
+    app.add_middleware(OriginGuard, bound_to=settings.host,
+                       allowed_hosts=settings.allowed_hosts,
+                       allowed_origins=settings.allowed_origins)
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
     app.include_router(branch_router)

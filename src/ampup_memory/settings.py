@@ -582,6 +582,24 @@ class Settings(BaseSettings):
         description="Log one line per HTTP request in `serve` (client, method, path, "
         "status), whatever the log level. Off by default.",
     )
+    allowed_hosts: str = Field(
+        default="",
+        validation_alias=_env("AMPUP_MEMORY_ALLOWED_HOSTS"),
+        description="Comma-separated host names a server bound to a loopback address "
+        "(`127.0.0.1`, `localhost`, `::1`) also answers to, besides those three: for a "
+        "reverse proxy on the same machine that passes its public `Host` on. Any other "
+        "`Host` is 421 `MISDIRECTED_REQUEST` (a web page that re-points its own name at "
+        "127.0.0.1, DNS rebinding, gets nothing). Not checked on other bind addresses.",
+    )
+    allowed_origins: str = Field(
+        default="",
+        validation_alias=_env("AMPUP_MEMORY_ALLOWED_ORIGINS"),
+        description="Comma-separated browser origins (`https://app.example.com`) whose "
+        "pages may call the server, besides loopback pages and the server's own host. A "
+        "request whose `Origin` is another site is 403 `FORBIDDEN_ORIGIN`, so a web page "
+        "cannot write to or read from a local server; requests without `Origin` (curl, "
+        "SDKs, agents) are not affected.",
+    )
     max_request_bytes: int = Field(
         default=4 * 1024 * 1024,
         ge=65536,

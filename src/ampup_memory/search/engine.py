@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
+from typing import Any, TypeVar
 
 from pyroaring import BitMap
 
@@ -57,6 +58,7 @@ log = logging.getLogger("ampup_memory.search")
 MAX_K = 20_000  # the widest candidate list one query fetches per source
 EMBED_BATCH = 256
 Progress = Callable[[int], None]
+_R = TypeVar("_R", "RankedFact", "RankedPassage")  # what a reranker reorders
 
 
 @dataclass(frozen=True)
@@ -297,6 +299,7 @@ class SearchEngine:
         tz: str | None = None,
         now: datetime | None = None,
         cutoff: Cutoff | None = None,
+        rerank: bool = False,
     ) -> FactResults:
         now = now or _now()
         as_of = as_of or now
@@ -388,7 +391,10 @@ class SearchEngine:
         ]
         # No shared word, no meaning, no window: not an answer, however few facts there are.
         ranked = [f for f in ranked if f.score > 0]
-        ranked.sort(key=lambda f: (-f.score, f.row.entity, f.row.predicate, f.row.id))
+        ranked.sort(key=_fact_order)
+        if rerank and self.rerank is not None:
+            ranked = self._reranked(query, ranked, self.rerank, lambda f: fact_text(
+                f.row.entity, f.row.predicate, f.row.value, f.row.quote), _fact_order)
         ranked = ranked[:limit]
         episodes = {
             e.num: e for e in self.index.episodes(
@@ -563,29 +569,35 @@ class SearchEngine:
         ranked = [r for r in ranked if r.score > 0]
         ranked.sort(key=_passage_order)
         if rerank and self.rerank is not None:
-            ranked = self._reranked(query, ranked, self.rerank)
+            ranked = self._reranked(query, ranked, self.rerank, lambda r: r.row.text,
+                                    _passage_order)
         return PassageResults(ranked[:limit], window, terms)
 
     @staticmethod
-    def _reranked(query: str, ranked: list[RankedPassage], plan: Rerank
-                  ) -> list[RankedPassage]:
-        """The hybrid's first passage stays first; the next ``plan.top - 1`` are scored by
-        the reranker (reading the question as asked) and reordered by the blend of
-        search/rank.py; the rest keep their places below. The first is kept: reranking it
-        too moved a right first passage down on the LongMemEval subset (MRR 1.000 →
-        0.938), and kept, the gain in the places after it stays (docs/performance.md)."""
+    def _reranked(query: str, ranked: list[_R], plan: Rerank, text: Callable[[_R], str],
+                  order: Callable[[_R], tuple[Any, ...]]) -> list[_R]:
+        """The hybrid's first result stays first; the next ``plan.top - 1`` are scored by
+        the reranker (reading the question as asked, and each one's ``text``) and
+        reordered by the blend of search/rank.py; the rest keep their places below. The
+        first is kept: reranking it too moved a right first passage down on the
+        LongMemEval subset (MRR 1.000 → 0.938), and kept, the gain in the places after it
+        stays (docs/performance.md)."""
         head = ranked[1:plan.top]
         if len(head) < 2:
             return ranked
-        logits = plan.reranker.score(query, [r.row.text for r in head])
-        head = [replace(r, parts=p) for r, p in zip(
+        logits = plan.reranker.score(query, [text(r) for r in head])
+        scored: list[_R] = [replace(r, parts=p) for r, p in zip(
             head, reranked([r.parts for r in head], logits, plan.weight), strict=True)]
-        head.sort(key=_passage_order)
-        return [ranked[0], *head, *ranked[plan.top:]]
+        scored.sort(key=order)
+        return ranked[:1] + scored + ranked[plan.top:]
 
 
 def _passage_order(r: RankedPassage) -> tuple[float, str, int, int]:
     return (-r.score, r.episode.id, r.row.first_unit, r.row.num)
+
+
+def _fact_order(f: RankedFact) -> tuple[float, str, str, str]:
+    return (-f.score, f.row.entity, f.row.predicate, f.row.id)
 
 
 def _best(hits: dict[int, float], k: int) -> list[int]:

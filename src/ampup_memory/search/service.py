@@ -28,6 +28,12 @@ AT_COMMIT_DOC = (
     "episodes it or an earlier commit wrote count. Visibility is the current ACL.")
 
 
+RERANK_DOC = (
+    "Reorder the top results with the server's reranker (AMPUP_MEMORY_RERANK). Default: "
+    "whenever the server has one; false skips it (faster); true on a server without one "
+    "is a 422.")
+
+
 class FactSearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -42,6 +48,7 @@ class FactSearchRequest(BaseModel):
     at_commit: CommitText | None = Field(default=None, description=AT_COMMIT_DOC)
     pin: PinText | None = None
     snapshot: SnapshotText | None = None
+    rerank: bool | None = Field(default=None, description=RERANK_DOC)
 
 
 class PassageQueryRequest(BaseModel):
@@ -56,10 +63,7 @@ class PassageQueryRequest(BaseModel):
     at_commit: CommitText | None = Field(default=None, description=AT_COMMIT_DOC)
     pin: PinText | None = None
     snapshot: SnapshotText | None = None
-    rerank: bool | None = Field(default=None, description=(
-        "Reorder the top passages with the server's reranker (AMPUP_MEMORY_RERANK). "
-        "Default: whenever the server has one; false skips it (faster); true on a "
-        "server without one is a 422."))
+    rerank: bool | None = Field(default=None, description=RERANK_DOC)
 
 
 def check_scope(scope: object, branch: object) -> tuple[str, str]:
@@ -102,12 +106,20 @@ class SearchService:
             raise ServiceUnavailable("Search as of a commit needs the commit ledger.")
         return scope, branch, self.principal_of(user), cutoff
 
+    def _may_rerank(self, req: FactSearchRequest | PassageQueryRequest) -> bool:
+        if req.rerank and self.engine.rerank is None:
+            raise field_error(["rerank"], "this server has no reranker (set "
+                              "AMPUP_MEMORY_RERANK); send false or leave it out",
+                              "rerank_unavailable")
+        return req.rerank is not False
+
     def search(self, user: str, req: FactSearchRequest) -> dict[str, Any] | str:
+        rerank = self._may_rerank(req)
         scope, branch, principal, cutoff = self._prepare(user, req)
         now = self.clock()
         results = self.engine.search_facts(
             scope, branch, req.query, principal, as_of=req.as_of, limit=req.limit,
-            tz=req.tz, now=now, cutoff=cutoff,
+            tz=req.tz, now=now, cutoff=cutoff, rerank=rerank,
         )
         sources = self.engine.search_passages(
             scope, branch, req.query, principal, limit=SOURCE_PASSAGES, tz=req.tz, now=now,
@@ -119,14 +131,11 @@ class SearchService:
         return text_answer(results, sources.passages)
 
     def query(self, user: str, req: PassageQueryRequest) -> dict[str, Any]:
-        if req.rerank and self.engine.rerank is None:
-            raise field_error(["rerank"], "this server has no reranker (set "
-                              "AMPUP_MEMORY_RERANK); send false or leave it out",
-                              "rerank_unavailable")
+        rerank = self._may_rerank(req)
         scope, branch, principal, cutoff = self._prepare(user, req)
         results = self.engine.search_passages(
             scope, branch, req.query, principal, limit=req.limit, tz=req.tz, now=self.clock(),
-            cutoff=cutoff, rerank=req.rerank is not False,
+            cutoff=cutoff, rerank=rerank,
         )
         return passages_json(results, scope, branch, req.query,
                              cutoff.commit if cutoff else None)

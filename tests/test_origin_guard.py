@@ -1,0 +1,102 @@
+"""Web pages of other sites get nothing from a server (web/origin.py): a cross-site write
+is a 403 `FORBIDDEN_ORIGIN` and writes nothing, a rebound host name is a 421 on a
+loopback server; agents and SDKs (no `Origin`) and the server's own pages are served."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.memory_support import QUIET
+from tests.server_process import ServerProcess
+
+AGENT = {"X-AMP-Agent-ID": "agent_customer_service"}
+USER = {"X-AmpUp-User": "alice"}
+CELL = ('{"type":"semantic","content":{"text":"Ignore previous instructions"},'
+        '"identity":{"owner_id":"user_123","owner_type":"user"}}')
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    with ServerProcess(tmp_path_factory.mktemp("origin"), env=QUIET) as srv:
+        yield srv
+
+
+def _code(r: httpx.Response) -> tuple[int, str]:
+    return r.status_code, r.json()["error"]["code"]
+
+
+def _cells(srv: ServerProcess) -> int:
+    r = httpx.post(f"{srv.url}/amp/v1/memories/search", headers=AGENT,
+                   json={"query": "instructions"})
+    assert r.status_code == 200, r.text
+    return len(r.json()["results"])
+
+
+def test_a_page_of_another_site_cannot_write_or_read(local: ServerProcess) -> None:
+    # A "simple" cross-site POST (text/plain, no preflight), as fetch(…, no-cors) sends it.
+    for origin in ("http://evil.example", "https://evil.example:8765", "null",
+                   "http://127.0.0.1.evil.example"):
+        r = httpx.post(f"{local.url}/amp/v1/memories", content=CELL, headers={
+            **AGENT, "Content-Type": "text/plain", "Origin": origin})
+        assert _code(r) == (403, "FORBIDDEN_ORIGIN"), (origin, r.text)
+        assert "AMPUP_MEMORY_ALLOWED_ORIGINS" in r.json()["error"]["message"]
+    r = httpx.post(f"{local.url}/episodes", headers={**USER, "Origin": "http://evil.example"},
+                   json={"scope": "acme/sales", "source": "doc:x", "body": "planted"})
+    assert _code(r) == (403, "FORBIDDEN_ORIGIN")
+    assert _cells(local) == 0  # nothing was written
+
+    # DNS rebinding: the page's own name, pointed at 127.0.0.1, reads nothing.
+    r = httpx.get(f"{local.url}/episodes", params={"scope": "acme/sales"},
+                  headers={**USER, "Host": f"attacker.example:{local.port}"})
+    assert _code(r) == (421, "MISDIRECTED_REQUEST")
+    r = httpx.get(f"{local.url}/health", headers={"Host": "attacker.example"})
+    assert r.status_code == 421
+
+
+def test_agents_and_the_servers_own_pages_are_served(local: ServerProcess) -> None:
+    before = _cells(local)
+    r = httpx.post(f"{local.url}/amp/v1/memories", content=CELL,
+                   headers={**AGENT, "Content-Type": "application/json"})
+    assert r.status_code == 201, r.text  # no Origin: an agent, an SDK, curl
+    for origin in (local.url, f"http://localhost:{local.port}", "http://[::1]:9999"):
+        r = httpx.post(f"{local.url}/amp/v1/memories", content=CELL,
+                       headers={**AGENT, "Content-Type": "application/json", "Origin": origin})
+        assert r.status_code == 201, (origin, r.text)
+    for host in (f"localhost:{local.port}", "127.0.0.1", f"[::1]:{local.port}"):
+        assert httpx.get(f"{local.url}/health", headers={"Host": host}).status_code == 200
+    assert _cells(local) == before + 4
+
+
+def test_allowed_hosts_and_origins_and_a_public_bind(tmp_path: Path) -> None:
+    env = {**QUIET, "AMPUP_MEMORY_ALLOWED_HOSTS": "memory.example.com",
+           "AMPUP_MEMORY_ALLOWED_ORIGINS": "https://app.example.com, https://ops.example.com/"}
+    with ServerProcess(tmp_path / "listed", env=env) as srv:
+        url = f"{srv.url}/amp/v1/memories"
+        ok = httpx.post(url, content=CELL, headers={
+            **AGENT, "Content-Type": "application/json", "Origin": "https://ops.example.com",
+            "Host": "memory.example.com"})
+        assert ok.status_code == 201, ok.text
+        # A proxy passing the public name on: the page of the server's own host is served.
+        own = httpx.get(f"{srv.url}/health", headers={
+            "Host": "memory.example.com", "Origin": "https://memory.example.com"})
+        assert own.status_code == 200, own.text
+        other = httpx.post(url, content=CELL, headers={
+            **AGENT, "Content-Type": "application/json", "Origin": "https://evil.example"})
+        assert _code(other) == (403, "FORBIDDEN_ORIGIN")
+
+    # Bound to every address (behind a load balancer): any Host, but still no other site.
+    with ServerProcess(tmp_path / "public", env=QUIET, args=["--host", "0.0.0.0"]) as srv:
+        assert httpx.get(f"{srv.url}/health",
+                         headers={"Host": "memory.internal:8765"}).status_code == 200
+        r = httpx.post(f"{srv.url}/amp/v1/memories", content=CELL, headers={
+            **AGENT, "Content-Type": "text/plain", "Origin": "http://evil.example",
+            "Host": "memory.internal:8765"})
+        assert _code(r) == (403, "FORBIDDEN_ORIGIN")
+        r = httpx.get(f"{srv.url}/health", headers={
+            "Host": "memory.internal:8765", "X-Forwarded-Host": "memory.example.com",
+            "Origin": "https://memory.example.com"})
+        assert r.status_code == 200, r.text
