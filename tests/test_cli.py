@@ -279,3 +279,11 @@ def test_json_logs_with_access_log(tmp_path: Path) -> None:
                for x in access), lines
     assert any(x["logger"] == "uvicorn.error" and x["level"] == "info" for x in lines), lines
     assert all({"time", "level", "logger", "message"} <= set(x) for x in lines)
+
+
+def test_python_dash_m_runs_the_command(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "ampup_memory", "episode-type", "show",
+                           "call"], env=clean_env(AMPUP_MEMORY_HOME=str(tmp_path)),
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["type"] == "call"
