@@ -64,6 +64,7 @@ SEMANTIC_422 = {
     "attribute_unexpected", "select_unexpected", "field_unexpected", "order_invalid",
     "missing@type", "missing@attribute",  # find: entities needs a type, its where attributes
     "merge_self",        # a branch merged into itself (from = into)
+    "rerank_unavailable",  # rerank: true on a server with no reranker (a setting)
 }
 
 
