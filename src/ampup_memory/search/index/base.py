@@ -176,6 +176,9 @@ class IndexInfo:
 
 
 Hit = tuple[int, float]  # (row number, raw score): higher is better for both kinds
+# (after, upto]: the commit seqs (on the row's own branch) of the rows a candidate list may
+# name; a view's segment passes its own, so it lists only rows it holds.
+SeqRange = tuple[int, int]
 
 
 @dataclass(frozen=True)
@@ -202,10 +205,9 @@ Terms = Sequence[str] | ViewWords
 
 
 def words_of(terms: Terms) -> list[str]:
+    """The terms themselves, of a space's own or of a view's."""
     return list(terms.terms) if isinstance(terms, ViewWords) else list(terms)
-# (after, upto]: the commit seqs (on the row's own branch) of the rows a candidate list may
-# name; a view's segment passes its own, so it lists only rows it holds.
-SeqRange = tuple[int, int]
+
 
 
 class SearchIndex(Protocol):
