@@ -609,10 +609,10 @@ def test_an_over_budget_pass_ranks_the_newest_postings_alone(
         # ("zebra" is then within the budget beside "renewal" up to commit 3).
         held_passages = idx.keyword_passages(S, "main", ["renewal"], 50, upto=8)
         assert {p.seq for p in idx.passages(n for n, _ in held_passages)} == {5, 6, 7, 8}
-        assert idx.keyword_terms("passages", S, [("main", 3)], ["renewal", "zebra"]) == [
-            "zebra", "renewal"]
-        assert idx.keyword_terms("passages", S, [("main", None)], ["renewal", "zebra"]) == [
-            "zebra"]
+        words = ["renewal", "zebra"]
+        assert idx.keyword_view("passages", S, [("main", 3)], words).terms == (
+            "zebra", "renewal")
+        assert idx.keyword_view("passages", S, [("main", None)], words).terms == ("zebra",)
         # A word within the budget is kept alone and finds its old row as before.
         rare = idx.keyword_facts(S, "main", ["renewal", "zebra"], 50)
         assert [facts[n] for n, _ in rare] == [1]
@@ -652,7 +652,8 @@ def test_both_backends_keep_the_same_words_and_rank_the_same_rows(
                     ("passages", [("main", 2), ("exp", None)], ["zebra", "renewal"]),
                     ("facts", [("main", None), ("exp", None)], ["zebra", "filler1"]),
                     ("facts", [("main", 2), ("exp", None)], ["zebra", "renewal"])]
-            return [idx.keyword_terms(kind, S, spaces, words) for kind, spaces, words in asks]
+            return [list(idx.keyword_view(kind, S, spaces, words).terms)
+                    for kind, spaces, words in asks]
 
         sqlite, pg = (kept(e.index) for e in engines)
         assert sqlite == pg
@@ -728,7 +729,8 @@ def test_a_postgres_index_without_passage_seqs_is_emptied_and_refills_exactly(
         _renewals(pg, check_at=None)  # what the feed gives it again from the store
 
         def held(idx: SearchIndex) -> list[object]:
-            words = [idx.keyword_terms("passages", S, [("main", upto)], ["renewal", "zebra"])
+            words = [list(idx.keyword_view("passages", S, [("main", upto)],
+                                           ["renewal", "zebra"]).terms)
                      for upto in (3, 8, None)]
             rows = [sorted((p.seq, p.text) for p in idx.passages(n for n, _ in hits))
                     for hits in (idx.keyword_passages(S, "main", ["renewal"], 50, upto=8),
@@ -821,16 +823,72 @@ def test_a_view_keeps_the_query_words_its_segments_afford_together(
         replace(fact(own, "Zephyr", "codename", "Nightjar", "Zephyr codename", seq=2),
                 commit="e2")]), lineage=["main"])
     words = ["pricing", "zephyr"]
-    alone = idx.keyword_terms("facts", S, [("main", None)], words)
-    assert alone == ["pricing"]
-    together = idx.keyword_terms("facts", S, [("main", None), ("exp", None)], words)
-    assert together == ["zephyr"]
+    alone = idx.keyword_view("facts", S, [("main", None)], words)
+    assert alone.terms == ("pricing",)
+    together = idx.keyword_view("facts", S, [("main", None), ("exp", None)], words)
+    assert together.terms == ("zephyr",)
     view = Cutoff((Segment("main", 0, 1), Segment("exp", 1)), lambda _: {})
     found = engine.search_facts(S, "exp", "pricing zephyr", ANN, now=NOW, cutoff=view,
                                 limit=20).facts
     scored = {f.row.entity for f in found if f.parts.keyword > 0}
     assert len(found) == 20 and "Zephyr" in scored
     assert scored == {"Zephyr"}
+
+
+def test_a_view_scores_its_segments_as_one_space_holding_their_rows(
+        engine: SearchEngine) -> None:
+    """Given a view's words (`keyword_view`), every segment's keyword lists and scores are
+    those of one space holding the view's rows: on SQLite BM25 with the view's row count,
+    average length and rows per word, whatever the segment holds alone; a branch of one
+    fact no longer weighs each of its words near zero. Passages as facts."""
+    idx = engine.index
+    texts = [f"Account{i} review covers pricing and renewal terms, call {i}."
+             for i in range(12)] + ["Calder bridge repairs start in spring."]
+    base = episode(S, texts, ["*"])
+    rows = [fact(base, f"Account{i}", "topic", "pricing renewal", texts[i], unit=i + 1,
+                 fact_id=f"m{i}") for i in range(12)]
+    rows.append(fact(base, "Calder bridge", "repairs", "spring", texts[12], unit=13,
+                     fact_id="near"))
+    engine.ingest(DocumentBatch([base], rows))
+    own = replace(episode(S, ["Osprey nests at Calder marsh."], ["*"], branch="exp",
+                          commit="e2"), seq=2)
+    mine = replace(fact(own, "Osprey", "nests_at", "Calder marsh",
+                        "Osprey nests at Calder marsh.", seq=2, fact_id="own"), commit="e2")
+    engine.ingest(DocumentBatch([own], [mine]), lineage=["main"])
+    ref = "acme__ref"  # main holds exactly the view's rows
+    ref_base, ref_own = replace(base, scope=ref), replace(own, scope=ref, branch="main")
+    engine.ingest(DocumentBatch([ref_base, ref_own], [replace(r, scope=ref) for r in rows] + [
+        replace(mine, scope=ref, branch="main")]))
+
+    words = ["osprey", "nests", "calder", "marsh"]
+    scored: dict[str, dict[str, float]] = {}
+    for kind in ("facts", "passages"):
+        view = idx.keyword_view(kind, S, [("main", None), ("exp", None)], words)
+        assert sorted(view.terms) == sorted(words)
+        if kind == "facts":
+            lists = {b: idx.keyword_facts(S, b, view, 50) for b in ("main", "exp")}
+            want = idx.keyword_facts(ref, "main", words, 50)
+            label = {r.num: r.id for r in idx.facts(
+                n for hits in [*lists.values(), want] for n, _ in hits)}
+        else:
+            lists = {b: idx.keyword_passages(S, b, view, 50) for b in ("main", "exp")}
+            want = idx.keyword_passages(ref, "main", words, 50)
+            label = {p.num: p.text for p in idx.passages(
+                n for hits in [*lists.values(), want] for n, _ in hits)}
+        got = scored[kind] = {label[n]: s for hits in lists.values() for n, s in hits}
+        assert got == {label[n]: s for n, s in want}, kind
+        best = max(got, key=got.__getitem__)
+        assert best in ("own", "Osprey nests at Calder marsh."), (kind, got)
+        if kind == "facts":  # one scale for a fact scored apart, as in the lists
+            [(num, score)] = lists["exp"]
+            assert idx.fact_keyword(S, "exp", [num], view) == {num: score}
+            near = next(n for n, s in lists["main"] if label[n] == "near")
+            assert idx.fact_keyword(S, "main", [near], view) == {near: got["near"]}
+    # One space's own words score with its own statistics, as before: the branch's one
+    # fact holds every word, so on SQLite each weighs near zero there.
+    alone = dict(idx.keyword_facts(S, "exp", words, 50))
+    if isinstance(idx, SQLiteIndex):
+        assert max(alone.values()) < 1e-3 < scored["facts"]["own"]
 
 
 def test_clear_branch_forgets_one_branch_only(engine: SearchEngine) -> None:

@@ -299,12 +299,12 @@ def test_search_at_a_commit_of_a_branch(served: tuple[Memory, str]) -> None:
 
 
 def _batch(m: Memory, scope: str, rows: list[tuple[str, str, str]], episode: str,
-           branch: str = "main") -> None:
-    """(entity, value, valid_from) facts of predicate ``status``, in one commit."""
-    ok(m.http.post("/facts/batch", json={"scope": scope, "branch": branch, "facts": [
+           branch: str = "main") -> str:
+    """(entity, value, valid_from) facts of predicate ``status``, in one commit (its id)."""
+    return str(ok(m.http.post("/facts/batch", json={"scope": scope, "branch": branch, "facts": [
         {"entity": e, "predicate": "status", "value": v, "quote": "Status report",
          "valid_from": at, "cites": [{"episode": episode, "unit": 1}]}
-        for e, v, at in rows]}))
+        for e, v, at in rows]}))["commit"])
 
 
 def _ranking(m: Memory, scope: str, query: str, **extra: Any) -> list[tuple[Any, ...]]:
@@ -342,7 +342,7 @@ def test_a_branch_ranks_as_a_main_holding_exactly_its_view(
     ep = write(m, s, body)["id"]
     _batch(m, s, base, ep)
     make_branch(m, s, "exp")
-    _batch(m, s, own, ep, "exp")
+    head = _batch(m, s, own, ep, "exp")
     _batch(m, s, after, ep)
 
     ref = new_scope()  # main holds exactly what exp sees
@@ -354,14 +354,66 @@ def test_a_branch_ranks_as_a_main_holding_exactly_its_view(
     # view's rows (main's rows after the fork are not the view's). Then meaning alone
     # (no fact holds the words): the 50 nearest.
     queries = ["in 2023", "quokka wombat"]
+    words = ["lagoon cobalt", "lagoon in 2023"]
     if index_uri.startswith("postgresql"):
-        # Words too: ts_rank scores a row from the row alone. FTS5's bm25() takes its
-        # statistics from the branch's own keyword space, so on SQLite a branch's own rows
-        # score otherwise than in one space (docs/search.md, "Scores across segments").
-        queries += ["lagoon cobalt", "lagoon in 2023"]
+        # Words too: ts_rank scores a row from the row alone. SQLite's BM25 scores the
+        # view's rows with the view's statistics, which on a plain branch search count
+        # main's rows after the fork too (docs/search.md, "Scores across segments").
+        queries += words
     for query in queries:
         want = _ranking(m, ref, query)
         assert want, query
         assert _ranking(m, s, query, branch="exp") == want, query
+    # Held at the branch's head, the view's rows are exactly ref's main: word scores
+    # match on both backends (SQLite: BM25 with the view's statistics, the branch's rows
+    # and main's up to the fork counted together).
+    for query in words:
+        assert _ranking(m, s, query, branch="exp", at_commit=head) == _ranking(
+            m, ref, query), query
     # Main's ranking is its own: the branch's rows are not in it.
     assert not any(e.startswith("aa-own") for e, *_ in _ranking(m, s, "in 2023"))
+
+
+FILLER = ("pricing", "roadmap", "invoice", "training", "outage", "forecast", "quota",
+          "onboarding", "escalation", "procurement", "renewal", "champion")
+
+
+def _keyword_parts(m: Memory, scope: str, query: str, **on: Any
+                   ) -> tuple[dict[str, float], dict[str, float]]:
+    """The keyword part of each fact (by value) and of each passage (by episode)."""
+    facts = search(m, scope, query, **on)["results"]
+    found = ok(m.http.post("/query", json={"scope": scope, "find": "passages",
+                                           "query": query, "limit": 50, **on}), 200)
+    return ({f["value"]: f["parts"]["keyword"] for f in facts},
+            {p["episode"]: p["parts"]["keyword"] for p in found["results"]})
+
+
+def test_a_branch_exact_match_wins_the_keyword_side_over_its_base(
+        served: tuple[Memory, str]) -> None:
+    """A branch's rows are scored with the view's keyword statistics, not those of the
+    branch's own few rows: on a branch of one episode every word is in all its rows, and
+    its own statistics gave each word a weight near zero, so the branch's exact match
+    lost the keyword side to a base row sharing one word (docs/search.md)."""
+    m, _ = served
+    s = new_scope()
+    for i in range(24):  # main's many rows, none holding a query word
+        words = " ".join(FILLER[(i + j) % len(FILLER)] for j in range(5))
+        ep = write(m, s, f"Account{i} review: {words}.")["id"]
+        fact(m, s, f"Account{i}", "topic", words, f"Account{i} review: {words}", ep)
+    near = write(m, s, "Calder bridge repairs start in spring.")["id"]  # one query word
+    fact(m, s, "Calder bridge", "repairs", "spring", "Calder bridge repairs start in spring",
+         near)
+    make_branch(m, s, "field")
+    mine = write(m, s, "Osprey nests at Calder marsh.", "field")
+    head = fact(m, s, "Osprey", "nests_at", "Calder marsh", "Osprey nests at Calder marsh",
+                mine["id"], "field")["commit"]
+    query = "Osprey nests at Calder marsh"
+    for on in ({"branch": "field"},
+               {"branch": "field", "at_commit": head}):
+        facts, passages = _keyword_parts(m, s, query, **on)
+        assert facts["Calder marsh"] == 1.0 > facts["spring"], (on, facts)
+        assert passages[mine["id"]] == 1.0 > passages[near], (on, passages)
+    # Main's own search is unchanged by the branch: its row there keeps the whole side.
+    facts, passages = _keyword_parts(m, s, query)
+    assert facts["spring"] == 1.0
+    assert "Calder marsh" not in facts and mine["id"] not in passages

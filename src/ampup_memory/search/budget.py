@@ -38,6 +38,20 @@ def affordable_terms(terms: Sequence[str], postings: Callable[[str], int]) -> li
     return kept
 
 
+def space_terms(terms: Sequence[str], postings: Callable[[str], int], view: bool = False
+                ) -> tuple[list[str], bool]:
+    """The terms one space's ranked keyword pass ranks by, and whether their postings
+    there are over the budget (then it ranks its newest `POSTINGS_BUDGET` matches only).
+
+    ``view``: the terms were kept for a view of several spaces (`affordable_terms` over
+    their rows together), so every one is ranked, even one this space lacks: each
+    segment of the view ranks by the same query (PostgreSQL's ``ts_rank`` divides a
+    row's rank by the query's term count, so a term dropped in one segment alone would
+    raise that segment's scores)."""
+    kept = list(terms) if view else affordable_terms(terms, postings)
+    return kept, sum(postings(t) for t in kept) > POSTINGS_BUDGET
+
+
 def postings_sql(table: str, where: str = "") -> str:
     """PostgreSQL: the rows of ``table`` matching a tsquery (the first ``%s``), counted up
     to a cap (the last ``%s``; NULL counts them all). ``where`` narrows the rows

@@ -37,6 +37,7 @@ from ampup_memory.search.index.base import (
     PassageRow,
     SearchIndex,
     SeqRange,
+    Terms,
     fact_text,
 )
 from ampup_memory.search.passages import CUT, cut, passage_text
@@ -271,21 +272,22 @@ class SearchEngine:
 
     def _owners(self, scope: str, branch: str, cutoff: Cutoff | None) -> _Owners:
         segs = cutoff.segments if cutoff is not None else (Segment(branch),)
-        # Held (at_commit, a pin, a snapshot): every segment's keyword statistics are those
-        # of its rows up to its last commit, so later commits move no score. A branch's
-        # plain view keeps its base's current statistics (the fast path; docs/search.md).
+        # Held (at_commit, a pin, a snapshot): every segment's rows count in the keyword
+        # statistics up to its last commit, so later commits move no score. A branch's
+        # plain view counts all its base's current rows (docs/search.md).
         held = cutoff is not None and cutoff.commit is not None
         return _Owners(self.index, scope, tuple(s.branch for s in segs),
                        {s.branch: s.upto for s in segs if held and s.upto < NO_LIMIT})
 
-    def _words(self, kind: str, scope: str, owners: _Owners, terms: list[str]) -> list[str]:
+    def _words(self, kind: str, scope: str, owners: _Owners, terms: list[str]) -> Terms:
         """The terms keyword lists rank by: a view of several segments is one space, so
         the postings budget keeps the terms its segments' rows afford together (a word
-        common on the base is dropped on the branch too, as on a main holding the view)."""
+        common on the base is dropped on the branch too, as on a main holding the view),
+        and every segment's rows are scored with the view's keyword statistics."""
         if owners.single or not terms:
             return terms
-        return self.index.keyword_terms(kind, scope, [(b, owners.upto.get(b))
-                                                      for b in owners.branches], terms)
+        return self.index.keyword_view(kind, scope, [(b, owners.upto.get(b))
+                                                     for b in owners.branches], terms)
 
     def search_facts(
         self,
@@ -402,7 +404,7 @@ class SearchEngine:
         }
         return FactResults(ranked, window, terms, episodes)
 
-    def _fact_sources(self, scope: str, seg: Segment, upto: int | None, terms: list[str],
+    def _fact_sources(self, scope: str, seg: Segment, upto: int | None, terms: Terms,
                       vector: list[float] | None, span: tuple[datetime, datetime] | None,
                       rest: str, begun_at: datetime | None
                       ) -> list[tuple[Callable[[int], list[Hit]], str]]:

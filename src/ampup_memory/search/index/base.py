@@ -181,6 +181,35 @@ Hit = tuple[int, float]  # (row number, raw score): higher is better for both ki
 SeqRange = tuple[int, int]
 
 
+@dataclass(frozen=True)
+class ViewWords:
+    """The query terms a view of several segments ranks by, and the keyword statistics
+    that score its rows: both decided once for the view, its segments' rows counted
+    together (`SearchIndex.keyword_view`), as on a main holding the view.
+
+    Passed as the ``terms`` of a segment's keyword lists and scores, every term is ranked
+    (none is dropped for being absent from that segment alone) and, where the keyword
+    score has collection statistics (SQLite's BM25), each segment's rows are scored with
+    the view's: on a branch of a few rows a word is then weighed as in the whole view, not
+    near zero for being in all of them. PostgreSQL's ``ts_rank`` has none: it leaves
+    them empty."""
+
+    terms: tuple[str, ...]
+    rows: int = 0  # rows of the view's segments
+    tokens: int = 0  # their tokens
+    hits: tuple[int, ...] = ()  # rows holding each term, in the order of ``terms``
+
+
+# A query's terms: one space's own (that space's budget and statistics), or a view's.
+Terms = Sequence[str] | ViewWords
+
+
+def words_of(terms: Terms) -> list[str]:
+    """The terms themselves, of a space's own or of a view's."""
+    return list(terms.terms) if isinstance(terms, ViewWords) else list(terms)
+
+
+
 class SearchIndex(Protocol):
     """One derived index. Higher raw scores are better; callers normalise them."""
 
@@ -254,7 +283,9 @@ class SearchIndex(Protocol):
 
     # -- candidates --------------------------------------------------------------------
     # Keyword scores of one (scope, branch) depend on its own rows only: nothing written
-    # to another scope or branch may change them (tests/test_scope_isolation.py).
+    # to another scope or branch may change them (tests/test_scope_isolation.py); only a
+    # view's `ViewWords`, passed as ``terms``, carry the statistics of the view's other
+    # segments of the same scope.
     # ``upto`` (a held search: a pin, a snapshot, ``at_commit``, a branch's base) is a
     # ledger seq of the branch: each held row's score then depends only on the rows its
     # commits up to that seq put there, so later commits move no held score
@@ -264,7 +295,7 @@ class SearchIndex(Protocol):
     # ``begun_at``: the k best of the facts whose validity has begun then
     # (`memory.facts.begun`, which the engine still applies to every candidate), so a
     # search at an instant before most facts begin needs no wider rounds.
-    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
+    def keyword_facts(self, scope: str, branch: str, terms: Terms, k: int,
                       upto: int | None = None, seqs: SeqRange | None = None,
                       begun_at: datetime | None = None) -> list[Hit]:
         ...
@@ -274,17 +305,18 @@ class SearchIndex(Protocol):
                       ) -> list[Hit]:
         ...
 
-    def keyword_terms(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],
-                      terms: Sequence[str]) -> list[str]:
+    def keyword_view(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],
+                     terms: Sequence[str]) -> ViewWords:
         """The query terms a keyword pass over several (branch, ``upto``) spaces of one
         scope ranks by, as if they were one space (a view's segments: ``kind`` is
-        ``facts`` or ``passages``). A backend with a postings budget counts each term's
-        rows in them together; passed to each space's keyword lists, these terms are
-        kept there too. Both backends apply the one budget (`search/budget.py`)."""
+        ``facts`` or ``passages``), with the statistics of their rows together (each
+        space's rows up to ``upto``; None: all it holds now). Both backends keep the terms
+        by the one budget (`search/budget.py`), each term's rows counted in the spaces
+        together."""
         ...
 
     def keyword_passages(
-        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
+        self, scope: str, branch: str, terms: Terms, k: int, upto: int | None = None,
         seqs: SeqRange | None = None,
     ) -> list[Hit]: ...
 
@@ -301,7 +333,7 @@ class SearchIndex(Protocol):
         ...
 
     def fact_keyword(
-        self, scope: str, branch: str, nums: Sequence[int], terms: Sequence[str],
+        self, scope: str, branch: str, nums: Sequence[int], terms: Terms,
         upto: int | None = None,
     ) -> dict[int, float]:
         """Raw keyword score of each listed fact of (scope, branch) that matches the terms

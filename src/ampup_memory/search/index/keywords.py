@@ -134,7 +134,7 @@ def apply(conn: sqlite3.Connection, kind: str, rows: Iterable[Sequence[Any]], up
     )
 
 
-# ---- BM25 over the rows up to a bound (a held search) ---------------------------------
+# ---- BM25 over the rows up to a bound (a held search, a view's segment) ---------------
 #
 # FTS5's bm25() takes its statistics from the whole table: rows committed after a pinned
 # commit would move a pinned search's scores. A held search scores the rows numbered up
@@ -142,7 +142,9 @@ def apply(conn: sqlite3.Connection, kind: str, rows: Iterable[Sequence[Any]], up
 # (fts5vocab, so stemming and phrases are FTS5's own), the row sizes are FTS5's
 # (``<table>_docsize``, a varint per column) and the formula is FTS5's bm25, operation
 # for operation (sqlite/ext/fts5/fts5_aux.c), so over every row of a space it gives
-# bm25()'s scores bit for bit (tests/test_index_contract.py).
+# bm25()'s scores bit for bit (tests/test_index_contract.py). The same function scores a
+# segment of a view of several spaces (a branch and its base) with the view's statistics,
+# its spaces' rows counted together (`Statistics`, `SQLiteIndex.keyword_view`).
 
 _K1 = 1.2
 _B = 0.75
@@ -204,10 +206,12 @@ def _weight_of(kind: str, weights: Sequence[float]) -> tuple[str, list[float]]:
 
 
 def _phrase_freqs(conn: sqlite3.Connection, kind: str, phrase: int, tokens: list[str],
-                  bound: int, weights: Sequence[float]) -> None:
+                  bound: int, weights: Sequence[float], after: int = 0,
+                  listed: set[int] | None = None) -> None:
     """Add to ``temp.held_freqs`` the weighted frequency of one query phrase in each row
-    numbered up to ``bound`` that holds it (FTS5's ``aFreq``: a column's weight per
-    instance)."""
+    numbered above ``after`` and up to ``bound`` that holds it (FTS5's ``aFreq``: a
+    column's weight per instance); only of the ``listed`` rows when given (also in
+    ``temp.held_nums``)."""
     fts = _TABLES[kind]
     weight, params = _weight_of(kind, weights)
     if len(tokens) == 1:  # one word (the usual case): all in SQL
@@ -215,16 +219,20 @@ def _phrase_freqs(conn: sqlite3.Connection, kind: str, phrase: int, tokens: list
             weight, params = "count(*) * 1.0", []
         else:
             weight = f"sum({weight})"
+        among = "" if listed is None else " AND doc IN (SELECT doc FROM temp.held_nums)"
         conn.execute(
             f"INSERT INTO temp.held_freqs (doc, phrase, f) SELECT doc, ?, {weight}"
-            f" FROM temp.{fts}_instances WHERE term = ? AND doc <= ? GROUP BY doc",
-            (phrase, *params, tokens[0], bound))
+            f" FROM temp.{fts}_instances WHERE term = ? AND doc <= ? AND doc > ?{among}"
+            " GROUP BY doc",
+            (phrase, *params, tokens[0], bound, after))
         return
     places: dict[tuple[int, str], list[set[int]]] = {}
     for j, token in enumerate(tokens):
         for doc, col, offset in conn.execute(
                 f"SELECT doc, col, offset FROM temp.{fts}_instances"
-                " WHERE term = ? AND doc <= ?", (token, bound)):
+                " WHERE term = ? AND doc <= ? AND doc > ?", (token, bound, after)):
+            if listed is not None and doc not in listed:
+                continue
             places.setdefault((int(doc), str(col)), [set() for _ in tokens]
                               )[j].add(int(offset))
     by_col = dict(zip(COLUMNS[kind], params, strict=True))
@@ -237,32 +245,59 @@ def _phrase_freqs(conn: sqlite3.Connection, kind: str, phrase: int, tokens: list
                      [(doc, phrase, f) for doc, f in freqs.items()])
 
 
+@dataclass(frozen=True)
+class Statistics:
+    """What BM25 weighs a query's words by: the row count, the token count (with it the
+    average length) and, per query term in order, the rows holding it."""
+
+    rows: int
+    tokens: int
+    hits: Sequence[int]
+
+
 def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound: int,
                weights: Sequence[float], nums: Iterable[int] | None = None,
-               limit: int | None = None, after: int = 0) -> list[tuple[int, float]]:
+               limit: int | None = None, after: int = 0,
+               stats: Statistics | None = None) -> list[tuple[int, float]]:
     """BM25 (FTS5's, with column ``weights``) of each row numbered up to ``bound`` that
     matches any term (only the listed ``nums`` when given, only rows numbered above
     ``after``), with the row count, average length and document frequencies of the rows
-    up to ``bound``; best first (ties: the older row), the best ``limit`` when given.
+    up to ``bound`` (``stats``, when given: those of a view of several spaces, this one
+    among them); best first (ties: the older row), the best ``limit`` when given.
 
     Computed in SQL: per query phrase, the weighted frequency in each row holding it
     (``temp.held_freqs``), from which each phrase's document frequency and IDF; then
     one query scores each row from its frequencies and its length (``sizes``),
     operation for operation as FTS5's bm25 (phrases added in query order, as
     ``score +=`` there)."""
-    n_rows, n_tokens = cut_totals(conn, kind, bound)
+    n_rows, n_tokens = cut_totals(conn, kind, bound) if stats is None else (
+        stats.rows, stats.tokens)
     if not terms or n_rows == 0:
         return []
     _helpers(conn)
     conn.execute("DELETE FROM temp.held_freqs")
+    wanted: set[int] | None = None
+    if nums is not None:
+        wanted = set(nums)
+        if not wanted:
+            return []
+        conn.execute("DELETE FROM temp.held_nums")
+        conn.executemany("INSERT INTO temp.held_nums (doc) VALUES (?)",
+                         [(n,) for n in sorted(wanted)])
     try:
         idf: list[float] = []
         for phrase, term in enumerate(terms):
             tokens = _tokens(conn, term)
-            if tokens:
+            if tokens and stats is None:
                 _phrase_freqs(conn, kind, phrase, tokens, bound, weights)
-            (hits,) = conn.execute("SELECT count(*) FROM temp.held_freqs"
-                                   " WHERE phrase = ?", (phrase,)).fetchone()
+            elif tokens:
+                # The statistics are given, so only the rows to score are collected.
+                _phrase_freqs(conn, kind, phrase, tokens, bound, weights, after, wanted)
+            if stats is None:
+                (hits,) = conn.execute("SELECT count(*) FROM temp.held_freqs"
+                                       " WHERE phrase = ?", (phrase,)).fetchone()
+            else:
+                hits = stats.hits[phrase]
             value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
             idf.append(value if value > 0.0 else 1e-6)
         avgdl = float(n_tokens) / float(n_rows)
@@ -277,13 +312,7 @@ def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound:
         pivot = ", ".join(f"max(CASE phrase WHEN {i} THEN f END) AS f{i}"
                           for i in range(len(terms)))
         only, above = "", cast(tuple[int, ...], ())
-        if nums is not None:
-            wanted = sorted(set(nums))
-            if not wanted:
-                return []
-            conn.execute("DELETE FROM temp.held_nums")
-            conn.executemany("INSERT INTO temp.held_nums (doc) VALUES (?)",
-                             [(n,) for n in wanted])
+        if wanted is not None:
             only = " WHERE doc IN (SELECT doc FROM temp.held_nums)"
         if after > 0:
             only, above = (only + " AND" if only else " WHERE") + " doc > ?", (after,)

@@ -50,6 +50,7 @@ from ampup_memory.search.budget import (
     RecentCounts,
     affordable_terms,
     postings_sql,
+    space_terms,
 )
 from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams, pg_ef_search
 from ampup_memory.search.index.base import (
@@ -63,7 +64,10 @@ from ampup_memory.search.index.base import (
     NewPassage,
     PassageRow,
     SeqRange,
+    Terms,
+    ViewWords,
     fact_text,
+    words_of,
 )
 from ampup_memory.search.index.common import dumps
 
@@ -592,20 +596,21 @@ class PostgresIndex:
         return {term: n or 0 for term, n in found.items()}
 
     def _affordable(self, conn: psycopg.Connection[Any], table: str, scope: str,
-                    branch: str, terms: Sequence[str], upto: int | None
+                    branch: str, terms: Terms, upto: int | None
                     ) -> tuple[list[str], bool]:
         """The kept terms, and whether their postings are over the budget (the rarest
-        alone is: a ranked pass then ranks its newest matches only)."""
+        alone is: a ranked pass then ranks its newest matches only); a view's words are
+        its terms (`space_terms`)."""
         # ts_rank reads each matching row's tsvector, so a common word would rank most
         # of the space: keep the rarest terms within the budget, as SQLite does.
-        counts = self._term_counts(conn, table, scope, [(branch, upto)], terms)
-        kept = affordable_terms(terms, counts.__getitem__)
-        return kept, sum(counts[t] for t in kept) > POSTINGS_BUDGET
+        words = words_of(terms)
+        counts = self._term_counts(conn, table, scope, [(branch, upto)], words)
+        return space_terms(words, counts.__getitem__, isinstance(terms, ViewWords))
 
-    def _keyword(self, table: str, scope: str, branch: str, terms: Sequence[str], k: int,
+    def _keyword(self, table: str, scope: str, branch: str, terms: Terms, k: int,
                  weights: str, upto: int | None, seqs: SeqRange | None,
                  begun_at: datetime | None = None) -> list[Hit]:
-        if not terms or k <= 0:
+        if not words_of(terms) or k <= 0:
             return []
         within, bound = _within(table, seqs)
         # Begun facts only (`_begun`), kept after the budget's cut: the newest matches
@@ -636,27 +641,28 @@ class PostgresIndex:
     # ``upto`` moves no score here: ts_rank scores a row from the row and the query alone
     # (the engine cuts the candidates to the view). It bounds the rows the budget counts
     # and an over-budget pass ranks.
-    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
+    def keyword_facts(self, scope: str, branch: str, terms: Terms, k: int,
                       upto: int | None = None, seqs: SeqRange | None = None,
                       begun_at: datetime | None = None) -> list[Hit]:
         return self._keyword("search_facts", scope, branch, terms, k, _RANK_WEIGHTS + ", ",
                              upto, seqs, begun_at)
 
     def keyword_passages(
-        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
+        self, scope: str, branch: str, terms: Terms, k: int, upto: int | None = None,
         seqs: SeqRange | None = None,
     ) -> list[Hit]:
         return self._keyword("search_passages", scope, branch, terms, k, "", upto, seqs)
 
-    def keyword_terms(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],
-                      terms: Sequence[str]) -> list[str]:
+    def keyword_view(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],
+                     terms: Sequence[str]) -> ViewWords:
+        # The terms only: ts_rank has no collection statistics to share.
         with self._read() as conn:
             counts = self._term_counts(conn, _TABLES[kind], scope, spaces, terms)
-        return affordable_terms(terms, counts.__getitem__)
+        return ViewWords(tuple(affordable_terms(terms, counts.__getitem__)))
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
-                     terms: Sequence[str], upto: int | None = None) -> dict[int, float]:
-        if not terms or not nums:
+                     terms: Terms, upto: int | None = None) -> dict[int, float]:
+        if not words_of(terms) or not nums:
             return {}
         with self._read() as conn:
             # The candidate lists' kept terms, so every fact of one answer is scored on

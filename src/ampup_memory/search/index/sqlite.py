@@ -15,7 +15,9 @@ branch) is a *keyword space* with FTS5 tables of its own, in a small file of its
 from the rows of this file right after each commit and deleted by :meth:`SQLiteIndex.clear`.
 The vector matrices are per (scope, branch) too (`common.py`), so nothing written to one
 scope changes any score in another. Within one space, rows the caller may not see still
-count in the statistics (docs/security-model.md).
+count in the statistics (docs/security-model.md). A view of several spaces of one scope (a
+branch over its base) scores each space's rows with their statistics together
+(:meth:`SQLiteIndex.keyword_view`, ``keywords.cut_scores``).
 
 Layout changes bump :data:`FORMAT`; an index file of another format is emptied on open
 and the start-up catch-up (`search/feed.py`) refills it from the tables, the same path
@@ -42,7 +44,12 @@ from pyroaring import BitMap
 from ampup_memory.memory.facts import EPOCH, begin_instant
 from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.search.bm25f import fts5_weights
-from ampup_memory.search.budget import POSTINGS_BUDGET, Remembered, affordable_terms
+from ampup_memory.search.budget import (
+    POSTINGS_BUDGET,
+    Remembered,
+    affordable_terms,
+    space_terms,
+)
 from ampup_memory.search.index import keywords
 from ampup_memory.search.index.ann import (
     ANN_MIN_VECTORS,
@@ -64,7 +71,10 @@ from ampup_memory.search.index.base import (
     NewPassage,
     PassageRow,
     SeqRange,
+    Terms,
+    ViewWords,
     fact_text,
+    words_of,
 )
 from ampup_memory.search.index.common import (
     VectorCache,
@@ -73,7 +83,7 @@ from ampup_memory.search.index.common import (
     time_text,
     vector_blob,
 )
-from ampup_memory.search.index.keywords import Space, SpaceFiles
+from ampup_memory.search.index.keywords import Space, SpaceFiles, Statistics
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
 
@@ -140,6 +150,18 @@ _SEQ = {"facts": "commit_seq", "passages": "seq"}  # the commit that put a row i
 _BM25 = ", ".join(str(w) for w in fts5_weights())
 _CHUNK = 500  # bound parameters per IN (...) list
 COUNTS_KEPT = 4096  # word counts remembered (`SQLiteIndex._count`)
+
+def _view_and_words(terms: Terms) -> tuple[Statistics | None, list[str]]:
+    """A view's statistics (None: one space's own terms), and the terms."""
+    view = (Statistics(terms.rows, terms.tokens, terms.hits)
+            if isinstance(terms, ViewWords) else None)
+    return view, words_of(terms)
+
+
+def _last(bound: int | None, applied: int) -> int:
+    """The last row a space's statistics or list reach (``bound`` None: all it holds)."""
+    return applied if bound is None else bound
+
 
 def _chunks(values: Iterable[Any]) -> Iterator[list[Any]]:
     batch: list[Any] = []
@@ -672,9 +694,11 @@ class SQLiteIndex:
                                 lambda: self._postings(kconn, kind, term, cap, bound))
 
     def _affordable(self, kconn: sqlite3.Connection, kind: str, version: str,
-                    terms: Sequence[str], bound: int | None = None) -> tuple[list[str], bool]:
+                    terms: Sequence[str], bound: int | None = None,
+                    view: Statistics | None = None) -> tuple[list[str], bool]:
         """The kept terms, and whether their postings are over the budget (the rarest
-        term alone is: a ranked pass then ranks its newest postings only, `_floor`)."""
+        term alone is: a ranked pass then ranks its newest postings only, `_floor`);
+        given a view's statistics, its terms (`space_terms`)."""
         # FTS5's bm25() walks every posting of every query term (to rank, and to count
         # document frequencies), so one very common word costs a scan of most of the
         # space. Keep the rarest terms within the postings budget (the rarest always
@@ -683,8 +707,7 @@ class SQLiteIndex:
         # alone (up to the bound of a held search), so which terms are kept depends on
         # this scope's rows only (the held ones only).
         counts = self._term_counts(kind, [(kconn, version, bound)], terms)
-        kept = affordable_terms(terms, counts.__getitem__)
-        return kept, sum(counts[t] for t in kept) > POSTINGS_BUDGET
+        return space_terms(terms, counts.__getitem__, view is not None)
 
     def _term_counts(self, kind: str,
                      spaces: Sequence[tuple[sqlite3.Connection, str, int | None]],
@@ -694,15 +717,18 @@ class SQLiteIndex:
         (~16 ms per 100k postings here), so count only up to the budget; only when every
         known term is over it do the exact counts decide which one stays."""
         cap = POSTINGS_BUDGET + 1
-
-        def counted(term: str, limit: int | None) -> int:
-            return sum(self._count(kconn, kind, version, term, limit, bound)
-                       for kconn, version, bound in spaces)
-
-        counts = {term: counted(term, cap) for term in terms}
+        counts = {term: self._rows_holding(kind, spaces, term, cap) for term in terms}
         if all(n >= cap for n in counts.values() if n > 0):
-            counts = {term: n and counted(term, None) for term, n in counts.items()}
+            counts = {term: n and self._rows_holding(kind, spaces, term, None)
+                      for term, n in counts.items()}
         return counts
+
+    def _rows_holding(self, kind: str,
+                      spaces: Sequence[tuple[sqlite3.Connection, str, int | None]],
+                      term: str, cap: int | None) -> int:
+        """Rows matching ``term`` in these spaces together, each counted up to ``cap``."""
+        return sum(self._count(kconn, kind, version, term, cap, bound)
+                   for kconn, version, bound in spaces)
 
     @staticmethod
     def _floor(kconn: sqlite3.Connection, kind: str, kept: list[str], low: int,
@@ -721,18 +747,28 @@ class SQLiteIndex:
         ).fetchone()
         return low if row is None else max(low, int(row[0]))
 
-    def keyword_terms(self, kind: str, scope: str,
-                      spaces: Sequence[tuple[str, int | None]], terms: Sequence[str]
-                      ) -> list[str]:
+    def keyword_view(self, kind: str, scope: str,
+                     spaces: Sequence[tuple[str, int | None]], terms: Sequence[str]
+                     ) -> ViewWords:
         with ExitStack() as stack:
             found: list[tuple[sqlite3.Connection, str, int | None]] = []
+            rows = tokens = 0
             for branch, upto in spaces:
                 space = stack.enter_context(self._keyword_space(kind, scope, branch))
                 if space is not None:
                     kconn, version, applied = space
-                    found.append((kconn, version, self._bound(kind, scope, branch, upto,
-                                                              applied)))
-            return affordable_terms(terms, self._term_counts(kind, found, terms).__getitem__)
+                    bound = self._bound(kind, scope, branch, upto, applied)
+                    found.append((kconn, version, bound))
+                    n, size = keywords.cut_totals(kconn, kind, _last(bound, applied))
+                    rows, tokens = rows + n, tokens + size
+            counts = self._term_counts(kind, found, terms)
+            kept = affordable_terms(terms, counts.__getitem__)
+            # A count below the cap is exact (the budget's counts stop at the cap); a kept
+            # term at it is counted to the end (remembered when the budget did already).
+            cap = POSTINGS_BUDGET + 1
+            hits = tuple(counts[t] if counts[t] < cap
+                         else self._rows_holding(kind, found, t, None) for t in kept)
+        return ViewWords(tuple(kept), rows, tokens, hits)
 
     def _bound(self, kind: str, scope: str, branch: str, upto: int | None,
                applied: int) -> int | None:
@@ -761,10 +797,11 @@ class SQLiteIndex:
         ).fetchone()
         return int(row[0]) if row else None
 
-    def _keyword(self, kind: str, scope: str, branch: str, terms: Sequence[str], k: int,
+    def _keyword(self, kind: str, scope: str, branch: str, terms: Terms, k: int,
                  weights: tuple[float, ...], upto: int | None,
                  seqs: SeqRange | None = None, begun_at: int | None = None) -> list[Hit]:
-        if not terms or k <= 0:
+        view, words = _view_and_words(terms)
+        if not words or k <= 0:
             return []
         with self._keyword_space(kind, scope, branch) as found:
             if found is None:
@@ -782,7 +819,7 @@ class SQLiteIndex:
                     if first is None:
                         return []
                     low = first - 1
-            kept, over = self._affordable(kconn, kind, version, terms, bound)
+            kept, over = self._affordable(kconn, kind, version, words, bound, view)
             if not kept:
                 return []
             if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
@@ -796,6 +833,10 @@ class SQLiteIndex:
             late, span = False, None
             if begun_at is not None:
                 late, span = self._begun_span(kind, scope, branch, version, begun_at)
+            if view is not None:
+                # The view's statistics score, so the bound only ends the rows listed.
+                end = _last(bound, applied)
+                high, bound = (end if high is None else min(high, end)), None
             if span is not None and bound is None:
                 if span[0] > span[1]:
                     return []
@@ -803,9 +844,13 @@ class SQLiteIndex:
                 high = span[1] if high is None else min(high, span[1])
                 if high is not None and low >= high:
                     return []
-            if bound is not None:  # a held search: BM25 over the held rows alone
-                best = keywords.cut_scores(kconn, kind, kept, bound, weights,
-                                           limit=None if late else k, after=low)
+            if bound is not None or view is not None:
+                # BM25 over the held rows alone (a held search), or over this segment's
+                # rows with the view's statistics.
+                last = bound if view is None else high
+                assert last is not None
+                best = keywords.cut_scores(kconn, kind, kept, last, weights,
+                                           limit=None if late else k, after=low, stats=view)
                 if late:
                     assert begun_at is not None
                     return self._begun_first(scope, branch, best, k, begun_at)
@@ -900,22 +945,23 @@ class SQLiteIndex:
         ok = self._begun_mask(scope, branch, listed, at)
         return {int(n) for n in listed[ok].tolist()}
 
-    def keyword_facts(self, scope: str, branch: str, terms: Sequence[str], k: int,
+    def keyword_facts(self, scope: str, branch: str, terms: Terms, k: int,
                       upto: int | None = None, seqs: SeqRange | None = None,
                       begun_at: datetime | None = None) -> list[Hit]:
         return self._keyword("facts", scope, branch, terms, k, fts5_weights(), upto, seqs,
                              None if begun_at is None else begin_instant(begun_at))
 
     def keyword_passages(
-        self, scope: str, branch: str, terms: Sequence[str], k: int, upto: int | None = None,
+        self, scope: str, branch: str, terms: Terms, k: int, upto: int | None = None,
         seqs: SeqRange | None = None,
     ) -> list[Hit]:
         return self._keyword("passages", scope, branch, terms, k, (), upto, seqs)
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
-                     terms: Sequence[str], upto: int | None = None) -> dict[int, float]:
+                     terms: Terms, upto: int | None = None) -> dict[int, float]:
         found: dict[int, float] = {}
-        if not terms or not nums:
+        view, words = _view_and_words(terms)
+        if not words or not nums:
             return found
         with self._keyword_space("facts", scope, branch) as space:
             if space is None:
@@ -924,9 +970,13 @@ class SQLiteIndex:
             bound = self._bound("facts", scope, branch, upto, applied)
             # The same kept terms as candidate selection, so every fact of one answer is
             # scored on one scale (and no common term's doclist is walked here either).
-            kept, _ = self._affordable(kconn, "facts", version, terms, bound)
+            kept, _ = self._affordable(kconn, "facts", version, words, bound, view)
             if not kept:
                 return found
+            if view is not None:
+                scores = keywords.cut_scores(kconn, "facts", kept, _last(bound, applied),
+                                             fts5_weights(), nums, stats=view)
+                return {n: max(s, 0.0) for n, s in scores}
             if bound is not None:
                 scores = keywords.cut_scores(kconn, "facts", kept, bound, fts5_weights(),
                                              nums)
