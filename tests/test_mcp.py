@@ -414,11 +414,11 @@ async def test_stdio_with_keys_on_needs_the_agents_key(
 
 
 def test_mcp_refuses_a_foreign_host_header_on_localhost(server: ServerProcess) -> None:
-    """The SDK's DNS-rebinding guard is on when serve binds to 127.0.0.1 (docs/mcp.md)."""
+    """web/origin.py guards /mcp too when serve binds to 127.0.0.1 (docs/mcp.md)."""
     r = httpx.post(f"{server.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
                    headers={"Accept": "application/json, text/event-stream",
                             "X-AMP-Agent-ID": "agent_x", "Host": "evil.example"})
-    assert r.status_code == 421
+    assert r.status_code == 421 and r.json()["error"]["code"] == "MISDIRECTED_REQUEST"
 
 
 # ---- docs/mcp.md stays true ------------------------------------------------------------

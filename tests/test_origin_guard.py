@@ -36,6 +36,14 @@ def _cells(srv: ServerProcess) -> int:
     return len(r.json()["results"])
 
 
+def _mcp_hello(srv: ServerProcess, headers: dict[str, str]) -> httpx.Response:
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "origin-test", "version": "1"}}}
+    return httpx.post(f"{srv.url}/mcp", json=hello, headers={
+        **AGENT, "Accept": "application/json, text/event-stream", **headers})
+
+
 def test_a_page_of_another_site_cannot_write_or_read(local: ServerProcess) -> None:
     # A "simple" cross-site POST (text/plain, no preflight), as fetch(…, no-cors) sends it.
     for origin in ("http://evil.example", "https://evil.example:8765", "null",
@@ -87,6 +95,15 @@ def test_allowed_hosts_and_origins_and_a_public_bind(tmp_path: Path) -> None:
         other = httpx.post(url, content=CELL, headers={
             **AGENT, "Content-Type": "application/json", "Origin": "https://evil.example"})
         assert _code(other) == (403, "FORBIDDEN_ORIGIN")
+        # /mcp answers to the same lists as every other route, with the same envelope.
+        for headers in ({"Host": "memory.example.com"}, {"Origin": "https://app.example.com"},
+                        {"Host": "memory.example.com", "Origin": "https://memory.example.com"},
+                        {"Origin": f"https://localhost:{srv.port}"}):
+            r = _mcp_hello(srv, headers)
+            assert r.status_code == 200, (headers, r.text)
+        assert _code(_mcp_hello(srv, {"Origin": "https://evil.example"})) == (
+            403, "FORBIDDEN_ORIGIN")
+        assert _code(_mcp_hello(srv, {"Host": "evil.example"})) == (421, "MISDIRECTED_REQUEST")
 
     # Bound to every address (behind a load balancer): any Host, but still no other site.
     with ServerProcess(tmp_path / "public", env=QUIET, args=["--host", "0.0.0.0"]) as srv:

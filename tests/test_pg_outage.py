@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import httpx
@@ -188,3 +189,40 @@ def test_the_server_is_back_within_seconds_after_a_long_outage(
     assert search_back < 8, f"search served {search_back:.1f} s after the database was back"
     log = proc.log_path.read_text()
     assert "Traceback" not in log and "unhandled error" not in log
+
+
+def test_a_restart_while_idle_replaces_every_stale_connection_at_once(
+        postgres: PostgresFactory) -> None:
+    """A database restarted while the server idles leaves every pooled connection broken.
+    The next request checks one, finds it broken, waits, checks the next: psycopg_pool
+    waits 1, 2, 4, 8 … s between those checks, so five stale connections cost some 15 s
+    though the database is up. Our pool (ampup_memory.pg_pool) checks and replaces them
+    all at the first broken one. Real PostgreSQL; the restart is every backend of the database
+    terminated, the server itself up."""
+    import psycopg
+
+    from ampup_memory.pg_pool import Pool
+
+    url = postgres.new_database("pgr")
+    name = urlsplit(url).path.lstrip("/")
+    pool: Pool[Any] = Pool(url, min_size=5, max_size=8, kwargs={"autocommit": True},
+                           check=Pool.check_connection, open=False, name="restart")
+    pool.open(wait=True, timeout=15)
+    try:
+        with psycopg.connect(postgres.admin_url, autocommit=True) as admin:
+            killed = admin.execute(
+                "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                "WHERE datname = %s", (name,)).fetchone()
+            assert killed == (5,)
+            deadline = time.monotonic() + 10
+            while admin.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s",
+                                (name,)).fetchone() != (0,):
+                assert time.monotonic() < deadline, "the backends did not go"
+                time.sleep(0.05)
+        began = time.monotonic()
+        with pool.connection() as conn:
+            conn.execute("SELECT 1")
+        took = time.monotonic() - began
+    finally:
+        pool.close()
+    assert took < 4, f"the first request after the restart waited {took:.1f} s"

@@ -117,12 +117,16 @@ def test_a_query_may_ask_for_it_or_skip_it_and_bad_values_are_refused(
             "loc"] == ["rerank"], facts.text
 
 
-def test_an_unknown_reranker_fails_at_start_in_one_line(tmp_path: Path) -> None:
-    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path), **QUIET,
-                         AMPUP_MEMORY_RERANK="bert-huge"), "serve", "--port", "0",
-               timeout=120)
+@pytest.mark.parametrize("setting", [
+    {"AMPUP_MEMORY_RERANK": "bert-huge"},
+    # The first stays first: a top of 2 would leave one passage to reorder, so none.
+    {"AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_TOP": "2"}])
+def test_a_bad_reranker_setting_fails_at_start_in_one_line(
+        tmp_path: Path, setting: dict[str, str]) -> None:
+    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path), **QUIET, **setting),
+               "serve", "--port", "0", timeout=120)
     assert done.returncode == 2, done.stderr
-    assert done.stderr.count("\n") == 1 and "AMPUP_MEMORY_RERANK" in done.stderr, done.stderr
+    assert done.stderr.count("\n") == 1 and list(setting)[-1] in done.stderr, done.stderr
 
 
 def test_fact_search_reranks_by_the_same_rule(reranking: httpx.Client) -> None:

@@ -6,6 +6,11 @@ about T seconds away, and until then every request waits for a connection and an
 503, though the database is back. A server that tells clients to retry after 5 s should
 itself be back within a few seconds, so our pool caps the wait between attempts. The
 attempts still stop after `reconnect_timeout`, as psycopg_pool's do.
+
+The same backoff spaces a request's checks of pooled connections: after a restart of the
+database while the server idled, each pooled connection is broken, and a request checked
+them one by one 1, 2, 4, 8 … s apart (five took 15 s, the database up all along). So the
+first broken one makes the pool check, and replace, all the others at once.
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ class CappedBackoff(AttemptWithBackoff):
 
 class Pool(ConnectionPool[CT]):
     """A `ConnectionPool` whose reconnect attempts back off to at most
-    MAX_RECONNECT_DELAY apart."""
+    MAX_RECONNECT_DELAY apart, and which replaces every broken idle connection as soon as
+    a request finds one."""
 
     def _add_connection(self, attempt: AttemptWithBackoff | None,
                         growing: bool = False) -> None:
@@ -37,3 +43,12 @@ class Pool(ConnectionPool[CT]):
         # reconnection is ours, and later calls carry the same attempt on.
         super()._add_connection(
             attempt or CappedBackoff(timeout=self.reconnect_timeout), growing=growing)
+
+    def _check_connection(self, conn: CT) -> None:
+        # Called by getconn on a pooled connection, outside the pool's lock; `check()`
+        # takes the idle ones out, keeps those that answer and reconnects the rest.
+        try:
+            super()._check_connection(conn)
+        except Exception:
+            self.check()
+            raise

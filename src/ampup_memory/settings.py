@@ -239,25 +239,26 @@ class Settings(BaseSettings):
         default="off",
         validation_alias=_env("AMPUP_MEMORY_RERANK"),
         description="A query-time reranker for passage search (`POST /query`, "
-        "`find: passages`): `minilm-l12` (the cross-encoder ms-marco-MiniLM-L-12-v2, int8 "
-        "ONNX, offline; the `rerank` extra) reorders the hybrid ranking's top passages below "
-        "its first. Better evidence in the top 5, at a cost of about a second or more of CPU "
-        "per query (docs/search.md). A request's `rerank: false` skips it.",
+        "`find: passages`) and fact search (`POST /search`): `minilm-l12` (the "
+        "cross-encoder ms-marco-MiniLM-L-12-v2, int8 ONNX, offline; the `rerank` extra) "
+        "reorders the hybrid ranking's top results below its first. Better evidence in the "
+        "top 5, at a cost of about a second or more of CPU per passage query "
+        "(docs/search.md). A request's `rerank: false` skips it.",
     )
     rerank_top: int = Field(
         default=50,
-        ge=2,
+        ge=3,  # the first stays first: 2 would leave one result, nothing to reorder
         le=100,
         validation_alias=_env("AMPUP_MEMORY_RERANK_TOP"),
-        description="How many of the hybrid ranking's top passages the reranker sees (the "
-        "first stays first; the next ones are reordered). The cost grows with it.",
+        description="How many of the hybrid ranking's top results the reranker sees (the "
+        "first stays first; the next ones are reordered), 3-100. The cost grows with it.",
     )
     rerank_weight: float = Field(
         default=0.3,
         gt=0,
         le=1,
         validation_alias=_env("AMPUP_MEMORY_RERANK_WEIGHT"),
-        description="The reranker's share of a reranked passage's score: "
+        description="The reranker's share of a reranked result's score: "
         "(1 − w) · hybrid + w · the cross-encoder's score scaled to [0, 1] per query.",
     )
     rerank_threads: int = Field(

@@ -139,14 +139,20 @@ class LazyMCP:
             self._ready.set()
 
     def _build(self) -> Any:
+        from mcp.server.transport_security import TransportSecuritySettings
+
         from ampup_memory.mcp.tools import build_server
 
         rt, search = self.runtime, self.search
         server = build_server(rt, header_identity(rt.auth), user=header_user(rt.auth),
                               search=None if search is None else (lambda: search))
-        # Builds the session manager (with the SDK's DNS-rebinding guard when bound to
-        # localhost); the Starlette app it returns is not used: we route to the manager.
-        server.streamable_http_app(streamable_http_path=MCP_PATH, host=rt.settings.host)
+        # Builds the session manager; the Starlette app it returns is not used: we route to
+        # the manager. The SDK's own Host/Origin guard is off: web/origin.py's OriginGuard
+        # already ran on this request, and the SDK's lists (loopback only, http only) would
+        # refuse what AMPUP_MEMORY_ALLOWED_HOSTS / _ORIGINS allow on every other route.
+        server.streamable_http_app(
+            streamable_http_path=MCP_PATH, host=rt.settings.host,
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
         return server
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

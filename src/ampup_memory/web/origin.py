@@ -1,5 +1,5 @@
 """Which browsers the server answers: a guard against cross-site requests and DNS
-rebinding, on every route (the MCP SDK guards `/mcp` the same way).
+rebinding, on every route, `/mcp` included (the MCP SDK's own guard is off there).
 
 With keys off (the default on a laptop) a request needs no credential, so any web page
 the user opens could otherwise write to the memory (a "simple" cross-site POST needs no
