@@ -55,7 +55,7 @@ def reranking(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client
 
 def _query(c: httpx.Client, **extra: Any) -> list[dict[str, Any]]:
     r = c.post("/query", json={"scope": SCOPE, "find": "passages", "query": QUESTION,
-                               "limit": 10, **extra})
+                               "limit": 10} | extra)
     assert r.status_code == 200, r.text
     results: list[dict[str, Any]] = r.json()["results"]
     return results
@@ -93,6 +93,9 @@ def test_the_reranker_reorders_below_the_first_by_the_blend(reranking: httpx.Cli
         (h["score"] for h in ranked[1:]), reverse=True)
 
     assert _query(reranking) == ranked  # deterministic: the same answer again
+    # One result is the hybrid's first whatever the reranker says: not reranked.
+    one = _query(reranking, limit=1)
+    assert one == plain[:1] and "rerank" not in one[0]["parts"]
 
 
 def test_a_query_may_ask_for_it_or_skip_it_and_bad_values_are_refused(

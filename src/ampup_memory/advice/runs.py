@@ -249,8 +249,8 @@ def reward(svc: MemoryService, user: str, req: RewardRun) -> dict[str, Any]:
     if first.kind == START and not any(e.kind == END for e in events):
         # A session's reward judges how it went: an open session has no outcome yet, and
         # a reward on it would put it among the rewarded tasks before it has a transcript.
-        raise Conflict(f"Session {req.run} is still open; end it first (POST /sessions/end "
-                       "takes the reward too).", code="SESSION_OPEN")
+        raise Conflict(f"Session {req.run} is still open; end it first (end_session, or "
+                       "POST /sessions/end, takes the reward too).", code="SESSION_OPEN")
     event = reward_event(first.subject, user, req.reward, req.reason, EXPLICIT, first.branch)
     entry = svc.write_events(user, parse_scope(first.scope), first.branch,
                              f"reward {first.kind}", [event])

@@ -83,8 +83,9 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
     @server.tool()
     async def reward_run(run: str, reward: float, reason: str,
                          ctx: ToolContext) -> CallToolResult:
-        """Reward a run (run_…) or a session (ses_…): `reward` from -1 (failed) to 1
-        (went well) and why. A later reward replaces an earlier one; both stay in history."""
+        """Reward a run (run_…) or an ended session (ses_…; end_session takes a reward
+        too): `reward` from -1 (failed) to 1 (went well) and why. A later reward replaces
+        an earlier one; both stay in history."""
         return await uenv.reply(ctx, rate, run, reward, reason)
 
     @server.tool()

@@ -394,7 +394,7 @@ class SearchEngine:
         # No shared word, no meaning, no window: not an answer, however few facts there are.
         ranked = [f for f in ranked if f.score > 0]
         ranked.sort(key=_fact_order)
-        if rerank and self.rerank is not None:
+        if rerank and self.rerank is not None and limit > 1:  # else the first is all
             ranked = self._reranked(query, ranked, self.rerank, lambda f: fact_text(
                 f.row.entity, f.row.predicate, f.row.value, f.row.quote), _fact_order)
         ranked = ranked[:limit]
@@ -570,7 +570,7 @@ class SearchEngine:
             ranked.append(RankedPassage(p, episode, with_time(part, boost)))
         ranked = [r for r in ranked if r.score > 0]
         ranked.sort(key=_passage_order)
-        if rerank and self.rerank is not None:
+        if rerank and self.rerank is not None and limit > 1:  # else the first is all
             ranked = self._reranked(query, ranked, self.rerank, lambda r: r.row.text,
                                     _passage_order)
         return PassageResults(ranked[:limit], window, terms)
