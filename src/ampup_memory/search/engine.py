@@ -117,7 +117,7 @@ class SearchEngine:
         self.index = index
         self.embedder = embedder
         self.model = model_info(embedder)
-        self.rerank = rerank  # passage search's optional reranker (search/rerank.py)
+        self.rerank = rerank  # the optional reranker of passage and fact search (rerank.py)
 
     # -- embeddings -----------------------------------------------------------------------
 

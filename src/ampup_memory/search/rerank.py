@@ -1,9 +1,10 @@
-"""An optional query-time reranker for passage search (`POST /query`, `find: passages`).
+"""An optional query-time reranker for passage and fact search (`POST /query` with
+`find: passages`, `POST /search`).
 
-A cross-encoder reads the question and one passage as a single input and gives a relevance
-logit: slower than the hybrid ranking (it runs the model once per passage, at query time)
-and better at telling the passage that answers from one that shares its words. It runs on
-the hybrid's top passages only; nothing changes at ingest, and an index rebuild ranks
+A cross-encoder reads the question and one passage (or fact) as a single input and gives a
+relevance logit: slower than the hybrid ranking (it runs the model once per result, at
+query time) and better at telling the text that answers from text that shares its words.
+It runs on the hybrid's top results only; nothing changes at ingest, and an index rebuild ranks
 alike. Off unless `AMPUP_MEMORY_RERANK` names a model; docs/search.md says what it does
 to quality and latency.
 
