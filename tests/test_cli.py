@@ -86,6 +86,12 @@ def test_settings_mask_passwords_inside_uris(tmp_path: Path) -> None:
     assert "•••" in table.stdout
 
 
+def test_settings_json_keeps_numbers_numbers(tmp_path: Path) -> None:
+    values = shown(clean_env(AMPUP_MEMORY_HOME=str(tmp_path), AMPUP_MEMORY_RERANK_WEIGHT="0.5"))
+    assert values["rerank_weight"] == 0.5 and values["store_pool_wait_seconds"] == 30.0
+    assert values["port"] == 8765 and values["extract_model_timeout_seconds"] is None
+
+
 def _warnings(log: str) -> list[str]:
     return [line for line in log.splitlines() if line.startswith("warning:")]
 

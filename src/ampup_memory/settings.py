@@ -823,7 +823,7 @@ MASK = "•••"
 
 def shown_value(name: str, value: Any) -> Any:
     """A setting's value fit to print: secrets hidden, passwords inside URIs masked."""
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool | int | float):  # numbers stay numbers in JSON
         return value
     if name in SECRET_SETTINGS:
         return MASK
