@@ -40,17 +40,21 @@ SettingsOptions = Callable[..., Decorator]  # settings_options("common", ...) in
 
 def _amp_message(exc: AmpError) -> str:
     """``CODE: message``, then each field error the message does not already say as
-    ``; at <loc>: <msg>`` (the JSON API's ``details.errors``, read by a person; one line,
-    as `cliutil.fail` prints)."""
+    ``; at <loc>: <msg>``, or ``; at <loc>`` when the message is the error's own but does
+    not name its field ("Field required") (the JSON API's ``details.errors``, read by a
+    person; one line, as `cliutil.fail` prints)."""
     errors = exc.details.get("errors") if isinstance(exc.details, dict) else None
     lines = [f"{exc.code}: {exc.message}"]
     for e in errors if isinstance(errors, list) else []:
         if not isinstance(e, dict):
             continue
         msg = str(e.get("msg", ""))
+        loc = [str(part) for part in e.get("loc", [])]
+        where = ".".join(loc)
         if msg and msg != exc.message:
-            where = ".".join(str(part) for part in e.get("loc", []))
             lines.append(f"at {where}: {msg}" if where else msg)
+        elif msg and loc and loc[-1] not in exc.message:
+            lines.append(f"at {where}")
     if len(lines) > 1:
         lines[0] = lines[0].rstrip(".")
     return "; ".join(lines)
