@@ -179,6 +179,15 @@ def test_each_command_offers_only_its_own_settings(tmp_path: Path) -> None:
     assert "--port" not in flags("principal", "show")
 
 
+def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
+    """A snapshot holds main and every live branch (docs/cli.md, test_pins); the help
+    once said main only."""
+    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "snapshot", "create", "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "every live branch" in text and "main head" not in text
+
+
 def test_memstore_names_itself() -> None:
     memstore = Path(sys.executable).parent / "memstore"
     done = subprocess.run([str(memstore), "--help"], capture_output=True, text=True,

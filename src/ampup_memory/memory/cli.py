@@ -334,11 +334,12 @@ def memory_commands(settings_options: SettingsOptions,
 
     @snapshot.command("create")
     @click.option("--scope", "scopes", multiple=True, required=True,
-                  help="org/team whose main head to hold (repeat for more).")
+                  help="org/team whose heads to hold (repeat for more).")
     @click.option("--user", required=True, help="Who holds it (may release it).")
     @settings_options("common", "tables")
     def snapshot_create(scopes: tuple[str, ...], user: str, **kwargs: Any) -> None:
-        """Hold the current main head of each scope; reads with snapshot=<id> see them."""
+        """Hold the current head of main and of every live branch of each scope; reads
+        with snapshot=<id> see them."""
         from ampup_memory.memory import snapshots
         from ampup_memory.memory.scopes import parse_scope
 
