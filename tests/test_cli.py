@@ -86,6 +86,12 @@ def test_settings_mask_passwords_inside_uris(tmp_path: Path) -> None:
     assert "•••" in table.stdout
 
 
+def test_settings_json_keeps_numbers_numbers(tmp_path: Path) -> None:
+    values = shown(clean_env(AMPUP_MEMORY_HOME=str(tmp_path), AMPUP_MEMORY_RERANK_WEIGHT="0.5"))
+    assert values["rerank_weight"] == 0.5 and values["store_pool_wait_seconds"] == 30.0
+    assert values["port"] == 8765 and values["extract_model_timeout_seconds"] is None
+
+
 def _warnings(log: str) -> list[str]:
     return [line for line in log.splitlines() if line.startswith("warning:")]
 
@@ -173,6 +179,15 @@ def test_each_command_offers_only_its_own_settings(tmp_path: Path) -> None:
     assert "--port" not in flags("principal", "show")
 
 
+def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
+    """A snapshot holds main and every live branch (docs/cli.md, test_pins); the help
+    once said main only."""
+    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "snapshot", "create", "--help")
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert "every live branch" in text and "main head" not in text
+
+
 def test_memstore_names_itself() -> None:
     memstore = Path(sys.executable).parent / "memstore"
     done = subprocess.run([str(memstore), "--help"], capture_output=True, text=True,
@@ -191,6 +206,51 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
         assert says in done.stderr and done.stdout == ""
+
+
+def _one_error_line(done: subprocess.CompletedProcess[str], *says: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
+    for text in says:
+        assert text in done.stderr, done.stderr
+
+
+def test_a_home_that_cannot_be_made_or_opened_is_one_line(tmp_path: Path) -> None:
+    """A home under a file (as a read-only disk or a wrong path gives it), or a store file
+    that is not one: every kind of command says so in one line, exit 2."""
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    env = clean_env(AMPUP_MEMORY_HOME=str(blocker / "home"), **QUIET)
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("hello\n")
+    for args in (["keys", "list"], ["status"], ["principal", "show", "alice"],
+                 ["load", str(corpus), "--scope", "acme/sales"], ["serve", "--port", "0"]):
+        _one_error_line(cli(env, *args, timeout=120), str(blocker / "home"))
+
+    for store, args in (("amp.db", ["keys", "list"]), ("amp.db", ["status"]),
+                        ("index.db", ["principal", "show", "alice"])):
+        home = tmp_path / f"home-{store}-{args[0]}"
+        (home / store).mkdir(parents=True)  # a folder where the SQLite file belongs
+        _one_error_line(cli(clean_env(AMPUP_MEMORY_HOME=str(home), **QUIET), *args,
+                            timeout=120), str(home / store))
+
+
+def test_settings_that_cannot_work_and_a_database_down_are_one_line(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("hello\n")
+    # The embedder is built inside the command (after the stores opened).
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"),
+                    AMP_EMBEDDING_PROVIDER="openai-compatible")
+    for args in (["load", str(corpus), "--scope", "acme/sales"], ["index", "rebuild"]):
+        _one_error_line(cli(env, *args, timeout=120), "AMP_EMBEDDING_BASE_URL")
+    # Nothing listens on port 1: the index database is down.
+    down = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home2"), **QUIET,
+                         AMPUP_MEMORY_INDEX_URI="postgresql://amp:s3cr3t-pw@127.0.0.1:1/amp"),
+               "principal", "show", "alice", timeout=120)
+    _one_error_line(down, "127.0.0.1")
+    assert "s3cr3t-pw" not in down.stderr
 
 
 def test_json_output_is_unicode(tmp_path: Path) -> None:

@@ -34,6 +34,32 @@ def test_every_command_is_documented() -> None:
     assert not missing, f"undocumented commands in docs/cli.md: {missing}"
 
 
+def _leaves(group: click.Group, prefix: str = "ampup-memory") -> list[tuple[str, click.Command]]:
+    found: list[tuple[str, click.Command]] = []
+    for name, command in group.commands.items():
+        full = f"{prefix} {name}"
+        found += (_leaves(command, full) if isinstance(command, click.Group)
+                  else [(full, command)])
+    return found
+
+
+def test_every_option_of_a_command_is_documented() -> None:
+    """Each option a command has beside the settings' flags is named where docs/cli.md
+    describes that command (its table row, its line or its line in a code block)."""
+    from ampup_memory.settings import Settings
+
+    lines = (DOCS / "cli.md").read_text().splitlines()
+    missing = []
+    for full, command in _leaves(cli):
+        told = "\n".join(line for line in lines if f"`{full} " in line
+                         or f"`{full}`" in line or line.startswith(f"{full} "))
+        for param in command.params:
+            if isinstance(param, click.Option) and param.name not in Settings.model_fields:
+                missing += [f"{full} {o}" for o in param.opts
+                            if o.startswith("--") and o not in told]
+    assert not missing, f"options docs/cli.md does not name: {missing}"
+
+
 def test_every_route_is_documented(tmp_path: Path) -> None:
     from ampup_memory.server import create_app
     from ampup_memory.settings import load_settings

@@ -260,6 +260,17 @@ def test_principal_show_checks_the_id_and_errors_read_as_lines(tmp_path: Path) -
         "character other than white space"]
 
 
+def test_a_field_error_names_its_place_when_the_message_does_not(tmp_path: Path) -> None:
+    """A message that is only the field's complaint ("Field required") is told where."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"name": "x", "description": "d"}))
+    done = cli_in_process(tmp_path / "home", QUIET, "schema", "set", new_scope(), "--file",
+                          str(schema))
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines() == [
+        "error: VALIDATION_ERROR: Field required; at schema.entities"]
+
+
 def test_relative_table_uris_open_from_anywhere(tmp_path: Path) -> None:
     """A relative SQLite catalog or index file and a relative file:// warehouse are made
     absolute when read, as the home is: tables loaded from one directory open from any

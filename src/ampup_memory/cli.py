@@ -24,7 +24,7 @@ from ampup_memory.advice.cli import advice_commands
 from ampup_memory.cliutil import dumps as _dumps
 from ampup_memory.cliutil import error_line as _error_line
 from ampup_memory.cliutil import fail as _fail
-from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError
+from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError, storage_down
 from ampup_memory.memory.branch_cli import branch_commands
 from ampup_memory.memory.cli import memory_commands
 from ampup_memory.memory.extraction_cli import extraction_commands
@@ -35,6 +35,7 @@ from ampup_memory.search.cli import search_commands
 from ampup_memory.settings import (
     SETTING_GROUPS,
     Settings,
+    ensure_home,
     env_name,
     load_settings,
     setting_group,
@@ -113,8 +114,8 @@ def _cell_store(settings: Settings) -> Iterator[CellStore]:
     """The AMP cell store alone (keys live there): no embedder, no tables, no server."""
     from ampup_memory.amp.store.registry import open_store
 
-    settings.home.mkdir(parents=True, exist_ok=True)
     try:
+        ensure_home(settings)
         store = open_store(settings.resolved_store_uri, None, ann_params=settings.ann_params)
     except (ConfigurationError, AmpError) as exc:
         _fail(str(exc))
@@ -510,6 +511,15 @@ def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
             message = f"{path}: {message} (see `{path} --help`)"
         _error_line(message)
         sys.exit(exc.exit_code)
+    except ConfigurationError as exc:  # wherever a command met it, not only at its start
+        _fail(str(exc))
+    except Exception as exc:
+        # A store that failed (a disk, the warehouse, a database down) is no bug: the one
+        # rule the HTTP faces and the timers ask too. Anything else keeps its traceback.
+        if storage_down(exc) is None:
+            raise
+        cause = " ".join(str(getattr(exc, "orig", None) or exc).split())
+        _fail(f"{'storage' if isinstance(exc, OSError) else 'database'} error: {cause}")
     sys.exit(code if isinstance(code, int) else 0)
 
 

@@ -15,7 +15,7 @@ from ampup_memory.amp.store.registry import open_store
 from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.search.embed import Embedder, build_embedder
-from ampup_memory.settings import Settings
+from ampup_memory.settings import Settings, ensure_home
 
 
 @dataclass
@@ -40,7 +40,7 @@ def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
     With ``reembed`` the cell store's vectors are first brought to the configured embedder
     (`amp/reembed.py`). Commands that never write a vector pass False, so a maintenance
     command run with other settings never rewrites the vectors under a running server."""
-    settings.home.mkdir(parents=True, exist_ok=True)
+    ensure_home(settings)
     embedder = build_embedder(settings)
     store = open_store(settings.resolved_store_uri, embedder.dimensions,
                        ann_min_vectors=settings.search_ann_min_vectors,

@@ -26,6 +26,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.index.ann import (
     CONNECTIVITY,
     EXPANSION_ADD,
@@ -761,6 +762,17 @@ class ConfigFile(TomlConfigSettingsSource):
         return {env_name(k): v for k, v in data.items()}
 
 
+def ensure_home(settings: Settings) -> None:
+    """Make the home folder if missing; one it cannot make (a read-only disk, a file in
+    the way) is a setting that cannot work, said in one line, never an OSError."""
+    try:
+        settings.home.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigurationError(f"cannot use the home folder {settings.home}: "
+                                 f"{exc.strerror or exc} (set {env_name('home')} or --home "
+                                 "to a folder you may write in)") from exc
+
+
 def config_path(settings: Settings) -> Path:
     """The config file these settings point at: `config`, else `config.toml` in home."""
     return settings.config or settings.home / "config.toml"
@@ -811,7 +823,7 @@ MASK = "•••"
 
 def shown_value(name: str, value: Any) -> Any:
     """A setting's value fit to print: secrets hidden, passwords inside URIs masked."""
-    if value is None or isinstance(value, bool | int):
+    if value is None or isinstance(value, bool | int | float):  # numbers stay numbers in JSON
         return value
     if name in SECRET_SETTINGS:
         return MASK

@@ -40,17 +40,21 @@ SettingsOptions = Callable[..., Decorator]  # settings_options("common", ...) in
 
 def _amp_message(exc: AmpError) -> str:
     """``CODE: message``, then each field error the message does not already say as
-    ``; at <loc>: <msg>`` (the JSON API's ``details.errors``, read by a person; one line,
-    as `cliutil.fail` prints)."""
+    ``; at <loc>: <msg>``, or ``; at <loc>`` when the message is the error's own but does
+    not name its field ("Field required") (the JSON API's ``details.errors``, read by a
+    person; one line, as `cliutil.fail` prints)."""
     errors = exc.details.get("errors") if isinstance(exc.details, dict) else None
     lines = [f"{exc.code}: {exc.message}"]
     for e in errors if isinstance(errors, list) else []:
         if not isinstance(e, dict):
             continue
         msg = str(e.get("msg", ""))
+        loc = [str(part) for part in e.get("loc", [])]
+        where = ".".join(loc)
         if msg and msg != exc.message:
-            where = ".".join(str(part) for part in e.get("loc", []))
             lines.append(f"at {where}: {msg}" if where else msg)
+        elif msg and loc and loc[-1] not in exc.message:
+            lines.append(f"at {where}")
     if len(lines) > 1:
         lines[0] = lines[0].rstrip(".")
     return "; ".join(lines)
@@ -330,11 +334,12 @@ def memory_commands(settings_options: SettingsOptions,
 
     @snapshot.command("create")
     @click.option("--scope", "scopes", multiple=True, required=True,
-                  help="org/team whose main head to hold (repeat for more).")
+                  help="org/team whose heads to hold (repeat for more).")
     @click.option("--user", required=True, help="Who holds it (may release it).")
     @settings_options("common", "tables")
     def snapshot_create(scopes: tuple[str, ...], user: str, **kwargs: Any) -> None:
-        """Hold the current main head of each scope; reads with snapshot=<id> see them."""
+        """Hold the current head of main and of every live branch of each scope; reads
+        with snapshot=<id> see them."""
         from ampup_memory.memory import snapshots
         from ampup_memory.memory.scopes import parse_scope
 

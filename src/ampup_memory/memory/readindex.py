@@ -48,9 +48,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import Select, Subquery
 
+from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.events import EventRecord
@@ -224,13 +226,20 @@ class ReadIndex:
         self.chains: dict[tuple[str, str], Segments] = {}
         if self.dialect == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
-        with schema_lock(self.engine) as conn:  # servers starting together: one at a time
-            md.create_all(conn, checkfirst=True)
-            found = conn.execute(select(meta_t.c.value).where(meta_t.c.key == SCHEMA_KEY))
-            if found.scalar() != SCHEMA_VERSION:
-                self._reset(conn)
-            for index in ADDED_INDEXES:  # an index kept by an earlier release lacks them
-                index.create(conn, checkfirst=True)
+        try:
+            with schema_lock(self.engine) as conn:  # servers starting together: one at a time
+                md.create_all(conn, checkfirst=True)
+                found = conn.execute(select(meta_t.c.value).where(meta_t.c.key == SCHEMA_KEY))
+                if found.scalar() != SCHEMA_VERSION:
+                    self._reset(conn)
+                for index in ADDED_INDEXES:  # an index kept by an earlier release lacks them
+                    index.create(conn, checkfirst=True)
+        except DBAPIError as exc:
+            self.engine.dispose()
+            if self.dialect != "sqlite":
+                raise  # a database down: `errors.storage_down` tells it from a bug
+            # A SQLite file that cannot be opened or written is a setting that cannot work.
+            raise ConfigurationError(f"cannot open the read index {uri}: {exc.orig}") from exc
 
     def _reset(self, conn: Connection) -> None:
         self._places.clear()

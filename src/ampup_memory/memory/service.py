@@ -84,7 +84,7 @@ from ampup_memory.memory.tables import (
     arrow,
 )
 from ampup_memory.memory.workspaces import Workspaces
-from ampup_memory.settings import Settings, armed_fault
+from ampup_memory.settings import Settings, armed_fault, ensure_home
 from ampup_memory.web.body import validation_errors
 
 log = logging.getLogger("ampup_memory.memory")
@@ -160,7 +160,7 @@ class MemoryService:
 
     @classmethod
     def open(cls, settings: Settings) -> MemoryService:
-        settings.home.mkdir(parents=True, exist_ok=True)
+        ensure_home(settings)
         svc = cls(MemoryTables.open(settings), ReadIndex(settings.resolved_index_uri),
                   armed_fault(settings))
         svc.workspaces.lease_ttl = timedelta(seconds=settings.lease_seconds)

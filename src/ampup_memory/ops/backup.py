@@ -51,7 +51,7 @@ from ampup_memory.memory.tables import (
     SYSTEM_TABLES,
     MemoryTables,
 )
-from ampup_memory.settings import Settings
+from ampup_memory.settings import Settings, ensure_home
 from ampup_memory.sqlite_connections import sqlite_path
 
 FORMAT = 1
@@ -296,7 +296,7 @@ def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str
         raise BackupError("restore writes into a fresh home only; found "
                           + ", ".join(occupied)
                           + ". Point AMPUP_MEMORY_HOME (or --home) at an empty folder.")
-    settings.home.mkdir(parents=True, exist_ok=True)
+    ensure_home(settings)
     amp_db = sqlite_file(settings.resolved_store_uri)
     assert amp_db is not None
     rows = 0

@@ -52,6 +52,7 @@ from ampup_memory.amp.store.rows import (
     where_clause,
     with_status,
 )
+from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.budget import affordable_terms
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.index.ann import (
@@ -282,14 +283,18 @@ class SQLiteStore:
         graph = self.path.with_name(self.path.name + ".graphs") / "cells.ann"
         self._vectors = (_VectorCache(dimensions, ann_min_vectors, graph, ann_params)
                          if dimensions else None)
-        conn = self._conn()
-        with self._write_lock:
-            conn.executescript(SCHEMA)
-            _add_search_columns(conn)
-            conn.execute(_HITS_INDEX)
-            if "states" not in {r[1] for r in conn.execute(
-                    "PRAGMA table_info(lifecycle_passes)")}:  # made before it kept states
-                conn.execute("ALTER TABLE lifecycle_passes ADD COLUMN states TEXT")
+        try:
+            conn = self._conn()
+            with self._write_lock:
+                conn.executescript(SCHEMA)
+                _add_search_columns(conn)
+                conn.execute(_HITS_INDEX)
+                if "states" not in {r[1] for r in conn.execute(
+                        "PRAGMA table_info(lifecycle_passes)")}:  # made before it kept states
+                    conn.execute("ALTER TABLE lifecycle_passes ADD COLUMN states TEXT")
+        except sqlite3.DatabaseError as exc:  # not a file, not writable, not a database
+            self._conns.close_all()
+            raise ConfigurationError(f"cannot open the AMP store {self.path}: {exc}") from exc
 
     # -- connections ----------------------------------------------------------------------
 
