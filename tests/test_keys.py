@@ -10,7 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+import click
 import httpx
+import pytest
 
 from tests.memory_support import serving  # start(90): the first start sets up the stores
 from tests.server_process import ServerProcess
@@ -155,3 +157,27 @@ def test_bad_cli_input_is_a_clear_error(tmp_path: Path) -> None:
         done = cli(tmp_path, "keys", "create", "--agent", agent)
         assert done.returncode == 2, (agent, done.stdout)
         assert "not a valid agent id" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_every_duration_option_reads_one_spelling(tmp_path: Path) -> None:
+    """Key lifetimes, grace periods and times to live are one rule (timefmt.duration_seconds):
+    each command takes what the others take, within its own bounds."""
+    from ampup_memory.auth import parse_duration as key_lifetime
+    from ampup_memory.errors import ValidationFailed
+    from ampup_memory.memory.cli import parse_duration as grace
+    from ampup_memory.timefmt import parse_ttl
+
+    for text in ("90s", "45m", "12h", "30d", "2w", "1d12h", " 1H30M "):
+        assert key_lifetime(text) == grace(text) == parse_ttl(text, ["ttl"]), text
+    for text in ("soon", "30", "-1d", "1.5h", "", "d"):
+        with pytest.raises(ValueError):
+            key_lifetime(text)
+        with pytest.raises(click.BadParameter):
+            grace(text)
+        with pytest.raises(ValidationFailed):
+            parse_ttl(text, ["ttl"])
+    assert grace("0s").total_seconds() == 0  # a grace may be none; a lifetime may not
+    with pytest.raises(ValueError):
+        key_lifetime("0s")
+    done = cli(tmp_path, "keys", "create", "--agent", "agent_d", "--expires-in", "1d12h")
+    assert done.returncode == 0, done.stderr

@@ -20,6 +20,7 @@ from pathlib import Path
 from ampup_memory.amp.model import agent_id_problem
 from ampup_memory.amp.store.base import CellStore, KeyRecord
 from ampup_memory.errors import AccessDenied, AdminDisabled, ConfigurationError, Unauthenticated
+from ampup_memory.timefmt import duration_seconds
 
 AGENT_HEADER = "x-amp-agent-id"
 KEY_HEADER = "x-amp-api-key"
@@ -43,12 +44,13 @@ def new_key() -> str:
 
 
 def parse_duration(text: str) -> timedelta:
-    """``30d``, ``12h``, ``45m``, ``90s`` → a timedelta."""
-    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-    text = text.strip().lower()
-    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit() or int(text[:-1]) <= 0:
-        raise ValueError(f"bad duration {text!r}: use a positive number and d, h, m or s")
-    return timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    """A key's lifetime: ``30d``, ``12h``, ``1d12h`` (timefmt's one spelling) → a positive
+    timedelta."""
+    seconds = duration_seconds(text)
+    if seconds is None or seconds <= 0:
+        raise ValueError(f"bad duration {text.strip()!r}: use a positive number and s, m, h, "
+                         "d or w (parts may follow each other: 1d12h)")
+    return timedelta(seconds=seconds)
 
 
 def parse_keys_file(content: bytes) -> dict[str, str]:

@@ -284,7 +284,7 @@ def keys() -> None:
 @keys.command("create")
 @click.option("--agent", "agent_id", required=True, help="Agent id the key authenticates.")
 @click.option("--admin", is_flag=True, help="The key also opens admin routes.")
-@click.option("--expires-in", default=None, help="Lifetime such as 30d, 12h, 45m.")
+@click.option("--expires-in", default=None, help="Lifetime such as 30d, 12h, 1d12h.")
 @click.option("--user", "user_id", default=None, help="AmpUp user the key speaks for.")
 @settings_options("common", "cells")
 def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str | None,

@@ -93,6 +93,18 @@ MAX_TTL = timedelta(days=366)
 TTL_PATTERN = r"^\s*([0-9]{1,9}[smhdwSMHDW])+\s*$"  # what the OpenAPI schema publishes
 
 
+def duration_seconds(text: str) -> int | None:
+    """Seconds of a duration written as one or more <number><unit> parts, units s, m, h,
+    d, w (``"30m"``, ``"7d"``, ``"1d12h"``; case and outer spaces ignored); None when it is
+    not one. The one spelling of a duration: times to live, key lifetimes, grace periods.
+    Each caller bounds the value its own way."""
+    spelled = text.strip().lower()
+    parts = _TTL_PART.findall(spelled)
+    if not parts or len(spelled) > 32 or "".join(n + u for n, u in parts) != spelled:
+        return None
+    return sum(int(n) * _TTL_UNITS[u] for n, u in parts)
+
+
 def parse_ttl(text: object, loc: list[str | int], maximum: timedelta = MAX_TTL) -> timedelta:
     """``"7d"`` → ``timedelta(days=7)``, or a 422 on ``loc`` naming the rule (``0s``,
     ``-1d``, garbage, more than ``maximum``)."""
@@ -100,11 +112,9 @@ def parse_ttl(text: object, loc: list[str | int], maximum: timedelta = MAX_TTL) 
             "1h, 7d (parts may follow each other: 1d12h)")
     if not isinstance(text, str) or not text.strip() or len(text) > 32:
         raise field_error(loc, rule, "ttl_invalid")
-    spelled = text.strip().lower()
-    parts = _TTL_PART.findall(spelled)
-    if "".join(n + u for n, u in parts) != spelled:
+    seconds = duration_seconds(text)
+    if seconds is None:
         raise field_error(loc, f"{text[:32]!r}: {rule}", "ttl_invalid")
-    seconds = sum(int(n) * _TTL_UNITS[u] for n, u in parts)
     if seconds <= 0:
         raise field_error(loc, f"{text!r}: a time to live must be more than 0 seconds",
                           "ttl_invalid")

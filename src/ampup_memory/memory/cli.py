@@ -21,6 +21,7 @@ from ampup_memory.cliutil import progress as _progress
 from ampup_memory.errors import AmpError, ConfigurationError, ValidationFailed
 from ampup_memory.memory.acl import require_id
 from ampup_memory.settings import Settings
+from ampup_memory.timefmt import duration_seconds
 
 if TYPE_CHECKING:
     from ampup_memory.memory.facts import FactIn
@@ -77,11 +78,12 @@ def _service(settings: Settings) -> Iterator[MemoryService]:
 
 
 def parse_duration(text: str) -> timedelta:
-    units = {"d": 86400, "h": 3600, "m": 60, "s": 1}
-    text = text.strip().lower()
-    if len(text) < 2 or text[-1] not in units or not text[:-1].isdigit():
-        raise click.BadParameter(f"{text!r}: use a number and d, h, m or s (e.g. 0s, 1h)")
-    return timedelta(seconds=int(text[:-1]) * units[text[-1]])
+    """A grace period (0 allowed): timefmt's one spelling of a duration."""
+    seconds = duration_seconds(text)
+    if seconds is None:
+        raise click.BadParameter(f"{text.strip()!r}: use a number and s, m, h, d or w "
+                                 "(e.g. 0s, 1h, 1d12h)")
+    return timedelta(seconds=seconds)
 
 
 def memory_commands(settings_options: SettingsOptions,
