@@ -347,3 +347,34 @@ def test_python_dash_m_runs_the_command(tmp_path: Path) -> None:
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["type"] == "call"
+
+
+def test_ctrl_c_stops_a_long_command_in_one_line_with_130(tmp_path: Path) -> None:
+    """Every command stopped by Ctrl-C answers alike: `error: …interrupted…`, exit code 130
+    (128 + SIGINT), and the home opens again (load said `aborted` with 1, backup 2)."""
+    import signal
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "big.jsonl").write_text("".join(
+        json.dumps({"source": f"doc:n{i}", "body": f"Note {i}: the Porto office plan."}) + "\n"
+        for i in range(20_000)))
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    proc = subprocess.Popen([sys.executable, "-m", "ampup_memory.cli", "load", str(corpus),
+                             "--scope", "big/team", "--batch-size", "100"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (tmp_path / "home").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(3)  # into the batches
+        assert proc.poll() is None, "load finished before it could be interrupted"
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("error: ") and "interrupted" in err, err
+    assert "Traceback" not in err
+    done = cli(env, "status")
+    assert done.returncode == 0, done.stderr

@@ -24,6 +24,7 @@ from ampup_memory.advice.cli import advice_commands
 from ampup_memory.cliutil import dumps as _dumps
 from ampup_memory.cliutil import error_line as _error_line
 from ampup_memory.cliutil import fail as _fail
+from ampup_memory.cliutil import interrupted
 from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError, storage_down
 from ampup_memory.memory.branch_cli import branch_commands
 from ampup_memory.memory.cli import memory_commands
@@ -501,7 +502,9 @@ def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
     docs/cli.md, not click's usage block."""
     try:
         code = cli.main(args, prog_name, standalone_mode=False)
-    except click.exceptions.Abort:
+    except click.exceptions.Abort as exc:
+        if isinstance(exc.__cause__, KeyboardInterrupt):
+            interrupted()  # Ctrl-C: what was committed stays, the rest is not written
         _error_line("aborted")
         sys.exit(1)
     except click.ClickException as exc:

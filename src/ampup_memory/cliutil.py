@@ -27,6 +27,15 @@ def fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
+INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+
+
+def interrupted(message: str = "interrupted") -> NoReturn:
+    """A command stopped by Ctrl-C: one line on stderr, exit code 130."""
+    error_line(message)
+    sys.exit(INTERRUPTED)
+
+
 def dumps(data: Any, **kwargs: Any) -> str:
     """JSON for people and scripts alike: Unicode as itself, never ``\\u2026``."""
     return json.dumps(data, ensure_ascii=False, **kwargs)

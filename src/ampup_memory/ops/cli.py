@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps, fail, progress
+from ampup_memory.cliutil import dumps, fail, interrupted, progress
 from ampup_memory.memory.cli import SettingsOptions
 from ampup_memory.settings import Settings
 
@@ -42,7 +42,7 @@ def ops_commands(settings_options: SettingsOptions,
         except ConfigurationError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
-            fail(f"backup interrupted; nothing of it is left in {dest}: run it again")
+            interrupted(f"backup interrupted; nothing of it is left in {dest}: run it again")
         click.echo(dumps(report.wire()))
 
     @click.command("restore")
@@ -68,8 +68,8 @@ def ops_commands(settings_options: SettingsOptions,
         except ConfigurationError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
-            fail(f"restore interrupted; what it had written into {settings.home} is removed: "
-                 "run it again")
+            interrupted(f"restore interrupted; what it had written into {settings.home} is "
+                        "removed: run it again")
         click.echo(dumps(report))
 
     @click.command("status")
