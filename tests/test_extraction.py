@@ -286,6 +286,9 @@ def test_no_model_configured_runs_nothing_and_says_so(tmp_path: Path) -> None:
         code, _, err = s.extract()
         assert code == 0 and "no model configured" in err
         assert s.facts() == []
+        # A bad scope is refused as every command refuses it, model or none.
+        bad = run_cli(s.home, s.env(), "extract", "--scope", "Not A Scope")
+        assert bad.returncode == 2 and "VALIDATION_ERROR: invalid scope" in bad.stderr
     finally:
         proc.stop()
 

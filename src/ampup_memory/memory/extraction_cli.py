@@ -38,10 +38,13 @@ def extraction_commands(settings_options: SettingsOptions,
         scope. Exits 2 when the model failed (the episodes stay pending)."""
         from ampup_memory.cliutil import fail, progress
         from ampup_memory.memory.extraction import NO_MODEL, extractor
+        from ampup_memory.memory.scopes import parse_scope
 
         settings = settings_from(kwargs)
         failed = False
         with _service(settings) as svc:
+            if scope is not None:  # a bad one is refused with or without a model
+                parse_scope(scope)
             ex = extractor(svc, settings)
             if ex.model is None:
                 click.echo(dumps({"model": NO_MODEL, "read": 0}))
