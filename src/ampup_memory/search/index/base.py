@@ -182,6 +182,16 @@ SeqRange = tuple[int, int]
 
 
 @dataclass(frozen=True)
+class Statistics:
+    """What BM25 weighs a query's words by: the row count, the token count (with it the
+    average length) and, per query term in order, the rows holding it."""
+
+    rows: int
+    tokens: int
+    hits: Sequence[int]
+
+
+@dataclass(frozen=True)
 class ViewWords:
     """The query terms a view of several segments ranks by, and the keyword statistics
     that score its rows: both decided once for the view, its segments' rows counted
@@ -191,13 +201,11 @@ class ViewWords:
     (none is dropped for being absent from that segment alone) and, where the keyword
     score has collection statistics (SQLite's BM25), each segment's rows are scored with
     the view's: on a branch of a few rows a word is then weighed as in the whole view, not
-    near zero for being in all of them. PostgreSQL's ``ts_rank`` has none: it leaves
-    them empty."""
+    near zero for being in all of them. PostgreSQL's ``ts_rank`` has none: ``stats`` is
+    None there."""
 
     terms: tuple[str, ...]
-    rows: int = 0  # rows of the view's segments
-    tokens: int = 0  # their tokens
-    hits: tuple[int, ...] = ()  # rows holding each term, in the order of ``terms``
+    stats: Statistics | None = None  # the view's rows, tokens and rows holding each term
 
 
 # A query's terms: one space's own (that space's budget and statistics), or a view's.

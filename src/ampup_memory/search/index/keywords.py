@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from ampup_memory.search.index.base import Statistics
 from ampup_memory.sqlite_connections import enable_wal
 
 # What each kind's FTS5 table indexes, in column order (facts: the BM25F fields, in the
@@ -243,16 +244,6 @@ def _phrase_freqs(conn: sqlite3.Connection, kind: str, phrase: int, tokens: list
             freqs[doc] = freqs.get(doc, 0.0) + by_col.get(col, 1.0) * found
     conn.executemany("INSERT INTO temp.held_freqs (doc, phrase, f) VALUES (?, ?, ?)",
                      [(doc, phrase, f) for doc, f in freqs.items()])
-
-
-@dataclass(frozen=True)
-class Statistics:
-    """What BM25 weighs a query's words by: the row count, the token count (with it the
-    average length) and, per query term in order, the rows holding it."""
-
-    rows: int
-    tokens: int
-    hits: Sequence[int]
 
 
 def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound: int,

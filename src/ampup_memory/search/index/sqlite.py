@@ -71,6 +71,7 @@ from ampup_memory.search.index.base import (
     NewPassage,
     PassageRow,
     SeqRange,
+    Statistics,
     Terms,
     ViewWords,
     fact_text,
@@ -83,7 +84,7 @@ from ampup_memory.search.index.common import (
     time_text,
     vector_blob,
 )
-from ampup_memory.search.index.keywords import Space, SpaceFiles, Statistics
+from ampup_memory.search.index.keywords import Space, SpaceFiles
 from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
 
@@ -153,9 +154,7 @@ COUNTS_KEPT = 4096  # word counts remembered (`SQLiteIndex._count`)
 
 def _view_and_words(terms: Terms) -> tuple[Statistics | None, list[str]]:
     """A view's statistics (None: one space's own terms), and the terms."""
-    view = (Statistics(terms.rows, terms.tokens, terms.hits)
-            if isinstance(terms, ViewWords) else None)
-    return view, words_of(terms)
+    return (terms.stats if isinstance(terms, ViewWords) else None), words_of(terms)
 
 
 def _last(bound: int | None, applied: int) -> int:
@@ -768,7 +767,7 @@ class SQLiteIndex:
             cap = POSTINGS_BUDGET + 1
             hits = tuple(counts[t] if counts[t] < cap
                          else self._rows_holding(kind, found, t, None) for t in kept)
-        return ViewWords(tuple(kept), rows, tokens, hits)
+        return ViewWords(tuple(kept), Statistics(rows, tokens, hits))
 
     def _bound(self, kind: str, scope: str, branch: str, upto: int | None,
                applied: int) -> int | None:
