@@ -405,6 +405,7 @@ class VectorMatrix:
         """Background: load the saved graph (or start one, or take ``graph``), add every
         row in ascending number, swap it in. Gives up when a row of it changes."""
         self.stats.bump("building")
+        counted = False
         try:
             fresh = False
             if graph is None:
@@ -430,6 +431,12 @@ class VectorMatrix:
                         return
                     if len(new) <= INLINE_ROWS:
                         graph.add(nums[new], matrix[new], keep)
+                        # Counted before the job is released: wait() returns as soon as
+                        # it is, and a count bumped after that raced the caller's read.
+                        if fresh:
+                            self.stats.bump("built")
+                        self.stats.bump("building", -1)
+                        counted = True
                         self.ann = graph
                         self._job = None  # swapped in: a later query may start another
                         if last_seal:
@@ -443,12 +450,11 @@ class VectorMatrix:
                         return
                     chunk = new[start:start + BUILD_CHUNK]
                     graph.add(nums[chunk], matrix[chunk], keep)
-            if fresh:
-                self.stats.bump("built")
         except Exception:  # a failed build leaves exact search answering
             log.exception("building a search graph failed; exact search answers")
         finally:
-            self.stats.bump("building", -1)
+            if not counted:
+                self.stats.bump("building", -1)
             with self._lock:
                 if self._job is threading.current_thread():
                     self._job = None
