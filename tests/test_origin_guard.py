@@ -180,3 +180,14 @@ def test_a_public_bind_with_keys_checks_no_host(tmp_path: Path) -> None:
         r = httpx.get(f"{srv.url}/health", headers={
             "Host": "memory.internal:8765", "Origin": "http://evil.example"})
         assert _code(r) == (403, "FORBIDDEN_ORIGIN")
+
+
+def test_a_loopback_bind_with_keys_serves_its_own_proxy(tmp_path: Path) -> None:
+    """Keys on, a proxy on the same machine calls the server 127.0.0.1 and forwards its
+    public name: served (a rebound page has no key). The Host itself is still checked."""
+    with ServerProcess(tmp_path / "proxied", env=QUIET, args=["--require-keys"]) as srv:
+        r = httpx.get(f"{srv.url}/health", headers={
+            "Host": f"127.0.0.1:{srv.port}", "X-Forwarded-Host": "memory.example.com"})
+        assert r.status_code == 200, r.text
+        r = httpx.get(f"{srv.url}/health", headers={"Host": "memory.example.com"})
+        assert _code(r) == (421, "MISDIRECTED_REQUEST")

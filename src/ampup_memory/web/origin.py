@@ -75,6 +75,7 @@ class OriginGuard:
         # Keys on: a page (rebound or not) cannot send one, so only a loopback bind keeps
         # its Host check there; keys off, every bind checks it.
         self.check_host = self.loopback or not keys_required
+        self.keys_required = keys_required
         self.hosts = frozenset(host_name(h) for h in names(allowed_hosts))
         self.origins = frozenset(o.rstrip("/") for o in names(allowed_origins))
 
@@ -98,11 +99,14 @@ class OriginGuard:
         """Why a request with these headers is not answered, or None."""
         host = host_name(headers.get("host", ""))
         forwarded = host_name(headers.get("x-forwarded-host", ""))
-        # A proxy that rewrites Host to its upstream's name (``ampup``, accepted) names the
-        # browser's host in X-Forwarded-Host: that one must pass too. A page cannot use
-        # the header to pass: it only adds a name to check.
-        if self.check_host and not (self.answers_to(host)
-                                    and (not forwarded or self.answers_to(forwarded))):
+        # Keys off, a proxy that rewrites Host to its upstream's name (``ampup``,
+        # accepted) names the browser's host in X-Forwarded-Host: that one must pass too.
+        # A page cannot use the header to pass: it only adds a name to check. Keys on, a
+        # proxy on the same machine (Host 127.0.0.1, its public name forwarded) is served
+        # as before: a rebound page has no key to send.
+        check_forwarded = bool(forwarded) and not self.keys_required
+        if self.check_host and not (self.answers_to(host) and (
+                not check_forwarded or self.answers_to(forwarded))):
             return MisdirectedRequest(
                 "This server answers to its loopback names only (or those in "
                 "AMPUP_MEMORY_ALLOWED_HOSTS)." if self.loopback else
