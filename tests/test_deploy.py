@@ -58,3 +58,16 @@ def test_the_compose_file_matches_the_fleet_test() -> None:
     assert str(env["AMPUP_MEMORY_PORT"]) == "8765"
     for path in ("./postgres-init.sql", "./nginx.conf"):
         assert (DEPLOY / path).is_file(), path
+
+
+def test_the_compose_file_without_keys_answers_its_public_name() -> None:
+    """Keys off on 0.0.0.0: the servers answer a browser only under a name no rebinding
+    page can have (web/origin.py), so nginx must pass the client's Host on and the
+    operator's public name must reach AMPUP_MEMORY_ALLOWED_HOSTS."""
+    env = next(s["environment"] for n, s in _compose()["services"].items()
+               if n.startswith("memory-"))
+    assert env["AMPUP_MEMORY_HOST"] == "0.0.0.0"
+    if str(env.get("AMP_REQUIRE_KEYS", "false")).lower() != "true":
+        assert env["AMPUP_MEMORY_ALLOWED_HOSTS"] == "${AMPUP_MEMORY_ALLOWED_HOSTS:-}"
+        nginx = (DEPLOY / "nginx.conf").read_text()
+        assert re.search(r"proxy_set_header\s+(Host\s+\$host|X-Forwarded-Host\s)", nginx)

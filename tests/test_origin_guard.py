@@ -1,6 +1,7 @@
 """Web pages of other sites get nothing from a server (web/origin.py): a cross-site write
 is a 403 `FORBIDDEN_ORIGIN` and writes nothing, a rebound host name is a 421 on a
-loopback server; agents and SDKs (no `Origin`) and the server's own pages are served."""
+loopback server and, with keys off, on any bind; agents and SDKs (no `Origin`) and the
+server's own pages are served."""
 
 from __future__ import annotations
 
@@ -63,6 +64,14 @@ def test_a_page_of_another_site_cannot_write_or_read(local: ServerProcess) -> No
     assert _code(r) == (421, "MISDIRECTED_REQUEST")
     r = httpx.get(f"{local.url}/health", headers={"Host": "attacker.example"})
     assert r.status_code == 421
+    # A proxy in front that rewrites Host names the browser's host in X-Forwarded-Host.
+    r = httpx.get(f"{local.url}/health", headers={"X-Forwarded-Host": "attacker.example"})
+    assert r.status_code == 421
+    # On a loopback bind only loopback names: not the looser rule of a public bind.
+    for host in ("ampup", "inspector.localhost", "10.1.2.3"):
+        r = httpx.get(f"{local.url}/health", headers={"Host": host})
+        assert _code(r) == (421, "MISDIRECTED_REQUEST"), host
+        assert "loopback names" in r.json()["error"]["message"]
 
 
 def test_agents_and_the_servers_own_pages_are_served(local: ServerProcess) -> None:
@@ -74,7 +83,7 @@ def test_agents_and_the_servers_own_pages_are_served(local: ServerProcess) -> No
         r = httpx.post(f"{local.url}/amp/v1/memories", content=CELL,
                        headers={**AGENT, "Content-Type": "application/json", "Origin": origin})
         assert r.status_code == 201, (origin, r.text)
-    for host in (f"localhost:{local.port}", "127.0.0.1", f"[::1]:{local.port}"):
+    for host in (f"localhost:{local.port}", "127.0.0.1", f"[::1]:{local.port}", "127.0.0.2"):
         assert httpx.get(f"{local.url}/health", headers={"Host": host}).status_code == 200
     assert _cells(local) == before + 4
 
@@ -105,15 +114,80 @@ def test_allowed_hosts_and_origins_and_a_public_bind(tmp_path: Path) -> None:
             403, "FORBIDDEN_ORIGIN")
         assert _code(_mcp_hello(srv, {"Host": "evil.example"})) == (421, "MISDIRECTED_REQUEST")
 
-    # Bound to every address (behind a load balancer): any Host, but still no other site.
-    with ServerProcess(tmp_path / "public", env=QUIET, args=["--host", "0.0.0.0"]) as srv:
+
+def test_a_public_bind_without_keys_answers_no_rebound_name(tmp_path: Path) -> None:
+    """Bound to 0.0.0.0 (as deploy/compose.yaml runs it) with keys off: a page on
+    attacker.example whose name now resolves to this server sends Host and Origin both
+    attacker.example, so the Origin check passes; the Host check refuses it."""
+    env = {**QUIET, "AMPUP_MEMORY_ALLOWED_HOSTS": "memory.example.com"}
+    with ServerProcess(tmp_path / "open", env=env, args=["--host", "0.0.0.0"]) as srv:
+        page = {"Host": f"attacker.example:{srv.port}",
+                "Origin": f"http://attacker.example:{srv.port}"}
+        r = httpx.get(f"{srv.url}/episodes", params={"scope": "acme/sales"},
+                      headers={**USER, **page})
+        assert _code(r) == (421, "MISDIRECTED_REQUEST"), r.text
+        assert "AMPUP_MEMORY_ALLOWED_HOSTS" in r.json()["error"]["message"]
+        assert _code(_mcp_hello(srv, page)) == (421, "MISDIRECTED_REQUEST")
+        # The page may add X-Forwarded-Host itself (same-origin: no preflight); it adds a
+        # name to check, never takes Host's place.
+        r = httpx.get(f"{srv.url}/health", headers={**page, "X-Forwarded-Host": "localhost"})
+        assert r.status_code == 421
+        # A proxy that rewrites Host to its upstream's name passes the browser's on here.
+        r = httpx.get(f"{srv.url}/health", headers={
+            "Host": "ampup:8765", "X-Forwarded-Host": "attacker.example"})
+        assert r.status_code == 421
+        # A dotted name nobody listed: the operator lists it (or turns keys on).
         assert httpx.get(f"{srv.url}/health",
-                         headers={"Host": "memory.internal:8765"}).status_code == 200
+                         headers={"Host": "memory.internal:8765"}).status_code == 421
+
+        # Names a rebinding page cannot have: IP literals, single labels (a compose
+        # service, resolved through local search domains), *.localhost, listed names.
+        for host in (f"10.1.2.3:{srv.port}", "192.168.0.7", f"[fd00::1]:{srv.port}", "::1",
+                     "ampup", "memory-1:8765", "localhost", "inspector.localhost:8765",
+                     "memory.example.com", "MEMORY.example.com:443"):
+            r = httpx.get(f"{srv.url}/health", headers={"Host": host})
+            assert r.status_code == 200, (host, r.text)
+        r = httpx.post(f"{srv.url}/amp/v1/memories", content=CELL, headers={
+            **AGENT, "Content-Type": "application/json", "Host": "ampup:8765",
+            "Origin": "http://ampup:8765"})
+        assert r.status_code == 201, r.text
+        # Behind nginx passing the public name on (deploy/nginx.conf), the site's own page.
+        r = httpx.get(f"{srv.url}/health", headers={
+            "Host": "memory.example.com", "X-Forwarded-Host": "memory.example.com",
+            "Origin": "https://memory.example.com"})
+        assert r.status_code == 200, r.text
+        # A page of another site is still refused by the Origin check.
         r = httpx.post(f"{srv.url}/amp/v1/memories", content=CELL, headers={
             **AGENT, "Content-Type": "text/plain", "Origin": "http://evil.example",
-            "Host": "memory.internal:8765"})
+            "Host": "10.1.2.3:8765"})
         assert _code(r) == (403, "FORBIDDEN_ORIGIN")
+
+
+def test_a_public_bind_with_keys_checks_no_host(tmp_path: Path) -> None:
+    """Keys on: a rebinding page has no key, so any Host is answered (behind a load
+    balancer) and what protects the memory is the key."""
+    with ServerProcess(tmp_path / "keyed", env=QUIET,
+                       args=["--host", "0.0.0.0", "--require-keys"]) as srv:
+        for host in ("memory.internal:8765", "attacker.example"):
+            assert httpx.get(f"{srv.url}/health", headers={"Host": host}).status_code == 200
+        r = httpx.get(f"{srv.url}/episodes", params={"scope": "acme/sales"}, headers={
+            **USER, **AGENT, "Host": "attacker.example", "Origin": "http://attacker.example"})
+        assert _code(r) == (401, "UNAUTHENTICATED"), r.text
         r = httpx.get(f"{srv.url}/health", headers={
             "Host": "memory.internal:8765", "X-Forwarded-Host": "memory.example.com",
             "Origin": "https://memory.example.com"})
         assert r.status_code == 200, r.text
+        r = httpx.get(f"{srv.url}/health", headers={
+            "Host": "memory.internal:8765", "Origin": "http://evil.example"})
+        assert _code(r) == (403, "FORBIDDEN_ORIGIN")
+
+
+def test_a_loopback_bind_with_keys_serves_its_own_proxy(tmp_path: Path) -> None:
+    """Keys on, a proxy on the same machine calls the server 127.0.0.1 and forwards its
+    public name: served (a rebound page has no key). The Host itself is still checked."""
+    with ServerProcess(tmp_path / "proxied", env=QUIET, args=["--require-keys"]) as srv:
+        r = httpx.get(f"{srv.url}/health", headers={
+            "Host": f"127.0.0.1:{srv.port}", "X-Forwarded-Host": "memory.example.com"})
+        assert r.status_code == 200, r.text
+        r = httpx.get(f"{srv.url}/health", headers={"Host": "memory.example.com"})
+        assert _code(r) == (421, "MISDIRECTED_REQUEST")

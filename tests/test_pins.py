@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -205,6 +207,51 @@ def test_renew_release_expiry_and_owner(m: Memory) -> None:
     assert error(bob.http.delete(f"/snapshots/{snap}")) == (403, "ACCESS_DENIED")
     assert m.http.delete(f"/snapshots/{snap}").status_code == 200
     assert error(m.facts(scope, "acme", snapshot=snap)) == (410, "SNAPSHOT_RELEASED")
+
+
+def race(first: Memory, second: Memory, pin_id: str) -> tuple[httpx.Response, httpx.Response]:
+    """A renew (on one connection) and a release (on another) sent at the same moment."""
+    go = threading.Barrier(2)
+
+    def renew() -> httpx.Response:
+        go.wait()
+        return first.http.post(f"/pin/{pin_id}/renew", json={"ttl": "2h"})
+
+    def release() -> httpx.Response:
+        go.wait()
+        return second.http.delete(f"/pin/{pin_id}")
+
+    with ThreadPoolExecutor(2) as pool:
+        renewing, releasing = pool.submit(renew), pool.submit(release)
+        return renewing.result(), releasing.result()
+
+
+def test_a_release_racing_a_renew_answers_what_is_stored(m: Memory) -> None:
+    """Whichever of a renew and a release of one pin the server takes first, each answers
+    the state its own write left, and the release (final either way) answers the expiry
+    the pin keeps. Before the fix both read the pin, then each appended a row built from
+    what it read: the release answered the expiry the renew had just replaced (50 of 60
+    rounds on this machine). Passing does not depend on the order the requests arrive in;
+    catching a regression does, hence several rounds."""
+    scope = new_scope()
+    seed(m, scope, "March")
+    alice = m.as_user("alice")
+    try:
+        for _ in range(12):
+            held = pin(m, scope)
+            renewed, released = race(m, alice, held["id"])
+            stored = m.http.get(f"/pin/{held['id']}").json()
+            assert released.status_code == 200, released.text
+            assert stored["state"] == released.json()["state"] == "released"
+            assert released.json()["expires_at"] == stored["expires_at"]
+            if renewed.status_code == 200:  # first: the release kept its expiry
+                assert renewed.json()["state"] == "live"
+                assert renewed.json()["expires_at"] == stored["expires_at"] > held["expires_at"]
+            else:  # second: a release is final
+                assert error(renewed) == (410, "PIN_RELEASED")
+                assert stored["expires_at"] == held["expires_at"]
+    finally:
+        alice.close()
 
 
 def test_a_pin_fixes_the_commit_never_who_may_read(m: Memory) -> None:

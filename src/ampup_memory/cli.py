@@ -181,20 +181,12 @@ def _listen(host: str, port: int) -> socket.socket:
     return sock
 
 
-def is_loopback(host: str) -> bool:
-    import ipaddress
-
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def _warn_if_open(settings: Settings) -> None:
     """Trust mode (no keys: any caller may claim any agent or user) off loopback is a risk
     the operator must see."""
+    # The guard's own rule: what it treats as a loopback bind is what needs no warning.
+    from ampup_memory.web.origin import is_loopback
+
     if settings.require_keys or is_loopback(settings.host):
         return
     click.echo(f"{click.style('warning:', fg='yellow')} serving on {settings.host} without API "

@@ -66,7 +66,7 @@ class ForbiddenOrigin(AmpError):
 
 
 class MisdirectedRequest(AmpError):
-    """A ``Host`` a loopback-bound server does not answer to (DNS rebinding)."""
+    """A ``Host`` the server does not answer to (DNS rebinding: web/origin.py)."""
 
     status = 421
     code = "MISDIRECTED_REQUEST"

@@ -95,7 +95,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(NulGuard)
     # Added last, so it runs first: a refused browser request reads no body.
-    app.add_middleware(OriginGuard, bound_to=settings.host,
+    app.add_middleware(OriginGuard, bound_to=settings.host, keys_required=settings.require_keys,
                        allowed_hosts=settings.allowed_hosts,
                        allowed_origins=settings.allowed_origins)
     app.include_router(amp_router, prefix=API_PREFIX)

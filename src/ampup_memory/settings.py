@@ -587,11 +587,13 @@ class Settings(BaseSettings):
     allowed_hosts: str = Field(
         default="",
         validation_alias=_env("AMPUP_MEMORY_ALLOWED_HOSTS"),
-        description="Comma-separated host names a server bound to a loopback address "
-        "(`127.0.0.1`, `localhost`, `::1`) also answers to, besides those three: for a "
-        "reverse proxy on the same machine that passes its public `Host` on. Any other "
-        "`Host` is 421 `MISDIRECTED_REQUEST` (a web page that re-points its own name at "
-        "127.0.0.1, DNS rebinding, gets nothing). Not checked on other bind addresses.",
+        description="Comma-separated host names the server also answers to, for a reverse "
+        "proxy that passes the public `Host` (or `X-Forwarded-Host`) on. Bound to a loopback "
+        "address it answers to loopback names (`localhost`, `127.0.0.1`, `::1`) and these; "
+        "bound to another address with keys off, to IP addresses, names without a dot (a "
+        "compose service), `*.localhost` and these. Any other `Host` is 421 "
+        "`MISDIRECTED_REQUEST`: a web page that re-points its own name at the server (DNS "
+        "rebinding) gets nothing. Not checked on a non-loopback bind with keys on.",
     )
     allowed_origins: str = Field(
         default="",

@@ -13,9 +13,12 @@ as without it. Only its creator may renew or release it.
 
 Storage: ``memory_system.holds``, one row per change (create, renew, release); the newest
 row per id wins and a release is final (a renew racing a release on another server cannot
-bring the hold back). Several servers on one catalog share it; each keeps the folded table
-in memory and re-reads it only when the table's snapshot moved, so a held read costs one
-catalog lookup (the same indexed query every read already makes for principals).
+bring the hold back). A change reads the hold and appends its next row under one lock per
+process, and answers with the hold as the table says right after its own append (without
+both, a release racing a renew answered the expiry the renew had just replaced). Several
+servers on one catalog share the table; each keeps it folded in memory and re-reads it
+only when the table's snapshot moved, so a held read costs one catalog lookup (the same
+indexed query every read already makes for principals).
 
 Maintenance (the ``protected`` hook, maintenance.py): our reads do not need old Iceberg
 snapshots. They are served from the read index by ledger seq, and the read index is
@@ -35,7 +38,8 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -168,6 +172,18 @@ class Holds:
         self._seen: int | None = None  # holds table snapshot the cache was folded at
         self._cache: dict[str, Hold] = {}
         self._lock = threading.Lock()
+        # A renew and a release of one hold each read it, then append a row built from
+        # what they read: interleaved, the later row undid the other's change (a
+        # release's row carried the expiry the renew had just replaced).
+        self._changing = threading.Lock()
+
+    @contextmanager
+    def changing(self) -> Iterator[None]:
+        """Around a read of a hold and the append of its next row (this process's
+        writers; another server's row still lands between them, which the answer of
+        ``write`` then shows)."""
+        with self._changing:
+            yield
 
     def all(self) -> dict[str, Hold]:
         """Every hold as the table says now (one catalog lookup unless it moved)."""
@@ -205,10 +221,15 @@ class Holds:
         return hold
 
     def write(self, hold: Hold) -> Hold:
+        """Append the hold's next row; the hold as the table says right after that append
+        (a release stays final, another server's newer row wins), not as the row says."""
         table = self.tables.private(SYSTEM_NAMESPACE, TABLE)
-        self.tables.append(table, arrow(HOLDS, [hold.row()]))
+        sid = self.tables.append(table, arrow(HOLDS, [hold.row()]))
+        folded = fold(table.scan(snapshot_id=sid).to_arrow().to_pylist())
+        with self._lock:  # the next all() need not scan again, unless the table moved
+            self._cache, self._seen = folded, sid
         tidy(self.tables, SYSTEM_NAMESPACE, TABLE)
-        return hold
+        return folded[hold.id]
 
     # -- reads --------------------------------------------------------------------------------
     def resolve(self, scope_text: object, branch_text: object, at_commit: str | None,
@@ -316,22 +337,26 @@ def create_pin(svc: MemoryService, user: str, scope: object, branch: object,
 
 def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta) -> dict[str, Any]:
     """A new expiry ``ttl`` from now; only a live pin, only by its creator."""
-    hold = svc.holds.live(check_id(pin_id, PIN, ["pin"]), PIN)
-    if hold.created_by != user:
-        raise AccessDenied()
-    now = utcnow()
-    return svc.holds.write(replace(hold, expires_at=now + ttl, updated_at=now)).wire(now)
+    pin_id = check_id(pin_id, PIN, ["pin"])
+    with svc.holds.changing():
+        hold = svc.holds.live(pin_id, PIN)
+        if hold.created_by != user:
+            raise AccessDenied()
+        now = utcnow()
+        return svc.holds.write(replace(hold, expires_at=now + ttl, updated_at=now)).wire(now)
 
 
 def release(svc: MemoryService, user: str, hold_id: str, kind: Kind) -> dict[str, Any]:
     """Release a pin or snapshot (by its creator); releasing it again changes nothing."""
-    hold = svc.holds.get(check_id(hold_id, kind, [kind]), kind)
-    if hold.created_by != user:
-        raise AccessDenied()
-    now = utcnow()
-    if not hold.released:
-        hold = svc.holds.write(replace(hold, released=True, updated_at=now))
-    return hold.wire(now)
+    hold_id = check_id(hold_id, kind, [kind])
+    with svc.holds.changing():
+        hold = svc.holds.get(hold_id, kind)
+        if hold.created_by != user:
+            raise AccessDenied()
+        now = utcnow()
+        if not hold.released:
+            hold = svc.holds.write(replace(hold, released=True, updated_at=now))
+        return hold.wire(now)
 
 
 def show(svc: MemoryService, hold_id: str, kind: Kind) -> dict[str, Any]:
