@@ -305,10 +305,15 @@ class Workspaces:
         """A new expiry ``ttl`` from now, for a live workspace of the caller's (any, for an
         admin). One durable row; a delete recorded beside it still wins (its state ranks
         above live), so a renewal never brings a deleted workspace back."""
-        ws = self.visible(user, ws_id, admin)
-        now = utcnow()
-        renewed = replace(ws, expires_at=now + ttl, updated_at=now, updated_by=user)
-        self._record(renewed)
+        self.visible(user, ws_id, admin)  # before the lock: a missing one waits for nothing
+        # Read and written under the write lock a delete records under: a renewal racing
+        # a delete on this server either lands first or answers the deleted one's 404; it
+        # answered "live" for a workspace that ended deleted.
+        with self.write_lock:
+            ws = self.visible(user, ws_id, admin)
+            now = utcnow()
+            renewed = replace(ws, expires_at=now + ttl, updated_at=now, updated_by=user)
+            self._record(renewed)
         return renewed.wire(self.usage(ws.id))
 
     def delete(self, user: str, ws_id: str, admin: bool) -> dict[str, Any]:
