@@ -291,3 +291,11 @@ def test_advice_errors(loop: Loop) -> None:
                                    "session": f"ses_{'0' * 26}"})
     assert (r.status_code, r.json()["error"]["code"]) == (404, "NOT_FOUND")
     assert loop.m.http.get("/situations", params={"scope": "nope"}).status_code == 422
+    # An ended session is refused whether or not anything would be served: a scope with no
+    # situations or procedures serves nothing, and still answers 409, as api.md says.
+    fresh = new_scope()
+    ses = http.post("/sessions/start", json={"scope": fresh, "task": "x"}).json()["id"]
+    assert http.post("/sessions/end", json={"session": ses, "transcript": "t",
+                                            "outcome": "done"}).status_code == 200
+    r = http.post("/advice", json={"scope": fresh, "task": "x", "session": ses})
+    assert (r.status_code, r.json()["error"]["code"]) == (409, "SESSION_ENDED"), r.text

@@ -38,13 +38,11 @@ from ampup_memory.advice.gate import Evidence, GateRules, NoteState
 from ampup_memory.advice.notes import Note, learn_note
 from ampup_memory.advice.runs import (
     MAX_TEXT,
-    SESSION_PREFIX,
     RewardedTask,
     rewarded_tasks,
-    subject_events,
     utcnow,
 )
-from ampup_memory.advice.sessions import record_advice_step
+from ampup_memory.advice.sessions import open_session_events, record_advice_step
 from ampup_memory.advice.situations import SituationMap, build_map, members_of, situation_for
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.errors import NotFound
@@ -454,8 +452,8 @@ def get_advice(svc: MemoryService, user: str, req: AdviceRequest, embedder: Embe
     served; ``{advice: null}`` when nothing is."""
     view = svc.view(req.scope)  # 404 for a deleted scope
     scope = view.scope
-    if req.session is not None:  # an unknown, unreadable or other scope's session: 404
-        first = subject_events(svc, svc.principal(user), req.session, SESSION_PREFIX)[0]
+    if req.session is not None:  # unknown, unreadable or other scope's: 404; ended: 409
+        first = open_session_events(svc, user, req.session)[0]
         if first.scope != str(scope):
             raise NotFound("No such session.")
     state = cached_state(svc, scope)

@@ -85,22 +85,31 @@ def _refuse_if_ended(svc: MemoryService, scope: str, session: str,
     return check
 
 
+NO_ADVICE = "no advice is recorded on it"
+
+
+def open_session_events(svc: MemoryService, user: str, session: str) -> list[EventRecord]:
+    """The events of an open session the caller may read, oldest first: NotFound for an
+    unknown or unreadable one, 409 once it has ended. POST /advice asks this before it
+    knows whether anything will be served, so an ended session is refused either way."""
+    events = subject_events(svc, svc.principal(user), session, SESSION_PREFIX)
+    if any(e.kind == END for e in events):
+        raise Conflict(f"Session {session} has ended; {NO_ADVICE}.", code="SESSION_ENDED")
+    return events
+
+
 def record_advice_step(svc: MemoryService, user: str, session: str,
                        served: dict[str, Any]) -> dict[str, Any]:
     """Append one served-advice step to an open session the caller may read.
 
     ``served`` is what was served (for a note: at least ``{"key": ...}``); POST /advice
     calls this. NotFound for an unknown or unreadable session, 409 once it has ended."""
-    events = subject_events(svc, svc.principal(user), session, SESSION_PREFIX)
-    first = events[0]
-    if any(e.kind == END for e in events):
-        raise Conflict(f"Session {session} has ended; no advice is recorded on it.",
-                       code="SESSION_ENDED")
+    first = open_session_events(svc, user, session)[0]
     event = EventRecord(id=str(ULID()), subject=session, kind=STEP, user=user, at=utcnow(),
                         data={"served": served}, branch=first.branch)
     entry = svc.write_events(user, parse_scope(first.scope), first.branch, "advice step",
                              [event], recheck=_refuse_if_ended(
-                                 svc, first.scope, session, "no advice is recorded on it"))
+                                 svc, first.scope, session, NO_ADVICE))
     return {"session": session, "step": event.id, "commit": entry.commit_id}
 
 
