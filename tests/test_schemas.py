@@ -83,6 +83,13 @@ def test_the_schema_is_no_entity_in_listings(m: Memory) -> None:
     row, = [s for s in m.http.get("/scopes").json()["scopes"] if s["scope"] == scope]
     assert (row["facts"], row["entities"]) == (1, 1)
     assert get_schema(m, scope)["schema"]["name"] == "tiny"
+    # Nor is it a search answer: "tiny" is a word of the schema fact's quote, and a query
+    # naming only a window ranks every fact valid in it.
+    for q in ("tiny deal stage", "since 2020"):
+        r = m.http.post("/search", json={"scope": scope, "query": q})
+        assert [f["entity"] for f in r.json()["results"]] == ["deal:d1"], r.text
+        text = m.http.post("/search", json={"scope": scope, "query": q, "format": "text"})
+        assert "_schema" not in text.text and "deal:d1" in text.text, text.text
 
 
 def test_builtins_set_show_history_and_as_of(m: Memory) -> None:

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pyroaring import BitMap
 
 from ampup_memory.memory.facts import CLOSURE, begun, current, newest_order, timelines
+from ampup_memory.memory.schemas import SCHEMA_ENTITY
 from ampup_memory.memory.segments import NO_LIMIT, Segment
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import Embedder, model_info
@@ -347,7 +348,7 @@ class SearchEngine:
                         more |= len(over) >= k
                 nums = set(keyword) | set(nearest) | set(overlap)
                 read(nums)  # the rows an earlier round did not read
-                rows = [seen[n] for n in nums if n in seen and seen[n].kind != CLOSURE]
+                rows = [seen[n] for n in nums if n in seen and _answer(seen[n])]
             else:
                 # A view is one space, as main is: its k best of each kind among the rows
                 # it holds. Each segment gives its k best held rows (asking its index for
@@ -370,7 +371,7 @@ class SearchEngine:
                 keep = set(_best(keyword, k)) | set(_best(nearest, k))
                 keep.update(sorted(overlap, key=lambda n: (
                     -_instant(seen[n].valid_from), n))[:k])
-                rows = [seen[n] for n in keep if seen[n].kind != CLOSURE]
+                rows = [seen[n] for n in keep if _answer(seen[n])]
             rows = owners.readable_facts(rows, visible)
             ends = self._eligible(scope, owners, rows, visible, as_of, span, cutoff)
             rows = [r for r in rows if r.num in ends]
@@ -592,6 +593,14 @@ class SearchEngine:
             head, reranked([r.parts for r in head], logits, plan.weight), strict=True)]
         scored.sort(key=order)
         return ranked[:1] + scored + ranked[plan.top:]
+
+
+def _answer(row: FactRow) -> bool:
+    """Whether a fact row may be a search answer. A closure only ends a value. The schema
+    fact is the scope's typing, not memory: listings and typed queries leave it out too.
+    It stays in the index (dropping it at ingest would change BM25's statistics for every
+    index fed before, and a rebuilt index must score as the live one)."""
+    return row.kind != CLOSURE and row.entity != SCHEMA_ENTITY
 
 
 def _passage_order(r: RankedPassage) -> tuple[float, str, int, int]:
