@@ -21,7 +21,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def m(home: Path) -> Iterator[Memory]:
-    proc = start(home, dict(QUIET))
+    # No workspace gc pass: a workspace that expires stays expired (not dropped) while a
+    # test reads it.
+    proc = start(home, {**QUIET, "AMPUP_MEMORY_WORKSPACE_GC_INTERVAL_SECONDS": "0"})
     client = Memory(proc.url)
     yield client
     client.close()
@@ -221,3 +223,37 @@ def test_branches_of_a_gone_workspace_are_a_workspace_gone(m: Memory) -> None:
                   m.http.delete("/branches/x", params={"scope": scope}),
                   m.http.post("/merge", json={"scope": scope, "from": "x"})):
             assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
+
+
+def test_runs_and_sessions_of_an_expired_workspace_read_as_gone(m: Memory) -> None:
+    """branches.md: an expired workspace reads and writes as gone at once. GET /runs/{id}
+    and GET /sessions/{id} take no scope, and answered a run or session of one with 200
+    until the gc pass dropped it. A reader gets WORKSPACE_GONE, as a reward or an end of
+    it already did; anyone else the NOT_FOUND of an unknown id, byte for byte."""
+    import time
+
+    made = m.http.post("/workspaces", json={"name": "review", "ttl": "2s"})
+    assert made.status_code == 201, made.text
+    scope = f"{made.json()['id']}/sales"
+    run = m.http.post("/runs", json={"scope": scope, "task": "renew the contract"})
+    assert run.status_code == 201, run.text
+    ses = m.http.post("/sessions/start", json={"scope": scope, "task": "renew"})
+    assert ses.status_code == 201, ses.text
+    paths = [f"/runs/{run.json()['id']}", f"/sessions/{ses.json()['id']}"]
+    for path in paths:
+        assert m.http.get(path).status_code == 200
+    time.sleep(2.5)
+    bob = m.as_user("bob")
+    try:
+        for path, unknown in zip(paths, ["/runs/run_" + "0" * 26, "/sessions/ses_" + "0" * 26],
+                                 strict=True):
+            r = m.http.get(path)
+            assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
+            hidden, missing = bob.http.get(path), bob.http.get(unknown)
+            assert hidden.status_code == missing.status_code == 404, hidden.text
+            assert hidden.content == missing.content
+        r = m.http.post("/runs/reward", json={"run": run.json()["id"], "reward": 1,
+                                             "reason": "done"})
+        assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
+    finally:
+        bob.close()
