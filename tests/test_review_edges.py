@@ -257,3 +257,25 @@ def test_runs_and_sessions_of_an_expired_workspace_read_as_gone(m: Memory) -> No
         assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
     finally:
         bob.close()
+
+
+def test_every_ttl_field_publishes_the_rule_the_server_applies(m: Memory) -> None:
+    """One spelling of a time to live (timefmt.parse_ttl) serves pins, their renewal and
+    workspaces; the OpenAPI schema published `^[0-9]{1,9}[smhd]$` for the pin and both
+    renew bodies while the server took `1w` and `1d12h` there, as on workspace creation.
+    Each ttl field's published pattern must say exactly what its route accepts."""
+    scope, _ = seeded(m)
+    spec = m.http.get("/openapi.json").json()["components"]["schemas"]
+    ws = m.http.post("/workspaces", json={"name": "ttl", "ttl": "1h"}).json()["id"]
+    pin = m.http.post("/pin", json={"scope": scope, "ttl": "1h"}).json()["id"]
+    patterns = {name: spec[name]["properties"]["ttl"]["pattern"]
+                for name in ("PinRequest", "RenewRequest", "CreateWorkspace")}
+    assert len(set(patterns.values())) == 1, patterns
+    pattern = patterns["PinRequest"]
+    routes = [("/pin", {"scope": scope}, 201), (f"/pin/{pin}/renew", {}, 200),
+              ("/workspaces", {"name": "ttl"}, 201), (f"/workspaces/{ws}/renew", {}, 200)]
+    for path, body, ok in routes:
+        for ttl in ("30m", "7d", "1w", "1d12h", "7D", "1.5h", "1 h", "h"):
+            r = m.http.post(path, json={**body, "ttl": ttl})
+            want = ok if re.search(pattern, ttl) else 422
+            assert r.status_code == want, (path, ttl, r.text)
