@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.memory_support import QUIET, Memory, new_scope, run_cli, start
+from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, new_scope, run_cli, start
 
 
 @pytest.fixture(scope="module")
@@ -279,3 +279,58 @@ def test_every_ttl_field_publishes_the_rule_the_server_applies(m: Memory) -> Non
             r = m.http.post(path, json={**body, "ttl": ttl})
             want = ok if re.search(pattern, ttl) else 422
             assert r.status_code == want, (path, ttl, r.text)
+
+
+def test_every_route_of_a_gone_workspace_answers_a_published_404(m: Memory) -> None:
+    """A scope of a workspace that is not live is 404 WORKSPACE_GONE on every route that
+    takes one (api.md, Workspaces), and the OpenAPI schema must list that 404: GET
+    /branches and POST /snapshots answered it without publishing it."""
+    spec = m.http.get("/openapi.json").json()["paths"]
+    scope, ep = "ws_0000000000000000/sales", "0" * 64
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    fact = {"entity": "acme", "predicate": "plan", "value": "basic", "quote": "basic",
+            "cites": [{"episode": ep, "unit": 1}]}
+    episode = {"source": "doc:x", "body": "text", "acl": ["*"]}
+    calls: list[tuple[str, str, str, dict[str, Any], dict[str, Any], dict[str, str]]] = [
+        ("GET", "/branches", "/branches", {"scope": scope}, {}, {}),
+        ("POST", "/branches", "/branches", {}, {"scope": scope, "name": "b"}, {}),
+        ("DELETE", "/branches/b", "/branches/{name}", {"scope": scope}, {}, {}),
+        ("POST", "/merge", "/merge", {}, {"scope": scope, "from": "b"}, {}),
+        ("POST", "/snapshots", "/snapshots", {}, {"scopes": [scope]}, {}),
+        ("POST", "/pin", "/pin", {}, {"scope": scope, "ttl": "1h"}, {}),
+        ("GET", "/episodes", "/episodes", {"scope": scope}, {}, {}),
+        ("GET", "/entities", "/entities", {"scope": scope}, {}, {}),
+        ("GET", "/facts", "/facts", {"scope": scope, "entity": "acme"}, {}, {}),
+        ("GET", "/ledger", "/ledger", {"scope": scope}, {}, {}),
+        ("GET", f"/episodes/{ep}", "/episodes/{episode_id}", {"scope": scope}, {}, {}),
+        ("PUT", f"/episodes/{ep}/acl", "/episodes/{episode_id}/acl", {},
+         {"scope": scope, "acl": ["*"]}, {}),
+        ("POST", "/episodes", "/episodes", {}, {"scope": scope, **episode}, {}),
+        ("POST", "/episodes/batch", "/episodes/batch", {},
+         {"scope": scope, "episodes": [episode]}, {}),
+        ("POST", "/facts", "/facts", {}, {"scope": scope, **fact}, {}),
+        ("POST", "/facts/batch", "/facts/batch", {}, {"scope": scope, "facts": [fact]}, {}),
+        ("POST", "/close", "/close", {},
+         {"scope": scope, "entity": "acme", "predicate": "plan", "reason": "gone"}, {}),
+        ("POST", "/document", "/document", {}, {"scope": scope, "document": "d"}, {}),
+        ("POST", "/search", "/search", {}, {"scope": scope, "query": "plan"}, {}),
+        ("POST", "/query", "/query", {}, {"scope": scope, "find": "passages", "query": "plan"},
+         {}),
+        ("GET", "/extraction/status", "/extraction/status", {"scope": scope}, {}, {}),
+        ("GET", f"/schemas/{scope}", "/schemas/{org}/{team}", {}, {}, {}),
+        ("PUT", f"/schemas/{scope}", "/schemas/{org}/{team}", {}, {"builtin": "sales"}, admin),
+        ("POST", "/runs", "/runs", {}, {"scope": scope, "task": "t"}, {}),
+        ("GET", "/runs", "/runs", {"scope": scope}, {}, {}),
+        ("POST", "/sessions/start", "/sessions/start", {}, {"scope": scope}, {}),
+        ("GET", "/situations", "/situations", {"scope": scope}, {}, {}),
+        ("GET", "/notes", "/notes", {"scope": scope}, {}, {}),
+        ("GET", "/procedures", "/procedures", {"scope": scope}, {}, {}),
+        ("POST", "/advice", "/advice", {}, {"scope": scope, "task": "t"}, {}),
+        ("PUT", "/procedures/sources", "/procedures/sources", {},
+         {"scope": scope, "documents": []}, admin),
+    ]
+    for method, path, template, params, body, headers in calls:
+        r = m.http.request(method, path, params=params, json=body or None, headers=headers)
+        assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), \
+            (method, path, r.text)
+        assert "404" in spec[template][method.lower()]["responses"], (method, template)

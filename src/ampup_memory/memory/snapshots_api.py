@@ -110,7 +110,8 @@ async def release_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
 
 
 @router.post("/snapshots", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 409: "NO_COMMITS: a named scope has no commit yet", 422: INVALID,
+    401: UNAUTHENTICATED, 404: "WORKSPACE_GONE: a named scope's workspace is not live",
+    409: "NO_COMMITS: a named scope has no commit yet", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra={**body_doc(SnapshotRequest), **USER_DOC})
 async def create_snapshot(request: Request) -> JSONResponse:
     user = _user(request)
