@@ -334,3 +334,40 @@ def test_every_route_of_a_gone_workspace_answers_a_published_404(m: Memory) -> N
         assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), \
             (method, path, r.text)
         assert "404" in spec[template][method.lower()]["responses"], (method, template)
+
+
+def test_an_acl_conflict_shows_each_side_only_to_its_readers(m: Memory) -> None:
+    """branches.md: an episode's ACL that differs on each side is compared the same way as
+    a value, whose conflict shows each side only to who may read it there. The ACL conflict
+    showed all three sides to anyone who could read the episode on `into`: erin, a reader
+    on main only, learned who may read it on the branch (dave); dave, its reader there,
+    saw nothing."""
+    carol = m.as_user("carol")
+    try:
+        scope = new_scope()
+        r = carol.write(scope, "Shared text.", acl=["user:carol"])
+        assert r.status_code == 201, r.text
+        ep = r.json()["id"]
+        assert carol.http.post("/branches", json={"scope": scope, "name": "b"}).status_code \
+            == 201
+        for branch, reader in (("b", "user:dave"), (None, "user:erin")):
+            body = {"scope": scope, "acl": ["user:carol", reader],
+                    **({"branch": branch} if branch else {})}
+            assert carol.http.put(f"/episodes/{ep}/acl", json=body).status_code == 200
+        h = "hidden"
+        want = {"carol": (ep, ["user:carol"], ["user:carol", "user:erin"],
+                          ["user:carol", "user:dave"]),
+                "erin": (ep, h, ["user:carol", "user:erin"], h),
+                "dave": (ep, h, h, ["user:carol", "user:dave"]),
+                "bob": (h, h, h, h)}
+        for user, (episode, base, ours, theirs) in want.items():
+            caller = m.as_user(user)
+            r = caller.http.post("/merge", json={"scope": scope, "from": "b",
+                                                 "dry_run": True})
+            caller.close()
+            assert r.status_code == 409, r.text
+            conflicts = r.json()["error"]["details"]["conflicts"]
+            assert conflicts == [{"episode": episode, "field": "acl", "base": base,
+                                  "ours": ours, "theirs": theirs}], (user, conflicts)
+    finally:
+        carol.close()
