@@ -112,9 +112,17 @@ def test_builtins_set_show_history_and_as_of(m: Memory) -> None:
     assert get_schema(m, scope, at_commit=v1["commit"])["name"] == "sales"
     messages = [c["message"] for c in m.ledger(scope)]
     assert messages[:2] == ["set schema tiny", "set schema sales"]
-    # the schema's JSON is configuration, not memory: passages do not find it
+    # the schema's JSON is configuration, not memory: passages do not find it, and fact
+    # search does not answer the reserved fact that names its version (it did: `_schema
+    # schema <hash>`, quoting the schema's name), in JSON or in text
     found = query(m, scope, find="passages", query="opportunity stage amount").json()
     assert found["results"] == []
+    for words in ("schema tiny", "name tiny", "opportunity stage amount"):
+        r = m.http.post("/search", json={"scope": scope, "query": words})
+        assert r.status_code == 200, r.text
+        assert r.json()["results"] == [], r.text
+        text = m.http.post("/search", json={"scope": scope, "query": words, "format": "text"})
+        assert "_schema" not in text.text, text.text
 
 
 def test_an_admin_write_is_committed_as_the_user_it_names(m: Memory) -> None:

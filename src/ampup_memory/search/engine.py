@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from pyroaring import BitMap
 
 from ampup_memory.memory.facts import CLOSURE, begun, current, newest_order, timelines
+from ampup_memory.memory.schemas import SCHEMA_ENTITY
 from ampup_memory.memory.segments import NO_LIMIT, Segment
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import Embedder, model_info
@@ -347,7 +348,7 @@ class SearchEngine:
                         more |= len(over) >= k
                 nums = set(keyword) | set(nearest) | set(overlap)
                 read(nums)  # the rows an earlier round did not read
-                rows = [seen[n] for n in nums if n in seen and seen[n].kind != CLOSURE]
+                rows = [seen[n] for n in nums if n in seen and _answer(seen[n])]
             else:
                 # A view is one space, as main is: its k best of each kind among the rows
                 # it holds. Each segment gives its k best held rows (asking its index for
@@ -370,7 +371,7 @@ class SearchEngine:
                 keep = set(_best(keyword, k)) | set(_best(nearest, k))
                 keep.update(sorted(overlap, key=lambda n: (
                     -_instant(seen[n].valid_from), n))[:k])
-                rows = [seen[n] for n in keep if seen[n].kind != CLOSURE]
+                rows = [seen[n] for n in keep if _answer(seen[n])]
             rows = owners.readable_facts(rows, visible)
             ends = self._eligible(scope, owners, rows, visible, as_of, span, cutoff)
             rows = [r for r in rows if r.num in ends]
@@ -596,6 +597,13 @@ class SearchEngine:
 
 def _passage_order(r: RankedPassage) -> tuple[float, str, int, int]:
     return (-r.score, r.episode.id, r.row.first_unit, r.row.num)
+
+
+def _answer(row: FactRow) -> bool:
+    """Whether a fact row may be a search answer: a closure only ends a value (it is none),
+    and the reserved fact naming the scope's schema version is configuration, not memory
+    (as the schema's episode yields no passage, and listings leave it out)."""
+    return row.kind != CLOSURE and row.entity != SCHEMA_ENTITY
 
 
 def _fact_order(f: RankedFact) -> tuple[float, str, str, str]:
