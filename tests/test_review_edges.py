@@ -371,3 +371,40 @@ def test_an_acl_conflict_shows_each_side_only_to_its_readers(m: Memory) -> None:
                                   "ours": ours, "theirs": theirs}], (user, conflicts)
     finally:
         carol.close()
+
+
+def test_a_hold_and_a_branch_delete_racing_never_both_win(m: Memory) -> None:
+    """A live pin or snapshot keeps its branches (409 BRANCH_HELD). A snapshot or pin made
+    while the branch was being deleted read the branch's head before the delete and wrote
+    its hold after the delete's check: both answered success (every time, on one server),
+    and reads through the hold then met a deleted branch. Now one of them loses: the
+    delete is a 409, or the hold does not hold the branch (a pin: 404)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    scope, _ = seeded(m)
+    with ThreadPoolExecutor(2) as pool:
+        for i in range(6):
+            name = f"race/{i}"
+            assert m.http.post("/branches", json={"scope": scope, "name": name}
+                               ).status_code == 201
+            if i % 2:
+                hold = pool.submit(m.http.post, "/pin", json={
+                    "scope": scope, "branch": name, "ttl": "1h"})
+            else:
+                hold = pool.submit(m.http.post, "/snapshots", json={"scopes": [scope]})
+            gone = pool.submit(m.http.delete, f"/branches/{name}", params={"scope": scope})
+            held, deleted = hold.result(), gone.result()
+            holds = held.status_code == 201 and (
+                held.json().get("branch") == name
+                or f"{scope}@{name}" in held.json().get("heads", {}))
+            assert not (holds and deleted.status_code == 200), (i, held.text, deleted.text)
+            assert holds or deleted.status_code == 200, (i, held.text, deleted.text)
+            if holds:
+                assert deleted.json()["error"]["code"] == "BRANCH_HELD", deleted.text
+                kind = "pin" if i % 2 else "snapshots"
+                r = m.facts(scope, "acme", **({"pin": held.json()["id"]} if i % 2 else {
+                    "snapshot": held.json()["id"], "branch": name}))
+                assert r.status_code == 200, r.text
+                m.http.delete(f"/{kind}/{held.json()['id']}")
+            elif held.status_code == 201:
+                m.http.delete(f"/snapshots/{held.json()['id']}")
