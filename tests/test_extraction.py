@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.extraction_data import BAD, BODY, DEALS, GOOD, WHEN
+from tests.extraction_data import BAD, BODY, DEALS, GOOD, WHEN, fact
 from tests.memory_support import (
     ADMIN_TOKEN,
     BACKENDS,
@@ -483,3 +483,24 @@ def test_a_dropped_workspace_takes_its_read_marks(s: Setup) -> None:
     done = run_cli(s.home, s.env(), "workspace", "gc")
     assert done.returncode == 0, done.stderr
     assert _read_marks(s, org + "/") == 0, json.dumps(done.stdout)
+
+
+def test_a_nul_in_the_model_answer_is_rejected_and_the_scope_keeps_serving(s: Setup) -> None:
+    """U+0000 is refused in every fact a client sends (api.md), since PostgreSQL's text
+    cannot hold it; a model's candidate carrying one (in the entity's key) was written, so
+    on PostgreSQL its commit landed and then failed in the read index. The fact check
+    refuses it for every writer: the candidate is rejected as `string_nul`, the rest of
+    the answer is written, and the scope reads and writes on."""
+    assert s.model is not None
+    s.write()
+    nul = fact("deal:ac\u0000me", "stage", "won", 1, "is now won")
+    s.model.script([{"match": "They signed for", "reply": {"facts": [nul, *GOOD]}}])
+    code, out, err = s.extract()
+    assert code == 0, err
+    assert (out[0]["read"], out[0]["facts_written"]) == (1, 2), out
+    assert s.status()["rejected"] == {"string_nul": 1}
+    assert sorted(f["predicate"] for f in s.facts()) == ["amount", "stage"]
+    r = s.m.http.get("/entities", params={"scope": s.scope})
+    assert r.status_code == 200, r.text
+    assert [e["entity"] for e in r.json()["entities"]] == ["deal:acme"]
+    assert s.m.write(s.scope, "Later note.").status_code == 201

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.memory_support import QUIET, Memory, new_scope, run_cli, start
+from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, new_scope, run_cli, start
 
 
 @pytest.fixture(scope="module")
@@ -21,7 +21,9 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def m(home: Path) -> Iterator[Memory]:
-    proc = start(home, dict(QUIET))
+    # No workspace gc pass: a workspace that expires stays expired (not dropped) while a
+    # test reads it.
+    proc = start(home, {**QUIET, "AMPUP_MEMORY_WORKSPACE_GC_INTERVAL_SECONDS": "0"})
     client = Memory(proc.url)
     yield client
     client.close()
@@ -221,3 +223,188 @@ def test_branches_of_a_gone_workspace_are_a_workspace_gone(m: Memory) -> None:
                   m.http.delete("/branches/x", params={"scope": scope}),
                   m.http.post("/merge", json={"scope": scope, "from": "x"})):
             assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
+
+
+def test_runs_and_sessions_of_an_expired_workspace_read_as_gone(m: Memory) -> None:
+    """branches.md: an expired workspace reads and writes as gone at once. GET /runs/{id}
+    and GET /sessions/{id} take no scope, and answered a run or session of one with 200
+    until the gc pass dropped it. A reader gets WORKSPACE_GONE, as a reward or an end of
+    it already did; anyone else the NOT_FOUND of an unknown id, byte for byte."""
+    import time
+
+    made = m.http.post("/workspaces", json={"name": "review", "ttl": "2s"})
+    assert made.status_code == 201, made.text
+    scope = f"{made.json()['id']}/sales"
+    run = m.http.post("/runs", json={"scope": scope, "task": "renew the contract"})
+    assert run.status_code == 201, run.text
+    ses = m.http.post("/sessions/start", json={"scope": scope, "task": "renew"})
+    assert ses.status_code == 201, ses.text
+    paths = [f"/runs/{run.json()['id']}", f"/sessions/{ses.json()['id']}"]
+    for path in paths:
+        assert m.http.get(path).status_code == 200
+    time.sleep(2.5)
+    bob = m.as_user("bob")
+    try:
+        for path, unknown in zip(paths, ["/runs/run_" + "0" * 26, "/sessions/ses_" + "0" * 26],
+                                 strict=True):
+            r = m.http.get(path)
+            assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
+            hidden, missing = bob.http.get(path), bob.http.get(unknown)
+            assert hidden.status_code == missing.status_code == 404, hidden.text
+            assert hidden.content == missing.content
+        r = m.http.post("/runs/reward", json={"run": run.json()["id"], "reward": 1,
+                                             "reason": "done"})
+        assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
+    finally:
+        bob.close()
+
+
+def test_every_ttl_field_publishes_the_rule_the_server_applies(m: Memory) -> None:
+    """One spelling of a time to live (timefmt.parse_ttl) serves pins, their renewal and
+    workspaces; the OpenAPI schema published `^[0-9]{1,9}[smhd]$` for the pin and both
+    renew bodies while the server took `1w` and `1d12h` there, as on workspace creation.
+    Each ttl field's published pattern must say exactly what its route accepts."""
+    scope, _ = seeded(m)
+    spec = m.http.get("/openapi.json").json()["components"]["schemas"]
+    ws = m.http.post("/workspaces", json={"name": "ttl", "ttl": "1h"}).json()["id"]
+    pin = m.http.post("/pin", json={"scope": scope, "ttl": "1h"}).json()["id"]
+    patterns = {name: spec[name]["properties"]["ttl"]["pattern"]
+                for name in ("PinRequest", "RenewRequest", "CreateWorkspace")}
+    assert len(set(patterns.values())) == 1, patterns
+    pattern = patterns["PinRequest"]
+    routes = [("/pin", {"scope": scope}, 201), (f"/pin/{pin}/renew", {}, 200),
+              ("/workspaces", {"name": "ttl"}, 201), (f"/workspaces/{ws}/renew", {}, 200)]
+    for path, body, ok in routes:
+        for ttl in ("30m", "7d", "1w", "1d12h", "7D", "1.5h", "1 h", "h"):
+            r = m.http.post(path, json={**body, "ttl": ttl})
+            want = ok if re.search(pattern, ttl) else 422
+            assert r.status_code == want, (path, ttl, r.text)
+
+
+def test_every_route_of_a_gone_workspace_answers_a_published_404(m: Memory) -> None:
+    """A scope of a workspace that is not live is 404 WORKSPACE_GONE on every route that
+    takes one (api.md, Workspaces), and the OpenAPI schema must list that 404: GET
+    /branches and POST /snapshots answered it without publishing it."""
+    spec = m.http.get("/openapi.json").json()["paths"]
+    scope, ep = "ws_0000000000000000/sales", "0" * 64
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    fact = {"entity": "acme", "predicate": "plan", "value": "basic", "quote": "basic",
+            "cites": [{"episode": ep, "unit": 1}]}
+    episode = {"source": "doc:x", "body": "text", "acl": ["*"]}
+    calls: list[tuple[str, str, str, dict[str, Any], dict[str, Any], dict[str, str]]] = [
+        ("GET", "/branches", "/branches", {"scope": scope}, {}, {}),
+        ("POST", "/branches", "/branches", {}, {"scope": scope, "name": "b"}, {}),
+        ("DELETE", "/branches/b", "/branches/{name}", {"scope": scope}, {}, {}),
+        ("POST", "/merge", "/merge", {}, {"scope": scope, "from": "b"}, {}),
+        ("POST", "/snapshots", "/snapshots", {}, {"scopes": [scope]}, {}),
+        ("POST", "/pin", "/pin", {}, {"scope": scope, "ttl": "1h"}, {}),
+        ("GET", "/episodes", "/episodes", {"scope": scope}, {}, {}),
+        ("GET", "/entities", "/entities", {"scope": scope}, {}, {}),
+        ("GET", "/facts", "/facts", {"scope": scope, "entity": "acme"}, {}, {}),
+        ("GET", "/ledger", "/ledger", {"scope": scope}, {}, {}),
+        ("GET", f"/episodes/{ep}", "/episodes/{episode_id}", {"scope": scope}, {}, {}),
+        ("PUT", f"/episodes/{ep}/acl", "/episodes/{episode_id}/acl", {},
+         {"scope": scope, "acl": ["*"]}, {}),
+        ("POST", "/episodes", "/episodes", {}, {"scope": scope, **episode}, {}),
+        ("POST", "/episodes/batch", "/episodes/batch", {},
+         {"scope": scope, "episodes": [episode]}, {}),
+        ("POST", "/facts", "/facts", {}, {"scope": scope, **fact}, {}),
+        ("POST", "/facts/batch", "/facts/batch", {}, {"scope": scope, "facts": [fact]}, {}),
+        ("POST", "/close", "/close", {},
+         {"scope": scope, "entity": "acme", "predicate": "plan", "reason": "gone"}, {}),
+        ("POST", "/document", "/document", {}, {"scope": scope, "document": "d"}, {}),
+        ("POST", "/search", "/search", {}, {"scope": scope, "query": "plan"}, {}),
+        ("POST", "/query", "/query", {}, {"scope": scope, "find": "passages", "query": "plan"},
+         {}),
+        ("GET", "/extraction/status", "/extraction/status", {"scope": scope}, {}, {}),
+        ("GET", f"/schemas/{scope}", "/schemas/{org}/{team}", {}, {}, {}),
+        ("PUT", f"/schemas/{scope}", "/schemas/{org}/{team}", {}, {"builtin": "sales"}, admin),
+        ("POST", "/runs", "/runs", {}, {"scope": scope, "task": "t"}, {}),
+        ("GET", "/runs", "/runs", {"scope": scope}, {}, {}),
+        ("POST", "/sessions/start", "/sessions/start", {}, {"scope": scope}, {}),
+        ("GET", "/situations", "/situations", {"scope": scope}, {}, {}),
+        ("GET", "/notes", "/notes", {"scope": scope}, {}, {}),
+        ("GET", "/procedures", "/procedures", {"scope": scope}, {}, {}),
+        ("POST", "/advice", "/advice", {}, {"scope": scope, "task": "t"}, {}),
+        ("PUT", "/procedures/sources", "/procedures/sources", {},
+         {"scope": scope, "documents": []}, admin),
+    ]
+    for method, path, template, params, body, headers in calls:
+        r = m.http.request(method, path, params=params, json=body or None, headers=headers)
+        assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), \
+            (method, path, r.text)
+        assert "404" in spec[template][method.lower()]["responses"], (method, template)
+
+
+def test_an_acl_conflict_shows_each_side_only_to_its_readers(m: Memory) -> None:
+    """branches.md: an episode's ACL that differs on each side is compared the same way as
+    a value, whose conflict shows each side only to who may read it there. The ACL conflict
+    showed all three sides to anyone who could read the episode on `into`: erin, a reader
+    on main only, learned who may read it on the branch (dave); dave, its reader there,
+    saw nothing."""
+    carol = m.as_user("carol")
+    try:
+        scope = new_scope()
+        r = carol.write(scope, "Shared text.", acl=["user:carol"])
+        assert r.status_code == 201, r.text
+        ep = r.json()["id"]
+        assert carol.http.post("/branches", json={"scope": scope, "name": "b"}).status_code \
+            == 201
+        for branch, reader in (("b", "user:dave"), (None, "user:erin")):
+            body = {"scope": scope, "acl": ["user:carol", reader],
+                    **({"branch": branch} if branch else {})}
+            assert carol.http.put(f"/episodes/{ep}/acl", json=body).status_code == 200
+        h = "hidden"
+        want = {"carol": (ep, ["user:carol"], ["user:carol", "user:erin"],
+                          ["user:carol", "user:dave"]),
+                "erin": (ep, h, ["user:carol", "user:erin"], h),
+                "dave": (ep, h, h, ["user:carol", "user:dave"]),
+                "bob": (h, h, h, h)}
+        for user, (episode, base, ours, theirs) in want.items():
+            caller = m.as_user(user)
+            r = caller.http.post("/merge", json={"scope": scope, "from": "b",
+                                                 "dry_run": True})
+            caller.close()
+            assert r.status_code == 409, r.text
+            conflicts = r.json()["error"]["details"]["conflicts"]
+            assert conflicts == [{"episode": episode, "field": "acl", "base": base,
+                                  "ours": ours, "theirs": theirs}], (user, conflicts)
+    finally:
+        carol.close()
+
+
+def test_a_hold_and_a_branch_delete_racing_never_both_win(m: Memory) -> None:
+    """A live pin or snapshot keeps its branches (409 BRANCH_HELD). A snapshot or pin made
+    while the branch was being deleted read the branch's head before the delete and wrote
+    its hold after the delete's check: both answered success (every time, on one server),
+    and reads through the hold then met a deleted branch. Now one of them loses: the
+    delete is a 409, or the hold does not hold the branch (a pin: 404)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    scope, _ = seeded(m)
+    with ThreadPoolExecutor(2) as pool:
+        for i in range(6):
+            name = f"race/{i}"
+            assert m.http.post("/branches", json={"scope": scope, "name": name}
+                               ).status_code == 201
+            if i % 2:
+                hold = pool.submit(m.http.post, "/pin", json={
+                    "scope": scope, "branch": name, "ttl": "1h"})
+            else:
+                hold = pool.submit(m.http.post, "/snapshots", json={"scopes": [scope]})
+            gone = pool.submit(m.http.delete, f"/branches/{name}", params={"scope": scope})
+            held, deleted = hold.result(), gone.result()
+            holds = held.status_code == 201 and (
+                held.json().get("branch") == name
+                or f"{scope}@{name}" in held.json().get("heads", {}))
+            assert not (holds and deleted.status_code == 200), (i, held.text, deleted.text)
+            assert holds or deleted.status_code == 200, (i, held.text, deleted.text)
+            if holds:
+                assert deleted.json()["error"]["code"] == "BRANCH_HELD", deleted.text
+                kind = "pin" if i % 2 else "snapshots"
+                r = m.facts(scope, "acme", **({"pin": held.json()["id"]} if i % 2 else {
+                    "snapshot": held.json()["id"], "branch": name}))
+                assert r.status_code == 200, r.text
+                m.http.delete(f"/{kind}/{held.json()['id']}")
+            elif held.status_code == 201:
+                m.http.delete(f"/snapshots/{held.json()['id']}")

@@ -25,6 +25,7 @@ from tests.memory_support import (
     backend_env,
     new_scope,
     run_cli,
+    serving,
     start,
 )
 
@@ -118,9 +119,17 @@ def test_builtins_set_show_history_and_as_of(m: Memory) -> None:
     assert get_schema(m, scope, at_commit=v1["commit"])["name"] == "sales"
     messages = [c["message"] for c in m.ledger(scope)]
     assert messages[:2] == ["set schema tiny", "set schema sales"]
-    # the schema's JSON is configuration, not memory: passages do not find it
+    # the schema's JSON is configuration, not memory: passages do not find it, and fact
+    # search does not answer the reserved fact that names its version (it did: `_schema
+    # schema <hash>`, quoting the schema's name), in JSON or in text
     found = query(m, scope, find="passages", query="opportunity stage amount").json()
     assert found["results"] == []
+    for words in ("schema tiny", "name tiny", "opportunity stage amount"):
+        r = m.http.post("/search", json={"scope": scope, "query": words})
+        assert r.status_code == 200, r.text
+        assert r.json()["results"] == [], r.text
+        text = m.http.post("/search", json={"scope": scope, "query": words, "format": "text"})
+        assert "_schema" not in text.text, text.text
 
 
 def test_an_admin_write_is_committed_as_the_user_it_names(m: Memory) -> None:
@@ -146,6 +155,41 @@ def test_an_admin_write_is_committed_as_the_user_it_names(m: Memory) -> None:
         assert get_schema(m, scope)["schema"]["name"] == "engineering"
     finally:
         plain.close()
+
+
+def test_with_keys_on_an_admin_write_is_committed_as_the_key_says(tmp_path: Path) -> None:
+    """Keys on, X-AmpUp-User is read nowhere (api.md, Caller): an admin key's write is
+    committed as the key's user and the admin token's as `admin`, whatever user the header
+    names; admin_author read the header and let an admin commit as anyone."""
+    def key(*args: str) -> str:
+        done = run_cli(tmp_path, {}, "keys", "create", *args)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.strip().splitlines()[-1]
+
+    ops = key("--agent", "ops", "--admin", "--user", "olga")
+    bare = key("--agent", "ops2", "--admin")
+    env = {**QUIET, "AMP_REQUIRE_KEYS": "1"}
+    with serving(tmp_path, env) as srv, httpx.Client(base_url=srv.url, timeout=60) as http:
+        reader = {"X-AMP-Agent-ID": "ops", "X-AMP-API-Key": ops}
+        scope = new_scope()
+        org, team = scope.split("/")
+        cases = [(reader, "olga"), ({"X-AMP-Admin-Token": ADMIN_TOKEN}, "admin"),
+                 ({"X-AMP-Agent-ID": "ops2", "X-AMP-API-Key": bare}, "admin")]
+        for i, (creds, author) in enumerate(cases):
+            headers = {**creds, "X-AmpUp-User": "mallory"}
+            for path, body in (
+                    (f"/schemas/{org}/{team}", {"builtin": ["sales", "engineering",
+                                                            "corpus"][i]}),
+                    ("/procedures/sources", {"scope": scope, "documents": [f"d{i}"]})):
+                r = http.put(path, json=body, headers=headers)
+                assert r.status_code == 200, r.text
+                top = http.get("/ledger", params={"scope": scope, "limit": 1},
+                               headers=reader).json()["commits"][0]
+                assert top["author"] == author, (path, creds, top)
+        # A key that does not check out is the routes' 401, even beside the admin token.
+        r = http.put(f"/schemas/{org}/{team}", json={"builtin": "sales"}, headers={
+            "X-AMP-Admin-Token": ADMIN_TOKEN, "X-AMP-Agent-ID": "ops", "X-AMP-API-Key": "x"})
+        assert r.status_code == 401, r.text
 
 
 def test_put_schema_is_admin_only_and_names_the_first_problem(m: Memory) -> None:

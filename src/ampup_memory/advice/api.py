@@ -160,7 +160,7 @@ async def put_procedure_sources(request: Request) -> dict[str, Any]:
     headers = _headers(request)
     auth.require_admin(headers)
     req = parse_body(procedures.PutSources, await request.body())
-    author = admin_author(headers)
+    author = admin_author(auth, headers)
     result: dict[str, Any] = await run_in_threadpool(procedures.put_sources,
                                                      service(request), author, req)
     return result

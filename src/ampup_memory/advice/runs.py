@@ -157,6 +157,10 @@ def subject_events(svc: MemoryService, principal: Principal, subject: str,
     first = events[0] if events else None
     if first is None or first.kind not in (RUN, START) or not may_read(principal, first.acl):
         raise _not_found(prefix or subject[:4])
+    # The id names no scope, so no view checked it: a run of an expired workspace (not yet
+    # dropped by gc) must read as gone, as its scope does. Asked only once the caller may
+    # read it, so anyone else still gets the answer of an unknown id.
+    svc.workspaces.require_live(parse_scope(first.scope))
     return events
 
 

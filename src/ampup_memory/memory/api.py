@@ -13,7 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
 
-from ampup_memory.auth import USER_HEADER, Authenticator, header_map
+from ampup_memory.auth import USER_HEADER, Authenticator, header_map, presented_key
 from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
 from ampup_memory.memory.episode_types import client_types
@@ -112,10 +112,17 @@ def is_admin(request: Request) -> bool:
     return True
 
 
-def admin_author(headers: dict[str, str]) -> str:
-    """Who an admin write (a schema, the procedure sources) is committed as: the user that
-    ``X-AmpUp-User`` names (a blank or malformed id is a 401, as on every route), else
-    ``admin``. ``headers``: the request's, as `Authenticator.require_admin` checked them."""
+def admin_author(auth: Authenticator, headers: dict[str, str]) -> str:
+    """Who an admin write (a schema, the procedure sources) is committed as. Keys off: the
+    user that ``X-AmpUp-User`` names (a blank or malformed id is a 401, as on every route),
+    else ``admin``. Keys on: the presented key's user, as on every route (a header could
+    name anyone), else ``admin`` (the admin token, or a key bound to no user); a key that
+    does not check out is the routes' 401. ``headers``: the request's, as
+    `Authenticator.require_admin` checked them."""
+    if auth.require_keys:
+        if presented_key(headers) is None:
+            return "admin"
+        return auth.caller(headers).user_id or "admin"
     named = headers.get(USER_HEADER)
     if named is None:
         return "admin"

@@ -43,8 +43,9 @@ async def create_branch(request: Request) -> JSONResponse:
     return JSONResponse(made, status_code=201)
 
 
-@router.get("/branches", responses=errors({401: UNAUTHENTICATED, 422: INVALID,
-                                           503: UNAVAILABLE}), openapi_extra=USER_DOC)
+@router.get("/branches", responses=errors({
+    401: UNAUTHENTICATED, 404: "WORKSPACE_GONE: the scope's workspace is not live",
+    422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
 def list_branches(request: Request, scope: ScopeQ) -> dict[str, Any]:
     _user(request)
     return branches.list_branches(service(request), scope)

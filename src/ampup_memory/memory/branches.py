@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error
-from ampup_memory.memory.acl import Principal
+from ampup_memory.memory.acl import Principal, may_read
 from ampup_memory.memory.episodes import EpisodeRecord, Prepared
 from ampup_memory.memory.facts import CLOSURE, FactRecord, current, newest_order, timeline
 from ampup_memory.memory.ledger import (
@@ -397,14 +397,22 @@ def plan(svc: MemoryService, principal: Principal, scope: Scope, src: str, dst: 
         if o_rec.acl == base_acl:
             out.acl_changes.append(replace(o_rec, acl=t_rec.acl, branch=dst))
             continue
-        if ep in svc.readable_episodes(principal, ns, ours, [ep]):
-            out.conflicts.append({"episode": ep, "field": "acl",
-                                  "base": list(base_acl) if base_acl is not None else None,
-                                  "ours": list(o_rec.acl), "theirs": list(t_rec.acl)})
-        else:  # the id of an episode is its content: not even that is shown
-            out.conflicts.append({"episode": "hidden", "field": "acl", "base": "hidden",
-                                  "ours": "hidden", "theirs": "hidden"})
+        out.conflicts.append(_acl_conflict(principal, ep, (
+            ("base", base_acl), ("ours", o_rec.acl), ("theirs", t_rec.acl))))
     return out
+
+
+def _acl_conflict(principal: Principal, episode: str,
+                  sides: Iterable[tuple[str, tuple[str, ...] | None]]) -> dict[str, Any]:
+    """An ACL conflict, reported as a value's is (`_conflict`): each side's ACL only to a
+    caller who may read the episode on that side, which is what that ACL itself decides;
+    the episode's id (its content's hash) only when some side is readable."""
+    shown: dict[str, Any] = {}
+    for name, acl in sides:
+        shown[name] = (None if acl is None else list(acl) if may_read(principal, acl)
+                       else "hidden")
+    named = any(v not in (None, "hidden") for v in shown.values())
+    return {"episode": episode if named else "hidden", "field": "acl", **shown}
 
 
 def _grouped(rows: Iterable[FactRecord]) -> dict[tuple[str, str], list[FactRecord]]:

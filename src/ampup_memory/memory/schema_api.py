@@ -48,7 +48,7 @@ async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[st
     headers = _headers(request)
     auth.require_admin(headers)
     req = parse_body(PutSchema, await request.body())
-    author = admin_author(headers)
+    author = admin_author(auth, headers)
     result: dict[str, Any] = await run_in_threadpool(
         set_schema, service(request), author, f"{org}/{team}", req)
     return result

@@ -461,6 +461,12 @@ class MemoryService:
                     cited: dict[str, EpisodeRecord], units_of: dict[str, list[Unit]],
                     loc: list[str | int], written_by: str = "posted") -> FactRecord:
         """Cited episodes readable, units present, quote verbatim in one of them."""
+        # A request body never carries U+0000 (web.body refuses it), a model's answer may:
+        # refused here, per fact, it rejects that candidate; left to the commit's own
+        # check it refused the whole batch, and the same answer on every pass after.
+        refuse_nul(item.entity, [*loc, "entity"])
+        refuse_nul(item.predicate, [*loc, "predicate"])
+        refuse_nul(raw_value(item.value), [*loc, "value"])
         units = []
         for i, cite in enumerate(item.cites):
             rec = cited.get(cite.episode)  # readable ones only: unreadable reads as missing

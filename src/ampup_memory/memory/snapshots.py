@@ -327,12 +327,13 @@ def _held_commit(svc: MemoryService, scope: object, branch: object,
 def create_pin(svc: MemoryService, user: str, scope: object, branch: object,
                at_commit: str | None, ttl: timedelta) -> dict[str, Any]:
     require_id(user, ["user"], "user id")
-    scope_text, branch_name, commit = _held_commit(svc, scope, branch, at_commit)
-    now = utcnow()
-    hold = Hold(id=new_id(PIN), kind=PIN, created_by=user, created_at=now,
-                heads={head_key(scope_text, branch_name): commit}, expires_at=now + ttl,
-                updated_at=now)
-    return svc.holds.write(hold).wire(now)
+    with svc._write_lock:  # see create_snapshot
+        scope_text, branch_name, commit = _held_commit(svc, scope, branch, at_commit)
+        now = utcnow()
+        hold = Hold(id=new_id(PIN), kind=PIN, created_by=user, created_at=now,
+                    heads={head_key(scope_text, branch_name): commit}, expires_at=now + ttl,
+                    updated_at=now)
+        return svc.holds.write(hold).wire(now)
 
 
 def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta) -> dict[str, Any]:
@@ -372,6 +373,15 @@ def create_snapshot(svc: MemoryService, user: str, heads: dict[str, str] | Itera
     nothing to read. Heads given as ``{"<scope>@<branch>": commit}`` are checked like
     ``at_commit`` (404 for a commit not on that scope and branch)."""
     require_id(user, ["user"], "user id")
+    # Heads are read and the hold written under the write lock a branch delete takes for
+    # its held-check and commit: otherwise a delete checking between the two found no hold
+    # and went through, and the hold promised reads of a branch that was gone.
+    with svc._write_lock:
+        return _snapshot(svc, user, heads, workspace_id)
+
+
+def _snapshot(svc: MemoryService, user: str, heads: dict[str, str] | Iterable[Scope],
+              workspace_id: str | None) -> dict[str, Any]:
     found: dict[str, str] = {}
     if isinstance(heads, dict):
         for key, commit in heads.items():

@@ -17,15 +17,16 @@ from ampup_memory.memory import snapshots as holds
 from ampup_memory.memory.api import USER_DOC, _user, service
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_scope
-from ampup_memory.timefmt import parse_ttl
+from ampup_memory.timefmt import TTL_PATTERN, parse_ttl
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 
 router = APIRouter(tags=["pins and snapshots"])
 
-TTL_SCHEMA = {"type": "string", "pattern": "^[0-9]{1,9}[smhd]$",
-              "description": "Time to live: a whole number and s, m, h or d (e.g. 30s, 1h, "
-              "7d); more than zero, at most 366d."}
+# What timefmt.parse_ttl takes, as workspace creation publishes it (one spelling).
+TTL_SCHEMA = {"type": "string", "pattern": TTL_PATTERN, "maxLength": 32,
+              "description": "Time to live: a number and a unit s, m, h, d or w (e.g. 30s, "
+              "1h, 7d; parts may follow each other: 1d12h); more than zero, at most 366d."}
 TtlText = Annotated[str, WithJsonSchema(TTL_SCHEMA)]
 PinP = Annotated[str, Path(description="Pin id.", json_schema_extra={
     "pattern": holds.PIN_PATTERN})]
@@ -109,7 +110,8 @@ async def release_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
 
 
 @router.post("/snapshots", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 409: "NO_COMMITS: a named scope has no commit yet", 422: INVALID,
+    401: UNAUTHENTICATED, 404: "WORKSPACE_GONE: a named scope's workspace is not live",
+    409: "NO_COMMITS: a named scope has no commit yet", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra={**body_doc(SnapshotRequest), **USER_DOC})
 async def create_snapshot(request: Request) -> JSONResponse:
     user = _user(request)
