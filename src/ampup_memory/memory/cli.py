@@ -62,11 +62,12 @@ def _amp_message(exc: AmpError) -> str:
 
 
 @contextmanager
-def _service(settings: Settings) -> Iterator[MemoryService]:
+def _service(settings: Settings, *, replace_newer_index: bool = False
+             ) -> Iterator[MemoryService]:
     from ampup_memory.memory.service import MemoryService
 
     try:
-        svc = MemoryService.open(settings)
+        svc = MemoryService.open(settings, replace_newer_index=replace_newer_index)
     except ConfigurationError as exc:
         _fail(str(exc))
     try:

@@ -159,10 +159,16 @@ class MemoryService:
                                      MAINTENANCE_LEASE, fault)
 
     @classmethod
-    def open(cls, settings: Settings) -> MemoryService:
+    def open(cls, settings: Settings, *, replace_newer_index: bool = False) -> MemoryService:
+        """``replace_newer_index``: see `ReadIndex` (only a command that rebuilds it)."""
         ensure_home(settings)
-        svc = cls(MemoryTables.open(settings), ReadIndex(settings.resolved_index_uri),
-                  armed_fault(settings))
+        index = ReadIndex(settings.resolved_index_uri, replace_newer=replace_newer_index)
+        try:
+            tables = MemoryTables.open(settings)
+        except BaseException:
+            index.close()
+            raise
+        svc = cls(tables, index, armed_fault(settings))
         svc.workspaces.lease_ttl = timedelta(seconds=settings.lease_seconds)
         return svc
 
