@@ -14,7 +14,14 @@ from ampup_memory.memory import mcp_tools
 from ampup_memory.memory.facts import PostFact
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.settings import load_settings
-from tests.memory_support import QUIET, Memory, cli_in_process, new_scope, serving
+from tests.memory_support import (
+    QUIET,
+    Memory,
+    bar_line,
+    cli_in_process,
+    new_scope,
+    serving,
+)
 
 
 def test_episode_type_commands(tmp_path: Path) -> None:
@@ -149,6 +156,7 @@ def test_principal_close_and_rebuilt_index_agree(tmp_path: Path) -> None:
     rebuilt = cli_in_process(home, QUIET, "maintenance", "--rebuild-index")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout)["index_rebuilt_commits"] == 4
+    assert "4/4" in bar_line(rebuilt.stderr, "rebuilding the read index")
     with serving(home, QUIET) as proc:
         m = Memory(proc.url, "frank")
         after = (m.ledger(scope), m.facts(scope, "acme", history="true").json(),

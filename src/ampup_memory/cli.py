@@ -101,11 +101,14 @@ def settings_from(kwargs: dict[str, Any]) -> Settings:
 
 
 def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
-    """``reembed=False`` for commands that write no vector (see `runtime.open_runtime`)."""
+    """``reembed=False`` for commands that write no vector (see `runtime.open_runtime`);
+    a re-embedding, when there is one, shows a progress bar."""
+    from ampup_memory.cliutil import progress_if_work
     from ampup_memory.runtime import open_runtime
 
     try:
-        return open_runtime(settings, reembed=reembed)
+        with progress_if_work("re-embedding cells") as bar:
+            return open_runtime(settings, reembed=reembed, progress=bar)
     except (ConfigurationError, AmpError) as exc:  # AmpError: the store went away at start
         _fail(str(exc))
 
@@ -240,17 +243,22 @@ def lifecycle() -> None:
 def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     """Run one lifecycle pass now (what the timer does)."""
     from ampup_memory.amp.model import LifecycleRunRequest
+    from ampup_memory.cliutil import progress as _progress
 
     settings = settings_from(kwargs)
-    rt = _runtime(settings, reembed=False)
     try:
         now = datetime.fromisoformat(now_text.replace("Z", "+00:00")) if now_text else None
         if now is not None and now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
     except ValueError:
         _fail(f"--now must be an RFC 3339 time, got {now_text!r}")
+    rt = _runtime(settings, reembed=False)
     try:
-        report = rt.amp.run_lifecycle(LifecycleRunRequest(now=now, dry_run=dry_run))
+        with _progress() as bar:
+            task = bar.add_task("evaluating cells", total=None)
+            report = rt.amp.run_lifecycle(
+                LifecycleRunRequest(now=now, dry_run=dry_run),
+                progress=lambda n, total: bar.update(task, completed=n, total=total))
     except AmpError as exc:
         _fail(exc.message)
     finally:

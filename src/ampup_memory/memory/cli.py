@@ -280,7 +280,9 @@ def memory_commands(settings_options: SettingsOptions,
 
             report: dict[str, Any] = {"tables": svc.maintain(only, grace, table_done)}
             if rebuild_index:
-                report["index_rebuilt_commits"] = svc.sync.rebuild()
+                rebuilt = progress.add_task("rebuilding the read index", total=None)
+                report["index_rebuilt_commits"] = svc.sync.rebuild(
+                    lambda n, total: progress.update(rebuilt, completed=n, total=total))
             click.echo(dumps(report, indent=2))
 
     @click.group("pin")
