@@ -224,9 +224,13 @@ def test_a_home_that_cannot_be_made_or_opened_is_one_line(tmp_path: Path) -> Non
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.md").write_text("hello\n")
-    for args in (["keys", "list"], ["status"], ["principal", "show", "alice"],
-                 ["load", str(corpus), "--scope", "acme/sales"], ["serve", "--port", "0"]):
+    for args in (["keys", "create", "--agent", "agent_a"], ["status"],
+                 ["principal", "show", "alice"], ["load", str(corpus), "--scope", "acme/sales"],
+                 ["serve", "--port", "0"]):
         _one_error_line(cli(env, *args, timeout=120), str(blocker / "home"))
+    # A listing makes nothing, so a home that cannot be made holds no keys.
+    listed = cli(env, "keys", "list", timeout=120)
+    assert listed.returncode == 0 and listed.stdout.startswith("no API keys"), listed
 
     for store, args in (("amp.db", ["keys", "list"]), ("amp.db", ["status"]),
                         ("index.db", ["principal", "show", "alice"])):

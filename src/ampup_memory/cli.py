@@ -129,6 +129,23 @@ def _cell_store(settings: Settings) -> Iterator[CellStore]:
         store.close()
 
 
+@contextmanager
+def _existing_cell_store(settings: Settings) -> Iterator[CellStore | None]:
+    """`_cell_store` for commands that only read or revoke: None where no store was made
+    yet, and nothing is made (not the home folder either)."""
+    from ampup_memory.amp.store.registry import open_existing_store
+
+    try:
+        store = open_existing_store(settings.resolved_store_uri, ann_params=settings.ann_params)
+    except (ConfigurationError, AmpError) as exc:
+        _fail(str(exc))
+    try:
+        yield store
+    finally:
+        if store is not None:
+            store.close()
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="ampup-memory")
 def cli() -> None:
@@ -325,8 +342,11 @@ def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str
 def keys_list(as_json: bool, **kwargs: Any) -> None:
     """List keys (never the keys themselves)."""
     settings = settings_from(kwargs)
-    with _cell_store(settings) as store:
-        records = store.list_keys()
+    with _existing_cell_store(settings) as store:
+        records = [] if store is None else store.list_keys()
+    if not records and not as_json:
+        click.echo("no API keys (create one with `ampup-memory keys create --agent ID`)")
+        return
     if as_json:
         for r in records:
             click.echo(_dumps({
@@ -355,8 +375,8 @@ def keys_list(as_json: bool, **kwargs: Any) -> None:
 def keys_revoke(key_id: str, **kwargs: Any) -> None:
     """Revoke a key by its id; it stops working at once."""
     settings = settings_from(kwargs)
-    with _cell_store(settings) as store:
-        done = store.revoke_key(key_id, datetime.now(UTC))
+    with _existing_cell_store(settings) as store:
+        done = store is not None and store.revoke_key(key_id, datetime.now(UTC))
     if not done:
         _fail(f"no active key {key_id!r}")
     click.echo(f"revoked {key_id}")
