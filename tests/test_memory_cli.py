@@ -113,6 +113,19 @@ def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: P
                                "episode held (id ") and "kept unchanged" in line
                for line in held), held
 
+    # One file named alone: read if `load` reads its kind (any case), else refused in one
+    # line that names the kinds it reads, before anything is opened.
+    single = cli_in_process(home, QUIET, "load", str(corpus / "c.pdf"), "--scope", scope)
+    assert single.returncode == 2 and single.stdout == "", single
+    assert single.stderr.strip().splitlines() == [
+        f"error: cannot load {corpus / 'c.pdf'}: load reads .jsonl .markdown .md .ndjson "
+        ".text .txt files, or a folder of them"]
+    (corpus / "f.TXT").write_text("Loud notes.\n")
+    loud = cli_in_process(home, QUIET, "load", str(corpus / "f.TXT"), "--scope", scope,
+                          "--user", "lena")
+    assert loud.returncode == 0, loud.stderr
+    assert json.loads(loud.stdout)["created"] == 1
+
     with serving(home, QUIET) as proc:
         lena, alice = Memory(proc.url, "lena"), Memory(proc.url, "alice")
 
@@ -120,7 +133,7 @@ def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: P
             r = m.http.post("/document", json={"scope": scope, "document": key})
             return r.status_code
 
-        assert [doc(lena, k) for k in ("a.md", "b.txt", "own", "pub")] == [200] * 4
+        assert [doc(lena, k) for k in ("a.md", "b.txt", "own", "pub", "f.TXT")] == [200] * 5
         assert [doc(alice, k) for k in ("a.md", "b.txt", "own", "pub")] == [404, 404, 404, 200]
 
 
