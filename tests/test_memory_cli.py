@@ -277,7 +277,7 @@ def test_principal_show_checks_the_id_and_errors_read_as_lines(tmp_path: Path) -
                             "--predicate", "renewal", "--reason", "x", "--user", "frank")
     assert closed.returncode == 2, closed
     assert closed.stderr.strip().splitlines() == [
-        "error: VALIDATION_ERROR: Request validation failed; at entity: must hold a "
+        "error: VALIDATION_ERROR: Invalid arguments; at entity: must hold a "
         "character other than white space"]
 
 

@@ -309,7 +309,9 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--agent", "agent_id", required=True, help="Agent id the key authenticates.")
-@click.option("--admin", is_flag=True, help="The key also opens admin routes.")
+@click.option("--admin", is_flag=True,
+              help="The key may also do what only an admin may (run the lifecycle, purge, "
+              "set principals; docs/security-model.md).")
 @click.option("--expires-in", default=None, help="Lifetime such as 30d, 12h, 1d12h.")
 @click.option("--user", "user_id", default=None, help="AmpUp user the key speaks for.")
 @settings_options("common", "cells")

@@ -330,7 +330,8 @@ def memory_commands(settings_options: SettingsOptions,
     @click.option("--user", required=True, help="The pin's creator.")
     @settings_options("common", "tables")
     def pin_release(pin_id: str, user: str, **kwargs: Any) -> None:
-        """Release a pin now: reads with it answer 410, maintenance may drop what it held."""
+        """Release a pin now: reads through it are refused (PIN_RELEASED), maintenance may
+        drop what it held."""
         from ampup_memory.memory import snapshots
 
         settings = settings_from(kwargs)
@@ -362,7 +363,7 @@ def memory_commands(settings_options: SettingsOptions,
     @click.option("--user", required=True, help="The snapshot's creator.")
     @settings_options("common", "tables")
     def snapshot_release(snapshot_id: str, user: str, **kwargs: Any) -> None:
-        """Release a snapshot: reads with it answer 410."""
+        """Release a snapshot: reads through it are refused (SNAPSHOT_RELEASED)."""
         from ampup_memory.memory import snapshots
 
         settings = settings_from(kwargs)

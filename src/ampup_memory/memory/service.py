@@ -102,11 +102,12 @@ def utcnow() -> datetime:
 
 
 def build(model: type[M], **data: Any) -> M:
-    """A request model from keyword data (MCP, CLI), with a 422 instead of a traceback."""
+    """A request model from keyword data (MCP, CLI), with a 422 instead of a traceback;
+    its message speaks of arguments, as neither face sends a request."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise validation_errors(exc, prefix=()) from exc
+        raise validation_errors(exc, prefix=(), message="Invalid arguments.") from exc
 
 
 @dataclass(frozen=True)
