@@ -38,6 +38,14 @@ def backend_env(kind: str, request: pytest.FixtureRequest) -> dict[str, str]:
     return {**QUIET, "AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url}
 
 
+def bar_line(stderr: str, description: str) -> str:
+    """The line a command's progress bar left on stderr (rich draws its last state once
+    when stderr is no terminal), or a failed assertion naming what was there."""
+    lines = [line for line in stderr.splitlines() if line.startswith(description)]
+    assert len(lines) == 1, stderr
+    return lines[0]
+
+
 def new_scope() -> str:
     return f"t{uuid.uuid4().hex[:10]}/team_1"
 

@@ -25,6 +25,7 @@ from tests.memory_support import (
     LEASE,
     QUIET,
     Memory,
+    bar_line,
     maintenance_lease_free,
     new_scope,
     run_cli,
@@ -116,6 +117,8 @@ def test_backup_during_writes_restores_the_same_answers(tmp_path: Path) -> None:
 
     restored = run_cli(fresh, QUIET, "restore", str(dest))
     assert restored.returncode == 0, restored.stderr
+    commits = json.loads(restored.stdout)["index"]["read_index_commits"]
+    assert f"{commits}/{commits}" in bar_line(restored.stderr, "rebuilding the read index")
     with serving(fresh, QUIET) as server:
         after = _reads(server.url, scope, ids)
         assert after == before

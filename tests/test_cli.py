@@ -188,6 +188,33 @@ def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
     assert "every live branch" in text and "main head" not in text
 
 
+def test_command_help_speaks_no_http() -> None:
+    """A command's own words (its help and its own options; the settings' flags describe
+    the server, so they may) name no status code, route or HTTP: the CLI user sends no
+    request."""
+    import re
+
+    import click
+
+    from ampup_memory.cli import SETTING_FIELDS
+    from ampup_memory.cli import cli as command_line
+
+    http = re.compile(r"\b(GET|POST|PUT|PATCH|DELETE) /|\b[45]\d\d\b|HTTP|\broutes?\b")
+    said: list[str] = []
+
+    def walk(group: click.Group, prefix: str) -> None:
+        for name, command in group.commands.items():
+            texts = [command.help or ""] + [
+                p.help or "" for p in command.params
+                if isinstance(p, click.Option) and p.name not in SETTING_FIELDS]
+            said.extend(f"{prefix}{name}: {t}" for t in texts if http.search(t))
+            if isinstance(command, click.Group):
+                walk(command, f"{prefix}{name} ")
+
+    walk(command_line, "")
+    assert said == []
+
+
 def test_memstore_names_itself() -> None:
     memstore = Path(sys.executable).parent / "memstore"
     done = subprocess.run([str(memstore), "--help"], capture_output=True, text=True,
@@ -224,9 +251,13 @@ def test_a_home_that_cannot_be_made_or_opened_is_one_line(tmp_path: Path) -> Non
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.md").write_text("hello\n")
-    for args in (["keys", "list"], ["status"], ["principal", "show", "alice"],
-                 ["load", str(corpus), "--scope", "acme/sales"], ["serve", "--port", "0"]):
+    for args in (["keys", "create", "--agent", "agent_a"], ["status"],
+                 ["principal", "show", "alice"], ["load", str(corpus), "--scope", "acme/sales"],
+                 ["serve", "--port", "0"]):
         _one_error_line(cli(env, *args, timeout=120), str(blocker / "home"))
+    # A listing makes nothing, so a home that cannot be made holds no keys.
+    listed = cli(env, "keys", "list", timeout=120)
+    assert listed.returncode == 0 and listed.stdout.startswith("no API keys"), listed
 
     for store, args in (("amp.db", ["keys", "list"]), ("amp.db", ["status"]),
                         ("index.db", ["principal", "show", "alice"])):

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 import pytest
 
 from tests.memory_support import run_cli
+from tests.model_support import ScriptedModel
 from tests.pg import PostgresFactory
 from tests.s3 import SECRET_KEY, S3Server, s3  # noqa: F401  (session fixture)
 from tests.server_process import free_port
@@ -108,3 +109,12 @@ def test_an_empty_home_setting_is_a_settings_error(tmp_path: Path) -> None:
     assert done.returncode != 0 and done.stdout == ""
     assert "invalid setting home (AMPUP_MEMORY_HOME)" in done.stderr, done.stderr
     assert "is empty" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_doctor_says_a_model_answered_in_plain_words(tmp_path: Path,
+                                                    scripted_model: ScriptedModel) -> None:
+    env = {"AMPUP_MEMORY_MODEL_BASE_URL": scripted_model.url + "/v1",
+           "AMPUP_MEMORY_MODEL": "scripted"}
+    done = run_cli(tmp_path, env, "doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert _lines(done.stdout)["model"].endswith("reachable: it listed its models"), done.stdout

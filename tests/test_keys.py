@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from tests.memory_support import serving  # start(90): the first start sets up the stores
+from tests.pg import PostgresFactory
 from tests.server_process import ServerProcess
 
 
@@ -181,3 +182,46 @@ def test_every_duration_option_reads_one_spelling(tmp_path: Path) -> None:
         key_lifetime("0s")
     done = cli(tmp_path, "keys", "create", "--agent", "agent_d", "--expires-in", "1d12h")
     assert done.returncode == 0, done.stderr
+
+
+def test_listing_keys_makes_no_store(tmp_path: Path) -> None:
+    """`keys list` and `keys revoke` only read: on a fresh home they say there is nothing,
+    and leave no cell store (nor home folder) behind."""
+    home = tmp_path / "fresh"
+    listed = cli(home, "keys", "list")
+    assert (listed.returncode, listed.stderr) == (0, ""), listed.stderr
+    assert listed.stdout.startswith("no API keys"), listed.stdout
+    as_json = cli(home, "keys", "list", "--json")
+    assert (as_json.returncode, as_json.stdout) == (0, "")  # one line per key: none
+    revoked = cli(home, "keys", "revoke", "key_nope")
+    assert revoked.returncode == 2 and "no active key 'key_nope'" in revoked.stderr
+    assert not home.exists()
+    create_key(tmp_path, "--agent", "agent_l")
+    assert "agent_l" in cli(tmp_path, "keys", "list").stdout
+
+
+@pytest.mark.postgres
+def test_listing_keys_makes_no_postgres_tables(tmp_path: Path, postgres: PostgresFactory
+                                               ) -> None:
+    import psycopg
+
+    url = postgres.new_database("keys")
+
+    def tables() -> list[str]:
+        with psycopg.connect(url) as conn:
+            return [r[0] for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")]
+
+    env = {**os.environ, "AMPUP_MEMORY_HOME": str(tmp_path), "AMP_STORE_URI": url}
+    listed = subprocess.run([sys.executable, "-m", "ampup_memory.cli", "keys", "list"],
+                            env=env, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0 and listed.stdout.startswith("no API keys"), listed
+    assert tables() == []
+    made = subprocess.run([sys.executable, "-m", "ampup_memory.cli", "keys", "create",
+                           "--agent", "agent_p"], env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert made.returncode == 0, made.stderr
+    assert "api_keys" in tables()
+    listed = subprocess.run([sys.executable, "-m", "ampup_memory.cli", "keys", "list",
+                             "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert json.loads(listed.stdout)["agent_id"] == "agent_p"

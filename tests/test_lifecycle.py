@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from tests.memory_support import cli_in_process
+from tests.memory_support import bar_line, cli_in_process
 from tests.server_process import ServerProcess
 
 TOKEN = {"X-AMP-Admin-Token": "t"}
@@ -239,6 +239,7 @@ def test_cli_lifecycle_and_purge(tmp_path: Path) -> None:
     assert json.loads(dry.stdout)["transitions"]["active_to_stale"] == 1
     done = cli("lifecycle", "run", "--now", at(1))
     assert json.loads(done.stdout)["transitions"]["active_to_stale"] == 1
+    assert "1/1" in bar_line(done.stderr, "evaluating cells")
     refused = cli("purge", cell)
     assert refused.returncode == 2 and "INVALID_TRANSITION" in refused.stderr
     bad = cli("lifecycle", "run", "--now", "tomorrow")

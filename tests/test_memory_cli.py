@@ -14,7 +14,14 @@ from ampup_memory.memory import mcp_tools
 from ampup_memory.memory.facts import PostFact
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.settings import load_settings
-from tests.memory_support import QUIET, Memory, cli_in_process, new_scope, serving
+from tests.memory_support import (
+    QUIET,
+    Memory,
+    bar_line,
+    cli_in_process,
+    new_scope,
+    serving,
+)
 
 
 def test_episode_type_commands(tmp_path: Path) -> None:
@@ -106,6 +113,19 @@ def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: P
                                "episode held (id ") and "kept unchanged" in line
                for line in held), held
 
+    # One file named alone: read if `load` reads its kind (any case), else refused in one
+    # line that names the kinds it reads, before anything is opened.
+    single = cli_in_process(home, QUIET, "load", str(corpus / "c.pdf"), "--scope", scope)
+    assert single.returncode == 2 and single.stdout == "", single
+    assert single.stderr.strip().splitlines() == [
+        f"error: cannot load {corpus / 'c.pdf'}: load reads .jsonl .markdown .md .ndjson "
+        ".text .txt files, or a folder of them"]
+    (corpus / "f.TXT").write_text("Loud notes.\n")
+    loud = cli_in_process(home, QUIET, "load", str(corpus / "f.TXT"), "--scope", scope,
+                          "--user", "lena")
+    assert loud.returncode == 0, loud.stderr
+    assert json.loads(loud.stdout)["created"] == 1
+
     with serving(home, QUIET) as proc:
         lena, alice = Memory(proc.url, "lena"), Memory(proc.url, "alice")
 
@@ -113,7 +133,7 @@ def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: P
             r = m.http.post("/document", json={"scope": scope, "document": key})
             return r.status_code
 
-        assert [doc(lena, k) for k in ("a.md", "b.txt", "own", "pub")] == [200] * 4
+        assert [doc(lena, k) for k in ("a.md", "b.txt", "own", "pub", "f.TXT")] == [200] * 5
         assert [doc(alice, k) for k in ("a.md", "b.txt", "own", "pub")] == [404, 404, 404, 200]
 
 
@@ -149,6 +169,7 @@ def test_principal_close_and_rebuilt_index_agree(tmp_path: Path) -> None:
     rebuilt = cli_in_process(home, QUIET, "maintenance", "--rebuild-index")
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert json.loads(rebuilt.stdout)["index_rebuilt_commits"] == 4
+    assert "4/4" in bar_line(rebuilt.stderr, "rebuilding the read index")
     with serving(home, QUIET) as proc:
         m = Memory(proc.url, "frank")
         after = (m.ledger(scope), m.facts(scope, "acme", history="true").json(),
@@ -256,7 +277,7 @@ def test_principal_show_checks_the_id_and_errors_read_as_lines(tmp_path: Path) -
                             "--predicate", "renewal", "--reason", "x", "--user", "frank")
     assert closed.returncode == 2, closed
     assert closed.stderr.strip().splitlines() == [
-        "error: VALIDATION_ERROR: Request validation failed; at entity: must hold a "
+        "error: VALIDATION_ERROR: Invalid arguments; at entity: must hold a "
         "character other than white space"]
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import httpx
 
+from tests.memory_support import bar_line
 from tests.server_process import ServerProcess
 
 AGENT = {"X-AMP-Agent-ID": "agent_r"}
@@ -82,6 +83,7 @@ def test_restart_with_another_embedder_reembeds_and_search_finds_by_meaning(
     log = server.log_path.read_text()
     assert "from hash/256 (256d) to wordllama/l2_supercat_256 (256d): re-embedding 4 cells" \
         in log, log
+    assert "4/4" in bar_line(log, "re-embedding cells")  # before the server answered
 
     # With the servers stopped, the command does it explicitly (and only when needed).
     report = _cli(tmp_path, HASH)

@@ -15,7 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.memory_support import QUIET, Memory, cli_in_process, new_scope, run_cli, serving
+from tests.memory_support import (
+    QUIET,
+    Memory,
+    bar_line,
+    cli_in_process,
+    new_scope,
+    run_cli,
+    serving,
+)
 
 ENV = {**QUIET, "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "1"}
 SECRET = "Umbrella acquisition codename Nightjar"
@@ -179,6 +187,8 @@ def test_rebuild_from_the_tables_gives_identical_answers(home: Path) -> None:
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["commits"] == 4 + 2 * 2 * 6 * 3 and report["facts"] == 2 + 2 * 2 * 6 * 3
+    read_index = report["read_index_commits"]
+    assert f"{read_index}/{read_index}" in bar_line(done.stderr, "rebuilding the read index")
     with serving(home, {**env, "AMPUP_MEMORY_SEARCH_REFRESH_SECONDS": "0"}) as proc:
         m = Memory(proc.url, "alice")
         assert [_answers(m, s), _answers(m, other)] == before

@@ -26,6 +26,7 @@ from tests.memory_support import (
     LEASE,
     Memory,
     backend_env,
+    bar_line,
     cli_in_process,
     maintenance_lease_free,
     new_scope,
@@ -403,6 +404,8 @@ def test_crash_mid_drop_reads_as_gone_and_gc_finishes(
     done = cli_in_process(home, env, "workspace", "gc")
     assert done.returncode == 0, done.stderr
     assert org in done.stdout
+    scopes = len(json.loads(done.stdout)["scopes"])
+    assert f"{scopes}/{scopes}" in bar_line(done.stderr, "dropping workspace scopes")
     assert ns not in namespaces(home, env)
     assert not (home / "warehouse" / ns).exists()
     assert index_rows(home, env, org) == 0

@@ -101,11 +101,14 @@ def settings_from(kwargs: dict[str, Any]) -> Settings:
 
 
 def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
-    """``reembed=False`` for commands that write no vector (see `runtime.open_runtime`)."""
+    """``reembed=False`` for commands that write no vector (see `runtime.open_runtime`);
+    a re-embedding, when there is one, shows a progress bar."""
+    from ampup_memory.cliutil import progress_if_work
     from ampup_memory.runtime import open_runtime
 
     try:
-        return open_runtime(settings, reembed=reembed)
+        with progress_if_work("re-embedding cells") as bar:
+            return open_runtime(settings, reembed=reembed, progress=bar)
     except (ConfigurationError, AmpError) as exc:  # AmpError: the store went away at start
         _fail(str(exc))
 
@@ -124,6 +127,23 @@ def _cell_store(settings: Settings) -> Iterator[CellStore]:
         yield store
     finally:
         store.close()
+
+
+@contextmanager
+def _existing_cell_store(settings: Settings) -> Iterator[CellStore | None]:
+    """`_cell_store` for commands that only read or revoke: None where no store was made
+    yet, and nothing is made (not the home folder either)."""
+    from ampup_memory.amp.store.registry import open_existing_store
+
+    try:
+        store = open_existing_store(settings.resolved_store_uri, ann_params=settings.ann_params)
+    except (ConfigurationError, AmpError) as exc:
+        _fail(str(exc))
+    try:
+        yield store
+    finally:
+        if store is not None:
+            store.close()
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -232,17 +252,22 @@ def lifecycle() -> None:
 def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     """Run one lifecycle pass now (what the timer does)."""
     from ampup_memory.amp.model import LifecycleRunRequest
+    from ampup_memory.cliutil import progress as _progress
 
     settings = settings_from(kwargs)
-    rt = _runtime(settings, reembed=False)
     try:
         now = datetime.fromisoformat(now_text.replace("Z", "+00:00")) if now_text else None
         if now is not None and now.tzinfo is None:
             now = now.replace(tzinfo=UTC)
     except ValueError:
         _fail(f"--now must be an RFC 3339 time, got {now_text!r}")
+    rt = _runtime(settings, reembed=False)
     try:
-        report = rt.amp.run_lifecycle(LifecycleRunRequest(now=now, dry_run=dry_run))
+        with _progress() as bar:
+            task = bar.add_task("evaluating cells", total=None)
+            report = rt.amp.run_lifecycle(
+                LifecycleRunRequest(now=now, dry_run=dry_run),
+                progress=lambda n, total: bar.update(task, completed=n, total=total))
     except AmpError as exc:
         _fail(exc.message)
     finally:
@@ -276,7 +301,9 @@ def keys() -> None:
 
 @keys.command("create")
 @click.option("--agent", "agent_id", required=True, help="Agent id the key authenticates.")
-@click.option("--admin", is_flag=True, help="The key also opens admin routes.")
+@click.option("--admin", is_flag=True,
+              help="The key may also do what only an admin may (run the lifecycle, purge, "
+              "set principals; docs/security-model.md).")
 @click.option("--expires-in", default=None, help="Lifetime such as 30d, 12h, 1d12h.")
 @click.option("--user", "user_id", default=None, help="AmpUp user the key speaks for.")
 @settings_options("common", "cells")
@@ -309,8 +336,11 @@ def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str
 def keys_list(as_json: bool, **kwargs: Any) -> None:
     """List keys (never the keys themselves)."""
     settings = settings_from(kwargs)
-    with _cell_store(settings) as store:
-        records = store.list_keys()
+    with _existing_cell_store(settings) as store:
+        records = [] if store is None else store.list_keys()
+    if not records and not as_json:
+        click.echo("no API keys (create one with `ampup-memory keys create --agent ID`)")
+        return
     if as_json:
         for r in records:
             click.echo(_dumps({
@@ -339,8 +369,8 @@ def keys_list(as_json: bool, **kwargs: Any) -> None:
 def keys_revoke(key_id: str, **kwargs: Any) -> None:
     """Revoke a key by its id; it stops working at once."""
     settings = settings_from(kwargs)
-    with _cell_store(settings) as store:
-        done = store.revoke_key(key_id, datetime.now(UTC))
+    with _existing_cell_store(settings) as store:
+        done = store is not None and store.revoke_key(key_id, datetime.now(UTC))
     if not done:
         _fail(f"no active key {key_id!r}")
     click.echo(f"revoked {key_id}")

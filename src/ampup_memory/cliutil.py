@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
@@ -53,3 +55,26 @@ def progress() -> Progress:
 
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=Console(stderr=True))
+
+
+@contextmanager
+def progress_if_work(description: str) -> Iterator[Callable[[int, int], None]]:
+    """A ``(done, total)`` callback that draws a bar from its first call on: for a phase
+    that only sometimes has work (`serve`'s re-embedding), so no bar shows when it has
+    none."""
+    bar: Progress | None = None
+    task: Any = None
+
+    def update(done: int, total: int) -> None:
+        nonlocal bar, task
+        if bar is None:
+            bar = progress()
+            bar.start()
+            task = bar.add_task(description, total=total)
+        bar.update(task, completed=done, total=total)
+
+    try:
+        yield update
+    finally:
+        if bar is not None:
+            bar.stop()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ampup_memory.amp.reembed import ensure_embedding_model
+from ampup_memory.amp.reembed import Progress, ensure_embedding_model
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore
 from ampup_memory.amp.store.registry import open_store
@@ -34,22 +34,32 @@ class Runtime:
         self.store.close()
 
 
-def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
+def open_runtime(settings: Settings, *, reembed: bool = True,
+                 progress: Progress | None = None) -> Runtime:
     """Open stores and models; raises ConfigurationError on a setting that cannot work.
 
-    With ``reembed`` the cell store's vectors are first brought to the configured embedder
-    (`amp/reembed.py`). Commands that never write a vector pass False, so a maintenance
-    command run with other settings never rewrites the vectors under a running server."""
+    With ``reembed`` the cell store's vectors are then brought to the configured embedder
+    (`amp/reembed.py`; ``progress`` is told how far, and only when there is work).
+    Commands that never write a vector pass False, so a maintenance command run with other
+    settings never rewrites the vectors under a running server. Every store is opened
+    first: one that refuses to open (say, a newer layout) is said before a long
+    re-embedding, not after it."""
     ensure_home(settings)
     embedder = build_embedder(settings)
     store = open_store(settings.resolved_store_uri, embedder.dimensions,
                        ann_min_vectors=settings.search_ann_min_vectors,
                        ann_params=settings.ann_params,
                        pool_wait_seconds=settings.store_pool_wait_seconds)
+    try:
+        memory = MemoryService.open(settings)
+    except BaseException:
+        store.close()
+        raise
     if reembed:
         try:
-            ensure_embedding_model(store, embedder)
+            ensure_embedding_model(store, embedder, progress=progress)
         except BaseException:
+            memory.close()
             store.close()
             raise
     amp = AmpService(
@@ -64,6 +74,5 @@ def open_runtime(settings: Settings, *, reembed: bool = True) -> Runtime:
     auth = Authenticator(
         KeyRing(store, settings.api_keys_file), settings.require_keys, settings.admin_token
     )
-    memory = MemoryService.open(settings)
     return Runtime(settings=settings, store=store, embedder=embedder, amp=amp, auth=auth,
                    memory=memory)

@@ -100,8 +100,8 @@ def advice_commands(settings_options: SettingsOptions,
     @click.option("--scope", default=None, help="Only this org/team.")
     @settings_options("common", "tables", "models")
     def compile_(scope: str | None, **kwargs: Any) -> None:
-        """Compile each scope's chosen documents (PUT /procedures/sources) into procedures
-        with the compile model, once.
+        """Compile each scope's chosen documents (an admin chooses them over the API;
+        see docs/advice.md) into procedures with the compile model, once.
 
         A scope whose documents did not change since its last compilation is skipped; one
         the model failed on keeps its procedures and is tried again next time. Without a

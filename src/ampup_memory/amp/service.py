@@ -63,6 +63,7 @@ from ampup_memory.web.body import parse_body, validation_errors
 T = TypeVar("T")
 
 LIFECYCLE_LEASE = "amp-lifecycle"
+PROGRESS_EVERY = 500  # cells between two progress reports of a lifecycle pass
 LIST_BATCH = 200
 MAX_CANDIDATES = 25_600
 
@@ -374,16 +375,18 @@ class AmpService:
     # ---- lifecycle -------------------------------------------------------------------
 
     def run_lifecycle(
-        self, req: LifecycleRunRequest, wait_seconds: float = 30.0
+        self, req: LifecycleRunRequest, wait_seconds: float = 30.0,
+        progress: Callable[[int, int], None] | None = None,
     ) -> LifecycleReport:
-        """One pass of the engine; at most one runs at a time across all processes."""
+        """One pass of the engine; at most one runs at a time across all processes.
+        ``progress`` is told (cells evaluated, active and stale cells) as it goes."""
         if req.dry_run:
-            return self._pass(req)
+            return self._pass(req, progress)
         deadline = time.monotonic() + wait_seconds
         while True:
             with self.store.lease(LIFECYCLE_LEASE, ttl_seconds=600) as held:
                 if held:
-                    return self._pass(req)
+                    return self._pass(req, progress)
             if time.monotonic() >= deadline:
                 raise ServiceUnavailable(
                     "Another lifecycle pass is running; try again shortly.",
@@ -398,12 +401,20 @@ class AmpService:
                 return None
             return self._pass(LifecycleRunRequest())
 
-    def _pass(self, req: LifecycleRunRequest) -> LifecycleReport:
+    def _pass(self, req: LifecycleRunRequest,
+              progress: Callable[[int, int], None] | None = None) -> LifecycleReport:
         started = self.clock()
         now = to_utc(req.now) if req.now else started
         report = LifecycleReport()
+        total = 0
+        if progress is not None:
+            counts = self.store.status_counts()
+            total = counts.get(Status.active.value, 0) + counts.get(Status.stale.value, 0)
+            progress(0, total)
         for stored in iter_all(self.store):
             report.evaluated += 1
+            if progress is not None and report.evaluated % PROGRESS_EVERY == 0:
+                progress(report.evaluated, max(total, report.evaluated))
             decision = lifecycle.evaluate(stored, now)
             if decision is None:
                 continue
@@ -417,6 +428,8 @@ class AmpService:
                 applied = self.store.set_status(stored, decision.new_status, stale_since)
             if applied:
                 report.transitions[decision.transition.value] += 1
+        if progress is not None:
+            progress(report.evaluated, report.evaluated)  # the count moved if cells came
         if self.purge_retention:
             # The retention window is judged by the real clock only: a what-if `now`
             # moves statuses, never the erasure of a cell still inside its window.

@@ -62,11 +62,12 @@ def _amp_message(exc: AmpError) -> str:
 
 
 @contextmanager
-def _service(settings: Settings) -> Iterator[MemoryService]:
+def _service(settings: Settings, *, replace_newer_index: bool = False
+             ) -> Iterator[MemoryService]:
     from ampup_memory.memory.service import MemoryService
 
     try:
-        svc = MemoryService.open(settings)
+        svc = MemoryService.open(settings, replace_newer_index=replace_newer_index)
     except ConfigurationError as exc:
         _fail(str(exc))
     try:
@@ -131,20 +132,24 @@ def memory_commands(settings_options: SettingsOptions,
     @settings_options("common", "tables", "embedding")
     def load(path: Path, scope: str, acl: tuple[str, ...], user: str, batch_size: int | None,
              branch: str | None, **kwargs: Any) -> None:
-        """Load a folder of text, Markdown and JSONL files, many episodes per commit.
+        """Load a folder of text, Markdown and JSONL files (or one such file), many
+        episodes per commit.
 
-        A JSONL line {"fact": {...}} is a fact as in POST /facts/batch, whose cites may
-        also name a corpus episode by "source" or "document"; facts are written after the
-        episodes. Re-running it writes nothing new: episodes and facts already held are
-        skipped. Episodes
-        without an ACL of their own are readable by the loading user only, unless --acl
-        says otherwise. Prints the counts as JSON; files not loaded are counted by kind.
+        A JSONL line {"fact": {...}} is a fact, shaped as one fact of the API's facts
+        batch (docs/api.md), whose cites may also name a corpus episode by "source" or
+        "document"; facts are written after the episodes. Re-running it writes nothing
+        new: episodes and facts already held are skipped. Episodes without an ACL of their
+        own are readable by the loading user only, unless --acl says otherwise. Prints
+        the counts as JSON; files not loaded are counted by kind.
         """
         from ampup_memory.memory.acl import own_acl
         from ampup_memory.memory.episodes import MAX_BATCH
-        from ampup_memory.memory.load import CiteTargets, read_corpus
+        from ampup_memory.memory.load import CiteTargets, loadable, read_corpus
         from ampup_memory.memory.scopes import parse_scope
 
+        if path.is_file() and not loadable(path):
+            _fail(f"cannot load {path}: load reads {_loaded_suffixes()} files, or a folder "
+                  "of them")
         if batch_size is not None and batch_size > MAX_BATCH:
             raise click.BadParameter(f"at most {MAX_BATCH} (one commit's limit)",
                                      param_hint="--batch-size")
@@ -279,7 +284,9 @@ def memory_commands(settings_options: SettingsOptions,
 
             report: dict[str, Any] = {"tables": svc.maintain(only, grace, table_done)}
             if rebuild_index:
-                report["index_rebuilt_commits"] = svc.sync.rebuild()
+                rebuilt = progress.add_task("rebuilding the read index", total=None)
+                report["index_rebuilt_commits"] = svc.sync.rebuild(
+                    lambda n, total: progress.update(rebuilt, completed=n, total=total))
             click.echo(dumps(report, indent=2))
 
     @click.group("pin")
@@ -323,7 +330,8 @@ def memory_commands(settings_options: SettingsOptions,
     @click.option("--user", required=True, help="The pin's creator.")
     @settings_options("common", "tables")
     def pin_release(pin_id: str, user: str, **kwargs: Any) -> None:
-        """Release a pin now: reads with it answer 410, maintenance may drop what it held."""
+        """Release a pin now: reads through it are refused (PIN_RELEASED), maintenance may
+        drop what it held."""
         from ampup_memory.memory import snapshots
 
         settings = settings_from(kwargs)
@@ -355,7 +363,7 @@ def memory_commands(settings_options: SettingsOptions,
     @click.option("--user", required=True, help="The snapshot's creator.")
     @settings_options("common", "tables")
     def snapshot_release(snapshot_id: str, user: str, **kwargs: Any) -> None:
-        """Release a snapshot: reads with it answer 410."""
+        """Release a snapshot: reads through it are refused (SNAPSHOT_RELEASED)."""
         from ampup_memory.memory import snapshots
 
         settings = settings_from(kwargs)
@@ -365,15 +373,18 @@ def memory_commands(settings_options: SettingsOptions,
     return [episode_type, load, close, principal, maintenance, pin, snapshot]
 
 
-def _skipped_line(skipped: Counter[str]) -> str:
-    """One line: how many files were left out, by kind, and what `load` reads."""
+def _loaded_suffixes() -> str:
     from ampup_memory.memory.load import JSONL_SUFFIXES, TEXT_SUFFIXES
 
+    return " ".join(sorted(TEXT_SUFFIXES | JSONL_SUFFIXES))
+
+
+def _skipped_line(skipped: Counter[str]) -> str:
+    """One line: how many files were left out, by kind, and what `load` reads."""
     total = sum(skipped.values())
     kinds = ", ".join(f"{n} {kind}" for kind, n in sorted(skipped.items()))
-    reads = " ".join(sorted(TEXT_SUFFIXES | JSONL_SUFFIXES))
     return (f"skipped {total} file{'s' if total != 1 else ''} not loaded: {kinds} "
-            f"(load reads {reads}; hidden files and folders are left out)")
+            f"(load reads {_loaded_suffixes()}; hidden files and folders are left out)")
 
 
 def _valid(item: Item, problems: list[str]) -> bool:

@@ -66,19 +66,24 @@ class Item:
     is_fact: bool = False  # a fact line, read (``fact``) or refused (``error``)
 
 
+def loadable(path: Path) -> bool:
+    """Whether `load` reads this file: by its extension (TEXT_SUFFIXES, JSONL_SUFFIXES)."""
+    return path.suffix.lower() in TEXT_SUFFIXES | JSONL_SUFFIXES
+
+
 def corpus_files(path: Path, skipped: Counter[str] | None = None) -> list[Path]:
     """The files to load, sorted; every other file is counted in ``skipped`` by kind
-    (``hidden``, or its extension such as ``.pdf``)."""
+    (``hidden``, or its extension such as ``.pdf``). A file named alone is the caller's
+    to check (`loadable`): it is read whatever its name."""
     if path.is_file():
         return [path]
-    wanted = TEXT_SUFFIXES | JSONL_SUFFIXES
     files = []
     for p in sorted(path.rglob("*")):
         if not p.is_file():
             continue
         if any(part.startswith(".") for part in p.relative_to(path).parts):
             kind = "hidden"
-        elif p.suffix.lower() in wanted:
+        elif loadable(p):
             files.append(p)
             continue
         else:

@@ -40,6 +40,7 @@ from sqlalchemy import (
     delete,
     event,
     func,
+    inspect,
     literal,
     or_,
     select,
@@ -53,6 +54,7 @@ from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import Select, Subquery
 
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.layouts import newer_layout, stored_version
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episodes import EpisodeRecord
 from ampup_memory.memory.events import EventRecord
@@ -62,6 +64,7 @@ from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.schemas import SCHEMA_ENTITY
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
 from ampup_memory.memory.tables import schema_lock, sqlalchemy_url
+from ampup_memory.settings import mask_uri
 from ampup_memory.sqlite_connections import enable_wal
 
 log = logging.getLogger("ampup_memory.memory")
@@ -208,14 +211,17 @@ PLACES_KEPT = 100_000  # commit places remembered (commit_places)
 ADDED_INDEXES = [i for i in facts_t.indexes if i.name == "mem_facts_commit"]
 LEDGER_SNAPSHOT = "ledger_snapshot"
 PRINCIPALS_SNAPSHOT = "principals_snapshot"
-# The layout of the mem_* tables. An index of another layout is dropped and rebuilt from
-# the tables on open (it is derived; nothing is lost).
+# The layout of the mem_* tables (`layouts.py`). An index of an older layout is dropped and
+# rebuilt from the tables on open (it is derived; nothing is lost); one of a newer layout
+# is refused, unless the rebuild command asks for it to be replaced.
 SCHEMA_KEY = "schema"
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = 3
 
 
 class ReadIndex:
-    def __init__(self, uri: str) -> None:
+    def __init__(self, uri: str, *, replace_newer: bool = False) -> None:
+        """``replace_newer``: an index a newer version wrote is dropped and made anew
+        instead of refused (`ampup-memory index rebuild`, which rebuilds it at once)."""
         url = sqlalchemy_url(uri, setting="AMPUP_MEMORY_INDEX_URI")
         self.engine: Engine = create_engine(url, pool_pre_ping=True)
         self.dialect = self.engine.dialect.name
@@ -228,12 +234,10 @@ class ReadIndex:
             event.listen(self.engine, "connect", _sqlite_pragmas)
         try:
             with schema_lock(self.engine) as conn:  # servers starting together: one at a time
-                md.create_all(conn, checkfirst=True)
-                found = conn.execute(select(meta_t.c.value).where(meta_t.c.key == SCHEMA_KEY))
-                if found.scalar() != SCHEMA_VERSION:
-                    self._reset(conn)
-                for index in ADDED_INDEXES:  # an index kept by an earlier release lacks them
-                    index.create(conn, checkfirst=True)
+                self._open_layout(conn, mask_uri(uri), replace_newer)
+        except ConfigurationError:
+            self.engine.dispose()
+            raise
         except DBAPIError as exc:
             self.engine.dispose()
             if self.dialect != "sqlite":
@@ -241,12 +245,36 @@ class ReadIndex:
             # A SQLite file that cannot be opened or written is a setting that cannot work.
             raise ConfigurationError(f"cannot open the read index {uri}: {exc.orig}") from exc
 
+    def _open_layout(self, conn: Connection, where: str, replace_newer: bool) -> None:
+        """Bring the tables to this version's layout, or refuse a newer one. The version
+        is read before any table is made: a newer layout is left exactly as it was."""
+        found = stored_version(
+            conn.execute(select(meta_t.c.value).where(meta_t.c.key == SCHEMA_KEY)).scalar()
+            if inspect(conn).has_table(meta_t.name) else None)
+        if found is None:  # a new index
+            self._reset(conn)
+        elif found > SCHEMA_VERSION and not replace_newer:
+            raise newer_layout(
+                f"the read index {where}", found, SCHEMA_VERSION,
+                "upgrade AmpUp Memory, or run `ampup-memory index rebuild` to rebuild the "
+                "index for this version from the tables (a newer version rebuilds it "
+                "again when it next starts)")
+        elif found != SCHEMA_VERSION:
+            log.warning("the read index %s has layout version %d and this version reads %d: "
+                        "rebuilding it from the tables (nothing is lost; each scope catches "
+                        "up on its first read)", where, found, SCHEMA_VERSION)
+            self._reset(conn)
+        else:
+            md.create_all(conn, checkfirst=True)
+        for index in ADDED_INDEXES:  # an index kept by an earlier release lacks them
+            index.create(conn, checkfirst=True)
+
     def _reset(self, conn: Connection) -> None:
         self._places.clear()
         self.chains.clear()
         md.drop_all(conn, checkfirst=True)
         md.create_all(conn, checkfirst=True)
-        self._set_meta(conn, SCHEMA_KEY, SCHEMA_VERSION)
+        self._set_meta(conn, SCHEMA_KEY, str(SCHEMA_VERSION))
 
     def close(self) -> None:
         self.engine.dispose()

@@ -102,11 +102,12 @@ def utcnow() -> datetime:
 
 
 def build(model: type[M], **data: Any) -> M:
-    """A request model from keyword data (MCP, CLI), with a 422 instead of a traceback."""
+    """A request model from keyword data (MCP, CLI), with a 422 instead of a traceback;
+    its message speaks of arguments, as neither face sends a request."""
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise validation_errors(exc, prefix=()) from exc
+        raise validation_errors(exc, prefix=(), message="Invalid arguments.") from exc
 
 
 @dataclass(frozen=True)
@@ -159,10 +160,16 @@ class MemoryService:
                                      MAINTENANCE_LEASE, fault)
 
     @classmethod
-    def open(cls, settings: Settings) -> MemoryService:
+    def open(cls, settings: Settings, *, replace_newer_index: bool = False) -> MemoryService:
+        """``replace_newer_index``: see `ReadIndex` (only a command that rebuilds it)."""
         ensure_home(settings)
-        svc = cls(MemoryTables.open(settings), ReadIndex(settings.resolved_index_uri),
-                  armed_fault(settings))
+        index = ReadIndex(settings.resolved_index_uri, replace_newer=replace_newer_index)
+        try:
+            tables = MemoryTables.open(settings)
+        except BaseException:
+            index.close()
+            raise
+        svc = cls(tables, index, armed_fault(settings))
         svc.workspaces.lease_ttl = timedelta(seconds=settings.lease_seconds)
         return svc
 

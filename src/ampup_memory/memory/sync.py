@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections import defaultdict
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -128,7 +129,8 @@ class Sync:
             if pending:
                 self._apply(scope, pending)
 
-    def _apply(self, scope: Scope, pending: list[LedgerEntry]) -> None:
+    def _apply(self, scope: Scope, pending: list[LedgerEntry],
+               applied: Callable[[], None] | None = None) -> None:
         # A ledger row names the tables its commit wrote rows to (``snapshots``): a table
         # none of the pending commits wrote to is not scanned at all.
         episodes = self._rows(scope, "episodes", _writers(pending, "episodes"))
@@ -147,6 +149,8 @@ class Sync:
                 [event_from_row(r, entry.seq) for r in events[cid]],
                 [read_from_row(r, entry.seq) for r in reads[cid]],
             )
+            if applied is not None:
+                applied()
 
     def _rows(self, scope: Scope, name: str, ids: set[str]) -> dict[str, list[dict[str, Any]]]:
         out: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -173,20 +177,30 @@ class Sync:
             if valid_name(org) and valid_name(team):
                 self.apply_pending(Scope(org, team))
 
-    def rebuild(self) -> int:
-        """Recreate the index from the tables alone; returns the commits applied."""
+    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Recreate the index from the tables alone; returns the commits applied.
+        ``progress`` is told (commits applied, commits in all) as it goes."""
         with self._lock:
             self.index.reset()
             self.forget()
             self.ledger_table()
-            count = 0
-            for scope in self.tables.scopes():
-                pending = self.index.pending(str(scope))
-                count += len(pending)
-                if pending:
-                    self._apply(scope, pending)
+            work = [(scope, pending) for scope in self.tables.scopes()
+                    if (pending := self.index.pending(str(scope)))]
+            total = sum(len(pending) for _, pending in work)
+            done = 0
+
+            def applied() -> None:
+                nonlocal done
+                done += 1
+                if progress is not None:
+                    progress(done, total)
+
+            if progress is not None:
+                progress(0, total)
+            for scope, pending in work:
+                self._apply(scope, pending, applied)
             self.principal("-")
-            return count
+            return total
 
     # -- principals ---------------------------------------------------------------------------
     def principal(self, user: str) -> Principal:

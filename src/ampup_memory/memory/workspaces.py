@@ -342,30 +342,49 @@ class Workspaces:
         return {"id": ws.id, "deleted": True, "dropped": True, "scopes": scopes}
 
     def gc_if_free(self, holder: str, lease: timedelta | None = None,
+                   progress: Callable[[int, int], None] | None = None,
                    ) -> dict[str, Any] | None:
         """The timer's and the CLI's pass: None when maintenance (or a backup) holds the
-        lease; it comes again on the next pass."""
+        lease; it comes again on the next pass. ``progress``: see `gc`."""
         with self.index.hold_lease(self.lease, holder, lease or self.lease_ttl) as held:
-            return self.gc() if held else None
+            return self.gc(progress=progress) if held else None
 
-    def gc(self, now: datetime | None = None) -> dict[str, Any]:
+    def gc(self, now: datetime | None = None,
+           progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
         """Drop every expired or deleted workspace not dropped yet, and any namespace of the
         reserved pattern without a live workspace (a crash, or a write of another server
-        racing a drop). The caller holds the maintenance lease."""
+        racing a drop). The caller holds the maintenance lease. ``progress`` is told
+        (scopes dropped, scopes to drop) as it goes."""
         now = now or utcnow()
         known = self.all()
         done: list[str] = []
         scopes: list[str] = []
         with self.write_lock:
-            for ws in sorted(known.values(), key=lambda w: w.id):
-                if ws.state != DROPPED and not ws.live(now):
-                    scopes += self._drop(ws, "gc")
-                    done.append(ws.id)
-            for scope in self.tables.scopes():
-                ws_of = known.get(scope.org)
-                if is_workspace_org(scope.org) and (ws_of is None or not ws_of.live(now)):
-                    self._drop_scope(scope)
-                    scopes.append(str(scope))
+            doomed = [(ws, self._scope_names(ws.id))
+                      for ws in sorted(known.values(), key=lambda w: w.id)
+                      if ws.state != DROPPED and not ws.live(now)]
+            gone = {ws.id for ws, _ in doomed}  # their scopes go with them
+            stray = [scope for scope in self.tables.scopes()
+                     if is_workspace_org(scope.org) and scope.org not in gone
+                     and ((ws_of := known.get(scope.org)) is None or not ws_of.live(now))]
+            total = sum(len(names) for _, names in doomed) + len(stray)
+            count = 0
+
+            def dropped_one() -> None:
+                nonlocal count
+                count += 1
+                if progress is not None:
+                    progress(count, total)
+
+            if progress is not None:
+                progress(0, total)
+            for ws, names in doomed:
+                scopes += self._drop(ws, "gc", names, dropped_one)
+                done.append(ws.id)
+            for scope in stray:
+                self._drop_scope(scope)
+                scopes.append(str(scope))
+                dropped_one()
             self._drop_stale_reads(known, now)
         return {"dropped": done, "scopes": sorted(set(scopes))}
 
@@ -381,11 +400,18 @@ class Workspaces:
                     conn.execute(delete(reads_t).where(reads_t.c.scope == name))
 
     # -- the drop -----------------------------------------------------------------------------
-    def _drop(self, ws: Workspace, by: str) -> list[str]:
-        names = {str(s) for s in self._scopes(ws.id)} | self._indexed_scopes(ws.id)
-        for name in sorted(names):
+    def _scope_names(self, org: str) -> list[str]:
+        """Every scope of a workspace to drop: in the tables, or only in the read index."""
+        return sorted({str(s) for s in self._scopes(org)} | self._indexed_scopes(org))
+
+    def _drop(self, ws: Workspace, by: str, names: list[str] | None = None,
+              dropped_one: Callable[[], None] | None = None) -> list[str]:
+        names = self._scope_names(ws.id) if names is None else names
+        for name in names:
             org, _, team = name.partition("/")
             self._drop_scope(Scope(org, team))
+            if dropped_one is not None:
+                dropped_one()
         self._record(replace(ws, state=DROPPED, updated_at=utcnow(), updated_by=by))
         return sorted(names)
 

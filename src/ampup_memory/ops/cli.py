@@ -77,7 +77,8 @@ def ops_commands(settings_options: SettingsOptions,
     def status(**kwargs: Any) -> None:
         """Versions, stores and sizes, scopes, commits and index lag, the embedder.
 
-        Reads the stores directly (the timers of a running server are in GET /status).
+        Reads the stores directly: a running server's timers are in its admin status
+        report (docs/api.md).
         """
         from ampup_memory.ops.status import collect
 

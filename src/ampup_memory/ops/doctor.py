@@ -168,10 +168,11 @@ def _endpoint_check(base_url: str, api_key: str | None) -> Callable[[], str]:
         answer = httpx.get(base_url.rstrip("/") + "/models", headers=headers,
                            timeout=CONNECT_TIMEOUT_SECONDS)
         if answer.status_code in (401, 403):
-            raise PermissionError(f"HTTP {answer.status_code}: the API key was refused")
+            raise PermissionError(f"the API key was refused (HTTP {answer.status_code})")
         if answer.status_code >= 400:
-            raise OSError(f"HTTP {answer.status_code} from GET /models")
-        return "reachable (GET /models answered)"
+            raise OSError(f"it would not list its models (HTTP {answer.status_code}); is the "
+                          "base URL right?")
+        return "reachable: it listed its models"
     return probe
 
 

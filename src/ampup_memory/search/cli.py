@@ -52,13 +52,20 @@ def rebuild_index(settings: Settings, only: str | None = None) -> dict[str, Any]
     with a progress bar; also the last step of ``restore``."""
     from ampup_memory.search.feed import attached_feed  # loads the embedder: only here
 
-    with _service(settings) as svc:
-        commits = svc.sync.rebuild() if only is None else None
-        with attached_feed(settings, svc) as feed:
-            feed.engine.index.clear(only)
-            feed.engine.ensure_model()
+    # Rebuilding the read index is what its refusal of a newer layout asks for. The feed
+    # (and its embedder) first: a setting that cannot work fails before the long work.
+    with _service(settings, replace_newer_index=only is None) as svc, \
+            attached_feed(settings, svc) as feed:
+        commits = None
+        if only is None:
             with progress() as bar:
-                task = bar.add_task("indexing commits", total=feed.pending(only))
-                done = feed.catch_up_all(only, lambda n: bar.advance(task, n))
-            return {"commits": done, "read_index_commits": commits,
-                    **feed.engine.index.counts(only)}
+                task = bar.add_task("rebuilding the read index", total=None)
+                commits = svc.sync.rebuild(
+                    lambda n, total: bar.update(task, completed=n, total=total))
+        feed.engine.index.clear(only)
+        feed.engine.ensure_model()
+        with progress() as bar:
+            task = bar.add_task("indexing commits", total=feed.pending(only))
+            done = feed.catch_up_all(only, lambda n: bar.advance(task, n))
+        return {"commits": done, "read_index_commits": commits,
+                **feed.engine.index.counts(only)}

@@ -29,13 +29,14 @@ JsonInt = Annotated[int, BeforeValidator(_integral)]
 
 
 def validation_errors(
-    exc: ValidationError, prefix: tuple[str, ...] = ("body",)
+    exc: ValidationError, prefix: tuple[str, ...] = ("body",),
+    message: str = "Request validation failed.",
 ) -> ValidationFailed:
     """Pydantic's errors in the envelope's ``details.errors`` shape."""
     errors = [
         {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
     ]
-    return ValidationFailed("Request validation failed.", errors)
+    return ValidationFailed(message, errors)
 
 
 def _reject_refused_json(raw: bytes, nul: bool) -> None:

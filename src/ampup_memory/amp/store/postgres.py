@@ -47,7 +47,10 @@ from ampup_memory.amp.store.rows import (
     MODEL_DIMENSIONS_KEY,
     MODEL_NAME_KEY,
     PASS_COLS,
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
     CellColumns,
+    check_layout,
     columns,
     embedding_source,
     guard_from_json,
@@ -179,6 +182,34 @@ def _described(conninfo: str) -> dict[str, str]:
     return {k: str(parts[k]) for k in ("host", "port", "dbname", "user") if parts.get(k)}
 
 
+def store_exists(uri: str) -> bool:
+    """Whether the store's tables were made in the database (a read-only command makes
+    none)."""
+    conninfo = conninfo_from_uri(uri)
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=15) as conn:
+            return conn.execute("SELECT to_regclass('cells') IS NOT NULL").fetchone() == (True,)
+    except psycopg.OperationalError as exc:
+        raise ConfigurationError(
+            f"cannot connect to PostgreSQL ({_described(conninfo)}): {exc}") from exc
+
+
+def _where(conninfo: str) -> str:
+    """The store's place in one line, for an error: never the password."""
+    d = _described(conninfo)
+    return f"{d.get('dbname', '')} on {d.get('host', 'localhost')}:{d.get('port', 5432)}"
+
+
+def _recorded_layout(conn: Conn) -> str | None:
+    """The layout version the database records, read before any table is made (None for
+    a new database, or one made before stores recorded it)."""
+    if conn.execute("SELECT to_regclass('meta') IS NOT NULL").fetchone() != (True,):
+        return None
+    row = conn.execute("SELECT value FROM meta WHERE key = %s", (SCHEMA_VERSION_KEY,)
+                       ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def _pg_text(value: Any) -> Any:
     # PostgreSQL text cannot hold NUL. Indexed columns and lookups map it to U+FFFD; the
     # JSON document (the cell itself) keeps it, escaped, so the wire never changes.
@@ -277,6 +308,7 @@ class PostgresStore:
             with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=15) as conn:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                    check_layout(_recorded_layout(conn), _where(self.conninfo))
                     conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     for statement in SCHEMA:
                         conn.execute(statement)
@@ -301,6 +333,10 @@ class PostgresStore:
                             conn, f"cells_embedding_hnsw_{d}",
                             f"cells USING hnsw ((embedding::vector({d})) vector_cosine_ops)",
                             f" WHERE vector_dims(embedding) = {d}")
+                    conn.execute(
+                        "INSERT INTO meta (key, value) VALUES (%s, %s)"
+                        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                        (SCHEMA_VERSION_KEY, str(SCHEMA_VERSION)))
                 row = conn.execute(
                     "SELECT extversion FROM pg_extension WHERE extname = 'vector'"
                 ).fetchone()

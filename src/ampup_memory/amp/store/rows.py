@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import MemoryCell, Status, StoredCell, to_utc
 from ampup_memory.amp.store.base import CellFilter, EmbeddingSource, KeyRecord, PassRecord
+from ampup_memory.layouts import newer_layout, stored_version
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.timefmt import format_time
 from ampup_memory.timefmt import parse_time as stored_time
@@ -22,7 +23,11 @@ from ampup_memory.timefmt import parse_time as stored_time
 if TYPE_CHECKING:
     import numpy as np
 
+# The layout of the cell store's tables, recorded in its `meta` table under
+# SCHEMA_VERSION_KEY when it is made (or first opened by a version that records it) and
+# checked on every open (`check_layout`).
 SCHEMA_VERSION = 1
+SCHEMA_VERSION_KEY = "schema_version"
 
 # Exact vector ranking is cheap below this many filtered cells; above it, an index answers.
 EXACT_LIMIT = 5000
@@ -109,6 +114,16 @@ def embedding_source(cell_id: str, doc: str) -> EmbeddingSource:
     """The text the service embeds, from the document (PostgreSQL's ``text`` column has
     NUL mapped away; the document keeps the cell as written)."""
     return EmbeddingSource(cell_id, str(json.loads(doc)["content"]["text"]))
+
+
+def check_layout(recorded: str | None, where: str) -> None:
+    """Refuse a store whose recorded layout is newer than this version's, before anything
+    touches it; an older or unrecorded one is upgraded by the opener, which then records
+    SCHEMA_VERSION."""
+    found = stored_version(recorded)
+    if found is not None and found > SCHEMA_VERSION:
+        raise newer_layout(f"the AMP cell store {where}", found, SCHEMA_VERSION,
+                           "upgrade AmpUp Memory to open it")
 
 
 def model_from_meta(name: str | None, dimensions: str | None) -> ModelInfo | None:

@@ -39,6 +39,9 @@ from ampup_memory.amp.store.rows import (
     MODEL_DIMENSIONS_KEY,
     MODEL_NAME_KEY,
     PASS_COLS,
+    SCHEMA_VERSION,
+    SCHEMA_VERSION_KEY,
+    check_layout,
     columns,
     embedding_source,
     key_from_row,
@@ -206,6 +209,22 @@ def _add_search_columns(conn: sqlite3.Connection) -> None:
     )
 
 
+def store_exists(uri: str) -> bool:
+    """Whether the store's file was made (a read-only command opens no new one)."""
+    return sqlite_path(uri).exists()
+
+
+def _recorded_layout(conn: sqlite3.Connection) -> str | None:
+    """The layout version the file records, read before any table is made (None for a
+    new file, or one made before stores recorded it)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'"
+                    ).fetchone() is None:
+        return None
+    row = conn.execute("SELECT value FROM meta WHERE key = ?", (SCHEMA_VERSION_KEY,)
+                       ).fetchone()
+    return None if row is None else str(row[0])
+
+
 def _time(value: str) -> datetime:
     # Every stored timestamp has the one spelling of timefmt.format_time, so strings sort
     # like instants (the max() above relies on it).
@@ -286,12 +305,20 @@ class SQLiteStore:
         try:
             conn = self._conn()
             with self._write_lock:
+                check_layout(_recorded_layout(conn), str(self.path))
                 conn.executescript(SCHEMA)
                 _add_search_columns(conn)
                 conn.execute(_HITS_INDEX)
                 if "states" not in {r[1] for r in conn.execute(
                         "PRAGMA table_info(lifecycle_passes)")}:  # made before it kept states
                     conn.execute("ALTER TABLE lifecycle_passes ADD COLUMN states TEXT")
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?, ?)"
+                    " ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                    (SCHEMA_VERSION_KEY, str(SCHEMA_VERSION)))
+        except ConfigurationError:
+            self._conns.close_all()
+            raise
         except sqlite3.DatabaseError as exc:  # not a file, not writable, not a database
             self._conns.close_all()
             raise ConfigurationError(f"cannot open the AMP store {self.path}: {exc}") from exc
