@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -233,6 +233,57 @@ def test_three_servers_are_one_memory(fleet: Fleet) -> None:
     keys = fleet.s3.keys(fleet.bucket)
     assert any(k.startswith("warehouse/fleet__team_a/episodes/data/") for k in keys), keys[:20]
     print(f"{CLIENTS * ROUNDS * 4} writes + reads across {SERVERS} servers in {took:.1f}s")
+
+
+def _race(*calls: Callable[[], httpx.Response]) -> list[httpx.Response]:
+    """The calls at the same moment, each on its own thread (a barrier lets them go)."""
+    start = threading.Barrier(len(calls))
+
+    def go(call: Callable[[], httpx.Response]) -> httpx.Response:
+        start.wait()
+        return call()
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        return list(pool.map(go, calls))
+
+
+def test_a_write_racing_a_branch_delete_elsewhere_lands_before_it_or_not_at_all(
+        fleet: Fleet) -> None:
+    """A write to a branch that another server deletes at the same moment is either in
+    the branch's chain before its delete marker or refused (404): never acknowledged
+    after the marker, where no read of any branch would ever show it."""
+    scope = "fleet/team_branches"
+    a, b = fleet.client(0), fleet.client(1)
+    try:
+        _ok(a.post("/episodes", json={"scope": scope, "source": "doc:seed",
+                                      "body": "Seed of the branch race.", "acl": ["*"]}), 201)
+        for n in range(4):
+            name = f"race-{n}"
+            _ok(a.post("/branches", json={"scope": scope, "name": name}), 201)
+
+            def write(k: int, name: str = name) -> Callable[[], httpx.Response]:
+                return lambda: b.post("/episodes", json={
+                    "scope": scope, "branch": name, "source": f"doc:{name}-{k}",
+                    "body": f"Written on {name} ({k}).", "acl": ["*"]})
+
+            def delete(name: str = name) -> httpx.Response:
+                return a.delete(f"/branches/{name}", params={"scope": scope})
+
+            gone, *writes = _race(delete, write(0), write(1))
+            deleted = _ok(gone, 200)["commit"]
+            assert {r.status_code for r in writes} <= {201, 404}, [r.text for r in writes]
+            # The ledger keeps a deleted branch's chain; read it under the name made again.
+            _ok(a.post("/branches", json={"scope": scope, "name": name}), 201)
+            chain = _ok(b.get("/ledger", params={"scope": scope, "branch": name,
+                                                 "limit": 1000}))["commits"]
+            seq = {c["id"]: c["seq"] for c in chain}
+            for r in writes:
+                if r.status_code == 201:
+                    assert seq[r.json()["commit"]] < seq[deleted], (chain, r.json())
+            assert [c["kind"] for c in chain if c["seq"] > seq[deleted]] == ["branch"], chain
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_killed_server_loses_nothing_acknowledged(fleet: Fleet) -> None:

@@ -681,10 +681,16 @@ class MemoryService:
         ``reads`` are extraction's read marks (reads.py): rows of the same commit.
 
         ``parent`` names the row's parent instead of the chain's head (a branch's creation
-        row: the commit it forked from), asked inside each attempt like ``recheck``."""
+        row: the commit it forked from), asked inside each attempt like ``recheck``.
+
+        A commit lands only on the branch its writer found: one another server deleted (or
+        deleted and made again) before the append answers the 404 of a deleted branch. It
+        was acknowledged after the delete marker, where no read of any branch shows it."""
         self.workspaces.admit(scope, episodes, facts)  # caps, before any row is written
         now = utcnow()
         ns = str(scope)
+        # Where the branch's own chain starts (its creation marker); 0 for main.
+        found = None if kind == BRANCH else branch_segments(self.index, ns, branch)[-1].after
         # Each body once per scope: only the first episode to carry it stores the text.
         bodies: dict[str, str] = {}
         known = self.index.known_bodies(ns, {p.record.body_ref for p in episodes})
@@ -734,6 +740,8 @@ class MemoryService:
                 log.warning("read index lost part of %s/%s's chain; rereading the ledger",
                             ns, branch)
                 self.sync.rescan_ledger(table)
+            if found is not None and branch_segments(self.index, ns, branch)[-1].after != found:
+                raise NotFound(f"No branch {branch!r} in {ns}.", details={"branch": branch})
             if recheck is not None:
                 self.sync.apply_pending(scope)  # the scope's rows up to this snapshot
                 recheck()
