@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import httpx
@@ -245,6 +246,35 @@ def _race(*calls: Callable[[], httpx.Response]) -> list[httpx.Response]:
 
     with ThreadPoolExecutor(len(calls)) as pool:
         return list(pool.map(go, calls))
+
+
+def test_the_same_close_through_two_servers_closes_once(fleet: Fleet) -> None:
+    """Two servers closing one value at the same moment answer as two closes in turn
+    on one server do: one 201, one 404 (no current value), and one closure in history."""
+    scope = "fleet/team_close"
+    a, b = fleet.client(0), fleet.client(1)
+    try:
+        for n in range(3):
+            entity = f"deal_{n}"
+            ep = _ok(a.post("/episodes", json={
+                "scope": scope, "source": f"doc:close{n}", "acl": ["*"],
+                "body": f"Deal {n} is in stage won."}), 201)
+            _ok(a.post("/facts", json={
+                "scope": scope, "entity": entity, "predicate": "stage", "value": "won",
+                "quote": "stage won", "cites": [{"episode": ep["id"], "unit": 1}]}), 201)
+            close = {"scope": scope, "entity": entity, "predicate": "stage",
+                     "reason": f"Deal {n} was lost."}
+            answers = _race(partial(a.post, "/close", json=close),
+                            partial(b.post, "/close", json=close))
+            assert sorted(r.status_code for r in answers) == [201, 404], \
+                [(r.status_code, r.text) for r in answers]
+            history = _ok(b.get("/facts", params={"scope": scope, "entity": entity,
+                                                  "history": "true"}))["facts"]
+            assert [f["kind"] for f in history] == ["value", "closure"], history
+        _assert_one_chain(_ledger(a, scope))
+    finally:
+        a.close()
+        b.close()
 
 
 def test_a_write_racing_a_branch_delete_elsewhere_lands_before_it_or_not_at_all(

@@ -49,6 +49,7 @@ from ampup_memory.memory.facts import (
     FactIn,
     FactRecord,
     PostFact,
+    Window,
     current,
     current_values,
     lines,
@@ -538,53 +539,75 @@ class MemoryService:
         if req.entity == SCHEMA_ENTITY:
             raise field_error(["entity"], f"{SCHEMA_ENTITY} is reserved for the scope's "
                               "schema (PUT /schemas)", "entity_reserved")
+        principal = self.principal(user)
         with self._write_lock:
-            view = View(scope, branch, self._write_view(scope, branch))
-            principal = self.principal(user)
-            now = utcnow()
-            versions = self.visible_facts(principal, view, req.entity, req.predicate)
-            schema = self.schema(view)
-            closed: str | None = None  # a many-valued closure names the value it ends
-            if schema is not None and schema.many(req.entity, req.predicate):
-                if req.value is None:
-                    raise field_error(["value"], f"{req.predicate} is many-valued: name the "
-                                      "value to close", "value_required")
-                closed = _json_value(check_fact(schema, req.entity, req.predicate,
-                                                raw_value(req.value), []))
-                holding = current_values(versions.get((req.entity, req.predicate), []), now,
-                                         many=True)
-                window = next((w for w in holding if w.version.value == closed), None)
-            else:
-                if req.value is not None:
-                    raise field_error(["value"], "only a many-valued attribute (schema "
-                                      "cardinality many) closes one value", "value_unexpected")
-                window = current(timeline(versions.get((req.entity, req.predicate), [])), now)
-            if window is None:
-                raise NotFound("No current value of that entity and predicate to close.")
-            if req.acl is not None:
-                acl = list(normalize_acl(req.acl, ["acl"]))
-            else:
-                held = self.readable_episodes(principal, str(scope), view.segments,
-                                              [e for e, _ in window.version.cites])
-                acl = list(common_acl(held[e].acl for e, _ in window.version.cites))
-                if not acl:
-                    raise field_error(["acl"], "the closed value's episodes share no ACL "
-                                      "entry; pass acl for the reason", "acl_required")
-            commit_id = new_commit_id()
-            reason = prepare(
-                EpisodeIn(source=f"close:{req.entity}:{req.predicate}:{commit_id}",
-                          body=req.reason, occurred_at=now, about=[req.entity], acl=acl),
-                branch, now, ["reason"])
-            closure = FactRecord(
-                fact_id=fact_id(commit_id, 0), kind=CLOSURE, entity=req.entity,
-                predicate=req.predicate, value=closed, valid_from=now, valid_to=None,
-                quote=req.reason.strip(), cites=((reason.record.id, 1),),
-                written_by="posted", branch=branch,
-            )
-            entry = self._commit(scope, branch, user, "close 1 value",
-                                 [reason], [closure], commit_id)
-        return {"episode": reason.record.id, "commit": entry.commit_id,
-                "closed": window.version.fact_id, "fact": closure.fact_id}
+            while True:
+                view = View(scope, branch, self._write_view(scope, branch))
+                now = utcnow()
+                window, closed = self._closing(principal, view, req, now)
+                if req.acl is not None:
+                    acl = list(normalize_acl(req.acl, ["acl"]))
+                else:
+                    held = self.readable_episodes(principal, str(scope), view.segments,
+                                                  [e for e, _ in window.version.cites])
+                    acl = list(common_acl(held[e].acl for e, _ in window.version.cites))
+                    if not acl:
+                        raise field_error(["acl"], "the closed value's episodes share no ACL "
+                                          "entry; pass acl for the reason", "acl_required")
+                commit_id = new_commit_id()
+                reason = prepare(
+                    EpisodeIn(source=f"close:{req.entity}:{req.predicate}:{commit_id}",
+                              body=req.reason, occurred_at=now, about=[req.entity], acl=acl),
+                    branch, now, ["reason"])
+                closure = FactRecord(
+                    fact_id=fact_id(commit_id, 0), kind=CLOSURE, entity=req.entity,
+                    predicate=req.predicate, value=closed, valid_from=now, valid_to=None,
+                    quote=req.reason.strip(), cites=((reason.record.id, 1),),
+                    written_by="posted", branch=branch,
+                )
+
+                def still_current(closing: str = window.version.fact_id) -> None:
+                    """Inside the compare-and-set: the value is still the one to close. A
+                    close of another server got there first: the 404 of a second close on
+                    one server (it closed the value twice); a newer value: close that one."""
+                    segs = branch_segments(self.index, str(scope), branch)
+                    again, _ = self._closing(principal, View(scope, branch, segs), req, utcnow())
+                    if again.version.fact_id != closing:
+                        raise _ChangedMeanwhile()
+
+                try:
+                    entry = self._commit(scope, branch, user, "close 1 value",
+                                         [reason], [closure], commit_id,
+                                         recheck=still_current)
+                except _ChangedMeanwhile:
+                    continue
+                return {"episode": reason.record.id, "commit": entry.commit_id,
+                        "closed": window.version.fact_id, "fact": closure.fact_id}
+
+    def _closing(self, principal: Principal, view: View, req: CloseValue, now: datetime,
+                 ) -> tuple[Window[FactRecord], str | None]:
+        """The window a close ends (404 when none is current) and, for a many-valued
+        attribute, the value its closure names."""
+        versions = self.visible_facts(principal, view, req.entity, req.predicate)
+        schema = self.schema(view)
+        if schema is not None and schema.many(req.entity, req.predicate):
+            if req.value is None:
+                raise field_error(["value"], f"{req.predicate} is many-valued: name the "
+                                  "value to close", "value_required")
+            closed = _json_value(check_fact(schema, req.entity, req.predicate,
+                                            raw_value(req.value), []))
+            holding = current_values(versions.get((req.entity, req.predicate), []), now,
+                                     many=True)
+            window = next((w for w in holding if w.version.value == closed), None)
+        else:
+            if req.value is not None:
+                raise field_error(["value"], "only a many-valued attribute (schema "
+                                  "cardinality many) closes one value", "value_unexpected")
+            closed = None
+            window = current(timeline(versions.get((req.entity, req.predicate), [])), now)
+        if window is None:
+            raise NotFound("No current value of that entity and predicate to close.")
+        return window, closed
 
     # -- ledger and principals ------------------------------------------------------------------
     def ledger(self, view: View, limit: int, before: str | None) -> dict[str, Any]:
@@ -796,6 +819,10 @@ class MemoryService:
 
 class _HeldMeanwhile(Exception):
     """Another commit wrote one of a write's new episode ids after it was classified."""
+
+
+class _ChangedMeanwhile(Exception):
+    """Another commit changed the value a close was about to end: plan the close again."""
 
 
 def _conflict(conflicts: list[dict[str, Any]], batch: bool) -> Conflict:
