@@ -316,6 +316,35 @@ def test_a_write_racing_a_branch_delete_elsewhere_lands_before_it_or_not_at_all(
         b.close()
 
 
+def test_a_search_sees_a_word_another_server_just_wrote(fleet: Fleet) -> None:
+    """A server that searched for a word no row held yet finds it by keyword as soon as
+    another server has written it, and answers exactly as the writer does."""
+    scope = "fleet/team_words"
+    a, b = fleet.client(0), fleet.client(1)
+    query = {"scope": scope, "query": "quokka office"}
+    try:
+        _ok(a.post("/episodes", json={"scope": scope, "source": "doc:words0", "acl": ["*"],
+                                      "body": "Seed text about offices."}), 201)
+        assert _ok(b.post("/search", json=query))["results"] == []  # b counts the words
+        ep = _ok(a.post("/episodes", json={
+            "scope": scope, "source": "doc:words1", "acl": ["*"],
+            "body": "The quokka team moved to the Perth office."}), 201)
+        _ok(a.post("/facts", json={
+            "scope": scope, "entity": "team_quokka", "predicate": "office",
+            "value": "Perth", "quote": "moved to the Perth office",
+            "cites": [{"episode": ep["id"], "unit": 1}]}), 201)
+        for find in ({}, {"find": "passages"}):
+            route = "/query" if find else "/search"
+            answers = [_ok(c.post(route, json={**query, **find})) for c in (a, b)]
+            for answer in answers:
+                answer.pop("as_of", None)
+            assert answers[0] == answers[1]
+            assert answers[1]["results"][0]["parts"]["keyword"] > 0, answers[1]
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_killed_server_loses_nothing_acknowledged(fleet: Fleet) -> None:
     """SIGKILL one server mid-writes: clients move on to the others; every acknowledged
     episode is there once, the chain stays one chain, nothing half-written is visible."""
