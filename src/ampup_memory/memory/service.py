@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 
 from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error, refuse_nul
 from ampup_memory.memory.acl import (
@@ -730,18 +730,24 @@ class MemoryService:
         read_rows = [read_row(r, commit_id) for r in reads or ()]
         # Before anything is written: a row the read index cannot hold would stall the scope.
         refuse_nul([author, message, rows, fact_rows, event_rows, read_rows], ["body"])
-        if scope not in self._scopes_made:
-            self.tables.ensure_scope(scope)  # a scope is born inside its first commit
-            self._scopes_made.add(scope)
         snapshots: dict[str, int] = {}
-        if rows:
-            snapshots["episodes"] = self._append(scope, "episodes", arrow(EPISODES, rows))
-        if fact_rows:
-            snapshots["facts"] = self._append(scope, "facts", arrow(FACTS, fact_rows))
-        if event_rows:
-            snapshots["events"] = self._append(scope, "events", arrow(EVENTS, event_rows))
-        if read_rows:
-            snapshots["reads"] = self._append(scope, "reads", arrow(READS, read_rows))
+        try:
+            if scope not in self._scopes_made:
+                self.tables.ensure_scope(scope)  # a scope is born inside its first commit
+                self._scopes_made.add(scope)
+            if rows:
+                snapshots["episodes"] = self._append(scope, "episodes", arrow(EPISODES, rows))
+            if fact_rows:
+                snapshots["facts"] = self._append(scope, "facts", arrow(FACTS, fact_rows))
+            if event_rows:
+                snapshots["events"] = self._append(scope, "events", arrow(EVENTS, event_rows))
+            if read_rows:
+                snapshots["reads"] = self._append(scope, "reads", arrow(READS, read_rows))
+        except NoSuchTableError:
+            # Dropped under the write (it was a 500): only a workspace's tables ever are,
+            # by another server's delete or gc once the workspace is gone.
+            self.workspaces.require_live(scope)
+            raise
         if self.fault == FAULT_AFTER_ROWS:
             log.error("fault hook %s: exiting between data rows and ledger row", self.fault)
             os._exit(70)
@@ -799,6 +805,7 @@ class MemoryService:
                 listener(ns, branch)
             except Exception:  # the commit stands; the listener catches up on its next pass
                 log.exception("after-commit listener failed for %s/%s", ns, branch)
+        self.workspaces.landed(scope)  # after the listeners: they fill the search index
         # Upkeep after the commit is durable and visible: amortised, never fails the write.
         for name in snapshots:
             tidy(self.tables, scope.namespace, name, self.protected)
@@ -811,7 +818,8 @@ class MemoryService:
 
         def attempt() -> int:
             table = self.tables.scope_table(scope, name)
-            assert table is not None  # ensure_scope ran
+            if table is None:
+                raise NoSuchTableError(f"Table does not exist: {scope.namespace}.{name}")
             return self.tables.append(table, rows)
 
         return until_won(attempt, self.backoff)[0]
