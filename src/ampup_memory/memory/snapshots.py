@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -324,15 +324,27 @@ def _held_commit(svc: MemoryService, scope: object, branch: object,
     return str(view.scope), view.branch, head.commit_id
 
 
+def _take(svc: MemoryService, hold_of: Callable[[], Hold]) -> Hold:
+    """A new hold, its heads read and its row written under the write lock a branch
+    delete checks for holds under: a hold taken during a delete on this server holds the
+    branch (the delete is 409) or finds it gone. Without it both answered, and the hold
+    held a deleted branch. Across servers the two still meet unlocked (deployment.md)."""
+    with svc._write_lock:
+        return svc.holds.write(hold_of())
+
+
 def create_pin(svc: MemoryService, user: str, scope: object, branch: object,
                at_commit: str | None, ttl: timedelta) -> dict[str, Any]:
     require_id(user, ["user"], "user id")
-    scope_text, branch_name, commit = _held_commit(svc, scope, branch, at_commit)
-    now = utcnow()
-    hold = Hold(id=new_id(PIN), kind=PIN, created_by=user, created_at=now,
-                heads={head_key(scope_text, branch_name): commit}, expires_at=now + ttl,
-                updated_at=now)
-    return svc.holds.write(hold).wire(now)
+
+    def pin() -> Hold:
+        scope_text, branch_name, commit = _held_commit(svc, scope, branch, at_commit)
+        now = utcnow()
+        return Hold(id=new_id(PIN), kind=PIN, created_by=user, created_at=now,
+                    heads={head_key(scope_text, branch_name): commit},
+                    expires_at=now + ttl, updated_at=now)
+
+    return _take(svc, pin).wire(utcnow())
 
 
 def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta) -> dict[str, Any]:
@@ -372,32 +384,35 @@ def create_snapshot(svc: MemoryService, user: str, heads: dict[str, str] | Itera
     nothing to read. Heads given as ``{"<scope>@<branch>": commit}`` are checked like
     ``at_commit`` (404 for a commit not on that scope and branch)."""
     require_id(user, ["user"], "user id")
-    found: dict[str, str] = {}
-    if isinstance(heads, dict):
-        for key, commit in heads.items():
-            scope, branch = split_key(key)
-            s, b, c = _held_commit(svc, scope, branch, commit or None)
-            found[head_key(s, b)] = c
-    else:
-        for each in heads:
-            try:
-                s, b, c = _held_commit(svc, str(each), MAIN, None)
-            except Conflict:
-                if workspace_id is not None:
-                    continue
-                raise
-            found[head_key(s, b)] = c
-            # Every live branch of the scope too: a read of any of them is held.
-            for name, marker in sorted(svc.index.markers(s).items()):
-                if marker.kind == BRANCH:
-                    found[head_key(s, name)] = _held_commit(svc, s, name, None)[2]
-    if not found:
-        raise Conflict("None of those scopes has a commit yet: there is nothing to hold.",
-                       code="NO_COMMITS")
-    now = utcnow()
-    hold = Hold(id=new_id(SNAPSHOT), kind=SNAPSHOT, created_by=user, created_at=now,
-                heads=found, workspace=workspace_id, updated_at=now)
-    return svc.holds.write(hold).wire(now)
+
+    def snapshot() -> Hold:
+        found: dict[str, str] = {}
+        if isinstance(heads, dict):
+            for key, commit in heads.items():
+                scope, branch = split_key(key)
+                s, b, c = _held_commit(svc, scope, branch, commit or None)
+                found[head_key(s, b)] = c
+        else:
+            for each in heads:
+                try:
+                    s, b, c = _held_commit(svc, str(each), MAIN, None)
+                except Conflict:
+                    if workspace_id is not None:
+                        continue
+                    raise
+                found[head_key(s, b)] = c
+                # Every live branch of the scope too: a read of any of them is held.
+                for name, marker in sorted(svc.index.markers(s).items()):
+                    if marker.kind == BRANCH:
+                        found[head_key(s, name)] = _held_commit(svc, s, name, None)[2]
+        if not found:
+            raise Conflict("None of those scopes has a commit yet: there is nothing to hold.",
+                           code="NO_COMMITS")
+        now = utcnow()
+        return Hold(id=new_id(SNAPSHOT), kind=SNAPSHOT, created_by=user, created_at=now,
+                    heads=found, workspace=workspace_id, updated_at=now)
+
+    return _take(svc, snapshot).wire(utcnow())
 
 
 def read_view(svc: MemoryService, scope: object, branch: object = None,
