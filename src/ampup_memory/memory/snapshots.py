@@ -325,12 +325,30 @@ def _held_commit(svc: MemoryService, scope: object, branch: object,
 
 
 def _take(svc: MemoryService, hold_of: Callable[[], Hold]) -> Hold:
-    """A new hold, its heads read and its row written under the write lock a branch
-    delete checks for holds under: a hold taken during a delete on this server holds the
-    branch (the delete is 409) or finds it gone. Without it both answered, and the hold
-    held a deleted branch. Across servers the two still meet unlocked (deployment.md)."""
-    with svc._write_lock:
-        return svc.holds.write(hold_of())
+    """A new hold whose every head a read can use once its row is written: a hold taken
+    during a branch delete holds the branch (the delete is 409) or finds it gone (a pin
+    404, a snapshot without it). Without this both answered, and the hold held a deleted
+    branch. A delete checks holds inside its ledger compare-and-set, under the process's
+    write lock and the ledger's turn (tables.Turn, every server's): taken here too, they
+    keep any server's delete from checking and landing while the heads are read and the
+    row written. A turn not had within its wait is gone without (it never blocks for
+    long), so the heads are read once more after the write; a hold found holding a
+    deleted branch is released and taken again."""
+    with svc._write_lock, svc.tables.ledger_turn.hold():
+        while True:
+            hold = svc.holds.write(hold_of())
+            if all(_readable(svc, key, commit) for key, commit in hold.heads.items()):
+                return hold
+            svc.holds.write(replace(hold, released=True, updated_at=utcnow()))
+
+
+def _readable(svc: MemoryService, key: str, commit: str) -> bool:
+    scope, branch = split_key(key)
+    try:
+        svc.view(scope, branch, commit)
+    except NotFound:
+        return False
+    return True
 
 
 def create_pin(svc: MemoryService, user: str, scope: object, branch: object,
