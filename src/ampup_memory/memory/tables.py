@@ -278,8 +278,9 @@ class Turn:
     ``flock`` on a file beside a SQLite catalog, a session advisory lock on PostgreSQL
     (nothing for an in-memory catalog, which one process holds).
 
-    Turns only save wasted work; they decide nothing. Two are taken (service.py,
-    maintenance.py):
+    Turns mostly save wasted work: a holder gives up after its wait and goes ahead, so
+    nothing may rely on one alone. Two are taken (service.py, maintenance.py; the ledger's
+    also by a new pin or snapshot, snapshots.py, which checks its heads again after):
 
     - ``ledger``: one ledger appender at a time. The ledger's compare-and-set keeps each
       history one chain, but an attempt that loses it has already done all its work
