@@ -252,6 +252,40 @@ def _race(*calls: Callable[[], httpx.Response]) -> list[httpx.Response]:
         return list(pool.map(go, calls))
 
 
+def test_the_same_write_merge_and_delete_through_two_servers(fleet: Fleet) -> None:
+    """The same episode, the same merge and the same branch delete sent through two
+    servers at once answer as the two in turn on one server: one 201 and one 200 with
+    the same commit; one merge and one "nothing new"; one delete and one 404."""
+    scope = "fleet/team_twice"
+    a, b = fleet.client(0), fleet.client(1)
+    try:
+        for n in range(3):
+            episode = {"scope": scope, "source": f"doc:twice{n}", "acl": ["*"],
+                       "body": f"Twice {n}: the Oslo office opened."}
+            answers = _race(partial(a.post, "/episodes", json=episode),
+                            partial(b.post, "/episodes", json=episode))
+            assert sorted(r.status_code for r in answers) == [200, 201], \
+                [r.text for r in answers]
+            assert len({r.json()["commit"] for r in answers}) == 1
+        _ok(a.post("/branches", json={"scope": scope, "name": "twice"}), 201)
+        for n in range(2):
+            _ok(b.post("/episodes", json={"scope": scope, "branch": "twice", "acl": ["*"],
+                                          "source": f"doc:branch{n}",
+                                          "body": f"On the branch {n}."}), 201)
+        merge = {"scope": scope, "from": "twice"}
+        merged = _race(partial(a.post, "/merge", json=merge),
+                       partial(b.post, "/merge", json=merge))
+        assert sorted(_ok(r, 200)["merged"] for r in merged) == [False, True], \
+            [r.text for r in merged]
+        deleted = _race(partial(a.delete, "/branches/twice", params={"scope": scope}),
+                        partial(b.delete, "/branches/twice", params={"scope": scope}))
+        assert sorted(r.status_code for r in deleted) == [200, 404], [r.text for r in deleted]
+        _assert_one_chain(_ledger(b, scope))
+    finally:
+        a.close()
+        b.close()
+
+
 def test_the_same_close_through_two_servers_closes_once(fleet: Fleet) -> None:
     """Two servers closing one value at the same moment answer as two closes in turn
     on one server do: one 201, one 404 (no current value), and one closure in history."""
