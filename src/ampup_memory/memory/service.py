@@ -726,8 +726,8 @@ class MemoryService:
             rows.append(episode_row(p.record, p.body if first else None, commit_id, now))
         rows += [episode_row(r, None, commit_id, now, ACL_OP) for r in acl_changes or ()]
         fact_rows = [fact_row(f, commit_id, now) for f in facts]
-        event_rows = [event_row(e, commit_id) for e in events or ()]
-        read_rows = [read_row(r, commit_id) for r in reads or ()]
+        event_rows = [event_row(e, commit_id, now) for e in events or ()]
+        read_rows = [read_row(r, commit_id, now) for r in reads or ()]
         # Before anything is written: a row the read index cannot hold would stall the scope.
         refuse_nul([author, message, rows, fact_rows, event_rows, read_rows], ["body"])
         snapshots: dict[str, int] = {}

@@ -119,13 +119,14 @@ READS = pa.schema([
     ("commit_id", pa.string()), ("branch", pa.string()), ("episode", pa.string()),
     ("key", pa.string()), ("model", pa.string()), ("schema", pa.string()),
     ("facts", pa.int32()), ("rejected", pa.string()), ("read_at", TS),
+    ("written_at", TS),  # read_at is not when the row was written: a merge copies marks
 ])
 
 EVENTS = pa.schema([
     ("commit_id", pa.string()), ("branch", pa.string()), ("id", pa.string()),
     ("subject", pa.string()), ("kind", pa.string()), ("user", pa.string()),
     ("acl", pa.list_(pa.string())), ("reward", pa.float64()), ("data", pa.string()),
-    ("at", TS),
+    ("at", TS), ("written_at", TS),
 ])
 
 HOLDS = pa.schema([
