@@ -171,8 +171,7 @@ class TcpOutage:
             raise
         return unix
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
         try:
             while data := src.recv(65536):
                 dst.sendall(data)
@@ -184,6 +183,13 @@ class TcpOutage:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+            # Each direction's thread closes the socket it reads (the other one's reader
+            # is woken by the shutdown above): without it every connection the servers
+            # ever opened stayed open here, and a relay up for minutes ran out of files.
+            with self._lock:
+                if src in self._conns:
+                    self._conns.remove(src)
+            src.close()
 
 
 class S3Outage(TcpOutage):

@@ -37,11 +37,12 @@ class EventRecord:
     scope: str = ""  # set on events read from the index
 
 
-def event_row(rec: EventRecord, commit_id: str) -> dict[str, Any]:
+def event_row(rec: EventRecord, commit_id: str, now: datetime) -> dict[str, Any]:
     return {
         "commit_id": commit_id, "branch": rec.branch, "id": rec.id, "subject": rec.subject,
         "kind": rec.kind, "user": rec.user, "acl": list(rec.acl), "reward": rec.reward,
         "data": json.dumps(rec.data, ensure_ascii=False, sort_keys=True), "at": rec.at,
+        "written_at": now,
     }
 
 

@@ -98,12 +98,14 @@ def compact(table: Table, small_bytes: int = SMALL_FILE_BYTES, min_files: int = 
 
 
 def delete_orphan_rows(table: Table, committed: set[str], older_than: datetime) -> int:
-    """Delete rows whose commit is not in the ledger and that are older than the grace."""
+    """Delete rows whose commit is not in the ledger and that are older than the grace.
+    A row without ``written_at`` (events and read marks written before they had one) is
+    kept: its age is unknown, and a commit still landing must not lose its rows."""
     if table.current_snapshot() is None:
         return 0
     seen = table.scan(selected_fields=("commit_id", "written_at")).to_arrow().to_pylist()
-    orphans = {r["commit_id"] for r in seen
-               if r["commit_id"] not in committed and r["written_at"] < older_than}
+    orphans = {r["commit_id"] for r in seen if r["commit_id"] not in committed
+               and r["written_at"] is not None and r["written_at"] < older_than}
     if not orphans:
         return 0
     count = sum(1 for r in seen if r["commit_id"] in orphans)

@@ -36,10 +36,11 @@ class ReadMark:
     layer: int = field(default=0, compare=False)
 
 
-def read_row(rec: ReadMark, commit_id: str) -> dict[str, Any]:
+def read_row(rec: ReadMark, commit_id: str, now: datetime) -> dict[str, Any]:
     return {"commit_id": commit_id, "branch": rec.branch, "episode": rec.episode,
             "key": rec.key, "model": rec.model, "schema": rec.schema, "facts": rec.facts,
-            "rejected": json.dumps(rec.rejected, sort_keys=True), "read_at": rec.read_at}
+            "rejected": json.dumps(rec.rejected, sort_keys=True), "read_at": rec.read_at,
+            "written_at": now}
 
 
 def read_from_row(row: dict[str, Any], seq: int) -> ReadMark:

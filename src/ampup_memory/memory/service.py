@@ -19,7 +19,7 @@ from functools import partial
 from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
-from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 
 from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error, refuse_nul
 from ampup_memory.memory.acl import (
@@ -49,6 +49,7 @@ from ampup_memory.memory.facts import (
     FactIn,
     FactRecord,
     PostFact,
+    Window,
     current,
     current_values,
     lines,
@@ -551,53 +552,75 @@ class MemoryService:
         if req.entity == SCHEMA_ENTITY:
             raise field_error(["entity"], f"{SCHEMA_ENTITY} is reserved for the scope's "
                               "schema (PUT /schemas)", "entity_reserved")
+        principal = self.principal(user)
         with self._write_lock:
-            view = View(scope, branch, self._write_view(scope, branch))
-            principal = self.principal(user)
-            now = utcnow()
-            versions = self.visible_facts(principal, view, req.entity, req.predicate)
-            schema = self.schema(view)
-            closed: str | None = None  # a many-valued closure names the value it ends
-            if schema is not None and schema.many(req.entity, req.predicate):
-                if req.value is None:
-                    raise field_error(["value"], f"{req.predicate} is many-valued: name the "
-                                      "value to close", "value_required")
-                closed = _json_value(check_fact(schema, req.entity, req.predicate,
-                                                raw_value(req.value), []))
-                holding = current_values(versions.get((req.entity, req.predicate), []), now,
-                                         many=True)
-                window = next((w for w in holding if w.version.value == closed), None)
-            else:
-                if req.value is not None:
-                    raise field_error(["value"], "only a many-valued attribute (schema "
-                                      "cardinality many) closes one value", "value_unexpected")
-                window = current(timeline(versions.get((req.entity, req.predicate), [])), now)
-            if window is None:
-                raise NotFound("No current value of that entity and predicate to close.")
-            if req.acl is not None:
-                acl = list(normalize_acl(req.acl, ["acl"]))
-            else:
-                held = self.readable_episodes(principal, str(scope), view.segments,
-                                              [e for e, _ in window.version.cites])
-                acl = list(common_acl(held[e].acl for e, _ in window.version.cites))
-                if not acl:
-                    raise field_error(["acl"], "the closed value's episodes share no ACL "
-                                      "entry; pass acl for the reason", "acl_required")
-            commit_id = new_commit_id()
-            reason = prepare(
-                EpisodeIn(source=f"close:{req.entity}:{req.predicate}:{commit_id}",
-                          body=req.reason, occurred_at=now, about=[req.entity], acl=acl),
-                branch, now, ["reason"])
-            closure = FactRecord(
-                fact_id=fact_id(commit_id, 0), kind=CLOSURE, entity=req.entity,
-                predicate=req.predicate, value=closed, valid_from=now, valid_to=None,
-                quote=req.reason.strip(), cites=((reason.record.id, 1),),
-                written_by="posted", branch=branch,
-            )
-            entry = self._commit(scope, branch, user, "close 1 value",
-                                 [reason], [closure], commit_id)
-        return {"episode": reason.record.id, "commit": entry.commit_id,
-                "closed": window.version.fact_id, "fact": closure.fact_id}
+            while True:
+                view = View(scope, branch, self._write_view(scope, branch))
+                now = utcnow()
+                window, closed = self._closing(principal, view, req, now)
+                if req.acl is not None:
+                    acl = list(normalize_acl(req.acl, ["acl"]))
+                else:
+                    held = self.readable_episodes(principal, str(scope), view.segments,
+                                                  [e for e, _ in window.version.cites])
+                    acl = list(common_acl(held[e].acl for e, _ in window.version.cites))
+                    if not acl:
+                        raise field_error(["acl"], "the closed value's episodes share no ACL "
+                                          "entry; pass acl for the reason", "acl_required")
+                commit_id = new_commit_id()
+                reason = prepare(
+                    EpisodeIn(source=f"close:{req.entity}:{req.predicate}:{commit_id}",
+                              body=req.reason, occurred_at=now, about=[req.entity], acl=acl),
+                    branch, now, ["reason"])
+                closure = FactRecord(
+                    fact_id=fact_id(commit_id, 0), kind=CLOSURE, entity=req.entity,
+                    predicate=req.predicate, value=closed, valid_from=now, valid_to=None,
+                    quote=req.reason.strip(), cites=((reason.record.id, 1),),
+                    written_by="posted", branch=branch,
+                )
+
+                def still_current(closing: str = window.version.fact_id) -> None:
+                    """Inside the compare-and-set: the value is still the one to close. A
+                    close of another server got there first: the 404 of a second close on
+                    one server (it closed the value twice); a newer value: close that one."""
+                    segs = branch_segments(self.index, str(scope), branch)
+                    again, _ = self._closing(principal, View(scope, branch, segs), req, utcnow())
+                    if again.version.fact_id != closing:
+                        raise _ChangedMeanwhile()
+
+                try:
+                    entry = self._commit(scope, branch, user, "close 1 value",
+                                         [reason], [closure], commit_id,
+                                         recheck=still_current)
+                except _ChangedMeanwhile:
+                    continue
+                return {"episode": reason.record.id, "commit": entry.commit_id,
+                        "closed": window.version.fact_id, "fact": closure.fact_id}
+
+    def _closing(self, principal: Principal, view: View, req: CloseValue, now: datetime,
+                 ) -> tuple[Window[FactRecord], str | None]:
+        """The window a close ends (404 when none is current) and, for a many-valued
+        attribute, the value its closure names."""
+        versions = self.visible_facts(principal, view, req.entity, req.predicate)
+        schema = self.schema(view)
+        if schema is not None and schema.many(req.entity, req.predicate):
+            if req.value is None:
+                raise field_error(["value"], f"{req.predicate} is many-valued: name the "
+                                  "value to close", "value_required")
+            closed = _json_value(check_fact(schema, req.entity, req.predicate,
+                                            raw_value(req.value), []))
+            holding = current_values(versions.get((req.entity, req.predicate), []), now,
+                                     many=True)
+            window = next((w for w in holding if w.version.value == closed), None)
+        else:
+            if req.value is not None:
+                raise field_error(["value"], "only a many-valued attribute (schema "
+                                  "cardinality many) closes one value", "value_unexpected")
+            closed = None
+            window = current(timeline(versions.get((req.entity, req.predicate), [])), now)
+        if window is None:
+            raise NotFound("No current value of that entity and predicate to close.")
+        return window, closed
 
     # -- ledger and principals ------------------------------------------------------------------
     def ledger(self, view: View, limit: int, before: str | None) -> dict[str, Any]:
@@ -694,10 +717,16 @@ class MemoryService:
         ``reads`` are extraction's read marks (reads.py): rows of the same commit.
 
         ``parent`` names the row's parent instead of the chain's head (a branch's creation
-        row: the commit it forked from), asked inside each attempt like ``recheck``."""
+        row: the commit it forked from), asked inside each attempt like ``recheck``.
+
+        A commit lands only on the branch its writer found: one another server deleted (or
+        deleted and made again) before the append answers the 404 of a deleted branch. It
+        was acknowledged after the delete marker, where no read of any branch shows it."""
         self.workspaces.admit(scope, episodes, facts)  # caps, before any row is written
         now = utcnow()
         ns = str(scope)
+        # Where the branch's own chain starts (its creation marker); 0 for main.
+        found = None if kind == BRANCH else branch_segments(self.index, ns, branch)[-1].after
         # Each body once per scope: only the first episode to carry it stores the text.
         bodies: dict[str, str] = {}
         known = self.index.known_bodies(ns, {p.record.body_ref for p in episodes})
@@ -710,22 +739,28 @@ class MemoryService:
             rows.append(episode_row(p.record, p.body if first else None, commit_id, now))
         rows += [episode_row(r, None, commit_id, now, ACL_OP) for r in acl_changes or ()]
         fact_rows = [fact_row(f, commit_id, now) for f in facts]
-        event_rows = [event_row(e, commit_id) for e in events or ()]
-        read_rows = [read_row(r, commit_id) for r in reads or ()]
+        event_rows = [event_row(e, commit_id, now) for e in events or ()]
+        read_rows = [read_row(r, commit_id, now) for r in reads or ()]
         # Before anything is written: a row the read index cannot hold would stall the scope.
         refuse_nul([author, message, rows, fact_rows, event_rows, read_rows], ["body"])
-        if scope not in self._scopes_made:
-            self.tables.ensure_scope(scope)  # a scope is born inside its first commit
-            self._scopes_made.add(scope)
         snapshots: dict[str, int] = {}
-        if rows:
-            snapshots["episodes"] = self._append(scope, "episodes", arrow(EPISODES, rows))
-        if fact_rows:
-            snapshots["facts"] = self._append(scope, "facts", arrow(FACTS, fact_rows))
-        if event_rows:
-            snapshots["events"] = self._append(scope, "events", arrow(EVENTS, event_rows))
-        if read_rows:
-            snapshots["reads"] = self._append(scope, "reads", arrow(READS, read_rows))
+        try:
+            if scope not in self._scopes_made:
+                self.tables.ensure_scope(scope)  # a scope is born inside its first commit
+                self._scopes_made.add(scope)
+            if rows:
+                snapshots["episodes"] = self._append(scope, "episodes", arrow(EPISODES, rows))
+            if fact_rows:
+                snapshots["facts"] = self._append(scope, "facts", arrow(FACTS, fact_rows))
+            if event_rows:
+                snapshots["events"] = self._append(scope, "events", arrow(EVENTS, event_rows))
+            if read_rows:
+                snapshots["reads"] = self._append(scope, "reads", arrow(READS, read_rows))
+        except NoSuchTableError:
+            # Dropped under the write (it was a 500): only a workspace's tables ever are,
+            # by another server's delete or gc once the workspace is gone.
+            self.workspaces.require_live(scope)
+            raise
         if self.fault == FAULT_AFTER_ROWS:
             log.error("fault hook %s: exiting between data rows and ledger row", self.fault)
             os._exit(70)
@@ -747,6 +782,8 @@ class MemoryService:
                 log.warning("read index lost part of %s/%s's chain; rereading the ledger",
                             ns, branch)
                 self.sync.rescan_ledger(table)
+            if found is not None and branch_segments(self.index, ns, branch)[-1].after != found:
+                raise NotFound(f"No branch {branch!r} in {ns}.", details={"branch": branch})
             if recheck is not None:
                 self.sync.apply_pending(scope)  # the scope's rows up to this snapshot
                 recheck()
@@ -781,6 +818,7 @@ class MemoryService:
                 listener(ns, branch)
             except Exception:  # the commit stands; the listener catches up on its next pass
                 log.exception("after-commit listener failed for %s/%s", ns, branch)
+        self.workspaces.landed(scope)  # after the listeners: they fill the search index
         # Upkeep after the commit is durable and visible: amortised, never fails the write.
         for name in snapshots:
             tidy(self.tables, scope.namespace, name, self.protected)
@@ -793,7 +831,8 @@ class MemoryService:
 
         def attempt() -> int:
             table = self.tables.scope_table(scope, name)
-            assert table is not None  # ensure_scope ran
+            if table is None:
+                raise NoSuchTableError(f"Table does not exist: {scope.namespace}.{name}")
             return self.tables.append(table, rows)
 
         return until_won(attempt, self.backoff)[0]
@@ -801,6 +840,10 @@ class MemoryService:
 
 class _HeldMeanwhile(Exception):
     """Another commit wrote one of a write's new episode ids after it was classified."""
+
+
+class _ChangedMeanwhile(Exception):
+    """Another commit changed the value a close was about to end: plan the close again."""
 
 
 def _conflict(conflicts: list[dict[str, Any]], batch: bool) -> Conflict:

@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -324,16 +324,45 @@ def _held_commit(svc: MemoryService, scope: object, branch: object,
     return str(view.scope), view.branch, head.commit_id
 
 
+def _take(svc: MemoryService, hold_of: Callable[[], Hold]) -> Hold:
+    """A new hold whose every head a read can use once its row is written: a hold taken
+    during a branch delete holds the branch (the delete is 409) or finds it gone (a pin
+    404, a snapshot without it). Without this both answered, and the hold held a deleted
+    branch. A delete checks holds inside its ledger compare-and-set, under the process's
+    write lock and the ledger's turn (tables.Turn, every server's): taken here too, they
+    keep any server's delete from checking and landing while the heads are read and the
+    row written. A turn not had within its wait is gone without (it never blocks for
+    long), so the heads are read once more after the write; a hold found holding a
+    deleted branch is released and taken again."""
+    with svc._write_lock, svc.tables.ledger_turn.hold():
+        while True:
+            hold = svc.holds.write(hold_of())
+            if all(_readable(svc, key, commit) for key, commit in hold.heads.items()):
+                return hold
+            svc.holds.write(replace(hold, released=True, updated_at=utcnow()))
+
+
+def _readable(svc: MemoryService, key: str, commit: str) -> bool:
+    scope, branch = split_key(key)
+    try:
+        svc.view(scope, branch, commit)
+    except NotFound:
+        return False
+    return True
+
+
 def create_pin(svc: MemoryService, user: str, scope: object, branch: object,
                at_commit: str | None, ttl: timedelta) -> dict[str, Any]:
     require_id(user, ["user"], "user id")
-    with svc._write_lock:  # see create_snapshot
+
+    def pin() -> Hold:
         scope_text, branch_name, commit = _held_commit(svc, scope, branch, at_commit)
         now = utcnow()
-        hold = Hold(id=new_id(PIN), kind=PIN, created_by=user, created_at=now,
-                    heads={head_key(scope_text, branch_name): commit}, expires_at=now + ttl,
-                    updated_at=now)
-        return svc.holds.write(hold).wire(now)
+        return Hold(id=new_id(PIN), kind=PIN, created_by=user, created_at=now,
+                    heads={head_key(scope_text, branch_name): commit},
+                    expires_at=now + ttl, updated_at=now)
+
+    return _take(svc, pin).wire(utcnow())
 
 
 def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta) -> dict[str, Any]:
@@ -373,41 +402,35 @@ def create_snapshot(svc: MemoryService, user: str, heads: dict[str, str] | Itera
     nothing to read. Heads given as ``{"<scope>@<branch>": commit}`` are checked like
     ``at_commit`` (404 for a commit not on that scope and branch)."""
     require_id(user, ["user"], "user id")
-    # Heads are read and the hold written under the write lock a branch delete takes for
-    # its held-check and commit: otherwise a delete checking between the two found no hold
-    # and went through, and the hold promised reads of a branch that was gone.
-    with svc._write_lock:
-        return _snapshot(svc, user, heads, workspace_id)
 
+    def snapshot() -> Hold:
+        found: dict[str, str] = {}
+        if isinstance(heads, dict):
+            for key, commit in heads.items():
+                scope, branch = split_key(key)
+                s, b, c = _held_commit(svc, scope, branch, commit or None)
+                found[head_key(s, b)] = c
+        else:
+            for each in heads:
+                try:
+                    s, b, c = _held_commit(svc, str(each), MAIN, None)
+                except Conflict:
+                    if workspace_id is not None:
+                        continue
+                    raise
+                found[head_key(s, b)] = c
+                # Every live branch of the scope too: a read of any of them is held.
+                for name, marker in sorted(svc.index.markers(s).items()):
+                    if marker.kind == BRANCH:
+                        found[head_key(s, name)] = _held_commit(svc, s, name, None)[2]
+        if not found:
+            raise Conflict("None of those scopes has a commit yet: there is nothing to hold.",
+                           code="NO_COMMITS")
+        now = utcnow()
+        return Hold(id=new_id(SNAPSHOT), kind=SNAPSHOT, created_by=user, created_at=now,
+                    heads=found, workspace=workspace_id, updated_at=now)
 
-def _snapshot(svc: MemoryService, user: str, heads: dict[str, str] | Iterable[Scope],
-              workspace_id: str | None) -> dict[str, Any]:
-    found: dict[str, str] = {}
-    if isinstance(heads, dict):
-        for key, commit in heads.items():
-            scope, branch = split_key(key)
-            s, b, c = _held_commit(svc, scope, branch, commit or None)
-            found[head_key(s, b)] = c
-    else:
-        for each in heads:
-            try:
-                s, b, c = _held_commit(svc, str(each), MAIN, None)
-            except Conflict:
-                if workspace_id is not None:
-                    continue
-                raise
-            found[head_key(s, b)] = c
-            # Every live branch of the scope too: a read of any of them is held.
-            for name, marker in sorted(svc.index.markers(s).items()):
-                if marker.kind == BRANCH:
-                    found[head_key(s, name)] = _held_commit(svc, s, name, None)[2]
-    if not found:
-        raise Conflict("None of those scopes has a commit yet: there is nothing to hold.",
-                       code="NO_COMMITS")
-    now = utcnow()
-    hold = Hold(id=new_id(SNAPSHOT), kind=SNAPSHOT, created_by=user, created_at=now,
-                heads=found, workspace=workspace_id, updated_at=now)
-    return svc.holds.write(hold).wire(now)
+    return _take(svc, snapshot).wire(utcnow())
 
 
 def read_view(svc: MemoryService, scope: object, branch: object = None,

@@ -119,13 +119,14 @@ READS = pa.schema([
     ("commit_id", pa.string()), ("branch", pa.string()), ("episode", pa.string()),
     ("key", pa.string()), ("model", pa.string()), ("schema", pa.string()),
     ("facts", pa.int32()), ("rejected", pa.string()), ("read_at", TS),
+    ("written_at", TS),  # read_at is not when the row was written: a merge copies marks
 ])
 
 EVENTS = pa.schema([
     ("commit_id", pa.string()), ("branch", pa.string()), ("id", pa.string()),
     ("subject", pa.string()), ("kind", pa.string()), ("user", pa.string()),
     ("acl", pa.list_(pa.string())), ("reward", pa.float64()), ("data", pa.string()),
-    ("at", TS),
+    ("at", TS), ("written_at", TS),
 ])
 
 HOLDS = pa.schema([
@@ -278,8 +279,9 @@ class Turn:
     ``flock`` on a file beside a SQLite catalog, a session advisory lock on PostgreSQL
     (nothing for an in-memory catalog, which one process holds).
 
-    Turns only save wasted work; they decide nothing. Two are taken (service.py,
-    maintenance.py):
+    Turns mostly save wasted work: a holder gives up after its wait and goes ahead, so
+    nothing may rely on one alone. Two are taken (service.py, maintenance.py; the ledger's
+    also by a new pin or snapshot, snapshots.py, which checks its heads again after):
 
     - ``ledger``: one ledger appender at a time. The ledger's compare-and-set keeps each
       history one chain, but an attempt that loses it has already done all its work

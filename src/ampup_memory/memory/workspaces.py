@@ -423,6 +423,20 @@ class Workspaces:
             return {s for s in conn.execute(select(ledger_t.c.scope).distinct().where(
                 ledger_t.c.scope.startswith(prefix, autoescape=True))).scalars()}
 
+    def landed(self, scope: Scope) -> None:
+        """After a commit to ``scope`` is in the ledger and the indexes: a workspace that
+        stopped being live meanwhile (another server deleted it while this write ran) may
+        have been dropped before the commit filled the indexes again. Its rows go once
+        more and the write answers ``WORKSPACE_GONE``, as one that began after the delete
+        does; the drop (or the next gc pass) removes the tables."""
+        if not is_workspace_org(scope.org):
+            return
+        ws = self.all().get(scope.org)
+        if ws is not None and ws.live(utcnow()):
+            return
+        self._forget_rows(scope)
+        raise gone(scope.org)
+
     def _drop_scope(self, scope: Scope) -> None:
         """Tables and files, then read-index rows, then search rows: each idempotent."""
         ns = scope.namespace
@@ -437,14 +451,18 @@ class Workspaces:
             pass
         self._remove_folder(ns)
         self.scopes_made.discard(scope)
-        # Its commits stay in the ledger (ids, authors, counts: no content), as a deleted
-        # branch's do; the index mirrors the ledger, so only the scope's rows go.
+        self._forget_rows(scope)
+        log.info("dropped workspace scope %s", scope)
+
+    def _forget_rows(self, scope: Scope) -> None:
+        """The scope's read-index rows, then its search rows. Its commits stay in the
+        ledger (ids, authors, counts: no content), as a deleted branch's do; the index
+        mirrors the ledger, so only the scope's rows go."""
         with self.index.engine.begin() as conn:
             for t in (episodes_t, acl_t, bodies_t, facts_t, cites_t, events_t, reads_t):
                 conn.execute(delete(t).where(t.c.scope == str(scope)))
         for listener in self.dropped:
             listener(str(scope))
-        log.info("dropped workspace scope %s", scope)
 
     def _purge(self, namespace: str, name: str) -> None:
         self.tables.forget(namespace, name)

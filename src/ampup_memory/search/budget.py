@@ -95,7 +95,11 @@ class Remembered(Generic[_Key]):
 class RecentCounts:
     """Postings counts remembered for ``seconds``: a common word's count is a walk of up
     to `POSTINGS_BUDGET` rows, and the budget needs only its order of magnitude, which a
-    minute of writes barely moves. `clear` forgets them (after this process's writes)."""
+    minute of writes barely moves. `clear` forgets them (after this process's writes).
+
+    A zero is never remembered: `affordable_terms` drops a word no row holds, so a
+    remembered zero left out of the keyword pass, for a minute, the first rows to hold it
+    that another server (or, for the cell store, this one) had just written."""
 
     def __init__(self, seconds: float, kept: int = 10_000) -> None:
         self.seconds = seconds
@@ -120,6 +124,8 @@ class RecentCounts:
         return found[0]
 
     def put(self, key: Hashable, n: int) -> None:
+        if n <= 0:
+            return
         with self._lock:
             if len(self._counts) >= self.kept:
                 self._counts.clear()

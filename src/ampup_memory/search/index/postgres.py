@@ -13,10 +13,11 @@ FTS5's ``bm25()`` nothing here needs a table per scope (tests/test_scope_isolati
 The postings budget (`search/budget.py`) is the SQLite index's: the same terms are kept
 for the same rows, and an over-budget pass ranks the same newest matches. Counts are per
 (scope, branch) space and remembered for a minute (`RecentCounts`; this process's writes
-forget them). Every row keeps the seq of the commit that put it in its space (a fact's
-``commit_seq``, a passage's ``seq``: its episode's, as on SQLite), so a held search
-(``upto``) counts and cuts the rows up to that commit and a view segment's candidate
-list is bounded to its commits (``seqs``).
+forget them, and a zero is never kept: a word another server just wrote counts at once).
+Every row keeps the seq of the commit that put it in its space (a fact's ``commit_seq``,
+a passage's ``seq``: its episode's, as on SQLite), so a held search (``upto``) counts and
+cuts the rows up to that commit and a view segment's candidate list is bounded to its
+commits (``seqs``).
 
 An index made before passage rows kept a seq is emptied when it is opened (`_migrate`)
 and refills from the store, as SQLite's index does on a layout change: the index holds
