@@ -267,8 +267,8 @@ class Settings(BaseSettings):
         ge=0,
         le=64,
         validation_alias=_env("AMPUP_MEMORY_RERANK_THREADS"),
-        description="CPU threads one reranking may use; 0: onnxruntime's choice (the "
-        "machine's cores).",
+        description="CPU threads the reranker scores passages on, one passage per thread "
+        "at a time (shared by concurrent queries); 0: the cores this process may use.",
     )
     mcp_agent_id: str | None = Field(
         default=None,
