@@ -243,8 +243,8 @@ class Settings(BaseSettings):
         "`find: passages`) and fact search (`POST /search`): `minilm-l12` (the "
         "cross-encoder ms-marco-MiniLM-L-12-v2, int8 ONNX, offline; the `rerank` extra) "
         "reorders the hybrid ranking's top results below its first. Better evidence in the "
-        "top 5, at a cost of about a second or more of CPU per passage query "
-        "(docs/search.md). A request's `rerank: false` skips it.",
+        "top 5, at a cost of about a second of CPU per passage query, half a second on "
+        "two cores (docs/search.md). A request's `rerank: false` skips it.",
     )
     rerank_top: int = Field(
         default=50,
