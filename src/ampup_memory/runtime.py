@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ampup_memory.amp.reembed import Progress, ensure_embedding_model
+from ampup_memory.amp.reembed import ensure_embedding_model
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore
 from ampup_memory.amp.store.registry import open_store
 from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.memory.service import MemoryService
+from ampup_memory.progress import Progress
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings, ensure_home
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ampup_memory.amp.store.base import CellStore
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.progress import Progress
 from ampup_memory.search.embed import Embedder, ModelInfo, model_info
 
 log = logging.getLogger("ampup_memory.amp")
@@ -33,8 +34,6 @@ LEASE_TTL_SECONDS = 120.0
 WAIT_POLL_SECONDS = 0.5
 BATCH = 256
 LOG_EVERY = 5000
-
-Progress = Callable[[int, int], None]  # (cells done, cells in the store)
 
 
 @dataclass(frozen=True)

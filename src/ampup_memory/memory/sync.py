@@ -27,6 +27,7 @@ from ampup_memory.memory.reads import read_from_row
 from ampup_memory.memory.rows import ACL_OP, episode_from_row, fact_from_row
 from ampup_memory.memory.scopes import Scope, valid_name
 from ampup_memory.memory.tables import MemoryTables, at_least, is_in
+from ampup_memory.progress import Progress, ticker
 
 SKEW = timedelta(minutes=10)
 IN_FILTER_MAX = 200  # more pending commits than this: one full scan beats a huge IN list
@@ -177,7 +178,7 @@ class Sync:
             if valid_name(org) and valid_name(team):
                 self.apply_pending(Scope(org, team))
 
-    def rebuild(self, progress: Callable[[int, int], None] | None = None) -> int:
+    def rebuild(self, progress: Progress | None = None) -> int:
         """Recreate the index from the tables alone; returns the commits applied.
         ``progress`` is told (commits applied, commits in all) as it goes."""
         with self._lock:
@@ -187,16 +188,7 @@ class Sync:
             work = [(scope, pending) for scope in self.tables.scopes()
                     if (pending := self.index.pending(str(scope)))]
             total = sum(len(pending) for _, pending in work)
-            done = 0
-
-            def applied() -> None:
-                nonlocal done
-                done += 1
-                if progress is not None:
-                    progress(done, total)
-
-            if progress is not None:
-                progress(0, total)
+            applied = ticker(progress, total)
             for scope, pending in work:
                 self._apply(scope, pending, applied)
             self.principal("-")

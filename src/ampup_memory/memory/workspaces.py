@@ -63,6 +63,7 @@ from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope
 from ampup_memory.memory.sync import Sync
 from ampup_memory.memory.tables import SCOPE_TABLES, WORKSPACES, MemoryTables, arrow
 from ampup_memory.memory.warehouse import namespace_location, remove_tree
+from ampup_memory.progress import Progress, ticker
 from ampup_memory.timefmt import TTL_PATTERN, parse_ttl, utc_text
 from ampup_memory.web.body import JsonInt
 
@@ -342,7 +343,7 @@ class Workspaces:
         return {"id": ws.id, "deleted": True, "dropped": True, "scopes": scopes}
 
     def gc_if_free(self, holder: str, lease: timedelta | None = None,
-                   progress: Callable[[int, int], None] | None = None,
+                   progress: Progress | None = None,
                    ) -> dict[str, Any] | None:
         """The timer's and the CLI's pass: None when maintenance (or a backup) holds the
         lease; it comes again on the next pass. ``progress``: see `gc`."""
@@ -350,7 +351,7 @@ class Workspaces:
             return self.gc(progress=progress) if held else None
 
     def gc(self, now: datetime | None = None,
-           progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+           progress: Progress | None = None) -> dict[str, Any]:
         """Drop every expired or deleted workspace not dropped yet, and any namespace of the
         reserved pattern without a live workspace (a crash, or a write of another server
         racing a drop). The caller holds the maintenance lease. ``progress`` is told
@@ -368,16 +369,7 @@ class Workspaces:
                      if is_workspace_org(scope.org) and scope.org not in gone
                      and ((ws_of := known.get(scope.org)) is None or not ws_of.live(now))]
             total = sum(len(names) for _, names in doomed) + len(stray)
-            count = 0
-
-            def dropped_one() -> None:
-                nonlocal count
-                count += 1
-                if progress is not None:
-                    progress(count, total)
-
-            if progress is not None:
-                progress(0, total)
+            dropped_one = ticker(progress, total)
             for ws, names in doomed:
                 scopes += self._drop(ws, "gc", names, dropped_one)
                 done.append(ws.id)
