@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args
 import click
 
 from ampup_memory.advice.cli import advice_commands
+from ampup_memory.cliutil import ctrl_c_seen, interrupted, watch_ctrl_c
 from ampup_memory.cliutil import dumps as _dumps
 from ampup_memory.cliutil import error_line as _error_line
 from ampup_memory.cliutil import fail as _fail
-from ampup_memory.cliutil import interrupted
 from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError, storage_down
 from ampup_memory.memory.branch_cli import branch_commands
 from ampup_memory.memory.cli import memory_commands
@@ -522,10 +522,11 @@ def main() -> None:
 def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
     """Run the CLI; a usage error is one line (``error: …``, exit code 2), as in
     docs/cli.md, not click's usage block."""
+    watch_ctrl_c()
     try:
         code = cli.main(args, prog_name, standalone_mode=False)
     except click.exceptions.Abort as exc:
-        if isinstance(exc.__cause__, KeyboardInterrupt):
+        if isinstance(exc.__cause__, KeyboardInterrupt) or ctrl_c_seen():
             interrupted()  # Ctrl-C: what was committed stays, the rest is not written
         _error_line("aborted")
         sys.exit(1)
@@ -539,6 +540,8 @@ def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
     except ConfigurationError as exc:  # wherever a command met it, not only at its start
         _fail(str(exc))
     except Exception as exc:
+        if ctrl_c_seen():  # a KeyboardInterrupt a library wrapped in its own error
+            interrupted()
         # A store that failed (a disk, the warehouse, a database down) is no bug: the one
         # rule the HTTP faces and the timers ask too. Anything else keeps its traceback.
         if storage_down(exc) is None:

@@ -7,7 +7,9 @@ answers `--help` without loading the server stack.
 from __future__ import annotations
 
 import json
+import signal
 import sys
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -30,6 +32,28 @@ def fail(message: str) -> NoReturn:
 
 
 INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
+_ctrl_c = threading.Event()
+
+
+def watch_ctrl_c() -> None:
+    """Remember that Ctrl-C came, then raise KeyboardInterrupt as Python's own handler does.
+    A library that calls back into Python from native code (pydantic-core serialising
+    Iceberg metadata) may wrap the KeyboardInterrupt in an error of its own: the command
+    then still ends as interrupted (``ctrl_c_seen``), not with that error's traceback.
+    Only where Python's handler is installed: ``serve`` installs its own later."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+        return
+
+    def on_sigint(signum: int, frame: object) -> None:
+        _ctrl_c.set()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+
+
+def ctrl_c_seen() -> bool:
+    return _ctrl_c.is_set()
 
 
 def interrupted(message: str = "interrupted") -> NoReturn:
