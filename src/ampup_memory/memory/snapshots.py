@@ -38,8 +38,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -172,18 +171,12 @@ class Holds:
         self._seen: int | None = None  # holds table snapshot the cache was folded at
         self._cache: dict[str, Hold] = {}
         self._lock = threading.Lock()
-        # A renew and a release of one hold each read it, then append a row built from
-        # what they read: interleaved, the later row undid the other's change (a
-        # release's row carried the expiry the renew had just replaced).
-        self._changing = threading.Lock()
-
-    @contextmanager
-    def changing(self) -> Iterator[None]:
-        """Around a read of a hold and the append of its next row (this process's
-        writers; another server's row still lands between them, which the answer of
-        ``write`` then shows)."""
-        with self._changing:
-            yield
+        # Held around a read of a hold and the append of its next row. A renew and a
+        # release of one hold each read it, then append a row built from what they read:
+        # interleaved, the later row undid the other's change (a release's row carried the
+        # expiry the renew had just replaced). This process's writers only: another
+        # server's row still lands between them, which the answer of ``write`` then shows.
+        self.changing = threading.Lock()
 
     def all(self) -> dict[str, Hold]:
         """Every hold as the table says now (one catalog lookup unless it moved)."""
@@ -368,7 +361,7 @@ def create_pin(svc: MemoryService, user: str, scope: object, branch: object,
 def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta) -> dict[str, Any]:
     """A new expiry ``ttl`` from now; only a live pin, only by its creator."""
     pin_id = check_id(pin_id, PIN, ["pin"])
-    with svc.holds.changing():
+    with svc.holds.changing:
         hold = svc.holds.live(pin_id, PIN)
         if hold.created_by != user:
             raise AccessDenied()
@@ -379,7 +372,7 @@ def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta) -> dic
 def release(svc: MemoryService, user: str, hold_id: str, kind: Kind) -> dict[str, Any]:
     """Release a pin or snapshot (by its creator); releasing it again changes nothing."""
     hold_id = check_id(hold_id, kind, [kind])
-    with svc.holds.changing():
+    with svc.holds.changing:
         hold = svc.holds.get(hold_id, kind)
         if hold.created_by != user:
             raise AccessDenied()
