@@ -54,6 +54,7 @@ from ampup_memory.errors import (
     ValidationFailed,
     field_error,
 )
+from ampup_memory.progress import Progress
 from ampup_memory.search.embed import Embedder
 from ampup_memory.search.rank import score_parts, with_decay
 from ampup_memory.search.tokenize import query_terms
@@ -376,7 +377,7 @@ class AmpService:
 
     def run_lifecycle(
         self, req: LifecycleRunRequest, wait_seconds: float = 30.0,
-        progress: Callable[[int, int], None] | None = None,
+        progress: Progress | None = None,
     ) -> LifecycleReport:
         """One pass of the engine; at most one runs at a time across all processes.
         ``progress`` is told (cells evaluated, active and stale cells) as it goes."""
@@ -402,7 +403,7 @@ class AmpService:
             return self._pass(LifecycleRunRequest())
 
     def _pass(self, req: LifecycleRunRequest,
-              progress: Callable[[int, int], None] | None = None) -> LifecycleReport:
+              progress: Progress | None = None) -> LifecycleReport:
         started = self.clock()
         now = to_utc(req.now) if req.now else started
         report = LifecycleReport()

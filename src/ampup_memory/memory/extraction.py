@@ -30,7 +30,6 @@ import logging
 import re
 import time
 from collections import Counter
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from functools import partial
@@ -53,6 +52,7 @@ from ampup_memory.memory.schemas import (
 )
 from ampup_memory.memory.scopes import parse_branch, parse_scope
 from ampup_memory.models.chat import ChatModel, ModelUnavailable
+from ampup_memory.progress import Progress
 from ampup_memory.timefmt import utc_text
 
 if TYPE_CHECKING:
@@ -229,7 +229,7 @@ class Extractor:
 
     def run(self, scope_text: str, branch_text: str | None = None, limit: int | None = None,
             batch: int = DEFAULT_BATCH,
-            progress: Callable[[int, int], None] | None = None) -> Outcome:
+            progress: Progress | None = None) -> Outcome:
         """Read up to ``limit`` pending episodes, ``batch`` per commit. Stops at the first
         model failure (the rest stay pending; the error is recorded)."""
         if self.model is None:
