@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args
 import click
 
 from ampup_memory.advice.cli import advice_commands
-from ampup_memory.cliutil import ctrl_c_seen, interrupted, watch_ctrl_c
+from ampup_memory.cliutil import ctrl_c_seen, interrupted, task_progress, watch_ctrl_c
 from ampup_memory.cliutil import dumps as _dumps
 from ampup_memory.cliutil import error_line as _error_line
 from ampup_memory.cliutil import fail as _fail
@@ -264,10 +264,9 @@ def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     rt = _runtime(settings, reembed=False)
     try:
         with _progress() as bar:
-            task = bar.add_task("evaluating cells", total=None)
             report = rt.amp.run_lifecycle(
                 LifecycleRunRequest(now=now, dry_run=dry_run),
-                progress=lambda n, total: bar.update(task, completed=n, total=total))
+                progress=task_progress(bar, "evaluating cells"))
     except AmpError as exc:
         _fail(exc.message)
     finally:
@@ -393,10 +392,9 @@ def reembed(force: bool, **kwargs: Any) -> None:
     rt = _runtime(settings, reembed=False)
     try:
         with _progress() as bar:
-            task = bar.add_task("re-embedding cells", total=rt.store.count())
             report = ensure_embedding_model(
                 rt.store, rt.embedder, force=force,
-                progress=lambda done, total: bar.update(task, completed=done, total=total),
+                progress=task_progress(bar, "re-embedding cells", rt.store.count()),
             )
     except (AmpError, ConfigurationError) as exc:
         _fail(str(exc))

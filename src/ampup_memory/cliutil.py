@@ -81,6 +81,14 @@ def progress() -> Progress:
                     TimeElapsedColumn(), console=Console(stderr=True))
 
 
+def task_progress(bar: Progress, description: str, total: int | None = None,
+                  ) -> Callable[[int, int], None]:
+    """A ``(done, total)`` callback that moves a new task of ``bar``: what the long passes
+    report (`ampup_memory.progress`), drawn."""
+    task = bar.add_task(description, total=total)
+    return lambda done, total: bar.update(task, completed=done, total=total)
+
+
 @contextmanager
 def progress_if_work(description: str) -> Iterator[Callable[[int, int], None]]:
     """A ``(done, total)`` callback that draws a bar from its first call on: for a phase

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
-from ampup_memory.cliutil import dumps, fail
+from ampup_memory.cliutil import dumps, fail, task_progress
 from ampup_memory.cliutil import progress as _progress
 from ampup_memory.errors import AmpError, ConfigurationError, ValidationFailed
 from ampup_memory.memory.acl import require_id
@@ -284,9 +284,8 @@ def memory_commands(settings_options: SettingsOptions,
 
             report: dict[str, Any] = {"tables": svc.maintain(only, grace, table_done)}
             if rebuild_index:
-                rebuilt = progress.add_task("rebuilding the read index", total=None)
                 report["index_rebuilt_commits"] = svc.sync.rebuild(
-                    lambda n, total: progress.update(rebuilt, completed=n, total=total))
+                    task_progress(progress, "rebuilding the read index"))
             click.echo(dumps(report, indent=2))
 
     @click.group("pin")

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps, progress
+from ampup_memory.cliutil import dumps, progress, task_progress
 from ampup_memory.memory.cli import SettingsOptions, _fail, _service
 from ampup_memory.settings import Settings
 
@@ -91,10 +91,9 @@ def workspace_commands(settings_options: SettingsOptions,
         settings: Settings = settings_from(kwargs)
         with _service(settings) as svc, attached_feed(settings, svc):
             with progress() as bar:
-                task = bar.add_task("dropping workspace scopes", total=None)
                 report = svc.workspaces.gc_if_free(
                     "cli-" + uuid.uuid4().hex[:12],
-                    progress=lambda n, total: bar.update(task, completed=n, total=total))
+                    progress=task_progress(bar, "dropping workspace scopes"))
             if report is None:
                 _fail("maintenance or a backup holds the lease; try again shortly")
             click.echo(dumps(report))

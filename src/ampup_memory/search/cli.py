@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps, fail, progress
+from ampup_memory.cliutil import dumps, fail, progress, task_progress
 from ampup_memory.errors import AmpError
 from ampup_memory.memory.cli import SettingsOptions, _service
 from ampup_memory.settings import Settings
@@ -59,9 +59,7 @@ def rebuild_index(settings: Settings, only: str | None = None) -> dict[str, Any]
         commits = None
         if only is None:
             with progress() as bar:
-                task = bar.add_task("rebuilding the read index", total=None)
-                commits = svc.sync.rebuild(
-                    lambda n, total: bar.update(task, completed=n, total=total))
+                commits = svc.sync.rebuild(task_progress(bar, "rebuilding the read index"))
         feed.engine.index.clear(only)
         feed.engine.ensure_model()
         with progress() as bar:
