@@ -165,3 +165,99 @@ def test_every_relative_link_to_a_page_resolves() -> None:
             if "://" not in target and not (page.parent / target).is_file():
                 broken.append(f"{page.name} -> {target}")
     assert not broken, f"links to missing pages: {broken}"
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: its text without markup, lower case, every character
+    but letters, digits, marks, '_', '-' and spaces dropped, spaces made hyphens."""
+    import re
+    import unicodedata
+
+    text = re.sub(r"!?\[([^\]]*)\]\([^)]*\)", r"\1", heading).replace("`", "").replace("*", "")
+    kept = "".join(c for c in text.lower()
+                   if c in " -" or unicodedata.category(c)[0] in "LMN"
+                   or unicodedata.category(c) == "Pc")
+    return kept.replace(" ", "-")
+
+
+def heading_anchors(text: str) -> set[str]:
+    """Every anchor a page's headings get (outside code fences); a repeated heading gets
+    -1, -2, … as GitHub numbers it."""
+    import re
+
+    seen: dict[str, int] = {}
+    anchors, fenced = set(), False
+    for line in text.splitlines():
+        if line.startswith("```"):
+            fenced = not fenced
+            continue
+        match = None if fenced else re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
+        if match:
+            anchor = github_anchor(match.group(1))
+            count = seen.get(anchor, 0)
+            seen[anchor] = count + 1
+            anchors.add(f"{anchor}-{count}" if count else anchor)
+    return anchors
+
+
+def broken_anchor_links(pages: list[Path]) -> tuple[int, list[str]]:
+    """Links of these pages to `#anchor` or `page.md#anchor` whose page has no such
+    heading: how many such links there are, and the broken ones."""
+    import re
+
+    checked, broken = 0, []
+    for page in pages:
+        text = page.read_text()
+        # Code spans and fences may show link syntax without being links.
+        prose = re.sub(r"```.*?```|`[^`\n]*`", "", text, flags=re.S)
+        for target, anchor in re.findall(r"\]\(([^)#\s]*)#([^)\s]+)\)", prose):
+            if "://" in target:
+                continue
+            linked = page if not target else page.parent / target
+            if not linked.is_file():
+                continue  # test_every_relative_link_to_a_page_resolves reports it
+            checked += 1
+            if anchor not in heading_anchors(linked.read_text()):
+                broken.append(f"{page.name} -> {target}#{anchor}")
+    return checked, broken
+
+
+def test_github_anchors_of_headings_like_ours() -> None:
+    # Slugs as GitHub renders them: punctuation dropped, each space a hyphen (so " / "
+    # leaves two), underscores kept.
+    assert github_anchor("AMP: cells over HTTP") == "amp-cells-over-http"
+    assert github_anchor("The graphs' default parameters: M 32 / efConstruction 128") == (
+        "the-graphs-default-parameters-m-32--efconstruction-128")
+    assert github_anchor("Search: retrieval quality (LongMemEval_S subset)") == (
+        "search-retrieval-quality-longmemeval_s-subset")
+    assert github_anchor("Fourth round: `benchmarks/load_bench.py`") == (
+        "fourth-round-benchmarksload_benchpy")
+    assert heading_anchors("# A\n## A\n```\n## B\n```\n") == {"a", "a-1"}
+
+
+def test_the_anchor_check_finds_a_broken_anchor(tmp_path: Path) -> None:
+    (tmp_path / "a.md").write_text("# Top\n\n## Some part (2026)\n\n[ok](#some-part-2026) "
+                                   "[gone](#some-part) [there](b.md#b-part) [not](b.md#c)\n"
+                                   "`[code](#not-a-link)`\n")
+    (tmp_path / "b.md").write_text("## B part\n")
+    checked, broken = broken_anchor_links([tmp_path / "a.md"])
+    assert checked == 4 and broken == ["a.md -> #some-part", "a.md -> b.md#c"]
+
+
+def test_every_anchor_link_in_the_docs_resolves() -> None:
+    checked, broken = broken_anchor_links([*DOCS.glob("*.md"), ROOT / "README.md"])
+    assert checked >= 100, "the summary and contents of performance.md link its sections"
+    assert not broken, f"links to headings that do not exist: {broken}"
+
+
+def test_performance_contents_lists_every_section() -> None:
+    import re
+
+    text = (DOCS / "performance.md").read_text()
+    contents = text.split("\n## Contents\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"\]\(#([^)]+)\)", contents))
+    sections = [line[3:] for line in text.splitlines()
+                if line.startswith("## ") and line not in ("## Contents",
+                                                           "## Where the targets stand")]
+    missing = [s for s in sections if github_anchor(s) not in listed]
+    assert not missing, f"sections the Contents of docs/performance.md does not list: {missing}"
