@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 
 from ampup_memory.advice import loop, procedures, runs, sessions
 from ampup_memory.auth import Authenticator
-from ampup_memory.memory.api import USER_DOC, _headers, _user, admin_author, service
+from ampup_memory.memory.api import CAP, USER_DOC, _headers, _user, admin_author, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
@@ -41,7 +41,8 @@ SessionIdP = Annotated[str, Path(max_length=64, description="A session id (ses_â
 
 
 @router.post("/runs", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 422: INVALID, 503: UNAVAILABLE}),
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 409: CAP, 422: INVALID,
+    503: UNAVAILABLE}),
              openapi_extra={**body_doc(runs.RecordRun), **USER_DOC})
 async def record_run(request: Request) -> JSONResponse:
     user = _user(request)
@@ -84,7 +85,8 @@ def get_run(request: Request, run_id: RunIdP) -> dict[str, Any]:
 
 
 @router.post("/sessions/start", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 422: INVALID, 503: UNAVAILABLE}),
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 409: CAP, 422: INVALID,
+    503: UNAVAILABLE}),
              openapi_extra={**body_doc(sessions.StartSession), **USER_DOC})
 async def start_session(request: Request) -> JSONResponse:
     user = _user(request)
@@ -151,7 +153,7 @@ async def get_advice(request: Request) -> dict[str, Any]:
 @router.put("/procedures/sources", responses=errors({
     401: "UNAUTHENTICATED: X-AmpUp-User given but not a valid user id",
     403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown scope",
-    422: INVALID, 503: UNAVAILABLE}),
+    409: CAP, 422: INVALID, 503: UNAVAILABLE}),
             openapi_extra={**body_doc(procedures.PutSources), **USER_DOC})
 async def put_procedure_sources(request: Request) -> dict[str, Any]:
     """Choose the scope's documents to compile into procedures (admin, as a schema is):

@@ -66,7 +66,11 @@ INVALID = "VALIDATION_ERROR: details.errors = [{loc, msg, type}]"
 UNAVAILABLE = "UNAVAILABLE: the ledger stayed contended; nothing was committed"
 READ_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 410: GONE_DOC, 422: INVALID,
                       503: "UNAVAILABLE: AmpUp Memory is not available in this process"})
-WRITE_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID, 503: UNAVAILABLE})
+# Every write that can add a scope, episodes, facts or body bytes to a workspace.
+CAP = ("WORKSPACE_CAP: the write would take its workspace past a cap; nothing was written "
+       "(details: workspace, cap, limit, usage, adding)")
+WRITE_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 409: CAP, 422: INVALID,
+                       503: UNAVAILABLE})
 ADMIN_ERRORS = errors({403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 422: INVALID,
                        503: "UNAVAILABLE: AmpUp Memory is not available in this process"})
 # The caller, read by the route itself (identity is checked before the body or query).
@@ -150,7 +154,7 @@ CONFLICT = "CONFLICT: an id exists with other acl/occurred_at/about/document"
 
 @router.post("/episodes", status_code=201, responses={
     200: {"description": "Already stored: nothing committed (created: false)"},
-    **WRITE_ERRORS, **errors({409: CONFLICT})},
+    **WRITE_ERRORS, **errors({409: f"{CONFLICT}; {CAP}"})},
              openapi_extra={**body_doc(WriteEpisode), **USER_DOC})
 async def write_episode(request: Request) -> JSONResponse:
     user = _user(request)
@@ -162,7 +166,8 @@ async def write_episode(request: Request) -> JSONResponse:
 
 @router.post("/episodes/batch", status_code=201, responses={
     200: {"description": "Nothing new: commit is null"},
-    **WRITE_ERRORS, **errors({409: CONFLICT + "; details.conflicts = [{index, id, fields}]"})},
+    **WRITE_ERRORS, **errors({
+        409: f"{CONFLICT}; details.conflicts = [{{index, id, fields}}]; {CAP}"})},
              openapi_extra={**body_doc(WriteBatch), **USER_DOC})
 async def write_batch(request: Request) -> JSONResponse:
     user = _user(request)
@@ -219,7 +224,8 @@ async def document(request: Request) -> dict[str, Any]:
     return await run_in_threadpool(run)
 
 
-@router.post("/facts", status_code=201, responses=WRITE_ERRORS,
+@router.post("/facts", status_code=201, responses={**WRITE_ERRORS, **errors({
+    409: f"SCHEMA_CHANGED: the scope's schema changed under the write; {CAP}"})},
              openapi_extra={**body_doc(PostFact), **USER_DOC})
 async def post_fact(request: Request) -> JSONResponse:
     user = _user(request)
@@ -228,7 +234,8 @@ async def post_fact(request: Request) -> JSONResponse:
     return JSONResponse({"id": fid, "commit": entry.commit_id}, status_code=201)
 
 
-@router.post("/facts/batch", status_code=201, responses=WRITE_ERRORS,
+@router.post("/facts/batch", status_code=201, responses={**WRITE_ERRORS, **errors({
+    409: f"SCHEMA_CHANGED: the scope's schema changed under the write; {CAP}"})},
              openapi_extra={**body_doc(PostFacts), **USER_DOC})
 async def post_facts(request: Request) -> JSONResponse:
     user = _user(request)
@@ -259,7 +266,7 @@ def get_facts(
 
 @router.post("/close", status_code=201, responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no current value to close; unknown branch",
-    422: INVALID, 503: UNAVAILABLE}), openapi_extra={**body_doc(CloseValue), **USER_DOC})
+    409: CAP, 422: INVALID, 503: UNAVAILABLE}), openapi_extra={**body_doc(CloseValue), **USER_DOC})
 async def close_value(request: Request) -> JSONResponse:
     user = _user(request)
     req = parse_body(CloseValue, await request.body())

@@ -10,6 +10,7 @@ from starlette.responses import JSONResponse
 
 from ampup_memory.memory import branches
 from ampup_memory.memory.api import (
+    CAP,
     INVALID,
     UNAUTHENTICATED,
     UNAVAILABLE,
@@ -66,7 +67,7 @@ async def delete_branch(request: Request, name: NamePath, scope: ScopeQ) -> dict
 @router.post("/merge", responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch",
     409: "MERGE_CONFLICT: details.conflicts = [{entity, predicate, base, ours, theirs}]; "
-    "nothing was written", 422: INVALID, 503: UNAVAILABLE}),
+    f"nothing was written; {CAP}", 422: INVALID, 503: UNAVAILABLE}),
     openapi_extra={**body_doc(MergeRequest), **USER_DOC})
 async def merge(request: Request) -> dict[str, Any]:
     user = _user(request)

@@ -16,6 +16,7 @@ from pydantic import WithJsonSchema
 from ampup_memory.auth import Authenticator
 from ampup_memory.errors import field_error
 from ampup_memory.memory.api import (
+    CAP,
     INVALID,
     UNAUTHENTICATED,
     USER_DOC,
@@ -39,7 +40,7 @@ NamePart = Annotated[str, Path(max_length=64, description="Org or team name.")]
 @router.put("/schemas/{org}/{team}", responses=errors({
     401: "UNAUTHENTICATED: X-AmpUp-User names no valid user id",
     403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown branch",
-    409: "CONFLICT: the ledger moved under the write; retry",
+    409: f"CONFLICT: the ledger moved under the write; retry; {CAP}",
     422: INVALID + " (schema_invalid names the first problem)", 503: UNAVAILABLE}),
     openapi_extra={**body_doc(PutSchema), **USER_DOC})
 async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[str, Any]:
