@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
@@ -140,6 +140,12 @@ def _user(request: Request) -> str:
     return memory_user(auth, _headers(request))
 
 
+# A dependency, not a call in the body, for every route with a query or path: FastAPI
+# resolves dependencies before it validates them, so a request without a caller is 401
+# even when its query or path is invalid (as `amp.api.CallerDep` does for AMP).
+UserDep = Annotated[str, Depends(_user)]
+
+
 # Scope, branch and commit are checked by the service (after identity, `scope_invalid`);
 # the schema publishes the same patterns.
 ScopeQ = Annotated[ScopeText, Query()]
@@ -182,10 +188,10 @@ async def write_batch(request: Request) -> JSONResponse:
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown or unreadable episode (one answer), "
     "unknown branch, at_commit, pin or snapshot", 410: GONE_DOC, 422: INVALID,
     503: UNAVAILABLE}), openapi_extra=USER_DOC)
-def get_episode(request: Request, episode_id: EpisodeIdP, scope: ScopeQ, branch: BranchQ = None,
+def get_episode(request: Request, user: UserDep,
+                episode_id: EpisodeIdP, scope: ScopeQ, branch: BranchQ = None,
                 at_commit: AtCommitQ = None, pin: PinQ = None,
                 snapshot: SnapshotQ = None) -> dict[str, Any]:
-    user = _user(request)
     svc = service(request)
     return svc.get_episode(user, episode_id,
                            read_view(svc, scope, branch, at_commit, pin, snapshot))
@@ -195,8 +201,7 @@ def get_episode(request: Request, episode_id: EpisodeIdP, scope: ScopeQ, branch:
     401: UNAUTHENTICATED, 403: "ACCESS_DENIED: neither the episode's author nor admin",
     404: "NOT_FOUND: unknown or unreadable episode, unknown branch", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra={**body_doc(ChangeAcl), **USER_DOC})
-async def change_acl(request: Request, episode_id: EpisodeIdP) -> dict[str, Any]:
-    user = _user(request)
+async def change_acl(request: Request, user: UserDep, episode_id: EpisodeIdP) -> dict[str, Any]:
     req = parse_body(ChangeAcl, await request.body())
     result: dict[str, Any] = await run_in_threadpool(
         service(request).change_acl, user, req, episode_id, is_admin(request))
@@ -247,7 +252,7 @@ async def post_facts(request: Request) -> JSONResponse:
 
 @router.get("/facts", responses=READ_ERRORS, openapi_extra=USER_DOC)
 def get_facts(
-    request: Request,
+    request: Request, user: UserDep,
     scope: ScopeQ,
     entity: Annotated[str, Query(min_length=1, max_length=MAX_ENTITY)],
     predicate: Annotated[str | None, Query(max_length=128)] = None,
@@ -258,7 +263,6 @@ def get_facts(
     pin: PinQ = None,
     snapshot: SnapshotQ = None,
 ) -> dict[str, Any]:
-    user = _user(request)
     svc = service(request)
     view = read_view(svc, scope, branch, at_commit, pin, snapshot)
     return {"facts": svc.get_facts(user, view, entity, predicate, as_of, history)}
@@ -275,12 +279,11 @@ async def close_value(request: Request) -> JSONResponse:
 
 
 @router.get("/ledger", responses=READ_ERRORS, openapi_extra=USER_DOC)
-def ledger(request: Request, scope: ScopeQ, branch: BranchQ = None,
+def ledger(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = None,
            limit: Annotated[int, Query(ge=1, le=1000)] = 50,
            before: Annotated[CommitText | None,
                              Query(description="Commit id: page before it.")] = None,
            pin: PinQ = None, snapshot: SnapshotQ = None) -> dict[str, Any]:
-    _user(request)
     svc = service(request)
     return svc.ledger(read_view(svc, scope, branch, None, pin, snapshot), limit, before)
 

@@ -16,6 +16,7 @@ from ampup_memory.memory.api import (
     UNAVAILABLE,
     USER_DOC,
     ScopeQ,
+    UserDep,
     _user,
     is_admin,
     service,
@@ -47,8 +48,7 @@ async def create_branch(request: Request) -> JSONResponse:
 @router.get("/branches", responses=errors({
     401: UNAUTHENTICATED, 404: "WORKSPACE_GONE: the scope's workspace is not live",
     422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
-def list_branches(request: Request, scope: ScopeQ) -> dict[str, Any]:
-    _user(request)
+def list_branches(request: Request, user: UserDep, scope: ScopeQ) -> dict[str, Any]:
     return branches.list_branches(service(request), scope)
 
 
@@ -57,8 +57,8 @@ def list_branches(request: Request, scope: ScopeQ) -> dict[str, Any]:
     404: "NOT_FOUND: no such branch",
     409: "BRANCH_PROTECTED (main), BRANCH_HAS_CHILDREN or BRANCH_HELD",
     422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
-async def delete_branch(request: Request, name: NamePath, scope: ScopeQ) -> dict[str, Any]:
-    user = _user(request)
+async def delete_branch(request: Request, user: UserDep,
+                        name: NamePath, scope: ScopeQ) -> dict[str, Any]:
     result: dict[str, Any] = await run_in_threadpool(
         branches.delete, service(request), user, scope, name, is_admin(request))
     return result

@@ -22,6 +22,7 @@ from ampup_memory.memory.api import (
     USER_DOC,
     AtCommitQ,
     BranchQ,
+    UserDep,
     _headers,
     _user,
     admin_author,
@@ -59,14 +60,13 @@ async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[st
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra=USER_DOC)
 def read_schema(
-    request: Request, org: NamePart, team: NamePart, branch: BranchQ = None,
+    request: Request, user: UserDep, org: NamePart, team: NamePart, branch: BranchQ = None,
     at_commit: AtCommitQ = None,
     as_of: Annotated[str | None, Query(description="Valid time; default now."),
                      WithJsonSchema({"type": "string", "format": "date-time"})] = None,
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
 ) -> dict[str, Any]:
     """The schema in force (``schema: null`` when the scope has none)."""
-    _user(request)
     at = None
     if as_of is not None:  # strictly RFC 3339 with an offset (a bare number is not a time)
         try:
