@@ -22,15 +22,17 @@ from ampup_memory.memory.api import (
     service,
 )
 from ampup_memory.memory.branches import CreateBranch, MergeRequest
-from ampup_memory.memory.scopes import BRANCH_SCHEMA
+from ampup_memory.memory.scopes import BRANCH_RE, BRANCH_SCHEMA
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 
 router = APIRouter(tags=["branches"])
 
-NamePath = Annotated[str, Path(json_schema_extra={k: v for k, v in BRANCH_SCHEMA.items()
-                                                  if k != "description"},
-                               description="Branch name (may hold '/').")]
+# The name of a branch that exists: an empty one (`DELETE /branches/`) names none, though
+# an empty `branch` elsewhere reads main.
+NamePath = Annotated[str, Path(min_length=1, json_schema_extra={
+    **{k: v for k, v in BRANCH_SCHEMA.items() if k != "description"},
+    "pattern": BRANCH_RE.pattern}, description="Branch name (may hold '/').")]
 
 
 
