@@ -233,6 +233,9 @@ def test_delete_frees_the_name_and_keeps_the_ledger(m: Memory) -> None:
     assert [c["kind"] for c in ledger] == ["branch", "delete", "commit", "branch"]
     assert code(m.http.delete("/branches/main", params={"scope": scope})) == (
         409, "BRANCH_PROTECTED")
+    # No name is no branch: it was read as main (409 "Branch 'main' cannot be deleted").
+    assert code(m.http.delete("/branches/", params={"scope": scope})) == (
+        422, "VALIDATION_ERROR")
 
 
 @pytest.mark.parametrize("name", ["..", "a/", "/a", "a//b", "A", "a\x00b", "x" * 600,

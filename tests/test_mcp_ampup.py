@@ -400,6 +400,33 @@ async def test_errors_are_one_line_tool_errors(server: ServerProcess) -> None:
     assert "scope" in bad_scope and "as_of" in bad_time
 
 
+async def test_a_bad_argument_is_named_as_the_tool_names_it(server: ServerProcess) -> None:
+    # docs/mcp.md: `Invalid request: <field>: <problem>`, the tool's own argument name.
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        no_query = await refused(alice, "search_memory", scope=scope, query="")
+        no_limit = await refused(alice, "query_memory", scope=scope, query="x", limit=0)
+    assert no_query.startswith("Invalid request: query: "), no_query
+    assert no_limit.startswith("Invalid request: limit: "), no_limit
+
+
+async def test_remember_memory_refuses_an_empty_acl_as_post_episodes_does(
+        server: ServerProcess) -> None:
+    # An empty list is not "no acl": POST /episodes and the other tools refuse it, and
+    # storing the note as private instead would silently ignore what the caller sent.
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        empty = await refused(alice, "remember_memory", scope=scope, text="a note", acl=[])
+        record = await refused(alice, "record_run", scope=scope, task="t", acl=[])
+    assert empty.startswith("Invalid request: acl: "), empty
+    assert empty == record
+    with rest(server, "alice") as http:
+        assert http.get("/episodes", params={"scope": scope}).json()["total"] == 0
+        refused_too = http.post("/episodes", json={"scope": scope, "source": "slack:c/1",
+                                                   "body": "a note", "acl": []})
+    assert refused_too.status_code == 422
+
+
 # ---- stdio -----------------------------------------------------------------------------
 
 

@@ -388,3 +388,33 @@ def test_an_invalid_user_id_is_401_on_every_route(m: Memory, user: str) -> None:
         assert r.status_code == 401, (method, path, r.text)
         assert r.json()["error"]["code"] == "UNAUTHENTICATED", (method, path, r.text)
         assert "user id" in r.json()["error"]["message"]
+
+
+def test_no_caller_is_401_before_an_invalid_query_or_path(m: Memory) -> None:
+    """docs/api.md: identity is checked before anything else, so a request without a
+    caller is 401 even when its query or path is invalid (here: the one check FastAPI
+    runs on it, before the route's own code)."""
+    calls = [
+        "/episodes?scope=a/b&limit=0", "/episodes?scope=a/b&after=zz", "/episodes",
+        "/entities?scope=a/b&limit=0", "/entities?scope=a/b&after=",
+        "/facts?scope=a/b", "/facts?scope=a/b&entity=e&history=maybe",
+        "/facts?scope=a/b&entity=e&as_of=soon", f"/episodes/{'a' * 64}",
+        "/ledger?scope=a/b&limit=0", "/runs?scope=a/b&before=zz", "/runs?scope=a/b&limit=0",
+        f"/runs/run_{'0' * 61}", f"/sessions/ses_{'0' * 61}", "/situations", "/notes",
+        "/procedures", "/extraction/status", "/branches", "/workspaces?all=maybe",
+        f"/workspaces/ws_{'0' * 62}", f"/pin/pin_{'0' * 61}", f"/snapshots/snap_{'0' * 60}",
+        "/schemas/a/b?history=maybe",
+    ]
+    for path in calls:
+        r = httpx.get(m.url + path, timeout=30)
+        assert (r.status_code, r.json()["error"]["code"]) == (401, "MISSING_USER"), \
+            (path, r.text)
+    for method, path in (("DELETE", "/branches/b"), ("DELETE", f"/pin/pin_{'0' * 61}"),
+                         ("DELETE", f"/snapshots/snap_{'0' * 60}"),
+                         ("DELETE", f"/workspaces/ws_{'0' * 62}"),
+                         ("POST", f"/pin/pin_{'0' * 61}/renew"),
+                         ("POST", f"/workspaces/ws_{'0' * 62}/renew"),
+                         ("POST", f"/workspaces/ws_{'0' * 62}/snapshots")):
+        r = httpx.request(method, m.url + path, timeout=30)
+        assert (r.status_code, r.json()["error"]["code"]) == (401, "MISSING_USER"), \
+            (method, path, r.text)

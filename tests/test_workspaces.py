@@ -20,6 +20,7 @@ from sqlalchemy import create_engine, text
 from ampup_memory.errors import ValidationFailed
 from ampup_memory.memory.tables import CATALOG_NAME, SCOPE_TABLES, sqlalchemy_url
 from ampup_memory.timefmt import parse_ttl
+from tests.conftest import ADMIN_TOKEN as SERVER_ADMIN_TOKEN
 from tests.memory_support import (
     ADMIN_TOKEN,
     BACKENDS,
@@ -34,7 +35,7 @@ from tests.memory_support import (
     start,
     wait_until_lease_free,
 )
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, plain_client
 
 ADMIN = {"X-AMP-Admin-Token": ADMIN_TOKEN}
 # The scope's rows; its commits stay in the ledger (and mem_ledger mirrors the ledger).
@@ -242,6 +243,57 @@ def test_each_cap_refuses_and_writes_nothing(
     _refused(m, home, env, f"{org}/two", m.write(f"{org}/two", "hello"), "scopes", 1, 1)
     assert f"{org}__two" not in namespaces(home, env)
     assert m.write(f"{org}/one", "hello more").status_code == 201  # its own scope still takes
+
+
+def test_every_write_a_cap_refuses_publishes_its_409(server: ServerProcess) -> None:
+    """docs/api.md: the OpenAPI schema lists every status each route answers. Each write
+    below answers 409 WORKSPACE_CAP over HTTP; the served schema must say so for it."""
+    user = {"X-AmpUp-User": "capper"}
+    with plain_client(base_url=server.url, headers=user, timeout=60) as http:
+        def workspace(**caps: int) -> str:
+            r = http.post("/workspaces", json={"name": "caps", "ttl": "1h", "caps": caps})
+            assert r.status_code == 201, r.text
+            return str(r.json()["id"])
+
+        full = workspace(scopes=1)  # one scope written: any other scope of it is refused
+        assert http.post("/episodes", json={"scope": f"{full}/one", "source": "doc:a",
+                                            "body": "hello", "acl": ["*"]}).status_code == 201
+        new = f"{full}/two"
+        facts_full = workspace(facts=1)  # one fact written, on main and a branch
+        scope = f"{facts_full}/one"
+        ep = http.post("/episodes", json={"scope": scope, "source": "doc:a", "body": "hello",
+                                          "acl": ["*"]}).json()["id"]
+        assert http.post("/branches", json={"scope": scope, "name": "b"}).status_code == 201
+        fact = {"entity": "acme", "predicate": "stage", "value": "a", "quote": "hello",
+                "cites": [{"episode": ep, "unit": 1}]}
+        assert http.post("/facts", json={"scope": scope, "branch": "b",
+                                         **fact}).status_code == 201
+        admin = {"X-AMP-Admin-Token": SERVER_ADMIN_TOKEN}
+        writes = [
+            ("post", "/episodes", {"scope": new, "source": "doc:a", "body": "x", "acl": ["*"]}),
+            ("post", "/episodes/batch", {"scope": new, "episodes": [
+                {"source": "doc:a", "body": "x", "acl": ["*"]}]}),
+            ("post", "/facts", {"scope": scope, **fact}),
+            ("post", "/facts/batch", {"scope": scope, "facts": [fact]}),
+            ("post", "/close", {"scope": scope, "branch": "b", "entity": "acme",
+                                "predicate": "stage", "reason": "off"}),
+            ("post", "/merge", {"scope": scope, "from": "b"}),
+            ("post", "/runs", {"scope": new, "task": "t"}),
+            ("post", "/sessions/start", {"scope": new}),
+            ("put", "/procedures/sources", {"scope": new, "documents": ["d"]}),
+            ("put", "/schemas/{org}/{team}", {"builtin": "sales"}),
+        ]
+        published = http.get("/openapi.json").json()["paths"]
+        missing = []
+        for method, path, body in writes:
+            url = path.replace("{org}/{team}", new)
+            r = http.request(method.upper(), url, json=body, headers=admin)
+            assert (r.status_code, r.json()["error"]["code"]) == (409, "WORKSPACE_CAP"), \
+                (path, r.text)
+            said = published[path][method]["responses"].get("409", {}).get("description", "")
+            if "WORKSPACE_CAP" not in said:
+                missing.append(f"{method.upper()} {path}")
+    assert missing == []
 
 
 # -- time to live -------------------------------------------------------------------------------

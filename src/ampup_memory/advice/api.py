@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 
 from ampup_memory.advice import loop, procedures, runs, sessions
 from ampup_memory.auth import Authenticator
-from ampup_memory.memory.api import USER_DOC, _headers, _user, admin_author, service
+from ampup_memory.memory.api import CAP, USER_DOC, UserDep, _headers, _user, admin_author, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
@@ -41,7 +41,8 @@ SessionIdP = Annotated[str, Path(max_length=64, description="A session id (ses_â
 
 
 @router.post("/runs", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 422: INVALID, 503: UNAVAILABLE}),
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 409: CAP, 422: INVALID,
+    503: UNAVAILABLE}),
              openapi_extra={**body_doc(runs.RecordRun), **USER_DOC})
 async def record_run(request: Request) -> JSONResponse:
     user = _user(request)
@@ -63,7 +64,7 @@ async def reward_run(request: Request) -> JSONResponse:
 @router.get("/runs", responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 422: INVALID}),
             openapi_extra=USER_DOC)
-def list_runs(request: Request, scope: Annotated[ScopeText, Query()],
+def list_runs(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
               branch: Annotated[BranchText | None, Query()] = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 50,
               before: Annotated[str | None, Query(
@@ -71,20 +72,19 @@ def list_runs(request: Request, scope: Annotated[ScopeText, Query()],
                   description="Run id (`next_before` of the page before): page before it."
               )] = None,
               ) -> dict[str, Any]:
-    user = _user(request)
     return runs.list_runs(service(request), user, scope, branch, limit, before)
 
 
 @router.get(RUN_PATH, responses=errors({401: UNAUTHENTICATED, 404: NOT_FOUND_RUN,
                                         422: INVALID}),
             openapi_extra=USER_DOC)
-def get_run(request: Request, run_id: RunIdP) -> dict[str, Any]:
-    user = _user(request)
+def get_run(request: Request, user: UserDep, run_id: RunIdP) -> dict[str, Any]:
     return runs.get_run(service(request), user, run_id)
 
 
 @router.post("/sessions/start", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 422: INVALID, 503: UNAVAILABLE}),
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 409: CAP, 422: INVALID,
+    503: UNAVAILABLE}),
              openapi_extra={**body_doc(sessions.StartSession), **USER_DOC})
 async def start_session(request: Request) -> JSONResponse:
     user = _user(request)
@@ -106,30 +106,28 @@ async def end_session(request: Request) -> dict[str, Any]:
 
 @router.get(SESSION_PATH, responses=errors({
     401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 422: INVALID}), openapi_extra=USER_DOC)
-def get_session(request: Request, session_id: SessionIdP) -> dict[str, Any]:
-    user = _user(request)
+def get_session(request: Request, user: UserDep, session_id: SessionIdP) -> dict[str, Any]:
     return sessions.get_session(service(request), user, session_id)
 
 
 @router.get("/situations", responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID}),
             openapi_extra=USER_DOC)
-def list_situations(request: Request, scope: Annotated[ScopeText, Query()]) -> dict[str, Any]:
+def list_situations(request: Request, user: UserDep,
+                    scope: Annotated[ScopeText, Query()]) -> dict[str, Any]:
     """The scope's situation map (latest version); member lists show only the runs and
     sessions you may read."""
-    user = _user(request)
     return loop.list_situations(service(request), user, scope)
 
 
 @router.get("/notes", responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID}),
             openapi_extra=USER_DOC)
-def list_notes(request: Request, scope: Annotated[ScopeText, Query()],
+def list_notes(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
                situation: Annotated[str | None, Query(max_length=64)] = None,
                ) -> dict[str, Any]:
     """The scope's notes (of one situation), each with its state, evidence counters and
     history; sources show only the runs and sessions you may read."""
-    user = _user(request)
     return loop.list_notes(service(request), user, scope, situation)
 
 
@@ -151,7 +149,7 @@ async def get_advice(request: Request) -> dict[str, Any]:
 @router.put("/procedures/sources", responses=errors({
     401: "UNAUTHENTICATED: X-AmpUp-User given but not a valid user id",
     403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown scope",
-    422: INVALID, 503: UNAVAILABLE}),
+    409: CAP, 422: INVALID, 503: UNAVAILABLE}),
             openapi_extra={**body_doc(procedures.PutSources), **USER_DOC})
 async def put_procedure_sources(request: Request) -> dict[str, Any]:
     """Choose the scope's documents to compile into procedures (admin, as a schema is):
@@ -169,8 +167,8 @@ async def put_procedure_sources(request: Request) -> dict[str, Any]:
 @router.get("/procedures", responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID}),
             openapi_extra=USER_DOC)
-def list_procedures(request: Request, scope: Annotated[ScopeText, Query()]) -> dict[str, Any]:
+def list_procedures(request: Request, user: UserDep,
+                    scope: Annotated[ScopeText, Query()]) -> dict[str, Any]:
     """The scope's compiled procedures, each with its AIP step graph; sources show only
     the episodes you may read."""
-    user = _user(request)
     return loop.list_procedures(service(request), user, scope)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
@@ -66,7 +66,11 @@ INVALID = "VALIDATION_ERROR: details.errors = [{loc, msg, type}]"
 UNAVAILABLE = "UNAVAILABLE: the ledger stayed contended; nothing was committed"
 READ_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 410: GONE_DOC, 422: INVALID,
                       503: "UNAVAILABLE: AmpUp Memory is not available in this process"})
-WRITE_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID, 503: UNAVAILABLE})
+# Every write that can add a scope, episodes, facts or body bytes to a workspace.
+CAP = ("WORKSPACE_CAP: the write would take its workspace past a cap; nothing was written "
+       "(details: workspace, cap, limit, usage, adding)")
+WRITE_ERRORS = errors({401: UNAUTHENTICATED, 404: NOT_FOUND, 409: CAP, 422: INVALID,
+                       503: UNAVAILABLE})
 ADMIN_ERRORS = errors({403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 422: INVALID,
                        503: "UNAVAILABLE: AmpUp Memory is not available in this process"})
 # The caller, read by the route itself (identity is checked before the body or query).
@@ -136,6 +140,12 @@ def _user(request: Request) -> str:
     return memory_user(auth, _headers(request))
 
 
+# A dependency, not a call in the body, for every route with a query or path: FastAPI
+# resolves dependencies before it validates them, so a request without a caller is 401
+# even when its query or path is invalid (as `amp.api.CallerDep` does for AMP).
+UserDep = Annotated[str, Depends(_user)]
+
+
 # Scope, branch and commit are checked by the service (after identity, `scope_invalid`);
 # the schema publishes the same patterns.
 ScopeQ = Annotated[ScopeText, Query()]
@@ -150,7 +160,7 @@ CONFLICT = "CONFLICT: an id exists with other acl/occurred_at/about/document"
 
 @router.post("/episodes", status_code=201, responses={
     200: {"description": "Already stored: nothing committed (created: false)"},
-    **WRITE_ERRORS, **errors({409: CONFLICT})},
+    **WRITE_ERRORS, **errors({409: f"{CONFLICT}; {CAP}"})},
              openapi_extra={**body_doc(WriteEpisode), **USER_DOC})
 async def write_episode(request: Request) -> JSONResponse:
     user = _user(request)
@@ -162,7 +172,8 @@ async def write_episode(request: Request) -> JSONResponse:
 
 @router.post("/episodes/batch", status_code=201, responses={
     200: {"description": "Nothing new: commit is null"},
-    **WRITE_ERRORS, **errors({409: CONFLICT + "; details.conflicts = [{index, id, fields}]"})},
+    **WRITE_ERRORS, **errors({
+        409: f"{CONFLICT}; details.conflicts = [{{index, id, fields}}]; {CAP}"})},
              openapi_extra={**body_doc(WriteBatch), **USER_DOC})
 async def write_batch(request: Request) -> JSONResponse:
     user = _user(request)
@@ -177,10 +188,10 @@ async def write_batch(request: Request) -> JSONResponse:
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown or unreadable episode (one answer), "
     "unknown branch, at_commit, pin or snapshot", 410: GONE_DOC, 422: INVALID,
     503: UNAVAILABLE}), openapi_extra=USER_DOC)
-def get_episode(request: Request, episode_id: EpisodeIdP, scope: ScopeQ, branch: BranchQ = None,
+def get_episode(request: Request, user: UserDep,
+                episode_id: EpisodeIdP, scope: ScopeQ, branch: BranchQ = None,
                 at_commit: AtCommitQ = None, pin: PinQ = None,
                 snapshot: SnapshotQ = None) -> dict[str, Any]:
-    user = _user(request)
     svc = service(request)
     return svc.get_episode(user, episode_id,
                            read_view(svc, scope, branch, at_commit, pin, snapshot))
@@ -190,8 +201,7 @@ def get_episode(request: Request, episode_id: EpisodeIdP, scope: ScopeQ, branch:
     401: UNAUTHENTICATED, 403: "ACCESS_DENIED: neither the episode's author nor admin",
     404: "NOT_FOUND: unknown or unreadable episode, unknown branch", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra={**body_doc(ChangeAcl), **USER_DOC})
-async def change_acl(request: Request, episode_id: EpisodeIdP) -> dict[str, Any]:
-    user = _user(request)
+async def change_acl(request: Request, user: UserDep, episode_id: EpisodeIdP) -> dict[str, Any]:
     req = parse_body(ChangeAcl, await request.body())
     result: dict[str, Any] = await run_in_threadpool(
         service(request).change_acl, user, req, episode_id, is_admin(request))
@@ -219,7 +229,8 @@ async def document(request: Request) -> dict[str, Any]:
     return await run_in_threadpool(run)
 
 
-@router.post("/facts", status_code=201, responses=WRITE_ERRORS,
+@router.post("/facts", status_code=201, responses={**WRITE_ERRORS, **errors({
+    409: f"SCHEMA_CHANGED: the scope's schema changed under the write; {CAP}"})},
              openapi_extra={**body_doc(PostFact), **USER_DOC})
 async def post_fact(request: Request) -> JSONResponse:
     user = _user(request)
@@ -228,7 +239,8 @@ async def post_fact(request: Request) -> JSONResponse:
     return JSONResponse({"id": fid, "commit": entry.commit_id}, status_code=201)
 
 
-@router.post("/facts/batch", status_code=201, responses=WRITE_ERRORS,
+@router.post("/facts/batch", status_code=201, responses={**WRITE_ERRORS, **errors({
+    409: f"SCHEMA_CHANGED: the scope's schema changed under the write; {CAP}"})},
              openapi_extra={**body_doc(PostFacts), **USER_DOC})
 async def post_facts(request: Request) -> JSONResponse:
     user = _user(request)
@@ -240,7 +252,7 @@ async def post_facts(request: Request) -> JSONResponse:
 
 @router.get("/facts", responses=READ_ERRORS, openapi_extra=USER_DOC)
 def get_facts(
-    request: Request,
+    request: Request, user: UserDep,
     scope: ScopeQ,
     entity: Annotated[str, Query(min_length=1, max_length=MAX_ENTITY)],
     predicate: Annotated[str | None, Query(max_length=128)] = None,
@@ -251,7 +263,6 @@ def get_facts(
     pin: PinQ = None,
     snapshot: SnapshotQ = None,
 ) -> dict[str, Any]:
-    user = _user(request)
     svc = service(request)
     view = read_view(svc, scope, branch, at_commit, pin, snapshot)
     return {"facts": svc.get_facts(user, view, entity, predicate, as_of, history)}
@@ -259,7 +270,7 @@ def get_facts(
 
 @router.post("/close", status_code=201, responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no current value to close; unknown branch",
-    422: INVALID, 503: UNAVAILABLE}), openapi_extra={**body_doc(CloseValue), **USER_DOC})
+    409: CAP, 422: INVALID, 503: UNAVAILABLE}), openapi_extra={**body_doc(CloseValue), **USER_DOC})
 async def close_value(request: Request) -> JSONResponse:
     user = _user(request)
     req = parse_body(CloseValue, await request.body())
@@ -268,12 +279,11 @@ async def close_value(request: Request) -> JSONResponse:
 
 
 @router.get("/ledger", responses=READ_ERRORS, openapi_extra=USER_DOC)
-def ledger(request: Request, scope: ScopeQ, branch: BranchQ = None,
+def ledger(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = None,
            limit: Annotated[int, Query(ge=1, le=1000)] = 50,
            before: Annotated[CommitText | None,
                              Query(description="Commit id: page before it.")] = None,
            pin: PinQ = None, snapshot: SnapshotQ = None) -> dict[str, Any]:
-    _user(request)
     svc = service(request)
     return svc.ledger(read_view(svc, scope, branch, None, pin, snapshot), limit, before)
 

@@ -10,25 +10,29 @@ from starlette.responses import JSONResponse
 
 from ampup_memory.memory import branches
 from ampup_memory.memory.api import (
+    CAP,
     INVALID,
     UNAUTHENTICATED,
     UNAVAILABLE,
     USER_DOC,
     ScopeQ,
+    UserDep,
     _user,
     is_admin,
     service,
 )
 from ampup_memory.memory.branches import CreateBranch, MergeRequest
-from ampup_memory.memory.scopes import BRANCH_SCHEMA
+from ampup_memory.memory.scopes import BRANCH_RE, BRANCH_SCHEMA
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 
 router = APIRouter(tags=["branches"])
 
-NamePath = Annotated[str, Path(json_schema_extra={k: v for k, v in BRANCH_SCHEMA.items()
-                                                  if k != "description"},
-                               description="Branch name (may hold '/').")]
+# The name of a branch that exists: an empty one (`DELETE /branches/`) names none, though
+# an empty `branch` elsewhere reads main.
+NamePath = Annotated[str, Path(min_length=1, json_schema_extra={
+    **{k: v for k, v in BRANCH_SCHEMA.items() if k != "description"},
+    "pattern": BRANCH_RE.pattern}, description="Branch name (may hold '/').")]
 
 
 
@@ -46,8 +50,7 @@ async def create_branch(request: Request) -> JSONResponse:
 @router.get("/branches", responses=errors({
     401: UNAUTHENTICATED, 404: "WORKSPACE_GONE: the scope's workspace is not live",
     422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
-def list_branches(request: Request, scope: ScopeQ) -> dict[str, Any]:
-    _user(request)
+def list_branches(request: Request, user: UserDep, scope: ScopeQ) -> dict[str, Any]:
     return branches.list_branches(service(request), scope)
 
 
@@ -56,8 +59,8 @@ def list_branches(request: Request, scope: ScopeQ) -> dict[str, Any]:
     404: "NOT_FOUND: no such branch",
     409: "BRANCH_PROTECTED (main), BRANCH_HAS_CHILDREN or BRANCH_HELD",
     422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
-async def delete_branch(request: Request, name: NamePath, scope: ScopeQ) -> dict[str, Any]:
-    user = _user(request)
+async def delete_branch(request: Request, user: UserDep,
+                        name: NamePath, scope: ScopeQ) -> dict[str, Any]:
     result: dict[str, Any] = await run_in_threadpool(
         branches.delete, service(request), user, scope, name, is_admin(request))
     return result
@@ -66,7 +69,7 @@ async def delete_branch(request: Request, name: NamePath, scope: ScopeQ) -> dict
 @router.post("/merge", responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch",
     409: "MERGE_CONFLICT: details.conflicts = [{entity, predicate, base, ours, theirs}]; "
-    "nothing was written", 422: INVALID, 503: UNAVAILABLE}),
+    f"nothing was written; {CAP}", 422: INVALID, 503: UNAVAILABLE}),
     openapi_extra={**body_doc(MergeRequest), **USER_DOC})
 async def merge(request: Request) -> dict[str, Any]:
     user = _user(request)

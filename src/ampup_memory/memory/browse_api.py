@@ -17,6 +17,7 @@ from ampup_memory.memory.api import (
     PinQ,
     ScopeQ,
     SnapshotQ,
+    UserDep,
     _user,
     service,
 )
@@ -39,28 +40,26 @@ def list_scopes(request: Request) -> dict[str, Any]:
 
 
 @router.get("/episodes", responses=READ_ERRORS, openapi_extra=USER_DOC)
-def list_episodes(request: Request, scope: ScopeQ, branch: BranchQ = None,
+def list_episodes(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = None,
                   at_commit: AtCommitQ = None, pin: PinQ = None, snapshot: SnapshotQ = None,
                   limit: LimitQ = 50,
                   after: Annotated[str | None, Query(
                       pattern=EPISODE_ID_PATTERN,
                       description="Episode id: the page after it (next_after).")] = None,
                   ) -> dict[str, Any]:
-    user = _user(request)
     svc = service(request)
     view = read_view(svc, scope, branch, at_commit, pin, snapshot)
     return browse.episodes(svc, user, view, limit, after)
 
 
 @router.get("/entities", responses=READ_ERRORS, openapi_extra=USER_DOC)
-def list_entities(request: Request, scope: ScopeQ, branch: BranchQ = None,
+def list_entities(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = None,
                   at_commit: AtCommitQ = None, pin: PinQ = None, snapshot: SnapshotQ = None,
                   limit: LimitQ = 50,
                   after: Annotated[str | None, Query(
                       min_length=1, max_length=MAX_ENTITY,
                       description="Entity: the page after it (next_after).")] = None,
                   ) -> dict[str, Any]:
-    user = _user(request)
     svc = service(request)
     view = read_view(svc, scope, branch, at_commit, pin, snapshot)
     return browse.entities(svc, user, view, limit, after)

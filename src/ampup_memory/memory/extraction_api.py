@@ -11,7 +11,7 @@ from ampup_memory.memory.api import (
     USER_DOC,
     BranchQ,
     ScopeQ,
-    _user,
+    UserDep,
     service,
 )
 from ampup_memory.memory.extraction import extractor
@@ -20,12 +20,12 @@ router = APIRouter(tags=["extraction"])
 
 
 @router.get("/extraction/status", responses=READ_ERRORS, openapi_extra=USER_DOC)
-def extraction_status(request: Request, scope: ScopeQ, branch: BranchQ = None,
+def extraction_status(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = None,
                       ) -> dict[str, Any]:
     """Episodes pending and read by the extract model with the scope's schema version,
     facts written, candidates rejected by reason, the last model error, and the model
     (``"no model configured"`` when there is none: then nothing runs). Every count covers
     only the episodes the caller may read."""
     svc = service(request)
-    principal = svc.principal(_user(request))
+    principal = svc.principal(user)
     return extractor(svc, request.app.state.settings).status(scope, branch, principal)

@@ -39,8 +39,8 @@ def remember_memory(svc: MemoryService, caller: Caller, *, scope: str, text: str
     try:
         req = build(
             WriteEpisode, scope=scope, branch=branch, source=f"{NOTE_PREFIX}{user}:{source}",
-            body=text, acl=acl or own_acl(user), about=about, occurred_at=occurred_at,
-            document=document)
+            body=text, acl=own_acl(user) if acl is None else acl, about=about,
+            occurred_at=occurred_at, document=document)
     except ValidationFailed as exc:
         # The episode's ``body`` is this tool's ``text``: name the argument the caller gave.
         for err in exc.details["errors"]:

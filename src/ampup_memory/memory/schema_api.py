@@ -16,11 +16,13 @@ from pydantic import WithJsonSchema
 from ampup_memory.auth import Authenticator
 from ampup_memory.errors import field_error
 from ampup_memory.memory.api import (
+    CAP,
     INVALID,
     UNAUTHENTICATED,
     USER_DOC,
     AtCommitQ,
     BranchQ,
+    UserDep,
     _headers,
     _user,
     admin_author,
@@ -39,7 +41,7 @@ NamePart = Annotated[str, Path(max_length=64, description="Org or team name.")]
 @router.put("/schemas/{org}/{team}", responses=errors({
     401: "UNAUTHENTICATED: X-AmpUp-User names no valid user id",
     403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown branch",
-    409: "CONFLICT: the ledger moved under the write; retry",
+    409: f"CONFLICT: the ledger moved under the write; retry; {CAP}",
     422: INVALID + " (schema_invalid names the first problem)", 503: UNAVAILABLE}),
     openapi_extra={**body_doc(PutSchema), **USER_DOC})
 async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[str, Any]:
@@ -58,14 +60,13 @@ async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[st
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra=USER_DOC)
 def read_schema(
-    request: Request, org: NamePart, team: NamePart, branch: BranchQ = None,
+    request: Request, user: UserDep, org: NamePart, team: NamePart, branch: BranchQ = None,
     at_commit: AtCommitQ = None,
     as_of: Annotated[str | None, Query(description="Valid time; default now."),
                      WithJsonSchema({"type": "string", "format": "date-time"})] = None,
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
 ) -> dict[str, Any]:
     """The schema in force (``schema: null`` when the scope has none)."""
-    _user(request)
     at = None
     if as_of is not None:  # strictly RFC 3339 with an offset (a bare number is not a time)
         try:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
 
 from ampup_memory.memory import snapshots as holds
-from ampup_memory.memory.api import USER_DOC, _user, service
+from ampup_memory.memory.api import USER_DOC, UserDep, _user, service
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_scope
 from ampup_memory.timefmt import TTL_PATTERN, parse_ttl
@@ -81,8 +81,7 @@ async def create_pin(request: Request) -> JSONResponse:
 @router.get("/pin/{pin_id}", responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no such pin", 422: INVALID, 503: UNAVAILABLE}),
             openapi_extra=USER_DOC)
-def show_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
-    _user(request)
+def show_pin(request: Request, user: UserDep, pin_id: PinP) -> dict[str, Any]:
     return holds.show(service(request), pin_id, holds.PIN)
 
 
@@ -90,8 +89,7 @@ def show_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
     401: UNAUTHENTICATED, 403: "ACCESS_DENIED: not the pin's creator",
     404: "NOT_FOUND: no such pin", 410: GONE, 422: INVALID, 503: UNAVAILABLE}),
              openapi_extra={**body_doc(RenewRequest), **USER_DOC})
-async def renew_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
-    user = _user(request)
+async def renew_pin(request: Request, user: UserDep, pin_id: PinP) -> dict[str, Any]:
     req = parse_body(RenewRequest, await request.body())
     ttl = parse_ttl(req.ttl, ["ttl"])
     answer: dict[str, Any] = await run_in_threadpool(holds.renew_pin, service(request), user,
@@ -102,8 +100,7 @@ async def renew_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
 @router.delete("/pin/{pin_id}", responses=errors({
     401: UNAUTHENTICATED, 403: "ACCESS_DENIED: not the pin's creator",
     404: "NOT_FOUND: no such pin", 422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
-async def release_pin(request: Request, pin_id: PinP) -> dict[str, Any]:
-    user = _user(request)
+async def release_pin(request: Request, user: UserDep, pin_id: PinP) -> dict[str, Any]:
     answer: dict[str, Any] = await run_in_threadpool(holds.release, service(request), user,
                                                      pin_id, holds.PIN)
     return answer
@@ -126,10 +123,9 @@ async def create_snapshot(request: Request) -> JSONResponse:
     409: "NO_COMMITS: no scope of the workspace has a commit yet", 422: INVALID,
     503: UNAVAILABLE}),
              openapi_extra=USER_DOC)
-async def snapshot_workspace(request: Request,
+async def snapshot_workspace(request: Request, user: UserDep,
                              workspace_id: Annotated[str, Path(max_length=64)],
                              ) -> JSONResponse:
-    user = _user(request)
     svc = service(request)
 
     def run() -> dict[str, Any]:
@@ -142,8 +138,7 @@ async def snapshot_workspace(request: Request,
 @router.get("/snapshots/{snapshot_id}", responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no such snapshot", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra=USER_DOC)
-def show_snapshot(request: Request, snapshot_id: SnapshotP) -> dict[str, Any]:
-    _user(request)
+def show_snapshot(request: Request, user: UserDep, snapshot_id: SnapshotP) -> dict[str, Any]:
     return holds.show(service(request), snapshot_id, holds.SNAPSHOT)
 
 
@@ -151,8 +146,8 @@ def show_snapshot(request: Request, snapshot_id: SnapshotP) -> dict[str, Any]:
     401: UNAUTHENTICATED, 403: "ACCESS_DENIED: not the snapshot's creator",
     404: "NOT_FOUND: no such snapshot", 422: INVALID, 503: UNAVAILABLE}),
                openapi_extra=USER_DOC)
-async def release_snapshot(request: Request, snapshot_id: SnapshotP) -> dict[str, Any]:
-    user = _user(request)
+async def release_snapshot(request: Request, user: UserDep,
+                           snapshot_id: SnapshotP) -> dict[str, Any]:
     answer: dict[str, Any] = await run_in_threadpool(holds.release, service(request), user,
                                                      snapshot_id, holds.SNAPSHOT)
     return answer

@@ -18,6 +18,7 @@ from ampup_memory.memory.api import (
     INVALID,
     UNAUTHENTICATED,
     USER_DOC,
+    UserDep,
     _user,
     is_admin,
     service,
@@ -49,11 +50,10 @@ async def create_workspace(request: Request) -> JSONResponse:
 @router.get("/workspaces", responses=errors({401: UNAUTHENTICATED, 422: INVALID,
                                              503: UNAVAILABLE}), openapi_extra=USER_DOC)
 def list_workspaces(
-    request: Request,
+    request: Request, user: UserDep,
     all_users: Annotated[bool, Query(alias="all", description=(
         "Admin only: every user's live workspaces."))] = False,
 ) -> dict[str, Any]:
-    user = _user(request)
     admin_all = all_users and is_admin(request)
     return {"workspaces": service(request).workspaces.listing(user, admin_all)}
 
@@ -61,17 +61,16 @@ def list_workspaces(
 @router.get("/workspaces/{workspace_id}", responses=errors({
     401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID, 503: UNAVAILABLE}),
     openapi_extra=USER_DOC)
-def get_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
-    user = _user(request)
+def get_workspace(request: Request, user: UserDep, workspace_id: WorkspaceId) -> dict[str, Any]:
     return service(request).workspaces.show(user, workspace_id, is_admin(request))
 
 
 @router.post("/workspaces/{workspace_id}/renew", responses=errors({
     401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID + " (bad ttl)", 503: UNAVAILABLE}),
     openapi_extra={**body_doc(RenewRequest), **USER_DOC})
-async def renew_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
+async def renew_workspace(request: Request, user: UserDep,
+                          workspace_id: WorkspaceId) -> dict[str, Any]:
     """A new expiry: ``ttl`` from now (as on create). Its creator or an admin."""
-    user = _user(request)
     req = parse_body(RenewRequest, await request.body())
     ttl = parse_ttl(req.ttl, ["ttl"])
     result: dict[str, Any] = await run_in_threadpool(
@@ -82,8 +81,8 @@ async def renew_workspace(request: Request, workspace_id: WorkspaceId) -> dict[s
 @router.delete("/workspaces/{workspace_id}", responses=errors({
     401: UNAUTHENTICATED, 404: NOT_FOUND, 422: INVALID, 503: UNAVAILABLE}),
     openapi_extra=USER_DOC)
-async def delete_workspace(request: Request, workspace_id: WorkspaceId) -> dict[str, Any]:
-    user = _user(request)
+async def delete_workspace(request: Request, user: UserDep,
+                           workspace_id: WorkspaceId) -> dict[str, Any]:
     admin = is_admin(request)
     result: dict[str, Any] = await run_in_threadpool(
         service(request).workspaces.delete, user, workspace_id, admin)

@@ -37,7 +37,7 @@ def search_memory(
             "snapshot": snapshot,
         })
     except ValidationError as exc:
-        raise validation_errors(exc, ("arguments",)) from exc
+        raise validation_errors(exc, ()) from exc
     answer = service.search(user, req)
     assert isinstance(answer, str)
     return answer
@@ -63,5 +63,5 @@ def query_memory(
             "branch": branch, "at_commit": at_commit, "pin": pin, "snapshot": snapshot,
         })
     except ValidationError as exc:
-        raise validation_errors(exc, ("arguments",)) from exc
+        raise validation_errors(exc, ()) from exc
     return service.query(user, req)
