@@ -418,3 +418,16 @@ def test_no_caller_is_401_before_an_invalid_query_or_path(m: Memory) -> None:
         r = httpx.request(method, m.url + path, timeout=30)
         assert (r.status_code, r.json()["error"]["code"]) == (401, "MISSING_USER"), \
             (method, path, r.text)
+
+
+def test_an_empty_paging_cursor_names_nothing(m: Memory) -> None:
+    """An empty `before` on /ledger is refused like a garbage one, not read as absent
+    (an empty `after` on /episodes or `before` on /runs is a 422 too)."""
+    scope = new_scope()
+    _ok(m.write(scope, "one"))
+    for path in (f"/ledger?scope={scope}&before=", f"/ledger?scope={scope}&before=zz",
+                 f"/episodes?scope={scope}&after=", f"/runs?scope={scope}&before="):
+        r = m.http.get(path)
+        assert (r.status_code, r.json()["error"]["code"]) == (422, "VALIDATION_ERROR"), \
+            (path, r.text)
+    assert m.http.get(f"/ledger?scope={scope}").status_code == 200

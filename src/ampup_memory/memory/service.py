@@ -625,7 +625,8 @@ class MemoryService:
     # -- ledger and principals ------------------------------------------------------------------
     def ledger(self, view: View, limit: int, before: str | None) -> dict[str, Any]:
         before_seq = None
-        if before:
+        # An empty `before` names no commit (422), as an empty `after` on /episodes does.
+        if before is not None:
             entry = self.index.entry(before)
             if entry is None or entry.scope != str(view.scope) or entry.branch != view.branch:
                 raise field_error(["before"], "no such commit on this scope and branch")
