@@ -501,6 +501,31 @@ async def test_keys_on_the_keys_user_acts_over_http_and_stdio(tmp_path: Path) ->
     assert desk["source"] == "mcp:remember_memory:dave:chat"
 
 
+async def test_stdio_a_key_revoked_while_running_refuses_every_tool(tmp_path: Path) -> None:
+    """docs/security-model.md: a revocation counts on the next request. The stdio process
+    checked its key once at start for the AMP tools (which kept storing after a revoke)
+    while the AmpUp tools checked it per call: one process, two answers."""
+    key = make_key(tmp_path, "agent_desk", "dave")
+    listing = subprocess.run([sys.executable, "-m", "ampup_memory.cli", "keys", "list", "--json"],
+                             env={**os.environ, "AMPUP_MEMORY_HOME": str(tmp_path)},
+                             capture_output=True, text=True, timeout=120)
+    key_id = json.loads(listing.stdout.splitlines()[-1])["key_id"]
+    scope = new_scope()
+    async with stdio_as(tmp_path, None, {"AMP_REQUIRE_KEYS": "true",
+                                         "AMP_MCP_API_KEY": key}) as client:
+        await remember(client, scope=scope, text=NOTE)
+        await ok(client, "amp_remember", content="before", owner_id="user_1")
+        revoked = subprocess.run(
+            [sys.executable, "-m", "ampup_memory.cli", "keys", "revoke", key_id],
+            env={**os.environ, "AMPUP_MEMORY_HOME": str(tmp_path)},
+            capture_output=True, text=True, timeout=120)
+        assert revoked.returncode == 0, revoked.stderr
+        refusals = [await refused(client, "amp_remember", content="after", owner_id="user_1"),
+                    await refused(client, "amp_list_memories", owner_id="user_1"),
+                    await refused(client, "remember_memory", scope=scope, text="after")]
+    assert set(refusals) == {"A valid API key for this agent is required."}
+
+
 async def test_a_table_storage_failure_is_the_rest_routes_503_as_a_tool_error(
         tmp_path: Path) -> None:
     """The warehouse gone under a running server (an OSError from pyarrow, as an S3 store

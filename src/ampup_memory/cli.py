@@ -230,12 +230,12 @@ def mcp(**kwargs: Any) -> None:
     rt = _runtime(settings)
     try:
         try:
-            caller = stdio_caller(rt)
+            stdio_caller(rt)  # a bad key stops the process here; calls check it again
         except (AmpError, ConfigurationError) as exc:
             _fail(f"cannot act as {settings.mcp_agent_id!r}: {exc}"
                   + (" (keys are required: set AMP_MCP_API_KEY to this agent's key)"
                      if settings.require_keys else ""))
-        anyio.run(serve_stdio, rt, caller)
+        anyio.run(serve_stdio, rt)
     finally:
         rt.close()
 

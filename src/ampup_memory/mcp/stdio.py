@@ -2,7 +2,9 @@
 
 The process opens the store itself (the same store `serve` uses) and acts as
 ``AMP_MCP_AGENT_ID``, as the reference does. When keys are required it must also hold
-that agent's key (``AMP_MCP_API_KEY``), checked once at start with the same rule as HTTP.
+that agent's key (``AMP_MCP_API_KEY``), checked at start (a bad key stops it there) and
+again on every tool call, with the same rule as HTTP: a key revoked or expired while
+the process runs refuses the next call, as it does on the REST routes.
 AmpUp Memory's tools act for a user: the key's bound user when keys are required, else
 ``AMPUP_MEMORY_MCP_USER`` — the same rule as the REST routes, fed from settings instead of
 headers. Without one those tools refuse each call; the AMP tools still work.
@@ -50,9 +52,13 @@ def stdio_caller(runtime: Runtime) -> Caller:
     return runtime.auth.caller(stdio_headers(runtime))
 
 
-def fixed_identity(caller: Caller) -> IdentityResolver:
+def settings_identity(runtime: Runtime) -> IdentityResolver:
+    """The configured agent, verified again per call: the key store is the source of truth
+    for revocation and expiry, and a desktop process may run for days."""
+    headers = stdio_headers(runtime)
+
     def resolve(ctx: ToolContext) -> Caller:
-        return caller
+        return runtime.auth.caller(headers)
 
     return resolve
 
@@ -93,10 +99,10 @@ class LazySearch:
                 self._opened = None
 
 
-async def serve_stdio(runtime: Runtime, caller: Caller) -> None:
+async def serve_stdio(runtime: Runtime) -> None:
     search = LazySearch(runtime)
     try:
-        server = build_server(runtime, fixed_identity(caller), user=settings_user(runtime),
+        server = build_server(runtime, settings_identity(runtime), user=settings_user(runtime),
                               search=search)
         await server.run_stdio_async()
     finally:
