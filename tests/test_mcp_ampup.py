@@ -39,7 +39,7 @@ from ampup_memory.search.index.registry import open_index
 from ampup_memory.settings import Settings
 from tests.conftest import ADMIN_TOKEN
 from tests.server_process import ServerProcess, plain_client
-from tests.test_mcp import http_client_for, ok, refused
+from tests.test_mcp import ADVICE_TOOLS, http_client_for, ok, refused
 
 AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "branch_memory",
                "merge_memory", "search_memory",
@@ -459,6 +459,50 @@ async def test_stdio_acts_for_the_configured_user(tmp_path: Path) -> None:
         stored = await ok(client, "amp_remember", content="still works", owner_id="user_1")
     assert "AMPUP_MEMORY_MCP_USER" in refusal and "\n" not in refusal
     assert stored.startswith("Memory stored: ")
+
+
+FILLED = {"scope": "acme/team_1", "text": "t", "task": "t", "reason": "r", "entity": "e",
+          "predicate": "p", "name": "n", "source": "s", "transcript": "t", "outcome": "o",
+          "query": "q", "reward": 0.5, "run": "run_01ARZ3NDEKTSV4RRFFQ69G5FAV",
+          "session": "ses_01ARZ3NDEKTSV4RRFFQ69G5FAV"}
+
+
+def _text_args(schema: dict[str, Any]) -> list[tuple[str, bool]]:
+    """The free-text arguments of a tool's input schema: (name, is a list of strings)."""
+    found = []
+    for name, prop in schema["properties"].items():
+        for alt in prop.get("anyOf", [prop]):
+            if alt.get("type") == "string" and "enum" not in alt and "format" not in alt:
+                found.append((name, False))
+                break
+            if alt.get("type") == "array" and alt.get("items", {}).get("type") == "string":
+                found.append((name, True))
+                break
+    return found
+
+
+async def test_every_ampup_tool_refuses_nul_in_every_text_argument(
+        server: ServerProcess) -> None:
+    """docs/api.md: U+0000 is a 422 wherever it comes, also in an MCP tool's text. The
+    tools passed it on: `record_run` and `start_session` stored it (REST refuses it),
+    `search_memory` searched for it, `remember_memory` named the field `2.0`, and on
+    PostgreSQL `get_episode`, `close_memory`, `reward_run` and others answered the
+    unexpected-error text (its text columns cannot hold U+0000)."""
+    async with as_user(server, "alice") as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        wrong = []
+        for tool in sorted(AMPUP_TOOLS | ADVICE_TOOLS):
+            schema = tools[tool].input_schema
+            base = {k: v for k, v in FILLED.items() if k in schema.get("required", [])}
+            for name, many in _text_args(schema):
+                bad = "x\u0000y"
+                result = await client.call_tool(tool, {**base, name: [bad] if many else bad})
+                expected = (f"Invalid request: {name}{'.0' if many else ''}: "
+                            "text may not contain the NUL character (U+0000)")
+                answer = result.content[0].text if result.content else ""
+                if not result.is_error or answer != expected:
+                    wrong.append(f"{tool}({name}): {answer[:80]!r}")
+    assert not wrong, "\n".join(wrong)
 
 
 # ---- keys on: the key names the user ---------------------------------------------------

@@ -54,7 +54,8 @@ def user_env(env: ToolEnv) -> ToolEnv:
             return Caller(agent_id="", user_id=user)
         return replace(caller, user_id=user)
 
-    return ToolEnv(runtime=env.runtime, identity=identity, user=env.user, search=env.search)
+    return ToolEnv(runtime=env.runtime, identity=identity, user=env.user, search=env.search,
+                   nul_free=True)
 
 
 def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
@@ -107,7 +108,14 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
 
     def find_passages(caller: Caller, scope: str, query: str | None, find: str, limit: int,
                       tz: str | None, branch: str | None, at_commit: str | None,
-                      pin: str | None, snapshot: str | None, typed: dict[str, Any]) -> str:
+                      pin: str | None, snapshot: str | None, type: str | None,  # noqa: A002
+                      entity: str | None, predicate: list[str] | None,
+                      where: list[dict[str, Any]] | None, select: list[str] | None,
+                      order_by: list[dict[str, Any]] | None, offset: int | None,
+                      as_of: str | None) -> str:
+        # One parameter per tool argument, so a refused value is named as the caller sent it.
+        typed = {"type": type, "entity": entity, "predicate": predicate, "where": where,
+                 "select": select, "order_by": order_by, "offset": offset, "as_of": as_of}
         user = memory_tools.caller_user(caller)
         if find in ("facts", "entities"):  # the same typed query POST /query answers
             from ampup_memory.memory.query import TypedQuery
@@ -263,10 +271,9 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         op eq|ne|lt|lte|gt|gte|in|contains, `select`, `order_by` [{attribute, desc}],
         `offset`, `as_of`. `at_commit` reads memory as that commit left it; `pin` (pin_…)
         or `snapshot` (snap_…) as what it holds."""
-        typed = {"type": type, "entity": entity, "predicate": predicate, "where": where,
-                 "select": select, "order_by": order_by, "offset": offset, "as_of": as_of}
         return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch,
-                                at_commit, pin, snapshot, typed)
+                                at_commit, pin, snapshot, type, entity, predicate, where,
+                                select, order_by, offset, as_of)
 
 
 TOOLSETS.append(register_ampup_tools)

@@ -16,6 +16,7 @@ function that adds tools to the server given a `ToolEnv`.
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 from collections.abc import Callable, Iterable
@@ -35,6 +36,7 @@ from ampup_memory.errors import (
     AmpError,
     NotFound,
     ValidationFailed,
+    refuse_nul,
     storage_down,
 )
 from ampup_memory.web.body import validation_errors
@@ -101,14 +103,23 @@ class ToolEnv:
     identity: IdentityResolver
     user: UserResolver | None = None
     search: SearchProvider | None = None
+    nul_free: bool = False
+    """Refuse U+0000 in every argument, as the REST body parser does for the AmpUp routes
+    (their tables cannot hold it); AMP cells may hold it, so the AMP tools leave it."""
 
     async def reply(self, ctx: ToolContext, op: Callable[..., str], *args: Any) -> CallToolResult:
         """Run ``op(caller, *args)`` off the event loop (store and embedder block) and turn
         its text, or its `AmpError`, into the tool's result. The caller is resolved per
-        call, so over HTTP each request acts as the agent it names."""
+        call, so over HTTP each request acts as the agent it names. ``op``'s parameters
+        after the caller carry the tool's argument names (they name a refused one)."""
 
         def work() -> str:
-            return op(self.identity(ctx), *args)
+            caller = self.identity(ctx)  # identity first, as on the REST routes
+            if self.nul_free:
+                names = list(inspect.signature(op).parameters)[1:]
+                for name, value in zip(names, args, strict=True):
+                    refuse_nul(value, [name])
+            return op(caller, *args)
 
         try:
             text = await anyio.to_thread.run_sync(work)
