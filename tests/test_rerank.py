@@ -4,6 +4,8 @@ passages below the first; its score is the blend of search/rank.py."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -194,3 +196,69 @@ def test_a_passage_scores_the_same_alone_or_beside_others() -> None:
     # The logits still say what they should: the answer above a note that shares the
     # question's words, and both above the stand-up note that shares none.
     assert beside[2] > beside[0] > beside[3]
+
+
+# More reranked searches at once than the request threads every route shares (anyio's
+# default limiter: 40), so without the reranker's own slots the burst held them all.
+BURST = 48
+
+
+def test_other_requests_answer_while_a_burst_of_reranked_searches_waits(
+        tmp_path: Path) -> None:
+    """A reranked search waits for the reranker's slot on the event loop, not on one of
+    the request threads: with one slot and 48 reranked searches sent at once, `/health`,
+    an AMP cell read, a write and a search without the reranker each answer while nearly
+    all the burst still waits; without the slots they waited for 9 of the burst to end.
+    Reranked answers in the burst are the ones a lone search gets."""
+    env = {**QUIET, "AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_THREADS": "1",
+           "AMPUP_MEMORY_RERANK_CONCURRENCY": "1"}
+    headers = {**USER, "X-AMP-Agent-ID": "agent_alice"}
+    srv = ServerProcess(tmp_path / "burst", env=env).start()
+    try:
+        with httpx.Client(base_url=srv.url, headers=headers, timeout=60) as c:
+            # Sixty long episodes: the reranker reads 49 passages of each search.
+            r = c.post("/episodes/batch", json={"scope": SCOPE, "episodes": [
+                {"source": f"doc:reply{i}", "body": f"{i}. {LONG_REPLY}", "acl": ["*"]}
+                for i in range(60)] + [{"source": "doc:answer", "body": ANSWER,
+                                        "acl": ["*"]}]})
+            assert r.status_code in (200, 201), r.text
+            cell = c.post("/amp/v1/memories", json={
+                "type": "semantic", "content": {"text": "prefers short answers"},
+                "identity": {"owner_id": "agent_alice", "owner_type": "agent"}})
+            assert cell.status_code == 201, cell.text
+            body = {"scope": SCOPE, "find": "passages", "query": QUESTION, "limit": 10}
+            lone = c.post("/query", json=body)
+            assert lone.status_code == 200, lone.text
+
+            done: list[httpx.Response] = []
+            sent = threading.Barrier(BURST + 1)
+
+            def ask() -> None:
+                with httpx.Client(base_url=srv.url, headers=headers, timeout=600) as own:
+                    sent.wait()
+                    try:
+                        done.append(own.post("/query", json=body))
+                    except httpx.HTTPError:
+                        pass  # the server is killed under the rest of the burst
+
+            burst = [threading.Thread(target=ask, daemon=True) for _ in range(BURST)]
+            for t in burst:
+                t.start()
+            sent.wait()
+            time.sleep(1)  # lets the burst reach the server first: ordering, no assertion
+            answered = {
+                "health": c.get("/health"),
+                "cell": c.get(f"/amp/v1/memories/{cell.json()['id']}"),
+                "write": c.post("/episodes", json={"scope": SCOPE, "body": "A side note.",
+                                                   "source": "doc:side", "acl": ["*"]}),
+                "plain": c.post("/query", json={**body, "rerank": False}),
+            }
+            finished = len(done)  # of the burst, when the last of those answered
+            assert {k: r.status_code for k, r in answered.items()} == {
+                "health": 200, "cell": 200, "write": 201, "plain": 200}
+            assert finished < BURST - 40, finished
+            while not done:
+                time.sleep(0.1)
+            assert done[0].status_code == 200 and done[0].json() == lone.json()
+    finally:
+        srv.kill()  # the rest of the burst would take a minute of reranking

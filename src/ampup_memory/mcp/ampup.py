@@ -15,6 +15,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 
@@ -66,6 +68,18 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         if env.search is None:
             raise ServiceUnavailable("Search is not available in this process.")
         return env.search()
+
+    async def search_slots() -> CapacityLimiter | None:
+        """The limiter a search tool runs under (SearchService.slots). Opening search
+        blocks (stdio opens it on first use), so off the loop; if it fails, None: the
+        tool's own call opens it again and answers the error."""
+        if env.search is None:
+            return None
+        try:
+            svc = await anyio.to_thread.run_sync(env.search)
+        except Exception:
+            return None
+        return svc.slots(None)
 
     def remember(caller: Caller, scope: str, text: str, source: str, acl: list[str] | None,
                  about: list[str] | None, occurred_at: datetime | None, document: str | None,
@@ -233,7 +247,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         `pin` (pin_…) or `snapshot` (snap_…) searches exactly what it holds.
         """
         return await uenv.reply(ctx, find_facts, scope, query, as_of, limit, tz, branch,
-                                at_commit, pin, snapshot)
+                                at_commit, pin, snapshot, limiter=await search_slots())
 
     @server.tool()
     async def query_memory(
@@ -265,8 +279,9 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         or `snapshot` (snap_…) as what it holds."""
         typed = {"type": type, "entity": entity, "predicate": predicate, "where": where,
                  "select": select, "order_by": order_by, "offset": offset, "as_of": as_of}
+        slots = await search_slots() if find == "passages" else None
         return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch,
-                                at_commit, pin, snapshot, typed)
+                                at_commit, pin, snapshot, typed, limiter=slots)
 
 
 TOOLSETS.append(register_ampup_tools)

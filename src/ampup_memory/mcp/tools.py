@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
+import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent
@@ -102,16 +103,18 @@ class ToolEnv:
     user: UserResolver | None = None
     search: SearchProvider | None = None
 
-    async def reply(self, ctx: ToolContext, op: Callable[..., str], *args: Any) -> CallToolResult:
-        """Run ``op(caller, *args)`` off the event loop (store and embedder block) and turn
-        its text, or its `AmpError`, into the tool's result. The caller is resolved per
-        call, so over HTTP each request acts as the agent it names."""
+    async def reply(self, ctx: ToolContext, op: Callable[..., str], *args: Any,
+                    limiter: anyio.CapacityLimiter | None = None) -> CallToolResult:
+        """Run ``op(caller, *args)`` off the event loop (store and embedder block), under
+        ``limiter`` when given (a reranked search: SearchService.slots), and turn its
+        text, or its `AmpError`, into the tool's result. The caller is resolved per call,
+        so over HTTP each request acts as the agent it names."""
 
         def work() -> str:
             return op(self.identity(ctx), *args)
 
         try:
-            text = await anyio.to_thread.run_sync(work)
+            text = await anyio.to_thread.run_sync(work, limiter=limiter)
         except AmpError as exc:
             return _text(error_text(exc), error=True)
         except Exception as exc:  # the HTTP faces' rule (web/errors.py), as a tool error

@@ -13,6 +13,7 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from anyio import to_thread
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -94,7 +95,7 @@ async def search(request: Request) -> Response:
     user = caller_user(request)
     svc = search_service(request)
     req = parse_body(FactSearchRequest, await request.body())
-    answer = await run_in_threadpool(svc.search, user, req)
+    answer = await to_thread.run_sync(svc.search, user, req, limiter=svc.slots(req.rerank))
     if isinstance(answer, str):
         return PlainTextResponse(answer)
     return JSONResponse(answer)
@@ -133,7 +134,8 @@ async def query(request: Request) -> JSONResponse:
         raise field_error(["find"], "find is one of: " + ", ".join(FINDS), "literal_error")
     svc = search_service(request)
     req = parse_body(PassageQueryRequest, raw)
-    return JSONResponse(await run_in_threadpool(svc.query, user, req))
+    return JSONResponse(await to_thread.run_sync(svc.query, user, req,
+                                                 limiter=svc.slots(req.rerank)))
 
 
 def _open(runtime: Any) -> tuple[SearchService, SearchIndex, Feed]:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from anyio import CapacityLimiter
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import ServiceUnavailable, field_error
@@ -105,6 +106,13 @@ class SearchService:
         elif at_commit:
             raise ServiceUnavailable("Search as of a commit needs the commit ledger.")
         return scope, branch, self.principal_of(user), cutoff
+
+    def slots(self, rerank: bool | None) -> CapacityLimiter | None:
+        """The thread limiter a search asking ``rerank`` runs under: the reranker's own
+        slots when the server reranks it (`Rerank` in rerank.py says why), else None: the
+        limiter every other request shares."""
+        plan = self.engine.rerank
+        return plan.slots if plan is not None and rerank is not False else None
 
     def _may_rerank(self, req: FactSearchRequest | PassageQueryRequest) -> bool:
         if req.rerank and self.engine.rerank is None:
