@@ -176,15 +176,21 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "identity": {"owner_id": "agent_bench", "owner_type": "agent"}})
         r.raise_for_status()
         cell_id = r.json()["id"]
-        times: list[float] = []
-        ranked = [sessions_found(c, SCOPE, q["question"], POOL, times) for q in questions]
         gold = [set(q["ground_truth"]["supporting_session_ids"]) for q in questions]
-        quality = metrics(ranked, gold)
+        quality = {}
+        for name, rerank in (("reranker_off", False), ("reranked", True)):
+            times: list[float] = []
+            ranked = [sessions_found(c, SCOPE, q["question"], POOL, times, rerank)
+                      for q in questions]
+            m = metrics(ranked, gold)
+            quality[name] = {"recall@1": round(m["recall@1"], 3),
+                             "recall@5": round(m["recall@5"], 3),
+                             "recall@10": round(m["recall@10"], 3),
+                             "mrr": round(m["mrr"], 3), "one_at_a_time": summary(times),
+                             "first": [r[0] if r else None for r in ranked]}
         result: dict[str, Any] = {
             "backend": "postgresql" if args.postgres else "sqlite",
-            "embedder": args.embedder, "env": args.env,
-            "quality": {"recall@5": round(quality["recall@5"], 3),
-                        "mrr": round(quality["mrr"], 3), "one_at_a_time": summary(times)},
+            "embedder": args.embedder, "env": args.env, "quality": quality,
             "idle": {**proc_status(pid), "load1": round(os.getloadavg()[0], 2)},
             "levels": [],
         }
@@ -200,8 +206,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "ampup-bench")
-    ap.add_argument("--levels", default="1,2,4,8",
-                    type=lambda s: [int(x) for x in s.split(",")])
+    ap.add_argument("--levels", default="1,2,4,8",  # "": the quality pass only
+                    type=lambda s: [int(x) for x in s.split(",") if x])
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--postgres", action="store_true")
     ap.add_argument("--embedder", default="wordllama")

@@ -178,13 +178,16 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
 
 
 def sessions_found(c: httpx.Client, scope: str, query: str, limit: int,
-                   times: list[float] | None = None) -> list[str]:
+                   times: list[float] | None = None, rerank: bool | None = None) -> list[str]:
     """The distinct sessions (episode sources ``call:<id>``) of the ``limit`` passages
     `POST /query` ranks first for ``query``, best first; each call's wall seconds are
-    appended to ``times``."""
+    appended to ``times``. ``rerank`` is sent as the request's own when given."""
     began = time.perf_counter()
-    r = c.post("/query", json={"scope": scope, "find": "passages", "query": query,
-                               "limit": limit})
+    body: dict[str, Any] = {"scope": scope, "find": "passages", "query": query,
+                            "limit": limit}
+    if rerank is not None:
+        body["rerank"] = rerank
+    r = c.post("/query", json=body)
     if times is not None:
         times.append(time.perf_counter() - began)
     r.raise_for_status()
