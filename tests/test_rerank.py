@@ -8,6 +8,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -206,6 +207,22 @@ def test_a_passage_scores_the_same_alone_or_beside_others() -> None:
 BURST = 48
 
 
+def _one_slot(home: Path) -> ServerProcess:
+    """A started server whose reranker has one slot and one worker, over sixty long
+    episodes: each reranked search reads 49 long passages, a second or more of CPU."""
+    env = {**QUIET, "AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_THREADS": "1",
+           "AMPUP_MEMORY_RERANK_CONCURRENCY": "1", "AMPUP_MEMORY_LOG_LEVEL": "info"}
+    srv = ServerProcess(home / "one-slot", env=env).start()
+    r = httpx.post(f"{srv.url}/episodes/batch", headers=USER, timeout=60, json={
+        "scope": SCOPE, "episodes": [
+            {"source": f"doc:reply{i}", "body": f"{i}. {LONG_REPLY}", "acl": ["*"]}
+            for i in range(60)] + [{"source": "doc:answer", "body": ANSWER, "acl": ["*"]}]})
+    if r.status_code not in (200, 201):
+        srv.stop()
+        raise AssertionError(r.text)
+    return srv
+
+
 def test_other_requests_answer_while_a_burst_of_reranked_searches_waits(
         tmp_path: Path) -> None:
     """A reranked search waits for the reranker's slot on the event loop, not on one of
@@ -213,18 +230,10 @@ def test_other_requests_answer_while_a_burst_of_reranked_searches_waits(
     an AMP cell read, a write and a search without the reranker each answer while nearly
     all the burst still waits; without the slots they waited for 9 of the burst to end.
     Reranked answers in the burst are the ones a lone search gets."""
-    env = {**QUIET, "AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_THREADS": "1",
-           "AMPUP_MEMORY_RERANK_CONCURRENCY": "1"}
     headers = {**USER, "X-AMP-Agent-ID": "agent_alice"}
-    srv = ServerProcess(tmp_path / "burst", env=env).start()
+    srv = _one_slot(tmp_path)
     try:
         with httpx.Client(base_url=srv.url, headers=headers, timeout=60) as c:
-            # Sixty long episodes: the reranker reads 49 passages of each search.
-            r = c.post("/episodes/batch", json={"scope": SCOPE, "episodes": [
-                {"source": f"doc:reply{i}", "body": f"{i}. {LONG_REPLY}", "acl": ["*"]}
-                for i in range(60)] + [{"source": "doc:answer", "body": ANSWER,
-                                        "acl": ["*"]}]})
-            assert r.status_code in (200, 201), r.text
             cell = c.post("/amp/v1/memories", json={
                 "type": "semantic", "content": {"text": "prefers short answers"},
                 "identity": {"owner_id": "agent_alice", "owner_type": "agent"}})
@@ -286,3 +295,30 @@ async def test_the_mcp_search_tools_rerank_as_the_routes_do(
         own = json.loads(await ok(stdio, "query_memory", scope=SCOPE, query=QUESTION))
     assert len(own["results"]) == 4 and "rerank" not in own["results"][0]["parts"]
     assert all("rerank" in p["parts"] for p in own["results"][1:])
+
+
+def test_a_reranked_search_whose_client_left_is_not_run(tmp_path: Path) -> None:
+    """Ten clients that give up after 2 s while their reranked searches wait for the one
+    slot: when each one's turn comes, a search whose client left is skipped (a log line
+    says so), not run for nobody. A search sent after them answers as usual, and, the
+    line being first come first served, only after all ten had their turn."""
+    srv = _one_slot(tmp_path)
+    body = {"scope": SCOPE, "find": "passages", "query": QUESTION, "limit": 10}
+    try:
+        def give_up() -> None:
+            with suppress(httpx.TimeoutException):
+                httpx.post(f"{srv.url}/query", json=body, headers=USER, timeout=2)
+
+        clients = [threading.Thread(target=give_up) for _ in range(10)]
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join()
+        after = httpx.post(f"{srv.url}/query", json=body, headers=USER, timeout=600)
+        assert after.status_code == 200, after.text
+        skipped = srv.log_path.read_text().count("client left while it waited; not run")
+        # One slot runs a search at a time, each over a second of CPU: of ten, at most
+        # the one or two run within the 2 s had clients still there.
+        assert skipped >= 1, srv.log_path.read_text()[-2000:]
+    finally:
+        srv.stop()
