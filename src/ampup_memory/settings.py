@@ -270,6 +270,15 @@ class Settings(BaseSettings):
         description="CPU threads the reranker scores passages on, one passage per thread "
         "at a time (shared by concurrent queries); 0: the cores this process may use.",
     )
+    rerank_concurrency: int = Field(
+        default=2,
+        ge=1,
+        le=64,
+        validation_alias=_env("AMPUP_MEMORY_RERANK_CONCURRENCY"),
+        description="Reranked searches (`POST /query`, `POST /search`, their MCP tools) "
+        "in flight at once per process; more wait their turn without holding one of the "
+        "request threads, so other requests keep answering during a burst (docs/search.md).",
+    )
     mcp_agent_id: str | None = Field(
         default=None,
         validation_alias=_env("AMP_MCP_AGENT_ID"),

@@ -15,6 +15,8 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, Literal
 
+import anyio.to_thread
+from anyio import CapacityLimiter
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 
@@ -67,6 +69,18 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         if env.search is None:
             raise ServiceUnavailable("Search is not available in this process.")
         return env.search()
+
+    async def search_slots() -> CapacityLimiter | None:
+        """The limiter a search tool runs under (SearchService.slots). Opening search
+        blocks (stdio opens it on first use), so off the loop; if it fails, None: the
+        tool's own call opens it again and answers the error."""
+        if env.search is None:
+            return None
+        try:
+            svc = await anyio.to_thread.run_sync(env.search)
+        except Exception:
+            return None
+        return svc.slots(None)
 
     def remember(caller: Caller, scope: str, text: str, source: str, acl: list[str] | None,
                  about: list[str] | None, occurred_at: datetime | None, document: str | None,
@@ -241,7 +255,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         `pin` (pin_…) or `snapshot` (snap_…) searches exactly what it holds.
         """
         return await uenv.reply(ctx, find_facts, scope, query, as_of, limit, tz, branch,
-                                at_commit, pin, snapshot)
+                                at_commit, pin, snapshot, limiter=await search_slots())
 
     @server.tool()
     async def query_memory(
@@ -271,9 +285,10 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         op eq|ne|lt|lte|gt|gte|in|contains, `select`, `order_by` [{attribute, desc}],
         `offset`, `as_of`. `at_commit` reads memory as that commit left it; `pin` (pin_…)
         or `snapshot` (snap_…) as what it holds."""
+        slots = await search_slots() if find == "passages" else None
         return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch,
                                 at_commit, pin, snapshot, type, entity, predicate, where,
-                                select, order_by, offset, as_of)
+                                select, order_by, offset, as_of, limiter=slots)
 
 
 TOOLSETS.append(register_ampup_tools)

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
+import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent
@@ -107,11 +108,13 @@ class ToolEnv:
     """Refuse U+0000 in every argument, as the REST body parser does for the AmpUp routes
     (their tables cannot hold it); AMP cells may hold it, so the AMP tools leave it."""
 
-    async def reply(self, ctx: ToolContext, op: Callable[..., str], *args: Any) -> CallToolResult:
-        """Run ``op(caller, *args)`` off the event loop (store and embedder block) and turn
-        its text, or its `AmpError`, into the tool's result. The caller is resolved per
-        call, so over HTTP each request acts as the agent it names. ``op``'s parameters
-        after the caller carry the tool's argument names (they name a refused one)."""
+    async def reply(self, ctx: ToolContext, op: Callable[..., str], *args: Any,
+                    limiter: anyio.CapacityLimiter | None = None) -> CallToolResult:
+        """Run ``op(caller, *args)`` off the event loop (store and embedder block), under
+        ``limiter`` when given (a reranked search: SearchService.slots), and turn its
+        text, or its `AmpError`, into the tool's result. The caller is resolved per call,
+        so over HTTP each request acts as the agent it names. ``op``'s parameters after
+        the caller carry the tool's argument names (they name a refused one)."""
 
         def work() -> str:
             caller = self.identity(ctx)  # identity first, as on the REST routes
@@ -122,7 +125,7 @@ class ToolEnv:
             return op(caller, *args)
 
         try:
-            text = await anyio.to_thread.run_sync(work)
+            text = await anyio.to_thread.run_sync(work, limiter=limiter)
         except AmpError as exc:
             return _text(error_text(exc), error=True)
         except Exception as exc:  # the HTTP faces' rule (web/errors.py), as a tool error

