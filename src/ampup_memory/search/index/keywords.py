@@ -308,7 +308,7 @@ def _row_lengths(conn: sqlite3.Connection, kind: str, docs: np.ndarray) -> np.nd
     transaction as its postings), so the connection keeps them and reads only the rows
     added since."""
     cache = conn.lengths if isinstance(conn, SpaceConnection) else {}
-    nums, lengths = cache.get(kind, (np.zeros(0, np.int64), np.zeros(0, np.int64)))
+    nums, lengths = cache.get(kind, (np.zeros(0, np.int64), np.zeros(0, np.int32)))
     last = int(nums[-1]) if len(nums) else 0
     if len(docs) and int(docs[-1]) > last:
         more, sizes = conn.execute(
@@ -319,12 +319,12 @@ def _row_lengths(conn: sqlite3.Connection, kind: str, docs: np.ndarray) -> np.nd
             raise sqlite3.DatabaseError("keyword file row sizes unreadable")
         order = np.argsort(more, kind="stable")
         nums = np.concatenate([nums, more[order]])
-        lengths = np.concatenate([lengths, sizes[order]])
+        lengths = np.concatenate([lengths, sizes[order].astype(np.int32)])  # 12 B a row
         cache[kind] = nums, lengths
     at = np.minimum(np.searchsorted(nums, docs), max(len(nums) - 1, 0))
     if len(docs) and (not len(nums) or not np.array_equal(nums[at], docs)):
         raise sqlite3.DatabaseError("keyword file lacks the sizes of rows it holds")
-    return lengths[at] if len(docs) else np.zeros(0, np.int64)
+    return lengths[at] if len(docs) else np.zeros(0, np.int32)
 
 
 def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound: int,
