@@ -30,6 +30,7 @@ on open.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
 import sqlite3
@@ -300,31 +301,45 @@ def _kept_phrase_rows(conn: sqlite3.Connection, kind: str, tokens: list[str],
     return found
 
 
+def _sizes(conn: sqlite3.Connection, kind: str, where: str, *params: Any
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Row numbers ascending and their token counts, of the ``sizes`` rows ``where``."""
+    nums, lengths = conn.execute(
+        f"SELECT group_concat(num), group_concat(length) FROM sizes WHERE kind = ?"
+        f" AND {where}", (kind, *params)).fetchone()
+    nums, lengths = _ints(nums), _ints(lengths)
+    if len(nums) != len(lengths):
+        raise sqlite3.DatabaseError("keyword file row sizes unreadable")
+    order = np.argsort(nums, kind="stable")
+    return nums[order], lengths[order].astype(np.int32)  # 12 bytes a row kept
+
+
 def _row_lengths(conn: sqlite3.Connection, kind: str, docs: np.ndarray) -> np.ndarray:
     """The token count of each listed row (ascending row numbers the file holds).
 
-    Looked up per row in ``sizes`` this was ~5 ms for a word in 7,000 rows; a row's
+    Looked up per row in ``sizes`` this was ~5 ms for a word in 7,000 rows. A row's
     length never changes and rows are only added above the last (`apply`, in the same
     transaction as its postings), so the connection keeps them and reads only the rows
-    added since."""
+    added since; but reading them all costs ~19 ms at 100,000 rows, so a few rows among
+    many not yet read (a rare word, a connection just opened) are looked up alone."""
+    if not len(docs):
+        return np.zeros(0, np.int32)
     cache = conn.lengths if isinstance(conn, SpaceConnection) else {}
     nums, lengths = cache.get(kind, (np.zeros(0, np.int64), np.zeros(0, np.int32)))
     last = int(nums[-1]) if len(nums) else 0
-    if len(docs) and int(docs[-1]) > last:
-        more, sizes = conn.execute(
-            "SELECT group_concat(num), group_concat(length) FROM sizes"
-            " WHERE kind = ? AND num > ?", (kind, last)).fetchone()
-        more, sizes = _ints(more), _ints(sizes)
-        if len(more) != len(sizes):
-            raise sqlite3.DatabaseError("keyword file row sizes unreadable")
-        order = np.argsort(more, kind="stable")
-        nums = np.concatenate([nums, more[order]])
-        lengths = np.concatenate([lengths, sizes[order].astype(np.int32)])  # 12 B a row
-        cache[kind] = nums, lengths
+    if int(docs[-1]) > last:
+        held, _ = cut_totals(conn, kind, 1 << 62)  # the file's rows; those kept: all up to last
+        if int(np.count_nonzero(docs > last)) * 8 < held - len(nums):
+            nums, lengths = _sizes(conn, kind, "num IN (SELECT value FROM json_each(?))",
+                                   json.dumps(docs.tolist()))
+        else:
+            more, sizes = _sizes(conn, kind, "num > ?", last)
+            nums, lengths = np.concatenate([nums, more]), np.concatenate([lengths, sizes])
+            cache[kind] = nums, lengths
     at = np.minimum(np.searchsorted(nums, docs), max(len(nums) - 1, 0))
-    if len(docs) and (not len(nums) or not np.array_equal(nums[at], docs)):
+    if not len(nums) or not np.array_equal(nums[at], docs):
         raise sqlite3.DatabaseError("keyword file lacks the sizes of rows it holds")
-    return lengths[at] if len(docs) else np.zeros(0, np.int32)
+    return lengths[at]
 
 
 def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound: int,
