@@ -15,9 +15,12 @@ a commit), after one warm-up each:
     main at the fork commit.
 
     python benchmarks/branch_search_bench.py [--facts 100000 --passages 30000 --own 100]
-        [--db FILE] [--json FILE] [--main-only]
+        [--db FILE] [--json FILE] [--main-only] [--cold-phrases]
 
 ``--main-only`` times main alone (runs on code from before branch search, to compare).
+``--cold-phrases`` drops the phrase rows the keyword files' connections keep
+(`keywords.SpaceConnection`) before every search, so no search reuses a word another
+search collected: the cost for queries whose words were not asked just before.
 """
 
 from __future__ import annotations
@@ -122,6 +125,22 @@ def timings(run: Callable[[str], Any], qs: list[str]) -> tuple[float, float, flo
             statistics.median(cpu))
 
 
+def _cold(engine: SearchEngine, run: Callable[[str], Any]) -> Callable[[str], Any]:
+    from ampup_memory.search.index.keywords import SpaceConnection
+
+    pool = getattr(engine.index, "_spaces")  # noqa: B009 (SQLite's private pool)
+
+    def cold(q: str) -> Any:
+        for conns in pool._idle.values():
+            for conn in conns:
+                if isinstance(conn, SpaceConnection):
+                    conn.phrases.clear()
+                    conn.phrase_rows = 0
+        return run(q)
+
+    return cold
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--facts", type=int, default=100_000)
@@ -131,6 +150,7 @@ def main() -> None:
     parser.add_argument("--db", help="keep the index in this file; reuse it when present")
     parser.add_argument("--json")
     parser.add_argument("--main-only", action="store_true")
+    parser.add_argument("--cold-phrases", action="store_true")
     args = parser.parse_args()
     embedder = WordLlamaEmbedder()
     who = Principal("ann", groups=("sales",))
@@ -192,6 +212,8 @@ def main() -> None:
                 "main@fork passages": lambda q: engine.search_passages(
                     SCOPE, "main", q, who, cutoff=main_at),
             })
+        if args.cold_phrases:
+            runs = {name: _cold(engine, run) for name, run in runs.items()}
         load = os.getloadavg()
         result: dict[str, Any] = {"counts": counts, "own_commits": args.own,
                                   "fork_seq": fork, "build_s": built}

@@ -553,6 +553,48 @@ def test_held_keyword_scores_are_those_of_the_held_rows_alone(
         fresh.index.close()
 
 
+def test_kept_postings_never_stand_for_rows_applied_later(tmp_path: Path) -> None:
+    """A keyword file's connection keeps the rows of its latest words and each row's
+    length (`keywords.SpaceConnection`). Held searches at a bound, then a narrower one,
+    then, after more commits, a wider one, with facts scored apart between, on one SQLite
+    index, give bit for bit the scores of an index holding exactly those commits: a kept
+    read serves only ranges it covers, never rows applied after it."""
+    def uri(name: str) -> str:
+        return f"sqlite:///{tmp_path / name}"
+
+    terms = ["acme", "renewal", "follow_up", "budget"]
+
+    def answers(eng: SearchEngine, upto: int | None
+                ) -> tuple[list[tuple[int, float]], list[tuple[int, float]], dict[int, float]]:
+        facts = eng.index.keyword_facts(S, "main", terms, 100, upto=upto)
+        return (facts, eng.index.keyword_passages(S, "main", terms, 100, upto=upto),
+                eng.index.fact_keyword(S, "main", [n for n, _ in facts[1:]], terms, upto))
+
+    def exactly(commits: int) -> tuple[list[tuple[int, float]], list[tuple[int, float]],
+                                       dict[int, float]]:
+        eng = SearchEngine(open_index(uri(f"fresh{commits}.db")), HashEmbedder(32))
+        try:
+            for i in range(1, commits + 1):
+                eng.ingest(_commit(i))
+            return answers(eng, None)
+        finally:
+            eng.index.close()
+
+    full = SearchEngine(open_index(uri("full.db")), HashEmbedder(32))
+    try:
+        for i in range(1, 7):
+            full.ingest(_commit(i))
+        assert answers(full, 4) == exactly(4)
+        assert answers(full, 2) == exactly(2)  # from the rows kept up to commit 4
+        for i in range(7, 10):
+            full.ingest(_commit(i))
+        assert answers(full, 6) == exactly(6)  # beyond them: read again
+        assert answers(full, 4) == exactly(4)
+        assert answers(full, 8) == exactly(8)
+    finally:
+        full.index.close()
+
+
 def _small_budget(monkeypatch: pytest.MonkeyPatch, budget_: int) -> None:
     """The postings budget at ``budget_`` for both index backends (they read it at call
     time), so a test reaches it with a few rows."""

@@ -30,6 +30,7 @@ on open.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
 import sqlite3
@@ -39,7 +40,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
+
+import numpy as np
 
 from ampup_memory.search.index.base import Statistics
 from ampup_memory.sqlite_connections import enable_wal
@@ -170,13 +173,12 @@ def cut_totals(conn: sqlite3.Connection, kind: str, bound: int) -> tuple[int, in
 
 
 def _helpers(conn: sqlite3.Connection) -> None:
-    """This connection's temporary tables: a vocabulary view of each kind's postings, a
-    scratch table that tokenizes a query term as the space's tables do, and the weighted
-    frequency of each query phrase in each held row that holds it."""
-    if conn.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'held_nums'"
+    """This connection's temporary tables: a vocabulary view of each kind's postings and
+    a scratch table that tokenizes a query term as the space's tables do."""
+    if conn.execute("SELECT 1 FROM temp.sqlite_master WHERE name = 'term_tokens'"
                     ).fetchone():
         return
-    conn.execute("PRAGMA temp_store=MEMORY")  # scratch rows of one search
+    conn.execute("PRAGMA temp_store=MEMORY")  # the scratch row of one term
     for table in _TABLES.values():
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_instances"
                      f" USING fts5vocab(main, {table}, instance)")
@@ -184,10 +186,6 @@ def _helpers(conn: sqlite3.Connection) -> None:
                  " USING fts5(x, tokenize='porter unicode61')")
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.term_tokens"
                  " USING fts5vocab(temp, term_text, instance)")
-    conn.execute("CREATE TABLE IF NOT EXISTS temp.held_freqs (doc INTEGER NOT NULL,"
-                 " phrase INTEGER NOT NULL, f REAL NOT NULL, PRIMARY KEY (doc, phrase))"
-                 " WITHOUT ROWID")
-    conn.execute("CREATE TABLE IF NOT EXISTS temp.held_nums (doc INTEGER PRIMARY KEY)")
 
 
 def _tokens(conn: sqlite3.Connection, term: str) -> list[str]:
@@ -198,52 +196,150 @@ def _tokens(conn: sqlite3.Connection, term: str) -> list[str]:
                                             " ORDER BY offset")]
 
 
-def _weight_of(kind: str, weights: Sequence[float]) -> tuple[str, list[float]]:
-    """An SQL expression giving column ``col``'s weight, and its parameters."""
+def _weight_of(kind: str, weights: Sequence[float]) -> np.ndarray:
+    """Each of ``kind``'s columns' weight, in column order (1.0 where none is given)."""
     columns = COLUMNS[kind]
-    cases = " ".join(f"WHEN '{c}' THEN ?" for c in columns)
-    return (f"CASE col {cases} ELSE 1.0 END",
-            [weights[i] if i < len(weights) else 1.0 for i in range(len(columns))])
+    return np.array([float(weights[i]) if i < len(weights) else 1.0
+                     for i in range(len(columns))], dtype=np.float64)
 
 
-def _phrase_freqs(conn: sqlite3.Connection, kind: str, phrase: int, tokens: list[str],
-                  bound: int, weights: Sequence[float], after: int = 0,
-                  listed: set[int] | None = None) -> None:
-    """Add to ``temp.held_freqs`` the weighted frequency of one query phrase in each row
-    numbered above ``after`` and up to ``bound`` that holds it (FTS5's ``aFreq``: a
-    column's weight per instance); only of the ``listed`` rows when given (also in
-    ``temp.held_nums``)."""
+def _ints(text: str | None) -> np.ndarray:
+    """The integers of a ``group_concat`` (one string instead of a Python row per value:
+    fetching ~10k rows of a common word as tuples cost more than SQLite's walk)."""
+    if not text:
+        return np.zeros(0, dtype=np.int64)
+    return np.fromstring(text, dtype=np.int64, sep=",")
+
+
+def _word_rows(conn: sqlite3.Connection, kind: str, token: str, weights: np.ndarray,
+               after: int, bound: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows numbered above ``after`` and up to ``bound`` that hold one token, ascending,
+    and its weighted frequency in each (FTS5's ``aFreq``: a column's weight per instance,
+    added in the order FTS5 lists them, as SQL's ``sum`` did)."""
+    fts, columns = _TABLES[kind], COLUMNS[kind]
+    code = "doc"
+    if len(columns) > 1:  # the row and the column in one integer: doc * columns + column
+        cases = " ".join(f"WHEN '{c}' THEN {i}" for i, c in enumerate(columns))
+        code = f"doc * {len(columns)} + CASE col {cases} END"
+    (text,) = conn.execute(
+        f"SELECT group_concat({code}) FROM temp.{fts}_instances"
+        " WHERE term = ? AND doc <= ? AND doc > ?", (token, bound, after)).fetchone()
+    docs, col = np.divmod(_ints(text), len(columns))
+    rows, at = np.unique(docs, return_inverse=True)
+    # bincount adds each bin's weights in input order, from 0.0, as sum() did.
+    return rows, np.bincount(at, weights=weights[col], minlength=len(rows))
+
+
+def _phrase_rows(conn: sqlite3.Connection, kind: str, tokens: list[str],
+                 weights: np.ndarray, after: int, bound: int
+                 ) -> tuple[np.ndarray, np.ndarray]:
+    """`_word_rows` of a query phrase: its tokens at consecutive offsets of one column."""
+    if len(tokens) == 1:  # one word (the usual case)
+        return _word_rows(conn, kind, tokens[0], weights, after, bound)
     fts = _TABLES[kind]
-    weight, params = _weight_of(kind, weights)
-    if len(tokens) == 1:  # one word (the usual case): all in SQL
-        if params == [1.0]:  # one column of weight 1 (passages): the count, no column read
-            weight, params = "count(*) * 1.0", []
-        else:
-            weight = f"sum({weight})"
-        among = "" if listed is None else " AND doc IN (SELECT doc FROM temp.held_nums)"
-        conn.execute(
-            f"INSERT INTO temp.held_freqs (doc, phrase, f) SELECT doc, ?, {weight}"
-            f" FROM temp.{fts}_instances WHERE term = ? AND doc <= ? AND doc > ?{among}"
-            " GROUP BY doc",
-            (phrase, *params, tokens[0], bound, after))
-        return
     places: dict[tuple[int, str], list[set[int]]] = {}
     for j, token in enumerate(tokens):
         for doc, col, offset in conn.execute(
                 f"SELECT doc, col, offset FROM temp.{fts}_instances"
                 " WHERE term = ? AND doc <= ? AND doc > ?", (token, bound, after)):
-            if listed is not None and doc not in listed:
-                continue
             places.setdefault((int(doc), str(col)), [set() for _ in tokens]
                               )[j].add(int(offset))
-    by_col = dict(zip(COLUMNS[kind], params, strict=True))
+    by_col = dict(zip(COLUMNS[kind], weights.tolist(), strict=True))
     freqs: dict[int, float] = {}
     for (doc, col), at in sorted(places.items()):
         found = sum(1 for o in at[0] if all(o + j in at[j] for j in range(1, len(at))))
         if found:
             freqs[doc] = freqs.get(doc, 0.0) + by_col.get(col, 1.0) * found
-    conn.executemany("INSERT INTO temp.held_freqs (doc, phrase, f) VALUES (?, ?, ?)",
-                     [(doc, phrase, f) for doc, f in freqs.items()])
+    return (np.fromiter(freqs, dtype=np.int64, count=len(freqs)),
+            np.fromiter(freqs.values(), dtype=np.float64, count=len(freqs)))
+
+
+# Rows of recently collected phrases a space connection keeps (16 bytes a row): a fact
+# scored apart (`SQLiteIndex.fact_keyword`) asks for the rows of the words its segment's
+# list collected moments before, ~2 ms per word in 7,000 rows.
+PHRASE_ROWS = 65_536
+
+
+class SpaceConnection(sqlite3.Connection):
+    """A space file's connection, with what its searches have read so far that cannot
+    change: per kind, the row numbers ascending and each row's token count
+    (`_row_lengths`), and the latest phrases' rows (`_kept_phrase_rows`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lengths: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+        self.phrases: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = (
+            OrderedDict())
+        self.phrase_rows = 0
+
+
+def _kept_phrase_rows(conn: sqlite3.Connection, kind: str, tokens: list[str],
+                      weights: np.ndarray, after: int, bound: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """`_phrase_rows`, from the rows the connection keeps of a range covering this one
+    when it has them. Rows are only ever added above the last one applied (`apply`), so
+    the rows up to ``bound`` stay as read once ``bound`` is within what the file has
+    applied."""
+    if not isinstance(conn, SpaceConnection):
+        return _phrase_rows(conn, kind, tokens, weights, after, bound)
+    phrase = (kind, tuple(tokens), weights.tobytes())
+    for key, (rows, freqs) in conn.phrases.items():
+        if key[:3] == phrase and key[3] <= after and key[4] >= bound:
+            conn.phrases.move_to_end(key)
+            cut = slice(np.searchsorted(rows, after, "right"),
+                        np.searchsorted(rows, bound, "right"))
+            return rows[cut], freqs[cut]
+    found = _phrase_rows(conn, kind, tokens, weights, after, bound)
+    if len(found[0]) <= PHRASE_ROWS and bound <= applied(conn, kind):
+        for part in found:
+            part.setflags(write=False)
+        conn.phrases[(*phrase, after, bound)] = found
+        conn.phrase_rows += len(found[0])
+        while conn.phrase_rows > PHRASE_ROWS:
+            _, (rows, _) = conn.phrases.popitem(last=False)
+            conn.phrase_rows -= len(rows)
+    return found
+
+
+def _sizes(conn: sqlite3.Connection, kind: str, where: str, *params: Any
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """Row numbers ascending and their token counts, of the ``sizes`` rows ``where``."""
+    nums, lengths = conn.execute(
+        f"SELECT group_concat(num), group_concat(length) FROM sizes WHERE kind = ?"
+        f" AND {where}", (kind, *params)).fetchone()
+    nums, lengths = _ints(nums), _ints(lengths)
+    if len(nums) != len(lengths):
+        raise sqlite3.DatabaseError("keyword file row sizes unreadable")
+    order = np.argsort(nums, kind="stable")
+    return nums[order], lengths[order].astype(np.int32)  # 12 bytes a row kept
+
+
+def _row_lengths(conn: sqlite3.Connection, kind: str, docs: np.ndarray) -> np.ndarray:
+    """The token count of each listed row (ascending row numbers the file holds).
+
+    Looked up per row in ``sizes`` this was ~5 ms for a word in 7,000 rows. A row's
+    length never changes and rows are only added above the last (`apply`, in the same
+    transaction as its postings), so the connection keeps them and reads only the rows
+    added since; but reading them all costs ~19 ms at 100,000 rows, so a few rows among
+    many not yet read (a rare word, a connection just opened) are looked up alone."""
+    if not len(docs):
+        return np.zeros(0, np.int32)
+    cache = conn.lengths if isinstance(conn, SpaceConnection) else {}
+    nums, lengths = cache.get(kind, (np.zeros(0, np.int64), np.zeros(0, np.int32)))
+    last = int(nums[-1]) if len(nums) else 0
+    if int(docs[-1]) > last:
+        held, _ = cut_totals(conn, kind, 1 << 62)  # the file's rows; those kept: all up to last
+        if int(np.count_nonzero(docs > last)) * 8 < held - len(nums):
+            nums, lengths = _sizes(conn, kind, "num IN (SELECT value FROM json_each(?))",
+                                   json.dumps(docs.tolist()))
+        else:
+            more, sizes = _sizes(conn, kind, "num > ?", last)
+            nums, lengths = np.concatenate([nums, more]), np.concatenate([lengths, sizes])
+            cache[kind] = nums, lengths
+    at = np.minimum(np.searchsorted(nums, docs), max(len(nums) - 1, 0))
+    if not len(nums) or not np.array_equal(nums[at], docs):
+        raise sqlite3.DatabaseError("keyword file lacks the sizes of rows it holds")
+    return lengths[at]
 
 
 def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound: int,
@@ -256,68 +352,61 @@ def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound:
     up to ``bound`` (``stats``, when given: those of a view of several spaces, this one
     among them); best first (ties: the older row), the best ``limit`` when given.
 
-    Computed in SQL: per query phrase, the weighted frequency in each row holding it
-    (``temp.held_freqs``), from which each phrase's document frequency and IDF; then
-    one query scores each row from its frequencies and its length (``sizes``),
-    operation for operation as FTS5's bm25 (phrases added in query order, as
-    ``score +=`` there)."""
+    Per query phrase, the rows holding it and its weighted frequency in each, from
+    which (without ``stats``) its document frequency; then each row's score from its
+    frequencies and its length, in numpy over arrays, operation for operation as FTS5's
+    bm25 (phrases added in query order, as ``score +=`` there). numpy's float64
+    operations round as SQLite's and C's doubles do, so the scores are those of the SQL
+    this replaced, bit for bit."""
     n_rows, n_tokens = cut_totals(conn, kind, bound) if stats is None else (
         stats.rows, stats.tokens)
     if not terms or n_rows == 0:
         return []
     _helpers(conn)
-    conn.execute("DELETE FROM temp.held_freqs")
-    wanted: set[int] | None = None
+    wanted: np.ndarray | None = None
     if nums is not None:
-        wanted = set(nums)
-        if not wanted:
+        wanted = np.unique(np.fromiter(nums, dtype=np.int64))
+        if not len(wanted):
             return []
-        conn.execute("DELETE FROM temp.held_nums")
-        conn.executemany("INSERT INTO temp.held_nums (doc) VALUES (?)",
-                         [(n,) for n in sorted(wanted)])
-    try:
-        idf: list[float] = []
-        for phrase, term in enumerate(terms):
-            tokens = _tokens(conn, term)
-            if tokens and stats is None:
-                _phrase_freqs(conn, kind, phrase, tokens, bound, weights)
-            elif tokens:
-                # The statistics are given, so only the rows to score are collected.
-                _phrase_freqs(conn, kind, phrase, tokens, bound, weights, after, wanted)
-            if stats is None:
-                (hits,) = conn.execute("SELECT count(*) FROM temp.held_freqs"
-                                       " WHERE phrase = ?", (phrase,)).fetchone()
-            else:
-                hits = stats.hits[phrase]
-            value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
-            idf.append(value if value > 0.0 else 1e-6)
-        avgdl = float(n_tokens) / float(n_rows)
-        # score = 0.0; score += idf[i] * ((f * (k1 + 1)) / (f + k1 * (1 - b + b * D / avgdl)))
-        # for each phrase i in order; a phrase a row lacks adds 0.0, which changes nothing.
-        score = "0.0"
-        params: list[Any] = []
-        for i, value in enumerate(idf):
-            score = (f"({score} + coalesce(? * ((f{i} * ?) / (f{i} + ? * (? + ? * length"
-                     f" / ?))), 0.0))")
-            params += [value, _K1 + 1.0, _K1, 1 - _B, _B, avgdl]
-        pivot = ", ".join(f"max(CASE phrase WHEN {i} THEN f END) AS f{i}"
-                          for i in range(len(terms)))
-        only, above = "", cast(tuple[int, ...], ())
+    # Without given statistics every held row is collected, to count each phrase's rows;
+    # with them, only the rows to score (a fact scored apart: its segment's list of a
+    # moment before holds them, `_kept_phrase_rows`).
+    low, high = (0, bound) if stats is None else (after, bound)
+    if stats is not None and wanted is not None:
+        low, high = max(low, int(wanted[0]) - 1), min(high, int(wanted[-1]))
+        if low >= high:
+            return []
+    by_col = _weight_of(kind, weights)
+    idf: list[float] = []
+    found: list[tuple[np.ndarray, np.ndarray]] = []
+    for phrase, term in enumerate(terms):
+        tokens = _tokens(conn, term)
+        docs, freqs = (_kept_phrase_rows(conn, kind, tokens, by_col, low, high) if tokens
+                       else (np.zeros(0, np.int64), np.zeros(0, np.float64)))
+        hits = len(docs) if stats is None else stats.hits[phrase]
+        value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
+        idf.append(value if value > 0.0 else 1e-6)
+        keep = docs > after
         if wanted is not None:
-            only = " WHERE doc IN (SELECT doc FROM temp.held_nums)"
-        if after > 0:
-            only, above = (only + " AND" if only else " WHERE") + " doc > ?", (after,)
-        cap = "" if limit is None else " LIMIT ?"
-        rows = conn.execute(
-            f"SELECT doc, {score} AS score FROM (SELECT doc, {pivot},"
-            " (SELECT s.length FROM sizes s WHERE s.kind = ? AND s.num = doc) AS length"
-            f" FROM temp.held_freqs{only} GROUP BY doc)"
-            f" ORDER BY score DESC, doc{cap}",
-            (*params, kind, *above, *(() if limit is None else (limit,))),
-        ).fetchall()
-    finally:
-        conn.execute("DELETE FROM temp.held_freqs")
-    return [(int(n), float(s)) for n, s in rows]
+            keep &= np.isin(docs, wanted, assume_unique=True)
+        found.append((docs[keep], freqs[keep]))
+    rows = np.unique(np.concatenate([d for d, _ in found]))
+    if not len(rows):
+        return []
+    avgdl = float(n_tokens) / float(n_rows)
+    # score = 0.0; score += idf[i] * ((f * (k1 + 1)) / (f + k1 * (1 - b + b * D / avgdl)))
+    # for each phrase i in order; a phrase a row lacks adds 0.0, which changes nothing.
+    norm = (1 - _B) + (_B * _row_lengths(conn, kind, rows)) / avgdl
+    score = np.zeros(len(rows), dtype=np.float64)
+    for value, (docs, freqs) in zip(idf, found, strict=True):
+        at = np.searchsorted(rows, docs)
+        part = np.zeros(len(rows), dtype=np.float64)
+        part[at] = value * ((freqs * (_K1 + 1.0)) / (freqs + _K1 * norm[at]))
+        score = score + part
+    order = np.lexsort((rows, -score))
+    if limit is not None:
+        order = order[:limit]
+    return list(zip(rows[order].tolist(), score[order].tolist(), strict=True))
 
 
 class SpaceFiles:
@@ -335,7 +424,7 @@ class SpaceFiles:
     def _open(self, path: Path) -> sqlite3.Connection:
         self.folder.mkdir(parents=True, exist_ok=True)
         conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False,
-                               timeout=self.timeout)
+                               timeout=self.timeout, factory=SpaceConnection)
         try:
             enable_wal(conn, self.timeout)
             # Derived from the index file's rows: a lost tail is applied again.
