@@ -13,8 +13,8 @@ from ampup_memory.errors import ValidationFailed
 from ampup_memory.memory.episode_types import Unit
 from ampup_memory.memory.episodes import EpisodeIn
 from ampup_memory.memory.facts import (
-    SAMPLE,
     SAMPLED_FROM,
+    SAMPLES,
     SCANS_BEFORE_SAMPLING,
     CitedTexts,
     FactIn,
@@ -35,15 +35,15 @@ def _texts(rng: random.Random) -> list[str]:
 def _quotes(rng: random.Random, text: str) -> list[str]:
     out = []
     for _ in range(400):
-        n = rng.choice([1, 5, 2 * SAMPLE - 2, 2 * SAMPLE - 1, 2 * SAMPLE, 50, 333])
+        n = rng.choice([1, 5, *(2 * w + d for w in SAMPLES for d in (-2, -1, 0)), 50, 333])
         p = rng.randrange(0, len(text) - n + 1)
         q = text[p:p + n]
         out.append(q)  # present, at any offset from the samples
         i = rng.randrange(n)
         out.append(q[:i] + rng.choice("abz") + q[i + 1:])  # often absent
         out.append(q + "q")  # absent unless "q" follows, which it never does
-    n = 3 * SAMPLE
-    out += [text[:n], text[-n:], text[1:n + 1], text[-n - 1:-1], text[-n:] + "a"]
+    for n in (20, 3 * SAMPLES[0]):
+        out += [text[:n], text[-n:], text[1:n + 1], text[-n - 1:-1], text[-n:] + "a"]
     return out
 
 
@@ -57,7 +57,8 @@ def test_quotes_are_found_as_in_finds_them() -> None:
         got = [quote_found(q, unit, texts) for q in quotes]
         assert got == [q in text for q in quotes]
         assert any(got) and not all(got)
-        assert text in texts._samples  # the answers past the first scans came from samples
+        # the answers past the first scans came from samples of either width
+        assert all((text, w) in texts._samples for w in SAMPLES)
 
 
 def test_a_batch_is_accepted_and_refused_as_before(tmp_path: Path) -> None:
