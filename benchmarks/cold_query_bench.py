@@ -59,8 +59,8 @@ def one(home: Path, warmed: bool) -> tuple[dict[str, tuple[float, float]], list[
     try:
         times: dict[str, tuple[float, float]] = {}
         if warmed:
-            from ampup_memory.memory.query import warm  # imported here: `one` also times
-            # code from before warm existed (a fresh process per run, see the docs)
+            # imported here: `one` (cold) also times the code from before `warm` existed
+            from ampup_memory.memory.query import warm
             _, wall, cpu = timed(lambda: warm(svc, SCOPE))
             times["warm"] = (wall, cpu)
         answers = []

@@ -406,7 +406,7 @@ class _Stretch:
             base = self.base.pop(key, None) if hit is None else None
         if hit is None:
             # A fold edits sorted lists entity by entity (a bisection and a shift each):
-            # past a quarter of many entities building anew is the cheaper (3x at 10k
+            # past a quarter of many entities building anew is the cheaper (~9x at 10k
             # entities with nine in ten touched: a caller with two fifths hidden). A few
             # touched entities fold whatever the share (cheap either way).
             fold = base is not None and (len(self.touched) <= FOLD_ALWAYS
