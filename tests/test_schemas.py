@@ -702,9 +702,10 @@ def _warm_up_done(m: Memory, scope: str) -> bool:
 @pytest.mark.parametrize("kind", ["sqlite", "postgres"])
 def test_typed_answers_same_cold_warm_and_after_restart(
         kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
-    """The first typed query (nothing kept), the same query again (kept), and after a
-    restart once the server's warm-up built the type (a caller who reads every citation
-    finds it; the others fold from it) answer alike, and as the facts read afresh say."""
+    """The first typed query (nothing kept), the same query again (kept), after a restart
+    once the server's warm-up built the type (a caller who reads every citation finds it;
+    the others fold from it), and after one more restart at once, answer alike, and as the
+    facts read afresh say."""
     rng = random.Random(18)
     env = backend_env(kind, request)
     scope = new_scope()
@@ -772,6 +773,10 @@ def test_typed_answers_same_cold_warm_and_after_restart(
         while not _warm_up_done(m, scope):
             assert time.monotonic() < deadline, "the warm-up did not run"
             time.sleep(0.2)
+        assert answers(m) == cold
+        m.close()
+    with serving(tmp_path / "home", env) as proc:  # asked at once: alongside the warm-up,
+        m = Memory(proc.url)  # or waiting for it
         assert answers(m) == cold
         m.close()
 

@@ -45,7 +45,7 @@ from ampup_memory.memory.schemas import (
     sort_key,
     validate_value,
 )
-from ampup_memory.memory.scopes import BranchText, ScopeText
+from ampup_memory.memory.scopes import MAIN, BranchText, ScopeText
 from ampup_memory.memory.segments import NO_LIMIT, Segment
 from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
 from ampup_memory.timefmt import Instant, utc_text
@@ -323,6 +323,8 @@ class _Kept:
 
     rows: OrderedDict[tuple[Any, ...], _Rows] = field(default_factory=OrderedDict)
     evaluated: OrderedDict[tuple[Any, ...], _Evaluated] = field(default_factory=OrderedDict)
+    warming: dict[tuple[str, str], threading.Event] = field(default_factory=dict)  # by
+    # (scope, type prefix): set when :func:`warm` is done with that type on main
 
 
 # Per read index, not per process: a key names a scope and seqs, which two homes open in
@@ -589,6 +591,12 @@ def _current_records(svc: MemoryService, principal: Principal, view: View,
     attribute of the type when kept (one evaluation serves every ``select``, and what
     :func:`warm` built), else of the ``wanted`` ones."""
     pairs = schema.many_pairs() if schema is not None else frozenset()
+    if view.branch == MAIN and view.at_commit is None:
+        kept = _kept(svc)
+        with _ROWS_LOCK:
+            warming = kept.warming.get((str(view.scope), prefix))
+        if warming is not None:  # the same work under way: wait for it, not do it alongside
+            warming.wait(WARM_WAIT_SECONDS)
     cached = _rows(svc, view, prefix, None)
     if cached is None:  # commits still being applied: nothing kept
         groups = svc.visible_facts(principal, view, None, None, entity_prefix=prefix,
@@ -663,7 +671,7 @@ def warm(svc: MemoryService, scope_text: str, at: datetime | None = None,
     if schema is None:
         return []
     at = (at or datetime.now(UTC)).astimezone(UTC)
-    pairs = schema.many_pairs()
+    kept = _kept(svc)
     warmed: list[str] = []
     for etype in schema.entities:
         if len(warmed) >= min(limit, ROW_CACHE):
@@ -672,19 +680,36 @@ def warm(svc: MemoryService, scope_text: str, at: datetime | None = None,
         if not svc.index.facts(str(view.scope), view.segments, None, None, limit=1,
                                entity_prefix=prefix):
             continue  # nothing to read: kept, it would only push a type with facts out
-        cached = _rows(svc, view, prefix, None)
-        if cached is None:  # commits still being applied: the first query reads them
-            break
-        everyone = dict.fromkeys(cached.cited)  # given this, no principal's ACL is read
-        ev = _evaluation(svc, Principal(WARM_USER), view, cached, everyone, pairs)
-        stretch = _records_at(ev, at)
-        for attr in etype.attributes:
-            stretch.column(attr.name, attr)
+        key, done = (str(view.scope), prefix), threading.Event()
+        with _ROWS_LOCK:
+            kept.warming[key] = done
+        try:
+            if not _warm_type(svc, view, schema, etype.name, prefix, at):
+                break  # commits still being applied: the first query reads them
+        finally:
+            with _ROWS_LOCK:
+                kept.warming.pop(key, None)
+            done.set()
         warmed.append(etype.name)
     return warmed
 
 
+def _warm_type(svc: MemoryService, view: View, schema: Schema, name: str, prefix: str,
+               at: datetime) -> bool:
+    cached = _rows(svc, view, prefix, None)
+    if cached is None:
+        return False
+    everyone = dict.fromkeys(cached.cited)  # given this, no principal's ACL is read
+    ev = _evaluation(svc, Principal(WARM_USER), view, cached, everyone, schema.many_pairs())
+    stretch = _records_at(ev, at)
+    etype = schema.entity(name)
+    for attr in etype.attributes if etype is not None else ():
+        stretch.column(attr.name, attr)
+    return True
+
+
 WARM_USER = "ampup:warm"
+WARM_WAIT_SECONDS = 120  # a query waits at most this long for a warm-up of its type
 
 
 def run(svc: MemoryService, user: str, req: TypedQuery) -> dict[str, Any]:
