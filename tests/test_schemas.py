@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import random
+import time
 from collections.abc import Iterator
 from datetime import date
 from pathlib import Path
@@ -688,3 +689,124 @@ def test_schema_commands(tmp_path: Path) -> None:
                                  ).stdout)
     assert [e["name"] for e in builtin["entities"]] == ["document", "topic", "claim",
                                                         "definition"]
+
+
+def _warm_up_done(m: Memory, scope: str) -> bool:
+    r = m.http.get("/status", headers=ADMIN)
+    assert r.status_code == 200, r.text
+    timer = next(t for t in r.json()["timers"] if t["name"] == "typed query warm-up")
+    assert timer["last_error"] is None, timer
+    return timer["runs"] >= 1 and scope in (timer["last_result"] or "")
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "postgres"])
+def test_typed_answers_same_cold_warm_and_after_restart(
+        kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """The first typed query (nothing kept), the same query again (kept), after a restart
+    once the server's warm-up built the type (a caller who reads every citation finds it;
+    the others fold from it), and after one more restart at once, answer alike, and as the
+    facts read afresh say."""
+    rng = random.Random(18)
+    env = backend_env(kind, request)
+    scope = new_scope()
+    opps = [f"opportunity:w{n:02d}" for n in range(12)]
+    queries: list[dict[str, Any]] = [
+        {},
+        {"select": ["owner"]},  # lists only entities with an owner someone may see
+        {"where": [{"attribute": "amount", "op": "gt", "value": "$50k"}],
+         "order_by": [{"attribute": "amount", "desc": True}, {"attribute": "entity"}],
+         "select": ["owner", "amount"]},
+        {"where": [{"attribute": "competitors", "op": "eq", "value": "rivals"}]},
+    ]
+
+    def answers(m: Memory) -> list[Any]:
+        out = []
+        for user in READERS:
+            for body in queries:
+                r = query(m.as_user(user), scope, find="entities", type="opportunity",
+                          limit=1000, **body)
+                assert r.status_code == 200, r.text
+                out.append({k: v for k, v in r.json().items() if k != "as_of"})
+        return out
+
+    with serving(tmp_path / "home", env) as proc:
+        m = Memory(proc.url)
+        for user, groups in READERS.items():
+            assert m.set_principal(user, sorted(g.split(":")[1] for g in groups)
+                                   ).status_code == 200
+        assert put_schema(m, scope, builtin="sales").status_code == 200
+        eps = {",".join(acl): _episode(m, scope, f"Pipeline notes ({acl[0]}).", acl=acl)
+               for acl in ACLS}
+        by_writer: dict[str, list[dict[str, Any]]] = {"bob": [], "carol": []}
+        for n, opp in enumerate(opps):
+            # the last two have competitors only: no query that selects owner lists them
+            names = ["competitors"] if n >= 10 else ["stage", "amount", "owner", "competitors"]
+            for predicate in names:
+                for month in (1, 2):  # an older and a newer version, random ACLs
+                    acl = rng.choice(ACLS)
+                    value = {"stage": rng.choice(STAGES), "owner": rng.choice(["ann", "ben"]),
+                             "amount": f"${rng.randrange(10, 100)}k",
+                             "competitors": rng.choice(["rivals", "others"])}[predicate]
+                    by_writer["bob" if acl == ["user:bob"] else "carol"].append({
+                        "entity": opp, "predicate": predicate, "value": value,
+                        "quote": "Pipeline notes", "valid_from": f"2025-0{month}-01T00:00:00Z",
+                        "cites": [{"episode": eps[",".join(acl)], "unit": 1}]})
+        for writer, items in by_writer.items():
+            r = m.as_user(writer).http.post("/facts/batch", json={"scope": scope,
+                                                                  "facts": items})
+            assert r.status_code == 201, r.text
+        cold = answers(m)  # the first typed queries this server answers
+        assert answers(m) == cold
+        left_out = False  # some reader sees an entity with no visible owner
+        for user in READERS:
+            reader = m.as_user(user)
+            want = _reference(reader, scope, opps, {})
+            assert _answered(reader, scope, {}) == (sorted(want), want), user
+            _, owners = _answered(reader, scope, {}, select=["owner"])
+            assert sorted(owners) == sorted(e for e, rec in want.items() if "owner" in rec)
+            left_out = left_out or len(owners) < len(want)
+        assert left_out
+        m.close()
+    with serving(tmp_path / "home", env) as proc:
+        m = Memory(proc.url)
+        deadline = time.monotonic() + 60
+        while not _warm_up_done(m, scope):
+            assert time.monotonic() < deadline, "the warm-up did not run"
+            time.sleep(0.2)
+        assert answers(m) == cold
+        m.close()
+    with serving(tmp_path / "home", env) as proc:  # asked at once: alongside the warm-up,
+        m = Memory(proc.url)  # or waiting for it
+        assert answers(m) == cold
+        m.close()
+
+
+def test_typed_queries_keep_one_home_apart_from_another(tmp_path: Path) -> None:
+    """Two homes open in one process, with the same scope and seqs: each answers its own
+    facts (what is kept for typed queries is per read index)."""
+    from ampup_memory.memory.episodes import EpisodeIn
+    from ampup_memory.memory.facts import FactIn
+    from ampup_memory.memory.query import TypedQuery, run, warm
+    from ampup_memory.memory.schemas import PutSchema, set_schema
+    from ampup_memory.memory.service import MemoryService
+    from ampup_memory.settings import load_settings
+
+    req = TypedQuery.model_validate({"scope": "acme/sales", "find": "entities",
+                                     "type": "opportunity"})
+    for n, stage in enumerate(["demo", "proposal"]):
+        svc = MemoryService.open(load_settings(home=tmp_path / str(n),
+                                               embedding_provider="hash"))
+        try:
+            svc.set_principal("w", [], [], "t")
+            set_schema(svc, "t", "acme/sales", PutSchema(builtin="sales"))
+            ep = svc.write_episodes("w", "acme/sales", None, [EpisodeIn.model_validate(
+                {"source": "crm:1", "acl": ["*"], "body": json.dumps({"stage": stage})})])
+            svc.post_facts("w", "acme/sales", None, [FactIn.model_validate({
+                "entity": "opportunity:o1", "predicate": "stage", "value": stage,
+                "quote": stage, "cites": [{"episode": ep.episodes[0][0], "unit": 1}]})])
+            if n:  # the second home's query finds its own type warmed, not the first's
+                assert warm(svc, "acme/sales") == ["opportunity"]
+            got = run(svc, "w", req)["entities"]
+            assert [e["attributes"]["stage"]["value"] for e in got] == [stage]
+        finally:
+            svc.close()

@@ -24,7 +24,12 @@ from ampup_memory.memory.browse_api import router as browse_router
 from ampup_memory.memory.extraction_api import router as extraction_router
 from ampup_memory.memory.schema_api import router as schema_router
 from ampup_memory.memory.snapshots_api import router as holds_router
-from ampup_memory.memory.timer import extraction_timer, maintenance_timer, workspace_timer
+from ampup_memory.memory.timer import (
+    extraction_timer,
+    maintenance_timer,
+    warm_timer,
+    workspace_timer,
+)
 from ampup_memory.memory.workspace_api import router as workspace_router
 from ampup_memory.ops.api import router as ops_router
 from ampup_memory.runtime import Runtime, open_runtime
@@ -85,6 +90,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.timers = []  # what each periodic job has done, for GET /status
     app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings, app.state.timers),
                                 workspace_timer(rt.memory, settings, app.state.timers),
+                                warm_timer(rt.memory, app.state.timers),
                                 extraction_timer(rt.memory, settings, app.state.timers),
                                 judge_timer(rt.memory, settings, app.state.timers),
                                 *learning_timers(rt.memory, settings, rt.embedder,

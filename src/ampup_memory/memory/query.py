@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import operator
 import threading
+import weakref
 from bisect import bisect_left, bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Iterable
@@ -31,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import field_error
+from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.facts import FactRecord, Window, current, current_values, lines
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.schemas import (
@@ -43,14 +45,13 @@ from ampup_memory.memory.schemas import (
     sort_key,
     validate_value,
 )
-from ampup_memory.memory.scopes import BranchText, ScopeText
+from ampup_memory.memory.scopes import MAIN, BranchText, ScopeText
 from ampup_memory.memory.segments import NO_LIMIT, Segment
 from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
 from ampup_memory.timefmt import Instant, utc_text
 from ampup_memory.web.body import JsonInt
 
 if TYPE_CHECKING:
-    from ampup_memory.memory.acl import Principal
     from ampup_memory.memory.service import MemoryService, View
 
 Op = Literal["eq", "ne", "lt", "lte", "gt", "gte", "in", "contains"]
@@ -248,7 +249,6 @@ def _sorted(items: list[Any], orders: list[tuple[Callable[[Any], Key], bool]]) -
 # commit never change, so a repeated query (dashboards) reads them once, and a view whose
 # heads moved on reads only the rows of the commits since (``_grow``). Rows only: who may
 # see which is decided per call by MemoryService.visible_facts.
-_ROWS: OrderedDict[tuple[Any, ...], _Rows] = OrderedDict()
 _ROWS_LOCK = threading.Lock()
 ROW_CACHE = 4
 Pair = tuple[str, str]  # (entity, predicate)
@@ -317,10 +317,34 @@ def _unlinked(rows: _Rows) -> _Rows:
     return rows if rows.base is None else replace(rows, base=None, touched=frozenset())
 
 
+@dataclass
+class _Kept:
+    """What typed queries keep of one read index: the views' rows and evaluations."""
+
+    rows: OrderedDict[tuple[Any, ...], _Rows] = field(default_factory=OrderedDict)
+    evaluated: OrderedDict[tuple[Any, ...], _Evaluated] = field(default_factory=OrderedDict)
+    warming: dict[tuple[str, str], threading.Event] = field(default_factory=dict)  # by
+    # (scope, type prefix): set when :func:`warm` is done with that type on main
+
+
+# Per read index, not per process: a key names a scope and seqs, which two homes open in
+# one process (tests, benchmarks) share; one home's rows answered the other's queries.
+_KEPT: weakref.WeakKeyDictionary[Any, _Kept] = weakref.WeakKeyDictionary()
+
+
+def _kept(svc: MemoryService) -> _Kept:
+    with _ROWS_LOCK:
+        found = _KEPT.get(svc.index)
+        if found is None:
+            found = _KEPT[svc.index] = _Kept()
+        return found
+
+
 def _rows(svc: MemoryService, view: View, prefix: str | None,
           predicates: list[str] | set[str] | None) -> _Rows | None:
     """The view's fact rows of a type (and predicates), cached by the view's resolved
     heads; None (read them directly) while commits are still being applied."""
+    kept = _kept(svc).rows
     ns = str(view.scope)
     segs = []
     for s in view.segments:
@@ -330,12 +354,12 @@ def _rows(svc: MemoryService, view: View, prefix: str | None,
         segs.append(s)
     key = (ns, tuple(segs), prefix, None if predicates is None else tuple(sorted(predicates)))
     with _ROWS_LOCK:
-        hit = _ROWS.get(key)
+        hit = kept.get(key)
         if hit is not None:
-            _ROWS.move_to_end(key)
+            kept.move_to_end(key)
             return hit
         # the same view at earlier heads, the furthest along: grown instead of read again
-        bases = [r for k, r in _ROWS.items() if k[0] == ns and k[2:] == key[2:]
+        bases = [r for k, r in kept.items() if k[0] == ns and k[2:] == key[2:]
                  and _grown_from(k[1], key[1])]
         base = max(bases, key=lambda r: sum(s.upto for s in r.key[1]), default=None)
     if svc.index.pending(ns):
@@ -346,9 +370,9 @@ def _rows(svc: MemoryService, view: View, prefix: str | None,
         found = _indexed(key, svc.index.facts(ns, key[1], None, None, entity_prefix=prefix,
                                               predicates=predicates))
     with _ROWS_LOCK:
-        _ROWS[key] = found
-        while len(_ROWS) > ROW_CACHE:
-            _ROWS.popitem(last=False)
+        kept[key] = found
+        while len(kept) > ROW_CACHE:
+            kept.popitem(last=False)
     return found
 
 
@@ -383,8 +407,14 @@ class _Stretch:
             hit = self.columns.get(key)
             base = self.base.pop(key, None) if hit is None else None
         if hit is None:
-            hit = (_column(self.records, name, attr) if base is None
-                   else _column_fold(base, self.records, name, attr, self.touched))
+            # A fold edits sorted lists entity by entity (a bisection and a shift each):
+            # past a quarter of many entities building anew is the cheaper (~9x at 10k
+            # entities with nine in ten touched: a caller with two fifths hidden). A few
+            # touched entities fold whatever the share (cheap either way).
+            fold = base is not None and (len(self.touched) <= FOLD_ALWAYS
+                                         or 4 * len(self.touched) <= len(self.records))
+            hit = (_column_fold(base, self.records, name, attr, self.touched)
+                   if fold and base is not None else _column(self.records, name, attr))
             with _ROWS_LOCK:
                 self.columns[key] = hit
         return hit
@@ -399,8 +429,8 @@ class _Evaluated:
     touched: frozenset[Pair] = frozenset()  # ... with these pairs evaluated again
 
 
-_EVALUATED: OrderedDict[tuple[Any, ...], _Evaluated] = OrderedDict()
 STRETCHES = 8
+FOLD_ALWAYS = 64  # a column folds at most this many touched entities, or a quarter
 
 
 def _lines_of(pairs: frozenset[Pair], key: Pair,
@@ -557,30 +587,47 @@ def _column_fold(old: Column, records: Records, name: str, attr: Attribute | Non
 def _current_records(svc: MemoryService, principal: Principal, view: View,
                      schema: Schema | None, at: datetime, prefix: str,
                      wanted: set[str] | None) -> _Stretch:
+    """The current values of the type's entities that the caller sees at ``at``: of every
+    attribute of the type when kept (one evaluation serves every ``select``, and what
+    :func:`warm` built), else of the ``wanted`` ones."""
     pairs = schema.many_pairs() if schema is not None else frozenset()
-    cached = _rows(svc, view, prefix, wanted)
+    if view.branch == MAIN and view.at_commit is None:
+        kept = _kept(svc)
+        with _ROWS_LOCK:
+            warming = kept.warming.get((str(view.scope), prefix))
+        if warming is not None:  # the same work under way: wait for it, not do it alongside
+            warming.wait(WARM_WAIT_SECONDS)
+    cached = _rows(svc, view, prefix, None)
     if cached is None:  # commits still being applied: nothing kept
         groups = svc.visible_facts(principal, view, None, None, entity_prefix=prefix,
                                    predicates=wanted)
         return _records_at(_evaluate(groups, pairs), at)
     readable = svc.readable_episodes(principal, str(view.scope), view.segments, cached.cited)
+    return _records_at(_evaluation(svc, principal, view, cached, readable, pairs), at)
+
+
+def _evaluation(svc: MemoryService, principal: Principal, view: View, cached: _Rows,
+                readable: dict[str, Any], pairs: frozenset[Pair]) -> _Evaluated:
+    """The kept evaluation of ``cached`` for a caller who reads ``readable`` of the
+    episodes the rows cite, made (or folded) on first use."""
+    kept = _kept(svc).evaluated
     hidden = cached.cited.difference(readable)
     key = (cached.key, hidden, pairs)
     olds: list[tuple[tuple[Any, ...], _Evaluated]] = []
     with _ROWS_LOCK:
-        ev = _EVALUATED.get(key)
+        ev = kept.get(key)
         if ev is not None:
-            _EVALUATED.move_to_end(key)
+            kept.move_to_end(key)
         else:
-            olds = [(k, e) for k, e in _EVALUATED.items() if k[2] == pairs and (
+            olds = [(k, e) for k, e in kept.items() if k[2] == pairs and (
                 k[0] == cached.key or (cached.base is not None and k[0] == cached.base.key))]
     if ev is None:
         ev = _evaluated(svc, principal, view, cached, readable, hidden, pairs, olds)
         with _ROWS_LOCK:
-            _EVALUATED[key] = ev
-            while len(_EVALUATED) > ROW_CACHE:
-                _EVALUATED.popitem(last=False)
-    return _records_at(ev, at)
+            kept[key] = ev
+            while len(kept) > ROW_CACHE:
+                kept.popitem(last=False)
+    return ev
 
 
 def _evaluated(svc: MemoryService, principal: Principal, view: View, cached: _Rows,
@@ -608,6 +655,61 @@ def _evaluated(svc: MemoryService, principal: Principal, view: View, cached: _Ro
         return _fold(old, groups, pairs, again)
     return _evaluate(svc.visible_facts(principal, view, None, None, rows=cached.rows,
                                        readable=readable), pairs)
+
+
+def warm(svc: MemoryService, scope_text: str, at: datetime | None = None,
+         limit: int = ROW_CACHE) -> list[str]:
+    """Build what a first ``find: entities`` on ``main`` of the scope would, for each entity
+    type of its schema that has facts (the first ``limit``): the type's rows, their
+    evaluation for a caller who reads every cited episode, the current values at ``at``
+    (default now) and every attribute's column. The functions a query calls build them,
+    so a query finds them kept and answers as it would have; a caller who may not read
+    some of the citations folds from them (``_evaluated``). Memory only: a restart warms
+    again. The types warmed, in schema order."""
+    view = svc.view(scope_text)
+    schema = svc.schema(view)
+    if schema is None:
+        return []
+    at = (at or datetime.now(UTC)).astimezone(UTC)
+    kept = _kept(svc)
+    warmed: list[str] = []
+    for etype in schema.entities:
+        if len(warmed) >= min(limit, ROW_CACHE):
+            break
+        prefix = f"{etype.name}:"
+        if not svc.index.facts(str(view.scope), view.segments, None, None, limit=1,
+                               entity_prefix=prefix):
+            continue  # nothing to read: kept, it would only push a type with facts out
+        key, done = (str(view.scope), prefix), threading.Event()
+        with _ROWS_LOCK:
+            kept.warming[key] = done
+        try:
+            if not _warm_type(svc, view, schema, etype.name, prefix, at):
+                break  # commits still being applied: the first query reads them
+        finally:
+            with _ROWS_LOCK:
+                kept.warming.pop(key, None)
+            done.set()
+        warmed.append(etype.name)
+    return warmed
+
+
+def _warm_type(svc: MemoryService, view: View, schema: Schema, name: str, prefix: str,
+               at: datetime) -> bool:
+    cached = _rows(svc, view, prefix, None)
+    if cached is None:
+        return False
+    everyone = dict.fromkeys(cached.cited)  # given this, no principal's ACL is read
+    ev = _evaluation(svc, Principal(WARM_USER), view, cached, everyone, schema.many_pairs())
+    stretch = _records_at(ev, at)
+    etype = schema.entity(name)
+    for attr in etype.attributes if etype is not None else ():
+        stretch.column(attr.name, attr)
+    return True
+
+
+WARM_USER = "ampup:warm"
+WARM_WAIT_SECONDS = 120  # a query waits at most this long for a warm-up of its type
 
 
 def run(svc: MemoryService, user: str, req: TypedQuery) -> dict[str, Any]:
@@ -744,8 +846,14 @@ def _entities(svc: MemoryService, principal: Any, view: View, schema: Schema | N
     for name, attr, test in conds:
         picked = test.select(stretch.column(name, attr))
         chosen = picked if chosen is None else chosen & picked
-    # entity ids in entity order (_records_at fills records in that order)
-    matched = list(records) if chosen is None else sorted(chosen)
+    # entity ids in entity order (_records_at fills records in that order); records may
+    # hold attributes the query does not read: an entity is listed for those it reads
+    if chosen is not None:
+        matched = sorted(chosen)
+    elif wanted is None:
+        matched = list(records)
+    else:
+        matched = [e for e, rec in records.items() if not wanted.isdisjoint(rec)]
 
     def by_attr(col: Column) -> Callable[[str], Key]:
         return col.least.get

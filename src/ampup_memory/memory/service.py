@@ -45,6 +45,7 @@ from ampup_memory.memory.events import EventRecord, event_row
 from ampup_memory.memory.facts import (
     CLOSURE,
     VALUE,
+    CitedTexts,
     CloseValue,
     FactIn,
     FactRecord,
@@ -411,12 +412,13 @@ class MemoryService:
             # thousand-fact batch's check went to those reads).
             bodies = self.index.bodies(str(scope), {r.body_ref for r in cited.values()})
             units_of = {r.id: _units(r, bodies.get(r.body_ref, "")) for r in cited.values()}
+            texts = CitedTexts()  # the batch's quotes ask the same units
             checked = []
             for n, item in enumerate(items):
                 where: list[str | int] = ["facts", n] if loc is None else list(loc)
                 value = check_fact(typed[0] if typed else None, item.entity, item.predicate,
                                    raw_value(item.value), where)
-                rec = self._check_fact(scope, item, cited, units_of, where, written_by)
+                rec = self._check_fact(scope, item, cited, units_of, where, written_by, texts)
                 checked.append(replace(rec, branch=branch, value=_json_value(value)))
             held = self._held_facts(principal, View(scope, branch, segs), checked) \
                 if skip_held else set()
@@ -467,7 +469,8 @@ class MemoryService:
 
     def _check_fact(self, scope: Scope, item: FactIn,
                     cited: dict[str, EpisodeRecord], units_of: dict[str, list[Unit]],
-                    loc: list[str | int], written_by: str = "posted") -> FactRecord:
+                    loc: list[str | int], written_by: str = "posted",
+                    texts: CitedTexts | None = None) -> FactRecord:
         """Cited episodes readable, units present, quote verbatim in one of them."""
         # A request body never carries U+0000 (web.body refuses it), a model's answer may:
         # refused here, per fact, it rejects that candidate; left to the commit's own
@@ -488,7 +491,7 @@ class MemoryService:
                 raise field_error([*loc, "cites", i, "unit"],
                                   f"episode has {len(ep_units)} unit(s)", "unit_unknown")
             units.append(ep_units[cite.unit - 1])
-        if not quote_found(item.quote, units):
+        if not quote_found(item.quote, units, texts):
             raise field_error([*loc, "quote"], "the quote does not occur verbatim in any "
                               "cited unit", "quote_not_found")
         valid_from = item.valid_from or max(cited[c.episode].occurred_at for c in item.cites)
