@@ -181,6 +181,9 @@ def test_status_route_and_command(tmp_path: Path) -> None:
         assert names["search index refresh"]["runs"] >= 1
         assert names["search index refresh"]["enabled"] is True
         assert names["memory maintenance pass"]["enabled"] is False
+        # runs once at start: enabled, with no interval
+        warm = names["typed query warm-up"]
+        assert (warm["enabled"], warm["interval_seconds"]) == (True, 0), warm
         mem.close()
     done = run_cli(home, QUIET, "status")
     assert done.returncode == 0, done.stderr

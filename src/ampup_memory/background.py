@@ -31,12 +31,13 @@ class TimerRecord:
     last_finished_at: datetime | None = None
     last_said: str | None = None
     last_error: str | None = None
+    once: bool = False  # runs once at start (``first_at_start`` with no interval)
 
     def wire(self) -> dict[str, Any]:
         def when(value: datetime | None) -> str | None:
             return None if value is None else value.isoformat().replace("+00:00", "Z")
         return {"name": self.name, "interval_seconds": self.interval_seconds,
-                "enabled": self.interval_seconds > 0, "runs": self.runs,
+                "enabled": self.interval_seconds > 0 or self.once, "runs": self.runs,
                 "failures": self.failures, "last_started_at": when(self.last_started_at),
                 "last_finished_at": when(self.last_finished_at),
                 "last_result": self.last_said, "last_error": self.last_error}
@@ -50,7 +51,7 @@ def periodic(job: Callable[[], str | None], interval: float, what: str, log: log
     logged and the next one still comes. ``interval <= 0`` runs nothing, or, with
     ``first_at_start``, only the first run. Each run is noted in a
     :class:`TimerRecord`, added to ``records`` (``GET /status`` shows them)."""
-    record = TimerRecord(what, interval)
+    record = TimerRecord(what, interval, once=first_at_start and interval <= 0)
     if records is not None:
         records.append(record)
 
