@@ -784,8 +784,8 @@ def test_typed_answers_same_cold_warm_and_after_restart(
 def test_typed_queries_keep_one_home_apart_from_another(tmp_path: Path) -> None:
     """Two homes open in one process, with the same scope and seqs: each answers its own
     facts (what is kept for typed queries is per read index)."""
-    from ampup_memory.memory.episodes import EpisodeIn
-    from ampup_memory.memory.facts import FactIn
+    from ampup_memory.memory.episodes import ChangeAcl, EpisodeIn
+    from ampup_memory.memory.facts import CloseValue, FactIn
     from ampup_memory.memory.query import TypedQuery, run, warm
     from ampup_memory.memory.schemas import PutSchema, set_schema
     from ampup_memory.memory.service import MemoryService
@@ -822,8 +822,8 @@ def test_kept_answers_after_small_commits_equal_a_cold_evaluation(
     may not read some. ``merge_often``: the layers are merged into flat copies every few
     commits, so merging, the column edit and layering over a merged copy run too."""
     from ampup_memory.memory import query as typed
-    from ampup_memory.memory.episodes import EpisodeIn
-    from ampup_memory.memory.facts import FactIn
+    from ampup_memory.memory.episodes import ChangeAcl, EpisodeIn
+    from ampup_memory.memory.facts import CloseValue, FactIn
     from ampup_memory.memory.query import TypedQuery, run
     from ampup_memory.memory.schemas import PutSchema, set_schema
     from ampup_memory.memory.service import MemoryService
@@ -902,7 +902,21 @@ def test_kept_answers_after_small_commits_equal_a_cold_evaluation(
             if r == 5:
                 opps.append("opportunity:k999")  # a new entity, last in entity order
                 batch += facts(["opportunity:k999"], ["stage", "amount"], when)
+            if r == 8:  # a new entity whose values cite one episode alone ...
+                alone = svc.write_episodes("x", scope, None, [EpisodeIn.model_validate({
+                    "source": "crm:export/alone", "acl": ["*"],
+                    "body": json.dumps({"export": 99, "note": "Pipeline export"})})]
+                ).episodes[0][0]
+                batch += [FactIn.model_validate({
+                    "entity": "opportunity:k998", "predicate": p, "value": value(p),
+                    "quote": "Pipeline export", "cites": [{"episode": alone, "unit": 2}],
+                    "valid_from": when}) for p in ("stage", "amount")]
             svc.post_facts("x", scope, None, batch)
+            if r == 10:  # ... hidden from the reader: its pairs leave the reader's layers
+                svc.change_acl("x", ChangeAcl(scope=scope, acl=["user:x"]), alone, False)
+            if r == 12:  # a value closed: its pair has no current value left
+                svc.close_value("x", CloseValue(scope=scope, entity=opps[0],
+                                                predicate="stage", reason="lost"))
             kept_answers = answers(cold=False)
             assert kept_answers == answers(cold=True), r
             assert {a["total"] for a in kept_answers} != {0}
