@@ -784,8 +784,8 @@ def test_typed_answers_same_cold_warm_and_after_restart(
 def test_typed_queries_keep_one_home_apart_from_another(tmp_path: Path) -> None:
     """Two homes open in one process, with the same scope and seqs: each answers its own
     facts (what is kept for typed queries is per read index)."""
-    from ampup_memory.memory.episodes import EpisodeIn
-    from ampup_memory.memory.facts import FactIn
+    from ampup_memory.memory.episodes import ChangeAcl, EpisodeIn
+    from ampup_memory.memory.facts import CloseValue, FactIn
     from ampup_memory.memory.query import TypedQuery, run, warm
     from ampup_memory.memory.schemas import PutSchema, set_schema
     from ampup_memory.memory.service import MemoryService
@@ -810,3 +810,118 @@ def test_typed_queries_keep_one_home_apart_from_another(tmp_path: Path) -> None:
             assert [e["attributes"]["stage"]["value"] for e in got] == [stage]
         finally:
             svc.close()
+
+
+@pytest.mark.parametrize("merge_often", [False, True])
+def test_kept_answers_after_small_commits_equal_a_cold_evaluation(
+        merge_often: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After each of many small commits (a few values, a new entity, values citing an
+    episode one reader may not read) the kept path (rows grown, evaluation, current values
+    and columns folded: small layers laid over what was kept) answers every query exactly
+    as an evaluation from nothing kept, for a reader who reads every citation and one who
+    may not read some. ``merge_often``: the layers are merged into flat copies every few
+    commits, so merging, the column edit and layering over a merged copy run too."""
+    from ampup_memory.memory import query as typed
+    from ampup_memory.memory.episodes import ChangeAcl, EpisodeIn
+    from ampup_memory.memory.facts import CloseValue, FactIn
+    from ampup_memory.memory.query import TypedQuery, run
+    from ampup_memory.memory.schemas import PutSchema, set_schema
+    from ampup_memory.memory.service import MemoryService
+    from ampup_memory.settings import load_settings
+
+    if merge_often:
+        monkeypatch.setattr(typed, "LAYER_SHARE", 150)
+        monkeypatch.setattr(typed, "COLUMN_LAYER", 8)
+        monkeypatch.setattr(typed, "EPISODE_PIECES", 2)
+    rng = random.Random(21)
+    scope = "acme/kept"
+    svc = MemoryService.open(load_settings(home=tmp_path, embedding_provider="hash"))
+    try:
+        svc.set_principal("x", ["sales", "emea"], [], "t")  # reads every episode
+        svc.set_principal("reader", ["sales"], [], "t")  # not group:emea, not user:x
+        set_schema(svc, "t", scope, PutSchema(builtin="sales"))
+        eps = [svc.write_episodes("x", scope, None, [EpisodeIn.model_validate({
+            "source": f"crm:export/{i}", "acl": acl,
+            "body": json.dumps({"export": i, "note": "Pipeline export"})})]).episodes[0][0]
+            for i, acl in enumerate([["*"], ["group:sales"], ["group:emea"], ["user:x"]])]
+        opps = [f"opportunity:k{n:03d}" for n in range(300)]
+
+        def value(predicate: str) -> Any:
+            return {"stage": rng.choice(STAGES), "owner": rng.choice(["ann", "ben", "cy"]),
+                    "amount": f"${rng.randrange(10, 100)}k",
+                    "close_date": f"2025-{rng.randint(1, 12):02d}-{rng.randint(1, 28):02d}",
+                    "next_step": rng.choice(["call back", "send deck", "demo"]),
+                    "competitors": rng.choice(["rivals", "others", "third"])}[predicate]
+
+        def facts(entities: list[str], predicates: list[str], when: str) -> list[FactIn]:
+            return [FactIn.model_validate({
+                "entity": e, "predicate": p, "value": value(p), "quote": "Pipeline export",
+                "cites": [{"episode": rng.choice(eps), "unit": 2}], "valid_from": when})
+                for e in entities for p in predicates]
+
+        every = ["stage", "owner", "amount", "close_date", "next_step", "competitors"]
+        svc.post_facts("x", scope, None, facts(opps, every, "2025-01-01T00:00:00Z"))
+        bodies: list[dict[str, Any]] = [
+            {"where": [{"attribute": "stage", "op": "in", "value": STAGES[:5]},
+                       {"attribute": "amount", "op": "gt", "value": "$50k"},
+                       {"attribute": "close_date", "op": "gte", "value": "2025-04-01"},
+                       {"attribute": "close_date", "op": "lte", "value": "2025-09-30"}],
+             "select": ["owner", "next_step", "amount"],
+             "order_by": [{"attribute": "amount", "desc": True}]},
+            {},
+            {"where": [{"attribute": "owner", "op": "ne", "value": "ann"}],
+             "order_by": [{"attribute": "close_date"}, {"attribute": "entity", "desc": True}]},
+            {"where": [{"attribute": "next_step", "op": "contains", "value": "BACK"},
+                       {"attribute": "competitors", "op": "eq", "value": "rivals"}]},
+            {"select": ["owner"], "order_by": [{"attribute": "owner", "desc": True}]},
+        ]
+        reqs = [TypedQuery.model_validate({"scope": scope, "find": "entities",
+                                           "type": "opportunity", "limit": 1000, **b})
+                for b in bodies]
+
+        def answers(cold: bool) -> list[dict[str, Any]]:
+            if cold:  # nothing kept for this read index: every row read and evaluated
+                kept = typed._KEPT.pop(svc.index)
+            try:
+                out = []
+                for user in ("x", "reader"):
+                    for req in reqs:
+                        got = run(svc, user, req)
+                        got.pop("as_of")
+                        out.append(got)
+                return out
+            finally:
+                if cold:
+                    typed._KEPT[svc.index] = kept
+
+        answers(cold=False)  # kept from here on: each commit below is folded into it
+        laid = 0
+        for r in range(14):
+            when = f"2025-02-{r + 1:02d}T00:00:00Z"
+            batch = facts(rng.sample(opps, 3), rng.sample(every, 2), when)
+            if r == 5:
+                opps.append("opportunity:k999")  # a new entity, last in entity order
+                batch += facts(["opportunity:k999"], ["stage", "amount"], when)
+            if r == 8:  # a new entity whose values cite one episode alone ...
+                alone = svc.write_episodes("x", scope, None, [EpisodeIn.model_validate({
+                    "source": "crm:export/alone", "acl": ["*"],
+                    "body": json.dumps({"export": 99, "note": "Pipeline export"})})]
+                ).episodes[0][0]
+                batch += [FactIn.model_validate({
+                    "entity": "opportunity:k998", "predicate": p, "value": value(p),
+                    "quote": "Pipeline export", "cites": [{"episode": alone, "unit": 2}],
+                    "valid_from": when}) for p in ("stage", "amount")]
+            svc.post_facts("x", scope, None, batch)
+            if r == 10:  # ... hidden from the reader: its pairs leave the reader's layers
+                svc.change_acl("x", ChangeAcl(scope=scope, acl=["user:x"]), alone, False)
+            if r == 12:  # a value closed: its pair has no current value left
+                svc.close_value("x", CloseValue(scope=scope, entity=opps[0],
+                                                predicate="stage", reason="lost"))
+            kept_answers = answers(cold=False)
+            assert kept_answers == answers(cold=True), r
+            assert {a["total"] for a in kept_answers} != {0}
+            laid += any(c.under is not None for ev in typed._kept(svc).evaluated.values()
+                        for s in ev.at.values() for c in s.columns.values())
+        assert laid  # the kept path did lay columns over older ones (what is tested)
+    finally:
+        svc.close()
