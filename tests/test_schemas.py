@@ -784,8 +784,8 @@ def test_typed_answers_same_cold_warm_and_after_restart(
 def test_typed_queries_keep_one_home_apart_from_another(tmp_path: Path) -> None:
     """Two homes open in one process, with the same scope and seqs: each answers its own
     facts (what is kept for typed queries is per read index)."""
-    from ampup_memory.memory.episodes import ChangeAcl, EpisodeIn
-    from ampup_memory.memory.facts import CloseValue, FactIn
+    from ampup_memory.memory.episodes import EpisodeIn
+    from ampup_memory.memory.facts import FactIn
     from ampup_memory.memory.query import TypedQuery, run, warm
     from ampup_memory.memory.schemas import PutSchema, set_schema
     from ampup_memory.memory.service import MemoryService
