@@ -1,4 +1,4 @@
-"""The index on PostgreSQL: weighted tsvector + ts_rank for keywords, pgvector for meaning.
+"""The index on PostgreSQL: weighted tsvector + BM25 for keywords, pgvector for meaning.
 
 Tables are prefixed ``search_`` so the index can share a database with the AMP store.
 Writers take a transaction-scoped advisory lock, so several server processes may share
@@ -6,9 +6,13 @@ one index and the ACL bitmaps are never updated by two writers at once. Vectors 
 an untyped ``vector`` column with an HNSW expression index for the recorded model's
 dimension; a model change drops the vectors and rebuilds that index.
 
-Scopes share these tables but never each other's scores: ``ts_rank`` reads only the row's
-own tsvector (no collection statistics) and a cosine only the two vectors, so unlike
-FTS5's ``bm25()`` nothing here needs a table per scope (tests/test_scope_isolation.py).
+Scopes share these tables but never each other's scores: BM25's statistics (the rows of a
+space and the rows holding each query word, `_affordable`, `keyword_view`) are counted
+with ``scope = %s AND branch = %s``, a word's frequency comes from the row's own tsvector
+and a cosine from the two vectors alone, so unlike FTS5's ``bm25()`` nothing here needs
+a table per scope (tests/test_scope_isolation.py). BM25 here has no length
+normalisation (b = 0): the average row length of a space would be a pass over all its
+tsvectors, per held commit, where its row count is a btree count.
 
 The postings budget (`search/budget.py`) is the SQLite index's: the same terms are kept
 for the same rows, and an over-budget pass ranks the same newest matches. Counts are per
@@ -44,7 +48,8 @@ from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.pg_pool import Pool
-from ampup_memory.search.bm25f import PG_LABELS, ts_rank_weights
+from ampup_memory.search.bm25f import K1, PG_LABELS, rank_cd_weights
+from ampup_memory.search.bm25f import idf as bm25_idf
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
     POSTINGS_BUDGET,
@@ -65,6 +70,7 @@ from ampup_memory.search.index.base import (
     NewPassage,
     PassageRow,
     SeqRange,
+    Statistics,
     Terms,
     ViewWords,
     fact_text,
@@ -134,9 +140,6 @@ _FACT_COLS = (
     "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
-_RANK_WEIGHTS = "'{" + ",".join(str(w) for w in ts_rank_weights()) + "}'::float4[]"
-
-
 def _tsquery(terms: Sequence[str]) -> str:
     # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out.
     # PostgreSQL's parser reads a number after a hyphen as a signed integer ("2025-11-20"
@@ -596,20 +599,60 @@ class PostgresIndex:
                 self._counts.put(keys[term], int(n))
         return {term: n or 0 for term, n in found.items()}
 
+    def _rows(self, conn: psycopg.Connection[Any], table: str, scope: str, branch: str,
+              upto: int | None) -> int:
+        """Rows of one space (held: up to commit ``upto``), BM25's N, remembered as the
+        word counts are (`RecentCounts`, under a key no word has)."""
+        held, bound = _held(table, upto)
+
+        def count() -> int:
+            row = conn.execute(f"SELECT count(*) FROM {table}"
+                               f" WHERE scope = %s AND branch = %s{held}",
+                               (scope, branch, *bound), prepare=_planned(bound)).fetchone()
+            return int(row[0]) if row else 0
+
+        return self._counts.get((table, scope, branch, bound, None, None), count)
+
     def _affordable(self, conn: psycopg.Connection[Any], table: str, scope: str,
                     branch: str, terms: Terms, upto: int | None
-                    ) -> tuple[list[str], bool]:
-        """The kept terms, and whether their postings are over the budget (the rarest
-        alone is: a ranked pass then ranks its newest matches only); a view's words are
-        its terms (`space_terms`)."""
-        # ts_rank reads each matching row's tsvector, so a common word would rank most
-        # of the space: keep the rarest terms within the budget, as SQLite does.
+                    ) -> tuple[list[str], bool, Statistics]:
+        """The kept terms, whether their postings are over the budget (the rarest alone
+        is: a ranked pass then ranks its newest matches only), and the statistics that
+        weigh them: a view's (`keyword_view`), else this space's (held: up to ``upto``)."""
+        # Each matching row is scored per kept word, so a common word would rank most of
+        # the space: keep the rarest terms within the budget, as SQLite does.
         words = words_of(terms)
         counts = self._term_counts(conn, table, scope, [(branch, upto)], words)
-        return space_terms(words, counts.__getitem__, isinstance(terms, ViewWords))
+        kept, over = space_terms(words, counts.__getitem__, isinstance(terms, ViewWords))
+        if isinstance(terms, ViewWords) and terms.stats is not None:
+            return kept, over, terms.stats
+        # A kept word's count is exact: below the cap, or all were counted to the end
+        # (`_term_counts`), so the IDF does not depend on the budget's shortcut.
+        rows = self._rows(conn, table, scope, branch, upto)
+        return kept, over, Statistics(rows, 0, tuple(counts[t] for t in kept))
+
+    @staticmethod
+    def _bm25(table: str, kept: Sequence[str], stats: Statistics
+              ) -> tuple[str, tuple[float, ...], str, tuple[str, ...]]:
+        """BM25 of a row over the kept words, without length normalisation (b = 0: no
+        row lengths are kept to average): per word, its IDF over ``stats`` times its
+        weighted frequency ``f`` saturated as ``f (k1 + 1) / (f + k1)``; ``f`` is the
+        word's ``ts_rank_cd`` alone (`rank_cd_weights`). The SQL: the score expression
+        over ``tsv`` and its parameters (the IDFs), the FROM items naming each word's
+        query and theirs."""
+        weights, scale = rank_cd_weights(table == "search_facts")
+        array = "'{" + ",".join(str(w) for w in weights) + "}'::float4[]"
+        parts, items = [], []
+        for i in range(len(kept)):
+            f = f"({scale!r} * ts_rank_cd({array}, tsv, q{i})::float8)"
+            parts.append(f"%s::float8 * ({f} * {K1 + 1.0!r}) / ({f} + {K1!r})")
+            items.append(f", to_tsquery('english', %s) q{i}")
+        idfs = tuple(bm25_idf(stats.rows, hits) for hits in stats.hits)
+        return (" + ".join(parts) or "0.0", idfs, "".join(items),
+                tuple(_tsquery([term]) for term in kept))
 
     def _keyword(self, table: str, scope: str, branch: str, terms: Terms, k: int,
-                 weights: str, upto: int | None, seqs: SeqRange | None,
+                 upto: int | None, seqs: SeqRange | None,
                  begun_at: datetime | None = None) -> list[Hit]:
         if not words_of(terms) or k <= 0:
             return []
@@ -618,13 +661,15 @@ class PostgresIndex:
         # rank as on SQLite, and those not begun at ``begun_at`` drop out of them.
         started, at = _begun(begun_at)
         with self._read() as conn:
-            kept, over = self._affordable(conn, table, scope, branch, terms, upto)
+            kept, over, stats = self._affordable(conn, table, scope, branch, terms, upto)
             query = _tsquery(kept)
             if not query:
                 return []
+            score, idfs, queries, words = self._bm25(table, kept, stats)
             start = ", valid_from" if started else ""
-            matches = (f"SELECT num, tsv, q{start} FROM {table}, to_tsquery('english', %s) q"
-                       f" WHERE tsv @@ q AND scope = %s AND branch = %s{within}")
+            matches = (f"SELECT num, tsv{start} FROM {table}"
+                       f" WHERE tsv @@ to_tsquery('english', %s) AND scope = %s"
+                       f" AND branch = %s{within}")
             params: tuple[Any, ...] = (query, scope, branch, *bound)
             upper: tuple[int, ...] = ()
             if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
@@ -633,50 +678,55 @@ class PostgresIndex:
                 params += (*upper, POSTINGS_BUDGET)
             # Ties go to the older row, as on SQLite, so the cut at k is reproducible.
             rows = conn.execute(
-                f"SELECT num, ts_rank({weights}tsv, q) AS r FROM ({matches}) m"
+                f"SELECT num, {score} AS r FROM ({matches}) m{queries}"
                 f" WHERE true{started} ORDER BY r DESC, num LIMIT %s",
-                (*params, *at, k), prepare=_planned((*bound, *upper)),
+                (*idfs, *params, *words, *at, k), prepare=_planned((*bound, *upper)),
             ).fetchall()
         return [(int(n), float(r)) for n, r in rows]
 
-    # ``upto`` moves no score here: ts_rank scores a row from the row and the query alone
-    # (the engine cuts the candidates to the view). It bounds the rows the budget counts
-    # and an over-budget pass ranks.
+    # ``upto`` bounds the rows the budget counts, the statistics BM25 weighs by (those of
+    # the rows up to that commit, so a held search scores alike however many commits
+    # follow) and the rows an over-budget pass ranks.
     def keyword_facts(self, scope: str, branch: str, terms: Terms, k: int,
                       upto: int | None = None, seqs: SeqRange | None = None,
                       begun_at: datetime | None = None) -> list[Hit]:
-        return self._keyword("search_facts", scope, branch, terms, k, _RANK_WEIGHTS + ", ",
-                             upto, seqs, begun_at)
+        return self._keyword("search_facts", scope, branch, terms, k, upto, seqs, begun_at)
 
     def keyword_passages(
         self, scope: str, branch: str, terms: Terms, k: int, upto: int | None = None,
         seqs: SeqRange | None = None,
     ) -> list[Hit]:
-        return self._keyword("search_passages", scope, branch, terms, k, "", upto, seqs)
+        return self._keyword("search_passages", scope, branch, terms, k, upto, seqs)
 
     def keyword_view(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],
                      terms: Sequence[str]) -> ViewWords:
-        # The terms only: ts_rank has no collection statistics to share.
+        # The view's rows counted together, as SQLite's: each segment's rows are weighed
+        # as in the whole view. A kept word's count is exact (see `_affordable`).
+        table = _TABLES[kind]
         with self._read() as conn:
-            counts = self._term_counts(conn, _TABLES[kind], scope, spaces, terms)
-        return ViewWords(tuple(affordable_terms(terms, counts.__getitem__)))
+            counts = self._term_counts(conn, table, scope, spaces, terms)
+            kept = affordable_terms(terms, counts.__getitem__)
+            rows = sum(self._rows(conn, table, scope, branch, upto) for branch, upto in spaces)
+        return ViewWords(tuple(kept), Statistics(rows, 0, tuple(counts[t] for t in kept)))
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
                      terms: Terms, upto: int | None = None) -> dict[int, float]:
         if not words_of(terms) or not nums:
             return {}
         with self._read() as conn:
-            # The candidate lists' kept terms, so every fact of one answer is scored on
-            # one scale.
-            kept, _ = self._affordable(conn, "search_facts", scope, branch, terms, upto)
+            # The candidate lists' kept terms and statistics, so every fact of one
+            # answer is scored on one scale.
+            kept, _, stats = self._affordable(conn, "search_facts", scope, branch, terms,
+                                              upto)
             query = _tsquery(kept)
             if not query:
                 return {}
+            score, idfs, queries, words = self._bm25("search_facts", kept, stats)
             rows = conn.execute(
-                f"SELECT num, ts_rank({_RANK_WEIGHTS}, tsv, q) FROM search_facts,"
-                " to_tsquery('english', %s) q WHERE tsv @@ q AND num = ANY(%s)"
-                " AND scope = %s AND branch = %s",
-                (query, list(nums), scope, branch),
+                f"SELECT num, {score} FROM (SELECT num, tsv FROM search_facts"
+                " WHERE tsv @@ to_tsquery('english', %s) AND num = ANY(%s)"
+                f" AND scope = %s AND branch = %s) m{queries}",
+                (*idfs, query, list(nums), scope, branch, *words),
             ).fetchall()
         return {int(n): float(r) for n, r in rows}
 
