@@ -15,8 +15,7 @@ PostgreSQL has no BM25: it keeps a weighted ``tsvector`` (entity A, value B, pre
 quote D) and computes BM25 itself (`PostgresIndex._keyword`): a query word's weighted
 frequency in a row is ``ts_rank_cd`` of that word alone with these weights (scaled to at
 most 1, as PostgreSQL requires, and scaled back: `rank_cd_weights`), its IDF is `idf`
-over the space's rows, but without length normalisation (b = 0): PostgreSQL keeps no
-row lengths to average.
+over the space's rows, and a row's length is its tsvector's distinct words.
 Each backend's raw score is normalised by the best candidate, so only order matters.
 """
 
@@ -36,8 +35,10 @@ def fts5_weights() -> tuple[float, ...]:
     return tuple(FIELD_WEIGHTS[f] for f in FIELDS)
 
 
-# BM25's term frequency saturation (FTS5's k1; both backends).
+# BM25's term frequency saturation and length normalisation (FTS5's k1 and b; both
+# backends).
 K1 = 1.2
+B = 0.75
 
 
 def idf(rows: int, hits: int) -> float:

@@ -43,7 +43,7 @@ from typing import Any
 
 import numpy as np
 
-from ampup_memory.search.bm25f import K1
+from ampup_memory.search.bm25f import K1, B
 from ampup_memory.search.bm25f import idf as bm25_idf
 from ampup_memory.search.index.base import Statistics
 from ampup_memory.sqlite_connections import enable_wal
@@ -152,7 +152,7 @@ def apply(conn: sqlite3.Connection, kind: str, rows: Iterable[Sequence[Any]], up
 # its spaces' rows counted together (`Statistics`, `SQLiteIndex.keyword_view`).
 
 _K1 = K1
-_B = 0.75
+_B = B
 
 
 def _row_tokens(size: bytes) -> int:

@@ -10,9 +10,8 @@ Scopes share these tables but never each other's scores: BM25's statistics (the 
 space and the rows holding each query word, `_affordable`, `keyword_view`) are counted
 with ``scope = %s AND branch = %s``, a word's frequency comes from the row's own tsvector
 and a cosine from the two vectors alone, so unlike FTS5's ``bm25()`` nothing here needs
-a table per scope (tests/test_scope_isolation.py). BM25 here has no length
-normalisation (b = 0): the average row length of a space would be a pass over all its
-tsvectors, per held commit, where its row count is a btree count.
+a table per scope (tests/test_scope_isolation.py). A space's row count and average
+length are one pass over its rows (`_size`), remembered a minute like a word's count.
 
 The postings budget (`search/budget.py`) is the SQLite index's: the same terms are kept
 for the same rows, and an over-budget pass ranks the same newest matches. Counts are per
@@ -48,7 +47,7 @@ from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.pg_pool import Pool
-from ampup_memory.search.bm25f import K1, PG_LABELS, rank_cd_weights
+from ampup_memory.search.bm25f import K1, PG_LABELS, B, rank_cd_weights
 from ampup_memory.search.bm25f import idf as bm25_idf
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
@@ -140,6 +139,12 @@ _FACT_COLS = (
     "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
+# A row's length for BM25's length normalisation: its tsvector's distinct words (FTS5
+# counts every token; PostgreSQL keeps no token count, and a repeated word saturates in
+# ``f`` already).
+_LENGTH = "length(tsv)"
+
+
 def _tsquery(terms: Sequence[str]) -> str:
     # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out.
     # PostgreSQL's parser reads a number after a hyphen as a signed integer ("2025-11-20"
@@ -599,19 +604,25 @@ class PostgresIndex:
                 self._counts.put(keys[term], int(n))
         return {term: n or 0 for term, n in found.items()}
 
-    def _rows(self, conn: psycopg.Connection[Any], table: str, scope: str, branch: str,
-              upto: int | None) -> int:
-        """Rows of one space (held: up to commit ``upto``), BM25's N, remembered as the
-        word counts are (`RecentCounts`, under a key no word has)."""
+    def _size(self, conn: psycopg.Connection[Any], table: str, scope: str, branch: str,
+              upto: int | None) -> tuple[int, int]:
+        """Rows of one space (held: up to commit ``upto``) and their lengths summed (a
+        row's length: its tsvector's distinct words, `_LENGTH`), BM25's N and, with it,
+        the average length; remembered as the word counts are (`RecentCounts`, under
+        keys no word has). A pass over the space's rows (their tsvectors): once a minute
+        per space, as a common word's exact count is."""
         held, bound = _held(table, upto)
-
-        def count() -> int:
-            row = conn.execute(f"SELECT count(*) FROM {table}"
-                               f" WHERE scope = %s AND branch = %s{held}",
-                               (scope, branch, *bound), prepare=_planned(bound)).fetchone()
-            return int(row[0]) if row else 0
-
-        return self._counts.get((table, scope, branch, bound, None, None), count)
+        keys = [(table, scope, branch, bound, None, part) for part in ("rows", "tokens")]
+        found = [self._counts.peek(key) for key in keys]
+        if found[0] is not None and found[1] is not None:
+            return found[0], found[1]
+        row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
+                           f" WHERE scope = %s AND branch = %s{held}",
+                           (scope, branch, *bound), prepare=_planned(bound)).fetchone()
+        size = (int(row[0]), int(row[1])) if row else (0, 0)
+        for key, n in zip(keys, size, strict=True):
+            self._counts.put(key, n)
+        return size
 
     def _affordable(self, conn: psycopg.Connection[Any], table: str, scope: str,
                     branch: str, terms: Terms, upto: int | None
@@ -628,27 +639,29 @@ class PostgresIndex:
             return kept, over, terms.stats
         # A kept word's count is exact: below the cap, or all were counted to the end
         # (`_term_counts`), so the IDF does not depend on the budget's shortcut.
-        rows = self._rows(conn, table, scope, branch, upto)
-        return kept, over, Statistics(rows, 0, tuple(counts[t] for t in kept))
+        rows, tokens = self._size(conn, table, scope, branch, upto)
+        return kept, over, Statistics(rows, tokens, tuple(counts[t] for t in kept))
 
     @staticmethod
     def _bm25(table: str, kept: Sequence[str], stats: Statistics
               ) -> tuple[str, tuple[float, ...], str, tuple[str, ...]]:
-        """BM25 of a row over the kept words, without length normalisation (b = 0: no
-        row lengths are kept to average): per word, its IDF over ``stats`` times its
-        weighted frequency ``f`` saturated as ``f (k1 + 1) / (f + k1)``; ``f`` is the
-        word's ``ts_rank_cd`` alone (`rank_cd_weights`). The SQL: the score expression
-        over ``tsv`` and its parameters (the IDFs), the FROM items naming each word's
-        query and theirs."""
+        """BM25 of a row over the kept words, with ``stats``: per word, its IDF times its
+        weighted frequency ``f`` saturated as ``f (k1 + 1) / (f + k1 (1 - b + b L / avgL))``,
+        FTS5's form, where ``f`` is the word's ``ts_rank_cd`` alone (`rank_cd_weights`)
+        and ``L`` the row's length (`_LENGTH`). The SQL: the score expression over
+        ``tsv`` and its parameters (per word its IDF and the average length), the FROM
+        items naming each word's query and theirs."""
         weights, scale = rank_cd_weights(table == "search_facts")
         array = "'{" + ",".join(str(w) for w in weights) + "}'::float4[]"
+        norm = f"({K1!r} * ({1.0 - B!r} + {B!r} * {_LENGTH} / %s::float8))"
         parts, items = [], []
         for i in range(len(kept)):
             f = f"({scale!r} * ts_rank_cd({array}, tsv, q{i})::float8)"
-            parts.append(f"%s::float8 * ({f} * {K1 + 1.0!r}) / ({f} + {K1!r})")
+            parts.append(f"%s::float8 * ({f} * {K1 + 1.0!r}) / ({f} + {norm})")
             items.append(f", to_tsquery('english', %s) q{i}")
-        idfs = tuple(bm25_idf(stats.rows, hits) for hits in stats.hits)
-        return (" + ".join(parts) or "0.0", idfs, "".join(items),
+        average = stats.tokens / stats.rows if stats.rows and stats.tokens else 1.0
+        values = tuple(v for hits in stats.hits for v in (bm25_idf(stats.rows, hits), average))
+        return (" + ".join(parts) or "0.0", values, "".join(items),
                 tuple(_tsquery([term]) for term in kept))
 
     def _keyword(self, table: str, scope: str, branch: str, terms: Terms, k: int,
@@ -706,8 +719,10 @@ class PostgresIndex:
         with self._read() as conn:
             counts = self._term_counts(conn, table, scope, spaces, terms)
             kept = affordable_terms(terms, counts.__getitem__)
-            rows = sum(self._rows(conn, table, scope, branch, upto) for branch, upto in spaces)
-        return ViewWords(tuple(kept), Statistics(rows, 0, tuple(counts[t] for t in kept)))
+            sizes = [self._size(conn, table, scope, branch, upto) for branch, upto in spaces]
+        return ViewWords(tuple(kept), Statistics(sum(n for n, _ in sizes),
+                                                 sum(t for _, t in sizes),
+                                                 tuple(counts[t] for t in kept)))
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
                      terms: Terms, upto: int | None = None) -> dict[int, float]:
