@@ -35,6 +35,7 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -143,6 +144,21 @@ _FACT_COLS = (
 # counts every token; PostgreSQL keeps no token count, and a repeated word saturates in
 # ``f`` already).
 _LENGTH = "length(tsv)"
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """A keyword pass's BM25 in SQL (`PostgresIndex._bm25`): ``columns`` (each word's
+    frequency ``f<i>`` and the row's length ``l``, selected from rows with ``tsv``
+    beside the ``queries``, FROM items ``q<i>`` of parameters ``words``) feed ``score``
+    (parameters ``values``). The columns are computed in a subquery kept apart
+    (``OFFSET 0``): inlined, each ``f<i>`` would be computed twice per row."""
+
+    columns: str
+    queries: str
+    words: tuple[str, ...]
+    score: str
+    values: tuple[float, ...]
 
 
 def _tsquery(terms: Sequence[str]) -> str:
@@ -643,26 +659,24 @@ class PostgresIndex:
         return kept, over, Statistics(rows, tokens, tuple(counts[t] for t in kept))
 
     @staticmethod
-    def _bm25(table: str, kept: Sequence[str], stats: Statistics
-              ) -> tuple[str, tuple[float, ...], str, tuple[str, ...]]:
+    def _bm25(table: str, kept: Sequence[str], stats: Statistics) -> _Scoring:
         """BM25 of a row over the kept words, with ``stats``: per word, its IDF times its
         weighted frequency ``f`` saturated as ``f (k1 + 1) / (f + k1 (1 - b + b L / avgL))``,
         FTS5's form, where ``f`` is the word's ``ts_rank_cd`` alone (`rank_cd_weights`)
-        and ``L`` the row's length (`_LENGTH`). The SQL: the score expression over
-        ``tsv`` and its parameters (per word its IDF and the average length), the FROM
-        items naming each word's query and theirs."""
+        and ``L`` the row's length (`_LENGTH`)."""
         weights, scale = rank_cd_weights(table == "search_facts")
         array = "'{" + ",".join(str(w) for w in weights) + "}'::float4[]"
-        norm = f"({K1!r} * ({1.0 - B!r} + {B!r} * {_LENGTH} / %s::float8))"
-        parts, items = [], []
+        norm = f"({K1!r} * ({1.0 - B!r} + {B!r} * l / %s::float8))"
+        columns, parts, items = [], [], []
         for i in range(len(kept)):
-            f = f"({scale!r} * ts_rank_cd({array}, tsv, q{i})::float8)"
-            parts.append(f"%s::float8 * ({f} * {K1 + 1.0!r}) / ({f} + {norm})")
+            columns.append(f", {scale!r} * ts_rank_cd({array}, tsv, q{i})::float8 AS f{i}")
+            parts.append(f"%s::float8 * (f{i} * {K1 + 1.0!r}) / (f{i} + {norm})")
             items.append(f", to_tsquery('english', %s) q{i}")
         average = stats.tokens / stats.rows if stats.rows and stats.tokens else 1.0
         values = tuple(v for hits in stats.hits for v in (bm25_idf(stats.rows, hits), average))
-        return (" + ".join(parts) or "0.0", values, "".join(items),
-                tuple(_tsquery([term]) for term in kept))
+        return _Scoring(
+            "".join(columns) + f", {_LENGTH}::float8 AS l", "".join(items),
+            tuple(_tsquery([term]) for term in kept), " + ".join(parts) or "0.0", values)
 
     def _keyword(self, table: str, scope: str, branch: str, terms: Terms, k: int,
                  upto: int | None, seqs: SeqRange | None,
@@ -678,7 +692,7 @@ class PostgresIndex:
             query = _tsquery(kept)
             if not query:
                 return []
-            score, idfs, queries, words = self._bm25(table, kept, stats)
+            bm25 = self._bm25(table, kept, stats)
             start = ", valid_from" if started else ""
             matches = (f"SELECT num, tsv{start} FROM {table}"
                        f" WHERE tsv @@ to_tsquery('english', %s) AND scope = %s"
@@ -691,9 +705,11 @@ class PostgresIndex:
                 params += (*upper, POSTINGS_BUDGET)
             # Ties go to the older row, as on SQLite, so the cut at k is reproducible.
             rows = conn.execute(
-                f"SELECT num, {score} AS r FROM ({matches}) m{queries}"
+                f"SELECT num, {bm25.score} AS r FROM (SELECT num{start}{bm25.columns}"
+                f" FROM ({matches}) m{bm25.queries} OFFSET 0) s"
                 f" WHERE true{started} ORDER BY r DESC, num LIMIT %s",
-                (*idfs, *params, *words, *at, k), prepare=_planned((*bound, *upper)),
+                (*bm25.values, *params, *bm25.words, *at, k),
+                prepare=_planned((*bound, *upper)),
             ).fetchall()
         return [(int(n), float(r)) for n, r in rows]
 
@@ -736,12 +752,13 @@ class PostgresIndex:
             query = _tsquery(kept)
             if not query:
                 return {}
-            score, idfs, queries, words = self._bm25("search_facts", kept, stats)
+            bm25 = self._bm25("search_facts", kept, stats)
             rows = conn.execute(
-                f"SELECT num, {score} FROM (SELECT num, tsv FROM search_facts"
-                " WHERE tsv @@ to_tsquery('english', %s) AND num = ANY(%s)"
-                f" AND scope = %s AND branch = %s) m{queries}",
-                (*idfs, query, list(nums), scope, branch, *words),
+                f"SELECT num, {bm25.score} FROM (SELECT num{bm25.columns} FROM"
+                " (SELECT num, tsv FROM search_facts WHERE tsv @@ to_tsquery('english', %s)"
+                f" AND num = ANY(%s) AND scope = %s AND branch = %s) m{bm25.queries}"
+                " OFFSET 0) s",
+                (*bm25.values, query, list(nums), scope, branch, *bm25.words),
             ).fetchall()
         return {int(n): float(r) for n, r in rows}
 
