@@ -18,8 +18,9 @@ The fixture carries no session dates, so every session gets the same `occurred_a
 time window read from a question ("last week") then boosts every session alike and moves
 no ranking.
 
-    python -m benchmarks.locomo_retrieval [--via-api] [--lever no_date_words ...]
-                                          [--ablation] [--json FILE]
+    python -m benchmarks.locomo_retrieval [--via-api [--postgres]]
+                                          [--lever no_date_words ...] [--ablation]
+                                          [--json FILE]
 
 `--lever` applies a lever of benchmarks/retrieval_ablation.py (`no_date_words`,
 `no_stop_many`, the feedback levers `prf=D,T,W` and `rocchio=D,W` of
@@ -41,6 +42,7 @@ import tempfile
 import time
 import zipfile
 from collections import defaultdict
+from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -216,14 +218,15 @@ def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
     }
 
 
-def run_via_api(cache: Path, provider: str = "wordllama", rerank: str = "off"
-                ) -> dict[str, Any]:
+def run_via_api(cache: Path, provider: str = "wordllama", rerank: str = "off",
+                database: str | None = None) -> dict[str, Any]:
     """The same sessions and questions through a real server: POST /episodes/batch per
     conversation, then POST /query per question (the hybrid users get, reranked when
-    ``rerank`` names a model); session level, and each query's wall time."""
+    ``rerank`` names a model); session level, and each query's wall time. The server
+    keeps everything on the PostgreSQL ``database`` when one is given."""
     import httpx
 
-    from benchmarks.retrieval_quality import latency, metrics, sessions_found
+    from benchmarks.retrieval_quality import latency, metrics, server_env, sessions_found
 
     sys.path.insert(0, str(ROOT))
     from tests.server_process import ServerProcess
@@ -231,7 +234,8 @@ def run_via_api(cache: Path, provider: str = "wordllama", rerank: str = "off"
     data = load(cache)
     questions: list[dict[str, Any]] = []
     ranked: list[list[str]] = []
-    env = {"AMP_EMBEDDING_PROVIDER": provider, "AMPUP_MEMORY_RERANK": rerank}
+    env = {"AMP_EMBEDDING_PROVIDER": provider, "AMPUP_MEMORY_RERANK": rerank,
+           **server_env(database)}
     times: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), env=env) as srv, \
             httpx.Client(base_url=srv.url, headers={"X-AmpUp-User": "bench"},
@@ -349,7 +353,11 @@ def main() -> None:
     parser.add_argument("--quiet", action="store_true")
     parser.add_argument("--rerank", default="off",
                         help="AMPUP_MEMORY_RERANK of the --via-api server (off, minilm-l12)")
+    parser.add_argument("--postgres", action="store_true",
+                        help="the --via-api server on an embedded PostgreSQL")
     args = parser.parse_args()
+    if args.postgres and not args.via_api:
+        parser.error("--postgres applies to the --via-api server")
     args.cache.mkdir(parents=True, exist_ok=True)
     if args.lever != "shipped":
         from benchmarks.retrieval_ablation import apply
@@ -358,7 +366,13 @@ def main() -> None:
     result = run(args.cache, args.embedder)
     result["lever"] = args.lever
     if args.via_api:
-        result["via_api"] = run_via_api(args.cache, args.embedder, args.rerank)
+        from benchmarks.retrieval_quality import postgres_databases
+
+        with ExitStack() as stack:
+            database = (stack.enter_context(postgres_databases())("locomo")
+                        if args.postgres else None)
+            result["via_api"] = run_via_api(args.cache, args.embedder, args.rerank, database)
+        result["via_api_backend"] = "postgresql" if args.postgres else "sqlite"
     if args.ablation:
         result["ablation"] = ablation(args.cache, args.embedder)
     result.update(seconds=round(time.perf_counter() - started, 1),

@@ -11,7 +11,10 @@ The ablation rows feed the index through `SearchEngine.ingest` so every ranking 
 same pool; `--via-api` also loads the sessions through `POST /episodes/batch` on a real
 server and ranks them with `POST /query` (the hybrid users get).
 
-    python benchmarks/retrieval_quality.py [--via-api] [--write-docs]
+    python benchmarks/retrieval_quality.py [--via-api] [--postgres] [--write-docs]
+
+``--postgres`` puts the engine's index, and the ``--via-api`` server's catalog, index and
+AMP cell store, on fresh databases of an embedded PostgreSQL (tests/pg.py).
 """
 
 from __future__ import annotations
@@ -26,8 +29,8 @@ import sys
 import tempfile
 import time
 import zipfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -127,11 +130,32 @@ class Ingested:
 
 
 @contextmanager
-def ingested(docs: list[EpisodeDoc], provider: str = "wordllama") -> Iterator[Ingested]:
-    """A throwaway SQLite index holding ``docs``, ingested through the engine's own path
-    with the named embedder; closed and deleted on exit."""
+def postgres_databases() -> Iterator[Callable[[str], str]]:
+    """``--postgres``: an embedded PostgreSQL (tests/pg.py) while the block runs, and a
+    function making a fresh database on it (its URL)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from tests.pg import PostgresFactory, _embedded
+
+    with _embedded() as admin:
+        yield PostgresFactory(admin).new_database
+
+
+def server_env(database: str | None) -> dict[str, str]:
+    """A benchmark server's settings putting catalog, index and cell store on
+    ``database`` (none: the server's SQLite defaults)."""
+    if database is None:
+        return {}
+    return {"AMPUP_MEMORY_CATALOG_URI": database, "AMPUP_MEMORY_INDEX_URI": database,
+            "AMP_STORE_URI": database}
+
+
+@contextmanager
+def ingested(docs: list[EpisodeDoc], provider: str = "wordllama",
+             index_uri: str | None = None) -> Iterator[Ingested]:
+    """A throwaway index holding ``docs`` (SQLite, or the database ``index_uri``), ingested
+    through the engine's own path with the named embedder; closed on exit."""
     with tempfile.TemporaryDirectory() as tmp:
-        index = open_index(f"sqlite:///{tmp}/index.db")
+        index = open_index(index_uri or f"sqlite:///{tmp}/index.db")
         try:
             engine = SearchEngine(index, embedder_for(provider))
             engine.ensure_model()
@@ -143,10 +167,11 @@ def ingested(docs: list[EpisodeDoc], provider: str = "wordllama") -> Iterator[In
             index.close()
 
 
-def run(cache: Path, provider: str = "wordllama") -> dict[str, Any]:
+def run(cache: Path, provider: str = "wordllama", index_uri: str | None = None
+        ) -> dict[str, Any]:
     questions, sessions = load(cache)
     docs, session_of = episodes(sessions)
-    with ingested(docs, provider) as got:
+    with ingested(docs, provider, index_uri) as got:
         engine, report = got.engine, got.report
         ingest_s, ingest_cpu = got.seconds, got.cpu_seconds
         who = Principal("bench")
@@ -221,10 +246,11 @@ def api_episodes(sessions: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def run_via_api(cache: Path, provider: str = "wordllama",
-                rerank: str = "off") -> dict[str, float]:
+                rerank: str = "off", database: str | None = None) -> dict[str, float]:
     """The same sessions and questions through a real server: POST /episodes/batch, then
     POST /query per question. Measures the ranking users get (the hybrid blend, reranked
-    when ``rerank`` names a model: AMPUP_MEMORY_RERANK), and each query's wall time."""
+    when ``rerank`` names a model: AMPUP_MEMORY_RERANK), and each query's wall time. The
+    server keeps everything on the PostgreSQL ``database`` when one is given."""
     import httpx
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -232,7 +258,8 @@ def run_via_api(cache: Path, provider: str = "wordllama",
 
     questions, sessions = load(cache)
     batch = api_episodes(sessions)
-    env = {"AMP_EMBEDDING_PROVIDER": provider, "AMPUP_MEMORY_RERANK": rerank}
+    env = {"AMP_EMBEDDING_PROVIDER": provider, "AMPUP_MEMORY_RERANK": rerank,
+           **server_env(database)}
     times: list[float] = []
     with tempfile.TemporaryDirectory() as tmp, ServerProcess(Path(tmp), env=env) as srv, \
             httpx.Client(base_url=srv.url, headers={"X-AmpUp-User": "bench"},
@@ -305,13 +332,21 @@ def main() -> None:
                              " bge-small (benchmarks/bge_small.py; engine rows only)")
     parser.add_argument("--rerank", default="off",
                         help="AMPUP_MEMORY_RERANK of the --via-api server (off, minilm-l12)")
+    parser.add_argument("--postgres", action="store_true",
+                        help="index (and --via-api server) on an embedded PostgreSQL")
     args = parser.parse_args()
     if args.via_api and args.embedder == "bge-small":
         parser.error("--via-api needs an AMP_EMBEDDING_PROVIDER; bge-small is benchmark-only")
+    if args.postgres and args.write_docs:
+        parser.error("--write-docs writes the SQLite section only")
     args.cache.mkdir(parents=True, exist_ok=True)
-    result = run(args.cache, args.embedder)
-    if args.via_api:
-        result["via_api"] = run_via_api(args.cache, args.embedder, args.rerank)
+    with ExitStack() as stack:
+        database = stack.enter_context(postgres_databases()) if args.postgres else None
+        result = run(args.cache, args.embedder, database("rq") if database else None)
+        if args.via_api:
+            result["via_api"] = run_via_api(args.cache, args.embedder, args.rerank,
+                                            database("rqapi") if database else None)
+    result["backend"] = "postgresql" if args.postgres else "sqlite"
     print(json.dumps(result, indent=2))
     if args.write_docs:
         write_section(Path(__file__).resolve().parent.parent / "docs" / "performance.md",

@@ -387,8 +387,8 @@ def test_cli_pin_and_snapshot(tmp_path: Path) -> None:
 
 
 def test_held_search_scores_ignore_later_commits(m: Memory) -> None:
-    """On SQLite a held search scores BM25 over the held rows alone (their row count,
-    average length and word counts); PostgreSQL's ts_rank uses no corpus statistics."""
+    """A held search scores BM25 over the held rows alone (both backends): their row count,
+    average length and word counts."""
     scope = new_scope()
     ep = seed(m, scope, "March")
     assert m.write(scope, "Plan v1: renew in March.", document="acme-plan").status_code \

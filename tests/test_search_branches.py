@@ -328,7 +328,7 @@ def test_a_branch_ranks_as_a_main_holding_exactly_its_view(
     """A branch's view is one space: a search on it answers what the same search answers
     on a scope whose main holds exactly the rows the branch sees (values and scores),
     not the k best of each segment side by side (k = 50 here)."""
-    m, index_uri = served
+    m, _ = served
     body = "Status report for the quarter."
     # 60 facts on main valid late in 2023, 5 on the branch valid early in 2023 (whose
     # entities sort first), 3 on main after the fork, valid later still.
@@ -353,20 +353,18 @@ def test_a_branch_ranks_as_a_main_holding_exactly_its_view(
     # A window alone: the candidates are the 50 facts valid in it most recently, of the
     # view's rows (main's rows after the fork are not the view's). Then meaning alone
     # (no fact holds the words): the 50 nearest.
+    # Not words: BM25 (both backends) scores the view's rows with the view's statistics,
+    # which on a plain branch search count main's rows after the fork too
+    # (docs/search.md, "Scores across segments").
     queries = ["in 2023", "quokka wombat"]
     words = ["lagoon cobalt", "lagoon in 2023"]
-    if index_uri.startswith("postgresql"):
-        # Words too: ts_rank scores a row from the row alone. SQLite's BM25 scores the
-        # view's rows with the view's statistics, which on a plain branch search count
-        # main's rows after the fork too (docs/search.md, "Scores across segments").
-        queries += words
     for query in queries:
         want = _ranking(m, ref, query)
         assert want, query
         assert _ranking(m, s, query, branch="exp") == want, query
     # Held at the branch's head, the view's rows are exactly ref's main: word scores
-    # match on both backends (SQLite: BM25 with the view's statistics, the branch's rows
-    # and main's up to the fork counted together).
+    # match on both backends (BM25 with the view's statistics, the branch's rows and
+    # main's up to the fork counted together).
     for query in words:
         assert _ranking(m, s, query, branch="exp", at_commit=head) == _ranking(
             m, ref, query), query

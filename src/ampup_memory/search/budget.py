@@ -45,9 +45,7 @@ def space_terms(terms: Sequence[str], postings: Callable[[str], int], view: bool
 
     ``view``: the terms were kept for a view of several spaces (`affordable_terms` over
     their rows together), so every one is ranked, even one this space lacks: each
-    segment of the view ranks by the same query (PostgreSQL's ``ts_rank`` divides a
-    row's rank by the query's term count, so a term dropped in one segment alone would
-    raise that segment's scores)."""
+    segment of the view ranks by the same query, with the view's statistics."""
     kept = list(terms) if view else affordable_terms(terms, postings)
     return kept, sum(postings(t) for t in kept) > POSTINGS_BUDGET
 

@@ -184,7 +184,8 @@ SeqRange = tuple[int, int]
 @dataclass(frozen=True)
 class Statistics:
     """What BM25 weighs a query's words by: the row count, the token count (with it the
-    average length) and, per query term in order, the rows holding it."""
+    average length; on PostgreSQL the rows' distinct words) and, per query term in
+    order, the rows holding it."""
 
     rows: int
     tokens: int
@@ -201,8 +202,7 @@ class ViewWords:
     (none is dropped for being absent from that segment alone) and, where the keyword
     score has collection statistics (SQLite's BM25), each segment's rows are scored with
     the view's: on a branch of a few rows a word is then weighed as in the whole view, not
-    near zero for being in all of them. PostgreSQL's ``ts_rank`` has none: ``stats`` is
-    None there."""
+    near zero for being in all of them (both backends' BM25)."""
 
     terms: tuple[str, ...]
     stats: Statistics | None = None  # the view's rows, tokens and rows holding each term

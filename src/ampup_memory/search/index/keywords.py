@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import re
 import sqlite3
 import threading
@@ -44,6 +43,8 @@ from typing import Any
 
 import numpy as np
 
+from ampup_memory.search.bm25f import K1, B
+from ampup_memory.search.bm25f import idf as bm25_idf
 from ampup_memory.search.index.base import Statistics
 from ampup_memory.sqlite_connections import enable_wal
 
@@ -150,8 +151,8 @@ def apply(conn: sqlite3.Connection, kind: str, rows: Iterable[Sequence[Any]], up
 # segment of a view of several spaces (a branch and its base) with the view's statistics,
 # its spaces' rows counted together (`Statistics`, `SQLiteIndex.keyword_view`).
 
-_K1 = 1.2
-_B = 0.75
+_K1 = K1
+_B = B
 
 
 def _row_tokens(size: bytes) -> int:
@@ -384,8 +385,7 @@ def cut_scores(conn: sqlite3.Connection, kind: str, terms: Sequence[str], bound:
         docs, freqs = (_kept_phrase_rows(conn, kind, tokens, by_col, low, high) if tokens
                        else (np.zeros(0, np.int64), np.zeros(0, np.float64)))
         hits = len(docs) if stats is None else stats.hits[phrase]
-        value = math.log((n_rows - hits + 0.5) / (hits + 0.5))
-        idf.append(value if value > 0.0 else 1e-6)
+        idf.append(bm25_idf(n_rows, hits))
         keep = docs > after
         if wanted is not None:
             keep &= np.isin(docs, wanted, assume_unique=True)

@@ -1,4 +1,4 @@
-"""The index on PostgreSQL: weighted tsvector + ts_rank for keywords, pgvector for meaning.
+"""The index on PostgreSQL: weighted tsvector + BM25 for keywords, pgvector for meaning.
 
 Tables are prefixed ``search_`` so the index can share a database with the AMP store.
 Writers take a transaction-scoped advisory lock, so several server processes may share
@@ -6,9 +6,12 @@ one index and the ACL bitmaps are never updated by two writers at once. Vectors 
 an untyped ``vector`` column with an HNSW expression index for the recorded model's
 dimension; a model change drops the vectors and rebuilds that index.
 
-Scopes share these tables but never each other's scores: ``ts_rank`` reads only the row's
-own tsvector (no collection statistics) and a cosine only the two vectors, so unlike
-FTS5's ``bm25()`` nothing here needs a table per scope (tests/test_scope_isolation.py).
+Scopes share these tables but never each other's scores: BM25's statistics (the rows of a
+space and the rows holding each query word, `_affordable`, `keyword_view`) are counted
+with ``scope = %s AND branch = %s``, a word's frequency comes from the row's own tsvector
+and a cosine from the two vectors alone, so unlike FTS5's ``bm25()`` nothing here needs
+a table per scope (tests/test_scope_isolation.py). A space's row count and average
+length are one pass over its rows (`_size`), remembered a minute like a word's count.
 
 The postings budget (`search/budget.py`) is the SQLite index's: the same terms are kept
 for the same rows, and an over-budget pass ranks the same newest matches. Counts are per
@@ -32,6 +35,7 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -44,7 +48,8 @@ from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.pg_pool import Pool
-from ampup_memory.search.bm25f import PG_LABELS, ts_rank_weights
+from ampup_memory.search.bm25f import K1, PG_LABELS, B, rank_cd_weights
+from ampup_memory.search.bm25f import idf as bm25_idf
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
     POSTINGS_BUDGET,
@@ -65,6 +70,7 @@ from ampup_memory.search.index.base import (
     NewPassage,
     PassageRow,
     SeqRange,
+    Statistics,
     Terms,
     ViewWords,
     fact_text,
@@ -134,7 +140,25 @@ _FACT_COLS = (
     "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
-_RANK_WEIGHTS = "'{" + ",".join(str(w) for w in ts_rank_weights()) + "}'::float4[]"
+# A row's length for BM25's length normalisation: its tsvector's distinct words (FTS5
+# counts every token; PostgreSQL keeps no token count, and a repeated word saturates in
+# ``f`` already).
+_LENGTH = "length(tsv)"
+
+
+@dataclass(frozen=True)
+class _Scoring:
+    """A keyword pass's BM25 in SQL (`PostgresIndex._bm25`): ``columns`` (each word's
+    frequency ``f<i>`` and the row's length ``l``, selected from rows with ``tsv``
+    beside the ``queries``, FROM items ``q<i>`` of parameters ``words``) feed ``score``
+    (parameters ``values``). The columns are computed in a subquery kept apart
+    (``OFFSET 0``): inlined, each ``f<i>`` would be computed twice per row."""
+
+    columns: str
+    queries: str
+    words: tuple[str, ...]
+    score: str
+    values: tuple[float, ...]
 
 
 def _tsquery(terms: Sequence[str]) -> str:
@@ -596,20 +620,66 @@ class PostgresIndex:
                 self._counts.put(keys[term], int(n))
         return {term: n or 0 for term, n in found.items()}
 
+    def _size(self, conn: psycopg.Connection[Any], table: str, scope: str, branch: str,
+              upto: int | None) -> tuple[int, int]:
+        """Rows of one space (held: up to commit ``upto``) and their lengths summed (a
+        row's length: its tsvector's distinct words, `_LENGTH`), BM25's N and, with it,
+        the average length; remembered as the word counts are (`RecentCounts`, under
+        keys no word has). A pass over the space's rows (their tsvectors): once a minute
+        per space, as a common word's exact count is."""
+        held, bound = _held(table, upto)
+        keys = [(table, scope, branch, bound, None, part) for part in ("rows", "tokens")]
+        found = [self._counts.peek(key) for key in keys]
+        if found[0] is not None and found[1] is not None:
+            return found[0], found[1]
+        row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
+                           f" WHERE scope = %s AND branch = %s{held}",
+                           (scope, branch, *bound), prepare=_planned(bound)).fetchone()
+        size = (int(row[0]), int(row[1])) if row else (0, 0)
+        for key, n in zip(keys, size, strict=True):
+            self._counts.put(key, n)
+        return size
+
     def _affordable(self, conn: psycopg.Connection[Any], table: str, scope: str,
                     branch: str, terms: Terms, upto: int | None
-                    ) -> tuple[list[str], bool]:
-        """The kept terms, and whether their postings are over the budget (the rarest
-        alone is: a ranked pass then ranks its newest matches only); a view's words are
-        its terms (`space_terms`)."""
-        # ts_rank reads each matching row's tsvector, so a common word would rank most
-        # of the space: keep the rarest terms within the budget, as SQLite does.
+                    ) -> tuple[list[str], bool, Statistics]:
+        """The kept terms, whether their postings are over the budget (the rarest alone
+        is: a ranked pass then ranks its newest matches only), and the statistics that
+        weigh them: a view's (`keyword_view`), else this space's (held: up to ``upto``)."""
+        # Each matching row is scored per kept word, so a common word would rank most of
+        # the space: keep the rarest terms within the budget, as SQLite does.
         words = words_of(terms)
         counts = self._term_counts(conn, table, scope, [(branch, upto)], words)
-        return space_terms(words, counts.__getitem__, isinstance(terms, ViewWords))
+        kept, over = space_terms(words, counts.__getitem__, isinstance(terms, ViewWords))
+        if isinstance(terms, ViewWords) and terms.stats is not None:
+            return kept, over, terms.stats
+        # A kept word's count is exact: below the cap, or all were counted to the end
+        # (`_term_counts`), so the IDF does not depend on the budget's shortcut.
+        rows, tokens = self._size(conn, table, scope, branch, upto)
+        return kept, over, Statistics(rows, tokens, tuple(counts[t] for t in kept))
+
+    @staticmethod
+    def _bm25(table: str, kept: Sequence[str], stats: Statistics) -> _Scoring:
+        """BM25 of a row over the kept words, with ``stats``: per word, its IDF times its
+        weighted frequency ``f`` saturated as ``f (k1 + 1) / (f + k1 (1 - b + b L / avgL))``,
+        FTS5's form, where ``f`` is the word's ``ts_rank_cd`` alone (`rank_cd_weights`)
+        and ``L`` the row's length (`_LENGTH`)."""
+        weights, scale = rank_cd_weights(table == "search_facts")
+        array = "'{" + ",".join(str(w) for w in weights) + "}'::float4[]"
+        norm = f"({K1!r} * ({1.0 - B!r} + {B!r} * l / %s::float8))"
+        columns, parts, items = [], [], []
+        for i in range(len(kept)):
+            columns.append(f", {scale!r} * ts_rank_cd({array}, tsv, q{i})::float8 AS f{i}")
+            parts.append(f"%s::float8 * (f{i} * {K1 + 1.0!r}) / (f{i} + {norm})")
+            items.append(f", to_tsquery('english', %s) q{i}")
+        average = stats.tokens / stats.rows if stats.rows and stats.tokens else 1.0
+        values = tuple(v for hits in stats.hits for v in (bm25_idf(stats.rows, hits), average))
+        return _Scoring(
+            "".join(columns) + f", {_LENGTH}::float8 AS l", "".join(items),
+            tuple(_tsquery([term]) for term in kept), " + ".join(parts) or "0.0", values)
 
     def _keyword(self, table: str, scope: str, branch: str, terms: Terms, k: int,
-                 weights: str, upto: int | None, seqs: SeqRange | None,
+                 upto: int | None, seqs: SeqRange | None,
                  begun_at: datetime | None = None) -> list[Hit]:
         if not words_of(terms) or k <= 0:
             return []
@@ -618,13 +688,15 @@ class PostgresIndex:
         # rank as on SQLite, and those not begun at ``begun_at`` drop out of them.
         started, at = _begun(begun_at)
         with self._read() as conn:
-            kept, over = self._affordable(conn, table, scope, branch, terms, upto)
+            kept, over, stats = self._affordable(conn, table, scope, branch, terms, upto)
             query = _tsquery(kept)
             if not query:
                 return []
+            bm25 = self._bm25(table, kept, stats)
             start = ", valid_from" if started else ""
-            matches = (f"SELECT num, tsv, q{start} FROM {table}, to_tsquery('english', %s) q"
-                       f" WHERE tsv @@ q AND scope = %s AND branch = %s{within}")
+            matches = (f"SELECT num, tsv{start} FROM {table}"
+                       f" WHERE tsv @@ to_tsquery('english', %s) AND scope = %s"
+                       f" AND branch = %s{within}")
             params: tuple[Any, ...] = (query, scope, branch, *bound)
             upper: tuple[int, ...] = ()
             if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
@@ -633,50 +705,60 @@ class PostgresIndex:
                 params += (*upper, POSTINGS_BUDGET)
             # Ties go to the older row, as on SQLite, so the cut at k is reproducible.
             rows = conn.execute(
-                f"SELECT num, ts_rank({weights}tsv, q) AS r FROM ({matches}) m"
+                f"SELECT num, {bm25.score} AS r FROM (SELECT num{start}{bm25.columns}"
+                f" FROM ({matches}) m{bm25.queries} OFFSET 0) s"
                 f" WHERE true{started} ORDER BY r DESC, num LIMIT %s",
-                (*params, *at, k), prepare=_planned((*bound, *upper)),
+                (*bm25.values, *params, *bm25.words, *at, k),
+                prepare=_planned((*bound, *upper)),
             ).fetchall()
         return [(int(n), float(r)) for n, r in rows]
 
-    # ``upto`` moves no score here: ts_rank scores a row from the row and the query alone
-    # (the engine cuts the candidates to the view). It bounds the rows the budget counts
-    # and an over-budget pass ranks.
+    # ``upto`` bounds the rows the budget counts, the statistics BM25 weighs by (those of
+    # the rows up to that commit, so a held search scores alike however many commits
+    # follow) and the rows an over-budget pass ranks.
     def keyword_facts(self, scope: str, branch: str, terms: Terms, k: int,
                       upto: int | None = None, seqs: SeqRange | None = None,
                       begun_at: datetime | None = None) -> list[Hit]:
-        return self._keyword("search_facts", scope, branch, terms, k, _RANK_WEIGHTS + ", ",
-                             upto, seqs, begun_at)
+        return self._keyword("search_facts", scope, branch, terms, k, upto, seqs, begun_at)
 
     def keyword_passages(
         self, scope: str, branch: str, terms: Terms, k: int, upto: int | None = None,
         seqs: SeqRange | None = None,
     ) -> list[Hit]:
-        return self._keyword("search_passages", scope, branch, terms, k, "", upto, seqs)
+        return self._keyword("search_passages", scope, branch, terms, k, upto, seqs)
 
     def keyword_view(self, kind: str, scope: str, spaces: Sequence[tuple[str, int | None]],
                      terms: Sequence[str]) -> ViewWords:
-        # The terms only: ts_rank has no collection statistics to share.
+        # The view's rows counted together, as SQLite's: each segment's rows are weighed
+        # as in the whole view. A kept word's count is exact (see `_affordable`).
+        table = _TABLES[kind]
         with self._read() as conn:
-            counts = self._term_counts(conn, _TABLES[kind], scope, spaces, terms)
-        return ViewWords(tuple(affordable_terms(terms, counts.__getitem__)))
+            counts = self._term_counts(conn, table, scope, spaces, terms)
+            kept = affordable_terms(terms, counts.__getitem__)
+            sizes = [self._size(conn, table, scope, branch, upto) for branch, upto in spaces]
+        return ViewWords(tuple(kept), Statistics(sum(n for n, _ in sizes),
+                                                 sum(t for _, t in sizes),
+                                                 tuple(counts[t] for t in kept)))
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
                      terms: Terms, upto: int | None = None) -> dict[int, float]:
         if not words_of(terms) or not nums:
             return {}
         with self._read() as conn:
-            # The candidate lists' kept terms, so every fact of one answer is scored on
-            # one scale.
-            kept, _ = self._affordable(conn, "search_facts", scope, branch, terms, upto)
+            # The candidate lists' kept terms and statistics, so every fact of one
+            # answer is scored on one scale.
+            kept, _, stats = self._affordable(conn, "search_facts", scope, branch, terms,
+                                              upto)
             query = _tsquery(kept)
             if not query:
                 return {}
+            bm25 = self._bm25("search_facts", kept, stats)
             rows = conn.execute(
-                f"SELECT num, ts_rank({_RANK_WEIGHTS}, tsv, q) FROM search_facts,"
-                " to_tsquery('english', %s) q WHERE tsv @@ q AND num = ANY(%s)"
-                " AND scope = %s AND branch = %s",
-                (query, list(nums), scope, branch),
+                f"SELECT num, {bm25.score} FROM (SELECT num{bm25.columns} FROM"
+                " (SELECT num, tsv FROM search_facts WHERE tsv @@ to_tsquery('english', %s)"
+                f" AND num = ANY(%s) AND scope = %s AND branch = %s) m{bm25.queries}"
+                " OFFSET 0) s",
+                (*bm25.values, query, list(nums), scope, branch, *bm25.words),
             ).fetchall()
         return {int(n): float(r) for n, r in rows}
 
