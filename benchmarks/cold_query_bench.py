@@ -31,15 +31,9 @@ from typing import Any
 from ampup_memory.memory.query import TypedQuery, run
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.settings import load_settings
-from benchmarks.schema_bench import SCOPE, STAGES, fill
+from benchmarks.schema_bench import SALES_QUESTION, SCOPE, fill
 
-QUESTION = {"find": "entities", "type": "opportunity", "where": [
-    {"attribute": "stage", "op": "in", "value": STAGES[:5]},
-    {"attribute": "amount", "op": "gt", "value": "$50k"},
-    {"attribute": "close_date", "op": "gte", "value": "2025-07-01"},
-    {"attribute": "close_date", "op": "lte", "value": "2025-09-30"}],
-    "select": ["owner", "next_step", "amount"],
-    "order_by": [{"attribute": "amount", "desc": True}], "limit": 50}
+QUESTION = SALES_QUESTION
 EVERY = {"find": "entities", "type": "opportunity", "limit": 50}
 STEPS = (("first", "reader", QUESTION), ("everyone", "x", QUESTION), ("other", "reader", EVERY))
 

@@ -46,6 +46,14 @@ SCOPE = "bench/sales"
 STAGES = ["prospecting", "discovery", "demo", "proposal", "negotiation", "closed_won",
           "closed_lost"]
 ACLS = [["*"], ["group:sales"], ["group:emea"], ["group:sales", "group:emea"], ["user:x"]]
+# "Which open deals over $50k close next quarter, biggest first?"
+SALES_QUESTION: dict[str, Any] = {"find": "entities", "type": "opportunity", "where": [
+    {"attribute": "stage", "op": "in", "value": STAGES[:5]},
+    {"attribute": "amount", "op": "gt", "value": "$50k"},
+    {"attribute": "close_date", "op": "gte", "value": "2025-07-01"},
+    {"attribute": "close_date", "op": "lte", "value": "2025-09-30"}],
+    "select": ["owner", "next_step", "amount"],
+    "order_by": [{"attribute": "amount", "desc": True}], "limit": 50}
 
 
 def pct(values: list[float], q: float) -> float:
@@ -155,13 +163,7 @@ def main() -> None:
         t0 = time.perf_counter()
         fill(svc, args.opportunities)
         load_s = round(time.perf_counter() - t0, 1)
-        question = {"find": "entities", "type": "opportunity", "where": [
-            {"attribute": "stage", "op": "in", "value": STAGES[:5]},
-            {"attribute": "amount", "op": "gt", "value": "$50k"},
-            {"attribute": "close_date", "op": "gte", "value": "2025-07-01"},
-            {"attribute": "close_date", "op": "lte", "value": "2025-09-30"}],
-            "select": ["owner", "next_step", "amount"],
-            "order_by": [{"attribute": "amount", "desc": True}], "limit": 50}
+        question = SALES_QUESTION
         results = {
             "opportunities": args.opportunities, "facts": args.opportunities * 5,
             "load_seconds": load_s,
