@@ -8,6 +8,8 @@ import random
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ampup_memory.errors import ValidationFailed
 from ampup_memory.memory.episode_types import Unit
@@ -59,6 +61,36 @@ def test_quotes_are_found_as_in_finds_them() -> None:
         assert any(got) and not all(got)
         # the answers past the first scans came from samples of either width
         assert all((text, w) in texts._samples for w in SAMPLES)
+
+
+# Code points that a UTF-16 or a byte view would count differently: non-BMP characters,
+# lone surrogates (a JSON body may hold "\\ud83d"), a combining mark, odd whitespace.
+ODD = ["a", "b", "\U0001F600", "\u0301", "\ud83d", "\ude00", " ", "\u2028", "\t",
+       "\uffff", "\U0010ffff"]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(st.integers(0, 2**32))
+def test_sampled_look_ups_answer_as_in_on_odd_code_points(seed: int) -> None:
+    """Texts over a few odd code points (or two letters: every window repeats), a length
+    not a multiple of either width; quotes of 14 to 200 characters at the very start, the
+    very end and anywhere, changed at either end or extended: sampled answers are ``in``'s."""
+    rng = random.Random(seed)
+    alpha = rng.choice([ODD, ["a", "b"], [chr(rng.randrange(0x20, 0x110000))
+                                          for _ in range(64)]])
+    text = "".join(rng.choices(alpha, k=SAMPLED_FROM + rng.randrange(1, 2 * SAMPLES[0])))
+    texts = CitedTexts()
+    for w in SAMPLES:  # past the scans: every later answer of either width is sampled
+        for _ in range(SCANS_BEFORE_SAMPLING + 1):
+            texts.holds(text, "\x01" * (2 * w - 1))
+    assert all((text, w) in texts._samples for w in SAMPLES)
+    for _ in range(60):
+        n = rng.choice([14, 15, 16, 29, 30, 31, 32, 33, 47, 200])
+        p = rng.choice([0, len(text) - n, len(text) - n - 1, rng.randrange(len(text) - n)])
+        q = text[p:p + n]
+        for quote in (q, q[:-1] + rng.choice(ODD), rng.choice(ODD) + q[1:],
+                      q + rng.choice(ODD), "".join(rng.choices(ODD[:4], k=n))):
+            assert texts.holds(text, quote) == (quote in text), (seed, n, p)
 
 
 def test_a_batch_is_accepted_and_refused_as_before(tmp_path: Path) -> None:

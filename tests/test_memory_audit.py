@@ -420,6 +420,26 @@ def test_no_caller_is_401_before_an_invalid_query_or_path(m: Memory) -> None:
             (method, path, r.text)
 
 
+def test_no_admin_credential_is_403_before_an_invalid_query_or_path(m: Memory) -> None:
+    """docs/api.md: identity is checked before anything else. On an admin route that is
+    the admin credential: a request without it is 403 even when its query or path is
+    invalid (it was a 422, so a caller with no credential learned which were valid); with
+    it, the same request is the 422."""
+    calls = [("GET", "/amp-lifecycle?limit=0", None),
+             ("GET", "/principals/not%20an%20id", None),
+             ("PUT", "/principals/not%20an%20id", {"groups": [], "roles": []}),
+             ("PUT", f"/schemas/{'a' * 65}/b", {"builtin": "sales"})]
+    for method, path, body in calls:
+        r = httpx.request(method, m.url + path, json=body, timeout=30,
+                          headers={"X-AmpUp-User": "alice"})
+        assert (r.status_code, r.json()["error"]["code"]) == (403, "ACCESS_DENIED"), \
+            (method, path, r.text)
+        r = httpx.request(method, m.url + path, json=body, timeout=30,
+                          headers={"X-AmpUp-User": "alice", "X-AMP-Admin-Token": ADMIN_TOKEN})
+        assert (r.status_code, r.json()["error"]["code"]) == (422, "VALIDATION_ERROR"), \
+            (method, path, r.text)
+
+
 def test_an_empty_paging_cursor_names_nothing(m: Memory) -> None:
     """An empty `before` on /ledger is refused like a garbage one, not read as absent
     (an empty `after` on /episodes or `before` on /runs is a 422 too)."""

@@ -17,14 +17,13 @@ from fastapi.concurrency import run_in_threadpool
 from ampup_memory.amp.api import (
     ADMIN_ERRORS,
     ERRORS,
+    AdminDep,
     CallerDep,
     LimitQ,
     OffsetQ,
     OwnerQ,
     StatusQ,
     TypeQ,
-    _auth,
-    _headers,
     _svc,
 )
 from ampup_memory.amp.model import ListQuery, Status
@@ -46,14 +45,13 @@ def amp_cells(request: Request, caller: CallerDep, owner_id: OwnerQ = None,
     return _svc(request).list_decay(caller.agent_id, query)
 
 
-@router.get("/amp-lifecycle", responses=ADMIN_ERRORS)
+@router.get("/amp-lifecycle", responses=ADMIN_ERRORS, dependencies=[AdminDep])
 async def amp_lifecycle(request: Request, limit: Annotated[int, Query(
         ge=1, le=PASS_HISTORY, description="How many passes, newest first.")] = 50,
         ) -> dict[str, Any]:
     """The latest recorded lifecycle passes, newest first: when, by which process, cells
     evaluated, transitions, purged, and ``states``: how many cells were in each status
     when the pass ended. Admin only (``X-AMP-Admin-Token`` or an admin key)."""
-    _auth(request).require_admin(_headers(request))
     passes = await run_in_threadpool(_svc(request).store.recent_passes, limit)
     return {"passes": [{
         "started_at": format_time(p.started_at), "finished_at": format_time(p.finished_at),

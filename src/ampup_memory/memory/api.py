@@ -13,6 +13,7 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
 
+from ampup_memory.amp.api import AdminDep
 from ampup_memory.auth import USER_HEADER, Authenticator, header_map, presented_key
 from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
@@ -291,11 +292,9 @@ def ledger(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = Non
 UserPath = Annotated[str, Path(pattern=ID_PATTERN, description="User id.")]
 
 
-@router.put("/principals/{user}", responses=ADMIN_ERRORS,
+@router.put("/principals/{user}", responses=ADMIN_ERRORS, dependencies=[AdminDep],
             openapi_extra=body_doc(PrincipalBody))
 async def put_principal(request: Request, user: UserPath) -> dict[str, Any]:
-    auth: Authenticator = request.app.state.auth
-    auth.require_admin(_headers(request))
     raw = await request.body()
     if not raw.strip():  # replacing groups and roles with nothing must be said, not implied
         raise field_error(["body"], "a JSON body {groups, roles} is required", "missing")
@@ -305,8 +304,6 @@ async def put_principal(request: Request, user: UserPath) -> dict[str, Any]:
     return principal.wire()
 
 
-@router.get("/principals/{user}", responses=ADMIN_ERRORS)
+@router.get("/principals/{user}", responses=ADMIN_ERRORS, dependencies=[AdminDep])
 def get_principal(request: Request, user: UserPath) -> dict[str, Any]:
-    auth: Authenticator = request.app.state.auth
-    auth.require_admin(_headers(request))
     return service(request).principal(require_id(user, ["user"], "user id")).wire()

@@ -13,6 +13,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import WithJsonSchema
 
+from ampup_memory.amp.api import AdminDep
 from ampup_memory.auth import Authenticator
 from ampup_memory.errors import field_error
 from ampup_memory.memory.api import (
@@ -43,12 +44,11 @@ NamePart = Annotated[str, Path(max_length=64, description="Org or team name.")]
     403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown branch",
     409: f"CONFLICT: the ledger moved under the write; retry; {CAP}",
     422: INVALID + " (schema_invalid names the first problem)", 503: UNAVAILABLE}),
-    openapi_extra={**body_doc(PutSchema), **USER_DOC})
+    dependencies=[AdminDep], openapi_extra={**body_doc(PutSchema), **USER_DOC})
 async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[str, Any]:
     """Set the scope's schema on a branch (default main): ``{builtin}`` or ``{schema}``."""
     auth: Authenticator = request.app.state.auth
-    headers = _headers(request)
-    auth.require_admin(headers)
+    headers = _headers(request)  # admin credentials checked (AdminDep): who is committing
     req = parse_body(PutSchema, await request.body())
     author = admin_author(auth, headers)
     result: dict[str, Any] = await run_in_threadpool(
