@@ -14,13 +14,12 @@ from hypothesis import strategies as st
 from ampup_memory.errors import ValidationFailed
 from ampup_memory.memory.episode_types import Unit
 from ampup_memory.memory.episodes import EpisodeIn
-from ampup_memory.memory.facts import (
+from ampup_memory.memory.facts import FactIn, quote_found
+from ampup_memory.memory.quotes import (
     SAMPLED_FROM,
     SAMPLES,
     SCANS_BEFORE_SAMPLING,
     CitedTexts,
-    FactIn,
-    quote_found,
 )
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.settings import load_settings

@@ -45,7 +45,6 @@ from ampup_memory.memory.events import EventRecord, event_row
 from ampup_memory.memory.facts import (
     CLOSURE,
     VALUE,
-    CitedTexts,
     CloseValue,
     FactIn,
     FactRecord,
@@ -60,6 +59,7 @@ from ampup_memory.memory.facts import (
 )
 from ampup_memory.memory.ledger import BRANCH, COMMIT, SUMMARY_KEY, LedgerEntry, new_commit_id
 from ampup_memory.memory.maintenance import Protected, full_pass, tidy
+from ampup_memory.memory.quotes import CitedTexts
 from ampup_memory.memory.readindex import DEFAULT_LEASE, ReadIndex
 from ampup_memory.memory.reads import ReadMark, read_row
 from ampup_memory.memory.retry import Backoff, until_won

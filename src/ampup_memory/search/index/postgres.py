@@ -132,6 +132,7 @@ CREATE TABLE IF NOT EXISTS search_facts (
 );
 CREATE INDEX IF NOT EXISTS search_facts_key ON search_facts (scope, branch, entity, predicate);
 CREATE INDEX IF NOT EXISTS search_facts_valid ON search_facts (scope, branch, valid_from);
+CREATE INDEX IF NOT EXISTS search_facts_seq ON search_facts (scope, branch, commit_seq);
 CREATE INDEX IF NOT EXISTS search_facts_tsv ON search_facts USING gin (tsv);
 CREATE TABLE IF NOT EXISTS search_acl_bitmaps (entry text PRIMARY KEY, bits bytea NOT NULL);
 """
@@ -640,6 +641,19 @@ class PostgresIndex:
             self._counts.put(key, n)
         return size
 
+    @staticmethod
+    def _mark(conn: psycopg.Connection[Any], table: str, scope: str, branch: str,
+              upto: int | None) -> int:
+        """``upto``, or for a space's head its newest row's seq: counts and sizes are
+        taken up to it and remembered under it, so every server that sees the same rows
+        weighs them by the same statistics (a count remembered from before another
+        server's write would have scored its rows apart for a minute). An index read."""
+        if upto is not None:
+            return upto
+        row = conn.execute(f"SELECT max({_SEQ[table]}) FROM {table}"
+                           " WHERE scope = %s AND branch = %s", (scope, branch)).fetchone()
+        return int(row[0]) if row and row[0] is not None else 0
+
     def _affordable(self, conn: psycopg.Connection[Any], table: str, scope: str,
                     branch: str, terms: Terms, upto: int | None
                     ) -> tuple[list[str], bool, Statistics]:
@@ -649,13 +663,14 @@ class PostgresIndex:
         # Each matching row is scored per kept word, so a common word would rank most of
         # the space: keep the rarest terms within the budget, as SQLite does.
         words = words_of(terms)
-        counts = self._term_counts(conn, table, scope, [(branch, upto)], words)
+        mark = self._mark(conn, table, scope, branch, upto)
+        counts = self._term_counts(conn, table, scope, [(branch, mark)], words)
         kept, over = space_terms(words, counts.__getitem__, isinstance(terms, ViewWords))
         if isinstance(terms, ViewWords) and terms.stats is not None:
             return kept, over, terms.stats
         # A kept word's count is exact: below the cap, or all were counted to the end
         # (`_term_counts`), so the IDF does not depend on the budget's shortcut.
-        rows, tokens = self._size(conn, table, scope, branch, upto)
+        rows, tokens = self._size(conn, table, scope, branch, mark)
         return kept, over, Statistics(rows, tokens, tuple(counts[t] for t in kept))
 
     @staticmethod
@@ -733,6 +748,8 @@ class PostgresIndex:
         # as in the whole view. A kept word's count is exact (see `_affordable`).
         table = _TABLES[kind]
         with self._read() as conn:
+            spaces = [(branch, self._mark(conn, table, scope, branch, upto))
+                      for branch, upto in spaces]
             counts = self._term_counts(conn, table, scope, spaces, terms)
             kept = affordable_terms(terms, counts.__getitem__)
             sizes = [self._size(conn, table, scope, branch, upto) for branch, upto in spaces]
