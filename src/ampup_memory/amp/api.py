@@ -69,14 +69,6 @@ def _caller(request: Request) -> Caller:
 CallerDep = Annotated[Caller, Depends(_caller)]
 
 
-def _admin(request: Request) -> None:
-    _auth(request).require_admin(_headers(request))
-
-
-# The same for an admin route with a query or path (``dependencies=[AdminDep]``): without
-# admin credentials it is 403 even when they are invalid, not a 422 that would tell any
-# caller which ones are well formed.
-AdminDep = Depends(_admin)
 
 
 ERRORS = errors({

@@ -17,7 +17,6 @@ from fastapi.concurrency import run_in_threadpool
 from ampup_memory.amp.api import (
     ADMIN_ERRORS,
     ERRORS,
-    AdminDep,
     CallerDep,
     LimitQ,
     OffsetQ,
@@ -29,6 +28,7 @@ from ampup_memory.amp.api import (
 from ampup_memory.amp.model import ListQuery, Status
 from ampup_memory.amp.store.base import PASS_HISTORY
 from ampup_memory.timefmt import format_time
+from ampup_memory.web.admin import AdminDep
 
 router = APIRouter(tags=["amp cells"])
 

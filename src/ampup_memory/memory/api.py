@@ -13,7 +13,6 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
 
-from ampup_memory.amp.api import AdminDep
 from ampup_memory.auth import USER_HEADER, Authenticator, header_map, presented_key
 from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
@@ -31,6 +30,7 @@ from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
 from ampup_memory.timefmt import Instant
+from ampup_memory.web.admin import AdminDep
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors, header_doc
 from ampup_memory.web.routing import segment_except

@@ -13,7 +13,6 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import WithJsonSchema
 
-from ampup_memory.amp.api import AdminDep
 from ampup_memory.auth import Authenticator
 from ampup_memory.errors import field_error
 from ampup_memory.memory.api import (
@@ -31,6 +30,7 @@ from ampup_memory.memory.api import (
 )
 from ampup_memory.memory.schemas import PutSchema, get_schema, list_builtins, set_schema
 from ampup_memory.timefmt import in_utc
+from ampup_memory.web.admin import AdminDep
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 
