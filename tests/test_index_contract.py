@@ -110,6 +110,33 @@ def test_a_rare_query_word_outranks_a_common_one(engine: SearchEngine,
         assert len({round(s, 9) for _, s in hits[1:]}) == 1  # the common rows alike
 
 
+def test_scores_after_later_writes_equal_a_fresh_indexs(engine: SearchEngine,
+                                                       index_uri: str) -> None:
+    """The keyword statistics an index remembers (PostgreSQL: the space's size grown by
+    the rows of later commits, counts under the newest row's commit) weigh a search after
+    more writes exactly as an index that remembers nothing: the same scores, through
+    this index and a second one opened on the same data (another server)."""
+    index = engine.index
+    words = ["invoice", "zephyr"]
+    for seq in range(1, 5):
+        eps = [replace(episode(S, [f"Client {seq}-{i} said the {w} went out twice."], ["*"],
+                                source=f"call:{seq}-{i}"), seq=seq)
+               for i, w in enumerate(["invoice", "invoice", "zephyr"][:1 + seq % 3])]
+        engine.ingest(DocumentBatch(eps, [
+            fact(e, f"Client {seq}-{i}", "said", "out", e.units[0].text, seq=seq)
+            for i, e in enumerate(eps)]))
+        remembered = (index.keyword_passages(S, "main", words, 50),
+                      index.keyword_facts(S, "main", words, 50))
+        other = open_index(index_uri)
+        try:
+            fresh = (other.keyword_passages(S, "main", words, 50),
+                     other.keyword_facts(S, "main", words, 50))
+        finally:
+            other.close()
+        assert remembered == fresh, seq
+        assert all(remembered), seq
+
+
 def test_score_is_the_documented_blend(engine: SearchEngine) -> None:
     e = episode(S, ["Acme budget for 2025 is 40k dollars.", "Dana owns the Acme account."],
                 ["*"])

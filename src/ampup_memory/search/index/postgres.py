@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -289,6 +290,10 @@ class PostgresIndex:
         self._bitmap_lock = threading.Lock()
         self._pending_bits: dict[str, BitMap] | None = None
         self._counts = RecentCounts(COUNTS_SECONDS)
+        # (table, scope, branch) -> (mark, rows, length sum, when counted in full): a
+        # space's size at its newest row's commit, grown by the rows of later commits
+        self._sizes: dict[tuple[str, str, str], tuple[int, int, int, float]] = {}
+        self._sizes_lock = threading.Lock()
 
     # -- connections and meta --------------------------------------------------------------
 
@@ -401,19 +406,32 @@ class PostgresIndex:
             return [(str(s), str(b)) for s, b in rows]
 
     def clear(self, scope: str | None = None) -> None:
-        with self.transaction():
-            conn = self._tx()
-            if scope is None:
-                conn.execute(f"TRUNCATE {', '.join(_ROW_TABLES)} RESTART IDENTITY")
-                assert self._pending_bits is not None
-                self._pending_bits.clear()
-                self._bump("acl_generation")
-                return
-            self._clear_rows(conn, "scope = %s", (scope,))
+        try:
+            with self.transaction():
+                conn = self._tx()
+                if scope is None:
+                    conn.execute(f"TRUNCATE {', '.join(_ROW_TABLES)} RESTART IDENTITY")
+                    assert self._pending_bits is not None
+                    self._pending_bits.clear()
+                    self._bump("acl_generation")
+                    return
+                self._clear_rows(conn, "scope = %s", (scope,))
+        finally:
+            self._forget_sizes()
 
     def clear_branch(self, scope: str, branch: str) -> None:
-        with self.transaction():
-            self._clear_rows(self._tx(), "scope = %s AND branch = %s", (scope, branch))
+        try:
+            with self.transaction():
+                self._clear_rows(self._tx(), "scope = %s AND branch = %s", (scope, branch))
+        finally:
+            self._forget_sizes()
+
+    def _forget_sizes(self) -> None:
+        """Rows removed (once their transaction ends: a search meanwhile may have kept the
+        size before): a size grown by later commits would still count them. Another
+        server's removal is counted again within a minute (`_size`)."""
+        with self._sizes_lock:
+            self._sizes.clear()
 
     def _clear_rows(self, conn: psycopg.Connection[Any], where: str,
                     params: tuple[str, ...]) -> None:
@@ -622,12 +640,30 @@ class PostgresIndex:
         return {term: n or 0 for term, n in found.items()}
 
     def _size(self, conn: psycopg.Connection[Any], table: str, scope: str, branch: str,
-              upto: int | None) -> tuple[int, int]:
-        """Rows of one space (held: up to commit ``upto``) and their lengths summed (a
-        row's length: its tsvector's distinct words, `_LENGTH`), BM25's N and, with it,
-        the average length; remembered as the word counts are (`RecentCounts`, under
-        keys no word has). A pass over the space's rows (their tsvectors): once a minute
-        per space, as a common word's exact count is."""
+              upto: int) -> tuple[int, int]:
+        """Rows of one space up to commit ``upto`` (a held commit, or the space's newest
+        row's: `_mark`) and their lengths summed (a row's length: its tsvector's distinct
+        words, `_LENGTH`), BM25's N and, with it, the average length. A pass over the
+        space's rows (their tsvectors) once a minute per space; in between a later mark
+        adds only the rows of the commits since (the (scope, branch, seq) index), so a
+        search after each write does not read the whole space again. A held commit older
+        than the last mark is counted in full and remembered as the word counts are."""
+        space = (table, scope, branch)
+        with self._sizes_lock:
+            kept = self._sizes.get(space)
+        fresh = kept is not None and time.monotonic() - kept[3] < COUNTS_SECONDS
+        if kept is not None and fresh and kept[0] == upto:
+            return kept[1], kept[2]
+        seq = _SEQ[table]
+        if kept is not None and fresh and kept[0] < upto:
+            row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
+                               f" WHERE scope = %s AND branch = %s AND {seq} > %s"
+                               f" AND {seq} <= %s", (scope, branch, kept[0], upto),
+                               prepare=False).fetchone()
+            grown = (kept[1] + int(row[0]), kept[2] + int(row[1])) if row else kept[1:3]
+            with self._sizes_lock:
+                self._sizes[space] = (upto, *grown, kept[3])
+            return grown
         held, bound = _held(table, upto)
         keys = [(table, scope, branch, bound, None, part) for part in ("rows", "tokens")]
         found = [self._counts.peek(key) for key in keys]
@@ -639,6 +675,9 @@ class PostgresIndex:
         size = (int(row[0]), int(row[1])) if row else (0, 0)
         for key, n in zip(keys, size, strict=True):
             self._counts.put(key, n)
+        if kept is None or not fresh or kept[0] < upto:
+            with self._sizes_lock:
+                self._sizes[space] = (upto, *size, time.monotonic())
         return size
 
     @staticmethod
@@ -748,11 +787,11 @@ class PostgresIndex:
         # as in the whole view. A kept word's count is exact (see `_affordable`).
         table = _TABLES[kind]
         with self._read() as conn:
-            spaces = [(branch, self._mark(conn, table, scope, branch, upto))
+            marked = [(branch, self._mark(conn, table, scope, branch, upto))
                       for branch, upto in spaces]
-            counts = self._term_counts(conn, table, scope, spaces, terms)
+            counts = self._term_counts(conn, table, scope, marked, terms)
             kept = affordable_terms(terms, counts.__getitem__)
-            sizes = [self._size(conn, table, scope, branch, upto) for branch, upto in spaces]
+            sizes = [self._size(conn, table, scope, branch, mark) for branch, mark in marked]
         return ViewWords(tuple(kept), Statistics(sum(n for n, _ in sizes),
                                                  sum(t for _, t in sizes),
                                                  tuple(counts[t] for t in kept)))
