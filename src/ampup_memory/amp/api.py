@@ -39,6 +39,7 @@ from ampup_memory.auth import Authenticator, Caller, header_map
 from ampup_memory.errors import AmpError, Unauthenticated
 from ampup_memory.settings import Settings
 from ampup_memory.web import jsontext
+from ampup_memory.web.admin import require_admin
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 from ampup_memory.web.routing import segment_except
@@ -259,7 +260,7 @@ ADMIN_ERRORS = errors({
              responses={**ADMIN_ERRORS, **errors({503: "UNAVAILABLE: another pass held on"})},
              openapi_extra=body_doc(LifecycleRunRequest, required=False))
 async def lifecycle_run(request: Request) -> dict[str, Any]:
-    _auth(request).require_admin(_headers(request))
+    require_admin(request)
     req = parse_body(LifecycleRunRequest, await request.body(), nul=True)
     wait = request.app.state.settings.lifecycle_run_wait_seconds
     report = await run_in_threadpool(_svc(request).run_lifecycle, req, wait)
@@ -271,7 +272,7 @@ async def lifecycle_run(request: Request) -> dict[str, Any]:
                         **errors({409: "INVALID_TRANSITION or RETENTION_WINDOW"})},
              openapi_extra=body_doc(PurgeRequest))
 async def lifecycle_purge(request: Request) -> dict[str, int]:
-    _auth(request).require_admin(_headers(request))
+    require_admin(request)
     req = parse_body(PurgeRequest, await request.body(), nul=True)
     purged = await run_in_threadpool(_svc(request).purge, req.id)
     return {"purged": purged}

@@ -7,8 +7,8 @@ from typing import Any
 from fastapi import APIRouter, Request
 from fastapi.concurrency import run_in_threadpool
 
-from ampup_memory.auth import Authenticator, header_map
 from ampup_memory.ops.status import collect
+from ampup_memory.web.admin import require_admin
 from ampup_memory.web.openapi import errors
 
 router = APIRouter()
@@ -22,8 +22,7 @@ async def status(request: Request) -> dict[str, Any]:
     """Versions, stores and their sizes, scopes with their commits and index lag, the
     timers of this process and their last runs, the embedder. Admin only (the
     ``X-AMP-Admin-Token`` header or an admin key)."""
-    auth: Authenticator = request.app.state.auth
-    auth.require_admin(header_map(request.headers))
+    require_admin(request)
     state = request.app.state
     return await run_in_threadpool(collect, state.runtime, getattr(state, "search_feed", None),
                                    state.timers)
