@@ -22,7 +22,13 @@ from ampup_memory.memory.segments import Segment
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.embed import HashEmbedder, WordLlamaEmbedder
 from ampup_memory.search.engine import SearchEngine
-from ampup_memory.search.index.base import DocumentBatch, FactRow, ModelInfo, SearchIndex
+from ampup_memory.search.index.base import (
+    DocumentBatch,
+    FactRow,
+    ModelInfo,
+    SearchIndex,
+    Terms,
+)
 from ampup_memory.search.index.common import dots, dots_at
 from ampup_memory.search.index.registry import open_index
 from ampup_memory.search.index.sqlite import SQLiteIndex
@@ -655,14 +661,19 @@ def _small_budget(monkeypatch: pytest.MonkeyPatch, budget_: int) -> None:
         monkeypatch.setattr(module, "POSTINGS_BUDGET", budget_, raising=False)
 
 
+def _renewal(eng: SearchEngine, i: int) -> None:
+    """Commit i: one episode and one fact saying "renewal" with i fillers (the older, the
+    shorter: the better match); commit 1 also says "zebra"."""
+    text = "renewal " + " ".join(f"filler{j}" for j in range(i)) + (
+        " zebra" if i == 1 else "")
+    e = replace(episode(S, [text], ["*"], commit=f"c{i}", source=f"call:{i}"), seq=i)
+    eng.ingest(DocumentBatch([e], [fact(e, f"Acme {i}", "note", "x", text, seq=i)]))
+
+
 def _renewals(eng: SearchEngine, n: int = 12, check_at: int | None = 3) -> None:
-    """Commits 1..n, each one episode and one fact saying "renewal" with i fillers (the
-    older, the shorter: the better match); commit 1 also says "zebra"."""
+    """Commits 1..n (`_renewal`)."""
     for i in range(1, n + 1):
-        text = "renewal " + " ".join(f"filler{j}" for j in range(i)) + (
-            " zebra" if i == 1 else "")
-        e = replace(episode(S, [text], ["*"], commit=f"c{i}", source=f"call:{i}"), seq=i)
-        eng.ingest(DocumentBatch([e], [fact(e, f"Acme {i}", "note", "x", text, seq=i)]))
+        _renewal(eng, i)
         if i == check_at:  # 3 + 1 postings fit the budget: both words rank (counts are
             # forgotten on a write, so the writes below count afresh)
             both = eng.index.keyword_facts(S, "main", ["renewal", "zebra"], 50)
@@ -707,6 +718,73 @@ def test_an_over_budget_pass_ranks_the_newest_postings_alone(
         # A word within the budget is kept alone and finds its old row as before.
         rare = idx.keyword_facts(S, "main", ["renewal", "zebra"], 50)
         assert [facts[n] for n, _ in rare] == [1]
+    finally:
+        eng.index.close()
+
+
+def _renewal_answer(eng: SearchEngine) -> list[tuple[str, Parts, float]]:
+    found = eng.search_facts(S, "main", "renewal", ANN, now=NOW, limit=20).facts
+    return [(f.row.id, f.parts, f.score) for f in found]
+
+
+def test_a_write_between_a_fact_searchs_two_steps_moves_no_score(
+        index_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fact search scores in two steps: its candidate lists, then the facts found
+    otherwise (`fact_keyword`; here the 8 older matches, left out of an over-budget pass
+    and found by meaning). A commit landing between the steps (another writer's) moves
+    no score of the answer: both steps weigh by the statistics the search took once.
+    When each step took the space's statistics itself, the facts scored apart were
+    weighed by one more row holding the word than the facts listed."""
+    _small_budget(monkeypatch, 4)
+    eng = SearchEngine(open_index(index_uri), HashEmbedder(32))
+    eng.ensure_model()  # facts found by meaning too
+    try:
+        _renewals(eng, check_at=None)
+        alone = _renewal_answer(eng)
+        assert len(alone) == 12
+        apart: list[int] = []
+        score_apart = eng.index.fact_keyword
+
+        def after_a_write(scope: str, branch: str, nums: list[int], terms: Terms,
+                          upto: int | None = None) -> dict[int, float]:
+            if not apart:
+                _renewal(eng, 13)
+            apart.extend(nums)
+            return score_apart(scope, branch, nums, terms, upto)
+
+        monkeypatch.setattr(eng.index, "fact_keyword", after_a_write)
+        assert _renewal_answer(eng) == alone
+        assert len(apart) == 8
+        monkeypatch.undo()
+        assert len(_renewal_answer(eng)) == 13  # the write landed
+    finally:
+        eng.index.close()
+
+
+@pytest.mark.postgres
+def test_a_pg_fact_search_reads_its_spaces_newest_commit_once(
+        postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL takes a live space's statistics up to its newest row's commit, an index
+    read (`PostgresIndex._mark`); a fact search reads it once, not again for the facts
+    it scores apart (nor per wider round)."""
+    from ampup_memory.search.index.postgres import PostgresIndex
+
+    _small_budget(monkeypatch, 4)
+    eng = SearchEngine(open_index(postgres.new_database("marks")), HashEmbedder(32))
+    eng.ensure_model()  # facts found by meaning too
+    try:
+        _renewals(eng, check_at=None)
+        reads: list[int | None] = []
+        mark = PostgresIndex._mark
+
+        def counted(conn: object, table: str, scope: str, branch: str, upto: int | None
+                    ) -> int:
+            reads.append(upto)
+            return mark(conn, table, scope, branch, upto)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(PostgresIndex, "_mark", staticmethod(counted))
+        assert len(_renewal_answer(eng)) == 12
+        assert reads == [None]
     finally:
         eng.index.close()
 

@@ -284,8 +284,13 @@ class SearchEngine:
         """The terms keyword lists rank by: a view of several segments is one space, so
         the postings budget keeps the terms its segments' rows afford together (a word
         common on the base is dropped on the branch too, as on a main holding the view),
-        and every segment's rows are scored with the view's keyword statistics."""
-        if owners.single or not terms:
+        and every segment's rows are scored with the view's keyword statistics.
+
+        A fact search takes a view of its one space too: it scores in two steps (its
+        lists, then the facts found otherwise, `fact_keyword`), and with the statistics
+        taken once a write landing between them cannot weigh the two a commit apart. A
+        passage search scores in its lists alone."""
+        if not terms or (owners.single and kind != "facts"):
             return terms
         return self.index.keyword_view(kind, scope, [(b, owners.upto.get(b))
                                                      for b in owners.branches], terms)
@@ -335,7 +340,7 @@ class SearchEngine:
             more = False  # a list came back full: the index may hold more candidates
             if cutoff is None:  # main: one space, the index's own top k
                 for b in owners.branches:
-                    found = self.index.keyword_facts(scope, b, terms, k, owners.upto.get(b),
+                    found = self.index.keyword_facts(scope, b, said, k, owners.upto.get(b),
                                                      begun_at=begun_at)
                     near = (self.index.nearest_facts(scope, b, vector, k, begun_at=begun_at)
                             if vector else [])

@@ -21,6 +21,7 @@ from typing import Protocol
 
 from pyroaring import BitMap
 
+from ampup_memory.search.budget import space_terms
 from ampup_memory.search.embed import ModelInfo as ModelInfo  # re-exported for backends
 
 # The unit kinds episode types split bodies into, and the letter a citation label uses.
@@ -206,6 +207,17 @@ class ViewWords:
 
     terms: tuple[str, ...]
     stats: Statistics | None = None  # the view's rows, tokens and rows holding each term
+    # (branch, mark) of each space whose rows were counted: how far they were counted, in
+    # the backend's own measure (PostgreSQL: the seq of the space's newest row's commit;
+    # SQLite: the row its keyword file was applied up to). Passed as ``terms``, a space is
+    # taken at its mark (its budget's counts, and on SQLite the rows listed), not at its
+    # newest rows again: a search's steps count the same rows of it, whatever is written
+    # between them.
+    marks: tuple[tuple[str, int], ...] = ()
+
+    def mark(self, branch: str) -> int | None:
+        """How far this view counted the rows of ``branch``'s space (None: not at all)."""
+        return dict(self.marks).get(branch)
 
 
 # A query's terms: one space's own (that space's budget and statistics), or a view's.
@@ -215,6 +227,18 @@ Terms = Sequence[str] | ViewWords
 def words_of(terms: Terms) -> list[str]:
     """The terms themselves, of a space's own or of a view's."""
     return list(terms.terms) if isinstance(terms, ViewWords) else list(terms)
+
+
+def own_terms(terms: Terms, branch: str) -> tuple[list[str], bool] | None:
+    """For the words of a view of ``branch``'s space alone (a fact search's, taken once,
+    `SearchIndex.keyword_view`): the terms to rank, and whether their postings are over
+    the budget (`space_terms`), from the counts the view took; its statistics are the
+    space's own at its mark. None for a space's own terms or a view of other spaces too."""
+    if not isinstance(terms, ViewWords) or terms.stats is None or (
+            [b for b, _ in terms.marks] != [branch]):
+        return None
+    counted = dict(zip(terms.terms, terms.stats.hits, strict=True))
+    return space_terms(terms.terms, counted.__getitem__, view=True)
 
 
 
@@ -320,7 +344,12 @@ class SearchIndex(Protocol):
         ``facts`` or ``passages``), with the statistics of their rows together (each
         space's rows up to ``upto``; None: all it holds now). Both backends keep the terms
         by the one budget (`search/budget.py`), each term's rows counted in the spaces
-        together."""
+        together, and record how far each space's rows were counted (``marks``).
+
+        A fact search takes them for its one space too: it scores in two steps (its
+        candidate lists, then `fact_keyword` for facts found otherwise), and with the
+        statistics taken here once, a write landing between the steps cannot weigh the
+        two by statistics a commit apart, nor make the second count them again."""
         ...
 
     def keyword_passages(
@@ -345,7 +374,8 @@ class SearchIndex(Protocol):
         upto: int | None = None,
     ) -> dict[int, float]:
         """Raw keyword score of each listed fact of (scope, branch) that matches the terms
-        at all, on the same scale as :meth:`keyword_facts`."""
+        at all, on the same scale as :meth:`keyword_facts` given the same ``terms``: with a
+        view's words, the same statistics, however many rows were written since."""
         ...
 
     # -- rows --------------------------------------------------------------------------

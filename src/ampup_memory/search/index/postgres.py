@@ -75,6 +75,7 @@ from ampup_memory.search.index.base import (
     Terms,
     ViewWords,
     fact_text,
+    own_terms,
     words_of,
 )
 from ampup_memory.search.index.common import dumps
@@ -698,11 +699,20 @@ class PostgresIndex:
                     ) -> tuple[list[str], bool, Statistics]:
         """The kept terms, whether their postings are over the budget (the rarest alone
         is: a ranked pass then ranks its newest matches only), and the statistics that
-        weigh them: a view's (`keyword_view`), else this space's (held: up to ``upto``)."""
+        weigh them: a view's (`keyword_view`), else this space's (held: up to ``upto``).
+        A space a view counted is counted at the view's mark for it, and a view of this
+        space alone (a fact search's) gives all three (`own_terms`)."""
         # Each matching row is scored per kept word, so a common word would rank most of
         # the space: keep the rarest terms within the budget, as SQLite does.
         words = words_of(terms)
-        mark = self._mark(conn, table, scope, branch, upto)
+        own = own_terms(terms, branch)
+        if own is not None:  # this space's, taken once for the search: nothing to read
+            assert isinstance(terms, ViewWords) and terms.stats is not None
+            kept, over = own
+            return kept, over, terms.stats
+        counted = terms.mark(branch) if isinstance(terms, ViewWords) else None
+        mark = counted if counted is not None else self._mark(conn, table, scope, branch,
+                                                              upto)
         counts = self._term_counts(conn, table, scope, [(branch, mark)], words)
         kept, over = space_terms(words, counts.__getitem__, isinstance(terms, ViewWords))
         if isinstance(terms, ViewWords) and terms.stats is not None:
@@ -794,7 +804,8 @@ class PostgresIndex:
             sizes = [self._size(conn, table, scope, branch, mark) for branch, mark in marked]
         return ViewWords(tuple(kept), Statistics(sum(n for n, _ in sizes),
                                                  sum(t for _, t in sizes),
-                                                 tuple(counts[t] for t in kept)))
+                                                 tuple(counts[t] for t in kept)),
+                         tuple(marked))
 
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
                      terms: Terms, upto: int | None = None) -> dict[int, float]:

@@ -75,6 +75,7 @@ from ampup_memory.search.index.base import (
     Terms,
     ViewWords,
     fact_text,
+    own_terms,
     words_of,
 )
 from ampup_memory.search.index.common import (
@@ -708,6 +709,21 @@ class SQLiteIndex:
         counts = self._term_counts(kind, [(kconn, version, bound)], terms)
         return space_terms(terms, counts.__getitem__, view is not None)
 
+    def _kept(self, kconn: sqlite3.Connection, kind: str, version: str, branch: str,
+              terms: Terms, bound: int | None
+              ) -> tuple[list[str], bool, Statistics | None]:
+        """`_affordable`, and the view's statistics that score the rows (None: the rows'
+        own up to ``bound``). A view of this space alone (a fact search's) gives the
+        terms without counting again (`own_terms`), and where nothing was applied since
+        its mark (``bound`` None) FTS5's own statistics are the view's, bit for bit."""
+        view, words = _view_and_words(terms)
+        own = own_terms(terms, branch)
+        if own is None:
+            kept, over = self._affordable(kconn, kind, version, words, bound, view)
+            return kept, over, view
+        kept, over = own
+        return kept, over, view if bound is not None else None
+
     def _term_counts(self, kind: str,
                      spaces: Sequence[tuple[sqlite3.Connection, str, int | None]],
                      terms: Sequence[str]) -> dict[str, int]:
@@ -751,6 +767,7 @@ class SQLiteIndex:
                      ) -> ViewWords:
         with ExitStack() as stack:
             found: list[tuple[sqlite3.Connection, str, int | None]] = []
+            marks: list[tuple[str, int]] = []
             rows = tokens = 0
             for branch, upto in spaces:
                 space = stack.enter_context(self._keyword_space(kind, scope, branch))
@@ -758,6 +775,7 @@ class SQLiteIndex:
                     kconn, version, applied = space
                     bound = self._bound(kind, scope, branch, upto, applied)
                     found.append((kconn, version, bound))
+                    marks.append((branch, _last(bound, applied)))
                     n, size = keywords.cut_totals(kconn, kind, _last(bound, applied))
                     rows, tokens = rows + n, tokens + size
             counts = self._term_counts(kind, found, terms)
@@ -767,7 +785,7 @@ class SQLiteIndex:
             cap = POSTINGS_BUDGET + 1
             hits = tuple(counts[t] if counts[t] < cap
                          else self._rows_holding(kind, found, t, None) for t in kept)
-        return ViewWords(tuple(kept), Statistics(rows, tokens, hits))
+        return ViewWords(tuple(kept), Statistics(rows, tokens, hits), tuple(marks))
 
     def _bound(self, kind: str, scope: str, branch: str, upto: int | None,
                applied: int) -> int | None:
@@ -786,6 +804,16 @@ class SQLiteIndex:
         # Nothing after it: FTS5's own statistics are the held ones (bit for bit).
         return None if bound >= applied else bound
 
+    def _counted(self, kind: str, scope: str, branch: str, terms: Terms, upto: int | None,
+                 applied: int) -> int | None:
+        """`_bound`; for a space a view counted (its words as ``terms``), the row the view
+        counted up to, so a search's steps count the same rows of the space whatever was
+        applied between them (None: every row it holds now)."""
+        mark = terms.mark(branch) if isinstance(terms, ViewWords) else None
+        if mark is None:
+            return self._bound(kind, scope, branch, upto, applied)
+        return None if mark >= applied else mark
+
     def _first_after(self, kind: str, scope: str, branch: str, after: int) -> int | None:
         """The first row the space holds of a commit after seq ``after`` (None: none)."""
         t, seq = _TABLES[kind], _SEQ[kind]
@@ -799,14 +827,14 @@ class SQLiteIndex:
     def _keyword(self, kind: str, scope: str, branch: str, terms: Terms, k: int,
                  weights: tuple[float, ...], upto: int | None,
                  seqs: SeqRange | None = None, begun_at: int | None = None) -> list[Hit]:
-        view, words = _view_and_words(terms)
+        words = words_of(terms)
         if not words or k <= 0:
             return []
         with self._keyword_space(kind, scope, branch) as found:
             if found is None:
                 return []
             kconn, version, applied = found
-            bound = self._bound(kind, scope, branch, upto, applied)
+            bound = self._counted(kind, scope, branch, terms, upto, applied)
             # Rows are numbered in commit order (see _bound), so a seq range is a rowid
             # range: only the rows a view's segment holds are listed.
             low, high = 0, None
@@ -818,7 +846,7 @@ class SQLiteIndex:
                     if first is None:
                         return []
                     low = first - 1
-            kept, over = self._affordable(kconn, kind, version, words, bound, view)
+            kept, over, view = self._kept(kconn, kind, version, branch, terms, bound)
             if not kept:
                 return []
             if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
@@ -959,17 +987,17 @@ class SQLiteIndex:
     def fact_keyword(self, scope: str, branch: str, nums: Sequence[int],
                      terms: Terms, upto: int | None = None) -> dict[int, float]:
         found: dict[int, float] = {}
-        view, words = _view_and_words(terms)
+        words = words_of(terms)
         if not words or not nums:
             return found
         with self._keyword_space("facts", scope, branch) as space:
             if space is None:
                 return found
             kconn, version, applied = space
-            bound = self._bound("facts", scope, branch, upto, applied)
+            bound = self._counted("facts", scope, branch, terms, upto, applied)
             # The same kept terms as candidate selection, so every fact of one answer is
             # scored on one scale (and no common term's doclist is walked here either).
-            kept, _ = self._affordable(kconn, "facts", version, words, bound, view)
+            kept, _, view = self._kept(kconn, "facts", version, branch, terms, bound)
             if not kept:
                 return found
             if view is not None:
