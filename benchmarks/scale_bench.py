@@ -8,6 +8,7 @@ Two steps, so a slow fill survives a failed measurement:
     python -m benchmarks.scale_bench fill --postgres URL --passages 200000 --facts 20000
     python -m benchmarks.scale_bench keywords --postgres URL [--queries 200] [--json FILE]
     python -m benchmarks.scale_bench held --postgres URL|--db FILE [--queries 200]
+    python -m benchmarks.scale_bench stats --postgres URL [--queries 200] [--writes 50]
 
 ``fill`` writes `search_bench.py`'s synthetic data (one ~450-byte turn, so one passage,
 per episode; facts citing them) through the engine's real ingest, 5,000 episodes per
@@ -46,6 +47,15 @@ or an ``at_commit`` of that commit reads): `search_passages` through that view, 
 held keyword list alone (``upto`` = that commit, k = 50), with the same CPU columns, and
 prints a digest of the first 20 answers (passage numbers) so two code versions' answers
 can be compared.
+
+``stats`` (PostgreSQL) times the reads behind a live search's keyword statistics, per
+table (facts, passages), with the same CPU columns (and, for scale, a pooled
+connection's checkout alone, which every index call pays): the space's newest row's commit
+(`PostgresIndex._mark`, an index read once per fact search), the space's size counted
+in full (`_size` with nothing remembered: once a minute per space), and the size grown
+after a write (``--writes`` commits of one episode and one fact through the engine's
+ingest, each followed by `_size` at the new mark, which adds the rows of the commits
+since the remembered one). The writes stay in the index: run it after ``keywords``.
 """
 
 from __future__ import annotations
@@ -124,7 +134,8 @@ def timed(run: Any, qs: list[str]) -> dict[str, float]:
         took.append((time.perf_counter() - t) * 1000)
     cpu = (time.thread_time() - cpu) * 1000 / len(qs)
     took.sort()
-    return {"p50_ms": statistics.median(took), "p95_ms": took[int(len(took) * 0.95) - 1],
+    return {"min_ms": took[0], "p50_ms": statistics.median(took),
+            "p95_ms": took[int(len(took) * 0.95) - 1],
             "cpu_ms_per_query": cpu, "load1_before": load, "load1_after": os.getloadavg()[0]}
 
 
@@ -175,7 +186,10 @@ def keywords(uri: str, n_queries: int) -> dict[str, Any]:
     out: dict[str, Any] = {"uri": uri.split("?")[0], "counts": engine.index.counts(SCOPE),
                            "load1_start": os.getloadavg()[0]}
     for name, qs in (("company_and_two_words", mixed), ("three_common_words", common)):
+        answers = [[(f.row.id, round(f.score, 9)) for f in engine.search_facts(
+            SCOPE, "main", q, WHO).facts] for q in qs[:20]]
         out[name] = {
+            "facts_digest": hashlib.sha256(json.dumps(answers).encode()).hexdigest()[:16],
             "search_passages": timed_both(
                 lambda q: engine.search_passages(SCOPE, "main", q, WHO), qs, uri),
             "search_facts": timed_both(
@@ -225,6 +239,71 @@ def held(uri: str, n_queries: int) -> dict[str, Any]:
               flush=True)
     out["load1_end"] = os.getloadavg()[0]
     engine.index.close()
+    return out
+
+
+def stats(uri: str, n_queries: int, writes: int) -> dict[str, Any]:
+    """PostgreSQL: the reads behind a live search's keyword statistics; see the module
+    doc."""
+    from ampup_memory.search.index.postgres import PostgresIndex
+
+    engine = SearchEngine(open_index(uri, ANN_MIN_VECTORS), WordLlamaEmbedder())
+    index = engine.index
+    if not isinstance(index, PostgresIndex):
+        raise SystemExit("stats measures a PostgreSQL index (--postgres URL)")
+    tables = ("search_facts", "search_passages")
+    out: dict[str, Any] = {"uri": uri.split("?")[0], "counts": index.counts(SCOPE),
+                           "load1_start": os.getloadavg()[0]}
+    def checkout(_q: str) -> None:
+        with index._read():
+            pass
+
+    # What a read of the index costs besides its SQL: a pooled connection, checked.
+    out["connection_checkout"] = timed_both(checkout, ["x"] * n_queries, uri)
+    with index._read() as conn:
+        for table in tables:
+            mark = index._mark(conn, table, SCOPE, "main", None)
+
+            def full(_q: str, table: str = table, mark: int = mark) -> None:
+                index._sizes.clear()
+                index._counts.clear()
+                index._size(conn, table, SCOPE, "main", mark)
+
+            out[table] = {
+                "mark": timed_both(lambda _q, table=table: index._mark(
+                    conn, table, SCOPE, "main", None), ["x"] * n_queries, uri),
+                "size_in_full": timed_both(full, ["x"] * max(n_queries // 10, 5), uri),
+            }
+            print(table, json.dumps(out[table]), flush=True)
+    rng = random.Random(13)
+    grown: dict[str, list[float]] = {t: [] for t in tables}
+    cpu: dict[str, float] = dict.fromkeys(tables, 0.0)
+    server = dict.fromkeys(tables, 0.0)
+    with index._read() as conn:
+        # Episode i is commit seq i + 1: the writes' commits follow the newest.
+        start = index._mark(conn, "search_passages", SCOPE, "main", None)
+        for table in tables:  # remembered in full before the first write
+            index._size(conn, table, SCOPE, "main",
+                        index._mark(conn, table, SCOPE, "main", None))
+        for i in range(writes):
+            engine.ingest(make_batch(rng, start + i, 1, 1))
+            for table in tables:
+                mark = index._mark(conn, table, SCOPE, "main", None)
+                s, c, t = server_cpu_s(uri), time.process_time(), time.perf_counter()
+                index._size(conn, table, SCOPE, "main", mark)
+                grown[table].append((time.perf_counter() - t) * 1000)
+                cpu[table] += time.process_time() - c
+                server[table] += server_cpu_s(uri) - s
+    for table in tables:
+        took = sorted(grown[table])
+        out[table]["size_grown_after_a_write"] = {
+            "min_ms": took[0], "p50_ms": statistics.median(took),
+            "p95_ms": took[int(len(took) * 0.95) - 1],
+            "process_cpu_ms_per_call": cpu[table] * 1000 / writes,
+            "server_cpu_ms_per_call": server[table] * 1000 / writes, "writes": writes}
+        print(table, json.dumps(out[table]["size_grown_after_a_write"]), flush=True)
+    out["load1_end"] = os.getloadavg()[0]
+    index.close()
     return out
 
 
@@ -453,7 +532,8 @@ def graph(db: Path, n_queries: int, ann_min: int) -> dict[str, Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=("fill", "measure", "graph", "keywords", "held"))
+    parser.add_argument("step", choices=("fill", "measure", "graph", "keywords", "held",
+                                         "stats"))
     parser.add_argument("--db")
     parser.add_argument("--postgres", help="a PostgreSQL index's URL (fill, keywords)")
     parser.add_argument("--passages", type=int, default=1_000_000)
@@ -467,14 +547,18 @@ def main() -> None:
                         help="measure: fact search alone, with the facts' graph in")
     parser.add_argument("--at-data-end", action="store_true",
                         help="--facts-only: search at the last episode's time")
+    parser.add_argument("--writes", type=int, default=50,
+                        help="stats: commits written, each followed by a grown size")
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
     if args.step == "fill":
         fill(index_uri(args.db, args.postgres), args.passages, args.facts)
         return
-    if args.step not in ("fill", "keywords", "held") and not args.db:
+    if args.step not in ("fill", "keywords", "held", "stats") and not args.db:
         parser.error("--db is required")
-    if args.step == "keywords":
+    if args.step == "stats":
+        result = stats(index_uri(None, args.postgres), args.queries, args.writes)
+    elif args.step == "keywords":
         result = keywords(index_uri(args.db, args.postgres), args.queries)
     elif args.step == "held":
         result = held(index_uri(args.db, args.postgres), args.queries)
