@@ -369,12 +369,12 @@ async def test_nul_characters_are_422_and_never_stall_a_scope(
         assert episode("The Porto office opened.").status_code == 201
         assert c.post("/branches", json={"scope": scope, "name": "b1"}).status_code == 201
         refused = {
-            ("body",): episode(NUL, "doc:b"),
-            ("source",): episode("x", "doc:" + NUL),
-            ("message",): c.post("/merge", json={"scope": scope, "from": "b1",
+            ("body", "body"): episode(NUL, "doc:b"),
+            ("body", "source"): episode("x", "doc:" + NUL),
+            ("body", "message"): c.post("/merge", json={"scope": scope, "from": "b1",
                                                         "message": NUL}),
-            ("task",): c.post("/runs", json={"scope": scope, "task": NUL}),
-            ("query",): c.post("/search", json={"scope": scope, "query": NUL}),
+            ("body", "task"): c.post("/runs", json={"scope": scope, "task": NUL}),
+            ("body", "query"): c.post("/search", json={"scope": scope, "query": NUL}),
             ("query", "entity"): c.get("/facts", params={"scope": scope, "entity": NUL}),
             ("query", "after"): c.get("/entities", params={"scope": scope, "after": NUL}),
             ("path",): c.get("/episodes/%00", params={"scope": scope}),

@@ -3,6 +3,8 @@ and icon they load comes from the server itself, never from a CDN."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 from urllib.parse import urljoin, urlsplit
 
@@ -43,3 +45,64 @@ def test_api_pages_load_only_local_assets(server: ServerProcess, page: str) -> N
 def test_an_unknown_asset_is_the_usual_404(server: ServerProcess) -> None:
     r = httpx.get(server.url + "/static-offline-docs/no-such-file.js", timeout=30)
     assert r.status_code == 404 and r.json()["error"]["code"] == "NOT_FOUND"
+
+
+def _directives(policy: str) -> dict[str, str]:
+    named = (part.strip().partition(" ") for part in policy.split(";") if part.strip())
+    return {name: value for name, _, value in named}
+
+
+@pytest.mark.parametrize("page", ["/docs", "/docs/oauth2-redirect", "/redoc"])
+def test_api_pages_carry_a_content_security_policy(server: ServerProcess, page: str) -> None:
+    """Like the inspector's page: scripts from this server and the page's own inline script
+    by its hash, never any inline script else, and nothing fetched from another host."""
+    r = httpx.get(server.url + page, timeout=30)
+    assert r.status_code == 200, r.text
+    policy = _directives(r.headers["content-security-policy"])
+    assert policy["default-src"] == "'self'" and policy["connect-src"] == "'self'"
+    assert policy["frame-ancestors"] == "'none'" and policy["base-uri"] == "'none'"
+    scripts = policy["script-src"].split()
+    assert scripts[0] == "'self'" and "'unsafe-inline'" not in scripts
+    assert "'unsafe-eval'" not in scripts
+    inline = re.findall(r"<script>(.*?)</script>", r.text, re.S)
+    assert inline or page == "/redoc", r.text  # ReDoc's page has no inline script
+    assert sorted(scripts[1:]) == sorted(
+        "'sha256-" + base64.b64encode(hashlib.sha256(s.encode()).digest()).decode() + "'"
+        for s in inline)
+    if page != "/redoc":  # ReDoc writes <style> elements of its own (docs/api.md)
+        assert "'unsafe-inline'" not in policy["style-src"]
+    assert "http" not in r.headers["content-security-policy"]
+    assert r.headers["x-content-type-options"] == "nosniff"
+
+
+def test_api_pages_work_under_their_policy_in_a_browser(server: ServerProcess) -> None:
+    """Swagger UI draws every operation and opens one with no console error: nothing it
+    needs is refused. ReDoc draws its menu; the one refusal is the logo its bundle would
+    fetch from cdn.redoc.ly (offline, that load failed anyway)."""
+    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    from tests.test_inspector import _chromium
+
+    exe = _chromium()
+    if exe is None:
+        pytest.skip("no chromium on this machine (apt-get install chromium)")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        try:
+            errors: dict[str, list[str]] = {"/docs": [], "/redoc": []}
+            for path, ready in (("/docs", ".opblock"), ("/redoc", "li[role=menuitem]")):
+                page = browser.new_page()
+                page.on("console", lambda m, p=path: m.type == "error" and errors[p].append(
+                    m.text))
+                page.on("pageerror", lambda e, p=path: errors[p].append(str(e)))
+                page.goto(server.url + path)
+                page.wait_for_selector(ready, timeout=30000)
+                assert page.locator(ready).count() > 20, path
+                if path == "/docs":
+                    page.locator(".opblock-summary").first.click()
+                    page.wait_for_selector(".opblock-body", timeout=10000)
+                page.wait_for_timeout(500)
+                page.close()
+        finally:
+            browser.close()
+    assert errors["/docs"] == [], errors["/docs"]
+    assert all("cdn.redoc.ly" in e for e in errors["/redoc"]), errors["/redoc"]

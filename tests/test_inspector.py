@@ -22,7 +22,7 @@ import pytest
 
 from ampup_memory.amp.lifecycle import clock, decay_score
 from ampup_memory.amp.model import MemoryCell
-from tests.memory_support import ADMIN_TOKEN, QUIET, Memory
+from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, run_cli
 from tests.server_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,7 +50,7 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     home = tmp_path_factory.mktemp("inspector")
     with ServerProcess(home, env=QUIET) as server:
         alice = Memory(server.url, "alice")
-        ids: dict[str, Any] = {"url": server.url}
+        ids: dict[str, Any] = {"url": server.url, "home": home}
         r = alice.write(SCOPE, CHAT, ["*"], source="slack:C1/1700000000.000100",
                         occurred_at="2026-03-02T10:00:00Z", about=["account:globex"])
         assert r.status_code == 201, r.text
@@ -219,17 +219,21 @@ class Inspector:
 
     def __init__(self, browser: Any, url: str, width: int = 1280, height: int = 860) -> None:
         self.url = url
+        self.seeded_home: Path | None = None  # the server's home, for `ampup-memory keys`
         self.context = browser.new_context(viewport={"width": width, "height": height})
         self.page = self.context.new_page()
         self.errors: list[str] = []
+        self.requests: list[str] = []  # every URL the page asked for
         self.page.on("console", lambda m: m.type == "error" and self.errors.append(m.text))
+        self.page.on("request", lambda r: self.requests.append(r.url))
         self.page.on("pageerror", lambda e: self.errors.append(str(e)))
         self.page.set_default_timeout(15000)
 
-    def be(self, user: str = "", agent: str = "", admin: str = "") -> None:
+    def be(self, user: str = "", agent: str = "", admin: str = "", key: str = "") -> None:
         self.page.goto(self.url + "/")
         self.page.fill("#who-user", user)
         self.page.fill("#who-agent", agent)
+        self.page.fill("#who-key", key)
         self.page.fill("#who-admin", admin)
         self.page.click("#who-apply")
 
@@ -251,6 +255,7 @@ class Inspector:
 @pytest.fixture
 def inspector(browser: Any, seeded: dict[str, Any]) -> Iterator[Inspector]:
     ins = Inspector(browser, seeded["url"])
+    ins.seeded_home = seeded["home"]
     yield ins
     ins.close()
     assert ins.errors == [], f"console errors: {ins.errors}"
@@ -371,6 +376,17 @@ def test_cells_and_advice_pages(inspector: Inspector) -> None:
     assert abs(shown - listed["decay_score"]) < 0.002
     assert "shown to an admin" in page.inner_text("#lifecycle")
     admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    # A non-admin key, or a wrong admin token: GET /amp-cells says so, and the page asks
+    # nothing it would be refused (a 403 shows in the console as a failed load).
+    assert inspector.seeded_home is not None
+    made = run_cli(inspector.seeded_home, QUIET, "keys", "create", "--agent", "agent-1")
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip().splitlines()[-1]
+    for who in ({"key": key}, {"admin": "not-the-token"}):
+        inspector.be(user="alice", agent="agent-1", **who)
+        inspector.go("#/cells?owner=agent-1", "#cells tbody tr")
+        assert "shown to an admin" in page.inner_text("#lifecycle"), who
+        assert not [u for u in inspector.requests if "/amp-lifecycle" in u], who
     for body in ({"now": "2099-01-01T00:00:00Z"}, {}):  # stale in 2099, active again now
         assert httpx.post(f"{inspector.url}/amp/v1/lifecycle/run", json=body,
                           headers=admin).status_code == 200

@@ -134,7 +134,7 @@ def test_facts_quote_cites_and_newest_wins(m: Memory) -> None:
                  occurred_at="2024-05-01T00:00:00Z").json()["id"]
     bad_quote = m.fact(scope, "acme", "budget", "50k", "budget is 60k", [(e1, 1)])
     assert error(bad_quote) == (422, "VALIDATION_ERROR")
-    assert bad_quote.json()["error"]["details"]["errors"][0]["loc"] == ["quote"]
+    assert bad_quote.json()["error"]["details"]["errors"][0]["loc"] == ["body", "quote"]
     assert error(m.fact(scope, "acme", "budget", "50k", "Bob", [(e1, 1)]))[0] == 422
     assert error(m.fact(scope, "acme", "budget", "50k", "x", [(e1, 9)]))[0] == 422
     assert error(m.fact(scope, "acme", "budget", "50k", "x", [("a" * 64, 1)]))[0] == 422
@@ -277,7 +277,8 @@ def test_fact_batch_is_one_commit_or_nothing(m: Memory) -> None:
     bad = {**good[1], "quote": "amount 13k"}
     refused = m.http.post("/facts/batch", json={"scope": scope, "facts": [good[0], bad]})
     assert error(refused) == (422, "VALIDATION_ERROR")
-    assert refused.json()["error"]["details"]["errors"][0]["loc"] == ["facts", 1, "quote"]
+    assert refused.json()["error"]["details"]["errors"][0]["loc"] == [
+        "body", "facts", 1, "quote"]
     assert len(m.ledger(scope)) == 1
     r = m.http.post("/facts/batch", json={"scope": scope, "facts": good})
     assert r.status_code == 201, r.text

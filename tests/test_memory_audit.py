@@ -274,7 +274,7 @@ def test_citing_an_unreadable_episode_is_answered_like_a_missing_one(m: Memory) 
         assert a.status_code == 422
         pos = len(cites) - 1
         assert a.json()["error"]["details"]["errors"] == [{
-            "loc": ["cites", pos, "episode"], "msg": "no such episode",
+            "loc": ["body", "cites", pos, "episode"], "msg": "no such episode",
             "type": "episode_unknown"}]
     assert len(m.ledger(s)) == 2
     bob.close()

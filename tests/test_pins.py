@@ -160,7 +160,7 @@ def test_held_read_combinations_and_bad_ids_are_clear_4xx(m: Memory) -> None:
     for ttl in ("0s", "-1d", "1.5h", "1y", "", "367d", "9" * 12 + "s", "1h\x00"):
         r = m.http.post("/pin", json={"scope": scope, "ttl": ttl})
         assert error(r) == (422, "VALIDATION_ERROR"), (ttl, r.text)
-        assert r.json()["error"]["details"]["errors"][0]["loc"] == ["ttl"]
+        assert r.json()["error"]["details"]["errors"][0]["loc"] == ["body", "ttl"]
     r = m.http.post("/pin", json={"scope": scope, "ttl": "1h",
                                   "at_commit": "01ARZ3NDEKTSV4RRFFQ69G5FAV"})
     assert error(r) == (404, "NOT_FOUND")

@@ -120,11 +120,11 @@ def test_a_query_may_ask_for_it_or_skip_it_and_bad_values_are_refused(
         assert refused.status_code == 422, refused.text
         error = refused.json()["error"]
         assert error["code"] == "VALIDATION_ERROR" and "AMPUP_MEMORY_RERANK" in error["message"]
-        assert error["details"]["errors"][0]["loc"] == ["rerank"]
+        assert error["details"]["errors"][0]["loc"] == ["body", "rerank"]
         assert c.post("/query", json={**body, "rerank": False}).status_code == 200
         facts = c.post("/search", json={"scope": SCOPE, "query": QUESTION, "rerank": True})
         assert facts.status_code == 422 and facts.json()["error"]["details"]["errors"][0][
-            "loc"] == ["rerank"], facts.text
+            "loc"] == ["body", "rerank"], facts.text
 
 
 @pytest.mark.parametrize("setting", [

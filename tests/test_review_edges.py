@@ -85,16 +85,16 @@ def test_a_schema_refused_across_its_parts_names_where(m: Memory) -> None:
 
     cases = [
         ({"entities": [deal({"name": "acct", "type": "ref", "entity": "account"})]},
-         ["schema", "entities", 0, "attributes", 0, "entity"]),
+         ["body", "schema", "entities", 0, "attributes", 0, "entity"]),
         ({"entities": [deal({"name": "a", "type": "string"}, {"name": "a", "type": "text"})]},
-         ["schema", "entities", 0, "attributes", 1, "name"]),
-        ({"entities": [deal(), deal()]}, ["schema", "entities", 1, "name"]),
+         ["body", "schema", "entities", 0, "attributes", 1, "name"]),
+        ({"entities": [deal(), deal()]}, ["body", "schema", "entities", 1, "name"]),
         ({"entities": [deal()], "extract": [{"episode_types": ["fax"],
                                              "targets": {"deal": ["a"]}}]},
-         ["schema", "extract", 0, "episode_types"]),
+         ["body", "schema", "extract", 0, "episode_types"]),
         ({"entities": [deal()], "extract": [{"episode_types": ["call"],
                                              "targets": {"deal": ["zz"]}}]},
-         ["schema", "extract", 0, "targets", "deal"]),
+         ["body", "schema", "extract", 0, "targets", "deal"]),
     ]
     admin = {"X-AMP-Admin-Token": QUIET["AMP_ADMIN_TOKEN"]}
     org, team = new_scope().split("/")
@@ -204,7 +204,7 @@ def test_a_branch_needs_a_name(m: Memory) -> None:
     r = m.http.post("/branches", json={"scope": scope, "name": ""})
     assert r.status_code == 422, r.text
     err = r.json()["error"]["details"]["errors"][0]
-    assert (err["loc"], err["type"]) == (["name"], "branch_invalid"), r.text
+    assert (err["loc"], err["type"]) == (["body", "name"], "branch_invalid"), r.text
 
 
 def test_branches_of_a_gone_workspace_are_a_workspace_gone(m: Memory) -> None:

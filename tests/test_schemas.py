@@ -210,7 +210,7 @@ def test_put_schema_is_admin_only_and_names_the_first_problem(m: Memory) -> None
     r = put_schema(m, scope, schema=no_values)
     assert err(r)[:2] == (422, "schema_invalid") and "values" in err(r)[2]
     loc = r.json()["error"]["details"]["errors"][0]["loc"]
-    assert loc[:4] == ["schema", "entities", 0, "attributes"], loc
+    assert loc[:5] == ["body", "schema", "entities", 0, "attributes"], loc
     bad_extract = {**TINY, "extract": [{"episode_types": ["fax"], "targets": {"deal": []}}]}
     assert "fax" in err(put_schema(m, scope, schema=bad_extract))[2]
     assert get_schema(m, scope)["schema"] is None  # nothing was committed
@@ -257,7 +257,7 @@ def test_facts_are_checked_and_normalised(m: Memory) -> None:
         {"entity": opp, "predicate": "probability", "value": "high",
          "quote": "Acme renewal", "cites": [{"episode": ep, "unit": 1}]}]})
     assert err(r)[:2] == (422, "value_invalid")
-    assert r.json()["error"]["details"]["errors"][0]["loc"] == ["facts", 1, "value"]
+    assert r.json()["error"]["details"]["errors"][0]["loc"] == ["body", "facts", 1, "value"]
     got = {f["predicate"]: f["value"] for f in m.facts(scope, opp).json()["facts"]}
     assert got == {"amount": {"amount": 50000, "currency": "USD"},
                    "close_date": "2025-07-04", "stage": "negotiation",

@@ -198,7 +198,7 @@ def test_bad_requests_are_422_and_identity_comes_first(api: httpx.Client) -> Non
                      headers=as_user("ann"))
         assert r.status_code == 422, (find, r.text)
         assert r.json()["error"]["details"]["errors"] == [{
-            "loc": ["find"], "msg": "find is one of: passages, facts, entities",
+            "loc": ["body", "find"], "msg": "find is one of: passages, facts, entities",
             "type": "literal_error"}], (find, r.text)
     # Dates at the edge of the calendar are words, not a 500 (found by an audit).
     for path, extra in (("/search", {}), ("/query", {"find": "passages"})):

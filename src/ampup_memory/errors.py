@@ -113,11 +113,19 @@ class PayloadTooLarge(AmpError):
 
 
 class ValidationFailed(AmpError):
+    """``details.errors = [{loc, msg, type}]``. ``located``: each ``loc`` already starts
+    with where its field came from (``body``, ``query``, ``path``), as pydantic's request
+    errors do; otherwise it names the field as the request names it (``["after"]``,
+    ``["facts", 3, "value"]``) and `web.errors` adds the source, the one place that knows
+    which part of the HTTP request held it (MCP tools and the CLI show it as it is)."""
+
     status = 422
     code = "VALIDATION_ERROR"
 
-    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None) -> None:
+    def __init__(self, message: str, errors: list[dict[str, Any]] | None = None, *,
+                 located: bool = False) -> None:
         super().__init__(message, details={"errors": errors or []})
+        self.located = located
 
 
 class RateLimited(AmpError):
@@ -183,25 +191,27 @@ class ConfigurationError(Exception):
     """A setting that cannot work; raised at start-up so the server never half-starts."""
 
 
-def field_error(loc: list[str | int], msg: str, type_: str = "value_error") -> ValidationFailed:
-    """A 422 for one field, in the same ``details.errors`` shape pydantic produces."""
-    return ValidationFailed(msg, [{"loc": loc, "msg": msg, "type": type_}])
+def field_error(loc: list[str | int], msg: str, type_: str = "value_error", *,
+                located: bool = False) -> ValidationFailed:
+    """A 422 for one field, in the same ``details.errors`` shape pydantic produces.
+    ``located``: ``loc`` starts with the request part (see `ValidationFailed`)."""
+    return ValidationFailed(msg, [{"loc": loc, "msg": msg, "type": type_}], located=located)
 
 
 NUL_MESSAGE = "text may not contain the NUL character (U+0000)"
 
 
-def refuse_nul(value: Any, loc: list[str | int]) -> None:
+def refuse_nul(value: Any, loc: list[str | int], *, located: bool = False) -> None:
     """A 422 at ``loc`` for U+0000 anywhere in ``value`` (a string, or JSON-like dicts and
     lists, keys too). PostgreSQL's text cannot hold it: a row carrying one would fail in
     the read index after its commit landed, and stall its scope."""
     if isinstance(value, str):
         if "\x00" in value:
-            raise field_error(loc, NUL_MESSAGE, "string_nul")
+            raise field_error(loc, NUL_MESSAGE, "string_nul", located=located)
     elif isinstance(value, dict):
         for key, item in value.items():
-            refuse_nul(key, loc)
-            refuse_nul(item, [*loc, str(key)])
+            refuse_nul(key, loc, located=located)
+            refuse_nul(item, [*loc, str(key)], located=located)
     elif isinstance(value, list | tuple):
         for n, item in enumerate(value):
-            refuse_nul(item, [*loc, n])
+            refuse_nul(item, [*loc, n], located=located)

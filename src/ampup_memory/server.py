@@ -35,8 +35,8 @@ from ampup_memory.ops.api import router as ops_router
 from ampup_memory.runtime import Runtime, open_runtime
 from ampup_memory.search.api import mount as mount_search
 from ampup_memory.settings import Settings
+from ampup_memory.web import apidocs, inspector
 from ampup_memory.web import errors as http_errors
-from ampup_memory.web import inspector
 from ampup_memory.web.limits import BodyLimit, NulGuard
 from ampup_memory.web.openapi import install_schemas
 from ampup_memory.web.origin import OriginGuard
@@ -69,10 +69,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
             yield
         rt.close()
 
-    # FastAPIOffline: /docs and /redoc load Swagger UI and ReDoc from files shipped in the
-    # fastapi-offline wheel (under /static-offline-docs), never from a CDN, so they work
-    # on a machine with no internet.
+    # FastAPIOffline serves the Swagger UI and ReDoc files its wheel ships (under
+    # /static-offline-docs), never from a CDN, so the pages work on a machine with no
+    # internet; the pages themselves are web/apidocs.py's, with a Content-Security-Policy.
     app = FastAPIOffline(
+        docs_url=None,
+        redoc_url=None,
         title="AmpUp Memory",
         version="0.1.0",
         description="Agent Memory Protocol v0.1 and AmpUp Memory: shared long-term memory "
@@ -120,6 +122,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.add_api_route("/spec", spec, methods=["GET"], include_in_schema=False)
     _mount_optional(app, rt)
     inspector.mount(app)  # the web inspector at / (static files, no API of its own)
+    apidocs.mount(app, app.title)  # /docs and /redoc
     install_schemas(app)
     return app
 

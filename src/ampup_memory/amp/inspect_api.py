@@ -28,7 +28,7 @@ from ampup_memory.amp.api import (
 from ampup_memory.amp.model import ListQuery, Status
 from ampup_memory.amp.store.base import PASS_HISTORY
 from ampup_memory.timefmt import format_time
-from ampup_memory.web.admin import AdminDep
+from ampup_memory.web.admin import AdminDep, is_admin
 
 router = APIRouter(tags=["amp cells"])
 
@@ -39,10 +39,14 @@ def amp_cells(request: Request, caller: CallerDep, owner_id: OwnerQ = None,
               offset: OffsetQ = 0) -> dict[str, Any]:
     """The page ``GET /amp/v1/memories`` lists with the same parameters (readable cells,
     newest first), each cell with ``decay_score`` at ``now`` and ``decay_clock`` (the
-    latest of created, accessed, updated). Listing moves no decay clock."""
+    latest of created, accessed, updated), and ``admin``: whether the request carries
+    admin credentials (then ``GET /amp-lifecycle`` answers it). Listing moves no decay
+    clock."""
     query = ListQuery(owner_id=owner_id, type=type, status=status, limit=limit,
                       offset=offset)
-    return _svc(request).list_decay(caller.agent_id, query)
+    # A client (the inspector) asks GET /amp-lifecycle only when it will answer: a 403 it
+    # expects still shows in a browser's console as a failed load.
+    return {**_svc(request).list_decay(caller.agent_id, query), "admin": is_admin(request)}
 
 
 @router.get("/amp-lifecycle", responses=ADMIN_ERRORS, dependencies=[AdminDep])

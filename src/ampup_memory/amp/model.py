@@ -40,6 +40,15 @@ def to_utc(value: datetime) -> datetime:
 Timestamp = Annotated[datetime, PlainSerializer(format_time, return_type=str)]
 
 Unit = Annotated[float, Field(ge=0.0, le=1.0)]
+# decay_rate is per day (spec: e^(-rate x days)) and the spec sets no maximum. 86,400 is
+# one e-fold per second: a full score falls below the stale threshold (0.3) in 1.2 s, by
+# the second pass at the shortest lifecycle interval (1 s). Faster decay is below what the
+# lifecycle can act on, and more likely a unit slip (per second, a percentage). Any finite
+# rate scores finitely (the score only underflows to 0): this is a contract, not a guard,
+# and cells stored before it keep their rate (the stored model has no maximum).
+MAX_DECAY_RATE = 86400.0
+DecayRate = Annotated[float, Field(ge=0.0, le=MAX_DECAY_RATE)]
+
 # At least one non-blank character. The pattern is published in the schema only; the
 # validators below check it, so a client reads "must not be blank", not a regex.
 NonEmptyText = Annotated[
@@ -233,7 +242,7 @@ class CreatePolicy(_Strict):
 class CreateScoring(_Strict):
     importance: Unit = 0.5
     confidence: Unit = 1.0
-    decay_rate: Annotated[float, Field(ge=0.0)] = 0.01
+    decay_rate: DecayRate = 0.01
 
 
 # Outside years 0001-9999 in UTC is a 422, as on every route (timefmt.Instant).
@@ -271,7 +280,7 @@ class PatchContent(_Strict):
 class PatchScoring(_Strict):
     importance: Unit | None = None
     confidence: Unit | None = None
-    decay_rate: Annotated[float, Field(ge=0.0)] | None = None
+    decay_rate: DecayRate | None = None
 
 
 class PatchPolicy(_Strict):
@@ -320,8 +329,11 @@ class SearchRequest(_Strict):
     query: Annotated[str, StringConstraints(min_length=1, max_length=4096), WithJsonSchema(
         {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": "\\S"})]
     owner_id: str | None = None
-    types: list[MemoryType] | None = None
-    status: list[Status] | None = None
+    types: list[MemoryType] | None = Field(default=None, description=(
+        "The types a cell may have; left out or null: any type; [] matches no cell."))
+    status: list[Status] | None = Field(default=None, description=(
+        'The statuses a cell may have (deleted never); left out or null: ["active"]; '
+        "[] none (include_stale still adds stale)."))
     include_stale: bool = False
     limit: JsonInt = Field(default=10, ge=1, le=MAX_PAGE_SIZE)
     offset: JsonInt = Field(default=0, ge=0, le=MAX_OFFSET)
@@ -334,8 +346,9 @@ class SearchRequest(_Strict):
         return value
 
     def statuses(self) -> list[Status]:
-        """The statuses searched: asked-for ones (default active), never deleted."""
-        wanted = list(self.status) if self.status else [Status.active]
+        """The statuses searched: asked-for ones (default active; ``[]`` none, so only
+        ``include_stale``'s stale), never deleted."""
+        wanted = list(self.status) if self.status is not None else [Status.active]
         if self.include_stale and Status.stale not in wanted:
             wanted.append(Status.stale)
         return [s for s in wanted if s is not Status.deleted]

@@ -122,7 +122,7 @@ class AmpService:
             raise field_error(
                 ["body", "identity", "created_by"],
                 "identity.created_by is required when no X-AMP-Agent-ID is sent",
-                "missing",
+                "missing", located=True,
             )
         now = self.clock()
         cell = MemoryCell(
@@ -546,7 +546,7 @@ def _apply_patch(stored: StoredCell, req: PatchMemory, now: datetime,
             errors.append({"loc": ["body", *loc], "msg": "created_at cannot be changed",
                            "type": "immutable"})
     if errors:
-        raise ValidationFailed("Request validation failed.", errors)
+        raise ValidationFailed("Request validation failed.", errors, located=True)
 
     content = cell.content
     if req.content is not None:

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
 
 from ampup_memory.auth import USER_HEADER, Authenticator, header_map, presented_key
-from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated, field_error
+from ampup_memory.errors import ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
 from ampup_memory.memory.episode_types import client_types
 from ampup_memory.memory.episodes import (
@@ -30,7 +30,7 @@ from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
 from ampup_memory.timefmt import Instant
-from ampup_memory.web.admin import AdminDep
+from ampup_memory.web.admin import AdminDep, is_admin
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors, header_doc
 from ampup_memory.web.routing import segment_except
@@ -105,16 +105,6 @@ def memory_user(auth: Authenticator, headers: dict[str, str]) -> str:
     if not valid_id(user):
         raise Unauthenticated("The caller's user id is not a valid id.")
     return user
-
-
-def is_admin(request: Request) -> bool:
-    """Whether the request carries admin credentials (no error when it does not)."""
-    auth: Authenticator = request.app.state.auth
-    try:
-        auth.require_admin(_headers(request))
-    except AmpError:
-        return False
-    return True
 
 
 def admin_author(auth: Authenticator, headers: dict[str, str]) -> str:

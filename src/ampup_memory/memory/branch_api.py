@@ -18,11 +18,11 @@ from ampup_memory.memory.api import (
     ScopeQ,
     UserDep,
     _user,
-    is_admin,
     service,
 )
 from ampup_memory.memory.branches import CreateBranch, MergeRequest
 from ampup_memory.memory.scopes import BRANCH_RE, BRANCH_SCHEMA
+from ampup_memory.web.admin import is_admin
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 

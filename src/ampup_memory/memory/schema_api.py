@@ -29,6 +29,7 @@ from ampup_memory.memory.api import (
     service,
 )
 from ampup_memory.memory.schemas import PutSchema, get_schema, list_builtins, set_schema
+from ampup_memory.memory.scopes import scope_of_parts
 from ampup_memory.timefmt import in_utc
 from ampup_memory.web.admin import AdminDep
 from ampup_memory.web.body import parse_body
@@ -52,7 +53,7 @@ async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[st
     req = parse_body(PutSchema, await request.body())
     author = admin_author(auth, headers)
     result: dict[str, Any] = await run_in_threadpool(
-        set_schema, service(request), author, f"{org}/{team}", req)
+        set_schema, service(request), author, str(scope_of_parts(org, team)), req)
     return result
 
 
@@ -76,8 +77,10 @@ def read_schema(
                 raise ValueError("no time or offset")
         except ValueError:
             raise field_error(["query", "as_of"], "as_of is an RFC 3339 time with an "
-                              "offset, e.g. 2025-07-01T00:00:00Z", "datetime_parsing") from None
-    return get_schema(service(request), f"{org}/{team}", branch, at_commit, at, history)
+                              "offset, e.g. 2025-07-01T00:00:00Z", "datetime_parsing",
+                              located=True) from None
+    scope = str(scope_of_parts(org, team))
+    return get_schema(service(request), scope, branch, at_commit, at, history)
 
 
 @router.get("/schemas", responses=errors({401: UNAUTHENTICATED}), openapi_extra=USER_DOC)

@@ -85,6 +85,17 @@ def parse_scope(text: object, loc: str = "scope") -> Scope:
     return Scope(org, team)
 
 
+def scope_of_parts(org: str, team: str) -> Scope:
+    """A scope given as two fields (a route's ``/{org}/{team}``), or a 422 naming the one
+    that breaks the rule."""
+    for name, value in (("org", org), ("team", team)):
+        if not valid_name(value):
+            raise field_error(
+                [name], f"invalid {name} {value[:80]!r}: lower-case letters, digits and "
+                "single underscores (not starting or ending with one)", "scope_invalid")
+    return Scope(org, team)
+
+
 def scope_from_namespace(namespace: str) -> Scope | None:
     """The scope a catalog namespace holds, or None for anything that is not a scope."""
     org, sep, team = namespace.partition(SEPARATOR)

@@ -734,19 +734,25 @@ class MemoryService:
         # Each body once per scope: only the first episode to carry it stores the text.
         bodies: dict[str, str] = {}
         known = self.index.known_bodies(ns, {p.record.body_ref for p in episodes})
-        rows = []
+        episode_rows = []
         for p in episodes:
             ref = p.record.body_ref
             first = ref not in known and ref not in bodies
             if first:
                 bodies[ref] = p.body
-            rows.append(episode_row(p.record, p.body if first else None, commit_id, now))
-        rows += [episode_row(r, None, commit_id, now, ACL_OP) for r in acl_changes or ()]
+            episode_rows.append(episode_row(p.record, p.body if first else None, commit_id,
+                                            now))
+        acl_rows = [episode_row(r, None, commit_id, now, ACL_OP) for r in acl_changes or ()]
+        rows = episode_rows + acl_rows
         fact_rows = [fact_row(f, commit_id, now) for f in facts]
         event_rows = [event_row(e, commit_id, now) for e in events or ()]
         read_rows = [read_row(r, commit_id, now) for r in reads or ()]
         # Before anything is written: a row the read index cannot hold would stall the scope.
-        refuse_nul([author, message, rows, fact_rows, event_rows, read_rows], ["body"])
+        # Named as the commit's parts (``facts[3].value``): a batch's facts and a corpus's
+        # lines are in the same order, so the place is the caller's too.
+        refuse_nul({"author": author, "message": message, "episodes": episode_rows,
+                    "acl_changes": acl_rows, "facts": fact_rows, "events": event_rows,
+                    "reads": read_rows}, [])
         snapshots: dict[str, int] = {}
         try:
             if scope not in self._scopes_made:

@@ -358,9 +358,11 @@ def create_pin(svc: MemoryService, user: str, scope: object, branch: object,
     return _take(svc, pin).wire(utcnow())
 
 
-def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta) -> dict[str, Any]:
-    """A new expiry ``ttl`` from now; only a live pin, only by its creator."""
-    pin_id = check_id(pin_id, PIN, ["pin"])
+def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta,
+              loc: list[str | int] | None = None) -> dict[str, Any]:
+    """A new expiry ``ttl`` from now; only a live pin, only by its creator. ``loc``: where
+    the caller's request holds the id (a route's path parameter), for a 422."""
+    pin_id = check_id(pin_id, PIN, loc or ["pin"])
     with svc.holds.changing:
         hold = svc.holds.live(pin_id, PIN)
         if hold.created_by != user:
@@ -369,9 +371,10 @@ def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta) -> dic
         return svc.holds.write(replace(hold, expires_at=now + ttl, updated_at=now)).wire(now)
 
 
-def release(svc: MemoryService, user: str, hold_id: str, kind: Kind) -> dict[str, Any]:
+def release(svc: MemoryService, user: str, hold_id: str, kind: Kind,
+            loc: list[str | int] | None = None) -> dict[str, Any]:
     """Release a pin or snapshot (by its creator); releasing it again changes nothing."""
-    hold_id = check_id(hold_id, kind, [kind])
+    hold_id = check_id(hold_id, kind, loc or [kind])
     with svc.holds.changing:
         hold = svc.holds.get(hold_id, kind)
         if hold.created_by != user:
@@ -382,8 +385,9 @@ def release(svc: MemoryService, user: str, hold_id: str, kind: Kind) -> dict[str
         return hold.wire(now)
 
 
-def show(svc: MemoryService, hold_id: str, kind: Kind) -> dict[str, Any]:
-    return svc.holds.get(check_id(hold_id, kind, [kind]), kind).wire(utcnow())
+def show(svc: MemoryService, hold_id: str, kind: Kind,
+         loc: list[str | int] | None = None) -> dict[str, Any]:
+    return svc.holds.get(check_id(hold_id, kind, loc or [kind]), kind).wire(utcnow())
 
 
 def create_snapshot(svc: MemoryService, user: str, heads: dict[str, str] | Iterable[Scope],

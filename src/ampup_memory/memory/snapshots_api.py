@@ -82,7 +82,7 @@ async def create_pin(request: Request) -> JSONResponse:
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no such pin", 422: INVALID, 503: UNAVAILABLE}),
             openapi_extra=USER_DOC)
 def show_pin(request: Request, user: UserDep, pin_id: PinP) -> dict[str, Any]:
-    return holds.show(service(request), pin_id, holds.PIN)
+    return holds.show(service(request), pin_id, holds.PIN, ["pin_id"])
 
 
 @router.post("/pin/{pin_id}/renew", responses=errors({
@@ -93,7 +93,7 @@ async def renew_pin(request: Request, user: UserDep, pin_id: PinP) -> dict[str, 
     req = parse_body(RenewRequest, await request.body())
     ttl = parse_ttl(req.ttl, ["ttl"])
     answer: dict[str, Any] = await run_in_threadpool(holds.renew_pin, service(request), user,
-                                                     pin_id, ttl)
+                                                     pin_id, ttl, ["pin_id"])
     return answer
 
 
@@ -102,7 +102,7 @@ async def renew_pin(request: Request, user: UserDep, pin_id: PinP) -> dict[str, 
     404: "NOT_FOUND: no such pin", 422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
 async def release_pin(request: Request, user: UserDep, pin_id: PinP) -> dict[str, Any]:
     answer: dict[str, Any] = await run_in_threadpool(holds.release, service(request), user,
-                                                     pin_id, holds.PIN)
+                                                     pin_id, holds.PIN, ["pin_id"])
     return answer
 
 
@@ -139,7 +139,7 @@ async def snapshot_workspace(request: Request, user: UserDep,
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no such snapshot", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra=USER_DOC)
 def show_snapshot(request: Request, user: UserDep, snapshot_id: SnapshotP) -> dict[str, Any]:
-    return holds.show(service(request), snapshot_id, holds.SNAPSHOT)
+    return holds.show(service(request), snapshot_id, holds.SNAPSHOT, ["snapshot_id"])
 
 
 @router.delete("/snapshots/{snapshot_id}", responses=errors({
@@ -149,5 +149,5 @@ def show_snapshot(request: Request, user: UserDep, snapshot_id: SnapshotP) -> di
 async def release_snapshot(request: Request, user: UserDep,
                            snapshot_id: SnapshotP) -> dict[str, Any]:
     answer: dict[str, Any] = await run_in_threadpool(holds.release, service(request), user,
-                                                     snapshot_id, holds.SNAPSHOT)
+                                                     snapshot_id, holds.SNAPSHOT, ["snapshot_id"])
     return answer

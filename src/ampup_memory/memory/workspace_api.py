@@ -20,12 +20,12 @@ from ampup_memory.memory.api import (
     USER_DOC,
     UserDep,
     _user,
-    is_admin,
     service,
 )
 from ampup_memory.memory.snapshots_api import RenewRequest
 from ampup_memory.memory.workspaces import ID_PATTERN, CreateWorkspace
 from ampup_memory.timefmt import parse_ttl
+from ampup_memory.web.admin import is_admin
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 

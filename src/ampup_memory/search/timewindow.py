@@ -78,7 +78,7 @@ def zone(tz: str | None) -> ZoneInfo:
     except (ZoneInfoNotFoundError, ValueError, OSError):
         # A zone name is a file name below the tz database: a folder ("America") or a name
         # longer than the file system allows is an OSError, not ZoneInfoNotFoundError.
-        raise field_error(["body", "tz"], f"unknown time zone {tz[:80]!r} (use an IANA name)"
+        raise field_error(["tz"], f"unknown time zone {tz[:80]!r} (use an IANA name)"
                           ) from None
 
 

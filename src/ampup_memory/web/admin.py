@@ -11,11 +11,22 @@ from __future__ import annotations
 from fastapi import Depends, Request
 
 from ampup_memory.auth import Authenticator, header_map
+from ampup_memory.errors import AmpError
 
 
 def require_admin(request: Request) -> None:
     auth: Authenticator = request.app.state.auth
     auth.require_admin(header_map(request.headers))
+
+
+def is_admin(request: Request) -> bool:
+    """Whether the request carries admin credentials (`require_admin`, with no error when
+    it does not)."""
+    try:
+        require_admin(request)
+    except AmpError:
+        return False
+    return True
 
 
 AdminDep = Depends(require_admin)

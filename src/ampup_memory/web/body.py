@@ -32,11 +32,12 @@ def validation_errors(
     exc: ValidationError, prefix: tuple[str, ...] = ("body",),
     message: str = "Request validation failed.",
 ) -> ValidationFailed:
-    """Pydantic's errors in the envelope's ``details.errors`` shape."""
+    """Pydantic's errors in the envelope's ``details.errors`` shape. A ``prefix`` names
+    the request part the model was read from (located); none leaves that to the caller."""
     errors = [
         {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
     ]
-    return ValidationFailed(message, errors)
+    return ValidationFailed(message, errors, located=bool(prefix))
 
 
 def _reject_refused_json(raw: bytes, nul: bool) -> None:
@@ -47,11 +48,11 @@ def _reject_refused_json(raw: bytes, nul: bool) -> None:
     try:
         parsed = jsontext.loads(raw)
     except jsontext.JsonRefused as exc:
-        raise field_error(["body"], str(exc), "json_invalid") from None
+        raise field_error(["body"], str(exc), "json_invalid", located=True) from None
     except ValueError:
         return  # malformed JSON: pydantic reports it with its position
     if not nul and b"\\u0000" in raw:
-        refuse_nul(parsed, [])  # the field, as the routes name it (["ttl"], ["source"])
+        refuse_nul(parsed, ["body"], located=True)  # ["body", "source"], as pydantic says
 
 
 def parse_body(model: type[M], raw: bytes | None, *, nul: bool = False) -> M:

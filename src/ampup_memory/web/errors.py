@@ -13,7 +13,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.routing import Match
 
-from ampup_memory.errors import AmpError, storage_down
+from ampup_memory.errors import AmpError, ValidationFailed, storage_down
 
 log = logging.getLogger("ampup_memory")
 
@@ -33,10 +33,35 @@ def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> 
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
-def error_response(exc: AmpError) -> JSONResponse:
+def error_response(exc: AmpError, request: Request | None = None) -> JSONResponse:
+    details = exc.details
+    if request is not None and isinstance(exc, ValidationFailed) and not exc.located:
+        details = {**details, "errors": [
+            {**e, "loc": located(request, list(e.get("loc", [])))}
+            for e in details.get("errors", [])]}
     return JSONResponse(
-        envelope(exc.code, exc.message, exc.details), status_code=exc.status, headers=exc.headers
+        envelope(exc.code, exc.message, details), status_code=exc.status, headers=exc.headers
     )
+
+
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def located(request: Request, loc: list[Any]) -> list[Any]:
+    """A field error's ``loc`` led by the part of the request its field came from, as
+    FastAPI's own request errors are (``["query", "after"]``, ``["body", "facts", 3,
+    "value"]``, ``["path", "name"]``). Services name fields as the request names them and
+    do not know which part held one: a path parameter of the matched route, a query
+    parameter the request carries, else the body of a method that has one (the query
+    of one that has none)."""
+    first = loc[0] if loc else None
+    if isinstance(first, str) and first in request.path_params:
+        source = "path"
+    elif isinstance(first, str) and first in request.query_params:
+        source = "query"
+    else:
+        source = "body" if request.method in _BODY_METHODS else "query"
+    return [source, *loc]
 
 
 def _clean(value: Any) -> Any:
@@ -68,7 +93,7 @@ def allowed_methods(app: FastAPI, request: Request) -> list[str]:
 def install(app: FastAPI) -> None:
     @app.exception_handler(AmpError)
     async def _amp(request: Request, exc: AmpError) -> JSONResponse:
-        return error_response(exc)
+        return error_response(exc, request)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:

@@ -76,13 +76,13 @@ class NulGuard:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and not str(scope["path"]).startswith(self.PASS):
             try:
-                refuse_nul(str(scope["path"]), ["path"])
+                refuse_nul(str(scope["path"]), ["path"], located=True)
                 query = bytes(scope.get("query_string", b"")).decode("latin-1")
                 if "%00" in query or "\x00" in query:
                     for name, value in parse_qsl(query, keep_blank_values=True,
                                                  encoding="utf-8", errors="replace"):
-                        refuse_nul(name, ["query"])
-                        refuse_nul(value, ["query", name])
+                        refuse_nul(name, ["query"], located=True)
+                        refuse_nul(value, ["query", name], located=True)
             except AmpError as exc:
                 await error_response(exc)(scope, receive, send)
                 return

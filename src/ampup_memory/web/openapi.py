@@ -21,7 +21,8 @@ class ErrorDetail(BaseModel):
     code: str = Field(description="Stable machine code, e.g. VALIDATION_ERROR.")
     message: str
     details: dict[str, Any] = Field(
-        description="VALIDATION_ERROR: errors = [{loc, msg, type}]; others per code.")
+        description="VALIDATION_ERROR: errors = [{loc, msg, type}], each loc led by the "
+        "request part its field came from (body, query, path); others per code.")
 
 
 class ErrorBody(BaseModel):

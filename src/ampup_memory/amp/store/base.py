@@ -28,7 +28,13 @@ class CellFilter:
     agent_id: str
     statuses: Sequence[Status] = (Status.active,)
     owner_id: str | None = None
-    types: Sequence[MemoryType] | None = None
+    types: Sequence[MemoryType] | None = None  # None: any type
+
+    @property
+    def matches_nothing(self) -> bool:
+        """No status, or an empty list of types: a list is the set of values allowed, and
+        the empty set allows none (docs/api.md, ``POST /memories/search``)."""
+        return not self.statuses or (self.types is not None and not self.types)
 
 
 @dataclass(frozen=True)

@@ -445,7 +445,7 @@ class PostgresStore:
     def list_candidates(
         self, filters: CellFilter, before_id: str | None, batch: int
     ) -> list[StoredCell]:
-        if not filters.statuses:
+        if filters.matches_nothing:
             return []
         where, params = where_clause(filters, "%s")
         if before_id is not None:
@@ -462,7 +462,7 @@ class PostgresStore:
     def search_candidates(
         self, filters: CellFilter, terms: Sequence[str], vector: list[float] | None, k: int
     ) -> list[Hit]:
-        if not filters.statuses:
+        if filters.matches_nothing:
             return []
         where, params = where_clause(filters, "%s", "c.")
         usable = vector is not None and len(vector) == self.dimensions

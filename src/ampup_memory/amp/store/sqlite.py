@@ -423,7 +423,7 @@ class SQLiteStore:
     def list_candidates(
         self, filters: CellFilter, before_id: str | None, batch: int
     ) -> list[StoredCell]:
-        if not filters.statuses:
+        if filters.matches_nothing:
             return []
         where, params = where_clause(filters, "?")
         if before_id is not None:
@@ -440,7 +440,7 @@ class SQLiteStore:
     ) -> list[Hit]:
         import numpy as np
 
-        if not filters.statuses:
+        if filters.matches_nothing:
             return []
         conn = self._conn()
         where, params = where_clause(filters, "?", "c.")

@@ -1,0 +1,256 @@
+"""Edges of the HTTP API an audit found and left, each over HTTP against a real server on
+SQLite and on PostgreSQL: where a 422 says its field came from, the bound on an AMP
+cell's ``decay_rate``, empty AMP search filters, unknown body fields, and the commit's own
+NUL check naming the field it found. The inspector's and ``/docs``' browser edges are in
+test_inspector.py and test_docs_page.py."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.memory_support import (
+    ADMIN_TOKEN,
+    BACKENDS,
+    Memory,
+    backend_env,
+    new_scope,
+    run_cli,
+    start,
+)
+from tests.pg import PostgresFactory
+
+AGENT = {"X-AMP-Agent-ID": "edge-agent"}
+ADMIN = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+           ) -> Iterator[tuple[Memory, Path, dict[str, str]]]:
+    """One server per backend; on PostgreSQL the AMP cells too live there."""
+    env = backend_env(request.param, request)
+    if request.param == "postgres":
+        pg: PostgresFactory = request.getfixturevalue("postgres")
+        env["AMP_STORE_URI"] = pg.new_database("edgeamp")
+    home = tmp_path_factory.mktemp(f"edges-{request.param}")
+    proc = start(home, env)
+    client = Memory(proc.url)
+    yield client, home, env
+    client.close()
+    proc.stop()
+
+
+@pytest.fixture
+def m(served: tuple[Memory, Path, dict[str, str]]) -> Memory:
+    return served[0]
+
+
+def _loc(r: httpx.Response) -> list[Any]:
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert error["code"] == "VALIDATION_ERROR", r.text
+    return list(error["details"]["errors"][0]["loc"])
+
+
+# -- 1. every 422 says where its field came from ------------------------------------------------
+
+def test_every_422_names_the_request_part_its_field_came_from(m: Memory) -> None:
+    """FastAPI's own request errors say ``["query", "after"]``; the errors our services
+    raise said ``["after"]``. The same request part leads every ``loc`` now, on every route
+    family, whoever found the problem: path, query or body."""
+    scope = new_scope()
+    r = m.write(scope, "Acme has 5 seats.")
+    assert r.status_code == 201, r.text
+    ep = r.json()["id"]
+    c = m.http
+
+    def fact(quote: str, unit: int = 1) -> dict[str, Any]:
+        return {"entity": "acme", "predicate": "seats", "value": "5", "quote": quote,
+                "cites": [{"episode": ep, "unit": unit}]}
+
+    cases: list[tuple[httpx.Response, list[Any]]] = [
+        # AmpUp reads: query parameters (services' errors and FastAPI's alike)
+        (c.get("/episodes", params={"scope": scope, "after": "a" * 64}), ["query", "after"]),
+        (c.get("/entities", params={"scope": "BAD"}), ["query", "scope"]),
+        (c.get("/facts", params={"scope": scope, "entity": "acme", "pin": "pin_x"}),
+         ["query", "pin"]),
+        (c.get("/ledger", params={"scope": scope, "before": "nope"}), ["query", "before"]),
+        (c.get(f"/episodes/{ep}", params={"scope": scope, "branch": "BAD!"}),
+         ["query", "branch"]),
+        (c.get("/runs", params={"scope": "BAD"}), ["query", "scope"]),
+        (c.get("/runs", params={"scope": scope, "before": "x"}), ["query", "before"]),
+        # path parameters
+        (c.get("/pin/pin_bad"), ["path", "pin_id"]),
+        (c.get("/snapshots/nope"), ["path", "snapshot_id"]),
+        (c.delete("/branches/BAD", params={"scope": scope}), ["path", "name"]),
+        (c.get("/schemas/BAD/team_1"), ["path", "org"]),
+        (c.get("/schemas/acme/Team"), ["path", "team"]),
+        (c.get("/principals/bad user", headers=ADMIN), ["path", "user"]),
+        # bodies: episodes, facts, branches, holds, workspaces, schemas, search, advice
+        (m.write(scope, "a\x00b"), ["body", "body"]),  # the episode's field named body
+        (c.post("/facts", json={"scope": scope, **fact("nope")}), ["body", "quote"]),
+        (c.post("/facts", json={"scope": scope, **fact("5 seats", 9)}),
+         ["body", "cites", 0, "unit"]),
+        (c.post("/facts/batch", json={"scope": scope, "facts": [fact("5 seats"),
+                                                                 fact("nope")]}),
+         ["body", "facts", 1, "quote"]),
+        (c.put(f"/episodes/{ep}/acl", json={"scope": scope, "acl": []}), ["body", "acl"]),
+        (c.post("/branches", json={"scope": scope, "name": ""}), ["body", "name"]),
+        (c.post("/merge", json={"scope": scope, "from": "main"}), ["body", "from"]),
+        (c.post("/pin", json={"scope": scope, "ttl": "0s"}), ["body", "ttl"]),
+        (c.post("/snapshots", json={"scopes": ["BAD"]}), ["body", "scopes"]),
+        (c.post("/workspaces", json={"name": "w", "ttl": "0s"}), ["body", "ttl"]),
+        (c.put(f"/schemas/{scope}", json={"builtin": "nope"}, headers=ADMIN),
+         ["body", "builtin"]),
+        (c.post("/search", json={"scope": "BAD", "query": "x"}), ["body", "scope"]),
+        (c.post("/search", json={"scope": scope, "query": "x", "tz": "Nowhere/X"}),
+         ["body", "tz"]),
+        (c.post("/search", json={"scope": scope, "query": "x", "rerank": True}),
+         ["body", "rerank"]),
+        (c.post("/query", json={"scope": scope, "find": "nope"}), ["body", "find"]),
+        (c.post("/query", json={"scope": scope, "find": "facts", "select": ["x"]}),
+         ["body", "select"]),
+        (c.post("/advice", json={"scope": "BAD", "task": "t"}), ["body", "scope"]),
+        (c.post("/runs", json={"scope": scope, "task": "t", "bogus": 1}), ["body", "bogus"]),
+        # AMP: FastAPI's query errors and the body's, unchanged
+        (c.get("/amp/v1/memories", params={"limit": 0}, headers=AGENT), ["query", "limit"]),
+        (c.get("/amp-cells", params={"status": "nope"}, headers=AGENT), ["query", "status"]),
+        (c.post("/amp/v1/memories", json={"type": "semantic", "content": {"text": ""},
+                                          "identity": {"owner_id": "u", "owner_type": "user"}},
+                headers=AGENT), ["body", "content", "text"]),
+    ]
+    got = [(r.request.method, r.request.url.path, _loc(r)[:len(want)]) for r, want in cases]
+    assert got == [(r.request.method, r.request.url.path, want) for r, want in cases]
+
+
+# -- 2. decay_rate has an upper bound -----------------------------------------------------------
+
+def _cell(owner: str, **scoring: Any) -> dict[str, Any]:
+    return {"type": "semantic", "content": {"text": f"edge decay note {owner}"},
+            "identity": {"owner_id": owner, "owner_type": "user"}, "scoring": scoring}
+
+
+def test_decay_rate_is_bounded_and_the_fastest_allowed_scores_finitely(
+        m: Memory, uid: str) -> None:
+    """The spec sets decay_rate >= 0 and no maximum; a rate past one e-fold per second
+    (86,400 a day) is a 422 on create and on PATCH. A cell at the bound scores 0 (an
+    underflow, never NaN or inf) wherever the score is used: the read, search, the
+    inspector's listing and a lifecycle pass."""
+    c = m.http
+    owner = f"edge-{uid}"
+    too_fast = c.post("/amp/v1/memories", json=_cell(owner, decay_rate=86400.5), headers=AGENT)
+    assert _loc(too_fast) == ["body", "scoring", "decay_rate"]
+    for huge in ("1e308", "1.7976931348623157e308"):
+        # A JSON number as written, not Python's repr of a float.
+        raw = json.dumps(_cell(owner)).replace('"scoring": {}',
+                                                f'"scoring": {{"decay_rate": {huge}}}')
+        r = c.post("/amp/v1/memories", content=raw,
+                   headers={**AGENT, "Content-Type": "application/json"})
+        assert _loc(r) == ["body", "scoring", "decay_rate"]
+    made = c.post("/amp/v1/memories", json=_cell(owner, decay_rate=86400, importance=1.0),
+                  headers=AGENT)
+    assert made.status_code == 201, made.text
+    cid = made.json()["id"]
+    assert _loc(c.patch(f"/amp/v1/memories/{cid}", json={"scoring": {"decay_rate": 1e6}},
+                        headers=AGENT)) == ["body", "scoring", "decay_rate"]
+    ok = c.patch(f"/amp/v1/memories/{cid}", json={"scoring": {"decay_rate": 86400.0}},
+                 headers=AGENT)
+    assert ok.status_code == 200 and ok.json()["scoring"]["decay_rate"] == 86400.0, ok.text
+
+    read = c.get(f"/amp/v1/memories/{cid}", headers=AGENT)
+    assert read.status_code == 200, read.text
+    found = c.post("/amp/v1/memories/search", json={"query": "edge decay note",
+                                                    "owner_id": owner}, headers=AGENT)
+    assert found.status_code == 200 and [x["id"] for x in found.json()["results"]] == [cid]
+    listed = c.get("/amp-cells", params={"owner_id": owner}, headers=AGENT)
+    assert listed.status_code == 200, listed.text
+    score = listed.json()["cells"][0]["decay_score"]
+    assert isinstance(score, float) and 0.0 <= score <= 1.0, listed.text
+    # Ten years on, the score is e^(-86400 x 3652): 0, and the pass counts the cell stale.
+    run = c.post("/amp/v1/lifecycle/run", json={"now": "2036-01-01T00:00:00Z",
+                                                "dry_run": True}, headers=ADMIN)
+    assert run.status_code == 200, run.text
+    assert run.json()["transitions"]["active_to_stale"] >= 1
+
+
+# -- 3. empty AMP search filters match nothing --------------------------------------------------
+
+def test_an_empty_status_or_types_list_matches_nothing(m: Memory, uid: str) -> None:
+    """The spec lists ``status`` as the statuses to include and ``types`` as the types to
+    filter to, with no minimum length: an empty list is the empty set and matches no
+    cell (the reference server does so for ``status``). Left out (or null) they are the
+    defaults: active, any type. ``include_stale`` still adds stale to an empty status."""
+    c = m.http
+    owner = f"edgef-{uid}"
+    active = c.post("/amp/v1/memories", json=_cell(owner), headers=AGENT).json()["id"]
+    stale = c.post("/amp/v1/memories", json=_cell(owner), headers=AGENT).json()["id"]
+    r = c.patch(f"/amp/v1/memories/{stale}", json={"lifecycle": {"status": "stale"}},
+                headers=AGENT)
+    assert r.status_code == 200, r.text
+
+    def search(**extra: Any) -> list[str]:
+        r = c.post("/amp/v1/memories/search", json={"query": "edge decay note",
+                                                    "owner_id": owner, **extra}, headers=AGENT)
+        assert r.status_code == 200, r.text
+        return sorted(x["id"] for x in r.json()["results"])
+
+    assert search() == [active]
+    assert search(status=None, types=None) == [active]
+    assert search(status=[]) == []
+    assert search(types=[]) == []
+    assert search(types=[], status=["active", "stale"]) == []
+    assert search(status=[], include_stale=True) == [stale]
+    assert search(types=["semantic"], status=["active", "stale"]) == sorted([active, stale])
+
+
+# -- 4. unknown fields --------------------------------------------------------------------------
+
+def test_unknown_fields_are_refused_on_ampup_and_ignored_on_amp(m: Memory, uid: str) -> None:
+    """AmpUp bodies (PUT and POST; there is no PATCH route) name an unknown field in a
+    422. The AMP reference says a PATCH (and any AMP body) ignores one, and its published
+    clients may send them: kept, and nothing of it is stored."""
+    scope = new_scope()
+    assert m.write(scope, "Acme has 5 seats.").status_code == 201
+    c = m.http
+    bad = c.put("/principals/edge-bob", json={"groups": [], "roles": [], "rolez": ["x"]},
+                headers=ADMIN)
+    assert _loc(bad) == ["body", "rolez"]
+    assert bad.json()["error"]["details"]["errors"][0]["type"] == "extra_forbidden"
+    assert _loc(c.post("/branches", json={"scope": scope, "name": "b", "form": "main"})) == [
+        "body", "form"]
+    cid = c.post("/amp/v1/memories", json={**_cell(f"edgeu-{uid}"), "colour": "red"},
+                 headers=AGENT).json()["id"]
+    r = c.patch(f"/amp/v1/memories/{cid}", json={"colour": "blue",
+                                                 "scoring": {"importance": 0.9, "weight": 3}},
+                headers=AGENT)
+    assert r.status_code == 200, r.text
+    assert "colour" not in r.json() and "weight" not in r.json()["scoring"]
+    assert r.json()["scoring"]["importance"] == 0.9
+
+
+# -- 5. the commit's own NUL check names the field -----------------------------------------------
+
+def test_the_commit_nul_check_names_the_row_and_field(
+        served: tuple[Memory, Path, dict[str, str]], tmp_path: Path) -> None:
+    """A request body never carries U+0000 to a commit (it is refused as the body is read);
+    a corpus ``load``, a model's answer can. The commit's last check named the row by its
+    place in an internal list (``body.2.0.body``); it names the commit's part, the row and
+    the field now (``episodes.1.body``), and nothing is written."""
+    m, home, env = served
+    scope = new_scope()
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "notes.jsonl").write_text(
+        json.dumps({"source": "doc:fine", "body": "A fine note."}) + "\n"
+        + json.dumps({"source": "doc:bad", "body": "A note with a\x00NUL."}) + "\n")
+    done = run_cli(home, env, "load", str(corpus), "--scope", scope, "--acl", "*")
+    assert done.returncode != 0
+    assert ("text may not contain the NUL character (U+0000); at episodes.1.body"
+            in done.stderr), done.stderr
+    listed = m.http.get("/episodes", params={"scope": scope})
+    assert listed.status_code == 404 or listed.json()["episodes"] == [], listed.text
