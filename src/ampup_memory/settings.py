@@ -291,6 +291,17 @@ class Settings(BaseSettings):
         "(each commit is whole or invisible). Keep the supervisor's stop timeout above "
         "this plus 5 s (docs/operations.md).",
     )
+    rerank_queue: int = Field(
+        default=64,
+        ge=0,
+        le=100_000,
+        validation_alias=_env("AMPUP_MEMORY_RERANK_QUEUE"),
+        description="Reranked searches that may wait for one of the "
+        "AMPUP_MEMORY_RERANK_CONCURRENCY slots per process; one more is refused at once "
+        "with 503 `UNAVAILABLE` and `Retry-After` (the line's length at the recent pace), "
+        "rather than waiting behind searches whose clients may have given up. A request's "
+        "`rerank: false` is never refused by it.",
+    )
     mcp_agent_id: str | None = Field(
         default=None,
         validation_alias=_env("AMP_MCP_AGENT_ID"),
