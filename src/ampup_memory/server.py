@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sys
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -16,7 +18,7 @@ from ampup_memory.advice.procedures import compile_timer
 from ampup_memory.amp.api import health, spec
 from ampup_memory.amp.api import router as amp_router
 from ampup_memory.amp.inspect_api import router as amp_cells_router
-from ampup_memory.background import LifespanHook, TimerRecord, periodic
+from ampup_memory.background import LifespanHook, TimerRecord, periodic, stop_timers
 from ampup_memory.mcp.http import mount as mount_mcp
 from ampup_memory.memory.api import router as memory_router
 from ampup_memory.memory.branch_api import router as branch_router
@@ -55,6 +57,20 @@ def _lifecycle_timer(runtime: Runtime, records: list[TimerRecord]) -> LifespanHo
                     records=records)
 
 
+def _end_now(left: list[str], grace: float) -> None:
+    """Shutdown past its grace with work still running: end the process here, before
+    anything closes under that work. That is what a kill does, and what a kill leaves is
+    safe: each commit is whole or invisible, a lease runs out. Closing the stores instead
+    would fail the work in the middle, and the interpreter would still wait for its
+    thread before it exits."""
+    log.warning("%s still running after the shutdown grace of %g s "
+                "(AMPUP_MEMORY_SHUTDOWN_GRACE_SECONDS): ending the process as a kill would; "
+                "what was committed stays, the rest was not written", ", ".join(left), grace)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(1)
+
+
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     rt = runtime or open_runtime(settings)
 
@@ -67,6 +83,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
             for enter in hooks:
                 await stack.enter_async_context(enter())
             yield
+            grace = settings.shutdown_grace_seconds
+            left = await stop_timers(app.state.timers, grace, log)
+            if left:
+                _end_now(left, grace)
         rt.close()
 
     # FastAPIOffline serves the Swagger UI and ReDoc files its wheel ships (under
@@ -92,7 +112,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.state.timers = []  # what each periodic job has done, for GET /status
     app.state.lifespan_hooks = [maintenance_timer(rt.memory, settings, app.state.timers),
                                 workspace_timer(rt.memory, settings, app.state.timers),
-                                warm_timer(rt.memory, app.state.timers),
+                                warm_timer(rt.memory, settings, app.state.timers),
                                 extraction_timer(rt.memory, settings, app.state.timers),
                                 judge_timer(rt.memory, settings, app.state.timers),
                                 *learning_timers(rt.memory, settings, rt.embedder,

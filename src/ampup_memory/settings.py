@@ -279,6 +279,29 @@ class Settings(BaseSettings):
         "in flight at once per process; more wait their turn without holding one of the "
         "request threads, so other requests keep answering during a burst (docs/search.md).",
     )
+    shutdown_grace_seconds: float = Field(
+        default=20.0,
+        ge=0,
+        le=3600,
+        validation_alias=_env("AMPUP_MEMORY_SHUTDOWN_GRACE_SECONDS"),
+        description="On SIGTERM or Ctrl-C, once requests have ended (or after 5 s), how "
+        "long `serve` waits for a timer's pass still running (maintenance, extraction, "
+        "advice learning, the warm-up ...) before it closes its stores; no pass starts "
+        "meanwhile. Past it the process ends at once with exit code 1, as a kill would "
+        "(each commit is whole or invisible). Keep the supervisor's stop timeout above "
+        "this plus 5 s (docs/operations.md).",
+    )
+    rerank_queue: int = Field(
+        default=64,
+        ge=0,
+        le=100_000,
+        validation_alias=_env("AMPUP_MEMORY_RERANK_QUEUE"),
+        description="Reranked searches that may wait for one of the "
+        "AMPUP_MEMORY_RERANK_CONCURRENCY slots per process; one more is refused at once "
+        "with 503 `UNAVAILABLE` and `Retry-After` (the line's length at the recent pace), "
+        "rather than waiting behind searches whose clients may have given up. A request's "
+        "`rerank: false` is never refused by it.",
+    )
     mcp_agent_id: str | None = Field(
         default=None,
         validation_alias=_env("AMP_MCP_AGENT_ID"),
@@ -382,6 +405,15 @@ class Settings(BaseSettings):
         validation_alias=_env("AMPUP_MEMORY_WORKSPACE_GC_INTERVAL_SECONDS"),
         description="Seconds between `serve`'s passes that drop expired and deleted "
         "workspaces (what `workspace gc` does once); 0 turns the timer off.",
+    )
+    query_warm: bool = Field(
+        default=True,
+        validation_alias=_env("AMPUP_MEMORY_QUERY_WARM"),
+        description="At start, `serve` builds in the background what the first typed "
+        "query (`find: \"entities\"`/`\"facts\"`) of each scope's entity types would "
+        "build, so that query does not pay for it (seconds at 50k facts); false skips it "
+        "(a server that answers no typed queries, or must start reading no tables). "
+        "`GET /status` then shows the timer `enabled: false`.",
     )
     advice_judge_interval_seconds: int = Field(
         default=300,

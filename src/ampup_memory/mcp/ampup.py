@@ -16,7 +16,6 @@ from datetime import datetime
 from typing import Any, Literal
 
 import anyio.to_thread
-from anyio import CapacityLimiter
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
 
@@ -25,6 +24,7 @@ from ampup_memory.errors import ServiceUnavailable, Unauthenticated
 from ampup_memory.mcp.tools import TOOLSETS, ToolContext, ToolEnv
 from ampup_memory.memory import mcp_tools as memory_tools
 from ampup_memory.search import mcp_tools as search_tools
+from ampup_memory.search.rerank import Slots
 from ampup_memory.search.service import SearchService
 from ampup_memory.timefmt import Instant
 
@@ -70,8 +70,8 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
             raise ServiceUnavailable("Search is not available in this process.")
         return env.search()
 
-    async def search_slots() -> CapacityLimiter | None:
-        """The limiter a search tool runs under (SearchService.slots). Opening search
+    async def search_slots() -> Slots | None:
+        """The turns a search tool waits for (SearchService.slots). Opening search
         blocks (stdio opens it on first use), so off the loop; if it fails, None: the
         tool's own call opens it again and answers the error."""
         if env.search is None:
@@ -255,7 +255,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         `pin` (pin_…) or `snapshot` (snap_…) searches exactly what it holds.
         """
         return await uenv.reply(ctx, find_facts, scope, query, as_of, limit, tz, branch,
-                                at_commit, pin, snapshot, limiter=await search_slots())
+                                at_commit, pin, snapshot, slots=await search_slots())
 
     @server.tool()
     async def query_memory(
@@ -288,7 +288,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         slots = await search_slots() if find == "passages" else None
         return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch,
                                 at_commit, pin, snapshot, type, entity, predicate, where,
-                                select, order_by, offset, as_of, limiter=slots)
+                                select, order_by, offset, as_of, slots=slots)
 
 
 TOOLSETS.append(register_ampup_tools)

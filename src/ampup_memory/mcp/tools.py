@@ -44,6 +44,7 @@ from ampup_memory.web.body import validation_errors
 
 if TYPE_CHECKING:
     from ampup_memory.runtime import Runtime
+    from ampup_memory.search.rerank import Slots
     from ampup_memory.search.service import SearchService
 
 M = TypeVar("M", bound=BaseModel)
@@ -109,10 +110,11 @@ class ToolEnv:
     (their tables cannot hold it); AMP cells may hold it, so the AMP tools leave it."""
 
     async def reply(self, ctx: ToolContext, op: Callable[..., str], *args: Any,
-                    limiter: anyio.CapacityLimiter | None = None) -> CallToolResult:
-        """Run ``op(caller, *args)`` off the event loop (store and embedder block), under
-        ``limiter`` when given (a reranked search: SearchService.slots), and turn its
-        text, or its `AmpError`, into the tool's result. The caller is resolved per call,
+                    slots: Slots | None = None) -> CallToolResult:
+        """Run ``op(caller, *args)`` off the event loop (store and embedder block), in its
+        turn of ``slots`` when given (a reranked search: SearchService.slots; a full line
+        is refused, a call cancelled while it waits is not run), and turn its text, or
+        its `AmpError`, into the tool's result. The caller is resolved per call,
         so over HTTP each request acts as the agent it names. ``op``'s parameters after
         the caller carry the tool's argument names (they name a refused one)."""
 
@@ -125,7 +127,11 @@ class ToolEnv:
             return op(caller, *args)
 
         try:
-            text = await anyio.to_thread.run_sync(work, limiter=limiter)
+            if slots is None:
+                text = await anyio.to_thread.run_sync(work)
+            else:
+                async with slots.turn():
+                    text = await anyio.to_thread.run_sync(work)
         except AmpError as exc:
             return _text(error_text(exc), error=True)
         except Exception as exc:  # the HTTP faces' rule (web/errors.py), as a tool error

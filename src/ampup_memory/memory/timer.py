@@ -81,11 +81,13 @@ def extraction_timer(svc: MemoryService, settings: Settings,
     return periodic(extract, interval, "extraction pass", log, records=records)
 
 
-def warm_timer(svc: MemoryService, records: list[TimerRecord] | None = None) -> LifespanHook:
+def warm_timer(svc: MemoryService, settings: Settings,
+               records: list[TimerRecord] | None = None) -> LifespanHook:
     """Once at start, in a worker thread: what the first typed query of each scope's entity
     types would build (``memory.query.warm``), so that query does not pay for reading and
     evaluating the whole type (seconds at 50k facts). Up to ``query.ROW_CACHE`` types in
-    all, scopes in name order: more would push each other out of what is kept."""
+    all, scopes in name order: more would push each other out of what is kept. Nothing
+    with ``settings.query_warm`` off (the record still shows the timer, disabled)."""
     from ampup_memory.memory import query
 
     def warm() -> str | None:
@@ -100,4 +102,5 @@ def warm_timer(svc: MemoryService, records: list[TimerRecord] | None = None) -> 
             warmed.extend(f"{scope} {t}" for t in types)
         return f"typed queries warmed for {', '.join(warmed)}" if warmed else None
 
-    return periodic(warm, 0, "typed query warm-up", log, first_at_start=True, records=records)
+    return periodic(warm, 0, "typed query warm-up", log, first_at_start=settings.query_warm,
+                    records=records)

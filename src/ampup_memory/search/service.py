@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from anyio import CapacityLimiter
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import ServiceUnavailable, field_error
@@ -17,6 +16,7 @@ from ampup_memory.memory.snapshots import PinText, SnapshotText
 from ampup_memory.search.answer import facts_json, passages_json, text_answer
 from ampup_memory.search.cutoff import Cutoff
 from ampup_memory.search.engine import SearchEngine
+from ampup_memory.search.rerank import Slots
 from ampup_memory.search.visibility import Principal
 from ampup_memory.timefmt import Instant
 from ampup_memory.web.body import JsonInt
@@ -107,10 +107,10 @@ class SearchService:
             raise ServiceUnavailable("Search as of a commit needs the commit ledger.")
         return scope, branch, self.principal_of(user), cutoff
 
-    def slots(self, rerank: bool | None) -> CapacityLimiter | None:
-        """The thread limiter a search asking ``rerank`` runs under: the reranker's own
-        slots when the server reranks it (`Rerank` in rerank.py says why), else None: the
-        limiter every other request shares."""
+    def slots(self, rerank: bool | None) -> Slots | None:
+        """The turns a search asking ``rerank`` waits for: the reranker's own slots when
+        the server reranks it (`Rerank` in rerank.py says why), else None: it runs at once
+        on the threads every other request shares."""
         plan = self.engine.rerank
         return plan.slots if plan is not None and self._may_rerank(rerank) else None
 
