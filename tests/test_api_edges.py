@@ -254,3 +254,44 @@ def test_the_commit_nul_check_names_the_row_and_field(
             in done.stderr), done.stderr
     listed = m.http.get("/episodes", params={"scope": scope})
     assert listed.status_code == 404 or listed.json()["episodes"] == [], listed.text
+
+
+# -- 6. blank text: the published pattern is the rule ---------------------------------------------
+
+# Blank to Python's str.strip() only (U+001F, U+0085), to ECMA-262's \s only (U+FEFF, the
+# dialect of JSON Schema patterns), to both (U+3000, a space), and neither (a letter).
+BLANK_EDGES = {"\x1f": True, "\x85": True, "\ufeff": True, "\u3000 ": True, "x": False}
+
+
+def test_blank_text_is_refused_exactly_where_the_published_pattern_refuses_it(
+        m: Memory, uid: str) -> None:
+    """A client that checks a body against the OpenAPI document must refuse what the server
+    refuses: the AmpUp entity and predicate published no pattern (a fuzzer's " " was a
+    surprise 422), and the AMP fields published ``\\S``, which ECMA-262 and Python read
+    apart (U+FEFF was accepted as a query, U+001F refused as one)."""
+    import re
+
+    c = m.http
+    schemas = c.get("/openapi.json").json()["components"]["schemas"]
+    published = {
+        "predicate": schemas["CloseValue"]["properties"]["predicate"]["pattern"],
+        "entity": schemas["FactIn"]["properties"]["entity"]["pattern"],
+        "query": schemas["SearchRequest"]["properties"]["query"]["pattern"],
+    }
+    assert len(set(published.values())) == 1, published
+    pattern = re.compile(published["query"])
+    scope = new_scope()
+    for text, blank in BLANK_EDGES.items():
+        assert (pattern.search(text) is None) is blank, repr(text)
+        r = c.post("/close", json={"scope": scope, "entity": "acme", "predicate": text})
+        if blank:
+            assert _loc(r) == ["body", "predicate"], r.text
+            assert r.json()["error"]["details"]["errors"][0]["type"] == "string_blank"
+        else:
+            assert r.status_code != 422 or "predicate" not in _loc(r), r.text
+        r = c.post("/amp/v1/memories/search", json={"query": text, "owner_id": f"b-{uid}"},
+                   headers=AGENT)
+        if blank:
+            assert _loc(r) == ["body", "query"], r.text
+        else:
+            assert r.status_code == 200, r.text

@@ -20,6 +20,7 @@ from pydantic import (
 )
 from pydantic_core import PydanticCustomError
 
+from ampup_memory.blank import NOT_BLANK_PATTERN, is_blank
 from ampup_memory.timefmt import Instant, format_time
 from ampup_memory.web.body import JsonInt
 
@@ -53,7 +54,7 @@ DecayRate = Annotated[float, Field(ge=0.0, le=MAX_DECAY_RATE)]
 # validators below check it, so a client reads "must not be blank", not a regex.
 NonEmptyText = Annotated[
     str, StringConstraints(min_length=1), WithJsonSchema({"type": "string", "minLength": 1,
-                                                          "pattern": "\\S"})
+                                                          "pattern": NOT_BLANK_PATTERN})
 ]
 AgentId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 
@@ -140,7 +141,7 @@ class Content(_Strict):
     @field_validator("text")
     @classmethod
     def _not_blank(cls, value: str) -> str:
-        if not value.strip():
+        if is_blank(value):
             raise ValueError("content.text must not be blank")
         return value
 
@@ -272,7 +273,7 @@ class PatchContent(_Strict):
     @field_validator("text")
     @classmethod
     def _not_blank(cls, value: str | None) -> str | None:
-        if value is not None and not value.strip():
+        if value is not None and is_blank(value):
             raise ValueError("content.text must not be blank")
         return value
 
@@ -327,7 +328,7 @@ class ListQuery(_Strict):
 
 class SearchRequest(_Strict):
     query: Annotated[str, StringConstraints(min_length=1, max_length=4096), WithJsonSchema(
-        {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": "\\S"})]
+        {"type": "string", "minLength": 1, "maxLength": 4096, "pattern": NOT_BLANK_PATTERN})]
     owner_id: str | None = None
     types: list[MemoryType] | None = Field(default=None, description=(
         "The types a cell may have; left out or null: any type; [] matches no cell."))
@@ -341,7 +342,7 @@ class SearchRequest(_Strict):
     @field_validator("query")
     @classmethod
     def _query_not_blank(cls, value: str) -> str:
-        if not value.strip():  # "" is already refused; "   " is the same request
+        if is_blank(value):  # "" is already refused; "   " is the same request
             raise ValueError("query must not be blank")
         return value
 

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
+from ampup_memory.blank import NOT_BLANK_PATTERN, is_blank
 from ampup_memory.errors import field_error
 from ampup_memory.memory.acl import AclEntry, normalize_acl
 from ampup_memory.memory.episode_types import (
@@ -33,13 +34,18 @@ EPISODE_ID_PATTERN = r"^[0-9a-f]{64}$"
 def not_blank(value: str) -> str:
     """An entity or predicate is a name: white space alone names nothing (" " would be an
     entity no one can tell from "  ")."""
-    if not value.strip():
+    if is_blank(value):
         raise PydanticCustomError("string_blank", "must hold a character other than white space")
     return value
 
 
-EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ENTITY), AfterValidator(not_blank)]
-Predicate = Annotated[str, Field(min_length=1, max_length=128), AfterValidator(not_blank)]
+# The pattern is published (`not_blank` checks it with its own error), so a client that
+# validates against the schema refuses what the server refuses.
+_PUBLISHED_NOT_BLANK: dict[str, Any] = {"pattern": NOT_BLANK_PATTERN}
+EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ENTITY,
+                                json_schema_extra=_PUBLISHED_NOT_BLANK), AfterValidator(not_blank)]
+Predicate = Annotated[str, Field(min_length=1, max_length=128,
+                                 json_schema_extra=_PUBLISHED_NOT_BLANK), AfterValidator(not_blank)]
 MAX_SOURCE = 512
 # The schema publishes the claimed prefixes; `require_type` checks them (after identity,
 # with a message that lists them), from the same list of episode types.

@@ -1,0 +1,24 @@
+"""What counts as blank text, one rule for every field that must not be blank.
+
+The rule is published as a JSON Schema ``pattern`` and checked with the same pattern, so a
+client that validates against the OpenAPI document and the server agree on every string.
+Python's ``\\s`` and ECMA-262's ``\\s`` (the dialect JSON Schema patterns are read in)
+disagree on six characters (U+001C to U+001F and U+0085 are blank only to Python, U+FEFF
+only to ECMA-262), so the pattern names every blank character of either, explicitly.
+"""
+
+from __future__ import annotations
+
+import re
+
+# One character that is not white space to Python or to ECMA-262.
+NOT_BLANK_PATTERN = (
+    "[^\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f"
+    "\\u3000\\ufeff]"
+)
+_NOT_BLANK = re.compile(NOT_BLANK_PATTERN)
+
+
+def is_blank(text: str) -> bool:
+    """True when ``text`` holds no character other than white space (or nothing)."""
+    return _NOT_BLANK.search(text) is None
