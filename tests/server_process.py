@@ -66,11 +66,12 @@ class ServerProcess:
 
     def _start(self, timeout: float) -> ServerProcess:
         self.home.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [*self.command, *self.args],
-            env=self.env, stdout=log, stderr=subprocess.STDOUT,
-        )
+        # The child holds its own copy of the descriptor; ours would only leak.
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*self.command, *self.args],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + timeout
         # One client for every probe, without TLS (the server speaks plain HTTP): each
         # `httpx.get` makes a client that loads the system's CA bundle, ~70 ms of CPU, and
