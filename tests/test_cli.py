@@ -235,6 +235,40 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
         assert says in done.stderr and done.stdout == ""
 
 
+def test_a_user_or_acl_no_request_could_name_is_a_usage_error(tmp_path: Path) -> None:
+    """`load`, `close`, `branch`, `merge`, `schema set` and `keys create` took any
+    `--user` (and `load`/`close` any `--acl` entry): they committed as `bad user!`, bound a
+    key to a user no request can be, or skipped every record with a regex in the message.
+    Now each refuses before it opens anything, as `pin` and `workspace` already did."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), AMP_EMBEDDING_PROVIDER="hash")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("Acme budget is 40k.\n")
+    assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
+    assert cli(env, "branch", "create", "a/b", "feat", "--user", "u").returncode == 0
+    before = json.loads(cli(env, "status").stdout)["commits"]
+    bad = "bad user!"
+    for args in (["load", str(corpus), "--scope", "a/c", "--acl", "*", "--user", bad],
+                 ["close", "--scope", "a/b", "--entity", "e", "--predicate", "p",
+                  "--reason", "r", "--user", bad],
+                 ["branch", "create", "a/b", "f2", "--user", bad],
+                 ["branch", "delete", "a/b", "feat", "--user", bad],
+                 ["merge", "a/b", "feat", "--user", bad],
+                 ["schema", "set", "a/b", "--builtin", "sales", "--user", bad],
+                 ["keys", "create", "--agent", "a1", "--user", bad],
+                 ["workspace", "list", "--user", bad]):
+        done = cli(env, *args)
+        _one_error_line(done, "--user", "invalid user id")
+        assert done.stdout == "", (args, done.stdout)
+    for args in (["load", str(corpus), "--scope", "a/c", "--acl", "bad acl"],
+                 ["close", "--scope", "a/b", "--entity", "e", "--predicate", "p",
+                  "--reason", "r", "--user", "u", "--acl", "nope"]):
+        done = cli(env, *args)
+        _one_error_line(done, "--acl", "invalid ACL entry")
+    assert json.loads(cli(env, "status").stdout)["commits"] == before
+    assert "no API keys" in cli(env, "keys", "list").stdout
+
+
 def _one_error_line(done: subprocess.CompletedProcess[str], *says: str) -> None:
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr

@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args
 import click
 
 from ampup_memory.advice.cli import advice_commands
-from ampup_memory.cliutil import ctrl_c_seen, interrupted, task_progress, watch_ctrl_c
+from ampup_memory.cliutil import (
+    ctrl_c_seen,
+    interrupted,
+    task_progress,
+    user_option,
+    watch_ctrl_c,
+)
 from ampup_memory.cliutil import dumps as _dumps
 from ampup_memory.cliutil import error_line as _error_line
 from ampup_memory.cliutil import fail as _fail
@@ -304,7 +310,8 @@ def keys() -> None:
               help="The key may also do what only an admin may (run the lifecycle, purge, "
               "set principals; docs/security-model.md).")
 @click.option("--expires-in", default=None, help="Lifetime such as 30d, 12h, 1d12h.")
-@click.option("--user", "user_id", default=None, help="AmpUp user the key speaks for.")
+@click.option("--user", "user_id", default=None, callback=user_option,
+              help="AmpUp user the key speaks for.")
 @settings_options("common", "cells")
 def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str | None,
                 **kwargs: Any) -> None:

@@ -110,3 +110,35 @@ def progress_if_work(description: str) -> Iterator[Callable[[int, int], None]]:
     finally:
         if bar is not None:
             bar.stop()
+
+
+def user_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--user``: checked by the id rule every caller of the server follows
+    (`memory.acl.require_id`) before anything is opened. `load`, `close`, `branch`,
+    `merge`, `schema set` and `keys create` took any text, and wrote commits (or bound
+    keys) to a user no request could ever be."""
+    from ampup_memory.errors import AmpError
+    from ampup_memory.memory.acl import require_id
+
+    if value is None:
+        return None
+    try:
+        return require_id(value, ["user"], "user id")
+    except AmpError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
+def acl_option(ctx: click.Context, param: click.Parameter,
+               value: tuple[str, ...]) -> tuple[str, ...]:
+    """``--acl`` entries, checked by the ACL rule (`memory.acl.normalize_acl`) as a usage
+    error, before any record is read; none given stays none (the command's default)."""
+    from ampup_memory.errors import AmpError
+    from ampup_memory.memory.acl import normalize_acl
+
+    if not value:
+        return value
+    try:
+        normalize_acl(value, ["acl"])
+    except AmpError as exc:
+        raise click.BadParameter(exc.message) from None
+    return value
