@@ -318,6 +318,21 @@ def test_settings_that_cannot_work_and_a_database_down_are_one_line(tmp_path: Pa
     assert "s3cr3t-pw" not in down.stderr
 
 
+def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: Path) -> None:
+    """A password of one letter was replaced everywhere in the driver's message: `status`
+    and `doctor` said `(•••syco•••g.O•••erationalError)` and `•••ort 1 failed`. It is
+    masked where the message quotes it, and the rest reads as the driver wrote it."""
+    for name in ("AMPUP_MEMORY_CATALOG_URI", "AMP_STORE_URI"):
+        env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / name), **QUIET,
+                        **{name: "postgresql://u:p@127.0.0.1:1/x"})
+        for args in (["status"], ["doctor"]):
+            done = cli(env, *args, timeout=120)
+            said = done.stdout + done.stderr
+            assert done.returncode in (1, 2) and "Traceback" not in said, said
+            assert "port 1 failed" in said and "•••ort" not in said, said
+            assert "u:p@" not in said and "password" not in said, said
+
+
 def test_json_output_is_unicode(tmp_path: Path) -> None:
     done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "episode-type", "show", "call")
     assert done.returncode == 0, done.stderr

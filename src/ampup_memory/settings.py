@@ -11,6 +11,7 @@ never a bare ``HOME`` or ``PORT``), the TOML config file, the defaults.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -853,6 +854,16 @@ def mask_uri(text: str) -> str:
     userinfo, _, hostinfo = parts.netloc.rpartition("@")
     user = userinfo.split(":", 1)[0]
     return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostinfo}"))
+
+
+def mask_secrets(text: str, secrets: list[str | None]) -> str:
+    """``text`` (a driver's or store's error) with each secret it quotes shown as •••.
+    Only where the secret stands alone, between characters that are not letters or
+    digits (``u:p@host``, ``password=p``): a short password replaced everywhere turned
+    ``psycopg`` and ``port`` into ``•••syco•••g`` and ``•••ort``."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", MASK, text)
+    return text
 
 
 # -- Which commands read which settings (the CLI offers a flag only where it counts) ---------

@@ -270,7 +270,7 @@ def read_manifest(src: Path) -> dict[str, Any]:
         raise BackupError(f"{src} is not a backup ({MANIFEST} is not a JSON object)")
     if manifest.get("format") != FORMAT:
         raise BackupError(f"{src}: unknown backup format {manifest.get('format')!r}")
-    files = manifest.get("files")
+    files: Any = manifest.get("files")
     if not _files_ok(files):
         raise BackupError(f"{src}: {MANIFEST} is damaged (its list of files is unreadable)")
     for f in files:
