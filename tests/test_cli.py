@@ -179,6 +179,39 @@ def test_each_command_offers_only_its_own_settings(tmp_path: Path) -> None:
     assert "--port" not in flags("principal", "show")
 
 
+def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
+    """A setting a command reads from the environment is also its flag (cli.md). `serve`
+    runs the extraction and advice timers with the model settings yet refused
+    `--model-base-url`; `advice cluster` and `compile` embed with the embedding settings,
+    `advice cluster|learn` apply the situation and note rules, and `backup` and `workspace
+    delete|gc` hold the lease, all without the flag. Each flag here is read: a value the
+    setting refuses (or an embedder that cannot work) is that setting's one error line."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"))
+    for args, says in (
+            (["serve", "--port", "0", "--model-concurrency", "0"], "model_concurrency"),
+            (["serve", "--port", "0", "--lease-seconds", "0"], "lease_seconds"),
+            (["serve", "--port", "0", "--advice-trial-share", "2"], "advice_trial_share"),
+            (["mcp", "--advice-min-runs-for-note", "0"], "advice_min_runs_for_note"),
+            (["advice", "cluster", "--advice-situation-min-similarity", "2"],
+             "advice_situation_min_similarity"),
+            (["advice", "cluster", "--embedding-provider", "openai-compatible"],
+             "AMP_EMBEDDING_BASE_URL"),
+            (["advice", "compile", "--embedding-provider", "openai-compatible",
+              "--model-base-url", "http://127.0.0.1:1/v1", "--model-name", "m"],
+             "AMP_EMBEDDING_BASE_URL"),
+            (["advice", "learn", "--advice-promote-after-people", "0"],
+             "advice_promote_after_people"),
+            (["backup", str(tmp_path / "bk"), "--lease-seconds", "0"], "lease_seconds"),
+            (["workspace", "gc", "--lease-seconds", "0"], "lease_seconds"),
+            (["workspace", "delete", "ws_0123456789abcdef", "--embedding-provider",
+              "openai-compatible"], "AMP_EMBEDDING_BASE_URL"),
+            (["index", "rebuild", "--search-ann-connectivity", "1"],
+             "search_ann_connectivity"),
+            (["lifecycle", "run", "--embedding-provider", "openai-compatible"],
+             "AMP_EMBEDDING_BASE_URL")):
+        _one_error_line(cli(env, *args, timeout=120), says)
+
+
 def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
     """A snapshot holds main and every live branch (docs/cli.md, test_pins); the help
     once said main only."""

@@ -880,6 +880,15 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "retention": ("purge_retention", "retention_days"),
     "mcp": ("mcp_agent_id", "mcp_api_key", "mcp_user_id"),
     "maintenance": ("memory_orphan_grace_seconds",),
+    # The vector graphs of the cell store and of the search index: whoever opens either.
+    "ann": ("search_ann_min_vectors", "search_ann_connectivity", "search_ann_expansion_add"),
+    # The lease of a timed pass, held as well by a backup and a workspace drop.
+    "lease": ("lease_seconds",),
+    # Which situation a task is in: clustering and serving advice.
+    "situations": ("advice_situation_min_similarity",),
+    # The evidence gate and when a note is learned: learning and serving advice.
+    "notes": ("advice_trial_share", "advice_promote_after_people", "advice_retire_min_served",
+              "advice_retire_max_help_rate", "advice_min_runs_for_note"),
     # The chat model endpoints (models/chat.py), each role falling back to the default.
     "models": ("model_base_url", "model_name", "model_api_key", "model_timeout_seconds",
                "model_concurrency", "model_retries", *_ROLE_MODEL_FIELDS),

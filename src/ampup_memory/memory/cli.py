@@ -129,7 +129,7 @@ def memory_commands(settings_options: SettingsOptions,
                   help="Episodes, then facts, per commit (default: the most one commit "
                   "holds, 1000).")
     @click.option("--branch", default=None, help="Branch (default main).")
-    @settings_options("common", "tables", "embedding")
+    @settings_options("common", "tables", "embedding", "ann")
     def load(path: Path, scope: str, acl: tuple[str, ...], user: str, batch_size: int | None,
              branch: str | None, **kwargs: Any) -> None:
         """Load a folder of text, Markdown and JSONL files (or one such file), many

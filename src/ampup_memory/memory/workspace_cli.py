@@ -73,7 +73,7 @@ def workspace_commands(settings_options: SettingsOptions,
 
     @workspace.command("delete")
     @click.argument("workspace_id")
-    @settings_options("common", "tables")
+    @settings_options("common", "tables", "embedding", "ann", "lease")
     def delete(workspace_id: str, **kwargs: Any) -> None:
         """Delete a workspace now: every scope, file and index row of it."""
         from ampup_memory.search.feed import attached_feed
@@ -83,7 +83,7 @@ def workspace_commands(settings_options: SettingsOptions,
             click.echo(dumps(svc.workspaces.delete("cli", workspace_id, admin=True)))
 
     @workspace.command("gc")
-    @settings_options("common", "tables")
+    @settings_options("common", "tables", "embedding", "ann", "lease")
     def gc(**kwargs: Any) -> None:
         """Drop expired and deleted workspaces (and what a cut-short drop left behind)."""
         from ampup_memory.search.feed import attached_feed
