@@ -309,6 +309,21 @@ def _one_error_line(done: subprocess.CompletedProcess[str], *says: str) -> None:
         assert text in done.stderr, done.stderr
 
 
+def test_an_error_before_the_first_bar_is_still_one_line(tmp_path: Path) -> None:
+    """Off a terminal a progress display that ended before its first bar printed an empty
+    line: `maintenance --scope BAD` and `restore` of a folder that is no backup wrote a
+    blank line above their one error line."""
+    home = tmp_path / "home"
+    env = clean_env(AMPUP_MEMORY_HOME=str(home), AMP_EMBEDDING_PROVIDER="hash")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello\n")
+    assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
+    _one_error_line(cli(env, "maintenance", "--scope", "BAD"), "invalid scope")
+    _one_error_line(cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "fresh")), "restore",
+                        str(corpus)), "not a backup")
+
+
 def test_a_home_that_cannot_be_made_or_opened_is_one_line(tmp_path: Path) -> None:
     """A home under a file (as a read-only disk or a wrong path gives it), or a store file
     that is not one: every kind of command says so in one line, exit 2."""

@@ -77,8 +77,18 @@ def progress() -> Progress:
         TimeElapsedColumn,
     )
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True))
+    class Bars(Progress):
+        def stop(self) -> None:
+            # Off a terminal rich ends the display with a newline, bar or none: a command
+            # that failed before its first bar put a blank line above its one error line.
+            if self.tasks or self.disable:
+                super().stop()
+                return
+            self.live.transient = True
+            self.live.stop()
+
+    return Bars(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=Console(stderr=True))
 
 
 def task_progress(bar: Progress, description: str, total: int | None = None,
