@@ -183,8 +183,9 @@ def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
     """A setting a command reads from the environment is also its flag (cli.md). `serve`
     runs the extraction and advice timers with the model settings yet refused
     `--model-base-url`; `advice cluster` and `compile` embed with the embedding settings,
-    `advice cluster|learn` apply the situation and note rules, and `backup` and `workspace
-    delete|gc` hold the lease, all without the flag. Each flag here is read: a value the
+    `advice cluster|learn` apply the situation and note rules, `backup` and `workspace
+    delete|gc` hold the lease, and every command opening the cell store with its embedder
+    sizes its pool, all without the flag. Each flag here is read: a value the
     setting refuses (or an embedder that cannot work) is that setting's one error line."""
     env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"))
     for args, says in (
@@ -208,7 +209,8 @@ def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
             (["index", "rebuild", "--search-ann-connectivity", "1"],
              "search_ann_connectivity"),
             (["lifecycle", "run", "--embedding-provider", "openai-compatible"],
-             "AMP_EMBEDDING_BASE_URL")):
+             "AMP_EMBEDDING_BASE_URL"),
+            (["purge", "mem_x", "--store-pool-wait-seconds", "0"], "store_pool_wait_seconds")):
         _one_error_line(cli(env, *args, timeout=120), says)
 
 

@@ -159,7 +159,7 @@ def cli() -> None:
 
 
 @cli.command()
-@settings_options("common", "cells", "tables", "embedding", "access", "retention",
+@settings_options("common", "cells", "pool", "tables", "embedding", "access", "retention",
                   "maintenance", "models", "ann", "lease", "situations", "notes", "server")
 def serve(**kwargs: Any) -> None:
     """Run the server: REST (AMP + AmpUp), MCP at /mcp and the background timers."""
@@ -222,7 +222,7 @@ def _warn_if_open(settings: Settings) -> None:
 
 
 @cli.command()
-@settings_options("common", "cells", "tables", "embedding", "access", "retention", "mcp",
+@settings_options("common", "cells", "pool", "tables", "embedding", "access", "retention", "mcp",
                   "ann", "situations", "notes")
 def mcp(**kwargs: Any) -> None:
     """Serve the MCP tools over stdio as AMP_MCP_AGENT_ID (for desktop agents)."""
@@ -255,7 +255,7 @@ def lifecycle() -> None:
 @lifecycle.command("run")
 @click.option("--now", "now_text", default=None, help="Evaluate as of this RFC 3339 instant.")
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
-@settings_options("common", "cells", "tables", "embedding", "ann", "retention")
+@settings_options("common", "cells", "pool", "tables", "embedding", "ann", "retention")
 def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     """Run one lifecycle pass now (what the timer does)."""
     from ampup_memory.amp.model import LifecycleRunRequest
@@ -283,7 +283,7 @@ def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
 
 @cli.command()
 @click.argument("cell_id")
-@settings_options("common", "cells", "tables", "embedding", "ann", "retention")
+@settings_options("common", "cells", "pool", "tables", "embedding", "ann", "retention")
 def purge(cell_id: str, **kwargs: Any) -> None:
     """Hard-delete one deleted cell whose retention window has passed."""
     settings = settings_from(kwargs)
@@ -386,7 +386,7 @@ def keys_revoke(key_id: str, **kwargs: Any) -> None:
 @cli.command()
 @click.option("--force", is_flag=True,
               help="Re-embed even when the store already records this embedder.")
-@settings_options("common", "cells", "tables", "embedding", "ann")
+@settings_options("common", "cells", "pool", "tables", "embedding", "ann")
 def reembed(force: bool, **kwargs: Any) -> None:
     """Re-embed every AMP cell with the configured embedder and record it in the store.
 
@@ -495,7 +495,7 @@ def show_settings(markdown: bool, as_json: bool, **kwargs: Any) -> None:
 
 
 @cli.command("openapi")
-@settings_options("common", "cells", "tables", "embedding", "ann")
+@settings_options("common", "cells", "pool", "tables", "embedding", "ann")
 def openapi(**kwargs: Any) -> None:
     """Print the server's OpenAPI schema (docs/openapi.json is this output)."""
     from ampup_memory.server import create_app

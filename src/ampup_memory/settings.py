@@ -870,6 +870,8 @@ def mask_secrets(text: str, secrets: list[str | None]) -> str:
 SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "common": ("config", "home", "log_level", "log_json"),
     "cells": ("store_uri",),  # the AMP cell store (also holds the API keys)
+    # The PostgreSQL cell store's pool, opened with the embedder by `runtime.open_runtime`.
+    "pool": ("store_pool_wait_seconds",),
     # AmpUp episodes, facts, ledger
     "tables": ("index_uri", "catalog_uri", "warehouse", "s3_endpoint", "s3_region",
                "s3_access_key_id", "s3_secret_access_key", "s3_virtual_addressing"),
