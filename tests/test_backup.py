@@ -253,6 +253,33 @@ def test_a_damaged_manifest_is_one_error_line(tmp_path: Path) -> None:
         assert not fresh.exists() or not any(fresh.iterdir())
 
 
+def test_a_manifest_naming_no_table_of_ours_or_one_twice_is_refused(tmp_path: Path) -> None:
+    """Checksums intact, the manifest edited: a namespace no scope can have ended in
+    pyiceberg's traceback, and a table listed twice was appended twice (every row of it
+    doubled in the restored home, `rows` counting both)."""
+    dest = _backup_of_one_scope(tmp_path)
+    good = json.loads((dest / "manifest.json").read_text())
+    table = next(f for f in good["files"] if f["kind"] == "table"
+                 and f["namespace"] != "memory_system")
+    edits = [("../x", table["table"]), ("a__", table["table"]),
+             ("memory_system", "episodes"), (table["namespace"], "ledger")]
+    fresh = tmp_path / "fresh"
+    for edit in [*edits, None]:  # None: the table listed twice
+        files = [dict(f) for f in good["files"]]
+        if edit is None:
+            files.append(dict(table))
+        else:
+            edited = next(f for f in files if f["path"] == table["path"])
+            edited["namespace"], edited["table"] = edit
+        (dest / "manifest.json").write_text(json.dumps({**good, "files": files}))
+        done = run_cli(fresh, QUIET, "restore", str(dest))
+        assert done.returncode == 2, (edit, done.stdout, done.stderr)
+        assert "Traceback" not in done.stderr and "damaged" in done.stderr, done.stderr
+        assert not fresh.exists() or not any(fresh.iterdir())
+    (dest / "manifest.json").write_text(json.dumps(good))
+    assert run_cli(fresh, QUIET, "restore", str(dest)).returncode == 0
+
+
 def test_a_restore_that_fails_midway_leaves_the_home_as_it_was(tmp_path: Path) -> None:
     """A backup whose table rows do not fit this version's layout (checksums intact) failed
     with pyarrow's traceback after amp.db, the catalog and part of the warehouse were

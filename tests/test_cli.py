@@ -179,6 +179,41 @@ def test_each_command_offers_only_its_own_settings(tmp_path: Path) -> None:
     assert "--port" not in flags("principal", "show")
 
 
+def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
+    """A setting a command reads from the environment is also its flag (cli.md). `serve`
+    runs the extraction and advice timers with the model settings yet refused
+    `--model-base-url`; `advice cluster` and `compile` embed with the embedding settings,
+    `advice cluster|learn` apply the situation and note rules, `backup` and `workspace
+    delete|gc` hold the lease, and every command opening the cell store with its embedder
+    sizes its pool, all without the flag. Each flag here is read: a value the
+    setting refuses (or an embedder that cannot work) is that setting's one error line."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"))
+    for args, says in (
+            (["serve", "--port", "0", "--model-concurrency", "0"], "model_concurrency"),
+            (["serve", "--port", "0", "--lease-seconds", "0"], "lease_seconds"),
+            (["serve", "--port", "0", "--advice-trial-share", "2"], "advice_trial_share"),
+            (["mcp", "--advice-min-runs-for-note", "0"], "advice_min_runs_for_note"),
+            (["advice", "cluster", "--advice-situation-min-similarity", "2"],
+             "advice_situation_min_similarity"),
+            (["advice", "cluster", "--embedding-provider", "openai-compatible"],
+             "AMP_EMBEDDING_BASE_URL"),
+            (["advice", "compile", "--embedding-provider", "openai-compatible",
+              "--model-base-url", "http://127.0.0.1:1/v1", "--model-name", "m"],
+             "AMP_EMBEDDING_BASE_URL"),
+            (["advice", "learn", "--advice-promote-after-people", "0"],
+             "advice_promote_after_people"),
+            (["backup", str(tmp_path / "bk"), "--lease-seconds", "0"], "lease_seconds"),
+            (["workspace", "gc", "--lease-seconds", "0"], "lease_seconds"),
+            (["workspace", "delete", "ws_0123456789abcdef", "--embedding-provider",
+              "openai-compatible"], "AMP_EMBEDDING_BASE_URL"),
+            (["index", "rebuild", "--search-ann-connectivity", "1"],
+             "search_ann_connectivity"),
+            (["lifecycle", "run", "--embedding-provider", "openai-compatible"],
+             "AMP_EMBEDDING_BASE_URL"),
+            (["purge", "mem_x", "--store-pool-wait-seconds", "0"], "store_pool_wait_seconds")):
+        _one_error_line(cli(env, *args, timeout=120), says)
+
+
 def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
     """A snapshot holds main and every live branch (docs/cli.md, test_pins); the help
     once said main only."""
@@ -235,11 +270,60 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
         assert says in done.stderr and done.stdout == ""
 
 
+def test_a_user_or_acl_no_request_could_name_is_a_usage_error(tmp_path: Path) -> None:
+    """`load`, `close`, `branch`, `merge`, `schema set` and `keys create` took any
+    `--user` (and `load`/`close` any `--acl` entry): they committed as `bad user!`, bound a
+    key to a user no request can be, or skipped every record with a regex in the message.
+    Now each refuses before it opens anything, as `pin` and `workspace` already did."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), AMP_EMBEDDING_PROVIDER="hash")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("Acme budget is 40k.\n")
+    assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
+    assert cli(env, "branch", "create", "a/b", "feat", "--user", "u").returncode == 0
+    before = json.loads(cli(env, "status").stdout)["commits"]
+    bad = "bad user!"
+    for args in (["load", str(corpus), "--scope", "a/c", "--acl", "*", "--user", bad],
+                 ["close", "--scope", "a/b", "--entity", "e", "--predicate", "p",
+                  "--reason", "r", "--user", bad],
+                 ["branch", "create", "a/b", "f2", "--user", bad],
+                 ["branch", "delete", "a/b", "feat", "--user", bad],
+                 ["merge", "a/b", "feat", "--user", bad],
+                 ["schema", "set", "a/b", "--builtin", "sales", "--user", bad],
+                 ["keys", "create", "--agent", "a1", "--user", bad],
+                 ["workspace", "list", "--user", bad]):
+        done = cli(env, *args)
+        _one_error_line(done, "--user", "invalid user id")
+        assert done.stdout == "", (args, done.stdout)
+    for args in (["load", str(corpus), "--scope", "a/c", "--acl", "bad acl"],
+                 ["close", "--scope", "a/b", "--entity", "e", "--predicate", "p",
+                  "--reason", "r", "--user", "u", "--acl", "nope"]):
+        done = cli(env, *args)
+        _one_error_line(done, "--acl", "invalid ACL entry")
+    assert json.loads(cli(env, "status").stdout)["commits"] == before
+    assert "no API keys" in cli(env, "keys", "list").stdout
+
+
 def _one_error_line(done: subprocess.CompletedProcess[str], *says: str) -> None:
     assert done.returncode == 2, (done.returncode, done.stderr)
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
     for text in says:
         assert text in done.stderr, done.stderr
+
+
+def test_an_error_before_the_first_bar_is_still_one_line(tmp_path: Path) -> None:
+    """Off a terminal a progress display that ended before its first bar printed an empty
+    line: `maintenance --scope BAD` and `restore` of a folder that is no backup wrote a
+    blank line above their one error line."""
+    home = tmp_path / "home"
+    env = clean_env(AMPUP_MEMORY_HOME=str(home), AMP_EMBEDDING_PROVIDER="hash")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello\n")
+    assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
+    _one_error_line(cli(env, "maintenance", "--scope", "BAD"), "invalid scope")
+    _one_error_line(cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "fresh")), "restore",
+                        str(corpus)), "not a backup")
 
 
 def test_a_home_that_cannot_be_made_or_opened_is_one_line(tmp_path: Path) -> None:
@@ -282,6 +366,21 @@ def test_settings_that_cannot_work_and_a_database_down_are_one_line(tmp_path: Pa
                "principal", "show", "alice", timeout=120)
     _one_error_line(down, "127.0.0.1")
     assert "s3cr3t-pw" not in down.stderr
+
+
+def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: Path) -> None:
+    """A password of one letter was replaced everywhere in the driver's message: `status`
+    and `doctor` said `(•••syco•••g.O•••erationalError)` and `•••ort 1 failed`. It is
+    masked where the message quotes it, and the rest reads as the driver wrote it."""
+    for name in ("AMPUP_MEMORY_CATALOG_URI", "AMP_STORE_URI"):
+        env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / name), **QUIET,
+                        **{name: "postgresql://u:p@127.0.0.1:1/x"})
+        for args in (["status"], ["doctor"]):
+            done = cli(env, *args, timeout=120)
+            said = done.stdout + done.stderr
+            assert done.returncode in (1, 2) and "Traceback" not in said, said
+            assert "port 1 failed" in said and "•••ort" not in said, said
+            assert "u:p@" not in said, said
 
 
 def test_json_output_is_unicode(tmp_path: Path) -> None:

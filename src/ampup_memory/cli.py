@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, TypeVar, get_args
 import click
 
 from ampup_memory.advice.cli import advice_commands
-from ampup_memory.cliutil import ctrl_c_seen, interrupted, task_progress, watch_ctrl_c
+from ampup_memory.cliutil import (
+    ctrl_c_seen,
+    interrupted,
+    task_progress,
+    user_option,
+    watch_ctrl_c,
+)
 from ampup_memory.cliutil import dumps as _dumps
 from ampup_memory.cliutil import error_line as _error_line
 from ampup_memory.cliutil import fail as _fail
@@ -153,8 +159,8 @@ def cli() -> None:
 
 
 @cli.command()
-@settings_options("common", "cells", "tables", "embedding", "access", "retention",
-                  "maintenance", "server")
+@settings_options("common", "cells", "pool", "tables", "embedding", "access", "retention",
+                  "maintenance", "models", "ann", "lease", "situations", "notes", "server")
 def serve(**kwargs: Any) -> None:
     """Run the server: REST (AMP + AmpUp), MCP at /mcp and the background timers."""
     settings = settings_from(kwargs)
@@ -216,7 +222,8 @@ def _warn_if_open(settings: Settings) -> None:
 
 
 @cli.command()
-@settings_options("common", "cells", "tables", "embedding", "access", "retention", "mcp")
+@settings_options("common", "cells", "pool", "tables", "embedding", "access", "retention", "mcp",
+                  "ann", "situations", "notes")
 def mcp(**kwargs: Any) -> None:
     """Serve the MCP tools over stdio as AMP_MCP_AGENT_ID (for desktop agents)."""
     import anyio
@@ -248,7 +255,7 @@ def lifecycle() -> None:
 @lifecycle.command("run")
 @click.option("--now", "now_text", default=None, help="Evaluate as of this RFC 3339 instant.")
 @click.option("--dry-run", is_flag=True, help="Report what would change; change nothing.")
-@settings_options("common", "cells", "tables", "retention")
+@settings_options("common", "cells", "pool", "tables", "embedding", "ann", "retention")
 def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     """Run one lifecycle pass now (what the timer does)."""
     from ampup_memory.amp.model import LifecycleRunRequest
@@ -276,7 +283,7 @@ def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
 
 @cli.command()
 @click.argument("cell_id")
-@settings_options("common", "cells", "tables", "retention")
+@settings_options("common", "cells", "pool", "tables", "embedding", "ann", "retention")
 def purge(cell_id: str, **kwargs: Any) -> None:
     """Hard-delete one deleted cell whose retention window has passed."""
     settings = settings_from(kwargs)
@@ -304,7 +311,8 @@ def keys() -> None:
               help="The key may also do what only an admin may (run the lifecycle, purge, "
               "set principals; docs/security-model.md).")
 @click.option("--expires-in", default=None, help="Lifetime such as 30d, 12h, 1d12h.")
-@click.option("--user", "user_id", default=None, help="AmpUp user the key speaks for.")
+@click.option("--user", "user_id", default=None, callback=user_option,
+              help="AmpUp user the key speaks for.")
 @settings_options("common", "cells")
 def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str | None,
                 **kwargs: Any) -> None:
@@ -378,7 +386,7 @@ def keys_revoke(key_id: str, **kwargs: Any) -> None:
 @cli.command()
 @click.option("--force", is_flag=True,
               help="Re-embed even when the store already records this embedder.")
-@settings_options("common", "cells", "tables", "embedding")
+@settings_options("common", "cells", "pool", "tables", "embedding", "ann")
 def reembed(force: bool, **kwargs: Any) -> None:
     """Re-embed every AMP cell with the configured embedder and record it in the store.
 
@@ -487,7 +495,7 @@ def show_settings(markdown: bool, as_json: bool, **kwargs: Any) -> None:
 
 
 @cli.command("openapi")
-@settings_options("common", "cells", "tables", "embedding")
+@settings_options("common", "cells", "pool", "tables", "embedding", "ann")
 def openapi(**kwargs: Any) -> None:
     """Print the server's OpenAPI schema (docs/openapi.json is this output)."""
     from ampup_memory.server import create_app

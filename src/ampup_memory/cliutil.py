@@ -77,8 +77,18 @@ def progress() -> Progress:
         TimeElapsedColumn,
     )
 
-    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                    TimeElapsedColumn(), console=Console(stderr=True))
+    class Bars(Progress):
+        def stop(self) -> None:
+            # Off a terminal rich ends the display with a newline, bar or none: a command
+            # that failed before its first bar put a blank line above its one error line.
+            if self.tasks or self.disable:
+                super().stop()
+                return
+            self.live.transient = True
+            self.live.stop()
+
+    return Bars(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), console=Console(stderr=True))
 
 
 def task_progress(bar: Progress, description: str, total: int | None = None,
@@ -110,3 +120,35 @@ def progress_if_work(description: str) -> Iterator[Callable[[int, int], None]]:
     finally:
         if bar is not None:
             bar.stop()
+
+
+def user_option(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """A ``--user``: checked by the id rule every caller of the server follows
+    (`memory.acl.require_id`) before anything is opened. `load`, `close`, `branch`,
+    `merge`, `schema set` and `keys create` took any text, and wrote commits (or bound
+    keys) to a user no request could ever be."""
+    from ampup_memory.errors import AmpError
+    from ampup_memory.memory.acl import require_id
+
+    if value is None:
+        return None
+    try:
+        return require_id(value, ["user"], "user id")
+    except AmpError as exc:
+        raise click.BadParameter(exc.message) from None
+
+
+def acl_option(ctx: click.Context, param: click.Parameter,
+               value: tuple[str, ...]) -> tuple[str, ...]:
+    """``--acl`` entries, checked by the ACL rule (`memory.acl.normalize_acl`) as a usage
+    error, before any record is read; none given stays none (the command's default)."""
+    from ampup_memory.errors import AmpError
+    from ampup_memory.memory.acl import normalize_acl
+
+    if not value:
+        return value
+    try:
+        normalize_acl(value, ["acl"])
+    except AmpError as exc:
+        raise click.BadParameter(exc.message) from None
+    return value

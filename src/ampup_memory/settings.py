@@ -11,6 +11,7 @@ never a bare ``HOME`` or ``PORT``), the TOML config file, the defaults.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -887,10 +888,22 @@ def mask_uri(text: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{hostinfo}"))
 
 
+def mask_secrets(text: str, secrets: list[str | None]) -> str:
+    """``text`` (a driver's or store's error) with each secret it quotes shown as •••.
+    Only where the secret stands alone, between characters that are not letters or
+    digits (``u:p@host``, ``password=p``): a short password replaced everywhere turned
+    ``psycopg`` and ``port`` into ``•••syco•••g`` and ``•••ort``."""
+    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
+        text = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", MASK, text)
+    return text
+
+
 # -- Which commands read which settings (the CLI offers a flag only where it counts) ---------
 SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "common": ("config", "home", "log_level", "log_json"),
     "cells": ("store_uri",),  # the AMP cell store (also holds the API keys)
+    # The PostgreSQL cell store's pool, opened with the embedder by `runtime.open_runtime`.
+    "pool": ("store_pool_wait_seconds",),
     # AmpUp episodes, facts, ledger
     "tables": ("index_uri", "catalog_uri", "warehouse", "s3_endpoint", "s3_region",
                "s3_access_key_id", "s3_secret_access_key", "s3_virtual_addressing"),
@@ -901,6 +914,15 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "retention": ("purge_retention", "retention_days"),
     "mcp": ("mcp_agent_id", "mcp_api_key", "mcp_user_id"),
     "maintenance": ("memory_orphan_grace_seconds",),
+    # The vector graphs of the cell store and of the search index: whoever opens either.
+    "ann": ("search_ann_min_vectors", "search_ann_connectivity", "search_ann_expansion_add"),
+    # The lease of a timed pass, held as well by a backup and a workspace drop.
+    "lease": ("lease_seconds",),
+    # Which situation a task is in: clustering and serving advice.
+    "situations": ("advice_situation_min_similarity",),
+    # The evidence gate and when a note is learned: learning and serving advice.
+    "notes": ("advice_trial_share", "advice_promote_after_people", "advice_retire_min_served",
+              "advice_retire_max_help_rate", "advice_min_runs_for_note"),
     # The chat model endpoints (models/chat.py), each role falling back to the default.
     "models": ("model_base_url", "model_name", "model_api_key", "model_timeout_seconds",
                "model_concurrency", "model_retries", *_ROLE_MODEL_FIELDS),

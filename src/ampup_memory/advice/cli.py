@@ -51,7 +51,7 @@ def advice_commands(settings_options: SettingsOptions,
 
     @advice.command("cluster")
     @click.option("--scope", default=None, help="Only this org/team.")
-    @settings_options("common", "tables", "models")
+    @settings_options("common", "tables", "models", "embedding", "situations")
     def cluster(scope: str | None, **kwargs: Any) -> None:
         """Sort each scope's rewarded runs and sessions into situations, once.
 
@@ -74,7 +74,7 @@ def advice_commands(settings_options: SettingsOptions,
 
     @advice.command("learn")
     @click.option("--scope", default=None, help="Only this org/team.")
-    @settings_options("common", "tables", "models")
+    @settings_options("common", "tables", "models", "notes")
     def learn(scope: str | None, **kwargs: Any) -> None:
         """Update every note's evidence (promote, retire), then learn a note for each
         situation with enough rewarded tasks and none yet, once.
@@ -98,7 +98,7 @@ def advice_commands(settings_options: SettingsOptions,
 
     @advice.command("compile")
     @click.option("--scope", default=None, help="Only this org/team.")
-    @settings_options("common", "tables", "models")
+    @settings_options("common", "tables", "models", "embedding")
     def compile_(scope: str | None, **kwargs: Any) -> None:
         """Compile each scope's chosen documents (an admin chooses them over the API;
         see docs/advice.md) into procedures with the compile model, once.

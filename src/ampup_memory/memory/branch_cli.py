@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps
+from ampup_memory.cliutil import dumps, user_option
 from ampup_memory.memory.cli import SettingsOptions, _service
 from ampup_memory.settings import Settings
 
@@ -28,7 +28,8 @@ def branch_commands(settings_options: SettingsOptions,
     @click.argument("name")
     @click.option("--from", "source", default=None, help="Branch to fork (default main).")
     @click.option("--at-commit", default=None, help="Fork at this commit (default its head).")
-    @click.option("--user", required=True, help="Who makes it (the ledger's author).")
+    @click.option("--user", required=True, callback=user_option,
+                  help="Who makes it (the ledger's author).")
     @settings_options("common", "tables")
     def create(scope: str, name: str, source: str | None, at_commit: str | None, user: str,
                **kwargs: Any) -> None:
@@ -54,8 +55,8 @@ def branch_commands(settings_options: SettingsOptions,
     @branch.command("delete")
     @click.argument("scope")
     @click.argument("name")
-    @click.option("--user", required=True, help="The branch's creator (the CLI is admin: "
-                  "any user may be named).")
+    @click.option("--user", required=True, callback=user_option,
+                  help="The branch's creator (the CLI is admin: any user may be named).")
     @settings_options("common", "tables")
     def delete(scope: str, name: str, user: str, **kwargs: Any) -> None:
         """Delete NAME: the name is free again; its commits stay in the ledger."""
@@ -70,7 +71,8 @@ def branch_commands(settings_options: SettingsOptions,
     @click.option("--into", default=None, help="Branch merged into (default main).")
     @click.option("--message", default=None)
     @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
-    @click.option("--user", required=True, help="Who merges (the ledger's author).")
+    @click.option("--user", required=True, callback=user_option,
+                  help="Who merges (the ledger's author).")
     @settings_options("common", "tables")
     def merge(scope: str, source: str, into: str | None, message: str | None, dry_run: bool,
               user: str, **kwargs: Any) -> None:

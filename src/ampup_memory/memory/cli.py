@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
-from ampup_memory.cliutil import dumps, fail, task_progress
+from ampup_memory.cliutil import acl_option, dumps, fail, task_progress, user_option
 from ampup_memory.cliutil import progress as _progress
 from ampup_memory.errors import AmpError, ConfigurationError, ValidationFailed
 from ampup_memory.memory.acl import require_id
@@ -119,17 +119,17 @@ def memory_commands(settings_options: SettingsOptions,
     @click.command("load")
     @click.argument("path", type=click.Path(exists=True, path_type=Path))
     @click.option("--scope", required=True, help="org/team to load into.")
-    @click.option("--acl", "acl", multiple=True, metavar="ENTRY",
+    @click.option("--acl", "acl", multiple=True, metavar="ENTRY", callback=acl_option,
                   help="ACL entry for episodes that name none (repeat for more: '*', "
                   "user:<id>, group:<id>, role:<name>). Default: only the loading user "
                   "(user:<--user>), as MCP remember_memory does.")
-    @click.option("--user", default="loader", show_default=True,
+    @click.option("--user", default="loader", show_default=True, callback=user_option,
                   help="Who loads: the author in the ledger and the default reader.")
     @click.option("--batch-size", default=None, type=click.IntRange(1),
                   help="Episodes, then facts, per commit (default: the most one commit "
                   "holds, 1000).")
     @click.option("--branch", default=None, help="Branch (default main).")
-    @settings_options("common", "tables", "embedding")
+    @settings_options("common", "tables", "embedding", "ann")
     def load(path: Path, scope: str, acl: tuple[str, ...], user: str, batch_size: int | None,
              branch: str | None, **kwargs: Any) -> None:
         """Load a folder of text, Markdown and JSONL files (or one such file), many
@@ -212,8 +212,10 @@ def memory_commands(settings_options: SettingsOptions,
     @click.option("--entity", required=True)
     @click.option("--predicate", required=True)
     @click.option("--reason", required=True, help="Why; stored as its own episode.")
-    @click.option("--user", required=True, help="Who closes it (author and reader).")
-    @click.option("--acl", "acl", multiple=True, help="ACL of the reason episode.")
+    @click.option("--user", required=True, callback=user_option,
+                  help="Who closes it (author and reader).")
+    @click.option("--acl", "acl", multiple=True, callback=acl_option,
+                  help="ACL of the reason episode.")
     @click.option("--branch", default=None)
     @click.option("--value", default=None,
                   help="The one value to end, for a many-valued attribute (schema "
@@ -297,7 +299,8 @@ def memory_commands(settings_options: SettingsOptions,
     @click.option("--branch", default=None, help="Branch (default main).")
     @click.option("--at-commit", default=None, help="Commit to hold (default: the head).")
     @click.option("--ttl", required=True, help="Time to live: 30s, 15m, 1h, 7d (max 366d).")
-    @click.option("--user", required=True, help="Who holds it (may renew and release it).")
+    @click.option("--user", required=True, callback=user_option,
+                  help="Who holds it (may renew and release it).")
     @settings_options("common", "tables")
     def pin_create(scope: str, branch: str | None, at_commit: str | None, ttl: str,
                    user: str, **kwargs: Any) -> None:
@@ -313,7 +316,7 @@ def memory_commands(settings_options: SettingsOptions,
     @pin.command("renew")
     @click.argument("pin_id")
     @click.option("--ttl", required=True, help="New time to live, from now.")
-    @click.option("--user", required=True, help="The pin's creator.")
+    @click.option("--user", required=True, callback=user_option, help="The pin's creator.")
     @settings_options("common", "tables")
     def pin_renew(pin_id: str, ttl: str, user: str, **kwargs: Any) -> None:
         """Extend a live pin: it now expires ttl from now."""
@@ -326,7 +329,7 @@ def memory_commands(settings_options: SettingsOptions,
 
     @pin.command("release")
     @click.argument("pin_id")
-    @click.option("--user", required=True, help="The pin's creator.")
+    @click.option("--user", required=True, callback=user_option, help="The pin's creator.")
     @settings_options("common", "tables")
     def pin_release(pin_id: str, user: str, **kwargs: Any) -> None:
         """Release a pin now: reads through it are refused (PIN_RELEASED), maintenance may
@@ -344,7 +347,8 @@ def memory_commands(settings_options: SettingsOptions,
     @snapshot.command("create")
     @click.option("--scope", "scopes", multiple=True, required=True,
                   help="org/team whose heads to hold (repeat for more).")
-    @click.option("--user", required=True, help="Who holds it (may release it).")
+    @click.option("--user", required=True, callback=user_option,
+                  help="Who holds it (may release it).")
     @settings_options("common", "tables")
     def snapshot_create(scopes: tuple[str, ...], user: str, **kwargs: Any) -> None:
         """Hold the current head of main and of every live branch of each scope; reads
@@ -359,7 +363,8 @@ def memory_commands(settings_options: SettingsOptions,
 
     @snapshot.command("release")
     @click.argument("snapshot_id")
-    @click.option("--user", required=True, help="The snapshot's creator.")
+    @click.option("--user", required=True, callback=user_option,
+                  help="The snapshot's creator.")
     @settings_options("common", "tables")
     def snapshot_release(snapshot_id: str, user: str, **kwargs: Any) -> None:
         """Release a snapshot: reads through it are refused (SNAPSHOT_RELEASED)."""

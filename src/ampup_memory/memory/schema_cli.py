@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps
+from ampup_memory.cliutil import dumps, user_option
 from ampup_memory.memory.cli import SettingsOptions, _service
 from ampup_memory.settings import Settings
 
@@ -68,7 +68,7 @@ def schema_commands(settings_options: SettingsOptions,
                                                     path_type=Path),
                   default=None, help="A schema JSON file.")
     @click.option("--branch", default=None)
-    @click.option("--user", default="admin", show_default=True,
+    @click.option("--user", default="admin", show_default=True, callback=user_option,
                   help="The ledger's author (the CLI is admin).")
     @settings_options("common", "tables")
     def set_(scope: str, builtin: str | None, path: Path | None, branch: str | None,

@@ -534,7 +534,7 @@ def set_schema(svc: MemoryService, user: str, scope_text: str,
     hold that version yet) and the fact naming it, in one commit. The same schema again
     commits nothing."""
     from ampup_memory.memory.episode_types import by_name
-    from ampup_memory.memory.episodes import EpisodeIn, prepare
+    from ampup_memory.memory.episodes import MAX_BODY_BYTES, EpisodeIn, prepare
     from ampup_memory.memory.ledger import new_commit_id
     from ampup_memory.memory.scopes import parse_branch, parse_scope
     from ampup_memory.memory.service import _HeldMeanwhile
@@ -547,6 +547,10 @@ def set_schema(svc: MemoryService, user: str, scope_text: str,
     scope, branch = parse_scope(scope_text), parse_branch(req.branch)
     ns = str(scope)
     body = schema.body()
+    if len(body.encode("utf-8")) > MAX_BODY_BYTES:  # stored as an episode: its limit holds
+        raise field_error(["schema"], f"a schema is stored as at most {MAX_BODY_BYTES} "
+                          f"bytes of JSON; this one takes {len(body.encode('utf-8'))}: "
+                          "fewer entity types, attributes or enum values", "schema_invalid")
     kind = by_name("schema")
     with svc._write_lock:
         while True:

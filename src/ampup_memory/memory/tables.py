@@ -58,7 +58,7 @@ from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
 from ampup_memory.memory.warehouse import catalog_properties
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
-from ampup_memory.settings import Settings, mask_uri
+from ampup_memory.settings import Settings, mask_secrets, mask_uri
 from ampup_memory.sqlite_connections import enable_wal
 
 CATALOG_NAME = "ampup"
@@ -246,10 +246,8 @@ def open_catalog(settings: Settings) -> SqlCatalog:
             properties["pool_pre_ping"] = "true"  # survive a database restart
         return Catalog(CATALOG_NAME, uri=url, **properties)
     except Exception as exc:  # the driver's own error names what is wrong
-        said = str(exc)
-        password = urlsplit(uri).password
-        if password:  # the driver may quote the URI it was given
-            said = said.replace(password, "•••")
+        # the driver may quote the URI it was given
+        said = mask_secrets(str(exc), [urlsplit(uri).password])
         raise ConfigurationError(
             f"cannot open the Iceberg catalog {mask_uri(uri)!r}: {said}") from exc
 
@@ -387,9 +385,7 @@ class MemoryTables:
             tables.ensure_namespace(SYSTEM_NAMESPACE, SYSTEM_TABLES)
         except OSError as exc:  # the warehouse's own error: no bucket, refused, no access
             tables.close()
-            said = " ".join(str(exc).split())
-            if settings.s3_secret_access_key:
-                said = said.replace(settings.s3_secret_access_key, "•••")
+            said = mask_secrets(" ".join(str(exc).split()), [settings.s3_secret_access_key])
             raise ConfigurationError(
                 f"cannot use the Iceberg warehouse {mask_uri(settings.resolved_warehouse)!r}: "
                 f"{said} (`ampup-memory doctor` checks every engine)") from exc

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps, progress, task_progress
+from ampup_memory.cliutil import dumps, progress, task_progress, user_option
 from ampup_memory.memory.cli import SettingsOptions, _fail, _service
 from ampup_memory.settings import Settings
 
@@ -25,7 +25,8 @@ def workspace_commands(settings_options: SettingsOptions,
     @workspace.command("create")
     @click.argument("name")
     @click.option("--ttl", required=True, help="Time to live: 30m, 1h, 7d, 1d12h …")
-    @click.option("--user", required=True, help="Who creates it (it is theirs to delete).")
+    @click.option("--user", required=True, callback=user_option,
+                  help="Who creates it (it is theirs to delete).")
     @click.option("--max-scopes", type=int, default=None, help="Cap on scopes.")
     @click.option("--max-episodes", type=int, default=None, help="Cap on episodes.")
     @click.option("--max-facts", type=int, default=None, help="Cap on facts.")
@@ -35,7 +36,6 @@ def workspace_commands(settings_options: SettingsOptions,
                max_episodes: int | None, max_facts: int | None, max_bytes: int | None,
                **kwargs: Any) -> None:
         """Create a workspace; prints it (its id is its org: use <id>/<team> scopes)."""
-        from ampup_memory.memory.acl import require_id
         from ampup_memory.memory.service import build
         from ampup_memory.memory.workspaces import CreateWorkspace
 
@@ -44,12 +44,12 @@ def workspace_commands(settings_options: SettingsOptions,
                                   ("facts", max_facts), ("bytes", max_bytes))
                 if v is not None}
         with _service(settings) as svc:
-            require_id(user, ["user"], "user id")
             req = build(CreateWorkspace, name=name, ttl=ttl, caps=caps or None)
             click.echo(dumps(svc.workspaces.create(user, req)))
 
     @workspace.command("list")
-    @click.option("--user", default=None, help="Only this user's (default: everyone's).")
+    @click.option("--user", default=None, callback=user_option,
+                  help="Only this user's (default: everyone's).")
     @settings_options("common", "tables")
     def list_(user: str | None, **kwargs: Any) -> None:
         """Live workspaces with their caps and usage, as JSON."""
@@ -73,7 +73,7 @@ def workspace_commands(settings_options: SettingsOptions,
 
     @workspace.command("delete")
     @click.argument("workspace_id")
-    @settings_options("common", "tables")
+    @settings_options("common", "tables", "embedding", "ann", "lease")
     def delete(workspace_id: str, **kwargs: Any) -> None:
         """Delete a workspace now: every scope, file and index row of it."""
         from ampup_memory.search.feed import attached_feed
@@ -83,7 +83,7 @@ def workspace_commands(settings_options: SettingsOptions,
             click.echo(dumps(svc.workspaces.delete("cli", workspace_id, admin=True)))
 
     @workspace.command("gc")
-    @settings_options("common", "tables")
+    @settings_options("common", "tables", "embedding", "ann", "lease")
     def gc(**kwargs: Any) -> None:
         """Drop expired and deleted workspaces (and what a cut-short drop left behind)."""
         from ampup_memory.search.feed import attached_feed

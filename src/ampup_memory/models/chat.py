@@ -13,7 +13,6 @@ pending for a later pass. Nothing here writes anything.
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 import time
@@ -26,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 
 from ampup_memory.errors import ServiceUnavailable
 from ampup_memory.settings import Settings
+from ampup_memory.web import jsontext
 
 T = TypeVar("T", bound=BaseModel)
 
@@ -93,9 +93,12 @@ _FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
 def parse_answer(text: str, answer: type[T]) -> T:
     """The model's text as ``answer``; a fenced ```json block is unwrapped first.
 
-    Raises ValueError (bad JSON) or pydantic's ValidationError (wrong shape)."""
+    Raises ValueError (bad JSON, or nested deeper than any answer: read by the server's one
+    JSON reader, which never recurses into it) or pydantic's ValidationError (wrong shape).
+    NaN and huge numbers are kept, so the candidate holding one is rejected alone."""
     fenced = _FENCE.match(text)
-    return answer.model_validate(json.loads(fenced.group(1) if fenced else text))
+    return answer.model_validate(jsontext.loads(fenced.group(1) if fenced else text,
+                                                "the model's answer", finite=False))
 
 
 class OpenAIChat:

@@ -23,7 +23,7 @@ def ops_commands(settings_options: SettingsOptions,
 
     @click.command("backup")
     @click.argument("dest", type=click.Path(file_okay=False, path_type=Path))
-    @settings_options("common", "cells", "tables")
+    @settings_options("common", "cells", "tables", "lease")
     def backup(dest: Path, **kwargs: Any) -> None:
         """Copy the embedded stores (AMP cells, Iceberg tables) into DEST, a new folder.
 
@@ -47,7 +47,7 @@ def ops_commands(settings_options: SettingsOptions,
 
     @click.command("restore")
     @click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
-    @settings_options("common", "cells", "tables", "embedding")
+    @settings_options("common", "cells", "tables", "embedding", "ann")
     def restore(src: Path, **kwargs: Any) -> None:
         """Restore a backup from SRC into a fresh home, then rebuild the indexes.
 

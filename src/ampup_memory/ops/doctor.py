@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ampup_memory.settings import MODEL_ROLES, Settings, mask_uri
+from ampup_memory.settings import MODEL_ROLES, Settings, mask_secrets, mask_uri
 
 CONNECT_TIMEOUT_SECONDS = 5
 
@@ -219,7 +219,4 @@ def run_check(check: Check, secrets: list[str]) -> Result:
     try:
         return Result(check, True, check.run())
     except Exception as exc:  # each engine's own error says what is wrong; one line of it
-        said = _one_line(exc)
-        for secret in secrets:
-            said = said.replace(secret, "•••")
-        return Result(check, False, said)
+        return Result(check, False, mask_secrets(_one_line(exc), list(secrets)))

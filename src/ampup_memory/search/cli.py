@@ -26,7 +26,7 @@ def search_commands(settings_options: SettingsOptions,
 
     @index.command("rebuild")
     @click.option("--scope", default=None, help="Only this org/team (default: every scope).")
-    @settings_options("common", "tables", "embedding")
+    @settings_options("common", "tables", "embedding", "ann")
     def rebuild(scope: str | None, **kwargs: Any) -> None:
         """Recreate the search index from the Iceberg tables alone.
 
