@@ -68,6 +68,23 @@ def spent_ms(before: dict[int, int], after: dict[int, int]) -> float:
     return sum(after[p] - before[p] for p in before.keys() & after.keys()) * TICK_MS
 
 
+def statement_timer(plain: Any, per_stmt: dict[str, list[float]]) -> Any:
+    """The store's ``_execute``, each statement's wall ms kept under a short name."""
+    def execute(conn: Any, sql: str, params: Any = ()) -> Any:
+        t = time.perf_counter()
+        cur = plain(conn, sql, params)
+        name = ("postings count" if "tsv @@" in sql and sql.startswith("SELECT count(*)") else
+                "count probe" if sql.startswith("SELECT count(*)") else
+                "keyword" if "ts_rank" in sql else
+                "rescore" if "c.id = ANY" in sql else
+                "nearest" if "ORDER BY" in sql else
+                "page" if "id = ANY" in sql else sql[:30])
+        per_stmt[name].append((time.perf_counter() - t) * 1000)
+        return cur
+
+    return execute
+
+
 def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]],
                  data_dir: str) -> dict[str, Any]:
     """One pass of ``search_candidates`` over ``qs``: recall@10, wall and CPU, and each
@@ -75,17 +92,7 @@ def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]
     per_stmt: dict[str, list[float]] = defaultdict(list)
     plain = store._execute
 
-    def execute(conn: Any, sql: str, params: Any = ()) -> Any:
-        t = time.perf_counter()
-        cur = plain(conn, sql, params)
-        if "hnsw.ef_search" not in sql and "iterative_scan" not in sql:
-            name = ("count probe" if sql.startswith("SELECT count(*)") else
-                    "rescore" if "c.id = ANY" in sql else
-                    "nearest" if "ORDER BY" in sql else sql[:30])
-            per_stmt[name].append((time.perf_counter() - t) * 1000)
-        return cur
-
-    store._execute = execute
+    store._execute = statement_timer(plain, per_stmt)
     hits, wall, cpu = 0, [], []
     t0 = server_ticks(data_dir)
     try:
@@ -151,6 +158,45 @@ def buffers(uri: str, store: Any, qs: Any, ef: int, kind: str) -> dict[str, floa
     return {"hit_per_query": round(hit / len(qs)), "read_per_query": round(read / len(qs))}
 
 
+def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
+                   data_dir: str) -> dict[str, Any]:
+    """``AmpService.search`` (10 hits: the query embedded, the keyword and vector steps,
+    fusion, the page's cells read) for each text, after an untimed pass over 50."""
+    from ampup_memory.amp.model import SearchRequest
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+
+    home = work / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    rt = open_runtime(load_settings(home=str(home), store_uri=uri))
+    try:
+        reqs = [SearchRequest(query=t, owner_id=owner) for t in texts]
+        for req in reqs[:50]:
+            rt.amp.search("agent_bench_1", req)
+        wall, cpu = [], []
+        per_stmt: dict[str, list[float]] = defaultdict(list)
+        store = rt.store
+        plain = store._execute  # type: ignore[attr-defined]
+        store._execute = statement_timer(plain, per_stmt)  # type: ignore[attr-defined]
+        t0 = server_ticks(data_dir)
+        for req in reqs:
+            t, c = time.perf_counter(), time.process_time()
+            rt.amp.search("agent_bench_1", req)
+            cpu.append((time.process_time() - c) * 1000)
+            wall.append((time.perf_counter() - t) * 1000)
+        server = spent_ms(t0, server_ticks(data_dir)) / len(reqs)
+        store._execute = plain  # type: ignore[attr-defined]
+    finally:
+        rt.close()
+    # A statement's total per search (the postings count runs for uncounted words only).
+    return {"p50_ms": round(statistics.median(wall), 2), "p95_ms": round(_pct(wall, 0.95), 2),
+            "client_cpu_p50_ms": round(statistics.median(cpu), 2),
+            "server_cpu_ms_per_query": round(server, 2),
+            "statements_ms_per_search": {k: round(sum(v) / len(reqs), 2)
+                                         for k, v in per_stmt.items()},
+            "load": round(os.getloadavg()[0], 2)}
+
+
 def halved(store: Any, d: int) -> None:
     """The store's HNSW statement asked of an index on ``embedding::halfvec(d)`` (built by
     hand beforehand: ``cells_embedding_hnsw_half_<d>``), its cast the only change; the
@@ -164,6 +210,16 @@ def halved(store: Any, d: int) -> None:
         return plain(conn, sql, params)
 
     store._execute = execute
+
+
+def prewarm(uri: str, d: int) -> None:
+    """pg_prewarm the cells' HNSW index, then the table (as much as the buffers hold)."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        conn.execute("SELECT pg_prewarm(%s::regclass), pg_prewarm('cells')",
+                     (f"cells_embedding_hnsw_{d}",))
 
 
 def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:
@@ -195,6 +251,12 @@ def main() -> None:
     parser.add_argument("--floors", default="100,200,300,400")
     parser.add_argument("--owner", action="store_true",
                         help="also the 8 %% owner, exact and through HNSW")
+    parser.add_argument("--prewarm", action="store_true",
+                        help="read the HNSW index and the cells table into shared buffers"
+                        " after each restart (pg_prewarm), as a server that has run a while")
+    parser.add_argument("--whole", action="store_true",
+                        help="also whole AMP searches (`AmpService.search`, 10 hits) per"
+                        " shared_buffers, at the product's own ef_search")
     parser.add_argument("--out", default="pg_cell_speed_300k.json")
     args = parser.parse_args()
 
@@ -211,8 +273,8 @@ def main() -> None:
     saved = json.loads((args.work / f"urls_{args.rows}.json").read_text())
     data = args.work / "pg" / "main" / "pgdata"
     vecs = embedded(args.text_file, args.rows, args.work)
-    qs = np.asarray(WordLlamaEmbedder().embed(
-        text_queries(args.text_file, args.queries, 11)), dtype=np.float32)
+    texts = text_queries(args.text_file, args.queries, 11)
+    qs = np.asarray(WordLlamaEmbedder().embed(texts), dtype=np.float32)
     ids = saved["ids"]
     owners = np.asarray([owner_of(i) for i in range(args.rows)])
     big = np.flatnonzero(owners == BIG_OWNER)
@@ -226,7 +288,16 @@ def main() -> None:
     keep_floor, keep_limit = ann.PG_EF_SEARCH, pgstore.OWNER_EXACT_LIMIT
     for sb in args.shared_buffers.split(","):
         restart(admin_url, data, {"shared_buffers": sb})
-        for kind in args.kinds.split(","):
+        if args.prewarm:
+            prewarm(saved["cells"], int(vecs.shape[1]))
+        if args.whole:
+            whole = {"shared_buffers": sb,
+                     "search": whole_searches(saved["cells"], args.work, texts, None, str(data)),
+                     "search_owner_8pct": whole_searches(saved["cells"], args.work, texts,
+                                                         BIG_OWNER, str(data))}
+            print(json.dumps(whole), file=sys.stderr, flush=True)
+            out.setdefault("whole", []).append(whole)
+        for kind in [k for k in args.kinds.split(",") if k not in ("", "none")]:
             store = pgstore.PostgresStore(saved["cells"], int(vecs.shape[1]),
                                           ann_params=GraphParams(32, 128))
             if kind == "halfvec":
