@@ -17,10 +17,19 @@ the same held-out real-text queries (`amp_ann_bench.text_queries`, seed 11) thro
 * ``EXPLAIN (ANALYZE, BUFFERS)`` of the HNSW scan over the first 50 queries: shared
   buffers hit and read per query (a read is a page copied in from the OS page cache).
 
-Each series runs once untimed first (so "warm" means: this series' pages were read once).
+Each series runs once untimed first (so "warm" means: this series' pages were read once);
+``--prewarm`` reads the index and table into the buffers after each restart instead, as
+on a server that has run a while. ``--whole`` adds whole AMP searches per setting
+(`AmpService.search`, 10 hits, at the product's own ef_search), each statement's wall
+time summed per search. ``--kinds halfvec`` needs the index made by hand first:
+``CREATE INDEX cells_embedding_hnsw_half_256 ON cells USING hnsw
+((embedding::halfvec(256)) halfvec_cosine_ops) WITH (m = 32, ef_construction = 128)
+WHERE vector_dims(embedding) = 256``.
 
     nice -n 10 env OPENBLAS_NUM_THREADS=1 PYTHONPATH=src:. python -m benchmarks.pg_cell_speed \\
-        --text-file /tmp/lead/pieces.jsonl --rows 300000 --work /tmp/pgspeed19/w300
+        --text-file /tmp/lead/pieces.jsonl --rows 300000 --work /tmp/pgspeed19/w300 --owner
+    ... --rows 960000 --work /tmp/pgspeed19/w960 --shared-buffers 4GB,128MB --kinds vector \\
+        --floors 200,300,400 --owner --whole --prewarm --out pg_cell_speed_960k.json
 """
 
 from __future__ import annotations
