@@ -307,7 +307,10 @@ class PostgresStore:
         """Say at start when the HNSW index outgrows ``shared_buffers``: the server's
         setting, not ours, and the largest cost of a search at scale (300k cells: 37 against
         15 ms of server CPU per unfiltered search, docs/performance.md)."""
-        memory = self.vector_memory()
+        try:
+            memory = self.vector_memory()
+        except ServiceUnavailable:
+            return  # only a diagnostic: the next request reports the outage itself
         if memory is not None and memory["hnsw_index"] > memory["shared_buffers"]:
             log.warning(
                 "the cells' HNSW index (%d MB) is larger than PostgreSQL's shared_buffers"
@@ -780,8 +783,9 @@ class PostgresStore:
         table (its rows are read for every hit, and for every cell an exact owner
         search ranks) and the server's ``shared_buffers``. The 128 MB default is smaller
         than the index from about 80,000 cells of 256 dimensions, and then most of a
-        search's pages are copied in from outside PostgreSQL's buffers: at 300k cells
-        twice the server CPU of a search whose pages stay in them (docs/operations.md)."""
+        search's pages are copied in from outside PostgreSQL's buffers: at 300k cells more
+        than twice the server CPU of a search whose pages stay in them
+        (docs/operations.md)."""
         d = self.dimensions
         with self._conn() as conn:
             row = conn.execute(
