@@ -210,6 +210,36 @@ def test_wire_identical_across_stores(tmp_path: Path, postgres: PostgresFactory)
         pg.close()
 
 
+@pytest.mark.postgres
+def test_postgres_reports_its_hnsw_index_beside_shared_buffers(
+        postgres: PostgresFactory) -> None:
+    """What decides whether a search reads outside PostgreSQL's buffers (the default
+    128 MB holds the HNSW index of only about 80,000 cells of 256 dimensions): the
+    index's and the table's bytes beside the server's ``shared_buffers``, which
+    `GET /status` shows as ``stores.amp.vector_memory``."""
+    url = postgres.new_database("buffers")
+    pg = open_store(url, DIMS)
+    try:
+        empty = pg.vector_memory()
+        assert empty is not None
+        for n in range(1, 301):
+            add(pg, make(n, f"cell number {n} about tea and trains"))
+        memory = pg.vector_memory()
+        with psycopg.connect(url) as conn:
+            shown = str(conn.execute("SHOW shared_buffers").fetchone()[0])  # type: ignore[index]
+            index = conn.execute(
+                "SELECT pg_relation_size('cells_embedding_hnsw_256')").fetchone()
+    finally:
+        pg.close()
+    number, unit = int(shown.rstrip("kMGB")), shown.lstrip("0123456789")
+    assert memory is not None
+    assert memory["shared_buffers"] == number * {"kB": 1 << 10, "MB": 1 << 20,
+                                                 "GB": 1 << 30}[unit]
+    assert index is not None and memory["hnsw_index"] == index[0]
+    assert memory["hnsw_index"] > empty["hnsw_index"] > 0  # 300 vectors in the graph
+    assert memory["table"] > empty["table"]
+
+
 def test_get_many(store: CellStore) -> None:
     for n in (1, 2, 3):
         add(store, make(n, f"cell {n}"))

@@ -78,7 +78,8 @@ def collect(runtime: Runtime, feed: Feed | None = None,
         "stores": {
             "amp": {**_store(settings.resolved_store_uri), "cells": runtime.store.count(),
                     "graphs": runtime.store.graphs(),
-                    # Bytes of cell vectors in this process (None: in PostgreSQL).
+                    # Bytes of cell vectors in this process; on PostgreSQL the HNSW index,
+                    # the cells table and shared_buffers.
                     "vector_memory": runtime.store.vector_memory()},
             "catalog": _store(settings.resolved_catalog_uri),
             "warehouse": {"location": mask_uri(warehouse),

