@@ -230,7 +230,7 @@ def test_a_schema_too_large_to_store_is_a_422_not_a_500(m: Memory) -> None:
     code, kind, msg = err(r)
     assert (code, kind) == (422, "schema_invalid"), r.text
     assert "1000000 bytes" in msg and r.json()["error"]["details"]["errors"][0]["loc"] == [
-        "schema"], r.text
+        "body", "schema"], r.text
     assert get_schema(m, scope)["schema"] is None
     big["entities"] = big["entities"][:5]  # the same shape, smaller: accepted
     assert put_schema(m, scope, schema=big).status_code == 200
