@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ampup_memory.cliutil import dumps, progress
-from ampup_memory.memory.cli import _service
+from ampup_memory.memory.cli import _service, existing_scope
 from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
     from ampup_memory.memory.cli import SettingsOptions
-    from ampup_memory.memory.scopes import Scope
 
 
 def advice_commands(settings_options: SettingsOptions,
@@ -40,7 +39,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = _scope(scope)
+            only = existing_scope(svc, scope) if scope else None
             model = chat_model(settings, Role.JUDGE)
             with progress() as bar:
                 task = bar.add_task("judging sessions", total=None)
@@ -63,7 +62,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = _scope(scope)
+            only = existing_scope(svc, scope) if scope else None
             embedder = build_embedder(settings)
             with progress() as bar:
                 task = bar.add_task("clustering scopes", total=None)
@@ -87,7 +86,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = _scope(scope)
+            only = existing_scope(svc, scope) if scope else None
             with progress() as bar:
                 task = bar.add_task("learning notes", total=None)
                 report = learn_pass(svc, chat_model(settings, Role.LEARN),
@@ -112,7 +111,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = _scope(scope)
+            only = existing_scope(svc, scope) if scope else None
             model = chat_model(settings, Role.COMPILE)
             if model is None:
                 report = compile_pass(svc, None, build_embedder(settings), only)
@@ -127,8 +126,3 @@ def advice_commands(settings_options: SettingsOptions,
 
     return [advice]
 
-
-def _scope(text: str | None) -> Scope | None:
-    from ampup_memory.memory.scopes import parse_scope
-
-    return parse_scope(text, "--scope") if text else None

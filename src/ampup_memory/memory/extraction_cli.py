@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ampup_memory.cliutil import dumps
-from ampup_memory.memory.cli import SettingsOptions, _service
+from ampup_memory.memory.cli import SettingsOptions, _service, existing_scope
 from ampup_memory.memory.extraction import DEFAULT_BATCH
 from ampup_memory.settings import Settings
 
@@ -38,13 +38,12 @@ def extraction_commands(settings_options: SettingsOptions,
         scope. Exits 2 when the model failed (the episodes stay pending)."""
         from ampup_memory.cliutil import fail, progress
         from ampup_memory.memory.extraction import NO_MODEL, extractor
-        from ampup_memory.memory.scopes import parse_scope
 
         settings = settings_from(kwargs)
         failed = False
         with _service(settings) as svc:
-            if scope is not None:  # a bad one is refused with or without a model
-                parse_scope(scope)
+            if scope is not None:  # a bad or unknown one is refused with or without a model
+                existing_scope(svc, scope)
             ex = extractor(svc, settings)
             if ex.model is None:
                 click.echo(dumps({"model": NO_MODEL, "read": 0}))
