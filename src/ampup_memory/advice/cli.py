@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ampup_memory.cliutil import dumps, progress
+from ampup_memory.cliutil import dumps, fail_if_model_failed, progress
 from ampup_memory.memory.cli import _service, existing_scope
 from ampup_memory.settings import Settings
 
@@ -47,6 +47,8 @@ def advice_commands(settings_options: SettingsOptions,
                                     on_total=lambda n: bar.update(task, total=n),
                                     on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
+        fail_if_model_failed(report["failed"], "session(s)",
+                             "they stay pending for the next pass")
 
     @advice.command("cluster")
     @click.option("--scope", default=None, help="Only this org/team.")
@@ -94,6 +96,8 @@ def advice_commands(settings_options: SettingsOptions,
                                     settings.advice_min_runs_for_note, only,
                                     on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
+        fail_if_model_failed(sum(s["failed"] for s in report["scopes"]), "situation(s)",
+                             "they are tried again next pass")
 
     @advice.command("compile")
     @click.option("--scope", default=None, help="Only this org/team.")
@@ -123,6 +127,8 @@ def advice_commands(settings_options: SettingsOptions,
                     report = compile_pass(svc, model, embedder, only,
                                           on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
+        fail_if_model_failed(sum(s["failed"] for s in report["scopes"]), "scope(s)",
+                             "they keep their procedures until the next pass")
 
     return [advice]
 

@@ -36,11 +36,11 @@ def extraction_commands(settings_options: SettingsOptions,
         """Read pending episodes with the extract model and write the facts it finds that
         check out (quote in the cited unit, value valid for the schema); one JSON line per
         scope. Exits 2 when the model failed (the episodes stay pending)."""
-        from ampup_memory.cliutil import fail, progress
+        from ampup_memory.cliutil import fail_if_model_failed, progress
         from ampup_memory.memory.extraction import NO_MODEL, extractor
 
         settings = settings_from(kwargs)
-        failed = False
+        failed = 0
         with _service(settings) as svc:
             if scope is not None:  # a bad or unknown one is refused with or without a model
                 existing_scope(svc, scope)
@@ -63,8 +63,7 @@ def extraction_commands(settings_options: SettingsOptions,
                         bar.remove_task(task)
                         continue
                     click.echo(dumps({"scope": name, **out.wire()}))
-                    failed = failed or out.error is not None
-        if failed:
-            fail("the model failed; the episodes it did not read stay pending")
+                    failed += out.error is not None
+        fail_if_model_failed(failed, "scope(s)", "the episodes it did not read stay pending")
 
     return [extract]
