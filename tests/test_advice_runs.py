@@ -267,8 +267,9 @@ def test_model_down_writes_nothing_and_the_session_is_judged_later(
     ses = _ended_session(m, srv, scope, ["note_x"])
     commits = len(m.ledger(scope))
     model = chat_model(srv.settings(), Role.JUDGE)
+    # A reward of true is no number (Python read it as 1.0, a full reward).
     for failure in ({"status": 500}, {"reply": "no JSON here"},
-                    {"reply": {"reward": 3, "notes": {}}}):
+                    {"reply": {"reward": 3, "notes": {}}}, {"reply": {"reward": True}}):
         scripted_model.script([], default=failure)
         with srv.service() as svc:
             report = judge_pass(svc, model, svc.view(scope).scope)

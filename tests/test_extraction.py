@@ -160,6 +160,23 @@ def test_checked_facts_are_written_and_the_rest_rejected_per_reason(s: Setup) ->
     assert s.status()["episodes_pending"] == 0
 
 
+def test_a_candidate_of_the_wrong_shape_is_rejected_alone(s: Setup) -> None:
+    """A unit of ``true`` was read as unit 1 (a bool is an int to Python) and its fact
+    written. A unit is a JSON integer: true, 2.0 or "2" is rejected as ``unit_unknown``,
+    a candidate missing a field or not an object as ``candidate_invalid``; the rest of the
+    answer is written, as with every other rejection."""
+    assert s.model is not None
+    s.write()
+    wrong = [{**GOOD[0], "unit": True}, {**GOOD[1], "unit": 2.0}, {**GOOD[1], "unit": "2"},
+             {k: v for k, v in GOOD[0].items() if k != "quote"}, "deal:acme stage won"]
+    s.model.script([], default={"reply": {"facts": [*wrong, *GOOD]}})
+    code, out, err = s.extract()
+    assert code == 0, err
+    assert (out[0]["read"], out[0]["facts_written"]) == (1, 2), out
+    assert out[0]["rejected"] == {"unit_unknown": 3, "candidate_invalid": 2}, out
+    assert sorted(f["cites"][0]["unit"] for f in s.facts()) == [1, 2]
+
+
 FAILURES = {
     "malformed": {"reply": "this is {not json", "status": 200},
     "http500": {"reply": {"error": {"message": "boom"}}, "status": 500},

@@ -51,7 +51,7 @@ from ampup_memory.memory.schemas import (
     schema_at,
 )
 from ampup_memory.memory.scopes import parse_branch, parse_scope
-from ampup_memory.models.chat import ChatModel, ModelUnavailable
+from ampup_memory.models.chat import AnswerInt, ChatModel, ModelUnavailable
 from ampup_memory.progress import Progress
 from ampup_memory.timefmt import utc_text
 
@@ -79,14 +79,29 @@ class Candidate(BaseModel):
     entity: str
     predicate: str
     value: Any
-    unit: int
+    unit: AnswerInt
     quote: str
 
 
 class Answer(BaseModel):
+    """The answer's shape; each candidate is read on its own (`candidate`), so one of the
+    wrong shape is rejected alone, as one with a wrong value is, and the rest is kept."""
+
     model_config = ConfigDict(extra="ignore")
 
-    facts: list[Candidate] = Field(default_factory=list, max_length=MAX_CANDIDATES)
+    facts: list[Any] = Field(default_factory=list, max_length=MAX_CANDIDATES)
+
+
+def candidate(raw: Any) -> tuple[str, Candidate | None]:
+    """One item of ``facts`` as a `Candidate`, or the reason it is rejected: a unit that
+    is no JSON integer names no unit (``unit_unknown``); anything else of the wrong shape
+    (a field missing or of the wrong type, an item that is no object) is
+    ``candidate_invalid``."""
+    try:
+        return "", Candidate.model_validate(raw)
+    except ValidationError as exc:
+        unit_only = all(e["loc"][:1] == ("unit",) for e in exc.errors())
+        return ("unit_unknown" if unit_only else "candidate_invalid"), None
 
 
 SYSTEM = (
@@ -279,8 +294,11 @@ class Extractor:
         items: list[FactIn] = []
         rejected: Counter[str] = Counter()
         seen: set[tuple[str, str, str]] = set()
-        for c in answer.facts:
-            reason, item = self._check(schema, ep, units, c, rule)
+        for raw in answer.facts:
+            reason, c = candidate(raw)
+            item = None
+            if c is not None:
+                reason, item = self._check(schema, ep, units, c, rule)
             if item is None:
                 rejected[reason] += 1
                 continue

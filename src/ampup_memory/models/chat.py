@@ -19,15 +19,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Strict, ValidationError
 
 from ampup_memory.errors import ServiceUnavailable
 from ampup_memory.settings import Settings
 from ampup_memory.web import jsontext
 
 T = TypeVar("T", bound=BaseModel)
+
+# A number in a model's answer is a JSON number. Python (and pydantic's lax mode) reads
+# `true` as 1: a unit of `true` cited unit 1, a reward of `true` was a full reward. Strict
+# also refuses "2" and, for a whole number, 2.0.
+AnswerInt = Annotated[int, Strict()]
+AnswerNumber = Annotated[float, Strict()]
 
 
 class Role(StrEnum):
