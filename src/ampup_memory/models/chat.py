@@ -49,6 +49,11 @@ class ModelUnavailable(ServiceUnavailable):
     code = "MODEL_UNAVAILABLE"
 
 
+class AnswerUnusable(ModelUnavailable):
+    """Every attempt got an answer, none of the asked-for shape: unlike a model that is
+    down, asking again about the same item is likely to give the same answer."""
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where one role's requests go. ``api_key`` is never printed (see `__repr__`)."""
@@ -131,6 +136,7 @@ class OpenAIChat:
     def ask(self, system: str, user: str, answer: type[T]) -> T:
         last: str = "no attempt"
         last_wait: float | None = None
+        unusable = 0  # attempts answered with something not of the asked-for shape
         for attempt in range(self.endpoint.retries + 1):
             if attempt:
                 self._sleep(self._pause(attempt, last_wait))
@@ -161,7 +167,9 @@ class OpenAIChat:
                 last = f"HTTP {exc.status_code}"
             except (ValueError, ValidationError, IndexError, AttributeError) as exc:
                 last = f"answer is not the expected JSON: {_short(exc)}"
-        raise ModelUnavailable(
+                unusable += 1
+        failure = AnswerUnusable if unusable == self.endpoint.retries + 1 else ModelUnavailable
+        raise failure(
             f"model {self.name} gave no usable answer in {self.endpoint.retries + 1} "
             f"attempts; last: {last}")
 
@@ -180,6 +188,13 @@ def _retry_after(response: Any) -> float | None:
 
 
 def _short(exc: Exception) -> str:
+    """The reason in one short line. pydantic's own first line only counts its errors
+    ("1 validation error for Answer"): the first error's place and message say why."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        errors = exc.errors()
+        where = ".".join(str(part) for part in errors[0]["loc"])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"{where + ': ' if where else ''}{errors[0]['msg']}{more}"[:200]
     lines = str(exc).splitlines()
     return (lines[0] if lines else type(exc).__name__)[:200]
 
