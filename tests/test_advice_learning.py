@@ -507,7 +507,10 @@ def test_skills_are_compiled_with_verified_citations(scripted_model: ScriptedMod
          "edge_cases": [
              {"text": "Orders older than 30 days go to finance",
               "cites": cited("ep_refund", 3)},
-             {"text": "VIP customers skip approval", "cites": cited("ep_refund", 9)}]},
+             {"text": "VIP customers skip approval", "cites": cited("ep_refund", 9)},
+             # JSON's true is no unit number (Python read it as unit 1, shown, so kept).
+             {"text": "Refund twice if asked", "cites": [{"episode": "ep_refund",
+                                                          "unit": True}]}]},
         {"name": "Made up", "when": "Never.",
          "steps": [{"id": "s1", "text": "Nothing backs this", "cites": cited("ep_x", 1)}]},
     ]}}])

@@ -29,7 +29,15 @@ from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import Role, chat_model
 from ampup_memory.search.embed import WordLlamaEmbedder
 from ampup_memory.settings import Settings
-from tests.memory_support import BACKENDS, Memory, backend_env, cli_in_process, new_scope, start
+from tests.memory_support import (
+    BACKENDS,
+    Memory,
+    backend_env,
+    cli_in_process,
+    new_scope,
+    run_cli,
+    start,
+)
 from tests.model_support import ScriptedModel
 from tests.test_advice_learning import KINDS, NEW_TASKS, UNRELATED
 from tests.test_mcp import http_client_for, ok
@@ -137,7 +145,11 @@ def test_the_learning_loop(loop: Loop) -> None:
 
     # Model down during learn: nothing half-written, the next pass learns.
     model.script([], default={"status": 500, "reply": "down"})
-    assert loop.learn()["failed"] == 3
+    done = run_cli(loop.home, loop.env, "advice", "learn", "--scope", scope)
+    assert done.returncode == 2, done.stderr  # as `extract`: the model failed on an item
+    assert json.loads(done.stdout)["scopes"][0]["failed"] == 3
+    assert done.stderr.splitlines()[-1] == (
+        "error: the model failed on 3 situation(s); they are tried again next pass")
     assert loop.notes() == {}
     model.script([{"match": f"[kind:{kind}]", "reply": NOTES[kind]} for kind in KINDS])
     done = cli_in_process(loop.home, loop.env, "advice", "learn", "--scope", scope)

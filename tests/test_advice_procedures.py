@@ -7,6 +7,7 @@ absent: nothing is written. Both catalogs.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,13 +155,20 @@ def test_procedures_are_compiled_and_served_until_a_note_is_promoted(proc: Proc)
     # No model: a pass compiles nothing and says so.
     assert proc.in_process("compile", with_model=False) == {
         "scopes": [], "model": None, "message": "no compile model configured: nothing compiled"}
-    # Model down, then garbage: nothing written, tried again by the next pass.
+    # Model down, then garbage: nothing written, tried again by the next pass; the command
+    # exits 2, as `extract` does when the model failed.
     for rules, default in (([], {"status": 500, "reply": "down"}),
                            ([{"match": "refund", "reply": "not json at all"}], None)):
         model.script(rules, default=default)
         report = proc.in_process("compile")
         assert report["scopes"][0]["failed"] == 1 and report["scopes"][0]["committed"] is None
         assert proc.procedures()["version"] is None
+    done = run_cli(proc.home, proc.env, "advice", "compile", "--scope", scope)
+    assert done.returncode == 2, done.stderr
+    assert json.loads(done.stdout)["scopes"][0]["failed"] == 1
+    assert done.stderr.splitlines()[-1] == (
+        "error: the model failed on 1 scope(s); they keep their procedures until the next pass")
+    assert proc.procedures()["version"] is None
 
     # The command compiles; the skill citing a unit never shown is rejected.
     model.script([{"match": "Refunds: check the order", "reply": answer(episode)}])

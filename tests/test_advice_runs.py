@@ -267,8 +267,9 @@ def test_model_down_writes_nothing_and_the_session_is_judged_later(
     ses = _ended_session(m, srv, scope, ["note_x"])
     commits = len(m.ledger(scope))
     model = chat_model(srv.settings(), Role.JUDGE)
+    # A reward of true is no number (Python read it as 1.0, a full reward).
     for failure in ({"status": 500}, {"reply": "no JSON here"},
-                    {"reply": {"reward": 3, "notes": {}}}):
+                    {"reply": {"reward": 3, "notes": {}}}, {"reply": {"reward": True}}):
         scripted_model.script([], default=failure)
         with srv.service() as svc:
             report = judge_pass(svc, model, svc.view(scope).scope)
@@ -280,6 +281,38 @@ def test_model_down_writes_nothing_and_the_session_is_judged_later(
     with srv.service() as svc:
         assert judge_pass(svc, model, svc.view(scope).scope)["judged"] == 1
     assert m.http.get(f"/sessions/{ses}").json()["reward"]["value"] == -0.2
+
+
+def test_the_judge_command_exits_2_when_the_model_failed_on_any_session(
+        srv: Served, scripted_model: ScriptedModel) -> None:
+    """`extract`'s rule, one function for every model pass (`cliutil.fail_if_model_failed`):
+    the report is printed, then one error line and exit 2 when the model failed on any item,
+    however many others it did. `advice judge` exited 0 with ``failed: 3``."""
+    m = srv.m
+    scope = new_scope()
+    sessions = []
+    for task in ("deploy the web tier", "rotate the keys", "restore the replica"):
+        ses = m.http.post("/sessions/start", json={"scope": scope, "task": task}).json()["id"]
+        assert m.http.post("/sessions/end", json={"session": ses, "transcript": "done",
+                                                   "outcome": "ok"}).status_code == 200
+        sessions.append(ses)
+    env = {**srv.env, "AMPUP_MEMORY_MODEL_RETRIES": "0"}
+    scripted_model.script([], default={"status": 500})
+    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    assert done.returncode == 2, done.stderr
+    assert json.loads(done.stdout)["failed"] == 3
+    assert done.stderr.splitlines()[-1] == (
+        "error: the model failed on 3 session(s); they stay pending for the next pass")
+    # One judged, two failed: still 2. All judged: 0.
+    scripted_model.script([{"match": "rotate the keys", "reply": {"reward": 0.5}}],
+                          default={"status": 500})
+    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    assert done.returncode == 2, done.stderr
+    assert (json.loads(done.stdout)["judged"], json.loads(done.stdout)["failed"]) == (1, 2)
+    scripted_model.script([], default={"reply": {"reward": 0.5}})
+    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["judged"] == 2
 
 
 def test_the_judge_command_without_a_model_judges_nothing(srv: Served) -> None:

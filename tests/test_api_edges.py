@@ -14,6 +14,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.extraction_data import BODY, DEALS
 from tests.memory_support import (
     ADMIN_TOKEN,
     BACKENDS,
@@ -23,6 +24,7 @@ from tests.memory_support import (
     run_cli,
     start,
 )
+from tests.model_support import ScriptedModel
 from tests.pg import PostgresFactory
 
 AGENT = {"X-AMP-Agent-ID": "edge-agent"}
@@ -236,24 +238,34 @@ def test_unknown_fields_are_refused_on_ampup_and_ignored_on_amp(m: Memory, uid: 
 # -- 5. the commit's own NUL check names the field -----------------------------------------------
 
 def test_the_commit_nul_check_names_the_row_and_field(
-        served: tuple[Memory, Path, dict[str, str]], tmp_path: Path) -> None:
-    """A request body never carries U+0000 to a commit (it is refused as the body is read);
-    a corpus ``load``, a model's answer can. The commit's last check named the row by its
-    place in an internal list (``body.2.0.body``); it names the commit's part, the row and
-    the field now (``episodes.1.body``), and nothing is written."""
+        served: tuple[Memory, Path, dict[str, str]], scripted_model: ScriptedModel,
+        tmp_path: Path) -> None:
+    """A request body never carries U+0000 to a commit (it is refused as the body is read),
+    nor does a corpus ``load`` (a record holding one is an invalid record) or a model's
+    candidate fact (rejected alone, ``string_nul``). Text from the settings can: a model
+    name from the config file is written on every read mark of an extraction pass. The
+    commit's last check named the row by its place in an internal list (``body.2.0.body``);
+    it names the commit's part, the row and the field now (``reads.0.model``), and nothing
+    is written."""
     m, home, env = served
     scope = new_scope()
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    (corpus / "notes.jsonl").write_text(
-        json.dumps({"source": "doc:fine", "body": "A fine note."}) + "\n"
-        + json.dumps({"source": "doc:bad", "body": "A note with a\x00NUL."}) + "\n")
-    done = run_cli(home, env, "load", str(corpus), "--scope", scope, "--acl", "*")
-    assert done.returncode != 0
-    assert ("text may not contain the NUL character (U+0000); at episodes.1.body"
+    org, team = scope.split("/")
+    r = m.http.put(f"/schemas/{org}/{team}", json={"schema": DEALS}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    assert m.write(scope, BODY, acl=["*"]).status_code == 201
+    scripted_model.script([], default={"reply": {"facts": []}})
+    config = tmp_path / "config.toml"
+    config.write_text('model_name = "scripted\\u0000model"\n')  # TOML's escape
+    model_env = {k: v for k, v in scripted_model.env().items()
+                 if k != "AMPUP_MEMORY_MODEL"}  # the name from the file, not the env
+    commits = len(m.ledger(scope))
+    done = run_cli(home, {**env, **model_env, "AMPUP_MEMORY_MODEL_RETRIES": "0"},
+                   "extract", "--scope", scope, "--config", str(config))
+    assert done.returncode == 2, done.stderr
+    assert len(scripted_model.calls()) == 1  # the model answered; the commit refused
+    assert ("text may not contain the NUL character (U+0000); at reads.0.model"
             in done.stderr), done.stderr
-    listed = m.http.get("/episodes", params={"scope": scope})
-    assert listed.status_code == 404 or listed.json()["episodes"] == [], listed.text
+    assert len(m.ledger(scope)) == commits
 
 
 # -- 6. blank text: the published pattern is the rule ---------------------------------------------

@@ -326,6 +326,28 @@ def test_an_error_before_the_first_bar_is_still_one_line(tmp_path: Path) -> None
                         str(corpus)), "not a backup")
 
 
+def test_an_unknown_scope_is_one_error_line_naming_it(tmp_path: Path) -> None:
+    """`--scope` of a pass names a scope of this home: one it never held is one error line
+    naming it, exit 2 (`advice cluster` reported `no/such` as processed, exit 0; the other
+    passes said nothing). With a model configured or not: the scope is looked up first."""
+    home = tmp_path / "home"
+    env = clean_env(AMPUP_MEMORY_HOME=str(home), AMP_EMBEDDING_PROVIDER="hash",
+                    AMPUP_MEMORY_MODEL_BASE_URL="http://127.0.0.1:9/v1",
+                    AMPUP_MEMORY_MODEL="nowhere", AMPUP_MEMORY_MODEL_RETRIES="0")
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.txt").write_text("hello\n")
+    assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
+    for args in (["advice", "cluster"], ["advice", "judge"], ["advice", "learn"],
+                 ["advice", "compile"], ["maintenance"], ["extract"]):
+        done = cli(env, *args, "--scope", "no/such")
+        _one_error_line(done, "NOT_FOUND", "no/such")
+        assert done.stdout == "", (args, done.stdout)
+    known = cli(env, "advice", "cluster", "--scope", "a/b")
+    assert known.returncode == 0, known.stderr
+    assert json.loads(known.stdout)["scopes"][0]["scope"] == "a/b"
+
+
 def test_a_home_that_cannot_be_made_or_opened_is_one_line(tmp_path: Path) -> None:
     """A home under a file (as a read-only disk or a wrong path gives it), or a store file
     that is not one: every kind of command says so in one line, exit 2."""

@@ -160,6 +160,23 @@ def test_checked_facts_are_written_and_the_rest_rejected_per_reason(s: Setup) ->
     assert s.status()["episodes_pending"] == 0
 
 
+def test_a_candidate_of_the_wrong_shape_is_rejected_alone(s: Setup) -> None:
+    """A unit of ``true`` was read as unit 1 (a bool is an int to Python) and its fact
+    written. A unit is a JSON integer: true, 2.0 or "2" is rejected as ``unit_unknown``,
+    a candidate missing a field or not an object as ``candidate_invalid``; the rest of the
+    answer is written, as with every other rejection."""
+    assert s.model is not None
+    s.write()
+    wrong = [{**GOOD[0], "unit": True}, {**GOOD[1], "unit": 2.0}, {**GOOD[1], "unit": "2"},
+             {k: v for k, v in GOOD[0].items() if k != "quote"}, "deal:acme stage won"]
+    s.model.script([], default={"reply": {"facts": [*wrong, *GOOD]}})
+    code, out, err = s.extract()
+    assert code == 0, err
+    assert (out[0]["read"], out[0]["facts_written"]) == (1, 2), out
+    assert out[0]["rejected"] == {"unit_unknown": 3, "candidate_invalid": 2}, out
+    assert sorted(f["cites"][0]["unit"] for f in s.facts()) == [1, 2]
+
+
 FAILURES = {
     "malformed": {"reply": "this is {not json", "status": 200},
     "http500": {"reply": {"error": {"message": "boom"}}, "status": 500},
@@ -195,6 +212,43 @@ def test_a_failing_model_leaves_the_episode_pending_and_writes_nothing(s: Setup)
     assert out[0]["facts_written"] == 2 and len(s.facts()) == 2
     st = s.status()
     assert (st["episodes_pending"], st["episodes_read"], st["last_error"]) == (0, 1, None)
+
+
+def test_an_answer_refused_on_every_pass_is_set_aside_with_its_reason(s: Setup) -> None:
+    """An answer of 10,000 facts was refused whole as "1 validation error for Answer", no
+    reason given, and its episode, the oldest pending, stopped every pass there: it and
+    every episode after it stayed pending forever. The reason is said now, and after
+    UNUSABLE_PASSES passes whose every attempt got an answer of the wrong shape the episode
+    is set aside: a read mark with no fact (``answer_unusable``), and the pass goes on."""
+    from ampup_memory.memory.extraction import MAX_CANDIDATES, UNUSABLE_PASSES
+
+    assert s.model is not None
+    poison = s.write(BODY + "\n\nA long call.", source="doc:long")
+    fine = s.write(BODY, source="doc:fine")
+    s.model.script([{"match": "A long call", "reply": {"facts": GOOD * 5000}}],
+                   default={"reply": {"facts": GOOD}})
+    reason = f"facts: List should have at most {MAX_CANDIDATES} items after validation, not 10000"
+    for n in range(1, UNUSABLE_PASSES):
+        code, out, err = s.extract()
+        assert code == 2, err
+        assert out[0]["read"] == 0 and reason in out[0]["error"], out
+        st = s.status()
+        assert reason in st["last_error"] and st["episodes_pending"] == 2, (n, st)
+    calls = len(s.model.calls())
+    code, out, err = s.extract()
+    assert code == 0, err
+    assert (out[0]["read"], out[0]["facts_written"], out[0]["pending"]) == (2, 2, 0), out
+    assert out[0]["rejected"] == {"answer_unusable": 1}, out
+    set_aside = [line for line in err.splitlines() if poison in line]
+    assert len(set_aside) == 1 and "WARNING" in set_aside[0] and reason in set_aside[0], err
+    assert len(s.model.calls()) - calls == 3  # the poison's try and retry, then the other
+    assert {f["cites"][0]["episode"] for f in s.facts()} == {fine}
+    st = s.status()
+    assert (st["episodes_pending"], st["rejected"], st["last_error"]) == (
+        0, {"answer_unusable": 1}, None)
+    # Read: the next pass asks nothing.
+    code, out, err = s.extract()
+    assert code == 0 and out[0]["read"] == 0 and len(s.model.calls()) - calls == 3, err
 
 
 def test_a_crash_before_the_ledger_row_leaves_neither_facts_nor_read_marks(s: Setup) -> None:

@@ -101,6 +101,29 @@ def test_reference_keys_file(tmp_path: Path) -> None:
         assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 401
 
 
+def test_a_keys_file_missing_at_start_is_one_warning_line(tmp_path: Path) -> None:
+    """A missing AMP_API_KEYS_FILE is read as empty (the operator may write it later), so a
+    typo in its path locked every agent out with no hint. The server still starts, and says
+    so in one warning line naming the path; the file created later is honoured. Without the
+    setting nothing is said."""
+    keys_file = tmp_path / "typo" / "keys.json"
+    with ServerProcess(tmp_path, env={"AMP_API_KEYS_FILE": str(keys_file)}) as srv:
+        warned = [line for line in srv.log_path.read_text().splitlines()
+                  if "AMP_API_KEYS_FILE" in line]
+        assert len(warned) == 1, srv.log_path.read_text()
+        assert "WARNING" in warned[0] and f"{keys_file} does not exist" in warned[0], warned
+        assert "keys create" in warned[0], warned
+        h = {"X-AMP-Agent-ID": "agent_ref", "X-AMP-API-Key": "ref-secret"}
+        base = srv.url + "/amp/v1"
+        assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 401
+        keys_file.parent.mkdir()
+        keys_file.write_text(json.dumps(
+            {"agent_ref": "sha256:" + hashlib.sha256(b"ref-secret").hexdigest()}))
+        assert httpx.post(f"{base}/memories", json=body("u"), headers=h).status_code == 201
+    with ServerProcess(tmp_path) as srv:
+        assert "AMP_API_KEYS_FILE" not in srv.log_path.read_text()
+
+
 def test_a_running_server_follows_the_keys_file(tmp_path: Path) -> None:
     """docs/security-model.md: the AMP_API_KEYS_FILE is re-read when it changes. A key added is
     honoured on the next request, a key removed refused, even when the new file keeps the

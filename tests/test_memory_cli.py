@@ -20,6 +20,7 @@ from tests.memory_support import (
     bar_line,
     cli_in_process,
     new_scope,
+    run_cli,
     serving,
 )
 
@@ -77,6 +78,36 @@ def test_load_batches_and_rerun_writes_nothing(tmp_path: Path) -> None:
         bad = cli_in_process(home, QUIET, "load", str(corpus), "--scope", "Bad/Scope")
         assert bad.returncode == 2 and "invalid scope" in bad.stderr
         assert bad.stderr.count("\n") == 1, bad.stderr  # one line on stderr, unwrapped
+
+
+def test_a_record_holding_nul_is_one_invalid_record_and_the_rest_loads(tmp_path: Path) -> None:
+    """U+0000 (which no row may hold) in one corpus record stopped the whole `load` at its
+    batch's commit (exit 2, nothing of the batch written). It is an invalid record like the
+    others now: listed by its file and line and the field that holds it, the rest loaded,
+    exit 1. Run as the installed command."""
+    home, corpus, scope = tmp_path / "home", tmp_path / "corpus", new_scope()
+    corpus.mkdir()
+    (corpus / "feed.jsonl").write_text("\n".join([
+        json.dumps({"source": "wiki:fine", "body": "A fine note."}),
+        json.dumps({"source": "wiki:bad", "body": "A note with a\x00NUL."}),
+        json.dumps({"source": "wiki:meta", "body": "Fine text.", "document": "d\x00"}),
+        json.dumps({"fact": {"entity": "acct:acme", "predicate": "note", "value": "x",
+                             "quote": "A fine\x00", "cites": [{"source": "wiki:fine",
+                                                              "unit": 1}]}}),
+        json.dumps({"source": "wiki:after", "body": "Loaded after the bad ones."}),
+    ]) + "\n")
+    (corpus / "nul.txt").write_text("plain text\x00 with a NUL\n")
+    done = run_cli(home, QUIET, "load", str(corpus), "--scope", scope, "--acl", "*")
+    assert done.returncode == 1, done.stderr
+    counts = json.loads(done.stdout)
+    assert (counts["created"], counts["invalid"], counts["facts_invalid"]) == (2, 3, 1), counts
+    nul = "text may not contain the NUL character (U+0000)"
+    for where in ("feed.jsonl:2: body: ", "feed.jsonl:3: document: ",
+                  "feed.jsonl:4: fact.quote: ", "nul.txt: "):
+        assert f"{where}{nul}" in done.stderr, (where, done.stderr)
+    with serving(home, QUIET) as proc:
+        listed = Memory(proc.url).http.get("/episodes", params={"scope": scope}).json()
+    assert sorted(e["source"] for e in listed["episodes"]) == ["wiki:after", "wiki:fine"]
 
 
 def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: Path) -> None:

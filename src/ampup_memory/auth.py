@@ -92,6 +92,12 @@ class KeyRing:
         """
         if self.keys_file is None:
             return
+        if at_start and not self.keys_file.exists():
+            # Not an error (the operator may write the file later), but a typo in the path
+            # would lock every agent out without a word.
+            log.warning("AMP_API_KEYS_FILE %s does not exist: it grants no key until a file "
+                        "is created there; meanwhile only keys made with `ampup-memory keys "
+                        "create` are accepted", self.keys_file)
         try:
             content = self.keys_file.read_bytes() if self.keys_file.exists() else b"{}"
             if content == self._file_content:

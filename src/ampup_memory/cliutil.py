@@ -31,6 +31,16 @@ def fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def fail_if_model_failed(failed: int, items: str, left: str) -> None:
+    """The exit rule of every command that asks a model about items (``extract``; ``advice
+    judge``, ``learn``, ``compile``), called once its report is printed: the model failed
+    on any item, however many others it did, is one error line and exit 2 (a script sees
+    that work was left); none failed, nothing happens (exit 0). ``items`` names what
+    failed (``session(s)``), ``left`` what became of them."""
+    if failed:
+        fail(f"the model failed on {failed} {items}; {left}")
+
+
 INTERRUPTED = 130  # 128 + SIGINT, as shells report a command stopped by Ctrl-C
 _ctrl_c = threading.Event()
 

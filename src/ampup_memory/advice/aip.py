@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ampup_memory.models.chat import ChatModel
+from ampup_memory.models.chat import AnswerInt, ChatModel
 
 STEP_ID = r"^[a-z][a-z0-9_]{0,39}$"
 MAX_UNIT_CHARS = 800
@@ -38,7 +38,7 @@ class Citation(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     episode: str = Field(min_length=1)
-    unit: int = Field(ge=1)
+    unit: AnswerInt = Field(ge=1)
 
 
 class GraphStep(BaseModel):
@@ -112,7 +112,9 @@ class Skill(BaseModel):
 
 class _CitedText(BaseModel):
     text: str = Field(min_length=1, max_length=1000)
-    cites: list[Citation] = Field(default_factory=list)
+    # Each read on its own (`_verified`): a cite of the wrong shape is dropped as one of a
+    # unit never shown is, and the rest of the answer stands.
+    cites: list[Any] = Field(default_factory=list)
 
 
 class _DraftStep(_CitedText):
@@ -176,8 +178,17 @@ def build_prompt(documents: Sequence[SourceDocument]) -> tuple[str, set[Citation
     return "\n".join(parts), shown
 
 
-def _verified(cites: Sequence[Citation], shown: set[Citation]) -> list[Citation]:
-    return list(dict.fromkeys(c for c in cites if c in shown))
+def _verified(cites: Sequence[Any], shown: set[Citation]) -> list[Citation]:
+    """The model's cites that name a unit it was shown, in order, once each."""
+    kept: list[Citation] = []
+    for raw in cites:
+        try:
+            cite = Citation.model_validate(raw)
+        except ValidationError:
+            continue
+        if cite in shown:
+            kept.append(cite)
+    return list(dict.fromkeys(kept))
 
 
 def _contract(edges: list[GraphEdge], dropped: str) -> list[GraphEdge]:

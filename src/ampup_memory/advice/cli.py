@@ -11,13 +11,12 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ampup_memory.cliutil import dumps, progress
-from ampup_memory.memory.cli import _service
+from ampup_memory.cliutil import dumps, fail_if_model_failed, progress
+from ampup_memory.memory.cli import _service, existing_scope
 from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
     from ampup_memory.memory.cli import SettingsOptions
-    from ampup_memory.memory.scopes import Scope
 
 
 def advice_commands(settings_options: SettingsOptions,
@@ -40,7 +39,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = _scope(scope)
+            only = existing_scope(svc, scope) if scope else None
             model = chat_model(settings, Role.JUDGE)
             with progress() as bar:
                 task = bar.add_task("judging sessions", total=None)
@@ -48,6 +47,8 @@ def advice_commands(settings_options: SettingsOptions,
                                     on_total=lambda n: bar.update(task, total=n),
                                     on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
+        fail_if_model_failed(report["failed"], "session(s)",
+                             "they stay pending for the next pass")
 
     @advice.command("cluster")
     @click.option("--scope", default=None, help="Only this org/team.")
@@ -63,7 +64,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = _scope(scope)
+            only = existing_scope(svc, scope) if scope else None
             embedder = build_embedder(settings)
             with progress() as bar:
                 task = bar.add_task("clustering scopes", total=None)
@@ -87,7 +88,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = _scope(scope)
+            only = existing_scope(svc, scope) if scope else None
             with progress() as bar:
                 task = bar.add_task("learning notes", total=None)
                 report = learn_pass(svc, chat_model(settings, Role.LEARN),
@@ -95,6 +96,8 @@ def advice_commands(settings_options: SettingsOptions,
                                     settings.advice_min_runs_for_note, only,
                                     on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
+        fail_if_model_failed(sum(s["failed"] for s in report["scopes"]), "situation(s)",
+                             "they are tried again next pass")
 
     @advice.command("compile")
     @click.option("--scope", default=None, help="Only this org/team.")
@@ -112,7 +115,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = _scope(scope)
+            only = existing_scope(svc, scope) if scope else None
             model = chat_model(settings, Role.COMPILE)
             if model is None:
                 report = compile_pass(svc, None, build_embedder(settings), only)
@@ -124,11 +127,8 @@ def advice_commands(settings_options: SettingsOptions,
                     report = compile_pass(svc, model, embedder, only,
                                           on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
+        fail_if_model_failed(sum(s["failed"] for s in report["scopes"]), "scope(s)",
+                             "they keep their procedures until the next pass")
 
     return [advice]
 
-
-def _scope(text: str | None) -> Scope | None:
-    from ampup_memory.memory.scopes import parse_scope
-
-    return parse_scope(text, "--scope") if text else None

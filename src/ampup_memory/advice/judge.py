@@ -38,7 +38,7 @@ from ampup_memory.memory.readindex import DEFAULT_LEASE, lease_holder
 from ampup_memory.memory.scopes import Scope, parse_scope
 from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
-from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
+from ampup_memory.models.chat import AnswerNumber, ChatModel, ModelUnavailable, Role, chat_model
 from ampup_memory.settings import Settings
 
 log = logging.getLogger("ampup_memory.advice")
@@ -64,7 +64,7 @@ class NoteVerdict(BaseModel):
 
 
 class JudgeAnswer(BaseModel):
-    reward: float = Field(ge=-1.0, le=1.0, allow_inf_nan=False)
+    reward: AnswerNumber = Field(ge=-1.0, le=1.0, allow_inf_nan=False)
     reason: str = Field(default="", max_length=2000)
     notes: dict[str, NoteVerdict] = Field(default_factory=dict)
 

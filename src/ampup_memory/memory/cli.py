@@ -26,6 +26,7 @@ from ampup_memory.timefmt import duration_seconds
 if TYPE_CHECKING:
     from ampup_memory.memory.facts import FactIn
     from ampup_memory.memory.load import CiteTargets, Item
+    from ampup_memory.memory.scopes import Scope
     from ampup_memory.memory.service import MemoryService
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,6 +77,20 @@ def _service(settings: Settings, *, replace_newer_index: bool = False
         _fail(_amp_message(exc))
     finally:
         svc.close()
+
+
+def existing_scope(svc: MemoryService, text: str) -> Scope:
+    """A pass's ``--scope`` (maintenance, extract, the advice passes): valid by the scope
+    rule, and a scope this home holds. One it never held is NOT_FOUND (one error line,
+    exit 2), not a pass over nothing reported as done: a typo must not pass for success."""
+    from ampup_memory.errors import NotFound
+    from ampup_memory.memory.scopes import parse_scope
+
+    scope = parse_scope(text, "--scope")
+    if scope not in svc.tables.scopes():
+        raise NotFound(f"No scope {scope} in this home: a scope is made by its first write.",
+                       details={"scope": str(scope)})
+    return scope
 
 
 def parse_duration(text: str) -> timedelta:
@@ -272,13 +287,11 @@ def memory_commands(settings_options: SettingsOptions,
     def maintenance(scope: str | None, orphan_grace: str | None, rebuild_index: bool,
                     **kwargs: Any) -> None:
         """Remove orphan rows and files, compact small files, expire old snapshots."""
-        from ampup_memory.memory.scopes import parse_scope
-
         settings = settings_from(kwargs)
         grace = (parse_duration(orphan_grace) if orphan_grace is not None
                  else timedelta(seconds=settings.memory_orphan_grace_seconds))
         with _service(settings) as svc, _progress() as progress:
-            only = parse_scope(scope, "--scope") if scope else None
+            only = existing_scope(svc, scope) if scope else None
             task = progress.add_task("maintenance", total=None)
 
             def table_done(total: int) -> None:

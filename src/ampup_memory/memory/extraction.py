@@ -19,7 +19,9 @@ Read marks are not facts: no fact read, search or query sees them.
 
 **Failures.** No model configured: nothing runs. A model that is down, slow, rate-limited or
 answering garbage (after the client's bounded retries, models/chat.py) leaves the episode
-pending, writes nothing and records the error for ``GET /extraction/status``.
+pending, writes nothing and records the error for ``GET /extraction/status``. An episode
+whose answers were of the wrong shape on UNUSABLE_PASSES passes in a row is set aside (read,
+no fact): the same answer would come again, and it held back every episode after it.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from ampup_memory.memory.schemas import (
     schema_at,
 )
 from ampup_memory.memory.scopes import parse_branch, parse_scope
-from ampup_memory.models.chat import ChatModel, ModelUnavailable
+from ampup_memory.models.chat import AnswerInt, AnswerUnusable, ChatModel, ModelUnavailable
 from ampup_memory.progress import Progress
 from ampup_memory.timefmt import utc_text
 
@@ -70,6 +72,12 @@ AUTHOR = "extract"
 DEFAULT_BATCH = 100
 BATCH_SECONDS = 30.0
 MAX_CANDIDATES = 200  # per episode: more is a model gone astray, not more knowledge
+# Passes in a row whose every attempt at one episode got an answer of the wrong shape
+# before the episode is set aside (read, no fact, `UNUSABLE`). The pass stops at a
+# failure and reads the oldest first, so until then that one episode held back every
+# later one; model outages (no answer at all) never count.
+UNUSABLE_PASSES = 3
+UNUSABLE = "answer_unusable"
 
 
 # -- the model's answer ------------------------------------------------------------------------
@@ -79,14 +87,29 @@ class Candidate(BaseModel):
     entity: str
     predicate: str
     value: Any
-    unit: int
+    unit: AnswerInt
     quote: str
 
 
 class Answer(BaseModel):
+    """The answer's shape; each candidate is read on its own (`candidate`), so one of the
+    wrong shape is rejected alone, as one with a wrong value is, and the rest is kept."""
+
     model_config = ConfigDict(extra="ignore")
 
-    facts: list[Candidate] = Field(default_factory=list, max_length=MAX_CANDIDATES)
+    facts: list[Any] = Field(default_factory=list, max_length=MAX_CANDIDATES)
+
+
+def candidate(raw: Any) -> tuple[str, Candidate | None]:
+    """One item of ``facts`` as a `Candidate`, or the reason it is rejected: a unit that
+    is no JSON integer names no unit (``unit_unknown``); anything else of the wrong shape
+    (a field missing or of the wrong type, an item that is no object) is
+    ``candidate_invalid``."""
+    try:
+        return "", Candidate.model_validate(raw)
+    except ValidationError as exc:
+        unit_only = all(e["loc"][:1] == ("unit",) for e in exc.errors())
+        return ("unit_unknown" if unit_only else "candidate_invalid"), None
 
 
 SYSTEM = (
@@ -191,6 +214,10 @@ def _error_key(scope: str, branch: str) -> str:
     return "extract_error:" + hashlib.sha256(f"{scope}\n{branch}".encode()).hexdigest()[:48]
 
 
+def _unusable_key(scope: str, branch: str) -> str:
+    return "extract_unusable:" + hashlib.sha256(f"{scope}\n{branch}".encode()).hexdigest()[:47]
+
+
 # -- the pass -------------------------------------------------------------------------------------
 class Extractor:
     """Extraction for one service and one model (``model`` None: nothing runs)."""
@@ -246,6 +273,7 @@ class Extractor:
             progress(0, len(todo))
         done = 0
         rules: dict[str, _Rule] = {}
+        key = read_key(self.model.name, version)
         while done < len(todo) and out.error is None:
             chunk = todo[done:done + batch]
             bodies = self.svc.index.bodies(str(scope), {e.body_ref for e in chunk})
@@ -255,8 +283,18 @@ class Extractor:
                 for ep in chunk:
                     if ep.type not in rules:
                         rules[ep.type] = _rule(typed[0], ep.type)
-                    reads.append(self._read(typed[0], ep, bodies.get(ep.body_ref, ""),
-                                            rules[ep.type]))
+                    try:
+                        read = self._read(typed[0], ep, bodies.get(ep.body_ref, ""),
+                                          rules[ep.type])
+                    except AnswerUnusable as exc:
+                        if self._unusable_pass(str(scope), branch, key, ep.id) < UNUSABLE_PASSES:
+                            raise
+                        log.warning("extraction: episode %s of %s/%s set aside, read with no "
+                                    "fact, after %d passes with no usable answer (a new model "
+                                    "or schema version reads it again): %s", ep.id, scope,
+                                    branch, UNUSABLE_PASSES, exc.message)
+                        read = _Read(ep, [], Counter({UNUSABLE: 1}), [])
+                    reads.append(read)
                     if time.monotonic() - began >= BATCH_SECONDS:
                         break  # a slow model: commit what it gave before asking on
             except ModelUnavailable as exc:
@@ -279,8 +317,11 @@ class Extractor:
         items: list[FactIn] = []
         rejected: Counter[str] = Counter()
         seen: set[tuple[str, str, str]] = set()
-        for c in answer.facts:
-            reason, item = self._check(schema, ep, units, c, rule)
+        for raw in answer.facts:
+            reason, c = candidate(raw)
+            item = None
+            if c is not None:
+                reason, item = self._check(schema, ep, units, c, rule)
             if item is None:
                 rejected[reason] += 1
                 continue
@@ -375,6 +416,20 @@ class Extractor:
         self.svc._schema_unchanged(scope, segs, typed)
         if self.svc.index.reads(str(scope), segs, key, ids):
             raise Conflict("These episodes were read meanwhile.", code="ALREADY_READ")
+
+    def _unusable_pass(self, scope: str, branch: str, key: str, episode: str) -> int:
+        """Count one more pass in a row that got only unusable answers for ``episode``
+        (read with ``key``); how many now. One record per scope and branch is enough: a
+        pass stops at its first failure, so until it is set aside the same episode fails
+        first every time."""
+        meta = _unusable_key(scope, branch)
+        raw = self.svc.index.get_meta(meta)
+        last = json.loads(raw) if raw else {}
+        same = last.get("key") == key and last.get("episode") == episode
+        passes = int(last.get("passes", 0)) + 1 if same else 1
+        self.svc.index.set_meta(meta, json.dumps({"key": key, "episode": episode,
+                                                  "passes": passes}))
+        return passes
 
     def _record_error(self, scope: str, branch: str, error: str | None) -> None:
         value = json.dumps({"error": error, "at": utc_text(datetime.now(UTC))} if error else {})

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ampup_memory.cliutil import dumps
-from ampup_memory.memory.cli import SettingsOptions, _service
+from ampup_memory.memory.cli import SettingsOptions, _service, existing_scope
 from ampup_memory.memory.extraction import DEFAULT_BATCH
 from ampup_memory.settings import Settings
 
@@ -36,15 +36,14 @@ def extraction_commands(settings_options: SettingsOptions,
         """Read pending episodes with the extract model and write the facts it finds that
         check out (quote in the cited unit, value valid for the schema); one JSON line per
         scope. Exits 2 when the model failed (the episodes stay pending)."""
-        from ampup_memory.cliutil import fail, progress
+        from ampup_memory.cliutil import fail_if_model_failed, progress
         from ampup_memory.memory.extraction import NO_MODEL, extractor
-        from ampup_memory.memory.scopes import parse_scope
 
         settings = settings_from(kwargs)
-        failed = False
+        failed = 0
         with _service(settings) as svc:
-            if scope is not None:  # a bad one is refused with or without a model
-                parse_scope(scope)
+            if scope is not None:  # a bad or unknown one is refused with or without a model
+                existing_scope(svc, scope)
             ex = extractor(svc, settings)
             if ex.model is None:
                 click.echo(dumps({"model": NO_MODEL, "read": 0}))
@@ -64,8 +63,7 @@ def extraction_commands(settings_options: SettingsOptions,
                         bar.remove_task(task)
                         continue
                     click.echo(dumps({"scope": name, **out.wire()}))
-                    failed = failed or out.error is not None
-        if failed:
-            fail("the model failed; the episodes it did not read stay pending")
+                    failed += out.error is not None
+        fail_if_model_failed(failed, "scope(s)", "the episodes it did not read stay pending")
 
     return [extract]

@@ -18,7 +18,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ampup_memory.errors import ValidationFailed, field_error
+from ampup_memory.errors import ValidationFailed, field_error, refuse_nul
 from ampup_memory.memory.episodes import EPISODE_ID_PATTERN, MAX_SOURCE, EpisodeIn
 from ampup_memory.memory.facts import FactIn
 from ampup_memory.web.body import JsonInt
@@ -115,6 +115,10 @@ def read_corpus(root: Path, acl: list[str],
             if skipped is not None:
                 skipped["empty"] += 1
             continue
+        problem = _nul_problem(text)
+        if problem:
+            yield Item(rel, None, problem)
+            continue
         mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
         yield _item(rel, {"source": f"doc:{rel}", "body": text, "occurred_at": mtime,
                           "acl": acl, "document": rel})
@@ -138,12 +142,27 @@ def _jsonl(path: Path, rel: str, acl: list[str]) -> Iterator[Item]:
         if not isinstance(data, dict):
             yield Item(where, None, "each line must be a JSON object")
             continue
+        problem = _nul_problem(data)
+        if problem:
+            yield Item(where, None, problem, is_fact="fact" in data)
+            continue
         if "fact" in data:
             yield _fact_item(where, data)
             continue
         body = data.pop("body", None) or data.pop("text", None)
         record: dict[str, Any] = {"source": f"doc:{rel}#{n}", "acl": acl, **data, "body": body}
         yield _item(where, record)
+
+
+def _nul_problem(data: Any) -> str | None:
+    """``loc: msg`` of U+0000 in a record (the commit's own check, `refuse_nul`), named as
+    the record spells its fields; None when there is none. Met at its batch's commit, it
+    stopped the whole load."""
+    try:
+        refuse_nul(data, [])
+    except ValidationFailed as exc:
+        return fact_error(exc)
+    return None
 
 
 def _item(where: str, record: dict[str, Any]) -> Item:

@@ -19,15 +19,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Protocol, TypeVar
+from typing import Annotated, Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Strict, ValidationError
 
 from ampup_memory.errors import ServiceUnavailable
 from ampup_memory.settings import Settings
 from ampup_memory.web import jsontext
 
 T = TypeVar("T", bound=BaseModel)
+
+# A number in a model's answer is a JSON number. Python (and pydantic's lax mode) reads
+# `true` as 1: a unit of `true` cited unit 1, a reward of `true` was a full reward. Strict
+# also refuses "2" and, for a whole number, 2.0.
+AnswerInt = Annotated[int, Strict()]
+AnswerNumber = Annotated[float, Strict()]
 
 
 class Role(StrEnum):
@@ -41,6 +47,11 @@ class ModelUnavailable(ServiceUnavailable):
     """The model did not give a usable answer within the retries (down, slow, 429, garbage)."""
 
     code = "MODEL_UNAVAILABLE"
+
+
+class AnswerUnusable(ModelUnavailable):
+    """Every attempt got an answer, none of the asked-for shape: unlike a model that is
+    down, asking again about the same item is likely to give the same answer."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +136,7 @@ class OpenAIChat:
     def ask(self, system: str, user: str, answer: type[T]) -> T:
         last: str = "no attempt"
         last_wait: float | None = None
+        unusable = 0  # attempts answered with something not of the asked-for shape
         for attempt in range(self.endpoint.retries + 1):
             if attempt:
                 self._sleep(self._pause(attempt, last_wait))
@@ -155,7 +167,9 @@ class OpenAIChat:
                 last = f"HTTP {exc.status_code}"
             except (ValueError, ValidationError, IndexError, AttributeError) as exc:
                 last = f"answer is not the expected JSON: {_short(exc)}"
-        raise ModelUnavailable(
+                unusable += 1
+        failure = AnswerUnusable if unusable == self.endpoint.retries + 1 else ModelUnavailable
+        raise failure(
             f"model {self.name} gave no usable answer in {self.endpoint.retries + 1} "
             f"attempts; last: {last}")
 
@@ -174,6 +188,13 @@ def _retry_after(response: Any) -> float | None:
 
 
 def _short(exc: Exception) -> str:
+    """The reason in one short line. pydantic's own first line only counts its errors
+    ("1 validation error for Answer"): the first error's place and message say why."""
+    if isinstance(exc, ValidationError) and exc.errors():
+        errors = exc.errors()
+        where = ".".join(str(part) for part in errors[0]["loc"])
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        return f"{where + ': ' if where else ''}{errors[0]['msg']}{more}"[:200]
     lines = str(exc).splitlines()
     return (lines[0] if lines else type(exc).__name__)[:200]
 
