@@ -235,3 +235,66 @@ def test_procedures_are_compiled_and_served_until_a_note_is_promoted(proc: Proc)
     alice.put("/procedures/sources", json={"scope": scope, "documents": []}, headers=ADMIN)
     assert proc.in_process("compile")["scopes"][0]["committed"]
     assert proc.procedures()["procedures"] == []
+
+
+def test_answers_refused_on_every_pass_set_a_compile_and_a_situation_aside(
+        proc: Proc) -> None:
+    """Extraction's rule (models/setaside.py) for `advice compile` and `advice learn`: a
+    scope's documents, or a situation, whose every attempt got an answer of the wrong shape
+    was asked again on every pass, forever, a model call each time, and only ``failed``
+    said so. After UNUSABLE_PASSES such passes it is set aside: one WARNING line naming it
+    and the reason, ``set_aside`` in the report and a warning line from the command, no
+    call on later passes; changed inputs (a new version of the document, a new rewarded
+    session) ask again."""
+    from dataclasses import replace
+
+    from ampup_memory.models.setaside import UNUSABLE_PASSES
+
+    own = replace(proc, scope=new_scope())
+    scope, model, alice = own.scope, own.model, own.m.http
+    runbook = "Backups: snapshot the volume nightly.\n\nCopy the snapshot off site."
+    assert own.m.write(scope, runbook, acl=["user:alice"],
+                       document="backup-runbook").status_code == 201
+    assert alice.put("/procedures/sources", headers=ADMIN, json={
+        "scope": scope, "documents": ["backup-runbook"]}).status_code == 200
+    for n in range(1, 3):  # rewarded sessions of one kind of work, for a situation
+        s = alice.post("/sessions/start", json={
+            "scope": scope, "task": "Renew the TLS certificate of the load balancer"}).json()
+        alice.post("/sessions/end", json={"session": s["id"], "transcript": f"renewed {n}",
+                                          "outcome": "done", "reward": 1.0})
+    assert own.in_process("cluster")["scopes"][0]["committed"]
+    model.script([{"match": "Backups: snapshot", "reply": {"skills": "none"}},
+                  {"match": "TLS certificate", "reply": {"when": "", "steps": ["Renew."]}}])
+    compile_reason, learn_reason = ("skills: Input should be a valid list",
+                                    "when: String should have at least 1 character")
+    for _ in range(1, UNUSABLE_PASSES):
+        compiled, learned = own.in_process("compile"), own.in_process("learn")
+        assert (compiled["scopes"][0]["failed"], compiled["scopes"][0]["set_aside"]) == (1, 0)
+        assert (learned["scopes"][0]["failed"], learned["scopes"][0]["set_aside"]) == (1, 0)
+    calls = len(model.calls())
+    for job, reason, what in (("compile", compile_reason, "scope"),
+                              ("learn", learn_reason, "situation")):
+        done = run_cli(own.home, own.env, "advice", job, "--scope", scope)
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)["scopes"][0]
+        assert (report["failed"], report["set_aside"]) == (0, 1), report
+        warned = [line for line in done.stderr.splitlines() if "set aside after" in line]
+        assert len(warned) == 1 and "WARNING" in warned[0] and reason in warned[0], done.stderr
+        assert f"warning: 1 {what}(s) set aside" in done.stderr, done.stderr
+    assert len(model.calls()) - calls == 2
+    # Set aside: the next passes ask nothing.
+    for job in ("compile", "learn"):
+        assert own.in_process(job)["scopes"][0]["set_aside"] == 1
+    assert len(model.calls()) - calls == 2
+    assert own.procedures()["version"] is None
+    # Changed inputs ask again: a new version of the document, a new rewarded session.
+    assert own.m.write(scope, runbook + "\n\nTest a restore monthly.", acl=["user:alice"],
+                       document="backup-runbook").status_code == 201
+    assert own.in_process("compile")["scopes"][0]["failed"] == 1
+    s = alice.post("/sessions/start", json={
+        "scope": scope, "task": "Renew the TLS certificate of the load balancer"}).json()
+    alice.post("/sessions/end", json={"session": s["id"], "transcript": "renewed 3",
+                                      "outcome": "done", "reward": 1.0})
+    assert own.in_process("cluster")["scopes"][0]["committed"]
+    assert own.in_process("learn")["scopes"][0]["failed"] == 1
+    assert len(model.calls()) - calls == 4

@@ -273,13 +273,19 @@ def test_model_down_writes_nothing_and_the_session_is_judged_later(
         scripted_model.script([], default=failure)
         with srv.service() as svc:
             report = judge_pass(svc, model, svc.view(scope).scope)
-        assert (report["judged"], report["failed"]) == (0, 1), failure
+        # The third answer of the wrong shape in a row sets the session aside (an outage
+        # does not count): test_a_session_whose_answers_are_refused_..._is_set_aside.
+        last = failure == {"reply": {"reward": True}}
+        assert (report["judged"], report["failed"], report["set_aside"]) == (
+            0, int(not last), int(last)), failure
         got = m.http.get(f"/sessions/{ses}").json()
         assert (got["reward"], got["rewards"], got["judging"]) == (None, [], "pending")
         assert len(m.ledger(scope)) == commits
     scripted_model.script([], default={"reply": {"reward": -0.2, "notes": {}}})
-    with srv.service() as svc:
-        assert judge_pass(svc, model, svc.view(scope).scope)["judged"] == 1
+    with srv.service() as svc:  # set aside for this model: another judges it
+        again = chat_model(srv.settings().model_copy(update={"judge_model_name": "scripted-2"}),
+                           Role.JUDGE)
+        assert judge_pass(svc, again, svc.view(scope).scope)["judged"] == 1
     assert m.http.get(f"/sessions/{ses}").json()["reward"]["value"] == -0.2
 
 
@@ -315,6 +321,58 @@ def test_the_judge_command_exits_2_when_the_model_failed_on_any_session(
     assert json.loads(done.stdout)["judged"] == 2
 
 
+def test_a_session_whose_answers_are_refused_on_every_pass_is_set_aside(
+        srv: Served, scripted_model: ScriptedModel) -> None:
+    """Extraction's rule (models/setaside.py) for the judge: a session whose every attempt
+    got an answer of the wrong shape was asked again on every pass, forever, a model call
+    each time, and only ``failed: 1`` said so. After UNUSABLE_PASSES such passes it is set
+    aside: one WARNING line naming it and the reason, ``set_aside`` in the report, no call
+    on later passes; a new judge model asks again. The answer here: verdicts of 1 and
+    "yes", which lax booleans read as true (the session was judged on the first pass)."""
+    from ampup_memory.models.setaside import UNUSABLE_PASSES
+
+    m = srv.m
+    scope = new_scope()
+    ids = {}
+    for task in ("restore the replica", "rotate the keys"):
+        ses = m.http.post("/sessions/start", json={"scope": scope, "task": task}).json()["id"]
+        assert m.http.post("/sessions/end", json={"session": ses, "transcript": "done",
+                                                   "outcome": "ok"}).status_code == 200
+        ids[task] = ses
+    poison = ids["restore the replica"]
+    scripted_model.script([{"match": "restore the replica", "reply": {
+        "reward": 0.5, "notes": {"note_x": {"applied": 1, "helped": "yes"}}}}],
+        default={"reply": {"reward": 0.5}})
+    reason = "notes.note_x.applied: Input should be a valid boolean"
+    env = {**srv.env, "AMPUP_MEMORY_MODEL_RETRIES": "0"}
+    for n in range(1, UNUSABLE_PASSES):
+        done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+        assert done.returncode == 2, done.stderr
+        report = json.loads(done.stdout)
+        assert (report["judged"], report["failed"], report["set_aside"]) == (
+            2 - n, 1, 0), report
+        assert reason in done.stderr and "set aside" not in done.stderr, done.stderr
+    calls = len(scripted_model.calls())
+    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["judged"], report["failed"], report["set_aside"]) == (0, 0, 1), report
+    warned = [line for line in done.stderr.splitlines() if poison in line]
+    assert len(warned) == 1 and "WARNING" in warned[0] and reason in warned[0], done.stderr
+    assert "warning: 1 session(s) set aside" in done.stderr, done.stderr
+    assert len(scripted_model.calls()) - calls == 1
+    # Set aside: pending still, and the next pass asks nothing.
+    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    assert done.returncode == 0 and json.loads(done.stdout)["set_aside"] == 1, done.stderr
+    assert poison not in done.stderr and len(scripted_model.calls()) - calls == 1
+    assert m.http.get(f"/sessions/{poison}").json()["judging"] == "pending"
+    # A new judge model asks again.
+    done = run_cli(srv.home, {**env, "AMPUP_MEMORY_JUDGE_MODEL": "scripted-2"},
+                   "advice", "judge", "--scope", scope)
+    assert done.returncode == 2 and json.loads(done.stdout)["failed"] == 1, done.stderr
+    assert len(scripted_model.calls()) - calls == 2
+
+
 def test_the_judge_command_without_a_model_judges_nothing(srv: Served) -> None:
     if srv.env.get("AMPUP_MEMORY_CATALOG_URI"):
         pytest.skip("the command's no-model path is the same on every catalog (time)")
@@ -323,7 +381,8 @@ def test_the_judge_command_without_a_model_judges_nothing(srv: Served) -> None:
     env = {k: v for k, v in srv.env.items() if "_MODEL" not in k}
     done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout) == {"judged": 0, "failed": 0, "skipped": 0, "model": None}
+    assert json.loads(done.stdout) == {"judged": 0, "failed": 0, "skipped": 0,
+                                          "set_aside": 0, "model": None}
     assert srv.m.http.get(f"/sessions/{ses}").json()["judging"] == "pending"
 
 

@@ -220,7 +220,8 @@ def test_an_answer_refused_on_every_pass_is_set_aside_with_its_reason(s: Setup) 
     every episode after it stayed pending forever. The reason is said now, and after
     UNUSABLE_PASSES passes whose every attempt got an answer of the wrong shape the episode
     is set aside: a read mark with no fact (``answer_unusable``), and the pass goes on."""
-    from ampup_memory.memory.extraction import MAX_CANDIDATES, UNUSABLE_PASSES
+    from ampup_memory.memory.extraction import MAX_CANDIDATES
+    from ampup_memory.models.setaside import UNUSABLE_PASSES
 
     assert s.model is not None
     poison = s.write(BODY + "\n\nA long call.", source="doc:long")

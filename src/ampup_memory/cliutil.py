@@ -31,12 +31,18 @@ def fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
-def fail_if_model_failed(failed: int, items: str, left: str) -> None:
+def fail_if_model_failed(failed: int, items: str, left: str, set_aside: int = 0) -> None:
     """The exit rule of every command that asks a model about items (``extract``; ``advice
     judge``, ``learn``, ``compile``), called once its report is printed: the model failed
     on any item, however many others it did, is one error line and exit 2 (a script sees
     that work was left); none failed, nothing happens (exit 0). ``items`` names what
-    failed (``session(s)``), ``left`` what became of them."""
+    failed (``session(s)``), ``left`` what became of them. Items ``set_aside``
+    (models/setaside.py) are no failure of this pass, but are said in one warning line:
+    nothing else would tell that they are no longer asked."""
+    if set_aside:
+        click.echo(f"{click.style('warning:', fg='yellow')} {set_aside} {items} set aside: "
+                   "the model's answers were of the wrong shape on several passes in a row; "
+                   "a new model or changed inputs ask again (the log names each)", err=True)
     if failed:
         fail(f"the model failed on {failed} {items}; {left}")
 

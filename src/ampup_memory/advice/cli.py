@@ -48,7 +48,7 @@ def advice_commands(settings_options: SettingsOptions,
                                     on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
         fail_if_model_failed(report["failed"], "session(s)",
-                             "they stay pending for the next pass")
+                             "they stay pending for the next pass", report["set_aside"])
 
     @advice.command("cluster")
     @click.option("--scope", default=None, help="Only this org/team.")
@@ -97,7 +97,8 @@ def advice_commands(settings_options: SettingsOptions,
                                     on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
         fail_if_model_failed(sum(s["failed"] for s in report["scopes"]), "situation(s)",
-                             "they are tried again next pass")
+                             "they are tried again next pass",
+                             sum(s["set_aside"] for s in report["scopes"]))
 
     @advice.command("compile")
     @click.option("--scope", default=None, help="Only this org/team.")
@@ -128,7 +129,8 @@ def advice_commands(settings_options: SettingsOptions,
                                           on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
         fail_if_model_failed(sum(s["failed"] for s in report["scopes"]), "scope(s)",
-                             "they keep their procedures until the next pass")
+                             "they keep their procedures until the next pass",
+                             sum(s["set_aside"] for s in report["scopes"]))
 
     return [advice]
 

@@ -9,7 +9,9 @@ check runs inside the commit's compare-and-set).
 
 No judge model configured: nothing is judged and nothing fails (only explicit rewards
 count). The model down or answering garbage: that session gets nothing written and stays
-pending for the next pass. ``serve`` runs a pass every
+pending for the next pass. A session whose answers were of the wrong shape on several passes
+in a row is set aside (models/setaside.py): pending still, but not asked again until the
+judge model changes. ``serve`` runs a pass every
 ``advice_judge_interval_seconds`` under a lease (one server at a time);
 ``ampup-memory advice judge`` runs one now.
 """
@@ -38,7 +40,15 @@ from ampup_memory.memory.readindex import DEFAULT_LEASE, lease_holder
 from ampup_memory.memory.scopes import Scope, parse_scope
 from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
-from ampup_memory.models.chat import AnswerNumber, ChatModel, ModelUnavailable, Role, chat_model
+from ampup_memory.models.chat import (
+    AnswerBool,
+    AnswerNumber,
+    ChatModel,
+    ModelUnavailable,
+    Role,
+    chat_model,
+)
+from ampup_memory.models.setaside import SetAside, ask_or_set_aside, asked_key
 from ampup_memory.settings import Settings
 
 log = logging.getLogger("ampup_memory.advice")
@@ -59,8 +69,8 @@ SYSTEM = (
 
 
 class NoteVerdict(BaseModel):
-    applied: bool
-    helped: bool
+    applied: AnswerBool
+    helped: AnswerBool
 
 
 class JudgeAnswer(BaseModel):
@@ -95,13 +105,18 @@ def pending_sessions(svc: MemoryService, scope: Scope) -> list[str]:
 
 def judge_session(svc: MemoryService, model: ChatModel, session: str) -> bool:
     """Judge one pending session; True when a judge reward was written. Raises
-    ModelUnavailable (nothing written) when the model gave no usable answer."""
+    ModelUnavailable (nothing written) when the model gave no usable answer, `SetAside`
+    when the session is (or now becomes) set aside."""
     events = svc.index.events_of([session])
     if not events or not any(e.kind == END for e in events):
         return False
     if any(e.kind == REWARD for e in events):
         return False
-    answer = model.ask(SYSTEM, prompt(events), JudgeAnswer)
+    asked = prompt(events)
+    answer = ask_or_set_aside(svc.index, ("judge", session), session,
+                              asked_key(model.name, SYSTEM, asked),
+                              lambda: model.ask(SYSTEM, asked, JudgeAnswer), log,
+                              f"judge: session {session}, pending still,")
     keys = served_keys(events)
     notes = {k: answer.notes[k].model_dump() for k in keys if k in answer.notes}
     first = events[0]
@@ -124,27 +139,31 @@ def judge_pass(svc: MemoryService, model: ChatModel | None, scope: Scope | None 
                on_total: Callable[[int], None] | None = None,
                on_one: Callable[[], None] | None = None) -> dict[str, Any]:
     """Judge every pending session (of one scope, or of all). A session the model could
-    not judge stays pending; the pass goes on with the next."""
+    not judge stays pending; the pass goes on with the next. ``set_aside`` counts the
+    pending sessions not asked (again) for their unusable answers."""
     if model is None:
-        return {"judged": 0, "failed": 0, "skipped": 0, "model": None}
+        return {"judged": 0, "failed": 0, "skipped": 0, "set_aside": 0, "model": None}
     svc.sync.ledger_table()
     scopes = [scope] if scope is not None else svc.tables.scopes()
     work = [(s, ses) for s in scopes for ses in pending_sessions(svc, s)]
     if on_total is not None:
         on_total(len(work))
-    judged = failed = skipped = 0
+    judged = failed = skipped = set_aside = 0
     for _, session in work:
         try:
             if judge_session(svc, model, session):
                 judged += 1
             else:
                 skipped += 1
+        except SetAside:
+            set_aside += 1
         except ModelUnavailable as exc:
             failed += 1
             log.warning("judge: session %s stays pending: %s", session, exc.message)
         if on_one is not None:
             on_one()
-    return {"judged": judged, "failed": failed, "skipped": skipped, "model": model.name}
+    return {"judged": judged, "failed": failed, "skipped": skipped, "set_aside": set_aside,
+            "model": model.name}
 
 
 def judge_if_free(svc: MemoryService, model: ChatModel | None, holder: str,
@@ -165,7 +184,7 @@ def judge_timer(svc: MemoryService, settings: Settings,
 
     def one_pass() -> str | None:
         report = judge_if_free(svc, model, holder, timedelta(seconds=settings.lease_seconds))
-        if report is None or not (report["judged"] or report["failed"]):
+        if report is None or not (report["judged"] or report["failed"] or report["set_aside"]):
             return None
         return str(report)
 

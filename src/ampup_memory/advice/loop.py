@@ -27,15 +27,17 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from ulid import ULID
 
 from ampup_memory.advice import gate
+from ampup_memory.advice import notes as note_model
 from ampup_memory.advice.aip import ProcedureSet, Skill, procedure_for
 from ampup_memory.advice.gate import Evidence, GateRules, NoteState
-from ampup_memory.advice.notes import Note, learn_note
+from ampup_memory.advice.notes import Note, eligible, learn_note
 from ampup_memory.advice.runs import (
     MAX_TEXT,
     RewardedTask,
@@ -53,6 +55,7 @@ from ampup_memory.memory.scopes import MAIN, Scope, ScopeText
 from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
+from ampup_memory.models.setaside import SetAside, ask_or_set_aside, asked_key
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
 
@@ -231,7 +234,7 @@ def learn_scope(svc: MemoryService, scope: Scope, model: ChatModel | None, rules
     state = load_state(svc, scope)
     tasks = rewarded_tasks(svc, scope)
     report: dict[str, Any] = {"scope": str(scope), "reviewed": 0, "promoted": 0,
-                              "retired": 0, "learned": 0, "failed": 0}
+                              "retired": 0, "learned": 0, "failed": 0, "set_aside": 0}
     for note in list(state.notes.values()):
         data = review_note(note, tasks, state.outcomes.get(note.key, {}), rules)
         if data is None:
@@ -256,8 +259,19 @@ def learn_scope(svc: MemoryService, scope: Scope, model: ChatModel | None, rules
         since = max((state.retired_at.get(n.key, "") for n in notes), default="")
         if since:  # after a retirement only what happened since teaches a new note
             members = [t for t in members if t.at.isoformat() > since]
+        if not eligible(members, min_runs):
+            continue
+        # Asked the same way: same model, same traces shown (a new reward shows others).
+        key = asked_key(model.name, note_model.SYSTEM,
+                        note_model.build_prompt(situation, members)[0])
         try:
-            learned = learn_note(situation, members, model, min_runs=min_runs)
+            learned = ask_or_set_aside(
+                svc.index, ("learn", str(scope), situation.id), situation.id, key,
+                partial(learn_note, situation, members, model, min_runs=min_runs), log,
+                f"learn: situation {situation.id} of {scope}, with no note,")
+        except SetAside:
+            report["set_aside"] += 1
+            continue
         except ModelUnavailable as exc:
             report["failed"] += 1
             log.warning("learn: situation %s keeps no note for now: %s", situation.id,
@@ -326,7 +340,8 @@ def learning_timers(svc: MemoryService, settings: Settings, embedder: Embedder,
         report = _under_lease(svc, LEARN_LEASE, holder, lease, lambda: learn_pass(
             svc, model, rules, settings.advice_min_runs_for_note))
         return str(report) if report and any(
-            r["reviewed"] or r["learned"] for r in report["scopes"]) else None
+            r["reviewed"] or r["learned"] or r["failed"] or r["set_aside"]
+            for r in report["scopes"]) else None
 
     return [periodic(cluster, settings.advice_cluster_interval_seconds,
                      "advice cluster pass", log, records=records),

@@ -21,7 +21,7 @@ from ulid import ULID
 
 from ampup_memory.advice.gate import Evidence, NoteState
 from ampup_memory.advice.situations import Situation, TaskRecord
-from ampup_memory.models.chat import ChatModel, ModelUnavailable
+from ampup_memory.models.chat import AnswerUnusable, ChatModel
 from ampup_memory.timefmt import format_time
 
 MAX_SHOWN = 6  # traces shown per side (worked / failed)
@@ -128,14 +128,15 @@ def build_prompt(situation: Situation, tasks: Sequence[TaskRecord]) -> tuple[str
 def learn_note(situation: Situation, tasks: Sequence[TaskRecord], model: ChatModel, *,
                min_runs: int = 5, now: datetime | None = None) -> Note | None:
     """The situation's note written by ``model`` (Role.LEARN), or None when the situation
-    has too few rewarded tasks (`eligible`). Raises `ModelUnavailable`: nothing partial."""
+    has too few rewarded tasks (`eligible`). Raises `ModelUnavailable` (`AnswerUnusable`
+    for an answer of the wrong shape): nothing partial."""
     if not eligible(tasks, min_runs):
         return None
     prompt, shown = build_prompt(situation, tasks)
     answer = model.ask(SYSTEM, prompt, NoteAnswer)
     steps = tuple(s.strip() for s in answer.steps if s.strip())
     if not steps:
-        raise ModelUnavailable(f"model {model.name} wrote a note with no steps")
+        raise AnswerUnusable(f"model {model.name} wrote a note with no steps")
     return Note(key=f"note_{ULID()}", situation=situation.id, when=answer.when.strip(),
                 steps=steps, pitfalls=tuple(p.strip() for p in answer.pitfalls if p.strip()),
                 sources=tuple(shown), model=model.name,

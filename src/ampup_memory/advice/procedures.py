@@ -7,8 +7,9 @@
   citations checked) turn them into skills with step graphs, embeds each skill's name and
   ``when`` and commits the whole set as one ``procedures`` event (subject ``procedures``).
   Nothing changed since the last compilation (same keys, same versions, same embedder): no
-  model call, no commit. Model down or garbage: nothing written, the next pass retries. No
-  model: nothing is compiled.
+  model call, no commit. Model down or garbage: nothing written, the next pass retries;
+  answers of the wrong shape on several passes in a row set the scope aside until the
+  model or the documents change (models/setaside.py). No model: nothing is compiled.
 
 Both kinds are folded with the rest of the scope's learning state (`loop.fold`), so
 ``POST /advice`` and ``GET /procedures`` read them from the same per-process cache.
@@ -24,6 +25,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from ampup_memory.advice import aip
 from ampup_memory.advice.aip import ProcedureSet, SourceDocument, compile_skills, match_text
 from ampup_memory.advice.loop import (
     LEARNER,
@@ -41,6 +43,7 @@ from ampup_memory.memory.readindex import lease_holder
 from ampup_memory.memory.scopes import MAIN, Scope, ScopeText, parse_scope
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
+from ampup_memory.models.setaside import SetAside, ask_or_set_aside, asked_key
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
 from ampup_memory.timefmt import format_time
@@ -112,15 +115,22 @@ def compile_scope(svc: MemoryService, scope: Scope, model: ChatModel, embedder: 
     previous = state.procedures
     report: dict[str, Any] = {"scope": str(scope), "documents": len(state.documents),
                               "procedures": 0 if previous is None else len(previous.skills),
-                              "committed": None, "failed": 0}
+                              "committed": None, "failed": 0, "set_aside": 0}
     if not state.documents and previous is None:
         return report
     docs, inputs = _documents(svc, scope, state.documents)
     if previous is not None and (previous.documents, previous.inputs, previous.embedder) == (
             state.documents, inputs, embedder.name):
         return report  # nothing new: no model call, no commit
+    # Asked the same way: same model, same documents shown (a new version shows others).
+    key = asked_key(model.name, aip.SYSTEM, aip.build_prompt(docs)[0])
     try:
-        skills = compile_skills(docs, model)
+        skills = ask_or_set_aside(svc.index, ("compile", str(scope)), str(scope), key,
+                                  lambda: compile_skills(docs, model), log,
+                                  f"compile: scope {scope}, keeping its procedures,")
+    except SetAside:
+        report["set_aside"] = 1
+        return report
     except ModelUnavailable as exc:
         report["failed"] = 1
         log.warning("compile: scope %s keeps its procedures for now: %s", scope, exc.message)
@@ -163,8 +173,14 @@ def compile_timer(svc: MemoryService, settings: Settings, embedder: Embedder,
             return None
         report = _under_lease(svc, COMPILE_LEASE, holder, lease,
                               lambda: compile_pass(svc, model, embedder))
-        done = [r for r in (report or {}).get("scopes", []) if r["committed"]]
-        return f"compiled procedures of {len(done)} scope(s)" if done else None
+        scopes = (report or {}).get("scopes", [])
+        done = sum(1 for r in scopes if r["committed"])
+        failed, aside = (sum(r[k] for r in scopes) for k in ("failed", "set_aside"))
+        if not (done or failed or aside):
+            return None
+        return (f"compiled procedures of {done} scope(s)"
+                + (f"; the model failed on {failed}" if failed else "")
+                + (f"; {aside} set aside" if aside else ""))
 
     return periodic(job, settings.advice_compile_interval_seconds, "advice compile pass", log,
                     records=records)

@@ -20,8 +20,9 @@ Read marks are not facts: no fact read, search or query sees them.
 **Failures.** No model configured: nothing runs. A model that is down, slow, rate-limited or
 answering garbage (after the client's bounded retries, models/chat.py) leaves the episode
 pending, writes nothing and records the error for ``GET /extraction/status``. An episode
-whose answers were of the wrong shape on UNUSABLE_PASSES passes in a row is set aside (read,
-no fact): the same answer would come again, and it held back every episode after it.
+whose answers were of the wrong shape on some passes in a row is set aside (read, no fact;
+the rule of every model pass, models/setaside.py): the same answer would come again, and it
+held back every episode after it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,8 @@ from ampup_memory.memory.schemas import (
     schema_at,
 )
 from ampup_memory.memory.scopes import parse_branch, parse_scope
-from ampup_memory.models.chat import AnswerInt, AnswerUnusable, ChatModel, ModelUnavailable
+from ampup_memory.models.chat import AnswerInt, ChatModel, ModelUnavailable
+from ampup_memory.models.setaside import SetAside, ask_or_set_aside
 from ampup_memory.progress import Progress
 from ampup_memory.timefmt import utc_text
 
@@ -72,11 +74,9 @@ AUTHOR = "extract"
 DEFAULT_BATCH = 100
 BATCH_SECONDS = 30.0
 MAX_CANDIDATES = 200  # per episode: more is a model gone astray, not more knowledge
-# Passes in a row whose every attempt at one episode got an answer of the wrong shape
-# before the episode is set aside (read, no fact, `UNUSABLE`). The pass stops at a
-# failure and reads the oldest first, so until then that one episode held back every
-# later one; model outages (no answer at all) never count.
-UNUSABLE_PASSES = 3
+# An episode set aside (models/setaside.py: UNUSABLE_PASSES passes in a row whose every
+# attempt got an answer of the wrong shape) is read with no fact, counted so. The pass
+# stops at a failure and reads the oldest first: until then it held back every later one.
 UNUSABLE = "answer_unusable"
 
 
@@ -214,10 +214,6 @@ def _error_key(scope: str, branch: str) -> str:
     return "extract_error:" + hashlib.sha256(f"{scope}\n{branch}".encode()).hexdigest()[:48]
 
 
-def _unusable_key(scope: str, branch: str) -> str:
-    return "extract_unusable:" + hashlib.sha256(f"{scope}\n{branch}".encode()).hexdigest()[:47]
-
-
 # -- the pass -------------------------------------------------------------------------------------
 class Extractor:
     """Extraction for one service and one model (``model`` None: nothing runs)."""
@@ -284,15 +280,13 @@ class Extractor:
                     if ep.type not in rules:
                         rules[ep.type] = _rule(typed[0], ep.type)
                     try:
-                        read = self._read(typed[0], ep, bodies.get(ep.body_ref, ""),
-                                          rules[ep.type])
-                    except AnswerUnusable as exc:
-                        if self._unusable_pass(str(scope), branch, key, ep.id) < UNUSABLE_PASSES:
-                            raise
-                        log.warning("extraction: episode %s of %s/%s set aside, read with no "
-                                    "fact, after %d passes with no usable answer (a new model "
-                                    "or schema version reads it again): %s", ep.id, scope,
-                                    branch, UNUSABLE_PASSES, exc.message)
+                        read = ask_or_set_aside(
+                            self.svc.index, ("extract", str(scope), branch), ep.id, key,
+                            partial(self._read, typed[0], ep, bodies.get(ep.body_ref, ""),
+                                    rules[ep.type]),
+                            log, f"extraction: episode {ep.id} of {scope}/{branch}, read "
+                                 "with no fact,")
+                    except SetAside:
                         read = _Read(ep, [], Counter({UNUSABLE: 1}), [])
                     reads.append(read)
                     if time.monotonic() - began >= BATCH_SECONDS:
@@ -416,20 +410,6 @@ class Extractor:
         self.svc._schema_unchanged(scope, segs, typed)
         if self.svc.index.reads(str(scope), segs, key, ids):
             raise Conflict("These episodes were read meanwhile.", code="ALREADY_READ")
-
-    def _unusable_pass(self, scope: str, branch: str, key: str, episode: str) -> int:
-        """Count one more pass in a row that got only unusable answers for ``episode``
-        (read with ``key``); how many now. One record per scope and branch is enough: a
-        pass stops at its first failure, so until it is set aside the same episode fails
-        first every time."""
-        meta = _unusable_key(scope, branch)
-        raw = self.svc.index.get_meta(meta)
-        last = json.loads(raw) if raw else {}
-        same = last.get("key") == key and last.get("episode") == episode
-        passes = int(last.get("passes", 0)) + 1 if same else 1
-        self.svc.index.set_meta(meta, json.dumps({"key": key, "episode": episode,
-                                                  "passes": passes}))
-        return passes
 
     def _record_error(self, scope: str, branch: str, error: str | None) -> None:
         value = json.dumps({"error": error, "at": utc_text(datetime.now(UTC))} if error else {})

@@ -34,6 +34,8 @@ T = TypeVar("T", bound=BaseModel)
 # also refuses "2" and, for a whole number, 2.0.
 AnswerInt = Annotated[int, Strict()]
 AnswerNumber = Annotated[float, Strict()]
+# Likewise a yes/no is JSON's true or false: lax mode read 1, "yes", "on" and "t" as true.
+AnswerBool = Annotated[bool, Strict()]
 
 
 class Role(StrEnum):

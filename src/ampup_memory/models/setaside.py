@@ -1,0 +1,95 @@
+"""Setting aside what a model cannot answer: one rule for every model pass.
+
+An item (an episode to extract, a session to judge, a situation to learn a note for, a
+scope's documents to compile) whose every attempt got an answer of the wrong shape
+(`chat.AnswerUnusable`) on `UNUSABLE_PASSES` passes in a row, asked the same way, is set
+aside: asked again, the model is likely to give the same answer, and each pass would pay a
+call for it and say nothing new. "The same way" is ``key``: the model and the inputs
+(`asked_key`); a new model or changed inputs ask again. Outages (no answer at all) neither
+count nor break the run. The count lives in the read index's bookkeeping, one record per
+``slot``: a pass that stops at its first failure (extraction) needs one per scope and
+branch, one that goes on needs one per item.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, TypeVar
+
+from ampup_memory.models.chat import AnswerUnusable
+
+UNUSABLE_PASSES = 3
+T = TypeVar("T")
+
+
+class Bookkeeping(Protocol):
+    def get_meta(self, key: str) -> str | None: ...
+    def set_meta(self, key: str, value: str) -> None: ...
+
+
+class SetAside(Exception):
+    """The item is set aside; ``reason`` is why its last answer was refused."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def asked_key(model: str, *inputs: str) -> str:
+    """What asking the same way means: the model's name and everything it is shown."""
+    digest = hashlib.sha256()
+    for part in (model, *inputs):
+        digest.update(part.encode())
+        digest.update(b"\0")
+    return f"{model}:{digest.hexdigest()[:32]}"
+
+
+def _meta_key(slot: Sequence[str]) -> str:
+    return "unusable:" + hashlib.sha256("\n".join(slot).encode()).hexdigest()[:55]
+
+
+def _record(index: Bookkeeping, slot: Sequence[str]) -> dict[str, Any]:
+    raw = index.get_meta(_meta_key(slot))
+    return json.loads(raw) if raw else {}
+
+
+def set_aside_reason(index: Bookkeeping, slot: Sequence[str], item: str, key: str
+                     ) -> str | None:
+    """Why ``item``, asked as ``key``, is set aside; None when it is not."""
+    last = _record(index, slot)
+    if (last.get("item"), last.get("key")) != (item, key):
+        return None
+    return str(last.get("reason", "")) if int(last.get("passes", 0)) >= UNUSABLE_PASSES else None
+
+
+def count_unusable(index: Bookkeeping, slot: Sequence[str], item: str, key: str,
+                   reason: str) -> bool:
+    """Count one more pass in a row whose every attempt at ``item`` got an unusable answer;
+    True when that makes it set aside."""
+    last = _record(index, slot)
+    same = (last.get("item"), last.get("key")) == (item, key)
+    passes = int(last.get("passes", 0)) + 1 if same else 1
+    index.set_meta(_meta_key(slot), json.dumps({"item": item, "key": key, "passes": passes,
+                                                "reason": reason}))
+    return passes >= UNUSABLE_PASSES
+
+
+def ask_or_set_aside(index: Bookkeeping, slot: Sequence[str], item: str, key: str,
+                     ask: Callable[[], T], log: logging.Logger, what: str) -> T:
+    """``ask()`` unless ``item`` is set aside. Raises `SetAside` when it is, or becomes so
+    with this pass (then one WARNING line names ``what`` and the reason); an unusable answer
+    short of that, or an outage, raises as ``ask`` did."""
+    reason = set_aside_reason(index, slot, item, key)
+    if reason is not None:
+        raise SetAside(reason)
+    try:
+        return ask()
+    except AnswerUnusable as exc:
+        if not count_unusable(index, slot, item, key, exc.message):
+            raise
+        log.warning("%s set aside after %d passes with no usable answer (a new model or "
+                    "changed inputs ask again): %s", what, UNUSABLE_PASSES, exc.message)
+        raise SetAside(exc.message) from exc
