@@ -81,6 +81,13 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 
 log = logging.getLogger("ampup_memory")
 
+
+def _hnsw_index(dimensions: int | None) -> str:
+    """The name of the cells' HNSW index for vectors of ``dimensions`` (a validated int:
+    DDL cannot bind it as a parameter)."""
+    return f"cells_embedding_hnsw_{dimensions}"
+
+
 # Enough for a 2-core host: requests mostly wait on the database, not on Python.
 POOL_MIN = 2
 POOL_MAX = 8
@@ -350,7 +357,7 @@ class PostgresStore:
                     if d is not None and d <= HNSW_MAX_DIMENSIONS:
                         # d is a validated int: DDL cannot bind it as a parameter.
                         self.ann_params.pg_match(
-                            conn, f"cells_embedding_hnsw_{d}",
+                            conn, _hnsw_index(d),
                             f"cells USING hnsw ((embedding::vector({d})) vector_cosine_ops)",
                             f" WHERE vector_dims(embedding) = {d}")
                     conn.execute(
@@ -786,12 +793,11 @@ class PostgresStore:
         search's pages are copied in from outside PostgreSQL's buffers: at 300k cells more
         than twice the server CPU of a search whose pages stay in them
         (docs/operations.md)."""
-        d = self.dimensions
         with self._conn() as conn:
             row = conn.execute(
                 "SELECT coalesce(pg_relation_size(to_regclass(%s)), 0),"
                 " pg_relation_size('cells'), pg_size_bytes(current_setting('shared_buffers'))",
-                (f"cells_embedding_hnsw_{d}",),
+                (_hnsw_index(self.dimensions),),
             ).fetchone()
         assert row is not None
         return {"hnsw_index": int(row[0]), "table": int(row[1]),
