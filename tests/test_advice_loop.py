@@ -239,15 +239,11 @@ def test_the_inspector_shows_only_the_advice_evidence_one_may_read(
     (runs) they may read, as GET /notes and GET /situations answer them."""
     if request.node.callspec.params.get("loop") != "sqlite":
         pytest.skip("the page is the same on every backend: checked once, on SQLite")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    from tests.test_inspector import Inspector, _chromium
+    from tests.browser import chromium
+    from tests.test_inspector import Inspector
 
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("no chromium on this machine (apt-get install chromium)")
     shown: dict[str, set[str]] = {}
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+    with chromium() as browser:
         ins = Inspector(browser, loop.m.url)
         try:
             for user in ("u1", "someone-else"):
@@ -287,7 +283,6 @@ def test_the_inspector_shows_only_the_advice_evidence_one_may_read(
             assert ins.errors == [], f"console errors: {ins.errors}"
         finally:
             ins.close()
-            browser.close()
 
 
 async def mcp_advice(url: str, scope: str, task: str) -> Any:

@@ -11,6 +11,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import pytest
 
+from tests.browser import chromium
 from tests.server_process import ServerProcess
 
 # src="…", href="…", spec-url="…" and the `url: '…'` Swagger UI is told to load.
@@ -79,30 +80,20 @@ def test_api_pages_work_under_their_policy_in_a_browser(server: ServerProcess) -
     """Swagger UI draws every operation and opens one with no console error: nothing it
     needs is refused. ReDoc draws its menu; the one refusal is the logo its bundle would
     fetch from cdn.redoc.ly (offline, that load failed anyway)."""
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    from tests.test_inspector import _chromium
-
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("no chromium on this machine (apt-get install chromium)")
-    with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
-        try:
-            errors: dict[str, list[str]] = {"/docs": [], "/redoc": []}
-            for path, ready in (("/docs", ".opblock"), ("/redoc", "li[role=menuitem]")):
-                page = browser.new_page()
-                page.on("console", lambda m, p=path: m.type == "error" and errors[p].append(
-                    m.text))
-                page.on("pageerror", lambda e, p=path: errors[p].append(str(e)))
-                page.goto(server.url + path)
-                page.wait_for_selector(ready, timeout=30000)
-                assert page.locator(ready).count() > 20, path
-                if path == "/docs":
-                    page.locator(".opblock-summary").first.click()
-                    page.wait_for_selector(".opblock-body", timeout=10000)
-                page.wait_for_timeout(500)
-                page.close()
-        finally:
-            browser.close()
+    errors: dict[str, list[str]] = {"/docs": [], "/redoc": []}
+    with chromium() as browser:
+        for path, ready in (("/docs", ".opblock"), ("/redoc", "li[role=menuitem]")):
+            page = browser.new_page()
+            page.on("console", lambda m, p=path: m.type == "error" and errors[p].append(
+                m.text))
+            page.on("pageerror", lambda e, p=path: errors[p].append(str(e)))
+            page.goto(server.url + path)
+            page.wait_for_selector(ready, timeout=30000)
+            assert page.locator(ready).count() > 20, path
+            if path == "/docs":
+                page.locator(".opblock-summary").first.click()
+                page.wait_for_selector(".opblock-body", timeout=10000)
+            page.wait_for_timeout(500)
+            page.close()
     assert errors["/docs"] == [], errors["/docs"]
     assert all("cdn.redoc.ly" in e for e in errors["/redoc"]), errors["/redoc"]

@@ -22,6 +22,7 @@ import pytest
 
 from ampup_memory.amp.lifecycle import clock, decay_score
 from ampup_memory.amp.model import MemoryCell
+from tests.browser import chromium
 from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, run_cli
 from tests.server_process import ServerProcess
 
@@ -38,11 +39,6 @@ CHAT = ("Dana: hi team, quick update on Globex\n"
         "Sam: the renewal is set at 120 seats, signed yesterday\n"
         "Dana: great, and the champion is still Priya")
 SECRET_BODY = f"Board only: the {SECRET} closes in March at 40 million."
-
-
-def _chromium() -> str | None:
-    return shutil.which("chromium") or shutil.which("chromium-browser") or (
-        "/usr/bin/chromium" if Path("/usr/bin/chromium").exists() else None)
 
 
 @pytest.fixture(scope="module")
@@ -204,14 +200,8 @@ def test_lifecycle_history_counts_states_per_pass(seeded: dict[str, Any]) -> Non
 
 @pytest.fixture(scope="module")
 def browser(seeded: dict[str, Any]) -> Iterator[Any]:
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    exe = _chromium()
-    if exe is None:
-        pytest.skip("no chromium on this machine (apt-get install chromium)")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+    with chromium() as b:
         yield b
-        b.close()
 
 
 class Inspector:
