@@ -347,7 +347,7 @@ def test_a_backup_interrupted_midway_leaves_no_partial_folder(tmp_path: Path) ->
         if dest.name == "made-empty":
             dest.mkdir()
         with pytest.raises(KeyboardInterrupt):
-            backup(Settings(home=home), dest, interrupt)
+            backup(Settings(**{"AMPUP_MEMORY_HOME": str(home)}), dest, interrupt)
         assert not dest.exists() or not any(dest.iterdir())
         assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0
 

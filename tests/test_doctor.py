@@ -75,6 +75,34 @@ def test_doctor_refuses_a_warehouse_it_cannot_use(tmp_path: Path) -> None:
 
 
 
+def test_a_changed_warehouse_on_a_home_with_tables_is_refused(tmp_path: Path) -> None:
+    """The tables stay where the warehouse was when they were made: a home started again
+    with another warehouse would put new scopes there and old ones stay behind (a backup
+    copies the configured warehouse only). Every command that opens the catalog refuses
+    it in one line; doctor names it; the old setting still works."""
+    home = tmp_path / "home"
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("Dana: the renewal is set at 120 seats\n")
+    assert run_cli(home, {}, "load", str(corpus), "--scope", "acme/sales").returncode == 0
+    moved = {"AMPUP_MEMORY_WAREHOUSE": f"file://{tmp_path / 'elsewhere'}"}
+    for args in (("load", str(corpus), "--scope", "acme/other"),
+                 ("serve", "--port", str(free_port()))):
+        done = run_cli(home, moved, *args)
+        assert done.returncode == 2, (args, done.stdout, done.stderr)
+        assert "tables were made under another one" in done.stderr, done.stderr
+        assert f"{home}/warehouse/acme__sales" in done.stderr
+        assert "Traceback" not in done.stderr
+    assert not (tmp_path / "elsewhere").exists()  # nothing was written there
+    done = run_cli(home, moved, "doctor")
+    assert done.returncode == 1
+    lines = _lines(done.stdout)
+    assert lines["warehouse"].startswith("FAIL"), lines
+    assert "made under another one" in lines["warehouse"]
+    assert lines["catalog"].startswith("ok"), lines
+    done = run_cli(home, {}, "load", str(corpus), "--scope", "acme/other")
+    assert done.returncode == 0, done.stderr
+
+
 def test_doctor_before_the_first_serve_says_the_home_will_be_created(tmp_path: Path) -> None:
     done = run_cli(tmp_path / "not-yet", {}, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr

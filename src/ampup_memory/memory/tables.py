@@ -51,7 +51,7 @@ from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import update_table_metadata
 from pyiceberg.typedef import Identifier
-from sqlalchemy import Connection, Engine, bindparam, create_engine, select, text
+from sqlalchemy import Connection, Engine, bindparam, create_engine, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
 from ampup_memory.errors import ConfigurationError
@@ -244,12 +244,41 @@ def open_catalog(settings: Settings) -> SqlCatalog:
             finally:
                 engine.dispose()
             properties["pool_pre_ping"] = "true"  # survive a database restart
-        return Catalog(CATALOG_NAME, uri=url, **properties)
+        catalog = Catalog(CATALOG_NAME, uri=url, **properties)
+        stray = table_outside(catalog.engine, properties["warehouse"])
     except Exception as exc:  # the driver's own error names what is wrong
         # the driver may quote the URI it was given
         said = mask_secrets(str(exc), [urlsplit(uri).password])
         raise ConfigurationError(
             f"cannot open the Iceberg catalog {mask_uri(uri)!r}: {said}") from exc
+    if stray is not None:
+        raise ConfigurationError(moved_warehouse(properties["warehouse"], stray))
+    return catalog
+
+
+def table_outside(engine: Engine, warehouse: str) -> str | None:
+    """A table of the catalog whose files are not under ``warehouse`` (its location), or
+    None. A table's files stay where the warehouse was when it was made, and are read
+    where the catalog says: a changed setting split a home in two, new scopes in the new
+    place and old ones in the old, and a backup (which copies the configured warehouse)
+    missed the old half. A catalog with no tables yet has nothing outside."""
+    prefix = warehouse.rstrip("/") + "/"
+    stmt = select(IcebergTables.metadata_location).where(
+        IcebergTables.catalog_name == CATALOG_NAME,
+        func.substr(IcebergTables.metadata_location, 1, len(prefix)) != prefix,
+    ).limit(1)
+    with engine.connect() as conn:
+        if not inspect(conn).has_table(IcebergTables.__tablename__):
+            return None
+        location = conn.execute(stmt).scalar_one_or_none()
+    return None if location is None else location.rsplit("/metadata/", 1)[0]
+
+
+def moved_warehouse(warehouse: str, stray: str) -> str:
+    return (f"the warehouse is set to {mask_uri(warehouse)!r}, but this catalog's tables"
+            f" were made under another one (a table at {mask_uri(stray)}): set"
+            " AMPUP_MEMORY_WAREHOUSE (--warehouse) back to it; a new warehouse needs a new"
+            " home or catalog (`ampup-memory backup` and `restore` move an embedded home)")
 
 
 # Built once: building the statement cost more than running it (a commit asks ~4 times).

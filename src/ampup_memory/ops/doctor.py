@@ -156,8 +156,33 @@ def _warehouse_check(settings: Settings) -> Callable[[], str]:
                     os.rmdir(folder)
                 except OSError:  # something else came to live there meanwhile: it stays
                     break
+        _tables_under(settings, props["warehouse"])
         return "wrote, read back and deleted a probe object"
     return probe
+
+
+def _tables_under(settings: Settings, location: str) -> None:
+    """Raise where the catalog's tables were made under another warehouse (what `serve`
+    would refuse to start on). A catalog not made yet, or not reachable (its own check
+    says why), has nothing to compare."""
+    from sqlalchemy import create_engine
+
+    from ampup_memory.memory.tables import moved_warehouse, sqlalchemy_url, table_outside
+    from ampup_memory.ops.backup import sqlite_file
+
+    uri = settings.resolved_catalog_uri
+    db = sqlite_file(uri)
+    if db is not None and not db.exists():
+        return
+    engine = create_engine(sqlalchemy_url(uri, setting="AMPUP_MEMORY_CATALOG_URI"))
+    try:
+        stray = table_outside(engine, location)
+    except Exception:  # noqa: BLE001 - the catalog's own check reports an unreachable one
+        return
+    finally:
+        engine.dispose()
+    if stray is not None:
+        raise ValueError(moved_warehouse(location, stray))
 
 
 def _endpoint_check(base_url: str, api_key: str | None) -> Callable[[], str]:
