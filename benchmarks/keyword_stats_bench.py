@@ -17,9 +17,10 @@ every ``--every``-th episode (default 200) is readable by user ``few``, the rest
 passage in ``--every``: the first lists (k 50) hold too few she may read, so the engine
 widens them (k ×4) until 10 survive; it reports the rounds per search (keyword lists
 asked) and, per search, min / p50 / p95 wall ms and CPU ms: this process's and, on
-PostgreSQL, the server's (its processes, /proc). Queries: a company and two common words,
-and three common words. A digest of the first 20 answers (ids, scores) compares two code
-versions.
+PostgreSQL, the server's (its processes, /proc), and this process's CPU inside the
+keyword calls alone (`keyword_view`, `keyword_passages`: statistics and lists).
+Queries: a company and two common words, and three common words. A digest of the first
+20 answers (ids, scores) compares two code versions.
 
 ``writes`` runs ``--writes`` rounds of one commit (one episode, readable by ``sales``)
 through the engine's ingest, then one passage search as a ``sales`` member: the search
@@ -126,22 +127,36 @@ def widening(uri: str, n_queries: int) -> dict[str, Any]:
     engine = SearchEngine(open_index(uri), WordLlamaEmbedder())
     rng = random.Random(5)
     out: dict[str, Any] = {"uri": uri.split("?")[0], "counts": engine.index.counts(SCOPE)}
-    lists = engine.index.keyword_passages
+    lists, view = engine.index.keyword_passages, engine.index.keyword_view
     asked = [0]
+    keyword_cpu = [0.0]  # this thread's CPU inside the keyword calls (statistics, lists)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         asked[0] += 1
-        return lists(*args, **kwargs)
+        start = time.thread_time()
+        try:
+            return lists(*args, **kwargs)
+        finally:
+            keyword_cpu[0] += time.thread_time() - start
+
+    def viewed(*args: Any, **kwargs: Any) -> Any:
+        start = time.thread_time()
+        try:
+            return view(*args, **kwargs)
+        finally:
+            keyword_cpu[0] += time.thread_time() - start
 
     engine.index.keyword_passages = counted  # type: ignore[method-assign]
+    engine.index.keyword_view = viewed  # type: ignore[method-assign]
     for name, qs in (("company_and_two_words", queries(n_queries)),
                      ("three_common_words", [" ".join(rng.sample(WORDS, 3))
                                              for _ in range(n_queries)])):
         answers = [[(p.episode.id, round(p.score, 9)) for p in engine.search_passages(
             SCOPE, "main", q, FEW).passages] for q in qs[:20]]
-        asked[0] = 0
+        asked[0], keyword_cpu[0] = 0, 0.0
         got = timed(lambda q: engine.search_passages(SCOPE, "main", q, FEW), qs, uri)
         got["rounds_per_search"] = asked[0] / (len(qs) + 1)
+        got["keyword_cpu_ms"] = keyword_cpu[0] * 1000 / (len(qs) + 1)
         got["answers"] = sum(len(a) for a in answers) / len(answers)
         got["digest"] = hashlib.sha256(json.dumps(answers).encode()).hexdigest()[:16]
         out[name] = got
