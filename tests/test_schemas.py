@@ -133,6 +133,31 @@ def test_builtins_set_show_history_and_as_of(m: Memory) -> None:
         assert "_schema" not in text.text, text.text
 
 
+def test_the_next_typed_query_sees_a_schema_change(m: Memory) -> None:
+    """A typed query reads the schema fact each time and keeps the schema it names by
+    version: a new version (and a return to an old one, kept from before) is what the
+    very next query types by."""
+    scope = new_scope()
+    ship = {"name": "fleet", "entities": [
+        {"name": "ship", "attributes": [{"name": "port", "type": "string"}]}]}
+
+    def typed(kind: str) -> tuple[int, str | None, str]:
+        r = query(m, scope, find="entities", type=kind)
+        body = r.json()
+        return (r.status_code, body.get("schema"),
+                "" if r.status_code == 200 else err(r)[1])
+
+    assert put_schema(m, scope, schema=TINY).status_code == 200
+    assert typed("deal") == (200, "tiny", "")
+    assert typed("ship")[2] == "entity_type_unknown"
+    assert put_schema(m, scope, schema=ship).status_code == 200
+    assert typed("ship") == (200, "fleet", "")
+    assert typed("deal")[2] == "entity_type_unknown"
+    assert put_schema(m, scope, schema=TINY).json()["changed"] is True
+    assert typed("deal") == (200, "tiny", "")
+    assert typed("ship")[2] == "entity_type_unknown"
+
+
 def test_an_admin_write_is_committed_as_the_user_it_names(m: Memory) -> None:
     """PUT /schemas and PUT /procedures/sources take their author by one rule
     (`admin_author`): the X-AmpUp-User named, a blank or malformed one a 401 as on every

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import json
 import re
+import threading
+from collections import OrderedDict
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
@@ -491,14 +493,51 @@ def schema_versions(index: ReadIndex, scope: str, segs: Segments) -> list[FactRe
 
 def schema_at(index: ReadIndex, scope: str, segs: Segments, at: datetime,
               ) -> tuple[Schema, FactRecord] | None:
-    """The schema current at valid time ``at`` in the view, with the fact that set it."""
+    """The schema current at valid time ``at`` in the view, with the fact that set it.
+
+    The schema fact is read every time (a new version is seen by the next read); the
+    schema it names is read once per (scope, version) and kept (`_KNOWN`): a version is
+    its episode's id, a hash of the body, so it always names the same schema."""
     from ampup_memory.memory.facts import current, timeline
 
     window = current(timeline(schema_versions(index, scope, segs)), at)
     if window is None or window.version.value is None:
         return None
-    body = _schema_body(index, scope, segs, json.loads(window.version.value))
-    return (_parsed(body), window.version) if body is not None else None
+    version = json.loads(window.version.value)
+    schema = _KNOWN.get(scope, version)
+    if schema is None:
+        body = _schema_body(index, scope, segs, version)
+        if body is None:
+            return None
+        schema = _KNOWN.put(scope, version, _parsed(body))
+    return schema, window.version
+
+
+class _Known:
+    """Schemas by (scope, version), the ``kept`` most recently used; safe across threads."""
+
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        self._found: OrderedDict[tuple[str, str], Schema] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, scope: str, version: str) -> Schema | None:
+        with self._lock:
+            found = self._found.get((scope, version))
+            if found is not None:
+                self._found.move_to_end((scope, version))
+            return found
+
+    def put(self, scope: str, version: str, schema: Schema) -> Schema:
+        with self._lock:
+            self._found[(scope, version)] = schema
+            self._found.move_to_end((scope, version))
+            while len(self._found) > self._kept:
+                self._found.popitem(last=False)
+        return schema
+
+
+_KNOWN = _Known(1024)
 
 
 def _schema_body(index: ReadIndex, scope: str, segs: Segments, version: str) -> str | None:

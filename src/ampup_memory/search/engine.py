@@ -289,8 +289,10 @@ class SearchEngine:
         A fact search takes a view of its one space too: it scores in two steps (its
         lists, then the facts found otherwise, `fact_keyword`), and with the statistics
         taken once a write landing between them cannot weigh the two a commit apart. A
-        passage search scores in its lists alone."""
-        if not terms or (owners.single and kind != "facts"):
+        passage search takes one too: its wider rounds (a reader who sees few passages)
+        list again by the statistics taken once, not counted again per round, and a write
+        landing between two rounds moves no score of the answer."""
+        if not terms:
             return terms
         return self.index.keyword_view(kind, scope, [(b, owners.upto.get(b))
                                                      for b in owners.branches], terms)
@@ -520,7 +522,7 @@ class SearchEngine:
             more = False
             if cutoff is None:
                 for b in owners.branches:
-                    found = self.index.keyword_passages(scope, b, terms, k,
+                    found = self.index.keyword_passages(scope, b, said, k,
                                                         owners.upto.get(b))
                     near = self.index.nearest_passages(scope, b, vector, k)
                     keyword.update(found)

@@ -58,6 +58,9 @@ _TABLES = {"facts": "facts_fts", "passages": "passages_fts"}  # fixed names insi
 _TOKEN = re.compile(r"[0-9a-f]{16}")
 _FILE = re.compile(r"([1-9][0-9]*-[0-9a-f]{16}\.db)(?:-wal|-shm)?")
 IDLE_CONNECTIONS = 32  # open space-file connections kept for reuse, across all threads
+# Row lengths the idle connections keep together (12 bytes a row, `_row_lengths`): past
+# it, the least recently used connections forget theirs (read again when next needed).
+LENGTH_ROWS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -257,8 +260,10 @@ def _phrase_rows(conn: sqlite3.Connection, kind: str, tokens: list[str],
 
 # Rows of recently collected phrases a space connection keeps (16 bytes a row): a fact
 # scored apart (`SQLiteIndex.fact_keyword`) asks for the rows of the words its segment's
-# list collected moments before, ~2 ms per word in 7,000 rows.
+# list collected moments before, ~2 ms per word in 7,000 rows. At most PHRASES of them
+# (a word no row holds keeps no row, and each kept one is a step of the look-up).
 PHRASE_ROWS = 65_536
+PHRASES = 256
 
 
 class SpaceConnection(sqlite3.Connection):
@@ -272,6 +277,11 @@ class SpaceConnection(sqlite3.Connection):
         self.phrases: OrderedDict[tuple[Any, ...], tuple[np.ndarray, np.ndarray]] = (
             OrderedDict())
         self.phrase_rows = 0
+
+    @property
+    def length_rows(self) -> int:
+        """Rows whose lengths this connection keeps."""
+        return sum(len(nums) for nums, _ in self.lengths.values())
 
 
 def _kept_phrase_rows(conn: sqlite3.Connection, kind: str, tokens: list[str],
@@ -296,7 +306,7 @@ def _kept_phrase_rows(conn: sqlite3.Connection, kind: str, tokens: list[str],
             part.setflags(write=False)
         conn.phrases[(*phrase, after, bound)] = found
         conn.phrase_rows += len(found[0])
-        while conn.phrase_rows > PHRASE_ROWS:
+        while conn.phrase_rows > PHRASE_ROWS or len(conn.phrases) > PHRASES:
             _, (rows, _) = conn.phrases.popitem(last=False)
             conn.phrase_rows -= len(rows)
     return found
@@ -463,6 +473,16 @@ class SpaceFiles:
             while sum(len(c) for c in self._idle.values()) > IDLE_CONNECTIONS:
                 _, oldest = self._idle.popitem(last=False)
                 surplus += oldest
+            # The row lengths kept, newest connections first, within LENGTH_ROWS: the
+            # least recently used spaces' are read again when next needed.
+            kept = 0
+            for c in reversed([c for conns in self._idle.values() for c in conns]):
+                if isinstance(c, SpaceConnection):
+                    rows = c.length_rows
+                    if kept + rows > LENGTH_ROWS:
+                        c.lengths.clear()
+                    else:
+                        kept += rows
         for c in surplus:
             c.close()
 

@@ -34,6 +34,7 @@ import json
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -86,6 +87,8 @@ WRITE_LOCK = 0x5EA2C4  # advisory lock key of index writers
 _TABLES = {"facts": "search_facts", "passages": "search_passages"}
 # The column keeping the seq of the commit that put a row in its space.
 _SEQ = {"search_facts": "commit_seq", "search_passages": "seq"}
+SIZES_KEPT = 4096  # spaces whose sizes are remembered (`_size`), the least recent go
+SIZE_MARKS = 8  # marks remembered per space: the head's, and held searches' commits
 _ROW_TABLES = ("search_facts", "search_passages", "search_episodes", "search_cursors",
                "search_acl_bitmaps")
 
@@ -291,9 +294,11 @@ class PostgresIndex:
         self._bitmap_lock = threading.Lock()
         self._pending_bits: dict[str, BitMap] | None = None
         self._counts = RecentCounts(COUNTS_SECONDS)
-        # (table, scope, branch) -> (mark, rows, length sum, when counted in full): a
-        # space's size at its newest row's commit, grown by the rows of later commits
-        self._sizes: dict[tuple[str, str, str], tuple[int, int, int, float]] = {}
+        # The one place a space's size is remembered (`_size`): (table, scope, branch) ->
+        # {mark: (rows, length sum, when first counted in full)}, the spaces used last
+        # at the end; at most SIZES_KEPT spaces and SIZE_MARKS marks each.
+        self._sizes: OrderedDict[tuple[str, str, str], dict[int, tuple[int, int, float]]] = (
+            OrderedDict())
         self._sizes_lock = threading.Lock()
 
     # -- connections and meta --------------------------------------------------------------
@@ -349,6 +354,10 @@ class PostgresIndex:
                     finally:
                         self._local.tx = None
                         self._pending_bits = None
+            except BaseException:
+                # Rolled back: a size taken inside it counted rows that are not there.
+                self._forget_sizes()
+                raise
             finally:
                 # Once committed (or rolled back): counts taken meanwhile, inside the
                 # transaction included, may name rows that are not (or no longer) there.
@@ -641,45 +650,62 @@ class PostgresIndex:
         return {term: n or 0 for term, n in found.items()}
 
     def _size(self, conn: psycopg.Connection[Any], table: str, scope: str, branch: str,
-              upto: int) -> tuple[int, int]:
+              upto: int, head: bool = False) -> tuple[int, int]:
         """Rows of one space up to commit ``upto`` (a held commit, or the space's newest
         row's: `_mark`) and their lengths summed (a row's length: its tsvector's distinct
         words, `_LENGTH`), BM25's N and, with it, the average length. A pass over the
         space's rows (their tsvectors) once a minute per space; in between a later mark
-        adds only the rows of the commits since (the (scope, branch, seq) index), so a
-        search after each write does not read the whole space again. A held commit older
-        than the last mark is counted in full and remembered as the word counts are."""
+        adds only the rows of the commits since the nearest mark below it (the (scope,
+        branch, seq) index), so a search after each write does not read the whole space
+        again. Remembered by mark in `_sizes` alone: the rows up to a commit the space has
+        reached do not change (commits are applied in order; a removal forgets them all,
+        `_forget_sizes`). ``head``: ``upto`` is the space's newest row's commit; a held
+        commit beyond it (the index not yet caught up) is counted, not remembered."""
         space = (table, scope, branch)
+        now = time.monotonic()
         with self._sizes_lock:
-            kept = self._sizes.get(space)
-        fresh = kept is not None and time.monotonic() - kept[3] < COUNTS_SECONDS
-        if kept is not None and fresh and kept[0] == upto:
-            return kept[1], kept[2]
+            marks = self._sizes.get(space, {})
+            fresh = {m: v for m, v in marks.items() if now - v[2] < COUNTS_SECONDS}
+        kept = fresh.get(upto)
+        if kept is not None:
+            self._remember(space, upto, kept)
+            return kept[0], kept[1]
+        below = max((m for m in fresh if m < upto), default=None)
         seq = _SEQ[table]
-        if kept is not None and fresh and kept[0] < upto:
+        if below is not None:
+            rows, tokens, when = fresh[below]
             row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
                                f" WHERE scope = %s AND branch = %s AND {seq} > %s"
-                               f" AND {seq} <= %s", (scope, branch, kept[0], upto),
+                               f" AND {seq} <= %s", (scope, branch, below, upto),
                                prepare=False).fetchone()
-            grown = (kept[1] + int(row[0]), kept[2] + int(row[1])) if row else kept[1:3]
-            with self._sizes_lock:
-                self._sizes[space] = (upto, *grown, kept[3])
-            return grown
-        held, bound = _held(table, upto)
-        keys = [(table, scope, branch, bound, None, part) for part in ("rows", "tokens")]
-        found = [self._counts.peek(key) for key in keys]
-        if found[0] is not None and found[1] is not None:
-            return found[0], found[1]
-        row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
-                           f" WHERE scope = %s AND branch = %s{held}",
-                           (scope, branch, *bound), prepare=_planned(bound)).fetchone()
-        size = (int(row[0]), int(row[1])) if row else (0, 0)
-        for key, n in zip(keys, size, strict=True):
-            self._counts.put(key, n)
-        if kept is None or not fresh or kept[0] < upto:
-            with self._sizes_lock:
-                self._sizes[space] = (upto, *size, time.monotonic())
+            size = (rows + int(row[0]), tokens + int(row[1])) if row else (rows, tokens)
+        else:
+            held, bound = _held(table, upto)
+            row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
+                               f" WHERE scope = %s AND branch = %s{held}",
+                               (scope, branch, *bound), prepare=_planned(bound)).fetchone()
+            size, when = ((int(row[0]), int(row[1])) if row else (0, 0)), now
+        if head or any(m >= upto for m in fresh) or (
+                self._mark(conn, table, scope, branch, None) >= upto):
+            self._remember(space, upto, (*size, when))
         return size
+
+    def _remember(self, space: tuple[str, str, str], mark: int,
+                  size: tuple[int, int, float]) -> None:
+        """Keep a space's size at ``mark``, the space as used last; the least recently
+        used spaces, and a space's least recently used marks, go past the caps."""
+        now = time.monotonic()
+        with self._sizes_lock:
+            marks = self._sizes.setdefault(space, {})
+            self._sizes.move_to_end(space)
+            marks.pop(mark, None)
+            marks[mark] = size  # last: used last
+            for m in [m for m, v in marks.items() if now - v[2] >= COUNTS_SECONDS]:
+                del marks[m]
+            while len(marks) > SIZE_MARKS:
+                del marks[next(iter(marks))]
+            while len(self._sizes) > SIZES_KEPT:
+                self._sizes.popitem(last=False)
 
     @staticmethod
     def _mark(conn: psycopg.Connection[Any], table: str, scope: str, branch: str,
@@ -696,31 +722,34 @@ class PostgresIndex:
 
     def _affordable(self, conn: psycopg.Connection[Any], table: str, scope: str,
                     branch: str, terms: Terms, upto: int | None
-                    ) -> tuple[list[str], bool, Statistics]:
+                    ) -> tuple[list[str], bool, Statistics, int]:
         """The kept terms, whether their postings are over the budget (the rarest alone
-        is: a ranked pass then ranks its newest matches only), and the statistics that
-        weigh them: a view's (`keyword_view`), else this space's (held: up to ``upto``).
-        A space a view counted is counted at the view's mark for it, and a view of this
-        space alone (a fact search's) gives all three (`own_terms`)."""
+        is: a ranked pass then ranks its newest matches only), the statistics that weigh
+        them: a view's (`keyword_view`), else this space's (held: up to ``upto``), and the
+        mark they were counted at (the last commit of this space whose rows count). A
+        space a view counted is counted at the view's mark for it, and a view of this
+        space alone (a search's own, taken once) gives all four (`own_terms`)."""
         # Each matching row is scored per kept word, so a common word would rank most of
         # the space: keep the rarest terms within the budget, as SQLite does.
         words = words_of(terms)
         own = own_terms(terms, branch)
+        counted = terms.mark(branch) if isinstance(terms, ViewWords) else None
         if own is not None:  # this space's, taken once for the search: nothing to read
             assert isinstance(terms, ViewWords) and terms.stats is not None
+            assert counted is not None
             kept, over = own
-            return kept, over, terms.stats
-        counted = terms.mark(branch) if isinstance(terms, ViewWords) else None
+            return kept, over, terms.stats, counted
         mark = counted if counted is not None else self._mark(conn, table, scope, branch,
                                                               upto)
         counts = self._term_counts(conn, table, scope, [(branch, mark)], words)
         kept, over = space_terms(words, counts.__getitem__, isinstance(terms, ViewWords))
         if isinstance(terms, ViewWords) and terms.stats is not None:
-            return kept, over, terms.stats
+            return kept, over, terms.stats, mark
         # A kept word's count is exact: below the cap, or all were counted to the end
         # (`_term_counts`), so the IDF does not depend on the budget's shortcut.
-        rows, tokens = self._size(conn, table, scope, branch, mark)
-        return kept, over, Statistics(rows, tokens, tuple(counts[t] for t in kept))
+        rows, tokens = self._size(conn, table, scope, branch, mark,
+                                  head=counted is None and upto is None)
+        return kept, over, Statistics(rows, tokens, tuple(counts[t] for t in kept)), mark
 
     @staticmethod
     def _bm25(table: str, kept: Sequence[str], stats: Statistics) -> _Scoring:
@@ -752,21 +781,25 @@ class PostgresIndex:
         # rank as on SQLite, and those not begun at ``begun_at`` drop out of them.
         started, at = _begun(begun_at)
         with self._read() as conn:
-            kept, over, stats = self._affordable(conn, table, scope, branch, terms, upto)
+            kept, over, stats, mark = self._affordable(conn, table, scope, branch, terms,
+                                                       upto)
             query = _tsquery(kept)
             if not query:
                 return []
             bm25 = self._bm25(table, kept, stats)
             start = ", valid_from" if started else ""
+            # The rows listed are the rows counted: those up to the mark. A row another
+            # server writes after it neither enters the list (nor, over the budget, pushes
+            # a counted row out of the newest matches) nor is weighed by statistics
+            # that do not count it.
+            held, upper = _held(table, mark)
             matches = (f"SELECT num, tsv{start} FROM {table}"
                        f" WHERE tsv @@ to_tsquery('english', %s) AND scope = %s"
-                       f" AND branch = %s{within}")
-            params: tuple[Any, ...] = (query, scope, branch, *bound)
-            upper: tuple[int, ...] = ()
+                       f" AND branch = %s{within}{held}")
+            params: tuple[Any, ...] = (query, scope, branch, *bound, *upper)
             if over:  # only the newest POSTINGS_BUDGET matches are ranked (`budget.py`)
-                held, upper = _held(table, upto)
-                matches += f"{held} ORDER BY num DESC LIMIT %s"
-                params += (*upper, POSTINGS_BUDGET)
+                matches += " ORDER BY num DESC LIMIT %s"
+                params += (POSTINGS_BUDGET,)
             # Ties go to the older row, as on SQLite, so the cut at k is reproducible.
             rows = conn.execute(
                 f"SELECT num, {bm25.score} AS r FROM (SELECT num{start}{bm25.columns}"
@@ -801,7 +834,8 @@ class PostgresIndex:
                       for branch, upto in spaces]
             counts = self._term_counts(conn, table, scope, marked, terms)
             kept = affordable_terms(terms, counts.__getitem__)
-            sizes = [self._size(conn, table, scope, branch, mark) for branch, mark in marked]
+            sizes = [self._size(conn, table, scope, branch, mark, head=upto is None)
+                     for (branch, mark), (_, upto) in zip(marked, spaces, strict=True)]
         return ViewWords(tuple(kept), Statistics(sum(n for n, _ in sizes),
                                                  sum(t for _, t in sizes),
                                                  tuple(counts[t] for t in kept)),
@@ -814,8 +848,8 @@ class PostgresIndex:
         with self._read() as conn:
             # The candidate lists' kept terms and statistics, so every fact of one
             # answer is scored on one scale.
-            kept, _, stats = self._affordable(conn, "search_facts", scope, branch, terms,
-                                              upto)
+            kept, _, stats, _ = self._affordable(conn, "search_facts", scope, branch,
+                                                 terms, upto)
             query = _tsquery(kept)
             if not query:
                 return {}
