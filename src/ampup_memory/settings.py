@@ -287,10 +287,10 @@ class Settings(BaseSettings):
         validation_alias=_env("AMPUP_MEMORY_SHUTDOWN_GRACE_SECONDS"),
         description="On SIGTERM or Ctrl-C, once requests have ended (or after 5 s), how "
         "long `serve` waits for a timer's pass still running (maintenance, extraction, "
-        "advice learning, the warm-up ...) before it closes its stores; no pass starts "
-        "meanwhile. Past it the process ends at once with exit code 1, as a kill would "
-        "(each commit is whole or invisible). Keep the supervisor's stop timeout above "
-        "this plus 5 s (docs/operations.md).",
+        "advice learning, the warm-up ...) before it closes its stores, then for a search "
+        "graph build to stop; no pass starts meanwhile. Past it the process ends at once "
+        "with exit code 1, as a kill would (each commit is whole or invisible). Keep the "
+        "supervisor's stop timeout above this plus 5 s (docs/operations.md).",
     )
     rerank_queue: int = Field(
         default=64,

@@ -63,12 +63,29 @@ BUILD_CHUNK = 1024
 _EXITING = threading.Event()
 
 
+GRAPH_THREAD = "ampup-search-graph"  # the prefix of the builders' and savers' names
+
+
+def join_graph_threads(timeout: float) -> int:
+    """Wait up to ``timeout`` seconds in all for this process's graph builders and savers
+    to end; returns how many still run. Shutdown calls it once the stores are closed
+    (which asks every build to stop at its next chunk, `VectorMatrix.drop`); a saver
+    mid-write finishes its file, written whole or not at all (`GraphFile.write`)."""
+    import time
+
+    end = time.monotonic() + timeout
+    left = 0
+    for thread in threading.enumerate():
+        if thread.name.startswith(GRAPH_THREAD) and thread is not threading.current_thread():
+            thread.join(max(0.0, end - time.monotonic()))
+            left += thread.is_alive()
+    return left
+
+
 @atexit.register
 def _stop_graph_threads(timeout: float = 10.0) -> None:
     _EXITING.set()
-    for thread in threading.enumerate():
-        if thread.name.startswith("ampup-search-graph"):
-            thread.join(timeout)
+    join_graph_threads(timeout)
 
 
 def time_text(value: datetime | None) -> str | None:
@@ -397,7 +414,7 @@ class VectorMatrix:
                 ann = None
         if self._job is None:
             self._job = threading.Thread(target=self._prepare, args=(ann, self.version),
-                                         name="ampup-search-graph", daemon=True)
+                                         name=GRAPH_THREAD, daemon=True)
             self._job.start()
         return None
 
@@ -497,7 +514,7 @@ class VectorMatrix:
                                     self.version, last, count))
             if self._saver is None:
                 self._saver = threading.Thread(target=self._save_loop, daemon=True,
-                                               name="ampup-search-graph-save")
+                                               name=f"{GRAPH_THREAD}-save")
                 self._saver.start()
 
     def _save_loop(self) -> None:
