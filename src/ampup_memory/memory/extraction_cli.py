@@ -35,7 +35,8 @@ def extraction_commands(settings_options: SettingsOptions,
                 **kwargs: Any) -> None:
         """Read pending episodes with the extract model and write the facts it finds that
         check out (quote in the cited unit, value valid for the schema); one JSON line per
-        scope. Exits 2 when the model failed (the episodes stay pending)."""
+        scope. Exits 2 when the model failed, or refused an episode (HTTP 400: it goes on
+        with the next); the episodes it did not read stay pending."""
         from ampup_memory.cliutil import fail_if_model_failed, progress
         from ampup_memory.memory.extraction import NO_MODEL, extractor
 
@@ -63,7 +64,7 @@ def extraction_commands(settings_options: SettingsOptions,
                         bar.remove_task(task)
                         continue
                     click.echo(dumps({"scope": name, **out.wire()}))
-                    failed += out.error is not None
+                    failed += out.error is not None or out.refused > 0
         fail_if_model_failed(failed, "scope(s)", "the episodes it did not read stay pending")
 
     return [extract]

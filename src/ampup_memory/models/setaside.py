@@ -7,8 +7,8 @@ aside: asked again, the model is likely to give the same answer, and each pass w
 call for it and say nothing new. "The same way" is ``key``: the model and the inputs
 (`asked_key`); a new model or changed inputs ask again. Outages (no answer at all) neither
 count nor break the run. The count lives in the read index's bookkeeping, one record per
-``slot``: a pass that stops at its first failure (extraction) needs one per scope and
-branch, one that goes on needs one per item.
+``slot`` (one per item: extraction's episode, judge's session, learn's situation,
+compile's scope), so a pass may go on past an item it could not use.
 """
 
 from __future__ import annotations
@@ -77,6 +77,17 @@ def count_unusable(index: Bookkeeping, slot: Sequence[str], item: str, key: str,
     return passes >= UNUSABLE_PASSES
 
 
+def count_or_set_aside(index: Bookkeeping, slot: Sequence[str], item: str, key: str,
+                       reason: str, log: logging.Logger, what: str) -> bool:
+    """`count_unusable`, and when that sets ``item`` aside one WARNING line naming
+    ``what`` and the reason; True then."""
+    if not count_unusable(index, slot, item, key, reason):
+        return False
+    log.warning("%s set aside after %d passes with no usable answer (a new model or "
+                "changed inputs ask again): %s", what, UNUSABLE_PASSES, reason)
+    return True
+
+
 def ask_or_set_aside(index: Bookkeeping, slot: Sequence[str], item: str, key: str,
                      ask: Callable[[], T], log: logging.Logger, what: str) -> T:
     """``ask()`` unless ``item`` is set aside. Raises `SetAside` when it is, or becomes so
@@ -88,8 +99,6 @@ def ask_or_set_aside(index: Bookkeeping, slot: Sequence[str], item: str, key: st
     try:
         return ask()
     except AnswerUnusable as exc:
-        if not count_unusable(index, slot, item, key, exc.message):
+        if not count_or_set_aside(index, slot, item, key, exc.message, log, what):
             raise
-        log.warning("%s set aside after %d passes with no usable answer (a new model or "
-                    "changed inputs ask again): %s", what, UNUSABLE_PASSES, exc.message)
         raise SetAside(exc.message) from exc
