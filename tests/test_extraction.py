@@ -74,6 +74,11 @@ class Setup:
         body: dict[str, Any] = r.json()
         return body
 
+    def set_aside(self) -> list[dict[str, Any]]:
+        r = self.m.http.get("/extraction/set-aside", params={"scope": self.scope})
+        assert r.status_code == 200, r.text
+        return list(r.json()["items"])
+
     def facts(self, **params: Any) -> list[dict[str, Any]]:
         r = self.m.facts(self.scope, "deal:acme", history=True, **params)
         assert r.status_code == 200, r.text
@@ -256,11 +261,14 @@ def test_an_episode_the_endpoint_refuses_is_passed_over_then_set_aside(s: Setup)
     """An HTTP 400 ("context length exceeded") for one episode stopped the whole pass, so
     every episode after it stayed pending. It is that episode's problem now: not retried,
     left pending, the pass goes on with the next, and after UNUSABLE_PASSES passes it is
-    set aside (read with no fact, ``request_refused``)."""
+    set aside (read with no fact, ``request_refused``), then listed by ``GET
+    /extraction/set-aside`` (to a caller who may read it) and ``ampup-memory set-aside``."""
+    import json
+
     from ampup_memory.models.setaside import UNUSABLE_PASSES
 
     assert s.model is not None
-    poison = s.write(BODY + "\n\nA long call.", source="doc:long")
+    poison = s.write(BODY + "\n\nA long call.", source="doc:long", acl=["user:alice"])
     s.model.script([{"match": "A long call", "status": 400}],
                    default={"reply": {"facts": GOOD}})
     fine = []
@@ -275,6 +283,7 @@ def test_an_episode_the_endpoint_refuses_is_passed_over_then_set_aside(s: Setup)
         st = s.status()
         assert st["episodes_pending"] == 1 and st["rejected"] == {}, st
         assert "refused the request: HTTP 400: scripted 400" in st["last_error"], st
+        assert s.set_aside() == []  # counted, not set aside yet
     # The last pass: the poison alone is pending, refused again, and so set aside.
     code, out, err = s.extract()
     assert code == 0, err
@@ -286,6 +295,22 @@ def test_an_episode_the_endpoint_refuses_is_passed_over_then_set_aside(s: Setup)
     st = s.status()
     assert (st["episodes_pending"], st["rejected"], st["last_error"]) == (
         0, {"request_refused": 1}, None)
+    listed = s.set_aside()
+    assert [(i["item"], i["model"], i["passes"]) for i in listed] == [
+        (poison, s.model.name, UNUSABLE_PASSES)], listed
+    assert "HTTP 400: scripted 400" in listed[0]["reason"] and listed[0]["at"], listed
+    bob = s.m.as_user("bob")  # may not read the episode: it is not listed to him
+    try:
+        r = bob.http.get("/extraction/set-aside", params={"scope": s.scope})
+        assert r.status_code == 200 and r.json() == {"items": []}, r.text
+    finally:
+        bob.close()
+    done = run_cli(s.home, s.env(), "set-aside", "--scope", s.scope, "--kind", "extract")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(x) for x in done.stdout.splitlines()]
+    assert [(i["kind"], i["scope"], i["branch"], i["item"]) for i in lines] == [
+        ("extract", s.scope, "main", poison)], lines
+    assert run_cli(s.home, s.env(), "set-aside", "--kind", "judge").stdout == ""
 
 
 def test_an_endpoint_that_refuses_every_episode_stops_the_pass_and_sets_none_aside(

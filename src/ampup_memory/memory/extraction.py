@@ -56,7 +56,12 @@ from ampup_memory.memory.schemas import (
 )
 from ampup_memory.memory.scopes import parse_branch, parse_scope
 from ampup_memory.models.chat import AnswerInt, ChatModel, ModelUnavailable, RequestRefused
-from ampup_memory.models.setaside import SetAside, ask_or_set_aside, count_or_set_aside
+from ampup_memory.models.setaside import (
+    SetAside,
+    ask_or_set_aside,
+    count_or_set_aside,
+    set_aside_items,
+)
 from ampup_memory.progress import Progress
 from ampup_memory.timefmt import utc_text
 
@@ -291,7 +296,9 @@ class Extractor:
             progress(0, len(todo))
         done = 0
         rules: dict[str, _Rule] = {}
-        key = read_key(self.model.name, version)
+        # Asked the same way (models/setaside.py): the model and the schema version, as its
+        # read marks are keyed, named by the model as `asked_key` names it.
+        key = f"{self.model.name}:{read_key(self.model.name, version)}"
         # Episodes refused before the endpoint answered one in this pass: counted (their
         # problem) once it answers another or the pass runs out of episodes first; not if
         # the first REFUSED_RUN are all refused (its problem).
@@ -493,6 +500,20 @@ class Extractor:
             "last_error": last.get("error"),
             "last_error_at": last.get("at"),
         }
+
+
+    def set_aside(self, scope_text: str, branch_text: str | None = None,
+                  principal: Principal | None = None) -> list[dict[str, Any]]:
+        """The branch's episodes set aside (models/setaside.py), oldest first; with
+        ``principal``, only those the caller may read (as `status` counts them)."""
+        scope, branch, segs, _typed = self._state(scope_text, branch_text)
+        items = [i for i in set_aside_items(self.svc.index, str(scope), "extract")
+                 if i["branch"] == branch]
+        if principal is not None:
+            seen = self.svc.readable_episodes(principal, str(scope), segs,
+                                              [str(i["item"]) for i in items])
+            items = [i for i in items if i["item"] in seen]
+        return items
 
 
 def extractor(svc: MemoryService, settings: Any) -> Extractor:
