@@ -36,8 +36,8 @@ def extraction_commands(settings_options: SettingsOptions,
                 **kwargs: Any) -> None:
         """Read pending episodes with the extract model and write the facts it finds that
         check out (quote in the cited unit, value valid for the schema); one JSON line per
-        scope. Exits 2 when the model failed, or refused an episode (HTTP 400: it goes on
-        with the next); the episodes it did not read stay pending."""
+        scope. Exits 2 when the model failed, or refused an episode as too long (the pass
+        goes on with the next); the episodes it did not read stay pending."""
         from ampup_memory.cliutil import fail_if_model_failed, progress
         from ampup_memory.memory.extraction import NO_MODEL, extractor
 
