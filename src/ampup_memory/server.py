@@ -7,7 +7,6 @@ import contextlib
 import logging
 import os
 import sys
-import threading
 import time
 from collections.abc import AsyncIterator
 
@@ -39,7 +38,7 @@ from ampup_memory.memory.workspace_api import router as workspace_router
 from ampup_memory.ops.api import router as ops_router
 from ampup_memory.runtime import Runtime, open_runtime
 from ampup_memory.search.api import mount as mount_search
-from ampup_memory.search.index.common import GRAPH_THREAD, join_graph_threads
+from ampup_memory.search.index.common import join_graph_threads
 from ampup_memory.settings import Settings
 from ampup_memory.web import apidocs, inspector
 from ampup_memory.web import errors as http_errors
@@ -80,7 +79,7 @@ async def _wait_graph_threads(deadline: float, grace: float) -> None:
     next chunk, a save finishes its file) within what is left of the grace, then end as
     `_end_now` does. A thread left running would be killed by the signal uvicorn raises
     again, or, after Ctrl-C, abort the interpreter's exit from inside usearch."""
-    if not any(t.name.startswith(GRAPH_THREAD) for t in threading.enumerate()):
+    if not join_graph_threads(0):
         return
     log.info("shutting down: waiting up to %.3g s for the search graph builds",
              max(0.0, deadline - time.monotonic()))
