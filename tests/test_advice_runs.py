@@ -366,11 +366,52 @@ def test_a_session_whose_answers_are_refused_on_every_pass_is_set_aside(
     assert done.returncode == 0 and json.loads(done.stdout)["set_aside"] == 1, done.stderr
     assert poison not in done.stderr and len(scripted_model.calls()) - calls == 1
     assert m.http.get(f"/sessions/{poison}").json()["judging"] == "pending"
+    assert _set_aside(srv, env, scope) == [("judge", scope, poison, "scripted-1")]
     # A new judge model asks again.
     done = run_cli(srv.home, {**env, "AMPUP_MEMORY_JUDGE_MODEL": "scripted-2"},
                    "advice", "judge", "--scope", scope)
     assert done.returncode == 2 and json.loads(done.stdout)["failed"] == 1, done.stderr
     assert len(scripted_model.calls()) - calls == 2
+    assert _set_aside(srv, env, scope) == []  # counted once for the new model, not aside
+
+
+def _set_aside(srv: Served, env: dict[str, str], scope: str) -> list[tuple[str, ...]]:
+    done = run_cli(srv.home, env, "set-aside", "--scope", scope)
+    assert done.returncode == 0, done.stderr
+    return [(i["kind"], i["scope"], i["item"], i["model"])
+            for i in map(json.loads, done.stdout.splitlines())]
+
+
+def test_the_judge_timer_says_a_set_aside_session_once_not_every_pass(
+        tmp_path: Path, scripted_model: ScriptedModel) -> None:
+    """The serve timer logged its report on every pass while a session stayed set aside
+    (nothing new to say); it says the count when it changes."""
+    from ampup_memory.models.setaside import UNUSABLE_PASSES
+
+    env = {**QUIET, **scripted_model.env("JUDGE_"), "AMPUP_MEMORY_MODEL_RETRIES": "0",
+           "AMPUP_MEMORY_ADVICE_JUDGE_INTERVAL_SECONDS": "1",
+           "AMPUP_MEMORY_LOG_LEVEL": "info"}
+    scripted_model.script([], default={"reply": {"reward": True}})  # never of the shape
+    proc = start(tmp_path / "home", env)
+    m = Memory(proc.url)
+    try:
+        ses = m.http.post("/sessions/start", json={"scope": new_scope(),
+                                                   "task": "restore"}).json()["id"]
+        assert m.http.post("/sessions/end", json={"session": ses, "transcript": "done",
+                                                   "outcome": "ok"}).status_code == 200
+        deadline = time.monotonic() + 120
+        while len(scripted_model.calls()) < UNUSABLE_PASSES and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(5)  # some passes more, each finding the session set aside
+    finally:
+        m.close()
+        proc.stop()
+    lines = [x for x in proc.log_path.read_text().splitlines() if "advice judge pass:" in x]
+    assert len(scripted_model.calls()) == UNUSABLE_PASSES, lines
+    said = [x for x in lines if "'set_aside': 1" in x]
+    assert len(said) == 1, lines
+    assert sum("set aside after" in x and ses in x
+               for x in proc.log_path.read_text().splitlines()) == 1
 
 
 def test_the_judge_command_without_a_model_judges_nothing(srv: Served) -> None:

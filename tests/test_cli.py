@@ -390,6 +390,33 @@ def test_settings_that_cannot_work_and_a_database_down_are_one_line(tmp_path: Pa
     assert "s3cr3t-pw" not in down.stderr
 
 
+def test_a_control_character_in_a_model_setting_stops_the_start_in_one_line(
+        tmp_path: Path) -> None:
+    """A model name, base URL or key holding a NUL or another control character failed only
+    at the first model call (an extraction pass "cannot connect"). It is refused where the
+    settings are read, by every command, in one line naming the setting; a key is not
+    shown."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for name, value, field in (
+            ("AMPUP_MEMORY_MODEL", "qwen\x01:7b", "model_name"),
+            ("AMPUP_MEMORY_EXTRACT_MODEL_BASE_URL", "http://127.0.0.1:1/v1\n",
+             "extract_model_base_url"),
+            ("AMPUP_MEMORY_JUDGE_MODEL_API_KEY", "sk-s3cr3t\x7f", "judge_model_api_key")):
+        for args in (["extract"], ["serve"]):
+            done = cli({**base, name: value}, *args, timeout=120)
+            _one_error_line(done, f"invalid setting {field} ({name})")
+            assert "control character" in done.stderr, done.stderr
+            assert "s3cr3t" not in done.stderr and "Traceback" not in done.stderr
+    config = tmp_path / "config.toml"
+    config.write_text('model_name = "qwen\\u0000"\n')
+    done = cli(base, "settings", "--config", str(config))
+    _one_error_line(done, "invalid setting model_name (AMPUP_MEMORY_MODEL)")
+    assert "U+0000" in done.stderr, done.stderr
+    # Printable text is a setting as before.
+    config.write_text('model_name = "qwen2.5:7b-instruct é"\n')
+    assert shown(base, "--config", str(config))["model_name"] == "qwen2.5:7b-instruct é"
+
+
 def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: Path) -> None:
     """A password of one letter was replaced everywhere in the driver's message: `status`
     and `doctor` said `(•••syco•••g.O•••erationalError)` and `•••ort 1 failed`. It is

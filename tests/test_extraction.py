@@ -74,6 +74,11 @@ class Setup:
         body: dict[str, Any] = r.json()
         return body
 
+    def set_aside(self) -> list[dict[str, Any]]:
+        r = self.m.http.get("/extraction/set-aside", params={"scope": self.scope})
+        assert r.status_code == 200, r.text
+        return list(r.json()["items"])
+
     def facts(self, **params: Any) -> list[dict[str, Any]]:
         r = self.m.facts(self.scope, "deal:acme", history=True, **params)
         assert r.status_code == 200, r.text
@@ -250,6 +255,89 @@ def test_an_answer_refused_on_every_pass_is_set_aside_with_its_reason(s: Setup) 
     # Read: the next pass asks nothing.
     code, out, err = s.extract()
     assert code == 0 and out[0]["read"] == 0 and len(s.model.calls()) - calls == 3, err
+
+
+def test_an_episode_the_endpoint_refuses_is_passed_over_then_set_aside(s: Setup) -> None:
+    """An HTTP 400 ("context length exceeded") for one episode stopped the whole pass, so
+    every episode after it stayed pending. It is that episode's problem now: not retried,
+    left pending, the pass goes on with the next, and after UNUSABLE_PASSES passes it is
+    set aside (read with no fact, ``request_refused``), then listed by ``GET
+    /extraction/set-aside`` (to a caller who may read it) and ``ampup-memory set-aside``."""
+    import json
+
+    from ampup_memory.models.setaside import UNUSABLE_PASSES
+
+    assert s.model is not None
+    poison = s.write(BODY + "\n\nA long call.", source="doc:long", acl=["user:alice"])
+    s.model.script([{"match": "A long call", "status": 400}],
+                   default={"reply": {"facts": GOOD}})
+    fine = []
+    for n in range(1, UNUSABLE_PASSES):
+        fine.append(s.write(BODY + f" Pass {n}.", source=f"doc:fine-{n}"))
+        calls = len(s.model.calls())
+        code, out, err = s.extract()
+        assert code == 2 and "the model failed on 1 scope(s)" in err, err
+        assert (out[0]["read"], out[0]["facts_written"], out[0]["refused"],
+                out[0]["pending"], out[0]["error"]) == (1, 2, 1, 1, None), out
+        assert len(s.model.calls()) - calls == 2  # the refused one is not asked twice
+        st = s.status()
+        assert st["episodes_pending"] == 1 and st["rejected"] == {}, st
+        assert "refused the request: HTTP 400: scripted 400" in st["last_error"], st
+        assert s.set_aside() == []  # counted, not set aside yet
+    # The last pass: the poison alone is pending, refused again, and so set aside.
+    code, out, err = s.extract()
+    assert code == 0, err
+    assert (out[0]["read"], out[0]["refused"], out[0]["pending"]) == (1, 0, 0), out
+    assert out[0]["rejected"] == {"request_refused": 1}, out
+    set_aside = [line for line in err.splitlines() if poison in line]
+    assert len(set_aside) == 1 and "WARNING" in set_aside[0] and "HTTP 400" in set_aside[0]
+    assert {f["cites"][0]["episode"] for f in s.facts()} == set(fine)
+    st = s.status()
+    assert (st["episodes_pending"], st["rejected"], st["last_error"]) == (
+        0, {"request_refused": 1}, None)
+    listed = s.set_aside()
+    assert [(i["item"], i["model"], i["passes"]) for i in listed] == [
+        (poison, s.model.name, UNUSABLE_PASSES)], listed
+    assert "HTTP 400: scripted 400" in listed[0]["reason"] and listed[0]["at"], listed
+    bob = s.m.as_user("bob")  # may not read the episode: it is not listed to him
+    try:
+        r = bob.http.get("/extraction/set-aside", params={"scope": s.scope})
+        assert r.status_code == 200 and r.json() == {"items": []}, r.text
+    finally:
+        bob.close()
+    done = run_cli(s.home, s.env(), "set-aside", "--scope", s.scope, "--kind", "extract")
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(x) for x in done.stdout.splitlines()]
+    assert [(i["kind"], i["scope"], i["branch"], i["item"]) for i in lines] == [
+        ("extract", s.scope, "main", poison)], lines
+    assert run_cli(s.home, s.env(), "set-aside", "--kind", "judge").stdout == ""
+
+
+def test_an_endpoint_that_refuses_every_episode_stops_the_pass_and_sets_none_aside(
+        s: Setup) -> None:
+    """The first REFUSED_RUN episodes of a pass all refused: the endpoint's problem (a
+    model that takes no JSON mode), not theirs. The pass stops as at an outage, nothing is
+    counted, and so nothing is ever set aside for it; a 401 stops at the first."""
+    from ampup_memory.memory.extraction import REFUSED_RUN
+    from ampup_memory.models.setaside import UNUSABLE_PASSES
+
+    assert s.model is not None
+    for i in range(REFUSED_RUN + 1):
+        s.write(BODY + f" Note {i}.", source=f"doc:{i}")
+    s.model.script([], default={"status": 400})
+    for _ in range(UNUSABLE_PASSES):
+        calls = len(s.model.calls())
+        code, out, err = s.extract()
+        assert code == 2 and "HTTP 400" in out[0]["error"], (out, err)
+        assert out[0]["read"] == 0 and len(s.model.calls()) - calls == REFUSED_RUN, out
+    s.model.script([], default={"status": 401})
+    calls = len(s.model.calls())
+    code, out, err = s.extract()
+    assert code == 2 and "HTTP 401" in out[0]["error"] and len(s.model.calls()) - calls == 1
+    s.model.script([], default={"reply": {"facts": GOOD}})
+    code, out, err = s.extract()
+    assert code == 0, err
+    assert (out[0]["read"], out[0]["rejected"]) == (REFUSED_RUN + 1, {}), out
 
 
 def test_a_crash_before_the_ledger_row_leaves_neither_facts_nor_read_marks(s: Setup) -> None:

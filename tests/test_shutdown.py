@@ -8,14 +8,16 @@ process still exits within the grace."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.extraction_data import BODY, DEALS, GOOD, WHEN
-from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, new_scope, start
+from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, new_scope, serving, start
 from tests.model_support import ScriptedModel
 from tests.server_process import ServerProcess
 
@@ -114,3 +116,122 @@ def test_a_pass_longer_than_the_grace_is_left_as_a_kill_leaves_it(
     # Nothing of the abandoned batch landed, and the episode is still pending.
     assert _extraction(tmp_path, env, scope) == (
         {"episodes_pending": 1, "episodes_read": 0, "facts_written": 0}, 0)
+
+
+# A graph build of the AMP cells' HNSW graph (embedded SQLite store) that takes seconds:
+# the threshold low, M and efConstruction high, random unit vectors.
+GRAPH = {**QUIET, "AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS": "1000",
+         "AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY": "64",
+         "AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD": "1000", "AMPUP_MEMORY_LOG_LEVEL": "info"}
+CELLS = 6000
+AMP = {"X-AMP-Agent-ID": "agent_t"}
+
+
+@pytest.fixture(scope="module")
+def cells_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A home holding CELLS AMP cells, written in-process through AmpService.create (the
+    server's own write path) with random unit vectors; each test copies it."""
+    import json
+
+    import numpy as np
+
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+
+    home = tmp_path_factory.mktemp("graph-build") / "home"
+    rt = open_runtime(load_settings(home=str(home), embedding_provider="hash"))
+    try:
+        rt.store._conn().execute("PRAGMA synchronous=OFF")  # type: ignore[attr-defined]
+        rng = np.random.default_rng(7)
+        vectors = rng.standard_normal((CELLS, rt.embedder.dimensions)).astype(np.float32)
+        vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+        for i, vector in enumerate(vectors):
+            body = {"type": "semantic", "content": {"text": f"note {i} about {i % 97}"},
+                    "identity": {"owner_id": "user_a", "owner_type": "user"}}
+            rt.amp.create("agent_t", json.dumps(body).encode(), vector)
+    finally:
+        rt.close()
+    return home
+
+
+def _graphs(proc: ServerProcess) -> dict[str, int]:
+    r = httpx.get(f"{proc.url}/status", headers=ADMIN)
+    assert r.status_code == 200, r.text
+    graphs: dict[str, int] = r.json()["stores"]["amp"]["graphs"]
+    return graphs
+
+
+def _search(proc: ServerProcess, queries: list[str]) -> list[list[str]]:
+    with httpx.Client(base_url=proc.url + "/amp/v1", headers=AMP, timeout=60) as http:
+        out = []
+        for q in queries:
+            r = http.post("/memories/search", json={"query": q, "limit": 10})
+            assert r.status_code == 200, r.text
+            out.append([cell["id"] for cell in r.json()["results"]])
+        return out
+
+
+def _building(home: Path, env: dict[str, str]) -> ServerProcess:
+    """A server whose first search started the cell graph's build, still running."""
+    proc = start(home, env)
+    _search(proc, ["note 1"])
+    graphs = _graphs(proc)
+    assert graphs["building"] == 1 and graphs["built"] == 0, graphs
+    return proc
+
+
+QUERIES = [f"note {i} about {i % 97}" for i in range(0, 600, 60)]
+
+
+def test_a_graph_build_is_stopped_at_shutdown_and_a_restart_builds_it_whole(
+        tmp_path: Path, cells_home: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(cells_home, home)
+    proc = _building(home, GRAPH)
+    try:
+        code, took, log = _terminate(proc, within=30)
+    finally:
+        proc.stop()
+    assert code == EXITED[signal.SIGTERM], log
+    assert "waiting up to" in log and "for the search graph builds" in log, log
+    assert took < 10, f"exited {took:.1f} s after SIGTERM: a build stops at its next chunk"
+    assert "Traceback" not in log and "terminate called" not in log, log
+    # Nothing half-built was saved: the restart builds the graph from the cells and its
+    # answers are exact search's (threshold 0, same files).
+    assert not list(home.rglob("*.ann")) and not list(home.rglob("*.tmp"))
+    with serving(home, GRAPH) as proc:
+        _search(proc, ["note 1"])
+        deadline = time.monotonic() + 120
+        while (graphs := _graphs(proc))["built"] < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert graphs == {"built": 1, "loaded": 0, "rejected": 0, "saved": graphs["saved"],
+                          "building": 0}, graphs
+        by_graph = _search(proc, QUERIES)
+    with serving(home, {**GRAPH, "AMPUP_MEMORY_SEARCH_ANN_MIN_VECTORS": "0"}) as proc:
+        exact = _search(proc, QUERIES)
+    hits = sum(len(set(g) & set(e)) for g, e in zip(by_graph, exact, strict=True))
+    assert hits / sum(len(e) for e in exact) >= 0.95, (by_graph, exact)
+
+
+def test_a_graph_build_outlasting_the_grace_ends_the_process_within_it(
+        tmp_path: Path, cells_home: Path) -> None:
+    home = tmp_path / "home"
+    shutil.copytree(cells_home, home)
+    # No timer's pass may be running at the signal: then it, not the build, is named.
+    quiet = {f"AMPUP_MEMORY_{name}": "0" for name in (
+        "SEARCH_REFRESH_SECONDS", "WORKSPACE_GC_INTERVAL_SECONDS",
+        "ADVICE_JUDGE_INTERVAL_SECONDS", "ADVICE_CLUSTER_INTERVAL_SECONDS",
+        "ADVICE_LEARN_INTERVAL_SECONDS", "ADVICE_COMPILE_INTERVAL_SECONDS")}
+    proc = _building(home, {**GRAPH, **quiet, "AMPUP_MEMORY_QUERY_WARM": "false",
+                            "AMPUP_MEMORY_SHUTDOWN_GRACE_SECONDS": "0"})
+    try:
+        code, took, log = _terminate(proc, within=30)
+    finally:
+        proc.stop()
+    assert code == 1, log
+    assert took < 5, f"exited {took:.1f} s after SIGTERM, past a grace of 0 s"
+    assert "1 search graph build(s) still running after the shutdown grace of 0 s" in log, log
+    assert "Traceback" not in log, log
+    with serving(home, GRAPH) as proc:  # nothing of the cut build is trusted
+        _search(proc, ["note 1"])
+        assert _graphs(proc)["rejected"] == 0

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 
 from fastapi import FastAPI
@@ -36,6 +38,7 @@ from ampup_memory.memory.workspace_api import router as workspace_router
 from ampup_memory.ops.api import router as ops_router
 from ampup_memory.runtime import Runtime, open_runtime
 from ampup_memory.search.api import mount as mount_search
+from ampup_memory.search.index.common import join_graph_threads
 from ampup_memory.settings import Settings
 from ampup_memory.web import apidocs, inspector
 from ampup_memory.web import errors as http_errors
@@ -71,6 +74,20 @@ def _end_now(left: list[str], grace: float) -> None:
     os._exit(1)
 
 
+async def _wait_graph_threads(deadline: float, grace: float) -> None:
+    """Shutdown, stores closed: wait for the search graph threads (a build stops at its
+    next chunk, a save finishes its file) within what is left of the grace, then end as
+    `_end_now` does. A thread left running would be killed by the signal uvicorn raises
+    again, or, after Ctrl-C, abort the interpreter's exit from inside usearch."""
+    if not join_graph_threads(0):
+        return
+    log.info("shutting down: waiting up to %.3g s for the search graph builds",
+             max(0.0, deadline - time.monotonic()))
+    left = await asyncio.to_thread(join_graph_threads, max(0.0, deadline - time.monotonic()))
+    if left:
+        _end_now([f"{left} search graph build(s)"], grace)
+
+
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     rt = runtime or open_runtime(settings)
 
@@ -84,10 +101,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
                 await stack.enter_async_context(enter())
             yield
             grace = settings.shutdown_grace_seconds
+            deadline = time.monotonic() + grace
             left = await stop_timers(app.state.timers, grace, log)
             if left:
                 _end_now(left, grace)
-        rt.close()
+        rt.close()  # asks every search graph build to stop at its next chunk
+        await _wait_graph_threads(deadline, grace)
 
     # FastAPIOffline serves the Swagger UI and ReDoc files its wheel ships (under
     # /static-offline-docs), never from a CDN, so the pages work on a machine with no

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import unicodedata
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -287,10 +288,10 @@ class Settings(BaseSettings):
         validation_alias=_env("AMPUP_MEMORY_SHUTDOWN_GRACE_SECONDS"),
         description="On SIGTERM or Ctrl-C, once requests have ended (or after 5 s), how "
         "long `serve` waits for a timer's pass still running (maintenance, extraction, "
-        "advice learning, the warm-up ...) before it closes its stores; no pass starts "
-        "meanwhile. Past it the process ends at once with exit code 1, as a kill would "
-        "(each commit is whole or invisible). Keep the supervisor's stop timeout above "
-        "this plus 5 s (docs/operations.md).",
+        "advice learning, the warm-up ...) before it closes its stores, then for a search "
+        "graph build to stop; no pass starts meanwhile. Past it the process ends at once "
+        "with exit code 1, as a kill would (each commit is whole or invisible). Keep the "
+        "supervisor's stop timeout above this plus 5 s (docs/operations.md).",
     )
     rerank_queue: int = Field(
         default=64,
@@ -725,6 +726,35 @@ class Settings(BaseSettings):
     def _blank_is_unset(cls, value: Any) -> Any:
         return None if isinstance(value, str) and value.strip() == "" else value
 
+    @field_validator(
+        "s3_endpoint",
+        "s3_region",
+        "s3_access_key_id",
+        "s3_secret_access_key",
+        "admin_token",
+        "embedding_base_url",
+        "embedding_model",
+        "embedding_api_key",
+        "mcp_agent_id",
+        "mcp_api_key",
+        "mcp_user_id",
+        "model_base_url",
+        "model_name",
+        "model_api_key",
+        *_ROLE_MODEL_FIELDS,
+        mode="after",
+    )
+    @classmethod
+    def _no_control_characters(cls, value: Any) -> Any:
+        # These go into URLs, HTTP headers and request bodies: a NUL or a line break there
+        # failed only at the first call (an extraction pass "cannot connect"), not here.
+        if isinstance(value, str):
+            bad = next((c for c in value if unicodedata.category(c) in ("Cc", "Cs")), None)
+            if bad is not None:
+                raise ValueError(f"holds the control character U+{ord(bad):04X}: a name, "
+                                 "URL or key is printable text")
+        return value
+
     @model_validator(mode="after")
     def _graph_breadth_covers_its_links(self) -> Settings:
         # pgvector refuses an HNSW index with ef_construction below 2 × m; one rule for
@@ -854,7 +884,8 @@ def _validation_line(exc: ValidationError) -> str:
         name = str(err["loc"][0]) if err["loc"] else "settings"
         field = next((f for f in Settings.model_fields if env_name(f) == name), None)
         shown = f"{field} ({name})" if field else name
-        parts.append(f"invalid setting {shown}: {err['msg']} (got {err.get('input')!r})")
+        got = shown_value(field, err.get("input")) if field else err.get("input")
+        parts.append(f"invalid setting {shown}: {err['msg']} (got {got!r})")
     return "; ".join(parts)
 
 

@@ -48,7 +48,7 @@ from ampup_memory.models.chat import (
     Role,
     chat_model,
 )
-from ampup_memory.models.setaside import SetAside, ask_or_set_aside, asked_key
+from ampup_memory.models.setaside import AsideNews, SetAside, ask_or_set_aside, asked_key
 from ampup_memory.settings import Settings
 
 log = logging.getLogger("ampup_memory.advice")
@@ -113,7 +113,7 @@ def judge_session(svc: MemoryService, model: ChatModel, session: str) -> bool:
     if any(e.kind == REWARD for e in events):
         return False
     asked = prompt(events)
-    answer = ask_or_set_aside(svc.index, ("judge", session), session,
+    answer = ask_or_set_aside(svc.index, ("judge", events[0].scope, session), session,
                               asked_key(model.name, SYSTEM, asked),
                               lambda: model.ask(SYSTEM, asked, JudgeAnswer), log,
                               f"judge: session {session}, pending still,")
@@ -181,10 +181,14 @@ def judge_timer(svc: MemoryService, settings: Settings,
     """``serve``'s judging timer (a no-op pass when no judge model is configured)."""
     holder = lease_holder()
     model = chat_model(settings, Role.JUDGE)
+    aside = AsideNews()
 
     def one_pass() -> str | None:
         report = judge_if_free(svc, model, holder, timedelta(seconds=settings.lease_seconds))
-        if report is None or not (report["judged"] or report["failed"] or report["set_aside"]):
+        if report is None:
+            return None
+        news = aside.changed(report["set_aside"])
+        if not (report["judged"] or report["failed"] or news):
             return None
         return str(report)
 

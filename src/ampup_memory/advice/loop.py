@@ -55,7 +55,7 @@ from ampup_memory.memory.scopes import MAIN, Scope, ScopeText
 from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
-from ampup_memory.models.setaside import SetAside, ask_or_set_aside, asked_key
+from ampup_memory.models.setaside import AsideNews, SetAside, ask_or_set_aside, asked_key
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
 
@@ -336,12 +336,16 @@ def learning_timers(svc: MemoryService, settings: Settings, embedder: Embedder,
         done = [r for r in (report or {}).get("scopes", []) if r["committed"]]
         return f"clustered {len(done)} scope(s)" if done else None
 
+    aside = AsideNews()
+
     def learn() -> str | None:
         report = _under_lease(svc, LEARN_LEASE, holder, lease, lambda: learn_pass(
             svc, model, rules, settings.advice_min_runs_for_note))
-        return str(report) if report and any(
-            r["reviewed"] or r["learned"] or r["failed"] or r["set_aside"]
-            for r in report["scopes"]) else None
+        if report is None:
+            return None
+        news = aside.changed(sum(r["set_aside"] for r in report["scopes"]))
+        return str(report) if news or any(r["reviewed"] or r["learned"] or r["failed"]
+                                          for r in report["scopes"]) else None
 
     return [periodic(cluster, settings.advice_cluster_interval_seconds,
                      "advice cluster pass", log, records=records),

@@ -43,7 +43,7 @@ from ampup_memory.memory.readindex import lease_holder
 from ampup_memory.memory.scopes import MAIN, Scope, ScopeText, parse_scope
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
-from ampup_memory.models.setaside import SetAside, ask_or_set_aside, asked_key
+from ampup_memory.models.setaside import AsideNews, SetAside, ask_or_set_aside, asked_key
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
 from ampup_memory.timefmt import format_time
@@ -167,6 +167,7 @@ def compile_timer(svc: MemoryService, settings: Settings, embedder: Embedder,
     holder = lease_holder()
     lease = timedelta(seconds=settings.lease_seconds)
     model = chat_model(settings, Role.COMPILE)
+    said = AsideNews()
 
     def job() -> str | None:
         if model is None:
@@ -176,7 +177,10 @@ def compile_timer(svc: MemoryService, settings: Settings, embedder: Embedder,
         scopes = (report or {}).get("scopes", [])
         done = sum(1 for r in scopes if r["committed"])
         failed, aside = (sum(r[k] for r in scopes) for k in ("failed", "set_aside"))
-        if not (done or failed or aside):
+        if report is None:
+            return None
+        news = said.changed(aside)
+        if not (done or failed or news):
             return None
         return (f"compiled procedures of {done} scope(s)"
                 + (f"; the model failed on {failed}" if failed else "")

@@ -22,7 +22,8 @@ answering garbage (after the client's bounded retries, models/chat.py) leaves th
 pending, writes nothing and records the error for ``GET /extraction/status``. An episode
 whose answers were of the wrong shape on some passes in a row is set aside (read, no fact;
 the rule of every model pass, models/setaside.py): the same answer would come again, and it
-held back every episode after it.
+held back every episode after it. An episode the endpoint refuses (HTTP 400: too long, say)
+is passed over and counts toward the same rule (`REFUSED`).
 """
 
 from __future__ import annotations
@@ -54,8 +55,13 @@ from ampup_memory.memory.schemas import (
     schema_at,
 )
 from ampup_memory.memory.scopes import parse_branch, parse_scope
-from ampup_memory.models.chat import AnswerInt, ChatModel, ModelUnavailable
-from ampup_memory.models.setaside import SetAside, ask_or_set_aside
+from ampup_memory.models.chat import AnswerInt, ChatModel, ModelUnavailable, RequestRefused
+from ampup_memory.models.setaside import (
+    SetAside,
+    ask_or_set_aside,
+    count_or_set_aside,
+    set_aside_items,
+)
 from ampup_memory.progress import Progress
 from ampup_memory.timefmt import utc_text
 
@@ -78,6 +84,14 @@ MAX_CANDIDATES = 200  # per episode: more is a model gone astray, not more knowl
 # attempt got an answer of the wrong shape) is read with no fact, counted so. The pass
 # stops at a failure and reads the oldest first: until then it held back every later one.
 UNUSABLE = "answer_unusable"
+# An episode the endpoint refused (HTTP 400, 413, 422: `chat.RequestRefused`, "context
+# length exceeded") is that episode's problem: the pass goes on with the next, and the
+# refusal counts toward setting it aside (read with no fact, counted so) like an answer of
+# the wrong shape. Only the first REFUSED_RUN episodes of a pass all refused say the
+# endpoint refuses everything (say, a model that takes no JSON mode): then the pass stops
+# as at an outage and nothing is counted.
+REFUSED = "request_refused"
+REFUSED_RUN = 3
 
 
 # -- the model's answer ------------------------------------------------------------------------
@@ -193,11 +207,14 @@ class Outcome:
     commits: list[str] = field(default_factory=list)
     error: str | None = None
     pending: int = 0
+    refused: int = 0  # episodes the endpoint refused this pass, left pending (`REFUSED`)
+    refusal: str | None = None  # the last refusal's reason, for the status
 
     def wire(self) -> dict[str, Any]:
         return {"model": self.model, "schema": self.schema, "read": self.read,
                 "facts_written": self.facts, "rejected": dict(sorted(self.rejected.items())),
-                "commits": self.commits, "error": self.error, "pending": self.pending}
+                "commits": self.commits, "error": self.error, "refused": self.refused,
+                "pending": self.pending}
 
 
 @dataclass
@@ -208,6 +225,16 @@ class _Read:
     items: list[FactIn]
     rejected: Counter[str]
     units: list[Unit]
+
+
+def _slot(scope: str, branch: str, ep: EpisodeRecord) -> tuple[str, ...]:
+    """Where an episode's passes with no usable answer are counted (models/setaside.py):
+    one record per episode, as a pass goes on past an episode the endpoint refused."""
+    return ("extract", scope, branch, ep.id)
+
+
+def _what(scope: str, branch: str, ep: EpisodeRecord) -> str:
+    return f"extraction: episode {ep.id} of {scope}/{branch}, read with no fact,"
 
 
 def _error_key(scope: str, branch: str) -> str:
@@ -269,38 +296,67 @@ class Extractor:
             progress(0, len(todo))
         done = 0
         rules: dict[str, _Rule] = {}
-        key = read_key(self.model.name, version)
+        # Asked the same way (models/setaside.py): the model and the schema version, as its
+        # read marks are keyed, named by the model as `asked_key` names it.
+        key = f"{self.model.name}:{read_key(self.model.name, version)}"
+        # Episodes refused before the endpoint answered one in this pass: counted (their
+        # problem) once it answers another or the pass runs out of episodes first; not if
+        # the first REFUSED_RUN are all refused (its problem).
+        refused: list[tuple[EpisodeRecord, str]] = []
+        answered = False
         while done < len(todo) and out.error is None:
             chunk = todo[done:done + batch]
             bodies = self.svc.index.bodies(str(scope), {e.body_ref for e in chunk})
             reads: list[_Read] = []
+            asked = 0
             began = time.monotonic()
             try:
                 for ep in chunk:
+                    asked += 1
                     if ep.type not in rules:
                         rules[ep.type] = _rule(typed[0], ep.type)
                     try:
-                        read = ask_or_set_aside(
-                            self.svc.index, ("extract", str(scope), branch), ep.id, key,
+                        reads.append(ask_or_set_aside(
+                            self.svc.index, _slot(str(scope), branch, ep), ep.id, key,
                             partial(self._read, typed[0], ep, bodies.get(ep.body_ref, ""),
                                     rules[ep.type]),
-                            log, f"extraction: episode {ep.id} of {scope}/{branch}, read "
-                                 "with no fact,")
+                            log, _what(str(scope), branch, ep)))
+                        answered = True
                     except SetAside:
-                        read = _Read(ep, [], Counter({UNUSABLE: 1}), [])
-                    reads.append(read)
+                        reads.append(_Read(ep, [], Counter({UNUSABLE: 1}), []))
+                    except RequestRefused as exc:
+                        out.refused, out.refusal = out.refused + 1, exc.message
+                        refused.append((ep, exc.message))
+                        log.info("extraction: episode %s of %s/%s refused, left pending: %s",
+                                 ep.id, scope, branch, exc.message)
+                        if not answered and len(refused) >= REFUSED_RUN:
+                            raise
+                    if refused and (answered or done + asked == len(todo)):
+                        aside = self._count_refused(str(scope), branch, key, refused)
+                        reads.extend(aside)
+                        out.refused -= len(aside)
+                        refused = []
                     if time.monotonic() - began >= BATCH_SECONDS:
                         break  # a slow model: commit what it gave before asking on
             except ModelUnavailable as exc:
                 out.error = exc.message
             if reads:
                 self._commit(scope_text, branch, typed, reads, out)
-            done += len(reads)
+            done += asked
             if progress:
                 progress(done, len(todo))
-        self._record_error(str(scope), branch, out.error)
+        self._record_error(str(scope), branch,
+                           out.error or (out.refusal if out.refused else None))
         out.pending = len(self.pending(scope_text, branch_text)[0])
         return out
+
+    def _count_refused(self, scope: str, branch: str, key: str,
+                       refused: list[tuple[EpisodeRecord, str]]) -> list[_Read]:
+        """The endpoint answered an episode this pass, so the ones it refused count one
+        pass toward being set aside; those it sets aside are read with no fact."""
+        return [_Read(ep, [], Counter({REFUSED: 1}), []) for ep, reason in refused
+                if count_or_set_aside(self.svc.index, _slot(scope, branch, ep), ep.id, key,
+                                      reason, log, _what(scope, branch, ep))]
 
     def _read(self, schema: Schema, ep: EpisodeRecord, body: str, rule: _Rule) -> _Read:
         """Ask the model about one episode and check each candidate (no write)."""
@@ -444,6 +500,20 @@ class Extractor:
             "last_error": last.get("error"),
             "last_error_at": last.get("at"),
         }
+
+
+    def set_aside(self, scope_text: str, branch_text: str | None = None,
+                  principal: Principal | None = None) -> list[dict[str, Any]]:
+        """The branch's episodes set aside (models/setaside.py), oldest first; with
+        ``principal``, only those the caller may read (as `status` counts them)."""
+        scope, branch, segs, _typed = self._state(scope_text, branch_text)
+        items = [i for i in set_aside_items(self.svc.index, str(scope), "extract")
+                 if i["branch"] == branch]
+        if principal is not None:
+            seen = self.svc.readable_episodes(principal, str(scope), segs,
+                                              [str(i["item"]) for i in items])
+            items = [i for i in items if i["item"] in seen]
+        return items
 
 
 def extractor(svc: MemoryService, settings: Any) -> Extractor:

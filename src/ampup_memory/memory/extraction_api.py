@@ -1,4 +1,5 @@
-"""``GET /extraction/status``: how far extraction has read a scope's branch (extraction.py)."""
+"""``GET /extraction/status``: how far extraction has read a scope's branch, and ``GET
+/extraction/set-aside``: the episodes it set aside (extraction.py)."""
 
 from __future__ import annotations
 
@@ -29,3 +30,16 @@ def extraction_status(request: Request, user: UserDep, scope: ScopeQ, branch: Br
     svc = service(request)
     principal = svc.principal(user)
     return extractor(svc, request.app.state.settings).status(scope, branch, principal)
+
+
+@router.get("/extraction/set-aside", responses=READ_ERRORS, openapi_extra=USER_DOC)
+def extraction_set_aside(request: Request, user: UserDep, scope: ScopeQ,
+                         branch: BranchQ = None) -> dict[str, Any]:
+    """The episodes of the branch extraction set aside (read with no fact after 3 passes
+    with no usable answer: ``answer_unusable`` or ``request_refused`` in the status), oldest
+    first: each ``item`` (the episode id), the ``model`` asked, the ``reason`` of its last
+    refused answer, ``passes`` and ``at``. Only episodes the caller may read are listed."""
+    svc = service(request)
+    principal = svc.principal(user)
+    items = extractor(svc, request.app.state.settings).set_aside(scope, branch, principal)
+    return {"items": items}

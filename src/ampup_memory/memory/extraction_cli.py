@@ -14,6 +14,7 @@ import click
 from ampup_memory.cliutil import dumps
 from ampup_memory.memory.cli import SettingsOptions, _service, existing_scope
 from ampup_memory.memory.extraction import DEFAULT_BATCH
+from ampup_memory.models.setaside import KINDS
 from ampup_memory.settings import Settings
 
 
@@ -35,7 +36,8 @@ def extraction_commands(settings_options: SettingsOptions,
                 **kwargs: Any) -> None:
         """Read pending episodes with the extract model and write the facts it finds that
         check out (quote in the cited unit, value valid for the schema); one JSON line per
-        scope. Exits 2 when the model failed (the episodes stay pending)."""
+        scope. Exits 2 when the model failed, or refused an episode as too long (the pass
+        goes on with the next); the episodes it did not read stay pending."""
         from ampup_memory.cliutil import fail_if_model_failed, progress
         from ampup_memory.memory.extraction import NO_MODEL, extractor
 
@@ -63,7 +65,25 @@ def extraction_commands(settings_options: SettingsOptions,
                         bar.remove_task(task)
                         continue
                     click.echo(dumps({"scope": name, **out.wire()}))
-                    failed += out.error is not None
+                    failed += out.error is not None or out.refused > 0
         fail_if_model_failed(failed, "scope(s)", "the episodes it did not read stay pending")
 
-    return [extract]
+    @click.command("set-aside")
+    @click.option("--scope", default=None, help="One scope (org/team); default: every scope.")
+    @click.option("--kind", type=click.Choice(KINDS), default=None,
+                  help="One kind of model work; default: every kind.")
+    @settings_options("common", "tables")
+    def set_aside(scope: str | None, kind: str | None, **kwargs: Any) -> None:
+        """List the items a model pass set aside (extraction's episodes, the judge's
+        sessions, learn's situations, compile's scopes: no usable answer on 3 passes in a
+        row), oldest first, one JSON line each. They are not asked again until the model
+        or their inputs change; a read index rebuild forgets them (asked again)."""
+        from ampup_memory.models.setaside import set_aside_items
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            named = None if scope is None else str(existing_scope(svc, scope))
+            for item in set_aside_items(svc.index, named, kind):
+                click.echo(dumps(item))
+
+    return [extract, set_aside]

@@ -292,6 +292,13 @@ class ReadIndex:
         with self.engine.connect() as conn:
             return conn.execute(select(meta_t.c.value).where(meta_t.c.key == key)).scalar()
 
+    def meta_items(self, prefix: str) -> list[tuple[str, str]]:
+        """Every (key, value) whose key starts with ``prefix`` (bound, wildcards escaped)."""
+        with self.engine.connect() as conn:
+            rows = conn.execute(select(meta_t.c.key, meta_t.c.value).where(
+                meta_t.c.key.startswith(prefix, autoescape=True)).order_by(meta_t.c.key))
+            return [(str(k), str(v)) for k, v in rows]
+
     def set_meta(self, key: str, value: str) -> None:
         with self.engine.begin() as conn:
             self._set_meta(conn, key, value)

@@ -73,8 +73,9 @@ def extraction_timer(svc: MemoryService, settings: Settings,
             except AmpError as exc:  # a workspace gone meanwhile, a schema changed ...
                 said.append(f"{scope}: {exc.message}")
                 continue
-            if out.read or out.error:
+            if out.read or out.error or out.refused:
                 said.append(f"{scope}: read {out.read}, wrote {out.facts}"
+                            + (f", refused {out.refused}" if out.refused else "")
                             + (f", error {out.error}" if out.error else ""))
         return "; ".join(said) or None
 

@@ -56,6 +56,17 @@ class AnswerUnusable(ModelUnavailable):
     down, asking again about the same item is likely to give the same answer."""
 
 
+class RequestRefused(ModelUnavailable):
+    """The endpoint refused this one request as malformed (HTTP 400, 413 or 422: "context
+    length exceeded", a body too large): a problem of what was asked, not of the endpoint,
+    so the next item may still be asked. Never retried: it would be refused again."""
+
+
+# What an endpoint says about one request (`RequestRefused`); any other 4xx but 408, 409
+# and 429 (a bad key, no such model) is the endpoint's and stops the work that needs it.
+REFUSED = (400, 413, 422)
+
+
 @dataclass(frozen=True)
 class Endpoint:
     """Where one role's requests go. ``api_key`` is never printed (see `__repr__`)."""
@@ -161,6 +172,10 @@ class OpenAIChat:
             except self._openai.APIConnectionError as exc:
                 last = f"cannot connect: {exc}"
             except self._openai.APIStatusError as exc:
+                if exc.status_code in REFUSED:
+                    raise RequestRefused(
+                        f"model {self.name} refused the request: HTTP {exc.status_code}: "
+                        f"{_said(exc)}") from exc
                 if exc.status_code < 500 and exc.status_code not in (408, 409):
                     # A 4xx other than these will not change on a retry (bad key, no model).
                     raise ModelUnavailable(
@@ -187,6 +202,16 @@ def _retry_after(response: Any) -> float | None:
         return max(0.0, float(response.headers.get("retry-after")))
     except (TypeError, ValueError, AttributeError):
         return None
+
+
+def _said(exc: Any) -> str:
+    """What an endpoint's error body says (OpenAI's ``{"error": {"message": ...}}``), in
+    one printable line of at most 200 characters: it is logged and shown in a status."""
+    body = getattr(exc, "body", None)
+    text = body.get("message") if isinstance(body, dict) else None
+    if not isinstance(text, str):
+        text = _short(exc)
+    return " ".join("".join(c if c.isprintable() else " " for c in text).split())[:200]
 
 
 def _short(exc: Exception) -> str:

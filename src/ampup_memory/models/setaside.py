@@ -7,8 +7,11 @@ aside: asked again, the model is likely to give the same answer, and each pass w
 call for it and say nothing new. "The same way" is ``key``: the model and the inputs
 (`asked_key`); a new model or changed inputs ask again. Outages (no answer at all) neither
 count nor break the run. The count lives in the read index's bookkeeping, one record per
-``slot``: a pass that stops at its first failure (extraction) needs one per scope and
-branch, one that goes on needs one per item.
+``slot`` (one per item: extraction's episode, judge's session, learn's situation,
+compile's scope), so a pass may go on past an item it could not use. A slot is the kind of
+work, the scope, then what names the item in it (`slot_of`); :func:`set_aside_items`
+lists the records that set their item aside. Being bookkeeping, not data, the records go
+with a read index rebuild: every item is then asked again, up to UNUSABLE_PASSES times.
 """
 
 from __future__ import annotations
@@ -17,17 +20,24 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 from ampup_memory.models.chat import AnswerUnusable
 
 UNUSABLE_PASSES = 3
+KINDS = ("extract", "judge", "learn", "compile")  # a slot's first part
+_PREFIX = "unusable:"
 T = TypeVar("T")
 
 
 class Bookkeeping(Protocol):
     def get_meta(self, key: str) -> str | None: ...
     def set_meta(self, key: str, value: str) -> None: ...
+
+
+class Listing(Protocol):
+    def meta_items(self, prefix: str) -> list[tuple[str, str]]: ...
 
 
 class SetAside(Exception):
@@ -38,8 +48,22 @@ class SetAside(Exception):
         self.reason = reason
 
 
+class AsideNews:
+    """For a timer's log line: whether the count of items its pass set aside (or passed
+    over, set aside before) changed since the pass that last said it. An item stays set
+    aside until its model or inputs change, so a line every pass said nothing new."""
+
+    def __init__(self) -> None:
+        self._said = 0
+
+    def changed(self, count: int) -> bool:
+        changed, self._said = count != self._said, count
+        return changed
+
+
 def asked_key(model: str, *inputs: str) -> str:
-    """What asking the same way means: the model's name and everything it is shown."""
+    """What asking the same way means: the model's name and everything it is shown. Every
+    key is ``<model>:<digest>`` (`set_aside_items` names the model from it)."""
     digest = hashlib.sha256()
     for part in (model, *inputs):
         digest.update(part.encode())
@@ -48,7 +72,7 @@ def asked_key(model: str, *inputs: str) -> str:
 
 
 def _meta_key(slot: Sequence[str]) -> str:
-    return "unusable:" + hashlib.sha256("\n".join(slot).encode()).hexdigest()[:55]
+    return _PREFIX + hashlib.sha256("\n".join(slot).encode()).hexdigest()[:55]
 
 
 def _record(index: Bookkeeping, slot: Sequence[str]) -> dict[str, Any]:
@@ -72,9 +96,21 @@ def count_unusable(index: Bookkeeping, slot: Sequence[str], item: str, key: str,
     last = _record(index, slot)
     same = (last.get("item"), last.get("key")) == (item, key)
     passes = int(last.get("passes", 0)) + 1 if same else 1
-    index.set_meta(_meta_key(slot), json.dumps({"item": item, "key": key, "passes": passes,
-                                                "reason": reason}))
+    index.set_meta(_meta_key(slot), json.dumps({
+        "slot": list(slot), "item": item, "key": key, "passes": passes, "reason": reason,
+        "at": datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")}))
     return passes >= UNUSABLE_PASSES
+
+
+def count_or_set_aside(index: Bookkeeping, slot: Sequence[str], item: str, key: str,
+                       reason: str, log: logging.Logger, what: str) -> bool:
+    """`count_unusable`, and when that sets ``item`` aside one WARNING line naming
+    ``what`` and the reason; True then."""
+    if not count_unusable(index, slot, item, key, reason):
+        return False
+    log.warning("%s set aside after %d passes with no usable answer (a new model or "
+                "changed inputs ask again): %s", what, UNUSABLE_PASSES, reason)
+    return True
 
 
 def ask_or_set_aside(index: Bookkeeping, slot: Sequence[str], item: str, key: str,
@@ -86,10 +122,38 @@ def ask_or_set_aside(index: Bookkeeping, slot: Sequence[str], item: str, key: st
     if reason is not None:
         raise SetAside(reason)
     try:
-        return ask()
+        answer = ask()
     except AnswerUnusable as exc:
-        if not count_unusable(index, slot, item, key, exc.message):
+        if not count_or_set_aside(index, slot, item, key, exc.message, log, what):
             raise
-        log.warning("%s set aside after %d passes with no usable answer (a new model or "
-                    "changed inputs ask again): %s", what, UNUSABLE_PASSES, exc.message)
         raise SetAside(exc.message) from exc
+    if _record(index, slot):  # counted before, usable now: not set aside any more
+        index.set_meta(_meta_key(slot), "")
+    return answer
+
+
+def set_aside_items(index: Listing, scope: str | None = None, kind: str | None = None
+                    ) -> list[dict[str, Any]]:
+    """Every item set aside now (of one scope, of one kind), oldest first: ``kind``,
+    ``scope``, ``item``, ``branch`` (extraction's; None for the others), the
+    ``model`` that was asked, the ``reason`` of its last refused answer, ``passes`` and
+    ``at`` (when the last one was counted). Records of an older version, with no slot,
+    are left out (they count on, and are listed once they count again)."""
+    out = []
+    for _key, raw in index.meta_items(_PREFIX):
+        try:
+            rec = json.loads(raw) if raw else {}
+        except ValueError:
+            continue
+        slot = rec.get("slot") if isinstance(rec, dict) else None
+        if (not isinstance(slot, list) or len(slot) < 2
+                or int(rec.get("passes", 0)) < UNUSABLE_PASSES):
+            continue
+        if (scope is not None and slot[1] != scope) or (kind is not None and slot[0] != kind):
+            continue
+        out.append({"kind": slot[0], "scope": slot[1], "item": rec.get("item"),
+                    "branch": slot[2] if slot[0] == "extract" else None,
+                    "model": str(rec.get("key", "")).rpartition(":")[0],
+                    "reason": rec.get("reason"), "passes": rec.get("passes"),
+                    "at": rec.get("at")})
+    return sorted(out, key=lambda r: (str(r["at"]), r["kind"], r["scope"], str(r["item"])))

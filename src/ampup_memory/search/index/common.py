@@ -6,6 +6,7 @@ import atexit
 import json
 import logging
 import threading
+import weakref
 from collections.abc import Sequence
 from datetime import datetime
 from pathlib import Path
@@ -63,12 +64,33 @@ BUILD_CHUNK = 1024
 _EXITING = threading.Event()
 
 
+GRAPH_THREAD = "ampup-search-graph"  # the prefix of the builders' and savers' names
+# The graph threads of matrices dropped (their index or store closed): asked to stop, and
+# what `join_graph_threads` waits for. Another runtime's, still open, are not here.
+_STOPPING: weakref.WeakSet[threading.Thread] = weakref.WeakSet()
+
+
+def _join(threads: list[threading.Thread], timeout: float) -> int:
+    import time
+
+    end = time.monotonic() + timeout
+    for thread in threads:
+        if thread is not threading.current_thread():
+            thread.join(max(0.0, end - time.monotonic()))
+    return sum(t.is_alive() for t in threads)
+
+
+def join_graph_threads(timeout: float) -> int:
+    """Wait up to ``timeout`` seconds in all for the graph builders and savers of the
+    matrices closed so far (`VectorMatrix.drop`: a build stops at its next chunk, a save
+    finishes its file, written whole or not at all); returns how many still run."""
+    return _join(list(_STOPPING), timeout)
+
+
 @atexit.register
 def _stop_graph_threads(timeout: float = 10.0) -> None:
     _EXITING.set()
-    for thread in threading.enumerate():
-        if thread.name.startswith("ampup-search-graph"):
-            thread.join(timeout)
+    _join([t for t in threading.enumerate() if t.name.startswith(GRAPH_THREAD)], timeout)
 
 
 def time_text(value: datetime | None) -> str | None:
@@ -268,6 +290,7 @@ class VectorMatrix:
         self.version += 1
         self.ann = None
         self._blocks = {}
+        _STOPPING.update(t for t in (self._job, self._saver) if t is not None)
 
     def _mirror(self, at: int) -> None:
         """Row ``at`` of the matrix changed: its group's block, if it holds the row, takes
@@ -397,7 +420,7 @@ class VectorMatrix:
                 ann = None
         if self._job is None:
             self._job = threading.Thread(target=self._prepare, args=(ann, self.version),
-                                         name="ampup-search-graph", daemon=True)
+                                         name=GRAPH_THREAD, daemon=True)
             self._job.start()
         return None
 
@@ -497,7 +520,7 @@ class VectorMatrix:
                                     self.version, last, count))
             if self._saver is None:
                 self._saver = threading.Thread(target=self._save_loop, daemon=True,
-                                               name="ampup-search-graph-save")
+                                               name=f"{GRAPH_THREAD}-save")
                 self._saver.start()
 
     def _save_loop(self) -> None:
