@@ -1,4 +1,5 @@
-"""Path parameters that leave room for the fixed routes beside them.
+"""Path parameters that leave room for the fixed routes beside them, and which methods a
+path is served with (`serves`: 405's ``Allow``, HEAD answered as GET).
 
 ``/memories/{memory_id}`` also matched ``/memories/search``: a GET there read as a cell
 called "search" (403) instead of a wrong method (405), and 405 answers listed methods the
@@ -9,7 +10,10 @@ from __future__ import annotations
 
 import re
 
+from starlette.applications import Starlette
 from starlette.convertors import StringConvertor, register_url_convertor
+from starlette.routing import Match
+from starlette.types import Scope
 
 
 def segment_except(param: str, *fixed: str) -> str:
@@ -20,3 +24,11 @@ def segment_except(param: str, *fixed: str) -> str:
                      {"regex": rf"(?!(?:{names})$)[^/]+"})
     register_url_convertor(f"{param}_segment", convertor())
     return f"{{{param}:{param}_segment}}"
+
+
+def serves(app: Starlette, scope: Scope, method: str) -> bool:
+    """Whether some route of ``app`` serves ``method`` at the request's path. Routes are
+    asked only through `matches` (an included router is a route too; a mount serves
+    every method itself)."""
+    asked = {**scope, "method": method}
+    return any(route.matches(asked)[0] is Match.FULL for route in app.router.routes)
