@@ -11,7 +11,7 @@ Also: another user's record answers exactly as a record that does not exist.
 Routes come from the served schema, so a new route is covered the day it is published;
 one whose body has no example here fails `test_every_body_route_has_an_example` until it
 gets one (an example reaches the checks behind the body's shape). The values are fixed,
-not drawn: each kind of edge once per parameter or field, about 2,000 requests a backend
+not drawn: each kind of edge once per parameter or field, about 2,400 requests a backend
 (test_fuzz.py draws schema-shaped examples; this sends what no schema allows).
 """
 
@@ -39,8 +39,8 @@ SEGMENTS = ["%2e%2e", "%2E%2E%2F%2E%2E", "a%2Fb", "%00", "%ED%A0%80", "%FF",
             "%E2%80%AEevil", "e%CC%81%CC%81", "x" * 3000, "%20"]
 QUERY_VALUES = ["", "\x00", "9" * 30, "-1", "1.5", "\u202e\u0301", "x" * 3000]
 # A body field's value: wrong types, out of range, NUL, right-to-left and combining marks.
-FIELD_VALUES: list[Any] = [None, True, {}, [None], 2**64, -(2**63) - 1, 1e308, "",
-                           "\x00", "\u202ee\u0301\u0301", "x" * 100_000]
+FIELD_VALUES: list[Any] = [None, {}, [None], 2**64, 1e308, "", "\x00",
+                           "\u202ee\u0301\u0301", "x" * 100_000]
 LONE_SURROGATE = '"\\ud800x"'  # valid JSON text, no Unicode string
 WHOLE_BODIES: list[tuple[bytes, str | None]] = [
     (b"", "application/json"), (b"null", "application/json"), (b"[]", "application/json"),
