@@ -373,3 +373,6 @@ def test_head_answers_as_get_without_a_body_on_every_get_route(m: Memory) -> Non
     assert c.post("/entities", params={"scope": scope}).headers["allow"] == "GET, HEAD"
     refused = c.head("/search")
     assert refused.status_code == 405 and refused.headers["allow"] == "POST"
+    # inside a mount (the pages' static files) too: Allow was empty there
+    refused = c.post("/static-offline-docs/swagger-ui.css")
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"

@@ -12,7 +12,7 @@ import re
 
 from starlette.applications import Starlette
 from starlette.convertors import StringConvertor, register_url_convertor
-from starlette.routing import Match
+from starlette.routing import Match, Mount
 from starlette.types import Scope
 
 
@@ -28,7 +28,15 @@ def segment_except(param: str, *fixed: str) -> str:
 
 def serves(app: Starlette, scope: Scope, method: str) -> bool:
     """Whether some route of ``app`` serves ``method`` at the request's path. Routes are
-    asked only through `matches` (an included router is a route too; a mount serves
-    every method itself)."""
-    asked = {**scope, "method": method}
-    return any(route.matches(asked)[0] is Match.FULL for route in app.router.routes)
+    asked only through `matches` (an included router is a route too), from the app's own
+    root: inside a mount the request's ``root_path`` has grown by the mount's path, and no
+    route matched (``POST /static-offline-docs/x.css`` answered 405 with an empty
+    ``Allow``). A mount matches every method; ours serve static files: GET and HEAD."""
+    asked = {**scope, "method": method,
+             "root_path": scope.get("app_root_path", scope.get("root_path", ""))}
+    return any(route.matches(asked)[0] is Match.FULL
+               and (method in _FILE_METHODS or not isinstance(route, Mount))
+               for route in app.router.routes)
+
+
+_FILE_METHODS = frozenset({"GET", "HEAD"})
