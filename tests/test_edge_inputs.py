@@ -4,14 +4,16 @@ strings, NUL, lone surrogates (escaped in JSON and raw in a path), right-to-left
 combining marks, path identifiers spelled ``..`` or ``%2F`` or 3,000 characters long, a
 query parameter twice, bodies of the wrong content type or none, methods a path does not
 serve, caller headers that are no text. The answer is always a 4xx (or a 2xx) in the one
-envelope: never a 5xx, a traceback, a hang, or an error the server logged.
+envelope (a 405 with its ``Allow``): never a 5xx, a traceback, a hang, or an error the
+server logged.
 
-Also: another user's record answers exactly as a record that does not exist.
+Also: another user's record answers exactly as a record that does not exist, and racing
+writes of principals, pins and workspaces all land.
 
 Routes come from the served schema, so a new route is covered the day it is published;
 one whose body has no example here fails `test_every_body_route_has_an_example` until it
 gets one (an example reaches the checks behind the body's shape). The values are fixed,
-not drawn: each kind of edge once per parameter or field, about 2,400 requests a backend
+not drawn: each kind of edge once per parameter or field, about 2,500 requests a backend
 (test_fuzz.py draws schema-shaped examples; this sends what no schema allows).
 """
 
