@@ -3,7 +3,7 @@
 FastAPI's routes serve exactly the methods they list, unlike Starlette's, which add HEAD
 to GET. One rule here rather than HEAD added to each route: the API schema stays one
 operation per route. A path some route serves HEAD for itself (``/health``, the
-inspector, a mount such as ``/mcp``) is left to it."""
+inspector, the pages' static files, ``/mcp``, which answers every method) is left to it."""
 
 from __future__ import annotations
 
