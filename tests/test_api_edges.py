@@ -7,6 +7,7 @@ test_inspector.py and test_docs_page.py."""
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -307,3 +308,71 @@ def test_blank_text_is_refused_exactly_where_the_published_pattern_refuses_it(
             assert _loc(r) == ["body", "query"], r.text
         else:
             assert r.status_code == 200, r.text
+
+
+# -- 7. a name in both the query and the body: the part the route reads --------------------------
+
+def test_a_field_named_in_the_query_and_the_body_is_located_where_the_route_reads_it(
+        m: Memory) -> None:
+    """``loc`` named the query whenever the request carried a query parameter of the
+    field's name, also on a route that reads only its body: ``POST /search?scope=a/b``
+    with a bad ``scope`` in the body said ``["query", "scope"]``. Both orders, on a route
+    that reads its body and on one that reads its query: the bad value's part is named,
+    and the other part, which the route does not read, changes nothing."""
+    good, c = new_scope(), m.http
+    assert m.write(good, "Acme has 5 seats.").status_code == 201
+    assert _loc(c.post("/search", params={"scope": good},
+                       json={"scope": "BAD", "query": "seats"})) == ["body", "scope"]
+    r = c.post("/search", params={"scope": "BAD"}, json={"scope": good, "query": "seats"})
+    assert r.status_code == 200 and r.json()["scope"] == good, r.text
+    assert _loc(c.request("GET", "/entities", params={"scope": "BAD"},
+                          json={"scope": good})) == ["query", "scope"]
+    r = c.request("GET", "/entities", params={"scope": good}, json={"scope": "BAD"})
+    assert r.status_code == 200 and r.json()["entities"] == [], r.text
+    # a path parameter and a query parameter of one name: the path's is the route's
+    r = c.delete("/branches/BAD", params={"scope": good, "name": "fine"})
+    assert _loc(r) == ["path", "name"]
+    r = c.delete("/branches/missing", params={"scope": good, "name": "BAD!"})
+    assert r.status_code == 404, r.text
+
+
+# -- 8. HEAD wherever GET -------------------------------------------------------------------------
+
+def test_head_answers_as_get_without_a_body_on_every_get_route(m: Memory) -> None:
+    """FastAPI's routes serve only the methods they list: ``HEAD /docs``, ``/openapi.json``
+    or ``/episodes`` answered 405, unlike Starlette's routes and every static file here.
+    Each GET path of the published schema, and the pages outside it, now answers HEAD
+    with the GET's status and headers and no body; a 405's ``Allow`` names HEAD beside
+    GET, and a path with no GET still refuses HEAD."""
+    scope = new_scope()
+    r = m.write(scope, "Acme has 5 seats.")
+    assert r.status_code == 201, r.text
+    filled = {"episode_id": r.json()["id"], "org": scope.split("/")[0], "team": "team_1"}
+    c = m.http
+    spec = c.get("/openapi.json").json()
+    paths = ["/docs", "/redoc", "/docs/oauth2-redirect", "/openapi.json", "/spec",
+             "/static-offline-docs/swagger-ui.css", "/"]
+    for path, item in spec["paths"].items():
+        if "get" in item:
+            for name in re.findall(r"{(\w+)}", path):
+                path = path.replace(f"{{{name}}}", filled.get(name, "x"))
+            paths.append(path)
+    headers = {**AGENT, **ADMIN}
+    seen = []
+    for path in paths:
+        get = c.get(path, params={"scope": scope}, headers=headers)
+        head = c.head(path, params={"scope": scope}, headers=headers)
+        same = {k: head.headers.get(k) == get.headers.get(k)
+                for k in ("content-type", "content-security-policy")}
+        seen.append((path, head.status_code, head.content, all(same.values())))
+    assert seen == [(path, get_status, b"", True) for path, get_status in
+                    ((p, c.get(p, params={"scope": scope}, headers=headers).status_code)
+                     for p in paths)]
+    assert c.head("/docs").headers["content-length"] == str(len(c.get("/docs").content))
+    assert c.put("/docs").headers["allow"] == "GET, HEAD"
+    assert c.post("/entities", params={"scope": scope}).headers["allow"] == "GET, HEAD"
+    refused = c.head("/search")
+    assert refused.status_code == 405 and refused.headers["allow"] == "POST"
+    # inside a mount (the pages' static files) too: Allow was empty there
+    refused = c.post("/static-offline-docs/swagger-ui.css")
+    assert refused.status_code == 405 and refused.headers["allow"] == "GET, HEAD"

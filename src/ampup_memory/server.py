@@ -42,6 +42,7 @@ from ampup_memory.search.index.common import join_graph_threads
 from ampup_memory.settings import Settings
 from ampup_memory.web import apidocs, inspector
 from ampup_memory.web import errors as http_errors
+from ampup_memory.web.head import HeadAsGet
 from ampup_memory.web.limits import BodyLimit, NulGuard
 from ampup_memory.web.openapi import install_schemas
 from ampup_memory.web.origin import OriginGuard
@@ -139,6 +140,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
                                 compile_timer(rt.memory, settings, rt.embedder,
                                               app.state.timers)]
     http_errors.install(app)
+    app.add_middleware(HeadAsGet)  # added first, so it runs last: just before the routes
     app.add_middleware(BodyLimit, max_bytes=settings.max_request_bytes)
     app.add_middleware(NulGuard)
     # Added last, so it runs first: a refused browser request reads no body.

@@ -647,10 +647,10 @@ class MemoryService:
         require_id(user, ["user"], "user id")
         gs = tuple(sorted({require_id(g, ["groups", i], "group") for i, g in enumerate(groups)}))
         rs = tuple(sorted({require_id(r, ["roles", i], "role") for i, r in enumerate(roles)}))
-        table = self.tables.private(SYSTEM_NAMESPACE, "principals")
         row = {"user": user, "groups": list(gs), "roles": list(rs), "updated_at": utcnow(),
                "updated_by": by}
-        self.tables.append(table, arrow(PRINCIPALS, [row]))
+        self.tables.append_anew(SYSTEM_NAMESPACE, "principals", arrow(PRINCIPALS, [row]),
+                                self.backoff)
         tidy(self.tables, SYSTEM_NAMESPACE, "principals", self.protected)
         return self.principal(user)
 

@@ -216,8 +216,8 @@ class Holds:
     def write(self, hold: Hold) -> Hold:
         """Append the hold's next row; the hold as the table says right after that append
         (a release stays final, another server's newer row wins), not as the row says."""
-        table = self.tables.private(SYSTEM_NAMESPACE, TABLE)
-        sid = self.tables.append(table, arrow(HOLDS, [hold.row()]))
+        table, sid = self.tables.append_anew(SYSTEM_NAMESPACE, TABLE,
+                                             arrow(HOLDS, [hold.row()]))
         folded = fold(table.scan(snapshot_id=sid).to_arrow().to_pylist())
         with self._lock:  # the next all() need not scan again, unless the table moved
             self._cache, self._seen = folded, sid

@@ -55,6 +55,7 @@ from sqlalchemy import Connection, Engine, bindparam, create_engine, func, inspe
 from sqlalchemy.exc import IntegrityError
 
 from ampup_memory.errors import ConfigurationError
+from ampup_memory.memory.retry import Backoff, until_won
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
 from ampup_memory.memory.warehouse import catalog_properties
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
@@ -561,6 +562,21 @@ class MemoryTables:
         snapshot = table.current_snapshot()
         assert snapshot is not None
         return snapshot.snapshot_id
+
+    def append_anew(self, namespace: str, name: str, rows: pa.Table,
+                    backoff: Backoff | None = None) -> tuple[Table, int]:
+        """Append rows that each stand alone (a principal, a workspace's or a hold's next
+        state: readers fold them), retrying a lost race on the table as it now is; the
+        table object, holding the new snapshot, and its id. pyiceberg's own retry rebases
+        on the snapshot it started from, which another writer's upkeep (`tidy`) may have
+        expired: concurrent ``PUT /principals/{user}`` answered 500 ("Cannot find
+        starting snapshot")."""
+
+        def attempt() -> tuple[Table, int]:
+            table = self.private(namespace, name)
+            return table, self.append(table, rows)
+
+        return until_won(attempt, backoff or Backoff())[0]
 
     def all_tables(self) -> Iterator[tuple[str, str]]:
         """Every table we own: system tables, then each scope's (a scope made before a

@@ -207,8 +207,7 @@ class Workspaces:
         return known
 
     def _record(self, ws: Workspace) -> None:
-        table = self.tables.private(SYSTEM_NAMESPACE, TABLE)
-        self.tables.append(table, arrow(WORKSPACES, [ws.row()]))
+        self.tables.append_anew(SYSTEM_NAMESPACE, TABLE, arrow(WORKSPACES, [ws.row()]))
         tidy(self.tables, SYSTEM_NAMESPACE, TABLE, self.protected())
 
     # -- the checks on the commit path --------------------------------------------------------

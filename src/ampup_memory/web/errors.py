@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Container
 from typing import Any
 
 import psycopg
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, params
+from fastapi.dependencies.utils import get_flat_params
 from fastapi.exceptions import RequestValidationError
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
-from starlette.routing import Match
 
 from ampup_memory.errors import AmpError, ValidationFailed, storage_down
+from ampup_memory.web.routing import serves
 
 log = logging.getLogger("ampup_memory")
 
@@ -52,16 +55,35 @@ def located(request: Request, loc: list[Any]) -> list[Any]:
     FastAPI's own request errors are (``["query", "after"]``, ``["body", "facts", 3,
     "value"]``, ``["path", "name"]``). Services name fields as the request names them and
     do not know which part held one: a path parameter of the matched route, a query
-    parameter the request carries, else the body of a method that has one (the query
-    of one that has none)."""
+    parameter the route reads and the request carries, else the body of a method that has
+    one (the query of one that has none). A query parameter the route does not read is
+    not where a value came from: ``POST /search?scope=a/b`` with ``{"scope": "BAD"}`` is a
+    bad body field."""
     first = loc[0] if loc else None
     if isinstance(first, str) and first in request.path_params:
         source = "path"
-    elif isinstance(first, str) and first in request.query_params:
+    elif isinstance(first, str) and first in request.query_params \
+            and first in _query_names(request):
         source = "query"
     else:
         source = "body" if request.method in _BODY_METHODS else "query"
     return [source, *loc]
+
+
+class _AnyName:
+    """Every name: what an unmatched request's query may hold (no route says)."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+
+def _query_names(request: Request) -> Container[str]:
+    """The query parameters the matched route declares, through its dependencies too."""
+    route = request.scope.get("route")
+    if not isinstance(route, APIRoute):
+        return _AnyName()
+    return {param.alias for param in get_flat_params(route.dependant)
+            if isinstance(param.field_info, params.Query)}
 
 
 def _clean(value: Any) -> Any:
@@ -81,13 +103,11 @@ _METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")
 def allowed_methods(app: FastAPI, request: Request) -> list[str]:
     """Every method some route serves at this path. Starlette names only the first
     route's, and several routes share a path (GET and POST /memories are two routes).
-    Routes are asked only through `matches`: included routers are routes too, and their
-    inner layout is FastAPI's own business."""
-    return sorted(
-        method for method in _METHODS
-        if any(route.matches({**request.scope, "method": method})[0] is Match.FULL
-               for route in app.router.routes)
-    )
+    HEAD wherever GET is (`web.head`)."""
+    methods = {method for method in _METHODS if serves(app, request.scope, method)}
+    if "GET" in methods:
+        methods.add("HEAD")
+    return sorted(methods)
 
 
 def install(app: FastAPI) -> None:
