@@ -238,16 +238,16 @@ def test_unknown_fields_are_refused_on_ampup_and_ignored_on_amp(m: Memory, uid: 
 
 # -- 5. the commit's own NUL check names the field -----------------------------------------------
 
-def test_the_commit_nul_check_names_the_row_and_field(
+def test_a_nul_in_a_model_name_from_the_config_file_stops_before_the_model_is_asked(
         served: tuple[Memory, Path, dict[str, str]], scripted_model: ScriptedModel,
         tmp_path: Path) -> None:
     """A request body never carries U+0000 to a commit (it is refused as the body is read),
     nor does a corpus ``load`` (a record holding one is an invalid record) or a model's
-    candidate fact (rejected alone, ``string_nul``). Text from the settings can: a model
-    name from the config file is written on every read mark of an extraction pass. The
-    commit's last check named the row by its place in an internal list (``body.2.0.body``);
-    it names the commit's part, the row and the field now (``reads.0.model``), and nothing
-    is written."""
+    candidate fact (rejected alone, ``string_nul``). Text from the settings could: a model
+    name from the config file is written on every read mark of an extraction pass, and
+    the commit's last check refused it only after the model had been asked. The setting
+    is refused as the settings load now, in one line naming it; nothing is asked or
+    written."""
     m, home, env = served
     scope = new_scope()
     org, team = scope.split("/")
@@ -263,9 +263,9 @@ def test_the_commit_nul_check_names_the_row_and_field(
     done = run_cli(home, {**env, **model_env, "AMPUP_MEMORY_MODEL_RETRIES": "0"},
                    "extract", "--scope", scope, "--config", str(config))
     assert done.returncode == 2, done.stderr
-    assert len(scripted_model.calls()) == 1  # the model answered; the commit refused
-    assert ("text may not contain the NUL character (U+0000); at reads.0.model"
-            in done.stderr), done.stderr
+    assert scripted_model.calls() == []
+    assert "invalid setting model_name (AMPUP_MEMORY_MODEL)" in done.stderr, done.stderr
+    assert "control character U+0000" in done.stderr and "Traceback" not in done.stderr
     assert len(m.ledger(scope)) == commits
 
 
