@@ -528,6 +528,60 @@ def test_search_keyword_score_prefers_more_matches(store: CellStore) -> None:
     assert score[make(1).cell.id] > score[make(2).cell.id] > 0
 
 
+def test_search_keyword_ranks_by_bm25(store: CellStore) -> None:
+    """Both stores rank keyword matches by BM25 (FTS5's ``bm25()`` on SQLite, the same
+    formula in SQL on PostgreSQL): a rarer word weighs more than a common one, and of two
+    cells holding a word once the shorter ranks first. ``ts_rank_cd`` (PostgreSQL's before)
+    scored each pair alike."""
+    for n in range(1, 9):
+        add(store, make(n, f"kettle filler{n} padding{n}"))  # "kettle" in 8 of 11 cells
+    add(store, make(20, "teapot filler20 padding20"))
+    add(store, make(21, "teapot"))
+    add(store, make(22, "teapot lid spout handle ceramic glaze porcelain"))
+    score = {h.cell_id: h.keyword for h in search(
+        store, CellFilter(agent_id="agent_a"), ["kettle", "teapot"], None, 50)}
+    assert score.keys() == {make(n).cell.id for n in (*range(1, 9), 20, 21, 22)}
+    assert score[make(20).cell.id] > score[make(1).cell.id] > 0  # rarer, same length
+    assert score[make(21).cell.id] > score[make(20).cell.id] > score[make(22).cell.id]
+    assert len({score[make(n).cell.id] for n in range(1, 9)}) == 1  # alike cells, alike
+
+
+@pytest.mark.postgres
+def test_keyword_scores_agree_across_stores(
+    tmp_path: Path, postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same cells score the same on both stores, to rounding: BM25 with FTS5's IDF,
+    k1 and b over every cell (deleted, other owners' and filtered-out ones included, as
+    FTS5 counts every row), with and without an owner filter. The texts repeat no word
+    and hold no stop word, so PostgreSQL's length (distinct words) is FTS5's (tokens).
+    The postings budget is lowered so one query's words are all over it: then exact
+    counts pick the rarest, on both stores."""
+    monkeypatch.setattr("ampup_memory.search.budget.POSTINGS_BUDGET", 4)
+    monkeypatch.setattr("ampup_memory.amp.store.postgres.POSTINGS_BUDGET", 4)
+    lite = open_store(f"sqlite:///{tmp_path / 'a.db'}", DIMS)
+    pg = open_store(postgres.new_database("bm25"), DIMS)
+    words = ["kettle", "teapot", "saucer", "biscuit", "napkin", "ladle", "whisk"]
+    try:
+        for s in (lite, pg):
+            for n in range(1, 41):
+                text = " ".join(words[j % 7] for j in range(n % 7, n % 7 + 1 + n % 5))
+                add(s, make(n, f"{text} item{n}", owner=f"user_{n % 3}",
+                            status=Status.deleted if n % 11 == 0 else Status.active,
+                            deleted_at=T0 if n % 11 == 0 else None))
+        for terms in (["kettle"], ["teapot", "whisk", "item7"], ["saucer", "biscuit"],
+                      ["ladle", "napkin", "kettle", "teapot"]):
+            for owner in (None, "user_1"):
+                flt = CellFilter(agent_id="agent_a", owner_id=owner)
+                got = [{h.cell_id: h.keyword for h in search(s, flt, terms, None, 50)}
+                       for s in (lite, pg)]
+                assert got[0].keys() == got[1].keys() and got[0], terms
+                for cell_id, value in got[0].items():
+                    assert got[1][cell_id] == pytest.approx(value, rel=1e-5), (terms, cell_id)
+    finally:
+        lite.close()
+        pg.close()
+
+
 def test_search_vector_neighbours(store: CellStore) -> None:
     texts = {1: "green tea morning ritual", 2: "green tea", 3: "coffee beans roasted dark",
              4: "mountain hiking trail"}

@@ -67,15 +67,19 @@ from ampup_memory.amp.store.rows import (
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
+from ampup_memory.search.bm25_sql import LENGTH, bm25
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
     POSTINGS_BUDGET,
     RecentCounts,
     affordable_terms,
+    exact_counts_sql,
     postings_sql,
+    term_counts,
 )
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams, pg_ef_search
+from ampup_memory.search.index.base import Statistics
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -495,17 +499,7 @@ class PostgresStore:
         usable = vector is not None and len(vector) == self.dimensions
         qvec = vector_literal(vector) if vector is not None and usable else None
         with self._conn() as conn:
-            keyword: dict[str, float] = {}
-            query = tsquery(affordable_terms(terms, lambda t: self._postings(conn, t)))
-            if query is not None:
-                for cell_id, score in self._execute(
-                    conn,
-                    "SELECT c.id, ts_rank_cd(c.tsv, q) FROM cells c,"
-                    f" to_tsquery('english', %s) q WHERE c.tsv @@ q AND {where}"
-                    " ORDER BY 2 DESC LIMIT %s",
-                    (query, *params, k),
-                ):
-                    keyword[cell_id] = max(float(score), 0.0)
+            keyword = self._keyword(conn, where, params, terms, k)
             exact_limit = OWNER_EXACT_LIMIT if filters.owner_id is not None else EXACT_LIMIT
             near = (self._nearest(conn, where, params, qvec, k, exact_limit)
                     if qvec is not None else set())
@@ -541,6 +535,31 @@ class PostgresStore:
             for r in rows
         ]
 
+    def _keyword(self, conn: Conn, where: str, params: list[Any], terms: Sequence[str],
+                 k: int) -> dict[str, float]:
+        """The ``k`` best keyword matches passing the filters, by BM25 over every cell
+        (`bm25_sql.bm25`, as FTS5's ``bm25()`` ranks them on SQLite), on the words the
+        postings budget keeps. Ties go to the lower id, so the cut at k is reproducible."""
+        counts = term_counts(terms, lambda t: self._postings(conn, t),
+                             lambda known: self._exact_counts(conn, known))
+        kept = affordable_terms(terms, counts.__getitem__)
+        query = tsquery(kept)
+        if query is None:
+            return {}
+        rows, tokens = self._size(conn)
+        scoring = bm25([tsquery([t]) or "" for t in kept],
+                       Statistics(rows, tokens, tuple(counts[t] for t in kept)), False)
+        return {
+            cell_id: max(float(score), 0.0)
+            for cell_id, score in self._execute(
+                conn,
+                f"SELECT id, {scoring.score} AS r FROM (SELECT id{scoring.columns} FROM"
+                " (SELECT c.id, c.tsv FROM cells c WHERE c.tsv @@ to_tsquery('english', %s)"
+                f" AND {where}) m{scoring.queries} OFFSET 0) s ORDER BY r DESC, id LIMIT %s",
+                (*scoring.values, query, *params, *scoring.words, k),
+            )
+        }
+
     def _postings(self, conn: Conn, term: str) -> int:
         """Rows matching one term, counted no further than the budget can use (cached for
         a minute: the budget only needs the order of magnitude)."""
@@ -553,6 +572,37 @@ class PostgresStore:
         row = self._execute(conn, postings_sql("cells"), (query, POSTINGS_BUDGET + 1)
                             ).fetchone()
         return int(row[0]) if row else 0
+
+    def _exact_counts(self, conn: Conn, terms: Sequence[str]) -> dict[str, int]:
+        """Every cell matching each term (all of them over the budget: `term_counts`), the
+        uncounted ones in one pass, remembered a minute as the capped counts are."""
+        found = {term: self._df_cache.peek((term, None)) for term in terms}
+        missing = [term for term, n in found.items() if n is None]
+        if missing:
+            row = self._execute(
+                conn, exact_counts_sql("cells", len(missing)),
+                (*(tsquery([t]) for t in missing), tsquery(missing)),
+            ).fetchone()
+            for term, n in zip(missing, row or [0] * len(missing), strict=True):
+                found[term] = int(n)
+                self._df_cache.put((term, None), int(n))
+        return {term: n or 0 for term, n in found.items()}
+
+    def _size(self, conn: Conn) -> tuple[int, int]:
+        """BM25's N and the cells' lengths summed (with N, the average length): every cell,
+        as FTS5's statistics count every row of ``cells_fts``. One pass over the table
+        (its tsvectors), remembered a minute like the word counts, so servers that
+        counted at other moments weigh a word alike to within a minute of writes."""
+        keys = (("cells", "rows"), ("cells", "tokens"))
+        found = [self._df_cache.peek(key) for key in keys]
+        if found[0] is not None and found[1] is not None:
+            return found[0], found[1]
+        row = self._execute(conn, f"SELECT count(*), coalesce(sum({LENGTH}), 0) FROM cells"
+                            ).fetchone()
+        size = (int(row[0]), int(row[1])) if row else (0, 0)
+        for key, n in zip(keys, size, strict=True):
+            self._df_cache.put(key, n)
+        return size
 
     def _nearest(
         self, conn: Conn, where: str, params: list[Any], qvec: str, k: int, exact_limit: int

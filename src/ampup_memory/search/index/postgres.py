@@ -36,7 +36,6 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -49,15 +48,17 @@ from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.pg_pool import Pool
-from ampup_memory.search.bm25f import K1, PG_LABELS, B, rank_cd_weights
-from ampup_memory.search.bm25f import idf as bm25_idf
+from ampup_memory.search.bm25_sql import LENGTH, Scoring, bm25
+from ampup_memory.search.bm25f import PG_LABELS
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
     POSTINGS_BUDGET,
     RecentCounts,
     affordable_terms,
+    exact_counts_sql,
     postings_sql,
     space_terms,
+    term_counts,
 )
 from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams, pg_ef_search
 from ampup_memory.search.index.base import (
@@ -143,27 +144,6 @@ _FACT_COLS = (
     "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
-# A row's length for BM25's length normalisation: its tsvector's distinct words (FTS5
-# counts every token; PostgreSQL keeps no token count, and a repeated word saturates in
-# ``f`` already).
-_LENGTH = "length(tsv)"
-
-
-@dataclass(frozen=True)
-class _Scoring:
-    """A keyword pass's BM25 in SQL (`PostgresIndex._bm25`): ``columns`` (each word's
-    frequency ``f<i>`` and the row's length ``l``, selected from rows with ``tsv``
-    beside the ``queries``, FROM items ``q<i>`` of parameters ``words``) feed ``score``
-    (parameters ``values``). The columns are computed in a subquery kept apart
-    (``OFFSET 0``): inlined, each ``f<i>`` would be computed twice per row."""
-
-    columns: str
-    queries: str
-    words: tuple[str, ...]
-    score: str
-    values: tuple[float, ...]
-
-
 def _tsquery(terms: Sequence[str]) -> str:
     # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out.
     # PostgreSQL's parser reads a number after a hyphen as a signed integer ("2025-11-20"
@@ -603,19 +583,16 @@ class PostgresIndex:
         """Rows matching each term in these (branch, ``upto``) spaces together, counted
         only up to the budget; only when every known term is over it do exact counts
         decide which one stays (`SQLiteIndex._term_counts`)."""
-        cap = POSTINGS_BUDGET + 1
-
-        def counted(term: str, limit: int | None) -> int:
-            return sum(self._count(conn, table, scope, branch, upto, term, limit)
+        def counted(term: str) -> int:
+            return sum(self._count(conn, table, scope, branch, upto, term, POSTINGS_BUDGET + 1)
                        for branch, upto in spaces)
 
-        counts = {term: counted(term, cap) for term in terms}
-        if all(n >= cap for n in counts.values() if n > 0):
-            known = [term for term, n in counts.items() if n > 0]
-            exact = [self._exact_counts(conn, table, scope, branch, upto, known)
+        def exact(known: list[str]) -> dict[str, int]:
+            found = [self._exact_counts(conn, table, scope, branch, upto, known)
                      for branch, upto in spaces]
-            counts = {term: n and sum(e[term] for e in exact) for term, n in counts.items()}
-        return counts
+            return {term: sum(e[term] for e in found) for term in known}
+
+        return term_counts(terms, counted, exact)
 
     def _exact_counts(self, conn: psycopg.Connection[Any], table: str, scope: str,
                       branch: str, upto: int | None, terms: Sequence[str]) -> dict[str, int]:
@@ -627,11 +604,8 @@ class PostgresIndex:
         found = {term: self._counts.peek(key) for term, key in keys.items()}
         missing = [term for term, n in found.items() if n is None]
         if missing:
-            each = ", ".join(["count(*) FILTER (WHERE tsv @@ to_tsquery('english', %s))"]
-                             * len(missing))
             row = conn.execute(
-                f"SELECT {each} FROM {table} WHERE tsv @@ to_tsquery('english', %s)"
-                f" AND scope = %s AND branch = %s{held}",
+                exact_counts_sql(table, len(missing), f" AND scope = %s AND branch = %s{held}"),
                 (*(_tsquery([t]) for t in missing), _tsquery(missing), scope, branch,
                  *bound), prepare=_planned(bound),
             ).fetchone()
@@ -644,7 +618,7 @@ class PostgresIndex:
               upto: int) -> tuple[int, int]:
         """Rows of one space up to commit ``upto`` (a held commit, or the space's newest
         row's: `_mark`) and their lengths summed (a row's length: its tsvector's distinct
-        words, `_LENGTH`), BM25's N and, with it, the average length. A pass over the
+        words, `bm25_sql.LENGTH`), BM25's N and, with it, the average length. A pass over the
         space's rows (their tsvectors) once a minute per space; in between a later mark
         adds only the rows of the commits since (the (scope, branch, seq) index), so a
         search after each write does not read the whole space again. A held commit older
@@ -657,7 +631,7 @@ class PostgresIndex:
             return kept[1], kept[2]
         seq = _SEQ[table]
         if kept is not None and fresh and kept[0] < upto:
-            row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
+            row = conn.execute(f"SELECT count(*), coalesce(sum({LENGTH}), 0) FROM {table}"
                                f" WHERE scope = %s AND branch = %s AND {seq} > %s"
                                f" AND {seq} <= %s", (scope, branch, kept[0], upto),
                                prepare=False).fetchone()
@@ -670,7 +644,7 @@ class PostgresIndex:
         found = [self._counts.peek(key) for key in keys]
         if found[0] is not None and found[1] is not None:
             return found[0], found[1]
-        row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
+        row = conn.execute(f"SELECT count(*), coalesce(sum({LENGTH}), 0) FROM {table}"
                            f" WHERE scope = %s AND branch = %s{held}",
                            (scope, branch, *bound), prepare=_planned(bound)).fetchone()
         size = (int(row[0]), int(row[1])) if row else (0, 0)
@@ -723,24 +697,9 @@ class PostgresIndex:
         return kept, over, Statistics(rows, tokens, tuple(counts[t] for t in kept))
 
     @staticmethod
-    def _bm25(table: str, kept: Sequence[str], stats: Statistics) -> _Scoring:
-        """BM25 of a row over the kept words, with ``stats``: per word, its IDF times its
-        weighted frequency ``f`` saturated as ``f (k1 + 1) / (f + k1 (1 - b + b L / avgL))``,
-        FTS5's form, where ``f`` is the word's ``ts_rank_cd`` alone (`rank_cd_weights`)
-        and ``L`` the row's length (`_LENGTH`)."""
-        weights, scale = rank_cd_weights(table == "search_facts")
-        array = "'{" + ",".join(str(w) for w in weights) + "}'::float4[]"
-        norm = f"({K1!r} * ({1.0 - B!r} + {B!r} * l / %s::float8))"
-        columns, parts, items = [], [], []
-        for i in range(len(kept)):
-            columns.append(f", {scale!r} * ts_rank_cd({array}, tsv, q{i})::float8 AS f{i}")
-            parts.append(f"%s::float8 * (f{i} * {K1 + 1.0!r}) / (f{i} + {norm})")
-            items.append(f", to_tsquery('english', %s) q{i}")
-        average = stats.tokens / stats.rows if stats.rows and stats.tokens else 1.0
-        values = tuple(v for hits in stats.hits for v in (bm25_idf(stats.rows, hits), average))
-        return _Scoring(
-            "".join(columns) + f", {_LENGTH}::float8 AS l", "".join(items),
-            tuple(_tsquery([term]) for term in kept), " + ".join(parts) or "0.0", values)
+    def _bm25(table: str, kept: Sequence[str], stats: Statistics) -> Scoring:
+        """BM25 of a row over the kept words, with ``stats`` (`bm25_sql.bm25`)."""
+        return bm25([_tsquery([term]) for term in kept], stats, table == "search_facts")
 
     def _keyword(self, table: str, scope: str, branch: str, terms: Terms, k: int,
                  upto: int | None, seqs: SeqRange | None,
