@@ -555,7 +555,7 @@ def test_keyword_scores_agree_across_stores(
     FTS5 counts every row), with and without an owner filter. The texts repeat no word
     and hold no stop word, so PostgreSQL's length (distinct words) is FTS5's (tokens).
     The postings budget is lowered so one query's words are all over it: then exact
-    counts pick the rarest, on both stores."""
+    counts pick the rarest, on both stores. A date's numbers match on both."""
     monkeypatch.setattr("ampup_memory.search.budget.POSTINGS_BUDGET", 4)
     monkeypatch.setattr("ampup_memory.amp.store.postgres.POSTINGS_BUDGET", 4)
     lite = open_store(f"sqlite:///{tmp_path / 'a.db'}", DIMS)
@@ -568,8 +568,11 @@ def test_keyword_scores_agree_across_stores(
                 add(s, make(n, f"{text} item{n}", owner=f"user_{n % 3}",
                             status=Status.deleted if n % 11 == 0 else Status.active,
                             deleted_at=T0 if n % 11 == 0 else None))
+            # PostgreSQL reads "-06" of a date as a signed number: its words match anyway
+            for n, date in ((50, "2025-06-30"), (51, "2024-06-01"), (52, "2030-01-15")):
+                add(s, make(n, f"deal closes {date}", owner="user_1"))
         for terms in (["kettle"], ["teapot", "whisk", "item7"], ["saucer", "biscuit"],
-                      ["ladle", "napkin", "kettle", "teapot"]):
+                      ["ladle", "napkin", "kettle", "teapot"], ["06", "30"]):
             for owner in (None, "user_1"):
                 flt = CellFilter(agent_id="agent_a", owner_id=owner)
                 got = [{h.cell_id: h.keyword for h in search(s, flt, terms, None, 50)}
@@ -580,6 +583,38 @@ def test_keyword_scores_agree_across_stores(
     finally:
         lite.close()
         pg.close()
+
+
+@pytest.mark.postgres
+def test_postgres_searches_at_once_answer_as_one_by_one(
+    postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL search with words and a vector runs its two steps on two pooled
+    connections at once; with more searches at once than connections, those finding no
+    second connection idle run the steps one after the other on their own instead of
+    waiting for one (searches each holding one would wait on each other), and every
+    search answers as it does alone, with the steps run one after the other."""
+    from ampup_memory.amp.store import postgres as pgstore
+
+    store = open_store(postgres.new_database("steps"), DIMS)
+    try:
+        for n in range(1, 31):
+            add(store, make(n, f"{['green tea', 'black coffee', 'mint tea'][n % 3]} note{n}"))
+        flt = CellFilter(agent_id="agent_a")
+        queries = [(["tea", f"note{n}"], EMBED.embed([f"tea note{n}"])[0]) for n in range(24)]
+
+        def answer(q: tuple[list[str], list[float]]) -> list[tuple[str, float, float | None]]:
+            return sorted((h.cell_id, h.keyword, h.cosine)
+                          for h in store.search_candidates(flt, q[0], q[1], 5))
+
+        monkeypatch.setattr(pgstore, "CONCURRENT_STEPS", False)
+        alone = [answer(q) for q in queries]
+        monkeypatch.setattr(pgstore, "CONCURRENT_STEPS", True)
+        with ThreadPoolExecutor(3 * pgstore.POOL_MAX) as pool:
+            together = list(pool.map(answer, queries * 3, timeout=60))
+        assert together == alone * 3
+    finally:
+        store.close()
 
 
 def test_search_vector_neighbours(store: CellStore) -> None:

@@ -21,6 +21,14 @@ from ampup_memory.search.index.base import Statistics
 LENGTH = "length(tsv)"
 
 
+def number_forms(term: str) -> tuple[str, ...]:
+    """The lexemes a query term matches. PostgreSQL's parser reads a number after a hyphen
+    as a signed integer ("2025-11-20" is the lexemes 2025, -11, -20), where FTS5 and the
+    query see 11 and 20: a number term also matches its signed lexeme, so a date finds
+    its words on both backends."""
+    return (term, f"-{term}") if term.isdigit() else (term,)
+
+
 @dataclass(frozen=True)
 class Scoring:
     """A keyword pass's BM25 in SQL (`bm25`): ``columns`` (each word's frequency ``f<i>``

@@ -9,7 +9,10 @@ The document is ``text``, not ``jsonb``: jsonb would reorder metadata keys and r
 ``\u0000``, and PostgreSQL's JSON operators refuse it too, so everything the store must
 compare or score by (guard, scoring, clocks) is kept in columns of its own.
 
-Keywords: a generated ``tsvector`` column (English) with a GIN index. Meaning: pgvector.
+Keywords: a generated ``tsvector`` column (English) with a GIN index, ranked by BM25 as
+the SQLite store's FTS5 ``bm25()`` ranks (`search/bm25_sql.py`, the search index's rule),
+over statistics of every cell counted at most once a minute per process (`_size`, the
+word counts): a server weighs a word by counts up to a minute old. Meaning: pgvector.
 The ``embedding`` column is an untyped ``vector`` with one partial HNSW index (cosine) per
 embedding width (the width a store opens with gets its index at start): vectors of another
 width are ignored, exactly as the SQLite store ignores them, until `amp/reembed.py`
@@ -21,6 +24,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -67,7 +71,7 @@ from ampup_memory.amp.store.rows import (
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
-from ampup_memory.search.bm25_sql import LENGTH, bm25
+from ampup_memory.search.bm25_sql import LENGTH, bm25, number_forms
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
     POSTINGS_BUDGET,
@@ -179,6 +183,10 @@ SCHEMA = (
 # search 4 ms more (1.1 → 5.1 ms at 300k). Module-level: tests and benchmarks move it.
 OWNER_EXACT_LIMIT = 25_000
 
+# A search with words and a vector runs its keyword and vector steps at once, each on a
+# pooled connection of its own (`_nearest_beside`). Module-level: benchmarks turn it off.
+CONCURRENT_STEPS = True
+
 
 def conninfo_from_uri(uri: str) -> str:
     """libpq accepts postgresql:// and postgres://; the SQLAlchemy-style spelling too."""
@@ -239,9 +247,11 @@ def _params(params: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def tsquery(terms: Sequence[str]) -> str | None:
-    """``to_tsquery`` input matching any of the terms, each quoted so no operator leaks in."""
+    """``to_tsquery`` input matching any of the terms, each quoted so no operator leaks in
+    (a number also as its signed lexeme, as the search index: `bm25_sql.number_forms`)."""
     quoted = [
-        "'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms if t.strip()
+        "'" + f.replace("\\", "\\\\").replace("'", "''") + "'"
+        for t in terms if t.strip() for f in number_forms(t)
     ]
     return " | ".join(quoted) if quoted else None
 
@@ -297,6 +307,7 @@ class PostgresStore:
         # term -> (matching rows, counted at): counting a common term is a heap walk of up
         # to POSTINGS_BUDGET rows, and a term's frequency barely moves in a minute.
         self._df_cache = RecentCounts(COUNTS_SECONDS)
+        self._steps = ThreadPoolExecutor(POOL_MAX, thread_name_prefix="ampup-amp-nearest")
         self._pool: Pool[Conn] = Pool(
             self.conninfo,
             min_size=POOL_MIN,
@@ -498,11 +509,17 @@ class PostgresStore:
         where, params = where_clause(filters, "%s", "c.")
         usable = vector is not None and len(vector) == self.dimensions
         qvec = vector_literal(vector) if vector is not None and usable else None
+        exact_limit = OWNER_EXACT_LIMIT if filters.owner_id is not None else EXACT_LIMIT
         with self._conn() as conn:
+            beside = (self._nearest_beside(where, params, qvec, k, exact_limit)
+                      if qvec is not None and terms else None)
             keyword = self._keyword(conn, where, params, terms, k)
-            exact_limit = OWNER_EXACT_LIMIT if filters.owner_id is not None else EXACT_LIMIT
-            near = (self._nearest(conn, where, params, qvec, k, exact_limit)
-                    if qvec is not None else set())
+            if beside is not None:
+                near = beside.result()
+            elif qvec is not None:
+                near = self._nearest(conn, where, params, qvec, k, exact_limit)
+            else:
+                near = set()
             ids = list(set(keyword) | near)
             if not ids:
                 return []
@@ -603,6 +620,28 @@ class PostgresStore:
         for key, n in zip(keys, size, strict=True):
             self._df_cache.put(key, n)
         return size
+
+    def _nearest_beside(self, where: str, params: list[Any], qvec: str, k: int,
+                        exact_limit: int) -> Future[set[str]] | None:
+        """The vector step started on a second connection, to run while the caller's
+        ranks the keywords (two backends, so two cores; docs/performance.md: the whole
+        search's wall time is then about the slower step's, not their sum). None when
+        turned off or no connection is idle at once: a search never waits for a second
+        connection, or searches each holding one would wait on each other."""
+        if not CONCURRENT_STEPS:
+            return None
+        try:
+            conn = self._pool.getconn(timeout=0.001)
+        except PoolTimeout:
+            return None
+
+        def nearest() -> set[str]:
+            try:
+                return self._nearest(conn, where, params, qvec, k, exact_limit)
+            finally:
+                self._pool.putconn(conn)
+
+        return self._steps.submit(nearest)
 
     def _nearest(
         self, conn: Conn, where: str, params: list[Any], qvec: str, k: int, exact_limit: int
@@ -854,6 +893,7 @@ class PostgresStore:
                 "shared_buffers": int(row[2])}
 
     def close(self) -> None:
+        self._steps.shutdown(wait=True)
         self._pool.close()
 
 

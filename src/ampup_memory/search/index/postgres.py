@@ -48,7 +48,7 @@ from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.pg_pool import Pool
-from ampup_memory.search.bm25_sql import LENGTH, Scoring, bm25
+from ampup_memory.search.bm25_sql import LENGTH, Scoring, bm25, number_forms
 from ampup_memory.search.bm25f import PG_LABELS
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
@@ -145,15 +145,10 @@ _FACT_COLS = (
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
 def _tsquery(terms: Sequence[str]) -> str:
-    # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out.
-    # PostgreSQL's parser reads a number after a hyphen as a signed integer ("2025-11-20"
-    # is the lexemes 2025, -11, -20), where FTS5 and the query see 11 and 20: a number
-    # term also matches its signed lexeme, so a date finds its words on both backends.
-    return " | ".join(_lexemes(t.replace("'", "")) for t in terms if t.replace("'", ""))
-
-
-def _lexemes(term: str) -> str:
-    return f"'{term}' | '-{term}'" if term.isdigit() else f"'{term}'"
+    # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out;
+    # a number also matches its signed lexeme (`bm25_sql.number_forms`).
+    return " | ".join(f"'{form}'" for t in terms if (word := t.replace("'", ""))
+                      for form in number_forms(word))
 
 
 def _fact_row(r: Sequence[Any]) -> FactRow:
