@@ -97,8 +97,8 @@ def classify(sql: str) -> str:
     """A statement of the store's search, by a short name."""
     return ("statistics" if "sum(length" in sql else
             "exact counts" if "FILTER" in sql else
-            "postings counts" if "tsv @@" in sql and sql.startswith("SELECT count(*)")
-            or sql.startswith("SELECT (SELECT count(*)") else
+            "postings counts" if "count(*) FROM (SELECT 1 FROM cells WHERE tsv @@" in sql
+            else
             "count probe" if sql.startswith("SELECT count(*)") else
             "keyword" if "ts_rank" in sql else
             "rescore" if "c.id = ANY" in sql else
@@ -121,12 +121,7 @@ def statement_timer(plain: Any, per_stmt: dict[str, list[float]]) -> Any:
 def forget_words(store: Any) -> None:
     """The store's remembered word counts forgotten, its statistics (N, lengths) kept: the
     next search counts its words as one whose words no search met in the last minute."""
-    keys = (("cells", "rows"), ("cells", "tokens"))
-    kept = [store._df_cache.peek(key) for key in keys]
     store._df_cache.clear()
-    for key, n in zip(keys, kept, strict=True):
-        if n is not None:
-            store._df_cache.put(key, n)
 
 
 def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]],
@@ -266,13 +261,14 @@ def halved(store: Any, d: int) -> None:
 
 
 def prewarm(uri: str, d: int) -> None:
-    """pg_prewarm the cells' HNSW index, then the table (as much as the buffers hold)."""
+    """pg_prewarm the cells' HNSW index, then the table and its GIN index (as much as the
+    buffers hold)."""
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-        conn.execute("SELECT pg_prewarm(%s::regclass), pg_prewarm('cells')",
-                     (f"cells_embedding_hnsw_{d}",))
+        conn.execute("SELECT pg_prewarm(%s::regclass), pg_prewarm('cells'),"
+                     " pg_prewarm('cells_tsv')", (f"cells_embedding_hnsw_{d}",))
 
 
 def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:

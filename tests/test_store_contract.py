@@ -662,6 +662,38 @@ def test_postgres_takes_a_word_analyze_puts_far_over_the_budget_as_over_it(
         store.close()
 
 
+@pytest.mark.postgres
+def test_postgres_renews_its_keyword_statistics_in_the_background(
+    postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cells' count and lengths (BM25's N and average length, one pass over the
+    table) are taken by the first search; once they are older than a minute a search
+    still weighs by them and a background pass renews them for the next."""
+    from ampup_memory.amp.store import postgres as pgstore
+
+    store = open_store(postgres.new_database("sizes"), DIMS)
+    assert isinstance(store, pgstore.PostgresStore)
+    try:
+        for n in range(1, 4):
+            add(store, make(n, f"tea note{n}"))
+        flt = CellFilter(agent_id="agent_a")
+        first = {h.cell_id: h.keyword for h in search(store, flt, ["note1"], None, 10)}
+        for n in range(4, 9):
+            add(store, make(n, f"coffee note{n}"))
+        again = {h.cell_id: h.keyword for h in search(store, flt, ["note1"], None, 10)}
+        assert again == first  # the statistics are a minute old at most: 3 cells
+        monkeypatch.setattr(pgstore, "COUNTS_SECONDS", 0.0)
+        stale = {h.cell_id: h.keyword for h in search(store, flt, ["note1"], None, 10)}
+        assert stale == first  # weighed by the last statistics, renewed beside
+        deadline = time.monotonic() + 30
+        while (store._sizes or (0,))[0] != 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        renewed = {h.cell_id: h.keyword for h in search(store, flt, ["note1"], None, 10)}
+        assert renewed[make(1).cell.id] > first[make(1).cell.id]  # rarer among 8 cells
+    finally:
+        store.close()
+
+
 def test_search_vector_neighbours(store: CellStore) -> None:
     texts = {1: "green tea morning ritual", 2: "green tea", 3: "coffee beans roasted dark",
              4: "mountain hiking trail"}
