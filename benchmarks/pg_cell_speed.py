@@ -30,6 +30,13 @@ WHERE vector_dims(embedding) = 256``.
         --text-file /tmp/lead/pieces.jsonl --rows 300000 --work /tmp/pgspeed19/w300 --owner
     ... --rows 960000 --work /tmp/pgspeed19/w960 --shared-buffers 4GB,128MB --kinds vector \\
         --floors 200,300,400 --owner --whole --prewarm --out pg_cell_speed_960k.json
+
+Session 20's whole searches (the database `pg_cell_keyword.py load --hnsw` made; the
+keyword and vector steps at once and one after the other, word counts kept or forgotten):
+
+    ... --rows 300000 --work /tmp/pgcell20/w300 --shared-buffers 2GB --kinds none --whole \\
+        --prewarm --steps together,apart --words warm,cold --queries 100 \\
+        --out pg_cell_speed_300k_s20.json
 """
 
 from __future__ import annotations
