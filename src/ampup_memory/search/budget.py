@@ -60,6 +60,32 @@ def postings_sql(table: str, where: str = "") -> str:
             f" to_tsquery('english', %s){where} LIMIT %s) s")
 
 
+def term_counts(terms: Sequence[str], capped: Callable[[str], int],
+                exact: Callable[[list[str]], dict[str, int]]) -> dict[str, int]:
+    """Rows matching each term, as the budget and BM25's IDF need them: counted only up to
+    the budget (``capped``: stopped past `POSTINGS_BUDGET`), and only when every known
+    term is over it counted to the end (``exact``, given the known terms), which decides
+    the one kept. So a kept term's count is always exact, and a common word is never
+    counted to the end while a rarer one is there to keep."""
+    counts = {term: capped(term) for term in terms}
+    known = [term for term, n in counts.items() if n > 0]
+    if known and all(counts[term] > POSTINGS_BUDGET for term in known):
+        found = exact(known)
+        counts = {term: n and found[term] for term, n in counts.items()}
+    return counts
+
+
+def exact_counts_sql(table: str, terms: int, where: str = "") -> str:
+    """PostgreSQL: every row of ``table`` matching each of ``terms`` tsqueries (the first
+    ``terms`` ``%s``), in one pass over the rows matching any of them (the next ``%s``):
+    a common word's count reads most of the table, three words one pass, not three.
+    ``where`` narrows the rows as in `postings_sql`."""
+    if not table.isidentifier():
+        raise ValueError(f"not a table name: {table!r}")
+    each = ", ".join(["count(*) FILTER (WHERE tsv @@ to_tsquery('english', %s))"] * terms)
+    return f"SELECT {each} FROM {table} WHERE tsv @@ to_tsquery('english', %s){where}"
+
+
 _Key = TypeVar("_Key", bound=Hashable)
 
 

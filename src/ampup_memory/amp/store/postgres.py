@@ -9,7 +9,10 @@ The document is ``text``, not ``jsonb``: jsonb would reorder metadata keys and r
 ``\u0000``, and PostgreSQL's JSON operators refuse it too, so everything the store must
 compare or score by (guard, scoring, clocks) is kept in columns of its own.
 
-Keywords: a generated ``tsvector`` column (English) with a GIN index. Meaning: pgvector.
+Keywords: a generated ``tsvector`` column (English) with a GIN index, ranked by BM25 as
+the SQLite store's FTS5 ``bm25()`` ranks (`search/bm25_sql.py`, the search index's rule),
+over statistics of every cell counted at most once a minute per process (`_size`, the
+word counts): a server weighs a word by counts up to a minute old. Meaning: pgvector.
 The ``embedding`` column is an untyped ``vector`` with one partial HNSW index (cosine) per
 embedding width (the width a store opens with gets its index at start): vectors of another
 width are ignored, exactly as the SQLite store ignores them, until `amp/reembed.py`
@@ -20,7 +23,10 @@ from __future__ import annotations
 
 import logging
 import math
+import threading
+import time
 from collections.abc import Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -67,15 +73,19 @@ from ampup_memory.amp.store.rows import (
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
+from ampup_memory.search.bm25_sql import LENGTH, bm25, number_forms
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
     POSTINGS_BUDGET,
     RecentCounts,
     affordable_terms,
+    exact_counts_sql,
     postings_sql,
+    term_counts,
 )
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams, pg_ef_search
+from ampup_memory.search.index.base import Statistics
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -175,6 +185,15 @@ SCHEMA = (
 # search 4 ms more (1.1 → 5.1 ms at 300k). Module-level: tests and benchmarks move it.
 OWNER_EXACT_LIMIT = 25_000
 
+# A word ANALYZE puts at more than this many times the postings budget is taken as over
+# it without counting (`PostgresStore._surely_over`). Module-level: benchmarks move it
+# (math.inf: every word counted).
+SURELY_OVER = 2
+
+# A search with words and a vector runs its keyword and vector steps at once, each on a
+# pooled connection of its own (`_nearest_beside`). Module-level: benchmarks turn it off.
+CONCURRENT_STEPS = True
+
 
 def conninfo_from_uri(uri: str) -> str:
     """libpq accepts postgresql:// and postgres://; the SQLAlchemy-style spelling too."""
@@ -235,9 +254,11 @@ def _params(params: Sequence[Any]) -> tuple[Any, ...]:
 
 
 def tsquery(terms: Sequence[str]) -> str | None:
-    """``to_tsquery`` input matching any of the terms, each quoted so no operator leaks in."""
+    """``to_tsquery`` input matching any of the terms, each quoted so no operator leaks in
+    (a number also as its signed lexeme, as the search index: `bm25_sql.number_forms`)."""
     quoted = [
-        "'" + t.replace("\\", "\\\\").replace("'", "''") + "'" for t in terms if t.strip()
+        "'" + f.replace("\\", "\\\\").replace("'", "''") + "'"
+        for t in terms if t.strip() for f in number_forms(t)
     ]
     return " | ".join(quoted) if quoted else None
 
@@ -293,6 +314,11 @@ class PostgresStore:
         # term -> (matching rows, counted at): counting a common term is a heap walk of up
         # to POSTINGS_BUDGET rows, and a term's frequency barely moves in a minute.
         self._df_cache = RecentCounts(COUNTS_SECONDS)
+        self._common: tuple[float, list[str]] | None = None  # `_surely_over`'s
+        self._sizes: tuple[int, int, float] | None = None  # `_size`'s: rows, tokens, at
+        self._sizing = False  # a renewal of `_sizes` runs
+        self._sizes_lock = threading.Lock()
+        self._steps = ThreadPoolExecutor(POOL_MAX, thread_name_prefix="ampup-amp-nearest")
         self._pool: Pool[Conn] = Pool(
             self.conninfo,
             min_size=POOL_MIN,
@@ -494,21 +520,17 @@ class PostgresStore:
         where, params = where_clause(filters, "%s", "c.")
         usable = vector is not None and len(vector) == self.dimensions
         qvec = vector_literal(vector) if vector is not None and usable else None
+        exact_limit = OWNER_EXACT_LIMIT if filters.owner_id is not None else EXACT_LIMIT
         with self._conn() as conn:
-            keyword: dict[str, float] = {}
-            query = tsquery(affordable_terms(terms, lambda t: self._postings(conn, t)))
-            if query is not None:
-                for cell_id, score in self._execute(
-                    conn,
-                    "SELECT c.id, ts_rank_cd(c.tsv, q) FROM cells c,"
-                    f" to_tsquery('english', %s) q WHERE c.tsv @@ q AND {where}"
-                    " ORDER BY 2 DESC LIMIT %s",
-                    (query, *params, k),
-                ):
-                    keyword[cell_id] = max(float(score), 0.0)
-            exact_limit = OWNER_EXACT_LIMIT if filters.owner_id is not None else EXACT_LIMIT
-            near = (self._nearest(conn, where, params, qvec, k, exact_limit)
-                    if qvec is not None else set())
+            beside = (self._nearest_beside(where, params, qvec, k, exact_limit)
+                      if qvec is not None and terms else None)
+            keyword = self._keyword(conn, where, params, terms, k)
+            if beside is not None:
+                near = beside.result()
+            elif qvec is not None:
+                near = self._nearest(conn, where, params, qvec, k, exact_limit)
+            else:
+                near = set()
             ids = list(set(keyword) | near)
             if not ids:
                 return []
@@ -541,18 +563,151 @@ class PostgresStore:
             for r in rows
         ]
 
+    def _keyword(self, conn: Conn, where: str, params: list[Any], terms: Sequence[str],
+                 k: int) -> dict[str, float]:
+        """The ``k`` best keyword matches passing the filters, by BM25 over every cell
+        (`bm25_sql.bm25`, as FTS5's ``bm25()`` ranks them on SQLite), on the words the
+        postings budget keeps. Ties go to the lower id, so the cut at k is reproducible."""
+        counts = term_counts(terms, lambda t: self._postings(conn, t),
+                             lambda known: self._exact_counts(conn, known))
+        kept = affordable_terms(terms, counts.__getitem__)
+        query = tsquery(kept)
+        if query is None:
+            return {}
+        rows, tokens = self._size(conn)
+        scoring = bm25([tsquery([t]) or "" for t in kept],
+                       Statistics(rows, tokens, tuple(counts[t] for t in kept)), False)
+        return {
+            cell_id: max(float(score), 0.0)
+            for cell_id, score in self._execute(
+                conn,
+                f"SELECT id, {scoring.score} AS r FROM (SELECT id{scoring.columns} FROM"
+                " (SELECT c.id, c.tsv FROM cells c WHERE c.tsv @@ to_tsquery('english', %s)"
+                f" AND {where}) m{scoring.queries} OFFSET 0) s ORDER BY r DESC, id LIMIT %s",
+                (*scoring.values, query, *params, *scoring.words, k),
+            )
+        }
+
     def _postings(self, conn: Conn, term: str) -> int:
         """Rows matching one term, counted no further than the budget can use (cached for
         a minute: the budget only needs the order of magnitude)."""
         return self._df_cache.get(term, lambda: self._count_postings(conn, term))
 
     def _count_postings(self, conn: Conn, term: str) -> int:
+        """A word ANALYZE's statistics put far over the budget (`_surely_over`) is over it
+        without counting: counting one is a visit to each of ``POSTINGS_BUDGET`` + 1 rows
+        (7,000 to 8,000 table pages at 960k cells) to learn only that."""
         query = tsquery([term])
         if query is None:
             return 0
-        row = self._execute(conn, postings_sql("cells"), (query, POSTINGS_BUDGET + 1)
-                            ).fetchone()
+        cap = POSTINGS_BUDGET + 1
+        # The count is a scalar subquery (an InitPlan), run only if the CASE reaches it.
+        row = self._execute(
+            conn, f"SELECT CASE WHEN to_tsquery('english', %s)::text = ANY(%s) THEN %s"
+            f" ELSE ({postings_sql('cells')}) END",
+            (query, self._surely_over(conn), cap, query, cap)).fetchone()
         return int(row[0]) if row else 0
+
+    def _surely_over(self, conn: Conn) -> list[str]:
+        """The lexemes (as ``to_tsquery`` prints them) that ANALYZE's statistics of the
+        cells' tsvectors put at more than `SURELY_OVER` times the budget: the most common
+        ones' frequency in its sample (300 x the statistics target: 30,000 rows by
+        default) times the table's estimated rows. At twice the budget a word is in 500
+        or more sampled rows, a count off by 2x is beyond sampling error, so only words
+        over the budget are taken as over it (a mass delete of one word's cells before
+        the next ANALYZE could leave it under: then it is left out as too common until
+        autovacuum's ANALYZE, which such a delete sets off). Read once a minute; none
+        before the table's first ANALYZE."""
+        now = time.monotonic()
+        kept = self._common
+        if kept is not None and now - kept[0] < COUNTS_SECONDS:
+            return kept[1]
+        rows = self._execute(
+            conn,
+            "SELECT quote_literal(e) FROM pg_stats s, pg_class c, unnest("
+            "s.most_common_elems::text::text[], s.most_common_elem_freqs) AS u(e, f)"
+            " WHERE s.schemaname = current_schema() AND s.tablename = 'cells'"
+            " AND s.attname = 'tsv' AND c.oid = 'cells'::regclass AND e IS NOT NULL"
+            " AND f * c.reltuples > %s", (SURELY_OVER * POSTINGS_BUDGET,)).fetchall()
+        common = [str(r[0]) for r in rows]
+        self._common = (now, common)
+        return common
+
+    def _exact_counts(self, conn: Conn, terms: Sequence[str]) -> dict[str, int]:
+        """Every cell matching each term (all of them over the budget: `term_counts`), the
+        uncounted ones in one pass, remembered a minute as the capped counts are."""
+        found = {term: self._df_cache.peek((term, None)) for term in terms}
+        missing = [term for term, n in found.items() if n is None]
+        if missing:
+            row = self._execute(
+                conn, exact_counts_sql("cells", len(missing)),
+                (*(tsquery([t]) for t in missing), tsquery(missing)),
+            ).fetchone()
+            for term, n in zip(missing, row or [0] * len(missing), strict=True):
+                found[term] = int(n)
+                self._df_cache.put((term, None), int(n))
+        return {term: n or 0 for term, n in found.items()}
+
+    def _size(self, conn: Conn) -> tuple[int, int]:
+        """BM25's N and the cells' lengths summed (with N, the average length): every cell,
+        as FTS5's statistics count every row of ``cells_fts``. One pass over the table
+        (its tsvectors: 1.5 s at 960k cells under load), so it is taken once when the
+        store first searches and then again in the background once the last one is a
+        minute old, the searches meanwhile weighing by the last: servers that counted at
+        other moments weigh a word alike to within a minute or so of writes."""
+        kept = self._sizes
+        if kept is None:
+            return self._count_size(conn)
+        if time.monotonic() - kept[2] >= COUNTS_SECONDS:
+            self._refresh_size()
+        return kept[0], kept[1]
+
+    def _count_size(self, conn: Conn) -> tuple[int, int]:
+        row = self._execute(conn, f"SELECT count(*), coalesce(sum({LENGTH}), 0) FROM cells"
+                            ).fetchone()
+        size = (int(row[0]), int(row[1])) if row else (0, 0)
+        self._sizes = (*size, time.monotonic())
+        return size
+
+    def _refresh_size(self) -> None:
+        with self._sizes_lock:
+            if self._sizing:
+                return
+            self._sizing = True
+
+        def refresh() -> None:
+            try:
+                with self._conn() as conn:
+                    self._count_size(conn)
+            except (ServiceUnavailable, psycopg.Error) as exc:
+                log.warning("the cells' keyword statistics were not renewed: %s", exc)
+            finally:
+                with self._sizes_lock:
+                    self._sizing = False
+
+        self._steps.submit(refresh)
+
+    def _nearest_beside(self, where: str, params: list[Any], qvec: str, k: int,
+                        exact_limit: int) -> Future[set[str]] | None:
+        """The vector step started on a second connection, to run while the caller's
+        ranks the keywords (two backends, so two cores; docs/performance.md: the whole
+        search's wall time is then about the slower step's, not their sum). None when
+        turned off or no connection is idle at once: a search never waits for a second
+        connection, or searches each holding one would wait on each other."""
+        if not CONCURRENT_STEPS:
+            return None
+        try:
+            conn = self._pool.getconn(timeout=0.001)
+        except PoolTimeout:
+            return None
+
+        def nearest() -> set[str]:
+            try:
+                return self._nearest(conn, where, params, qvec, k, exact_limit)
+            finally:
+                self._pool.putconn(conn)
+
+        return self._steps.submit(nearest)
 
     def _nearest(
         self, conn: Conn, where: str, params: list[Any], qvec: str, k: int, exact_limit: int
@@ -804,6 +959,7 @@ class PostgresStore:
                 "shared_buffers": int(row[2])}
 
     def close(self) -> None:
+        self._steps.shutdown(wait=True)
         self._pool.close()
 
 

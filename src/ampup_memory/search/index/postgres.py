@@ -37,7 +37,6 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -50,15 +49,17 @@ from ampup_memory.errors import ConfigurationError
 from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.pg_pool import Pool
-from ampup_memory.search.bm25f import K1, PG_LABELS, B, rank_cd_weights
-from ampup_memory.search.bm25f import idf as bm25_idf
+from ampup_memory.search.bm25_sql import LENGTH, Scoring, bm25, number_forms
+from ampup_memory.search.bm25f import PG_LABELS
 from ampup_memory.search.budget import (
     COUNTS_SECONDS,
     POSTINGS_BUDGET,
     RecentCounts,
     affordable_terms,
+    exact_counts_sql,
     postings_sql,
     space_terms,
+    term_counts,
 )
 from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams, pg_ef_search
 from ampup_memory.search.index.base import (
@@ -146,37 +147,11 @@ _FACT_COLS = (
     "num, id, scope, branch, commit_id, commit_seq, entity, predicate, value, quote,"
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
-# A row's length for BM25's length normalisation: its tsvector's distinct words (FTS5
-# counts every token; PostgreSQL keeps no token count, and a repeated word saturates in
-# ``f`` already).
-_LENGTH = "length(tsv)"
-
-
-@dataclass(frozen=True)
-class _Scoring:
-    """A keyword pass's BM25 in SQL (`PostgresIndex._bm25`): ``columns`` (each word's
-    frequency ``f<i>`` and the row's length ``l``, selected from rows with ``tsv``
-    beside the ``queries``, FROM items ``q<i>`` of parameters ``words``) feed ``score``
-    (parameters ``values``). The columns are computed in a subquery kept apart
-    (``OFFSET 0``): inlined, each ``f<i>`` would be computed twice per row."""
-
-    columns: str
-    queries: str
-    words: tuple[str, ...]
-    score: str
-    values: tuple[float, ...]
-
-
 def _tsquery(terms: Sequence[str]) -> str:
-    # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out.
-    # PostgreSQL's parser reads a number after a hyphen as a signed integer ("2025-11-20"
-    # is the lexemes 2025, -11, -20), where FTS5 and the query see 11 and 20: a number
-    # term also matches its signed lexeme, so a date finds its words on both backends.
-    return " | ".join(_lexemes(t.replace("'", "")) for t in terms if t.replace("'", ""))
-
-
-def _lexemes(term: str) -> str:
-    return f"'{term}' | '-{term}'" if term.isdigit() else f"'{term}'"
+    # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out;
+    # a number also matches its signed lexeme (`bm25_sql.number_forms`).
+    return " | ".join(f"'{form}'" for t in terms if (word := t.replace("'", ""))
+                      for form in number_forms(word))
 
 
 def _fact_row(r: Sequence[Any]) -> FactRow:
@@ -612,19 +587,16 @@ class PostgresIndex:
         """Rows matching each term in these (branch, ``upto``) spaces together, counted
         only up to the budget; only when every known term is over it do exact counts
         decide which one stays (`SQLiteIndex._term_counts`)."""
-        cap = POSTINGS_BUDGET + 1
-
-        def counted(term: str, limit: int | None) -> int:
-            return sum(self._count(conn, table, scope, branch, upto, term, limit)
+        def counted(term: str) -> int:
+            return sum(self._count(conn, table, scope, branch, upto, term, POSTINGS_BUDGET + 1)
                        for branch, upto in spaces)
 
-        counts = {term: counted(term, cap) for term in terms}
-        if all(n >= cap for n in counts.values() if n > 0):
-            known = [term for term, n in counts.items() if n > 0]
-            exact = [self._exact_counts(conn, table, scope, branch, upto, known)
+        def exact(known: list[str]) -> dict[str, int]:
+            found = [self._exact_counts(conn, table, scope, branch, upto, known)
                      for branch, upto in spaces]
-            counts = {term: n and sum(e[term] for e in exact) for term, n in counts.items()}
-        return counts
+            return {term: sum(e[term] for e in found) for term in known}
+
+        return term_counts(terms, counted, exact)
 
     def _exact_counts(self, conn: psycopg.Connection[Any], table: str, scope: str,
                       branch: str, upto: int | None, terms: Sequence[str]) -> dict[str, int]:
@@ -636,11 +608,8 @@ class PostgresIndex:
         found = {term: self._counts.peek(key) for term, key in keys.items()}
         missing = [term for term, n in found.items() if n is None]
         if missing:
-            each = ", ".join(["count(*) FILTER (WHERE tsv @@ to_tsquery('english', %s))"]
-                             * len(missing))
             row = conn.execute(
-                f"SELECT {each} FROM {table} WHERE tsv @@ to_tsquery('english', %s)"
-                f" AND scope = %s AND branch = %s{held}",
+                exact_counts_sql(table, len(missing), f" AND scope = %s AND branch = %s{held}"),
                 (*(_tsquery([t]) for t in missing), _tsquery(missing), scope, branch,
                  *bound), prepare=_planned(bound),
             ).fetchone()
@@ -653,7 +622,7 @@ class PostgresIndex:
               upto: int, head: bool = False) -> tuple[int, int]:
         """Rows of one space up to commit ``upto`` (a held commit, or the space's newest
         row's: `_mark`) and their lengths summed (a row's length: its tsvector's distinct
-        words, `_LENGTH`), BM25's N and, with it, the average length. A pass over the
+        words, `bm25_sql.LENGTH`), BM25's N and, with it, the average length. A pass over the
         space's rows (their tsvectors) once a minute per space; in between a later mark
         adds only the rows of the commits since the nearest mark below it (the (scope,
         branch, seq) index), so a search after each write does not read the whole space
@@ -674,14 +643,14 @@ class PostgresIndex:
         seq = _SEQ[table]
         if below is not None:
             rows, tokens, when = fresh[below]
-            row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
+            row = conn.execute(f"SELECT count(*), coalesce(sum({LENGTH}), 0) FROM {table}"
                                f" WHERE scope = %s AND branch = %s AND {seq} > %s"
                                f" AND {seq} <= %s", (scope, branch, below, upto),
                                prepare=False).fetchone()
             size = (rows + int(row[0]), tokens + int(row[1])) if row else (rows, tokens)
         else:
             held, bound = _held(table, upto)
-            row = conn.execute(f"SELECT count(*), coalesce(sum({_LENGTH}), 0) FROM {table}"
+            row = conn.execute(f"SELECT count(*), coalesce(sum({LENGTH}), 0) FROM {table}"
                                f" WHERE scope = %s AND branch = %s{held}",
                                (scope, branch, *bound), prepare=_planned(bound)).fetchone()
             size, when = ((int(row[0]), int(row[1])) if row else (0, 0)), now
@@ -752,24 +721,9 @@ class PostgresIndex:
         return kept, over, Statistics(rows, tokens, tuple(counts[t] for t in kept)), mark
 
     @staticmethod
-    def _bm25(table: str, kept: Sequence[str], stats: Statistics) -> _Scoring:
-        """BM25 of a row over the kept words, with ``stats``: per word, its IDF times its
-        weighted frequency ``f`` saturated as ``f (k1 + 1) / (f + k1 (1 - b + b L / avgL))``,
-        FTS5's form, where ``f`` is the word's ``ts_rank_cd`` alone (`rank_cd_weights`)
-        and ``L`` the row's length (`_LENGTH`)."""
-        weights, scale = rank_cd_weights(table == "search_facts")
-        array = "'{" + ",".join(str(w) for w in weights) + "}'::float4[]"
-        norm = f"({K1!r} * ({1.0 - B!r} + {B!r} * l / %s::float8))"
-        columns, parts, items = [], [], []
-        for i in range(len(kept)):
-            columns.append(f", {scale!r} * ts_rank_cd({array}, tsv, q{i})::float8 AS f{i}")
-            parts.append(f"%s::float8 * (f{i} * {K1 + 1.0!r}) / (f{i} + {norm})")
-            items.append(f", to_tsquery('english', %s) q{i}")
-        average = stats.tokens / stats.rows if stats.rows and stats.tokens else 1.0
-        values = tuple(v for hits in stats.hits for v in (bm25_idf(stats.rows, hits), average))
-        return _Scoring(
-            "".join(columns) + f", {_LENGTH}::float8 AS l", "".join(items),
-            tuple(_tsquery([term]) for term in kept), " + ".join(parts) or "0.0", values)
+    def _bm25(table: str, kept: Sequence[str], stats: Statistics) -> Scoring:
+        """BM25 of a row over the kept words, with ``stats`` (`bm25_sql.bm25`)."""
+        return bm25([_tsquery([term]) for term in kept], stats, table == "search_facts")
 
     def _keyword(self, table: str, scope: str, branch: str, terms: Terms, k: int,
                  upto: int | None, seqs: SeqRange | None,

