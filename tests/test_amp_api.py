@@ -284,9 +284,10 @@ def test_error_envelope_for_framework_errors(http: httpx.Client) -> None:
         assert set(body) == {"error"} and set(body["error"]) == {"code", "message", "details"}
     assert http.get("/nope").json()["error"]["code"] == "NOT_FOUND"
     assert http.put("/memories").json()["error"]["code"] == "METHOD_NOT_ALLOWED"
-    # Allow names every method the path serves (two routes serve /memories).
-    for method, path, allow in (("PUT", "/memories", "GET, POST"), ("POST", "/health", "GET, HEAD"),
-                                ("PUT", "/memories/mem_x", "DELETE, GET, PATCH"),
+    # Allow names every method the path serves (two routes serve /memories; HEAD with GET).
+    for method, path, allow in (("PUT", "/memories", "GET, HEAD, POST"),
+                                ("POST", "/health", "GET, HEAD"),
+                                ("PUT", "/memories/mem_x", "DELETE, GET, HEAD, PATCH"),
                                 ("GET", "/lifecycle/run", "POST")):
         r = http.request(method, path, headers={"X-AMP-Agent-ID": "a"})
         assert r.status_code == 405 and r.headers["allow"] == allow, (method, path)
@@ -316,7 +317,7 @@ def test_audit_findings_stay_fixed(http: httpx.Client, uid: str) -> None:
     # A fixed route with the wrong method is 405, not a read of a cell called "search".
     for method, path, allow in (("GET", "/memories/search", "POST"),
                                 ("DELETE", "/memories/search", "POST"),
-                                ("PATCH", "/memories/query", "GET")):
+                                ("PATCH", "/memories/query", "GET, HEAD")):
         r = http.request(method, path, headers=me)
         assert r.status_code == 405, (method, path, r.text)
         assert r.json()["error"]["code"] == "METHOD_NOT_ALLOWED"

@@ -154,6 +154,15 @@ def cells_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return home
 
 
+def _copy_cells(cells_home: Path, home: Path) -> None:
+    """A new home holding ``cells_home``'s AMP cells alone: its catalog names its own
+    warehouse's files by their full paths, so a copy of it would be another server's
+    tables (which `serve` refuses)."""
+    home.mkdir()
+    for db in cells_home.glob("amp.db*"):
+        shutil.copy2(db, home / db.name)
+
+
 def _graphs(proc: ServerProcess) -> dict[str, int]:
     r = httpx.get(f"{proc.url}/status", headers=ADMIN)
     assert r.status_code == 200, r.text
@@ -186,7 +195,7 @@ QUERIES = [f"note {i} about {i % 97}" for i in range(0, 600, 60)]
 def test_a_graph_build_is_stopped_at_shutdown_and_a_restart_builds_it_whole(
         tmp_path: Path, cells_home: Path) -> None:
     home = tmp_path / "home"
-    shutil.copytree(cells_home, home)
+    _copy_cells(cells_home, home)
     proc = _building(home, GRAPH)
     try:
         code, took, log = _terminate(proc, within=30)
@@ -216,7 +225,7 @@ def test_a_graph_build_is_stopped_at_shutdown_and_a_restart_builds_it_whole(
 def test_a_graph_build_outlasting_the_grace_ends_the_process_within_it(
         tmp_path: Path, cells_home: Path) -> None:
     home = tmp_path / "home"
-    shutil.copytree(cells_home, home)
+    _copy_cells(cells_home, home)
     # No timer's pass may be running at the signal: then it, not the build, is named.
     quiet = {f"AMPUP_MEMORY_{name}": "0" for name in (
         "SEARCH_REFRESH_SECONDS", "WORKSPACE_GC_INTERVAL_SECONDS",
