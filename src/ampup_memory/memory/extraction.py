@@ -59,6 +59,7 @@ from ampup_memory.models.chat import AnswerInt, ChatModel, ModelUnavailable, Req
 from ampup_memory.models.setaside import (
     SetAside,
     ask_or_set_aside,
+    asked_key,
     count_or_set_aside,
     set_aside_items,
 )
@@ -297,8 +298,8 @@ class Extractor:
         done = 0
         rules: dict[str, _Rule] = {}
         # Asked the same way (models/setaside.py): the model and the schema version, as its
-        # read marks are keyed, named by the model as `asked_key` names it.
-        key = f"{self.model.name}:{read_key(self.model.name, version)}"
+        # read marks are keyed.
+        key = asked_key(self.model.name, str(version))
         # Episodes refused before the endpoint answered one in this pass: counted (their
         # problem) once it answers another or the pass runs out of episodes first; not if
         # the first REFUSED_RUN are all refused (its problem).
