@@ -174,11 +174,11 @@ def compile_timer(svc: MemoryService, settings: Settings, embedder: Embedder,
             return None
         report = _under_lease(svc, COMPILE_LEASE, holder, lease,
                               lambda: compile_pass(svc, model, embedder))
-        scopes = (report or {}).get("scopes", [])
-        done = sum(1 for r in scopes if r["committed"])
-        failed, aside = (sum(r[k] for r in scopes) for k in ("failed", "set_aside"))
         if report is None:
             return None
+        scopes = report.get("scopes", [])
+        done = sum(1 for r in scopes if r["committed"])
+        failed, aside = (sum(r[k] for r in scopes) for k in ("failed", "set_aside"))
         news = said.changed(aside)
         if not (done or failed or news):
             return None
