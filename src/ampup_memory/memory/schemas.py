@@ -27,8 +27,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
@@ -48,6 +46,7 @@ from pydantic import (
 from ampup_memory.errors import field_error
 from ampup_memory.memory.episode_types import TYPES as EPISODE_TYPES
 from ampup_memory.memory.scopes import BranchText
+from ampup_memory.search.budget import Remembered
 from ampup_memory.timefmt import in_utc, utc_text
 
 if TYPE_CHECKING:
@@ -504,40 +503,16 @@ def schema_at(index: ReadIndex, scope: str, segs: Segments, at: datetime,
     if window is None or window.version.value is None:
         return None
     version = json.loads(window.version.value)
-    schema = _KNOWN.get(scope, version)
-    if schema is None:
+
+    def read() -> Schema | None:
         body = _schema_body(index, scope, segs, version)
-        if body is None:
-            return None
-        schema = _KNOWN.put(scope, version, _parsed(body))
-    return schema, window.version
+        return _parsed(body) if body is not None else None
+
+    schema = _KNOWN.get((scope, version), read)
+    return (schema, window.version) if schema is not None else None
 
 
-class _Known:
-    """Schemas by (scope, version), the ``kept`` most recently used; safe across threads."""
-
-    def __init__(self, kept: int) -> None:
-        self._kept = kept
-        self._found: OrderedDict[tuple[str, str], Schema] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, scope: str, version: str) -> Schema | None:
-        with self._lock:
-            found = self._found.get((scope, version))
-            if found is not None:
-                self._found.move_to_end((scope, version))
-            return found
-
-    def put(self, scope: str, version: str, schema: Schema) -> Schema:
-        with self._lock:
-            self._found[(scope, version)] = schema
-            self._found.move_to_end((scope, version))
-            while len(self._found) > self._kept:
-                self._found.popitem(last=False)
-        return schema
-
-
-_KNOWN = _Known(1024)
+_KNOWN: Remembered[tuple[str, str], Schema | None] = Remembered(1024)
 
 
 def _schema_body(index: ReadIndex, scope: str, segs: Segments, version: str) -> str | None:

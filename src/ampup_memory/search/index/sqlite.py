@@ -214,9 +214,9 @@ class SQLiteIndex:
         self._pending_bits: dict[str, BitMap] | None = None
         # Word counts of the postings budget, per keyword space content (`_count`), and
         # facts per space (`_space_facts`).
-        self._counts: Remembered[tuple[str, str, int | None, int | None]] = Remembered(
+        self._counts: Remembered[tuple[str, str, int | None, int | None], int] = Remembered(
             COUNTS_KEPT)
-        self._space_counts: Remembered[str] = Remembered(COUNTS_KEPT)
+        self._space_counts: Remembered[str, int] = Remembered(COUNTS_KEPT)
         self._spaces = SpaceFiles(self.path.with_name(self.path.name + ".keywords"),
                                   timeout=60.0)
         self._prepare_file()
