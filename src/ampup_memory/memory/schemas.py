@@ -43,10 +43,10 @@ from pydantic import (
     model_validator,
 )
 
+from ampup_memory.caches import Remembered
 from ampup_memory.errors import field_error
 from ampup_memory.memory.episode_types import TYPES as EPISODE_TYPES
 from ampup_memory.memory.scopes import BranchText
-from ampup_memory.search.budget import Remembered
 from ampup_memory.timefmt import in_utc, utc_text
 
 if TYPE_CHECKING:

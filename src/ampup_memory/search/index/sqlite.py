@@ -41,12 +41,12 @@ from typing import Any, cast
 import numpy as np
 from pyroaring import BitMap
 
+from ampup_memory.caches import Remembered
 from ampup_memory.memory.facts import EPOCH, begin_instant
 from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.search.bm25f import fts5_weights
 from ampup_memory.search.budget import (
     POSTINGS_BUDGET,
-    Remembered,
     affordable_terms,
     space_terms,
 )
