@@ -318,8 +318,7 @@ def test_an_endpoint_that_refuses_every_episode_stops_the_pass_and_sets_none_asi
     """The first REFUSED_RUN episodes of a pass all refused: the endpoint's problem (a
     model that takes no JSON mode), not theirs. The pass stops as at an outage, nothing is
     counted, and so nothing is ever set aside for it; a 401 stops at the first."""
-    from ampup_memory.memory.extraction import REFUSED_RUN
-    from ampup_memory.models.setaside import UNUSABLE_PASSES
+    from ampup_memory.models.setaside import REFUSED_RUN, UNUSABLE_PASSES
 
     assert s.model is not None
     for i in range(REFUSED_RUN + 1):

@@ -13,6 +13,7 @@ import click
 
 from ampup_memory.cliutil import dumps, fail_if_model_failed, progress
 from ampup_memory.memory.cli import _service, existing_scope
+from ampup_memory.models.setaside import KINDS
 from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
@@ -138,5 +139,24 @@ def advice_commands(settings_options: SettingsOptions,
                              "they keep their procedures until the next pass",
                              sum(s["set_aside"] for s in report["scopes"]))
 
-    return [advice]
+    @click.command("set-aside")
+    @click.option("--scope", default=None, help="One scope (org/team); default: every scope.")
+    @click.option("--kind", type=click.Choice(KINDS), default=None,
+                  help="One kind of model work; default: every kind.")
+    @settings_options("common", "tables")
+    def set_aside(scope: str | None, kind: str | None, **kwargs: Any) -> None:
+        """List the items a model pass set aside (extraction's episodes, the judge's
+        sessions, learn's situations, compile's scopes: no usable answer on 3 passes in a
+        row), oldest first, one JSON line each. They are not asked again until the model
+        or their inputs change; a read index rebuild forgets them (asked again). Records
+        of items gone since (deleted, or a session rewarded) are dropped."""
+        from ampup_memory.advice.aside import listing
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            named = None if scope is None else str(existing_scope(svc, scope))
+            for item in listing(svc, None, named, kind):
+                click.echo(dumps(item))
+
+    return [advice, set_aside]
 
