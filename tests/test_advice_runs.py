@@ -459,6 +459,35 @@ def test_a_session_the_endpoint_refuses_is_passed_over_then_set_aside_and_listed
     assert [i["item"] for i in every] == [poisons[1]], every
 
 
+def test_the_set_aside_listing_answers_bad_input_with_a_4xx_in_the_envelope(
+        srv: Served) -> None:
+    """A bad kind, scope, limit or cursor is a 422 naming the field; no caller a 401; a
+    workspace that never existed the 404 of any read of it. A cursor names an order key,
+    never an item, so any well-formed one is a page (empty here), not an error."""
+    import base64
+
+    m, scope = srv.m, new_scope()
+    bad = [({"scope": scope, "kind": "extraction"}, "kind"), ({"scope": "nope"}, "scope"),
+           ({}, "scope"), ({"scope": scope, "limit": 0}, "limit"),
+           ({"scope": scope, "limit": 1001}, "limit"), ({"scope": scope, "limit": "x"}, "limit"),
+           ({"scope": scope, "after": "not a cursor!"}, "after"),
+           ({"scope": scope, "after": "bm90IGEgY3Vyc29y"}, "after"),  # base64, not a key
+           ({"scope": scope, "after": "W1tbW1tbW1tbW1tbW1s"}, "after"),  # "[[[[…": no JSON
+           ({"scope": scope, "after": "x" * 3000}, "after")]
+    for params, field in bad:
+        r = m.http.get("/set-aside", params=params)
+        assert err(r) == (422, "VALIDATION_ERROR"), (params, r.text)
+        assert field in json.dumps(r.json()["error"]["details"]), (params, r.text)
+    r = httpx.get(f"{m.url}/set-aside", params={"scope": scope})
+    assert r.status_code == 401 and set(r.json()) == {"error"}, r.text
+    r = m.http.get("/set-aside", params={"scope": "ws_" + "0" * 16 + "/ops"})
+    assert err(r) == (404, "WORKSPACE_GONE"), r.text
+    key = json.dumps(["2026-01-01T00:00:00Z", "judge", "", "ses_x"]).encode()
+    after = base64.urlsafe_b64encode(key).decode().rstrip("=")
+    r = m.http.get("/set-aside", params={"scope": scope, "after": after})
+    assert r.json() == {"scope": scope, "items": [], "next_after": None}, r.text
+
+
 def test_an_endpoint_that_refuses_every_session_stops_the_judge_pass(
         srv: Served, scripted_model: ScriptedModel) -> None:
     """REFUSED_RUN sessions refused before any answer: the endpoint refuses everything (a

@@ -51,7 +51,7 @@ def _sessions(svc: MemoryService, principal: Principal | None) -> Rule:
         live = _live(svc, scope)
         if live is None:
             return [], items
-        pending = set(pending_sessions(svc, live)) & {str(i["item"]) for i in items}
+        pending = set(pending_sessions(svc, live, [str(i["item"]) for i in items]))
         seen = pending if principal is None else _readable(svc, principal, sorted(pending))
         return ([i for i in items if i["item"] in seen],
                 [i for i in items if i["item"] not in pending])

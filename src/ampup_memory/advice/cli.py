@@ -35,7 +35,8 @@ def advice_commands(settings_options: SettingsOptions,
 
         Without a judge model nothing is judged (and nothing fails). A session the model
         could not judge stays pending for the next pass; one whose answers were of the
-        wrong shape on 3 passes in a row is set aside (not asked again by this model).
+        wrong shape, or whose request the endpoint refused (HTTP 400: too long), on 3
+        passes in a row is set aside (not asked again by this model).
         Prints the counts as JSON."""
         from ampup_memory.advice.judge import judge_pass
         from ampup_memory.models.chat import Role, chat_model
@@ -85,8 +86,8 @@ def advice_commands(settings_options: SettingsOptions,
 
         Without a learning model no note is learned (evidence is still updated); a
         situation the model could not write a note for is tried again next time, unless
-        its answers were of the wrong shape on 3 passes in a row (set aside until the
-        model or its tasks change)."""
+        its answers were of the wrong shape, or its request refused, on 3 passes in a row
+        (set aside until the model or its tasks change)."""
         from ampup_memory.advice.gate import GateRules
         from ampup_memory.advice.loop import learn_pass
         from ampup_memory.models.chat import Role, chat_model
@@ -114,8 +115,8 @@ def advice_commands(settings_options: SettingsOptions,
 
         A scope whose documents did not change since its last compilation is skipped; one
         the model failed on keeps its procedures and is tried again next time (set aside
-        after 3 passes of answers of the wrong shape, until the model or the documents
-        change). Without a
+        after 3 passes of answers of the wrong shape or refused requests, until the model
+        or the documents change). Without a
         compile model nothing is compiled (and the report says so). Prints JSON."""
         from ampup_memory.advice.procedures import compile_pass
         from ampup_memory.models.chat import Role, chat_model

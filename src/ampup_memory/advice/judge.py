@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -97,10 +97,12 @@ def prompt(events: list[EventRecord]) -> str:
                       ensure_ascii=False, indent=1)
 
 
-def pending_sessions(svc: MemoryService, scope: Scope) -> list[str]:
-    """Ended sessions of the scope (any branch) with no reward at all, oldest first."""
+def pending_sessions(svc: MemoryService, scope: Scope,
+                     among: Sequence[str] | None = None) -> list[str]:
+    """Ended sessions of the scope (any branch) with no reward at all (of those ``among``),
+    oldest first."""
     svc.sync.scope(scope)
-    found = svc.index.events(str(scope), None, (END, REWARD))
+    found = svc.index.events(str(scope), None, (END, REWARD), among)
     rewarded = {e.subject for e in found if e.kind == REWARD}
     return [e.subject for e in found if e.kind == END and e.subject not in rewarded]
 

@@ -8,8 +8,9 @@
   ``when`` and commits the whole set as one ``procedures`` event (subject ``procedures``).
   Nothing changed since the last compilation (same keys, same versions, same embedder): no
   model call, no commit. Model down or garbage: nothing written, the next pass retries;
-  answers of the wrong shape on several passes in a row set the scope aside until the
-  model or the documents change (models/setaside.py). No model: nothing is compiled.
+  answers of the wrong shape (or requests the endpoint refused) on several passes in a row
+  set the scope aside until the model or the documents change (models/setaside.py). No
+  model: nothing is compiled.
 
 Both kinds are folded with the rest of the scope's learning state (`loop.fold`), so
 ``POST /advice`` and ``GET /procedures`` read them from the same per-process cache.

@@ -62,9 +62,10 @@ class SetAside(Exception):
 
 
 class AsideNews:
-    """For a timer's log line: whether the count of items its pass set aside (or passed
-    over, set aside before) changed since the pass that last said it. An item stays set
-    aside until its model or inputs change, so a line every pass said nothing new."""
+    """For a timer's log line: whether the count of its kind's items set aside (as the
+    listing shows them, `set_aside_items`) changed since the pass that last said it. An
+    item stays set aside until its model or inputs change, so a line every pass said
+    nothing new."""
 
     def __init__(self) -> None:
         self._said = 0
