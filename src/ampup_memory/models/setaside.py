@@ -175,7 +175,6 @@ class Asker:
         self._answered = False
         self._run = 0  # refusals before the endpoint answered any item of the pass
         self.stopped = False
-        self.aside: list[tuple[str, ...]] = []  # slots its counted refusals set aside
 
     def ask(self, slot: Sequence[str], item: str, key: str, ask: Callable[[], T],
             what: str) -> T:
@@ -198,13 +197,12 @@ class Asker:
     def settle(self, end: bool = False) -> list[tuple[str, ...]]:
         """Count the held refusals once the endpoint answered another item of this pass,
         or (``end``) when the pass ran out of items; the slots that sets aside (one
-        WARNING line each), also added to `aside`."""
+        WARNING line each)."""
         if not self._held or not (self._answered or end):
             return []
         newly = [slot for slot, item, key, reason, what in self._held
                  if count_or_set_aside(self._index, slot, item, key, reason, self._log, what)]
         self._held.clear()
-        self.aside.extend(newly)
         return newly
 
 
