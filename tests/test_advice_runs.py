@@ -516,7 +516,8 @@ def test_an_endpoint_that_refuses_every_session_stops_the_judge_pass(
 def test_the_judge_timer_says_a_set_aside_session_once_not_every_pass(
         tmp_path: Path, scripted_model: ScriptedModel) -> None:
     """The serve timer logged its report on every pass while a session stayed set aside
-    (nothing new to say); it says the count when it changes."""
+    (nothing new to say); it says the count when it changes: the count of what the
+    listing (`GET /set-aside`) shows."""
     from ampup_memory.models.setaside import UNUSABLE_PASSES
 
     env = {**QUIET, **scripted_model.env("JUDGE_"), "AMPUP_MEMORY_MODEL_RETRIES": "0",
@@ -541,6 +542,7 @@ def test_the_judge_timer_says_a_set_aside_session_once_not_every_pass(
     assert len(scripted_model.calls()) == UNUSABLE_PASSES, lines
     said = [x for x in lines if "'set_aside': 1" in x]
     assert len(said) == 1, lines
+    assert said[0].endswith("; 1 session(s) set aside now"), said  # as GET /set-aside lists
     assert sum("set aside after" in x and ses in x
                for x in proc.log_path.read_text().splitlines()) == 1
 
