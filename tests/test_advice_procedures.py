@@ -298,3 +298,74 @@ def test_answers_refused_on_every_pass_set_a_compile_and_a_situation_aside(
     assert own.in_process("cluster")["scopes"][0]["committed"]
     assert own.in_process("learn")["scopes"][0]["failed"] == 1
     assert len(model.calls()) - calls == 4
+
+
+def test_requests_refused_set_a_compile_and_a_situation_aside_until_the_scope_goes(
+        proc: Proc) -> None:
+    """`setaside.Asker`, the one rule of every model pass, for `advice compile` and
+    `advice learn`: an HTTP 400 for a scope's documents or a situation (too long, say) was
+    a plain failure on every pass, forever. The pass ran out of items with the endpoint
+    refusing none other, so each refusal counts; after UNUSABLE_PASSES passes the item is
+    set aside, no call is made, and ``GET /set-aside`` lists both (a situation and a
+    compilation are shown to whoever may read the scope's map and procedures). The
+    workspace deleted, its records go with it."""
+    from ampup_memory.models.setaside import UNUSABLE_PASSES, set_aside_items
+
+    model, alice = proc.model, proc.m.http
+    ws = alice.post("/workspaces", json={"name": "refusals", "ttl": "1h"})
+    assert ws.status_code == 201, ws.text
+    org = ws.json()["org"]
+    own = Proc(proc.m, proc.home, proc.env, f"{org}/ops", model)
+    scope = own.scope
+    assert own.m.write(scope, "Failover: promote the replica.\n\nRepoint the DNS name.",
+                       acl=["user:alice"], document="failover-runbook").status_code == 201
+    assert alice.put("/procedures/sources", headers=ADMIN, json={
+        "scope": scope, "documents": ["failover-runbook"]}).status_code == 200
+    for n in range(1, 3):
+        s = alice.post("/sessions/start", json={
+            "scope": scope, "task": "Rotate the database passwords of the cluster"}).json()
+        alice.post("/sessions/end", json={"session": s["id"], "transcript": f"rotated {n}",
+                                          "outcome": "done", "reward": 1.0})
+    assert own.in_process("cluster")["scopes"][0]["committed"]
+    model.script([{"match": "Failover: promote", "status": 400},
+                  {"match": "database passwords", "status": 400}])
+    for n in range(1, UNUSABLE_PASSES + 1):
+        last = n == UNUSABLE_PASSES
+        for job in ("compile", "learn"):
+            calls = len(model.calls())
+            report = own.in_process(job)["scopes"][0]
+            assert (report["failed"], report["set_aside"]) == (int(not last), int(last)), (
+                job, n, report)
+            assert len(model.calls()) - calls == 1, (job, n)
+        if not last:
+            assert own.m.http.get("/set-aside", params={"scope": scope}).json()["items"] == []
+    calls = len(model.calls())
+    for job in ("compile", "learn"):
+        assert own.in_process(job)["scopes"][0]["set_aside"] == 1
+    assert len(model.calls()) == calls
+    situation = own.m.http.get("/situations", params={"scope": scope}).json()
+    sid = situation["situations"][0]["id"]
+    for user in ("alice", "bob"):
+        r = own.m.as_user(user).http.get("/set-aside", params={"scope": scope})
+        assert r.status_code == 200, r.text
+        got = sorted((i["kind"], i["item"], i["passes"]) for i in r.json()["items"])
+        assert got == [("compile", scope, UNUSABLE_PASSES), ("learn", sid, UNUSABLE_PASSES)]
+        assert all("HTTP 400" in i["reason"] for i in r.json()["items"]), r.json()
+    r = alice.get("/set-aside", params={"scope": scope, "kind": "learn"})
+    assert [i["item"] for i in r.json()["items"]] == [sid], r.text
+    done = run_cli(own.home, own.env, "set-aside", "--kind", "compile")
+    assert done.returncode == 0, done.stderr
+    assert scope in [json.loads(x)["item"] for x in done.stdout.splitlines()]
+    # The workspace deleted: the route answers 404, and no listing keeps its records.
+    assert alice.delete(f"/workspaces/{org}").status_code == 200
+    r = alice.get("/set-aside", params={"scope": scope})
+    assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
+    done = run_cli(own.home, own.env, "set-aside")
+    assert done.returncode == 0 and scope not in done.stdout, done.stdout
+    svc = MemoryService.open(own.settings())
+    try:
+        kept = set_aside_items(svc.index, scope, None, {
+            k: lambda _scope, items: (items, []) for k in ("compile", "learn")})
+    finally:
+        svc.close()
+    assert kept == []

@@ -382,10 +382,142 @@ def _set_aside(srv: Served, env: dict[str, str], scope: str) -> list[tuple[str, 
             for i in map(json.loads, done.stdout.splitlines())]
 
 
+def _listed(m: Memory, scope: str, **params: Any) -> dict[str, Any]:
+    r = m.http.get("/set-aside", params={"scope": scope, **params})
+    assert r.status_code == 200, r.text
+    body: dict[str, Any] = r.json()
+    return body
+
+
+def _ended(m: Memory, scope: str, task: str) -> str:
+    ses: str = m.http.post("/sessions/start", json={"scope": scope, "task": task}).json()["id"]
+    assert m.http.post("/sessions/end", json={"session": ses, "transcript": "done",
+                                               "outcome": "ok"}).status_code == 200
+    return ses
+
+
+def test_a_session_the_endpoint_refuses_is_passed_over_then_set_aside_and_listed(
+        srv: Served, scripted_model: ScriptedModel) -> None:
+    """Extraction's rule for a refused request (`setaside.Asker`), the judge's now: an
+    HTTP 400 ("context length exceeded") for one session is that session's problem, not
+    an outage. It stays pending (``failed``), the pass goes on, and once the endpoint
+    answers another session the refusal counts; after UNUSABLE_PASSES passes the session
+    is set aside (no call), listed by ``GET /set-aside`` to whoever may read it, a page at
+    a time. Rewarded by hand meanwhile, it is no work for the judge: the listing drops it."""
+    from ampup_memory.models.setaside import UNUSABLE_PASSES, set_aside_items
+
+    m = srv.m
+    scope = new_scope()
+    poisons = [_ended(m, scope, f"restore the replica {n}") for n in (1, 2)]
+    scripted_model.script([{"match": "restore the replica", "status": 400}],
+                          default={"reply": {"reward": 0.5}})
+    model = chat_model(srv.settings(), Role.JUDGE)
+    for n in range(1, UNUSABLE_PASSES + 1):
+        fine = _ended(m, scope, f"rotate the keys {n}")
+        calls = len(scripted_model.calls())
+        with srv.service() as svc:
+            report = judge_pass(svc, model, svc.view(scope).scope)
+        last = n == UNUSABLE_PASSES
+        assert (report["judged"], report["failed"], report["set_aside"]) == (
+            1, 0 if last else 2, 2 if last else 0), (n, report)
+        assert len(scripted_model.calls()) - calls == 3  # each refused one asked once
+        assert m.http.get(f"/sessions/{fine}").json()["judging"] == "judged"
+        if not last:
+            assert _listed(m, scope)["items"] == []  # counted, not set aside yet
+    calls = len(scripted_model.calls())
+    with srv.service() as svc:  # set aside: not asked again
+        report = judge_pass(svc, model, svc.view(scope).scope)
+    assert (report["failed"], report["set_aside"]) == (0, 2), report
+    assert len(scripted_model.calls()) == calls
+    listed = _listed(m, scope)
+    assert sorted(i["item"] for i in listed["items"]) == sorted(poisons), listed
+    assert listed["next_after"] is None
+    for item in listed["items"]:
+        assert (item["kind"], item["scope"], item["branch"], item["model"], item["passes"]) \
+            == ("judge", scope, None, "scripted-1", UNUSABLE_PASSES), item
+        assert "HTTP 400: scripted 400" in item["reason"] and item["at"], item
+    assert _listed(m, scope, kind="judge") == listed
+    assert _listed(m, scope, kind="extract")["items"] == []
+    # A page at a time, in the listing's order.
+    first = _listed(m, scope, limit=1)
+    assert first["items"] == listed["items"][:1] and first["next_after"], first
+    second = _listed(m, scope, limit=1, after=first["next_after"])
+    assert (second["items"], second["next_after"]) == (listed["items"][1:], None), second
+    # Bob may read neither session: nothing is listed to him.
+    bob = m.as_user("bob")
+    try:
+        assert _listed(bob, scope) == {"scope": scope, "items": [], "next_after": None}
+    finally:
+        bob.close()
+    # Rewarded by hand: no longer pending, so no longer set aside; its record is dropped.
+    r = m.http.post("/runs/reward", json={"run": poisons[0], "reward": 1.0, "reason": "ok"})
+    assert r.status_code == 201, r.text
+    assert [i["item"] for i in _listed(m, scope)["items"]] == [poisons[1]]
+    with srv.service() as svc:
+        every = set_aside_items(svc.index, scope, "judge",
+                                {"judge": lambda _scope, items: (items, [])})
+    assert [i["item"] for i in every] == [poisons[1]], every
+
+
+def test_the_set_aside_listing_answers_bad_input_with_a_4xx_in_the_envelope(
+        srv: Served) -> None:
+    """A bad kind, scope, limit or cursor is a 422 naming the field; no caller a 401; a
+    workspace that never existed the 404 of any read of it. A cursor names an order key,
+    never an item, so any well-formed one is a page (empty here), not an error."""
+    import base64
+
+    m, scope = srv.m, new_scope()
+    bad = [({"scope": scope, "kind": "extraction"}, "kind"), ({"scope": "nope"}, "scope"),
+           ({}, "scope"), ({"scope": scope, "limit": 0}, "limit"),
+           ({"scope": scope, "limit": 1001}, "limit"), ({"scope": scope, "limit": "x"}, "limit"),
+           ({"scope": scope, "after": "not a cursor!"}, "after"),
+           ({"scope": scope, "after": "bm90IGEgY3Vyc29y"}, "after"),  # base64, not a key
+           ({"scope": scope, "after": "W1tbW1tbW1tbW1tbW1s"}, "after"),  # "[[[[…": no JSON
+           ({"scope": scope, "after": "x" * 3000}, "after")]
+    for params, field in bad:
+        r = m.http.get("/set-aside", params=params)
+        assert err(r) == (422, "VALIDATION_ERROR"), (params, r.text)
+        assert field in json.dumps(r.json()["error"]["details"]), (params, r.text)
+    r = httpx.get(f"{m.url}/set-aside", params={"scope": scope})
+    assert r.status_code == 401 and set(r.json()) == {"error"}, r.text
+    r = m.http.get("/set-aside", params={"scope": "ws_" + "0" * 16 + "/ops"})
+    assert err(r) == (404, "WORKSPACE_GONE"), r.text
+    key = json.dumps(["2026-01-01T00:00:00Z", "judge", "", "ses_x"]).encode()
+    after = base64.urlsafe_b64encode(key).decode().rstrip("=")
+    r = m.http.get("/set-aside", params={"scope": scope, "after": after})
+    assert r.json() == {"scope": scope, "items": [], "next_after": None}, r.text
+
+
+def test_an_endpoint_that_refuses_every_session_stops_the_judge_pass(
+        srv: Served, scripted_model: ScriptedModel) -> None:
+    """REFUSED_RUN sessions refused before any answer: the endpoint refuses everything (a
+    model that takes no JSON mode), so the pass stops as at an outage, the rest stay
+    pending unasked, and nothing is counted: never set aside, however many passes."""
+    from ampup_memory.models.setaside import REFUSED_RUN, UNUSABLE_PASSES
+
+    m = srv.m
+    scope = new_scope()
+    ids = [_ended(m, scope, f"deploy tier {n}") for n in range(REFUSED_RUN + 1)]
+    scripted_model.script([], default={"status": 400})
+    model = chat_model(srv.settings(), Role.JUDGE)
+    for _ in range(UNUSABLE_PASSES + 1):
+        calls = len(scripted_model.calls())
+        with srv.service() as svc:
+            report = judge_pass(svc, model, svc.view(scope).scope)
+        assert (report["judged"], report["failed"], report["set_aside"]) == (
+            0, REFUSED_RUN, 0), report
+        assert len(scripted_model.calls()) - calls == REFUSED_RUN
+    assert _listed(m, scope)["items"] == []
+    scripted_model.script([], default={"reply": {"reward": 0.5}})
+    with srv.service() as svc:
+        assert judge_pass(svc, model, svc.view(scope).scope)["judged"] == len(ids)
+
+
 def test_the_judge_timer_says_a_set_aside_session_once_not_every_pass(
         tmp_path: Path, scripted_model: ScriptedModel) -> None:
     """The serve timer logged its report on every pass while a session stayed set aside
-    (nothing new to say); it says the count when it changes."""
+    (nothing new to say); it says the count when it changes: the count of what the
+    listing (`GET /set-aside`) shows."""
     from ampup_memory.models.setaside import UNUSABLE_PASSES
 
     env = {**QUIET, **scripted_model.env("JUDGE_"), "AMPUP_MEMORY_MODEL_RETRIES": "0",
@@ -410,6 +542,7 @@ def test_the_judge_timer_says_a_set_aside_session_once_not_every_pass(
     assert len(scripted_model.calls()) == UNUSABLE_PASSES, lines
     said = [x for x in lines if "'set_aside': 1" in x]
     assert len(said) == 1, lines
+    assert said[0].endswith("; 1 session(s) set aside now"), said  # as GET /set-aside lists
     assert sum("set aside after" in x and ses in x
                for x in proc.log_path.read_text().splitlines()) == 1
 

@@ -313,13 +313,57 @@ def test_an_episode_the_endpoint_refuses_is_passed_over_then_set_aside(s: Setup)
     assert run_cli(s.home, s.env(), "set-aside", "--kind", "judge").stdout == ""
 
 
+def test_an_episode_set_aside_on_a_deleted_branch_is_listed_no_more(s: Setup) -> None:
+    """A set-aside record outlived its item: listed forever once the branch holding the
+    episode was deleted. The one listing (`setaside.set_aside_items`) skips it now, both
+    routes and the command agree, and its record is dropped. ``GET /set-aside`` lists an
+    episode as ``GET /extraction/set-aside`` does: only to whoever may read it."""
+    from ampup_memory.memory.service import MemoryService
+    from ampup_memory.models.setaside import UNUSABLE_PASSES, set_aside_items
+    from ampup_memory.settings import Settings
+
+    assert s.model is not None
+    r = s.m.http.post("/branches", json={"scope": s.scope, "name": "try"})
+    assert r.status_code == 201, r.text
+    poison = s.write(BODY + "\n\nA long call.", source="doc:long", acl=["user:alice"],
+                     branch="try")
+    s.model.script([{"match": "A long call", "status": 400}])
+    for n in range(1, UNUSABLE_PASSES + 1):
+        code, out, err = s.extract("--branch", "try")
+        assert code == (0 if n == UNUSABLE_PASSES else 2), (n, out, err)
+    assert out[0]["rejected"] == {"request_refused": 1}, out
+    listed = s.m.http.get("/set-aside", params={"scope": s.scope, "kind": "extract"}).json()
+    assert [(i["item"], i["branch"]) for i in listed["items"]] == [(poison, "try")], listed
+    r = s.m.http.get("/extraction/set-aside", params={"scope": s.scope, "branch": "try"})
+    assert r.json()["items"] == listed["items"], r.text
+    assert s.set_aside() == []  # main's: none
+    bob = s.m.as_user("bob")
+    try:
+        r = bob.http.get("/set-aside", params={"scope": s.scope})
+        assert (r.status_code, r.json()["items"]) == (200, []), r.text
+    finally:
+        bob.close()
+    assert s.m.http.delete("/branches/try", params={"scope": s.scope}).status_code == 200
+    assert s.m.http.get("/set-aside", params={"scope": s.scope}).json()["items"] == []
+    r = s.m.http.get("/extraction/set-aside", params={"scope": s.scope, "branch": "try"})
+    assert r.status_code == 404, r.text
+    done = run_cli(s.home, s.env(), "set-aside", "--scope", s.scope)
+    assert (done.returncode, done.stdout) == (0, ""), done.stderr
+    svc = MemoryService.open(Settings.model_validate({**s.env(),
+                                                      "AMPUP_MEMORY_HOME": str(s.home)}))
+    try:  # not only hidden: the record is gone
+        assert set_aside_items(svc.index, s.scope, "extract",
+                               {"extract": lambda _scope, items: (items, [])}) == []
+    finally:
+        svc.close()
+
+
 def test_an_endpoint_that_refuses_every_episode_stops_the_pass_and_sets_none_aside(
         s: Setup) -> None:
     """The first REFUSED_RUN episodes of a pass all refused: the endpoint's problem (a
     model that takes no JSON mode), not theirs. The pass stops as at an outage, nothing is
     counted, and so nothing is ever set aside for it; a 401 stops at the first."""
-    from ampup_memory.memory.extraction import REFUSED_RUN
-    from ampup_memory.models.setaside import UNUSABLE_PASSES
+    from ampup_memory.models.setaside import REFUSED_RUN, UNUSABLE_PASSES
 
     assert s.model is not None
     for i in range(REFUSED_RUN + 1):

@@ -41,7 +41,8 @@ def fail_if_model_failed(failed: int, items: str, left: str, set_aside: int = 0)
     nothing else would tell that they are no longer asked."""
     if set_aside:
         click.echo(f"{click.style('warning:', fg='yellow')} {set_aside} {items} set aside: "
-                   "the model's answers were of the wrong shape on several passes in a row; "
+                   "no usable answer (of the wrong shape, or the request refused) on "
+                   "several passes in a row; "
                    "a new model or changed inputs ask again (the log names each)", err=True)
     if failed:
         fail(f"the model failed on {failed} {items}; {left}")

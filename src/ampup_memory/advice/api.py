@@ -1,5 +1,5 @@
 """Advice REST routes: /runs, /runs/reward, /sessions/start, /sessions/end, /sessions/{id},
-/situations, /notes, /procedures, /procedures/sources and /advice.
+/situations, /notes, /procedures, /procedures/sources, /advice and /set-aside.
 
 Identity first (401), then the body (422), as on every AmpUp route; every error is an
 ``AmpError`` rendered in the one envelope. An unknown run or session and one the caller may
@@ -14,7 +14,7 @@ from fastapi import APIRouter, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
-from ampup_memory.advice import loop, procedures, runs, sessions
+from ampup_memory.advice import aside, loop, procedures, runs, sessions
 from ampup_memory.auth import Authenticator
 from ampup_memory.memory.api import CAP, USER_DOC, UserDep, _headers, _user, admin_author, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
@@ -172,3 +172,25 @@ def list_procedures(request: Request, user: UserDep,
     """The scope's compiled procedures, each with its AIP step graph; sources show only
     the episodes you may read."""
     return loop.list_procedures(service(request), user, scope)
+
+
+@router.get("/set-aside", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND / WORKSPACE_GONE: a workspace scope that is gone",
+    422: "VALIDATION_ERROR: details.errors = [{loc, msg, type}] (a bad scope, kind or "
+         "limit; cursor_invalid: an `after` no listing gave)"}), openapi_extra=USER_DOC)
+def list_set_aside(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
+                   kind: Annotated[aside.Kind | None, Query(
+                       description="One kind of model work; left out: every kind.")] = None,
+                   limit: Annotated[int, Query(ge=1, le=aside.MAX_PAGE,
+                                               description="Page size.")] = 50,
+                   after: Annotated[str | None, Query(
+                       min_length=1, max_length=aside.CURSOR_CHARS, pattern="^[A-Za-z0-9_-]+$",
+                       description="`next_after` of the page before: the page after it.")
+                   ] = None) -> dict[str, Any]:
+    """The scope's items a model pass set aside (no usable answer, or the request refused,
+    on 3 passes in a row), oldest first: extraction's episodes, the judge's sessions,
+    learn's situations, compile's scope. Each: ``kind``, ``scope``, ``item``, ``branch``
+    (extraction's), ``model``, ``reason``, ``passes``, ``at``. Only items you may read are
+    listed: episodes and sessions by their ACLs, situations and the scope's compilation
+    as `GET /situations` and `GET /procedures` show them."""
+    return aside.page(service(request), user, scope, kind, limit, after)

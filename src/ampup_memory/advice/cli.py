@@ -13,6 +13,7 @@ import click
 
 from ampup_memory.cliutil import dumps, fail_if_model_failed, progress
 from ampup_memory.memory.cli import _service, existing_scope
+from ampup_memory.models.setaside import KINDS
 from ampup_memory.settings import Settings
 
 if TYPE_CHECKING:
@@ -34,7 +35,8 @@ def advice_commands(settings_options: SettingsOptions,
 
         Without a judge model nothing is judged (and nothing fails). A session the model
         could not judge stays pending for the next pass; one whose answers were of the
-        wrong shape on 3 passes in a row is set aside (not asked again by this model).
+        wrong shape, or whose request the endpoint refused (HTTP 400: too long), on 3
+        passes in a row is set aside (not asked again by this model).
         Prints the counts as JSON."""
         from ampup_memory.advice.judge import judge_pass
         from ampup_memory.models.chat import Role, chat_model
@@ -84,8 +86,8 @@ def advice_commands(settings_options: SettingsOptions,
 
         Without a learning model no note is learned (evidence is still updated); a
         situation the model could not write a note for is tried again next time, unless
-        its answers were of the wrong shape on 3 passes in a row (set aside until the
-        model or its tasks change)."""
+        its answers were of the wrong shape, or its request refused, on 3 passes in a row
+        (set aside until the model or its tasks change)."""
         from ampup_memory.advice.gate import GateRules
         from ampup_memory.advice.loop import learn_pass
         from ampup_memory.models.chat import Role, chat_model
@@ -113,8 +115,8 @@ def advice_commands(settings_options: SettingsOptions,
 
         A scope whose documents did not change since its last compilation is skipped; one
         the model failed on keeps its procedures and is tried again next time (set aside
-        after 3 passes of answers of the wrong shape, until the model or the documents
-        change). Without a
+        after 3 passes of answers of the wrong shape or refused requests, until the model
+        or the documents change). Without a
         compile model nothing is compiled (and the report says so). Prints JSON."""
         from ampup_memory.advice.procedures import compile_pass
         from ampup_memory.models.chat import Role, chat_model
@@ -138,5 +140,24 @@ def advice_commands(settings_options: SettingsOptions,
                              "they keep their procedures until the next pass",
                              sum(s["set_aside"] for s in report["scopes"]))
 
-    return [advice]
+    @click.command("set-aside")
+    @click.option("--scope", default=None, help="One scope (org/team); default: every scope.")
+    @click.option("--kind", type=click.Choice(KINDS), default=None,
+                  help="One kind of model work; default: every kind.")
+    @settings_options("common", "tables")
+    def set_aside(scope: str | None, kind: str | None, **kwargs: Any) -> None:
+        """List the items a model pass set aside (extraction's episodes, the judge's
+        sessions, learn's situations, compile's scopes: no usable answer on 3 passes in a
+        row), oldest first, one JSON line each. They are not asked again until the model
+        or their inputs change; a read index rebuild forgets them (asked again). Records
+        of items gone since (deleted, or a session rewarded) are dropped."""
+        from ampup_memory.advice.aside import listing
+
+        settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            named = None if scope is None else str(existing_scope(svc, scope))
+            for item in listing(svc, None, named, kind):
+                click.echo(dumps(item))
+
+    return [advice, set_aside]
 

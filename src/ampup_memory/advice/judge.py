@@ -11,7 +11,9 @@ No judge model configured: nothing is judged and nothing fails (only explicit re
 count). The model down or answering garbage: that session gets nothing written and stays
 pending for the next pass. A session whose answers were of the wrong shape on several passes
 in a row is set aside (models/setaside.py): pending still, but not asked again until the
-judge model changes. ``serve`` runs a pass every
+judge model changes. A session the endpoint refuses (HTTP 400: its transcript too long,
+say) counts toward the same rule, unless the endpoint refuses every request
+(`setaside.Asker`, the rule of every model pass). ``serve`` runs a pass every
 ``advice_judge_interval_seconds`` under a lease (one server at a time);
 ``ampup-memory advice judge`` runs one now.
 """
@@ -20,7 +22,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -48,7 +50,7 @@ from ampup_memory.models.chat import (
     Role,
     chat_model,
 )
-from ampup_memory.models.setaside import AsideNews, SetAside, ask_or_set_aside, asked_key
+from ampup_memory.models.setaside import AsideNews, Asker, Refused, SetAside, asked_key
 from ampup_memory.settings import Settings
 
 log = logging.getLogger("ampup_memory.advice")
@@ -95,28 +97,32 @@ def prompt(events: list[EventRecord]) -> str:
                       ensure_ascii=False, indent=1)
 
 
-def pending_sessions(svc: MemoryService, scope: Scope) -> list[str]:
-    """Ended sessions of the scope (any branch) with no reward at all, oldest first."""
+def pending_sessions(svc: MemoryService, scope: Scope,
+                     among: Sequence[str] | None = None) -> list[str]:
+    """Ended sessions of the scope (any branch) with no reward at all (of those ``among``),
+    oldest first."""
     svc.sync.scope(scope)
-    found = svc.index.events(str(scope), None, (END, REWARD))
+    found = svc.index.events(str(scope), None, (END, REWARD), among)
     rewarded = {e.subject for e in found if e.kind == REWARD}
     return [e.subject for e in found if e.kind == END and e.subject not in rewarded]
 
 
-def judge_session(svc: MemoryService, model: ChatModel, session: str) -> bool:
-    """Judge one pending session; True when a judge reward was written. Raises
-    ModelUnavailable (nothing written) when the model gave no usable answer, `SetAside`
-    when the session is (or now becomes) set aside."""
+def judge_session(svc: MemoryService, model: ChatModel, session: str,
+                  asker: Asker) -> bool:
+    """Judge one pending session, asking through ``asker`` (the pass's); True when a judge
+    reward was written. Raises ModelUnavailable (nothing written) when the model gave no
+    usable answer, `SetAside` when the session is (or now becomes) set aside, `Refused`
+    when the endpoint refused its request."""
     events = svc.index.events_of([session])
     if not events or not any(e.kind == END for e in events):
         return False
     if any(e.kind == REWARD for e in events):
         return False
     asked = prompt(events)
-    answer = ask_or_set_aside(svc.index, ("judge", events[0].scope, session), session,
-                              asked_key(model.name, SYSTEM, asked),
-                              lambda: model.ask(SYSTEM, asked, JudgeAnswer), log,
-                              f"judge: session {session}, pending still,")
+    answer = asker.ask(("judge", events[0].scope, session), session,
+                       asked_key(model.name, SYSTEM, asked),
+                       lambda: model.ask(SYSTEM, asked, JudgeAnswer),
+                       f"judge: session {session}, pending still,")
     keys = served_keys(events)
     notes = {k: answer.notes[k].model_dump() for k in keys if k in answer.notes}
     first = events[0]
@@ -139,8 +145,9 @@ def judge_pass(svc: MemoryService, model: ChatModel | None, scope: Scope | None 
                on_total: Callable[[int], None] | None = None,
                on_one: Callable[[], None] | None = None) -> dict[str, Any]:
     """Judge every pending session (of one scope, or of all). A session the model could
-    not judge stays pending; the pass goes on with the next. ``set_aside`` counts the
-    pending sessions not asked (again) for their unusable answers."""
+    not judge stays pending (``failed``); the pass goes on with the next, unless the
+    endpoint refuses every request (`setaside.Asker`). ``set_aside`` counts the pending
+    sessions not asked (again) for their unusable answers or refused requests."""
     if model is None:
         return {"judged": 0, "failed": 0, "skipped": 0, "set_aside": 0, "model": None}
     svc.sync.ledger_table()
@@ -149,19 +156,27 @@ def judge_pass(svc: MemoryService, model: ChatModel | None, scope: Scope | None 
     if on_total is not None:
         on_total(len(work))
     judged = failed = skipped = set_aside = 0
+    asker = Asker(svc.index, log)
     for _, session in work:
         try:
-            if judge_session(svc, model, session):
+            if judge_session(svc, model, session, asker):
                 judged += 1
             else:
                 skipped += 1
         except SetAside:
             set_aside += 1
+        except Refused as exc:
+            failed += 1
+            log.warning("judge: session %s refused, stays pending: %s", session, exc.reason)
         except ModelUnavailable as exc:
             failed += 1
             log.warning("judge: session %s stays pending: %s", session, exc.message)
         if on_one is not None:
             on_one()
+        if asker.stopped:
+            break  # the endpoint refuses every request: the rest stay pending
+    aside = len(asker.settle(end=True))
+    failed, set_aside = failed - aside, set_aside + aside
     return {"judged": judged, "failed": failed, "skipped": skipped, "set_aside": set_aside,
             "model": model.name}
 
@@ -184,13 +199,16 @@ def judge_timer(svc: MemoryService, settings: Settings,
     aside = AsideNews()
 
     def one_pass() -> str | None:
+        from ampup_memory.advice.aside import count  # noqa: PLC0415 — it reads this module
+
         report = judge_if_free(svc, model, holder, timedelta(seconds=settings.lease_seconds))
         if report is None:
             return None
-        news = aside.changed(report["set_aside"])
+        listed = count(svc, "judge")  # what GET /set-aside lists, not this pass's view
+        news = aside.changed(listed)
         if not (report["judged"] or report["failed"] or news):
             return None
-        return str(report)
+        return f"{report}; {listed} session(s) set aside now"
 
     return periodic(one_pass, settings.advice_judge_interval_seconds, "advice judge pass",
                     log, records=records)

@@ -55,7 +55,7 @@ from ampup_memory.memory.scopes import MAIN, Scope, ScopeText
 from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
-from ampup_memory.models.setaside import AsideNews, SetAside, ask_or_set_aside, asked_key
+from ampup_memory.models.setaside import AsideNews, Asker, Refused, SetAside, asked_key
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
 
@@ -230,7 +230,9 @@ def review_note(note: Note, tasks: Sequence[RewardedTask], old: dict[str, dict[s
 
 # -- learning --------------------------------------------------------------------------------
 def learn_scope(svc: MemoryService, scope: Scope, model: ChatModel | None, rules: GateRules,
-                min_runs: int) -> dict[str, Any]:
+                min_runs: int, asker: Asker) -> dict[str, Any]:
+    """Review every note's evidence, then learn a note for each situation with none,
+    asking through ``asker`` (the pass's; `learn_pass` settles what it held)."""
     state = load_state(svc, scope)
     tasks = rewarded_tasks(svc, scope)
     report: dict[str, Any] = {"scope": str(scope), "reviewed": 0, "promoted": 0,
@@ -265,17 +267,19 @@ def learn_scope(svc: MemoryService, scope: Scope, model: ChatModel | None, rules
         key = asked_key(model.name, note_model.SYSTEM,
                         note_model.build_prompt(situation, members)[0])
         try:
-            learned = ask_or_set_aside(
-                svc.index, ("learn", str(scope), situation.id), situation.id, key,
-                partial(learn_note, situation, members, model, min_runs=min_runs), log,
+            learned = asker.ask(
+                ("learn", str(scope), situation.id), situation.id, key,
+                partial(learn_note, situation, members, model, min_runs=min_runs),
                 f"learn: situation {situation.id} of {scope}, with no note,")
         except SetAside:
             report["set_aside"] += 1
             continue
-        except ModelUnavailable as exc:
+        except (Refused, ModelUnavailable) as exc:
             report["failed"] += 1
             log.warning("learn: situation %s keeps no note for now: %s", situation.id,
-                        exc.message)
+                        exc.reason if isinstance(exc, Refused) else exc.message)
+            if asker.stopped:
+                break  # the endpoint refuses every request
             continue
         if learned is None:
             continue
@@ -307,12 +311,28 @@ def _no_live_note(svc: MemoryService, scope: Scope, situation: str
 def learn_pass(svc: MemoryService, model: ChatModel | None, rules: GateRules, min_runs: int,
                scope: Scope | None = None,
                on_one: Callable[[], None] | None = None) -> dict[str, Any]:
+    """`learn_scope` for every scope (or one), asking through one `Asker`: a situation
+    the endpoint refuses counts toward setting it aside, unless it refuses every request
+    (then the pass stops: the rest are tried again next pass)."""
     reports = []
+    asker = Asker(svc.index, log)
     for s in _scopes(svc, scope):
-        reports.append(learn_scope(svc, s, model, rules, min_runs))
+        if not asker.stopped:
+            reports.append(learn_scope(svc, s, model, rules, min_runs, asker))
         if on_one is not None:
             on_one()
+    settle(asker, reports)
     return {"scopes": reports, "model": None if model is None else model.name}
+
+
+def settle(asker: Asker, reports: list[dict[str, Any]]) -> None:
+    """At the end of a pass over scopes: the refusals ``asker`` held count, and each
+    item that sets aside moves from its scope's ``failed`` to its ``set_aside``."""
+    by_scope = {r["scope"]: r for r in reports}
+    for slot in asker.settle(end=True):
+        report = by_scope[slot[1]]
+        report["failed"] -= 1
+        report["set_aside"] += 1
 
 
 # -- timers ----------------------------------------------------------------------------------
@@ -339,13 +359,18 @@ def learning_timers(svc: MemoryService, settings: Settings, embedder: Embedder,
     aside = AsideNews()
 
     def learn() -> str | None:
+        from ampup_memory.advice.aside import count  # noqa: PLC0415 — it reads this module
+
         report = _under_lease(svc, LEARN_LEASE, holder, lease, lambda: learn_pass(
             svc, model, rules, settings.advice_min_runs_for_note))
         if report is None:
             return None
-        news = aside.changed(sum(r["set_aside"] for r in report["scopes"]))
-        return str(report) if news or any(r["reviewed"] or r["learned"] or r["failed"]
-                                          for r in report["scopes"]) else None
+        listed = count(svc, "learn")  # what GET /set-aside lists, not this pass's view
+        news = aside.changed(listed)
+        if not news and not any(r["reviewed"] or r["learned"] or r["failed"]
+                                for r in report["scopes"]):
+            return None
+        return f"{report}; {listed} situation(s) set aside now"
 
     return [periodic(cluster, settings.advice_cluster_interval_seconds,
                      "advice cluster pass", log, records=records),

@@ -8,8 +8,9 @@
   ``when`` and commits the whole set as one ``procedures`` event (subject ``procedures``).
   Nothing changed since the last compilation (same keys, same versions, same embedder): no
   model call, no commit. Model down or garbage: nothing written, the next pass retries;
-  answers of the wrong shape on several passes in a row set the scope aside until the
-  model or the documents change (models/setaside.py). No model: nothing is compiled.
+  answers of the wrong shape (or requests the endpoint refused) on several passes in a row
+  set the scope aside until the model or the documents change (models/setaside.py). No
+  model: nothing is compiled.
 
 Both kinds are folded with the rest of the scope's learning state (`loop.fold`), so
 ``POST /advice`` and ``GET /procedures`` read them from the same per-process cache.
@@ -27,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from ampup_memory.advice import aip
 from ampup_memory.advice.aip import ProcedureSet, SourceDocument, compile_skills, match_text
+from ampup_memory.advice.aside import count
 from ampup_memory.advice.loop import (
     LEARNER,
     PROC_SOURCES,
@@ -35,6 +37,7 @@ from ampup_memory.advice.loop import (
     _scopes,
     _under_lease,
     load_state,
+    settle,
 )
 from ampup_memory.advice.runs import utcnow
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
@@ -43,7 +46,7 @@ from ampup_memory.memory.readindex import lease_holder
 from ampup_memory.memory.scopes import MAIN, Scope, ScopeText, parse_scope
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
-from ampup_memory.models.setaside import AsideNews, SetAside, ask_or_set_aside, asked_key
+from ampup_memory.models.setaside import AsideNews, Asker, Refused, SetAside, asked_key
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
 from ampup_memory.timefmt import format_time
@@ -108,8 +111,9 @@ def _documents(svc: MemoryService, scope: Scope, keys: tuple[str, ...]
 
 
 def compile_scope(svc: MemoryService, scope: Scope, model: ChatModel, embedder: Embedder,
-                  ) -> dict[str, Any]:
-    """Compile one scope's chosen documents; commit the procedures when their inputs
+                  asker: Asker) -> dict[str, Any]:
+    """Compile one scope's chosen documents, asking through ``asker`` (the pass's;
+    `compile_pass` settles what it held); commit the procedures when their inputs
     changed since the last compilation."""
     state = load_state(svc, scope)
     previous = state.procedures
@@ -125,15 +129,16 @@ def compile_scope(svc: MemoryService, scope: Scope, model: ChatModel, embedder: 
     # Asked the same way: same model, same documents shown (a new version shows others).
     key = asked_key(model.name, aip.SYSTEM, aip.build_prompt(docs)[0])
     try:
-        skills = ask_or_set_aside(svc.index, ("compile", str(scope)), str(scope), key,
-                                  lambda: compile_skills(docs, model), log,
-                                  f"compile: scope {scope}, keeping its procedures,")
+        skills = asker.ask(
+            ("compile", str(scope)), str(scope), key, lambda: compile_skills(docs, model),
+            f"compile: scope {scope}, keeping its procedures,")
     except SetAside:
         report["set_aside"] = 1
         return report
-    except ModelUnavailable as exc:
+    except (Refused, ModelUnavailable) as exc:
         report["failed"] = 1
-        log.warning("compile: scope %s keeps its procedures for now: %s", scope, exc.message)
+        log.warning("compile: scope %s keeps its procedures for now: %s", scope,
+                    exc.reason if isinstance(exc, Refused) else exc.message)
         return report
     vectors = embedder.embed([match_text(s) for s in skills]) if skills else []
     procs = ProcedureSet(skills=tuple(skills), vectors=tuple(tuple(v) for v in vectors),
@@ -149,15 +154,20 @@ def compile_scope(svc: MemoryService, scope: Scope, model: ChatModel, embedder: 
 def compile_pass(svc: MemoryService, model: ChatModel | None, embedder: Embedder,
                  scope: Scope | None = None,
                  on_one: Callable[[], None] | None = None) -> dict[str, Any]:
-    """Compile every scope's (or one scope's) chosen documents once. Without a model
-    nothing is compiled, and the report says so."""
+    """Compile every scope's (or one scope's) chosen documents once, asking through one
+    `Asker` (a scope the endpoint refuses counts toward setting it aside, unless it
+    refuses every request: then the pass stops). Without a model nothing is compiled, and
+    the report says so."""
     if model is None:
         return {"scopes": [], "model": None, "message": NO_MODEL}
     reports = []
+    asker = Asker(svc.index, log)
     for s in _scopes(svc, scope):
-        reports.append(compile_scope(svc, s, model, embedder))
+        if not asker.stopped:
+            reports.append(compile_scope(svc, s, model, embedder, asker))
         if on_one is not None:
             on_one()
+    settle(asker, reports)
     return {"scopes": reports, "model": model.name}
 
 
@@ -178,7 +188,8 @@ def compile_timer(svc: MemoryService, settings: Settings, embedder: Embedder,
             return None
         scopes = report.get("scopes", [])
         done = sum(1 for r in scopes if r["committed"])
-        failed, aside = (sum(r[k] for r in scopes) for k in ("failed", "set_aside"))
+        failed = sum(r["failed"] for r in scopes)
+        aside = count(svc, "compile")  # what GET /set-aside lists, not this pass's view
         news = said.changed(aside)
         if not (done or failed or news):
             return None

@@ -23,7 +23,8 @@ pending, writes nothing and records the error for ``GET /extraction/status``. An
 whose answers were of the wrong shape on some passes in a row is set aside (read, no fact;
 the rule of every model pass, models/setaside.py): the same answer would come again, and it
 held back every episode after it. An episode the endpoint refuses (HTTP 400: too long, say)
-is passed over and counts toward the same rule (`REFUSED`).
+is passed over and counts toward the same rule (`REFUSED`; `setaside.Asker`, as in every
+model pass).
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ampup_memory.errors import Conflict, ValidationFailed
+from ampup_memory.errors import Conflict, NotFound, ValidationFailed
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episode_types import Unit, by_name
 from ampup_memory.memory.facts import FactIn, FactRecord
@@ -55,12 +56,14 @@ from ampup_memory.memory.schemas import (
     schema_at,
 )
 from ampup_memory.memory.scopes import parse_branch, parse_scope
-from ampup_memory.models.chat import AnswerInt, ChatModel, ModelUnavailable, RequestRefused
+from ampup_memory.models.chat import AnswerInt, ChatModel, ModelUnavailable
 from ampup_memory.models.setaside import (
+    Asker,
+    Item,
+    Refused,
+    Rule,
     SetAside,
-    ask_or_set_aside,
     asked_key,
-    count_or_set_aside,
     set_aside_items,
 )
 from ampup_memory.progress import Progress
@@ -86,13 +89,12 @@ MAX_CANDIDATES = 200  # per episode: more is a model gone astray, not more knowl
 # stops at a failure and reads the oldest first: until then it held back every later one.
 UNUSABLE = "answer_unusable"
 # An episode the endpoint refused (HTTP 400, 413, 422: `chat.RequestRefused`, "context
-# length exceeded") is that episode's problem: the pass goes on with the next, and the
-# refusal counts toward setting it aside (read with no fact, counted so) like an answer of
-# the wrong shape. Only the first REFUSED_RUN episodes of a pass all refused say the
-# endpoint refuses everything (say, a model that takes no JSON mode): then the pass stops
+# length exceeded") is that episode's problem (`setaside.Asker`, the rule of every model
+# pass): the pass goes on with the next, and the refusal counts toward setting it aside
+# (read with no fact, counted so) like an answer of the wrong shape. Only REFUSED_RUN
+# episodes refused before any answer say the endpoint refuses everything: the pass stops
 # as at an outage and nothing is counted.
 REFUSED = "request_refused"
-REFUSED_RUN = 3
 
 
 # -- the model's answer ------------------------------------------------------------------------
@@ -300,11 +302,9 @@ class Extractor:
         # Asked the same way (models/setaside.py): the model and the schema version, as its
         # read marks are keyed.
         key = asked_key(self.model.name, str(version))
-        # Episodes refused before the endpoint answered one in this pass: counted (their
-        # problem) once it answers another or the pass runs out of episodes first; not if
-        # the first REFUSED_RUN are all refused (its problem).
-        refused: list[tuple[EpisodeRecord, str]] = []
-        answered = False
+        # Episodes refused and held by the asker (`setaside.Asker`), by id.
+        held: dict[str, EpisodeRecord] = {}
+        asker = Asker(self.svc.index, log)
         while done < len(todo) and out.error is None:
             chunk = todo[done:done + batch]
             bodies = self.svc.index.bodies(str(scope), {e.body_ref for e in chunk})
@@ -317,26 +317,23 @@ class Extractor:
                     if ep.type not in rules:
                         rules[ep.type] = _rule(typed[0], ep.type)
                     try:
-                        reads.append(ask_or_set_aside(
-                            self.svc.index, _slot(str(scope), branch, ep), ep.id, key,
+                        reads.append(asker.ask(
+                            _slot(str(scope), branch, ep), ep.id, key,
                             partial(self._read, typed[0], ep, bodies.get(ep.body_ref, ""),
                                     rules[ep.type]),
-                            log, _what(str(scope), branch, ep)))
-                        answered = True
+                            _what(str(scope), branch, ep)))
                     except SetAside:
                         reads.append(_Read(ep, [], Counter({UNUSABLE: 1}), []))
-                    except RequestRefused as exc:
-                        out.refused, out.refusal = out.refused + 1, exc.message
-                        refused.append((ep, exc.message))
+                    except Refused as exc:
+                        out.refused, out.refusal = out.refused + 1, exc.reason
+                        held[ep.id] = ep
                         log.info("extraction: episode %s of %s/%s refused, left pending: %s",
-                                 ep.id, scope, branch, exc.message)
-                        if not answered and len(refused) >= REFUSED_RUN:
-                            raise
-                    if refused and (answered or done + asked == len(todo)):
-                        aside = self._count_refused(str(scope), branch, key, refused)
-                        reads.extend(aside)
-                        out.refused -= len(aside)
-                        refused = []
+                                 ep.id, scope, branch, exc.reason)
+                    # Set aside by a counted refusal: read with no fact, in this batch.
+                    aside = asker.settle(end=done + asked == len(todo))
+                    reads.extend(_Read(held.pop(slot[-1]), [], Counter({REFUSED: 1}), [])
+                                 for slot in aside)
+                    out.refused -= len(aside)
                     if time.monotonic() - began >= BATCH_SECONDS:
                         break  # a slow model: commit what it gave before asking on
             except ModelUnavailable as exc:
@@ -350,14 +347,6 @@ class Extractor:
                            out.error or (out.refusal if out.refused else None))
         out.pending = len(self.pending(scope_text, branch_text)[0])
         return out
-
-    def _count_refused(self, scope: str, branch: str, key: str,
-                       refused: list[tuple[EpisodeRecord, str]]) -> list[_Read]:
-        """The endpoint answered an episode this pass, so the ones it refused count one
-        pass toward being set aside; those it sets aside are read with no fact."""
-        return [_Read(ep, [], Counter({REFUSED: 1}), []) for ep, reason in refused
-                if count_or_set_aside(self.svc.index, _slot(scope, branch, ep), ep.id, key,
-                                      reason, log, _what(scope, branch, ep))]
 
     def _read(self, schema: Schema, ep: EpisodeRecord, body: str, rule: _Rule) -> _Read:
         """Ask the model about one episode and check each candidate (no write)."""
@@ -504,17 +493,39 @@ class Extractor:
 
 
     def set_aside(self, scope_text: str, branch_text: str | None = None,
-                  principal: Principal | None = None) -> list[dict[str, Any]]:
+                  principal: Principal | None = None) -> list[Item]:
         """The branch's episodes set aside (models/setaside.py), oldest first; with
         ``principal``, only those the caller may read (as `status` counts them)."""
-        scope, branch, segs, _typed = self._state(scope_text, branch_text)
-        items = [i for i in set_aside_items(self.svc.index, str(scope), "extract")
-                 if i["branch"] == branch]
-        if principal is not None:
-            seen = self.svc.readable_episodes(principal, str(scope), segs,
-                                              [str(i["item"]) for i in items])
-            items = [i for i in items if i["item"] in seen]
-        return items
+        scope, branch, _segs, _typed = self._state(scope_text, branch_text)
+        return [i for i in set_aside_items(self.svc.index, str(scope), "extract",
+                                           {"extract": episode_rule(self.svc, principal)})
+                if i["branch"] == branch]
+
+
+def episode_rule(svc: MemoryService, principal: Principal | None) -> Rule:
+    """Extraction's items to a set-aside listing (`setaside.Rule`): an episode is gone
+    when its branch's view no longer holds it (the branch or its workspace deleted);
+    ``principal`` sees those it may read (the one episode read rule); None: every one."""
+    def rule(scope: str, items: list[Item]) -> tuple[list[Item], list[Item]]:
+        listed: list[Item] = []
+        gone: list[Item] = []
+        by_branch: dict[str, list[Item]] = {}
+        for item in items:
+            by_branch.setdefault(str(item["branch"]), []).append(item)
+        for branch, group in by_branch.items():
+            try:
+                segs = svc.view(scope, branch).segments
+            except NotFound:
+                gone.extend(group)
+                continue
+            ids = [str(i["item"]) for i in group]
+            held = svc.index.episodes(scope, segs, ids)
+            seen = held if principal is None else svc.readable_episodes(principal, scope,
+                                                                        segs, ids)
+            gone.extend(i for i in group if i["item"] not in held)
+            listed.extend(i for i in group if i["item"] in seen)
+        return listed, gone
+    return rule
 
 
 def extractor(svc: MemoryService, settings: Any) -> Extractor:

@@ -14,7 +14,6 @@ import click
 from ampup_memory.cliutil import dumps
 from ampup_memory.memory.cli import SettingsOptions, _service, existing_scope
 from ampup_memory.memory.extraction import DEFAULT_BATCH
-from ampup_memory.models.setaside import KINDS
 from ampup_memory.settings import Settings
 
 
@@ -68,22 +67,4 @@ def extraction_commands(settings_options: SettingsOptions,
                     failed += out.error is not None or out.refused > 0
         fail_if_model_failed(failed, "scope(s)", "the episodes it did not read stay pending")
 
-    @click.command("set-aside")
-    @click.option("--scope", default=None, help="One scope (org/team); default: every scope.")
-    @click.option("--kind", type=click.Choice(KINDS), default=None,
-                  help="One kind of model work; default: every kind.")
-    @settings_options("common", "tables")
-    def set_aside(scope: str | None, kind: str | None, **kwargs: Any) -> None:
-        """List the items a model pass set aside (extraction's episodes, the judge's
-        sessions, learn's situations, compile's scopes: no usable answer on 3 passes in a
-        row), oldest first, one JSON line each. They are not asked again until the model
-        or their inputs change; a read index rebuild forgets them (asked again)."""
-        from ampup_memory.models.setaside import set_aside_items
-
-        settings = settings_from(kwargs)
-        with _service(settings) as svc:
-            named = None if scope is None else str(existing_scope(svc, scope))
-            for item in set_aside_items(svc.index, named, kind):
-                click.echo(dumps(item))
-
-    return [extract, set_aside]
+    return [extract]
