@@ -6,7 +6,7 @@
 
 - ``extract``: an episode, the one episode read rule (`extraction.episode_rule`);
 - ``judge``: a session while it is pending (ended, no reward: `judge.pending_sessions`),
-  read as its run or session is (`loop._readable`, the rule of ``GET /sessions/{id}``);
+  read as its run or session is (`loop.readable_runs`, the rule of ``GET /sessions/{id}``);
   rewarded meanwhile, or gone, it is no longer work for the judge and its record goes;
 - ``learn``: a situation of the scope's map (gone once a re-clustering drops it), shown to
   whoever may read the scope's map, as ``GET /situations`` shows it;
@@ -23,7 +23,7 @@ import json
 from typing import Any, Literal, get_args
 
 from ampup_memory.advice.judge import pending_sessions
-from ampup_memory.advice.loop import _readable, cached_state
+from ampup_memory.advice.loop import cached_state, readable_runs
 from ampup_memory.errors import NotFound, field_error
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.extraction import episode_rule
@@ -52,7 +52,7 @@ def _sessions(svc: MemoryService, principal: Principal | None) -> Rule:
         if live is None:
             return [], items
         pending = set(pending_sessions(svc, live, [str(i["item"]) for i in items]))
-        seen = pending if principal is None else _readable(svc, principal, sorted(pending))
+        seen = pending if principal is None else readable_runs(svc, principal, sorted(pending))
         return ([i for i in items if i["item"] in seen],
                 [i for i in items if i["item"] not in pending])
     return rule

@@ -379,7 +379,7 @@ def learning_timers(svc: MemoryService, settings: Settings, embedder: Embedder,
 
 
 # -- reading: situations, notes, advice ------------------------------------------------------
-def _readable(svc: MemoryService, principal: Principal, ids: Sequence[str]) -> set[str]:
+def readable_runs(svc: MemoryService, principal: Principal, ids: Sequence[str]) -> set[str]:
     """The runs and sessions among ``ids`` the caller may read (the one visibility rule)."""
     firsts: dict[str, EventRecord] = {}
     for e in svc.index.events_of(ids):
@@ -395,7 +395,7 @@ def list_situations(svc: MemoryService, user: str, scope_text: object) -> dict[s
         return {"scope": str(view.scope), "version": None, "versions": 0, "built_at": None,
                 "named_by": None, "categories": [], "situations": []}
     principal = svc.principal(user)
-    readable = _readable(svc, principal, [m for s in smap.situations for m in s.members])
+    readable = readable_runs(svc, principal, [m for s in smap.situations for m in s.members])
     return {
         "scope": str(view.scope), "version": state.map_commit, "versions": state.versions,
         "built_at": smap.built_at, "named_by": smap.named_by,
@@ -426,7 +426,7 @@ def list_notes(svc: MemoryService, user: str, scope_text: object,
     view = svc.view(scope_text)
     state = cached_state(svc, view.scope)
     notes = [n for n in state.notes.values() if situation is None or n.situation == situation]
-    readable = _readable(svc, svc.principal(user), [s for n in notes for s in n.sources])
+    readable = readable_runs(svc, svc.principal(user), [s for n in notes for s in n.sources])
     return {"scope": str(view.scope),
             "notes": [note_wire(n, readable, state.history.get(n.key, [])) for n in notes]}
 
@@ -519,7 +519,7 @@ def get_advice(svc: MemoryService, user: str, req: AdviceRequest, embedder: Embe
             record_advice_step(svc, user, req.session,
                                {"key": note.key, "kind": "note", "situation": situation.id,
                                 "trial": trial})
-        readable = _readable(svc, svc.principal(user), note.sources)
+        readable = readable_runs(svc, svc.principal(user), note.sources)
         wire = note_wire(note, readable)
         return {"advice": {k: wire[k] for k in ("key", "kind", "situation", "when", "steps",
                                                 "pitfalls", "evidence", "sources")}
