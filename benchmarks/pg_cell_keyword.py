@@ -377,6 +377,12 @@ def measure(args: argparse.Namespace) -> None:
                     out["runs"].append(row)
                 store.close()
         budget(POSTINGS_BUDGET)
+    if args.tops:  # the shipped store's top 10s, to compare across versions of the code
+        args.tops.write_text(json.dumps(reference))
+        if args.same_as:
+            out["same_top10_as"] = {
+                str(args.same_as): {f: same_ranking(reference[f], t) for f, t in json.loads(
+                    args.same_as.read_text()).items() if f in reference}}
     out["load_at_end"] = os.getloadavg()[0]
     path = ROOT / "benchmarks" / "results" / args.out
     path.write_text(json.dumps(out, indent=2))
@@ -402,6 +408,9 @@ def main() -> None:
     parser.add_argument("--common", action="store_true",
                         help="measure: queries of words over the budget only")
     parser.add_argument("--repeat", type=int, default=2, help="backfill: opens")
+    parser.add_argument("--tops", type=Path, help="measure: write the shipped top 10s here")
+    parser.add_argument("--same-as", type=Path,
+                        help="measure: compare the shipped top 10s with this --tops file")
     parser.add_argument("--out", default="pg_cell_keyword_960k.json")
     args = parser.parse_args()
     {"load": load, "measure": measure, "backfill": backfill}[args.mode](args)

@@ -40,7 +40,7 @@ from typing import Any
 
 import psycopg
 
-from ampup_memory.search.bm25_sql import LENGTH
+from ampup_memory.search.bm25_sql import LENGTH, length_of
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -73,7 +73,9 @@ TABLES = (
 )
 
 # One function for every row event: the words of the old text (none for an INSERT) are
-# taken away and the new text's (none for a DELETE) added, only those that changed.
+# taken away and the new text's (none for a DELETE) added, only those that changed. An
+# INSERT, the common write, only adds: its own statement spares it the grouping (a
+# quarter of the trigger's cost, measured).
 _COUNT = f"""CREATE OR REPLACE FUNCTION cell_words_count() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -81,16 +83,23 @@ DECLARE
     new_tsv tsvector := CASE WHEN TG_OP = 'DELETE' THEN NULL ELSE NEW.tsv END;
     s smallint := {_shard("CASE WHEN TG_OP = 'DELETE' THEN OLD.id ELSE NEW.id END")};
     d_cells bigint := (TG_OP = 'INSERT')::int - (TG_OP = 'DELETE')::int;
-    d_lengths bigint := coalesce((SELECT {LENGTH} FROM (SELECT new_tsv AS tsv) r), 0)
-        - coalesce((SELECT {LENGTH} FROM (SELECT was_tsv AS tsv) r), 0);
+    d_lengths bigint := coalesce({length_of("new_tsv")}, 0)
+        - coalesce({length_of("was_tsv")}, 0);
 BEGIN
-    INSERT INTO cell_words AS w (word, shard, n)
-    SELECT k, s, sum(d) FROM (
-        SELECT DISTINCT {_KEY} AS k, 1 AS d FROM unnest(tsvector_to_array(new_tsv)) l
-        UNION ALL
-        SELECT DISTINCT {_KEY}, -1 FROM unnest(tsvector_to_array(was_tsv)) l
-    ) x GROUP BY k HAVING sum(d) <> 0 ORDER BY k COLLATE "C"
-    ON CONFLICT (word, shard) DO UPDATE SET n = w.n + excluded.n;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO cell_words AS w (word, shard, n)
+        SELECT DISTINCT {_KEY} COLLATE "C", s, 1
+        FROM unnest(tsvector_to_array(new_tsv)) l ORDER BY 1
+        ON CONFLICT (word, shard) DO UPDATE SET n = w.n + 1;
+    ELSE
+        INSERT INTO cell_words AS w (word, shard, n)
+        SELECT k, s, sum(d) FROM (
+            SELECT DISTINCT {_KEY} AS k, 1 AS d FROM unnest(tsvector_to_array(new_tsv)) l
+            UNION ALL
+            SELECT DISTINCT {_KEY}, -1 FROM unnest(tsvector_to_array(was_tsv)) l
+        ) x GROUP BY k HAVING sum(d) <> 0 ORDER BY k COLLATE "C"
+        ON CONFLICT (word, shard) DO UPDATE SET n = w.n + excluded.n;
+    END IF;
     IF d_cells <> 0 OR d_lengths <> 0 THEN
         INSERT INTO cell_totals AS t (shard, cells, lengths) VALUES (s, d_cells, d_lengths)
         ON CONFLICT (shard) DO UPDATE
@@ -141,8 +150,8 @@ def recount(conn: Conn) -> None:
     """Every count taken again from the cells, in one pass over them; writers wait (the
     table is locked against writes until the caller's transaction ends)."""
     conn.execute("LOCK TABLE cells IN SHARE MODE")
-    conn.execute("DELETE FROM cell_words")
-    conn.execute("DELETE FROM cell_totals")
+    # Not DELETE: the upserts after would step over a dead version of every counter.
+    conn.execute("TRUNCATE cell_words, cell_totals")
     conn.execute(
         f"INSERT INTO cell_words (word, shard, n) SELECT x.k, {_shard('c.id')}, count(*)"
         f" FROM cells c, LATERAL (SELECT DISTINCT {_KEY} AS k"
