@@ -15,7 +15,13 @@ the counting triggers off ("before": the write as a version without them makes i
   /proc, over the series, divided by the creates);
 - ``N writers``: ``--threads`` threads at once, half on each of two store instances (two
   servers), ``--creates`` creates in all; creates per second, server CPU per create,
-  wall p50 / p95, and every error (a deadlock would be one).
+  wall p50 / p95, every error (a deadlock would be one), and how often a writer waited
+  on another's lock (``pg_stat_activity`` sampled every 5 ms: the share of the writers'
+  samples waiting on a lock, ``Lock`` waits, against the ones running or waiting on
+  anything else, such as the WAL flush of a commit).
+
+``--shards``: the counts spread over this many shards instead of `pg_words.SHARDS` (a
+lever: the trigger's function is made again with it).
 
 Last, the counts are taken again (`pg_words.recount`: the "before" series wrote cells
 they did not count), one more "after" series of writers at once runs, and the counts
@@ -105,6 +111,42 @@ def one_writer(store: Any, cells: Cells, n: int, data: str) -> dict[str, Any]:
             "load": round(os.getloadavg()[0], 2)}
 
 
+class Waits:
+    """The writers' backends sampled in ``pg_stat_activity`` while they write."""
+
+    def __init__(self, uri: str) -> None:
+        self.uri = uri
+        self.samples: dict[str, int] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.sample)
+
+    def sample(self) -> None:
+        import psycopg
+
+        with psycopg.connect(self.uri, autocommit=True) as conn:
+            while not self.stop.wait(0.005):
+                for kind, event in conn.execute(
+                        "SELECT wait_event_type, wait_event FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        " AND state = 'active' AND query LIKE 'INSERT INTO cells%'"):
+                    key = f"{kind}:{event}" if kind else "running"
+                    self.samples[key] = self.samples.get(key, 0) + 1
+
+    def __enter__(self) -> Waits:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def summary(self) -> dict[str, Any]:
+        total = sum(self.samples.values()) or 1
+        locked = sum(v for k, v in self.samples.items() if k.startswith("Lock:"))
+        return {"lock_wait_share": round(locked / total, 3),
+                "samples": dict(sorted(self.samples.items(), key=lambda kv: -kv[1])[:6])}
+
+
 def writers(stores: list[Any], cells: Cells, n: int, threads: int, data: str
             ) -> dict[str, Any]:
     prepared = [cells.take() for _ in range(n)]
@@ -126,10 +168,11 @@ def writers(stores: list[Any], cells: Cells, n: int, threads: int, data: str
                 wall.append((time.perf_counter() - t) * 1000)
 
     t0, t = server_ticks(data), time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
+    with Waits(stores[0].conninfo) as waits, ThreadPoolExecutor(threads) as pool:
         list(pool.map(write, range(threads)))
     secs = time.perf_counter() - t
     return {"creates": n, "threads": threads, "creates_per_s": round(n / secs, 1),
+            **waits.summary(),
             "p50_ms": round(statistics.median(wall), 3),
             "p95_ms": round(_pct(wall, 0.95), 3),
             "server_cpu_ms_per_create": round(spent_ms(t0, server_ticks(data)) / n, 3),
@@ -170,6 +213,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2, help="before/after pairs")
     parser.add_argument("--shared-buffers", default="2GB")
+    parser.add_argument("--shards", type=int, help="lever: counts in this many shards")
     parser.add_argument("--out", default="pg_cell_writes_100k.json")
     args = parser.parse_args()
 
@@ -179,8 +223,15 @@ def main() -> None:
     needed = args.rows + 2 * args.rounds * 2 * args.creates + 2 * args.creates
     texts = load_pieces(args.text_file, needed)[args.rows:]
     vecs = embedded(args.text_file, args.rows, args.work)
-    out: dict[str, Any] = {"rows": args.rows, "load_at_start": os.getloadavg()[0],
-                           "runs": []}
+    if args.shards:  # a power of two, as `pg_words._shard` masks the hash
+        assert args.shards & (args.shards - 1) == 0
+        pg_words._COUNT = pg_words._COUNT.replace(  # type: ignore[misc]
+            f"& {pg_words.SHARDS - 1})", f"& {args.shards - 1})")
+        out_shards = args.shards
+    else:
+        out_shards = pg_words.SHARDS
+    out: dict[str, Any] = {"rows": args.rows, "shards": out_shards,
+                           "load_at_start": os.getloadavg()[0], "runs": []}
     with _embedded() as admin_url:
         restart(admin_url, data, {"shared_buffers": args.shared_buffers})
         with psycopg.connect(uri, autocommit=True) as conn:

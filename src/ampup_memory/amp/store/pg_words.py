@@ -11,7 +11,7 @@ O(query words) index lookups, and every server reads the same committed counts:
   lexeme, a signed number's "-11" counted as "11"), ``cell_totals(shard, cells,
   lengths)``: the cells and their lengths (`bm25_sql.LENGTH`). Every cell counts, deleted
   and other owners' too, as FTS5's statistics count every row of ``cells_fts``.
-- A cell's counts go to the shard of its id (`_SHARD`, one of `SHARDS`), so writers of
+- A cell's counts go to the shard of its id (`_shard`, one of `SHARDS`), so writers of
   other cells rarely wait on the same counter rows; a read sums the shards. Each writer
   locks its rows in one order (words sorted, then the totals row), and a transaction
   counts one cell at most (the store writes no two cells' texts in one), so concurrent
@@ -44,7 +44,10 @@ from ampup_memory.search.bm25_sql import LENGTH, length_of
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
-SHARDS = 16  # a power of two: `_SHARD` masks the id's hash
+# A power of two (`_shard` masks the id's hash). With 16, eight writers at once spent 18 %
+# of their time waiting on each other's counter rows, with 64, 5 % (docs/performance.md);
+# a read sums at most this many rows per word.
+SHARDS = 64
 
 # The counted form of a lexeme ``l``: PostgreSQL reads "-11" of "2025-11-20" as a signed
 # number, and a number word's query asks for both forms (`bm25_sql.number_forms`), so a
