@@ -198,6 +198,13 @@ def test_a_store_an_older_version_made_is_counted_when_opened(
         old.close()
     with ThreadPoolExecutor(2) as pool:
         opened = list(pool.map(lambda _: open_store(url, DIMS), range(2)))
+    assert_exact(url, every_word() + kitchen + ["item7", "2025", "45"])
+    with psycopg.connect(url, autocommit=True) as conn:  # a trigger lost: writes uncounted
+        conn.execute("DROP TRIGGER cell_words_written ON cells")
+    add(opened[0], make(31, "kettle item31"))
+    add(lite, make(31, "kettle item31"))
+    opened[1].close()
+    opened[1] = open_store(url, DIMS)  # made again, and every cell counted again
     try:
         assert_exact(url, every_word() + kitchen + ["item7", "2025", "45"])
         flt = CellFilter(agent_id="agent_a")

@@ -132,10 +132,10 @@ TRIGGERS = (
 
 def prepare(conn: Conn) -> bool:
     """The counts' tables, functions and triggers, made where missing, and counted from
-    the cells when the tables were (a store an older version made). Run inside the
-    caller's transaction under its schema lock, after ``cells`` exists. True when it
-    counted."""
-    made = conn.execute("SELECT to_regclass('cell_words') IS NULL").fetchone() == (True,)
+    the cells when any was (a store an older version made: cells written without a
+    trigger are not counted). Run inside the caller's transaction under its schema lock,
+    after ``cells`` exists. True when it counted."""
+    missing = conn.execute("SELECT to_regclass('cell_words') IS NULL").fetchone() == (True,)
     for statement in (*TABLES, _COUNT, _EMPTY):
         conn.execute(statement)
     have = {str(r[0]) for r in conn.execute(
@@ -144,9 +144,10 @@ def prepare(conn: Conn) -> bool:
     for statement in TRIGGERS:
         if statement.split()[2] not in have:  # CREATE TRIGGER <name> ...
             conn.execute(statement)
-    if made:
+            missing = True
+    if missing:
         recount(conn)
-    return made
+    return missing
 
 
 def recount(conn: Conn) -> None:
