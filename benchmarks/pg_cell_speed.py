@@ -127,8 +127,12 @@ def statement_timer(plain: Any, per_stmt: dict[str, list[float]]) -> Any:
 
 def forget_words(store: Any) -> None:
     """The store's remembered word counts forgotten, its statistics (N, lengths) kept: the
-    next search counts its words as one whose words no search met in the last minute."""
-    store._df_cache.clear()
+    next search counts its words as one whose words no search met in the last minute.
+    Since session 21 the store remembers none (the database keeps them: `pg_words`), and
+    this does nothing; a store of an older version's code still has them."""
+    remembered = getattr(store, "_df_cache", None)
+    if remembered is not None:
+        remembered.clear()
 
 
 def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]],

@@ -17,8 +17,14 @@ from dataclasses import dataclass
 from ampup_memory.search.bm25f import K1, B, idf, rank_cd_weights
 from ampup_memory.search.index.base import Statistics
 
-# A row's length for BM25's length normalisation (see above).
-LENGTH = "length(tsv)"
+
+def length_of(tsv: str) -> str:
+    """A row's length for BM25's length normalisation (see above), of the tsvector
+    ``tsv`` (an SQL expression)."""
+    return f"length({tsv})"
+
+
+LENGTH = length_of("tsv")
 
 
 def number_forms(term: str) -> tuple[str, ...]:

@@ -7,9 +7,11 @@ the budget, the search index's ranked pass takes only its newest `POSTINGS_BUDGE
 matching rows as candidates (`SQLiteIndex._floor`, `PostgresIndex._keyword`), so no pass
 ranks more postings. Both index backends keep the same terms and rank the same rows.
 
-On PostgreSQL both the cell store and the search index count a term's rows with
-`postings_sql` (through the GIN index, stopped past the budget) and remember the counts
-a while (`RecentCounts`).
+On PostgreSQL the search index counts a term's rows with `postings_sql` (through the GIN
+index, stopped past the budget) and remembers the counts a while (`RecentCounts`); the
+AMP cell store reads exact counts its triggers keep (`amp/store/pg_words.py`), and counts
+with `postings_sql` only a word they do not count. Both take the kept terms by
+`term_counts` and `affordable_terms`.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ class RecentCounts:
 
     A zero is never remembered: `affordable_terms` drops a word no row holds, so a
     remembered zero left out of the keyword pass, for a minute, the first rows to hold it
-    that another server (or, for the cell store, this one) had just written."""
+    that another server (or this one) had just written."""
 
     def __init__(self, seconds: float, kept: int = 10_000) -> None:
         self.seconds = seconds

@@ -11,8 +11,8 @@ compare or score by (guard, scoring, clocks) is kept in columns of its own.
 
 Keywords: a generated ``tsvector`` column (English) with a GIN index, ranked by BM25 as
 the SQLite store's FTS5 ``bm25()`` ranks (`search/bm25_sql.py`, the search index's rule),
-over statistics of every cell counted at most once a minute per process (`_size`, the
-word counts): a server weighs a word by counts up to a minute old. Meaning: pgvector.
+over statistics of every cell that triggers keep exact as cells are written (`pg_words`):
+every server weighs a word alike at every moment. Meaning: pgvector.
 The ``embedding`` column is an untyped ``vector`` with one partial HNSW index (cosine) per
 embedding width (the width a store opens with gets its index at start): vectors of another
 width are ignored, exactly as the SQLite store ignores them, until `amp/reembed.py`
@@ -23,8 +23,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
@@ -37,6 +35,7 @@ from psycopg_pool import PoolTimeout
 
 from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import Status, StoredCell, to_utc
+from ampup_memory.amp.store import pg_words
 from ampup_memory.amp.store.base import (
     PASS_HISTORY,
     CellFilter,
@@ -73,11 +72,9 @@ from ampup_memory.amp.store.rows import (
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
-from ampup_memory.search.bm25_sql import LENGTH, bm25, number_forms
+from ampup_memory.search.bm25_sql import bm25, number_forms
 from ampup_memory.search.budget import (
-    COUNTS_SECONDS,
     POSTINGS_BUDGET,
-    RecentCounts,
     affordable_terms,
     exact_counts_sql,
     postings_sql,
@@ -184,11 +181,6 @@ SCHEMA = (
 # the walk meets few it drops, and counting to this limit would cost every unfiltered
 # search 4 ms more (1.1 → 5.1 ms at 300k). Module-level: tests and benchmarks move it.
 OWNER_EXACT_LIMIT = 25_000
-
-# A word ANALYZE puts at more than this many times the postings budget is taken as over
-# it without counting (`PostgresStore._surely_over`). Module-level: benchmarks move it
-# (math.inf: every word counted).
-SURELY_OVER = 2
 
 # A search with words and a vector runs its keyword and vector steps at once, each on a
 # pooled connection of its own (`_nearest_beside`). Module-level: benchmarks turn it off.
@@ -311,13 +303,6 @@ class PostgresStore:
         self.ann_params = ann_params  # the HNSW index's m and ef_construction (settings)
         self.info = StoreInfo(name="postgresql", details=_described(self.conninfo))
         self._iterative_scan = self._create_schema()
-        # term -> (matching rows, counted at): counting a common term is a heap walk of up
-        # to POSTINGS_BUDGET rows, and a term's frequency barely moves in a minute.
-        self._df_cache = RecentCounts(COUNTS_SECONDS)
-        self._common: tuple[float, list[str]] | None = None  # `_surely_over`'s
-        self._sizes: tuple[int, int, float] | None = None  # `_size`'s: rows, tokens, at
-        self._sizing = False  # a renewal of `_sizes` runs
-        self._sizes_lock = threading.Lock()
         self._steps = ThreadPoolExecutor(POOL_MAX, thread_name_prefix="ampup-amp-nearest")
         self._pool: Pool[Conn] = Pool(
             self.conninfo,
@@ -365,6 +350,9 @@ class PostgresStore:
                     conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     for statement in SCHEMA:
                         conn.execute(statement)
+                    if pg_words.prepare(conn):
+                        log.info("the cells' keyword statistics were counted (a store an"
+                                 " older version made)")
                     # A store made before passes kept their states. Checked first: ALTER
                     # TABLE locks the table even when the column is there.
                     if conn.execute(
@@ -568,13 +556,18 @@ class PostgresStore:
         """The ``k`` best keyword matches passing the filters, by BM25 over every cell
         (`bm25_sql.bm25`, as FTS5's ``bm25()`` ranks them on SQLite), on the words the
         postings budget keeps. Ties go to the lower id, so the cut at k is reproducible."""
-        counts = term_counts(terms, lambda t: self._postings(conn, t),
-                             lambda known: self._exact_counts(conn, known))
+        if tsquery(terms) is None:
+            return {}
+        rows, tokens, table = pg_words.statistics(self._execute(
+            conn, pg_words.STATISTICS, (list(terms), [tsquery([t]) or "" for t in terms])
+        ).fetchone(), terms)
+        counts = term_counts(
+            terms, lambda t: n if (n := table[t]) is not None else self._capped(conn, t),
+            lambda known: self._exact_counts(conn, known, table))
         kept = affordable_terms(terms, counts.__getitem__)
         query = tsquery(kept)
         if query is None:
             return {}
-        rows, tokens = self._size(conn)
         scoring = bm25([tsquery([t]) or "" for t in kept],
                        Statistics(rows, tokens, tuple(counts[t] for t in kept)), False)
         return {
@@ -588,104 +581,31 @@ class PostgresStore:
             )
         }
 
-    def _postings(self, conn: Conn, term: str) -> int:
-        """Rows matching one term, counted no further than the budget can use (cached for
-        a minute: the budget only needs the order of magnitude)."""
-        return self._df_cache.get(term, lambda: self._count_postings(conn, term))
-
-    def _count_postings(self, conn: Conn, term: str) -> int:
-        """A word ANALYZE's statistics put far over the budget (`_surely_over`) is over it
-        without counting: counting one is a visit to each of ``POSTINGS_BUDGET`` + 1 rows
-        (7,000 to 8,000 table pages at 960k cells) to learn only that."""
+    def _capped(self, conn: Conn, term: str) -> int:
+        """Rows matching a term the counts table has no row for (`pg_words.STATISTICS`:
+        one ``to_tsquery`` makes into a phrase, say), counted through the GIN index no
+        further than the budget can use."""
         query = tsquery([term])
         if query is None:
             return 0
-        cap = POSTINGS_BUDGET + 1
-        # The count is a scalar subquery (an InitPlan), run only if the CASE reaches it.
-        row = self._execute(
-            conn, f"SELECT CASE WHEN to_tsquery('english', %s)::text = ANY(%s) THEN %s"
-            f" ELSE ({postings_sql('cells')}) END",
-            (query, self._surely_over(conn), cap, query, cap)).fetchone()
+        row = self._execute(conn, postings_sql("cells"), (query, POSTINGS_BUDGET + 1)
+                            ).fetchone()
         return int(row[0]) if row else 0
 
-    def _surely_over(self, conn: Conn) -> list[str]:
-        """The lexemes (as ``to_tsquery`` prints them) that ANALYZE's statistics of the
-        cells' tsvectors put at more than `SURELY_OVER` times the budget: the most common
-        ones' frequency in its sample (300 x the statistics target: 30,000 rows by
-        default) times the table's estimated rows. At twice the budget a word is in 500
-        or more sampled rows, a count off by 2x is beyond sampling error, so only words
-        over the budget are taken as over it (a mass delete of one word's cells before
-        the next ANALYZE could leave it under: then it is left out as too common until
-        autovacuum's ANALYZE, which such a delete sets off). Read once a minute; none
-        before the table's first ANALYZE."""
-        now = time.monotonic()
-        kept = self._common
-        if kept is not None and now - kept[0] < COUNTS_SECONDS:
-            return kept[1]
-        rows = self._execute(
-            conn,
-            "SELECT quote_literal(e) FROM pg_stats s, pg_class c, unnest("
-            "s.most_common_elems::text::text[], s.most_common_elem_freqs) AS u(e, f)"
-            " WHERE s.schemaname = current_schema() AND s.tablename = 'cells'"
-            " AND s.attname = 'tsv' AND c.oid = 'cells'::regclass AND e IS NOT NULL"
-            " AND f * c.reltuples > %s", (SURELY_OVER * POSTINGS_BUDGET,)).fetchall()
-        common = [str(r[0]) for r in rows]
-        self._common = (now, common)
-        return common
-
-    def _exact_counts(self, conn: Conn, terms: Sequence[str]) -> dict[str, int]:
-        """Every cell matching each term (all of them over the budget: `term_counts`), the
-        uncounted ones in one pass, remembered a minute as the capped counts are."""
-        found = {term: self._df_cache.peek((term, None)) for term in terms}
+    def _exact_counts(self, conn: Conn, terms: Sequence[str],
+                      table: dict[str, int | None]) -> dict[str, int]:
+        """Every cell matching each term (all of them over the budget: `term_counts`): the
+        table's counts, and the terms it has none for counted in one pass."""
+        found = {term: table[term] for term in terms}
         missing = [term for term, n in found.items() if n is None]
         if missing:
             row = self._execute(
                 conn, exact_counts_sql("cells", len(missing)),
                 (*(tsquery([t]) for t in missing), tsquery(missing)),
             ).fetchone()
-            for term, n in zip(missing, row or [0] * len(missing), strict=True):
-                found[term] = int(n)
-                self._df_cache.put((term, None), int(n))
+            found.update(zip(missing, (int(n) for n in row or [0] * len(missing)),
+                             strict=True))
         return {term: n or 0 for term, n in found.items()}
-
-    def _size(self, conn: Conn) -> tuple[int, int]:
-        """BM25's N and the cells' lengths summed (with N, the average length): every cell,
-        as FTS5's statistics count every row of ``cells_fts``. One pass over the table
-        (its tsvectors: 1.5 s at 960k cells under load), so it is taken once when the
-        store first searches and then again in the background once the last one is a
-        minute old, the searches meanwhile weighing by the last: servers that counted at
-        other moments weigh a word alike to within a minute or so of writes."""
-        kept = self._sizes
-        if kept is None:
-            return self._count_size(conn)
-        if time.monotonic() - kept[2] >= COUNTS_SECONDS:
-            self._refresh_size()
-        return kept[0], kept[1]
-
-    def _count_size(self, conn: Conn) -> tuple[int, int]:
-        row = self._execute(conn, f"SELECT count(*), coalesce(sum({LENGTH}), 0) FROM cells"
-                            ).fetchone()
-        size = (int(row[0]), int(row[1])) if row else (0, 0)
-        self._sizes = (*size, time.monotonic())
-        return size
-
-    def _refresh_size(self) -> None:
-        with self._sizes_lock:
-            if self._sizing:
-                return
-            self._sizing = True
-
-        def refresh() -> None:
-            try:
-                with self._conn() as conn:
-                    self._count_size(conn)
-            except (ServiceUnavailable, psycopg.Error) as exc:
-                log.warning("the cells' keyword statistics were not renewed: %s", exc)
-            finally:
-                with self._sizes_lock:
-                    self._sizing = False
-
-        self._steps.submit(refresh)
 
     def _nearest_beside(self, where: str, params: list[Any], qvec: str, k: int,
                         exact_limit: int) -> Future[set[str]] | None:

@@ -1,0 +1,242 @@
+"""PostgreSQL cell store: the keyword statistics the database keeps as cells are written
+(`amp/store/pg_words.py`) equal counting the cells, after every kind of write, with
+writers at once on two store instances (two servers), and for a store an older version
+made (counted when a server opens it); searches score as SQLite's store does."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from ampup_memory.amp.model import Status
+from ampup_memory.amp.store import pg_words
+from ampup_memory.amp.store.base import CellFilter, CellStore
+from ampup_memory.amp.store.postgres import PostgresStore, tsquery
+from ampup_memory.amp.store.registry import open_store
+from ampup_memory.search.tokenize import words
+from tests.pg import PostgresFactory
+from tests.test_store_contract import DIMS, T0, add, make, set_text
+
+pytestmark = pytest.mark.postgres
+
+# Words shared by many cells (hot counter rows), rarer ones, numbers and dates (PostgreSQL
+# reads "-06" of "2025-06-30" as a signed number, counted as 06), stop words, repeats,
+# and words joined by "_" (``to_tsquery`` makes them a phrase: not counted in the table).
+VOCABULARY = ("tea coffee kettle teapot saucer biscuit napkin ladle whisk running runs"
+              " 2025-06-30 06 30 11 -11 2024-11-20 the a of tea_time x-11 café").split()
+
+
+def text_for(rng: random.Random) -> str:
+    return " ".join(rng.choice(VOCABULARY) for _ in range(rng.randint(1, 9)))
+
+
+@pytest.fixture
+def url(postgres: PostgresFactory) -> str:
+    return postgres.new_database("words")
+
+
+@pytest.fixture
+def stores(url: str) -> Iterator[list[PostgresStore]]:
+    """Two store instances on one database: two servers, as far as each knows."""
+    opened = [open_store(url, DIMS), open_store(url, DIMS)]
+    assert all(isinstance(s, PostgresStore) for s in opened)
+    yield opened  # type: ignore[misc]
+    for s in opened:
+        s.close()
+
+
+def counted(url: str, terms: list[str]) -> tuple[int, int, dict[str, int | None]]:
+    """The store's statistics statement, as a search reads it."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return pg_words.statistics(conn.execute(
+            pg_words.STATISTICS, (terms, [tsquery([t]) or "" for t in terms])).fetchone(),
+            terms)
+
+
+def assert_exact(url: str, terms: list[str]) -> None:
+    """Every term's count equals the cells its query matches, N the cells and the
+    lengths their summed lengths; no shard's count is negative; and the table is what
+    counting every cell again makes."""
+    rows, tokens, table = counted(url, terms)
+    with psycopg.connect(url, autocommit=True) as conn:
+        truth = conn.execute("SELECT count(*), coalesce(sum(length(tsv)), 0) FROM cells"
+                             ).fetchone()
+        assert (rows, tokens) == truth
+        for term, n in table.items():
+            query = tsquery([term])
+            if query is None or n is None:
+                continue
+            matching = conn.execute(
+                "SELECT count(*) FROM cells WHERE tsv @@ to_tsquery('english', %s)",
+                (query,)).fetchone()
+            assert (term, n) == (term, matching[0] if matching else None)
+        assert conn.execute("SELECT count(*) FROM cell_words WHERE n < 0").fetchone() == (0,)
+        kept = "SELECT word, sum(n) FROM cell_words GROUP BY 1 HAVING sum(n) <> 0 ORDER BY 1"
+        before = conn.execute(kept).fetchall()
+        sizes = "SELECT sum(cells), sum(lengths) FROM cell_totals"
+        sized = conn.execute(sizes).fetchone()
+        with conn.transaction(force_rollback=True):
+            pg_words.recount(conn)
+            assert conn.execute(kept).fetchall() == before
+            assert conn.execute(sizes).fetchone() == sized
+
+
+def every_word() -> list[str]:
+    return sorted({w for text in VOCABULARY for w in words(text)} | {"tea_time", "nothing"})
+
+
+def test_counts_stay_exact_through_every_kind_of_write(
+    url: str, stores: list[PostgresStore]
+) -> None:
+    """Creates, edits of the text, edits of anything else, reads, status changes, a
+    re-embedding, deletes and purges, and a TRUNCATE: the counts follow each."""
+    store = stores[0]
+    rng = random.Random(5)
+    assert counted(url, ["tea"]) == (0, 0, {"tea": 0})
+    cells = [add(store, make(n, text_for(rng))) for n in range(1, 61)]
+    assert_exact(url, every_word())
+    for stored in cells[:20]:  # new texts
+        store.update(stored.cell.id, set_text(text_for(rng)))
+    for stored in cells[20:25]:  # the same text again: nothing moves
+        store.update(stored.cell.id, set_text(stored.cell.content.text))
+    for stored in cells[25:35]:  # reads, then status changes (no text changes)
+        touched = store.touch(stored.cell.id, T0 + timedelta(hours=1))
+        assert touched is not None
+        assert store.set_status(touched, Status.stale, T0 + timedelta(hours=2))
+    with psycopg.connect(url, autocommit=True) as conn:  # a re-embedding's rewrite
+        conn.execute("UPDATE cells SET embedding = embedding WHERE id = ANY(%s)",
+                     ([c.cell.id for c in cells[35:45]],))
+    assert_exact(url, every_word())
+    for stored in cells[45:55]:
+        assert store.purge(stored.cell.id)
+    with psycopg.connect(url, autocommit=True) as conn:  # several rows in one statement
+        conn.execute("DELETE FROM cells WHERE id = ANY(%s)",
+                     ([c.cell.id for c in cells[55:]],))
+    assert_exact(url, every_word())
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("TRUNCATE cells")
+    assert counted(url, every_word())[:2] == (0, 0)
+    assert_exact(url, every_word())
+    add(store, make(100, "tea kettle 2025-06-30"))
+    assert_exact(url, every_word())
+
+
+def test_a_word_the_table_does_not_count_is_counted_by_its_query(
+    url: str, stores: list[PostgresStore]
+) -> None:
+    """``tea_time`` is the phrase 'tea' <-> 'time' to ``to_tsquery``: no row of the table
+    holds it, so it is counted by matching (and a search still finds its cells); a stop
+    word matches nothing and counts 0."""
+    store = stores[0]
+    add(store, make(1, "tea time at noon"))
+    add(store, make(2, "time for tea"))
+    _, _, table = counted(url, ["tea_time", "the", "tea", "06"])
+    assert table == {"tea_time": None, "the": 0, "tea": 2, "06": 0}
+    flt = CellFilter(agent_id="agent_a")
+    assert [h.cell_id for h in store.search_candidates(flt, ["tea_time"], None, 10)] == [
+        make(1).cell.id]
+
+
+def test_writers_at_once_on_two_servers_leave_exact_counts(
+    url: str, stores: list[PostgresStore]
+) -> None:
+    """Eight threads on two store instances create, edit and purge cells whose words
+    overlap (every cell holds "tea": one hot word): no write fails (a deadlock would be
+    an error), and the counts are exact after."""
+    errors: list[BaseException] = []
+    lock = threading.Lock()
+
+    def writer(w: int) -> None:
+        rng = random.Random(w)
+        store = stores[w % 2]
+        mine = []
+        try:
+            for i in range(40):
+                n = w * 1000 + i
+                mine.append(add(store, make(n, "tea " + text_for(rng))))
+                if i % 3 == 0:
+                    store.update(make(n).cell.id, set_text("tea " + text_for(rng)))
+                if i % 5 == 0:
+                    store.purge(mine.pop(0).cell.id)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            with lock:
+                errors.append(exc)
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(writer, range(8)))
+    assert errors == []
+    assert_exact(url, every_word())
+    _, _, table = counted(url, ["tea"])
+    assert table["tea"] == stores[0].count() == 8 * 32
+
+
+def test_a_store_an_older_version_made_is_counted_when_opened(
+    url: str, tmp_path: Path
+) -> None:
+    """A store without the counts (made, and written, by an older version) gets them
+    when a server opens it; two servers opening it at once count it once. Its scores
+    then equal SQLite's for the same cells."""
+    old = open_store(url, DIMS)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:  # as an older version left it
+            conn.execute("DROP TABLE cell_words, cell_totals")
+            conn.execute("DROP FUNCTION cell_words_count, cell_words_empty CASCADE")
+        kitchen = ["kettle", "teapot", "saucer", "biscuit", "napkin", "ladle", "whisk"]
+        lite = open_store(f"sqlite:///{tmp_path / 'a.db'}", DIMS)
+        for s in (old, lite):
+            for n in range(1, 31):
+                add(s, make(n, " ".join(kitchen[j % 7] for j in range(n % 7, n % 7 + 1 + n % 5))
+                            + f" item{n} 2025-06-{n + 30}"))
+    finally:
+        old.close()
+    with ThreadPoolExecutor(2) as pool:
+        opened = list(pool.map(lambda _: open_store(url, DIMS), range(2)))
+    assert_exact(url, every_word() + kitchen + ["item7", "2025", "45"])
+    with psycopg.connect(url, autocommit=True) as conn:  # a trigger lost: writes uncounted
+        conn.execute("DROP TRIGGER cell_words_written ON cells")
+    add(opened[0], make(31, "kettle item31"))
+    add(lite, make(31, "kettle item31"))
+    opened[1].close()
+    opened[1] = open_store(url, DIMS)  # made again, and every cell counted again
+    try:
+        assert_exact(url, every_word() + kitchen + ["item7", "2025", "45"])
+        flt = CellFilter(agent_id="agent_a")
+        for terms in (["kettle"], ["teapot", "whisk", "item7"], ["45", "06", "2025"]):
+            want = {h.cell_id: h.keyword for h in lite.search_candidates(flt, terms, None, 50)}
+            for store in opened:
+                got = {h.cell_id: h.keyword for h in store.search_candidates(
+                    flt, terms, None, 50)}
+                assert got.keys() == want.keys() and want, terms
+                for cell_id, value in want.items():
+                    assert got[cell_id] == pytest.approx(value, rel=1e-5), (terms, cell_id)
+    finally:
+        lite.close()
+        for s in opened:
+            s.close()
+
+
+def test_scores_follow_writes_at_once_on_every_server(
+    url: str, stores: list[PostgresStore]
+) -> None:
+    """A write on one server weighs on the other's next search: no counts remembered."""
+    first, second = stores
+    for n in range(1, 4):
+        add(first, make(n, f"tea note{n}"))
+    flt = CellFilter(agent_id="agent_a")
+
+    def score(store: CellStore) -> float:
+        return {h.cell_id: h.keyword for h in store.search_candidates(
+            flt, ["note1"], None, 10)}[make(1).cell.id]
+
+    before = score(second)
+    for n in range(4, 9):
+        add(first, make(n, f"coffee note{n}"))
+    assert score(second) > before  # rarer among 8 cells
+    assert score(first) == score(second)
