@@ -263,7 +263,12 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     for args, says in ((["serve", "--prot", "9000"], "--prot"),
                        (["load"], "PATH"),
                        (["settings", "--port", "99999"], "port"),
-                       (["nonsense"], "nonsense")):
+                       (["nonsense"], "nonsense"),
+                       # A group without its command named its commands in a one-line
+                       # squash of its whole help.
+                       ([], "missing a command (see `ampup-memory --help`)"),
+                       (["keys"], "keys: missing a command: create, list or revoke"),
+                       (["advice"], "missing a command: cluster, compile, judge or learn")):
         done = cli(env, *args)
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr

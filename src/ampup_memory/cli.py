@@ -531,6 +531,20 @@ def main() -> None:
     run(prog_name=invoked if invoked in PROG_NAMES else PROG_NAMES[0])
 
 
+def _missing_command(exc: click.ClickException) -> str | None:
+    """A group run without its command (`ampup-memory keys`): click's error carries the
+    group's whole help; one line naming its commands says what to type instead."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None or not isinstance(ctx.command, click.Group) \
+            or not isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        return None
+    names = ctx.command.list_commands(ctx)
+    if len(names) > 8:
+        return "missing a command"
+    return f"missing a command: {', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 \
+        else f"missing a command: {names[0]}"
+
+
 def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
     """Run the CLI; a usage error is one line (``error: …``, exit code 2), as in
     docs/cli.md, not click's usage block."""
@@ -543,7 +557,7 @@ def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
         _error_line("aborted")
         sys.exit(1)
     except click.ClickException as exc:
-        message = exc.format_message()
+        message = _missing_command(exc) or exc.format_message()
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             path = exc.ctx.command_path
             message = f"{path}: {message} (see `{path} --help`)"
