@@ -360,14 +360,26 @@ def keys_list(as_json: bool, **kwargs: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("key id", "agent", "admin", "created", "expires", "revoked")
+    # The key id is what `keys revoke` takes: never cut to `key_65ca…` by a narrow
+    # terminal; agents and users fold instead. Off a terminal (a pipe, a file) no fold.
+    table = Table(box=None, header_style="bold")
+    table.add_column("key id", no_wrap=True, min_width=max(len(r.key_id) for r in records))
+    table.add_column("agent", overflow="fold")
+    table.add_column("user", overflow="fold")
+    for name in ("admin", "created", "expires", "revoked"):
+        table.add_column(name, no_wrap=True)
     for r in records:
         table.add_row(
-            r.key_id, r.agent_id, "yes" if r.admin else "", r.created_at.isoformat(),
-            r.expires_at.isoformat() if r.expires_at else "",
-            r.revoked_at.isoformat() if r.revoked_at else "",
-        )
-    Console().print(table)
+            r.key_id, r.agent_id, r.user_id or "", "yes" if r.admin else "",
+            *(_minute(t) for t in (r.created_at, r.expires_at, r.revoked_at)))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=1000)
+    console.print(table)
+
+
+def _minute(at: datetime | None) -> str:
+    return "" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
 
 
 @keys.command("revoke")
