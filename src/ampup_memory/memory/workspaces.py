@@ -64,7 +64,7 @@ from ampup_memory.memory.sync import Sync
 from ampup_memory.memory.tables import SCOPE_TABLES, WORKSPACES, MemoryTables, arrow
 from ampup_memory.memory.warehouse import namespace_location, remove_tree
 from ampup_memory.progress import Progress, ticker
-from ampup_memory.timefmt import TTL_PATTERN, parse_ttl, utc_text
+from ampup_memory.timefmt import TtlText, parse_ttl, utc_text
 from ampup_memory.web.body import JsonInt
 
 log = logging.getLogger("ampup_memory.memory")
@@ -111,9 +111,7 @@ class CreateWorkspace(BaseModel):
 
     name: str = Field(min_length=1, max_length=MAX_WORKSPACE_NAME, pattern=NAME_PATTERN,
                       description="A label: printable text, not only spaces.")
-    ttl: str = Field(max_length=32, pattern=TTL_PATTERN,
-                     description="Time to live: 30m, 1h, 7d, 1d12h … (more than 0, at most "
-                     "366 days).")
+    ttl: TtlText
     caps: CapsIn | None = Field(default=None, description="Limits; each one left out takes "
                                 "its default.")
 
