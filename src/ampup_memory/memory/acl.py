@@ -14,7 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from pydantic import StringConstraints
+from pydantic import AfterValidator, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from ampup_memory.errors import field_error
 
@@ -28,9 +29,30 @@ ENTRY_RE = re.compile(ENTRY_PATTERN)
 MAX_ENTRIES = 64
 
 
-# Request models use these so the published schema says what the server accepts.
-AclEntry = Annotated[str, StringConstraints(pattern=ENTRY_PATTERN)]
-Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+ACL_RULE = "use '*', 'user:<id>', 'group:<id>' or 'role:<name>'"
+ID_RULE = "letters, digits and ._@+- (max 200, starting with a letter or digit)"
+
+
+def _acl_entry(value: str) -> str:
+    if ENTRY_RE.fullmatch(value) is None:
+        raise PydanticCustomError("acl_invalid", "invalid ACL entry {entry}: " + ACL_RULE,
+                                  {"entry": repr(value[:80])})
+    return value
+
+
+def _identifier(value: str) -> str:
+    if ID_RE.fullmatch(value) is None:
+        raise PydanticCustomError("id_invalid", "invalid id {id}: " + ID_RULE,
+                                  {"id": repr(value[:80])})
+    return value
+
+
+# Request models use these: the published schema says what the server accepts, and a
+# refused one says the rule in words (pydantic's own pattern check quotes the regex).
+AclEntry = Annotated[str, AfterValidator(_acl_entry),
+                     WithJsonSchema({"type": "string", "pattern": ENTRY_PATTERN})]
+Identifier = Annotated[str, AfterValidator(_identifier),
+                       WithJsonSchema({"type": "string", "pattern": ID_PATTERN})]
 
 
 def normalize_acl(entries: Iterable[str], loc: list[str | int]) -> tuple[str, ...]:
@@ -39,8 +61,7 @@ def normalize_acl(entries: Iterable[str], loc: list[str | int]) -> tuple[str, ..
     bad = [e for e in seen if not isinstance(e, str) or not ENTRY_RE.fullmatch(e)]
     if bad:
         raise field_error(
-            loc, f"invalid ACL entry {str(bad[0])[:80]!r}: use '*', 'user:<id>', "
-            "'group:<id>' or 'role:<name>'", "acl_invalid")
+            loc, f"invalid ACL entry {str(bad[0])[:80]!r}: {ACL_RULE}", "acl_invalid")
     if not seen:
         raise field_error(loc, "an ACL needs at least one entry (use '*' for everyone)",
                           "acl_empty")
@@ -55,8 +76,7 @@ def valid_id(value: str) -> bool:
 
 def require_id(value: str, loc: list[str | int], what: str = "id") -> str:
     if not isinstance(value, str) or not valid_id(value):
-        raise field_error(loc, f"invalid {what} {str(value)[:80]!r}: letters, digits and "
-                          "._@+- (max 200, starting with a letter or digit)", "id_invalid")
+        raise field_error(loc, f"invalid {what} {str(value)[:80]!r}: {ID_RULE}", "id_invalid")
     return value
 
 
