@@ -329,6 +329,10 @@ def test_an_error_before_the_first_bar_is_still_one_line(tmp_path: Path) -> None
     _one_error_line(cli(env, "maintenance", "--scope", "BAD"), "invalid scope")
     _one_error_line(cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "fresh")), "restore",
                         str(corpus)), "not a backup")
+    # Refused before any work, with a bar already drawn: no `backing up 0/9` line above.
+    _one_error_line(cli(env, "backup", str(corpus)), "is not empty")
+    assert cli(env, "backup", str(tmp_path / "bk")).returncode == 0
+    _one_error_line(cli(env, "restore", str(tmp_path / "bk")), "fresh home only")
 
 
 def test_an_unknown_scope_is_one_error_line_naming_it(tmp_path: Path) -> None:

@@ -94,10 +94,18 @@ def progress() -> Progress:
     )
 
     class Bars(Progress):
+        refused = False
+
+        def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+            # A command refused before any work (a backup into a folder that is not
+            # empty) printed its bar at 0 above its one error line.
+            self.refused = exc_type is not None and not any(t.completed for t in self.tasks)
+            super().__exit__(exc_type, exc, tb)
+
         def stop(self) -> None:
             # Off a terminal rich ends the display with a newline, bar or none: a command
             # that failed before its first bar put a blank line above its one error line.
-            if self.tasks or self.disable:
+            if (self.tasks and not self.refused) or self.disable:
                 super().stop()
                 return
             self.live.transient = True
