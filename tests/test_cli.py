@@ -500,7 +500,10 @@ def test_flags_over_environment_over_config_file_over_defaults(tmp_path: Path) -
                  "--port", "6")["port"] == 6
 
     # A typo, a bad value, a bad file or a missing named file: one line, exit 2.
-    for text, says in (("prot = 1\n", f"{other}: unknown setting(s) 'prot'"),
+    for text, says in (("prot = 1\n", f"{other}: unknown setting(s) 'prot' (did you mean "
+                                     "'port'?)"),
+                       ("AMPUP_MEMORY_PORT = 1\n", "'AMPUP_MEMORY_PORT' (the file takes names: "
+                                                  "'port')"),
                        ("port = \n", f"config file {other}: "),
                        ("fault = 'after-rows'\n", "unknown setting(s) 'fault'"),
                        ("port = 99999\n", "invalid setting port")):
