@@ -348,7 +348,8 @@ def test_an_unknown_scope_is_one_error_line_naming_it(tmp_path: Path) -> None:
     (corpus / "a.txt").write_text("hello\n")
     assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
     for args in (["advice", "cluster"], ["advice", "judge"], ["advice", "learn"],
-                 ["advice", "compile"], ["maintenance"], ["extract"]):
+                 ["advice", "compile"], ["maintenance"], ["extract"],
+                 ["index", "rebuild"]):  # rebuilt nothing, exit 0
         done = cli(env, *args, "--scope", "no/such")
         _one_error_line(done, "NOT_FOUND", "no/such")
         assert done.stdout == "", (args, done.stdout)
