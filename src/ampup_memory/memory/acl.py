@@ -14,10 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from pydantic import AfterValidator, WithJsonSchema
-from pydantic_core import PydanticCustomError
-
 from ampup_memory.errors import field_error
+from ampup_memory.ruled import published, ruled
 
 EVERYONE = "*"
 KINDS = ("user", "group", "role")
@@ -27,32 +25,15 @@ ENTRY_PATTERN = rf"^(?:\*|(?:user|group|role):{_ID})$"
 ID_RE = re.compile(rf"^{_ID}$")
 ENTRY_RE = re.compile(ENTRY_PATTERN)
 MAX_ENTRIES = 64
-
-
 ACL_RULE = "use '*', 'user:<id>', 'group:<id>' or 'role:<name>'"
 ID_RULE = "letters, digits and ._@+- (max 200, starting with a letter or digit)"
 
-
-def _acl_entry(value: str) -> str:
-    if ENTRY_RE.fullmatch(value) is None:
-        raise PydanticCustomError("acl_invalid", "invalid ACL entry {entry}: " + ACL_RULE,
-                                  {"entry": repr(value[:80])})
-    return value
-
-
-def _identifier(value: str) -> str:
-    if ID_RE.fullmatch(value) is None:
-        raise PydanticCustomError("id_invalid", "invalid id {id}: " + ID_RULE,
-                                  {"id": repr(value[:80])})
-    return value
-
-
 # Request models use these: the published schema says what the server accepts, and a
-# refused one says the rule in words (pydantic's own pattern check quotes the regex).
-AclEntry = Annotated[str, AfterValidator(_acl_entry),
-                     WithJsonSchema({"type": "string", "pattern": ENTRY_PATTERN})]
-Identifier = Annotated[str, AfterValidator(_identifier),
-                       WithJsonSchema({"type": "string", "pattern": ID_PATTERN})]
+# refused one says the rule in words.
+AclEntry = Annotated[str, ruled(ENTRY_PATTERN, "acl_invalid", "ACL entry", ACL_RULE),
+                     published(ENTRY_PATTERN)]
+Identifier = Annotated[str, ruled(ID_PATTERN, "id_invalid", "id", ID_RULE),
+                       published(ID_PATTERN)]
 
 
 def normalize_acl(entries: Iterable[str], loc: list[str | int]) -> tuple[str, ...]:
