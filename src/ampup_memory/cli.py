@@ -258,22 +258,22 @@ def lifecycle() -> None:
 @settings_options("common", "cells", "pool", "tables", "embedding", "ann", "retention")
 def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     """Run one lifecycle pass now (what the timer does)."""
+    from pydantic import ValidationError
+
     from ampup_memory.amp.model import LifecycleRunRequest
     from ampup_memory.cliutil import progress as _progress
 
     settings = settings_from(kwargs)
-    try:
-        now = datetime.fromisoformat(now_text.replace("Z", "+00:00")) if now_text else None
-        if now is not None and now.tzinfo is None:
-            now = now.replace(tzinfo=UTC)
-    except ValueError:
-        _fail(f"--now must be an RFC 3339 time, got {now_text!r}")
+    try:  # the rule of POST /amp/v1/lifecycle/run's `now`: a date alone, or no offset, is none
+        request = LifecycleRunRequest.model_validate({"now": now_text, "dry_run": dry_run})
+    except ValidationError as exc:
+        _fail(f"--now {now_text!r}: "
+              + str(exc.errors()[0]["msg"]).removeprefix("Value error, "))
     rt = _runtime(settings, reembed=False)
     try:
         with _progress() as bar:
             report = rt.amp.run_lifecycle(
-                LifecycleRunRequest(now=now, dry_run=dry_run),
-                progress=task_progress(bar, "evaluating cells"))
+                request, progress=task_progress(bar, "evaluating cells"))
     except AmpError as exc:
         _fail(exc.message)
     finally:
