@@ -234,6 +234,12 @@ def mcp(**kwargs: Any) -> None:
     if not settings.mcp_agent_id:
         _fail("AMP_MCP_AGENT_ID is not set: the stdio MCP server needs the agent id it acts "
               "as (set AMP_MCP_AGENT_ID or pass --mcp-agent-id).")
+    user = settings.mcp_user_id
+    if user is not None and not settings.require_keys:
+        from ampup_memory.memory.acl import ID_RULE, valid_id
+
+        if not valid_id(user):  # else every AmpUp tool call refuses, the process runs on
+            _fail(f"AMPUP_MEMORY_MCP_USER {user!r} is not a valid user id: {ID_RULE}")
     rt = _runtime(settings)
     try:
         try:
