@@ -49,8 +49,9 @@ def extraction_commands(settings_options: SettingsOptions,
             ex = extractor(svc, settings)
             if ex.model is None:
                 click.echo(dumps({"model": NO_MODEL, "read": 0}))
-                click.echo(f"{NO_MODEL}: set model_base_url and model_name (or the "
-                           "extract_model_* settings); nothing was read", err=True)
+                click.echo(f"{NO_MODEL}: set AMPUP_MEMORY_MODEL_BASE_URL and "
+                           "AMPUP_MEMORY_MODEL (or AMPUP_MEMORY_EXTRACT_MODEL_*; "
+                           "docs/models.md); nothing was read", err=True)
                 return
             scopes = [scope] if scope else [str(s) for s in svc.tables.scopes()]
             with progress() as bar:
