@@ -31,6 +31,15 @@ def fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def no_model_line(role: str, outcome: str) -> None:
+    """One stderr line for a model pass run with no model for its role: what did not
+    happen, and the variables that configure one (a report's `"model": null` alone said
+    neither). Exit code 0: no model is no failure."""
+    click.echo(f"no {role} model configured: {outcome}; set AMPUP_MEMORY_MODEL_BASE_URL "
+               f"and AMPUP_MEMORY_MODEL (or AMPUP_MEMORY_{role.upper()}_MODEL_*; "
+               "docs/models.md)", err=True)
+
+
 def fail_if_model_failed(failed: int, items: str, left: str, set_aside: int = 0) -> None:
     """The exit rule of every command that asks a model about items (``extract``; ``advice
     judge``, ``learn``, ``compile``), called once its report is printed: the model failed
