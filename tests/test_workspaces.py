@@ -407,6 +407,13 @@ def test_a_misspelled_ttl_says_how_to_write_one(shared: tuple[Memory, Path, dict
         assert problem["loc"] == ["body", "ttl"], r.text
         assert "a number and a unit s, m, h, d or w" in problem["msg"], r.text
         assert "pattern" not in r.text
+    # A blank name, the same way (it quoted its regex too).
+    for name in ("\t", "   ", "a\x07b"):
+        r = m.http.post("/workspaces", json={"name": name, "ttl": "1h"})
+        [problem] = error(r)[2]["errors"]
+        assert problem["loc"] == ["body", "name"], r.text
+        assert problem["msg"] == (f"invalid workspace name {name!r}: printable text, not only "
+                                  "spaces"), r.text
 
 
 def test_identity_and_odd_ids(shared: tuple[Memory, Path, dict[str, str]]) -> None:
