@@ -223,6 +223,23 @@ def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
     assert "every live branch" in text and "main head" not in text
 
 
+def test_a_number_setting_s_flag_says_number_not_text(tmp_path: Path) -> None:
+    """`--rerank-weight TEXT`, `--model-timeout-seconds TEXT`: the help named click's
+    type for the float settings (read as text, checked by the setting); it says NUMBER."""
+    from ampup_memory.cli import flag_name
+    from ampup_memory.settings import Settings
+
+    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "serve", "--help")
+    assert done.returncode == 0, done.stderr
+    floats = [name for name, info in Settings.model_fields.items()
+              if info.annotation in (float, float | None)]
+    assert "rerank_weight" in floats and "model_timeout_seconds" in floats
+    for name in floats:
+        flag = flag_name(name)
+        if flag + " " in done.stdout:
+            assert f"{flag} NUMBER" in done.stdout, (flag, done.stdout)
+
+
 def test_command_help_speaks_no_http() -> None:
     """A command's own words (its help and its own options; the settings' flags describe
     the server, so they may) name no status code, route or HTTP: the CLI user sends no

@@ -90,8 +90,12 @@ def _option(name: str) -> Callable[[F], F]:
     kind: Any = click.Choice(choices) if choices else (
         int if annotation in (int, int | None) else str
     )
+    # A float setting is read by its pydantic field (its bounds, its one error line); the
+    # help says what it takes rather than click's TEXT.
+    metavar = "PATH" if name == "config" else (
+        "NUMBER" if annotation in (float, float | None) else None)
     return click.option(flag_name(name), name, type=kind, default=None, help=help_text,
-                        metavar="PATH" if name == "config" else None)
+                        metavar=metavar)
 
 
 def settings_from(kwargs: dict[str, Any]) -> Settings:
