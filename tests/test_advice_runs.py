@@ -557,6 +557,15 @@ def test_the_judge_command_without_a_model_judges_nothing(srv: Served) -> None:
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"judged": 0, "failed": 0, "skipped": 0,
                                           "set_aside": 0, "model": None}
+    # Said in one line, with what to set (the report's `"model": null` alone said neither).
+    assert done.stderr.splitlines()[-1] == (
+        "no judge model configured: nothing was judged (sessions stay pending); set "
+        "AMPUP_MEMORY_MODEL_BASE_URL and AMPUP_MEMORY_MODEL (or AMPUP_MEMORY_JUDGE_MODEL_*; "
+        "docs/models.md)"), done.stderr
+    learned = run_cli(srv.home, env, "advice", "learn", "--scope", scope)
+    assert learned.returncode == 0, learned.stderr
+    assert learned.stderr.splitlines()[-1].startswith(
+        "no learn model configured: no note was learned"), learned.stderr
     assert srv.m.http.get(f"/sessions/{ses}").json()["judging"] == "pending"
 
 

@@ -452,3 +452,36 @@ def test_a_blank_entity_or_predicate_is_422_on_every_fact_route(client: httpx.Cl
     first = error["details"]["errors"][0]
     assert (first["loc"][-2:], first["type"]) == (["about", 0], "string_blank"), error
     assert client.post("/facts", json={"scope": scope, **fact}).status_code == 201
+
+
+def test_a_422_message_names_its_first_problem(server: ServerProcess,
+                                               client: httpx.Client) -> None:
+    """Every request-shape 422 said only "Request validation failed.", so an SDK's exception
+    (which shows the message) gave no hint; the message now names the first problem and
+    where it is, and how many more `details.errors` holds."""
+    from ampup_memory.client import AMPClient, ValidationError
+
+    bad_cell = {"type": "semantc", "content": {"text": "x"},
+                "identity": {"owner_id": "u", "owner_type": "user"}}
+    error = refused(client, 422, "POST", "/amp/v1/memories", json=bad_cell)
+    assert error["message"] == ("Request validation failed: body.type: Input should be "
+                                "'episodic', 'semantic' or 'procedural'"), error
+    error = refused(client, 422, "POST", "/episodes",
+                    json={"scope": new_scope(), "source": "doc:x", "body": "b"})
+    assert error["message"] == "Request validation failed: body.acl: Field required", error
+    error = refused(client, 422, "GET", "/amp/v1/memories", params={"limit": "abc"})
+    assert error["message"].startswith("Request validation failed: query.limit: "), error
+    error = refused(client, 422, "POST", "/amp/v1/memories", json={"type": "semantic"})
+    assert error["message"] == ("Request validation failed: body.content: Field required "
+                                "(and 1 more in details.errors)"), error
+    assert len(error["details"]["errors"]) == 2
+    # PATCH's own checks (a field that may not change) say it the same way.
+    made = client.post("/amp/v1/memories", json={**bad_cell, "type": "semantic"})
+    assert made.status_code == 201, made.text
+    error = refused(client, 422, "PATCH", f"/amp/v1/memories/{made.json()['id']}",
+                    json={"amp_version": "9.9.9"})
+    assert error["message"].startswith("Request validation failed: body.amp_version: "), error
+    with AMPClient(server.url, "agent-a") as amp, pytest.raises(ValidationError) as raised:
+        amp.remember("x", "u", importance=5)
+    assert "body.scoring.importance: Input should be less than or equal to 1" in str(
+        raised.value)

@@ -223,6 +223,23 @@ def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
     assert "every live branch" in text and "main head" not in text
 
 
+def test_a_number_setting_s_flag_says_number_not_text(tmp_path: Path) -> None:
+    """`--rerank-weight TEXT`, `--model-timeout-seconds TEXT`: the help named click's
+    type for the float settings (read as text, checked by the setting); it says NUMBER."""
+    from ampup_memory.cli import flag_name
+    from ampup_memory.settings import Settings
+
+    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "serve", "--help")
+    assert done.returncode == 0, done.stderr
+    floats = [name for name, info in Settings.model_fields.items()
+              if info.annotation in (float, float | None)]
+    assert "rerank_weight" in floats and "model_timeout_seconds" in floats
+    for name in floats:
+        flag = flag_name(name)
+        if flag + " " in done.stdout:
+            assert f"{flag} NUMBER" in done.stdout, (flag, done.stdout)
+
+
 def test_command_help_speaks_no_http() -> None:
     """A command's own words (its help and its own options; the settings' flags describe
     the server, so they may) name no status code, route or HTTP: the CLI user sends no
@@ -263,7 +280,12 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
     for args, says in ((["serve", "--prot", "9000"], "--prot"),
                        (["load"], "PATH"),
                        (["settings", "--port", "99999"], "port"),
-                       (["nonsense"], "nonsense")):
+                       (["nonsense"], "nonsense"),
+                       # A group without its command named its commands in a one-line
+                       # squash of its whole help.
+                       ([], "missing a command (see `ampup-memory --help`)"),
+                       (["keys"], "keys: missing a command: create, list or revoke"),
+                       (["advice"], "missing a command: cluster, compile, judge or learn")):
         done = cli(env, *args)
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
@@ -324,6 +346,10 @@ def test_an_error_before_the_first_bar_is_still_one_line(tmp_path: Path) -> None
     _one_error_line(cli(env, "maintenance", "--scope", "BAD"), "invalid scope")
     _one_error_line(cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "fresh")), "restore",
                         str(corpus)), "not a backup")
+    # Refused before any work, with a bar already drawn: no `backing up 0/9` line above.
+    _one_error_line(cli(env, "backup", str(corpus)), "is not empty")
+    assert cli(env, "backup", str(tmp_path / "bk")).returncode == 0
+    _one_error_line(cli(env, "restore", str(tmp_path / "bk")), "fresh home only")
 
 
 def test_an_unknown_scope_is_one_error_line_naming_it(tmp_path: Path) -> None:
@@ -339,7 +365,8 @@ def test_an_unknown_scope_is_one_error_line_naming_it(tmp_path: Path) -> None:
     (corpus / "a.txt").write_text("hello\n")
     assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
     for args in (["advice", "cluster"], ["advice", "judge"], ["advice", "learn"],
-                 ["advice", "compile"], ["maintenance"], ["extract"]):
+                 ["advice", "compile"], ["maintenance"], ["extract"],
+                 ["index", "rebuild"]):  # rebuilt nothing, exit 0
         done = cli(env, *args, "--scope", "no/such")
         _one_error_line(done, "NOT_FOUND", "no/such")
         assert done.stdout == "", (args, done.stdout)
@@ -491,7 +518,10 @@ def test_flags_over_environment_over_config_file_over_defaults(tmp_path: Path) -
                  "--port", "6")["port"] == 6
 
     # A typo, a bad value, a bad file or a missing named file: one line, exit 2.
-    for text, says in (("prot = 1\n", f"{other}: unknown setting(s) 'prot'"),
+    for text, says in (("prot = 1\n", f"{other}: unknown setting(s) 'prot' (did you mean "
+                                     "'port'?)"),
+                       ("AMPUP_MEMORY_PORT = 1\n", "'AMPUP_MEMORY_PORT' (the file takes names: "
+                                                  "'port')"),
                        ("port = \n", f"config file {other}: "),
                        ("fault = 'after-rows'\n", "unknown setting(s) 'fault'"),
                        ("port = 99999\n", "invalid setting port")):

@@ -473,7 +473,9 @@ def test_no_model_configured_runs_nothing_and_says_so(tmp_path: Path) -> None:
         assert st["model"] == "no model configured"
         assert (st["episodes_pending"], st["episodes_read"], st["last_error"]) == (1, 0, None)
         code, _, err = s.extract()
-        assert code == 0 and "no model configured" in err
+        assert code == 0 and "no extract model configured: nothing was read" in err, err
+        # The names a user sets (the fields' names were no variable anyone could export).
+        assert "set AMPUP_MEMORY_MODEL_BASE_URL and AMPUP_MEMORY_MODEL" in err, err
         assert s.facts() == []
         # A bad scope is refused as every command refuses it, model or none.
         bad = run_cli(s.home, s.env(), "extract", "--scope", "Not A Scope")

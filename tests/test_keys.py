@@ -248,3 +248,21 @@ def test_listing_keys_makes_no_postgres_tables(tmp_path: Path, postgres: Postgre
     listed = subprocess.run([sys.executable, "-m", "ampup_memory.cli", "keys", "list",
                              "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert json.loads(listed.stdout)["agent_id"] == "agent_p"
+
+
+def test_the_key_list_shows_every_key_id_whole(tmp_path: Path) -> None:
+    """`keys revoke` takes the id `keys list` shows: off a terminal (80 columns) the table
+    cut it to `key_65ca72078…`, which revoke then refused; and it left out a key's user."""
+    create_key(tmp_path, "--agent", "agent_billing_with_a_long_name_v1", "--user", "dana")
+    create_key(tmp_path, "--agent", "ops", "--admin", "--expires-in", "30d")
+    rows = [json.loads(line) for line in cli(tmp_path, "keys", "list", "--json")
+            .stdout.splitlines()]
+    listed = cli(tmp_path, "keys", "list")
+    assert listed.returncode == 0, listed.stderr
+    for row in rows:
+        assert row["key_id"] in listed.stdout, listed.stdout
+        assert row["agent_id"] in listed.stdout, listed.stdout
+    assert "dana" in listed.stdout
+    revoked = cli(tmp_path, "keys", "revoke", listed.stdout.split()[len(
+        "key id agent user admin created expires revoked".split())])
+    assert revoked.returncode == 0, revoked.stderr

@@ -244,6 +244,15 @@ def test_cli_lifecycle_and_purge(tmp_path: Path) -> None:
     assert refused.returncode == 2 and "INVALID_TRANSITION" in refused.stderr
     bad = cli("lifecycle", "run", "--now", "tomorrow")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    # The rule of the route's `now`: a date alone, or a time without an offset, was read
+    # as UTC midnight by the CLI alone.
+    for text, says in (("2030-01-01", "RFC 3339 time with an offset"),
+                       ("2030-01-01T00:00:00", "timezone"),
+                       ("1741100000", "RFC 3339 time with an offset")):
+        bad = cli("lifecycle", "run", "--now", text, "--dry-run")
+        assert bad.returncode == 2 and bad.stderr.startswith(f"error: --now {text!r}: "), (
+            bad.stderr)
+        assert says in bad.stderr and bad.stderr.count("\n") == 1, bad.stderr
 
 
 def test_background_timer_runs_at_the_advertised_interval(tmp_path: Path) -> None:

@@ -396,6 +396,18 @@ def test_stdio_refuses_to_start_without_an_agent_id(tmp_path: Path) -> None:
     assert done.stdout == ""  # stdout belongs to MCP messages
 
 
+def test_stdio_refuses_to_start_for_a_user_no_request_could_be(tmp_path: Path) -> None:
+    """`AMPUP_MEMORY_MCP_USER='bad user'` started, and every AmpUp tool call then refused
+    ("The caller's user id is not a valid id."); the process says so once, at start."""
+    done = _cli("mcp", home=tmp_path, env={"AMP_MCP_AGENT_ID": "agent_desk",
+                                            "AMPUP_MEMORY_MCP_USER": "bad user"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("error: AMPUP_MEMORY_MCP_USER 'bad user' is not a valid user id: "
+                           "letters, digits and ._@+- (max 200, starting with a letter or "
+                           "digit)\n"), done.stderr
+    assert done.stdout == ""
+
+
 async def test_stdio_with_keys_on_needs_the_agents_key(
         keyed: Keyed, uid: str) -> None:
     server, keys = keyed

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.memory_support import QUIET, Memory, new_scope, start
+from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, new_scope, start
 
 
 @pytest.fixture(scope="module")
@@ -80,6 +80,46 @@ def test_unclaimed_source_is_422_naming_prefixes(m: Memory) -> None:
 def test_bad_episode_bodies_are_422(m: Memory, body: dict[str, object]) -> None:
     assert error(m.http.post("/episodes", json={"scope": new_scope(), **body})) == (
         422, "VALIDATION_ERROR")
+
+
+def test_a_bad_acl_entry_or_group_says_the_rule_not_the_regex(m: Memory) -> None:
+    """An ACL entry, a group, a cited episode id or a schema's name that a request's shape
+    refuses answered pydantic's "String should match pattern '^(?:\\*|(?:user|group|role):…'";
+    now the rule, in words, at the same place (the published pattern is unchanged)."""
+    scope = new_scope()
+    for path, body, loc in (
+            ("/episodes", {"scope": scope, "source": "doc:x", "body": "b",
+                           "acl": ["*", "everyone"]}, ["body", "acl", 1]),
+            ("/runs", {"scope": scope, "task": "t", "acl": ["group:a b"]}, ["body", "acl", 0]),
+            ("/sessions/start", {"scope": scope, "acl": ["user:"]}, ["body", "acl", 0])):
+        r = m.http.post(path, json=body)
+        assert error(r) == (422, "VALIDATION_ERROR"), r.text
+        [problem] = r.json()["error"]["details"]["errors"]
+        assert problem["loc"] == loc and problem["type"] == "acl_invalid", r.text
+        assert problem["msg"].startswith("invalid ACL entry '"), r.text
+        assert "use '*', 'user:<id>', 'group:<id>' or 'role:<name>'" in problem["msg"]
+    r = m.http.put("/principals/dana", json={"groups": ["sales", "bad group"]},
+                   headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+    assert error(r) == (422, "VALIDATION_ERROR"), r.text
+    [problem] = r.json()["error"]["details"]["errors"]
+    assert problem["loc"] == ["body", "groups", 1], r.text
+    assert problem["msg"] == ("invalid id 'bad group': letters, digits and ._@+- (max 200, "
+                              "starting with a letter or digit)"), r.text
+    # A cite's episode id, and a schema's names, the same way.
+    r = m.http.post("/facts", json={"scope": scope, "entity": "e", "predicate": "p",
+                                    "value": "v", "quote": "q",
+                                    "cites": [{"episode": "ep-1", "unit": 1}]})
+    assert error(r) == (422, "VALIDATION_ERROR"), r.text
+    [problem] = r.json()["error"]["details"]["errors"]
+    assert problem["loc"] == ["body", "cites", 0, "episode"], r.text
+    assert problem["msg"] == ("invalid episode id 'ep-1': 64 lower-case hex digits, as POST "
+                              "/episodes answers it"), r.text
+    r = m.http.put(f"/schemas/{scope}", json={"schema": {"name": "My Schema", "entities": []}},
+                   headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+    assert error(r) == (422, "VALIDATION_ERROR"), r.text
+    [problem] = r.json()["error"]["details"]["errors"]
+    assert problem["loc"] == ["body", "schema", "name"], r.text
+    assert problem["msg"].startswith("invalid name 'My Schema': lower-case letters"), r.text
 
 
 def test_malformed_json_and_missing_user(m: Memory) -> None:

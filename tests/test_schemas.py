@@ -730,6 +730,12 @@ def test_schema_commands(tmp_path: Path) -> None:
     assert refused.returncode != 0 and "nope" in refused.stderr
     assert json.loads(run_cli(tmp_path, QUIET, "schema", "show", scope).stdout)[
         "name"] == "engineering"
+    # Neither or both: the flags are named (the API's message named `builtin` and `schema`).
+    for flags in ([], ["--builtin", "sales", "--file", str(bad)]):
+        refused = run_cli(tmp_path, QUIET, "schema", "set", scope, *flags)
+        assert refused.returncode == 2 and refused.stderr == (
+            "error: give one of --builtin NAME (sales, engineering or corpus) or --file "
+            "PATH\n"), refused.stderr
     builtin = json.loads(run_cli(tmp_path, QUIET, "schema", "show", "--builtin", "corpus"
                                  ).stdout)
     assert [e["name"] for e in builtin["entities"]] == ["document", "topic", "claim",

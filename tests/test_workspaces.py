@@ -393,6 +393,29 @@ def test_bad_create_bodies_are_422(shared: tuple[Memory, Path, dict[str, str]],
     assert error(m.http.post("/workspaces", json=body))[:2] == (422, "VALIDATION_ERROR")
 
 
+def test_a_misspelled_ttl_says_how_to_write_one(shared: tuple[Memory, Path, dict[str, str]]
+                                                 ) -> None:
+    """Creating a workspace with `"ttl": "7x"` answered pydantic's "String should match
+    pattern '^\\s*([0-9]{1,9}[smhdwSMHDW])+\\s*$'"; a pin's ttl, and a renew's, said how to
+    write one. Now all three say it."""
+    m, _, _ = shared
+    for ttl in ("7x", "soon", "1h1", "1 h"):
+        r = m.http.post("/workspaces", json={"name": "x", "ttl": ttl})
+        status, code, details = error(r)
+        assert (status, code) == (422, "VALIDATION_ERROR"), r.text
+        [problem] = details["errors"]
+        assert problem["loc"] == ["body", "ttl"], r.text
+        assert "a number and a unit s, m, h, d or w" in problem["msg"], r.text
+        assert "pattern" not in r.text
+    # A blank name, the same way (it quoted its regex too).
+    for name in ("\t", "   ", "a\x07b"):
+        r = m.http.post("/workspaces", json={"name": name, "ttl": "1h"})
+        [problem] = error(r)[2]["errors"]
+        assert problem["loc"] == ["body", "name"], r.text
+        assert problem["msg"] == (f"invalid workspace name {name!r}: printable text, not only "
+                                  "spaces"), r.text
+
+
 def test_identity_and_odd_ids(shared: tuple[Memory, Path, dict[str, str]]) -> None:
     m, _, _ = shared
     anon = httpx.post(m.url + "/workspaces", json={"name": "x", "ttl": "1h"})
@@ -479,6 +502,8 @@ def test_cli_create_list_delete(tmp_path: Path) -> None:
     assert org not in cli_in_process(home, env, "workspace", "list", "--user", "bob").stdout
     bad = cli_in_process(home, env, "workspace", "create", "demo", "--ttl", "0s", "--user", "alice")
     assert bad.returncode != 0 and "time to live" in bad.stderr
+    bad = cli_in_process(home, env, "workspace", "create", "demo", "--ttl", "7x", "--user", "alice")
+    assert bad.returncode != 0 and "a number and a unit" in bad.stderr, bad.stderr
     renewed = cli_in_process(home, env, "workspace", "renew", org, "--ttl", "7d")
     assert renewed.returncode == 0, renewed.stderr
     assert json.loads(renewed.stdout)["expires_at"] > json.loads(made.stdout)["expires_at"]

@@ -90,8 +90,12 @@ def _option(name: str) -> Callable[[F], F]:
     kind: Any = click.Choice(choices) if choices else (
         int if annotation in (int, int | None) else str
     )
+    # A float setting is read by its pydantic field (its bounds, its one error line); the
+    # help says what it takes rather than click's TEXT.
+    metavar = "PATH" if name == "config" else (
+        "NUMBER" if annotation in (float, float | None) else None)
     return click.option(flag_name(name), name, type=kind, default=None, help=help_text,
-                        metavar="PATH" if name == "config" else None)
+                        metavar=metavar)
 
 
 def settings_from(kwargs: dict[str, Any]) -> Settings:
@@ -234,6 +238,12 @@ def mcp(**kwargs: Any) -> None:
     if not settings.mcp_agent_id:
         _fail("AMP_MCP_AGENT_ID is not set: the stdio MCP server needs the agent id it acts "
               "as (set AMP_MCP_AGENT_ID or pass --mcp-agent-id).")
+    user = settings.mcp_user_id
+    if user is not None and not settings.require_keys:
+        from ampup_memory.memory.acl import ID_RULE, valid_id
+
+        if not valid_id(user):  # else every AmpUp tool call refuses, the process runs on
+            _fail(f"AMPUP_MEMORY_MCP_USER {user!r} is not a valid user id: {ID_RULE}")
     rt = _runtime(settings)
     try:
         try:
@@ -258,22 +268,22 @@ def lifecycle() -> None:
 @settings_options("common", "cells", "pool", "tables", "embedding", "ann", "retention")
 def lifecycle_run(now_text: str | None, dry_run: bool, **kwargs: Any) -> None:
     """Run one lifecycle pass now (what the timer does)."""
+    from pydantic import ValidationError
+
     from ampup_memory.amp.model import LifecycleRunRequest
     from ampup_memory.cliutil import progress as _progress
 
     settings = settings_from(kwargs)
-    try:
-        now = datetime.fromisoformat(now_text.replace("Z", "+00:00")) if now_text else None
-        if now is not None and now.tzinfo is None:
-            now = now.replace(tzinfo=UTC)
-    except ValueError:
-        _fail(f"--now must be an RFC 3339 time, got {now_text!r}")
+    try:  # the rule of POST /amp/v1/lifecycle/run's `now`: a date alone, or no offset, is none
+        request = LifecycleRunRequest.model_validate({"now": now_text, "dry_run": dry_run})
+    except ValidationError as exc:
+        _fail(f"--now {now_text!r}: "
+              + str(exc.errors()[0]["msg"]).removeprefix("Value error, "))
     rt = _runtime(settings, reembed=False)
     try:
         with _progress() as bar:
             report = rt.amp.run_lifecycle(
-                LifecycleRunRequest(now=now, dry_run=dry_run),
-                progress=task_progress(bar, "evaluating cells"))
+                request, progress=task_progress(bar, "evaluating cells"))
     except AmpError as exc:
         _fail(exc.message)
     finally:
@@ -360,14 +370,26 @@ def keys_list(as_json: bool, **kwargs: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    table = Table("key id", "agent", "admin", "created", "expires", "revoked")
+    # The key id is what `keys revoke` takes: never cut to `key_65ca…` by a narrow
+    # terminal; agents and users fold instead. Off a terminal (a pipe, a file) no fold.
+    table = Table(box=None, header_style="bold")
+    table.add_column("key id", no_wrap=True, min_width=max(len(r.key_id) for r in records))
+    table.add_column("agent", overflow="fold")
+    table.add_column("user", overflow="fold")
+    for name in ("admin", "created", "expires", "revoked"):
+        table.add_column(name, no_wrap=True)
     for r in records:
         table.add_row(
-            r.key_id, r.agent_id, "yes" if r.admin else "", r.created_at.isoformat(),
-            r.expires_at.isoformat() if r.expires_at else "",
-            r.revoked_at.isoformat() if r.revoked_at else "",
-        )
-    Console().print(table)
+            r.key_id, r.agent_id, r.user_id or "", "yes" if r.admin else "",
+            *(_minute(t) for t in (r.created_at, r.expires_at, r.revoked_at)))
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=1000)
+    console.print(table)
+
+
+def _minute(at: datetime | None) -> str:
+    return "" if at is None else at.astimezone(UTC).strftime("%Y-%m-%d %H:%MZ")
 
 
 @keys.command("revoke")
@@ -531,6 +553,20 @@ def main() -> None:
     run(prog_name=invoked if invoked in PROG_NAMES else PROG_NAMES[0])
 
 
+def _missing_command(exc: click.ClickException) -> str | None:
+    """A group run without its command (`ampup-memory keys`): click's error carries the
+    group's whole help; one line naming its commands says what to type instead."""
+    ctx = getattr(exc, "ctx", None)
+    if ctx is None or not isinstance(ctx.command, click.Group) \
+            or not isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        return None
+    names = ctx.command.list_commands(ctx)
+    if len(names) > 8:
+        return "missing a command"
+    return f"missing a command: {', '.join(names[:-1])} or {names[-1]}" if len(names) > 1 \
+        else f"missing a command: {names[0]}"
+
+
 def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
     """Run the CLI; a usage error is one line (``error: …``, exit code 2), as in
     docs/cli.md, not click's usage block."""
@@ -543,7 +579,7 @@ def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
         _error_line("aborted")
         sys.exit(1)
     except click.ClickException as exc:
-        message = exc.format_message()
+        message = _missing_command(exc) or exc.format_message()
         if isinstance(exc, click.UsageError) and exc.ctx is not None:
             path = exc.ctx.command_path
             message = f"{path}: {message} (see `{path} --help`)"

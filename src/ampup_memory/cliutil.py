@@ -31,6 +31,15 @@ def fail(message: str) -> NoReturn:
     sys.exit(2)
 
 
+def no_model_line(role: str, outcome: str) -> None:
+    """One stderr line for a model pass run with no model for its role: what did not
+    happen, and the variables that configure one (a report's `"model": null` alone said
+    neither). Exit code 0: no model is no failure."""
+    click.echo(f"no {role} model configured: {outcome}; set AMPUP_MEMORY_MODEL_BASE_URL "
+               f"and AMPUP_MEMORY_MODEL (or AMPUP_MEMORY_{role.upper()}_MODEL_*; "
+               "docs/models.md)", err=True)
+
+
 def fail_if_model_failed(failed: int, items: str, left: str, set_aside: int = 0) -> None:
     """The exit rule of every command that asks a model about items (``extract``; ``advice
     judge``, ``learn``, ``compile``), called once its report is printed: the model failed
@@ -95,10 +104,18 @@ def progress() -> Progress:
     )
 
     class Bars(Progress):
+        refused = False
+
+        def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+            # A command refused before any work (a backup into a folder that is not
+            # empty) printed its bar at 0 above its one error line.
+            self.refused = exc_type is not None and not any(t.completed for t in self.tasks)
+            super().__exit__(exc_type, exc, tb)
+
         def stop(self) -> None:
             # Off a terminal rich ends the display with a newline, bar or none: a command
             # that failed before its first bar put a blank line above its one error line.
-            if self.tasks or self.disable:
+            if (self.tasks and not self.refused) or self.disable:
                 super().stop()
                 return
             self.live.transient = True

@@ -10,6 +10,7 @@ never a bare ``HOME`` or ``PORT``), the TOML config file, the defaults.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 import unicodedata
@@ -832,8 +833,22 @@ class ConfigFile(TomlConfigSettingsSource):
         unknown = [k for k in data if k not in Settings.model_fields or k == "config"]
         if unknown:
             raise ValueError(f"config file {self.path}: unknown setting(s) "
-                             + ", ".join(repr(k) for k in unknown))
+                             + ", ".join(repr(k) + _did_you_mean(k) for k in unknown))
         return {env_name(k): v for k, v in data.items()}
+
+
+def _did_you_mean(name: str) -> str:
+    """`` (did you mean 'port'?)`` for a config-file key that is a typo of a setting's name,
+    or one of its environment names (the file takes names: `port`, not `AMPUP_MEMORY_PORT`);
+    else nothing."""
+    names = [n for n in Settings.model_fields if n != "config"]
+    by_env = {choice.lower(): n for n in names
+              for choice in getattr(Settings.model_fields[n].validation_alias, "choices", ())
+              if isinstance(choice, str)}
+    if name.lower() in by_env:
+        return f" (the file takes names: {by_env[name.lower()]!r})"
+    close = difflib.get_close_matches(name.lower(), names, n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def ensure_home(settings: Settings) -> None:

@@ -15,7 +15,14 @@ import re
 from datetime import UTC, datetime, timedelta
 from typing import Annotated
 
-from pydantic import AfterValidator, AwareDatetime, BeforeValidator, TypeAdapter, ValidationError
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BeforeValidator,
+    TypeAdapter,
+    ValidationError,
+    WithJsonSchema,
+)
 from pydantic_core import PydanticCustomError
 
 from ampup_memory.errors import field_error
@@ -91,6 +98,12 @@ _TTL_PART = re.compile(r"(\d{1,9})([smhdw])")
 _TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_TTL = timedelta(days=366)
 TTL_PATTERN = r"^\s*([0-9]{1,9}[smhdwSMHDW])+\s*$"  # what the OpenAPI schema publishes
+# A request's ttl field: the schema publishes the rule, `parse_ttl` checks it, so a bad one
+# is a 422 that says how to write one rather than pydantic's "should match pattern '^\s*…'".
+TTL_SCHEMA = {"type": "string", "pattern": TTL_PATTERN, "maxLength": 32,
+              "description": "Time to live: a number and a unit s, m, h, d or w (e.g. 30s, "
+              "1h, 7d; parts may follow each other: 1d12h); more than zero, at most 366d."}
+TtlText = Annotated[str, WithJsonSchema(TTL_SCHEMA)]
 
 
 def duration_seconds(text: str) -> int | None:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ampup_memory.cliutil import dumps, fail_if_model_failed, progress
+from ampup_memory.cliutil import dumps, fail_if_model_failed, no_model_line, progress
 from ampup_memory.memory.cli import _service, existing_scope
 from ampup_memory.models.setaside import KINDS
 from ampup_memory.settings import Settings
@@ -51,6 +51,8 @@ def advice_commands(settings_options: SettingsOptions,
                                     on_total=lambda n: bar.update(task, total=n),
                                     on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
+        if model is None:
+            no_model_line("judge", "nothing was judged (sessions stay pending)")
         fail_if_model_failed(report["failed"], "session(s)",
                              "they stay pending for the next pass", report["set_aside"])
 
@@ -95,13 +97,15 @@ def advice_commands(settings_options: SettingsOptions,
         settings = settings_from(kwargs)
         with _service(settings) as svc:
             only = existing_scope(svc, scope) if scope else None
+            model = chat_model(settings, Role.LEARN)
             with progress() as bar:
                 task = bar.add_task("learning notes", total=None)
-                report = learn_pass(svc, chat_model(settings, Role.LEARN),
-                                    GateRules.from_settings(settings),
+                report = learn_pass(svc, model, GateRules.from_settings(settings),
                                     settings.advice_min_runs_for_note, only,
                                     on_one=lambda: bar.advance(task))
         click.echo(dumps(report))
+        if model is None:
+            no_model_line("learn", "no note was learned (evidence was updated)")
         fail_if_model_failed(sum(s["failed"] for s in report["scopes"]), "situation(s)",
                              "they are tried again next pass",
                              sum(s["set_aside"] for s in report["scopes"]))

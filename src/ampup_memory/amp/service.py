@@ -59,7 +59,7 @@ from ampup_memory.search.embed import Embedder
 from ampup_memory.search.rank import score_parts, with_decay
 from ampup_memory.search.tokenize import query_terms
 from ampup_memory.timefmt import format_time
-from ampup_memory.web.body import parse_body, validation_errors
+from ampup_memory.web.body import parse_body, validation_errors, validation_message
 
 T = TypeVar("T")
 
@@ -546,7 +546,7 @@ def _apply_patch(stored: StoredCell, req: PatchMemory, now: datetime,
             errors.append({"loc": ["body", *loc], "msg": "created_at cannot be changed",
                            "type": "immutable"})
     if errors:
-        raise ValidationFailed("Request validation failed.", errors, located=True)
+        raise ValidationFailed(validation_message(errors), errors, located=True)
 
     content = cell.content
     if req.content is not None:

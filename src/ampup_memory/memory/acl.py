@@ -14,9 +14,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from pydantic import StringConstraints
-
 from ampup_memory.errors import field_error
+from ampup_memory.ruled import published, ruled
 
 EVERYONE = "*"
 KINDS = ("user", "group", "role")
@@ -26,11 +25,15 @@ ENTRY_PATTERN = rf"^(?:\*|(?:user|group|role):{_ID})$"
 ID_RE = re.compile(rf"^{_ID}$")
 ENTRY_RE = re.compile(ENTRY_PATTERN)
 MAX_ENTRIES = 64
+ACL_RULE = "use '*', 'user:<id>', 'group:<id>' or 'role:<name>'"
+ID_RULE = "letters, digits and ._@+- (max 200, starting with a letter or digit)"
 
-
-# Request models use these so the published schema says what the server accepts.
-AclEntry = Annotated[str, StringConstraints(pattern=ENTRY_PATTERN)]
-Identifier = Annotated[str, StringConstraints(pattern=ID_PATTERN)]
+# Request models use these: the published schema says what the server accepts, and a
+# refused one says the rule in words.
+AclEntry = Annotated[str, ruled(ENTRY_PATTERN, "acl_invalid", "ACL entry", ACL_RULE),
+                     published(ENTRY_PATTERN)]
+Identifier = Annotated[str, ruled(ID_PATTERN, "id_invalid", "id", ID_RULE),
+                       published(ID_PATTERN)]
 
 
 def normalize_acl(entries: Iterable[str], loc: list[str | int]) -> tuple[str, ...]:
@@ -39,8 +42,7 @@ def normalize_acl(entries: Iterable[str], loc: list[str | int]) -> tuple[str, ..
     bad = [e for e in seen if not isinstance(e, str) or not ENTRY_RE.fullmatch(e)]
     if bad:
         raise field_error(
-            loc, f"invalid ACL entry {str(bad[0])[:80]!r}: use '*', 'user:<id>', "
-            "'group:<id>' or 'role:<name>'", "acl_invalid")
+            loc, f"invalid ACL entry {str(bad[0])[:80]!r}: {ACL_RULE}", "acl_invalid")
     if not seen:
         raise field_error(loc, "an ACL needs at least one entry (use '*' for everyone)",
                           "acl_empty")
@@ -55,8 +57,7 @@ def valid_id(value: str) -> bool:
 
 def require_id(value: str, loc: list[str | int], what: str = "id") -> str:
     if not isinstance(value, str) or not valid_id(value):
-        raise field_error(loc, f"invalid {what} {str(value)[:80]!r}: letters, digits and "
-                          "._@+- (max 200, starting with a letter or digit)", "id_invalid")
+        raise field_error(loc, f"invalid {what} {str(value)[:80]!r}: {ID_RULE}", "id_invalid")
     return value
 
 

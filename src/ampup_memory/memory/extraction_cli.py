@@ -37,7 +37,7 @@ def extraction_commands(settings_options: SettingsOptions,
         check out (quote in the cited unit, value valid for the schema); one JSON line per
         scope. Exits 2 when the model failed, or refused an episode as too long (the pass
         goes on with the next); the episodes it did not read stay pending."""
-        from ampup_memory.cliutil import fail_if_model_failed, progress
+        from ampup_memory.cliutil import fail_if_model_failed, no_model_line, progress
         from ampup_memory.memory.extraction import NO_MODEL, extractor
 
         settings = settings_from(kwargs)
@@ -48,8 +48,7 @@ def extraction_commands(settings_options: SettingsOptions,
             ex = extractor(svc, settings)
             if ex.model is None:
                 click.echo(dumps({"model": NO_MODEL, "read": 0}))
-                click.echo(f"{NO_MODEL}: set model_base_url and model_name (or the "
-                           "extract_model_* settings); nothing was read", err=True)
+                no_model_line("extract", "nothing was read")
                 return
             scopes = [scope] if scope else [str(s) for s in svc.tables.scopes()]
             with progress() as bar:

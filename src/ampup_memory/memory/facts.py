@@ -34,6 +34,7 @@ from ampup_memory.memory.episodes import (
 )
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.segments import layer_order
+from ampup_memory.ruled import published, ruled
 from ampup_memory.timefmt import Instant, utc_text
 from ampup_memory.web.body import JsonInt
 
@@ -68,7 +69,9 @@ def raw_value(value: Value) -> Any:
 class Cite(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    episode: str = Field(pattern=EPISODE_ID_PATTERN, description="Episode id.")
+    episode: Annotated[str, ruled(EPISODE_ID_PATTERN, "episode_id_invalid", "episode id",
+                                  "64 lower-case hex digits, as POST /episodes answers it"),
+                       published(EPISODE_ID_PATTERN)] = Field(description="Episode id.")
     unit: JsonInt = Field(ge=1, le=2**31 - 1, description="Unit number, from 1.")
 
 

@@ -79,6 +79,8 @@ def schema_commands(settings_options: SettingsOptions,
         from ampup_memory.memory.schemas import PutSchema, set_schema
         from ampup_memory.memory.service import build
 
+        if (builtin is None) == (path is None):  # the API's message names its fields
+            fail("give one of --builtin NAME (sales, engineering or corpus) or --file PATH")
         body: dict[str, Any] = {"builtin": builtin, "branch": branch}
         if path is not None:
             try:

@@ -47,6 +47,7 @@ from ampup_memory.caches import Remembered
 from ampup_memory.errors import field_error
 from ampup_memory.memory.episode_types import TYPES as EPISODE_TYPES
 from ampup_memory.memory.scopes import BranchText
+from ampup_memory.ruled import published, ruled
 from ampup_memory.timefmt import in_utc, utc_text
 
 if TYPE_CHECKING:
@@ -66,7 +67,9 @@ MAX_TEXT = 4000
 
 ValueType = Literal["string", "text", "enum", "number", "money", "date", "timestamp", "bool",
                     "ref"]
-Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+Name = Annotated[str, ruled(NAME_PATTERN, "name_invalid", "name", "lower-case letters, "
+                            "digits and _, starting with a letter (at most 64)"),
+                 published(NAME_PATTERN)]
 
 
 class Attribute(BaseModel):

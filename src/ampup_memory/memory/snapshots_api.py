@@ -10,24 +10,19 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
 from ampup_memory.memory import snapshots as holds
 from ampup_memory.memory.api import USER_DOC, UserDep, _user, service
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_scope
-from ampup_memory.timefmt import TTL_PATTERN, parse_ttl
+from ampup_memory.timefmt import TtlText, parse_ttl
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 
 router = APIRouter(tags=["pins and snapshots"])
 
-# What timefmt.parse_ttl takes, as workspace creation publishes it (one spelling).
-TTL_SCHEMA = {"type": "string", "pattern": TTL_PATTERN, "maxLength": 32,
-              "description": "Time to live: a number and a unit s, m, h, d or w (e.g. 30s, "
-              "1h, 7d; parts may follow each other: 1d12h); more than zero, at most 366d."}
-TtlText = Annotated[str, WithJsonSchema(TTL_SCHEMA)]
 PinP = Annotated[str, Path(description="Pin id.", json_schema_extra={
     "pattern": holds.PIN_PATTERN})]
 SnapshotP = Annotated[str, Path(description="Snapshot id.", json_schema_extra={

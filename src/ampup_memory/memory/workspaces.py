@@ -36,7 +36,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
@@ -64,7 +64,8 @@ from ampup_memory.memory.sync import Sync
 from ampup_memory.memory.tables import SCOPE_TABLES, WORKSPACES, MemoryTables, arrow
 from ampup_memory.memory.warehouse import namespace_location, remove_tree
 from ampup_memory.progress import Progress, ticker
-from ampup_memory.timefmt import TTL_PATTERN, parse_ttl, utc_text
+from ampup_memory.ruled import published, ruled
+from ampup_memory.timefmt import TtlText, parse_ttl, utc_text
 from ampup_memory.web.body import JsonInt
 
 log = logging.getLogger("ampup_memory.memory")
@@ -109,11 +110,13 @@ class CapsIn(BaseModel):
 class CreateWorkspace(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=MAX_WORKSPACE_NAME, pattern=NAME_PATTERN,
-                      description="A label: printable text, not only spaces.")
-    ttl: str = Field(max_length=32, pattern=TTL_PATTERN,
-                     description="Time to live: 30m, 1h, 7d, 1d12h … (more than 0, at most "
-                     "366 days).")
+    name: Annotated[str, ruled(NAME_PATTERN, "name_invalid", "workspace name",
+                               "printable text, not only spaces"),
+                    published(NAME_PATTERN, minLength=1,
+                              maxLength=MAX_WORKSPACE_NAME)] = Field(
+        min_length=1, max_length=MAX_WORKSPACE_NAME,
+        description="A label: printable text, not only spaces.")
+    ttl: TtlText
     caps: CapsIn | None = Field(default=None, description="Limits; each one left out takes "
                                 "its default.")
 

@@ -13,7 +13,7 @@ import click
 
 from ampup_memory.cliutil import dumps, fail, progress, task_progress
 from ampup_memory.errors import AmpError
-from ampup_memory.memory.cli import SettingsOptions, _service
+from ampup_memory.memory.cli import SettingsOptions, _service, existing_scope
 from ampup_memory.settings import Settings
 
 
@@ -56,6 +56,8 @@ def rebuild_index(settings: Settings, only: str | None = None) -> dict[str, Any]
     # (and its embedder) first: a setting that cannot work fails before the long work.
     with _service(settings, replace_newer_index=only is None) as svc, \
             attached_feed(settings, svc) as feed:
+        if only is not None:  # a typo is one error line, not a rebuild of nothing
+            existing_scope(svc, only)
         commits = None
         if only is None:
             with progress() as bar:

@@ -28,16 +28,28 @@ def _integral(value: Any) -> Any:
 JsonInt = Annotated[int, BeforeValidator(_integral)]
 
 
+def validation_message(errors: list[dict[str, Any]]) -> str:
+    """A 422's ``message``: its first problem and where, so a client that shows only the
+    message (an SDK's exception, a log line) says what to fix, not just that something
+    was wrong: ``Request validation failed: body.type: Input should be …``."""
+    if not errors:
+        return "Request validation failed."
+    first = errors[0]
+    where = ".".join(str(part) for part in first.get("loc", []))
+    more = f" (and {len(errors) - 1} more in details.errors)" if len(errors) > 1 else ""
+    return f"Request validation failed: {where}: {first.get('msg', '')}{more}"
+
+
 def validation_errors(
-    exc: ValidationError, prefix: tuple[str, ...] = ("body",),
-    message: str = "Request validation failed.",
+    exc: ValidationError, prefix: tuple[str, ...] = ("body",), message: str | None = None,
 ) -> ValidationFailed:
     """Pydantic's errors in the envelope's ``details.errors`` shape. A ``prefix`` names
     the request part the model was read from (located); none leaves that to the caller."""
     errors = [
         {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
     ]
-    return ValidationFailed(message, errors, located=bool(prefix))
+    return ValidationFailed(message or validation_message(errors), errors,
+                            located=bool(prefix))
 
 
 def _reject_refused_json(raw: bytes, nul: bool) -> None:

@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 
 from ampup_memory.errors import AmpError, ValidationFailed, storage_down
+from ampup_memory.web.body import validation_message
 from ampup_memory.web.routing import serves
 
 log = logging.getLogger("ampup_memory")
@@ -123,7 +124,7 @@ def install(app: FastAPI) -> None:
             for e in exc.errors()
         ]
         return JSONResponse(
-            envelope("VALIDATION_ERROR", "Request validation failed.", {"errors": errors}),
+            envelope("VALIDATION_ERROR", validation_message(errors), {"errors": errors}),
             status_code=422,
         )
 
