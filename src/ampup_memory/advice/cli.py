@@ -35,7 +35,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         Without a judge model nothing is judged (and nothing fails). A session the model
         could not judge stays pending for the next pass; one whose answers were of the
-        wrong shape, or whose request the endpoint refused (HTTP 400: too long), on 3
+        wrong shape, or that the model endpoint refused (too long, say), on 3
         passes in a row is set aside (not asked again by this model).
         Prints the counts as JSON."""
         from ampup_memory.advice.judge import judge_pass
