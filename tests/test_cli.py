@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
-from tests.memory_support import QUIET, Memory, new_scope, serving
+from tests.memory_support import QUIET, Memory, cli_in_process, new_scope, serving
 from tests.server_process import ServerProcess
 
 HEAVY = ("pyiceberg", "pyarrow", "numpy", "wordllama", "fastapi")
@@ -179,7 +180,8 @@ def test_each_command_offers_only_its_own_settings(tmp_path: Path) -> None:
     assert "--port" not in flags("principal", "show")
 
 
-def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
+def test_a_command_takes_as_flags_the_settings_it_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A setting a command reads from the environment is also its flag (cli.md). `serve`
     runs the extraction and advice timers with the model settings yet refused
     `--model-base-url`; `advice cluster` and `compile` embed with the embedding settings,
@@ -188,11 +190,20 @@ def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
     sizes its pool, all without the flag. Each flag here is read: a value the
     setting refuses (or an embedder that cannot work) is that setting's one error line."""
     env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"))
+    # `serve` and `mcp` run in their own process: one that wrongly took its flag would
+    # serve (a timeout there, not a hung test).
     for args, says in (
             (["serve", "--port", "0", "--model-concurrency", "0"], "model_concurrency"),
             (["serve", "--port", "0", "--lease-seconds", "0"], "lease_seconds"),
             (["serve", "--port", "0", "--advice-trial-share", "2"], "advice_trial_share"),
-            (["mcp", "--advice-min-runs-for-note", "0"], "advice_min_runs_for_note"),
+            (["mcp", "--advice-min-runs-for-note", "0"], "advice_min_runs_for_note")):
+        _one_error_line(cli(env, *args, timeout=120), says)
+    # The rest through the CLI's own entry in this process (its exit codes and one-line
+    # errors, without a Python start of ~1.3 s each), with no setting of ours around it
+    # (clean_env's rule).
+    for name in [k for k in os.environ if k.startswith(("AMP_", "AMPUP_"))]:
+        monkeypatch.delenv(name)
+    for args, says in (
             (["advice", "cluster", "--advice-situation-min-similarity", "2"],
              "advice_situation_min_similarity"),
             (["advice", "cluster", "--embedding-provider", "openai-compatible"],
@@ -211,7 +222,7 @@ def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
             (["lifecycle", "run", "--embedding-provider", "openai-compatible"],
              "AMP_EMBEDDING_BASE_URL"),
             (["purge", "mem_x", "--store-pool-wait-seconds", "0"], "store_pool_wait_seconds")):
-        _one_error_line(cli(env, *args, timeout=120), says)
+        _one_error_line(cli_in_process(tmp_path / "home", {}, *args), says)
 
 
 def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
