@@ -370,7 +370,7 @@ def test_a_session_whose_answers_are_refused_on_every_pass_is_set_aside(
     assert _set_aside(srv, env, scope) == [("judge", scope, poison, "scripted-1")]
     # A new judge model asks again.
     done = cli_in_process(srv.home, {**env, "AMPUP_MEMORY_JUDGE_MODEL": "scripted-2"},
-                   "advice", "judge", "--scope", scope)
+                          "advice", "judge", "--scope", scope)
     assert done.returncode == 2 and json.loads(done.stdout)["failed"] == 1, done.stderr
     assert len(scripted_model.calls()) - calls == 2
     assert _set_aside(srv, env, scope) == []  # counted once for the new model, not aside
