@@ -28,8 +28,8 @@ from tests.memory_support import (
     BACKENDS,
     Memory,
     backend_env,
+    cli_in_process,
     new_scope,
-    run_cli,
     start,
 )
 from tests.model_support import ScriptedModel
@@ -163,7 +163,7 @@ def test_procedures_are_compiled_and_served_until_a_note_is_promoted(proc: Proc)
         report = proc.in_process("compile")
         assert report["scopes"][0]["failed"] == 1 and report["scopes"][0]["committed"] is None
         assert proc.procedures()["version"] is None
-    done = run_cli(proc.home, proc.env, "advice", "compile", "--scope", scope)
+    done = cli_in_process(proc.home, proc.env, "advice", "compile", "--scope", scope)
     assert done.returncode == 2, done.stderr
     assert json.loads(done.stdout)["scopes"][0]["failed"] == 1
     assert done.stderr.splitlines()[-1] == (
@@ -172,7 +172,7 @@ def test_procedures_are_compiled_and_served_until_a_note_is_promoted(proc: Proc)
 
     # The command compiles; the skill citing a unit never shown is rejected.
     model.script([{"match": "Refunds: check the order", "reply": answer(episode)}])
-    done = run_cli(proc.home, proc.env, "advice", "compile", "--scope", scope)
+    done = cli_in_process(proc.home, proc.env, "advice", "compile", "--scope", scope)
     assert done.returncode == 0, done.stderr
     got = proc.procedures()
     assert got["version"] and got["model"] == model.name
@@ -274,7 +274,7 @@ def test_answers_refused_on_every_pass_set_a_compile_and_a_situation_aside(
     calls = len(model.calls())
     for job, reason, what in (("compile", compile_reason, "scope"),
                               ("learn", learn_reason, "situation")):
-        done = run_cli(own.home, own.env, "advice", job, "--scope", scope)
+        done = cli_in_process(own.home, own.env, "advice", job, "--scope", scope)
         assert done.returncode == 0, done.stderr
         report = json.loads(done.stdout)["scopes"][0]
         assert (report["failed"], report["set_aside"]) == (0, 1), report
@@ -353,14 +353,14 @@ def test_requests_refused_set_a_compile_and_a_situation_aside_until_the_scope_go
         assert all("HTTP 400" in i["reason"] for i in r.json()["items"]), r.json()
     r = alice.get("/set-aside", params={"scope": scope, "kind": "learn"})
     assert [i["item"] for i in r.json()["items"]] == [sid], r.text
-    done = run_cli(own.home, own.env, "set-aside", "--kind", "compile")
+    done = cli_in_process(own.home, own.env, "set-aside", "--kind", "compile")
     assert done.returncode == 0, done.stderr
     assert scope in [json.loads(x)["item"] for x in done.stdout.splitlines()]
     # The workspace deleted: the route answers 404, and no listing keeps its records.
     assert alice.delete(f"/workspaces/{org}").status_code == 200
     r = alice.get("/set-aside", params={"scope": scope})
     assert (r.status_code, r.json()["error"]["code"]) == (404, "WORKSPACE_GONE"), r.text
-    done = run_cli(own.home, own.env, "set-aside")
+    done = cli_in_process(own.home, own.env, "set-aside")
     assert done.returncode == 0 and scope not in done.stdout, done.stdout
     svc = MemoryService.open(own.settings())
     try:

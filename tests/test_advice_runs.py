@@ -31,6 +31,7 @@ from tests.memory_support import (
     QUIET,
     Memory,
     backend_env,
+    cli_in_process,
     new_scope,
     run_cli,
     start,
@@ -304,7 +305,7 @@ def test_the_judge_command_exits_2_when_the_model_failed_on_any_session(
         sessions.append(ses)
     env = {**srv.env, "AMPUP_MEMORY_MODEL_RETRIES": "0"}
     scripted_model.script([], default={"status": 500})
-    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    done = cli_in_process(srv.home, env, "advice", "judge", "--scope", scope)
     assert done.returncode == 2, done.stderr
     assert json.loads(done.stdout)["failed"] == 3
     assert done.stderr.splitlines()[-1] == (
@@ -312,11 +313,11 @@ def test_the_judge_command_exits_2_when_the_model_failed_on_any_session(
     # One judged, two failed: still 2. All judged: 0.
     scripted_model.script([{"match": "rotate the keys", "reply": {"reward": 0.5}}],
                           default={"status": 500})
-    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    done = cli_in_process(srv.home, env, "advice", "judge", "--scope", scope)
     assert done.returncode == 2, done.stderr
     assert (json.loads(done.stdout)["judged"], json.loads(done.stdout)["failed"]) == (1, 2)
     scripted_model.script([], default={"reply": {"reward": 0.5}})
-    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    done = cli_in_process(srv.home, env, "advice", "judge", "--scope", scope)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["judged"] == 2
 
@@ -346,14 +347,14 @@ def test_a_session_whose_answers_are_refused_on_every_pass_is_set_aside(
     reason = "notes.note_x.applied: Input should be a valid boolean"
     env = {**srv.env, "AMPUP_MEMORY_MODEL_RETRIES": "0"}
     for n in range(1, UNUSABLE_PASSES):
-        done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+        done = cli_in_process(srv.home, env, "advice", "judge", "--scope", scope)
         assert done.returncode == 2, done.stderr
         report = json.loads(done.stdout)
         assert (report["judged"], report["failed"], report["set_aside"]) == (
             2 - n, 1, 0), report
         assert reason in done.stderr and "set aside" not in done.stderr, done.stderr
     calls = len(scripted_model.calls())
-    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    done = cli_in_process(srv.home, env, "advice", "judge", "--scope", scope)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert (report["judged"], report["failed"], report["set_aside"]) == (0, 0, 1), report
@@ -362,21 +363,21 @@ def test_a_session_whose_answers_are_refused_on_every_pass_is_set_aside(
     assert "warning: 1 session(s) set aside" in done.stderr, done.stderr
     assert len(scripted_model.calls()) - calls == 1
     # Set aside: pending still, and the next pass asks nothing.
-    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    done = cli_in_process(srv.home, env, "advice", "judge", "--scope", scope)
     assert done.returncode == 0 and json.loads(done.stdout)["set_aside"] == 1, done.stderr
     assert poison not in done.stderr and len(scripted_model.calls()) - calls == 1
     assert m.http.get(f"/sessions/{poison}").json()["judging"] == "pending"
     assert _set_aside(srv, env, scope) == [("judge", scope, poison, "scripted-1")]
     # A new judge model asks again.
-    done = run_cli(srv.home, {**env, "AMPUP_MEMORY_JUDGE_MODEL": "scripted-2"},
-                   "advice", "judge", "--scope", scope)
+    done = cli_in_process(srv.home, {**env, "AMPUP_MEMORY_JUDGE_MODEL": "scripted-2"},
+                          "advice", "judge", "--scope", scope)
     assert done.returncode == 2 and json.loads(done.stdout)["failed"] == 1, done.stderr
     assert len(scripted_model.calls()) - calls == 2
     assert _set_aside(srv, env, scope) == []  # counted once for the new model, not aside
 
 
 def _set_aside(srv: Served, env: dict[str, str], scope: str) -> list[tuple[str, ...]]:
-    done = run_cli(srv.home, env, "set-aside", "--scope", scope)
+    done = cli_in_process(srv.home, env, "set-aside", "--scope", scope)
     assert done.returncode == 0, done.stderr
     return [(i["kind"], i["scope"], i["item"], i["model"])
             for i in map(json.loads, done.stdout.splitlines())]
@@ -553,7 +554,7 @@ def test_the_judge_command_without_a_model_judges_nothing(srv: Served) -> None:
     scope = new_scope()
     ses = _ended_session(srv.m, srv, scope, [])
     env = {k: v for k, v in srv.env.items() if "_MODEL" not in k}
-    done = run_cli(srv.home, env, "advice", "judge", "--scope", scope)
+    done = cli_in_process(srv.home, env, "advice", "judge", "--scope", scope)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"judged": 0, "failed": 0, "skipped": 0,
                                           "set_aside": 0, "model": None}

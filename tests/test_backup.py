@@ -26,9 +26,9 @@ from tests.memory_support import (
     QUIET,
     Memory,
     bar_line,
+    cli_in_process,
     maintenance_lease_free,
     new_scope,
-    run_cli,
     serving,
     wait_until_lease_free,
 )
@@ -103,7 +103,7 @@ def test_backup_during_writes_restores_the_same_answers(tmp_path: Path) -> None:
         thread = threading.Thread(target=writer)
         thread.start()
         try:
-            done = run_cli(home, QUIET, "backup", str(dest))
+            done = cli_in_process(home, QUIET, "backup", str(dest))
         finally:
             stop.set()
             thread.join()
@@ -115,7 +115,7 @@ def test_backup_during_writes_restores_the_same_answers(tmp_path: Path) -> None:
         amp.close()
         mem.close()
 
-    restored = run_cli(fresh, QUIET, "restore", str(dest))
+    restored = cli_in_process(fresh, QUIET, "restore", str(dest))
     assert restored.returncode == 0, restored.stderr
     commits = json.loads(restored.stdout)["index"]["read_index_commits"]
     assert f"{commits}/{commits}" in bar_line(restored.stderr, "rebuilding the read index")
@@ -135,22 +135,22 @@ def test_restore_refuses_a_home_in_use_and_a_damaged_backup(tmp_path: Path) -> N
     home, dest = tmp_path / "home", tmp_path / "backup"
     with serving(home, QUIET) as server:
         Memory(server.url).write(new_scope(), "one note")
-    assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0
-    again = run_cli(home, QUIET, "backup", str(dest))
+    assert cli_in_process(home, QUIET, "backup", str(dest)).returncode == 0
+    again = cli_in_process(home, QUIET, "backup", str(dest))
     assert again.returncode == 2 and "not empty" in again.stderr
-    into_used = run_cli(home, QUIET, "restore", str(dest))
+    into_used = cli_in_process(home, QUIET, "restore", str(dest))
     assert into_used.returncode == 2 and "fresh home" in into_used.stderr
     manifest = json.loads((dest / "manifest.json").read_text())
     table = next(f for f in manifest["files"] if f["kind"] == "table")
     (dest / table["path"]).write_bytes(b"not parquet")
-    damaged = run_cli(tmp_path / "fresh", QUIET, "restore", str(dest))
+    damaged = cli_in_process(tmp_path / "fresh", QUIET, "restore", str(dest))
     assert damaged.returncode == 2 and "damaged" in damaged.stderr
     assert not (tmp_path / "fresh" / "catalog.db").exists()
 
 
 def test_backup_on_postgres_says_what_to_use_instead(tmp_path: Path) -> None:
     env = {**QUIET, "AMPUP_MEMORY_CATALOG_URI": "postgresql://u:secret@127.0.0.1:1/db"}
-    done = run_cli(tmp_path, env, "backup", str(tmp_path / "b"))
+    done = cli_in_process(tmp_path, env, "backup", str(tmp_path / "b"))
     assert done.returncode == 2
     assert "pg_dump" in done.stderr and "secret" not in done.stderr
 
@@ -185,7 +185,7 @@ def test_status_route_and_command(tmp_path: Path) -> None:
         warm = names["typed query warm-up"]
         assert (warm["enabled"], warm["interval_seconds"]) == (True, 0), warm
         mem.close()
-    done = run_cli(home, QUIET, "status")
+    done = cli_in_process(home, QUIET, "status")
     assert done.returncode == 0, done.stderr
     offline = json.loads(done.stdout)
     assert offline["scopes"][0]["commits"] == 3 and offline["timers"] is None
@@ -234,7 +234,7 @@ def _backup_of_one_scope(tmp_path: Path) -> Path:
             assert amp.post("/amp/v1/memories", json={
                 "type": "semantic", "content": {"text": "a cell"},
                 "identity": {"owner_id": "user_1", "owner_type": "user"}}).status_code == 201
-    assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0
+    assert cli_in_process(home, QUIET, "backup", str(dest)).returncode == 0
     return dest
 
 
@@ -247,7 +247,7 @@ def test_a_damaged_manifest_is_one_error_line(tmp_path: Path) -> None:
                  '{"format": 1, "files": [{"path": "amp.db"}]}',
                  '{"format": 1, "files": ["amp.db"]}'):
         (dest / "manifest.json").write_text(text)
-        done = run_cli(fresh, QUIET, "restore", str(dest))
+        done = cli_in_process(fresh, QUIET, "restore", str(dest))
         assert done.returncode == 2, (text, done.stderr)
         assert "Traceback" not in done.stderr and "manifest" in done.stderr, (text, done.stderr)
         assert not fresh.exists() or not any(fresh.iterdir())
@@ -272,12 +272,12 @@ def test_a_manifest_naming_no_table_of_ours_or_one_twice_is_refused(tmp_path: Pa
             edited = next(f for f in files if f["path"] == table["path"])
             edited["namespace"], edited["table"] = edit
         (dest / "manifest.json").write_text(json.dumps({**good, "files": files}))
-        done = run_cli(fresh, QUIET, "restore", str(dest))
+        done = cli_in_process(fresh, QUIET, "restore", str(dest))
         assert done.returncode == 2, (edit, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr and "damaged" in done.stderr, done.stderr
         assert not fresh.exists() or not any(fresh.iterdir())
     (dest / "manifest.json").write_text(json.dumps(good))
-    assert run_cli(fresh, QUIET, "restore", str(dest)).returncode == 0
+    assert cli_in_process(fresh, QUIET, "restore", str(dest)).returncode == 0
 
 
 def test_a_restore_that_fails_midway_leaves_the_home_as_it_was(tmp_path: Path) -> None:
@@ -304,11 +304,11 @@ def test_a_restore_that_fails_midway_leaves_the_home_as_it_was(tmp_path: Path) -
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     (fresh / "config.toml").write_text("# mine\n")
-    failed = run_cli(fresh, QUIET, "restore", str(bad))
+    failed = cli_in_process(fresh, QUIET, "restore", str(bad))
     assert failed.returncode == 2, failed.stderr
     assert "Traceback" not in failed.stderr and last["path"] in failed.stderr, failed.stderr
     assert sorted(p.name for p in fresh.iterdir()) == ["config.toml"]
-    restored = run_cli(fresh, QUIET, "restore", str(good))
+    restored = cli_in_process(fresh, QUIET, "restore", str(good))
     assert restored.returncode == 0, restored.stderr
 
 
@@ -319,7 +319,7 @@ def test_a_backup_of_a_home_with_no_stores_is_refused(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
     for home in (tmp_path / "missing", empty):
-        done = run_cli(home, QUIET, "backup", str(tmp_path / "bk"))
+        done = cli_in_process(home, QUIET, "backup", str(tmp_path / "bk"))
         assert done.returncode == 2, done.stderr
         assert "nothing to back up" in done.stderr and "sqlalche" not in done.stderr
         assert not (tmp_path / "bk").exists()
@@ -349,7 +349,7 @@ def test_a_backup_interrupted_midway_leaves_no_partial_folder(tmp_path: Path) ->
         with pytest.raises(KeyboardInterrupt):
             backup(Settings(**{"AMPUP_MEMORY_HOME": str(home)}), dest, interrupt)
         assert not dest.exists() or not any(dest.iterdir())
-        assert run_cli(home, QUIET, "backup", str(dest)).returncode == 0
+        assert cli_in_process(home, QUIET, "backup", str(dest)).returncode == 0
 
 
 def test_a_home_named_relatively_opens_from_anywhere(tmp_path: Path) -> None:
@@ -409,11 +409,11 @@ def test_a_backup_made_before_a_column_was_added_restores(tmp_path: Path) -> Non
     _rewrite_table(newer, ledger, lambda rows: rows.append_column(
         "from_the_future", pa.array(["x"] * rows.num_rows)))
 
-    refused = run_cli(tmp_path / "from-newer", QUIET, "restore", str(newer))
+    refused = cli_in_process(tmp_path / "from-newer", QUIET, "restore", str(newer))
     assert refused.returncode == 2 and "from_the_future" in refused.stderr, refused.stderr
     answers = []
     for name, backup in (("from-good", good), ("from-older", older)):
-        done = run_cli(tmp_path / name, QUIET, "restore", str(backup))
+        done = cli_in_process(tmp_path / name, QUIET, "restore", str(backup))
         assert done.returncode == 0, done.stderr
         with serving(tmp_path / name, QUIET) as server:
             mem = Memory(server.url)

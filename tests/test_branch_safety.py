@@ -8,6 +8,7 @@ merged into it keep its history one chain, with nothing lost.
 
 from __future__ import annotations
 
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -111,13 +112,17 @@ class _serving:  # noqa: N801 - a context manager read like a function
         self.proc.stop()
 
 
-WRITERS, COMMITS, SIDE_COMMITS = 4, 50, 5
+# Contention between the four processes starts at their first commits, so 25 each (100
+# concurrent commits, 4 x 50 before) still prove one chain; the merges are made to land
+# while the writers are mid-way (after a quarter, then half of their commits), which a
+# fixed sleep did not ensure.
+WRITERS, COMMITS, SIDE_COMMITS = 4, 25, 5
 
 
 @pytest.mark.parametrize("kind", BACKENDS)
 def test_writers_and_merges_keep_one_chain(kind: str, request: pytest.FixtureRequest,
                                            tmp_path: Path) -> None:
-    """Four server processes write 50 commits each to branch ``work`` while two other
+    """Four server processes write 25 commits each to branch ``work`` while two other
     branches, made from it, are merged into it from a fifth thread."""
     env = backend_env(kind, request)
     home = tmp_path / "home"
@@ -141,6 +146,9 @@ def test_writers_and_merges_keep_one_chain(kind: str, request: pytest.FixtureReq
                 assert r.status_code == 201, r.text
                 sides[name].append(r.json()["id"])
 
+        progress = threading.Condition()
+        acked = [0]  # the writers' commits so far
+
         def writer(i: int) -> list[str]:
             m = Memory(servers[i].url, f"writer{i}")
             ids = []
@@ -150,13 +158,18 @@ def test_writers_and_merges_keep_one_chain(kind: str, request: pytest.FixtureReq
                     "body": f"writer{i}: message {n}", "acl": ["*"]})
                 assert r.status_code == 201, r.text
                 ids.append(r.json()["id"])
+                with progress:
+                    acked[0] += 1
+                    progress.notify_all()
             return ids
 
         def merger() -> list[str]:
             m = Memory(servers[1].url, "merger")
             done = []
-            for name in sides:
-                time.sleep(0.5)
+            for k, name in enumerate(sides, start=1):
+                with progress:  # a writer that failed shows in its own result
+                    progress.wait_for(lambda k=k: acked[0] >= k * WRITERS * COMMITS // 4,
+                                      timeout=120)
                 r = m.http.post("/merge", json={"scope": scope, "from": name, "into": "work"})
                 assert r.status_code == 200 and r.json()["merged"], r.text
                 done.append(r.json()["commit"])

@@ -15,7 +15,7 @@ from typing import Any
 
 import httpx
 
-from tests.memory_support import QUIET, Memory, new_scope, serving
+from tests.memory_support import QUIET, Memory, cli_in_process, new_scope, serving
 from tests.server_process import ServerProcess
 
 HEAVY = ("pyiceberg", "pyarrow", "numpy", "wordllama", "fastapi")
@@ -30,6 +30,21 @@ def clean_env(**extra: str) -> dict[str, str]:
 def cli(env: dict[str, str], *args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args], env=env,
                           capture_output=True, text=True, timeout=timeout)
+
+
+def cli_here(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """`cli` through the CLI's own entry in this process (`cli_in_process`), with exactly
+    ``env`` as the environment: for a command whose output, exit code or error line is
+    under test, without a Python start (seconds each under load). `serve` and `mcp` stay
+    in `cli`: one that wrongly started would serve, not fail."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        return cli_in_process(Path(env["AMPUP_MEMORY_HOME"]), {}, *args)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
 
 
 def shown(env: dict[str, str], *args: str) -> dict[str, Any]:
@@ -188,11 +203,15 @@ def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
     sizes its pool, all without the flag. Each flag here is read: a value the
     setting refuses (or an embedder that cannot work) is that setting's one error line."""
     env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"))
+    # `serve` and `mcp` run in their own process: one that wrongly took its flag would
+    # serve (a timeout there, not a hung test).
     for args, says in (
             (["serve", "--port", "0", "--model-concurrency", "0"], "model_concurrency"),
             (["serve", "--port", "0", "--lease-seconds", "0"], "lease_seconds"),
             (["serve", "--port", "0", "--advice-trial-share", "2"], "advice_trial_share"),
-            (["mcp", "--advice-min-runs-for-note", "0"], "advice_min_runs_for_note"),
+            (["mcp", "--advice-min-runs-for-note", "0"], "advice_min_runs_for_note")):
+        _one_error_line(cli(env, *args, timeout=120), says)
+    for args, says in (
             (["advice", "cluster", "--advice-situation-min-similarity", "2"],
              "advice_situation_min_similarity"),
             (["advice", "cluster", "--embedding-provider", "openai-compatible"],
@@ -211,7 +230,7 @@ def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
             (["lifecycle", "run", "--embedding-provider", "openai-compatible"],
              "AMP_EMBEDDING_BASE_URL"),
             (["purge", "mem_x", "--store-pool-wait-seconds", "0"], "store_pool_wait_seconds")):
-        _one_error_line(cli(env, *args, timeout=120), says)
+        _one_error_line(cli_here(env, *args), says)
 
 
 def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
@@ -301,9 +320,9 @@ def test_a_user_or_acl_no_request_could_name_is_a_usage_error(tmp_path: Path) ->
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.txt").write_text("Acme budget is 40k.\n")
-    assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
-    assert cli(env, "branch", "create", "a/b", "feat", "--user", "u").returncode == 0
-    before = json.loads(cli(env, "status").stdout)["commits"]
+    assert cli_here(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
+    assert cli_here(env, "branch", "create", "a/b", "feat", "--user", "u").returncode == 0
+    before = json.loads(cli_here(env, "status").stdout)["commits"]
     bad = "bad user!"
     for args in (["load", str(corpus), "--scope", "a/c", "--acl", "*", "--user", bad],
                  ["close", "--scope", "a/b", "--entity", "e", "--predicate", "p",
@@ -314,16 +333,16 @@ def test_a_user_or_acl_no_request_could_name_is_a_usage_error(tmp_path: Path) ->
                  ["schema", "set", "a/b", "--builtin", "sales", "--user", bad],
                  ["keys", "create", "--agent", "a1", "--user", bad],
                  ["workspace", "list", "--user", bad]):
-        done = cli(env, *args)
+        done = cli_here(env, *args)
         _one_error_line(done, "--user", "invalid user id")
         assert done.stdout == "", (args, done.stdout)
     for args in (["load", str(corpus), "--scope", "a/c", "--acl", "bad acl"],
                  ["close", "--scope", "a/b", "--entity", "e", "--predicate", "p",
                   "--reason", "r", "--user", "u", "--acl", "nope"]):
-        done = cli(env, *args)
+        done = cli_here(env, *args)
         _one_error_line(done, "--acl", "invalid ACL entry")
-    assert json.loads(cli(env, "status").stdout)["commits"] == before
-    assert "no API keys" in cli(env, "keys", "list").stdout
+    assert json.loads(cli_here(env, "status").stdout)["commits"] == before
+    assert "no API keys" in cli_here(env, "keys", "list").stdout
 
 
 def _one_error_line(done: subprocess.CompletedProcess[str], *says: str) -> None:
@@ -363,14 +382,14 @@ def test_an_unknown_scope_is_one_error_line_naming_it(tmp_path: Path) -> None:
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.txt").write_text("hello\n")
-    assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
+    assert cli_here(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
     for args in (["advice", "cluster"], ["advice", "judge"], ["advice", "learn"],
                  ["advice", "compile"], ["maintenance"], ["extract"],
                  ["index", "rebuild"]):  # rebuilt nothing, exit 0
-        done = cli(env, *args, "--scope", "no/such")
+        done = cli_here(env, *args, "--scope", "no/such")
         _one_error_line(done, "NOT_FOUND", "no/such")
         assert done.stdout == "", (args, done.stdout)
-    known = cli(env, "advice", "cluster", "--scope", "a/b")
+    known = cli_here(env, "advice", "cluster", "--scope", "a/b")
     assert known.returncode == 0, known.stderr
     assert json.loads(known.stdout)["scopes"][0]["scope"] == "a/b"
 
@@ -385,19 +404,19 @@ def test_a_home_that_cannot_be_made_or_opened_is_one_line(tmp_path: Path) -> Non
     corpus.mkdir()
     (corpus / "a.md").write_text("hello\n")
     for args in (["keys", "create", "--agent", "agent_a"], ["status"],
-                 ["principal", "show", "alice"], ["load", str(corpus), "--scope", "acme/sales"],
-                 ["serve", "--port", "0"]):
-        _one_error_line(cli(env, *args, timeout=120), str(blocker / "home"))
+                 ["principal", "show", "alice"], ["load", str(corpus), "--scope", "acme/sales"]):
+        _one_error_line(cli_here(env, *args), str(blocker / "home"))
+    _one_error_line(cli(env, "serve", "--port", "0", timeout=120), str(blocker / "home"))
     # A listing makes nothing, so a home that cannot be made holds no keys.
-    listed = cli(env, "keys", "list", timeout=120)
+    listed = cli_here(env, "keys", "list")
     assert listed.returncode == 0 and listed.stdout.startswith("no API keys"), listed
 
     for store, args in (("amp.db", ["keys", "list"]), ("amp.db", ["status"]),
                         ("index.db", ["principal", "show", "alice"])):
         home = tmp_path / f"home-{store}-{args[0]}"
         (home / store).mkdir(parents=True)  # a folder where the SQLite file belongs
-        _one_error_line(cli(clean_env(AMPUP_MEMORY_HOME=str(home), **QUIET), *args,
-                            timeout=120), str(home / store))
+        _one_error_line(cli_here(clean_env(AMPUP_MEMORY_HOME=str(home), **QUIET), *args),
+                        str(home / store))
 
 
 def test_settings_that_cannot_work_and_a_database_down_are_one_line(tmp_path: Path) -> None:

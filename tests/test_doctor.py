@@ -7,7 +7,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from tests.memory_support import run_cli
+from tests.memory_support import cli_in_process
 from tests.model_support import ScriptedModel
 from tests.pg import PostgresFactory
 from tests.s3 import SECRET_KEY, S3Server, s3  # noqa: F401  (session fixture)
@@ -31,7 +31,7 @@ def test_doctor_says_ok_for_each_engine(postgres: PostgresFactory, s3: S3Server,
     url = postgres.new_database("doctor")
     env = {**s3.env(s3.new_bucket("doctor")), "AMP_STORE_URI": url,
            "AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url}
-    done = run_cli(tmp_path, env, "doctor")
+    done = cli_in_process(tmp_path, env, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = _lines(done.stdout)
     assert set(lines) == {"AMP store", "catalog", "warehouse", "index"}, done.stdout
@@ -53,7 +53,7 @@ def test_doctor_names_each_broken_engine(postgres: PostgresFactory, s3: S3Server
            "AMPUP_MEMORY_CATALOG_URI": good, "AMPUP_MEMORY_INDEX_URI": good,
            "AMPUP_MEMORY_MODEL_BASE_URL": f"http://127.0.0.1:{free_port()}/v1",
            "AMPUP_MEMORY_MODEL": "m"}
-    done = run_cli(tmp_path, env, "doctor")
+    done = cli_in_process(tmp_path, env, "doctor")
     assert done.returncode == 1, done.stdout + done.stderr
     lines = _lines(done.stdout)
     assert lines["AMP store"].startswith("FAIL") and "refused" in lines["AMP store"].lower()
@@ -67,8 +67,8 @@ def test_doctor_names_each_broken_engine(postgres: PostgresFactory, s3: S3Server
 
 
 def test_doctor_refuses_a_warehouse_it_cannot_use(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, {"AMPUP_MEMORY_WAREHOUSE": "s3:///prefix-without-bucket"},
-                   "doctor")
+    done = cli_in_process(tmp_path, {"AMPUP_MEMORY_WAREHOUSE": "s3:///prefix-without-bucket"},
+                          "doctor")
     assert done.returncode == 1
     assert "names no bucket" in _lines(done.stdout)["warehouse"]
     assert _lines(done.stdout)["AMP store"].startswith("ok")
@@ -83,28 +83,28 @@ def test_a_changed_warehouse_on_a_home_with_tables_is_refused(tmp_path: Path) ->
     home = tmp_path / "home"
     corpus = tmp_path / "a.txt"
     corpus.write_text("Dana: the renewal is set at 120 seats\n")
-    assert run_cli(home, {}, "load", str(corpus), "--scope", "acme/sales").returncode == 0
+    assert cli_in_process(home, {}, "load", str(corpus), "--scope", "acme/sales").returncode == 0
     moved = {"AMPUP_MEMORY_WAREHOUSE": f"file://{tmp_path / 'elsewhere'}"}
     for args in (("load", str(corpus), "--scope", "acme/other"),
                  ("serve", "--port", str(free_port()))):
-        done = run_cli(home, moved, *args)
+        done = cli_in_process(home, moved, *args)
         assert done.returncode == 2, (args, done.stdout, done.stderr)
         assert "tables were made under another one" in done.stderr, done.stderr
         assert f"{home}/warehouse/acme__sales" in done.stderr
         assert "Traceback" not in done.stderr
     assert not (tmp_path / "elsewhere").exists()  # nothing was written there
-    done = run_cli(home, moved, "doctor")
+    done = cli_in_process(home, moved, "doctor")
     assert done.returncode == 1
     lines = _lines(done.stdout)
     assert lines["warehouse"].startswith("FAIL"), lines
     assert "made under another one" in lines["warehouse"]
     assert lines["catalog"].startswith("ok"), lines
-    done = run_cli(home, {}, "load", str(corpus), "--scope", "acme/other")
+    done = cli_in_process(home, {}, "load", str(corpus), "--scope", "acme/other")
     assert done.returncode == 0, done.stderr
 
 
 def test_doctor_before_the_first_serve_says_the_home_will_be_created(tmp_path: Path) -> None:
-    done = run_cli(tmp_path / "not-yet", {}, "doctor")
+    done = cli_in_process(tmp_path / "not-yet", {}, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = _lines(done.stdout)
     for name in ("AMP store", "catalog", "index"):
@@ -114,7 +114,7 @@ def test_doctor_before_the_first_serve_says_the_home_will_be_created(tmp_path: P
     # A home that cannot be created (under a plain file) is a failure.
     blocker = tmp_path / "a-file"
     blocker.write_text("not a folder")
-    done = run_cli(blocker / "home", {}, "doctor")
+    done = cli_in_process(blocker / "home", {}, "doctor")
     assert done.returncode == 1
     assert "cannot be created" in _lines(done.stdout)["AMP store"], done.stdout
 
@@ -122,7 +122,7 @@ def test_doctor_before_the_first_serve_says_the_home_will_be_created(tmp_path: P
 def test_doctor_on_an_empty_home_leaves_it_empty(tmp_path: Path) -> None:
     home = tmp_path / "home"
     home.mkdir()
-    done = run_cli(home, {}, "doctor")
+    done = cli_in_process(home, {}, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = _lines(done.stdout)
     for name, file in (("AMP store", "amp.db"), ("catalog", "catalog.db"),
@@ -133,7 +133,7 @@ def test_doctor_on_an_empty_home_leaves_it_empty(tmp_path: Path) -> None:
 
 
 def test_an_empty_home_setting_is_a_settings_error(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, {"AMPUP_MEMORY_HOME": ""}, "doctor")
+    done = cli_in_process(tmp_path, {"AMPUP_MEMORY_HOME": ""}, "doctor")
     assert done.returncode != 0 and done.stdout == ""
     assert "invalid setting home (AMPUP_MEMORY_HOME)" in done.stderr, done.stderr
     assert "is empty" in done.stderr and "Traceback" not in done.stderr
@@ -143,6 +143,6 @@ def test_doctor_says_a_model_answered_in_plain_words(tmp_path: Path,
                                                     scripted_model: ScriptedModel) -> None:
     env = {"AMPUP_MEMORY_MODEL_BASE_URL": scripted_model.url + "/v1",
            "AMPUP_MEMORY_MODEL": "scripted"}
-    done = run_cli(tmp_path, env, "doctor")
+    done = cli_in_process(tmp_path, env, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     assert _lines(done.stdout)["model"].endswith("reachable: it listed its models"), done.stdout

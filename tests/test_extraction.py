@@ -29,6 +29,7 @@ from tests.memory_support import (
     QUIET,
     Memory,
     backend_env,
+    cli_in_process,
     new_scope,
     run_cli,
     start,
@@ -64,7 +65,9 @@ class Setup:
     def extract(self, *args: str, **env: str) -> tuple[int, list[dict[str, Any]], str]:
         import json
 
-        done = run_cli(self.home, self.env(**env), "extract", "--scope", self.scope, *args)
+        # In this process, but a pass armed to die at a fault point dies in its own.
+        run = run_cli if "AMPUP_MEMORY_TEST_FAULT" in env else cli_in_process
+        done = run(self.home, self.env(**env), "extract", "--scope", self.scope, *args)
         lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
         return done.returncode, lines, done.stderr
 
@@ -305,12 +308,12 @@ def test_an_episode_the_endpoint_refuses_is_passed_over_then_set_aside(s: Setup)
         assert r.status_code == 200 and r.json() == {"items": []}, r.text
     finally:
         bob.close()
-    done = run_cli(s.home, s.env(), "set-aside", "--scope", s.scope, "--kind", "extract")
+    done = cli_in_process(s.home, s.env(), "set-aside", "--scope", s.scope, "--kind", "extract")
     assert done.returncode == 0, done.stderr
     lines = [json.loads(x) for x in done.stdout.splitlines()]
     assert [(i["kind"], i["scope"], i["branch"], i["item"]) for i in lines] == [
         ("extract", s.scope, "main", poison)], lines
-    assert run_cli(s.home, s.env(), "set-aside", "--kind", "judge").stdout == ""
+    assert cli_in_process(s.home, s.env(), "set-aside", "--kind", "judge").stdout == ""
 
 
 def test_an_episode_set_aside_on_a_deleted_branch_is_listed_no_more(s: Setup) -> None:
@@ -347,7 +350,7 @@ def test_an_episode_set_aside_on_a_deleted_branch_is_listed_no_more(s: Setup) ->
     assert s.m.http.get("/set-aside", params={"scope": s.scope}).json()["items"] == []
     r = s.m.http.get("/extraction/set-aside", params={"scope": s.scope, "branch": "try"})
     assert r.status_code == 404, r.text
-    done = run_cli(s.home, s.env(), "set-aside", "--scope", s.scope)
+    done = cli_in_process(s.home, s.env(), "set-aside", "--scope", s.scope)
     assert (done.returncode, done.stdout) == (0, ""), done.stderr
     svc = MemoryService.open(Settings.model_validate({**s.env(),
                                                       "AMPUP_MEMORY_HOME": str(s.home)}))
@@ -478,7 +481,7 @@ def test_no_model_configured_runs_nothing_and_says_so(tmp_path: Path) -> None:
         assert "set AMPUP_MEMORY_MODEL_BASE_URL and AMPUP_MEMORY_MODEL" in err, err
         assert s.facts() == []
         # A bad scope is refused as every command refuses it, model or none.
-        bad = run_cli(s.home, s.env(), "extract", "--scope", "Not A Scope")
+        bad = cli_in_process(s.home, s.env(), "extract", "--scope", "Not A Scope")
         assert bad.returncode == 2 and "VALIDATION_ERROR: invalid scope" in bad.stderr
     finally:
         proc.stop()
@@ -578,7 +581,7 @@ def test_a_kill_9_of_the_server_mid_pass_leaves_every_batch_all_or_none(
     finally:
         proc.stop()
     # The read index rebuilt from the tables alone knows the same read marks.
-    done_cli = run_cli(tmp_path, quiet, "index", "rebuild")
+    done_cli = cli_in_process(tmp_path, quiet, "index", "rebuild")
     assert done_cli.returncode == 0, done_cli.stderr
     proc = start(tmp_path, quiet)
     try:
@@ -671,7 +674,7 @@ def test_a_dropped_workspace_takes_its_read_marks(s: Setup) -> None:
                 " 'm', NULL, 0, '{}', 0)"), {"s": f"{org}/team_1"})
     finally:
         engine.dispose()
-    done = run_cli(s.home, s.env(), "workspace", "gc")
+    done = cli_in_process(s.home, s.env(), "workspace", "gc")
     assert done.returncode == 0, done.stderr
     assert _read_marks(s, org + "/") == 0, json.dumps(done.stdout)
 

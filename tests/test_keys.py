@@ -14,15 +14,16 @@ import click
 import httpx
 import pytest
 
-from tests.memory_support import serving  # start(90): the first start sets up the stores
+# serving: start(90), the first start sets up the stores
+from tests.memory_support import cli_in_process, serving
 from tests.pg import PostgresFactory
 from tests.server_process import ServerProcess
 
 
 def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "AMPUP_MEMORY_HOME": str(home)}
-    return subprocess.run([sys.executable, "-m", "ampup_memory.cli", *args], env=env,
-                          capture_output=True, text=True, timeout=120)
+    """A `keys` command through the CLI's own entry in this process: what it prints and
+    its exit code are under test, not a Python start (seconds each under load)."""
+    return cli_in_process(home, {}, *args)
 
 
 def create_key(home: Path, *args: str) -> str:

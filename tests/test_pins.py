@@ -15,7 +15,15 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.memory_support import BACKENDS, QUIET, Memory, backend_env, new_scope, run_cli, start
+from tests.memory_support import (
+    BACKENDS,
+    QUIET,
+    Memory,
+    backend_env,
+    cli_in_process,
+    new_scope,
+    start,
+)
 
 BODY = "Acme renewal is in March.\n\nThe champion is Dana Reyes."
 AS_OF = "2030-01-01T00:00:00Z"  # fixed, so answers of two moments compare byte for byte
@@ -329,7 +337,7 @@ def test_pinned_reads_are_byte_identical_after_commits_and_maintenance(
         print(f"{COMMITS} commits over HTTP in {took:.1f} s")
         assert len(m.ledger(scope)) == COMMITS + 3
 
-        done = run_cli(home, dict(QUIET), "maintenance", "--orphan-grace", "0s")
+        done = cli_in_process(home, dict(QUIET), "maintenance", "--orphan-grace", "0s")
         assert done.returncode == 0, done.stderr
         from ampup_memory.memory.scopes import parse_scope
 
@@ -345,7 +353,7 @@ def test_pinned_reads_are_byte_identical_after_commits_and_maintenance(
         # Released: the next pass may expire what they held; later reads answer 410.
         assert m.http.delete(f"/pin/{held['id']}").status_code == 200
         assert m.http.delete(f"/snapshots/{snap}").status_code == 200
-        done = run_cli(home, dict(QUIET), "maintenance", "--orphan-grace", "0s")
+        done = cli_in_process(home, dict(QUIET), "maintenance", "--orphan-grace", "0s")
         assert done.returncode == 0, done.stderr
         assert facts_snapshot not in _held_snapshots(home, scope)
         assert error(m.facts(scope, "acme", pin=held["id"])) == (410, "PIN_RELEASED")
@@ -361,24 +369,24 @@ def test_cli_pin_and_snapshot(tmp_path: Path) -> None:
         m = Memory(proc.url)
         scope = new_scope()
         seed(m, scope, "March")
-        out = run_cli(home, dict(QUIET), "pin", "create", "--scope", scope, "--ttl", "1h",
-                      "--user", "alice")
+        out = cli_in_process(home, dict(QUIET), "pin", "create", "--scope", scope, "--ttl", "1h",
+                             "--user", "alice")
         assert out.returncode == 0, out.stderr
 
         held = json.loads(out.stdout)
         seed(m, scope, "June")
         assert m.facts(scope, "acme", pin=held["id"]).json()["facts"][0]["value"] == "March"
-        out = run_cli(home, dict(QUIET), "pin", "renew", held["id"], "--ttl", "2h",
-                      "--user", "alice")
+        out = cli_in_process(home, dict(QUIET), "pin", "renew", held["id"], "--ttl", "2h",
+                             "--user", "alice")
         assert out.returncode == 0 and json.loads(out.stdout)["expires_at"] > \
             held["expires_at"]
-        out = run_cli(home, dict(QUIET), "snapshot", "create", "--scope", scope,
-                      "--user", "alice")
+        out = cli_in_process(home, dict(QUIET), "snapshot", "create", "--scope", scope,
+                             "--user", "alice")
         assert out.returncode == 0, out.stderr
         snap = json.loads(out.stdout)
         assert m.facts(scope, "acme", snapshot=snap["id"]).json()["facts"][0]["value"] \
             == "June"
-        out = run_cli(home, dict(QUIET), "pin", "release", held["id"], "--user", "alice")
+        out = cli_in_process(home, dict(QUIET), "pin", "release", held["id"], "--user", "alice")
         assert out.returncode == 0, out.stderr
         assert error(m.facts(scope, "acme", pin=held["id"])) == (410, "PIN_RELEASED")
         m.close()

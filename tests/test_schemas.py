@@ -24,8 +24,8 @@ from tests.memory_support import (
     QUIET,
     Memory,
     backend_env,
+    cli_in_process,
     new_scope,
-    run_cli,
     serving,
     start,
 )
@@ -188,7 +188,7 @@ def test_with_keys_on_an_admin_write_is_committed_as_the_key_says(tmp_path: Path
     committed as the key's user and the admin token's as `admin`, whatever user the header
     names; admin_author read the header and let an admin commit as anyone."""
     def key(*args: str) -> str:
-        done = run_cli(tmp_path, {}, "keys", "create", *args)
+        done = cli_in_process(tmp_path, {}, "keys", "create", *args)
         assert done.returncode == 0, done.stderr
         return done.stdout.strip().splitlines()[-1]
 
@@ -714,30 +714,30 @@ def test_typed_query_errors(m: Memory) -> None:
 
 
 def test_schema_commands(tmp_path: Path) -> None:
-    listed = run_cli(tmp_path, QUIET, "schema", "list")
+    listed = cli_in_process(tmp_path, QUIET, "schema", "list")
     assert listed.returncode == 0 and "opportunity: name, account, stage" in listed.stdout
     assert "competitors*" in listed.stdout  # many-valued attributes are marked
     scope = new_scope()
-    made = run_cli(tmp_path, QUIET, "schema", "set", scope, "--builtin", "engineering")
+    made = cli_in_process(tmp_path, QUIET, "schema", "set", scope, "--builtin", "engineering")
     assert made.returncode == 0, made.stderr
     assert json.loads(made.stdout)["changed"] is True
-    shown = json.loads(run_cli(tmp_path, QUIET, "schema", "show", scope).stdout)
+    shown = json.loads(cli_in_process(tmp_path, QUIET, "schema", "show", scope).stdout)
     assert shown["name"] == "engineering" and shown["commit"]
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"name": "x", "entities": [{"name": "a", "attributes": [
         {"name": "b", "type": "ref", "entity": "nope"}]}]}))
-    refused = run_cli(tmp_path, QUIET, "schema", "set", scope, "--file", str(bad))
+    refused = cli_in_process(tmp_path, QUIET, "schema", "set", scope, "--file", str(bad))
     assert refused.returncode != 0 and "nope" in refused.stderr
-    assert json.loads(run_cli(tmp_path, QUIET, "schema", "show", scope).stdout)[
+    assert json.loads(cli_in_process(tmp_path, QUIET, "schema", "show", scope).stdout)[
         "name"] == "engineering"
     # Neither or both: the flags are named (the API's message named `builtin` and `schema`).
     for flags in ([], ["--builtin", "sales", "--file", str(bad)]):
-        refused = run_cli(tmp_path, QUIET, "schema", "set", scope, *flags)
+        refused = cli_in_process(tmp_path, QUIET, "schema", "set", scope, *flags)
         assert refused.returncode == 2 and refused.stderr == (
             "error: give one of --builtin NAME (sales, engineering or corpus) or --file "
             "PATH\n"), refused.stderr
-    builtin = json.loads(run_cli(tmp_path, QUIET, "schema", "show", "--builtin", "corpus"
-                                 ).stdout)
+    builtin = json.loads(cli_in_process(tmp_path, QUIET, "schema", "show", "--builtin", "corpus"
+                                        ).stdout)
     assert [e["name"] for e in builtin["entities"]] == ["document", "topic", "claim",
                                                         "definition"]
 
