@@ -167,7 +167,7 @@ def judge_pass(svc: MemoryService, model: ChatModel | None, scope: Scope | None 
             set_aside += 1
         except Refused as exc:
             failed += 1
-            log.warning("judge: session %s refused, stays pending: %s", session, exc.reason)
+            log.warning("judge: session %s refused, stays pending: %s", session, exc.message)
         except ModelUnavailable as exc:
             failed += 1
             log.warning("judge: session %s stays pending: %s", session, exc.message)

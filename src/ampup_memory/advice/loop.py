@@ -277,7 +277,7 @@ def learn_scope(svc: MemoryService, scope: Scope, model: ChatModel | None, rules
         except (Refused, ModelUnavailable) as exc:
             report["failed"] += 1
             log.warning("learn: situation %s keeps no note for now: %s", situation.id,
-                        exc.reason if isinstance(exc, Refused) else exc.message)
+                        exc.message)
             if asker.stopped:
                 break  # the endpoint refuses every request
             continue

@@ -138,7 +138,7 @@ def compile_scope(svc: MemoryService, scope: Scope, model: ChatModel, embedder: 
     except (Refused, ModelUnavailable) as exc:
         report["failed"] = 1
         log.warning("compile: scope %s keeps its procedures for now: %s", scope,
-                    exc.reason if isinstance(exc, Refused) else exc.message)
+                    exc.message)
         return report
     vectors = embedder.embed([match_text(s) for s in skills]) if skills else []
     procs = ProcedureSet(skills=tuple(skills), vectors=tuple(tuple(v) for v in vectors),

@@ -325,10 +325,10 @@ class Extractor:
                     except SetAside:
                         reads.append(_Read(ep, [], Counter({UNUSABLE: 1}), []))
                     except Refused as exc:
-                        out.refused, out.refusal = out.refused + 1, exc.reason
+                        out.refused, out.refusal = out.refused + 1, exc.message
                         held[ep.id] = ep
                         log.info("extraction: episode %s of %s/%s refused, left pending: %s",
-                                 ep.id, scope, branch, exc.reason)
+                                 ep.id, scope, branch, exc.message)
                     # Set aside by a counted refusal: read with no fact, in this batch.
                     aside = asker.settle(end=done + asked == len(todo))
                     reads.extend(_Read(held.pop(slot[-1]), [], Counter({REFUSED: 1}), [])

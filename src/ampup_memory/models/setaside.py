@@ -148,11 +148,13 @@ def ask_or_set_aside(index: Bookkeeping, slot: Sequence[str], item: str, key: st
 
 class Refused(Exception):
     """The endpoint refused this item's request (`chat.RequestRefused`), and the pass goes
-    on; `Asker` holds it to count toward setting the item aside."""
+    on; `Asker` holds it to count toward setting the item aside. ``message`` is the
+    endpoint's, named as on `chat.ModelUnavailable`, so a pass that treats both alike reads
+    it from either."""
 
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 class Asker:
