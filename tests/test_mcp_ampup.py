@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from jsonschema import Draft202012Validator
 from mcp import Client, StdioServerParameters
 
 from ampup_memory.search.embed import build_embedder
@@ -36,10 +37,12 @@ from ampup_memory.search.index.base import (
     Unit,
 )
 from ampup_memory.search.index.registry import open_index
+from ampup_memory.search.service import FactSearchRequest
 from ampup_memory.settings import Settings
 from tests.conftest import ADMIN_TOKEN
 from tests.server_process import ServerProcess, plain_client
 from tests.test_mcp import ADVICE_TOOLS, http_client_for, ok, refused
+from tests.test_mcp import text as text_of
 
 AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "branch_memory",
                "merge_memory", "search_memory",
@@ -252,6 +255,16 @@ async def test_read_tools_take_a_pin_and_a_snapshot(server: ServerProcess) -> No
                                     snapshot=snap["id"])
             held = json.loads(await ok(alice, "get_episode", scope=scope, id=first["id"],
                                        pin=pin["id"]))
+            # typed finds read a pin or snapshot as POST /query does (one function)
+            for hold in ({"pin": pin["id"]}, {"snapshot": snap["id"]}, {"pin": "pin_x"}):
+                ask = {"scope": scope, "find": "facts", "as_of": "2100-01-01T00:00:00Z", **hold}
+                typed = await alice.call_tool("query_memory", ask)
+                answer = http.post("/query", json=ask)
+                if answer.status_code == 200:
+                    assert json.loads(text_of(typed)) == answer.json(), hold
+                else:
+                    problem = answer.json()["error"]["details"]["errors"][0]
+                    assert text_of(typed) == f"Invalid request: pin: {problem['msg']}"
             assert http.delete(f"/pin/{pin['id']}").status_code == 200
         released = await refused(alice, "search_memory", scope=scope, query="x",
                                  pin=pin["id"])
@@ -410,6 +423,92 @@ async def test_a_bad_argument_is_named_as_the_tool_names_it(server: ServerProces
     assert no_limit.startswith("Invalid request: limit: "), no_limit
 
 
+async def test_every_tool_describes_its_arguments_with_the_bounds_the_server_keeps(
+        server: ServerProcess) -> None:
+    """What a model reads in tools/list: a valid JSON Schema per tool, every argument
+    described, the bounds of the REST model the tool's service checks (they were bare
+    titles: no `limit` 1..100, no `reward` -1..1), and for the AmpUp and advice tools no
+    unknown arguments, as the REST bodies allow none."""
+    async with as_user(server, "alice") as alice:
+        listed = {t.name: t.input_schema for t in (await alice.list_tools()).tools}
+    strict = AMPUP_TOOLS | ADVICE_TOOLS
+    for name, schema in listed.items():
+        Draft202012Validator.check_schema(schema)
+        undescribed = [a for a, p in schema["properties"].items() if not p.get("description")]
+        assert undescribed == [], name
+        assert schema.get("additionalProperties") is (False if name in strict else None), name
+
+    def bounds(tool: str, arg: str) -> dict[str, Any]:
+        prop = listed[tool]["properties"][arg]
+        branch = next((b for b in prop.get("anyOf", []) if b["type"] != "null"), prop)
+        return {k: v for k, v in branch.items()
+                if k in ("minimum", "maximum", "minLength", "maxLength", "minItems")}
+
+    rest_limit = FactSearchRequest.model_json_schema()["properties"]["limit"]
+    assert bounds("search_memory", "limit") == {"minimum": 1, "maximum": 100} == {
+        k: rest_limit[k] for k in ("minimum", "maximum")}
+    # passages take up to 100, typed finds up to 1000: each checked by its own service
+    assert bounds("query_memory", "limit") == {"minimum": 1}
+    assert bounds("reward_run", "reward") == bounds("end_session", "reward") == {
+        "minimum": -1.0, "maximum": 1.0}
+    assert bounds("remember_memory", "text") == {"minLength": 1, "maxLength": 1_000_000}
+    assert bounds("remember_memory", "acl") == bounds("start_session", "acl") == {
+        "minItems": 1}
+    assert bounds("get_advice", "task") == {"minLength": 1, "maxLength": 20_000}
+    assert bounds("remember_memory", "source") == {}  # a label, not POST /episodes' source
+    remember = Draft202012Validator(listed["remember_memory"])
+    assert remember.is_valid({"scope": "acme/sales", "text": "a note", "acl": ["*"]})
+    for bad in ({"scope": "Acme Sales", "text": "a note"}, {"scope": "acme/sales", "text": ""},
+                {"scope": "acme/sales", "text": "a", "tags": ["x"]}):
+        assert not remember.is_valid(bad), bad
+
+
+# A call the tool's argument check refuses (before the tool runs), and its one line: it was
+# pydantic's several-line report ("Error executing tool …", a link, the value's Python
+# repr), and an unknown argument was dropped without a word.
+BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
+    ("get_advice", {"scope": "acme/sales", "task": "x", "sesion": "ses_1"},
+     "Invalid request: sesion: Extra inputs are not permitted"),
+    ("remember_memory", {"scope": "acme/sales", "text": "a note", "tags": ["x"]},
+     "Invalid request: tags: Extra inputs are not permitted"),
+    ("remember_memory", {"scope": "acme/sales"}, "Invalid request: text: Field required"),
+    ("remember_memory", {"scope": "acme/sales", "text": 5},
+     "Invalid request: text: Input should be a valid string"),
+    ("remember_memory", {"scope": "acme/sales", "text": "a", "occurred_at": "2026-01-01T09:00"},
+     "Invalid request: occurred_at: Input should have timezone info"),
+    ("get_episode", {"scope": "acme/sales", "id": "a" * 64, "as_of": "yesterday"},
+     "Invalid request: as_of: Input should be an RFC 3339 time with an offset, "
+     "e.g. 2025-07-01T00:00:00Z"),
+    ("close_memory", {"scope": "acme/sales", "entity": "e", "predicate": "p", "reason": "r",
+                      "value": [1, 2]},
+     "Invalid request: value: Input is none of the types the input schema allows"),
+    ("end_session", {"session": "ses_1", "transcript": "t", "outcome": "o", "reward": "good"},
+     "Invalid request: reward: Input should be a valid number, unable to parse string as a "
+     "number"),
+    ("amp_recall", {"query": "x", "owner_id": "user_1", "limit": 1000},
+     "Invalid request: limit: Input should be less than or equal to 100"),
+]
+
+
+async def refuses_bad_calls_in_one_line(client: Client) -> None:
+    for tool, args, expected in BAD_CALLS:
+        assert await refused(client, tool, **args) == expected, (tool, args)
+    # The AMP tools keep the reference's leniency: an unknown argument is dropped.
+    assert await ok(client, "amp_list_memories", owner_id="user_nobody", extra=1) == (
+        "No memories found.")
+
+
+async def test_arguments_the_schema_refuses_are_one_line_errors(server: ServerProcess) -> None:
+    async with as_user(server, "alice") as alice:
+        await refuses_bad_calls_in_one_line(alice)
+        # the same words as the service's own check of as_of (search_memory takes text)
+        searched = await refused(alice, "search_memory", scope="acme/sales", query="x",
+                                 as_of="yesterday")
+    assert searched == BAD_CALLS[5][2]
+    with rest(server, "alice") as http:  # the refused note was not stored
+        assert http.get("/episodes", params={"scope": "acme/sales"}).json()["total"] == 0
+
+
 async def test_remember_memory_refuses_an_empty_acl_as_post_episodes_does(
         server: ServerProcess) -> None:
     # An empty list is not "no acl": POST /episodes and the other tools refuse it, and
@@ -457,6 +556,7 @@ async def test_stdio_acts_for_the_configured_user(tmp_path: Path) -> None:
     async with stdio_as(tmp_path, None) as client:
         refusal = await refused(client, "get_episode", scope=scope, id=note["id"])
         stored = await ok(client, "amp_remember", content="still works", owner_id="user_1")
+        await refuses_bad_calls_in_one_line(client)
     assert "AMPUP_MEMORY_MCP_USER" in refusal and "\n" not in refusal
     assert stored.startswith("Memory stored: ")
 

@@ -9,10 +9,12 @@ from typing import Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
+from pydantic import BaseModel
 
 from ampup_memory.advice import mcp_tools as advice_tools
 from ampup_memory.auth import Caller
 from ampup_memory.mcp.ampup import user_env
+from ampup_memory.mcp.arguments import publish
 from ampup_memory.mcp.tools import TOOLSETS, ToolContext, ToolEnv
 
 
@@ -113,6 +115,32 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         `outcome`. Give `reward` (-1..1) if you know how it went; otherwise the judge model
         (when one is configured) rewards it later. A session ends once."""
         return await uenv.reply(ctx, end, session, transcript, outcome, reward, reason)
+
+    for name, (model, texts) in advice_arguments().items():
+        publish(server, name, texts=texts, models=(model,))
+
+
+def advice_arguments() -> dict[str, tuple[type[BaseModel], dict[str, str]]]:
+    """Per tool: the REST request model its service checks (bounds and texts for its
+    input schema, `publish`) and what a model needs to know beyond it."""
+    from ampup_memory.advice.loop import AdviceRequest
+    from ampup_memory.advice.runs import RecordRun, RewardRun
+    from ampup_memory.advice.sessions import EndSession, StartSession
+
+    return {
+        "get_advice": (AdviceRequest, {
+            "task": "The task you are about to do, in a sentence."}),
+        "record_run": (RecordRun, {"outcome": "How it turned out."}),
+        "reward_run": (RewardRun, {"reason": "Why this reward."}),
+        "start_session": (StartSession, {"task": "What the session is for."}),
+        "end_session": (EndSession, {
+            "session": "The id start_session gave (ses_…).",
+            "transcript": "A short account of what happened in the session.",
+            "outcome": "How it turned out.",
+            "reward": "-1 (failed badly) to 1 (went well); leave it out to let the judge "
+                      "model reward the session later.",
+        }),
+    }
 
 
 TOOLSETS.append(register_advice_tools)

@@ -18,9 +18,11 @@ from typing import Any, Literal
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
+from pydantic import BaseModel
 
 from ampup_memory.auth import Caller
 from ampup_memory.errors import ServiceUnavailable, Unauthenticated
+from ampup_memory.mcp.arguments import publish
 from ampup_memory.mcp.tools import TOOLSETS, ToolContext, ToolEnv
 from ampup_memory.memory import mcp_tools as memory_tools
 from ampup_memory.search import mcp_tools as search_tools
@@ -136,12 +138,8 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
             from ampup_memory.memory.query import run as typed_query
             from ampup_memory.memory.service import build
 
-            if pin is not None or snapshot is not None:  # held: exactly an at_commit read
-                held = memory.holds.resolve(scope, branch, at_commit, pin, snapshot)
-                scope, at_commit = str(held[0]), held[2]
-                branch = None if held[1] is None else str(held[1])
             req = build(TypedQuery, scope=scope, find=find, limit=limit, branch=branch,
-                        at_commit=at_commit,
+                        at_commit=at_commit, pin=pin, snapshot=snapshot,
                         **{k: v for k, v in typed.items() if v is not None})
             return _json(typed_query(memory, user, req))
         return _json(search_tools.query_memory(search(), user, scope, query or "", find=find,
@@ -289,6 +287,76 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return await uenv.reply(ctx, find_passages, scope, query, find, limit, tz, branch,
                                 at_commit, pin, snapshot, type, entity, predicate, where,
                                 select, order_by, offset, as_of, slots=slots)
+
+    for name, (models, texts) in ampup_arguments().items():
+        # remember_memory's source is a label inside the episode's source, not the source
+        publish(server, name, texts=texts, models=models,
+                renames={"text": "body", "source": "from"},
+                own=("source",) if name == "remember_memory" else ())
+
+
+def ampup_arguments() -> dict[str, tuple[tuple[type[BaseModel], ...], dict[str, str]]]:
+    """Per tool: the REST request models its service checks (their bounds and texts go
+    into its input schema, `publish`) and what a model needs to know beyond them."""
+    from ampup_memory.memory.api import DocumentRequest
+    from ampup_memory.memory.branches import CreateBranch, MergeRequest
+    from ampup_memory.memory.episodes import WriteEpisode
+    from ampup_memory.memory.facts import CloseValue
+    from ampup_memory.memory.query import TypedQuery
+    from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest
+
+    when = "an RFC 3339 time with an offset (2025-07-01T09:30:00Z)"
+    return {
+        "remember_memory": ((WriteEpisode,), {
+            "text": "The note to keep.",
+            "source": "A short label of where the note came from (default chat); the "
+                      "episode's source is mcp:remember_memory:<you>:<source>.",
+            "occurred_at": f"When it happened, {when} (default now).",
+        }),
+        "get_episode": ((DocumentRequest,), {
+            "id": "An episode id (64 hex characters), as search_memory's last line lists "
+                  "them. Give id or document, not both.",
+            "document": "A document key: its newest version you may read.",
+            "as_of": f"With document: the version current at {when}.",
+        }),
+        "close_memory": ((CloseValue,), {
+            "entity": "The entity whose value ends (acme, deal:42).",
+            "predicate": "The attribute that ends (budget, owner).",
+            "acl": "Who may read the reason: '*', 'user:<id>', 'group:<id>' or "
+                   "'role:<name>' (default: the entries the closed value's episodes share).",
+        }),
+        "branch_memory": ((CreateBranch,), {
+            "source": "The branch to fork (default main).",
+            "at_commit": "Fork at this commit of source instead of its head.",
+        }),
+        "merge_memory": ((MergeRequest,), {
+            "source": "The branch to merge in.",
+            "into": "The branch merged into (default main).",
+            "message": "The merge commit's message.",
+            "dry_run": "Report what would merge and write nothing.",
+        }),
+        "search_memory": ((FactSearchRequest,), {
+            "query": "What to look for: a question or keywords.",
+            "as_of": f"Values current at {when} (default now).",
+            "limit": "How many facts at most.",
+            "tz": "IANA time zone (Europe/Berlin) for calendar words such as 'last week' "
+                  "(default UTC).",
+        }),
+        "query_memory": ((PassageQueryRequest, TypedQuery), {
+            "query": "Words to find passages for; needed for find: passages.",
+            "find": "passages (default): ranked source text; facts or entities: a typed "
+                    "query over current values.",
+            "limit": "How many results at most (passages up to 100, facts and entities up "
+                     "to 1000).",
+            "where": "facts and entities: conditions [{attribute, op, value}], op one of "
+                     "eq, ne, lt, lte, gt, gte, in, contains.",
+            "order_by": "entities: sort by [{attribute, desc}].",
+            "offset": "facts and entities: skip this many (paging).",
+            "as_of": f"facts and entities: values current at {when} (default now).",
+            "tz": "IANA time zone (Europe/Berlin) for calendar words such as 'last week' "
+                  "(default UTC).",
+        }),
+    }
 
 
 TOOLSETS.append(register_ampup_tools)

@@ -40,6 +40,7 @@ from ampup_memory.errors import (
     refuse_nul,
     storage_down,
 )
+from ampup_memory.mcp.arguments import publish
 from ampup_memory.web.body import validation_errors
 
 if TYPE_CHECKING:
@@ -273,6 +274,38 @@ def register_amp_tools(server: MCPServer[Any], env: ToolEnv) -> None:
     async def amp_get(memory_id: str, ctx: ToolContext) -> CallToolResult:
         """Read one memory cell by id, as AMP JSON. Counts as an access (resets decay)."""
         return await env.reply(ctx, ops.get, memory_id)
+
+    for name, texts in AMP_ARGUMENTS.items():
+        publish(server, name, texts=texts, strict=False)
+
+
+AMP_ARGUMENTS: dict[str, dict[str, str]] = {
+    "amp_remember": {
+        "content": "The text to remember.",
+        "owner_id": "The user the memory is about and belongs to (user_123).",
+        "type": "episodic (an event), semantic (a fact) or procedural (how to do something).",
+        "importance": "0 (trivial) to 1 (critical).",
+        "readable_by": "Agent-id patterns ('*' is a wildcard: agent_billing_*) that may read "
+                       "it besides you and the owner.",
+    },
+    "amp_recall": {
+        "query": "What to look for, in words.",
+        "owner_id": "Whose memories to search.",
+        "limit": "How many memories at most.",
+        "include_stale": "Also return memories whose relevance has decayed.",
+    },
+    "amp_forget": {
+        "memory_id": "The memory's id (mem_…).",
+        "owner_id": "Its owner: a guard against forgetting another owner's memory.",
+    },
+    "amp_list_memories": {
+        "owner_id": "Whose memories to list.",
+        "type": "Only memories of this type.",
+        "limit": "How many memories at most.",
+    },
+    "amp_get": {"memory_id": "The memory's id (mem_…)."},
+}
+"""The AMP tools' argument descriptions (`publish`); their bounds are in the signatures."""
 
 
 TOOLSETS: list[Toolset] = [register_amp_tools]
