@@ -111,7 +111,12 @@ def post_fact(http: httpx.Client, scope: str, episode: str, predicate: str, valu
 async def test_ampup_tools_are_listed_beside_the_amp_tools(server: ServerProcess) -> None:
     async with as_user(server, "alice") as client:
         listed = {t.name: t.input_schema for t in (await client.list_tools()).tools}
+        instructions = client.instructions or ""
     assert AMPUP_TOOLS <= set(listed) and "amp_remember" in listed
+    # what a model reads at connection names every tool family and the advice loop's order
+    assert all(name in instructions for name in AMPUP_TOOLS | ADVICE_TOOLS)
+    assert (instructions.index("start_session") < instructions.index("get_advice")
+            < instructions.index("end_session"))
     assert listed["remember_memory"]["required"] == ["scope", "text"]
     assert listed["get_episode"]["required"] == ["scope"]
     assert listed["close_memory"]["required"] == ["scope", "entity", "predicate", "reason"]
@@ -408,9 +413,14 @@ async def test_errors_are_one_line_tool_errors(server: ServerProcess) -> None:
                              document="d")
         bad_time = await refused(alice, "search_memory", scope="acme/sales", query="x",
                                  as_of="yesterday")
+        # an episode id names one version: as_of with it was ignored without a word
+        dated = await refused(alice, "get_episode", scope="acme/sales", id="a" * 64,
+                              as_of="2025-01-01T00:00:00Z")
     for text in (no_user, bad_scope, both, bad_time):
         assert "\n" not in text and "Traceback" not in text, text
     assert "scope" in bad_scope and "as_of" in bad_time
+    assert dated == ("Invalid request: as_of: as_of picks a version of a document: give it "
+                     "with document, not with id")
 
 
 async def test_a_bad_argument_is_named_as_the_tool_names_it(server: ServerProcess) -> None:

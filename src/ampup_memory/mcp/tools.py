@@ -308,6 +308,20 @@ AMP_ARGUMENTS: dict[str, dict[str, str]] = {
 """The AMP tools' argument descriptions (`publish`); their bounds are in the signatures."""
 
 
+INSTRUCTIONS = (
+    "Shared long-term memory. amp_* tools: AMP v0.1 memory cells, private to you and their "
+    "owner unless you name readers in readable_by. remember_memory, search_memory, "
+    "query_memory, get_episode, close_memory, branch_memory, merge_memory: AmpUp Memory's "
+    "team memory (episodes and cited facts per org/team scope), read under its ACLs. "
+    "Learning from your work: call start_session when a conversation starts and get_advice "
+    "with the task and that session before substantive work (it answers the steps that "
+    "worked for this kind of task, or null); end_session with a short transcript and the "
+    "outcome when the conversation ends. Work outside a session: record_run, then "
+    "reward_run once its outcome is known."
+)
+"""What a client reads at connection: which tools do what, and the advice loop's order
+(the seed's learning loop), which no single tool's description can say."""
+
 TOOLSETS: list[Toolset] = [register_amp_tools]
 """Every toolset `build_server` registers; `ampup_memory.mcp.ampup` and `.advice` append theirs."""
 
@@ -320,10 +334,7 @@ def build_server(runtime: Runtime, identity: IdentityResolver,
     server: MCPServer[Any] = MCPServer(
         SERVER_NAME,
         version="0.1.0",
-        instructions="Shared long-term memory. amp_* tools: AMP v0.1 memory cells, private "
-        "to you and their owner unless you name readers in readable_by. remember_memory, "
-        "search_memory, query_memory, get_episode, close_memory: AmpUp Memory's team "
-        "memory (episodes and cited facts per org/team scope), read under its ACLs.",
+        instructions=INSTRUCTIONS,
         log_level="WARNING",
     )
     if toolsets is None:

@@ -60,6 +60,9 @@ def get_episode(svc: MemoryService, caller: Caller, *, scope: str, id: str | Non
     user = caller_user(caller)
     if (id is None) == (document is None):
         raise field_error(["id"], "give exactly one of id and document")
+    if id is not None and as_of is not None:  # an id names one version; it was ignored
+        raise field_error(["as_of"], "as_of picks a version of a document: give it with "
+                          "document, not with id")
     view = read_view(svc, scope, branch, at_commit, pin, snapshot)
     if id is not None:
         return svc.get_episode(user, id, view)
