@@ -429,8 +429,12 @@ async def test_a_bad_argument_is_named_as_the_tool_names_it(server: ServerProces
     async with as_user(server, "alice") as alice:
         no_query = await refused(alice, "search_memory", scope=scope, query="")
         no_limit = await refused(alice, "query_memory", scope=scope, query="x", limit=0)
+        # no query at all is what POST /query says of a body without one (it was "at
+        # least 1 character", as if an empty one had been sent)
+        left_out = await refused(alice, "query_memory", scope=scope)
     assert no_query.startswith("Invalid request: query: "), no_query
     assert no_limit.startswith("Invalid request: limit: "), no_limit
+    assert left_out == "Invalid request: query: Field required"
 
 
 async def test_every_tool_describes_its_arguments_with_the_bounds_the_server_keeps(

@@ -142,7 +142,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
                         at_commit=at_commit, pin=pin, snapshot=snapshot,
                         **{k: v for k, v in typed.items() if v is not None})
             return _json(typed_query(memory, user, req))
-        return _json(search_tools.query_memory(search(), user, scope, query or "", find=find,
+        return _json(search_tools.query_memory(search(), user, scope, query, find=find,
                                                limit=limit, tz=tz, branch=branch,
                                                at_commit=at_commit, pin=pin,
                                                snapshot=snapshot))

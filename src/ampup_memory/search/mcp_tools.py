@@ -47,7 +47,7 @@ def query_memory(
     service: SearchService,
     user: str,
     scope: str,
-    query: str,
+    query: str | None,
     find: str = "passages",
     limit: int = 10,
     tz: str | None = None,
@@ -56,12 +56,15 @@ def query_memory(
     pin: str | None = None,
     snapshot: str | None = None,
 ) -> dict[str, Any]:
-    """Episode passages ranked the same way; needs no extraction model."""
+    """Episode passages ranked the same way; needs no extraction model. A ``query`` of
+    None is left out of the request, so it is refused as POST /query refuses a body
+    without one (``query: Field required``), not as an empty one."""
+    body = {"scope": scope, "find": find, "limit": limit, "tz": tz, "branch": branch,
+            "at_commit": at_commit, "pin": pin, "snapshot": snapshot}
+    if query is not None:
+        body["query"] = query
     try:
-        req = PassageQueryRequest.model_validate({
-            "scope": scope, "find": find, "query": query, "limit": limit, "tz": tz,
-            "branch": branch, "at_commit": at_commit, "pin": pin, "snapshot": snapshot,
-        })
+        req = PassageQueryRequest.model_validate(body)
     except ValidationError as exc:
         raise validation_errors(exc, ()) from exc
     return service.query(user, req)
