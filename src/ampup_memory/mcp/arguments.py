@@ -20,6 +20,7 @@ the value's Python repr. `publish` fixes all three for one tool:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
 
@@ -96,6 +97,13 @@ def _branch(prop: dict[str, Any]) -> dict[str, Any]:
     return branches[0] if len(branches) == 1 else prop
 
 
+@functools.cache
+def _properties(model: type[BaseModel]) -> dict[str, Any]:
+    """A REST model's field schemas, built once (pydantic builds the schema anew per call)."""
+    properties: dict[str, Any] = model.model_json_schema(by_alias=True)["properties"]
+    return properties
+
+
 def _rest_field(models: Iterable[type[BaseModel]], name: str) -> tuple[str | None,
                                                                        dict[str, Any]]:
     """A field's description and bounds in the REST models; a bound the models disagree on
@@ -104,7 +112,7 @@ def _rest_field(models: Iterable[type[BaseModel]], name: str) -> tuple[str | Non
     bounds: dict[str, Any] = {}
     dropped: set[str] = set()
     for model in models:
-        prop = model.model_json_schema(by_alias=True)["properties"].get(name)
+        prop = _properties(model).get(name)
         if prop is None:
             continue
         branch = _branch(prop)
