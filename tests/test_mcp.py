@@ -254,7 +254,13 @@ async def test_bad_arguments_are_clear_tool_errors(connect: Connect, uid: str) -
                                  type="dream")
         too_many = await refused(client, "amp_recall", query="x", owner_id=f"u_{uid}",
                                  limit=1000)
-    assert blank == "Invalid request: content.text: Value error, content.text must not be blank"
+        no_owner = await refused(client, "amp_remember", content="x", owner_id="")
+        bad_reader = await refused(client, "amp_remember", content="x", owner_id=f"u_{uid}",
+                                   readable_by=["agent_ok", "bad pattern"])
+    # named as the tool names its arguments, not by the cell's fields (content.text, ...)
+    assert blank == "Invalid request: content: Value error, content.text must not be blank"
+    assert no_owner == "Invalid request: owner_id: String should have at least 1 character"
+    assert bad_reader.startswith("Invalid request: readable_by.1: "), bad_reader
     assert "importance" in too_important and "less than or equal to 1" in too_important
     assert "type" in bad_type and "'semantic'" in bad_type
     assert "limit" in too_many and "less than or equal to 100" in too_many

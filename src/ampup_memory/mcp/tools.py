@@ -171,6 +171,12 @@ def _lines(cells: Iterable[dict[str, Any]]) -> str:
     return "\n".join(lines) if lines else NO_MEMORIES
 
 
+# Where amp_remember's arguments sit in the cell it writes.
+CELL_ARGUMENTS = {("content", "text"): "content", ("identity", "owner_id"): "owner_id",
+                  ("scoring", "importance"): "importance",
+                  ("access_policy", "readable_by"): "readable_by"}
+
+
 @dataclass(frozen=True)
 class AmpOps:
     """The AMP tools' work, transport-free: each takes the caller and returns the reply."""
@@ -187,7 +193,16 @@ class AmpOps:
         }
         if readable_by is not None:
             body["access_policy"] = {"readable_by": readable_by}
-        cell = self.amp.create(caller.agent_id, json.dumps(body).encode("utf-8"))
+        try:
+            cell = self.amp.create(caller.agent_id, json.dumps(body).encode("utf-8"))
+        except ValidationFailed as exc:
+            # The cell's fields are this tool's arguments: name the one the caller gave.
+            for err in exc.details["errors"]:
+                loc = err["loc"][1:] if err["loc"][:1] == ["body"] else err["loc"]
+                arg = CELL_ARGUMENTS.get(tuple(loc[:2]))
+                if arg is not None:
+                    err["loc"] = [arg, *loc[2:]]
+            raise
         return f"Memory stored: {cell.id}"
 
     def recall(self, caller: Caller, query: str, owner_id: str, limit: int,
