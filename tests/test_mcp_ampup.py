@@ -435,6 +435,11 @@ async def test_a_bad_argument_is_named_as_the_tool_names_it(server: ServerProces
     assert no_query.startswith("Invalid request: query: "), no_query
     assert no_limit.startswith("Invalid request: limit: "), no_limit
     assert left_out == "Invalid request: query: Field required"
+    async with as_user(server, "alice") as alice:  # POST /branches' and /merge's `from`
+        fork = await refused(alice, "branch_memory", scope=scope, name="b1", source="Bad!")
+        join = await refused(alice, "merge_memory", scope=scope, source="Bad!")
+    assert fork.startswith("Invalid request: source: invalid branch name"), fork
+    assert join == fork
 
 
 async def test_every_tool_describes_its_arguments_with_the_bounds_the_server_keeps(

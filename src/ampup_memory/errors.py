@@ -21,6 +21,7 @@ nothing else builds an error body.
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 
@@ -127,6 +128,19 @@ class ValidationFailed(AmpError):
                  located: bool = False) -> None:
         super().__init__(message, details={"errors": errors or []})
         self.located = located
+
+    def rename(self, names: Mapping[tuple[str, ...], str]) -> None:
+        """Name each field at fault as the caller named it, where a face fills a request
+        field from an argument of another name (an MCP tool's ``text`` is the episode's
+        ``body``; amp_remember's ``owner_id`` is ``identity.owner_id``): ``names`` maps a
+        field's path to the argument. A located ``loc`` loses its source (``body``): the
+        argument is not in an HTTP request."""
+        for err in self.details["errors"]:
+            loc = err["loc"][1:] if self.located else err["loc"]
+            for path, arg in names.items():
+                if tuple(loc[:len(path)]) == path:
+                    err["loc"] = [arg, *loc[len(path):]]
+                    break
 
 
 class RateLimited(AmpError):

@@ -172,9 +172,9 @@ def _lines(cells: Iterable[dict[str, Any]]) -> str:
 
 
 # Where amp_remember's arguments sit in the cell it writes.
-CELL_ARGUMENTS = {("content", "text"): "content", ("identity", "owner_id"): "owner_id",
-                  ("scoring", "importance"): "importance",
-                  ("access_policy", "readable_by"): "readable_by"}
+CELL_ARGUMENTS: dict[tuple[str, ...], str] = {
+    ("content", "text"): "content", ("identity", "owner_id"): "owner_id",
+    ("scoring", "importance"): "importance", ("access_policy", "readable_by"): "readable_by"}
 
 
 @dataclass(frozen=True)
@@ -196,12 +196,7 @@ class AmpOps:
         try:
             cell = self.amp.create(caller.agent_id, json.dumps(body).encode("utf-8"))
         except ValidationFailed as exc:
-            # The cell's fields are this tool's arguments: name the one the caller gave.
-            for err in exc.details["errors"]:
-                loc = err["loc"][1:] if err["loc"][:1] == ["body"] else err["loc"]
-                arg = CELL_ARGUMENTS.get(tuple(loc[:2]))
-                if arg is not None:
-                    err["loc"] = [arg, *loc[2:]]
+            exc.rename(CELL_ARGUMENTS)
             raise
         return f"Memory stored: {cell.id}"
 

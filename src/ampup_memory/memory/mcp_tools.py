@@ -42,10 +42,7 @@ def remember_memory(svc: MemoryService, caller: Caller, *, scope: str, text: str
             body=text, acl=own_acl(user) if acl is None else acl, about=about,
             occurred_at=occurred_at, document=document)
     except ValidationFailed as exc:
-        # The episode's ``body`` is this tool's ``text``: name the argument the caller gave.
-        for err in exc.details["errors"]:
-            if err["loc"][:1] == ["body"]:
-                err["loc"] = ["text", *err["loc"][1:]]
+        exc.rename({("body",): "text"})  # the episode's body is this tool's text
         raise
     episode_id, new, holder = svc.write_episode(user, req)
     return {"id": episode_id, "commit": holder, "created": new is not None}
@@ -87,9 +84,13 @@ def branch_memory(svc: MemoryService, caller: Caller, *, scope: str, name: str,
     from ampup_memory.memory import branches
 
     user = caller_user(caller)
-    req = build(branches.CreateBranch, scope=scope, name=name, at_commit=at_commit,
-                **{"from": source})
-    return branches.create(svc, user, req)
+    try:
+        req = build(branches.CreateBranch, scope=scope, name=name, at_commit=at_commit,
+                    **{"from": source})
+        return branches.create(svc, user, req)
+    except ValidationFailed as exc:
+        exc.rename({("from",): "source"})  # POST /branches' from is this tool's source
+        raise
 
 
 def merge_memory(svc: MemoryService, caller: Caller, *, scope: str, source: str,
@@ -100,7 +101,11 @@ def merge_memory(svc: MemoryService, caller: Caller, *, scope: str, source: str,
     from ampup_memory.memory import branches
 
     user = caller_user(caller)
-    req = build(branches.MergeRequest, scope=scope, into=into, message=message,
-                dry_run=dry_run, **{"from": source})
-    return branches.merge(svc, user, req)
+    try:
+        req = build(branches.MergeRequest, scope=scope, into=into, message=message,
+                    dry_run=dry_run, **{"from": source})
+        return branches.merge(svc, user, req)
+    except ValidationFailed as exc:
+        exc.rename({("from",): "source"})  # POST /merge's from is this tool's source
+        raise
 
