@@ -439,6 +439,9 @@ async def test_a_bad_argument_is_named_as_the_tool_names_it(server: ServerProces
         fork = await refused(alice, "branch_memory", scope=scope, name="b1", source="Bad!")
         join = await refused(alice, "merge_memory", scope=scope, source="Bad!")
     assert fork.startswith("Invalid request: source: invalid branch name"), fork
+    async with as_user(server, "alice") as alice:  # POST /document's checks
+        no_key = await refused(alice, "get_episode", scope=scope, document="")
+    assert no_key == "Invalid request: document: String should have at least 1 character"
     assert join == fork
 
 

@@ -60,11 +60,16 @@ def get_episode(svc: MemoryService, caller: Caller, *, scope: str, id: str | Non
     if id is not None and as_of is not None:  # an id names one version; it was ignored
         raise field_error(["as_of"], "as_of picks a version of a document: give it with "
                           "document, not with id")
-    view = read_view(svc, scope, branch, at_commit, pin, snapshot)
     if id is not None:
-        return svc.get_episode(user, id, view)
-    assert document is not None
-    return svc.document(user, document, view, as_of)
+        return svc.get_episode(user, id, read_view(svc, scope, branch, at_commit, pin,
+                                                   snapshot))
+    from ampup_memory.memory.api import DocumentRequest
+
+    # POST /document's body, so its checks (a key of 1-512 characters) are the same
+    req = build(DocumentRequest, scope=scope, document=document, as_of=as_of, branch=branch,
+                at_commit=at_commit, pin=pin, snapshot=snapshot)
+    view = read_view(svc, req.scope, req.branch, req.at_commit, req.pin, req.snapshot)
+    return svc.document(user, req.document, view, req.as_of)
 
 
 def close_memory(svc: MemoryService, caller: Caller, *, scope: str, entity: str,
