@@ -452,7 +452,16 @@ async def test_every_tool_describes_its_arguments_with_the_bounds_the_server_kee
     titles: no `limit` 1..100, no `reward` -1..1), and for the AmpUp and advice tools no
     unknown arguments, as the REST bodies allow none."""
     async with as_user(server, "alice") as alice:
-        listed = {t.name: t.input_schema for t in (await alice.list_tools()).tools}
+        tools = (await alice.list_tools()).tools
+    listed = {t.name: t.input_schema for t in tools}
+    # which tools only read (a client may run those without asking) and which delete
+    hints = {t.name: t.annotations for t in tools}
+    assert all(h is not None for h in hints.values())
+    assert {n for n, h in hints.items() if h and h.read_only_hint} == {
+        "get_episode", "search_memory", "query_memory", "amp_recall", "amp_list_memories",
+        "amp_get"}
+    assert {n for n, h in hints.items() if h and h.destructive_hint is not False} == {
+        "amp_forget", *(n for n, h in hints.items() if h and h.read_only_hint)}
     strict = AMPUP_TOOLS | ADVICE_TOOLS
     for name, schema in listed.items():
         Draft202012Validator.check_schema(schema)

@@ -15,7 +15,7 @@ from ampup_memory.advice import mcp_tools as advice_tools
 from ampup_memory.auth import Caller
 from ampup_memory.mcp.ampup import user_env
 from ampup_memory.mcp.arguments import publish
-from ampup_memory.mcp.tools import TOOLSETS, ToolContext, ToolEnv
+from ampup_memory.mcp.tools import TOOLSETS, WRITES, ToolContext, ToolEnv
 
 
 def _json(data: dict[str, Any]) -> str:
@@ -52,7 +52,7 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
                                              env.runtime.settings, scope=scope, task=task,
                                              session=session))
 
-    @server.tool()
+    @server.tool(annotations=WRITES)
     async def get_advice(scope: str, task: str, ctx: ToolContext,
                          session: str | None = None) -> CallToolResult:
         """Ask team memory `scope` how this kind of `task` is best done: the steps that
@@ -64,7 +64,7 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         null}`; record_run with `advice_key` when you follow it."""
         return await uenv.reply(ctx, advise, scope, task, session)
 
-    @server.tool()
+    @server.tool(annotations=WRITES)
     async def record_run(
         scope: str,
         task: str,
@@ -82,7 +82,7 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return await uenv.reply(ctx, run, scope, task, trace, outcome, advice_key, acl,
                                 branch)
 
-    @server.tool()
+    @server.tool(annotations=WRITES)
     async def reward_run(run: str, reward: float, reason: str,
                          ctx: ToolContext) -> CallToolResult:
         """Reward a run (run_…) or an ended session (ses_…; end_session takes a reward
@@ -90,7 +90,7 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         an earlier one; both stay in history."""
         return await uenv.reply(ctx, rate, run, reward, reason)
 
-    @server.tool()
+    @server.tool(annotations=WRITES)
     async def start_session(
         scope: str,
         ctx: ToolContext,
@@ -102,7 +102,7 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         Replies JSON `{"id": "ses_…"}`; finish it with end_session."""
         return await uenv.reply(ctx, start, scope, task, acl, branch)
 
-    @server.tool()
+    @server.tool(annotations=WRITES)
     async def end_session(
         session: str,
         transcript: str,

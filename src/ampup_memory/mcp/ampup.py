@@ -23,7 +23,7 @@ from pydantic import BaseModel
 from ampup_memory.auth import Caller
 from ampup_memory.errors import ServiceUnavailable, Unauthenticated
 from ampup_memory.mcp.arguments import publish
-from ampup_memory.mcp.tools import TOOLSETS, ToolContext, ToolEnv
+from ampup_memory.mcp.tools import NOTES, READS, TOOLSETS, WRITES, ToolContext, ToolEnv
 from ampup_memory.memory import mcp_tools as memory_tools
 from ampup_memory.search import mcp_tools as search_tools
 from ampup_memory.search.rerank import Slots
@@ -147,7 +147,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
                                                at_commit=at_commit, pin=pin,
                                                snapshot=snapshot))
 
-    @server.tool()
+    @server.tool(annotations=NOTES)
     async def remember_memory(
         scope: str,
         text: str,
@@ -168,7 +168,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return await uenv.reply(ctx, remember, scope, text, source, acl, about, occurred_at,
                                 document, branch)
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def get_episode(
         scope: str,
         ctx: ToolContext,
@@ -186,7 +186,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return await uenv.reply(ctx, episode, scope, id, document, as_of, branch, at_commit,
                                 pin, snapshot)
 
-    @server.tool()
+    @server.tool(annotations=WRITES)
     async def close_memory(
         scope: str,
         entity: str,
@@ -203,7 +203,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return await uenv.reply(ctx, close, scope, entity, predicate, reason, acl, branch,
                                 value)
 
-    @server.tool()
+    @server.tool(annotations=WRITES)
     async def branch_memory(
         scope: str,
         name: str,
@@ -216,7 +216,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         `merge_memory`. Replies JSON `{"name", "base", "head", ...}`."""
         return await uenv.reply(ctx, fork, scope, name, source, at_commit)
 
-    @server.tool()
+    @server.tool(annotations=WRITES)
     async def merge_memory(
         scope: str,
         source: str,
@@ -231,7 +231,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         "changes", ...}`."""
         return await uenv.reply(ctx, join, scope, source, into, message, dry_run)
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def search_memory(
         scope: str,
         query: str,
@@ -255,7 +255,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return await uenv.reply(ctx, find_facts, scope, query, as_of, limit, tz, branch,
                                 at_commit, pin, snapshot, slots=await search_slots())
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def query_memory(
         scope: str,
         ctx: ToolContext,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 import anyio
 import anyio.to_thread
 from mcp.server.mcpserver import Context, MCPServer
-from mcp.types import CallToolResult, TextContent
+from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
 from ampup_memory.amp.model import MAX_PAGE_SIZE, ListQuery, SearchRequest, Status
@@ -58,6 +58,13 @@ NOT_FOUND = "Memory not found."  # the reference's amp_forget answer for every r
 ARCHIVE = json.dumps({"lifecycle": {"status": Status.archived.value}}).encode("utf-8")
 
 ToolContext = Context[Any, Any]
+
+# What a tool does to memory, for clients that let read-only tools run without asking
+# (MCP tool annotations; a tool that is not read-only is destructive unless it says not).
+READS = ToolAnnotations(read_only_hint=True, open_world_hint=False)
+WRITES = ToolAnnotations(read_only_hint=False, destructive_hint=False, open_world_hint=False)
+NOTES = WRITES.model_copy(update={"idempotent_hint": True})  # the same note is stored once
+DELETES = ToolAnnotations(read_only_hint=False, destructive_hint=True, open_world_hint=False)
 IdentityResolver = Callable[[ToolContext], Caller]
 """Who is calling in this request; raises `Unauthenticated` when nobody valid is."""
 UserResolver = Callable[[ToolContext], str]
@@ -234,7 +241,7 @@ def register_amp_tools(server: MCPServer[Any], env: ToolEnv) -> None:
     """The AMP v0.1 tools, under the reference server's names and arguments."""
     ops = AmpOps(env.runtime.amp)
 
-    @server.tool()
+    @server.tool(annotations=WRITES)
     async def amp_remember(
         content: str,
         owner_id: str,
@@ -251,7 +258,7 @@ def register_amp_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return await env.reply(ctx, ops.remember, content, owner_id, type, importance,
                                readable_by)
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def amp_recall(
         query: str,
         owner_id: str,
@@ -265,12 +272,12 @@ def register_amp_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         """
         return await env.reply(ctx, ops.recall, query, owner_id, limit, include_stale)
 
-    @server.tool()
+    @server.tool(annotations=DELETES)
     async def amp_forget(memory_id: str, owner_id: str, ctx: ToolContext) -> CallToolResult:
         """Forget a memory of owner_id: archive it, then delete it."""
         return await env.reply(ctx, ops.forget, memory_id, owner_id)
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def amp_list_memories(
         owner_id: str,
         ctx: ToolContext,
@@ -280,7 +287,7 @@ def register_amp_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         """List owner_id's active memories you may read, newest first (no search)."""
         return await env.reply(ctx, ops.list_memories, owner_id, type, limit)
 
-    @server.tool()
+    @server.tool(annotations=READS)
     async def amp_get(memory_id: str, ctx: ToolContext) -> CallToolResult:
         """Read one memory cell by id, as AMP JSON. Counts as an access (resets decay)."""
         return await env.reply(ctx, ops.get, memory_id)
