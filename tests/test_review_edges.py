@@ -506,3 +506,12 @@ def test_names_in_another_unicode_normal_form_are_refused_not_stored_twice(
     assert m.write(scope, "Menu v1.", document=nfc).status_code == 201
     assert m.http.post("/document", json={"scope": scope, "document": nfc}
                        ).status_code == 200
+    # AMP keeps its spec's rule: a user owner's id is any 1-256 characters, as sent.
+    agent = {"X-AMP-Agent-ID": "nfc_agent"}
+    r = m.http.post("/amp/v1/memories", headers=agent, json={
+        "type": "semantic", "content": {"text": "likes coffee"},
+        "identity": {"owner_id": nfd, "owner_type": "user"}})
+    assert r.status_code == 201, r.text
+    assert r.json()["identity"]["owner_id"] == nfd
+    listed = m.http.get("/amp/v1/memories", headers=agent, params={"owner_id": nfd})
+    assert [c["id"] for c in listed.json()["results"]] == [r.json()["id"]]
