@@ -369,3 +369,87 @@ def test_requests_refused_set_a_compile_and_a_situation_aside_until_the_scope_go
     finally:
         svc.close()
     assert kept == []
+
+
+def test_a_situation_clustered_out_and_a_compile_with_no_documents_leave_the_listing(
+        proc: Proc) -> None:
+    """The listing shows what the model passes would not ask now. A record another model
+    set aside is not listed where that model is no longer configured (the next pass asks
+    the item again; it stayed listed until then), and is listed where it is. A record whose
+    item is no longer work is dropped: a compilation once the scope's chosen documents are
+    emptied (it stayed listed: nothing is left to compile), a situation once a re-clustering
+    leaves it out of the map (here: the map rebuilt by another embedder, so every situation
+    gets a new id). Over HTTP and through `ampup-memory set-aside`."""
+    from dataclasses import replace
+
+    from ampup_memory.models.setaside import UNUSABLE_PASSES, set_aside_items
+    from ampup_memory.search.embed import HashEmbedder
+
+    own = replace(proc, scope=new_scope())
+    scope, model, alice = own.scope, own.model, own.m.http
+    assert own.m.write(scope, "Restore: mount the snapshot.\n\nCheck the checksums.",
+                       acl=["user:alice"], document="restore-runbook").status_code == 201
+    assert alice.put("/procedures/sources", headers=ADMIN, json={
+        "scope": scope, "documents": ["restore-runbook"]}).status_code == 200
+    for n in range(1, 3):
+        s = alice.post("/sessions/start", json={
+            "scope": scope, "task": "Archive the mailboxes of people who left"}).json()
+        alice.post("/sessions/end", json={"session": s["id"], "transcript": f"archived {n}",
+                                          "outcome": "done", "reward": 1.0})
+    assert own.in_process("cluster")["scopes"][0]["committed"]
+    model.script([{"match": "Restore: mount", "reply": {"skills": "none"}},
+                  {"match": "mailboxes", "reply": {"when": "", "steps": ["Archive."]}}])
+    for _ in range(UNUSABLE_PASSES):
+        own.in_process("compile")
+        own.in_process("learn")
+
+    def listed() -> list[tuple[str, str]]:
+        r = alice.get("/set-aside", params={"scope": scope})
+        assert r.status_code == 200, r.text
+        return sorted((i["kind"], i["item"]) for i in r.json()["items"])
+
+    [old] = [s["id"] for s in alice.get("/situations", params={"scope": scope}).json()[
+        "situations"]]
+    assert listed() == [("compile", scope), ("learn", old)]
+
+    # Another compile model (same endpoint, another name) sets the compilation aside anew.
+    other = {**own.env, "AMPUP_MEMORY_COMPILE_MODEL": "scripted-2"}
+    svc = MemoryService.open(own.settings(AMPUP_MEMORY_COMPILE_MODEL="scripted-2"))
+    try:
+        compiler = chat_model(own.settings(AMPUP_MEMORY_COMPILE_MODEL="scripted-2"),
+                              Role.COMPILE)
+        for _ in range(UNUSABLE_PASSES):
+            compile_pass(svc, compiler, WordLlamaEmbedder(), parse_scope(scope))
+    finally:
+        svc.close()
+
+    def listed_by(env: dict[str, str]) -> list[tuple[str, str, str]]:
+        done = cli_in_process(own.home, env, "set-aside", "--scope", scope)
+        assert done.returncode == 0, done.stderr
+        return sorted((i["kind"], i["item"], i["model"])
+                      for i in map(json.loads, done.stdout.splitlines()))
+
+    assert listed() == [("learn", old)]  # the server asks scripted-1: compile asks again
+    assert listed_by(other) == [("compile", scope, "scripted-2"), ("learn", old, model.name)]
+    assert listed_by(own.env) == [("learn", old, model.name)]
+
+    assert alice.put("/procedures/sources", headers=ADMIN, json={
+        "scope": scope, "documents": []}).status_code == 200
+    assert listed_by(other) == [("learn", old, model.name)]
+    assert listed() == [("learn", old)]
+
+    svc = MemoryService.open(own.settings())
+    try:
+        report = cluster_pass(svc, HashEmbedder(), None,
+                              own.settings().advice_situation_min_similarity,
+                              parse_scope(scope))
+        assert report["scopes"][0]["committed"], report
+        now = [s["id"] for s in alice.get("/situations", params={"scope": scope}).json()[
+            "situations"]]
+        assert now and old not in now
+        assert listed() == []
+        kept = set_aside_items(svc.index, scope, None, {
+            k: lambda _scope, items: (items, []) for k in ("compile", "learn")})
+    finally:
+        svc.close()
+    assert kept == []

@@ -352,6 +352,40 @@ def _one_error_line(done: subprocess.CompletedProcess[str], *says: str) -> None:
         assert text in done.stderr, done.stderr
 
 
+def test_status_of_a_home_that_does_not_exist_says_so_and_makes_nothing(
+        tmp_path: Path) -> None:
+    """`status` opened the stores, so on a mistyped home it made the folder and empty
+    stores, and reported them as a home of nothing."""
+    home = tmp_path / "no-such-home"
+    done = cli_here(clean_env(AMPUP_MEMORY_HOME=str(home)), "status")
+    _one_error_line(done, f"no AmpUp Memory home at {home}", "ampup-memory serve")
+    assert not home.exists()
+
+
+def test_two_outputs_asked_of_settings_are_a_usage_error(tmp_path: Path) -> None:
+    """`settings --json --markdown` printed the Markdown reference and ignored --json."""
+    done = cli_here(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "settings", "--json",
+                    "--markdown")
+    _one_error_line(done, "--markdown", "--json")
+    assert done.stdout == ""
+
+
+def test_every_count_option_refuses_zero_and_less_as_one_usage_line(tmp_path: Path) -> None:
+    """`extract --limit 0` was taken (and read nothing); `workspace create --max-facts 0`
+    reached the workspace rule and answered with its field name, not the flag. Every count
+    option has one rule (`cliutil.count_type`): at least 1, said as a usage error."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"))
+    create = ["workspace", "create", "w", "--ttl", "1h", "--user", "u"]
+    for args, flag, rule in ((["extract"], "--limit", "x>=1"),
+                             (["extract"], "--batch", "1<=x<=1000"),
+                             (["load", str(tmp_path), "--scope", "a/b"], "--batch-size",
+                              "x>=1"),
+                             (create, "--max-scopes", "x>=1"),
+                             (create, "--max-bytes", "x>=1")):
+        for value in ("0", "-1"):
+            _one_error_line(cli_here(env, *args, flag, value), f"'{flag}'", rule)
+
+
 def test_an_error_before_the_first_bar_is_still_one_line(tmp_path: Path) -> None:
     """Off a terminal a progress display that ended before its first bar printed an empty
     line: `maintenance --scope BAD` and `restore` of a folder that is no backup wrote a
@@ -468,6 +502,7 @@ def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: 
     and `doctor` said `(•••syco•••g.O•••erationalError)` and `•••ort 1 failed`. It is
     masked where the message quotes it, and the rest reads as the driver wrote it."""
     for name in ("AMPUP_MEMORY_CATALOG_URI", "AMP_STORE_URI"):
+        (tmp_path / name).mkdir()  # a home that exists: `status` refuses a missing one
         env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / name), **QUIET,
                         **{name: "postgresql://u:p@127.0.0.1:1/x"})
         for args in (["status"], ["doctor"]):

@@ -45,6 +45,7 @@ SEMANTIC_422 = {
     "body_empty",        # a body whose units are all blank
     "acl_required",      # a closed value's episodes share no ACL entry
     "string_nul",        # U+0000 in any AmpUp text (docs/api.md, Errors): every string
+    "string_not_nfc",    # an entity, predicate or document key not in Unicode NFC
     # An agent owner's owner_id must be a valid agent id; a user's or an org's need not be.
     # owner_type decides, and one OpenAPI schema for owner_id cannot say so.
     "agent_id_invalid@identity",

@@ -37,6 +37,27 @@ def test_episode_type_commands(tmp_path: Path) -> None:
     assert cli_in_process(tmp_path, QUIET, "episode-type", "show", "fax").returncode == 2
 
 
+def test_load_keys_a_file_named_in_nfd_by_its_nfc_name(tmp_path: Path) -> None:
+    """macOS hands file names back in NFD; a document key must be in NFC (docs/api.md), so
+    `load` refused "café.md" as a bad record. The key is the path in NFC: found by the
+    name as typed."""
+    import unicodedata
+
+    home, corpus, scope = tmp_path / "home", tmp_path / "corpus", new_scope()
+    corpus.mkdir()
+    nfd = unicodedata.normalize("NFD", "café.md")
+    (corpus / nfd).write_text("Menu of the day.\n")
+    done = cli_in_process(home, QUIET, "load", str(corpus), "--scope", scope, "--acl", "*")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["created"] == 1
+    with serving(home, QUIET) as proc:
+        m = Memory(proc.url)
+        r = m.http.post("/document", json={"scope": scope, "document": "café.md"})
+        assert r.status_code == 200, r.text
+        assert r.json()["source"] == "doc:café.md"
+        m.close()
+
+
 def _corpus(root: Path) -> None:
     (root / "notes").mkdir(parents=True)
     for i in range(30):

@@ -408,3 +408,110 @@ def test_a_hold_and_a_branch_delete_racing_never_both_win(m: Memory) -> None:
                 m.http.delete(f"/{kind}/{held.json()['id']}")
             elif held.status_code == 201:
                 m.http.delete(f"/snapshots/{held.json()['id']}")
+
+
+# -- session 22's edge audit: ids, cursors, durations and tasks -------------------------------
+
+def _refusal(r: Any) -> tuple[list[Any], str, str]:
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]["details"]["errors"][0]
+    return error["loc"], error["type"], error["msg"]
+
+
+def test_a_duration_takes_ascii_digits_only_as_its_published_pattern_says(m: Memory) -> None:
+    """Python's ``\\d`` read "１h" (a full-width digit) and "٣d" as times to live, which
+    the published ``[0-9]`` (and a client checking it) refuses."""
+    scope, _ = seeded(m)
+    for ttl in ("\uff11h", "\u0663d", "1\u0660m"):
+        for path, body in (("/pin", {"scope": scope, "ttl": ttl}),
+                           ("/workspaces", {"name": "w", "ttl": ttl})):
+            loc, kind, _ = _refusal(m.http.post(path, json=body))
+            assert (loc, kind) == (["body", "ttl"], "ttl_invalid"), (path, ttl)
+    made = m.http.post("/pin", json={"scope": scope, "ttl": "1h"})
+    assert made.status_code == 201, made.text
+
+
+def test_a_malformed_id_or_cursor_is_refused_in_words_not_by_regex(m: Memory) -> None:
+    """A run id, episode id, set-aside cursor, user id, entity type or currency that misses
+    its pattern answered pydantic's "String should match pattern '^run_[0-9A-HJKM…'"; each
+    now says what to send (ruled.py), under the same published pattern."""
+    scope, ep = seeded(m)
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    cases = [
+        (m.http.get("/runs", params={"scope": scope, "before": "run_1"}),
+         ["query", "before"], "run id"),
+        (m.http.get("/episodes", params={"scope": scope, "after": "ZZ"}),
+         ["query", "after"], "episode id"),
+        (m.http.get("/set-aside", params={"scope": scope, "after": "\u200b"}),
+         ["query", "after"], "cursor"),
+        (m.http.get("/set-aside", params={"scope": scope, "after": "a" * 3000}),
+         ["query", "after"], "cursor"),
+        (m.http.get("/principals/b%C3%A9", headers=admin), ["path", "user"], "user id"),
+        (m.http.post("/query", json={"scope": scope, "find": "entities", "type": "Acct"}),
+         ["body", "type"], "name"),
+        (m.fact(scope, "acme", "arr", {"amount": 5, "currency": "eur"}, "plan is basic",
+                [(ep, 1)]), ["body", "value", "Money", "currency"], "currency"),
+    ]
+    for r, want_loc, what in cases:
+        assert r.status_code == 422, r.text
+        said = {tuple(e["loc"]): e["msg"] for e in r.json()["error"]["details"]["errors"]}
+        assert said[tuple(want_loc)].startswith(f"invalid {what} "), r.text
+        assert "should match pattern" not in r.text, r.text
+
+
+def test_a_blank_task_is_refused_on_runs_sessions_and_advice(m: Memory) -> None:
+    """A task is what the loop clusters runs by and matches advice to; " " was recorded as
+    a run's task and a session's, and asked for advice (answered null)."""
+    scope, _ = seeded(m)
+    for text in (" ", "\u3000\t", "\ufeff"):
+        for path in ("/runs", "/sessions/start", "/advice"):
+            loc, kind, _ = _refusal(m.http.post(path, json={"scope": scope, "task": text}))
+            assert (loc, kind) == (["body", "task"], "string_blank"), (path, text)
+    for path, ok in (("/runs", 201), ("/sessions/start", 201), ("/advice", 200)):
+        r = m.http.post(path, json={"scope": scope, "task": "renew acme"})
+        assert r.status_code == ok, r.text
+
+
+def test_names_in_another_unicode_normal_form_are_refused_not_stored_twice(
+        m: Memory) -> None:
+    """An entity, predicate or document key is matched as sent: "café" in NFD (e + U+0301)
+    was a second entity beside the NFC one, printing alike. It is refused wherever a name
+    is sent, with what to send instead; the NFC spelling is stored and found."""
+    import unicodedata
+
+    scope, ep = seeded(m)
+    nfc, nfd = "café", unicodedata.normalize("NFD", "café")
+    assert nfc != nfd
+    sent = [
+        (m.fact(scope, f"acct:{nfd}", "plan", "x", "plan is basic", [(ep, 1)]),
+         ["body", "entity"]),
+        (m.fact(scope, "acme", f"plan_{nfd}", "x", "plan is basic", [(ep, 1)]),
+         ["body", "predicate"]),
+        (m.write(scope, "About a café.", about=[nfd]), ["body", "about", 0]),
+        (m.write(scope, "Menu v1.", document=nfd), ["body", "document"]),
+        (m.http.post("/document", json={"scope": scope, "document": nfd}),
+         ["body", "document"]),
+        (m.facts(scope, nfd), ["query", "entity"]),
+        (m.facts(scope, "acme", predicate=nfd), ["query", "predicate"]),
+        (m.http.post("/close", json={"scope": scope, "entity": nfd, "predicate": "plan",
+                                     "reason": "x"}), ["body", "entity"]),
+    ]
+    for r, want in sent:
+        loc, kind, msg = _refusal(r)
+        assert (loc, kind) == (want, "string_not_nfc"), r.text
+        assert "NFC" in msg, r.text
+    assert m.fact(scope, f"acct:{nfc}", "plan", "x", "plan is basic", [(ep, 1)]
+                  ).status_code == 201
+    assert [f["value"] for f in m.facts(scope, f"acct:{nfc}").json()["facts"]] == ["x"]
+    assert m.write(scope, "Menu v1.", document=nfc).status_code == 201
+    assert m.http.post("/document", json={"scope": scope, "document": nfc}
+                       ).status_code == 200
+    # AMP keeps its spec's rule: a user owner's id is any 1-256 characters, as sent.
+    agent = {"X-AMP-Agent-ID": "nfc_agent"}
+    r = m.http.post("/amp/v1/memories", headers=agent, json={
+        "type": "semantic", "content": {"text": "likes coffee"},
+        "identity": {"owner_id": nfd, "owner_type": "user"}})
+    assert r.status_code == 201, r.text
+    assert r.json()["identity"]["owner_id"] == nfd
+    listed = m.http.get("/amp/v1/memories", headers=agent, params={"owner_id": nfd})
+    assert [c["id"] for c in listed.json()["results"]] == [r.json()["id"]]

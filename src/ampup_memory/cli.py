@@ -504,6 +504,8 @@ def settings_markdown() -> str:
 @settings_options(*ALL_GROUPS)
 def show_settings(markdown: bool, as_json: bool, **kwargs: Any) -> None:
     """Show every setting with its effective value (secrets and URI passwords masked)."""
+    if markdown and as_json:  # two outputs asked for: neither silently wins
+        raise click.UsageError("--markdown and --json print different things: give one")
     if markdown:
         click.echo(settings_markdown(), nl=False)
         return

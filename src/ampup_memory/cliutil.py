@@ -20,6 +20,14 @@ if TYPE_CHECKING:
     from rich.progress import Progress
 
 
+def count_type(maximum: int | None = None) -> click.IntRange:
+    """The one rule of every count option (``--limit``, ``--batch``, ``--batch-size``,
+    ``--max-*``): a whole number of at least 1 (and at most ``maximum``). 0 or less is a
+    usage error naming the option, as a route refuses ``limit=0`` (422): "at most 0"
+    would do nothing, and no option takes 0 to mean "no limit" (leave it out for that)."""
+    return click.IntRange(min=1, max=maximum)
+
+
 def error_line(message: str) -> None:
     """One line on stderr, for scripts: never a wrapped paragraph or a traceback."""
     click.echo(f"{click.style('error:', fg='red')} {' '.join(message.split())}", err=True)

@@ -94,7 +94,9 @@ Instant = Annotated[AwareDatetime, BeforeValidator(rfc3339_text), AfterValidator
 
 # A time to live (workspaces, pins): one or more <number><unit> parts, units s, m, h, d, w,
 # e.g. "30m", "1h", "7d", "1d12h". Positive and at most MAX_TTL; anything else is a 422.
-_TTL_PART = re.compile(r"(\d{1,9})([smhdw])")
+# ASCII digits only, as the published pattern says: Python's \d also takes "１" or "٣",
+# which ECMA-262's (a client checking the schema) does not.
+_TTL_PART = re.compile(r"([0-9]{1,9})([smhdw])")
 _TTL_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_TTL = timedelta(days=366)
 TTL_PATTERN = r"^\s*([0-9]{1,9}[smhdwSMHDW])+\s*$"  # what the OpenAPI schema publishes

@@ -67,8 +67,7 @@ async def reward_run(request: Request) -> JSONResponse:
 def list_runs(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
               branch: Annotated[BranchText | None, Query()] = None,
               limit: Annotated[int, Query(ge=1, le=1000)] = 50,
-              before: Annotated[str | None, Query(
-                  pattern=f"^{runs.RUN_PREFIX}[0-9A-HJKMNP-TV-Z]{{26}}$",
+              before: Annotated[runs.RunId | None, Query(
                   description="Run id (`next_before` of the page before): page before it."
               )] = None,
               ) -> dict[str, Any]:
@@ -183,8 +182,7 @@ def list_set_aside(request: Request, user: UserDep, scope: Annotated[ScopeText, 
                        description="One kind of model work; left out: every kind.")] = None,
                    limit: Annotated[int, Query(ge=1, le=aside.MAX_PAGE,
                                                description="Page size.")] = 50,
-                   after: Annotated[str | None, Query(
-                       min_length=1, max_length=aside.CURSOR_CHARS, pattern="^[A-Za-z0-9_-]+$",
+                   after: Annotated[aside.Cursor | None, Query(
                        description="`next_after` of the page before: the page after it.")
                    ] = None) -> dict[str, Any]:
     """The scope's items a model pass set aside (no usable answer, or the request refused,
@@ -193,4 +191,5 @@ def list_set_aside(request: Request, user: UserDep, scope: Annotated[ScopeText, 
     (extraction's), ``model``, ``reason``, ``passes``, ``at``. Only items you may read are
     listed: episodes and sessions by their ACLs, situations and the scope's compilation
     as `GET /situations` and `GET /procedures` show them."""
-    return aside.page(service(request), user, scope, kind, limit, after)
+    return aside.page(service(request), user, scope, kind, limit, after,
+                      aside.models_now(request.app.state.settings))

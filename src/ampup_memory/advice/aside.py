@@ -10,7 +10,8 @@
   rewarded meanwhile, or gone, it is no longer work for the judge and its record goes;
 - ``learn``: a situation of the scope's map (gone once a re-clustering drops it), shown to
   whoever may read the scope's map, as ``GET /situations`` shows it;
-- ``compile``: the scope itself, shown as ``GET /procedures`` shows its procedures.
+- ``compile``: the scope itself while it has documents chosen to compile (gone once the
+  choice is emptied), shown as ``GET /procedures`` shows its procedures.
 
 A scope that is gone (its workspace deleted or expired) takes every record with it.
 """
@@ -20,7 +21,8 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from typing import Any, Literal, get_args
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal, get_args
 
 from ampup_memory.advice.judge import pending_sessions
 from ampup_memory.advice.loop import cached_state, readable_runs
@@ -29,13 +31,21 @@ from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.extraction import episode_rule
 from ampup_memory.memory.scopes import Scope
 from ampup_memory.memory.service import MemoryService
+from ampup_memory.models.chat import Role, endpoint_for
 from ampup_memory.models.setaside import KINDS, Item, Rule, order, set_aside_items
+from ampup_memory.ruled import published, ruled
+from ampup_memory.settings import Settings
 from ampup_memory.web import jsontext
 
 Kind = Literal["extract", "judge", "learn", "compile"]
 assert get_args(Kind) == KINDS  # noqa: S101 — one list of kinds, spelled twice for typing
 MAX_PAGE = 1000
 CURSOR_CHARS = 2048  # a cursor's length: its items' ids, base64'd, fit with room
+CURSOR_PATTERN = f"^[A-Za-z0-9_-]{{1,{CURSOR_CHARS}}}$"
+# What `page` gives as next_after (URL-safe base64, unpadded), refused in words.
+Cursor = Annotated[str, ruled(CURSOR_PATTERN, "cursor_invalid", "cursor",
+                              "the next_after of the page before, as it was given"),
+                   published(CURSOR_PATTERN, minLength=1, maxLength=CURSOR_CHARS)]
 
 
 def _live(svc: MemoryService, scope: str) -> Scope | None:
@@ -70,7 +80,11 @@ def _situations(svc: MemoryService) -> Rule:
 
 def _scopes(svc: MemoryService) -> Rule:
     def rule(scope: str, items: list[Item]) -> tuple[list[Item], list[Item]]:
-        return ([], items) if _live(svc, scope) is None else (items, [])
+        live = _live(svc, scope)
+        # No documents chosen any more (`PUT /procedures/sources` with []): nothing is left
+        # to compile, so nothing is set aside; a new choice is asked anew (other inputs).
+        chosen = live is not None and bool(cached_state(svc, live).documents)
+        return (items, []) if chosen else ([], items)
     return rule
 
 
@@ -80,17 +94,30 @@ def rules(svc: MemoryService, principal: Principal | None) -> dict[str, Rule]:
             "learn": _situations(svc), "compile": _scopes(svc)}
 
 
+def models_now(settings: Settings) -> dict[str, str]:
+    """The model each kind of work asks now (`chat.endpoint_for`; a kind with no model
+    configured is absent): a record another model set aside is not listed."""
+    out: dict[str, str] = {}
+    for role in Role:
+        endpoint = endpoint_for(settings, role)
+        if endpoint is not None:
+            out[role.value] = endpoint.model
+    return out
+
+
 def listing(svc: MemoryService, principal: Principal | None, scope: str | None = None,
-            kind: str | None = None) -> list[Item]:
+            kind: str | None = None, models: Mapping[str, str] | None = None) -> list[Item]:
     """The items set aside now (of one scope, of one kind) that ``principal`` may read,
-    oldest first; records of items gone are dropped on the way."""
-    return set_aside_items(svc.index, scope, kind, rules(svc, principal))
+    oldest first; records of items gone are dropped on the way. ``models``: `models_now`
+    (None: whichever model set each aside)."""
+    return set_aside_items(svc.index, scope, kind, rules(svc, principal), models)
 
 
-def count(svc: MemoryService, kind: str) -> int:
-    """How many items of ``kind`` are set aside now, in every scope: what a timer's log
-    line says, the count of what the listing shows."""
-    return len(listing(svc, None, None, kind))
+def count(svc: MemoryService, kind: str, model: str | None) -> int:
+    """How many items of ``kind`` are set aside now, in every scope, for the pass's
+    ``model`` (None: none configured): what a timer's log line says, the count of what
+    the listing shows."""
+    return len(listing(svc, None, None, kind, {} if model is None else {kind: model}))
 
 
 def _key(item: Item) -> tuple[str, ...]:
@@ -118,13 +145,13 @@ def _after(cursor: str) -> tuple[str, ...]:
 
 
 def page(svc: MemoryService, user: str, scope_text: object, kind: str | None, limit: int,
-         after: str | None) -> dict[str, Any]:
+         after: str | None, models: Mapping[str, str] | None = None) -> dict[str, Any]:
     """``GET /set-aside``: one page of `listing` for the caller, oldest first;
     ``next_after`` names the page after it (None: the last page). A cursor is the order key
     of the last item shown, so it names no item and tells nothing about hidden ones."""
     scope = svc.view(scope_text).scope  # 404 for a workspace that is gone
     start = None if after is None else _after(after)
-    items = listing(svc, svc.principal(user), str(scope), kind)
+    items = listing(svc, svc.principal(user), str(scope), kind, models)
     if start is not None:
         items = [i for i in items if _key(i) > start]
     shown = items[:max(1, min(limit, MAX_PAGE))]

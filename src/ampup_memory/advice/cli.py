@@ -148,19 +148,19 @@ def advice_commands(settings_options: SettingsOptions,
     @click.option("--scope", default=None, help="One scope (org/team); default: every scope.")
     @click.option("--kind", type=click.Choice(KINDS), default=None,
                   help="One kind of model work; default: every kind.")
-    @settings_options("common", "tables")
+    @settings_options("common", "tables", "models")
     def set_aside(scope: str | None, kind: str | None, **kwargs: Any) -> None:
         """List the items a model pass set aside (extraction's episodes, the judge's
         sessions, learn's situations, compile's scopes: no usable answer on 3 passes in a
         row), oldest first, one JSON line each. They are not asked again until the model
         or their inputs change; a read index rebuild forgets them (asked again). Records
         of items gone since (deleted, or a session rewarded) are dropped."""
-        from ampup_memory.advice.aside import listing
+        from ampup_memory.advice.aside import listing, models_now
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
             named = None if scope is None else str(existing_scope(svc, scope))
-            for item in listing(svc, None, named, kind):
+            for item in listing(svc, None, named, kind, models_now(settings)):
                 click.echo(dumps(item))
 
     return [advice, set_aside]

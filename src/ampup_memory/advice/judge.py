@@ -204,7 +204,7 @@ def judge_timer(svc: MemoryService, settings: Settings,
         report = judge_if_free(svc, model, holder, timedelta(seconds=settings.lease_seconds))
         if report is None:
             return None
-        listed = count(svc, "judge")  # what GET /set-aside lists, not this pass's view
+        listed = count(svc, "judge", None if model is None else model.name)  # GET /set-aside's
         news = aside.changed(listed)
         if not (report["judged"] or report["failed"] or news):
             return None

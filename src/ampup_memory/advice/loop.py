@@ -39,8 +39,8 @@ from ampup_memory.advice.aip import ProcedureSet, Skill, procedure_for
 from ampup_memory.advice.gate import Evidence, GateRules, NoteState
 from ampup_memory.advice.notes import Note, eligible, learn_note
 from ampup_memory.advice.runs import (
-    MAX_TEXT,
     RewardedTask,
+    TaskText,
     rewarded_tasks,
     utcnow,
 )
@@ -365,7 +365,7 @@ def learning_timers(svc: MemoryService, settings: Settings, embedder: Embedder,
             svc, model, rules, settings.advice_min_runs_for_note))
         if report is None:
             return None
-        listed = count(svc, "learn")  # what GET /set-aside lists, not this pass's view
+        listed = count(svc, "learn", None if model is None else model.name)  # GET /set-aside's
         news = aside.changed(listed)
         if not news and not any(r["reviewed"] or r["learned"] or r["failed"]
                                 for r in report["scopes"]):
@@ -435,7 +435,7 @@ class AdviceRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scope: ScopeText
-    task: str = Field(min_length=1, max_length=MAX_TEXT, description="The task at hand.")
+    task: TaskText = Field(description="The task at hand.")
     session: str | None = Field(default=None, min_length=1, max_length=64,
                                 description="Your open session (ses_…): the serving is "
                                 "recorded on it, and a candidate note may be tried in it.")

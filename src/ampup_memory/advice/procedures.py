@@ -24,7 +24,7 @@ from dataclasses import replace
 from datetime import timedelta
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
 
 from ampup_memory.advice import aip
 from ampup_memory.advice.aip import ProcedureSet, SourceDocument, compile_skills, match_text
@@ -47,6 +47,7 @@ from ampup_memory.memory.scopes import MAIN, Scope, ScopeText, parse_scope
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
 from ampup_memory.models.setaside import AsideNews, Asker, Refused, SetAside, asked_key
+from ampup_memory.ruled import composed
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
 from ampup_memory.timefmt import format_time
@@ -60,7 +61,7 @@ NO_MODEL = "no compile model configured: nothing compiled"
 
 
 DocumentKey = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                              max_length=512)]
+                                              max_length=512), AfterValidator(composed)]
 
 
 class PutSources(BaseModel):
@@ -189,7 +190,7 @@ def compile_timer(svc: MemoryService, settings: Settings, embedder: Embedder,
         scopes = report.get("scopes", [])
         done = sum(1 for r in scopes if r["committed"])
         failed = sum(r["failed"] for r in scopes)
-        aside = count(svc, "compile")  # what GET /set-aside lists, not this pass's view
+        aside = count(svc, "compile", model.name)  # what GET /set-aside lists, not the pass's
         news = said.changed(aside)
         if not (done or failed or news):
             return None

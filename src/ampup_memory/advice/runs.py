@@ -23,18 +23,26 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from ulid import ULID
 
+from ampup_memory.blank import NOT_BLANK_PATTERN
 from ampup_memory.errors import Conflict, NotFound
 from ampup_memory.memory.acl import AclEntry, Principal, may_read, normalize_acl, own_acl
+from ampup_memory.memory.episodes import not_blank
 from ampup_memory.memory.events import EventRecord
 from ampup_memory.memory.ledger import LedgerEntry
 from ampup_memory.memory.scopes import BranchText, Scope, ScopeText, parse_branch, parse_scope
 from ampup_memory.memory.service import MemoryService
+from ampup_memory.ruled import published, ruled
 from ampup_memory.timefmt import utc_text
 
 RUN_PREFIX, SESSION_PREFIX = "run_", "ses_"
+RUN_ID_PATTERN = f"^{RUN_PREFIX}[0-9A-HJKMNP-TV-Z]{{26}}$"
+# A run id as a request names it (GET /runs' `before`): refused in words, not by regex.
+RunId = Annotated[str, ruled(RUN_ID_PATTERN, "run_id_invalid", "run id",
+                             "run_ and 26 ULID characters, as POST /runs answers it"),
+                  published(RUN_ID_PATTERN)]
 # Event kinds: a run and its rewards; a session's start, served advice steps and end.
 RUN, REWARD, START, STEP, END = "run", "reward", "start", "step", "end"
 EXPLICIT, JUDGE = "explicit", "judge"  # who gave a reward
@@ -49,6 +57,13 @@ def new_id(prefix: str) -> str:
     return f"{prefix}{ULID()}"
 
 
+# A task is what the loop clusters runs by and matches advice to: white space alone names
+# none, refused as an entity or a predicate is (`string_blank`, the pattern published).
+TaskText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT,
+                                json_schema_extra={"pattern": NOT_BLANK_PATTERN}),
+                     AfterValidator(not_blank)]
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -57,7 +72,7 @@ class RecordRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scope: ScopeText
-    task: str = Field(min_length=1, max_length=MAX_TEXT, description="What the work was.")
+    task: TaskText = Field(description="What the work was.")
     trace: str | None = Field(default=None, max_length=MAX_TRACE,
                               description="What was done (steps, tool calls), as text.")
     outcome: str | None = Field(default=None, max_length=MAX_TEXT)

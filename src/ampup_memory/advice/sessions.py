@@ -25,6 +25,7 @@ from ampup_memory.advice.runs import (
     START,
     STEP,
     RewardValue,
+    TaskText,
     current_reward,
     new_id,
     reward_event,
@@ -48,7 +49,7 @@ class StartSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scope: ScopeText
-    task: str | None = Field(default=None, max_length=MAX_TEXT)
+    task: TaskText | None = None
     acl: list[AclEntry] | None = Field(default=None, min_length=1, max_length=64,
                                        description="Who may read the session (default: you).")
     branch: BranchText | None = None

@@ -15,12 +15,13 @@ from starlette.responses import JSONResponse
 
 from ampup_memory.auth import USER_HEADER, Authenticator, header_map, presented_key
 from ampup_memory.errors import ServiceUnavailable, Unauthenticated, field_error
-from ampup_memory.memory.acl import ID_PATTERN, Identifier, require_id, valid_id
+from ampup_memory.memory.acl import ID_PATTERN, ID_RULE, Identifier, require_id, valid_id
 from ampup_memory.memory.episode_types import client_types
 from ampup_memory.memory.episodes import (
     EPISODE_ID_PATTERN,
     MAX_ENTITY,
     ChangeAcl,
+    DocumentKey,
     WriteBatch,
     WriteEpisode,
 )
@@ -29,6 +30,7 @@ from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
+from ampup_memory.ruled import Composed, published, ruled
 from ampup_memory.timefmt import Instant
 from ampup_memory.web.admin import AdminDep, is_admin
 from ampup_memory.web.body import parse_body
@@ -44,7 +46,7 @@ class DocumentRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scope: ScopeText
-    document: str = Field(min_length=1, max_length=512)
+    document: DocumentKey
     as_of: Instant | None = None
     branch: BranchText | None = None
     at_commit: CommitText | None = None
@@ -245,8 +247,8 @@ async def post_facts(request: Request) -> JSONResponse:
 def get_facts(
     request: Request, user: UserDep,
     scope: ScopeQ,
-    entity: Annotated[str, Query(min_length=1, max_length=MAX_ENTITY)],
-    predicate: Annotated[str | None, Query(max_length=128)] = None,
+    entity: Annotated[Composed, Query(min_length=1, max_length=MAX_ENTITY)],
+    predicate: Annotated[Composed | None, Query(max_length=128)] = None,
     as_of: Annotated[Instant | None, Query(description="Valid time; default now.")] = None,
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
     branch: BranchQ = None,
@@ -279,7 +281,9 @@ def ledger(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = Non
     return svc.ledger(read_view(svc, scope, branch, None, pin, snapshot), limit, before)
 
 
-UserPath = Annotated[str, Path(pattern=ID_PATTERN, description="User id.")]
+UserPath = Annotated[str, Path(description="User id."),
+                     ruled(ID_PATTERN, "id_invalid", "user id", ID_RULE),
+                     published(ID_PATTERN, description="User id.")]
 
 
 @router.put("/principals/{user}", responses=ADMIN_ERRORS, dependencies=[AdminDep],

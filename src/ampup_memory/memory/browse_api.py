@@ -21,7 +21,7 @@ from ampup_memory.memory.api import (
     _user,
     service,
 )
-from ampup_memory.memory.episodes import EPISODE_ID_PATTERN, MAX_ENTITY
+from ampup_memory.memory.episodes import MAX_ENTITY, EpisodeId
 from ampup_memory.memory.snapshots import read_view
 from ampup_memory.web.openapi import errors
 
@@ -43,8 +43,7 @@ def list_scopes(request: Request) -> dict[str, Any]:
 def list_episodes(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = None,
                   at_commit: AtCommitQ = None, pin: PinQ = None, snapshot: SnapshotQ = None,
                   limit: LimitQ = 50,
-                  after: Annotated[str | None, Query(
-                      pattern=EPISODE_ID_PATTERN,
+                  after: Annotated[EpisodeId | None, Query(
                       description="Episode id: the page after it (next_after).")] = None,
                   ) -> dict[str, Any]:
     svc = service(request)

@@ -16,7 +16,14 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import click
 
-from ampup_memory.cliutil import acl_option, dumps, fail, task_progress, user_option
+from ampup_memory.cliutil import (
+    acl_option,
+    count_type,
+    dumps,
+    fail,
+    task_progress,
+    user_option,
+)
 from ampup_memory.cliutil import progress as _progress
 from ampup_memory.errors import AmpError, ConfigurationError, ValidationFailed
 from ampup_memory.memory.acl import require_id
@@ -140,7 +147,7 @@ def memory_commands(settings_options: SettingsOptions,
                   "(user:<--user>), as MCP remember_memory does.")
     @click.option("--user", default="loader", show_default=True, callback=user_option,
                   help="Who loads: the author in the ledger and the default reader.")
-    @click.option("--batch-size", default=None, type=click.IntRange(1),
+    @click.option("--batch-size", default=None, type=count_type(),
                   help="Episodes, then facts, per commit (default: the most one commit "
                   "holds, 1000).")
     @click.option("--branch", default=None, help="Branch (default main).")

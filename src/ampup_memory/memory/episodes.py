@@ -22,6 +22,7 @@ from ampup_memory.memory.episode_types import (
     require_type,
 )
 from ampup_memory.memory.scopes import BranchText, ScopeText
+from ampup_memory.ruled import composed, published, ruled
 from ampup_memory.timefmt import Instant, utc_text
 
 MAX_BODY_BYTES = 1_000_000
@@ -29,6 +30,10 @@ MAX_BATCH = 1000
 MAX_ACL = 64
 MAX_ENTITY = 256  # an entity id, in `about` as in a fact
 EPISODE_ID_PATTERN = r"^[0-9a-f]{64}$"
+# An episode id as a request names it (a cite, a listing's cursor): refused in words.
+EpisodeId = Annotated[str, ruled(EPISODE_ID_PATTERN, "episode_id_invalid", "episode id",
+                                 "64 lower-case hex digits, as POST /episodes answers it"),
+                      published(EPISODE_ID_PATTERN)]
 
 
 def not_blank(value: str) -> str:
@@ -43,9 +48,13 @@ def not_blank(value: str) -> str:
 # validates against the schema refuses what the server refuses.
 _PUBLISHED_NOT_BLANK: dict[str, Any] = {"pattern": NOT_BLANK_PATTERN}
 EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ENTITY,
-                                json_schema_extra=_PUBLISHED_NOT_BLANK), AfterValidator(not_blank)]
+                                json_schema_extra=_PUBLISHED_NOT_BLANK), AfterValidator(not_blank),
+                     AfterValidator(composed)]
 Predicate = Annotated[str, Field(min_length=1, max_length=128,
-                                 json_schema_extra=_PUBLISHED_NOT_BLANK), AfterValidator(not_blank)]
+                                 json_schema_extra=_PUBLISHED_NOT_BLANK), AfterValidator(not_blank),
+                      AfterValidator(composed)]
+# A document key names the versions of one document: matched as sent, so in NFC (`composed`).
+DocumentKey = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(composed)]
 MAX_SOURCE = 512
 # The schema publishes the claimed prefixes; `require_type` checks them (after identity,
 # with a message that lists them), from the same list of episode types.
@@ -68,8 +77,8 @@ class EpisodeIn(BaseModel):
                                     description="Entity ids the episode is about.")
     acl: list[AclEntry] = Field(min_length=1, max_length=MAX_ACL,
                                 description="Who may read it: '*', 'user:', 'group:', 'role:'.")
-    document: str | None = Field(default=None, min_length=1, max_length=512,
-                                 description="Document key: this episode is one version.")
+    document: DocumentKey | None = Field(
+        default=None, description="Document key: this episode is one version.")
 
 
 class WriteEpisode(EpisodeIn):

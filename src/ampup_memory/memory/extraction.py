@@ -497,8 +497,10 @@ class Extractor:
         """The branch's episodes set aside (models/setaside.py), oldest first; with
         ``principal``, only those the caller may read (as `status` counts them)."""
         scope, branch, _segs, _typed = self._state(scope_text, branch_text)
+        models = {} if self.model is None else {"extract": self.model.name}
         return [i for i in set_aside_items(self.svc.index, str(scope), "extract",
-                                           {"extract": episode_rule(self.svc, principal)})
+                                           {"extract": episode_rule(self.svc, principal)},
+                                           models)
                 if i["branch"] == branch]
 
 

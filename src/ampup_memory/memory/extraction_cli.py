@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps
+from ampup_memory.cliutil import count_type, dumps
 from ampup_memory.memory.cli import SettingsOptions, _service, existing_scope
 from ampup_memory.memory.extraction import DEFAULT_BATCH
 from ampup_memory.settings import Settings
@@ -25,9 +25,9 @@ def extraction_commands(settings_options: SettingsOptions,
     @click.option("--scope", default=None,
                   help="One scope (org/team); default: every scope with a schema.")
     @click.option("--branch", default=None, help="Branch to read and write (default main).")
-    @click.option("--limit", type=click.IntRange(min=0), default=None,
+    @click.option("--limit", type=count_type(), default=None,
                   help="At most this many episodes per scope.")
-    @click.option("--batch", type=click.IntRange(min=1, max=1000), default=DEFAULT_BATCH,
+    @click.option("--batch", type=count_type(1000), default=DEFAULT_BATCH,
                   show_default=True,
                   help="Episodes per commit (fewer once the model has taken 30 s).")
     @settings_options("common", "tables", "models")

@@ -27,14 +27,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from ampup_memory.memory.acl import AclEntry
 from ampup_memory.memory.episode_types import Unit
 from ampup_memory.memory.episodes import (
-    EPISODE_ID_PATTERN,
     MAX_ACL,
     EntityId,
+    EpisodeId,
     Predicate,
 )
+from ampup_memory.memory.schemas import Currency
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.segments import layer_order
-from ampup_memory.ruled import published, ruled
 from ampup_memory.timefmt import Instant, utc_text
 from ampup_memory.web.body import JsonInt
 
@@ -55,7 +55,7 @@ class Money(BaseModel):
 
     amount: Annotated[str, Field(max_length=64)] | int | Annotated[
         float, Field(allow_inf_nan=False)]
-    currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$")
+    currency: Currency | None = None
 
 
 Value = Scalar | Money
@@ -69,9 +69,7 @@ def raw_value(value: Value) -> Any:
 class Cite(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    episode: Annotated[str, ruled(EPISODE_ID_PATTERN, "episode_id_invalid", "episode id",
-                                  "64 lower-case hex digits, as POST /episodes answers it"),
-                       published(EPISODE_ID_PATTERN)] = Field(description="Episode id.")
+    episode: EpisodeId = Field(description="Episode id.")
     unit: JsonInt = Field(ge=1, le=2**31 - 1, description="Unit number, from 1.")
 
 

@@ -9,6 +9,7 @@ its document: :class:`CiteTargets`). Sources no episode type claims are read as 
 from __future__ import annotations
 
 import json
+import unicodedata
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -94,8 +95,11 @@ def corpus_files(path: Path, skipped: Counter[str] | None = None) -> list[Path]:
 
 
 def _relative(path: Path, root: Path) -> str:
+    """A file's key (its document key and source): its path under the corpus, in NFC. The
+    name is the file system's, not the user's spelling, and macOS hands names back in NFD,
+    which a document key may not be (`ruled.composed`); "café.md" is one key either way."""
     base = root if root.is_dir() else root.parent
-    return path.relative_to(base).as_posix()
+    return unicodedata.normalize("NFC", path.relative_to(base).as_posix())
 
 
 def read_corpus(root: Path, acl: list[str],

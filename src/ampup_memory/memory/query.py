@@ -36,10 +36,10 @@ from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.facts import FactRecord, Window, current, current_values, lines
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.schemas import (
-    NAME_PATTERN,
     SCHEMA_ENTITY,
     Attribute,
     BadValue,
+    Name,
     Schema,
     entity_type,
     sort_key,
@@ -48,6 +48,7 @@ from ampup_memory.memory.schemas import (
 from ampup_memory.memory.scopes import MAIN, BranchText, ScopeText
 from ampup_memory.memory.segments import NO_LIMIT, Segment
 from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
+from ampup_memory.ruled import Composed
 from ampup_memory.timefmt import Instant, utc_text
 from ampup_memory.web.body import JsonInt
 
@@ -83,9 +84,10 @@ class TypedQuery(BaseModel):
 
     scope: ScopeText
     find: Literal["facts", "entities"]
-    type: str | None = Field(default=None, pattern=NAME_PATTERN, description=(
+    type: Name | None = Field(default=None, description=(
         "Entity type (ids `<type>:<key>`); required for entities."))
-    entity: str | None = Field(default=None, max_length=256, description="facts: one entity.")
+    entity: Composed | None = Field(default=None, max_length=256,
+                                    description="facts: one entity.")
     predicate: list[str] | None = Field(default=None, max_length=64,
                                         description="facts: these predicates only.")
     where: list[Condition] = Field(default_factory=list, max_length=32)

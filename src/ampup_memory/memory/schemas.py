@@ -70,6 +70,11 @@ ValueType = Literal["string", "text", "enum", "number", "money", "date", "timest
 Name = Annotated[str, ruled(NAME_PATTERN, "name_invalid", "name", "lower-case letters, "
                             "digits and _, starting with a letter (at most 64)"),
                  published(NAME_PATTERN)]
+CURRENCY_PATTERN = r"^[A-Z]{3}$"
+# A money value's currency, as a schema attribute or a posted value names it.
+Currency = Annotated[str, ruled(CURRENCY_PATTERN, "currency_invalid", "currency",
+                                "three upper-case letters, an ISO 4217 code such as EUR"),
+                     published(CURRENCY_PATTERN)]
 
 
 class Attribute(BaseModel):
@@ -81,8 +86,8 @@ class Attribute(BaseModel):
     description: str = Field(default="", max_length=2000)
     values: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
         default=None, max_length=200, description="enum: the allowed values, in order.")
-    currency: str | None = Field(default=None, pattern=r"^[A-Z]{3}$",
-                                 description="money: the currency of a bare number.")
+    currency: Currency | None = Field(default=None,
+                                      description="money: the currency of a bare number.")
     entity: Name | None = Field(default=None, description="ref: the entity type named.")
 
     @model_validator(mode="after")

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps, progress, task_progress, user_option
+from ampup_memory.cliutil import count_type, dumps, progress, task_progress, user_option
 from ampup_memory.memory.cli import SettingsOptions, _fail, _service
 from ampup_memory.settings import Settings
 
@@ -27,10 +27,10 @@ def workspace_commands(settings_options: SettingsOptions,
     @click.option("--ttl", required=True, help="Time to live: 30m, 1h, 7d, 1d12h …")
     @click.option("--user", required=True, callback=user_option,
                   help="Who creates it (it is theirs to delete).")
-    @click.option("--max-scopes", type=int, default=None, help="Cap on scopes.")
-    @click.option("--max-episodes", type=int, default=None, help="Cap on episodes.")
-    @click.option("--max-facts", type=int, default=None, help="Cap on facts.")
-    @click.option("--max-bytes", type=int, default=None, help="Cap on body bytes.")
+    @click.option("--max-scopes", type=count_type(), default=None, help="Cap on scopes.")
+    @click.option("--max-episodes", type=count_type(), default=None, help="Cap on episodes.")
+    @click.option("--max-facts", type=count_type(), default=None, help="Cap on facts.")
+    @click.option("--max-bytes", type=count_type(), default=None, help="Cap on body bytes.")
     @settings_options("common", "tables")
     def create(name: str, ttl: str, user: str, max_scopes: int | None,
                max_episodes: int | None, max_facts: int | None, max_bytes: int | None,

@@ -209,7 +209,8 @@ class Asker:
 
 
 def set_aside_items(index: Listing, scope: str | None, kind: str | None,
-                    rules: Mapping[str, Rule]) -> list[Item]:
+                    rules: Mapping[str, Rule], models: Mapping[str, str] | None = None
+                    ) -> list[Item]:
     """Every item set aside now (of one scope, of one kind) that its kind's rule lists,
     oldest first: ``kind``, ``scope``, ``item``, ``branch`` (extraction's; None for the
     others), the ``model`` that was asked, the ``reason`` of its last refused answer,
@@ -217,7 +218,12 @@ def set_aside_items(index: Listing, scope: str | None, kind: str | None,
     records (every route, command and timer count reads it): a record whose item the rule
     says is gone is dropped, one of a kind with no rule is not listed. Records of an older
     version, with no slot, are left out (they count on, and are listed once they count
-    again)."""
+    again).
+
+    ``models`` names the model each kind asks now (a kind with none configured: absent).
+    A record another model set aside is not listed: the next pass asks that item again,
+    as `set_aside_reason` says (the key names the model). It is kept, not dropped, so it
+    holds again should that model come back."""
     found: dict[tuple[str, str], list[tuple[str, Item]]] = {}
     for meta, raw in index.meta_items(_PREFIX):
         try:
@@ -231,10 +237,13 @@ def set_aside_items(index: Listing, scope: str | None, kind: str | None,
         if ((scope is not None and slot[1] != scope) or (kind is not None and slot[0] != kind)
                 or slot[0] not in rules):
             continue
+        model = str(rec.get("key", "")).rpartition(":")[0]
+        if models is not None and models.get(slot[0], model) != model:
+            continue
         found.setdefault((slot[0], slot[1]), []).append((meta, {
             "kind": slot[0], "scope": slot[1], "item": str(rec.get("item")),
             "branch": slot[2] if slot[0] == "extract" else None,
-            "model": str(rec.get("key", "")).rpartition(":")[0],
+            "model": model,
             "reason": rec.get("reason"), "passes": rec.get("passes"), "at": rec.get("at")}))
     out: list[Item] = []
     for (kind_of, scope_of), pairs in found.items():

@@ -83,6 +83,14 @@ def ops_commands(settings_options: SettingsOptions,
         from ampup_memory.ops.status import collect
 
         settings = settings_from(kwargs)
+        embedded = [n for n in ("store_uri", "index_uri", "catalog_uri", "warehouse")
+                    if getattr(settings, n) is None]  # unset: a store in the home folder
+        if embedded and not settings.home.exists():
+            # Opening the stores would make the home and empty stores in it: a report of
+            # nothing, and a folder left behind by a command that only looks.
+            fail(f"no AmpUp Memory home at {settings.home}: nothing to report. Start one "
+                 "with `ampup-memory serve` (it makes the home), or point --home / "
+                 "AMPUP_MEMORY_HOME at an existing one")
         rt = runtime(settings, reembed=False)
         try:
             report = collect(rt)
