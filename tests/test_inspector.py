@@ -153,7 +153,9 @@ def test_inspector_is_served_without_the_api_schema(seeded: dict[str, Any]) -> N
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert "/inspector/app.js" in page.text
-    assert httpx.get(url + "/inspector/app.js").status_code == 200
+    assert "/inspector/rooms.js" in page.text
+    for asset in ("app.js", "rooms.js", "app.css"):
+        assert httpx.get(f"{url}/inspector/{asset}").status_code == 200, asset
     for path in ("/", "/inspector/app.js", "/health", "/amp/v1/health"):  # HEAD as GET, no body
         head = httpx.head(url + path)
         assert (head.status_code, head.content) == (200, b""), path
@@ -495,6 +497,7 @@ def test_schema_tab_shows_the_routes_schema(inspector: Inspector, rooms: dict[st
         "enum (gold, silver)")
     assert page.locator(".extract-rule td").all_inner_texts() == [
         "slack, doc", "service: tier", "Only what is stated."]
+    assert "null" not in page.inner_text("#schema")  # no absent part written as text
     inspector.shot("schema")
     inspector.go(f"#/scope/{SCOPE}/schema", "#schema .empty")
     assert "No schema" in page.inner_text("#schema")

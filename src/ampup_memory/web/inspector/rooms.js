@@ -42,7 +42,8 @@ async function pageSchema(scope, q) {
     return;
   }
   const s = got.schema;
-  box.append(h("h2", {}, s.name), s.description ? h("p", {}, s.description) : null,
+  // DOM append writes null as the text "null": absent parts are "" (no text at all).
+  box.append(h("h2", {}, s.name), s.description ? h("p", {}, s.description) : "",
     h("dl", {class: "meta"},
       h("dt", {}, "Branch"), h("dd", {}, got.branch || "main"),
       h("dt", {}, "Version"), h("dd", {}, h("code", {}, short(got.version))),
@@ -50,7 +51,7 @@ async function pageSchema(scope, q) {
       h("dt", {}, "Commit"), h("dd", {}, h("code", {}, short(got.commit)))));
   for (const e of s.entities || []) {
     box.append(h("h3", {"data-entity-type": e.name}, e.name),
-      e.description ? h("p", {class: "hint"}, e.description) : null,
+      e.description ? h("p", {class: "hint"}, e.description) : "",
       table(["Attribute", "Type", "Cardinality", "Description"], (e.attributes || []).map(a =>
         h("tr", {"data-attribute": `${e.name}.${a.name}`}, h("td", {}, a.name), h("td", {}, attrType(a)),
           h("td", {}, a.cardinality || "one"), h("td", {}, a.description || "")))));
@@ -83,7 +84,8 @@ function runsSection(scope) {
       body.append(h("tr", {}, h("td", {class: "empty", colspan: 7}, "No runs you may read.")));
     }
     for (const r of page.items) {
-      body.append(h("tr", {"data-run": r.id}, h("td", {}, link(route(`/run/${r.id}`), short(r.id))),
+      // The full id: a ULID's first characters are its time, the same for runs made together.
+      body.append(h("tr", {"data-run": r.id}, h("td", {}, link(route(`/run/${r.id}`), r.id, {class: "id"})),
         h("td", {}, r.task), h("td", {}, r.outcome || "—"), h("td", {class: "reward"}, reward(r.reward)),
         h("td", {}, r.advice_key ? h("code", {}, r.advice_key) : "—"), h("td", {}, (r.acl || []).join(" ")),
         h("td", {}, when(r.at))));
@@ -126,9 +128,9 @@ function proceduresSection(scope, compiled) {
   h("h3", {}, "When"), h("p", {}, p.when),
   h("h3", {}, "Steps"), h("ol", {}, (p.steps || []).map(s => h("li", {}, s))),
   h("h3", {}, "Edge cases"), list(p.edge_cases),
-  h("p", {class: "hint sources"}, `Sources you may read (${(p.sources || []).length}): `,
+  h("p", {class: "hint sources cites"}, `Sources you may read (${(p.sources || []).length}): `,
     ...(p.sources || []).map(c => link(route(`/scope/${scope}/episode/${c.episode}`, {unit: c.unit}),
-      `${short(c.episode)} unit ${c.unit} `, {class: "cite"})))))));
+      `${short(c.episode)} unit ${c.unit}`, {class: "cite"})))))));
   return box;
 }
 
@@ -185,9 +187,14 @@ async function pageWorkspace(id) {
 // -- set aside (GET /set-aside, GET /extraction/set-aside, GET /extraction/status) -----------
 const ASIDE_KINDS = ["", "extract", "judge", "learn", "compile"];
 
+// An extraction's item is an episode (on its branch): linked to it; the others (a session,
+// a situation, the scope itself) have no page here.
 function asideRows(items) {
   return items.map(i => h("tr", {"data-item": i.item, "data-kind": i.kind},
-    h("td", {}, i.kind), h("td", {}, h("code", {}, i.item)), h("td", {}, i.branch || "—"),
+    h("td", {}, i.kind), h("td", {}, i.kind === "extract"
+      ? link(route(`/scope/${i.scope}/episode/${i.item}`, {branch: i.branch === "main" ? undefined : i.branch}),
+        i.item, {class: "id"})
+      : h("code", {}, i.item)), h("td", {}, i.branch || "—"),
     h("td", {}, i.model), h("td", {class: "reason"}, i.reason), h("td", {class: "n"}, i.passes),
     h("td", {}, when(i.at))));
 }
