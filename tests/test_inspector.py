@@ -582,13 +582,17 @@ def test_a_second_user_sees_none_of_the_first_users_rooms(
         assert rooms["secret_run"] not in listed and len(listed) == 26
         html = [page.content()]
         ins.shot("advice-runs-phone")
+        # At phone width the page itself never scrolls sideways (its tables do, inside).
+        fits = "document.documentElement.scrollWidth <= window.innerWidth"
+        assert page.evaluate(fits)
         ins.go("#/workspaces", "main .empty")
-        assert "No live workspace" in page.inner_text("main")
+        assert "No live workspace" in page.inner_text("main") and page.evaluate(fits)
         html.append(page.content())
         ins.go(f"#/set-aside?scope={ADVICE.replace('/', '%2F')}", "#extraction-status")
-        assert "Nothing set aside" in page.inner_text("#set-aside")
+        assert "Nothing set aside" in page.inner_text("#set-aside") and page.evaluate(fits)
         html.append(page.content())
         ins.go(f"#/scope/{ADVICE}/schema", "#schema h2")  # any caller reads a schema
+        assert page.locator("tr[data-attribute]").count() == 3 and page.evaluate(fits)
         for text in html:
             assert SECRET_RUN not in text and rooms["secret_run"] not in text
             assert rooms["workspace"] not in text and rooms["poison"] not in text
