@@ -445,7 +445,7 @@ def rooms(seeded: dict[str, Any], scripted_model_process: Any) -> dict[str, Any]
     r = alice.http.put("/procedures/sources", headers=admin,
                        json={"scope": ADVICE, "documents": ["refund-runbook"]})
     assert r.status_code == 200, r.text
-    env = {**QUIET, **model.env("COMPILE_"), **model.env("JUDGE_"),
+    env = {**QUIET, **model.env("COMPILE_"), **model.env("JUDGE_"), **model.env("EXTRACT_"),
            "AMPUP_MEMORY_MODEL_RETRIES": "0"}
     model.script([{"match": "Refunds: check the order", "reply": {"skills": [
         {"name": "Refund an order", "when": "A customer asks for a refund.",
@@ -467,11 +467,14 @@ def rooms(seeded: dict[str, Any], scripted_model_process: Any) -> dict[str, Any]
     r = alice.http.post("/sessions/end", json={"session": out["poison"], "transcript": "read it",
                                                "outcome": "summarised"})
     assert r.status_code == 200, r.text
-    model.script([{"match": POISON, "reply": "not json at all"}])
+    # ... and the runbook (public; the schema's extract rule reads doc episodes) too.
+    model.script([{"match": POISON, "reply": "not json at all"},
+                  {"match": "Refunds: check the order", "reply": "not json either"}])
     for _ in range(3):
         cli_in_process(home, env, "advice", "judge", "--scope", ADVICE)
+        cli_in_process(home, env, "extract", "--scope", ADVICE)
     aside = alice.http.get("/set-aside", params={"scope": ADVICE}).json()["items"]
-    assert [i["item"] for i in aside] == [out["poison"]], aside
+    assert sorted(i["item"] for i in aside) == sorted([out["poison"], episode]), aside
     # A workspace of alice's with a note in one of its scopes.
     r = alice.http.post("/workspaces", json={"name": "triage scratch", "ttl": "2d",
                                              "caps": {"scopes": 3}})
@@ -555,12 +558,23 @@ def test_workspaces_and_set_aside(inspector: Inspector, rooms: dict[str, Any]) -
         assert used == f"{ws['usage'][cap]} / {ws['caps'][cap]}", cap
     inspector.shot("workspace")
     inspector.go(f"#/set-aside?scope={ADVICE.replace('/', '%2F')}", "#extraction-status")
-    [item] = seeded_get(inspector.url, "alice", "/set-aside", scope=ADVICE)["items"]
-    cells = page.locator(f"#set-aside tr[data-item='{rooms['poison']}'] td").all_inner_texts()
-    assert cells[:2] == ["judge", item["item"]] and cells[4] == item["reason"]
-    assert cells[5] == str(item["passes"])
+    items = seeded_get(inspector.url, "alice", "/set-aside", scope=ADVICE)["items"]
+    assert {i["kind"] for i in items} == {"judge", "extract"}
+    for item in items:
+        cells = page.locator(f"#set-aside tr[data-item='{item['item']}'] td").all_inner_texts()
+        assert cells == [item["kind"], item["item"], item["branch"] or "—", item["model"],
+                         item["reason"], str(item["passes"]), cells[6]], cells
     status = seeded_get(inspector.url, "alice", "/extraction/status", scope=ADVICE)
-    assert status["model"] in page.inner_text("#extraction-status")
+    shown = page.inner_text("#extraction-status")
+    assert status["model"] in shown and status["schema_name"] in shown
+    [extracted] = seeded_get(inspector.url, "alice", "/extraction/set-aside",
+                             scope=ADVICE)["items"]
+    assert extracted["item"] == rooms["runbook"]
+    row = page.locator(f"#extraction-set-aside tr[data-item='{rooms['runbook']}'] td")
+    assert row.all_inner_texts()[4] == extracted["reason"]
+    page.click(f"#set-aside tr[data-item='{rooms['runbook']}'] a")  # the episode it is
+    page.wait_for_selector("#units li")
+    assert "Gift cards" in page.inner_text("#units")
     inspector.shot("set-aside")
 
 
@@ -585,11 +599,15 @@ def test_a_second_user_sees_none_of_the_first_users_rooms(
         # At phone width the page itself never scrolls sideways (its tables do, inside).
         fits = "document.documentElement.scrollWidth <= window.innerWidth"
         assert page.evaluate(fits)
-        ins.go("#/workspaces", "main .empty")
+        ins.go("#/workspaces?all=true", "main .empty")  # everyone's: an admin's, says the route
         assert "No live workspace" in page.inner_text("main") and page.evaluate(fits)
         html.append(page.content())
         ins.go(f"#/set-aside?scope={ADVICE.replace('/', '%2F')}", "#extraction-status")
-        assert "Nothing set aside" in page.inner_text("#set-aside") and page.evaluate(fits)
+        # The public runbook's extraction, as the route lists it to bob; not her session.
+        assert [page.locator("#set-aside tbody tr").nth(0).get_attribute("data-item")] == [
+            i["item"] for i in seeded_get(seeded["url"], "bob", "/set-aside",
+                                          scope=ADVICE)["items"]] == [rooms["runbook"]]
+        assert page.locator("#set-aside tbody tr").count() == 1 and page.evaluate(fits)
         html.append(page.content())
         ins.go(f"#/scope/{ADVICE}/schema", "#schema h2")  # any caller reads a schema
         assert page.locator("tr[data-attribute]").count() == 3 and page.evaluate(fits)

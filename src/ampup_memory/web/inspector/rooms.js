@@ -240,6 +240,6 @@ async function pageSetAside(q) {
         .map(([k, v]) => `${k} ${v}`).join(", ") || "—"),
       h("dt", {}, "Last error"), h("dd", {}, status.last_error
         ? `${status.last_error} (${when(status.last_error_at)})` : "—")),
-    extraction.items.length ? table(ASIDE_HEAD, asideRows(extraction.items))
-      : h("p", {class: "empty", id: "extraction-set-aside"}, "No episode of this branch set aside that you may read."));
+    h("div", {id: "extraction-set-aside"}, extraction.items.length ? table(ASIDE_HEAD, asideRows(extraction.items))
+      : h("p", {class: "empty"}, "No episode of this branch set aside that you may read.")));
 }
