@@ -572,10 +572,10 @@ def test_workspaces_and_set_aside(inspector: Inspector, rooms: dict[str, Any]) -
     assert extracted["item"] == rooms["runbook"]
     row = page.locator(f"#extraction-set-aside tr[data-item='{rooms['runbook']}'] td")
     assert row.all_inner_texts()[4] == extracted["reason"]
+    inspector.shot("set-aside")
     page.click(f"#set-aside tr[data-item='{rooms['runbook']}'] a")  # the episode it is
     page.wait_for_selector("#units li")
     assert "Gift cards" in page.inner_text("#units")
-    inspector.shot("set-aside")
 
 
 def test_a_second_user_sees_none_of_the_first_users_rooms(
