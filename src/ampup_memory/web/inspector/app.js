@@ -561,7 +561,8 @@ async function pageAdvice(q) {
     h("h3", {}, "Pitfalls"), h("ul", {}, (n.pitfalls || []).map(s => h("li", {}, s))),
     h("p", {class: "evidence"}, Object.entries(n.evidence || {}).map(([k, v]) => `${k} ${v}`).join(" · ")),
     h("p", {class: "hint sources"}, `Learnt from ${(n.sources || []).length} session(s) you may read: `,
-      ...(n.sources || []).map(id => h("code", {"data-session": id}, short(id), " "))))))
+      // Full ids: cut at 10 characters, a ses_ ULID keeps only its time, minutes wide.
+      ...(n.sources || []).map(id => h("code", {"data-session": id}, id, " "))))))
     : h("p", {class: "empty"}, "No notes."));
   m.append(proceduresSection(scope, compiled));
   const runs = runsSection(scope);

@@ -84,7 +84,7 @@ function runsSection(scope) {
       body.append(h("tr", {}, h("td", {class: "empty", colspan: 7}, "No runs you may read.")));
     }
     for (const r of page.items) {
-      // The full id: a ULID's first characters are its time, the same for runs made together.
+      // The full id: cut at 10 characters, a run_ ULID keeps only its time, minutes wide.
       body.append(h("tr", {"data-run": r.id}, h("td", {}, link(route(`/run/${r.id}`), r.id, {class: "id"})),
         h("td", {}, r.task), h("td", {}, r.outcome || "—"), h("td", {class: "reward"}, reward(r.reward)),
         h("td", {}, r.advice_key ? h("code", {}, r.advice_key) : "—"), h("td", {}, (r.acl || []).join(" ")),
