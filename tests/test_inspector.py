@@ -10,6 +10,7 @@ Screenshots of every page go to ``AMPUP_INSPECTOR_ARTIFACTS`` (default
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ import pytest
 from ampup_memory.amp.lifecycle import clock, decay_score
 from ampup_memory.amp.model import MemoryCell
 from tests.browser import chromium
-from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, run_cli
+from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, cli_in_process, run_cli
 from tests.server_process import ServerProcess
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -152,7 +153,9 @@ def test_inspector_is_served_without_the_api_schema(seeded: dict[str, Any]) -> N
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "default-src 'self'" in page.headers["content-security-policy"]
     assert "/inspector/app.js" in page.text
-    assert httpx.get(url + "/inspector/app.js").status_code == 200
+    assert "/inspector/rooms.js" in page.text
+    for asset in ("app.js", "rooms.js", "app.css"):
+        assert httpx.get(f"{url}/inspector/{asset}").status_code == 200, asset
     for path in ("/", "/inspector/app.js", "/health", "/amp/v1/health"):  # HEAD as GET, no body
         head = httpx.head(url + path)
         assert (head.status_code, head.content) == (200, b""), path
@@ -391,3 +394,227 @@ def test_cells_and_advice_pages(inspector: Inspector) -> None:
     inspector.go(f"#/advice?scope={SCOPE.replace('/', '%2F')}", "main h2")
     assert "No situation map yet." in page.inner_text("main")
     inspector.shot("advice-empty")  # the page with data: tests/test_advice_loop.py
+
+
+# -- the newer rooms: schema, runs, procedures, workspaces, set aside -----------------------
+
+ADVICE = "acme/ops"
+SECRET_RUN = "Rotate the board's signing keys"  # a run only alice may read
+POISON = "Summarise the quarterly churn review"  # a session the judge's answers never fit
+RUNBOOK = ("Refunds: check the order is under 30 days old.\n\n"
+           "If it is, ask the team lead to approve the refund.\n\n"
+           "Gift cards are never refunded in cash.")
+TINY_SCHEMA = {"name": "ops", "description": "What the ops team tracks.", "entities": [
+    {"name": "service", "attributes": [
+        {"name": "tier", "type": "enum", "values": ["gold", "silver"]},
+        {"name": "budget", "type": "money", "currency": "EUR"},
+        {"name": "depends_on", "type": "ref", "entity": "service", "cardinality": "many",
+         "description": "What it calls."}]}],
+    "extract": [{"episode_types": ["slack", "doc"], "targets": {"service": ["tier"]},
+                 "instructions": "Only what is stated."}]}
+
+
+@pytest.fixture(scope="module")
+def rooms(seeded: dict[str, Any], scripted_model_process: Any) -> dict[str, Any]:
+    """The newer rooms seeded through their routes and commands: a schema, 27 runs (one
+    alice's alone, one rewarded), a compiled procedure, a workspace, and a session of
+    alice's the judge set aside. Every model pass is the CLI's, on the scripted model."""
+    alice, home, model = seeded["alice"], seeded["home"], scripted_model_process
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    out: dict[str, Any] = {}
+    r = alice.http.put(f"/schemas/{ADVICE}", json={"schema": TINY_SCHEMA}, headers=admin)
+    assert r.status_code == 200, r.text
+    runs = []
+    for n in range(26):
+        r = alice.http.post("/runs", json={"scope": ADVICE, "task": f"Restart worker {n}",
+                                           "outcome": "restarted", "acl": ["*"],
+                                           "advice_key": "note_restart" if n == 25 else None})
+        assert r.status_code == 201, r.text
+        runs.append(r.json()["id"])
+    r = alice.http.post("/runs/reward", json={"run": runs[-1], "reward": 0.75,
+                                              "reason": "back within the SLO"})
+    assert r.status_code == 201, r.text
+    r = alice.http.post("/runs", json={"scope": ADVICE, "task": SECRET_RUN, "outcome": "done",
+                                       "acl": ["user:alice"], "trace": "step 1: sign"})
+    assert r.status_code == 201, r.text
+    out["runs"], out["secret_run"] = runs, r.json()["id"]
+    # A compiled procedure, from a document the admin chose.
+    r = alice.write(ADVICE, RUNBOOK, ["*"], document="refund-runbook")
+    assert r.status_code == 201, r.text
+    out["runbook"] = episode = r.json()["id"]
+    r = alice.http.put("/procedures/sources", headers=admin,
+                       json={"scope": ADVICE, "documents": ["refund-runbook"]})
+    assert r.status_code == 200, r.text
+    env = {**QUIET, **model.env("COMPILE_"), **model.env("JUDGE_"), **model.env("EXTRACT_"),
+           "AMPUP_MEMORY_MODEL_RETRIES": "0"}
+    model.script([{"match": "Refunds: check the order", "reply": {"skills": [
+        {"name": "Refund an order", "when": "A customer asks for a refund.",
+         "steps": [{"id": "age", "text": "Check the order is under 30 days old",
+                    "cites": [{"episode": episode, "unit": 1}]},
+                   {"id": "lead", "text": "Ask the team lead to approve",
+                    "cites": [{"episode": episode, "unit": 2}]}],
+         "edges": [{"from": "age", "to": "lead", "condition": "under 30 days"}],
+         "edge_cases": [{"text": "Gift cards are never refunded in cash",
+                         "cites": [{"episode": episode, "unit": 3}]}]}]}}])
+    done = cli_in_process(home, env, "advice", "compile", "--scope", ADVICE)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["scopes"][0]["procedures"] == 1, done.stdout
+    # A session of alice's whose judge answers never have the right shape: set aside.
+    ses = alice.http.post("/sessions/start", json={"scope": ADVICE, "task": POISON,
+                                                   "acl": ["user:alice"]})
+    assert ses.status_code == 201, ses.text
+    out["poison"] = ses.json()["id"]
+    r = alice.http.post("/sessions/end", json={"session": out["poison"], "transcript": "read it",
+                                               "outcome": "summarised"})
+    assert r.status_code == 200, r.text
+    # ... and the runbook (public; the schema's extract rule reads doc episodes) too.
+    model.script([{"match": POISON, "reply": "not json at all"},
+                  {"match": "Refunds: check the order", "reply": "not json either"}])
+    for _ in range(3):
+        cli_in_process(home, env, "advice", "judge", "--scope", ADVICE)
+        cli_in_process(home, env, "extract", "--scope", ADVICE)
+    aside = alice.http.get("/set-aside", params={"scope": ADVICE}).json()["items"]
+    assert sorted(i["item"] for i in aside) == sorted([out["poison"], episode]), aside
+    # A workspace of alice's with a note in one of its scopes.
+    r = alice.http.post("/workspaces", json={"name": "triage scratch", "ttl": "2d",
+                                             "caps": {"scopes": 3}})
+    assert r.status_code == 201, r.text
+    out["workspace"] = r.json()["id"]
+    assert alice.write(f"{out['workspace']}/notes", "scratch", ["*"]).status_code == 201
+    return out
+
+
+def test_schema_tab_shows_the_routes_schema(inspector: Inspector, rooms: dict[str, Any]) -> None:
+    page = inspector.page
+    inspector.be(user="alice")
+    inspector.go(f"#/scope/{ADVICE}/schema", "#schema h2")
+    answer = seeded_get(inspector.url, "alice", f"/schemas/{ADVICE}")
+    assert answer["schema"] == TINY_SCHEMA | {"entities": answer["schema"]["entities"]}
+    for entity in answer["schema"]["entities"]:
+        for a in entity["attributes"]:
+            cells = page.locator(f"tr[data-attribute='{entity['name']}.{a['name']}'] td")
+            texts = cells.all_inner_texts()
+            assert texts[0] == a["name"] and texts[1].startswith(a["type"])
+            assert texts[2] == a.get("cardinality", "one")
+    assert page.inner_text("tr[data-attribute='service.tier'] td:nth-child(2)") == (
+        "enum (gold, silver)")
+    assert page.locator(".extract-rule td").all_inner_texts() == [
+        "slack, doc", "service: tier", "Only what is stated."]
+    assert "null" not in page.inner_text("#schema")  # no absent part written as text
+    inspector.shot("schema")
+    inspector.go(f"#/scope/{SCOPE}/schema", "#schema .empty")
+    assert "No schema" in page.inner_text("#schema")
+
+
+def seeded_get(url: str, user: str, path: str, **params: Any) -> Any:
+    r = httpx.get(url + path, params=params, headers={"X-AmpUp-User": user})
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_advice_runs_and_procedures(inspector: Inspector, rooms: dict[str, Any]) -> None:
+    page = inspector.page
+    inspector.be(user="alice")
+    inspector.go(f"#/advice?scope={ADVICE.replace('/', '%2F')}", "#runs tbody tr[data-run]")
+    listed = seeded_get(inspector.url, "alice", "/runs", scope=ADVICE, limit=25)
+    shown = page.locator("#runs tr[data-run]")
+    assert [shown.nth(i).get_attribute("data-run") for i in range(shown.count())] == [
+        r["id"] for r in listed["runs"]]
+    assert listed["runs"][0]["task"] == SECRET_RUN and listed["next_before"]
+    page.click("#runs button.more")
+    page.wait_for_selector(f"#runs tr[data-run='{rooms['runs'][0]}']")
+    assert shown.count() == 27 and page.locator("#runs button.more").count() == 0
+    rewarded = page.locator(f"#runs tr[data-run='{rooms['runs'][-1]}'] td").all_inner_texts()
+    [got] = [r for r in listed["runs"] if r["id"] == rooms["runs"][-1]]
+    given = got["reward"]
+    assert (given["value"], given["user"]) == (0.75, "alice")
+    assert rewarded[1:6] == ["Restart worker 25", "restarted",
+                             f"0.75 by {given['by']} (alice): {given['reason']}",
+                             got["advice_key"], "*"]
+    compiled = seeded_get(inspector.url, "alice", "/procedures", scope=ADVICE)
+    [skill] = compiled["procedures"]
+    card = page.locator(f"#procedures [data-procedure='{skill['key']}']")
+    assert card.locator("ol li").all_inner_texts() == skill["steps"]
+    assert card.locator("ul li").all_inner_texts() == skill["edge_cases"]
+    assert card.locator("a.cite").count() == len(skill["sources"]) == 3
+    inspector.shot("advice-runs")
+    page.click(f"#runs tr[data-run='{rooms['secret_run']}'] a")
+    page.wait_for_selector("#run")
+    one = seeded_get(inspector.url, "alice", f"/runs/{rooms['secret_run']}")
+    assert one["trace"] in page.inner_text("main") and one["task"] in page.inner_text("#run")
+
+
+def test_workspaces_and_set_aside(inspector: Inspector, rooms: dict[str, Any]) -> None:
+    page = inspector.page
+    inspector.be(user="alice")
+    inspector.go("#/workspaces", f"tr[data-workspace='{rooms['workspace']}']")
+    [ws] = seeded_get(inspector.url, "alice", "/workspaces")["workspaces"]
+    row = page.locator(f"tr[data-workspace='{ws['id']}'] td").all_inner_texts()
+    assert row[1:3] == ["triage scratch", "alice"] and row[5] == "1 / 3"
+    page.click(f"tr[data-workspace='{ws['id']}'] a")
+    page.wait_for_selector("#workspace")
+    for cap in ("scopes", "episodes", "facts", "bytes"):
+        used = page.inner_text(f"[data-cap='{cap}'] .used")
+        assert used == f"{ws['usage'][cap]} / {ws['caps'][cap]}", cap
+    inspector.shot("workspace")
+    inspector.go(f"#/set-aside?scope={ADVICE.replace('/', '%2F')}", "#extraction-status")
+    items = seeded_get(inspector.url, "alice", "/set-aside", scope=ADVICE)["items"]
+    assert {i["kind"] for i in items} == {"judge", "extract"}
+    for item in items:
+        cells = page.locator(f"#set-aside tr[data-item='{item['item']}'] td").all_inner_texts()
+        assert cells == [item["kind"], item["item"], item["branch"] or "—", item["model"],
+                         item["reason"], str(item["passes"]), cells[6]], cells
+    status = seeded_get(inspector.url, "alice", "/extraction/status", scope=ADVICE)
+    shown = page.inner_text("#extraction-status")
+    assert status["model"] in shown and status["schema_name"] in shown
+    [extracted] = seeded_get(inspector.url, "alice", "/extraction/set-aside",
+                             scope=ADVICE)["items"]
+    assert extracted["item"] == rooms["runbook"]
+    row = page.locator(f"#extraction-set-aside tr[data-item='{rooms['runbook']}'] td")
+    assert row.all_inner_texts()[4] == extracted["reason"]
+    inspector.shot("set-aside")
+    page.click(f"#set-aside tr[data-item='{rooms['runbook']}'] a")  # the episode it is
+    page.wait_for_selector("#units li")
+    assert "Gift cards" in page.inner_text("#units")
+
+
+def test_a_second_user_sees_none_of_the_first_users_rooms(
+        browser: Any, seeded: dict[str, Any], rooms: dict[str, Any]) -> None:
+    """bob, at phone width: the runs page without alice's restricted run (and the count
+    the route pages), no workspace of alice's, none of her set-aside sessions."""
+    ins = Inspector(browser, seeded["url"], width=390, height=844)
+    page = ins.page
+    try:
+        ins.be(user="bob")
+        ins.go(f"#/advice?scope={ADVICE.replace('/', '%2F')}", "#runs tbody tr[data-run]")
+        page.click("#runs button.more")
+        page.wait_for_selector(f"#runs tr[data-run='{rooms['runs'][0]}']")
+        listed = [r["id"] for r in seeded_get(seeded["url"], "bob", "/runs", scope=ADVICE,
+                                              limit=100)["runs"]]
+        shown = page.locator("#runs tr[data-run]")
+        assert [shown.nth(i).get_attribute("data-run") for i in range(shown.count())] == listed
+        assert rooms["secret_run"] not in listed and len(listed) == 26
+        html = [page.content()]
+        ins.shot("advice-runs-phone")
+        # At phone width the page itself never scrolls sideways (its tables do, inside).
+        fits = "document.documentElement.scrollWidth <= window.innerWidth"
+        assert page.evaluate(fits)
+        ins.go("#/workspaces?all=true", "main .empty")  # everyone's: an admin's, says the route
+        assert "No live workspace" in page.inner_text("main") and page.evaluate(fits)
+        html.append(page.content())
+        ins.go(f"#/set-aside?scope={ADVICE.replace('/', '%2F')}", "#extraction-status")
+        # The public runbook's extraction, as the route lists it to bob; not her session.
+        assert [page.locator("#set-aside tbody tr").nth(0).get_attribute("data-item")] == [
+            i["item"] for i in seeded_get(seeded["url"], "bob", "/set-aside",
+                                          scope=ADVICE)["items"]] == [rooms["runbook"]]
+        assert page.locator("#set-aside tbody tr").count() == 1 and page.evaluate(fits)
+        html.append(page.content())
+        ins.go(f"#/scope/{ADVICE}/schema", "#schema h2")  # any caller reads a schema
+        assert page.locator("tr[data-attribute]").count() == 3 and page.evaluate(fits)
+        for text in html:
+            assert SECRET_RUN not in text and rooms["secret_run"] not in text
+            assert rooms["workspace"] not in text and rooms["poison"] not in text
+            assert POISON not in text
+        assert ins.errors == [], f"console errors: {ins.errors}"
+    finally:
+        ins.close()

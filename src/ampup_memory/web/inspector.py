@@ -16,7 +16,7 @@ from starlette.responses import FileResponse
 from ampup_memory.errors import NotFound
 
 STATIC = Path(__file__).resolve().parent / "inspector"
-ASSETS = {"app.js": "text/javascript", "app.css": "text/css"}
+ASSETS = {"app.js": "text/javascript", "rooms.js": "text/javascript", "app.css": "text/css"}
 # Scripts, styles, images and fetches from this server only: nothing from the internet.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")

@@ -153,11 +153,12 @@ function asOf(q) {
 
 function scopeNav(scope, active, view) {
   const atCommit = view.at_commit;
-  const tabs = [["episodes", "Episodes"], ["facts", "Facts"], ["history", "History"]];
+  const tabs = [["episodes", "Episodes"], ["facts", "Facts"], ["schema", "Schema"], ["history", "History"]];
   const nav = h("nav", {class: "tabs"}, tabs.map(([k, label]) =>
     link(route(`/scope/${scope}/${k}`, k === "history" ? {} : view), label,
       {class: k === active ? "active" : ""})),
-    link(route("/search", {scope}), "Search"), link(route("/advice", {scope}), "Advice"));
+    link(route("/search", {scope}), "Search"), link(route("/advice", {scope}), "Advice"),
+    link(route("/set-aside", {scope}), "Set aside"));
   const box = h("div", {}, h("h1", {}, "Scope ", h("code", {}, scope)), nav);
   if (atCommit) {
     box.append(h("p", {class: "asof"}, "Memory as of commit ", h("code", {}, short(atCommit)),
@@ -546,7 +547,8 @@ async function pageAdvice(q) {
   });
   m.replaceChildren(title("Advice"), form);
   if (!scope) return;
-  const [map, notes] = await Promise.all([get("/situations", {scope}), get("/notes", {scope})]);
+  const [map, notes, compiled] = await Promise.all([get("/situations", {scope}), get("/notes", {scope}),
+    get("/procedures", {scope})]);
   m.append(h("h2", {}, "Situations"), map.situations.length ? table(["Category", "Situation", "Terms", "Size", "Runs you may read"],
     map.situations.map(s => h("tr", {}, h("td", {}, (map.categories.find(c => c.id === s.category) || {}).name || s.category),
       h("td", {}, s.name), h("td", {}, (s.terms || []).join(", ")), h("td", {class: "n"}, s.size),
@@ -559,8 +561,13 @@ async function pageAdvice(q) {
     h("h3", {}, "Pitfalls"), h("ul", {}, (n.pitfalls || []).map(s => h("li", {}, s))),
     h("p", {class: "evidence"}, Object.entries(n.evidence || {}).map(([k, v]) => `${k} ${v}`).join(" · ")),
     h("p", {class: "hint sources"}, `Learnt from ${(n.sources || []).length} session(s) you may read: `,
-      ...(n.sources || []).map(id => h("code", {"data-session": id}, short(id), " "))))))
+      // Full ids: cut at 10 characters, a ses_ ULID keeps only its time, minutes wide.
+      ...(n.sources || []).map(id => h("code", {"data-session": id}, id, " "))))))
     : h("p", {class: "empty"}, "No notes."));
+  m.append(proceduresSection(scope, compiled));
+  const runs = runsSection(scope);
+  m.append(runs.box);
+  await runs.load();
 }
 
 // -- router ---------------------------------------------------------------------------------
@@ -573,7 +580,8 @@ async function render() {
     try { return decodeURIComponent(p); } catch { return p; }
   });
   for (const a of document.querySelectorAll("#nav a")) {
-    a.classList.toggle("active", a.dataset.page === (parts[0] === "scope" ? "scopes" : parts[0]));
+    const section = {scope: "scopes", run: "advice", workspace: "workspaces"}[parts[0]] || parts[0];
+    a.classList.toggle("active", a.dataset.page === section);
   }
   const m = h("div", {class: "page"});
   current = m;
@@ -594,10 +602,15 @@ async function render() {
       else if (page === "facts") await pageFacts(scope, q);
       else if (page === "entity") await pageEntity(scope, parts.slice(4).join("/"), q);
       else if (page === "history") await pageHistory(scope, q);
+      else if (page === "schema") await pageSchema(scope, q);
       else m.replaceChildren(errorBox("No such page."));
     } else if (parts[0] === "search") await pageSearch(q);
     else if (parts[0] === "cells") await pageCells(q);
     else if (parts[0] === "advice") await pageAdvice(q);
+    else if (parts[0] === "run" && parts[1]) await pageRun(parts[1]);
+    else if (parts[0] === "workspaces") await pageWorkspaces(q);
+    else if (parts[0] === "workspace" && parts[1]) await pageWorkspace(parts[1]);
+    else if (parts[0] === "set-aside") await pageSetAside(q);
     else await pageScopes();
   } catch (err) {
     m.append(errorBox(err));
