@@ -76,7 +76,14 @@ function route(path, params) {
   return "#" + path + (s ? "?" + s : "");
 }
 
-function short(id) { return id ? String(id).slice(0, 10) : ""; }
+// A ULID's head is its time, so ids made within minutes share it: those show their
+// random tail. Other ids (episode hashes) are random from the start and show their head.
+const ULID_END = /^(.*?)([0-9A-HJKMNP-TV-Z]{26})$/;
+function short(id) {
+  if (!id) return "";
+  const m = ULID_END.exec(String(id));
+  return m ? `${m[1]}…${m[2].slice(-8)}` : String(id).slice(0, 10);
+}
 function when(t) { return t ? String(t).replace("T", " ").replace("Z", "") : "—"; }
 function num(x) { return typeof x === "number" ? (Math.round(x * 1000) / 1000).toString() : "—"; }
 
