@@ -271,13 +271,14 @@ PREPARED_ANYWAY = False
 SHIPPED_FORM = (False, True)
 
 
-def matches_form(gin_only: bool, cut: bool) -> None:
+def matches_form(gin_only: bool, cut: bool, apart: bool = True) -> None:
     """The rows the store's keyword statement ranks (a lever): ``gin_only``, the matches
     from the GIN index alone (a subquery kept apart by ``OFFSET 0``, so no other index's
     bitmap is ANDed in) and the filters tested on their rows, else the planner's choice
     of indexes (shipped); ``cut``, only the newest `POSTINGS_BUDGET` when over it
     (`budget.newest_ranked`, shipped in session 22), else every match of the rarest
-    word (session 21)."""
+    word (session 21); ``apart``: the newest sorted out of the matches (shipped), else
+    the cut left to the planner (which may walk the primary key instead)."""
     from ampup_memory.amp.store import postgres as pgstore
 
     def form(where: str, newest: int | None) -> tuple[str, tuple[Any, ...]]:
@@ -288,7 +289,10 @@ def matches_form(gin_only: bool, cut: bool) -> None:
         matches = f"SELECT c.id, c.tsv FROM {source}"
         if newest is None:
             return matches, ()
-        return matches + " ORDER BY c.id DESC LIMIT %s", (newest,)
+        if not gin_only and not apart:  # the planner may walk the primary key
+            return matches + " ORDER BY c.id DESC LIMIT %s", (newest,)
+        return f"SELECT id, tsv FROM ({matches} OFFSET 0) n ORDER BY id DESC LIMIT %s", (
+            newest,)
 
     pgstore.keyword_matches = form  # type: ignore[assignment]
 
@@ -487,8 +491,10 @@ def explain(args: argparse.Namespace) -> None:
         queries = [query_terms(t) for t in text_queries(args.text_file, args.queries, 11)]
     filters = {"unfiltered": CellFilter(agent_id="agent_bench_1"),
                "owner 8 %": CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)}
-    forms = {"session 21 (no cut)": (False, False), "newest cut (shipped)": (False, True),
-             "GIN index alone, newest cut": (True, True)}
+    forms = {"session 21 (no cut)": (False, False, True),
+             "newest cut (shipped)": (False, True, True),
+             "newest cut left to the planner": (False, True, False),
+             "GIN index alone, newest cut": (True, True, True)}
     types = {float: "float8", str: "text", int: "int8", bool: "bool"}
     out: dict[str, Any] = {"rows": args.rows, "queries": len(queries),
                            "load_at_start": os.getloadavg()[0], "runs": []}
