@@ -333,7 +333,18 @@ def main() -> None:
     parser.add_argument("--no-restart", action="store_true",
                         help="keep the server's settings (no restart per shared_buffers)")
     parser.add_argument("--out", default="pg_cell_speed_300k.json")
+    parser.add_argument("--session21-keyword", action="store_true",
+                        help="--whole: the keyword statement of session 21 (no newest cut,"
+                        " prepared by psycopg), to compare with the shipped one")
     args = parser.parse_args()
+    if args.session21_keyword:
+        from ampup_memory.amp.store import postgres as pgstore
+        from benchmarks.pg_cell_keyword import matches_form
+
+        matches_form(False, False)
+        plain = pgstore.PostgresStore._execute
+        pgstore.PostgresStore._execute = staticmethod(  # type: ignore[method-assign]
+            lambda conn, sql, params=(), prepare=None: plain(conn, sql, params, None))
 
     import numpy as np
 
