@@ -53,6 +53,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from ampup_memory.search.budget import POSTINGS_BUDGET as SHIPPED_BUDGET  # noqa: E402
 from benchmarks.amp_bench import cell_body, owner_of  # noqa: E402
 from benchmarks.pg_ann_recall import _pct, embedded  # noqa: E402
 from benchmarks.pg_cell_speed import (  # noqa: E402
@@ -199,9 +200,11 @@ def keyword_series(store: Any, flt: Any, queries: list[list[str]], cold: bool,
     per_stmt: dict[str, list[float]] = defaultdict(list)
     plain = store._execute
 
-    def execute(conn: Any, sql: str, params: Any = ()) -> Any:
+    def execute(conn: Any, sql: str, params: Any = (), prepare: bool | None = None) -> Any:
         t = time.perf_counter()
-        cur = plain(conn, sql, params)
+        if PREPARED_ANYWAY:  # the lever: psycopg's default, as before session 22
+            prepare = None
+        cur = plain(conn, sql, params, prepare)
         per_stmt[classify(sql)].append((time.perf_counter() - t) * 1000)
         return cur
 
@@ -254,10 +257,52 @@ def prewarm_keyword(uri: str) -> None:
 
 def budget(postings: int) -> None:
     """The postings budget for the store and the budget's rule (a lever, not a setting)."""
-    from ampup_memory.amp.store import postgres as pgstore
     from ampup_memory.search import budget as rule
 
-    rule.POSTINGS_BUDGET = pgstore.POSTINGS_BUDGET = postings  # type: ignore[attr-defined]
+    rule.POSTINGS_BUDGET = postings  # the store reads it at call time
+
+
+# A lever: the keyword statement prepared as psycopg does any statement run 5 times (so
+# that PostgreSQL may plan it generically), as before session 22.
+PREPARED_ANYWAY = False
+
+# The store's own rows to rank (`postgres.keyword_matches`: the planner's plan, the newest
+# cut when over the budget), and the levers' other forms.
+SHIPPED_FORM = (False, True)
+
+
+def matches_form(gin_only: bool, cut: bool, apart: bool = True) -> None:
+    """The rows the store's keyword statement ranks (a lever): ``gin_only``, the matches
+    from the GIN index alone (a subquery kept apart by ``OFFSET 0``, so no other index's
+    bitmap is ANDed in) and the filters tested on their rows, else the planner's choice
+    of indexes (shipped); ``cut``, only the newest `POSTINGS_BUDGET` when over it
+    (`budget.newest_ranked`, shipped in session 22), else every match of the rarest
+    word (session 21); ``apart``: the newest sorted out of the matches (shipped), else
+    the cut left to the planner (which may walk the primary key instead)."""
+    from ampup_memory.amp.store import postgres as pgstore
+
+    def form(where: str, newest: int | None) -> tuple[str, tuple[Any, ...]]:
+        newest = newest if cut else None
+        source = ("(SELECT * FROM cells WHERE tsv @@ to_tsquery('english', %s) OFFSET 0) c"
+                  f" WHERE {where}" if gin_only else
+                  f"cells c WHERE c.tsv @@ to_tsquery('english', %s) AND {where}")
+        matches = f"SELECT c.id, c.tsv FROM {source}"
+        if newest is None:
+            return matches, ()
+        if not gin_only and not apart:  # the planner may walk the primary key
+            return matches + " ORDER BY c.id DESC LIMIT %s", (newest,)
+        return f"SELECT id, tsv FROM ({matches} OFFSET 0) n ORDER BY id DESC LIMIT %s", (
+            newest,)
+
+    pgstore.keyword_matches = form  # type: ignore[assignment]
+
+
+def lever(gin_only: bool, cut: bool, prepared: bool, postings: int | None) -> None:
+    """One row's form of the keyword step (`matches_form`, `PREPARED_ANYWAY`, `budget`)."""
+    global PREPARED_ANYWAY
+    matches_form(gin_only, cut)
+    PREPARED_ANYWAY = prepared
+    budget(postings or SHIPPED_BUDGET)
 
 
 def common_queries(texts: list[str], n: int, seed: int = 11) -> list[list[str]]:
@@ -354,17 +399,23 @@ def measure(args: argparse.Namespace) -> None:
         out["statistics_pass_ms"] = [round(x, 1) for x in sizes]
         filters = {"unfiltered": CellFilter(agent_id="agent_bench_1"),
                    "owner 8 %": CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)}
-        levers: dict[str, Callable[[Any], None]] = {
-            "BM25 (shipped)": lambda s: None,
-            "BM25, budget 2,000 postings (fewer rows ranked; ranking changes)":
-                lambda s: budget(2000),
+        # (GIN index alone, newest cut, prepared as psycopg does, budget)
+        forms = {
+            "session 21 (planner's plan, prepared, no cut)": (False, False, True, None),
+            "planner's plan, prepared, newest cut": (False, True, True, None),
+            "planner's plan, never prepared, newest cut": (False, True, False, None),
+            "GIN index alone, never prepared, newest cut": (True, True, False, None),
+            "shipped, budget 2,000 postings (ranking changes)": (*SHIPPED_FORM, False, 2000),
         }
+        levers: dict[str, Callable[[Any], None]] = {
+            name: lambda s, f=form: lever(*f) for name, form in forms.items()}
+        first = next(iter(levers))
         reference: dict[str, list[list[tuple[str, float]]]] = {}
         for name, setup in levers.items():
             if args.levers and not any(part in name for part in args.levers.split(",")):
                 continue
             for fname, flt in filters.items():
-                budget(POSTINGS_BUDGET)
+                lever(*SHIPPED_FORM, False, POSTINGS_BUDGET)
                 store = PostgresStore(uri, None)
                 setup(store)
                 keyword_series(store, flt, queries[:50], False, str(data))  # untimed
@@ -375,14 +426,17 @@ def measure(args: argparse.Namespace) -> None:
                     row.update(keyword_series(store, flt, queries, cold, str(data),
                                               left_out)[0])
                     _, tops = keyword_series(store, flt, queries, False, str(data))
-                    if name == "BM25 (shipped)":
+                    if name == first:
                         reference[fname] = tops
                     elif fname in reference:
-                        row["ranking_as_shipped"] = same_ranking(tops, reference[fname])
+                        row["ranking_as_reference"] = same_ranking(tops, reference[fname])
+                        row["queries_ranked_otherwise"] = sum(
+                            not same_ranking([a], [b])
+                            for a, b in zip(tops, reference[fname], strict=True))
                     print(json.dumps(row), file=sys.stderr, flush=True)
                     out["runs"].append(row)
                 store.close()
-        budget(POSTINGS_BUDGET)
+        lever(*SHIPPED_FORM, False, POSTINGS_BUDGET)
     if args.tops:  # the shipped store's top 10s, to compare across versions of the code
         args.tops.write_text(json.dumps(reference))
         if args.same_as:
@@ -395,9 +449,118 @@ def measure(args: argparse.Namespace) -> None:
     print(json.dumps(out, indent=2))
 
 
+def _plan_totals(plan: dict[str, Any]) -> dict[str, Any]:
+    """Of an ``EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)`` plan: the execution time, the
+    shared buffers it hit or read, the rows its scan of ``cells`` returned (the rows
+    ranked, or cut), and whether it read the owner index."""
+    nodes, owner_index = [plan["Plan"]], False
+    scanned = 0
+    while nodes:
+        node = nodes.pop()
+        nodes += node.get("Plans", [])
+        owner_index |= node.get("Index Name") == "cells_owner_filter"
+        if node.get("Relation Name") == "cells":
+            scanned += node["Actual Rows"]
+    top = plan["Plan"]
+    return {"ms": plan["Execution Time"], "planning_ms": plan.get("Planning Time", 0.0),
+            "buffers": top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0),
+            "scanned": scanned, "owner_index": owner_index}
+
+
+def explain(args: argparse.Namespace) -> None:
+    """Each query's keyword statement under each form (`matches_form`), planned for its
+    words (a custom plan, as a statement never prepared) and once for any words (the
+    generic plan PostgreSQL may take for a prepared one, forced): ``EXPLAIN (ANALYZE,
+    BUFFERS)``'s execution time, buffers and rows per query. Buffers and rows do not
+    depend on the machine's load."""
+    import psycopg
+
+    from ampup_memory.amp.store import postgres as pgstore
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.search.tokenize import query_terms
+    from benchmarks.amp_ann_bench import text_queries
+    from benchmarks.amp_bench import BIG_OWNER
+
+    saved = json.loads((args.work / f"urls_{args.rows}.json").read_text())
+    uri = saved["cells"]
+    if args.common:
+        from benchmarks.real_text import load_pieces
+
+        queries = common_queries(load_pieces(args.text_file, args.rows), args.queries)
+    else:
+        queries = [query_terms(t) for t in text_queries(args.text_file, args.queries, 11)]
+    filters = {"unfiltered": CellFilter(agent_id="agent_bench_1"),
+               "owner 8 %": CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)}
+    forms = {"session 21 (no cut)": (False, False, True),
+             "newest cut (shipped)": (False, True, True),
+             "newest cut left to the planner": (False, True, False),
+             "GIN index alone, newest cut": (True, True, True)}
+    types = {float: "float8", str: "text", int: "int8", bool: "bool"}
+    out: dict[str, Any] = {"rows": args.rows, "queries": len(queries),
+                           "load_at_start": os.getloadavg()[0], "runs": []}
+    store = pgstore.PostgresStore(uri, None)
+    captured: list[tuple[str, Any]] = []
+    plain = store._execute
+
+    def capture(conn: Any, sql: str, params: Any = (), prepare: bool | None = None) -> Any:
+        if "ts_rank" in sql:
+            captured.append((sql, params))
+        return plain(conn, sql, params, prepare)
+
+    store._execute = capture  # type: ignore[method-assign]
+    try:
+        with psycopg.connect(uri, autocommit=True, prepare_threshold=None) as conn:
+            client = psycopg.ClientCursor(conn)
+            for fname, flt in filters.items():
+                for name, form in forms.items():
+                    matches_form(*form)
+                    per: dict[str, list[dict[str, Any]]] = {"custom": [], "generic": []}
+                    for terms in queries:
+                        captured.clear()
+                        store.search_candidates(flt, terms, None, 100)
+                        if not captured:
+                            continue
+                        sql, params = captured[0]
+                        values = pgstore._params(params)
+                        marks = iter(range(1, len(values) + 1))
+                        numbered = "".join(
+                            part + (f"${next(marks)}" if i < sql.count("%s") else "")
+                            for i, part in enumerate(sql.split("%s")))
+                        conn.execute("DEALLOCATE ALL")
+                        conn.execute(f"PREPARE kw({', '.join(types[type(v)] for v in values)})"
+                                     f" AS {numbered}")
+                        args_sql = ", ".join(["%s"] * len(values))
+                        for mode in ("custom", "generic"):
+                            conn.execute(f"SET plan_cache_mode = force_{mode}_plan")
+                            row = client.execute(
+                                "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON)"
+                                f" EXECUTE kw({args_sql})", values).fetchone()
+                            assert row is not None
+                            per[mode].append(_plan_totals(row[0][0]))
+                    for mode, plans in per.items():
+                        result = {
+                            "filter": fname, "form": name, "plan": mode,
+                            "ms_p50": round(statistics.median(p["ms"] for p in plans), 2),
+                            "ms_mean": round(statistics.mean(p["ms"] for p in plans), 2),
+                            "buffers_mean": round(statistics.mean(p["buffers"] for p in plans)),
+                            "rows_read_mean": round(statistics.mean(p["scanned"]
+                                                                    for p in plans)),
+                            "owner_index_used": sum(p["owner_index"] for p in plans),
+                            "load": round(os.getloadavg()[0], 2)}
+                        print(json.dumps(result), file=sys.stderr, flush=True)
+                        out["runs"].append(result)
+    finally:
+        store._execute = plain  # type: ignore[method-assign]
+        store.close()
+        matches_form(*SHIPPED_FORM)
+    out["load_at_end"] = os.getloadavg()[0]
+    (ROOT / "benchmarks" / "results" / args.out).write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=("load", "measure", "backfill"))
+    parser.add_argument("mode", choices=("load", "measure", "backfill", "explain"))
     parser.add_argument("--text-file", type=Path, required=True)
     parser.add_argument("--rows", type=int, default=960_000)
     parser.add_argument("--work", type=Path, required=True)
@@ -419,7 +582,8 @@ def main() -> None:
                         help="measure: compare the shipped top 10s with this --tops file")
     parser.add_argument("--out", default="pg_cell_keyword_960k.json")
     args = parser.parse_args()
-    {"load": load, "measure": measure, "backfill": backfill}[args.mode](args)
+    {"load": load, "measure": measure, "backfill": backfill,
+     "explain": explain}[args.mode](args)
 
 
 if __name__ == "__main__":

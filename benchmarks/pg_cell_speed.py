@@ -116,9 +116,9 @@ def classify(sql: str) -> str:
 def statement_timer(plain: Any, per_stmt: dict[str, list[float]]) -> Any:
     """The store's ``_execute``, each statement's wall ms kept under a short name (with the
     steps run at once, two statements' times overlap)."""
-    def execute(conn: Any, sql: str, params: Any = ()) -> Any:
+    def execute(conn: Any, sql: str, params: Any = (), prepare: bool | None = None) -> Any:
         t = time.perf_counter()
-        cur = plain(conn, sql, params)
+        cur = plain(conn, sql, params, prepare)
         per_stmt[classify(sql)].append((time.perf_counter() - t) * 1000)
         return cur
 
@@ -176,10 +176,10 @@ def buffers(uri: str, store: Any, qs: Any, ef: int, kind: str) -> dict[str, floa
     captured: list[tuple[str, Any]] = []
     plain = store._execute
 
-    def capture(conn: Any, sql: str, params: Any = ()) -> Any:
+    def capture(conn: Any, sql: str, params: Any = (), prepare: bool | None = None) -> Any:
         if "ORDER BY" in sql and "LIMIT" in sql and "count(*)" not in sql:
             captured.append((sql, params))
-        return plain(conn, sql, params)
+        return plain(conn, sql, params, prepare)
 
     store._execute = capture
     try:
@@ -263,10 +263,10 @@ def halved(store: Any, d: int) -> None:
     plain = store._execute
     cast = f"c.embedding::vector({d}) <=> %s::vector({d})"
 
-    def execute(conn: Any, sql: str, params: Any = ()) -> Any:
+    def execute(conn: Any, sql: str, params: Any = (), prepare: bool | None = None) -> Any:
         if f"ORDER BY {cast}" in sql:
             sql = sql.replace(cast, f"c.embedding::halfvec({d}) <=> %s::halfvec({d})")
-        return plain(conn, sql, params)
+        return plain(conn, sql, params, prepare)
 
     store._execute = execute
 
@@ -333,7 +333,18 @@ def main() -> None:
     parser.add_argument("--no-restart", action="store_true",
                         help="keep the server's settings (no restart per shared_buffers)")
     parser.add_argument("--out", default="pg_cell_speed_300k.json")
+    parser.add_argument("--session21-keyword", action="store_true",
+                        help="--whole: the keyword statement of session 21 (no newest cut,"
+                        " prepared by psycopg), to compare with the shipped one")
     args = parser.parse_args()
+    if args.session21_keyword:
+        from ampup_memory.amp.store import postgres as pgstore
+        from benchmarks.pg_cell_keyword import matches_form
+
+        matches_form(False, False)
+        plain = pgstore.PostgresStore._execute
+        pgstore.PostgresStore._execute = staticmethod(  # type: ignore[method-assign]
+            lambda conn, sql, params=(), prepare=None: plain(conn, sql, params, None))
 
     import numpy as np
 

@@ -72,12 +72,13 @@ from ampup_memory.amp.store.rows import (
 from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
+from ampup_memory.search import budget
 from ampup_memory.search.bm25_sql import bm25, number_forms
 from ampup_memory.search.budget import (
-    POSTINGS_BUDGET,
-    affordable_terms,
     exact_counts_sql,
+    newest_ranked,
     postings_sql,
+    space_terms,
     term_counts,
 )
 from ampup_memory.search.embed import ModelInfo
@@ -289,6 +290,25 @@ def _cosine(distance: float | None) -> float | None:
 
 
 
+def keyword_matches(where: str, newest: int | None) -> tuple[str, tuple[Any, ...]]:
+    """The rows a keyword pass ranks (``id``, ``tsv``): those matching its tsquery (the
+    first ``%s``) that pass the filters ``where`` (on alias ``c``, its parameters next),
+    and when ``newest`` is given only the newest that many by id (`budget.newest_ranked`,
+    its parameter last: every match's row is still read, for its id, but only those
+    are ranked).
+
+    The newest are sorted out of the matches the GIN index finds (kept apart by ``OFFSET
+    0``): left to itself the planner walks the primary key from the newest id, testing
+    each row's words, which for a common word read 160,000 to 275,000 rows at 960k
+    cells, with two parallel workers, against its 23,000 to 35,000 matches
+    (docs/performance.md)."""
+    matches = ("SELECT c.id, c.tsv FROM cells c"
+               f" WHERE c.tsv @@ to_tsquery('english', %s) AND {where}")
+    if newest is None:
+        return matches, ()
+    return f"SELECT id, tsv FROM ({matches} OFFSET 0) n ORDER BY id DESC LIMIT %s", (newest,)
+
+
 class PostgresStore:
     def __init__(self, uri: str, dimensions: int | None,
                  pool_wait_seconds: float = 30.0,
@@ -410,8 +430,9 @@ class PostgresStore:
             ) from exc
 
     @staticmethod
-    def _execute(conn: Conn, sql: str, params: Sequence[Any] = ()) -> psycopg.Cursor[Any]:
-        return conn.execute(sql, _params(params))
+    def _execute(conn: Conn, sql: str, params: Sequence[Any] = (),
+                 prepare: bool | None = None) -> psycopg.Cursor[Any]:
+        return conn.execute(sql, _params(params), prepare=prepare)
 
     # -- cells ----------------------------------------------------------------------------
 
@@ -564,20 +585,26 @@ class PostgresStore:
         counts = term_counts(
             terms, lambda t: n if (n := table[t]) is not None else self._capped(conn, t),
             lambda known: self._exact_counts(conn, known, table))
-        kept = affordable_terms(terms, counts.__getitem__)
+        kept, over = space_terms(terms, counts.__getitem__)
         query = tsquery(kept)
         if query is None:
             return {}
         scoring = bm25([tsquery([t]) or "" for t in kept],
                        Statistics(rows, tokens, tuple(counts[t] for t in kept)), False)
+        newest = newest_ranked(over)
+        matches, args = keyword_matches(where, newest)
+        # Never prepared: psycopg prepares a statement run 5 times, and PostgreSQL then
+        # plans it once for any words (a generic plan), which cannot see how many cells
+        # the words match: it read an owner's whole index even for a word in a few
+        # hundred cells (18 against 1.8 ms at 960k, docs/performance.md). Planning each
+        # time costs about 0.3 ms.
         return {
             cell_id: max(float(score), 0.0)
             for cell_id, score in self._execute(
                 conn,
                 f"SELECT id, {scoring.score} AS r FROM (SELECT id{scoring.columns} FROM"
-                " (SELECT c.id, c.tsv FROM cells c WHERE c.tsv @@ to_tsquery('english', %s)"
-                f" AND {where}) m{scoring.queries} OFFSET 0) s ORDER BY r DESC, id LIMIT %s",
-                (*scoring.values, query, *params, *scoring.words, k),
+                f" ({matches}) m{scoring.queries} OFFSET 0) s ORDER BY r DESC, id LIMIT %s",
+                (*scoring.values, query, *params, *args, *scoring.words, k), prepare=False,
             )
         }
 
@@ -588,7 +615,7 @@ class PostgresStore:
         query = tsquery([term])
         if query is None:
             return 0
-        row = self._execute(conn, postings_sql("cells"), (query, POSTINGS_BUDGET + 1)
+        row = self._execute(conn, postings_sql("cells"), (query, budget.POSTINGS_BUDGET + 1)
                             ).fetchone()
         return int(row[0]) if row else 0
 
