@@ -266,9 +266,10 @@ def budget(postings: int) -> None:
 # that PostgreSQL may plan it generically), as before session 22.
 PREPARED_ANYWAY = False
 
-# The store's own rows to rank (`postgres.keyword_matches`: the planner's plan, the newest
-# cut when over the budget), and the levers' other forms.
-SHIPPED_FORM = (False, True)
+# The store's own rows to rank at commit 923e3ce (`postgres.keyword_matches`: the
+# planner's plan, the newest cut when over the budget), and the levers' other forms. The
+# cut was not adopted (docs/performance.md, session 22): these levers need that commit.
+SHIPPED_FORM = (False, False)
 
 
 def matches_form(gin_only: bool, cut: bool, apart: bool = True) -> None:
@@ -280,6 +281,13 @@ def matches_form(gin_only: bool, cut: bool, apart: bool = True) -> None:
     word (session 21); ``apart``: the newest sorted out of the matches (shipped), else
     the cut left to the planner (which may walk the primary key instead)."""
     from ampup_memory.amp.store import postgres as pgstore
+
+    if not hasattr(pgstore, "keyword_matches"):
+        if not gin_only and not cut:  # the store's own statement: nothing to replace
+            return
+        raise SystemExit(
+            "the keyword statement's forms (the newest cut, the GIN index alone) were "
+            "measured at commit 923e3ce and not adopted; check that commit out to run them")
 
     def form(where: str, newest: int | None) -> tuple[str, tuple[Any, ...]]:
         newest = newest if cut else None
@@ -407,6 +415,12 @@ def measure(args: argparse.Namespace) -> None:
             "GIN index alone, never prepared, newest cut": (True, True, False, None),
             "shipped, budget 2,000 postings (ranking changes)": (*SHIPPED_FORM, False, 2000),
         }
+        from ampup_memory.amp.store import postgres as pgstore
+
+        if not hasattr(pgstore, "keyword_matches"):  # the cut's forms need commit 923e3ce
+            forms = {"shipped (planner's plan, never prepared, no cut)":
+                     (False, False, False, None),
+                     **{name: f for name, f in forms.items() if not f[0] and not f[1]}}
         levers: dict[str, Callable[[Any], None]] = {
             name: lambda s, f=form: lever(*f) for name, form in forms.items()}
         first = next(iter(levers))

@@ -8,9 +8,10 @@ only). Then the held-out queries (`amp_ann_bench.text_queries`, seed 11, through
 `tokenize.query_terms`) and ``--common`` queries (`pg_cell_keyword.common_queries`: 3
 words each over the postings budget) through `SQLiteStore.search_candidates` with no
 vector, k = 100, unfiltered and for the 8 % owner: this process's CPU per query (SQLite
-runs in it) and wall p50 / p95, with the newest cut (`budget.newest_ranked`, shipped in
-session 22) and without it (every match of the rarest word ranked, as before), and
-whether each query's top 10 (ids and scores) is the same.
+runs in it) and wall p50 / p95, with the newest cut (`budget.newest_ranked`, measured
+in session 22 and not adopted: run this at commit 923e3ce, where the store has it) and
+without it (every match of the rarest word ranked, as the store does), and whether each
+query's top 10 (ids and scores) is the same.
 
     nice -n 10 env PYTHONPATH=src:. python -m benchmarks.sqlite_cell_keyword \\
         --text-file /tmp/pgkw22/pieces.jsonl --rows 300000 --work /tmp/pgkw22/lite300
@@ -104,6 +105,9 @@ def main() -> None:
     from benchmarks.pg_cell_keyword import common_queries
     from benchmarks.real_text import load_pieces
 
+    if not hasattr(lite, "newest_ranked"):
+        raise SystemExit("the newest cut was measured at commit 923e3ce and not adopted "
+                         "(docs/performance.md, session 22); check that commit out to run this")
     args.work.mkdir(parents=True, exist_ok=True)
     texts = load_pieces(args.text_file, args.rows)
     path = args.work / "cells.db"

@@ -585,53 +585,6 @@ def test_keyword_scores_agree_across_stores(
 
 
 @pytest.mark.postgres
-def test_a_common_word_ranks_its_newest_matches_by_id_on_both_stores(
-    tmp_path: Path, postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A query whose every word is over the postings budget ranks only the budget's newest
-    matching cells that pass the filters, newest by id (`budget.newest_ranked`), on both
-    stores alike: cells written in another order than their ids' (SQLite's row order is
-    not the cut's), deleted and unreadable matches and other owners' not taking a place
-    in it. The budget is lowered to 4 (the one constant) so 30 cells are over it."""
-    monkeypatch.setattr("ampup_memory.search.budget.POSTINGS_BUDGET", 4)
-    lite = open_store(f"sqlite:///{tmp_path / 'a.db'}", DIMS)
-    pg = open_store(postgres.new_database("newest"), DIMS)
-    order = [(n * 7) % 30 + 1 for n in range(30)]  # ids 1..30, written out of order
-    cells = {n: make(n, f"kettle {'spout ' if n % 4 else ''}item{n}", owner=f"user_{n % 3}",
-                     by="agent_a" if n % 5 else "agent_z",
-                     status=Status.deleted if n % 13 == 0 else Status.active,
-                     deleted_at=T0 if n % 13 == 0 else None) for n in order}
-    cells[40] = make(40, "teapot spout", owner="user_1")
-    try:
-        for s in (lite, pg):
-            for n in (*order, 40):
-                add(s, cells[n])
-        for owner in (None, "user_1", "user_2"):
-            flt = CellFilter(agent_id="agent_a", owner_id=owner)
-            # "kettle" is in 30 cells, "spout" in 24: the rarer one alone is kept
-            for terms, rarest in ((["kettle"], "kettle"), (["kettle", "spout"], "spout")):
-                got = [{h.cell_id: h.keyword for h in search(s, flt, terms, None, 50)}
-                       for s in (lite, pg)]
-                newest = sorted((n for n, c in cells.items()
-                                 if rarest in c.cell.content.text.split()
-                                 and c.cell.lifecycle.status is Status.active
-                                 and c.cell.identity.created_by == "agent_a"
-                                 and owner in (None, c.cell.identity.owner_id)),
-                                reverse=True)[:4]
-                assert set(got[0]) == {make(n).cell.id for n in newest}, (owner, terms)
-                assert got[1].keys() == got[0].keys()
-                for cell_id, value in got[0].items():
-                    assert value > 0 and got[1][cell_id] == pytest.approx(value, rel=1e-5)
-        # Under the budget nothing is cut: "teapot" is in one cell
-        for s in (lite, pg):
-            assert [h.cell_id for h in search(s, CellFilter(agent_id="agent_a"), ["teapot"],
-                                              None, 50)] == [make(40).cell.id]
-    finally:
-        lite.close()
-        pg.close()
-
-
-@pytest.mark.postgres
 def test_postgres_plans_the_keyword_statement_for_each_search(postgres: PostgresFactory) -> None:
     """The keyword statement is never prepared: psycopg prepares a statement run 5 times,
     and PostgreSQL may then plan it once for any words (a generic plan), which reads an

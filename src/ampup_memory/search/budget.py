@@ -4,10 +4,8 @@ The AMP cell stores and the AmpUp search index both score one row per matching p
 past `POSTINGS_BUDGET` postings a query's most common terms (lowest IDF, least weight) are
 left to the embedding side, and the rarest always stays. When the rarest alone is over
 the budget, the search index's ranked pass takes only its newest `POSTINGS_BUDGET`
-matching rows as candidates (`SQLiteIndex._floor`, `PostgresIndex._keyword`), and the AMP
-cell stores their newest `POSTINGS_BUDGET` matching cells by id (`newest_ranked`), so no
-pass ranks more postings. Both index backends keep the same terms and rank the same rows;
-so do both cell stores.
+matching rows as candidates (`SQLiteIndex._floor`, `PostgresIndex._keyword`), so no pass
+ranks more postings. Both index backends keep the same terms and rank the same rows.
 
 On PostgreSQL the search index counts a term's rows with `postings_sql` (through the GIN
 index, stopped past the budget) and remembers the counts a while (`RecentCounts`); the
@@ -50,17 +48,6 @@ def space_terms(terms: Sequence[str], postings: Callable[[str], int], view: bool
     segment of the view ranks by the same query, with the view's statistics."""
     kept = list(terms) if view else affordable_terms(terms, postings)
     return kept, sum(postings(t) for t in kept) > POSTINGS_BUDGET
-
-
-def newest_ranked(over: bool) -> int | None:
-    """How many matching rows a ranked pass ranks, given `space_terms`' ``over``: its
-    newest `POSTINGS_BUDGET` when its kept terms' postings are over the budget (the rarest
-    alone is), else every one (None). Read at call time, so a test lowering the budget
-    moves every pass. "Newest" is each store's stable creation order: the search index's
-    row number; the AMP cell stores' cell id (a ULID: creation order to the millisecond),
-    highest first, among the cells passing the search's filters, so both cell stores
-    rank the same cells."""
-    return POSTINGS_BUDGET if over else None
 
 
 def postings_sql(table: str, where: str = "") -> str:

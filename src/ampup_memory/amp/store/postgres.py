@@ -75,10 +75,9 @@ from ampup_memory.pg_pool import Pool
 from ampup_memory.search import budget
 from ampup_memory.search.bm25_sql import bm25, number_forms
 from ampup_memory.search.budget import (
+    affordable_terms,
     exact_counts_sql,
-    newest_ranked,
     postings_sql,
-    space_terms,
     term_counts,
 )
 from ampup_memory.search.embed import ModelInfo
@@ -288,25 +287,6 @@ def _cosine(distance: float | None) -> float | None:
     # A zero vector has no direction: pgvector says NaN, SQLite's dot product says 0.
     return 0.0 if math.isnan(distance) else 1.0 - float(distance)
 
-
-
-def keyword_matches(where: str, newest: int | None) -> tuple[str, tuple[Any, ...]]:
-    """The rows a keyword pass ranks (``id``, ``tsv``): those matching its tsquery (the
-    first ``%s``) that pass the filters ``where`` (on alias ``c``, its parameters next),
-    and when ``newest`` is given only the newest that many by id (`budget.newest_ranked`,
-    its parameter last: every match's row is still read, for its id, but only those
-    are ranked).
-
-    The newest are sorted out of the matches the GIN index finds (kept apart by ``OFFSET
-    0``): left to itself the planner walks the primary key from the newest id, testing
-    each row's words, which for a common word read 160,000 to 275,000 rows at 960k
-    cells, with two parallel workers, against its 23,000 to 35,000 matches
-    (docs/performance.md)."""
-    matches = ("SELECT c.id, c.tsv FROM cells c"
-               f" WHERE c.tsv @@ to_tsquery('english', %s) AND {where}")
-    if newest is None:
-        return matches, ()
-    return f"SELECT id, tsv FROM ({matches} OFFSET 0) n ORDER BY id DESC LIMIT %s", (newest,)
 
 
 class PostgresStore:
@@ -585,14 +565,12 @@ class PostgresStore:
         counts = term_counts(
             terms, lambda t: n if (n := table[t]) is not None else self._capped(conn, t),
             lambda known: self._exact_counts(conn, known, table))
-        kept, over = space_terms(terms, counts.__getitem__)
+        kept = affordable_terms(terms, counts.__getitem__)
         query = tsquery(kept)
         if query is None:
             return {}
         scoring = bm25([tsquery([t]) or "" for t in kept],
                        Statistics(rows, tokens, tuple(counts[t] for t in kept)), False)
-        newest = newest_ranked(over)
-        matches, args = keyword_matches(where, newest)
         # Never prepared: psycopg prepares a statement run 5 times, and PostgreSQL then
         # plans it once for any words (a generic plan), which cannot see how many cells
         # the words match: it read an owner's whole index even for a word in a few
@@ -603,8 +581,9 @@ class PostgresStore:
             for cell_id, score in self._execute(
                 conn,
                 f"SELECT id, {scoring.score} AS r FROM (SELECT id{scoring.columns} FROM"
-                f" ({matches}) m{scoring.queries} OFFSET 0) s ORDER BY r DESC, id LIMIT %s",
-                (*scoring.values, query, *params, *args, *scoring.words, k), prepare=False,
+                " (SELECT c.id, c.tsv FROM cells c WHERE c.tsv @@ to_tsquery('english', %s)"
+                f" AND {where}) m{scoring.queries} OFFSET 0) s ORDER BY r DESC, id LIMIT %s",
+                (*scoring.values, query, *params, *scoring.words, k), prepare=False,
             )
         }
 

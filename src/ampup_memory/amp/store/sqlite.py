@@ -56,7 +56,7 @@ from ampup_memory.amp.store.rows import (
     with_status,
 )
 from ampup_memory.errors import ConfigurationError
-from ampup_memory.search.budget import newest_ranked, space_terms
+from ampup_memory.search.budget import affordable_terms
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.index.ann import (
     ANN_MIN_VECTORS,
@@ -445,27 +445,8 @@ class SQLiteStore:
         conn = self._conn()
         where, params = where_clause(filters, "?", "c.")
         keyword: dict[int, float] = {}
-        kept, over = self._affordable_terms(conn, terms)
-        newest = newest_ranked(over)
-        if kept and newest is not None:
-            # The rarest word alone is over the budget: rank only the newest `newest` of
-            # its matches passing the filters (by id, as the PostgreSQL store: `budget.py`).
-            # An owner's cells are walked newest first in the owner index, which holds
-            # every filter column (a match costs no row read); otherwise each match's id
-            # and filter columns come from the narrow `cells_hits` index, the planner's
-            # choice (docs/performance.md: about 3x the CPU of ranking every match in FTS5
-            # unfiltered, about the same for an owner).
-            newest_first = "INDEXED BY cells_owner_filter" if filters.owner_id else ""
-            for seq, score in conn.execute(
-                "SELECT rowid, -bm25(cells_fts) FROM cells_fts WHERE cells_fts MATCH ?"
-                f" AND +rowid IN (SELECT c.seq FROM cells c {newest_first}"
-                " WHERE c.seq IN (SELECT rowid FROM cells_fts WHERE cells_fts MATCH ?)"
-                f" AND {where} ORDER BY c.id DESC LIMIT ?)"
-                " ORDER BY bm25(cells_fts) LIMIT ?",
-                (fts5_match(kept), fts5_match(kept), *params, newest, k),
-            ):
-                keyword[seq] = max(float(score), 0.0)
-        elif kept and filters.owner_id is None:
+        kept = self._affordable_terms(conn, terms)
+        if kept and filters.owner_id is None:
             # Broad filters: rank in FTS5 alone (a join costs a row lookup per match) and
             # let the hits query below drop the few rows the filters exclude.
             for seq, score in conn.execute(
@@ -573,9 +554,7 @@ class SQLiteStore:
         return rows
 
     @staticmethod
-    def _affordable_terms(conn: sqlite3.Connection, terms: Sequence[str]
-                          ) -> tuple[list[str], bool]:
-        """The terms the budget keeps, and whether they are over it (`space_terms`)."""
+    def _affordable_terms(conn: sqlite3.Connection, terms: Sequence[str]) -> list[str]:
         def postings(term: str) -> int:
             # fts5vocab holds stemmed terms; count each query word by a cheap MATCH instead.
             row = conn.execute(
@@ -583,8 +562,7 @@ class SQLiteStore:
             ).fetchone()
             return int(row[0])
 
-        counts = {term: postings(term) for term in dict.fromkeys(terms)}  # each once
-        return space_terms(terms, counts.__getitem__)
+        return affordable_terms(terms, postings)
 
     # -- lifecycle ------------------------------------------------------------------------
 
