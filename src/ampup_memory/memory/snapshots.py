@@ -446,7 +446,8 @@ def workspace_snapshots(svc: MemoryService, user: str, workspace_id: str,
     now = utcnow()
     taken = [h for h in svc.holds.all().values()
              if h.kind == SNAPSHOT and h.workspace == ws.id]
-    return [h.wire(now) for h in sorted(taken, key=lambda h: h.id, reverse=True)]
+    return [h.wire(now) for h in sorted(taken, key=lambda h: (h.created_at, h.id),
+                                            reverse=True)]
 
 
 def workspace_scopes(svc: MemoryService, user: str, workspace_id: str) -> list[Scope]:
