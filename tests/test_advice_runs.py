@@ -261,6 +261,80 @@ def test_judging_stores_a_reward_and_an_explicit_one_wins(srv: Served,
     assert tasks[judged].trace == "followed the note; deployed"
 
 
+def _sessions(m: Memory, scope: str, **params: Any) -> dict[str, Any]:
+    r = m.http.get("/sessions", params={"scope": scope, **params})
+    assert r.status_code == 200, r.text
+    assert set(r.json()) == {"sessions", "next_before"}, r.text
+    return dict(r.json())
+
+
+def test_sessions_are_listed_newest_first_to_their_readers_only(
+        srv: Served, scripted_model: ScriptedModel) -> None:
+    """GET /sessions: the sessions alice may read, newest first, each as GET /sessions/{id}
+    answers it less transcript and rewards; bob never learns of her restricted one, neither
+    in a page nor through its size, `next_before` or a cursor naming it."""
+    m, bob = srv.m, srv.m.as_user("bob")
+    scope = new_scope()
+    judged = _ended_session(m, srv, scope, ["note_deploy"])  # alice only (the default ACL)
+    public = m.http.post("/sessions/start", json={"scope": scope, "task": "open and public",
+                                                  "acl": ["*"]}).json()["id"]
+    rewarded = _ended_session(m, srv, scope, [], reward=0.5)
+    bobs = bob.http.post("/sessions/start", json={"scope": scope, "task": "bob's"}).json()["id"]
+    scripted_model.script([], default={"reply": {
+        "reward": 0.75, "reason": "deployed as asked",
+        "notes": {"note_deploy": {"applied": True, "helped": False}}}})
+    with srv.service() as svc:
+        assert judge_pass(svc, chat_model(srv.settings(), Role.JUDGE),
+                          svc.view(scope).scope)["judged"] == 1
+
+    listed = _sessions(m, scope)
+    assert [s["id"] for s in listed["sessions"]] == [rewarded, public, judged]
+    assert listed["next_before"] is None
+    for item in listed["sessions"]:  # the one shape, less the history
+        full = m.http.get(f"/sessions/{item['id']}").json()
+        assert item == {k: v for k, v in full.items() if k not in ("transcript", "rewards")}
+    by_id = {s["id"]: s for s in listed["sessions"]}
+    assert by_id[judged]["reward"]["by"] == "judge" and by_id[judged]["reward"]["notes"] == {
+        "note_deploy": {"applied": True, "helped": False}}
+    assert [s["served"] for s in by_id[judged]["steps"]] == [{"key": "note_deploy"}]
+    assert (by_id[rewarded]["reward"]["value"], by_id[rewarded]["judging"]) == (
+        0.5, "not needed")
+    assert (by_id[public]["state"], by_id[public]["reward"]) == ("open", None)
+
+    # Pages of one: each names only what the caller may read.
+    seen, before = [], None
+    while True:
+        page = _sessions(m, scope, limit=1, **({"before": before} if before else {}))
+        seen += [s["id"] for s in page["sessions"]]
+        before = page["next_before"]
+        if before is None:
+            break
+        assert before == seen[-1]
+    assert seen == [rewarded, public, judged]
+
+    # bob: his own and the public one; alice's restricted sessions leave no trace.
+    assert [s["id"] for s in _sessions(bob, scope)["sessions"]] == [bobs, public]
+    first = _sessions(bob, scope, limit=1)
+    assert [s["id"] for s in first["sessions"]] == [bobs] and first["next_before"] == bobs
+    last = _sessions(bob, scope, limit=1, before=bobs)
+    assert [s["id"] for s in last["sessions"]] == [public] and last["next_before"] is None
+    # A cursor of hers answers the page below it, as any id placed there would.
+    assert [s["id"] for s in _sessions(bob, scope, before=rewarded)["sessions"]] == [public]
+    assert _sessions(bob, scope, before=public) == {"sessions": [], "next_before": None}
+
+    # Bad cursors and limits: 422 in the envelope, naming the parameter.
+    for params in ({"before": "x"}, {"before": ""}, {"before": judged.lower()},
+                   {"before": "run_" + judged[4:]}, {"before": "ses_" + "0" * 25},
+                   {"limit": 0}, {"limit": 1001}, {"limit": "many"}):
+        r = m.http.get("/sessions", params={"scope": scope, **params})
+        assert err(r) == (422, "VALIDATION_ERROR"), (params, r.text)
+        assert list(params)[0] in json.dumps(r.json()["error"]["details"]), r.text
+    assert err(m.http.get("/sessions")) == (422, "VALIDATION_ERROR")  # no scope
+    assert err(m.http.get("/sessions", params={"scope": "nope"})) == (422, "VALIDATION_ERROR")
+    assert err(httpx.get(f"{m.url}/sessions", params={"scope": scope}))[0] == 401
+    assert _sessions(m, new_scope()) == {"sessions": [], "next_before": None}
+
+
 def test_model_down_writes_nothing_and_the_session_is_judged_later(
         srv: Served, scripted_model: ScriptedModel) -> None:
     m = srv.m

@@ -21,8 +21,11 @@ from typing import Any
 import httpx
 import pytest
 
+from ampup_memory.advice.sessions import record_advice_step
 from ampup_memory.amp.lifecycle import clock, decay_score
 from ampup_memory.amp.model import MemoryCell
+from ampup_memory.memory.service import MemoryService
+from ampup_memory.settings import Settings
 from tests.browser import chromium
 from tests.memory_support import ADMIN_TOKEN, QUIET, Memory, cli_in_process, run_cli
 from tests.server_process import ServerProcess
@@ -401,6 +404,7 @@ def test_cells_and_advice_pages(inspector: Inspector) -> None:
 ADVICE = "acme/ops"
 SECRET_RUN = "Rotate the board's signing keys"  # a run only alice may read
 POISON = "Summarise the quarterly churn review"  # a session the judge's answers never fit
+JUDGED = "Restart the stuck billing queue"  # a public session the judge rewards
 RUNBOOK = ("Refunds: check the order is under 30 days old.\n\n"
            "If it is, ask the team lead to approve the refund.\n\n"
            "Gift cards are never refunded in cash.")
@@ -467,8 +471,23 @@ def rooms(seeded: dict[str, Any], scripted_model_process: Any) -> dict[str, Any]
     r = alice.http.post("/sessions/end", json={"session": out["poison"], "transcript": "read it",
                                                "outcome": "summarised"})
     assert r.status_code == 200, r.text
+    # A public session that was served a note, ended, and is judged on the first pass.
+    out["judged"] = alice.http.post("/sessions/start", json={
+        "scope": ADVICE, "task": JUDGED, "acl": ["*"]}).json()["id"]
+    svc = MemoryService.open(Settings.model_validate({**QUIET, "AMPUP_MEMORY_HOME": str(home)}))
+    try:  # a step as POST /advice appends it (no note is promoted in this scope)
+        record_advice_step(svc, "alice", out["judged"], {"key": "note_restart", "kind": "note"})
+    finally:
+        svc.close()
+    r = alice.http.post("/sessions/end", json={"session": out["judged"],
+                                               "transcript": "drained, then restarted",
+                                               "outcome": "queue moving"})
+    assert r.status_code == 200, r.text
     # ... and the runbook (public; the schema's extract rule reads doc episodes) too.
     model.script([{"match": POISON, "reply": "not json at all"},
+                  {"match": JUDGED, "reply": {"reward": 0.5, "reason": "restarted, slowly",
+                                              "notes": {"note_restart": {"applied": True,
+                                                                         "helped": False}}}},
                   {"match": "Refunds: check the order", "reply": "not json either"}])
     for _ in range(3):
         cli_in_process(home, env, "advice", "judge", "--scope", ADVICE)
@@ -481,6 +500,9 @@ def rooms(seeded: dict[str, Any], scripted_model_process: Any) -> dict[str, Any]
     assert r.status_code == 201, r.text
     out["workspace"] = r.json()["id"]
     assert alice.write(f"{out['workspace']}/notes", "scratch", ["*"]).status_code == 201
+    r = alice.http.post(f"/workspaces/{out['workspace']}/snapshots")
+    assert r.status_code == 201, r.text
+    out["snapshot"] = r.json()["id"]
     return out
 
 
@@ -537,7 +559,31 @@ def test_advice_runs_and_procedures(inspector: Inspector, rooms: dict[str, Any])
     assert card.locator("ol li").all_inner_texts() == skill["steps"]
     assert card.locator("ul li").all_inner_texts() == skill["edge_cases"]
     assert card.locator("a.cite").count() == len(skill["sources"]) == 3
+    sessions = seeded_get(inspector.url, "alice", "/sessions", scope=ADVICE, limit=25)
+    assert [s["id"] for s in sessions["sessions"]] == [rooms["judged"], rooms["poison"]]
+    rows = page.locator("#sessions tr[data-session]")
+    page.wait_for_selector(f"#sessions tr[data-session='{rooms['poison']}']")
+    assert [rows.nth(i).get_attribute("data-session") for i in range(rows.count())] == [
+        s["id"] for s in sessions["sessions"]]
+    judged = sessions["sessions"][0]
+    given = judged["reward"]
+    assert (given["by"], given["value"]) == ("judge", 0.5)
+    cells = page.locator(f"#sessions tr[data-session='{rooms['judged']}'] td").all_inner_texts()
+    assert cells[1:3] == [JUDGED, "ended"]
+    assert cells[5] == f"0.5 by judge ({given['user']}): {given['reason']}"
+    assert cells[6] == "note_restart: applied, did not help" and cells[7] == "*"
+    poisoned = page.locator(f"#sessions tr[data-session='{rooms['poison']}'] td")
+    assert poisoned.all_inner_texts()[5] == "judging pending"
     inspector.shot("advice-runs")
+    page.click(f"#sessions tr[data-session='{rooms['judged']}'] a")
+    page.wait_for_selector("#session")
+    one = seeded_get(inspector.url, "alice", f"/sessions/{rooms['judged']}")
+    assert one["transcript"] in page.inner_text("main") and JUDGED in page.inner_text("#session")
+    assert page.inner_text("#session-verdicts") == "note_restart: applied, did not help"
+    assert page.locator("ul.steps li").all_inner_texts() == [
+        f"{one['steps'][0]['at'].replace('T', ' ').replace('Z', '')} note_restart (note)"]
+    inspector.shot("session")
+    inspector.go(f"#/advice?scope={ADVICE.replace('/', '%2F')}", "#runs tbody tr[data-run]")
     page.click(f"#runs tr[data-run='{rooms['secret_run']}'] a")
     page.wait_for_selector("#run")
     one = seeded_get(inspector.url, "alice", f"/runs/{rooms['secret_run']}")
@@ -556,6 +602,13 @@ def test_workspaces_and_set_aside(inspector: Inspector, rooms: dict[str, Any]) -
     for cap in ("scopes", "episodes", "facts", "bytes"):
         used = page.inner_text(f"[data-cap='{cap}'] .used")
         assert used == f"{ws['usage'][cap]} / {ws['caps'][cap]}", cap
+    page.wait_for_selector(f"#snapshots tr[data-snapshot='{rooms['snapshot']}']")
+    one = seeded_get(inspector.url, "alice", f"/workspaces/{ws['id']}")
+    assert page.locator("ul.ws-scopes li").all_inner_texts() == one["scopes"] == [
+        f"{ws['id']}/notes"]
+    [snap] = seeded_get(inspector.url, "alice", f"/workspaces/{ws['id']}/snapshots")["snapshots"]
+    cells = page.locator(f"#snapshots tr[data-snapshot='{snap['id']}'] td").all_inner_texts()
+    assert cells[2:4] == ["alice", "live"] and list(snap["heads"])[0] in cells[4]
     inspector.shot("workspace")
     inspector.go(f"#/set-aside?scope={ADVICE.replace('/', '%2F')}", "#extraction-status")
     items = seeded_get(inspector.url, "alice", "/set-aside", scope=ADVICE)["items"]
@@ -576,6 +629,10 @@ def test_workspaces_and_set_aside(inspector: Inspector, rooms: dict[str, Any]) -
     page.click(f"#set-aside tr[data-item='{rooms['runbook']}'] a")  # the episode it is
     page.wait_for_selector("#units li")
     assert "Gift cards" in page.inner_text("#units")
+    inspector.go(f"#/set-aside?scope={ADVICE.replace('/', '%2F')}", "#extraction-status")
+    page.click(f"#set-aside tr[data-item='{rooms['poison']}'] a")  # the session it is
+    page.wait_for_selector("#session")
+    assert POISON in page.inner_text("#session") and "pending" in page.inner_text("#session")
 
 
 def test_a_second_user_sees_none_of_the_first_users_rooms(
@@ -587,6 +644,8 @@ def test_a_second_user_sees_none_of_the_first_users_rooms(
     try:
         ins.be(user="bob")
         ins.go(f"#/advice?scope={ADVICE.replace('/', '%2F')}", "#runs tbody tr[data-run]")
+        page.wait_for_selector(f"#sessions tr[data-session='{rooms['judged']}']")
+        assert page.locator("#sessions tr[data-session]").count() == 1  # not her own one
         page.click("#runs button.more")
         page.wait_for_selector(f"#runs tr[data-run='{rooms['runs'][0]}']")
         listed = [r["id"] for r in seeded_get(seeded["url"], "bob", "/runs", scope=ADVICE,
@@ -608,6 +667,14 @@ def test_a_second_user_sees_none_of_the_first_users_rooms(
             i["item"] for i in seeded_get(seeded["url"], "bob", "/set-aside",
                                           scope=ADVICE)["items"]] == [rooms["runbook"]]
         assert page.locator("#set-aside tbody tr").count() == 1 and page.evaluate(fits)
+        html.append(page.content())
+        ins.go(f"#/session/{rooms['poison']}", "main .error")  # her session: the route's 404
+        assert "404 NOT_FOUND" in page.inner_text("main .error")
+        ins.errors = [e for e in ins.errors if "404" not in e]  # the refused load itself
+        html.append(page.content())
+        ins.go(f"#/workspace/{rooms['workspace']}", "main .error")
+        assert "404 NOT_FOUND" in page.inner_text("main .error")
+        ins.errors = [e for e in ins.errors if "404" not in e]
         html.append(page.content())
         ins.go(f"#/scope/{ADVICE}/schema", "#schema h2")  # any caller reads a schema
         assert page.locator("tr[data-attribute]").count() == 3 and page.evaluate(fits)

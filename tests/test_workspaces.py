@@ -181,6 +181,58 @@ def test_workspace_org_works_and_delete_drops_only_it(
     assert normal_reads(m, normal) == before_reads
 
 
+def test_a_workspace_names_its_scopes_and_lists_its_snapshots(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    """GET /workspaces/{id} names its scopes; GET /workspaces/{id}/snapshots lists the
+    snapshots taken of it, newest first, released ones with their state. Both for its
+    creator or an admin; to anyone else the same 404 as an id that never existed."""
+    m, _, _ = shared
+    bob = m.as_user("bob")
+    org = create(m)["id"]
+    listing = f"/workspaces/{org}/snapshots"
+    try:
+        got = m.http.get(f"/workspaces/{org}").json()
+        assert (got["scopes"], got["usage"]["scopes"]) == ([], 0)
+        assert m.http.get(listing).json() == {"snapshots": []}
+        for team in ("zulu", "alpha"):
+            assert m.write(f"{org}/{team}", f"hello {team}").status_code == 201
+        got = m.http.get(f"/workspaces/{org}").json()
+        assert got["scopes"] == [f"{org}/alpha", f"{org}/zulu"] and got["usage"]["scopes"] == 2
+
+        first = m.http.post(f"/workspaces/{org}/snapshots")
+        assert first.status_code == 201, first.text
+        assert m.write(f"{org}/alpha", "hello again").status_code == 201
+        second = m.http.post(f"/workspaces/{org}/snapshots").json()
+        # A snapshot that names a scope of the workspace is not one taken of it.
+        other = m.http.post("/snapshots", json={"scopes": [f"{org}/alpha"]})
+        assert other.status_code == 201, other.text
+        assert m.http.delete(f"/snapshots/{first.json()['id']}").status_code == 200
+
+        snaps = m.http.get(listing).json()["snapshots"]
+        assert [s["id"] for s in snaps] == [second["id"], first.json()["id"]]
+        assert [s["state"] for s in snaps] == ["live", "released"]
+        assert snaps[0] == m.http.get(f"/snapshots/{second['id']}").json()
+        assert snaps[0]["workspace"] == org and set(snaps[0]["heads"]) == {
+            f"{org}/alpha@main", f"{org}/zulu@main"}
+
+        unknown = "ws_" + "0" * 16
+        for path in (listing, f"/workspaces/{org}"):
+            theirs = bob.http.get(path)
+            nothing = bob.http.get(path.replace(org, unknown))
+            assert theirs.status_code == nothing.status_code == 404
+            assert theirs.json() == nothing.json()
+        assert error(m.http.get("/workspaces/nope/snapshots"))[:2] == (404, "NOT_FOUND")
+        admin = bob.http.get(listing, headers=ADMIN)
+        assert admin.status_code == 200 and admin.json()["snapshots"] == snaps
+        assert bob.http.get(f"/workspaces/{org}", headers=ADMIN).json()["scopes"] == [
+            f"{org}/alpha", f"{org}/zulu"]
+        assert httpx.get(m.url + listing).status_code == 401
+        assert m.http.delete(f"/workspaces/{org}").status_code == 200
+        assert error(m.http.get(listing))[:2] == (404, "NOT_FOUND")
+    finally:
+        bob.close()
+
+
 def test_reserved_org_without_a_workspace_is_refused(
         shared: tuple[Memory, Path, dict[str, str]]) -> None:
     m, home, env = shared

@@ -1,4 +1,5 @@
-"""Advice REST routes: /runs, /runs/reward, /sessions/start, /sessions/end, /sessions/{id},
+"""Advice REST routes: /runs, /runs/reward, /sessions, /sessions/start, /sessions/end,
+/sessions/{id},
 /situations, /notes, /procedures, /procedures/sources, /advice and /set-aside.
 
 Identity first (401), then the body (422), as on every AmpUp route; every error is an
@@ -66,12 +67,30 @@ async def reward_run(request: Request) -> JSONResponse:
             openapi_extra=USER_DOC)
 def list_runs(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
               branch: Annotated[BranchText | None, Query()] = None,
-              limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+              limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = 50,
               before: Annotated[runs.RunId | None, Query(
                   description="Run id (`next_before` of the page before): page before it."
               )] = None,
               ) -> dict[str, Any]:
     return runs.list_runs(service(request), user, scope, branch, limit, before)
+
+
+@router.get("/sessions", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND / WORKSPACE_GONE: unknown branch, or a workspace "
+    "scope that is gone", 422: INVALID + "; session_id_invalid: a `before` that is no "
+    "session id"}), openapi_extra=USER_DOC)
+def list_sessions(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
+                  branch: Annotated[BranchText | None, Query()] = None,
+                  limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = 50,
+                  before: Annotated[runs.SessionId | None, Query(
+                      description="Session id (`next_before` of the page before): the "
+                      "page before it.")] = None,
+                  ) -> dict[str, Any]:
+    """The scope's sessions you may read (their ACL, as `GET /sessions/{id}` decides),
+    newest first, each as `GET /sessions/{id}` answers it without `transcript` and
+    `rewards`: task, state, steps (advice served), outcome, the current `reward` (the
+    judge's with its per-note verdicts), `judging`. `next_before` pages."""
+    return sessions.list_sessions(service(request), user, scope, branch, limit, before)
 
 
 @router.get(RUN_PATH, responses=errors({401: UNAUTHENTICATED, 404: NOT_FOUND_RUN,

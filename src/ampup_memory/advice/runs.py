@@ -43,6 +43,12 @@ RUN_ID_PATTERN = f"^{RUN_PREFIX}[0-9A-HJKMNP-TV-Z]{{26}}$"
 RunId = Annotated[str, ruled(RUN_ID_PATTERN, "run_id_invalid", "run id",
                              "run_ and 26 ULID characters, as POST /runs answers it"),
                   published(RUN_ID_PATTERN)]
+SESSION_ID_PATTERN = f"^{SESSION_PREFIX}[0-9A-HJKMNP-TV-Z]{{26}}$"
+# A session id as GET /sessions' `before` names it, refused in words as RunId is.
+SessionId = Annotated[str, ruled(SESSION_ID_PATTERN, "session_id_invalid", "session id",
+                                 "ses_ and 26 ULID characters, as POST /sessions/start "
+                                 "answers it"), published(SESSION_ID_PATTERN)]
+MAX_PAGE = 1000  # GET /runs and GET /sessions: the largest page
 # Event kinds: a run and its rewards; a session's start, served advice steps and end.
 RUN, REWARD, START, STEP, END = "run", "reward", "start", "step", "end"
 EXPLICIT, JUDGE = "explicit", "judge"  # who gave a reward
@@ -208,20 +214,32 @@ def get_run(svc: MemoryService, user: str, run_id: str) -> dict[str, Any]:
 
 def list_runs(svc: MemoryService, user: str, scope_text: object, branch_text: object = None,
               limit: int = 50, before: str | None = None) -> dict[str, Any]:
-    """The runs of a scope the caller may read, newest first, each with its current reward.
+    """The runs of a scope the caller may read, newest first, each with its current reward."""
+    page, more = readable_page(svc, user, scope_text, branch_text, RUN, (REWARD,), limit,
+                               before)
+    return {"runs": [run_wire(evs, history=False) for evs in page],
+            "next_before": page[-1][0].subject if more else None}
 
-    Streams run events newest first from the read index and stops at a full page (the
-    visibility rule decides each), then reads the rewards of that page's runs only."""
+
+def readable_page(svc: MemoryService, user: str, scope_text: object, branch_text: object,
+                  kind: str, later: tuple[str, ...], limit: int, before: str | None,
+                  ) -> tuple[list[list[EventRecord]], bool]:
+    """One page of the runs (``kind`` RUN) or sessions (START) of a scope the caller may
+    read, newest first: each subject's events of the first kind and of ``later`` kinds, in
+    commit order; and whether a readable one follows the page.
+
+    Streams first events newest first from the read index and stops at a full page (the
+    one visibility rule decides each, so neither the page, nor "more", nor the cursor made
+    of its last id counts anything hidden), then reads only that page's later events."""
     view = svc.view(scope_text, branch_text)
     principal = svc.principal(user)
     scope = str(view.scope)
-    found = svc.index.newest_subjects(scope, view.segments, RUN, before,
+    found = svc.index.newest_subjects(scope, view.segments, kind, before,
                                       lambda e: may_read(principal, e.acl), limit + 1)
     page = found[:limit]
-    rewards = _grouped_by_subject(svc.index.events(
-        scope, view.segments, (REWARD,), [e.subject for e in page]))
-    return {"runs": [run_wire([e, *rewards.get(e.subject, [])], history=False) for e in page],
-            "next_before": page[-1].subject if len(found) > limit else None}
+    rest = _grouped_by_subject(svc.index.events(
+        scope, view.segments, later, [e.subject for e in page])) if page else {}
+    return [[e, *rest.get(e.subject, [])] for e in page], len(found) > limit
 
 
 def _grouped_by_subject(events: list[EventRecord]) -> dict[str, list[EventRecord]]:

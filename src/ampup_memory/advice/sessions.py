@@ -28,6 +28,7 @@ from ampup_memory.advice.runs import (
     TaskText,
     current_reward,
     new_id,
+    readable_page,
     reward_event,
     reward_of,
     subject_events,
@@ -136,7 +137,20 @@ def get_session(svc: MemoryService, user: str, session: str) -> dict[str, Any]:
     return session_wire(subject_events(svc, svc.principal(user), session, SESSION_PREFIX))
 
 
-def session_wire(events: list[EventRecord]) -> dict[str, Any]:
+def list_sessions(svc: MemoryService, user: str, scope_text: object,
+                  branch_text: object = None, limit: int = 50,
+                  before: str | None = None) -> dict[str, Any]:
+    """The sessions of a scope the caller may read, newest first: each as
+    ``GET /sessions/{id}`` answers it less ``transcript`` and ``rewards`` (the history; the
+    current ``reward`` with the judge's per-note verdicts stays), as ``GET /runs`` leaves
+    out a run's trace and history."""
+    page, more = readable_page(svc, user, scope_text, branch_text, START,
+                               (STEP, END, REWARD), limit, before)
+    return {"sessions": [session_wire(evs, history=False) for evs in page],
+            "next_before": page[-1][0].subject if more else None}
+
+
+def session_wire(events: list[EventRecord], *, history: bool = True) -> dict[str, Any]:
     first = events[0]
     end = next((e for e in events if e.kind == END), None)
     reward = current_reward(events)
@@ -146,7 +160,7 @@ def session_wire(events: list[EventRecord]) -> dict[str, Any]:
         judging = "pending"
     else:
         judging = "judged" if reward.by != EXPLICIT else "not needed"
-    return {
+    out: dict[str, Any] = {
         "id": first.subject, "scope": first.scope, "branch": first.branch,
         "user": first.user, "task": first.data.get("task", ""), "acl": list(first.acl),
         "started_at": utc_text(first.at), "state": ENDED if end else OPEN,
@@ -156,7 +170,11 @@ def session_wire(events: list[EventRecord]) -> dict[str, Any]:
         "outcome": end.data.get("outcome") if end else None,
         "ended_at": utc_text(end.at) if end else None,
         "reward": None if reward is None else reward.wire(),
-        "rewards": [reward_of(e).wire() for e in events
-                    if e.kind == REWARD and e.reward is not None],
         "judging": judging,
     }
+    if history:
+        out["rewards"] = [reward_of(e).wire() for e in events
+                          if e.kind == REWARD and e.reward is not None]
+    else:
+        del out["transcript"]
+    return out

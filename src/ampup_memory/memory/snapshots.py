@@ -437,6 +437,19 @@ def read_view(svc: MemoryService, scope: object, branch: object = None,
     return svc.view(*svc.holds.resolve(scope, branch, at_commit, pin, snapshot))
 
 
+def workspace_snapshots(svc: MemoryService, user: str, workspace_id: str,
+                        admin: bool) -> list[dict[str, Any]]:
+    """The snapshots taken of a workspace (``POST /workspaces/{id}/snapshots``), newest
+    first, released ones too (``state`` says so), for whoever may see the workspace
+    (``Workspaces.visible``: its creator or an admin; any other id is the same 404)."""
+    ws = svc.workspaces.visible(user, workspace_id, admin)
+    now = utcnow()
+    taken = [h for h in svc.holds.all().values()
+             if h.kind == SNAPSHOT and h.workspace == ws.id]
+    return [h.wire(now) for h in sorted(taken, key=lambda h: (h.created_at, h.id),
+                                            reverse=True)]
+
+
 def workspace_scopes(svc: MemoryService, user: str, workspace_id: str) -> list[Scope]:
     """The scopes of a live workspace the caller made; any other id (another user's
     included) is the same 404 as an unknown one."""

@@ -1,7 +1,7 @@
 """REST routes of pins and snapshots: ``/pin``, ``/snapshots``, ``/workspaces/{id}/snapshots``.
 
 Reads take ``pin=`` / ``snapshot=`` on their own routes (memory/api.py, search/api.py);
-these routes create, show, renew and release the holds (snapshots.py).
+these routes create, show, list, renew and release the holds (snapshots.py).
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from ampup_memory.memory.api import USER_DOC, UserDep, _user, service
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_scope
 from ampup_memory.timefmt import TtlText, parse_ttl
+from ampup_memory.web.admin import is_admin
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 
@@ -128,6 +129,18 @@ async def snapshot_workspace(request: Request, user: UserDep,
         return holds.create_snapshot(svc, user, scopes, workspace_id)
 
     return JSONResponse(await run_in_threadpool(run), status_code=201)
+
+
+@router.get("/workspaces/{workspace_id}/snapshots", responses=errors({
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: no live workspace of yours with that id (one "
+    "answer for all)", 422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
+def list_workspace_snapshots(request: Request, user: UserDep,
+                             workspace_id: Annotated[str, Path(max_length=64)],
+                             ) -> dict[str, Any]:
+    """The snapshots taken of the workspace, newest first, released ones with their
+    `state`; for whoever may see the workspace (as `GET /workspaces/{id}`)."""
+    return {"snapshots": holds.workspace_snapshots(service(request), user, workspace_id,
+                                                   is_admin(request))}
 
 
 @router.get("/snapshots/{snapshot_id}", responses=errors({

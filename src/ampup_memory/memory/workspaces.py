@@ -301,8 +301,11 @@ class Workspaces:
         return ws
 
     def show(self, user: str, ws_id: str, admin: bool) -> dict[str, Any]:
+        """The workspace with its usage and its scopes' names: whoever may see it (its
+        creator, an admin) may write and read in every one of them."""
         ws = self.visible(user, ws_id, admin)
-        return ws.wire(self.usage(ws.id))
+        scopes = self._scopes(ws.id)
+        return ws.wire(self.usage(ws.id, scopes)) | {"scopes": sorted(map(str, scopes))}
 
     def renew(self, user: str, ws_id: str, admin: bool, ttl: timedelta) -> dict[str, Any]:
         """A new expiry ``ttl`` from now, for a live workspace of the caller's (any, for an

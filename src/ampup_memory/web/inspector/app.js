@@ -573,8 +573,9 @@ async function pageAdvice(q) {
     : h("p", {class: "empty"}, "No notes."));
   m.append(proceduresSection(scope, compiled));
   const runs = runsSection(scope);
-  m.append(runs.box);
-  await runs.load();
+  const sessions = sessionsSection(scope);
+  m.append(runs.box, sessions.box);
+  await Promise.all([runs.load(), sessions.load()]);
 }
 
 // -- router ---------------------------------------------------------------------------------
@@ -587,7 +588,7 @@ async function render() {
     try { return decodeURIComponent(p); } catch { return p; }
   });
   for (const a of document.querySelectorAll("#nav a")) {
-    const section = {scope: "scopes", run: "advice", workspace: "workspaces"}[parts[0]] || parts[0];
+    const section = {scope: "scopes", run: "advice", session: "advice", workspace: "workspaces"}[parts[0]] || parts[0];
     a.classList.toggle("active", a.dataset.page === section);
   }
   const m = h("div", {class: "page"});
@@ -615,6 +616,7 @@ async function render() {
     else if (parts[0] === "cells") await pageCells(q);
     else if (parts[0] === "advice") await pageAdvice(q);
     else if (parts[0] === "run" && parts[1]) await pageRun(parts[1]);
+    else if (parts[0] === "session" && parts[1]) await pageSession(parts[1]);
     else if (parts[0] === "workspaces") await pageWorkspaces(q);
     else if (parts[0] === "workspace" && parts[1]) await pageWorkspace(parts[1]);
     else if (parts[0] === "set-aside") await pageSetAside(q);

@@ -1,5 +1,5 @@
 // AmpUp Memory inspector, the rooms built after the first pages: a scope's schema, the
-// advice runs and compiled procedures, workspaces, and what model passes set aside. Loaded
+// advice runs, sessions and compiled procedures, workspaces, and what model passes set aside. Loaded
 // after app.js (its helpers: get, h, link, route, table, pager, ...), and as plain a
 // client: each page shows a route's answer for the caller named above, as text.
 "use strict";
@@ -114,6 +114,65 @@ async function pageRun(id) {
     h("h2", {}, "Trace"), r.trace ? pre(r.trace) : h("p", {class: "empty"}, "No trace."));
 }
 
+// -- sessions (GET /sessions, GET /sessions/{id}) -------------------------------------------
+// The judge's word on each note served: did the agent apply it, and did it help.
+function verdicts(r) {
+  const notes = Object.entries((r && r.by === "judge" && r.notes) || {});
+  return notes.length ? h("ul", {class: "verdicts"}, notes.map(([key, v]) => h("li", {"data-note": key},
+    h("code", {}, key), `: ${v.applied ? "applied" : "not applied"}, ${v.helped ? "helped" : "did not help"}`)))
+    : h("span", {class: "hint"}, "—");
+}
+
+function sessionsSection(scope) {
+  const body = h("tbody", {});
+  const box = h("section", {id: "sessions"}, h("h2", {}, "Sessions"), h("p", {class: "hint"},
+    "The sessions you may read, newest first (GET /sessions, 25 a page), with the advice served, "
+    + "the reward and the judge's verdict on each note."),
+  h("div", {class: "scroll"}, h("table", {}, h("thead", {}, h("tr", {},
+    ["Session", "Task", "State", "Started", "Ended", "Reward (reason)", "Judge's verdicts", "Who may read"]
+      .map(c => h("th", {}, c)))), body)));
+  const p = pager(async (before) => {
+    const page = await get("/sessions", {scope, limit: PAGE, before});
+    return {items: page.sessions, cursor: page.next_before};
+  }, (page) => {
+    if (!page.items.length && !body.children.length) {
+      body.append(h("tr", {}, h("td", {class: "empty", colspan: 8}, "No sessions you may read.")));
+    }
+    for (const s of page.items) {
+      body.append(h("tr", {"data-session": s.id},
+        h("td", {}, link(route(`/session/${s.id}`), s.id, {class: "id"})), h("td", {}, s.task || "—"),
+        h("td", {}, h("span", {class: `pill ${s.state}`}, s.state)), h("td", {}, when(s.started_at)),
+        h("td", {}, when(s.ended_at)),
+        h("td", {class: "reward"}, s.reward ? reward(s.reward) : (s.judging === "pending" ? "judging pending" : "—")),
+        h("td", {class: "verdicts"}, verdicts(s.reward)), h("td", {}, (s.acl || []).join(" "))));
+    }
+  });
+  box.append(p.box);
+  return {box, load: () => p.next(undefined)};
+}
+
+async function pageSession(id) {
+  const m = main();
+  const s = await get(`/sessions/${encodeURIComponent(id)}`);
+  m.replaceChildren(title("Session ", h("code", {}, s.id)),
+    h("p", {}, link(route("/advice", {scope: s.scope}), `Advice of ${s.scope}`)),
+    h("dl", {class: "meta", id: "session"},
+      h("dt", {}, "Task"), h("dd", {}, s.task || "—"),
+      h("dt", {}, "State"), h("dd", {}, s.state),
+      h("dt", {}, "Started"), h("dd", {}, `${when(s.started_at)} by ${s.user}`),
+      h("dt", {}, "Ended"), h("dd", {}, when(s.ended_at)),
+      h("dt", {}, "Outcome"), h("dd", {}, s.outcome || "—"),
+      h("dt", {}, "Reward"), h("dd", {class: "reward"}, reward(s.reward)),
+      h("dt", {}, "Judging"), h("dd", {}, s.judging || "—"),
+      h("dt", {}, "Who may read"), h("dd", {}, (s.acl || []).join(" ")),
+      h("dt", {}, "Branch"), h("dd", {}, s.branch)),
+    h("h2", {}, "Advice served"), list((s.steps || []).map(st => [when(st.at), " ",
+      h("code", {}, (st.served || {}).key || "—"), (st.served || {}).kind ? ` (${st.served.kind})` : ""]), "steps"),
+    h("h2", {}, "The judge's verdicts"), h("div", {id: "session-verdicts"}, verdicts(s.reward)),
+    h("h2", {}, "Rewards, oldest first"), list((s.rewards || []).map(reward), "rewards"),
+    h("h2", {}, "Transcript"), s.transcript ? pre(s.transcript) : h("p", {class: "empty"}, "No transcript."));
+}
+
 function proceduresSection(scope, compiled) {
   const box = h("section", {id: "procedures"}, h("h2", {}, "Procedures"));
   if (!compiled.version) {
@@ -180,21 +239,34 @@ async function pageWorkspace(id) {
       h("dt", {}, "Created"), h("dd", {}, when(w.created_at)),
       h("dt", {}, "Expires"), h("dd", {}, when(w.expires_at))),
     h("h2", {}, "Caps and usage"), usage(w),
-    h("p", {class: "hint"}, "Its scopes' names and its snapshots are not listed by any route: "
-      + "the Scopes page lists the scopes you may read an episode in."));
+    h("h2", {}, "Scopes"), list((w.scopes || []).map(s => link(route(`/scope/${s}/episodes`), s)), "ws-scopes"));
+  const {snapshots} = await get(`/workspaces/${encodeURIComponent(id)}/snapshots`);
+  m.append(h("h2", {}, "Snapshots"), h("p", {class: "hint"},
+    "Taken of this workspace, newest first (GET /workspaces/{id}/snapshots); a read names one as snapshot=."),
+  snapshots.length ? h("div", {id: "snapshots"}, table(["Snapshot", "Taken", "By", "State", "Heads held"],
+    snapshots.map(x => h("tr", {"data-snapshot": x.id}, h("td", {}, h("code", {}, x.id)),
+      h("td", {}, when(x.created_at)), h("td", {}, x.created_by),
+      h("td", {}, h("span", {class: `pill ${x.state}`}, x.state)),
+      h("td", {}, Object.entries(x.heads || {}).map(([k, c]) => h("div", {}, `${k} `, h("code", {}, short(c)))))))))
+    : h("p", {class: "empty", id: "snapshots"}, "No snapshot taken of this workspace."));
 }
 
 // -- set aside (GET /set-aside, GET /extraction/set-aside, GET /extraction/status) -----------
 const ASIDE_KINDS = ["", "extract", "judge", "learn", "compile"];
 
-// An extraction's item is an episode (on its branch): linked to it; the others (a session,
-// a situation, the scope itself) have no page here.
+// An extraction's item is an episode (on its branch), the judge's a session: linked to
+// their pages; learn's situation and compile's scope have none here.
+function asideItem(i) {
+  if (i.kind === "extract") {
+    return link(route(`/scope/${i.scope}/episode/${i.item}`, {branch: i.branch === "main" ? undefined : i.branch}),
+      i.item, {class: "id"});
+  }
+  return i.kind === "judge" ? link(route(`/session/${i.item}`), i.item, {class: "id"}) : h("code", {}, i.item);
+}
+
 function asideRows(items) {
   return items.map(i => h("tr", {"data-item": i.item, "data-kind": i.kind},
-    h("td", {}, i.kind), h("td", {}, i.kind === "extract"
-      ? link(route(`/scope/${i.scope}/episode/${i.item}`, {branch: i.branch === "main" ? undefined : i.branch}),
-        i.item, {class: "id"})
-      : h("code", {}, i.item)), h("td", {}, i.branch || "—"),
+    h("td", {}, i.kind), h("td", {}, asideItem(i)), h("td", {}, i.branch || "—"),
     h("td", {}, i.model), h("td", {class: "reason"}, i.reason), h("td", {class: "n"}, i.passes),
     h("td", {}, when(i.at))));
 }
