@@ -570,7 +570,8 @@ def test_advice_runs_and_procedures(inspector: Inspector, rooms: dict[str, Any])
     assert (given["by"], given["value"]) == ("judge", 0.5)
     cells = page.locator(f"#sessions tr[data-session='{rooms['judged']}'] td").all_inner_texts()
     assert cells[1:3] == [JUDGED, "ended"]
-    assert cells[5] == f"0.5 by judge ({given['user']}): {given['reason']}"
+    assert given["user"] == "judge"  # named once: not "by judge (judge)"
+    assert cells[5] == f"0.5 by judge: {given['reason']}"
     assert cells[6] == "note_restart: applied, did not help" and cells[7] == "*"
     poisoned = page.locator(f"#sessions tr[data-session='{rooms['poison']}'] td")
     assert poisoned.all_inner_texts()[5] == "judging pending"

@@ -66,7 +66,7 @@ async function pageSchema(scope, q) {
 
 // -- advice: runs and procedures ------------------------------------------------------------
 function reward(r) {
-  return r ? `${num(r.value)} by ${r.by}${r.user ? ` (${r.user})` : ""}: ${r.reason || ""}` : "—";
+  return r ? `${num(r.value)} by ${r.by}${r.user && r.user !== r.by ? ` (${r.user})` : ""}: ${r.reason || ""}` : "—";
 }
 
 function runsSection(scope) {
