@@ -421,6 +421,13 @@ async def test_errors_are_one_line_tool_errors(server: ServerProcess) -> None:
     assert "scope" in bad_scope and "as_of" in bad_time
     assert dated == ("Invalid request: as_of: as_of picks a version of a document: give it "
                      "with document, not with id")
+    # a malformed id answers as GET /episodes/{id} does: as a missing (or unreadable) one
+    async with as_user(server, "alice") as alice:
+        malformed = await refused(alice, "get_episode", scope="acme/sales", id="xyz")
+    with rest(server, "alice") as http:
+        r = http.get("/episodes/xyz", params={"scope": "acme/sales"})
+    assert (r.status_code, r.json()["error"]["message"]) == (404, malformed)
+    assert malformed == "No such episode."
 
 
 async def test_a_bad_argument_is_named_as_the_tool_names_it(server: ServerProcess) -> None:
