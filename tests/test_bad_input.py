@@ -23,7 +23,7 @@ import pytest
 
 from tests.memory_support import ADMIN_TOKEN, QUIET, new_scope
 from tests.server_process import ServerProcess
-from tests.test_mcp import http_client_for
+from tests.test_mcp import http_client_for, mcp_refusal
 from tests.test_mcp import refused as mcp_refused
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -230,9 +230,12 @@ def test_body_over_the_limit_is_413_before_it_is_read(client: httpx.Client) -> N
                         headers={"content-type": "application/json"})
         assert error["code"] == "PAYLOAD_TOO_LARGE"
         assert error["details"] == {"max_bytes": MAX_REQUEST_BYTES}
-    # /mcp answers the same envelope, not its transport's plain text.
-    error = refused(client, 413, "POST", "/mcp", content=big, headers=MCP_HEADERS)
-    assert error["code"] == "PAYLOAD_TOO_LARGE"
+    # /mcp answers the same code, message and details as a JSON-RPC error (MCP clients
+    # show no other kind), not its transport's plain text.
+    response = client.post("/mcp", content=big, headers=MCP_HEADERS)
+    assert response.status_code == 413
+    assert mcp_refusal(response) == error
+    still_usable(client, response)
 
 
 def test_chunked_body_is_counted_as_it_streams(client: httpx.Client) -> None:
@@ -421,7 +424,7 @@ def test_a_credential_header_sent_twice_with_two_values_is_401(
         twice = c.request(method, path, json=body,
                           headers=[*base, (name, first), (name, first + "x")])
         assert twice.status_code == 401, twice.text
-        error = twice.json()["error"]
+        error = mcp_refusal(twice) if path == "/mcp" else twice.json()["error"]
         assert error["code"] == "UNAUTHENTICATED" and name in error["message"]
         still_usable(c, twice)
         same = c.request(method, path, json=body, headers=[*base, (name, first), (name, first)])

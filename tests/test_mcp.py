@@ -21,6 +21,7 @@ import httpx2
 import pytest
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
 from ampup_memory.amp.model import MemoryType
@@ -32,7 +33,7 @@ TOOLS = {"amp_remember", "amp_recall", "amp_forget", "amp_list_memories", "amp_g
 AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "branch_memory",
                "merge_memory", "search_memory",
                "query_memory"}  # exercised in test_mcp_ampup.py
-ADVICE_TOOLS = {"record_run", "reward_run", "start_session", "end_session",
+ADVICE_TOOLS = {"record_run", "reward_run", "start_session", "end_session", "get_session",
                 "get_advice"}  # exercised in test_advice_runs.py and test_advice_loop.py
 STORED = re.compile(r"^Memory stored: (mem_[0-9A-HJKMNP-TV-Z]{26})$")
 NO_MEMORIES = "No memories found."
@@ -112,6 +113,25 @@ async def refused(client: Client, tool: str, **args: Any) -> str:
     assert result.is_error, text(result)
     assert "Traceback" not in text(result)
     return text(result)
+
+
+def mcp_refusal(response: httpx.Response) -> dict[str, Any]:
+    """What /mcp answers before the MCP layer runs (no identity, a body over the limit, a
+    foreign origin): a JSON-RPC error, which MCP clients show, carrying the REST envelope's
+    code, message and details; returned in the envelope's shape."""
+    body = response.json()
+    assert set(body) == {"jsonrpc", "id", "error"} and body["id"] is None, body
+    error = body["error"]
+    assert error["code"] == (-32603 if response.status_code >= 500 else -32600), body
+    return {"code": error["data"]["code"], "message": error["message"],
+            "details": error["data"]["details"]}
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside the SDK client's task-group exception groups."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in leaves(inner)]
+    return [exc]
 
 
 async def remember(client: Client, **args: Any) -> str:
@@ -258,7 +278,7 @@ async def test_bad_arguments_are_clear_tool_errors(connect: Connect, uid: str) -
         bad_reader = await refused(client, "amp_remember", content="x", owner_id=f"u_{uid}",
                                    readable_by=["agent_ok", "bad pattern"])
     # named as the tool names its arguments, not by the cell's fields (content.text, ...)
-    assert blank == "Invalid request: content: Value error, content.text must not be blank"
+    assert blank == "Invalid request: content: must hold a character other than white space"
     assert no_owner == "Invalid request: owner_id: String should have at least 1 character"
     assert bad_reader.startswith("Invalid request: readable_by.1: "), bad_reader
     assert "importance" in too_important and "less than or equal to 1" in too_important
@@ -327,13 +347,34 @@ async def test_identity_follows_each_request_not_the_session(server: ServerProce
         assert len(sessions) == 1 and None not in sessions
 
 
-def test_mcp_without_identity_is_401_envelope(server: ServerProcess) -> None:
+def test_mcp_without_identity_is_401_with_the_rest_message(server: ServerProcess) -> None:
     r = httpx.post(f"{server.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
                    headers={"Accept": "application/json, text/event-stream"})
     assert r.status_code == 401
-    assert r.json() == {"error": {"code": "MISSING_AGENT_ID",
-                                  "message": "The X-AMP-Agent-ID header is required.",
-                                  "details": {}}}
+    assert mcp_refusal(r) == {"code": "MISSING_AGENT_ID",
+                              "message": "The X-AMP-Agent-ID header is required.",
+                              "details": {}}
+    # a REST route keeps its envelope, with the same message
+    rest = httpx.get(f"{server.url}/amp/v1/memories")
+    assert rest.status_code == 401 and rest.json() == {"error": mcp_refusal(r)}
+
+
+async def test_a_body_over_the_limit_is_a_refusal_the_sdk_client_shows(
+        server: ServerProcess, uid: str) -> None:
+    """The SDK's client shows a server's text only from a JSON-RPC error: a 413 in the REST
+    envelope reached it as "Server returned an error response". Now the same message as
+    the REST route's; the connection stays usable."""
+    big = "x" * (4 * 1024 * 1024)  # the default max_request_bytes, plus the message
+    async with http_client_for(server.url, {"X-AMP-Agent-ID": f"agent_{uid}"}) as client:
+        with pytest.raises(MCPError) as too_big:
+            await client.call_tool("amp_remember", {"content": big, "owner_id": f"u_{uid}"})
+        await remember(client, content="a small note", owner_id=f"u_{uid}")
+    rest = httpx.post(f"{server.url}/amp/v1/memories", headers={"X-AMP-Agent-ID": "agent_x"},
+                      json={"type": "semantic", "content": {"text": big}}, timeout=60)
+    assert rest.status_code == 413
+    assert str(too_big.value) == rest.json()["error"]["message"]
+    assert too_big.value.error.data == {"code": "PAYLOAD_TOO_LARGE",
+                                        "details": rest.json()["error"]["details"]}
 
 
 # ---- keys on ---------------------------------------------------------------------------
@@ -366,20 +407,23 @@ def test_keys_on_mcp_without_a_valid_key_is_401(keyed: Keyed) -> None:
     ):
         r = httpx.post(f"{server.url}/mcp", json=body, headers={**accept, **headers})
         assert r.status_code == 401, headers
-        assert r.json() == {"error": {"code": "UNAUTHENTICATED",
-                                      "message": "A valid API key for this agent is required.",
-                                      "details": {}}}
+        assert mcp_refusal(r) == {"code": "UNAUTHENTICATED",
+                                  "message": "A valid API key for this agent is required.",
+                                  "details": {}}
 
 
 async def test_keys_on_sdk_client_needs_its_key(keyed: Keyed,
                                                 uid: str) -> None:
     server, keys = keyed
     statuses: list[int] = []
-    with pytest.raises(Exception):  # noqa: B017 - the SDK wraps it in task-group errors
+    with pytest.raises(BaseException) as refusal:  # in the SDK's task-group errors
         async with http_client_for(server.url, {"X-AMP-Agent-ID": "agent_key_a"},
                                    statuses=statuses):
             pass
     assert statuses and set(statuses) == {401}  # refused at the door, before any MCP
+    # The SDK shows the server's reason (it said "Server returned an error response").
+    reasons = [leaf for leaf in leaves(refusal.value) if isinstance(leaf, MCPError)]
+    assert [str(r) for r in reasons] == ["A valid API key for this agent is required."]
 
     via_header = {"X-AMP-Agent-ID": "agent_key_a", "X-AMP-API-Key": keys["agent_key_a"]}
     via_bearer = {"X-AMP-Agent-ID": "agent_key_b",
@@ -436,7 +480,7 @@ def test_mcp_refuses_a_foreign_host_header_on_localhost(server: ServerProcess) -
     r = httpx.post(f"{server.url}/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "ping"},
                    headers={"Accept": "application/json, text/event-stream",
                             "X-AMP-Agent-ID": "agent_x", "Host": "evil.example"})
-    assert r.status_code == 421 and r.json()["error"]["code"] == "MISDIRECTED_REQUEST"
+    assert r.status_code == 421 and mcp_refusal(r)["code"] == "MISDIRECTED_REQUEST"
 
 
 # ---- docs/mcp.md stays true ------------------------------------------------------------

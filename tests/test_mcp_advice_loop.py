@@ -1,8 +1,8 @@
 """The seed's learning loop walked by an agent that speaks MCP only (docs/mcp.md, the AmpUp
 docs' "The learning loop"): start_session → get_advice → remember_memory / search_memory →
-end_session with transcript and outcome, no reward → the judge model rewards it → the
-sessions are sorted into situations and a note is learned → a later session's get_advice
-serves the note; then close_memory and a read as of before the close.
+end_session with transcript and outcome, no reward → the judge model rewards it (read back
+with get_session) → the sessions are sorted into situations and a note is learned → a
+later session's get_advice serves the note; then close_memory and a read as of before the close.
 
 The server and the scripted OpenAI-compatible model are real processes; the judge, cluster
 and learn passes run through the CLI's own entry in this process (`cli_in_process`), as
@@ -77,10 +77,13 @@ async def test_the_learning_loop_over_mcp_only(
     for step in ("judge", "cluster"):
         done = cli_in_process(home, env, "advice", step, "--scope", scope)
         assert done.returncode == 0, done.stderr
-    # (no MCP tool reads a session: GET /sessions/{id} shows the judge's reward)
+    # The agent reads the judge's verdict over MCP (get_session), as GET /sessions/{id}.
+    async with http_client_for(proc.url, {"X-AmpUp-User": "u0"}) as client:
+        read = [json.loads(await ok(client, "get_session", session=s)) for s in sessions]
     with plain_client(base_url=proc.url, timeout=60, headers={"X-AmpUp-User": "u0"}) as http:
-        rewards = [http.get(f"/sessions/{s}").json()["reward"] for s in sessions]
-    assert [(r["value"], r["by"]) for r in rewards] == [(1.0, "judge")] * 5
+        assert read == [http.get(f"/sessions/{s}").json() for s in sessions]
+    assert [(r["reward"]["value"], r["reward"]["by"], r["judging"]) for r in read] == [
+        (1.0, "judge", "judged")] * 5
     model.script([], default={"reply": NOTE})
     done = cli_in_process(home, env, "advice", "learn", "--scope", scope)
     assert done.returncode == 0, done.stderr

@@ -41,7 +41,7 @@ from ampup_memory.search.service import FactSearchRequest
 from ampup_memory.settings import Settings
 from tests.conftest import ADMIN_TOKEN
 from tests.server_process import ServerProcess, plain_client
-from tests.test_mcp import ADVICE_TOOLS, http_client_for, ok, refused
+from tests.test_mcp import ADVICE_TOOLS, http_client_for, mcp_refusal, ok, refused
 from tests.test_mcp import text as text_of
 
 AMPUP_TOOLS = {"remember_memory", "get_episode", "close_memory", "branch_memory",
@@ -152,7 +152,7 @@ async def test_an_ampup_user_alone_may_use_the_ampup_tools(server: ServerProcess
     assert "X-AMP-Agent-ID" in amp and "\n" not in amp
     nobody = httpx.post(server.url + "/mcp", json={}, timeout=30)
     assert nobody.status_code == 401
-    assert nobody.json()["error"]["code"] == "MISSING_AGENT_ID"
+    assert mcp_refusal(nobody)["code"] == "MISSING_AGENT_ID"
     bad = httpx.post(server.url + "/mcp", json={}, headers={"X-AmpUp-User": "a b"}, timeout=30)
     assert bad.status_code == 401
 
@@ -421,6 +421,13 @@ async def test_errors_are_one_line_tool_errors(server: ServerProcess) -> None:
     assert "scope" in bad_scope and "as_of" in bad_time
     assert dated == ("Invalid request: as_of: as_of picks a version of a document: give it "
                      "with document, not with id")
+    # a malformed id answers as GET /episodes/{id} does: as a missing (or unreadable) one
+    async with as_user(server, "alice") as alice:
+        malformed = await refused(alice, "get_episode", scope="acme/sales", id="xyz")
+    with rest(server, "alice") as http:
+        r = http.get("/episodes/xyz", params={"scope": "acme/sales"})
+    assert (r.status_code, r.json()["error"]["message"]) == (404, malformed)
+    assert malformed == "No such episode."
 
 
 async def test_a_bad_argument_is_named_as_the_tool_names_it(server: ServerProcess) -> None:
@@ -458,8 +465,8 @@ async def test_every_tool_describes_its_arguments_with_the_bounds_the_server_kee
     hints = {t.name: t.annotations for t in tools}
     assert all(h is not None for h in hints.values())
     assert {n for n, h in hints.items() if h and h.read_only_hint} == {
-        "get_episode", "search_memory", "query_memory", "amp_recall", "amp_list_memories",
-        "amp_get"}
+        "get_episode", "search_memory", "query_memory", "get_session", "amp_recall",
+        "amp_list_memories", "amp_get"}
     assert {n for n, h in hints.items() if h and h.destructive_hint is not False} == {
         "amp_forget", *(n for n, h in hints.items() if h and h.read_only_hint)}
     strict = AMPUP_TOOLS | ADVICE_TOOLS
@@ -486,7 +493,10 @@ async def test_every_tool_describes_its_arguments_with_the_bounds_the_server_kee
     assert bounds("remember_memory", "acl") == bounds("start_session", "acl") == {
         "minItems": 1}
     assert bounds("get_advice", "task") == {"minLength": 1, "maxLength": 20_000}
-    assert bounds("remember_memory", "source") == {}  # a label, not POST /episodes' source
+    # a label inside POST /episodes' source, with its own limit (test_remember_memory_source…)
+    assert set(bounds("remember_memory", "source")) == {"maxLength"}
+    assert bounds("get_session", "session") == bounds("end_session", "session") == {
+        "minLength": 1, "maxLength": 64}
     remember = Draft202012Validator(listed["remember_memory"])
     assert remember.is_valid({"scope": "acme/sales", "text": "a note", "acl": ["*"]})
     for bad in ({"scope": "Acme Sales", "text": "a note"}, {"scope": "acme/sales", "text": ""},
@@ -514,8 +524,16 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
                       "value": [1, 2]},
      "Invalid request: value: Input is none of the types the input schema allows"),
     ("end_session", {"session": "ses_1", "transcript": "t", "outcome": "o", "reward": "good"},
-     "Invalid request: reward: Input should be a valid number, unable to parse string as a "
-     "number"),
+     "Invalid request: reward: Input should be a valid number"),
+    # types as strict as the REST bodies' (test_tool_arguments_are_as_strict_as_rest_bodies)
+    ("search_memory", {"scope": "acme/sales", "query": "x", "limit": "10"},
+     "Invalid request: limit: Input should be a valid integer"),
+    ("reward_run", {"run": "run_1", "reward": "1", "reason": "r"},
+     "Invalid request: reward: Input should be a valid number"),
+    ("merge_memory", {"scope": "acme/sales", "source": "b", "dry_run": "true"},
+     "Invalid request: dry_run: Input should be a valid boolean"),
+    ("get_session", {"session": "x" * 65},
+     "Invalid request: session: String should have at most 64 characters"),
     ("amp_recall", {"query": "x", "owner_id": "user_1", "limit": 1000},
      "Invalid request: limit: Input should be less than or equal to 100"),
 ]
@@ -524,9 +542,10 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
 async def refuses_bad_calls_in_one_line(client: Client) -> None:
     for tool, args, expected in BAD_CALLS:
         assert await refused(client, tool, **args) == expected, (tool, args)
-    # The AMP tools keep the reference's leniency: an unknown argument is dropped.
-    assert await ok(client, "amp_list_memories", owner_id="user_nobody", extra=1) == (
-        "No memories found.")
+    # The AMP tools keep the reference's leniency: an unknown argument is dropped, a
+    # number in text is taken.
+    assert await ok(client, "amp_list_memories", owner_id="user_nobody", extra=1,
+                    limit="5") == "No memories found."
 
 
 async def test_arguments_the_schema_refuses_are_one_line_errors(server: ServerProcess) -> None:
@@ -538,6 +557,81 @@ async def test_arguments_the_schema_refuses_are_one_line_errors(server: ServerPr
     assert searched == BAD_CALLS[5][2]
     with rest(server, "alice") as http:  # the refused note was not stored
         assert http.get("/episodes", params={"scope": "acme/sales"}).json()["total"] == 0
+
+
+async def test_tool_arguments_are_as_strict_as_rest_bodies(server: ServerProcess) -> None:
+    """A number or boolean sent as text was taken by the AmpUp and advice tools (the SDK's
+    lax check) where the REST bodies refuse it (`parse_body`, strict): the same refusal
+    now. A list sent as JSON text (some clients do) is still read as the list."""
+    scope = new_scope()
+    same = [("search_memory", {"scope": scope, "query": "x", "limit": "10"},
+             "/search", {"scope": scope, "query": "x", "limit": "10"}),
+            ("merge_memory", {"scope": scope, "source": "b", "dry_run": "true"},
+             "/merge", {"scope": scope, "from": "b", "dry_run": "true"}),
+            ("record_run", {"scope": scope, "task": "t", "outcome": 1},
+             "/runs", {"scope": scope, "task": "t", "outcome": 1})]
+    async with as_user(server, "alice") as alice:
+        tool_said = [await refused(alice, tool, **args) for tool, args, _, _ in same]
+        listed = await remember(alice, scope=scope, text="a note", acl='["*"]')
+        # an integral number is an integer, as in JSON Schema and the REST bodies
+        whole = await ok(alice, "search_memory", scope=scope, query="note", limit=10.0)
+    with rest(server, "alice") as http:
+        for said, (tool, _, path, body) in zip(tool_said, same, strict=True):
+            r = http.post(path, json=body)
+            assert r.status_code == 422, r.text
+            problem = r.json()["error"]["details"]["errors"][0]
+            assert said == f"Invalid request: {problem['loc'][-1].replace('from', 'source')}: "\
+                f"{problem['msg']}", (tool, said, problem)
+        got = http.get(f"/episodes/{listed['id']}", params={"scope": scope}).json()
+    assert got["acl"] == ["*"] and listed["id"] in whole
+
+
+async def test_remember_memory_source_is_a_label_with_its_own_limit(
+        server: ServerProcess) -> None:
+    """remember_memory's source goes into the episode's source after
+    `mcp:remember_memory:<user>:`; its bound (and a refusal) said 512, the whole source's.
+    The label's own limit fits every user id, the longest too."""
+    async with as_user(server, "alice") as alice:
+        schema = {t.name: t.input_schema for t in (await alice.list_tools()).tools}
+    limit = schema["remember_memory"]["properties"]["source"]["maxLength"]
+    assert limit == 512 - len("mcp:remember_memory:") - 200 - len(":")
+    longest = "u" * 200  # a user id is at most 200 characters
+    scope = new_scope()
+    async with http_client_for(server.url, {"X-AmpUp-User": longest}) as client:
+        stored = await remember(client, scope=scope, text="a note", source="s" * limit)
+        too_long = await refused(client, "remember_memory", scope=scope, text="a note",
+                                 source="s" * (limit + 1))
+    assert too_long == f"Invalid request: source: String should have at most {limit} characters"
+    with rest(server, longest) as http:
+        got = http.get(f"/episodes/{stored['id']}", params={"scope": scope}).json()
+    assert got["source"] == f"mcp:remember_memory:{longest}:{'s' * limit}"
+    assert len(got["source"]) == 512
+
+
+async def test_get_session_reads_a_session_as_the_rest_route_does(
+        server: ServerProcess) -> None:
+    """An agent sees its session's reward and state over MCP: the answer of
+    GET /sessions/{id}; another user's private session answers as an unknown one."""
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        ses = json.loads(await ok(alice, "start_session", scope=scope, task="the report"))["id"]
+        opened = json.loads(await ok(alice, "get_session", session=ses))
+        await ok(alice, "end_session", session=ses, transcript="wrote it", outcome="done",
+                 reward=0.5, reason="late")
+        ended = json.loads(await ok(alice, "get_session", session=ses))
+    async with as_user(server, "bob") as bob:
+        hidden = await refused(bob, "get_session", session=ses)
+        unknown = await refused(bob, "get_session", session="ses_" + "0" * 26)
+        not_a_session = await refused(bob, "get_session", session="run_" + "0" * 26)
+    with rest(server, "alice") as http:
+        assert ended == http.get(f"/sessions/{ses}").json()
+    with rest(server, "bob") as http:
+        assert http.get(f"/sessions/{ses}").json()["error"]["message"] == hidden
+    assert (opened["state"], opened["reward"], opened["judging"]) == ("open", None, None)
+    assert (ended["state"], ended["outcome"], ended["judging"]) == ("ended", "done",
+                                                                     "not needed")
+    assert (ended["reward"]["value"], ended["reward"]["by"]) == (0.5, "explicit")
+    assert hidden == unknown == not_a_session == "No such session."
 
 
 async def test_remember_memory_refuses_an_empty_acl_as_post_episodes_does(

@@ -13,6 +13,7 @@ import pytest
 
 from tests.memory_support import QUIET
 from tests.server_process import ServerProcess
+from tests.test_mcp import mcp_refusal
 
 AGENT = {"X-AMP-Agent-ID": "agent_customer_service"}
 USER = {"X-AmpUp-User": "alice"}
@@ -28,6 +29,10 @@ def local(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 def _code(r: httpx.Response) -> tuple[int, str]:
     return r.status_code, r.json()["error"]["code"]
+
+
+def _mcp_code(r: httpx.Response) -> tuple[int, str]:
+    return r.status_code, mcp_refusal(r)["code"]
 
 
 def _cells(srv: ServerProcess) -> int:
@@ -104,15 +109,17 @@ def test_allowed_hosts_and_origins_and_a_public_bind(tmp_path: Path) -> None:
         other = httpx.post(url, content=CELL, headers={
             **AGENT, "Content-Type": "application/json", "Origin": "https://evil.example"})
         assert _code(other) == (403, "FORBIDDEN_ORIGIN")
-        # /mcp answers to the same lists as every other route, with the same envelope.
+        # /mcp answers to the same lists as every other route, with the same codes and messages
         for headers in ({"Host": "memory.example.com"}, {"Origin": "https://app.example.com"},
                         {"Host": "memory.example.com", "Origin": "https://memory.example.com"},
                         {"Origin": f"https://localhost:{srv.port}"}):
             r = _mcp_hello(srv, headers)
             assert r.status_code == 200, (headers, r.text)
-        assert _code(_mcp_hello(srv, {"Origin": "https://evil.example"})) == (
+        # (as a JSON-RPC error there, which MCP clients show: web.errors.refusal_response)
+        assert _mcp_code(_mcp_hello(srv, {"Origin": "https://evil.example"})) == (
             403, "FORBIDDEN_ORIGIN")
-        assert _code(_mcp_hello(srv, {"Host": "evil.example"})) == (421, "MISDIRECTED_REQUEST")
+        assert _mcp_code(_mcp_hello(srv, {"Host": "evil.example"})) == (
+            421, "MISDIRECTED_REQUEST")
 
 
 def test_a_public_bind_without_keys_answers_no_rebound_name(tmp_path: Path) -> None:
@@ -127,7 +134,7 @@ def test_a_public_bind_without_keys_answers_no_rebound_name(tmp_path: Path) -> N
                       headers={**USER, **page})
         assert _code(r) == (421, "MISDIRECTED_REQUEST"), r.text
         assert "AMPUP_MEMORY_ALLOWED_HOSTS" in r.json()["error"]["message"]
-        assert _code(_mcp_hello(srv, page)) == (421, "MISDIRECTED_REQUEST")
+        assert _mcp_code(_mcp_hello(srv, page)) == (421, "MISDIRECTED_REQUEST")
         # The page may add X-Forwarded-Host itself (same-origin: no preflight); it adds a
         # name to check, never takes Host's place.
         r = httpx.get(f"{srv.url}/health", headers={**page, "X-Forwarded-Host": "localhost"})

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from pydantic_core import PydanticCustomError
+
 # One character that is not white space to Python or to ECMA-262.
 NOT_BLANK_PATTERN = (
     "[^\\t-\\r\\x1c-\\x20\\x85\\xa0\\u1680\\u2000-\\u200a\\u2028\\u2029\\u202f\\u205f"
@@ -22,3 +24,12 @@ _NOT_BLANK = re.compile(NOT_BLANK_PATTERN)
 def is_blank(text: str) -> bool:
     """True when ``text`` holds no character other than white space (or nothing)."""
     return _NOT_BLANK.search(text) is None
+
+
+def not_blank(value: str) -> str:
+    """A field's check (``AfterValidator``): white space alone is refused, as
+    ``string_blank``. Its message names no field: the error's ``loc`` does, as each face
+    names it (an MCP tool's ``content`` is the cell's ``content.text``)."""
+    if is_blank(value):
+        raise PydanticCustomError("string_blank", "must hold a character other than white space")
+    return value

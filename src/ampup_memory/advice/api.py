@@ -38,7 +38,8 @@ OPEN = "SESSION_OPEN: the session is still open; end it first (its end takes a r
 
 
 RunIdP = Annotated[str, Path(max_length=64, description="A run id (run_…).")]
-SessionIdP = Annotated[str, Path(max_length=64, description="A session id (ses_…).")]
+SessionIdP = Annotated[str, Path(max_length=sessions.MAX_SESSION_ID,
+                                  description="A session id (ses_…).")]
 
 
 @router.post("/runs", status_code=201, responses=errors({

@@ -1,6 +1,7 @@
 """The advice loop's MCP tools as plain functions: ``record_run``, ``reward_run``,
-``start_session``, ``end_session``, ``get_advice``. Each takes the memory service and the
-authenticated caller and returns JSON-ready data, through the same functions as the REST routes."""
+``start_session``, ``end_session``, ``get_session``, ``get_advice``. Each takes the memory
+service and the authenticated caller and returns JSON-ready data, through the same
+functions as the REST routes."""
 
 from __future__ import annotations
 
@@ -45,6 +46,12 @@ def end_session(svc: MemoryService, caller: Caller, *, session: str, transcript:
     req = build(sessions.EndSession, session=session, transcript=transcript, outcome=outcome,
                 reward=reward, reason=reason)
     return sessions.end_session(svc, user, req)
+
+
+def get_session(svc: MemoryService, caller: Caller, *, session: str) -> dict[str, Any]:
+    """A session the caller may read (its steps, outcome, reward and the judge's verdict),
+    as GET /sessions/{session_id} answers it: an unknown or unreadable one is NotFound."""
+    return sessions.get_session(svc, caller_user(caller), session)
 
 
 def get_advice(svc: MemoryService, caller: Caller, embedder: Embedder, settings: Settings, *,

@@ -26,10 +26,9 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from ulid import ULID
 
-from ampup_memory.blank import NOT_BLANK_PATTERN
+from ampup_memory.blank import NOT_BLANK_PATTERN, not_blank
 from ampup_memory.errors import Conflict, NotFound
 from ampup_memory.memory.acl import AclEntry, Principal, may_read, normalize_acl, own_acl
-from ampup_memory.memory.episodes import not_blank
 from ampup_memory.memory.events import EventRecord
 from ampup_memory.memory.ledger import LedgerEntry
 from ampup_memory.memory.scopes import BranchText, Scope, ScopeText, parse_branch, parse_scope

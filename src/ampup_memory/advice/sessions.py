@@ -44,6 +44,7 @@ from ampup_memory.timefmt import utc_text
 
 OPEN, ENDED = "open", "ended"
 MAX_STEP_BYTES = 64_000
+MAX_SESSION_ID = 64  # a session id as a request names it (ses_ and a ULID is 30)
 
 
 class StartSession(BaseModel):
@@ -59,7 +60,7 @@ class StartSession(BaseModel):
 class EndSession(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    session: str = Field(min_length=1, max_length=64)
+    session: str = Field(min_length=1, max_length=MAX_SESSION_ID)
     transcript: str = Field(max_length=MAX_TRACE)
     outcome: str = Field(max_length=MAX_TEXT)
     reward: RewardValue | None = None

@@ -1,21 +1,25 @@
 """The advice loop's MCP tools (``record_run``, ``reward_run``, ``start_session``,
-``end_session``, ``get_advice``), on the same server as the other tools; they wrap
+``end_session``, ``get_session``, ``get_advice``), on the same server as the other tools; they wrap
 `advice.mcp_tools`, which call what the REST routes call."""
 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ampup_memory.advice import mcp_tools as advice_tools
+from ampup_memory.advice.sessions import MAX_SESSION_ID
 from ampup_memory.auth import Caller
 from ampup_memory.mcp.ampup import user_env
 from ampup_memory.mcp.arguments import publish
-from ampup_memory.mcp.tools import TOOLSETS, WRITES, ToolContext, ToolEnv
+from ampup_memory.mcp.tools import READS, TOOLSETS, WRITES, ToolContext, ToolEnv
+
+# A session id, bounded as GET /sessions/{session_id} bounds its path.
+SessionId = Annotated[str, Field(min_length=1, max_length=MAX_SESSION_ID)]
 
 
 def _json(data: dict[str, Any]) -> str:
@@ -46,6 +50,9 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return _json(advice_tools.end_session(memory, caller, session=session,
                                               transcript=transcript, outcome=outcome,
                                               reward=reward, reason=reason))
+
+    def read_session(caller: Caller, session: str) -> str:
+        return _json(advice_tools.get_session(memory, caller, session=session))
 
     def advise(caller: Caller, scope: str, task: str, session: str | None) -> str:
         return _json(advice_tools.get_advice(memory, caller, env.runtime.embedder,
@@ -116,6 +123,14 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         (when one is configured) rewards it later. A session ends once."""
         return await uenv.reply(ctx, end, session, transcript, outcome, reward, reason)
 
+    @server.tool(annotations=READS)
+    async def get_session(session: SessionId, ctx: ToolContext) -> CallToolResult:
+        """Read session `session` (ses_…) as JSON, as GET /sessions/{id} answers it:
+        `state` (open/ended), the advice served (`steps`), `transcript`, `outcome`, and
+        `reward` with `judging` (pending, judged, not needed): the judge's verdict, per
+        advice key in `reward.notes` ({applied, helped}), once it has judged."""
+        return await uenv.reply(ctx, read_session, session)
+
     for name, (model, texts) in advice_arguments().items():
         publish(server, name, texts=texts, models=(model,))
 
@@ -133,6 +148,8 @@ def advice_arguments() -> dict[str, tuple[type[BaseModel], dict[str, str]]]:
         "record_run": (RecordRun, {"outcome": "How it turned out."}),
         "reward_run": (RewardRun, {"reason": "Why this reward."}),
         "start_session": (StartSession, {"task": "What the session is for."}),
+        "get_session": (EndSession, {  # its `session`: the same id, the same bounds
+            "session": "The session's id (ses_…), as start_session gave it."}),
         "end_session": (EndSession, {
             "session": "The id start_session gave (ses_…).",
             "transcript": "A short account of what happened in the session.",

@@ -13,12 +13,12 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from ampup_memory.auth import Caller
 from ampup_memory.errors import ServiceUnavailable, Unauthenticated
@@ -29,7 +29,11 @@ from ampup_memory.search import mcp_tools as search_tools
 from ampup_memory.search.rerank import Slots
 from ampup_memory.search.service import SearchService
 from ampup_memory.timefmt import Instant
+from ampup_memory.web.body import JsonInt
 
+# remember_memory's source: a label, checked by its own limit (the episode's source is
+# longer; `MAX_LABEL`).
+NoteLabel = Annotated[str, Field(max_length=memory_tools.MAX_LABEL)]
 # A fact value as a tool argument: text, a number, a boolean or a money object; the
 # scope's schema checks it exactly as POST /close does.
 ToolValue = str | int | float | bool | dict[str, Any]
@@ -152,7 +156,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         scope: str,
         text: str,
         ctx: ToolContext,
-        source: str = "chat",
+        source: NoteLabel = "chat",
         acl: list[str] | None = None,
         about: list[str] | None = None,
         occurred_at: Instant | None = None,
@@ -237,7 +241,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         query: str,
         ctx: ToolContext,
         as_of: str | None = None,
-        limit: int = 10,
+        limit: JsonInt = 10,
         tz: str | None = None,
         branch: str | None = None,
         at_commit: str | None = None,
@@ -261,7 +265,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         ctx: ToolContext,
         query: str | None = None,
         find: Literal["passages", "facts", "entities"] = "passages",
-        limit: int = 10,
+        limit: JsonInt = 10,
         tz: str | None = None,
         branch: str | None = None,
         at_commit: str | None = None,
@@ -273,7 +277,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         where: list[dict[str, Any]] | None = None,
         select: list[str] | None = None,
         order_by: list[dict[str, Any]] | None = None,
-        offset: int | None = None,
+        offset: JsonInt | None = None,
         as_of: str | None = None,
     ) -> CallToolResult:
         """`find: "passages"` (default): ranked passages of the episodes you may read in

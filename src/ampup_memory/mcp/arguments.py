@@ -13,7 +13,9 @@ the value's Python repr. `publish` fixes all three for one tool:
   server enforces, from its one place; the tool's own texts add what a model needs
   beyond the REST docs;
 - ``strict`` refuses unknown arguments (``additionalProperties: false``), as the REST
-  bodies do (``extra="forbid"``);
+  bodies do (``extra="forbid"``), and checks types as strictly as they do (`parse_body`
+  validates JSON in pydantic's strict mode): ``limit: "10"`` or ``dry_run: "true"`` is
+  refused, not turned into a number or a boolean;
 - a refused argument is the same one line the services' own refusals are:
   ``Invalid request: <argument>: <problem>``.
 """
@@ -21,6 +23,8 @@ the value's Python repr. `publish` fixes all three for one tool:
 from __future__ import annotations
 
 import functools
+import json
+import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
 
@@ -28,6 +32,7 @@ from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.fields import FieldInfo
 
 from ampup_memory.errors import ValidationFailed
 
@@ -69,16 +74,49 @@ def refusal(exc: ValidationError) -> str:
     return error_text(ValidationFailed("Request validation failed.", problems))
 
 
+def _takes_text(field: FieldInfo) -> bool:
+    annotation = field.annotation
+    return annotation is str or str in typing.get_args(annotation)
+
+
 class OneLineArguments(FuncMetadata):
-    """The SDK's argument check, its refusal answered as a tool error of one line."""
+    """The SDK's argument check, its refusal answered as a tool error of one line;
+    ``strict``: types checked as the REST bodies check them."""
+
+    strict: bool = False
 
     def validate_arguments(self, arguments_to_validate: dict[str, Any]) -> dict[str, Any]:
         try:
-            return super().validate_arguments(arguments_to_validate)
+            if not self.strict:  # the SDK's own coercions (the AMP reference's leniency)
+                return super().validate_arguments(arguments_to_validate)
+            # The arguments arrived as JSON: checked as JSON, in strict mode, exactly as
+            # `parse_body` reads a REST body (a time is text in JSON; "10" is no number).
+            parsed = self.arg_model.model_validate_json(
+                json.dumps(self._unquoted(arguments_to_validate)), strict=True)
+            return parsed.model_dump_one_level()
         except ValidationError as exc:
             # The SDK would wrap this in "Error executing tool …" with pydantic's report;
             # carried to call_fn instead, which answers it without running the tool.
             return {_REFUSED: refusal(exc)}
+
+    def _unquoted(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A list or object argument sent as JSON text, decoded: some clients (Claude
+        Desktop) send them so, and the SDK decodes them for every tool. Only for an
+        argument that takes no text: the SDK also decoded ``query: "null"`` or ``"[1]"``
+        of a text argument that may be left out, into a value that is not text."""
+        fields = self.arg_model.model_fields
+        decoded = dict(arguments)
+        for name, value in arguments.items():
+            field = fields.get(name)
+            if field is None or not isinstance(value, str) or _takes_text(field):
+                continue
+            try:
+                parsed = json.loads(value)
+            except (ValueError, RecursionError):
+                continue
+            if isinstance(parsed, list | dict):
+                decoded[name] = parsed
+        return decoded
 
     async def call_fn(self, fn: Callable[..., Any | Awaitable[Any]], fn_is_async: bool,
                       arguments: dict[str, Any],
@@ -140,8 +178,9 @@ def publish(server: MCPServer[Any], name: str, *, texts: Mapping[str, str],
     ``models``: the REST request models its service checks; ``renames``: a tool argument
     whose REST field is named otherwise (``text`` → ``body``); ``own``: arguments that share
     a REST field's name but not its meaning (bounds not copied); ``texts``: descriptions,
-    over `COMMON`'s, over the REST ones. ``strict`` refuses unknown arguments (not for the
-    AMP tools, whose reference server accepts and drops them).
+    over `COMMON`'s, over the REST ones. ``strict`` refuses unknown arguments and values of
+    another type (not for the AMP tools, whose reference server drops the former and
+    coerces the latter).
     """
     # The SDK has no public way to reach a registered tool; its manager is the one place.
     tool = server._tool_manager.get_tool(name)
@@ -154,7 +193,7 @@ def publish(server: MCPServer[Any], name: str, *, texts: Mapping[str, str],
             "model_config": ConfigDict(extra="forbid"), "__module__": arg_model.__module__}))
     tool.fn_metadata = OneLineArguments(arg_model=arg_model, output_schema=old.output_schema,
                                         output_model=old.output_model,
-                                        wrap_output=old.wrap_output)
+                                        wrap_output=old.wrap_output, strict=strict)
     schema = arg_model.model_json_schema(by_alias=True)
     models = tuple(models)
     skip = set(own)

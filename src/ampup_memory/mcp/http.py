@@ -4,7 +4,8 @@ Identity is per HTTP request, not per MCP session: every request to ``/mcp`` is
 authenticated with `Authenticator.caller` (the REST routes' rule: ``X-AMP-Agent-ID``, plus
 its key when keys are on), and every tool call acts as the agent its own request names.
 One server therefore serves many agents, each with its own access rights. A request that
-fails authentication never reaches the MCP layer: it gets the REST API's 401 envelope.
+fails authentication never reaches the MCP layer: it gets a JSON-RPC error carrying the
+REST API's 401 message (`web.errors.refusal_response`).
 In trust mode a request naming only an AmpUp user (``X-AmpUp-User``) is let in too.
 
 The MCP SDK is imported, and the tools built, at the first request to ``/mcp``, not at
@@ -30,7 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ampup_memory.auth import USER_HEADER, Authenticator, Caller, header_map
 from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated
 from ampup_memory.memory.api import memory_user
-from ampup_memory.web.errors import error_response
+from ampup_memory.web.errors import MCP_PATH, refusal_response
 
 if TYPE_CHECKING:  # the SDK itself is imported at the first /mcp request (see above)
     from ampup_memory.mcp.tools import IdentityResolver, ToolContext, UserResolver
@@ -38,8 +39,6 @@ if TYPE_CHECKING:  # the SDK itself is imported at the first /mcp request (see a
     from ampup_memory.search.service import SearchService
 
 log = logging.getLogger("ampup_memory")
-
-MCP_PATH = "/mcp"
 
 
 def header_identity(auth: Authenticator) -> IdentityResolver:
@@ -80,7 +79,7 @@ class AuthGate:
                 # A key lookup may touch the store: keep it off the event loop.
                 await anyio.to_thread.run_sync(self.admit, headers)
             except AmpError as exc:
-                await error_response(exc)(scope, receive, send)
+                await refusal_response(exc, scope)(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -162,8 +161,8 @@ class LazyMCP:
             self._wanted.set()
             await self._ready.wait()
         if self.handle is None:
-            await error_response(ServiceUnavailable(
-                "The MCP endpoint could not start; the server's log says why."))(
+            await refusal_response(ServiceUnavailable(
+                "The MCP endpoint could not start; the server's log says why."), scope)(
                     scope, receive, send)
             return
         await self.handle(scope, receive, send)

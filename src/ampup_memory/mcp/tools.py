@@ -333,8 +333,9 @@ INSTRUCTIONS = (
     "Learning from your work: call start_session when a conversation starts and get_advice "
     "with the task and that session before substantive work (it answers the steps that "
     "worked for this kind of task, or null); end_session with a short transcript and the "
-    "outcome when the conversation ends. Work outside a session: record_run, then "
-    "reward_run once its outcome is known."
+    "outcome when the conversation ends; get_session reads it back (its reward, and the "
+    "judge's verdict once judged). Work outside a session: record_run, then reward_run "
+    "once its outcome is known."
 )
 """What a client reads at connection: which tools do what, and the advice loop's order
 (the seed's learning loop), which no single tool's description can say."""

@@ -19,14 +19,15 @@ from ampup_memory.ruled import published, ruled
 
 EVERYONE = "*"
 KINDS = ("user", "group", "role")
-_ID = r"[A-Za-z0-9][A-Za-z0-9._@+\-]{0,199}"
+MAX_ID = 200
+_ID = rf"[A-Za-z0-9][A-Za-z0-9._@+\-]{{0,{MAX_ID - 1}}}"
 ID_PATTERN = f"^{_ID}$"
 ENTRY_PATTERN = rf"^(?:\*|(?:user|group|role):{_ID})$"
 ID_RE = re.compile(rf"^{_ID}$")
 ENTRY_RE = re.compile(ENTRY_PATTERN)
 MAX_ENTRIES = 64
 ACL_RULE = "use '*', 'user:<id>', 'group:<id>' or 'role:<name>'"
-ID_RULE = "letters, digits and ._@+- (max 200, starting with a letter or digit)"
+ID_RULE = f"letters, digits and ._@+- (max {MAX_ID}, starting with a letter or digit)"
 
 # Request models use these: the published schema says what the server accepts, and a
 # refused one says the rule in words.

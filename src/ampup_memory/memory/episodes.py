@@ -9,9 +9,8 @@ from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
-from pydantic_core import PydanticCustomError
 
-from ampup_memory.blank import NOT_BLANK_PATTERN, is_blank
+from ampup_memory.blank import NOT_BLANK_PATTERN, not_blank
 from ampup_memory.errors import field_error
 from ampup_memory.memory.acl import AclEntry, normalize_acl
 from ampup_memory.memory.episode_types import (
@@ -36,16 +35,9 @@ EpisodeId = Annotated[str, ruled(EPISODE_ID_PATTERN, "episode_id_invalid", "epis
                       published(EPISODE_ID_PATTERN)]
 
 
-def not_blank(value: str) -> str:
-    """An entity or predicate is a name: white space alone names nothing (" " would be an
-    entity no one can tell from "  ")."""
-    if is_blank(value):
-        raise PydanticCustomError("string_blank", "must hold a character other than white space")
-    return value
-
-
-# The pattern is published (`not_blank` checks it with its own error), so a client that
-# validates against the schema refuses what the server refuses.
+# An entity or predicate is a name: white space alone names nothing (" " would be an entity
+# no one can tell from "  "). The pattern is published (`not_blank` checks it with its own
+# error), so a client that validates against the schema refuses what the server refuses.
 _PUBLISHED_NOT_BLANK: dict[str, Any] = {"pattern": NOT_BLANK_PATTERN}
 EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ENTITY,
                                 json_schema_extra=_PUBLISHED_NOT_BLANK), AfterValidator(not_blank),

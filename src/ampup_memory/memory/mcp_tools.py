@@ -12,13 +12,17 @@ from typing import Any
 
 from ampup_memory.auth import Caller
 from ampup_memory.errors import Unauthenticated, ValidationFailed, field_error
-from ampup_memory.memory.acl import own_acl, require_id
-from ampup_memory.memory.episodes import WriteEpisode
+from ampup_memory.memory.acl import MAX_ID, own_acl, require_id
+from ampup_memory.memory.episodes import MAX_SOURCE, WriteEpisode
 from ampup_memory.memory.facts import CloseValue
 from ampup_memory.memory.service import MemoryService, build
 from ampup_memory.memory.snapshots import read_view
 
 NOTE_PREFIX = "mcp:remember_memory:"
+# remember_memory's `source` is a label in the episode's source, after the prefix and the
+# author: this long it fits under MAX_SOURCE for every user id, so a label one user may
+# send every user may, and a refusal states the label's limit, not the whole source's.
+MAX_LABEL = MAX_SOURCE - len(NOTE_PREFIX) - MAX_ID - len(":")
 
 
 def caller_user(caller: Caller) -> str:

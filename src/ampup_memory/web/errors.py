@@ -14,6 +14,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
+from starlette.types import Scope
 
 from ampup_memory.errors import AmpError, ValidationFailed, storage_down
 from ampup_memory.web.body import validation_message
@@ -46,6 +47,25 @@ def error_response(exc: AmpError, request: Request | None = None) -> JSONRespons
     return JSONResponse(
         envelope(exc.code, exc.message, details), status_code=exc.status, headers=exc.headers
     )
+
+
+MCP_PATH = "/mcp"
+# JSON-RPC's codes for a request refused (client side) and for a server failure.
+_JSONRPC_REFUSED, _JSONRPC_FAILED = -32600, -32603
+
+
+def refusal_response(exc: AmpError, scope: Scope) -> JSONResponse:
+    """An error answered before any route or the MCP transport runs (body limit, identity,
+    origin, an MCP endpoint that could not start): the envelope, as `error_response`. On
+    the MCP endpoint it is a JSON-RPC error with the same status, message and headers (the
+    envelope's code and details in ``data``): MCP clients show a server's text only from a
+    JSON-RPC error (the SDK's client said "Server returned an error response")."""
+    if scope.get("path") != MCP_PATH:
+        return error_response(exc)
+    return JSONResponse({"jsonrpc": "2.0", "id": None, "error": {
+        "code": _JSONRPC_FAILED if exc.status >= 500 else _JSONRPC_REFUSED,
+        "message": exc.message, "data": {"code": exc.code, "details": exc.details}}},
+        status_code=exc.status, headers=exc.headers)
 
 
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})

@@ -4,8 +4,8 @@ It sits in front of every route, the AMP and AmpUp faces and ``/mcp`` alike, so 
 ever buffers more than the limit. A declared ``Content-Length`` above it is refused before
 a byte of the body is read; a chunked body is counted as it streams in and refused as soon
 as it passes the limit. Either way the answer is 413 ``PAYLOAD_TOO_LARGE`` in the one error
-envelope (`web.errors.error_response`); the server drops the unread rest and the
-connection stays usable.
+envelope (`web.errors.refusal_response`; on ``/mcp`` a JSON-RPC error); the server drops
+the unread rest and the connection stays usable.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ampup_memory.errors import AmpError, PayloadTooLarge, refuse_nul
-from ampup_memory.web.errors import error_response
+from ampup_memory.web.errors import refusal_response
 
 
 class BodyLimit:
@@ -59,7 +59,7 @@ class BodyLimit:
             "send a smaller one (split a batch).",
             code="PAYLOAD_TOO_LARGE", details={"max_bytes": self.max_bytes},
         )
-        await error_response(exc)(scope, receive, send)
+        await refusal_response(exc, scope)(scope, receive, send)
 
 
 class NulGuard:
@@ -84,6 +84,6 @@ class NulGuard:
                         refuse_nul(name, ["query"], located=True)
                         refuse_nul(value, ["query", name], located=True)
             except AmpError as exc:
-                await error_response(exc)(scope, receive, send)
+                await refusal_response(exc, scope)(scope, receive, send)
                 return
         await self.app(scope, receive, send)

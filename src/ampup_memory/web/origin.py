@@ -27,7 +27,7 @@ from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ampup_memory.errors import AmpError, ForbiddenOrigin, MisdirectedRequest
-from ampup_memory.web.errors import error_response
+from ampup_memory.web.errors import refusal_response
 
 
 def names(text: str) -> frozenset[str]:
@@ -85,7 +85,7 @@ class OriginGuard:
             return
         refusal = self.refusal(Headers(scope=scope))
         if refusal is not None:
-            await error_response(refusal)(scope, receive, send)
+            await refusal_response(refusal, scope)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 
