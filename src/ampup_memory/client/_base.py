@@ -50,17 +50,26 @@ class Call(Generic[T]):
     json: Any = None
 
 
-def normalize_url(url: str) -> str:
-    """A bare host, a trailing slash or an explicit ``/amp/v1`` all mean the same server."""
+def normalize_url(url: str, prefix: str = API_PREFIX) -> str:
+    """A bare host, a trailing slash or an explicit ``/amp/v1`` all mean the same server;
+    the answer ends in ``prefix`` (``/amp/v1`` for AMP, nothing for the AmpUp routes)."""
     url = url.rstrip("/")
-    return url if url.endswith(API_PREFIX) else url + API_PREFIX
+    if url.endswith(API_PREFIX):
+        url = url[: -len(API_PREFIX)]
+    return url + prefix
+
+
+def path_segment(value: str, name: str) -> str:
+    """``value`` as one quoted path segment: an id can never walk to another route."""
+    # "." and ".." survive quoting and httpx resolves them (/memories/.. is /amp/v1).
+    if not isinstance(value, str) or value in ("", ".", ".."):
+        raise ValidationError(f"{name} must be a non-empty string and not a dot segment, "
+                              f"got {value!r}")
+    return quote(value, safe="")
 
 
 def _cell_path(memory_id: str) -> str:
-    if not isinstance(memory_id, str) or not memory_id:
-        raise ValidationError(f"memory_id must be a non-empty string, got {memory_id!r}")
-    # Quoted as one path segment: an id can never walk to another route.
-    return f"/memories/{quote(memory_id, safe='')}"
+    return f"/memories/{path_segment(memory_id, 'memory_id')}"
 
 
 def _json(response: httpx.Response) -> Any:
@@ -111,8 +120,13 @@ def next_offset(page: Page) -> int | None:
     return page["offset"] + page["returned"]
 
 
-class BaseClient:
-    """Configuration and the catalogue of calls; subclasses decide how to send them."""
+class Transport:
+    """Where the server is, which headers name the caller, how a `Call` is built and how
+    its answer is read: shared by every client here (AMP and AmpUp, sync and async), so
+    identity, argument errors and the error envelope are handled in one place."""
+
+    prefix = API_PREFIX
+    """What the routes' paths are relative to (the AMP face lives under ``/amp/v1``)."""
 
     def __init__(
         self,
@@ -126,7 +140,8 @@ class BaseClient:
     ) -> None:
         if server_url is not None and base_url is not None and server_url != base_url:
             raise ValueError("pass server_url or base_url, not both")
-        self.server_url = normalize_url(server_url or base_url or DEFAULT_SERVER_URL)
+        self.server_url = normalize_url(server_url or base_url or DEFAULT_SERVER_URL,
+                                        self.prefix)
         self.agent_id = agent_id
         self.api_key = api_key
         self.timeout = timeout
@@ -179,6 +194,11 @@ class BaseClient:
                 f"unreadable response: {exc}", response.status_code,
                 request=response.request, response=response,
             ) from exc
+
+
+
+class BaseClient(Transport):
+    """The AMP face's catalogue of calls; subclasses decide how to send them."""
 
     # ---- the calls -------------------------------------------------------------------
 
@@ -322,6 +342,7 @@ class BaseClient:
 __all__ = [
     "BaseClient",
     "Call",
+    "Transport",
     "DEFAULT_SERVER_URL",
     "MAX_PAGE_SIZE",
     "MemoryCell",
@@ -329,4 +350,5 @@ __all__ = [
     "SearchPage",
     "next_offset",
     "normalize_url",
+    "path_segment",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -16,6 +16,7 @@ from ampup_memory.client._base import (
     MemoryCell,
     Page,
     SearchPage,
+    Transport,
     next_offset,
 )
 from ampup_memory.client.errors import AMPError
@@ -23,43 +24,23 @@ from ampup_memory.client.errors import AMPError
 T = TypeVar("T")
 
 
-class AMPClient(BaseClient):
-    """Synchronous AMP client. Drop-in for ``amp_client.AMPClient`` 0.1.0.
+class SyncTransport(Transport):
+    """Sending calls over one blocking `httpx.Client`, opened on first use; shared by the
+    sync clients. Use a client as a context manager, or call ``close()``."""
 
-    ``AMPClient("http://127.0.0.1:8765", "agent_x", api_key=None)``: the URL may omit
-    ``/amp/v1``; ``agent_id`` is sent as ``X-AMP-Agent-ID`` and ``api_key`` (when the server
-    requires keys) as ``X-AMP-API-Key``. Use it as a context manager or call ``close()``.
-    """
-
-    def __init__(
-        self,
-        server_url: str | None = None,
-        agent_id: str | None = None,
-        api_key: str | None = None,
-        *,
-        base_url: str | None = None,
-        timeout: float = 30.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(server_url, agent_id, api_key, base_url=base_url, timeout=timeout,
-                         headers=headers)
-        self._http = httpx.Client(timeout=timeout)
-
-    @property
-    def session(self) -> httpx.Client:
-        """The HTTP session (an ``httpx.Client``), under the reference client's name, for
-        calls this client does not wrap."""
-        return self._open()
+    _http: httpx.Client | None = None
 
     def _open(self) -> httpx.Client:
-        if self._http.is_closed:  # usable after close(), as the async client and requests
+        if self._http is None or self._http.is_closed:  # usable after close(), as requests
             self._http = httpx.Client(timeout=self.timeout)
         return self._http
 
     def close(self) -> None:
-        self._http.close()
+        """Close the connection pool (a later call opens a new one)."""
+        if self._http is not None:
+            self._http.close()
 
-    def __enter__(self) -> AMPClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(
@@ -76,6 +57,21 @@ class AMPClient(BaseClient):
         except httpx.HTTPError as exc:
             raise self._connection_error(exc) from exc
         return self._finish(call, response)
+
+
+class AMPClient(BaseClient, SyncTransport):
+    """Synchronous AMP client. Drop-in for ``amp_client.AMPClient`` 0.1.0.
+
+    ``AMPClient("http://127.0.0.1:8765", "agent_x", api_key=None)``: the URL may omit
+    ``/amp/v1``; ``agent_id`` is sent as ``X-AMP-Agent-ID`` and ``api_key`` (when the server
+    requires keys) as ``X-AMP-API-Key``. Use it as a context manager or call ``close()``.
+    """
+
+    @property
+    def session(self) -> httpx.Client:
+        """The HTTP session (an ``httpx.Client``), under the reference client's name, for
+        calls this client does not wrap."""
+        return self._open()
 
     # ---- the reference client's methods ----------------------------------------------
 
@@ -198,4 +194,4 @@ class AMPClient(BaseClient):
         return self._send(self._spec_call())
 
 
-__all__ = ["AMPClient"]
+__all__ = ["AMPClient", "SyncTransport"]
