@@ -1,4 +1,4 @@
-"""Python clients for the Agent Memory Protocol (AMP v0.1).
+"""Python clients for the Agent Memory Protocol (AMP v0.1) and the AmpUp routes.
 
 Code written against the reference ``amp-client`` 0.1.0 moves over by changing one import::
 
@@ -12,12 +12,14 @@ Cells come back as plain dicts, exactly as the server sends them (as in the refe
 Beyond the reference: `update`, `archive`, full-filter `search`, `list_page`, `spec`,
 the page-walking iterators `iter_memories` / `iter_search`, and one exception class per
 HTTP status (see `ampup_memory.client.errors`). The LangChain chat history lives in
-`ampup_memory.client.langchain` (extra ``ampup-memory[langchain]``).
+`ampup_memory.client.langchain` (extra ``ampup-memory[langchain]``). `AmpUpClient` covers
+the AmpUp face (episodes, facts, search, advice, branches) with the same errors.
 """
 
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
+from ampup_memory.client._ampup import AmpUpClient
 from ampup_memory.client._async import AsyncAMPClient
 from ampup_memory.client._base import DEFAULT_SERVER_URL, MemoryCell, Page, SearchPage
 from ampup_memory.client._sync import AMPClient
@@ -27,6 +29,7 @@ from ampup_memory.client.errors import (
     AMPError,
     AuthenticationError,
     ConflictError,
+    GoneError,
     NotFoundError,
     PayloadTooLargeError,
     RateLimitedError,
@@ -43,12 +46,14 @@ __all__ = [
     "__version__",
     "AMPClient",
     "AsyncAMPClient",
+    "AmpUpClient",
     "AMPError",
     "AMPConnectionError",
     "AuthenticationError",
     "AccessDeniedError",
     "NotFoundError",
     "ConflictError",
+    "GoneError",
     "PayloadTooLargeError",
     "ValidationError",
     "RateLimitedError",

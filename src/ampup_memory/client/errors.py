@@ -1,12 +1,14 @@
-"""Exceptions raised by the AMP clients: one class per HTTP status the protocol uses.
+"""Exceptions raised by the clients (AMP and AmpUp): one class per HTTP status they use.
 
     AMPError                      status_code   code (the server's error.code)
     ├── AMPConnectionError        None          (no HTTP response: refused, DNS, timeout)
-    ├── AuthenticationError       401           MISSING_AGENT_ID / UNAUTHENTICATED
+    ├── AuthenticationError       401           MISSING_AGENT_ID / MISSING_USER / UNAUTHENTICATED
     ├── AccessDeniedError         403           ACCESS_DENIED / ADMIN_DISABLED
-    ├── NotFoundError             404           NOT_FOUND
-    ├── ConflictError             409           INVALID_TRANSITION / RETENTION_WINDOW
-    ├── PayloadTooLargeError      413           CELL_TOO_LARGE
+    ├── NotFoundError             404           NOT_FOUND (AmpUp: an unknown or unreadable id)
+    ├── ConflictError             409           INVALID_TRANSITION / RETENTION_WINDOW / CONFLICT
+    │                                           / SESSION_ENDED / MERGE_CONFLICT / …
+    ├── GoneError                 410           PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED
+    ├── PayloadTooLargeError      413           CELL_TOO_LARGE / PAYLOAD_TOO_LARGE
     ├── ValidationError           422           VALIDATION_ERROR (details["errors"])
     ├── RateLimitedError          429           RATE_LIMITED (.retry_after seconds)
     └── ServerError               5xx           INTERNAL_ERROR / UNAVAILABLE
@@ -78,6 +80,10 @@ class ConflictError(AMPError):
     """409: a forbidden status change or a purge inside the retention window."""
 
 
+class GoneError(AMPError):
+    """410 (AmpUp): a read through a pin or snapshot that no longer holds anything."""
+
+
 class PayloadTooLargeError(AMPError):
     """413: the serialized cell is over the server's max_cell_size_bytes."""
 
@@ -105,6 +111,7 @@ _BY_STATUS: dict[int, type[AMPError]] = {
     403: AccessDeniedError,
     404: NotFoundError,
     409: ConflictError,
+    410: GoneError,
     413: PayloadTooLargeError,
     422: ValidationError,
     429: RateLimitedError,
@@ -139,6 +146,7 @@ __all__ = [
     "AccessDeniedError",
     "NotFoundError",
     "ConflictError",
+    "GoneError",
     "PayloadTooLargeError",
     "ValidationError",
     "RateLimitedError",

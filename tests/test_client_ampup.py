@@ -1,0 +1,182 @@
+"""`AmpUpClient` against a real server process: each method once, against the server's own
+answer (the shared session server; the keyed one only for the keys-on test)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+
+from ampup_memory.client import (
+    AmpUpClient,
+    AuthenticationError,
+    ConflictError,
+    NotFoundError,
+    ValidationError,
+)
+from tests.server_process import ServerProcess
+
+
+@pytest.fixture
+def scope(uid: str) -> str:
+    return f"cl{uid}/team"
+
+
+@pytest.fixture
+def ana(server: ServerProcess) -> Iterator[AmpUpClient]:
+    with AmpUpClient(server.url, "ana") as client:
+        yield client
+
+
+def test_episodes(ana: AmpUpClient, scope: str) -> None:
+    written = ana.remember(scope, "Acme renews on 2027-03-01.\n\nBilling by invoice.",
+                           source="doc:acme-notes", about=["customer:acme"],
+                           occurred_at="2026-11-01T09:00:00Z")
+    assert written["created"] is True and written["commit"]
+    again = ana.remember(scope, "Acme renews on 2027-03-01.\n\nBilling by invoice.",
+                         source="doc:acme-notes")
+    assert again == {**written, "created": False}
+
+    episode = ana.get_episode(scope, written["id"])
+    assert episode["acl"] == ["user:ana"]  # the client's default: only its user
+    assert episode["about"] == ["customer:acme"]
+    assert episode["occurred_at"] == "2026-11-01T09:00:00Z"
+    assert [u["text"] for u in episode["units"]] == ["Acme renews on 2027-03-01.",
+                                                     "Billing by invoice."]
+
+    second = ana.remember(scope, "Second note.", source="doc:ana", acl=["*"])
+    page = ana.episodes(scope, limit=1)
+    assert [e["id"] for e in page["episodes"]] == [second["id"]] and page["total"] == 2
+    assert [e["id"] for e in ana.iter_episodes(scope, page_size=1)] == [second["id"],
+                                                                        written["id"]]
+
+
+def test_facts_search_query_close(ana: AmpUpClient, scope: str) -> None:
+    episode = ana.remember(scope, "Acme renews on 2027-03-01 with 40 seats.",
+                           source="doc:renewals")["id"]
+    cite = [{"episode": episode, "unit": 1}]
+    fact = ana.add_fact(scope, "acme", "renewal_date", "2027-03-01", quote="2027-03-01",
+                        cites=cite)
+    assert fact["id"] and fact["commit"]
+    batch = ana.add_facts(scope, [
+        {"entity": "acme", "predicate": "seats", "value": 40, "quote": "40 seats",
+         "cites": cite}])
+    assert len(batch["ids"]) == 1
+
+    current = ana.facts(scope, "acme")["facts"]
+    assert {f["predicate"]: f["value"] for f in current} == {"renewal_date": "2027-03-01",
+                                                             "seats": 40}
+    assert [f["value"] for f in ana.facts(scope, "acme", predicate="seats")["facts"]] == [40]
+
+    found = ana.search(scope, "when does acme renew", limit=5)
+    assert found["results"][0]["entity"] == "acme"
+    assert found["results"][0]["cites"] == cite
+    passages = ana.query(scope, "acme seats", limit=3)
+    assert passages["results"][0]["episode"] == episode
+    typed = ana.query(scope, find="facts", entity="acme", predicate=["seats"])
+    assert [f["value"] for f in typed["facts"]] == [40] and typed["total"] == 1
+
+    closed = ana.close_fact(scope, "acme", "seats", "Contract ended.")
+    assert closed["closed"] == batch["ids"][0]  # the seats fact's id
+    assert ana.get_episode(scope, closed["episode"])["body"] == "Contract ended."
+    assert [f["predicate"] for f in ana.facts(scope, "acme")["facts"]] == ["renewal_date"]
+    history = ana.facts(scope, "acme", predicate="seats", history=True)["facts"]
+    assert [f["kind"] for f in history] == ["value", "closure"]
+
+
+def test_learning_loop(ana: AmpUpClient, scope: str) -> None:
+    ana.remember(scope, "Scope exists.", source="doc:setup")  # a scope is made by a write
+    session = ana.start_session(scope, "reconcile the invoices")["id"]
+    assert session.startswith("ses_")
+    advice = ana.advice(scope, "reconcile the invoices", session=session)
+    assert advice["advice"] is None  # nothing learned yet in a fresh scope
+    ended = ana.end_session(session, "matched 12 invoices", "done", reward=0.8)
+    assert ended["state"] == "ended" and ended["reward"]["value"] == 0.8
+    read = ana.get_session(session)
+    assert read["state"] == "ended" and read["judging"] == "not needed"
+    assert read["transcript"] == "matched 12 invoices" and read["steps"] == []
+    with pytest.raises(ConflictError) as ended_twice:
+        ana.end_session(session, "again", "done")
+    assert ended_twice.value.status_code == 409 and ended_twice.value.code == "SESSION_ENDED"
+
+    later = ana.start_session(scope, "close the month")["id"]
+    page = ana.sessions(scope, limit=1)
+    assert [s["id"] for s in page["sessions"]] == [later] and page["next_before"] == later
+    assert [s["id"] for s in ana.iter_sessions(scope, page_size=1)] == [later, session]
+
+    run = ana.record_run(scope, "send the dunning letters", outcome="sent 3",
+                         trace="looked up overdue accounts")["id"]
+    rewarded = ana.reward_run(run, -0.5, "one went to the wrong address")
+    assert rewarded["id"] == run and rewarded["reward"]["value"] == -0.5
+    got = ana.get_run(run)
+    assert got["reward"]["value"] == -0.5 and got["trace"] == "looked up overdue accounts"
+    assert [r["id"] for r in ana.runs(scope)["runs"]] == [run]
+    assert [r["id"] for r in ana.iter_runs(scope, page_size=1)] == [run]
+
+
+def test_branches(ana: AmpUpClient, scope: str) -> None:
+    ana.remember(scope, "On main.", source="doc:a")
+    branch = ana.create_branch(scope, "try/one")
+    assert branch["name"] == "try/one" and branch["from"] == "main"
+    on_branch = ana.remember(scope, "On the branch.", source="doc:a", branch="try/one")
+    with pytest.raises(NotFoundError):
+        ana.get_episode(scope, on_branch["id"])  # not on main yet
+    assert [b["name"] for b in ana.branches(scope)["branches"]] == ["main", "try/one"]
+    assert ana.merge(scope, "try/one", dry_run=True)["commit"] is None
+    merged = ana.merge(scope, "try/one", message="take the note")
+    assert merged["merged"] is True and merged["changes"]["episodes"] == 1
+    assert ana.get_episode(scope, on_branch["id"])["body"] == "On the branch."
+    assert ana.delete_branch(scope, "try/one")["deleted"] is True
+
+
+def test_errors_carry_the_servers_answer(server: ServerProcess, ana: AmpUpClient,
+                                         scope: str) -> None:
+    with pytest.raises(ValidationError) as bad:
+        ana.remember("Not A Scope", "text", source="doc:x")
+    assert bad.value.status_code == 422 and bad.value.code == "VALIDATION_ERROR"
+    assert bad.value.errors[0]["loc"] == ["body", "scope"]
+    assert bad.value.message == bad.value.errors[0]["msg"]
+    assert bad.value.message.startswith("invalid scope 'Not A Scope': use org/team")
+    assert str(bad.value) == f"VALIDATION_ERROR: {bad.value.message}"
+
+    private = ana.remember(scope, "Ana's own note.", source="doc:ana")["id"]
+    with AmpUpClient(server.url, "bob") as bob:
+        with pytest.raises(NotFoundError) as hidden:
+            bob.get_episode(scope, private)
+        with pytest.raises(NotFoundError) as missing:
+            bob.get_episode(scope, "0" * 64)
+    assert hidden.value.status_code == missing.value.status_code == 404
+    assert (hidden.value.code, hidden.value.message, hidden.value.details) == (
+        missing.value.code, missing.value.message, missing.value.details) == (
+        "NOT_FOUND", "No such episode.", {})
+
+    with AmpUpClient(server.url) as nobody:
+        with pytest.raises(AuthenticationError) as anonymous:
+            nobody.facts(scope, "acme")
+        assert anonymous.value.code == "MISSING_USER"
+        with pytest.raises(ValidationError) as no_acl:  # no user to default the ACL to
+            nobody.remember(scope, "text", source="doc:x")
+        assert no_acl.value.status_code is None
+    with pytest.raises(ValidationError):
+        ana.get_session("..")  # would resolve to another route
+
+
+def test_keys_on_identity(tmp_path_factory: pytest.TempPathFactory, uid: str) -> None:
+    home = tmp_path_factory.mktemp("ampup-keys")
+    with ServerProcess(home, env={"AMP_REQUIRE_KEYS": "1"}) as proc:
+        key = subprocess.run(
+            [sys.executable, "-m", "ampup_memory.cli", "keys", "create", "--agent",
+             "agent_cara", "--user", "cara"],
+            env=proc.env, capture_output=True, text=True, timeout=60, check=True,
+        ).stdout.strip().splitlines()[-1]
+        scope = f"cl{uid}/keys"
+        with AmpUpClient(proc.url, "cara", agent_id="agent_cara", api_key=key) as cara:
+            written = cara.remember(scope, "Keyed note.", source="doc:cara")
+            assert cara.get_episode(scope, written["id"])["acl"] == ["user:cara"]
+        # X-AmpUp-User is not read with keys on: naming a user is no credential.
+        with AmpUpClient(proc.url, "cara") as claim:
+            with pytest.raises(AuthenticationError) as refused:
+                claim.get_episode(scope, written["id"])
+        assert (refused.value.status_code, refused.value.code) == (401, "UNAUTHENTICATED")
