@@ -47,7 +47,7 @@ class AmpUpClient(SyncTransport):
     connections; `close_fact` closes a fact's value).
     """
 
-    prefix = ""
+    _prefix = ""
 
     def __init__(
         self,

@@ -125,7 +125,7 @@ class Transport:
     its answer is read: shared by every client here (AMP and AmpUp, sync and async), so
     identity, argument errors and the error envelope are handled in one place."""
 
-    prefix = API_PREFIX
+    _prefix = API_PREFIX
     """What the routes' paths are relative to (the AMP face lives under ``/amp/v1``)."""
 
     def __init__(
@@ -141,7 +141,7 @@ class Transport:
         if server_url is not None and base_url is not None and server_url != base_url:
             raise ValueError("pass server_url or base_url, not both")
         self.server_url = normalize_url(server_url or base_url or DEFAULT_SERVER_URL,
-                                        self.prefix)
+                                        self._prefix)
         self.agent_id = agent_id
         self.api_key = api_key
         self.timeout = timeout
