@@ -32,7 +32,7 @@ def ana(server: ServerProcess) -> Iterator[AmpUpClient]:
 
 def test_episodes(ana: AmpUpClient, scope: str) -> None:
     written = ana.remember(scope, "Acme renews on 2027-03-01.\n\nBilling by invoice.",
-                           source="doc:acme-notes", about=["customer:acme"],
+                           source="doc:acme-notes", about="customer:acme",
                            occurred_at="2026-11-01T09:00:00Z")
     assert written["created"] is True and written["commit"]
     again = ana.remember(scope, "Acme renews on 2027-03-01.\n\nBilling by invoice.",
@@ -41,12 +41,13 @@ def test_episodes(ana: AmpUpClient, scope: str) -> None:
 
     episode = ana.get_episode(scope, written["id"])
     assert episode["acl"] == ["user:ana"]  # the client's default: only its user
-    assert episode["about"] == ["customer:acme"]
+    assert episode["about"] == ["customer:acme"]  # one string is one entry
     assert episode["occurred_at"] == "2026-11-01T09:00:00Z"
     assert [u["text"] for u in episode["units"]] == ["Acme renews on 2027-03-01.",
                                                      "Billing by invoice."]
 
-    second = ana.remember(scope, "Second note.", source="doc:ana", acl=["*"])
+    second = ana.remember(scope, "Second note.", source="doc:ana", acl="*")
+    assert ana.get_episode(scope, second["id"])["acl"] == ["*"]
     page = ana.episodes(scope, limit=1)
     assert [e["id"] for e in page["episodes"]] == [second["id"]] and page["total"] == 2
     assert [e["id"] for e in ana.iter_episodes(scope, page_size=1)] == [second["id"],

@@ -438,6 +438,8 @@ def _unsendable(c: AMPClient | AsyncAMPClient, owner: str) -> list[tuple[str, ob
         ("no id", lambda: c.get_memory(None)),  # type: ignore[arg-type]
         ("an empty id", lambda: c.forget("")),
         ("a number as id", lambda: c.archive(7)),  # type: ignore[arg-type]
+        # httpx resolves dot segments: /amp/v1/memories/.. would be GET /amp/v1
+        ("a dot-dot id", lambda: c.get_memory("..")),
     ]
 
 

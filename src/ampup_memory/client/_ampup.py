@@ -29,6 +29,11 @@ def _fields(**fields: Any) -> JSON:
             for name, value in fields.items() if value is not None}
 
 
+def _names(names: str | Sequence[str]) -> list[str]:
+    # A str is a Sequence too: list("user:ana") would be one-letter entries.
+    return [names] if isinstance(names, str) else list(names)
+
+
 def _params(**fields: Any) -> dict[str, str | int]:
     params: dict[str, str | int] = {}
     for name, value in _fields(**fields).items():
@@ -42,9 +47,9 @@ class AmpUpClient(SyncTransport):
     ``AmpUpClient("http://127.0.0.1:8765", user="ana")``: keys off, ``user`` is sent as
     ``X-AmpUp-User``. Keys on, pass the key and its agent (``agent_id=..., api_key=...``);
     the server takes the caller from the key's user and ignores ``X-AmpUp-User``. ``user``
-    is also the default ACL of what you write (``["user:<user>"]``: only you); without it,
-    pass ``acl``. Use it as a context manager or call ``close()`` (which closes the
-    connections; `close_fact` closes a fact's value).
+    is also the default ACL of the episodes you `remember` (``["user:<user>"]``: only
+    you); without it, pass ``acl`` there. Use it as a context manager or call ``close()``
+    (which closes the connections; `close_fact` closes a fact's value).
     """
 
     _prefix = ""
@@ -68,9 +73,9 @@ class AmpUpClient(SyncTransport):
             headers["X-AmpUp-User"] = self.user
         return headers
 
-    def _acl(self, acl: Sequence[str] | None) -> list[str]:
+    def _acl(self, acl: str | Sequence[str] | None) -> list[str]:
         if acl is not None:
-            return [acl] if isinstance(acl, str) else list(acl)
+            return _names(acl)
         if not self.user:
             raise ValidationError("acl is required: this client names no user whose "
                                   "private ACL (user:<id>) could be the default")
@@ -85,14 +90,14 @@ class AmpUpClient(SyncTransport):
     # ---- episodes --------------------------------------------------------------------
 
     def remember(
-        self, scope: str, text: str, *, source: str, acl: Sequence[str] | None = None,
-        about: Sequence[str] | None = None, occurred_at: datetime | str | None = None,
+        self, scope: str, text: str, *, source: str, acl: str | Sequence[str] | None = None,
+        about: str | Sequence[str] | None = None, occurred_at: datetime | str | None = None,
         document: str | None = None, branch: str | None = None,
     ) -> JSON:
         """Write one episode (``body`` = ``text``): ``{id, commit, created}``."""
         return self._post("/episodes", _fields(
             scope=scope, source=source, body=text, acl=self._acl(acl),
-            about=None if about is None else list(about), occurred_at=occurred_at,
+            about=None if about is None else _names(about), occurred_at=occurred_at,
             document=document, branch=branch))
 
     def get_episode(
@@ -155,7 +160,7 @@ class AmpUpClient(SyncTransport):
     ) -> JSON:
         """An entity's current facts (every version with ``history=True``): ``{facts}``."""
         return self._get("/facts", scope=scope, entity=entity, predicate=predicate,
-                         as_of=_time(as_of), history=history, branch=branch,
+                         as_of=as_of, history=history, branch=branch,
                          at_commit=at_commit, pin=pin, snapshot=snapshot)
 
     def add_fact(
@@ -181,7 +186,7 @@ class AmpUpClient(SyncTransport):
 
     def close_fact(
         self, scope: str, entity: str, predicate: str, reason: str, *,
-        value: str | int | float | bool | None = None, acl: Sequence[str] | None = None,
+        value: str | int | float | bool | None = None, acl: str | Sequence[str] | None = None,
         branch: str | None = None,
     ) -> JSON:
         """End an attribute's current value (``POST /close``; ``reason`` becomes its own
@@ -199,7 +204,7 @@ class AmpUpClient(SyncTransport):
 
     def record_run(
         self, scope: str, task: str, *, trace: str | None = None, outcome: str | None = None,
-        advice_key: str | None = None, acl: Sequence[str] | None = None,
+        advice_key: str | None = None, acl: str | Sequence[str] | None = None,
         branch: str | None = None,
     ) -> JSON:
         """Record finished work: ``{id, commit}``. Without ``acl`` only you may read it."""
@@ -233,7 +238,7 @@ class AmpUpClient(SyncTransport):
                 return
 
     def start_session(
-        self, scope: str, task: str | None = None, *, acl: Sequence[str] | None = None,
+        self, scope: str, task: str | None = None, *, acl: str | Sequence[str] | None = None,
         branch: str | None = None,
     ) -> JSON:
         """Open a session (advice served on it is recorded): ``{id}``."""
