@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 import pytest
 
@@ -33,7 +34,7 @@ def ana(server: ServerProcess) -> Iterator[AmpUpClient]:
 def test_episodes(ana: AmpUpClient, scope: str) -> None:
     written = ana.remember(scope, "Acme renews on 2027-03-01.\n\nBilling by invoice.",
                            source="doc:acme-notes", about="customer:acme",
-                           occurred_at="2026-11-01T09:00:00Z")
+                           occurred_at=datetime(2026, 11, 1, 9, tzinfo=UTC))
     assert written["created"] is True and written["commit"]
     again = ana.remember(scope, "Acme renews on 2027-03-01.\n\nBilling by invoice.",
                          source="doc:acme-notes")

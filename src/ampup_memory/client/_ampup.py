@@ -87,6 +87,17 @@ class AmpUpClient(SyncTransport):
     def _get(self, path: str, **params: Any) -> JSON:
         return self._send(Call("GET", path, _json, params=_params(**params)))
 
+    def _walk(self, path: str, items: str, cursor: str, **params: Any) -> Iterator[JSON]:
+        """Every item of a cursor-paged listing: the answer's ``next_<cursor>`` is the next
+        request's ``<cursor>`` until it is null (or a page comes back empty)."""
+        position: str | None = None
+        while True:
+            page = self._get(path, **params, **{cursor: position})
+            yield from page[items]
+            position = page.get(f"next_{cursor}")
+            if not position or not page[items]:
+                return
+
     # ---- episodes --------------------------------------------------------------------
 
     def remember(
@@ -120,13 +131,8 @@ class AmpUpClient(SyncTransport):
         self, scope: str, *, branch: str | None = None, page_size: int = 1000,
     ) -> Iterator[JSON]:
         """Every episode you may read, newest first, page by page."""
-        after: str | None = None
-        while True:
-            page = self.episodes(scope, branch=branch, limit=page_size, after=after)
-            yield from page["episodes"]
-            after = page.get("next_after")
-            if not after:
-                return
+        return self._walk("/episodes", "episodes", "after", scope=scope, branch=branch,
+                          limit=page_size)
 
     # ---- facts and search ------------------------------------------------------------
 
@@ -229,13 +235,9 @@ class AmpUpClient(SyncTransport):
     def iter_runs(
         self, scope: str, *, branch: str | None = None, page_size: int = 1000,
     ) -> Iterator[JSON]:
-        before: str | None = None
-        while True:
-            page = self.runs(scope, branch=branch, limit=page_size, before=before)
-            yield from page["runs"]
-            before = page.get("next_before")
-            if not before:
-                return
+        """Every run you may read, newest first, page by page."""
+        return self._walk("/runs", "runs", "before", scope=scope, branch=branch,
+                          limit=page_size)
 
     def start_session(
         self, scope: str, task: str | None = None, *, acl: str | Sequence[str] | None = None,
@@ -268,13 +270,9 @@ class AmpUpClient(SyncTransport):
     def iter_sessions(
         self, scope: str, *, branch: str | None = None, page_size: int = 1000,
     ) -> Iterator[JSON]:
-        before: str | None = None
-        while True:
-            page = self.sessions(scope, branch=branch, limit=page_size, before=before)
-            yield from page["sessions"]
-            before = page.get("next_before")
-            if not before:
-                return
+        """Every session you may read, newest first, page by page."""
+        return self._walk("/sessions", "sessions", "before", scope=scope, branch=branch,
+                          limit=page_size)
 
     # ---- branches --------------------------------------------------------------------
 
