@@ -49,10 +49,23 @@ def test_episodes(ana: AmpUpClient, scope: str) -> None:
 
     second = ana.remember(scope, "Second note.", source="doc:ana", acl="*")
     assert ana.get_episode(scope, second["id"])["acl"] == ["*"]
+    narrowed = ana.set_acl(scope, second["id"], ["group:ops", "user:ana"])
+    assert narrowed["acl"] == ["group:ops", "user:ana"] and narrowed["commit"]
+    assert ana.get_episode(scope, second["id"])["acl"] == ["group:ops", "user:ana"]
     page = ana.episodes(scope, limit=1)
     assert [e["id"] for e in page["episodes"]] == [second["id"]] and page["total"] == 2
     assert [e["id"] for e in ana.iter_episodes(scope, page_size=1)] == [second["id"],
                                                                         written["id"]]
+
+    batch = ana.remember_batch(scope, [
+        {"source": "doc:policy", "body": "Policy v1.", "document": "policy",
+         "occurred_at": "2026-01-01T00:00:00Z"},
+        {"source": "doc:policy", "body": "Policy v2.", "document": "policy",
+         "occurred_at": "2026-06-01T00:00:00Z", "acl": ["*"]}])
+    assert [e["status"] for e in batch["episodes"]] == ["created", "created"]
+    assert ana.document(scope, "policy")["body"] == "Policy v2."
+    first = ana.document(scope, "policy", as_of="2026-03-01T00:00:00Z")
+    assert (first["body"], first["acl"]) == ("Policy v1.", ["user:ana"])
 
 
 def test_facts_search_query_close(ana: AmpUpClient, scope: str) -> None:

@@ -111,6 +111,34 @@ class AmpUpClient(SyncTransport):
             about=None if about is None else _names(about), occurred_at=occurred_at,
             document=document, branch=branch))
 
+    def remember_batch(
+        self, scope: str, episodes: Sequence[Mapping[str, Any]], *, branch: str | None = None,
+    ) -> JSON:
+        """Write several episodes (each ``{source, body, acl?, about?, occurred_at?,
+        document?}``; ``acl`` left out is `remember`'s default) in one commit:
+        ``{commit, episodes: [{id, status}]}``. Any conflict refuses them all."""
+        sent = [{**episode, "acl": self._acl(episode.get("acl"))} for episode in episodes]
+        return self._post("/episodes/batch", _fields(scope=scope, episodes=sent, branch=branch))
+
+    def set_acl(
+        self, scope: str, id: str, acl: str | Sequence[str], *, branch: str | None = None,
+    ) -> JSON:
+        """Change an episode's ACL (its writer, or admin), which every version then obeys:
+        ``{id, acl, commit}``."""
+        return self._send(Call("PUT", f"/episodes/{path_segment(id, 'id')}/acl", _json,
+                               json=_fields(scope=scope, acl=_names(acl), branch=branch)))
+
+    def document(
+        self, scope: str, document: str, *, as_of: datetime | str | None = None,
+        branch: str | None = None, at_commit: str | None = None, pin: str | None = None,
+        snapshot: str | None = None,
+    ) -> JSON:
+        """The newest version of ``document`` you may read (as of ``as_of``), as an
+        episode with its units."""
+        return self._post("/document", _fields(
+            scope=scope, document=document, as_of=as_of, branch=branch, at_commit=at_commit,
+            pin=pin, snapshot=snapshot))
+
     def get_episode(
         self, scope: str, id: str, *, branch: str | None = None, at_commit: str | None = None,
         pin: str | None = None, snapshot: str | None = None,
