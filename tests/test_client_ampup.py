@@ -31,7 +31,7 @@ def ana(server: ServerProcess) -> Iterator[AmpUpClient]:
         yield client
 
 
-def test_episodes(ana: AmpUpClient, scope: str) -> None:
+def test_episodes(server: ServerProcess, ana: AmpUpClient, scope: str) -> None:
     written = ana.remember(scope, "Acme renews on 2027-03-01.\n\nBilling by invoice.",
                            source="doc:acme-notes", about="customer:acme",
                            occurred_at=datetime(2026, 11, 1, 9, tzinfo=UTC))
@@ -46,6 +46,8 @@ def test_episodes(ana: AmpUpClient, scope: str) -> None:
     assert episode["occurred_at"] == "2026-11-01T09:00:00Z"
     assert [u["text"] for u in episode["units"]] == ["Acme renews on 2027-03-01.",
                                                      "Billing by invoice."]
+    with AmpUpClient(server.url + "/amp/v1/", "ana") as same:  # the AMP client's URL works
+        assert same.get_episode(scope, written["id"]) == episode
 
     second = ana.remember(scope, "Second note.", source="doc:ana", acl="*")
     assert ana.get_episode(scope, second["id"])["acl"] == ["*"]
