@@ -300,6 +300,20 @@ def test_answers_refused_on_every_pass_set_a_compile_and_a_situation_aside(
     assert len(model.calls()) - calls == 4
 
 
+def document_and_situation(own: Proc, key: str, text: str, task: str) -> None:
+    """A scope with one chosen document (``key``: ``text``, alice's) and one situation: two
+    rewarded sessions of ``task``, clustered."""
+    alice = own.m.http
+    assert own.m.write(own.scope, text, acl=["user:alice"], document=key).status_code == 201
+    assert alice.put("/procedures/sources", headers=ADMIN, json={
+        "scope": own.scope, "documents": [key]}).status_code == 200
+    for n in range(1, 3):
+        s = alice.post("/sessions/start", json={"scope": own.scope, "task": task}).json()
+        alice.post("/sessions/end", json={"session": s["id"], "transcript": f"done {n}",
+                                          "outcome": "done", "reward": 1.0})
+    assert own.in_process("cluster")["scopes"][0]["committed"]
+
+
 def test_requests_refused_set_a_compile_and_a_situation_aside_until_the_scope_goes(
         proc: Proc) -> None:
     """`setaside.Asker`, the one rule of every model pass, for `advice compile` and
@@ -317,16 +331,9 @@ def test_requests_refused_set_a_compile_and_a_situation_aside_until_the_scope_go
     org = ws.json()["org"]
     own = Proc(proc.m, proc.home, proc.env, f"{org}/ops", model)
     scope = own.scope
-    assert own.m.write(scope, "Failover: promote the replica.\n\nRepoint the DNS name.",
-                       acl=["user:alice"], document="failover-runbook").status_code == 201
-    assert alice.put("/procedures/sources", headers=ADMIN, json={
-        "scope": scope, "documents": ["failover-runbook"]}).status_code == 200
-    for n in range(1, 3):
-        s = alice.post("/sessions/start", json={
-            "scope": scope, "task": "Rotate the database passwords of the cluster"}).json()
-        alice.post("/sessions/end", json={"session": s["id"], "transcript": f"rotated {n}",
-                                          "outcome": "done", "reward": 1.0})
-    assert own.in_process("cluster")["scopes"][0]["committed"]
+    document_and_situation(own, "failover-runbook",
+                           "Failover: promote the replica.\n\nRepoint the DNS name.",
+                           "Rotate the database passwords of the cluster")
     model.script([{"match": "Failover: promote", "status": 400},
                   {"match": "database passwords", "status": 400}])
     for n in range(1, UNUSABLE_PASSES + 1):
@@ -387,16 +394,9 @@ def test_a_situation_clustered_out_and_a_compile_with_no_documents_leave_the_lis
 
     own = replace(proc, scope=new_scope())
     scope, model, alice = own.scope, own.model, own.m.http
-    assert own.m.write(scope, "Restore: mount the snapshot.\n\nCheck the checksums.",
-                       acl=["user:alice"], document="restore-runbook").status_code == 201
-    assert alice.put("/procedures/sources", headers=ADMIN, json={
-        "scope": scope, "documents": ["restore-runbook"]}).status_code == 200
-    for n in range(1, 3):
-        s = alice.post("/sessions/start", json={
-            "scope": scope, "task": "Archive the mailboxes of people who left"}).json()
-        alice.post("/sessions/end", json={"session": s["id"], "transcript": f"archived {n}",
-                                          "outcome": "done", "reward": 1.0})
-    assert own.in_process("cluster")["scopes"][0]["committed"]
+    document_and_situation(own, "restore-runbook",
+                           "Restore: mount the snapshot.\n\nCheck the checksums.",
+                           "Archive the mailboxes of people who left")
     model.script([{"match": "Restore: mount", "reply": {"skills": "none"}},
                   {"match": "mailboxes", "reply": {"when": "", "steps": ["Archive."]}}])
     for _ in range(UNUSABLE_PASSES):
