@@ -192,6 +192,19 @@ def load(args: argparse.Namespace) -> None:
         print(json.dumps({k: v for k, v in saved.items() if k != "ids"}))
 
 
+def timed_keyword_step(store: Any, flt: Any, terms: list[str], wall: list[float],
+                       cpu: list[float], tops: list[list[tuple[str, float]]]) -> None:
+    """One keyword step (`search_candidates` without a vector, k = 100) of either cell
+    store: its wall and this process's CPU ms, and its 10 best keyword hits (id, score),
+    appended to ``wall``, ``cpu`` and ``tops``."""
+    t, c = time.perf_counter(), time.process_time()
+    hits = store.search_candidates(flt, terms, None, 100)
+    cpu.append((time.process_time() - c) * 1000)
+    wall.append((time.perf_counter() - t) * 1000)
+    tops.append(sorted(((h.cell_id, h.keyword) for h in hits if h.keyword > 0),
+                       key=lambda x: (-x[1], x[0]))[:10])
+
+
 def keyword_series(store: Any, flt: Any, queries: list[list[str]], cold: bool,
                    data_dir: str, left_out: frozenset[int] = frozenset()
                    ) -> tuple[dict[str, Any], list[list[tuple[str, float]]]]:
@@ -215,12 +228,7 @@ def keyword_series(store: Any, flt: Any, queries: list[list[str]], cold: bool,
         for terms in queries:
             if cold:  # every word counted again; the statistics stay
                 forget_words(store)
-            t, c = time.perf_counter(), time.process_time()
-            hits = store.search_candidates(flt, terms, None, 100)
-            cpu.append((time.process_time() - c) * 1000)
-            wall.append((time.perf_counter() - t) * 1000)
-            tops.append(sorted(((h.cell_id, h.keyword) for h in hits if h.keyword > 0),
-                               key=lambda x: (-x[1], x[0]))[:10])
+            timed_keyword_step(store, flt, terms, wall, cpu, tops)
     finally:
         store._execute = plain
     server = spent_ms(t0, server_ticks(data_dir), left_out) / len(queries)

@@ -74,14 +74,13 @@ def fill(path: Path, texts: list[str]) -> None:
 
 def series(store: Any, flt: Any, queries: list[list[str]]
            ) -> tuple[dict[str, Any], list[list[tuple[str, float]]]]:
-    wall, cpu, tops = [], [], []
+    from benchmarks.pg_cell_keyword import timed_keyword_step
+
+    wall: list[float] = []
+    cpu: list[float] = []
+    tops: list[list[tuple[str, float]]] = []
     for terms in queries:
-        t, c = time.perf_counter(), time.process_time()
-        hits = store.search_candidates(flt, terms, None, 100)
-        cpu.append((time.process_time() - c) * 1000)
-        wall.append((time.perf_counter() - t) * 1000)
-        tops.append(sorted(((h.cell_id, h.keyword) for h in hits if h.keyword > 0),
-                           key=lambda x: (-x[1], x[0]))[:10])
+        timed_keyword_step(store, flt, terms, wall, cpu, tops)
     return ({"cpu_p50_ms": round(statistics.median(cpu), 2),
              "cpu_mean_ms": round(statistics.mean(cpu), 2),
              "p50_ms": round(statistics.median(wall), 2),

@@ -196,7 +196,6 @@ class Transport:
             ) from exc
 
 
-
 class BaseClient(Transport):
     """The AMP face's catalogue of calls; subclasses decide how to send them."""
 
