@@ -12,14 +12,15 @@ Cells come back as plain dicts, exactly as the server sends them (as in the refe
 Beyond the reference: `update`, `archive`, full-filter `search`, `list_page`, `spec`,
 the page-walking iterators `iter_memories` / `iter_search`, and one exception class per
 HTTP status (see `ampup_memory.client.errors`). The LangChain chat history lives in
-`ampup_memory.client.langchain` (extra ``ampup-memory[langchain]``). `AmpUpClient` covers
-the AmpUp face (episodes, facts, search, advice, branches) with the same errors.
+`ampup_memory.client.langchain` (extra ``ampup-memory[langchain]``). `AmpUpClient` and
+`AsyncAmpUpClient` cover the AmpUp face (episodes, facts, search and queries, advice,
+branches, pins, snapshots, workspaces, schemas, the ledger) with the same errors.
 """
 
 from importlib.metadata import PackageNotFoundError
 from importlib.metadata import version as _version
 
-from ampup_memory.client._ampup import AmpUpClient
+from ampup_memory.client._ampup import AmpUpClient, AsyncAmpUpClient
 from ampup_memory.client._async import AsyncAMPClient
 from ampup_memory.client._base import DEFAULT_SERVER_URL, MemoryCell, Page, SearchPage
 from ampup_memory.client._sync import AMPClient
@@ -47,6 +48,7 @@ __all__ = [
     "AMPClient",
     "AsyncAMPClient",
     "AmpUpClient",
+    "AsyncAmpUpClient",
     "AMPError",
     "AMPConnectionError",
     "AuthenticationError",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 
 import httpx
 
@@ -16,6 +16,7 @@ from ampup_memory.client._base import (
     MemoryCell,
     Page,
     SearchPage,
+    Transport,
     next_offset,
 )
 from ampup_memory.client.errors import AMPError
@@ -23,29 +24,17 @@ from ampup_memory.client.errors import AMPError
 T = TypeVar("T")
 
 
-class AsyncAMPClient(BaseClient):
-    """Asynchronous AMP client. Drop-in for ``amp_client.AsyncAMPClient`` 0.1.0.
+class AsyncTransport(Transport):
+    """Sending calls over an `httpx.AsyncClient`; shared by the async clients.
 
-    Inside ``async with`` it keeps one connection pool; outside, each call opens and closes
-    its own (as the reference does), so a client never outlives the event loop it was
-    used on.
+    Inside ``async with`` a client keeps one connection pool; outside, each call opens and
+    closes its own (as the reference does), so a client never outlives the event loop it
+    was used on.
     """
 
-    def __init__(
-        self,
-        server_url: str | None = None,
-        agent_id: str | None = None,
-        api_key: str | None = None,
-        *,
-        base_url: str | None = None,
-        timeout: float = 30.0,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(server_url, agent_id, api_key, base_url=base_url, timeout=timeout,
-                         headers=headers)
-        self._http: httpx.AsyncClient | None = None
+    _http: httpx.AsyncClient | None = None
 
-    async def __aenter__(self) -> AsyncAMPClient:
+    async def __aenter__(self) -> Self:
         if self._http is None:
             self._http = httpx.AsyncClient(timeout=self.timeout)
         return self
@@ -74,6 +63,15 @@ class AsyncAMPClient(BaseClient):
 
     async def _exchange(self, http: httpx.AsyncClient, call: Call[Any]) -> httpx.Response:
         return await http.send(self._build(http, call))
+
+
+class AsyncAMPClient(BaseClient, AsyncTransport):
+    """Asynchronous AMP client. Drop-in for ``amp_client.AsyncAMPClient`` 0.1.0.
+
+    Inside ``async with`` it keeps one connection pool; outside, each call opens and closes
+    its own (as the reference does), so a client never outlives the event loop it was
+    used on.
+    """
 
     # ---- the reference client's methods ----------------------------------------------
 
@@ -200,4 +198,4 @@ class AsyncAMPClient(BaseClient):
         return await self._send(self._spec_call())
 
 
-__all__ = ["AsyncAMPClient"]
+__all__ = ["AsyncAMPClient", "AsyncTransport"]
