@@ -11,7 +11,9 @@ from datetime import UTC, datetime
 import pytest
 
 from ampup_memory.client import (
+    AccessDeniedError,
     AmpUpClient,
+    AsyncAmpUpClient,
     AuthenticationError,
     ConflictError,
     NotFoundError,
@@ -180,20 +182,45 @@ def test_errors_carry_the_servers_answer(server: ServerProcess, ana: AmpUpClient
         ana.get_session("..")  # would resolve to another route
 
 
-def test_keys_on_identity(tmp_path_factory: pytest.TempPathFactory, uid: str) -> None:
+def _key(proc: ServerProcess, *args: str) -> str:
+    """`ampup-memory keys create ARGS`; the key is the last line of its output."""
+    return subprocess.run(
+        [sys.executable, "-m", "ampup_memory.cli", "keys", "create", *args],
+        env=proc.env, capture_output=True, text=True, timeout=60, check=True,
+    ).stdout.strip().splitlines()[-1]
+
+
+async def test_keys_on_identity(tmp_path_factory: pytest.TempPathFactory, uid: str) -> None:
     home = tmp_path_factory.mktemp("ampup-keys")
     with ServerProcess(home, env={"AMP_REQUIRE_KEYS": "1"}) as proc:
-        key = subprocess.run(
-            [sys.executable, "-m", "ampup_memory.cli", "keys", "create", "--agent",
-             "agent_cara", "--user", "cara"],
-            env=proc.env, capture_output=True, text=True, timeout=60, check=True,
-        ).stdout.strip().splitlines()[-1]
+        key = _key(proc, "--agent", "agent_cara", "--user", "cara")
+        dan_key = _key(proc, "--agent", "agent_dan", "--user", "dan")
+        admin_key = _key(proc, "--agent", "agent_root", "--admin")
         scope = f"cl{uid}/keys"
         with AmpUpClient(proc.url, "cara", agent_id="agent_cara", api_key=key) as cara:
             written = cara.remember(scope, "Keyed note.", source="doc:cara")
             assert cara.get_episode(scope, written["id"])["acl"] == ["user:cara"]
+            with pytest.raises(AccessDeniedError):  # a user's key is no admin credential
+                cara.set_schema(scope, builtin="sales")
         # X-AmpUp-User is not read with keys on: naming a user is no credential.
         with AmpUpClient(proc.url, "cara") as claim:
             with pytest.raises(AuthenticationError) as refused:
                 claim.get_episode(scope, written["id"])
         assert (refused.value.status_code, refused.value.code) == (401, "UNAUTHENTICATED")
+
+        # The async client: the key's user is the pin's creator, whatever `user` says.
+        async with AsyncAmpUpClient(proc.url, "cara", agent_id="agent_cara",
+                                    api_key=key) as cara_async:
+            pin = await cara_async.pin(scope, "10m")
+            assert pin["created_by"] == "cara"
+            async with AsyncAmpUpClient(proc.url, "cara", agent_id="agent_dan",
+                                        api_key=dan_key) as dan:
+                with pytest.raises(AccessDeniedError):
+                    await dan.release_pin(pin["id"])
+                with pytest.raises(NotFoundError):  # cara's alone
+                    await dan.get_episode(scope, written["id"], pin=pin["id"])
+            assert (await cara_async.release_pin(pin["id"]))["state"] == "released"
+        async with AsyncAmpUpClient(proc.url, agent_id="agent_root",
+                                    api_key=admin_key) as root:
+            assert (await root.set_schema(scope, builtin="sales"))["changed"] is True
+            assert (await root.principal("cara"))["user"] == "cara"
