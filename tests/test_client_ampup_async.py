@@ -103,6 +103,10 @@ async def test_errors_map_to_the_packages_classes(server: ServerProcess,
     with pytest.raises(ValidationError) as unsent:
         await ana.get_snapshot("..")
     assert unsent.value.status_code is None
+    nan = ana.add_fact(scope, "acme", "seats", float("nan"), quote="x", cites=[])
+    with pytest.raises(ValidationError) as not_json:  # found when the request is built
+        await nan
+    assert not_json.value.status_code is None
     call = ana.get_pin(pin["id"])
     assert inspect.iscoroutine(call)
     assert (await call)["state"] == "released"

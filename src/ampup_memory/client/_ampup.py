@@ -58,8 +58,9 @@ class AsyncAmpUpClient(AmpUpCalls[Coroutine[Any, Any, JSON], AsyncIterator[JSON]
     each answering a coroutine (``await client.remember(...)``), the ``iter_*`` walkers
     async iterators (``async for``). Use ``async with`` (one connection pool) or call
     ``await client.aclose()``; outside ``async with`` each call opens its own connection.
-    An argument that cannot be sent raises `ValidationError` when the method is called,
-    before anything is awaited.
+    An argument that cannot be sent raises `ValidationError` when the method is called (an
+    id that is no path segment, a missing ``acl``) or when it is awaited (a value JSON
+    cannot hold); either way nothing is sent.
     """
 
     def _call(self, call: Call[JSON]) -> Coroutine[Any, Any, JSON]:
