@@ -233,6 +233,51 @@ def test_a_workspace_names_its_scopes_and_lists_its_snapshots(
         bob.close()
 
 
+def test_a_workspace_listing_reads_its_own_snapshots_as_a_scan_of_all_would(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    """`Holds.of_workspace` answers what filtering every hold of the server by workspace
+    did (GET /workspaces/{id}/snapshots read all of them per request), for each workspace,
+    after a release, and after another process took a snapshot (the table moved)."""
+    from ampup_memory.memory.service import MemoryService
+    from ampup_memory.memory.snapshots import SNAPSHOT
+    from ampup_memory.settings import Settings
+
+    m, home, env = shared
+    orgs = [create(m, name=f"of-ws-{i}")["id"] for i in range(3)]
+    for org in orgs[:2]:
+        assert m.write(f"{org}/t", "hello").status_code == 201
+        for _ in range(2):
+            assert m.http.post(f"/workspaces/{org}/snapshots").status_code == 201
+    plain = m.http.post("/snapshots", json={"scopes": [f"{orgs[0]}/t"]}).json()["id"]
+    newest = m.http.get(f"/workspaces/{orgs[1]}/snapshots").json()["snapshots"][0]["id"]
+    assert m.http.delete(f"/snapshots/{newest}").status_code == 200
+
+    settings = Settings.model_validate({**env, "AMPUP_MEMORY_HOME": str(home)})
+    svc = MemoryService.open(settings)
+    try:
+        def scanned(org: str) -> list[str]:
+            return sorted(h.id for h in svc.holds.all().values()
+                          if h.kind == SNAPSHOT and h.workspace == org)
+
+        def agree(counts: list[int]) -> None:
+            for org in orgs:
+                own = sorted(h.id for h in svc.holds.of_workspace(org))
+                assert own == scanned(org)
+                listed = m.http.get(f"/workspaces/{org}/snapshots").json()["snapshots"]
+                assert sorted(s["id"] for s in listed) == own
+            assert [len(scanned(org)) for org in orgs] == counts
+            assert all(plain not in scanned(org) for org in orgs)
+
+        agree([2, 2, 0])
+        # Another process (the server) takes one: this process folds the moved table.
+        assert m.http.post(f"/workspaces/{orgs[0]}/snapshots").status_code == 201
+        agree([3, 2, 0])
+    finally:
+        svc.close()
+        for org in orgs:
+            m.http.delete(f"/workspaces/{org}")
+
+
 def test_reserved_org_without_a_workspace_is_refused(
         shared: tuple[Memory, Path, dict[str, str]]) -> None:
     m, home, env = shared
