@@ -186,7 +186,7 @@ def test_a_workspace_names_its_scopes_and_lists_its_snapshots(
     """GET /workspaces/{id} names its scopes; GET /workspaces/{id}/snapshots lists the
     snapshots taken of it, newest first, released ones with their state. Both for its
     creator or an admin; to anyone else the same 404 as an id that never existed."""
-    m, _, _ = shared
+    m, home, env = shared
     bob = m.as_user("bob")
     org = create(m)["id"]
     listing = f"/workspaces/{org}/snapshots"
@@ -227,8 +227,17 @@ def test_a_workspace_names_its_scopes_and_lists_its_snapshots(
         assert bob.http.get(f"/workspaces/{org}", headers=ADMIN).json()["scopes"] == [
             f"{org}/alpha", f"{org}/zulu"]
         assert httpx.get(m.url + listing).status_code == 401
+        # The operator's command lists the same, whoever made the workspace.
+        listed = cli_in_process(home, env, "workspace", "snapshots", org)
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == {"snapshots": snaps}
         assert m.http.delete(f"/workspaces/{org}").status_code == 200
         assert error(m.http.get(listing))[:2] == (404, "NOT_FOUND")
+        for gone in (org, unknown, "nope"):
+            refused = cli_in_process(home, env, "workspace", "snapshots", gone)
+            assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+            assert refused.stderr.strip().splitlines()[-1] == (
+                "error: NOT_FOUND: No such workspace."), refused.stderr
     finally:
         bob.close()
 
