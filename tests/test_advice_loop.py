@@ -271,8 +271,20 @@ def test_the_inspector_shows_only_the_advice_evidence_one_may_read(
                 listed = {m for cell in page.locator("[data-members]").all()
                           for m in (cell.get_attribute("data-members") or "").split()}
                 assert listed == members
+                # The notes' sources: the Sessions list below carries data-session too
+                # (its rows), and is checked against GET /sessions on its own.
                 shown[user] = {c.get_attribute("data-session") or ""
-                               for c in page.locator("[data-session]").all()} | listed
+                               for c in page.locator(".note [data-session]").all()} | listed
+                sessions = http.get("/sessions", params={"scope": loop.scope,
+                                                         "limit": 25}).json()["sessions"]
+                rows = page.locator("#sessions tbody tr")
+                rows.first.wait_for()
+                page.wait_for_function(  # the list's first page has arrived
+                    "n => document.querySelectorAll('#sessions tbody tr').length >= n",
+                    arg=max(len(sessions), 1))
+                assert [r.get_attribute("data-session")
+                        for r in page.locator("#sessions tr[data-session]").all()] == [
+                    s["id"] for s in sessions]
                 for ses in shown[user]:  # every session shown is one the user may read
                     assert http.get(f"/sessions/{ses}").status_code == 200
                 if user == "u1":
