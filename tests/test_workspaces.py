@@ -287,6 +287,36 @@ def test_a_workspace_listing_reads_its_own_snapshots_as_a_scan_of_all_would(
             m.http.delete(f"/workspaces/{org}")
 
 
+def test_a_workspace_read_is_one_404_for_every_id_its_caller_may_not_see(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    """GET /workspaces/{id} and its /snapshots, as an outside check drives them: an expired
+    workspace, another user's, a mis-spelled id and one that never existed answer the same
+    404 body (no id is echoed to tell them apart); an id over 64 characters is a 422 in
+    the envelope; neither route takes a query parameter that could change it."""
+    m, _, _ = shared
+    made = create(m, name="expiring", ttl="1s")
+    org = made["id"]
+    theirs = m.as_user("carol")
+    other = create(theirs, name="carols")["id"]
+    try:
+        time.sleep(1.2)  # past its expiry (the gc pass may have dropped it too: same answer)
+        nobody = {tail: m.http.get(f"/workspaces/ws_0000000000000000{tail}")
+                  for tail in ("", "/snapshots")}
+        for tail, unknown in nobody.items():
+            assert error(unknown)[:2] == (404, "NOT_FOUND"), unknown.text
+            for ws in (org, other, other.upper(), other[:-1], "ws_", "nope"):
+                r = m.http.get(f"/workspaces/{ws}{tail}")
+                assert (r.status_code, r.json()) == (404, unknown.json()), (ws, r.text)
+            r = m.http.get(f"/workspaces/{'w' * 65}{tail}")
+            assert error(r)[:2] == (422, "VALIDATION_ERROR"), r.text
+            assert error(r)[2]["errors"][0]["loc"] == ["path", "workspace_id"], r.text
+            r = theirs.http.get(f"/workspaces/{other}{tail}", params={"limit": "0", "x": "y"})
+            assert r.status_code == 200, r.text
+    finally:
+        theirs.http.delete(f"/workspaces/{other}")
+        theirs.close()
+
+
 def test_reserved_org_without_a_workspace_is_refused(
         shared: tuple[Memory, Path, dict[str, str]]) -> None:
     m, home, env = shared
