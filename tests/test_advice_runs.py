@@ -348,7 +348,10 @@ def test_the_sessions_listing_refuses_odd_queries_and_pages_stably_while_session
         assert r.status_code == 201, r.text
         return str(r.json()["id"])
 
+    # "1_0", "+5", " 5" and "5.0" were read as numbers (pydantic's lax int): not what the
+    # published integer says, on this route or any with an integer in its query.
     for params in ({"limit": -1}, {"limit": 10**30}, {"limit": 1.5}, {"limit": ""},
+                   {"limit": "1_0"}, {"limit": "+5"}, {"limit": " 5"}, {"limit": "5.0"},
                    {"branch": "../x"}, {"branch": "A"}, {"scope": "Bad Scope"},
                    {"scope": "a" * 65 + "/b"}, {"scope": "x\u0000/y"}):
         r = m.http.get("/sessions", params={"scope": scope, **params})
@@ -359,6 +362,15 @@ def test_the_sessions_listing_refuses_odd_queries_and_pages_stably_while_session
     r = m.http.get("/sessions", params={"scope": "ws_0000000000000000/team"})
     assert err(r) == (404, "WORKSPACE_GONE"), r.text
     assert _sessions(m, scope, limit=1000) == {"sessions": [], "next_before": None}
+    assert _sessions(m, scope, limit="007") == {"sessions": [], "next_before": None}
+    for path, params in (("/runs", {"scope": scope}), ("/ledger", {"scope": scope}),
+                         ("/set-aside", {"scope": scope}), ("/amp/v1/memories", {}),
+                         ("/amp/v1/memories", {"limit": 5})):
+        name = "offset" if "limit" in params else "limit"
+        r = m.http.get(path, params={**params, name: "1_0"},
+                       headers={"X-AMP-Agent-ID": "agent_audit"})
+        assert err(r) == (422, "VALIDATION_ERROR"), (path, r.text)
+        assert r.json()["error"]["details"]["errors"][0]["loc"] == ["query", name], r.text
     # Each status it answers is one its OpenAPI entry lists (503: test_pg_outage.py).
     listed = m.http.get("/openapi.json").json()["paths"]["/sessions"]["get"]["responses"]
     assert {"200", "401", "404", "422", "503"} <= set(listed), sorted(listed)

@@ -19,7 +19,7 @@ from ampup_memory.advice import aside, loop, procedures, runs, sessions
 from ampup_memory.auth import Authenticator
 from ampup_memory.memory.api import CAP, USER_DOC, UserDep, _headers, _user, admin_author, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
-from ampup_memory.web.body import parse_body
+from ampup_memory.web.body import DECIMAL, parse_body
 from ampup_memory.web.openapi import body_doc, errors
 from ampup_memory.web.routing import segment_except
 
@@ -80,7 +80,7 @@ async def reward_run(request: Request) -> JSONResponse:
             openapi_extra=USER_DOC)
 def list_runs(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
               branch: Annotated[BranchText | None, Query()] = None,
-              limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = 50,
+              limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE), DECIMAL] = 50,
               before: Annotated[runs.RunId | None, Query(
                   description="Run id (`next_before` of the page before): page before it."
               )] = None,
@@ -93,7 +93,7 @@ def list_runs(request: Request, user: UserDep, scope: Annotated[ScopeText, Query
             openapi_extra=USER_DOC)
 def list_sessions(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
                   branch: Annotated[BranchText | None, Query()] = None,
-                  limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = 50,
+                  limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE), DECIMAL] = 50,
                   before: Annotated[runs.SessionId | None, Query(
                       description="Session id (`next_before` of the page before): the "
                       "page before it.")] = None,
@@ -212,7 +212,7 @@ def list_set_aside(request: Request, user: UserDep, scope: Annotated[ScopeText, 
                    kind: Annotated[aside.Kind | None, Query(
                        description="One kind of model work; left out: every kind.")] = None,
                    limit: Annotated[int, Query(ge=1, le=aside.MAX_PAGE,
-                                               description="Page size.")] = 50,
+                                               description="Page size."), DECIMAL] = 50,
                    after: Annotated[aside.Cursor | None, Query(
                        description="`next_after` of the page before: the page after it.")
                    ] = None) -> dict[str, Any]:
