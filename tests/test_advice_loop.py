@@ -24,6 +24,7 @@ import pytest
 
 from ampup_memory.advice.gate import GateRules
 from ampup_memory.advice.loop import cluster_pass, learn_pass
+from ampup_memory.advice.sessions import MAX_SESSION_ID
 from ampup_memory.memory.scopes import parse_scope
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import Role, chat_model
@@ -270,8 +271,20 @@ def test_the_inspector_shows_only_the_advice_evidence_one_may_read(
                 listed = {m for cell in page.locator("[data-members]").all()
                           for m in (cell.get_attribute("data-members") or "").split()}
                 assert listed == members
+                # The notes' sources: the Sessions list below carries data-session too
+                # (its rows), and is checked against GET /sessions on its own.
                 shown[user] = {c.get_attribute("data-session") or ""
-                               for c in page.locator("[data-session]").all()} | listed
+                               for c in page.locator(".note [data-session]").all()} | listed
+                sessions = http.get("/sessions", params={"scope": loop.scope,
+                                                         "limit": 25}).json()["sessions"]
+                rows = page.locator("#sessions tbody tr")
+                rows.first.wait_for()
+                page.wait_for_function(  # the list's first page has arrived
+                    "n => document.querySelectorAll('#sessions tbody tr').length >= n",
+                    arg=max(len(sessions), 1))
+                assert [r.get_attribute("data-session")
+                        for r in page.locator("#sessions tr[data-session]").all()] == [
+                    s["id"] for s in sessions]
                 for ses in shown[user]:  # every session shown is one the user may read
                     assert http.get(f"/sessions/{ses}").status_code == 200
                 if user == "u1":
@@ -291,12 +304,41 @@ async def mcp_advice(url: str, scope: str, task: str) -> Any:
         return json.loads(await ok(client, "get_advice", scope=scope, task=task))
 
 
+def test_every_session_field_is_bounded_by_the_one_constant() -> None:
+    """A session id as a request names it is at most `sessions.MAX_SESSION_ID` characters,
+    wherever it is named: `AdviceRequest.session` kept its own literal 64 beside it, free to
+    drift. No field or argument called `session` spells its bound as a number."""
+    import ast
+
+    src = Path(__file__).resolve().parent.parent / "src" / "ampup_memory"
+    literal = []
+    for path in sorted(src.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.AnnAssign | ast.arg) and (
+                    getattr(node, "arg", None) == "session"
+                    or getattr(getattr(node, "target", None), "id", None) == "session")):
+                continue
+            for call in ast.walk(node):
+                for kw in getattr(call, "keywords", []):
+                    if kw.arg == "max_length" and isinstance(kw.value, ast.Constant):
+                        literal.append(f"{path.relative_to(src)}:{node.lineno}")
+    assert literal == []
+
+
 def test_advice_errors(loop: Loop) -> None:
     http = loop.m.http
     assert http.post("/advice", json={"scope": loop.scope}).status_code == 422
     r = http.post("/advice", json={"scope": loop.scope, "task": "x",
                                    "session": f"ses_{'0' * 26}"})
     assert (r.status_code, r.json()["error"]["code"]) == (404, "NOT_FOUND")
+    # One bound for a session id, as POST /sessions/end has it.
+    too_long = "s" * (MAX_SESSION_ID + 1)
+    for path, body in (("/advice", {"scope": loop.scope, "task": "x", "session": too_long}),
+                       ("/sessions/end", {"session": too_long, "outcome": "done"})):
+        r = http.post(path, json=body)
+        assert r.status_code == 422, r.text
+        assert [(e["loc"][-1], e["type"]) for e in r.json()["error"]["details"]["errors"]
+                if e["loc"][-1] == "session"] == [("session", "string_too_long")], r.text
     assert loop.m.http.get("/situations", params={"scope": "nope"}).status_code == 422
     # An ended session is refused whether or not anything would be served: a scope with no
     # situations or procedures serves nothing, and still answers 409, as api.md says.

@@ -267,3 +267,45 @@ def test_the_key_list_shows_every_key_id_whole(tmp_path: Path) -> None:
     revoked = cli(tmp_path, "keys", "revoke", listed.stdout.split()[len(
         "key id agent user admin created expires revoked".split())])
     assert revoked.returncode == 0, revoked.stderr
+
+
+def test_the_sessions_and_workspace_listings_with_keys_on(tmp_path: Path) -> None:
+    """With keys on, GET /sessions and GET /workspaces/{id} (and /snapshots) read as the
+    key's user: no key is 401, a header naming another user changes nothing, another
+    user's workspace is the same 404 as an unknown one, and an admin key sees it."""
+    alice = create_key(tmp_path, "--agent", "agent_a", "--user", "alice")
+    bob = create_key(tmp_path, "--agent", "agent_b", "--user", "bob")
+    admin = create_key(tmp_path, "--agent", "ops", "--admin", "--user", "ops")
+    with serving(tmp_path, {"AMP_REQUIRE_KEYS": "1"}) as srv:
+        def as_(agent: str, key: str) -> httpx.Client:
+            return httpx.Client(base_url=srv.url, timeout=60, headers={
+                "X-AMP-Agent-ID": agent, "X-AMP-API-Key": key})
+
+        with as_("agent_a", alice) as a, as_("agent_b", bob) as b, as_("ops", admin) as op:
+            scope = "keys_audit/team"
+            ses = a.post("/sessions/start", json={"scope": scope, "task": "t"}).json()["id"]
+            ws = a.post("/workspaces", json={"name": "k", "ttl": "1h"}).json()["id"]
+            assert a.post("/episodes", json={"scope": f"{ws}/t", "source": "doc:k",
+                                             "body": "hello", "acl": ["*"]}
+                          ).status_code == 201
+            snap = a.post(f"/workspaces/{ws}/snapshots")
+            assert snap.status_code == 201, snap.text
+
+            listing = {"scope": scope}
+            assert [s["id"] for s in a.get("/sessions", params=listing).json()["sessions"]
+                    ] == [ses]
+            spoofed = b.get("/sessions", params=listing, headers={"X-AmpUp-User": "alice"})
+            assert spoofed.json() == {"sessions": [], "next_before": None}, spoofed.text
+            for path in (f"/workspaces/{ws}", f"/workspaces/{ws}/snapshots"):
+                unknown = a.get(path.replace(ws, "ws_0000000000000000"))
+                hidden = b.get(path, headers={"X-AmpUp-User": "alice"})
+                assert unknown.status_code == hidden.status_code == 404
+                assert unknown.json() == hidden.json()
+                assert a.get(path).status_code == op.get(path).status_code == 200
+                for none in (httpx.get(srv.url + path, headers={"X-AmpUp-User": "alice"}),
+                             httpx.get(srv.url + path, headers={
+                                 "X-AMP-Agent-ID": "agent_a", "X-AMP-API-Key": "ampk_x"})):
+                    assert none.status_code == 401 and set(none.json()) == {"error"}
+            assert [s["id"] for s in op.get(f"/workspaces/{ws}/snapshots").json()[
+                "snapshots"]] == [snap.json()["id"]]
+            assert httpx.get(srv.url + "/sessions", params=listing).status_code == 401

@@ -286,6 +286,26 @@ async def test_bad_arguments_are_clear_tool_errors(connect: Connect, uid: str) -
     assert "limit" in too_many and "less than or equal to 100" in too_many
 
 
+async def test_a_blank_recall_query_is_one_line_saying_what_is_wrong(
+        connect: Connect, uid: str, http: httpx.Client) -> None:
+    """amp_recall with a blank query said "query: Value error, query must not be blank"
+    (pydantic's prefix, the field named twice); it is the one blank rule's line, as
+    amp_remember's content is, and the REST route's message says the same."""
+    async with connect(f"agent_{uid}") as client:
+        said = {q: await refused(client, "amp_recall", query=q, owner_id=f"u_{uid}")
+                for q in ("", "   ", "\u3000")}
+    assert said == {
+        "": "Invalid request: query: String should have at least 1 character",
+        "   ": "Invalid request: query: must hold a character other than white space",
+        "\u3000": "Invalid request: query: must hold a character other than white space"}
+    for q in ("", "   "):
+        r = http.post("/memories/search", headers={"X-AMP-Agent-ID": f"agent_{uid}"},
+                      json={"query": q, "owner_id": f"u_{uid}"})
+        assert r.status_code == 422, r.text
+        assert r.json()["error"]["message"] == said[q].replace(
+            "Invalid request: query", "Request validation failed: body.query")
+
+
 # ---- HTTP: one server, many agents, each request its own identity ----------------------
 
 

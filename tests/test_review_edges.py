@@ -515,3 +515,36 @@ def test_names_in_another_unicode_normal_form_are_refused_not_stored_twice(
     assert r.json()["identity"]["owner_id"] == nfd
     listed = m.http.get("/amp/v1/memories", headers=agent, params={"owner_id": nfd})
     assert [c["id"] for c in listed.json()["results"]] == [r.json()["id"]]
+
+
+def test_a_document_key_is_one_rule_wherever_it_is_sent(m: Memory) -> None:
+    """A document key was two types: PUT /procedures/sources trimmed " runbook" to
+    "runbook" while POST /episodes stored " runbook" as a second key printing alike (and
+    took a blank key). One rule now: white space at either end is refused on every route
+    that takes a key, naming the field, and a key is stored exactly as sent."""
+    scope, _ = seeded(m)
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    for key, kind in ((" runbook", "string_padded"), ("runbook\n", "string_padded"),
+                      ("\u3000runbook", "string_padded"), ("  ", "string_blank")):
+        sent = [
+            (m.write(scope, "Runbook v1.", document=key), ["body", "document"]),
+            (m.http.post("/episodes/batch", json={"scope": scope, "episodes": [
+                {"source": "doc:x", "body": "Runbook v1.", "acl": ["*"],
+                 "document": key}]}), ["body", "episodes", 0, "document"]),
+            (m.http.post("/document", json={"scope": scope, "document": key}),
+             ["body", "document"]),
+            (m.http.put("/procedures/sources", json={"scope": scope,
+                                                     "documents": ["ok", key]},
+                        headers=admin), ["body", "documents", 1]),
+        ]
+        for r, want in sent:
+            loc, got, msg = _refusal(r)
+            assert (loc, got) == (want, kind), r.text
+            assert ("white space" in msg) and "\n" not in msg, r.text
+    assert m.write(scope, "Runbook v1.", document="the runbook").status_code == 201
+    assert m.http.post("/document", json={"scope": scope, "document": "the runbook"}
+                       ).json()["document"] == "the runbook"
+    chosen = m.http.put("/procedures/sources", json={"scope": scope,
+                                                     "documents": ["the runbook"]},
+                        headers=admin)
+    assert chosen.json()["documents"] == ["the runbook"], chosen.text

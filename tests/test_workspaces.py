@@ -186,7 +186,7 @@ def test_a_workspace_names_its_scopes_and_lists_its_snapshots(
     """GET /workspaces/{id} names its scopes; GET /workspaces/{id}/snapshots lists the
     snapshots taken of it, newest first, released ones with their state. Both for its
     creator or an admin; to anyone else the same 404 as an id that never existed."""
-    m, _, _ = shared
+    m, home, env = shared
     bob = m.as_user("bob")
     org = create(m)["id"]
     listing = f"/workspaces/{org}/snapshots"
@@ -227,10 +227,94 @@ def test_a_workspace_names_its_scopes_and_lists_its_snapshots(
         assert bob.http.get(f"/workspaces/{org}", headers=ADMIN).json()["scopes"] == [
             f"{org}/alpha", f"{org}/zulu"]
         assert httpx.get(m.url + listing).status_code == 401
+        # The operator's command lists the same, whoever made the workspace.
+        listed = cli_in_process(home, env, "workspace", "snapshots", org)
+        assert listed.returncode == 0, listed.stderr
+        assert json.loads(listed.stdout) == {"snapshots": snaps}
         assert m.http.delete(f"/workspaces/{org}").status_code == 200
         assert error(m.http.get(listing))[:2] == (404, "NOT_FOUND")
+        for gone in (org, unknown, "nope"):
+            refused = cli_in_process(home, env, "workspace", "snapshots", gone)
+            assert refused.returncode == 2 and refused.stdout == "", refused.stdout
+            assert refused.stderr.strip().splitlines()[-1] == (
+                "error: NOT_FOUND: No such workspace."), refused.stderr
     finally:
         bob.close()
+
+
+def test_a_workspace_listing_reads_its_own_snapshots_as_a_scan_of_all_would(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    """`Holds.of_workspace` answers what filtering every hold of the server by workspace
+    did (GET /workspaces/{id}/snapshots read all of them per request), for each workspace,
+    after a release, and after another process took a snapshot (the table moved)."""
+    from ampup_memory.memory.service import MemoryService
+    from ampup_memory.memory.snapshots import SNAPSHOT
+    from ampup_memory.settings import Settings
+
+    m, home, env = shared
+    orgs = [create(m, name=f"of-ws-{i}")["id"] for i in range(3)]
+    for org in orgs[:2]:
+        assert m.write(f"{org}/t", "hello").status_code == 201
+        for _ in range(2):
+            assert m.http.post(f"/workspaces/{org}/snapshots").status_code == 201
+    plain = m.http.post("/snapshots", json={"scopes": [f"{orgs[0]}/t"]}).json()["id"]
+    newest = m.http.get(f"/workspaces/{orgs[1]}/snapshots").json()["snapshots"][0]["id"]
+    assert m.http.delete(f"/snapshots/{newest}").status_code == 200
+
+    settings = Settings.model_validate({**env, "AMPUP_MEMORY_HOME": str(home)})
+    svc = MemoryService.open(settings)
+    try:
+        def scanned(org: str) -> list[str]:
+            return sorted(h.id for h in svc.holds.all().values()
+                          if h.kind == SNAPSHOT and h.workspace == org)
+
+        def agree(counts: list[int]) -> None:
+            for org in orgs:
+                own = sorted(h.id for h in svc.holds.of_workspace(org))
+                assert own == scanned(org)
+                listed = m.http.get(f"/workspaces/{org}/snapshots").json()["snapshots"]
+                assert sorted(s["id"] for s in listed) == own
+            assert [len(scanned(org)) for org in orgs] == counts
+            assert all(plain not in scanned(org) for org in orgs)
+
+        agree([2, 2, 0])
+        # Another process (the server) takes one: this process folds the moved table.
+        assert m.http.post(f"/workspaces/{orgs[0]}/snapshots").status_code == 201
+        agree([3, 2, 0])
+    finally:
+        svc.close()
+        for org in orgs:
+            m.http.delete(f"/workspaces/{org}")
+
+
+def test_a_workspace_read_is_one_404_for_every_id_its_caller_may_not_see(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    """GET /workspaces/{id} and its /snapshots, as an outside check drives them: an expired
+    workspace, another user's, a mis-spelled id and one that never existed answer the same
+    404 body (no id is echoed to tell them apart); an id over 64 characters is a 422 in
+    the envelope; neither route takes a query parameter that could change it."""
+    m, _, _ = shared
+    made = create(m, name="expiring", ttl="1s")
+    org = made["id"]
+    theirs = m.as_user("carol")
+    other = create(theirs, name="carols")["id"]
+    try:
+        time.sleep(1.2)  # past its expiry (the gc pass may have dropped it too: same answer)
+        nobody = {tail: m.http.get(f"/workspaces/ws_0000000000000000{tail}")
+                  for tail in ("", "/snapshots")}
+        for tail, unknown in nobody.items():
+            assert error(unknown)[:2] == (404, "NOT_FOUND"), unknown.text
+            for ws in (org, other, other.upper(), other[:-1], "ws_", "nope"):
+                r = m.http.get(f"/workspaces/{ws}{tail}")
+                assert (r.status_code, r.json()) == (404, unknown.json()), (ws, r.text)
+            r = m.http.get(f"/workspaces/{'w' * 65}{tail}")
+            assert error(r)[:2] == (422, "VALIDATION_ERROR"), r.text
+            assert error(r)[2]["errors"][0]["loc"] == ["path", "workspace_id"], r.text
+            r = theirs.http.get(f"/workspaces/{other}{tail}", params={"limit": "0", "x": "y"})
+            assert r.status_code == 200, r.text
+    finally:
+        theirs.http.delete(f"/workspaces/{other}")
+        theirs.close()
 
 
 def test_reserved_org_without_a_workspace_is_refused(

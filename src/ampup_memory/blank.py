@@ -19,6 +19,9 @@ NOT_BLANK_PATTERN = (
     "\\u3000\\ufeff]"
 )
 _NOT_BLANK = re.compile(NOT_BLANK_PATTERN)
+# Text that begins and ends with a character other than white space (what a key must be).
+UNPADDED_PATTERN = f"^{NOT_BLANK_PATTERN}(?:[\\s\\S]*{NOT_BLANK_PATTERN})?$"
+_UNPADDED = re.compile(UNPADDED_PATTERN[1:-1])
 
 
 def is_blank(text: str) -> bool:
@@ -32,4 +35,17 @@ def not_blank(value: str) -> str:
     names it (an MCP tool's ``content`` is the cell's ``content.text``)."""
     if is_blank(value):
         raise PydanticCustomError("string_blank", "must hold a character other than white space")
+    return value
+
+
+def unpadded(value: str) -> str:
+    """A key's check (``AfterValidator``): blank is refused as ``string_blank``, white space
+    at either end as ``string_padded``. A key is matched as sent, so " runbook" would be a
+    second key printing like "runbook": almost always a slip (a pasted cell, a trailing
+    newline), and refused rather than trimmed, so a stored key is exactly what was sent."""
+    not_blank(value)
+    if _UNPADDED.fullmatch(value) is None:
+        raise PydanticCustomError(
+            "string_padded", "{value} begins or ends with white space: send it trimmed",
+            {"value": repr(value[:80])})
     return value

@@ -19,7 +19,7 @@ from ampup_memory.advice import aside, loop, procedures, runs, sessions
 from ampup_memory.auth import Authenticator
 from ampup_memory.memory.api import CAP, USER_DOC, UserDep, _headers, _user, admin_author, service
 from ampup_memory.memory.scopes import BranchText, ScopeText
-from ampup_memory.web.body import parse_body
+from ampup_memory.web.body import DECIMAL, parse_body
 from ampup_memory.web.openapi import body_doc, errors
 from ampup_memory.web.routing import segment_except
 
@@ -35,6 +35,18 @@ UNAVAILABLE = "UNAVAILABLE: the ledger stayed contended; nothing was committed"
 NOT_FOUND_RUN = "NOT_FOUND: unknown run or session, or one you may not read (one answer)"
 ENDED = "SESSION_ENDED: the session has ended already"
 OPEN = "SESSION_OPEN: the session is still open; end it first (its end takes a reward)"
+# A read meets what any route may: the catalog, index or table storage down, or no AmpUp
+# Memory in this process (docs/api.md, Errors).
+DOWN = ("UNAVAILABLE: the catalog, index or table storage is down (Retry-After), or AmpUp "
+        "Memory is not available in this process")
+GONE_SCOPE = ("NOT_FOUND / WORKSPACE_GONE: unknown branch, or a workspace scope that is "
+              "gone")
+
+
+def _listing_invalid(cursor: str) -> str:
+    return (f"VALIDATION_ERROR: details.errors = [{{loc, msg, type}}] (a bad scope or branch, "
+            f"a limit outside 1-{runs.MAX_PAGE}; {cursor}_id_invalid: a `before` that is no "
+            f"{cursor} id)")
 
 
 RunIdP = Annotated[str, Path(max_length=64, description="A run id (run_…).")]
@@ -64,11 +76,11 @@ async def reward_run(request: Request) -> JSONResponse:
 
 
 @router.get("/runs", responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 422: INVALID}),
+    401: UNAUTHENTICATED, 404: GONE_SCOPE, 422: _listing_invalid("run"), 503: DOWN}),
             openapi_extra=USER_DOC)
 def list_runs(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
               branch: Annotated[BranchText | None, Query()] = None,
-              limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = 50,
+              limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE), DECIMAL] = 50,
               before: Annotated[runs.RunId | None, Query(
                   description="Run id (`next_before` of the page before): page before it."
               )] = None,
@@ -77,12 +89,11 @@ def list_runs(request: Request, user: UserDep, scope: Annotated[ScopeText, Query
 
 
 @router.get("/sessions", responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND / WORKSPACE_GONE: unknown branch, or a workspace "
-    "scope that is gone", 422: INVALID + "; session_id_invalid: a `before` that is no "
-    "session id"}), openapi_extra=USER_DOC)
+    401: UNAUTHENTICATED, 404: GONE_SCOPE, 422: _listing_invalid("session"), 503: DOWN}),
+            openapi_extra=USER_DOC)
 def list_sessions(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
                   branch: Annotated[BranchText | None, Query()] = None,
-                  limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE)] = 50,
+                  limit: Annotated[int, Query(ge=1, le=runs.MAX_PAGE), DECIMAL] = 50,
                   before: Annotated[runs.SessionId | None, Query(
                       description="Session id (`next_before` of the page before): the "
                       "page before it.")] = None,
@@ -95,7 +106,7 @@ def list_sessions(request: Request, user: UserDep, scope: Annotated[ScopeText, Q
 
 
 @router.get(RUN_PATH, responses=errors({401: UNAUTHENTICATED, 404: NOT_FOUND_RUN,
-                                        422: INVALID}),
+                                        422: INVALID, 503: DOWN}),
             openapi_extra=USER_DOC)
 def get_run(request: Request, user: UserDep, run_id: RunIdP) -> dict[str, Any]:
     return runs.get_run(service(request), user, run_id)
@@ -124,13 +135,13 @@ async def end_session(request: Request) -> dict[str, Any]:
 
 
 @router.get(SESSION_PATH, responses=errors({
-    401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 422: INVALID}), openapi_extra=USER_DOC)
+    401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 422: INVALID, 503: DOWN}), openapi_extra=USER_DOC)
 def get_session(request: Request, user: UserDep, session_id: SessionIdP) -> dict[str, Any]:
     return sessions.get_session(service(request), user, session_id)
 
 
 @router.get("/situations", responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID}),
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID, 503: DOWN}),
             openapi_extra=USER_DOC)
 def list_situations(request: Request, user: UserDep,
                     scope: Annotated[ScopeText, Query()]) -> dict[str, Any]:
@@ -140,7 +151,7 @@ def list_situations(request: Request, user: UserDep,
 
 
 @router.get("/notes", responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID}),
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID, 503: DOWN}),
             openapi_extra=USER_DOC)
 def list_notes(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
                situation: Annotated[str | None, Query(max_length=64)] = None,
@@ -184,7 +195,7 @@ async def put_procedure_sources(request: Request) -> dict[str, Any]:
 
 
 @router.get("/procedures", responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID}),
+    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID, 503: DOWN}),
             openapi_extra=USER_DOC)
 def list_procedures(request: Request, user: UserDep,
                     scope: Annotated[ScopeText, Query()]) -> dict[str, Any]:
@@ -201,7 +212,7 @@ def list_set_aside(request: Request, user: UserDep, scope: Annotated[ScopeText, 
                    kind: Annotated[aside.Kind | None, Query(
                        description="One kind of model work; left out: every kind.")] = None,
                    limit: Annotated[int, Query(ge=1, le=aside.MAX_PAGE,
-                                               description="Page size.")] = 50,
+                                               description="Page size."), DECIMAL] = 50,
                    after: Annotated[aside.Cursor | None, Query(
                        description="`next_after` of the page before: the page after it.")
                    ] = None) -> dict[str, Any]:

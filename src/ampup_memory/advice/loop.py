@@ -44,7 +44,11 @@ from ampup_memory.advice.runs import (
     rewarded_tasks,
     utcnow,
 )
-from ampup_memory.advice.sessions import open_session_events, record_advice_step
+from ampup_memory.advice.sessions import (
+    MAX_SESSION_ID,
+    open_session_events,
+    record_advice_step,
+)
 from ampup_memory.advice.situations import SituationMap, build_map, members_of, situation_for
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.errors import NotFound
@@ -436,7 +440,7 @@ class AdviceRequest(BaseModel):
 
     scope: ScopeText
     task: TaskText = Field(description="The task at hand.")
-    session: str | None = Field(default=None, min_length=1, max_length=64,
+    session: str | None = Field(default=None, min_length=1, max_length=MAX_SESSION_ID,
                                 description="Your open session (ses_…): the serving is "
                                 "recorded on it, and a candidate note may be tried in it.")
 

@@ -22,9 +22,9 @@ import logging
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints
+from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.advice import aip
 from ampup_memory.advice.aip import ProcedureSet, SourceDocument, compile_skills, match_text
@@ -42,12 +42,12 @@ from ampup_memory.advice.loop import (
 from ampup_memory.advice.runs import utcnow
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
 from ampup_memory.memory.episode_types import by_name
+from ampup_memory.memory.episodes import DocumentKey
 from ampup_memory.memory.readindex import lease_holder
 from ampup_memory.memory.scopes import MAIN, Scope, ScopeText, parse_scope
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
 from ampup_memory.models.setaside import AsideNews, Asker, Refused, SetAside, asked_key
-from ampup_memory.ruled import composed
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
 from ampup_memory.timefmt import format_time
@@ -58,10 +58,6 @@ SOURCES_SUBJECT, PROCEDURES_SUBJECT = "procedure_sources", "procedures"
 COMPILE_LEASE = "advice-compile"
 MAX_DOCUMENTS = 100
 NO_MODEL = "no compile model configured: nothing compiled"
-
-
-DocumentKey = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1,
-                                              max_length=512), AfterValidator(composed)]
 
 
 class PutSources(BaseModel):

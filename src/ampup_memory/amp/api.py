@@ -40,7 +40,7 @@ from ampup_memory.errors import AmpError, Unauthenticated
 from ampup_memory.settings import Settings
 from ampup_memory.web import jsontext
 from ampup_memory.web.admin import require_admin
-from ampup_memory.web.body import parse_body
+from ampup_memory.web.body import DECIMAL, parse_body
 from ampup_memory.web.openapi import body_doc, errors
 from ampup_memory.web.routing import segment_except
 
@@ -163,8 +163,8 @@ def _list(
 OwnerQ = Annotated[str | None, Query(description="Only cells owned by this id")]
 TypeQ = Annotated[MemoryType | None, Query(description="Only cells of this type")]
 StatusQ = Annotated[Status, Query(description="Lifecycle status (deleted is never listed)")]
-LimitQ = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)]
-OffsetQ = Annotated[int, Query(ge=0, le=MAX_OFFSET)]
+LimitQ = Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE), DECIMAL]
+OffsetQ = Annotated[int, Query(ge=0, le=MAX_OFFSET), DECIMAL]
 
 
 @router.get("/memories", response_model=Page, tags=["memories"], responses=ERRORS)

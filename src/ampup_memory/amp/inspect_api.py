@@ -29,6 +29,7 @@ from ampup_memory.amp.model import ListQuery, Status
 from ampup_memory.amp.store.base import PASS_HISTORY
 from ampup_memory.timefmt import format_time
 from ampup_memory.web.admin import AdminDep, is_admin
+from ampup_memory.web.body import DECIMAL
 
 router = APIRouter(tags=["amp cells"])
 
@@ -51,7 +52,7 @@ def amp_cells(request: Request, caller: CallerDep, owner_id: OwnerQ = None,
 
 @router.get("/amp-lifecycle", responses=ADMIN_ERRORS, dependencies=[AdminDep])
 async def amp_lifecycle(request: Request, limit: Annotated[int, Query(
-        ge=1, le=PASS_HISTORY, description="How many passes, newest first.")] = 50,
+        ge=1, le=PASS_HISTORY, description="How many passes, newest first."), DECIMAL] = 50,
         ) -> dict[str, Any]:
     """The latest recorded lifecycle passes, newest first: when, by which process, cells
     evaluated, transitions, purged, and ``states``: how many cells were in each status

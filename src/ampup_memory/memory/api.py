@@ -33,7 +33,7 @@ from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
 from ampup_memory.ruled import Composed, published, ruled
 from ampup_memory.timefmt import Instant
 from ampup_memory.web.admin import AdminDep, is_admin
-from ampup_memory.web.body import parse_body
+from ampup_memory.web.body import DECIMAL, parse_body
 from ampup_memory.web.openapi import body_doc, errors, header_doc
 from ampup_memory.web.routing import segment_except
 
@@ -273,7 +273,7 @@ async def close_value(request: Request) -> JSONResponse:
 
 @router.get("/ledger", responses=READ_ERRORS, openapi_extra=USER_DOC)
 def ledger(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = None,
-           limit: Annotated[int, Query(ge=1, le=1000)] = 50,
+           limit: Annotated[int, Query(ge=1, le=1000), DECIMAL] = 50,
            before: Annotated[CommitText | None,
                              Query(description="Commit id: page before it.")] = None,
            pin: PinQ = None, snapshot: SnapshotQ = None) -> dict[str, Any]:

@@ -23,11 +23,12 @@ from ampup_memory.memory.api import (
 )
 from ampup_memory.memory.episodes import MAX_ENTITY, EpisodeId
 from ampup_memory.memory.snapshots import read_view
+from ampup_memory.web.body import DECIMAL
 from ampup_memory.web.openapi import errors
 
 router = APIRouter(tags=["ampup memory"])
 
-LimitQ = Annotated[int, Query(ge=1, le=browse.MAX_PAGE, description="Page size.")]
+LimitQ = Annotated[int, Query(ge=1, le=browse.MAX_PAGE, description="Page size."), DECIMAL]
 
 
 @router.get("/scopes", responses=errors({

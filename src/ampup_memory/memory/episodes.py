@@ -10,7 +10,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
-from ampup_memory.blank import NOT_BLANK_PATTERN, not_blank
+from ampup_memory.blank import NOT_BLANK_PATTERN, UNPADDED_PATTERN, not_blank, unpadded
 from ampup_memory.errors import field_error
 from ampup_memory.memory.acl import AclEntry, normalize_acl
 from ampup_memory.memory.episode_types import (
@@ -45,8 +45,14 @@ EntityId = Annotated[str, Field(min_length=1, max_length=MAX_ENTITY,
 Predicate = Annotated[str, Field(min_length=1, max_length=128,
                                  json_schema_extra=_PUBLISHED_NOT_BLANK), AfterValidator(not_blank),
                       AfterValidator(composed)]
-# A document key names the versions of one document: matched as sent, so in NFC (`composed`).
-DocumentKey = Annotated[str, Field(min_length=1, max_length=512), AfterValidator(composed)]
+# A document key names the versions of one document, on every route that takes one (written
+# on an episode, read by POST /document, chosen by PUT /procedures/sources): matched as sent,
+# so in NFC (`composed`), and with no white space at either end (`unpadded`: refused, never
+# trimmed). The pattern is published so a schema-checking client refuses it first.
+MAX_DOCUMENT_KEY = 512
+DocumentKey = Annotated[str, Field(min_length=1, max_length=MAX_DOCUMENT_KEY,
+                                   json_schema_extra={"pattern": UNPADDED_PATTERN}),
+                        AfterValidator(unpadded), AfterValidator(composed)]
 MAX_SOURCE = 512
 # The schema publishes the claimed prefixes; `require_type` checks them (after identity,
 # with a message that lists them), from the same list of episode types.

@@ -20,7 +20,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ampup_memory.errors import ValidationFailed, field_error, refuse_nul
-from ampup_memory.memory.episodes import EPISODE_ID_PATTERN, MAX_SOURCE, EpisodeIn
+from ampup_memory.memory.episodes import EPISODE_ID_PATTERN, MAX_SOURCE, DocumentKey, EpisodeIn
 from ampup_memory.memory.facts import FactIn
 from ampup_memory.web.body import JsonInt
 
@@ -36,7 +36,7 @@ class CorpusCite(BaseModel):
 
     episode: str | None = Field(default=None, pattern=EPISODE_ID_PATTERN)
     source: str | None = Field(default=None, min_length=1, max_length=MAX_SOURCE)
-    document: str | None = Field(default=None, min_length=1, max_length=512)
+    document: DocumentKey | None = None
     unit: JsonInt = Field(ge=1, le=2**31 - 1)
 
     @model_validator(mode="after")

@@ -69,7 +69,7 @@ def get_episode(svc: MemoryService, caller: Caller, *, scope: str, id: str | Non
                                                    snapshot))
     from ampup_memory.memory.api import DocumentRequest
 
-    # POST /document's body, so its checks (a key of 1-512 characters) are the same
+    # POST /document's body, so its checks (the one `DocumentKey` rule) are the same
     req = build(DocumentRequest, scope=scope, document=document, as_of=as_of, branch=branch,
                 at_commit=at_commit, pin=pin, snapshot=snapshot)
     view = read_view(svc, req.scope, req.branch, req.at_commit, req.pin, req.snapshot)

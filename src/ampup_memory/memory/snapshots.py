@@ -170,6 +170,9 @@ class Holds:
         self.index = index
         self._seen: int | None = None  # holds table snapshot the cache was folded at
         self._cache: dict[str, Hold] = {}
+        # The snapshots taken of each workspace, folded with the cache: a workspace's
+        # listing reads its own, not every hold of the server.
+        self._by_workspace: dict[str, tuple[Hold, ...]] = {}
         self._lock = threading.Lock()
         # Held around a read of a hold and the append of its next row. A renew and a
         # release of one hold each read it, then append a row built from what they read:
@@ -189,9 +192,22 @@ class Holds:
             if sid != self._seen:
                 rows = ([] if sid is None else
                         table.scan(snapshot_id=sid).to_arrow().to_pylist())
-                self._cache = fold(rows)
-                self._seen = sid
+                self._keep(fold(rows), sid)
             return self._cache
+
+    def _keep(self, folded: dict[str, Hold], sid: int | None) -> None:
+        """Cache ``folded`` (the table at snapshot ``sid``); under ``_lock``."""
+        by_workspace: dict[str, list[Hold]] = {}
+        for hold in folded.values():
+            if hold.kind == SNAPSHOT and hold.workspace is not None:
+                by_workspace.setdefault(hold.workspace, []).append(hold)
+        self._by_workspace = {ws: tuple(held) for ws, held in by_workspace.items()}
+        self._cache, self._seen = folded, sid
+
+    def of_workspace(self, workspace_id: str) -> tuple[Hold, ...]:
+        """The snapshots taken of one workspace (released ones too), as the table says now."""
+        self.all()  # folds again when the table moved (a newer fold than it is no harm)
+        return self._by_workspace.get(workspace_id, ())
 
     def get(self, hold_id: str, kind: Kind) -> Hold:
         hold = self.all().get(hold_id)
@@ -220,7 +236,7 @@ class Holds:
                                              arrow(HOLDS, [hold.row()]))
         folded = fold(table.scan(snapshot_id=sid).to_arrow().to_pylist())
         with self._lock:  # the next all() need not scan again, unless the table moved
-            self._cache, self._seen = folded, sid
+            self._keep(folded, sid)
         tidy(self.tables, SYSTEM_NAMESPACE, TABLE)
         return folded[hold.id]
 
@@ -444,8 +460,7 @@ def workspace_snapshots(svc: MemoryService, user: str, workspace_id: str,
     (``Workspaces.visible``: its creator or an admin; any other id is the same 404)."""
     ws = svc.workspaces.visible(user, workspace_id, admin)
     now = utcnow()
-    taken = [h for h in svc.holds.all().values()
-             if h.kind == SNAPSHOT and h.workspace == ws.id]
+    taken = svc.holds.of_workspace(ws.id)
     return [h.wire(now) for h in sorted(taken, key=lambda h: (h.created_at, h.id),
                                             reverse=True)]
 

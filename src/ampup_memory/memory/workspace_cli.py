@@ -1,7 +1,8 @@
-"""``ampup-memory workspace create|list|renew|delete|gc``.
+"""``ampup-memory workspace create|list|snapshots|renew|delete|gc``.
 
-The command line speaks as the operator (it holds the tables): ``delete`` and ``list``
-reach every user's workspaces; ``create`` records ``--user`` as the creator.
+The command line speaks as the operator (it holds the tables): ``list``, ``snapshots``,
+``renew`` and ``delete`` reach every user's workspaces; ``create`` records ``--user`` as
+the creator.
 """
 
 from __future__ import annotations
@@ -57,6 +58,19 @@ def workspace_commands(settings_options: SettingsOptions,
         with _service(settings) as svc:
             found = svc.workspaces.listing(user or "", admin_all=user is None)
             click.echo(dumps({"workspaces": found}, indent=2))
+
+    @workspace.command("snapshots")
+    @click.argument("workspace_id")
+    @settings_options("common", "tables")
+    def snapshots(workspace_id: str, **kwargs: Any) -> None:
+        """Snapshots taken of a live workspace, newest first, released ones with their
+        state, as JSON (GET /workspaces/{id}/snapshots)."""
+        from ampup_memory.memory.snapshots import workspace_snapshots
+
+        settings: Settings = settings_from(kwargs)
+        with _service(settings) as svc:
+            taken = workspace_snapshots(svc, "cli", workspace_id, admin=True)
+            click.echo(dumps({"snapshots": taken}, indent=2))
 
     @workspace.command("renew")
     @click.argument("workspace_id")
