@@ -202,7 +202,7 @@ async def put_procedure_sources(request: Request, cond: ConditionDep) -> JSONRes
     return JSONResponse(result, headers={"ETag": etag})
 
 
-@router.get("/procedures/sources", dependencies=[AdminDep], responses={
+@router.get("/procedures/sources", dependencies=[AdminDep], tags=["admin"], responses={
     200: etag_response("The scope's chosen documents; their version in ETag"),
     304: {"description": "Not Modified: If-None-Match names the current ETag"},
     **errors({403: "ADMIN_DISABLED or ACCESS_DENIED: admin only",
