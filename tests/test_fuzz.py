@@ -27,6 +27,8 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 from tests.server_process import ServerProcess
 
 ADMIN = "fuzz-admin"
+# Conditional requests' headers (docs/api.md, "Conditional writes"): any route may take them.
+CONDITIONS = ("If-Match", "If-None-Match")
 AGENT = "fuzz_agent"
 USER = "fuzz.user"
 SCOPES = ["fuzz/team_a", "fuzz/team_b"]
@@ -271,13 +273,21 @@ def test_schema_states_the_rules_the_server_checks(fuzz_server: ServerProcess) -
         # every AmpUp route documents the caller header and answers errors in the envelope
         r = http.post("/episodes", json={"scope": "Bad Scope"})
         assert r.status_code == 422 and set(r.json()) == {"error"}
+    conditional = 0
     for path, item in spec["paths"].items():
         for method, op in item.items():
+            # A write that takes If-Match documents its 412 (the fuzzer sends the header).
+            if any(p["name"] == "If-Match" for p in op.get("parameters", [])):
+                conditional += 1
+                assert "412" in op["responses"], (method, path)
             for status, answer in op["responses"].items():
                 if int(status) >= 400:
                     assert answer["content"]["application/json"]["schema"] == {
                         "$ref": "#/components/schemas/ErrorBody"}, (method, path, status)
             if not path.startswith(("/amp/", "/amp-")) and "/principals/" not in path \
                     and path != "/episode-types" and "admin" not in op.get("tags", []):
-                headers = [p["name"] for p in op.get("parameters", []) if p["in"] == "header"]
+                headers = [p["name"] for p in op.get("parameters", []) if p["in"] == "header"
+                           and p["name"] not in CONDITIONS]
                 assert headers == ["x-ampup-user"], (method, path)
+    # PATCH and DELETE a cell, PUT a schema, an ACL, a principal, the procedure sources
+    assert conditional == 6

@@ -35,6 +35,7 @@ from ampup_memory.amp.model import (
     StoredCell,
 )
 from ampup_memory.amp.reembed import ensure_embedding_model
+from ampup_memory.amp.service import cell_etag
 from ampup_memory.amp.store.base import (
     CellFilter,
     CellStore,
@@ -437,6 +438,41 @@ def test_concurrent_scoring_patches_share_one_budget(opened: Callable[[], CellSt
     with ThreadPoolExecutor(8) as pool:
         results = list(pool.map(attempt, range(24)))
     assert sum(results) == 5
+
+
+def test_a_version_checked_in_update_lets_one_of_many_writers_win(
+        opened: Callable[[], CellStore]) -> None:
+    """If-Match's guarantee (amp/service.py `_check_condition`) rests on this: ``update``
+    hands ``change`` the cell as it is under the write's lock, so of writers that read one
+    version and check it there, exactly one lands, across store instances; and the tag of
+    what a write returns is the tag a later read computes (no precision lost in storage)."""
+    stores = [opened(), opened()]
+    cell_id = add(stores[0], make(1, "version zero")).cell.id
+    got = stores[0].get(cell_id)
+    assert got is not None
+    read = cell_etag(got.cell)
+
+    def attempt(i: int) -> StoredCell | None:
+        def change(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
+            if cell_etag(stored.cell) != read:
+                raise PermissionError("precondition failed")
+            new = stored.cell.model_copy(update={
+                "content": stored.cell.content.model_copy(update={"text": f"writer {i}"}),
+                "lifecycle": stored.cell.lifecycle.model_copy(
+                    update={"last_updated_at": T0 + timedelta(seconds=i + 1)})})
+            return UpdateOutcome(StoredCell(cell=new))
+        try:
+            return stores[i % 2].update(cell_id, change)
+        except PermissionError:
+            return None
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(attempt, range(8)))
+    won = [r for r in results if r is not None]
+    assert len(won) == 1
+    after = stores[1].get(cell_id)
+    assert after is not None and after.cell.content.text == won[0].cell.content.text
+    assert cell_etag(after.cell) == cell_etag(won[0].cell) != read
 
 
 # ---- listing and search ------------------------------------------------------------------

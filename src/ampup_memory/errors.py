@@ -8,6 +8,7 @@
     ├── MethodNotAllowed           405    METHOD_NOT_ALLOWED
     ├── Conflict                   409    INVALID_TRANSITION / RETENTION_WINDOW / CONFLICT
     ├── Gone                       410    PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED
+    ├── PreconditionFailed         412    PRECONDITION_FAILED (If-Match / If-None-Match)
     ├── PayloadTooLarge            413    CELL_TOO_LARGE / PAYLOAD_TOO_LARGE (web/limits.py)
     ├── ValidationFailed           422    VALIDATION_ERROR
     ├── RateLimited                429    RATE_LIMITED
@@ -107,6 +108,14 @@ class Gone(AmpError):
 
     status = 410
     code = "GONE"
+
+
+class PreconditionFailed(AmpError):
+    """A conditional write whose If-Match or If-None-Match does not hold (web/conditional.py):
+    another writer got there first; nothing changed."""
+
+    status = 412
+    code = "PRECONDITION_FAILED"
 
 
 class PayloadTooLarge(AmpError):

@@ -11,16 +11,32 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from starlette.responses import JSONResponse
 
 from ampup_memory.advice import aside, loop, procedures, runs, sessions
 from ampup_memory.auth import Authenticator
-from ampup_memory.memory.api import CAP, USER_DOC, UserDep, _headers, _user, admin_author, service
-from ampup_memory.memory.scopes import BranchText, ScopeText
+from ampup_memory.memory.api import (
+    CAP,
+    USER_DOC,
+    ConditionDep,
+    UserDep,
+    _headers,
+    _user,
+    admin_author,
+    service,
+)
+from ampup_memory.memory.scopes import BranchText, ScopeText, parse_scope
+from ampup_memory.web.admin import AdminDep
 from ampup_memory.web.body import DECIMAL, parse_body
-from ampup_memory.web.openapi import body_doc, errors
+from ampup_memory.web.conditional import (
+    PRECONDITION_DOC,
+    conditional_doc,
+    etag_response,
+    not_modified,
+)
+from ampup_memory.web.openapi import body_doc, errors, merged
 from ampup_memory.web.routing import segment_except
 
 router = APIRouter(tags=["advice"])
@@ -176,22 +192,41 @@ async def get_advice(request: Request) -> dict[str, Any]:
     return result
 
 
-@router.put("/procedures/sources", responses=errors({
+@router.put("/procedures/sources", responses={200: etag_response(), **errors({
     401: "UNAUTHENTICATED: X-AmpUp-User given but not a valid user id",
     403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown scope",
-    409: CAP, 422: INVALID, 503: UNAVAILABLE}),
-            openapi_extra={**body_doc(procedures.PutSources), **USER_DOC})
-async def put_procedure_sources(request: Request) -> dict[str, Any]:
+    409: CAP, 412: PRECONDITION_DOC, 422: INVALID, 503: UNAVAILABLE})},
+            openapi_extra=merged(body_doc(procedures.PutSources), USER_DOC,
+                                 conditional_doc()))
+async def put_procedure_sources(request: Request, cond: ConditionDep) -> JSONResponse:
     """Choose the scope's documents to compile into procedures (admin, as a schema is):
-    `{scope, documents: [keys]}` replaces the list; committed on `main`."""
+    `{scope, documents: [keys]}` replaces the list; committed on `main`. With If-Match
+    (the ETag of GET /procedures/sources), only over that list."""
     auth: Authenticator = request.app.state.auth
     headers = _headers(request)
     auth.require_admin(headers)
     req = parse_body(procedures.PutSources, await request.body())
     author = admin_author(auth, headers)
     result: dict[str, Any] = await run_in_threadpool(procedures.put_sources,
-                                                     service(request), author, req)
-    return result
+                                                     service(request), author, req, cond)
+    etag = procedures.sources_etag(parse_scope(result["scope"]), result["documents"])
+    return JSONResponse(result, headers={"ETag": etag})
+
+
+@router.get("/procedures/sources", dependencies=[AdminDep], tags=["admin"], responses={
+    200: etag_response("The scope's chosen documents; their version in ETag"),
+    304: {"description": "Not Modified: If-None-Match names the current ETag"},
+    **errors({403: "ADMIN_DISABLED or ACCESS_DENIED: admin only",
+              404: "NOT_FOUND: unknown scope", 422: INVALID, 503: UNAVAILABLE})},
+            openapi_extra=conditional_doc(read=True))
+def get_procedure_sources(request: Request, cond: ConditionDep,
+                          scope: Annotated[ScopeText, Query()]) -> Response:
+    """The scope's procedure sources (admin, as setting them is)."""
+    answer = procedures.get_sources(service(request), scope)
+    etag = procedures.sources_etag(parse_scope(answer["scope"]), answer["documents"])
+    if cond.not_modified(etag):
+        return not_modified(etag)
+    return JSONResponse(answer, headers={"ETag": etag})
 
 
 @router.get("/procedures", responses=errors({

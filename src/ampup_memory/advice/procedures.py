@@ -19,7 +19,7 @@ Both kinds are folded with the rest of the scope's learning state (`loop.fold`),
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -31,11 +31,13 @@ from ampup_memory.advice.aip import ProcedureSet, SourceDocument, compile_skills
 from ampup_memory.advice.aside import count
 from ampup_memory.advice.loop import (
     LEARNER,
+    LEARNING_KINDS,
     PROC_SOURCES,
     PROCEDURES,
     _learning_event,
     _scopes,
     _under_lease,
+    fold,
     load_state,
     settle,
 )
@@ -45,12 +47,14 @@ from ampup_memory.memory.episode_types import by_name
 from ampup_memory.memory.episodes import DocumentKey
 from ampup_memory.memory.readindex import lease_holder
 from ampup_memory.memory.scopes import MAIN, Scope, ScopeText, parse_scope
+from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import ChatModel, ModelUnavailable, Role, chat_model
 from ampup_memory.models.setaside import AsideNews, Asker, Refused, SetAside, asked_key
 from ampup_memory.search.embed import Embedder
 from ampup_memory.settings import Settings
 from ampup_memory.timefmt import format_time
+from ampup_memory.web.conditional import Condition, etag_of
 
 log = logging.getLogger("ampup_memory.advice")
 
@@ -72,16 +76,39 @@ class PutSources(BaseModel):
         return list(dict.fromkeys(self.documents))
 
 
-def put_sources(svc: MemoryService, author: str, req: PutSources) -> dict[str, Any]:
-    """Commit the scope's chosen documents (nothing when they are the same as now)."""
+def sources_etag(scope: Scope, documents: Sequence[str]) -> str:
+    """The version of a scope's procedure sources for If-Match: a hash of the list."""
+    return etag_of({"scope": str(scope), "documents": list(documents)})
+
+
+def get_sources(svc: MemoryService, scope_text: object) -> dict[str, Any]:
+    scope = parse_scope(scope_text)
+    return {"scope": str(scope), "documents": list(load_state(svc, scope).documents)}
+
+
+def put_sources(svc: MemoryService, author: str, req: PutSources,
+                condition: Condition | None = None) -> dict[str, Any]:
+    """Commit the scope's chosen documents (nothing when they are the same as now).
+    ``condition`` (If-Match on `sources_etag`) is checked again inside the commit's
+    compare-and-set, on main as of the ledger the append asserts."""
     keys = req.keys()
     scope = parse_scope(req.scope)
-    if list(load_state(svc, scope).documents) == keys:
+    was = load_state(svc, scope).documents
+    if condition is not None:
+        condition.check(sources_etag(scope, was))
+    if list(was) == keys:
         return {"scope": str(scope), "documents": keys, "commit": None}
+
+    def recheck(segs: Segments) -> None:
+        if condition is not None and not condition.empty:
+            state = fold(svc.index.events(str(scope), segs, LEARNING_KINDS))
+            condition.check(sources_etag(scope, state.documents))
+
     entry = svc.write_events(author, scope, MAIN,
                              f"set procedure sources ({len(keys)} documents)",
                              [replace(_learning_event(SOURCES_SUBJECT, PROC_SOURCES,
-                                                      {"documents": keys}), user=author)])
+                                                      {"documents": keys}), user=author)],
+                             recheck=recheck)
     return {"scope": str(scope), "documents": keys, "commit": entry.commit_id}
 
 

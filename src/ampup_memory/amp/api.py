@@ -34,14 +34,22 @@ from ampup_memory.amp.model import (
     Status,
     WriteReceipt,
 )
-from ampup_memory.amp.service import AmpService, write_answer
+from ampup_memory.amp.service import AmpService, cell_etag, write_answer
 from ampup_memory.auth import Authenticator, Caller, header_map
 from ampup_memory.errors import AmpError, Unauthenticated
 from ampup_memory.settings import Settings
 from ampup_memory.web import jsontext
 from ampup_memory.web.admin import require_admin
 from ampup_memory.web.body import DECIMAL, parse_body
-from ampup_memory.web.openapi import body_doc, errors
+from ampup_memory.web.conditional import (
+    PRECONDITION_DOC,
+    Condition,
+    condition,
+    conditional_doc,
+    etag_response,
+    not_modified,
+)
+from ampup_memory.web.openapi import body_doc, errors, merged
 from ampup_memory.web.routing import segment_except
 
 router = APIRouter()
@@ -68,6 +76,7 @@ def _caller(request: Request) -> Caller:
 # A dependency, not a call in the body: FastAPI resolves dependencies before it validates
 # query parameters, so a request without identity is 401 even when its query is invalid.
 CallerDep = Annotated[Caller, Depends(_caller)]
+ConditionDep = Annotated[Condition, Depends(condition)]
 
 
 
@@ -214,39 +223,55 @@ CELL_PATH = "/memories/" + segment_except("memory_id", "search", "query")
 
 
 @router.get(CELL_PATH, response_model=MemoryCell, tags=["memories"],
-            responses=ERRORS)
-def get_memory(request: Request, memory_id: str) -> dict[str, Any]:
+            responses={200: etag_response(), 304: {"description": "Not Modified: "
+                       "If-None-Match names the current ETag"}, **ERRORS},
+            openapi_extra=conditional_doc(read=True))
+def get_memory(request: Request, memory_id: str, cond: ConditionDep) -> Response:
+    """The cell, with its version in `ETag` (docs/api.md, Conditional writes)."""
     caller = _caller(request)
-    return _svc(request).get(memory_id, caller.agent_id).wire()
+    cell = _svc(request).get(memory_id, caller.agent_id)
+    etag = cell_etag(cell)
+    if cond.not_modified(etag):
+        return not_modified(etag)
+    return JSONResponse(cell.wire(), headers={"ETag": etag})
 
 
 @router.patch(
     CELL_PATH,
     response_model=MemoryCell | WriteReceipt,
     tags=["memories"],
-    responses={**ERRORS, **errors({409: "INVALID_TRANSITION", 413: "CELL_TOO_LARGE",
-                                   429: "RATE_LIMITED"})},
-    openapi_extra=body_doc(PatchMemory),
+    responses={200: etag_response(), **ERRORS,
+               **errors({409: "INVALID_TRANSITION", 412: PRECONDITION_DOC,
+                         413: "CELL_TOO_LARGE", 429: "RATE_LIMITED"})},
+    openapi_extra=merged(body_doc(PatchMemory), conditional_doc()),
 )
-async def patch_memory(request: Request, memory_id: str) -> JSONResponse:
+async def patch_memory(request: Request, memory_id: str, cond: ConditionDep) -> JSONResponse:
     """The changed cell, or only `{"id": …}` when the caller may write but not read it
     (`writable_by` grants no read). Only the cell's owner or creator may send
-    `access_policy` or `identity`; anyone else gets the one 403."""
+    `access_policy` or `identity`; anyone else gets the one 403. With `If-Match`, only
+    over that version of the cell (412 otherwise); the new version is in `ETag`, for a
+    caller who may read the cell."""
     caller = _caller(request)
     raw = await request.body()
-    cell = await run_in_threadpool(_svc(request).patch, memory_id, caller.agent_id, raw)
-    return JSONResponse(write_answer(cell, caller.agent_id))
+    cell = await run_in_threadpool(_svc(request).patch, memory_id, caller.agent_id, raw,
+                                   cond)
+    answer = write_answer(cell, caller.agent_id)
+    # A blind writer (writable_by, no read) learns no more of the cell than its id.
+    headers = {"ETag": cell_etag(cell)} if "content" in answer else None
+    return JSONResponse(answer, headers=headers)
 
 
 @router.delete(
     CELL_PATH,
     status_code=204,
     tags=["memories"],
-    responses={**ERRORS, **errors({409: "INVALID_TRANSITION: only archived cells"})},
+    responses={**ERRORS, **errors({409: "INVALID_TRANSITION: only archived cells",
+                                   412: PRECONDITION_DOC})},
+    openapi_extra=conditional_doc(),
 )
-def delete_memory(request: Request, memory_id: str) -> Response:
+def delete_memory(request: Request, memory_id: str, cond: ConditionDep) -> Response:
     caller = _caller(request)
-    _svc(request).delete(memory_id, caller.agent_id)
+    _svc(request).delete(memory_id, caller.agent_id, cond)
     return Response(status_code=204)
 
 

@@ -60,6 +60,7 @@ from ampup_memory.search.rank import score_parts, with_decay
 from ampup_memory.search.tokenize import query_terms
 from ampup_memory.timefmt import format_time
 from ampup_memory.web.body import parse_body, validation_errors, validation_message
+from ampup_memory.web.conditional import Condition, etag_of
 
 T = TypeVar("T")
 
@@ -225,11 +226,15 @@ class AmpService:
                 headers={"Retry-After": str(retry)},
             )
 
-    def patch(self, cell_id: str, agent_id: str, raw: bytes | None) -> MemoryCell:
+    def patch(self, cell_id: str, agent_id: str, raw: bytes | None,
+              condition: Condition | None = None) -> MemoryCell:
         """Apply a PATCH and return the new cell; what the caller may see of it is
-        `write_answer`'s business. Order of checks: access 403 -> validation 422 ->
-        access_policy/identity 403 -> budget 429 -> transition 409 -> size 413."""
+        `write_answer`'s business. Order of checks: access 403 -> precondition 412 ->
+        validation 422 -> access_policy/identity 403 -> budget 429 -> transition 409 ->
+        size 413. ``condition`` (If-Match / If-None-Match) is checked again on the locked
+        cell, in the write's own transaction: of two writers holding one ETag, one wins."""
         stored = self._writable(self.store.get(cell_id), agent_id)
+        _check_condition(stored, condition)  # early: 412 before the body is judged
         req = parse_body(PatchMemory, raw, nul=True)
         self._check_manage(stored, req, agent_id)
         vector = (
@@ -240,6 +245,7 @@ class AmpService:
 
         def change(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
             self._writable(stored, agent_id)
+            _check_condition(stored, condition)
             self._check_manage(stored, req, agent_id)
             reveal = can_read(stored.cell, agent_id)
             now = self.clock()
@@ -256,11 +262,13 @@ class AmpService:
             raise AccessDenied()
         return result.cell
 
-    def delete(self, cell_id: str, agent_id: str) -> None:
-        self._writable(self.store.get(cell_id), agent_id)
+    def delete(self, cell_id: str, agent_id: str, condition: Condition | None = None) -> None:
+        """Delete an archived cell; ``condition`` as for :meth:`patch`."""
+        _check_condition(self._writable(self.store.get(cell_id), agent_id), condition)
 
         def change(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
             self._writable(stored, agent_id)
+            _check_condition(stored, condition)
             status = stored.cell.lifecycle.status
             if status is not Status.archived:
                 raise _transition_error(
@@ -479,6 +487,28 @@ class AmpService:
         return 1 if self.store.purge(cell_id) else 0
 
 
+# A read counts an access: these two fields move on every GET, and are not a write.
+_ACCESS_FIELDS = (("scoring", "access_count"), ("lifecycle", "last_accessed_at"))
+
+
+def cell_etag(cell: MemoryCell) -> str:
+    """The cell's version: a hash of everything a write can change (content, type, scores,
+    policy, provenance, status, expiry, last_updated_at), from the stored cell alone, so
+    every server and face agrees. The access count and last access a read moves are left
+    out: two readers never fail each other's conditional writes."""
+    wire = cell.wire()
+    for part, name in _ACCESS_FIELDS:
+        wire[part] = {k: v for k, v in wire[part].items() if k != name}
+    return etag_of(wire)
+
+
+def _check_condition(stored: StoredCell, condition: Condition | None) -> None:
+    """412 unless the cell meets the request's If-Match / If-None-Match; only ever asked
+    after the access rule let the caller write the cell (never a probe)."""
+    if condition is not None and not condition.empty:
+        condition.check(cell_etag(stored.cell))
+
+
 def _process_name() -> str:
     """Who ran a lifecycle pass: enough to tell server processes apart in the history."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -602,5 +632,5 @@ def _pick(sent: T | None, kept: T) -> T:
     return kept if sent is None else sent
 
 
-__all__ = ["AmpService", "ScoringLimit", "LifecycleReport", "write_answer",
+__all__ = ["AmpService", "ScoringLimit", "LifecycleReport", "write_answer", "cell_etag",
            "AmpError"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
@@ -28,13 +28,21 @@ from ampup_memory.memory.episodes import (
 from ampup_memory.memory.facts import CloseValue, PostFact, PostFacts
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText
-from ampup_memory.memory.service import MemoryService
+from ampup_memory.memory.service import MemoryService, acl_etag, principal_etag
 from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
 from ampup_memory.ruled import Composed, published, ruled
 from ampup_memory.timefmt import Instant
 from ampup_memory.web.admin import AdminDep, is_admin
 from ampup_memory.web.body import DECIMAL, parse_body
-from ampup_memory.web.openapi import body_doc, errors, header_doc
+from ampup_memory.web.conditional import (
+    PRECONDITION_DOC,
+    Condition,
+    condition,
+    conditional_doc,
+    etag_response,
+    not_modified,
+)
+from ampup_memory.web.openapi import body_doc, errors, header_doc, merged
 from ampup_memory.web.routing import segment_except
 
 router = APIRouter(tags=["ampup memory"])
@@ -79,6 +87,9 @@ ADMIN_ERRORS = errors({403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 422: 
 # The caller, read by the route itself (identity is checked before the body or query).
 USER_DOC = header_doc(USER_HEADER, "The calling user (keys off; keys on: the key's user).",
                       pattern=ID_PATTERN)
+
+
+ConditionDep = Annotated[Condition, Depends(condition)]
 
 
 def service(request: Request) -> MemoryService:
@@ -177,28 +188,40 @@ async def write_batch(request: Request) -> JSONResponse:
     return JSONResponse(body, status_code=201 if result.commit else 200)
 
 
-@router.get(EPISODE_PATH, responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown or unreadable episode (one answer), "
-    "unknown branch, at_commit, pin or snapshot", 410: GONE_DOC, 422: INVALID,
-    503: UNAVAILABLE}), openapi_extra=USER_DOC)
-def get_episode(request: Request, user: UserDep,
+@router.get(EPISODE_PATH, responses={
+    200: etag_response("The episode; the version of its ACL (its one changeable part) "
+                       "in ETag, for If-Match on PUT …/acl"),
+    304: {"description": "Not Modified: If-None-Match names the current ETag"},
+    **errors({401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown or unreadable episode (one "
+              "answer), unknown branch, at_commit, pin or snapshot", 410: GONE_DOC,
+              422: INVALID, 503: UNAVAILABLE})},
+    openapi_extra=merged(USER_DOC, conditional_doc(read=True)))
+def get_episode(request: Request, user: UserDep, cond: ConditionDep,
                 episode_id: EpisodeIdP, scope: ScopeQ, branch: BranchQ = None,
                 at_commit: AtCommitQ = None, pin: PinQ = None,
-                snapshot: SnapshotQ = None) -> dict[str, Any]:
+                snapshot: SnapshotQ = None) -> Response:
     svc = service(request)
-    return svc.get_episode(user, episode_id,
-                           read_view(svc, scope, branch, at_commit, pin, snapshot))
+    answer = svc.get_episode(user, episode_id,
+                             read_view(svc, scope, branch, at_commit, pin, snapshot))
+    etag = acl_etag(answer["id"], answer["acl"])
+    if cond.not_modified(etag):
+        return not_modified(etag)
+    return JSONResponse(answer, headers={"ETag": etag})
 
 
-@router.put(EPISODE_PATH + "/acl", responses=errors({
+@router.put(EPISODE_PATH + "/acl", responses={200: etag_response(), **errors({
     401: UNAUTHENTICATED, 403: "ACCESS_DENIED: neither the episode's author nor admin",
-    404: "NOT_FOUND: unknown or unreadable episode, unknown branch", 422: INVALID,
-    503: UNAVAILABLE}), openapi_extra={**body_doc(ChangeAcl), **USER_DOC})
-async def change_acl(request: Request, user: UserDep, episode_id: EpisodeIdP) -> dict[str, Any]:
+    404: "NOT_FOUND: unknown or unreadable episode, unknown branch",
+    412: PRECONDITION_DOC, 422: INVALID, 503: UNAVAILABLE})},
+    openapi_extra=merged(body_doc(ChangeAcl), USER_DOC, conditional_doc()))
+async def change_acl(request: Request, user: UserDep, episode_id: EpisodeIdP,
+                     cond: ConditionDep) -> JSONResponse:
+    """Replace the episode's ACL; with If-Match (the ETag of GET /episodes/{id}), only
+    over that version."""
     req = parse_body(ChangeAcl, await request.body())
     result: dict[str, Any] = await run_in_threadpool(
-        service(request).change_acl, user, req, episode_id, is_admin(request))
-    return result
+        service(request).change_acl, user, req, episode_id, is_admin(request), cond)
+    return JSONResponse(result, headers={"ETag": acl_etag(result["id"], result["acl"])})
 
 
 @router.get("/episode-types")
@@ -286,18 +309,27 @@ UserPath = Annotated[str, Path(description="User id."),
                      published(ID_PATTERN, description="User id.")]
 
 
-@router.put("/principals/{user}", responses=ADMIN_ERRORS, dependencies=[AdminDep],
-            openapi_extra=body_doc(PrincipalBody))
-async def put_principal(request: Request, user: UserPath) -> dict[str, Any]:
+@router.put("/principals/{user}", dependencies=[AdminDep],
+            responses={200: etag_response(), **ADMIN_ERRORS,
+                       **errors({412: PRECONDITION_DOC})},
+            openapi_extra=merged(body_doc(PrincipalBody), conditional_doc()))
+async def put_principal(request: Request, user: UserPath, cond: ConditionDep) -> JSONResponse:
+    """Replace the user's groups and roles; with If-Match, only over that version."""
     raw = await request.body()
     if not raw.strip():  # replacing groups and roles with nothing must be said, not implied
         raise field_error(["body"], "a JSON body {groups, roles} is required", "missing")
     req = parse_body(PrincipalBody, raw)
     principal = await run_in_threadpool(service(request).set_principal, user, req.groups,
-                                        req.roles, "admin")
-    return principal.wire()
+                                        req.roles, "admin", cond)
+    return JSONResponse(principal.wire(), headers={"ETag": principal_etag(principal)})
 
 
-@router.get("/principals/{user}", responses=ADMIN_ERRORS, dependencies=[AdminDep])
-def get_principal(request: Request, user: UserPath) -> dict[str, Any]:
-    return service(request).principal(require_id(user, ["user"], "user id")).wire()
+@router.get("/principals/{user}", dependencies=[AdminDep],
+            responses={200: etag_response(), 304: {"description": "Not Modified"},
+                       **ADMIN_ERRORS}, openapi_extra=conditional_doc(read=True))
+def get_principal(request: Request, user: UserPath, cond: ConditionDep) -> Response:
+    principal = service(request).principal(require_id(user, ["user"], "user id"))
+    etag = principal_etag(principal)
+    if cond.not_modified(etag):
+        return not_modified(etag)
+    return JSONResponse(principal.wire(), headers={"ETag": etag})

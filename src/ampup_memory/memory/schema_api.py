@@ -9,9 +9,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
 from pydantic import WithJsonSchema
+from starlette.responses import JSONResponse
 
 from ampup_memory.auth import Authenticator
 from ampup_memory.errors import field_error
@@ -33,40 +34,64 @@ from ampup_memory.memory.scopes import scope_of_parts
 from ampup_memory.timefmt import in_utc
 from ampup_memory.web.admin import AdminDep
 from ampup_memory.web.body import parse_body
-from ampup_memory.web.openapi import body_doc, errors
+from ampup_memory.web.conditional import (
+    PRECONDITION_DOC,
+    Condition,
+    condition,
+    conditional_doc,
+    etag_response,
+    not_modified,
+    quote,
+)
+from ampup_memory.web.openapi import body_doc, errors, merged
 
 router = APIRouter(tags=["schemas"])
 UNAVAILABLE = "UNAVAILABLE: AmpUp Memory is not available in this process"
 NamePart = Annotated[str, Path(max_length=64, description="Org or team name.")]
+ConditionDep = Annotated[Condition, Depends(condition)]
 
 
-@router.put("/schemas/{org}/{team}", responses=errors({
+def _etag(answer: dict[str, Any]) -> dict[str, str]:
+    """The schema's version (memory/schemas.py `schema_etag`): the commit that set it."""
+    return {"ETag": quote(answer["commit"])} if answer.get("commit") else {}
+
+
+@router.put("/schemas/{org}/{team}", responses={200: etag_response(), **errors({
     401: "UNAUTHENTICATED: X-AmpUp-User names no valid user id",
     403: "ADMIN_DISABLED or ACCESS_DENIED: admin only", 404: "NOT_FOUND: unknown branch",
     409: f"CONFLICT: the ledger moved under the write; retry; {CAP}",
-    422: INVALID + " (schema_invalid names the first problem)", 503: UNAVAILABLE}),
-    dependencies=[AdminDep], openapi_extra={**body_doc(PutSchema), **USER_DOC})
-async def put_schema(request: Request, org: NamePart, team: NamePart) -> dict[str, Any]:
-    """Set the scope's schema on a branch (default main): ``{builtin}`` or ``{schema}``."""
+    412: PRECONDITION_DOC + " (If-None-Match: * and the scope has a schema)",
+    422: INVALID + " (schema_invalid names the first problem)", 503: UNAVAILABLE})},
+    dependencies=[AdminDep],
+    openapi_extra=merged(body_doc(PutSchema), USER_DOC, conditional_doc()))
+async def put_schema(request: Request, org: NamePart, team: NamePart,
+                     cond: ConditionDep) -> Response:
+    """Set the scope's schema on a branch (default main): ``{builtin}`` or ``{schema}``.
+    With ``If-Match`` (an ETag from GET), only over that version; ``If-None-Match: *``:
+    only where the branch has no schema yet."""
     auth: Authenticator = request.app.state.auth
     headers = _headers(request)  # admin credentials checked (AdminDep): who is committing
     req = parse_body(PutSchema, await request.body())
     author = admin_author(auth, headers)
     result: dict[str, Any] = await run_in_threadpool(
-        set_schema, service(request), author, str(scope_of_parts(org, team)), req)
-    return result
+        set_schema, service(request), author, str(scope_of_parts(org, team)), req, cond)
+    return JSONResponse(result, headers=_etag(result))
 
 
-@router.get("/schemas/{org}/{team}", responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit", 422: INVALID,
-    503: UNAVAILABLE}), openapi_extra=USER_DOC)
+@router.get("/schemas/{org}/{team}", responses={
+    200: etag_response("The schema; its version (commit) in ETag when there is one"),
+    304: {"description": "Not Modified: If-None-Match names the current ETag"},
+    **errors({401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit",
+              422: INVALID, 503: UNAVAILABLE})},
+    openapi_extra=merged(USER_DOC, conditional_doc(read=True)))
 def read_schema(
-    request: Request, user: UserDep, org: NamePart, team: NamePart, branch: BranchQ = None,
+    request: Request, user: UserDep, org: NamePart, team: NamePart, cond: ConditionDep,
+    branch: BranchQ = None,
     at_commit: AtCommitQ = None,
     as_of: Annotated[str | None, Query(description="Valid time; default now."),
                      WithJsonSchema({"type": "string", "format": "date-time"})] = None,
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
-) -> dict[str, Any]:
+) -> Response:
     """The schema in force (``schema: null`` when the scope has none)."""
     at = None
     if as_of is not None:  # strictly RFC 3339 with an offset (a bare number is not a time)
@@ -80,7 +105,11 @@ def read_schema(
                               "offset, e.g. 2025-07-01T00:00:00Z", "datetime_parsing",
                               located=True) from None
     scope = str(scope_of_parts(org, team))
-    return get_schema(service(request), scope, branch, at_commit, at, history)
+    answer = get_schema(service(request), scope, branch, at_commit, at, history)
+    etag = _etag(answer)
+    if etag and cond.not_modified(etag["ETag"]):
+        return not_modified(etag["ETag"])
+    return JSONResponse(answer, headers=etag)
 
 
 @router.get("/schemas", responses=errors({401: UNAUTHENTICATED}), openapi_extra=USER_DOC)

@@ -30,7 +30,7 @@ import re
 from dataclasses import replace
 from datetime import UTC, date, datetime
 from decimal import Decimal, InvalidOperation
-from functools import cache, lru_cache, partial
+from functools import cache, lru_cache
 from importlib import resources
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -49,6 +49,7 @@ from ampup_memory.memory.episode_types import TYPES as EPISODE_TYPES
 from ampup_memory.memory.scopes import BranchText
 from ampup_memory.ruled import published, ruled
 from ampup_memory.timefmt import in_utc, utc_text
+from ampup_memory.web.conditional import Condition, quote
 
 if TYPE_CHECKING:
     from ampup_memory.memory.facts import FactRecord
@@ -551,10 +552,13 @@ def _schema_record(version: str, name: str, commit_id: str, branch: str,
 
 
 def set_schema(svc: MemoryService, user: str, scope_text: str,
-               req: PutSchema) -> dict[str, Any]:
+               req: PutSchema, condition: Condition | None = None) -> dict[str, Any]:
     """Validate and commit a scope's schema on a branch: its episode (if the branch does not
     hold that version yet) and the fact naming it, in one commit. The same schema again
-    commits nothing."""
+    commits nothing. ``condition`` (If-Match / If-None-Match on the schema's commit,
+    `schema_etag`) is checked again inside the commit's compare-and-set, on the branch
+    as of the ledger the append asserts: of two writers holding one ETag, one lands."""
+    from ampup_memory.memory.branches import branch_segments
     from ampup_memory.memory.episode_types import by_name
     from ampup_memory.memory.episodes import MAX_BODY_BYTES, EpisodeIn, prepare
     from ampup_memory.memory.ledger import new_commit_id
@@ -584,20 +588,37 @@ def set_schema(svc: MemoryService, user: str, scope_text: str,
                                branch, now, ["schema"], kind)
             version = prepared.record.id
             was = schema_at(svc.index, ns, segs, now)
+            if condition is not None:
+                condition.check(schema_etag(was))  # early: before any row is written
             if was is not None and json.loads(was[1].value or "null") == version:
                 return _wire(ns, branch, schema, was[1], changed=False)
             held = bool(svc.index.episodes(ns, segs, [version]))
             commit_id = new_commit_id()
             fact = _schema_record(version, schema.name, commit_id, branch, now)
+
+            def recheck(segs: Segments = segs, held: bool = held,
+                        version: str = version) -> None:
+                if condition is not None and not condition.empty:
+                    now_segs = branch_segments(svc.index, ns, branch)
+                    condition.check(schema_etag(schema_at(svc.index, ns, now_segs,
+                                                          datetime.now(UTC))))
+                if not held:
+                    svc._none_held(ns, segs, [version])
+
             try:
                 entry = svc._commit(
                     scope, branch, user, f"set schema {schema.name}",
-                    [] if held else [prepared], [fact], commit_id,
-                    recheck=None if held else partial(svc._none_held, ns, segs, [version]))
+                    [] if held else [prepared], [fact], commit_id, recheck=recheck)
             except _HeldMeanwhile:
                 continue
             return _wire(ns, branch, schema, replace(fact, commit_id=entry.commit_id),
                          changed=True)
+
+
+def schema_etag(got: tuple[Schema, FactRecord] | None) -> str | None:
+    """A schema's version for If-Match: the commit that set it (None: the scope has none
+    on the branch). Every server reads the same ledger, so every server agrees."""
+    return None if got is None else quote(got[1].commit_id)
 
 
 def _wire(scope: str, branch: str, schema: Schema, fact: FactRecord,

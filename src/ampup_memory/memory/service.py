@@ -20,6 +20,7 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
+from pyiceberg.table import Table
 
 from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error, refuse_nul
 from ampup_memory.memory.acl import (
@@ -74,7 +75,7 @@ from ampup_memory.memory.scopes import (
 )
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments
 from ampup_memory.memory.snapshots import Holds
-from ampup_memory.memory.sync import Sync
+from ampup_memory.memory.sync import Sync, principal_in
 from ampup_memory.memory.tables import (
     EPISODES,
     EVENTS,
@@ -88,6 +89,7 @@ from ampup_memory.memory.tables import (
 from ampup_memory.memory.workspaces import Workspaces
 from ampup_memory.settings import Settings, armed_fault, ensure_home
 from ampup_memory.web.body import validation_errors
+from ampup_memory.web.conditional import Condition, etag_of
 
 log = logging.getLogger("ampup_memory.memory")
 
@@ -335,9 +337,11 @@ class MemoryService:
         return rec.wire(str(scope), units, body)
 
     def change_acl(self, user: str, req: ChangeAcl, episode_id: str,
-                   admin: bool) -> dict[str, Any]:
+                   admin: bool, condition: Condition | None = None) -> dict[str, Any]:
         """An episode's ACL changes only here: its own commit, by the episode's author or an
-        admin. The new ACL decides who may read every version, ``at_commit`` reads too."""
+        admin. The new ACL decides who may read every version, ``at_commit`` reads too.
+        ``condition`` (If-Match on `acl_etag`) is checked again inside the commit's
+        compare-and-set, on the branch as of the ledger the append asserts."""
         scope = parse_scope(req.scope)
         branch = parse_branch(req.branch)
         acl = normalize_acl(req.acl, ["acl"])
@@ -351,10 +355,21 @@ class MemoryService:
             wrote = self.index.entry(rec.commit_id)
             if not admin and (wrote is None or wrote.author != user):
                 raise AccessDenied()
+            recheck = None
+            if condition is not None and not condition.empty:
+                cond, ns = condition, str(scope)
+                cond.check(acl_etag(episode_id, rec.acl))
+
+                def recheck() -> None:  # the caller read it above: no probe of a hidden one
+                    now = self.index.episodes(ns, branch_segments(self.index, ns, branch),
+                                              [episode_id]).get(episode_id)
+                    cond.check(None if now is None else acl_etag(episode_id, now.acl))
+
             if acl == rec.acl:
                 return {"id": episode_id, "acl": list(acl), "commit": None}
             entry = self._commit(scope, branch, user, "change acl of 1 episode", [],
-                                 [], new_commit_id(), [replace(rec, acl=acl, branch=branch)])
+                                 [], new_commit_id(), [replace(rec, acl=acl, branch=branch)],
+                                 recheck=recheck)
         return {"id": episode_id, "acl": list(acl), "commit": entry.commit_id}
 
     def document(self, user: str, document: str, view: View,
@@ -643,14 +658,24 @@ class MemoryService:
                 "next_before": page[-1].commit_id if more else None}
 
     def set_principal(self, user: str, groups: list[str], roles: list[str],
-                      by: str) -> Principal:
+                      by: str, condition: Condition | None = None) -> Principal:
+        """Replace a user's groups and roles. ``condition`` (If-Match on `principal_etag`)
+        is checked on the principals table as of the snapshot the append asserts."""
         require_id(user, ["user"], "user id")
         gs = tuple(sorted({require_id(g, ["groups", i], "group") for i, g in enumerate(groups)}))
         rs = tuple(sorted({require_id(r, ["roles", i], "role") for i, r in enumerate(roles)}))
         row = {"user": user, "groups": list(gs), "roles": list(rs), "updated_at": utcnow(),
                "updated_by": by}
+        check = None
+        if condition is not None and not condition.empty:
+            cond = condition
+            cond.check(principal_etag(self.principal(user)))  # early: the common refusal
+
+            def check(table: Table) -> None:
+                cond.check(principal_etag(principal_in(table, user)))
+
         self.tables.append_anew(SYSTEM_NAMESPACE, "principals", arrow(PRINCIPALS, [row]),
-                                self.backoff)
+                                self.backoff, check)
         tidy(self.tables, SYSTEM_NAMESPACE, "principals", self.protected)
         return self.principal(user)
 
@@ -846,6 +871,18 @@ class MemoryService:
             return self.tables.append(table, rows)
 
         return until_won(attempt, self.backoff)[0]
+
+
+def acl_etag(episode_id: str, acl: Iterable[str]) -> str:
+    """An episode's version for If-Match: a hash of its id and current ACL, the one part of
+    an episode a write changes (its body and fields are content-addressed, fixed)."""
+    return etag_of({"id": episode_id, "acl": sorted(acl)})
+
+
+def principal_etag(principal: Principal) -> str:
+    """A principal's version: a hash of its groups and roles. Every user id has one (none
+    set: no groups, no roles), so it always has a tag."""
+    return etag_of(principal.wire())
 
 
 class _HeldMeanwhile(Exception):

@@ -213,6 +213,15 @@ def _writers(pending: list[LedgerEntry], name: str) -> set[str]:
     return {e.commit_id for e in pending if name in e.snapshots}
 
 
+def principal_in(table: Table, user: str) -> Principal:
+    """``user``'s principal as of the table object's snapshot (no groups, no roles: never
+    set), read from the table, not the index: what a conditional write checks against."""
+    snap = table.metadata.current_snapshot()
+    found = [] if snap is None else [p for p in _newest(table, snap.snapshot_id)
+                                     if p.user == user]
+    return found[0] if found else Principal(user)
+
+
 def _newest(table: Table, snapshot_id: int) -> list[Principal]:
     latest: dict[str, dict[str, Any]] = {}
     for row in table.scan(snapshot_id=snapshot_id).to_arrow().to_pylist():

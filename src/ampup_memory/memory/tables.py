@@ -564,16 +564,28 @@ class MemoryTables:
         return snapshot.snapshot_id
 
     def append_anew(self, namespace: str, name: str, rows: pa.Table,
-                    backoff: Backoff | None = None) -> tuple[Table, int]:
+                    backoff: Backoff | None = None,
+                    check: Callable[[Table], None] | None = None) -> tuple[Table, int]:
         """Append rows that each stand alone (a principal, a workspace's or a hold's next
         state: readers fold them), retrying a lost race on the table as it now is; the
         table object, holding the new snapshot, and its id. pyiceberg's own retry rebases
         on the snapshot it started from, which another writer's upkeep (`tidy`) may have
         expired: concurrent ``PUT /principals/{user}`` answered 500 ("Cannot find
-        starting snapshot")."""
+        starting snapshot").
+
+        ``check`` runs in each attempt on the table as of exactly the snapshot the append
+        asserts (a write of another thread or server in between fails the append, and the
+        next attempt checks again); it raises to abandon the write (If-Match)."""
 
         def attempt() -> tuple[Table, int]:
             table = self.private(namespace, name)
+            if check is not None:
+                check(table)
+                # pyiceberg would rebase a lost append onto the winner's snapshot, past the
+                # state just checked: this one fails instead (the object is ours alone;
+                # the property is not committed), and the next attempt checks again.
+                table.metadata = table.metadata.model_copy(update={"properties": {
+                    **table.metadata.properties, "commit.retry.num-retries": "0"}})
             return table, self.append(table, rows)
 
         return until_won(attempt, backoff or Backoff())[0]

@@ -53,6 +53,17 @@ def header_doc(name: str, description: str, *, pattern: str | None = None,
                             "description": description, "schema": schema}]}
 
 
+def merged(*docs: dict[str, Any]) -> dict[str, Any]:
+    """``openapi_extra`` pieces as one: their header parameters joined, the rest merged."""
+    out: dict[str, Any] = {}
+    for doc in docs:
+        out.update({k: v for k, v in doc.items() if k != "parameters"})
+        out["parameters"] = [*out.get("parameters", []), *doc.get("parameters", [])]
+    if not out["parameters"]:
+        del out["parameters"]
+    return out
+
+
 def body_doc(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]:
     _MODELS[model.__name__] = model
     return {
