@@ -192,6 +192,35 @@ def load(args: argparse.Namespace) -> None:
         print(json.dumps({k: v for k, v in saved.items() if k != "ids"}))
 
 
+def layouts(args: argparse.Namespace) -> None:
+    """A copy of the loaded database per layout lever (`pg_cell_layouts.prepare`), kept in
+    ``urls_<rows>.json`` for ``measure --layouts``; each copy's DDL seconds and sizes."""
+    import psycopg
+    from tests.pg import _embedded
+
+    from benchmarks import pg_cell_layouts
+
+    os.environ.setdefault("AMPUP_TEST_PGDATA", str(args.work / "pg"))
+    urls = args.work / f"urls_{args.rows}.json"
+    saved = json.loads(urls.read_text())
+    with _embedded() as admin_url:
+        restart(admin_url, args.work / "pg" / "main" / "pgdata",
+                {"shared_buffers": args.shared_buffers})
+        with psycopg.connect(saved["cells"], autocommit=True) as conn:
+            base = {"sizes": pg_cell_layouts.sizes(conn, "base")}
+        made = {"base": base}
+        for layout in args.layouts.split(","):
+            load = os.getloadavg()[0]
+            made[layout] = {**pg_cell_layouts.prepare(admin_url, saved["cells"], layout),
+                            "load_at_start": load, "load_at_end": os.getloadavg()[0]}
+            print(json.dumps({layout: made[layout]}), file=sys.stderr, flush=True)
+        saved["layouts"] = {**saved.get("layouts", {}), **made}
+        urls.write_text(json.dumps(saved))
+    out = {k: v for k, v in saved["layouts"].items()}
+    (ROOT / "benchmarks" / "results" / args.out).write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
 def timed_keyword_step(store: Any, flt: Any, terms: list[str], wall: list[float],
                        cpu: list[float], tops: list[list[tuple[str, float]]]) -> None:
     """One keyword step (`search_candidates` without a vector, k = 100) of either cell
@@ -247,17 +276,20 @@ def same_ranking(a: list[list[tuple[str, float]]], b: list[list[tuple[str, float
                        in zip(x, y, strict=True)) for x, y in zip(a, b, strict=True))
 
 
-def prewarm_keyword(uri: str) -> None:
-    """The table and its GIN index read into the buffers (as much as they hold), and the
-    keyword statistics' tables (`pg_words`, where the store has them) vacuumed and read
-    in too: after a backfill, autovacuum's pass over them would otherwise run during the
-    series and count as the searches' server CPU."""
+def prewarm_keyword(uri: str, layout: str = "base") -> None:
+    """The relations the layout's keyword step reads (`pg_cell_layouts.PREWARM`: the
+    store's own, the table and its GIN and owner indexes) read into the buffers (as much
+    as they hold), and the keyword statistics' tables (`pg_words`, where the store has
+    them) vacuumed and read in too: after a backfill, autovacuum's pass over them would
+    otherwise run during the series and count as the searches' server CPU."""
     import psycopg
+
+    from benchmarks.pg_cell_layouts import PREWARM
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-        conn.execute("SELECT pg_prewarm('cells'), pg_prewarm('cells_tsv'),"
-                     " pg_prewarm('cells_owner_filter')")
+        for relation in PREWARM[layout]:
+            conn.execute("SELECT pg_prewarm(%s::regclass)", (relation,))
         if conn.execute("SELECT to_regclass('cell_words') IS NOT NULL").fetchone() == (True,):
             conn.execute("VACUUM ANALYZE cell_words, cell_totals")
             conn.execute("SELECT pg_prewarm('cell_words'), pg_prewarm('cell_words_pkey')")
@@ -431,14 +463,27 @@ def measure(args: argparse.Namespace) -> None:
                      **{name: f for name, f in forms.items() if not f[0] and not f[1]}}
         levers: dict[str, Callable[[Any], None]] = {
             name: lambda s, f=form: lever(*f) for name, form in forms.items()}
+        where = {name: "base" for name in levers}
+        if args.layouts:  # session 23: the shipped store on the loaded database, and
+            # each layout's copy (`layouts`) with its ranking statement
+            from benchmarks.pg_cell_layouts import RANKED
+
+            levers = {"shipped": lambda s: None}
+            where = {"shipped": "base"}
+            for layout in args.layouts.split(","):
+                levers[layout] = RANKED.get(layout, lambda s: None)
+                where[layout] = layout
         first = next(iter(levers))
         reference: dict[str, list[list[tuple[str, float]]]] = {}
         for name, setup in levers.items():
             if args.levers and not any(part in name for part in args.levers.split(",")):
                 continue
+            layout = where[name]
+            at = uri if layout == "base" else saved["layouts"][layout]["uri"]
+            prewarm_keyword(at, layout)
             for fname, flt in filters.items():
                 lever(*SHIPPED_FORM, False, POSTINGS_BUDGET)
-                store = PostgresStore(uri, None)
+                store = PostgresStore(at, None)
                 setup(store)
                 keyword_series(store, flt, queries[:50], False, str(data))  # untimed
                 for cold in (True, False):
@@ -582,7 +627,7 @@ def explain(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=("load", "measure", "backfill", "explain"))
+    parser.add_argument("mode", choices=("load", "measure", "backfill", "explain", "layouts"))
     parser.add_argument("--text-file", type=Path, required=True)
     parser.add_argument("--rows", type=int, default=960_000)
     parser.add_argument("--work", type=Path, required=True)
@@ -596,6 +641,9 @@ def main() -> None:
     parser.add_argument("--beside-build", action="store_true",
                         help="measure: an index is being built on the server; leave its"
                         " processes and the server's background ones out of its CPU")
+    parser.add_argument("--layouts", default="",
+                        help="layouts: the copies to make; measure: the layout levers to"
+                        " run beside the shipped store (inline,narrow,postings)")
     parser.add_argument("--common", action="store_true",
                         help="measure: queries of words over the budget only")
     parser.add_argument("--repeat", type=int, default=2, help="backfill: opens")
@@ -604,8 +652,8 @@ def main() -> None:
                         help="measure: compare the shipped top 10s with this --tops file")
     parser.add_argument("--out", default="pg_cell_keyword_960k.json")
     args = parser.parse_args()
-    {"load": load, "measure": measure, "backfill": backfill,
-     "explain": explain}[args.mode](args)
+    {"load": load, "measure": measure, "backfill": backfill, "explain": explain,
+     "layouts": layouts}[args.mode](args)
 
 
 if __name__ == "__main__":

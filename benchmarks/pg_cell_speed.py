@@ -102,7 +102,9 @@ def beside_a_build(uri: str) -> frozenset[int]:
 
 def classify(sql: str) -> str:
     """A statement of the store's search, by a short name."""
-    return ("statistics" if "sum(length" in sql else
+    return ("keyword" if "JOIN cell_postings" in sql else  # pg_cell_layouts' lever
+            "lexemes" if "regexp_matches" in sql else
+            "statistics" if "sum(length" in sql else
             "exact counts" if "FILTER" in sql else
             "postings counts" if "count(*) FROM (SELECT 1 FROM cells WHERE tsv @@" in sql
             else

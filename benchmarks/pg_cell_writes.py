@@ -20,6 +20,10 @@ the counting triggers off ("before": the write as a version without them makes i
   samples waiting on a lock, ``Lock`` waits, against the ones running or waiting on
   anything else, such as the WAL flush of a commit).
 
+``--layout`` (session 23): the series run on that layout lever's copy of the database
+(`pg_cell_layouts`, made by ``pg_cell_keyword.py layouts``), alternating the lever's
+own triggers off and on instead (the counting triggers stay on).
+
 ``--shards``: the counts spread over this many shards instead of `pg_words.SHARDS` (a
 lever: the trigger's function is made again with it).
 
@@ -55,11 +59,11 @@ from benchmarks.pg_cell_speed import restart, server_ticks, spent_ms  # noqa: E4
 _COUNTING = ("cell_words_written", "cell_words_rewritten")
 
 
-def counting(uri: str, on: bool) -> None:
+def counting(uri: str, on: bool, names: tuple[str, ...] = _COUNTING) -> None:
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
-        for name in _COUNTING:  # ours, constant
+        for name in names:  # ours, constant
             conn.execute(f"ALTER TABLE cells {'ENABLE' if on else 'DISABLE'} TRIGGER {name}")
 
 
@@ -214,12 +218,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="before/after pairs")
     parser.add_argument("--shared-buffers", default="2GB")
     parser.add_argument("--shards", type=int, help="lever: counts in this many shards")
+    parser.add_argument("--layout", help="lever: a pg_cell_layouts copy, its triggers")
     parser.add_argument("--out", default="pg_cell_writes_100k.json")
     args = parser.parse_args()
 
     os.environ.setdefault("AMPUP_TEST_PGDATA", str(args.work / "pg"))
     saved = json.loads((args.work / f"urls_{args.rows}.json").read_text())
     uri, data = saved["cells"], args.work / "pg" / "main" / "pgdata"
+    toggled = _COUNTING
+    if args.layout:
+        from benchmarks.pg_cell_layouts import TRIGGERS
+
+        uri, toggled = saved["layouts"][args.layout]["uri"], TRIGGERS[args.layout]
     needed = args.rows + 2 * args.rounds * 2 * args.creates + 2 * args.creates
     texts = load_pieces(args.text_file, needed)[args.rows:]
     vecs = embedded(args.text_file, args.rows, args.work)
@@ -230,7 +240,7 @@ def main() -> None:
         out_shards = args.shards
     else:
         out_shards = pg_words.SHARDS
-    out: dict[str, Any] = {"rows": args.rows, "shards": out_shards,
+    out: dict[str, Any] = {"rows": args.rows, "shards": out_shards, "layout": args.layout,
                            "load_at_start": os.getloadavg()[0], "runs": []}
     with _embedded() as admin_url:
         restart(admin_url, data, {"shared_buffers": args.shared_buffers})
@@ -244,7 +254,7 @@ def main() -> None:
             one_writer(stores[0], cells, 100, str(data))  # untimed: connections, plans
             for _ in range(args.rounds):
                 for on in (False, True):
-                    counting(uri, on)
+                    counting(uri, on, toggled)
                     for kind, run in (
                             ("one writer", lambda: one_writer(stores[0], cells,
                                                               args.creates, str(data))),
@@ -254,7 +264,7 @@ def main() -> None:
                                "kind": kind, **run()}
                         print(json.dumps(row), file=sys.stderr, flush=True)
                         out["runs"].append(row)
-            counting(uri, True)
+            counting(uri, True, toggled)
             with psycopg.connect(uri, autocommit=True) as conn, conn.transaction():
                 t = time.perf_counter()
                 pg_words.recount(conn)

@@ -73,7 +73,7 @@ from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
 from ampup_memory.search import budget
-from ampup_memory.search.bm25_sql import bm25, number_forms
+from ampup_memory.search.bm25_sql import Scoring, bm25, number_forms
 from ampup_memory.search.budget import (
     affordable_terms,
     exact_counts_sql,
@@ -571,6 +571,12 @@ class PostgresStore:
             return {}
         scoring = bm25([tsquery([t]) or "" for t in kept],
                        Statistics(rows, tokens, tuple(counts[t] for t in kept)), False)
+        return self._ranked(conn, where, params, query, scoring, k)
+
+    def _ranked(self, conn: Conn, where: str, params: list[Any], query: str,
+                scoring: Scoring, k: int) -> dict[str, float]:
+        """The ``k`` best cells matching ``query`` (the kept words) that pass the filters,
+        by ``scoring``: ids and BM25 scores."""
         # Never prepared: psycopg prepares a statement run 5 times, and PostgreSQL then
         # plans it once for any words (a generic plan), which cannot see how many cells
         # the words match: it read an owner's whole index even for a word in a few
