@@ -68,8 +68,10 @@ from benchmarks.pg_cell_speed import (  # noqa: E402
 
 # The store's indexes other than the HNSW one, dropped while the rows are copied in.
 _BULK_DROPPED = ("cells_status_id", "cells_owner_filter", "cells_tsv")
-# The keyword statistics' row triggers, off while the rows are copied in (`recount` after).
-_COUNTING = ("cell_words_written", "cell_words_rewritten")
+# The keyword statistics' and postings' row triggers, off while the rows are copied in
+# (`recount` and `refill` after).
+_COUNTING = ("cell_words_written", "cell_words_rewritten", "cell_postings_written",
+             "cell_postings_rewritten")
 
 
 def bulk_load(uri: str, texts: list[str], vecs: Any, home: Path) -> list[str]:
@@ -127,13 +129,15 @@ def bulk_load(uri: str, texts: list[str], vecs: Any, home: Path) -> list[str]:
             if any(name in statement for name in _BULK_DROPPED):
                 conn.execute(statement)
         if counting:
-            from ampup_memory.amp.store import pg_words
+            from ampup_memory.amp.store import pg_postings, pg_words
 
             for name in counting:
                 conn.execute(f"ALTER TABLE cells ENABLE TRIGGER {name}")
             c = time.perf_counter()
             with conn.transaction():
                 pg_words.recount(conn)
+                if any(name.startswith("cell_postings") for name in counting):
+                    pg_postings.refill(conn)
             print(f"  counted, {time.perf_counter() - c:.0f}s", file=sys.stderr, flush=True)
         conn.execute("VACUUM ANALYZE cells")
     print(f"  indexed, {time.perf_counter() - t:.0f}s", file=sys.stderr, flush=True)
@@ -290,6 +294,10 @@ def prewarm_keyword(uri: str, layout: str = "base") -> None:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
         for relation in PREWARM[layout]:
             conn.execute("SELECT pg_prewarm(%s::regclass)", (relation,))
+        if conn.execute("SELECT to_regclass('cell_postings') IS NOT NULL").fetchone() == (
+                True,):  # session 23: the index-only scans want the visibility map set
+            conn.execute("VACUUM ANALYZE cell_postings")
+            conn.execute("SELECT pg_prewarm('cell_postings_word')")
         if conn.execute("SELECT to_regclass('cell_words') IS NOT NULL").fetchone() == (True,):
             conn.execute("VACUUM ANALYZE cell_words, cell_totals")
             conn.execute("SELECT pg_prewarm('cell_words'), pg_prewarm('cell_words_pkey')")
@@ -353,6 +361,15 @@ def lever(gin_only: bool, cut: bool, prepared: bool, postings: int | None) -> No
     budget(postings or SHIPPED_BUDGET)
 
 
+def tsv_column(on: bool) -> None:
+    """A lever: the keyword step ranks from the ``tsv`` column, not the postings, as
+    before session 23 (the layout levers replace that statement)."""
+    from ampup_memory.amp.store import postgres as pgstore
+
+    if hasattr(pgstore, "KEYWORD_POSTINGS"):
+        pgstore.KEYWORD_POSTINGS = not on
+
+
 def common_queries(texts: list[str], n: int, seed: int = 11) -> list[list[str]]:
     """``n`` queries of 3 words each, every word in more pieces than the postings budget
     (drawn from the 40 in most pieces, stop words aside: `tokenize.query_terms`)."""
@@ -387,9 +404,14 @@ def backfill(args: argparse.Namespace) -> None:
         prewarm_keyword(uri)
         for _ in range(args.repeat):
             with psycopg.connect(uri, autocommit=True) as conn:
-                conn.execute("DROP TABLE IF EXISTS cell_words, cell_totals")
-                conn.execute("DROP FUNCTION IF EXISTS cell_words_count, cell_words_empty"
-                             " CASCADE")
+                if args.drop == "postings":  # session 23: a store made before them
+                    conn.execute("DROP TABLE IF EXISTS cell_postings")
+                    conn.execute("DROP FUNCTION IF EXISTS cell_postings_write,"
+                                 " cell_postings_empty CASCADE")
+                else:
+                    conn.execute("DROP TABLE IF EXISTS cell_words, cell_totals")
+                    conn.execute("DROP FUNCTION IF EXISTS cell_words_count,"
+                                 " cell_words_empty CASCADE")
             load, t = os.getloadavg()[0], time.perf_counter()
             PostgresStore(uri, None).close()
             secs = time.perf_counter() - t
@@ -447,6 +469,11 @@ def measure(args: argparse.Namespace) -> None:
         out["statistics_pass_ms"] = [round(x, 1) for x in sizes]
         filters = {"unfiltered": CellFilter(agent_id="agent_bench_1"),
                    "owner 8 %": CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)}
+        if not args.common:  # no loaded cell passes (all are semantic): every match tested
+            from ampup_memory.amp.model import MemoryType
+
+            filters["no cell passes"] = CellFilter(agent_id="agent_bench_1",
+                                                   types=[MemoryType.episodic])
         # (GIN index alone, newest cut, prepared as psycopg does, budget)
         forms = {
             "session 21 (planner's plan, prepared, no cut)": (False, False, True, None),
@@ -463,6 +490,9 @@ def measure(args: argparse.Namespace) -> None:
                      **{name: f for name, f in forms.items() if not f[0] and not f[1]}}
         levers: dict[str, Callable[[Any], None]] = {
             name: lambda s, f=form: lever(*f) for name, form in forms.items()}
+        if hasattr(pgstore, "KEYWORD_POSTINGS"):  # session 23: before and after
+            levers = {"shipped (postings)": lambda s: None,
+                      "tsv column (before session 23)": lambda s: tsv_column(True)}
         where = {name: "base" for name in levers}
         if args.layouts:  # session 23: the shipped store on the loaded database, and
             # each layout's copy (`layouts`) with its ranking statement
@@ -484,6 +514,8 @@ def measure(args: argparse.Namespace) -> None:
             for fname, flt in filters.items():
                 lever(*SHIPPED_FORM, False, POSTINGS_BUDGET)
                 store = PostgresStore(at, None)
+                # every lever but the shipped store ranks from the tsv column (its own)
+                tsv_column(not name.startswith("shipped"))
                 setup(store)
                 keyword_series(store, flt, queries[:50], False, str(data))  # untimed
                 for cold in (True, False):
@@ -504,6 +536,7 @@ def measure(args: argparse.Namespace) -> None:
                     out["runs"].append(row)
                 store.close()
         lever(*SHIPPED_FORM, False, POSTINGS_BUDGET)
+        tsv_column(False)
     if args.tops:  # the shipped store's top 10s, to compare across versions of the code
         args.tops.write_text(json.dumps(reference))
         if args.same_as:
@@ -647,6 +680,8 @@ def main() -> None:
     parser.add_argument("--common", action="store_true",
                         help="measure: queries of words over the budget only")
     parser.add_argument("--repeat", type=int, default=2, help="backfill: opens")
+    parser.add_argument("--drop", choices=("counts", "postings"), default="counts",
+                        help="backfill: what an older version's store lacks")
     parser.add_argument("--tops", type=Path, help="measure: write the shipped top 10s here")
     parser.add_argument("--same-as", type=Path,
                         help="measure: compare the shipped top 10s with this --tops file")

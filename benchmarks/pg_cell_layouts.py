@@ -11,7 +11,7 @@ statement (`PostgresStore._ranked`, the step after the words are counted and kep
 - ``narrow``: ``cell_keys`` (the id, the columns `rows.where_clause` tests and the
   tsvector, kept in the row) with its own GIN index, kept by a trigger on ``cells`` in the
   writing transaction; the store's statement reads it instead of ``cells``.
-- ``postings``: ``cell_postings(word, cell_id, owner_id, tf, len)``, one row per lexeme
+- ``postings``: ``lever_postings(word, cell_id, owner_id, tf, len)``, one row per lexeme
   of each cell (``tf``: its positions, which is what ``ts_rank_cd`` of that word alone
   counts; ``len``: the cell's distinct lexemes), kept by a trigger, read by an
   index-only scan on ``(word, cell_id) INCLUDE (owner_id, tf, len)``: every matching
@@ -70,44 +70,60 @@ _NARROW = (
     "VACUUM ANALYZE cell_keys",
 )
 
-_POSTINGS = (
-    """CREATE TABLE cell_postings (
-        word text COLLATE "C" NOT NULL,
-        cell_id text COLLATE "C" NOT NULL,
-        owner_id text NOT NULL,
-        tf smallint NOT NULL,
-        len integer NOT NULL
-    )""",
-    "INSERT INTO cell_postings (word, cell_id, owner_id, tf, len) SELECT u.lexeme, c.id,"
-    " c.owner_id, cardinality(u.positions), length(c.tsv) FROM cells c, unnest(c.tsv) u",
-    "CREATE INDEX cell_postings_word ON cell_postings (word, cell_id)"
-    " INCLUDE (owner_id, tf, len)",
-    """CREATE FUNCTION cell_postings_sync() RETURNS trigger LANGUAGE plpgsql AS $$
-    BEGIN
-        IF TG_OP <> 'INSERT' THEN
-            DELETE FROM cell_postings p USING unnest(tsvector_to_array(OLD.tsv)) l
-            WHERE p.word = l COLLATE "C" AND p.cell_id = OLD.id;
-        END IF;
-        IF TG_OP <> 'DELETE' THEN
-            INSERT INTO cell_postings (word, cell_id, owner_id, tf, len)
-            SELECT u.lexeme, NEW.id, NEW.owner_id, cardinality(u.positions), length(NEW.tsv)
-            FROM unnest(NEW.tsv) u;
-        END IF;
-        RETURN NULL;
-    END $$""",
-    "CREATE TRIGGER cell_postings_written AFTER INSERT OR DELETE ON cells"
-    " FOR EACH ROW EXECUTE FUNCTION cell_postings_sync()",
-    "CREATE TRIGGER cell_postings_rewritten AFTER UPDATE ON cells FOR EACH ROW"
-    " WHEN ((OLD.tsv, OLD.owner_id) IS DISTINCT FROM (NEW.tsv, NEW.owner_id))"
-    " EXECUTE FUNCTION cell_postings_sync()",
-    "VACUUM ANALYZE cell_postings",
-)
+def _postings(carried: tuple[str, ...]) -> tuple[str, ...]:
+    """The DDL of ``lever_postings`` carrying the cells' columns ``carried`` (constants of
+    this module: the filter's), rewritten by the trigger when one of them changes."""
+    cols = ", ".join(carried)
+    new = ", ".join(f"NEW.{c}" for c in carried)
+    old = ", ".join(f"OLD.{c}" for c in ("tsv", *carried))
+    types = {"owner_id": "text", "created_by": "text", "status": "text", "type": "text",
+             "public": "boolean", "has_readers": "boolean"}
+    return (
+        f"""CREATE TABLE lever_postings (
+            word text COLLATE "C" NOT NULL,
+            cell_id text COLLATE "C" NOT NULL,
+            {"".join(f"{c} {types[c]} NOT NULL, " for c in carried)}
+            tf smallint NOT NULL,
+            len integer NOT NULL
+        )""",
+        f"INSERT INTO lever_postings (word, cell_id, {cols}, tf, len) SELECT u.lexeme, c.id,"
+        f" {', '.join(f'c.{c}' for c in carried)}, cardinality(u.positions), length(c.tsv)"
+        " FROM cells c, unnest(c.tsv) u",
+        f"CREATE INDEX lever_postings_word ON lever_postings (word, cell_id)"
+        f" INCLUDE ({cols}, tf, len)",
+        f"""CREATE FUNCTION lever_postings_sync() RETURNS trigger LANGUAGE plpgsql AS $$
+        BEGIN
+            IF TG_OP <> 'INSERT' THEN
+                DELETE FROM lever_postings p USING unnest(tsvector_to_array(OLD.tsv)) l
+                WHERE p.word = l COLLATE "C" AND p.cell_id = OLD.id;
+            END IF;
+            IF TG_OP <> 'DELETE' THEN
+                INSERT INTO lever_postings (word, cell_id, {cols}, tf, len)
+                SELECT u.lexeme, NEW.id, {new}, cardinality(u.positions), length(NEW.tsv)
+                FROM unnest(NEW.tsv) u;
+            END IF;
+            RETURN NULL;
+        END $$""",
+        "CREATE TRIGGER lever_postings_written AFTER INSERT OR DELETE ON cells"
+        " FOR EACH ROW EXECUTE FUNCTION lever_postings_sync()",
+        "CREATE TRIGGER lever_postings_rewritten AFTER UPDATE ON cells FOR EACH ROW"
+        f" WHEN (({old}) IS DISTINCT FROM ({old.replace('OLD.', 'NEW.')}))"
+        " EXECUTE FUNCTION lever_postings_sync()",
+        "VACUUM ANALYZE lever_postings",
+    )
+
+
+# ``postings``: the owner alone carried (tested in the index), the rest of the filters
+# on the cells; ``filtered``: every column `rows.where_clause` tests carried, so the
+# filters are tested in the index and no cell is read.
+_FILTERED = ("type", "owner_id", "created_by", "status", "public", "has_readers")
 
 DDL: dict[str, tuple[str, ...]] = {
     "inline": ("ALTER TABLE cells ALTER COLUMN tsv SET STORAGE MAIN", "VACUUM FULL cells",
                "VACUUM ANALYZE cells"),
     "narrow": _NARROW,
-    "postings": _POSTINGS,
+    "postings": _postings(("owner_id",)),
+    "filtered": _postings(_FILTERED),
 }
 
 # The relations each lever's keyword step reads, for `pg_prewarm` after a restart.
@@ -115,13 +131,15 @@ PREWARM: dict[str, tuple[str, ...]] = {
     "base": ("cells", "cells_tsv", "cells_owner_filter"),
     "inline": ("cells", "cells_tsv", "cells_owner_filter"),
     "narrow": ("cell_keys", "cell_keys_tsv", "cell_keys_owner", "cells", "cells_pkey"),
-    "postings": ("cell_postings_word", "cells", "cells_pkey", "cells_tsv"),
+    "postings": ("lever_postings_word", "cells", "cells_pkey", "cells_tsv"),
+    "filtered": ("lever_postings_word", "cells", "cells_pkey", "cells_tsv"),
 }
 
 TRIGGERS: dict[str, tuple[str, ...]] = {
     "inline": (),
     "narrow": ("cell_keys_written", "cell_keys_rewritten"),
-    "postings": ("cell_postings_written", "cell_postings_rewritten"),
+    "postings": ("lever_postings_written", "lever_postings_rewritten"),
+    "filtered": ("lever_postings_written", "lever_postings_rewritten"),
 }
 
 # The relations a lever adds (or, for ``inline``, rewrites), for their sizes.
@@ -129,7 +147,8 @@ SIZED: dict[str, tuple[str, ...]] = {
     "base": ("cells", "cells_tsv"),
     "inline": ("cells", "cells_tsv"),
     "narrow": ("cell_keys", "cell_keys_tsv", "cell_keys_owner", "cell_keys_pkey"),
-    "postings": ("cell_postings", "cell_postings_word"),
+    "postings": ("lever_postings", "lever_postings_word"),
+    "filtered": ("lever_postings", "lever_postings_word"),
 }
 
 
@@ -203,10 +222,11 @@ _LEXEMES = """SELECT u.i, m[1] FROM unnest(%s::text[]) WITH ORDINALITY u(q, i),
     WHERE x.t ~ '^''[^''\\\\]+''( \\| ''[^''\\\\]+'')?$'"""
 
 
-def postings_ranked(store: Any) -> None:
-    """The store's ranking statement scoring from ``cell_postings`` (see the module's
+def postings_ranked(store: Any, carried: bool = False) -> None:
+    """The store's ranking statement scoring from ``lever_postings`` (see the module's
     doc); the same BM25 expression (`bm25_sql.Scoring.score`) over the same ``f<i>`` and
-    ``l``, so the same scores."""
+    ``l``, so the same scores. ``carried``: the postings carry every filtered column
+    (``filtered``), so the filters are tested on them."""
     plain = store._ranked
 
     def ranked(conn: Any, where: str, params: list[Any], query: str, scoring: Any,
@@ -221,6 +241,20 @@ def postings_ranked(store: Any) -> None:
         freqs = "".join(
             f", coalesce(sum(p.tf) FILTER (WHERE w.i = {i + 1}), 0)::float8 AS f{i}"
             for i in range(len(scoring.words)))
+        if carried:
+            return {
+                cell_id: max(float(score), 0.0)
+                for cell_id, score in store._execute(
+                    conn,
+                    f"SELECT id, {scoring.score} AS r FROM"
+                    f" (SELECT p.cell_id AS id{freqs}, max(p.len)::float8 AS l"
+                    " FROM unnest(%s::int[], %s::text[]) w(i, word)"
+                    " JOIN lever_postings p ON p.word = w.word COLLATE \"C\""
+                    f" AND {where.replace('c.', 'p.')} GROUP BY p.cell_id) a"
+                    " ORDER BY r DESC, id LIMIT %s",
+                    (*scoring.values, [int(i) for i, _ in pairs], [w for _, w in pairs],
+                     *params, k), prepare=False)
+            }
         return {
             cell_id: max(float(score), 0.0)
             for cell_id, score in store._execute(
@@ -228,7 +262,7 @@ def postings_ranked(store: Any) -> None:
                 f"SELECT s.id, s.r FROM (SELECT id, {scoring.score} AS r FROM"
                 f" (SELECT p.cell_id AS id{freqs}, max(p.len)::float8 AS l"
                 " FROM unnest(%s::int[], %s::text[]) w(i, word)"
-                " JOIN cell_postings p ON p.word = w.word COLLATE \"C\""
+                " JOIN lever_postings p ON p.word = w.word COLLATE \"C\""
                 f"{' AND p.owner_id = %s' if owner else ''} GROUP BY p.cell_id) a"
                 " ORDER BY r DESC, id OFFSET 0) s"
                 f" CROSS JOIN LATERAL (SELECT 1 FROM cells c WHERE c.id = s.id AND {where}"
@@ -240,4 +274,5 @@ def postings_ranked(store: Any) -> None:
     store._ranked = ranked
 
 
-RANKED = {"narrow": narrow_ranked, "postings": postings_ranked}
+RANKED = {"narrow": narrow_ranked, "postings": postings_ranked,
+          "filtered": lambda store: postings_ranked(store, carried=True)}

@@ -102,7 +102,7 @@ def beside_a_build(uri: str) -> frozenset[int]:
 
 def classify(sql: str) -> str:
     """A statement of the store's search, by a short name."""
-    return ("keyword" if "JOIN cell_postings" in sql else  # pg_cell_layouts' lever
+    return ("keyword" if "_postings p ON" in sql else  # the postings (pg_postings)
             "lexemes" if "regexp_matches" in sql else
             "statistics" if "sum(length" in sql else
             "exact counts" if "FILTER" in sql else
@@ -338,7 +338,14 @@ def main() -> None:
     parser.add_argument("--session21-keyword", action="store_true",
                         help="--whole: the keyword statement of session 21 (no newest cut,"
                         " prepared by psycopg), to compare with the shipped one")
+    parser.add_argument("--tsv-column", action="store_true",
+                        help="--whole: the keyword step ranks from the tsv column, as"
+                        " before session 23 (not from the postings)")
     args = parser.parse_args()
+    if args.tsv_column:
+        from benchmarks.pg_cell_keyword import tsv_column
+
+        tsv_column(True)
     if args.session21_keyword:
         from ampup_memory.amp.store import postgres as pgstore
         from benchmarks.pg_cell_keyword import matches_form

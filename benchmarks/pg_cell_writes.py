@@ -24,6 +24,8 @@ the counting triggers off ("before": the write as a version without them makes i
 (`pg_cell_layouts`, made by ``pg_cell_keyword.py layouts``), alternating the lever's
 own triggers off and on instead (the counting triggers stay on).
 
+``--postings``: the store's postings triggers (`pg_postings`) off and on instead.
+
 ``--shards``: the counts spread over this many shards instead of `pg_words.SHARDS` (a
 lever: the trigger's function is made again with it).
 
@@ -57,6 +59,7 @@ from benchmarks.pg_ann_recall import _pct  # noqa: E402
 from benchmarks.pg_cell_speed import restart, server_ticks, spent_ms  # noqa: E402
 
 _COUNTING = ("cell_words_written", "cell_words_rewritten")
+_POSTINGS = ("cell_postings_written", "cell_postings_rewritten")  # pg_postings (session 23)
 
 
 def counting(uri: str, on: bool, names: tuple[str, ...] = _COUNTING) -> None:
@@ -219,13 +222,15 @@ def main() -> None:
     parser.add_argument("--shared-buffers", default="2GB")
     parser.add_argument("--shards", type=int, help="lever: counts in this many shards")
     parser.add_argument("--layout", help="lever: a pg_cell_layouts copy, its triggers")
+    parser.add_argument("--postings", action="store_true",
+                        help="the store's postings triggers off and on, not the counts'")
     parser.add_argument("--out", default="pg_cell_writes_100k.json")
     args = parser.parse_args()
 
     os.environ.setdefault("AMPUP_TEST_PGDATA", str(args.work / "pg"))
     saved = json.loads((args.work / f"urls_{args.rows}.json").read_text())
     uri, data = saved["cells"], args.work / "pg" / "main" / "pgdata"
-    toggled = _COUNTING
+    toggled = _POSTINGS if args.postings else _COUNTING
     if args.layout:
         from benchmarks.pg_cell_layouts import TRIGGERS
 
@@ -241,6 +246,7 @@ def main() -> None:
     else:
         out_shards = pg_words.SHARDS
     out: dict[str, Any] = {"rows": args.rows, "shards": out_shards, "layout": args.layout,
+                           "toggled": list(toggled),
                            "load_at_start": os.getloadavg()[0], "runs": []}
     with _embedded() as admin_url:
         restart(admin_url, data, {"shared_buffers": args.shared_buffers})
