@@ -10,6 +10,8 @@ vector) are written by the product's `PostgresStore.create`, in series that alte
 the counting triggers off ("before": the write as a version without them makes it,
 ``ALTER TABLE cells DISABLE TRIGGER``) and on ("after"):
 
+- ``status changes`` (session 23): as many cells made untimed, then each made stale
+  (`PostgresStore.set_status`) one after the other, timed as ``one writer``;
 - ``one writer``: ``--creates`` creates one after the other; per create: wall p50 / p95,
   client CPU p50, and the server's CPU (utime + stime of every server process from
   /proc, over the series, divided by the creates);
@@ -102,16 +104,28 @@ class Cells:
         return StoredCell(cell=cell), [float(x) for x in self.vecs[i % len(self.vecs)]]
 
 
-def one_writer(store: Any, cells: Cells, n: int, data: str) -> dict[str, Any]:
+def one_writer(store: Any, cells: Cells, n: int, data: str,
+               stale: bool = False) -> dict[str, Any]:
+    """``n`` creates one after the other, timed; ``stale``: the creates untimed, then each
+    cell's status change to stale (`PostgresStore.set_status`, as a lifecycle pass makes
+    it) timed instead."""
+    from ampup_memory.amp.model import Status
+
     prepared = [cells.take() for _ in range(n)]
+    if stale:
+        for stored, vec in prepared:
+            store.create(stored, vec)
     wall, cpu = [], []
     t0 = server_ticks(data)
     for stored, vec in prepared:
         t, c = time.perf_counter(), time.process_time()
-        store.create(stored, vec)
+        if stale:
+            assert store.set_status(stored, Status.stale, stored.cell.lifecycle.created_at)
+        else:
+            store.create(stored, vec)
         cpu.append((time.process_time() - c) * 1000)
         wall.append((time.perf_counter() - t) * 1000)
-    return {"creates": n, "p50_ms": round(statistics.median(wall), 3),
+    return {"writes": n, "p50_ms": round(statistics.median(wall), 3),
             "p95_ms": round(_pct(wall, 0.95), 3),
             "client_cpu_p50_ms": round(statistics.median(cpu), 3),
             "server_cpu_ms_per_create": round(spent_ms(t0, server_ticks(data)) / n, 3),
@@ -235,7 +249,7 @@ def main() -> None:
         from benchmarks.pg_cell_layouts import TRIGGERS
 
         uri, toggled = saved["layouts"][args.layout]["uri"], TRIGGERS[args.layout]
-    needed = args.rows + 2 * args.rounds * 2 * args.creates + 2 * args.creates
+    needed = args.rows + 3 * args.rounds * 2 * args.creates + 2 * args.creates
     texts = load_pieces(args.text_file, needed)[args.rows:]
     vecs = embedded(args.text_file, args.rows, args.work)
     if args.shards:  # a power of two, as `pg_words._shard` masks the hash
@@ -264,6 +278,8 @@ def main() -> None:
                     for kind, run in (
                             ("one writer", lambda: one_writer(stores[0], cells,
                                                               args.creates, str(data))),
+                            ("status changes", lambda: one_writer(
+                                stores[0], cells, args.creates, str(data), stale=True)),
                             (f"{args.threads} writers", lambda: writers(
                                 stores, cells, args.creates, args.threads, str(data)))):
                         row = {"triggers": "on (after)" if on else "off (before)",
