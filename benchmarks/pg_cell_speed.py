@@ -274,14 +274,17 @@ def halved(store: Any, d: int) -> None:
 
 
 def prewarm(uri: str, d: int) -> None:
-    """pg_prewarm the cells' HNSW index, then the table and its GIN index (as much as the
-    buffers hold)."""
+    """pg_prewarm the cells' HNSW index, then the table and its GIN index, and the keyword
+    postings' index where the store has one (as much as the buffers hold)."""
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
         conn.execute("SELECT pg_prewarm(%s::regclass), pg_prewarm('cells'),"
                      " pg_prewarm('cells_tsv')", (f"cells_embedding_hnsw_{d}",))
+        if conn.execute("SELECT to_regclass('cell_postings_word') IS NOT NULL").fetchone(
+                ) == (True,):
+            conn.execute("SELECT pg_prewarm('cell_postings_word')")
 
 
 def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:

@@ -7,7 +7,7 @@ to about 8,000 cells a search (the postings budget); 29 ms of server CPU at 960k
 (docs/performance.md, session 23). Here each cell's words are kept as rows of
 ``cell_postings(word, cell_id, …, tf, len)``, with every column `rows.where_clause`
 tests, and read by an index-only scan of ``(word, cell_id) INCLUDE (…)``: a search scores
-its matching cells, filters included, from index pages that hold a hundred postings each,
+its matching cells, filters included, from index pages that hold about 80 postings each,
 reading no cell.
 
 - ``tf`` is the lexeme's positions in the cell's ``tsv``: what ``ts_rank_cd`` of that
