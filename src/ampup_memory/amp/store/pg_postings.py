@@ -13,7 +13,7 @@ reading no cell.
 - ``tf`` is the lexeme's positions in the cell's ``tsv``: what ``ts_rank_cd`` of that
   word alone counts with the weights `bm25f.rank_cd_weights` gives (every weight 1, no
   normalisation); ``len`` the tsvector's distinct lexemes (`bm25_sql.LENGTH`). So the
-  scores are the same numbers (`RANKED` uses the same `bm25_sql.Scoring`).
+  scores are the same numbers (`ranked` uses the same `bm25_sql.Scoring`).
 - A row trigger writes a cell's postings on INSERT, removes them on DELETE, and rewrites
   them on an UPDATE that changes ``tsv`` or a filtered column (a status change, a new
   access list); a read's ``touch`` and a re-embedding fire nothing. TRUNCATE empties them.
@@ -86,7 +86,6 @@ BEGIN
     DELETE FROM cell_postings;  -- not TRUNCATE: see pg_words' cell_words_empty
     RETURN NULL;
 END $$"""
-
 
 
 def _watched(row: str) -> str:
