@@ -28,7 +28,14 @@ store before session 21 counted to the end.
 
 ``backfill``: the time a server of this version takes to open a store an older version
 made (the counts dropped first, as such a store has none): `pg_words.prepare` counting
-every cell, under the schema lock, writers waiting.
+every cell, under the schema lock, writers waiting (``--drop postings``: the postings
+instead, `pg_postings.prepare` writing them).
+
+``layouts`` (session 23): a copy of the loaded database per layout lever
+(`pg_cell_layouts`: the tsvector inline, a narrow table, postings), for ``measure
+--layouts``, which runs the shipped store and each lever in one run, with a third filter
+no loaded cell passes. Without ``--layouts``, ``measure`` runs the shipped store (the
+postings) against the ``tsv`` column (`postgres.KEYWORD_POSTINGS` off).
 
     nice -n 10 env PYTHONPATH=src:. python -m benchmarks.pg_cell_keyword load \\
         --text-file /tmp/pgcell20/pieces.jsonl --rows 960000 --work /tmp/pgcell20/w960
