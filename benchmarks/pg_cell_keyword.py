@@ -28,7 +28,14 @@ store before session 21 counted to the end.
 
 ``backfill``: the time a server of this version takes to open a store an older version
 made (the counts dropped first, as such a store has none): `pg_words.prepare` counting
-every cell, under the schema lock, writers waiting.
+every cell, under the schema lock, writers waiting (``--drop postings``: the postings
+instead, `pg_postings.prepare` writing them).
+
+``layouts`` (session 23): a copy of the loaded database per layout lever
+(`pg_cell_layouts`: the tsvector inline, a narrow table, postings), for ``measure
+--layouts``, which runs the shipped store and each lever in one run, with a third filter
+no loaded cell passes. Without ``--layouts``, ``measure`` runs the shipped store (the
+postings) against the ``tsv`` column (`postgres.KEYWORD_POSTINGS` off).
 
     nice -n 10 env PYTHONPATH=src:. python -m benchmarks.pg_cell_keyword load \\
         --text-file /tmp/pgcell20/pieces.jsonl --rows 960000 --work /tmp/pgcell20/w960
@@ -68,8 +75,10 @@ from benchmarks.pg_cell_speed import (  # noqa: E402
 
 # The store's indexes other than the HNSW one, dropped while the rows are copied in.
 _BULK_DROPPED = ("cells_status_id", "cells_owner_filter", "cells_tsv")
-# The keyword statistics' row triggers, off while the rows are copied in (`recount` after).
-_COUNTING = ("cell_words_written", "cell_words_rewritten")
+# The keyword statistics' and postings' row triggers, off while the rows are copied in
+# (`recount` and `refill` after).
+_COUNTING = ("cell_words_written", "cell_words_rewritten", "cell_postings_written",
+             "cell_postings_rewritten")
 
 
 def bulk_load(uri: str, texts: list[str], vecs: Any, home: Path) -> list[str]:
@@ -127,13 +136,15 @@ def bulk_load(uri: str, texts: list[str], vecs: Any, home: Path) -> list[str]:
             if any(name in statement for name in _BULK_DROPPED):
                 conn.execute(statement)
         if counting:
-            from ampup_memory.amp.store import pg_words
+            from ampup_memory.amp.store import pg_postings, pg_words
 
             for name in counting:
                 conn.execute(f"ALTER TABLE cells ENABLE TRIGGER {name}")
             c = time.perf_counter()
             with conn.transaction():
                 pg_words.recount(conn)
+                if any(name.startswith("cell_postings") for name in counting):
+                    pg_postings.refill(conn)
             print(f"  counted, {time.perf_counter() - c:.0f}s", file=sys.stderr, flush=True)
         conn.execute("VACUUM ANALYZE cells")
     print(f"  indexed, {time.perf_counter() - t:.0f}s", file=sys.stderr, flush=True)
@@ -192,6 +203,35 @@ def load(args: argparse.Namespace) -> None:
         print(json.dumps({k: v for k, v in saved.items() if k != "ids"}))
 
 
+def layouts(args: argparse.Namespace) -> None:
+    """A copy of the loaded database per layout lever (`pg_cell_layouts.prepare`), kept in
+    ``urls_<rows>.json`` for ``measure --layouts``; each copy's DDL seconds and sizes."""
+    import psycopg
+    from tests.pg import _embedded
+
+    from benchmarks import pg_cell_layouts
+
+    os.environ.setdefault("AMPUP_TEST_PGDATA", str(args.work / "pg"))
+    urls = args.work / f"urls_{args.rows}.json"
+    saved = json.loads(urls.read_text())
+    with _embedded() as admin_url:
+        restart(admin_url, args.work / "pg" / "main" / "pgdata",
+                {"shared_buffers": args.shared_buffers})
+        with psycopg.connect(saved["cells"], autocommit=True) as conn:
+            base = {"sizes": pg_cell_layouts.sizes(conn, "base")}
+        made = {"base": base}
+        for layout in args.layouts.split(","):
+            load = os.getloadavg()[0]
+            made[layout] = {**pg_cell_layouts.prepare(admin_url, saved["cells"], layout),
+                            "load_at_start": load, "load_at_end": os.getloadavg()[0]}
+            print(json.dumps({layout: made[layout]}), file=sys.stderr, flush=True)
+        saved["layouts"] = {**saved.get("layouts", {}), **made}
+        urls.write_text(json.dumps(saved))
+    out = {k: v for k, v in saved["layouts"].items()}
+    (ROOT / "benchmarks" / "results" / args.out).write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+
+
 def timed_keyword_step(store: Any, flt: Any, terms: list[str], wall: list[float],
                        cpu: list[float], tops: list[list[tuple[str, float]]]) -> None:
     """One keyword step (`search_candidates` without a vector, k = 100) of either cell
@@ -247,17 +287,24 @@ def same_ranking(a: list[list[tuple[str, float]]], b: list[list[tuple[str, float
                        in zip(x, y, strict=True)) for x, y in zip(a, b, strict=True))
 
 
-def prewarm_keyword(uri: str) -> None:
-    """The table and its GIN index read into the buffers (as much as they hold), and the
-    keyword statistics' tables (`pg_words`, where the store has them) vacuumed and read
-    in too: after a backfill, autovacuum's pass over them would otherwise run during the
-    series and count as the searches' server CPU."""
+def prewarm_keyword(uri: str, layout: str = "base") -> None:
+    """The relations the layout's keyword step reads (`pg_cell_layouts.PREWARM`: the
+    store's own, the table and its GIN and owner indexes) read into the buffers (as much
+    as they hold), and the keyword statistics' tables (`pg_words`, where the store has
+    them) vacuumed and read in too: after a backfill, autovacuum's pass over them would
+    otherwise run during the series and count as the searches' server CPU."""
     import psycopg
+
+    from benchmarks.pg_cell_layouts import PREWARM
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
-        conn.execute("SELECT pg_prewarm('cells'), pg_prewarm('cells_tsv'),"
-                     " pg_prewarm('cells_owner_filter')")
+        for relation in PREWARM[layout]:
+            conn.execute("SELECT pg_prewarm(%s::regclass)", (relation,))
+        if conn.execute("SELECT to_regclass('cell_postings') IS NOT NULL").fetchone() == (
+                True,):  # session 23: the index-only scans want the visibility map set
+            conn.execute("VACUUM ANALYZE cell_postings")
+            conn.execute("SELECT pg_prewarm('cell_postings_word')")
         if conn.execute("SELECT to_regclass('cell_words') IS NOT NULL").fetchone() == (True,):
             conn.execute("VACUUM ANALYZE cell_words, cell_totals")
             conn.execute("SELECT pg_prewarm('cell_words'), pg_prewarm('cell_words_pkey')")
@@ -321,6 +368,15 @@ def lever(gin_only: bool, cut: bool, prepared: bool, postings: int | None) -> No
     budget(postings or SHIPPED_BUDGET)
 
 
+def tsv_column(on: bool) -> None:
+    """A lever: the keyword step ranks from the ``tsv`` column, not the postings, as
+    before session 23 (the layout levers replace that statement)."""
+    from ampup_memory.amp.store import postgres as pgstore
+
+    if hasattr(pgstore, "KEYWORD_POSTINGS"):
+        pgstore.KEYWORD_POSTINGS = not on
+
+
 def common_queries(texts: list[str], n: int, seed: int = 11) -> list[list[str]]:
     """``n`` queries of 3 words each, every word in more pieces than the postings budget
     (drawn from the 40 in most pieces, stop words aside: `tokenize.query_terms`)."""
@@ -355,9 +411,14 @@ def backfill(args: argparse.Namespace) -> None:
         prewarm_keyword(uri)
         for _ in range(args.repeat):
             with psycopg.connect(uri, autocommit=True) as conn:
-                conn.execute("DROP TABLE IF EXISTS cell_words, cell_totals")
-                conn.execute("DROP FUNCTION IF EXISTS cell_words_count, cell_words_empty"
-                             " CASCADE")
+                if args.drop == "postings":  # session 23: a store made before them
+                    conn.execute("DROP TABLE IF EXISTS cell_postings")
+                    conn.execute("DROP FUNCTION IF EXISTS cell_postings_write,"
+                                 " cell_postings_empty CASCADE")
+                else:
+                    conn.execute("DROP TABLE IF EXISTS cell_words, cell_totals")
+                    conn.execute("DROP FUNCTION IF EXISTS cell_words_count,"
+                                 " cell_words_empty CASCADE")
             load, t = os.getloadavg()[0], time.perf_counter()
             PostgresStore(uri, None).close()
             secs = time.perf_counter() - t
@@ -415,6 +476,11 @@ def measure(args: argparse.Namespace) -> None:
         out["statistics_pass_ms"] = [round(x, 1) for x in sizes]
         filters = {"unfiltered": CellFilter(agent_id="agent_bench_1"),
                    "owner 8 %": CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)}
+        if not args.common:  # no loaded cell passes (all are semantic): every match tested
+            from ampup_memory.amp.model import MemoryType
+
+            filters["no cell passes"] = CellFilter(agent_id="agent_bench_1",
+                                                   types=[MemoryType.episodic])
         # (GIN index alone, newest cut, prepared as psycopg does, budget)
         forms = {
             "session 21 (planner's plan, prepared, no cut)": (False, False, True, None),
@@ -431,14 +497,32 @@ def measure(args: argparse.Namespace) -> None:
                      **{name: f for name, f in forms.items() if not f[0] and not f[1]}}
         levers: dict[str, Callable[[Any], None]] = {
             name: lambda s, f=form: lever(*f) for name, form in forms.items()}
+        if hasattr(pgstore, "KEYWORD_POSTINGS"):  # session 23: before and after
+            levers = {"shipped (postings)": lambda s: None,
+                      "tsv column (before session 23)": lambda s: tsv_column(True)}
+        where = {name: "base" for name in levers}
+        if args.layouts:  # session 23: the shipped store on the loaded database, and
+            # each layout's copy (`layouts`) with its ranking statement
+            from benchmarks.pg_cell_layouts import RANKED
+
+            levers = {"shipped": lambda s: None}
+            where = {"shipped": "base"}
+            for layout in args.layouts.split(","):
+                levers[layout] = RANKED.get(layout, lambda s: None)
+                where[layout] = layout
         first = next(iter(levers))
         reference: dict[str, list[list[tuple[str, float]]]] = {}
         for name, setup in levers.items():
             if args.levers and not any(part in name for part in args.levers.split(",")):
                 continue
+            layout = where[name]
+            at = uri if layout == "base" else saved["layouts"][layout]["uri"]
+            prewarm_keyword(at, layout)
             for fname, flt in filters.items():
                 lever(*SHIPPED_FORM, False, POSTINGS_BUDGET)
-                store = PostgresStore(uri, None)
+                store = PostgresStore(at, None)
+                # every lever but the shipped store ranks from the tsv column (its own)
+                tsv_column(not name.startswith("shipped"))
                 setup(store)
                 keyword_series(store, flt, queries[:50], False, str(data))  # untimed
                 for cold in (True, False):
@@ -459,6 +543,7 @@ def measure(args: argparse.Namespace) -> None:
                     out["runs"].append(row)
                 store.close()
         lever(*SHIPPED_FORM, False, POSTINGS_BUDGET)
+        tsv_column(False)
     if args.tops:  # the shipped store's top 10s, to compare across versions of the code
         args.tops.write_text(json.dumps(reference))
         if args.same_as:
@@ -582,7 +667,7 @@ def explain(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("mode", choices=("load", "measure", "backfill", "explain"))
+    parser.add_argument("mode", choices=("load", "measure", "backfill", "explain", "layouts"))
     parser.add_argument("--text-file", type=Path, required=True)
     parser.add_argument("--rows", type=int, default=960_000)
     parser.add_argument("--work", type=Path, required=True)
@@ -596,16 +681,21 @@ def main() -> None:
     parser.add_argument("--beside-build", action="store_true",
                         help="measure: an index is being built on the server; leave its"
                         " processes and the server's background ones out of its CPU")
+    parser.add_argument("--layouts", default="",
+                        help="layouts: the copies to make; measure: the layout levers to"
+                        " run beside the shipped store (inline,narrow,postings)")
     parser.add_argument("--common", action="store_true",
                         help="measure: queries of words over the budget only")
     parser.add_argument("--repeat", type=int, default=2, help="backfill: opens")
+    parser.add_argument("--drop", choices=("counts", "postings"), default="counts",
+                        help="backfill: what an older version's store lacks")
     parser.add_argument("--tops", type=Path, help="measure: write the shipped top 10s here")
     parser.add_argument("--same-as", type=Path,
                         help="measure: compare the shipped top 10s with this --tops file")
     parser.add_argument("--out", default="pg_cell_keyword_960k.json")
     args = parser.parse_args()
-    {"load": load, "measure": measure, "backfill": backfill,
-     "explain": explain}[args.mode](args)
+    {"load": load, "measure": measure, "backfill": backfill, "explain": explain,
+     "layouts": layouts}[args.mode](args)
 
 
 if __name__ == "__main__":

@@ -102,7 +102,9 @@ def beside_a_build(uri: str) -> frozenset[int]:
 
 def classify(sql: str) -> str:
     """A statement of the store's search, by a short name."""
-    return ("statistics" if "sum(length" in sql else
+    return ("keyword" if "_postings p ON" in sql else  # the postings (pg_postings)
+            "lexemes" if "regexp_matches" in sql else
+            "statistics" if "sum(length" in sql else
             "exact counts" if "FILTER" in sql else
             "postings counts" if "count(*) FROM (SELECT 1 FROM cells WHERE tsv @@" in sql
             else
@@ -272,14 +274,17 @@ def halved(store: Any, d: int) -> None:
 
 
 def prewarm(uri: str, d: int) -> None:
-    """pg_prewarm the cells' HNSW index, then the table and its GIN index (as much as the
-    buffers hold)."""
+    """pg_prewarm the cells' HNSW index, then the table and its GIN index, and the keyword
+    postings' index where the store has one (as much as the buffers hold)."""
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute("CREATE EXTENSION IF NOT EXISTS pg_prewarm")
         conn.execute("SELECT pg_prewarm(%s::regclass), pg_prewarm('cells'),"
                      " pg_prewarm('cells_tsv')", (f"cells_embedding_hnsw_{d}",))
+        if conn.execute("SELECT to_regclass('cell_postings_word') IS NOT NULL").fetchone(
+                ) == (True,):
+            conn.execute("SELECT pg_prewarm('cell_postings_word')")
 
 
 def restart(admin_url: str, data: Path, settings: dict[str, str]) -> None:
@@ -336,7 +341,14 @@ def main() -> None:
     parser.add_argument("--session21-keyword", action="store_true",
                         help="--whole: the keyword statement of session 21 (no newest cut,"
                         " prepared by psycopg), to compare with the shipped one")
+    parser.add_argument("--tsv-column", action="store_true",
+                        help="--whole: the keyword step ranks from the tsv column, as"
+                        " before session 23 (not from the postings)")
     args = parser.parse_args()
+    if args.tsv_column:
+        from benchmarks.pg_cell_keyword import tsv_column
+
+        tsv_column(True)
     if args.session21_keyword:
         from ampup_memory.amp.store import postgres as pgstore
         from benchmarks.pg_cell_keyword import matches_form

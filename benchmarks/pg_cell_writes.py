@@ -10,6 +10,8 @@ vector) are written by the product's `PostgresStore.create`, in series that alte
 the counting triggers off ("before": the write as a version without them makes it,
 ``ALTER TABLE cells DISABLE TRIGGER``) and on ("after"):
 
+- ``status changes`` (session 23): as many cells made untimed, then each made stale
+  (`PostgresStore.set_status`) one after the other, timed as ``one writer``;
 - ``one writer``: ``--creates`` creates one after the other; per create: wall p50 / p95,
   client CPU p50, and the server's CPU (utime + stime of every server process from
   /proc, over the series, divided by the creates);
@@ -19,6 +21,12 @@ the counting triggers off ("before": the write as a version without them makes i
   on another's lock (``pg_stat_activity`` sampled every 5 ms: the share of the writers'
   samples waiting on a lock, ``Lock`` waits, against the ones running or waiting on
   anything else, such as the WAL flush of a commit).
+
+``--layout`` (session 23): the series run on that layout lever's copy of the database
+(`pg_cell_layouts`, made by ``pg_cell_keyword.py layouts``), alternating the lever's
+own triggers off and on instead (the counting triggers stay on).
+
+``--postings``: the store's postings triggers (`pg_postings`) off and on instead.
 
 ``--shards``: the counts spread over this many shards instead of `pg_words.SHARDS` (a
 lever: the trigger's function is made again with it).
@@ -53,13 +61,14 @@ from benchmarks.pg_ann_recall import _pct  # noqa: E402
 from benchmarks.pg_cell_speed import restart, server_ticks, spent_ms  # noqa: E402
 
 _COUNTING = ("cell_words_written", "cell_words_rewritten")
+_POSTINGS = ("cell_postings_written", "cell_postings_rewritten")  # pg_postings (session 23)
 
 
-def counting(uri: str, on: bool) -> None:
+def counting(uri: str, on: bool, names: tuple[str, ...] = _COUNTING) -> None:
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
-        for name in _COUNTING:  # ours, constant
+        for name in names:  # ours, constant
             conn.execute(f"ALTER TABLE cells {'ENABLE' if on else 'DISABLE'} TRIGGER {name}")
 
 
@@ -95,16 +104,28 @@ class Cells:
         return StoredCell(cell=cell), [float(x) for x in self.vecs[i % len(self.vecs)]]
 
 
-def one_writer(store: Any, cells: Cells, n: int, data: str) -> dict[str, Any]:
+def one_writer(store: Any, cells: Cells, n: int, data: str,
+               stale: bool = False) -> dict[str, Any]:
+    """``n`` creates one after the other, timed; ``stale``: the creates untimed, then each
+    cell's status change to stale (`PostgresStore.set_status`, as a lifecycle pass makes
+    it) timed instead."""
+    from ampup_memory.amp.model import Status
+
     prepared = [cells.take() for _ in range(n)]
+    if stale:
+        for stored, vec in prepared:
+            store.create(stored, vec)
     wall, cpu = [], []
     t0 = server_ticks(data)
     for stored, vec in prepared:
         t, c = time.perf_counter(), time.process_time()
-        store.create(stored, vec)
+        if stale:
+            assert store.set_status(stored, Status.stale, stored.cell.lifecycle.created_at)
+        else:
+            store.create(stored, vec)
         cpu.append((time.process_time() - c) * 1000)
         wall.append((time.perf_counter() - t) * 1000)
-    return {"creates": n, "p50_ms": round(statistics.median(wall), 3),
+    return {"writes": n, "p50_ms": round(statistics.median(wall), 3),
             "p95_ms": round(_pct(wall, 0.95), 3),
             "client_cpu_p50_ms": round(statistics.median(cpu), 3),
             "server_cpu_ms_per_create": round(spent_ms(t0, server_ticks(data)) / n, 3),
@@ -214,13 +235,21 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2, help="before/after pairs")
     parser.add_argument("--shared-buffers", default="2GB")
     parser.add_argument("--shards", type=int, help="lever: counts in this many shards")
+    parser.add_argument("--layout", help="lever: a pg_cell_layouts copy, its triggers")
+    parser.add_argument("--postings", action="store_true",
+                        help="the store's postings triggers off and on, not the counts'")
     parser.add_argument("--out", default="pg_cell_writes_100k.json")
     args = parser.parse_args()
 
     os.environ.setdefault("AMPUP_TEST_PGDATA", str(args.work / "pg"))
     saved = json.loads((args.work / f"urls_{args.rows}.json").read_text())
     uri, data = saved["cells"], args.work / "pg" / "main" / "pgdata"
-    needed = args.rows + 2 * args.rounds * 2 * args.creates + 2 * args.creates
+    toggled = _POSTINGS if args.postings else _COUNTING
+    if args.layout:
+        from benchmarks.pg_cell_layouts import TRIGGERS
+
+        uri, toggled = saved["layouts"][args.layout]["uri"], TRIGGERS[args.layout]
+    needed = args.rows + 3 * args.rounds * 2 * args.creates + 2 * args.creates
     texts = load_pieces(args.text_file, needed)[args.rows:]
     vecs = embedded(args.text_file, args.rows, args.work)
     if args.shards:  # a power of two, as `pg_words._shard` masks the hash
@@ -230,7 +259,8 @@ def main() -> None:
         out_shards = args.shards
     else:
         out_shards = pg_words.SHARDS
-    out: dict[str, Any] = {"rows": args.rows, "shards": out_shards,
+    out: dict[str, Any] = {"rows": args.rows, "shards": out_shards, "layout": args.layout,
+                           "toggled": list(toggled),
                            "load_at_start": os.getloadavg()[0], "runs": []}
     with _embedded() as admin_url:
         restart(admin_url, data, {"shared_buffers": args.shared_buffers})
@@ -244,17 +274,19 @@ def main() -> None:
             one_writer(stores[0], cells, 100, str(data))  # untimed: connections, plans
             for _ in range(args.rounds):
                 for on in (False, True):
-                    counting(uri, on)
+                    counting(uri, on, toggled)
                     for kind, run in (
                             ("one writer", lambda: one_writer(stores[0], cells,
                                                               args.creates, str(data))),
+                            ("status changes", lambda: one_writer(
+                                stores[0], cells, args.creates, str(data), stale=True)),
                             (f"{args.threads} writers", lambda: writers(
                                 stores, cells, args.creates, args.threads, str(data)))):
                         row = {"triggers": "on (after)" if on else "off (before)",
                                "kind": kind, **run()}
                         print(json.dumps(row), file=sys.stderr, flush=True)
                         out["runs"].append(row)
-            counting(uri, True)
+            counting(uri, True, toggled)
             with psycopg.connect(uri, autocommit=True) as conn, conn.transaction():
                 t = time.perf_counter()
                 pg_words.recount(conn)

@@ -1,7 +1,9 @@
-"""PostgreSQL cell store: the keyword statistics the database keeps as cells are written
-(`amp/store/pg_words.py`) equal counting the cells, after every kind of write, with
-writers at once on two store instances (two servers), and for a store an older version
-made (counted when a server opens it); searches score as SQLite's store does."""
+"""PostgreSQL cell store: the keyword statistics and postings the database keeps as cells
+are written (`amp/store/pg_words.py`, `amp/store/pg_postings.py`) equal counting and
+writing them from the cells again, after every kind of write, with writers at once on two
+store instances (two servers), and for a store an older version made (made when a server
+opens it); searches score as SQLite's store does, and from the postings as from the
+``tsv`` column."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from ampup_memory.amp.model import Status
-from ampup_memory.amp.store import pg_words
+from ampup_memory.amp.model import MemoryType, Status
+from ampup_memory.amp.store import pg_postings, pg_words
+from ampup_memory.amp.store import postgres as pg_store
 from ampup_memory.amp.store.base import CellFilter, CellStore
 from ampup_memory.amp.store.postgres import PostgresStore, tsquery
 from ampup_memory.amp.store.registry import open_store
@@ -62,8 +65,8 @@ def counted(url: str, terms: list[str]) -> tuple[int, int, dict[str, int | None]
 
 def assert_exact(url: str, terms: list[str]) -> None:
     """Every term's count equals the cells its query matches, N the cells and the
-    lengths their summed lengths; no shard's count is negative; and the table is what
-    counting every cell again makes."""
+    lengths their summed lengths; no shard's count is negative; the table is what
+    counting every cell again makes, and the postings what writing them again makes."""
     rows, tokens, table = counted(url, terms)
     with psycopg.connect(url, autocommit=True) as conn:
         truth = conn.execute("SELECT count(*), coalesce(sum(length(tsv)), 0) FROM cells"
@@ -82,10 +85,14 @@ def assert_exact(url: str, terms: list[str]) -> None:
         before = conn.execute(kept).fetchall()
         sizes = "SELECT sum(cells), sum(lengths) FROM cell_totals"
         sized = conn.execute(sizes).fetchone()
+        postings = "SELECT * FROM cell_postings ORDER BY word, cell_id"
+        written = conn.execute(postings).fetchall()
         with conn.transaction(force_rollback=True):
             pg_words.recount(conn)
             assert conn.execute(kept).fetchall() == before
             assert conn.execute(sizes).fetchone() == sized
+            pg_postings.refill(conn)
+            assert conn.execute(postings).fetchall() == written
 
 
 def every_word() -> list[str]:
@@ -180,14 +187,15 @@ def test_writers_at_once_on_two_servers_leave_exact_counts(
 def test_a_store_an_older_version_made_is_counted_when_opened(
     url: str, tmp_path: Path
 ) -> None:
-    """A store without the counts (made, and written, by an older version) gets them
-    when a server opens it; two servers opening it at once count it once. Its scores
-    then equal SQLite's for the same cells."""
+    """A store without the counts and postings (made, and written, by an older version)
+    gets them when a server opens it; two servers opening it at once make them once. Its
+    scores then equal SQLite's for the same cells."""
     old = open_store(url, DIMS)
     try:
         with psycopg.connect(url, autocommit=True) as conn:  # as an older version left it
-            conn.execute("DROP TABLE cell_words, cell_totals")
-            conn.execute("DROP FUNCTION cell_words_count, cell_words_empty CASCADE")
+            conn.execute("DROP TABLE cell_words, cell_totals, cell_postings")
+            conn.execute("DROP FUNCTION cell_words_count, cell_words_empty,"
+                         " cell_postings_write, cell_postings_empty CASCADE")
         kitchen = ["kettle", "teapot", "saucer", "biscuit", "napkin", "ladle", "whisk"]
         lite = open_store(f"sqlite:///{tmp_path / 'a.db'}", DIMS)
         for s in (old, lite):
@@ -199,8 +207,9 @@ def test_a_store_an_older_version_made_is_counted_when_opened(
     with ThreadPoolExecutor(2) as pool:
         opened = list(pool.map(lambda _: open_store(url, DIMS), range(2)))
     assert_exact(url, every_word() + kitchen + ["item7", "2025", "45"])
-    with psycopg.connect(url, autocommit=True) as conn:  # a trigger lost: writes uncounted
+    with psycopg.connect(url, autocommit=True) as conn:  # triggers lost: writes uncounted
         conn.execute("DROP TRIGGER cell_words_written ON cells")
+        conn.execute("DROP TRIGGER cell_postings_written ON cells")
     add(opened[0], make(31, "kettle item31"))
     add(lite, make(31, "kettle item31"))
     opened[1].close()
@@ -240,3 +249,45 @@ def test_scores_follow_writes_at_once_on_every_server(
         add(first, make(n, f"coffee note{n}"))
     assert score(second) > before  # rarer among 8 cells
     assert score(first) == score(second)
+
+
+def test_postings_rank_as_the_tsv_column_does(
+    url: str, stores: list[PostgresStore], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The postings (`pg_postings`) give every search the ids and scores ranking from the
+    ``tsv`` column gives: words repeated in a cell, numbers and dates (a number's signed
+    lexeme), owners, types, statuses and access (cells another agent may not see), after
+    edits of text, status and access."""
+    store = stores[0]
+    rng = random.Random(11)
+    owners, agents = ("user_1", "user_2", "user_3"), ("agent_a", "agent_b")
+    cells = [add(store, make(n, text_for(rng), owner=owners[n % 3], by=agents[n % 2],
+                             type_=(MemoryType.semantic, MemoryType.episodic)[n % 5 == 0],
+                             public=n % 7 == 0,
+                             readable_by=["agent_c"] if n % 4 == 0 else None))
+             for n in range(1, 81)]
+    for stored in cells[:10]:
+        store.update(stored.cell.id, set_text(text_for(rng)))
+    for stored in cells[10:20]:
+        assert store.set_status(stored, Status.stale, T0 + timedelta(hours=1))
+    with psycopg.connect(url, autocommit=True) as conn:  # an access list emptied
+        conn.execute("UPDATE cells SET has_readers = false WHERE id = ANY(%s)",
+                     ([c.cell.id for c in cells[20:40]],))
+    filters = [CellFilter(agent_id="agent_a"), CellFilter(agent_id="agent_c"),
+               CellFilter(agent_id="agent_b", owner_id="user_2"),
+               CellFilter(agent_id="agent_a", types=[MemoryType.episodic]),
+               CellFilter(agent_id="agent_a", statuses=(Status.active, Status.stale))]
+    queries = [["tea"], ["kettle", "teapot", "whisk"], ["running"], ["06", "2025", "30"],
+               ["11", "café", "napkin"], ["tea", "coffee", "saucer", "biscuit", "ladle"]]
+    seen = 0
+    for flt in filters:
+        for terms in queries:
+            monkeypatch.setattr(pg_store, "KEYWORD_POSTINGS", False)
+            want = {h.cell_id: h.keyword for h in store.search_candidates(flt, terms, None, 7)}
+            monkeypatch.setattr(pg_store, "KEYWORD_POSTINGS", True)
+            got = {h.cell_id: h.keyword for h in store.search_candidates(flt, terms, None, 7)}
+            assert got.keys() == want.keys(), (flt, terms)
+            for cell_id, value in want.items():
+                assert got[cell_id] == pytest.approx(value, rel=1e-12), (flt, terms, cell_id)
+            seen += len(want)
+    assert seen > 50  # the filters and words left cells to rank

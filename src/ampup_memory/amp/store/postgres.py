@@ -12,7 +12,10 @@ compare or score by (guard, scoring, clocks) is kept in columns of its own.
 Keywords: a generated ``tsvector`` column (English) with a GIN index, ranked by BM25 as
 the SQLite store's FTS5 ``bm25()`` ranks (`search/bm25_sql.py`, the search index's rule),
 over statistics of every cell that triggers keep exact as cells are written (`pg_words`):
-every server weighs a word alike at every moment. Meaning: pgvector.
+every server weighs a word alike at every moment. The matches are scored from postings
+triggers keep beside the cells (`pg_postings`: each cell's words, their frequency and
+the filtered columns, read by an index-only scan), not from the cells' rows, when every
+kept word is one lexeme. Meaning: pgvector.
 The ``embedding`` column is an untyped ``vector`` with one partial HNSW index (cosine) per
 embedding width (the width a store opens with gets its index at start): vectors of another
 width are ignored, exactly as the SQLite store ignores them, until `amp/reembed.py`
@@ -35,7 +38,7 @@ from psycopg_pool import PoolTimeout
 
 from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import Status, StoredCell, to_utc
-from ampup_memory.amp.store import pg_words
+from ampup_memory.amp.store import pg_postings, pg_words
 from ampup_memory.amp.store.base import (
     PASS_HISTORY,
     CellFilter,
@@ -73,7 +76,7 @@ from ampup_memory.errors import ConfigurationError, ServiceUnavailable
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
 from ampup_memory.search import budget
-from ampup_memory.search.bm25_sql import bm25, number_forms
+from ampup_memory.search.bm25_sql import Scoring, bm25, number_forms
 from ampup_memory.search.budget import (
     affordable_terms,
     exact_counts_sql,
@@ -181,6 +184,10 @@ SCHEMA = (
 # the walk meets few it drops, and counting to this limit would cost every unfiltered
 # search 4 ms more (1.1 → 5.1 ms at 300k). Module-level: tests and benchmarks move it.
 OWNER_EXACT_LIMIT = 25_000
+
+# A search whose kept words are each one lexeme scores them from the postings
+# (`pg_postings`), else from the ``tsv`` column. Module-level: benchmarks turn it off.
+KEYWORD_POSTINGS = True
 
 # A search with words and a vector runs its keyword and vector steps at once, each on a
 # pooled connection of its own (`_nearest_beside`). Module-level: benchmarks turn it off.
@@ -353,6 +360,9 @@ class PostgresStore:
                     if pg_words.prepare(conn):
                         log.info("the cells' keyword statistics were counted (a store an"
                                  " older version made)")
+                    if pg_postings.prepare(conn):
+                        log.info("the cells' keyword postings were written (a store an"
+                                 " older version made)")
                     # A store made before passes kept their states. Checked first: ALTER
                     # TABLE locks the table even when the column is there.
                     if conn.execute(
@@ -513,7 +523,7 @@ class PostgresStore:
         with self._conn() as conn:
             beside = (self._nearest_beside(where, params, qvec, k, exact_limit)
                       if qvec is not None and terms else None)
-            keyword = self._keyword(conn, where, params, terms, k)
+            keyword = self._keyword(conn, filters, where, params, terms, k)
             if beside is not None:
                 near = beside.result()
             elif qvec is not None:
@@ -552,11 +562,13 @@ class PostgresStore:
             for r in rows
         ]
 
-    def _keyword(self, conn: Conn, where: str, params: list[Any], terms: Sequence[str],
-                 k: int) -> dict[str, float]:
+    def _keyword(self, conn: Conn, filters: CellFilter, where: str, params: list[Any],
+                 terms: Sequence[str], k: int) -> dict[str, float]:
         """The ``k`` best keyword matches passing the filters, by BM25 over every cell
         (`bm25_sql.bm25`, as FTS5's ``bm25()`` ranks them on SQLite), on the words the
-        postings budget keeps. Ties go to the lower id, so the cut at k is reproducible."""
+        postings budget keeps. Ties go to the lower id, so the cut at k is reproducible.
+        Scored from the postings (`pg_postings`) when every kept word is one lexeme,
+        which the counts table counts too, else from the ``tsv`` column (`_ranked`)."""
         if tsquery(terms) is None:
             return {}
         rows, tokens, table = pg_words.statistics(self._execute(
@@ -571,21 +583,32 @@ class PostgresStore:
             return {}
         scoring = bm25([tsquery([t]) or "" for t in kept],
                        Statistics(rows, tokens, tuple(counts[t] for t in kept)), False)
+        if KEYWORD_POSTINGS and all(table[t] is not None for t in kept):
+            on_postings, their = where_clause(filters, "%s", "p.")
+            return self._scores(conn, pg_postings.ranked(scoring, on_postings),
+                                (*scoring.values, list(kept), *their, k))
+        return self._ranked(conn, where, params, query, scoring, k)
+
+    def _ranked(self, conn: Conn, where: str, params: list[Any], query: str,
+                scoring: Scoring, k: int) -> dict[str, float]:
+        """The ``k`` best cells matching ``query`` (the kept words) that pass the filters,
+        by ``scoring``: ids and BM25 scores."""
+        return self._scores(
+            conn,
+            f"SELECT id, {scoring.score} AS r FROM (SELECT id{scoring.columns} FROM"
+            " (SELECT c.id, c.tsv FROM cells c WHERE c.tsv @@ to_tsquery('english', %s)"
+            f" AND {where}) m{scoring.queries} OFFSET 0) s ORDER BY r DESC, id LIMIT %s",
+            (*scoring.values, query, *params, *scoring.words, k))
+
+    def _scores(self, conn: Conn, sql: str, params: Sequence[Any]) -> dict[str, float]:
+        """A ranking statement's ids and scores (BM25 is never below 0 but for rounding)."""
         # Never prepared: psycopg prepares a statement run 5 times, and PostgreSQL then
         # plans it once for any words (a generic plan), which cannot see how many cells
         # the words match: it read an owner's whole index even for a word in a few
         # hundred cells (18 against 1.8 ms at 960k, docs/performance.md). Planning each
         # time costs about 0.3 ms.
-        return {
-            cell_id: max(float(score), 0.0)
-            for cell_id, score in self._execute(
-                conn,
-                f"SELECT id, {scoring.score} AS r FROM (SELECT id{scoring.columns} FROM"
-                " (SELECT c.id, c.tsv FROM cells c WHERE c.tsv @@ to_tsquery('english', %s)"
-                f" AND {where}) m{scoring.queries} OFFSET 0) s ORDER BY r DESC, id LIMIT %s",
-                (*scoring.values, query, *params, *scoring.words, k), prepare=False,
-            )
-        }
+        return {cell_id: max(float(score), 0.0)
+                for cell_id, score in self._execute(conn, sql, params, prepare=False)}
 
     def _capped(self, conn: Conn, term: str) -> int:
         """Rows matching a term the counts table has no row for (`pg_words.STATISTICS`:
