@@ -320,8 +320,9 @@ export class AmpUpClient extends Transport {
    * @param {string} scope
    * @param {string | undefined} [query]
    * @param {ReadAt & { find?: "passages" | "facts" | "entities", limit?: number, tz?: string,
-   *   rerank?: boolean, type?: string, entity?: string, predicate?: string, where?: unknown,
-   *   select?: string[], orderBy?: unknown, offset?: number, asOf?: Time }} [options]
+   *   rerank?: boolean, type?: string, entity?: string, predicate?: string[],
+   *   where?: JSONObject[], select?: string[], orderBy?: JSONObject[], offset?: number,
+   *   asOf?: Time }} [options]
    * @returns {Promise<JSONObject>}
    */
   async query(scope, query, options = {}) {
