@@ -58,11 +58,12 @@ export function nameList(names) {
 
 /**
  * A name that may hold `/` separators (a branch) as path segments, each encoded.
- * @param {string} value
+ * @param {unknown} value
  * @param {string} name
  */
 export function segments(value, name) {
-  return String(value).split("/").map((part) => pathSegment(part, name)).join("/");
+  const parts = typeof value === "string" ? value.split("/") : [value];
+  return parts.map((part) => pathSegment(part, name)).join("/");
 }
 
 /**

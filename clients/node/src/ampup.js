@@ -318,7 +318,7 @@ export class AmpUpClient extends Transport {
    * `select`, `orderBy`, `offset`, `asOf`.
    *
    * @param {string} scope
-   * @param {string | undefined} [query]
+   * @param {string | null} [query]  Left out for a typed query.
    * @param {ReadAt & { find?: "passages" | "facts" | "entities", limit?: number, tz?: string,
    *   rerank?: boolean, type?: string, entity?: string, predicate?: string[],
    *   where?: JSONObject[], select?: string[], orderBy?: JSONObject[], offset?: number,
@@ -328,7 +328,7 @@ export class AmpUpClient extends Transport {
   async query(scope, query, options = {}) {
     const { find = "passages", ...rest } = options;
     return this._post("/query", {
-      scope, find, ...(query === undefined ? {} : { query }),
+      scope, find, ...(query === undefined || query === null ? {} : { query }),
       ...take(rest, [...READ_AT, "limit", "tz", "rerank", "type", "entity", "predicate",
         "where", "select", "orderBy", "offset", "asOf"]),
     });

@@ -262,6 +262,8 @@ describe("AmpUpClient against a real server (keys off)", () => {
       await rejects(ana.getPin(id), ValidationError, null, null);
     }
     await rejects(ana.deleteBranch(scope, "a/../b"), ValidationError, null, null);
+    await rejects(ana.deleteBranch(scope, /** @type {any} */ (undefined)), ValidationError,
+      null, null);
     await rejects(ana.schema("no-team"), ValidationError, null, null);
     await rejects(new AMPClient(server.url, "agent_x").getMemory(".."), ValidationError,
       null, null);
