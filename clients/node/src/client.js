@@ -5,10 +5,9 @@
  * moves over by changing the import. No dependencies: Node's own `fetch`.
  */
 
-import { AMPConnectionError, AMPError, errorFor } from "./errors.js";
+import { API_PREFIX, DEFAULT_SERVER_URL, Transport, pathSegment } from "./transport.js";
 
-export const DEFAULT_SERVER_URL = "http://127.0.0.1:8765";
-const API_PREFIX = "/amp/v1";
+export { DEFAULT_SERVER_URL };
 const MAX_PAGE_SIZE = 100;
 
 /**
@@ -35,9 +34,7 @@ const MAX_PAGE_SIZE = 100;
  *
  * @typedef {Page & { query: string }} SearchPage
  *
- * @typedef {Object} ClientOptions
- * @property {number} [timeoutMs]  Per-request timeout (default 30000).
- * @property {Record<string, string>} [headers]  Extra headers sent with every request.
+ * @typedef {import("./transport.js").ClientOptions} ClientOptions
  *
  * @typedef {Object} RememberOptions
  * @property {MemoryType} [type]        Default "semantic".
@@ -73,19 +70,9 @@ const MAX_PAGE_SIZE = 100;
  * @property {number} [offset]             Default 0.
  */
 
-/**
- * @param {string} url
- * @returns {string}
- */
-function normalizeUrl(url) {
-  const trimmed = url.replace(/\/+$/, "");
-  return trimmed.endsWith(API_PREFIX) ? trimmed : trimmed + API_PREFIX;
-}
-
 /** @param {string} memoryId */
 function cellPath(memoryId) {
-  // One encoded path segment: an id can never reach another route.
-  return `/memories/${encodeURIComponent(memoryId)}`;
+  return `/memories/${pathSegment(memoryId, "memoryId")}`;
 }
 
 /**
@@ -96,7 +83,7 @@ function nextOffset(page) {
   return page.has_more && page.returned > 0 ? page.offset + page.returned : null;
 }
 
-export class AMPClient {
+export class AMPClient extends Transport {
   /**
    * @param {string} [serverUrl]  Base URL; `/amp/v1` is appended when missing.
    * @param {string} [agentId]    Sent as `X-AMP-Agent-ID`.
@@ -104,64 +91,7 @@ export class AMPClient {
    * @param {ClientOptions} [options]
    */
   constructor(serverUrl = DEFAULT_SERVER_URL, agentId, apiKey, options = {}) {
-    this.serverUrl = normalizeUrl(serverUrl || DEFAULT_SERVER_URL);
-    this.agentId = agentId;
-    this.apiKey = apiKey;
-    this.timeoutMs = options.timeoutMs ?? 30000;
-    this.extraHeaders = { ...(options.headers ?? {}) };
-  }
-
-  /**
-   * The headers naming this client, built in one place so no call can miss them.
-   * @returns {Record<string, string>}
-   */
-  identityHeaders() {
-    /** @type {Record<string, string>} */
-    const headers = { ...this.extraHeaders };
-    if (this.agentId) headers["X-AMP-Agent-ID"] = this.agentId;
-    if (this.apiKey) headers["X-AMP-API-Key"] = this.apiKey;
-    return headers;
-  }
-
-  /**
-   * Send one request; a 2xx returns the parsed JSON body (null for 204), anything else
-   * throws the matching AMPError subclass.
-   *
-   * @param {string} method
-   * @param {string} path
-   * @param {{ body?: unknown, query?: Record<string, string | number | undefined> }} [init]
-   * @returns {Promise<any>}
-   */
-  async _request(method, path, { body, query } = {}) {
-    const url = new URL(this.serverUrl + path);
-    for (const [name, value] of Object.entries(query ?? {})) {
-      if (value !== undefined) url.searchParams.set(name, String(value));
-    }
-    const headers = this.identityHeaders();
-    if (body !== undefined) headers["Content-Type"] = "application/json";
-    const request = { method, url: url.toString() };
-    let response;
-    try {
-      response = await fetch(url, {
-        method,
-        headers,
-        body: body === undefined ? undefined : JSON.stringify(body),
-        signal: AbortSignal.timeout(this.timeoutMs),
-      });
-    } catch (cause) {
-      const reason = cause instanceof Error ? cause.message : String(cause);
-      throw new AMPConnectionError(`HTTP request failed: ${reason}`, { request, cause });
-    }
-    if (!response.ok) throw await errorFor(response, request);
-    if (response.status === 204) return null;
-    const text = await response.text();
-    try {
-      return JSON.parse(text);
-    } catch (cause) {
-      throw new AMPError(`unreadable response: ${text.slice(0, 200)}`, {
-        statusCode: response.status, request, cause,
-      });
-    }
+    super(serverUrl, API_PREFIX, agentId, apiKey, options);
   }
 
   // ---- the reference client's methods -------------------------------------------------

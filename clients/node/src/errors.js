@@ -1,15 +1,17 @@
 // @ts-check
 /**
- * Errors thrown by the AMP client: one class per HTTP status the protocol uses.
+ * Errors thrown by the clients (AMP and AmpUp): one class per HTTP status they use.
  *
  *     AMPError                    statusCode  code (the server's error.code)
  *     ├── AMPConnectionError      null        (no HTTP answer: refused, DNS, timeout)
- *     ├── AuthenticationError     401         MISSING_AGENT_ID / UNAUTHENTICATED
+ *     ├── AuthenticationError     401         MISSING_AGENT_ID / MISSING_USER / UNAUTHENTICATED
  *     ├── AccessDeniedError       403         ACCESS_DENIED / ADMIN_DISABLED
- *     ├── NotFoundError           404         NOT_FOUND
- *     ├── ConflictError           409         INVALID_TRANSITION / RETENTION_WINDOW
+ *     ├── NotFoundError           404         NOT_FOUND (AmpUp: also an id you may not read)
+ *     ├── ConflictError           409         INVALID_TRANSITION / RETENTION_WINDOW / CONFLICT
+ *     ├── GoneError               410         PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED
  *     ├── PayloadTooLargeError    413         CELL_TOO_LARGE
- *     ├── ValidationError         422         VALIDATION_ERROR (details.errors)
+ *     ├── ValidationError         422         VALIDATION_ERROR (details.errors); also an
+ *     │                                       argument refused before sending (statusCode null)
  *     ├── RateLimitedError        429         RATE_LIMITED (.retryAfter seconds)
  *     └── ServerError             5xx         INTERNAL_ERROR / UNAVAILABLE
  *
@@ -61,6 +63,8 @@ export class AuthenticationError extends AMPError {}
 export class AccessDeniedError extends AMPError {}
 export class NotFoundError extends AMPError {}
 export class ConflictError extends AMPError {}
+/** 410 (AmpUp): a read through a pin or snapshot that no longer holds anything. */
+export class GoneError extends AMPError {}
 export class PayloadTooLargeError extends AMPError {}
 
 export class ValidationError extends AMPError {
@@ -89,6 +93,7 @@ const BY_STATUS = {
   403: AccessDeniedError,
   404: NotFoundError,
   409: ConflictError,
+  410: GoneError,
   413: PayloadTooLargeError,
   422: ValidationError,
   429: RateLimitedError,

@@ -1,6 +1,7 @@
 // @ts-check
 /**
- * AmpUp Memory's Node client for the Agent Memory Protocol (AMP v0.1).
+ * AmpUp Memory's Node client: the Agent Memory Protocol (AMP v0.1, `AMPClient`) and the
+ * AmpUp routes at the server's root (`AmpUpClient`).
  *
  * ```js
  * import { AMPClient } from "@ampup/memory-client";
@@ -12,6 +13,7 @@
  */
 
 export { AMPClient, DEFAULT_SERVER_URL } from "./client.js";
+export { AmpUpClient } from "./ampup.js";
 export {
   AMPError,
   AMPConnectionError,
@@ -19,6 +21,7 @@ export {
   AccessDeniedError,
   NotFoundError,
   ConflictError,
+  GoneError,
   PayloadTooLargeError,
   ValidationError,
   RateLimitedError,

@@ -57,13 +57,15 @@ export class ServerProcess {
     throw new Error(`server did not start:\n${this.output}`);
   }
 
-  /** `ampup-memory keys create --agent ID`: the key is the last line of its output. */
-  async createKey(agentId) {
+  /**
+   * `ampup-memory keys create --agent ID [--user USER]`: the key is the last line of its
+   * output.
+   */
+  async createKey(agentId, user) {
     const run = promisify(execFile);
-    const { stdout } = await run(
-      PYTHON, ["-m", "ampup_memory.cli", "keys", "create", "--agent", agentId],
-      { env: this.env },
-    );
+    const args = ["-m", "ampup_memory.cli", "keys", "create", "--agent", agentId];
+    if (user) args.push("--user", user);
+    const { stdout } = await run(PYTHON, args, { env: this.env });
     return stdout.trim().split("\n").at(-1);
   }
 

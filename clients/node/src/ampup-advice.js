@@ -1,0 +1,224 @@
+// @ts-check
+/**
+ * The AmpUp advice routes of `AmpUpClient`: advice, runs, sessions, situations, notes,
+ * procedures and the items a model pass set aside.
+ */
+
+import { MemoryCalls } from "./ampup-memory.js";
+import { PAGE_SIZE, nameList, take } from "./ampup-face.js";
+import { pathSegment } from "./transport.js";
+
+/**
+ * @typedef {import("./ampup-face.js").JSONObject} JSONObject
+ * @typedef {import("./ampup-face.js").Names} Names
+ * @typedef {import("./ampup-face.js").Time} Time
+ * @typedef {import("./ampup-face.js").ReadAt} ReadAt
+ * @typedef {import("./ampup-face.js").Walk} Walk
+ * @typedef {import("./ampup-face.js").Items} Items
+ */
+
+export class AdviceCalls extends MemoryCalls {
+  // ---- advice, runs and sessions ------------------------------------------------------
+
+  /**
+   * The advice for `task` (recorded on `session`): `{ advice }`.
+   *
+   * @param {string} scope
+   * @param {string} task
+   * @param {string} [session]
+   * @returns {Promise<JSONObject>}
+   */
+  async advice(scope, task, session) {
+    return this._post("/advice", { scope, task, ...take({ session }, ["session"]) });
+  }
+
+  /**
+   * Record finished work: `{ id, commit }`. Without `acl` only you may read it.
+   *
+   * @param {string} scope
+   * @param {string} task
+   * @param {{ trace?: string, outcome?: string, adviceKey?: string, acl?: Names, branch?: string }} [options]
+   * @returns {Promise<JSONObject>}
+   */
+  async recordRun(scope, task, options = {}) {
+    const { acl, ...rest } = options;
+    return this._post("/runs", {
+      scope, task, ...(acl === undefined ? {} : { acl: nameList(acl) }),
+      ...take(rest, ["trace", "outcome", "adviceKey", "branch"]),
+    });
+  }
+
+  /**
+   * Reward a run or an ended session, in [-1, 1]: `{ id, reward, commit }`.
+   *
+   * @param {string} run
+   * @param {number} reward
+   * @param {string} reason
+   * @returns {Promise<JSONObject>}
+   */
+  async rewardRun(run, reward, reason) {
+    return this._post("/runs/reward", { run, reward, reason });
+  }
+
+  /**
+   * The run with its `trace` and `rewards`.
+   * @param {string} run
+   * @returns {Promise<JSONObject>}
+   */
+  async getRun(run) {
+    return this._get(`/runs/${pathSegment(run, "run")}`);
+  }
+
+  /**
+   * One page of the runs you may read, newest first: `{ runs, next_before }`.
+   *
+   * @param {string} scope
+   * @param {{ branch?: string, limit?: number, before?: string }} [options]
+   * @returns {Promise<JSONObject>}
+   */
+  async runs(scope, options) {
+    return this._get("/runs", { scope, ...take(options, ["branch", "limit", "before"]) });
+  }
+
+  /**
+   * Every run you may read, newest first, page by page.
+   *
+   * @param {string} scope
+   * @param {{ branch?: string } & Walk} [options]
+   * @returns {Items}
+   */
+  iterRuns(scope, options = {}) {
+    const { pageSize = PAGE_SIZE, ...rest } = options;
+    return this._walk("/runs", "runs", "before",
+      { scope, limit: pageSize, ...take(rest, ["branch"]) });
+  }
+
+  /**
+   * Open a session (advice served on it is recorded): `{ id }`.
+   *
+   * @param {string} scope
+   * @param {string} [task]
+   * @param {{ acl?: Names, branch?: string }} [options]
+   * @returns {Promise<JSONObject>}
+   */
+  async startSession(scope, task, options = {}) {
+    const { acl, ...rest } = options;
+    return this._post("/sessions/start", {
+      scope, ...take({ task }, ["task"]),
+      ...(acl === undefined ? {} : { acl: nameList(acl) }), ...take(rest, ["branch"]),
+    });
+  }
+
+  /**
+   * End it; with `reward` that is its explicit reward. Answers the ended session.
+   *
+   * @param {string} session
+   * @param {string} transcript
+   * @param {string} outcome
+   * @param {{ reward?: number, reason?: string }} [options]
+   * @returns {Promise<JSONObject>}
+   */
+  async endSession(session, transcript, outcome, options) {
+    return this._post("/sessions/end",
+      { session, transcript, outcome, ...take(options, ["reward", "reason"]) });
+  }
+
+  /**
+   * @param {string} session
+   * @returns {Promise<JSONObject>}
+   */
+  async getSession(session) {
+    return this._get(`/sessions/${pathSegment(session, "session")}`);
+  }
+
+  /**
+   * One page of the sessions you may read, newest first: `{ sessions, next_before }`.
+   *
+   * @param {string} scope
+   * @param {{ branch?: string, limit?: number, before?: string }} [options]
+   * @returns {Promise<JSONObject>}
+   */
+  async sessions(scope, options) {
+    return this._get("/sessions", { scope, ...take(options, ["branch", "limit", "before"]) });
+  }
+
+  /**
+   * Every session you may read, newest first, page by page.
+   *
+   * @param {string} scope
+   * @param {{ branch?: string } & Walk} [options]
+   * @returns {Items}
+   */
+  iterSessions(scope, options = {}) {
+    const { pageSize = PAGE_SIZE, ...rest } = options;
+    return this._walk("/sessions", "sessions", "before",
+      { scope, limit: pageSize, ...take(rest, ["branch"]) });
+  }
+
+  // ---- what the loop learned ----------------------------------------------------------
+
+  /**
+   * The scope's latest situation map.
+   * @param {string} scope
+   * @returns {Promise<JSONObject>}
+   */
+  async situations(scope) {
+    return this._get("/situations", { scope });
+  }
+
+  /**
+   * The scope's notes (of one situation), oldest first: `{ scope, notes }`.
+   * @param {string} scope
+   * @param {string} [situation]
+   * @returns {Promise<JSONObject>}
+   */
+  async notes(scope, situation) {
+    return this._get("/notes", { scope, situation });
+  }
+
+  /**
+   * The scope's latest compiled procedures.
+   * @param {string} scope
+   * @returns {Promise<JSONObject>}
+   */
+  async procedures(scope) {
+    return this._get("/procedures", { scope });
+  }
+
+  /**
+   * Admin: the documents compiled into the scope's procedures (replaces the list):
+   * `{ scope, documents, commit }`.
+   *
+   * @param {string} scope
+   * @param {Names} documents
+   * @returns {Promise<JSONObject>}
+   */
+  async setProcedureSources(scope, documents) {
+    return this._put("/procedures/sources", { scope, documents: nameList(documents) });
+  }
+
+  /**
+   * One page of the items a model pass set aside (`kind`: extract, judge, learn,
+   * compile), oldest first: `{ scope, items, next_after }`.
+   *
+   * @param {string} scope
+   * @param {{ kind?: string, limit?: number, after?: string }} [options]
+   * @returns {Promise<JSONObject>}
+   */
+  async setAside(scope, options) {
+    return this._get("/set-aside", { scope, ...take(options, ["kind", "limit", "after"]) });
+  }
+
+  /**
+   * Every item set aside, oldest first, page by page.
+   *
+   * @param {string} scope
+   * @param {{ kind?: string } & Walk} [options]
+   * @returns {Items}
+   */
+  iterSetAside(scope, options = {}) {
+    const { pageSize = PAGE_SIZE, ...rest } = options;
+    return this._walk("/set-aside", "items", "after",
+      { scope, limit: pageSize, ...take(rest, ["kind"]) });
+  }
+}
