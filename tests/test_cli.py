@@ -286,6 +286,38 @@ def test_command_help_speaks_no_http() -> None:
     assert said == []
 
 
+def test_every_command_and_option_says_what_it_is() -> None:
+    """`--help` of every command and subcommand: a one-line description, and help text
+    for each option (`close --entity`, `merge --message`, `schema set --branch` had none:
+    their help line was the flag alone)."""
+    import click
+
+    from ampup_memory.cli import cli as command_line
+
+    missing: list[str] = []
+
+    def walk(command: click.Command, path: str) -> None:
+        if not (command.help or "").strip():
+            missing.append(f"{path}: no description")
+        for param in command.params:
+            if isinstance(param, click.Option) and not (param.help or "").strip():
+                missing.append(f"{path} {param.opts[0]}: no help")
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(command_line, "ampup-memory")
+    assert missing == []
+
+
+def test_version_says_the_package_version() -> None:
+    from importlib.metadata import version
+
+    done = cli(clean_env(), "--version", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"ampup-memory, version {version('ampup-memory')}"
+
+
 def test_memstore_names_itself() -> None:
     memstore = Path(sys.executable).parent / "memstore"
     done = subprocess.run([str(memstore), "--help"], capture_output=True, text=True,

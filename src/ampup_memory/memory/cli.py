@@ -231,14 +231,14 @@ def memory_commands(settings_options: SettingsOptions,
 
     @click.command("close")
     @click.option("--scope", required=True, help="org/team")
-    @click.option("--entity", required=True)
-    @click.option("--predicate", required=True)
+    @click.option("--entity", required=True, help="The entity whose value ends (acme).")
+    @click.option("--predicate", required=True, help="Its attribute (budget).")
     @click.option("--reason", required=True, help="Why; stored as its own episode.")
     @click.option("--user", required=True, callback=user_option,
                   help="Who closes it (author and reader).")
     @click.option("--acl", "acl", multiple=True, callback=acl_option,
                   help="ACL of the reason episode.")
-    @click.option("--branch", default=None)
+    @click.option("--branch", default=None, help="Branch (default main).")
     @click.option("--value", default=None,
                   help="The one value to end, for a many-valued attribute (schema "
                   "cardinality many); as text, which the schema reads as its type.")
