@@ -529,6 +529,28 @@ def test_a_control_character_in_a_model_setting_stops_the_start_in_one_line(
     assert shown(base, "--config", str(config))["model_name"] == "qwen2.5:7b-instruct é"
 
 
+def test_an_endpoint_that_is_no_http_url_stops_the_start_in_one_line(
+        tmp_path: Path) -> None:
+    """A model or embedding endpoint without its scheme (`localhost:11434/v1`), of
+    another scheme or with no host was taken, and failed only at the first model call,
+    minutes into `serve`. Every command refuses it where the settings are read, in one
+    line naming the setting and the form it takes."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for name, value, field in (
+            ("AMPUP_MEMORY_MODEL_BASE_URL", "localhost:11434/v1", "model_base_url"),
+            ("AMPUP_MEMORY_JUDGE_MODEL_BASE_URL", "ftp://models/v1", "judge_model_base_url"),
+            ("AMP_EMBEDDING_BASE_URL", "http://:8080/v1", "embedding_base_url"),
+            ("AMPUP_MEMORY_EXTRACT_MODEL_BASE_URL", "http://h:port/v1",
+             "extract_model_base_url")):
+        for args in (["settings"], ["serve", "--port", "0"]):
+            done = cli({**base, name: value}, *args, timeout=120)
+            _one_error_line(done, f"invalid setting {field} ({name})", repr(value))
+            assert "http://" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    # Either scheme, any case, with a port or none, is an endpoint as before.
+    for value in ("http://127.0.0.1:11434/v1", "HTTPS://api.example.com/v1"):
+        assert shown({**base, "AMPUP_MEMORY_MODEL_BASE_URL": value})["model_base_url"] == value
+
+
 def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: Path) -> None:
     """A password of one letter was replaced everywhere in the driver's message: `status`
     and `doctor` said `(•••syco•••g.O•••erationalError)` and `•••ort 1 failed`. It is

@@ -756,6 +756,26 @@ class Settings(BaseSettings):
                                  "URL or key is printable text")
         return value
 
+    @field_validator(
+        "embedding_base_url", "model_base_url", *(f"{r}_model_base_url" for r in MODEL_ROLES),
+        mode="after",
+    )
+    @classmethod
+    def _endpoint_is_http(cls, value: str | None) -> str | None:
+        # An endpoint without its scheme (`localhost:11434/v1`) was taken, and failed only
+        # at the first model call, minutes into `serve`, as a timer's log line.
+        if value is None:
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 (a port that is no number raises here)
+        except ValueError as exc:
+            raise ValueError(f"is not a URL ({exc})") from None
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ValueError("is not an http:// or https:// URL with a host: name the "
+                             "endpoint in full, as http://localhost:11434/v1")
+        return value
+
     @model_validator(mode="after")
     def _graph_breadth_covers_its_links(self) -> Settings:
         # pgvector refuses an HNSW index with ef_construction below 2 × m; one rule for
