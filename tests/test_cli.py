@@ -544,7 +544,7 @@ def test_an_endpoint_that_is_no_http_url_stops_the_start_in_one_line(
              "extract_model_base_url")):
         for args in (["settings"], ["serve", "--port", "0"]):
             done = cli({**base, name: value}, *args, timeout=120)
-            _one_error_line(done, f"invalid setting {field} ({name})", repr(value))
+            _one_error_line(done, f"invalid setting {field} ({name}): is not", repr(value))
             assert "http://" in done.stderr and "Traceback" not in done.stderr, done.stderr
     # Either scheme, any case, with a port or none, is an endpoint as before.
     for value in ("http://127.0.0.1:11434/v1", "HTTPS://api.example.com/v1"):

@@ -920,7 +920,9 @@ def _validation_line(exc: ValidationError) -> str:
         field = next((f for f in Settings.model_fields if env_name(f) == name), None)
         shown = f"{field} ({name})" if field else name
         got = shown_value(field, err.get("input")) if field else err.get("input")
-        parts.append(f"invalid setting {shown}: {err['msg']} (got {got!r})")
+        # pydantic's "Value error, " prefix is its own wording, not what is wrong
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"invalid setting {shown}: {msg} (got {got!r})")
     return "; ".join(parts)
 
 
