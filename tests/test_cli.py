@@ -384,6 +384,29 @@ def _one_error_line(done: subprocess.CompletedProcess[str], *says: str) -> None:
         assert text in done.stderr, done.stderr
 
 
+def test_a_home_that_is_a_file_says_so(tmp_path: Path) -> None:
+    """A home naming a file, or a folder under one: mkdir's "File exists" / "Not a
+    directory" told no one what was wrong, and `doctor` said such a home "does not exist
+    and cannot be created in" the file itself."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("")
+    for home, says in ((blocker, "it is a file, not a folder"),
+                       (blocker / "sub" / "home", f"{blocker} is a file, not a folder")):
+        env = clean_env(AMPUP_MEMORY_HOME=str(home), **QUIET)
+        # `status` on a home under a file says there is no home there (it makes none).
+        commands = [["keys", "create", "--agent", "agent_a"], ["load", str(tmp_path),
+                    "--scope", "acme/sales"]] + [["status"]] * (home == blocker)
+        for args in commands:
+            _one_error_line(cli_here(env, *args), f"home folder {home}: {says}")
+        _one_error_line(cli(env, "serve", "--port", "0", timeout=120), says)
+        doctor = cli(env, "doctor", timeout=120)
+        assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor
+        for store in ("AMP store", "catalog", "index"):
+            line = next(x for x in doctor.stdout.splitlines() if f"  {store}: " in x)
+            assert line.startswith("FAIL") and f"{blocker} is a file, not a folder" in line, line
+            assert "does not exist" not in line, line
+
+
 def test_status_of_a_home_that_does_not_exist_says_so_and_makes_nothing(
         tmp_path: Path) -> None:
     """`status` opened the stores, so on a mistyped home it made the folder and empty

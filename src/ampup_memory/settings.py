@@ -871,15 +871,29 @@ def _did_you_mean(name: str) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def file_in_the_way(home: Path) -> Path | None:
+    """The file standing where the home folder, or a folder above it, should be (the
+    nearest existing path at or above ``home``, when it is no folder); else None."""
+    at = home.absolute()
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    return None if at.is_dir() else at
+
+
 def ensure_home(settings: Settings) -> None:
     """Make the home folder if missing; one it cannot make (a read-only disk, a file in
     the way) is a setting that cannot work, said in one line, never an OSError."""
     try:
         settings.home.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigurationError(f"cannot use the home folder {settings.home}: "
-                                 f"{exc.strerror or exc} (set {env_name('home')} or --home "
-                                 "to a folder you may write in)") from exc
+        # mkdir's own words for a file in the way are "File exists" / "Not a directory"
+        blocker = file_in_the_way(settings.home)
+        why = (exc.strerror or str(exc) if blocker is None
+               else "it is a file, not a folder" if blocker == settings.home
+               else f"{blocker} is a file, not a folder")
+        raise ConfigurationError(f"cannot use the home folder {settings.home}: {why} "
+                                 f"(set {env_name('home')} or --home to a folder you may "
+                                 "write in)") from exc
 
 
 def config_path(settings: Settings) -> Path:
