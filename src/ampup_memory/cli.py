@@ -31,7 +31,13 @@ from ampup_memory.cliutil import (
 from ampup_memory.cliutil import dumps as _dumps
 from ampup_memory.cliutil import error_line as _error_line
 from ampup_memory.cliutil import fail as _fail
-from ampup_memory.errors import AccessDenied, AmpError, ConfigurationError, storage_down
+from ampup_memory.errors import (
+    AccessDenied,
+    AmpError,
+    ConfigurationError,
+    driver_said,
+    storage_down,
+)
 from ampup_memory.memory.branch_cli import branch_commands
 from ampup_memory.memory.cli import memory_commands
 from ampup_memory.memory.extraction_cli import extraction_commands
@@ -598,8 +604,8 @@ def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
         # rule the HTTP faces and the timers ask too. Anything else keeps its traceback.
         if storage_down(exc) is None:
             raise
-        cause = " ".join(str(getattr(exc, "orig", None) or exc).split())
-        _fail(f"{'storage' if isinstance(exc, OSError) else 'database'} error: {cause}")
+        _fail(f"{'storage' if isinstance(exc, OSError) else 'database'} error: "
+              f"{driver_said(exc)}")
     sys.exit(code if isinstance(code, int) else 0)
 
 

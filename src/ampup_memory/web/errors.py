@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.types import Scope
 
-from ampup_memory.errors import AmpError, ValidationFailed, storage_down
+from ampup_memory.errors import AmpError, ValidationFailed, driver_said, storage_down
 from ampup_memory.web.body import validation_message
 from ampup_memory.web.routing import serves
 
@@ -170,7 +170,7 @@ def install(app: FastAPI) -> None:
         log.warning("%s error on %s %s: %s",
                     "storage" if isinstance(exc, OSError) else "database", request.method,
                     request.url.path,
-                    " ".join(str(getattr(exc, "orig", None) or exc).split())[:300])
+                    driver_said(exc)[:300])
         return error_response(answer)
 
     @app.exception_handler(Exception)
