@@ -590,20 +590,24 @@ def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: 
             assert "u:p@" not in said, said
 
 
-def test_a_catalog_that_does_not_connect_is_the_drivers_words_alone(tmp_path: Path) -> None:
+def test_a_catalog_or_index_that_does_not_connect_is_named_in_the_drivers_words(
+        tmp_path: Path) -> None:
     """A PostgreSQL catalog that does not connect: the line carried SQLAlchemy's wrapping,
     `(psycopg.OperationalError) …` and `(Background on this error at:
-    https://sqlalche.me/…)`, around what was wrong. The driver's words, the password
-    masked."""
-    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET,
-                    AMPUP_MEMORY_CATALOG_URI="postgresql://loader:Sekr1t-pw@127.0.0.1:1/x")
-    for args in (["load", str(tmp_path), "--scope", "acme/sales"],
-                 ["principal", "show", "alice"]):
-        done = cli_here(env, *args)
-        _one_error_line(done, "cannot open the Iceberg catalog", "port 1 failed")
-        assert "sqlalche.me" not in done.stderr and "OperationalError" not in done.stderr, \
-            done.stderr
-        assert "Sekr1t-pw" not in done.stderr, done.stderr
+    https://sqlalche.me/…)`, around what was wrong; a read index that does not connect
+    was a bare `database error: …`, naming none of the three URIs. Each is named, in the
+    driver's words, the password masked."""
+    for name, says in (("AMPUP_MEMORY_CATALOG_URI", "cannot open the Iceberg catalog"),
+                       ("AMPUP_MEMORY_INDEX_URI", "cannot open the read index")):
+        env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET,
+                        **{name: "postgresql://loader:Sekr1t-pw@127.0.0.1:1/x"})
+        for args in (["load", str(tmp_path), "--scope", "acme/sales"],
+                     ["principal", "show", "alice"]):
+            done = cli_here(env, *args)
+            _one_error_line(done, says, "loader:•••@127.0.0.1:1/x", "port 1 failed")
+            assert "sqlalche.me" not in done.stderr, done.stderr
+            assert "OperationalError" not in done.stderr, done.stderr
+            assert "Sekr1t-pw" not in done.stderr, done.stderr
 
 
 def test_json_output_is_unicode(tmp_path: Path) -> None:
