@@ -574,6 +574,29 @@ def test_an_endpoint_that_is_no_http_url_stops_the_start_in_one_line(
         assert shown({**base, "AMPUP_MEMORY_MODEL_BASE_URL": value})["model_base_url"] == value
 
 
+def test_a_database_uri_of_the_wrong_form_is_one_line_naming_its_setting(
+        tmp_path: Path) -> None:
+    """`sqlite://index.db` (two slashes) was a traceback in the first command that opened
+    the index or catalog; a bare path said `got /var/lib/index.db://`, or, for the store,
+    was taken by every command that did not open it. Each is refused where the settings
+    are read, in one line naming the setting and the form it takes, a password masked."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for name, field in (("AMPUP_MEMORY_INDEX_URI", "index_uri"),
+                        ("AMPUP_MEMORY_CATALOG_URI", "catalog_uri"),
+                        ("AMP_STORE_URI", "store_uri")):
+        for value, says in (("sqlite://index.db", "three slashes"),
+                            ("/var/lib/ampup/x.db", "sqlite:////var/lib/ampup/x.db"),
+                            ("mysql://u:Sekr1t-pw@db/x", "postgresql://")):
+            for args in (["principal", "show", "alice"], ["keys", "list"]):
+                done = cli_here({**base, name: value}, *args)
+                _one_error_line(done, f"invalid setting {field} ({name})", says)
+                assert "Sekr1t-pw" not in done.stderr, done.stderr
+    # The forms each store opens are settings as before.
+    for value in ("sqlite:///rel.db", "sqlite:///:memory:", "postgres://u:pw@db/x",
+                  "postgresql+psycopg://db/x"):
+        assert shown({**base, "AMPUP_MEMORY_INDEX_URI": value})["index_uri"]
+
+
 def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: Path) -> None:
     """A password of one letter was replaced everywhere in the driver's message: `status`
     and `doctor` said `(•••syco•••g.O•••erationalError)` and `•••ort 1 failed`. It is

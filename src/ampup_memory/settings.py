@@ -41,6 +41,9 @@ EmbeddingProvider = Literal[
     "wordllama", "minilm", "sentence-transformers", "openai-compatible", "hash"
 ]
 LogLevel = Literal["debug", "info", "warning", "error"]
+# What the store, index and catalog URIs may name: the schemes the AMP store registry
+# (`amp/store/registry.py`) and the tables (`memory/tables.sqlalchemy_url`) open.
+DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg")
 
 
 def _env(name: str, *more: str) -> Any:
@@ -696,6 +699,27 @@ class Settings(BaseSettings):
                 rest, sep, query = value[len(scheme):].partition("?")
                 if rest and not rest.startswith("/") and rest != ":memory:":
                     return f"{scheme}{Path(rest).expanduser().absolute()}{sep}{query}"
+        return value
+
+    @field_validator("store_uri", "index_uri", "catalog_uri", mode="after")
+    @classmethod
+    def _database_uri(cls, value: str | None) -> str | None:
+        # Checked where every command reads it: `sqlite://file.db` (two slashes) was a
+        # traceback in the first command that opened the index or catalog, and a path
+        # alone was refused only by a command that opened that store.
+        if value is None:
+            return None
+        scheme = urlsplit(value).scheme.lower()
+        if scheme == "sqlite":
+            if not value.lower().startswith("sqlite:///"):
+                raise ValueError("is no SQLite URI: a file is sqlite:///path (three "
+                                 "slashes; four before an absolute path: "
+                                 "sqlite:////var/lib/ampup/amp.db)")
+        elif scheme not in DATABASE_SCHEMES:
+            hint = (f"; for a file, sqlite:///{Path(value).expanduser().absolute()}"
+                    if not scheme else "")
+            raise ValueError("must be sqlite:///path or "
+                             f"postgresql://user:password@host:5432/database{hint}")
         return value
 
     @field_validator(
