@@ -597,6 +597,25 @@ def test_a_database_uri_of_the_wrong_form_is_one_line_naming_its_setting(
         assert shown({**base, "AMPUP_MEMORY_INDEX_URI": value})["index_uri"]
 
 
+def test_allowed_origins_and_hosts_of_the_wrong_form_are_one_line(tmp_path: Path) -> None:
+    """An origin is matched whole: `app.example.com`, `*` or a page's URL never equals
+    what a browser sends, so every call from that site was refused (403) while the
+    setting looked right; a URL among the allowed hosts never equals a `Host`. `serve`
+    refuses both at start, in one line naming the setting and the form it takes."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for name, value, says in (
+            ("AMPUP_MEMORY_ALLOWED_ORIGINS", "app.example.com", "scheme://host[:port]"),
+            ("AMPUP_MEMORY_ALLOWED_ORIGINS", "https://ok.example.com, *", "'*' is no origin"),
+            ("AMPUP_MEMORY_ALLOWED_ORIGINS", "https://app.example.com/inbox", "no path"),
+            ("AMPUP_MEMORY_ALLOWED_HOSTS", "https://memory.example.com", "names alone")):
+        done = cli({**base, name: value}, "serve", "--port", "0", timeout=120)
+        _one_error_line(done, f"({name}): ", says)
+    # Origins (a trailing slash, a port, any scheme) and host names (a port) as before.
+    assert shown({**base, "AMPUP_MEMORY_ALLOWED_ORIGINS":
+                  "https://app.example.com/, http://localhost:3000, chrome-extension://abc",
+                  "AMPUP_MEMORY_ALLOWED_HOSTS": "memory.example.com, ampup:8765"})
+
+
 def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: Path) -> None:
     """A password of one letter was replaced everywhere in the driver's message: `status`
     and `doctor` said `(•••syco•••g.O•••erationalError)` and `•••ort 1 failed`. It is

@@ -800,6 +800,38 @@ class Settings(BaseSettings):
                              "endpoint in full, as http://localhost:11434/v1")
         return value
 
+    @field_validator("allowed_origins", mode="after")
+    @classmethod
+    def _origins_are_origins(cls, value: str) -> str:
+        # A browser's Origin is matched whole (`web/origin.py`): `app.example.com`, `*` or
+        # a page's URL never equals one, so every call from that site was refused while
+        # the setting looked right.
+        for entry in (part.strip() for part in value.split(",")):
+            if not entry:
+                continue
+            try:
+                parts = urlsplit(entry)
+                parts.port  # noqa: B018 (a port that is no number raises here)
+            except ValueError:
+                parts = urlsplit("")
+            if not parts.scheme or not parts.netloc or parts.path not in ("", "/") \
+                    or parts.query or parts.fragment:
+                raise ValueError(f"{entry!r} is no origin: list each site as a browser "
+                                 "names it, scheme://host[:port] with no path "
+                                 "(https://app.example.com)")
+        return value
+
+    @field_validator("allowed_hosts", mode="after")
+    @classmethod
+    def _hosts_are_names(cls, value: str) -> str:
+        # Matched against the `Host` header's name: a URL or a path here never matches.
+        for entry in (part.strip() for part in value.split(",")):
+            if "/" in entry or "@" in entry:
+                raise ValueError(f"{entry!r} is no host name: list names alone, "
+                                 "memory.example.com (sites with their scheme go in "
+                                 "AMPUP_MEMORY_ALLOWED_ORIGINS)")
+        return value
+
     @model_validator(mode="after")
     def _graph_breadth_covers_its_links(self) -> Settings:
         # pgvector refuses an HNSW index with ef_construction below 2 × m; one rule for
