@@ -652,6 +652,43 @@ def test_a_catalog_or_index_that_does_not_connect_is_named_in_the_drivers_words(
             assert "Sekr1t-pw" not in done.stderr, done.stderr
 
 
+def _on_a_terminal(env: dict[str, str], *args: str) -> str:
+    """What the command writes when stdout and stderr are one terminal (a pty), raw."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "ampup_memory.cli", *args],
+                                env={**env, "TERM": "xterm", "COLUMNS": "200"},
+                                stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+        os.close(follower)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the command ended: the terminal is gone
+                break
+            if not chunk:
+                break
+            said += chunk
+        assert proc.wait(timeout=300) in (0, 1), said
+    finally:
+        os.close(leader)
+    return said.decode(errors="replace")
+
+
+def test_a_line_printed_under_a_progress_bar_starts_its_own_line(tmp_path: Path) -> None:
+    """On a terminal `doctor`'s first result was written after its bar's text, on the
+    bar's line (`checking AMP store ━━━ 0/4 0:00:01ok    AMP store: …`): each line now
+    starts on a line of its own (after a line break, or after the bar's line is erased)."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    said = _on_a_terminal(env, "doctor")
+    assert "━" in said, said  # a bar was drawn: this is the terminal case
+    for name in ("AMP store", "catalog", "warehouse", "index"):
+        at = said.index(f"ok    {name}: ")
+        assert said[:at].endswith(("\n", "\x1b[2K")), repr(said[max(0, at - 80):at + 30])
+
+
 def test_json_output_is_unicode(tmp_path: Path) -> None:
     done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "episode-type", "show", "call")
     assert done.returncode == 0, done.stderr

@@ -133,6 +133,19 @@ def progress() -> Progress:
                 TimeElapsedColumn(), console=Console(stderr=True))
 
 
+def echo_beside(bar: Progress, line: str) -> None:
+    """A command's stdout line while ``bar`` is drawn. On a terminal the bar (on stderr)
+    holds the cursor at the end of its own line: a line echoed to stdout was written
+    after the bar's text (`checking AMP store ━━━ 0/4 0:00:01ok    AMP store: …`), and,
+    under two bars, partly erased by the next redraw. There it goes above the bars,
+    through their console (stdout and stderr being that one terminal); off a terminal, to
+    stdout as it is."""
+    if bar.live.is_started and bar.console.is_terminal and sys.stdout.isatty():
+        bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+    else:
+        click.echo(line)
+
+
 def task_progress(bar: Progress, description: str, total: int | None = None,
                   ) -> Callable[[int, int], None]:
     """A ``(done, total)`` callback that moves a new task of ``bar``: what the long passes
