@@ -15,7 +15,14 @@ from typing import Any
 
 import httpx
 
-from tests.memory_support import QUIET, Memory, cli_in_process, new_scope, serving
+from tests.memory_support import (
+    QUIET,
+    Memory,
+    bar_line,
+    cli_in_process,
+    new_scope,
+    serving,
+)
 from tests.server_process import ServerProcess
 
 HEAVY = ("pyiceberg", "pyarrow", "numpy", "wordllama", "fastapi")
@@ -687,6 +694,25 @@ def test_a_line_printed_under_a_progress_bar_starts_its_own_line(tmp_path: Path)
     for name in ("AMP store", "catalog", "warehouse", "index"):
         at = said.index(f"ok    {name}: ")
         assert said[:at].endswith(("\n", "\x1b[2K")), repr(said[max(0, at - 80):at + 30])
+
+
+def test_a_progress_bar_off_a_terminal_is_one_plain_line(tmp_path: Path) -> None:
+    """Off a terminal (a log, a pipe) a bar's last state was forty bar glyphs and its
+    count; it is one plain line, what it did and how far: `index rebuild` twice, on an
+    empty home and after a load, as a cron job's log would hold it."""
+    import re
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("Acme budget is 40k.\n")
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    assert cli(env, "load", str(corpus), "--scope", "acme/sales").returncode == 0
+    done = cli(env, "index", "rebuild")
+    assert done.returncode == 0, done.stderr
+    assert "━" not in done.stderr, done.stderr
+    for description in ("rebuilding the read index", "indexing commits"):
+        assert re.fullmatch(rf"{description}: 1/1 \d+:\d\d:\d\d",
+                            bar_line(done.stderr, description)), done.stderr
 
 
 def test_json_output_is_unicode(tmp_path: Path) -> None:

@@ -129,8 +129,12 @@ def progress() -> Progress:
             self.live.transient = True
             self.live.stop()
 
-    return Bars(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=Console(stderr=True))
+    console = Console(stderr=True)
+    # Off a terminal (a log, a pipe) the last state is one plain line, `maintenance:
+    # 8/8 0:00:01`: forty bar glyphs there said nothing the count does not.
+    columns = ((TextColumn("{task.description}"), BarColumn()) if console.is_terminal
+               else (TextColumn("{task.description}:"),))
+    return Bars(*columns, MofNCompleteColumn(), TimeElapsedColumn(), console=console)
 
 
 def echo_beside(bar: Progress, line: str) -> None:
