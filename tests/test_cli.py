@@ -780,13 +780,17 @@ def test_flags_over_environment_over_config_file_over_defaults(tmp_path: Path) -
                                                   "'port')"),
                        ("port = \n", f"config file {other}: "),
                        ("fault = 'after-rows'\n", "unknown setting(s) 'fault'"),
-                       ("port = 99999\n", "invalid setting port")):
+                       # The file named: its reader set no AMPUP_MEMORY_PORT.
+                       ("port = 99999\n", f"config file {other}: invalid setting port")):
         other.write_text(text)
         done = cli(base, "settings", "--config", str(other))
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert says in done.stderr, done.stderr
     missing = cli(base, "settings", "--config", str(tmp_path / "nope.toml"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    # A folder named as the file exists: said so, not "does not exist".
+    folder = cli(base, "settings", "--config", str(tmp_path))
+    assert folder.returncode == 2 and f"config file {tmp_path} is a folder" in folder.stderr
 
 
 def test_json_logs_with_access_log(tmp_path: Path) -> None:

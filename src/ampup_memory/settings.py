@@ -965,13 +965,19 @@ def load_settings(**overrides: Any) -> Settings:
         first = Settings(**given)  # flags and environment: where is the config file?
         path = config_path(first)
         if first.config is not None and not path.is_file():
-            raise ValueError(f"config file {path} does not exist")
+            raise ValueError(f"config file {path} is a folder: name the TOML file in it"
+                             if path.is_dir() else f"config file {path} does not exist")
         if not path.is_file():
             return first
-        with _reading(path):
-            return Settings(**given)
     except ValidationError as exc:
         raise ValueError(_validation_line(exc)) from None
+    with _reading(path):
+        try:
+            return Settings(**given)
+        except ValidationError as exc:
+            # Flags and environment alone were valid: the file's value is the one wrong
+            # (named as its setting, `port`, beside the environment name it stands for).
+            raise ValueError(f"config file {path}: {_validation_line(exc)}") from None
 
 
 @contextmanager
