@@ -713,6 +713,11 @@ def test_a_progress_bar_off_a_terminal_is_one_plain_line(tmp_path: Path) -> None
     for description in ("rebuilding the read index", "indexing commits"):
         assert re.fullmatch(rf"{description}: 1/1 \d+:\d\d:\d\d",
                             bar_line(done.stderr, description)), done.stderr
+    # A pass that learns its size as it goes ended at `1/?`; done, it is `1/1`.
+    clustered = cli(env, "advice", "cluster")
+    assert clustered.returncode == 0, clustered.stderr
+    assert re.fullmatch(r"clustering scopes: 1/1 \d+:\d\d:\d\d",
+                        bar_line(clustered.stderr, "clustering scopes")), clustered.stderr
 
 
 def test_json_output_is_unicode(tmp_path: Path) -> None:

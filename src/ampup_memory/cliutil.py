@@ -118,6 +118,12 @@ def progress() -> Progress:
             # A command refused before any work (a backup into a folder that is not
             # empty) printed its bar at 0 above its one error line.
             self.refused = exc_type is not None and not any(t.completed for t in self.tasks)
+            if exc_type is None:
+                # A pass that learns its size as it goes (`advice cluster`: scopes) ended
+                # at `1/?`; done, what it did is all there was.
+                for task in self.tasks:
+                    if task.total is None:
+                        self.update(task.id, total=task.completed)
             super().__exit__(exc_type, exc, tb)
 
         def stop(self) -> None:
