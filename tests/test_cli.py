@@ -727,6 +727,20 @@ def test_json_output_is_unicode(tmp_path: Path) -> None:
     assert "…" in json.loads(done.stdout)["split"]
 
 
+def test_a_host_given_as_a_url_or_with_its_port_is_one_line(tmp_path: Path) -> None:
+    """`--host http://127.0.0.1` or `--host 127.0.0.1:9000` was bound as given: "Name or
+    service not known", which says nothing of what to type. Each names the form it takes
+    and where the port goes."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for host, says in (("http://127.0.0.1", "give the address alone"),
+                       ("127.0.0.1:9000", "the port as AMPUP_MEMORY_PORT or --port")):
+        done = cli(env, "serve", "--host", host, "--port", "0", timeout=120)
+        _one_error_line(done, "invalid setting host (AMPUP_MEMORY_HOST)", says)
+    # IPv6 addresses, bracketed or not, are hosts as before.
+    for host in ("::1", "[::1]"):
+        assert shown({**env, "AMPUP_MEMORY_HOST": host})["host"] == host
+
+
 def test_taken_port_fails_fast_in_one_line(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with socket.socket() as taken:

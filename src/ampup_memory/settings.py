@@ -800,6 +800,17 @@ class Settings(BaseSettings):
                              "endpoint in full, as http://localhost:11434/v1")
         return value
 
+    @field_validator("host", mode="after")
+    @classmethod
+    def _host_is_an_address(cls, value: str) -> str:
+        # `serve` binds it as given: a URL or `host:port` was "Name or service not known".
+        if "/" in value:
+            raise ValueError("is a URL: give the address alone (127.0.0.1, 0.0.0.0, ::1)")
+        if value.count(":") == 1:
+            raise ValueError("holds a port: give the address alone, and the port as "
+                             "AMPUP_MEMORY_PORT or --port")
+        return value
+
     @field_validator("allowed_origins", mode="after")
     @classmethod
     def _origins_are_origins(cls, value: str) -> str:
