@@ -741,6 +741,27 @@ def test_a_host_given_as_a_url_or_with_its_port_is_one_line(tmp_path: Path) -> N
         assert shown({**env, "AMPUP_MEMORY_HOST": host})["host"] == host
 
 
+def test_the_banner_of_an_ipv6_bind_is_a_url_a_browser_takes(tmp_path: Path) -> None:
+    """`serve --host ::1` said `AmpUp Memory on http://::1:8765`, which no browser or curl
+    opens; the address goes in brackets."""
+    import pytest
+
+    with socket.socket(socket.AF_INET6) as probe:
+        try:
+            probe.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback on this machine")
+        port = probe.getsockname()[1]
+    server = ServerProcess(tmp_path / "home", env=QUIET, port=port,
+                           command=[sys.executable, "-m", "ampup_memory.cli", "serve",
+                                    "--host", "::1", "--port", str(port)])
+    server.url = f"http://[::1]:{port}"
+    with server:
+        said = server.log_path.read_text()
+        assert f"AmpUp Memory on http://[::1]:{port} " in said, said
+        assert httpx.get(f"http://[::1]:{port}/amp/v1/health").status_code == 200
+
+
 def test_taken_port_fails_fast_in_one_line(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with socket.socket() as taken:

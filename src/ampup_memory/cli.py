@@ -185,7 +185,10 @@ def serve(**kwargs: Any) -> None:
 
     runtime = _runtime(settings)
     app = create_app(settings, runtime)
-    click.echo(f"AmpUp Memory on http://{settings.host}:{port}  "
+    # An IPv6 address goes in brackets in a URL (`http://[::1]:8765`), as a browser takes it.
+    shown_host = f"[{settings.host}]" if ":" in settings.host.strip("[]") \
+        and not settings.host.startswith("[") else settings.host
+    click.echo(f"AmpUp Memory on http://{shown_host}:{port}  "
                f"(store: {runtime.store.info.name}, home: {settings.home})", err=True)
     # log_config=None: logging is ours (`logs.py`); uvicorn only turns its access log on/off.
     config = uvicorn.Config(app, log_config=None, access_log=settings.access_log,
