@@ -762,6 +762,13 @@ def test_the_banner_of_an_ipv6_bind_is_a_url_a_browser_takes(tmp_path: Path) -> 
         assert httpx.get(f"http://[::1]:{port}/amp/v1/health").status_code == 200
 
 
+def test_a_bad_grace_period_names_its_option(tmp_path: Path) -> None:
+    """`maintenance --orphan-grace 5` said `Invalid value: '5': …`, naming no option."""
+    done = cli_here(clean_env(AMPUP_MEMORY_HOME=str(tmp_path), **QUIET),
+                    "maintenance", "--orphan-grace", "5")
+    _one_error_line(done, "Invalid value for '--orphan-grace': '5'")
+
+
 def test_taken_port_fails_fast_in_one_line(tmp_path: Path) -> None:
     home = tmp_path / "home"
     with socket.socket() as taken:

@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, get_args
 
@@ -329,20 +329,17 @@ def keys() -> None:
 @click.option("--admin", is_flag=True,
               help="The key may also do what only an admin may (run the lifecycle, purge, "
               "set principals; docs/security-model.md).")
-@click.option("--expires-in", default=None, help="Lifetime such as 30d, 12h, 1d12h.")
+@click.option("--expires-in", "lifetime", default=None, callback=lambda _c, _p, v: _lifetime(v),
+              help="Lifetime such as 30d, 12h, 1d12h.")
 @click.option("--user", "user_id", default=None, callback=user_option,
               help="AmpUp user the key speaks for.")
 @settings_options("common", "cells")
-def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str | None,
+def keys_create(agent_id: str, admin: bool, lifetime: timedelta | None, user_id: str | None,
                 **kwargs: Any) -> None:
     """Create a key. The key itself is printed alone on the last line."""
     from ampup_memory.amp.model import agent_id_problem
-    from ampup_memory.auth import KeyRing, parse_duration
+    from ampup_memory.auth import KeyRing
 
-    try:
-        lifetime = parse_duration(expires_in) if expires_in else None
-    except ValueError as exc:
-        _fail(str(exc))
     if problem := agent_id_problem(agent_id):
         _fail(f"--agent {agent_id[:80]!r} is not a valid agent id: it {problem}")
     settings = settings_from(kwargs)
@@ -354,6 +351,17 @@ def keys_create(agent_id: str, admin: bool, expires_in: str | None, user_id: str
         click.echo(f"expires: {record.expires_at.isoformat()}")
     click.echo("Store this key now; it is not shown again:")
     click.echo(key)
+
+
+def _lifetime(text: str | None) -> timedelta | None:
+    """``--expires-in``, as a usage error naming the option (it was a bare `bad
+    duration` line, no option named)."""
+    from ampup_memory.auth import parse_duration
+
+    try:
+        return parse_duration(text) if text else None
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 @keys.command("list")

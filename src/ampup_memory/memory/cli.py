@@ -286,17 +286,18 @@ def memory_commands(settings_options: SettingsOptions,
 
     @click.command("maintenance")
     @click.option("--scope", default=None, help="Only this org/team (and the system tables).")
-    @click.option("--orphan-grace", default=None,
+    @click.option("--orphan-grace", "grace", default=None,
+                  callback=lambda _c, _p, v: None if v is None else parse_duration(v),
                   help="Override the orphan grace period, e.g. 0s after a known crash.")
     @click.option("--rebuild-index", is_flag=True,
                   help="Also recreate the read index from the tables alone.")
     @settings_options("common", "tables", "maintenance")
-    def maintenance(scope: str | None, orphan_grace: str | None, rebuild_index: bool,
+    def maintenance(scope: str | None, grace: timedelta | None, rebuild_index: bool,
                     **kwargs: Any) -> None:
         """Remove orphan rows and files, compact small files, expire old snapshots."""
         settings = settings_from(kwargs)
-        grace = (parse_duration(orphan_grace) if orphan_grace is not None
-                 else timedelta(seconds=settings.memory_orphan_grace_seconds))
+        if grace is None:
+            grace = timedelta(seconds=settings.memory_orphan_grace_seconds)
         with _service(settings) as svc, _progress() as progress:
             only = existing_scope(svc, scope) if scope else None
             task = progress.add_task("maintenance", total=None)
