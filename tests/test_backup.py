@@ -131,6 +131,19 @@ def test_backup_during_writes_restores_the_same_answers(tmp_path: Path) -> None:
         mem.close()
 
 
+def test_a_backup_folder_under_a_file_is_named_so(tmp_path: Path) -> None:
+    """DEST under a file (a typo, a mounted path that is not there) said `storage error:
+    [Errno 20] Not a directory`, as if the stores had failed."""
+    home, blocker = tmp_path / "home", tmp_path / "backups"
+    with serving(home, QUIET) as server:
+        Memory(server.url).write(new_scope(), "one note")
+    blocker.write_text("")
+    done = cli_in_process(home, QUIET, "backup", str(blocker / "2026-12-05"))
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == (f"error: cannot make the backup folder {blocker / '2026-12-05'}: "
+                           f"{blocker} is a file, not a folder\n"), done.stderr
+
+
 def test_restore_refuses_a_home_in_use_and_a_damaged_backup(tmp_path: Path) -> None:
     home, dest = tmp_path / "home", tmp_path / "backup"
     with serving(home, QUIET) as server:

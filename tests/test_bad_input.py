@@ -223,6 +223,26 @@ def test_time_zone_that_is_no_zone_is_422(client: httpx.Client, tz: str) -> None
 # ---- request size ---------------------------------------------------------------------
 
 
+def test_a_body_that_is_not_json_says_every_body_is_json(client: httpx.Client) -> None:
+    """A form post (`curl -d scope=a/b`) got `Invalid JSON: expected value at line 1
+    column 1` alone; the message now says every body is JSON and how this one was sent.
+    A body sent as JSON that is broken keeps its message as it was: the caller knows."""
+    for path in ("/amp/v1/memories", "/amp/v1/memories/search", "/episodes", "/search",
+                 "/facts/batch"):
+        for content_type in ("application/x-www-form-urlencoded", "text/plain"):
+            error = refused(client, 422, "POST", path, content=b"scope=a/b&source=x",
+                            headers={"content-type": content_type})
+            assert error["code"] == "VALIDATION_ERROR"
+            assert error["message"].startswith("Request validation failed: body: Invalid "
+                                               "JSON"), error
+            assert error["message"].endswith(
+                f"(every request body is a JSON object; this one was sent as "
+                f"{content_type})"), error
+        broken = refused(client, 422, "POST", path, content=b"{bad",
+                         headers={"content-type": "application/json"})
+        assert "every request body" not in broken["message"], broken
+
+
 def test_body_over_the_limit_is_413_before_it_is_read(client: httpx.Client) -> None:
     big = b'{"scope":"' + b"x" * MAX_REQUEST_BYTES + b'"}'
     for path in ("/episodes/batch", "/amp/v1/memories"):

@@ -15,7 +15,14 @@ from typing import Any
 
 import httpx
 
-from tests.memory_support import QUIET, Memory, cli_in_process, new_scope, serving
+from tests.memory_support import (
+    QUIET,
+    Memory,
+    bar_line,
+    cli_in_process,
+    new_scope,
+    serving,
+)
 from tests.server_process import ServerProcess
 
 HEAVY = ("pyiceberg", "pyarrow", "numpy", "wordllama", "fastapi")
@@ -286,6 +293,38 @@ def test_command_help_speaks_no_http() -> None:
     assert said == []
 
 
+def test_every_command_and_option_says_what_it_is() -> None:
+    """`--help` of every command and subcommand: a one-line description, and help text
+    for each option (`close --entity`, `merge --message`, `schema set --branch` had none:
+    their help line was the flag alone)."""
+    import click
+
+    from ampup_memory.cli import cli as command_line
+
+    missing: list[str] = []
+
+    def walk(command: click.Command, path: str) -> None:
+        if not (command.help or "").strip():
+            missing.append(f"{path}: no description")
+        for param in command.params:
+            if isinstance(param, click.Option) and not (param.help or "").strip():
+                missing.append(f"{path} {param.opts[0]}: no help")
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                walk(sub, f"{path} {name}")
+
+    walk(command_line, "ampup-memory")
+    assert missing == []
+
+
+def test_version_says_the_package_version() -> None:
+    from importlib.metadata import version
+
+    done = cli(clean_env(), "--version", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"ampup-memory, version {version('ampup-memory')}"
+
+
 def test_memstore_names_itself() -> None:
     memstore = Path(sys.executable).parent / "memstore"
     done = subprocess.run([str(memstore), "--help"], capture_output=True, text=True,
@@ -350,6 +389,29 @@ def _one_error_line(done: subprocess.CompletedProcess[str], *says: str) -> None:
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
     for text in says:
         assert text in done.stderr, done.stderr
+
+
+def test_a_home_that_is_a_file_says_so(tmp_path: Path) -> None:
+    """A home naming a file, or a folder under one: mkdir's "File exists" / "Not a
+    directory" told no one what was wrong, and `doctor` said such a home "does not exist
+    and cannot be created in" the file itself."""
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("")
+    for home, says in ((blocker, "it is a file, not a folder"),
+                       (blocker / "sub" / "home", f"{blocker} is a file, not a folder")):
+        env = clean_env(AMPUP_MEMORY_HOME=str(home), **QUIET)
+        # `status` on a home under a file says there is no home there (it makes none).
+        commands = [["keys", "create", "--agent", "agent_a"], ["load", str(tmp_path),
+                    "--scope", "acme/sales"]] + [["status"]] * (home == blocker)
+        for args in commands:
+            _one_error_line(cli_here(env, *args), f"home folder {home}: {says}")
+        _one_error_line(cli(env, "serve", "--port", "0", timeout=120), says)
+        doctor = cli(env, "doctor", timeout=120)
+        assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor
+        for store in ("AMP store", "catalog", "index"):
+            line = next(x for x in doctor.stdout.splitlines() if f"  {store}: " in x)
+            assert line.startswith("FAIL") and f"{blocker} is a file, not a folder" in line, line
+            assert "does not exist" not in line, line
 
 
 def test_status_of_a_home_that_does_not_exist_says_so_and_makes_nothing(
@@ -497,6 +559,70 @@ def test_a_control_character_in_a_model_setting_stops_the_start_in_one_line(
     assert shown(base, "--config", str(config))["model_name"] == "qwen2.5:7b-instruct é"
 
 
+def test_an_endpoint_that_is_no_http_url_stops_the_start_in_one_line(
+        tmp_path: Path) -> None:
+    """A model or embedding endpoint without its scheme (`localhost:11434/v1`), of
+    another scheme or with no host was taken, and failed only at the first model call,
+    minutes into `serve`. Every command refuses it where the settings are read, in one
+    line naming the setting and the form it takes."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for name, value, field in (
+            ("AMPUP_MEMORY_MODEL_BASE_URL", "localhost:11434/v1", "model_base_url"),
+            ("AMPUP_MEMORY_JUDGE_MODEL_BASE_URL", "ftp://models/v1", "judge_model_base_url"),
+            ("AMP_EMBEDDING_BASE_URL", "http://:8080/v1", "embedding_base_url"),
+            ("AMPUP_MEMORY_EXTRACT_MODEL_BASE_URL", "http://h:port/v1",
+             "extract_model_base_url")):
+        for args in (["settings"], ["serve", "--port", "0"]):
+            done = cli({**base, name: value}, *args, timeout=120)
+            _one_error_line(done, f"invalid setting {field} ({name}): is not", repr(value))
+            assert "http://" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    # Either scheme, any case, with a port or none, is an endpoint as before.
+    for value in ("http://127.0.0.1:11434/v1", "HTTPS://api.example.com/v1"):
+        assert shown({**base, "AMPUP_MEMORY_MODEL_BASE_URL": value})["model_base_url"] == value
+
+
+def test_a_database_uri_of_the_wrong_form_is_one_line_naming_its_setting(
+        tmp_path: Path) -> None:
+    """`sqlite://index.db` (two slashes) was a traceback in the first command that opened
+    the index or catalog; a bare path said `got /var/lib/index.db://`, or, for the store,
+    was taken by every command that did not open it. Each is refused where the settings
+    are read, in one line naming the setting and the form it takes, a password masked."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for name, field in (("AMPUP_MEMORY_INDEX_URI", "index_uri"),
+                        ("AMPUP_MEMORY_CATALOG_URI", "catalog_uri"),
+                        ("AMP_STORE_URI", "store_uri")):
+        for value, says in (("sqlite://index.db", "three slashes"),
+                            ("/var/lib/ampup/x.db", "sqlite:////var/lib/ampup/x.db"),
+                            ("mysql://u:Sekr1t-pw@db/x", "postgresql://")):
+            for args in (["principal", "show", "alice"], ["keys", "list"]):
+                done = cli_here({**base, name: value}, *args)
+                _one_error_line(done, f"invalid setting {field} ({name})", says)
+                assert "Sekr1t-pw" not in done.stderr, done.stderr
+    # The forms each store opens are settings as before.
+    for value in ("sqlite:///rel.db", "sqlite:///:memory:", "postgres://u:pw@db/x",
+                  "postgresql+psycopg://db/x"):
+        assert shown({**base, "AMPUP_MEMORY_INDEX_URI": value})["index_uri"]
+
+
+def test_allowed_origins_and_hosts_of_the_wrong_form_are_one_line(tmp_path: Path) -> None:
+    """An origin is matched whole: `app.example.com`, `*` or a page's URL never equals
+    what a browser sends, so every call from that site was refused (403) while the
+    setting looked right; a URL among the allowed hosts never equals a `Host`. `serve`
+    refuses both at start, in one line naming the setting and the form it takes."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for name, value, says in (
+            ("AMPUP_MEMORY_ALLOWED_ORIGINS", "app.example.com", "scheme://host[:port]"),
+            ("AMPUP_MEMORY_ALLOWED_ORIGINS", "https://ok.example.com, *", "'*' is no origin"),
+            ("AMPUP_MEMORY_ALLOWED_ORIGINS", "https://app.example.com/inbox", "no path"),
+            ("AMPUP_MEMORY_ALLOWED_HOSTS", "https://memory.example.com", "names alone")):
+        done = cli({**base, name: value}, "serve", "--port", "0", timeout=120)
+        _one_error_line(done, f"({name}): ", says)
+    # Origins (a trailing slash, a port, any scheme) and host names (a port) as before.
+    assert shown({**base, "AMPUP_MEMORY_ALLOWED_ORIGINS":
+                  "https://app.example.com/, http://localhost:3000, chrome-extension://abc",
+                  "AMPUP_MEMORY_ALLOWED_HOSTS": "memory.example.com, ampup:8765"})
+
+
 def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: Path) -> None:
     """A password of one letter was replaced everywhere in the driver's message: `status`
     and `doctor` said `(•••syco•••g.O•••erationalError)` and `•••ort 1 failed`. It is
@@ -513,11 +639,134 @@ def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: 
             assert "u:p@" not in said, said
 
 
+def test_a_catalog_or_index_that_does_not_connect_is_named_in_the_drivers_words(
+        tmp_path: Path) -> None:
+    """A PostgreSQL catalog that does not connect: the line carried SQLAlchemy's wrapping,
+    `(psycopg.OperationalError) …` and `(Background on this error at:
+    https://sqlalche.me/…)`, around what was wrong; a read index that does not connect
+    was a bare `database error: …`, naming none of the three URIs. Each is named, in the
+    driver's words, the password masked."""
+    for name, says in (("AMPUP_MEMORY_CATALOG_URI", "cannot open the Iceberg catalog"),
+                       ("AMPUP_MEMORY_INDEX_URI", "cannot open the read index")):
+        env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET,
+                        **{name: "postgresql://loader:Sekr1t-pw@127.0.0.1:1/x"})
+        for args in (["load", str(tmp_path), "--scope", "acme/sales"],
+                     ["principal", "show", "alice"]):
+            done = cli_here(env, *args)
+            _one_error_line(done, says, "loader:•••@127.0.0.1:1/x", "port 1 failed")
+            assert "sqlalche.me" not in done.stderr, done.stderr
+            assert "OperationalError" not in done.stderr, done.stderr
+            assert "Sekr1t-pw" not in done.stderr, done.stderr
+
+
+def _on_a_terminal(env: dict[str, str], *args: str) -> str:
+    """What the command writes when stdout and stderr are one terminal (a pty), raw."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "ampup_memory.cli", *args],
+                                env={**env, "TERM": "xterm", "COLUMNS": "200"},
+                                stdin=subprocess.DEVNULL, stdout=follower, stderr=follower)
+        os.close(follower)
+        said = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the command ended: the terminal is gone
+                break
+            if not chunk:
+                break
+            said += chunk
+        assert proc.wait(timeout=300) in (0, 1), said
+    finally:
+        os.close(leader)
+    return said.decode(errors="replace")
+
+
+def test_a_line_printed_under_a_progress_bar_starts_its_own_line(tmp_path: Path) -> None:
+    """On a terminal `doctor`'s first result was written after its bar's text, on the
+    bar's line (`checking AMP store ━━━ 0/4 0:00:01ok    AMP store: …`): each line now
+    starts on a line of its own (after a line break, or after the bar's line is erased)."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    said = _on_a_terminal(env, "doctor")
+    assert "━" in said, said  # a bar was drawn: this is the terminal case
+    for name in ("AMP store", "catalog", "warehouse", "index"):
+        at = said.index(f"ok    {name}: ")
+        assert said[:at].endswith(("\n", "\x1b[2K")), repr(said[max(0, at - 80):at + 30])
+
+
+def test_a_progress_bar_off_a_terminal_is_one_plain_line(tmp_path: Path) -> None:
+    """Off a terminal (a log, a pipe) a bar's last state was forty bar glyphs and its
+    count; it is one plain line, what it did and how far: `index rebuild` twice, on an
+    empty home and after a load, as a cron job's log would hold it."""
+    import re
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    (corpus / "a.md").write_text("Acme budget is 40k.\n")
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    assert cli(env, "load", str(corpus), "--scope", "acme/sales").returncode == 0
+    done = cli(env, "index", "rebuild")
+    assert done.returncode == 0, done.stderr
+    assert "━" not in done.stderr, done.stderr
+    for description in ("rebuilding the read index", "indexing commits"):
+        assert re.fullmatch(rf"{description}: 1/1 \d+:\d\d:\d\d",
+                            bar_line(done.stderr, description)), done.stderr
+    # A pass that learns its size as it goes ended at `1/?`; done, it is `1/1`.
+    clustered = cli(env, "advice", "cluster")
+    assert clustered.returncode == 0, clustered.stderr
+    assert re.fullmatch(r"clustering scopes: 1/1 \d+:\d\d:\d\d",
+                        bar_line(clustered.stderr, "clustering scopes")), clustered.stderr
+
+
 def test_json_output_is_unicode(tmp_path: Path) -> None:
     done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "episode-type", "show", "call")
     assert done.returncode == 0, done.stderr
     assert "…" in done.stdout and "\\u2026" not in done.stdout
     assert "…" in json.loads(done.stdout)["split"]
+
+
+def test_a_host_given_as_a_url_or_with_its_port_is_one_line(tmp_path: Path) -> None:
+    """`--host http://127.0.0.1` or `--host 127.0.0.1:9000` was bound as given: "Name or
+    service not known", which says nothing of what to type. Each names the form it takes
+    and where the port goes."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for host, says in (("http://127.0.0.1", "give the address alone"),
+                       ("127.0.0.1:9000", "the port as AMPUP_MEMORY_PORT or --port")):
+        done = cli(env, "serve", "--host", host, "--port", "0", timeout=120)
+        _one_error_line(done, "invalid setting host (AMPUP_MEMORY_HOST)", says)
+    # IPv6 addresses, bracketed or not, are hosts as before.
+    for host in ("::1", "[::1]"):
+        assert shown({**env, "AMPUP_MEMORY_HOST": host})["host"] == host
+
+
+def test_the_banner_of_an_ipv6_bind_is_a_url_a_browser_takes(tmp_path: Path) -> None:
+    """`serve --host ::1` said `AmpUp Memory on http://::1:8765`, which no browser or curl
+    opens; the address goes in brackets."""
+    import pytest
+
+    with socket.socket(socket.AF_INET6) as probe:
+        try:
+            probe.bind(("::1", 0))
+        except OSError:
+            pytest.skip("no IPv6 loopback on this machine")
+        port = probe.getsockname()[1]
+    server = ServerProcess(tmp_path / "home", env=QUIET, port=port,
+                           command=[sys.executable, "-m", "ampup_memory.cli", "serve",
+                                    "--host", "::1", "--port", str(port)])
+    server.url = f"http://[::1]:{port}"
+    with server:
+        said = server.log_path.read_text()
+        assert f"AmpUp Memory on http://[::1]:{port} " in said, said
+        assert httpx.get(f"http://[::1]:{port}/amp/v1/health").status_code == 200
+
+
+def test_a_bad_grace_period_names_its_option(tmp_path: Path) -> None:
+    """`maintenance --orphan-grace 5` said `Invalid value: '5': …`, naming no option."""
+    done = cli_here(clean_env(AMPUP_MEMORY_HOME=str(tmp_path), **QUIET),
+                    "maintenance", "--orphan-grace", "5")
+    _one_error_line(done, "Invalid value for '--orphan-grace': '5'")
 
 
 def test_taken_port_fails_fast_in_one_line(tmp_path: Path) -> None:
@@ -578,13 +827,17 @@ def test_flags_over_environment_over_config_file_over_defaults(tmp_path: Path) -
                                                   "'port')"),
                        ("port = \n", f"config file {other}: "),
                        ("fault = 'after-rows'\n", "unknown setting(s) 'fault'"),
-                       ("port = 99999\n", "invalid setting port")):
+                       # The file named: its reader set no AMPUP_MEMORY_PORT.
+                       ("port = 99999\n", f"config file {other}: invalid setting port")):
         other.write_text(text)
         done = cli(base, "settings", "--config", str(other))
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert says in done.stderr, done.stderr
     missing = cli(base, "settings", "--config", str(tmp_path / "nope.toml"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    # A folder named as the file exists: said so, not "does not exist".
+    folder = cli(base, "settings", "--config", str(tmp_path))
+    assert folder.returncode == 2 and f"config file {tmp_path} is a folder" in folder.stderr
 
 
 def test_json_logs_with_access_log(tmp_path: Path) -> None:

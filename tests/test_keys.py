@@ -177,6 +177,7 @@ def test_a_running_server_follows_the_keys_file(tmp_path: Path) -> None:
 def test_bad_cli_input_is_a_clear_error(tmp_path: Path) -> None:
     done = cli(tmp_path, "keys", "create", "--agent", "a", "--expires-in", "soon")
     assert done.returncode == 2 and "duration" in done.stderr
+    assert "Invalid value for '--expires-in'" in done.stderr, done.stderr  # which option
     assert "Traceback" not in done.stderr
     for agent in ("../x", "agent_é", "x" * 257, "team*", " "):
         done = cli(tmp_path, "keys", "create", "--agent", agent)

@@ -118,6 +118,12 @@ def progress() -> Progress:
             # A command refused before any work (a backup into a folder that is not
             # empty) printed its bar at 0 above its one error line.
             self.refused = exc_type is not None and not any(t.completed for t in self.tasks)
+            if exc_type is None:
+                # A pass that learns its size as it goes (`advice cluster`: scopes) ended
+                # at `1/?`; done, what it did is all there was.
+                for task in self.tasks:
+                    if task.total is None:
+                        self.update(task.id, total=task.completed)
             super().__exit__(exc_type, exc, tb)
 
         def stop(self) -> None:
@@ -129,8 +135,25 @@ def progress() -> Progress:
             self.live.transient = True
             self.live.stop()
 
-    return Bars(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), console=Console(stderr=True))
+    console = Console(stderr=True)
+    # Off a terminal (a log, a pipe) the last state is one plain line, `maintenance:
+    # 8/8 0:00:01`: forty bar glyphs there said nothing the count does not.
+    columns = ((TextColumn("{task.description}"), BarColumn()) if console.is_terminal
+               else (TextColumn("{task.description}:"),))
+    return Bars(*columns, MofNCompleteColumn(), TimeElapsedColumn(), console=console)
+
+
+def echo_beside(bar: Progress, line: str) -> None:
+    """A command's stdout line while ``bar`` is drawn. On a terminal the bar (on stderr)
+    holds the cursor at the end of its own line: a line echoed to stdout was written
+    after the bar's text (`checking AMP store ━━━ 0/4 0:00:01ok    AMP store: …`), and,
+    under two bars, partly erased by the next redraw. There it goes above the bars,
+    through their console (stdout and stderr being that one terminal); off a terminal, to
+    stdout as it is."""
+    if bar.live.is_started and bar.console.is_terminal and sys.stdout.isatty():
+        bar.console.print(line, markup=False, highlight=False, soft_wrap=True)
+    else:
+        click.echo(line)
 
 
 def task_progress(bar: Progress, description: str, total: int | None = None,

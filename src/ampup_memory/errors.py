@@ -222,6 +222,13 @@ def storage_down(exc: BaseException) -> ServiceUnavailable | None:
     return None
 
 
+def driver_said(exc: BaseException) -> str:
+    """A storage failure in the driver's own words, on one line: for SQLAlchemy's wrapper,
+    the driver error it wraps, without its ``(psycopg.OperationalError)`` tag and its
+    ``(Background on this error at: https://sqlalche.me/…)`` link."""
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())
+
+
 class ConfigurationError(Exception):
     """A setting that cannot work; raised at start-up so the server never half-starts."""
 

@@ -41,6 +41,9 @@ EmbeddingProvider = Literal[
     "wordllama", "minilm", "sentence-transformers", "openai-compatible", "hash"
 ]
 LogLevel = Literal["debug", "info", "warning", "error"]
+# What the store, index and catalog URIs may name: the schemes the AMP store registry
+# (`amp/store/registry.py`) and the tables (`memory/tables.sqlalchemy_url`) open.
+DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg")
 
 
 def _env(name: str, *more: str) -> Any:
@@ -698,6 +701,27 @@ class Settings(BaseSettings):
                     return f"{scheme}{Path(rest).expanduser().absolute()}{sep}{query}"
         return value
 
+    @field_validator("store_uri", "index_uri", "catalog_uri", mode="after")
+    @classmethod
+    def _database_uri(cls, value: str | None) -> str | None:
+        # Checked where every command reads it: `sqlite://file.db` (two slashes) was a
+        # traceback in the first command that opened the index or catalog, and a path
+        # alone was refused only by a command that opened that store.
+        if value is None:
+            return None
+        scheme = urlsplit(value).scheme.lower()
+        if scheme == "sqlite":
+            if not value.lower().startswith("sqlite:///"):
+                raise ValueError("is no SQLite URI: a file is sqlite:///path (three "
+                                 "slashes; four before an absolute path: "
+                                 "sqlite:////var/lib/ampup/amp.db)")
+        elif scheme not in DATABASE_SCHEMES:
+            hint = (f"; for a file, sqlite:///{Path(value).expanduser().absolute()}"
+                    if not scheme else "")
+            raise ValueError("must be sqlite:///path or "
+                             f"postgresql://user:password@host:5432/database{hint}")
+        return value
+
     @field_validator(
         "store_uri",
         "index_uri",
@@ -754,6 +778,69 @@ class Settings(BaseSettings):
             if bad is not None:
                 raise ValueError(f"holds the control character U+{ord(bad):04X}: a name, "
                                  "URL or key is printable text")
+        return value
+
+    @field_validator(
+        "embedding_base_url", "model_base_url", *(f"{r}_model_base_url" for r in MODEL_ROLES),
+        mode="after",
+    )
+    @classmethod
+    def _endpoint_is_http(cls, value: str | None) -> str | None:
+        # An endpoint without its scheme (`localhost:11434/v1`) was taken, and failed only
+        # at the first model call, minutes into `serve`, as a timer's log line.
+        if value is None:
+            return value
+        try:
+            parts = urlsplit(value)
+            parts.port  # noqa: B018 (a port that is no number raises here)
+        except ValueError as exc:
+            raise ValueError(f"is not a URL ({exc})") from None
+        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+            raise ValueError("is not an http:// or https:// URL with a host: name the "
+                             "endpoint in full, as http://localhost:11434/v1")
+        return value
+
+    @field_validator("host", mode="after")
+    @classmethod
+    def _host_is_an_address(cls, value: str) -> str:
+        # `serve` binds it as given: a URL or `host:port` was "Name or service not known".
+        if "/" in value:
+            raise ValueError("is a URL: give the address alone (127.0.0.1, 0.0.0.0, ::1)")
+        if value.count(":") == 1:
+            raise ValueError("holds a port: give the address alone, and the port as "
+                             "AMPUP_MEMORY_PORT or --port")
+        return value
+
+    @field_validator("allowed_origins", mode="after")
+    @classmethod
+    def _origins_are_origins(cls, value: str) -> str:
+        # A browser's Origin is matched whole (`web/origin.py`): `app.example.com`, `*` or
+        # a page's URL never equals one, so every call from that site was refused while
+        # the setting looked right.
+        for entry in (part.strip() for part in value.split(",")):
+            if not entry:
+                continue
+            try:
+                parts = urlsplit(entry)
+                parts.port  # noqa: B018 (a port that is no number raises here)
+            except ValueError:
+                parts = urlsplit("")
+            if not parts.scheme or not parts.netloc or parts.path not in ("", "/") \
+                    or parts.query or parts.fragment:
+                raise ValueError(f"{entry!r} is no origin: list each site as a browser "
+                                 "names it, scheme://host[:port] with no path "
+                                 "(https://app.example.com)")
+        return value
+
+    @field_validator("allowed_hosts", mode="after")
+    @classmethod
+    def _hosts_are_names(cls, value: str) -> str:
+        # Matched against the `Host` header's name: a URL or a path here never matches.
+        for entry in (part.strip() for part in value.split(",")):
+            if "/" in entry or "@" in entry:
+                raise ValueError(f"{entry!r} is no host name: list names alone, "
+                                 "memory.example.com (sites with their scheme go in "
+                                 "AMPUP_MEMORY_ALLOWED_ORIGINS)")
         return value
 
     @model_validator(mode="after")
@@ -851,15 +938,29 @@ def _did_you_mean(name: str) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
+def file_in_the_way(home: Path) -> Path | None:
+    """The file standing where the home folder, or a folder above it, should be (the
+    nearest existing path at or above ``home``, when it is no folder); else None."""
+    at = home.absolute()
+    while not at.exists() and at != at.parent:
+        at = at.parent
+    return None if at.is_dir() else at
+
+
 def ensure_home(settings: Settings) -> None:
     """Make the home folder if missing; one it cannot make (a read-only disk, a file in
     the way) is a setting that cannot work, said in one line, never an OSError."""
     try:
         settings.home.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise ConfigurationError(f"cannot use the home folder {settings.home}: "
-                                 f"{exc.strerror or exc} (set {env_name('home')} or --home "
-                                 "to a folder you may write in)") from exc
+        # mkdir's own words for a file in the way are "File exists" / "Not a directory"
+        blocker = file_in_the_way(settings.home)
+        why = (exc.strerror or str(exc) if blocker is None
+               else "it is a file, not a folder" if blocker == settings.home
+               else f"{blocker} is a file, not a folder")
+        raise ConfigurationError(f"cannot use the home folder {settings.home}: {why} "
+                                 f"(set {env_name('home')} or --home to a folder you may "
+                                 "write in)") from exc
 
 
 def config_path(settings: Settings) -> Path:
@@ -875,13 +976,19 @@ def load_settings(**overrides: Any) -> Settings:
         first = Settings(**given)  # flags and environment: where is the config file?
         path = config_path(first)
         if first.config is not None and not path.is_file():
-            raise ValueError(f"config file {path} does not exist")
+            raise ValueError(f"config file {path} is a folder: name the TOML file in it"
+                             if path.is_dir() else f"config file {path} does not exist")
         if not path.is_file():
             return first
-        with _reading(path):
-            return Settings(**given)
     except ValidationError as exc:
         raise ValueError(_validation_line(exc)) from None
+    with _reading(path):
+        try:
+            return Settings(**given)
+        except ValidationError as exc:
+            # Flags and environment alone were valid: the file's value is the one wrong
+            # (named as its setting, `port`, beside the environment name it stands for).
+            raise ValueError(f"config file {path}: {_validation_line(exc)}") from None
 
 
 @contextmanager
@@ -900,7 +1007,9 @@ def _validation_line(exc: ValidationError) -> str:
         field = next((f for f in Settings.model_fields if env_name(f) == name), None)
         shown = f"{field} ({name})" if field else name
         got = shown_value(field, err.get("input")) if field else err.get("input")
-        parts.append(f"invalid setting {shown}: {err['msg']} (got {got!r})")
+        # pydantic's "Value error, " prefix is its own wording, not what is wrong
+        msg = str(err["msg"]).removeprefix("Value error, ")
+        parts.append(f"invalid setting {shown}: {msg} (got {got!r})")
     return "; ".join(parts)
 
 

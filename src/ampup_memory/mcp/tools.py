@@ -37,6 +37,7 @@ from ampup_memory.errors import (
     AmpError,
     NotFound,
     ValidationFailed,
+    driver_said,
     refuse_nul,
     storage_down,
 )
@@ -148,7 +149,7 @@ class ToolEnv:
                 log.error("unhandled error in an MCP tool call", exc_info=exc)
                 return _text(INTERNAL, error=True)
             log.warning("storage error in an MCP tool call: %s",
-                        " ".join(str(getattr(exc, "orig", None) or exc).split())[:300])
+                        driver_said(exc)[:300])
             return _text(error_text(answer), error=True)
         return _text(text)
 

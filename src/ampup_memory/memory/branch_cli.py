@@ -69,7 +69,9 @@ def branch_commands(settings_options: SettingsOptions,
     @click.argument("scope")
     @click.argument("source", metavar="FROM")
     @click.option("--into", default=None, help="Branch merged into (default main).")
-    @click.option("--message", default=None)
+    @click.option("--message", default=None,
+                  help="The merge commit's message in the ledger (default: merge FROM "
+                  "into BRANCH).")
     @click.option("--dry-run", is_flag=True, help="Report what would change; write nothing.")
     @click.option("--user", required=True, callback=user_option,
                   help="Who merges (the ledger's author).")

@@ -231,14 +231,14 @@ def memory_commands(settings_options: SettingsOptions,
 
     @click.command("close")
     @click.option("--scope", required=True, help="org/team")
-    @click.option("--entity", required=True)
-    @click.option("--predicate", required=True)
+    @click.option("--entity", required=True, help="The entity whose value ends (acme).")
+    @click.option("--predicate", required=True, help="Its attribute (budget).")
     @click.option("--reason", required=True, help="Why; stored as its own episode.")
     @click.option("--user", required=True, callback=user_option,
                   help="Who closes it (author and reader).")
     @click.option("--acl", "acl", multiple=True, callback=acl_option,
                   help="ACL of the reason episode.")
-    @click.option("--branch", default=None)
+    @click.option("--branch", default=None, help="Branch (default main).")
     @click.option("--value", default=None,
                   help="The one value to end, for a many-valued attribute (schema "
                   "cardinality many); as text, which the schema reads as its type.")
@@ -286,17 +286,18 @@ def memory_commands(settings_options: SettingsOptions,
 
     @click.command("maintenance")
     @click.option("--scope", default=None, help="Only this org/team (and the system tables).")
-    @click.option("--orphan-grace", default=None,
+    @click.option("--orphan-grace", "grace", default=None,
+                  callback=lambda _c, _p, v: None if v is None else parse_duration(v),
                   help="Override the orphan grace period, e.g. 0s after a known crash.")
     @click.option("--rebuild-index", is_flag=True,
                   help="Also recreate the read index from the tables alone.")
     @settings_options("common", "tables", "maintenance")
-    def maintenance(scope: str | None, orphan_grace: str | None, rebuild_index: bool,
+    def maintenance(scope: str | None, grace: timedelta | None, rebuild_index: bool,
                     **kwargs: Any) -> None:
         """Remove orphan rows and files, compact small files, expire old snapshots."""
         settings = settings_from(kwargs)
-        grace = (parse_duration(orphan_grace) if orphan_grace is not None
-                 else timedelta(seconds=settings.memory_orphan_grace_seconds))
+        if grace is None:
+            grace = timedelta(seconds=settings.memory_orphan_grace_seconds)
         with _service(settings) as svc, _progress() as progress:
             only = existing_scope(svc, scope) if scope else None
             task = progress.add_task("maintenance", total=None)

@@ -37,7 +37,12 @@ def extraction_commands(settings_options: SettingsOptions,
         check out (quote in the cited unit, value valid for the schema); one JSON line per
         scope. Exits 2 when the model failed, or refused an episode as too long (the pass
         goes on with the next); the episodes it did not read stay pending."""
-        from ampup_memory.cliutil import fail_if_model_failed, no_model_line, progress
+        from ampup_memory.cliutil import (
+            echo_beside,
+            fail_if_model_failed,
+            no_model_line,
+            progress,
+        )
         from ampup_memory.memory.extraction import NO_MODEL, extractor
 
         settings = settings_from(kwargs)
@@ -62,7 +67,7 @@ def extraction_commands(settings_options: SettingsOptions,
                     if out.schema is None and not scope:
                         bar.remove_task(task)
                         continue
-                    click.echo(dumps({"scope": name, **out.wire()}))
+                    echo_beside(bar, dumps({"scope": name, **out.wire()}))
                     failed += out.error is not None or out.refused > 0
         fail_if_model_failed(failed, "scope(s)", "the episodes it did not read stay pending")
 

@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from sqlalchemy import (
     BigInteger,
@@ -53,7 +54,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql.elements import ColumnElement
 from sqlalchemy.sql.selectable import Select, Subquery
 
-from ampup_memory.errors import ConfigurationError
+from ampup_memory.errors import ConfigurationError, driver_said
 from ampup_memory.layouts import newer_layout, stored_version
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episodes import EpisodeRecord
@@ -64,7 +65,7 @@ from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.schemas import SCHEMA_ENTITY
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
 from ampup_memory.memory.tables import schema_lock, sqlalchemy_url
-from ampup_memory.settings import mask_uri
+from ampup_memory.settings import mask_secrets, mask_uri
 from ampup_memory.sqlite_connections import enable_wal
 
 log = logging.getLogger("ampup_memory.memory")
@@ -240,10 +241,13 @@ class ReadIndex:
             raise
         except DBAPIError as exc:
             self.engine.dispose()
-            if self.dialect != "sqlite":
-                raise  # a database down: `errors.storage_down` tells it from a bug
-            # A SQLite file that cannot be opened or written is a setting that cannot work.
-            raise ConfigurationError(f"cannot open the read index {uri}: {exc.orig}") from exc
+            # A SQLite file that cannot be opened or written, or a database that refuses
+            # the connection (a wrong port, password or database name), is a setting that
+            # cannot work: named as the read index, as the catalog is, not a bare
+            # "database error" that leaves the operator to guess which of the URIs it was.
+            said = mask_secrets(driver_said(exc), [urlsplit(uri).password])
+            raise ConfigurationError(
+                f"cannot open the read index {mask_uri(uri)}: {said}") from exc
 
     def _open_layout(self, conn: Connection, where: str, replace_newer: bool) -> None:
         """Bring the tables to this version's layout, or refuse a newer one. The version

@@ -40,7 +40,7 @@ def schema_commands(settings_options: SettingsOptions,
     @schema.command("show")
     @click.argument("scope", required=False)
     @click.option("--builtin", default=None, help="Show a built-in instead of a scope's.")
-    @click.option("--branch", default=None)
+    @click.option("--branch", default=None, help="Branch (default main).")
     @click.option("--history", is_flag=True, help="Every version with its window.")
     @settings_options("common", "tables")
     def show(scope: str | None, builtin: str | None, branch: str | None, history: bool,
@@ -67,7 +67,7 @@ def schema_commands(settings_options: SettingsOptions,
     @click.option("--file", "path", type=click.Path(exists=True, dir_okay=False,
                                                     path_type=Path),
                   default=None, help="A schema JSON file.")
-    @click.option("--branch", default=None)
+    @click.option("--branch", default=None, help="Branch to commit on (default main).")
     @click.option("--user", default="admin", show_default=True, callback=user_option,
                   help="The ledger's author (the CLI is admin).")
     @settings_options("common", "tables")

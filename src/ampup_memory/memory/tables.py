@@ -54,7 +54,7 @@ from pyiceberg.typedef import Identifier
 from sqlalchemy import Connection, Engine, bindparam, create_engine, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
-from ampup_memory.errors import ConfigurationError
+from ampup_memory.errors import ConfigurationError, driver_said
 from ampup_memory.memory.retry import Backoff, until_won
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
 from ampup_memory.memory.warehouse import catalog_properties
@@ -249,7 +249,7 @@ def open_catalog(settings: Settings) -> SqlCatalog:
         stray = table_outside(catalog.engine, properties["warehouse"])
     except Exception as exc:  # the driver's own error names what is wrong
         # the driver may quote the URI it was given
-        said = mask_secrets(str(exc), [urlsplit(uri).password])
+        said = mask_secrets(driver_said(exc), [urlsplit(uri).password])
         raise ConfigurationError(
             f"cannot open the Iceberg catalog {mask_uri(uri)!r}: {said}") from exc
     if stray is not None:

@@ -51,7 +51,7 @@ from ampup_memory.memory.tables import (
     SYSTEM_TABLES,
     MemoryTables,
 )
-from ampup_memory.settings import Settings, ensure_home
+from ampup_memory.settings import Settings, ensure_home, file_in_the_way
 from ampup_memory.sqlite_connections import sqlite_path
 
 FORMAT = 1
@@ -174,7 +174,13 @@ def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
     amp_db = sqlite_file(settings.resolved_store_uri)
     assert amp_db is not None
     created = not dest.exists()
-    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a "storage error" said nothing of DEST being the trouble
+        blocker = file_in_the_way(dest)
+        raise BackupError(f"cannot make the backup folder {dest}: "
+                          + (f"{blocker} is a file, not a folder" if blocker is not None
+                             else exc.strerror or str(exc))) from exc
     try:
         return _backup_into(settings, amp_db, dest, step)
     except BaseException:

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps, fail, interrupted, progress
+from ampup_memory.cliutil import dumps, echo_beside, fail, interrupted, progress
 from ampup_memory.memory.cli import SettingsOptions
 from ampup_memory.settings import Settings
 
@@ -119,7 +119,7 @@ def ops_commands(settings_options: SettingsOptions,
                 bar.update(task, description=f"checking {check.name}")
                 result = run_check(check, secrets)
                 failed += not result.ok
-                click.echo(result.line())
+                echo_beside(bar, result.line())
                 bar.advance(task)
         if failed:
             click.echo(f"{failed} of {len(todo)} checks failed", err=True)

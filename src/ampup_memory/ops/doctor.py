@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ampup_memory.settings import MODEL_ROLES, Settings, mask_secrets, mask_uri
+from ampup_memory.settings import MODEL_ROLES, Settings, file_in_the_way, mask_secrets, mask_uri
 
 CONNECT_TIMEOUT_SECONDS = 5
 
@@ -46,10 +46,13 @@ def _one_line(exc: BaseException) -> str:
 def _home_to_create(home: Path) -> str:
     """The home folder does not exist yet: fine if `serve` can create it (its nearest
     existing parent is a folder we may write in)."""
+    blocker = file_in_the_way(home)
+    if blocker is not None:
+        raise OSError(f"home {home} cannot be created: {blocker} is a file, not a folder")
     parent = home.absolute()
     while not parent.exists():
         parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+    if not os.access(parent, os.W_OK | os.X_OK):
         raise OSError(f"home {home} does not exist and cannot be created in {parent}")
     return f"home {home} does not exist yet: `serve` creates it"
 

@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.types import Scope
 
-from ampup_memory.errors import AmpError, ValidationFailed, storage_down
+from ampup_memory.errors import AmpError, ValidationFailed, driver_said, storage_down
 from ampup_memory.web.body import validation_message
 from ampup_memory.web.routing import serves
 
@@ -41,13 +41,30 @@ def envelope(code: str, message: str, details: dict[str, Any] | None = None) -> 
 
 def error_response(exc: AmpError, request: Request | None = None) -> JSONResponse:
     details = exc.details
+    message = exc.message
     if request is not None and isinstance(exc, ValidationFailed) and not exc.located:
         details = {**details, "errors": [
             {**e, "loc": located(request, list(e.get("loc", [])))}
             for e in details.get("errors", [])]}
+    if request is not None and isinstance(exc, ValidationFailed):
+        message += _not_sent_as_json(request, details.get("errors", []))
     return JSONResponse(
-        envelope(exc.code, exc.message, details), status_code=exc.status, headers=exc.headers
+        envelope(exc.code, message, details), status_code=exc.status, headers=exc.headers
     )
+
+
+def _not_sent_as_json(request: Request, errors: list[dict[str, Any]]) -> str:
+    """A hint for a body that is not JSON and was not sent as JSON (a form post, `curl -d
+    a=b`): "Invalid JSON: expected value at line 1 column 1" alone did not say that every
+    body is JSON, whatever its Content-Type."""
+    if not errors or errors[0].get("type") != "json_invalid" \
+            or errors[0].get("loc") != ["body"]:
+        return ""
+    sent = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if "json" in sent:
+        return ""
+    return (" (every request body is a JSON object; this one was sent as "
+            f"{sent[:100] or 'no Content-Type'})")
 
 
 MCP_PATH = "/mcp"
@@ -171,7 +188,7 @@ def install(app: FastAPI) -> None:
         log.warning("%s error on %s %s: %s",
                     "storage" if isinstance(exc, OSError) else "database", request.method,
                     request.url.path,
-                    " ".join(str(getattr(exc, "orig", None) or exc).split())[:300])
+                    driver_said(exc)[:300])
         return error_response(answer)
 
     @app.exception_handler(Exception)
