@@ -72,7 +72,7 @@ from ampup_memory.amp.store.rows import (
     where_clause,
     with_status,
 )
-from ampup_memory.errors import ConfigurationError, ServiceUnavailable
+from ampup_memory.errors import ConfigurationError, ServiceUnavailable, driver_said
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
 from ampup_memory.search import budget
@@ -219,7 +219,7 @@ def store_exists(uri: str) -> bool:
             return conn.execute("SELECT to_regclass('cells') IS NOT NULL").fetchone() == (True,)
     except psycopg.OperationalError as exc:
         raise ConfigurationError(
-            f"cannot connect to PostgreSQL ({_described(conninfo)}): {exc}") from exc
+            f"cannot connect to PostgreSQL ({_where(conninfo)}): {driver_said(exc)}") from exc
 
 
 def _where(conninfo: str) -> str:
@@ -393,7 +393,7 @@ class PostgresStore:
                 ).fetchone()
         except psycopg.OperationalError as exc:
             raise ConfigurationError(
-                f"cannot connect to PostgreSQL ({_described(self.conninfo)}): {exc}"
+                f"cannot connect to PostgreSQL ({_where(self.conninfo)}): {driver_said(exc)}"
             ) from exc
         except psycopg.Error as exc:
             hint = (
@@ -402,7 +402,7 @@ class PostgresStore:
                 if "vector" in str(exc) else ""
             )
             raise ConfigurationError(
-                f"cannot prepare the PostgreSQL cell store ({_described(self.conninfo)}): "
+                f"cannot prepare the PostgreSQL cell store ({_where(self.conninfo)}): "
                 f"{exc}.{hint}"
             ) from exc
         version = tuple(int(x) for x in str(row[0] if row else "0").split(".")[:2])
