@@ -640,6 +640,8 @@ def test_cli_create_list_delete(tmp_path: Path) -> None:
     assert bad.returncode != 0 and "time to live" in bad.stderr
     bad = cli_in_process(home, env, "workspace", "create", "demo", "--ttl", "7x", "--user", "alice")
     assert bad.returncode != 0 and "a number and a unit" in bad.stderr, bad.stderr
+    # Named as the command takes it (`at --ttl`), as `pin create` and `renew` name it.
+    assert "at --ttl" in bad.stderr, bad.stderr
     renewed = cli_in_process(home, env, "workspace", "renew", org, "--ttl", "7d")
     assert renewed.returncode == 0, renewed.stderr
     assert json.loads(renewed.stdout)["expires_at"] > json.loads(made.stdout)["expires_at"]

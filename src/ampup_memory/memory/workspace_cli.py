@@ -37,6 +37,7 @@ def workspace_commands(settings_options: SettingsOptions,
                max_episodes: int | None, max_facts: int | None, max_bytes: int | None,
                **kwargs: Any) -> None:
         """Create a workspace; prints it (its id is its org: use <id>/<team> scopes)."""
+        from ampup_memory.errors import ValidationFailed
         from ampup_memory.memory.service import build
         from ampup_memory.memory.workspaces import CreateWorkspace
 
@@ -45,8 +46,14 @@ def workspace_commands(settings_options: SettingsOptions,
                                   ("facts", max_facts), ("bytes", max_bytes))
                 if v is not None}
         with _service(settings) as svc:
-            req = build(CreateWorkspace, name=name, ttl=ttl, caps=caps or None)
-            click.echo(dumps(svc.workspaces.create(user, req)))
+            try:
+                req = build(CreateWorkspace, name=name, ttl=ttl, caps=caps or None)
+                made = svc.workspaces.create(user, req)
+            except ValidationFailed as exc:
+                # Named as the command takes them, as `pin create` names its --ttl.
+                exc.rename({("ttl",): "--ttl", ("name",): "NAME"})
+                raise
+            click.echo(dumps(made))
 
     @workspace.command("list")
     @click.option("--user", default=None, callback=user_option,
