@@ -532,6 +532,20 @@ def test_settings_that_cannot_work_and_a_database_down_are_one_line(tmp_path: Pa
     assert "s3cr3t-pw" not in down.stderr
 
 
+def test_an_infinite_or_nan_number_setting_is_refused_in_one_line(tmp_path: Path) -> None:
+    """`AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS=inf` (or `1e400`, which reads as inf) was taken:
+    a model call that may wait for ever. Every number setting is finite."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for name, field, value in (
+            ("AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS", "model_timeout_seconds", "inf"),
+            ("AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS", "model_timeout_seconds", "1e400"),
+            ("AMPUP_MEMORY_RERANK_WEIGHT", "rerank_weight", "nan")):
+        done = cli({**base, name: value}, "settings")
+        _one_error_line(done, f"invalid setting {field} ({name})", "finite number")
+    assert shown({**base, "AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS": "2.5"})[
+        "model_timeout_seconds"] == 2.5
+
+
 def test_a_control_character_in_a_model_setting_stops_the_start_in_one_line(
         tmp_path: Path) -> None:
     """A model name, base URL or key holding a NUL or another control character failed only

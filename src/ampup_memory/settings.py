@@ -66,7 +66,8 @@ class Settings(BaseSettings):
     (``HOME``, ``HOST``, ``PORT``, ...) from the environment.
     """
 
-    model_config = SettingsConfigDict(extra="ignore", frozen=False)
+    # allow_inf_nan: "inf" seconds (or shares) is never meant; refused as any bad number.
+    model_config = SettingsConfigDict(extra="ignore", frozen=False, allow_inf_nan=False)
 
     config: Path | None = Field(
         default=None,
