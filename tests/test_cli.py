@@ -401,7 +401,9 @@ def test_a_home_that_is_a_file_says_so(tmp_path: Path) -> None:
                        (blocker / "sub" / "home", f"{blocker} is a file, not a folder")):
         env = clean_env(AMPUP_MEMORY_HOME=str(home), **QUIET)
         # `status` on a home under a file says there is no home there (it makes none).
-        commands = [["keys", "create", "--agent", "agent_a"], ["load", str(tmp_path),
+        # `keys list` / `keys revoke` said "no API keys" / "no active key" (session 23).
+        commands = [["keys", "create", "--agent", "agent_a"], ["keys", "list"],
+                    ["keys", "revoke", "k"], ["load", str(tmp_path),
                     "--scope", "acme/sales"]] + [["status"]] * (home == blocker)
         for args in commands:
             _one_error_line(cli_here(env, *args), f"home folder {home}: {says}")

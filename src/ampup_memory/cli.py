@@ -50,6 +50,7 @@ from ampup_memory.settings import (
     Settings,
     ensure_home,
     env_name,
+    file_in_the_way,
     load_settings,
     setting_group,
     shown_value,
@@ -152,6 +153,10 @@ def _existing_cell_store(settings: Settings) -> Iterator[CellStore | None]:
     from ampup_memory.amp.store.registry import open_existing_store
 
     try:
+        if settings.store_uri is None and file_in_the_way(settings.home) is not None:
+            # A file where the home should be is no "no keys yet": `ensure_home` makes
+            # nothing here (mkdir fails) and says what is in the way, as every command does.
+            ensure_home(settings)
         store = open_existing_store(settings.resolved_store_uri, ann_params=settings.ann_params)
     except (ConfigurationError, AmpError) as exc:
         _fail(str(exc))
