@@ -101,7 +101,11 @@ def workspace_commands(settings_options: SettingsOptions,
 
         settings: Settings = settings_from(kwargs)
         with _service(settings) as svc, attached_feed(settings, svc):
-            click.echo(dumps(svc.workspaces.delete("cli", workspace_id, admin=True)))
+            with progress() as bar:
+                report = svc.workspaces.delete(
+                    "cli", workspace_id, admin=True,
+                    progress=task_progress(bar, "dropping workspace scopes"))
+            click.echo(dumps(report))
 
     @workspace.command("gc")
     @settings_options("common", "tables", "embedding", "ann", "lease")

@@ -322,9 +322,11 @@ class Workspaces:
             self._record(renewed)
         return renewed.wire(self.usage(ws.id))
 
-    def delete(self, user: str, ws_id: str, admin: bool) -> dict[str, Any]:
+    def delete(self, user: str, ws_id: str, admin: bool,
+               progress: Progress | None = None) -> dict[str, Any]:
         """Mark deleted (one durable row: gone from here on), then drop what it holds when
-        maintenance is not running (else the next gc pass drops it)."""
+        maintenance is not running (else the next gc pass drops it). ``progress`` is told
+        (scopes dropped, scopes to drop), as `gc`'s."""
         ws = self.visible(user, ws_id, admin)
         # The lease first, waiting a little: a gc pass of the timer holds it for moments
         # only, and a caller who deletes expects the drop now (a maintenance pass or a
@@ -344,7 +346,8 @@ class Workspaces:
                 self._record(deleted)
                 if not held:
                     return {"id": ws.id, "deleted": True, "dropped": False, "scopes": []}
-                scopes = self._drop(deleted, user)
+                names = self._scope_names(deleted.id)
+                scopes = self._drop(deleted, user, names, ticker(progress, len(names)))
         return {"id": ws.id, "deleted": True, "dropped": True, "scopes": scopes}
 
     def gc_if_free(self, holder: str, lease: timedelta | None = None,
