@@ -71,7 +71,7 @@ def workspace_commands(settings_options: SettingsOptions,
     @settings_options("common", "tables")
     def snapshots(workspace_id: str, **kwargs: Any) -> None:
         """Snapshots taken of a live workspace, newest first, released ones with their
-        state, as JSON (GET /workspaces/{id}/snapshots)."""
+        state, as JSON (what the server lists for the workspace)."""
         from ampup_memory.memory.snapshots import workspace_snapshots
 
         settings: Settings = settings_from(kwargs)
