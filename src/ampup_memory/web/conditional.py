@@ -17,12 +17,14 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
+
+# Starlette's (what FastAPI re-exports), not fastapi's: the services import `Condition`,
+# and the CLI's light commands must not load FastAPI (tests/test_cli.py).
+from starlette.requests import Request
+from starlette.responses import Response
 
 from ampup_memory.errors import PreconditionFailed
-
-if TYPE_CHECKING:  # the services import `Condition`; the CLI's light commands load no web stack
-    from fastapi import Request, Response
 
 # One entity-tag: optional weakness prefix, then a quoted opaque string (RFC 9110 8.8.3).
 _TAG = re.compile(r'\s*(W/)?"([\x21\x23-\x7e\x80-\xff]*)"\s*(?:,|$)')
@@ -116,8 +118,6 @@ def with_etag(response: Response, etag: str | None) -> Response:
 
 
 def not_modified(etag: str) -> Response:
-    from fastapi import Response
-
     return Response(status_code=304, headers={"ETag": etag})
 
 
