@@ -34,6 +34,7 @@ from typing import Any
 
 import psycopg
 
+from ampup_memory.amp.store.pg_words import made_triggers
 from ampup_memory.search.bm25_sql import Scoring, length_of
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -113,18 +114,11 @@ def prepare(conn: Conn) -> bool:
     conn.execute(TABLE)
     for statement in (_WRITE, _EMPTY):
         conn.execute(statement)
-    have = {str(r[0]) for r in conn.execute(
-        "SELECT tgname FROM pg_trigger WHERE tgrelid = 'cells'::regclass AND NOT tgisinternal"
-    ).fetchall()}
-    for statement in TRIGGERS:
-        if statement.split()[2] not in have:  # CREATE TRIGGER <name> ...
-            conn.execute(statement)
-            missing = True
-    if missing:
+    if made_triggers(conn, TRIGGERS) or missing:  # the triggers are made either way
         refill(conn)
-    else:
-        conn.execute(INDEX)
-    return missing
+        return True
+    conn.execute(INDEX)
+    return False
 
 
 def refill(conn: Conn) -> None:

@@ -138,16 +138,25 @@ def prepare(conn: Conn) -> bool:
     missing = conn.execute("SELECT to_regclass('cell_words') IS NULL").fetchone() == (True,)
     for statement in (*TABLES, _COUNT, _EMPTY):
         conn.execute(statement)
+    if made_triggers(conn, TRIGGERS) or missing:  # the triggers are made either way
+        recount(conn)
+        return True
+    return False
+
+
+def made_triggers(conn: Conn, triggers: Sequence[str]) -> bool:
+    """Each of ``triggers`` (``CREATE TRIGGER <name> … ON cells``) the table lacks, made;
+    True when any was missing (what it keeps must then be written again from the cells:
+    cells written while it was missing were not seen)."""
     have = {str(r[0]) for r in conn.execute(
         "SELECT tgname FROM pg_trigger WHERE tgrelid = 'cells'::regclass AND NOT tgisinternal"
     ).fetchall()}
-    for statement in TRIGGERS:
+    made = False
+    for statement in triggers:
         if statement.split()[2] not in have:  # CREATE TRIGGER <name> ...
             conn.execute(statement)
-            missing = True
-    if missing:
-        recount(conn)
-    return missing
+            made = True
+    return made
 
 
 def recount(conn: Conn) -> None:
