@@ -534,6 +534,20 @@ def test_settings_that_cannot_work_and_a_database_down_are_one_line(tmp_path: Pa
     assert "s3cr3t-pw" not in down.stderr
 
 
+def test_the_settings_take_exactly_the_schemes_the_stores_open() -> None:
+    """`settings.DATABASE_SCHEMES` (checked where settings are read, kept apart so `--help`
+    imports no store) is a second list of the cell store registry's schemes: the two agree,
+    and the tables open each of them."""
+    from ampup_memory.amp.store.registry import STORE_LOADERS
+    from ampup_memory.memory.tables import sqlalchemy_url
+    from ampup_memory.settings import DATABASE_SCHEMES
+
+    assert sorted(DATABASE_SCHEMES) == sorted(STORE_LOADERS)
+    for scheme in DATABASE_SCHEMES:
+        assert sqlalchemy_url(f"{scheme}:///x" if scheme == "sqlite" else f"{scheme}://h/d",
+                              setting="catalog_uri")
+
+
 def test_an_infinite_or_nan_number_setting_is_refused_in_one_line(tmp_path: Path) -> None:
     """`AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS=inf` (or `1e400`, which reads as inf) was taken:
     a model call that may wait for ever. Every number setting is finite."""

@@ -42,7 +42,8 @@ EmbeddingProvider = Literal[
 ]
 LogLevel = Literal["debug", "info", "warning", "error"]
 # What the store, index and catalog URIs may name: the schemes the AMP store registry
-# (`amp/store/registry.py`) and the tables (`memory/tables.sqlalchemy_url`) open.
+# (`amp/store/registry.py`) and the tables (`memory/tables.sqlalchemy_url`) open; a copy,
+# as importing the registry would load the stores into every command (a test holds them equal).
 DATABASE_SCHEMES = ("sqlite", "postgresql", "postgres", "postgresql+psycopg")
 
 
