@@ -34,7 +34,7 @@ from ampup_memory.web.conditional import (
     PRECONDITION_DOC,
     conditional_doc,
     etag_response,
-    not_modified,
+    read_answer,
 )
 from ampup_memory.web.openapi import body_doc, errors, merged
 from ampup_memory.web.routing import segment_except
@@ -223,10 +223,8 @@ def get_procedure_sources(request: Request, cond: ConditionDep,
                           scope: Annotated[ScopeText, Query()]) -> Response:
     """The scope's procedure sources (admin, as setting them is)."""
     answer = procedures.get_sources(service(request), scope)
-    etag = procedures.sources_etag(parse_scope(answer["scope"]), answer["documents"])
-    if cond.not_modified(etag):
-        return not_modified(etag)
-    return JSONResponse(answer, headers={"ETag": etag})
+    return read_answer(cond, answer, procedures.sources_etag(parse_scope(answer["scope"]),
+                                                             answer["documents"]))
 
 
 @router.get("/procedures", responses=errors({

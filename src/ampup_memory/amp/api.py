@@ -47,7 +47,7 @@ from ampup_memory.web.conditional import (
     condition,
     conditional_doc,
     etag_response,
-    not_modified,
+    read_answer,
 )
 from ampup_memory.web.openapi import body_doc, errors, merged
 from ampup_memory.web.routing import segment_except
@@ -230,10 +230,7 @@ def get_memory(request: Request, memory_id: str, cond: ConditionDep) -> Response
     """The cell, with its version in `ETag` (docs/api.md, Conditional writes)."""
     caller = _caller(request)
     cell = _svc(request).get(memory_id, caller.agent_id)
-    etag = cell_etag(cell)
-    if cond.not_modified(etag):
-        return not_modified(etag)
-    return JSONResponse(cell.wire(), headers={"ETag": etag})
+    return read_answer(cond, cell.wire(), cell_etag(cell))
 
 
 @router.patch(

@@ -40,7 +40,7 @@ from ampup_memory.web.conditional import (
     condition,
     conditional_doc,
     etag_response,
-    not_modified,
+    read_answer,
 )
 from ampup_memory.web.openapi import body_doc, errors, header_doc, merged
 from ampup_memory.web.routing import segment_except
@@ -203,10 +203,7 @@ def get_episode(request: Request, user: UserDep, cond: ConditionDep,
     svc = service(request)
     answer = svc.get_episode(user, episode_id,
                              read_view(svc, scope, branch, at_commit, pin, snapshot))
-    etag = acl_etag(answer["id"], answer["acl"])
-    if cond.not_modified(etag):
-        return not_modified(etag)
-    return JSONResponse(answer, headers={"ETag": etag})
+    return read_answer(cond, answer, acl_etag(answer["id"], answer["acl"]))
 
 
 @router.put(EPISODE_PATH + "/acl", responses={200: etag_response(), **errors({
@@ -329,7 +326,4 @@ async def put_principal(request: Request, user: UserPath, cond: ConditionDep) ->
                        **ADMIN_ERRORS}, openapi_extra=conditional_doc(read=True))
 def get_principal(request: Request, user: UserPath, cond: ConditionDep) -> Response:
     principal = service(request).principal(require_id(user, ["user"], "user id"))
-    etag = principal_etag(principal)
-    if cond.not_modified(etag):
-        return not_modified(etag)
-    return JSONResponse(principal.wire(), headers={"ETag": etag})
+    return read_answer(cond, principal.wire(), principal_etag(principal))

@@ -40,8 +40,8 @@ from ampup_memory.web.conditional import (
     condition,
     conditional_doc,
     etag_response,
-    not_modified,
     quote,
+    read_answer,
 )
 from ampup_memory.web.openapi import body_doc, errors, merged
 
@@ -106,10 +106,7 @@ def read_schema(
                               located=True) from None
     scope = str(scope_of_parts(org, team))
     answer = get_schema(service(request), scope, branch, at_commit, at, history)
-    etag = _etag(answer)
-    if etag and cond.not_modified(etag["ETag"]):
-        return not_modified(etag["ETag"])
-    return JSONResponse(answer, headers=etag)
+    return read_answer(cond, answer, _etag(answer).get("ETag"))
 
 
 @router.get("/schemas", responses=errors({401: UNAUTHENTICATED}), openapi_extra=USER_DOC)

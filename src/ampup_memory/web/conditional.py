@@ -22,7 +22,7 @@ from typing import Any
 # Starlette's (what FastAPI re-exports), not fastapi's: the services import `Condition`,
 # and the CLI's light commands must not load FastAPI (tests/test_cli.py).
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
 
 from ampup_memory.errors import PreconditionFailed
 
@@ -121,6 +121,14 @@ def not_modified(etag: str) -> Response:
     return Response(status_code=304, headers={"ETag": etag})
 
 
+def read_answer(condition: Condition, body: Any, etag: str | None) -> Response:
+    """A read's answer: 304 when the caller's If-None-Match holds ``etag`` already, else
+    ``body`` as JSON with its ``ETag`` (none when the resource has no version yet)."""
+    if etag is not None and condition.not_modified(etag):
+        return not_modified(etag)
+    return JSONResponse(body, headers={"ETag": etag} if etag is not None else None)
+
+
 _ETAG_HEADER = {"ETag": {"description": "The resource's version (strong entity-tag): send "
                          "it back in If-Match to write only over that version.",
                          "schema": {"type": "string"}}}
@@ -156,4 +164,4 @@ PRECONDITION_DOC = ("PRECONDITION_FAILED: If-Match names a version that is no lo
 
 
 __all__ = ["ANY", "Condition", "PRECONDITION_DOC", "condition", "conditional_doc",
-           "etag_of", "etag_response", "not_modified", "quote", "with_etag"]
+           "etag_of", "etag_response", "not_modified", "quote", "read_answer", "with_etag"]
