@@ -513,3 +513,15 @@ def test_listing_filters_take_one_value(client: AMPClient, owner: str) -> None:
     with pytest.raises(ValidationError):
         client.list_page([owner])  # type: ignore[arg-type]
     assert len(client.list_memories(owner, status="active")) == 1
+
+
+def test_the_two_clients_have_the_same_methods() -> None:
+    def public(cls: type) -> set[str]:
+        return {name for name in dir(cls) if not name.startswith("_")}
+
+    sync, wait = public(AMPClient), public(AsyncAMPClient)
+    assert sync - {"close", "session"} == wait - {"aclose"}
+    for name in sync - {"close", "session", "base_url"}:
+        # One definition serves both: nothing to drift apart.
+        assert getattr(AMPClient, name) is getattr(AsyncAMPClient, name), name
+    assert len(sync) > 15

@@ -10,7 +10,8 @@ Code written against the reference ``amp-client`` 0.1.0 moves over by changing o
 
 Cells come back as plain dicts, exactly as the server sends them (as in the reference).
 Beyond the reference: `update`, `archive`, full-filter `search`, `list_page`, `spec`,
-the page-walking iterators `iter_memories` / `iter_search`, and one exception class per
+the page-walking iterators `iter_memories` / `iter_search`, conditional writes (an
+answer's ``etag``, sent back as ``if_match=``; see `Versioned`), and one exception class per
 HTTP status (see `ampup_memory.client.errors`). The LangChain chat history lives in
 `ampup_memory.client.langchain` (extra ``ampup-memory[langchain]``). `AmpUpClient` and
 `AsyncAmpUpClient` cover the AmpUp face (episodes, facts, search and queries, advice,
@@ -22,7 +23,13 @@ from importlib.metadata import version as _version
 
 from ampup_memory.client._ampup import AmpUpClient, AsyncAmpUpClient
 from ampup_memory.client._async import AsyncAMPClient
-from ampup_memory.client._base import DEFAULT_SERVER_URL, MemoryCell, Page, SearchPage
+from ampup_memory.client._base import (
+    DEFAULT_SERVER_URL,
+    MemoryCell,
+    Page,
+    SearchPage,
+    Versioned,
+)
 from ampup_memory.client._sync import AMPClient
 from ampup_memory.client.errors import (
     AccessDeniedError,
@@ -32,7 +39,9 @@ from ampup_memory.client.errors import (
     ConflictError,
     GoneError,
     NotFoundError,
+    NotModifiedError,
     PayloadTooLargeError,
+    PreconditionFailedError,
     RateLimitedError,
     ServerError,
     ValidationError,
@@ -56,6 +65,8 @@ __all__ = [
     "NotFoundError",
     "ConflictError",
     "GoneError",
+    "PreconditionFailedError",
+    "NotModifiedError",
     "PayloadTooLargeError",
     "ValidationError",
     "RateLimitedError",
@@ -63,5 +74,6 @@ __all__ = [
     "MemoryCell",
     "Page",
     "SearchPage",
+    "Versioned",
     "DEFAULT_SERVER_URL",
 ]

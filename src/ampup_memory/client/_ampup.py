@@ -4,8 +4,9 @@
 Same transports and errors as the AMP clients (`SyncTransport`, `AsyncTransport`,
 `error_for`). Every method is written once (`MemoryCalls`, `AdviceCalls`, `VersionCalls`);
 the two classes here only say how a call is sent and a listing walked, so they have exactly
-the same methods. Every method answers the server's JSON body as a plain dict; the
-``iter_*`` methods walk a listing's pages and yield its items.
+the same methods. Every method answers the server's JSON body as a dict (a `Versioned`:
+its ``etag`` is the answer's ETag, for ``if_match=``); the ``iter_*`` methods walk a
+listing's pages and yield its items.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from ampup_memory.client._ampup_face import JSON, Listing, R, W
 from ampup_memory.client._ampup_memory import MemoryCalls
 from ampup_memory.client._ampup_versions import VersionCalls
 from ampup_memory.client._async import AsyncTransport
-from ampup_memory.client._base import Call
+from ampup_memory.client._base import Call, Versioned
 from ampup_memory.client._sync import SyncTransport
 
 
@@ -26,7 +27,7 @@ class AmpUpCalls(MemoryCalls[R, W], AdviceCalls[R, W], VersionCalls[R, W]):
     """Every AmpUp method, for a client that says how to send a call."""
 
 
-class AmpUpClient(AmpUpCalls[JSON, Iterator[JSON]], SyncTransport):
+class AmpUpClient(AmpUpCalls[Versioned, Iterator[JSON]], SyncTransport):
     """Synchronous client of the AmpUp routes (the server's root, beside ``/amp/v1``).
 
     ``AmpUpClient("http://127.0.0.1:8765", user="ana")``: keys off, ``user`` is sent as
@@ -39,7 +40,7 @@ class AmpUpClient(AmpUpCalls[JSON, Iterator[JSON]], SyncTransport):
     connections; `close_fact` closes a fact's value).
     """
 
-    def _call(self, call: Call[JSON]) -> JSON:
+    def _call(self, call: Call[Versioned]) -> Versioned:
         return self._send(call)
 
     def _walk(self, listing: Listing) -> Iterator[JSON]:
@@ -52,7 +53,7 @@ class AmpUpClient(AmpUpCalls[JSON, Iterator[JSON]], SyncTransport):
                 return
 
 
-class AsyncAmpUpClient(AmpUpCalls[Coroutine[Any, Any, JSON], AsyncIterator[JSON]],
+class AsyncAmpUpClient(AmpUpCalls[Coroutine[Any, Any, Versioned], AsyncIterator[JSON]],
                        AsyncTransport):
     """Asynchronous client of the AmpUp routes: `AmpUpClient`'s constructor and methods,
     each answering a coroutine (``await client.remember(...)``), the ``iter_*`` walkers
@@ -63,7 +64,7 @@ class AsyncAmpUpClient(AmpUpCalls[Coroutine[Any, Any, JSON], AsyncIterator[JSON]
     cannot hold); either way nothing is sent.
     """
 
-    def _call(self, call: Call[JSON]) -> Coroutine[Any, Any, JSON]:
+    def _call(self, call: Call[Versioned]) -> Coroutine[Any, Any, Versioned]:
         return self._send(call)
 
     async def _walk(self, listing: Listing) -> AsyncIterator[JSON]:

@@ -99,10 +99,19 @@ class AdviceCalls(AmpUpFace[R, W]):
         procedures}``."""
         return self._get("/procedures", scope=scope)
 
-    def set_procedure_sources(self, scope: str, documents: str | Sequence[str]) -> R:
+    def procedure_sources(self, scope: str, *, if_none_match: str | None = None) -> R:
+        """Admin: the documents compiled into the scope's procedures: ``{scope,
+        documents}``, with its ``etag`` (for `set_procedure_sources`' ``if_match``)."""
+        return self._get("/procedures/sources", scope=scope, if_none_match=if_none_match)
+
+    def set_procedure_sources(
+        self, scope: str, documents: str | Sequence[str], *, if_match: str | None = None,
+    ) -> R:
         """Admin: the documents compiled into the scope's procedures (replaces the list):
-        ``{scope, documents, commit}`` (``commit`` None when the list did not change)."""
-        return self._put("/procedures/sources", {"scope": scope, "documents": _names(documents)})
+        ``{scope, documents, commit}`` (``commit`` None when the list did not change).
+        ``if_match``: only over that list, else `PreconditionFailedError`."""
+        return self._put("/procedures/sources", {"scope": scope, "documents": _names(documents)},
+                         if_match=if_match)
 
     def set_aside(
         self, scope: str, *, kind: str | None = None, limit: int | None = None,

@@ -5,8 +5,8 @@ Every AmpUp method is written once, in the ``_ampup_*`` modules, as a body that 
 `Call` and hands it to ``self._call``; the sync client's ``_call`` sends it and answers
 the JSON, the async client's answers a coroutine of it. So a method's route, arguments and
 parsing exist once, and the two clients cannot drift apart: ``R`` is what a method
-answers (``JSON``, or a coroutine of it) and ``W`` what a walker answers (an iterator or an
-async iterator of items).
+answers (a `Versioned` JSON object, or a coroutine of it) and ``W`` what a walker answers
+(an iterator or an async iterator of items).
 """
 
 from __future__ import annotations
@@ -16,7 +16,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Generic, TypeVar
 
-from ampup_memory.client._base import Call, Transport, _json, path_segment
+from ampup_memory.client._base import (
+    Call,
+    Transport,
+    Versioned,
+    _json,
+    path_segment,
+    preconditions,
+)
 from ampup_memory.client.errors import ValidationError
 
 JSON = dict[str, Any]
@@ -114,7 +121,7 @@ class AmpUpFace(Transport, Generic[R, W]):
             headers[ADMIN_TOKEN_HEADER] = self.admin_token
         return headers
 
-    def _call(self, call: Call[JSON]) -> R:
+    def _call(self, call: Call[Versioned]) -> R:
         raise NotImplementedError
 
     def _walk(self, listing: Listing) -> W:
@@ -132,14 +139,17 @@ class AmpUpFace(Transport, Generic[R, W]):
         """``acl`` as a list, or None for the server's default (runs, sessions, closures)."""
         return None if acl is None else _names(acl)
 
-    def _get(self, path: str, **params: Any) -> R:
-        return self._call(Call("GET", path, _json, params=_params(**params)))
+    def _get(self, path: str, *, if_none_match: str | None = None, **params: Any) -> R:
+        return self._call(Call("GET", path, _json, params=_params(**params),
+                               headers=preconditions(if_none_match=if_none_match)))
 
     def _post(self, path: str, body: JSON | None = None) -> R:
         return self._call(Call("POST", path, _json, json=body))
 
-    def _put(self, path: str, body: JSON) -> R:
-        return self._call(Call("PUT", path, _json, json=body))
+    def _put(self, path: str, body: JSON, *, if_match: str | None = None,
+             if_none_match: str | None = None) -> R:
+        return self._call(Call("PUT", path, _json, json=body,
+                               headers=preconditions(if_match, if_none_match)))
 
     def _delete(self, path: str, **params: Any) -> R:
         return self._call(Call("DELETE", path, _json, params=_params(**params)))

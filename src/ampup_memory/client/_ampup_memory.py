@@ -48,11 +48,14 @@ class MemoryCalls(AmpUpFace[R, W]):
 
     def set_acl(
         self, scope: str, id: str, acl: str | Sequence[str], *, branch: str | None = None,
+        if_match: str | None = None,
     ) -> R:
         """Change an episode's ACL (its writer, or admin), which every version then obeys:
-        ``{id, acl, commit}``."""
+        ``{id, acl, commit}``. ``if_match`` (`get_episode`'s ``etag``): only over that ACL,
+        else `PreconditionFailedError`; the answer has the new ``etag``."""
         return self._put(f"/episodes/{path_segment(id, 'id')}/acl",
-                         _fields(scope=scope, acl=_names(acl), branch=branch))
+                         _fields(scope=scope, acl=_names(acl), branch=branch),
+                         if_match=if_match)
 
     def document(
         self, scope: str, document: str, *, as_of: datetime | str | None = None,
@@ -67,11 +70,13 @@ class MemoryCalls(AmpUpFace[R, W]):
 
     def get_episode(
         self, scope: str, id: str, *, branch: str | None = None, at_commit: str | None = None,
-        pin: str | None = None, snapshot: str | None = None,
+        pin: str | None = None, snapshot: str | None = None, if_none_match: str | None = None,
     ) -> R:
-        """One episode with its body and numbered units."""
+        """One episode with its body and numbered units; its ``etag`` is its ACL's version
+        (for `set_acl`'s ``if_match``; ``if_none_match``: `NotModifiedError` while current)."""
         return self._get(f"/episodes/{path_segment(id, 'id')}", scope=scope, branch=branch,
-                         at_commit=at_commit, pin=pin, snapshot=snapshot)
+                         at_commit=at_commit, pin=pin, snapshot=snapshot,
+                         if_none_match=if_none_match)
 
     def episodes(
         self, scope: str, *, branch: str | None = None, limit: int | None = None,
@@ -208,20 +213,27 @@ class MemoryCalls(AmpUpFace[R, W]):
     def schema(
         self, scope: str, *, branch: str | None = None, at_commit: str | None = None,
         as_of: datetime | str | None = None, history: bool | None = None,
+        if_none_match: str | None = None,
     ) -> R:
         """The scope's schema in force (``schema`` None when it has none); ``history=True``
-        adds every version with its window."""
+        adds every version with its window. ``etag``: the commit that set it (None without
+        a schema); ``if_none_match`` with it: `NotModifiedError` while it is in force."""
         return self._get(f"/schemas/{_scope_path(scope)}", branch=branch,
-                         at_commit=at_commit, as_of=as_of, history=history)
+                         at_commit=at_commit, as_of=as_of, history=history,
+                         if_none_match=if_none_match)
 
     def set_schema(
         self, scope: str, *, builtin: str | None = None, schema: Mapping[str, Any] | None = None,
-        branch: str | None = None,
+        branch: str | None = None, if_match: str | None = None,
+        if_none_match: str | None = None,
     ) -> R:
         """Admin: set the scope's schema, a built-in by name or a schema body, as a commit:
-        ``{scope, branch, name, version, commit, set_at, schema, changed}``."""
+        ``{scope, branch, name, version, commit, set_at, schema, changed}``. ``if_match``
+        (`schema`'s ``etag``): only over that version; ``if_none_match="*"``: only where the
+        branch has no schema yet; else `PreconditionFailedError`."""
         return self._put(f"/schemas/{_scope_path(scope)}", _fields(
-            builtin=builtin, schema=None if schema is None else dict(schema), branch=branch))
+            builtin=builtin, schema=None if schema is None else dict(schema), branch=branch),
+            if_match=if_match, if_none_match=if_none_match)
 
     def builtin_schemas(self) -> R:
         """The built-in schemas, in full: ``{schemas}``."""
@@ -237,16 +249,21 @@ class MemoryCalls(AmpUpFace[R, W]):
 
     # ---- principals and status (admin) -----------------------------------------------
 
-    def principal(self, user: str) -> R:
-        """Admin: a user's ``{user, groups, roles}``."""
-        return self._get(f"/principals/{path_segment(user, 'user')}")
+    def principal(self, user: str, *, if_none_match: str | None = None) -> R:
+        """Admin: a user's ``{user, groups, roles}``, with its ``etag``."""
+        return self._get(f"/principals/{path_segment(user, 'user')}",
+                         if_none_match=if_none_match)
 
     def set_principal(
         self, user: str, *, groups: Sequence[str] = (), roles: Sequence[str] = (),
+        if_match: str | None = None,
     ) -> R:
-        """Admin: replace a user's groups and roles: ``{user, groups, roles}``."""
+        """Admin: replace a user's groups and roles: ``{user, groups, roles}``.
+        ``if_match`` (`principal`'s ``etag``): only over that version, else
+        `PreconditionFailedError`."""
         return self._put(f"/principals/{path_segment(user, 'user')}",
-                         {"groups": _names(groups), "roles": _names(roles)})
+                         {"groups": _names(groups), "roles": _names(roles)},
+                         if_match=if_match)
 
     def status(self) -> R:
         """Admin: what the server is made of and how it is doing (``GET /status``)."""

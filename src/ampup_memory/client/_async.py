@@ -1,22 +1,22 @@
-"""`AsyncAMPClient`: the awaitable face, same calls as `AMPClient`."""
+"""`AsyncAMPClient`: the AMP face (`AMPCalls`, the same methods as `AMPClient`) sent over
+an `httpx.AsyncClient`, each answering a coroutine."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
-from datetime import datetime
+from collections.abc import AsyncIterator, Coroutine
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
 import httpx
 
+from ampup_memory.client._amp import AMPCalls, Pages
 from ampup_memory.client._base import (
-    MAX_PAGE_SIZE,
-    BaseClient,
     Call,
     MemoryCell,
     Page,
     SearchPage,
     Transport,
+    Versioned,
     next_offset,
 )
 from ampup_memory.client.errors import AMPError
@@ -52,6 +52,16 @@ class AsyncTransport(Transport):
 
     async def _send(self, call: Call[T]) -> T:
         try:
+            if call.before is not None:
+                await self._send(call.before)
+            return await self._send_one(call)
+        except AMPError as exc:
+            if call.fallback is None:
+                raise
+            return call.fallback(exc)
+
+    async def _send_one(self, call: Call[T]) -> T:
+        try:
             if self._http is not None:
                 response = await self._exchange(self._http, call)
             else:
@@ -65,137 +75,35 @@ class AsyncTransport(Transport):
         return await http.send(self._build(http, call))
 
 
-class AsyncAMPClient(BaseClient, AsyncTransport):
-    """Asynchronous AMP client. Drop-in for ``amp_client.AsyncAMPClient`` 0.1.0.
+_Await = Coroutine[Any, Any, Any]
+
+
+class AsyncAMPClient(AMPCalls[Coroutine[Any, Any, Versioned],
+                              Coroutine[Any, Any, list[MemoryCell]],
+                              Coroutine[Any, Any, bool], Coroutine[Any, Any, Page],
+                              Coroutine[Any, Any, SearchPage], AsyncIterator[MemoryCell]],
+                     AsyncTransport):
+    """Asynchronous AMP client. Drop-in for ``amp_client.AsyncAMPClient`` 0.1.0: the
+    methods of `AMPClient` (the very same definitions, `AMPCalls`), each answering a
+    coroutine, the ``iter_*`` walkers async iterators (``async for``).
 
     Inside ``async with`` it keeps one connection pool; outside, each call opens and closes
     its own (as the reference does), so a client never outlives the event loop it was
-    used on.
+    used on. An argument that cannot be sent raises `ValidationError` when the method is
+    called (an id that is no path segment) or when it is awaited (a value JSON cannot
+    hold); either way nothing is sent.
     """
 
-    # ---- the reference client's methods ----------------------------------------------
+    def _call(self, call: Call[Any]) -> _Await:
+        return self._send(call)
 
-    async def remember(
-        self,
-        content: str | Mapping[str, Any],
-        owner_id: str,
-        type: str = "semantic",
-        importance: float = 0.5,
-        readable_by: str | Sequence[str] | None = None,
-        *,
-        owner_type: str = "user",
-        metadata: Mapping[str, Any] | None = None,
-        writable_by: str | Sequence[str] | None = None,
-        public: bool | None = None,
-        confidence: float | None = None,
-        decay_rate: float | None = None,
-        session_id: str | None = None,
-        provenance: Mapping[str, Any] | None = None,
-        expires_at: datetime | str | None = None,
-    ) -> MemoryCell:
-        """Store a memory; returns the created cell. ``content`` is text or ``{text, metadata}``."""
-        return await self._send(self._remember_call(
-            content, owner_id, type, importance, readable_by, owner_type=owner_type,
-            metadata=metadata, writable_by=writable_by, public=public, confidence=confidence,
-            decay_rate=decay_rate, session_id=session_id, provenance=provenance,
-            expires_at=expires_at,
-        ))
-
-    async def recall(
-        self, query: str, owner_id: str, limit: int = 5, include_stale: bool = False,
-        offset: int = 0,
-    ) -> list[MemoryCell]:
-        """Search one owner's active (and, if asked, stale) cells; returns the cells."""
-        return await self._send(self._recall_call(query, owner_id, limit, include_stale, offset))
-
-    async def get_memory(self, memory_id: str) -> MemoryCell:
-        """Read one cell (a real read: the server counts the access)."""
-        return await self._send(self._get_call(memory_id))
-
-    async def list_memories(
-        self, owner_id: str | None, type: str | None = None, limit: int = 20, offset: int = 0,
-        *, status: str | None = None,
-    ) -> list[MemoryCell]:
-        """One page of readable cells, newest first (default status active)."""
-        return await self._send(self._list_call(owner_id, type, status, limit, offset))
-
-    async def forget(self, memory_id: str) -> bool:
-        """Archive, then delete: the protocol deletes only archived cells. True on 204."""
-        await self._send(self._archive_call(memory_id))
-        return await self._send(self._delete_call(memory_id))
-
-    async def health(self) -> bool:
-        """True when the server answers ``ok``; False (never an exception) otherwise."""
-        try:
-            return await self._send(self._health_call())
-        except AMPError:
-            return False
-
-    # ---- beyond the reference --------------------------------------------------------
-
-    async def update(self, memory_id: str, **fields: Any) -> MemoryCell:
-        """PATCH: sub-objects deep-merge, e.g. ``update(id, scoring={"importance": 0.9})``."""
-        return await self._send(self._update_call(memory_id, fields))
-
-    async def archive(self, memory_id: str) -> MemoryCell:
-        return await self._send(self._archive_call(memory_id))
-
-    async def search(
-        self,
-        query: str,
-        owner_id: str | None = None,
-        types: Sequence[str] | None = None,
-        status: str | Sequence[str] | None = None,
-        include_stale: bool = False,
-        limit: int = 10,
-        offset: int = 0,
-    ) -> SearchPage:
-        """Search with every filter; returns the whole page (``results``, ``has_more``, …)."""
-        return await self._send(
-            self._search_call(query, owner_id, types, status, include_stale, limit, offset)
-        )
-
-    async def list_page(
-        self, owner_id: str | None = None, type: str | None = None, status: str | None = None,
-        limit: int = 20, offset: int = 0,
-    ) -> Page:
-        """Like `list_memories`, but the whole page including ``has_more``."""
-        return await self._send(self._list_page_call(owner_id, type, status, limit, offset))
-
-    async def iter_memories(
-        self, owner_id: str | None = None, type: str | None = None, status: str | None = None,
-        page_size: int = MAX_PAGE_SIZE,
-    ) -> AsyncIterator[MemoryCell]:
-        """Every readable cell matching the filters, fetched page by page."""
+    async def _walk(self, pages: Pages) -> AsyncIterator[MemoryCell]:
         offset: int | None = 0
         while offset is not None:
-            page = await self.list_page(owner_id, type, status, page_size, offset)
+            page = await self._send(pages.page(offset))
             for cell in page["results"]:
                 yield cell
             offset = next_offset(page)
-
-    async def iter_search(
-        self,
-        query: str,
-        owner_id: str | None = None,
-        types: Sequence[str] | None = None,
-        status: str | Sequence[str] | None = None,
-        include_stale: bool = False,
-        page_size: int = MAX_PAGE_SIZE,
-    ) -> AsyncIterator[MemoryCell]:
-        """Every search hit, best first, fetched page by page."""
-        offset: int | None = 0
-        while offset is not None:
-            page = await self.search(
-                query, owner_id, types, status, include_stale, page_size, offset
-            )
-            for cell in page["results"]:
-                yield cell
-            offset = next_offset(page)
-
-    async def spec(self) -> dict[str, Any]:
-        """The server's ``/spec``: version and advertised capabilities."""
-        return await self._send(self._spec_call())
 
 
 __all__ = ["AsyncAMPClient", "AsyncTransport"]

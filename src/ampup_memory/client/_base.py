@@ -1,7 +1,8 @@
-"""What the sync and async clients share: configuration, request building, response handling.
+"""What every client shares (AMP and AmpUp, sync and async): configuration, request
+building, response handling.
 
-Each public operation is described once here as a ``Call`` (method, path, query, body and
-the parser for its answer); `AMPClient` and `AsyncAMPClient` only send calls, so the two
+Each public operation is described once as a ``Call`` (method, path, query, body, headers
+and the parser for its answer); the sync and async transports only send calls, so the two
 faces cannot drift apart in what they put on the wire or how they read the reply.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar, cast
 from urllib.parse import quote
 
@@ -39,15 +39,47 @@ class SearchPage(Page):
     query: str
 
 
+class Versioned(dict[str, Any]):
+    """A JSON object answer, and the version of the resource it shows: ``etag`` is the
+    answer's ``ETag`` header, None where the server sent none (a route that versions
+    nothing, a writer who may not read the cell). Send it back as ``if_match=`` to write
+    only over that version, or ``if_none_match=`` to read only if it changed. It is a dict,
+    equal to, printed and serialized as the body alone; ``dict(answer)`` drops the tag.
+    """
+
+    etag: str | None
+
+    def __init__(self, body: Mapping[str, Any], etag: str | None = None) -> None:
+        super().__init__(body)
+        self.etag = etag
+
+
+def preconditions(if_match: str | None = None,
+                  if_none_match: str | None = None) -> dict[str, str] | None:
+    """The ``If-Match`` / ``If-None-Match`` headers of a conditional call (None: none)."""
+    headers = {name: value for name, value in (("If-Match", if_match),
+                                               ("If-None-Match", if_none_match))
+               if value is not None}
+    return headers or None
+
+
 @dataclass(frozen=True)
 class Call(Generic[T]):
-    """One HTTP exchange: what to send and how to read a 2xx answer."""
+    """One HTTP exchange: what to send and how to read a 2xx answer.
+
+    ``before`` is a call sent first, its answer dropped (`forget` archives, then deletes);
+    ``fallback`` turns a failure into an answer instead of raising it (`health`). Both are
+    followed by every transport, so an operation of two steps is still described once.
+    """
 
     method: str
     path: str
     parse: Callable[[httpx.Response], T]
     params: dict[str, str | int] | None = None
     json: Any = None
+    headers: dict[str, str] | None = None
+    before: Call[Any] | None = None
+    fallback: Callable[[AMPError], T] | None = None
 
 
 def normalize_url(url: str, prefix: str = API_PREFIX) -> str:
@@ -73,11 +105,13 @@ def _cell_path(memory_id: str) -> str:
 
 
 def _json(response: httpx.Response) -> Any:
-    return response.json()
+    """The body; an object comes with the answer's ETag (`Versioned`)."""
+    body = response.json()
+    return Versioned(body, response.headers.get("etag")) if isinstance(body, dict) else body
 
 
-def _cell(response: httpx.Response) -> MemoryCell:
-    return cast(MemoryCell, response.json())
+def _object(response: httpx.Response) -> Versioned:
+    return cast(Versioned, _json(response))
 
 
 def _results(response: httpx.Response) -> list[MemoryCell]:
@@ -168,8 +202,9 @@ class Transport:
         set, an agent id that is not ASCII) are the caller's error, raised here, before
         anything is sent, rather than as json's or httpx's own exceptions."""
         try:
+            headers = {**self.identity_headers(), **(call.headers or {})}
             return http.build_request(call.method, self._url(call.path), params=call.params,
-                                      json=call.json, headers=self.identity_headers())
+                                      json=call.json, headers=headers)
         except httpx.InvalidURL as exc:
             raise AMPConnectionError(f"invalid server URL {self.server_url!r}: {exc}") from exc
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
@@ -196,150 +231,7 @@ class Transport:
             ) from exc
 
 
-class BaseClient(Transport):
-    """The AMP face's catalogue of calls; subclasses decide how to send them."""
-
-    # ---- the calls -------------------------------------------------------------------
-
-    def _remember_call(
-        self,
-        content: str | Mapping[str, Any],
-        owner_id: str,
-        type: str,
-        importance: float,
-        readable_by: str | Sequence[str] | None,
-        *,
-        owner_type: str,
-        metadata: Mapping[str, Any] | None,
-        writable_by: str | Sequence[str] | None,
-        public: bool | None,
-        confidence: float | None,
-        decay_rate: float | None,
-        session_id: str | None,
-        provenance: Mapping[str, Any] | None,
-        expires_at: datetime | str | None,
-    ) -> Call[MemoryCell]:
-        if isinstance(content, Mapping):
-            body_content: dict[str, Any] = dict(content)
-            if metadata is not None:
-                body_content["metadata"] = dict(metadata)
-        else:  # text, or anything else as its string (as the reference does)
-            body_content = {"text": str(content), "metadata": dict(metadata or {})}
-        identity: dict[str, Any] = {"owner_id": owner_id, "owner_type": owner_type}
-        if session_id is not None:
-            identity["session_id"] = session_id
-        scoring: dict[str, Any] = {"importance": importance}
-        if confidence is not None:
-            scoring["confidence"] = confidence
-        if decay_rate is not None:
-            scoring["decay_rate"] = decay_rate
-        body: dict[str, Any] = {
-            "type": type, "content": body_content, "identity": identity, "scoring": scoring,
-        }
-        policy: dict[str, Any] = {}
-        if readable_by is not None:
-            policy["readable_by"] = _patterns(readable_by)
-        if writable_by is not None:
-            policy["writable_by"] = _patterns(writable_by)
-        if public is not None:
-            policy["public"] = public
-        if policy:
-            body["access_policy"] = policy
-        if provenance is not None:
-            body["provenance"] = dict(provenance)
-        if expires_at is not None:
-            when = expires_at.isoformat() if isinstance(expires_at, datetime) else expires_at
-            body["lifecycle"] = {"expires_at": when}
-        return Call("POST", "/memories", _cell, json=body)
-
-    def _search_body(
-        self,
-        query: str,
-        owner_id: str | None,
-        types: Sequence[str] | None,
-        status: str | Sequence[str] | None,
-        include_stale: bool,
-        limit: int,
-        offset: int,
-    ) -> dict[str, Any]:
-        body: dict[str, Any] = {
-            "query": query, "include_stale": include_stale, "limit": limit, "offset": offset,
-        }
-        if owner_id is not None:
-            body["owner_id"] = owner_id
-        if types is not None:
-            body["types"] = [types] if isinstance(types, str) else list(types)
-        statuses = _statuses(status)
-        if statuses is not None:
-            body["status"] = statuses
-        return body
-
-    def _recall_call(
-        self, query: str, owner_id: str, limit: int, include_stale: bool, offset: int
-    ) -> Call[list[MemoryCell]]:
-        body = self._search_body(query, owner_id, None, None, include_stale, limit, offset)
-        return Call("POST", "/memories/search", _results, json=body)
-
-    def _search_call(
-        self,
-        query: str,
-        owner_id: str | None,
-        types: Sequence[str] | None,
-        status: str | Sequence[str] | None,
-        include_stale: bool,
-        limit: int,
-        offset: int,
-    ) -> Call[SearchPage]:
-        body = self._search_body(query, owner_id, types, status, include_stale, limit, offset)
-        return Call("POST", "/memories/search", _search_page, json=body)
-
-    def _list_params(
-        self, owner_id: str | None, type: str | None, status: str | None, limit: int, offset: int
-    ) -> dict[str, str | int]:
-        params: dict[str, str | int] = {"limit": limit, "offset": offset}
-        for name, value in (("owner_id", owner_id), ("type", type), ("status", status)):
-            if value is None:
-                continue
-            # A list would go out as repeated parameters, of which the server keeps the
-            # last: a silently different listing. (search takes several types and statuses.)
-            if not isinstance(value, str):
-                raise ValidationError(f"a listing takes one {name}, got {value!r}")
-            params[name] = value
-        return params
-
-    def _list_call(
-        self, owner_id: str | None, type: str | None, status: str | None, limit: int, offset: int
-    ) -> Call[list[MemoryCell]]:
-        params = self._list_params(owner_id, type, status, limit, offset)
-        return Call("GET", "/memories", _results, params=params)
-
-    def _list_page_call(
-        self, owner_id: str | None, type: str | None, status: str | None, limit: int, offset: int
-    ) -> Call[Page]:
-        params = self._list_params(owner_id, type, status, limit, offset)
-        return Call("GET", "/memories", _page, params=params)
-
-    def _get_call(self, memory_id: str) -> Call[MemoryCell]:
-        return Call("GET", _cell_path(memory_id), _cell)
-
-    def _update_call(self, memory_id: str, fields: Mapping[str, Any]) -> Call[MemoryCell]:
-        return Call("PATCH", _cell_path(memory_id), _cell, json=dict(fields))
-
-    def _archive_call(self, memory_id: str) -> Call[MemoryCell]:
-        return self._update_call(memory_id, {"lifecycle": {"status": "archived"}})
-
-    def _delete_call(self, memory_id: str) -> Call[bool]:
-        return Call("DELETE", _cell_path(memory_id), _no_content)
-
-    def _health_call(self) -> Call[bool]:
-        return Call("GET", "/health", _healthy)
-
-    def _spec_call(self) -> Call[dict[str, Any]]:
-        return Call("GET", "/spec", _json)
-
-
 __all__ = [
-    "BaseClient",
     "Call",
     "Transport",
     "DEFAULT_SERVER_URL",
@@ -347,7 +239,9 @@ __all__ = [
     "MemoryCell",
     "Page",
     "SearchPage",
+    "Versioned",
     "next_offset",
     "normalize_url",
     "path_segment",
+    "preconditions",
 ]

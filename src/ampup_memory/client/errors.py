@@ -2,12 +2,14 @@
 
     AMPError                      status_code   code (the server's error.code)
     ├── AMPConnectionError        None          (no HTTP response: refused, DNS, timeout)
+    ├── NotModifiedError          304           (none: a read's if_none_match still holds)
     ├── AuthenticationError       401           MISSING_AGENT_ID / MISSING_USER / UNAUTHENTICATED
     ├── AccessDeniedError         403           ACCESS_DENIED / ADMIN_DISABLED
     ├── NotFoundError             404           NOT_FOUND (AmpUp: an unknown or unreadable id)
     ├── ConflictError             409           INVALID_TRANSITION / RETENTION_WINDOW / CONFLICT
     │                                           / SESSION_ENDED / MERGE_CONFLICT / …
     ├── GoneError                 410           PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED
+    ├── PreconditionFailedError   412           PRECONDITION_FAILED (if_match / if_none_match)
     ├── PayloadTooLargeError      413           CELL_TOO_LARGE / PAYLOAD_TOO_LARGE
     ├── ValidationError           422           VALIDATION_ERROR (details["errors"])
     ├── RateLimitedError          429           RATE_LIMITED (.retry_after seconds)
@@ -64,6 +66,15 @@ class AMPConnectionError(AMPError):
     """The request never got an HTTP answer."""
 
 
+class NotModifiedError(AMPError):
+    """304: a read sent ``if_none_match`` with the resource's current ``etag`` (the caller
+    holds this version already); no body. Raised only when ``if_none_match`` was passed."""
+
+    @property
+    def etag(self) -> str | None:
+        return self.response.headers.get("etag") if self.response is not None else None
+
+
 class AuthenticationError(AMPError):
     """401: no agent id, or (keys on) a missing, wrong, expired or foreign key."""
 
@@ -82,6 +93,12 @@ class ConflictError(AMPError):
 
 class GoneError(AMPError):
     """410 (AmpUp): a read through a pin or snapshot that no longer holds anything."""
+
+
+class PreconditionFailedError(AMPError):
+    """412: a write's ``if_match`` names a version that is no longer current (another
+    writer got there first), or its ``if_none_match`` one that is; nothing was changed.
+    Read the resource again (a new ``etag``), merge, retry."""
 
 
 class PayloadTooLargeError(AMPError):
@@ -107,11 +124,13 @@ class ServerError(AMPError):
 
 
 _BY_STATUS: dict[int, type[AMPError]] = {
+    304: NotModifiedError,
     401: AuthenticationError,
     403: AccessDeniedError,
     404: NotFoundError,
     409: ConflictError,
     410: GoneError,
+    412: PreconditionFailedError,
     413: PayloadTooLargeError,
     422: ValidationError,
     429: RateLimitedError,
@@ -147,6 +166,8 @@ __all__ = [
     "NotFoundError",
     "ConflictError",
     "GoneError",
+    "NotModifiedError",
+    "PreconditionFailedError",
     "PayloadTooLargeError",
     "ValidationError",
     "RateLimitedError",
