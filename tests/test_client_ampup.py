@@ -224,3 +224,37 @@ async def test_keys_on_identity(tmp_path_factory: pytest.TempPathFactory, uid: s
                                     api_key=admin_key) as root:
             assert (await root.set_schema(scope, builtin="sales"))["changed"] is True
             assert (await root.principal("cara"))["user"] == "cara"
+
+
+def test_a_merge_conflict_is_data_the_caller_can_act_on(server: ServerProcess,
+                                                        ana: AmpUpClient, scope: str) -> None:
+    def budget(value: str, branch: str | None = None) -> None:
+        said = ana.remember(scope, f"Acme budget is {value}.", source=f"doc:{value}",
+                            branch=branch)["id"]
+        ana.add_fact(scope, "acme", "budget", value, quote=f"budget is {value}",
+                     cites=[{"episode": said, "unit": 1}], branch=branch)
+
+    budget("50k")
+    ana.create_branch(scope, "plan")
+    budget("90k", branch="plan")
+    budget("60k")
+    head = ana.ledger(scope, limit=1)["commits"][0]["id"]
+
+    with pytest.raises(ConflictError) as refused:
+        ana.merge(scope, "plan")
+    assert (refused.value.status_code, refused.value.code) == (409, "MERGE_CONFLICT")
+    assert refused.value.details["conflicts"] == [
+        {"entity": "acme", "predicate": "budget", "base": "50k", "ours": "60k",
+         "theirs": "90k"}]
+    assert ana.ledger(scope, limit=1)["commits"][0]["id"] == head  # nothing written
+    with AmpUpClient(server.url, "bob") as bob, pytest.raises(ConflictError) as blind:
+        bob.merge(scope, "plan")  # bob may read no side: nothing of it is named
+    assert blind.value.details["conflicts"] == [
+        {"entity": "hidden", "predicate": "hidden", "base": "hidden", "ours": "hidden",
+         "theirs": "hidden"}]
+
+    budget("60k", branch="plan")  # resolved on the branch: it takes main's value
+    merged = ana.merge(scope, "plan")
+    assert merged["merged"] is True and merged["commit"]
+    assert [f["value"] for f in ana.facts(scope, "acme", predicate="budget")["facts"]] == [
+        "60k"]

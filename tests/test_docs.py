@@ -89,6 +89,7 @@ def test_committed_openapi_matches_the_server(tmp_path: Path) -> None:
 
 
 ROOT = DOCS.parent
+NODE_README = ROOT / "clients" / "node" / "README.md"
 
 
 def test_readme_starts_with_the_two_setup_commands_ci_runs() -> None:
@@ -115,7 +116,7 @@ def test_every_page_is_linked_from_the_readme() -> None:
 def test_user_docs_carry_no_internal_jargon() -> None:
     import re
 
-    for page in [*DOCS.glob("*.md"), ROOT / "README.md"]:
+    for page in [*DOCS.glob("*.md"), ROOT / "README.md", NODE_README]:
         text = page.read_text()
         for pattern in (r"\bissue #?\d", r"\bauditor\b", r"#\d+\b",
                         r"\bfound by an audit\b"):
@@ -160,7 +161,7 @@ def test_every_relative_link_to_a_page_resolves() -> None:
     import re
 
     broken = []
-    for page in [*DOCS.glob("*.md"), ROOT / "README.md"]:
+    for page in [*DOCS.glob("*.md"), ROOT / "README.md", NODE_README]:
         for target in re.findall(r"\]\(([^)#\s]+\.md)(?:#[^)]*)?\)", page.read_text()):
             if "://" not in target and not (page.parent / target).is_file():
                 broken.append(f"{page.name} -> {target}")
@@ -245,7 +246,8 @@ def test_the_anchor_check_finds_a_broken_anchor(tmp_path: Path) -> None:
 
 
 def test_every_anchor_link_in_the_docs_resolves() -> None:
-    checked, broken = broken_anchor_links([*DOCS.glob("*.md"), ROOT / "README.md"])
+    checked, broken = broken_anchor_links([*DOCS.glob("*.md"), ROOT / "README.md",
+                                           NODE_README])
     assert checked >= 100, "the summary and contents of performance.md link its sections"
     assert not broken, f"links to headings that do not exist: {broken}"
 
@@ -261,3 +263,64 @@ def test_performance_contents_lists_every_section() -> None:
                                                            "## Where the targets stand")]
     missing = [s for s in sections if github_anchor(s) not in listed]
     assert not missing, f"sections the Contents of docs/performance.md does not list: {missing}"
+
+
+# ---- the Node client's README: its links (above), and its examples run ---------------------
+
+NODE_SRC = ROOT / "clients" / "node" / "src" / "index.js"
+
+
+def node_examples() -> list[tuple[str, str | None]]:
+    """Every ```js block of the Node README, with the ```text block it says it prints
+    (None for a fragment that shows a call without running on its own)."""
+    import re
+
+    blocks = re.findall(r"^```js\n(.*?)^```\n(?:\n+prints[^\n]*\n+```text\n(.*?)^```)?",
+                        NODE_README.read_text(), re.S | re.M)
+    return [(code, printed or None) for code, printed in blocks]
+
+
+def _node() -> str:
+    import shutil
+
+    node = shutil.which("node")
+    if node is None:
+        import pytest
+
+        pytest.skip("node is not installed: the Node README's examples are not run")
+    return node
+
+
+def test_every_node_example_parses(tmp_path: Path) -> None:
+    import subprocess
+
+    node = _node()
+    examples = node_examples()
+    assert len(examples) == NODE_README.read_text().count("```js") >= 5
+    for n, (code, _) in enumerate(examples):
+        script = tmp_path / f"example{n}.mjs"  # a module: top-level await parses
+        script.write_text(code)
+        done = subprocess.run([node, "--check", str(script)], capture_output=True, text=True,
+                              timeout=60)
+        assert done.returncode == 0, (n, code, done.stderr)
+
+
+def test_node_examples_print_what_the_readme_says(tmp_path: Path) -> None:
+    """Each example with a ``prints`` block runs, in page order, against one fresh real
+    server (the import pointed at this checkout's client)."""
+    import subprocess
+
+    from tests.server_process import ServerProcess
+
+    node = _node()
+    runnable = [(code, printed) for code, printed in node_examples() if printed is not None]
+    assert len(runnable) >= 3
+    with ServerProcess(tmp_path / "home") as server:
+        for n, (code, printed) in enumerate(runnable):
+            script = tmp_path / f"run{n}.mjs"
+            script.write_text(code.replace('"@ampup/memory-client"', f'"{NODE_SRC.as_uri()}"')
+                              .replace("http://127.0.0.1:8765", server.url))
+            done = subprocess.run([node, str(script)], capture_output=True, text=True,
+                                  timeout=120)
+            assert done.returncode == 0, (n, done.stderr)
+            assert done.stdout == printed, (n, code)

@@ -6,7 +6,7 @@
 
 import { MemoryCalls } from "./ampup-memory.js";
 import { PAGE_SIZE, nameList, take } from "./ampup-face.js";
-import { pathSegment } from "./transport.js";
+import { pathSegment, refuseUnknown } from "./transport.js";
 
 /**
  * @typedef {import("./ampup-face.js").JSONObject} JSONObject
@@ -186,15 +186,34 @@ export class AdviceCalls extends MemoryCalls {
   }
 
   /**
+   * Admin: the documents compiled into the scope's procedures: `{ scope, documents }`,
+   * with its `etag` (for `setProcedureSources`' `ifMatch`).
+   *
+   * @param {string} scope
+   * @param {{ ifNoneMatch?: string }} [options]
+   * @returns {Promise<JSONObject>}
+   */
+  async procedureSources(scope, options = {}) {
+    refuseUnknown(options, ["ifNoneMatch"]);
+    const { ifNoneMatch } = options;
+    return this._get("/procedures/sources", { scope }, { ifNoneMatch });
+  }
+
+  /**
    * Admin: the documents compiled into the scope's procedures (replaces the list):
-   * `{ scope, documents, commit }`.
+   * `{ scope, documents, commit }`. `ifMatch`: only over that list, else
+   * `PreconditionFailedError`.
    *
    * @param {string} scope
    * @param {Names} documents
+   * @param {{ ifMatch?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
-  async setProcedureSources(scope, documents) {
-    return this._put("/procedures/sources", { scope, documents: nameList(documents) });
+  async setProcedureSources(scope, documents, options = {}) {
+    refuseUnknown(options, ["ifMatch"]);
+    const { ifMatch } = options;
+    return this._put("/procedures/sources", { scope, documents: nameList(documents) },
+      { ifMatch });
   }
 
   /**

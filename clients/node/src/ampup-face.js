@@ -6,7 +6,7 @@
  */
 
 import { ValidationError } from "./errors.js";
-import { DEFAULT_SERVER_URL, Transport, pathSegment } from "./transport.js";
+import { DEFAULT_SERVER_URL, Transport, pathSegment, refuseUnknown } from "./transport.js";
 
 /**
  * @typedef {Record<string, any>} JSONObject  A JSON body exactly as the server sends it.
@@ -29,6 +29,7 @@ import { DEFAULT_SERVER_URL, Transport, pathSegment } from "./transport.js";
  * @typedef {{ pageSize?: number }} Walk  Items asked per page (default 1000).
  * @typedef {AsyncGenerator<JSONObject, void, undefined>} Items
  * @typedef {import("./transport.js").QueryParams} QueryParams
+ * @typedef {import("./transport.js").Conditions} Conditions
  */
 
 export const READ_AT = Object.freeze(["branch", "atCommit", "pin", "snapshot"]);
@@ -52,10 +53,8 @@ function wireName(name) {
 export function take(options, names) {
   /** @type {JSONObject} */
   const wire = {};
+  refuseUnknown(options, names);
   for (const [name, value] of Object.entries(options ?? {})) {
-    if (!names.includes(name)) {
-      throw new ValidationError(`unknown option ${name} (this method takes ${names.join(", ")})`);
-    }
     if (value === undefined || value === null) continue;
     wire[wireName(name)] = value instanceof Date ? value.toISOString() : value;
   }
@@ -138,10 +137,11 @@ export class AmpUpFace extends Transport {
   /**
    * @param {string} path
    * @param {QueryParams} [query]
+   * @param {Conditions} [conditions]
    * @returns {Promise<JSONObject>}
    */
-  _get(path, query) {
-    return this._request("GET", path, { query });
+  _get(path, query, conditions) {
+    return this._request("GET", path, { query, conditions });
   }
 
   /**
@@ -156,10 +156,11 @@ export class AmpUpFace extends Transport {
   /**
    * @param {string} path
    * @param {JSONObject} body
+   * @param {Conditions} [conditions]
    * @returns {Promise<JSONObject>}
    */
-  _put(path, body) {
-    return this._request("PUT", path, { body });
+  _put(path, body, conditions) {
+    return this._request("PUT", path, { body, conditions });
   }
 
   /**

@@ -5,7 +5,7 @@
  */
 
 import { AmpUpFace, PAGE_SIZE, READ_AT, nameList, scopePath, take } from "./ampup-face.js";
-import { pathSegment } from "./transport.js";
+import { pathSegment, refuseUnknown } from "./transport.js";
 
 /**
  * @typedef {import("./ampup-face.js").JSONObject} JSONObject
@@ -52,17 +52,19 @@ export class MemoryCalls extends AmpUpFace {
   }
 
   /**
-   * Change an episode's ACL (its writer, or admin): `{ id, acl, commit }`.
+   * Change an episode's ACL (its writer, or admin): `{ id, acl, commit }`. `ifMatch`
+   * (`getEpisode`'s `etag`): only over that ACL, else `PreconditionFailedError`.
    *
    * @param {string} scope
    * @param {string} id
    * @param {Names} acl
-   * @param {{ branch?: string }} [options]
+   * @param {{ branch?: string, ifMatch?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
-  async setAcl(scope, id, acl, options) {
+  async setAcl(scope, id, acl, options = {}) {
+    const { ifMatch, ...rest } = options;
     return this._put(`/episodes/${pathSegment(id, "id")}/acl`,
-      { scope, acl: nameList(acl), ...take(options, ["branch"]) });
+      { scope, acl: nameList(acl), ...take(rest, ["branch"]) }, { ifMatch });
   }
 
   /**
@@ -78,15 +80,18 @@ export class MemoryCalls extends AmpUpFace {
   }
 
   /**
-   * One episode with its body and numbered units.
+   * One episode with its body and numbered units; its `etag` is its ACL's version (for
+   * `setAcl`'s `ifMatch`; `ifNoneMatch`: `NotModifiedError` while current).
    *
    * @param {string} scope
    * @param {string} id
-   * @param {ReadAt} [options]
+   * @param {ReadAt & { ifNoneMatch?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
-  async getEpisode(scope, id, options) {
-    return this._get(`/episodes/${pathSegment(id, "id")}`, { scope, ...take(options, READ_AT) });
+  async getEpisode(scope, id, options = {}) {
+    const { ifNoneMatch, ...rest } = options;
+    return this._get(`/episodes/${pathSegment(id, "id")}`, { scope, ...take(rest, READ_AT) },
+      { ifNoneMatch });
   }
 
   /**
@@ -285,27 +290,34 @@ export class MemoryCalls extends AmpUpFace {
 
   /**
    * The scope's schema in force (`schema: null` for none); `history: true` adds every
-   * version with its window.
+   * version with its window. `etag`: the commit that set it (null without a schema);
+   * `ifNoneMatch` with it: `NotModifiedError` while it is in force.
    *
    * @param {string} scope  `org/team`.
-   * @param {{ branch?: string, atCommit?: string, asOf?: Time, history?: boolean }} [options]
+   * @param {{ branch?: string, atCommit?: string, asOf?: Time, history?: boolean,
+   *   ifNoneMatch?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
-  async schema(scope, options) {
+  async schema(scope, options = {}) {
+    const { ifNoneMatch, ...rest } = options;
     return this._get(`/schemas/${scopePath(scope)}`,
-      take(options, ["branch", "atCommit", "asOf", "history"]));
+      take(rest, ["branch", "atCommit", "asOf", "history"]), { ifNoneMatch });
   }
 
   /**
    * Admin: set the scope's schema, a built-in by name or a schema body, as a commit.
+   * `ifMatch` (`schema`'s `etag`): only over that version; `ifNoneMatch: "*"`: only where
+   * the branch has no schema yet; else `PreconditionFailedError`.
    *
    * @param {string} scope  `org/team`.
-   * @param {{ builtin?: string, schema?: JSONObject, branch?: string }} [options]
+   * @param {{ builtin?: string, schema?: JSONObject, branch?: string, ifMatch?: string,
+   *   ifNoneMatch?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
-  async setSchema(scope, options) {
+  async setSchema(scope, options = {}) {
+    const { ifMatch, ifNoneMatch, ...rest } = options;
     return this._put(`/schemas/${scopePath(scope)}`,
-      take(options, ["builtin", "schema", "branch"]));
+      take(rest, ["builtin", "schema", "branch"]), { ifMatch, ifNoneMatch });
   }
 
   /**
@@ -341,26 +353,30 @@ export class MemoryCalls extends AmpUpFace {
   // ---- principals and status (admin) --------------------------------------------------
 
   /**
-   * Admin: a user's `{ user, groups, roles }`.
+   * Admin: a user's `{ user, groups, roles }`, with its `etag`.
    * @param {string} user
+   * @param {{ ifNoneMatch?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
-  async principal(user) {
-    return this._get(`/principals/${pathSegment(user, "user")}`);
+  async principal(user, options = {}) {
+    refuseUnknown(options, ["ifNoneMatch"]);
+    const { ifNoneMatch } = options;
+    return this._get(`/principals/${pathSegment(user, "user")}`, undefined, { ifNoneMatch });
   }
 
   /**
-   * Admin: replace a user's groups and roles: `{ user, groups, roles }`.
+   * Admin: replace a user's groups and roles: `{ user, groups, roles }`. `ifMatch`
+   * (`principal`'s `etag`): only over that version, else `PreconditionFailedError`.
    *
    * @param {string} user
-   * @param {{ groups?: Names, roles?: Names }} [options]
+   * @param {{ groups?: Names, roles?: Names, ifMatch?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
   async setPrincipal(user, options = {}) {
-    const { groups = [], roles = [], ...rest } = options;
-    take(rest, ["groups", "roles"]);
+    const { groups = [], roles = [], ifMatch, ...rest } = options;
+    take(rest, ["groups", "roles", "ifMatch"]);
     return this._put(`/principals/${pathSegment(user, "user")}`,
-      { groups: nameList(groups), roles: nameList(roles) });
+      { groups: nameList(groups), roles: nameList(roles) }, { ifMatch });
   }
 
   /**

@@ -5,7 +5,9 @@
  * moves over by changing the import. No dependencies: Node's own `fetch`.
  */
 
-import { API_PREFIX, DEFAULT_SERVER_URL, Transport, pathSegment } from "./transport.js";
+import {
+  API_PREFIX, DEFAULT_SERVER_URL, Transport, pathSegment, refuseUnknown,
+} from "./transport.js";
 
 export { DEFAULT_SERVER_URL };
 const MAX_PAGE_SIZE = 100;
@@ -73,6 +75,24 @@ const MAX_PAGE_SIZE = 100;
 /** @param {string} memoryId */
 function cellPath(memoryId) {
   return `/memories/${pathSegment(memoryId, "memoryId")}`;
+}
+
+/**
+ * A read's conditions (`ifNoneMatch` only).
+ * @param {import("./transport.js").Conditions | undefined} conditions
+ */
+function read(conditions) {
+  refuseUnknown(conditions, ["ifNoneMatch"]);
+  return conditions;
+}
+
+/**
+ * A cell write's conditions (`ifMatch` only).
+ * @param {import("./transport.js").Conditions | undefined} conditions
+ */
+function write(conditions) {
+  refuseUnknown(conditions, ["ifMatch"]);
+  return conditions;
 }
 
 /**
@@ -148,13 +168,15 @@ export class AMPClient extends Transport {
   }
 
   /**
-   * Read one cell (a real read: the server counts the access).
+   * Read one cell (a real read: the server counts the access), with its `etag`.
+   * `ifNoneMatch: etag`: `NotModifiedError` (304) while the cell is still that version.
    *
    * @param {string} memoryId
+   * @param {{ ifNoneMatch?: string }} [conditions]
    * @returns {Promise<MemoryCell>}
    */
-  async getMemory(memoryId) {
-    return this._request("GET", cellPath(memoryId));
+  async getMemory(memoryId, conditions) {
+    return this._request("GET", cellPath(memoryId), { conditions: read(conditions) });
   }
 
   /**
@@ -171,12 +193,15 @@ export class AMPClient extends Transport {
 
   /**
    * Archive, then delete (the protocol deletes only archived cells). True on 204.
+   * `ifMatch`: only if the cell is still that version (checked by the archive, the first
+   * of the two writes), else `PreconditionFailedError` and nothing changes.
    *
    * @param {string} memoryId
+   * @param {{ ifMatch?: string }} [conditions]
    * @returns {Promise<boolean>}
    */
-  async forget(memoryId) {
-    await this.archive(memoryId);
+  async forget(memoryId, conditions) {
+    await this.archive(memoryId, conditions);
     await this._request("DELETE", cellPath(memoryId));
     return true;
   }
@@ -198,21 +223,28 @@ export class AMPClient extends Transport {
 
   /**
    * PATCH a cell: sub-objects deep-merge server-side, e.g. `{ scoring: { importance: 0.9 } }`.
+   * `ifMatch` (a cell's `etag`): only over that version, else `PreconditionFailedError`
+   * and nothing changes; the answer has the new `etag`.
    *
    * @param {string} memoryId
    * @param {Record<string, unknown>} fields  Wire (snake_case) fields.
+   * @param {{ ifMatch?: string }} [conditions]
    * @returns {Promise<MemoryCell>}
    */
-  async update(memoryId, fields) {
-    return this._request("PATCH", cellPath(memoryId), { body: fields ?? {} });
+  async update(memoryId, fields, conditions) {
+    return this._request("PATCH", cellPath(memoryId),
+      { body: fields ?? {}, conditions: write(conditions) });
   }
 
   /**
+   * PATCH the status to archived (`ifMatch` as for `update`).
+   *
    * @param {string} memoryId
+   * @param {{ ifMatch?: string }} [conditions]
    * @returns {Promise<MemoryCell>}
    */
-  async archive(memoryId) {
-    return this.update(memoryId, { lifecycle: { status: "archived" } });
+  async archive(memoryId, conditions) {
+    return this.update(memoryId, { lifecycle: { status: "archived" } }, conditions);
   }
 
   /**

@@ -4,11 +4,13 @@
  *
  *     AMPError                    statusCode  code (the server's error.code)
  *     ├── AMPConnectionError      null        (no HTTP answer: refused, DNS, timeout)
+ *     ├── NotModifiedError        304         (none: a read's ifNoneMatch still holds; .etag)
  *     ├── AuthenticationError     401         MISSING_AGENT_ID / MISSING_USER / UNAUTHENTICATED
  *     ├── AccessDeniedError       403         ACCESS_DENIED / ADMIN_DISABLED
  *     ├── NotFoundError           404         NOT_FOUND (AmpUp: also an id you may not read)
  *     ├── ConflictError           409         INVALID_TRANSITION / RETENTION_WINDOW / CONFLICT
  *     ├── GoneError               410         PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED
+ *     ├── PreconditionFailedError 412         PRECONDITION_FAILED (ifMatch / ifNoneMatch)
  *     ├── PayloadTooLargeError    413         CELL_TOO_LARGE
  *     ├── ValidationError         422         VALIDATION_ERROR (details.errors); also an
  *     │                                       argument refused before sending (statusCode null)
@@ -59,12 +61,24 @@ export class AMPError extends Error {
 }
 
 export class AMPConnectionError extends AMPError {}
+/** 304: a read sent `ifNoneMatch` with the current version's `etag`; no body. */
+export class NotModifiedError extends AMPError {
+  /** The current version (the answer's `ETag`). @returns {string | null} */
+  get etag() {
+    return this.headers.etag ?? null;
+  }
+}
 export class AuthenticationError extends AMPError {}
 export class AccessDeniedError extends AMPError {}
 export class NotFoundError extends AMPError {}
 export class ConflictError extends AMPError {}
 /** 410 (AmpUp): a read through a pin or snapshot that no longer holds anything. */
 export class GoneError extends AMPError {}
+/**
+ * 412: a write's `ifMatch` names a version that is no longer current (another writer got
+ * there first), or its `ifNoneMatch` one that is; nothing changed. Read again, merge, retry.
+ */
+export class PreconditionFailedError extends AMPError {}
 export class PayloadTooLargeError extends AMPError {}
 
 export class ValidationError extends AMPError {
@@ -89,11 +103,13 @@ export class ServerError extends AMPError {}
 
 /** @type {Record<number, typeof AMPError>} */
 const BY_STATUS = {
+  304: NotModifiedError,
   401: AuthenticationError,
   403: AccessDeniedError,
   404: NotFoundError,
   409: ConflictError,
   410: GoneError,
+  412: PreconditionFailedError,
   413: PayloadTooLargeError,
   422: ValidationError,
   429: RateLimitedError,

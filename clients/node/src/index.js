@@ -22,6 +22,8 @@ export {
   NotFoundError,
   ConflictError,
   GoneError,
+  NotModifiedError,
+  PreconditionFailedError,
   PayloadTooLargeError,
   ValidationError,
   RateLimitedError,

@@ -16,7 +16,59 @@ export const API_PREFIX = "/amp/v1";
  * @property {Record<string, string>} [headers]  Extra headers sent with every request.
  *
  * @typedef {Record<string, string | number | boolean | undefined | null>} QueryParams
+ *
+ * @typedef {Object} Conditions  A conditional request (api.md, "Conditional writes").
+ * @property {string} [ifMatch]      A write: only over this version (an answer's `etag`).
+ * @property {string} [ifNoneMatch]  A read: `NotModifiedError` while this is the current
+ *   version; a write (`setSchema`): `"*"`, only where none exists yet.
  */
+
+/**
+ * Refuse an option the method does not take (a typo such as `ifmatch` would otherwise send
+ * a different request than meant, e.g. an unconditional write).
+ *
+ * @param {object | undefined} options
+ * @param {readonly string[]} names  The options the method takes (camelCase).
+ */
+export function refuseUnknown(options, names) {
+  for (const name of Object.keys(options ?? {})) {
+    if (!names.includes(name)) {
+      throw new ValidationError(`unknown option ${name} (this method takes ${names.join(", ")})`);
+    }
+  }
+}
+
+/**
+ * The `If-Match` / `If-None-Match` headers of `conditions` (none when both are absent).
+ *
+ * @param {Conditions} [conditions]
+ * @returns {Record<string, string>}
+ */
+export function preconditions({ ifMatch, ifNoneMatch } = {}) {
+  /** @type {Record<string, string>} */
+  const headers = {};
+  if (ifMatch !== undefined && ifMatch !== null) headers["If-Match"] = ifMatch;
+  if (ifNoneMatch !== undefined && ifNoneMatch !== null) headers["If-None-Match"] = ifNoneMatch;
+  return headers;
+}
+
+/**
+ * `body` with the answer's `ETag` as a non-enumerable `etag` property (null when the server
+ * sent none): read `answer.etag`, send it back as `ifMatch`. Not enumerable, so the body
+ * compares, spreads and serializes as the server sent it.
+ *
+ * @param {any} body
+ * @param {Response} response
+ * @returns {any}
+ */
+function versioned(body, response) {
+  if (body !== null && typeof body === "object" && !Array.isArray(body)) {
+    Object.defineProperty(body, "etag", {
+      value: response.headers.get("etag"), enumerable: false, writable: true, configurable: true,
+    });
+  }
+  return body;
+}
 
 /**
  * A bare host, a trailing slash or an explicit `/amp/v1` all mean the same server; the
@@ -77,20 +129,20 @@ export class Transport {
   }
 
   /**
-   * Send one request; a 2xx returns the parsed JSON body (null for 204), anything else
-   * throws the matching AMPError subclass.
+   * Send one request; a 2xx returns the parsed JSON body (null for 204; an object with its
+   * `etag`), anything else throws the matching AMPError subclass.
    *
    * @param {string} method
    * @param {string} path
-   * @param {{ body?: unknown, query?: QueryParams }} [init]
+   * @param {{ body?: unknown, query?: QueryParams, conditions?: Conditions }} [init]
    * @returns {Promise<any>}
    */
-  async _request(method, path, { body, query } = {}) {
+  async _request(method, path, { body, query, conditions } = {}) {
     const url = new URL(this.serverUrl + path);
     for (const [name, value] of Object.entries(query ?? {})) {
       if (value !== undefined && value !== null) url.searchParams.set(name, String(value));
     }
-    const headers = this.identityHeaders();
+    const headers = { ...this.identityHeaders(), ...preconditions(conditions) };
     if (body !== undefined) headers["Content-Type"] = "application/json";
     const request = { method, url: url.toString() };
     let response;
@@ -109,7 +161,7 @@ export class Transport {
     if (response.status === 204) return null;
     const text = await response.text();
     try {
-      return JSON.parse(text);
+      return versioned(JSON.parse(text), response);
     } catch (cause) {
       throw new AMPError(`unreadable response: ${text.slice(0, 200)}`, {
         statusCode: response.status, request, cause,

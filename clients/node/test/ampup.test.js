@@ -193,6 +193,39 @@ describe("AmpUpClient against a real server (keys off)", () => {
     assert.equal((await ana.ledger(scope, { limit: 1 })).commits[0].id, commits[0].id);
   });
 
+  test("a merge conflict is data the caller can act on", async () => {
+    const scope = `acme${uid()}/plans`;
+    /** @param {string} value @param {string} [branch] */
+    const budget = async (value, branch) => {
+      const said = await ana.remember(scope, `Acme budget is ${value}.`,
+        { source: `doc:${value}`, branch });
+      await ana.addFact(scope, "acme", "budget", value, {
+        quote: `budget is ${value}`, cites: [{ episode: said.id, unit: 1 }], branch,
+      });
+    };
+    await budget("50k");
+    await ana.createBranch(scope, "plan");
+    await budget("90k", "plan");
+    await budget("60k");
+    const head = (await ana.ledger(scope, { limit: 1 })).commits[0].id;
+
+    const refused = await rejects(ana.merge(scope, "plan"), ConflictError, 409,
+      "MERGE_CONFLICT");
+    assert.deepEqual(refused.details.conflicts, [
+      { entity: "acme", predicate: "budget", base: "50k", ours: "60k", theirs: "90k" }]);
+    assert.equal((await ana.ledger(scope, { limit: 1 })).commits[0].id, head);  // nothing written
+    const blind = await rejects(bob.merge(scope, "plan"), ConflictError, 409, "MERGE_CONFLICT");
+    assert.deepEqual(blind.details.conflicts, [   // bob may read no side: nothing is named
+      { entity: "hidden", predicate: "hidden", base: "hidden", ours: "hidden", theirs: "hidden" }]);
+
+    await budget("60k", "plan");   // resolved on the branch: it takes main's value
+    const merged = await ana.merge(scope, "plan");
+    assert.equal(merged.merged, true);
+    assert.ok(merged.commit);
+    const facts = (await ana.facts(scope, "acme", { predicate: "budget" })).facts;
+    assert.deepEqual(facts.map((/** @type {any} */ f) => f.value), ["60k"]);
+  });
+
   test("pins, snapshots and workspaces", async () => {
     const scope = `acme${uid()}/ops`;
     await ana.remember(scope, "Restart the worker.", { source: "doc:runbook-v1" });
