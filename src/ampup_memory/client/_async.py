@@ -75,9 +75,6 @@ class AsyncTransport(Transport):
         return await http.send(self._build(http, call))
 
 
-_Await = Coroutine[Any, Any, Any]
-
-
 class AsyncAMPClient(AMPCalls[Coroutine[Any, Any, Versioned],
                               Coroutine[Any, Any, list[MemoryCell]],
                               Coroutine[Any, Any, bool], Coroutine[Any, Any, Page],
@@ -94,7 +91,7 @@ class AsyncAMPClient(AMPCalls[Coroutine[Any, Any, Versioned],
     hold); either way nothing is sent.
     """
 
-    def _call(self, call: Call[Any]) -> _Await:
+    def _call(self, call: Call[Any]) -> Coroutine[Any, Any, Any]:
         return self._send(call)
 
     async def _walk(self, pages: Pages) -> AsyncIterator[MemoryCell]:
