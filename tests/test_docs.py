@@ -324,3 +324,27 @@ def test_node_examples_print_what_the_readme_says(tmp_path: Path) -> None:
                                   timeout=120)
             assert done.returncode == 0, (n, done.stderr)
             assert done.stdout == printed, (n, code)
+
+
+def test_the_node_readme_names_every_public_method() -> None:
+    """As docs/python-client.md's table for the Python clients (test_python_client_doc)."""
+    import json
+    import subprocess
+
+    node = _node()
+    script = f"import * as m from {json.dumps(NODE_SRC.as_uri())};" + (
+        "const names = (cls) => { const out = new Set();"
+        " for (let p = cls.prototype; p && p !== Object.prototype;"
+        " p = Object.getPrototypeOf(p))"
+        " for (const n of Object.getOwnPropertyNames(p))"
+        " if (n !== 'constructor' && !n.startsWith('_')) out.add(n);"
+        " return [...out]; };"
+        "console.log(JSON.stringify({AMPClient: names(m.AMPClient),"
+        " AmpUpClient: names(m.AmpUpClient)}));")
+    done = subprocess.run([node, "--input-type=module", "-e", script], capture_output=True,
+                          text=True, timeout=60, check=True)
+    text = NODE_README.read_text()
+    for cls, methods in json.loads(done.stdout).items():
+        assert len(methods) > 10, cls
+        missing = [name for name in methods if f"`{name}(" not in text]
+        assert not missing, (cls, missing)
