@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -125,11 +126,49 @@ def test_doctor_on_an_empty_home_leaves_it_empty(tmp_path: Path) -> None:
     done = cli_in_process(home, {}, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = _lines(done.stdout)
+    assert lines["home"].endswith("a file was written, synced and removed"), lines
     for name, file in (("AMP store", "amp.db"), ("catalog", "catalog.db"),
                        ("index", "index.db")):
         assert lines[name].startswith("ok") and f"`serve` creates {file}" in lines[name]
     assert lines["warehouse"].startswith("ok"), lines
     assert list(home.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/mountinfo").is_file(), reason="Linux /proc only")
+def test_doctor_fails_a_home_on_a_kernel_filesystem(tmp_path: Path) -> None:
+    """As root, `os.access` says any path may be written, so a home under /proc was `ok`
+    (`serve` creates it) for every SQLite store, and `serve` then failed. The home is
+    checked first, as `serve` uses it: on a kernel or read-only filesystem, or where a
+    file cannot be written, synced and removed, it fails in one line saying so."""
+    home = Path("/proc") / f"ampup-doctor-{tmp_path.name}"
+    done = cli_in_process(home, {}, "doctor")
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith(f"FAIL  home: {home}: ") and "a proc filesystem of the kernel" \
+        in first and "AMPUP_MEMORY_HOME" in first, done.stdout
+    for name in ("AMP store", "catalog", "index"):  # no longer "`serve` creates it"
+        assert _lines(done.stdout)[name].startswith("FAIL"), done.stdout
+    # A file warehouse there is refused alike, with the setting that moves it.
+    done = cli_in_process(tmp_path / "home", {"AMPUP_MEMORY_WAREHOUSE": f"file://{home}"},
+                          "doctor")
+    assert done.returncode == 1
+    said = _lines(done.stdout)["warehouse"]
+    assert "filesystem of the kernel" in said and "AMPUP_MEMORY_WAREHOUSE" in said, said
+    assert _lines(done.stdout)["home"].startswith("ok"), done.stdout
+    assert not (tmp_path / "home").exists()  # probed, and no trace left
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in a folder without write bits")
+def test_doctor_fails_a_home_where_no_file_can_be_written(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    (locked / "home").mkdir(parents=True)
+    locked.joinpath("home").chmod(0o500)
+    try:
+        done = cli_in_process(locked / "home", {}, "doctor")
+    finally:
+        locked.joinpath("home").chmod(0o700)
+    assert done.returncode == 1
+    assert "cannot hold files" in _lines(done.stdout)["home"], done.stdout
 
 
 def test_an_empty_home_setting_is_a_settings_error(tmp_path: Path) -> None:
