@@ -10,7 +10,9 @@ only to ECMA-262), so the pattern names every blank character of either, explici
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
+from pydantic import AfterValidator
 from pydantic_core import PydanticCustomError
 
 # One character that is not white space to Python or to ECMA-262.
@@ -49,3 +51,8 @@ def unpadded(value: str) -> str:
             "string_padded", "{value} begins or ends with white space: send it trimmed",
             {"value": repr(value[:80])})
     return value
+
+
+# A query parameter that names something (`?situation=`, `?predicate=`): blank is refused,
+# never read as absent (what leaving the parameter out means).
+NotBlankText = Annotated[str, AfterValidator(not_blank)]
