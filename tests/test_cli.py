@@ -839,6 +839,28 @@ def test_an_s3_endpoint_that_is_no_server_url_is_one_line(tmp_path: Path) -> Non
         assert shown({**base, name: value})["s3_endpoint"] == kept
 
 
+def test_a_warehouse_of_another_form_is_one_line_where_settings_are_read(
+        tmp_path: Path) -> None:
+    """A warehouse that is neither file:///path nor s3://bucket/prefix was refused only by
+    the commands that open the tables (`settings` and `keys list` took it), and a query,
+    a fragment or `user:pw@` in an s3:// location was taken as part of the bucket. Each
+    is refused where the settings are read, naming the form; a password is not shown."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    name = "AMPUP_MEMORY_WAREHOUSE"
+    for value, says in (("/var/lib/wh", "for a folder, file:///var/lib/wh"),
+                        ("gs://bucket/wh", "must be file:///path or s3://bucket/prefix"),
+                        ("s3:///prefix", "names no bucket"),
+                        ("file://", "names no folder"),
+                        ("s3://bucket/wh?versionId=1", "holds a query or fragment"),
+                        ("s3://key:Sekr1t-pw@bucket/wh", "AMPUP_MEMORY_S3_ACCESS_KEY_ID")):
+        for args in (["settings"], ["keys", "list"]):
+            done = cli_here({**base, name: value}, *args)
+            _one_error_line(done, f"invalid setting warehouse ({name})", says)
+            assert "Sekr1t-pw" not in done.stderr, done.stderr
+    for value in ("s3://bucket", "s3a://bucket/wh", f"file://{tmp_path}/wh"):
+        assert shown({**base, name: value})["warehouse"] == value
+
+
 def test_the_banner_of_an_ipv6_bind_is_a_url_a_browser_takes(tmp_path: Path) -> None:
     """`serve --host ::1` said `AmpUp Memory on http://::1:8765`, which no browser or curl
     opens; the address goes in brackets."""

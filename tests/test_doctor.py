@@ -35,10 +35,11 @@ def test_doctor_says_ok_for_each_engine(postgres: PostgresFactory, s3: S3Server,
     done = cli_in_process(tmp_path, env, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = _lines(done.stdout)
-    assert set(lines) == {"AMP store", "catalog", "warehouse", "index"}, done.stdout
+    # The home too: `serve` makes it (and its config file lives there) whatever the stores.
+    assert set(lines) == {"home", "AMP store", "catalog", "warehouse", "index"}, done.stdout
     assert all(line.startswith("ok") for line in lines.values()), done.stdout
     assert "wrote, read back and deleted" in lines["warehouse"]
-    assert "4/4" in done.stderr  # the progress bar went all the way
+    assert "5/5" in done.stderr  # the progress bar went all the way
     # The probe left nothing behind in the bucket.
     bucket = urlsplit(env["AMPUP_MEMORY_WAREHOUSE"]).netloc
     assert [k for k in s3.keys(bucket) if "doctor" in k] == []
@@ -61,18 +62,20 @@ def test_doctor_names_each_broken_engine(postgres: PostgresFactory, s3: S3Server
     assert lines["warehouse"].startswith("FAIL") and "bucket" in lines["warehouse"].lower()
     assert lines["model"].startswith("FAIL")
     assert lines["catalog"].startswith("ok") and lines["index"].startswith("ok")
-    assert "3 of 5 checks failed" in done.stderr
+    assert "3 of 6 checks failed" in done.stderr
     assert SECRET_KEY not in done.stdout + done.stderr
-    # Each failure is one line: nothing but the five engine lines on stdout.
-    assert len(done.stdout.strip().splitlines()) == 5
+    # Each failure is one line: nothing but the home's and five engine lines on stdout.
+    assert len(done.stdout.strip().splitlines()) == 6
 
 
 def test_doctor_refuses_a_warehouse_it_cannot_use(tmp_path: Path) -> None:
+    """Refused where the settings are read, as by every command (it was a FAIL line of
+    doctor's, and taken by the commands that open no table)."""
     done = cli_in_process(tmp_path, {"AMPUP_MEMORY_WAREHOUSE": "s3:///prefix-without-bucket"},
                           "doctor")
-    assert done.returncode == 1
-    assert "names no bucket" in _lines(done.stdout)["warehouse"]
-    assert _lines(done.stdout)["AMP store"].startswith("ok")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "invalid setting warehouse (AMPUP_MEMORY_WAREHOUSE): names no bucket" \
+        in done.stderr, done.stderr
 
 
 

@@ -704,6 +704,17 @@ class Settings(BaseSettings):
                     return f"{scheme}{Path(rest).expanduser().absolute()}{sep}{query}"
         return value
 
+    @field_validator("warehouse", mode="after")
+    @classmethod
+    def _warehouse_location(cls, value: str | None) -> str | None:
+        # Was checked only by the commands that open the tables (`settings`, `keys` and
+        # `doctor`'s other checks took `gs://…` or `s3://` with no bucket), and a query,
+        # a fragment or `user:pw@` in an s3:// location was taken as part of the bucket.
+        problem = None if value is None else warehouse_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     @field_validator("store_uri", "index_uri", "catalog_uri", mode="after")
     @classmethod
     def _database_uri(cls, value: str | None) -> str | None:
@@ -902,6 +913,32 @@ class Settings(BaseSettings):
     @property
     def scoring_limit_enabled(self) -> bool:
         return self.scoring_patch_limit > 0 and self.scoring_patch_window_seconds > 0
+
+
+S3_SCHEMES = ("s3", "s3a")
+
+
+def warehouse_problem(location: str) -> str | None:
+    """What is wrong with a warehouse location (``file:///path`` or ``s3://bucket/prefix``,
+    the forms pyiceberg's FileIO opens), in words that follow the setting's name; None
+    when it is one of them."""
+    try:
+        parts = urlsplit(location)
+    except ValueError as exc:
+        return f"is not a location ({exc})"
+    scheme = parts.scheme.lower()
+    if scheme not in ("file", *S3_SCHEMES):
+        hint = (f"; for a folder, file://{Path(location).expanduser().absolute()}"
+                if not scheme else "")
+        return f"must be file:///path or s3://bucket/prefix{hint}"
+    if parts.query or parts.fragment or location.endswith(("?", "#")):
+        return "holds a query or fragment: a warehouse is file:///path or s3://bucket/prefix"
+    if scheme == "file":
+        return None if parts.path else "names no folder (file:///path)"
+    if "@" in parts.netloc:
+        return (f"holds credentials: give them as {env_name('s3_access_key_id')} and "
+                f"{env_name('s3_secret_access_key')}")
+    return None if parts.netloc else "names no bucket (s3://bucket/prefix)"
 
 
 def _http_url(value: str, example: str) -> SplitResult:
