@@ -12,8 +12,9 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import AfterValidator
-from pydantic_core import PydanticCustomError
+from pydantic import AfterValidator, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 # One character that is not white space to Python or to ECMA-262.
 NOT_BLANK_PATTERN = (
@@ -53,6 +54,18 @@ def unpadded(value: str) -> str:
     return value
 
 
+class _PublishedNotBlank:
+    """Adds the not-blank pattern to the schema published for a field, keeping its other
+    bounds (a query parameter's ``max_length``), so a schema-checking client refuses
+    what the server refuses."""
+
+    def __get_pydantic_json_schema__(self, core: CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        schema = handler(core)
+        schema["pattern"] = NOT_BLANK_PATTERN
+        return schema
+
+
 # A query parameter that names something (`?situation=`, `?predicate=`): blank is refused,
 # never read as absent (what leaving the parameter out means).
-NotBlankText = Annotated[str, AfterValidator(not_blank)]
+NotBlankText = Annotated[str, AfterValidator(not_blank), _PublishedNotBlank()]
