@@ -9,7 +9,9 @@ a folder or SQLite file a probe had to make is removed with it.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -75,8 +77,8 @@ def _filesystem_of(path: Path) -> tuple[str, str] | None:
         if "-" not in fields[6:]:
             continue
         dash = fields.index("-", 6)
-        # Octal escapes (a space is \040) as the kernel writes them.
-        point = fields[4].encode().decode("unicode_escape")
+        # The kernel writes a space, tab, newline or backslash as an octal escape (\040).
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
         inside = target == point or target.startswith(point.rstrip("/") + "/")
         if inside and (best is None or len(point) >= len(best[0])):
             best = (point, fields[dash + 1])
@@ -123,7 +125,7 @@ def home_holds_files(home: Path) -> str:
         raise OSError(f"home {home} cannot hold files: writing, syncing and removing one "
                       f"failed ({why}): {fix}") from None
     finally:
-        if probe.parent.is_dir():
+        with contextlib.suppress(OSError):  # a probe that could not be removed was said
             probe.unlink(missing_ok=True)
         for folder in reversed(made):
             try:
