@@ -606,6 +606,11 @@ def test_an_endpoint_that_is_no_http_url_stops_the_start_in_one_line(
             done = cli({**base, name: value}, *args, timeout=120)
             _one_error_line(done, f"invalid setting {field} ({name}): is not", repr(value))
             assert "http://" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    # A query or fragment: each request's path went into it (`?api-version=1/chat/…`).
+    for name, value in (("AMPUP_MEMORY_MODEL_BASE_URL", "http://h/v1?api-version=1"),
+                        ("AMP_EMBEDDING_BASE_URL", "http://h/v1#x")):
+        _one_error_line(cli_here({**base, name: value}, "settings"),
+                        f"({name}): holds a query or fragment", "http://localhost:11434/v1")
     # Either scheme, any case, with a port or none, is an endpoint as before.
     for value in ("http://127.0.0.1:11434/v1", "HTTPS://api.example.com/v1"):
         assert shown({**base, "AMPUP_MEMORY_MODEL_BASE_URL": value})["model_base_url"] == value
@@ -824,8 +829,8 @@ def test_an_s3_endpoint_that_is_no_server_url_is_one_line(tmp_path: Path) -> Non
                         ("http://minio:port", "is not a URL"),
                         ("http://minio:9000/bucket", "the bucket and prefix go in "
                          "AMPUP_MEMORY_WAREHOUSE"),
-                        ("http://minio:9000?region=x", "scheme://host[:port] alone"),
-                        ("http://minio:9000#", "scheme://host[:port] alone"),
+                        ("http://minio:9000?region=x", "holds a query or fragment"),
+                        ("http://minio:9000#", "holds a query or fragment"),
                         ("http://key:Sekr1t-pw@minio:9000", "AMPUP_MEMORY_S3_ACCESS_KEY_ID")):
         done = cli_here({**base, name: value}, "settings")
         _one_error_line(done, f"invalid setting s3_endpoint ({name})", says)

@@ -819,8 +819,7 @@ class Settings(BaseSettings):
         if "@" in parts.netloc:
             raise ValueError(f"holds credentials: give them as {env_name('s3_access_key_id')}"
                              f" and {env_name('s3_secret_access_key')}")
-        if parts.path not in ("", "/") or parts.query or parts.fragment or value.endswith(
-                ("?", "#")):
+        if parts.path not in ("", "/"):
             raise ValueError("is more than a server: give scheme://host[:port] alone "
                              "(http://minio:9000); the bucket and prefix go in "
                              f"{env_name('warehouse')} (s3://bucket/prefix)")
@@ -943,7 +942,9 @@ def warehouse_problem(location: str) -> str | None:
 
 def _http_url(value: str, example: str) -> SplitResult:
     """``value`` split, when it is an http:// or https:// URL with a host (and a port, if
-    any, that is a number); else the ValueError a setting's check raises."""
+    any, that is a number) and no query or fragment; else the ValueError a setting's check
+    raises. Requests add their own paths to an endpoint: one after a query or fragment
+    (`…/v1?api-version=1` + `/chat/completions`) went into it, to the wrong URL."""
     try:
         parts = urlsplit(value)
         parts.port  # noqa: B018 (a port that is no number raises here)
@@ -952,6 +953,9 @@ def _http_url(value: str, example: str) -> SplitResult:
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise ValueError("is not an http:// or https:// URL with a host: name the "
                          f"endpoint in full, as {example}")
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        raise ValueError(f"holds a query or fragment: give the endpoint alone, as {example} "
+                         "(each request adds its own path)")
     return parts
 
 
