@@ -606,6 +606,11 @@ def test_an_endpoint_that_is_no_http_url_stops_the_start_in_one_line(
             done = cli({**base, name: value}, *args, timeout=120)
             _one_error_line(done, f"invalid setting {field} ({name}): is not", repr(value))
             assert "http://" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    # A query or fragment: each request's path went into it (`?api-version=1/chat/…`).
+    for name, value in (("AMPUP_MEMORY_MODEL_BASE_URL", "http://h/v1?api-version=1"),
+                        ("AMP_EMBEDDING_BASE_URL", "http://h/v1#x")):
+        _one_error_line(cli_here({**base, name: value}, "settings"),
+                        f"({name}): holds a query or fragment", "http://localhost:11434/v1")
     # Either scheme, any case, with a port or none, is an endpoint as before.
     for value in ("http://127.0.0.1:11434/v1", "HTTPS://api.example.com/v1"):
         assert shown({**base, "AMPUP_MEMORY_MODEL_BASE_URL": value})["model_base_url"] == value
@@ -768,10 +773,97 @@ def test_a_host_given_as_a_url_or_with_its_port_is_one_line(tmp_path: Path) -> N
     for host, says in (("http://127.0.0.1", "give the address alone"),
                        ("127.0.0.1:9000", "the port as AMPUP_MEMORY_PORT or --port")):
         done = cli(env, "serve", "--host", host, "--port", "0", timeout=120)
-        _one_error_line(done, "invalid setting host (AMPUP_MEMORY_HOST)", says)
+        _one_error_line(done, "invalid setting host (--host)", says)
     # IPv6 addresses, bracketed or not, are hosts as before.
     for host in ("::1", "[::1]"):
         assert shown({**env, "AMPUP_MEMORY_HOST": host})["host"] == host
+
+
+def test_a_setting_error_names_where_its_value_came_from(tmp_path: Path) -> None:
+    """A value from an environment variable ended "(see `ampup-memory doctor --help`)",
+    pointing at a flag the user never gave. The line names the variable and
+    docs/settings.md when the environment set it, the flag (and `--help`) when the flag
+    did; a rule across settings never shows the values it read (an admin token among
+    them was printed whole)."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    by_env = cli_here({**base, "AMPUP_MEMORY_MODEL_BASE_URL": "localhost:11434/v1"}, "doctor")
+    _one_error_line(by_env, "invalid setting model_base_url (AMPUP_MEMORY_MODEL_BASE_URL)",
+                    "from the environment; see docs/settings.md")
+    assert "--help" not in by_env.stderr and "--model-base-url" not in by_env.stderr
+    by_flag = cli_here(base, "doctor", "--model-base-url", "localhost:11434/v1")
+    _one_error_line(by_flag, "invalid setting model_base_url (--model-base-url)",
+                    "(see `ampup-memory doctor --help`)")
+    assert "AMPUP_MEMORY_MODEL_BASE_URL" not in by_flag.stderr
+    assert "environment" not in by_flag.stderr
+    # Both wrong: each named by its source; no flag's --help for the variable's value.
+    both = cli_here({**base, "AMPUP_MEMORY_PORT": "http"}, "doctor", "--model-timeout-seconds",
+                    "-1")
+    _one_error_line(both, "port (AMPUP_MEMORY_PORT)", "model_timeout_seconds "
+                    "(--model-timeout-seconds)")
+    assert "--help" not in both.stderr
+    missing = str(tmp_path / "nope.toml")
+    named = cli_here({**base, "AMPUP_MEMORY_CONFIG": missing}, "settings")
+    _one_error_line(named, f"config file {missing} does not exist (named by "
+                    "AMPUP_MEMORY_CONFIG in the environment; see docs/settings.md)")
+    flagged = cli_here(base, "settings", "--config", missing)
+    _one_error_line(flagged, "does not exist (see `ampup-memory settings --help`)")
+    across = cli_here({**base, "AMP_ADMIN_TOKEN": "t0k3n-never-shown",
+                       "AMPUP_MEMORY_SEARCH_ANN_CONNECTIVITY": "64",
+                       "AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD": "100"}, "settings")
+    _one_error_line(across, "invalid settings: AMPUP_MEMORY_SEARCH_ANN_EXPANSION_ADD must be "
+                    "at least twice", "see docs/settings.md")
+    assert "t0k3n" not in across.stderr and "--help" not in across.stderr
+
+
+def test_an_s3_endpoint_that_is_no_server_url_is_one_line(tmp_path: Path) -> None:
+    """`AMPUP_MEMORY_S3_ENDPOINT` was taken as given and failed at the first table write,
+    as pyarrow's S3 client read it: `minio:9000` as https (a TLS error against an http
+    server), `HTTP://` as a host name, a path as the bucket ("NoSuchBucket"), a query or
+    fragment as "not a valid URI", `user:pw@` as a host to resolve. Each is refused where
+    the settings are read, naming the form it takes; a password is not shown."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    name = "AMPUP_MEMORY_S3_ENDPOINT"
+    for value, says in (("minio:9000", "http://minio:9000"),
+                        ("ftp://minio:9000", "http:// or https://"),
+                        ("http://:9000", "with a host"),
+                        ("http://minio:port", "is not a URL"),
+                        ("http://minio:9000/bucket", "the bucket and prefix go in "
+                         "AMPUP_MEMORY_WAREHOUSE"),
+                        ("http://minio:9000?region=x", "holds a query or fragment"),
+                        ("http://minio:9000#", "holds a query or fragment"),
+                        ("http://key:Sekr1t-pw@minio:9000", "AMPUP_MEMORY_S3_ACCESS_KEY_ID")):
+        done = cli_here({**base, name: value}, "settings")
+        _one_error_line(done, f"invalid setting s3_endpoint ({name})", says)
+        assert "Sekr1t-pw" not in done.stderr, done.stderr
+    # A server alone, either scheme, a trailing slash or an IPv6 address, is an endpoint as
+    # before; an upper-case scheme is written as pyarrow reads it.
+    for value, kept in (("http://127.0.0.1:9000", "http://127.0.0.1:9000"),
+                        ("https://s3.example.com/", "https://s3.example.com/"),
+                        ("http://[::1]:9000", "http://[::1]:9000"),
+                        ("HTTP://minio:9000", "http://minio:9000")):
+        assert shown({**base, name: value})["s3_endpoint"] == kept
+
+
+def test_a_warehouse_of_another_form_is_one_line_where_settings_are_read(
+        tmp_path: Path) -> None:
+    """A warehouse that is neither file:///path nor s3://bucket/prefix was refused only by
+    the commands that open the tables (`settings` and `keys list` took it), and a query,
+    a fragment or `user:pw@` in an s3:// location was taken as part of the bucket. Each
+    is refused where the settings are read, naming the form; a password is not shown."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    name = "AMPUP_MEMORY_WAREHOUSE"
+    for value, says in (("/var/lib/wh", "for a folder, file:///var/lib/wh"),
+                        ("gs://bucket/wh", "must be file:///path or s3://bucket/prefix"),
+                        ("s3:///prefix", "names no bucket"),
+                        ("file://", "names no folder"),
+                        ("s3://bucket/wh?versionId=1", "holds a query or fragment"),
+                        ("s3://key:Sekr1t-pw@bucket/wh", "AMPUP_MEMORY_S3_ACCESS_KEY_ID")):
+        for args in (["settings"], ["keys", "list"]):
+            done = cli_here({**base, name: value}, *args)
+            _one_error_line(done, f"invalid setting warehouse ({name})", says)
+            assert "Sekr1t-pw" not in done.stderr, done.stderr
+    for value in ("s3://bucket", "s3a://bucket/wh", f"file://{tmp_path}/wh"):
+        assert shown({**base, name: value})["warehouse"] == value
 
 
 def test_the_banner_of_an_ipv6_bind_is_a_url_a_browser_takes(tmp_path: Path) -> None:

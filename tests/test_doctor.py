@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -34,10 +35,11 @@ def test_doctor_says_ok_for_each_engine(postgres: PostgresFactory, s3: S3Server,
     done = cli_in_process(tmp_path, env, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = _lines(done.stdout)
-    assert set(lines) == {"AMP store", "catalog", "warehouse", "index"}, done.stdout
+    # The home too: `serve` makes it (and its config file lives there) whatever the stores.
+    assert set(lines) == {"home", "AMP store", "catalog", "warehouse", "index"}, done.stdout
     assert all(line.startswith("ok") for line in lines.values()), done.stdout
     assert "wrote, read back and deleted" in lines["warehouse"]
-    assert "4/4" in done.stderr  # the progress bar went all the way
+    assert "5/5" in done.stderr  # the progress bar went all the way
     # The probe left nothing behind in the bucket.
     bucket = urlsplit(env["AMPUP_MEMORY_WAREHOUSE"]).netloc
     assert [k for k in s3.keys(bucket) if "doctor" in k] == []
@@ -60,18 +62,20 @@ def test_doctor_names_each_broken_engine(postgres: PostgresFactory, s3: S3Server
     assert lines["warehouse"].startswith("FAIL") and "bucket" in lines["warehouse"].lower()
     assert lines["model"].startswith("FAIL")
     assert lines["catalog"].startswith("ok") and lines["index"].startswith("ok")
-    assert "3 of 5 checks failed" in done.stderr
+    assert "3 of 6 checks failed" in done.stderr
     assert SECRET_KEY not in done.stdout + done.stderr
-    # Each failure is one line: nothing but the five engine lines on stdout.
-    assert len(done.stdout.strip().splitlines()) == 5
+    # Each failure is one line: nothing but the home's and five engine lines on stdout.
+    assert len(done.stdout.strip().splitlines()) == 6
 
 
 def test_doctor_refuses_a_warehouse_it_cannot_use(tmp_path: Path) -> None:
+    """Refused where the settings are read, as by every command (it was a FAIL line of
+    doctor's, and taken by the commands that open no table)."""
     done = cli_in_process(tmp_path, {"AMPUP_MEMORY_WAREHOUSE": "s3:///prefix-without-bucket"},
                           "doctor")
-    assert done.returncode == 1
-    assert "names no bucket" in _lines(done.stdout)["warehouse"]
-    assert _lines(done.stdout)["AMP store"].startswith("ok")
+    assert done.returncode == 2 and done.stdout == ""
+    assert "invalid setting warehouse (AMPUP_MEMORY_WAREHOUSE): names no bucket" \
+        in done.stderr, done.stderr
 
 
 
@@ -125,11 +129,49 @@ def test_doctor_on_an_empty_home_leaves_it_empty(tmp_path: Path) -> None:
     done = cli_in_process(home, {}, "doctor")
     assert done.returncode == 0, done.stdout + done.stderr
     lines = _lines(done.stdout)
+    assert lines["home"].endswith("a file was written, synced and removed"), lines
     for name, file in (("AMP store", "amp.db"), ("catalog", "catalog.db"),
                        ("index", "index.db")):
         assert lines[name].startswith("ok") and f"`serve` creates {file}" in lines[name]
     assert lines["warehouse"].startswith("ok"), lines
     assert list(home.iterdir()) == []
+
+
+@pytest.mark.skipif(not Path("/proc/self/mountinfo").is_file(), reason="Linux /proc only")
+def test_doctor_fails_a_home_on_a_kernel_filesystem(tmp_path: Path) -> None:
+    """As root, `os.access` says any path may be written, so a home under /proc was `ok`
+    (`serve` creates it) for every SQLite store, and `serve` then failed. The home is
+    checked first, as `serve` uses it: on a kernel or read-only filesystem, or where a
+    file cannot be written, synced and removed, it fails in one line saying so."""
+    home = Path("/proc") / f"ampup-doctor-{tmp_path.name}"
+    done = cli_in_process(home, {}, "doctor")
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith(f"FAIL  home: {home}: ") and "a proc filesystem of the kernel" \
+        in first and "AMPUP_MEMORY_HOME" in first, done.stdout
+    for name in ("AMP store", "catalog", "index"):  # no longer "`serve` creates it"
+        assert _lines(done.stdout)[name].startswith("FAIL"), done.stdout
+    # A file warehouse there is refused alike, with the setting that moves it.
+    done = cli_in_process(tmp_path / "home", {"AMPUP_MEMORY_WAREHOUSE": f"file://{home}"},
+                          "doctor")
+    assert done.returncode == 1
+    said = _lines(done.stdout)["warehouse"]
+    assert "filesystem of the kernel" in said and "AMPUP_MEMORY_WAREHOUSE" in said, said
+    assert _lines(done.stdout)["home"].startswith("ok"), done.stdout
+    assert not (tmp_path / "home").exists()  # probed, and no trace left
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes in a folder without write bits")
+def test_doctor_fails_a_home_where_no_file_can_be_written(tmp_path: Path) -> None:
+    locked = tmp_path / "locked"
+    (locked / "home").mkdir(parents=True)
+    locked.joinpath("home").chmod(0o500)
+    try:
+        done = cli_in_process(locked / "home", {}, "doctor")
+    finally:
+        locked.joinpath("home").chmod(0o700)
+    assert done.returncode == 1
+    assert "cannot hold files" in _lines(done.stdout)["home"], done.stdout
 
 
 def test_an_empty_home_setting_is_a_settings_error(tmp_path: Path) -> None:

@@ -260,9 +260,11 @@ def test_schema_states_the_rules_the_server_checks(fuzz_server: ServerProcess) -
         assert write(about=["a" * 256]).status_code in (200, 201)
         assert write(about=["a" * 257]).status_code == 422
         assert write(about=[""]).status_code == 422
-        # "" is published as the default branch, and answered as main
-        assert re.fullmatch(episode["branch"]["anyOf"][0]["pattern"], "")
-        assert write(branch="").status_code in (200, 201)
+        # a blank branch names none: refused by the published pattern and the server alike
+        # (it was published and answered as main); left out, main
+        assert not re.fullmatch(episode["branch"]["anyOf"][0]["pattern"], "")
+        assert write(branch="").status_code == 422
+        assert re.fullmatch(episode["branch"]["anyOf"][0]["pattern"], "try/x-1")
         # the published source pattern is exactly the claimed prefixes
         source = re.compile(episode["source"]["pattern"])
         prefixes = [t["prefix"] for t in http.get("/episode-types").json()["types"]]

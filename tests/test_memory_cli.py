@@ -377,3 +377,26 @@ def test_relative_table_uris_open_from_anywhere(tmp_path: Path) -> None:
         listed = m.http.get("/episodes", params={"scope": scope}).json()["episodes"]
         assert [e["source"] for e in listed] == ["doc:note.md"]
         m.close()
+
+
+def test_a_blank_branch_or_commit_option_is_refused_in_one_line(tmp_path: Path) -> None:
+    """`--branch ""` (a script's empty variable) loaded into main, and `--from " "` or
+    `--at-commit ""` forked main's head, as if the option were left out. Each is one
+    error line naming it; left out, main as before."""
+    home, scope = tmp_path / "home", new_scope()
+    notes = tmp_path / "notes.md"
+    notes.write_text("Acme plan is basic.\n")
+    for args, says in (
+            (["load", str(notes), "--scope", scope, "--user", "u", "--branch", ""],
+             "branch is blank"),
+            (["schema", "show", scope, "--branch", " "], "branch is blank"),
+            (["branch", "create", scope, "b1", "--user", "u", "--from", " "], "from is blank"),
+            (["branch", "create", scope, "b1", "--user", "u", "--at-commit", ""],
+             "at_commit is blank"),
+            (["merge", scope, "b1", "--user", "u", "--into", ""], "into is blank")):
+        done = cli_in_process(home, QUIET, *args)
+        assert done.returncode == 2 and done.stdout == "", (args, done)
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("error: VALIDATION_ERROR: ") and says in line, (args, line)
+    assert cli_in_process(home, QUIET, "load", str(notes), "--scope", scope,
+                          "--user", "u").returncode == 0

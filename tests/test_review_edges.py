@@ -548,3 +548,76 @@ def test_a_document_key_is_one_rule_wherever_it_is_sent(m: Memory) -> None:
                                                      "documents": ["the runbook"]},
                         headers=admin)
     assert chosen.json()["documents"] == ["the runbook"], chosen.text
+
+
+def _blank_refused(r: Any, where: list[str]) -> None:
+    assert r.status_code == 422, (where, r.text)
+    err = r.json()["error"]
+    assert err["code"] == "VALIDATION_ERROR", r.text
+    (one,) = err["details"]["errors"]
+    assert (one["loc"], one["type"]) == (where, "string_blank"), r.text
+    assert "\n" not in err["message"], r.text
+
+
+def test_a_blank_query_parameter_is_refused_never_read_as_left_out(m: Memory) -> None:
+    """`?branch=` (or `?branch=%20`) read main, `?at_commit=` the head, `?predicate=` every
+    predicate and `?situation=` every situation, as if the parameter were left out: a
+    template whose variable was empty read other data than it asked for, and said
+    nothing. Each blank value is 422 `string_blank` naming the parameter, on every GET
+    route that takes it (taken from the OpenAPI document, so a new route is covered)."""
+    scope, ep = seeded(m)
+    org, team = scope.split("/")
+    filled = {"episode_id": ep, "org": org, "team": team}
+    needs = {"scope": scope, "entity": "acme"}
+    doc = m.http.get("/openapi.json").json()
+    checked: set[tuple[str, str]] = set()
+    for path, ops in doc["paths"].items():
+        get = ops.get("get")
+        if get is None:
+            continue
+        names = {p["name"] for p in get.get("parameters", []) if p["in"] == "query"}
+        named = names & {"branch", "at_commit", "predicate", "situation", "entity", "after"}
+        if not named:
+            continue
+        url = path.format(**filled)
+        for name in sorted(named):
+            for blank in ("", " ", "\t"):
+                params = {k: v for k, v in needs.items() if k in names}
+                params[name] = blank
+                r = m.http.get(url, params=params)
+                if name == "after" and r.status_code == 422 and r.json()["error"][
+                        "details"]["errors"][0]["type"] != "string_blank":
+                    continue  # a cursor of a set form (an episode id) says so in its words
+                _blank_refused(r, ["query", name])
+                checked.add((path, name))
+    assert {("/facts", "branch"), ("/ledger", "branch"), ("/runs", "branch"),
+            ("/schemas/{org}/{team}", "branch"), ("/episodes/{episode_id}", "at_commit"),
+            ("/facts", "predicate"), ("/facts", "entity"), ("/notes", "situation"),
+            ("/entities", "after")} <= checked, checked
+    # The same in a body, and beside a pin (which holds its own branch).
+    _blank_refused(m.http.post("/episodes", json={
+        "scope": scope, "branch": "", "source": "doc:x", "body": "x", "acl": ["*"]}),
+        ["body", "branch"])
+    _blank_refused(m.http.post("/search", json={"scope": scope, "query": "plan",
+                                                "at_commit": " "}), ["body", "at_commit"])
+    _blank_refused(m.http.post("/branches", json={"scope": scope, "name": "b1", "from": ""}),
+                   ["body", "from"])
+    pin = m.http.post("/pin", json={"scope": scope, "ttl": "1h"})
+    assert pin.status_code == 201, pin.text
+    _blank_refused(m.facts(scope, "acme", pin=pin.json()["id"], branch=""), ["query", "branch"])
+    # Left out, each reads as before.
+    assert m.facts(scope, "acme").status_code == 200
+    assert m.http.get("/notes", params={"scope": scope}).status_code == 200
+
+
+async def test_an_mcp_tool_refuses_a_blank_branch(m: Memory) -> None:
+    """`search_memory(branch="")` searched main, as if no branch were named."""
+    from tests.test_mcp import http_client_for, refused
+
+    scope, _ = seeded(m)
+    async with http_client_for(m.url, {"X-AMP-Agent-ID": "agent_alice",
+                                       "X-AmpUp-User": "alice"}) as alice:
+        said = await refused(alice, "search_memory", scope=scope, query="plan", branch="")
+        said_ep = await refused(alice, "remember_memory", scope=scope, text="x", branch=" ")
+    for text in (said, said_ep):
+        assert text.startswith("Invalid request: branch: ") and "blank" in text, text

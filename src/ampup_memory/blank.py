@@ -10,8 +10,11 @@ only to ECMA-262), so the pattern names every blank character of either, explici
 from __future__ import annotations
 
 import re
+from typing import Annotated
 
-from pydantic_core import PydanticCustomError
+from pydantic import AfterValidator, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError
 
 # One character that is not white space to Python or to ECMA-262.
 NOT_BLANK_PATTERN = (
@@ -49,3 +52,20 @@ def unpadded(value: str) -> str:
             "string_padded", "{value} begins or ends with white space: send it trimmed",
             {"value": repr(value[:80])})
     return value
+
+
+class _PublishedNotBlank:
+    """Adds the not-blank pattern to the schema published for a field, keeping its other
+    bounds (a query parameter's ``max_length``), so a schema-checking client refuses
+    what the server refuses."""
+
+    def __get_pydantic_json_schema__(self, core: CoreSchema,
+                                     handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        schema = handler(core)
+        schema["pattern"] = NOT_BLANK_PATTERN
+        return schema
+
+
+# A query parameter that names something (`?situation=`, `?predicate=`): blank is refused,
+# never read as absent (what leaving the parameter out means).
+NotBlankText = Annotated[str, AfterValidator(not_blank), _PublishedNotBlank()]

@@ -48,9 +48,11 @@ from ampup_memory.search.cli import search_commands
 from ampup_memory.settings import (
     SETTING_GROUPS,
     Settings,
+    SettingsError,
     ensure_home,
     env_name,
     file_in_the_way,
+    flag_name,
     load_settings,
     setting_group,
     shown_value,
@@ -65,10 +67,6 @@ F = TypeVar("F", bound=Callable[..., Any])
 SETTING_FIELDS = list(Settings.model_fields)
 PROG_NAMES = ("ampup-memory", "memstore")
 ALL_GROUPS = (*SETTING_GROUPS, "server")
-
-
-def flag_name(field: str) -> str:
-    return "--" + field.replace("_", "-")
 
 
 def settings_options(*groups: str) -> Callable[[F], F]:
@@ -111,8 +109,10 @@ def settings_from(kwargs: dict[str, Any]) -> Settings:
     values = {k: kwargs.pop(k) for k in SETTING_FIELDS if k in kwargs}
     try:
         settings = load_settings(**values)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from exc
+    except SettingsError as exc:
+        if exc.by_flag:  # the command's --help says what the flag takes
+            raise click.UsageError(str(exc)) from exc
+        _fail(str(exc))  # the line names the variable or file it came from
     configure_logging(settings)
     return settings
 
@@ -495,12 +495,20 @@ def settings_markdown() -> str:
         "4. the default.",
         "",
         "A value that cannot work stops every command and `serve` at once, with one line",
-        "naming the setting (`invalid setting model_name (AMPUP_MEMORY_MODEL): …`), never",
-        "at first use: a model's or embedder's name, base URL or key (and the other names,",
-        "tokens and keys sent over HTTP: S3, MCP, the admin token) holding a control",
-        "character (a NUL, a tab, a line break) is refused so, and so is a model's or",
-        "embedder's base URL that is not `http://` or `https://` with a host",
-        "(`localhost:11434/v1`), and a store, index or catalog URI that is not",
+        "naming the setting and where its value came from, never at first use: the",
+        "environment variable (`invalid setting model_name (AMPUP_MEMORY_MODEL): … (got …",
+        "from the environment; see docs/settings.md)`), the flag (`invalid setting",
+        "model_name (--model-name): …`, then the command's `--help`) or the config file",
+        "(`config file PATH: invalid setting …`). A model's or embedder's name, base URL or",
+        "key (and the other names, tokens and keys sent over HTTP: S3, MCP, the admin",
+        "token) holding a control character (a NUL, a tab, a line break) is refused so,",
+        "and so is a model's or embedder's base URL that is not `http://` or `https://`",
+        "with a host and no query (`localhost:11434/v1`, `…/v1?api-version=1`), an S3",
+        "endpoint that is not `http://` or `https://` with a host and nothing else (no",
+        "path, query or `user:password@`: the bucket and prefix go in the warehouse, the",
+        "keys in their settings), a warehouse",
+        "that is not `file:///path` or `s3://bucket/prefix` (a bare path, `gs://`, no",
+        "bucket, a query, `user:password@`), and a store, index or catalog URI that is not",
         "`sqlite:///path` or `postgresql://…` (`sqlite://amp.db`, a bare path); a key's",
         "value is not shown.",
         "",

@@ -19,7 +19,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
@@ -129,7 +129,8 @@ class Settings(BaseSettings):
         default=None,
         validation_alias=_env("AMPUP_MEMORY_S3_ENDPOINT"),
         description="Endpoint of an S3-compatible store for an `s3://` warehouse "
-        "(`http://minio:9000`, R2, Ceph, SeaweedFS ...); unset: AWS S3.",
+        "(`http://minio:9000`, R2, Ceph, SeaweedFS ...): `http://` or `https://`, the host "
+        "and port alone (the bucket goes in the warehouse); unset: AWS S3.",
     )
     s3_region: str | None = Field(
         default=None,
@@ -703,6 +704,17 @@ class Settings(BaseSettings):
                     return f"{scheme}{Path(rest).expanduser().absolute()}{sep}{query}"
         return value
 
+    @field_validator("warehouse", mode="after")
+    @classmethod
+    def _warehouse_location(cls, value: str | None) -> str | None:
+        # Was checked only by the commands that open the tables (`settings`, `keys` and
+        # `doctor`'s other checks took `gs://…` or `s3://` with no bucket), and a query,
+        # a fragment or `user:pw@` in an s3:// location was taken as part of the bucket.
+        problem = None if value is None else warehouse_problem(value)
+        if problem is not None:
+            raise ValueError(problem)
+        return value
+
     @field_validator("store_uri", "index_uri", "catalog_uri", mode="after")
     @classmethod
     def _database_uri(cls, value: str | None) -> str | None:
@@ -790,17 +802,28 @@ class Settings(BaseSettings):
     def _endpoint_is_http(cls, value: str | None) -> str | None:
         # An endpoint without its scheme (`localhost:11434/v1`) was taken, and failed only
         # at the first model call, minutes into `serve`, as a timer's log line.
+        if value is not None:
+            _http_url(value, "http://localhost:11434/v1")
+        return value
+
+    @field_validator("s3_endpoint", mode="after")
+    @classmethod
+    def _s3_endpoint_is_a_server(cls, value: str | None) -> str | None:
+        # pyarrow's S3 client (pyiceberg's FileIO) takes it as the server alone and failed
+        # only at the first table write: `minio:9000` as https (a TLS error against an
+        # http server), `HTTP://` as a host name, a path as the bucket ("NoSuchBucket"),
+        # a query or fragment as "not a valid URI", `user:pw@` as a host to resolve.
         if value is None:
             return value
-        try:
-            parts = urlsplit(value)
-            parts.port  # noqa: B018 (a port that is no number raises here)
-        except ValueError as exc:
-            raise ValueError(f"is not a URL ({exc})") from None
-        if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-            raise ValueError("is not an http:// or https:// URL with a host: name the "
-                             "endpoint in full, as http://localhost:11434/v1")
-        return value
+        parts = _http_url(value, "http://minio:9000")
+        if "@" in parts.netloc:
+            raise ValueError(f"holds credentials: give them as {env_name('s3_access_key_id')}"
+                             f" and {env_name('s3_secret_access_key')}")
+        if parts.path not in ("", "/"):
+            raise ValueError("is more than a server: give scheme://host[:port] alone "
+                             "(http://minio:9000); the bucket and prefix go in "
+                             f"{env_name('warehouse')} (s3://bucket/prefix)")
+        return parts.scheme.lower() + value[len(parts.scheme):]
 
     @field_validator("host", mode="after")
     @classmethod
@@ -891,6 +914,56 @@ class Settings(BaseSettings):
         return self.scoring_patch_limit > 0 and self.scoring_patch_window_seconds > 0
 
 
+S3_SCHEMES = ("s3", "s3a")
+
+
+def warehouse_problem(location: str) -> str | None:
+    """What is wrong with a warehouse location (``file:///path`` or ``s3://bucket/prefix``,
+    the forms pyiceberg's FileIO opens), in words that follow the setting's name; None
+    when it is one of them."""
+    try:
+        parts = urlsplit(location)
+    except ValueError as exc:
+        return f"is not a location ({exc})"
+    scheme = parts.scheme.lower()
+    if scheme not in ("file", *S3_SCHEMES):
+        hint = (f"; for a folder, file://{Path(location).expanduser().absolute()}"
+                if not scheme else "")
+        return f"must be file:///path or s3://bucket/prefix{hint}"
+    if parts.query or parts.fragment or location.endswith(("?", "#")):
+        return "holds a query or fragment: a warehouse is file:///path or s3://bucket/prefix"
+    if scheme == "file":
+        return None if parts.path else "names no folder (file:///path)"
+    if "@" in parts.netloc:
+        return (f"holds credentials: give them as {env_name('s3_access_key_id')} and "
+                f"{env_name('s3_secret_access_key')}")
+    return None if parts.netloc else "names no bucket (s3://bucket/prefix)"
+
+
+def _http_url(value: str, example: str) -> SplitResult:
+    """``value`` split, when it is an http:// or https:// URL with a host (and a port, if
+    any, that is a number) and no query or fragment; else the ValueError a setting's check
+    raises. Requests add their own paths to an endpoint: one after a query or fragment
+    (`…/v1?api-version=1` + `/chat/completions`) went into it, to the wrong URL."""
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (a port that is no number raises here)
+    except ValueError as exc:
+        raise ValueError(f"is not a URL ({exc})") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError("is not an http:// or https:// URL with a host: name the "
+                         f"endpoint in full, as {example}")
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        raise ValueError(f"holds a query or fragment: give the endpoint alone, as {example} "
+                         "(each request adds its own path)")
+    return parts
+
+
+def flag_name(field: str) -> str:
+    """A setting's command-line flag (``--model-base-url``)."""
+    return "--" + field.replace("_", "-")
+
+
 def env_name(field: str) -> str:
     """The primary environment variable of a setting (for CLI help and docs)."""
     alias = Settings.model_fields[field].validation_alias
@@ -903,6 +976,19 @@ def env_name(field: str) -> str:
 # The config file the next `Settings()` reads, set by `load_settings` only (a plain
 # `Settings()` reads flags and environment alone).
 _config_file: ContextVar[Path | None] = ContextVar("ampup_memory_config_file", default=None)
+
+
+SETTINGS_DOCS = "docs/settings.md"
+
+
+class SettingsError(ValueError):
+    """A setting that cannot work, said in one line. ``by_flag``: every value at fault
+    came from a command-line flag, so the command's ``--help`` is where to look; else
+    the line itself names the environment variable or config file it came from."""
+
+    def __init__(self, message: str, *, by_flag: bool = False) -> None:
+        super().__init__(message)
+        self.by_flag = by_flag
 
 
 class ConfigFile(TomlConfigSettingsSource):
@@ -918,10 +1004,10 @@ class ConfigFile(TomlConfigSettingsSource):
         try:
             data = super()._read_file(file_path)
         except ValueError as exc:  # tomllib.TOMLDecodeError
-            raise ValueError(f"config file {self.path}: {exc}") from exc
+            raise SettingsError(f"config file {self.path}: {exc}") from exc
         unknown = [k for k in data if k not in Settings.model_fields or k == "config"]
         if unknown:
-            raise ValueError(f"config file {self.path}: unknown setting(s) "
+            raise SettingsError(f"config file {self.path}: unknown setting(s) "
                              + ", ".join(repr(k) + _did_you_mean(k) for k in unknown))
         return {env_name(k): v for k, v in data.items()}
 
@@ -972,25 +1058,31 @@ def config_path(settings: Settings) -> Path:
 
 def load_settings(**overrides: Any) -> Settings:
     """Flags (``overrides``; ``None`` = unset) over environment over config file over
-    defaults. Raises ``ValueError`` (with one readable line) on a setting that is invalid."""
+    defaults. Raises `SettingsError` (one readable line, naming where the value at fault
+    came from) on a setting that is invalid."""
     given = {env_name(k): v for k, v in overrides.items() if v is not None}
     try:
         first = Settings(**given)  # flags and environment: where is the config file?
         path = config_path(first)
         if first.config is not None and not path.is_file():
-            raise ValueError(f"config file {path} is a folder: name the TOML file in it"
-                             if path.is_dir() else f"config file {path} does not exist")
+            by_flag = env_name("config") in given
+            said = (f"config file {path} is a folder: name the TOML file in it"
+                    if path.is_dir() else f"config file {path} does not exist")
+            raise SettingsError(said if by_flag else f"{said} (named by {env_name('config')} "
+                                f"in the environment; see {SETTINGS_DOCS})", by_flag=by_flag)
         if not path.is_file():
             return first
     except ValidationError as exc:
-        raise ValueError(_validation_line(exc)) from None
+        line, by_flag = _validation_line(exc, given)
+        raise SettingsError(line, by_flag=by_flag) from None
     with _reading(path):
         try:
             return Settings(**given)
         except ValidationError as exc:
             # Flags and environment alone were valid: the file's value is the one wrong
             # (named as its setting, `port`, beside the environment name it stands for).
-            raise ValueError(f"config file {path}: {_validation_line(exc)}") from None
+            line, _ = _validation_line(exc, given, in_file=True)
+            raise SettingsError(f"config file {path}: {line}") from None
 
 
 @contextmanager
@@ -1002,17 +1094,36 @@ def _reading(path: Path) -> Iterator[None]:
         _config_file.reset(token)
 
 
-def _validation_line(exc: ValidationError) -> str:
+def _validation_line(exc: ValidationError, flags: dict[str, Any], *,
+                     in_file: bool = False) -> tuple[str, bool]:
+    """The errors in one line, each naming where its value came from (the flag, the
+    environment variable, the config file), and whether all came from flags. A value
+    set in the environment pointed at the command's ``--help``, a flag never given."""
     parts = []
+    all_flags = True
+    environment = {name.lower() for name in os.environ}
     for err in exc.errors():
-        name = str(err["loc"][0]) if err["loc"] else "settings"
-        field = next((f for f in Settings.model_fields if env_name(f) == name), None)
-        shown = f"{field} ({name})" if field else name
-        got = shown_value(field, err.get("input")) if field else err.get("input")
         # pydantic's "Value error, " prefix is its own wording, not what is wrong
         msg = str(err["msg"]).removeprefix("Value error, ")
-        parts.append(f"invalid setting {shown}: {msg} (got {got!r})")
-    return "; ".join(parts)
+        if not err["loc"]:
+            # A rule across settings (its message names them). Its input is every value
+            # read, secrets too: never shown.
+            all_flags = False
+            parts.append(f"invalid settings: {msg} (see {SETTINGS_DOCS})")
+            continue
+        name = str(err["loc"][0])
+        field = next((f for f in Settings.model_fields if env_name(f) == name), None)
+        got = shown_value(field, err.get("input")) if field else err.get("input")
+        if field and name in flags:
+            parts.append(f"invalid setting {field} ({flag_name(field)}): {msg} (got {got!r})")
+            continue
+        all_flags = False
+        shown = f"{field} ({name})" if field else name
+        source = ("" if in_file or name.lower() not in environment
+                  else " from the environment")
+        parts.append(f"invalid setting {shown}: {msg} (got {got!r}{source}; see "
+                     f"{SETTINGS_DOCS})")
+    return "; ".join(parts), all_flags
 
 
 # -- Showing settings -------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse
 
 from ampup_memory.advice import aside, loop, procedures, runs, sessions
 from ampup_memory.auth import Authenticator
+from ampup_memory.blank import NotBlankText
 from ampup_memory.memory.api import (
     CAP,
     USER_DOC,
@@ -170,7 +171,7 @@ def list_situations(request: Request, user: UserDep,
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope", 422: INVALID, 503: DOWN}),
             openapi_extra=USER_DOC)
 def list_notes(request: Request, user: UserDep, scope: Annotated[ScopeText, Query()],
-               situation: Annotated[str | None, Query(max_length=64)] = None,
+               situation: Annotated[NotBlankText | None, Query(max_length=64)] = None,
                ) -> dict[str, Any]:
     """The scope's notes (of one situation), each with its state, evidence counters and
     history; sources show only the runs and sessions you may read."""

@@ -10,10 +10,11 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from starlette.responses import JSONResponse
 
 from ampup_memory.auth import USER_HEADER, Authenticator, header_map, presented_key
+from ampup_memory.blank import NotBlankText
 from ampup_memory.errors import ServiceUnavailable, Unauthenticated, field_error
 from ampup_memory.memory.acl import ID_PATTERN, ID_RULE, Identifier, require_id, valid_id
 from ampup_memory.memory.episode_types import client_types
@@ -30,7 +31,7 @@ from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText
 from ampup_memory.memory.service import MemoryService, acl_etag, principal_etag
 from ampup_memory.memory.snapshots import PinText, SnapshotText, read_view
-from ampup_memory.ruled import Composed, published, ruled
+from ampup_memory.ruled import composed, published, ruled
 from ampup_memory.timefmt import Instant
 from ampup_memory.web.admin import AdminDep, is_admin
 from ampup_memory.web.body import DECIMAL, parse_body
@@ -267,8 +268,10 @@ async def post_facts(request: Request) -> JSONResponse:
 def get_facts(
     request: Request, user: UserDep,
     scope: ScopeQ,
-    entity: Annotated[Composed, Query(min_length=1, max_length=MAX_ENTITY)],
-    predicate: Annotated[Composed | None, Query(max_length=128)] = None,
+    entity: Annotated[NotBlankText, Query(min_length=1, max_length=MAX_ENTITY),
+                      AfterValidator(composed)],
+    predicate: Annotated[Annotated[NotBlankText, AfterValidator(composed)] | None,
+                         Query(max_length=128)] = None,
     as_of: Annotated[Instant | None, Query(description="Valid time; default now.")] = None,
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
     branch: BranchQ = None,

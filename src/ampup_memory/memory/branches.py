@@ -138,7 +138,7 @@ def _fork_point(index: ReadIndex, scope: str, name: str) -> LedgerEntry | None:
 # -- create, list, delete ----------------------------------------------------------------------
 def create(svc: MemoryService, user: str, req: CreateBranch) -> dict[str, Any]:
     scope = parse_scope(req.scope)
-    if not req.name:  # elsewhere an empty branch means main; a new one needs its name
+    if not req.name:  # a new branch needs its name (blank is refused as everywhere)
         raise field_error(["name"], "a new branch needs a name", "branch_invalid")
     name = parse_branch(req.name, "name")
     source = parse_branch(req.from_, "from")

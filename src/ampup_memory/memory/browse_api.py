@@ -6,6 +6,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
+from ampup_memory.blank import NotBlankText
 from ampup_memory.memory import browse
 from ampup_memory.memory.api import (
     INVALID,
@@ -56,7 +57,7 @@ def list_episodes(request: Request, user: UserDep, scope: ScopeQ, branch: Branch
 def list_entities(request: Request, user: UserDep, scope: ScopeQ, branch: BranchQ = None,
                   at_commit: AtCommitQ = None, pin: PinQ = None, snapshot: SnapshotQ = None,
                   limit: LimitQ = 50,
-                  after: Annotated[str | None, Query(
+                  after: Annotated[NotBlankText | None, Query(
                       min_length=1, max_length=MAX_ENTITY,
                       description="Entity: the page after it (next_after).")] = None,
                   ) -> dict[str, Any]:

@@ -22,6 +22,8 @@ from typing import Annotated, Any
 from pydantic import WithJsonSchema
 from ulid import ULID
 
+from ampup_memory.blank import is_blank
+from ampup_memory.errors import field_error
 from ampup_memory.timefmt import utc_text
 
 SUMMARY_KEY = "ampup.ledger-row"
@@ -35,10 +37,19 @@ PUBLIC_CHANGES = ("episodes", "facts", "closures", "acl_changes", "events")
 
 # A commit id is a ULID (Crockford base32). Published in the schema; an id of any other
 # shape is simply no commit of the scope (404), like an unknown one.
-COMMIT_SCHEMA: dict[str, Any] = {"type": "string", "pattern": "^(?:[0-9A-HJKMNP-TV-Z]{26})?$",
-                                 "description": "A commit id of the scope's ledger (empty: "
-                                 "none)."}
+COMMIT_SCHEMA: dict[str, Any] = {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{26}$",
+                                 "description": "A commit id of the scope's ledger."}
 CommitText = Annotated[str, WithJsonSchema(COMMIT_SCHEMA)]
+
+
+def given_commit(text: str | None, loc: str = "at_commit") -> str | None:
+    """A read's ``at_commit`` as given: None for none (the head). Blank is refused, not
+    read as none: `?at_commit=` from a template whose variable was empty read the head as
+    if it were the commit asked for."""
+    if text is not None and is_blank(text):
+        raise field_error([loc], f"{loc} is blank: name a commit, or leave {loc} out for "
+                          "the branch head", "string_blank")
+    return text
 
 
 def new_commit_id() -> str:

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import WithJsonSchema
 
+from ampup_memory.blank import is_blank
 from ampup_memory.errors import field_error
 
 _NAME = r"[a-z0-9]+(?:_[a-z0-9]+)*"
@@ -34,14 +35,13 @@ SCOPE_SCHEMA: dict[str, Any] = {
     "type": "string", "pattern": f"^{_NAME}/{_NAME}$", "maxLength": 2 * MAX_NAME + 1,
     "description": f"org/team; each part at most {MAX_NAME} characters."}
 BRANCH_SCHEMA: dict[str, Any] = {
-    "type": "string", "pattern": f"^(?:{_BRANCH})?$", "maxLength": MAX_NAME,
-    "description": "Default (or empty): main."}
+    "type": "string", "pattern": f"^{_BRANCH}$", "minLength": 1, "maxLength": MAX_NAME,
+    "description": "Default: main (blank is refused)."}
 ScopeText = Annotated[str, WithJsonSchema(SCOPE_SCHEMA)]
 BranchText = Annotated[str, WithJsonSchema(BRANCH_SCHEMA)]
-# A branch to make: the same rule, but empty names nothing (it is not main here).
+# A branch to make: the same rule, with no default.
 BranchName = Annotated[str, WithJsonSchema({
-    **BRANCH_SCHEMA, "pattern": f"^{_BRANCH}$", "minLength": 1,
-    "description": "The new branch's name."})]
+    **BRANCH_SCHEMA, "description": "The new branch's name."})]
 
 
 def valid_name(name: str) -> bool:
@@ -105,8 +105,15 @@ def scope_from_namespace(namespace: str) -> Scope | None:
 
 
 def parse_branch(text: object, loc: str = "branch") -> str:
-    if text is None or text == "":
+    """A branch named in a request (query, body, MCP tool or CLI option), or ``main`` when
+    it names none (None). Blank text names no branch either, but is refused rather than
+    read as main: `?branch=` from a template whose variable was empty read main's data
+    as if it were the branch asked for."""
+    if text is None:
         return MAIN
+    if isinstance(text, str) and is_blank(text):
+        raise field_error([loc], f"{loc} is blank: name a branch, or leave {loc} out for main",
+                          "string_blank")
     if not isinstance(text, str) or len(text) > MAX_NAME or not BRANCH_RE.fullmatch(text):
         raise field_error(
             [loc],

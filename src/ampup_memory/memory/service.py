@@ -58,7 +58,14 @@ from ampup_memory.memory.facts import (
     raw_value,
     timeline,
 )
-from ampup_memory.memory.ledger import BRANCH, COMMIT, SUMMARY_KEY, LedgerEntry, new_commit_id
+from ampup_memory.memory.ledger import (
+    BRANCH,
+    COMMIT,
+    SUMMARY_KEY,
+    LedgerEntry,
+    given_commit,
+    new_commit_id,
+)
 from ampup_memory.memory.maintenance import Protected, full_pass, tidy
 from ampup_memory.memory.quotes import CitedTexts
 from ampup_memory.memory.readindex import DEFAULT_LEASE, ReadIndex
@@ -191,9 +198,10 @@ class MemoryService:
         unknown or deleted branch, or a commit not on this branch as it now is)."""
         scope = parse_scope(scope_text)
         branch = parse_branch(branch_text)
+        at_commit = given_commit(at_commit)
         self.workspaces.require_live(scope)
         self.sync.scope(scope)
-        if not at_commit:
+        if at_commit is None:
             return View(scope, branch, branch_segments(self.index, str(scope), branch))
         entry = self.index.entry(at_commit)
         segs = branch_segments(self.index, str(scope), branch)

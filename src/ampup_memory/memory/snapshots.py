@@ -49,7 +49,7 @@ from ulid import ULID
 
 from ampup_memory.errors import AccessDenied, Conflict, Gone, NotFound, field_error
 from ampup_memory.memory.acl import require_id
-from ampup_memory.memory.ledger import BRANCH
+from ampup_memory.memory.ledger import BRANCH, given_commit
 from ampup_memory.memory.maintenance import tidy
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.scopes import MAIN, SYSTEM_NAMESPACE, Scope, parse_branch, parse_scope
@@ -251,12 +251,13 @@ class Holds:
         if pin is not None and snapshot is not None:
             raise field_error(["snapshot"], "give pin or snapshot, not both",
                               "hold_combined")
-        if at_commit:
+        if given_commit(at_commit) is not None:
             raise field_error(["at_commit"], "a pinned or snapshot read is already fixed "
                               "to a commit: leave at_commit out", "hold_combined")
         scope = str(parse_scope(scope_text))
         if pin is not None:
-            if branch_text:
+            if branch_text is not None:
+                parse_branch(branch_text)  # blank: said as everywhere
                 raise field_error(["branch"], "a pin holds one branch: leave branch out",
                                   "hold_combined")
             hold = self.live(check_id(pin, PIN, ["pin"]), PIN)

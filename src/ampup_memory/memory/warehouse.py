@@ -18,9 +18,8 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
 
 from ampup_memory.errors import ConfigurationError
-from ampup_memory.settings import Settings, mask_uri
+from ampup_memory.settings import S3_SCHEMES, Settings, env_name, mask_uri, warehouse_problem
 
-S3_SCHEMES = ("s3", "s3a")
 # A store that stops answering fails a request after this long (then pyarrow's own retries).
 CONNECT_TIMEOUT_SECONDS = "10"
 REQUEST_TIMEOUT_SECONDS = "60"
@@ -38,18 +37,13 @@ def catalog_properties(settings: Settings) -> dict[str, str]:
 
     Raises ConfigurationError for a warehouse we cannot use, naming the setting."""
     location = settings.resolved_warehouse
-    parts = urlsplit(location)
+    # Settings check it when read; a Settings built another way is held to the same rule.
+    problem = warehouse_problem(location)
+    if problem is not None:
+        raise ConfigurationError(f"{env_name('warehouse')} {mask_uri(location)!r} {problem}")
     props = {"warehouse": location, "py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
-    if parts.scheme == "file":
+    if urlsplit(location).scheme.lower() == "file":
         return props
-    if parts.scheme not in S3_SCHEMES:
-        raise ConfigurationError(
-            "AMPUP_MEMORY_WAREHOUSE must be file:///path or s3://bucket/prefix, got "
-            f"{mask_uri(location)!r}")
-    if not parts.netloc:
-        raise ConfigurationError(
-            f"AMPUP_MEMORY_WAREHOUSE {mask_uri(location)!r} names no bucket "
-            "(s3://bucket/prefix)")
     region = settings.s3_region or (ENDPOINT_DEFAULT_REGION if settings.s3_endpoint else None)
     wanted = {
         "s3.endpoint": settings.s3_endpoint,

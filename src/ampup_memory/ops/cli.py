@@ -103,8 +103,9 @@ def ops_commands(settings_options: SettingsOptions,
     def doctor(**kwargs: Any) -> None:
         """Check that each configured engine is reachable and writable.
 
-        AMP store, Iceberg catalog, warehouse, search index and any configured model
-        endpoint: one line each, `ok` or what is wrong. Exit code 1 when any check fails.
+        The home folder (it can hold files), AMP store, Iceberg catalog, warehouse, search
+        index and any configured model endpoint: one line each, `ok` or what is wrong.
+        Exit code 1 when any check fails.
         Nothing written stays (SQL probes roll back, the warehouse probe is deleted).
         """
         from ampup_memory.ops.doctor import checks, run_check, secrets_of

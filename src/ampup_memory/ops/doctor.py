@@ -1,14 +1,17 @@
 """``ampup-memory doctor``: is each configured engine reachable and writable?
 
-One check per engine (AMP cell store, Iceberg catalog, warehouse, search index, and each
-configured model endpoint), each ending in one line: ``ok`` or exactly what is wrong. A
-check writes nothing that stays: the SQL ones roll back, the warehouse one deletes the
-object it wrote, and a folder or SQLite file a probe had to make is removed with it.
+One check for the home folder, then one per engine (AMP cell store, Iceberg catalog,
+warehouse, search index, and each configured model endpoint), each ending in one line:
+``ok`` or exactly what is wrong. A check writes nothing that stays: the SQL ones roll
+back, the warehouse one deletes the object it wrote, the home one the file it wrote, and
+a folder or SQLite file a probe had to make is removed with it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sqlite3
 import uuid
 from collections.abc import Callable
@@ -16,7 +19,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ampup_memory.settings import MODEL_ROLES, Settings, file_in_the_way, mask_secrets, mask_uri
+from ampup_memory.settings import (
+    MODEL_ROLES,
+    Settings,
+    env_name,
+    file_in_the_way,
+    mask_secrets,
+    mask_uri,
+)
 
 CONNECT_TIMEOUT_SECONDS = 5
 
@@ -43,17 +53,95 @@ def _one_line(exc: BaseException) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
-def _home_to_create(home: Path) -> str:
-    """The home folder does not exist yet: fine if `serve` can create it (its nearest
-    existing parent is a folder we may write in)."""
+# Filesystems of the kernel: a folder there holds none of our files, whatever `access()`
+# says (as root every path "may be written"; /proc refuses the mkdir, /dev takes files
+# into memory, and a mkdir under /sys/fs/cgroup makes a cgroup).
+PSEUDO_FILESYSTEMS = frozenset({
+    "proc", "sysfs", "devtmpfs", "devpts", "cgroup", "cgroup2", "debugfs", "tracefs",
+    "securityfs", "pstore", "bpf", "configfs", "fusectl", "mqueue", "hugetlbfs", "autofs",
+    "binfmt_misc", "efivarfs", "selinuxfs", "rpc_pipefs", "nsfs", "nfsd"})
+MOUNTINFO = Path("/proc/self/mountinfo")
+
+
+def _filesystem_of(path: Path) -> tuple[str, str] | None:
+    """(mount point, filesystem type) of the mount holding ``path`` (an existing one), from
+    Linux's mountinfo; None where there is none to read."""
+    try:
+        lines = MOUNTINFO.read_text().splitlines()
+    except OSError:
+        return None
+    target = os.path.realpath(path)
+    best: tuple[str, str] | None = None
+    for line in lines:
+        fields = line.split()
+        if "-" not in fields[6:]:
+            continue
+        dash = fields.index("-", 6)
+        # The kernel writes a space, tab, newline or backslash as an octal escape (\040).
+        point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields[4])
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and (best is None or len(point) >= len(best[0])):
+            best = (point, fields[dash + 1])
+    return best
+
+
+def _on_a_disk(what: str, path: Path, fix: str) -> None:
+    """Raise OSError when local ``path`` (or the nearest folder above it that exists) is on
+    a kernel filesystem or a read-only one."""
+    at = path.absolute()
+    while not at.exists():
+        at = at.parent
+    mount = _filesystem_of(at)
+    if mount is not None and mount[1] in PSEUDO_FILESYSTEMS:
+        raise OSError(f"{what} is on {mount[0]}, a {mount[1]} filesystem of the kernel "
+                      f"that holds no files: {fix}")
+    if hasattr(os, "statvfs") and os.statvfs(at).f_flag & os.ST_RDONLY:
+        raise OSError(f"{what} is on a read-only filesystem ({at}): {fix}")
+
+
+def home_holds_files(home: Path) -> str:
+    """Whether the home folder can hold the server's files, as `serve` would use it: not on
+    a kernel filesystem nor a read-only one, and a file written there (in the folders
+    `serve` would make, removed after) is fsynced and removed. Raises OSError in one
+    line naming what is wrong."""
     blocker = file_in_the_way(home)
     if blocker is not None:
         raise OSError(f"home {home} cannot be created: {blocker} is a file, not a folder")
-    parent = home.absolute()
-    while not parent.exists():
-        parent = parent.parent
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OSError(f"home {home} does not exist and cannot be created in {parent}")
+    fix = f"set {env_name('home')} or --home to a folder on a disk"
+    _on_a_disk(f"home {home}", home, fix)
+    made = _missing_folders(str(home))
+    probe = home / f".ampup-doctor-{uuid.uuid4().hex[:12]}"
+    try:
+        home.mkdir(parents=True, exist_ok=True)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(fd, b"ampup-memory doctor probe")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        raise OSError(f"home {home} cannot hold files: writing, syncing and removing one "
+                      f"failed ({why}): {fix}") from None
+    finally:
+        with contextlib.suppress(OSError):  # a probe that could not be removed was said
+            probe.unlink(missing_ok=True)
+        for folder in reversed(made):
+            try:
+                os.rmdir(folder)
+            except OSError:  # something else came to live there meanwhile: it stays
+                break
+    if made:
+        return f"home {home} does not exist yet: `serve` creates it (a file there was " \
+            "written, synced and removed)"
+    return "a file was written, synced and removed"
+
+
+def _home_to_create(home: Path) -> str:
+    """The home folder does not exist yet: fine if `serve` can create it and keep its
+    files there (`home_holds_files`)."""
+    home_holds_files(home)
     return f"home {home} does not exist yet: `serve` creates it"
 
 
@@ -140,6 +228,8 @@ def _warehouse_check(settings: Settings) -> Callable[[], str]:
         made: list[str] = []  # local folders the probe made, removed with it
         if not warehouse.is_s3(location):
             fs, path = warehouse.filesystem(io, location)
+            _on_a_disk(f"warehouse folder {path.rsplit('/', 1)[0]}", Path(path),
+                       f"set {env_name('warehouse')} to a folder on a disk")
             made = _missing_folders(path.rsplit("/", 1)[0])
             fs.create_dir(path.rsplit("/", 1)[0], recursive=True)
         payload = b"ampup-memory doctor probe"
@@ -206,6 +296,8 @@ def _endpoint_check(base_url: str, api_key: str | None) -> Callable[[], str]:
 
 def checks(settings: Settings) -> list[Check]:
     found = [
+        # First: every embedded store below lives in it, and `serve` makes it regardless.
+        Check("home", str(settings.home), lambda: home_holds_files(settings.home)),
         Check("AMP store", mask_uri(settings.resolved_store_uri),
               _sql_check(settings.resolved_store_uri, settings.home)),
         Check("catalog", mask_uri(settings.resolved_catalog_uri),

@@ -207,7 +207,7 @@ class Feed:
 
         The view is core's (``MemoryService.view``: the same 404 as ``GET /facts`` for an
         unknown branch, or a commit unknown or of another scope or branch)."""
-        view = self.memory.view(scope, branch, at_commit or None)
+        view = self.memory.view(scope, branch, at_commit)
         scope, branch = str(view.scope), view.branch
         self.feed(scope, branch)
         if view.at_commit is None and len(view.segments) == 1:

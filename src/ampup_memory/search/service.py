@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from ampup_memory.errors import ServiceUnavailable, field_error
-from ampup_memory.memory.ledger import CommitText
+from ampup_memory.memory.ledger import CommitText, given_commit
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_branch, parse_scope
 from ampup_memory.memory.snapshots import PinText, SnapshotText
 from ampup_memory.search.answer import facts_json, passages_json, text_answer
@@ -93,7 +93,7 @@ class SearchService:
                  ) -> tuple[str, str, Principal, Cutoff | None]:
         scope_in: object = req.scope
         branch_in: object = req.branch
-        at_commit = req.at_commit
+        at_commit = given_commit(req.at_commit)
         if req.pin is not None or req.snapshot is not None:
             if self.resolve_held is None:
                 raise ServiceUnavailable("Pinned and snapshot reads need the commit ledger.")
@@ -102,7 +102,7 @@ class SearchService:
         scope, branch = check_scope(scope_in, branch_in)
         cutoff = None
         if self.reach is not None:
-            cutoff = self.reach(scope, branch, at_commit or None)  # empty means "now"
+            cutoff = self.reach(scope, branch, at_commit)
         elif at_commit:
             raise ServiceUnavailable("Search as of a commit needs the commit ledger.")
         return scope, branch, self.principal_of(user), cutoff
