@@ -224,9 +224,10 @@ def seed(url: str, caller: Caller) -> dict[str, Any]:
         _ok(http.put(f"/principals/{caller.user}", json={"groups": ["auditors"],
                                                          "roles": ["tester"]}))
         batch = _ok(http.post("/episodes/batch", json={"scope": scope, "episodes": [
-            {"source": "doc:plan", "body": "Acme renewed in March.\n\nBudget is 40k.",
-             "acl": ["*"], "about": ["acme"], "document": "plan"},
-            {"source": "slack:C1", "body": "Acme moved to the Pro plan.",
+            # Ids hash the text: the scope in it keeps each seed's episodes its own.
+            {"source": "doc:plan", "body": f"Acme renewed in March ({scope}).\n\n"
+             "Budget is 40k.", "acl": ["*"], "about": ["acme"], "document": "plan"},
+            {"source": "slack:C1", "body": f"Acme moved to the Pro plan ({scope}).",
              "acl": [f"user:{caller.user}"]}]}))
         episodes = [e["id"] for e in batch["episodes"]]
         fact = _ok(http.post("/facts", json={
@@ -267,7 +268,7 @@ BINDINGS = {
 
 
 def schemathesis_config(seeded: dict[str, Any], headers: dict[str, str], examples: int,
-                        seed_value: int) -> str:
+                        seed_value: int, keys: bool) -> str:
     values = {"scopes": [seeded["scope"]], "commits": seeded["commits"],
               "episodes": seeded["episodes"], "memories": [seeded["memory_id"]],
               "workspaces": [seeded["workspace_id"]], "pins": [seeded["pin_id"]],
@@ -290,6 +291,8 @@ def schemathesis_config(seeded: dict[str, Any], headers: dict[str, str], example
     for name, entries in values.items():
         lines += [f"[dictionaries.{name}]", f"values = {json.dumps(entries)}", ""]
     lines.append("[parameters]")
+    if keys:  # X-AmpUp-User is not read with keys on (docs/api.md): not a value to fuzz
+        lines.append(f'"header.x-ampup-user" = {json.dumps(USER)}')
     for name, keys in BINDINGS.items():
         for key in keys:
             lines.append(f'"{key}" = {{ dictionary = "{name}", probability = 0.7 }}')
@@ -299,7 +302,8 @@ def schemathesis_config(seeded: dict[str, Any], headers: dict[str, str], example
 def run_schemathesis(audit: Audit, seeded: dict[str, Any], headers: dict[str, str],
                      out: Path, examples: int, seed_value: int) -> None:
     config = out / f"{audit.config.name}.schemathesis.toml"
-    config.write_text(schemathesis_config(seeded, headers, examples, seed_value))
+    config.write_text(schemathesis_config(seeded, headers, examples, seed_value,
+                                          audit.config.keys))
     report = out / f"{audit.config.name}.schemathesis.json"
     st = Path(sys.executable).with_name("st")
     done = subprocess.run(
@@ -575,7 +579,7 @@ LEAK_PROBES = [  # (method, path with @ for the id, the seeded kind, request key
 
 
 def probe_leaks(audit: Audit, callers: dict[str, Caller], hidden: dict[str, Any],
-                rounds: int = 9) -> None:
+                rounds: int = 25) -> None:
     """Another caller's record against one that does not exist: same status, same body
     (the id masked), and no time difference a caller could measure."""
     # As a caller with no admin key (with keys on, "me" holds one, and an admin may read
@@ -599,7 +603,11 @@ def probe_leaks(audit: Audit, callers: dict[str, Caller], hidden: dict[str, Any]
             if answers[0] != answers[1]:
                 audit.find("hidden differs from missing", shown, answers[0][0], str(answers))
             hid, mis = statistics.median(times[real]), statistics.median(times[absent])
-            if abs(hid - mis) > max(0.005, 0.5 * min(hid, mis)):
+            # Told apart: medians 5 ms and half apart, and the middle halves do not overlap
+            # (a loaded machine moves single requests by more than that).
+            (h1, _, h3), (m1, _, m3) = (statistics.quantiles(times[v], n=4)
+                                        for v in (real, absent))
+            if abs(hid - mis) > max(0.005, 0.5 * min(hid, mis)) and (h1 > m3 or m1 > h3):
                 audit.find("timing tells hidden from missing", shown, answers[0][0],
                            f"median {hid * 1000:.1f} ms hidden, {mis * 1000:.1f} ms missing "
                            f"over {rounds} rounds each")
