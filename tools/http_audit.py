@@ -293,8 +293,8 @@ def schemathesis_config(seeded: dict[str, Any], headers: dict[str, str], example
     lines.append("[parameters]")
     if keys:  # X-AmpUp-User is not read with keys on (docs/api.md): not a value to fuzz
         lines.append(f'"header.x-ampup-user" = {json.dumps(USER)}')
-    for name, keys in BINDINGS.items():
-        for key in keys:
+    for name, bound in BINDINGS.items():
+        for key in bound:
             lines.append(f'"{key}" = {{ dictionary = "{name}", probability = 0.7 }}')
     return "\n".join(lines) + "\n"
 
@@ -311,7 +311,7 @@ def run_schemathesis(audit: Audit, seeded: dict[str, Any], headers: dict[str, st
          "--phases", "examples,coverage,fuzzing", "--checks", "all",
          "--exclude-checks", "positive_data_acceptance", "--no-color",
          "--report", "json", "--report-json-path", str(report)],
-        capture_output=True, text=True, timeout=3600)
+        capture_output=True, text=True, timeout=3600, cwd=out)  # its cache goes there too
     (out / f"{audit.config.name}.schemathesis.out").write_text(done.stdout + done.stderr)
     if not report.exists():
         audit.find("schemathesis did not run", "st run", done.returncode, done.stderr[-400:])
@@ -537,8 +537,7 @@ def probe_callers(audit: Audit, callers: dict[str, Caller], seeded: dict[str, An
         answers = {}
         for label, headers in bad.items():
             with plain_client(base_url=audit.url, timeout=120, headers=headers) as http:
-                r = audit.check(http, method, url, template, params=query,
-                                **({} if body is None else {"json": body}))
+                r = audit.check(http, method, url, template, params=query, json=body)
             if r is not None:
                 if r.status_code < 400:
                     audit.find("no credential accepted", f"{method} {url} ({label})",
@@ -550,8 +549,7 @@ def probe_callers(audit: Audit, callers: dict[str, Caller], seeded: dict[str, An
         if "admin" in op.get("tags", []) or template.startswith("/amp/v1/lifecycle"):
             with plain_client(base_url=audit.url, timeout=120,
                               headers=callers["plain"].headers) as http:
-                r = audit.check(http, method, url, template, params=query,
-                                **({} if body is None else {"json": body}))
+                r = audit.check(http, method, url, template, params=query, json=body)
                 if r is not None and r.status_code != 403:
                     audit.find("admin route without admin credential", f"{method} {url}",
                                r.status_code, r.text)
@@ -658,6 +656,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--out", type=Path, default=Path("audit-report"))
     args = parser.parse_args(argv)
+    args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     configs = [Config(b, k == "on") for b in args.backends.split(",")
                for k in args.keys.split(",")]
