@@ -44,6 +44,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import httpx
 
@@ -67,8 +68,7 @@ WRONG_TYPES: list[Any] = [{"a": 1}, [1], True, "s", 1.5, -1, 2**64, None]
 LONE_SURROGATE = '"\\udc00x"'
 SEGMENTS = ["%00", "%ED%A0%80", "%E2%80%AE", "e%CC%81%CC%81", "x" * 10_000, "%2F", "%2e%2e",
             "%FF", "%F0%9F%98%80"]
-# Said in every route's docs rather than in its `responses` (docs/api.md, Errors).
-ANY_ROUTE = {421, 403}  # MISDIRECTED_REQUEST, FORBIDDEN_ORIGIN: not sent here, see below
+RAW_QUERY = ["%ED%A0%80", "%FF%FE", "%C0%AF", "%00", "a%26b%3Dc", "%"]
 
 
 @dataclass
@@ -423,6 +423,9 @@ def probe_inputs(audit: Audit, http: httpx.Client, seeded: dict[str, Any],
             for value in [*EDGE_TEXT, "99999999999999999999999"]:
                 send(params={**query, name: value}, **as_json)
             send(params=[*query.items(), (name, "1"), (name, "2")], **as_json)
+            for raw in RAW_QUERY:  # bytes no str holds, escaped as a client may send them
+                send(f"{url}?{urlencode({k: v for k, v in query.items() if k != name})}"
+                     f"&{name}={raw}", params={}, **as_json)
         if body is not None:
             for name in string_fields(op, audit.spec):
                 for value in EDGE_TEXT:
