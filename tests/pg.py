@@ -61,11 +61,19 @@ def _embedded() -> Iterator[str]:
             shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
-def postgres() -> Iterator[PostgresFactory]:
+@contextmanager
+def postgres_factory() -> Iterator[PostgresFactory]:
+    """`TEST_POSTGRES_URL`'s server, or an embedded one until the block ends (also used
+    outside pytest, by tools/http_audit.py)."""
     url = os.environ.get("TEST_POSTGRES_URL")
     if url:
         yield PostgresFactory(url)
         return
     with _embedded() as url:
         yield PostgresFactory(url)
+
+
+@pytest.fixture(scope="session")
+def postgres() -> Iterator[PostgresFactory]:
+    with postgres_factory() as factory:
+        yield factory

@@ -10,6 +10,7 @@ index once stored unpadded (search answered 500 for good, even after a rebuild).
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -256,6 +257,26 @@ def test_body_over_the_limit_is_413_before_it_is_read(client: httpx.Client) -> N
     assert response.status_code == 413
     assert mcp_refusal(response) == error
     still_usable(client, response)
+
+
+def test_every_route_with_a_body_documents_its_413(server: ServerProcess,
+                                                   client: httpx.Client) -> None:
+    """The limit answers before any route runs, so no route listed it: a conformance
+    checker saw a 413 that 30 operations' ``responses`` did not allow."""
+    spec = client.get("/openapi.json").json()
+    big = b'{"scope":"' + b"x" * MAX_REQUEST_BYTES + b'"}'
+    undocumented = []
+    for path, methods in spec["paths"].items():
+        for method, op in methods.items():
+            if "requestBody" not in op:
+                continue
+            url = re.sub(r"{\w+}", "x", path)
+            response = client.request(method, url, content=big,
+                                      headers={"content-type": "application/json"})
+            assert response.status_code == 413, (method, path, response.text[:200])
+            if "PAYLOAD_TOO_LARGE" not in op["responses"].get("413", {}).get("description", ""):
+                undocumented.append(f"{method.upper()} {path}")
+    assert undocumented == []
 
 
 def test_chunked_body_is_counted_as_it_streams(client: httpx.Client) -> None:

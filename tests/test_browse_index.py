@@ -135,3 +135,31 @@ def test_a_deleted_branch_leaves_no_cites(index: ReadIndex) -> None:
     from ampup_memory.memory.readindex import cites_t
     with index.engine.connect() as conn:
         assert not conn.execute(select(cites_t).where(cites_t.c.branch == "rev")).first()
+
+
+def test_a_missing_episode_costs_the_queries_a_found_one_does(index: ReadIndex) -> None:
+    """An unreadable episode and a missing one answer alike (404), and must take alike: a
+    missing id skipped the ACL query, a round trip a caller could time (about 1 ms on
+    PostgreSQL, found by tools/http_audit.py's timing probe)."""
+    from sqlalchemy import event
+
+    _seed(index)
+    statements: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
+        statements.append(statement)
+
+    event.listen(index.engine, "before_cursor_execute", count)
+    try:
+        per_lookup = []
+        for ids in (["e2"], ["e404"], ["e2", "e404"]):
+            statements.clear()
+            index.episodes(S, MAIN, ids)
+            per_lookup.append(len(statements))
+    finally:
+        event.remove(index.engine, "before_cursor_execute", count)
+    assert per_lookup[0] == per_lookup[1] == per_lookup[2], per_lookup
+    # Looking up the ACLs of ids not found changes no answer (e6 was narrowed on main).
+    got = index.episodes(S, MAIN, ["e6", "e404", "e2"])
+    assert {i: e.acl for i, e in got.items()} == {"e6": ("user:carol",),
+                                                   "e2": ("user:alice",)}

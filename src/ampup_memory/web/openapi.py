@@ -76,6 +76,25 @@ def body_doc(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]
     }
 
 
+TOO_LARGE = "PAYLOAD_TOO_LARGE: the body is over max_request_bytes, refused before it is read"
+
+
+def _every_body_may_be_too_large(schema: dict[str, Any]) -> None:
+    """The size limit answers every route that takes a body with 413 before the route
+    runs, so the route's own ``responses`` cannot know to list it: publish it here, once."""
+    for item in schema.get("paths", {}).values():
+        for op in item.values():
+            if "requestBody" not in op:
+                continue
+            answer = op["responses"].setdefault("413", {
+                "description": "", "content": {"application/json": {"schema": {
+                    "$ref": REF.format(model="ErrorBody")}}}})
+            if "PAYLOAD_TOO_LARGE" not in answer["description"]:
+                answer["description"] = "; ".join(
+                    d for d in (answer["description"], TOO_LARGE) if d)
+            op["responses"] = dict(sorted(op["responses"].items()))
+
+
 def install_schemas(app: FastAPI) -> None:
     """Replace ``app.openapi`` with one that also publishes the hand-parsed bodies."""
 
@@ -86,6 +105,7 @@ def install_schemas(app: FastAPI) -> None:
             title=app.title, version=app.version, description=app.description,
             routes=app.routes,
         )
+        _every_body_may_be_too_large(schema)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, model in _MODELS.items():
             body = model.model_json_schema(ref_template=REF, mode="validation")
