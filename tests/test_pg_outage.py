@@ -227,3 +227,48 @@ def test_a_restart_while_idle_replaces_every_stale_connection_at_once(
     finally:
         pool.close()
     assert took < 4, f"the first request after the restart waited {took:.1f} s"
+
+
+def test_a_connection_back_within_a_second_is_handed_out_unchecked(
+        postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pool's check is a round trip, and an AMP cell search takes three connections:
+    one returned less than `CHECK_AFTER_IDLE` ago is handed out unchecked, one idle
+    longer is checked. A connection broken within that second fails its one statement
+    (a 503 to its request) and is replaced: the next is served."""
+    import psycopg
+
+    from ampup_memory import pg_pool
+    from ampup_memory.pg_pool import Pool
+
+    checked: list[object] = []
+
+    def check(conn: Any) -> None:
+        checked.append(conn)
+        Pool.check_connection(conn)
+
+    monkeypatch.setattr(pg_pool, "CHECK_AFTER_IDLE", 0.5)
+    url = postgres.new_database("pgfresh")
+    pool: Pool[Any] = Pool(url, min_size=1, max_size=1, kwargs={"autocommit": True},
+                           check=check, open=False, name="fresh")
+    pool.open(wait=True, timeout=15)
+    try:
+        with pool.connection() as conn:  # never returned yet: checked
+            pid = conn.info.backend_pid
+        assert len(checked) == 1
+        with pool.connection() as conn:  # back just now: not checked
+            conn.execute("SELECT 1")
+        assert len(checked) == 1
+        time.sleep(0.6)
+        with pool.connection() as conn:  # idle longer than CHECK_AFTER_IDLE: checked
+            conn.execute("SELECT 1")
+        assert len(checked) == 2
+        with psycopg.connect(postgres.admin_url, autocommit=True) as admin:
+            assert admin.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone() == (
+                True,)
+        with pytest.raises(psycopg.OperationalError), pool.connection() as conn:
+            conn.execute("SELECT 1")
+        with pool.connection(timeout=10) as conn:
+            assert conn.execute("SELECT 1").fetchone() == (1,)
+            assert conn.info.backend_pid != pid
+    finally:
+        pool.close()
