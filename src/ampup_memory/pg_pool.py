@@ -11,19 +11,9 @@ The same backoff spaces a request's checks of pooled connections: after a restar
 database while the server idled, each pooled connection is broken, and a request checked
 them one by one 1, 2, 4, 8 … s apart (five took 15 s, the database up all along). So the
 first broken one makes the pool check, and replace, all the others at once.
-
-A connection back in the pool for less than `CHECK_AFTER_IDLE` seconds is handed out
-unchecked: the check is a round trip (0.1 ms at the median, several ms on a loaded
-machine), and an AMP cell search takes three connections. A connection broken within
-that second fails its statement, which answers 503 as any outage does, and is replaced
-when it comes back; one idle longer (a restart while the server idled) is checked.
 """
 
 from __future__ import annotations
-
-from time import monotonic
-from typing import Any
-from weakref import WeakKeyDictionary
 
 from psycopg_pool import ConnectionPool
 from psycopg_pool.abc import CT
@@ -32,9 +22,6 @@ from psycopg_pool.base import AttemptWithBackoff
 # The longest wait between two attempts to reconnect. A refused connection costs the
 # database next to nothing, and 2 s keeps recovery well inside the 5 s of Retry-After.
 MAX_RECONNECT_DELAY = 2.0
-
-# Seconds a returned connection is trusted without a check (see above).
-CHECK_AFTER_IDLE = 1.0
 
 
 class CappedBackoff(AttemptWithBackoff):
@@ -50,10 +37,6 @@ class Pool(ConnectionPool[CT]):
     MAX_RECONNECT_DELAY apart, and which replaces every broken idle connection as soon as
     a request finds one."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self._returned_at: WeakKeyDictionary[CT, float] = WeakKeyDictionary()
-        super().__init__(*args, **kwargs)
-
     def _add_connection(self, attempt: AttemptWithBackoff | None,
                         growing: bool = False) -> None:
         # psycopg_pool makes its own attempt when given none; the first call of each
@@ -64,15 +47,8 @@ class Pool(ConnectionPool[CT]):
     def _check_connection(self, conn: CT) -> None:
         # Called by getconn on a pooled connection, outside the pool's lock; `check()`
         # takes the idle ones out, keeps those that answer and reconnects the rest.
-        if monotonic() - self._returned_at.get(conn, float("-inf")) < CHECK_AFTER_IDLE:
-            return
         try:
             super()._check_connection(conn)
         except Exception:
             self.check()
             raise
-
-    def _return_connection(self, conn: CT, from_getconn: bool) -> None:
-        if not from_getconn:  # a connection that failed its check is not trusted after
-            self._returned_at[conn] = monotonic()
-        super()._return_connection(conn, from_getconn)

@@ -680,39 +680,42 @@ class PostgresStore:
         d = self.dimensions
         has = f"vector_dims(c.embedding) = {d}"  # matches the partial index's predicate
         dist = f"c.embedding::vector({d}) <=> %s::vector({d})"  # matches its expression
-        row = self._execute(  # how big is the filtered set? (stop counting past the limit)
-            conn,
-            f"SELECT count(*) FROM (SELECT 1 FROM cells c WHERE {where} LIMIT %s) s",
-            (*params, exact_limit + 1),
-        ).fetchone()
-        if row is not None and row[0] <= exact_limit:
-            # Rank all of them. The distance is written without the cast the HNSW index
-            # is built on, so the planner cannot answer from the (approximate) index;
-            # `has` keeps other widths out, and the values equal the cast form's.
-            return self._execute(
-                conn,
-                f"SELECT {_HIT_COLS}, c.embedding <=> %s::vector AS distance FROM cells c"
-                f" WHERE {where} AND {has} ORDER BY distance LIMIT %s",
-                (qvec, *params, max(k, 1)),
-            ).fetchall()
         # Iterative scans (pgvector >= 0.8) keep walking the graph until enough rows pass
         # the filter; without them, over-fetch and filter the rows found.
         limit = k if self._iterative_scan else max(k * 4, 400)
         if self._iterative_scan:
-            sql = (f"SELECT {_HIT_COLS}, {dist} AS distance FROM cells c"
-                   f" WHERE {where} AND {has} ORDER BY distance LIMIT %s")
+            scan = (f"SELECT {_HIT_COLS}, {dist} AS distance FROM cells c WHERE NOT b.small"
+                    f" AND {where} AND {has} ORDER BY distance LIMIT %s")
             args: tuple[Any, ...] = (qvec, *params, limit)
         else:
-            sql = (f"SELECT {_HIT_COLS}, n.distance FROM (SELECT c.id, {dist} AS distance"
-                   f" FROM cells c WHERE {has} ORDER BY distance LIMIT %s) n"
-                   f" JOIN cells c ON c.id = n.id WHERE {where}")
+            scan = (f"SELECT {_HIT_COLS}, o.distance FROM (SELECT c.id, {dist} AS distance"
+                    f" FROM cells c WHERE NOT b.small AND {has} ORDER BY distance LIMIT %s) o"
+                    f" JOIN cells c ON c.id = o.id WHERE {where}")
             args = (qvec, limit, *params)
-        # One round trip: the settings, the scan and the commit sent together.
+        # How big is the filtered set (counted no further than the limit)? The scan runs
+        # only when it is over the limit, in the same statement (one round trip: the
+        # settings, the statement and the commit are sent together).
         with conn.pipeline(), conn.transaction():
             self._execute(conn, _HNSW_SETTINGS + (_ITERATIVE if self._iterative_scan else ""),
                           (str(pg_ef_search(limit)),))
-            cur = self._execute(conn, sql, args)
-        return cur.fetchall()
+            cur = self._execute(
+                conn,
+                "SELECT b.small, n.* FROM (SELECT count(*) <= %s AS small FROM"
+                f" (SELECT 1 FROM cells c WHERE {where} LIMIT %s) s) b"
+                f" LEFT JOIN LATERAL ({scan}) n ON true",
+                (exact_limit, *params, exact_limit + 1, *args))
+        rows = cur.fetchall()
+        if not rows or not rows[0][0]:
+            return [r[1:] for r in rows if r[1] is not None]
+        # Rank all of them. The distance is written without the cast the HNSW index is
+        # built on, so the planner cannot answer from the (approximate) index; `has`
+        # keeps other widths out, and the values equal the cast form's.
+        return self._execute(
+            conn,
+            f"SELECT {_HIT_COLS}, c.embedding <=> %s::vector AS distance FROM cells c"
+            f" WHERE {where} AND {has} ORDER BY distance LIMIT %s",
+            (qvec, *params, max(k, 1)),
+        ).fetchall()
 
     # -- lifecycle ------------------------------------------------------------------------
 
