@@ -238,6 +238,23 @@ def vector_k(store: Any, k: int | None) -> None:
     store._nearest = nearest
 
 
+def spread_decay(hits: list[Any]) -> list[Any]:
+    """``hits`` as a store whose decay scores spread over [0, 1] would give them: each
+    cell's decay score a fixed function of its id (its importance, at no decay), where
+    the loaded cells all score alike. Then a cell's rank no longer follows its cosine
+    alone, and candidates far down the vector step's list can reach the page."""
+    import hashlib
+    from dataclasses import replace
+
+    from ampup_memory.amp.lifecycle import DecayInputs
+
+    def spread(cell_id: str, since: Any) -> DecayInputs:
+        u = int.from_bytes(hashlib.blake2b(cell_id.encode(), digest_size=8).digest(), "big")
+        return DecayInputs(importance=u / 2**64, confidence=1.0, decay_rate=0.0, since=since)
+
+    return [replace(h, decay=spread(h.cell_id, h.decay.since)) for h in hits]
+
+
 def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
                    data_dir: str, together: bool = True, cold: bool = False,
                    k_vector: int | None = None, untimed: int = 50) -> dict[str, Any]:
@@ -246,7 +263,8 @@ def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
     ``together``: the two steps at once (`postgres.CONCURRENT_STEPS`); ``cold``: the
     word counts forgotten before each search (`forget_words`); ``k_vector``: the vector
     step's candidates (`vector_k`). Each search's page (ids, in order) is kept in
-    ``tops``."""
+    ``tops``, and the ten best of the same candidates with their decay spread
+    (`spread_decay`, ranked after the timing) in ``tops_spread``."""
     from ampup_memory.amp.model import SearchRequest
     from ampup_memory.amp.store import postgres as pgstore
     from ampup_memory.runtime import open_runtime
@@ -263,7 +281,15 @@ def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
         vector_k(store, k_vector)
         for req in reqs[:untimed]:
             rt.amp.search("agent_bench_1", req)
-        wall, cpu, tops = [], [], []
+        wall, cpu, tops, tops_spread = [], [], [], []
+        found: list[Any] = []
+        candidates = store.search_candidates  # type: ignore[attr-defined]
+
+        def kept(*args: Any) -> Any:
+            found.append(candidates(*args))
+            return found[-1]
+
+        store.search_candidates = kept  # type: ignore[attr-defined]
         per_stmt: dict[str, list[float]] = defaultdict(list)
         plain = store._execute  # type: ignore[attr-defined]
         store._execute = statement_timer(plain, per_stmt)  # type: ignore[attr-defined]
@@ -278,9 +304,14 @@ def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
             cpu.append((time.process_time() - c) * 1000)
             wall.append((time.perf_counter() - t) * 1000)
             tops.append([cell["id"] for cell in page["results"]])
+            spread = spread_decay(found[-1])
+            store.search_candidates = lambda *_, hits=spread: hits  # type: ignore[attr-defined]
+            tops_spread.append([i for i, _ in rt.amp.rank("agent_bench_1", req)[:10]])
+            store.search_candidates = kept  # type: ignore[attr-defined]
         server = spent_ms(t0, server_ticks(data_dir)) / len(reqs)
         store._execute = plain  # type: ignore[attr-defined]
         store._nearest = plain_step  # type: ignore[attr-defined]
+        store.search_candidates = candidates  # type: ignore[attr-defined]
     finally:
         pgstore.CONCURRENT_STEPS = keep
         rt.close()
@@ -292,7 +323,7 @@ def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
                                          for k, v in per_stmt.items()},
             "statements_per_search": round(sum(len(v) for k, v in per_stmt.items()
                                                if k != "vector step") / len(reqs), 2),
-            "load": round(os.getloadavg()[0], 2), "tops": tops}
+            "load": round(os.getloadavg()[0], 2), "tops": tops, "tops_spread": tops_spread}
 
 
 def agreement(tops: list[list[str]], exact: list[list[str]]) -> dict[str, Any]:
@@ -332,6 +363,7 @@ def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
             for name, (who, _) in filters.items():
                 row[name] = whole_searches(uri, work, texts, who, data_dir, k_vector=kv)
                 tops[f"{item}/{name}"] = row[name].pop("tops")
+                tops[f"{item}/{name}/spread"] = row[name].pop("tops_spread")
             store = pgstore.PostgresStore(uri, d, ann_params=GraphParams(32, 128))
             try:
                 for name, (_, flt) in filters.items():
@@ -351,10 +383,13 @@ def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
             for name, (who, _) in filters.items():
                 exact = whole_searches(uri, work, texts, who, data_dir, untimed=0)
                 tops[f"exact/{name}"] = exact.pop("tops")
+                tops[f"exact/{name}/spread"] = exact.pop("tops_spread")
                 for row in rows:
                     item = f"{row['vector_k']}:{row['ef_floor']}"
                     row[name]["against_exact"] = agreement(tops[f"{item}/{name}"],
                                                            tops[f"exact/{name}"])
+                    row[name]["against_exact_decay_spread"] = agreement(
+                        tops[f"{item}/{name}/spread"], tops[f"exact/{name}/spread"])
                 print(json.dumps({"exact": name, **exact}), file=sys.stderr, flush=True)
         finally:
             pgstore.EXACT_LIMIT, pgstore.OWNER_EXACT_LIMIT = keep
@@ -517,6 +552,7 @@ def main() -> None:
                                                      str(data), steps == "together",
                                                      words == "cold")
                         whole[name].pop("tops")
+                        whole[name].pop("tops_spread")
                     print(json.dumps(whole), file=sys.stderr, flush=True)
                     out.setdefault("whole", []).append(whole)
         if args.levers:
