@@ -37,6 +37,15 @@ keyword and vector steps at once and one after the other, word counts kept or fo
     ... --rows 300000 --work /tmp/pgcell20/w300 --shared-buffers 2GB --kinds none --whole \\
         --prewarm --steps together,apart --words warm,cold --queries 100 \\
         --out pg_cell_speed_300k_s20.json
+
+Session 24's levers (``--levers vector_k:ef_floor,…``: whole searches per lever with the
+vector step's recall@10; ``--exact-reference``: each page against the same search with an
+exact vector step; ``--tops`` / ``--same-as``: the pages of another code version compared,
+e.g. with ``PYTHONPATH`` at an older ``src``):
+
+    ... --rows 960000 --work /tmp/pg24/w960 --shared-buffers 4GB --kinds none --prewarm \
+        --queries 100 --levers 100:400,50:400,30:400,100:300,100:200,30:300 \
+        --exact-reference --tops /tmp/tops960.json --out pg_cell_speed_960k_s24_levers.json
 """
 
 from __future__ import annotations
