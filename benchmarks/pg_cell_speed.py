@@ -37,6 +37,15 @@ keyword and vector steps at once and one after the other, word counts kept or fo
     ... --rows 300000 --work /tmp/pgcell20/w300 --shared-buffers 2GB --kinds none --whole \\
         --prewarm --steps together,apart --words warm,cold --queries 100 \\
         --out pg_cell_speed_300k_s20.json
+
+Session 24's levers (``--levers vector_k:ef_floor,…``: whole searches per lever with the
+vector step's recall@10; ``--exact-reference``: each page against the same search with an
+exact vector step; ``--tops`` / ``--same-as``: the pages of another code version compared,
+e.g. with ``PYTHONPATH`` at an older ``src``):
+
+    ... --rows 960000 --work /tmp/pg24/w960 --shared-buffers 4GB --kinds none --prewarm \
+        --queries 100 --levers 100:400,50:400,30:400,100:300,100:200,30:300 \
+        --exact-reference --tops /tmp/tops960.json --out pg_cell_speed_960k_s24_levers.json
 """
 
 from __future__ import annotations
@@ -106,6 +115,7 @@ def classify(sql: str) -> str:
             "lexemes" if "regexp_matches" in sql else
             "statistics" if "sum(length" in sql else
             "exact counts" if "FILTER" in sql else
+            "hnsw settings" if "set_config" in sql else
             "postings counts" if "count(*) FROM (SELECT 1 FROM cells WHERE tsv @@" in sql
             else
             "count probe" if sql.startswith("SELECT count(*)") else
@@ -115,9 +125,23 @@ def classify(sql: str) -> str:
             "page" if "id = ANY" in sql else sql[:30])
 
 
+def step_timer(plain: Any, per_stmt: dict[str, list[float]]) -> Any:
+    """The store's ``_nearest`` (the vector step: since session 24 its HNSW statement is
+    sent in a pipeline, so its own time shows in no statement's), its wall ms kept."""
+    def nearest(*args: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return plain(*args)
+        finally:
+            per_stmt["vector step"].append((time.perf_counter() - t) * 1000)
+
+    return nearest
+
+
 def statement_timer(plain: Any, per_stmt: dict[str, list[float]]) -> Any:
     """The store's ``_execute``, each statement's wall ms kept under a short name (with the
-    steps run at once, two statements' times overlap)."""
+    steps run at once, two statements' times overlap; a statement sent in a pipeline
+    shows its sending only)."""
     def execute(conn: Any, sql: str, params: Any = (), prepare: bool | None = None) -> Any:
         t = time.perf_counter()
         cur = plain(conn, sql, params, prepare)
@@ -138,7 +162,7 @@ def forget_words(store: Any) -> None:
 
 
 def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]],
-                 data_dir: str) -> dict[str, Any]:
+                 data_dir: str, k: int = 100) -> dict[str, Any]:
     """One pass of ``search_candidates`` over ``qs``: recall@10, wall and CPU, and each
     statement's wall time (by its first words)."""
     per_stmt: dict[str, list[float]] = defaultdict(list)
@@ -151,7 +175,7 @@ def timed_series(store: Any, f: Any, qs: Any, truth: list[tuple[set[Any], float]
         for q, (want, tenth) in zip(qs, truth, strict=True):
             t, c = time.perf_counter(), time.process_time()
             got = {h.cell_id: h.cosine or 0.0
-                   for h in store.search_candidates(f, [], [float(x) for x in q], 100)}
+                   for h in store.search_candidates(f, [], [float(x) for x in q], k)}
             cpu.append((time.process_time() - c) * 1000)
             wall.append((time.perf_counter() - t) * 1000)
             top = sorted(got.items(), key=lambda kv: -kv[1])[:10]
@@ -210,13 +234,46 @@ def buffers(uri: str, store: Any, qs: Any, ef: int, kind: str) -> dict[str, floa
     return {"hit_per_query": round(hit / len(qs)), "read_per_query": round(read / len(qs))}
 
 
+def vector_k(store: Any, k: int | None) -> None:
+    """The store's vector step asked for ``k`` candidates whatever the service asks (the
+    keyword step keeps the service's k): `PostgresStore._nearest` wrapped."""
+    if k is None:
+        return
+    plain = store._nearest
+
+    def nearest(conn: Any, where: str, params: Any, qvec: Any, _k: int, limit: int) -> Any:
+        return plain(conn, where, params, qvec, k, limit)
+
+    store._nearest = nearest
+
+
+def spread_decay(hits: list[Any]) -> list[Any]:
+    """``hits`` as a store whose decay scores spread over [0, 1] would give them: each
+    cell's decay score a fixed function of its id (its importance, at no decay), where
+    the loaded cells all score alike. Then a cell's rank no longer follows its cosine
+    alone, and candidates far down the vector step's list can reach the page."""
+    import hashlib
+    from dataclasses import replace
+
+    from ampup_memory.amp.lifecycle import DecayInputs
+
+    def spread(cell_id: str, since: Any) -> DecayInputs:
+        u = int.from_bytes(hashlib.blake2b(cell_id.encode(), digest_size=8).digest(), "big")
+        return DecayInputs(importance=u / 2**64, confidence=1.0, decay_rate=0.0, since=since)
+
+    return [replace(h, decay=spread(h.cell_id, h.decay.since)) for h in hits]
+
+
 def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
-                   data_dir: str, together: bool = True, cold: bool = False
-                   ) -> dict[str, Any]:
+                   data_dir: str, together: bool = True, cold: bool = False,
+                   k_vector: int | None = None, untimed: int = 50) -> dict[str, Any]:
     """``AmpService.search`` (10 hits: the query embedded, the keyword and vector steps,
-    fusion, the page's cells read) for each text, after an untimed pass over 50.
+    fusion, the page's cells read) for each text, after an untimed pass over ``untimed``.
     ``together``: the two steps at once (`postgres.CONCURRENT_STEPS`); ``cold``: the
-    word counts forgotten before each search (`forget_words`)."""
+    word counts forgotten before each search (`forget_words`); ``k_vector``: the vector
+    step's candidates (`vector_k`). Each search's page (ids, in order) is kept in
+    ``tops``, and the ten best of the same candidates with their decay spread
+    (`spread_decay`, ranked after the timing) in ``tops_spread``."""
     from ampup_memory.amp.model import SearchRequest
     from ampup_memory.amp.store import postgres as pgstore
     from ampup_memory.runtime import open_runtime
@@ -229,23 +286,41 @@ def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
     pgstore.CONCURRENT_STEPS = together
     try:
         reqs = [SearchRequest(query=t, owner_id=owner) for t in texts]
-        for req in reqs[:50]:
-            rt.amp.search("agent_bench_1", req)
-        wall, cpu = [], []
-        per_stmt: dict[str, list[float]] = defaultdict(list)
         store = rt.store
+        vector_k(store, k_vector)
+        for req in reqs[:untimed]:
+            rt.amp.search("agent_bench_1", req)
+        wall, cpu, tops, tops_spread = [], [], [], []
+        found: list[Any] = []
+        candidates = store.search_candidates  # type: ignore[attr-defined]
+
+        def kept(*args: Any) -> Any:
+            found.append(candidates(*args))
+            return found[-1]
+
+        store.search_candidates = kept  # type: ignore[attr-defined]
+        per_stmt: dict[str, list[float]] = defaultdict(list)
         plain = store._execute  # type: ignore[attr-defined]
         store._execute = statement_timer(plain, per_stmt)  # type: ignore[attr-defined]
+        plain_step = store._nearest  # type: ignore[attr-defined]
+        store._nearest = step_timer(plain_step, per_stmt)  # type: ignore[attr-defined]
         t0 = server_ticks(data_dir)
         for req in reqs:
             if cold:
                 forget_words(store)
             t, c = time.perf_counter(), time.process_time()
-            rt.amp.search("agent_bench_1", req)
+            page = rt.amp.search("agent_bench_1", req)
             cpu.append((time.process_time() - c) * 1000)
             wall.append((time.perf_counter() - t) * 1000)
+            tops.append([cell["id"] for cell in page["results"]])
+            spread = spread_decay(found[-1])
+            store.search_candidates = lambda *_, hits=spread: hits  # type: ignore[attr-defined]
+            tops_spread.append([i for i, _ in rt.amp.rank("agent_bench_1", req)[:10]])
+            store.search_candidates = kept  # type: ignore[attr-defined]
         server = spent_ms(t0, server_ticks(data_dir)) / len(reqs)
         store._execute = plain  # type: ignore[attr-defined]
+        store._nearest = plain_step  # type: ignore[attr-defined]
+        store.search_candidates = candidates  # type: ignore[attr-defined]
     finally:
         pgstore.CONCURRENT_STEPS = keep
         rt.close()
@@ -255,7 +330,79 @@ def whole_searches(uri: str, work: Path, texts: list[str], owner: str | None,
             "server_cpu_ms_per_query": round(server, 2),
             "statements_ms_per_search": {k: round(sum(v) / len(reqs), 2)
                                          for k, v in per_stmt.items()},
-            "load": round(os.getloadavg()[0], 2)}
+            "statements_per_search": round(sum(len(v) for k, v in per_stmt.items()
+                                               if k != "vector step") / len(reqs), 2),
+            "load": round(os.getloadavg()[0], 2), "tops": tops, "tops_spread": tops_spread}
+
+
+def agreement(tops: list[list[str]], exact: list[list[str]]) -> dict[str, Any]:
+    """Each query's page against the reference's (the same search, its vector step exact):
+    the share of the reference's 10 found (agreement@10), and how many queries' pages
+    differ at all (ids or order)."""
+    found = sum(len(set(t) & set(e)) for t, e in zip(tops, exact, strict=True))
+    return {"agreement_at_10": round(found / max(1, sum(len(e) for e in exact)), 4),
+            "queries_differing": sum(t != e for t, e in zip(tops, exact, strict=True)),
+            "queries_different_set": sum(set(t) != set(e)
+                                         for t, e in zip(tops, exact, strict=True))}
+
+
+def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
+               truths: dict[str, list[tuple[set[Any], float]]], data_dir: str, d: int,
+               exact_reference: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Whole searches per lever (``vector_k:ef_floor`` items, comma-separated), unfiltered
+    and for the 8 % owner, with the vector step's recall@10 against numpy's exact answer
+    (`timed_series` at the lever's k); with ``exact_reference``, each page compared with the
+    same search whose vector step ranks every cell exactly at k = 100 (`agreement`).
+    Returns the rows and every series' pages (for ``--tops`` / ``--same-as``)."""
+    from ampup_memory.amp.store import postgres as pgstore
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.search.index import ann
+    from ampup_memory.search.index.ann import GraphParams
+
+    filters = {"search": (None, CellFilter(agent_id="agent_bench_1")),
+               "search_owner_8pct": (BIG_OWNER, CellFilter(agent_id="agent_bench_1",
+                                                           owner_id=BIG_OWNER))}
+    keep_floor = ann.PG_EF_SEARCH
+    rows, tops = [], {}
+    for item in spec.split(","):
+        kv, floor = (int(x) for x in item.split(":"))
+        row: dict[str, Any] = {"vector_k": kv, "ef_floor": floor}
+        ann.PG_EF_SEARCH = (floor, keep_floor[1])
+        try:
+            for name, (who, _) in filters.items():
+                row[name] = whole_searches(uri, work, texts, who, data_dir, k_vector=kv)
+                tops[f"{item}/{name}"] = row[name].pop("tops")
+                tops[f"{item}/{name}/spread"] = row[name].pop("tops_spread")
+            store = pgstore.PostgresStore(uri, d, ann_params=GraphParams(32, 128))
+            try:
+                for name, (_, flt) in filters.items():
+                    step = timed_series(store, flt, qs, truths[name], data_dir, kv)
+                    row[name]["vector_step"] = {key: step[key] for key in (
+                        "recall_at_10", "server_cpu_ms_per_query", "p50_ms", "load")}
+            finally:
+                store.close()
+        finally:
+            ann.PG_EF_SEARCH = keep_floor
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        rows.append(row)
+    if exact_reference:
+        keep = pgstore.EXACT_LIMIT, pgstore.OWNER_EXACT_LIMIT
+        pgstore.EXACT_LIMIT = pgstore.OWNER_EXACT_LIMIT = 10**9  # every cell ranked exactly
+        try:
+            for name, (who, _) in filters.items():
+                exact = whole_searches(uri, work, texts, who, data_dir, untimed=0)
+                tops[f"exact/{name}"] = exact.pop("tops")
+                tops[f"exact/{name}/spread"] = exact.pop("tops_spread")
+                for row in rows:
+                    item = f"{row['vector_k']}:{row['ef_floor']}"
+                    row[name]["against_exact"] = agreement(tops[f"{item}/{name}"],
+                                                           tops[f"exact/{name}"])
+                    row[name]["against_exact_decay_spread"] = agreement(
+                        tops[f"{item}/{name}/spread"], tops[f"exact/{name}/spread"])
+                print(json.dumps({"exact": name, **exact}), file=sys.stderr, flush=True)
+        finally:
+            pgstore.EXACT_LIMIT, pgstore.OWNER_EXACT_LIMIT = keep
+    return rows, tops
 
 
 def halved(store: Any, d: int) -> None:
@@ -341,6 +488,17 @@ def main() -> None:
     parser.add_argument("--session21-keyword", action="store_true",
                         help="--whole: the keyword statement of session 21 (no newest cut,"
                         " prepared by psycopg), to compare with the shipped one")
+    parser.add_argument("--levers", default="",
+                        help="whole searches per 'vector_k:ef_floor' item (comma-separated),"
+                        " each with its vector step's recall@10 (session 24)")
+    parser.add_argument("--exact-reference", action="store_true",
+                        help="--levers: each page compared with the same search whose vector"
+                        " step ranks every cell exactly (k = 100)")
+    parser.add_argument("--tops", type=Path,
+                        help="--levers: write each series' pages (ids in order) to this file")
+    parser.add_argument("--same-as", type=Path,
+                        help="--levers: count the queries whose page differs from this"
+                        " --tops file's (another code version, same database)")
     parser.add_argument("--tsv-column", action="store_true",
                         help="--whole: the keyword step ranks from the tsv column, as"
                         " before session 23 (not from the postings)")
@@ -382,7 +540,10 @@ def main() -> None:
     owner = CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER)
     admin_url = f"postgresql://postgres@/postgres?host={data}"
     start(data)
+    import ampup_memory
+
     out: dict[str, Any] = {"rows": args.rows, "queries": args.queries,
+                           "code": str(Path(ampup_memory.__file__).parent),
                            "load_at_start": os.getloadavg()[0], "runs": []}
     keep_floor, keep_limit = ann.PG_EF_SEARCH, pgstore.OWNER_EXACT_LIMIT
     for sb in args.shared_buffers.split(","):
@@ -399,8 +560,23 @@ def main() -> None:
                         whole[name] = whole_searches(saved["cells"], args.work, texts, who,
                                                      str(data), steps == "together",
                                                      words == "cold")
+                        whole[name].pop("tops")
+                        whole[name].pop("tops_spread")
                     print(json.dumps(whole), file=sys.stderr, flush=True)
                     out.setdefault("whole", []).append(whole)
+        if args.levers:
+            rows, tops = run_levers(args.levers, saved["cells"], args.work, texts, qs,
+                                    {"search": truth, "search_owner_8pct": truth_big},
+                                    str(data), int(vecs.shape[1]), args.exact_reference)
+            if args.same_as:
+                before = json.loads(args.same_as.read_text())
+                out["same_as"] = {key: sum(a != b for a, b in zip(got, before[key],
+                                                                  strict=True))
+                                  for key, got in tops.items() if key in before}
+                print(json.dumps(out["same_as"]), file=sys.stderr, flush=True)
+            if args.tops:
+                args.tops.write_text(json.dumps(tops))
+            out.setdefault("levers", []).append({"shared_buffers": sb, "rows": rows})
         for kind in [k for k in args.kinds.split(",") if k not in ("", "none")]:
             store = pgstore.PostgresStore(saved["cells"], int(vecs.shape[1]),
                                           ann_params=GraphParams(32, 128))

@@ -296,6 +296,31 @@ def _cosine(distance: float | None) -> float | None:
 
 
 
+# What a hit needs of its cell: each step's statement reads it for the cells it finds,
+# so no third statement reads the candidates again.
+_HIT_COLS = (
+    "c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
+    " greatest(c.created_at, c.last_accessed_at, c.last_updated_at), c.expires_at"
+)
+# The HNSW scan's settings, for its transaction only (the iterative scan's where
+# pgvector has it: an older one refuses the name).
+_HNSW_SETTINGS = "SELECT set_config('hnsw.ef_search', %s, true)"
+_ITERATIVE = ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
+
+
+def _hit(r: Sequence[Any], keyword: float) -> Hit:
+    """A hit from `_HIT_COLS` and the cosine distance."""
+    return Hit(
+        cell_id=r[0],
+        keyword=keyword,
+        cosine=_cosine(r[7]),
+        guard=guard_from_json(r[1]),
+        decay=DecayInputs(importance=float(r[2]), confidence=float(r[3]),
+                          decay_rate=float(r[4]), since=to_utc(r[5]),
+                          expires_at=to_utc(r[6]) if r[6] is not None else None),
+    )
+
+
 class PostgresStore:
     def __init__(self, uri: str, dimensions: int | None,
                  pool_wait_seconds: float = 30.0,
@@ -523,54 +548,30 @@ class PostgresStore:
         with self._conn() as conn:
             beside = (self._nearest_beside(where, params, qvec, k, exact_limit)
                       if qvec is not None and terms else None)
-            keyword = self._keyword(conn, filters, where, params, terms, k)
+            keyword = self._keyword(conn, filters, where, params, terms, k, qvec)
             if beside is not None:
                 near = beside.result()
             elif qvec is not None:
                 near = self._nearest(conn, where, params, qvec, k, exact_limit)
             else:
-                near = set()
-            ids = list(set(keyword) | near)
-            if not ids:
-                return []
-            if qvec is not None:
-                d = self.dimensions
-                cosine_sql = (
-                    f"CASE WHEN vector_dims(c.embedding) = {d}"
-                    f" THEN c.embedding::vector({d}) <=> %s::vector({d}) END"
-                )
-                head: tuple[Any, ...] = (qvec,)
-            else:
-                cosine_sql, head = "NULL::float8", ()
-            rows = self._execute(
-                conn,
-                "SELECT c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
-                " greatest(c.created_at, c.last_accessed_at, c.last_updated_at), c.expires_at,"
-                f" {cosine_sql} FROM cells c WHERE c.id = ANY(%s) AND {where}",
-                (*head, ids, *params),
-            ).fetchall()
-        return [
-            Hit(
-                cell_id=r[0],
-                keyword=keyword.get(r[0], 0.0),
-                cosine=_cosine(r[7]),
-                guard=guard_from_json(r[1]),
-                decay=DecayInputs(importance=float(r[2]), confidence=float(r[3]),
-                                  decay_rate=float(r[4]), since=to_utc(r[5]),
-                                  expires_at=to_utc(r[6]) if r[6] is not None else None),
-            )
-            for r in rows
-        ]
+                near = []
+        # Each step's statement read its cells' hit columns (`_HIT_COLS`): a cell both
+        # found is the same row twice, its keyword score from the keyword step.
+        scores = {r[0]: r[-1] for r in keyword}
+        rows = {r[0]: r[:-1] for r in keyword}
+        rows.update((r[0], r) for r in near if r[0] not in rows)
+        return [_hit(r, scores.get(r[0], 0.0)) for r in rows.values()]
 
     def _keyword(self, conn: Conn, filters: CellFilter, where: str, params: list[Any],
-                 terms: Sequence[str], k: int) -> dict[str, float]:
+                 terms: Sequence[str], k: int, qvec: str | None) -> list[tuple[Any, ...]]:
         """The ``k`` best keyword matches passing the filters, by BM25 over every cell
         (`bm25_sql.bm25`, as FTS5's ``bm25()`` ranks them on SQLite), on the words the
         postings budget keeps. Ties go to the lower id, so the cut at k is reproducible.
         Scored from the postings (`pg_postings`) when every kept word is one lexeme,
-        which the counts table counts too, else from the ``tsv`` column (`_ranked`)."""
+        which the counts table counts too, else from the ``tsv`` column (`_ranked`).
+        Rows: `_HIT_COLS` and the cosine distance to ``qvec``, then the score."""
         if tsquery(terms) is None:
-            return {}
+            return []
         rows, tokens, table = pg_words.statistics(self._execute(
             conn, pg_words.STATISTICS, (list(terms), [tsquery([t]) or "" for t in terms])
         ).fetchone(), terms)
@@ -580,35 +581,48 @@ class PostgresStore:
         kept = affordable_terms(terms, counts.__getitem__)
         query = tsquery(kept)
         if query is None:
-            return {}
+            return []
         scoring = bm25([tsquery([t]) or "" for t in kept],
                        Statistics(rows, tokens, tuple(counts[t] for t in kept)), False)
         if KEYWORD_POSTINGS and all(table[t] is not None for t in kept):
             on_postings, their = where_clause(filters, "%s", "p.")
             return self._scores(conn, pg_postings.ranked(scoring, on_postings),
-                                (*scoring.values, list(kept), *their, k))
-        return self._ranked(conn, where, params, query, scoring, k)
+                                (*scoring.values, list(kept), *their, k), qvec)
+        return self._ranked(conn, where, params, query, scoring, k, qvec)
 
     def _ranked(self, conn: Conn, where: str, params: list[Any], query: str,
-                scoring: Scoring, k: int) -> dict[str, float]:
+                scoring: Scoring, k: int, qvec: str | None) -> list[tuple[Any, ...]]:
         """The ``k`` best cells matching ``query`` (the kept words) that pass the filters,
-        by ``scoring``: ids and BM25 scores."""
+        by ``scoring``, as `_scores` reads them."""
         return self._scores(
             conn,
             f"SELECT id, {scoring.score} AS r FROM (SELECT id{scoring.columns} FROM"
             " (SELECT c.id, c.tsv FROM cells c WHERE c.tsv @@ to_tsquery('english', %s)"
             f" AND {where}) m{scoring.queries} OFFSET 0) s ORDER BY r DESC, id LIMIT %s",
-            (*scoring.values, query, *params, *scoring.words, k))
+            (*scoring.values, query, *params, *scoring.words, k), qvec)
 
-    def _scores(self, conn: Conn, sql: str, params: Sequence[Any]) -> dict[str, float]:
-        """A ranking statement's ids and scores (BM25 is never below 0 but for rounding)."""
+    def _scores(self, conn: Conn, sql: str, params: Sequence[Any],
+                qvec: str | None) -> list[tuple[Any, ...]]:
+        """A ranking statement's cells (``sql`` gives ``id`` and score ``r``, ``params``
+        its parameters): `_HIT_COLS`, the cosine distance to ``qvec``, the BM25 score
+        (never below 0 but for rounding, so clamped)."""
+        if qvec is not None:
+            d = self.dimensions
+            distance = (f"CASE WHEN vector_dims(c.embedding) = {d}"
+                        f" THEN c.embedding::vector({d}) <=> %s::vector({d}) END")
+            head: tuple[Any, ...] = (qvec,)
+        else:
+            distance, head = "NULL::float8", ()
         # Never prepared: psycopg prepares a statement run 5 times, and PostgreSQL then
         # plans it once for any words (a generic plan), which cannot see how many cells
         # the words match: it read an owner's whole index even for a word in a few
         # hundred cells (18 against 1.8 ms at 960k, docs/performance.md). Planning each
         # time costs about 0.3 ms.
-        return {cell_id: max(float(score), 0.0)
-                for cell_id, score in self._execute(conn, sql, params, prepare=False)}
+        rows = self._execute(
+            conn, f"SELECT {_HIT_COLS}, {distance}, greatest(k.r, 0)::float8"
+            f" FROM ({sql}) k JOIN cells c ON c.id = k.id", (*head, *params), prepare=False,
+        ).fetchall()
+        return [(*r[:-1], float(r[-1])) for r in rows]
 
     def _capped(self, conn: Conn, term: str) -> int:
         """Rows matching a term the counts table has no row for (`pg_words.STATISTICS`:
@@ -637,7 +651,7 @@ class PostgresStore:
         return {term: n or 0 for term, n in found.items()}
 
     def _nearest_beside(self, where: str, params: list[Any], qvec: str, k: int,
-                        exact_limit: int) -> Future[set[str]] | None:
+                        exact_limit: int) -> Future[list[tuple[Any, ...]]] | None:
         """The vector step started on a second connection, to run while the caller's
         ranks the keywords (two backends, so two cores; docs/performance.md: the whole
         search's wall time is then about the slower step's, not their sum). None when
@@ -650,7 +664,7 @@ class PostgresStore:
         except PoolTimeout:
             return None
 
-        def nearest() -> set[str]:
+        def nearest() -> list[tuple[Any, ...]]:
             try:
                 return self._nearest(conn, where, params, qvec, k, exact_limit)
             finally:
@@ -660,45 +674,48 @@ class PostgresStore:
 
     def _nearest(
         self, conn: Conn, where: str, params: list[Any], qvec: str, k: int, exact_limit: int
-    ) -> set[str]:
-        """Ids of the cells nearest the query: exact over a filtered set of at most
-        ``exact_limit`` cells, else HNSW."""
+    ) -> list[tuple[Any, ...]]:
+        """The cells nearest the query (`_HIT_COLS` and the cosine distance): exact over
+        a filtered set of at most ``exact_limit`` cells, else HNSW."""
         d = self.dimensions
         has = f"vector_dims(c.embedding) = {d}"  # matches the partial index's predicate
         dist = f"c.embedding::vector({d}) <=> %s::vector({d})"  # matches its expression
-        row = self._execute(  # how big is the filtered set? (stop counting past the limit)
-            conn,
-            f"SELECT count(*) FROM (SELECT 1 FROM cells c WHERE {where} LIMIT %s) s",
-            (*params, exact_limit + 1),
-        ).fetchone()
-        if row is not None and row[0] <= exact_limit:
-            # Rank all of them. The distance is written without the cast the HNSW index
-            # is built on, so the planner cannot answer from the (approximate) index;
-            # `has` keeps other widths out, and the values equal the cast form's.
-            rows = self._execute(
-                conn,
-                f"SELECT c.id FROM cells c WHERE {where} AND {has}"
-                " ORDER BY c.embedding <=> %s::vector LIMIT %s",
-                (*params, qvec, max(k, 1)),
-            ).fetchall()
-            return {r[0] for r in rows}
         # Iterative scans (pgvector >= 0.8) keep walking the graph until enough rows pass
-        # the filter; without them, over-fetch and let the final query filter.
+        # the filter; without them, over-fetch and filter the rows found.
         limit = k if self._iterative_scan else max(k * 4, 400)
-        with conn.transaction():
-            conn.execute(
-                "SELECT set_config('hnsw.ef_search', %s, true)", (str(pg_ef_search(limit)),)
-            )
-            if self._iterative_scan:
-                conn.execute("SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true)")
-                cond = f"{where} AND {has}"
-                args: tuple[Any, ...] = (*params, qvec, limit)  # WHERE binds before ORDER BY
-            else:
-                cond, args = has, (qvec, limit)
-            rows = self._execute(
-                conn, f"SELECT c.id FROM cells c WHERE {cond} ORDER BY {dist} LIMIT %s", args
-            ).fetchall()
-        return {r[0] for r in rows}
+        if self._iterative_scan:
+            scan = (f"SELECT {_HIT_COLS}, {dist} AS distance FROM cells c WHERE NOT b.small"
+                    f" AND {where} AND {has} ORDER BY distance LIMIT %s")
+            args: tuple[Any, ...] = (qvec, *params, limit)
+        else:
+            scan = (f"SELECT {_HIT_COLS}, o.distance FROM (SELECT c.id, {dist} AS distance"
+                    f" FROM cells c WHERE NOT b.small AND {has} ORDER BY distance LIMIT %s) o"
+                    f" JOIN cells c ON c.id = o.id WHERE {where}")
+            args = (qvec, limit, *params)
+        # How big is the filtered set (counted no further than the limit)? The scan runs
+        # only when it is over the limit, in the same statement (one round trip: the
+        # settings, the statement and the commit are sent together).
+        with conn.pipeline(), conn.transaction():
+            self._execute(conn, _HNSW_SETTINGS + (_ITERATIVE if self._iterative_scan else ""),
+                          (str(pg_ef_search(limit)),))
+            cur = self._execute(
+                conn,
+                "SELECT b.small, n.* FROM (SELECT count(*) <= %s AS small FROM"
+                f" (SELECT 1 FROM cells c WHERE {where} LIMIT %s) s) b"
+                f" LEFT JOIN LATERAL ({scan}) n ON true",
+                (exact_limit, *params, exact_limit + 1, *args))
+        rows = cur.fetchall()
+        if not rows or not rows[0][0]:
+            return [r[1:] for r in rows if r[1] is not None]
+        # Rank all of them. The distance is written without the cast the HNSW index is
+        # built on, so the planner cannot answer from the (approximate) index; `has`
+        # keeps other widths out, and the values equal the cast form's.
+        return self._execute(
+            conn,
+            f"SELECT {_HIT_COLS}, c.embedding <=> %s::vector AS distance FROM cells c"
+            f" WHERE {where} AND {has} ORDER BY distance LIMIT %s",
+            (qvec, *params, max(k, 1)),
+        ).fetchall()
 
     # -- lifecycle ------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ampup_memory.amp.access import Guard
@@ -132,7 +133,10 @@ def model_from_meta(name: str | None, dimensions: str | None) -> ModelInfo | Non
     return ModelInfo(name, int(dimensions))
 
 
+@lru_cache(maxsize=4096)
 def guard_from_json(text: str) -> Guard:
+    # Cached: a search reads 100 to 200 guards, and cells share a few (one owner, one
+    # creator, the same readers); a Guard is immutable, so sharing one costs nothing.
     data = json.loads(text)
     return Guard(created_by=data["created_by"], owner_id=data["owner_id"],
                  public=bool(data["public"]), readable_by=tuple(data["readable_by"]))
