@@ -263,9 +263,11 @@ def main() -> None:
             store = PostgresStore(saved["cells"], dims, ann_params=params)
             index = PostgresIndex(saved["passages"], ann_params=params)
             keep = ann.PG_EF_SEARCH
+            keep_cell_floor = ann.PG_CELL_EF_FLOOR
             try:
                 for floor in floors:
                     ann.PG_EF_SEARCH = (floor, keep[1])
+                    ann.PG_CELL_EF_FLOOR = floor  # the floor asked, for every search
                     res: dict[str, Any] = {}
                     for name, (f, _) in filters.items():
                         def cells(q: Any, f: Any = f, store: Any = store) -> dict[Any, float]:
@@ -284,6 +286,7 @@ def main() -> None:
                     print(spec, floor, json.dumps(res), file=sys.stderr, flush=True)
             finally:
                 ann.PG_EF_SEARCH = keep
+                ann.PG_CELL_EF_FLOOR = keep_cell_floor
             store.close()
             index.close()
             out["runs"].append(run)

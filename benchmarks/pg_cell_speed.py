@@ -241,8 +241,8 @@ def vector_k(store: Any, k: int | None) -> None:
         return
     plain = store._nearest
 
-    def nearest(conn: Any, where: str, params: Any, qvec: Any, _k: int, limit: int) -> Any:
-        return plain(conn, where, params, qvec, k, limit)
+    def nearest(conn: Any, where: str, params: Any, qvec: Any, _k: int, owner: bool) -> Any:
+        return plain(conn, where, params, qvec, k, owner)
 
     store._nearest = nearest
 
@@ -363,11 +363,13 @@ def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
                "search_owner_8pct": (BIG_OWNER, CellFilter(agent_id="agent_bench_1",
                                                            owner_id=BIG_OWNER))}
     keep_floor = ann.PG_EF_SEARCH
+    keep_cell_floor = ann.PG_CELL_EF_FLOOR
     rows, tops = [], {}
     for item in spec.split(","):
         kv, floor = (int(x) for x in item.split(":"))
         row: dict[str, Any] = {"vector_k": kv, "ef_floor": floor}
         ann.PG_EF_SEARCH = (floor, keep_floor[1])
+        ann.PG_CELL_EF_FLOOR = floor  # the floor asked, for every search
         try:
             for name, (who, _) in filters.items():
                 row[name] = whole_searches(uri, work, texts, who, data_dir, k_vector=kv)
@@ -383,6 +385,7 @@ def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
                 store.close()
         finally:
             ann.PG_EF_SEARCH = keep_floor
+            ann.PG_CELL_EF_FLOOR = keep_cell_floor
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
     if exact_reference:
@@ -546,6 +549,7 @@ def main() -> None:
                            "code": str(Path(ampup_memory.__file__).parent),
                            "load_at_start": os.getloadavg()[0], "runs": []}
     keep_floor, keep_limit = ann.PG_EF_SEARCH, pgstore.OWNER_EXACT_LIMIT
+    keep_cell_floor = ann.PG_CELL_EF_FLOOR
     for sb in args.shared_buffers.split(","):
         if not args.no_restart:
             restart(admin_url, data, {"shared_buffers": sb})
@@ -585,6 +589,7 @@ def main() -> None:
             first = True
             for floor in (int(v) for v in args.floors.split(",")):
                 ann.PG_EF_SEARCH = (floor, keep_floor[1])
+                ann.PG_CELL_EF_FLOOR = floor  # the floor asked, for every search
                 row: dict[str, Any] = {"shared_buffers": sb, "index": kind, "ef_floor": floor}
                 try:
                     if first:  # the first pass after the restart: pages from the OS cache
@@ -605,6 +610,7 @@ def main() -> None:
                                                               str(data))
                 finally:
                     ann.PG_EF_SEARCH = keep_floor
+                    ann.PG_CELL_EF_FLOOR = keep_cell_floor
                     pgstore.OWNER_EXACT_LIMIT = keep_limit
                 print(json.dumps(row), file=sys.stderr, flush=True)
                 out["runs"].append(row)

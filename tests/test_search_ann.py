@@ -690,10 +690,13 @@ def test_begun_rows_are_the_nearest_begun_rows_with_a_graph(
 def test_pgvectors_ef_search_covers_k_within_its_valid_range() -> None:
     """One rule for the PostgreSQL store's and index's ``hnsw.ef_search``: pgvector refuses
     values outside 1..1000, and a value below k cuts an iterative scan's rounds short."""
-    from ampup_memory.search.index.ann import PG_EF_SEARCH, pg_ef_search
+    from ampup_memory.search.index.ann import PG_CELL_EF_FLOOR, PG_EF_SEARCH, pg_ef_search
 
     for k in (1, 10, 50, 100, 400, 999, 1000, 1001, 5000):
         ef = pg_ef_search(k)
         assert 1 <= ef <= 1000
         assert ef >= min(k, 1000)
         assert ef >= PG_EF_SEARCH[0]
+        lower = pg_ef_search(k, PG_CELL_EF_FLOOR)  # the cell store's floor, no owner named
+        assert 1 <= lower <= 1000 and lower >= min(k, 1000) and lower >= PG_CELL_EF_FLOOR
+        assert lower == ef or k < PG_EF_SEARCH[0]

@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -1320,3 +1321,44 @@ def test_the_vector_graph_follows_the_settings_parameters(store_uri: str) -> Non
                                       "building": 0}
     finally:
         third.close()
+
+
+@pytest.mark.postgres
+def test_postgres_hnsw_scan_runs_at_the_cell_floor_unless_an_owner_is_named(
+    postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The cell store's HNSW scan asks pgvector for ``hnsw.ef_search`` through the one rule
+    (`ann.pg_ef_search`): the cell floor (300) for a search naming no owner, the shared
+    floor (400) for an owner's filtered scan (docs/performance.md, session 24), and k
+    when k is larger. Both searches still find the cells."""
+    from ampup_memory.amp.store import postgres as pgstore
+    from ampup_memory.search.index import ann
+
+    monkeypatch.setattr(pgstore, "EXACT_LIMIT", 1)  # the HNSW path for so few cells
+    monkeypatch.setattr(pgstore, "OWNER_EXACT_LIMIT", 1)
+    store = open_store(postgres.new_database("floors"), DIMS)
+    try:
+        assert isinstance(store, pgstore.PostgresStore)
+        for n in range(1, 9):
+            add(store, make(n, f"green tea note{n}", owner="user_1" if n % 2 else "user_2"))
+        asked: list[int] = []
+        plain = store._execute
+
+        def spy(conn: Any, sql: str, params: Any = (), prepare: bool | None = None) -> Any:
+            if "hnsw.ef_search" in sql:
+                asked.append(int(params[0]))
+            return plain(conn, sql, params, prepare)
+
+        monkeypatch.setattr(store, "_execute", spy)
+        vector = EMBED.embed(["green tea"])[0]
+        for flt, k, want in (
+            (CellFilter(agent_id="agent_a"), 5, ann.PG_CELL_EF_FLOOR),
+            (CellFilter(agent_id="agent_a", owner_id="user_1"), 5, ann.PG_EF_SEARCH[0]),
+            (CellFilter(agent_id="agent_a"), 700, 700),
+        ):
+            asked.clear()
+            assert search(store, flt, [], vector, k)
+            assert asked == [want]
+        assert ann.PG_CELL_EF_FLOOR < ann.PG_EF_SEARCH[0]
+    finally:
+        store.close()

@@ -84,6 +84,7 @@ from ampup_memory.search.budget import (
     term_counts,
 )
 from ampup_memory.search.embed import ModelInfo
+from ampup_memory.search.index import ann
 from ampup_memory.search.index.ann import DEFAULT_PARAMS, GraphParams, pg_ef_search
 from ampup_memory.search.index.base import Statistics
 
@@ -544,15 +545,15 @@ class PostgresStore:
         where, params = where_clause(filters, "%s", "c.")
         usable = vector is not None and len(vector) == self.dimensions
         qvec = vector_literal(vector) if vector is not None and usable else None
-        exact_limit = OWNER_EXACT_LIMIT if filters.owner_id is not None else EXACT_LIMIT
+        owner = filters.owner_id is not None
         with self._conn() as conn:
-            beside = (self._nearest_beside(where, params, qvec, k, exact_limit)
+            beside = (self._nearest_beside(where, params, qvec, k, owner)
                       if qvec is not None and terms else None)
             keyword = self._keyword(conn, filters, where, params, terms, k, qvec)
             if beside is not None:
                 near = beside.result()
             elif qvec is not None:
-                near = self._nearest(conn, where, params, qvec, k, exact_limit)
+                near = self._nearest(conn, where, params, qvec, k, owner)
             else:
                 near = []
         # Each step's statement read its cells' hit columns (`_HIT_COLS`): a cell both
@@ -651,7 +652,7 @@ class PostgresStore:
         return {term: n or 0 for term, n in found.items()}
 
     def _nearest_beside(self, where: str, params: list[Any], qvec: str, k: int,
-                        exact_limit: int) -> Future[list[tuple[Any, ...]]] | None:
+                        owner: bool) -> Future[list[tuple[Any, ...]]] | None:
         """The vector step started on a second connection, to run while the caller's
         ranks the keywords (two backends, so two cores; docs/performance.md: the whole
         search's wall time is then about the slower step's, not their sum). None when
@@ -666,17 +667,21 @@ class PostgresStore:
 
         def nearest() -> list[tuple[Any, ...]]:
             try:
-                return self._nearest(conn, where, params, qvec, k, exact_limit)
+                return self._nearest(conn, where, params, qvec, k, owner)
             finally:
                 self._pool.putconn(conn)
 
         return self._steps.submit(nearest)
 
     def _nearest(
-        self, conn: Conn, where: str, params: list[Any], qvec: str, k: int, exact_limit: int
+        self, conn: Conn, where: str, params: list[Any], qvec: str, k: int, owner: bool
     ) -> list[tuple[Any, ...]]:
         """The cells nearest the query (`_HIT_COLS` and the cosine distance): exact over
-        a filtered set of at most ``exact_limit`` cells, else HNSW."""
+        a filtered set of at most `EXACT_LIMIT` cells (`OWNER_EXACT_LIMIT` when the filter
+        names an owner), else HNSW, at the cell store's ef_search floor
+        (`ann.pg_ef_search`: lower when no owner is named)."""
+        exact_limit = OWNER_EXACT_LIMIT if owner else EXACT_LIMIT
+        floor = None if owner else ann.PG_CELL_EF_FLOOR
         d = self.dimensions
         has = f"vector_dims(c.embedding) = {d}"  # matches the partial index's predicate
         dist = f"c.embedding::vector({d}) <=> %s::vector({d})"  # matches its expression
@@ -697,7 +702,7 @@ class PostgresStore:
         # settings, the statement and the commit are sent together).
         with conn.pipeline(), conn.transaction():
             self._execute(conn, _HNSW_SETTINGS + (_ITERATIVE if self._iterative_scan else ""),
-                          (str(pg_ef_search(limit)),))
+                          (str(pg_ef_search(limit, floor)),))
             cur = self._execute(
                 conn,
                 "SELECT b.small, n.* FROM (SELECT count(*) <= %s AS small FROM"

@@ -54,6 +54,7 @@ EXPANSION_ADD = 128  # ... and efConstruction (docs/performance.md: recall on re
 PGVECTOR_DEFAULTS = (16, 64)  # pgvector's m and ef_construction when an index names none
 EXPANSION_SEARCH = 512  # efSearch floor; a query asking for more candidates widens it
 PG_EF_SEARCH = (400, 1000)  # pgvector's hnsw.ef_search: floor and ceiling (`pg_ef_search`)
+PG_CELL_EF_FLOOR = 300  # ... the AMP cell store's floor for a search naming no owner
 OVERFETCH = 2  # the graph proposes k × this, the matrix keeps the exact k best of them
 EXACT_SHARE = 4  # a query asking for at least rows/4 candidates is answered exactly
 DTYPE = "i8"  # the graph's copy of the (unit) vectors; candidates are re-scored in float32
@@ -125,15 +126,22 @@ class GraphParams:
 DEFAULT_PARAMS = GraphParams()
 
 
-def pg_ef_search(k: int) -> int:
+def pg_ef_search(k: int, floor: int | None = None) -> int:
     """pgvector's ``hnsw.ef_search`` for a query asking for ``k`` rows, the AMP cell
     store's and the search index's alike: at least ``k`` (an iterative scan stops at
     ef_search candidates per round), at most pgvector's ceiling of 1,000, and at least
-    the floor: 400, because on real text (100k rows, pgvector's default 16 / 64) the 10
-    best of 100 cells found 0.946 of the exact 10 at 100 and 0.9835 at 400, 50 passages
-    0.919 at 50 (docs/performance.md, "PostgreSQL: pgvector HNSW recall on real text")."""
+    the floor: 400 unless the caller names another, because on real text (100k rows,
+    pgvector's default 16 / 64) the 10 best of 100 cells found 0.946 of the exact 10 at
+    100 and 0.9835 at 400, 50 passages 0.919 at 50 (docs/performance.md, "PostgreSQL:
+    pgvector HNSW recall on real text"). The AMP cell store names `PG_CELL_EF_FLOOR`
+    (300) for a search that names no owner: at 960k real-text cells and 32 / 128 that
+    finds 0.985 of the exact 10 in two index builds (0.987 at 400), every final page of
+    100 held-out searches is the one an exact vector step gives, and the vector step costs
+    17 against 23 ms of server CPU (docs/performance.md, session 24). An owner's filtered
+    scan keeps 400: its recall has the least margin there (0.981 at 300, 0.983 at 400),
+    and its cost is set by its rounds, not the floor."""
     low, high = PG_EF_SEARCH
-    return min(high, max(low, k))
+    return min(high, max(low if floor is None else floor, k))
 
 
 def checkpoint_after(count: int) -> int:
