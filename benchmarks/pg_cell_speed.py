@@ -565,40 +565,56 @@ def with_and_without_owner_index(args: Any, uri: str, texts: list[str], qs: Any,
 
     made = text_queries(args.text_file, args.creates + 10, 12)
     made_vecs = np.asarray(WordLlamaEmbedder().embed(made), dtype=np.float32)
+    from ampup_memory.amp.store import postgres as pgstore
+
     out: dict[str, Any] = {"order": args.owner_index}
     runs: dict[str, Any] = {}
     tops: dict[str, Any] = {}
+    states = args.owner_index.split(",")
+    plain = pgstore.PostgresStore._execute
+    kept = pgstore.PostgresStore.__dict__["_execute"]  # the staticmethod itself
     try:
-        for state in args.owner_index.split(","):
-            if state == "with":
-                out["index"] = build_owner_index(uri, d, data_dir)
-                out["plans"] = owner_plans(uri, d, qs[0])
-                print(json.dumps(out), file=sys.stderr, flush=True)
+        for state in states:
+            if state in ("with", "unprepared"):
+                if "index" not in out:
+                    out["index"] = build_owner_index(uri, d, data_dir)
+                    out["plans"] = owner_plans(uri, d, qs[0])
+                    print(json.dumps(out), file=sys.stderr, flush=True)
             else:
                 drop_owner_index(uri, d)
-            rows, tops[state] = run_levers(
-                args.levers, uri, args.work, texts, qs, truths, data_dir, d,
-                args.exact_reference and state == "with", "search_owner_8pct",
-                lambda: index_scans(uri))
-            made_for = {who: creates(uri, args.work, made, made_vecs, who, data_dir)
-                        for who in (BIG_OWNER, "user_0")}
+            if state == "unprepared":  # the gated HNSW statement never prepared by psycopg
+                pgstore.PostgresStore._execute = staticmethod(  # type: ignore[method-assign]
+                    lambda conn, sql, params=(), prepare=None: plain(
+                        conn, sql, params, False if sql.startswith("SELECT b.small")
+                        else prepare))
+            try:
+                rows, tops[state] = run_levers(
+                    args.levers, uri, args.work, texts, qs, truths, data_dir, d,
+                    args.exact_reference and state == states[0], "search_owner_8pct",
+                    lambda: index_scans(uri))
+                made_for = {who: creates(uri, args.work, made, made_vecs, who, data_dir)
+                            for who in (BIG_OWNER, "user_0")}
+            finally:
+                pgstore.PostgresStore._execute = kept  # type: ignore[method-assign]
             runs[state] = {"rows": rows, "creates": made_for}
             print(json.dumps({state: runs[state]}), file=sys.stderr, flush=True)
     finally:
         drop_owner_index(uri, d)
-    exact = tops["with"].get("exact/search_owner_8pct")
-    for row in runs["without"]["rows"]:
-        item = f"{row['vector_k']}:{row['ef_floor']}"
-        for name in ("search", "search_owner_8pct"):
-            row[name]["pages_differing_from_with_index"] = sum(
-                a != b for a, b in zip(tops["without"][f"{item}/{name}"],
-                                       tops["with"][f"{item}/{name}"], strict=True))
-        if exact is not None:
-            row["search_owner_8pct"]["against_exact"] = agreement(
-                tops["without"][f"{item}/search_owner_8pct"], exact)
-            row["search_owner_8pct"]["against_exact_decay_spread"] = agreement(
-                tops["without"][f"{item}/search_owner_8pct/spread"],
-                tops["with"]["exact/search_owner_8pct/spread"])
+    first = tops[states[0]]
+    exact = first.get("exact/search_owner_8pct")
+    for state in states[1:]:
+        for row in runs[state]["rows"]:
+            item = f"{row['vector_k']}:{row['ef_floor']}"
+            for name in ("search", "search_owner_8pct"):
+                row[name][f"pages_differing_from_{states[0]}"] = sum(
+                    a != b for a, b in zip(tops[state][f"{item}/{name}"],
+                                           first[f"{item}/{name}"], strict=True))
+            if exact is not None:
+                row["search_owner_8pct"]["against_exact"] = agreement(
+                    tops[state][f"{item}/search_owner_8pct"], exact)
+                row["search_owner_8pct"]["against_exact_decay_spread"] = agreement(
+                    tops[state][f"{item}/search_owner_8pct/spread"],
+                    first["exact/search_owner_8pct/spread"])
     out.update(runs)
     return out
 
@@ -701,10 +717,11 @@ def main() -> None:
                         help="--whole: the keyword step ranks from the tsv column, as"
                         " before session 23 (not from the postings)")
     parser.add_argument("--owner-index", default="",
-                        help="--levers: 'with,without' or 'without,with': the levers with a"
+                        help="--levers: e.g. 'with,unprepared,without': the levers with a"
                         " partial HNSW index on the 8 %% owner's cells (made here unless made"
-                        " by hand) and without it (dropped), in that order, same run; the"
-                        " owner statement's plans and creates beside; dropped at the end"
+                        " by hand), with it and the gated HNSW statement never prepared, and"
+                        " without it (dropped), in that order, same run; the owner"
+                        " statement's plans and creates beside; dropped at the end"
                         " (session 24)")
     parser.add_argument("--creates", type=int, default=300,
                         help="--owner-index: timed creates per owner and state")
