@@ -46,6 +46,14 @@ e.g. with ``PYTHONPATH`` at an older ``src``):
     ... --rows 960000 --work /tmp/pg24/w960 --shared-buffers 4GB --kinds none --prewarm \
         --queries 100 --levers 100:400,50:400,30:400,100:300,100:200,30:300 \
         --exact-reference --tops /tmp/tops960.json --out pg_cell_speed_960k_s24_levers.json
+
+A partial HNSW index on the 8 % owner's cells (``--owner-index``, session 24: the states in
+the order given; ``with`` is the store as shipped, ``unprepared`` its gated HNSW statement
+sent unprepared, ``without`` the index dropped; the index is made if absent, and dropped
+at the end):
+
+    ... --levers 100:400 --exact-reference --owner-index with,unprepared,without \
+        --out pg_cell_speed_960k_s24_owner_index_1.json
 """
 
 from __future__ import annotations
