@@ -46,6 +46,14 @@ e.g. with ``PYTHONPATH`` at an older ``src``):
     ... --rows 960000 --work /tmp/pg24/w960 --shared-buffers 4GB --kinds none --prewarm \
         --queries 100 --levers 100:400,50:400,30:400,100:300,100:200,30:300 \
         --exact-reference --tops /tmp/tops960.json --out pg_cell_speed_960k_s24_levers.json
+
+A partial HNSW index on the 8 % owner's cells (``--owner-index``, session 24: the states in
+the order given; ``with`` is the store as shipped, ``unprepared`` its gated HNSW statement
+sent unprepared, ``without`` the index dropped; the index is made if absent, and dropped
+at the end):
+
+    ... --levers 100:400 --exact-reference --owner-index with,unprepared,without \
+        --out pg_cell_speed_960k_s24_owner_index_1.json
 """
 
 from __future__ import annotations
@@ -348,12 +356,16 @@ def agreement(tops: list[list[str]], exact: list[list[str]]) -> dict[str, Any]:
 
 def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
                truths: dict[str, list[tuple[set[Any], float]]], data_dir: str, d: int,
-               exact_reference: bool) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+               exact_reference: bool, exact_only: str | None = None,
+               scans: Any = None) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """Whole searches per lever (``vector_k:ef_floor`` items, comma-separated), unfiltered
     and for the 8 % owner, with the vector step's recall@10 against numpy's exact answer
     (`timed_series` at the lever's k); with ``exact_reference``, each page compared with the
     same search whose vector step ranks every cell exactly at k = 100 (`agreement`).
-    Returns the rows and every series' pages (for ``--tops`` / ``--same-as``)."""
+    ``exact_only``: the reference for that filter only; ``scans``: a function giving each
+    HNSW index's scan count, read around each whole series (which index the store's
+    statements used, `index_scans`). Returns the rows and every series' pages (for
+    ``--tops`` / ``--same-as``)."""
     from ampup_memory.amp.store import postgres as pgstore
     from ampup_memory.amp.store.base import CellFilter
     from ampup_memory.search.index import ann
@@ -372,7 +384,11 @@ def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
         ann.PG_CELL_EF_FLOOR = floor  # the floor asked, for every search
         try:
             for name, (who, _) in filters.items():
+                before = scans() if scans else {}
                 row[name] = whole_searches(uri, work, texts, who, data_dir, k_vector=kv)
+                if scans:
+                    after = scans()
+                    row[name]["index_scans"] = {i: after[i] - before.get(i, 0) for i in after}
                 tops[f"{item}/{name}"] = row[name].pop("tops")
                 tops[f"{item}/{name}/spread"] = row[name].pop("tops_spread")
             store = pgstore.PostgresStore(uri, d, ann_params=GraphParams(32, 128))
@@ -393,6 +409,8 @@ def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
         pgstore.EXACT_LIMIT = pgstore.OWNER_EXACT_LIMIT = 10**9  # every cell ranked exactly
         try:
             for name, (who, _) in filters.items():
+                if exact_only and name != exact_only:
+                    continue
                 exact = whole_searches(uri, work, texts, who, data_dir, untimed=0)
                 tops[f"exact/{name}"] = exact.pop("tops")
                 tops[f"exact/{name}/spread"] = exact.pop("tops_spread")
@@ -406,6 +424,210 @@ def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
         finally:
             pgstore.EXACT_LIMIT, pgstore.OWNER_EXACT_LIMIT = keep
     return rows, tops
+
+
+def owner_index(d: int) -> tuple[str, str]:
+    """The partial HNSW index of the 8 % owner's cells (``--owner-index``): the store's
+    expression, opclass, parameters and predicate (`PostgresStore`'s DDL), the owner's
+    condition added in the form `rows.where_clause` writes it."""
+    name = f"cells_embedding_hnsw_{d}_{BIG_OWNER}"
+    return name, (f"CREATE INDEX {name} ON cells USING hnsw ((embedding::vector({d}))"
+                  " vector_cosine_ops) WITH (m = 32, ef_construction = 128)"
+                  f" WHERE vector_dims(embedding) = {d} AND owner_id = '{BIG_OWNER}'")
+
+
+def build_owner_index(uri: str, d: int, data_dir: str) -> dict[str, Any]:
+    """The owner's index made (at the server's own ``maintenance_work_mem``, as the store
+    makes its index), timed, unless it exists already (built by hand: then timed there);
+    its size; read into the buffers as ``--prewarm`` reads the others."""
+    import psycopg
+
+    name, ddl = owner_index(d)
+    with psycopg.connect(uri, autocommit=True) as conn:
+        out: dict[str, Any] = {"name": name, "ddl": ddl}
+        if conn.execute("SELECT to_regclass(%s) IS NULL", (name,)).fetchone() == (True,):
+            t0, t, load = server_ticks(data_dir), time.perf_counter(), os.getloadavg()[0]
+            conn.execute(ddl)
+            out.update(build_s=round(time.perf_counter() - t, 1),
+                       build_server_cpu_s=round(spent_ms(t0, server_ticks(data_dir)) / 1000, 1),
+                       load=[load, os.getloadavg()[0]])
+        else:
+            out["build_s"] = "before the run"
+        row = conn.execute("SELECT pg_relation_size(%s::regclass), pg_prewarm(%s::regclass)",
+                           (name, name)).fetchone()
+        assert row is not None
+        out["size_bytes"] = int(row[0])
+    return out
+
+
+def drop_owner_index(uri: str, d: int) -> None:
+    import psycopg
+
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(f"DROP INDEX IF EXISTS {owner_index(d)[0]}")  # ours: no input in it
+
+
+def index_scans(uri: str) -> dict[str, int]:
+    """Each HNSW index of ``cells`` and its scans so far (the statistics a backend sends
+    when it ends or idles: read after its store is closed)."""
+    import psycopg
+
+    time.sleep(1.0)  # the closed stores' backends end and report
+    with psycopg.connect(uri, autocommit=True) as conn:
+        return {str(r[0]): int(r[1]) for r in conn.execute(
+            "SELECT s.indexrelname, s.idx_scan FROM pg_stat_user_indexes s"
+            " JOIN pg_class c ON c.oid = s.indexrelid JOIN pg_am a ON a.oid = c.relam"
+            " WHERE s.relname = 'cells' AND a.amname = 'hnsw'")}
+
+
+def owner_plans(uri: str, d: int, q: Any) -> dict[str, list[str]]:
+    """The plan of the store's own gated HNSW statement for the 8 % owner (captured from its
+    ``_execute``): as the store sends it the first times (unnamed, the owner's value known
+    to the planner: EXPLAIN ANALYZE), and as a prepared statement's generic plan (what
+    PostgreSQL may switch to once psycopg has prepared a statement run 5 times)."""
+    import psycopg
+
+    from ampup_memory.amp.store import postgres as pgstore
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.search.index.ann import GraphParams, pg_ef_search
+
+    store = pgstore.PostgresStore(uri, d, ann_params=GraphParams(32, 128))
+    captured: list[tuple[str, Any]] = []
+    plain = store._execute
+
+    def capture(conn: Any, sql: str, params: Any = (), prepare: bool | None = None) -> Any:
+        if sql.startswith("SELECT b.small"):
+            captured.append((sql, params))
+        return plain(conn, sql, params, prepare)
+
+    store._execute = capture  # type: ignore[method-assign]
+    try:
+        store.search_candidates(CellFilter(agent_id="agent_bench_1", owner_id=BIG_OWNER), [],
+                                [float(x) for x in q], 100)
+    finally:
+        store.close()
+    sql, params = captured[-1]
+    plans: dict[str, list[str]] = {"statement": [sql]}
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(f"SET hnsw.ef_search = {int(pg_ef_search(100))}")
+        conn.execute("SET hnsw.iterative_scan = relaxed_order")
+        plans["custom"] = [r[0] for r in conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, COSTS) " + sql, params, prepare=False)]
+        n = sql.count("%s")
+        numbered = sql
+        for i in range(1, n + 1):
+            numbered = numbered.replace("%s", f"${i}", 1)
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        conn.execute(f"PREPARE owner_scan AS {numbered}")
+        with psycopg.ClientCursor(conn) as cur:
+            cur.execute("EXPLAIN (COSTS) EXECUTE owner_scan(" + ", ".join(["%s"] * n) + ")",
+                        params)
+            plans["generic"] = [r[0] for r in cur.fetchall()]
+        conn.execute("DEALLOCATE owner_scan")
+    return plans
+
+
+def creates(uri: str, work: Path, texts: list[str], vecs: Any, owner: str,
+            data_dir: str) -> dict[str, Any]:
+    """``AmpService.create`` of a cell for ``owner`` per text (its vector given, so the
+    embedder is not timed), after 10 untimed; wall and client CPU per create, the server's
+    CPU per create. Every cell made is purged afterwards (`PostgresStore.purge`)."""
+    from ampup_memory.runtime import open_runtime
+    from ampup_memory.settings import load_settings
+    from benchmarks.amp_bench import cell_body
+
+    rt = open_runtime(load_settings(home=str(work / "home"), store_uri=uri))
+    made: list[str] = []
+    try:
+        bodies = [json.dumps(cell_body(t, owner)).encode() for t in texts]
+        vectors = [[float(x) for x in v] for v in vecs]
+        for body, v in zip(bodies[:10], vectors[:10], strict=True):
+            made.append(rt.amp.create("loader", body, v).id)
+        wall, cpu = [], []
+        t0 = server_ticks(data_dir)
+        for body, v in zip(bodies[10:], vectors[10:], strict=True):
+            t, c = time.perf_counter(), time.process_time()
+            made.append(rt.amp.create("loader", body, v).id)
+            cpu.append((time.process_time() - c) * 1000)
+            wall.append((time.perf_counter() - t) * 1000)
+        server = spent_ms(t0, server_ticks(data_dir)) / len(wall)
+    finally:
+        for cell_id in made:
+            rt.store.purge(cell_id)
+        rt.close()
+    return {"creates": len(wall), "p50_ms": round(statistics.median(wall), 2),
+            "p95_ms": round(_pct(wall, 0.95), 2), "min_ms": round(min(wall), 2),
+            "client_cpu_p50_ms": round(statistics.median(cpu), 2),
+            "server_cpu_ms_per_create": round(server, 2), "load": round(os.getloadavg()[0], 2)}
+
+
+def with_and_without_owner_index(args: Any, uri: str, texts: list[str], qs: Any,
+                                 truths: dict[str, list[tuple[set[Any], float]]],
+                                 data_dir: str, d: int) -> dict[str, Any]:
+    """``--owner-index``: the levers with the owner's partial index (`owner_index`), its
+    plans and creates beside it, and the same with the index dropped, in the order given,
+    in one run.
+    The pages of each series against the other's and against the exact reference (owner
+    only: made once, with the index present; the exact statement uses no index)."""
+    import numpy as np
+
+    from ampup_memory.search.embed import WordLlamaEmbedder
+    from benchmarks.amp_ann_bench import text_queries
+
+    made = text_queries(args.text_file, args.creates + 10, 12)
+    made_vecs = np.asarray(WordLlamaEmbedder().embed(made), dtype=np.float32)
+    from ampup_memory.amp.store import postgres as pgstore
+
+    out: dict[str, Any] = {"order": args.owner_index}
+    runs: dict[str, Any] = {}
+    tops: dict[str, Any] = {}
+    states = args.owner_index.split(",")
+    plain = pgstore.PostgresStore._execute
+    kept = pgstore.PostgresStore.__dict__["_execute"]  # the staticmethod itself
+    try:
+        for state in states:
+            if state in ("with", "unprepared"):
+                if "index" not in out:
+                    out["index"] = build_owner_index(uri, d, data_dir)
+                    out["plans"] = owner_plans(uri, d, qs[0])
+                    print(json.dumps(out), file=sys.stderr, flush=True)
+            else:
+                drop_owner_index(uri, d)
+            if state == "unprepared":  # the gated HNSW statement never prepared by psycopg
+                pgstore.PostgresStore._execute = staticmethod(  # type: ignore[method-assign]
+                    lambda conn, sql, params=(), prepare=None: plain(
+                        conn, sql, params, False if sql.startswith("SELECT b.small")
+                        else prepare))
+            try:
+                rows, tops[state] = run_levers(
+                    args.levers, uri, args.work, texts, qs, truths, data_dir, d,
+                    args.exact_reference and state == states[0], "search_owner_8pct",
+                    lambda: index_scans(uri))
+                made_for = {who: creates(uri, args.work, made, made_vecs, who, data_dir)
+                            for who in (BIG_OWNER, "user_0")}
+            finally:
+                pgstore.PostgresStore._execute = kept  # type: ignore[method-assign]
+            runs[state] = {"rows": rows, "creates": made_for}
+            print(json.dumps({state: runs[state]}), file=sys.stderr, flush=True)
+    finally:
+        drop_owner_index(uri, d)
+    first = tops[states[0]]
+    exact = first.get("exact/search_owner_8pct")
+    for state in states[1:]:
+        for row in runs[state]["rows"]:
+            item = f"{row['vector_k']}:{row['ef_floor']}"
+            for name in ("search", "search_owner_8pct"):
+                row[name][f"pages_differing_from_{states[0]}"] = sum(
+                    a != b for a, b in zip(tops[state][f"{item}/{name}"],
+                                           first[f"{item}/{name}"], strict=True))
+            if exact is not None:
+                row["search_owner_8pct"]["against_exact"] = agreement(
+                    tops[state][f"{item}/search_owner_8pct"], exact)
+                row["search_owner_8pct"]["against_exact_decay_spread"] = agreement(
+                    tops[state][f"{item}/search_owner_8pct/spread"],
+                    first["exact/search_owner_8pct/spread"])
+    out.update(runs)
+    return out
 
 
 def halved(store: Any, d: int) -> None:
@@ -505,6 +727,15 @@ def main() -> None:
     parser.add_argument("--tsv-column", action="store_true",
                         help="--whole: the keyword step ranks from the tsv column, as"
                         " before session 23 (not from the postings)")
+    parser.add_argument("--owner-index", default="",
+                        help="--levers: e.g. 'with,unprepared,without': the levers with a"
+                        " partial HNSW index on the 8 %% owner's cells (made here unless made"
+                        " by hand), with it and the gated HNSW statement never prepared, and"
+                        " without it (dropped), in that order, same run; the owner"
+                        " statement's plans and creates beside; dropped at the end"
+                        " (session 24)")
+    parser.add_argument("--creates", type=int, default=300,
+                        help="--owner-index: timed creates per owner and state")
     args = parser.parse_args()
     if args.tsv_column:
         from benchmarks.pg_cell_keyword import tsv_column
@@ -568,7 +799,12 @@ def main() -> None:
                         whole[name].pop("tops_spread")
                     print(json.dumps(whole), file=sys.stderr, flush=True)
                     out.setdefault("whole", []).append(whole)
-        if args.levers:
+        if args.levers and args.owner_index:
+            out["owner_index"] = with_and_without_owner_index(
+                args, saved["cells"], texts, qs,
+                {"search": truth, "search_owner_8pct": truth_big}, str(data),
+                int(vecs.shape[1]))
+        elif args.levers:
             rows, tops = run_levers(args.levers, saved["cells"], args.work, texts, qs,
                                     {"search": truth, "search_owner_8pct": truth_big},
                                     str(data), int(vecs.shape[1]), args.exact_reference)
