@@ -817,8 +817,7 @@ class Settings(BaseSettings):
             return value
         parts = _http_url(value, "http://minio:9000")
         if "@" in parts.netloc:
-            raise ValueError(f"holds credentials: give them as {env_name('s3_access_key_id')}"
-                             f" and {env_name('s3_secret_access_key')}")
+            raise ValueError(_credentials_in_s3_location())
         if parts.path not in ("", "/"):
             raise ValueError("is more than a server: give scheme://host[:port] alone "
                              "(http://minio:9000); the bucket and prefix go in "
@@ -917,6 +916,12 @@ class Settings(BaseSettings):
 S3_SCHEMES = ("s3", "s3a")
 
 
+def _credentials_in_s3_location() -> str:
+    """What the S3 endpoint's and the warehouse's checks say of ``user:pw@`` in them."""
+    return (f"holds credentials: give them as {env_name('s3_access_key_id')} and "
+            f"{env_name('s3_secret_access_key')}")
+
+
 def warehouse_problem(location: str) -> str | None:
     """What is wrong with a warehouse location (``file:///path`` or ``s3://bucket/prefix``,
     the forms pyiceberg's FileIO opens), in words that follow the setting's name; None
@@ -935,8 +940,7 @@ def warehouse_problem(location: str) -> str | None:
     if scheme == "file":
         return None if parts.path else "names no folder (file:///path)"
     if "@" in parts.netloc:
-        return (f"holds credentials: give them as {env_name('s3_access_key_id')} and "
-                f"{env_name('s3_secret_access_key')}")
+        return _credentials_in_s3_location()
     return None if parts.netloc else "names no bucket (s3://bucket/prefix)"
 
 
