@@ -47,13 +47,15 @@ e.g. with ``PYTHONPATH`` at an older ``src``):
         --queries 100 --levers 100:400,50:400,30:400,100:300,100:200,30:300 \
         --exact-reference --tops /tmp/tops960.json --out pg_cell_speed_960k_s24_levers.json
 
-A partial HNSW index on the 8 % owner's cells (``--owner-index``, session 24: the states in
-the order given; ``with`` is the store as shipped, ``unprepared`` its gated HNSW statement
-sent unprepared, ``without`` the index dropped; the index is made if absent, and dropped
-at the end):
+The 8 % owner's own HNSW index (``--owner-index``, sessions 24 and 25: the states in the
+order given; ``with`` the index as the store makes it (`PostgresStore.tend_owner_indexes`,
+made here if absent: run ``ampup-memory owner-indexes`` before to time it there),
+``without`` it dropped; dropped at the end unless ``--keep-owner-index``). Session 24 ran
+a hand-made index and a state ``unprepared`` (the gated statement patched unprepared),
+which the store now does itself for an owner with an index:
 
-    ... --levers 100:400 --exact-reference --owner-index with,unprepared,without \
-        --out pg_cell_speed_960k_s24_owner_index_1.json
+    ... --levers 100:400 --exact-reference --owner-index with,without \
+        --out pg_cell_speed_960k_s25_owner_index_1.json
 """
 
 from __future__ import annotations
@@ -249,7 +251,7 @@ def vector_k(store: Any, k: int | None) -> None:
         return
     plain = store._nearest
 
-    def nearest(conn: Any, where: str, params: Any, qvec: Any, _k: int, owner: bool) -> Any:
+    def nearest(conn: Any, where: str, params: Any, qvec: Any, _k: int, owner: Any) -> Any:
         return plain(conn, where, params, qvec, k, owner)
 
     store._nearest = nearest
@@ -426,31 +428,36 @@ def run_levers(spec: str, uri: str, work: Path, texts: list[str], qs: Any,
     return rows, tops
 
 
-def owner_index(d: int) -> tuple[str, str]:
-    """The partial HNSW index of the 8 % owner's cells (``--owner-index``): the store's
-    expression, opclass, parameters and predicate (`PostgresStore`'s DDL), the owner's
-    condition added in the form `rows.where_clause` writes it."""
-    name = f"cells_embedding_hnsw_{d}_{BIG_OWNER}"
-    return name, (f"CREATE INDEX {name} ON cells USING hnsw ((embedding::vector({d}))"
-                  " vector_cosine_ops) WITH (m = 32, ef_construction = 128)"
-                  f" WHERE vector_dims(embedding) = {d} AND owner_id = '{BIG_OWNER}'")
+def owner_index(d: int) -> str:
+    """The name of the 8 % owner's own index (`pg_owner_indexes.index_name`)."""
+    from ampup_memory.amp.store.pg_owner_indexes import index_name
+
+    return index_name(BIG_OWNER, d)
 
 
 def build_owner_index(uri: str, d: int, data_dir: str) -> dict[str, Any]:
-    """The owner's index made (at the server's own ``maintenance_work_mem``, as the store
-    makes its index), timed, unless it exists already (built by hand: then timed there);
-    its size; read into the buffers as ``--prewarm`` reads the others."""
+    """The owner's index made as the store makes it (`PostgresStore.tend_owner_indexes`),
+    timed, unless it exists already (then timed where it was made); its size; read into
+    the buffers as ``--prewarm`` reads the others."""
     import psycopg
 
-    name, ddl = owner_index(d)
+    from ampup_memory.amp.store.postgres import PostgresStore
+    from ampup_memory.search.index.ann import GraphParams
+
+    name = owner_index(d)
     with psycopg.connect(uri, autocommit=True) as conn:
-        out: dict[str, Any] = {"name": name, "ddl": ddl}
+        out: dict[str, Any] = {"name": name}
         if conn.execute("SELECT to_regclass(%s) IS NULL", (name,)).fetchone() == (True,):
             t0, t, load = server_ticks(data_dir), time.perf_counter(), os.getloadavg()[0]
-            conn.execute(ddl)
+            store = PostgresStore(uri, d, ann_params=GraphParams(32, 128))
+            try:
+                report = store.tend_owner_indexes()
+            finally:
+                store.close()
             out.update(build_s=round(time.perf_counter() - t, 1),
                        build_server_cpu_s=round(spent_ms(t0, server_ticks(data_dir)) / 1000, 1),
-                       load=[load, os.getloadavg()[0]])
+                       load=[load, os.getloadavg()[0]],
+                       report=report.wire() if report is not None else None)
         else:
             out["build_s"] = "before the run"
         row = conn.execute("SELECT pg_relation_size(%s::regclass), pg_prewarm(%s::regclass)",
@@ -464,7 +471,8 @@ def drop_owner_index(uri: str, d: int) -> None:
     import psycopg
 
     with psycopg.connect(uri, autocommit=True) as conn:
-        conn.execute(f"DROP INDEX IF EXISTS {owner_index(d)[0]}")  # ours: no input in it
+        conn.execute(f'DROP INDEX IF EXISTS "{owner_index(d)}"')  # a hash: no input in it
+        conn.execute("DELETE FROM cell_owner_indexes WHERE name = %s", (owner_index(d),))
 
 
 def index_scans(uri: str) -> dict[str, int]:
@@ -576,41 +584,33 @@ def with_and_without_owner_index(args: Any, uri: str, texts: list[str], qs: Any,
 
     made = text_queries(args.text_file, args.creates + 10, 12)
     made_vecs = np.asarray(WordLlamaEmbedder().embed(made), dtype=np.float32)
-    from ampup_memory.amp.store import postgres as pgstore
 
     out: dict[str, Any] = {"order": args.owner_index}
     runs: dict[str, Any] = {}
     tops: dict[str, Any] = {}
     states = args.owner_index.split(",")
-    plain = pgstore.PostgresStore._execute
-    kept = pgstore.PostgresStore.__dict__["_execute"]  # the staticmethod itself
+    if set(states) - {"with", "without"}:
+        raise SystemExit("--owner-index: states are 'with' and 'without'")
     try:
         for state in states:
-            if state in ("with", "unprepared"):
+            if state == "with":
                 if "index" not in out:
                     out["index"] = build_owner_index(uri, d, data_dir)
                     out["plans"] = owner_plans(uri, d, qs[0])
                     print(json.dumps(out), file=sys.stderr, flush=True)
             else:
                 drop_owner_index(uri, d)
-            if state == "unprepared":  # the gated HNSW statement never prepared by psycopg
-                pgstore.PostgresStore._execute = staticmethod(  # type: ignore[method-assign]
-                    lambda conn, sql, params=(), prepare=None: plain(
-                        conn, sql, params, False if sql.startswith("SELECT b.small")
-                        else prepare))
-            try:
-                rows, tops[state] = run_levers(
-                    args.levers, uri, args.work, texts, qs, truths, data_dir, d,
-                    args.exact_reference and state == states[0], "search_owner_8pct",
-                    lambda: index_scans(uri))
-                made_for = {who: creates(uri, args.work, made, made_vecs, who, data_dir)
-                            for who in (BIG_OWNER, "user_0")}
-            finally:
-                pgstore.PostgresStore._execute = kept  # type: ignore[method-assign]
+            rows, tops[state] = run_levers(
+                args.levers, uri, args.work, texts, qs, truths, data_dir, d,
+                args.exact_reference and state == states[0], "search_owner_8pct",
+                lambda: index_scans(uri))
+            made_for = {who: creates(uri, args.work, made, made_vecs, who, data_dir)
+                        for who in (BIG_OWNER, "user_0")}
             runs[state] = {"rows": rows, "creates": made_for}
             print(json.dumps({state: runs[state]}), file=sys.stderr, flush=True)
     finally:
-        drop_owner_index(uri, d)
+        if not args.keep_owner_index:
+            drop_owner_index(uri, d)
     first = tops[states[0]]
     exact = first.get("exact/search_owner_8pct")
     for state in states[1:]:
@@ -728,12 +728,12 @@ def main() -> None:
                         help="--whole: the keyword step ranks from the tsv column, as"
                         " before session 23 (not from the postings)")
     parser.add_argument("--owner-index", default="",
-                        help="--levers: e.g. 'with,unprepared,without': the levers with a"
-                        " partial HNSW index on the 8 %% owner's cells (made here unless made"
-                        " by hand), with it and the gated HNSW statement never prepared, and"
+                        help="--levers: e.g. 'with,without': the levers with the 8 %% owner's"
+                        " own HNSW index (as the store makes it; made here if absent) and"
                         " without it (dropped), in that order, same run; the owner"
-                        " statement's plans and creates beside; dropped at the end"
-                        " (session 24)")
+                        " statement's plans and creates beside; dropped at the end")
+    parser.add_argument("--keep-owner-index", action="store_true",
+                        help="--owner-index: leave the owner's index in place at the end")
     parser.add_argument("--creates", type=int, default=300,
                         help="--owner-index: timed creates per owner and state")
     args = parser.parse_args()

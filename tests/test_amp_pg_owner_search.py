@@ -4,7 +4,11 @@ exactly (the HNSW path) agrees with the exact ranking of that owner's cells."""
 from __future__ import annotations
 
 import json
+import os
 import random
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,6 +17,7 @@ import psycopg
 import pytest
 
 from ampup_memory.amp.model import SearchRequest
+from ampup_memory.amp.store import pg_owner_indexes
 from ampup_memory.amp.store import postgres as pg
 from ampup_memory.amp.store.rows import columns
 from ampup_memory.runtime import open_runtime
@@ -127,3 +132,109 @@ def test_owner_search_on_the_hnsw_path_agrees_with_the_exact_ranking(
                     assert len(set(got) & set(want)) >= 0.88 * limit, (query, limit, got, want)
     finally:
         rt.close()
+
+
+def _index_state(conn: psycopg.Connection[tuple[object, ...]], name: str
+                 ) -> tuple[bool, str, int] | None:
+    """(valid, access method, scans so far) of the index ``name``; None if there is none."""
+    row = conn.execute(
+        "SELECT i.indisvalid, a.amname, coalesce(s.idx_scan, 0) FROM pg_index i"
+        " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
+        " LEFT JOIN pg_stat_user_indexes s ON s.indexrelid = i.indexrelid"
+        " WHERE i.indexrelid = to_regclass(%s)", (name,)).fetchone()
+    return None if row is None else (bool(row[0]), str(row[1]), int(row[2]))  # type: ignore[call-overload]
+
+
+def test_the_owner_gets_a_vector_index_of_its_own_and_its_searches_use_it(
+    loaded: tuple[str, Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """End to end: `serve`'s timer gives the owner over the limit a partial HNSW index,
+    first dropping the invalid one a build cut short left under its name; searches naming
+    the owner are planned with its value (never prepared), so they scan that index; the
+    answers keep the filter and agree with the exact ranking; `ampup-memory owner-indexes`
+    reports it kept."""
+    base, home, uri = loaded
+    name = pg_owner_indexes.index_name(OWNER, DIMS)
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute("INSERT INTO cell_owner_indexes (name, owner_id, dimensions)"
+                     " VALUES (%s, %s, %s)", (name, OWNER, DIMS))
+        with pytest.raises(psycopg.errors.UniqueViolation):  # leaves an invalid index
+            conn.execute(f"CREATE UNIQUE INDEX CONCURRENTLY {name} ON cells (owner_id)"
+                         f" WHERE owner_id = '{OWNER}'")
+        assert _index_state(conn, name) == (False, "btree", 0)
+        readable = {r[0] for r in conn.execute(
+            "SELECT id FROM cells WHERE owner_id = %s AND (public OR has_readers)",
+            (OWNER,)).fetchall()}
+    env = {"AMP_STORE_URI": uri, "AMP_LIFECYCLE_ENABLED": "0",
+           "AMP_EMBEDDING_PROVIDER": "hash", "AMP_EMBEDDING_DIMENSIONS": str(DIMS)}
+    srv = ServerProcess(tmp_path / "second", env={**env, "AMP_OWNER_INDEX_INTERVAL_SECONDS": "1"})
+    srv.start(timeout=180)
+    try:
+        deadline = time.monotonic() + 240
+        with psycopg.connect(uri, autocommit=True) as conn:
+            while (state := _index_state(conn, name)) is None or state[:2] != (True, "hnsw"):
+                assert time.monotonic() < deadline, state
+                time.sleep(0.5)
+            scans_before = state[2]
+        with httpx.Client(base_url=srv.url + "/amp/v1", headers={"X-AMP-Agent-ID": AGENT},
+                          timeout=60) as c:
+            got = {}
+            for n in range(12):  # past psycopg's 5 runs of a statement, after which it prepares
+                ask = {"query": QUERIES[n % 3], "limit": 10, "owner_id": OWNER}
+                r = c.post("/memories/search", json=ask)
+                assert r.status_code == 200, r.text
+                got[QUERIES[n % 3]] = [cell["id"] for cell in r.json()["results"]]
+        # Statistics reach the view when a backend has been idle a moment.
+        with psycopg.connect(uri, autocommit=True) as conn:
+            while (state := _index_state(conn, name)) is not None and state[2] < scans_before + 12:
+                assert time.monotonic() < deadline + 60, state
+                time.sleep(0.5)
+    finally:
+        srv.stop()
+
+    monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 10**9)  # the exact ranking, in this process
+    rt = open_runtime(load_settings(home=str(home), store_uri=uri, embedding_provider="hash",
+                                    embedding_dimensions=DIMS))
+    try:
+        for query, ids in got.items():
+            exact = rt.amp.search(AGENT, SearchRequest.model_validate(
+                {"query": query, "limit": 10, "owner_id": OWNER}))
+            want = [cell["id"] for cell in exact["results"]]
+            assert set(ids) <= readable and len(ids) == 10, query
+            assert len(set(ids) & set(want)) >= 9, (query, ids, want)  # the owner's own graph
+    finally:
+        rt.close()
+    monkeypatch.undo()
+
+    # The statement the store sends, as it sends it: planned with the owner's value, the
+    # owner's index; another owner's statement is left to psycopg to prepare.
+    sent: list[tuple[str, tuple[object, ...], bool | None]] = []
+    plain = pg.PostgresStore._execute
+
+    def capture(conn: pg.Conn, sql: str, params: object = (),
+                prepare: bool | None = None) -> psycopg.Cursor[object]:
+        if "AS small" in sql:
+            sent.append((sql, pg._params(params), prepare))  # type: ignore[arg-type]
+        return plain(conn, sql, params, prepare)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(pg.PostgresStore, "_execute", staticmethod(capture))
+    rt = open_runtime(load_settings(home=str(home), store_uri=uri, embedding_provider="hash",
+                                    embedding_dimensions=DIMS))
+    try:
+        for owner in (OWNER, "user_1"):
+            rt.amp.search(AGENT, SearchRequest.model_validate(
+                {"query": QUERIES[0], "limit": 10, "owner_id": owner}))
+    finally:
+        rt.close()
+    assert [p for _, _, p in sent] == [False, None]
+    with psycopg.connect(uri, autocommit=True) as conn:
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN " + sent[0][0], sent[0][1], prepare=False).fetchall())
+    assert f"Index Scan using {name}" in plan, plan
+
+    done = subprocess.run([sys.executable, "-m", "ampup_memory.cli", "owner-indexes"],
+                          env={**os.environ, "AMPUP_MEMORY_HOME": str(tmp_path / "cli"), **env},
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {"built": [], "dropped": [], "kept": [OWNER],
+                                       "failed": [], "skipped": False}

@@ -240,6 +240,7 @@ def test_postgres_reports_its_hnsw_index_beside_shared_buffers(
     assert index is not None and memory["hnsw_index"] == index[0]
     assert memory["hnsw_index"] > empty["hnsw_index"] > 0  # 300 vectors in the graph
     assert memory["table"] > empty["table"]
+    assert memory["owner_indexes"] == 0  # no owner has an index of its own
 
 
 def test_get_many(store: CellStore) -> None:
@@ -1328,9 +1329,10 @@ def test_postgres_hnsw_scan_runs_at_the_cell_floor_unless_an_owner_is_named(
     postgres: PostgresFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The cell store's HNSW scan asks pgvector for ``hnsw.ef_search`` through the one rule
-    (`ann.pg_ef_search`): the cell floor (300) for a search naming no owner, the shared
-    floor (400) for an owner's filtered scan (docs/performance.md, session 24), and k
-    when k is larger. Both searches still find the cells."""
+    (`ann.pg_ef_search`): the cell floor (300) for a search naming no owner or an owner
+    with an index of its own, the shared floor (400) for an owner's filtered scan of the
+    whole-table index (docs/performance.md, sessions 24 and 25), and k when k is larger.
+    Every search still finds the cells."""
     from ampup_memory.amp.store import postgres as pgstore
     from ampup_memory.search.index import ann
 
@@ -1360,5 +1362,92 @@ def test_postgres_hnsw_scan_runs_at_the_cell_floor_unless_an_owner_is_named(
             assert search(store, flt, [], vector, k)
             assert asked == [want]
         assert ann.PG_CELL_EF_FLOOR < ann.PG_EF_SEARCH[0]
+        # An owner with a graph of its own (`tend_owner_indexes`) is scanned there, at the
+        # cell floor: its graph holds only its cells, as the whole-table one holds all.
+        report = store.tend_owner_indexes()
+        assert report is not None and sorted(report.built) == ["user_1", "user_2"]
+        asked.clear()
+        assert search(store, CellFilter(agent_id="agent_a", owner_id="user_1"), [], vector, 5)
+        assert asked == [ann.PG_CELL_EF_FLOOR]
     finally:
         store.close()
+
+
+def test_a_large_owner_gets_a_vector_index_of_its_own_where_the_database_keeps_them(
+        store: CellStore, store_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL: an owner over `OWNER_EXACT_LIMIT` live cells gets a partial HNSW index
+    of its own (kept down to half the limit, then dropped), and a search naming that
+    owner finds what it found before. SQLite has none to tend (it builds a large owner's
+    block in memory as it searches)."""
+    from ampup_memory.amp.store import pg_owner_indexes
+    from ampup_memory.amp.store import postgres as pg
+
+    monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 20)
+    words = "tea trains coffee boats maps rain paint music bread chess kites".split()
+    for n in range(30):  # each text its own words: no two vectors alike, no ties
+        text = " ".join(words[(n * 7 + i * i) % len(words)] for i in range(n % 5 + 2))
+        add(store, make(n + 1, f"{text} {n}", owner="user_big", public=True))
+    for n in range(5):
+        add(store, make(100 + n, f"a small owner's note {n} about tea", public=True))
+    search = CellFilter(agent_id="agent_a", owner_id="user_big")
+    vector = EMBED.embed(["tea with trains"])[0]
+
+    def found() -> list[str]:
+        return sorted(h.cell_id for h in store.search_candidates(
+            search, ["tea", "trains"], vector, 10))
+
+    before = found()
+    assert len(before) >= 10
+    told: list[tuple[int, int]] = []
+    report = store.tend_owner_indexes(progress=lambda done, total: told.append((done, total)))
+    if store.info.name == "sqlite":
+        assert report is None and told == []
+        return
+    assert report is not None
+    # Progress in table blocks read: none at first, all of them (two scans) at the end.
+    assert told[0][0] == 0 and told[-1][0] == told[-1][1] > 0, told
+    assert report.wire() == {"built": ["user_big"], "dropped": [], "kept": [], "failed": [],
+                             "skipped": False}
+    name = pg_owner_indexes.index_name("user_big", DIMS)
+    url = store_uri
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT i.indisvalid, pg_get_expr(i.indpred, i.indrelid), a.amname FROM pg_index i"
+            " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
+            " WHERE i.indexrelid = to_regclass(%s)", (name,)).fetchone()
+    assert row is not None and row[0] and row[2] == "hnsw", row
+    assert "'user_big'" in row[1] and f"vector_dims(embedding) = {DIMS}" in row[1], row
+    assert store.vector_memory()["owner_indexes"] > 0  # type: ignore[index]
+    assert found() == before
+    monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 50)  # 30 live cells: over half of it
+    assert store.tend_owner_indexes().kept == ["user_big"]  # type: ignore[union-attr]
+    monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 70)  # under half: the index goes
+    assert store.tend_owner_indexes().dropped == ["user_big"]  # type: ignore[union-attr]
+    with psycopg.connect(url) as conn:
+        assert conn.execute("SELECT to_regclass(%s)", (name,)).fetchone() == (None,)
+    assert store.vector_memory()["owner_indexes"] == 0  # type: ignore[index]
+    assert found() == before
+
+
+@pytest.mark.postgres
+def test_postgres_opens_beside_an_index_build_and_writes_go_on(
+        postgres: PostgresFactory) -> None:
+    """A large owner's index is built ``CONCURRENTLY`` for minutes, holding the lock such
+    a build holds on ``cells``. A server starting meanwhile must not wait for it: its
+    ``CREATE INDEX IF NOT EXISTS`` would queue for a lock that stops writes, and every
+    write to the table would then queue behind it."""
+    url = postgres.new_database("beside")
+    first = open_store(url, DIMS)
+    try:
+        with psycopg.connect(url) as build:  # a transaction holding the build's lock
+            build.execute("LOCK TABLE cells IN SHARE UPDATE EXCLUSIVE MODE")
+            waits_5s = ("&" if "?" in url else "?") + "options=-c%20lock_timeout%3D5000"
+            second = open_store(url + waits_5s, DIMS)
+            try:
+                add(second, make(1, "written while an index is built"))
+                add(first, make(2, "and by the other server"))
+                assert second.count() == 2
+            finally:
+                second.close()
+    finally:
+        first.close()

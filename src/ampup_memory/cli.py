@@ -455,6 +455,39 @@ def reembed(force: bool, **kwargs: Any) -> None:
     click.echo(_dumps(report.wire()))
 
 
+@cli.command("owner-indexes")
+@settings_options("common", "cells", "pool", "tables", "embedding", "ann")
+def owner_indexes(**kwargs: Any) -> None:
+    """Give each owner of more than 25,000 live AMP cells a vector index of its own, now.
+
+    PostgreSQL cell store only: what `serve` does every
+    AMPUP_MEMORY_OWNER_INDEX_INTERVAL_SECONDS. A search naming such an owner then walks
+    only that owner's cells. Builds run CONCURRENTLY (writers never wait; a build reads
+    the whole table and can take minutes); an owner under half that loses its index. Prints
+    the owners whose index was built, dropped, kept or failed.
+    """
+    from ampup_memory.cliutil import progress as _progress
+
+    settings = settings_from(kwargs)
+    rt = _runtime(settings, reembed=False)
+    try:
+        if rt.store.info.name != "postgresql":
+            _fail("owner indexes are for the PostgreSQL cell store; SQLite builds a large"
+                  " owner's block in memory as it searches")
+        with _progress() as bar:
+            report = rt.store.tend_owner_indexes(
+                progress=task_progress(bar, "owner vector indexes: table blocks read"))
+    except (AmpError, ConfigurationError) as exc:
+        _fail(str(exc))
+    finally:
+        rt.close()
+    if report is None:
+        _fail("the cell store has no embedding width to index")
+    if report.skipped:
+        _fail("another process is tending the owner indexes; try again when it is done")
+    click.echo(_dumps(report.wire()))
+
+
 def _readers() -> dict[str, list[str]]:
     """Setting -> the commands that take its flag (all but `settings`, which takes every
     one), read off the command tree itself so the docs cannot drift from it."""

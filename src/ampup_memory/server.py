@@ -61,6 +61,18 @@ def _lifecycle_timer(runtime: Runtime, records: list[TimerRecord]) -> LifespanHo
                     records=records)
 
 
+def _owner_index_timer(runtime: Runtime, records: list[TimerRecord]) -> LifespanHook:
+    def one_pass() -> str | None:
+        report = runtime.store.tend_owner_indexes()
+        if report is None or report.skipped or not (
+                report.built or report.dropped or report.failed):
+            return None
+        return str(report.wire())
+
+    return periodic(one_pass, runtime.settings.owner_index_interval_seconds,
+                    "owner vector indexes", log, records=records)
+
+
 def _end_now(left: list[str], grace: float) -> None:
     """Shutdown past its grace with work still running: end the process here, before
     anything closes under that work. That is what a kill does, and what a kill leaves is
@@ -97,6 +109,8 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         hooks = list(app.state.lifespan_hooks)
         if settings.lifecycle_enabled:
             hooks.append(_lifecycle_timer(rt, app.state.timers))
+        if rt.store.info.name == "postgresql" and settings.owner_index_interval_seconds > 0:
+            hooks.append(_owner_index_timer(rt, app.state.timers))
         async with contextlib.AsyncExitStack() as stack:
             for enter in hooks:
                 await stack.enter_async_context(enter())

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from ampup_memory.amp.access import Guard
 from ampup_memory.amp.lifecycle import DecayInputs
@@ -114,6 +114,22 @@ class EmbeddingSource:
 
     cell_id: str
     text: str
+
+
+@dataclass
+class OwnerIndexReport:
+    """What one pass over the large owners' vector indexes did (`CellStore.tend_owner_indexes`).
+    Owner ids as stored."""
+
+    built: list[str] = field(default_factory=list)
+    dropped: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)  # logged; tried again next pass
+    skipped: bool = False  # another process holds the lease: nothing looked at
+
+    def wire(self) -> dict[str, Any]:
+        return {"built": self.built, "dropped": self.dropped, "kept": self.kept,
+                "failed": self.failed, "skipped": self.skipped}
 
 
 @dataclass
@@ -238,9 +254,20 @@ class CellStore(Protocol):
         """Bytes this process holds for the cell vectors: ``matrix`` (every vector),
         ``graph`` (the HNSW graph in use, 0: none), ``blocks`` (large owners' contiguous
         copies). Where the database keeps them (PostgreSQL): the bytes of its HNSW index
-        (``hnsw_index``), of the cells table (``table``) and of the server's buffers
+        (``hnsw_index``), of the large owners' own ones (``owner_indexes``), of the
+        cells table (``table``) and of the server's buffers
         (``shared_buffers``), to compare: a search reads what the buffers do not hold
         from outside them."""
+        ...
+
+    def tend_owner_indexes(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> OwnerIndexReport | None:
+        """Make or drop the vector indexes of the owners with many cells, where the
+        database keeps the vector index (PostgreSQL: one partial HNSW index per owner over
+        `OWNER_EXACT_LIMIT` live cells, `pg_owner_indexes`); one process at a time.
+        ``progress`` is told (work done, to do). None where there is nothing to tend
+        (SQLite builds a large owner's block in memory as it searches, or no width)."""
         ...
 
     def close(self) -> None: ...

@@ -26,7 +26,8 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import datetime
@@ -38,7 +39,7 @@ from psycopg_pool import PoolTimeout
 
 from ampup_memory.amp.lifecycle import DecayInputs
 from ampup_memory.amp.model import Status, StoredCell, to_utc
-from ampup_memory.amp.store import pg_postings, pg_words
+from ampup_memory.amp.store import pg_owner_indexes, pg_postings, pg_words
 from ampup_memory.amp.store.base import (
     PASS_HISTORY,
     CellFilter,
@@ -46,6 +47,7 @@ from ampup_memory.amp.store.base import (
     EmbeddingSource,
     Hit,
     KeyRecord,
+    OwnerIndexReport,
     PassRecord,
     StoreInfo,
 )
@@ -174,6 +176,7 @@ SCHEMA = (
     )""",
     "CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes (started_at)",
     "CREATE TABLE IF NOT EXISTS meta (key text PRIMARY KEY, value text NOT NULL)",
+    pg_owner_indexes.TABLE,
 )
 
 # A search naming an owner ranks that owner's cells exactly up to this many, far above the
@@ -185,6 +188,13 @@ SCHEMA = (
 # the walk meets few it drops, and counting to this limit would cost every unfiltered
 # search 4 ms more (1.1 → 5.1 ms at 300k). Module-level: tests and benchmarks move it.
 OWNER_EXACT_LIMIT = 25_000
+
+# An owner over `OWNER_EXACT_LIMIT` live cells gets an HNSW index of its own
+# (`pg_owner_indexes`), made by `tend_owner_indexes`; each process re-reads which owners
+# have one this often (a search for an owner whose index it has not seen yet scans the
+# whole-table index, as before: slower, never wrong).
+OWNER_INDEXES_SEEN_SECONDS = 30.0
+OWNER_INDEX_LEASE = "owner-indexes"
 
 # A search whose kept words are each one lexeme scores them from the postings
 # (`pg_postings`), else from the ``tsv`` column. Module-level: benchmarks turn it off.
@@ -237,6 +247,19 @@ def _recorded_layout(conn: Conn) -> str | None:
     row = conn.execute("SELECT value FROM meta WHERE key = %s", (SCHEMA_VERSION_KEY,)
                        ).fetchone()
     return None if row is None else str(row[0])
+
+
+def _made(conn: Conn, statement: str) -> bool:
+    """Whether ``statement`` is ``CREATE INDEX IF NOT EXISTS`` of an index there is.
+    Checked first because the statement locks its table against writes even when the
+    index exists, and waits for any lock in the way: behind a large owner's index build
+    (`pg_owner_indexes`, minutes) a starting server would wait, and every write to
+    ``cells`` would queue behind it."""
+    words = statement.split(maxsplit=6)
+    if words[:5] != ["CREATE", "INDEX", "IF", "NOT", "EXISTS"]:
+        return False
+    found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (words[5],)).fetchone()
+    return found == (True,)
 
 
 def _pg_text(value: Any) -> Any:
@@ -336,6 +359,7 @@ class PostgresStore:
         self.ann_params = ann_params  # the HNSW index's m and ef_construction (settings)
         self.info = StoreInfo(name="postgresql", details=_described(self.conninfo))
         self._iterative_scan = self._create_schema()
+        self._owner_indexes: tuple[float, frozenset[str]] = (-math.inf, frozenset())
         self._steps = ThreadPoolExecutor(POOL_MAX, thread_name_prefix="ampup-amp-nearest")
         self._pool: Pool[Conn] = Pool(
             self.conninfo,
@@ -382,7 +406,8 @@ class PostgresStore:
                     check_layout(_recorded_layout(conn), _where(self.conninfo))
                     conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
                     for statement in SCHEMA:
-                        conn.execute(statement)
+                        if not _made(conn, statement):
+                            conn.execute(statement)
                     if pg_words.prepare(conn):
                         log.info("the cells' keyword statistics were counted (a store an"
                                  " older version made)")
@@ -545,7 +570,7 @@ class PostgresStore:
         where, params = where_clause(filters, "%s", "c.")
         usable = vector is not None and len(vector) == self.dimensions
         qvec = vector_literal(vector) if vector is not None and usable else None
-        owner = filters.owner_id is not None
+        owner = filters.owner_id
         with self._conn() as conn:
             beside = (self._nearest_beside(where, params, qvec, k, owner)
                       if qvec is not None and terms else None)
@@ -652,7 +677,7 @@ class PostgresStore:
         return {term: n or 0 for term, n in found.items()}
 
     def _nearest_beside(self, where: str, params: list[Any], qvec: str, k: int,
-                        owner: bool) -> Future[list[tuple[Any, ...]]] | None:
+                        owner: str | None) -> Future[list[tuple[Any, ...]]] | None:
         """The vector step started on a second connection, to run while the caller's
         ranks the keywords (two backends, so two cores; docs/performance.md: the whole
         search's wall time is then about the slower step's, not their sum). None when
@@ -674,14 +699,24 @@ class PostgresStore:
         return self._steps.submit(nearest)
 
     def _nearest(
-        self, conn: Conn, where: str, params: list[Any], qvec: str, k: int, owner: bool
+        self, conn: Conn, where: str, params: list[Any], qvec: str, k: int,
+        owner: str | None
     ) -> list[tuple[Any, ...]]:
         """The cells nearest the query (`_HIT_COLS` and the cosine distance): exact over
         a filtered set of at most `EXACT_LIMIT` cells (`OWNER_EXACT_LIMIT` when the filter
-        names an owner), else HNSW, at the cell store's ef_search floor
-        (`ann.pg_ef_search`: lower when no owner is named)."""
-        exact_limit = OWNER_EXACT_LIMIT if owner else EXACT_LIMIT
-        floor = None if owner else ann.PG_CELL_EF_FLOOR
+        names an ``owner``), else HNSW: an owner's own index where it has one
+        (`pg_owner_indexes`), at the cell store's ef_search floor (`ann.pg_ef_search`),
+        which a filtered scan of the whole-table index raises."""
+        exact_limit = OWNER_EXACT_LIMIT if owner is not None else EXACT_LIMIT
+        # Planned with the owner's value, or the planner cannot use the owner's index
+        # (its predicate names the value): psycopg prepares a statement run 5 times, and
+        # PostgreSQL keeps a generic plan, made without values (docs/performance.md).
+        # Planning costs 1-3 ms, so only where there is such an index to use.
+        own_index = owner is not None and self._has_own_index(conn, owner)
+        prepare = False if own_index else None
+        # The owner's own graph holds only its cells, as the whole-table one holds all:
+        # the same floor finds 0.996 of the exact 10 at 960k (docs/performance.md).
+        floor = None if owner is not None and not own_index else ann.PG_CELL_EF_FLOOR
         d = self.dimensions
         has = f"vector_dims(c.embedding) = {d}"  # matches the partial index's predicate
         dist = f"c.embedding::vector({d}) <=> %s::vector({d})"  # matches its expression
@@ -708,7 +743,7 @@ class PostgresStore:
                 "SELECT b.small, n.* FROM (SELECT count(*) <= %s AS small FROM"
                 f" (SELECT 1 FROM cells c WHERE {where} LIMIT %s) s) b"
                 f" LEFT JOIN LATERAL ({scan}) n ON true",
-                (exact_limit, *params, exact_limit + 1, *args))
+                (exact_limit, *params, exact_limit + 1, *args), prepare=prepare)
         rows = cur.fetchall()
         if not rows or not rows[0][0]:
             return [r[1:] for r in rows if r[1] is not None]
@@ -721,6 +756,45 @@ class PostgresStore:
             f" WHERE {where} AND {has} ORDER BY distance LIMIT %s",
             (qvec, *params, max(k, 1)),
         ).fetchall()
+
+    def _has_own_index(self, conn: Conn, owner: str) -> bool:
+        """Whether ``owner`` has a valid index of its own, as this process last read it
+        (`OWNER_INDEXES_SEEN_SECONDS` ago at most)."""
+        seen_at, owners = self._owner_indexes
+        if time.monotonic() - seen_at > OWNER_INDEXES_SEEN_SECONDS:
+            assert self.dimensions is not None  # a vector step has a width
+            owners = pg_owner_indexes.indexed_owners(conn, self.dimensions)
+            self._owner_indexes = (time.monotonic(), owners)
+        return _pg_text(owner) in owners
+
+    def tend_owner_indexes(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> OwnerIndexReport | None:
+        """`CellStore.tend_owner_indexes`: ``progress`` is told table blocks read (a
+        build reads the table twice)."""
+        d = self.dimensions
+        if d is None:
+            return None  # opened without an embedder: which width is searched is unknown
+        with self.lease(OWNER_INDEX_LEASE, ttl_seconds=3600) as held:
+            if not held:
+                return OwnerIndexReport(skipped=True)
+            try:
+                # A connection of its own: a build holds it for minutes, outside any
+                # transaction (CONCURRENTLY).
+                with psycopg.connect(self.conninfo, autocommit=True,
+                                     connect_timeout=15) as conn:
+                    report = pg_owner_indexes.tend(
+                        conn, d if d <= HNSW_MAX_DIMENSIONS else None,
+                        self.ann_params.pg_storage(), OWNER_EXACT_LIMIT, progress,
+                        lambda: psycopg.connect(self.conninfo, autocommit=True,
+                                                connect_timeout=15))
+            except psycopg.OperationalError as exc:
+                raise ServiceUnavailable(
+                    "The cell store (PostgreSQL) is unavailable; try again shortly.",
+                    headers={"Retry-After": "5"},
+                ) from exc
+        self._owner_indexes = (-math.inf, frozenset())  # this process sees them at once
+        return report
 
     # -- lifecycle ------------------------------------------------------------------------
 
@@ -914,7 +988,8 @@ class PostgresStore:
     def vector_memory(self) -> dict[str, int] | None:
         """The database's bytes, not this process's: the HNSW index searched, the cells
         table (its rows are read for every hit, and for every cell an exact owner
-        search ranks) and the server's ``shared_buffers``. The 128 MB default is smaller
+        search ranks), the large owners' own indexes (`pg_owner_indexes`) and the
+        server's ``shared_buffers``. The 128 MB default is smaller
         than the index from about 80,000 cells of 256 dimensions, and then most of a
         search's pages are copied in from outside PostgreSQL's buffers: at 300k cells more
         than twice the server CPU of a search whose pages stay in them
@@ -922,11 +997,13 @@ class PostgresStore:
         with self._conn() as conn:
             row = conn.execute(
                 "SELECT coalesce(pg_relation_size(to_regclass(%s)), 0),"
-                " pg_relation_size('cells'), pg_size_bytes(current_setting('shared_buffers'))",
+                " pg_relation_size('cells'), pg_size_bytes(current_setting('shared_buffers')),"
+                " (SELECT coalesce(sum(pg_relation_size(to_regclass(name))), 0)"
+                " FROM cell_owner_indexes)",
                 (_hnsw_index(self.dimensions),),
             ).fetchone()
         assert row is not None
-        return {"hnsw_index": int(row[0]), "table": int(row[1]),
+        return {"hnsw_index": int(row[0]), "owner_indexes": int(row[3]), "table": int(row[1]),
                 "shared_buffers": int(row[2])}
 
     def close(self) -> None:

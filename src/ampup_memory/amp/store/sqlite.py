@@ -12,7 +12,7 @@ import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -29,6 +29,7 @@ from ampup_memory.amp.store.base import (
     EmbeddingSource,
     Hit,
     KeyRecord,
+    OwnerIndexReport,
     PassRecord,
     StoreInfo,
 )
@@ -722,6 +723,11 @@ class SQLiteStore:
                     written += 1
                     seq += 1
         return written
+
+    def tend_owner_indexes(
+        self, progress: Callable[[int, int], None] | None = None
+    ) -> OwnerIndexReport | None:
+        return None  # a large owner's block is built in memory as it is searched
 
     def graphs(self) -> dict[str, int] | None:
         """Counters of the cell vectors' HNSW graph (`GraphStats`)."""
