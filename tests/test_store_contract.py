@@ -1383,13 +1383,14 @@ def test_a_large_owner_gets_a_vector_index_of_its_own_where_the_database_keeps_t
     from ampup_memory.amp.store import postgres as pg
 
     monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 20)
+    big = "o'brien; drop table cells; -- ünï"  # reaches DDL: quoted, never spliced
     words = "tea trains coffee boats maps rain paint music bread chess kites".split()
     for n in range(30):  # each text its own words: no two vectors alike, no ties
         text = " ".join(words[(n * 7 + i * i) % len(words)] for i in range(n % 5 + 2))
-        add(store, make(n + 1, f"{text} {n}", owner="user_big", public=True))
+        add(store, make(n + 1, f"{text} {n}", owner=big, public=True))
     for n in range(5):
         add(store, make(100 + n, f"a small owner's note {n} about tea", public=True))
-    search = CellFilter(agent_id="agent_a", owner_id="user_big")
+    search = CellFilter(agent_id="agent_a", owner_id=big)
     vector = EMBED.embed(["tea with trains"])[0]
 
     def found() -> list[str]:
@@ -1406,9 +1407,9 @@ def test_a_large_owner_gets_a_vector_index_of_its_own_where_the_database_keeps_t
     assert report is not None
     # Progress in table blocks read: none at first, all of them (two scans) at the end.
     assert told[0][0] == 0 and told[-1][0] == told[-1][1] > 0, told
-    assert report.wire() == {"built": ["user_big"], "dropped": [], "kept": [], "failed": [],
+    assert report.wire() == {"built": [big], "dropped": [], "kept": [], "failed": [],
                              "skipped": False}
-    name = pg_owner_indexes.index_name("user_big", DIMS)
+    name = pg_owner_indexes.index_name(big, DIMS)
     url = store_uri
     with psycopg.connect(url) as conn:
         row = conn.execute(
@@ -1416,13 +1417,13 @@ def test_a_large_owner_gets_a_vector_index_of_its_own_where_the_database_keeps_t
             " JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam"
             " WHERE i.indexrelid = to_regclass(%s)", (name,)).fetchone()
     assert row is not None and row[0] and row[2] == "hnsw", row
-    assert "'user_big'" in row[1] and f"vector_dims(embedding) = {DIMS}" in row[1], row
+    assert "'o''brien; drop table cells; -- ünï'" in row[1] and f"vector_dims(embedding) = {DIMS}" in row[1], row
     assert store.vector_memory()["owner_indexes"] > 0  # type: ignore[index]
     assert found() == before
     monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 50)  # 30 live cells: over half of it
-    assert store.tend_owner_indexes().kept == ["user_big"]  # type: ignore[union-attr]
+    assert store.tend_owner_indexes().kept == [big]  # type: ignore[union-attr]
     monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 70)  # under half: the index goes
-    assert store.tend_owner_indexes().dropped == ["user_big"]  # type: ignore[union-attr]
+    assert store.tend_owner_indexes().dropped == [big]  # type: ignore[union-attr]
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT to_regclass(%s)", (name,)).fetchone() == (None,)
     assert store.vector_memory()["owner_indexes"] == 0  # type: ignore[index]
