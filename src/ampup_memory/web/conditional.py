@@ -46,19 +46,24 @@ def quote(opaque: str) -> str:
 def _tags(value: str) -> list[tuple[bool, str]] | None:
     """The (weak, opaque) tags of an If-Match / If-None-Match value; None for ``*``. A
     value that does not parse holds no tag, so it matches nothing (RFC 9110 13.1: a
-    malformed condition must not be read as absent)."""
+    malformed condition must not be read as absent), even when it begins with one: a
+    write under `If-Match: <tag>, garbage` is refused, not let through on its first tag."""
     value = value.strip()
     if value == ANY:
         return None
     tags: list[tuple[bool, str]] = []
     pos = 0
-    while pos < len(value):
+    while True:
+        # Empty list elements (`"a",,"b"`, a leading or trailing comma) are ignored (RFC
+        # 9110 5.6.1.2): a tag after one still counts.
+        pos = len(value) - len(value[pos:].lstrip(" \t,"))
+        if pos == len(value):
+            return tags
         found = _TAG.match(value, pos)
         if found is None:
-            return tags
+            return []
         tags.append((found.group(1) is not None, found.group(2)))
         pos = found.end()
-    return tags
 
 
 def _opaque(etag: str) -> str:
@@ -107,8 +112,15 @@ def _matches(header: str, current: str | None, *, strong: bool) -> bool:
 
 
 def condition(request: Request) -> Condition:
-    """The request's If-Match / If-None-Match (a FastAPI dependency)."""
-    return Condition(request.headers.get("if-match"), request.headers.get("if-none-match"))
+    """The request's If-Match / If-None-Match (a FastAPI dependency). A header sent on
+    several lines is one list (RFC 9110 5.3): reading only the first line refused a write
+    whose current tag came on the second."""
+    return Condition(_header(request, "if-match"), _header(request, "if-none-match"))
+
+
+def _header(request: Request, name: str) -> str | None:
+    lines = request.headers.getlist(name)
+    return ", ".join(lines) if lines else None
 
 
 def with_etag(response: Response, etag: str | None) -> Response:
