@@ -127,6 +127,13 @@ def test_malformed_json_and_missing_user(m: Memory) -> None:
     assert error(r) == (422, "VALIDATION_ERROR")
     anon = m.http.get("/ledger", params={"scope": "a/b"}, headers={"X-AmpUp-User": ""})
     assert error(anon) == (401, "MISSING_USER")
+    # No principal body at all is the body missing (loc ["body"]), not a field named "body".
+    for empty in (b"", b"  "):
+        r = m.http.put("/principals/dana", content=empty,
+                       headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+        assert error(r) == (422, "VALIDATION_ERROR"), r.text
+        [problem] = r.json()["error"]["details"]["errors"]
+        assert (problem["loc"], problem["type"]) == (["body"], "missing"), r.text
 
 
 def test_batch_is_one_commit_and_idempotent(m: Memory) -> None:

@@ -317,7 +317,8 @@ async def put_principal(request: Request, user: UserPath, cond: ConditionDep) ->
     """Replace the user's groups and roles; with If-Match, only over that version."""
     raw = await request.body()
     if not raw.strip():  # replacing groups and roles with nothing must be said, not implied
-        raise field_error(["body"], "a JSON body {groups, roles} is required", "missing")
+        raise field_error(["body"], "a JSON body {groups, roles} is required", "missing",
+                          located=True)  # the body itself, not a field named "body"
     req = parse_body(PrincipalBody, raw)
     principal = await run_in_threadpool(service(request).set_principal, user, req.groups,
                                         req.roles, "admin", cond)
