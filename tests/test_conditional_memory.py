@@ -101,6 +101,28 @@ def test_schema_create_only_then_if_match(pair: list[Memory]) -> None:
     assert a.http.get(schema_path(scope), headers={"If-None-Match": second}).status_code == 304
 
 
+def test_schema_history_read_is_tagged_by_its_newest_version(pair: list[Memory]) -> None:
+    """`history=true` as of a past time shows the old version beside every later one: its
+    tag was the old version's commit, so a version set afterwards left it unchanged and
+    a conditional read answered 304 over a history that had grown."""
+    a, _ = pair
+    scope = new_scope()
+    r = a.http.put(schema_path(scope), json={"builtin": "sales"}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    past = {"as_of": r.json()["set_at"], "history": "true"}
+    held = a.http.get(schema_path(scope), params=past)
+    assert held.headers["ETag"] == r.headers["ETag"]
+    r = a.http.put(schema_path(scope), json={"builtin": "engineering"}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    again = a.http.get(schema_path(scope), params=past,
+                       headers={"If-None-Match": held.headers["ETag"]})
+    assert again.status_code == 200, again.status_code
+    assert again.json()["name"] == "sales" and len(again.json()["history"]) == 2
+    assert again.headers["ETag"] == r.headers["ETag"]  # the newest version's, as PUT's
+    assert a.http.get(schema_path(scope), params=past,
+                      headers={"If-None-Match": r.headers["ETag"]}).status_code == 304
+
+
 def test_schema_writers_holding_one_tag_one_wins(pair: list[Memory]) -> None:
     a, _ = pair
     scope = new_scope()

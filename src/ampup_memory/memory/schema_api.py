@@ -52,8 +52,13 @@ ConditionDep = Annotated[Condition, Depends(condition)]
 
 
 def _etag(answer: dict[str, Any]) -> dict[str, str]:
-    """The schema's version (memory/schemas.py `schema_etag`): the commit that set it."""
-    return {"ETag": quote(answer["commit"])} if answer.get("commit") else {}
+    """The schema's version (memory/schemas.py `schema_etag`): the commit that set it. An
+    answer with its ``history`` (oldest first) is the newest version's: read as of a past
+    time, the shown version's commit stayed while a later version grew the history, and a
+    conditional read answered 304 over a stale list."""
+    history = answer.get("history")
+    commit = history[-1]["commit"] if history else answer.get("commit")
+    return {"ETag": quote(commit)} if commit else {}
 
 
 @router.put("/schemas/{org}/{team}", responses={200: etag_response(), **errors({
