@@ -36,6 +36,7 @@ from ampup_memory.web.admin import AdminDep
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.conditional import (
     PRECONDITION_DOC,
+    READ_PRECONDITION_DOC,
     Condition,
     condition,
     conditional_doc,
@@ -87,7 +88,7 @@ async def put_schema(request: Request, org: NamePart, team: NamePart,
     200: etag_response("The schema; its version (commit) in ETag when there is one"),
     304: {"description": "Not Modified: If-None-Match names the current ETag"},
     **errors({401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit",
-              422: INVALID, 503: UNAVAILABLE})},
+              412: READ_PRECONDITION_DOC, 422: INVALID, 503: UNAVAILABLE})},
     openapi_extra=merged(USER_DOC, conditional_doc(read=True)))
 def read_schema(
     request: Request, user: UserDep, org: NamePart, team: NamePart, cond: ConditionDep,

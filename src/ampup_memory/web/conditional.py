@@ -134,8 +134,13 @@ def not_modified(etag: str) -> Response:
 
 
 def read_answer(condition: Condition, body: Any, etag: str | None) -> Response:
-    """A read's answer: 304 when the caller's If-None-Match holds ``etag`` already, else
-    ``body`` as JSON with its ``ETag`` (none when the resource has no version yet)."""
+    """A read's answer: 412 when its If-Match names no current version (RFC 9110 13.1.1:
+    a read evaluates it too, before If-None-Match; ignored, it served a version the caller
+    said it did not want), 304 when the caller's If-None-Match holds ``etag`` already,
+    else ``body`` as JSON with its ``ETag`` (none when the resource has no version yet).
+    Called only once the caller may read the resource: a 412 confirms nothing."""
+    if condition.if_match is not None:
+        Condition(if_match=condition.if_match).check(etag)
     if etag is not None and condition.not_modified(etag):
         return not_modified(etag)
     return JSONResponse(body, headers={"ETag": etag} if etag is not None else None)
@@ -154,11 +159,15 @@ def etag_response(description: str = "Successful Response") -> dict[str, Any]:
 def conditional_doc(*, read: bool = False) -> dict[str, Any]:
     """The If-Match / If-None-Match header parameters, for ``openapi_extra``."""
     if read:
-        return {"parameters": [{
-            "name": "If-None-Match", "in": "header", "required": False,
-            "description": "An ETag this resource gave: 304 Not Modified when it is still "
-                           "the current version.",
-            "schema": {"type": "string"}}]}
+        return {"parameters": [
+            {"name": "If-Match", "in": "header", "required": False,
+             "description": "Answer only if the resource is still this ETag (`*`: if it "
+                            "has a version); otherwise 412 PRECONDITION_FAILED.",
+             "schema": {"type": "string"}},
+            {"name": "If-None-Match", "in": "header", "required": False,
+             "description": "An ETag this resource gave: 304 Not Modified when it is still "
+                            "the current version.",
+             "schema": {"type": "string"}}]}
     return {"parameters": [
         {"name": "If-Match", "in": "header", "required": False,
          "description": "Write only if the resource is still this ETag (`*`: if it "
@@ -173,7 +182,10 @@ def conditional_doc(*, read: bool = False) -> dict[str, Any]:
 
 PRECONDITION_DOC = ("PRECONDITION_FAILED: If-Match names a version that is no longer "
                     "current, or If-None-Match one that is; nothing changed")
+READ_PRECONDITION_DOC = ("PRECONDITION_FAILED: If-Match names no current version (`*`: "
+                         "the resource has none)")
 
 
-__all__ = ["ANY", "Condition", "PRECONDITION_DOC", "condition", "conditional_doc",
-           "etag_of", "etag_response", "not_modified", "quote", "read_answer", "with_etag"]
+__all__ = ["ANY", "Condition", "PRECONDITION_DOC", "READ_PRECONDITION_DOC", "condition",
+           "conditional_doc", "etag_of", "etag_response", "not_modified", "quote",
+           "read_answer", "with_etag"]
