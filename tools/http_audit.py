@@ -16,7 +16,9 @@ Two parts per server (docs/testing.md, "The HTTP audit"):
    documented ``responses``; a body over ``max_request_bytes`` and JSON nested 100,000 deep
    on every body route; NUL, a lone surrogate, right-to-left marks, combining marks and
    10,000 characters in every path segment and every top-level string field; each query
-   parameter twice; HEAD, OPTIONS, TRACE and an unknown method on every path; forged,
+   parameter twice; odd If-Match / If-None-Match values (and each twice) on every route
+   that takes them, and on every read answering an ETag a 304 for its tag and a 412 for a
+   stale If-Match; HEAD, OPTIONS, TRACE and an unknown method on every path; forged,
    stale and another caller's pagination cursors; the caller and key matrix (keys on: no
    key, a wrong key, another agent's key, an unknown agent must be one identical 401);
    admin routes without the admin credential; another caller's records against missing
@@ -489,6 +491,48 @@ def probe_inputs(audit: Audit, http: httpx.Client, seeded: dict[str, Any],
             send(content=json.dumps(body), headers={"Content-Type": "text/plain"})
 
 
+# If-Match / If-None-Match values a client may send: malformed, weak, lists with empty
+# elements, `*` inside a list, a huge one, bytes no text holds.
+CONDITION_VALUES: list[str | bytes] = [
+    "", "*", "W/\"x\"", "\"x\"", "\"a\",,\"b\"", ",", "*, \"x\"", "garbage", "W/",
+    "\"" + "x" * 8000 + "\"", b"\"\xff\"", "\"x\" \"y\""]
+
+
+def probe_conditions(audit: Audit, http: httpx.Client, seeded: dict[str, Any]) -> None:
+    """Odd If-Match / If-None-Match values, and twice, on every route that takes them: a
+    documented answer. And every read that answers an ETag judges them as RFC 9110 does:
+    If-None-Match with its tag is a 304, and If-Match with another tag a 412, never the
+    200 of a condition ignored."""
+    for method, template, op in operations(audit.spec):
+        url = fill(template, targets(method, seeded))
+        query = base_query(op, seeded)
+        body = body_example(op, audit.spec, seeded)
+        as_json: dict[str, Any] = {} if body is None else {"json": body}
+        names = [p["name"] for p in op.get("parameters", [])
+                 if p["in"] == "header" and p["name"] in ("If-Match", "If-None-Match")]
+        for name in names:
+            for value in CONDITION_VALUES:
+                audit.check(http, method, url, template, params=query,
+                            headers={name: value}, **as_json)
+            audit.check(http, method, url, template, params=query,
+                        headers=[(name, '"x"'), (name, '"y"')], **as_json)
+        if method != "GET":
+            continue
+        got = http.get(url, params=query)
+        tag = got.headers.get("etag")
+        if got.status_code != 200 or tag is None:
+            continue
+        shown = f"GET {url}"
+        r = audit.check(http, "GET", url, template, params=query,
+                        headers={"If-None-Match": tag})
+        if r is not None and r.status_code != 304:
+            audit.find("If-None-Match with the ETag not 304", shown, r.status_code, r.text)
+        r = audit.check(http, "GET", url, template, params=query,
+                        headers={"If-Match": '"audit-stale"'})
+        if r is not None and r.status_code != 412:
+            audit.find("a stale If-Match on a read not 412", shown, r.status_code, r.text)
+
+
 def probe_methods(audit: Audit, http: httpx.Client, seeded: dict[str, Any]) -> None:
     """HEAD answers as GET does, without a body; any other method the path does not serve
     is a 405 whose Allow lists exactly the served ones."""
@@ -680,6 +724,7 @@ def audit_one(config: Config, pg: PostgresFactory | None, out: Path, examples: i
             with plain_client(base_url=proc.url, timeout=120, headers=main) as http:
                 probe_inputs(audit, http, seeded, max_bytes)
                 probe_methods(audit, http, seeded)
+                probe_conditions(audit, http, seeded)
                 probe_cursors(audit, http, seeded, hidden, callers["other"])
             probe_callers(audit, callers, seeded)
             probe_leaks(audit, callers, hidden)
