@@ -283,6 +283,9 @@ BINDINGS = {
     "runs": ["path.run_id", "body.run"],
     "snapshots": ["path.snapshot_id"], "sessions": ["path.session_id", "body.session"],
     "orgs": ["path.org"], "teams": ["path.team"], "users": ["path.user"],
+    # The seeded fact's entity and predicate, the seeded document: past "no such value".
+    "entities": ["body.entity", "query.entity"],
+    "predicates": ["body.predicate", "query.predicate"], "documents": ["body.document"],
 }
 
 
@@ -315,7 +318,8 @@ def schemathesis_config(seeded: dict[str, Any], headers: dict[str, str], example
               "runs": [seeded["run_id"]], "snapshots": [seeded["snapshot_id"]],
               "sessions": [seeded["session_id"]], "orgs": [seeded["org"]],
               "teams": [seeded["team"]], "users": [seeded["user"]],
-              "branches": ["trial", "main"],
+              "branches": ["trial", "main"], "entities": ["acme"], "predicates": ["plan"],
+              "documents": ["plan"],
               "doomed_memories": [doomed["memory_id"]],
               "doomed_workspaces": [doomed["workspace_id"]],
               "doomed_pins": [doomed["pin_id"]], "doomed_snapshots": [doomed["snapshot_id"]],
