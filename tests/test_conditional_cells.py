@@ -152,6 +152,69 @@ def test_star_weak_lists_and_if_none_match(clients: list[httpx.Client]) -> None:
     assert r.status_code == 200 and r.json()["scoring"]["importance"] == 0.7
 
 
+def test_header_lists_as_rfc_9110_reads_them(clients: list[httpx.Client]) -> None:
+    """A header on two lines is one list, and empty list elements are ignored (RFC 9110
+    5.3, 5.6.1.2): only the first line was read, and a tag after `,,` was lost, so a write
+    naming the current tag was refused and a read holding it got the body again. A value
+    with anything that is no tag matches nothing, even after a good tag."""
+    a, _ = clients
+    who = me()
+    cell = create(a, who)
+    path = f"/memories/{cell['id']}"
+    importance = iter([0.5 + n / 100 for n in range(20)])
+
+    def patch(*headers: tuple[str, str]) -> httpx.Response:
+        return a.patch(path, headers=[*who.items(), *headers],
+                       json={"scoring": {"importance": next(importance)}})
+
+    tag = etag(a, who, cell["id"])
+    r = patch(("If-Match", '"x"'), ("If-Match", tag))
+    assert r.status_code == 200, r.text
+    tag = r.headers["ETag"]
+    r = patch(("If-Match", f'"x",, {tag},'))
+    assert r.status_code == 200, r.text
+    tag = r.headers["ETag"]
+    for malformed in (f"{tag}, garbage", f"*, {tag}", f"{tag}{tag}"):
+        assert patch(("If-Match", malformed)).status_code == 412, malformed
+    # The current tag on If-None-Match's second line, or after an empty element: refused.
+    assert patch(("If-None-Match", '"x"'), ("If-None-Match", tag)).status_code == 412
+    assert patch(("If-None-Match", f',,"x",,W/{tag}')).status_code == 412
+    for held in (f'"x",,{tag}', f", {tag}"):
+        r = a.get(path, headers={**who, "If-None-Match": held})
+        assert r.status_code == 304 and r.headers["ETag"] == tag, (held, r.status_code)
+    r = a.get(path, headers=[*who.items(), ("If-None-Match", '"x"'), ("If-None-Match", tag)])
+    assert r.status_code == 304, r.status_code
+    assert text_of(a, who, cell["id"]) == "the deploy window is Tuesday"
+
+
+def test_a_read_judges_if_match_first(clients: list[httpx.Client]) -> None:
+    """If-Match on GET (RFC 9110 13.1.1) was ignored: a read naming a version the cell no
+    longer had got the new one as a 200. Now 412, before If-None-Match's 304; a caller
+    who may not read the cell gets the one 403 whatever it sends."""
+    a, b = clients
+    who = me()
+    cell = create(a, who)
+    path = f"/memories/{cell['id']}"
+    tag = etag(a, who, cell["id"])
+    for held in (tag, "*"):
+        r = b.get(path, headers={**who, "If-Match": held})
+        assert (r.status_code, r.headers["ETag"]) == (200, tag), r.text
+    for stale in ('"stale"', "W/" + tag):
+        r = b.get(path, headers={**who, "If-Match": stale})
+        assert r.status_code == 412, r.text
+        assert r.json()["error"]["code"] == "PRECONDITION_FAILED"
+    r = a.get(path, headers={**who, "If-Match": '"stale"', "If-None-Match": tag})
+    assert r.status_code == 412, r.status_code
+    assert a.get(path, headers={**who, "If-Match": tag, "If-None-Match": tag}
+                 ).status_code == 304
+    assert a.head(path, headers={**who, "If-Match": '"stale"'}).status_code == 412
+    stranger = {**me(), "If-Match": '"stale"'}
+    answers = [a.get(f"/memories/{cid}", headers=stranger)
+               for cid in (cell["id"], "mem_01J00000000000000000000000")]
+    assert [r.status_code for r in answers] == [403, 403]
+    assert answers[0].text == answers[1].text
+
+
 def test_archive_then_delete_under_if_match(clients: list[httpx.Client]) -> None:
     a, b = clients
     who = me()

@@ -101,6 +101,28 @@ def test_schema_create_only_then_if_match(pair: list[Memory]) -> None:
     assert a.http.get(schema_path(scope), headers={"If-None-Match": second}).status_code == 304
 
 
+def test_schema_history_read_is_tagged_by_its_newest_version(pair: list[Memory]) -> None:
+    """`history=true` as of a past time shows the old version beside every later one: its
+    tag was the old version's commit, so a version set afterwards left it unchanged and
+    a conditional read answered 304 over a history that had grown."""
+    a, _ = pair
+    scope = new_scope()
+    r = a.http.put(schema_path(scope), json={"builtin": "sales"}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    past = {"as_of": r.json()["set_at"], "history": "true"}
+    held = a.http.get(schema_path(scope), params=past)
+    assert held.headers["ETag"] == r.headers["ETag"]
+    r = a.http.put(schema_path(scope), json={"builtin": "engineering"}, headers=ADMIN)
+    assert r.status_code == 200, r.text
+    again = a.http.get(schema_path(scope), params=past,
+                       headers={"If-None-Match": held.headers["ETag"]})
+    assert again.status_code == 200, again.status_code
+    assert again.json()["name"] == "sales" and len(again.json()["history"]) == 2
+    assert again.headers["ETag"] == r.headers["ETag"]  # the newest version's, as PUT's
+    assert a.http.get(schema_path(scope), params=past,
+                      headers={"If-None-Match": r.headers["ETag"]}).status_code == 304
+
+
 def test_schema_writers_holding_one_tag_one_wins(pair: list[Memory]) -> None:
     a, _ = pair
     scope = new_scope()
@@ -181,6 +203,53 @@ def test_acl_if_match_and_no_probe(pair: list[Memory]) -> None:
             headers={"If-Match": new}))
         for i, e in enumerate(["group:g1", "group:g2", "group:g3", "group:g4"])])
     assert sorted(codes) == [200, 412, 412, 412], codes
+
+
+# -- If-Match on the reads -----------------------------------------------------------------
+
+def test_every_versioned_read_judges_if_match(pair: list[Memory]) -> None:
+    """RFC 9110 13.1.1: If-Match is judged on a read too, before If-None-Match. It was
+    ignored, so a read naming a version it no longer had got another one as a 200."""
+    a, _ = pair
+    scope = new_scope()
+    r = a.write(scope, "the Q4 plan", acl=["user:alice"])
+    assert r.status_code == 201, r.text
+    ep = r.json()["id"]
+    schema = schema_path(scope)
+    for cond in ("*", '"x"'):  # no schema yet: no version to match
+        r = a.http.get(schema, headers={"If-Match": cond})
+        assert r.status_code == 412 and code(r) == "PRECONDITION_FAILED", r.text
+    assert a.http.put(schema, json={"builtin": "sales"}, headers=ADMIN).status_code == 200
+    reads: dict[str, Callable[[dict[str, str]], httpx.Response]] = {
+        "episode": lambda h: a.http.get(f"/episodes/{ep}", params={"scope": scope}, headers=h),
+        "schema": lambda h: a.http.get(schema, headers=h),
+        "principal": lambda h: a.http.get("/principals/ifm-user", headers={**ADMIN, **h}),
+        "sources": lambda h: a.http.get("/procedures/sources", params={"scope": scope},
+                                        headers={**ADMIN, **h}),
+    }
+    for name, read in reads.items():
+        plain = read({})
+        assert plain.status_code == 200, (name, plain.text)
+        tag = plain.headers["ETag"]
+        for held in (tag, "*", f'"x", {tag}'):
+            r = read({"If-Match": held})
+            assert (r.status_code, r.headers["ETag"]) == (200, tag), (name, held, r.text)
+        for stale in ('"stale"', "W/" + tag, ""):
+            r = read({"If-Match": stale})
+            assert r.status_code == 412 and code(r) == "PRECONDITION_FAILED", (name, stale)
+        # If-Match first: a stale one is 412 even where If-None-Match would say 304.
+        r = read({"If-Match": '"stale"', "If-None-Match": tag})
+        assert r.status_code == 412, (name, r.status_code)
+        assert read({"If-Match": tag, "If-None-Match": tag}).status_code == 304, name
+    # A caller who may not read the episode gets the unknown id's 404, never the 412.
+    bob = a.as_user("bob")
+    try:
+        answers = [bob.http.get(f"/episodes/{i}", params={"scope": scope},
+                                headers={"If-Match": '"stale"'}) for i in (ep, "0" * 64)]
+        assert [r.status_code for r in answers] == [404, 404]
+        assert answers[0].text == answers[1].text
+    finally:
+        bob.close()
 
 
 # -- the procedure sources -----------------------------------------------------------------

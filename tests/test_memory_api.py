@@ -127,6 +127,13 @@ def test_malformed_json_and_missing_user(m: Memory) -> None:
     assert error(r) == (422, "VALIDATION_ERROR")
     anon = m.http.get("/ledger", params={"scope": "a/b"}, headers={"X-AmpUp-User": ""})
     assert error(anon) == (401, "MISSING_USER")
+    # No principal body at all is the body missing (loc ["body"]), not a field named "body".
+    for empty in (b"", b"  "):
+        r = m.http.put("/principals/dana", content=empty,
+                       headers={"X-AMP-Admin-Token": ADMIN_TOKEN})
+        assert error(r) == (422, "VALIDATION_ERROR"), r.text
+        [problem] = r.json()["error"]["details"]["errors"]
+        assert (problem["loc"], problem["type"]) == (["body"], "missing"), r.text
 
 
 def test_batch_is_one_commit_and_idempotent(m: Memory) -> None:
@@ -255,6 +262,12 @@ def test_ledger_pages(m: Memory) -> None:
                                         "before": page["next_before"]}).json()
     assert [c["id"] for c in nxt["commits"]] == ids[::-1][2:4]
     assert error(m.http.get("/ledger", params={"scope": scope, "before": "nope"}))[0] == 422
+    for blank in ("", " ", "\t"):  # blank names no commit: string_blank, as at_commit says
+        r = m.http.get("/ledger", params={"scope": scope, "before": blank})
+        assert error(r) == (422, "VALIDATION_ERROR"), r.text
+        (one,) = r.json()["error"]["details"]["errors"]
+        assert (one["loc"], one["type"]) == (["query", "before"], "string_blank"), r.text
+        assert "leave before out" in one["msg"], r.text
     assert error(m.http.get("/ledger", params={"scope": scope, "limit": 0}))[0] == 422
     assert m.http.get("/ledger", params={"scope": new_scope()}).json() == {
         "commits": [], "next_before": None}

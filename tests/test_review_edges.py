@@ -576,7 +576,8 @@ def test_a_blank_query_parameter_is_refused_never_read_as_left_out(m: Memory) ->
         if get is None:
             continue
         names = {p["name"] for p in get.get("parameters", []) if p["in"] == "query"}
-        named = names & {"branch", "at_commit", "predicate", "situation", "entity", "after"}
+        named = names & {"branch", "at_commit", "predicate", "situation", "entity", "after",
+                         "before"}
         if not named:
             continue
         url = path.format(**filled)
@@ -585,15 +586,15 @@ def test_a_blank_query_parameter_is_refused_never_read_as_left_out(m: Memory) ->
                 params = {k: v for k, v in needs.items() if k in names}
                 params[name] = blank
                 r = m.http.get(url, params=params)
-                if name == "after" and r.status_code == 422 and r.json()["error"][
-                        "details"]["errors"][0]["type"] != "string_blank":
+                if name in ("after", "before") and r.status_code == 422 and r.json()[
+                        "error"]["details"]["errors"][0]["type"] != "string_blank":
                     continue  # a cursor of a set form (an episode id) says so in its words
                 _blank_refused(r, ["query", name])
                 checked.add((path, name))
     assert {("/facts", "branch"), ("/ledger", "branch"), ("/runs", "branch"),
             ("/schemas/{org}/{team}", "branch"), ("/episodes/{episode_id}", "at_commit"),
             ("/facts", "predicate"), ("/facts", "entity"), ("/notes", "situation"),
-            ("/entities", "after")} <= checked, checked
+            ("/entities", "after"), ("/ledger", "before")} <= checked, checked
     # The same in a body, and beside a pin (which holds its own branch).
     _blank_refused(m.http.post("/episodes", json={
         "scope": scope, "branch": "", "source": "doc:x", "body": "x", "acl": ["*"]}),

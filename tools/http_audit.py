@@ -16,7 +16,9 @@ Two parts per server (docs/testing.md, "The HTTP audit"):
    documented ``responses``; a body over ``max_request_bytes`` and JSON nested 100,000 deep
    on every body route; NUL, a lone surrogate, right-to-left marks, combining marks and
    10,000 characters in every path segment and every top-level string field; each query
-   parameter twice; HEAD, OPTIONS, TRACE and an unknown method on every path; forged,
+   parameter twice; odd If-Match / If-None-Match values (and each twice) on every route
+   that takes them, and on every read answering an ETag a 304 for its tag and a 412 for a
+   stale If-Match; HEAD, OPTIONS, TRACE and an unknown method on every path; forged,
    stale and another caller's pagination cursors; the caller and key matrix (keys on: no
    key, a wrong key, another agent's key, an unknown agent must be one identical 401);
    admin routes without the admin credential; another caller's records against missing
@@ -55,6 +57,7 @@ from tests.pg import PostgresFactory, postgres_factory  # noqa: E402
 from tests.server_process import ServerProcess, plain_client  # noqa: E402
 
 ADMIN_TOKEN = "audit-admin-token"
+DOOMED_BRANCH = "doomed"
 USER, OTHER = "aud.user", "aud.other"
 AGENT, OTHER_AGENT, PLAIN_AGENT = "aud_agent", "aud_other", "aud_plain"
 QUIET = {"AMP_ADMIN_TOKEN": ADMIN_TOKEN, "AMP_EMBEDDING_PROVIDER": "hash",
@@ -240,7 +243,21 @@ def seed(url: str, caller: Caller) -> dict[str, Any]:
         cell = _ok(http.post("/amp/v1/memories", json={
             "type": "semantic", "content": {"text": "Acme prefers e-mail."},
             "identity": {"owner_id": caller.agent, "owner_type": "agent"}}))
+        # A record of each kind a DELETE ends, for the DELETEs alone: deleting the seeded
+        # one ended it for every other route (the cell's PATCH, the workspace's routes),
+        # whose requests then all stopped at "not found" and never reached their checks.
+        doomed_ws = _ok(http.post("/workspaces", json={"name": "doomed", "ttl": "1h"}))
+        _ok(http.post("/branches", json={"scope": scope, "name": DOOMED_BRANCH}))
+        doomed = {
+            "memory_id": _ok(http.post("/amp/v1/memories", json={
+                "type": "semantic", "content": {"text": "To be deleted."},
+                "identity": {"owner_id": caller.agent, "owner_type": "agent"}}))["id"],
+            "workspace_id": doomed_ws["id"], "name": DOOMED_BRANCH,
+            "pin_id": _ok(http.post("/pin", json={"scope": scope, "ttl": "1h"}))["id"],
+            "snapshot_id": _ok(http.post(f"/workspaces/{ws['id']}/snapshots"))["id"],
+        }
         return {
+            "doomed": doomed,
             "scope": scope, "org": scope.split("/")[0], "team": scope.split("/")[1],
             "episodes": episodes, "commits": [batch["commit"], fact["commit"]],
             "episode_id": episodes[1], "name": "trial", "user": caller.user,
@@ -258,23 +275,55 @@ def seed(url: str, caller: Caller) -> dict[str, Any]:
 BINDINGS = {
     "scopes": ["query.scope", "body.scope"],
     "commits": ["query.at_commit", "body.at_commit", "query.before"],
-    "episodes": ["path.episode_id"], "branches": ["path.name"],
+    "episodes": ["path.episode_id"],
+    # A branch that exists (the seeded one, main) gets past "unknown branch" (404).
+    "branches": ["path.name", "query.branch", "body.branch", "body.from", "body.into"],
     "memories": ["path.memory_id", "body.id"],
     "workspaces": ["path.workspace_id"], "pins": ["path.pin_id"],
     "runs": ["path.run_id", "body.run"],
     "snapshots": ["path.snapshot_id"], "sessions": ["path.session_id", "body.session"],
     "orgs": ["path.org"], "teams": ["path.team"], "users": ["path.user"],
+    # The seeded fact's entity and predicate, the seeded document: past "no such value".
+    "entities": ["body.entity", "query.entity"],
+    "predicates": ["body.predicate", "query.predicate"], "documents": ["body.document"],
 }
+
+
+# (operation, parameter, dictionary) bound for that operation alone, over BINDINGS: a
+# `before` is a commit on /ledger but a run or session id on /runs and /sessions (bound to
+# commits, their seeded cursors were never sent), and a DELETE ends its own record
+# (`doomed`, see `seed`), not the one every other route reads.
+OPERATION_BINDINGS = [
+    ("GET", "/runs", "query.before", "runs"),
+    ("GET", "/sessions", "query.before", "sessions"),
+    ("DELETE", "/amp/v1/memories/{memory_id}", "path.memory_id", "doomed_memories"),
+    ("DELETE", "/workspaces/{workspace_id}", "path.workspace_id", "doomed_workspaces"),
+    ("DELETE", "/pin/{pin_id}", "path.pin_id", "doomed_pins"),
+    ("DELETE", "/snapshots/{snapshot_id}", "path.snapshot_id", "doomed_snapshots"),
+    ("DELETE", "/branches/{name}", "path.name", "doomed_branches"),
+]
+
+
+def targets(method: str, seeded: dict[str, Any]) -> dict[str, Any]:
+    """The seeded values a request of ``method`` names: a DELETE its doomed records."""
+    return {**seeded, **seeded["doomed"]} if method.upper() == "DELETE" else seeded
 
 
 def schemathesis_config(seeded: dict[str, Any], headers: dict[str, str], examples: int,
                         seed_value: int, keys: bool) -> str:
+    doomed = seeded["doomed"]
     values = {"scopes": [seeded["scope"]], "commits": seeded["commits"],
               "episodes": seeded["episodes"], "memories": [seeded["memory_id"]],
               "workspaces": [seeded["workspace_id"]], "pins": [seeded["pin_id"]],
               "runs": [seeded["run_id"]], "snapshots": [seeded["snapshot_id"]],
               "sessions": [seeded["session_id"]], "orgs": [seeded["org"]],
-              "teams": [seeded["team"]], "users": [seeded["user"]], "branches": ["trial"]}
+              "teams": [seeded["team"]], "users": [seeded["user"]],
+              "branches": ["trial", "main"], "entities": ["acme"], "predicates": ["plan"],
+              "documents": ["plan"],
+              "doomed_memories": [doomed["memory_id"]],
+              "doomed_workspaces": [doomed["workspace_id"]],
+              "doomed_pins": [doomed["pin_id"]], "doomed_snapshots": [doomed["snapshot_id"]],
+              "doomed_branches": [doomed["name"]]}
     # Health checks judge the generator (a path pattern few strings match), not the server.
     lines = [f"seed = {seed_value}", "continue-on-failure = true", "request-timeout = 120",
              'suppress-health-check = ["all"]',
@@ -296,6 +345,10 @@ def schemathesis_config(seeded: dict[str, Any], headers: dict[str, str], example
     for name, bound in BINDINGS.items():
         for key in bound:
             lines.append(f'"{key}" = {{ dictionary = "{name}", probability = 0.7 }}')
+    for method, path, key, name in OPERATION_BINDINGS:
+        # The name ("GET /runs"): include-method and include-path are either-or filters.
+        lines += ["", "[[operations]]", f"include-name = {json.dumps(f'{method} {path}')}",
+                  f'parameters = {{ "{key}" = {{ dictionary = "{name}", probability = 0.7 }} }}']
     return "\n".join(lines) + "\n"
 
 
@@ -404,7 +457,8 @@ def probe_inputs(audit: Audit, http: httpx.Client, seeded: dict[str, Any],
     huge = b'{"x": "' + b"y" * (max_bytes + 1) + b'"}'
     deep = b"[" * 100_000 + b"]" * 100_000
     for method, template, op in operations(audit.spec):
-        url = fill(template, seeded)
+        values = targets(method, seeded)
+        url = fill(template, values)
         query = base_query(op, seeded)
         body = body_example(op, audit.spec, seeded)
         as_json: dict[str, Any] = {} if body is None else {"json": body}
@@ -417,7 +471,7 @@ def probe_inputs(audit: Audit, http: httpx.Client, seeded: dict[str, Any],
         send(**as_json)
         for name in (p["name"] for p in op.get("parameters", []) if p["in"] == "path"):
             for segment in SEGMENTS:
-                send(fill(template, {**seeded, name: segment}), **as_json)
+                send(fill(template, {**values, name: segment}), **as_json)
         for param in (p for p in op.get("parameters", []) if p["in"] == "query"):
             name = param["name"]
             for value in [*EDGE_TEXT, "99999999999999999999999"]:
@@ -439,6 +493,48 @@ def probe_inputs(audit: Audit, http: httpx.Client, seeded: dict[str, Any],
             send(content=huge, headers={"Content-Type": "application/json"})
             send(content=deep, headers={"Content-Type": "application/json"})
             send(content=json.dumps(body), headers={"Content-Type": "text/plain"})
+
+
+# If-Match / If-None-Match values a client may send: malformed, weak, lists with empty
+# elements, `*` inside a list, a huge one, bytes no text holds.
+CONDITION_VALUES: list[str | bytes] = [
+    "", "*", "W/\"x\"", "\"x\"", "\"a\",,\"b\"", ",", "*, \"x\"", "garbage", "W/",
+    "\"" + "x" * 8000 + "\"", b"\"\xff\"", "\"x\" \"y\""]
+
+
+def probe_conditions(audit: Audit, http: httpx.Client, seeded: dict[str, Any]) -> None:
+    """Odd If-Match / If-None-Match values, and twice, on every route that takes them: a
+    documented answer. And every read that answers an ETag judges them as RFC 9110 does:
+    If-None-Match with its tag is a 304, and If-Match with another tag a 412, never the
+    200 of a condition ignored."""
+    for method, template, op in operations(audit.spec):
+        url = fill(template, targets(method, seeded))
+        query = base_query(op, seeded)
+        body = body_example(op, audit.spec, seeded)
+        as_json: dict[str, Any] = {} if body is None else {"json": body}
+        names = [p["name"] for p in op.get("parameters", [])
+                 if p["in"] == "header" and p["name"] in ("If-Match", "If-None-Match")]
+        for name in names:
+            for value in CONDITION_VALUES:
+                audit.check(http, method, url, template, params=query,
+                            headers={name: value}, **as_json)
+            audit.check(http, method, url, template, params=query,
+                        headers=[(name, '"x"'), (name, '"y"')], **as_json)
+        if method != "GET":
+            continue
+        got = http.get(url, params=query)
+        tag = got.headers.get("etag")
+        if got.status_code != 200 or tag is None:
+            continue
+        shown = f"GET {url}"
+        r = audit.check(http, "GET", url, template, params=query,
+                        headers={"If-None-Match": tag})
+        if r is not None and r.status_code != 304:
+            audit.find("If-None-Match with the ETag not 304", shown, r.status_code, r.text)
+        r = audit.check(http, "GET", url, template, params=query,
+                        headers={"If-Match": '"audit-stale"'})
+        if r is not None and r.status_code != 412:
+            audit.find("a stale If-Match on a read not 412", shown, r.status_code, r.text)
 
 
 def probe_methods(audit: Audit, http: httpx.Client, seeded: dict[str, Any]) -> None:
@@ -534,7 +630,7 @@ def probe_callers(audit: Audit, callers: dict[str, Caller], seeded: dict[str, An
     for method, template, op in operations(audit.spec):
         if template in open_paths:
             continue
-        url = fill(template, seeded)
+        url = fill(template, targets(method, seeded))
         body = body_example(op, audit.spec, seeded)
         query = base_query(op, seeded)
         answers = {}
@@ -632,6 +728,7 @@ def audit_one(config: Config, pg: PostgresFactory | None, out: Path, examples: i
             with plain_client(base_url=proc.url, timeout=120, headers=main) as http:
                 probe_inputs(audit, http, seeded, max_bytes)
                 probe_methods(audit, http, seeded)
+                probe_conditions(audit, http, seeded)
                 probe_cursors(audit, http, seeded, hidden, callers["other"])
             probe_callers(audit, callers, seeded)
             probe_leaks(audit, callers, hidden)

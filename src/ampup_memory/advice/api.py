@@ -33,6 +33,7 @@ from ampup_memory.web.admin import AdminDep
 from ampup_memory.web.body import DECIMAL, parse_body
 from ampup_memory.web.conditional import (
     PRECONDITION_DOC,
+    READ_PRECONDITION_DOC,
     conditional_doc,
     etag_response,
     read_answer,
@@ -218,7 +219,8 @@ async def put_procedure_sources(request: Request, cond: ConditionDep) -> JSONRes
     200: etag_response("The scope's chosen documents; their version in ETag"),
     304: {"description": "Not Modified: If-None-Match names the current ETag"},
     **errors({403: "ADMIN_DISABLED or ACCESS_DENIED: admin only",
-              404: "NOT_FOUND: unknown scope", 422: INVALID, 503: UNAVAILABLE})},
+              404: "NOT_FOUND: unknown scope", 412: READ_PRECONDITION_DOC, 422: INVALID,
+              503: UNAVAILABLE})},
             openapi_extra=conditional_doc(read=True))
 def get_procedure_sources(request: Request, cond: ConditionDep,
                           scope: Annotated[ScopeText, Query()]) -> Response:

@@ -43,6 +43,7 @@ from ampup_memory.web.admin import require_admin
 from ampup_memory.web.body import DECIMAL, parse_body
 from ampup_memory.web.conditional import (
     PRECONDITION_DOC,
+    READ_PRECONDITION_DOC,
     Condition,
     condition,
     conditional_doc,
@@ -224,7 +225,8 @@ CELL_PATH = "/memories/" + segment_except("memory_id", "search", "query")
 
 @router.get(CELL_PATH, response_model=MemoryCell, tags=["memories"],
             responses={200: etag_response(), 304: {"description": "Not Modified: "
-                       "If-None-Match names the current ETag"}, **ERRORS},
+                       "If-None-Match names the current ETag"}, **ERRORS,
+                       **errors({412: READ_PRECONDITION_DOC})},
             openapi_extra=conditional_doc(read=True))
 def get_memory(request: Request, memory_id: str, cond: ConditionDep) -> Response:
     """The cell, with its version in `ETag` (docs/api.md, Conditional writes)."""

@@ -37,6 +37,7 @@ from ampup_memory.web.admin import AdminDep, is_admin
 from ampup_memory.web.body import DECIMAL, parse_body
 from ampup_memory.web.conditional import (
     PRECONDITION_DOC,
+    READ_PRECONDITION_DOC,
     Condition,
     condition,
     conditional_doc,
@@ -195,7 +196,7 @@ async def write_batch(request: Request) -> JSONResponse:
     304: {"description": "Not Modified: If-None-Match names the current ETag"},
     **errors({401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown or unreadable episode (one "
               "answer), unknown branch, at_commit, pin or snapshot", 410: GONE_DOC,
-              422: INVALID, 503: UNAVAILABLE})},
+              412: READ_PRECONDITION_DOC, 422: INVALID, 503: UNAVAILABLE})},
     openapi_extra=merged(USER_DOC, conditional_doc(read=True)))
 def get_episode(request: Request, user: UserDep, cond: ConditionDep,
                 episode_id: EpisodeIdP, scope: ScopeQ, branch: BranchQ = None,
@@ -317,7 +318,8 @@ async def put_principal(request: Request, user: UserPath, cond: ConditionDep) ->
     """Replace the user's groups and roles; with If-Match, only over that version."""
     raw = await request.body()
     if not raw.strip():  # replacing groups and roles with nothing must be said, not implied
-        raise field_error(["body"], "a JSON body {groups, roles} is required", "missing")
+        raise field_error(["body"], "a JSON body {groups, roles} is required", "missing",
+                          located=True)  # the body itself, not a field named "body"
     req = parse_body(PrincipalBody, raw)
     principal = await run_in_threadpool(service(request).set_principal, user, req.groups,
                                         req.roles, "admin", cond)
@@ -326,7 +328,8 @@ async def put_principal(request: Request, user: UserPath, cond: ConditionDep) ->
 
 @router.get("/principals/{user}", dependencies=[AdminDep],
             responses={200: etag_response(), 304: {"description": "Not Modified"},
-                       **ADMIN_ERRORS}, openapi_extra=conditional_doc(read=True))
+                       **ADMIN_ERRORS, **errors({412: READ_PRECONDITION_DOC})},
+            openapi_extra=conditional_doc(read=True))
 def get_principal(request: Request, user: UserPath, cond: ConditionDep) -> Response:
     principal = service(request).principal(require_id(user, ["user"], "user id"))
     return read_answer(cond, principal.wire(), principal_etag(principal))

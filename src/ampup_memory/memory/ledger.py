@@ -42,13 +42,15 @@ COMMIT_SCHEMA: dict[str, Any] = {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-
 CommitText = Annotated[str, WithJsonSchema(COMMIT_SCHEMA)]
 
 
-def given_commit(text: str | None, loc: str = "at_commit") -> str | None:
-    """A read's ``at_commit`` as given: None for none (the head). Blank is refused, not
-    read as none: `?at_commit=` from a template whose variable was empty read the head as
-    if it were the commit asked for."""
+def given_commit(text: str | None, loc: str = "at_commit",
+                 left_out: str = "the branch head") -> str | None:
+    """A commit parameter as given (a read's ``at_commit``, the ledger's ``before``): None
+    for none. Blank is refused, not read as none: `?at_commit=` from a template whose
+    variable was empty read the head as if it were the commit asked for. ``left_out`` says
+    what leaving the parameter out reads."""
     if text is not None and is_blank(text):
         raise field_error([loc], f"{loc} is blank: name a commit, or leave {loc} out for "
-                          "the branch head", "string_blank")
+                          f"{left_out}", "string_blank")
     return text
 
 

@@ -36,6 +36,7 @@ from ampup_memory.web.admin import AdminDep
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.conditional import (
     PRECONDITION_DOC,
+    READ_PRECONDITION_DOC,
     Condition,
     condition,
     conditional_doc,
@@ -52,8 +53,13 @@ ConditionDep = Annotated[Condition, Depends(condition)]
 
 
 def _etag(answer: dict[str, Any]) -> dict[str, str]:
-    """The schema's version (memory/schemas.py `schema_etag`): the commit that set it."""
-    return {"ETag": quote(answer["commit"])} if answer.get("commit") else {}
+    """The schema's version (memory/schemas.py `schema_etag`): the commit that set it. An
+    answer with its ``history`` (oldest first) is the newest version's: read as of a past
+    time, the shown version's commit stayed while a later version grew the history, and a
+    conditional read answered 304 over a stale list."""
+    history = answer.get("history")
+    commit = history[-1]["commit"] if history else answer.get("commit")
+    return {"ETag": quote(commit)} if commit else {}
 
 
 @router.put("/schemas/{org}/{team}", responses={200: etag_response(), **errors({
@@ -82,7 +88,7 @@ async def put_schema(request: Request, org: NamePart, team: NamePart,
     200: etag_response("The schema; its version (commit) in ETag when there is one"),
     304: {"description": "Not Modified: If-None-Match names the current ETag"},
     **errors({401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit",
-              422: INVALID, 503: UNAVAILABLE})},
+              412: READ_PRECONDITION_DOC, 422: INVALID, 503: UNAVAILABLE})},
     openapi_extra=merged(USER_DOC, conditional_doc(read=True)))
 def read_schema(
     request: Request, user: UserDep, org: NamePart, team: NamePart, cond: ConditionDep,

@@ -651,7 +651,7 @@ class MemoryService:
     # -- ledger and principals ------------------------------------------------------------------
     def ledger(self, view: View, limit: int, before: str | None) -> dict[str, Any]:
         before_seq = None
-        # An empty `before` names no commit (422), as an empty `after` on /episodes does.
+        before = given_commit(before, "before", "the newest page")
         if before is not None:
             entry = self.index.entry(before)
             if entry is None or entry.scope != str(view.scope) or entry.branch != view.branch:

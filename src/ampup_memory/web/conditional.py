@@ -46,19 +46,24 @@ def quote(opaque: str) -> str:
 def _tags(value: str) -> list[tuple[bool, str]] | None:
     """The (weak, opaque) tags of an If-Match / If-None-Match value; None for ``*``. A
     value that does not parse holds no tag, so it matches nothing (RFC 9110 13.1: a
-    malformed condition must not be read as absent)."""
+    malformed condition must not be read as absent), even when it begins with one: a
+    write under `If-Match: <tag>, garbage` is refused, not let through on its first tag."""
     value = value.strip()
     if value == ANY:
         return None
     tags: list[tuple[bool, str]] = []
     pos = 0
-    while pos < len(value):
+    while True:
+        # Empty list elements (`"a",,"b"`, a leading or trailing comma) are ignored (RFC
+        # 9110 5.6.1.2): a tag after one still counts.
+        pos = len(value) - len(value[pos:].lstrip(" \t,"))
+        if pos == len(value):
+            return tags
         found = _TAG.match(value, pos)
         if found is None:
-            return tags
+            return []
         tags.append((found.group(1) is not None, found.group(2)))
         pos = found.end()
-    return tags
 
 
 def _opaque(etag: str) -> str:
@@ -107,8 +112,15 @@ def _matches(header: str, current: str | None, *, strong: bool) -> bool:
 
 
 def condition(request: Request) -> Condition:
-    """The request's If-Match / If-None-Match (a FastAPI dependency)."""
-    return Condition(request.headers.get("if-match"), request.headers.get("if-none-match"))
+    """The request's If-Match / If-None-Match (a FastAPI dependency). A header sent on
+    several lines is one list (RFC 9110 5.3): reading only the first line refused a write
+    whose current tag came on the second."""
+    return Condition(_header(request, "if-match"), _header(request, "if-none-match"))
+
+
+def _header(request: Request, name: str) -> str | None:
+    lines = request.headers.getlist(name)
+    return ", ".join(lines) if lines else None
 
 
 def with_etag(response: Response, etag: str | None) -> Response:
@@ -122,8 +134,13 @@ def not_modified(etag: str) -> Response:
 
 
 def read_answer(condition: Condition, body: Any, etag: str | None) -> Response:
-    """A read's answer: 304 when the caller's If-None-Match holds ``etag`` already, else
-    ``body`` as JSON with its ``ETag`` (none when the resource has no version yet)."""
+    """A read's answer: 412 when its If-Match names no current version (RFC 9110 13.1.1:
+    a read evaluates it too, before If-None-Match; ignored, it served a version the caller
+    said it did not want), 304 when the caller's If-None-Match holds ``etag`` already,
+    else ``body`` as JSON with its ``ETag`` (none when the resource has no version yet).
+    Called only once the caller may read the resource: a 412 confirms nothing."""
+    if condition.if_match is not None:
+        Condition(if_match=condition.if_match).check(etag)
     if etag is not None and condition.not_modified(etag):
         return not_modified(etag)
     return JSONResponse(body, headers={"ETag": etag} if etag is not None else None)
@@ -142,11 +159,15 @@ def etag_response(description: str = "Successful Response") -> dict[str, Any]:
 def conditional_doc(*, read: bool = False) -> dict[str, Any]:
     """The If-Match / If-None-Match header parameters, for ``openapi_extra``."""
     if read:
-        return {"parameters": [{
-            "name": "If-None-Match", "in": "header", "required": False,
-            "description": "An ETag this resource gave: 304 Not Modified when it is still "
-                           "the current version.",
-            "schema": {"type": "string"}}]}
+        return {"parameters": [
+            {"name": "If-Match", "in": "header", "required": False,
+             "description": "Answer only if the resource is still this ETag (`*`: if it "
+                            "has a version); otherwise 412 PRECONDITION_FAILED.",
+             "schema": {"type": "string"}},
+            {"name": "If-None-Match", "in": "header", "required": False,
+             "description": "An ETag this resource gave: 304 Not Modified when it is still "
+                            "the current version.",
+             "schema": {"type": "string"}}]}
     return {"parameters": [
         {"name": "If-Match", "in": "header", "required": False,
          "description": "Write only if the resource is still this ETag (`*`: if it "
@@ -161,7 +182,10 @@ def conditional_doc(*, read: bool = False) -> dict[str, Any]:
 
 PRECONDITION_DOC = ("PRECONDITION_FAILED: If-Match names a version that is no longer "
                     "current, or If-None-Match one that is; nothing changed")
+READ_PRECONDITION_DOC = ("PRECONDITION_FAILED: If-Match names no current version (`*`: "
+                         "the resource has none)")
 
 
-__all__ = ["ANY", "Condition", "PRECONDITION_DOC", "condition", "conditional_doc",
-           "etag_of", "etag_response", "not_modified", "quote", "read_answer", "with_etag"]
+__all__ = ["ANY", "Condition", "PRECONDITION_DOC", "READ_PRECONDITION_DOC", "condition",
+           "conditional_doc", "etag_of", "etag_response", "not_modified", "quote",
+           "read_answer", "with_etag"]
