@@ -227,6 +227,9 @@ def test_the_owner_gets_a_vector_index_of_its_own_and_its_searches_use_it(
     finally:
         rt.close()
     assert [p for _, _, p in sent] == [False, None]
+    # The owner's graph holds only its cells: it is searched as the whole-table graph is
+    # without an owner, exactly only up to the shared limit; another owner up to its own.
+    assert [params[0] for _, params, _ in sent] == [pg.EXACT_LIMIT, pg.OWNER_EXACT_LIMIT]
     with psycopg.connect(uri, autocommit=True) as conn:
         plan = "\n".join(r[0] for r in conn.execute(
             "EXPLAIN " + sent[0][0], sent[0][1], prepare=False).fetchall())
