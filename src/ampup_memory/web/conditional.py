@@ -156,27 +156,24 @@ def etag_response(description: str = "Successful Response") -> dict[str, Any]:
     return {"description": description, "headers": _ETAG_HEADER}
 
 
+def _header_doc(name: str, description: str) -> dict[str, Any]:
+    return {"name": name, "in": "header", "required": False, "description": description,
+            "schema": {"type": "string"}}
+
+
 def conditional_doc(*, read: bool = False) -> dict[str, Any]:
     """The If-Match / If-None-Match header parameters, for ``openapi_extra``."""
     if read:
         return {"parameters": [
-            {"name": "If-Match", "in": "header", "required": False,
-             "description": "Answer only if the resource is still this ETag (`*`: if it "
-                            "has a version); otherwise 412 PRECONDITION_FAILED.",
-             "schema": {"type": "string"}},
-            {"name": "If-None-Match", "in": "header", "required": False,
-             "description": "An ETag this resource gave: 304 Not Modified when it is still "
-                            "the current version.",
-             "schema": {"type": "string"}}]}
+            _header_doc("If-Match", "Answer only if the resource is still this ETag (`*`: if it "
+                                "has a version); otherwise 412 PRECONDITION_FAILED."),
+            _header_doc("If-None-Match", "An ETag this resource gave: 304 Not Modified when it "
+                                     "is still the current version.")]}
     return {"parameters": [
-        {"name": "If-Match", "in": "header", "required": False,
-         "description": "Write only if the resource is still this ETag (`*`: if it "
-                        "exists); otherwise 412 PRECONDITION_FAILED and nothing changes.",
-         "schema": {"type": "string"}},
-        {"name": "If-None-Match", "in": "header", "required": False,
-         "description": "`*`: write only if the resource does not exist yet; an ETag: "
-                        "only if it is not that version. Otherwise 412.",
-         "schema": {"type": "string"}},
+        _header_doc("If-Match", "Write only if the resource is still this ETag (`*`: if it "
+                            "exists); otherwise 412 PRECONDITION_FAILED and nothing changes."),
+        _header_doc("If-None-Match", "`*`: write only if the resource does not exist yet; an "
+                                 "ETag: only if it is not that version. Otherwise 412."),
     ]}
 
 
