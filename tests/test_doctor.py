@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -159,6 +160,28 @@ def test_doctor_fails_a_home_on_a_kernel_filesystem(tmp_path: Path) -> None:
     assert "filesystem of the kernel" in said and "AMPUP_MEMORY_WAREHOUSE" in said, said
     assert _lines(done.stdout)["home"].startswith("ok"), done.stdout
     assert not (tmp_path / "home").exists()  # probed, and no trace left
+
+
+def test_doctor_fails_a_home_on_a_read_only_filesystem(tmp_path: Path) -> None:
+    """A home on a read-only filesystem (a read-only mount, a snapshot) is one FAIL line
+    saying so and naming the setting that moves it: root may write through permission
+    bits, not through a read-only mount."""
+    point = tmp_path / "ro"
+    point.mkdir()
+    mounted = os.geteuid() == 0 and subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(point)],
+        capture_output=True).returncode == 0
+    if not mounted:
+        pytest.skip("needs a read-only mount (root, where mounting is allowed)")
+    home = point / "home"
+    try:
+        done = cli_in_process(home, {}, "doctor")
+    finally:
+        subprocess.run(["umount", str(point)], check=False)
+    assert done.returncode == 1, done.stdout + done.stderr
+    first = done.stdout.splitlines()[0]
+    assert first.startswith(f"FAIL  home: {home}: ") and "read-only filesystem" in first \
+        and "AMPUP_MEMORY_HOME" in first, done.stdout
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root writes in a folder without write bits")
