@@ -1048,3 +1048,14 @@ def test_ctrl_c_that_a_library_wraps_still_stops_in_one_line_with_130(tmp_path: 
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 130, done.stderr
     assert done.stderr.strip() == "error: interrupted", done.stderr
+
+
+def test_owner_indexes_on_sqlite_says_there_are_none_to_make(tmp_path: Path) -> None:
+    """`ampup-memory owner-indexes` is for the PostgreSQL cell store: on SQLite it says
+    why in one line and exits 2 (the PostgreSQL side: test_amp_pg_owner_search.py)."""
+    done = cli_here(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"),
+                              AMP_EMBEDDING_PROVIDER="hash"), "owner-indexes")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert "for the PostgreSQL cell store" in done.stderr and len(
+        done.stderr.strip().splitlines()) == 1, done.stderr
