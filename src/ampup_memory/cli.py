@@ -461,7 +461,7 @@ def owner_indexes(**kwargs: Any) -> None:
     """Give each owner of more than 25,000 live AMP cells a vector index of its own, now.
 
     PostgreSQL cell store only: what `serve` does every
-    AMPUP_MEMORY_OWNER_INDEX_INTERVAL_SECONDS. A search naming such an owner then walks
+    AMP_OWNER_INDEX_INTERVAL_SECONDS. A search naming such an owner then walks
     only that owner's cells. Builds run CONCURRENTLY (writers never wait; a build reads
     the whole table and can take minutes); an owner under half that loses its index. Prints
     the owners whose index was built, dropped, kept or failed.
