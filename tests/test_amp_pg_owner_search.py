@@ -8,6 +8,7 @@ import os
 import random
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -241,3 +242,48 @@ def test_the_owner_gets_a_vector_index_of_its_own_and_its_searches_use_it(
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == {"built": [], "dropped": [], "kept": [OWNER],
                                        "failed": [], "skipped": False}
+
+
+def test_a_build_cut_short_is_dropped_and_made_again(loaded: tuple[str, Path, str]) -> None:
+    """A build cancelled midway (an operator's `pg_cancel_backend`, a failover) leaves an
+    invalid index that every write would still keep up to date: the pass drops it,
+    reports the owner `failed`, and the next pass builds it."""
+    _, _, uri = loaded
+    name = pg_owner_indexes.index_name(OWNER, DIMS)
+    with psycopg.connect(uri, autocommit=True) as conn:
+        conn.execute(f'DROP INDEX IF EXISTS "{name}"')
+        conn.execute("DELETE FROM cell_owner_indexes")
+    store = pg.PostgresStore(uri, DIMS)
+    cancelled = threading.Event()
+
+    def cancel() -> None:
+        with psycopg.connect(uri, autocommit=True) as conn:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                row = conn.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+                    " AND query LIKE 'CREATE INDEX CONCURRENTLY%%'").fetchone()
+                if row is not None:
+                    time.sleep(0.2)  # into the build
+                    conn.execute("SELECT pg_cancel_backend(%s)", row)
+                    cancelled.set()
+                    return
+                time.sleep(0.02)
+
+    canceller = threading.Thread(target=cancel)
+    canceller.start()
+    try:
+        first = store.tend_owner_indexes()
+        canceller.join()
+        assert cancelled.is_set()
+        assert first is not None and first.failed == [OWNER] and first.built == [], first
+        with psycopg.connect(uri, autocommit=True) as conn:
+            assert _index_state(conn, name) is None  # dropped, not left invalid
+        second = store.tend_owner_indexes()
+        assert second is not None and second.built == [OWNER], second
+        with psycopg.connect(uri, autocommit=True) as conn:
+            state = _index_state(conn, name)
+            assert state is not None and state[:2] == (True, "hnsw")
+    finally:
+        canceller.join()
+        store.close()
