@@ -165,15 +165,15 @@ def conditional_doc(*, read: bool = False) -> dict[str, Any]:
     """The If-Match / If-None-Match header parameters, for ``openapi_extra``."""
     if read:
         return {"parameters": [
-            _header_doc("If-Match", "Answer only if the resource is still this ETag (`*`: if it "
-                                "has a version); otherwise 412 PRECONDITION_FAILED."),
-            _header_doc("If-None-Match", "An ETag this resource gave: 304 Not Modified when it "
-                                     "is still the current version.")]}
+            _header_doc("If-Match", "Answer only if the resource is still this ETag (`*`: if "
+                        "it has a version); otherwise 412 PRECONDITION_FAILED."),
+            _header_doc("If-None-Match", "An ETag this resource gave: 304 Not Modified when "
+                        "it is still the current version.")]}
     return {"parameters": [
         _header_doc("If-Match", "Write only if the resource is still this ETag (`*`: if it "
-                            "exists); otherwise 412 PRECONDITION_FAILED and nothing changes."),
+                    "exists); otherwise 412 PRECONDITION_FAILED and nothing changes."),
         _header_doc("If-None-Match", "`*`: write only if the resource does not exist yet; an "
-                                 "ETag: only if it is not that version. Otherwise 412."),
+                    "ETag: only if it is not that version. Otherwise 412."),
     ]}
 
 

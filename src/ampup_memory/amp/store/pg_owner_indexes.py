@@ -75,15 +75,16 @@ def indexed_owners(conn: Conn, dimensions: int) -> frozenset[str]:
 Progress = Callable[[int, int], None]
 
 
-def tend(conn: Conn, dimensions: int | None, storage: str, build_above: int,
-         progress: Progress | None = None, watch: Callable[[], Conn] | None = None
-         ) -> OwnerIndexReport:
+def tend(conn: Conn, dimensions: int | None, target: str, predicate: str, storage: str,
+         build_above: int, progress: Progress | None = None,
+         watch: Callable[[], Conn] | None = None) -> OwnerIndexReport:
     """Make the index of each owner with more than ``build_above`` live cells, drop those
     of owners under half of it (or of another width), and make again any a crash left
     invalid. ``conn``: an autocommit connection of the caller's, which holds the lease
     (``CONCURRENTLY`` cannot run inside a transaction); ``dimensions``: the width
-    searched, None for none indexable; ``storage``: the HNSW parameters' ``WITH`` clause
-    (`GraphParams.pg_storage`, trusted). ``progress`` is told (table blocks read, to
+    searched, None for none indexable; ``target`` and ``predicate``: the whole-table
+    index's (`postgres._hnsw_target`), and ``storage`` its parameters' ``WITH`` clause
+    (`GraphParams.pg_storage`), all trusted. ``progress`` is told (table blocks read, to
     read): a build reads the table twice, and ``watch`` opens the connection that
     follows it (PostgreSQL's ``pg_stat_progress_create_index``)."""
     report = OwnerIndexReport()
@@ -112,7 +113,7 @@ def tend(conn: Conn, dimensions: int | None, storage: str, build_above: int,
         owner = wanted[name]
         try:
             with _followed(conn, watch, progress, 2 * blocks * n, total):
-                _build(conn, name, owner, dimensions, storage)
+                _build(conn, name, owner, dimensions, f"{target} {storage}", predicate)
             report.built.append(owner)
         except psycopg.Error as exc:
             log.warning("could not build the vector index of a large owner (%d live"
@@ -176,29 +177,30 @@ def _followed(conn: Conn, watch: Callable[[], Conn] | None, progress: Progress |
         thread.join()
 
 
-def _build(conn: Conn, name: str, owner: str, dimensions: int, storage: str) -> None:
+def _build(conn: Conn, name: str, owner: str, dimensions: int, index: str,
+           predicate: str) -> None:
     conn.execute("INSERT INTO cell_owner_indexes (name, owner_id, dimensions)"
                  " VALUES (%s, %s, %s) ON CONFLICT (name) DO NOTHING",
                  (name, owner, dimensions))
-    # One a crash left (invalid, yet kept up to date by every write) goes first.
-    conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+    _drop_index(conn, name)  # one a crash left (invalid, yet kept up to date by every write)
     conn.execute("SELECT set_config('statement_timeout', '0', false),"
                  " set_config('maintenance_work_mem', greatest(pg_size_bytes(current_setting("
                  "'maintenance_work_mem')), pg_size_bytes(%s)) / 1024 || 'kB', false)",
                  (BUILD_MEMORY,))
-    d = int(dimensions)
-    # The predicate is the one `PostgresStore._nearest` tests (its width, then the
-    # owner's filter of `rows.where_clause`), so the planner proves it from the search's
-    # own conditions; the owner's value as a literal (DDL binds no parameter).
+    # The whole-table index's predicate and the owner's filter of `rows.where_clause`,
+    # both of which `PostgresStore._nearest` tests, so the planner proves it from the
+    # search's own conditions; the owner's value as a literal (DDL binds no parameter).
     conn.execute(sql.SQL(
-        "CREATE INDEX CONCURRENTLY {name} ON cells USING hnsw"
-        " ((embedding::vector({d})) vector_cosine_ops) {storage}"
-        " WHERE vector_dims(embedding) = {d} AND owner_id = {owner}").format(
-            name=sql.Identifier(name), d=sql.SQL(str(d)), storage=sql.SQL(storage),
-            owner=sql.Literal(owner)))
+        "CREATE INDEX CONCURRENTLY {name} ON {index} WHERE {predicate} AND owner_id = {owner}"
+    ).format(name=sql.Identifier(name), index=sql.SQL(index), predicate=sql.SQL(predicate),
+             owner=sql.Literal(owner)))
     log.info("built the vector index of a large owner: %s", name)
 
 
-def _drop(conn: Conn, name: str) -> None:
+def _drop_index(conn: Conn, name: str) -> None:
     conn.execute(sql.SQL("DROP INDEX CONCURRENTLY IF EXISTS {}").format(sql.Identifier(name)))
+
+
+def _drop(conn: Conn, name: str) -> None:
+    _drop_index(conn, name)
     conn.execute("DELETE FROM cell_owner_indexes WHERE name = %s", (name,))

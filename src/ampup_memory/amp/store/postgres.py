@@ -95,6 +95,21 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 log = logging.getLogger("ampup_memory")
 
 
+def _unavailable() -> ServiceUnavailable:
+    """The answer to the cell store's database failing (down, restarting, unreachable)."""
+    return ServiceUnavailable("The cell store (PostgreSQL) is unavailable; try again shortly.",
+                              headers={"Retry-After": "5"})
+
+
+def _hnsw_target(d: int) -> tuple[str, str]:
+    """The cells' HNSW index for vectors of width ``d`` (a validated int: DDL cannot bind
+    it): its ``table USING hnsw (expression) opclass`` and its predicate, which
+    `PostgresStore._nearest`'s statements repeat so that the planner uses it. The large
+    owners' own indexes (`pg_owner_indexes`) are this one with the owner added."""
+    return (f"cells USING hnsw ((embedding::vector({d})) vector_cosine_ops)",
+            f"vector_dims(embedding) = {d}")
+
+
 def _hnsw_index(dimensions: int | None) -> str:
     """The name of the cells' HNSW index for vectors of ``dimensions`` (a validated int:
     DDL cannot bind it as a parameter)."""
@@ -400,7 +415,7 @@ class PostgresStore:
         """Idempotent DDL under an advisory lock, so processes starting together do not
         race on CREATE … IF NOT EXISTS. Returns whether pgvector has iterative scans."""
         try:
-            with psycopg.connect(self.conninfo, autocommit=True, connect_timeout=15) as conn:
+            with self._own_connection() as conn:
                 with conn.transaction():
                     conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                     check_layout(_recorded_layout(conn), _where(self.conninfo))
@@ -430,11 +445,9 @@ class PostgresStore:
                         conn.execute("ALTER TABLE cells ALTER COLUMN embedding SET STORAGE MAIN")
                     d = self.dimensions
                     if d is not None and d <= HNSW_MAX_DIMENSIONS:
-                        # d is a validated int: DDL cannot bind it as a parameter.
-                        self.ann_params.pg_match(
-                            conn, _hnsw_index(d),
-                            f"cells USING hnsw ((embedding::vector({d})) vector_cosine_ops)",
-                            f" WHERE vector_dims(embedding) = {d}")
+                        target, predicate = _hnsw_target(d)
+                        self.ann_params.pg_match(conn, _hnsw_index(d), target,
+                                                 f" WHERE {predicate}")
                     conn.execute(
                         "INSERT INTO meta (key, value) VALUES (%s, %s)"
                         " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
@@ -459,16 +472,17 @@ class PostgresStore:
         version = tuple(int(x) for x in str(row[0] if row else "0").split(".")[:2])
         return version >= (0, 8)
 
+    def _own_connection(self) -> Conn:
+        """A connection outside the pool, in autocommit: for DDL and long work."""
+        return psycopg.connect(self.conninfo, autocommit=True, connect_timeout=15)
+
     @contextmanager
     def _conn(self) -> Iterator[Conn]:
         try:
             with self._pool.connection() as conn:
                 yield conn
         except psycopg.OperationalError as exc:  # includes PoolTimeout
-            raise ServiceUnavailable(
-                "The cell store (PostgreSQL) is unavailable; try again shortly.",
-                headers={"Retry-After": "5"},
-            ) from exc
+            raise _unavailable() from exc
 
     @staticmethod
     def _execute(conn: Conn, sql: str, params: Sequence[Any] = (),
@@ -784,18 +798,13 @@ class PostgresStore:
             try:
                 # A connection of its own: a build holds it for minutes, outside any
                 # transaction (CONCURRENTLY).
-                with psycopg.connect(self.conninfo, autocommit=True,
-                                     connect_timeout=15) as conn:
+                with self._own_connection() as conn:
                     report = pg_owner_indexes.tend(
-                        conn, d if d <= HNSW_MAX_DIMENSIONS else None,
+                        conn, d if d <= HNSW_MAX_DIMENSIONS else None, *_hnsw_target(d),
                         self.ann_params.pg_storage(), OWNER_EXACT_LIMIT, progress,
-                        lambda: psycopg.connect(self.conninfo, autocommit=True,
-                                                connect_timeout=15))
+                        self._own_connection)
             except psycopg.OperationalError as exc:
-                raise ServiceUnavailable(
-                    "The cell store (PostgreSQL) is unavailable; try again shortly.",
-                    headers={"Retry-After": "5"},
-                ) from exc
+                raise _unavailable() from exc
         self._owner_indexes = (-math.inf, frozenset())  # this process sees them at once
         return report
 
@@ -859,10 +868,7 @@ class PostgresStore:
                 keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3,
             )
         except psycopg.OperationalError as exc:
-            raise ServiceUnavailable(
-                "The cell store (PostgreSQL) is unavailable; try again shortly.",
-                headers={"Retry-After": "5"},
-            ) from exc
+            raise _unavailable() from exc
         with conn:
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
             got = bool(row and row[0])
