@@ -1338,11 +1338,12 @@ def test_postgres_hnsw_scan_runs_at_the_cell_floor_unless_an_owner_is_named(
 
     monkeypatch.setattr(pgstore, "EXACT_LIMIT", 1)  # the HNSW path for so few cells
     monkeypatch.setattr(pgstore, "OWNER_EXACT_LIMIT", 1)
+    monkeypatch.setattr(pgstore, "OWNER_INDEX_ABOVE", 1)
     store = open_store(postgres.new_database("floors"), DIMS)
     try:
         assert isinstance(store, pgstore.PostgresStore)
-        for n in range(1, 9):
-            add(store, make(n, f"green tea note{n}", owner="user_1" if n % 2 else "user_2"))
+        for n in range(1, 9):  # user_2 has 6 cells, user_1 2
+            add(store, make(n, f"green tea note{n}", owner="user_1" if n % 3 == 0 else "user_2"))
         asked: list[int] = []
         plain = store._execute
 
@@ -1365,7 +1366,7 @@ def test_postgres_hnsw_scan_runs_at_the_cell_floor_unless_an_owner_is_named(
         # An owner with a graph of its own (`tend_owner_indexes`) is scanned there, at the
         # cell floor: its graph holds only its cells, as the whole-table one holds all.
         report = store.tend_owner_indexes()
-        assert report is not None and sorted(report.built) == ["user_1", "user_2"]
+        assert report is not None and report.built == ["user_2", "user_1"]  # largest first
         asked.clear()
         assert search(store, CellFilter(agent_id="agent_a", owner_id="user_1"), [], vector, 5)
         assert asked == [ann.PG_CELL_EF_FLOOR]
@@ -1375,14 +1376,14 @@ def test_postgres_hnsw_scan_runs_at_the_cell_floor_unless_an_owner_is_named(
 
 def test_a_large_owner_gets_a_vector_index_of_its_own_where_the_database_keeps_them(
         store: CellStore, store_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    """PostgreSQL: an owner over `OWNER_EXACT_LIMIT` live cells gets a partial HNSW index
+    """PostgreSQL: an owner over `OWNER_INDEX_ABOVE` live cells gets a partial HNSW index
     of its own (kept down to half the limit, then dropped), and a search naming that
     owner finds what it found before. SQLite has none to tend (it builds a large owner's
     block in memory as it searches)."""
     from ampup_memory.amp.store import pg_owner_indexes
     from ampup_memory.amp.store import postgres as pg
 
-    monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 20)
+    monkeypatch.setattr(pg, "OWNER_INDEX_ABOVE", 20)
     big = "o'brien; drop table cells; -- ünï"  # reaches DDL: quoted, never spliced
     words = "tea trains coffee boats maps rain paint music bread chess kites".split()
     for n in range(30):  # each text its own words: no two vectors alike, no ties
@@ -1421,9 +1422,9 @@ def test_a_large_owner_gets_a_vector_index_of_its_own_where_the_database_keeps_t
     assert f"vector_dims(embedding) = {DIMS}" in row[1], row
     assert store.vector_memory()["owner_indexes"] > 0  # type: ignore[index]
     assert found() == before
-    monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 50)  # 30 live cells: over half of it
+    monkeypatch.setattr(pg, "OWNER_INDEX_ABOVE", 50)  # 30 live cells: over half of it
     assert store.tend_owner_indexes().kept == [big]  # type: ignore[union-attr]
-    monkeypatch.setattr(pg, "OWNER_EXACT_LIMIT", 70)  # under half: the index goes
+    monkeypatch.setattr(pg, "OWNER_INDEX_ABOVE", 70)  # under half: the index goes
     assert store.tend_owner_indexes().dropped == [big]  # type: ignore[union-attr]
     with psycopg.connect(url) as conn:
         assert conn.execute("SELECT to_regclass(%s)", (name,)).fetchone() == (None,)

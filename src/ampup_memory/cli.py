@@ -458,13 +458,14 @@ def reembed(force: bool, **kwargs: Any) -> None:
 @cli.command("owner-indexes")
 @settings_options("common", "cells", "pool", "tables", "embedding", "ann")
 def owner_indexes(**kwargs: Any) -> None:
-    """Give each owner of more than 25,000 live AMP cells a vector index of its own, now.
+    """Give each owner of more than 5,000 live AMP cells a vector index of its own, now.
 
     PostgreSQL cell store only: what `serve` does every
     AMP_OWNER_INDEX_INTERVAL_SECONDS. A search naming such an owner then walks
-    only that owner's cells. Builds run CONCURRENTLY (writers never wait; a build reads
-    the whole table and can take minutes); an owner under half that loses its index. Prints
-    the owners whose index was built, dropped, kept or failed.
+    only that owner's cells. Builds run CONCURRENTLY, the largest owners first (writers
+    never wait; a build reads the whole table and can take a minute at a million cells);
+    an owner under half that loses its index. Prints the owners whose index was built,
+    dropped, kept or failed.
     """
     from ampup_memory.cliutil import progress as _progress
 

@@ -213,10 +213,11 @@ class Settings(BaseSettings):
         ge=0,
         validation_alias=_env("AMP_OWNER_INDEX_INTERVAL_SECONDS"),
         description="PostgreSQL cell store: seconds between `serve`'s passes that give "
-        "each owner of more than 25,000 live cells a vector index of its own (a partial "
-        "HNSW index, built `CONCURRENTLY`; dropped under 12,500), so a search naming that "
-        "owner need not walk every other owner's cells (0 = never; `ampup-memory "
-        "owner-indexes` runs one pass now). One server does it at a time.",
+        "each owner of more than 5,000 live cells a vector index of its own (a partial "
+        "HNSW index, built `CONCURRENTLY`, the largest owners first; dropped under 2,500), "
+        "so a search naming that owner neither ranks all its cells one by one nor walks "
+        "every other owner's (0 = never; `ampup-memory owner-indexes` runs one pass "
+        "now). One server does it at a time.",
     )
     lifecycle_run_wait_seconds: float = Field(
         default=30.0,

@@ -265,7 +265,7 @@ class CellStore(Protocol):
     ) -> OwnerIndexReport | None:
         """Make or drop the vector indexes of the owners with many cells, where the
         database keeps the vector index (PostgreSQL: one partial HNSW index per owner over
-        `OWNER_EXACT_LIMIT` live cells, `pg_owner_indexes`); one process at a time.
+        `OWNER_INDEX_ABOVE` live cells, `pg_owner_indexes`); one process at a time.
         ``progress`` is told (work done, to do). None where there is nothing to tend
         (SQLite builds a large owner's block in memory as it searches, or no width)."""
         ...

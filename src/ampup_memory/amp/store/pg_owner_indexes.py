@@ -1,14 +1,15 @@
 """Vector indexes of the cell store's large owners (PostgreSQL).
 
-A search naming an owner of more than `postgres.OWNER_EXACT_LIMIT` live cells does not
-rank them exactly (too many), and pgvector's filtered scan of the whole-table HNSW index
-walks past every other owner's cells to find enough of theirs: for an owner of 8 % at
-960k cells, 51–57 ms of server CPU a search. A partial HNSW index over that owner's cells
-alone is the graph such a search needs (27–30 ms, recall@10 0.997 against 0.983;
-docs/performance.md). This module decides which owners get one, and makes and drops
-them; the store sends such an owner's vector step unprepared (`indexed_owners`), since
-PostgreSQL uses an index whose predicate names a value only in a plan made with that
-value, and a prepared statement's generic plan is made without it.
+A search naming an owner either ranks that owner's cells exactly, at one heap page per
+cell (about 2.6 µs of server CPU each: 50-58 ms for 19,200 cells at 960k), or, above
+`postgres.OWNER_EXACT_LIMIT`, walks the whole-table HNSW index past every other owner's
+cells to find enough of theirs (51–57 ms for an owner of 8 % at 960k). A partial HNSW
+index over that owner's cells alone is the graph such a search needs (15-17 ms, recall@10
+0.996-0.999; docs/performance.md, sessions 25 and 26), so every owner of more than
+`postgres.OWNER_INDEX_ABOVE` live cells gets one. This module decides which owners get
+one, and makes and drops them; the store sends such an owner's vector step unprepared
+(`indexed_owners`), since PostgreSQL uses an index whose predicate names a value only in
+a plan made with that value, and a prepared statement's generic plan is made without it.
 
 Each index is recorded in ``cell_owner_indexes`` before it is built, and the catalog
 says which are valid: a build a crash or an error cut short leaves an invalid index
@@ -99,7 +100,10 @@ def tend(conn: Conn, dimensions: int | None, target: str, predicate: str, storag
             if n > build_above or name in recorded:  # recorded: kept down to half
                 wanted[name] = owner
     to_drop = [name for name in recorded if name not in wanted]
-    to_build = [name for name, owner in wanted.items() if owner not in valid]
+    # The largest owners first: their searches gain the most, and a pass cut short by a
+    # shutdown leaves the smaller ones for the next.
+    to_build = sorted((name for name, owner in wanted.items() if owner not in valid),
+                      key=lambda name: (-counts[wanted[name]], name))
     report.kept = sorted(owner for name, owner in wanted.items() if owner in valid)
     for name in to_drop:
         _drop(conn, name)

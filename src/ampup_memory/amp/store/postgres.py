@@ -204,10 +204,15 @@ SCHEMA = (
 # search 4 ms more (1.1 → 5.1 ms at 300k). Module-level: tests and benchmarks move it.
 OWNER_EXACT_LIMIT = 25_000
 
-# An owner over `OWNER_EXACT_LIMIT` live cells gets an HNSW index of its own
-# (`pg_owner_indexes`), made by `tend_owner_indexes`; each process re-reads which owners
-# have one this often (a search for an owner whose index it has not seen yet scans the
-# whole-table index, as before: slower, never wrong).
+# An owner over this many live cells gets an HNSW index of its own (`pg_owner_indexes`),
+# made by `tend_owner_indexes`: the limit of exact ranking for any other filter. Ranking
+# an owner's cells exactly costs about 2.6 µs of server CPU a cell, one heap page each
+# (19,200 cells at 960k: 50-58 ms), and a search of its own graph 15-17 ms whatever its
+# size (docs/performance.md, session 26); `OWNER_EXACT_LIMIT` still serves an owner
+# until its index is built. Each process re-reads which owners have one this often (a
+# search for an owner whose index it has not seen yet takes the path without it: slower,
+# never wrong).
+OWNER_INDEX_ABOVE = EXACT_LIMIT
 OWNER_INDEXES_SEEN_SECONDS = 30.0
 OWNER_INDEX_LEASE = "owner-indexes"
 
@@ -801,7 +806,7 @@ class PostgresStore:
                 with self._own_connection() as conn:
                     report = pg_owner_indexes.tend(
                         conn, d if d <= HNSW_MAX_DIMENSIONS else None, *_hnsw_target(d),
-                        self.ann_params.pg_storage(), OWNER_EXACT_LIMIT, progress,
+                        self.ann_params.pg_storage(), OWNER_INDEX_ABOVE, progress,
                         self._own_connection)
             except psycopg.OperationalError as exc:
                 raise _unavailable() from exc
