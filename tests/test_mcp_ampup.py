@@ -504,6 +504,49 @@ async def test_every_tool_describes_its_arguments_with_the_bounds_the_server_kee
         assert not remember.is_valid(bad), bad
 
 
+async def test_no_argument_is_dropped_and_each_refusal_names_its_argument(
+        server: ServerProcess) -> None:
+    """Found by tools/mcp_audit.py: a blank note was refused as ``Invalid request: : the
+    body has no text to cite`` (the episode's body, named by no argument); query_memory
+    dropped without a word what its find does not take (``offset: -1`` or ``where`` with
+    passages; ``query`` or an unknown ``tz`` with facts), which POST /query refuses; and
+    close_memory's input schema allowed any object or text for ``value``, which the server
+    then refused (POST /close's value: text up to 4000 characters or a money object)."""
+    scope = new_scope()
+    refusals = [({"query": "x", "offset": -1}, "passages"),
+                ({"query": "x", "where": [{"attribute": "a", "op": "eq", "value": 1}],
+                  "as_of": "2025-01-01T00:00:00Z"}, "passages"),
+                ({"query": "x", "tz": "Nowhere/x"}, "facts"),
+                ({"query": "x", "type": "deal"}, "entities")]
+    async with as_user(server, "alice") as alice:
+        blank = await refused(alice, "remember_memory", scope=scope, text="\n\n\n")
+        answers = [await refused(alice, "query_memory", scope=scope, find=find, **args)
+                   for args, find in refusals]
+        schema = {t.name: t.input_schema for t in (await alice.list_tools()).tools}[
+            "close_memory"]
+        close = {"scope": scope, "entity": "acme", "predicate": "p", "reason": "r"}
+        not_money = await refused(alice, "close_memory", **close, value={"a": 1})
+        nul_money = await refused(alice, "close_memory", **close,
+                                  value={"amount": "5\x00", "currency": "EUR"})
+    assert blank == "Invalid request: text: the body has no text to cite"
+    with rest(server, "alice") as http:
+        for (args, find), answer in zip(refusals, answers, strict=True):
+            r = http.post("/query", json={"scope": scope, "find": find, **args})
+            assert r.status_code == 422, r.text
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}"
+                                 for e in r.json()["error"]["details"]["errors"])
+            assert answer == f"Invalid request: {problems}", (args, find)
+            assert "Extra inputs are not permitted" in answer
+    checker = Draft202012Validator(schema)
+    assert not checker.is_valid({**close, "value": {"a": 1}})
+    assert not checker.is_valid({**close, "value": "x" * 4001})
+    assert checker.is_valid({**close, "value": {"amount": "5", "currency": "EUR"}})
+    assert not_money == ("Invalid request: value: Input is none of the types the input "
+                         "schema allows")
+    assert nul_money == ("Invalid request: value.amount: text may not contain the NUL "
+                         "character (U+0000)")
+
+
 # A call the tool's argument check refuses (before the tool runs), and its one line: it was
 # pydantic's several-line report ("Error executing tool …", a link, the value's Python
 # repr), and an unknown argument was dropped without a word.
