@@ -173,10 +173,11 @@ def valid_calls(s: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
     """Calls of each tool that its checks accept (or refuse only for what exists), over
     which one argument at a time is replaced: one per shape (query_memory's finds)."""
     scope = s["scope"]
-    typed = {"scope": scope, "type": "deal", "where": [{"attribute": "plan", "op": "eq",
-                                                       "value": "Pro"}],
-             "offset": 0, "as_of": "2025-07-01T09:30:00Z", "limit": 5, "branch": "main"}
-    return {name: [call] for name, call in {
+    typed: dict[str, Any] = {
+        "scope": scope, "type": "deal", "offset": 0, "as_of": "2025-07-01T09:30:00Z",
+        "limit": 5, "branch": "main",
+        "where": [{"attribute": "plan", "op": "eq", "value": "Pro"}]}
+    single: dict[str, dict[str, Any]] = {
         "amp_remember": {"content": "note", "owner_id": USER, "type": "semantic",
                          "importance": 0.5, "readable_by": ["*"]},
         "amp_recall": {"query": "acme", "owner_id": USER, "limit": 5, "include_stale": False},
@@ -206,7 +207,8 @@ def valid_calls(s: dict[str, str]) -> dict[str, list[dict[str, Any]]]:
         "end_session": {"session": "ses_" + "0" * 26, "transcript": "t", "outcome": "o",
                         "reward": 0.5, "reason": "r"},
         "get_session": {"session": s["session"]},
-    }.items()} | {"query_memory": [
+    }
+    return {name: [call] for name, call in single.items()} | {"query_memory": [
         {"scope": scope, "query": "acme", "find": "passages", "limit": 5, "branch": "main"},
         {**typed, "find": "facts", "entity": "acme", "predicate": ["plan"],
          "where": [{"op": "eq", "value": "Pro"}]},
@@ -296,7 +298,7 @@ async def probe(audit: Audit, client: Client, tool: Any, args: dict[str, Any],
 
 
 async def arguments(audit: Audit, client: Client, tools: list[Any],
-                    calls: dict[str, dict[str, Any]]) -> None:
+                    calls: dict[str, list[dict[str, Any]]]) -> None:
     for tool in tools:
         bases = calls.get(tool.name)
         if not bases:
@@ -304,8 +306,8 @@ async def arguments(audit: Audit, client: Client, tools: list[Any],
             continue
         print(f"{audit.config}: {tool.name} ({audit.calls} calls so far)", file=sys.stderr)
         await probe(audit, client, tool, {}, "-", "no arguments")
-        for base in bases:
-            base = {k: v for k, v in base.items() if v is not None}
+        for given in bases:
+            base = {k: v for k, v in given.items() if v is not None}
             result = await probe(audit, client, tool, dict(base), "-", "valid call")
             if result is not None and result.is_error:  # the edges below test less
                 audit.note(f"valid call refused: {tool.name}: {text_of(result)[:160]}")
@@ -324,7 +326,7 @@ LONE = '"\\udc00x"'
 
 
 async def raw_http(audit: Audit, url: str, headers: dict[str, str], tools: list[Any],
-                   calls: dict[str, dict[str, Any]]) -> None:
+                   calls: dict[str, list[dict[str, Any]]]) -> None:
     base_headers = {**headers, "Accept": "application/json, text/event-stream",
                     "Content-Type": "application/json"}
     async with httpx.AsyncClient(base_url=url, timeout=CALL_TIMEOUT, verify=False) as http:
