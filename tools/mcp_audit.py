@@ -18,9 +18,11 @@ Per server (docs/testing.md, "The MCP audit"):
    the input schema refuses must be refused as ``Invalid request: <argument>: …`` naming
    the argument (the AMP tools coerce as the reference does: see below), a call it allows
    must not be refused by the argument check.
-3. Over HTTP, as a second agent and user: another caller's AMP cell, episode, run and
-   session against missing ones, through each tool that takes the id: one identical answer,
-   and the same refusal the REST route gives.
+3. Over HTTP, as a second agent and user: another caller's AMP cell, episode, document,
+   fact, run and session against missing ones, through each tool that takes the id: one
+   identical answer.
+4. Over HTTP, the reads (an episode by id and by document, a session, a typed query, an
+   AMP cell) answer the same data as the REST route each tool wraps.
 
 The AMP tools keep the SDK's lax argument check (the AMP reference's leniency: "10" is a
 number there), so a value their schema refuses but pydantic's lax mode takes is not a
@@ -392,11 +394,22 @@ def foreign(s: dict[str, str]) -> list[tuple[str, dict[str, Any], str, str, str]
          "run_" + "0" * 26, "/runs/{id}"),
         ("reward_run", {"run": "{id}", "reward": 0.5, "reason": "r"}, s["ended"],
          "ses_" + "0" * 26, "/sessions/{id}"),
+        # a document and a fact only their author reads (the fact cites the seeded note)
+        ("get_episode", {"scope": scope, "document": "{id}"}, "plan", "nodoc",
+         "POST /document"),
+        ("close_memory", {"scope": scope, "entity": "acme", "predicate": "{id}",
+                          "reason": "r"}, "plan", "nope", "POST /close"),
     ]
 
 
 async def other_callers(audit: Audit, url: str, s: dict[str, str]) -> None:
     headers = {"X-AMP-Agent-ID": OTHER_AGENT, "X-AmpUp-User": OTHER}
+    with plain_client(base_url=url, timeout=60, headers={"X-AmpUp-User": USER}) as mine:
+        r = mine.post("/facts", json={
+            "scope": s["scope"], "entity": "acme", "predicate": "plan", "value": "Pro",
+            "quote": "Acme renewed", "cites": [{"episode": s["episode"], "unit": 1}]})
+        if r.status_code != 201:
+            raise RuntimeError(f"seeding a fact: {r.status_code} {r.text}")
     with plain_client(base_url=url, timeout=60, headers=headers) as rest:
         async with http_client(url, headers) as client:
             for tool, template, seeded, missing, route in foreign(s):
@@ -405,7 +418,10 @@ async def other_callers(audit: Audit, url: str, s: dict[str, str]) -> None:
                     args = {k: v.replace("{id}", record) if isinstance(v, str) else v
                             for k, v in template.items()}
                     result = await call(client, tool, args)
-                    r = rest.get(route.replace("{id}", record))
+                    if route.startswith("POST "):  # the route takes the tool's arguments
+                        r = rest.post(route.removeprefix("POST "), json=args)
+                    else:
+                        r = rest.get(route.replace("{id}", record))
                     answers.append((result.is_error, text_of(result), r.status_code,
                                     r.json().get("error", {}).get("message", "")))
                     audit.calls += 1
@@ -418,6 +434,55 @@ async def other_callers(audit: Audit, url: str, s: dict[str, str]) -> None:
                     audit.note(f"REST {route}: theirs {s1} {m1} / missing {s2} {m2}")
                 if e1 and m1 and route.count("?") == 0 and m1 not in t1:
                     audit.note(f"{tool} vs REST: tool {t1[:120]!r}, REST {s1} {m1[:120]!r}")
+
+
+# ---------------------------------------------------------------- part 4: the same data
+
+
+def same_reads(s: dict[str, str]) -> list[tuple[str, dict[str, Any], str, dict[str, Any] | None]]:
+    """(tool, arguments, REST route, its POST body): reads whose answers must be equal."""
+    scope = s["scope"]
+    typed = {"scope": scope, "find": "facts", "entity": "acme",
+             "as_of": "2100-01-01T00:00:00Z"}
+    return [
+        ("get_episode", {"scope": scope, "id": s["episode"]},
+         f"/episodes/{s['episode']}?scope={scope}", None),
+        ("get_episode", {"scope": scope, "document": "plan"}, "/document",
+         {"scope": scope, "document": "plan"}),
+        ("get_session", {"session": s["ended"]}, f"/sessions/{s['ended']}", None),
+        ("query_memory", typed, "/query", typed),
+        ("amp_get", {"memory_id": s["memory_id"]}, f"/amp/v1/memories/{s['memory_id']}",
+         None),
+    ]
+
+
+def comparable(data: Any) -> Any:
+    """An answer without what differs between two reads of the same record: an AMP
+    cell's access count and times (each read is an access)."""
+    if isinstance(data, dict):
+        return {k: comparable(v) for k, v in data.items()
+                if k not in ("access_count", "last_accessed_at", "relevance")}
+    return data
+
+
+async def same_data(audit: Audit, url: str, s: dict[str, str]) -> None:
+    headers = {"X-AMP-Agent-ID": AGENT, "X-AmpUp-User": USER}
+    with plain_client(base_url=url, timeout=60, headers=headers) as rest:
+        async with http_client(url, headers) as client:
+            for tool, args, route, body in same_reads(s):
+                audit.calls += 1
+                result = await call(client, tool, args)
+                r = rest.post(route, json=body) if body is not None else rest.get(route)
+                try:
+                    mine = json.loads(text_of(result))
+                except ValueError:
+                    mine = text_of(result)
+                if result.is_error or r.status_code != 200 or \
+                        comparable(mine) != comparable(r.json()):
+                    audit.find("tool and REST route answer differently", tool,
+                               json.dumps(args), "-",
+                               f"tool: {text_of(result)[:180]} | REST {r.status_code}: "
+                               f"{r.text[:180]}")
 
 
 # ---------------------------------------------------------------- driving
@@ -456,6 +521,7 @@ async def run_config(backend: str, transport: str, out: Path) -> Audit:
             async def after(tools: list[Any], state: dict[str, Any]) -> None:
                 await raw_http(audit, server.url, headers, tools, state["calls"])
                 await other_callers(audit, server.url, state["seeded"])
+                await same_data(audit, server.url, state["seeded"])
 
             await audit_client(audit, lambda: http_client(server.url, headers), after)
         else:
