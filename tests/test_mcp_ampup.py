@@ -579,6 +579,11 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
      "Invalid request: session: String should have at most 64 characters"),
     ("amp_recall", {"query": "x", "owner_id": "user_1", "limit": 1000},
      "Invalid request: limit: Input should be less than or equal to 100"),
+    # a list sent as JSON text, nested deeper than the check parses (tools/mcp_audit.py):
+    # it said "Invalid request: : Invalid JSON: recursion limit exceeded …", no argument
+    ("query_memory", {"scope": "acme/sales", "find": "facts",
+                      "where": '[{"op": "eq", "value": ' + "[" * 240 + "]" * 240 + "}]"},
+     "Invalid request: where: Input should be a valid array"),
 ]
 
 

@@ -10,9 +10,9 @@ Per server (docs/testing.md, "The MCP audit"):
    every argument has a description.
 2. Every argument of every tool, one at a time over a valid call: left out, null, each
    JSON type, empty, blank, NUL, control characters, right-to-left and combining marks,
-   100,000 characters, numbers past int64 and ±1e308, a 10,000-item list, an unknown
-   extra argument; over HTTP also JSON nested 100,000 deep and a lone surrogate, sent as
-   raw JSON-RPC (the SDK client cannot send them).
+   100,000 characters, numbers past int64 and ±1e308, a 10,000-item list, JSON text
+   (shallow and 300 deep), an unknown extra argument; over HTTP also JSON nested 100,000
+   deep and a lone surrogate, sent as raw JSON-RPC (the SDK client cannot send them).
    Every answer must come within the time limit, be a tool result (never a JSON-RPC
    error), carry no traceback nor the "unexpected error" answer (the tools' 500); a call
    the input schema refuses must be refused as ``Invalid request: <argument>: …`` naming
@@ -79,6 +79,7 @@ EDGES: list[tuple[str, Any]] = [
     ("list of 100k chars", ["x" * 100_000]), ("10k items", ["a"] * 10_000),
     ("nested 50", json.loads("[" * 50 + "]" * 50)), ("numeric text", "10"),
     ("bool text", "true"), ("json text", '["x"]'),
+    ("deep json text", "[" * 300 + "]" * 300),
 ]
 
 
