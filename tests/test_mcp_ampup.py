@@ -547,6 +547,52 @@ async def test_no_argument_is_dropped_and_each_refusal_names_its_argument(
                          "character (U+0000)")
 
 
+def raw_tool_calls(server: ServerProcess, user: str, calls: list[tuple[str, str]],
+                   ) -> list[dict[str, Any]]:
+    """tools/call results for arguments written as JSON text, over plain HTTP: what the SDK
+    client cannot send (it writes NaN as null)."""
+    headers = {"X-AmpUp-User": user, "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+    version = "2025-06-18"
+    with plain_client(base_url=server.url, timeout=60, headers=headers) as http:
+        init = http.post("/mcp", json={"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                       "params": {"protocolVersion": version,
+                                                  "capabilities": {},
+                                                  "clientInfo": {"name": "t", "version": "1"}}})
+        session = init.headers.get("mcp-session-id")
+        http.headers.update({"mcp-protocol-version": version,
+                             **({"mcp-session-id": session} if session else {})})
+        http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        results = []
+        for n, (tool, arguments) in enumerate(calls, start=1):
+            body = (f'{{"jsonrpc": "2.0", "id": {n}, "method": "tools/call", "params": '
+                    f'{{"name": "{tool}", "arguments": {arguments}}}}}')
+            r = http.post("/mcp", content=body.encode())
+            assert r.status_code == 200, r.text
+            data = next(line[5:] for line in r.text.splitlines() if line.startswith("data:"))
+            results.append(json.loads(data)["result"])
+        return results
+
+
+async def test_a_number_json_has_not_is_refused_as_post_query_refuses_it(
+        server: ServerProcess) -> None:
+    """Found by tools/mcp_audit.py: the SDK's parser reads NaN, Infinity and 1e400, and a
+    typed query's condition on NaN matched nothing where POST /query refuses the body."""
+    scope = new_scope()
+    numbers = ["NaN", "Infinity", "1e400"]
+    bodies = [f'{{"scope": "{scope}", "find": "facts", "where": [{{"op": "eq", "value": '
+              f'{number}}}]}}' for number in numbers]
+    results = raw_tool_calls(server, "alice", [("query_memory", b) for b in bodies])
+    with rest(server, "alice") as http:
+        for number, body, result in zip(numbers, bodies, results, strict=True):
+            r = http.post("/query", content=body, headers={"Content-Type": "application/json"})
+            assert r.status_code == 422 and "must be finite" in r.text, r.text
+            assert result["isError"] is True, (number, result)
+            said = result["content"][0]["text"]
+            assert said.startswith("Invalid request: where: numbers must be finite JSON "
+                                   "numbers, not "), said
+
+
 # A call the tool's argument check refuses (before the tool runs), and its one line: it was
 # pydantic's several-line report ("Error executing tool …", a link, the value's Python
 # repr), and an unknown argument was dropped without a word.
