@@ -12,7 +12,8 @@ Per server (docs/testing.md, "The MCP audit"):
    JSON type, empty, blank, NUL, control characters, right-to-left and combining marks,
    100,000 characters, numbers past int64 and ±1e308, a 10,000-item list, JSON text
    (shallow and 300 deep), an unknown extra argument; over HTTP also JSON nested 100,000
-   deep and a lone surrogate, sent as raw JSON-RPC (the SDK client cannot send them).
+   deep, a lone surrogate, NaN, ±Infinity and 1e400 (alone, in a list, in an object),
+   sent as raw JSON-RPC (the SDK client cannot send them).
    Every answer must come within the time limit, be a tool result (never a JSON-RPC
    error), carry no traceback nor the "unexpected error" answer (the tools' 500); a call
    the input schema refuses must be refused as ``Invalid request: <argument>: …`` naming
@@ -326,6 +327,11 @@ async def arguments(audit: Audit, client: Client, tools: list[Any],
 # Raw JSON-RPC over HTTP, for what the SDK client cannot send.
 DEEP = "[" * 100_000 + "]" * 100_000
 LONE = '"\\udc00x"'
+# Numbers JSON has not, which the SDK's parser reads: refused as the REST bodies refuse them.
+NOT_FINITE = ("NaN", "Infinity", "-Infinity", "1e400")
+RAW_EDGES = [("nested 100000", DEEP), ("lone surrogate", LONE),
+             *((n, n) for n in NOT_FINITE), *((f"[{n}]", f"[{n}]") for n in NOT_FINITE),
+             *((f"{{a: {n}}}", f'{{"a": {n}}}') for n in NOT_FINITE)]
 
 
 async def raw_http(audit: Audit, url: str, headers: dict[str, str], tools: list[Any],
@@ -345,7 +351,7 @@ async def raw_http(audit: Audit, url: str, headers: dict[str, str], tools: list[
         for tool in tools:
             base = calls.get(tool.name, [{}])[0]
             for name in tool.input_schema.get("properties", {}):
-                for edge, raw in (("nested 100000", DEEP), ("lone surrogate", LONE)):
+                for edge, raw in RAW_EDGES:
                     rest = json.dumps({k: v for k, v in base.items() if k != name})
                     args = rest[:-1] + (", " if len(rest) > 2 else "") + \
                         f'{json.dumps(name)}: {raw}}}'
@@ -369,6 +375,9 @@ async def raw_http(audit: Audit, url: str, headers: dict[str, str], tools: list[
                     elif '"error"' in reply and '"isError"' not in reply:
                         audit.find("protocol error", tool.name, name, edge,
                                    f"{r.status_code} {reply[:300]}")
+                    elif any(n in edge for n in NOT_FINITE) and '"isError":true' not in reply:
+                        audit.find("a number JSON has not accepted", tool.name, name, edge,
+                                   reply[:300])
 
 
 # ---------------------------------------------------------------- part 3: other callers
