@@ -2,7 +2,8 @@
 streamable HTTP (a real ``serve``) and over stdio (a real ``ampup-memory mcp``).
 
     PYTHONPATH=src:. python tools/mcp_audit.py [--transports http,stdio]
-                                              [--backends sqlite,postgres] [--out DIR]
+                                              [--backends sqlite,postgres]
+                                              [--keys off,on] [--out DIR]
 
 Per server (docs/testing.md, "The MCP audit"):
 
@@ -36,6 +37,7 @@ import argparse
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import tempfile
 import time
@@ -412,9 +414,10 @@ def foreign(s: dict[str, str]) -> list[tuple[str, dict[str, Any], str, str, str]
     ]
 
 
-async def other_callers(audit: Audit, url: str, s: dict[str, str]) -> None:
-    headers = {"X-AMP-Agent-ID": OTHER_AGENT, "X-AmpUp-User": OTHER}
-    with plain_client(base_url=url, timeout=60, headers={"X-AmpUp-User": USER}) as mine:
+async def other_callers(audit: Audit, url: str, s: dict[str, str],
+                        callers: dict[str, dict[str, str]]) -> None:
+    headers = callers["other"]
+    with plain_client(base_url=url, timeout=60, headers=callers["me"]) as mine:
         r = mine.post("/facts", json={
             "scope": s["scope"], "entity": "acme", "predicate": "plan", "value": "Pro",
             "quote": "Acme renewed", "cites": [{"episode": s["episode"], "unit": 1}]})
@@ -475,8 +478,9 @@ def comparable(data: Any) -> Any:
     return data
 
 
-async def same_data(audit: Audit, url: str, s: dict[str, str]) -> None:
-    headers = {"X-AMP-Agent-ID": AGENT, "X-AmpUp-User": USER}
+async def same_data(audit: Audit, url: str, s: dict[str, str],
+                    callers: dict[str, dict[str, str]]) -> None:
+    headers = callers["me"]
     with plain_client(base_url=url, timeout=60, headers=headers) as rest:
         async with http_client(url, headers) as client:
             for tool, args, route, body in same_reads(s):
@@ -511,8 +515,17 @@ async def audit_client(audit: Audit, connect: Callable[[], Any],
         await after(tools, {"seeded": seeded, "calls": calls})
 
 
-async def run_config(backend: str, transport: str, out: Path) -> Audit:
-    audit = Audit(f"{backend}-{transport}")
+def create_key(env: dict[str, str], agent: str, user: str) -> str:
+    """``ampup-memory keys create``; the key is the last line it prints."""
+    done = subprocess.run(
+        [sys.executable, "-m", "ampup_memory.cli", "keys", "create", "--agent", agent,
+         "--user", user], env={**os.environ, **env}, capture_output=True, text=True,
+        timeout=120, check=True)
+    return done.stdout.strip().splitlines()[-1]
+
+
+async def run_config(backend: str, transport: str, keys: bool) -> Audit:
+    audit = Audit(f"{backend}-{transport}-keys-{'on' if keys else 'off'}")
     started = time.monotonic()
     async with AsyncExitStack() as stack:
         home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mcp-audit-")))
@@ -524,14 +537,25 @@ async def run_config(backend: str, transport: str, out: Path) -> Audit:
             url = stack.enter_context(postgres_factory()).new_database("audit")
             env.update({"AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
                         "AMP_STORE_URI": url})
+        callers: dict[str, dict[str, str]] = {}
+        for name, agent, user in (("me", AGENT, USER), ("other", OTHER_AGENT, OTHER)):
+            callers[name] = {"X-AMP-Agent-ID": agent}
+            if keys:  # the key is bound to the user: it names the user
+                env["AMPUP_MEMORY_HOME"] = str(home)
+                callers[name]["X-AMP-API-Key"] = create_key(env, agent, user)
+            else:
+                callers[name]["X-AmpUp-User"] = user
+        if keys:
+            env.update({"AMP_REQUIRE_KEYS": "1",
+                        "AMP_MCP_API_KEY": callers["me"]["X-AMP-API-Key"]})
         if transport == "http":
             server = stack.enter_context(ServerProcess(home, env=env))
-            headers = {"X-AMP-Agent-ID": AGENT, "X-AmpUp-User": USER}
+            headers = callers["me"]
 
             async def after(tools: list[Any], state: dict[str, Any]) -> None:
                 await raw_http(audit, server.url, headers, tools, state["calls"])
-                await other_callers(audit, server.url, state["seeded"])
-                await same_data(audit, server.url, state["seeded"])
+                await other_callers(audit, server.url, state["seeded"], callers)
+                await same_data(audit, server.url, state["seeded"], callers)
 
             await audit_client(audit, lambda: http_client(server.url, headers), after)
         else:
@@ -546,11 +570,14 @@ def main() -> int:
     parser.add_argument("--transports", default="http,stdio")
     parser.add_argument("--backends", default="sqlite",
                         help="sqlite,postgres (postgres starts a throwaway server)")
+    parser.add_argument("--keys", default="off", help="off,on (on: AMP_REQUIRE_KEYS, "
+                        "each caller a key bound to its user)")
     parser.add_argument("--out", type=Path, default=Path("mcp-audit-report"))
     opts = parser.parse_args()
     opts.out.mkdir(parents=True, exist_ok=True)
-    audits = [asyncio.run(run_config(b, t, opts.out))
-              for b in opts.backends.split(",") for t in opts.transports.split(",")]
+    audits = [asyncio.run(run_config(b, t, k == "on"))
+              for b in opts.backends.split(",") for k in opts.keys.split(",")
+              for t in opts.transports.split(",")]
     findings = [asdict(f) for a in audits for f in a.findings]
     (opts.out / "findings.json").write_text(json.dumps(findings, indent=2,
                                                        ensure_ascii=False))
