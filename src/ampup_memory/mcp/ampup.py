@@ -35,10 +35,6 @@ from ampup_memory.web.body import JsonInt
 # remember_memory's source: a label, checked by its own limit (the episode's source is
 # longer; `MAX_LABEL`).
 NoteLabel = Annotated[str, Field(max_length=memory_tools.MAX_LABEL)]
-# A fact value as a tool argument: POST /close's own `Value` (text up to its limit, a
-# number, a boolean or a money object), so the input schema states what is refused.
-ToolValue = Value
-
 NO_USER = ("AmpUp Memory tools need a user: this MCP connection names none "
            "(stdio: set AMPUP_MEMORY_MCP_USER; HTTP: X-AmpUp-User, or a key bound to a user).")
 
@@ -104,7 +100,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
             branch=branch, at_commit=at_commit, pin=pin, snapshot=snapshot))
 
     def close(caller: Caller, scope: str, entity: str, predicate: str, reason: str,
-              acl: list[str] | None, branch: str | None, value: ToolValue | None) -> str:
+              acl: list[str] | None, branch: str | None, value: Any) -> str:
         return _json(memory_tools.close_memory(
             memory, caller, scope=scope, entity=entity, predicate=predicate, reason=reason,
             acl=acl, branch=branch, value=value))
@@ -203,7 +199,9 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         ctx: ToolContext,
         acl: list[str] | None = None,
         branch: str | None = None,
-        value: ToolValue | None = None,
+        # POST /close's own `Value` (text up to its limit, a number, a boolean or a money
+        # object), so the input schema states what the server refuses
+        value: Value | None = None,
     ) -> CallToolResult:
         """End the current value of (entity, predicate): it stops being current but stays
         in history. `reason` is kept as its own episode. For a many-valued attribute
