@@ -504,6 +504,95 @@ async def test_every_tool_describes_its_arguments_with_the_bounds_the_server_kee
         assert not remember.is_valid(bad), bad
 
 
+async def test_no_argument_is_dropped_and_each_refusal_names_its_argument(
+        server: ServerProcess) -> None:
+    """Found by tools/mcp_audit.py: a blank note was refused as ``Invalid request: : the
+    body has no text to cite`` (the episode's body, named by no argument); query_memory
+    dropped without a word what its find does not take (``offset: -1`` or ``where`` with
+    passages; ``query`` or an unknown ``tz`` with facts), which POST /query refuses; and
+    close_memory's input schema allowed any object or text for ``value``, which the server
+    then refused (POST /close's value: text up to 4000 characters or a money object)."""
+    scope = new_scope()
+    refusals = [({"query": "x", "offset": -1}, "passages"),
+                ({"query": "x", "where": [{"attribute": "a", "op": "eq", "value": 1}],
+                  "as_of": "2025-01-01T00:00:00Z"}, "passages"),
+                ({"query": "x", "tz": "Nowhere/x"}, "facts"),
+                ({"query": "x", "type": "deal"}, "entities")]
+    async with as_user(server, "alice") as alice:
+        blank = await refused(alice, "remember_memory", scope=scope, text="\n\n\n")
+        answers = [await refused(alice, "query_memory", scope=scope, find=find, **args)
+                   for args, find in refusals]
+        schema = {t.name: t.input_schema for t in (await alice.list_tools()).tools}[
+            "close_memory"]
+        close = {"scope": scope, "entity": "acme", "predicate": "p", "reason": "r"}
+        not_money = await refused(alice, "close_memory", **close, value={"a": 1})
+        nul_money = await refused(alice, "close_memory", **close,
+                                  value={"amount": "5\x00", "currency": "EUR"})
+    assert blank == "Invalid request: text: the body has no text to cite"
+    with rest(server, "alice") as http:
+        for (args, find), answer in zip(refusals, answers, strict=True):
+            r = http.post("/query", json={"scope": scope, "find": find, **args})
+            assert r.status_code == 422, r.text
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'][1:]))}: {e['msg']}"
+                                 for e in r.json()["error"]["details"]["errors"])
+            assert answer == f"Invalid request: {problems}", (args, find)
+            assert "Extra inputs are not permitted" in answer
+    checker = Draft202012Validator(schema)
+    assert not checker.is_valid({**close, "value": {"a": 1}})
+    assert not checker.is_valid({**close, "value": "x" * 4001})
+    assert checker.is_valid({**close, "value": {"amount": "5", "currency": "EUR"}})
+    assert not_money == ("Invalid request: value: Input is none of the types the input "
+                         "schema allows")
+    assert nul_money == ("Invalid request: value.amount: text may not contain the NUL "
+                         "character (U+0000)")
+
+
+def raw_tool_calls(server: ServerProcess, user: str, calls: list[tuple[str, str]],
+                   ) -> list[dict[str, Any]]:
+    """tools/call results for arguments written as JSON text, over plain HTTP: what the SDK
+    client cannot send (it writes NaN as null)."""
+    headers = {"X-AmpUp-User": user, "Accept": "application/json, text/event-stream",
+               "Content-Type": "application/json"}
+    version = "2025-06-18"
+    with plain_client(base_url=server.url, timeout=60, headers=headers) as http:
+        init = http.post("/mcp", json={"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                                       "params": {"protocolVersion": version,
+                                                  "capabilities": {},
+                                                  "clientInfo": {"name": "t", "version": "1"}}})
+        session = init.headers.get("mcp-session-id")
+        http.headers.update({"mcp-protocol-version": version,
+                             **({"mcp-session-id": session} if session else {})})
+        http.post("/mcp", json={"jsonrpc": "2.0", "method": "notifications/initialized"})
+        results = []
+        for n, (tool, arguments) in enumerate(calls, start=1):
+            body = (f'{{"jsonrpc": "2.0", "id": {n}, "method": "tools/call", "params": '
+                    f'{{"name": "{tool}", "arguments": {arguments}}}}}')
+            r = http.post("/mcp", content=body.encode())
+            assert r.status_code == 200, r.text
+            data = next(line[5:] for line in r.text.splitlines() if line.startswith("data:"))
+            results.append(json.loads(data)["result"])
+        return results
+
+
+async def test_a_number_json_has_not_is_refused_as_post_query_refuses_it(
+        server: ServerProcess) -> None:
+    """Found by tools/mcp_audit.py: the SDK's parser reads NaN, Infinity and 1e400, and a
+    typed query's condition on NaN matched nothing where POST /query refuses the body."""
+    scope = new_scope()
+    numbers = ["NaN", "Infinity", "1e400"]
+    bodies = [f'{{"scope": "{scope}", "find": "facts", "where": [{{"op": "eq", "value": '
+              f'{number}}}]}}' for number in numbers]
+    results = raw_tool_calls(server, "alice", [("query_memory", b) for b in bodies])
+    with rest(server, "alice") as http:
+        for number, body, result in zip(numbers, bodies, results, strict=True):
+            r = http.post("/query", content=body, headers={"Content-Type": "application/json"})
+            assert r.status_code == 422 and "must be finite" in r.text, r.text
+            assert result["isError"] is True, (number, result)
+            said = result["content"][0]["text"]
+            assert said.startswith("Invalid request: where: numbers must be finite JSON "
+                                   "numbers, not "), said
+
+
 # A call the tool's argument check refuses (before the tool runs), and its one line: it was
 # pydantic's several-line report ("Error executing tool …", a link, the value's Python
 # repr), and an unknown argument was dropped without a word.
@@ -536,6 +625,11 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
      "Invalid request: session: String should have at most 64 characters"),
     ("amp_recall", {"query": "x", "owner_id": "user_1", "limit": 1000},
      "Invalid request: limit: Input should be less than or equal to 100"),
+    # a list sent as JSON text, nested deeper than the check parses (tools/mcp_audit.py):
+    # it said "Invalid request: : Invalid JSON: recursion limit exceeded …", no argument
+    ("query_memory", {"scope": "acme/sales", "find": "facts",
+                      "where": '[{"op": "eq", "value": ' + "[" * 240 + "]" * 240 + "}]"},
+     "Invalid request: where: Input should be a valid array"),
 ]
 
 

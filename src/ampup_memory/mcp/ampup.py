@@ -25,6 +25,7 @@ from ampup_memory.errors import ServiceUnavailable, Unauthenticated
 from ampup_memory.mcp.arguments import publish
 from ampup_memory.mcp.tools import NOTES, READS, TOOLSETS, WRITES, ToolContext, ToolEnv
 from ampup_memory.memory import mcp_tools as memory_tools
+from ampup_memory.memory.facts import Value, raw_value
 from ampup_memory.search import mcp_tools as search_tools
 from ampup_memory.search.rerank import Slots
 from ampup_memory.search.service import SearchService
@@ -34,10 +35,6 @@ from ampup_memory.web.body import JsonInt
 # remember_memory's source: a label, checked by its own limit (the episode's source is
 # longer; `MAX_LABEL`).
 NoteLabel = Annotated[str, Field(max_length=memory_tools.MAX_LABEL)]
-# A fact value as a tool argument: text, a number, a boolean or a money object; the
-# scope's schema checks it exactly as POST /close does.
-ToolValue = str | int | float | bool | dict[str, Any]
-
 NO_USER = ("AmpUp Memory tools need a user: this MCP connection names none "
            "(stdio: set AMPUP_MEMORY_MCP_USER; HTTP: X-AmpUp-User, or a key bound to a user).")
 
@@ -103,7 +100,7 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
             branch=branch, at_commit=at_commit, pin=pin, snapshot=snapshot))
 
     def close(caller: Caller, scope: str, entity: str, predicate: str, reason: str,
-              acl: list[str] | None, branch: str | None, value: ToolValue | None) -> str:
+              acl: list[str] | None, branch: str | None, value: Any) -> str:
         return _json(memory_tools.close_memory(
             memory, caller, scope=scope, entity=entity, predicate=predicate, reason=reason,
             acl=acl, branch=branch, value=value))
@@ -136,20 +133,23 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         # One parameter per tool argument, so a refused value is named as the caller sent it.
         typed = {"type": type, "entity": entity, "predicate": predicate, "where": where,
                  "select": select, "order_by": order_by, "offset": offset, "as_of": as_of}
+        # What the caller gave that this find does not take goes into its request too, so
+        # it is refused as POST /query refuses it, not dropped without a word.
+        given = {k: v for k, v in typed.items() if v is not None}
         user = memory_tools.caller_user(caller)
         if find in ("facts", "entities"):  # the same typed query POST /query answers
             from ampup_memory.memory.query import TypedQuery
             from ampup_memory.memory.query import run as typed_query
             from ampup_memory.memory.service import build
 
+            passages = {k: v for k, v in {"query": query, "tz": tz}.items() if v is not None}
             req = build(TypedQuery, scope=scope, find=find, limit=limit, branch=branch,
-                        at_commit=at_commit, pin=pin, snapshot=snapshot,
-                        **{k: v for k, v in typed.items() if v is not None})
+                        at_commit=at_commit, pin=pin, snapshot=snapshot, **given, **passages)
             return _json(typed_query(memory, user, req))
         return _json(search_tools.query_memory(search(), user, scope, query, find=find,
                                                limit=limit, tz=tz, branch=branch,
                                                at_commit=at_commit, pin=pin,
-                                               snapshot=snapshot))
+                                               snapshot=snapshot, other=given))
 
     @server.tool(annotations=NOTES)
     async def remember_memory(
@@ -199,13 +199,16 @@ def register_ampup_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         ctx: ToolContext,
         acl: list[str] | None = None,
         branch: str | None = None,
-        value: ToolValue | None = None,
+        # POST /close's own `Value` (text up to its limit, a number, a boolean or a money
+        # object), so the input schema states what the server refuses
+        value: Value | None = None,
     ) -> CallToolResult:
         """End the current value of (entity, predicate): it stops being current but stays
         in history. `reason` is kept as its own episode. For a many-valued attribute
         (schema cardinality many) `value` names the one value to end. Replies JSON."""
+        # a money object as plain JSON data, which the NUL check reads as it reads a body
         return await uenv.reply(ctx, close, scope, entity, predicate, reason, acl, branch,
-                                value)
+                                None if value is None else raw_value(value))
 
     @server.tool(annotations=WRITES)
     async def branch_memory(

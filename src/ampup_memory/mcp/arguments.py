@@ -28,6 +28,7 @@ import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any, cast
 
+import pydantic_core
 from mcp.server.mcpserver import MCPServer
 from mcp.server.mcpserver.utilities.func_metadata import ArgModelBase, FuncMetadata
 from mcp.types import CallToolResult, TextContent
@@ -112,6 +113,11 @@ class OneLineArguments(FuncMetadata):
                 continue
             try:
                 parsed = json.loads(value)
+                # Nested deeper than the check's parser reads it inside the arguments
+                # (pydantic's recursion limit): left as text, so it is refused naming
+                # this argument, not as "Invalid JSON" of arguments the caller never sent.
+                if isinstance(parsed, list | dict):
+                    pydantic_core.from_json(f"[{value}]")
             except (ValueError, RecursionError):
                 continue
             if isinstance(parsed, list | dict):

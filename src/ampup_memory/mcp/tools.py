@@ -38,10 +38,12 @@ from ampup_memory.errors import (
     NotFound,
     ValidationFailed,
     driver_said,
+    field_error,
     refuse_nul,
     storage_down,
 )
 from ampup_memory.mcp.arguments import publish
+from ampup_memory.web import jsontext
 from ampup_memory.web.body import validation_errors
 
 if TYPE_CHECKING:
@@ -129,10 +131,11 @@ class ToolEnv:
 
         def work() -> str:
             caller = self.identity(ctx)  # identity first, as on the REST routes
-            if self.nul_free:
-                names = list(inspect.signature(op).parameters)[1:]
-                for name, value in zip(names, args, strict=True):
+            names = list(inspect.signature(op).parameters)[1:]
+            for name, value in zip(names, args, strict=True):
+                if self.nul_free:
                     refuse_nul(value, [name])
+                _json_numbers(value, name)
             return op(caller, *args)
 
         try:
@@ -152,6 +155,18 @@ class ToolEnv:
                         driver_said(exc)[:300])
             return _text(error_text(answer), error=True)
         return _text(text)
+
+
+def _json_numbers(value: Any, name: str) -> None:
+    """NaN, Infinity or 1e400 in an argument, which the SDK's JSON parser reads (JSON has
+    none of them), refused as the REST bodies refuse them (`jsontext.loads`: a NaN in a
+    typed query's condition matched nothing where POST /query refuses it); and JSON nested
+    deeper than a REST body may be."""
+    if isinstance(value, float | list | dict):
+        try:
+            jsontext.loads(json.dumps(value), name)
+        except jsontext.JsonRefused as exc:
+            raise field_error([name], str(exc), "json_invalid") from None
 
 
 def _text(text: str, error: bool = False) -> CallToolResult:

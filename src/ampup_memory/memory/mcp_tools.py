@@ -45,10 +45,11 @@ def remember_memory(svc: MemoryService, caller: Caller, *, scope: str, text: str
             WriteEpisode, scope=scope, branch=branch, source=f"{NOTE_PREFIX}{user}:{source}",
             body=text, acl=own_acl(user) if acl is None else acl, about=about,
             occurred_at=occurred_at, document=document)
+        # the write checks the body too (a blank one has no text to cite)
+        episode_id, new, holder = svc.write_episode(user, req)
     except ValidationFailed as exc:
         exc.rename({("body",): "text"})  # the episode's body is this tool's text
         raise
-    episode_id, new, holder = svc.write_episode(user, req)
     return {"id": episode_id, "commit": holder, "created": new is not None}
 
 

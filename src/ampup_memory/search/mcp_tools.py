@@ -7,6 +7,7 @@ returns ranked passages as JSON-ready data.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -55,12 +56,15 @@ def query_memory(
     at_commit: str | None = None,
     pin: str | None = None,
     snapshot: str | None = None,
+    other: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Episode passages ranked the same way; needs no extraction model. A ``query`` of
     None is left out of the request, so it is refused as POST /query refuses a body
-    without one (``query: Field required``), not as an empty one."""
+    without one (``query: Field required``), not as an empty one. ``other``: arguments
+    the caller gave that passages do not take (the typed finds' ``where``, ``offset``,
+    ...), put in the request so it refuses them as POST /query does, not drops them."""
     body = {"scope": scope, "find": find, "limit": limit, "tz": tz, "branch": branch,
-            "at_commit": at_commit, "pin": pin, "snapshot": snapshot}
+            "at_commit": at_commit, "pin": pin, "snapshot": snapshot, **(other or {})}
     if query is not None:
         body["query"] = query
     try:
