@@ -13,8 +13,10 @@ Phases, in order (``--phases`` picks some):
 
 * ``owners``: makes ``--mid`` owners of ``--mid-size`` cells each, ``user_mid_K`` taking
   every cell of ``user_{2K+10}`` and the first cells of ``user_{2K+11}`` (an ``UPDATE`` of
-  ``owner_id``; the postings triggers follow). ``--undo`` gives the cells back to the owners
-  ``owner_of`` gave them, and drops the indexes the store then has no use for.
+  ``owner_id``; the postings triggers follow), and with ``--small N`` an owner of N cells,
+  ``user_small``, taking the first cells of ``user_{2·mid+13}``. ``--undo`` gives the
+  cells back to the owners ``owner_of`` gave them, and drops the indexes the store then
+  has no use for.
 * ``tend``: one ``ampup-memory owner-indexes`` pass (the CLI, a fresh process), timed, and
   each owner index's size afterwards.
 * ``step``: `PostgresStore.search_candidates` (the vector step alone, k = 100, the product's
@@ -67,14 +69,19 @@ AGENT = "agent_bench_1"
 SMALL_OWNER = "user_10"  # 2 % of the cells: ranked exactly, below the limit
 
 
-def mid_owners(rows: int, mid: int, size: int) -> dict[int, str]:
-    """Row number -> its new owner, for the rows the ``--mid`` owners take."""
+def mid_owners(rows: int, mid: int, size: int, small: int = 0) -> dict[int, str]:
+    """Row number -> its new owner, for the rows the ``--mid`` owners take, and the
+    ``--small`` owner's (``user_small``: the first cells of ``user_{2·mid+13}``)."""
     taken: dict[int, str] = {}
     for k in range(1, mid + 1):
         whole, part = f"user_{2 * k + 10}", f"user_{2 * k + 11}"
         mine = [n for n in range(rows) if owner_of(n) == whole]
         mine += [n for n in range(rows) if owner_of(n) == part][:max(0, size - len(mine))]
         taken.update((n, f"user_mid_{k}") for n in mine)
+    if small:
+        giver = f"user_{2 * mid + 13}"
+        taken.update((n, "user_small") for n in [
+            n for n in range(rows) if owner_of(n) == giver][:small])
     return taken
 
 
@@ -92,8 +99,8 @@ def reassign(uri: str, ids: list[str], moves: dict[int, str]) -> dict[str, Any]:
                              " AND owner_id <> %s", (owner, chosen[i:i + 5000], owner))
             conn.commit()
         counts = conn.execute("SELECT owner_id, count(*) FROM cells WHERE owner_id LIKE"
-                              " 'user_mid_%%' OR owner_id = %s GROUP BY 1 ORDER BY 1",
-                              (BIG_OWNER,)).fetchall()
+                              " 'user_mid_%%' OR owner_id IN (%s, 'user_small')"
+                              " GROUP BY 1 ORDER BY 1", (BIG_OWNER,)).fetchall()
         conn.execute("ANALYZE cells")
         conn.commit()
     return {"seconds": round(time.perf_counter() - t, 1),
@@ -302,6 +309,8 @@ def main() -> None:
     parser.add_argument("--work", type=Path, required=True)
     parser.add_argument("--mid", type=int, default=3)
     parser.add_argument("--mid-size", type=int, default=27_000)
+    parser.add_argument("--small", type=int, default=0,
+                        help="owners: also an owner of this many cells, user_small")
     parser.add_argument("--phases", default="owners,tend,step,creates,http,beside")
     parser.add_argument("--step-owners", default="",
                         help="step: the owners searched ('unfiltered' for none); default"
@@ -329,7 +338,7 @@ def main() -> None:
     uri, ids = saved["cells"], saved["ids"]
     data = str(args.work / "pg" / "main" / "pgdata")
     start(Path(data))
-    moves = mid_owners(args.rows, args.mid, args.mid_size)
+    moves = mid_owners(args.rows, args.mid, args.mid_size, args.small)
     out: dict[str, Any] = {"rows": args.rows, "load_at_start": os.getloadavg()[0]}
     if args.undo:
         out["undo"] = reassign(uri, ids, {n: owner_of(n) for n in moves})
