@@ -37,15 +37,51 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+class Serve:
+    """``ampup-memory serve`` on the store, no timers, in its own temporary home, started
+    here and answering its health check; `close` stops it."""
+
+    def __init__(self, uri: str) -> None:
+        self.home = tempfile.TemporaryDirectory()
+        port = free_port()
+        self.base = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "AMPUP_MEMORY_HOME": self.home.name, "AMP_STORE_URI": uri,
+               "AMP_LIFECYCLE_ENABLED": "0", "AMP_OWNER_INDEX_INTERVAL_SECONDS": "0"}
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "ampup_memory.cli", "serve", "--port", str(port)],
+            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(self.base + "/amp/v1/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline or self.process.poll() is not None:
+                self.close()
+                raise SystemExit("the server did not start")
+            time.sleep(0.5)
+
+    def close(self) -> None:
+        self.process.terminate()
+        self.process.wait(timeout=60)
+        self.home.cleanup()
+
+
+def ask(query: str, owner: str | None) -> dict[str, Any]:
+    """The search body: 10 hits, filtered to ``owner`` when one is given."""
+    body: dict[str, Any] = {"query": query, "limit": 10}
+    if owner is not None:
+        body["owner_id"] = owner
+    return body
+
+
 def series(client: httpx.Client, queries: list[str], owner: str | None,
            warm: int) -> dict[str, Any]:
     times: list[float] = []
     for n, query in enumerate(queries[:warm] + queries):
-        ask: dict[str, Any] = {"query": query, "limit": 10}
-        if owner is not None:
-            ask["owner_id"] = owner
         t = time.perf_counter()
-        r = client.post("/amp/v1/memories/search", json=ask)
+        r = client.post("/amp/v1/memories/search", json=ask(query, owner))
         spent = (time.perf_counter() - t) * 1000
         r.raise_for_status()
         if n >= warm:
@@ -69,39 +105,21 @@ def main() -> None:
     parser.add_argument("--out", default="amp_http_search.json")
     args = parser.parse_args()
     queries = text_queries(args.text_file, args.queries, 11)
-    port = free_port()
-    with tempfile.TemporaryDirectory() as home:
-        env = {**os.environ, "AMPUP_MEMORY_HOME": home, "AMP_STORE_URI": args.store_uri,
-               "AMP_LIFECYCLE_ENABLED": "0", "AMP_OWNER_INDEX_INTERVAL_SECONDS": "0"}
-        server = subprocess.Popen(
-            [sys.executable, "-m", "ampup_memory.cli", "serve", "--port", str(port)],
-            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            base = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 300
-            while True:
-                try:
-                    if httpx.get(base + "/amp/v1/health", timeout=2).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise SystemExit("the server did not start")
-                time.sleep(0.5)
-            out: dict[str, Any] = {"store": "postgresql" if "postgres" in args.store_uri
-                                   else "sqlite", "load_at_start": os.getloadavg()[0],
-                                   "rounds": []}
-            with httpx.Client(base_url=base, headers={"X-AMP-Agent-ID": args.agent},
-                              timeout=60) as client:
-                for _ in range(args.rounds):
-                    row = {"unfiltered": series(client, queries, None, args.warm)}
-                    if args.owner:
-                        row["owner"] = series(client, queries, args.owner, args.warm)
-                    print(json.dumps(row), file=sys.stderr, flush=True)
-                    out["rounds"].append(row)
-        finally:
-            server.terminate()
-            server.wait(timeout=60)
+    serve = Serve(args.store_uri)
+    try:
+        out: dict[str, Any] = {"store": "postgresql" if "postgres" in args.store_uri
+                               else "sqlite", "load_at_start": os.getloadavg()[0],
+                               "rounds": []}
+        with httpx.Client(base_url=serve.base, headers={"X-AMP-Agent-ID": args.agent},
+                          timeout=60) as client:
+            for _ in range(args.rounds):
+                row = {"unfiltered": series(client, queries, None, args.warm)}
+                if args.owner:
+                    row["owner"] = series(client, queries, args.owner, args.warm)
+                print(json.dumps(row), file=sys.stderr, flush=True)
+                out["rounds"].append(row)
+    finally:
+        serve.close()
     Path(args.out).write_text(json.dumps(out, indent=2))
     print(json.dumps(out))
 

@@ -79,6 +79,18 @@ from benchmarks.pg_ann_recall import _pct, exact_top  # noqa: E402
 TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
 
 
+def _stat(pid: int | str) -> list[str]:
+    """The fields of ``/proc/<pid>/stat`` after the command's name (so ``[1]`` is the
+    parent's pid and ``[11]``, ``[12]`` the user and system ticks); OSError once it ended."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def process_ticks(pid: int) -> int:
+    """utime + stime of one process, in clock ticks."""
+    fields = _stat(pid)
+    return int(fields[11]) + int(fields[12])
+
+
 def server_ticks(data_dir: str) -> dict[int, int]:
     """utime + stime of each process of the server whose data folder is ``data_dir`` (the
     postmaster and its children: backends, I/O workers, checkpointer...), by pid."""
@@ -89,7 +101,7 @@ def server_ticks(data_dir: str) -> dict[int, int]:
         if not entry.isdigit():
             continue
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = _stat(entry)
         except OSError:
             continue
         if int(entry) == master or int(fields[1]) == master:  # fields[1]: ppid

@@ -55,10 +55,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.amp_bench import BIG_OWNER, owner_of  # noqa: E402
-from benchmarks.amp_http_search import free_port  # noqa: E402
+from benchmarks.amp_http_search import Serve, ask  # noqa: E402
 from benchmarks.pg_ann_recall import _pct, exact_top  # noqa: E402
 from benchmarks.pg_cell_speed import (  # noqa: E402
+    TICK_MS,
     creates,
+    process_ticks,
     server_ticks,
     spent_ms,
     start,
@@ -157,47 +159,10 @@ def steps(uri: str, d: int, data_dir: str, vecs: Any, ids: list[str], owners: An
     return out
 
 
-class Serve:
-    """``ampup-memory serve`` on the store, no timers, in its own temporary home."""
-
-    def __init__(self, uri: str) -> None:
-        import httpx
-
-        self.home = tempfile.TemporaryDirectory()
-        self.base = f"http://127.0.0.1:{free_port()}"
-        env = {**os.environ, "AMPUP_MEMORY_HOME": self.home.name, "AMP_STORE_URI": uri,
-               "AMP_LIFECYCLE_ENABLED": "0", "AMP_OWNER_INDEX_INTERVAL_SECONDS": "0"}
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "ampup_memory.cli", "serve", "--port",
-             self.base.rsplit(":", 1)[1]], env=env, stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                if httpx.get(self.base + "/amp/v1/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise SystemExit("the server did not start")
-            time.sleep(0.5)
-
-    def ticks(self) -> int:
-        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-
-    def close(self) -> None:
-        self.process.terminate()
-        self.process.wait(timeout=60)
-        self.home.cleanup()
-
-
 def clients(serve: Serve, data_dir: str, texts: list[str], owner: str | None, n: int,
             warm: int) -> dict[str, Any]:
     """``n`` clients at once, each asking every query in ``texts`` (each its own order)."""
     import httpx
-
-    from benchmarks.pg_cell_speed import TICK_MS
 
     times: list[list[float]] = [[] for _ in range(n)]
     failed: list[str] = []
@@ -221,12 +186,12 @@ def clients(serve: Serve, data_dir: str, texts: list[str], owner: str | None, n:
     for th in threads:
         th.start()
     gate.wait()
-    t0, s0, t = server_ticks(data_dir), serve.ticks(), time.perf_counter()
+    t0, s0, t = server_ticks(data_dir), process_ticks(serve.process.pid), time.perf_counter()
     for th in threads:
         th.join()
     wall = time.perf_counter() - t
     pg_ms = spent_ms(t0, server_ticks(data_dir))
-    serve_ms = (serve.ticks() - s0) * TICK_MS
+    serve_ms = (process_ticks(serve.process.pid) - s0) * TICK_MS
     every = sorted(x for per in times for x in per)
     return {"clients": n, "requests": len(every), "failed": failed[:3],
             "p50_ms": round(statistics.median(every), 2), "p95_ms": round(_pct(every, 0.95), 2),
@@ -234,13 +199,6 @@ def clients(serve: Serve, data_dir: str, texts: list[str], owner: str | None, n:
             "postgres_cpu_ms_per_request": round(pg_ms / len(every), 2),
             "serve_cpu_ms_per_request": round(serve_ms / len(every), 2),
             "load": round(os.getloadavg()[0], 2)}
-
-
-def ask(query: str, owner: str | None) -> dict[str, Any]:
-    body: dict[str, Any] = {"query": query, "limit": 10}
-    if owner is not None:
-        body["owner_id"] = owner
-    return body
 
 
 def over_http(uri: str, data_dir: str, texts: list[str], counts: list[int], warm: int,

@@ -77,9 +77,8 @@ def bulk_load(home: Path, uri: str) -> None:
         rt.amp.create("agent_loader", json.dumps(b).encode(), list(v))
     d = rt.embedder.dimensions
     rt.close()
-    # Each trigger's name is the third word of its statement (as `pg_words.made_triggers`
-    # reads it): the store's own, so none is named here.
-    triggers = [s.split()[2] for s in (*pg_words.TRIGGERS, *pg_postings.TRIGGERS)]
+    # The store's own triggers, so none is named here.
+    triggers = [pg_words.trigger_name(s) for s in (*pg_words.TRIGGERS, *pg_postings.TRIGGERS)]
     with psycopg.connect(uri, autocommit=True) as conn:
         conn.execute(f"DROP INDEX cells_embedding_hnsw_{d}")
         with conn.transaction():

@@ -144,6 +144,11 @@ def prepare(conn: Conn) -> bool:
     return False
 
 
+def trigger_name(statement: str) -> str:
+    """The name a ``CREATE TRIGGER <name> … ON cells`` statement gives."""
+    return statement.split()[2]
+
+
 def made_triggers(conn: Conn, triggers: Sequence[str]) -> bool:
     """Each of ``triggers`` (``CREATE TRIGGER <name> … ON cells``) the table lacks, made;
     True when any was missing (what it keeps must then be written again from the cells:
@@ -153,7 +158,7 @@ def made_triggers(conn: Conn, triggers: Sequence[str]) -> bool:
     ).fetchall()}
     made = False
     for statement in triggers:
-        if statement.split()[2] not in have:  # CREATE TRIGGER <name> ...
+        if trigger_name(statement) not in have:
             conn.execute(statement)
             made = True
     return made
