@@ -47,6 +47,7 @@ from ampup_memory.amp.store.base import (
     UpdateOutcome,
     UpdateTx,
 )
+from ampup_memory.amp.store.postgres import CELLS_FILLFACTOR
 from ampup_memory.amp.store.registry import open_store
 from ampup_memory.search.embed import Embedder, HashEmbedder, ModelInfo, WordLlamaEmbedder
 from tests.pg import PostgresFactory
@@ -241,6 +242,42 @@ def test_postgres_reports_its_hnsw_index_beside_shared_buffers(
     assert memory["hnsw_index"] > empty["hnsw_index"] > 0  # 300 vectors in the graph
     assert memory["table"] > empty["table"]
     assert memory["owner_indexes"] == 0  # no owner has an index of its own
+
+
+def test_a_postgres_read_writes_no_index_entry(postgres: PostgresFactory) -> None:
+    """A read's `touch` changes no indexed column, so with room left on the page
+    (`CELLS_FILLFACTOR`) PostgreSQL writes it as a heap-only (HOT) update: no entry in
+    the HNSW graph, the GIN index or the b-trees. On full pages (the default fillfactor of
+    100) rows of this size made half the touches whole new row versions. A store made
+    before gets the fillfactor when it is next opened."""
+    url = postgres.new_database("hot")
+    pg = open_store(url, DIMS)
+    filler = " ".join(f"word{n}" for n in range(160))  # rows of about 2.3 kB, as at scale
+    try:
+        for n in range(1, 61):
+            add(pg, make(n, f"cell {n} {filler}"))
+        for n in range(1, 61):
+            assert pg.touch(make(n).cell.id, T0 + timedelta(seconds=n)) is not None
+    finally:
+        pg.close()  # its connections end, and report their counts
+    with psycopg.connect(url, autocommit=True) as conn:
+        deadline = time.monotonic() + 30
+        while True:
+            row = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                               " WHERE relname = 'cells'").fetchone()
+            assert row is not None
+            if row[0] >= 60 or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert row == (60, 60)
+        pages = conn.execute("SELECT pg_relation_size('cells') / 8192").fetchone()
+        assert pages is not None and pages[0] >= 60 / 3  # rows of this size: four fill a page
+        conn.execute("ALTER TABLE cells RESET (fillfactor)")  # as a store made before
+    open_store(url, DIMS).close()
+    with psycopg.connect(url) as conn:
+        options = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'cells'"
+                               ).fetchone()
+    assert options == ([f"fillfactor={CELLS_FILLFACTOR}"],)
 
 
 def test_get_many(store: CellStore) -> None:

@@ -129,6 +129,17 @@ MAX_DIMENSIONS = 16000  # pgvector's limit for `vector` itself
 # Rows written before keep their TOASTed vector until rewritten (`reembed --force`).
 EMBEDDING_STORAGE = "m"  # MAIN
 
+# Room left on each page of `cells` for one more version of a row, so that a read's
+# `touch` (access count and time, no indexed column) is a HOT update: written beside the
+# old version with no new index entry. On a full page it is a whole new row version, so
+# every index gets an entry: a search into the HNSW graph (and an owner's own graph)
+# for each read, 52-60 ms p50 at 960k cells (loaded machine) against 8 ms HOT, and a dead
+# entry left in the graphs for every read. Rows of 256 dimensions are 1.6-1.8 kB: at 80 %
+# 95 % of reads were HOT for a table a quarter larger; 70 % made every read HOT but the
+# table two thirds larger (docs/performance.md, session 27). Rows over about 2 kB (wider
+# vectors, long texts) find room less often; a row over 4 kB never does.
+CELLS_FILLFACTOR = 80
+
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS cells (
         id text COLLATE "C" PRIMARY KEY,
@@ -153,7 +164,7 @@ SCHEMA = (
         expires_at timestamptz,
         embedding vector,
         tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
-    )""",
+    ) WITH (fillfactor = """ + str(CELLS_FILLFACTOR) + ")",
     "CREATE INDEX IF NOT EXISTS cells_status_id ON cells (status, id)",
     # Every column `rows.where_clause` tests, so an owner's cells are found and checked
     # from the index alone (an index-only scan) instead of one heap row each.
@@ -280,6 +291,29 @@ def _made(conn: Conn, statement: str) -> bool:
         return False
     found = conn.execute("SELECT to_regclass(%s) IS NOT NULL", (words[5],)).fetchone()
     return found == (True,)
+
+
+def _leave_room(conn: Conn) -> None:
+    """Give a store made before `CELLS_FILLFACTOR` its fillfactor: pages written from now
+    on keep room for a read's HOT update; full pages stay full until the table is
+    rewritten (docs/operations.md). Checked first, as `_made` is: the ALTER waits for an
+    owner index's build, which holds a lock it conflicts with, so it waits 2 s at most and
+    is tried again at the next start rather than keep the server from starting."""
+    row = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'cells'::regclass"
+                       ).fetchone()
+    if row is not None and f"fillfactor={CELLS_FILLFACTOR}" in (row[0] or []):
+        return
+    waited = conn.execute("SHOW lock_timeout").fetchone()
+    try:
+        with conn.transaction():  # a savepoint: a timeout undoes only this
+            conn.execute("SELECT set_config('lock_timeout', '2s', true)")
+            conn.execute(f"ALTER TABLE cells SET (fillfactor = {CELLS_FILLFACTOR})")
+            # The rest of the schema's transaction waits as long as it did before.
+            conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                         (waited[0] if waited else "0",))
+    except psycopg.errors.LockNotAvailable:
+        log.info("the cells table's fillfactor was not set (an index is being built);"
+                 " the next start tries again")
 
 
 def _pg_text(value: Any) -> Any:
@@ -448,6 +482,7 @@ class PostgresStore:
                     ).fetchone()
                     if storage is not None and storage[0] != EMBEDDING_STORAGE:
                         conn.execute("ALTER TABLE cells ALTER COLUMN embedding SET STORAGE MAIN")
+                    _leave_room(conn)
                     d = self.dimensions
                     if d is not None and d <= HNSW_MAX_DIMENSIONS:
                         target, predicate = _hnsw_target(d)
