@@ -22,7 +22,7 @@ import psycopg
 import pytest
 
 from ampup_memory.amp.access import Guard
-from ampup_memory.amp.lifecycle import DecayInputs
+from ampup_memory.amp.lifecycle import DecayInputs, Standing
 from ampup_memory.amp.model import (
     AccessPolicy,
     Content,
@@ -922,11 +922,22 @@ def test_postgres_store_upgrades_to_the_owner_filter_index_and_inline_vectors(
 
 def test_lifecycle_batch_pages_active_and_stale(store: CellStore) -> None:
     c = _population(store)
-    expected = sorted(v.cell.id for k, v in c.items() if k not in ("archived", "deleted"))
+    cell = make(12, "expiring tea").cell
+    add(store, StoredCell(cell=cell.model_copy(update={
+        "scoring": Scoring(importance=0.25, confidence=0.5, decay_rate=0.3),
+        "lifecycle": cell.lifecycle.model_copy(update={
+            "expires_at": T0 + timedelta(days=3), "last_updated_at": T0 + timedelta(1)})})))
+    assert store.touch(c["shared"].cell.id, T0 + timedelta(days=5)) is not None
+    expected = sorted([v.cell.id for k, v in c.items() if k not in ("archived", "deleted")]
+                      + [cell.id])
     page = store.lifecycle_batch(None, 4)
-    assert ids(page) == expected[:4]
-    assert ids(store.lifecycle_batch(page[-1].cell.id, 100)) == expected[4:]
+    rest = store.lifecycle_batch(page[-1].cell_id, 100)
+    assert [s.cell_id for s in page + rest] == expected and len(page) == 4
     assert store.lifecycle_batch(expected[-1], 10) == []
+    # What the pass reads of each cell is what the one rule reads of the whole cell.
+    for standing in page + rest:
+        whole = store.get(standing.cell_id)
+        assert whole is not None and standing == Standing.of(whole)
 
 
 def test_set_status_applies_and_touches_no_clock(store: CellStore) -> None:

@@ -420,21 +420,14 @@ class AmpService:
             counts = self.store.status_counts()
             total = counts.get(Status.active.value, 0) + counts.get(Status.stale.value, 0)
             progress(0, total)
-        for stored in iter_all(self.store):
+        for standing in iter_all(self.store):
             report.evaluated += 1
             if progress is not None and report.evaluated % PROGRESS_EVERY == 0:
                 progress(report.evaluated, max(total, report.evaluated))
-            decision = lifecycle.evaluate(stored, now)
+            decision = lifecycle.evaluate(standing, now)
             if decision is None:
                 continue
-            applied = True
-            if not req.dry_run:
-                stale_since = (
-                    now if decision.new_status is Status.stale
-                    else stored.stale_since if decision.new_status is Status.archived
-                    else None
-                )
-                applied = self.store.set_status(stored, decision.new_status, stale_since)
+            applied = req.dry_run or self._move(standing.cell_id, decision, now)
             if applied:
                 report.transitions[decision.transition.value] += 1
         if progress is not None:
@@ -458,6 +451,20 @@ class AmpService:
                 purged=report.purged, states=self.store.status_counts(),
             ))
         return report
+
+    def _move(self, cell_id: str, decision: lifecycle.Decision, now: datetime) -> bool:
+        """Apply a pass's decision to the whole cell, read now. A cell read, written or
+        moved since the pass read its standing is judged again, and `set_status` refuses
+        one that changes between this read and the write."""
+        stored = self.store.get(cell_id)
+        if stored is None or lifecycle.evaluate(stored, now) != decision:
+            return False
+        stale_since = (
+            now if decision.new_status is Status.stale
+            else stored.stale_since if decision.new_status is Status.archived
+            else None
+        )
+        return self.store.set_status(stored, decision.new_status, stale_since)
 
     def purge(self, cell_id: str) -> int:
         """Hard-delete one deleted cell, never inside its retention window."""

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from ampup_memory.amp.access import Guard
-from ampup_memory.amp.lifecycle import DecayInputs
+from ampup_memory.amp.lifecycle import DecayInputs, Standing
 from ampup_memory.amp.model import MemoryType, Status, StoredCell
 from ampup_memory.search.embed import ModelInfo
 
@@ -176,8 +176,9 @@ class CellStore(Protocol):
         matching ``filters``, merged; every hit carries both scores."""
         ...
 
-    def lifecycle_batch(self, after_id: str | None, batch: int) -> list[StoredCell]:
-        """Active and stale cells in id order after ``after_id``."""
+    def lifecycle_batch(self, after_id: str | None, batch: int) -> list[Standing]:
+        """What the state machine reads of the active and stale cells, in id order after
+        ``after_id`` (their columns, not their documents)."""
         ...
 
     def set_status(
@@ -273,12 +274,12 @@ class CellStore(Protocol):
     def close(self) -> None: ...
 
 
-def iter_all(store: CellStore, batch: int = 1000) -> Iterator[StoredCell]:
-    """Every active or stale cell, in batches (lifecycle passes)."""
+def iter_all(store: CellStore, batch: int = 1000) -> Iterator[Standing]:
+    """Every active or stale cell's standing, in batches (lifecycle passes)."""
     after: str | None = None
     while True:
         rows = store.lifecycle_batch(after, batch)
         if not rows:
             return
         yield from rows
-        after = rows[-1].cell.id
+        after = rows[-1].cell_id

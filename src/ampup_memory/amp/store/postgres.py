@@ -37,7 +37,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import PoolTimeout
 
-from ampup_memory.amp.lifecycle import DecayInputs
+from ampup_memory.amp.lifecycle import DecayInputs, Standing
 from ampup_memory.amp.model import Status, StoredCell, to_utc
 from ampup_memory.amp.store import pg_owner_indexes, pg_postings, pg_words
 from ampup_memory.amp.store.base import (
@@ -850,15 +850,20 @@ class PostgresStore:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def lifecycle_batch(self, after_id: str | None, batch: int) -> list[StoredCell]:
+    def lifecycle_batch(self, after_id: str | None, batch: int) -> list[Standing]:
         with self._conn() as conn:
             rows = self._execute(
                 conn,
-                f"SELECT {CELL_COLS} FROM cells WHERE status IN ('active', 'stale')"
+                "SELECT id, status, importance, confidence, decay_rate,"
+                " greatest(created_at, last_accessed_at, last_updated_at), expires_at,"
+                " stale_since FROM cells WHERE status IN ('active', 'stale')"
                 " AND id > %s ORDER BY id LIMIT %s",
                 (after_id or "", batch),
             ).fetchall()
-        return [_stored(r) for r in rows]
+        return [Standing(r[0], Status(r[1]), DecayInputs(
+            importance=float(r[2]), confidence=float(r[3]), decay_rate=float(r[4]),
+            since=to_utc(r[5]), expires_at=to_utc(r[6]) if r[6] is not None else None),
+            to_utc(r[7]) if r[7] is not None else None) for r in rows]
 
     def set_status(
         self, expected: StoredCell, status: Status, stale_since: datetime | None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ampup_memory.amp.access import Guard
-from ampup_memory.amp.lifecycle import DecayInputs
+from ampup_memory.amp.lifecycle import DecayInputs, Standing
 from ampup_memory.amp.model import Status, StoredCell
 from ampup_memory.amp.store.base import (
     PASS_HISTORY,
@@ -567,13 +567,17 @@ class SQLiteStore:
 
     # -- lifecycle ------------------------------------------------------------------------
 
-    def lifecycle_batch(self, after_id: str | None, batch: int) -> list[StoredCell]:
+    def lifecycle_batch(self, after_id: str | None, batch: int) -> list[Standing]:
         rows = self._conn().execute(
-            f"SELECT {_COLS} FROM cells WHERE status IN ('active', 'stale') AND id > ?"
-            " ORDER BY id LIMIT ?",
+            "SELECT id, status, importance, confidence, decay_rate,"
+            # The clock as the search reads it: no row is updated before it was made.
+            " max(last_accessed_at, last_updated_at), expires_at, stale_since"
+            " FROM cells WHERE status IN ('active', 'stale') AND id > ? ORDER BY id LIMIT ?",
             (after_id or "", batch),
         ).fetchall()
-        return [_stored(r) for r in rows]
+        return [Standing(r[0], Status(r[1]), DecayInputs(
+            importance=r[2], confidence=r[3], decay_rate=r[4], since=_time(r[5]),
+            expires_at=parse_time(r[6])), parse_time(r[7])) for r in rows]
 
     def set_status(
         self, expected: StoredCell, status: Status, stale_since: datetime | None
