@@ -1059,3 +1059,20 @@ def test_owner_indexes_on_sqlite_says_there_are_none_to_make(tmp_path: Path) -> 
     assert done.stdout == ""
     assert "for the PostgreSQL cell store" in done.stderr and len(
         done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_json_files_nested_10000_deep_are_one_error_line(tmp_path: Path) -> None:
+    """A JSON file the CLI reads (a backup's manifest for `restore`, AMP_API_KEYS_FILE for
+    `serve`) nested 10,000 deep was a RecursionError's traceback (exit 1), found by
+    tools/cli_audit.py: it is read as a request body is, one line naming the file."""
+    deep = "[" * 10_000 + "]" * 10_000
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    (backup / "manifest.json").write_text(deep)
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    _one_error_line(cli_here(env, "restore", str(backup)), "manifest.json unreadable",
+                    "nests deeper than 128")
+    keys = tmp_path / "keys.json"
+    keys.write_text(deep)
+    _one_error_line(cli({**env, "AMP_API_KEYS_FILE": str(keys)}, "serve", "--port", "0",
+                        timeout=120), f"AMP_API_KEYS_FILE {keys}", "nests deeper than 128")

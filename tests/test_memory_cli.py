@@ -344,6 +344,19 @@ def test_a_field_error_names_its_place_when_the_message_does_not(tmp_path: Path)
         "error: VALIDATION_ERROR: Field required; at schema.entities"]
 
 
+def test_a_schema_file_nested_10000_deep_is_one_error_line(tmp_path: Path) -> None:
+    """`schema set --file` of JSON nested 10,000 deep was a RecursionError's traceback
+    (found by tools/cli_audit.py); it is read by PUT /schemas' rule, one line."""
+    schema = tmp_path / "deep.json"
+    schema.write_text("[" * 10_000 + "]" * 10_000)
+    done = cli_in_process(tmp_path / "home", QUIET, "schema", "set", new_scope(), "--file",
+                          str(schema))
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines() == [
+        f"error: {schema}: not JSON (JSON in the file nests deeper than 128 arrays or "
+        "objects)"]
+
+
 def test_relative_table_uris_open_from_anywhere(tmp_path: Path) -> None:
     """A relative SQLite catalog or index file and a relative file:// warehouse are made
     absolute when read, as the home is: tables loaded from one directory open from any
