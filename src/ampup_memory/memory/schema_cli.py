@@ -49,7 +49,7 @@ def schema_commands(settings_options: SettingsOptions,
         from ampup_memory.memory.schemas import builtin as by_name
         from ampup_memory.memory.schemas import get_schema
 
-        if builtin:
+        if builtin is not None:  # `--builtin ""` showed SCOPE's schema as if left out
             found = by_name(builtin)
             if found is None:
                 fail(f"no built-in schema {builtin!r}")
