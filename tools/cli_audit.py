@@ -278,7 +278,8 @@ def seed(root: Path) -> Seed:
     must("backup", str(backup))
     schema = root / "schema.json"
     schema.write_text(json.dumps({"name": "aud", "description": "audit schema",
-                                  "entities": {}}))
+                                  "entities": [{"name": "account", "attributes": [
+                                      {"name": "plan", "type": "string"}]}]}))
     files = make_files(root)
     files.update({"notes": notes, "backup": backup, "schema": schema})
     return Seed(root, home, ids, files)
@@ -296,7 +297,7 @@ def make_files(root: Path) -> dict[str, Path]:
     (bad / "empty.json").write_text("")
     with (bad / "huge.json").open("w") as f:  # 20 MB, one JSON list of short strings
         f.write("[" + ",".join(['"' + "x" * 98 + '"'] * 200_000) + "]")
-    return {"missing": bad / "no-such-file.json", "directory": bad / "a-folder",
+    return {"no such file": bad / "no-such-file.json", "directory": bad / "a-folder",
             "unreadable": Path("/proc/self/mem"), "not UTF-8": bad / "latin1.md",
             "invalid JSON": bad / "invalid.json", "JSON 10,000 deep": bad / "deep.json",
             "empty file": bad / "empty.json", "20 MB": bad / "huge.json"}
@@ -396,8 +397,12 @@ def edges_for(param: click.Parameter) -> list[tuple[str, str | None, bool]]:
                          click.types.FloatParamType)):
         return edges + [(label, value, label in ("NaN", "1.5", "1e400", "empty", "-1", "0"))
                         for label, value in NUMBER_EDGES]
-    if isinstance(kind, click.Path) or name in ("path", "dest", "src"):
-        return edges + [(label, str(path), label in ("missing", "unreadable"))
+    if name == "dest":  # `backup`'s new folder: a missing path is what it takes
+        return edges + [("non-empty folder", str(FILES["directory"]), True),
+                        ("a file", str(FILES["not UTF-8"]), True),
+                        ("under a file", str(FILES["not UTF-8"] / "x"), True)]
+    if isinstance(kind, click.Path) or name in ("path", "src"):
+        return edges + [(label, str(path), label in ("no such file", "unreadable"))
                         for label, path in FILES.items()]
     if isinstance(kind, click.Choice):
         return edges + [("not a choice", "bogus", True), ("empty", "", True)]
@@ -405,7 +410,9 @@ def edges_for(param: click.Parameter) -> list[tuple[str, str | None, bool]]:
                                                       "10k chars"))
              or (name in LOOKUPS and label == "unknown")) for label, value in TEXT_EDGES]
     if name in DURATIONS:
-        text += [(label, value, label != "huge") for label, value in DURATION_EDGES]
+        # A grace period may be 0 (after a known crash); a time to live may not.
+        text += [(label, value, label != "huge" and not (name == "grace" and label == "0s"))
+                 for label, value in DURATION_EDGES]
     return edges + text
 
 
@@ -428,7 +435,8 @@ def part_args(audit: Audit, s: Seed, pool: ThreadPoolExecutor,
 
     def one(command: str, pname: str, label: str, argv: list[str], must: bool) -> None:
         work, home = s.fresh()
-        done = run(with_home(argv, work), s.env(home), work)
+        env = base_env(home) if command == "restore" else s.env(home)
+        done = run(with_home(argv, work), env, work)
         judge(audit, "args", command, pname, label, done, must_refuse=must)
         if pname == "(valid)":
             drew = any(PROGRESS.match(line.strip()) for line in done.err.splitlines())
@@ -525,7 +533,7 @@ def part_env(audit: Audit, s: Seed, pool: ThreadPoolExecutor) -> None:
             for i, (label, value, must) in enumerate(setting_edges(name))
             for how in (("env", "flag") if i < 2 else ("flag",))]
     jobs += [("config", label, str(path), True, "env") for label, path in FILES.items()
-             if label in ("missing", "directory", "not UTF-8", "invalid JSON", "20 MB",
+             if label in ("no such file", "directory", "not UTF-8", "invalid JSON", "20 MB",
                           "unreadable")]
     for future in [pool.submit(one, *job) for job in jobs]:
         future.result()
