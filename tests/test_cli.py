@@ -1076,3 +1076,16 @@ def test_json_files_nested_10000_deep_are_one_error_line(tmp_path: Path) -> None
     keys.write_text(deep)
     _one_error_line(cli({**env, "AMP_API_KEYS_FILE": str(keys)}, "serve", "--port", "0",
                         timeout=120), f"AMP_API_KEYS_FILE {keys}", "nests deeper than 128")
+
+
+def test_a_whole_number_setting_too_big_for_a_timer_is_one_line(tmp_path: Path) -> None:
+    """AMPUP_MEMORY_LEASE_SECONDS=2^70 (any interval, any count) passed the settings and
+    stopped `serve` with an OverflowError's traceback where a timedelta first met it; a
+    retention of a million days would date its window before year 1 (found by
+    tools/cli_audit.py). Both are refused when the settings are read, in one line."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    _one_error_line(cli({**env, "AMPUP_MEMORY_LEASE_SECONDS": str(2**70)}, "serve", "--port",
+                        "0", timeout=120),
+                    "lease_seconds (AMPUP_MEMORY_LEASE_SECONDS): must be at most 2,147,483,647")
+    _one_error_line(cli_here({**env, "AMP_RETENTION_DAYS": "1000000"}, "settings"),
+                    "retention_days (AMP_RETENTION_DAYS)", "36500")
