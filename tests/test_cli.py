@@ -1089,3 +1089,12 @@ def test_a_whole_number_setting_too_big_for_a_timer_is_one_line(tmp_path: Path) 
                     "lease_seconds (AMPUP_MEMORY_LEASE_SECONDS): must be at most 2,147,483,647")
     _one_error_line(cli_here({**env, "AMP_RETENTION_DAYS": "1000000"}, "settings"),
                     "retention_days (AMP_RETENTION_DAYS)", "36500")
+
+
+def test_an_empty_host_is_refused_not_bound_to_every_interface(tmp_path: Path) -> None:
+    """AMPUP_MEMORY_HOST="" (a script's empty variable) was taken, and `serve` bound every
+    interface with it (found by tools/cli_audit.py): one line, exit 2."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for host in ("", " "):
+        _one_error_line(cli_here({**env, "AMPUP_MEMORY_HOST": host}, "settings"),
+                        "invalid setting host (AMPUP_MEMORY_HOST): is empty")

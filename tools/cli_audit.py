@@ -2,7 +2,7 @@
 real process (``python -m ampup_memory.cli``), its commands and options read off the click
 app itself.
 
-    PYTHONPATH=src:. python tools/cli_audit.py [--parts help,args,homes,env,serve]
+    PYTHONPATH=src:. python tools/cli_audit.py [--parts help,args,homes,env,start,serve]
                                                [--commands "keys create,load"]
                                                [--jobs 3] [--out DIR]
 
@@ -23,6 +23,8 @@ Parts (docs/testing.md, "The CLI audit"):
 - ``env``: every setting, through its environment variable and its flag, given values of
   the wrong type or out of range (and the config file missing, a folder, not UTF-8, not
   TOML): one line at start-up.
+- ``start``: ``serve`` with each whole-number setting at 2^70 through its variable (a
+  value ``settings`` reads but a timer cannot take).
 - ``serve``: a real ``serve`` on a seeded home, then every command run against that home
   while it serves, and a second ``serve`` on its port.
 
@@ -468,7 +470,8 @@ def part_homes(audit: Audit, s: Seed, pool: ThreadPoolExecutor,
         elif case == "no model":
             env.update({"AMPUP_MEMORY_MODEL_BASE_URL": NOWHERE_HTTP,
                         "AMPUP_MEMORY_MODEL": "aud-model"})
-        argv = with_home(command_line(command, cmd, s), work)
+        argv = [env["AMPUP_MEMORY_HOME"] if a == "{EMPTY_HOME}" else a
+                for a in command_line(command, cmd, s)]  # restore: into the bad home
         if command == "serve":
             argv += ["--port", "0"]
             timeout = 30.0
@@ -539,6 +542,27 @@ def part_env(audit: Audit, s: Seed, pool: ThreadPoolExecutor) -> None:
         future.result()
 
 
+def part_start(audit: Audit, s: Seed, pool: ThreadPoolExecutor) -> None:
+    """Each whole-number setting at 2^70 through its variable, on `serve`: `settings` only
+    reads a value, `serve` hands it to its timers and timedeltas, where a value that
+    parses but cannot work shows (an OverflowError's traceback)."""
+    def one(name: str) -> None:
+        work, home = s.fresh()
+        done = run(["serve", "--port", "0"], s.env(home, **{env_name(name): str(2**70)}),
+                   work, timeout=45)
+        started = done.code is None and "AmpUp Memory on" in done.err
+        if started:
+            audit.find("start", "accepted", "serve", name, "2^70",
+                       "serve started with it: " + done.err[-300:])
+            return
+        judge(audit, "start", "serve", name, "2^70", done, must_refuse=True)
+
+    names = [n for n in SETTING_FIELDS if n != "port"  # --port 0 is given: flag over env
+             and Settings.model_fields[n].annotation in (int, int | None)]
+    for future in [pool.submit(one, n) for n in names]:
+        future.result()
+
+
 def part_serve(audit: Audit, s: Seed, pool: ThreadPoolExecutor,
                only: set[str] | None) -> None:
     """Every command on the home of a running `serve`, then a second `serve` on its port."""
@@ -588,7 +612,7 @@ def part_serve(audit: Audit, s: Seed, pool: ThreadPoolExecutor,
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--parts", default="help,args,homes,env,serve")
+    parser.add_argument("--parts", default="help,args,homes,env,start,serve")
     parser.add_argument("--commands", default="",
                         help="comma-separated command paths (default: all)")
     parser.add_argument("--jobs", type=int, default=3, help="commands run at once")
@@ -617,6 +641,8 @@ def main() -> int:
                     part_homes(audit, s, pool, only)
                 elif part == "env":
                     part_env(audit, s, pool)
+                elif part == "start":
+                    part_start(audit, s, pool)
                 elif part == "serve":
                     part_serve(audit, s, pool, only)
                 timings[part] = round(time.monotonic() - t0, 1)

@@ -853,6 +853,9 @@ class Settings(BaseSettings):
     @classmethod
     def _host_is_an_address(cls, value: str) -> str:
         # `serve` binds it as given: a URL or `host:port` was "Name or service not known".
+        if not value.strip():  # a script's empty variable bound every interface
+            raise ValueError("is empty: give an address (127.0.0.1, or 0.0.0.0 for every "
+                             "interface), or unset it for 127.0.0.1")
         if "/" in value:
             raise ValueError("is a URL: give the address alone (127.0.0.1, 0.0.0.0, ::1)")
         if value.count(":") == 1:
