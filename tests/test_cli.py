@@ -1059,3 +1059,42 @@ def test_owner_indexes_on_sqlite_says_there_are_none_to_make(tmp_path: Path) -> 
     assert done.stdout == ""
     assert "for the PostgreSQL cell store" in done.stderr and len(
         done.stderr.strip().splitlines()) == 1, done.stderr
+
+
+def test_json_files_nested_10000_deep_are_one_error_line(tmp_path: Path) -> None:
+    """A JSON file the CLI reads (a backup's manifest for `restore`, AMP_API_KEYS_FILE for
+    `serve`) nested 10,000 deep was a RecursionError's traceback (exit 1), found by
+    tools/cli_audit.py: it is read as a request body is, one line naming the file."""
+    deep = "[" * 10_000 + "]" * 10_000
+    backup = tmp_path / "backup"
+    backup.mkdir()
+    (backup / "manifest.json").write_text(deep)
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    _one_error_line(cli_here(env, "restore", str(backup)), "manifest.json unreadable",
+                    "nests deeper than 128")
+    keys = tmp_path / "keys.json"
+    keys.write_text(deep)
+    _one_error_line(cli({**env, "AMP_API_KEYS_FILE": str(keys)}, "serve", "--port", "0",
+                        timeout=120), f"AMP_API_KEYS_FILE {keys}", "nests deeper than 128")
+
+
+def test_a_whole_number_setting_too_big_for_a_timer_is_one_line(tmp_path: Path) -> None:
+    """AMPUP_MEMORY_LEASE_SECONDS=2^70 (any interval, any count) passed the settings and
+    stopped `serve` with an OverflowError's traceback where a timedelta first met it; a
+    retention of a million days would date its window before year 1 (found by
+    tools/cli_audit.py). Both are refused when the settings are read, in one line."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    _one_error_line(cli({**env, "AMPUP_MEMORY_LEASE_SECONDS": str(2**70)}, "serve", "--port",
+                        "0", timeout=120),
+                    "lease_seconds (AMPUP_MEMORY_LEASE_SECONDS): must be at most 2,147,483,647")
+    _one_error_line(cli_here({**env, "AMP_RETENTION_DAYS": "1000000"}, "settings"),
+                    "retention_days (AMP_RETENTION_DAYS)", "36500")
+
+
+def test_an_empty_host_is_refused_not_bound_to_every_interface(tmp_path: Path) -> None:
+    """AMPUP_MEMORY_HOST="" (a script's empty variable) was taken, and `serve` bound every
+    interface with it (found by tools/cli_audit.py): one line, exit 2."""
+    env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
+    for host in ("", " "):
+        _one_error_line(cli_here({**env, "AMPUP_MEMORY_HOST": host}, "settings"),
+                        "invalid setting host (AMPUP_MEMORY_HOST): is empty")

@@ -344,6 +344,44 @@ def test_a_field_error_names_its_place_when_the_message_does_not(tmp_path: Path)
         "error: VALIDATION_ERROR: Field required; at schema.entities"]
 
 
+def test_a_schema_file_nested_10000_deep_is_one_error_line(tmp_path: Path) -> None:
+    """`schema set --file` of JSON nested 10,000 deep was a RecursionError's traceback
+    (found by tools/cli_audit.py); it is read by PUT /schemas' rule, one line."""
+    schema = tmp_path / "deep.json"
+    schema.write_text("[" * 10_000 + "]" * 10_000)
+    done = cli_in_process(tmp_path / "home", QUIET, "schema", "set", new_scope(), "--file",
+                          str(schema))
+    assert done.returncode == 2, done
+    assert done.stderr.strip().splitlines() == [
+        f"error: {schema}: not JSON (JSON in the file nests deeper than 128 arrays or "
+        "objects)"]
+
+
+def test_an_empty_scope_branch_or_builtin_is_refused_not_read_as_left_out(
+        tmp_path: Path) -> None:
+    """Found by tools/cli_audit.py: `--scope ""` ran `maintenance` and the advice passes
+    over every scope, `extract --branch ""` (or a malformed one) passed for main when no
+    model was configured, and `schema show SCOPE --builtin ""` showed SCOPE's schema, each
+    exit 0. Each is one error line, exit 2, before anything is done."""
+    home, scope = tmp_path / "home", new_scope()
+    notes = tmp_path / "notes.md"
+    notes.write_text("Acme plan is basic.\n")
+    assert cli_in_process(home, QUIET, "load", str(notes), "--scope", scope,
+                          "--user", "u").returncode == 0
+    for args, says in (
+            *((["maintenance", "--scope", ""], "invalid scope ''"),
+              *(([*p, "--scope", " "], "invalid scope ' '") for p in (
+                  ["advice", "judge"], ["advice", "cluster"], ["advice", "learn"],
+                  ["advice", "compile"]))),
+            (["extract", "--scope", scope, "--branch", ""], "--branch is blank"),
+            (["extract", "--branch", "No Such/Branch"], "invalid branch name"),
+            (["schema", "show", scope, "--builtin", ""], "no built-in schema ''")):
+        done = cli_in_process(home, QUIET, *args)
+        assert done.returncode == 2 and done.stdout == "", (args, done)
+        (line,) = done.stderr.strip().splitlines()
+        assert line.startswith("error: ") and says in line, (args, line)
+
+
 def test_relative_table_uris_open_from_anywhere(tmp_path: Path) -> None:
     """A relative SQLite catalog or index file and a relative file:// warehouse are made
     absolute when read, as the home is: tables loaded from one directory open from any

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import logging
 import secrets
 from collections.abc import Mapping
@@ -55,7 +54,10 @@ def parse_duration(text: str) -> timedelta:
 
 def parse_keys_file(content: bytes) -> dict[str, str]:
     """The reference format: ``{"agent_id": "sha256:<hex>"}``; ValueError if it is not."""
-    data = json.loads(content.decode("utf-8"))
+    from ampup_memory.web.jsontext import loads
+
+    # Nested 10,000 deep, it stopped `serve` with a RecursionError's traceback.
+    data = loads(content.decode("utf-8"), "the file", finite=False)
     if not isinstance(data, dict) or not all(
         isinstance(k, str) and isinstance(v, str) and v.startswith("sha256:")
         for k, v in data.items()

@@ -59,6 +59,9 @@ _ROLE_MODEL_FIELDS = tuple(f"{role}_model_{what}" for role in MODEL_ROLES
                                         "concurrency"))
 
 
+MAX_WHOLE = 2**31 - 1  # 68 years of seconds, 2 GiB: what every whole-number setting fits
+
+
 class Settings(BaseSettings):
     """Server settings: flags over environment over config file over defaults.
 
@@ -164,9 +167,10 @@ class Settings(BaseSettings):
     retention_days: int = Field(
         default=30,
         ge=30,
+        le=36_500,  # a century: far more, and "now minus the window" is before year 1
         validation_alias=_env("AMP_RETENTION_DAYS"),
-        description="Days a deleted cell is kept before it may be purged (the spec's minimum "
-        "is 30; a longer window stays compliant).",
+        description="Days a deleted cell is kept before it may be purged, 30 to 36,500 (the "
+        "spec's minimum is 30; a longer window stays compliant).",
     )
     require_keys: bool = Field(
         default=False,
@@ -687,6 +691,16 @@ class Settings(BaseSettings):
             return init_settings, env_settings
         return init_settings, env_settings, ConfigFile(settings_cls, path)
 
+    @field_validator("*", mode="after")
+    @classmethod
+    def _whole_number_fits(cls, value: Any) -> Any:
+        """Every whole-number setting (seconds, counts, bytes) fits a C int: 2^70 seconds
+        passed here and stopped `serve` with an OverflowError's traceback where a timer
+        or a timedelta first met it (`lease_seconds`, the intervals)."""
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_WHOLE:
+            raise ValueError(f"must be at most {MAX_WHOLE:,}")
+        return value
+
     @field_validator("home", mode="before")
     @classmethod
     def _home_named(cls, value: Any) -> Any:
@@ -839,6 +853,9 @@ class Settings(BaseSettings):
     @classmethod
     def _host_is_an_address(cls, value: str) -> str:
         # `serve` binds it as given: a URL or `host:port` was "Name or service not known".
+        if not value.strip():  # a script's empty variable bound every interface
+            raise ValueError("is empty: give an address (127.0.0.1, or 0.0.0.0 for every "
+                             "interface), or unset it for 127.0.0.1")
         if "/" in value:
             raise ValueError("is a URL: give the address alone (127.0.0.1, 0.0.0.0, ::1)")
         if value.count(":") == 1:

@@ -43,7 +43,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = existing_scope(svc, scope) if scope else None
+            only = existing_scope(svc, scope)
             model = chat_model(settings, Role.JUDGE)
             with progress() as bar:
                 task = bar.add_task("judging sessions", total=None)
@@ -70,7 +70,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = existing_scope(svc, scope) if scope else None
+            only = existing_scope(svc, scope)
             embedder = build_embedder(settings)
             with progress() as bar:
                 task = bar.add_task("clustering scopes", total=None)
@@ -96,7 +96,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = existing_scope(svc, scope) if scope else None
+            only = existing_scope(svc, scope)
             model = chat_model(settings, Role.LEARN)
             with progress() as bar:
                 task = bar.add_task("learning notes", total=None)
@@ -128,7 +128,7 @@ def advice_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            only = existing_scope(svc, scope) if scope else None
+            only = existing_scope(svc, scope)
             model = chat_model(settings, Role.COMPILE)
             if model is None:
                 report = compile_pass(svc, None, build_embedder(settings), only)

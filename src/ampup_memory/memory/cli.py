@@ -86,13 +86,18 @@ def _service(settings: Settings, *, replace_newer_index: bool = False
         svc.close()
 
 
-def existing_scope(svc: MemoryService, text: str) -> Scope:
+def existing_scope(svc: MemoryService, text: str | None) -> Scope | None:
     """A pass's ``--scope`` (maintenance, extract, the advice passes): valid by the scope
     rule, and a scope this home holds. One it never held is NOT_FOUND (one error line,
-    exit 2), not a pass over nothing reported as done: a typo must not pass for success."""
+    exit 2), not a pass over nothing reported as done: a typo must not pass for success.
+    None (the option left out) is every scope; ``--scope ""`` (a script's empty variable)
+    is refused by the rule, not read as every scope, as it was by the passes that asked
+    ``if scope``."""
     from ampup_memory.errors import NotFound
     from ampup_memory.memory.scopes import parse_scope
 
+    if text is None:
+        return None
     scope = parse_scope(text, "--scope")
     if scope not in svc.tables.scopes():
         raise NotFound(f"No scope {scope} in this home: a scope is made by its first write.",
@@ -299,7 +304,7 @@ def memory_commands(settings_options: SettingsOptions,
         if grace is None:
             grace = timedelta(seconds=settings.memory_orphan_grace_seconds)
         with _service(settings) as svc, _progress() as progress:
-            only = existing_scope(svc, scope) if scope else None
+            only = existing_scope(svc, scope)
             task = progress.add_task("maintenance", total=None)
 
             def table_done(total: int) -> None:

@@ -44,12 +44,15 @@ def extraction_commands(settings_options: SettingsOptions,
             progress,
         )
         from ampup_memory.memory.extraction import NO_MODEL, extractor
+        from ampup_memory.memory.scopes import parse_branch
 
         settings = settings_from(kwargs)
         failed = 0
         with _service(settings) as svc:
-            if scope is not None:  # a bad or unknown one is refused with or without a model
-                existing_scope(svc, scope)
+            # A bad or unknown scope or branch is refused with or without a model (a
+            # blank or malformed --branch passed when none was configured).
+            existing_scope(svc, scope)
+            parse_branch(branch, "--branch")
             ex = extractor(svc, settings)
             if ex.model is None:
                 click.echo(dumps({"model": NO_MODEL, "read": 0}))

@@ -7,7 +7,6 @@ next read.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -50,7 +49,7 @@ def schema_commands(settings_options: SettingsOptions,
         from ampup_memory.memory.schemas import builtin as by_name
         from ampup_memory.memory.schemas import get_schema
 
-        if builtin:
+        if builtin is not None:  # `--builtin ""` showed SCOPE's schema as if left out
             found = by_name(builtin)
             if found is None:
                 fail(f"no built-in schema {builtin!r}")
@@ -83,8 +82,10 @@ def schema_commands(settings_options: SettingsOptions,
             fail("give one of --builtin NAME (sales, engineering or corpus) or --file PATH")
         body: dict[str, Any] = {"builtin": builtin, "branch": branch}
         if path is not None:
-            try:
-                body["schema"] = json.loads(path.read_text("utf-8"))
+            from ampup_memory.web.jsontext import loads
+
+            try:  # the body's rule (PUT /schemas): JSON nested 10,000 deep was a traceback
+                body["schema"] = loads(path.read_text("utf-8"), "the file")
             except ValueError as exc:
                 fail(f"{path}: not JSON ({exc})")
         with _service(settings_from(kwargs)) as svc:

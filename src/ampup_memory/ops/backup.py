@@ -53,6 +53,7 @@ from ampup_memory.memory.tables import (
 )
 from ampup_memory.settings import Settings, ensure_home, file_in_the_way
 from ampup_memory.sqlite_connections import sqlite_path
+from ampup_memory.web.jsontext import loads
 
 FORMAT = 1
 MANIFEST = "manifest.json"
@@ -269,7 +270,8 @@ def _files_ok(files: Any) -> bool:
 
 def read_manifest(src: Path) -> dict[str, Any]:
     try:
-        manifest = json.loads((src / MANIFEST).read_text())
+        # A manifest nested 10,000 deep was a RecursionError's traceback.
+        manifest = loads((src / MANIFEST).read_text(), MANIFEST, finite=False)
     except (OSError, ValueError) as exc:
         raise BackupError(f"{src} is not a backup ({MANIFEST} unreadable: {exc})") from exc
     if not isinstance(manifest, dict):
