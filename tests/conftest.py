@@ -22,12 +22,13 @@ ADMIN_TOKEN = "test-admin-token"
 # they leave the short files to fill in at the end. Files not listed follow, most tests
 # first (xdist's own order); a new file of a minute or more belongs in this list.
 LONGEST_FIRST = (
-    "test_cli.py", "test_schemas.py", "test_rerank.py", "test_branch_safety.py",
-    "test_workspaces.py", "test_branches.py", "test_bad_input.py", "test_fuzz.py",
-    "test_advice_runs.py", "test_extraction.py", "test_fleet.py", "test_index_contract.py",
-    "test_store_contract.py", "test_amp_pg_owner_search.py", "test_search_feed.py",
-    "test_advice_loop.py", "test_edge_inputs.py", "test_pg_outage.py", "test_conformance.py",
-    "test_catalog_restore.py", "test_fleet_handover.py",
+    "test_schemas.py", "test_rerank.py", "test_branch_safety.py", "test_cli.py",
+    "test_fuzz.py", "test_workspaces.py", "test_branches.py", "test_bad_input.py",
+    "test_advice_runs.py", "test_extraction.py", "test_fleet.py",
+    "test_amp_pg_owner_search.py", "test_search_feed.py", "test_advice_loop.py",
+    "test_index_contract.py", "test_edge_inputs.py", "test_pg_outage.py",
+    "test_conformance.py", "test_store_contract.py", "test_catalog_restore.py",
+    "test_fleet_handover.py",
 )
 
 
