@@ -123,11 +123,12 @@ def run_cli(home: Path, env: dict[str, str], *args: str) -> subprocess.Completed
                           capture_output=True, text=True, timeout=300)
 
 
-def cli_in_process(home: Path, env: dict[str, str],
+def cli_in_process(home: Path | None, env: dict[str, str],
                    *args: str) -> subprocess.CompletedProcess[str]:
     """`run_cli` without a new Python process: the same command line through the CLI's own
     entry (`ampup_memory.cli.run`: its exit codes and one-line errors), in this process,
-    with ``env`` set for the call and restored after. An exception the CLI does not turn
+    with ``env`` set for the call and restored after (``home`` as AMPUP_MEMORY_HOME; None
+    leaves the home to the environment). An exception the CLI does not turn
     into an exit code propagates (a subprocess would have printed its traceback).
     For tests of what a command does; tests of the installed command use `run_cli`."""
     import contextlib
@@ -141,7 +142,7 @@ def cli_in_process(home: Path, env: dict[str, str],
     loggers = [logging.getLogger(name) for name in ("", *logging.root.manager.loggerDict)]
     saved_logs = [(lg, lg.handlers[:], lg.level, lg.propagate, lg.disabled) for lg in loggers
                   if isinstance(lg, logging.Logger)]
-    os.environ.update({"AMPUP_MEMORY_HOME": str(home), **env})
+    os.environ.update({**({"AMPUP_MEMORY_HOME": str(home)} if home else {}), **env})
     code: int = 0
     try:
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

@@ -48,7 +48,8 @@ def cli_here(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
     os.environ.clear()
     os.environ.update(env)
     try:
-        return cli_in_process(Path(env["AMPUP_MEMORY_HOME"]), {}, *args)
+        home = env.get("AMPUP_MEMORY_HOME")
+        return cli_in_process(Path(home) if home else None, {}, *args)
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -56,7 +57,7 @@ def cli_here(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
 
 def shown(env: dict[str, str], *args: str) -> dict[str, Any]:
     """`ampup-memory settings --json`: the effective settings."""
-    done = cli(env, "settings", "--json", *args)
+    done = cli_here(env, "settings", "--json", *args)
     assert done.returncode == 0, done.stderr
     values: dict[str, Any] = json.loads(done.stdout)
     return values
@@ -97,7 +98,7 @@ def test_settings_mask_passwords_inside_uris(tmp_path: Path) -> None:
                     AMP_STORE_URI="postgresql://amp:s3cr3t-pw@db.internal:5432/amp",
                     AMPUP_MEMORY_CATALOG_URI="postgresql://cat:0th3r-pw@db/cat",
                     AMP_ADMIN_TOKEN="admin-s3cr3t")
-    table = cli(env, "settings")
+    table = cli_here(env, "settings")
     assert table.returncode == 0, table.stderr
     values = shown(env)
     for text in (table.stdout, json.dumps(values)):
@@ -185,7 +186,7 @@ def test_each_command_offers_only_its_own_settings(tmp_path: Path) -> None:
     env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path))
 
     def flags(*command: str) -> str:
-        done = cli(env, *command, "--help")
+        done = cli_here(env, *command, "--help")
         assert done.returncode == 0, done.stderr
         return done.stdout
 
@@ -243,7 +244,8 @@ def test_a_command_takes_as_flags_the_settings_it_reads(tmp_path: Path) -> None:
 def test_snapshot_help_says_it_holds_every_branch(tmp_path: Path) -> None:
     """A snapshot holds main and every live branch (docs/cli.md, test_pins); the help
     once said main only."""
-    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "snapshot", "create", "--help")
+    done = cli_here(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "snapshot", "create",
+                    "--help")
     assert done.returncode == 0, done.stderr
     text = " ".join(done.stdout.split())
     assert "every live branch" in text and "main head" not in text
@@ -255,7 +257,7 @@ def test_a_number_setting_s_flag_says_number_not_text(tmp_path: Path) -> None:
     from ampup_memory.cli import flag_name
     from ampup_memory.settings import Settings
 
-    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "serve", "--help")
+    done = cli_here(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "serve", "--help")
     assert done.returncode == 0, done.stderr
     floats = [name for name, info in Settings.model_fields.items()
               if info.annotation in (float, float | None)]
@@ -320,7 +322,7 @@ def test_every_command_and_option_says_what_it_is() -> None:
 def test_version_says_the_package_version() -> None:
     from importlib.metadata import version
 
-    done = cli(clean_env(), "--version", timeout=60)
+    done = cli_here(clean_env(), "--version")
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == f"ampup-memory, version {version('ampup-memory')}"
 
@@ -344,7 +346,8 @@ def test_usage_errors_are_one_line(tmp_path: Path) -> None:
                        ([], "missing a command (see `ampup-memory --help`)"),
                        (["keys"], "keys: missing a command: create, list or revoke"),
                        (["advice"], "missing a command: cluster, compile, judge or learn")):
-        done = cli(env, *args)
+        # `serve` in its own process: one that wrongly took the flag would serve.
+        done = (cli if args[:1] == ["serve"] else cli_here)(env, *args)
         assert done.returncode == 2, (args, done.stderr)
         assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr
         assert says in done.stderr and done.stdout == ""
@@ -408,7 +411,7 @@ def test_a_home_that_is_a_file_says_so(tmp_path: Path) -> None:
         for args in commands:
             _one_error_line(cli_here(env, *args), f"home folder {home}: {says}")
         _one_error_line(cli(env, "serve", "--port", "0", timeout=120), says)
-        doctor = cli(env, "doctor", timeout=120)
+        doctor = cli_here(env, "doctor")
         assert doctor.returncode == 1 and "Traceback" not in doctor.stderr, doctor
         for store in ("AMP store", "catalog", "index"):
             line = next(x for x in doctor.stdout.splitlines() if f"  {store}: " in x)
@@ -459,14 +462,14 @@ def test_an_error_before_the_first_bar_is_still_one_line(tmp_path: Path) -> None
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     (corpus / "a.txt").write_text("hello\n")
-    assert cli(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
-    _one_error_line(cli(env, "maintenance", "--scope", "BAD"), "invalid scope")
-    _one_error_line(cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "fresh")), "restore",
-                        str(corpus)), "not a backup")
+    assert cli_here(env, "load", str(corpus), "--scope", "a/b", "--acl", "*").returncode == 0
+    _one_error_line(cli_here(env, "maintenance", "--scope", "BAD"), "invalid scope")
+    _one_error_line(cli_here(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "fresh")), "restore",
+                             str(corpus)), "not a backup")
     # Refused before any work, with a bar already drawn: no `backing up 0/9` line above.
-    _one_error_line(cli(env, "backup", str(corpus)), "is not empty")
-    assert cli(env, "backup", str(tmp_path / "bk")).returncode == 0
-    _one_error_line(cli(env, "restore", str(tmp_path / "bk")), "fresh home only")
+    _one_error_line(cli_here(env, "backup", str(corpus)), "is not empty")
+    assert cli_here(env, "backup", str(tmp_path / "bk")).returncode == 0
+    _one_error_line(cli_here(env, "restore", str(tmp_path / "bk")), "fresh home only")
 
 
 def test_an_unknown_scope_is_one_error_line_naming_it(tmp_path: Path) -> None:
@@ -525,11 +528,11 @@ def test_settings_that_cannot_work_and_a_database_down_are_one_line(tmp_path: Pa
     env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"),
                     AMP_EMBEDDING_PROVIDER="openai-compatible")
     for args in (["load", str(corpus), "--scope", "acme/sales"], ["index", "rebuild"]):
-        _one_error_line(cli(env, *args, timeout=120), "AMP_EMBEDDING_BASE_URL")
+        _one_error_line(cli_here(env, *args), "AMP_EMBEDDING_BASE_URL")
     # Nothing listens on port 1: the index database is down.
-    down = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home2"), **QUIET,
-                         AMPUP_MEMORY_INDEX_URI="postgresql://amp:s3cr3t-pw@127.0.0.1:1/amp"),
-               "principal", "show", "alice", timeout=120)
+    down = cli_here(clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home2"), **QUIET,
+                              AMPUP_MEMORY_INDEX_URI="postgresql://amp:s3cr3t-pw@127.0.0.1:1/amp"),
+                    "principal", "show", "alice")
     _one_error_line(down, "127.0.0.1")
     assert "s3cr3t-pw" not in down.stderr
 
@@ -556,7 +559,7 @@ def test_an_infinite_or_nan_number_setting_is_refused_in_one_line(tmp_path: Path
             ("AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS", "model_timeout_seconds", "inf"),
             ("AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS", "model_timeout_seconds", "1e400"),
             ("AMPUP_MEMORY_RERANK_WEIGHT", "rerank_weight", "nan")):
-        done = cli({**base, name: value}, "settings")
+        done = cli_here({**base, name: value}, "settings")
         _one_error_line(done, f"invalid setting {field} ({name})", "finite number")
     assert shown({**base, "AMPUP_MEMORY_MODEL_TIMEOUT_SECONDS": "2.5"})[
         "model_timeout_seconds"] == 2.5
@@ -575,13 +578,14 @@ def test_a_control_character_in_a_model_setting_stops_the_start_in_one_line(
              "extract_model_base_url"),
             ("AMPUP_MEMORY_JUDGE_MODEL_API_KEY", "sk-s3cr3t\x7f", "judge_model_api_key")):
         for args in (["extract"], ["serve"]):
-            done = cli({**base, name: value}, *args, timeout=120)
+            done = (cli_here({**base, name: value}, *args) if args == ["extract"]
+                    else cli({**base, name: value}, *args, timeout=120))
             _one_error_line(done, f"invalid setting {field} ({name})")
             assert "control character" in done.stderr, done.stderr
             assert "s3cr3t" not in done.stderr and "Traceback" not in done.stderr
     config = tmp_path / "config.toml"
     config.write_text('model_name = "qwen\\u0000"\n')
-    done = cli(base, "settings", "--config", str(config))
+    done = cli_here(base, "settings", "--config", str(config))
     _one_error_line(done, "invalid setting model_name (AMPUP_MEMORY_MODEL)")
     assert "U+0000" in done.stderr, done.stderr
     # Printable text is a setting as before.
@@ -603,7 +607,8 @@ def test_an_endpoint_that_is_no_http_url_stops_the_start_in_one_line(
             ("AMPUP_MEMORY_EXTRACT_MODEL_BASE_URL", "http://h:port/v1",
              "extract_model_base_url")):
         for args in (["settings"], ["serve", "--port", "0"]):
-            done = cli({**base, name: value}, *args, timeout=120)
+            done = (cli_here({**base, name: value}, *args) if args == ["settings"]
+                    else cli({**base, name: value}, *args, timeout=120))
             _one_error_line(done, f"invalid setting {field} ({name}): is not", repr(value))
             assert "http://" in done.stderr and "Traceback" not in done.stderr, done.stderr
     # A query or fragment: each request's path went into it (`?api-version=1/chat/…`).
@@ -667,7 +672,7 @@ def test_a_short_password_is_masked_where_it_stands_not_in_every_word(tmp_path: 
         env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / name), **QUIET,
                         **{name: "postgresql://u:p@127.0.0.1:1/x"})
         for args in (["status"], ["doctor"]):
-            done = cli(env, *args, timeout=120)
+            done = cli_here(env, *args)
             said = done.stdout + done.stderr
             assert done.returncode in (1, 2) and "Traceback" not in said, said
             assert "port 1 failed" in said and "•••ort" not in said, said
@@ -744,22 +749,23 @@ def test_a_progress_bar_off_a_terminal_is_one_plain_line(tmp_path: Path) -> None
     corpus.mkdir()
     (corpus / "a.md").write_text("Acme budget is 40k.\n")
     env = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **QUIET)
-    assert cli(env, "load", str(corpus), "--scope", "acme/sales").returncode == 0
-    done = cli(env, "index", "rebuild")
+    assert cli_here(env, "load", str(corpus), "--scope", "acme/sales").returncode == 0
+    done = cli_here(env, "index", "rebuild")
     assert done.returncode == 0, done.stderr
     assert "━" not in done.stderr, done.stderr
     for description in ("rebuilding the read index", "indexing commits"):
         assert re.fullmatch(rf"{description}: 1/1 \d+:\d\d:\d\d",
                             bar_line(done.stderr, description)), done.stderr
     # A pass that learns its size as it goes ended at `1/?`; done, it is `1/1`.
-    clustered = cli(env, "advice", "cluster")
+    clustered = cli_here(env, "advice", "cluster")
     assert clustered.returncode == 0, clustered.stderr
     assert re.fullmatch(r"clustering scopes: 1/1 \d+:\d\d:\d\d",
                         bar_line(clustered.stderr, "clustering scopes")), clustered.stderr
 
 
 def test_json_output_is_unicode(tmp_path: Path) -> None:
-    done = cli(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "episode-type", "show", "call")
+    done = cli_here(clean_env(AMPUP_MEMORY_HOME=str(tmp_path)), "episode-type", "show",
+                    "call")
     assert done.returncode == 0, done.stderr
     assert "…" in done.stdout and "\\u2026" not in done.stdout
     assert "…" in json.loads(done.stdout)["split"]
@@ -955,13 +961,13 @@ def test_flags_over_environment_over_config_file_over_defaults(tmp_path: Path) -
                        # The file named: its reader set no AMPUP_MEMORY_PORT.
                        ("port = 99999\n", f"config file {other}: invalid setting port")):
         other.write_text(text)
-        done = cli(base, "settings", "--config", str(other))
+        done = cli_here(base, "settings", "--config", str(other))
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
         assert says in done.stderr, done.stderr
-    missing = cli(base, "settings", "--config", str(tmp_path / "nope.toml"))
+    missing = cli_here(base, "settings", "--config", str(tmp_path / "nope.toml"))
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     # A folder named as the file exists: said so, not "does not exist".
-    folder = cli(base, "settings", "--config", str(tmp_path))
+    folder = cli_here(base, "settings", "--config", str(tmp_path))
     assert folder.returncode == 2 and f"config file {tmp_path} is a folder" in folder.stderr
 
 
@@ -1017,7 +1023,7 @@ def test_ctrl_c_stops_a_long_command_in_one_line_with_130(tmp_path: Path) -> Non
     assert proc.returncode == 130, err
     assert err.strip().splitlines()[-1].startswith("error: ") and "interrupted" in err, err
     assert "Traceback" not in err
-    done = cli(env, "status")
+    done = cli_here(env, "status")
     assert done.returncode == 0, done.stderr
 
 
