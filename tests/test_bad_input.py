@@ -245,6 +245,22 @@ def test_a_body_that_is_not_json_says_every_body_is_json(client: httpx.Client) -
         assert "every request body" not in broken["message"], broken
 
 
+def test_a_body_not_in_utf_8_says_so(client: httpx.Client) -> None:
+    """A UTF-8 byte order mark, or UTF-16 / UTF-32 JSON, got "Invalid JSON: expected value
+    at line 1 column 1" (the mark is not JSON): the 422 now says bodies are UTF-8 JSON
+    without one (RFC 8259, 8.1)."""
+    cell = json.dumps({"type": "semantic", "content": {"text": "Encoded."},
+                       "identity": {"owner_id": "agent-a", "owner_type": "agent"}})
+    for content in (b"\xef\xbb\xbf" + cell.encode(), cell.encode("utf-16"),
+                    cell.encode("utf-16-le"), cell.encode("utf-32")):
+        for path in ("/amp/v1/memories", "/episodes"):
+            error = refused(client, 422, "POST", path, content=content,
+                            headers={"content-type": "application/json"})
+            assert error["message"].startswith("Request validation failed: body: "), error
+            assert "UTF-8" in error["message"], (content[:8], error)
+            assert error["details"]["errors"][0]["loc"] == ["body"]
+
+
 def test_body_over_the_limit_is_413_before_it_is_read(client: httpx.Client) -> None:
     big = b'{"scope":"' + b"x" * MAX_REQUEST_BYTES + b'"}'
     for path in ("/episodes/batch", "/amp/v1/memories"):
