@@ -22,7 +22,11 @@ Two parts per server (docs/testing.md, "The HTTP audit"):
    stale and another caller's pagination cursors; the caller and key matrix (keys on: no
    key, a wrong key, another agent's key, an unknown agent must be one identical 401);
    admin routes without the admin credential; another caller's records against missing
-   ones, status, body and time.
+   ones, status, body and time. What HTTP clients send besides clean JSON (`probe_bodies`:
+   no or another Content-Type, charsets, a BOM, empty, top-level non-objects, a key twice,
+   chunked, Expect: 100-continue, a Content-Encoding) and besides clean requests
+   (`probe_requests`: an unsatisfiable Accept, long and non-ASCII headers, bad
+   percent-encoding, + against %20, HTTP/1.0 without Host, path variants sent raw).
 
 Every answer must be below 500 with no traceback, a JSON error envelope for a 4xx, and a
 status the operation documents. Findings go to ``DIR/findings.json`` and the exit code is
