@@ -9,6 +9,7 @@ index once stored unpadded (search answered 500 for good, even after a rebuild).
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 import sqlite3
@@ -244,6 +245,22 @@ def test_a_body_that_is_not_json_says_every_body_is_json(client: httpx.Client) -
         assert "every request body" not in broken["message"], broken
 
 
+def test_a_body_not_in_utf_8_says_so(client: httpx.Client) -> None:
+    """A UTF-8 byte order mark, or UTF-16 / UTF-32 JSON, got "Invalid JSON: expected value
+    at line 1 column 1" (the mark is not JSON): the 422 now says bodies are UTF-8 JSON
+    without one (RFC 8259, 8.1)."""
+    cell = json.dumps({"type": "semantic", "content": {"text": "Encoded."},
+                       "identity": {"owner_id": "agent-a", "owner_type": "agent"}})
+    for content in (b"\xef\xbb\xbf" + cell.encode(), cell.encode("utf-16"),
+                    cell.encode("utf-16-le"), cell.encode("utf-32")):
+        for path in ("/amp/v1/memories", "/episodes"):
+            error = refused(client, 422, "POST", path, content=content,
+                            headers={"content-type": "application/json"})
+            assert error["message"].startswith("Request validation failed: body: "), error
+            assert "UTF-8" in error["message"], (content[:8], error)
+            assert error["details"]["errors"][0]["loc"] == ["body"]
+
+
 def test_body_over_the_limit_is_413_before_it_is_read(client: httpx.Client) -> None:
     big = b'{"scope":"' + b"x" * MAX_REQUEST_BYTES + b'"}'
     for path in ("/episodes/batch", "/amp/v1/memories"):
@@ -276,6 +293,38 @@ def test_every_route_with_a_body_documents_its_413(server: ServerProcess,
             assert response.status_code == 413, (method, path, response.text[:200])
             if "PAYLOAD_TOO_LARGE" not in op["responses"].get("413", {}).get("description", ""):
                 undocumented.append(f"{method.upper()} {path}")
+    assert undocumented == []
+
+
+def test_a_compressed_body_is_415_on_every_route_with_a_body(client: httpx.Client) -> None:
+    """The server decodes no content coding: a gzip body was read as JSON (a 422 "Invalid
+    JSON" that hid why) and a JSON body labelled ``br`` was stored as if plain. Either is
+    415 with ``Accept-Encoding: identity`` (RFC 9110, 15.5.16), documented on every route
+    with a body, on /mcp as a JSON-RPC error; ``identity`` and a GET with no body pass."""
+    cell = json.dumps({"type": "semantic", "content": {"text": "Compressed."},
+                       "identity": {"owner_id": "agent-a", "owner_type": "agent"}}).encode()
+    for encoding, content in (("gzip", gzip.compress(cell)), ("br", cell), ("x-zz", cell),
+                              ("gzip, identity", gzip.compress(cell))):
+        error = refused(client, 415, "POST", "/amp/v1/memories", content=content, headers={
+            "content-type": "application/json", "content-encoding": encoding})
+        assert error["code"] == "UNSUPPORTED_MEDIA_TYPE", error
+        assert "Content-Encoding" in error["message"], error
+        response = client.post("/amp/v1/memories", content=content, headers={
+            "content-type": "application/json", "content-encoding": encoding})
+        assert response.headers["accept-encoding"] == "identity"
+    response = client.post("/mcp", content=gzip.compress(b"{}"),
+                           headers={**MCP_HEADERS, "content-encoding": "gzip"})
+    assert response.status_code == 415
+    assert mcp_refusal(response)["code"] == "UNSUPPORTED_MEDIA_TYPE"
+    ok = client.post("/amp/v1/memories", content=cell, headers={
+        "content-type": "application/json", "content-encoding": "identity"})
+    assert ok.status_code == 201, ok.text
+    assert client.get("/health", headers={"content-encoding": "gzip"}).status_code == 200
+    spec = client.get("/openapi.json").json()
+    undocumented = [f"{method} {path}" for path, methods in spec["paths"].items()
+                    for method, op in methods.items() if "requestBody" in op
+                    and "UNSUPPORTED_MEDIA_TYPE" not in
+                    op["responses"].get("415", {}).get("description", "")]
     assert undocumented == []
 
 

@@ -5,6 +5,8 @@ server's own pages are served."""
 
 from __future__ import annotations
 
+import json
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -91,6 +93,31 @@ def test_agents_and_the_servers_own_pages_are_served(local: ServerProcess) -> No
     for host in (f"localhost:{local.port}", "127.0.0.1", f"[::1]:{local.port}", "127.0.0.2"):
         assert httpx.get(f"{local.url}/health", headers={"Host": host}).status_code == 200
     assert _cells(local) == before + 4
+
+
+def _raw(srv: ServerProcess, request: bytes) -> bytes:
+    """What the server answers ``request``, sent as it is (httpx always adds a Host)."""
+    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as conn:
+        conn.sendall(request)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer
+
+
+def test_an_http_1_0_request_without_host_is_served(local: ServerProcess) -> None:
+    """HTTP/1.0 has no Host (RFC 9112 requires it from 1.1 on): no browser sends such a
+    request, so it is nothing a rebinding page can send, and a loopback server answers it
+    (it was a 421, which no operation documents)."""
+    answer = _raw(local, b"GET /amp/v1/memories HTTP/1.0\r\n"
+                         b"X-AMP-Agent-ID: agent_customer_service\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.split(b"\r\n")[0].split()[1] == b"200", answer[:300]
+    assert "results" in json.loads(body)
+    # A Host that is named still has to be one of the server's.
+    answer = _raw(local, b"GET /amp/v1/memories HTTP/1.0\r\nHost: attacker.example\r\n"
+                         b"X-AMP-Agent-ID: agent_customer_service\r\n\r\n")
+    assert answer.split(b"\r\n")[0].split()[1] == b"421", answer[:300]
 
 
 def test_allowed_hosts_and_origins_and_a_public_bind(tmp_path: Path) -> None:

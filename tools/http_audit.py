@@ -22,7 +22,11 @@ Two parts per server (docs/testing.md, "The HTTP audit"):
    stale and another caller's pagination cursors; the caller and key matrix (keys on: no
    key, a wrong key, another agent's key, an unknown agent must be one identical 401);
    admin routes without the admin credential; another caller's records against missing
-   ones, status, body and time.
+   ones, status, body and time. What HTTP clients send besides clean JSON (`probe_bodies`:
+   no or another Content-Type, charsets, a BOM, empty, top-level non-objects, a key twice,
+   chunked, Expect: 100-continue, a Content-Encoding) and besides clean requests
+   (`probe_requests`: an unsatisfiable Accept, long and non-ASCII headers, bad
+   percent-encoding, + against %20, HTTP/1.0 without Host, path variants sent raw).
 
 Every answer must be below 500 with no traceback, a JSON error envelope for a 4xx, and a
 status the operation documents. Findings go to ``DIR/findings.json`` and the exit code is
@@ -32,9 +36,11 @@ status the operation documents. Findings go to ``DIR/findings.json`` and the exi
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import os
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -132,38 +138,44 @@ class Audit:
         except httpx.TimeoutException:
             self.find("timeout", shown, "-", str(kw)[:200])
             return None
-        text = r.text
-        if r.status_code >= 500:
-            self.find("server error", shown, r.status_code, text)
+        self.judge(method, url, template, expect, r.status_code, r.headers, r.text, r)
+        return r
+
+    def judge(self, method: str, url: str, template: str | None, expect: set[int] | None,
+              status: int, headers: httpx.Headers, text: str,
+              r: httpx.Response | None = None) -> None:
+        """The rules every answer keeps (``check``'s, and a raw request's: `send_raw`)."""
+        shown = f"{method} {url}"
+        if status >= 500:
+            self.find("server error", shown, status, text)
         if "Traceback" in text or 'File "' in text:
-            self.find("traceback", shown, r.status_code, text)
+            self.find("traceback", shown, status, text)
         if method == "HEAD":
             if text:
-                self.find("HEAD with a body", shown, r.status_code, text)
-        elif r.status_code not in (204, 304):
-            kind = r.headers.get("content-type", "")
+                self.find("HEAD with a body", shown, status, text)
+        elif status not in (204, 304):
+            kind = headers.get("content-type", "")
             if not kind.startswith("application/json"):
-                self.find("content type", shown, r.status_code, kind)
-            if r.status_code >= 400:
+                self.find("content type", shown, status, kind)
+            if status >= 400:
                 try:
-                    error = r.json().get("error")
-                except ValueError:
+                    error = json.loads(text).get("error")
+                except (ValueError, AttributeError):
                     error = None
                 if not (isinstance(error, dict) and set(error) == {"code", "message", "details"}
                         and isinstance(error["details"], dict)):
-                    self.find("error envelope", shown, r.status_code, text)
-        if r.status_code == 405 and not r.headers.get("allow"):
+                    self.find("error envelope", shown, status, text)
+        if status == 405 and not headers.get("allow"):
             self.find("405 without Allow", shown, 405, "")
-        if expect is not None and r.status_code not in expect:
-            self.find("unexpected status", shown, r.status_code,
+        if expect is not None and status not in expect:
+            self.find("unexpected status", shown, status,
                       f"expected one of {sorted(expect)}: {text}")
         elif template is not None and expect is None:
             op = self.operation("get" if method == "HEAD" else method, template)
-            if op is not None and str(r.status_code) not in op["responses"] \
-                    and not _another_route(url, r):
-                self.find("undocumented status", shown, r.status_code,
+            if op is not None and str(status) not in op["responses"] \
+                    and not (r is not None and _another_route(url, r)):
+                self.find("undocumented status", shown, status,
                           f"documented: {sorted(op['responses'])}; {text}")
-        return r
 
 
 def _another_route(url: str, r: httpx.Response) -> bool:
@@ -495,6 +507,158 @@ def probe_inputs(audit: Audit, http: httpx.Client, seeded: dict[str, Any],
             send(content=json.dumps(body), headers={"Content-Type": "text/plain"})
 
 
+def send_raw(audit: Audit, request: bytes, template: str | None,
+             expect: set[int] | None = None) -> int | None:
+    """Send ``request`` byte for byte over a fresh connection (what httpx never sends: no
+    Host, HTTP/1.0, ``..`` and ``//`` in a path, ``Expect: 100-continue``) and judge the
+    answer by the rules of `Audit.check`. The status, or None on a timeout."""
+    audit.sent += 1
+    line = request.split(b"\r\n", 1)[0].decode("latin-1")
+    method, url = line.split(" ")[:2]
+    host, port = audit.url.removeprefix("http://").rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=120) as conn:
+            conn.sendall(request)
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+    except TimeoutError:
+        audit.find("timeout", line, "-", "")
+        return None
+    while re.match(rb"HTTP/1\.[01] 1\d\d ", answer):  # 100 Continue and the like
+        answer = answer.split(b"\r\n\r\n", 1)[1]
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    if not lines[0].startswith("HTTP/"):
+        audit.find("no HTTP answer", line, "-", answer[:200].decode("latin-1"))
+        return None
+    status = int(lines[0].split()[1])
+    headers = httpx.Headers([(k.strip(), v.strip()) for k, _, v in
+                             (h.partition(":") for h in lines[1:] if ":" in h)])
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        decoded, rest = b"", body
+        while rest:
+            size, _, rest = rest.partition(b"\r\n")
+            if not int(size or b"0", 16):
+                break
+            decoded, rest = decoded + rest[:int(size, 16)], rest[int(size, 16) + 2:]
+        body = decoded
+    audit.judge(method, url, template, expect, status, headers,
+                body.decode("utf-8", "replace"))
+    return status
+
+
+def raw_head(http: httpx.Client, method: str, target: str, *, version: str = "1.1",
+             host: bool = True, extra: tuple[str, ...] = ()) -> bytes:
+    """A request head as bytes: the client's own headers (the caller), ``Connection:
+    close`` so the answer ends with the connection."""
+    lines = [f"{method} {target} HTTP/{version}"]
+    if host:
+        lines.append(f"Host: {http.base_url.host}:{http.base_url.port}")
+    lines += [f"{k}: {v}" for k, v in http.headers.items()
+              if k.lower() not in ("host", "connection", "accept-encoding", "user-agent")]
+    lines += [*extra, "Connection: close"]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def probe_bodies(audit: Audit, http: httpx.Client, seeded: dict[str, Any]) -> None:
+    """What HTTP clients send as a body besides clean JSON, on every body route: no
+    Content-Type, a form or multipart type, a charset that is not UTF-8 (and text in it),
+    a byte order mark, UTF-16, nothing at all, a top-level array, string, number or null,
+    a key twice, a content coding (gzip, an unknown one), chunked, and Expect:
+    100-continue. Each a documented answer."""
+    for method, template, op in operations(audit.spec):
+        body = body_example(op, audit.spec, seeded)
+        if body is None:
+            continue
+        url = fill(template, targets(method, seeded))
+        query = base_query(op, seeded)
+        raw = json.dumps(body).encode()
+        latin = json.dumps({**body, **{k: "caf\u00e9" for k in string_fields(op, audit.spec)
+                                       if k in body}}, ensure_ascii=False)
+        first = next(iter(body), None)  # again, last, with a value of the wrong type
+        twice = raw if first is None else raw[:-1] + f', "{first}": [[]]}}'.encode()
+        cases: list[tuple[dict[str, str], Any]] = [
+            ({}, raw),
+            ({"Content-Type": "application/x-www-form-urlencoded"}, urlencode(
+                {k: v for k, v in body.items() if isinstance(v, str)}).encode()),
+            ({"Content-Type": "multipart/form-data; boundary=b"},
+             b'--b\r\nContent-Disposition: form-data; name="scope"\r\n\r\nx\r\n--b--\r\n'),
+            ({"Content-Type": "application/json; charset=latin-1"}, latin.encode("latin-1")),
+            ({"Content-Type": "application/json; charset=utf-16"}, latin.encode("utf-16")),
+            ({"Content-Type": "application/json"}, b"\xef\xbb\xbf" + raw),
+            ({"Content-Type": "application/json"}, b""),
+            ({"Content-Type": "application/json"}, twice),
+            ({"Content-Type": "application/json", "Content-Encoding": "identity"}, raw),
+            ({"Content-Type": "application/json"}, (part for part in (raw[:3], raw[3:]))),
+        ]
+        cases += [({"Content-Type": "application/json"}, top)
+                  for top in (b"[]", b'"x"', b"1", b"null", b"[" + raw + b"]")]
+        for headers, content in cases:
+            audit.check(http, method, url, template, params=query, content=content,
+                        headers=headers)
+        # No content coding is decoded: refused, never read as if plain (docs/api.md).
+        for coding, coded in (("gzip", gzip.compress(raw)), ("x-unknown", raw)):
+            audit.check(http, method, url, template, {415}, params=query, content=coded,
+                        headers={"Content-Type": "application/json",
+                                 "Content-Encoding": coding})
+        target = f"{url}?{urlencode(query)}" if query else url
+        send_raw(audit, raw_head(http, method, target, extra=(
+            "Content-Type: application/json", f"Content-Length: {len(raw)}",
+            "Expect: 100-continue")) + raw, template)
+
+
+# Header values past what a client usually sends: long, non-ASCII, UTF-8 and Latin-1 bytes.
+ODD_HEADERS: list[dict[str, str | bytes]] = [
+    {"X-AMP-Agent-ID": "a" * 9000}, {"Authorization": "Bearer " + "k" * 9000},
+    {"X-AMP-API-Key": "k" * 9000}, {"X-AmpUp-User": "u" * 9000},
+    {"X-AMP-Agent-ID": "agent\u00e9".encode()}, {"Authorization": b"Bearer \xe9\xff"},
+    {"X-AmpUp-User": "us\u00e9r".encode("latin-1")}, {"X-Unknown": "v" * 9000},
+]
+
+
+def probe_requests(audit: Audit, http: httpx.Client, seeded: dict[str, Any]) -> None:
+    """Every operation with an Accept it cannot satisfy (disregarded: docs/api.md), odd
+    header values, invalid percent-encoding in its query, ``+`` against ``%20`` (one
+    answer), and without Host over HTTP/1.0; every path with a trailing slash, in upper
+    case, with doubled slashes and with ``..`` segments (404: no such route)."""
+    for method, template, op in operations(audit.spec):
+        url = fill(template, targets(method, seeded))
+        query = base_query(op, seeded)
+        body = body_example(op, audit.spec, seeded)
+        as_json: dict[str, Any] = {} if body is None else {"json": body}
+        for accept in ("application/xml", "text/html;q=1, application/json;q=0"):
+            audit.check(http, method, url, template, params=query, headers={"Accept": accept},
+                        **as_json)
+        for headers in ODD_HEADERS:
+            audit.check(http, method, url, template, params=query, headers=headers,
+                        **as_json)
+        if "scope" in query:
+            for bad in ("%zz", "%ff", "%e2%82", "a%2"):
+                audit.check(http, method, f"{url}?scope={query['scope']}{bad}", template,
+                            **as_json)
+            plus = http.request(method, f"{url}?scope=a+b", **as_json)
+            space = http.request(method, f"{url}?scope=a%20b", **as_json)
+            audit.sent += 2
+            if (plus.status_code, plus.text) != (space.status_code, space.text):
+                audit.find("+ and %20 differ in a query", f"{method} {url}?scope=a+b",
+                           plus.status_code, f"{plus.text[:150]} / {space.text[:150]}")
+        if method == "GET":
+            target = f"{url}?{urlencode(query)}" if query else url
+            send_raw(audit, raw_head(http, "GET", target, version="1.0", host=False),
+                     template)
+    for template, item in audit.spec["paths"].items():
+        method = "GET" if "get" in item else next(iter(item)).upper()
+        url = fill(template, targets(method, seeded))
+        parts = url.split("/")
+        variants = {url + "/", url.upper(), "/" + url, url.replace("/", "//", 2)[1:],
+                    "/".join([*parts[:-1], "..", *parts[-1:]]) if len(parts) > 2 else "",
+                    url + "/.."} - {"", url}
+        for variant in sorted(variants):  # another route, or this one's own answer
+            send_raw(audit, raw_head(http, method, variant, extra=(
+                "Content-Length: 0",) if method in ("POST", "PUT", "PATCH") else ()), None)
+
+
 # If-Match / If-None-Match values a client may send: malformed, weak, lists with empty
 # elements, `*` inside a list, a huge one, bytes no text holds.
 CONDITION_VALUES: list[str | bytes] = [
@@ -727,6 +891,8 @@ def audit_one(config: Config, pg: PostgresFactory | None, out: Path, examples: i
         if "probes" in parts:
             with plain_client(base_url=proc.url, timeout=120, headers=main) as http:
                 probe_inputs(audit, http, seeded, max_bytes)
+                probe_bodies(audit, http, seeded)
+                probe_requests(audit, http, seeded)
                 probe_methods(audit, http, seeded)
                 probe_conditions(audit, http, seeded)
                 probe_cursors(audit, http, seeded, hidden, callers["other"])

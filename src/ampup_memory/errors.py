@@ -10,6 +10,7 @@
     ├── Gone                       410    PIN_EXPIRED / PIN_RELEASED / SNAPSHOT_RELEASED
     ├── PreconditionFailed         412    PRECONDITION_FAILED (If-Match / If-None-Match)
     ├── PayloadTooLarge            413    CELL_TOO_LARGE / PAYLOAD_TOO_LARGE (web/limits.py)
+    ├── UnsupportedMediaType       415    UNSUPPORTED_MEDIA_TYPE (a Content-Encoding: web/limits.py)
     ├── ValidationFailed           422    VALIDATION_ERROR
     ├── RateLimited                429    RATE_LIMITED
     └── ServiceUnavailable         503    UNAVAILABLE
@@ -121,6 +122,18 @@ class PreconditionFailed(AmpError):
 class PayloadTooLarge(AmpError):
     status = 413
     code = "CELL_TOO_LARGE"
+
+
+class UnsupportedMediaType(AmpError):
+    """A body in a content coding the server does not decode (``Content-Encoding: gzip``):
+    read as it is, it would be JSON gone wrong, or, labelled but plain, stored as if the
+    label were not there. ``Accept-Encoding`` names what is read (RFC 9110, 15.5.16)."""
+
+    status = 415
+    code = "UNSUPPORTED_MEDIA_TYPE"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, headers={"Accept-Encoding": "identity"})
 
 
 class ValidationFailed(AmpError):

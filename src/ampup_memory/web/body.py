@@ -71,6 +71,27 @@ def validation_errors(
                             located=bool(prefix))
 
 
+# How a JSON text in another encoding starts: a byte order mark, or (UTF-16 and UTF-32
+# without one) a NUL beside its first character, which is ASCII (RFC 4627, 3).
+_NOT_UTF_8 = ((b"\xef\xbb\xbf", "a UTF-8 byte order mark"),
+              (b"\xff\xfe", "a UTF-16 or UTF-32 byte order mark"),
+              (b"\xfe\xff", "a UTF-16 byte order mark"))
+
+
+def _reject_other_encodings(raw: bytes) -> None:
+    """A 422 saying what is wrong for a body in UTF-16 or UTF-32, or behind a byte order
+    mark: the parser said only "expected value at line 1 column 1" (the mark is no JSON).
+    RFC 8259 (8.1) has JSON on the wire in UTF-8, without the mark."""
+    found = next((name for mark, name in _NOT_UTF_8 if raw.startswith(mark)), None)
+    if found is None and b"\x00" in raw[:4]:
+        found = "UTF-16 or UTF-32 text"
+    if found is not None:
+        msg = (f"Invalid JSON: the body starts with {found}; send UTF-8 JSON without a byte "
+               "order mark (RFC 8259)")
+        errors = [{"loc": ["body"], "msg": msg, "type": "json_invalid"}]
+        raise ValidationFailed(validation_message(errors), errors, located=True)
+
+
 def _reject_refused_json(raw: bytes, nul: bool) -> None:
     """JSON nested too deep, NaN, Infinity or a number too big for a double: a 422 here
     (`jsontext.loads`), before pydantic's parser, which accepts non-finite numbers (a stored
@@ -92,6 +113,7 @@ def parse_body(model: type[M], raw: bytes | None, *, nul: bool = False) -> M:
     AMP face's cells may carry U+0000 (its store maps it away); elsewhere it is a 422."""
     # No body at all is an empty object (optional bodies); whitespace alone is not JSON.
     body = raw if raw else b"{}"
+    _reject_other_encodings(body)
     _reject_refused_json(body, nul)
     try:
         return model.model_validate_json(body, strict=True)

@@ -6,6 +6,9 @@ a byte of the body is read; a chunked body is counted as it streams in and refus
 as it passes the limit. Either way the answer is 413 ``PAYLOAD_TOO_LARGE`` in the one error
 envelope (`web.errors.refusal_response`; on ``/mcp`` a JSON-RPC error); the server drops
 the unread rest and the connection stays usable.
+
+A body in a content coding (``Content-Encoding`` other than ``identity``) is 415
+``UNSUPPORTED_MEDIA_TYPE`` here too, once it is read: no route decodes one.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from urllib.parse import parse_qsl
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ampup_memory.errors import AmpError, PayloadTooLarge, refuse_nul
+from ampup_memory.errors import AmpError, PayloadTooLarge, UnsupportedMediaType, refuse_nul
 from ampup_memory.web.errors import refusal_response
 
 
@@ -48,6 +51,14 @@ class BodyLimit:
             if not message.get("more_body", False):
                 break
 
+        coded = encoded(scope)
+        if size and coded:
+            refusal = UnsupportedMediaType(
+                f"Content-Encoding {coded[:100]!r} is not read: send the body as it is "
+                "(UTF-8 JSON, no Content-Encoding or identity).")
+            await refusal_response(refusal, scope)(scope, receive, send)
+            return
+
         async def replay() -> Message:
             return messages.pop(0) if messages else await receive()
 
@@ -60,6 +71,13 @@ class BodyLimit:
             code="PAYLOAD_TOO_LARGE", details={"max_bytes": self.max_bytes},
         )
         await refusal_response(exc, scope)(scope, receive, send)
+
+
+def encoded(scope: Scope) -> str:
+    """The request's content coding, or "" for none (no header, or ``identity``)."""
+    codings = ",".join(Headers(scope=scope).getlist("content-encoding"))
+    named = [c.strip() for c in codings.split(",") if c.strip()]
+    return "" if all(c.lower() == "identity" for c in named) else ", ".join(named)
 
 
 class NulGuard:

@@ -77,21 +77,28 @@ def body_doc(model: type[BaseModel], *, required: bool = True) -> dict[str, Any]
 
 
 TOO_LARGE = "PAYLOAD_TOO_LARGE: the body is over max_request_bytes, refused before it is read"
+ENCODED = ("UNSUPPORTED_MEDIA_TYPE: the body has a Content-Encoding (gzip, br, ...); only "
+           "identity is read (Accept-Encoding: identity)")
+# What web/limits.py answers a body with before any route runs: (status, code, description).
+_BODY_REFUSALS = (("413", "PAYLOAD_TOO_LARGE", TOO_LARGE),
+                  ("415", "UNSUPPORTED_MEDIA_TYPE", ENCODED))
 
 
-def _every_body_may_be_too_large(schema: dict[str, Any]) -> None:
-    """The size limit answers every route that takes a body with 413 before the route
-    runs, so the route's own ``responses`` cannot know to list it: publish it here, once."""
+def _every_body_may_be_refused(schema: dict[str, Any]) -> None:
+    """The body middleware (web/limits.py) answers every route that takes a body with 413
+    or 415 before the route runs, so the route's own ``responses`` cannot know to list
+    them: publish them here, once."""
     for item in schema.get("paths", {}).values():
         for op in item.values():
             if "requestBody" not in op:
                 continue
-            answer = op["responses"].setdefault("413", {
-                "description": "", "content": {"application/json": {"schema": {
-                    "$ref": REF.format(model="ErrorBody")}}}})
-            if "PAYLOAD_TOO_LARGE" not in answer["description"]:
-                answer["description"] = "; ".join(
-                    d for d in (answer["description"], TOO_LARGE) if d)
+            for status, code, text in _BODY_REFUSALS:
+                answer = op["responses"].setdefault(status, {
+                    "description": "", "content": {"application/json": {"schema": {
+                        "$ref": REF.format(model="ErrorBody")}}}})
+                if code not in answer["description"]:
+                    answer["description"] = "; ".join(
+                        d for d in (answer["description"], text) if d)
             op["responses"] = dict(sorted(op["responses"].items()))
 
 
@@ -105,7 +112,7 @@ def install_schemas(app: FastAPI) -> None:
             title=app.title, version=app.version, description=app.description,
             routes=app.routes,
         )
-        _every_body_may_be_too_large(schema)
+        _every_body_may_be_refused(schema)
         components = schema.setdefault("components", {}).setdefault("schemas", {})
         for name, model in _MODELS.items():
             body = model.model_json_schema(ref_template=REF, mode="validation")

@@ -90,8 +90,9 @@ class OriginGuard:
         await self.app(scope, receive, send)
 
     def answers_to(self, host: str) -> bool:
-        """Whether this server answers a browser that calls it ``host``."""
-        if host in self.hosts:
+        """Whether this server answers a browser that calls it ``host``. No name at all
+        (an HTTP/1.0 request without ``Host``) is no browser's: every browser sends one."""
+        if not host or host in self.hosts:
             return True
         return is_loopback(host) if self.loopback else unownable(host)
 
