@@ -48,7 +48,9 @@ def _mcp_hello(srv: ServerProcess, headers: dict[str, str]) -> httpx.Response:
     hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-06-18", "capabilities": {},
         "clientInfo": {"name": "origin-test", "version": "1"}}}
-    return httpx.post(f"{srv.url}/mcp", json=hello, headers={
+    # The first /mcp request of a fresh server starts its session manager: over httpx's
+    # default 5 s on a loaded machine (load 11-16), 0.05 s warm.
+    return httpx.post(f"{srv.url}/mcp", json=hello, timeout=60, headers={
         **AGENT, "Accept": "application/json, text/event-stream", **headers})
 
 
