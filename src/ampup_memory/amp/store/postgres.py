@@ -376,27 +376,27 @@ def _cosine(distance: float | None) -> float | None:
 
 # What a hit needs of its cell: each step's statement reads it for the cells it finds,
 # so no third statement reads the candidates again.
-_HIT_COLS = (
-    "c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
-    " greatest(c.created_at, c.last_accessed_at, c.last_updated_at), c.expires_at"
-)
+# The decay score's inputs (`_decay` reads them), the clock as `lifecycle.clock` has it.
+_DECAY_COLS = ("c.importance, c.confidence, c.decay_rate,"
+               " greatest(c.created_at, c.last_accessed_at, c.last_updated_at), c.expires_at")
+_HIT_COLS = f"c.id, c.guard, {_DECAY_COLS}"
 # The HNSW scan's settings, for its transaction only (the iterative scan's where
 # pgvector has it: an older one refuses the name).
 _HNSW_SETTINGS = "SELECT set_config('hnsw.ef_search', %s, true)"
 _ITERATIVE = ", set_config('hnsw.iterative_scan', 'relaxed_order', true)"
 
 
+def _decay(r: Sequence[Any]) -> DecayInputs:
+    """The decay inputs from the five `_DECAY_COLS`."""
+    return DecayInputs(importance=float(r[0]), confidence=float(r[1]),
+                       decay_rate=float(r[2]), since=to_utc(r[3]),
+                       expires_at=to_utc(r[4]) if r[4] is not None else None)
+
+
 def _hit(r: Sequence[Any], keyword: float) -> Hit:
     """A hit from `_HIT_COLS` and the cosine distance."""
-    return Hit(
-        cell_id=r[0],
-        keyword=keyword,
-        cosine=_cosine(r[7]),
-        guard=guard_from_json(r[1]),
-        decay=DecayInputs(importance=float(r[2]), confidence=float(r[3]),
-                          decay_rate=float(r[4]), since=to_utc(r[5]),
-                          expires_at=to_utc(r[6]) if r[6] is not None else None),
-    )
+    return Hit(cell_id=r[0], keyword=keyword, cosine=_cosine(r[7]),
+               guard=guard_from_json(r[1]), decay=_decay(r[2:7]))
 
 
 class PostgresStore:
@@ -854,16 +854,12 @@ class PostgresStore:
         with self._conn() as conn:
             rows = self._execute(
                 conn,
-                "SELECT id, status, importance, confidence, decay_rate,"
-                " greatest(created_at, last_accessed_at, last_updated_at), expires_at,"
-                " stale_since FROM cells WHERE status IN ('active', 'stale')"
-                " AND id > %s ORDER BY id LIMIT %s",
+                f"SELECT c.id, c.status, c.stale_since, {_DECAY_COLS} FROM cells c"
+                " WHERE c.status IN ('active', 'stale') AND c.id > %s ORDER BY c.id LIMIT %s",
                 (after_id or "", batch),
             ).fetchall()
-        return [Standing(r[0], Status(r[1]), DecayInputs(
-            importance=float(r[2]), confidence=float(r[3]), decay_rate=float(r[4]),
-            since=to_utc(r[5]), expires_at=to_utc(r[6]) if r[6] is not None else None),
-            to_utc(r[7]) if r[7] is not None else None) for r in rows]
+        return [Standing(r[0], Status(r[1]), _decay(r[3:8]),
+                         to_utc(r[2]) if r[2] is not None else None) for r in rows]
 
     def set_status(
         self, expected: StoredCell, status: Status, stale_since: datetime | None

@@ -226,6 +226,18 @@ def _recorded_layout(conn: sqlite3.Connection) -> str | None:
     return None if row is None else str(row[0])
 
 
+# The decay score's inputs (`_decay` reads them). The clock leaves out created_at, which
+# this table does not keep: no cell is read or updated before it was made.
+_DECAY_COLS = ("c.importance, c.confidence, c.decay_rate,"
+               " max(c.last_accessed_at, c.last_updated_at), c.expires_at")
+
+
+def _decay(r: Sequence[Any]) -> DecayInputs:
+    """The decay inputs from the five `_DECAY_COLS`."""
+    return DecayInputs(importance=r[0], confidence=r[1], decay_rate=r[2], since=_time(r[3]),
+                       expires_at=parse_time(r[4]))
+
+
 def _time(value: str) -> datetime:
     # Every stored timestamp has the one spelling of timefmt.format_time, so strings sort
     # like instants (the max() above relies on it).
@@ -502,8 +514,7 @@ class SQLiteStore:
                 cosine=cosine.get(r[0]),
                 guard=Guard(created_by=g["created_by"], owner_id=g["owner_id"],
                             public=bool(g["public"]), readable_by=tuple(g["readable_by"])),
-                decay=DecayInputs(importance=r[3], confidence=r[4], decay_rate=r[5],
-                                  since=_time(r[6]), expires_at=parse_time(r[7])),
+                decay=_decay(r[3:8]),
             ))
         return hits
 
@@ -519,8 +530,7 @@ class SQLiteStore:
 
         def read(conn: sqlite3.Connection, part: list[int]) -> list[Any]:
             return conn.execute(
-                "SELECT c.seq, c.id, c.guard, c.importance, c.confidence, c.decay_rate,"
-                " max(c.last_accessed_at, c.last_updated_at), c.expires_at"
+                f"SELECT c.seq, c.id, c.guard, {_DECAY_COLS}"
                 # INDEXED BY: look the hits up by row number in the narrow index that
                 # holds every column read here. Left alone, the planner walks the status
                 # index over every active cell (16 ms instead of 1 ms at 100k).
@@ -569,15 +579,11 @@ class SQLiteStore:
 
     def lifecycle_batch(self, after_id: str | None, batch: int) -> list[Standing]:
         rows = self._conn().execute(
-            "SELECT id, status, importance, confidence, decay_rate,"
-            # The clock as the search reads it: no row is updated before it was made.
-            " max(last_accessed_at, last_updated_at), expires_at, stale_since"
-            " FROM cells WHERE status IN ('active', 'stale') AND id > ? ORDER BY id LIMIT ?",
+            f"SELECT c.id, c.status, c.stale_since, {_DECAY_COLS} FROM cells c"
+            " WHERE c.status IN ('active', 'stale') AND c.id > ? ORDER BY c.id LIMIT ?",
             (after_id or "", batch),
         ).fetchall()
-        return [Standing(r[0], Status(r[1]), DecayInputs(
-            importance=r[2], confidence=r[3], decay_rate=r[4], since=_time(r[5]),
-            expires_at=parse_time(r[6])), parse_time(r[7])) for r in rows]
+        return [Standing(r[0], Status(r[1]), _decay(r[3:8]), parse_time(r[2])) for r in rows]
 
     def set_status(
         self, expected: StoredCell, status: Status, stale_since: datetime | None
