@@ -62,7 +62,7 @@ import click
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from ampup_memory.cli import SETTING_FIELDS, cli  # noqa: E402
+from ampup_memory.cli import SETTING_FIELDS, cli, command_tree  # noqa: E402
 from ampup_memory.settings import Settings, env_name, flag_name  # noqa: E402
 
 TIMEOUT = 60.0
@@ -136,16 +136,11 @@ class Audit:
 
 # -- the command tree ----------------------------------------------------------------------
 def tree() -> Iterator[tuple[str, click.Command]]:
-    """Every group and command, by its path (``keys create``), the root as ``""``."""
-    def walk(group: click.Group, prefix: str) -> Iterator[tuple[str, click.Command]]:
-        for name, command in sorted(group.commands.items()):
-            path = f"{prefix}{name}"
-            yield path, command
-            if isinstance(command, click.Group):
-                yield from walk(command, f"{path} ")
-
+    """Every group and command, by its path (``keys create``), the root as ``""``, in
+    name order (a space sorts before any character of a name, so paths sort as the tree
+    does level by level)."""
     yield "", cli
-    yield from walk(cli, "")
+    yield from sorted(command_tree(), key=lambda item: item[0])
 
 
 def leaf_commands() -> dict[str, click.Command]:

@@ -489,22 +489,28 @@ def owner_indexes(**kwargs: Any) -> None:
     click.echo(_dumps(report.wire()))
 
 
+def command_tree(group: click.Group | None = None, prefix: str = ""
+                 ) -> Iterator[tuple[str, click.Command]]:
+    """Every group and command under ``group`` (the whole CLI by default) by its path
+    (``keys create``), depth first, in the order they were added: what the settings
+    reference and `tools/cli_audit.py` read off the tree itself."""
+    for name, command in (group or cli).commands.items():
+        path = f"{prefix}{name}"
+        yield path, command
+        if isinstance(command, click.Group):
+            yield from command_tree(command, f"{path} ")
+
+
 def _readers() -> dict[str, list[str]]:
     """Setting -> the commands that take its flag (all but `settings`, which takes every
     one), read off the command tree itself so the docs cannot drift from it."""
     readers: dict[str, list[str]] = {name: [] for name in SETTING_FIELDS}
-
-    def walk(group: click.Group, prefix: str) -> None:
-        for name, command in group.commands.items():
-            full = f"{prefix}{name}"
-            if isinstance(command, click.Group):
-                walk(command, f"{full} ")
-            elif full != "settings":
-                for param in command.params:
-                    if param.name in readers:
-                        readers[param.name].append(full)
-
-    walk(cli, "")
+    for path, command in command_tree():
+        if isinstance(command, click.Group) or path == "settings":
+            continue
+        for param in command.params:
+            if param.name in readers:
+                readers[param.name].append(path)
     return readers
 
 
