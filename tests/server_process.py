@@ -22,6 +22,18 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def raw_exchange(host: str, port: int, request: bytes, timeout: float = 30.0) -> bytes:
+    """Send ``request`` byte for byte on a fresh connection and read the answer to its end
+    (what httpx never sends: no Host, HTTP/1.0, ``..`` in a path). TimeoutError if the
+    server neither answers nor closes within ``timeout``."""
+    with socket.create_connection((host, port), timeout=timeout) as conn:
+        conn.sendall(request)
+        answer = b""
+        while chunk := conn.recv(65536):
+            answer += chunk
+    return answer
+
+
 def plain_client(**kwargs: Any) -> httpx.Client:
     """An HTTP client for a test server (plain HTTP on 127.0.0.1): ``verify=False`` skips
     loading the system's CA bundle, ~70 ms of CPU per client, which no request here uses."""

@@ -6,7 +6,6 @@ server's own pages are served."""
 from __future__ import annotations
 
 import json
-import socket
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import httpx
 import pytest
 
 from tests.memory_support import QUIET
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, raw_exchange
 from tests.test_mcp import mcp_refusal
 
 AGENT = {"X-AMP-Agent-ID": "agent_customer_service"}
@@ -99,12 +98,7 @@ def test_agents_and_the_servers_own_pages_are_served(local: ServerProcess) -> No
 
 def _raw(srv: ServerProcess, request: bytes) -> bytes:
     """What the server answers ``request``, sent as it is (httpx always adds a Host)."""
-    with socket.create_connection(("127.0.0.1", srv.port), timeout=30) as conn:
-        conn.sendall(request)
-        answer = b""
-        while chunk := conn.recv(65536):
-            answer += chunk
-    return answer
+    return raw_exchange("127.0.0.1", srv.port, request)
 
 
 def test_an_http_1_0_request_without_host_is_served(local: ServerProcess) -> None:

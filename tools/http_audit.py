@@ -40,7 +40,6 @@ import gzip
 import json
 import os
 import re
-import socket
 import statistics
 import subprocess
 import sys
@@ -60,7 +59,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.pg import PostgresFactory, postgres_factory  # noqa: E402
-from tests.server_process import ServerProcess, plain_client  # noqa: E402
+from tests.server_process import ServerProcess, plain_client, raw_exchange  # noqa: E402
 
 ADMIN_TOKEN = "audit-admin-token"
 DOOMED_BRANCH = "doomed"
@@ -517,11 +516,7 @@ def send_raw(audit: Audit, request: bytes, template: str | None,
     method, url = line.split(" ")[:2]
     host, port = audit.url.removeprefix("http://").rsplit(":", 1)
     try:
-        with socket.create_connection((host, int(port)), timeout=120) as conn:
-            conn.sendall(request)
-            answer = b""
-            while chunk := conn.recv(65536):
-                answer += chunk
+        answer = raw_exchange(host, int(port), request, timeout=120)
     except TimeoutError:
         audit.find("timeout", line, "-", "")
         return None
