@@ -107,9 +107,10 @@ class Cells:
 def one_writer(store: Any, cells: Cells, n: int, data: str,
                stale: bool = False) -> dict[str, Any]:
     """``n`` creates one after the other, timed; ``stale``: the creates untimed, then each
-    cell's status change to stale (`PostgresStore.set_status`, as a lifecycle pass makes
-    it) timed instead."""
+    cell's status change to stale (`PostgresStore.set_statuses` with one move, as a
+    lifecycle pass made each before session 28) timed instead."""
     from ampup_memory.amp.model import Status
+    from ampup_memory.amp.store.base import StatusMove
 
     prepared = [cells.take() for _ in range(n)]
     if stale:
@@ -120,7 +121,8 @@ def one_writer(store: Any, cells: Cells, n: int, data: str,
     for stored, vec in prepared:
         t, c = time.perf_counter(), time.process_time()
         if stale:
-            assert store.set_status(stored, Status.stale, stored.cell.lifecycle.created_at)
+            assert store.set_statuses([StatusMove(
+                stored, Status.stale, stored.cell.lifecycle.created_at)])
         else:
             store.create(stored, vec)
         cpu.append((time.process_time() - c) * 1000)

@@ -20,7 +20,7 @@ import pytest
 from ampup_memory.amp.model import MemoryType, Status
 from ampup_memory.amp.store import pg_postings, pg_words
 from ampup_memory.amp.store import postgres as pg_store
-from ampup_memory.amp.store.base import CellFilter, CellStore
+from ampup_memory.amp.store.base import CellFilter, CellStore, StatusMove
 from ampup_memory.amp.store.postgres import PostgresStore, tsquery
 from ampup_memory.amp.store.registry import open_store
 from ampup_memory.search.tokenize import words
@@ -116,7 +116,7 @@ def test_counts_stay_exact_through_every_kind_of_write(
     for stored in cells[25:35]:  # reads, then status changes (no text changes)
         touched = store.touch(stored.cell.id, T0 + timedelta(hours=1))
         assert touched is not None
-        assert store.set_status(touched, Status.stale, T0 + timedelta(hours=2))
+        assert store.set_statuses([StatusMove(touched, Status.stale, T0 + timedelta(hours=2))])
     with psycopg.connect(url, autocommit=True) as conn:  # a re-embedding's rewrite
         conn.execute("UPDATE cells SET embedding = embedding WHERE id = ANY(%s)",
                      ([c.cell.id for c in cells[35:45]],))
@@ -269,7 +269,7 @@ def test_postings_rank_as_the_tsv_column_does(
     for stored in cells[:10]:
         store.update(stored.cell.id, set_text(text_for(rng)))
     for stored in cells[10:20]:
-        assert store.set_status(stored, Status.stale, T0 + timedelta(hours=1))
+        assert store.set_statuses([StatusMove(stored, Status.stale, T0 + timedelta(hours=1))])
     with psycopg.connect(url, autocommit=True) as conn:  # an access list emptied
         conn.execute("UPDATE cells SET has_readers = false WHERE id = ANY(%s)",
                      ([c.cell.id for c in cells[20:40]],))

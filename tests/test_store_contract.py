@@ -28,6 +28,7 @@ from ampup_memory.amp.model import (
     Content,
     Identity,
     Lifecycle,
+    LifecycleRunRequest,
     MemoryCell,
     MemoryType,
     OwnerType,
@@ -36,7 +37,7 @@ from ampup_memory.amp.model import (
     StoredCell,
 )
 from ampup_memory.amp.reembed import ensure_embedding_model
-from ampup_memory.amp.service import cell_etag
+from ampup_memory.amp.service import AmpService, ScoringLimit, cell_etag
 from ampup_memory.amp.store.base import (
     CellFilter,
     CellStore,
@@ -44,6 +45,7 @@ from ampup_memory.amp.store.base import (
     Hit,
     KeyRecord,
     PassRecord,
+    StatusMove,
     UpdateOutcome,
     UpdateTx,
 )
@@ -306,7 +308,7 @@ def test_cells_with_nul_characters_work_everywhere(store: CellStore) -> None:
     assert [h.cell_id for h in search(store, flt, ["tea"], EMBED.embed(["tea"])[0], 5)] == [
         cell_id]
     assert ids(store.list_candidates(flt, None, 5)) == [cell_id]
-    assert store.set_status(touched, Status.stale, T0 + timedelta(days=1))
+    assert move(store, touched, Status.stale, T0 + timedelta(days=1))
     updated = store.update(cell_id, set_text("now \x00 coffee"))
     assert updated is not None
     assert wire_json(store.get(cell_id)) == wire_json(updated.model_copy(update={
@@ -940,30 +942,78 @@ def test_lifecycle_batch_pages_active_and_stale(store: CellStore) -> None:
         assert whole is not None and standing == Standing.of(whole)
 
 
+def move(store: CellStore, expected: StoredCell, status: Status,
+         stale_since: datetime | None) -> bool:
+    """One engine transition on its own; whether it was applied."""
+    return store.set_statuses([StatusMove(expected, status, stale_since)]) == {expected.cell.id}
+
+
 def test_set_status_applies_and_touches_no_clock(store: CellStore) -> None:
     stored = add(store, make(1))
     stale_at = T0 + timedelta(days=40)
-    assert store.set_status(stored, Status.stale, stale_at)
+    assert move(store, stored, Status.stale, stale_at)
     got = store.get(stored.cell.id)
     assert got is not None
     assert got.cell.lifecycle.status is Status.stale and got.stale_since == stale_at
     assert got.cell.lifecycle.last_updated_at == T0 and got.cell.lifecycle.last_accessed_at == T0
     assert got.cell.scoring.access_count == 0
-    assert store.set_status(stored, Status.stale, stale_at) is False  # status moved on
+    assert move(store, stored, Status.stale, stale_at) is False  # status moved on
 
 
 def test_set_status_loses_to_a_concurrent_read_or_write(store: CellStore) -> None:
     read = add(store, make(1))
     store.touch(read.cell.id, T0 + timedelta(seconds=1))
-    assert store.set_status(read, Status.stale, T0) is False
+    assert move(store, read, Status.stale, T0) is False
     got = store.get(read.cell.id)
     assert got is not None and got.cell.lifecycle.status is Status.active
 
     written = add(store, make(2))
     store.update(written.cell.id, set_text("changed"))
-    assert store.set_status(written, Status.stale, T0) is False
+    assert move(store, written, Status.stale, T0) is False
     got = store.get(written.cell.id)
     assert got is not None and got.cell.lifecycle.status is Status.active
+
+
+def test_set_statuses_moves_a_batch_but_the_cells_changed_meanwhile(store: CellStore) -> None:
+    cells = [add(store, make(n)) for n in range(1, 6)]
+    store.touch(cells[1].cell.id, T0 + timedelta(seconds=1))  # read since the pass read it
+    store.update(cells[3].cell.id, set_text("changed"))  # written since
+    stale_at = T0 + timedelta(days=40)
+    moved = store.set_statuses([StatusMove(c, Status.stale, stale_at) for c in cells])
+    assert moved == {cells[0].cell.id, cells[2].cell.id, cells[4].cell.id}
+    for n, stored in enumerate(cells):
+        got = store.get(stored.cell.id)
+        assert got is not None
+        if n in (1, 3):
+            assert got.cell.lifecycle.status is Status.active and got.stale_since is None
+        else:
+            assert got.cell.lifecycle.status is Status.stale and got.stale_since == stale_at
+            assert got.cell.lifecycle.last_updated_at == T0
+    assert store.set_statuses([]) == set()
+    archived = store.get(cells[0].cell.id)
+    assert archived is not None  # a later move of the same cell reads its new standing
+    assert store.set_statuses([StatusMove(archived, Status.archived, stale_at)]) == {
+        cells[0].cell.id}
+
+
+def test_a_pass_moves_more_cells_than_one_batch(store: CellStore,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cells written together age together: one pass moves them all, a batch at a time."""
+    monkeypatch.setattr("ampup_memory.amp.service.MOVE_BATCH", 4)
+    cells = [add(store, make(n)) for n in range(1, 12)]
+    amp = AmpService(store=store, embedder=EMBED, scoring_limit=ScoringLimit(0, 0))
+
+    def moved(days: int) -> dict[str, int]:
+        report = amp.run_lifecycle(LifecycleRunRequest(now=T0 + timedelta(days=days)))
+        return {k: v for k, v in report.transitions.items() if v}
+
+    def statuses() -> set[Status]:
+        return {got.cell.lifecycle.status for got in store.get_many([c.cell.id for c in cells])}
+
+    # 0.7 * 0.9 * e^(-0.02 * 40) = 0.28 < 0.3
+    assert moved(40) == {"active_to_stale": 11} and statuses() == {Status.stale}
+    assert moved(69) == {} and statuses() == {Status.stale}  # 29 days stale
+    assert moved(70) == {"stale_to_archived": 11} and statuses() == {Status.archived}
 
 
 def test_deleted_before_and_purge(store: CellStore) -> None:

@@ -87,6 +87,16 @@ class KeyRecord:
 
 
 @dataclass(frozen=True)
+class StatusMove:
+    """One engine transition for `CellStore.set_statuses`: the cell as the pass read it
+    whole, and its new status and stale clock."""
+
+    expected: StoredCell
+    status: Status
+    stale_since: datetime | None
+
+
+@dataclass(frozen=True)
 class PassRecord:
     """One finished lifecycle pass, as the history shows it. ``holder`` names the process
     ("host:pid"); times are wall-clock, so passes of different processes compare."""
@@ -181,11 +191,10 @@ class CellStore(Protocol):
         ``after_id`` (their columns, not their documents)."""
         ...
 
-    def set_status(
-        self, expected: StoredCell, status: Status, stale_since: datetime | None
-    ) -> bool:
-        """Engine transition, applied only if the cell's status and clock are unchanged
-        since ``expected`` was read (a concurrent read or write wins). Touches no clock."""
+    def set_statuses(self, moves: Sequence[StatusMove]) -> set[str]:
+        """Engine transitions, in one transaction: each applied only if its cell's status
+        and clock are unchanged since ``expected`` was read (a concurrent read or write
+        wins, and leaves that cell alone). Touches no clock. The ids of the cells moved."""
         ...
 
     def deleted_before(self, cutoff: datetime, batch: int, after: str = "") -> list[str]:

@@ -31,6 +31,7 @@ from ampup_memory.amp.store.base import (
     KeyRecord,
     OwnerIndexReport,
     PassRecord,
+    StatusMove,
     StoreInfo,
 )
 from ampup_memory.amp.store.rows import (
@@ -585,23 +586,27 @@ class SQLiteStore:
         ).fetchall()
         return [Standing(r[0], Status(r[1]), _decay(r[3:8]), parse_time(r[2])) for r in rows]
 
-    def set_status(
-        self, expected: StoredCell, status: Status, stale_since: datetime | None
-    ) -> bool:
-        cell = expected.cell
-        c = columns(with_status(expected, status, stale_since))
+    def set_statuses(self, moves: Sequence[StatusMove]) -> set[str]:
+        moved: set[str] = set()
+        if not moves:
+            return moved
         with self._write() as conn:
-            cur = conn.execute(
-                "UPDATE cells SET status = ?, doc = ?, stale_since = ? WHERE id = ?"
-                " AND status = ? AND last_accessed_at = ?"
-                " AND json_extract(doc, '$.lifecycle.last_updated_at') = ?",
-                (
-                    c.status, c.doc, c.stale_since, cell.id, cell.lifecycle.status.value,
-                    format_time(cell.lifecycle.last_accessed_at),
-                    format_time(cell.lifecycle.last_updated_at),
-                ),
-            )
-            return cur.rowcount == 1
+            for move in moves:
+                cell = move.expected.cell
+                c = columns(with_status(move.expected, move.status, move.stale_since))
+                cur = conn.execute(
+                    "UPDATE cells SET status = ?, doc = ?, stale_since = ? WHERE id = ?"
+                    " AND status = ? AND last_accessed_at = ?"
+                    " AND json_extract(doc, '$.lifecycle.last_updated_at') = ?",
+                    (
+                        c.status, c.doc, c.stale_since, cell.id, cell.lifecycle.status.value,
+                        format_time(cell.lifecycle.last_accessed_at),
+                        format_time(cell.lifecycle.last_updated_at),
+                    ),
+                )
+                if cur.rowcount == 1:
+                    moved.add(cell.id)
+        return moved
 
     def deleted_before(self, cutoff: datetime, batch: int, after: str = "") -> list[str]:
         rows = self._conn().execute(
