@@ -572,8 +572,7 @@ def creates(uri: str, work: Path, texts: list[str], vecs: Any, owner: str,
             wall.append((time.perf_counter() - t) * 1000)
         server = spent_ms(t0, server_ticks(data_dir)) / len(wall)
     finally:
-        for cell_id in made:
-            rt.store.purge(cell_id)
+        rt.store.purge(made)
         rt.close()
     return {"creates": len(wall), "p50_ms": round(statistics.median(wall), 2),
             "p95_ms": round(_pct(wall, 0.95), 2), "min_ms": round(min(wall), 2),

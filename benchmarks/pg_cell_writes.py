@@ -11,7 +11,7 @@ the counting triggers off ("before": the write as a version without them makes i
 ``ALTER TABLE cells DISABLE TRIGGER``) and on ("after"):
 
 - ``status changes`` (session 23): as many cells made untimed, then each made stale
-  (`PostgresStore.set_status`) one after the other, timed as ``one writer``;
+  (`PostgresStore.set_statuses`, one cell each) one after the other, timed as ``one writer``;
 - ``one writer``: ``--creates`` creates one after the other; per create: wall p50 / p95,
   client CPU p50, and the server's CPU (utime + stime of every server process from
   /proc, over the series, divided by the creates);

@@ -122,7 +122,7 @@ def test_counts_stay_exact_through_every_kind_of_write(
                      ([c.cell.id for c in cells[35:45]],))
     assert_exact(url, every_word())
     for stored in cells[45:55]:
-        assert store.purge(stored.cell.id)
+        assert store.purge([stored.cell.id]) == 1
     with psycopg.connect(url, autocommit=True) as conn:  # several rows in one statement
         conn.execute("DELETE FROM cells WHERE id = ANY(%s)",
                      ([c.cell.id for c in cells[55:]],))
@@ -171,7 +171,7 @@ def test_writers_at_once_on_two_servers_leave_exact_counts(
                 if i % 3 == 0:
                     store.update(make(n).cell.id, set_text("tea " + text_for(rng)))
                 if i % 5 == 0:
-                    store.purge(mine.pop(0).cell.id)
+                    store.purge([mine.pop(0).cell.id])
         except BaseException as exc:  # noqa: BLE001 - reported below
             with lock:
                 errors.append(exc)

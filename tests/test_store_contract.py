@@ -316,7 +316,7 @@ def test_cells_with_nul_characters_work_everywhere(store: CellStore) -> None:
             "scoring": updated.cell.scoring.model_copy(update={"access_count": 1}),
             "lifecycle": updated.cell.lifecycle.model_copy(
                 update={"last_accessed_at": T0 + timedelta(seconds=1)})})}))
-    assert store.purge(cell_id)
+    assert store.purge([cell_id]) == 1
 
 
 def test_touch_counts_each_read_and_refuses_deleted(store: CellStore) -> None:
@@ -1029,10 +1029,15 @@ def test_deleted_before_and_purge(store: CellStore) -> None:
     assert store.deleted_before(cutoff, 2, first[-1]) == sorted(s.cell.id for s in old)[2:]
     assert store.deleted_before(cutoff, 2, sorted(s.cell.id for s in old)[-1]) == []
     assert store.deleted_before(T0, 10) == [make(n).cell.id for n in (1, 2, 3, 4)]  # inclusive
-    assert store.purge(make(1).cell.id) is True
-    assert store.purge(make(1).cell.id) is False
+    assert store.purge([make(1).cell.id]) == 1
+    assert store.purge([make(1).cell.id]) == 0
     assert store.get(make(1).cell.id) is None
     assert store.count() == 4
+    # Several at once, in one transaction; ids already gone or never there count nothing.
+    assert store.purge([make(2).cell.id, make(1).cell.id, "mem_missing", make(3).cell.id]) == 2
+    assert store.purge([]) == 0
+    assert store.get(make(2).cell.id) is None and store.get(make(3).cell.id) is None
+    assert store.count() == 2
 
 
 # ---- leases ------------------------------------------------------------------------------

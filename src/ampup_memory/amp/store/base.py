@@ -202,8 +202,8 @@ class CellStore(Protocol):
         ``after``: a dry run purges nothing, so it pages on from the last id it saw."""
         ...
 
-    def purge(self, cell_id: str) -> bool:
-        """Hard-delete a cell; True if a row went."""
+    def purge(self, cell_ids: Sequence[str]) -> int:
+        """Hard-delete cells, in one transaction; how many rows went."""
         ...
 
     def lease(self, name: str, ttl_seconds: float) -> AbstractContextManager[bool]:

@@ -902,11 +902,15 @@ class PostgresStore:
             ).fetchall()
         return [r[0] for r in rows]
 
-    def purge(self, cell_id: str) -> bool:
+    def purge(self, cell_ids: Sequence[str]) -> int:
+        if not cell_ids:
+            return 0
+        ids = list(cell_ids)
         with self._conn() as conn, conn.transaction():
-            cur = self._execute(conn, "DELETE FROM cells WHERE id = %s", (cell_id,))
-            self._execute(conn, "DELETE FROM scoring_patches WHERE cell_id = %s", (cell_id,))
-            return cur.rowcount == 1
+            cur = self._execute(conn, "DELETE FROM cells WHERE id = ANY(%s::text[])", (ids,))
+            self._execute(conn, "DELETE FROM scoring_patches WHERE cell_id = ANY(%s::text[])",
+                          (ids,))
+            return cur.rowcount
 
     @contextmanager
     def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:

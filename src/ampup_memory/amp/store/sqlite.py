@@ -616,11 +616,15 @@ class SQLiteStore:
         ).fetchall()
         return [r[0] for r in rows]
 
-    def purge(self, cell_id: str) -> bool:
+    def purge(self, cell_ids: Sequence[str]) -> int:
+        gone = 0
+        if not cell_ids:
+            return gone
         with self._write() as conn:
-            cur = conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,))
-            conn.execute("DELETE FROM scoring_patches WHERE cell_id = ?", (cell_id,))
-            return cur.rowcount == 1
+            for cell_id in cell_ids:
+                gone += conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,)).rowcount
+                conn.execute("DELETE FROM scoring_patches WHERE cell_id = ?", (cell_id,))
+        return gone
 
     @contextmanager
     def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:
