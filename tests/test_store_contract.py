@@ -662,6 +662,46 @@ def test_keyword_scores_agree_across_stores(
 
 
 @pytest.mark.postgres
+def test_postgres_status_moves_beside_a_reembedding_never_deadlock(
+        postgres: PostgresFactory) -> None:
+    """A lifecycle pass's batch and a re-embedding's batch each lock many rows; taken in
+    different orders they deadlock (PostgreSQL aborts one: a 503). Both take them in id
+    order. The batch is handed over in descending order to show the order is the store's."""
+    store = open_store(postgres.new_database("deadlock"), DIMS)
+    try:
+        cells = [add(store, make(n, f"note {n}")) for n in range(1, 151)]
+        sources = [EmbeddingSource(c.cell.id, c.cell.content.text) for c in cells]
+        vectors = EMBED.embed([s.text for s in sources])
+        errors: list[BaseException] = []
+
+        def moves() -> None:
+            for _ in range(12):
+                fresh = sorted(store.get_many([c.cell.id for c in cells]),
+                               key=lambda c: c.cell.id, reverse=True)
+                to = (Status.stale if fresh[0].cell.lifecycle.status is Status.active
+                      else Status.active)
+                try:
+                    store.set_statuses([StatusMove(c, to, T0) for c in fresh])
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+
+        def reembeds() -> None:
+            for _ in range(12):
+                try:
+                    store.replace_vectors(list(zip(sources, vectors, strict=True)))
+                except BaseException as exc:  # noqa: BLE001 - reported below
+                    errors.append(exc)
+
+        threads = [threading.Thread(target=moves), threading.Thread(target=reembeds)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+    finally:
+        store.close()
+
+
 def test_postgres_plans_the_keyword_statement_for_each_search(postgres: PostgresFactory) -> None:
     """The keyword statement is never prepared: psycopg prepares a statement run 5 times,
     and PostgreSQL may then plan it once for any words (a generic plan), which reads an

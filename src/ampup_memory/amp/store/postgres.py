@@ -878,7 +878,11 @@ class PostgresStore:
             was.append(cell.lifecycle.status.value)
             accessed.append(to_utc(cell.lifecycle.last_accessed_at))
             updated.append(to_utc(cell.lifecycle.last_updated_at))
-        with self._conn() as conn:
+        with self._conn() as conn, conn.transaction():
+            # Row locks in id order, as a re-embedding's `replace_vectors` takes them, so
+            # two writers of many rows wait for each other instead of deadlocking.
+            self._execute(conn, "SELECT 1 FROM cells WHERE id = ANY(%s::text[]) ORDER BY id"
+                          " FOR UPDATE", (ids,))
             rows = self._execute(
                 conn,
                 "UPDATE cells SET status = v.status, doc = v.doc, stale_since = v.stale_since"
