@@ -14,9 +14,12 @@ packages' docstrings, embedded with the configured embedder, written through
   moves every cell active → stale;
 - ``archive``: one pass 100 days on, which moves every cell stale → archived.
 
-Each reports wall seconds, this process's CPU seconds, the database server's CPU seconds
-(PostgreSQL: the ticks of its processes, as `pg_cell_speed.py` reads them) and the cost
-per moved cell. PostgreSQL is a throwaway embedded server (``--pg-url`` to use one of
+``--reads``: a second thread reads (`touch`, as a ``GET`` counts an access) random cells
+one after the other during each pass, and for 10 s before them: p50 / p95 / max per read,
+idle and during the pass (the cells it reads are left alone by the pass: a read refreshes
+their clock). Each pass reports wall seconds, this process's CPU seconds, the database
+server's CPU seconds (PostgreSQL: the ticks of its processes, as `pg_cell_speed.py` reads
+them) and the cost per moved cell. PostgreSQL is a throwaway embedded server (``--pg-url`` to use one of
 yours: a new database is made in it and dropped).
 
     PYTHONPATH=src:. python -m benchmarks.lifecycle_moves --cells 20000 \\
@@ -28,7 +31,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -92,10 +98,38 @@ def fill(amp: AmpService, corpus: list[str], batch: int = 256) -> float:
     return time.perf_counter() - started
 
 
-def timed_pass(amp: AmpService, now: datetime, data_dir: str | None) -> dict[str, Any]:
+def reads(amp: AmpService, ids: list[str], stop: threading.Event,
+          ms: list[float]) -> None:
+    """Reads (`AmpService` `touch`, as `GET /memories/{id}` counts one) of random cells,
+    one after the other until ``stop``, each timed into ``ms``."""
+    rng = random.Random(7)
+    while not stop.is_set():
+        started = time.perf_counter()
+        amp.store.touch(rng.choice(ids), datetime.now(UTC))
+        ms.append((time.perf_counter() - started) * 1000)
+
+
+def read_times(ms: list[float]) -> dict[str, Any]:
+    ms = sorted(ms)
+    return {"reads": len(ms), "p50_ms": round(statistics.median(ms), 2),
+            "p95_ms": round(ms[int(0.95 * (len(ms) - 1))], 2), "max_ms": round(ms[-1], 2)}
+
+
+def timed_pass(amp: AmpService, now: datetime, data_dir: str | None,
+               ids: list[str] | None = None) -> dict[str, Any]:
+    """One pass; with ``ids``, a second thread reads random ones of them meanwhile."""
+    stop, ms = threading.Event(), list[float]()
+    reader = threading.Thread(target=reads, args=(amp, ids, stop, ms)) if ids else None
     before = server_ticks(data_dir) if data_dir else {}
     started, cpu = time.perf_counter(), time.process_time()
-    report = amp.run_lifecycle(LifecycleRunRequest(now=now), wait_seconds=5)
+    if reader:
+        reader.start()
+    try:
+        report = amp.run_lifecycle(LifecycleRunRequest(now=now), wait_seconds=5)
+    finally:
+        stop.set()
+        if reader:
+            reader.join()
     wall, cpu = time.perf_counter() - started, time.process_time() - cpu
     moved = sum(report.transitions.values())
     out: dict[str, Any] = {"wall_s": round(wall, 2), "client_cpu_s": round(cpu, 2),
@@ -107,10 +141,24 @@ def timed_pass(amp: AmpService, now: datetime, data_dir: str | None) -> dict[str
         out["server_cpu_s"] = round(server, 2)
     if moved:
         out["ms_per_move"] = round(1000 * wall / moved, 3)
+    if ms:
+        out["reads_meanwhile"] = read_times(ms)
     return out
 
 
-def run(uri: str, corpus: list[str], data_dir: str | None) -> dict[str, Any]:
+def idle_reads(amp: AmpService, ids: list[str], seconds: float) -> dict[str, Any]:
+    """The same reads with no pass running, for ``seconds``."""
+    stop, ms = threading.Event(), list[float]()
+    reader = threading.Thread(target=reads, args=(amp, ids, stop, ms))
+    reader.start()
+    time.sleep(seconds)
+    stop.set()
+    reader.join()
+    return read_times(ms)
+
+
+def run(uri: str, corpus: list[str], data_dir: str | None,
+        with_reads: bool = False) -> dict[str, Any]:
     settings = load_settings()
     embedder = build_embedder(settings)
     store = open_store(uri, embedder.dimensions, ann_params=settings.ann_params)
@@ -118,9 +166,16 @@ def run(uri: str, corpus: list[str], data_dir: str | None) -> dict[str, Any]:
     try:
         fill_s = fill(amp, corpus)
         start = datetime.now(UTC)
-        return {"cells": len(corpus), "fill_s": round(fill_s, 1),
-                "stale": timed_pass(amp, start + timedelta(days=60), data_dir),
-                "archive": timed_pass(amp, start + timedelta(days=100), data_dir)}
+        out: dict[str, Any] = {"cells": len(corpus), "fill_s": round(fill_s, 1)}
+        ids = None
+        if with_reads:
+            # A read refreshes a cell's clock, so the pass leaves the cells read meanwhile
+            # alone (judged again before the write), as it would in service.
+            ids = [c.cell_id for c in amp.store.lifecycle_batch(None, len(corpus))]
+            out["idle_reads"] = idle_reads(amp, ids, 10)
+        out["stale"] = timed_pass(amp, start + timedelta(days=60), data_dir, ids)
+        out["archive"] = timed_pass(amp, start + timedelta(days=100), data_dir, ids)
+        return out
     finally:
         store.close()
 
@@ -130,6 +185,8 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=20_000)
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--pg-url", help="a PostgreSQL server of yours (admin URL)")
+    parser.add_argument("--reads", action="store_true",
+                        help="a second thread reads random cells during each pass")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     corpus = texts(args.cells)
@@ -137,10 +194,10 @@ def main() -> None:
     for backend in args.backends.split(","):
         if backend == "sqlite":
             with tempfile.TemporaryDirectory() as tmp:
-                results[backend] = run(f"sqlite:///{tmp}/cells.db", corpus, None)
+                results[backend] = run(f"sqlite:///{tmp}/cells.db", corpus, None, args.reads)
         elif backend == "postgres":
             with postgres(args.pg_url) as (url, data_dir):
-                results[backend] = run(url, corpus, data_dir)
+                results[backend] = run(url, corpus, data_dir, args.reads)
         else:
             raise SystemExit(f"unknown backend {backend!r}")
         print(backend, json.dumps(results[backend]), flush=True)
