@@ -19,8 +19,8 @@ one after the other during each pass, and for 10 s before them: p50 / p95 / max 
 idle and during the pass (the cells it reads are left alone by the pass: a read refreshes
 their clock). Each pass reports wall seconds, this process's CPU seconds, the database
 server's CPU seconds (PostgreSQL: the ticks of its processes, as `pg_cell_speed.py` reads
-them) and the cost per moved cell. PostgreSQL is a throwaway embedded server (``--pg-url`` to use one of
-yours: a new database is made in it and dropped).
+them) and the cost per moved cell. PostgreSQL is a throwaway embedded server
+(``--pg-url`` to use one of yours: a new database is made in it and dropped).
 
     PYTHONPATH=src:. python -m benchmarks.lifecycle_moves --cells 20000 \\
         --out benchmarks/results/lifecycle_moves_s28.json
