@@ -381,12 +381,14 @@ def keys_list(as_json: bool, **kwargs: Any) -> None:
         click.echo("no API keys (create one with `ampup-memory keys create --agent ID`)")
         return
     if as_json:
+        from ampup_memory.timefmt import format_time
+
         for r in records:
             click.echo(_dumps({
                 "key_id": r.key_id, "agent_id": r.agent_id, "admin": r.admin,
-                "user_id": r.user_id, "created_at": r.created_at.isoformat(),
-                "expires_at": r.expires_at.isoformat() if r.expires_at else None,
-                "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None,
+                "user_id": r.user_id, "created_at": format_time(r.created_at),
+                "expires_at": format_time(r.expires_at) if r.expires_at else None,
+                "revoked_at": format_time(r.revoked_at) if r.revoked_at else None,
             }))
         return
     from rich.console import Console
