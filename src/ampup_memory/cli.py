@@ -353,7 +353,9 @@ def keys_create(agent_id: str, admin: bool, lifetime: timedelta | None, user_id:
     click.echo(f"key id: {record.key_id}")
     click.echo(f"agent: {record.agent_id}{'  (admin)' if admin else ''}")
     if record.expires_at:
-        click.echo(f"expires: {record.expires_at.isoformat()}")
+        from ampup_memory.timefmt import format_time
+
+        click.echo(f"expires: {format_time(record.expires_at)}")
     click.echo("Store this key now; it is not shown again:")
     click.echo(key)
 
