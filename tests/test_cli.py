@@ -107,6 +107,8 @@ def test_settings_mask_passwords_inside_uris(tmp_path: Path) -> None:
     assert values["catalog_uri"] == "postgresql://cat:•••@db/cat"
     assert values["admin_token"] == "•••"
     assert "•••" in table.stdout
+    # whole, off a terminal too (`settings | grep store_uri` showed `postgresql://amp:•••@d…`)
+    assert "postgresql://amp:•••@db.internal:5432/amp" in table.stdout, table.stdout
 
 
 def test_settings_json_keeps_numbers_numbers(tmp_path: Path) -> None:

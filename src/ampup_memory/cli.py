@@ -597,10 +597,17 @@ def show_settings(markdown: bool, as_json: bool, **kwargs: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    # Names and values whole: a narrow terminal folds them, a pipe or a file (80 columns to
+    # rich) cut them to `postgresql://amp:•••@d…`, so `settings | grep` lost the value.
     table = Table("setting", "environment", "value")
+    for column in table.columns:
+        column.overflow = "fold"
     for name, value in values.items():
         table.add_row(name, env_name(name), "" if value is None else str(value))
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=1000)
+    console.print(table)
 
 
 @cli.command("openapi")
