@@ -127,6 +127,11 @@ def test_malformed_json_and_missing_user(m: Memory) -> None:
     assert error(r) == (422, "VALIDATION_ERROR")
     anon = m.http.get("/ledger", params={"scope": "a/b"}, headers={"X-AmpUp-User": ""})
     assert error(anon) == (401, "MISSING_USER")
+    # Each says what to send (they said "names the caller" and "is not a valid id").
+    assert "X-AmpUp-User: <user id>" in anon.json()["error"]["message"], anon.text
+    bad = m.http.get("/ledger", params={"scope": "a/b"}, headers={"X-AmpUp-User": "a b"})
+    assert error(bad) == (401, "UNAUTHENTICATED")
+    assert "letters, digits and ._@+-" in bad.json()["error"]["message"], bad.text
     # No principal body at all is the body missing (loc ["body"]), not a field named "body".
     for empty in (b"", b"  "):
         r = m.http.put("/principals/dana", content=empty,
