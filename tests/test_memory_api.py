@@ -362,6 +362,9 @@ def test_acl_change_is_its_own_commit(m: Memory) -> None:
     # Ivy may read it but did not write it; the same ACL again commits nothing.
     other = ivy.http.put(f"/episodes/{w['id']}/acl", json={"scope": scope, "acl": ["*"]})
     assert error(other) == (403, "ACCESS_DENIED")
+    assert other.json()["error"]["message"] == (
+        "Only the author of the commit that wrote this episode, or an admin, may change "
+        "its ACL."), other.text
     same = m.http.put(f"/episodes/{w['id']}/acl", json={"scope": scope,
                                                         "acl": ["user:ivy", "user:alice"]})
     assert same.json()["commit"] is None and len(m.ledger(scope)) == 2
