@@ -988,6 +988,7 @@ def test_json_logs_with_access_log(tmp_path: Path) -> None:
                for x in access), lines
     assert any(x["logger"] == "uvicorn.error" and x["level"] == "info" for x in lines), lines
     assert all({"time", "level", "logger", "message"} <= set(x) for x in lines)
+    assert all(x["time"].endswith("Z") for x in lines), lines  # as every answer spells it
 
 
 def test_python_dash_m_runs_the_command(tmp_path: Path) -> None:
