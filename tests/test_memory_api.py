@@ -190,6 +190,14 @@ def test_facts_quote_cites_and_newest_wins(m: Memory) -> None:
     assert error(m.fact(scope, "acme", "budget", "50k", "Bob", [(e1, 1)]))[0] == 422
     assert error(m.fact(scope, "acme", "budget", "50k", "x", [(e1, 9)]))[0] == 422
     assert error(m.fact(scope, "acme", "budget", "50k", "x", [("a" * 64, 1)]))[0] == 422
+    # A value of no allowed type is one error at ["body", "value"], the field as sent: it
+    # was six, one per union branch (`body.value.constrained-str`, `body.value.int`, …).
+    for wrong, loc, says in (([1], ["body", "value"], "a value is a JSON string"),
+                             ("x" * 4001, ["body", "value"], "at most 4000 characters"),
+                             ({"amount": [5]}, ["body", "value", "amount"], "an amount is")):
+        r = m.fact(scope, "acme", "budget", wrong, "budget is 50k", [(e1, 1)])
+        [problem] = r.json()["error"]["details"]["errors"]
+        assert (problem["loc"], says in problem["msg"]) == (loc, True), r.text
 
     old = m.fact(scope, "acme", "budget", "50k", "budget is 50k", [(e1, 1)])
     assert old.status_code == 201, old.text
