@@ -191,6 +191,10 @@ def test_the_learning_loop(loop: Loop) -> None:
     assert note["state"] == "promoted" and note["evidence"]["helped_by_people"] == 3
     assert [h["kind"] for h in note["history"]][-1] == "promoted"
     assert all("user" not in h for h in note["history"])  # who was helped is not shown
+    # every step has the shape docs/api.md gives, `created` too (it had no `evidence`)
+    assert all({"kind", "state", "evidence", "at"} <= set(h) for h in note["history"])
+    assert note["history"][0]["evidence"] == {"served": 0, "applied": 0, "helped": 0,
+                                              "helped_by_people": 0}
 
     # A promoted note is served to anyone, always; an unrelated task gets nothing.
     for user in ("u4", "someone-else"):

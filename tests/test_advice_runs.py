@@ -700,6 +700,12 @@ def test_the_judge_command_without_a_model_judges_nothing(srv: Served) -> None:
     assert learned.returncode == 0, learned.stderr
     assert learned.stderr.splitlines()[-1].startswith(
         "no learn model configured: no note was learned"), learned.stderr
+    # compile says what to set too, as judge and learn do (it said only "nothing compiled")
+    compiled = cli_in_process(srv.home, env, "advice", "compile", "--scope", scope)
+    assert compiled.returncode == 0, compiled.stderr
+    assert compiled.stderr.splitlines()[-1].startswith(
+        "no compile model configured: nothing compiled; set AMPUP_MEMORY_MODEL_BASE_URL"), (
+        compiled.stderr)
     assert srv.m.http.get(f"/sessions/{ses}").json()["judging"] == "pending"
 
 

@@ -242,6 +242,8 @@ def test_admin_routes(http: httpx.Client, uid: str) -> None:
     assert r.status_code == 403 and r.json()["error"]["code"] == "ACCESS_DENIED"
     r = http.post("/lifecycle/run", headers={"X-AMP-Admin-Token": "wrong"})
     assert r.status_code == 403 and r.json()["error"]["code"] == "ACCESS_DENIED"
+    # the message says what the route wants (it said only "Access denied.")
+    assert "X-AMP-Admin-Token" in r.json()["error"]["message"], r.text
     owner = f"u_{uid}"
     me = {"X-AMP-Agent-ID": f"a_{uid}"}
     low = make(http, f"a_{uid}", owner, "fading", scoring={"importance": 0.31})

@@ -219,8 +219,10 @@ def test_delete_frees_the_name_and_keeps_the_ledger(m: Memory) -> None:
     e = m.http.post("/episodes", json={"scope": scope, "branch": "tmp", "source": "doc:t",
                                        "body": "temporary", "acl": ["*"]}).json()["id"]
     assert code(branch(m, scope, "tmp")) == (409, "BRANCH_EXISTS")
-    assert code(m.as_user("bob").http.delete("/branches/tmp",
-                                             params={"scope": scope})) == (403, "ACCESS_DENIED")
+    refused = m.as_user("bob").http.delete("/branches/tmp", params={"scope": scope})
+    assert code(refused) == (403, "ACCESS_DENIED")
+    assert refused.json()["error"]["message"] == (
+        "Only the branch's creator or an admin may delete it."), refused.text
     r = m.http.delete("/branches/tmp", params={"scope": scope})
     assert r.status_code == 200, r.text
     assert m.episode(scope, e, branch="tmp").status_code == 404

@@ -107,6 +107,8 @@ def test_settings_mask_passwords_inside_uris(tmp_path: Path) -> None:
     assert values["catalog_uri"] == "postgresql://cat:•••@db/cat"
     assert values["admin_token"] == "•••"
     assert "•••" in table.stdout
+    # whole, off a terminal too (`settings | grep store_uri` showed `postgresql://amp:•••@d…`)
+    assert "postgresql://amp:•••@db.internal:5432/amp" in table.stdout, table.stdout
 
 
 def test_settings_json_keeps_numbers_numbers(tmp_path: Path) -> None:
@@ -986,6 +988,7 @@ def test_json_logs_with_access_log(tmp_path: Path) -> None:
                for x in access), lines
     assert any(x["logger"] == "uvicorn.error" and x["level"] == "info" for x in lines), lines
     assert all({"time", "level", "logger", "message"} <= set(x) for x in lines)
+    assert all(x["time"].endswith("Z") for x in lines), lines  # as every answer spells it
 
 
 def test_python_dash_m_runs_the_command(tmp_path: Path) -> None:

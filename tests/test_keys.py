@@ -259,6 +259,10 @@ def test_the_key_list_shows_every_key_id_whole(tmp_path: Path) -> None:
     create_key(tmp_path, "--agent", "ops", "--admin", "--expires-in", "30d")
     rows = [json.loads(line) for line in cli(tmp_path, "keys", "list", "--json")
             .stdout.splitlines()]
+    # times as every answer spells them (RFC 3339, UTC, `Z`), not Python's `+00:00`
+    assert all(row["created_at"].endswith("Z") for row in rows), rows
+    expiring = [row["expires_at"] for row in rows if row["expires_at"]]
+    assert len(expiring) == 1 and expiring[0].endswith("Z"), rows
     listed = cli(tmp_path, "keys", "list")
     assert listed.returncode == 0, listed.stderr
     for row in rows:

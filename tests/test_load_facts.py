@@ -43,6 +43,7 @@ def _corpus(root: Path) -> None:
         _fact("acct:acme", "handbook_version", "one", "Version one", document="handbook",
               unit=1),
         json.dumps({"fact": {"entity": "acct:acme", "predicate": "x"}}),
+        json.dumps({"source": "slack:C1:2"}),  # no body: said so, not "a valid string"
     ]
     (root / "feed.jsonl").write_text("\n".join(lines) + "\n")
 
@@ -57,12 +58,13 @@ def test_load_writes_facts_citing_corpus_episodes_and_rerun_writes_nothing(
     counts = json.loads(first.stdout)
     # Episodes: 3 + 2 in two commits. Facts in chunks of 3: [renewal, handbook_seats
     # (refused: the rest posted again), budget], [owner (unknown source), seats, version].
-    assert counts == {"created": 5, "existing": 0, "conflict": 0, "invalid": 0,
+    assert counts == {"created": 5, "existing": 0, "conflict": 0, "invalid": 1,
                       "facts_created": 4, "facts_existing": 0, "facts_invalid": 3,
                       "commits": 4, "skipped_files": {}}
     said = {line.split(":")[1]: line for line in first.stderr.splitlines()
             if line.startswith("skipped feed.jsonl:")}
-    assert sorted(said, key=int) == ["6", "8", "11"], first.stderr
+    assert sorted(said, key=int) == ["6", "8", "11", "12"], first.stderr
+    assert said["12"] == "skipped feed.jsonl:12: body: Field required", first.stderr
     assert said["6"].startswith("skipped feed.jsonl:6: fact.quote: the quote does not "
                                 "occur verbatim")
     assert said["8"] == ("skipped feed.jsonl:8: fact.cites.0.source: no episode of this "
@@ -96,7 +98,7 @@ def test_load_writes_facts_citing_corpus_episodes_and_rerun_writes_nothing(
     again = cli_in_process(home, QUIET, *args)
     assert again.returncode == 1, again.stderr
     assert json.loads(again.stdout) == {
-        "created": 0, "existing": 5, "conflict": 0, "invalid": 0, "facts_created": 0,
+        "created": 0, "existing": 5, "conflict": 0, "invalid": 1, "facts_created": 0,
         "facts_existing": 4, "facts_invalid": 3, "commits": 0, "skipped_files": {}}
     with serving(home, QUIET) as proc:
         m = Memory(proc.url, user="loader")

@@ -611,7 +611,8 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
      "e.g. 2025-07-01T00:00:00Z"),
     ("close_memory", {"scope": "acme/sales", "entity": "e", "predicate": "p", "reason": "r",
                       "value": [1, 2]},
-     "Invalid request: value: Input is none of the types the input schema allows"),
+     "Invalid request: value: a value is a JSON string, number or boolean (or {amount, "
+     "currency} for a money attribute)"),
     ("end_session", {"session": "ses_1", "transcript": "t", "outcome": "o", "reward": "good"},
      "Invalid request: reward: Input should be a valid number"),
     # types as strict as the REST bodies' (test_tool_arguments_are_as_strict_as_rest_bodies)

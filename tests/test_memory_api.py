@@ -127,6 +127,11 @@ def test_malformed_json_and_missing_user(m: Memory) -> None:
     assert error(r) == (422, "VALIDATION_ERROR")
     anon = m.http.get("/ledger", params={"scope": "a/b"}, headers={"X-AmpUp-User": ""})
     assert error(anon) == (401, "MISSING_USER")
+    # Each says what to send (they said "names the caller" and "is not a valid id").
+    assert "X-AmpUp-User: <user id>" in anon.json()["error"]["message"], anon.text
+    bad = m.http.get("/ledger", params={"scope": "a/b"}, headers={"X-AmpUp-User": "a b"})
+    assert error(bad) == (401, "UNAUTHENTICATED")
+    assert "letters, digits and ._@+-" in bad.json()["error"]["message"], bad.text
     # No principal body at all is the body missing (loc ["body"]), not a field named "body".
     for empty in (b"", b"  "):
         r = m.http.put("/principals/dana", content=empty,
@@ -185,6 +190,14 @@ def test_facts_quote_cites_and_newest_wins(m: Memory) -> None:
     assert error(m.fact(scope, "acme", "budget", "50k", "Bob", [(e1, 1)]))[0] == 422
     assert error(m.fact(scope, "acme", "budget", "50k", "x", [(e1, 9)]))[0] == 422
     assert error(m.fact(scope, "acme", "budget", "50k", "x", [("a" * 64, 1)]))[0] == 422
+    # A value of no allowed type is one error at ["body", "value"], the field as sent: it
+    # was six, one per union branch (`body.value.constrained-str`, `body.value.int`, …).
+    for wrong, loc, says in (([1], ["body", "value"], "a value is a JSON string"),
+                             ("x" * 4001, ["body", "value"], "at most 4000 characters"),
+                             ({"amount": [5]}, ["body", "value", "amount"], "an amount is")):
+        r = m.fact(scope, "acme", "budget", wrong, "budget is 50k", [(e1, 1)])
+        [problem] = r.json()["error"]["details"]["errors"]
+        assert (problem["loc"], says in problem["msg"]) == (loc, True), r.text
 
     old = m.fact(scope, "acme", "budget", "50k", "budget is 50k", [(e1, 1)])
     assert old.status_code == 201, old.text
@@ -357,6 +370,9 @@ def test_acl_change_is_its_own_commit(m: Memory) -> None:
     # Ivy may read it but did not write it; the same ACL again commits nothing.
     other = ivy.http.put(f"/episodes/{w['id']}/acl", json={"scope": scope, "acl": ["*"]})
     assert error(other) == (403, "ACCESS_DENIED")
+    assert other.json()["error"]["message"] == (
+        "Only the author of the commit that wrote this episode, or an admin, may change "
+        "its ACL."), other.text
     same = m.http.put(f"/episodes/{w['id']}/acl", json={"scope": scope,
                                                         "acl": ["user:ivy", "user:alice"]})
     assert same.json()["commit"] is None and len(m.ledger(scope)) == 2

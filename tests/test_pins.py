@@ -196,7 +196,11 @@ def test_renew_release_expiry_and_owner(m: Memory) -> None:
     bob = m.as_user("bob")
     assert error(bob.http.post(f"/pin/{held['id']}/renew", json={"ttl": "1h"})) == (
         403, "ACCESS_DENIED")
-    assert error(bob.http.delete(f"/pin/{held['id']}")) == (403, "ACCESS_DENIED")
+    refused = bob.http.delete(f"/pin/{held['id']}")
+    assert error(refused) == (403, "ACCESS_DENIED")
+    # says whose it is to change (the pin shows its creator to anyone with its id)
+    assert refused.json()["error"]["message"] == (
+        "Only the pin's creator may renew or release it."), refused.text
     for ttl in ("0s", "-1d"):
         assert error(m.http.post(f"/pin/{held['id']}/renew", json={"ttl": ttl}))[0] == 422
     r = m.http.post(f"/pin/{held['id']}/renew", json={"ttl": "2h"})
@@ -212,7 +216,10 @@ def test_renew_release_expiry_and_owner(m: Memory) -> None:
         410, "PIN_RELEASED")  # a release is final
 
     snap = m.http.post("/snapshots", json={"scopes": [scope]}).json()["id"]
-    assert error(bob.http.delete(f"/snapshots/{snap}")) == (403, "ACCESS_DENIED")
+    refused = bob.http.delete(f"/snapshots/{snap}")
+    assert error(refused) == (403, "ACCESS_DENIED")
+    assert refused.json()["error"]["message"] == (
+        "Only the snapshot's creator may release it."), refused.text
     assert m.http.delete(f"/snapshots/{snap}").status_code == 200
     assert error(m.facts(scope, "acme", snapshot=snap)) == (410, "SNAPSHOT_RELEASED")
 

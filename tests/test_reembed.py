@@ -10,13 +10,16 @@ then does the same explicitly with the servers stopped.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.memory_support import bar_line
 from tests.server_process import ServerProcess
@@ -99,3 +102,38 @@ def test_restart_with_another_embedder_reembeds_and_search_finds_by_meaning(
         assert http.get("/spec").json()["capabilities"]["embedding"]["provider"] == "hash"
         assert _listing(http) == before
     assert "re-embedding" not in last.log_path.read_text()[len(earlier):]  # record matched
+
+
+def test_a_short_wait_for_another_process_says_nothing(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Servers started together on a fresh store: one records the embedder (milliseconds)
+    while the others wait. That wait said `WARNING another process is re-embedding the
+    cell store` at every fleet's first start; only a wait that outlasts one poll does."""
+    from ampup_memory.amp.reembed import REEMBED_LEASE, WAIT_POLL_SECONDS, ensure_embedding_model
+    from ampup_memory.amp.store.registry import open_store
+    from ampup_memory.search.embed import HashEmbedder
+
+    said = "another process is re-embedding"
+    for held_for, warned in ((0.05, False), (WAIT_POLL_SECONDS * 2.5, True)):
+        uri = f"sqlite:///{tmp_path}/amp-{held_for}.db"
+        holder, waiter = open_store(uri, 256), open_store(uri, 256)
+        taken, release = threading.Event(), threading.Event()
+
+        def hold(store: Any = holder, taken: threading.Event = taken,
+                 release: threading.Event = release) -> None:
+            with store.lease(REEMBED_LEASE, 60) as held:
+                assert held
+                taken.set()
+                release.wait(10)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        taken.wait(10)
+        threading.Timer(held_for, release.set).start()
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="ampup_memory.amp"):
+            ensure_embedding_model(waiter, HashEmbedder(256))
+        thread.join(10)
+        assert any(said in r.getMessage() for r in caplog.records) is warned, caplog.text
+        holder.close()
+        waiter.close()

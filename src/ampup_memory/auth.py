@@ -18,7 +18,12 @@ from pathlib import Path
 
 from ampup_memory.amp.model import agent_id_problem
 from ampup_memory.amp.store.base import CellStore, KeyRecord
-from ampup_memory.errors import AccessDenied, AdminDisabled, ConfigurationError, Unauthenticated
+from ampup_memory.errors import (
+    AdminDisabled,
+    AdminRequired,
+    ConfigurationError,
+    Unauthenticated,
+)
 from ampup_memory.timefmt import duration_seconds
 
 AGENT_HEADER = "x-amp-agent-id"
@@ -235,4 +240,4 @@ class Authenticator:
                 "Admin routes are disabled: set AMP_ADMIN_TOKEN or create an admin key "
                 "(ampup-memory keys create --agent ID --admin)."
             )
-        raise AccessDenied()
+        raise AdminRequired()

@@ -16,6 +16,7 @@ import anyio.to_thread
 from fastapi.concurrency import run_in_threadpool
 
 from ampup_memory.errors import storage_down
+from ampup_memory.timefmt import format_time
 
 LifespanHook = Callable[[], AbstractAsyncContextManager[None]]
 
@@ -41,7 +42,7 @@ class TimerRecord:
 
     def wire(self) -> dict[str, Any]:
         def when(value: datetime | None) -> str | None:
-            return None if value is None else value.isoformat().replace("+00:00", "Z")
+            return None if value is None else format_time(value)
         return {"name": self.name, "interval_seconds": self.interval_seconds,
                 "enabled": self.interval_seconds > 0 or self.once, "runs": self.runs,
                 "failures": self.failures, "last_started_at": when(self.last_started_at),

@@ -353,7 +353,9 @@ def keys_create(agent_id: str, admin: bool, lifetime: timedelta | None, user_id:
     click.echo(f"key id: {record.key_id}")
     click.echo(f"agent: {record.agent_id}{'  (admin)' if admin else ''}")
     if record.expires_at:
-        click.echo(f"expires: {record.expires_at.isoformat()}")
+        from ampup_memory.timefmt import format_time
+
+        click.echo(f"expires: {format_time(record.expires_at)}")
     click.echo("Store this key now; it is not shown again:")
     click.echo(key)
 
@@ -381,12 +383,14 @@ def keys_list(as_json: bool, **kwargs: Any) -> None:
         click.echo("no API keys (create one with `ampup-memory keys create --agent ID`)")
         return
     if as_json:
+        from ampup_memory.timefmt import format_time
+
         for r in records:
             click.echo(_dumps({
                 "key_id": r.key_id, "agent_id": r.agent_id, "admin": r.admin,
-                "user_id": r.user_id, "created_at": r.created_at.isoformat(),
-                "expires_at": r.expires_at.isoformat() if r.expires_at else None,
-                "revoked_at": r.revoked_at.isoformat() if r.revoked_at else None,
+                "user_id": r.user_id, "created_at": format_time(r.created_at),
+                "expires_at": format_time(r.expires_at) if r.expires_at else None,
+                "revoked_at": format_time(r.revoked_at) if r.revoked_at else None,
             }))
         return
     from rich.console import Console
@@ -593,10 +597,17 @@ def show_settings(markdown: bool, as_json: bool, **kwargs: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    # Names and values whole: a narrow terminal folds them, a pipe or a file (80 columns to
+    # rich) cut them to `postgresql://amp:•••@d…`, so `settings | grep` lost the value.
     table = Table("setting", "environment", "value")
+    for column in table.columns:
+        column.overflow = "fold"
     for name, value in values.items():
         table.add_row(name, env_name(name), "" if value is None else str(value))
-    Console().print(table)
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=1000)
+    console.print(table)
 
 
 @cli.command("openapi")

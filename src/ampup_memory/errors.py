@@ -3,6 +3,8 @@
     AmpError                      status  code
     ├── Unauthenticated            401    MISSING_AGENT_ID / UNAUTHENTICATED
     ├── AccessDenied               403    ACCESS_DENIED
+    ├── AdminRequired              403    ACCESS_DENIED (an admin route, no valid credential)
+    ├── NotYours                   403    ACCESS_DENIED (seen, but another's to change)
     ├── AdminDisabled              403    ADMIN_DISABLED
     ├── NotFound                   404    NOT_FOUND
     ├── MethodNotAllowed           405    METHOD_NOT_ALLOWED
@@ -60,6 +62,31 @@ class AccessDenied(AmpError):
 
     def __init__(self) -> None:
         super().__init__("Access denied.")
+
+
+class AdminRequired(AmpError):
+    """An admin route called without a valid admin credential while one is configured.
+    Which routes are admin is public (docs/api.md), so the message says what to send; a
+    cell's 403 stays the one body of `AccessDenied`."""
+
+    status = 403
+    code = "ACCESS_DENIED"
+
+    def __init__(self) -> None:
+        super().__init__(
+            "This route needs an admin credential: X-AMP-Admin-Token (the server's "
+            "AMP_ADMIN_TOKEN), or the key of an admin agent (keys create --admin) with its "
+            "X-AMP-Agent-ID.")
+
+
+class NotYours(AmpError):
+    """403 for what the caller may see but is another's to change: a pin, snapshot or
+    branch another user made (each shows its creator), an episode another wrote (the
+    ledger shows the author). The message says whose it is. Never for what the caller may
+    not see: that is the one body of `AccessDenied` (AMP) or a 404 (AmpUp)."""
+
+    status = 403
+    code = "ACCESS_DENIED"
 
 
 class ForbiddenOrigin(AmpError):

@@ -14,6 +14,7 @@ import sys
 from datetime import UTC, datetime
 
 from ampup_memory.settings import Settings
+from ampup_memory.timefmt import format_time
 
 OWN_LOGGERS = ("ampup_memory", "uvicorn", "uvicorn.error")
 ACCESS_LOGGER = "uvicorn.access"
@@ -24,7 +25,7 @@ class JsonLines(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "time": format_time(datetime.fromtimestamp(record.created, UTC)),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),

@@ -132,7 +132,7 @@ def advice_commands(settings_options: SettingsOptions,
             model = chat_model(settings, Role.COMPILE)
             if model is None:
                 report = compile_pass(svc, None, build_embedder(settings), only)
-                click.echo(report["message"], err=True)
+                no_model_line("compile", "nothing compiled")
             else:
                 embedder = build_embedder(settings)
                 with progress() as bar:

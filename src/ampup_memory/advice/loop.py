@@ -102,6 +102,7 @@ def fold(events: Sequence[EventRecord]) -> LearnedState:
             note = Note.from_dict(e.data["note"])
             state.notes[note.key] = note
             state.history[note.key] = [{"kind": "created", "state": note.state.value,
+                                        "evidence": note.evidence.counters(),
                                         "at": note.created_at, "detail": note.model}]
             state.outcomes[note.key] = {}
         elif e.kind == GATE and e.subject in state.notes:

@@ -77,15 +77,18 @@ def ensure_embedding_model(
 
 @contextmanager
 def _exclusive(store: CellStore) -> Iterator[None]:
-    waiting = False
+    # Said only when the lease is still taken after one poll: servers started together on
+    # a fresh store wait milliseconds for the first to record its embedder, which is no
+    # re-embedding and worth no warning.
+    polls = 0
     while True:
         with store.lease(REEMBED_LEASE, LEASE_TTL_SECONDS) as held:
             if held:
                 yield
                 return
-        if not waiting:
+        if polls == 1:
             log.warning("another process is re-embedding the cell store; waiting for it")
-            waiting = True
+        polls += 1
         time.sleep(WAIT_POLL_SECONDS)
 
 

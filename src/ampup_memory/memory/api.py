@@ -115,10 +115,10 @@ def memory_user(auth: Authenticator, headers: dict[str, str]) -> str:
     else:
         user = headers.get(USER_HEADER, "").strip()
         if not user:
-            raise Unauthenticated("The X-AmpUp-User header names the caller.",
-                                  code="MISSING_USER")
+            raise Unauthenticated("Name the user this request acts for in the X-AmpUp-User "
+                                  "header (X-AmpUp-User: <user id>).", code="MISSING_USER")
     if not valid_id(user):
-        raise Unauthenticated("The caller's user id is not a valid id.")
+        raise Unauthenticated(f"X-AmpUp-User is not a valid user id: {ID_RULE}.")
     return user
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error
+from ampup_memory.errors import Conflict, NotFound, NotYours, field_error
 from ampup_memory.memory.acl import Principal, may_read
 from ampup_memory.memory.episodes import EpisodeRecord, Prepared
 from ampup_memory.memory.facts import CLOSURE, FactRecord, current, newest_order, timeline
@@ -227,7 +227,7 @@ def delete(svc: MemoryService, user: str, scope_text: str, name_text: str,
         if marker is None or marker.kind != BRANCH:
             raise NotFound(f"No branch {name!r} in {ns}.", details={"branch": name})
         if not admin and marker.author != user:
-            raise AccessDenied()
+            raise NotYours("Only the branch's creator or an admin may delete it.")
 
         def deletable() -> None:
             now = svc.index.marker(ns, name)

@@ -22,7 +22,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Protocol, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    TypeAdapter,
+    ValidationError,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+)
+from pydantic_core import PydanticCustomError
 
 from ampup_memory.memory.acl import AclEntry
 from ampup_memory.memory.episode_types import Unit
@@ -44,8 +53,26 @@ if TYPE_CHECKING:  # numpy loads only where a batch checks its quotes
 VALUE = "value"
 CLOSURE = "closure"
 MAX_VALUE_CHARS = 4000  # as long as a quote: a value is an answer, not a document
-Scalar = (Annotated[str, Field(max_length=MAX_VALUE_CHARS)] | int
-          | Annotated[float, Field(allow_inf_nan=False)] | bool)
+_FINITE = Annotated[float, Field(allow_inf_nan=False)]
+
+
+def _one_branch(branches: dict[type, Any], expected: str) -> WrapValidator:
+    """A union's errors as the branch of the input's own JSON type gives them. Pydantic
+    reports every branch, each under its type's name (`value.constrained-str: …` and 5
+    more), which no request spells (docs/api.md: a field is named as the request names
+    it); a type no branch takes is one error saying what is taken."""
+    adapters = {kind: TypeAdapter(branch) for kind, branch in branches.items()}
+
+    def check(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+        adapter = adapters.get(type(value))
+        if adapter is None:
+            raise PydanticCustomError("value_type", expected)
+        try:
+            return handler(value)
+        except ValidationError:
+            adapter.validate_python(value)  # raises that branch's own error
+            raise
+    return WrapValidator(check)
 
 
 class Money(BaseModel):
@@ -53,12 +80,18 @@ class Money(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    amount: Annotated[str, Field(max_length=64)] | int | Annotated[
-        float, Field(allow_inf_nan=False)]
+    amount: Annotated[Annotated[str, Field(max_length=64)] | int | _FINITE, _one_branch(
+        {str: Annotated[str, Field(max_length=64)], int: int, float: _FINITE},
+        "an amount is a number, or a decimal number as text")]
     currency: Currency | None = None
 
 
-Value = Scalar | Money
+_STR = Annotated[str, Field(max_length=MAX_VALUE_CHARS)]
+Scalar = _STR | int | _FINITE | bool
+Value = Annotated[Scalar | Money, _one_branch(
+    {str: _STR, int: int, float: _FINITE, bool: bool, dict: Money},
+    "a value is a JSON string, number or boolean (or {amount, currency} for a money "
+    "attribute)")]
 
 
 def raw_value(value: Value) -> Any:

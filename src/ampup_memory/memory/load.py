@@ -154,7 +154,9 @@ def _jsonl(path: Path, rel: str, acl: list[str]) -> Iterator[Item]:
             yield _fact_item(where, data)
             continue
         body = data.pop("body", None) or data.pop("text", None)
-        record: dict[str, Any] = {"source": f"doc:{rel}#{n}", "acl": acl, **data, "body": body}
+        record: dict[str, Any] = {"source": f"doc:{rel}#{n}", "acl": acl, **data}
+        if body is not None:  # none: the check says "Field required", not "a valid string"
+            record["body"] = body
         yield _item(where, record)
 
 

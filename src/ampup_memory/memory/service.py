@@ -22,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
-from ampup_memory.errors import AccessDenied, Conflict, NotFound, field_error, refuse_nul
+from ampup_memory.errors import Conflict, NotFound, NotYours, field_error, refuse_nul
 from ampup_memory.memory.acl import (
     Principal,
     common_acl,
@@ -362,7 +362,8 @@ class MemoryService:
                 raise NotFound("No such episode.")
             wrote = self.index.entry(rec.commit_id)
             if not admin and (wrote is None or wrote.author != user):
-                raise AccessDenied()
+                raise NotYours("Only the author of the commit that wrote this episode, or an "
+                               "admin, may change its ACL.")
             recheck = None
             if condition is not None and not condition.empty:
                 cond, ns = condition, str(scope)

@@ -47,7 +47,7 @@ from pydantic import WithJsonSchema
 from pyiceberg.table import Table
 from ulid import ULID
 
-from ampup_memory.errors import AccessDenied, Conflict, Gone, NotFound, field_error
+from ampup_memory.errors import Conflict, Gone, NotFound, NotYours, field_error
 from ampup_memory.memory.acl import require_id
 from ampup_memory.memory.ledger import BRANCH, given_commit
 from ampup_memory.memory.maintenance import tidy
@@ -62,6 +62,9 @@ if TYPE_CHECKING:
 Kind = Literal["pin", "snapshot"]
 PIN: Literal["pin"] = "pin"
 SNAPSHOT: Literal["snapshot"] = "snapshot"
+# A hold shows its creator to anyone with its id, so the refusal may say whose it is.
+_NOT_YOURS: dict[str, str] = {PIN: "Only the pin's creator may renew or release it.",
+                              SNAPSHOT: "Only the snapshot's creator may release it."}
 PREFIX: dict[str, str] = {PIN: "pin_", SNAPSHOT: "snap_"}
 _ULID = "[0-9A-HJKMNP-TV-Z]{26}"
 PIN_PATTERN = f"^pin_{_ULID}$"
@@ -383,7 +386,7 @@ def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta,
     with svc.holds.changing:
         hold = svc.holds.live(pin_id, PIN)
         if hold.created_by != user:
-            raise AccessDenied()
+            raise NotYours(_NOT_YOURS[PIN])
         now = utcnow()
         return svc.holds.write(replace(hold, expires_at=now + ttl, updated_at=now)).wire(now)
 
@@ -395,7 +398,7 @@ def release(svc: MemoryService, user: str, hold_id: str, kind: Kind,
     with svc.holds.changing:
         hold = svc.holds.get(hold_id, kind)
         if hold.created_by != user:
-            raise AccessDenied()
+            raise NotYours(_NOT_YOURS[kind])
         now = utcnow()
         if not hold.released:
             hold = svc.holds.write(replace(hold, released=True, updated_at=now))
