@@ -67,8 +67,7 @@ T = TypeVar("T")
 
 LIFECYCLE_LEASE = "amp-lifecycle"
 PROGRESS_EVERY = 500  # cells between two progress reports of a lifecycle pass
-# Cells a pass moves in one transaction: one commit (one wait for the disk) for these many
-# instead of one each; a read or write of one of them waits for the batch to commit.
+# Cells a pass reads whole at once (one `get_many`) before it moves them.
 MOVE_BATCH = 200
 LIST_BATCH = 200
 MAX_CANDIDATES = 25_600

@@ -192,9 +192,11 @@ class CellStore(Protocol):
         ...
 
     def set_statuses(self, moves: Sequence[StatusMove]) -> set[str]:
-        """Engine transitions, in one transaction: each applied only if its cell's status
-        and clock are unchanged since ``expected`` was read (a concurrent read or write
-        wins, and leaves that cell alone). Touches no clock. The ids of the cells moved."""
+        """Engine transitions, each applied only if its cell's status and clock are
+        unchanged since ``expected`` was read (a concurrent read or write wins, and leaves
+        that cell alone). Touches no clock. The ids of the cells moved. Each is committed
+        on its own, without waiting for the disk: a move lost in a crash was acknowledged
+        to no one, and the next pass makes it again."""
         ...
 
     def deleted_before(self, cutoff: datetime, batch: int, after: str = "") -> list[str]:

@@ -590,22 +590,33 @@ class SQLiteStore:
         moved: set[str] = set()
         if not moves:
             return moved
-        with self._write() as conn:
+        # Each move its own transaction, so readers and writers wait for one row's write,
+        # not a batch's, and none syncs the disk (synchronous=FULL took 1.4 ms a move): a
+        # move lost in a crash was acknowledged to no one, and the next pass makes it again
+        # from the same columns. WAL keeps the file whole either way.
+        conn = self._conn()
+        was = conn.execute("PRAGMA synchronous").fetchone()[0]
+        conn.execute("PRAGMA synchronous=NORMAL")
+        try:
             for move in moves:
                 cell = move.expected.cell
                 c = columns(with_status(move.expected, move.status, move.stale_since))
-                cur = conn.execute(
-                    "UPDATE cells SET status = ?, doc = ?, stale_since = ? WHERE id = ?"
-                    " AND status = ? AND last_accessed_at = ?"
-                    " AND json_extract(doc, '$.lifecycle.last_updated_at') = ?",
-                    (
-                        c.status, c.doc, c.stale_since, cell.id, cell.lifecycle.status.value,
-                        format_time(cell.lifecycle.last_accessed_at),
-                        format_time(cell.lifecycle.last_updated_at),
-                    ),
-                )
+                with self._write() as tx:
+                    cur = tx.execute(
+                        "UPDATE cells SET status = ?, doc = ?, stale_since = ? WHERE id = ?"
+                        " AND status = ? AND last_accessed_at = ?"
+                        " AND json_extract(doc, '$.lifecycle.last_updated_at') = ?",
+                        (
+                            c.status, c.doc, c.stale_since, cell.id,
+                            cell.lifecycle.status.value,
+                            format_time(cell.lifecycle.last_accessed_at),
+                            format_time(cell.lifecycle.last_updated_at),
+                        ),
+                    )
                 if cur.rowcount == 1:
                     moved.add(cell.id)
+        finally:
+            conn.execute(f"PRAGMA synchronous={int(was)}")
         return moved
 
     def deleted_before(self, cutoff: datetime, batch: int, after: str = "") -> list[str]:
