@@ -706,6 +706,89 @@ def branch_delete(audit: Audit) -> None:
                  "deleted branch still listed", "")
 
 
+def branch_holds(audit: Audit) -> None:
+    """A branch deleted while pins, snapshots and child branches are taken of it: the
+    delete is 409 (something holds it) or every hold taken with it is refused (docs/api.md,
+    DELETE /branches); deletes at once: one 200, the rest 404."""
+    scope = new_scope()
+    episode(audit, scope, "holds base")
+    audit.ok(Call("POST", "/branches", "/branches", {"scope": scope, "name": "held"}))
+    episode(audit, scope, "on held", branch="held")
+    calls: list[Call] = []
+    for i in range(audit.width - 1):
+        if i % 3 == 0:
+            calls.append(Call("POST", "/pin", "/pin",
+                              {"scope": scope, "branch": "held", "ttl": "1h"}))
+        elif i % 3 == 1:
+            calls.append(Call("POST", "/snapshots", "/snapshots", {"scopes": [scope]}))
+        else:
+            calls.append(Call("POST", "/branches", "/branches",
+                              {"scope": scope, "name": f"child{i}", "from": "held"}))
+    calls.insert(audit.width // 2, Call("DELETE", "/branches/{name}", "/branches/held",
+                                        params={"scope": scope}))
+    answers = audit.race(calls)
+    dropped = next(a for a in answers if a.method == "DELETE")
+    pins = [a for a in answers if a.template == "/pin"]
+    snaps = [a for a in answers if a.template == "/snapshots"]
+    kids = [a for a in answers if a.template == "/branches" and a.method == "POST"]
+    audit.expect(dropped.status in (200, 409), "branch delete under holds: unexpected answer",
+                 f"{dropped.status} {dropped.text[:200]}")
+    if dropped.status == 200:
+        held = [a.shown() for a in pins + kids if a.ok()]
+        held += [a.shown() for a in snaps
+                 if a.ok() and f"{scope}@held" in a.data["heads"]]
+        audit.expect(not held, "branch deleted while a hold taken at once stands",
+                     f"{len(held)}: {held[:2]}")
+        live = [a for a in snaps if a.ok() and f"{scope}@held" in a.data["heads"]]
+        del live
+    else:
+        held = [a for a in pins + kids if a.ok()] + [
+            a for a in snaps if a.ok() and f"{scope}@held" in a.data["heads"]]
+        audit.expect(bool(held), "branch delete 409 with nothing holding it",
+                     dropped.text[:300])
+    listed = audit.ok(Call("GET", "/branches", "/branches", params={"scope": scope}))
+    names = {b["name"] for b in listed["branches"]}
+    for kid in kids:
+        if kid.ok():
+            audit.expect(kid.body["name"] in names, "child branch created but not listed",
+                         kid.body["name"])
+    audit.expect(("held" in names) == (dropped.status != 200),
+                 "branch listing disagrees with the delete", f"{dropped.status}, {names}")
+    # Deletes at once.
+    audit.ok(Call("POST", "/branches", "/branches", {"scope": scope, "name": "twice"}))
+    answers = audit.race([Call("DELETE", "/branches/{name}", "/branches/twice",
+                               params={"scope": scope})] * audit.width)
+    audit.expect(sorted(a.status for a in answers) == [200] + [404] * (audit.width - 1),
+                 "branch deletes at once: not one 200 and the rest 404", counts(answers))
+    check_chain(audit, scope)
+
+
+def workspace_renew(audit: Audit) -> None:
+    """Renewals racing a delete never bring the workspace back; deletes at once."""
+    ws = audit.ok(Call("POST", "/workspaces", "/workspaces", {"name": "renew", "ttl": "1h"}))
+    path = f"/workspaces/{ws['id']}"
+    calls = [Call("POST", "/workspaces/{workspace_id}/renew", f"{path}/renew", {"ttl": "2h"})
+             if i % 2 else Call("DELETE", "/workspaces/{workspace_id}", path)
+             for i in range(audit.width)]
+    answers = audit.race(calls)
+    deletes = [a for a in answers if a.method == "DELETE"]
+    renews = [a for a in answers if a.method == "POST"]
+    audit.expect(sum(a.status == 200 for a in deletes) >= 1
+                 and all(a.status in (200, 404) for a in deletes),
+                 "workspace deletes at once: unexpected answers", counts(deletes))
+    audit.expect(all(a.status in (200, 404) for a in renews),
+                 "renew during delete: unexpected answer", counts(renews))
+    first = min((a.done for a in deletes if a.status == 200), default=None)
+    if first is not None:
+        late = [a for a in renews if a.ok() and a.sent > first]
+        audit.expect(not late, "renew sent after the delete returned succeeded",
+                     f"{len(late)}")
+    for server in range(len(audit.urls)):
+        got = audit.send(Call("GET", "/workspaces/{workspace_id}", path), server)
+        audit.expect(got.status == 404, "workspace back after delete and renew",
+                     f"server {server}: {got.status}")
+
+
 # ---------------------------------------------------------------- advice
 
 
@@ -828,7 +911,8 @@ SCENARIOS: dict[str, Callable[[Audit], None]] = {
     "one-valued-facts": one_valued, "close": close_race, "branch-create": branch_create,
     "merge": merge_race, "pins-during-writes": pins_during_writes,
     "workspace-delete": workspace_delete, "conditional": conditional,
-    "branch-delete": branch_delete, "advice": rewards,
+    "branch-delete": branch_delete, "branch-holds": branch_holds,
+    "workspace-renew": workspace_renew, "advice": rewards,
 }
 
 
