@@ -333,6 +333,19 @@ def amp_patch_delete(audit: Audit) -> None:
     gone = audit.send(Call("GET", "/amp/v1/memories/{memory_id}", f"/amp/v1/memories/{cell}"))
     audit.expect(gone.status == 403, "deleted cell still readable", f"{cell}: {gone.status}")
     del half
+    # Both holding one tag: one lands, in either order the other is 412 or 403.
+    cell = amp_archived(audit, "tagged patch against delete")
+    tag = audit.clients[0].get(f"/amp/v1/memories/{cell}", headers=audit.headers
+                               ).headers["etag"]
+    calls = [Call("DELETE", "/amp/v1/memories/{memory_id}", f"/amp/v1/memories/{cell}",
+                  headers={"If-Match": tag}) if i % 2 else
+             amp_patch(cell, {"content": {"metadata": {"n": i}}}, tag)
+             for i in range(audit.width)]
+    answers = audit.race(calls)
+    won = [a for a in answers if a.ok()]
+    audit.expect(len(won) == 1 and all(a.status in (403, 412) for a in answers
+                                       if a not in won),
+                 "tagged PATCH against DELETE: not one landed", f"{cell}: {counts(answers)}")
 
 
 def amp_delete_twice(audit: Audit) -> None:
@@ -375,6 +388,28 @@ def amp_budget(audit: Audit) -> None:
     answers = audit.race([run] * min(audit.width, 4))
     audit.expect(all(a.status in (200, 503) for a in answers), "lifecycle runs at once",
                  counts(answers))
+
+
+def amp_lifecycle_patch(audit: Audit) -> None:
+    """A lifecycle pass (which would make these cells stale) racing PATCHes that archive
+    them: in either order the cell ends archived (archived cells are never evaluated,
+    stale ones may be archived), so a stale cell whose archiving PATCH answered 200 is a
+    lost update."""
+    cells = [amp_create(audit, f"fading {i}", scoring={"importance": 0.1})["id"]
+             for i in range(audit.width - 1)]
+    calls = [amp_patch(c, {"lifecycle": {"status": "archived"}}) for c in cells]
+    calls.insert(audit.width // 2, Call(
+        "POST", "/amp/v1/lifecycle/run", "/amp/v1/lifecycle/run", {},
+        headers={"X-AMP-Admin-Token": ADMIN_TOKEN}))
+    answers = audit.race(calls)
+    audit.expect(all(a.status == 200 for a in answers), "lifecycle against PATCH: refused",
+                 counts(answers))
+    for a in answers:
+        if a.method == "PATCH" and a.status == 200:
+            got = audit.ok(Call("GET", "/amp/v1/memories/{memory_id}", a.path))
+            audit.expect(got["lifecycle"]["status"] == "archived",
+                         "lifecycle pass undid an archiving PATCH",
+                         f"{a.path}: {got['lifecycle']['status']}")
 
 
 def amp_search_deletes(audit: Audit) -> None:
@@ -438,6 +473,37 @@ def same_episode(audit: Audit) -> None:
             want = 200 if a.body["acl"] == wacl else 409
             audit.expect(a.status == want, "same id, other ACLs: wrong loser answer",
                          f"{a.status} for acl {a.body['acl']} (winner {wacl})")
+
+
+def overlapping_batches(audit: Audit) -> None:
+    """Batches sharing episodes at once: each episode created by exactly one answer, the
+    others naming it ``existing``; every acknowledged batch in the chain."""
+    scope = new_scope()
+    episode(audit, scope, "warm-up")
+    tag = uuid.uuid4().hex[:8]
+    texts = [f"shared {tag} {k}" for k in range(audit.width + 1)]
+    calls = [Call("POST", "/episodes/batch", "/episodes/batch", {"scope": scope, "episodes": [
+        {"source": f"slack:C3:{k}", "body": texts[k], "acl": ["*"]} for k in (i, i + 1)]})
+        for i in range(audit.width)]
+    answers = audit.race(calls)
+    audit.expect(all(a.status in (200, 201) for a in answers), "overlapping batches refused",
+                 counts(answers))
+    created: dict[str, int] = {}
+    for a in answers:
+        if a.ok():
+            for e in a.data["episodes"]:
+                created[e["id"]] = created.get(e["id"], 0) + (e["status"] == "created")
+    twice = {k: v for k, v in created.items() if v != 1}
+    audit.expect(not twice, "overlapping batches: an episode not created exactly once",
+                 f"{len(twice)} of {len(created)}: {list(twice.values())[:5]}")
+    commits = check_chain(audit, scope)
+    acked = {a.data["commit"] for a in answers if a.ok() and a.data["commit"]}
+    audit.expect(acked <= {c["id"] for c in commits}, "acknowledged batch not in the chain",
+                 str(acked - {c["id"] for c in commits}))
+    listed = audit.ok(Call("GET", "/episodes", "/episodes",
+                           params={"scope": scope, "limit": "1000"}))
+    audit.expect(listed["total"] == len(texts) + 1, "overlapping batches: episode count",
+                 f"{listed['total']} listed, {len(texts) + 1} written")
 
 
 def one_valued(audit: Audit) -> None:
@@ -585,17 +651,26 @@ def pins_during_writes(audit: Audit) -> None:
             audit.expect(head in commits, "snapshot holds a commit not in the chain",
                          str(a.data["heads"]))
             holds.append(("snapshot", a.data["id"]))
-    seen = {h: (facts(audit, scope, "acme", history="true", **{h[0]: h[1]}),
-                ledger(audit, scope, **{h[0]: h[1]}) if h[0] == "pin" else None)
-            for h in holds}
+    def pinned(h: tuple[str, str], server: int = 0) -> Any:
+        search = audit.ok(Call("POST", "/search", "/search", {
+            "scope": scope, "query": "acme region", "limit": 100, h[0]: h[1]}), server)
+        passages = audit.ok(Call("POST", "/query", "/query", {
+            "scope": scope, "find": "passages", "query": "acme region", h[0]: h[1]}), server)
+        return (facts(audit, scope, "acme", server, history="true", **{h[0]: h[1]}),
+                ledger(audit, scope, server=server, **{h[0]: h[1]}) if h[0] == "pin"
+                else None, search["results"], passages["results"])
+
+    seen = {h: pinned(h) for h in holds}
     for i in range(2):
         audit.ok(fact_call(scope, ep, quote, "acme", "region", f"later{i}"))
+        episode(audit, scope, f"Acme region later {i}")
     for h, was in seen.items():
         for server in range(len(audit.urls)):
-            now = (facts(audit, scope, "acme", server, history="true", **{h[0]: h[1]}),
-                   ledger(audit, scope, server=server, **{h[0]: h[1]}) if h[0] == "pin"
-                   else None)
-            audit.expect(now == was, "a pinned read changed", f"{h} through server {server}")
+            now = pinned(h, server)
+            for part, a, b in zip(("facts", "ledger", "search", "passages"), was, now,
+                                  strict=True):
+                audit.expect(a == b, "a pinned read changed",
+                             f"{h} {part} through server {server}")
 
 
 def workspace_delete(audit: Audit) -> None:
@@ -907,7 +982,8 @@ SCENARIOS: dict[str, Callable[[Audit], None]] = {
     "amp-if-match": amp_if_match, "amp-patch-delete": amp_patch_delete,
     "amp-delete-twice": amp_delete_twice, "amp-same-id": amp_same_id,
     "amp-search-deletes": amp_search_deletes, "amp-budget": amp_budget,
-    "same-episode": same_episode,
+    "amp-lifecycle-patch": amp_lifecycle_patch,
+    "same-episode": same_episode, "overlapping-batches": overlapping_batches,
     "one-valued-facts": one_valued, "close": close_race, "branch-create": branch_create,
     "merge": merge_race, "pins-during-writes": pins_during_writes,
     "workspace-delete": workspace_delete, "conditional": conditional,
