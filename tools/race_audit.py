@@ -26,8 +26,9 @@ servers, alternately to each) and repeats ``--rounds`` times, then checks its in
 - Keys: ``keys revoke`` while requests use the key (none sent after it returned succeeds).
 
 Every answer must be a status its operation documents, below 500, an error in the
-project's envelope, within 60 s. Findings go to ``DIR/findings.json`` and the exit code
-is 1 when there are any.
+project's envelope, within 60 s. Findings go to ``DIR/findings.json`` (what each scenario's
+requests answered, counted, to ``DIR/answers.json``) and the exit code is 1 when there are
+any.
 """
 
 from __future__ import annotations
@@ -121,6 +122,8 @@ class Audit:
     scenario: str = ""
     clients: list[httpx.Client] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    # scenario -> "METHOD template -> status [code]" -> count: what the races answered
+    seen: dict[str, dict[str, int]] = field(default_factory=dict)
 
     def find(self, kind: str, detail: str) -> None:
         with self.lock:
@@ -153,6 +156,11 @@ class Audit:
         except ValueError:
             answer.data = None
         self.judge(answer)
+        key = f"{call.method} {call.template} -> {answer.status}" + (
+            f" {answer.code()}" if answer.code() else "")
+        with self.lock:
+            tally = self.seen.setdefault(self.scenario, {})
+            tally[key] = tally.get(key, 0) + 1
         return answer
 
     def judge(self, a: Answer) -> None:
@@ -640,6 +648,19 @@ def pins_during_writes(audit: Audit) -> None:
     audit.expect(all(a.status == 201 for a in answers), "pins during writes refused",
                  counts(answers))
     commits = {c["id"]: c for c in check_chain(audit, scope)}
+    # A hold taken after a write returned holds that write (or a later commit).
+    wrote = [(a.done, commits[a.data["commit"]]["seq"]) for a in answers
+             if a.template == "/facts" and a.ok() and a.data["commit"] in commits]
+    for a in answers:
+        if not a.ok() or a.template not in ("/pin", "/snapshots"):
+            continue
+        held = a.data["commit"] if a.template == "/pin" else a.data["heads"].get(
+            f"{scope}@main")
+        if held not in commits:
+            continue
+        missed = [seq for done, seq in wrote if done < a.sent and seq > commits[held]["seq"]]
+        audit.expect(not missed, "a hold misses a write that returned before it was sent",
+                     f"{a.template} holds seq {commits[held]['seq']}, missed {missed}")
     holds = []
     for a in answers:
         if a.template == "/pin" and a.ok():
@@ -671,6 +692,38 @@ def pins_during_writes(audit: Audit) -> None:
                                   strict=True):
                 audit.expect(a == b, "a pinned read changed",
                              f"{h} {part} through server {server}")
+
+
+def read_your_writes(audit: Audit) -> None:
+    """Each writer reads its own write back at once, through the other server when there
+    are two: the fact, the ledger's head chain and search must hold it."""
+    scope = new_scope()
+    quote = "Acme color is blue."
+    ep = episode(audit, scope, quote)
+    barrier = threading.Barrier(audit.width)
+
+    def one(i: int) -> None:
+        barrier.wait()
+        a = audit.send(fact_call(scope, ep, quote, f"ryw{i}", "color", f"c{i}"), i)
+        if not a.ok():
+            audit.find("write refused", f"{a.status} {a.text[:200]}")
+            return
+        other = i + 1
+        got = [f["value"] for f in facts(audit, scope, f"ryw{i}", other)]
+        audit.expect(got == [f"c{i}"], "a write is not read back at once",
+                     f"ryw{i} through server {other % len(audit.urls)}: {got}")
+        ids = {c["id"] for c in ledger(audit, scope, server=other)}
+        audit.expect(a.data["commit"] in ids, "a write's commit is not in the ledger at once",
+                     f"server {other % len(audit.urls)}")
+        hits = audit.ok(Call("POST", "/search", "/search", {
+            "scope": scope, "query": f"ryw{i} color", "limit": 100}), other)
+        audit.expect(any(h["entity"] == f"ryw{i}" for h in hits["results"]),
+                     "a write is not searchable at once",
+                     f"ryw{i} through server {other % len(audit.urls)}")
+
+    with ThreadPoolExecutor(audit.width) as pool:
+        list(pool.map(one, range(audit.width)))
+    check_chain(audit, scope)
 
 
 def workspace_delete(audit: Audit) -> None:
@@ -986,7 +1039,8 @@ SCENARIOS: dict[str, Callable[[Audit], None]] = {
     "same-episode": same_episode, "overlapping-batches": overlapping_batches,
     "one-valued-facts": one_valued, "close": close_race, "branch-create": branch_create,
     "merge": merge_race, "pins-during-writes": pins_during_writes,
-    "workspace-delete": workspace_delete, "conditional": conditional,
+    "read-your-writes": read_your_writes, "workspace-delete": workspace_delete,
+    "conditional": conditional,
     "branch-delete": branch_delete, "branch-holds": branch_holds,
     "workspace-renew": workspace_renew, "advice": rewards,
 }
@@ -1073,6 +1127,7 @@ def main(argv: list[str] | None = None) -> int:
     only = set(args.only.split(",")) if args.only else None
     began = time.monotonic()
     findings: list[Finding] = []
+    seen: dict[str, Any] = {}
     sent = 0
     with ExitStack() as stack:
         pg = (stack.enter_context(postgres_factory())
@@ -1082,6 +1137,8 @@ def main(argv: list[str] | None = None) -> int:
                               lambda line: print(line, flush=True))
             findings += audit.findings
             sent += audit.sent
+            seen[config] = audit.seen
+    (args.out / "answers.json").write_text(json.dumps(seen, indent=1, sort_keys=True))
     report = [{"config": f.config, "scenario": f.scenario, "kind": f.kind,
                "detail": f.detail} for f in findings]
     (args.out / "findings.json").write_text(json.dumps(report, indent=1))
