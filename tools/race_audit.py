@@ -631,6 +631,97 @@ def merge_race(audit: Audit) -> None:
                          "merge during writes lost a fact", f"{ent} ({a.body.get('branch')})")
 
 
+def merge_conflict(audit: Audit) -> None:
+    """A merge racing a write to ``into`` of the attribute the branch changed: the write
+    after the merge (merge commit first in the chain) or the merge refused with 409
+    ``MERGE_CONFLICT``, never a merge committed over the write it conflicts with."""
+    scope = new_scope()
+    quote = "Acme stage moved."
+    ep = episode(audit, scope, quote)
+    audit.ok(fact_call(scope, ep, quote, "acme", "stage", "open"))
+    audit.ok(Call("POST", "/branches", "/branches", {"scope": scope, "name": "dev"}))
+    audit.ok(fact_call(scope, ep, quote, "acme", "stage", "lost", branch="dev"))
+    merge = Call("POST", "/merge", "/merge", {"scope": scope, "from": "dev"})
+    # Two conflicting writes among writes of other entities (which merge cleanly).
+    calls = [fact_call(scope, ep, quote, "acme" if i % 8 == 7 else f"x{i}", "stage",
+                       f"won{i}") for i in range(audit.width - 1)]
+    calls.insert(audit.width // 2, merge)
+    answers = audit.race(calls)
+    merged = next(a for a in answers if a.template == "/merge")
+    writes = [a for a in answers if a.template == "/facts" and a.body["entity"] == "acme"]
+    audit.expect(all(a.status == 201 for a in writes), "writes during merge refused",
+                 counts(writes))
+    audit.expect(merged.status == 200 or merged.code() == "MERGE_CONFLICT",
+                 "merge during conflicting writes: unexpected answer",
+                 f"{merged.status} {merged.text[:200]}")
+    seq = {c["id"]: c["seq"] for c in check_chain(audit, scope)}
+    if merged.status == 200 and merged.data["merged"]:
+        at = seq.get(merged.data["commit"], -1)
+        before = [a.body["value"] for a in writes
+                  if a.ok() and seq.get(a.data["commit"], 10**9) < at]
+        audit.expect(not before, "merge committed over a conflicting write",
+                     f"merge at seq {at} after {len(before)} conflicting writes to main")
+    elif merged.code() == "MERGE_CONFLICT":
+        audit.expect(any(a.ok() and a.done < merged.done for a in writes),
+                     "merge conflict with no conflicting write landed", merged.text[:300])
+
+
+def schema_race(audit: Audit) -> None:
+    """Facts of a schema's types written while the schema is replaced by one without those
+    types: every acknowledged fact's commit follows the schema it is valid under."""
+    scope = new_scope()
+    org, team = scope.split("/")
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    quote = "Acme is an account."
+    ep = episode(audit, scope, quote)
+    put = f"/schemas/{org}/{team}"
+    audit.ok(Call("PUT", "/schemas/{org}/{team}", put, {"builtin": "sales"}, headers=admin))
+    calls = [fact_call(scope, ep, quote, f"account:a{i}", "name", f"Acme {i}")
+             for i in range(audit.width - 1)]
+    calls.insert(audit.width // 2, Call("PUT", "/schemas/{org}/{team}", put,
+                                        {"builtin": "engineering"}, headers=admin))
+    answers = audit.race(calls)
+    changed = next(a for a in answers if a.method == "PUT")
+    writes = [a for a in answers if a.method == "POST"]
+    audit.expect(changed.status == 200, "schema change during writes failed",
+                 changed.text[:300])
+    audit.expect(all(a.status == 201 or a.code() in ("SCHEMA_CHANGED", "VALIDATION_ERROR")
+                     for a in writes), "write during schema change: unexpected answer",
+                 counts(writes))
+    if changed.status == 200:
+        seq = {c["id"]: c["seq"] for c in check_chain(audit, scope)}
+        at = seq.get(changed.data["commit"], -1)
+        late = [a for a in writes if a.ok() and seq.get(a.data["commit"], -1) > at]
+        audit.expect(not late, "a fact of a type the schema in force lacks was committed",
+                     f"{len(late)} facts after the schema change (seq {at})")
+        refused = [a for a in writes if not a.ok() and a.done < changed.sent]
+        audit.expect(not refused, "a fact refused before the schema changed",
+                     counts(refused))
+
+
+def workspace_caps(audit: Audit) -> None:
+    """Writes into a workspace past its cap at once, on one server: exactly the cap lands
+    (docs/api.md: writers of one server never overshoot together; two servers may)."""
+    cap = 5
+    ws = audit.ok(Call("POST", "/workspaces", "/workspaces",
+                       {"name": "caps", "ttl": "1h", "caps": {"episodes": cap}}))
+    scope = f"{ws['id']}/team"
+    calls = [Call("POST", "/episodes", "/episodes",
+                  {"scope": scope, "source": f"slack:C4:{i}", "body": f"capped {i}",
+                   "acl": ["*"]}) for i in range(audit.width)]
+    answers = audit.race(calls)
+    landed = sum(a.status == 201 for a in answers)
+    audit.expect(all(a.status == 201 or a.code() == "WORKSPACE_CAP" for a in answers),
+                 "writes past a cap: unexpected answer", counts(answers))
+    if len(audit.urls) == 1:
+        audit.expect(landed == cap, "writes past a cap: not exactly the cap landed",
+                     f"{landed} landed, cap {cap}")
+    got = audit.ok(Call("GET", "/workspaces/{workspace_id}", f"/workspaces/{ws['id']}"))
+    audit.expect(got["usage"]["episodes"] == landed, "workspace usage differs from the 201s",
+                 f"usage {got['usage']['episodes']}, {landed} landed")
+    audit.ok(Call("DELETE", "/workspaces/{workspace_id}", f"/workspaces/{ws['id']}"))
+
+
 def pins_during_writes(audit: Audit) -> None:
     scope = new_scope()
     quote = "Acme region is west."
@@ -1038,7 +1129,8 @@ SCENARIOS: dict[str, Callable[[Audit], None]] = {
     "amp-lifecycle-patch": amp_lifecycle_patch,
     "same-episode": same_episode, "overlapping-batches": overlapping_batches,
     "one-valued-facts": one_valued, "close": close_race, "branch-create": branch_create,
-    "merge": merge_race, "pins-during-writes": pins_during_writes,
+    "merge": merge_race, "merge-conflict": merge_conflict, "schema-change": schema_race,
+    "workspace-caps": workspace_caps, "pins-during-writes": pins_during_writes,
     "read-your-writes": read_your_writes, "workspace-delete": workspace_delete,
     "conditional": conditional,
     "branch-delete": branch_delete, "branch-holds": branch_holds,
