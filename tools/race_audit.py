@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import subprocess
 import sys
 import tempfile
@@ -815,6 +816,17 @@ def read_your_writes(audit: Audit) -> None:
     with ThreadPoolExecutor(audit.width) as pool:
         list(pool.map(one, range(audit.width)))
     check_chain(audit, scope)
+    # Every server's listings agree with each other and with the writes.
+    for server in range(len(audit.urls)):
+        listed = audit.ok(Call("GET", "/scopes", "/scopes"), server)
+        mine = [x for x in listed["scopes"] if x["scope"] == scope]
+        ents = audit.ok(Call("GET", "/entities", "/entities",
+                             params={"scope": scope, "limit": "1000"}), server)
+        want = {"scope": scope, "episodes": 1, "facts": audit.width,
+                "entities": audit.width}
+        audit.expect(mine == [want] and ents["total"] == audit.width,
+                     "listings disagree with the writes",
+                     f"server {server}: /scopes {mine}, /entities total {ents['total']}")
 
 
 def workspace_delete(audit: Audit) -> None:
@@ -902,24 +914,38 @@ def branch_delete(audit: Audit) -> None:
     quote = "Acme tier is gold."
     ep = episode(audit, scope, quote)
     audit.ok(Call("POST", "/branches", "/branches", {"scope": scope, "name": "tmp"}))
-    calls = [fact_call(scope, ep, quote, f"e{i}", "tier", "gold", branch="tmp")
+    audit.ok(fact_call(scope, ep, quote, "main_only", "tier", "gold"))  # a merge has work
+    kid = random.random() < 0.5  # a child branch taken at once wins most races: half the rounds
+    calls = [Call("POST", "/merge", "/merge", {"scope": scope, "from": "main", "into": "tmp"})
+             if i % 4 == 3 else
+             Call("POST", "/branches", "/branches",
+                  {"scope": scope, "name": f"kid{i}", "from": "tmp"}) if kid and i == 6 else
+             fact_call(scope, ep, quote, f"e{i}", "tier", "gold", branch="tmp")
              for i in range(audit.width - 1)]
     calls.insert(audit.width // 2, Call("DELETE", "/branches/{name}", "/branches/tmp",
                                         params={"scope": scope}))
     answers = audit.race(calls)
     dropped = next(a for a in answers if a.method == "DELETE")
-    writes = [a for a in answers if a.method == "POST"]
-    audit.expect(dropped.status == 200, "branch delete during writes failed",
-                 dropped.text[:300])
-    audit.expect(all(a.status in (201, 404) for a in writes),
+    writes = [a for a in answers if a.method == "POST" and a.template != "/branches"]
+    kids = [a for a in answers if a.template == "/branches"]
+    audit.expect(dropped.status == 200 or dropped.code() == "BRANCH_HAS_CHILDREN",
+                 "branch delete during writes failed", dropped.text[:300])
+    audit.expect(all(a.status in (200, 201, 404) for a in writes),
                  "write during branch delete: unexpected answer", counts(writes))
+    if dropped.status == 200:
+        audit.expect(not any(a.ok() for a in kids), "child made of a deleted branch",
+                     counts(kids))
+    else:
+        audit.expect(any(a.ok() for a in kids), "BRANCH_HAS_CHILDREN without a child",
+                     counts(kids))
+        return
     late = [a for a in writes if a.ok() and a.sent > dropped.done]
     audit.expect(not late, "write sent after the branch delete returned landed",
                  f"{len(late)} writes")
-    if dropped.status == 200:
-        audit.expect(dropped.data["commit"] not in {a.data["commit"] for a in writes
-                                                    if a.ok()},
-                     "a write shares the delete's commit", "")
+    audit.expect(dropped.data["commit"] not in {a.data.get("commit") for a in writes
+                                                if a.ok()},
+                 "a write shares the delete's commit", "")
+
     listed = audit.ok(Call("GET", "/branches", "/branches", params={"scope": scope}))
     audit.expect("tmp" not in [b["name"] for b in listed["branches"]],
                  "deleted branch still listed", "")
