@@ -61,6 +61,7 @@ from tests.server_process import ServerProcess, plain_client, start_together  # 
 
 ADMIN_TOKEN = "race-admin-token"
 USER, AGENT = "race.user", "race_agent"
+OTHER, OTHER_AGENT = "race.other", "race_other"
 QUIET = {"AMP_ADMIN_TOKEN": ADMIN_TOKEN, "AMP_EMBEDDING_PROVIDER": "hash",
          "AMP_LIFECYCLE_ENABLED": "false", "AMPUP_MEMORY_MAINTENANCE_INTERVAL_SECONDS": "0",
          "AMP_SCORING_PATCH_LIMIT": "5", "AMP_REQUIRE_KEYS": "1"}
@@ -118,6 +119,7 @@ class Audit:
     spec: dict[str, Any]
     headers: dict[str, str]
     width: int
+    other: dict[str, str] = field(default_factory=dict)  # a second caller's headers
     findings: list[Finding] = field(default_factory=list)
     sent: int = 0
     scenario: str = ""
@@ -786,6 +788,89 @@ def pins_during_writes(audit: Audit) -> None:
                              f"{h} {part} through server {server}")
 
 
+def narrowing(audit: Audit) -> None:
+    """Another user reads an episode, its fact and search while its ACL is narrowed, and
+    while the group that let it read is taken from it: no read sent after the change
+    returned shows them (docs/api.md: the current ACL, the caller's groups read fresh)."""
+    scope = new_scope()
+    for how in ("acl", "groups", "amp"):
+        narrow_one(audit, scope, how)
+
+
+def narrow_one(audit: Audit, scope: str, how: str) -> None:
+    quote = f"Secret plan {uuid.uuid4().hex[:6]}."
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    if how == "amp":
+        cell = amp_create(audit, quote, access_policy={"public": True})["id"]
+        change = amp_patch(cell, {"access_policy": {"public": False}})
+        reads = [Call("GET", "/amp/v1/memories/{memory_id}", f"/amp/v1/memories/{cell}",
+                      headers=audit.other),
+                 Call("POST", "/amp/v1/memories/search", "/amp/v1/memories/search",
+                      {"query": quote, "limit": 100}, headers=audit.other)]
+        narrowed(audit, change, reads, lambda a: a.status == 200 and (
+            a.method == "GET" or any(h["id"] == cell for h in a.data["results"])), how)
+        return
+    acl = ["*"] if how == "acl" else [f"user:{USER}", "group:insiders"]
+    body = {"scope": scope, "source": f"slack:C5:{how}", "body": quote, "acl": acl}
+    ep = audit.ok(Call("POST", "/episodes", "/episodes", body))["id"]
+    audit.ok(fact_call(scope, ep, quote, f"plan_{how}", "status", "secret"))
+    if how == "groups":
+        audit.ok(Call("PUT", "/principals/{user}", f"/principals/{OTHER}",
+                      {"groups": ["insiders"], "roles": []}, headers=admin))
+        change = Call("PUT", "/principals/{user}", f"/principals/{OTHER}",
+                      {"groups": [], "roles": []}, headers=admin)
+    else:
+        change = Call("PUT", "/episodes/{episode_id}/acl", f"/episodes/{ep}/acl",
+                      {"scope": scope, "acl": [f"user:{USER}"]})
+    reads = [
+        Call("GET", "/episodes/{episode_id}", f"/episodes/{ep}", params={"scope": scope},
+             headers=audit.other),
+        Call("GET", "/facts", "/facts", params={"scope": scope, "entity": f"plan_{how}"},
+             headers=audit.other),
+        Call("POST", "/search", "/search", {"scope": scope, "query": "secret plan status"},
+             headers=audit.other)]
+
+    def shows(a: Answer) -> bool:
+        if a.template == "/episodes/{episode_id}":
+            return a.status == 200
+        if a.template == "/facts":
+            return a.status == 200 and bool(a.data["facts"])
+        return a.status == 200 and any(h["entity"] == f"plan_{how}"
+                                       for h in a.data["results"])
+
+    narrowed(audit, change, reads, shows, how)
+
+
+def narrowed(audit: Audit, change: Call, reads: list[Call], shows: Callable[[Answer], bool],
+             how: str) -> None:
+    """``reads`` hammered from several threads while ``change`` is sent once: none sent
+    after the change returned ``shows`` what it hid."""
+    stop = threading.Event()
+    seen: list[Answer] = []
+
+    def hammer(i: int) -> None:
+        while not stop.is_set():
+            seen.append(audit.send(reads[i % len(reads)], server=i))
+
+    threads = [threading.Thread(target=hammer, args=(i,))
+               for i in range(max(3, audit.width // 2))]
+    for t in threads:
+        t.start()
+    time.sleep(0.5)
+    done = audit.send(change, server=1)
+    time.sleep(1.0)
+    stop.set()
+    for t in threads:
+        t.join()
+    audit.expect(done.status == 200, f"{how} change failed", done.text[:300])
+    before = [a for a in seen if a.done < done.sent]
+    late = [a for a in seen if a.sent > done.done and shows(a)]
+    audit.expect(any(shows(a) for a in before), f"{how}: never readable before",
+                 counts(before))
+    audit.expect(not late, f"read after the {how} narrowing returned still shows it",
+                 f"{len(late)} of {len(seen)}: {sorted({a.template for a in late})}")
+
+
 def read_your_writes(audit: Audit) -> None:
     """Each writer reads its own write back at once, through the other server when there
     are two: the fact, the ledger's head chain and search must hold it."""
@@ -1158,7 +1243,7 @@ SCENARIOS: dict[str, Callable[[Audit], None]] = {
     "merge": merge_race, "merge-conflict": merge_conflict, "schema-change": schema_race,
     "workspace-caps": workspace_caps, "pins-during-writes": pins_during_writes,
     "read-your-writes": read_your_writes, "workspace-delete": workspace_delete,
-    "conditional": conditional,
+    "conditional": conditional, "narrowing": narrowing,
     "branch-delete": branch_delete, "branch-holds": branch_holds,
     "workspace-renew": workspace_renew, "advice": rewards,
 }
@@ -1180,6 +1265,8 @@ def serving(config: str, home: Path, pg: PostgresFactory | None,
         env["AMPUP_MEMORY_HOME"] = str(home / "srv0")
     key = cli(env, "keys", "create", "--agent", AGENT, "--user", USER, "--admin")[-1]
     headers = {"X-AMP-Agent-ID": AGENT, "X-AMP-API-Key": key}
+    other = cli(env, "keys", "create", "--agent", OTHER_AGENT, "--user", OTHER)[-1]
+    env["RACE_OTHER_KEY"] = other
     procs = [ServerProcess(home / f"srv{i}", env={k: v for k, v in env.items()
                                                   if k != "AMPUP_MEMORY_HOME"})
              for i in range(count)]
@@ -1198,7 +1285,9 @@ def audit_one(config: str, pg: PostgresFactory | None, width: int, rounds: int,
     home = Path(tempfile.mkdtemp(prefix=f"race-{config}-"))
     with serving(config, home, pg) as (procs, headers, env):
         spec = httpx.get(f"{procs[0].url}/openapi.json").json()
-        audit = Audit(config, [p.url for p in procs], spec, headers, width)
+        audit = Audit(config, [p.url for p in procs], spec, headers, width,
+                      other={"X-AMP-Agent-ID": OTHER_AGENT,
+                             "X-AMP-API-Key": env["RACE_OTHER_KEY"]})
         limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
         audit.clients = [plain_client(base_url=p.url, timeout=TIME_LIMIT + 30, limits=limits)
                          for p in procs]
