@@ -871,6 +871,51 @@ def narrowed(audit: Audit, change: Call, reads: list[Call], shows: Callable[[Ans
                  f"{len(late)} of {len(seen)}: {sorted({a.template for a in late})}")
 
 
+def pin_release(audit: Audit) -> None:
+    """Renewals and reads of a pin racing its release: the release is final (no renew or
+    read sent after it returned succeeds, the pin ends released) and a renewal that
+    answers 200 answers a live pin (a renewal after the release is 410)."""
+    scope = new_scope()
+    quote = "Acme pin race."
+    ep = episode(audit, scope, quote)
+    audit.ok(fact_call(scope, ep, quote, "acme", "pinned", "yes"))
+    for kind in ("pin", "snapshot"):
+        if kind == "pin":
+            hold = audit.ok(Call("POST", "/pin", "/pin", {"scope": scope, "ttl": "1h"}))
+            path, template = f"/pin/{hold['id']}", "/pin/{pin_id}"
+        else:
+            hold = audit.ok(Call("POST", "/snapshots", "/snapshots", {"scopes": [scope]}))
+            path, template = f"/snapshots/{hold['id']}", "/snapshots/{snapshot_id}"
+        calls: list[Call] = []
+        for i in range(audit.width - 1):
+            if kind == "pin" and i % 2:
+                calls.append(Call("POST", "/pin/{pin_id}/renew", f"{path}/renew",
+                                  {"ttl": "2h"}))
+            else:
+                calls.append(Call("GET", "/facts", "/facts", params={
+                    "scope": scope, "entity": "acme", kind: hold["id"]}))
+        calls.insert(audit.width // 2, Call("DELETE", template, path))
+        answers = audit.race(calls)
+        released = next(a for a in answers if a.method == "DELETE")
+        audit.expect(released.status == 200 and released.data["state"] == "released",
+                     f"{kind} release failed", released.text[:300])
+        others = [a for a in answers if a.method != "DELETE"]
+        audit.expect(all(a.status == 200 or (a.status == 410 and a.code() in (
+            "PIN_RELEASED", "SNAPSHOT_RELEASED")) for a in others),
+            f"{kind} use during release: unexpected answer", counts(others))
+        late = [a for a in others if a.ok() and a.sent > released.done]
+        audit.expect(not late, f"{kind} used after its release returned",
+                     f"{counts(late)}")
+        odd = [a for a in others if a.template.endswith("/renew") and a.ok()
+               and a.data["state"] != "live"]
+        audit.expect(not odd, "a renewal answered 200 for a pin it did not renew",
+                     f"{len(odd)}: {odd[0].text[:200] if odd else ''}")
+        for server in range(len(audit.urls)):
+            got = audit.ok(Call("GET", template, path), server)
+            audit.expect(got["state"] == "released", f"{kind} not released in the end",
+                         f"server {server}: {got['state']}")
+
+
 def read_your_writes(audit: Audit) -> None:
     """Each writer reads its own write back at once, through the other server when there
     are two: the fact, the ledger's head chain and search must hold it."""
@@ -1243,7 +1288,7 @@ SCENARIOS: dict[str, Callable[[Audit], None]] = {
     "merge": merge_race, "merge-conflict": merge_conflict, "schema-change": schema_race,
     "workspace-caps": workspace_caps, "pins-during-writes": pins_during_writes,
     "read-your-writes": read_your_writes, "workspace-delete": workspace_delete,
-    "conditional": conditional, "narrowing": narrowing,
+    "conditional": conditional, "narrowing": narrowing, "pin-release": pin_release,
     "branch-delete": branch_delete, "branch-holds": branch_holds,
     "workspace-renew": workspace_renew, "advice": rewards,
 }

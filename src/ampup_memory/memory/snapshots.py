@@ -162,6 +162,19 @@ def fold(rows: Iterable[dict[str, Any]]) -> dict[str, Hold]:
     return out
 
 
+def require_live(hold: Hold, kind: Kind, now: datetime) -> Hold:
+    """``hold``, or 410 when it is released or expired."""
+    if hold.released:
+        raise Gone(f"That {kind} was released.", code=f"{kind.upper()}_RELEASED",
+                   details={kind: hold.id})
+    if not hold.live(now):
+        assert hold.expires_at is not None
+        raise Gone(f"That {kind} expired at {utc_text(hold.expires_at)}.",
+                   code=f"{kind.upper()}_EXPIRED",
+                   details={kind: hold.id, "expired_at": utc_text(hold.expires_at)})
+    return hold
+
+
 class Holds:
     """The holds table, folded and cached; shared by every server on one catalog."""
 
@@ -178,7 +191,8 @@ class Holds:
         # release of one hold each read it, then append a row built from what they read:
         # interleaved, the later row undid the other's change (a release's row carried the
         # expiry the renew had just replaced). This process's writers only: another
-        # server's row still lands between them, which the answer of ``write`` then shows.
+        # server's row still lands between them; ``write`` answers the stored hold, and a
+        # renewal that lost to such a release answers 410 (``renew_pin``).
         self.changing = threading.Lock()
 
     def all(self) -> dict[str, Hold]:
@@ -217,17 +231,7 @@ class Holds:
 
     def live(self, hold_id: str, kind: Kind, now: datetime | None = None) -> Hold:
         """The hold, or 410 when released or expired (never a silently newer read)."""
-        hold = self.get(hold_id, kind)
-        now = now or utcnow()
-        if hold.released:
-            raise Gone(f"That {kind} was released.", code=f"{kind.upper()}_RELEASED",
-                       details={kind: hold_id})
-        if not hold.live(now):
-            assert hold.expires_at is not None
-            raise Gone(f"That {kind} expired at {utc_text(hold.expires_at)}.",
-                       code=f"{kind.upper()}_EXPIRED",
-                       details={kind: hold_id, "expired_at": utc_text(hold.expires_at)})
-        return hold
+        return require_live(self.get(hold_id, kind), kind, now or utcnow())
 
     def write(self, hold: Hold) -> Hold:
         """Append the hold's next row; the hold as the table says right after that append
@@ -385,7 +389,11 @@ def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta,
         if hold.created_by != user:
             raise AccessDenied()
         now = utcnow()
-        return svc.holds.write(replace(hold, expires_at=now + ttl, updated_at=now)).wire(now)
+        stored = svc.holds.write(replace(hold, expires_at=now + ttl, updated_at=now))
+        # Another server's release may land between the read above and this append (the
+        # lock is this process's): the release is final, so this renewal renewed nothing
+        # and answers as one sent after the release, 410, never a 200 of a released pin.
+        return require_live(stored, PIN, now).wire(now)
 
 
 def release(svc: MemoryService, user: str, hold_id: str, kind: Kind,
