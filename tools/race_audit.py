@@ -966,11 +966,19 @@ def workspace_delete(audit: Audit) -> None:
     calls = [Call("POST", "/episodes", "/episodes",
                   {"scope": scope, "source": f"slack:C2:{i}", "body": f"ws write {i}",
                    "acl": ["*"]}) for i in range(audit.width - 1)]
+    for i in range(1, audit.width, 5):  # snapshots of the workspace taken at once
+        calls[i] = Call("POST", "/workspaces/{workspace_id}/snapshots",
+                        f"/workspaces/{ws['id']}/snapshots")
     calls.insert(audit.width // 2, Call("DELETE", "/workspaces/{workspace_id}",
                                         f"/workspaces/{ws['id']}"))
     answers = audit.race(calls)
     dropped = [a for a in answers if a.method == "DELETE"][0]
-    writes = [a for a in answers if a.method == "POST"]
+    snaps = [a for a in answers if a.template.endswith("/snapshots")]
+    audit.expect(all(a.status in (201, 404) for a in snaps),
+                 "workspace snapshot during delete: unexpected answer", counts(snaps))
+    audit.expect(not [a for a in snaps if a.ok() and a.sent > dropped.done],
+                 "workspace snapshot sent after the delete returned was taken", counts(snaps))
+    writes = [a for a in answers if a.template == "/episodes"]
     audit.expect(dropped.status == 200, "workspace delete failed", dropped.text[:300])
     audit.expect(all(a.status == 201 or (a.status == 404 and a.code() == "WORKSPACE_GONE")
                      for a in writes), "write during workspace delete: unexpected answer",
