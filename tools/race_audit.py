@@ -10,19 +10,29 @@ servers, alternately to each) and repeats ``--rounds`` times, then checks its in
 (docs/testing.md, "The race audit"):
 
 - AMP cells: PATCHes holding one ``If-Match`` (one 200, the rest 412, the winner's text
-  stored), PATCH against DELETE and DELETE against DELETE of an archived cell (one 204,
-  the rest 403; every PATCH 200 or 403; the cell gone after), creates that send one ``id``
-  (ignored: distinct server ids), search during deletes (no cell whose DELETE had returned
-  before the search was sent).
+  stored), PATCH against DELETE, DELETE against DELETE and a tagged PATCH against a tagged
+  DELETE of an archived cell (one lands; the cell gone after), creates that send one
+  ``id`` (ignored: distinct server ids), search during deletes (no cell whose DELETE had
+  returned before the search was sent), scoring PATCHes past the budget (exactly 5 land),
+  manual lifecycle passes at once, a pass racing archiving PATCHes (never undone).
 - AmpUp: one episode by many (one 201, the rest 200 with its commit; other ACLs 409),
-  facts of one one-valued attribute (the current value is the newest commit's, every 201's
-  commit in one ledger chain), closes of one value (one 201, the rest 404), close during
-  writes, one branch name (one 201, the rest 409 ``BRANCH_EXISTS``), merges at once (one
-  merge commit), merges during writes to both branches, pins and snapshots during writes
-  (a pinned read never changes afterwards), a workspace deleted during writes into it
-  (no write sent after the delete returned lands).
+  batches sharing episodes (each created once), facts of one one-valued attribute (the
+  newest commit wins, every 201 in one ledger chain), closes of one value (one 201, the
+  rest 404), closes during writes (newest version wins), one branch name (one 201, the
+  rest 409 ``BRANCH_EXISTS``), merges at once (one merge commit), merges during writes,
+  a merge against conflicting writes (409 ``MERGE_CONFLICT`` or committed first), a
+  schema change during writes, writes past a workspace cap, pins and snapshots during
+  writes (each holds every write that returned before it was sent; a pinned read, search
+  and passages included, never changes), each writer reading its write back through the
+  other server (facts, ledger, search, listings), a workspace deleted during writes and
+  snapshots of it, renewed while deleted, a branch deleted during writes, merges into it
+  and children of it, and while pins, snapshots and children are taken of it; ``If-Match``
+  writes of an ACL and a principal and ``If-None-Match: *`` of a schema (one lands); an
+  ACL, a user's groups and a cell's policy narrowed while another caller reads (nothing
+  shown after the change returned); pins and snapshots released during renewals and reads.
 - Advice: rewards of one run (each 201 kept, the current one the newest commit's), ends of
-  one session (one 200, the rest 409 ``SESSION_ENDED``), runs recorded at once (all kept).
+  one session (one 200, the rest 409 ``SESSION_ENDED``), rewards of a session racing its
+  end (201 only after it), runs recorded at once (all kept).
 - Keys: ``keys revoke`` while requests use the key (none sent after it returned succeeds).
 
 Every answer must be a status its operation documents, below 500, an error in the
