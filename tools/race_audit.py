@@ -920,10 +920,19 @@ def pin_release(audit: Audit) -> None:
                and a.data["state"] != "live"]
         audit.expect(not odd, "a renewal answered 200 for a pin it did not renew",
                      f"{len(odd)}: {odd[0].text[:200] if odd else ''}")
+        renewed = [a.data["expires_at"] for a in others
+                   if a.template.endswith("/renew") and a.ok()]
         for server in range(len(audit.urls)):
             got = audit.ok(Call("GET", template, path), server)
             audit.expect(got["state"] == "released", f"{kind} not released in the end",
                          f"server {server}: {got['state']}")
+            # In any order that lets them land, the renewals came before the release,
+            # which keeps the expiry of the last of them.
+            if renewed:
+                audit.expect(got["expires_at"] == max(renewed),
+                             "a released pin lost the expiry of a renewal that landed",
+                             f"server {server}: {got['expires_at']}, renewed to "
+                             f"{max(renewed)}")
 
 
 def read_your_writes(audit: Audit) -> None:
