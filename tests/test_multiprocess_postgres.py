@@ -228,3 +228,47 @@ def test_lifecycle_passes_never_overlap(
     for c in cells:
         stored = store.get(c["id"])
         assert stored is not None and stored.cell.lifecycle.status.value == "stale"
+
+
+def test_principals_set_through_two_servers_at_once(postgres: PostgresFactory,
+                                                    tmp_path_factory: pytest.TempPathFactory,
+                                                    ) -> None:
+    """Two servers sharing one catalog and one PostgreSQL read index, each setting
+    principals at the same moment: each copies the principals table into the shared index
+    on its next read. Both did it at once (a DELETE and an INSERT of every row in one
+    transaction), so the second's INSERT met the first's rows: a 500 (UniqueViolation on
+    `mem_principals`, race audit, session 28). Now one process copies at a time, always
+    the table's newest rows: every PUT answers 200 and both servers read what was set."""
+    from tests.memory_support import ADMIN_TOKEN, QUIET
+
+    url = postgres.new_database("principals")
+    home = tmp_path_factory.mktemp("shared")
+    env = {**QUIET, "AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
+           "AMP_STORE_URI": url}
+    procs = [ServerProcess(home, env=env) for _ in range(2)]
+    errors = start_together(procs, timeout=90)
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN}
+    clients = [httpx.Client(base_url=p.url, timeout=60, headers=admin) for p in procs]
+    try:
+        assert not errors, errors
+        users = [f"user{uuid.uuid4().hex[:6]}" for _ in range(8)]
+        for n in range(6):
+            go = threading.Barrier(len(users))
+
+            def put(i: int, n: int = n, go: threading.Barrier = go) -> httpx.Response:
+                go.wait()
+                return clients[i % 2].put(f"/principals/{users[i]}",
+                                          json={"groups": [f"g{n}"], "roles": []})
+
+            with ThreadPoolExecutor(len(users)) as pool:
+                answers = list(pool.map(put, range(len(users))))
+            assert [r.status_code for r in answers] == [200] * len(users), [
+                r.text for r in answers if r.status_code != 200]
+        for c in clients:
+            for u in users:
+                assert c.get(f"/principals/{u}").json()["groups"] == ["g5"]
+    finally:
+        for c in clients:
+            c.close()
+        for p in procs:
+            p.stop()

@@ -486,3 +486,58 @@ def test_a_hold_taken_while_its_branch_is_deleted_holds_it_or_is_refused(m: Memo
                 assert r.status_code == 200, r.text
     finally:
         other.close()
+
+
+def test_a_renewal_losing_to_another_servers_release_is_410(tmp_path: Path) -> None:
+    """Two servers on one catalog: renewals through one racing a release through the
+    other. A renewal whose read of the pin came before the release landed used to append
+    its row after it and answer 200 with `state: "released"`, a renewal of nothing that no
+    order of the two requests answers (race audit, session 28: 2 of 4 rounds on two
+    PostgreSQL servers; here 20 rounds of 6 renewals). Now it is the 410 of a renewal sent
+    after the release, and a 200 is always a live pin. The release kept the expiry its own
+    read saw, or a refused renewal's when that row came last: now the last renewal that
+    landed (the rows' order is the order the renewals and the release count in)."""
+    home = tmp_path / "home"
+    servers = [start(home, {**QUIET, "AMPUP_MEMORY_INDEX_URI": f"sqlite:///{home}/idx{i}.db"})
+               for i in range(2)]
+    users = [Memory(s.url) for s in servers]
+    try:
+        scope = new_scope()
+        seed(users[0], scope, "March")
+        answers: list[httpx.Response] = []
+        for _ in range(20):
+            held = pin(users[0], scope)
+            go = threading.Barrier(7)
+
+            def renew(pin_id: str = held["id"], go: threading.Barrier = go) -> httpx.Response:
+                go.wait()
+                return users[1].http.post(f"/pin/{pin_id}/renew", json={"ttl": "2h"})
+
+            def release(pin_id: str = held["id"], go: threading.Barrier = go
+                        ) -> httpx.Response:
+                go.wait()
+                return users[0].http.delete(f"/pin/{pin_id}")
+
+            with ThreadPoolExecutor(7) as pool:
+                renewals = [pool.submit(renew) for _ in range(6)]
+                released = pool.submit(release).result()
+                got = [f.result() for f in renewals]
+            assert released.status_code == 200, released.text
+            answers += got
+            # The renewals that landed came before the release, which keeps the last one's
+            # expiry; a refused one changes nothing (it kept the expiry of whichever row was
+            # newest, a refused renewal's or the release's own, older one).
+            landed = [r.json()["expires_at"] for r in got if r.status_code == 200]
+            stored = users[0].http.get(f"/pin/{held['id']}").json()
+            assert stored["expires_at"] == max(landed, default=held["expires_at"]), (
+                stored, landed)
+        for r in answers:
+            if r.status_code == 200:
+                assert r.json()["state"] == "live", r.text
+            else:
+                assert error(r) == (410, "PIN_RELEASED")
+    finally:
+        for u in users:
+            u.close()
+        for s in servers:
+            s.stop()

@@ -18,3 +18,7 @@ def advisory_key(name: str) -> int:
 # Held while any store creates or alters its tables, so servers starting together on one
 # fresh database never race (pyiceberg's catalog tables, the read index, the AMP cells).
 SCHEMA_LOCK = advisory_key("schema")
+
+# Held while the read index's principals are replaced by the principals table's newest
+# rows, so processes sharing one index copy them one at a time (`ReadIndex.replace_principals`).
+PRINCIPALS_LOCK = advisory_key("principals")

@@ -45,6 +45,7 @@ from sqlalchemy import (
     literal,
     or_,
     select,
+    text,
     tuple_,
     union_all,
 )
@@ -65,6 +66,7 @@ from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.schemas import SCHEMA_ENTITY
 from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_order, layers
 from ampup_memory.memory.tables import schema_lock, sqlalchemy_url
+from ampup_memory.pg_locks import PRINCIPALS_LOCK
 from ampup_memory.settings import mask_secrets, mask_uri
 from ampup_memory.sqlite_connections import enable_wal
 
@@ -981,14 +983,26 @@ class ReadIndex:
             return Principal(user)
         return Principal(user, tuple(json.loads(row.groups)), tuple(json.loads(row.roles)))
 
-    def replace_principals(self, principals: Iterable[Principal], snapshot_id: int) -> None:
+    def replace_principals(self, newest: Callable[[], tuple[Iterable[Principal], int]]
+                           ) -> int:
+        """Replace the principals with those ``newest`` reads (the principals table's
+        newest rows and that snapshot's id), read once this transaction holds the index's
+        write lock (PostgreSQL: an advisory lock; SQLite: its write lock, taken by the
+        DELETE). Processes sharing one index copy one at a time, each the table's newest:
+        two at once met each other's rows (a UniqueViolation, a 500), and one that had read
+        the table before another's change could put the older rows back after it."""
         with self.engine.begin() as conn:
+            if self.dialect == "postgresql":
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"),
+                             {"key": PRINCIPALS_LOCK})
             conn.execute(delete(principals_t))
+            principals, snapshot_id = newest()
             rows = [{"user": p.user, "groups": json.dumps(list(p.groups)),
                      "roles": json.dumps(list(p.roles))} for p in principals]
             if rows:
                 conn.execute(principals_t.insert(), rows)
             self._set_meta(conn, PRINCIPALS_SNAPSHOT, str(snapshot_id))
+        return snapshot_id
 
     def principals_snapshot(self) -> int | None:
         value = self.get_meta(PRINCIPALS_SNAPSHOT)

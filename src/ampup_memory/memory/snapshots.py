@@ -57,6 +57,8 @@ from ampup_memory.memory.tables import HOLDS, MemoryTables, arrow
 from ampup_memory.timefmt import utc_text
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from ampup_memory.memory.service import MemoryService, View
 
 Kind = Literal["pin", "snapshot"]
@@ -156,13 +158,33 @@ class Hold:
 
 
 def fold(rows: Iterable[dict[str, Any]]) -> dict[str, Hold]:
-    """Newest row per id wins; a release is final whatever row is newest."""
+    """Each id's rows in the order they count in (``updated_at``; a release after a
+    renewal of the same instant): a renewal sets the expiry, a release keeps the expiry of
+    the row before it and is final, so a row after it (another server's renewal that read
+    the hold before the release landed) changes nothing."""
     out: dict[str, Hold] = {}
     for row in sorted(rows, key=lambda r: (r["updated_at"], bool(r["released"]))):
         hold = Hold.from_row(row)
         before = out.get(hold.id)
-        out[hold.id] = replace(hold, released=True) if before and before.released else hold
+        if before is not None and before.released:
+            continue
+        if before is not None and hold.released:
+            hold = replace(before, released=True, updated_at=hold.updated_at)
+        out[hold.id] = hold
     return out
+
+
+def require_live(hold: Hold, kind: Kind, now: datetime) -> Hold:
+    """``hold``, or 410 when it is released or expired."""
+    if hold.released:
+        raise Gone(f"That {kind} was released.", code=f"{kind.upper()}_RELEASED",
+                   details={kind: hold.id})
+    if not hold.live(now):
+        assert hold.expires_at is not None
+        raise Gone(f"That {kind} expired at {utc_text(hold.expires_at)}.",
+                   code=f"{kind.upper()}_EXPIRED",
+                   details={kind: hold.id, "expired_at": utc_text(hold.expires_at)})
+    return hold
 
 
 class Holds:
@@ -181,7 +203,8 @@ class Holds:
         # release of one hold each read it, then append a row built from what they read:
         # interleaved, the later row undid the other's change (a release's row carried the
         # expiry the renew had just replaced). This process's writers only: another
-        # server's row still lands between them, which the answer of ``write`` then shows.
+        # server's row still lands between them; ``write`` answers the stored hold, and a
+        # renewal that lost to such a release answers 410 (``renew_pin``).
         self.changing = threading.Lock()
 
     def all(self) -> dict[str, Hold]:
@@ -220,28 +243,41 @@ class Holds:
 
     def live(self, hold_id: str, kind: Kind, now: datetime | None = None) -> Hold:
         """The hold, or 410 when released or expired (never a silently newer read)."""
-        hold = self.get(hold_id, kind)
-        now = now or utcnow()
-        if hold.released:
-            raise Gone(f"That {kind} was released.", code=f"{kind.upper()}_RELEASED",
-                       details={kind: hold_id})
-        if not hold.live(now):
-            assert hold.expires_at is not None
-            raise Gone(f"That {kind} expired at {utc_text(hold.expires_at)}.",
-                       code=f"{kind.upper()}_EXPIRED",
-                       details={kind: hold_id, "expired_at": utc_text(hold.expires_at)})
-        return hold
+        return require_live(self.get(hold_id, kind), kind, now or utcnow())
 
     def write(self, hold: Hold) -> Hold:
-        """Append the hold's next row; the hold as the table says right after that append
-        (a release stays final, another server's newer row wins), not as the row says."""
-        table, sid = self.tables.append_anew(SYSTEM_NAMESPACE, TABLE,
-                                             arrow(HOLDS, [hold.row()]))
+        """Append a new hold's first row; the hold as the table says right after."""
+        return self._append(hold.id, arrow(HOLDS, [hold.row()]))
+
+    def change(self, hold_id: str, kind: Kind, make: Callable[[Hold], Hold]) -> Hold:
+        """Append the hold's next row, ``make(hold)``, where ``hold`` is the hold as the
+        table says at exactly the snapshot the append asserts: another server's row in
+        between fails the append and ``make`` runs again on the newer state (it raises to
+        refuse, e.g. 410 for a renewal of a released pin). The row's ``updated_at`` comes
+        after every row of the hold before it, so rows count in the order they were
+        appended (`fold`): a renewal and a release through two servers answer as the one
+        order the table keeps. Returns the hold as the table says right after."""
+
+        def next_row(table: Table) -> pa.Table:
+            snap = table.metadata.current_snapshot()
+            rows = [] if snap is None else table.scan(snapshot_id=snap.snapshot_id
+                                                      ).to_arrow().to_pylist()
+            hold = fold(rows).get(hold_id)
+            if hold is None or hold.kind != kind:
+                raise NotFound(f"No such {kind}.", details={kind: hold_id})
+            made = make(hold)
+            after = hold.updated_at + timedelta(microseconds=1)
+            return arrow(HOLDS, [replace(made, updated_at=max(made.updated_at, after)).row()])
+
+        return self._append(hold_id, next_row)
+
+    def _append(self, hold_id: str, rows: pa.Table | Callable[[Table], pa.Table]) -> Hold:
+        table, sid = self.tables.append_anew(SYSTEM_NAMESPACE, TABLE, rows)
         folded = fold(table.scan(snapshot_id=sid).to_arrow().to_pylist())
         with self._lock:  # the next all() need not scan again, unless the table moved
             self._keep(folded, sid)
         tidy(self.tables, SYSTEM_NAMESPACE, TABLE)
-        return folded[hold.id]
+        return folded[hold_id]
 
     # -- reads --------------------------------------------------------------------------------
     def resolve(self, scope_text: object, branch_text: object, at_commit: str | None,
@@ -383,12 +419,22 @@ def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta,
     """A new expiry ``ttl`` from now; only a live pin, only by its creator. ``loc``: where
     the caller's request holds the id (a route's path parameter), for a 422."""
     pin_id = check_id(pin_id, PIN, loc or ["pin"])
-    with svc.holds.changing:
-        hold = svc.holds.live(pin_id, PIN)
+
+    def renewed(hold: Hold) -> Hold:
+        # Judged on the pin as the append finds it: a release landed through another
+        # server since this process read it makes this renewal the 410 of one sent after
+        # the release, never a 200 of a released pin.
+        require_live(hold, PIN, utcnow())
         if hold.created_by != user:
             raise NotYours(_NOT_YOURS[PIN])
         now = utcnow()
-        return svc.holds.write(replace(hold, expires_at=now + ttl, updated_at=now)).wire(now)
+        return replace(hold, expires_at=now + ttl, updated_at=now)
+
+    with svc.holds.changing:
+        hold = svc.holds.live(pin_id, PIN)  # early, for the common refusals
+        if hold.created_by != user:
+            raise NotYours(_NOT_YOURS[PIN])
+        return svc.holds.change(pin_id, PIN, renewed).wire(utcnow())
 
 
 def release(svc: MemoryService, user: str, hold_id: str, kind: Kind,
@@ -399,10 +445,12 @@ def release(svc: MemoryService, user: str, hold_id: str, kind: Kind,
         hold = svc.holds.get(hold_id, kind)
         if hold.created_by != user:
             raise NotYours(_NOT_YOURS[kind])
-        now = utcnow()
         if not hold.released:
-            hold = svc.holds.write(replace(hold, released=True, updated_at=now))
-        return hold.wire(now)
+            # Made from the hold as the append finds it: the expiry a renewal through
+            # another server set in between is the one the released hold keeps.
+            hold = svc.holds.change(hold_id, kind, lambda held: replace(
+                held, released=True, updated_at=utcnow()))
+        return hold.wire(utcnow())
 
 
 def show(svc: MemoryService, hold_id: str, kind: Kind,

@@ -201,11 +201,20 @@ class Sync:
         snap = table.metadata.current_snapshot()  # one metadata object, read once
         if snap is not None and snap.snapshot_id != self._principals_seen:
             with self._lock:
-                if snap.snapshot_id != self.index.principals_snapshot():
-                    self.index.replace_principals(_newest(table, snap.snapshot_id),
-                                                  snap.snapshot_id)
-                self._principals_seen = snap.snapshot_id
+                seen = snap.snapshot_id
+                if seen != self.index.principals_snapshot():
+                    # The table is read again under the index's lock: another process may
+                    # have copied a newer snapshot meanwhile, never to be put back.
+                    seen = self.index.replace_principals(self._newest_principals)
+                self._principals_seen = seen
         return self.index.principal(user)
+
+    def _newest_principals(self) -> tuple[list[Principal], int]:
+        """The principals table's newest rows, and its snapshot's id, read now."""
+        table = self.tables.system("principals")
+        snap = table.metadata.current_snapshot()
+        assert snap is not None  # a table with a snapshot keeps one
+        return _newest(table, snap.snapshot_id), snap.snapshot_id
 
 
 def _writers(pending: list[LedgerEntry], name: str) -> set[str]:

@@ -563,7 +563,8 @@ class MemoryTables:
         assert snapshot is not None
         return snapshot.snapshot_id
 
-    def append_anew(self, namespace: str, name: str, rows: pa.Table,
+    def append_anew(self, namespace: str, name: str,
+                    rows: pa.Table | Callable[[Table], pa.Table],
                     backoff: Backoff | None = None,
                     check: Callable[[Table], None] | None = None) -> tuple[Table, int]:
         """Append rows that each stand alone (a principal, a workspace's or a hold's next
@@ -575,17 +576,22 @@ class MemoryTables:
 
         ``check`` runs in each attempt on the table as of exactly the snapshot the append
         asserts (a write of another thread or server in between fails the append, and the
-        next attempt checks again); it raises to abandon the write (If-Match)."""
+        next attempt checks again); it raises to abandon the write (If-Match). ``rows``
+        may be made there too: a function of that table, called after ``check``, for rows
+        built from the state they follow (a hold's next row)."""
 
         def attempt() -> tuple[Table, int]:
             table = self.private(namespace, name)
-            if check is not None:
-                check(table)
+            if check is not None or callable(rows):
+                if check is not None:
+                    check(table)
+                made = rows(table) if callable(rows) else rows
                 # pyiceberg would rebase a lost append onto the winner's snapshot, past the
                 # state just checked: this one fails instead (the object is ours alone;
                 # the property is not committed), and the next attempt checks again.
                 table.metadata = table.metadata.model_copy(update={"properties": {
                     **table.metadata.properties, "commit.retry.num-retries": "0"}})
+                return table, self.append(table, made)
             return table, self.append(table, rows)
 
         return until_won(attempt, backoff or Backoff())[0]
