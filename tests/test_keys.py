@@ -7,7 +7,9 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -314,3 +316,49 @@ def test_the_sessions_and_workspace_listings_with_keys_on(tmp_path: Path) -> Non
             assert [s["id"] for s in op.get(f"/workspaces/{ws}/snapshots").json()[
                 "snapshots"]] == [snap.json()["id"]]
             assert httpx.get(srv.url + "/sessions", params=listing).status_code == 401
+
+
+def test_a_slow_reload_never_installs_the_older_file_last(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two requests reload the keys file across a rewrite: the one that read the older
+    content (its parse slowed here) must not install it after the newer one, or a key
+    removed from the file works again until the next reload."""
+    from ampup_memory import auth
+    from ampup_memory.amp.store.registry import open_store
+
+    old_key, new_key = "amp_old_" + "a" * 40, "amp_new_" + "b" * 40
+    keys_file = tmp_path / "keys.json"
+
+    def write(key: str) -> bytes:
+        content = json.dumps({"agent_x": "sha256:" + hashlib.sha256(key.encode())
+                              .hexdigest()}).encode()
+        keys_file.write_bytes(content)
+        return content
+
+    old_content = write(old_key)
+    store = open_store(f"sqlite:///{tmp_path}/amp.db", 8)
+    try:
+        ring = auth.KeyRing(store, keys_file)
+        ring._file_content = None  # as if the file had just changed: both threads reload
+        parse, read_old = auth.parse_keys_file, threading.Event()
+
+        def slow_parse(content: bytes) -> dict[str, str]:
+            if content == old_content:
+                read_old.set()
+                time.sleep(0.5)  # the rewrite and the other reload happen meanwhile
+            return parse(content)
+
+        monkeypatch.setattr(auth, "parse_keys_file", slow_parse)
+        slow = threading.Thread(target=ring._reload_file)
+        slow.start()
+        assert read_old.wait(5)
+        new_content = write(new_key)  # the old key is removed from the file
+        ring._reload_file()
+        slow.join()
+        # What the ring holds now, read without a reload (a lookup would reload and hide
+        # the older content it had installed until then).
+        assert ring._file_content == new_content
+        assert set(ring._file_keys) == {auth.hash_key(new_key)}
+        assert ring.lookup(new_key, datetime.now(UTC)) is not None
+    finally:
+        store.close()

@@ -11,6 +11,7 @@ import hashlib
 import hmac
 import logging
 import secrets
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -86,6 +87,10 @@ class KeyRing:
         self.keys_file = keys_file
         self._file_keys: dict[str, str] = {}  # hash -> agent
         self._file_content: bytes | None = None
+        # One reload at a time: two requests reading the file across a rewrite could
+        # otherwise install the older content last, and a key removed from the file would
+        # work again until the next reload.
+        self._file_lock = threading.Lock()
         self._reload_file(at_start=True)
 
     def _reload_file(self, at_start: bool = False) -> None:
@@ -105,20 +110,21 @@ class KeyRing:
             log.warning("AMP_API_KEYS_FILE %s does not exist: it grants no key until a file "
                         "is created there; meanwhile only keys made with `ampup-memory keys "
                         "create` are accepted", self.keys_file)
-        try:
-            content = self.keys_file.read_bytes() if self.keys_file.exists() else b"{}"
-            if content == self._file_content:
+        with self._file_lock:
+            try:
+                content = self.keys_file.read_bytes() if self.keys_file.exists() else b"{}"
+                if content == self._file_content:
+                    return
+                entries = parse_keys_file(content)
+            except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+                problem = f"cannot read AMP_API_KEYS_FILE {self.keys_file}: {exc}"
+                if at_start:
+                    raise ConfigurationError(problem) from exc
+                log.error("%s; no key from that file is accepted until it is fixed", problem)
+                self._file_keys, self._file_content = {}, None
                 return
-            entries = parse_keys_file(content)
-        except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-            problem = f"cannot read AMP_API_KEYS_FILE {self.keys_file}: {exc}"
-            if at_start:
-                raise ConfigurationError(problem) from exc
-            log.error("%s; no key from that file is accepted until it is fixed", problem)
-            self._file_keys, self._file_content = {}, None
-            return
-        self._file_keys = {h.lower(): agent for agent, h in entries.items()}
-        self._file_content = content
+            self._file_keys = {h.lower(): agent for agent, h in entries.items()}
+            self._file_content = content
 
     def lookup(self, key: str, now: datetime) -> KeyRecord | None:
         digest = hash_key(key)
