@@ -664,9 +664,11 @@ def test_keyword_scores_agree_across_stores(
 @pytest.mark.postgres
 def test_postgres_status_moves_beside_a_reembedding_never_deadlock(
         postgres: PostgresFactory) -> None:
-    """A lifecycle pass's batch and a re-embedding's batch each lock many rows; taken in
-    different orders they deadlock (PostgreSQL aborts one: a 503). Both take them in id
-    order. The batch is handed over in descending order to show the order is the store's."""
+    """A lifecycle pass's moves and a re-embedding's batch at once: a batch of moves as one
+    statement locked its rows in the order it was handed (here descending) while the
+    re-embedding locks in id order, and they deadlocked (PostgreSQL aborts one: a 503).
+    Each move is now its own transaction, so neither holds more than one row the other
+    wants."""
     store = open_store(postgres.new_database("deadlock"), DIMS)
     try:
         cells = [add(store, make(n, f"note {n}")) for n in range(1, 151)]
