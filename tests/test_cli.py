@@ -278,22 +278,15 @@ def test_command_help_speaks_no_http() -> None:
 
     import click
 
-    from ampup_memory.cli import SETTING_FIELDS
-    from ampup_memory.cli import cli as command_line
+    from ampup_memory.cli import SETTING_FIELDS, command_tree
 
     http = re.compile(r"\b(GET|POST|PUT|PATCH|DELETE) /|\b[45]\d\d\b|HTTP|\broutes?\b")
     said: list[str] = []
-
-    def walk(group: click.Group, prefix: str) -> None:
-        for name, command in group.commands.items():
-            texts = [command.help or ""] + [
-                p.help or "" for p in command.params
-                if isinstance(p, click.Option) and p.name not in SETTING_FIELDS]
-            said.extend(f"{prefix}{name}: {t}" for t in texts if http.search(t))
-            if isinstance(command, click.Group):
-                walk(command, f"{prefix}{name} ")
-
-    walk(command_line, "")
+    for path, command in command_tree():
+        texts = [command.help or ""] + [
+            p.help or "" for p in command.params
+            if isinstance(p, click.Option) and p.name not in SETTING_FIELDS]
+        said.extend(f"{path}: {t}" for t in texts if http.search(t))
     assert said == []
 
 
@@ -304,20 +297,16 @@ def test_every_command_and_option_says_what_it_is() -> None:
     import click
 
     from ampup_memory.cli import cli as command_line
+    from ampup_memory.cli import command_tree
 
     missing: list[str] = []
-
-    def walk(command: click.Command, path: str) -> None:
+    for path, command in [("", command_line), *command_tree()]:
+        where = f"ampup-memory {path}".rstrip()
         if not (command.help or "").strip():
-            missing.append(f"{path}: no description")
+            missing.append(f"{where}: no description")
         for param in command.params:
             if isinstance(param, click.Option) and not (param.help or "").strip():
-                missing.append(f"{path} {param.opts[0]}: no help")
-        if isinstance(command, click.Group):
-            for name, sub in command.commands.items():
-                walk(sub, f"{path} {name}")
-
-    walk(command_line, "ampup-memory")
+                missing.append(f"{where} {param.opts[0]}: no help")
     assert missing == []
 
 
