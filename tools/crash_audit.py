@@ -95,6 +95,11 @@ class CrashAudit(Audit):
     mcp_calls: int = 0
     kills: int = 0
     samples: dict[str, str] = field(default_factory=dict)  # "tool outcome" -> one answer
+    checked: dict[str, int] = field(default_factory=dict)  # what the checks looked at
+
+    def count(self, what: str, n: int = 1) -> None:
+        with self.lock:
+            self.checked[what] = self.checked.get(what, 0) + n
 
     def send(self, call: Call, server: int = 0) -> Answer:
         server %= len(self.clients)
@@ -127,6 +132,7 @@ class Round:
     cells: dict[str, list[tuple[str, Answer]]] = field(default_factory=dict)
     deleted: dict[str, Answer] = field(default_factory=dict)
     refused_texts: set[str] = field(default_factory=set)
+    refused_values: set[str] = field(default_factory=set)
     episodes: list[Answer] = field(default_factory=list)
     shared: dict[str, list[Answer]] = field(default_factory=dict)
     facts: list[Answer] = field(default_factory=list)
@@ -202,6 +208,14 @@ def fact_writer(audit: CrashAudit, r: Round, t: int) -> None:
     mine = f"own{t}"
     while not r.stop.is_set():
         i += 1
+        if i % 5 == 0:  # a quote its episode does not hold: refused, never applied
+            a = audit.send(fact_call(r.scope, r.ep, "not in the episode", "acme", "budget",
+                                     f"refused {t}-{i}"), t)
+            if a.status != "cut":
+                r.refused_values.add(a.body["value"])
+                audit.expect(a.status == 422, "fact with a wrong quote not refused",
+                             f"{a.status} {a.text[:200]}")
+            continue
         if i % 2:
             r.facts.append(audit.send(fact_call(r.scope, r.ep, r.quote, "acme", "budget",
                                                 f"v{t}-{i}"), t))
@@ -278,7 +292,7 @@ async def mcp_writers(audit: CrashAudit, r: Round, headers: dict[str, str]) -> N
     connects again."""
 
     async def one(client: Any, server: int, sent: float, tool: str,
-                  args: dict[str, Any]) -> bool:
+                  args: dict[str, Any]) -> tuple[bool, Any]:
         """``sent``: when its session was made (one made before its server was killed
         dies with it, whenever it is used)."""
         try:
@@ -286,18 +300,18 @@ async def mcp_writers(audit: CrashAudit, r: Round, headers: dict[str, str]) -> N
                 result = await client.call_tool(tool, args)
         except MCPError as exc:
             r.mcp.append((tool, args, "json-rpc error", str(exc), sent, time.monotonic()))
-            return True
+            return True, None
         except Exception as exc:  # the client broke: a finding unless its server died
             r.mcp.append((tool, args, "broke", f"server {server}: {exc!r}", sent,
                           time.monotonic()))
-            return False
+            return False, None
         outcome = "error" if result.is_error else "ok"
         try:
             payload: Any = json.loads(text_of(result))
         except ValueError:
             payload = text_of(result)
         r.mcp.append((tool, args, outcome, payload, sent, time.monotonic()))
-        return True
+        return True, payload if outcome == "ok" else None
 
     async def through(server: int) -> None:
         k = server * 1000
@@ -329,18 +343,17 @@ async def mcp_writers(audit: CrashAudit, r: Round, headers: dict[str, str]) -> N
         ]
         if runs:
             calls.append(("reward_run", {"run": runs[-1], "reward": 1.0, "reason": f"mcp {k}"}))
-        before = len(r.mcp)
-        answered = await asyncio.gather(*(one(client, server, connected, tool, args)
-                                          for tool, args in calls))
+        answers = await asyncio.gather(*(one(client, server, connected, tool, args)
+                                         for tool, args in calls))
         audit.mcp_calls += len(calls)
-        made = [p.split("mem_", 1)[1].split()[0].strip(".")
-                for (tool, _, out, p, _, _) in r.mcp[before:]
-                if tool == "amp_remember" and out == "ok" and isinstance(p, str)
-                and "mem_" in p]
-        for cell in made[:1]:
+        made = [p for (tool, _), (_, p) in zip(calls, answers, strict=True)
+                if tool == "amp_remember" and isinstance(p, str) and "mem_" in p]
+        for text in made[:1]:  # the cell this batch made, forgotten through the same server
             audit.mcp_calls += 1
-            answered.append(await one(client, server, connected, "amp_forget",
-                                      {"memory_id": f"mem_{cell}", "owner_id": "crash_owner"}))
+            answers.append(await one(client, server, connected, "amp_forget", {
+                "memory_id": "mem_" + text.split("mem_", 1)[1].split()[0].strip("."),
+                "owner_id": "crash_owner"}))
+        answered = [went for went, _ in answers]
         return all(answered)
 
     async with anyio.create_task_group() as tasks:
@@ -399,6 +412,7 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
     for a in r.episodes + [a for group in r.shared.values() for a in group]:
         if not ack(a):
             continue
+        audit.count("acknowledged episodes")
         audit.expect(a.data["commit"] in in_ledger, "acknowledged episode's commit missing",
                      f"{a.data['id']} commit {a.data['commit']}")
         for server in range(n):
@@ -410,6 +424,7 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
     # Facts: every acknowledged one in the ledger; the newest commit's value current; no
     # listed fact without its episode or its commit.
     acked = {a.data["commit"]: a.body["value"] for a in r.facts if ack(a)}
+    audit.count("acknowledged facts", len(acked))
     missing = [c for c in acked if c not in in_ledger]
     audit.expect(not missing, "acknowledged fact's commit missing from the ledger",
                  f"{len(missing)} of {len(acked)}")
@@ -442,6 +457,8 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
     seen_eps: set[str] = set()
     for entity in ["acme", *r.own, *(e for _, e in r.merges)]:
         for f in facts(audit, r.scope, entity, history="true"):
+            audit.expect(f["value"] not in r.refused_values, "refused fact applied",
+                         f"{f['id']}: {f['value']!r}")
             audit.expect(f["commit"] in in_ledger | branch_commits,
                          "listed fact's commit is not in the ledger",
                          f"{f['id']} commit {f['commit']}")
@@ -450,6 +467,7 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
                     seen_eps.add(cite["episode"])
                     audit.expect(episode_there(cite["episode"], 0), "fact without its episode",
                                  f"{f['id']} cites {cite['episode']}")
+    whole_commits(audit, r, commits)
     # Merges: an acknowledged merge's fact is on main.
     for m, entity in r.merges:
         if ack(m) and m.data.get("merged", True):
@@ -490,6 +508,7 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
                 audit.expect(got.status in (403, 404), "deleted cell readable",
                              f"server {server}: {cell} {got.status}")
             continue
+        audit.count("acknowledged cells")
         texts = [(t, a) for t, a in writes if t]
         last = max((i for i, (_, a) in enumerate(texts) if ack(a)), default=None)
         if last is None:
@@ -519,6 +538,43 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
     del procs
 
 
+def whole_commits(audit: CrashAudit, r: Round, commits: list[dict[str, Any]]) -> None:
+    """No half-written commit is visible, whoever wrote it (acknowledged, refused or cut
+    by the kill): every listed episode's commit is in the ledger, and every commit of
+    main that counts episodes or facts (a merge aside) shows them, through every server."""
+    in_ledger = {c["id"]: c for c in commits}
+    fact_commits: set[str] = set()
+    for entity in ["acme", *r.own]:
+        fact_commits |= {f["commit"] for f in facts(audit, r.scope, entity, history="true")}
+    for server in range(len(audit.urls)):
+        listed: list[dict[str, Any]] = []
+        after: str | None = None
+        while True:
+            params = {"scope": r.scope, "limit": "1000", **({"after": after} if after else {})}
+            page = audit.ok(Call("GET", "/episodes", "/episodes", params=params), server)
+            listed += page["episodes"]
+            after = page.get("next_after")
+            if not after:
+                break
+        with_episodes = {e["commit"] for e in listed}
+        audit.count("listed episodes", len(listed))
+        audit.count("ledger commits (kinds " + ",".join(sorted({c["kind"] for c in commits}))
+                    + ")", len(commits))
+        for e in listed:
+            audit.expect(e["commit"] in in_ledger, "episode without its ledger row",
+                         f"server {server}: {e['id']} commit {e['commit']}")
+        for c in commits:
+            if c["kind"] != "commit":
+                continue
+            if c["changes"].get("episodes") and c["id"] not in with_episodes:
+                audit.find("ledger row without its episodes",
+                           f"server {server}: {c['id']} {c['message']!r} {c['changes']}")
+            if (server == 0 and c["changes"].get("facts") and not c["changes"].get("closures")
+                    and c["id"] not in fact_commits):
+                audit.find("ledger row without its facts", f"{c['id']} {c['message']!r} "
+                                                          f"{c['changes']}")
+
+
 def check_mcp_writes(audit: CrashAudit, r: Round, in_ledger: set[str],
                      kept: dict[str, set[str]]) -> None:
     """What MCP acknowledged is there too: its episodes (one per note), closes, merges and
@@ -536,6 +592,7 @@ def check_mcp_writes(audit: CrashAudit, r: Round, in_ledger: set[str],
                        f"{got.status} {json.dumps((got.data or {}).get('lifecycle'))}")
         if out != "ok":
             continue
+        audit.count("acknowledged MCP writes")
         if tool in ("remember_memory", "close_memory", "merge_memory", "reward_run"):
             commit = p.get("commit") if isinstance(p, dict) else None
             if tool == "merge_memory" and isinstance(p, dict) and not p.get("merged"):
@@ -699,6 +756,7 @@ def main(argv: list[str] | None = None) -> int:
             findings += audit.findings
             sent, mcp, kills = sent + audit.sent, mcp + audit.mcp_calls, kills + audit.kills
             samples[config] = audit.samples
+            print(f"{config} checked: {json.dumps(audit.checked)}", flush=True)
     report = [{"config": f.config, "scenario": f.scenario, "kind": f.kind,
                "detail": f.detail} for f in findings]
     (args.out / "findings.json").write_text(json.dumps(report, indent=1))
