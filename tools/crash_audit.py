@@ -150,7 +150,7 @@ class Round:
 
 def cell_writer(audit: CrashAudit, r: Round, t: int) -> None:
     """Its own cells, one after another: PATCHes of its text, a stale If-Match now and
-    then (412), every tenth step one archived and deleted."""
+    then (412); every tenth step on to a new cell, one in three archived and deleted."""
     server, cell, tag, i = t, None, "", 0
     while not r.stop.is_set():
         i += 1
@@ -162,6 +162,9 @@ def cell_writer(audit: CrashAudit, r: Round, t: int) -> None:
             if a.status == 201:
                 cell, tag = a.data["id"], ""
                 r.cells[cell] = [(text, a)]
+            continue
+        if i % 10 == 0 and (i // 10) % 3:  # on to a new cell, this one kept
+            cell = None
             continue
         if i % 10 == 0:
             a = audit.send(amp_patch(cell, {"lifecycle": {"status": "archived"}}), server)
