@@ -58,6 +58,7 @@ from tools.mcp_audit import INTERNAL, http_client, text_of
 from tools.race_audit import (
     ADMIN_TOKEN,
     TIME_LIMIT,
+    USER,
     Answer,
     Audit,
     Call,
@@ -73,6 +74,8 @@ from tools.race_audit import (
     new_scope,
     serving,
 )
+
+from ampup_memory.memory.mcp_tools import NOTE_PREFIX
 
 ADMIN = {"X-AMP-Admin-Token": ADMIN_TOKEN}
 LIFECYCLE_CELLS = 300
@@ -194,9 +197,10 @@ def episode_writer(audit: CrashAudit, r: Round, t: int) -> None:
     while not r.stop.is_set():
         i += 1
         body: dict[str, Any]
-        if i % 3 == 0:  # one body sent by every episode writer: one episode
+        if i % 3 == 0:  # one note sent by every episode writer and MCP: one episode
             key = f"shared {r.number}-{i}"
-            body = {"scope": r.scope, "source": f"slack:C1:{key}", "body": key, "acl": ["*"]}
+            body = {"scope": r.scope, "source": f"{NOTE_PREFIX}{USER}:chat", "body": key,
+                    "acl": ["*"]}
             a = audit.send(Call("POST", "/episodes", "/episodes", body), t)
             r.shared.setdefault(key, []).append(a)
         else:
@@ -337,6 +341,8 @@ async def mcp_writers(audit: CrashAudit, r: Round, headers: dict[str, str]) -> N
             ("remember_memory", {"scope": r.scope, "text": f"mcp note {k}", "acl": ["*"]}),
             ("remember_memory", {"scope": r.scope, "text": f"shared mcp note {k // 2}",
                                  "acl": ["*"]}),
+            ("remember_memory", {"scope": r.scope, "acl": ["*"],  # a REST writer's note
+                                 "text": max(r.shared, default="shared none")}),
             ("close_memory", {"scope": r.scope, "entity": "acme", "predicate": "budget",
                               "reason": f"mcp close {k}"}),
             ("branch_memory", {"scope": r.scope, "name": f"b{r.number}-{k % 1000}"}),
@@ -422,7 +428,12 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
             audit.expect(episode_there(a.data["id"], server), "acknowledged episode missing",
                          f"server {server}: {a.data['id']}")
     for key, group in r.shared.items():
-        ids = {a.data["id"] for a in group if ack(a)}
+        ids = {a.data["id"] for a in group if ack(a)} | {
+            p["id"] for (tool, args, out, p, _, _) in r.mcp
+            if tool == "remember_memory" and out == "ok" and args["text"] == key}
+        if any(tool == "remember_memory" and args["text"] == key
+               for (tool, args, *_) in r.mcp):
+            audit.count("notes sent through REST and MCP")
         audit.expect(len(ids) <= 1, "one body became several episodes", f"{key}: {ids}")
     # Facts: every acknowledged one in the ledger; the newest commit's value current; no
     # listed fact without its episode or its commit.
