@@ -337,7 +337,7 @@ async def mcp_writers(audit: CrashAudit, r: Round, headers: dict[str, str]) -> N
 
     async def batch(client: Any, server: int, k: int, connected: float) -> bool:
         runs = [a.data["id"] for a in r.runs[-4:] if a.status == 201]
-        calls = [
+        calls: list[tuple[str, dict[str, Any]]] = [
             ("remember_memory", {"scope": r.scope, "text": f"mcp note {k}", "acl": ["*"]}),
             ("remember_memory", {"scope": r.scope, "text": f"shared mcp note {k // 2}",
                                  "acl": ["*"]}),
@@ -449,25 +449,26 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
                    if c["id"] in acked or c["id"] in mcp_closes), None)
     for server in range(n):
         listed = facts(audit, r.scope, "acme", server)
-        got = [f["value"] for f in listed if f["predicate"] == "budget"]
+        values = [f["value"] for f in listed if f["predicate"] == "budget"]
         if mcp_closes:  # a closure holds against later facts of an older valid_from
-            audit.expect(len(got) <= 1 and set(got) <= set(acked.values()) | cut_values,
-                         "current value was never acknowledged", f"server {server}: {got}")
+            audit.expect(len(values) <= 1 and set(values) <= set(acked.values()) | cut_values,
+                         "current value was never acknowledged", f"server {server}: {values}")
         elif newest in acked:
-            audit.expect(got == [acked[newest]] or (len(got) == 1 and got[0] in cut_values),
+            audit.expect(values == [acked[newest]]
+                         or (len(values) == 1 and values[0] in cut_values),
                          "newest acknowledged fact is not current",
-                         f"server {server}: current {got}, newest commit's {acked[newest]!r}")
-    for entity, writes in r.own.items():
-        last = max((i for i, a in enumerate(writes) if ack(a)), default=None)
+                         f"server {server}: current {values}, newest commit's {acked[newest]!r}")
+    for entity, versions in r.own.items():
+        last = max((i for i, a in enumerate(versions) if ack(a)), default=None)
         if last is None:
             continue
-        maybe = {writes[last].body["value"]} | {a.body["value"] for a in writes[last + 1:]
-                                                if not ack(a) and a.status == "cut"}
+        maybe = {versions[last].body["value"]} | {
+            a.body["value"] for a in versions[last + 1:] if a.status == "cut"}
         for server in range(n):
-            got = [f["value"] for f in facts(audit, r.scope, entity, server)]
-            audit.expect(len(got) == 1 and got[0] in maybe, "last acknowledged fact lost",
-                         f"server {server}: {entity} {got}, last acknowledged "
-                         f"{writes[last].body['value']!r}")
+            values = [f["value"] for f in facts(audit, r.scope, entity, server)]
+            audit.expect(len(values) == 1 and values[0] in maybe, "last acknowledged fact lost",
+                         f"server {server}: {entity} {values}, last acknowledged "
+                         f"{versions[last].body['value']!r}")
     seen_eps: set[str] = set()
     for entity in ["acme", *r.own, *(e for _, e in r.merges)]:
         for f in facts(audit, r.scope, entity, history="true"):
@@ -485,11 +486,11 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
     # Merges: an acknowledged merge's fact is on main.
     for m, entity in r.merges:
         if ack(m) and m.data.get("merged", True):
-            got = facts(audit, r.scope, entity)
-            audit.expect(bool(got), "merged fact missing from main", f"{entity}: {m.text[:200]}")
+            values = facts(audit, r.scope, entity)
+            audit.expect(bool(values), "merged fact missing from main", f"{entity}: {m.text[:200]}")
     names = [a for a in r.branches if a.status == 201]
     audit.expect(len({a.body["name"] for a in names}) == len(names),
-                 "one branch name created twice", counts(r.branches))
+                 "one branch name created twice", str(counts(r.branches)))
     # Pins, runs, rewards.
     for p in r.pins:
         if ack(p):
@@ -698,6 +699,13 @@ def one_round(audit: CrashAudit, procs: list[ServerProcess], number: int, kill: 
         t.join()
     log(f"  round {number}: {len(audit.log)} writes ({counts([s.answer for s in audit.log])}),"
         f" MCP {mcp_tally(r)}")
+    if kill:  # how the others served while one was down
+        meanwhile = [s.answer for s in audit.log if s.server != victim
+                     and killed <= s.answer.sent <= up]
+        slowest = max((a.done - a.sent for a in meanwhile), default=0.0)
+        audit.count("requests to the others while one was down", len(meanwhile))
+        log(f"  round {number}: while server {victim} was down the others answered "
+            f"{counts(meanwhile)}, slowest {slowest:.2f} s")
     for key, text in r.samples.items():
         audit.samples.setdefault(key, text)
     check_round(audit, r, procs)
