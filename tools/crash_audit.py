@@ -78,7 +78,7 @@ from tools.race_audit import (
 from ampup_memory.memory.mcp_tools import NOTE_PREFIX
 
 ADMIN = {"X-AMP-Admin-Token": ADMIN_TOKEN}
-LIFECYCLE_CELLS = 300
+LIFECYCLE_CELLS = 600
 
 
 @dataclass
