@@ -301,17 +301,26 @@ async def mcp_writers(audit: CrashAudit, r: Round, headers: dict[str, str]) -> N
     async def one(client: Any, server: int, sent: float, tool: str,
                   args: dict[str, Any]) -> tuple[bool, Any]:
         """``sent``: when its session was made (one made before its server was killed
-        dies with it, whenever it is used)."""
+        dies with it, whenever it is used). A call its session's end cancels is "cut":
+        its outcome unknown, as a REST request's whose connection broke."""
+        outcome = "cut"
         try:
             with anyio.fail_after(MCP_CALL_LIMIT):
                 result = await client.call_tool(tool, args)
+            outcome = "answered"
         except MCPError as exc:
-            r.mcp.append((tool, args, "json-rpc error", str(exc), sent, time.monotonic()))
+            outcome = "json-rpc error"
+            r.mcp.append((tool, args, outcome, str(exc), sent, time.monotonic()))
             return True, None
         except Exception as exc:  # the client broke: a finding unless its server died
-            r.mcp.append((tool, args, "broke", f"server {server}: {exc!r}", sent,
+            outcome = "broke"
+            r.mcp.append((tool, args, outcome, f"server {server}: {exc!r}", sent,
                           time.monotonic()))
             return False, None
+        finally:
+            if outcome == "cut":  # cancelled: its session ended under it
+                r.mcp.append((tool, args, "cut", f"server {server}: no answer", sent,
+                              time.monotonic()))
         outcome = "error" if result.is_error else "ok"
         try:
             payload: Any = json.loads(text_of(result))
@@ -397,7 +406,7 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
         text = json.dumps(payload) if not isinstance(payload, str) else payload
         if outcome == "json-rpc error":
             audit.find("MCP answered a JSON-RPC error", f"{tool} {json.dumps(args)}: {text}")
-        elif outcome == "broke" and not audit.was_down(int(text.split()[1].rstrip(":")),
+        elif outcome in ("broke", "cut") and not audit.was_down(int(text.split()[1].rstrip(":")),
                                                        sent, done):
             audit.find("MCP call broke", f"{tool} {json.dumps(args)}: {text[:300]}")
         elif INTERNAL in text or "Traceback" in text:
@@ -445,19 +454,28 @@ def check_round(audit: CrashAudit, r: Round, procs: list[ServerProcess]) -> None
     cut_values = {a.body["value"] for a in r.facts if a.status == "cut"}
     mcp_closes = [c for (tool, _, out, p, _, _) in r.mcp if tool == "close_memory"
                   and out == "ok" and isinstance(p, dict) for c in [p.get("commit")] if c]
+    unknown_closes = sum(tool == "close_memory" and out in ("cut", "broke")
+                         for (tool, _, out, *_) in r.mcp)  # may have landed
+    unknown_close = unknown_closes > 0
+    closures = [c["id"] for c in commits if c["changes"].get("closures")]
+    audit.expect(len(closures) <= len(mcp_closes) + unknown_closes,
+                 "a refused close was applied", f"{len(closures)} closure commits, "
+                 f"{len(mcp_closes)} closes acknowledged, {unknown_closes} cut")
     newest = next((c["id"] for c in commits
                    if c["id"] in acked or c["id"] in mcp_closes), None)
     for server in range(n):
         listed = facts(audit, r.scope, "acme", server)
         values = [f["value"] for f in listed if f["predicate"] == "budget"]
-        if mcp_closes:  # a closure holds against later facts of an older valid_from
+        if mcp_closes or unknown_close:  # a closure holds against later facts of an
+            # older valid_from (the facts here take the episode's)
             audit.expect(len(values) <= 1 and set(values) <= set(acked.values()) | cut_values,
                          "current value was never acknowledged", f"server {server}: {values}")
         elif newest in acked:
             audit.expect(values == [acked[newest]]
                          or (len(values) == 1 and values[0] in cut_values),
                          "newest acknowledged fact is not current",
-                         f"server {server}: current {values}, newest commit's {acked[newest]!r}")
+                         f"server {server}: current {values}, newest commit's {acked[newest]!r}"
+                         f"; closures in the ledger {closures}")
     for entity, versions in r.own.items():
         last = max((i for i, a in enumerate(versions) if ack(a)), default=None)
         if last is None:
