@@ -7,8 +7,8 @@ does the work again (writing a vector twice is harmless). A store with cells and
 (made before stores kept one) is re-embedded once; an empty one is just recorded.
 
 One process at a time does it, under the store's lease (on PostgreSQL a session advisory
-lock, on SQLite a file lock: both end with their process); a process that waited re-reads the record and finds the work done. Re-embedding
-touches no clock: it is not an update.
+lock, on SQLite a file lock: both end with their process); a process that waited re-reads
+the record and finds the work done. Re-embedding touches no clock: it is not an update.
 """
 
 from __future__ import annotations
