@@ -512,23 +512,35 @@ def test_bodies_are_parsed_strictly(http: httpx.Client, uid: str) -> None:
     assert http.get(f"/memories/{cell['id']}", headers=me).json()["scoring"]["importance"] == 0.5
 
 
-def test_a_manual_run_is_503_while_another_pass_holds_the_lease(
+HOLD_THE_LEASE = """
+import sys, time
+from ampup_memory.amp.service import LIFECYCLE_LEASE
+from ampup_memory.amp.store.sqlite import SQLiteStore
+with SQLiteStore("sqlite:///" + sys.argv[1], None).lease(LIFECYCLE_LEASE, 600) as held:
+    print("held" if held else "taken", flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_manual_run_waits_for_a_live_pass_not_a_killed_one(
         tmp_path_factory: pytest.TempPathFactory) -> None:
     """docs/api.md: 503 UNAVAILABLE when a manual run waited AMP_LIFECYCLE_RUN_WAIT_SECONDS
-    (30 s by default; 3 here) for another process's pass. Another process is played by its
-    lease row in the shared SQLite store."""
+    (30 s by default; 3 here) for another process's pass; another process holds the lease
+    here, mid-"pass". Killed (kill -9), it holds nothing: the next run answers 200 at once
+    (its lease row kept the lifecycle from every process for 600 s, each manual run 503)."""
+    import subprocess
+    import sys
+    import time
+
     home = tmp_path_factory.mktemp("lease-wait")
     env = {"AMP_ADMIN_TOKEN": ADMIN_TOKEN, "AMP_LIFECYCLE_RUN_WAIT_SECONDS": "3"}
     with ServerProcess(home, env=env) as server, httpx.Client(
             base_url=server.url + "/amp/v1", timeout=30) as http:
-        import sqlite3
-        import time
-
-        db = sqlite3.connect(server.home / "amp.db", timeout=30)
+        holder = subprocess.Popen([sys.executable, "-c", HOLD_THE_LEASE,
+                                   str(server.home / "amp.db")], stdout=subprocess.PIPE)
         try:
-            with db:
-                db.execute("INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)",
-                           ("amp-lifecycle", "another-host:1", time.time() + 120))
+            assert holder.stdout is not None
+            assert holder.stdout.readline().strip() == b"held"
             start = time.monotonic()
             r = http.post("/lifecycle/run", headers=ADMIN, json={}, timeout=90)
             waited = time.monotonic() - start
@@ -540,7 +552,9 @@ def test_a_manual_run_is_503_while_another_pass_holds_the_lease(
             dry = http.post("/lifecycle/run", headers=ADMIN, json={"dry_run": True})
             assert dry.status_code == 200
         finally:
-            with db:
-                db.execute("DELETE FROM leases WHERE holder = 'another-host:1'")
-            db.close()
-        assert http.post("/lifecycle/run", headers=ADMIN, json={}).status_code == 200
+            holder.kill()  # kill -9, mid-"pass"
+            holder.wait(10)
+        start = time.monotonic()
+        r = http.post("/lifecycle/run", headers=ADMIN, json={}, timeout=90)
+        assert r.status_code == 200, r.text
+        assert time.monotonic() - start < 2.5

@@ -1326,7 +1326,7 @@ def serving(config: str, home: Path, pg: PostgresFactory | None,
             ) -> Iterator[tuple[list[ServerProcess], dict[str, str], dict[str, str]]]:
     env = {**os.environ, **QUIET, "AMPUP_MEMORY_HOME": str(home / "cli"),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    count = 2 if config.endswith("-2") else 1
+    count = int(config.rsplit("-", 1)[1]) if config[-1].isdigit() else 1  # postgres-N
     if config.startswith("postgres"):
         assert pg is not None
         url = pg.new_database("race")

@@ -6,9 +6,13 @@ readers run beside the one writer, and ``close_all`` ends every thread's connect
 
 from __future__ import annotations
 
+import fcntl
+import os
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Literal
 
@@ -23,6 +27,45 @@ def sqlite_path(uri: str) -> Path:
     if not raw or "\x00" in raw or "?" in raw:
         raise ConfigurationError(f"invalid SQLite path in {uri!r}")
     return Path(raw).expanduser()
+
+
+def poll(take: Callable[[], bool], wait: float) -> bool:
+    """Try ``take`` until it succeeds or ``wait`` seconds are over; whether it succeeded."""
+    deadline = time.monotonic() + wait
+    pause = 0.001
+    while not take():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(pause)
+        pause = min(pause * 2, 0.01)
+    return True
+
+
+def _try_flock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+@contextmanager
+def file_lock(path: str | Path, wait: float = 0.0) -> Iterator[bool]:
+    """An exclusive lock on the file ``path`` (made if missing) for the block, trying for
+    up to ``wait`` seconds; yields whether it is held. The kernel releases it when its
+    process ends, however it ends: a holder killed with kill -9 keeps nothing held (what
+    a lock row with an expiry cannot promise). Every process sharing a SQLite file in WAL
+    mode is on one host, so the lock beside it excludes them all."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        held = poll(lambda: _try_flock(fd), wait)
+        try:
+            yield held
+        finally:
+            if held:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def enable_wal(conn: sqlite3.Connection, timeout: float) -> None:

@@ -7,8 +7,8 @@ does the work again (writing a vector twice is harmless). A store with cells and
 (made before stores kept one) is re-embedded once; an empty one is just recorded.
 
 One process at a time does it, under the store's lease (on PostgreSQL a session advisory
-lock); a process that waited re-reads the record and finds the work done. Re-embedding
-touches no clock: it is not an update.
+lock, on SQLite a file lock: both end with their process); a process that waited re-reads
+the record and finds the work done. Re-embedding touches no clock: it is not an update.
 """
 
 from __future__ import annotations
@@ -27,9 +27,8 @@ from ampup_memory.search.embed import Embedder, ModelInfo, model_info
 log = logging.getLogger("ampup_memory.amp")
 
 REEMBED_LEASE = "reembed"
-# PostgreSQL's lease ends with its session. SQLite's ends with this TTL: a crashed holder
-# delays the next start at most this long, and a takeover of a longer run only repeats
-# idempotent writes.
+# Both stores' leases end with their holder's process (a session advisory lock, a file
+# lock); the TTL is the lease API's, unused by them.
 LEASE_TTL_SECONDS = 120.0
 WAIT_POLL_SECONDS = 0.5
 BATCH = 256

@@ -29,11 +29,8 @@ at two commits (rows, then ledger row).
 
 from __future__ import annotations
 
-import fcntl
-import os
 import sqlite3
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from urllib.parse import urlsplit
@@ -60,7 +57,7 @@ from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_names
 from ampup_memory.memory.warehouse import catalog_properties
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.settings import Settings, mask_secrets, mask_uri
-from ampup_memory.sqlite_connections import enable_wal
+from ampup_memory.sqlite_connections import enable_wal, file_lock, poll
 
 CATALOG_NAME = "ampup"
 
@@ -346,22 +343,14 @@ class Turn:
     @contextmanager
     def _file(self, wait: float) -> Iterator[bool]:
         assert self.path is not None
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            held = _poll(lambda: _try_flock(fd), wait)
-            try:
-                yield held
-            finally:
-                if held:
-                    fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
+        with file_lock(self.path, wait) as held:
+            yield held
 
     @contextmanager
     def _advisory(self, wait: float) -> Iterator[bool]:
         key = advisory_key(f"{self.name}-turn")
         with self.engine.connect() as conn:
-            held = _poll(lambda: bool(conn.execute(
+            held = poll(lambda: bool(conn.execute(
                 text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar()), wait)
             conn.commit()
             try:
@@ -373,26 +362,6 @@ class Turn:
                         conn.commit()
                     except Exception:  # a broken connection frees the lock as it closes
                         conn.invalidate()
-
-
-def _try_flock(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return False
-    return True
-
-
-def _poll(take: Callable[[], bool], wait: float) -> bool:
-    """Try ``take`` until it succeeds or ``wait`` seconds are over; whether it succeeded."""
-    deadline = time.monotonic() + wait
-    pause = 0.001
-    while not take():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(pause)
-        pause = min(pause * 2, 0.01)
-    return True
 
 
 class MemoryTables:

@@ -11,11 +11,10 @@ import json
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -69,7 +68,7 @@ from ampup_memory.search.index.ann import (
 )
 from ampup_memory.search.index.common import VectorMatrix
 from ampup_memory.search.tokenize import fts5_match
-from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
+from ampup_memory.sqlite_connections import ThreadConnections, file_lock, sqlite_path
 from ampup_memory.timefmt import format_time
 
 if TYPE_CHECKING:
@@ -126,11 +125,6 @@ CREATE TABLE IF NOT EXISTS scoring_patches (
     at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS scoring_patches_cell ON scoring_patches(cell_id, at);
-CREATE TABLE IF NOT EXISTS leases (
-    name TEXT PRIMARY KEY,
-    holder TEXT NOT NULL,
-    expires_at REAL NOT NULL
-);
 CREATE TABLE IF NOT EXISTS api_keys (
     key_id TEXT PRIMARY KEY,
     agent_id TEXT NOT NULL,
@@ -308,7 +302,6 @@ class SQLiteStore:
         # FULL: a 201 must survive a power cut, not only a crashed process.
         self._conns = ThreadConnections(self.path, synchronous="FULL", timeout=30.0)
         self._write_lock = threading.Lock()
-        self._holder = uuid.uuid4().hex
         self._readers: ThreadPoolExecutor | None = None  # `_hit_rows`, made when needed
         self._readers_lock = threading.Lock()
         # From ann_min_vectors cells on, an HNSW graph (search/index/ann.py) proposes
@@ -639,27 +632,14 @@ class SQLiteStore:
 
     @contextmanager
     def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:
-        now = datetime.now(UTC).timestamp()
-        with self._write() as conn:
-            row = conn.execute(
-                "SELECT holder, expires_at FROM leases WHERE name = ?", (name,)
-            ).fetchone()
-            got = row is None or row[1] < now
-            if got:
-                conn.execute(
-                    "INSERT INTO leases (name, holder, expires_at) VALUES (?, ?, ?)"
-                    " ON CONFLICT(name) DO UPDATE SET holder = excluded.holder,"
-                    " expires_at = excluded.expires_at",
-                    (name, self._holder, now + ttl_seconds),
-                )
-        try:
-            yield got
-        finally:
-            if got:
-                with self._write() as conn:
-                    conn.execute(
-                        "DELETE FROM leases WHERE name = ? AND holder = ?", (name, self._holder)
-                    )
+        """A lock on a file beside the database (``<db>.lease-<name>``), held for the block:
+        as PostgreSQL's session advisory lock, it ends with its process, so no TTL is
+        needed. A lease row with an expiry outlived a holder killed mid-pass (kill -9):
+        the lifecycle's 600 s, every manual run 503 and every timer pass skipped until
+        then, also after the server came back."""
+        del ttl_seconds
+        with file_lock(f"{self.path}.lease-{name}") as held:
+            yield held
 
     # -- keys -----------------------------------------------------------------------------
 
