@@ -1404,6 +1404,10 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     configs = args.configs.split(",")
     only = set(args.only.split(",")) if args.only else None
+    unknown = sorted((only or set()) - {*SCENARIOS, "key-revoke"})
+    if unknown:  # a misspelt name ran nothing and reported 0 findings
+        parser.error(f"unknown scenarios {', '.join(unknown)}; known: "
+                     f"{', '.join([*SCENARIOS, 'key-revoke'])}")
     began = time.monotonic()
     findings: list[Finding] = []
     seen: dict[str, Any] = {}
