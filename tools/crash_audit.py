@@ -46,6 +46,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,6 @@ from tools.race_audit import (
     Audit,
     Call,
     Finding,
-    Skip,
     amp_create,
     amp_patch,
     check_chain,
@@ -754,22 +754,13 @@ def audit_one(config: str, pg: PostgresFactory | None, rounds: int, seed: int,
         for number in range(rounds + 1):
             audit.scenario = f"round {number}" + (" (kill)" if number else " (MCP, no kill)")
             started = time.monotonic()
-            try:
-                one_round(audit, procs, number, number > 0, headers, rng, log)
-            except Skip as exc:
-                audit.find("set-up failed", str(exc))
-            except Exception as exc:  # the audit goes on; the failure is a finding
-                audit.find("round crashed", f"{type(exc).__name__}: {exc}")
+            audit.guarded(partial(one_round, audit, procs, number, number > 0, headers, rng,
+                                  log), "round")
             log(f"{config} {audit.scenario}: {time.monotonic() - started:.0f} s, "
                 f"{len(audit.findings)} findings so far")
         for c in audit.clients:
             c.close()
-        audit.scenario = "server log"
-        for p in procs:
-            for line in p.log_path.read_text(errors="replace").splitlines():
-                if "Traceback" in line or "unhandled error" in line:
-                    audit.find("server logged an error", f"{p.log_path.name}: {line}")
-                    break
+        audit.read_logs(procs)
     return audit
 
 

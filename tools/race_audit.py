@@ -142,6 +142,25 @@ class Audit:
         with self.lock:
             self.findings.append(Finding(self.config, self.scenario, kind, detail[:600]))
 
+    def guarded(self, job: Callable[[], None], what: str, where: str = "") -> None:
+        """Run ``job``; a set-up that failed or a crash of ``what`` (its detail starting
+        with ``where``) is a finding, and the audit goes on."""
+        try:
+            job()
+        except Skip as exc:
+            self.find("set-up failed", str(exc))
+        except Exception as exc:  # the audit goes on; the failure is a finding
+            self.find(f"{what} crashed", f"{where}{type(exc).__name__}: {exc}")
+
+    def read_logs(self, procs: list[ServerProcess]) -> None:
+        """The first traceback or unhandled error each server logged, as a finding."""
+        for p in procs:
+            for line in p.log_path.read_text(errors="replace").splitlines():
+                if "Traceback" in line or "unhandled error" in line:
+                    self.scenario = "server log"
+                    self.find("server logged an error", f"{p.log_path.name}: {line}")
+                    break
+
     def expect(self, cond: bool, kind: str, detail: str) -> bool:
         if not cond:
             self.find(kind, detail)
@@ -1372,23 +1391,12 @@ def audit_one(config: str, pg: PostgresFactory | None, width: int, rounds: int,
             audit.scenario = name
             started, sent = time.monotonic(), audit.sent
             for n in range(rounds):
-                try:
-                    job()
-                except Skip as exc:
-                    audit.find("set-up failed", str(exc))
-                except Exception as exc:  # the audit goes on; the failure is a finding
-                    audit.find("scenario crashed", f"round {n}: {type(exc).__name__}: {exc}")
+                audit.guarded(job, "scenario", f"round {n}: ")
             log(f"{config} {name}: {audit.sent - sent} requests, "
                 f"{time.monotonic() - started:.0f} s")
         for c in audit.clients:
             c.close()
-        for p in procs:
-            logged = p.log_path.read_text(errors="replace")
-            for line in logged.splitlines():
-                if "Traceback" in line or "unhandled error" in line:
-                    audit.scenario = "server log"
-                    audit.find("server logged an error", f"{p.log_path.name}: {line}")
-                    break
+        audit.read_logs(procs)
     return audit
 
 
