@@ -54,11 +54,10 @@ import anyio
 import httpx
 from mcp.shared.exceptions import MCPError
 from tests.pg import PostgresFactory, postgres_factory
-from tests.server_process import ServerProcess, plain_client
+from tests.server_process import ServerProcess
 from tools.mcp_audit import INTERNAL, http_client, text_of
 from tools.race_audit import (
     ADMIN_TOKEN,
-    TIME_LIMIT,
     USER,
     Answer,
     Audit,
@@ -703,8 +702,7 @@ def one_round(audit: CrashAudit, procs: list[ServerProcess], number: int, kill: 
         if procs[victim].port != port:  # its port was taken meanwhile
             audit.clients[victim].close()
             audit.urls[victim] = procs[victim].url
-            audit.clients[victim] = plain_client(base_url=procs[victim].url,
-                                                 timeout=TIME_LIMIT + 30)
+            audit.clients[victim] = audit.connect(procs[victim].url)
         up = time.monotonic()
         audit.down.setdefault(victim, []).append((killed, up))
         log(f"  round {number}: server {victim} killed after {killed - r_started(audit):.1f} s,"
@@ -748,9 +746,7 @@ def audit_one(config: str, pg: PostgresFactory | None, rounds: int, seed: int,
     with serving(config, home, pg) as (procs, headers, env):
         spec = httpx.get(f"{procs[0].url}/openapi.json").json()
         audit = CrashAudit(config, [p.url for p in procs], spec, headers, 16)
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        audit.clients = [plain_client(base_url=p.url, timeout=TIME_LIMIT + 30, limits=limits)
-                         for p in procs]
+        audit.clients = [audit.connect(p.url) for p in procs]
         for number in range(rounds + 1):
             audit.scenario = f"round {number}" + (" (kill)" if number else " (MCP, no kill)")
             started = time.monotonic()
@@ -758,9 +754,7 @@ def audit_one(config: str, pg: PostgresFactory | None, rounds: int, seed: int,
                                   log), "round")
             log(f"{config} {audit.scenario}: {time.monotonic() - started:.0f} s, "
                 f"{len(audit.findings)} findings so far")
-        for c in audit.clients:
-            c.close()
-        audit.read_logs(procs)
+        audit.finish(procs)
     return audit
 
 

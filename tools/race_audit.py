@@ -152,8 +152,16 @@ class Audit:
         except Exception as exc:  # the audit goes on; the failure is a finding
             self.find(f"{what} crashed", f"{where}{type(exc).__name__}: {exc}")
 
-    def read_logs(self, procs: list[ServerProcess]) -> None:
-        """The first traceback or unhandled error each server logged, as a finding."""
+    def connect(self, url: str) -> httpx.Client:
+        """A client of the server at ``url``, room for every request of a race at once."""
+        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+        return plain_client(base_url=url, timeout=TIME_LIMIT + 30, limits=limits)
+
+    def finish(self, procs: list[ServerProcess]) -> None:
+        """Close the clients; the first traceback or unhandled error each server logged
+        is a finding."""
+        for c in self.clients:
+            c.close()
         for p in procs:
             for line in p.log_path.read_text(errors="replace").splitlines():
                 if "Traceback" in line or "unhandled error" in line:
@@ -1379,9 +1387,7 @@ def audit_one(config: str, pg: PostgresFactory | None, width: int, rounds: int,
         audit = Audit(config, [p.url for p in procs], spec, headers, width,
                       other={"X-AMP-Agent-ID": OTHER_AGENT,
                              "X-AMP-API-Key": env["RACE_OTHER_KEY"]})
-        limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-        audit.clients = [plain_client(base_url=p.url, timeout=TIME_LIMIT + 30, limits=limits)
-                         for p in procs]
+        audit.clients = [audit.connect(p.url) for p in procs]
         jobs: list[tuple[str, Callable[[], None]]] = [
             (name, (lambda f=f: f(audit))) for name, f in SCENARIOS.items()]
         jobs.append(("key-revoke", lambda: key_revoke(audit, env)))
@@ -1394,9 +1400,7 @@ def audit_one(config: str, pg: PostgresFactory | None, width: int, rounds: int,
                 audit.guarded(job, "scenario", f"round {n}: ")
             log(f"{config} {name}: {audit.sent - sent} requests, "
                 f"{time.monotonic() - started:.0f} s")
-        for c in audit.clients:
-            c.close()
-        audit.read_logs(procs)
+        audit.finish(procs)
     return audit
 
 
