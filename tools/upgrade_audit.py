@@ -66,6 +66,7 @@ from tools.race_audit import Audit, Call, Skip  # noqa: E402
 ADMIN_TOKEN = "upgrade-admin-token"
 USER, AGENT = "up.user", "up_agent"
 OTHER, OTHER_AGENT = "up.other", "up_other"
+THIRD, THIRD_AGENT = "up.third", "up_third"  # writes only in the old version's second run
 QUIET = {"AMP_ADMIN_TOKEN": ADMIN_TOKEN, "AMP_EMBEDDING_PROVIDER": "hash",
          "AMP_LIFECYCLE_ENABLED": "false", "AMPUP_MEMORY_MAINTENANCE_INTERVAL_SECONDS": "0",
          "AMP_REQUIRE_KEYS": "1"}
@@ -82,7 +83,7 @@ IGNORED: list[tuple[str, str, str]] = [
 ]
 # Log lines that say a store was upgraded (step 3: none on the second start).
 UPGRADE_WORDS = re.compile(r"rebuilding it from the tables|were counted \(a store|"
-                           r"were written \(a store|upgrad", re.IGNORECASE)
+                           r"were written \(a store|upgraded|upgrading", re.IGNORECASE)
 
 
 @dataclass
@@ -124,6 +125,7 @@ class Run:
     log: Callable[[str], None]
     headers: dict[str, str] = field(default_factory=dict)
     other: dict[str, str] = field(default_factory=dict)
+    third: dict[str, str] = field(default_factory=dict)
     reads: list[Read] = field(default_factory=list)
     written: dict[str, Any] = field(default_factory=dict)
     compared: int = 0
@@ -688,7 +690,10 @@ def restart_new(run: Run, last: dict[str, Answered], moving: dict[str, set[str]]
         if said and stage == "restart":
             run.find("upgrade said again on a restart", said[0][:300])
         answers = read_all(run, run.reads)
-        run.written[f"compare {stage}"] = compare(run, stage, last, answers, moving)
+        # The old version's writes change what the whole server lists (scopes, status).
+        kept = {k: v for k, v in last.items()
+                if stage == "restart" or not k.startswith("*:")}
+        run.written[f"compare {stage}"] = compare(run, stage, kept, answers, moving)
         if "old again wrote" in run.written:
             old_writes_read(run)
     return answers
@@ -723,17 +728,41 @@ def old_again(run: Run, last: dict[str, Answered], moving: dict[str, set[str]]) 
         reads = [r for r in run.reads if r.call.template in available]
         answers = read_all(run, reads)
         run.written["compare old-again"] = compare(run, "new -> old again", last, answers, moving)
-        w = run.written["old"]
-        run.audit.ok(call("POST", "/amp/v1/memories", body=cell_body(
-            f"Written by the old version again ({w['tag']}).")))
-        run.audit.ok(call("POST", "/episodes", body={
-            "scope": w["scope"], "source": "slack:C9", "acl": ["*"],
-            "body": f"Old version again ({w['tag']})."}))
-        run.audit.ok(call("POST", "/facts", body={
-            "scope": run.written["new"]["scope"], "entity": "acme", "predicate": "plan",
-            "value": "Legacy", "quote": "Pro plan",
-            "cites": [{"episode": run.written["new"]["episodes"][1], "unit": 1}]}))
+        # Its writes go where no recorded read looks (another owner's cell, a scope of its
+        # own), so this version's reads afterwards must be exactly those before.
+        tag = "a" + uuid.uuid4().hex[:6]
+        scope = f"u{tag}/team"
+        cell = run.audit.ok(call("POST", "/amp/v1/memories", headers=run.third, body={
+            **cell_body(f"Zebra{tag} written by the old version again."),
+            "identity": {"owner_id": THIRD_AGENT, "owner_type": "agent"}}))["id"]
+        ep = run.audit.ok(call("POST", "/episodes", headers=run.third, body={
+            "scope": scope, "source": "slack:C9", "acl": ["*"],
+            "body": f"Zebra{tag}: the old version wrote this."}))["id"]
+        run.audit.ok(call("POST", "/facts", headers=run.third, body={
+            "scope": scope, "entity": "zebra", "predicate": "writer", "value": "old",
+            "quote": "the old version wrote this", "cites": [{"episode": ep, "unit": 1}]}))
+        run.written["old again wrote"] = {"cell": cell, "scope": scope, "tag": tag}
     return True
+
+
+def old_writes_read(run: Run) -> None:
+    """This version reads what the old version wrote into the store it had upgraded."""
+    w = run.written["old again wrote"]
+    a = run.audit
+    got = a.send(call("GET", "/amp/v1/memories/{memory_id}", f"/amp/v1/memories/{w['cell']}",
+                      headers=run.third))
+    if got.status != 200:
+        run.find("old version's cell unread", f"{w['cell']} -> {got.status} {got.text[:200]}")
+    hits = a.ok(call("POST", "/amp/v1/memories/search", headers=run.third,
+                     body={"query": f"zebra{w['tag']} old version", "limit": 5}))
+    if w["cell"] not in json.dumps(hits):
+        run.find("old version's cell not searched", json.dumps(hits)[:300])
+    facts = a.ok(call("GET", "/facts", params={"scope": w["scope"], "entity": "zebra"}))
+    if [f["value"] for f in facts.get("facts", [])] != ["old"]:
+        run.find("old version's fact unread", json.dumps(facts)[:300])
+    res = a.ok(call("POST", "/search", body={"scope": w["scope"], "query": f"zebra{w['tag']}"}))
+    if "the old version wrote this" not in json.dumps(res):
+        run.find("old version's episode not searched", json.dumps(res)[:300])
 
 
 def audit_run(run: Run) -> None:
@@ -743,6 +772,9 @@ def audit_run(run: Run) -> None:
                         OTHER).stdout.strip().splitlines()[-1]
     run.headers = {"X-AMP-Agent-ID": AGENT, "X-AMP-API-Key": old_keys}
     run.other = {"X-AMP-Agent-ID": OTHER_AGENT, "X-AMP-API-Key": other_key}
+    run.third = {"X-AMP-Agent-ID": THIRD_AGENT, "X-AMP-API-Key": run.cli(
+        run.old_src, "keys", "create", "--agent", THIRD_AGENT, "--user", THIRD,
+    ).stdout.strip().splitlines()[-1]}
     run.audit.headers = run.headers
     run.written["keys old"] = run.cli(run.old_src, "keys", "list").stdout
     t = time.monotonic()
@@ -794,7 +826,7 @@ def main(argv: list[str] | None = None) -> int:
         for commit in args.commits.split(","):
             old = stack.enter_context(worktree(commit))
             for backend in backends:
-                home = Path(tempfile.mkdtemp(prefix=f"upgrade-{commit[:7]}-{backend}-"))
+                home = Path(tempfile.mkdtemp(prefix=f"upaudit-{commit[:7]}-{backend}-"))
                 env = {**os.environ, **QUIET, "AMPUP_MEMORY_HOME": str(home / "home")}
                 if backend == "postgres":
                     assert pg is not None
