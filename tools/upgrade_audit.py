@@ -74,7 +74,13 @@ QUIET = {"AMP_ADMIN_TOKEN": ADMIN_TOKEN, "AMP_EMBEDDING_PROVIDER": "hash",
 COMMITS = ["293558a", "0057300", "fbe5a4f"]
 # Fields a newer version adds to an answer, announced in the CHANGELOG / docs: (path regex
 # over the read's name and the field's path, why). Every other added field is a finding.
-ADDED: list[tuple[str, str]] = []
+ADDED: list[tuple[str, str]] = [
+    (r"^\S+:(cell|principal|episode|schema|procedures sources)\b.* \.etag$",
+     "CHANGELOG 'Conditional writes (RFC 9110)': AMP cells, schemas, episode ACLs, principals "
+     "and procedure sources answer a strong ETag (an older version sent none)"),
+    (r"^\S+:workspace(@other)? \.body\.scopes$",
+     "CHANGELOG: GET /workspaces/{id} names its scopes"),
+]
 # Answers that are not the store's data: (read name regex, path regex, why), not compared.
 IGNORED: list[tuple[str, str, str]] = [
     (r"^\*:status$", r"^\.body\.stores\.\w+\.bytes$",
@@ -312,8 +318,9 @@ def write_all(run: Run, tag: str) -> dict[str, Any]:
         "scope": scope, "branch": "side", "source": "slack:C5", "acl": ["*"],
         "body": f"On side: Acme asks for a discount ({tag})."}))["id"]
     a.ok(call("POST", "/facts", body={
-        "scope": scope, "branch": "side", "entity": "acme", "predicate": "asks", "value": "discount",
-        "quote": "asks for a discount", "cites": [{"episode": sep, "unit": 1}]}))
+        "scope": scope, "branch": "side", "entity": "acme", "predicate": "asks",
+        "value": "discount", "quote": "asks for a discount",
+        "cites": [{"episode": sep, "unit": 1}]}))
     a.ok(call("DELETE", "/branches/{name}", "/branches/gone", params={"scope": scope}))
     w["pin"] = a.ok(call("POST", "/pin", body={"scope": scope, "ttl": "24h"}))["id"]
     w["pin_gone"] = a.ok(call("POST", "/pin", body={"scope": scope, "ttl": "24h"}))["id"]
@@ -389,7 +396,8 @@ def reads_of(run: Run, w: dict[str, Any]) -> None:
         "scope": scope, "entity": "acme", "as_of": "2026-03-05T00:00:00Z"}))
     add("facts at fact commit", call("GET", "/facts", params={
         "scope": scope, "entity": "acme", "at_commit": w["fact_commit"]}))
-    add("facts plan", call("GET", "/facts", params={"scope": scope, "predicate": "plan"}))
+    add("facts plan", call("GET", "/facts", params={"scope": scope, "entity": "acme",
+                                                    "predicate": "plan"}))
     add("facts side", call("GET", "/facts", params={"scope": scope, "entity": "acme",
                                                     "branch": "side"}))
     add("facts pinned", call("GET", "/facts", params={"scope": scope, "entity": "acme",
@@ -419,7 +427,7 @@ def reads_of(run: Run, w: dict[str, Any]) -> None:
         "scope": typed, "find": "facts", "type": "account"}))
     add("query typed where", call("POST", "/query", body={
         "scope": typed, "find": "entities", "type": "account",
-        "where": {"segment": "enterprise"}}))
+        "where": [{"attribute": "segment", "op": "eq", "value": "enterprise"}]}))
     add("schema", call("GET", "/schemas/{org}/{team}", f"/schemas/{org}/sales",
                        params={"history": "true"}))
     add("schema none", call("GET", "/schemas/{org}/{team}", f"/schemas/{org}/team"))
@@ -462,6 +470,11 @@ def global_reads(run: Run) -> None:
 # ---------------------------------------------------------------- reading and comparing
 
 
+def operations(spec: dict[str, Any]) -> set[tuple[str, str]]:
+    """(METHOD, path template) of every operation a server's OpenAPI document lists."""
+    return {(m.upper(), p) for p, ops in spec["paths"].items() for m in ops}
+
+
 def read_one(run: Run, r: Read) -> Answered:
     headers = {**(run.other if r.as_other else run.headers), **(r.call.headers or {})}
     client = run.audit.clients[0]
@@ -480,6 +493,18 @@ def read_one(run: Run, r: Read) -> Answered:
 
 def read_all(run: Run, reads: list[Read]) -> dict[str, Answered]:
     return {r.name: read_one(run, r) for r in reads}
+
+
+def as_compared(name: str, a: Answered) -> dict[str, Any]:
+    """What is compared of an answer. An AMP search's order is its score at the moment of
+    the search, decay included, whose clocks move with time and every read: its results
+    are compared by id (`compare` checks the order apart, right after the upgrade)."""
+    plain = a.plain()
+    body = plain["body"]
+    if " search" in name and name.split(":", 1)[1].startswith("cells search") and \
+            isinstance(body, dict) and isinstance(body.get("results"), list):
+        plain["body"] = {**body, "results": sorted(body["results"], key=lambda c: c["id"])}
+    return plain
 
 
 def walk(a: Any, b: Any, path: str, out: list[tuple[str, str, Any, Any]]) -> None:
@@ -506,7 +531,7 @@ def volatile(first: dict[str, Answered], second: dict[str, Answered]) -> dict[st
     out: dict[str, set[str]] = {}
     for name, x in first.items():
         diffs: list[tuple[str, str, Any, Any]] = []
-        walk(x.plain(), second[name].plain(), "", diffs)
+        walk(as_compared(name, x), as_compared(name, second[name]), "", diffs)
         out[name] = {p for _, p, _, _ in diffs}
     return out
 
@@ -543,16 +568,25 @@ def at(doc: Any, path: str) -> Any:
 
 
 def compare(run: Run, stage: str, before: dict[str, Answered], after: dict[str, Answered],
-            moving: dict[str, set[str]], prev: dict[str, Answered] | None = None) -> list[Any]:
+            moving: dict[str, set[str]], prev: dict[str, Answered] | None = None,
+            older_reads: bool = False) -> list[Any]:
     """Every read answered alike; a list of what differed, each also a finding (an added
-    field that ADDED names is listed, not a finding)."""
+    field that ADDED names is listed, not a finding). ``older_reads``: ``after`` is the
+    older version's answers, which lack what was added since (fields, ETags, the words of
+    an error): only a status or a value both show that differ count."""
     rows: list[Any] = []
     for name, x in before.items():
         if name not in after:
             continue
         run.compared += 1
         diffs: list[tuple[str, str, Any, Any]] = []
-        walk(x.plain(), after[name].plain(), "", diffs)
+        walk(as_compared(name, x), as_compared(name, after[name]), "", diffs)
+        if prev is not None and as_compared(name, x) != x.plain():  # right after the upgrade
+            order = [[c["id"] for c in y.body["results"]] for y in (x, after[name])]
+            if order[0] != order[1] and sorted(order[0]) == sorted(order[1]):
+                rows.append({"read": name, "kind": "order", "before": order[0],
+                             "after": order[1]})
+                run.find(f"{stage}: search order changed", f"{name}: {order[0]} -> {order[1]}")
         for kind, path, old, new in diffs:
             if path in moving.get(name, set()) or any(
                     path.startswith(p + ".") or path.startswith(p + "[")
@@ -563,7 +597,11 @@ def compare(run: Run, stage: str, before: dict[str, Answered], after: dict[str, 
                 kind = "moved unlike"
             if any(re.search(rn, name) and re.search(rp, path) for rn, rp, _ in IGNORED):
                 continue
-            why = next((w for rx, w in ADDED if kind == "added" and re.search(rx, f"{name} {path}")),
+            if older_reads and (kind != "changed" or path == ".etag"
+                                or path.startswith(".body.error.")):
+                continue
+            new_field = kind == "added" or (kind == "changed" and old is None)
+            why = next((w for rx, w in ADDED if new_field and re.search(rx, f"{name} {path}")),
                        None)
             rows.append({"read": name, "kind": kind, "path": path, "before": old, "after": new,
                          "known": why})
@@ -576,17 +614,21 @@ def compare(run: Run, stage: str, before: dict[str, Answered], after: dict[str, 
 # ---------------------------------------------------------------- the run
 
 
-def key_ids(lines: str) -> list[str]:
-    return sorted(line.split()[0] for line in lines.splitlines() if line.strip())
+def key_records(lines: str) -> list[Any]:
+    """`keys list --json`: one object a line, times as instants (CHANGELOG: `keys list
+    --json` spells its times with `Z`, no longer `+00:00`)."""
+    keys = [{k: (_instant(v) or v) for k, v in json.loads(line).items()}
+            for line in lines.splitlines() if line.strip()]
+    return sorted(keys, key=lambda k: str(k["key_id"]))
 
 
 def old_phase(run: Run) -> tuple[dict[str, Answered], dict[str, Answered], dict[str, set[str]]]:
     with serving(run, "old", run.old_src) as phase:
-        available = set(run.audit.spec["paths"])
+        available = operations(run.audit.spec)
         t = time.monotonic()
         run.written["old"] = write_all(run, "o" + uuid.uuid4().hex[:6])
         global_reads(run)
-        run.reads = [r for r in run.reads if r.call.template in available]
+        run.reads = [r for r in run.reads if (r.call.method, r.call.template) in available]
         run.timings["old writes"] = round(time.monotonic() - t, 1)
         first = read_all(run, run.reads)
         second = read_all(run, run.reads)
@@ -676,8 +718,8 @@ def new_phase(run: Run, first: dict[str, Answered], second: dict[str, Answered],
     if doctor.returncode != 0 or "FAIL" in doctor.stdout:
         run.find("doctor not clean", f"exit {doctor.returncode}: {doctor.stdout[-600:]} "
                  f"{doctor.stderr[-300:]}")
-    new_keys = run.cli(ROOT / "src", "keys", "list").stdout
-    if key_ids(new_keys) != key_ids(run.written["keys old"]):
+    new_keys = run.cli(ROOT / "src", "keys", "list", "--json").stdout
+    if key_records(new_keys) != key_records(run.written["keys old"]):
         run.find("keys list differs", f"{run.written['keys old']!r} -> {new_keys!r}")
     run.written["moving new"] = volatile(after, again)
     return again
@@ -724,10 +766,11 @@ def old_again(run: Run, last: dict[str, Answered], moving: dict[str, set[str]]) 
         return False
     run.timings["old again probe"] = round(time.monotonic() - began, 1)
     with serving(run, "old-again", run.old_src):
-        available = set(run.audit.spec["paths"])
-        reads = [r for r in run.reads if r.call.template in available]
+        available = operations(run.audit.spec)
+        reads = [r for r in run.reads if (r.call.method, r.call.template) in available]
         answers = read_all(run, reads)
-        run.written["compare old-again"] = compare(run, "new -> old again", last, answers, moving)
+        run.written["compare old-again"] = compare(run, "new -> old again", last, answers, moving,
+                                                   older_reads=True)
         # Its writes go where no recorded read looks (another owner's cell, a scope of its
         # own), so this version's reads afterwards must be exactly those before.
         tag = "a" + uuid.uuid4().hex[:6]
@@ -776,7 +819,7 @@ def audit_run(run: Run) -> None:
         run.old_src, "keys", "create", "--agent", THIRD_AGENT, "--user", THIRD,
     ).stdout.strip().splitlines()[-1]}
     run.audit.headers = run.headers
-    run.written["keys old"] = run.cli(run.old_src, "keys", "list").stdout
+    run.written["keys old"] = run.cli(run.old_src, "keys", "list", "--json").stdout
     t = time.monotonic()
     first, second, moving = old_phase(run)
     run.log(f"{run.where}: old server wrote and read {len(run.reads)} reads "
