@@ -80,12 +80,22 @@ ADDED: list[tuple[str, str]] = [
      "and procedure sources answer a strong ETag (an older version sent none)"),
     (r"^\S+:workspace(@other)? \.body\.scopes$",
      "CHANGELOG: GET /workspaces/{id} names its scopes"),
+    (r"^\*:status \.body\.stores\.amp\.vector_memory\.owner_indexes$",
+     "CHANGELOG: /status gives the large owners' own vector indexes' bytes (owner_indexes)"),
+]
+# Answers a newer version changes on purpose, announced in the CHANGELOG: (regex over the
+# read's name and the path, why). Every other change is a finding.
+CHANGED: list[tuple[str, str]] = [
+    (r"^\S+:document padded(@other)? \.(status|body)",
+     "CHANGELOG (Upgrading): a document key with white space at either end is refused "
+     "(422 string_padded); episodes stored earlier with one stay readable by id and search"),
 ]
 # Answers that are not the store's data: (read name regex, path regex, why), not compared.
 IGNORED: list[tuple[str, str, str]] = [
     (r"^\*:status$", r"^\.body\.stores\.\w+\.bytes$",
      "the files' sizes: a stopped server checkpoints the SQLite WAL into the file"),
-    (r"^\*:status$", r"^\.body\.timers\[", "this process's timer runs, not stored"),
+    (r"^\*:status$", r"^\.body\.timers\b",
+     "this process's timers and their runs, not stored (a version may add a timer)"),
 ]
 # Log lines that say a store was upgraded (step 3: none on the second start).
 UPGRADE_WORDS = re.compile(r"rebuilding it from the tables|were counted \(a store|"
@@ -375,11 +385,13 @@ def reads_of(run: Run, w: dict[str, Any]) -> None:
                             params={"owner_id": AGENT, "limit": "100"}))
     for q in (words, "prefers e-mail", "budget forty thousand", "plan Pro"):
         add(f"cells search {q}", call("POST", "/amp/v1/memories/search",
-                                      body={"query": q, "limit": 20}), both=True)
+                                      body={"query": q, "limit": 100}), both=True)
+    # limit 100: every match on the page, so a page is one set whatever the decay does
     add("cells search archived", call("POST", "/amp/v1/memories/search", body={
-        "query": words, "status": ["archived"], "include_stale": True}))
+        "query": words, "status": ["archived"], "include_stale": True, "limit": 100}))
     add("cells search types", call("POST", "/amp/v1/memories/search", body={
-        "query": words, "types": ["episodic", "procedural"], "owner_id": AGENT}))
+        "query": words, "types": ["episodic", "procedural"], "owner_id": AGENT,
+        "limit": 100}))
     add("inspector cells", call("GET", "/amp-cells", params={"limit": "100"}))
     for u in (USER, OTHER):
         add(f"principal {u}", call("GET", "/principals/{user}", f"/principals/{u}"))
@@ -454,6 +466,36 @@ def reads_of(run: Run, w: dict[str, Any]) -> None:
     add("situations", call("GET", "/situations", params={"scope": scope}))
     add("extraction status", call("GET", "/extraction/status", params={"scope": scope}))
     run.reads += R
+
+
+def edge_writes(run: Run, w: dict[str, Any]) -> None:
+    """What an older version took and this one refuses (CHANGELOG), where the old version
+    takes it: an episode under a document key with white space at either end, and that
+    key among the procedure sources. Read back by id, listing, search and key."""
+    scope, tag = w["scope"], w["tag"]
+    r = run.audit.send(call("POST", "/episodes", body={
+        "scope": scope, "source": "doc:padded", "document": " padded.md", "acl": ["*"],
+        "body": f"Padded key ({tag}): the kiwi{tag} notes."}))
+    if not r.ok():
+        w["edge"] = f"padded document key refused by the old version: {r.status}"
+        return
+    ep = r.data["id"]
+    w["edge"] = ep
+    run.audit.send(call("PUT", "/procedures/sources",
+                        body={"scope": scope, "documents": ["handbook", " padded.md"]}))
+    for name, c in (
+            ("episode padded", call("GET", "/episodes/{episode_id}", f"/episodes/{ep}",
+                                    params={"scope": scope})),
+            ("search padded", call("POST", "/search", body={"scope": scope,
+                                                            "query": f"kiwi{tag} notes"})),
+            ("query padded", call("POST", "/query", body={
+                "scope": scope, "find": "passages", "query": f"kiwi{tag}"})),
+            ("document padded", call("POST", "/document", body={
+                "scope": scope, "document": " padded.md"})),
+            ("procedures sources padded", call("GET", "/procedures/sources",
+                                               params={"scope": scope})),
+            ("procedures padded", call("GET", "/procedures", params={"scope": scope}))):
+        run.reads.append(Read(f"{tag}:{name}", c))
 
 
 def global_reads(run: Run) -> None:
@@ -592,7 +634,7 @@ def compare(run: Run, stage: str, before: dict[str, Answered], after: dict[str, 
                     path.startswith(p + ".") or path.startswith(p + "[")
                     for p in moving.get(name, set())):
                 if prev is None or kind != "changed" or moved_alike(
-                        path, at(prev[name].plain(), path), old, new):
+                        path, at(as_compared(name, prev[name]), path), old, new):
                     continue
                 kind = "moved unlike"
             if any(re.search(rn, name) and re.search(rp, path) for rn, rp, _ in IGNORED):
@@ -602,7 +644,8 @@ def compare(run: Run, stage: str, before: dict[str, Answered], after: dict[str, 
                 continue
             new_field = kind == "added" or (kind == "changed" and old is None)
             why = next((w for rx, w in ADDED if new_field and re.search(rx, f"{name} {path}")),
-                       None)
+                       None) or next((w for rx, w in CHANGED if re.search(rx, f"{name} {path}")),
+                                     None)
             rows.append({"read": name, "kind": kind, "path": path, "before": old, "after": new,
                          "known": why})
             if why is None:
@@ -627,6 +670,7 @@ def old_phase(run: Run) -> tuple[dict[str, Answered], dict[str, Answered], dict[
         available = operations(run.audit.spec)
         t = time.monotonic()
         run.written["old"] = write_all(run, "o" + uuid.uuid4().hex[:6])
+        edge_writes(run, run.written["old"])
         global_reads(run)
         run.reads = [r for r in run.reads if (r.call.method, r.call.template) in available]
         run.timings["old writes"] = round(time.monotonic() - t, 1)
