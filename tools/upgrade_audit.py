@@ -98,8 +98,8 @@ IGNORED: list[tuple[str, str, str]] = [
      "this process's timers and their runs, not stored (a version may add a timer)"),
 ]
 # Log lines that say a store was upgraded (step 3: none on the second start).
-UPGRADE_WORDS = re.compile(r"rebuilding it from the tables|were counted \(a store|"
-                           r"were written \(a store|upgraded|upgrading", re.IGNORECASE)
+UPGRADE_WORDS = re.compile(r"rebuilding it from the tables|made by an older version|"
+                           r"layout version|upgraded|upgrading", re.IGNORECASE)
 
 
 @dataclass
@@ -785,9 +785,27 @@ def restart_new(run: Run, last: dict[str, Answered], moving: dict[str, set[str]]
     return answers
 
 
+def layout_versions(src: Path) -> dict[str, int]:
+    """The layout versions a source tree writes and reads (layouts.py): the cell store's
+    and the read index's ``SCHEMA_VERSION``."""
+    out = {}
+    for name, rel in (("cell store", "ampup_memory/amp/store/rows.py"),
+                      ("read index", "ampup_memory/memory/readindex.py")):
+        found = re.search(r"^SCHEMA_VERSION = (\d+)", (src / rel).read_text(), re.MULTILINE)
+        assert found is not None, rel
+        out[name] = int(found.group(1))
+    return out
+
+
 def old_again(run: Run, last: dict[str, Answered], moving: dict[str, set[str]]) -> bool:
-    """The old version on the upgraded store: refused in one line, or (a finding) it
-    serves; then its reads are compared and it writes. True when it served."""
+    """The old version on the upgraded store. Where this version records a newer layout
+    than the old one knows, it must refuse the store in one line (docs/operations.md);
+    where the layouts are the same (what was added since, an older version ignores), it
+    serves: then its reads are compared and it writes, and this version must afterwards
+    answer as before. True when it served."""
+    newer = {k: v for k, v in layout_versions(ROOT / "src").items()
+             if v > layout_versions(run.old_src)[k]}
+    run.written["newer layouts"] = newer
     env = run.env_for(run.old_src)
     began = time.monotonic()
     proc = subprocess.Popen([sys.executable, "-m", "ampup_memory.cli", "serve", "--port", "0"],
@@ -798,13 +816,17 @@ def old_again(run: Run, last: dict[str, Answered], moving: dict[str, set[str]]) 
         proc.terminate()
         out, err = proc.communicate(timeout=30)
         run.written["old again"] = f"served for 20 s: {err[-400:]}"
-        run.find("old version opens the upgraded store",
-                 "`serve` of the old version started on a store this version wrote "
-                 "(docs/operations.md: it refuses it in one line)")
+        if newer:
+            run.find("old version opens a store of a newer layout",
+                     f"`serve` of the old version started on a store whose {newer} it does "
+                     "not know (docs/operations.md: it refuses it in one line)")
     else:
         run.written["old again"] = f"exit {proc.returncode}: {err.strip()}"
         lines = err.strip().splitlines()
-        if proc.returncode == 0 or len(lines) != 1:
+        if not newer:
+            run.find("old version refuses a store of its own layout",
+                     f"exit {proc.returncode}: {err[-600:]}")
+        elif proc.returncode != 2 or len(lines) != 1 or not lines[0].startswith("error: "):
             run.find("old version's refusal is not one line",
                      f"exit {proc.returncode}: {err[-600:]}")
         return False
