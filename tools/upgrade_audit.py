@@ -888,6 +888,8 @@ def audit_run(run: Run) -> None:
     run.written["keys old"] = run.cli(run.old_src, "keys", "list", "--json").stdout
     t = time.monotonic()
     first, second, moving = old_phase(run)
+    if run.backend == "sqlite":  # docs/operations.md: backup and restore, embedded default
+        run.cli(run.old_src, "backup", str(run.home / "backup"))
     run.log(f"{run.where}: old server wrote and read {len(run.reads)} reads "
             f"({time.monotonic() - t:.0f} s)")
     t = time.monotonic()
@@ -899,6 +901,35 @@ def audit_run(run: Run) -> None:
     if old_again(run, last, moving_new):
         restart_new(run, last, moving_new, "after old again")
     run.log(f"{run.where}: old version again: {str(run.written['old again'])[:300]}")
+    if run.backend == "sqlite":
+        restored(run, first, second, moving)
+
+
+def restored(run: Run, first: dict[str, Answered], second: dict[str, Answered],
+             moving: dict[str, set[str]]) -> None:
+    """The old version's backup (taken right after its reads) restored by this version
+    into a new home (docs/operations.md: "a backup made by an earlier version restores"):
+    this version's server there answers every read of the old records as the old server
+    did."""
+    home = run.home / "restored"
+    done = run.cli(ROOT / "src", "restore", str(run.home / "backup"), "--home", str(home),
+                   check=False)
+    run.written["restore"] = f"exit {done.returncode}: {done.stderr.strip()[-300:]}"
+    if done.returncode != 0:
+        run.find("old backup not restored", run.written["restore"])
+        return
+    saved = run.env
+    run.env = {**saved, "AMPUP_MEMORY_HOME": str(home)}
+    try:
+        with serving(run, "restored", ROOT / "src"):
+            tag = run.written["old"]["tag"]
+            reads = [r for r in run.reads if r.name.startswith(f"{tag}:")]
+            answers = read_all(run, reads)
+            run.written["compare restored"] = compare(
+                run, "old backup -> restored", {r.name: second[r.name] for r in reads},
+                answers, moving, first)
+    finally:
+        run.env = saved
 
 
 @contextmanager
