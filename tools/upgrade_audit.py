@@ -27,9 +27,13 @@ and each backend (docs/testing.md, "The upgrade audit"):
    moves the old cells; ``ampup-memory doctor`` is clean; ``keys list`` unchanged.
 3. This version restarted: every read answers as before the restart (the upgrade is
    idempotent), and its log says nothing more about upgrading.
-4. The old version again: docs/operations.md promises it refuses an upgraded store in one
-   line. If it starts, its reads of what this version wrote are checked, it writes, and
-   this version, started a last time, must still answer every read as before.
+4. The old version again: where this version records a newer layout version than the old
+   one knows, it must refuse the store in one line (docs/operations.md); where the layouts
+   are the same, it serves: its reads of what this version wrote are compared, it writes
+   (where no recorded read looks), and this version, started a last time, must still
+   answer every read as before and read what the old version wrote.
+5. SQLite: the old version's ``backup`` (taken after step 1) restored by this version into
+   a new home answers every read of the old records as the old server did.
 
 Findings go to ``DIR/findings.json`` (every compared read to ``DIR/reads-*.json``); the exit
 code is 1 when there are any.
