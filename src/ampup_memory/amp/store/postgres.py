@@ -271,6 +271,17 @@ def _where(conninfo: str) -> str:
     return f"{d.get('dbname', '')} on {d.get('host', 'localhost')}:{d.get('port', 5432)}"
 
 
+def _upgrading(conn: Conn, where: str, what: str) -> None:
+    """One warning line as a start upgrades a store an older version made, said before
+    the work (it reads every cell while writers wait: about 42 s at 960k cells), so an
+    operator watching a slow start at the default log level knows why. A new store (no
+    cell yet) has nothing to upgrade and says nothing."""
+    if conn.execute("SELECT EXISTS (SELECT 1 FROM cells)").fetchone() != (True,):
+        return
+    log.warning("the AMP cell store %s was made by an older version: %s (once; writers "
+                "wait until it is done)", where, what)
+
+
 def _recorded_layout(conn: Conn) -> str | None:
     """The layout version the database records, read before any table is made (None for
     a new database, or one made before stores recorded it)."""
@@ -463,12 +474,9 @@ class PostgresStore:
                     for statement in SCHEMA:
                         if not _made(conn, statement):
                             conn.execute(statement)
-                    if pg_words.prepare(conn):
-                        log.info("the cells' keyword statistics were counted (a store an"
-                                 " older version made)")
-                    if pg_postings.prepare(conn):
-                        log.info("the cells' keyword postings were written (a store an"
-                                 " older version made)")
+                    where = _where(self.conninfo)
+                    pg_words.prepare(conn, lambda what: _upgrading(conn, where, what))
+                    pg_postings.prepare(conn, lambda what: _upgrading(conn, where, what))
                     # A store made before passes kept their states. Checked first: ALTER
                     # TABLE locks the table even when the column is there.
                     if conn.execute(
