@@ -76,7 +76,9 @@ class ServerProcess:
                 self._use_port(free_port())
         return self._start(timeout)
 
-    def _start(self, timeout: float) -> ServerProcess:
+    def launch(self) -> ServerProcess:
+        """Start the process and return at once, before it answers (`start` waits for
+        that): for audits that kill a server while it starts."""
         self.home.mkdir(parents=True, exist_ok=True)
         # The child holds its own copy of the descriptor; ours would only leak.
         with open(self.log_path, "ab") as log:
@@ -84,6 +86,11 @@ class ServerProcess:
                 [*self.command, *self.args],
                 env=self.env, stdout=log, stderr=subprocess.STDOUT,
             )
+        return self
+
+    def _start(self, timeout: float) -> ServerProcess:
+        self.launch()
+        assert self.proc is not None
         deadline = time.monotonic() + timeout
         # One client for every probe, without TLS (the server speaks plain HTTP): each
         # `httpx.get` makes a client that loads the system's CA bundle, ~70 ms of CPU, and

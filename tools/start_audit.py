@@ -140,10 +140,7 @@ class StartAudit:
         ``within`` seconds, let the others come up. The delay used."""
         delay = self.rng.uniform(0.0, within)
         for p in procs:
-            p.home.mkdir(parents=True, exist_ok=True)
-            with open(p.log_path, "ab") as log:
-                p.proc = subprocess.Popen([*p.command, *p.args], env=p.env, stdout=log,
-                                          stderr=subprocess.STDOUT)
+            p.launch()
         time.sleep(delay)
         procs[0].kill()
         for p in procs[1:]:  # the others go on with their start: they must finish it

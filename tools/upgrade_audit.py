@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -55,6 +56,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -150,6 +152,7 @@ class Run:
     written: dict[str, Any] = field(default_factory=dict)
     compared: int = 0
     timings: dict[str, float] = field(default_factory=dict)
+    kill_within: float = 0.0  # > 0: this version's first start is killed (--kill-upgrade)
 
     @property
     def where(self) -> str:
@@ -742,8 +745,27 @@ def search_finds(run: Run, old: dict[str, Any], new: dict[str, Any]) -> None:
             run.find("search misses a new version", json.dumps(res)[:300])
 
 
+def killed_upgrade(run: Run, within: float) -> None:
+    """This version's first start on the old store, killed with ``kill -9`` after a random
+    delay of up to ``within`` seconds: wherever the upgrade was, the next start must finish
+    it and answer every read as the old version did (`new_phase` compares)."""
+    proc = ServerProcess(run.home / "logs-killed", env=run.env_for(ROOT / "src")).launch()
+    delay = random.uniform(0.0, within)
+    time.sleep(delay)
+    proc.kill()
+    text = proc.log_path.read_text(errors="replace")
+    run.written["killed upgrade"] = {"after_s": round(delay, 2),
+                                     "said": [ln for ln in text.splitlines()
+                                              if UPGRADE_WORDS.search(ln)][:3]}
+    run.log(f"{run.where}: first start of this version killed after {delay:.2f} s")
+    if "Traceback" in text:
+        run.find("server logged an error", f"killed upgrade: {text[-1500:]}")
+
+
 def new_phase(run: Run, first: dict[str, Answered], second: dict[str, Answered],
               moving: dict[str, set[str]]) -> dict[str, Answered]:
+    if run.kill_within:
+        killed_upgrade(run, run.kill_within)
     with serving(run, "new", ROOT / "src") as phase:
         said = [ln for ln in log_lines(phase) if UPGRADE_WORDS.search(ln)]
         run.written["upgrade log"] = said
@@ -956,9 +978,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--out", type=Path, default=Path("upgrade-report"))
     parser.add_argument("--keep", action="store_true", help="keep the homes (printed)")
+    parser.add_argument("--kill-upgrade", type=float, default=0.0, metavar="SECONDS",
+                        help="kill this version's first start after a random delay of up "
+                             "to SECONDS, then start it again (default: no kill)")
+    parser.add_argument("--seed", type=int, default=29)
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
+    random.seed(args.seed)
     backends = args.backends.split(",")
     began = time.monotonic()
     findings: list[dict[str, str]] = []
@@ -980,9 +1007,10 @@ def main(argv: list[str] | None = None) -> int:
                                 "AMPUP_MEMORY_WAREHOUSE": f"file://{home / 'warehouse'}"})
                 audit = Audit(f"{commit}/{backend}", [], {"paths": {}}, {}, 1)
                 run = Run(commit, backend, home, env, old / "src", audit,
-                          lambda line: print(line, flush=True))
+                          lambda line: print(line, flush=True),
+                          kill_within=args.kill_upgrade)
                 t = time.monotonic()
-                audit.guarded(lambda r=run: audit_run(r), "upgrade run")
+                audit.guarded(partial(audit_run, run), "upgrade run")
                 run.timings["total"] = round(time.monotonic() - t, 1)
                 findings += [{"config": f.config, "kind": f.kind, "detail": f.detail}
                              for f in audit.findings]
@@ -990,7 +1018,8 @@ def main(argv: list[str] | None = None) -> int:
                 compared += run.compared
                 (args.out / f"reads-{commit[:7]}-{backend}.json").write_text(json.dumps(
                     {k: v for k, v in run.written.items() if k.startswith("compare")
-                     or k in ("upgrade log", "old again", "doctor", "lifecycle")},
+                     or k in ("upgrade log", "old again", "doctor", "lifecycle",
+                              "killed upgrade")},
                     indent=1, default=str))
                 summary.append({"commit": commit, "backend": backend, "reads": len(run.reads),
                                 "compared": run.compared, "requests": audit.sent,
