@@ -39,7 +39,9 @@ import hashlib
 import json
 import os
 import random
+import signal
 import statistics
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -198,6 +200,9 @@ def searches(url: str, data_dir: str, d: int,
     server's CPU per query, and a digest of the answers (ids, scores rounded) to compare
     variants by."""
     store = _unprepared(url, d)
+    with psycopg.connect(url) as conn:  # ids differ between loads; texts do not
+        texts = {str(r[0]): str(r[1])[:12] for r in conn.execute(
+            "SELECT id, md5(text) FROM cells").fetchall()}
     out: dict[str, Any] = {}
     try:
         for name, case in cases(queries).items():
@@ -209,7 +214,7 @@ def searches(url: str, data_dir: str, d: int,
                 case(store, t, v)
                 walls.append((time.perf_counter() - started) * 1000)
             server = spent_ms(before, server_ticks(data_dir)) / len(queries)
-            digest = hashlib.sha256(json.dumps([_digest(a) for a in answers]).encode())
+            digest = hashlib.sha256(json.dumps([_digest(a, texts) for a in answers]).encode())
             out[name] = {"wall_p50_ms": round(statistics.median(walls), 2),
                          "server_cpu_ms": round(server, 2), "answers": digest.hexdigest()[:12]}
             print("  ", name, json.dumps(out[name]), flush=True)
@@ -218,11 +223,12 @@ def searches(url: str, data_dir: str, d: int,
     return out
 
 
-def _digest(answer: list[Any]) -> list[Any]:
+def _digest(answer: list[Any], texts: dict[str, str]) -> list[Any]:
+    """An answer by its cells' texts (their ids are made anew by each load)."""
     if answer and isinstance(answer[0], Hit):
-        return sorted((h.cell_id, round(h.keyword, 6), round(h.cosine or 0, 6))
+        return sorted((texts[h.cell_id], round(h.keyword, 6), round(h.cosine or 0, 6))
                       for h in answer)
-    return [getattr(a, "cell_id", None) or a.cell.id for a in answer]
+    return [texts[getattr(a, "cell_id", None) or a.cell.id] for a in answer]
 
 
 def measure(url: str, data_dir: str, variant: str, d: int, moves: int, rounds: int,
@@ -263,6 +269,8 @@ def measure(url: str, data_dir: str, variant: str, d: int, moves: int, rounds: i
             started = time.perf_counter()
             watch.execute("VACUUM cells")
             watch.execute("VACUUM cell_postings")
+            if watch.execute("SELECT to_regclass('cell_filters')").fetchone() != (None,):
+                watch.execute("VACUUM cell_filters")  # a version with `pg_filters`
             vac_wall = time.perf_counter() - started
             vac = spent_ms(before, server_ticks(data_dir))
             out["rounds"].append({
@@ -285,13 +293,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--repeat", type=int, default=1, help="passes over the variants")
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--queries", type=int, default=30,
+    parser.add_argument("--queries", type=int, default=60,
                         help="held-out pieces searched on each copy after its moves (0: none)")
     parser.add_argument("--owner-indexes", action="store_true",
                         help="the owners over 5,000 cells get their own HNSW index first")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
     from tests.pg import postgres_factory
+
+    # Stopped (kill -TERM), it stops its embedded server on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
 
     corpus = texts(args.cells + args.queries)
     held = corpus[args.cells:]
