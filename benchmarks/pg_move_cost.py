@@ -26,7 +26,12 @@ CPU (every server process's utime + stime from /proc: backends, WAL writer, chec
 autovacuum is off on the copy during the moves), the HOT updates among them
 (``pg_stat_user_tables``), wall time; then a ``VACUUM`` of ``cells`` and
 ``cell_postings``, its server CPU apart (the dead entries each move leaves, cleaned up
-later by autovacuum in service).
+later by autovacuum in service). After the rounds, ``--queries`` held-out pieces through
+the store's candidate steps (`cases`: an owner's cells and every cell, by vector, words
+and both; listing pages; lifecycle pages), once untimed, then timed: server CPU per
+query, and a digest of the answers by the cells' texts, so that two loads (another code
+version's, in a worktree) compare. ``--owner-indexes``: the owners over 5,000 cells get
+their own HNSW index first, as a server's tending makes them.
 
     PYTHONPATH=src:. python -m benchmarks.pg_move_cost --cells 20000 --moves 2000 \\
         --out benchmarks/results/pg_move_cost_20k_s29.json
