@@ -177,7 +177,7 @@ SCHEMA = (
         tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
     ) WITH (fillfactor = """ + str(CELLS_FILLFACTOR) + ")",
     OWNER_FILTER,  # and no index of `cells` holding `status` (`_status_free`)
-    "DROP INDEX IF EXISTS cells_owner_status_id",  # a prefix of cells_owner_filter
+    "DROP INDEX IF EXISTS cells_owner_status_id",  # an older layout's owner index
     "CREATE INDEX IF NOT EXISTS cells_deleted_at ON cells (deleted_at)"
     " WHERE deleted_at IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS cells_tsv ON cells USING gin (tsv)",
