@@ -4,7 +4,7 @@ both catalogs (SQLite and PostgreSQL), real Iceberg tables, and the scripted jud
 Judging runs in this process through the same service the server opens (a second real
 process on the same tables and index, as the `advice judge` command is); one test runs the
 command itself. Advice steps are appended with `record_advice_step`, the function POST
-/advice will call (that route is not built yet).
+/advice calls.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import pytest
 
 from ampup_memory.advice.judge import judge_pass
 from ampup_memory.advice.runs import rewarded_tasks
-from ampup_memory.advice.sessions import record_advice_step
+from ampup_memory.advice.sessions import EndSession, end_session, record_advice_step
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.models.chat import Role, chat_model
 from ampup_memory.settings import Settings
@@ -205,6 +205,33 @@ def test_session_lifecycle(srv: Served) -> None:
     assert err(m.http.post("/sessions/end", json={
         "session": rewarded, "transcript": "t", "outcome": "o", "reward": 2})) == (
         422, "VALIDATION_ERROR")
+
+
+def test_the_end_answers_the_session_as_its_commit_found_it(srv: Served) -> None:
+    """An advice step that another server commits between the end's first read of the
+    session and the end's commit is in the session, so it is in the end's answer too (it
+    was missing: the answer was built from the first read). The interleaving is forced:
+    the step is written right after that read returns, through a second service on the
+    same tables, as another server would write it."""
+    m = srv.m
+    ses = m.http.post("/sessions/start", json={"scope": new_scope(), "task": "t"}).json()["id"]
+    with srv.service() as svc, srv.service() as other:
+        read = svc.index.events_of
+        stepped: list[dict[str, Any]] = []
+
+        def read_then_step(subjects: Any) -> Any:
+            found = read(subjects)
+            if not stepped:
+                stepped.append(record_advice_step(other, m.user, ses, {"key": "late_note"}))
+            return found
+
+        svc.index.events_of = read_then_step  # type: ignore[method-assign]
+        answer = end_session(svc, m.user, EndSession(session=ses, transcript="t",
+                                                     outcome="done"))
+    assert stepped, "the step was not written in between"
+    assert [s["served"] for s in answer["steps"]] == [{"key": "late_note"}]
+    stored = m.http.get(f"/sessions/{ses}").json()
+    assert {k: v for k, v in answer.items() if k != "commit"} == stored
 
 
 def _ended_session(m: Memory, srv: Served, scope: str, served: list[str],

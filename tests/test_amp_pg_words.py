@@ -7,6 +7,7 @@ opens it); searches score as SQLite's store does, and from the postings as from 
 
 from __future__ import annotations
 
+import logging
 import random
 import threading
 from collections.abc import Iterator
@@ -185,11 +186,12 @@ def test_writers_at_once_on_two_servers_leave_exact_counts(
 
 
 def test_a_store_an_older_version_made_is_counted_when_opened(
-    url: str, tmp_path: Path
+    url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A store without the counts and postings (made, and written, by an older version)
-    gets them when a server opens it; two servers opening it at once make them once. Its
-    scores then equal SQLite's for the same cells."""
+    gets them when a server opens it; two servers opening it at once make them once, and
+    say so in a warning each (the default log level shows it: writers wait meanwhile).
+    Its scores then equal SQLite's for the same cells."""
     old = open_store(url, DIMS)
     try:
         with psycopg.connect(url, autocommit=True) as conn:  # as an older version left it
@@ -204,8 +206,14 @@ def test_a_store_an_older_version_made_is_counted_when_opened(
                             + f" item{n} 2025-06-{n + 30}"))
     finally:
         old.close()
+    caplog.set_level(logging.WARNING, logger="ampup_memory")
     with ThreadPoolExecutor(2) as pool:
         opened = list(pool.map(lambda _: open_store(url, DIMS), range(2)))
+    said = [r.getMessage() for r in caplog.records
+            if r.levelno >= logging.WARNING and "made by an older version" in r.getMessage()]
+    assert len(said) == 2, said  # once each, by the one opener that did the work
+    assert any("keyword statistics" in m for m in said)
+    assert any("keyword postings" in m for m in said)
     assert_exact(url, every_word() + kitchen + ["item7", "2025", "45"])
     with psycopg.connect(url, autocommit=True) as conn:  # triggers lost: writes uncounted
         conn.execute("DROP TRIGGER cell_words_written ON cells")

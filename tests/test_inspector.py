@@ -307,6 +307,10 @@ def test_search_side_by_side(inspector: Inspector) -> None:
     page = inspector.page
     inspector.be(user="alice")
     inspector.go("#/search", "#search-form")
+    # The scope field offers the scopes alice may read (GET /scopes), the hidden one too.
+    page.wait_for_selector("#known-scopes option", state="attached")
+    offered = page.eval_on_selector_all("#known-scopes option", "os => os.map(o => o.value)")
+    assert sorted(offered) == sorted([SCOPE, HIDDEN])
     page.fill("#search-form input[name=scope]", SCOPE)
     page.fill("#search-form input[name=q]", "renewal seats")
     page.click("#search-form button")
@@ -341,6 +345,9 @@ def test_a_user_without_access_sees_nothing_of_it(browser: Any, seeded: dict[str
         assert page.locator(".fact").count() == 2
         seen.append(page.content())
         ins.go(f"#/search?scope={SCOPE.replace('/', '%2F')}&q=Zanzibar+merger", "#search-answer")
+        page.wait_for_selector("#known-scopes option", state="attached")
+        assert page.eval_on_selector_all("#known-scopes option",
+                                         "os => os.map(o => o.value)") == [SCOPE]
         # the query names the secret, so the page holds it: the results must not
         results = page.inner_text("#search-facts") + page.inner_text("#search-passages")
         assert SECRET not in results and "Zanzibar" not in results

@@ -71,6 +71,7 @@ from tools.race_audit import (
     fact_call,
     facts,
     new_scope,
+    parse_config,
     serving,
 )
 
@@ -768,6 +769,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     configs = args.configs.split(",")
+    for config in configs:
+        parse_config(config)  # a misspelt one is refused before anything starts
     began = time.monotonic()
     findings: list[Finding] = []
     sent = mcp = kills = 0

@@ -1,6 +1,8 @@
 """Audit what conflicting requests sent at the same moment do, as an outside checker would:
 over real HTTP, against real servers on SQLite, on PostgreSQL, and two servers sharing one
-PostgreSQL store (catalog, index, cell store and warehouse), API keys on.
+PostgreSQL store (catalog, index, cell store and warehouse), API keys on. A config ending
+``-s3`` (``postgres-2-s3``) keeps the tables in a bucket of a real S3-compatible server
+(moto, as the tests start it) instead of a local folder.
 
     PYTHONPATH=src:. python tools/race_audit.py [--configs sqlite,postgres,postgres-2]
                                                [--width 16] [--rounds 3] [--out DIR]
@@ -67,6 +69,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.pg import PostgresFactory, postgres_factory  # noqa: E402
+from tests.s3 import S3Server  # noqa: E402
 from tests.server_process import ServerProcess, plain_client, start_together  # noqa: E402
 
 ADMIN_TOKEN = "race-admin-token"
@@ -1348,13 +1351,28 @@ SCENARIOS: dict[str, Callable[[Audit], None]] = {
 }
 
 
+def parse_config(config: str) -> tuple[str, int, bool]:
+    """``sqlite``, ``postgres``, ``postgres-N`` (N servers on one store), each optionally
+    ending ``-s3`` (the tables in a bucket of a real S3-compatible server, moto): the
+    backend, the number of servers, and whether the warehouse is on S3."""
+    parts = config.split("-")
+    s3 = parts[-1] == "s3"
+    if s3:
+        parts.pop()
+    backend, count = parts[0], parts[1] if len(parts) > 1 else "1"
+    if backend not in ("sqlite", "postgres") or not count.isdigit() or len(parts) > 2 or (
+            backend == "sqlite" and count != "1"):
+        raise SystemExit(f"unknown config {config!r}: sqlite[-s3] or postgres[-N][-s3]")
+    return backend, int(count), s3
+
+
 @contextmanager
 def serving(config: str, home: Path, pg: PostgresFactory | None,
             ) -> Iterator[tuple[list[ServerProcess], dict[str, str], dict[str, str]]]:
     env = {**os.environ, **QUIET, "AMPUP_MEMORY_HOME": str(home / "cli"),
            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), os.environ.get("PYTHONPATH", "")])}
-    count = int(config.rsplit("-", 1)[1]) if config[-1].isdigit() else 1  # postgres-N
-    if config.startswith("postgres"):
+    backend, count, on_s3 = parse_config(config)
+    if backend == "postgres":
         assert pg is not None
         url = pg.new_database("race")
         env.update({"AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
@@ -1362,21 +1380,24 @@ def serving(config: str, home: Path, pg: PostgresFactory | None,
                     "AMPUP_MEMORY_WAREHOUSE": f"file://{home / 'warehouse'}"})
     else:
         env["AMPUP_MEMORY_HOME"] = str(home / "srv0")
-    key = cli(env, "keys", "create", "--agent", AGENT, "--user", USER, "--admin")[-1]
-    headers = {"X-AMP-Agent-ID": AGENT, "X-AMP-API-Key": key}
-    other = cli(env, "keys", "create", "--agent", OTHER_AGENT, "--user", OTHER)[-1]
-    env["RACE_OTHER_KEY"] = other
-    procs = [ServerProcess(home / f"srv{i}", env={k: v for k, v in env.items()
-                                                  if k != "AMPUP_MEMORY_HOME"})
-             for i in range(count)]
-    errors = start_together(procs, timeout=180)
-    try:
+    with ExitStack() as stack:
+        if on_s3:
+            s3 = S3Server(home).start()
+            stack.callback(s3.stop)
+            env.update(s3.env(s3.new_bucket("audit")))
+        key = cli(env, "keys", "create", "--agent", AGENT, "--user", USER, "--admin")[-1]
+        headers = {"X-AMP-Agent-ID": AGENT, "X-AMP-API-Key": key}
+        other = cli(env, "keys", "create", "--agent", OTHER_AGENT, "--user", OTHER)[-1]
+        env["RACE_OTHER_KEY"] = other
+        procs = [ServerProcess(home / f"srv{i}", env={k: v for k, v in env.items()
+                                                      if k != "AMPUP_MEMORY_HOME"})
+                 for i in range(count)]
+        for p in procs:
+            stack.callback(p.stop)
+        errors = start_together(procs, timeout=180)
         if errors:
             raise RuntimeError(f"servers did not start: {errors}")
         yield procs, headers, env
-    finally:
-        for p in procs:
-            p.stop()
 
 
 def audit_one(config: str, pg: PostgresFactory | None, width: int, rounds: int,
@@ -1415,6 +1436,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
     configs = args.configs.split(",")
+    for config in configs:
+        parse_config(config)  # a misspelt one is refused before anything starts
     only = set(args.only.split(",")) if args.only else None
     unknown = sorted((only or set()) - {*SCENARIOS, "key-revoke"})
     if unknown:  # a misspelt name ran nothing and reported 0 findings

@@ -79,12 +79,20 @@ def start_session(svc: MemoryService, user: str, req: StartSession) -> str:
     return ses_id
 
 
-def _refuse_if_ended(svc: MemoryService, scope: str, session: str,
-                     what: str) -> Callable[[Segments], None]:
+def _refuse_if_ended(svc: MemoryService, scope: str, session: str, what: str,
+                     seen: list[list[EventRecord]] | None = None
+                     ) -> Callable[[Segments], None]:
+    """The recheck of a write to an open session: refused once it has ended. With ``seen``,
+    each check also keeps the session's events as it found them (the last one kept is the
+    view the commit landed on)."""
     def check(segs: Segments) -> None:
-        if any(e.kind == END for e in svc.index.events(scope, segs, (END,), [session])):
+        kinds = (END,) if seen is None else None
+        found = svc.index.events(scope, segs, kinds, [session])
+        if any(e.kind == END for e in found):
             raise Conflict(f"Session {session} has ended; {what}.",
                            code="SESSION_ENDED")
+        if seen is not None:
+            seen.append(found)
     return check
 
 
@@ -128,10 +136,14 @@ def end_session(svc: MemoryService, user: str, req: EndSession) -> dict[str, Any
     if req.reward is not None:
         written.append(reward_event(req.session, user, req.reward, req.reason or req.outcome,
                                     EXPLICIT, first.branch))
+    # The answer is the session as the commit found it: an advice step that landed after
+    # the read above (another request, another server) is in it, as it is in the session.
+    seen: list[list[EventRecord]] = []
     entry = svc.write_events(user, parse_scope(first.scope), first.branch, "end session",
                              written, recheck=_refuse_if_ended(
-                                 svc, first.scope, req.session, "it ends once"))
-    return session_wire([*events, *written]) | {"commit": entry.commit_id}
+                                 svc, first.scope, req.session, "it ends once", seen))
+    found = seen[-1] if seen and seen[-1] else events
+    return session_wire([*found, *written]) | {"commit": entry.commit_id}
 
 
 def get_session(svc: MemoryService, user: str, session: str) -> dict[str, Any]:

@@ -28,6 +28,7 @@ which a server of this version drops at its next start).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -97,16 +98,18 @@ TRIGGERS = (
 )
 
 
-def prepare(conn: Conn) -> bool:
+def prepare(conn: Conn, announce: Callable[[str], None]) -> bool:
     """The table, its indexes, functions and triggers, made where missing, and every
     cell's row written again when any was (a store an older version made, or one whose
     trigger was dropped). Run inside the caller's transaction under its schema lock,
-    after ``cells`` exists. True when it wrote them."""
+    after ``cells`` exists. ``announce`` is told what is done before the writing starts
+    (it reads every cell, writers waiting). True when it wrote them."""
     missing = conn.execute("SELECT to_regclass('cell_filters') IS NULL").fetchone() == (True,)
     conn.execute(TABLE)
     for statement in (_WRITE, _EMPTY):
         conn.execute(statement)
     if made_triggers(conn, TRIGGERS) or missing:  # the triggers are made either way
+        announce("writing the cells' filtered columns")
         refill(conn)
         return True
     for statement in INDEXES:

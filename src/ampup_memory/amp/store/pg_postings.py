@@ -30,6 +30,7 @@ them right, as the triggers are the database's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -105,16 +106,18 @@ TRIGGERS = (
 )
 
 
-def prepare(conn: Conn) -> bool:
+def prepare(conn: Conn, announce: Callable[[str], None]) -> bool:
     """The postings' table, index, functions and triggers, made where missing, and every
     cell's postings written again when any was (a store an older version made, or one
     whose trigger was dropped). Run inside the caller's transaction under its schema
-    lock, after ``cells`` exists. True when it wrote them."""
+    lock, after ``cells`` exists. ``announce`` is told what is done before the writing
+    starts (it reads every cell, writers waiting). True when it wrote them."""
     missing = conn.execute("SELECT to_regclass('cell_postings') IS NULL").fetchone() == (True,)
     conn.execute(TABLE)
     for statement in (_WRITE, _EMPTY):
         conn.execute(statement)
     if made_triggers(conn, TRIGGERS) or missing:  # the triggers are made either way
+        announce("writing the cells' keyword postings")
         refill(conn)
         return True
     conn.execute(INDEX)

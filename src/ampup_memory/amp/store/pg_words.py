@@ -35,7 +35,7 @@ them right too: its writes fire the same triggers.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -130,15 +130,17 @@ TRIGGERS = (
 )
 
 
-def prepare(conn: Conn) -> bool:
+def prepare(conn: Conn, announce: Callable[[str], None]) -> bool:
     """The counts' tables, functions and triggers, made where missing, and counted from
     the cells when any was (a store an older version made: cells written without a
     trigger are not counted). Run inside the caller's transaction under its schema lock,
-    after ``cells`` exists. True when it counted."""
+    after ``cells`` exists. ``announce`` is told what is done before the count starts (it
+    reads every cell, writers waiting). True when it counted."""
     missing = conn.execute("SELECT to_regclass('cell_words') IS NULL").fetchone() == (True,)
     for statement in (*TABLES, _COUNT, _EMPTY):
         conn.execute(statement)
     if made_triggers(conn, TRIGGERS) or missing:  # the triggers are made either way
+        announce("counting the cells' keyword statistics")
         recount(conn)
         return True
     return False

@@ -277,6 +277,17 @@ def _where(conninfo: str) -> str:
     return f"{d.get('dbname', '')} on {d.get('host', 'localhost')}:{d.get('port', 5432)}"
 
 
+def _upgrading(conn: Conn, where: str, what: str) -> None:
+    """One warning line as a start upgrades a store an older version made, said before
+    the work (it reads every cell while writers wait: about 42 s at 960k cells), so an
+    operator watching a slow start at the default log level knows why. A new store (no
+    cell yet) has nothing to upgrade and says nothing."""
+    if conn.execute("SELECT EXISTS (SELECT 1 FROM cells)").fetchone() != (True,):
+        return
+    log.warning("the AMP cell store %s was made by an older version: %s (once; writers "
+                "wait until it is done)", where, what)
+
+
 def _recorded_layout(conn: Conn) -> str | None:
     """The layout version the database records, read before any table is made (None for
     a new database, or one made before stores recorded it)."""
@@ -323,12 +334,13 @@ def _leave_room(conn: Conn) -> None:
                  " the next start tries again")
 
 
-def _status_free(conn: Conn) -> None:
+def _status_free(conn: Conn, announce: Callable[[str], None]) -> None:
     """Take ``status`` out of the indexes of a store made before `OWNER_FILTER`:
     ``cells_status_id (status, id)`` dropped, ``cells_owner_filter`` made again without
     it. Checked first, as `_made` is: DROP INDEX waits for an owner index's build, so it
     waits 2 s at most and is tried again at the next start (the old indexes answer the
-    same, only moves stay whole new row versions)."""
+    same, only moves stay whole new row versions). ``announce`` is told before the
+    owner index is made again (a pass over the cells, writers waiting)."""
     found = {str(r[0]): str(r[1]) for r in conn.execute(
         "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
         " AND tablename = 'cells' AND indexname IN ('cells_status_id', 'cells_owner_filter')"
@@ -342,6 +354,7 @@ def _status_free(conn: Conn) -> None:
             conn.execute("SELECT set_config('lock_timeout', '2s', true)")
             conn.execute("DROP INDEX IF EXISTS cells_status_id")
             if old_filter:
+                announce("taking the cells' status out of their owner index")
                 conn.execute("DROP INDEX cells_owner_filter")
                 conn.execute(OWNER_FILTER)
             conn.execute("SELECT set_config('lock_timeout', %s, true)",
@@ -497,15 +510,10 @@ class PostgresStore:
                     for statement in SCHEMA:
                         if not _made(conn, statement):
                             conn.execute(statement)
-                    if pg_words.prepare(conn):
-                        log.info("the cells' keyword statistics were counted (a store an"
-                                 " older version made)")
-                    if pg_postings.prepare(conn):
-                        log.info("the cells' keyword postings were written (a store an"
-                                 " older version made)")
-                    if pg_filters.prepare(conn):
-                        log.info("the cells' filtered columns were written (a store an"
-                                 " older version made)")
+                    where = _where(self.conninfo)
+                    pg_words.prepare(conn, lambda what: _upgrading(conn, where, what))
+                    pg_postings.prepare(conn, lambda what: _upgrading(conn, where, what))
+                    pg_filters.prepare(conn, lambda what: _upgrading(conn, where, what))
                     # A store made before passes kept their states. Checked first: ALTER
                     # TABLE locks the table even when the column is there.
                     if conn.execute(
@@ -521,7 +529,7 @@ class PostgresStore:
                     if storage is not None and storage[0] != EMBEDDING_STORAGE:
                         conn.execute("ALTER TABLE cells ALTER COLUMN embedding SET STORAGE MAIN")
                     _leave_room(conn)
-                    _status_free(conn)
+                    _status_free(conn, lambda what: _upgrading(conn, where, what))
                     d = self.dimensions
                     if d is not None and d <= HNSW_MAX_DIMENSIONS:
                         target, predicate = _hnsw_target(d)

@@ -120,6 +120,18 @@ function queryWords(q) {
     .filter(w => w.length > 2 && !STOP.has(w));
 }
 
+// The scope field of the pages that ask for one (Search, Advice, Set aside): it offers the
+// scopes GET /scopes lists for the caller (those with an episode it may read); any other
+// scope (one holding only advice runs, say) can still be typed. A failed listing leaves
+// the field as a plain one: the page's own request says what went wrong.
+function scopeField(value) {
+  const known = h("datalist", {id: "known-scopes"});
+  get("/scopes").then(d => known.append(...d.scopes.map(s => h("option", {value: s.scope}))),
+    () => {});
+  return [h("input", {name: "scope", value, placeholder: "org/team", required: true, size: 16,
+    list: "known-scopes"}), known];
+}
+
 function table(head, rows) {
   return h("div", {class: "scroll"}, h("table", {},
     h("thead", {}, h("tr", {}, head.map(c => h("th", {}, c)))),
@@ -388,7 +400,7 @@ async function pageSearch(q) {
   const scope = q.get("scope") || "";
   const text = q.get("q") || "";
   const form = h("form", {class: "search", id: "search-form"},
-    h("input", {name: "scope", value: scope, placeholder: "org/team", required: true, size: 16}),
+    scopeField(scope),
     h("input", {name: "q", value: text, placeholder: "what to look for", required: true, size: 30}),
     h("button", {type: "submit"}, "Search"));
   form.addEventListener("submit", (ev) => {
@@ -545,14 +557,7 @@ async function lifecycleHistory(box, admin) {
 async function pageAdvice(q) {
   const m = main();
   const scope = q.get("scope") || "";
-  const form = h("form", {class: "search"},
-    h("input", {name: "scope", value: scope, placeholder: "org/team", required: true, size: 16}),
-    h("button", {type: "submit"}, "Show"));
-  form.addEventListener("submit", (ev) => {
-    ev.preventDefault();
-    location.hash = route("/advice", {scope: new FormData(form).get("scope")});
-  });
-  m.replaceChildren(title("Advice"), form);
+  m.replaceChildren(title("Advice"), scopeForm("/advice", scope));
   if (!scope) return;
   const [map, notes, compiled] = await Promise.all([get("/situations", {scope}), get("/notes", {scope}),
     get("/procedures", {scope})]);

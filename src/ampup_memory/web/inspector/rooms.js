@@ -11,8 +11,7 @@ function list(items, cls) {
 }
 function scopeForm(path, scope, extra) {
   const form = h("form", {class: "search"},
-    h("input", {name: "scope", value: scope, placeholder: "org/team", required: true, size: 16}),
-    extra || null, h("button", {type: "submit"}, "Show"));
+    scopeField(scope), extra || null, h("button", {type: "submit"}, "Show"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
     location.hash = route(path, Object.fromEntries(new FormData(form)));
