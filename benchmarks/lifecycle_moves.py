@@ -121,6 +121,7 @@ def timed_pass(amp: AmpService, now: datetime, data_dir: str | None,
     stop, ms = threading.Event(), list[float]()
     reader = threading.Thread(target=reads, args=(amp, ids, stop, ms)) if ids else None
     before = server_ticks(data_dir) if data_dir else {}
+    updates = _updates(amp) if data_dir else (0, 0)
     started, cpu = time.perf_counter(), time.process_time()
     if reader:
         reader.start()
@@ -139,11 +140,28 @@ def timed_pass(amp: AmpService, now: datetime, data_dir: str | None,
     if data_dir:
         server = spent_ms(before, server_ticks(data_dir)) / 1000
         out["server_cpu_s"] = round(server, 2)
+        time.sleep(1.5)  # the pass's backend reports its counts within a second idle
+        after = _updates(amp)
+        out["hot_updates"] = f"{after[1] - updates[1]} of {after[0] - updates[0]}"
     if moved:
         out["ms_per_move"] = round(1000 * wall / moved, 3)
     if ms:
         out["reads_meanwhile"] = read_times(ms)
     return out
+
+
+def _updates(amp: AmpService) -> tuple[int, int]:
+    """``cells``' updates and heap-only (HOT) updates so far (PostgreSQL)."""
+    import psycopg
+
+    from ampup_memory.amp.store.postgres import PostgresStore
+
+    assert isinstance(amp.store, PostgresStore)
+    with psycopg.connect(amp.store.conninfo) as conn:
+        row = conn.execute("SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables"
+                           " WHERE relname = 'cells'").fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1])
 
 
 def idle_reads(amp: AmpService, ids: list[str], seconds: float) -> dict[str, Any]:

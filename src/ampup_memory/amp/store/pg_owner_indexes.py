@@ -53,9 +53,9 @@ _VALID = ("SELECT o.owner_id FROM cell_owner_indexes o"
           " JOIN pg_index i ON i.indexrelid = to_regclass(o.name)"
           " WHERE o.dimensions = %s AND i.indisvalid AND i.indisready")
 
-# Live cells per owner (the lifecycle's live statuses), counted from the owner index
-# alone, for every owner with at least %s of them.
-_LIVE = ("SELECT owner_id, count(*) FROM cells WHERE status IN ('active', 'stale')"
+# Live cells per owner (the lifecycle's live statuses), counted from the filtered columns'
+# owner index alone (`pg_filters`), for every owner with at least %s of them.
+_LIVE = ("SELECT owner_id, count(*) FROM cell_filters WHERE status IN ('active', 'stale')"
          " GROUP BY owner_id HAVING count(*) >= %s")
 
 

@@ -39,7 +39,7 @@ from psycopg_pool import PoolTimeout
 
 from ampup_memory.amp.lifecycle import DecayInputs, Standing
 from ampup_memory.amp.model import Status, StoredCell, to_utc
-from ampup_memory.amp.store import pg_owner_indexes, pg_postings, pg_words
+from ampup_memory.amp.store import pg_filters, pg_owner_indexes, pg_postings, pg_words
 from ampup_memory.amp.store.base import (
     PASS_HISTORY,
     CellFilter,
@@ -141,6 +141,16 @@ EMBEDDING_STORAGE = "m"  # MAIN
 # vectors, long texts) find room less often; a row over 4 kB never does.
 CELLS_FILLFACTOR = 80
 
+# An owner's cells (an exact ranking reads their rows), with the columns
+# `rows.where_clause` tests but ``status``. No index of `cells` holds ``status``, so that a
+# lifecycle move (a status, the document and the stale clock) is a heap-only (HOT) update:
+# no entry in the HNSW graphs, the GIN index or the b-trees. An index holding it made every
+# move a new row version with an entry in each of them, 1.2-2.2 ms of server CPU a move at
+# 20k cells, most of it the HNSW graph's (docs/performance.md, session 29). What needs
+# ``status`` in an index reads `pg_filters`' narrow table.
+OWNER_FILTER = ("CREATE INDEX IF NOT EXISTS cells_owner_filter ON cells (owner_id, id)"
+                " INCLUDE (type, public, has_readers, created_by)")
+
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS cells (
         id text COLLATE "C" PRIMARY KEY,
@@ -166,12 +176,8 @@ SCHEMA = (
         embedding vector,
         tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
     ) WITH (fillfactor = """ + str(CELLS_FILLFACTOR) + ")",
-    "CREATE INDEX IF NOT EXISTS cells_status_id ON cells (status, id)",
-    # Every column `rows.where_clause` tests, so an owner's cells are found and checked
-    # from the index alone (an index-only scan) instead of one heap row each.
-    "CREATE INDEX IF NOT EXISTS cells_owner_filter ON cells (owner_id, status, id)"
-    " INCLUDE (type, public, has_readers, created_by)",
-    "DROP INDEX IF EXISTS cells_owner_status_id",  # a prefix of cells_owner_filter
+    OWNER_FILTER,  # and no index of `cells` holding `status` (`_status_free`)
+    "DROP INDEX IF EXISTS cells_owner_status_id",  # an older layout's owner index
     "CREATE INDEX IF NOT EXISTS cells_deleted_at ON cells (deleted_at)"
     " WHERE deleted_at IS NOT NULL",
     "CREATE INDEX IF NOT EXISTS cells_tsv ON cells USING gin (tsv)",
@@ -328,6 +334,36 @@ def _leave_room(conn: Conn) -> None:
                  " the next start tries again")
 
 
+def _status_free(conn: Conn, announce: Callable[[str], None]) -> None:
+    """Take ``status`` out of the indexes of a store made before `OWNER_FILTER`:
+    ``cells_status_id (status, id)`` dropped, ``cells_owner_filter`` made again without
+    it. Checked first, as `_made` is: DROP INDEX waits for an owner index's build, so it
+    waits 2 s at most and is tried again at the next start (the old indexes answer the
+    same, only moves stay whole new row versions). ``announce`` is told before the
+    owner index is made again (a pass over the cells, writers waiting)."""
+    found = {str(r[0]): str(r[1]) for r in conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()"
+        " AND tablename = 'cells' AND indexname IN ('cells_status_id', 'cells_owner_filter')"
+    ).fetchall()}
+    old_filter = "status" in found.get("cells_owner_filter", "")
+    if "cells_status_id" not in found and not old_filter:
+        return
+    waited = conn.execute("SHOW lock_timeout").fetchone()
+    try:
+        with conn.transaction():  # a savepoint: a timeout undoes only this
+            conn.execute("SELECT set_config('lock_timeout', '2s', true)")
+            conn.execute("DROP INDEX IF EXISTS cells_status_id")
+            if old_filter:
+                announce("taking the cells' status out of their owner index")
+                conn.execute("DROP INDEX cells_owner_filter")
+                conn.execute(OWNER_FILTER)
+            conn.execute("SELECT set_config('lock_timeout', %s, true)",
+                         (waited[0] if waited else "0",))
+    except psycopg.errors.LockNotAvailable:
+        log.info("the cells' status was not taken out of their indexes (an index is being"
+                 " built); the next start tries again")
+
+
 def _pg_text(value: Any) -> Any:
     # PostgreSQL text cannot hold NUL. Indexed columns and lookups map it to U+FFFD; the
     # JSON document (the cell itself) keeps it, escaped, so the wire never changes.
@@ -477,6 +513,7 @@ class PostgresStore:
                     where = _where(self.conninfo)
                     pg_words.prepare(conn, lambda what: _upgrading(conn, where, what))
                     pg_postings.prepare(conn, lambda what: _upgrading(conn, where, what))
+                    pg_filters.prepare(conn, lambda what: _upgrading(conn, where, what))
                     # A store made before passes kept their states. Checked first: ALTER
                     # TABLE locks the table even when the column is there.
                     if conn.execute(
@@ -492,6 +529,7 @@ class PostgresStore:
                     if storage is not None and storage[0] != EMBEDDING_STORAGE:
                         conn.execute("ALTER TABLE cells ALTER COLUMN embedding SET STORAGE MAIN")
                     _leave_room(conn)
+                    _status_free(conn, lambda what: _upgrading(conn, where, what))
                     d = self.dimensions
                     if d is not None and d <= HNSW_MAX_DIMENSIONS:
                         target, predicate = _hnsw_target(d)
@@ -613,14 +651,17 @@ class PostgresStore:
     ) -> list[StoredCell]:
         if filters.matches_nothing:
             return []
-        where, params = where_clause(filters, "%s")
+        where, params = where_clause(filters, "%s", "f.")
         if before_id is not None:
-            where += " AND id < %s"
+            where += " AND f.id < %s"
             params.append(before_id)
         with self._conn() as conn:
+            # The page's ids from the filtered columns' table (`pg_filters`), in the order
+            # of its (status, id) index, then their rows.
             rows = self._execute(
                 conn,
-                f"SELECT {CELL_COLS} FROM cells WHERE {where} ORDER BY id DESC LIMIT %s",
+                f"SELECT {CELL_COLS} FROM cells WHERE id IN (SELECT f.id FROM cell_filters f"
+                f" WHERE {where} ORDER BY f.id DESC LIMIT %s) ORDER BY id DESC",
                 (*params, batch),
             ).fetchall()
         return [_stored(r) for r in rows]
@@ -798,7 +839,8 @@ class PostgresStore:
                     f" FROM cells c WHERE NOT b.small AND {has} ORDER BY distance LIMIT %s) o"
                     f" JOIN cells c ON c.id = o.id WHERE {where}")
             args = (qvec, limit, *params)
-        # How big is the filtered set (counted no further than the limit)? The scan runs
+        # How big is the filtered set (counted no further than the limit, from the
+        # filtered columns' table: `pg_filters`, an index-only scan)? The scan runs
         # only when it is over the limit, in the same statement (one round trip: the
         # settings, the statement and the commit are sent together).
         with conn.pipeline(), conn.transaction():
@@ -807,7 +849,7 @@ class PostgresStore:
             cur = self._execute(
                 conn,
                 "SELECT b.small, n.* FROM (SELECT count(*) <= %s AS small FROM"
-                f" (SELECT 1 FROM cells c WHERE {where} LIMIT %s) s) b"
+                f" (SELECT 1 FROM cell_filters c WHERE {where} LIMIT %s) s) b"
                 f" LEFT JOIN LATERAL ({scan}) n ON true",
                 (exact_limit, *params, exact_limit + 1, *args), prepare=prepare)
         rows = cur.fetchall()
@@ -1015,7 +1057,8 @@ class PostgresStore:
 
     def status_counts(self) -> dict[str, int]:
         with self._conn() as conn:
-            rows = conn.execute("SELECT status, count(*) FROM cells GROUP BY status").fetchall()
+            rows = conn.execute("SELECT status, count(*) FROM cell_filters GROUP BY status"
+                                ).fetchall()
         return {str(s): int(n) for s, n in rows}
 
     # -- embedding model ------------------------------------------------------------------
