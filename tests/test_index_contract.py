@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -759,6 +760,45 @@ def test_a_write_between_a_fact_searchs_two_steps_moves_no_score(
         assert len(_renewal_answer(eng)) == 13  # the write landed
     finally:
         eng.index.close()
+
+
+def test_rows_applied_while_a_view_counts_are_not_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """SQLite: a view's statistics (a fact search's first step) count each word's rows up
+    to the row its row count reaches. Another writer's search catching the keyword file
+    up between the two counts added rows the word count saw and the row count did not:
+    5 more rows holding "renewal" than the 1 counted, a negative BM25 IDF, and the search
+    answered 500 (``math domain error``; tools/race_audit.py, read-your-writes: 16
+    writers each searching their own fact at once)."""
+    for step in ("view", "search"):
+        eng = SearchEngine(open_index(f"sqlite:///{tmp_path / step}.db"), HashEmbedder(32))
+        try:
+            _renewal(eng, 1)
+            eng.index.keyword_facts(S, "main", ["zebra"], 10)  # the keyword file, caught up
+            counts = eng.index._term_counts  # type: ignore[attr-defined]
+            landed: list[bool] = []
+
+            def after_other_writes(*args: object, counts: Any = counts,
+                                   eng: SearchEngine = eng, landed: list[bool] = landed,
+                                   ) -> Any:
+                if not landed:  # another writer's commits, caught up by its search
+                    landed.append(True)
+                    for i in range(2, 7):
+                        _renewal(eng, i)
+                    eng.index.keyword_facts(S, "main", ["zebra"], 10)
+                return counts(*args)
+
+            monkeypatch.setattr(eng.index, "_term_counts", after_other_writes)
+            if step == "view":
+                view = eng.index.keyword_view("facts", S, [("main", None)], ["renewal"])
+                assert (view.stats.rows, view.stats.hits) == (1, (1,))
+            else:  # the rows of its view alone (was a ValueError)
+                assert [row for row, _, _ in _renewal_answer(eng)] == [
+                    f.id for f in eng.index.versions(S, "main", [("Acme 1", "note")])]
+            assert landed
+            monkeypatch.undo()
+        finally:
+            eng.index.close()
 
 
 @pytest.mark.postgres

@@ -79,6 +79,9 @@ PROGRESS = re.compile(r"^[^:]{1,80}: \d+/(\d+|\?) \d+:\d\d:\d\d$")
 IDS = {"scope", "user", "user_id", "agent_id", "name", "source", "into", "branch",
        "at_commit", "pin_id", "snapshot_id", "workspace_id", "key_id", "cell_id", "scopes",
        "groups", "roles", "acl", "builtin", "now_text"}
+# ... but these are labels of printable text (1-200 characters, not blank), named like an
+# id: "Not An/../Id!" is a good one (docs/api.md, POST /workspaces).
+LABELS = {("workspace create", "name")}
 # ... and of those, the ones that look a record up: an unknown one must be refused.
 LOOKUPS = {"pin_id", "snapshot_id", "workspace_id", "key_id", "cell_id"}
 DURATIONS = {"ttl", "lifetime", "grace"}
@@ -381,9 +384,13 @@ def part_help(audit: Audit, s: Seed, pool: ThreadPoolExecutor) -> None:
                        f"exit {done.code}: {done.err[-300:]}")
 
 
-def edges_for(param: click.Parameter) -> list[tuple[str, str | None, bool]]:
-    """(label, value, must be refused) for one parameter; value None: left out."""
+def edges_for(param: click.Parameter, command: str = "",
+              ) -> list[tuple[str, str | None, bool]]:
+    """(label, value, must be refused) for one parameter of ``command``; value None: left
+    out."""
     name = param.name or ""
+    refused = {"empty", "blank", "10k chars"} | (
+        set() if (command, name) in LABELS else {"wrong form"}) if name in IDS else set()
     edges: list[tuple[str, str | None, bool]] = []
     if param.required:
         edges.append(("missing", None, True))
@@ -403,8 +410,7 @@ def edges_for(param: click.Parameter) -> list[tuple[str, str | None, bool]]:
                         for label, path in FILES.items()]
     if isinstance(kind, click.Choice):
         return edges + [("not a choice", "bogus", True), ("empty", "", True)]
-    text = [(label, value, (name in IDS and label in ("empty", "blank", "wrong form",
-                                                      "10k chars"))
+    text = [(label, value, label in refused
              or (name in LOOKUPS and label == "unknown")) for label, value in TEXT_EDGES]
     if name in DURATIONS:
         # A grace period may be 0 (after a known crash); a time to live may not.
@@ -424,7 +430,7 @@ def part_args(audit: Audit, s: Seed, pool: ThreadPoolExecutor,
             continue  # no parameters of their own; their settings are in `env`
         jobs.append((command, "(valid)", "", command_line(command, cmd, s), False))
         for param in own_params(cmd):
-            for label, value, must in edges_for(param):
+            for label, value, must in edges_for(param, command):
                 argv = command_line(command, cmd, s, {param.name or "": value}) \
                     if not (isinstance(param, click.Option) and param.is_flag) else []
                 if argv:

@@ -775,6 +775,7 @@ def main(argv: list[str] | None = None) -> int:
     findings: list[Finding] = []
     sent = mcp = kills = 0
     samples: dict[str, dict[str, str]] = {}
+    notes: dict[str, Any] = {}
     with ExitStack() as stack:
         pg = (stack.enter_context(postgres_factory())
               if any(c.startswith("postgres") for c in configs) else None)
@@ -784,11 +785,13 @@ def main(argv: list[str] | None = None) -> int:
             findings += audit.findings
             sent, mcp, kills = sent + audit.sent, mcp + audit.mcp_calls, kills + audit.kills
             samples[config] = audit.samples
+            notes[config] = audit.notes  # documented 503s with Retry-After (race_audit.busy)
             print(f"{config} checked: {json.dumps(audit.checked)}", flush=True)
     report = [{"config": f.config, "scenario": f.scenario, "kind": f.kind,
                "detail": f.detail} for f in findings]
     (args.out / "findings.json").write_text(json.dumps(report, indent=1))
     (args.out / "mcp-answers.json").write_text(json.dumps(samples, indent=1, sort_keys=True))
+    (args.out / "notes.json").write_text(json.dumps(notes, indent=1, sort_keys=True))
     for item in report:
         print(f"- [{item['config']} {item['scenario']}] {item['kind']}: {item['detail'][:300]}")
     print(f"{len(report)} findings, {sent} requests, {mcp} MCP calls, {kills} kills, "

@@ -38,9 +38,10 @@ servers, alternately to each) and repeats ``--rounds`` times, then checks its in
 - Keys: ``keys revoke`` while requests use the key (none sent after it returned succeeds).
 
 Every answer must be a status its operation documents, below 500, an error in the
-project's envelope, within 60 s. Findings go to ``DIR/findings.json`` (what each scenario's
-requests answered, counted, to ``DIR/answers.json``) and the exit code is 1 when there are
-any.
+project's envelope, within 60 s; a documented 503 ``UNAVAILABLE`` with ``Retry-After`` (see
+`busy`) is counted in ``DIR/notes.json`` instead. Findings go to ``DIR/findings.json`` (what
+each scenario's requests answered, counted, to ``DIR/answers.json``) and the exit code is 1
+when there are any.
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class Answer:
     status: int | str = "-"
     data: Any = None
     text: str = ""
+    retry_after: str | None = None  # its Retry-After header
 
     def ok(self) -> bool:
         return isinstance(self.status, int) and 200 <= self.status < 300
@@ -113,6 +115,15 @@ class Answer:
 
     def shown(self) -> str:
         return f"{self.method} {self.path} {json.dumps(self.body)[:160] if self.body else ''}"
+
+
+def busy(a: Answer, documented: set[str]) -> bool:
+    """A documented "try again shortly" (docs/api.md, Errors): a 503 its operation lists,
+    in the envelope as ``UNAVAILABLE``, with a ``Retry-After`` of whole seconds (a busy
+    store, a lifecycle pass held by another, a full reranker line). A note, not a finding;
+    a 503 without any of these stays one."""
+    return (a.status == 503 and "503" in documented and a.code() == "UNAVAILABLE"
+            and a.retry_after is not None and a.retry_after.strip().isdigit())
 
 
 @dataclass
@@ -140,6 +151,9 @@ class Audit:
     lock: threading.Lock = field(default_factory=threading.Lock)
     # scenario -> "METHOD template -> status [code]" -> count: what the races answered
     seen: dict[str, dict[str, int]] = field(default_factory=dict)
+    # "scenario: METHOD template -> 503 UNAVAILABLE" -> count and one answer: the
+    # documented "try again shortly" answers (see `busy`), noted, not findings
+    notes: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def find(self, kind: str, detail: str) -> None:
         with self.lock:
@@ -194,6 +208,7 @@ class Audit:
             return answer
         answer.done = time.monotonic()
         answer.status, answer.text = r.status_code, r.text
+        answer.retry_after = r.headers.get("retry-after")
         try:
             answer.data = r.json() if r.content else None
         except ValueError:
@@ -211,7 +226,9 @@ class Audit:
         assert isinstance(status, int)
         op = self.spec["paths"].get(a.template, {}).get(a.method.lower(), {})
         documented = set(op.get("responses", {}))
-        if status >= 500:
+        if busy(a, documented):
+            self.note(a)
+        elif status >= 500:
             self.find(f"server error {status}", f"{a.shown()} -> {a.text[:300]}")
         elif str(status) not in documented:
             self.find("undocumented status", f"{a.shown()} -> {status} {a.text[:300]}")
@@ -221,6 +238,13 @@ class Audit:
             self.find("error without the envelope", f"{a.shown()} -> {status} {a.text[:300]}")
         if a.done - a.sent > TIME_LIMIT:
             self.find("slow answer", f"{a.shown()} took {a.done - a.sent:.0f} s")
+
+    def note(self, a: Answer) -> None:
+        key = f"{self.scenario}: {a.method} {a.template} -> {a.status} {a.code()}"
+        with self.lock:
+            entry = self.notes.setdefault(key, {"count": 0, "example": f"{a.shown()} -> "
+                                                f"Retry-After {a.retry_after} {a.text[:300]}"})
+            entry["count"] += 1
 
     def race(self, calls: list[Call]) -> list[Answer]:
         """All at once: each call on its own thread, released together; call i goes to
@@ -705,8 +729,15 @@ def merge_conflict(audit: Audit) -> None:
         audit.expect(not before, "merge committed over a conflicting write",
                      f"merge at seq {at} after {len(before)} conflicting writes to main")
     elif merged.code() == "MERGE_CONFLICT":
-        audit.expect(any(a.ok() and a.done < merged.done for a in writes),
-                     "merge conflict with no conflicting write landed", merged.text[:300])
+        # Each conflict's `ours` (main's value) a write that landed, sent before the merge
+        # returned. Not one that returned before it: with two servers a write commits,
+        # the merge meets it and answers, and the write's own answer comes after.
+        ours = {c.get("ours") for c in merged.data["error"]["details"].get("conflicts", [])}
+        landed = {a.body["value"] for a in writes if a.ok() and a.sent < merged.done}
+        audit.expect(bool(ours) and ours <= landed,
+                     "merge conflict with no conflicting write landed",
+                     f"ours {sorted(map(str, ours))}, landed {sorted(landed)}: "
+                     f"{merged.text[:300]}")
 
 
 def schema_race(audit: Audit) -> None:
@@ -1446,6 +1477,7 @@ def main(argv: list[str] | None = None) -> int:
     began = time.monotonic()
     findings: list[Finding] = []
     seen: dict[str, Any] = {}
+    notes: dict[str, Any] = {}
     sent = 0
     with ExitStack() as stack:
         pg = (stack.enter_context(postgres_factory())
@@ -1456,14 +1488,18 @@ def main(argv: list[str] | None = None) -> int:
             findings += audit.findings
             sent += audit.sent
             seen[config] = audit.seen
+            notes[config] = audit.notes
     (args.out / "answers.json").write_text(json.dumps(seen, indent=1, sort_keys=True))
+    (args.out / "notes.json").write_text(json.dumps(notes, indent=1, sort_keys=True))
     report = [{"config": f.config, "scenario": f.scenario, "kind": f.kind,
                "detail": f.detail} for f in findings]
     (args.out / "findings.json").write_text(json.dumps(report, indent=1))
     for item in report:
         print(f"- [{item['config']} {item['scenario']}] {item['kind']}: {item['detail'][:300]}")
-    print(f"{len(report)} findings, {sent} requests, {time.monotonic() - began:.0f} s, "
-          f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+    noted = sum(e["count"] for n in notes.values() for e in n.values())
+    print(f"{len(report)} findings, {noted} documented 503s with Retry-After (notes.json), "
+          f"{sent} requests, {time.monotonic() - began:.0f} s, load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} "
           f"({', '.join(configs)}, width {args.width}, {args.rounds} rounds)")
     return 1 if report else 0
 

@@ -773,10 +773,13 @@ class SQLiteIndex:
                 space = stack.enter_context(self._keyword_space(kind, scope, branch))
                 if space is not None:
                     kconn, version, applied = space
-                    bound = self._bound(kind, scope, branch, upto, applied)
-                    found.append((kconn, version, bound))
-                    marks.append((branch, _last(bound, applied)))
-                    n, size = keywords.cut_totals(kconn, kind, _last(bound, applied))
+                    # Words and rows counted up to one row: another search may catch the
+                    # file up past `applied` between the counts (the rows it adds would
+                    # make a word's rows outnumber the rows, a negative IDF).
+                    last = _last(self._bound(kind, scope, branch, upto, applied), applied)
+                    found.append((kconn, version, last))
+                    marks.append((branch, last))
+                    n, size = keywords.cut_totals(kconn, kind, last)
                     rows, tokens = rows + n, tokens + size
             counts = self._term_counts(kind, found, terms)
             kept = affordable_terms(terms, counts.__getitem__)
