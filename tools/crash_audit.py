@@ -37,7 +37,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import tempfile
 import threading
@@ -66,12 +65,14 @@ from tools.race_audit import (
     amp_create,
     amp_patch,
     check_chain,
+    configs_of,
     counts,
     episode,
     fact_call,
     facts,
+    load_text,
     new_scope,
-    parse_config,
+    report_findings,
     serving,
 )
 
@@ -768,9 +769,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    configs = args.configs.split(",")
-    for config in configs:
-        parse_config(config)  # a misspelt one is refused before anything starts
+    configs = configs_of(args.configs)
     began = time.monotonic()
     findings: list[Finding] = []
     sent = mcp = kills = 0
@@ -787,18 +786,13 @@ def main(argv: list[str] | None = None) -> int:
             samples[config] = audit.samples
             notes[config] = audit.notes  # documented 503s with Retry-After (race_audit.busy)
             print(f"{config} checked: {json.dumps(audit.checked)}", flush=True)
-    report = [{"config": f.config, "scenario": f.scenario, "kind": f.kind,
-               "detail": f.detail} for f in findings]
-    (args.out / "findings.json").write_text(json.dumps(report, indent=1))
     (args.out / "mcp-answers.json").write_text(json.dumps(samples, indent=1, sort_keys=True))
     (args.out / "notes.json").write_text(json.dumps(notes, indent=1, sort_keys=True))
-    for item in report:
-        print(f"- [{item['config']} {item['scenario']}] {item['kind']}: {item['detail'][:300]}")
-    print(f"{len(report)} findings, {sent} requests, {mcp} MCP calls, {kills} kills, "
-          f"{time.monotonic() - began:.0f} s, load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} ({', '.join(configs)}, "
+    found = report_findings(args.out, findings)
+    print(f"{found} findings, {sent} requests, {mcp} MCP calls, {kills} kills, "
+          f"{time.monotonic() - began:.0f} s, {load_text()} ({', '.join(configs)}, "
           f"{args.rounds} kill rounds)")
-    return 1 if report else 0
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

@@ -1397,6 +1397,28 @@ def parse_config(config: str) -> tuple[str, int, bool]:
     return backend, int(count), s3
 
 
+def configs_of(text: str) -> list[str]:
+    """``--configs``, each checked: a misspelt one is refused before anything starts."""
+    configs = text.split(",")
+    for config in configs:
+        parse_config(config)
+    return configs
+
+
+def load_text() -> str:
+    return f"load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}"
+
+
+def report_findings(out: Path, findings: list[Finding]) -> int:
+    """``out/findings.json`` written and each finding printed; how many there were."""
+    report = [{"config": f.config, "scenario": f.scenario, "kind": f.kind,
+               "detail": f.detail} for f in findings]
+    (out / "findings.json").write_text(json.dumps(report, indent=1))
+    for item in report:
+        print(f"- [{item['config']} {item['scenario']}] {item['kind']}: {item['detail'][:300]}")
+    return len(report)
+
+
 @contextmanager
 def serving(config: str, home: Path, pg: PostgresFactory | None,
             ) -> Iterator[tuple[list[ServerProcess], dict[str, str], dict[str, str]]]:
@@ -1466,9 +1488,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    configs = args.configs.split(",")
-    for config in configs:
-        parse_config(config)  # a misspelt one is refused before anything starts
+    configs = configs_of(args.configs)
     only = set(args.only.split(",")) if args.only else None
     unknown = sorted((only or set()) - {*SCENARIOS, "key-revoke"})
     if unknown:  # a misspelt name ran nothing and reported 0 findings
@@ -1491,17 +1511,12 @@ def main(argv: list[str] | None = None) -> int:
             notes[config] = audit.notes
     (args.out / "answers.json").write_text(json.dumps(seen, indent=1, sort_keys=True))
     (args.out / "notes.json").write_text(json.dumps(notes, indent=1, sort_keys=True))
-    report = [{"config": f.config, "scenario": f.scenario, "kind": f.kind,
-               "detail": f.detail} for f in findings]
-    (args.out / "findings.json").write_text(json.dumps(report, indent=1))
-    for item in report:
-        print(f"- [{item['config']} {item['scenario']}] {item['kind']}: {item['detail'][:300]}")
+    found = report_findings(args.out, findings)
     noted = sum(e["count"] for n in notes.values() for e in n.values())
-    print(f"{len(report)} findings, {noted} documented 503s with Retry-After (notes.json), "
-          f"{sent} requests, {time.monotonic() - began:.0f} s, load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} "
+    print(f"{found} findings, {noted} documented 503s with Retry-After (notes.json), "
+          f"{sent} requests, {time.monotonic() - began:.0f} s, {load_text()} "
           f"({', '.join(configs)}, width {args.width}, {args.rounds} rounds)")
-    return 1 if report else 0
+    return 1 if found else 0
 
 
 if __name__ == "__main__":

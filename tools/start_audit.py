@@ -50,7 +50,13 @@ sys.path.insert(0, str(ROOT))
 from tests.pg import PostgresFactory, postgres_factory  # noqa: E402
 from tests.s3 import S3Server  # noqa: E402
 from tests.server_process import ServerProcess, plain_client, start_together  # noqa: E402
-from tools.race_audit import Finding, parse_config  # noqa: E402
+from tools.race_audit import (  # noqa: E402
+    Finding,
+    configs_of,
+    load_text,
+    parse_config,
+    report_findings,
+)
 
 AGENT, USER = "start_agent", "start.user"
 HEADERS = {"X-AMP-Agent-ID": AGENT, "X-AmpUp-User": USER}
@@ -333,9 +339,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
     args.out.mkdir(parents=True, exist_ok=True)
-    configs = args.configs.split(",")
-    for config in configs:
-        parse_config(config)  # a misspelt one is refused before anything starts
+    configs = configs_of(args.configs)
     phases = args.phases.split(",")
     if set(phases) - {"fresh", "reembed"}:
         parser.error("--phases: fresh, reembed")
@@ -354,15 +358,10 @@ def main(argv: list[str] | None = None) -> int:
             findings += audit.findings
             checked[config] = audit.checked
             print(f"{config} checked: {json.dumps(audit.checked)}", flush=True)
-    report = [{"config": f.config, "phase": f.scenario, "kind": f.kind, "detail": f.detail}
-              for f in findings]
-    (args.out / "findings.json").write_text(json.dumps(report, indent=1))
-    for item in report:
-        print(f"- [{item['config']} {item['phase']}] {item['kind']}: {item['detail'][:300]}")
-    print(f"{len(report)} findings, {time.monotonic() - began:.0f} s, load average "
-          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} ({', '.join(configs)}, "
-          f"{args.trials} trials, {args.cells} cells)")
-    return 1 if report else 0
+    found = report_findings(args.out, findings)
+    print(f"{found} findings, {time.monotonic() - began:.0f} s, {load_text()} "
+          f"({', '.join(configs)}, {args.trials} trials, {args.cells} cells)")
+    return 1 if found else 0
 
 
 if __name__ == "__main__":
