@@ -33,12 +33,11 @@ from typing import Any
 
 import psycopg
 
-from ampup_memory.amp.store.pg_words import made_triggers
+from ampup_memory.amp.store.pg_postings import CARRIED  # what `rows.where_clause` tests
+from ampup_memory.amp.store.pg_words import emptied, made_triggers
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
-# Every column `rows.where_clause` tests, in the order of the table.
-CARRIED = ("type", "owner_id", "created_by", "status", "public", "has_readers")
 _COLS = ", ".join(CARRIED)
 
 TABLE = """CREATE TABLE IF NOT EXISTS cell_filters (
@@ -80,12 +79,7 @@ BEGIN
     RETURN NULL;
 END $$"""
 
-_EMPTY = """CREATE OR REPLACE FUNCTION cell_filters_empty() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    DELETE FROM cell_filters;  -- not TRUNCATE: see pg_words' cell_words_empty
-    RETURN NULL;
-END $$"""
+_EMPTY, _EMPTIED = emptied("cell_filters", "cell_filters")
 
 TRIGGERS = (
     "CREATE TRIGGER cell_filters_written AFTER INSERT OR DELETE ON cells"
@@ -93,8 +87,7 @@ TRIGGERS = (
     "CREATE TRIGGER cell_filters_rewritten AFTER UPDATE ON cells FOR EACH ROW WHEN"
     f" (({_of('OLD')}) IS DISTINCT FROM ({_of('NEW')}))"
     " EXECUTE FUNCTION cell_filters_write()",
-    "CREATE TRIGGER cell_filters_emptied AFTER TRUNCATE ON cells"
-    " FOR EACH STATEMENT EXECUTE FUNCTION cell_filters_empty()",
+    _EMPTIED,
 )
 
 

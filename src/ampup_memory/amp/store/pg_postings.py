@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from ampup_memory.amp.store.pg_words import made_triggers
+from ampup_memory.amp.store.pg_words import emptied, made_triggers
 from ampup_memory.search.bm25_sql import Scoring, length_of
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -82,12 +82,7 @@ BEGIN
     RETURN NULL;
 END $$"""
 
-_EMPTY = """CREATE OR REPLACE FUNCTION cell_postings_empty() RETURNS trigger
-LANGUAGE plpgsql AS $$
-BEGIN
-    DELETE FROM cell_postings;  -- not TRUNCATE: see pg_words' cell_words_empty
-    RETURN NULL;
-END $$"""
+_EMPTY, _EMPTIED = emptied("cell_postings", "cell_postings")
 
 
 def _watched(row: str) -> str:
@@ -101,8 +96,7 @@ TRIGGERS = (
     "CREATE TRIGGER cell_postings_rewritten AFTER UPDATE ON cells FOR EACH ROW WHEN"
     f" (({_watched('OLD')}) IS DISTINCT FROM ({_watched('NEW')}))"
     " EXECUTE FUNCTION cell_postings_write()",
-    "CREATE TRIGGER cell_postings_emptied AFTER TRUNCATE ON cells"
-    " FOR EACH STATEMENT EXECUTE FUNCTION cell_postings_empty()",
+    _EMPTIED,
 )
 
 

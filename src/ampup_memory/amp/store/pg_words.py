@@ -111,22 +111,28 @@ BEGIN
     RETURN NULL;
 END $$"""
 
-_EMPTY = """CREATE OR REPLACE FUNCTION cell_words_empty() RETURNS trigger
+def emptied(name: str, *tables: str) -> tuple[str, str]:
+    """The function ``<name>_empty`` that empties ``tables`` when ``cells`` is truncated,
+    and its trigger ``<name>_emptied`` (names and tables are ours, never a caller's).
+    Not TRUNCATE: a TRUNCATE naming these tables too (a test's of every table) holds
+    them."""
+    deletes = "".join(f"    DELETE FROM {t};\n" for t in tables)
+    return (f"""CREATE OR REPLACE FUNCTION {name}_empty() RETURNS trigger
 LANGUAGE plpgsql AS $$
 BEGIN
-    -- Not TRUNCATE: a TRUNCATE naming these tables too (a test's of every table) holds them.
-    DELETE FROM cell_words;
-    DELETE FROM cell_totals;
-    RETURN NULL;
-END $$"""
+{deletes}    RETURN NULL;
+END $$""", f"CREATE TRIGGER {name}_emptied AFTER TRUNCATE ON cells"
+            f" FOR EACH STATEMENT EXECUTE FUNCTION {name}_empty()")
+
+
+_EMPTY, _EMPTIED = emptied("cell_words", "cell_words", "cell_totals")
 
 TRIGGERS = (
     "CREATE TRIGGER cell_words_written AFTER INSERT OR DELETE ON cells"
     " FOR EACH ROW EXECUTE FUNCTION cell_words_count()",
     "CREATE TRIGGER cell_words_rewritten AFTER UPDATE ON cells FOR EACH ROW"
     " WHEN (OLD.tsv IS DISTINCT FROM NEW.tsv) EXECUTE FUNCTION cell_words_count()",
-    "CREATE TRIGGER cell_words_emptied AFTER TRUNCATE ON cells"
-    " FOR EACH STATEMENT EXECUTE FUNCTION cell_words_empty()",
+    _EMPTIED,
 )
 
 
