@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections.abc import Iterator
 from datetime import datetime
@@ -675,6 +676,16 @@ def test_a_second_user_sees_none_of_the_first_users_rooms(
             i["item"] for i in seeded_get(seeded["url"], "bob", "/set-aside",
                                           scope=ADVICE)["items"]] == [rooms["runbook"]]
         assert page.locator("#set-aside tbody tr").count() == 1 and page.evaluate(fits)
+        # The scope fields offer what GET /scopes lists to bob: alice's workspace scope is
+        # among them, its note being readable by everyone ("*"), as the route's rule says
+        # (a workspace's scopes are read by their ACLs, docs/api.md). Nothing else of her
+        # workspace may show.
+        page.wait_for_selector(f"#known-scopes option[value='{rooms['workspace']}/notes']",
+                               state="attached")
+        offered = page.eval_on_selector_all("#known-scopes option", "os => os.map(o => o.value)")
+        assert sorted(offered) == sorted(
+            s["scope"] for s in seeded_get(seeded["url"], "bob", "/scopes")["scopes"])
+        assert f"{rooms['workspace']}/notes" in offered
         html.append(page.content())
         ins.go(f"#/session/{rooms['poison']}", "main .error")  # her session: the route's 404
         assert "404 NOT_FOUND" in page.inner_text("main .error")
@@ -687,6 +698,7 @@ def test_a_second_user_sees_none_of_the_first_users_rooms(
         ins.go(f"#/scope/{ADVICE}/schema", "#schema h2")  # any caller reads a schema
         assert page.locator("tr[data-attribute]").count() == 3 and page.evaluate(fits)
         for text in html:
+            text = re.sub(r'<datalist id="known-scopes">.*?</datalist>', "", text)
             assert SECRET_RUN not in text and rooms["secret_run"] not in text
             assert rooms["workspace"] not in text and rooms["poison"] not in text
             assert POISON not in text
