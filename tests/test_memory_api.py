@@ -194,7 +194,10 @@ def test_facts_quote_cites_and_newest_wins(m: Memory) -> None:
     # was six, one per union branch (`body.value.constrained-str`, `body.value.int`, …).
     for wrong, loc, says in (([1], ["body", "value"], "a value is a JSON string"),
                              ("x" * 4001, ["body", "value"], "at most 4000 characters"),
-                             ({"amount": [5]}, ["body", "value", "amount"], "an amount is")):
+                             ({"amount": [5]}, ["body", "value", "amount"], "an amount is"),
+                             # an object that is no money at all: not "amount: required"
+                             ({"a": {"b": 1}}, ["body", "value"], "a value is a JSON string"),
+                             ({"currency": "EUR"}, ["body", "value", "amount"], "required")):
         r = m.fact(scope, "acme", "budget", wrong, "budget is 50k", [(e1, 1)])
         [problem] = r.json()["error"]["details"]["errors"]
         assert (problem["loc"], says in problem["msg"]) == (loc, True), r.text

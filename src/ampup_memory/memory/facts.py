@@ -17,7 +17,7 @@ any :class:`Version`: ``GET /facts`` applies it to core's records, search
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Protocol, TypeVar
@@ -56,16 +56,18 @@ MAX_VALUE_CHARS = 4000  # as long as a quote: a value is an answer, not a docume
 _FINITE = Annotated[float, Field(allow_inf_nan=False)]
 
 
-def _one_branch(branches: dict[type, Any], expected: str) -> WrapValidator:
+def _one_branch(branches: dict[type, Any], expected: str,
+                claims: Callable[[Any], bool] = lambda _: True) -> WrapValidator:
     """A union's errors as the branch of the input's own JSON type gives them. Pydantic
     reports every branch, each under its type's name (`value.constrained-str: …` and 5
     more), which no request spells (docs/api.md: a field is named as the request names
-    it); a type no branch takes is one error saying what is taken."""
+    it); a type no branch takes, or a value ``claims`` says is meant for none, is one
+    error saying what is taken."""
     adapters = {kind: TypeAdapter(branch) for kind, branch in branches.items()}
 
     def check(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
         adapter = adapters.get(type(value))
-        if adapter is None:
+        if adapter is None or not claims(value):
             raise PydanticCustomError("value_type", expected)
         try:
             return handler(value)
@@ -91,7 +93,10 @@ Scalar = _STR | int | _FINITE | bool
 Value = Annotated[Scalar | Money, _one_branch(
     {str: _STR, int: int, float: _FINITE, bool: bool, dict: Money},
     "a value is a JSON string, number or boolean (or {amount, currency} for a money "
-    "attribute)")]
+    "attribute)",
+    # An object naming neither money field is no money gone wrong: saying `amount` is
+    # missing would send the caller the wrong way.
+    lambda v: not isinstance(v, dict) or bool(v.keys() & {"amount", "currency"}))]
 
 
 def raw_value(value: Value) -> Any:
