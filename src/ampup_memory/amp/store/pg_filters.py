@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 
 from ampup_memory.amp.store.pg_postings import CARRIED  # what `rows.where_clause` tests
-from ampup_memory.amp.store.pg_words import emptied, made_triggers
+from ampup_memory.amp.store.pg_words import emptied, kept_by_triggers
 
 Conn = psycopg.Connection[tuple[Any, ...]]
 
@@ -97,17 +97,8 @@ def prepare(conn: Conn, announce: Callable[[str], None]) -> bool:
     trigger was dropped). Run inside the caller's transaction under its schema lock,
     after ``cells`` exists. ``announce`` is told what is done before the writing starts
     (it reads every cell, writers waiting). True when it wrote them."""
-    missing = conn.execute("SELECT to_regclass('cell_filters') IS NULL").fetchone() == (True,)
-    conn.execute(TABLE)
-    for statement in (_WRITE, _EMPTY):
-        conn.execute(statement)
-    if made_triggers(conn, TRIGGERS) or missing:  # the triggers are made either way
-        announce("writing the cells' filtered columns")
-        refill(conn)
-        return True
-    for statement in INDEXES:
-        conn.execute(statement)
-    return False
+    return kept_by_triggers(conn, "cell_filters", (TABLE, _WRITE, _EMPTY), TRIGGERS, refill,
+                            lambda: announce("writing the cells' filtered columns"), INDEXES)
 
 
 def refill(conn: Conn) -> None:

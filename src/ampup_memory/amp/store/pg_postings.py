@@ -35,7 +35,7 @@ from typing import Any
 
 import psycopg
 
-from ampup_memory.amp.store.pg_words import emptied, made_triggers
+from ampup_memory.amp.store.pg_words import emptied, kept_by_triggers
 from ampup_memory.search.bm25_sql import Scoring, length_of
 
 Conn = psycopg.Connection[tuple[Any, ...]]
@@ -106,16 +106,8 @@ def prepare(conn: Conn, announce: Callable[[str], None]) -> bool:
     whose trigger was dropped). Run inside the caller's transaction under its schema
     lock, after ``cells`` exists. ``announce`` is told what is done before the writing
     starts (it reads every cell, writers waiting). True when it wrote them."""
-    missing = conn.execute("SELECT to_regclass('cell_postings') IS NULL").fetchone() == (True,)
-    conn.execute(TABLE)
-    for statement in (_WRITE, _EMPTY):
-        conn.execute(statement)
-    if made_triggers(conn, TRIGGERS) or missing:  # the triggers are made either way
-        announce("writing the cells' keyword postings")
-        refill(conn)
-        return True
-    conn.execute(INDEX)
-    return False
+    return kept_by_triggers(conn, "cell_postings", (TABLE, _WRITE, _EMPTY), TRIGGERS, refill,
+                            lambda: announce("writing the cells' keyword postings"), (INDEX,))
 
 
 def refill(conn: Conn) -> None:

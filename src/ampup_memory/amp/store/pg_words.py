@@ -142,13 +142,28 @@ def prepare(conn: Conn, announce: Callable[[str], None]) -> bool:
     trigger are not counted). Run inside the caller's transaction under its schema lock,
     after ``cells`` exists. ``announce`` is told what is done before the count starts (it
     reads every cell, writers waiting). True when it counted."""
-    missing = conn.execute("SELECT to_regclass('cell_words') IS NULL").fetchone() == (True,)
-    for statement in (*TABLES, _COUNT, _EMPTY):
+    return kept_by_triggers(conn, "cell_words", (*TABLES, _COUNT, _EMPTY), TRIGGERS,
+                            recount, lambda: announce("counting the cells' keyword statistics"))
+
+
+def kept_by_triggers(conn: Conn, table: str, made: Sequence[str], triggers: Sequence[str],
+                     write_all: Callable[[Conn], None], announce: Callable[[], None],
+                     after: Sequence[str] = ()) -> bool:
+    """The one step that readies a table the database keeps from ``cells`` by triggers
+    (word counts, postings, filtered columns): ``made`` run (its tables and functions,
+    each ``IF NOT EXISTS`` / ``OR REPLACE``), the missing ``triggers`` made, and every
+    cell's rows written again by ``write_all`` (after ``announce``) when ``table`` or any
+    trigger was missing: cells written meanwhile were not seen. Otherwise ``after`` runs
+    (indexes ``write_all`` makes itself). True when it wrote them."""
+    missing = conn.execute("SELECT to_regclass(%s) IS NULL", (table,)).fetchone() == (True,)
+    for statement in made:
         conn.execute(statement)
-    if made_triggers(conn, TRIGGERS) or missing:  # the triggers are made either way
-        announce("counting the cells' keyword statistics")
-        recount(conn)
+    if made_triggers(conn, triggers) or missing:  # the triggers are made either way
+        announce()
+        write_all(conn)
         return True
+    for statement in after:
+        conn.execute(statement)
     return False
 
 
