@@ -90,6 +90,16 @@ class ServerProcess:
 
     def _start(self, timeout: float) -> ServerProcess:
         self.launch()
+        try:
+            return self.wait_ready(timeout)
+        except TimeoutError:
+            self.stop()
+            raise RuntimeError(f"server did not start: {self.log_path.read_text()}") from None
+
+    def wait_ready(self, timeout: float) -> ServerProcess:
+        """Wait until the launched server answers its health check. RuntimeError when it
+        exits first (PortTaken when its port was taken), TimeoutError when ``timeout``
+        passes; the process is left as it is."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout
         # One client for every probe, without TLS (the server speaks plain HTTP): each
@@ -108,8 +118,7 @@ class ServerProcess:
                 except httpx.HTTPError:
                     pass
                 time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"server did not start: {self.log_path.read_text()}")
+        raise TimeoutError(f"server did not answer within {timeout:.0f} s")
 
     def kill(self) -> None:
         """kill -9: no shutdown hooks, no flushing."""

@@ -42,8 +42,6 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
@@ -154,20 +152,15 @@ class StartAudit:
         return delay
 
     def wait_healthy(self, p: ServerProcess, who: str) -> bool:
-        deadline = time.monotonic() + START_LIMIT
-        with plain_client(timeout=2) as probe:
-            while time.monotonic() < deadline:
-                if p.proc is not None and p.proc.poll() is not None:
-                    self.find("start", f"{who} exited: {p.log_path.read_text()[-1500:]}")
-                    return False
-                try:
-                    if probe.get(f"{p.url}/amp/v1/health").status_code == 200:
-                        return True
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.2)
-        self.find("start", f"{who} did not answer within {START_LIMIT:.0f} s")
-        return False
+        try:
+            p.wait_ready(START_LIMIT)
+        except RuntimeError as exc:  # it exited
+            self.find("start", f"{who}: {str(exc)[-1500:]}")
+            return False
+        except TimeoutError:
+            self.find("start", f"{who} did not answer within {START_LIMIT:.0f} s")
+            return False
+        return True
 
     def restart(self, procs: list[ServerProcess]) -> bool:
         for p in procs:
