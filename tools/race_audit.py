@@ -1397,6 +1397,13 @@ def parse_config(config: str) -> tuple[str, int, bool]:
     return backend, int(count), s3
 
 
+def postgres_env(url: str, warehouse: Path) -> dict[str, str]:
+    """The settings of a server whose stores are all in one PostgreSQL database ``url``
+    (cell store, catalog, read index) and whose tables are in the folder ``warehouse``."""
+    return {"AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
+            "AMP_STORE_URI": url, "AMPUP_MEMORY_WAREHOUSE": f"file://{warehouse}"}
+
+
 def configs_of(text: str) -> list[str]:
     """``--configs``, each checked: a misspelt one is refused before anything starts."""
     configs = text.split(",")
@@ -1428,9 +1435,7 @@ def serving(config: str, home: Path, pg: PostgresFactory | None,
     if backend == "postgres":
         assert pg is not None
         url = pg.new_database("race")
-        env.update({"AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
-                    "AMP_STORE_URI": url,
-                    "AMPUP_MEMORY_WAREHOUSE": f"file://{home / 'warehouse'}"})
+        env.update(postgres_env(url, home / "warehouse"))
     else:
         env["AMPUP_MEMORY_HOME"] = str(home / "srv0")
     with ExitStack() as stack:

@@ -53,6 +53,7 @@ from tools.race_audit import (  # noqa: E402
     configs_of,
     load_text,
     parse_config,
+    postgres_env,
     report_findings,
 )
 
@@ -103,9 +104,7 @@ def stores(config: str, pg: PostgresFactory | None,
             if backend == "postgres":
                 assert pg is not None
                 url = pg.new_database("start")
-                env.update({"AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
-                            "AMP_STORE_URI": url,
-                            "AMPUP_MEMORY_WAREHOUSE": f"file://{root / 'warehouse'}"})
+                env.update(postgres_env(url, root / "warehouse"))
                 env.pop("AMPUP_MEMORY_HOME", None)
             else:
                 env["AMPUP_MEMORY_HOME"] = str(root / "home")

@@ -67,7 +67,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.pg import PostgresFactory, postgres_factory  # noqa: E402
 from tests.server_process import ServerProcess  # noqa: E402
-from tools.race_audit import Audit, Call, Skip  # noqa: E402
+from tools.race_audit import Audit, Call, Skip, postgres_env  # noqa: E402
 
 ADMIN_TOKEN = "upgrade-admin-token"
 USER, AGENT = "up.user", "up_agent"
@@ -1002,9 +1002,7 @@ def main(argv: list[str] | None = None) -> int:
                 if backend == "postgres":
                     assert pg is not None
                     url = pg.new_database("upgrade")
-                    env.update({"AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
-                                "AMP_STORE_URI": url,
-                                "AMPUP_MEMORY_WAREHOUSE": f"file://{home / 'warehouse'}"})
+                    env.update(postgres_env(url, home / "warehouse"))
                 audit = Audit(f"{commit}/{backend}", [], {"paths": {}}, {}, 1)
                 run = Run(commit, backend, home, env, old / "src", audit,
                           lambda line: print(line, flush=True),
