@@ -487,6 +487,17 @@ def test_no_model_configured_runs_nothing_and_says_so(tmp_path: Path) -> None:
         proc.stop()
 
 
+def test_a_pass_with_no_scope_to_read_says_so(tmp_path: Path) -> None:
+    """A model is configured but no scope has a schema: nothing is read, and the command
+    says why on stderr instead of exiting 0 with no output at all."""
+    env = {"AMPUP_MEMORY_MODEL_BASE_URL": "http://127.0.0.1:9/v1",
+           "AMPUP_MEMORY_MODEL": "absent"}
+    done = cli_in_process(tmp_path / "home", env, "extract")
+    assert (done.returncode, done.stdout) == (0, ""), done
+    assert "no scope has a schema: nothing was read" in done.stderr, done.stderr
+    assert "ampup-memory doctor" in done.stderr
+
+
 def test_the_serve_timer_reads_pending_episodes(tmp_path: Path,
                                                 scripted_model: ScriptedModel) -> None:
     import time

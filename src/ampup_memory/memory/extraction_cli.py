@@ -59,6 +59,7 @@ def extraction_commands(settings_options: SettingsOptions,
                 no_model_line("extract", "nothing was read")
                 return
             scopes = [scope] if scope else [str(s) for s in svc.tables.scopes()]
+            reported = 0
             with progress() as bar:
                 for name in scopes:
                     task = bar.add_task(f"extract {name}", total=None)
@@ -71,7 +72,15 @@ def extraction_commands(settings_options: SettingsOptions,
                         bar.remove_task(task)
                         continue
                     echo_beside(bar, dumps({"scope": name, **out.wire()}))
+                    reported += 1
                     failed += out.error is not None or out.refused > 0
+            if not reported:
+                # Without --scope only scopes with a schema are read: say so rather than
+                # print nothing (the model was never asked, so it was not checked either).
+                click.echo("no scope has a schema: nothing was read (a scope's schema says "
+                           "which episodes extraction reads: `ampup-memory schema set`, "
+                           "docs/extraction.md; `ampup-memory doctor` checks the model)",
+                           err=True)
         fail_if_model_failed(failed, "scope(s)", "the episodes it did not read stay pending")
 
     return [extract]
