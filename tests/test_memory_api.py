@@ -132,6 +132,13 @@ def test_malformed_json_and_missing_user(m: Memory) -> None:
     bad = m.http.get("/ledger", params={"scope": "a/b"}, headers={"X-AmpUp-User": "a b"})
     assert error(bad) == (401, "UNAUTHENTICATED")
     assert "letters, digits and ._@+-" in bad.json()["error"]["message"], bad.text
+    # An admin write's author too (it said "The caller's user id is not a valid id.").
+    admin = {"X-AMP-Admin-Token": ADMIN_TOKEN, "X-AmpUp-User": "a b"}
+    for r in (m.http.put("/schemas/a/b", json={"builtin": "sales"}, headers=admin),
+              m.http.put("/procedures/sources", json={"scope": "a/b", "documents": []},
+                         headers=admin)):
+        assert error(r) == (401, "UNAUTHENTICATED"), r.text
+        assert r.json()["error"]["message"] == bad.json()["error"]["message"], r.text
     # No principal body at all is the body missing (loc ["body"]), not a field named "body".
     for empty in (b"", b"  "):
         r = m.http.put("/principals/dana", content=empty,

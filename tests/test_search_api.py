@@ -208,6 +208,19 @@ def test_bad_requests_are_422_and_identity_comes_first(api: httpx.Client) -> Non
             assert r.status_code == 200, (path, query, r.text)
 
 
+def test_a_blank_query_is_refused_as_every_blank_text_is(api: httpx.Client) -> None:
+    """A query of white space alone answered 200 with nothing (a template whose variable
+    came out empty looked like a search that found nothing), where AMP's search query, an
+    advice task and an entity are 422 `string_blank`; the published pattern says so."""
+    for path, extra in (("/search", {}), ("/query", {"find": "passages"})):
+        for blank in (" ", "\t\n", "\u3000"):
+            r = api.post(path, json={"scope": S, "query": blank, **extra},
+                         headers=as_user("ann"))
+            assert r.status_code == 422, (path, blank, r.text)
+            [problem] = r.json()["error"]["details"]["errors"]
+            assert (problem["loc"], problem["type"]) == (["body", "query"], "string_blank")
+
+
 def test_a_query_that_matches_nothing_answers_nothing(api: httpx.Client) -> None:
     """No shared word, no meaning, no window: no result, rather than every fact at 0."""
     for path, extra in (("/search", {}), ("/query", {"find": "passages"})):

@@ -118,8 +118,13 @@ def memory_user(auth: Authenticator, headers: dict[str, str]) -> str:
             raise Unauthenticated("Name the user this request acts for in the X-AmpUp-User "
                                   "header (X-AmpUp-User: <user id>).", code="MISSING_USER")
     if not valid_id(user):
-        raise Unauthenticated(f"X-AmpUp-User is not a valid user id: {ID_RULE}.")
+        raise not_a_user_id()
     return user
+
+
+def not_a_user_id() -> Unauthenticated:
+    """The 401 of an ``X-AmpUp-User`` that is no valid user id: it says what to send."""
+    return Unauthenticated(f"X-AmpUp-User is not a valid user id: {ID_RULE}.")
 
 
 def admin_author(auth: Authenticator, headers: dict[str, str]) -> str:
@@ -137,7 +142,7 @@ def admin_author(auth: Authenticator, headers: dict[str, str]) -> str:
     if named is None:
         return "admin"
     if not valid_id(named.strip()):  # named, even blank: then a valid id
-        raise Unauthenticated("The caller's user id is not a valid id.")
+        raise not_a_user_id()
     return named.strip()
 
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from ampup_memory.blank import NOT_BLANK_PATTERN, not_blank
 from ampup_memory.errors import ServiceUnavailable, field_error
 from ampup_memory.memory.ledger import CommitText, given_commit
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_branch, parse_scope
@@ -29,6 +30,13 @@ AT_COMMIT_DOC = (
     "episodes it or an earlier commit wrote count. Visibility is the current ACL.")
 
 
+# What a search asks: white space alone asks nothing (a template whose variable came out
+# empty), refused as `string_blank` as AMP's search query is; the pattern is published.
+SearchQuery = Annotated[str, Field(min_length=1, max_length=2000,
+                                   json_schema_extra={"pattern": NOT_BLANK_PATTERN}),
+                        AfterValidator(not_blank)]
+
+
 RERANK_DOC = (
     "Reorder the top results with the server's reranker (AMPUP_MEMORY_RERANK). Default: "
     "whenever the server has one; false skips it (faster); true on a server without one "
@@ -39,7 +47,7 @@ class FactSearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     scope: ScopeText
-    query: str = Field(min_length=1, max_length=2000)
+    query: SearchQuery
     as_of: Instant | None = Field(
         default=None, description="Valid time the current versions are taken at (default now).")
     limit: JsonInt = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
@@ -57,7 +65,7 @@ class PassageQueryRequest(BaseModel):
 
     scope: ScopeText
     find: Literal["passages"]
-    query: str = Field(min_length=1, max_length=2000)
+    query: SearchQuery
     limit: JsonInt = Field(default=DEFAULT_LIMIT, ge=1, le=MAX_LIMIT)
     tz: str | None = Field(default=None, description="IANA zone for calendar words (UTC).")
     branch: BranchText | None = None
