@@ -215,6 +215,29 @@ def test_a_read_judges_if_match_first(clients: list[httpx.Client]) -> None:
     assert answers[0].text == answers[1].text
 
 
+def test_only_a_read_that_hands_over_the_cell_counts_an_access(
+        clients: list[httpx.Client]) -> None:
+    """A 412 and a HEAD deliver no cell, so they count no access (both did: a GET with a
+    stale If-Match moved access_count and last_accessed_at, and so did every HEAD); a 304
+    counts one, as documented (the agent used its cached copy)."""
+    a, b = clients
+    who = me()
+    cell = create(a, who)
+    path = f"/memories/{cell['id']}"
+    first = a.get(path, headers=who)
+    tag, seen = first.headers["ETag"], first.json()
+    assert seen["scoring"]["access_count"] == 1
+    for client in (a, b):
+        assert client.get(path, headers={**who, "If-Match": '"stale"'}).status_code == 412
+        head = client.head(path, headers=who)
+        assert (head.status_code, head.headers["ETag"], head.content) == (200, tag, b"")
+        assert client.head(path, headers={**who, "If-None-Match": tag}).status_code == 304
+    assert a.get(path, headers={**who, "If-None-Match": tag}).status_code == 304
+    after = b.get(path, headers=who).json()
+    assert after["scoring"]["access_count"] == 3  # the first GET, the 304 and this one
+    assert after["lifecycle"]["last_accessed_at"] > seen["lifecycle"]["last_accessed_at"]
+
+
 def test_archive_then_delete_under_if_match(clients: list[httpx.Client]) -> None:
     a, b = clients
     who = me()

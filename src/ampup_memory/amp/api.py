@@ -45,11 +45,13 @@ from ampup_memory.web.conditional import (
     PRECONDITION_DOC,
     READ_PRECONDITION_DOC,
     Condition,
+    check_read_if_match,
     condition,
     conditional_doc,
     etag_response,
     read_answer,
 )
+from ampup_memory.web.head import is_head
 from ampup_memory.web.openapi import body_doc, errors, merged
 from ampup_memory.web.routing import segment_except
 
@@ -229,9 +231,17 @@ CELL_PATH = "/memories/" + segment_except("memory_id", "search", "query")
                        **errors({412: READ_PRECONDITION_DOC})},
             openapi_extra=conditional_doc(read=True))
 def get_memory(request: Request, memory_id: str, cond: ConditionDep) -> Response:
-    """The cell, with its version in `ETag` (docs/api.md, Conditional writes)."""
+    """The cell, with its version in `ETag` (docs/api.md, Conditional writes). Counts an
+    access when it answers the cell or a 304; a HEAD or a 412 hands over no cell and
+    counts none."""
     caller = _caller(request)
-    cell = _svc(request).get(memory_id, caller.agent_id)
+    svc = _svc(request)
+    if is_head(request.scope) or cond.if_match is not None:
+        seen = svc.peek(memory_id, caller.agent_id)
+        if is_head(request.scope):
+            return read_answer(cond, seen.wire(), cell_etag(seen))
+        check_read_if_match(cond, cell_etag(seen))
+    cell = svc.get(memory_id, caller.agent_id)
     return read_answer(cond, cell.wire(), cell_etag(cell))
 
 

@@ -133,14 +133,20 @@ def not_modified(etag: str) -> Response:
     return Response(status_code=304, headers={"ETag": etag})
 
 
+def check_read_if_match(condition: Condition, etag: str | None) -> None:
+    """A read's If-Match alone (412 unless it names ``etag``), for a read that must know
+    before it has effects (an AMP cell's GET counts an access only when it answers)."""
+    if condition.if_match is not None:
+        Condition(if_match=condition.if_match).check(etag)
+
+
 def read_answer(condition: Condition, body: Any, etag: str | None) -> Response:
     """A read's answer: 412 when its If-Match names no current version (RFC 9110 13.1.1:
     a read evaluates it too, before If-None-Match; ignored, it served a version the caller
     said it did not want), 304 when the caller's If-None-Match holds ``etag`` already,
     else ``body`` as JSON with its ``ETag`` (none when the resource has no version yet).
     Called only once the caller may read the resource: a 412 confirms nothing."""
-    if condition.if_match is not None:
-        Condition(if_match=condition.if_match).check(etag)
+    check_read_if_match(condition, etag)
     if etag is not None and condition.not_modified(etag):
         return not_modified(etag)
     return JSONResponse(body, headers={"ETag": etag} if etag is not None else None)

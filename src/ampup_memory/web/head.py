@@ -28,4 +28,14 @@ class HeadAsGet:
                 message = {**message, "body": b""}
             await send(message)
 
-        await self.app({**scope, "method": "GET"}, receive, headers_only)
+        await self.app({**scope, "method": "GET", HEAD_KEY: True}, receive, headers_only)
+
+
+# Set on the scope of a HEAD this middleware runs as a GET, for a route whose GET has an
+# effect a HEAD must not have (an AMP cell's read counts an access).
+HEAD_KEY = "ampup.head"
+
+
+def is_head(scope: Scope) -> bool:
+    """Whether this GET is a HEAD answered as one (its body is dropped)."""
+    return bool(scope.get(HEAD_KEY))
