@@ -158,6 +158,13 @@ def test_workspace_org_works_and_delete_drops_only_it(
         assert theirs.json() == nothing.json()
     assert m.http.get(f"/workspaces/{org}").status_code == 200
 
+    # Holds of its scopes, and one of the normal scope, made before the delete.
+    holds = {f"/snapshots/{m.http.post(f'/workspaces/{org}/snapshots').json()['id']}",
+             f"/snapshots/{m.http.post('/snapshots', json={'scopes': [scope]}).json()['id']}",
+             f"/pin/{m.http.post('/pin', json={'scope': scope, 'ttl': '1h'}).json()['id']}"}
+    normal_pin = f"/pin/{m.http.post('/pin', json={'scope': normal, 'ttl': '1h'}).json()['id']}"
+    assert {m.http.get(path).json()["state"] for path in (*holds, normal_pin)} == {"live"}
+
     # Snapshot the normal scope: its reads and its files must not change.
     ns_folder = home / "warehouse" / normal.replace("/", "__")
     before_files = files_digest(ns_folder)
@@ -176,6 +183,18 @@ def test_workspace_org_works_and_delete_drops_only_it(
               m.http.post("/search", json={"scope": scope, "query": "hello"})):
         assert error(r)[:2] == (404, "WORKSPACE_GONE")
     assert not {ns for ns in namespaces(home, env) if ns.startswith(org)}  # not recreated
+    # Its holds say what a read through them answers (they said "live").
+    for path in holds:
+        assert m.http.get(path).json()["state"] == "gone", path
+        kind = path.split("/")[1].replace("snapshots", "snapshot")
+        assert error(m.http.get("/episodes", params={"scope": scope, kind: path.split("/")[2]})
+                     )[:2] == (404, "WORKSPACE_GONE")
+    renewed = m.http.post(f"/pin/{next(p for p in holds if p.startswith('/pin'))[5:]}/renew",
+                          json={"ttl": "2h"})
+    assert (renewed.status_code, renewed.json()["state"]) == (200, "gone"), renewed.text
+    assert m.http.get(normal_pin).json()["state"] == "live"
+    for path in (*holds, normal_pin):
+        assert m.http.delete(path).json()["state"] == "released"
 
     assert files_digest(ns_folder) == before_files
     assert normal_reads(m, normal) == before_reads

@@ -64,6 +64,8 @@ if TYPE_CHECKING:
 Kind = Literal["pin", "snapshot"]
 PIN: Literal["pin"] = "pin"
 SNAPSHOT: Literal["snapshot"] = "snapshot"
+# A live hold of a workspace's scope after the workspace ended (see ``shown``).
+GONE = "gone"
 # A hold shows its creator to anyone with its id, so the refusal may say whose it is.
 _NOT_YOURS: dict[str, str] = {PIN: "Only the pin's creator may renew or release it.",
                               SNAPSHOT: "Only the snapshot's creator may release it."}
@@ -434,7 +436,7 @@ def renew_pin(svc: MemoryService, user: str, pin_id: str, ttl: timedelta,
         hold = svc.holds.live(pin_id, PIN)  # early, for the common refusals
         if hold.created_by != user:
             raise NotYours(_NOT_YOURS[PIN])
-        return svc.holds.change(pin_id, PIN, renewed).wire(utcnow())
+        return shown(svc, svc.holds.change(pin_id, PIN, renewed))
 
 
 def release(svc: MemoryService, user: str, hold_id: str, kind: Kind,
@@ -455,7 +457,27 @@ def release(svc: MemoryService, user: str, hold_id: str, kind: Kind,
 
 def show(svc: MemoryService, hold_id: str, kind: Kind,
          loc: list[str | int] | None = None) -> dict[str, Any]:
-    return svc.holds.get(check_id(hold_id, kind, loc or [kind]), kind).wire(utcnow())
+    return shown(svc, svc.holds.get(check_id(hold_id, kind, loc or [kind]), kind))
+
+
+def shown(svc: MemoryService, hold: Hold, now: datetime | None = None) -> dict[str, Any]:
+    """A hold as the routes answer it: ``state`` is ``gone``, not ``live``, once a
+    workspace whose scope it holds was deleted or expired, since every read through it
+    then answers 404 ``WORKSPACE_GONE`` (the hold itself is not released: nothing
+    records the workspace's end on it)."""
+    out = hold.wire(now or utcnow())
+    if out["state"] == "live" and any(_workspace_gone(svc, split_key(key)[0])
+                                      for key in hold.heads):
+        out["state"] = GONE
+    return out
+
+
+def _workspace_gone(svc: MemoryService, scope_text: str) -> bool:
+    try:
+        svc.workspaces.require_live(parse_scope(scope_text))
+    except NotFound:
+        return True
+    return False
 
 
 def create_snapshot(svc: MemoryService, user: str, heads: dict[str, str] | Iterable[Scope],
@@ -513,7 +535,7 @@ def workspace_snapshots(svc: MemoryService, user: str, workspace_id: str,
     ws = svc.workspaces.visible(user, workspace_id, admin)
     now = utcnow()
     taken = svc.holds.of_workspace(ws.id)
-    return [h.wire(now) for h in sorted(taken, key=lambda h: (h.created_at, h.id),
+    return [shown(svc, h, now) for h in sorted(taken, key=lambda h: (h.created_at, h.id),
                                             reverse=True)]
 
 
