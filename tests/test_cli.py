@@ -965,13 +965,18 @@ def test_flags_over_environment_over_config_file_over_defaults(tmp_path: Path) -
 def test_json_logs_with_access_log(tmp_path: Path) -> None:
     env = {**QUIET, "AMPUP_MEMORY_LOG_JSON": "true", "AMPUP_MEMORY_ACCESS_LOG": "true",
            "AMPUP_MEMORY_LOG_LEVEL": "info"}
-    proc = ServerProcess(tmp_path / "home", env=env).start(90)
+    proc = ServerProcess(tmp_path / "home", env=env, args=["--host", "0.0.0.0"]).start(90)
     try:
         assert httpx.get(f"{proc.url}/amp/v1/health?probe=1").status_code == 200
     finally:
         proc.stop()
-    lines = [json.loads(line) for line in proc.log_path.read_text().splitlines()
-             if line.startswith("{")]
+    # Every line is JSON, the start line too (it was plain text: a log shipper parsing
+    # JSON got one line it could not read at every start).
+    lines = [json.loads(line) for line in proc.log_path.read_text().splitlines() if line]
+    assert any(x["message"].startswith("AmpUp Memory on http://") and x["level"] == "info"
+               for x in lines), lines
+    assert any(x["message"].startswith("serving on 0.0.0.0 without API keys")
+               and x["level"] == "warning" for x in lines), lines
     access = [x for x in lines if x["logger"] == "uvicorn.access"]
     assert any("GET /amp/v1/health?probe=1" in x["message"] and x["level"] == "info"
                for x in access), lines

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import uuid
 from pathlib import Path
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 
@@ -67,6 +68,44 @@ def test_doctor_names_each_broken_engine(postgres: PostgresFactory, s3: S3Server
     assert SECRET_KEY not in done.stdout + done.stderr
     # Each failure is one line: nothing but the home's and five engine lines on stdout.
     assert len(done.stdout.strip().splitlines()) == 6
+
+
+def test_doctor_fails_a_database_without_pgvector_the_role_may_not_create(
+        postgres: PostgresFactory, tmp_path: Path) -> None:
+    """The cell store and the search index need pgvector; `serve` makes the extension, which
+    a role that is not allowed to create it cannot (a database made by hand, without
+    deploy/postgres-init.sql). doctor said ok there and `serve` then stopped: it names the
+    fix now. A role that may create it is ok, and the probe leaves no extension behind."""
+    import psycopg
+
+    role, name = f"doctor_{uuid.uuid4().hex[:8]}", f"novector_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(postgres.admin_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE \"{role}\" LOGIN PASSWORD 'pw'")  # ours: prefix + hex
+        conn.execute(f'CREATE DATABASE "{name}" OWNER "{role}"')
+    try:
+        as_superuser = urlsplit(postgres.url_for(name))
+        host = as_superuser.netloc.rpartition("@")[2]
+        url = urlunsplit(as_superuser._replace(netloc=f"{role}:pw@{host}"))
+        env = {"AMP_STORE_URI": url, "AMPUP_MEMORY_CATALOG_URI": url,
+               "AMPUP_MEMORY_INDEX_URI": url}
+        done = cli_in_process(tmp_path, env, "doctor")
+        assert done.returncode == 1, done.stdout + done.stderr
+        lines = _lines(done.stdout)
+        for engine in ("AMP store", "index"):
+            assert lines[engine].startswith("FAIL"), lines
+            assert "CREATE EXTENSION vector" in lines[engine], lines
+        assert lines["catalog"].startswith("ok"), lines  # the catalog needs no vectors
+        good = postgres.url_for(name)
+        done = cli_in_process(tmp_path, {**env, "AMP_STORE_URI": good,
+                                         "AMPUP_MEMORY_INDEX_URI": good}, "doctor")
+        assert done.returncode == 0, done.stdout + done.stderr
+        with psycopg.connect(good) as conn:
+            assert conn.execute(
+                "SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone() is None
+    finally:
+        with psycopg.connect(postgres.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'DROP ROLE IF EXISTS "{role}"')
 
 
 def test_doctor_refuses_a_warehouse_it_cannot_use(tmp_path: Path) -> None:

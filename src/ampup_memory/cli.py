@@ -186,6 +186,7 @@ def serve(**kwargs: Any) -> None:
 
     import uvicorn
 
+    from ampup_memory.logs import announce
     from ampup_memory.server import create_app
 
     runtime = _runtime(settings)
@@ -193,8 +194,8 @@ def serve(**kwargs: Any) -> None:
     # An IPv6 address goes in brackets in a URL (`http://[::1]:8765`), as a browser takes it.
     shown_host = f"[{settings.host}]" if ":" in settings.host.strip("[]") \
         and not settings.host.startswith("[") else settings.host
-    click.echo(f"AmpUp Memory on http://{shown_host}:{port}  "
-               f"(store: {runtime.store.info.name}, home: {settings.home})", err=True)
+    announce(settings, f"AmpUp Memory on http://{shown_host}:{port}  "
+                       f"(store: {runtime.store.info.name}, home: {settings.home})")
     # log_config=None: logging is ours (`logs.py`); uvicorn only turns its access log on/off.
     config = uvicorn.Config(app, log_config=None, access_log=settings.access_log,
                             timeout_graceful_shutdown=5)
@@ -229,14 +230,15 @@ def _warn_if_open(settings: Settings) -> None:
     """Trust mode (no keys: any caller may claim any agent or user) off loopback is a risk
     the operator must see."""
     # The guard's own rule: what it treats as a loopback bind is what needs no warning.
+    from ampup_memory.logs import announce
     from ampup_memory.web.origin import is_loopback
 
     if settings.require_keys or is_loopback(settings.host):
         return
-    click.echo(f"{click.style('warning:', fg='yellow')} serving on {settings.host} without API "
-               "keys: anyone who can reach this port may act as any agent or user; set "
-               f"{env_name('require_keys')}=true and create keys (see docs/security-model.md)",
-               err=True)
+    announce(settings, f"serving on {settings.host} without API keys: anyone who can reach"
+                       " this port may act as any agent or user; set "
+                       f"{env_name('require_keys')}=true and create keys (see "
+                       "docs/security-model.md)", warning=True)
 
 
 @cli.command()

@@ -269,6 +269,16 @@ def driver_said(exc: BaseException) -> str:
     return " ".join(str(getattr(exc, "orig", None) or exc).split())
 
 
+def pgvector_fix(exc: BaseException) -> str:
+    """What to do, for a PostgreSQL error about the ``vector`` extension (not installed, or
+    the role may not create it); "" for any other error. One wording for the cell store,
+    the search index and ``doctor``."""
+    if "vector" not in str(exc):
+        return ""
+    return (" The database needs the pgvector extension: CREATE EXTENSION vector (once, as"
+            " a role allowed to create extensions).")
+
+
 class ConfigurationError(Exception):
     """A setting that cannot work; raised at start-up so the server never half-starts."""
 

@@ -13,6 +13,8 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+import click
+
 from ampup_memory.settings import Settings
 from ampup_memory.timefmt import format_time
 
@@ -56,3 +58,18 @@ def configure_logging(settings: Settings) -> None:
     access.propagate = True
     access.setLevel(logging.INFO)
     access.disabled = not settings.access_log
+
+
+def announce(settings: Settings, message: str, *, warning: bool = False) -> None:
+    """A line a command prints on stderr whatever the log level (`serve`'s address, its
+    trust-mode warning): as text, or with ``log_json`` one JSON line as every log line is,
+    so a log shipper reading JSON reads it too."""
+    if settings.log_json:
+        level = logging.WARNING if warning else logging.INFO
+        record = logging.makeLogRecord({"name": "ampup_memory", "levelno": level,
+                                        "levelname": logging.getLevelName(level),
+                                        "msg": message})
+        click.echo(JsonLines().format(record), err=True)
+        return
+    prefix = f"{click.style('warning:', fg='yellow')} " if warning else ""
+    click.echo(prefix + message, err=True)

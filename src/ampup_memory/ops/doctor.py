@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
+from ampup_memory.errors import driver_said, pgvector_fix
 from ampup_memory.settings import (
     MODEL_ROLES,
     Settings,
@@ -169,8 +170,10 @@ def _missing_folders(path: str) -> list[str]:
     return missing
 
 
-def _sql_check(uri: str, home: Path) -> Callable[[], str]:
-    """Connect and write in a transaction that is rolled back."""
+def _sql_check(uri: str, home: Path, vectors: bool = False) -> Callable[[], str]:
+    """Connect and write in a transaction that is rolled back. ``vectors``: the store keeps
+    vectors (the cell store, the search index), so on PostgreSQL the ``vector`` extension
+    must be there or the role allowed to create it, as `serve` does (also rolled back)."""
     scheme = urlsplit(uri).scheme
 
     def sqlite_probe() -> str:
@@ -204,8 +207,15 @@ def _sql_check(uri: str, home: Path) -> Callable[[], str]:
             version = conn.execute("SHOW server_version").fetchone()
             conn.execute("CREATE TABLE ampup_doctor_probe (x integer)")
             conn.execute("INSERT INTO ampup_doctor_probe VALUES (1)")
+            if vectors:
+                try:
+                    conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                except psycopg.Error as exc:
+                    raise OSError(f"{driver_said(exc).rstrip('.')}.{pgvector_fix(exc)}"
+                                  ) from None
             conn.rollback()
-        return f"PostgreSQL {version[0] if version else '?'} reachable and writable"
+        return f"PostgreSQL {version[0] if version else '?'} reachable and writable" + (
+            ", pgvector ready" if vectors else "")
 
     if scheme == "sqlite":
         return sqlite_probe
@@ -299,12 +309,12 @@ def checks(settings: Settings) -> list[Check]:
         # First: every embedded store below lives in it, and `serve` makes it regardless.
         Check("home", str(settings.home), lambda: home_holds_files(settings.home)),
         Check("AMP store", mask_uri(settings.resolved_store_uri),
-              _sql_check(settings.resolved_store_uri, settings.home)),
+              _sql_check(settings.resolved_store_uri, settings.home, vectors=True)),
         Check("catalog", mask_uri(settings.resolved_catalog_uri),
               _sql_check(settings.resolved_catalog_uri, settings.home)),
         Check("warehouse", mask_uri(settings.resolved_warehouse), _warehouse_check(settings)),
         Check("index", mask_uri(settings.resolved_index_uri),
-              _sql_check(settings.resolved_index_uri, settings.home)),
+              _sql_check(settings.resolved_index_uri, settings.home, vectors=True)),
     ]
     endpoints: dict[str, tuple[str, str | None]] = {}
     if settings.model_base_url:

@@ -53,7 +53,7 @@ def _versions() -> dict[str, str]:
 def collect(runtime: Runtime, feed: Feed | None = None,
             timers: list[TimerRecord] | None = None) -> dict[str, Any]:
     """The status report. ``feed`` and ``timers`` are the serving process's (the CLI has
-    neither: it reports the search lag it can compute from the index alone)."""
+    neither: its scopes have no ``search_index_lag``)."""
     settings = runtime.settings
     warehouse = settings.resolved_warehouse
     warehouse_path = Path(urlsplit(warehouse).path) if warehouse.startswith("file:") else None

@@ -75,7 +75,12 @@ from ampup_memory.amp.store.rows import (
     where_clause,
     with_status,
 )
-from ampup_memory.errors import ConfigurationError, ServiceUnavailable, driver_said
+from ampup_memory.errors import (
+    ConfigurationError,
+    ServiceUnavailable,
+    driver_said,
+    pgvector_fix,
+)
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
 from ampup_memory.search import budget
@@ -547,14 +552,9 @@ class PostgresStore:
                 f"cannot connect to PostgreSQL ({_where(self.conninfo)}): {driver_said(exc)}"
             ) from exc
         except psycopg.Error as exc:
-            hint = (
-                " The database needs the pgvector extension: CREATE EXTENSION vector"
-                " (once, as a role allowed to create extensions)."
-                if "vector" in str(exc) else ""
-            )
             raise ConfigurationError(
                 f"cannot prepare the PostgreSQL cell store ({_where(self.conninfo)}): "
-                f"{exc}.{hint}"
+                f"{driver_said(exc).rstrip('.')}.{pgvector_fix(exc)}"
             ) from exc
         version = tuple(int(x) for x in str(row[0] if row else "0").split(".")[:2])
         return version >= (0, 8)

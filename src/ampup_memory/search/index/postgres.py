@@ -45,7 +45,7 @@ import psycopg
 from pgvector.psycopg import register_vector
 from pyroaring import BitMap
 
-from ampup_memory.errors import ConfigurationError
+from ampup_memory.errors import ConfigurationError, driver_said, pgvector_fix
 from ampup_memory.memory.facts import EPOCH
 from ampup_memory.pg_locks import SCHEMA_LOCK
 from ampup_memory.pg_pool import Pool
@@ -256,7 +256,8 @@ class PostgresIndex:
                 conn.execute(SCHEMA)
                 _match_graphs(conn, ann_params)
         except psycopg.Error as exc:
-            raise ConfigurationError(f"cannot open the PostgreSQL index: {exc}") from exc
+            raise ConfigurationError(f"cannot open the PostgreSQL index: {driver_said(exc)}"
+                                     f"{pgvector_fix(exc)}") from exc
         self._pool: Pool[Any] = Pool(
             uri, min_size=1, max_size=8, kwargs={"autocommit": True},
             configure=register_vector, open=True,
