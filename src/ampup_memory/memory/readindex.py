@@ -412,6 +412,14 @@ class ReadIndex:
             value = conn.execute(select(func.max(ledger_t.c.committed_at))).scalar()
         return from_us(value) if value is not None else None
 
+    def newest_commit(self) -> str | None:
+        """The commit with the latest ``committed_at`` the index holds (None: none)."""
+        stmt = (select(ledger_t.c.commit_id)
+                .order_by(ledger_t.c.committed_at.desc(), ledger_t.c.commit_id.desc()).limit(1))
+        with self.engine.connect() as conn:
+            value = conn.execute(stmt).scalar()
+        return str(value) if value is not None else None
+
     def known_commits(self) -> set[str]:
         with self.engine.connect() as conn:
             return set(conn.execute(select(ledger_t.c.commit_id)).scalars())

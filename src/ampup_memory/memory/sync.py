@@ -9,6 +9,7 @@ read of that scope.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import defaultdict
 from collections.abc import Callable
@@ -25,9 +26,11 @@ from ampup_memory.memory.ledger import SUMMARY_KEY, LedgerEntry
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.reads import read_from_row
 from ampup_memory.memory.rows import ACL_OP, episode_from_row, fact_from_row
-from ampup_memory.memory.scopes import Scope, valid_name
+from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, valid_name
 from ampup_memory.memory.tables import MemoryTables, at_least, is_in
 from ampup_memory.progress import Progress, ticker
+
+log = logging.getLogger(__name__)
 
 SKEW = timedelta(minutes=10)
 IN_FILTER_MAX = 200  # more pending commits than this: one full scan beats a huge IN list
@@ -92,8 +95,34 @@ class Sync:
                 break
             cur = parent
         if entries is None:
+            stray = self._stray_commit()
+            if stray is not None:
+                # The tables are older than the index (restored from a backup under it):
+                # the index is derived, so it starts again from these tables.
+                log.warning("the read index holds commit %s, which the ledger table does "
+                            "not (tables restored under a newer index?); rebuilding the "
+                            "read index from the tables", stray)
+                self.index.reset()
+                self._principals_seen = None
             entries = self._scan_ledger(table, snap.snapshot_id)
         self.index.add_ledger(entries, snap.snapshot_id)
+
+    def _stray_commit(self) -> str | None:
+        """The index's newest commit when the ledger table, loaded now, lacks it; else
+        None. Only asked when the index's ledger position is not among the table's
+        snapshots (expired history, or other tables). Loaded after the index is read: a
+        commit reaches the index only once its ledger row is in the catalog, so another
+        server's newer commit is never taken for a stray."""
+        newest = self.index.newest_commit()
+        if newest is None:
+            return None
+        table = self.tables.private(SYSTEM_NAMESPACE, "ledger")
+        snap = table.metadata.current_snapshot()
+        if snap is not None and table.scan(snapshot_id=snap.snapshot_id,
+                                           row_filter=is_in("commit_id", [newest]),
+                                           selected_fields=("commit_id",)).to_arrow().num_rows:
+            return None
+        return newest
 
     def rescan_ledger(self, table: Table) -> None:
         """Read every ledger row of ``table`` (the repair path when a chain has a gap)."""

@@ -116,10 +116,12 @@ class Feed:
             return 0
         entry = self.memory.index.entry(cursor)
         if entry is None or entry.scope != scope or entry.branch != branch:
-            # A cursor the ledger does not know (an index from other tables): start over;
-            # re-ingesting a held document changes nothing.
-            log.warning("search cursor %s of %s/%s is not in the ledger; refeeding",
-                        cursor[:12], scope, branch)
+            # A cursor the ledger does not know (an index from other tables, say tables
+            # restored under it): the branch's rows go and it is fed again from the start,
+            # so nothing of a commit the tables lack stays searchable.
+            log.warning("search cursor %s of %s/%s is not in the ledger; refeeding the "
+                        "branch", cursor[:12], scope, branch)
+            self.engine.index.clear_branch(scope, branch)
             return 0
         return entry.seq
 
