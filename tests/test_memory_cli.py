@@ -131,6 +131,27 @@ def test_a_record_holding_nul_is_one_invalid_record_and_the_rest_loads(tmp_path:
     assert sorted(e["source"] for e in listed["episodes"]) == ["wiki:after", "wiki:fine"]
 
 
+def test_an_empty_body_line_is_told_as_empty_and_text_stands_in_only_for_a_missing_body(
+        tmp_path: Path) -> None:
+    """A `.jsonl` line with "body": "" was told "body: Field required" (a line holding
+    `text` as well loaded the `text` instead); `text` is read only when `body` is absent."""
+    corpus, scope = tmp_path / "corpus", new_scope()
+    corpus.mkdir()
+    (corpus / "feed.jsonl").write_text("\n".join(json.dumps(line) for line in [
+        {"source": "wiki:empty", "body": ""},
+        {"source": "wiki:both", "body": "", "text": "Stand-in text."},
+        {"source": "wiki:text", "text": "A note given as text."},
+    ]) + "\n")
+    done = cli_in_process(tmp_path / "home", QUIET, "load", str(corpus), "--scope", scope,
+                          "--acl", "*")
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["created"] == 1, done.stdout
+    short = "body: String should have at least 1 character"
+    for line in ("feed.jsonl:1", "feed.jsonl:2"):
+        assert f"skipped {line}: {short}" in done.stderr, done.stderr
+    assert "Field required" not in done.stderr, done.stderr
+
+
 def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: Path) -> None:
     home, corpus, scope = tmp_path / "home", tmp_path / "corpus", new_scope()
     (corpus / ".git").mkdir(parents=True)

@@ -153,7 +153,9 @@ def _jsonl(path: Path, rel: str, acl: list[str]) -> Iterator[Item]:
         if "fact" in data:
             yield _fact_item(where, data)
             continue
-        body = data.pop("body", None) or data.pop("text", None)
+        # `text` stands in for a missing `body`, never for an empty one (a line with
+        # "body": "" was told "body: Field required", or loaded its `text` instead).
+        body = data.pop("body") if "body" in data else data.pop("text", None)
         record: dict[str, Any] = {"source": f"doc:{rel}#{n}", "acl": acl, **data}
         if body is not None:  # none: the check says "Field required", not "a valid string"
             record["body"] = body
