@@ -152,6 +152,28 @@ def test_an_empty_body_line_is_told_as_empty_and_text_stands_in_only_for_a_missi
     assert "Field required" not in done.stderr, done.stderr
 
 
+def test_a_fact_citing_an_episode_the_loader_may_not_read_says_so(tmp_path: Path) -> None:
+    """`load --user dana --acl group:sales` (quickstart's line) with dana in no group: a
+    corpus fact citing the corpus's own episode was told "no such episode"."""
+    corpus, scope = tmp_path / "corpus", new_scope()
+    corpus.mkdir()
+    (corpus / "feed.jsonl").write_text("\n".join(json.dumps(line) for line in [
+        {"source": "call:7", "body": "Ann: the budget is 80k"},
+        {"fact": {"entity": "acct:acme", "predicate": "budget", "value": "80k",
+                  "quote": "budget is 80k", "cites": [{"source": "call:7", "unit": 1}]}},
+        {"fact": {"entity": "acct:acme", "predicate": "budget", "value": "80k",
+                  "quote": "budget is 80k", "cites": [{"episode": "0" * 64, "unit": 1}]}},
+    ]) + "\n")
+    done = cli_in_process(tmp_path / "home", QUIET, "load", str(corpus), "--scope", scope,
+                          "--user", "dana", "--acl", "group:sales")
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["facts_invalid"] == 2, done.stdout
+    assert ("skipped feed.jsonl:2: fact.cites.0.episode: --user dana may not read episode "
+            in done.stderr), done.stderr
+    # An episode id the corpus did not write stays unknown, whether held or not.
+    assert "skipped feed.jsonl:3: fact.cites.0.episode: no such episode" in done.stderr
+
+
 def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: Path) -> None:
     home, corpus, scope = tmp_path / "home", tmp_path / "corpus", new_scope()
     (corpus / ".git").mkdir(parents=True)

@@ -520,13 +520,32 @@ def _post_facts(svc: MemoryService, user: str, scope: str, branch: str | None,
             if refused is None:
                 raise  # not one fact's fault (the branch, say): the load stops, as for episodes
             n, loc = refused
-            problems.append(f"{ready.pop(n)[0].where}: {fact_error(exc, loc)}")
+            item, fact = ready.pop(n)
+            told = _unreadable_cite(fact, loc, targets, user) or fact_error(exc, loc)
+            problems.append(f"{item.where}: {told}")
             counts["facts_invalid"] += 1
             continue
         counts["commits"] += entry is not None
         counts["facts_created"] += sum(i is not None for i in ids)
         counts["facts_existing"] += sum(i is None for i in ids)
         return
+
+
+def _unreadable_cite(fact: FactIn, loc: list[str | int], targets: CiteTargets,
+                     user: str) -> str | None:
+    """A cite refused as "no such episode" that names an episode this corpus wrote: the
+    loading user may not read it (the cited episodes must be theirs to read, as for
+    POST /facts). Said as that, not as a missing episode the corpus plainly holds; None for
+    any other refusal."""
+    if len(loc) != 4 or loc[1] != "cites" or loc[3] != "episode" or not isinstance(loc[2], int):
+        return None
+    episode = fact.cites[loc[2]].episode
+    if not targets.wrote(episode):
+        return None
+    return (f"fact.cites.{loc[2]}.episode: --user {user} may not read episode "
+            f"{episode[:12]}… of this corpus (its ACL names neither user:{user} nor a group "
+            "or role of theirs); load as a user who may read it, or give the episode an ACL "
+            "entry of theirs")
 
 
 def _refused_fact(exc: ValidationFailed, count: int) -> tuple[int, list[str | int]] | None:

@@ -223,6 +223,10 @@ class CiteTargets:
         if episode.document is not None:
             self._by_document.setdefault(episode.document, []).append(episode_id)
 
+    def wrote(self, episode_id: str) -> bool:
+        """Whether this corpus wrote (or found held alike) that episode."""
+        return any(episode_id in ids for ids in self._by_source.values())
+
     def not_loaded(self, episode: EpisodeIn) -> None:
         """A line the load kept out (held otherwise): a cite of it says so."""
         self._not_loaded.add(("source", episode.source))
