@@ -372,8 +372,15 @@ def test_principal_show_checks_the_id_and_errors_read_as_lines(tmp_path: Path) -
                             "--predicate", "renewal", "--reason", "x", "--user", "frank")
     assert closed.returncode == 2, closed
     assert closed.stderr.strip().splitlines() == [
-        "error: VALIDATION_ERROR: Invalid arguments; at entity: must hold a "
+        "error: VALIDATION_ERROR: Invalid arguments; at --entity: must hold a "
         "character other than white space"]
+    # Named as the command takes it, the service's refusals too (was "; at value").
+    many = cli_in_process(home, QUIET, "close", "--scope", new_scope(), "--entity", "e",
+                          "--predicate", "p", "--reason", "x", "--user", "frank",
+                          "--value", "v", "--branch", " ")
+    assert many.stderr.strip().splitlines() == [
+        "error: VALIDATION_ERROR: branch is blank: name a branch, or leave branch out for "
+        "main; at --branch"]
 
 
 def test_a_field_error_names_its_place_when_the_message_does_not(tmp_path: Path) -> None:

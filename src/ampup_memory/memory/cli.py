@@ -257,10 +257,17 @@ def memory_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            req = build(CloseValue, scope=scope, branch=branch, entity=entity,
-                        predicate=predicate, reason=reason, acl=list(acl) or None,
-                        value=value)
-            click.echo(dumps(svc.close_value(user, req)))
+            try:
+                req = build(CloseValue, scope=scope, branch=branch, entity=entity,
+                            predicate=predicate, reason=reason, acl=list(acl) or None,
+                            value=value)
+                click.echo(dumps(svc.close_value(user, req)))
+            except ValidationFailed as exc:
+                # Named as the command takes them ("at --entity", not "at entity"), as
+                # `pin create` and `workspace create` name theirs.
+                exc.rename({(name,): f"--{name}" for name in (
+                    "scope", "branch", "entity", "predicate", "reason", "acl", "value")})
+                raise
 
     @click.group("principal")
     def principal() -> None:
