@@ -481,7 +481,11 @@ def test_a_blank_branch_or_commit_option_is_refused_in_one_line(tmp_path: Path) 
             (["branch", "create", scope, "b1", "--user", "u", "--from", " "], "from is blank"),
             (["branch", "create", scope, "b1", "--user", "u", "--at-commit", ""],
              "at_commit is blank"),
-            (["merge", scope, "b1", "--user", "u", "--into", ""], "into is blank")):
+            (["merge", scope, "b1", "--user", "u", "--into", ""], "into is blank"),
+            # Each named as the command takes it, not as the body's field.
+            (["merge", scope, "b1", "--user", "u", "--into", ""], "; at --into"),
+            (["merge", scope, "b1", "--user", "u", "--into", "b1"], "itself; at FROM"),
+            (["schema", "set", scope, "--builtin", "nope"], "at --builtin: Input should be")):
         done = cli_in_process(home, QUIET, *args)
         assert done.returncode == 2 and done.stdout == "", (args, done)
         (line,) = done.stderr.strip().splitlines()
