@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -172,6 +173,41 @@ def test_a_fact_citing_an_episode_the_loader_may_not_read_says_so(tmp_path: Path
             in done.stderr), done.stderr
     # An episode id the corpus did not write stays unknown, whether held or not.
     assert "skipped feed.jsonl:3: fact.cites.0.episode: no such episode" in done.stderr
+
+
+def test_a_file_whose_mtime_alone_moved_is_held_and_an_earlier_text_says_so(
+        tmp_path: Path) -> None:
+    """A text file's occurred_at is its mtime: a checkout or a copy moved it, and `load`
+    again told every unchanged file "already loaded with a different occurred_at" (a
+    conflict). Now that is `existing`, silently; a file back at an earlier version's text
+    is still a conflict, told as that."""
+    import os
+
+    home, corpus, scope = tmp_path / "home", tmp_path / "corpus", new_scope()
+    corpus.mkdir()
+    note, other = corpus / "n.md", corpus / "o.md"
+    note.write_text("Version one.\n")
+    other.write_text("Other notes.\n")
+    args = ("load", str(corpus), "--scope", scope, "--acl", "*")
+
+    def load_at(mtime: int) -> tuple[dict[str, Any], list[str]]:
+        for path in (note, other):
+            os.utime(path, (mtime, mtime))
+        done = cli_in_process(home, QUIET, *args)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout), [line for line in done.stderr.splitlines()
+                                         if line.startswith("skipped")]
+
+    assert load_at(1_700_000_000)[0]["created"] == 2
+    counts, said = load_at(1_700_000_100)  # touched: the same texts
+    assert (counts["existing"], counts["conflict"], said) == (2, 0, [])
+    note.write_text("Version two.\n")
+    assert load_at(1_700_000_200)[0]["created"] == 1
+    note.write_text("Version one.\n")  # back to the first text: not the newest version
+    counts, said = load_at(1_700_000_300)
+    assert (counts["existing"], counts["conflict"]) == (1, 1), counts
+    assert len(said) == 1 and said[0].startswith(
+        "skipped n.md: the text of an earlier version of document 'n.md' (episode "), said
 
 
 def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: Path) -> None:

@@ -471,23 +471,53 @@ def _write(svc: MemoryService, user: str, scope: str, branch: str | None, batch:
     result = svc.write_episodes(user, scope, branch, episodes, on_conflict="skip",
                                 unclaimed=DOC)
     counts["commits"] += result.commit is not None
-    for item, (episode_id, status) in zip(batch, result.episodes, strict=True):
-        counts[status] += 1
+    conflicts = {c["index"]: c for c in result.conflicts}
+    for n, (item, (episode_id, status)) in enumerate(zip(batch, result.episodes, strict=True)):
         assert item.episode is not None
+        if status == "conflict" and _same_file_again(svc, user, scope, branch, item,
+                                                     conflicts[n]):
+            status = "existing"
+            del conflicts[n]
+        counts[status] += 1
         if status == "conflict":
             targets.not_loaded(item.episode)
         else:
             targets.add(item.episode, episode_id)
-    for conflict in result.conflicts:
-        where = batch[conflict["index"]].where
+    for conflict in conflicts.values():
+        item = batch[conflict["index"]]
+        where = item.where
         fields = conflict.get("fields")
-        if fields:
+        if fields == ["occurred_at"] and item.file_time:
+            assert item.episode is not None
+            problems.append(f"{where}: the text of an earlier version of document "
+                            f"{item.episode.document!r} (episode {conflict['id'][:12]}…); a "
+                            "load never rewrites one, so it is not made the newest version: "
+                            "change the text to make it one")
+        elif fields:
             problems.append(f"{where}: already loaded with a different {' and '.join(fields)}; "
                             f"the episode held (id {conflict['id'][:12]}…) is kept unchanged, "
                             "as a load never rewrites one")
         else:
             problems.append(f"{where}: held already, in an episode you may not read; a load "
                             "never rewrites one")
+
+
+def _same_file_again(svc: MemoryService, user: str, scope: str, branch: str | None,
+                     item: Item, conflict: dict[str, Any]) -> bool:
+    """A text file loaded again with its text unchanged and only its mtime moved (a
+    checkout, a copy): the held episode is its document's newest version, so the load
+    writes nothing new and says nothing, as a re-run should. Its occurred_at is the file's
+    mtime, not a time anyone stated. A text an earlier version had stays a conflict."""
+    from ampup_memory.errors import NotFound
+
+    if not item.file_time or conflict.get("fields") != ["occurred_at"]:
+        return False
+    assert item.episode is not None and item.episode.document is not None
+    try:
+        newest = svc.document(user, item.episode.document, svc.view(scope, branch), None)
+    except NotFound:
+        return False
+    return bool(newest["id"] == conflict["id"])
 
 
 def _order_documents(svc: MemoryService, user: str, scope: str, branch: str | None,

@@ -12,7 +12,7 @@ import json
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,9 @@ class Item:
     error: str | None = None
     fact: CorpusFact | None = None
     is_fact: bool = False  # a fact line, read (``fact``) or refused (``error``)
+    # A text file's occurred_at is its mtime, not a time anyone stated: a checkout or a
+    # copy changes it, and the same text held under an older mtime is that episode.
+    file_time: bool = False
 
 
 def loadable(path: Path) -> bool:
@@ -124,8 +127,9 @@ def read_corpus(root: Path, acl: list[str],
             yield Item(rel, None, problem)
             continue
         mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-        yield _item(rel, {"source": f"doc:{rel}", "body": text, "occurred_at": mtime,
-                          "acl": acl, "document": rel})
+        item = _item(rel, {"source": f"doc:{rel}", "body": text, "occurred_at": mtime,
+                           "acl": acl, "document": rel})
+        yield replace(item, file_time=True)
 
 
 def _jsonl(path: Path, rel: str, acl: list[str]) -> Iterator[Item]:
