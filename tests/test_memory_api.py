@@ -66,6 +66,10 @@ def test_unclaimed_source_is_422_naming_prefixes(m: Memory) -> None:
     assert "slack:, gmail:, call:, crm:, doc:, mcp:remember_memory:, close:" in r.text
     crm = m.write(new_scope(), "not json", source="crm:1")
     assert error(crm) == (422, "VALIDATION_ERROR")
+    # A record with no field has nothing to cite (it was one unit ": {}").
+    empty = m.write(new_scope(), "{}", source="crm:2")
+    assert error(empty) == (422, "VALIDATION_ERROR")
+    assert empty.json()["error"]["details"]["errors"][0]["type"] == "body_empty"
 
 
 @pytest.mark.parametrize("body", [

@@ -258,6 +258,14 @@ def test_close_reason_defaults_to_the_entries_all_cited_episodes_share(m: Memory
                                             "predicate": "owner", "reason": "Dana left.",
                                             "acl": ["user:alice"]}))
     assert _ok(m.episode(s, owner["episode"]), 200)["acl"] == ["user:alice"]
+    # A public episode narrows nothing: a value citing it and alice's note closes with
+    # the note's ACL (it was 422 acl_required: "*" and "user:alice" share no entry).
+    public = _ok(m.write(s, "Acme signed.", acl=["*"]))["id"]
+    note = _ok(m.write(s, "Acme signed, per Raj.", acl=["user:alice"]))["id"]
+    _ok(m.fact(s, "acme", "signed", "yes", "Acme signed", [(public, 1), (note, 1)]))
+    signed = _ok(m.http.post("/close", json={"scope": s, "entity": "acme",
+                                             "predicate": "signed", "reason": "Voided."}))
+    assert _ok(m.episode(s, signed["episode"]), 200)["acl"] == ["user:alice"]
     assert m.set_principal("alice").status_code == 200
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -129,6 +130,84 @@ def test_a_record_holding_nul_is_one_invalid_record_and_the_rest_loads(tmp_path:
     with serving(home, QUIET) as proc:
         listed = Memory(proc.url).http.get("/episodes", params={"scope": scope}).json()
     assert sorted(e["source"] for e in listed["episodes"]) == ["wiki:after", "wiki:fine"]
+
+
+def test_an_empty_body_line_is_told_as_empty_and_text_stands_in_only_for_a_missing_body(
+        tmp_path: Path) -> None:
+    """A `.jsonl` line with "body": "" was told "body: Field required" (a line holding
+    `text` as well loaded the `text` instead); `text` is read only when `body` is absent."""
+    corpus, scope = tmp_path / "corpus", new_scope()
+    corpus.mkdir()
+    (corpus / "feed.jsonl").write_text("\n".join(json.dumps(line) for line in [
+        {"source": "wiki:empty", "body": ""},
+        {"source": "wiki:both", "body": "", "text": "Stand-in text."},
+        {"source": "wiki:text", "text": "A note given as text."},
+    ]) + "\n")
+    done = cli_in_process(tmp_path / "home", QUIET, "load", str(corpus), "--scope", scope,
+                          "--acl", "*")
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["created"] == 1, done.stdout
+    short = "body: String should have at least 1 character"
+    for line in ("feed.jsonl:1", "feed.jsonl:2"):
+        assert f"skipped {line}: {short}" in done.stderr, done.stderr
+    assert "Field required" not in done.stderr, done.stderr
+
+
+def test_a_fact_citing_an_episode_the_loader_may_not_read_says_so(tmp_path: Path) -> None:
+    """`load --user dana --acl group:sales` (quickstart's line) with dana in no group: a
+    corpus fact citing the corpus's own episode was told "no such episode"."""
+    corpus, scope = tmp_path / "corpus", new_scope()
+    corpus.mkdir()
+    (corpus / "feed.jsonl").write_text("\n".join(json.dumps(line) for line in [
+        {"source": "call:7", "body": "Ann: the budget is 80k"},
+        {"fact": {"entity": "acct:acme", "predicate": "budget", "value": "80k",
+                  "quote": "budget is 80k", "cites": [{"source": "call:7", "unit": 1}]}},
+        {"fact": {"entity": "acct:acme", "predicate": "budget", "value": "80k",
+                  "quote": "budget is 80k", "cites": [{"episode": "0" * 64, "unit": 1}]}},
+    ]) + "\n")
+    done = cli_in_process(tmp_path / "home", QUIET, "load", str(corpus), "--scope", scope,
+                          "--user", "dana", "--acl", "group:sales")
+    assert done.returncode == 1, done.stderr
+    assert json.loads(done.stdout)["facts_invalid"] == 2, done.stdout
+    assert ("skipped feed.jsonl:2: fact.cites.0.episode: --user dana may not read episode "
+            in done.stderr), done.stderr
+    # An episode id the corpus did not write stays unknown, whether held or not.
+    assert "skipped feed.jsonl:3: fact.cites.0.episode: no such episode" in done.stderr
+
+
+def test_a_file_whose_mtime_alone_moved_is_held_and_an_earlier_text_says_so(
+        tmp_path: Path) -> None:
+    """A text file's occurred_at is its mtime: a checkout or a copy moved it, and `load`
+    again told every unchanged file "already loaded with a different occurred_at" (a
+    conflict). Now that is `existing`, silently; a file back at an earlier version's text
+    is still a conflict, told as that."""
+    import os
+
+    home, corpus, scope = tmp_path / "home", tmp_path / "corpus", new_scope()
+    corpus.mkdir()
+    note, other = corpus / "n.md", corpus / "o.md"
+    note.write_text("Version one.\n")
+    other.write_text("Other notes.\n")
+    args = ("load", str(corpus), "--scope", scope, "--acl", "*")
+
+    def load_at(mtime: int) -> tuple[dict[str, Any], list[str]]:
+        for path in (note, other):
+            os.utime(path, (mtime, mtime))
+        done = cli_in_process(home, QUIET, *args)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout), [line for line in done.stderr.splitlines()
+                                         if line.startswith("skipped")]
+
+    assert load_at(1_700_000_000)[0]["created"] == 2
+    counts, said = load_at(1_700_000_100)  # touched: the same texts
+    assert (counts["existing"], counts["conflict"], said) == (2, 0, [])
+    note.write_text("Version two.\n")
+    assert load_at(1_700_000_200)[0]["created"] == 1
+    note.write_text("Version one.\n")  # back to the first text: not the newest version
+    counts, said = load_at(1_700_000_300)
+    assert (counts["existing"], counts["conflict"]) == (1, 1), counts
+    assert len(said) == 1 and said[0].startswith(
+        "skipped n.md: the text of an earlier version of document 'n.md' (episode "), said
 
 
 def test_load_defaults_to_the_loader_and_explains_what_it_leaves_out(tmp_path: Path) -> None:
@@ -329,8 +408,15 @@ def test_principal_show_checks_the_id_and_errors_read_as_lines(tmp_path: Path) -
                             "--predicate", "renewal", "--reason", "x", "--user", "frank")
     assert closed.returncode == 2, closed
     assert closed.stderr.strip().splitlines() == [
-        "error: VALIDATION_ERROR: Invalid arguments; at entity: must hold a "
+        "error: VALIDATION_ERROR: Invalid arguments; at --entity: must hold a "
         "character other than white space"]
+    # Named as the command takes it, the service's refusals too (was "; at value").
+    many = cli_in_process(home, QUIET, "close", "--scope", new_scope(), "--entity", "e",
+                          "--predicate", "p", "--reason", "x", "--user", "frank",
+                          "--value", "v", "--branch", " ")
+    assert many.stderr.strip().splitlines() == [
+        "error: VALIDATION_ERROR: branch is blank: name a branch, or leave branch out for "
+        "main; at --branch"]
 
 
 def test_a_field_error_names_its_place_when_the_message_does_not(tmp_path: Path) -> None:
@@ -431,7 +517,11 @@ def test_a_blank_branch_or_commit_option_is_refused_in_one_line(tmp_path: Path) 
             (["branch", "create", scope, "b1", "--user", "u", "--from", " "], "from is blank"),
             (["branch", "create", scope, "b1", "--user", "u", "--at-commit", ""],
              "at_commit is blank"),
-            (["merge", scope, "b1", "--user", "u", "--into", ""], "into is blank")):
+            (["merge", scope, "b1", "--user", "u", "--into", ""], "into is blank"),
+            # Each named as the command takes it, not as the body's field.
+            (["merge", scope, "b1", "--user", "u", "--into", ""], "; at --into"),
+            (["merge", scope, "b1", "--user", "u", "--into", "b1"], "itself; at FROM"),
+            (["schema", "set", scope, "--builtin", "nope"], "at --builtin: Input should be")):
         done = cli_in_process(home, QUIET, *args)
         assert done.returncode == 2 and done.stdout == "", (args, done)
         (line,) = done.stderr.strip().splitlines()

@@ -84,7 +84,11 @@ def test_fact_table_per_episode_and_with_bitmaps() -> None:
 
 def test_common_acl_table() -> None:
     """A closure's reason episode gets the entries every cited ACL shares."""
-    assert common_acl([["*", "user:ann"], ["user:ann", "group:x"]]) == ("user:ann",)
+    # A public ACL narrows nothing: readers of both are the readers of the other one.
+    assert common_acl([["*", "user:ann"], ["user:ann", "group:x"]]) == ("group:x",
+                                                                         "user:ann")
+    assert common_acl([["*"], ["user:bob"]]) == ("user:bob",)
+    assert common_acl([["*"], ["*", "group:x"]]) == ("*",)
     assert common_acl([["group:b", "group:a"], ["group:a", "group:b"]]) == ("group:a",
                                                                             "group:b")
     assert common_acl([["user:ann"], ["user:bob"]]) == ()

@@ -97,8 +97,13 @@ def may_read_all(principal: Principal, acls: Iterable[Iterable[str]]) -> bool:
 
 
 def common_acl(acls: Iterable[Iterable[str]]) -> tuple[str, ...]:
-    """Entries present in every ACL: whoever holds one may read all of those episodes."""
+    """Entries present in every ACL that is not public: whoever holds one may read all of
+    those episodes. An ACL holding ``*`` lets everyone read, so it narrows nothing (a value
+    citing a public episode and ``user:bob``'s is bob's); all public: ``("*",)``."""
     sets = [set(a) for a in acls]
     if not sets:
         return ()
-    return tuple(sorted(set.intersection(*sets)))
+    narrowing = [s for s in sets if EVERYONE not in s]
+    if not narrowing:
+        return (EVERYONE,)
+    return tuple(sorted(set.intersection(*narrowing)))

@@ -82,15 +82,18 @@ def branch_commands(settings_options: SettingsOptions,
 
         On a conflict nothing is written; the conflicts are printed and the exit code is 1.
         """
-        from ampup_memory.errors import Conflict
+        from ampup_memory.errors import Conflict, ValidationFailed
         from ampup_memory.memory import branches
         from ampup_memory.memory.service import build
 
         with _service(settings_from(kwargs)) as svc:
-            req = build(branches.MergeRequest, scope=scope, into=into, message=message,
-                        dry_run=dry_run, **{"from": source})
             try:
+                req = build(branches.MergeRequest, scope=scope, into=into, message=message,
+                            dry_run=dry_run, **{"from": source})
                 click.echo(dumps(branches.merge(svc, user, req)))
+            except ValidationFailed as exc:  # "at FROM", not the body's "at from"
+                exc.rename({("from",): "FROM", ("into",): "--into", ("message",): "--message"})
+                raise
             except Conflict as exc:
                 click.echo(dumps({"error": exc.code, "message": exc.message,
                                   "conflicts": exc.details.get("conflicts", [])}, indent=2))

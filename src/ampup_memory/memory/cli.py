@@ -257,10 +257,17 @@ def memory_commands(settings_options: SettingsOptions,
 
         settings = settings_from(kwargs)
         with _service(settings) as svc:
-            req = build(CloseValue, scope=scope, branch=branch, entity=entity,
-                        predicate=predicate, reason=reason, acl=list(acl) or None,
-                        value=value)
-            click.echo(dumps(svc.close_value(user, req)))
+            try:
+                req = build(CloseValue, scope=scope, branch=branch, entity=entity,
+                            predicate=predicate, reason=reason, acl=list(acl) or None,
+                            value=value)
+                click.echo(dumps(svc.close_value(user, req)))
+            except ValidationFailed as exc:
+                # Named as the command takes them ("at --entity", not "at entity"), as
+                # `pin create` and `workspace create` name theirs.
+                exc.rename({(name,): f"--{name}" for name in (
+                    "scope", "branch", "entity", "predicate", "reason", "acl", "value")})
+                raise
 
     @click.group("principal")
     def principal() -> None:
@@ -464,23 +471,53 @@ def _write(svc: MemoryService, user: str, scope: str, branch: str | None, batch:
     result = svc.write_episodes(user, scope, branch, episodes, on_conflict="skip",
                                 unclaimed=DOC)
     counts["commits"] += result.commit is not None
-    for item, (episode_id, status) in zip(batch, result.episodes, strict=True):
-        counts[status] += 1
+    conflicts = {c["index"]: c for c in result.conflicts}
+    for n, (item, (episode_id, status)) in enumerate(zip(batch, result.episodes, strict=True)):
         assert item.episode is not None
+        if status == "conflict" and _same_file_again(svc, user, scope, branch, item,
+                                                     conflicts[n]):
+            status = "existing"
+            del conflicts[n]
+        counts[status] += 1
         if status == "conflict":
             targets.not_loaded(item.episode)
         else:
             targets.add(item.episode, episode_id)
-    for conflict in result.conflicts:
-        where = batch[conflict["index"]].where
+    for conflict in conflicts.values():
+        item = batch[conflict["index"]]
+        where = item.where
         fields = conflict.get("fields")
-        if fields:
+        if fields == ["occurred_at"] and item.file_time:
+            assert item.episode is not None
+            problems.append(f"{where}: the text of an earlier version of document "
+                            f"{item.episode.document!r} (episode {conflict['id'][:12]}…); a "
+                            "load never rewrites one, so it is not made the newest version: "
+                            "change the text to make it one")
+        elif fields:
             problems.append(f"{where}: already loaded with a different {' and '.join(fields)}; "
                             f"the episode held (id {conflict['id'][:12]}…) is kept unchanged, "
                             "as a load never rewrites one")
         else:
             problems.append(f"{where}: held already, in an episode you may not read; a load "
                             "never rewrites one")
+
+
+def _same_file_again(svc: MemoryService, user: str, scope: str, branch: str | None,
+                     item: Item, conflict: dict[str, Any]) -> bool:
+    """A text file loaded again with its text unchanged and only its mtime moved (a
+    checkout, a copy): the held episode is its document's newest version, so the load
+    writes nothing new and says nothing, as a re-run should. Its occurred_at is the file's
+    mtime, not a time anyone stated. A text an earlier version had stays a conflict."""
+    from ampup_memory.errors import NotFound
+
+    if not item.file_time or conflict.get("fields") != ["occurred_at"]:
+        return False
+    assert item.episode is not None and item.episode.document is not None
+    try:
+        newest = svc.document(user, item.episode.document, svc.view(scope, branch), None)
+    except NotFound:
+        return False
+    return bool(newest["id"] == conflict["id"])
 
 
 def _order_documents(svc: MemoryService, user: str, scope: str, branch: str | None,
@@ -520,13 +557,32 @@ def _post_facts(svc: MemoryService, user: str, scope: str, branch: str | None,
             if refused is None:
                 raise  # not one fact's fault (the branch, say): the load stops, as for episodes
             n, loc = refused
-            problems.append(f"{ready.pop(n)[0].where}: {fact_error(exc, loc)}")
+            item, fact = ready.pop(n)
+            told = _unreadable_cite(fact, loc, targets, user) or fact_error(exc, loc)
+            problems.append(f"{item.where}: {told}")
             counts["facts_invalid"] += 1
             continue
         counts["commits"] += entry is not None
         counts["facts_created"] += sum(i is not None for i in ids)
         counts["facts_existing"] += sum(i is None for i in ids)
         return
+
+
+def _unreadable_cite(fact: FactIn, loc: list[str | int], targets: CiteTargets,
+                     user: str) -> str | None:
+    """A cite refused as "no such episode" that names an episode this corpus wrote: the
+    loading user may not read it (the cited episodes must be theirs to read, as for
+    POST /facts). Said as that, not as a missing episode the corpus plainly holds; None for
+    any other refusal."""
+    if len(loc) != 4 or loc[1] != "cites" or loc[3] != "episode" or not isinstance(loc[2], int):
+        return None
+    episode = fact.cites[loc[2]].episode
+    if not targets.wrote(episode):
+        return None
+    return (f"fact.cites.{loc[2]}.episode: --user {user} may not read episode "
+            f"{episode[:12]}… of this corpus (its ACL names neither user:{user} nor a group "
+            "or role of theirs); load as a user who may read it, or give the episode an ACL "
+            "entry of theirs")
 
 
 def _refused_fact(exc: ValidationFailed, count: int) -> tuple[int, list[str | int]] | None:

@@ -121,6 +121,8 @@ def crm_fields(body: str) -> list[str]:
         raise SplitError("a crm: episode body must be a JSON object") from exc
     if not isinstance(data, dict):
         raise SplitError("a crm: episode body must be a JSON object")
+    if not data:  # no field, no unit (it was one unit ": {}", a field with no name)
+        return []
     out: list[str] = []
     _flatten("", data, out)
     return out

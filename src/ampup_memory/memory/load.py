@@ -12,7 +12,7 @@ import json
 import unicodedata
 from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -65,6 +65,9 @@ class Item:
     error: str | None = None
     fact: CorpusFact | None = None
     is_fact: bool = False  # a fact line, read (``fact``) or refused (``error``)
+    # A text file's occurred_at is its mtime, not a time anyone stated: a checkout or a
+    # copy changes it, and the same text held under an older mtime is that episode.
+    file_time: bool = False
 
 
 def loadable(path: Path) -> bool:
@@ -124,8 +127,9 @@ def read_corpus(root: Path, acl: list[str],
             yield Item(rel, None, problem)
             continue
         mtime = datetime.fromtimestamp(path.stat().st_mtime, UTC)
-        yield _item(rel, {"source": f"doc:{rel}", "body": text, "occurred_at": mtime,
-                          "acl": acl, "document": rel})
+        item = _item(rel, {"source": f"doc:{rel}", "body": text, "occurred_at": mtime,
+                           "acl": acl, "document": rel})
+        yield replace(item, file_time=True)
 
 
 def _jsonl(path: Path, rel: str, acl: list[str]) -> Iterator[Item]:
@@ -153,7 +157,9 @@ def _jsonl(path: Path, rel: str, acl: list[str]) -> Iterator[Item]:
         if "fact" in data:
             yield _fact_item(where, data)
             continue
-        body = data.pop("body", None) or data.pop("text", None)
+        # `text` stands in for a missing `body`, never for an empty one (a line with
+        # "body": "" was told "body: Field required", or loaded its `text` instead).
+        body = data.pop("body") if "body" in data else data.pop("text", None)
         record: dict[str, Any] = {"source": f"doc:{rel}#{n}", "acl": acl, **data}
         if body is not None:  # none: the check says "Field required", not "a valid string"
             record["body"] = body
@@ -220,6 +226,10 @@ class CiteTargets:
         self._by_source.setdefault(episode.source, set()).add(episode_id)
         if episode.document is not None:
             self._by_document.setdefault(episode.document, []).append(episode_id)
+
+    def wrote(self, episode_id: str) -> bool:
+        """Whether this corpus wrote (or found held alike) that episode."""
+        return any(episode_id in ids for ids in self._by_source.values())
 
     def not_loaded(self, episode: EpisodeIn) -> None:
         """A line the load kept out (held otherwise): a cite of it says so."""

@@ -75,6 +75,7 @@ def schema_commands(settings_options: SettingsOptions,
         """Set SCOPE's schema (a commit on the branch); the same schema again commits
         nothing."""
         from ampup_memory.cliutil import fail
+        from ampup_memory.errors import ValidationFailed
         from ampup_memory.memory.schemas import PutSchema, set_schema
         from ampup_memory.memory.service import build
 
@@ -89,7 +90,11 @@ def schema_commands(settings_options: SettingsOptions,
             except ValueError as exc:
                 fail(f"{path}: not JSON ({exc})")
         with _service(settings_from(kwargs)) as svc:
-            result = set_schema(svc, user, scope, build(PutSchema, **body))
+            try:
+                result = set_schema(svc, user, scope, build(PutSchema, **body))
+            except ValidationFailed as exc:  # "at --builtin", not the body's "at builtin"
+                exc.rename({("builtin",): "--builtin", ("branch",): "--branch"})
+                raise
             result.pop("schema", None)
             click.echo(dumps(result))
 
