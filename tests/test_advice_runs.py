@@ -198,12 +198,6 @@ def test_session_lifecycle(srv: Served) -> None:
     early = m.http.post("/runs/reward", json={"run": rewarded, "reward": 1, "reason": "r"})
     assert err(early) == (409, "SESSION_OPEN")
     assert m.http.get(f"/sessions/{rewarded}").json()["rewards"] == []
-    # A reason without a reward was dropped without a word; it is refused, nothing ends.
-    reasoned = m.http.post("/sessions/end", json={"session": rewarded, "transcript": "t",
-                                                  "outcome": "shipped", "reason": "fast"})
-    assert err(reasoned) == (422, "VALIDATION_ERROR")
-    assert reasoned.json()["error"]["details"]["errors"][0]["loc"] == ["body", "reason"]
-    assert m.http.get(f"/sessions/{rewarded}").json()["state"] == "open"
     done = m.http.post("/sessions/end", json={"session": rewarded, "transcript": "t",
                                               "outcome": "shipped", "reward": 1}).json()
     assert (done["reward"]["value"], done["reward"]["by"], done["judging"]) == (

@@ -34,7 +34,7 @@ from ampup_memory.advice.runs import (
     subject_events,
     utcnow,
 )
-from ampup_memory.errors import Conflict, field_error
+from ampup_memory.errors import Conflict
 from ampup_memory.memory.acl import AclEntry, normalize_acl, own_acl
 from ampup_memory.memory.events import EventRecord
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_branch, parse_scope
@@ -125,9 +125,6 @@ def record_advice_step(svc: MemoryService, user: str, session: str,
 
 
 def end_session(svc: MemoryService, user: str, req: EndSession) -> dict[str, Any]:
-    if req.reason is not None and req.reward is None:  # it was dropped without a word
-        raise field_error(["reason"], "reason is the reason for reward: give reward too, or "
-                          "leave reason out (the judge gives its own)", "reason_without_reward")
     events = subject_events(svc, svc.principal(user), req.session, SESSION_PREFIX)
     first = events[0]
     if any(e.kind == END for e in events):
