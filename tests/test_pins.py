@@ -70,7 +70,10 @@ def reads(m: Memory, scope: str, ep: str, **held: str) -> dict[str, bytes]:
         "episode": m.episode(scope, ep, **held),
         "document": m.http.post("/document", json={"scope": scope, "document": "acme-plan",
                                                    "as_of": AS_OF, **held}),
-        "ledger": m.http.get("/ledger", params={"scope": scope, **held}),
+        # GET /ledger takes no at_commit (it pages with before): read while that commit
+        # is the head, its newest page is the one a pin of the commit shows.
+        "ledger": m.http.get("/ledger", params={
+            "scope": scope, **{k: v for k, v in held.items() if k != "at_commit"}}),
         "search": m.http.post("/search", json={"scope": scope, "query": "acme renewal",
                                                "as_of": AS_OF, **held}),
         "search_text": m.http.post("/search", json={"scope": scope, "query": "acme renewal",

@@ -24,7 +24,6 @@ from ampup_memory.memory.api import (
     ConditionDep,
     UserDep,
     _headers,
-    _user,
     admin_author,
     service,
 )
@@ -39,9 +38,10 @@ from ampup_memory.web.conditional import (
     read_answer,
 )
 from ampup_memory.web.openapi import body_doc, errors, merged
+from ampup_memory.web.query import StrictQueryRoute
 from ampup_memory.web.routing import segment_except
 
-router = APIRouter(tags=["advice"])
+router = APIRouter(tags=["advice"], route_class=StrictQueryRoute)
 # GET /runs/reward and GET /sessions/start are wrong methods, not reads of a run or session
 # called "reward" or "start".
 RUN_PATH = "/runs/" + segment_except("run_id", "reward")
@@ -76,8 +76,7 @@ SessionIdP = Annotated[str, Path(max_length=sessions.MAX_SESSION_ID,
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 409: CAP, 422: INVALID,
     503: UNAVAILABLE}),
              openapi_extra={**body_doc(runs.RecordRun), **USER_DOC})
-async def record_run(request: Request) -> JSONResponse:
-    user = _user(request)
+async def record_run(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(runs.RecordRun, await request.body())
     run_id, entry = await run_in_threadpool(runs.record_run, service(request), user, req)
     return JSONResponse({"id": run_id, "commit": entry.commit_id}, status_code=201)
@@ -86,8 +85,7 @@ async def record_run(request: Request) -> JSONResponse:
 @router.post("/runs/reward", status_code=201, responses=errors({
     401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 409: OPEN, 422: INVALID, 503: UNAVAILABLE}),
              openapi_extra={**body_doc(runs.RewardRun), **USER_DOC})
-async def reward_run(request: Request) -> JSONResponse:
-    user = _user(request)
+async def reward_run(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(runs.RewardRun, await request.body())
     result = await run_in_threadpool(runs.reward, service(request), user, req)
     return JSONResponse(result, status_code=201)
@@ -134,8 +132,7 @@ def get_run(request: Request, user: UserDep, run_id: RunIdP) -> dict[str, Any]:
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 409: CAP, 422: INVALID,
     503: UNAVAILABLE}),
              openapi_extra={**body_doc(sessions.StartSession), **USER_DOC})
-async def start_session(request: Request) -> JSONResponse:
-    user = _user(request)
+async def start_session(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(sessions.StartSession, await request.body())
     ses_id = await run_in_threadpool(sessions.start_session, service(request), user, req)
     return JSONResponse({"id": ses_id}, status_code=201)
@@ -144,8 +141,7 @@ async def start_session(request: Request) -> JSONResponse:
 @router.post("/sessions/end", responses=errors({
     401: UNAUTHENTICATED, 404: NOT_FOUND_RUN, 409: ENDED, 422: INVALID, 503: UNAVAILABLE}),
              openapi_extra={**body_doc(sessions.EndSession), **USER_DOC})
-async def end_session(request: Request) -> dict[str, Any]:
-    user = _user(request)
+async def end_session(request: Request, user: UserDep) -> dict[str, Any]:
     req = parse_body(sessions.EndSession, await request.body())
     result: dict[str, Any] = await run_in_threadpool(sessions.end_session, service(request),
                                                      user, req)
@@ -183,10 +179,9 @@ def list_notes(request: Request, user: UserDep, scope: Annotated[ScopeText, Quer
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope, or a session you may not read",
     409: ENDED, 422: INVALID, 503: UNAVAILABLE}),
              openapi_extra={**body_doc(loop.AdviceRequest), **USER_DOC})
-async def get_advice(request: Request) -> dict[str, Any]:
+async def get_advice(request: Request, user: UserDep) -> dict[str, Any]:
     """The advice for a task: its situation's promoted note, or a candidate on trial in
     your session, or `{"advice": null}`. Serving is recorded on the session."""
-    user = _user(request)
     req = parse_body(loop.AdviceRequest, await request.body())
     result: dict[str, Any] = await run_in_threadpool(
         loop.get_advice, service(request), user, req, request.app.state.runtime.embedder,

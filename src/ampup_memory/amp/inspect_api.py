@@ -30,8 +30,9 @@ from ampup_memory.amp.store.base import PASS_HISTORY
 from ampup_memory.timefmt import format_time
 from ampup_memory.web.admin import AdminDep, is_admin
 from ampup_memory.web.body import DECIMAL
+from ampup_memory.web.query import StrictQueryRoute
 
-router = APIRouter(tags=["amp cells"])
+router = APIRouter(tags=["amp cells"], route_class=StrictQueryRoute)
 
 
 @router.get("/amp-cells", responses=ERRORS)

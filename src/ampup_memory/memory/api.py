@@ -45,9 +45,10 @@ from ampup_memory.web.conditional import (
     read_answer,
 )
 from ampup_memory.web.openapi import body_doc, errors, header_doc, merged
+from ampup_memory.web.query import StrictQueryRoute
 from ampup_memory.web.routing import segment_except
 
-router = APIRouter(tags=["ampup memory"])
+router = APIRouter(tags=["ampup memory"], route_class=StrictQueryRoute)
 # GET /episodes/batch is a wrong method, not a read of an episode called "batch".
 EPISODE_PATH = "/episodes/" + segment_except("episode_id", "batch")
 
@@ -155,6 +156,8 @@ def _user(request: Request) -> str:
 # resolves dependencies before it validates them, so a request without a caller is 401
 # even when its query or path is invalid (as `amp.api.CallerDep` does for AMP).
 UserDep = Annotated[str, Depends(_user)]
+# For a route that needs a user but not its id (decorator ``dependencies``).
+UserOnlyDep = Depends(_user)
 
 
 # Scope, branch and commit are checked by the service (after identity, `scope_invalid`);
@@ -173,8 +176,7 @@ CONFLICT = "CONFLICT: an id exists with other acl/occurred_at/about/document"
     200: {"description": "Already stored: nothing committed (created: false)"},
     **WRITE_ERRORS, **errors({409: f"{CONFLICT}; {CAP}"})},
              openapi_extra={**body_doc(WriteEpisode), **USER_DOC})
-async def write_episode(request: Request) -> JSONResponse:
-    user = _user(request)
+async def write_episode(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(WriteEpisode, await request.body())
     ep_id, new, holder = await run_in_threadpool(service(request).write_episode, user, req)
     return JSONResponse({"id": ep_id, "commit": holder, "created": new is not None},
@@ -186,8 +188,7 @@ async def write_episode(request: Request) -> JSONResponse:
     **WRITE_ERRORS, **errors({
         409: f"{CONFLICT}; details.conflicts = [{{index, id, fields}}]; {CAP}"})},
              openapi_extra={**body_doc(WriteBatch), **USER_DOC})
-async def write_batch(request: Request) -> JSONResponse:
-    user = _user(request)
+async def write_batch(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(WriteBatch, await request.body())
     result = await run_in_threadpool(service(request).write_batch, user, req)
     body = {"commit": result.commit.commit_id if result.commit else None,
@@ -237,8 +238,7 @@ def episode_types() -> dict[str, Any]:
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no readable version; unknown branch, at_commit, "
     "pin or snapshot", 410: GONE_DOC, 422: INVALID, 503: UNAVAILABLE}),
              openapi_extra={**body_doc(DocumentRequest), **USER_DOC})
-async def document(request: Request) -> dict[str, Any]:
-    user = _user(request)
+async def document(request: Request, user: UserDep) -> dict[str, Any]:
     req = parse_body(DocumentRequest, await request.body())
     svc = service(request)
 
@@ -252,8 +252,7 @@ async def document(request: Request) -> dict[str, Any]:
 @router.post("/facts", status_code=201, responses={**WRITE_ERRORS, **errors({
     409: f"SCHEMA_CHANGED: the scope's schema changed under the write; {CAP}"})},
              openapi_extra={**body_doc(PostFact), **USER_DOC})
-async def post_fact(request: Request) -> JSONResponse:
-    user = _user(request)
+async def post_fact(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(PostFact, await request.body())
     fid, entry = await run_in_threadpool(service(request).post_fact, user, req)
     return JSONResponse({"id": fid, "commit": entry.commit_id}, status_code=201)
@@ -262,8 +261,7 @@ async def post_fact(request: Request) -> JSONResponse:
 @router.post("/facts/batch", status_code=201, responses={**WRITE_ERRORS, **errors({
     409: f"SCHEMA_CHANGED: the scope's schema changed under the write; {CAP}"})},
              openapi_extra={**body_doc(PostFacts), **USER_DOC})
-async def post_facts(request: Request) -> JSONResponse:
-    user = _user(request)
+async def post_facts(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(PostFacts, await request.body())
     ids, entry = await run_in_threadpool(service(request).post_facts, user, req.scope,
                                          req.branch, req.facts)
@@ -293,8 +291,7 @@ def get_facts(
 @router.post("/close", status_code=201, responses=errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no current value to close; unknown branch",
     409: CAP, 422: INVALID, 503: UNAVAILABLE}), openapi_extra={**body_doc(CloseValue), **USER_DOC})
-async def close_value(request: Request) -> JSONResponse:
-    user = _user(request)
+async def close_value(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(CloseValue, await request.body())
     result = await run_in_threadpool(service(request).close_value, user, req)
     return JSONResponse(result, status_code=201)

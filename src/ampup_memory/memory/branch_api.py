@@ -17,7 +17,6 @@ from ampup_memory.memory.api import (
     USER_DOC,
     ScopeQ,
     UserDep,
-    _user,
     service,
 )
 from ampup_memory.memory.branches import CreateBranch, MergeRequest
@@ -25,8 +24,9 @@ from ampup_memory.memory.scopes import BRANCH_RE, BRANCH_SCHEMA
 from ampup_memory.web.admin import is_admin
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
+from ampup_memory.web.query import StrictQueryRoute
 
-router = APIRouter(tags=["branches"])
+router = APIRouter(tags=["branches"], route_class=StrictQueryRoute)
 
 # The name of a branch that exists: an empty one (`DELETE /branches/`) names none, though
 # an empty `branch` elsewhere reads main.
@@ -40,8 +40,7 @@ NamePath = Annotated[str, Path(min_length=1, json_schema_extra={
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown scope commit, `from` branch or at_commit",
     409: "BRANCH_EXISTS: the name is taken", 422: INVALID, 503: UNAVAILABLE}),
     openapi_extra={**body_doc(CreateBranch), **USER_DOC})
-async def create_branch(request: Request) -> JSONResponse:
-    user = _user(request)
+async def create_branch(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(CreateBranch, await request.body())
     made = await run_in_threadpool(branches.create, service(request), user, req)
     return JSONResponse(made, status_code=201)
@@ -71,8 +70,7 @@ async def delete_branch(request: Request, user: UserDep,
     409: "MERGE_CONFLICT: details.conflicts = [{entity, predicate, base, ours, theirs}]; "
     f"nothing was written; {CAP}", 422: INVALID, 503: UNAVAILABLE}),
     openapi_extra={**body_doc(MergeRequest), **USER_DOC})
-async def merge(request: Request) -> dict[str, Any]:
-    user = _user(request)
+async def merge(request: Request, user: UserDep) -> dict[str, Any]:
     req = parse_body(MergeRequest, await request.body())
     result: dict[str, Any] = await run_in_threadpool(branches.merge, service(request), user,
                                                      req)

@@ -19,15 +19,15 @@ from ampup_memory.memory.api import (
     ScopeQ,
     SnapshotQ,
     UserDep,
-    _user,
     service,
 )
 from ampup_memory.memory.episodes import MAX_ENTITY, EpisodeId
 from ampup_memory.memory.snapshots import read_view
 from ampup_memory.web.body import DECIMAL
 from ampup_memory.web.openapi import errors
+from ampup_memory.web.query import StrictQueryRoute
 
-router = APIRouter(tags=["ampup memory"])
+router = APIRouter(tags=["ampup memory"], route_class=StrictQueryRoute)
 
 LimitQ = Annotated[int, Query(ge=1, le=browse.MAX_PAGE, description="Page size."), DECIMAL]
 
@@ -36,8 +36,7 @@ LimitQ = Annotated[int, Query(ge=1, le=browse.MAX_PAGE, description="Page size."
     401: UNAUTHENTICATED, 422: INVALID,
     503: "UNAVAILABLE: AmpUp Memory is not available in this process"}),
     openapi_extra=USER_DOC)
-def list_scopes(request: Request) -> dict[str, Any]:
-    user = _user(request)
+def list_scopes(request: Request, user: UserDep) -> dict[str, Any]:
     return browse.scopes(service(request), user)
 
 

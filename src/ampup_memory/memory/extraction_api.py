@@ -16,8 +16,9 @@ from ampup_memory.memory.api import (
     service,
 )
 from ampup_memory.memory.extraction import extractor
+from ampup_memory.web.query import StrictQueryRoute
 
-router = APIRouter(tags=["extraction"])
+router = APIRouter(tags=["extraction"], route_class=StrictQueryRoute)
 
 
 @router.get("/extraction/status", responses=READ_ERRORS, openapi_extra=USER_DOC)

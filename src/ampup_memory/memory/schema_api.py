@@ -24,8 +24,8 @@ from ampup_memory.memory.api import (
     AtCommitQ,
     BranchQ,
     UserDep,
+    UserOnlyDep,
     _headers,
-    _user,
     admin_author,
     service,
 )
@@ -45,8 +45,9 @@ from ampup_memory.web.conditional import (
     read_answer,
 )
 from ampup_memory.web.openapi import body_doc, errors, merged
+from ampup_memory.web.query import StrictQueryRoute
 
-router = APIRouter(tags=["schemas"])
+router = APIRouter(tags=["schemas"], route_class=StrictQueryRoute)
 UNAVAILABLE = "UNAVAILABLE: AmpUp Memory is not available in this process"
 NamePart = Annotated[str, Path(max_length=64, description="Org or team name.")]
 ConditionDep = Annotated[Condition, Depends(condition)]
@@ -115,8 +116,8 @@ def read_schema(
     return read_answer(cond, answer, _etag(answer).get("ETag"))
 
 
-@router.get("/schemas", responses=errors({401: UNAUTHENTICATED}), openapi_extra=USER_DOC)
+@router.get("/schemas", responses=errors({401: UNAUTHENTICATED}), openapi_extra=USER_DOC,
+            dependencies=[UserOnlyDep])
 def builtin_schemas(request: Request) -> dict[str, Any]:
     """The built-in schemas, in full."""
-    _user(request)
     return list_builtins()

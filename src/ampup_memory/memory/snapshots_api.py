@@ -14,15 +14,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
 from ampup_memory.memory import snapshots as holds
-from ampup_memory.memory.api import USER_DOC, UserDep, _user, service
+from ampup_memory.memory.api import USER_DOC, UserDep, service
 from ampup_memory.memory.ledger import CommitText
 from ampup_memory.memory.scopes import BranchText, ScopeText, parse_scope
 from ampup_memory.timefmt import TtlText, parse_ttl
 from ampup_memory.web.admin import is_admin
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
+from ampup_memory.web.query import StrictQueryRoute
 
-router = APIRouter(tags=["pins and snapshots"])
+router = APIRouter(tags=["pins and snapshots"], route_class=StrictQueryRoute)
 
 PinP = Annotated[str, Path(description="Pin id.", json_schema_extra={
     "pattern": holds.PIN_PATTERN})]
@@ -64,8 +65,7 @@ class SnapshotRequest(BaseModel):
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit",
     409: "NO_COMMITS: the scope has no commit on that branch yet", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra={**body_doc(PinRequest), **USER_DOC})
-async def create_pin(request: Request) -> JSONResponse:
-    user = _user(request)
+async def create_pin(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(PinRequest, await request.body())
     ttl = parse_ttl(req.ttl, ["ttl"])
     svc = service(request)
@@ -106,8 +106,7 @@ async def release_pin(request: Request, user: UserDep, pin_id: PinP) -> dict[str
     401: UNAUTHENTICATED, 404: "WORKSPACE_GONE: a named scope's workspace is not live",
     409: "NO_COMMITS: a named scope has no commit yet", 422: INVALID,
     503: UNAVAILABLE}), openapi_extra={**body_doc(SnapshotRequest), **USER_DOC})
-async def create_snapshot(request: Request) -> JSONResponse:
-    user = _user(request)
+async def create_snapshot(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(SnapshotRequest, await request.body())
     scopes = sorted({parse_scope(s, "scopes") for s in req.scopes})
     answer = await run_in_threadpool(holds.create_snapshot, service(request), user, scopes)

@@ -19,7 +19,6 @@ from ampup_memory.memory.api import (
     UNAUTHENTICATED,
     USER_DOC,
     UserDep,
-    _user,
     service,
 )
 from ampup_memory.memory.snapshots_api import RenewRequest
@@ -28,8 +27,9 @@ from ampup_memory.timefmt import parse_ttl
 from ampup_memory.web.admin import is_admin
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
+from ampup_memory.web.query import StrictQueryRoute
 
-router = APIRouter(tags=["workspaces"])
+router = APIRouter(tags=["workspaces"], route_class=StrictQueryRoute)
 UNAVAILABLE = "UNAVAILABLE: AmpUp Memory is not available in this process"
 NOT_FOUND = "NOT_FOUND: no live workspace of yours with that id (one answer for all)"
 WorkspaceId = Annotated[str, Path(max_length=64, description="Workspace id (ws_â€¦).",
@@ -40,8 +40,7 @@ WorkspaceId = Annotated[str, Path(max_length=64, description="Workspace id (ws_â
 @router.post("/workspaces", status_code=201, responses=errors({
     401: UNAUTHENTICATED, 422: INVALID + " (bad name, ttl or caps)", 503: UNAVAILABLE}),
     openapi_extra={**body_doc(CreateWorkspace), **USER_DOC})
-async def create_workspace(request: Request) -> JSONResponse:
-    user = _user(request)
+async def create_workspace(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(CreateWorkspace, await request.body())
     created = await run_in_threadpool(service(request).workspaces.create, user, req)
     return JSONResponse(created, status_code=201)

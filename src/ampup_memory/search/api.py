@@ -21,7 +21,7 @@ from ampup_memory.auth import USER_HEADER
 from ampup_memory.background import periodic
 from ampup_memory.errors import ServiceUnavailable, field_error
 from ampup_memory.memory.acl import ID_PATTERN
-from ampup_memory.memory.api import _user
+from ampup_memory.memory.api import UserDep
 from ampup_memory.memory.api import service as memory_service
 from ampup_memory.memory.query import TypedQuery
 from ampup_memory.memory.query import run as typed_query
@@ -34,11 +34,12 @@ from ampup_memory.search.rerank import Slots, build_rerank
 from ampup_memory.search.service import FactSearchRequest, PassageQueryRequest, SearchService
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors, header_doc
+from ampup_memory.web.query import StrictQueryRoute
 
 log = logging.getLogger("ampup_memory.search")
 _T = TypeVar("_T")
 _Req = TypeVar("_Req", FactSearchRequest, PassageQueryRequest)
-router = APIRouter(tags=["search"])
+router = APIRouter(tags=["search"], route_class=StrictQueryRoute)
 ERRORS = errors({
     401: "UNAUTHENTICATED / MISSING_USER: no caller, or not a valid user id",
     404: "NOT_FOUND: unknown branch, or at_commit no commit of the scope and branch; "
@@ -59,11 +60,6 @@ def search_service(request: Request) -> SearchService:
     if svc is None:
         raise ServiceUnavailable("Search is not available in this process.")
     return svc
-
-
-def caller_user(request: Request) -> str:
-    """The caller's user, resolved by the memory routes' own function."""
-    return _user(request)
 
 
 _CITE = {"type": "object", "required": ["episode", "unit"],
@@ -94,8 +90,7 @@ SEARCH_ANSWER = {
              responses={**ERRORS, 200: {"content": {
                  "application/json": {"schema": SEARCH_ANSWER}, "text/plain": {}}}},
              openapi_extra={**body_doc(FactSearchRequest), **USER_DOC})
-async def search(request: Request) -> Response:
-    user = caller_user(request)
+async def search(request: Request, user: UserDep) -> Response:
     svc = search_service(request)
     req = parse_body(FactSearchRequest, await request.body())
     answer = await _in_turn(request, svc.slots(req.rerank), svc.search, user, req)
@@ -125,8 +120,7 @@ def _find(raw: bytes) -> object:
 
 
 @router.post("/query", responses=ERRORS, openapi_extra={**_query_doc(), **USER_DOC})
-async def query(request: Request) -> JSONResponse:
-    user = caller_user(request)
+async def query(request: Request, user: UserDep) -> JSONResponse:
     raw = await request.body()
     find = _find(raw)
     if find in ("facts", "entities"):  # typed: current values through core's view and ACL

@@ -3,14 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
 from typing import Any
 
 import psycopg
-from fastapi import FastAPI, Request, params
-from fastapi.dependencies.utils import get_flat_params
+from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.routing import APIRoute
 from sqlalchemy.exc import DBAPIError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
@@ -18,6 +15,7 @@ from starlette.types import Scope
 
 from ampup_memory.errors import AmpError, ValidationFailed, driver_said, storage_down
 from ampup_memory.web.body import validation_message
+from ampup_memory.web.query import query_names
 from ampup_memory.web.routing import serves
 
 log = logging.getLogger("ampup_memory")
@@ -96,33 +94,17 @@ def located(request: Request, loc: list[Any]) -> list[Any]:
     do not know which part held one: a path parameter of the matched route, a query
     parameter the route reads and the request carries, else the body of a method that has
     one (the query of one that has none). A query parameter the route does not read is
-    not where a value came from: ``POST /search?scope=a/b`` with ``{"scope": "BAD"}`` is a
-    bad body field."""
+    not where a value came from (the AMP routes ignore one; the AmpUp routes refuse it,
+    `web.query`)."""
     first = loc[0] if loc else None
     if isinstance(first, str) and first in request.path_params:
         source = "path"
     elif isinstance(first, str) and first in request.query_params \
-            and first in _query_names(request):
+            and first in query_names(request):
         source = "query"
     else:
         source = "body" if request.method in _BODY_METHODS else "query"
     return [source, *loc]
-
-
-class _AnyName:
-    """Every name: what an unmatched request's query may hold (no route says)."""
-
-    def __contains__(self, name: object) -> bool:
-        return True
-
-
-def _query_names(request: Request) -> Container[str]:
-    """The query parameters the matched route declares, through its dependencies too."""
-    route = request.scope.get("route")
-    if not isinstance(route, APIRoute):
-        return _AnyName()
-    return {param.alias for param in get_flat_params(route.dependant)
-            if isinstance(param.field_info, params.Query)}
 
 
 def _clean(value: Any) -> Any:
