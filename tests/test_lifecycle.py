@@ -122,6 +122,9 @@ def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: 
             # 29 real days after deletion: still inside the window.
             backdate_deletion(home, old, 29)
             assert run(c, 0)["purged"] == 0 and run(c, 5000)["purged"] == 0
+            refused = c.post("/lifecycle/purge", headers=TOKEN, json={"id": old}).json()
+            assert refused["error"]["details"]["days_remaining"] == 1
+            assert refused["error"]["message"].endswith("(1 day remaining)."), refused
             # 31 real days: purgeable (with the opt-in), whatever `now` the run names.
             backdate_deletion(home, old, 31)
             assert run(c, -5000, dry=True)["purged"] == expected
