@@ -136,6 +136,22 @@ def test_counts_stay_exact_through_every_kind_of_write(
     assert_exact(url, every_word())
 
 
+def test_a_purged_cells_words_leave_the_table(url: str, stores: list[PostgresStore]) -> None:
+    """A purge is an erasure (the AMP spec: "permanently hard-deleted from the physical
+    database"): a word only the purged cell held left a row of count 0 in `cell_words`
+    for ever, the text's words outliving the cell. A word other cells hold keeps its
+    count."""
+    store = stores[0]
+    secret = add(store, make(1, "call 5550123 or zqvault7 tea"))
+    add(store, make(2, "tea kettle"))
+    assert store.purge([secret.cell.id]) == 1
+    with psycopg.connect(url, autocommit=True) as conn:
+        left = conn.execute("SELECT word, sum(n) FROM cell_words GROUP BY 1 ORDER BY 1"
+                            ).fetchall()
+    assert left == [("kettl", 1), ("tea", 1)]
+    assert_exact(url, ["tea", "kettle", "zqvault7", "5550123"])
+
+
 def test_a_word_the_table_does_not_count_is_counted_by_its_query(
     url: str, stores: list[PostgresStore]
 ) -> None:

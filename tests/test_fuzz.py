@@ -50,7 +50,7 @@ SEMANTIC_422 = {
     "string_not_nfc",    # an entity, predicate or document key not in Unicode NFC
     # An agent owner's owner_id must be a valid agent id; a user's or an org's need not be.
     # owner_type decides, and one OpenAPI schema for owner_id cannot say so.
-    "agent_id_invalid@identity",
+    "agent_id_invalid@owner_id",
     "value_error@before",    # a ledger page starts before a commit of that chain
     "cursor_invalid",    # a listing's `after` that is not in the caller's listing
     "value_error@tz",        # a zone of the IANA database

@@ -69,6 +69,13 @@ def test_keys_end_to_end(tmp_path: Path) -> None:
         assert {a.status_code for a in answers} == {401}
         assert {a.json()["error"]["code"] for a in answers} == {"UNAUTHENTICATED"}
         assert len({a.content for a in answers}) == 1
+        # With keys on, a body's identity.created_by names no caller (docs/api.md: it counts
+        # only with keys off), with or without a key: else anyone creates as anyone.
+        claimed = {**body("u"), "identity": {"owner_id": "u", "owner_type": "user",
+                                             "created_by": "agent_a"}}
+        for h in ({}, {"X-AMP-API-Key": key}):
+            r = httpx.post(f"{base}/memories", json=claimed, headers=h)
+            assert r.content == answers[0].content, r.text
         # Admin: the admin key opens admin routes; a plain key does not.
         run = httpx.post(f"{base}/lifecycle/run", json={"dry_run": True},
                          headers={"X-AMP-API-Key": admin_key})

@@ -6,6 +6,7 @@ import json
 import sqlite3
 import subprocess
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -87,6 +88,17 @@ def backdate_deletion(home: Path, cell_id: str, days: float) -> None:
         db.close()
 
 
+def keyword_index_holds(home: Path, word: str) -> bool:
+    """Does any block of the SQLite keyword index hold ``word`` (its last 24 characters,
+    which FTS5's prefix compression stores literally for a word shared with no other)?"""
+    db = sqlite3.connect(home / "amp.db", timeout=30)
+    try:
+        blocks = db.execute("SELECT block FROM cells_fts_data").fetchall()
+    finally:
+        db.close()
+    return any(word[-24:].encode() in bytes(b) for (b,) in blocks if b)
+
+
 def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: Path) -> None:
     me = {"X-AMP-Agent-ID": "a"}
     for opt_in, expected in (("0", 0), ("1", 1)):
@@ -96,9 +108,9 @@ def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: 
         with ServerProcess(home, env=env) as srv, \
                 httpx.Client(base_url=srv.url + "/amp/v1") as c:
 
-            def deleted_cell() -> str:
+            def deleted_cell(text: str = "t") -> str:
                 cell: str = c.post("/memories", headers=me, json={
-                    "type": "semantic", "content": {"text": "t"},
+                    "type": "semantic", "content": {"text": text},
                     "identity": {"owner_id": "o", "owner_type": "user"}}).json()["id"]
                 c.patch(f"/memories/{cell}", headers=me,
                         json={"lifecycle": {"status": "archived"}})
@@ -111,7 +123,11 @@ def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: 
                 assert r.status_code in (403, 409), r.text
                 return r.status_code == 409
 
-            old, young = deleted_cell(), deleted_cell()
+            # The purged cell's words must leave the file (seed: "permanently hard-deleted
+            # from the physical database"): one word of it no other cell holds.
+            word = f"zq{uuid.uuid4().hex}"
+            old, young = deleted_cell(f"call me at {word} tomorrow"), deleted_cell()
+            assert keyword_index_holds(home, word)
             # A what-if `now` never purges a cell deleted moments ago, dry or not.
             for days in (29, 31, 10_000):
                 assert run(c, days, dry=True)["purged"] == 0
@@ -122,6 +138,9 @@ def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: 
             # 29 real days after deletion: still inside the window.
             backdate_deletion(home, old, 29)
             assert run(c, 0)["purged"] == 0 and run(c, 5000)["purged"] == 0
+            refused = c.post("/lifecycle/purge", headers=TOKEN, json={"id": old}).json()
+            assert refused["error"]["details"]["days_remaining"] == 1
+            assert refused["error"]["message"].endswith("(1 day remaining)."), refused
             # 31 real days: purgeable (with the opt-in), whatever `now` the run names.
             backdate_deletion(home, old, 31)
             assert run(c, -5000, dry=True)["purged"] == expected
@@ -130,6 +149,9 @@ def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: 
             # Purged by the pass: gone (the 403). Kept (no opt-in): the admin may purge it.
             r = c.post("/lifecycle/purge", headers=TOKEN, json={"id": old})
             assert r.status_code == (403 if expected else 200), r.text
+            # SQLite's FTS5 index kept a deleted row's terms (and its delete marker's) in
+            # its segments until they merged: the words outlived the purge.
+            assert not keyword_index_holds(home, word)
 
 
 def test_a_dry_run_counts_every_purgeable_cell(tmp_path: Path) -> None:

@@ -14,9 +14,9 @@ from pydantic import (
     Field,
     PlainSerializer,
     StringConstraints,
+    ValidationInfo,
     WithJsonSchema,
     field_validator,
-    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -213,21 +213,24 @@ class StoredCell(BaseModel):
 
 
 class CreateIdentity(_Strict):
-    owner_id: AgentId
+    # owner_type before owner_id: the owner_id check reads it, so a bad id is reported at
+    # ["body", "identity", "owner_id"], the field the request names (docs/api.md).
     owner_type: OwnerType
+    owner_id: AgentId
     created_by: AgentName | None = None
     session_id: str | None = None
 
-    @model_validator(mode="after")
-    def _agent_owner(self) -> CreateIdentity:
+    @field_validator("owner_id")
+    @classmethod
+    def _agent_owner(cls, value: str, info: ValidationInfo) -> str:
         # An agent owner is an agent id; a user's or an organisation's id is its own affair.
-        if self.owner_type is OwnerType.agent:
-            problem = agent_id_problem(self.owner_id)
+        if info.data.get("owner_type") is OwnerType.agent:
+            problem = agent_id_problem(value)
             if problem:
                 raise PydanticCustomError(
-                    "agent_id_invalid", "owner_id of an agent owner is not a valid agent id: "
+                    "agent_id_invalid", "not a valid agent id (owner_type is agent): "
                     "it {problem}", {"problem": problem})
-        return self
+        return value
 
 
 class CreatePolicy(_Strict):

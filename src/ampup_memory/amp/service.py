@@ -498,7 +498,8 @@ class AmpService:
             remaining = math.ceil((when - now).total_seconds() / lifecycle.SECONDS_PER_DAY)
             raise RetentionWindow(
                 f"Deleted at {format_time(stored.deleted_at)}; purgeable at "
-                f"{format_time(when)} ({remaining} days remaining).",
+                f"{format_time(when)} ({remaining} day{'' if remaining == 1 else 's'} "
+                "remaining).",
                 details={
                     "deleted_at": format_time(stored.deleted_at),
                     "purgeable_at": format_time(when),

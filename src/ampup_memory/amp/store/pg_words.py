@@ -111,6 +111,17 @@ BEGIN
     RETURN NULL;
 END $$"""
 
+# After a purge (``DELETE … RETURNING id, tsvector_to_array(tsv)``, flattened to one id
+# per lexeme): the rows of the purged cells' words in their shards that fell to 0. The
+# trigger leaves them (a word's row is kept for its next cell), but a purge is an erasure,
+# and a row naming a word of the text outlived the cell. Only rows the purge's own trigger
+# just locked (its cells' shards), so no new lock is taken and no writer waits.
+FORGET = f"""DELETE FROM cell_words w USING (
+    SELECT DISTINCT {_KEY} COLLATE "C" AS word, {_shard("x.id")} AS shard
+    FROM unnest(%s::text[], %s::text[]) AS x(id, l)) z
+WHERE w.word = z.word AND w.shard = z.shard AND w.n = 0"""
+
+
 def emptied(name: str, *tables: str) -> tuple[str, str]:
     """The function ``<name>_empty`` that empties ``tables`` when ``cells`` is truncated,
     and its trigger ``<name>_emptied`` (names and tables are ours, never a caller's).

@@ -958,10 +958,16 @@ class PostgresStore:
             return 0
         ids = list(cell_ids)
         with self._conn() as conn, conn.transaction():
-            cur = self._execute(conn, "DELETE FROM cells WHERE id = ANY(%s::text[])", (ids,))
+            gone = self._execute(
+                conn, "DELETE FROM cells WHERE id = ANY(%s::text[])"
+                " RETURNING id, tsvector_to_array(tsv)", (ids,)).fetchall()
             self._execute(conn, "DELETE FROM scoring_patches WHERE cell_id = ANY(%s::text[])",
                           (ids,))
-            return cur.rowcount
+            # The purged texts' words leave `cell_words` too (their rows fell to 0).
+            self._execute(conn, pg_words.FORGET, (
+                [cell_id for cell_id, lexemes in gone for _ in lexemes or ()],
+                [lexeme for _, lexemes in gone for lexeme in lexemes or ()]))
+            return len(gone)
 
     @contextmanager
     def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:

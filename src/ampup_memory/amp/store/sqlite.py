@@ -625,9 +625,17 @@ class SQLiteStore:
         if not cell_ids:
             return gone
         with self._write() as conn:
+            # A purge is an erasure: pages freed by it are overwritten with zeros, whatever
+            # the SQLite build's default (many compile it on, not all).
+            conn.execute("PRAGMA secure_delete=ON")
             for cell_id in cell_ids:
                 gone += conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,)).rowcount
                 conn.execute("DELETE FROM scoring_patches WHERE cell_id = ?", (cell_id,))
+            if gone:
+                # FTS5 keeps a deleted row's words (and its delete marker's) in its index
+                # segments until they merge, so the words of a purged cell stayed in the
+                # file. Merging every segment drops both (0.3-0.4 s at 100k cells).
+                conn.execute("INSERT INTO cells_fts(cells_fts) VALUES ('optimize')")
         return gone
 
     @contextmanager
