@@ -526,5 +526,14 @@ def test_a_blank_branch_or_commit_option_is_refused_in_one_line(tmp_path: Path) 
         assert done.returncode == 2 and done.stdout == "", (args, done)
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("error: VALIDATION_ERROR: ") and says in line, (args, line)
+    # A branch the command needs (merge's FROM, a branch's NAME) cannot be left out: its
+    # refusal offered "leave from out for main".
+    for args, says in (
+            (["merge", scope, " ", "--user", "u"], "from is blank: name a branch; at FROM"),
+            (["branch", "create", scope, " ", "--user", "u"], "name is blank: name a branch"),
+            (["branch", "delete", scope, "", "--user", "u"], "name is blank: name a branch")):
+        done = cli_in_process(home, QUIET, *args)
+        assert done.returncode == 2 and done.stdout == "", (args, done)
+        assert done.stderr.strip().splitlines() == [f"error: VALIDATION_ERROR: {says}"], args
     assert cli_in_process(home, QUIET, "load", str(notes), "--scope", scope,
                           "--user", "u").returncode == 0
