@@ -35,7 +35,15 @@ def test_episode_type_commands(tmp_path: Path) -> None:
     assert listed.stdout.count("split: ") == 7
     shown = json.loads(cli_in_process(tmp_path, QUIET, "episode-type", "show", "call").stdout)
     assert shown["unit"] == "turn" and "budget" in shown["predicates"]
-    assert cli_in_process(tmp_path, QUIET, "episode-type", "show", "fax").returncode == 2
+    known = "known: slack, gmail, call, crm, doc, mcp, close"
+    unknown = cli_in_process(tmp_path, QUIET, "episode-type", "show", "fax")
+    assert (unknown.returncode, unknown.stderr) == (2, f"error: no episode type 'fax'; {known}\n")
+    # The server's own `schema` type is listed nowhere (nor by GET /episode-types): it is
+    # not shown either, by name or by prefix.
+    for hidden in ("schema", "schema:sales"):
+        done = cli_in_process(tmp_path, QUIET, "episode-type", "show", hidden)
+        assert (done.returncode, done.stdout) == (2, ""), done
+        assert done.stderr == f"error: no episode type {hidden!r}; {known}\n"
 
 
 def test_load_keys_a_file_named_in_nfd_by_its_nfc_name(tmp_path: Path) -> None:
