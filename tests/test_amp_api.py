@@ -128,6 +128,44 @@ def test_patch_deep_merge(http: httpx.Client, uid: str) -> None:
         assert bad.json()["error"]["details"]["errors"]
 
 
+def test_patch_refuses_a_null_for_a_value_a_cell_always_has(http: httpx.Client,
+                                                             uid: str) -> None:
+    """`{"content": {"metadata": null}}` answered 200 and kept the old metadata (so did a
+    null importance, reader list or public flag): a null the cell cannot hold is a 422
+    naming it, as the reference refuses it (its update model types none of them nullable),
+    and nothing changes. A null part (`"scoring": null`) is left out, as there; a null
+    `expires_at` clears the expiry."""
+    me = {"X-AMP-Agent-ID": f"a_{uid}"}
+    cell = make(http, f"a_{uid}", f"u_{uid}", content={"text": "x", "metadata": {"k": 1}},
+                access_policy={"readable_by": ["r1"], "writable_by": ["w1"], "public": True})
+    url = f"/memories/{cell['id']}"
+    for part, name in (("content", "text"), ("content", "metadata"),
+                       ("scoring", "importance"), ("scoring", "confidence"),
+                       ("scoring", "decay_rate"), ("access_policy", "readable_by"),
+                       ("access_policy", "writable_by"), ("access_policy", "public"),
+                       ("lifecycle", "status")):
+        r = http.patch(url, headers=me, json={part: {name: None}})
+        assert r.status_code == 422, (part, name, r.text)
+        (error,) = r.json()["error"]["details"]["errors"]
+        assert error["loc"] == ["body", part, name], error
+        assert error["msg"] == "may not be null: leave it out to keep the stored value"
+    r = http.patch(url, headers=me, json={"type": None})
+    assert r.status_code == 422 and r.json()["error"]["details"]["errors"][0]["loc"] == [
+        "body", "type"], r.text
+    kept = http.get(url, headers=me).json()
+    assert kept["content"] == {"text": "x", "metadata": {"k": 1}}
+    assert kept["scoring"] == cell["scoring"] | {"access_count": 1}
+    assert kept["access_policy"] == cell["access_policy"]
+    assert kept["lifecycle"]["last_updated_at"] == cell["lifecycle"]["last_updated_at"]
+    # What a client leaves out or sends as an empty value changes as documented.
+    r = http.patch(url, headers=me, json={"content": None, "scoring": None,
+                                          "access_policy": None,
+                                          "lifecycle": {"expires_at": None}})
+    assert r.status_code == 200, r.text
+    cleared = http.patch(url, headers=me, json={"content": {"metadata": {}}}).json()
+    assert cleared["content"] == {"text": "x", "metadata": {}}
+
+
 def test_status_transitions(http: httpx.Client, uid: str) -> None:
     me = {"X-AMP-Agent-ID": f"a_{uid}"}
     cell = make(http, f"a_{uid}", f"u_{uid}")

@@ -480,6 +480,16 @@ def test_no_model_configured_runs_nothing_and_says_so(tmp_path: Path) -> None:
         # The names a user sets (the fields' names were no variable anyone could export).
         assert "set AMPUP_MEMORY_MODEL_BASE_URL and AMPUP_MEMORY_MODEL" in err, err
         assert s.facts() == []
+        # A pass with another model (here `ampup-memory extract` given one) that fails is
+        # that model's error: this server's status, of no model, does not report it.
+        other = {"AMPUP_MEMORY_MODEL_BASE_URL": "http://127.0.0.1:9/v1",
+                 "AMPUP_MEMORY_MODEL": "absent"}
+        code, out, err = s.extract(**other)
+        assert code == 2 and out[0]["model"] == "absent" and out[0]["error"], (out, err)
+        st = s.status()
+        assert (st["model"], st["episodes_pending"], st["last_error"]) == (
+            "no model configured", 1, None), st
+        # (A server of that model reports it: the failure tests above.)
         # A bad scope is refused as every command refuses it, model or none.
         bad = cli_in_process(s.home, s.env(), "extract", "--scope", "Not A Scope")
         assert bad.returncode == 2 and "VALIDATION_ERROR: invalid scope" in bad.stderr

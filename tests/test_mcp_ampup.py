@@ -494,7 +494,8 @@ async def test_every_tool_describes_its_arguments_with_the_bounds_the_server_kee
         "minItems": 1}
     assert bounds("get_advice", "task") == {"minLength": 1, "maxLength": 20_000}
     # a label inside POST /episodes' source, with its own limit (test_remember_memory_source…)
-    assert set(bounds("remember_memory", "source")) == {"maxLength"}
+    # and not blank (test_remember_memory_refuses_a_blank_source_label)
+    assert set(bounds("remember_memory", "source")) == {"minLength", "maxLength"}
     assert bounds("get_session", "session") == bounds("end_session", "session") == {
         "minLength": 1, "maxLength": 64}
     remember = Draft202012Validator(listed["remember_memory"])
@@ -703,6 +704,25 @@ async def test_remember_memory_source_is_a_label_with_its_own_limit(
         got = http.get(f"/episodes/{stored['id']}", params={"scope": scope}).json()
     assert got["source"] == f"mcp:remember_memory:{longest}:{'s' * limit}"
     assert len(got["source"]) == 512
+
+
+async def test_remember_memory_refuses_a_blank_source_label(server: ServerProcess) -> None:
+    """A blank label was stored as `mcp:remember_memory:alice:` (a source naming nothing);
+    it is refused as other blank text is, and the schema says so."""
+    scope = new_scope()
+    async with as_user(server, "alice") as alice:
+        schema = {t.name: t.input_schema for t in (await alice.list_tools()).tools}
+        empty = await refused(alice, "remember_memory", scope=scope, text="a note", source="")
+        blank = await refused(alice, "remember_memory", scope=scope, text="a note",
+                              source="   ")
+    assert empty == "Invalid request: source: String should have at least 1 character"
+    assert blank == "Invalid request: source: must hold a character other than white space"
+    label = schema["remember_memory"]["properties"]["source"]
+    assert label["minLength"] == 1
+    assert Draft202012Validator(label).is_valid("chat")
+    assert not Draft202012Validator(label).is_valid("   ")
+    with rest(server, "alice") as http:
+        assert http.get("/episodes", params={"scope": scope}).json()["total"] == 0
 
 
 async def test_get_session_reads_a_session_as_the_rest_route_does(

@@ -35,7 +35,15 @@ def test_episode_type_commands(tmp_path: Path) -> None:
     assert listed.stdout.count("split: ") == 7
     shown = json.loads(cli_in_process(tmp_path, QUIET, "episode-type", "show", "call").stdout)
     assert shown["unit"] == "turn" and "budget" in shown["predicates"]
-    assert cli_in_process(tmp_path, QUIET, "episode-type", "show", "fax").returncode == 2
+    known = "known: slack, gmail, call, crm, doc, mcp, close"
+    unknown = cli_in_process(tmp_path, QUIET, "episode-type", "show", "fax")
+    assert (unknown.returncode, unknown.stderr) == (2, f"error: no episode type 'fax'; {known}\n")
+    # The server's own `schema` type is listed nowhere (nor by GET /episode-types): it is
+    # not shown either, by name or by prefix.
+    for hidden in ("schema", "schema:sales"):
+        done = cli_in_process(tmp_path, QUIET, "episode-type", "show", hidden)
+        assert (done.returncode, done.stdout) == (2, ""), done
+        assert done.stderr == f"error: no episode type {hidden!r}; {known}\n"
 
 
 def test_load_keys_a_file_named_in_nfd_by_its_nfc_name(tmp_path: Path) -> None:
@@ -526,5 +534,14 @@ def test_a_blank_branch_or_commit_option_is_refused_in_one_line(tmp_path: Path) 
         assert done.returncode == 2 and done.stdout == "", (args, done)
         (line,) = done.stderr.strip().splitlines()
         assert line.startswith("error: VALIDATION_ERROR: ") and says in line, (args, line)
+    # A branch the command needs (merge's FROM, a branch's NAME) cannot be left out: its
+    # refusal offered "leave from out for main".
+    for args, says in (
+            (["merge", scope, " ", "--user", "u"], "from is blank: name a branch; at FROM"),
+            (["branch", "create", scope, " ", "--user", "u"], "name is blank: name a branch"),
+            (["branch", "delete", scope, "", "--user", "u"], "name is blank: name a branch")):
+        done = cli_in_process(home, QUIET, *args)
+        assert done.returncode == 2 and done.stdout == "", (args, done)
+        assert done.stderr.strip().splitlines() == [f"error: VALIDATION_ERROR: {says}"], args
     assert cli_in_process(home, QUIET, "load", str(notes), "--scope", scope,
                           "--user", "u").returncode == 0

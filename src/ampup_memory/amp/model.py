@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 from pydantic import (
     AfterValidator,
@@ -267,9 +267,43 @@ class CreateMemory(_Strict):
     lifecycle: CreateLifecycle = Field(default_factory=CreateLifecycle)
 
 
-class PatchContent(_Strict):
+def _not_null(value: Any) -> Any:
+    """A PATCH field that may be left out but not sent as null: the cell always holds a
+    value there (text, metadata, scores, policy, status, type), so null could only mean
+    "clear", which it cannot; it was read as left out, ignoring what the client sent. The
+    reference refuses it too (none of these is nullable in its update model). Left out,
+    the field is None without this check running (defaults are not validated)."""
+    if value is None:
+        raise PydanticCustomError(
+            "null_refused", "may not be null: leave it out to keep the stored value")
+    return value
+
+
+def _publish_not_null(schema: dict[str, Any], cls: type[BaseModel]) -> None:
+    """The fields of ``cls.NOT_NULL`` published as they are checked: optional, not
+    nullable (typed ``X | None`` so that a left-out field is None, and a refusal's ``loc``
+    names the field alone, not a branch of a union)."""
+    for name in getattr(cls, "NOT_NULL", ()):
+        prop = schema["properties"][name]
+        (kept,) = [b for b in prop.pop("anyOf") if b != {"type": "null"}]
+        prop.update(kept)
+        prop.pop("default", None)
+
+
+class _Patch(_Strict):
+    """A part of a PATCH body: every field optional; those in ``NOT_NULL`` (a value the
+    cell always holds) never null (`_not_null`, `_publish_not_null`)."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=_publish_not_null)
+    NOT_NULL: ClassVar[tuple[str, ...]] = ()
+
+
+class PatchContent(_Patch):
+    NOT_NULL = ("text", "metadata")
     text: NonEmptyText | None = None
     metadata: dict[str, Any] | None = None
+
+    _sent = field_validator(*NOT_NULL, mode="before")(_not_null)
 
     @field_validator("text")
     @classmethod
@@ -277,22 +311,31 @@ class PatchContent(_Strict):
         return None if value is None else not_blank(value)
 
 
-class PatchScoring(_Strict):
+class PatchScoring(_Patch):
+    NOT_NULL = ("importance", "confidence", "decay_rate")
     importance: Unit | None = None
     confidence: Unit | None = None
     decay_rate: DecayRate | None = None
 
+    _sent = field_validator(*NOT_NULL, mode="before")(_not_null)
 
-class PatchPolicy(_Strict):
+
+class PatchPolicy(_Patch):
+    NOT_NULL = ("readable_by", "writable_by", "public")
     readable_by: list[AgentPattern] | None = None
     writable_by: list[AgentPattern] | None = None
     public: bool | None = None
 
+    _sent = field_validator(*NOT_NULL, mode="before")(_not_null)
 
-class PatchLifecycle(_Strict):
+
+class PatchLifecycle(_Patch):
+    NOT_NULL = ("status",)
     status: Status | None = None
-    expires_at: RequestTime | None = None
+    expires_at: RequestTime | None = None  # null clears the expiry
     created_at: RequestTime | None = None
+
+    _sent = field_validator(*NOT_NULL, mode="before")(_not_null)
 
 
 class PatchIdentity(_Strict):
@@ -302,8 +345,10 @@ class PatchIdentity(_Strict):
     session_id: str | None = None
 
 
-class PatchMemory(_Strict):
+class PatchMemory(_Patch):
     """PATCH /memories/{id}: every part optional; sub-objects deep-merge into the cell."""
+
+    NOT_NULL = ("type",)
 
     id: str | None = None
     amp_version: str | None = None
@@ -315,6 +360,8 @@ class PatchMemory(_Strict):
     provenance: Provenance | None = None
     lifecycle: PatchLifecycle | None = None
     created_at: RequestTime | None = None
+
+    _sent = field_validator(*NOT_NULL, mode="before")(_not_null)
 
 
 class ListQuery(_Strict):

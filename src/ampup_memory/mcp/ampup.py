@@ -18,9 +18,10 @@ from typing import Annotated, Any, Literal
 import anyio.to_thread
 from mcp.server.mcpserver import MCPServer
 from mcp.types import CallToolResult
-from pydantic import BaseModel, Field
+from pydantic import AfterValidator, BaseModel, Field
 
 from ampup_memory.auth import Caller
+from ampup_memory.blank import NOT_BLANK_PATTERN, not_blank
 from ampup_memory.errors import ServiceUnavailable, Unauthenticated
 from ampup_memory.mcp.arguments import publish
 from ampup_memory.mcp.tools import NOTES, READS, TOOLSETS, WRITES, ToolContext, ToolEnv
@@ -33,8 +34,11 @@ from ampup_memory.timefmt import Instant
 from ampup_memory.web.body import JsonInt
 
 # remember_memory's source: a label, checked by its own limit (the episode's source is
-# longer; `MAX_LABEL`).
-NoteLabel = Annotated[str, Field(max_length=memory_tools.MAX_LABEL)]
+# longer; `MAX_LABEL`), and not blank (`mcp:remember_memory:alice:` names no origin): refused
+# as other blank text is, the rule published in its schema.
+NoteLabel = Annotated[str, Field(min_length=1, max_length=memory_tools.MAX_LABEL,
+                                 json_schema_extra={"pattern": NOT_BLANK_PATTERN}),
+                      AfterValidator(not_blank)]
 NO_USER = ("AmpUp Memory tools need a user: this MCP connection names none "
            "(stdio: set AMPUP_MEMORY_MCP_USER; HTTP: X-AmpUp-User, or a key bound to a user).")
 

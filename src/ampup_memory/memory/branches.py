@@ -140,7 +140,7 @@ def create(svc: MemoryService, user: str, req: CreateBranch) -> dict[str, Any]:
     scope = parse_scope(req.scope)
     if not req.name:  # a new branch needs its name (blank is refused as everywhere)
         raise field_error(["name"], "a new branch needs a name", "branch_invalid")
-    name = parse_branch(req.name, "name")
+    name = parse_branch(req.name, "name", required=True)
     source = parse_branch(req.from_, "from")
     ns = str(scope)
     if name == MAIN:
@@ -216,7 +216,7 @@ def list_branches(svc: MemoryService, scope_text: str) -> dict[str, Any]:
 def delete(svc: MemoryService, user: str, scope_text: str, name_text: str,
            admin: bool) -> dict[str, Any]:
     scope = parse_scope(scope_text)
-    name = parse_branch(name_text, "name")
+    name = parse_branch(name_text, "name", required=True)
     ns = str(scope)
     if name == MAIN:
         raise Conflict("Branch 'main' cannot be deleted.", code="BRANCH_PROTECTED")
@@ -449,7 +449,7 @@ def _conflict(svc: MemoryService, principal: Principal, scope: str, key: tuple[s
 
 def merge(svc: MemoryService, user: str, req: MergeRequest) -> dict[str, Any]:
     scope = parse_scope(req.scope)
-    src = parse_branch(req.from_, "from")
+    src = parse_branch(req.from_, "from", required=True)
     dst = parse_branch(req.into, "into")
     if src == dst:
         raise field_error(["from"], "a branch cannot be merged into itself", "merge_self")

@@ -136,11 +136,12 @@ def memory_commands(settings_options: SettingsOptions,
     @click.argument("name")
     def type_show(name: str) -> None:
         """One type (by name or prefix) in full, as JSON."""
-        from ampup_memory.memory.episode_types import TYPES, by_name
+        from ampup_memory.memory.episode_types import client_type, client_types
 
-        found = by_name(name)
+        found = client_type(name)
         if found is None:
-            _fail(f"no episode type {name!r}; known: " + ", ".join(t.name for t in TYPES))
+            _fail(f"no episode type {name!r}; known: "
+                  + ", ".join(t.name for t in client_types()))
         click.echo(dumps(found.wire(), indent=2))
 
     @click.command("load")

@@ -214,6 +214,13 @@ def by_name(name: str) -> EpisodeType | None:
     return _BY_NAME.get(name) or type_for_source(name)
 
 
+def client_type(name: str) -> EpisodeType | None:
+    """A type a client names (by name or prefix, as `by_name`), among `client_types` only:
+    the reserved ones are the server's own, listed nowhere a client lists types."""
+    found = by_name(name)
+    return None if found is None or found.reserved else found
+
+
 def require_type(source: str, loc: list[str | int]) -> EpisodeType:
     found = type_for_source(source)
     if found is None or found.reserved:

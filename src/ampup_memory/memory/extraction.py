@@ -240,8 +240,12 @@ def _what(scope: str, branch: str, ep: EpisodeRecord) -> str:
     return f"extraction: episode {ep.id} of {scope}/{branch}, read with no fact,"
 
 
-def _error_key(scope: str, branch: str) -> str:
-    return "extract_error:" + hashlib.sha256(f"{scope}\n{branch}".encode()).hexdigest()[:48]
+def _error_key(scope: str, branch: str, model: str) -> str:
+    """Where a pass records its last error: per model, as the read marks and the status's
+    counts are (a pass of `ampup-memory extract` given another model is not the error of
+    a server's model, nor of a server with none)."""
+    return "extract_error:" + hashlib.sha256(
+        f"{scope}\n{branch}\n{model}".encode()).hexdigest()[:48]
 
 
 # -- the pass -------------------------------------------------------------------------------------
@@ -458,8 +462,9 @@ class Extractor:
             raise Conflict("These episodes were read meanwhile.", code="ALREADY_READ")
 
     def _record_error(self, scope: str, branch: str, error: str | None) -> None:
+        assert self.model is not None  # only a pass records one
         value = json.dumps({"error": error, "at": utc_text(datetime.now(UTC))} if error else {})
-        self.svc.index.set_meta(_error_key(scope, branch), value)
+        self.svc.index.set_meta(_error_key(scope, branch, self.model.name), value)
 
     def status(self, scope_text: str, branch_text: str | None = None,
                principal: Principal | None = None) -> dict[str, Any]:
@@ -476,7 +481,8 @@ class Extractor:
         rejected: Counter[str] = Counter()
         for m in marks:
             rejected.update(m.rejected)
-        raw = self.svc.index.get_meta(_error_key(str(scope), branch))
+        raw = None if self.model is None else self.svc.index.get_meta(
+            _error_key(str(scope), branch, self.model.name))
         last = json.loads(raw) if raw else {}
         return {
             "scope": str(scope), "branch": branch,

@@ -104,15 +104,18 @@ def scope_from_namespace(namespace: str) -> Scope | None:
     return Scope(org, team)
 
 
-def parse_branch(text: object, loc: str = "branch") -> str:
+def parse_branch(text: object, loc: str = "branch", *, required: bool = False) -> str:
     """A branch named in a request (query, body, MCP tool or CLI option), or ``main`` when
     it names none (None). Blank text names no branch either, but is refused rather than
     read as main: `?branch=` from a template whose variable was empty read main's data
-    as if it were the branch asked for."""
+    as if it were the branch asked for. ``required``: a branch the request must name (a
+    merge's ``from``, a new or deleted branch's ``name``), whose refusal does not offer
+    leaving it out."""
     if text is None:
         return MAIN
     if isinstance(text, str) and is_blank(text):
-        raise field_error([loc], f"{loc} is blank: name a branch, or leave {loc} out for main",
+        raise field_error([loc], f"{loc} is blank: name a branch" if required else
+                          f"{loc} is blank: name a branch, or leave {loc} out for main",
                           "string_blank")
     if not isinstance(text, str) or len(text) > MAX_NAME or not BRANCH_RE.fullmatch(text):
         raise field_error(
