@@ -5,6 +5,7 @@
  * moves over by changing the import. No dependencies: Node's own `fetch`.
  */
 
+import { ValidationError } from "./errors.js";
 import {
   API_PREFIX, DEFAULT_SERVER_URL, Transport, pathSegment, refuseUnknown,
 } from "./transport.js";
@@ -95,6 +96,29 @@ function write(conditions) {
   return conditions;
 }
 
+// The options each method takes: any other is a ValidationError, not dropped (a
+// snake_case `readable_by` would otherwise store the cell private, `include_stale` search
+// without stale cells).
+const REMEMBER_OPTIONS = ["type", "importance", "readableBy", "ownerType", "metadata",
+  "writableBy", "public", "confidence", "decayRate", "sessionId", "provenance", "expiresAt"];
+const RECALL_OPTIONS = ["limit", "includeStale", "offset"];
+const LIST_OPTIONS = ["ownerId", "type", "status", "limit", "offset"];
+const SEARCH_OPTIONS = ["ownerId", "types", "status", "includeStale", "limit", "offset"];
+
+/**
+ * A listing's filter: one value (a list would reach the server as one comma-joined text,
+ * a silently different listing; `search` takes several types and statuses).
+ *
+ * @param {string} name  The wire name.
+ * @param {unknown} value
+ */
+function oneValue(name, value) {
+  if (value !== undefined && value !== null && typeof value !== "string") {
+    throw new ValidationError(`a listing takes one ${name}, got ${JSON.stringify(value)}`);
+  }
+  return value ?? undefined;
+}
+
 /**
  * @param {Page} page
  * @returns {number | null}  Where the next page starts, or null after the last one.
@@ -125,6 +149,7 @@ export class AMPClient extends Transport {
    * @returns {Promise<MemoryCell>}
    */
   async remember(content, ownerId, options = {}) {
+    refuseUnknown(options, REMEMBER_OPTIONS);
     const { type = "semantic", importance = 0.5, ownerType = "user" } = options;
     const contentBody =
       typeof content === "string"
@@ -162,6 +187,7 @@ export class AMPClient extends Transport {
    * @returns {Promise<MemoryCell[]>}
    */
   async recall(query, ownerId, options = {}) {
+    refuseUnknown(options, RECALL_OPTIONS);
     const { limit = 5, includeStale = false, offset = 0 } = options;
     const page = await this.search(query, { ownerId, includeStale, limit, offset });
     return page.results ?? [];
@@ -187,6 +213,7 @@ export class AMPClient extends Transport {
    * @returns {Promise<MemoryCell[]>}
    */
   async listMemories(ownerId, options = {}) {
+    refuseUnknown(options, LIST_OPTIONS.filter((name) => name !== "ownerId"));
     const page = await this.listPage({ ...options, ownerId });
     return page.results ?? [];
   }
@@ -255,6 +282,7 @@ export class AMPClient extends Transport {
    * @returns {Promise<SearchPage>}
    */
   async search(query, options = {}) {
+    refuseUnknown(options, SEARCH_OPTIONS);
     const { ownerId, types, status, includeStale = false, limit = 10, offset = 0 } = options;
     /** @type {Record<string, unknown>} */
     const body = { query, include_stale: includeStale, limit, offset };
@@ -271,9 +299,11 @@ export class AMPClient extends Transport {
    * @returns {Promise<Page>}
    */
   async listPage(options = {}) {
+    refuseUnknown(options, LIST_OPTIONS);
     const { ownerId, type, status, limit = 20, offset = 0 } = options;
     return this._request("GET", "/memories", {
-      query: { owner_id: ownerId, type, status, limit, offset },
+      query: { owner_id: oneValue("owner_id", ownerId), type: oneValue("type", type),
+        status: oneValue("status", status), limit, offset },
     });
   }
 
@@ -284,6 +314,7 @@ export class AMPClient extends Transport {
    * @returns {AsyncGenerator<MemoryCell, void, undefined>}
    */
   async *iterMemories(options = {}) {
+    refuseUnknown(options, ["ownerId", "type", "status", "pageSize"]);
     const { pageSize = MAX_PAGE_SIZE, ...filters } = options;
     /** @type {number | null} */
     let offset = 0;
@@ -302,6 +333,7 @@ export class AMPClient extends Transport {
    * @returns {AsyncGenerator<MemoryCell, void, undefined>}
    */
   async *iterSearch(query, options = {}) {
+    refuseUnknown(options, ["ownerId", "types", "status", "includeStale", "pageSize"]);
     const { pageSize = MAX_PAGE_SIZE, ...filters } = options;
     /** @type {number | null} */
     let offset = 0;

@@ -142,6 +142,27 @@ describe("AMPClient against a real server (keys off)", () => {
     assert.ok(cell.lifecycle.expires_at.startsWith("2099-01-01T00:00:00"));
   });
 
+  test("an option a method does not take, or a list for a listing's filter, is refused unsent", async () => {
+    // `readable_by` (Python's spelling) was dropped: the cell was stored private, sent.
+    const owner = `user_${uid()}`;
+    const client = new AMPClient(server.url, `agent_${uid()}`);
+    const refused = async (promise, text) => {
+      const err = await rejects(promise, ValidationError, null, null);
+      assert.match(err.message, text);
+    };
+    await refused(client.remember("Shared?", owner, { readable_by: ["agent_b*"] }),
+      /unknown option readable_by/);
+    await refused(client.recall("x", owner, { include_stale: true }), /unknown option include_stale/);
+    await refused(client.listMemories(owner, { ownerId: "user_other" }), /unknown option ownerId/);
+    await refused(client.listPage({ owner_id: owner }), /unknown option owner_id/);
+    await refused(client.search("x", { owner_id: owner }), /unknown option owner_id/);
+    await refused(client.iterMemories({ page_size: 5 }).next(), /unknown option page_size/);
+    await refused(client.iterSearch("x", { limit: 5 }).next(), /unknown option limit/);
+    await refused(client.listMemories([owner, "user_other"]), /a listing takes one owner_id/);
+    await refused(client.listMemories(owner, { type: ["semantic"] }), /a listing takes one type/);
+    assert.deepEqual(await client.listMemories(owner), []);
+  });
+
   test("update deep-merges; archive; a forbidden transition is a ConflictError", async () => {
     const owner = `user_${uid()}`;
     const client = new AMPClient(server.url, `agent_${uid()}`);
