@@ -61,6 +61,8 @@ def test_two_writers_holding_one_cell_version(server: ServerProcess, agent: str,
         with pytest.raises(NotModifiedError) as same:
             first.get_memory(made["id"], if_none_match=moved.etag)
         assert same.value.status_code == 304 and same.value.etag == moved.etag
+        assert str(same.value) == (  # not "HTTP error 304: " (no body to quote)
+            "Not modified: the version you named in if_none_match is still the current one.")
         changed = first.get_memory(made["id"], if_none_match=read_a.etag)
         assert changed["content"] == again["content"] and changed.etag == again.etag
 

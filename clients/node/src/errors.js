@@ -124,7 +124,10 @@ const BY_STATUS = {
  */
 export async function errorFor(response, request) {
   const text = await response.text();
-  let message = `HTTP error ${response.status}: ${text}`;
+  // A 304 has no body; another answer without one (a proxy's) is named by its status.
+  let message = response.status === 304
+    ? "Not modified: the version you named in ifNoneMatch is still the current one."
+    : text.trim() ? `HTTP error ${response.status}: ${text}` : `HTTP error ${response.status}`;
   /** @type {string | null} */
   let code = null;
   /** @type {Record<string, any>} */

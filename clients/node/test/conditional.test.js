@@ -62,6 +62,8 @@ describe("conditional requests against a real server", () => {
     const same = await rejects(first.getMemory(made.id, { ifNoneMatch: moved.etag }),
       NotModifiedError, 304, null);
     assert.equal(same.etag, moved.etag);
+    assert.equal(same.message,   // not "HTTP error 304: " (no body to quote)
+      "Not modified: the version you named in ifNoneMatch is still the current one.");
     const changed = await first.getMemory(made.id, { ifNoneMatch: readA.etag });
     assert.equal(changed.etag, moved.etag);
 
