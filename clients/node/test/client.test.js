@@ -299,7 +299,16 @@ describe("AMPClient against a real server (keys off)", () => {
     });
     const dead = new AMPClient(`http://127.0.0.1:${port}`, "agent_x", undefined, { timeoutMs: 2000 });
     assert.equal(await dead.health(), false);
-    await rejects(dead.getMemory("mem_x"), AMPConnectionError, null, null);
+    const refused = await rejects(dead.getMemory("mem_x"), AMPConnectionError, null, null);
+    // It said only "HTTP request failed: fetch failed"; fetch keeps the reason in `cause`.
+    assert.match(refused.message, /ECONNREFUSED/);
+
+    // A server URL fetch cannot parse threw a TypeError, no AMPError (Python: AMPConnectionError).
+    for (const url of ["127.0.0.1:8765", "http://[::1"]) {
+      const broken = await rejects(new AMPClient(url, "agent_x").listMemories("u"),
+        AMPConnectionError, null, null);
+      assert.match(broken.message, /^invalid server URL/);
+    }
   });
 });
 
