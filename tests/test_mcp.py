@@ -498,6 +498,16 @@ def test_stdio_refuses_to_start_for_a_user_no_request_could_be(tmp_path: Path) -
     assert done.stdout == ""
 
 
+def test_stdio_names_the_setting_of_a_bad_agent_id(tmp_path: Path) -> None:
+    """A stdio process has no X-AMP-Agent-ID header; the refusal named it anyway."""
+    done = _cli("mcp", home=tmp_path, env={"AMP_MCP_AGENT_ID": "bad agent"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("error: AMP_MCP_AGENT_ID 'bad agent' is not a valid agent id: it "
+                           "may hold only visible ASCII characters (no spaces, control or "
+                           "non-ASCII)\n"), done.stderr
+    assert done.stdout == ""
+
+
 async def test_stdio_with_keys_on_needs_the_agents_key(
         keyed: Keyed, uid: str) -> None:
     server, keys = keyed
