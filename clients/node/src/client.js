@@ -42,10 +42,10 @@ const MAX_PAGE_SIZE = 100;
  * @typedef {Object} RememberOptions
  * @property {MemoryType} [type]        Default "semantic".
  * @property {number} [importance]      0..1, default 0.5.
- * @property {string[]} [readableBy]    Agent id patterns (`*` wildcard) that may read.
+ * @property {string[] | string} [readableBy]  Agent id patterns (`*` wildcard) that may read.
  * @property {string} [ownerType]       "user" (default), "agent" or "organization".
  * @property {Record<string, unknown>} [metadata]
- * @property {string[]} [writableBy]
+ * @property {string[] | string} [writableBy]
  * @property {boolean} [public]
  * @property {number} [confidence]
  * @property {number} [decayRate]
@@ -166,8 +166,10 @@ export class AMPClient extends Transport {
     const body = { type, content: contentBody, identity, scoring };
     /** @type {Record<string, any>} */
     const policy = {};
-    if (options.readableBy !== undefined) policy.readable_by = options.readableBy;
-    if (options.writableBy !== undefined) policy.writable_by = options.writableBy;
+    // One pattern or a list, as in the Python client (`readableBy: "agent_billing_*"`).
+    const patterns = (/** @type {unknown} */ value) => typeof value === "string" ? [value] : value;
+    if (options.readableBy !== undefined) policy.readable_by = patterns(options.readableBy);
+    if (options.writableBy !== undefined) policy.writable_by = patterns(options.writableBy);
     if (options.public !== undefined) policy.public = options.public;
     if (Object.keys(policy).length) body.access_policy = policy;
     if (options.provenance !== undefined) body.provenance = options.provenance;

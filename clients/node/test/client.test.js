@@ -142,7 +142,7 @@ describe("AMPClient against a real server (keys off)", () => {
     assert.ok(cell.lifecycle.expires_at.startsWith("2099-01-01T00:00:00"));
   });
 
-  test("an option a method does not take, or a list for a listing's filter, is refused unsent", async () => {
+  test("an unknown option or a list for a listing filter is refused unsent; readableBy takes one pattern", async () => {
     // `readable_by` (Python's spelling) was dropped: the cell was stored private, sent.
     const owner = `user_${uid()}`;
     const client = new AMPClient(server.url, `agent_${uid()}`);
@@ -161,6 +161,13 @@ describe("AMPClient against a real server (keys off)", () => {
     await refused(client.listMemories([owner, "user_other"]), /a listing takes one owner_id/);
     await refused(client.listMemories(owner, { type: ["semantic"] }), /a listing takes one type/);
     assert.deepEqual(await client.listMemories(owner), []);
+
+    // One pattern as a string, as in Python (`readable_by="agent_billing_*"`): it was sent
+    // as a string and refused (422 "Input should be a valid array").
+    const shared = await client.remember("Shared.", owner,
+      { readableBy: "agent_b*", writableBy: "agent_w*" });
+    assert.deepEqual(shared.access_policy,
+      { readable_by: ["agent_b*"], writable_by: ["agent_w*"], public: false });
   });
 
   test("update deep-merges; archive; a forbidden transition is a ConflictError", async () => {
