@@ -1,6 +1,7 @@
 // The Node client against a real server process: every method and every error class.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { after, before, describe, test } from "node:test";
 
@@ -14,6 +15,7 @@ import {
   NotFoundError,
   PayloadTooLargeError,
   RateLimitedError,
+  ServerError,
   ValidationError,
 } from "../src/index.js";
 import { ServerProcess } from "../testing/server.js";
@@ -307,6 +309,7 @@ describe("AMPClient against a real server (keys off)", () => {
     const dead = new AMPClient(`http://127.0.0.1:${port}`, "agent_x", undefined, { timeoutMs: 2000 });
     assert.equal(await dead.health(), false);
     const refused = await rejects(dead.getMemory("mem_x"), AMPConnectionError, null, null);
+    assert.equal(refused.retryAfter, null);
     // It said only "HTTP request failed: fetch failed"; fetch keeps the reason in `cause`.
     assert.match(refused.message, /ECONNREFUSED/);
 
@@ -317,6 +320,24 @@ describe("AMPClient against a real server (keys off)", () => {
       assert.match(broken.message, /^invalid server URL/);
     }
   });
+});
+
+test("a 503 while storage is down is a ServerError with retryAfter, as in Python", async () => {
+  // The server's answer when its storage does not answer (api.md: 503 UNAVAILABLE with
+  // Retry-After); retryAfter was only on RateLimitedError.
+  const down = createHttpServer((req, res) => {
+    res.writeHead(503, { "Content-Type": "application/json", "Retry-After": "5" });
+    res.end(JSON.stringify({ error: { code: "UNAVAILABLE", message: "storage is down",
+      details: { retry_after_seconds: 5 } } }));
+  });
+  await new Promise((resolve) => down.listen(0, "127.0.0.1", resolve));
+  try {
+    const client = new AMPClient(`http://127.0.0.1:${down.address().port}`, "agent_x");
+    const err = await rejects(client.listMemories("u"), ServerError, 503, "UNAVAILABLE");
+    assert.equal(err.retryAfter, 5);
+  } finally {
+    await new Promise((resolve) => down.close(resolve));
+  }
 });
 
 describe("AMPClient with API keys required", () => {
