@@ -44,7 +44,9 @@ def test_two_writers_holding_one_cell_version(server: ServerProcess, agent: str,
         made = first.remember("Meeting on Tuesday.", f"user_{uid}")
         read_a, read_b = first.get_memory(made["id"]), second.get_memory(made["id"])
         assert read_a.etag and read_a.etag == read_b.etag  # reads do not move the tag
-        assert made.etag is None or made.etag == read_a.etag
+        # remember answers the new cell's tag: if_match=made.etag was None, so a write
+        # "conditional on the cell as created" went out unconditional.
+        assert made.etag == read_a.etag
 
         moved = first.update(made["id"], if_match=read_a.etag,
                              content={"text": "Meeting on Thursday."})

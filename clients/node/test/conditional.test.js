@@ -47,6 +47,7 @@ describe("conditional requests against a real server", () => {
     const [readA, readB] = [await first.getMemory(made.id), await second.getMemory(made.id)];
     assert.ok(readA.etag);
     assert.equal(readA.etag, readB.etag);   // reads do not move the tag
+    assert.equal(made.etag, readA.etag);    // remember answers it (null made ifMatch a no-op)
     assert.ok(!Object.keys(readA).includes("etag"));   // not part of the body
     assert.ok(!JSON.stringify(readA).includes(readA.etag));
 
