@@ -44,7 +44,9 @@ def test_two_writers_holding_one_cell_version(server: ServerProcess, agent: str,
         made = first.remember("Meeting on Tuesday.", f"user_{uid}")
         read_a, read_b = first.get_memory(made["id"]), second.get_memory(made["id"])
         assert read_a.etag and read_a.etag == read_b.etag  # reads do not move the tag
-        assert made.etag is None or made.etag == read_a.etag
+        # remember answers the new cell's tag: if_match=made.etag was None, so a write
+        # "conditional on the cell as created" went out unconditional.
+        assert made.etag == read_a.etag
 
         moved = first.update(made["id"], if_match=read_a.etag,
                              content={"text": "Meeting on Thursday."})
@@ -61,6 +63,8 @@ def test_two_writers_holding_one_cell_version(server: ServerProcess, agent: str,
         with pytest.raises(NotModifiedError) as same:
             first.get_memory(made["id"], if_none_match=moved.etag)
         assert same.value.status_code == 304 and same.value.etag == moved.etag
+        assert str(same.value) == (  # not "HTTP error 304: " (no body to quote)
+            "Not modified: the version you named in if_none_match is still the current one.")
         changed = first.get_memory(made["id"], if_none_match=read_a.etag)
         assert changed["content"] == again["content"] and changed.etag == again.etag
 

@@ -525,3 +525,20 @@ def test_the_two_clients_have_the_same_methods() -> None:
         # One definition serves both: nothing to drift apart.
         assert getattr(AMPClient, name) is getattr(AsyncAMPClient, name), name
     assert len(sync) > 15
+
+
+async def test_a_server_that_never_answers_is_a_timeout_that_says_so() -> None:
+    """python-client.md: a timeout is `AMPConnectionError`. The async clients' message was
+    `HTTP request failed: ` (httpx's ReadTimeout has no text); it names what failed."""
+    with socket.socket() as listening:  # accepts connections, never answers
+        listening.bind(("127.0.0.1", 0))
+        listening.listen(8)
+        silent = f"http://127.0.0.1:{listening.getsockname()[1]}"
+        with pytest.raises(AMPConnectionError) as sync_timeout:
+            AMPClient(silent, "agent_t", timeout=0.3).list_memories("u")
+        async with AsyncAMPClient(silent, "agent_t", timeout=0.3) as c:
+            with pytest.raises(AMPConnectionError) as async_timeout:
+                await c.list_memories("u")
+    for raised in (sync_timeout.value, async_timeout.value):
+        assert raised.status_code is None and raised.code is None
+        assert "timeout" in str(raised).lower() or "timed out" in str(raised), str(raised)

@@ -24,7 +24,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
-from ampup_memory.amp.model import MemoryType
+from ampup_memory.amp.model import AGENT_PATTERN_PATTERN, MemoryType
 from ampup_memory.settings import Settings, env_name
 from tests.conftest import ADMIN_TOKEN
 from tests.server_process import ServerProcess
@@ -170,7 +170,8 @@ async def test_tools_have_the_reference_names_and_arguments(connect: Connect, ui
                                            "minimum": 0.0, "maximum": 1.0}
     assert remember_args["readable_by"] == {"default": None}
     assert listed["amp_remember"]["properties"]["readable_by"]["anyOf"] == [
-        {"type": "array", "items": {"type": "string"}}, {"type": "null"}]
+        {"type": "array", "items": {"type": "string", "pattern": AGENT_PATTERN_PATTERN}},
+        {"type": "null"}]
 
     assert listed["amp_recall"]["required"] == ["query", "owner_id"]
     assert args("amp_recall") == {
@@ -187,6 +188,25 @@ async def test_tools_have_the_reference_names_and_arguments(connect: Connect, ui
     assert list_args["type"] == {"default": None}
     assert listed["amp_get"]["required"] == ["memory_id"]
     assert set(listed["amp_get"]["properties"]) == {"memory_id"}
+
+
+async def test_amp_tool_schemas_carry_the_bounds_the_server_enforces(
+        server: ServerProcess, uid: str) -> None:
+    """mcp.md: every input schema carries the server's bounds (text lengths, id patterns),
+    the AMP tools' too: an empty owner_id, a blank or 4097-character query, a readable_by
+    entry that is no agent pattern are refused by the service, so the schema says so."""
+    async with http_client_for(server.url, {"X-AMP-Agent-ID": f"agent_{uid}"}) as client:
+        listed = {t.name: t.input_schema["properties"] for t in
+                  (await client.list_tools()).tools}
+    remember_args, recall_args = listed["amp_remember"], listed["amp_recall"]
+    assert remember_args["content"]["minLength"] == 1
+    assert "pattern" in remember_args["content"]  # not blank
+    assert (remember_args["owner_id"]["minLength"],
+            remember_args["owner_id"]["maxLength"]) == (1, 256)
+    assert remember_args["readable_by"]["anyOf"][0]["items"]["pattern"] == (
+        AGENT_PATTERN_PATTERN)
+    assert (recall_args["query"]["minLength"], recall_args["query"]["maxLength"]) == (1, 4096)
+    assert "pattern" in recall_args["query"]
 
 
 async def test_remember_then_recall_and_list_in_the_reference_format(
@@ -475,6 +495,16 @@ def test_stdio_refuses_to_start_for_a_user_no_request_could_be(tmp_path: Path) -
     assert done.stderr == ("error: AMPUP_MEMORY_MCP_USER 'bad user' is not a valid user id: "
                            "letters, digits and ._@+- (max 200, starting with a letter or "
                            "digit)\n"), done.stderr
+    assert done.stdout == ""
+
+
+def test_stdio_names_the_setting_of_a_bad_agent_id(tmp_path: Path) -> None:
+    """A stdio process has no X-AMP-Agent-ID header; the refusal named it anyway."""
+    done = _cli("mcp", home=tmp_path, env={"AMP_MCP_AGENT_ID": "bad agent"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == ("error: AMP_MCP_AGENT_ID 'bad agent' is not a valid agent id: it "
+                           "may hold only visible ASCII characters (no spaces, control or "
+                           "non-ASCII)\n"), done.stderr
     assert done.stdout == ""
 
 

@@ -254,6 +254,12 @@ def mcp(**kwargs: Any) -> None:
     if not settings.mcp_agent_id:
         _fail("AMP_MCP_AGENT_ID is not set: the stdio MCP server needs the agent id it acts "
               "as (set AMP_MCP_AGENT_ID or pass --mcp-agent-id).")
+    from ampup_memory.amp.model import agent_id_problem
+
+    problem = agent_id_problem(settings.mcp_agent_id)
+    if problem:  # not "X-AMP-Agent-ID is not ...": stdio has no headers
+        _fail(f"AMP_MCP_AGENT_ID {settings.mcp_agent_id[:80]!r} is not a valid agent id: it "
+              f"{problem}")
     user = settings.mcp_user_id
     if user is not None and not settings.require_keys:
         from ampup_memory.memory.acl import ID_RULE, valid_id

@@ -5,6 +5,7 @@
  * moves over by changing the import. No dependencies: Node's own `fetch`.
  */
 
+import { ValidationError } from "./errors.js";
 import {
   API_PREFIX, DEFAULT_SERVER_URL, Transport, pathSegment, refuseUnknown,
 } from "./transport.js";
@@ -41,10 +42,10 @@ const MAX_PAGE_SIZE = 100;
  * @typedef {Object} RememberOptions
  * @property {MemoryType} [type]        Default "semantic".
  * @property {number} [importance]      0..1, default 0.5.
- * @property {string[]} [readableBy]    Agent id patterns (`*` wildcard) that may read.
+ * @property {string[] | string} [readableBy]  Agent id patterns (`*` wildcard) that may read.
  * @property {string} [ownerType]       "user" (default), "agent" or "organization".
  * @property {Record<string, unknown>} [metadata]
- * @property {string[]} [writableBy]
+ * @property {string[] | string} [writableBy]
  * @property {boolean} [public]
  * @property {number} [confidence]
  * @property {number} [decayRate]
@@ -95,6 +96,29 @@ function write(conditions) {
   return conditions;
 }
 
+// The options each method takes: any other is a ValidationError, not dropped (a
+// snake_case `readable_by` would otherwise store the cell private, `include_stale` search
+// without stale cells).
+const REMEMBER_OPTIONS = ["type", "importance", "readableBy", "ownerType", "metadata",
+  "writableBy", "public", "confidence", "decayRate", "sessionId", "provenance", "expiresAt"];
+const RECALL_OPTIONS = ["limit", "includeStale", "offset"];
+const LIST_OPTIONS = ["ownerId", "type", "status", "limit", "offset"];
+const SEARCH_OPTIONS = ["ownerId", "types", "status", "includeStale", "limit", "offset"];
+
+/**
+ * A listing's filter: one value (a list would reach the server as one comma-joined text,
+ * a silently different listing; `search` takes several types and statuses).
+ *
+ * @param {string} name  The wire name.
+ * @param {unknown} value
+ */
+function oneValue(name, value) {
+  if (value !== undefined && value !== null && typeof value !== "string") {
+    throw new ValidationError(`a listing takes one ${name}, got ${JSON.stringify(value)}`);
+  }
+  return value ?? undefined;
+}
+
 /**
  * @param {Page} page
  * @returns {number | null}  Where the next page starts, or null after the last one.
@@ -125,6 +149,7 @@ export class AMPClient extends Transport {
    * @returns {Promise<MemoryCell>}
    */
   async remember(content, ownerId, options = {}) {
+    refuseUnknown(options, REMEMBER_OPTIONS);
     const { type = "semantic", importance = 0.5, ownerType = "user" } = options;
     const contentBody =
       typeof content === "string"
@@ -141,8 +166,10 @@ export class AMPClient extends Transport {
     const body = { type, content: contentBody, identity, scoring };
     /** @type {Record<string, any>} */
     const policy = {};
-    if (options.readableBy !== undefined) policy.readable_by = options.readableBy;
-    if (options.writableBy !== undefined) policy.writable_by = options.writableBy;
+    // One pattern or a list, as in the Python client (`readableBy: "agent_billing_*"`).
+    const patterns = (/** @type {unknown} */ value) => typeof value === "string" ? [value] : value;
+    if (options.readableBy !== undefined) policy.readable_by = patterns(options.readableBy);
+    if (options.writableBy !== undefined) policy.writable_by = patterns(options.writableBy);
     if (options.public !== undefined) policy.public = options.public;
     if (Object.keys(policy).length) body.access_policy = policy;
     if (options.provenance !== undefined) body.provenance = options.provenance;
@@ -162,6 +189,7 @@ export class AMPClient extends Transport {
    * @returns {Promise<MemoryCell[]>}
    */
   async recall(query, ownerId, options = {}) {
+    refuseUnknown(options, RECALL_OPTIONS);
     const { limit = 5, includeStale = false, offset = 0 } = options;
     const page = await this.search(query, { ownerId, includeStale, limit, offset });
     return page.results ?? [];
@@ -187,6 +215,7 @@ export class AMPClient extends Transport {
    * @returns {Promise<MemoryCell[]>}
    */
   async listMemories(ownerId, options = {}) {
+    refuseUnknown(options, LIST_OPTIONS.filter((name) => name !== "ownerId"));
     const page = await this.listPage({ ...options, ownerId });
     return page.results ?? [];
   }
@@ -255,6 +284,7 @@ export class AMPClient extends Transport {
    * @returns {Promise<SearchPage>}
    */
   async search(query, options = {}) {
+    refuseUnknown(options, SEARCH_OPTIONS);
     const { ownerId, types, status, includeStale = false, limit = 10, offset = 0 } = options;
     /** @type {Record<string, unknown>} */
     const body = { query, include_stale: includeStale, limit, offset };
@@ -271,9 +301,11 @@ export class AMPClient extends Transport {
    * @returns {Promise<Page>}
    */
   async listPage(options = {}) {
+    refuseUnknown(options, LIST_OPTIONS);
     const { ownerId, type, status, limit = 20, offset = 0 } = options;
     return this._request("GET", "/memories", {
-      query: { owner_id: ownerId, type, status, limit, offset },
+      query: { owner_id: oneValue("owner_id", ownerId), type: oneValue("type", type),
+        status: oneValue("status", status), limit, offset },
     });
   }
 
@@ -284,6 +316,7 @@ export class AMPClient extends Transport {
    * @returns {AsyncGenerator<MemoryCell, void, undefined>}
    */
   async *iterMemories(options = {}) {
+    refuseUnknown(options, ["ownerId", "type", "status", "pageSize"]);
     const { pageSize = MAX_PAGE_SIZE, ...filters } = options;
     /** @type {number | null} */
     let offset = 0;
@@ -302,6 +335,7 @@ export class AMPClient extends Transport {
    * @returns {AsyncGenerator<MemoryCell, void, undefined>}
    */
   async *iterSearch(query, options = {}) {
+    refuseUnknown(options, ["ownerId", "types", "status", "includeStale", "pageSize"]);
     const { pageSize = MAX_PAGE_SIZE, ...filters } = options;
     /** @type {number | null} */
     let offset = 0;

@@ -58,6 +58,19 @@ export class AMPError extends Error {
   get status() {
     return this.statusCode;
   }
+
+  /**
+   * Seconds the server asked to wait before trying again, from `Retry-After` or
+   * `details.retry_after_seconds`: a 429's, and a 503's while storage is down (as the
+   * Python client's `retry_after`). @returns {number | null}
+   */
+  get retryAfter() {
+    for (const value of [this.headers["retry-after"], this.details.retry_after_seconds]) {
+      const n = Number(value);
+      if (value !== undefined && value !== null && Number.isFinite(n)) return n;
+    }
+    return null;
+  }
 }
 
 export class AMPConnectionError extends AMPError {}
@@ -88,16 +101,7 @@ export class ValidationError extends AMPError {
   }
 }
 
-export class RateLimitedError extends AMPError {
-  /** Seconds to wait, from `Retry-After` or `details.retry_after_seconds`. @returns {number | null} */
-  get retryAfter() {
-    for (const value of [this.headers["retry-after"], this.details.retry_after_seconds]) {
-      const n = Number(value);
-      if (value !== undefined && value !== null && Number.isFinite(n)) return n;
-    }
-    return null;
-  }
-}
+export class RateLimitedError extends AMPError {}
 
 export class ServerError extends AMPError {}
 
@@ -124,7 +128,10 @@ const BY_STATUS = {
  */
 export async function errorFor(response, request) {
   const text = await response.text();
-  let message = `HTTP error ${response.status}: ${text}`;
+  // A 304 has no body; another answer without one (a proxy's) is named by its status.
+  let message = response.status === 304
+    ? "Not modified: the version you named in ifNoneMatch is still the current one."
+    : text.trim() ? `HTTP error ${response.status}: ${text}` : `HTTP error ${response.status}`;
   /** @type {string | null} */
   let code = null;
   /** @type {Record<string, any>} */

@@ -138,7 +138,14 @@ export class Transport {
    * @returns {Promise<any>}
    */
   async _request(method, path, { body, query, conditions } = {}) {
-    const url = new URL(this.serverUrl + path);
+    let url;
+    try {
+      url = new URL(this.serverUrl + path);
+    } catch (cause) {
+      const reason = cause instanceof Error ? cause.message : String(cause);
+      throw new AMPConnectionError(
+        `invalid server URL ${JSON.stringify(this.serverUrl)}: ${reason}`, { cause });
+    }
     for (const [name, value] of Object.entries(query ?? {})) {
       if (value !== undefined && value !== null) url.searchParams.set(name, String(value));
     }
@@ -154,7 +161,10 @@ export class Transport {
         signal: AbortSignal.timeout(this.timeoutMs),
       });
     } catch (cause) {
-      const reason = cause instanceof Error ? cause.message : String(cause);
+      // fetch says only "fetch failed"; what failed (ECONNREFUSED, a DNS name) is its cause.
+      const inner = cause instanceof Error && cause.cause instanceof Error
+        ? `: ${cause.cause.message}` : "";
+      const reason = cause instanceof Error ? cause.message + inner : String(cause);
       throw new AMPConnectionError(`HTTP request failed: ${reason}`, { request, cause });
     }
     if (!response.ok) throw await errorFor(response, request);

@@ -1,6 +1,7 @@
 // The Node client against a real server process: every method and every error class.
 import assert from "node:assert/strict";
 import { randomUUID } from "node:crypto";
+import { createServer as createHttpServer } from "node:http";
 import { createServer } from "node:net";
 import { after, before, describe, test } from "node:test";
 
@@ -14,6 +15,7 @@ import {
   NotFoundError,
   PayloadTooLargeError,
   RateLimitedError,
+  ServerError,
   ValidationError,
 } from "../src/index.js";
 import { ServerProcess } from "../testing/server.js";
@@ -140,6 +142,34 @@ describe("AMPClient against a real server (keys off)", () => {
     assert.deepEqual(cell.scoring, { importance: 0.4, confidence: 0.8, decay_rate: 0.05, access_count: 0 });
     assert.equal(cell.provenance.source_ref, "turn-9");
     assert.ok(cell.lifecycle.expires_at.startsWith("2099-01-01T00:00:00"));
+  });
+
+  test("an unknown option or a list for a listing filter is refused unsent; readableBy takes one pattern", async () => {
+    // `readable_by` (Python's spelling) was dropped: the cell was stored private, sent.
+    const owner = `user_${uid()}`;
+    const client = new AMPClient(server.url, `agent_${uid()}`);
+    const refused = async (promise, text) => {
+      const err = await rejects(promise, ValidationError, null, null);
+      assert.match(err.message, text);
+    };
+    await refused(client.remember("Shared?", owner, { readable_by: ["agent_b*"] }),
+      /unknown option readable_by/);
+    await refused(client.recall("x", owner, { include_stale: true }), /unknown option include_stale/);
+    await refused(client.listMemories(owner, { ownerId: "user_other" }), /unknown option ownerId/);
+    await refused(client.listPage({ owner_id: owner }), /unknown option owner_id/);
+    await refused(client.search("x", { owner_id: owner }), /unknown option owner_id/);
+    await refused(client.iterMemories({ page_size: 5 }).next(), /unknown option page_size/);
+    await refused(client.iterSearch("x", { limit: 5 }).next(), /unknown option limit/);
+    await refused(client.listMemories([owner, "user_other"]), /a listing takes one owner_id/);
+    await refused(client.listMemories(owner, { type: ["semantic"] }), /a listing takes one type/);
+    assert.deepEqual(await client.listMemories(owner), []);
+
+    // One pattern as a string, as in Python (`readable_by="agent_billing_*"`): it was sent
+    // as a string and refused (422 "Input should be a valid array").
+    const shared = await client.remember("Shared.", owner,
+      { readableBy: "agent_b*", writableBy: "agent_w*" });
+    assert.deepEqual(shared.access_policy,
+      { readable_by: ["agent_b*"], writable_by: ["agent_w*"], public: false });
   });
 
   test("update deep-merges; archive; a forbidden transition is a ConflictError", async () => {
@@ -278,8 +308,36 @@ describe("AMPClient against a real server (keys off)", () => {
     });
     const dead = new AMPClient(`http://127.0.0.1:${port}`, "agent_x", undefined, { timeoutMs: 2000 });
     assert.equal(await dead.health(), false);
-    await rejects(dead.getMemory("mem_x"), AMPConnectionError, null, null);
+    const refused = await rejects(dead.getMemory("mem_x"), AMPConnectionError, null, null);
+    assert.equal(refused.retryAfter, null);
+    // It said only "HTTP request failed: fetch failed"; fetch keeps the reason in `cause`.
+    assert.match(refused.message, /ECONNREFUSED/);
+
+    // A server URL fetch cannot parse threw a TypeError, no AMPError (Python: AMPConnectionError).
+    for (const url of ["127.0.0.1:8765", "http://[::1"]) {
+      const broken = await rejects(new AMPClient(url, "agent_x").listMemories("u"),
+        AMPConnectionError, null, null);
+      assert.match(broken.message, /^invalid server URL/);
+    }
   });
+});
+
+test("a 503 while storage is down is a ServerError with retryAfter, as in Python", async () => {
+  // The server's answer when its storage does not answer (api.md: 503 UNAVAILABLE with
+  // Retry-After); retryAfter was only on RateLimitedError.
+  const down = createHttpServer((req, res) => {
+    res.writeHead(503, { "Content-Type": "application/json", "Retry-After": "5" });
+    res.end(JSON.stringify({ error: { code: "UNAVAILABLE", message: "storage is down",
+      details: { retry_after_seconds: 5 } } }));
+  });
+  await new Promise((resolve) => down.listen(0, "127.0.0.1", resolve));
+  try {
+    const client = new AMPClient(`http://127.0.0.1:${down.address().port}`, "agent_x");
+    const err = await rejects(client.listMemories("u"), ServerError, 503, "UNAVAILABLE");
+    assert.equal(err.retryAfter, 5);
+  } finally {
+    await new Promise((resolve) => down.close(resolve));
+  }
 });
 
 describe("AMPClient with API keys required", () => {

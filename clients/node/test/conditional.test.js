@@ -47,6 +47,7 @@ describe("conditional requests against a real server", () => {
     const [readA, readB] = [await first.getMemory(made.id), await second.getMemory(made.id)];
     assert.ok(readA.etag);
     assert.equal(readA.etag, readB.etag);   // reads do not move the tag
+    assert.equal(made.etag, readA.etag);    // remember answers it (null made ifMatch a no-op)
     assert.ok(!Object.keys(readA).includes("etag"));   // not part of the body
     assert.ok(!JSON.stringify(readA).includes(readA.etag));
 
@@ -62,6 +63,8 @@ describe("conditional requests against a real server", () => {
     const same = await rejects(first.getMemory(made.id, { ifNoneMatch: moved.etag }),
       NotModifiedError, 304, null);
     assert.equal(same.etag, moved.etag);
+    assert.equal(same.message,   // not "HTTP error 304: " (no body to quote)
+      "Not modified: the version you named in ifNoneMatch is still the current one.");
     const changed = await first.getMemory(made.id, { ifNoneMatch: readA.etag });
     assert.equal(changed.etag, moved.etag);
 

@@ -146,17 +146,20 @@ def _created_by_from_body(raw: bytes) -> str | None:
     status_code=201,
     response_model=MemoryCell,
     tags=["memories"],
-    responses={**ERRORS, **errors({413: "CELL_TOO_LARGE"})},
+    responses={201: etag_response("The new cell, its version in `ETag`"), **ERRORS,
+               **errors({413: "CELL_TOO_LARGE"})},
     openapi_extra=body_doc(CreateMemory),
 )
 async def create_memory(request: Request) -> JSONResponse:
+    """The new cell, with its version in `ETag`: a write that sends it back in `If-Match`
+    lands only over the cell as created (docs/api.md, Conditional writes)."""
     caller = _auth(request).optional_caller(_headers(request))
     raw = await request.body()
     if caller is None and _created_by_from_body(raw) is None:
         raise Unauthenticated("The X-AMP-Agent-ID header is required.", code="MISSING_AGENT_ID")
     agent = caller.agent_id if caller else None
     cell = await run_in_threadpool(_svc(request).create, agent, raw)
-    return JSONResponse(cell.wire(), status_code=201)
+    return JSONResponse(cell.wire(), status_code=201, headers={"ETag": cell_etag(cell)})
 
 
 def _list(

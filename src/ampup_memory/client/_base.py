@@ -216,7 +216,9 @@ class Transport:
             request: httpx.Request | None = exc.request
         except RuntimeError:  # httpx raises when the error has no request attached
             request = None
-        return AMPConnectionError(f"HTTP request failed: {exc}", request=request)
+        # httpx's async timeouts carry no text: the class names what failed (ReadTimeout).
+        return AMPConnectionError(f"HTTP request failed: {str(exc) or type(exc).__name__}",
+                                  request=request)
 
     @staticmethod
     def _finish(call: Call[T], response: httpx.Response) -> T:

@@ -137,11 +137,17 @@ _BY_STATUS: dict[int, type[AMPError]] = {
 }
 
 
+NOT_MODIFIED = "Not modified: the version you named in if_none_match is still the current one."
+
+
 def error_for(response: httpx.Response) -> AMPError:
     """The exception for a non-2xx response, from the server's error envelope when present."""
     status = response.status_code
     code: str | None = None
-    message = f"HTTP error {status}: {response.text}"
+    # A 304 has no body; another answer without one (a proxy's) is named by its status.
+    message = (NOT_MODIFIED if status == 304 else
+               f"HTTP error {status}: {response.text}" if response.text.strip() else
+               f"HTTP error {status}")
     details: dict[str, Any] = {}
     try:
         body = response.json()

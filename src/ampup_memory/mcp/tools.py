@@ -29,7 +29,16 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, ValidationError
 
-from ampup_memory.amp.model import MAX_PAGE_SIZE, ListQuery, SearchRequest, Status
+from ampup_memory.amp.model import (
+    MAX_PAGE_SIZE,
+    Content,
+    CreateIdentity,
+    CreatePolicy,
+    CreateScoring,
+    ListQuery,
+    SearchRequest,
+    Status,
+)
 from ampup_memory.amp.service import AmpService
 from ampup_memory.auth import Caller
 from ampup_memory.errors import (
@@ -309,7 +318,8 @@ def register_amp_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         return await env.reply(ctx, ops.get, memory_id)
 
     for name, texts in AMP_ARGUMENTS.items():
-        publish(server, name, texts=texts, strict=False)
+        publish(server, name, texts=texts, strict=False, models=AMP_MODELS.get(name, ()),
+                renames={"content": "text"})
 
 
 AMP_ARGUMENTS: dict[str, dict[str, str]] = {
@@ -338,7 +348,15 @@ AMP_ARGUMENTS: dict[str, dict[str, str]] = {
     },
     "amp_get": {"memory_id": "The memory's id (mem_…)."},
 }
-"""The AMP tools' argument descriptions (`publish`); their bounds are in the signatures."""
+"""The AMP tools' argument descriptions (`publish`)."""
+
+# The REST models behind each AMP tool, whose bounds its input schema states (the service
+# checks them: an empty `owner_id`, a blank `query` or `content`, a `readable_by` pattern).
+AMP_MODELS: dict[str, tuple[type[BaseModel], ...]] = {
+    "amp_remember": (Content, CreateIdentity, CreateScoring, CreatePolicy),
+    "amp_recall": (SearchRequest,),
+    "amp_list_memories": (ListQuery,),
+}
 
 
 INSTRUCTIONS = (
