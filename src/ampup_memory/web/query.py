@@ -38,8 +38,14 @@ def query_names(request: Request) -> Container[str]:
 
 
 def _declared(route: APIRoute) -> frozenset[str]:
-    return frozenset(param.alias for param in get_flat_params(route.dependant)
-                     if isinstance(param.field_info, params.Query))
+    # Kept on the route (its parameters are fixed once the app is built; routes compare
+    # by value, so they are no dictionary keys).
+    names: frozenset[str] | None = getattr(route, "_ampup_query_names", None)
+    if names is None:
+        names = frozenset(param.alias for param in get_flat_params(route.dependant)
+                          if isinstance(param.field_info, params.Query))
+        route._ampup_query_names = names  # type: ignore[attr-defined]
+    return names
 
 
 def _known_only(request: Request) -> None:
