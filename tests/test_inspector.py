@@ -322,6 +322,13 @@ def test_search_side_by_side(inspector: Inspector) -> None:
     assert page.locator("#search-passages .hit").count() >= 1
     assert "account:globex" in page.inner_text("#search-answer")
     inspector.shot("search")
+    # A query of white space passes the form's `required`: the page sends nothing (the
+    # routes would refuse it, 422, in the console) and says why.
+    asked = len(inspector.requests)
+    page.fill("#search-form input[name=q]", "   ")
+    page.press("#search-form input[name=q]", "Enter")
+    page.wait_for_selector("#search-blank")
+    assert not [u for u in inspector.requests[asked:] if u.endswith(("/search", "/query"))]
 
 
 def test_a_user_without_access_sees_nothing_of_it(browser: Any, seeded: dict[str, Any]) -> None:

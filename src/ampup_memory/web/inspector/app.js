@@ -410,6 +410,12 @@ async function pageSearch(q) {
   });
   m.replaceChildren(title("Search"), form);
   if (!scope || !text) return;
+  // The form's `required` lets white space through; the routes refuse a blank query (422):
+  // say so here rather than send three requests bound to be refused.
+  if (!text.trim()) {
+    m.append(h("p", {class: "empty", id: "search-blank"}, "Type a word to look for: a blank query finds nothing."));
+    return;
+  }
   const words = queryWords(text);
   const [facts, passages, answer] = await Promise.all([
     post("/search", {scope, query: text, limit: 10}),
