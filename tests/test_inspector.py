@@ -375,6 +375,11 @@ def test_cells_and_advice_pages(inspector: Inspector) -> None:
     inspector.be(user="alice")  # no agent: the page asks for one (and sends no request)
     inspector.go("#/cells", "main .empty")
     assert "name one above" in page.inner_text("main")
+    # An agent alone reads the cells; the AmpUp pages say they need a user, and ask nothing
+    # the routes would refuse (a 401 would show in the console: the fixture fails on it).
+    inspector.be(agent="agent-1")
+    page.wait_for_selector("main .empty")
+    assert "name one above (User)" in page.inner_text("main")
     inspector.be(user="alice", agent="agent-1")
     inspector.go("#/cells?owner=agent-1", "#cells tbody tr")
     assert "Globex prefers email." in page.inner_text("#cells")

@@ -613,6 +613,13 @@ async function render() {
         + "You see exactly what that caller may read over the API."));
       return;
     }
+    // Every page but the AMP cells reads AmpUp routes, which act for a user: the User
+    // field, or with keys on the key's bound user. Without either they all answer 401.
+    if (parts[0] !== "cells" && !who().user && !who().key) {
+      m.replaceChildren(title("Who is asking?"), h("p", {class: "empty"}, "This page is read as an AmpUp "
+        + "user: name one above (User), or with keys on paste the agent's key (its bound user)."));
+      return;
+    }
     if (parts[0] === "scope" && parts.length >= 4) {
       const scope = `${parts[1]}/${parts[2]}`;
       const page = parts[3];
