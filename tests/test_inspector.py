@@ -322,6 +322,13 @@ def test_search_side_by_side(inspector: Inspector) -> None:
     assert page.locator("#search-passages .hit").count() >= 1
     assert "account:globex" in page.inner_text("#search-answer")
     inspector.shot("search")
+    # A query of white space passes the form's `required`: the page sends nothing (the
+    # routes would refuse it, 422, in the console) and says why.
+    asked = len(inspector.requests)
+    page.fill("#search-form input[name=q]", "   ")
+    page.press("#search-form input[name=q]", "Enter")
+    page.wait_for_selector("#search-blank")
+    assert not [u for u in inspector.requests[asked:] if u.endswith(("/search", "/query"))]
 
 
 def test_a_user_without_access_sees_nothing_of_it(browser: Any, seeded: dict[str, Any]) -> None:
@@ -368,6 +375,11 @@ def test_cells_and_advice_pages(inspector: Inspector) -> None:
     inspector.be(user="alice")  # no agent: the page asks for one (and sends no request)
     inspector.go("#/cells", "main .empty")
     assert "name one above" in page.inner_text("main")
+    # An agent alone reads the cells; the AmpUp pages say they need a user, and ask nothing
+    # the routes would refuse (a 401 would show in the console: the fixture fails on it).
+    inspector.be(agent="agent-1")
+    page.wait_for_selector("main .empty")
+    assert "name one above (User)" in page.inner_text("main")
     inspector.be(user="alice", agent="agent-1")
     inspector.go("#/cells?owner=agent-1", "#cells tbody tr")
     assert "Globex prefers email." in page.inner_text("#cells")

@@ -410,6 +410,12 @@ async function pageSearch(q) {
   });
   m.replaceChildren(title("Search"), form);
   if (!scope || !text) return;
+  // The form's `required` lets white space through; the routes refuse a blank query (422):
+  // say so here rather than send three requests bound to be refused.
+  if (!text.trim()) {
+    m.append(h("p", {class: "empty", id: "search-blank"}, "Type a word to look for: a blank query finds nothing."));
+    return;
+  }
   const words = queryWords(text);
   const [facts, passages, answer] = await Promise.all([
     post("/search", {scope, query: text, limit: 10}),
@@ -605,6 +611,13 @@ async function render() {
       m.replaceChildren(title("Who is asking?"), h("p", {}, "Name a user (AmpUp routes: X-AmpUp-User) "
         + "and/or an agent id (AMP routes: X-AMP-Agent-ID) above; with keys on, paste the agent's key too. "
         + "You see exactly what that caller may read over the API."));
+      return;
+    }
+    // Every page but the AMP cells reads AmpUp routes, which act for a user: the User
+    // field, or with keys on the key's bound user. Without either they all answer 401.
+    if (parts[0] !== "cells" && !who().user && !who().key) {
+      m.replaceChildren(title("Who is asking?"), h("p", {class: "empty"}, "This page is read as an AmpUp "
+        + "user: name one above (User), or with keys on paste the agent's key (its bound user)."));
       return;
     }
     if (parts[0] === "scope" && parts.length >= 4) {
