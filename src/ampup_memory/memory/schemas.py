@@ -634,12 +634,15 @@ def _wire(scope: str, branch: str, schema: Schema, fact: FactRecord,
 
 def get_schema(svc: MemoryService, scope_text: object, branch_text: object,
                at_commit: str | None, as_of: datetime | None,
-               history: bool) -> dict[str, Any]:
+               history: bool, pin: str | None = None,
+               snapshot: str | None = None) -> dict[str, Any]:
     """A scope's schema in a view at a valid time (default now), and on request every
-    version with its window. A schema is scope metadata: every reader of the scope sees it."""
+    version with its window. A schema is scope metadata: every reader of the scope sees it.
+    A pin or a snapshot picks the commit as on every read (``read_view``)."""
     from ampup_memory.memory.facts import timeline
+    from ampup_memory.memory.snapshots import read_view
 
-    view = svc.view(scope_text, branch_text, at_commit)
+    view = read_view(svc, scope_text, branch_text, at_commit, pin, snapshot)
     ns, at = str(view.scope), (as_of or datetime.now(UTC)).astimezone(UTC)
     got = schema_at(svc.index, ns, view.segments, at)
     base: dict[str, Any] = {"scope": ns, "branch": view.branch, "as_of": utc_text(at),
