@@ -312,6 +312,10 @@ def test_facts_are_checked_and_normalised(m: Memory) -> None:
     code, kind, msg = err(post("acme", "amount", "$50k"))
     assert (code, kind) == (422, "entity_type_unknown")
     assert "account, contact, opportunity" in msg
+    # a known type with no key says so (it said the id named no entity type); the same
+    # type, so extraction counts it under the same reason
+    code, kind, msg = err(post("opportunity:", "amount", "$50k"))
+    assert (code, kind) == (422, "entity_type_unknown") and "opportunity:<key>" in msg, msg
     code, kind, msg = err(post(opp, "color", "red"))
     assert (code, kind) == (422, "predicate_unknown") and "next_step" in msg
     code, kind, msg = err(post(opp, "stage", "Negotiation"))  # enums are exact

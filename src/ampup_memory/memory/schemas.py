@@ -429,6 +429,10 @@ def check_fact(schema: Schema | None, entity: str, predicate: str, value: Any,
     kind = entity_type(entity)
     types = [e.name for e in schema.entities]
     etype = schema.entity(kind) if kind else None
+    head, sep, key = entity.partition(":")
+    if etype is None and sep and not key and schema.entity(head) is not None:
+        raise field_error([*loc, "entity"], f"entity {entity[:80]!r} has no key after its "
+                          f"type: use {head}:<key>", "entity_type_unknown")
     if etype is None:
         raise field_error([*loc, "entity"], f"entity {entity[:80]!r} names no entity type of "
                           f"schema {schema.name}: use <type>:<key> with type one of "
