@@ -258,6 +258,26 @@ def test_bad_merges_and_unknown_branches(m: Memory) -> None:
     assert code(branch(m, new_scope(), "c")) == (404, "NOT_FOUND")  # no commit yet
 
 
+def test_a_blank_merge_message_is_refused_not_left_out(m: Memory) -> None:
+    """A merge's `message` given blank is 422 string_blank, as every other blank field is
+    (docs/api.md, "Blank is not left out"): "" was read as left out (the default message)
+    and "   " was written to the ledger as the merge commit's message."""
+    scope, ep_id = seeded(m)
+    assert branch(m, scope, "b").status_code == 201
+    assert m.fact(scope, "acme", "plan", "pro", "plan is basic", [(ep_id, 1)],
+                  branch="b").status_code == 201
+    head = m.ledger(scope)[0]["id"]
+    for blank in ("", "   "):
+        r = merge(m, scope, "b", message=blank)
+        assert r.status_code == 422, r.text
+        first = r.json()["error"]["details"]["errors"][0]
+        assert (first["loc"], first["type"]) == (["body", "message"], "string_blank"), r.text
+    assert m.ledger(scope)[0]["id"] == head  # nothing merged
+    done = merge(m, scope, "b", message="take the plan")
+    assert done.status_code == 200 and done.json()["merged"], done.text
+    assert m.ledger(scope)[0]["message"] == "take the plan"
+
+
 def test_a_workspace_snapshot_holds_every_scope_and_branch(m: Memory) -> None:
     ws = m.http.post("/workspaces", json={"name": "trial", "ttl": "1h"})
     assert ws.status_code == 201, ws.text

@@ -172,6 +172,10 @@ def test_schemas_and_principals(server: ServerProcess, ana: AmpUpClient,
     read = ana.schema(scope, history=True)
     assert read["name"] == "sales" and [v["commit"] for v in read["history"]] == [put["commit"]]
     assert ana.ledger(scope)["commits"][0]["id"] == put["commit"]
+    held = ana.pin(scope, ttl="1h")["id"]
+    assert admin.set_schema(scope, builtin="corpus")["changed"] is True
+    assert ana.schema(scope, pin=held)["name"] == "sales"  # the schema at the held commit
+    assert ana.schema(scope)["name"] == "corpus"
     with pytest.raises(ValidationError):
         ana.schema("no-team-here")  # not org/team: never sent
 

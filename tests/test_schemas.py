@@ -133,6 +133,31 @@ def test_builtins_set_show_history_and_as_of(m: Memory) -> None:
         assert "_schema" not in text.text, text.text
 
 
+def test_a_pin_or_a_snapshot_reads_the_schema_it_holds(m: Memory) -> None:
+    """GET /schemas/{org}/{team} takes pin= and snapshot= as every read route does
+    (docs/branches.md): the schema in force at the held commit, whatever was set since;
+    it refused them (422 extra_forbidden), so a reader holding a commit could not ask
+    which schema its typed queries were typed by."""
+    scope = new_scope()
+    assert put_schema(m, scope, builtin="sales").status_code == 200
+    pin = m.http.post("/pin", json={"scope": scope, "ttl": "1h"}).json()["id"]
+    snap = m.http.post("/snapshots", json={"scopes": [scope]}).json()["id"]
+    assert put_schema(m, scope, schema=TINY).json()["name"] == "tiny"
+    assert get_schema(m, scope)["name"] == "tiny"
+    for hold in ({"pin": pin}, {"snapshot": snap}):
+        held = get_schema(m, scope, **hold)
+        assert held["name"] == "sales" and held["at_commit"] is not None, held
+        org, team = scope.split("/")
+        mixed = m.http.get(f"/schemas/{org}/{team}", params={**hold, "at_commit": held["commit"]})
+        assert err(mixed)[:2] == (422, "hold_combined"), mixed.text
+    other = new_scope().split("/")
+    wrong = m.http.get(f"/schemas/{other[0]}/{other[1]}", params={"pin": pin})
+    assert err(wrong)[:2] == (422, "hold_scope"), wrong.text
+    m.http.delete(f"/pin/{pin}")
+    org, team = scope.split("/")
+    assert m.http.get(f"/schemas/{org}/{team}", params={"pin": pin}).status_code == 410
+
+
 def test_the_next_typed_query_sees_a_schema_change(m: Memory) -> None:
     """A typed query reads the schema fact each time and keeps the schema it names by
     version: a new version (and a return to an old one, kept from before) is what the
@@ -287,6 +312,10 @@ def test_facts_are_checked_and_normalised(m: Memory) -> None:
     code, kind, msg = err(post("acme", "amount", "$50k"))
     assert (code, kind) == (422, "entity_type_unknown")
     assert "account, contact, opportunity" in msg
+    # a known type with no key says so (it said the id named no entity type); the same
+    # type, so extraction counts it under the same reason
+    code, kind, msg = err(post("opportunity:", "amount", "$50k"))
+    assert (code, kind) == (422, "entity_type_unknown") and "opportunity:<key>" in msg, msg
     code, kind, msg = err(post(opp, "color", "red"))
     assert (code, kind) == (422, "predicate_unknown") and "next_step" in msg
     code, kind, msg = err(post(opp, "stage", "Negotiation"))  # enums are exact

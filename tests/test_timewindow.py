@@ -48,6 +48,12 @@ def d(text: str) -> datetime:
         ("since Q3 2024", "2024-07-01", "2025-04-16", ""),
         ("deals since 2023", "2023-01-01", "2025-04-16", "deals"),
         ("since 2026", "2026-01-01", "2027-01-01", ""),
+        # a year after a month, a day or a quarter is that year, whatever its century (it
+        # was left out: "in November 1859" read as the latest November)
+        ("Darwin published in November 1859", "1859-11-01", "1859-12-01", "Darwin published"),
+        ("treaty signed 4 July 1776", "1776-07-04", "1776-07-05", "treaty signed"),
+        ("in Q3 1850", "1850-07-01", "1850-10-01", ""),
+        ("during March of 2250", "2250-03-01", "2250-04-01", ""),
     ],
 )
 def test_windows(query: str, start: str, end: str, rest: str) -> None:
@@ -57,7 +63,8 @@ def test_windows(query: str, start: str, end: str, rest: str) -> None:
     assert remaining == rest
 
 
-@pytest.mark.parametrize("query", ["may I ask about Acme", "march on", "Acme budget", "Q5"])
+@pytest.mark.parametrize("query", ["may I ask about Acme", "march on", "Acme budget", "Q5",
+                                   "founded in 1850", "in Q4 9999", "in March 0000"])
 def test_no_window(query: str) -> None:
     window, remaining = find_window(query, NOW)
     assert window is None and remaining == query

@@ -294,14 +294,13 @@ export class MemoryCalls extends AmpUpFace {
    * `ifNoneMatch` with it: `NotModifiedError` while it is in force.
    *
    * @param {string} scope  `org/team`.
-   * @param {{ branch?: string, atCommit?: string, asOf?: Time, history?: boolean,
-   *   ifNoneMatch?: string }} [options]
+   * @param {ReadAt & { asOf?: Time, history?: boolean, ifNoneMatch?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
   async schema(scope, options = {}) {
     const { ifNoneMatch, ...rest } = options;
     return this._get(`/schemas/${scopePath(scope)}`,
-      take(rest, ["branch", "atCommit", "asOf", "history"]), { ifNoneMatch });
+      take(rest, [...READ_AT, "asOf", "history"]), { ifNoneMatch });
   }
 
   /**

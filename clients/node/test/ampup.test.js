@@ -273,6 +273,11 @@ describe("AmpUpClient against a real server (keys off)", () => {
     const set = await admin.setSchema(scope, { builtin: name });
     assert.equal(set.name, name);
     assert.equal((await ana.schema(scope)).schema.name, name);
+    const held = (await ana.pin(scope, "15m")).id;   // the schema at the held commit
+    const other = builtins[1].name;
+    assert.equal((await admin.setSchema(scope, { builtin: other })).name, other);
+    assert.equal((await ana.schema(scope, { pin: held })).name, name);
+    assert.equal((await ana.schema(scope)).name, other);
 
     await admin.setPrincipal("carol", { groups: "sales", roles: ["reader"] });
     assert.deepEqual(await admin.principal("carol"),

@@ -213,14 +213,15 @@ class MemoryCalls(AmpUpFace[R, W]):
     def schema(
         self, scope: str, *, branch: str | None = None, at_commit: str | None = None,
         as_of: datetime | str | None = None, history: bool | None = None,
-        if_none_match: str | None = None,
+        if_none_match: str | None = None, pin: str | None = None,
+        snapshot: str | None = None,
     ) -> R:
         """The scope's schema in force (``schema`` None when it has none); ``history=True``
         adds every version with its window. ``etag``: the commit that set it (None without
         a schema); ``if_none_match`` with it: `NotModifiedError` while it is in force."""
         return self._get(f"/schemas/{_scope_path(scope)}", branch=branch,
                          at_commit=at_commit, as_of=as_of, history=history,
-                         if_none_match=if_none_match)
+                         pin=pin, snapshot=snapshot, if_none_match=if_none_match)
 
     def set_schema(
         self, scope: str, *, builtin: str | None = None, schema: Mapping[str, Any] | None = None,

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ampup_memory.blank import NotBlankText
 from ampup_memory.errors import Conflict, NotFound, NotYours, field_error
 from ampup_memory.memory.acl import Principal, may_read
 from ampup_memory.memory.episodes import EpisodeRecord, Prepared
@@ -79,7 +80,7 @@ class MergeRequest(BaseModel):
     scope: ScopeText
     from_: BranchText = Field(alias="from", description="The branch merged in.")
     into: BranchText | None = Field(default=None, description="Default main.")
-    message: str | None = Field(default=None, max_length=1000)
+    message: NotBlankText | None = Field(default=None, max_length=1000)
     dry_run: bool = False
 
 

@@ -18,11 +18,14 @@ from ampup_memory.auth import Authenticator
 from ampup_memory.errors import field_error
 from ampup_memory.memory.api import (
     CAP,
+    GONE_DOC,
     INVALID,
     UNAUTHENTICATED,
     USER_DOC,
     AtCommitQ,
     BranchQ,
+    PinQ,
+    SnapshotQ,
     UserDep,
     UserOnlyDep,
     _headers,
@@ -88,8 +91,9 @@ async def put_schema(request: Request, org: NamePart, team: NamePart,
 @router.get("/schemas/{org}/{team}", responses={
     200: etag_response("The schema; its version (commit) in ETag when there is one"),
     304: {"description": "Not Modified: If-None-Match names the current ETag"},
-    **errors({401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit",
-              412: READ_PRECONDITION_DOC, 422: INVALID, 503: UNAVAILABLE})},
+    **errors({401: UNAUTHENTICATED,
+              404: "NOT_FOUND: unknown branch or at_commit, unknown pin or snapshot",
+              410: GONE_DOC, 412: READ_PRECONDITION_DOC, 422: INVALID, 503: UNAVAILABLE})},
     openapi_extra=merged(USER_DOC, conditional_doc(read=True)))
 def read_schema(
     request: Request, user: UserDep, org: NamePart, team: NamePart, cond: ConditionDep,
@@ -98,6 +102,8 @@ def read_schema(
     as_of: Annotated[str | None, Query(description="Valid time; default now."),
                      WithJsonSchema({"type": "string", "format": "date-time"})] = None,
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
+    pin: PinQ = None,
+    snapshot: SnapshotQ = None,
 ) -> Response:
     """The schema in force (``schema: null`` when the scope has none)."""
     at = None
@@ -112,7 +118,7 @@ def read_schema(
                               "offset, e.g. 2025-07-01T00:00:00Z", "datetime_parsing",
                               located=True) from None
     scope = str(scope_of_parts(org, team))
-    answer = get_schema(service(request), scope, branch, at_commit, at, history)
+    answer = get_schema(service(request), scope, branch, at_commit, at, history, pin, snapshot)
     return read_answer(cond, answer, _etag(answer).get("ETag"))
 
 

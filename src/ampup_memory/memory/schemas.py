@@ -429,6 +429,10 @@ def check_fact(schema: Schema | None, entity: str, predicate: str, value: Any,
     kind = entity_type(entity)
     types = [e.name for e in schema.entities]
     etype = schema.entity(kind) if kind else None
+    head, sep, key = entity.partition(":")
+    if etype is None and sep and not key and schema.entity(head) is not None:
+        raise field_error([*loc, "entity"], f"entity {entity[:80]!r} has no key after its "
+                          f"type: use {head}:<key>", "entity_type_unknown")
     if etype is None:
         raise field_error([*loc, "entity"], f"entity {entity[:80]!r} names no entity type of "
                           f"schema {schema.name}: use <type>:<key> with type one of "
@@ -634,12 +638,15 @@ def _wire(scope: str, branch: str, schema: Schema, fact: FactRecord,
 
 def get_schema(svc: MemoryService, scope_text: object, branch_text: object,
                at_commit: str | None, as_of: datetime | None,
-               history: bool) -> dict[str, Any]:
+               history: bool, pin: str | None = None,
+               snapshot: str | None = None) -> dict[str, Any]:
     """A scope's schema in a view at a valid time (default now), and on request every
-    version with its window. A schema is scope metadata: every reader of the scope sees it."""
+    version with its window. A schema is scope metadata: every reader of the scope sees it.
+    A pin or a snapshot picks the commit as on every read (``read_view``)."""
     from ampup_memory.memory.facts import timeline
+    from ampup_memory.memory.snapshots import read_view
 
-    view = svc.view(scope_text, branch_text, at_commit)
+    view = read_view(svc, scope_text, branch_text, at_commit, pin, snapshot)
     ns, at = str(view.scope), (as_of or datetime.now(UTC)).astimezone(UTC)
     got = schema_at(svc.index, ns, view.segments, at)
     base: dict[str, Any] = {"scope": ns, "branch": view.branch, "as_of": utc_text(at),

@@ -19,7 +19,8 @@ Understood, case-insensitively (the first match in the query wins):
                 2024-05-02", "since Q3", "since 2023") runs from its start up to and
                 including today
   quarters      "Q3 2025", "in Q3", "last quarter"
-  years         "in 2023", "during 2023", "2023" (1900-2199 alone)
+  years         "in 2023", "during 2023", "2023" (1900-2199 alone; after a month, a day
+                or a quarter any four digits: "in November 1859")
 A month or quarter named without a year means the latest one that has already begun
 ("in March" said in April 2025 is March 2025; said in February 2025 it is March 2024).
 "last March" is the latest March before the current month. Weeks start on Monday.
@@ -47,7 +48,10 @@ MONTHS = {
     for name in names
 }
 _MONTH = "(?P<month>" + "|".join(sorted(MONTHS, key=len, reverse=True)) + r")\.?"
-_YEAR = r"(?P<year>(?:19|20|21)\d\d)"
+_YEAR = r"(?P<year>(?:19|20|21)\d\d)"  # a year alone: "in 2023", "2023"
+# A year after a month, a day or a quarter is one whatever its century ("in November 1859",
+# "4 July 1776"): were it left out, the month would be read as the latest one.
+_DATE_YEAR = r"(?P<year>\d{4})"
 MAX_ZONE_NAME = 64  # the longest IANA name has 32 characters
 _UNITS = {"day": 1, "days": 1, "week": 7, "weeks": 7}
 
@@ -200,21 +204,21 @@ PATTERNS = [
                 r"(?:-(?P<d>\d\d))?" + _E), _iso_date),
     (re.compile(_B + r"(?:on\s+|(?P<since>since)\s+)?" + _MONTH
                 + r"\s+(?P<day>\d{1,2})(?:st|nd|rd|th)?"
-                r"(?:,?\s+" + _YEAR + ")?" + _E, re.I), _named_day),
+                r"(?:,?\s+" + _DATE_YEAR + ")?" + _E, re.I), _named_day),
     (re.compile(_B + r"(?:on\s+|(?P<since>since)\s+)?(?P<day>\d{1,2})(?:st|nd|rd|th)?\s+"
                 + _MONTH
-                + r"(?:,?\s+" + _YEAR + ")?" + _E, re.I), _named_day),
+                + r"(?:,?\s+" + _DATE_YEAR + ")?" + _E, re.I), _named_day),
     (re.compile(_B + r"(?P<word>today|yesterday)" + _E, re.I), _relative_day),
     (re.compile(_B + r"(?P<n>\d{1,3})\s+(?P<unit>days?|weeks?)\s+ago" + _E, re.I), _days_ago),
     (re.compile(_B + r"(?:in\s+|over\s+|during\s+)?(?:the\s+)?(?:last|past)\s+(?P<n>\d{1,3})"
                 r"\s+(?P<unit>days|weeks|months|years)" + _E, re.I), _last_n),
     (re.compile(_B + r"(?:in\s+|during\s+|(?P<since>since)\s+)?(?:the\s+)?"
                 r"(?P<last>last\s+)?q(?P<q>[1-4])"
-                r"(?:\s+(?:of\s+)?" + _YEAR + ")?" + _E, re.I), _quarter),
+                r"(?:\s+(?:of\s+)?" + _DATE_YEAR + ")?" + _E, re.I), _quarter),
     (re.compile(_B + r"(?:in\s+|during\s+)?(?P<which>this|last|previous|past)\s+"
                 r"(?P<unit>week|month|quarter|year)" + _E, re.I), _this_last),
     (re.compile(_B + r"(?:(?P<pre>in|during|last|this|since|of)\s+)?" + _MONTH
-                + r"(?:,?\s+(?:of\s+)?" + _YEAR + ")?" + _E, re.I), _month),
+                + r"(?:,?\s+(?:of\s+)?" + _DATE_YEAR + ")?" + _E, re.I), _month),
     (re.compile(_B + r"(?:(?:in|during)\s+|(?P<since>since)\s+)?" + _YEAR + _E, re.I), _year),
 ]
 
