@@ -146,6 +146,9 @@ def test_workspace_org_works_and_delete_drops_only_it(
     assert listed["usage"]["scopes"] == 2 and listed["usage"]["episodes"] == 2
     assert listed["usage"]["facts"] == 1 and listed["usage"]["bytes"] > 0
     assert all(w["id"] != org for w in bob.http.get("/workspaces").json()["workspaces"])
+    # all=true is an admin's: bob alone gets the admin routes' 403 (it was his own list).
+    refused = bob.http.get("/workspaces", params={"all": "true"})
+    assert error(refused)[:2] == (403, "ACCESS_DENIED"), refused.text
     everyone = bob.http.get("/workspaces", params={"all": "true"}, headers=ADMIN).json()
     assert org in {w["id"] for w in everyone["workspaces"]}
 

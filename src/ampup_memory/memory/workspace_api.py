@@ -24,7 +24,7 @@ from ampup_memory.memory.api import (
 from ampup_memory.memory.snapshots_api import RenewRequest
 from ampup_memory.memory.workspaces import ID_PATTERN, CreateWorkspace
 from ampup_memory.timefmt import parse_ttl
-from ampup_memory.web.admin import is_admin
+from ampup_memory.web.admin import is_admin, require_admin
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.openapi import body_doc, errors
 from ampup_memory.web.query import StrictQueryRoute
@@ -46,15 +46,19 @@ async def create_workspace(request: Request, user: UserDep) -> JSONResponse:
     return JSONResponse(created, status_code=201)
 
 
-@router.get("/workspaces", responses=errors({401: UNAUTHENTICATED, 422: INVALID,
-                                             503: UNAVAILABLE}), openapi_extra=USER_DOC)
+@router.get("/workspaces", responses=errors({
+    401: UNAUTHENTICATED, 403: "ADMIN_DISABLED or ACCESS_DENIED: all=true without admin rights",
+    422: INVALID, 503: UNAVAILABLE}), openapi_extra=USER_DOC)
 def list_workspaces(
     request: Request, user: UserDep,
     all_users: Annotated[bool, Query(alias="all", description=(
         "Admin only: every user's live workspaces."))] = False,
 ) -> dict[str, Any]:
-    admin_all = all_users and is_admin(request)
-    return {"workspaces": service(request).workspaces.listing(user, admin_all)}
+    if all_users:
+        # Asked for everyone's: without admin rights that is the admin routes' 403, not
+        # the caller's own list passed off as everyone's.
+        require_admin(request)
+    return {"workspaces": service(request).workspaces.listing(user, all_users)}
 
 
 @router.get("/workspaces/{workspace_id}", responses=errors({

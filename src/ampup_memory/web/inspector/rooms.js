@@ -218,6 +218,13 @@ async function pageWorkspaces(q) {
   m.replaceChildren(title("Workspaces"), h("p", {class: "hint"},
     "Your live workspaces, oldest first, with their caps and usage (GET /workspaces; an admin "
     + "may list everyone's)."), form);
+  if (everyone && !who().admin && !who().key) {
+    // Everyone's is an admin's (GET /workspaces?all=true answers 403 otherwise): ask for
+    // the credential rather than send a request bound to be refused.
+    m.append(h("p", {class: "empty"}, "Everyone's workspaces are an admin's to list: fill in "
+      + "Admin above (X-AMP-Admin-Token), or with keys on paste an admin key."));
+    return;
+  }
   const {workspaces} = await get("/workspaces", {all: everyone ? "true" : undefined});
   if (!workspaces.length) { m.append(h("p", {class: "empty"}, "No live workspace.")); return; }
   m.append(table(["Workspace", "Name", "Created by", "Created", "Expires", "Scopes (used / cap)"],
