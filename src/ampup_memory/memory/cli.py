@@ -303,7 +303,8 @@ def memory_commands(settings_options: SettingsOptions,
                   callback=lambda _c, _p, v: None if v is None else parse_duration(v),
                   help="Override the orphan grace period, e.g. 0s after a known crash.")
     @click.option("--rebuild-index", is_flag=True,
-                  help="Also recreate the read index from the tables alone.")
+                  help="Also recreate the whole read index (every scope, whatever --scope"
+                  " names) from the tables alone.")
     @settings_options("common", "tables", "maintenance")
     def maintenance(scope: str | None, grace: timedelta | None, rebuild_index: bool,
                     **kwargs: Any) -> None:
