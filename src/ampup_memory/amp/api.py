@@ -239,11 +239,11 @@ def get_memory(request: Request, memory_id: str, cond: ConditionDep) -> Response
     counts none."""
     caller = _caller(request)
     svc = _svc(request)
-    if is_head(request.scope) or cond.if_match is not None:
+    if is_head(request.scope):
         seen = svc.peek(memory_id, caller.agent_id)
-        if is_head(request.scope):
-            return read_answer(cond, seen.wire(), cell_etag(seen))
-        check_read_if_match(cond, cell_etag(seen))
+        return read_answer(cond, seen.wire(), cell_etag(seen))
+    if cond.if_match is not None:
+        check_read_if_match(cond, cell_etag(svc.peek(memory_id, caller.agent_id)))
     cell = svc.get(memory_id, caller.agent_id)
     return read_answer(cond, cell.wire(), cell_etag(cell))
 
