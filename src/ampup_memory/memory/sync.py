@@ -103,7 +103,7 @@ class Sync:
                             "not (tables restored under a newer index?); rebuilding the "
                             "read index from the tables", stray)
                 self.index.reset()
-                self._principals_seen = None
+                self.forget()
             entries = self._scan_ledger(table, snap.snapshot_id)
         self.index.add_ledger(entries, snap.snapshot_id)
 
