@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,6 +125,42 @@ def test_a_run_is_read_only_by_its_readers(srv: Served) -> None:
     assert [c["changes"].get("events") for c in m.ledger(scope)] == [1, 1]
     assert err(m.http.post("/runs", json={"scope": scope})) == (422, "VALIDATION_ERROR")
     assert err(m.as_user("").http.post("/runs", json={"scope": scope, "task": "x"}))[0] == 401
+
+
+def test_a_retried_recording_with_its_key_records_one_run(srv: Served) -> None:
+    """A client that lost the answer to POST /runs sends it again: with the same
+    ``idempotency_key`` that is the run the first one recorded (200, ``created: false``),
+    however many retries race, on either catalog; the key with another body is a 409; the
+    same key is another user's own, and a run sent without a key is recorded each time."""
+    m, bob = srv.m, srv.m.as_user("bob")
+    scope = new_scope()
+    run = {"scope": scope, "task": "rotate the keys", "outcome": "done",
+           "idempotency_key": "3f1c-retry-me"}
+    first = m.http.post("/runs", json=run)
+    assert first.status_code == 201 and first.json()["created"] is True, first.text
+    again = m.http.post("/runs", json=run)
+    assert again.status_code == 200, again.text
+    assert again.json() == {**first.json(), "created": False}
+
+    racing = {**run, "idempotency_key": "raced"}
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: m.http.post("/runs", json=racing), range(6)))
+    assert sorted(a.status_code for a in answers) == [200] * 5 + [201], [
+        a.text for a in answers]
+    assert len({a.json()["id"] for a in answers}) == 1
+
+    changed = m.http.post("/runs", json={**run, "outcome": "failed"})
+    assert err(changed) == (409, "IDEMPOTENCY_KEY_REUSED")
+    assert first.json()["id"] in changed.json()["error"]["message"]
+    theirs = bob.http.post("/runs", json=run)
+    assert theirs.status_code == 201 and theirs.json()["id"] != first.json()["id"]
+    unkeyed = {k: v for k, v in run.items() if k not in ("idempotency_key", "scope")}
+    assert len({record(m, scope, **unkeyed) for _ in range(2)}) == 2
+    listed = m.http.get("/runs", params={"scope": scope}).json()["runs"]
+    assert len(listed) == 4, listed  # the keyed, the raced and two unkeyed
+    for blank in ("", "  "):
+        assert err(m.http.post("/runs", json={**run, "idempotency_key": blank})) == (
+            422, "VALIDATION_ERROR")
 
 
 def test_a_second_reward_replaces_the_first_and_both_stay(srv: Served) -> None:
@@ -741,7 +778,11 @@ async def test_mcp_tools_round_trip(srv: Served) -> None:
     headers = {"X-AMP-Agent-ID": "agent_alice", "X-AmpUp-User": "alice"}
     async with http_client_for(srv.m.url, headers) as client:
         run = json.loads(await ok(client, "record_run", scope=scope, task="write the docs",
-                                  outcome="merged"))
+                                  outcome="merged", idempotency_key="docs-1"))
+        retried = json.loads(await ok(client, "record_run", scope=scope,
+                                      task="write the docs", outcome="merged",
+                                      idempotency_key="docs-1"))
+        assert retried == {**run, "created": False} and run["created"] is True
         rewarded = json.loads(await ok(client, "reward_run", run=run["id"], reward=0.9,
                                        reason="clear"))
         ses = json.loads(await ok(client, "start_session", scope=scope, task="review PR"))

@@ -208,12 +208,18 @@ async def test_keys_on_identity(tmp_path_factory: pytest.TempPathFactory, uid: s
                 claim.get_episode(scope, written["id"])
         assert (refused.value.status_code, refused.value.code) == (401, "UNAUTHENTICATED")
 
-        # The async client: the key's user is the pin's creator, whatever `user` says.
+        # The async client: the key's user is the pin's creator; a `user` naming anyone
+        # else is refused, not read.
         async with AsyncAmpUpClient(proc.url, "cara", agent_id="agent_cara",
                                     api_key=key) as cara_async:
             pin = await cara_async.pin(scope, "10m")
             assert pin["created_by"] == "cara"
             async with AsyncAmpUpClient(proc.url, "cara", agent_id="agent_dan",
+                                        api_key=dan_key) as posing:
+                with pytest.raises(AuthenticationError) as mismatch:
+                    await posing.release_pin(pin["id"])
+                assert "another user" in str(mismatch.value)
+            async with AsyncAmpUpClient(proc.url, "dan", agent_id="agent_dan",
                                         api_key=dan_key) as dan:
                 with pytest.raises(AccessDeniedError):
                     await dan.release_pin(pin["id"])

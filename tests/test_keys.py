@@ -285,7 +285,7 @@ def test_the_key_list_shows_every_key_id_whole(tmp_path: Path) -> None:
 
 def test_the_sessions_and_workspace_listings_with_keys_on(tmp_path: Path) -> None:
     """With keys on, GET /sessions and GET /workspaces/{id} (and /snapshots) read as the
-    key's user: no key is 401, a header naming another user changes nothing, another
+    key's user: no key is 401, a header naming another user is 401, another
     user's workspace is the same 404 as an unknown one, and an admin key sees it."""
     alice = create_key(tmp_path, "--agent", "agent_a", "--user", "alice")
     bob = create_key(tmp_path, "--agent", "agent_b", "--user", "bob")
@@ -309,10 +309,12 @@ def test_the_sessions_and_workspace_listings_with_keys_on(tmp_path: Path) -> Non
             assert [s["id"] for s in a.get("/sessions", params=listing).json()["sessions"]
                     ] == [ses]
             spoofed = b.get("/sessions", params=listing, headers={"X-AmpUp-User": "alice"})
-            assert spoofed.json() == {"sessions": [], "next_before": None}, spoofed.text
+            assert spoofed.status_code == 401, spoofed.text
+            assert b.get("/sessions", params=listing).json() == {
+                "sessions": [], "next_before": None}
             for path in (f"/workspaces/{ws}", f"/workspaces/{ws}/snapshots"):
                 unknown = a.get(path.replace(ws, "ws_0000000000000000"))
-                hidden = b.get(path, headers={"X-AmpUp-User": "alice"})
+                hidden = b.get(path)
                 assert unknown.status_code == hidden.status_code == 404
                 assert unknown.json() == hidden.json()
                 assert a.get(path).status_code == op.get(path).status_code == 200
@@ -323,6 +325,48 @@ def test_the_sessions_and_workspace_listings_with_keys_on(tmp_path: Path) -> Non
             assert [s["id"] for s in op.get(f"/workspaces/{ws}/snapshots").json()[
                 "snapshots"]] == [snap.json()["id"]]
             assert httpx.get(srv.url + "/sessions", params=listing).status_code == 401
+
+
+def test_with_keys_on_a_user_header_must_name_the_keys_user(tmp_path: Path) -> None:
+    """Keys on, the key says who speaks. An ``X-AmpUp-User`` naming anyone else (or any
+    user, for a key bound to none) is a 401 that says so, on the AmpUp routes, the AMP
+    face and ``/mcp`` alike, and stdio MCP stops at start: ignoring it let a client
+    configured as bob write ``user:bob`` ACLs while it read as alice. The key's own user
+    in the header is the caller as before."""
+    alice = create_key(tmp_path, "--agent", "agent_a", "--user", "alice")
+    anyone = create_key(tmp_path, "--agent", "agent_n")
+    with serving(tmp_path, {"AMP_REQUIRE_KEYS": "1"}) as srv:
+        def send(key: str, agent: str, user: str | None, method: str, path: str,
+                 **kw: object) -> httpx.Response:
+            headers = {"X-AMP-Agent-ID": agent, "X-AMP-API-Key": key,
+                       "Accept": "application/json, text/event-stream"}
+            if user is not None:
+                headers["X-AmpUp-User"] = user
+            return httpx.request(method, srv.url + path, headers=headers, timeout=60, **kw)
+
+        mcp = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "keys-test", "version": "1"}}}
+        routes = [("GET", "/sessions?scope=keys_user/team", {}),
+                  ("POST", "/amp/v1/memories", {"json": body("u")}),
+                  ("POST", "/mcp", {"json": mcp})]
+        for method, path, kw in routes:
+            for key, agent, user, says in ((alice, "agent_a", "bob", "another user"),
+                                           (alice, "agent_a", "Alice", "another user"),
+                                           (anyone, "agent_n", "alice", "no AmpUp user")):
+                refused = send(key, agent, user, method, path, **kw)
+                assert refused.status_code == 401, (path, refused.text)
+                error = refused.json()["error"]  # /mcp's: JSON-RPC's, our code in data
+                code = error["data"]["code"] if path == "/mcp" else error["code"]
+                assert code == "UNAUTHENTICATED" and says in error["message"], error
+            for user in (None, "alice"):
+                assert send(alice, "agent_a", user, method, path, **kw).status_code < 300, path
+    stdio = cli_in_process(tmp_path, {"AMP_REQUIRE_KEYS": "1", "AMP_MCP_AGENT_ID": "agent_a",
+                                      "AMP_MCP_API_KEY": alice,
+                                      "AMPUP_MEMORY_MCP_USER": "bob"}, "mcp")
+    assert stdio.returncode != 0
+    assert "AMPUP_MEMORY_MCP_USER 'bob' is not the user AMP_MCP_API_KEY speaks for" in (
+        stdio.stderr), stdio.stderr
 
 
 def test_a_slow_reload_never_installs_the_older_file_last(

@@ -865,23 +865,30 @@ async def test_keys_on_the_keys_user_acts_over_http_and_stdio(tmp_path: Path) ->
     dave, nobody = make_key(served, "agent_k1", "dave"), make_key(served, "agent_k2", None)
     scope = new_scope()
     with ServerProcess(served, env={"AMP_REQUIRE_KEYS": "true"}) as server:
-        # The header names someone else: with keys on only the key speaks.
+        # The header may name the key's user; one naming anyone else is refused before any
+        # tool runs (tests/test_keys.py has the whole rule).
         async with http_client_for(server.url, {"X-AMP-Agent-ID": "agent_k1",
                                                 "X-AMP-API-Key": dave,
-                                                "X-AmpUp-User": "eve"}) as client:
+                                                "X-AmpUp-User": "dave"}) as client:
             note = await remember(client, scope=scope, text=NOTE)
             got = json.loads(await ok(client, "get_episode", scope=scope, id=note["id"]))
         async with http_client_for(server.url, {"X-AMP-Agent-ID": "agent_k2",
-                                                "X-AMP-API-Key": nobody,
-                                                "X-AmpUp-User": "dave"}) as client:
+                                                "X-AMP-API-Key": nobody}) as client:
             refusal = await refused(client, "get_episode", scope=scope, id=note["id"])
+        spoofed = httpx.post(server.url + "/mcp", timeout=60, json={
+            "jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18", "capabilities": {},
+                "clientInfo": {"name": "t", "version": "1"}}},
+            headers={"X-AMP-Agent-ID": "agent_k1", "X-AMP-API-Key": dave,
+                     "X-AmpUp-User": "eve", "Accept": "application/json, text/event-stream"})
+    assert spoofed.status_code == 401 and "another user" in spoofed.text, spoofed.text
     assert got["source"] == "mcp:remember_memory:dave:chat"
     assert "speaks for no AmpUp user" in refusal and "\n" not in refusal
 
     local.mkdir()
     key = make_key(local, "agent_desk", "dave")
-    async with stdio_as(local, "eve", {"AMP_REQUIRE_KEYS": "true",
-                                       "AMP_MCP_API_KEY": key}) as client:
+    async with stdio_as(local, None, {"AMP_REQUIRE_KEYS": "true",
+                                      "AMP_MCP_API_KEY": key}) as client:
         mine = await remember(client, scope=scope, text=NOTE)
         desk = json.loads(await ok(client, "get_episode", scope=scope, id=mine["id"]))
     assert desk["source"] == "mcp:remember_memory:dave:chat"

@@ -350,12 +350,14 @@ def test_keys_bind_the_user(tmp_path: Path) -> None:
     made = cli_in_process(home, env, "keys", "create", "--agent", "agent_x", "--user", "bob")
     key = made.stdout.strip().splitlines()[-1]
     with serving(home, env) as proc:
-        m = Memory(proc.url, "mallory")  # the header is ignored when the key names a user
+        m = Memory(proc.url, "mallory")  # a header naming another user than the key's: 401
         keyed = {"X-AMP-Agent-ID": "agent_x", "X-AMP-API-Key": key}
-        r = m.http.post("/episodes", headers=keyed, json={
-            "scope": scope, "source": "doc:a", "body": "b", "acl": ["user:bob"]})
+        write = {"scope": scope, "source": "doc:a", "body": "b", "acl": ["user:bob"]}
+        assert m.http.post("/episodes", headers=keyed, json=write).status_code == 401
+        r = m.http.post("/episodes", headers={**keyed, "X-AmpUp-User": "bob"}, json=write)
         assert r.status_code == 201, r.text
-        ledger = m.http.get("/ledger", params={"scope": scope}, headers=keyed).json()
+        ledger = m.http.get("/ledger", params={"scope": scope},
+                            headers={**keyed, "X-AmpUp-User": "bob"}).json()
         assert ledger["commits"][0]["author"] == "bob"
         assert m.episode(scope, r.json()["id"]).status_code == 401
 

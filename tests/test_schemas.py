@@ -209,9 +209,10 @@ def test_an_admin_write_is_committed_as_the_user_it_names(m: Memory) -> None:
 
 
 def test_with_keys_on_an_admin_write_is_committed_as_the_key_says(tmp_path: Path) -> None:
-    """Keys on, X-AmpUp-User is read nowhere (api.md, Caller): an admin key's write is
-    committed as the key's user and the admin token's as `admin`, whatever user the header
-    names; admin_author read the header and let an admin commit as anyone."""
+    """Keys on, X-AmpUp-User names no author (api.md, Caller): an admin key's write is
+    committed as the key's user (a header naming anyone else is a 401) and the admin
+    token's as `admin`, whatever user the header names; admin_author read the header and
+    let an admin commit as anyone."""
     def key(*args: str) -> str:
         done = cli_in_process(tmp_path, {}, "keys", "create", *args)
         assert done.returncode == 0, done.stderr
@@ -228,6 +229,11 @@ def test_with_keys_on_an_admin_write_is_committed_as_the_key_says(tmp_path: Path
                  ({"X-AMP-Agent-ID": "ops2", "X-AMP-API-Key": bare}, "admin")]
         for i, (creds, author) in enumerate(cases):
             headers = {**creds, "X-AmpUp-User": "mallory"}
+            if "X-AMP-API-Key" in creds:
+                spoofed = http.put("/procedures/sources", headers=headers,
+                                   json={"scope": scope, "documents": ["x"]})
+                assert spoofed.status_code == 401, spoofed.text
+                headers = creds
             for path, body in (
                     (f"/schemas/{org}/{team}", {"builtin": ["sales", "engineering",
                                                             "corpus"][i]}),

@@ -351,7 +351,7 @@ def schemathesis_config(seeded: dict[str, Any], headers: dict[str, str], example
     for name, entries in values.items():
         lines += [f"[dictionaries.{name}]", f"values = {json.dumps(entries)}", ""]
     lines.append("[parameters]")
-    if keys:  # X-AmpUp-User is not read with keys on (docs/api.md): not a value to fuzz
+    if keys:  # keys on, X-AmpUp-User may only name the key's user (docs/api.md): not fuzzed
         lines.append(f'"header.x-ampup-user" = {json.dumps(USER)}')
     for name, bound in BINDINGS.items():
         for key in bound:

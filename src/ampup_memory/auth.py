@@ -194,6 +194,20 @@ def presented_key(headers: dict[str, str]) -> str | None:
     return None
 
 
+class UserMismatch(Unauthenticated):
+    """An ``X-AmpUp-User`` that is not the presented key's user (keys on)."""
+
+    def __init__(self, key_user: str | None) -> None:
+        self.key_user = key_user
+        if key_user is None:
+            super().__init__("X-AmpUp-User is sent, but this API key speaks for no AmpUp user: "
+                             "leave the header out, or use a key made with `keys create "
+                             "--agent ID --user USER`.")
+        else:
+            super().__init__("X-AmpUp-User names another user than the one this API key "
+                             "speaks for: leave the header out, or send the key's user.")
+
+
 class Authenticator:
     def __init__(self, keyring: KeyRing, require_keys: bool, admin_token: str | None) -> None:
         self.keyring = keyring
@@ -220,7 +234,11 @@ class Authenticator:
         if (not agent or problem or record is None
                 or not hmac.compare_digest(record.agent_id.encode(), agent.encode())):
             raise Unauthenticated("A valid API key for this agent is required.")
-        # With keys on, the key alone says which AmpUp user speaks: a header could name anyone.
+        # With keys on, the key alone says which AmpUp user speaks: a header could name
+        # anyone. One naming someone else is refused, not ignored: a client configured
+        # with another user would otherwise write ACLs naming that user and read as this.
+        if user is not None and user != record.user_id:
+            raise UserMismatch(record.user_id)
         return Caller(agent_id=agent, user_id=record.user_id, admin=record.admin)
 
     def optional_caller(self, headers: dict[str, str]) -> Caller | None:

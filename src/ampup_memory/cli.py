@@ -248,6 +248,7 @@ def mcp(**kwargs: Any) -> None:
     """Serve the MCP tools over stdio as AMP_MCP_AGENT_ID (for desktop agents)."""
     import anyio
 
+    from ampup_memory.auth import UserMismatch
     from ampup_memory.mcp.stdio import serve_stdio, stdio_caller
 
     settings = settings_from(kwargs)
@@ -270,6 +271,11 @@ def mcp(**kwargs: Any) -> None:
     try:
         try:
             stdio_caller(rt)  # a bad key stops the process here; calls check it again
+        except UserMismatch as exc:  # stdio has no headers: name the settings
+            _fail(f"AMPUP_MEMORY_MCP_USER {user!r} is not the user AMP_MCP_API_KEY speaks for"
+                  + (" (the key speaks for no user: make one with `keys create --agent ID "
+                     "--user USER`)" if exc.key_user is None else "")
+                  + ": unset AMPUP_MEMORY_MCP_USER, or set it to the key's user.")
         except (AmpError, ConfigurationError) as exc:
             _fail(f"cannot act as {settings.mcp_agent_id!r}: {exc}"
                   + (" (keys are required: set AMP_MCP_API_KEY to this agent's key)"

@@ -33,18 +33,20 @@ export class AdviceCalls extends MemoryCalls {
   }
 
   /**
-   * Record finished work: `{ id, commit }`. Without `acl` only you may read it.
+   * Record finished work: `{ id, commit, created }`. Without `acl` only you may read it.
+   * With `idempotencyKey` (e.g. a UUID you made), a retry answers the run the first
+   * recording made (`created: false`) instead of recording it twice.
    *
    * @param {string} scope
    * @param {string} task
-   * @param {{ trace?: string, outcome?: string, adviceKey?: string, acl?: Names, branch?: string }} [options]
+   * @param {{ trace?: string, outcome?: string, adviceKey?: string, acl?: Names, branch?: string, idempotencyKey?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
   async recordRun(scope, task, options = {}) {
     const { acl, ...rest } = options;
     return this._post("/runs", {
       scope, task, ...(acl === undefined ? {} : { acl: nameList(acl) }),
-      ...take(rest, ["trace", "outcome", "adviceKey", "branch"]),
+      ...take(rest, ["trace", "outcome", "adviceKey", "branch", "idempotencyKey"]),
     });
   }
 

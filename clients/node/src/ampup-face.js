@@ -98,7 +98,8 @@ export function scopePath(scope) {
 export class AmpUpFace extends Transport {
   /**
    * Keys off, `user` is sent as `X-AmpUp-User`. Keys on, pass a key bound to a user as
-   * `agentId` and `apiKey`: the server takes the key's user and ignores `X-AmpUp-User`.
+   * `agentId` and `apiKey`: the server takes the key's user (a `user` naming anyone else
+   * is refused with a 401).
    * `user` is also the default ACL of the episodes you `remember` (`["user:<user>"]`).
    *
    * @param {string} [serverUrl]  The server's root; a trailing `/amp/v1` is dropped.

@@ -327,16 +327,19 @@ describe("AmpUpClient with API keys required", () => {
       server.createKey("agent_ana", "ana"), server.createKey("agent_bob", "bob")]);
   });
 
-  test("the caller is the key's user, whatever X-AmpUp-User says", async () => {
+  test("the caller is the key's user; a user naming anyone else is refused", async () => {
     const scope = `acme${uid()}/keys`;
-    // Claims to be bob, holds ana's key: the server takes ana.
-    const anaKey = new AmpUpClient(server.url, "bob", { agentId: "agent_ana", apiKey: keys.ana });
-    const note = await anaKey.remember(scope, "Written with ana's key.",
-      { source: "doc:k", acl: "user:ana" });
+    // Claims to be bob, holds ana's key: refused, not read as either.
+    const posing = new AmpUpClient(server.url, "bob", { agentId: "agent_ana", apiKey: keys.ana });
+    await rejects(posing.remember(scope, "Written with ana's key.", { source: "doc:k" }),
+      AuthenticationError, 401, "UNAUTHENTICATED");
+    const ana = new AmpUpClient(server.url, "ana", { agentId: "agent_ana", apiKey: keys.ana });
+    const note = await ana.remember(scope, "Written with ana's key.", { source: "doc:k" });
+    assert.deepEqual((await ana.getEpisode(scope, note.id)).acl, ["user:ana"]);
     const anaOnly = new AmpUpClient(server.url, undefined,
       { agentId: "agent_ana", apiKey: keys.ana });
     assert.equal((await anaOnly.getEpisode(scope, note.id)).body, "Written with ana's key.");
-    const bobKey = new AmpUpClient(server.url, "ana", { agentId: "agent_bob", apiKey: keys.bob });
+    const bobKey = new AmpUpClient(server.url, undefined, { agentId: "agent_bob", apiKey: keys.bob });
     await rejects(bobKey.getEpisode(scope, note.id), NotFoundError, 404, "NOT_FOUND");
     await rejects(new AmpUpClient(server.url, "ana").getEpisode(scope, note.id),
       AuthenticationError, 401, "UNAUTHENTICATED");

@@ -72,14 +72,17 @@ SessionIdP = Annotated[str, Path(max_length=sessions.MAX_SESSION_ID,
                                   description="A session id (ses_…).")]
 
 
-@router.post("/runs", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 409: CAP, 422: INVALID,
-    503: UNAVAILABLE}),
+@router.post("/runs", status_code=201, responses={
+    200: {"description": "Already recorded with this idempotency_key: that run, nothing "
+                         "committed (created: false)"}, **errors({
+        401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch",
+        409: CAP + "; IDEMPOTENCY_KEY_REUSED: the idempotency_key already recorded another run",
+        422: INVALID, 503: UNAVAILABLE})},
              openapi_extra={**body_doc(runs.RecordRun), **USER_DOC})
 async def record_run(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(runs.RecordRun, await request.body())
-    run_id, entry = await run_in_threadpool(runs.record_run, service(request), user, req)
-    return JSONResponse({"id": run_id, "commit": entry.commit_id}, status_code=201)
+    done = await run_in_threadpool(runs.record_run, service(request), user, req)
+    return JSONResponse(done.wire(), status_code=201 if done.created else 200)
 
 
 @router.post("/runs/reward", status_code=201, responses=errors({

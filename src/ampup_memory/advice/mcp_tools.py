@@ -18,12 +18,13 @@ from ampup_memory.settings import Settings
 def record_run(svc: MemoryService, caller: Caller, *, scope: str, task: str,
                trace: str | None = None, outcome: str | None = None,
                advice_key: str | None = None, acl: list[str] | None = None,
-               branch: str | None = None) -> dict[str, Any]:
+               branch: str | None = None,
+               idempotency_key: str | None = None) -> dict[str, Any]:
     user = caller_user(caller)
     req = build(runs.RecordRun, scope=scope, task=task, trace=trace, outcome=outcome,
-                advice_key=advice_key, acl=acl, branch=branch)
-    run_id, entry = runs.record_run(svc, user, req)
-    return {"id": run_id, "commit": entry.commit_id}
+                advice_key=advice_key, acl=acl, branch=branch,
+                idempotency_key=idempotency_key)
+    return runs.record_run(svc, user, req).wire()
 
 
 def reward_run(svc: MemoryService, caller: Caller, *, run: str, reward: float,

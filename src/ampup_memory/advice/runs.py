@@ -18,7 +18,9 @@ plain `RewardedTask` records.
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Annotated, Any
@@ -30,8 +32,8 @@ from ampup_memory.blank import NOT_BLANK_PATTERN, not_blank
 from ampup_memory.errors import Conflict, NotFound
 from ampup_memory.memory.acl import AclEntry, Principal, may_read, normalize_acl, own_acl
 from ampup_memory.memory.events import EventRecord
-from ampup_memory.memory.ledger import LedgerEntry
 from ampup_memory.memory.scopes import BranchText, Scope, ScopeText, parse_branch, parse_scope
+from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.ruled import published, ruled
 from ampup_memory.timefmt import utc_text
@@ -69,6 +71,12 @@ TaskText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT,
                      AfterValidator(not_blank)]
 
 
+# A retry's key: any text but white space alone, which would name every blank retry alike.
+IdempotencyKey = Annotated[str, Field(min_length=1, max_length=200,
+                                      json_schema_extra={"pattern": NOT_BLANK_PATTERN}),
+                           AfterValidator(not_blank)]
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -86,6 +94,10 @@ class RecordRun(BaseModel):
     acl: list[AclEntry] | None = Field(default=None, min_length=1, max_length=64,
                                        description="Who may read the run (default: you).")
     branch: BranchText | None = None
+    idempotency_key: IdempotencyKey | None = Field(
+        default=None, description="Any text naming this recording, e.g. a UUID the client "
+        "made: a retry with the same key (same user, scope and branch) answers the run "
+        "the first one recorded instead of recording it twice.")
 
 
 class RewardRun(BaseModel):
@@ -255,17 +267,64 @@ def _grouped(events: list[EventRecord]) -> dict[str, list[EventRecord]]:
 
 
 # -- writing ------------------------------------------------------------------------------------
-def record_run(svc: MemoryService, user: str, req: RecordRun) -> tuple[str, LedgerEntry]:
+@dataclass(frozen=True)
+class Recorded:
+    """What POST /runs answers: the run, its commit, and whether this request wrote it."""
+    run_id: str
+    commit: str
+    created: bool
+
+    def wire(self) -> dict[str, Any]:
+        return {"id": self.run_id, "commit": self.commit, "created": self.created}
+
+
+def record_run(svc: MemoryService, user: str, req: RecordRun) -> Recorded:
     scope = parse_scope(req.scope)
     branch = parse_branch(req.branch)
     acl = normalize_acl(req.acl, ["acl"]) if req.acl is not None else tuple(own_acl(user))
     run_id = new_id(RUN_PREFIX)
     data = {"task": req.task, "trace": req.trace, "outcome": req.outcome,
             "advice_key": req.advice_key}
-    event = EventRecord(id=str(ULID()), subject=run_id, kind=RUN, user=user, at=utcnow(),
-                        acl=acl, data=data, branch=branch)
-    entry = svc.write_events(user, scope, branch, "record run", [event])
-    return run_id, entry
+    key = req.idempotency_key
+    event = EventRecord(id=str(ULID()) if key is None else keyed_event_id(user, key),
+                        subject=run_id, kind=RUN, user=user, at=utcnow(), acl=acl, data=data,
+                        branch=branch)
+    try:
+        entry = svc.write_events(user, scope, branch, "record run", [event],
+                                 recheck=None if key is None else _once(svc, str(scope), event))
+    except _Recorded as earlier:
+        return Recorded(earlier.run.subject, earlier.run.commit_id, created=False)
+    return Recorded(run_id, entry.commit_id, created=True)
+
+
+def keyed_event_id(user: str, key: str) -> str:
+    """A keyed run's event id: the same for every retry of one user's key, so the check
+    below finds the first one's event by its id (the index's key) and never scans runs."""
+    return "idem_" + hashlib.sha256(f"{user}\n{key}".encode()).hexdigest()[:32]
+
+
+class _Recorded(Exception):  # noqa: N818 -- not an error: the run a retry answers
+    def __init__(self, run: EventRecord) -> None:
+        super().__init__(run.subject)
+        self.run = run
+
+
+def _once(svc: MemoryService, scope: str, event: EventRecord) -> Callable[[Segments], None]:
+    """The recheck of a keyed recording (inside the commit's compare-and-set, so two
+    retries racing on two servers record once): the run its key already recorded is the
+    answer; a key already used for another run is a 409."""
+    def check(segs: Segments) -> None:
+        found = svc.index.events(scope, segs, (RUN,), ids=[event.id])
+        if not found:
+            return
+        first = found[0]
+        if first.data != event.data or tuple(first.acl) != tuple(event.acl):
+            raise Conflict(f"This idempotency_key already recorded run {first.subject}, "
+                           "with another task, trace, outcome, advice_key or acl: a retry "
+                           "sends the same run; a new run takes a new key.",
+                           code="IDEMPOTENCY_KEY_REUSED")
+        raise _Recorded(first)
+    return check
 
 
 def reward_event(subject: str, user: str, value: float, reason: str, by: str,

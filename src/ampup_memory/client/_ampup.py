@@ -32,7 +32,8 @@ class AmpUpClient(AmpUpCalls[Versioned, Iterator[JSON]], SyncTransport):
 
     ``AmpUpClient("http://127.0.0.1:8765", user="ana")``: keys off, ``user`` is sent as
     ``X-AmpUp-User``. Keys on, pass the key and its agent (``agent_id=..., api_key=...``);
-    the server takes the caller from the key's user and ignores ``X-AmpUp-User``. ``user``
+    the server takes the caller from the key's user (a ``user`` naming anyone else is a 401,
+    `AuthenticationError`: give the key's user or none). ``user``
     is also the default ACL of the episodes you `remember` (``["user:<user>"]``: only
     you); without it, pass ``acl`` there. ``admin_token`` (sent as ``X-AMP-Admin-Token``)
     is for the admin routes (schemas, principals, procedure sources, status) when no admin

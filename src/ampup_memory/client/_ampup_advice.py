@@ -19,12 +19,14 @@ class AdviceCalls(AmpUpFace[R, W]):
     def record_run(
         self, scope: str, task: str, *, trace: str | None = None, outcome: str | None = None,
         advice_key: str | None = None, acl: str | Sequence[str] | None = None,
-        branch: str | None = None,
+        branch: str | None = None, idempotency_key: str | None = None,
     ) -> R:
-        """Record finished work: ``{id, commit}``. Without ``acl`` only you may read it."""
+        """Record finished work: ``{id, commit, created}``. Without ``acl`` only you may read
+        it. With ``idempotency_key`` (e.g. a ``uuid4()`` you keep), sending it again after a
+        lost answer returns the run the first call recorded (``created: False``)."""
         return self._post("/runs", _fields(
             scope=scope, task=task, trace=trace, outcome=outcome, advice_key=advice_key,
-            acl=self._optional_acl(acl), branch=branch))
+            acl=self._optional_acl(acl), branch=branch, idempotency_key=idempotency_key))
 
     def reward_run(self, run: str, reward: float, reason: str) -> R:
         """Reward a run or an ended session, in [-1, 1]: ``{id, reward, commit}``."""

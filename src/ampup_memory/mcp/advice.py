@@ -31,10 +31,12 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
     memory = env.runtime.memory
 
     def run(caller: Caller, scope: str, task: str, trace: str | None, outcome: str | None,
-            advice_key: str | None, acl: list[str] | None, branch: str | None) -> str:
+            advice_key: str | None, acl: list[str] | None, branch: str | None,
+            idempotency_key: str | None) -> str:
         return _json(advice_tools.record_run(memory, caller, scope=scope, task=task,
                                              trace=trace, outcome=outcome,
-                                             advice_key=advice_key, acl=acl, branch=branch))
+                                             advice_key=advice_key, acl=acl, branch=branch,
+                                             idempotency_key=idempotency_key))
 
     def rate(caller: Caller, run: str, reward: float, reason: str) -> str:
         return _json(advice_tools.reward_run(memory, caller, run=run, reward=reward,
@@ -81,13 +83,15 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         advice_key: str | None = None,
         acl: list[str] | None = None,
         branch: str | None = None,
+        idempotency_key: str | None = None,
     ) -> CallToolResult:
         """Record a finished piece of work in team memory `scope` (org/team): the `task`,
         what you did (`trace`), the `outcome`, and the `advice_key` of advice you followed.
-        Readable by you only unless `acl` lists readers. Replies JSON `{"id": "run_…"}`;
-        reward it later with reward_run."""
+        Readable by you only unless `acl` lists readers. Pass an `idempotency_key` of your
+        own (e.g. a UUID) to retry safely: the same key answers the run it first recorded.
+        Replies JSON `{"id": "run_…", "created": true}`; reward it later with reward_run."""
         return await uenv.reply(ctx, run, scope, task, trace, outcome, advice_key, acl,
-                                branch)
+                                branch, idempotency_key)
 
     @server.tool(annotations=WRITES)
     async def reward_run(run: str, reward: float, reason: str,

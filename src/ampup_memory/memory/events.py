@@ -23,7 +23,7 @@ from ampup_memory.memory.scopes import MAIN
 
 @dataclass(frozen=True)
 class EventRecord:
-    id: str  # a ULID: events of one subject sort by it (and by ``seq``)
+    id: str  # a ULID (a keyed run's: ``idem_`` + a hash): one subject's sort by it after ``seq``
     subject: str
     kind: str
     user: str

@@ -843,11 +843,13 @@ class ReadIndex:
         return out
 
     def events(self, scope: str, segs: Segments | None, kinds: Iterable[str] | None = None,
-               subjects: Iterable[str] | None = None) -> list[EventRecord]:
-        """Events in the view (of these kinds, of these subjects), in commit order;
-        ``segs`` None: of every branch of the scope."""
+               subjects: Iterable[str] | None = None,
+               ids: Iterable[str] | None = None) -> list[EventRecord]:
+        """Events in the view (of these kinds, of these subjects, with these event ids), in
+        commit order; ``segs`` None: of every branch of the scope."""
         kind_list = None if kinds is None else sorted(set(kinds))
         subject_list = None if subjects is None else sorted(set(subjects))
+        id_list = None if ids is None else sorted(set(ids))
 
         def build(cond: Any) -> Any:
             stmt = select(events_t).where(events_t.c.scope == scope, cond)
@@ -855,6 +857,8 @@ class ReadIndex:
                 stmt = stmt.where(events_t.c.kind.in_(kind_list))
             if subject_list is not None:
                 stmt = stmt.where(events_t.c.subject.in_(subject_list))
+            if id_list is not None:
+                stmt = stmt.where(events_t.c.id.in_(id_list))
             return stmt
 
         with self.engine.connect() as conn:
