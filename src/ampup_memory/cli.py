@@ -13,7 +13,7 @@ import json
 import os
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar, get_args
@@ -131,6 +131,18 @@ def _runtime(settings: Settings, *, reembed: bool = True) -> Any:
 
 
 @contextmanager
+def _lease(lease: Callable[[Settings], AbstractContextManager[None]],
+           settings: Settings) -> Iterator[None]:
+    """``lease`` held for the block (`serving.py`); one it cannot take is one error line."""
+    with ExitStack() as stack:
+        try:
+            stack.enter_context(lease(settings))
+        except ConfigurationError as exc:
+            _fail(str(exc))
+        yield
+
+
+@contextmanager
 def _cell_store(settings: Settings) -> Iterator[CellStore]:
     """The AMP cell store alone (keys live there): no embedder, no tables, no server."""
     from ampup_memory.amp.store.registry import open_store
@@ -188,6 +200,7 @@ def serve(**kwargs: Any) -> None:
 
     from ampup_memory.logs import announce
     from ampup_memory.server import create_app
+    from ampup_memory.serving import serving as serving_lease
 
     runtime = _runtime(settings)
     app = create_app(settings, runtime)
@@ -199,7 +212,8 @@ def serve(**kwargs: Any) -> None:
     # log_config=None: logging is ours (`logs.py`); uvicorn only turns its access log on/off.
     config = uvicorn.Config(app, log_config=None, access_log=settings.access_log,
                             timeout_graceful_shutdown=5)
-    uvicorn.Server(config).run(sockets=[sock])
+    with _lease(serving_lease, settings):
+        uvicorn.Server(config).run(sockets=[sock])
 
 
 def _listen(host: str, port: int) -> socket.socket:
@@ -250,6 +264,7 @@ def mcp(**kwargs: Any) -> None:
 
     from ampup_memory.auth import UserMismatch
     from ampup_memory.mcp.stdio import serve_stdio, stdio_caller
+    from ampup_memory.serving import serving as serving_lease
 
     settings = settings_from(kwargs)
     if not settings.mcp_agent_id:
@@ -280,7 +295,8 @@ def mcp(**kwargs: Any) -> None:
             _fail(f"cannot act as {settings.mcp_agent_id!r}: {exc}"
                   + (" (keys are required: set AMP_MCP_API_KEY to this agent's key)"
                      if settings.require_keys else ""))
-        anyio.run(serve_stdio, rt)
+        with _lease(serving_lease, settings):
+            anyio.run(serve_stdio, rt)
     finally:
         rt.close()
 

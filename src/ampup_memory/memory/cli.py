@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -309,10 +309,19 @@ def memory_commands(settings_options: SettingsOptions,
     def maintenance(scope: str | None, grace: timedelta | None, rebuild_index: bool,
                     **kwargs: Any) -> None:
         """Remove orphan rows and files, compact small files, expire old snapshots."""
+        from ampup_memory.serving import alone
+
         settings = settings_from(kwargs)
         if grace is None:
             grace = timedelta(seconds=settings.memory_orphan_grace_seconds)
-        with _service(settings) as svc, _progress() as progress:
+        with ExitStack() as held:
+            if rebuild_index:  # refused before any work, not after the maintenance pass
+                try:
+                    held.enter_context(alone(settings))
+                except ConfigurationError as exc:
+                    fail(str(exc))
+            svc = held.enter_context(_service(settings))
+            progress = held.enter_context(_progress())
             only = existing_scope(svc, scope)
             task = progress.add_task("maintenance", total=None)
 

@@ -12,7 +12,7 @@ from typing import Any
 import click
 
 from ampup_memory.cliutil import dumps, fail, progress, task_progress
-from ampup_memory.errors import AmpError
+from ampup_memory.errors import AmpError, ConfigurationError
 from ampup_memory.memory.cli import SettingsOptions, _service, existing_scope
 from ampup_memory.settings import Settings
 
@@ -30,8 +30,9 @@ def search_commands(settings_options: SettingsOptions,
     def rebuild(scope: str | None, **kwargs: Any) -> None:
         """Recreate the search index from the Iceberg tables alone.
 
-        Without --scope the read index is recreated from the tables too. Run it with the
-        server stopped: a running server catches up again on its own.
+        Without --scope the read index is recreated from the tables too. Every server on
+        the store must be stopped: it is refused while one runs, and a server does not
+        start while it runs.
         """
         from ampup_memory.memory.scopes import parse_scope
 
@@ -42,7 +43,11 @@ def search_commands(settings_options: SettingsOptions,
                 only = str(parse_scope(scope, "--scope"))
             except AmpError as exc:
                 fail(exc.message)
-        click.echo(dumps(rebuild_index(settings, only)))
+        try:
+            report = rebuild_index(settings, only)
+        except ConfigurationError as exc:
+            fail(str(exc))
+        click.echo(dumps(report))
 
     return [index]
 
@@ -51,10 +56,11 @@ def rebuild_index(settings: Settings, only: str | None = None) -> dict[str, Any]
     """Recreate the read index (all scopes only) and the search index from the tables,
     with a progress bar; also the last step of ``restore``."""
     from ampup_memory.search.feed import attached_feed  # loads the embedder: only here
+    from ampup_memory.serving import alone
 
     # Rebuilding the read index is what its refusal of a newer layout asks for. The feed
     # (and its embedder) first: a setting that cannot work fails before the long work.
-    with _service(settings, replace_newer_index=only is None) as svc, \
+    with alone(settings), _service(settings, replace_newer_index=only is None) as svc, \
             attached_feed(settings, svc) as feed:
         if only is not None:  # a typo is one error line, not a rebuild of nothing
             existing_scope(svc, only)

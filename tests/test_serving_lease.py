@@ -1,0 +1,38 @@
+"""An index rebuild never runs under a server, nor a server under a rebuild (`serving.py`):
+on the embedded default (a lock beside the SQLite index) and with the read index on
+PostgreSQL (an advisory lock every server sharing it sees), through the real commands."""
+
+from __future__ import annotations
+
+import pytest
+
+from ampup_memory.serving import REBUILD_RUNNING, SERVERS_RUNNING, alone
+from ampup_memory.settings import Settings
+from tests.memory_support import BACKENDS, backend_env, cli_in_process, run_cli, serving
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_rebuild_is_refused_while_a_server_runs_and_a_server_while_a_rebuild_does(
+        backend: str, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    env = backend_env(backend, request)
+    home = tmp_path_factory.mktemp(f"lease-{backend}")
+    with serving(home, env) as first, serving(home, env) as second:  # many servers at once
+        assert first.url != second.url
+        for args in (["index", "rebuild"], ["index", "rebuild", "--scope", "acme/sales"],
+                     ["maintenance", "--rebuild-index"]):
+            refused = cli_in_process(home, env, *args)
+            assert refused.returncode == 2, (args, refused.stdout, refused.stderr)
+            assert SERVERS_RUNNING in refused.stderr, refused.stderr
+            assert refused.stdout == "", refused.stdout  # nothing done, no report
+        second.kill()  # a killed server holds nothing
+        assert cli_in_process(home, env, "index", "rebuild").returncode == 2
+    assert cli_in_process(home, env, "maintenance", "--rebuild-index").returncode == 0
+
+    settings = Settings.model_validate({**env, "AMPUP_MEMORY_HOME": str(home)})
+    with alone(settings):  # as a rebuild holds it
+        started = run_cli(home, env, "serve", "--port", "0")
+        assert started.returncode == 2, started.stderr
+        assert REBUILD_RUNNING in started.stderr, started.stderr
+    done = cli_in_process(home, env, "index", "rebuild")
+    assert done.returncode == 0, done.stderr
