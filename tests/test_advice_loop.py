@@ -191,6 +191,11 @@ def test_the_learning_loop(loop: Loop) -> None:
     assert note["state"] == "promoted" and note["evidence"]["helped_by_people"] == 3
     assert [h["kind"] for h in note["history"]][-1] == "promoted"
     assert all("user" not in h for h in note["history"])  # who was helped is not shown
+    # Its steps name only the sessions u1 may read, as `sources` does (they named u2's and
+    # u3's too, which u1's GET /sessions/{id} answers 404; sec31); the counters count all.
+    named = {h["session"] for h in note["history"] if h.get("session")}
+    assert named and all(u1.get(f"/sessions/{s}").status_code == 200 for s in named), named
+    assert sum(h["kind"] == "outcome" for h in note["history"]) == 12
     # every step has the shape docs/api.md gives, `created` too (it had no `evidence`)
     assert all({"kind", "state", "evidence", "at"} <= set(h) for h in note["history"])
     assert note["history"][0]["evidence"] == {"served": 0, "applied": 0, "helped": 0,

@@ -373,6 +373,40 @@ def test_an_acl_conflict_shows_each_side_only_to_its_readers(m: Memory) -> None:
         carol.close()
 
 
+def test_an_acl_conflict_hides_a_base_acl_that_a_narrowing_revoked(m: Memory) -> None:
+    """The ACL that counts is the current one, for every version: a public episode narrowed
+    on both sides after the fork is hidden from bob on main, on the branch and as of the
+    base. The merge report judged the base side by the ACL it had then (`*`), so bob, who
+    may read the episode nowhere, was shown its id and its old ACL (sec31)."""
+    carol = m.as_user("carol")
+    bob = m.as_user("bob")
+    try:
+        scope = new_scope()
+        r = carol.write(scope, "Once public text.", acl=["*"])
+        assert r.status_code == 201, r.text
+        ep, base = r.json()["id"], r.json()["commit"]
+        assert carol.http.post("/branches", json={"scope": scope, "name": "b"}).status_code \
+            == 201
+        for branch, acl in (("b", ["user:carol", "user:dave"]), (None, ["user:carol"])):
+            body = {"scope": scope, "acl": acl, **({"branch": branch} if branch else {})}
+            assert carol.http.put(f"/episodes/{ep}/acl", json=body).status_code == 200
+        assert bob.episode(scope, ep, at_commit=base).status_code == 404
+        r = bob.http.post("/merge", json={"scope": scope, "from": "b", "dry_run": True})
+        assert r.status_code == 409, r.text
+        assert r.json()["error"]["details"]["conflicts"] == [
+            {"episode": "hidden", "field": "acl", "base": "hidden", "ours": "hidden",
+             "theirs": "hidden"}], r.text
+        dave = m.as_user("dave")
+        r = dave.http.post("/merge", json={"scope": scope, "from": "b", "dry_run": True})
+        dave.close()
+        assert r.json()["error"]["details"]["conflicts"] == [
+            {"episode": ep, "field": "acl", "base": "hidden", "ours": "hidden",
+             "theirs": ["user:carol", "user:dave"]}], r.text
+    finally:
+        carol.close()
+        bob.close()
+
+
 def test_a_hold_and_a_branch_delete_racing_never_both_win(m: Memory) -> None:
     """A live pin or snapshot keeps its branches (409 BRANCH_HELD). A snapshot or pin made
     while the branch was being deleted read the branch's head before the delete and wrote

@@ -174,7 +174,7 @@ def list_notes(request: Request, user: UserDep, scope: Annotated[ScopeText, Quer
                situation: Annotated[NotBlankText | None, Query(max_length=64)] = None,
                ) -> dict[str, Any]:
     """The scope's notes (of one situation), each with its state, evidence counters and
-    history; sources show only the runs and sessions you may read."""
+    history; sources and history name only the runs and sessions you may read."""
     return loop.list_notes(service(request), user, scope, situation)
 
 

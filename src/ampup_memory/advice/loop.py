@@ -421,8 +421,9 @@ def note_wire(note: Note, readable: set[str], history: list[dict[str, Any]] | No
         "evidence": note.evidence.counters(),
         "sources": [s for s in note.sources if s in readable],
         "model": note.model, "created_at": note.created_at}
-    if history is not None:
-        out["history"] = history
+    if history is not None:  # a step names its session only to who may read it, as sources
+        out["history"] = [h if h.get("session") is None or h["session"] in readable
+                          else {**h, "session": None} for h in history]
     return out
 
 
@@ -431,7 +432,9 @@ def list_notes(svc: MemoryService, user: str, scope_text: object,
     view = svc.view(scope_text)
     state = cached_state(svc, view.scope)
     notes = [n for n in state.notes.values() if situation is None or n.situation == situation]
-    readable = readable_runs(svc, svc.principal(user), [s for n in notes for s in n.sources])
+    named = [s for n in notes for s in n.sources] + [
+        h["session"] for n in notes for h in state.history.get(n.key, []) if h.get("session")]
+    readable = readable_runs(svc, svc.principal(user), named)
     return {"scope": str(view.scope),
             "notes": [note_wire(n, readable, state.history.get(n.key, [])) for n in notes]}
 

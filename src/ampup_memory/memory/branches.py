@@ -398,20 +398,28 @@ def plan(svc: MemoryService, principal: Principal, scope: Scope, src: str, dst: 
         if o_rec.acl == base_acl:
             out.acl_changes.append(replace(o_rec, acl=t_rec.acl, branch=dst))
             continue
-        out.conflicts.append(_acl_conflict(principal, ep, (
-            ("base", base_acl), ("ours", o_rec.acl), ("theirs", t_rec.acl))))
+        out.conflicts.append(_acl_conflict(svc, principal, ns, ep, (
+            ("base", base, base_acl), ("ours", ours, o_rec.acl),
+            ("theirs", theirs, t_rec.acl))))
     return out
 
 
-def _acl_conflict(principal: Principal, episode: str,
-                  sides: Iterable[tuple[str, tuple[str, ...] | None]]) -> dict[str, Any]:
+def _acl_conflict(svc: MemoryService, principal: Principal, scope: str, episode: str,
+                  sides: Iterable[tuple[str, Segments, tuple[str, ...] | None]],
+                  ) -> dict[str, Any]:
     """An ACL conflict, reported as a value's is (`_conflict`): each side's ACL only to a
-    caller who may read the episode on that side, which is what that ACL itself decides;
-    the episode's id (its content's hash) only when some side is readable."""
+    caller who may read the episode on that side, which that ACL decides *and* so does the
+    episode's current ACL on that side's chain (the one every read applies, as of any
+    commit: a base ACL a narrowing since revoked shows nothing); the episode's id (its
+    content's hash) only when some side is readable."""
     shown: dict[str, Any] = {}
-    for name, acl in sides:
-        shown[name] = (None if acl is None else list(acl) if may_read(principal, acl)
-                       else "hidden")
+    for name, segs, acl in sides:
+        if acl is None:
+            shown[name] = None
+            continue
+        readable = bool(segs) and may_read(principal, acl) and bool(
+            svc.readable_episodes(principal, scope, segs, [episode]))
+        shown[name] = list(acl) if readable else "hidden"
     named = any(v not in (None, "hidden") for v in shown.values())
     return {"episode": episode if named else "hidden", "field": "acl", **shown}
 
