@@ -37,11 +37,17 @@ def _time(value: datetime | str | None) -> str | None:
     return value.isoformat() if isinstance(value, datetime) else value
 
 
-def _fields(**fields: Any) -> JSON:
-    """The fields given: one left as None is left out, so the server's default applies
-    (and a field the route does not take is its 422, not a silent drop here)."""
+def _item(item: Mapping[str, Any]) -> JSON:
+    """An object as sent: its datetimes as RFC 3339 text (`_time`), every other value as
+    given. A batch's items (episodes, facts) go out this way, as a single write's fields."""
     return {name: _time(value) if isinstance(value, datetime) else value
-            for name, value in fields.items() if value is not None}
+            for name, value in item.items()}
+
+
+def _fields(**fields: Any) -> JSON:
+    """The fields given (`_item`): one left as None is left out, so the server's default
+    applies (and a field the route does not take is its 422, not a silent drop here)."""
+    return _item({name: value for name, value in fields.items() if value is not None})
 
 
 def _names(names: str | Sequence[str]) -> list[str]:
