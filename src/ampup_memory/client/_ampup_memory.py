@@ -17,7 +17,6 @@ from ampup_memory.client._ampup_face import (
     R,
     W,
     _fields,
-    _item,
     _names,
     _scope_path,
 )
@@ -45,7 +44,7 @@ class MemoryCalls(AmpUpFace[R, W]):
         document?}``, a time as a datetime or RFC 3339 text; ``acl`` left out is
         `remember`'s default) in one commit:
         ``{commit, episodes: [{id, status}]}``. Any conflict refuses them all."""
-        sent = [{**_item(episode), "acl": self._acl(episode.get("acl"))} for episode in episodes]
+        sent = [{**episode, "acl": self._acl(episode.get("acl"))} for episode in episodes]
         return self._post("/episodes/batch", _fields(scope=scope, episodes=sent, branch=branch))
 
     def set_acl(
@@ -196,7 +195,7 @@ class MemoryCalls(AmpUpFace[R, W]):
         """Post several facts (each shaped as `add_fact`'s body, its times datetimes or
         RFC 3339 text) in one commit:
         ``{ids, commit}``; one invalid fact refuses them all."""
-        return self._post("/facts/batch", _fields(scope=scope, facts=[_item(f) for f in facts],
+        return self._post("/facts/batch", _fields(scope=scope, facts=[dict(f) for f in facts],
                                                   branch=branch))
 
     def close_fact(
