@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 
@@ -264,3 +264,23 @@ def test_a_merge_conflict_is_data_the_caller_can_act_on(server: ServerProcess,
     assert merged["merged"] is True and merged["commit"]
     assert [f["value"] for f in ana.facts(scope, "acme", predicate="budget")["facts"]] == [
         "60k"]
+
+
+def test_batches_take_datetimes_as_their_single_writes_do(ana: AmpUpClient, scope: str) -> None:
+    """`remember` and `add_fact` take a datetime for a time; the same field in an item of
+    `remember_batch` or `add_facts` raised "Object of type datetime is not JSON
+    serializable" and sent nothing (the Node client sends a Date there as its ISO string)."""
+    plus_two = timezone(timedelta(hours=2))
+    written = ana.remember_batch(scope, [
+        {"source": "doc:renewal", "body": "Acme renews in March with 40 seats.",
+         "occurred_at": datetime(2026, 1, 1, 12, tzinfo=plus_two)}])
+    episode = written["episodes"][0]["id"]
+    assert ana.get_episode(scope, episode)["occurred_at"] == "2026-01-01T10:00:00Z"
+    ana.add_facts(scope, [
+        {"entity": "acme", "predicate": "seats", "value": 40, "quote": "40 seats",
+         "cites": [{"episode": episode, "unit": 1}],
+         "valid_from": datetime(2026, 1, 1, tzinfo=UTC),
+         "valid_to": datetime(2026, 7, 1, 2, tzinfo=plus_two)}])
+    [fact] = ana.facts(scope, "acme", history=True)["facts"]
+    assert (fact["valid_from"], fact["valid_to"]) == ("2026-01-01T00:00:00Z",
+                                                      "2026-07-01T00:00:00Z")

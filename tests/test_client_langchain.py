@@ -92,6 +92,26 @@ def test_clear_leaves_cells_it_may_not_write(server: ServerProcess, client: AMPC
     assert [m.content for m in history.messages] == ["shared by a peer"]
 
 
+def test_clear_forgets_the_turns_the_lifecycle_retired(client: AMPClient, uid: str) -> None:
+    """`clear()` walked only the active turns: one the lifecycle had moved to stale (its
+    importance decayed) or archived stayed stored after the history was cleared."""
+    owner = f"user_{uid}"
+    history = AMPChatMessageHistory(client, owner, session_id="chat")
+    other = AMPChatMessageHistory(client, owner, session_id="other")
+    history.add_messages([HumanMessage(content="My order is 1234."),
+                          AIMessage(content="Noted."), HumanMessage(content="Thanks.")])
+    other.add_user_message("another conversation")
+    first, second, _ = sorted(client.list_memories(owner, type="episodic"),
+                              key=lambda c: c["lifecycle"]["created_at"])[:3]
+    client.update(first["id"], lifecycle={"status": "stale"})  # as the lifecycle moves them
+    client.archive(second["id"])
+    history.clear()
+    for status in ("active", "stale", "archived"):
+        left = client.list_memories(owner, status=status)
+        assert [c["content"]["text"] for c in left] == (
+            ["Human: another conversation"] if status == "active" else [])
+
+
 def test_reference_conveniences(client: AMPClient, uid: str) -> None:
     """As the reference: several unnamed inputs store the first value; extra keyword
     arguments reach the base class."""

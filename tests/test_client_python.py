@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
@@ -169,6 +170,21 @@ def test_update_deep_merges_and_archive(client: AMPClient, owner: str) -> None:
         client.update(cell["id"], lifecycle={"status": "active"})
     assert (conflict.value.status_code, conflict.value.code) == (409, "INVALID_TRANSITION")
     assert conflict.value.details == {"from": "archived", "to": "active"}
+
+
+async def test_a_datetime_anywhere_in_a_body_is_sent_as_rfc_3339(server: ServerProcess,
+                                                                   client: AMPClient,
+                                                                   owner: str) -> None:
+    """`remember(expires_at=<datetime>)` was sent, but the same datetime inside `update`'s
+    fields raised "Object of type datetime is not JSON serializable" and sent nothing (the
+    Node client sends a Date there as its ISO string); sync and async alike."""
+    cell = client.remember("renew by spring", owner)
+    when = datetime(2031, 3, 1, 12, tzinfo=timezone(timedelta(hours=2)))
+    moved = client.update(cell["id"], lifecycle={"expires_at": when})
+    assert moved["lifecycle"]["expires_at"] == "2031-03-01T10:00:00.000000Z"
+    async with AsyncAMPClient(server.url, client.agent_id) as again:
+        later = await again.update(cell["id"], lifecycle={"expires_at": when + timedelta(days=1)})
+    assert later["lifecycle"]["expires_at"] == "2031-03-02T10:00:00.000000Z"
 
 
 def test_search_filters(client: AMPClient, owner: str, uid: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -59,3 +60,19 @@ def test_the_method_table_names_every_public_method() -> None:
             "close", "aclose", "base_url"}
         missing = [name for name in public if f"`{name}" not in text]
         assert not missing, (cls.__name__, missing)
+
+
+def test_every_route_is_a_method_or_named_not_wrapped() -> None:
+    """The page's tables (each method's HTTP column) and its "Not wrapped" line together
+    name every route of docs/openapi.json: a new route is given a method, or the page says
+    no client method sends it."""
+    routes = json.loads((DOC.parent / "openapi.json").read_text())["paths"]
+    named = set()
+    for verb, path in re.findall(r"`(GET|POST|PUT|PATCH|DELETE) (/[^`?\s]*)",
+                                 DOC.read_text()):
+        path = re.sub(r"\{[^}]+\}", "{}", path)
+        named |= {(verb, path), (verb, "/amp/v1" + path)}  # the AMP table leaves out /amp/v1
+    missing = sorted((verb.upper(), path) for path, operations in routes.items()
+                     for verb in operations
+                     if (verb.upper(), re.sub(r"\{[^}]+\}", "{}", path)) not in named)
+    assert not missing

@@ -5,7 +5,7 @@
  */
 
 import { MemoryCalls } from "./ampup-memory.js";
-import { PAGE_SIZE, nameList, take } from "./ampup-face.js";
+import { PAGE_SIZE, listOption, nameList, take } from "./ampup-face.js";
 import { pathSegment, refuseUnknown } from "./transport.js";
 
 /**
@@ -45,7 +45,7 @@ export class AdviceCalls extends MemoryCalls {
   async recordRun(scope, task, options = {}) {
     const { acl, ...rest } = options;
     return this._post("/runs", {
-      scope, task, ...(acl === undefined ? {} : { acl: nameList(acl) }),
+      scope, task, ...listOption("acl", acl),
       ...take(rest, ["trace", "outcome", "adviceKey", "branch", "idempotencyKey"]),
     });
   }
@@ -107,7 +107,7 @@ export class AdviceCalls extends MemoryCalls {
     const { acl, ...rest } = options;
     return this._post("/sessions/start", {
       scope, ...take({ task }, ["task"]),
-      ...(acl === undefined ? {} : { acl: nameList(acl) }), ...take(rest, ["branch"]),
+      ...listOption("acl", acl), ...take(rest, ["branch"]),
     });
   }
 

@@ -70,6 +70,19 @@ export function nameList(names) {
 }
 
 /**
+ * `{ [name]: list }` for a list option given (a list or one string), `{}` for one left
+ * undefined or null: not sent, so the server's default applies, as `take` leaves out every
+ * other option.
+ *
+ * @param {string} name  The wire name.
+ * @param {Names | undefined | null} value
+ * @returns {JSONObject}
+ */
+export function listOption(name, value) {
+  return value === undefined || value === null ? {} : { [name]: nameList(value) };
+}
+
+/**
  * A name that may hold `/` separators (a branch) as path segments, each encoded.
  * @param {unknown} value
  * @param {string} name

@@ -4,7 +4,9 @@
  * and typed queries, schemas, extraction, principals and status.
  */
 
-import { AmpUpFace, PAGE_SIZE, READ_AT, nameList, scopePath, take } from "./ampup-face.js";
+import {
+  AmpUpFace, PAGE_SIZE, READ_AT, listOption, nameList, scopePath, take,
+} from "./ampup-face.js";
 import { pathSegment, refuseUnknown } from "./transport.js";
 
 /**
@@ -31,7 +33,7 @@ export class MemoryCalls extends AmpUpFace {
     const { acl, about, ...rest } = options ?? {};
     return this._post("/episodes", {
       scope, body: text, acl: this._acl(acl),
-      ...(about === undefined ? {} : { about: nameList(about) }),
+      ...listOption("about", about),
       ...take(rest, ["source", "occurredAt", "document", "branch"]),
     });
   }
@@ -281,8 +283,7 @@ export class MemoryCalls extends AmpUpFace {
     const { acl, ...rest } = options;
     return this._post("/close", {
       scope, entity, predicate, reason,
-      ...(acl === undefined ? {} : { acl: nameList(acl) }),
-      ...take(rest, ["value", "branch"]),
+      ...listOption("acl", acl), ...take(rest, ["value", "branch"]),
     });
   }
 
@@ -372,10 +373,11 @@ export class MemoryCalls extends AmpUpFace {
    * @returns {Promise<JSONObject>}
    */
   async setPrincipal(user, options = {}) {
-    const { groups = [], roles = [], ifMatch, ...rest } = options;
+    const { groups, roles, ifMatch, ...rest } = options;
     take(rest, ["groups", "roles", "ifMatch"]);
+    // Replaces both lists: one left out (or null) is empty.
     return this._put(`/principals/${pathSegment(user, "user")}`,
-      { groups: nameList(groups), roles: nameList(roles) }, { ifMatch });
+      { groups: nameList(groups ?? []), roles: nameList(roles ?? []) }, { ifMatch });
   }
 
   /**

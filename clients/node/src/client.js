@@ -66,7 +66,7 @@ const MAX_PAGE_SIZE = 100;
  *
  * @typedef {Object} SearchOptions
  * @property {string} [ownerId]
- * @property {MemoryType[]} [types]
+ * @property {MemoryType | MemoryType[]} [types]  One type or a list (any type when left out).
  * @property {Status | Status[]} [status]  Default ["active"].
  * @property {boolean} [includeStale]      Adds "stale".
  * @property {number} [limit]              Default 10.
@@ -289,7 +289,7 @@ export class AMPClient extends Transport {
     /** @type {Record<string, unknown>} */
     const body = { query, include_stale: includeStale, limit, offset };
     if (ownerId !== undefined) body.owner_id = ownerId;
-    if (types !== undefined) body.types = types;
+    if (types !== undefined) body.types = typeof types === "string" ? [types] : types;
     if (status !== undefined) body.status = Array.isArray(status) ? status : [status];
     return this._request("POST", "/memories/search", { body });
   }

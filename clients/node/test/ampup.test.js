@@ -287,6 +287,26 @@ describe("AmpUpClient against a real server (keys off)", () => {
     assert.ok(Array.isArray((await ana.extractionSetAside(scope)).items));
   });
 
+  test("a list option left null is not sent, as every other option", async () => {
+    // `acl`, `about`, `groups` and `roles` set to null threw "names is not iterable" (a
+    // TypeError, nothing sent) where the README promises the server's default.
+    const scope = `acme${uid()}/nulls`;
+    const note = await ana.remember(scope, "Acme budget is 5k.",
+      { source: "doc:nulls", about: null, acl: null });
+    assert.deepEqual((await ana.getEpisode(scope, note.id)).about, []);
+    await ana.addFact(scope, "acme", "budget", "5k",
+      { quote: "budget is 5k", cites: [{ episode: note.id, unit: 1 }] });
+    const closed = await ana.closeFact(scope, "acme", "budget", "Budget withdrawn.", { acl: null });
+    assert.deepEqual((await ana.getEpisode(scope, closed.episode)).acl, ["user:ana"]);
+    const run = await ana.recordRun(scope, "plan", { acl: null });
+    assert.deepEqual((await ana.getRun(run.id)).acl, ["user:ana"]);
+    const session = await ana.startSession(scope, "plan", { acl: null });
+    assert.equal((await ana.getSession(session.id)).id, session.id);
+    const admin = new AmpUpClient(server.url, "ana", { adminToken: ADMIN_TOKEN });
+    assert.deepEqual(await admin.setPrincipal(`zed${uid()}`, { groups: null, roles: null })
+      .then(({ groups, roles }) => ({ groups, roles })), { groups: [], roles: [] });
+  });
+
   test("bad input: 422 from the server, refused before sending by the client", async () => {
     const scope = `acme${uid()}/bad`;
     const err = await rejects(ana.remember(scope, "no source", /** @type {any} */ ({})),

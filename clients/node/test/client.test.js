@@ -207,6 +207,12 @@ describe("AMPClient against a real server (keys off)", () => {
     assert.equal(page.limit, 10);
     assert.equal(page.has_more, false);
     assert.deepEqual(ids((await client.search(word, { ownerId: owner, types: ["episodic"] })).results), [epi.id]);
+    // One type as a string, as one status (and as Python's `types="episodic"`): it was sent
+    // as a string, the server's 422.
+    assert.deepEqual(ids((await client.search(word, { ownerId: owner, types: "episodic" })).results), [epi.id]);
+    const walked = [];
+    for await (const cell of client.iterSearch(word, { ownerId: owner, types: "episodic" })) walked.push(cell.id);
+    assert.deepEqual(walked, [epi.id]);
     assert.deepEqual(new Set(ids((await client.search(word, { ownerId: owner, includeStale: true })).results)),
       new Set([sem.id, epi.id, stale.id]));
     assert.deepEqual(ids((await client.search(word, { ownerId: owner, status: "archived" })).results), [arch.id]);

@@ -171,8 +171,7 @@ class AMPCalls(Transport, Generic[Obj, Cells, Flag, PageR, SearchR, Items]):
         if provenance is not None:
             body["provenance"] = dict(provenance)
         if expires_at is not None:
-            when = expires_at.isoformat() if isinstance(expires_at, datetime) else expires_at
-            body["lifecycle"] = {"expires_at": when}
+            body["lifecycle"] = {"expires_at": expires_at}  # a datetime: `wire` sends it
         return self._call(Call("POST", "/memories", _object, json=body))
 
     def recall(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Generic, TypeVar
 
 from ampup_memory.client._base import (
@@ -23,6 +22,7 @@ from ampup_memory.client._base import (
     _json,
     path_segment,
     preconditions,
+    wire_time,
 )
 from ampup_memory.client.errors import ValidationError
 
@@ -33,15 +33,11 @@ W = TypeVar("W")
 ADMIN_TOKEN_HEADER = "X-AMP-Admin-Token"
 
 
-def _time(value: datetime | str | None) -> str | None:
-    return value.isoformat() if isinstance(value, datetime) else value
-
-
 def _fields(**fields: Any) -> JSON:
     """The fields given: one left as None is left out, so the server's default applies
-    (and a field the route does not take is its 422, not a silent drop here)."""
-    return {name: _time(value) if isinstance(value, datetime) else value
-            for name, value in fields.items() if value is not None}
+    (and a field the route does not take is its 422, not a silent drop here). A datetime
+    goes out as RFC 3339 text (`wire`)."""
+    return {name: value for name, value in fields.items() if value is not None}
 
 
 def _names(names: str | Sequence[str]) -> list[str]:
@@ -52,7 +48,8 @@ def _names(names: str | Sequence[str]) -> list[str]:
 def _params(**fields: Any) -> dict[str, str | int]:
     params: dict[str, str | int] = {}
     for name, value in _fields(**fields).items():
-        params[name] = ("true" if value else "false") if isinstance(value, bool) else value
+        params[name] = ("true" if value else "false") if isinstance(value, bool) else (
+            wire_time(value))
     return params
 
 

@@ -41,7 +41,8 @@ class MemoryCalls(AmpUpFace[R, W]):
         self, scope: str, episodes: Sequence[Mapping[str, Any]], *, branch: str | None = None,
     ) -> R:
         """Write several episodes (each ``{source, body, acl?, about?, occurred_at?,
-        document?}``; ``acl`` left out is `remember`'s default) in one commit:
+        document?}``, a time as a datetime or RFC 3339 text; ``acl`` left out is
+        `remember`'s default) in one commit:
         ``{commit, episodes: [{id, status}]}``. Any conflict refuses them all."""
         sent = [{**episode, "acl": self._acl(episode.get("acl"))} for episode in episodes]
         return self._post("/episodes/batch", _fields(scope=scope, episodes=sent, branch=branch))
@@ -191,7 +192,8 @@ class MemoryCalls(AmpUpFace[R, W]):
     def add_facts(
         self, scope: str, facts: Sequence[Mapping[str, Any]], *, branch: str | None = None,
     ) -> R:
-        """Post several facts (each shaped as `add_fact`'s body) in one commit:
+        """Post several facts (each shaped as `add_fact`'s body, its times datetimes or
+        RFC 3339 text) in one commit:
         ``{ids, commit}``; one invalid fact refuses them all."""
         return self._post("/facts/batch", _fields(scope=scope, facts=[dict(f) for f in facts],
                                                   branch=branch))

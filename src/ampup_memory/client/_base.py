@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Generic, TypedDict, TypeVar, cast
 from urllib.parse import quote
 
@@ -80,6 +81,22 @@ class Call(Generic[T]):
     headers: dict[str, str] | None = None
     before: Call[Any] | None = None
     fallback: Callable[[AMPError], T] | None = None
+
+
+def wire_time(value: Any) -> Any:
+    """A datetime as RFC 3339 text (``isoformat``: keep its offset; a naive one is the
+    server's 422), anything else as it is."""
+    return value.isoformat() if isinstance(value, datetime) else value
+
+
+def wire(value: Any) -> Any:
+    """``value`` as a body sends it: every datetime in it, however deep (a field, a batch's
+    item, a PATCH's ``lifecycle``), as `wire_time` text, as the Node client sends a Date."""
+    if isinstance(value, Mapping):
+        return {name: wire(item) for name, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [wire(item) for item in value]
+    return wire_time(value)
 
 
 def normalize_url(url: str, prefix: str = API_PREFIX) -> str:
@@ -204,7 +221,7 @@ class Transport:
         try:
             headers = {**self.identity_headers(), **(call.headers or {})}
             return http.build_request(call.method, self._url(call.path), params=call.params,
-                                      json=call.json, headers=headers)
+                                      json=wire(call.json), headers=headers)
         except httpx.InvalidURL as exc:
             raise AMPConnectionError(f"invalid server URL {self.server_url!r}: {exc}") from exc
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError is a ValueError
@@ -246,4 +263,6 @@ __all__ = [
     "normalize_url",
     "path_segment",
     "preconditions",
+    "wire",
+    "wire_time",
 ]

@@ -7,9 +7,10 @@ Cells are written the way the reference ``amp_client.integrations.langchain.AMPM
 writes them (text prefixed ``Human: `` / ``AI: ``), plus ``content.metadata.role``, so
 histories written by either library read back in both. Unlike the reference, reading walks
 every page (the reference stops at 100 turns), ``clear()`` forgets only this conversation's
-cells and reports failures (the reference asks for a 1000-cell page, which the protocol
-refuses with 422, and swallows the error, so it never clears anything), and
-``search_messages`` / ``recall_limit`` recall the turns relevant to a query.
+cells, those the lifecycle moved to stale or archived too, and reports failures (the
+reference asks for a 1000-cell page, which the protocol refuses with 422, and swallows the
+error, so it never clears anything), and ``search_messages`` / ``recall_limit`` recall the
+turns relevant to a query.
 """
 
 from __future__ import annotations
@@ -32,6 +33,8 @@ except ImportError as exc:  # pragma: no cover - exercised only without the extr
 
 _PREFIXES = {"ai": "AI: ", "system": "System: "}
 _HUMAN_PREFIX = "Human: "
+_LIVE = ("active", "stale", "archived")
+"""Every status a stored turn can have (a deleted one is gone already)."""
 
 
 def _text_of(message: BaseMessage) -> str:
@@ -89,8 +92,12 @@ class AMPChatMessageHistory(BaseChatMessageHistory):
         identity = cell.get("identity") or {}
         return bool(identity.get("session_id") == self.session_id)
 
-    def _cells(self) -> list[MemoryCell]:
-        cells = [c for c in self.client.iter_memories(self.owner_id, type="episodic")
+    def _cells(self, statuses: Sequence[str] = ("active",)) -> list[MemoryCell]:
+        """This conversation's turns of ``statuses``, oldest first (the history shows the
+        active ones; `clear` forgets those the lifecycle retired too)."""
+        cells = [c for status in statuses
+                 for c in self.client.iter_memories(self.owner_id, type="episodic",
+                                                    status=status)
                  if self._mine(c)]
         cells.sort(key=lambda c: (str((c.get("lifecycle") or {}).get("created_at", "")),
                                   str(c.get("id", ""))))
@@ -118,8 +125,9 @@ class AMPChatMessageHistory(BaseChatMessageHistory):
             self.add_message(message)
 
     def clear(self) -> None:
-        """Forget this conversation's cells; cells this agent may not write are left alone."""
-        for cell in self._cells():
+        """Forget this conversation's cells, those the lifecycle moved to stale or archived
+        too; cells this agent may not write are left alone."""
+        for cell in self._cells(_LIVE):
             try:
                 self.client.forget(str(cell["id"]))
             except AccessDeniedError:
