@@ -72,6 +72,29 @@ def test_unclaimed_source_is_422_naming_prefixes(m: Memory) -> None:
     assert empty.json()["error"]["details"]["errors"][0]["type"] == "body_empty"
 
 
+def test_a_note_source_names_its_writer_alone(m: Memory) -> None:
+    """`mcp:remember_memory:<author>:<label>` is how a note says whose it is (the MCP tool
+    writes it), so a writer naming someone else is refused, alone or in a batch; naming
+    yourself is a note like the tool's. The ledger's author was right either way."""
+    scope = new_scope()  # m acts as alice
+    forged = m.write(scope, "Bob agreed to the raise.", source="mcp:remember_memory:bob:chat")
+    assert error(forged) == (422, "VALIDATION_ERROR")
+    first = forged.json()["error"]["details"]["errors"][0]
+    assert (first["type"], first["loc"]) == ("source_author", ["body", "source"]), first
+    assert "mcp:remember_memory:alice:<label>" in first["msg"]
+    for near in ("mcp:remember_memory:alicia:chat", "mcp:remember_memory:ali:ce:x"):
+        assert error(m.write(scope, "x", source=near)) == (422, "VALIDATION_ERROR"), near
+    own = m.write(scope, "I prefer tea.", source="mcp:remember_memory:alice:chat")
+    assert own.status_code == 201, own.text
+    batch = m.http.post("/episodes/batch", json={"scope": scope, "episodes": [
+        {"source": "doc:ok", "body": "fine", "acl": ["*"]},
+        {"source": "mcp:remember_memory:bob:chat", "body": "forged", "acl": ["*"]}]})
+    assert error(batch) == (422, "VALIDATION_ERROR")
+    assert batch.json()["error"]["details"]["errors"][0]["loc"] == [
+        "body", "episodes", 1, "source"]
+    assert len(m.ledger(scope)) == 1  # the own note alone
+
+
 @pytest.mark.parametrize("body", [
     {"source": "doc:x", "body": "b"},                             # no acl
     {"source": "doc:x", "body": "b", "acl": []},

@@ -385,7 +385,17 @@ def test_schema_lives_on_a_branch_until_merged(m: Memory) -> None:
             "quote": "Deal d1", "cites": [{"episode": ep, "unit": 1}]}
     assert m.http.post("/facts", json={**body, "branch": "typed"}).status_code == 201
     assert err(m.http.post("/facts", json=body))[1] == "entity_type_unknown"
-    merged = m.http.post("/merge", json={"scope": scope, "from": "typed"})
+    # Carrying the branch's schema into main sets main's: admin rights, as PUT /schemas.
+    # Anyone may still merge it into another branch, or fork the schema's branch.
+    for dry in (True, False):
+        refused = m.http.post("/merge", json={"scope": scope, "from": "typed", "dry_run": dry})
+        assert err(refused)[:2] == (403, "ACCESS_DENIED") and "schema" in refused.text, refused.text
+    assert get_schema(m, scope)["name"] == "corpus"
+    assert m.http.post("/branches", json={"scope": scope, "name": "mine"}).status_code == 201
+    into_mine = m.http.post("/merge", json={"scope": scope, "from": "typed", "into": "mine"})
+    assert into_mine.status_code == 200 and into_mine.json()["merged"], into_mine.text
+    assert get_schema(m, scope, branch="mine")["name"] == "tiny"
+    merged = m.http.post("/merge", json={"scope": scope, "from": "typed"}, headers=ADMIN)
     assert merged.status_code == 200 and merged.json()["merged"], merged.text
     assert get_schema(m, scope)["name"] == "tiny"
     assert m.http.post("/facts", json={**body, "value": "won"}).status_code == 201
@@ -403,7 +413,7 @@ def test_schema_lives_on_a_branch_until_merged(m: Memory) -> None:
     assert m.http.post("/branches", json={"scope": scope, "name": "b2"}).status_code == 201
     assert put_schema(m, scope, builtin="sales", branch="b2").status_code == 200
     assert put_schema(m, scope, builtin="engineering").status_code == 200
-    r = m.http.post("/merge", json={"scope": scope, "from": "b2"})
+    r = m.http.post("/merge", json={"scope": scope, "from": "b2"}, headers=ADMIN)
     assert r.status_code == 409 and r.json()["error"]["code"] == "MERGE_CONFLICT"
 
 

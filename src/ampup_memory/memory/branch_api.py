@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Request
@@ -66,12 +67,13 @@ async def delete_branch(request: Request, user: UserDep,
 
 
 @router.post("/merge", responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch",
+    401: UNAUTHENTICATED, 403: "ACCESS_DENIED: the merge would set main's schema, which "
+    "takes admin rights", 404: "NOT_FOUND: unknown branch",
     409: "MERGE_CONFLICT: details.conflicts = [{entity, predicate, base, ours, theirs}]; "
     f"nothing was written; {CAP}", 422: INVALID, 503: UNAVAILABLE}),
     openapi_extra={**body_doc(MergeRequest), **USER_DOC})
 async def merge(request: Request, user: UserDep) -> dict[str, Any]:
     req = parse_body(MergeRequest, await request.body())
-    result: dict[str, Any] = await run_in_threadpool(branches.merge, service(request), user,
-                                                     req)
+    result: dict[str, Any] = await run_in_threadpool(
+        partial(branches.merge, service(request), user, req, admin=is_admin(request)))
     return result

@@ -42,7 +42,7 @@ from ampup_memory.memory.ledger import (
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.reads import ReadMark
 from ampup_memory.memory.rows import fact_id
-from ampup_memory.memory.schemas import schema_at
+from ampup_memory.memory.schemas import SCHEMA_ENTITY, schema_at
 from ampup_memory.memory.scopes import (
     MAIN,
     BranchName,
@@ -456,7 +456,9 @@ def _conflict(svc: MemoryService, principal: Principal, scope: str, key: tuple[s
     return {"entity": entity, "predicate": predicate, **shown}
 
 
-def merge(svc: MemoryService, user: str, req: MergeRequest) -> dict[str, Any]:
+def merge(svc: MemoryService, user: str, req: MergeRequest, *,
+          admin: bool = False) -> dict[str, Any]:
+    """``admin``: the caller holds admin rights, which a merge carrying a schema needs."""
     scope = parse_scope(req.scope)
     src = parse_branch(req.from_, "from", required=True)
     dst = parse_branch(req.into, "into")
@@ -472,6 +474,14 @@ def merge(svc: MemoryService, user: str, req: MergeRequest) -> dict[str, Any]:
             said = {"scope": ns, "from": src, "into": dst,
                     "base": _base_commit(svc.index, ns, p.base),
                     "fast_forward": p.fast_forward, "changes": p.changes}
+            if not admin and dst == MAIN and any(f.entity == SCHEMA_ENTITY for f in p.facts):
+                # Setting a schema takes admin rights (PUT /schemas), and main is what the
+                # whole scope reads: an admin's trial schema on a branch is not main's until
+                # an admin says so. (Any other branch may be forked from that branch by
+                # anyone, schema and all.) A dry run answers as the merge would.
+                raise NotYours(f"Merging {src} into main would set main's schema, which "
+                               "takes admin rights (as PUT /schemas does): merge with an "
+                               "admin key or the admin token, or ask an admin to.")
             if p.conflicts:
                 raise Conflict(f"Merging {src} into {dst} conflicts on "
                                f"{len(p.conflicts)} value(s); nothing was written.",

@@ -161,6 +161,8 @@ class EpisodeType:
         }
 
 
+NOTE_PREFIX = "mcp:remember_memory:"  # + author + ":" + label: the MCP tool's notes
+
 TYPES: tuple[EpisodeType, ...] = (
     EpisodeType("slack", "slack:", "message",
                 "one unit per message: a JSON export [{user, text}] or one message per line "
@@ -182,7 +184,7 @@ TYPES: tuple[EpisodeType, ...] = (
                 "one unit per paragraph (blank-line separated)",
                 ("definition", "policy", "procedure", "owner", "requirement"), False,
                 paragraphs),
-    EpisodeType("mcp", "mcp:remember_memory:", "note",
+    EpisodeType("mcp", NOTE_PREFIX, "note",
                 "one unit per paragraph of the note",
                 ("preference", "fact", "instruction", "decision"), True, paragraphs),
     EpisodeType("close", "close:", "reason",
@@ -194,6 +196,13 @@ TYPES: tuple[EpisodeType, ...] = (
 )
 DOC = next(t for t in TYPES if t.name == "doc")
 _BY_NAME = {t.name: t for t in TYPES}
+
+
+def foreign_author(source: str, user: str) -> bool:
+    """Whether ``source`` passes a note off as another's: a note's source names its author
+    (``mcp:remember_memory:<author>:<label>``, as the MCP tool writes it), and a reader
+    takes it at its word, so only that author may write one."""
+    return source.startswith(NOTE_PREFIX) and not source.startswith(f"{NOTE_PREFIX}{user}:")
 
 
 def client_types() -> list[EpisodeType]:

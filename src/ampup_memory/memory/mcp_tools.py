@@ -13,12 +13,12 @@ from typing import Any
 from ampup_memory.auth import Caller
 from ampup_memory.errors import Unauthenticated, ValidationFailed, field_error
 from ampup_memory.memory.acl import MAX_ID, own_acl, require_id
+from ampup_memory.memory.episode_types import NOTE_PREFIX
 from ampup_memory.memory.episodes import MAX_SOURCE, WriteEpisode
 from ampup_memory.memory.facts import CloseValue
 from ampup_memory.memory.service import MemoryService, build
 from ampup_memory.memory.snapshots import read_view
 
-NOTE_PREFIX = "mcp:remember_memory:"
 # remember_memory's `source` is a label in the episode's source, after the prefix and the
 # author: this long it fits under MAX_SOURCE for every user id, so a label one user may
 # send every user may, and a refusal states the label's limit, not the whole source's.
@@ -114,7 +114,7 @@ def merge_memory(svc: MemoryService, caller: Caller, *, scope: str, source: str,
     try:
         req = build(branches.MergeRequest, scope=scope, into=into, message=message,
                     dry_run=dry_run, **{"from": source})
-        return branches.merge(svc, user, req)
+        return branches.merge(svc, user, req, admin=caller.admin)
     except ValidationFailed as exc:
         exc.rename({("from",): "source"})  # POST /merge's from is this tool's source
         raise

@@ -31,7 +31,14 @@ from ampup_memory.memory.acl import (
     require_id,
 )
 from ampup_memory.memory.branches import branch_segments
-from ampup_memory.memory.episode_types import EpisodeType, Unit, by_name, type_for_source
+from ampup_memory.memory.episode_types import (
+    NOTE_PREFIX,
+    EpisodeType,
+    Unit,
+    by_name,
+    foreign_author,
+    type_for_source,
+)
 from ampup_memory.memory.episodes import (
     ChangeAcl,
     EpisodeIn,
@@ -275,6 +282,12 @@ class MemoryService:
                     unclaimed if unclaimed and _unclaimed(item.source) else None)
             for i, item in enumerate(items)
         ]
+        for i, item in enumerate(items):
+            if foreign_author(item.source, user):
+                raise field_error([*base, i, "source"] if loc is None else [*base, "source"],
+                                  f"a source starting {NOTE_PREFIX} names the note's author, "
+                                  f"who must be you: {NOTE_PREFIX}{user}:<label>",
+                                  "source_author")
         principal = self.principal(user)
         ns = str(scope)
         with self._write_lock:
