@@ -45,6 +45,7 @@ SEMANTIC_422 = {
     "quote_not_found",   # the quote is not in the cited units
     "body_shape",        # a crm: body is a JSON object
     "body_empty",        # a body whose units are all blank
+    "source_author",     # a note's source (mcp:remember_memory:<author>:) names the caller
     "acl_required",      # a closed value's episodes share no ACL entry
     "string_nul",        # U+0000 in any AmpUp text (docs/api.md, Errors): every string
     "string_not_nfc",    # an entity, predicate or document key not in Unicode NFC
