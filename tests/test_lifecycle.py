@@ -89,14 +89,16 @@ def backdate_deletion(home: Path, cell_id: str, days: float) -> None:
 
 
 def keyword_index_holds(home: Path, word: str) -> bool:
-    """Does any block of the SQLite keyword index hold ``word`` (its last 24 characters,
-    which FTS5's prefix compression stores literally for a word shared with no other)?"""
+    """Does any block or term of the SQLite keyword index hold ``word`` (its last 24
+    characters, which FTS5's prefix compression stores literally for a word shared with no
+    other)?"""
     db = sqlite3.connect(home / "amp.db", timeout=30)
     try:
-        blocks = db.execute("SELECT block FROM cells_fts_data").fetchall()
+        rows = [*db.execute("SELECT block FROM cells_fts_data"),
+                *db.execute("SELECT term FROM cells_fts_idx")]
     finally:
         db.close()
-    return any(word[-24:].encode() in bytes(b) for (b,) in blocks if b)
+    return any(word[-24:].encode() in bytes(b) for (b,) in rows if b)
 
 
 def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: Path) -> None:
@@ -125,7 +127,9 @@ def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: 
 
             # The purged cell's words must leave the file (seed: "permanently hard-deleted
             # from the physical database"): one word of it no other cell holds.
-            word = f"zq{uuid.uuid4().hex}"
+            # It ends in a digit: the porter stemmer cut a final "e" (or "ed") of a hex
+            # word, so the check before the purge failed one run in about sixteen.
+            word = f"zq{uuid.uuid4().hex}7"
             old, young = deleted_cell(f"call me at {word} tomorrow"), deleted_cell()
             assert keyword_index_holds(home, word)
             # A what-if `now` never purges a cell deleted moments ago, dry or not.

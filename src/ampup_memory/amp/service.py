@@ -452,6 +452,10 @@ class AmpService:
                     report.purged += len(ids)
                     continue
                 report.purged += self.store.purge(ids)  # one transaction a page
+            if not req.dry_run:
+                # Once a pass, not a page: on SQLite it merges the whole keyword index
+                # (seconds at 1M cells, the write lock held), and a page is 500 cells.
+                self.store.erase_purged()
         self.last_lifecycle = {"at": now, **report.wire()}
         if not req.dry_run:  # the history (one row per pass, still under the lease)
             self.store.record_pass(PassRecord(
@@ -506,7 +510,9 @@ class AmpService:
                     "days_remaining": remaining,
                 },
             )
-        return self.store.purge([cell_id])
+        gone = self.store.purge([cell_id])
+        self.store.erase_purged()
+        return gone
 
 
 # A read counts an access: these two fields move on every GET, and are not a write.

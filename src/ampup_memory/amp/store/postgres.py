@@ -969,6 +969,10 @@ class PostgresStore:
                 [lexeme for _, lexemes in gone for lexeme in lexemes or ()]))
             return len(gone)
 
+    def erase_purged(self) -> None:
+        """Nothing: `purge` deleted the purged texts' `cell_words` rows in its own
+        transaction (dead row versions wait for VACUUM: docs/security-model.md)."""
+
     @contextmanager
     def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:
         """A session advisory lock on a connection of its own, held for the block.
