@@ -15,10 +15,11 @@ does (uvicorn in a thread beside the runtime, `AMP_PURGE_RETENTION=1`, the hash 
 no lifecycle timer); a writer in another process POSTs ``/amp/v1/memories`` one after
 the other, 10 s before the pass, through it and 5 s after. The pass is
 `AmpService.run_lifecycle` in a thread of this process, as the timer's. The store's write
-lock is wrapped to time every hold: the pass's own holds (each purge page, each step of the
-keyword index's erasure) and everyone's. After the pass: every purged word looked for in
-the raw bytes of `cells_fts_data` and `cells_fts_idx`, and by MATCH (a sample of
-``--match``), and FTS5's own ``integrity-check``. Prints one JSON object.
+lock is wrapped to time every hold (the pass's own and everyone's), and the store's
+`purge` (a page) and `erase_purged` (the keyword index's merge; there since session 31)
+calls are timed. After the pass: every purged word looked for in the raw bytes of
+`cells_fts_data` and `cells_fts_idx`, and by MATCH (a sample of ``--match``), and
+FTS5's own ``integrity-check``. Prints one JSON object.
 
 Before/after is this script run on two checkouts (their `src` first on PYTHONPATH):
 
@@ -273,8 +274,24 @@ def structure_levels(conn: sqlite3.Connection) -> int:
             return value
 
 
-def run(work: Path, label: str, match: int, before_s: float, after_s: float) -> dict[str, Any]:
+def timing(method: Any, spans: list[tuple[float, float]]) -> Any:
+    """``method``, noting (start, seconds) of each call in ``spans``."""
+    def timed(*args: Any) -> Any:
+        at = time.time()
+        try:
+            return method(*args)
+        finally:
+            spans.append((at, time.time() - at))
+    return timed
+
+
+def run(work: Path, label: str, match: int, before_s: float, after_s: float,
+        page: int | None) -> dict[str, Any]:
+    from ampup_memory.amp import service
     from ampup_memory.amp.model import LifecycleRunRequest
+
+    if page is not None:  # a lever (service.PURGE_PAGE came in session 31; 500 before)
+        service.PURGE_PAGE = page  # type: ignore[attr-defined]
 
     home = work / "run"
     if home.exists():
@@ -286,10 +303,15 @@ def run(work: Path, label: str, match: int, before_s: float, after_s: float) -> 
         "SELECT text FROM cells WHERE status = 'deleted'")
         for w in re.findall(r"zqp[0-9a-f]{16}7", t)]
     out: dict[str, Any] = {"label": label, "load_at_start": os.getloadavg()[0],
-                           "purgeable": len(words)}
+                           "purgeable": len(words),
+                           "page": getattr(service, "PURGE_PAGE", 500)}
     with served(home, path) as (rt, url):
         lock = TimedLock()
         rt.store._write_lock = lock  # type: ignore[attr-defined]
+        calls: dict[str, list[tuple[float, float]]] = {"purge": [], "erase_purged": []}
+        for name, spans in calls.items():
+            if hasattr(rt.store, name):  # erase_purged came in session 31
+                setattr(rt.store, name, timing(getattr(rt.store, name), spans))
         stop, rows = home / "stop", home / "writes.json"
         writer = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.purge_bench", "write", "--url", url,
@@ -304,15 +326,15 @@ def run(work: Path, label: str, match: int, before_s: float, after_s: float) -> 
         stop.touch()
         writer.wait(120)
     holds = [h for h in lock.holds if h[0] == "pass"]
-    purge_holds = [h for h in holds if h[2] > 0.005]  # moves are ~0.2 ms, the last record too
-    first = min((h[1] for h in purge_holds), default=pass_end)
+    first = min((at for at, _ in calls["purge"]), default=pass_end)
     writes = json.loads(rows.read_text())
     during = [w[1] for w in writes if first <= w[0] <= pass_end]
     idle = [w[1] for w in writes if w[0] < pass_start]
     out.update({
         "report": report.wire(), "pass_s": round(pass_end - pass_start, 2),
         "purge_phase_s": round(pass_end - first, 2),
-        "pass_holds_over_5ms": spread([h[2] for h in purge_holds]),
+        "purge_pages": spread([d for _, d in calls["purge"]]),
+        "erase_purged": spread([d for _, d in calls["erase_purged"]]),
         "longest_hold_s": round(max((h[2] for h in holds), default=0.0), 3),
         "writes_idle": spread(idle), "writes_during_purge": spread(during),
         "writes_failed": sum(1 for w in writes if w[2] != 201),
@@ -339,6 +361,7 @@ def main() -> None:
     r.add_argument("--before", type=float, default=10.0)
     r.add_argument("--after", type=float, default=5.0)
     r.add_argument("--out", type=Path)
+    r.add_argument("--page", type=int, help="cells a purge page deletes (PURGE_PAGE)")
     w = sub.add_parser("write")
     w.add_argument("--url", required=True)
     w.add_argument("--stop-file", type=Path, required=True)
@@ -349,7 +372,7 @@ def main() -> None:
     elif args.cmd == "write":
         write(args.url, args.stop_file, args.out)
     else:
-        result = run(args.work, args.label, args.match, args.before, args.after)
+        result = run(args.work, args.label, args.match, args.before, args.after, args.page)
         print(json.dumps(result, indent=1), flush=True)
         if args.out:
             old = json.loads(args.out.read_text()) if args.out.exists() else []
