@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from ampup_memory.amp.service import PURGE_PAGE
 from tests.memory_support import bar_line, cli_in_process
 from tests.server_process import ServerProcess
 
@@ -160,13 +161,15 @@ def test_purge_pass_is_opt_in_and_judges_the_window_by_the_real_clock(tmp_path: 
 
 def test_a_dry_run_counts_every_purgeable_cell(tmp_path: Path) -> None:
     """docs/api.md: `dry_run` applies nothing and counts what would change. The purge pass
-    works in batches (500 ids); a dry run counted the first batch only, so 501 purgeable
-    cells answered 500 while the real pass then purged 501."""
+    works in pages (`PURGE_PAGE` ids, 500 then); a dry run counted the first page only, so
+    501 purgeable cells answered 500 while the real pass then purged 501. One cell more
+    than a page here."""
+    cells = PURGE_PAGE + 1
     me = {"X-AMP-Agent-ID": "a"}
     env = {"AMP_ADMIN_TOKEN": "t", "AMP_LIFECYCLE_ENABLED": "0", "AMP_PURGE_RETENTION": "1"}
     with ServerProcess(tmp_path, env=env) as srv, \
             httpx.Client(base_url=srv.url + "/amp/v1") as c:
-        for _ in range(501):
+        for _ in range(cells):
             cell = c.post("/memories", headers=me, json={
                 "type": "semantic", "content": {"text": "t"},
                 "identity": {"owner_id": "o", "owner_type": "user"}}).json()["id"]
@@ -179,11 +182,11 @@ def test_a_dry_run_counts_every_purgeable_cell(tmp_path: Path) -> None:
                 done = db.execute(
                     "UPDATE cells SET deleted_at = ? WHERE status = 'deleted'",
                     (when.isoformat(timespec="microseconds").replace("+00:00", "Z"),))
-                assert done.rowcount == 501
+                assert done.rowcount == cells
         finally:
             db.close()
-        assert run(c, 0, dry=True)["purged"] == 501
-        assert run(c, 0)["purged"] == 501
+        assert run(c, 0, dry=True)["purged"] == cells
+        assert run(c, 0)["purged"] == cells
         assert run(c, 0, dry=True)["purged"] == 0
 
 
