@@ -21,12 +21,16 @@ calls are timed. After the pass: every purged word looked for in the raw bytes o
 `cells_fts_data` and `cells_fts_idx`, and by MATCH (a sample of ``--match``), and
 FTS5's own ``integrity-check``. Prints one JSON object.
 
+``scheme``: offline ways to erase the words, on a copy of the base (see `scheme`).
+
 Before/after is this script run on two checkouts (their `src` first on PYTHONPATH):
 
     PYTHONPATH=src:. python -m benchmarks.purge_bench build \\
         --text-file /tmp/purge31/pieces.jsonl --cells 1000000 --work /tmp/purge31/m1
     PYTHONPATH=src:. python -m benchmarks.purge_bench run --work /tmp/purge31/m1 \\
         --out benchmarks/results/purge_1m_s31.json --label after
+    PYTHONPATH=src:. python -m benchmarks.purge_bench scheme --work /tmp/purge31/m1 \
+        --name merge:-2000 --out benchmarks/results/purge_schemes_1m_s31.jsonl
 """
 
 from __future__ import annotations
@@ -344,6 +348,60 @@ def run(work: Path, label: str, match: int, before_s: float, after_s: float,
     return out
 
 
+def scheme(work: Path, name: str, page: int) -> dict[str, Any]:
+    """Offline, on a copy of the base (``--work``/scheme.db), no server and no writer:
+    the purgeable cells deleted ``page`` at a time (one transaction each, as `purge`
+    does, `secure_delete` on), then the keyword index's erasure by ``name``: "optimize",
+    "rebuild", or "merge:N" (FTS5's 'merge' with N pages: repeated, each its own
+    transaction, until it does no work; N < 0 merges every segment). The holds, what is
+    left of the words, and the index's levels before and after."""
+    path = work / "scheme.db"
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+    shutil.copyfile(work / "base" / "amp.db", path)
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA secure_delete=ON")
+    rows = conn.execute("SELECT id, text FROM cells WHERE status = 'deleted' ORDER BY id"
+                        ).fetchall()
+    words = [w for _, t in rows for w in re.findall(r"zqp[0-9a-f]{16}7", t)]
+    holds = []
+    started = time.perf_counter()
+    for at in range(0, len(rows), page):
+        t = time.perf_counter()
+        conn.execute("BEGIN IMMEDIATE")
+        conn.executemany("DELETE FROM cells WHERE id = ?", [(r[0],) for r in rows[at:at + page]])
+        conn.execute("COMMIT")
+        holds.append(time.perf_counter() - t)
+    out: dict[str, Any] = {"scheme": name, "page": page, "pages": spread(holds),
+                           "deletes_s": round(time.perf_counter() - started, 2),
+                           "levels_before": structure_levels(conn),
+                           "load": os.getloadavg()[0]}
+    steps = []
+    started = time.perf_counter()
+    if name in ("optimize", "rebuild"):
+        conn.execute(f"INSERT INTO cells_fts(cells_fts) VALUES ('{name}')")
+        steps.append(time.perf_counter() - started)
+    else:
+        pages = int(name.split(":")[1])
+        while len(steps) < 10_000:
+            t = time.perf_counter()
+            conn.execute("BEGIN IMMEDIATE")
+            changes = conn.total_changes
+            conn.execute("INSERT INTO cells_fts(cells_fts, rank) VALUES ('merge', ?)", (pages,))
+            idle = conn.total_changes - changes < 2  # FTS5's sign that nothing was merged
+            conn.execute("COMMIT")
+            steps.append(time.perf_counter() - t)
+            if idle:
+                break
+    out.update({"erase": spread(steps), "erase_s": round(time.perf_counter() - started, 2),
+                "levels_after": structure_levels(conn)})
+    conn.close()
+    out["erasure"] = erasure(path, words, 300)
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -362,6 +420,11 @@ def main() -> None:
     r.add_argument("--after", type=float, default=5.0)
     r.add_argument("--out", type=Path)
     r.add_argument("--page", type=int, help="cells a purge page deletes (PURGE_PAGE)")
+    o = sub.add_parser("scheme")
+    o.add_argument("--work", type=Path, required=True)
+    o.add_argument("--name", required=True, help="optimize, rebuild or merge:N")
+    o.add_argument("--page", type=int, default=500)
+    o.add_argument("--out", type=Path)
     w = sub.add_parser("write")
     w.add_argument("--url", required=True)
     w.add_argument("--stop-file", type=Path, required=True)
@@ -371,6 +434,12 @@ def main() -> None:
         build(args.text_file, args.cells, args.work, args.deleted, args.archived, args.stale)
     elif args.cmd == "write":
         write(args.url, args.stop_file, args.out)
+    elif args.cmd == "scheme":
+        line = json.dumps(scheme(args.work, args.name, args.page))
+        print(line, flush=True)
+        if args.out:
+            with args.out.open("a") as fh:
+                fh.write(line + "\n")
     else:
         result = run(args.work, args.label, args.match, args.before, args.after, args.page)
         print(json.dumps(result, indent=1), flush=True)

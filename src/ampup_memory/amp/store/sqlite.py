@@ -159,7 +159,7 @@ ERASE_PENDING_KEY = "purge_erase_pending"
 # away: each erasure adds two, and past 2,000 FTS5 reads its index as corrupt ("database
 # disk image is malformed": every search and write of a cell fails), after about a
 # thousand of them. From this many levels on, the erasure rebuilds the index instead (one
-# level again; 4.1 s at 1M cells against 0.8 s, docs/performance.md, session 31).
+# level again; 4-13 s at 1M cells against 0.8-1.6 s, docs/performance.md, session 31).
 FTS_REBUILD_LEVELS = 1000
 
 
