@@ -666,16 +666,19 @@ class SQLiteStore:
         return gone
 
     def erase_purged(self) -> None:
-        if self._conn().execute("SELECT 1 FROM meta WHERE key = ?", (ERASE_PENDING_KEY,)
-                                ).fetchone() is None:
+        owed = "SELECT 1 FROM meta WHERE key = ?"
+        if self._conn().execute(owed, (ERASE_PENDING_KEY,)).fetchone() is None:
             return
         with self._write() as conn:
+            if conn.execute(owed, (ERASE_PENDING_KEY,)).fetchone() is None:
+                return  # another process merged it meanwhile
             conn.execute("PRAGMA secure_delete=ON")
             # FTS5 keeps a deleted row's words (and its delete marker's) in its index
             # segments until they merge, so the words of a purged cell stayed in the file.
             # Merging every segment drops both; no partial merge is sure to (the marker
             # stays until it reaches the oldest segment), and FTS5's own 'secure-delete'
-            # (SQLite 3.42) makes the file unreadable to an older SQLite.
+            # (SQLite 3.42) made each delete 14 times as slow and the file unreadable to
+            # an older SQLite (docs/performance.md, session 31).
             levels = fts5_levels(conn, "cells_fts")
             command = "rebuild" if levels is not None and levels >= FTS_REBUILD_LEVELS \
                 else "optimize"
