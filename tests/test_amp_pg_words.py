@@ -82,6 +82,9 @@ def assert_exact(url: str, terms: list[str]) -> None:
                 (query,)).fetchone()
             assert (term, n) == (term, matching[0] if matching else None)
         assert conn.execute("SELECT count(*) FROM cell_words WHERE n < 0").fetchone() == (0,)
+        # No row at 0: a word no cell holds (an edit's old text, a purged or deleted
+        # cell's) is no row, or the words of a replaced text outlived it.
+        assert conn.execute("SELECT word FROM cell_words WHERE n = 0").fetchall() == []
         kept = "SELECT word, sum(n) FROM cell_words GROUP BY 1 HAVING sum(n) <> 0 ORDER BY 1"
         before = conn.execute(kept).fetchall()
         sizes = "SELECT sum(cells), sum(lengths) FROM cell_totals"

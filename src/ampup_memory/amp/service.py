@@ -69,6 +69,10 @@ LIFECYCLE_LEASE = "amp-lifecycle"
 PROGRESS_EVERY = 500  # cells between two progress reports of a lifecycle pass
 # Cells a pass reads whole at once (one `get_many`) before it moves them.
 MOVE_BATCH = 200
+# Cells a purge pass deletes in one transaction (one page of `deleted_before`). On SQLite
+# the write lock is held for the page: 500 took 77 ms at 1M cells beside a writer (about
+# 0.15 ms a cell), and writes waited for it (docs/performance.md, session 31).
+PURGE_PAGE = 100
 LIST_BATCH = 200
 MAX_CANDIDATES = 25_600
 
@@ -446,12 +450,16 @@ class AmpService:
             # moves statuses, never the erasure of a cell still inside its window.
             cutoff = self.clock() - timedelta(days=self.retention_days)
             after = ""
-            while ids := self.store.deleted_before(cutoff, 500, after):
+            while ids := self.store.deleted_before(cutoff, PURGE_PAGE, after):
                 after = ids[-1]
                 if req.dry_run:
                     report.purged += len(ids)
                     continue
                 report.purged += self.store.purge(ids)  # one transaction a page
+            if not req.dry_run:
+                # Once a pass, not a page: on SQLite it merges the whole keyword index
+                # (about 1 s at 1M cells, the write lock held); pages are PURGE_PAGE cells.
+                self.store.erase_purged()
         self.last_lifecycle = {"at": now, **report.wire()}
         if not req.dry_run:  # the history (one row per pass, still under the lease)
             self.store.record_pass(PassRecord(
@@ -506,7 +514,9 @@ class AmpService:
                     "days_remaining": remaining,
                 },
             )
-        return self.store.purge([cell_id])
+        gone = self.store.purge([cell_id])
+        self.store.erase_purged()
+        return gone
 
 
 # A read counts an access: these two fields move on every GET, and are not a write.

@@ -208,6 +208,12 @@ class CellStore(Protocol):
         """Hard-delete cells, in one transaction; how many rows went."""
         ...
 
+    def erase_purged(self) -> None:
+        """Erase what the purges since the last call left of the purged cells' words in the
+        store's indexes (SQLite: the keyword index's segments hold a deleted row's words
+        until they merge): once after a pass's purge pages, or after one purge."""
+        ...
+
     def lease(self, name: str, ttl_seconds: float) -> AbstractContextManager[bool]:
         """Hold a cross-process lease while the block runs; yields False if taken."""
         ...

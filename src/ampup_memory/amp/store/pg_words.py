@@ -76,9 +76,10 @@ TABLES = (
 )
 
 # One function for every row event: the words of the old text (none for an INSERT) are
-# taken away and the new text's (none for a DELETE) added, only those that changed. An
-# INSERT, the common write, only adds: its own statement spares it the grouping (a
-# quarter of the trigger's cost, measured).
+# taken away and the new text's (none for a DELETE) added, only those that changed; a
+# word's row that falls to 0 is deleted (a purge is an erasure, and an edit's old words
+# are no one's). An INSERT, the common write, only adds: its own statement spares it the
+# grouping (a quarter of the trigger's cost, measured).
 _COUNT = f"""CREATE OR REPLACE FUNCTION cell_words_count() RETURNS trigger
 LANGUAGE plpgsql AS $$
 DECLARE
@@ -102,6 +103,11 @@ BEGIN
             SELECT DISTINCT {_KEY}, -1 FROM unnest(tsvector_to_array(was_tsv)) l
         ) x GROUP BY k HAVING sum(d) <> 0 ORDER BY k COLLATE "C"
         ON CONFLICT (word, shard) DO UPDATE SET n = w.n + excluded.n;
+        -- A word the old text held that no cell of the shard holds now leaves the table:
+        -- a row at 0 named a word of a replaced or purged text for ever. Only rows the
+        -- statement above just locked match (n = 0), so no other writer waits longer.
+        DELETE FROM cell_words w WHERE w.shard = s AND w.n = 0 AND w.word IN (
+            SELECT {_KEY} COLLATE "C" FROM unnest(tsvector_to_array(was_tsv)) l);
     END IF;
     IF d_cells <> 0 OR d_lengths <> 0 THEN
         INSERT INTO cell_totals AS t (shard, cells, lengths) VALUES (s, d_cells, d_lengths)
@@ -110,17 +116,6 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$"""
-
-# After a purge (``DELETE … RETURNING id, tsvector_to_array(tsv)``, flattened to one id
-# per lexeme): the rows of the purged cells' words in their shards that fell to 0. The
-# trigger leaves them (a word's row is kept for its next cell), but a purge is an erasure,
-# and a row naming a word of the text outlived the cell. Only rows the purge's own trigger
-# just locked (its cells' shards), so no new lock is taken and no writer waits.
-FORGET = f"""DELETE FROM cell_words w USING (
-    SELECT DISTINCT {_KEY} COLLATE "C" AS word, {_shard("x.id")} AS shard
-    FROM unnest(%s::text[], %s::text[]) AS x(id, l)) z
-WHERE w.word = z.word AND w.shard = z.shard AND w.n = 0"""
-
 
 def emptied(name: str, *tables: str) -> tuple[str, str]:
     """The function ``<name>_empty`` that empties ``tables`` when ``cells`` is truncated,

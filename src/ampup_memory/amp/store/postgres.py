@@ -958,16 +958,15 @@ class PostgresStore:
             return 0
         ids = list(cell_ids)
         with self._conn() as conn, conn.transaction():
-            gone = self._execute(
-                conn, "DELETE FROM cells WHERE id = ANY(%s::text[])"
-                " RETURNING id, tsvector_to_array(tsv)", (ids,)).fetchall()
+            # The purged texts' words leave `cell_words` by its trigger (rows fallen to 0).
+            cur = self._execute(conn, "DELETE FROM cells WHERE id = ANY(%s::text[])", (ids,))
             self._execute(conn, "DELETE FROM scoring_patches WHERE cell_id = ANY(%s::text[])",
                           (ids,))
-            # The purged texts' words leave `cell_words` too (their rows fell to 0).
-            self._execute(conn, pg_words.FORGET, (
-                [cell_id for cell_id, lexemes in gone for _ in lexemes or ()],
-                [lexeme for _, lexemes in gone for lexeme in lexemes or ()]))
-            return len(gone)
+            return cur.rowcount
+
+    def erase_purged(self) -> None:
+        """Nothing: `purge`'s own transaction took the purged texts' words away (dead row
+        versions wait for VACUUM: docs/security-model.md)."""
 
     @contextmanager
     def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:

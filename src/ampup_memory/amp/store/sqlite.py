@@ -151,6 +151,33 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
 
 _COLS = CELL_COLS
+# `SQLiteStore.purge` marks the keyword index as holding purged words; `erase_purged`
+# merges it and takes the mark away.
+ERASE_PENDING_KEY = "purge_erase_pending"
+# An FTS5 'optimize' puts every segment on a new level and merges it into another, and
+# SQLite 3.40.1 (Debian 12's; SQLite's current source caps this) never takes a level
+# away: each erasure adds two, and past 2,000 FTS5 reads its index as corrupt ("database
+# disk image is malformed": every search and write of a cell fails), after about a
+# thousand of them. From this many levels on, the erasure rebuilds the index instead (one
+# level again; 4-13 s at 1M cells against 0.8-1.6 s, docs/performance.md, session 31).
+FTS_REBUILD_LEVELS = 1000
+
+
+def fts5_levels(conn: sqlite3.Connection, table: str) -> int | None:
+    """How many levels the FTS5 index ``table`` has: the varint after the 4-byte cookie
+    (and the 4-byte mark of the second format) of its structure record, row 10 of
+    ``<table>_data``. None when it is not there or not in that shape (then the erasure
+    optimizes: a later format comes from a later SQLite, which caps the levels)."""
+    row = conn.execute(f"SELECT block FROM {table}_data WHERE id = 10").fetchone()
+    blob = bytes(row[0]) if row and row[0] is not None else b""
+    i = 8 if blob[4:8] == b"\xff\x00\x00\x01" else 4
+    value = 0
+    for byte in blob[i:i + 9]:  # SQLite's varint: 7 bits a byte, high bit = more
+        value = (value << 7) | (byte & 0x7F)
+        if not byte & 0x80:
+            return value
+    return None
+
 # What a search reads of its hits (`SQLiteStore._hit_rows`: the filters' columns, id, guard,
 # decay inputs), by row number: about 270 bytes a cell instead of a 1.8 KB row, so the
 # pages searches touch (one per hit) stay in the page cache: at 1M cells 270 MB of them,
@@ -632,11 +659,31 @@ class SQLiteStore:
                 gone += conn.execute("DELETE FROM cells WHERE id = ?", (cell_id,)).rowcount
                 conn.execute("DELETE FROM scoring_patches WHERE cell_id = ?", (cell_id,))
             if gone:
-                # FTS5 keeps a deleted row's words (and its delete marker's) in its index
-                # segments until they merge, so the words of a purged cell stayed in the
-                # file. Merging every segment drops both (0.3-0.4 s at 100k cells).
-                conn.execute("INSERT INTO cells_fts(cells_fts) VALUES ('optimize')")
+                # The words stay in the keyword index until `erase_purged` (a mark, so a
+                # crash before it leaves the work to the next call, not undone).
+                conn.execute("INSERT INTO meta (key, value) VALUES (?, '1')"
+                             " ON CONFLICT(key) DO NOTHING", (ERASE_PENDING_KEY,))
         return gone
+
+    def erase_purged(self) -> None:
+        owed = "SELECT 1 FROM meta WHERE key = ?"
+        if self._conn().execute(owed, (ERASE_PENDING_KEY,)).fetchone() is None:
+            return
+        with self._write() as conn:
+            if conn.execute(owed, (ERASE_PENDING_KEY,)).fetchone() is None:
+                return  # another process merged it meanwhile
+            conn.execute("PRAGMA secure_delete=ON")
+            # FTS5 keeps a deleted row's words (and its delete marker's) in its index
+            # segments until they merge, so the words of a purged cell stayed in the file.
+            # Merging every segment drops both; no partial merge is sure to (the marker
+            # stays until it reaches the oldest segment), and FTS5's own 'secure-delete'
+            # (SQLite 3.42) made each delete 14 times as slow and the file unreadable to
+            # an older SQLite (docs/performance.md, session 31).
+            levels = fts5_levels(conn, "cells_fts")
+            command = "rebuild" if levels is not None and levels >= FTS_REBUILD_LEVELS \
+                else "optimize"
+            conn.execute(f"INSERT INTO cells_fts(cells_fts) VALUES ('{command}')")
+            conn.execute("DELETE FROM meta WHERE key = ?", (ERASE_PENDING_KEY,))
 
     @contextmanager
     def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:
