@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -74,6 +75,33 @@ def test_two_writers_holding_one_cell_version(server: ServerProcess, agent: str,
         archived = first.archive(made["id"], if_match=again.etag)
         assert archived["lifecycle"]["status"] == "archived" and archived.etag != again.etag
         assert second.forget(made["id"], if_match=archived.etag) is True
+
+
+@pytest.mark.parametrize("conditional", [True, False])
+def test_forget_deletes_only_the_version_its_archive_wrote(
+        server: ServerProcess, agent: str, uid: str, conditional: bool) -> None:
+    """`forget` is two requests; a write landing between its archive and its delete was
+    deleted over though ``if_match`` was given. With it, the delete now names the version
+    the archive wrote: the landed write stands, `PreconditionFailedError`, the cell left
+    archived. Without it, forget deletes whatever is there, as before."""
+    with AMPClient(server.url, agent) as client, AMPClient(server.url, agent) as other:
+        made = client.remember("Rotate the keys monthly.", f"user_{uid}")
+        send_one = client._send_one
+
+        def meanwhile(call: Any) -> Any:  # the other writer, just before the delete
+            if call.method == "DELETE":
+                other.update(made["id"], content={"metadata": {"note": "kept"}})
+            return send_one(call)
+
+        client._send_one = meanwhile  # type: ignore[method-assign]
+        if not conditional:
+            assert client.forget(made["id"]) is True
+            return
+        with pytest.raises(PreconditionFailedError):
+            client.forget(made["id"], if_match=made.etag)
+        left = other.get_memory(made["id"])
+        assert left["lifecycle"]["status"] == "archived"
+        assert left["content"]["metadata"] == {"note": "kept"}
 
 
 async def test_async_writers_racing_on_one_tag(server: ServerProcess, agent: str,

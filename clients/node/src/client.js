@@ -222,16 +222,20 @@ export class AMPClient extends Transport {
 
   /**
    * Archive, then delete (the protocol deletes only archived cells). True on 204.
-   * `ifMatch`: only if the cell is still that version (checked by the archive, the first
-   * of the two writes), else `PreconditionFailedError` and nothing changes.
+   * `ifMatch`: only if the cell is still that version, else `PreconditionFailedError`:
+   * the archive is sent with it, and the delete with the version the archive wrote, so a
+   * write landing between the two is not deleted over (it is a `PreconditionFailedError`
+   * too, with the cell left archived).
    *
    * @param {string} memoryId
    * @param {{ ifMatch?: string }} [conditions]
    * @returns {Promise<boolean>}
    */
   async forget(memoryId, conditions) {
-    await this.archive(memoryId, conditions);
-    await this._request("DELETE", cellPath(memoryId));
+    const archived = await this.archive(memoryId, conditions);
+    const version = conditions?.ifMatch !== undefined ? archived?.etag : undefined;
+    await this._request("DELETE", cellPath(memoryId),
+      version ? { conditions: { ifMatch: version } } : {});
     return true;
   }
 

@@ -14,7 +14,7 @@ and ``Items`` what a walker answers (an iterator or an async iterator of cells).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Generic, TypeVar, overload
 
@@ -95,6 +95,13 @@ def _update_call(memory_id: str, fields: Mapping[str, Any],
                  if_match: str | None) -> Call[Versioned]:
     return Call("PATCH", _cell_path(memory_id), _object, json=dict(fields),
                 headers=preconditions(if_match=if_match))
+
+
+def _delete_what_was_archived(archived: Versioned, delete: Call[bool]) -> Call[bool]:
+    """`forget`'s delete, conditional on the version its archive wrote (when it has one)."""
+    if archived.etag is None:
+        return delete
+    return replace(delete, headers={**(delete.headers or {}), "If-Match": archived.etag})
 
 
 def _archive_call(memory_id: str, if_match: str | None) -> Call[Versioned]:
@@ -199,10 +206,13 @@ class AMPCalls(Transport, Generic[Obj, Cells, Flag, PageR, SearchR, Items]):
 
     def forget(self, memory_id: str, *, if_match: str | None = None) -> Flag:
         """Archive, then delete: the protocol deletes only archived cells. True on 204.
-        ``if_match``: only if the cell is still that version (checked by the archive, the
-        first of the two writes), else `PreconditionFailedError` and nothing changes."""
+        ``if_match``: only if the cell is still that version, else
+        `PreconditionFailedError`: the archive is sent with it, and the delete with the
+        version the archive wrote, so a write landing between the two is not deleted over
+        (also `PreconditionFailedError`, the cell left archived)."""
         return self._call(Call("DELETE", _cell_path(memory_id), _no_content,
-                               before=_archive_call(memory_id, if_match)))
+                               before=_archive_call(memory_id, if_match),
+                               follow=None if if_match is None else _delete_what_was_archived))
 
     def health(self) -> Flag:
         """True when the server answers ``ok``; False (never an exception) otherwise."""

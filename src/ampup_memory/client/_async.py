@@ -53,7 +53,7 @@ class AsyncTransport(Transport):
     async def _send(self, call: Call[T]) -> T:
         try:
             if call.before is not None:
-                await self._send(call.before)
+                call = call.after(await self._send(call.before))
             return await self._send_one(call)
         except AMPError as exc:
             if call.fallback is None:

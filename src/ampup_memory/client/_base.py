@@ -68,9 +68,11 @@ def preconditions(if_match: str | None = None,
 class Call(Generic[T]):
     """One HTTP exchange: what to send and how to read a 2xx answer.
 
-    ``before`` is a call sent first, its answer dropped (`forget` archives, then deletes);
-    ``fallback`` turns a failure into an answer instead of raising it (`health`). Both are
-    followed by every transport, so an operation of two steps is still described once.
+    ``before`` is a call sent first (`forget` archives, then deletes); ``follow``, when
+    set, makes this call from ``before``'s answer (`forget` deletes only the version its
+    archive wrote), else that answer is dropped. ``fallback`` turns a failure into an
+    answer instead of raising it (`health`). All are followed by every transport, so an
+    operation of two steps is still described once.
     """
 
     method: str
@@ -80,7 +82,12 @@ class Call(Generic[T]):
     json: Any = None
     headers: dict[str, str] | None = None
     before: Call[Any] | None = None
+    follow: Callable[[Any, Call[T]], Call[T]] | None = None
     fallback: Callable[[AMPError], T] | None = None
+
+    def after(self, first: Any) -> Call[T]:
+        """This call as ``before``'s answer ``first`` makes it."""
+        return self if self.follow is None else self.follow(first, self)
 
 
 def wire_time(value: Any) -> Any:

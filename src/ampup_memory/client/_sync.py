@@ -51,7 +51,7 @@ class SyncTransport(Transport):
     def _send(self, call: Call[T]) -> T:
         try:
             if call.before is not None:
-                self._send(call.before)
+                call = call.after(self._send(call.before))
             return self._send_one(call)
         except AMPError as exc:
             if call.fallback is None:
