@@ -37,6 +37,7 @@ from ampup_memory.errors import (
     ConfigurationError,
     driver_said,
     storage_down,
+    storage_trouble,
 )
 from ampup_memory.memory.branch_cli import branch_commands
 from ampup_memory.memory.cli import memory_commands
@@ -690,8 +691,7 @@ def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
         # rule the HTTP faces and the timers ask too. Anything else keeps its traceback.
         if storage_down(exc) is None:
             raise
-        _fail(f"{'storage' if isinstance(exc, OSError) else 'database'} error: "
-              f"{driver_said(exc)}")
+        _fail(f"{storage_trouble(exc)}: {driver_said(exc)}")
     sys.exit(code if isinstance(code, int) else 0)
 
 
