@@ -22,7 +22,16 @@ from pydantic import BaseModel, ValidationError
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
-from ampup_memory.errors import Conflict, NotFound, NotYours, field_error, refuse_nul
+from ampup_memory.errors import (
+    Conflict,
+    NotFound,
+    NotYours,
+    driver_said,
+    field_error,
+    refuse_nul,
+    storage_down,
+    storage_trouble,
+)
 from ampup_memory.memory.acl import (
     Principal,
     common_acl,
@@ -860,8 +869,12 @@ class MemoryService:
         for listener in self.after_commit:
             try:
                 listener(ns, branch)
-            except Exception:  # the commit stands; the listener catches up on its next pass
-                log.exception("after-commit listener failed for %s/%s", ns, branch)
+            except Exception as exc:  # the commit stands; the listener catches up next pass
+                if storage_down(exc) is None:
+                    log.exception("after-commit listener failed for %s/%s", ns, branch)
+                else:  # a disk full, a database down: no bug, no traceback
+                    log.warning("after-commit listener failed for %s/%s, %s: %s", ns,
+                                branch, storage_trouble(exc), driver_said(exc)[:300])
         self.workspaces.landed(scope)  # after the listeners: they fill the search index
         # Upkeep after the commit is durable and visible: amortised, never fails the write.
         for name in snapshots:

@@ -87,7 +87,7 @@ from ampup_memory.search.index.common import (
 )
 from ampup_memory.search.index.keywords import Space, SpaceFiles
 from ampup_memory.search.tokenize import fts5_match
-from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
+from ampup_memory.sqlite_connections import ThreadConnections, roll_back, sqlite_path
 
 FORMAT = "4"  # 4: row lengths for held searches; 3: row seqs and sizes for held searches;
 # 2: a keyword file per (scope, branch); 1 (no key): one shared FTS5 table
@@ -252,7 +252,7 @@ class SQLiteIndex:
                 self._spaces.keep_only(self._all_spaces(conn))
                 keep_only_graphs(self._graphs, self._graph_paths(self._all_spaces(conn)))
             except BaseException:
-                conn.execute("ROLLBACK")
+                roll_back(conn)
                 raise
             conn.execute("COMMIT")
 
@@ -311,7 +311,7 @@ class SQLiteIndex:
                 yield
                 self._flush_bits(conn)
             except BaseException:
-                conn.execute("ROLLBACK")
+                roll_back(conn)
                 raise
             else:
                 conn.execute("COMMIT")
@@ -482,7 +482,7 @@ class SQLiteIndex:
                 )
                 keywords.apply(kconn, kind, rows, upto)
         except BaseException:
-            kconn.execute("ROLLBACK")
+            roll_back(kconn)
             raise
         kconn.execute("COMMIT")
         return max(done, upto)
