@@ -184,6 +184,7 @@ def serve(**kwargs: Any) -> None:
     sock = _listen(settings.host, settings.port)
     port = sock.getsockname()[1]
     _warn_if_open(settings)
+    _open_files(settings)
 
     import uvicorn
 
@@ -225,6 +226,16 @@ def _listen(host: str, port: int) -> socket.socket:
         _fail(f"cannot listen on {host}:{port}: {why}")
     sock.set_inheritable(True)
     return sock
+
+
+def _open_files(settings: Settings) -> None:
+    """Raise the soft limit on open files to the hard one; warn when it stays low."""
+    from ampup_memory.logs import announce
+    from ampup_memory.web.filelimit import low_limit_warning, raise_open_file_limit
+
+    warning = low_limit_warning(raise_open_file_limit())
+    if warning is not None:
+        announce(settings, warning, warning=True)
 
 
 def _warn_if_open(settings: Settings) -> None:
