@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.memory_support import QUIET, cli_in_process
+from tests.pg import PostgresFactory
 from tests.server_process import ServerProcess, plain_client
 
 SCOPE = "disk/team_a"
@@ -117,3 +120,62 @@ def test_commands_on_a_full_disk_say_so(server: ServerProcess, small_disk: Path)
     assert backup.returncode == 2, backup.stdout + backup.stderr
     assert "disk full while writing the backup into" in backup.stderr, backup.stderr
     assert backup.stdout == "" and not (small_disk / "backup").exists()
+
+
+@pytest.fixture
+def pg_on_small_disk(postgres: PostgresFactory, small_disk: Path  # small_disk: root's skip
+                     ) -> Iterator[tuple[str, Path]]:
+    """A database whose tables live on a tablespace on a small tmpfs of its own (the
+    PostgreSQL server's own machine and user: the embedded one, as root)."""
+    import psycopg
+
+    # Not under pytest's folder (root's, mode 0700): PostgreSQL's own user must reach it.
+    point = Path(tempfile.mkdtemp(prefix="ampup-pg-disk-"))
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=12m", "tmpfs", str(point)],
+                      capture_output=True).returncode != 0:
+        pytest.skip("needs a small filesystem to fill")
+    name = f"full_{uuid.uuid4().hex[:10]}"
+    try:
+        with psycopg.connect(postgres.admin_url, autocommit=True) as conn:
+            data = Path(str(conn.execute("SHOW data_directory").fetchone()[0]))  # type: ignore[index]
+            if not data.exists():
+                pytest.skip("PostgreSQL is not on this machine (TEST_POSTGRES_URL)")
+            os.chown(point, data.stat().st_uid, data.stat().st_gid)
+            conn.execute(f"CREATE TABLESPACE {name} LOCATION '{point}'")
+            conn.execute(f'CREATE DATABASE "{name}" TABLESPACE {name}')
+        url = postgres.url_for(name)
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        yield url, point
+        with psycopg.connect(postgres.admin_url, autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f"DROP TABLESPACE IF EXISTS {name}")
+    finally:
+        subprocess.run(["umount", "-l", str(point)], check=False)
+        point.rmdir()
+
+
+@pytest.mark.postgres
+def test_the_cell_store_on_a_full_postgresql_disk_is_507(
+        pg_on_small_disk: tuple[str, Path], tmp_path: Path) -> None:
+    """PostgreSQL's disk_full (53100) is a 507 as SQLite's is, with a log line; the cell
+    store answered its own 503 "unavailable" and logged nothing."""
+    url, disk = pg_on_small_disk
+    with ServerProcess(tmp_path, env={**QUIET, "AMP_STORE_URI": url}) as proc, \
+            plain_client(base_url=proc.url, timeout=60, headers=AGENT) as c:
+        kept = c.post("/amp/v1/memories", json=_cell(0))
+        assert kept.status_code == 201, kept.text
+        filler = _fill(disk)
+        try:  # pages with room take a few rows first: write until the table must grow
+            for n in range(1, 200):
+                text = os.urandom(3000).hex()  # not compressed into a page with room
+                r = c.post("/amp/v1/memories", json={**_cell(n), "content": {"text": text}})
+                if r.status_code != 201:
+                    break
+            assert r.status_code == 507, r.text
+            assert r.json()["error"]["code"] == "INSUFFICIENT_STORAGE"
+        finally:
+            filler.unlink()
+        assert c.post("/amp/v1/memories", json=_cell(2)).status_code == 201
+        assert c.get(f"/amp/v1/memories/{kept.json()['id']}").status_code == 200
+    assert "cell store (PostgreSQL), disk full" in proc.log_path.read_text()
