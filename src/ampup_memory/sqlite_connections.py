@@ -30,10 +30,11 @@ def roll_back(conn: sqlite3.Connection) -> None:
 ROOM_FLOOR_BYTES = 1 << 20
 
 
-def room_note(where: str | Path) -> str:
+def open_note(where: str | Path) -> str:
     """For an error opening a SQLite file (a path, or a ``sqlite:///`` URI; "" for any other
-    URI): "; its disk is full …" when the folder holding it has under 1 MiB free, since
-    SQLite then says only "disk I/O error" (it cannot make its ``-wal`` and ``-shm`` files)."""
+    URI), what SQLite's words leave out ("disk I/O error", "unable to open database file"):
+    "; its disk is full …" when the folder holding it has under 1 MiB free (SQLite cannot
+    make its ``-wal`` and ``-shm`` files), "; its folder is on a read-only filesystem"."""
     if isinstance(where, str):
         if not where.startswith("sqlite:///"):
             return ""
@@ -45,6 +46,8 @@ def room_note(where: str | Path) -> str:
         st = os.statvfs(folder)
     except OSError:
         return ""
+    if st.f_flag & os.ST_RDONLY:
+        return f"; its folder {folder} is on a read-only filesystem"
     if st.f_bavail * st.f_frsize >= ROOM_FLOOR_BYTES:
         return ""
     return f"; its disk is full ({folder}: {st.f_bavail * st.f_frsize} bytes free): free space"

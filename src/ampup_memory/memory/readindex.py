@@ -68,7 +68,7 @@ from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_orde
 from ampup_memory.memory.tables import schema_lock, sqlalchemy_url
 from ampup_memory.pg_locks import PRINCIPALS_LOCK
 from ampup_memory.settings import mask_secrets, mask_uri
-from ampup_memory.sqlite_connections import enable_wal, room_note
+from ampup_memory.sqlite_connections import enable_wal, open_note
 
 log = logging.getLogger("ampup_memory.memory")
 
@@ -249,7 +249,7 @@ class ReadIndex:
             # "database error" that leaves the operator to guess which of the URIs it was.
             said = mask_secrets(driver_said(exc), [urlsplit(uri).password])
             raise ConfigurationError(
-                f"cannot open the read index {mask_uri(uri)}: {said}{room_note(uri)}"
+                f"cannot open the read index {mask_uri(uri)}: {said}{open_note(uri)}"
             ) from exc
 
     def _open_layout(self, conn: Connection, where: str, replace_newer: bool) -> None:

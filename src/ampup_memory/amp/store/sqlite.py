@@ -71,8 +71,8 @@ from ampup_memory.search.tokenize import fts5_match
 from ampup_memory.sqlite_connections import (
     ThreadConnections,
     file_lock,
+    open_note,
     roll_back,
-    room_note,
     sqlite_path,
 )
 from ampup_memory.timefmt import format_time
@@ -335,7 +335,7 @@ class SQLiteStore:
         except sqlite3.DatabaseError as exc:  # not a file, not writable, not a database
             self._conns.close_all()
             raise ConfigurationError(f"cannot open the AMP store {self.path}: {exc}"
-                                     f"{room_note(self.path)}") from exc
+                                     f"{open_note(self.path)}") from exc
 
     # -- connections ----------------------------------------------------------------------
 
