@@ -151,7 +151,7 @@ async def test_mcp_tools_answer_a_database_outage_with_the_same_503_text(
     assert down == lookup == expected
     assert "Porto" in again
     log = proc.log_path.read_text()
-    assert "storage error in an MCP tool call" in log
+    assert "database error in an MCP tool call" in log
     assert "Traceback" not in log and "unhandled error" not in log
 
 

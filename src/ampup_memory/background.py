@@ -15,7 +15,7 @@ from typing import Any
 import anyio.to_thread
 from fastapi.concurrency import run_in_threadpool
 
-from ampup_memory.errors import storage_down
+from ampup_memory.errors import driver_said, storage_down, storage_trouble
 from ampup_memory.timefmt import format_time
 
 LifespanHook = Callable[[], AbstractAsyncContextManager[None]]
@@ -77,9 +77,9 @@ def periodic(job: Callable[[], str | None], interval: float, what: str, log: log
             except Exception as exc:  # a failed run must not kill the timer
                 record.failures += 1
                 record.last_error = f"{type(exc).__name__}: {exc}"
-                if storage_down(exc) is not None:  # storage down: no bug
-                    log.warning("%s failed, storage unavailable: %s", what,
-                                " ".join(str(exc).split())[:300])
+                if storage_down(exc) is not None:  # storage down or full: no bug
+                    log.warning("%s failed, %s: %s", what, storage_trouble(exc),
+                                driver_said(exc)[:300])
                 else:
                     log.exception("%s failed", what)
             record.in_pass = False

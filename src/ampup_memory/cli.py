@@ -37,6 +37,7 @@ from ampup_memory.errors import (
     ConfigurationError,
     driver_said,
     storage_down,
+    storage_trouble,
 )
 from ampup_memory.memory.branch_cli import branch_commands
 from ampup_memory.memory.cli import memory_commands
@@ -195,6 +196,7 @@ def serve(**kwargs: Any) -> None:
     sock = _listen(settings.host, settings.port)
     port = sock.getsockname()[1]
     _warn_if_open(settings)
+    _open_files(settings)
 
     import uvicorn
 
@@ -238,6 +240,16 @@ def _listen(host: str, port: int) -> socket.socket:
         _fail(f"cannot listen on {host}:{port}: {why}")
     sock.set_inheritable(True)
     return sock
+
+
+def _open_files(settings: Settings) -> None:
+    """Raise the soft limit on open files to the hard one; warn when it stays low."""
+    from ampup_memory.logs import announce
+    from ampup_memory.web.filelimit import low_limit_warning, raise_open_file_limit
+
+    warning = low_limit_warning(raise_open_file_limit())
+    if warning is not None:
+        announce(settings, warning, warning=True)
 
 
 def _warn_if_open(settings: Settings) -> None:
@@ -712,8 +724,7 @@ def run(args: list[str] | None = None, prog_name: str = PROG_NAMES[0]) -> None:
         # rule the HTTP faces and the timers ask too. Anything else keeps its traceback.
         if storage_down(exc) is None:
             raise
-        _fail(f"{'storage' if isinstance(exc, OSError) else 'database'} error: "
-              f"{driver_said(exc)}")
+        _fail(f"{storage_trouble(exc)}: {driver_said(exc)}")
     sys.exit(code if isinstance(code, int) else 0)
 
 

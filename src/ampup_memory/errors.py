@@ -15,8 +15,9 @@
     ├── UnsupportedMediaType       415    UNSUPPORTED_MEDIA_TYPE (a Content-Encoding: web/limits.py)
     ├── ValidationFailed           422    VALIDATION_ERROR
     ├── RateLimited                429    RATE_LIMITED
-    └── ServiceUnavailable         503    UNAVAILABLE
-        └── Overloaded             503    UNAVAILABLE (a full waiting line; Retry-After)
+    ├── ServiceUnavailable         503    UNAVAILABLE
+    │   └── Overloaded             503    UNAVAILABLE (a full waiting line; Retry-After)
+    └── InsufficientStorage        507    INSUFFICIENT_STORAGE (a disk or database full)
 
 `ampup_memory.web.errors` renders them as ``{"error": {"code", "message", "details"}}``;
 nothing else builds an error body.
@@ -24,6 +25,7 @@ nothing else builds an error body.
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -213,7 +215,25 @@ class Overloaded(ServiceUnavailable):
                          headers={"Retry-After": str(retry_after)})
 
 
+class InsufficientStorage(AmpError):
+    """A disk (the home, the warehouse) or a database out of space: nothing is wrong with
+    the request, and waiting a few seconds will not help until an operator frees space."""
+
+    status = 507
+    code = "INSUFFICIENT_STORAGE"
+
+
 STORAGE_RETRY_AFTER_SECONDS = 5
+
+
+def storage_full() -> InsufficientStorage:
+    """The answer to a store that ran out of space mid-request (:func:`disk_full`). No
+    ``Retry-After``: space comes back when an operator frees it, and the server needs no
+    restart then."""
+    return InsufficientStorage(
+        "The server's storage is full; free space on it (the server needs no restart). A "
+        "write that got this answer may or may not have landed: writing the same episode "
+        "again is safe.")
 
 
 def storage_unavailable() -> ServiceUnavailable:
@@ -227,13 +247,58 @@ def storage_unavailable() -> ServiceUnavailable:
 
 
 def database_unavailable() -> ServiceUnavailable:
-    """The answer to the catalog or index database (PostgreSQL) failing mid-request: down,
-    restarting, unreachable or timing out (psycopg's ``OperationalError``, also as
-    SQLAlchemy wraps it). The cause goes to the log."""
+    """The answer to a database failing mid-request: PostgreSQL down, restarting,
+    unreachable or timing out (psycopg's ``OperationalError``, also as SQLAlchemy wraps
+    it), or an embedded SQLite file the server cannot write or read (:func:`sqlite_failed`).
+    The cause goes to the log."""
     return ServiceUnavailable(
-        "The catalog or index database did not answer; try again shortly. A write that got "
-        "this answer may or may not have landed: writing the same episode again is safe.",
+        "A database of the server (catalog, index or cell store) did not answer or could "
+        "not write; try again shortly. A write that got this answer may or may not have "
+        "landed: writing the same episode again is safe.",
         headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)})
+
+
+# SQLite's primary result codes for a file the server cannot use (not a statement's fault):
+# SQLITE_BUSY (5: still locked after the busy timeout), SQLITE_READONLY (8), SQLITE_IOERR
+# (10), SQLITE_FULL (13), SQLITE_CANTOPEN (14).
+_SQLITE_FULL = 13
+_SQLITE_UNUSABLE = {5, 8, 10, _SQLITE_FULL, 14}
+
+
+def _driver_error(exc: BaseException) -> BaseException:
+    """The driver's own error inside SQLAlchemy's wrapper (``.orig``), or ``exc``."""
+    return getattr(exc, "orig", None) or exc
+
+
+def _sqlite_code(exc: BaseException) -> int | None:
+    """SQLite's primary result code of ``exc`` (or of the driver error SQLAlchemy wraps),
+    None for any other error. sqlite3 is looked up, not imported, as the drivers are."""
+    sqlite3 = sys.modules.get("sqlite3")
+    inner = _driver_error(exc)
+    if sqlite3 is None or not isinstance(inner, sqlite3.Error):
+        return None
+    code = getattr(inner, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF  # an extended code's low byte
+
+
+def sqlite_failed(exc: BaseException) -> bool:
+    """Whether ``exc`` says an embedded SQLite file cannot be used (locked past the busy
+    timeout, read-only, an I/O error, full, cannot be opened): the file's trouble, not a
+    statement's (a bug stays a 500)."""
+    return _sqlite_code(exc) in _SQLITE_UNUSABLE
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` says a store ran out of space: ``ENOSPC``/``EDQUOT`` from a file
+    (pyarrow's too), SQLite's ``SQLITE_FULL``, PostgreSQL's ``disk_full`` (53100), also as
+    SQLAlchemy wraps them."""
+    inner = _driver_error(exc)
+    if isinstance(inner, OSError):
+        return inner.errno in (errno.ENOSPC, errno.EDQUOT)
+    if _sqlite_code(exc) == _SQLITE_FULL:
+        return True
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(inner, psycopg.errors.DiskFull)
 
 
 def database_down(exc: BaseException) -> bool:
@@ -249,17 +314,28 @@ def database_down(exc: BaseException) -> bool:
     return psycopg is not None and isinstance(exc, psycopg.OperationalError)
 
 
-def storage_down(exc: BaseException) -> ServiceUnavailable | None:
-    """The one rule for "a storage engine failed, this is no bug": the 503 ``exc`` gets
-    (:func:`storage_unavailable` for an ``OSError`` of the table storage,
-    :func:`database_unavailable` when :func:`database_down`), or None for anything else
-    (a bug stays one). The HTTP faces, the MCP tools and the background timers all ask
-    this."""
+def storage_down(exc: BaseException) -> AmpError | None:
+    """The one rule for "a storage engine failed, this is no bug": the answer ``exc`` gets
+    (the 507 :func:`storage_full` when :func:`disk_full`; else the 503
+    :func:`storage_unavailable` for an ``OSError`` of the table storage, or
+    :func:`database_unavailable` when :func:`database_down` or :func:`sqlite_failed`), or
+    None for anything else (a bug stays one). The HTTP faces, the MCP tools, the
+    background timers and the CLI all ask this."""
+    if disk_full(exc):
+        return storage_full()
     if isinstance(exc, OSError):
         return storage_unavailable()
-    if database_down(exc):
+    if database_down(exc) or sqlite_failed(exc):
         return database_unavailable()
     return None
+
+
+def storage_trouble(exc: BaseException) -> str:
+    """How a log line or the CLI's ``error:`` line names a failure :func:`storage_down`
+    answers: "disk full", "storage error" (the table storage) or "database error"."""
+    if disk_full(exc):
+        return "disk full"
+    return "storage error" if isinstance(exc, OSError) else "database error"
 
 
 def driver_said(exc: BaseException) -> str:

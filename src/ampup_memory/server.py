@@ -42,6 +42,7 @@ from ampup_memory.search.index.common import join_graph_threads
 from ampup_memory.settings import Settings
 from ampup_memory.web import apidocs, inspector
 from ampup_memory.web import errors as http_errors
+from ampup_memory.web.filelimit import quiet_accept_errors
 from ampup_memory.web.head import HeadAsGet
 from ampup_memory.web.limits import BodyLimit, NulGuard
 from ampup_memory.web.openapi import install_schemas
@@ -106,6 +107,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        quiet_accept_errors()  # out of open files: one line, not a traceback per accept
         hooks = list(app.state.lifespan_hooks)
         if settings.lifecycle_enabled:
             hooks.append(_lifecycle_timer(rt, app.state.timers))

@@ -19,6 +19,40 @@ from typing import Literal
 from ampup_memory.errors import ConfigurationError
 
 
+def roll_back(conn: sqlite3.Connection) -> None:
+    """End a failed transaction: ROLLBACK, unless SQLite ended it already. On a full disk,
+    an I/O error or a busy file SQLite may roll the whole transaction back itself, and a
+    ROLLBACK then raises "no transaction is active", hiding the error that said why."""
+    if conn.in_transaction:
+        conn.execute("ROLLBACK")
+
+
+ROOM_FLOOR_BYTES = 1 << 20
+
+
+def open_note(where: str | Path) -> str:
+    """For an error opening a SQLite file (a path, or a ``sqlite:///`` URI; "" for any other
+    URI), what SQLite's words leave out ("disk I/O error", "unable to open database file"):
+    "; its disk is full …" when the folder holding it has under 1 MiB free (SQLite cannot
+    make its ``-wal`` and ``-shm`` files), "; its folder is on a read-only filesystem"."""
+    if isinstance(where, str):
+        if not where.startswith("sqlite:///"):
+            return ""
+        where = sqlite_path(where)
+    folder = Path(where).expanduser().absolute().parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return ""
+    if st.f_flag & os.ST_RDONLY:
+        return f"; its folder {folder} is on a read-only filesystem"
+    if st.f_bavail * st.f_frsize >= ROOM_FLOOR_BYTES:
+        return ""
+    return f"; its disk is full ({folder}: {st.f_bavail * st.f_frsize} bytes free): free space"
+
+
 def sqlite_path(uri: str) -> Path:
     """``sqlite:///abs/path.db`` or ``sqlite:///rel.db`` → a path. Nothing else is accepted."""
     if not uri.startswith("sqlite:///"):

@@ -50,6 +50,7 @@ from ampup_memory.errors import (
     field_error,
     refuse_nul,
     storage_down,
+    storage_trouble,
 )
 from ampup_memory.mcp.arguments import publish
 from ampup_memory.web import jsontext
@@ -160,7 +161,7 @@ class ToolEnv:
             if answer is None:
                 log.error("unhandled error in an MCP tool call", exc_info=exc)
                 return _text(INTERNAL, error=True)
-            log.warning("storage error in an MCP tool call: %s",
+            log.warning("%s in an MCP tool call: %s", storage_trouble(exc),
                         driver_said(exc)[:300])
             return _text(error_text(answer), error=True)
         return _text(text)

@@ -48,6 +48,7 @@ from sqlalchemy import (
     text,
     tuple_,
     union_all,
+    update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection, Engine
@@ -68,7 +69,7 @@ from ampup_memory.memory.segments import NO_LIMIT, Segment, Segments, layer_orde
 from ampup_memory.memory.tables import schema_lock, sqlalchemy_url
 from ampup_memory.pg_locks import PRINCIPALS_LOCK
 from ampup_memory.settings import mask_secrets, mask_uri
-from ampup_memory.sqlite_connections import enable_wal
+from ampup_memory.sqlite_connections import enable_wal, open_note
 
 log = logging.getLogger("ampup_memory.memory")
 
@@ -249,7 +250,8 @@ class ReadIndex:
             # "database error" that leaves the operator to guess which of the URIs it was.
             said = mask_secrets(driver_said(exc), [urlsplit(uri).password])
             raise ConfigurationError(
-                f"cannot open the read index {mask_uri(uri)}: {said}") from exc
+                f"cannot open the read index {mask_uri(uri)}: {said}{open_note(uri)}"
+            ) from exc
 
     def _open_layout(self, conn: Connection, where: str, replace_newer: bool) -> None:
         """Bring the tables to this version's layout, or refuse a newer one. The version
@@ -429,11 +431,18 @@ class ReadIndex:
               bodies: Iterable[tuple[str, str]], facts: Iterable[FactRecord],
               acl_changes: Iterable[EpisodeRecord] = (),
               events: Iterable[EventRecord] = (),
-              reads: Iterable[ReadMark] = ()) -> None:
+              reads: Iterable[ReadMark] = (),
+              ledger_step: tuple[int | None, int] | None = None) -> None:
         """Copy one committed commit's rows in, then mark it applied; idempotent.
 
         When two commits carry the same episode id (two servers racing on one write), the
         earlier commit's row is kept, whichever order they are applied in.
+
+        ``ledger_step``: (the ledger snapshot the index was level with, None for an empty
+        ledger; the snapshot this commit's append made on it). The index then holds every
+        ledger row of the new one, and records so when it still records the old one; else
+        the next read of the ledger had to write it, so every read after a write was a
+        write (a 507 on a full disk).
         """
         scope = entry.scope
         with self.engine.begin() as conn:
@@ -477,6 +486,15 @@ class ReadIndex:
             read_rows = [_read_values(scope, r, entry) for r in reads]
             if read_rows:
                 conn.execute(self._insert(reads_t).on_conflict_do_nothing(), read_rows)
+            if ledger_step is not None:  # moved meanwhile (another reader): left as it is
+                before, after = ledger_step
+                if before is None:  # the ledger's first snapshot: none recorded yet
+                    conn.execute(self._insert(meta_t).values(
+                        key=LEDGER_SNAPSHOT, value=str(after)).on_conflict_do_nothing())
+                else:
+                    conn.execute(update(meta_t).where(
+                        meta_t.c.key == LEDGER_SNAPSHOT, meta_t.c.value == str(before)
+                    ).values(value=str(after)))
 
     # -- reads --------------------------------------------------------------------------------
     # Every read takes the segments of a view (segments.py): main is one segment, a branch

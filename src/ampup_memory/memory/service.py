@@ -22,7 +22,16 @@ from pydantic import BaseModel, ValidationError
 from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
-from ampup_memory.errors import Conflict, NotFound, NotYours, field_error, refuse_nul
+from ampup_memory.errors import (
+    Conflict,
+    NotFound,
+    NotYours,
+    driver_said,
+    field_error,
+    refuse_nul,
+    storage_down,
+    storage_trouble,
+)
 from ampup_memory.memory.acl import (
     Principal,
     common_acl,
@@ -830,11 +839,12 @@ class MemoryService:
         if events:
             changes["events"] = len(events)
 
-        def attempt() -> LedgerEntry:
+        def attempt() -> tuple[LedgerEntry, tuple[int | None, int]]:
             # A private table object: the snapshot this append asserts is exactly the one
             # the index was brought level with, so parent and seq are right or it fails.
             table = self.tables.private(SYSTEM_NAMESPACE, "ledger")
             self.sync.catch_up_ledger(table)
+            level = table.metadata.current_snapshot()
             if not self.index.chain_complete(ns, branch):
                 log.warning("read index lost part of %s/%s's chain; rereading the ledger",
                             ns, branch)
@@ -854,13 +864,13 @@ class MemoryService:
             )
             if self.tables.moved(table):  # lost already: skip writing the append's files
                 raise CommitFailedException("the ledger moved during the attempt")
-            self.tables.append(table, arrow(LEDGER, [entry.row()]),
-                               {SUMMARY_KEY: entry.summary()})
+            made = self.tables.append(table, arrow(LEDGER, [entry.row()]),
+                                      {SUMMARY_KEY: entry.summary()})
             self.tables.remember(table)  # the next read of the ledger starts from it
-            return entry
+            return entry, (level.snapshot_id if level is not None else None, made)
 
         with self.tables.ledger_turn.hold():
-            entry, conflicts = until_won(attempt, self.backoff)
+            (entry, ledger_step), conflicts = until_won(attempt, self.backoff)
         if self.fault == FAULT_AFTER_LEDGER:
             log.error("fault hook %s: exiting after the ledger row", self.fault)
             os._exit(70)
@@ -869,12 +879,16 @@ class MemoryService:
         # `apply` stamps every row with the entry's commit and seq (copies of 1,000 records
         # per commit to set them here first were ~2 % of a load).
         self.index.apply(entry, [p.record for p in episodes], list(bodies.items()), facts,
-                         acl_changes or (), events or (), reads or ())
+                         acl_changes or (), events or (), reads or (), ledger_step)
         for listener in self.after_commit:
             try:
                 listener(ns, branch)
-            except Exception:  # the commit stands; the listener catches up on its next pass
-                log.exception("after-commit listener failed for %s/%s", ns, branch)
+            except Exception as exc:  # the commit stands; the listener catches up next pass
+                if storage_down(exc) is None:
+                    log.exception("after-commit listener failed for %s/%s", ns, branch)
+                else:  # a disk full, a database down: no bug, no traceback
+                    log.warning("after-commit listener failed for %s/%s, %s: %s", ns,
+                                branch, storage_trouble(exc), driver_said(exc)[:300])
         self.workspaces.landed(scope)  # after the listeners: they fill the search index
         # Upkeep after the commit is durable and visible: amortised, never fails the write.
         for name in snapshots:

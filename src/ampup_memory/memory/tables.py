@@ -57,7 +57,7 @@ from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_names
 from ampup_memory.memory.warehouse import catalog_properties
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.settings import Settings, mask_secrets, mask_uri
-from ampup_memory.sqlite_connections import enable_wal, file_lock, poll
+from ampup_memory.sqlite_connections import enable_wal, file_lock, open_note, poll
 
 CATALOG_NAME = "ampup"
 
@@ -248,7 +248,8 @@ def open_catalog(settings: Settings) -> SqlCatalog:
         # the driver may quote the URI it was given
         said = mask_secrets(driver_said(exc), [urlsplit(uri).password])
         raise ConfigurationError(
-            f"cannot open the Iceberg catalog {mask_uri(uri)!r}: {said}") from exc
+            f"cannot open the Iceberg catalog {mask_uri(uri)!r}: {said}{open_note(uri)}"
+        ) from exc
     if stray is not None:
         raise ConfigurationError(moved_warehouse(properties["warehouse"], stray))
     return catalog

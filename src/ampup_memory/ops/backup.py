@@ -42,7 +42,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ampup_memory import __version__
-from ampup_memory.errors import ConfigurationError
+from ampup_memory.errors import ConfigurationError, disk_full, driver_said
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, scope_from_namespace
 from ampup_memory.memory.service import MAINTENANCE_LEASE as LEASE
 from ampup_memory.memory.tables import (
@@ -184,12 +184,17 @@ def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
                              else exc.strerror or str(exc))) from exc
     try:
         return _backup_into(settings, amp_db, dest, step)
-    except BaseException:
+    except BaseException as exc:
         # DEST was new or empty: a copy without its manifest is no backup, and left behind
         # it made the same command refuse DEST as not empty.
         _remove(dest.iterdir())
         if created:
             dest.rmdir()
+        if isinstance(exc, Exception) and disk_full(exc):  # the usual cause: DEST's disk
+            raise BackupError(f"disk full while writing the backup into {dest} "
+                              f"({driver_said(exc)}); the partial copy was removed: free "
+                              "space there, or back up into a folder on another disk"
+                              ) from exc
         raise
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from ampup_memory.errors import driver_said, pgvector_fix
+from ampup_memory.errors import disk_full, driver_said, pgvector_fix
 from ampup_memory.settings import (
     MODEL_ROLES,
     Settings,
@@ -123,6 +123,9 @@ def home_holds_files(home: Path) -> str:
         probe.unlink()
     except OSError as exc:
         why = exc.strerror or str(exc)
+        if disk_full(exc):  # a disk it is: the home is right, the disk has no room
+            fix = f"free space on that disk, or set {env_name('home')} or --home to a " \
+                "folder on another"
         raise OSError(f"home {home} cannot hold files: writing, syncing and removing one "
                       f"failed ({why}): {fix}") from None
     finally:

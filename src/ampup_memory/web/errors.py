@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import sqlite3
 from typing import Any
 
 import psycopg
@@ -13,7 +14,13 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.responses import JSONResponse
 from starlette.types import Scope
 
-from ampup_memory.errors import AmpError, ValidationFailed, driver_said, storage_down
+from ampup_memory.errors import (
+    AmpError,
+    ValidationFailed,
+    driver_said,
+    storage_down,
+    storage_trouble,
+)
 from ampup_memory.web.body import validation_message
 from ampup_memory.web.query import query_names
 from ampup_memory.web.routing import serves
@@ -163,14 +170,13 @@ def install(app: FastAPI) -> None:
     @app.exception_handler(OSError)  # pyarrow's S3 and file errors: the store is down
     @app.exception_handler(psycopg.OperationalError)
     @app.exception_handler(DBAPIError)
+    @app.exception_handler(sqlite3.Error)  # the AMP cell store's own SQLite: full, read-only
     async def _storage(request: Request, exc: Exception) -> JSONResponse:
         answer = storage_down(exc)
         if answer is None:
             return _internal(request, exc)
-        log.warning("%s error on %s %s: %s",
-                    "storage" if isinstance(exc, OSError) else "database", request.method,
-                    request.url.path,
-                    driver_said(exc)[:300])
+        log.warning("%s on %s %s: %s", storage_trouble(exc), request.method,
+                    request.url.path, driver_said(exc)[:300])
         return error_response(answer)
 
     @app.exception_handler(Exception)

@@ -76,10 +76,14 @@ from ampup_memory.amp.store.rows import (
     with_status,
 )
 from ampup_memory.errors import (
+    AmpError,
     ConfigurationError,
     ServiceUnavailable,
+    disk_full,
     driver_said,
     pgvector_fix,
+    storage_full,
+    storage_trouble,
 )
 from ampup_memory.pg_locks import SCHEMA_LOCK, advisory_key
 from ampup_memory.pg_pool import Pool
@@ -101,8 +105,14 @@ Conn = psycopg.Connection[tuple[Any, ...]]
 log = logging.getLogger("ampup_memory")
 
 
-def _unavailable() -> ServiceUnavailable:
-    """The answer to the cell store's database failing (down, restarting, unreachable)."""
+def _unavailable(exc: psycopg.OperationalError) -> AmpError:
+    """The answer to the cell store's database failing (down, restarting, unreachable, no
+    connection free within the pool's wait), or the 507 when it is out of disk; the cause
+    goes to the log, as the HTTP faces log a storage failure they answer."""
+    log.warning("cell store (PostgreSQL), %s: %s", storage_trouble(exc),
+                driver_said(exc)[:300])
+    if disk_full(exc):
+        return storage_full()
     return ServiceUnavailable("The cell store (PostgreSQL) is unavailable; try again shortly.",
                               headers={"Retry-After": "5"})
 
@@ -569,7 +579,7 @@ class PostgresStore:
             with self._pool.connection() as conn:
                 yield conn
         except psycopg.OperationalError as exc:  # includes PoolTimeout
-            raise _unavailable() from exc
+            raise _unavailable(exc) from exc
 
     @staticmethod
     def _execute(conn: Conn, sql: str, params: Sequence[Any] = (),
@@ -895,7 +905,7 @@ class PostgresStore:
                         self.ann_params.pg_storage(), OWNER_INDEX_ABOVE, progress,
                         self._own_connection)
             except psycopg.OperationalError as exc:
-                raise _unavailable() from exc
+                raise _unavailable(exc) from exc
         self._owner_indexes = (-math.inf, frozenset())  # this process sees them at once
         return report
 
@@ -982,7 +992,7 @@ class PostgresStore:
                 keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3,
             )
         except psycopg.OperationalError as exc:
-            raise _unavailable() from exc
+            raise _unavailable(exc) from exc
         with conn:
             row = conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
             got = bool(row and row[0])

@@ -68,7 +68,13 @@ from ampup_memory.search.index.ann import (
 )
 from ampup_memory.search.index.common import VectorMatrix
 from ampup_memory.search.tokenize import fts5_match
-from ampup_memory.sqlite_connections import ThreadConnections, file_lock, sqlite_path
+from ampup_memory.sqlite_connections import (
+    ThreadConnections,
+    file_lock,
+    open_note,
+    roll_back,
+    sqlite_path,
+)
 from ampup_memory.timefmt import format_time
 
 if TYPE_CHECKING:
@@ -355,7 +361,8 @@ class SQLiteStore:
             raise
         except sqlite3.DatabaseError as exc:  # not a file, not writable, not a database
             self._conns.close_all()
-            raise ConfigurationError(f"cannot open the AMP store {self.path}: {exc}") from exc
+            raise ConfigurationError(f"cannot open the AMP store {self.path}: {exc}"
+                                     f"{open_note(self.path)}") from exc
 
     # -- connections ----------------------------------------------------------------------
 
@@ -370,7 +377,7 @@ class SQLiteStore:
             try:
                 yield conn
             except BaseException:
-                conn.execute("ROLLBACK")
+                roll_back(conn)
                 raise
             else:
                 conn.execute("COMMIT")

@@ -46,7 +46,7 @@ import numpy as np
 from ampup_memory.search.bm25f import K1, B
 from ampup_memory.search.bm25f import idf as bm25_idf
 from ampup_memory.search.index.base import Statistics
-from ampup_memory.sqlite_connections import enable_wal
+from ampup_memory.sqlite_connections import enable_wal, roll_back
 
 # What each kind's FTS5 table indexes, in column order (facts: the BM25F fields, in the
 # order of `search/bm25f.py`). Contentless: the text lives in the index file's rows.
@@ -103,7 +103,7 @@ def _schema(conn: sqlite3.Connection) -> None:
                      " num INTEGER NOT NULL, rows INTEGER NOT NULL, tokens INTEGER NOT NULL,"
                      " length INTEGER NOT NULL, PRIMARY KEY (kind, num)) WITHOUT ROWID")
     except BaseException:
-        conn.execute("ROLLBACK")
+        roll_back(conn)
         raise
     conn.execute("COMMIT")
 
@@ -459,8 +459,7 @@ class SpaceFiles:
         try:
             yield conn
         except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
+            roll_back(conn)
             raise
         finally:
             self._give_back(path, conn)

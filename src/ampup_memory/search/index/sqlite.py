@@ -42,6 +42,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from ampup_memory.caches import Remembered
+from ampup_memory.errors import driver_said, storage_down, storage_trouble
 from ampup_memory.memory.facts import EPOCH, begin_instant
 from ampup_memory.memory.segments import NO_LIMIT
 from ampup_memory.search.bm25f import fts5_weights
@@ -87,7 +88,7 @@ from ampup_memory.search.index.common import (
 )
 from ampup_memory.search.index.keywords import Space, SpaceFiles
 from ampup_memory.search.tokenize import fts5_match
-from ampup_memory.sqlite_connections import ThreadConnections, sqlite_path
+from ampup_memory.sqlite_connections import ThreadConnections, roll_back, sqlite_path
 
 FORMAT = "4"  # 4: row lengths for held searches; 3: row seqs and sizes for held searches;
 # 2: a keyword file per (scope, branch); 1 (no key): one shared FTS5 table
@@ -252,7 +253,7 @@ class SQLiteIndex:
                 self._spaces.keep_only(self._all_spaces(conn))
                 keep_only_graphs(self._graphs, self._graph_paths(self._all_spaces(conn)))
             except BaseException:
-                conn.execute("ROLLBACK")
+                roll_back(conn)
                 raise
             conn.execute("COMMIT")
 
@@ -311,7 +312,7 @@ class SQLiteIndex:
                 yield
                 self._flush_bits(conn)
             except BaseException:
-                conn.execute("ROLLBACK")
+                roll_back(conn)
                 raise
             else:
                 conn.execute("COMMIT")
@@ -454,10 +455,15 @@ class SQLiteIndex:
             with self._spaces.connect(space) as kconn:
                 for kind in keywords.COLUMNS:
                     self._catch_up(kconn, space, kind)
-        except (sqlite3.Error, OSError):
-            # The rows are committed: the next search of this space applies them.
-            log.warning("keyword file of %s/%s lags its rows; the next search applies them",
-                        space.scope, space.branch, exc_info=True)
+        except (sqlite3.Error, OSError) as exc:
+            # The rows are committed: the next search of this space applies them. A disk
+            # full or a file it cannot open is said in one line; anything else with its
+            # traceback.
+            trouble = storage_down(exc) is not None
+            log.warning("keyword file of %s/%s lags its rows; the next search applies them%s",
+                        space.scope, space.branch,
+                        f" ({storage_trouble(exc)}: {driver_said(exc)[:300]})" if trouble
+                        else "", exc_info=not trouble)
 
     def _catch_up(self, kconn: sqlite3.Connection, space: Space, kind: str) -> int:
         """Bring the space file's ``kind`` postings level with this file's rows; returns
@@ -482,7 +488,7 @@ class SQLiteIndex:
                 )
                 keywords.apply(kconn, kind, rows, upto)
         except BaseException:
-            kconn.execute("ROLLBACK")
+            roll_back(kconn)
             raise
         kconn.execute("COMMIT")
         return max(done, upto)
