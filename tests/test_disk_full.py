@@ -97,6 +97,10 @@ def test_writes_on_a_full_disk_are_507_and_resume_once_space_is_freed(
             found = c.post("/search", json={"scope": SCOPE, "query": "disk note"})
             assert found.status_code == 200, found.text
             assert c.get("/ledger", params={"scope": SCOPE}).status_code == 200
+            # A cell is handed over though its access cannot be counted (a write).
+            for _ in range(3):
+                read = c.get(f"/amp/v1/memories/{cell.json()['id']}")
+                assert read.status_code == 200, read.text
         finally:
             filler.unlink()
         assert c.post("/amp/v1/memories", json=_cell(3)).status_code == 201
@@ -181,6 +185,8 @@ def test_the_cell_store_on_a_full_postgresql_disk_is_507(
                     break
             assert r.status_code == 507, r.text
             assert r.json()["error"]["code"] == "INSUFFICIENT_STORAGE"
+            read = c.get(f"/amp/v1/memories/{kept.json()['id']}")  # uncounted, not a 507
+            assert read.status_code == 200, read.text
         finally:
             filler.unlink()
         assert c.post("/amp/v1/memories", json=_cell(2)).status_code == 201

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import socket
@@ -47,12 +48,14 @@ from ampup_memory.amp.store.base import (
 from ampup_memory.errors import (
     AccessDenied,
     AmpError,
+    InsufficientStorage,
     InvalidTransition,
     PayloadTooLarge,
     RateLimited,
     RetentionWindow,
     ServiceUnavailable,
     ValidationFailed,
+    disk_full,
     field_error,
 )
 from ampup_memory.progress import Progress
@@ -62,6 +65,8 @@ from ampup_memory.search.tokenize import query_terms
 from ampup_memory.timefmt import format_time
 from ampup_memory.web.body import parse_body, validation_errors, validation_message
 from ampup_memory.web.conditional import Condition, etag_of
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -175,9 +180,18 @@ class AmpService:
         return stored
 
     def get(self, cell_id: str, agent_id: str) -> MemoryCell:
-        """A read: checks the read rule, then counts the access atomically."""
-        self._readable(cell_id, agent_id)
-        touched = self.store.touch(cell_id, self.clock())
+        """A read: checks the read rule, then counts the access atomically. On a full disk
+        the cell is handed over uncounted: counting is a write, and a memory that can no
+        longer learn should still answer what it holds (writes answer 507 meanwhile)."""
+        stored = self._readable(cell_id, agent_id)
+        try:
+            touched = self.store.touch(cell_id, self.clock())
+        except Exception as exc:
+            if not (isinstance(exc, InsufficientStorage) or disk_full(exc)):
+                raise
+            log.warning("disk full: a read of %s was answered without counting the access",
+                        cell_id)
+            return stored.cell
         if touched is None:
             raise AccessDenied()
         return touched.cell
