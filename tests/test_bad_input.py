@@ -12,9 +12,11 @@ from __future__ import annotations
 import gzip
 import json
 import re
+import socket
 import sqlite3
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,7 +26,7 @@ import httpx
 import pytest
 
 from tests.memory_support import ADMIN_TOKEN, QUIET, new_scope
-from tests.server_process import ServerProcess
+from tests.server_process import ServerProcess, raw_exchange
 from tests.test_mcp import http_client_for, mcp_refusal
 from tests.test_mcp import refused as mcp_refused
 
@@ -351,6 +353,29 @@ def test_chunked_body_is_counted_as_it_streams(client: httpx.Client) -> None:
     error = refused(client, 413, "POST", "/episodes/batch", content=chunks(),
                     headers={"content-type": "application/json"})
     assert error["code"] == "PAYLOAD_TOO_LARGE"
+
+
+def test_a_client_gone_before_its_body_is_whole_logs_no_error(server: ServerProcess,
+                                                              client: httpx.Client) -> None:
+    """A client that closes its connection mid-body (or sends a chunk the HTTP layer cannot
+    read, which it answers 400 itself) leaves nothing to answer: the server logged each as
+    an unhandled error with two tracebacks, some 130 lines a dropped connection."""
+    start = server.log_path.stat().st_size
+    head = ("POST /amp/v1/memories/search HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+            "X-AMP-Agent-ID: agent-a\r\nContent-Type: application/json\r\n")
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as conn:
+            conn.sendall(f'{head}Content-Length: 100\r\n\r\n{{"query"'.encode())
+    answer = raw_exchange("127.0.0.1", server.port, (
+        f"{head}Transfer-Encoding: chunked\r\nConnection: close\r\n\r\nzz\r\n{{}}\r\n"
+        "0\r\n\r\n").encode())
+    assert answer.startswith(b"HTTP/1.1 400"), answer[:200]
+    time.sleep(1)  # the server sees each disconnect within milliseconds
+    assert client.get("/health").status_code == 200
+    with server.log_path.open("rb") as log:
+        log.seek(start)
+        written = log.read().decode("utf-8", "replace")
+    assert "Traceback" not in written and "unhandled error" not in written, written[:2000]
 
 
 def test_documented_limits_fit_under_the_default(client: httpx.Client) -> None:
