@@ -410,6 +410,26 @@ def test_a_422_lists_the_first_100_problems_and_counts_them_all(client: httpx.Cl
     assert len(few.json()["error"]["details"]["errors"]) == 3
 
 
+def test_an_integer_beyond_a_double_is_refused_as_its_float_spelling_is(
+        client: httpx.Client) -> None:
+    """2e308 was a 422 but the same number written as an integer (309 digits) was stored,
+    as a cell's metadata or a fact's value, for JavaScript's reader to read as Infinity."""
+    scope = new_scope()
+    episode = _cited_episode(client, scope)
+    cell = ('{"type":"semantic","content":{"text":"big","metadata":{"n":%s}},'
+            '"identity":{"owner_id":"agent-a","owner_type":"agent"}}')
+    fact = ('{"scope":"' + scope + '","entity":"acme","predicate":"n","value":%s,'
+            '"quote":"ten","cites":[{"episode":"' + episode + '","unit":1}]}')
+    for template, path in ((cell, "/amp/v1/memories"), (fact, "/facts")):
+        for number, status in (("2" + "0" * 308, 422), ("-2" + "0" * 308, 422),
+                               ("1" + "0" * 308, 201)):
+            r = client.post(path, content=template % number,
+                            headers={"content-type": "application/json"})
+            assert r.status_code == status, (path, number[:3], r.text[:300])
+            if status == 422:
+                assert "finite" in r.json()["error"]["message"], r.text[:300]
+
+
 def test_documented_limits_fit_under_the_default(client: httpx.Client) -> None:
     scope = new_scope()
     # The largest episode body (1,000,000 bytes), sent chunked.
