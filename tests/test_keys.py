@@ -57,6 +57,13 @@ def test_keys_end_to_end(tmp_path: Path) -> None:
                            headers={"X-AMP-Agent-ID": "agent_a",
                                     "Authorization": f"Bearer {key}"})
         assert bearer.status_code == 200
+        # X-AMP-API-Key is the key; Authorization is then not read (a gateway's own Bearer
+        # token may pass through), so it neither rescues a wrong key nor names another agent.
+        for sent, bearer_key, status in ((key, other, 200), ("ampk_wrong", key, 401)):
+            both = httpx.get(f"{base}/memories", headers={
+                "X-AMP-Agent-ID": "agent_a", "X-AMP-API-Key": sent,
+                "Authorization": f"Bearer {bearer_key}"})
+            assert both.status_code == status, (sent, bearer_key, both.text)
         failures = [
             {},  # nothing
             {"X-AMP-Agent-ID": "agent_a"},  # no key

@@ -621,7 +621,7 @@ BAD_CALLS: list[tuple[str, dict[str, Any], str]] = [
     # types as strict as the REST bodies' (test_tool_arguments_are_as_strict_as_rest_bodies)
     ("search_memory", {"scope": "acme/sales", "query": "x", "limit": "10"},
      "Invalid request: limit: Input should be a valid integer"),
-    ("reward_run", {"run": "run_1", "reward": "1", "reason": "r"},
+    ("reward_run", {"run": "run_01ARZ3NDEKTSV4RRFFQ69G5FAV", "reward": "1", "reason": "r"},
      "Invalid request: reward: Input should be a valid number"),
     ("merge_memory", {"scope": "acme/sales", "source": "b", "dry_run": "true"},
      "Invalid request: dry_run: Input should be a valid boolean"),

@@ -481,6 +481,9 @@ def test_a_malformed_id_or_cursor_is_refused_in_words_not_by_regex(m: Memory) ->
         (m.http.get("/set-aside", params={"scope": scope, "after": "a" * 3000}),
          ["query", "after"], "cursor"),
         (m.http.get("/principals/b%C3%A9", headers=admin), ["path", "user"], "user id"),
+        # A body's run (or session) id: it was looked up and answered 404 "No such run."
+        (m.http.post("/runs/reward", json={"run": "run_1\n", "reward": 1, "reason": "r"}),
+         ["body", "run"], "run or session id"),
         (m.http.post("/query", json={"scope": scope, "find": "entities", "type": "Acct"}),
          ["body", "type"], "name"),
         (m.fact(scope, "acme", "arr", {"amount": 5, "currency": "eur"}, "plan is basic",

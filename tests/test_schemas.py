@@ -1062,3 +1062,24 @@ def test_kept_answers_after_small_commits_equal_a_cold_evaluation(
         assert laid  # the kept path did lay columns over older ones (what is tested)
     finally:
         svc.close()
+
+
+def test_an_integer_past_every_double_is_no_fact_value_and_sorts_if_stored_before() -> None:
+    """A request body never brings one (its JSON reader refuses it), but a model's answer
+    or a corpus could: stored, it made every `where` or `order_by` over its predicate a
+    500 (no float holds it). Refused as a value; one stored earlier sorts as ±infinity."""
+    import math
+
+    from pydantic import ValidationError
+
+    from ampup_memory.memory.facts import FactIn
+    from ampup_memory.memory.schemas import sort_key
+
+    fact = {"entity": "acme", "predicate": "n", "quote": "q",
+            "cites": [{"episode": "0" * 64, "unit": 1}]}
+    for value in (2 * 10**308, -(2 * 10**308)):
+        with pytest.raises(ValidationError, match="beyond a double"):
+            FactIn.model_validate({**fact, "value": value})
+    assert FactIn.model_validate({**fact, "value": 10**308}).value == 10**308
+    assert sort_key(None, 10**400) == ("n", math.inf)
+    assert sort_key(None, -(10**400)) == ("n", -math.inf)

@@ -26,6 +26,7 @@ nothing else builds an error body.
 from __future__ import annotations
 
 import errno
+import re
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -383,3 +384,19 @@ def refuse_nul(value: Any, loc: list[str | int], *, located: bool = False) -> No
     elif isinstance(value, list | tuple):
         for n, item in enumerate(value):
             refuse_nul(item, [*loc, n], located=located)
+
+
+SURROGATE_MESSAGE = ("text may not contain a lone surrogate (U+D800 to U+DFFF): no UTF-8 "
+                     "holds one; escape a character outside the BMP as a pair")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def refuse_surrogate(value: str, loc: list[str | int], *, located: bool = False) -> None:
+    """A 422 at ``loc`` for a lone surrogate in ``value``. A request's JSON cannot carry
+    one (its parser refuses ``"\\ud800"``), but JSON inside an episode body, read by
+    Python's parser, and an MCP tool's text can: stored, the text could not be written as
+    UTF-8, so the read index failed on it after its commit landed and the episode's read
+    was a 500."""
+    if _SURROGATE.search(value):
+        raise field_error(loc, SURROGATE_MESSAGE, "string_surrogate", located=located)
+

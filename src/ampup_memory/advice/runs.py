@@ -49,6 +49,14 @@ SESSION_ID_PATTERN = f"^{SESSION_PREFIX}[0-9A-HJKMNP-TV-Z]{{26}}$"
 SessionId = Annotated[str, ruled(SESSION_ID_PATTERN, "session_id_invalid", "session id",
                                  "ses_ and 26 ULID characters, as POST /sessions/start "
                                  "answers it"), published(SESSION_ID_PATTERN)]
+# What POST /runs/reward rewards: a run or a session. A malformed one was looked up and
+# answered 404 "No such run." (a trailing space, a newline or lower case included).
+RUN_OR_SESSION_PATTERN = (f"^(?:{RUN_PREFIX}|{SESSION_PREFIX})"
+                          "[0-9A-HJKMNP-TV-Z]{26}$")
+RunOrSessionId = Annotated[str, ruled(
+    RUN_OR_SESSION_PATTERN, "run_id_invalid", "run or session id",
+    "run_ or ses_ and 26 ULID characters, as POST /runs or POST /sessions/start answers it"),
+    published(RUN_OR_SESSION_PATTERN)]
 MAX_PAGE = 1000  # GET /runs and GET /sessions: the largest page
 # Event kinds: a run and its rewards; a session's start, served advice steps and end.
 RUN, REWARD, START, STEP, END = "run", "reward", "start", "step", "end"
@@ -103,8 +111,7 @@ class RecordRun(BaseModel):
 class RewardRun(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    run: str = Field(min_length=1, max_length=64,
-                     description="A run id (run_…) or a session id (ses_…).")
+    run: RunOrSessionId = Field(description="A run id (run_…) or a session id (ses_…).")
     reward: RewardValue
     reason: str = Field(min_length=1, max_length=MAX_TEXT)
 

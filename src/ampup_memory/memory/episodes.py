@@ -11,7 +11,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 
 from ampup_memory.blank import NOT_BLANK_PATTERN, UNPADDED_PATTERN, not_blank, unpadded
-from ampup_memory.errors import field_error
+from ampup_memory.errors import field_error, refuse_nul, refuse_surrogate
 from ampup_memory.memory.acl import AclEntry, normalize_acl
 from ampup_memory.memory.episode_types import (
     EpisodeType,
@@ -162,6 +162,9 @@ def prepare(item: EpisodeIn, branch: str, now: datetime, loc: list[str | int],
         raise field_error([*loc, "body"], str(exc), "body_shape") from exc
     if not units:
         raise field_error([*loc, "body"], "the body has no text to cite", "body_empty")
+    for unit in units:  # JSON in a body (crm:, slack:, gmail:) spells any character escaped
+        refuse_nul(unit.text, [*loc, "body"])
+        refuse_surrogate(unit.text, [*loc, "body"])
     acl = normalize_acl(item.acl, [*loc, "acl"])
     about = tuple(sorted(set(item.about or [])))  # each checked by EntityId
     record = EpisodeRecord(

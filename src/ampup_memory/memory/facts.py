@@ -23,6 +23,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Generic, Protocol, TypeVar
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -56,6 +57,21 @@ MAX_VALUE_CHARS = 4000  # as long as a quote: a value is an answer, not a docume
 _FINITE = Annotated[float, Field(allow_inf_nan=False)]
 
 
+def _fits_a_double(value: int) -> int:
+    # An integer past the largest double is Infinity to most JSON readers, and compared
+    # as a number (a query's `where`, `order_by`) it has no float: a request body never
+    # brings one (web.jsontext), a model's answer or a corpus could.
+    try:
+        float(value)
+    except OverflowError:
+        raise PydanticCustomError("finite_number", "Input should be a finite number: this "
+                                  "integer is beyond a double") from None
+    return value
+
+
+_INT = Annotated[int, AfterValidator(_fits_a_double)]
+
+
 def _one_branch(branches: dict[type, Any], expected: str,
                 claims: Callable[[Any], bool] = lambda _: True) -> WrapValidator:
     """A union's errors as the branch of the input's own JSON type gives them. Pydantic
@@ -82,16 +98,16 @@ class Money(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    amount: Annotated[Annotated[str, Field(max_length=64)] | int | _FINITE, _one_branch(
-        {str: Annotated[str, Field(max_length=64)], int: int, float: _FINITE},
+    amount: Annotated[Annotated[str, Field(max_length=64)] | _INT | _FINITE, _one_branch(
+        {str: Annotated[str, Field(max_length=64)], int: _INT, float: _FINITE},
         "an amount is a number, or a decimal number as text")]
     currency: Currency | None = None
 
 
 _STR = Annotated[str, Field(max_length=MAX_VALUE_CHARS)]
-Scalar = _STR | int | _FINITE | bool
+Scalar = _STR | _INT | _FINITE | bool
 Value = Annotated[Scalar | Money, _one_branch(
-    {str: _STR, int: int, float: _FINITE, bool: bool, dict: Money},
+    {str: _STR, int: _INT, float: _FINITE, bool: bool, dict: Money},
     "a value is a JSON string, number or boolean (or {amount, currency} for a money "
     "attribute)",
     # An object naming neither money field is no money gone wrong: saying `amount` is

@@ -6,16 +6,13 @@ Setting a schema is an admin's act; it is a commit on the scope's branch like an
 
 from __future__ import annotations
 
-from datetime import datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from fastapi.concurrency import run_in_threadpool
-from pydantic import WithJsonSchema
 from starlette.responses import JSONResponse
 
 from ampup_memory.auth import Authenticator
-from ampup_memory.errors import field_error
 from ampup_memory.memory.api import (
     CAP,
     GONE_DOC,
@@ -34,7 +31,7 @@ from ampup_memory.memory.api import (
 )
 from ampup_memory.memory.schemas import PutSchema, get_schema, list_builtins, set_schema
 from ampup_memory.memory.scopes import scope_of_parts
-from ampup_memory.timefmt import in_utc
+from ampup_memory.timefmt import Instant
 from ampup_memory.web.admin import AdminDep
 from ampup_memory.web.body import parse_body
 from ampup_memory.web.conditional import (
@@ -99,26 +96,14 @@ def read_schema(
     request: Request, user: UserDep, org: NamePart, team: NamePart, cond: ConditionDep,
     branch: BranchQ = None,
     at_commit: AtCommitQ = None,
-    as_of: Annotated[str | None, Query(description="Valid time; default now."),
-                     WithJsonSchema({"type": "string", "format": "date-time"})] = None,
+    as_of: Annotated[Instant | None, Query(description="Valid time; default now.")] = None,
     history: Annotated[bool, Query(description="Every version with its window.")] = False,
     pin: PinQ = None,
     snapshot: SnapshotQ = None,
 ) -> Response:
     """The schema in force (``schema: null`` when the scope has none)."""
-    at = None
-    if as_of is not None:  # strictly RFC 3339 with an offset (a bare number is not a time)
-        try:
-            at = in_utc(datetime.fromisoformat(as_of.replace("Z", "+00:00")))
-            if "T" not in as_of.upper() or datetime.fromisoformat(
-                    as_of.replace("Z", "+00:00")).tzinfo is None:
-                raise ValueError("no time or offset")
-        except ValueError:
-            raise field_error(["query", "as_of"], "as_of is an RFC 3339 time with an "
-                              "offset, e.g. 2025-07-01T00:00:00Z", "datetime_parsing",
-                              located=True) from None
     scope = str(scope_of_parts(org, team))
-    answer = get_schema(service(request), scope, branch, at_commit, at, history, pin, snapshot)
+    answer = get_schema(service(request), scope, branch, at_commit, as_of, history, pin, snapshot)
     return read_answer(cond, answer, _etag(answer).get("ETag"))
 
 

@@ -26,6 +26,7 @@ predicate and value against a schema, :func:`schema_for` reads a view's schema.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import replace
 from datetime import UTC, date, datetime
@@ -482,7 +483,10 @@ def sort_key(attr: Attribute | None, value: Any) -> tuple[Any, ...] | None:
     if isinstance(value, bool):
         return ("b", int(value))
     if isinstance(value, (int, float)):
-        return ("n", float(value))
+        try:
+            return ("n", float(value))
+        except OverflowError:  # an integer past every double, stored before they were refused
+            return ("n", math.inf if value > 0 else -math.inf)
     if isinstance(value, str):
         return ("s", value)
     return None

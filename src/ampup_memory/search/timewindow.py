@@ -71,12 +71,18 @@ def _iso(value: datetime) -> str:
     return utc_text(value)
 
 
+# Files below the tz database that name no zone of their own: "localtime" is the
+# machine's zone (the same request would mean another day on another server),
+# "posixrules" a default for POSIX strings, and right/ and posix/ copies of the zones.
+_NOT_ZONES = re.compile(r"localtime|posixrules|(?:right|posix)/.*")
+
+
 def zone(tz: str | None) -> ZoneInfo:
     """The named time zone, or a 422 for a name the system does not know."""
     if tz is None:
         return ZoneInfo("UTC")
     try:
-        if len(tz) > MAX_ZONE_NAME:
+        if len(tz) > MAX_ZONE_NAME or _NOT_ZONES.fullmatch(tz):
             raise ValueError(tz)
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError, OSError):

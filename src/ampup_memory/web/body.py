@@ -47,27 +47,46 @@ def _decimal(value: Any) -> Any:
 DECIMAL = BeforeValidator(_decimal)
 
 
-def validation_message(errors: list[dict[str, Any]]) -> str:
+# A 422's ``details.errors`` lists at most this many problems (`message` counts them all):
+# a 3.6 MB body of 400,000 wrong list items was answered with each, 43 MB built in 17 s.
+MAX_REPORTED_ERRORS = 100
+
+
+def validation_message(errors: list[dict[str, Any]], total: int | None = None) -> str:
     """A 422's ``message``: its first problem and where, so a client that shows only the
     message (an SDK's exception, a log line) says what to fix, not just that something
-    was wrong: ``Request validation failed: body.type: Input should be …``."""
+    was wrong: ``Request validation failed: body.type: Input should be …``. ``total``:
+    how many problems there are, when ``errors`` holds only the first of them."""
     if not errors:
         return "Request validation failed."
     first = errors[0]
     where = ".".join(str(part) for part in first.get("loc", []))
-    more = f" (and {len(errors) - 1} more in details.errors)" if len(errors) > 1 else ""
+    total = len(errors) if total is None else total
+    if total > MAX_REPORTED_ERRORS:
+        more = f" (and {total - 1} more; details.errors lists the first {MAX_REPORTED_ERRORS})"
+    else:
+        more = f" (and {total - 1} more in details.errors)" if total > 1 else ""
     return f"Request validation failed: {where}: {first.get('msg', '')}{more}"
+
+
+def reported(errors: list[dict[str, Any]], message: str | None = None, *,
+             located: bool = True) -> ValidationFailed:
+    """The 422 for these problems: the message counts them all, ``details.errors`` lists
+    the first `MAX_REPORTED_ERRORS`."""
+    return ValidationFailed(message or validation_message(errors), errors[:MAX_REPORTED_ERRORS],
+                            located=located)
 
 
 def validation_errors(
     exc: ValidationError, prefix: tuple[str, ...] = ("body",), message: str | None = None,
 ) -> ValidationFailed:
     """Pydantic's errors in the envelope's ``details.errors`` shape. A ``prefix`` names
-    the request part the model was read from (located); none leaves that to the caller."""
-    errors = [
-        {"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]} for e in exc.errors()
-    ]
-    return ValidationFailed(message or validation_message(errors), errors,
+    the request part the model was read from (located); none leaves that to the caller.
+    Only the reported ones are converted (pydantic's own list is built whole regardless)."""
+    found = exc.errors(include_url=False, include_context=False, include_input=False)
+    errors = [{"loc": [*prefix, *e["loc"]], "msg": e["msg"], "type": e["type"]}
+              for e in found[:MAX_REPORTED_ERRORS]]
+    return ValidationFailed(message or validation_message(errors, len(found)), errors,
                             located=bool(prefix))
 
 

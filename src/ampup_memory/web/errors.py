@@ -21,7 +21,7 @@ from ampup_memory.errors import (
     storage_down,
     storage_trouble,
 )
-from ampup_memory.web.body import validation_message
+from ampup_memory.web.body import MAX_REPORTED_ERRORS, validation_message
 from ampup_memory.web.query import query_names
 from ampup_memory.web.routing import serves
 
@@ -145,13 +145,15 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, exc: RequestValidationError) -> JSONResponse:
+        found = exc.errors()
         errors = [
             {"loc": _clean(list(e.get("loc", []))), "msg": str(e.get("msg", "")),
              "type": str(e.get("type", "value_error"))}
-            for e in exc.errors()
+            for e in found[:MAX_REPORTED_ERRORS]
         ]
         return JSONResponse(
-            envelope("VALIDATION_ERROR", validation_message(errors), {"errors": errors}),
+            envelope("VALIDATION_ERROR", validation_message(errors, len(found)),
+                     {"errors": errors}),
             status_code=422,
         )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,23 @@ def _finite_float(text: str) -> float:
     return value
 
 
+# An integer literal of 309 digits or more may be beyond every double (1.8e308): written
+# as 2e308 it is refused, and most JSON readers (JavaScript's among them) read it as
+# Infinity. Only a text holding such a run of digits pays for checking each integer.
+_LONG_DIGITS = re.compile(r"[0-9]{309}")
+_LONG_DIGIT_BYTES = re.compile(rb"[0-9]{309}")
+
+
+def _finite_int(text: str) -> int:
+    value = int(text)  # over 4,300 digits a ValueError: malformed, as without the check
+    try:
+        float(value)  # rounds as a reader of doubles does; past the largest, no double
+    except OverflowError:
+        raise JsonRefused(f"numbers must be finite JSON numbers, not {text[:40]}… "
+                          f"({len(text.lstrip('-'))} digits, beyond a double)") from None
+    return value
+
+
 def _no_constant(text: str) -> float:
     raise JsonRefused(f"numbers must be finite JSON numbers, not {text}")  # NaN, Infinity
 
@@ -85,4 +103,7 @@ def loads(text: bytes | str, where: str = "the body", *, finite: bool = True) ->
     check_depth(text, where)
     if not finite:
         return json.loads(text)
-    return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    long = (_LONG_DIGITS.search(text) if isinstance(text, str)
+            else _LONG_DIGIT_BYTES.search(text))
+    return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant,
+                      parse_int=_finite_int if long else None)

@@ -13,6 +13,7 @@ A body in a content coding (``Content-Encoding`` other than ``identity``) is 415
 
 from __future__ import annotations
 
+import logging
 from urllib.parse import parse_qsl
 
 from starlette.datastructures import Headers
@@ -20,6 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ampup_memory.errors import AmpError, PayloadTooLarge, UnsupportedMediaType, refuse_nul
 from ampup_memory.web.errors import refusal_response
+
+log = logging.getLogger("ampup_memory")
 
 
 class BodyLimit:
@@ -41,9 +44,16 @@ class BodyLimit:
         size = 0
         while True:
             message = await receive()
-            messages.append(message)
             if message["type"] != "http.request":
-                break  # the client went away; the app sees the disconnect
+                # The client went away (or sent a body the HTTP layer could not read, which
+                # it answered 400 itself) before its body was whole: no one is left to
+                # answer and nothing complete to act on. Handed on, the app's read raised
+                # ClientDisconnect, logged as an unhandled error with two tracebacks (some
+                # 130 lines) for every connection a client dropped mid-body.
+                log.debug("%s %s: the client went away before its body was complete",
+                          scope.get("method"), scope.get("path"))
+                return
+            messages.append(message)
             size += len(message.get("body", b""))
             if size > self.max_bytes:
                 await self._refuse(scope, receive, send)

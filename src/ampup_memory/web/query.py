@@ -18,8 +18,7 @@ from fastapi import Request, params
 from fastapi.dependencies.utils import get_flat_params
 from fastapi.routing import APIRoute
 
-from ampup_memory.errors import ValidationFailed
-from ampup_memory.web.body import validation_message
+from ampup_memory.web.body import reported
 
 
 class _AnyName:
@@ -57,7 +56,7 @@ def _known_only(request: Request) -> None:
                "type": "extra_forbidden"}
               for name in dict.fromkeys(request.query_params) if name not in takes]
     if errors:
-        raise ValidationFailed(validation_message(errors), errors, located=True)
+        raise reported(errors)
 
 
 def _not_taken(name: str, takes: frozenset[str]) -> str:
