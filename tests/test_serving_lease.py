@@ -4,11 +4,17 @@ PostgreSQL (an advisory lock every server sharing it sees), through the real com
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from ampup_memory.serving import REBUILD_RUNNING, SERVERS_RUNNING, alone
 from ampup_memory.settings import Settings
-from tests.memory_support import BACKENDS, backend_env, cli_in_process, run_cli, serving
+from tests.memory_support import BACKENDS, QUIET, backend_env, cli_in_process, run_cli, serving
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -36,3 +42,29 @@ def test_a_rebuild_is_refused_while_a_server_runs_and_a_server_while_a_rebuild_d
         assert REBUILD_RUNNING in started.stderr, started.stderr
     done = cli_in_process(home, env, "index", "rebuild")
     assert done.returncode == 0, done.stderr
+
+
+def test_a_stdio_mcp_process_holds_the_lease_too(tmp_path: Path) -> None:
+    """A desktop agent's `ampup-memory mcp` shares the store as a server does."""
+    env = {**os.environ, **QUIET,
+           "AMPUP_MEMORY_HOME": str(tmp_path), "AMP_MCP_AGENT_ID": "agent_desk"}
+    mcp = subprocess.Popen([sys.executable, "-m", "ampup_memory.cli", "mcp"], env=env,
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE)
+    try:
+        assert mcp.stdin is not None and mcp.stdout is not None
+        # Once it answers, it serves (the lease is taken before the store opens).
+        mcp.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+                                    "params": {"protocolVersion": "2025-06-18",
+                                               "capabilities": {},
+                                               "clientInfo": {"name": "t", "version": "1"}}
+                                    }).encode() + b"\n")
+        mcp.stdin.flush()
+        assert b'"result"' in mcp.stdout.readline()
+        refused = cli_in_process(tmp_path, {}, "index", "rebuild")
+        assert refused.returncode == 2 and SERVERS_RUNNING in refused.stderr, refused.stderr
+    finally:
+        assert mcp.stdin is not None
+        mcp.stdin.close()  # the client went away: the process ends, and its lease
+        mcp.wait(timeout=60)
+    assert cli_in_process(tmp_path, {}, "index", "rebuild").returncode == 0

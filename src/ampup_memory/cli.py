@@ -204,17 +204,18 @@ def serve(**kwargs: Any) -> None:
     from ampup_memory.server import create_app
     from ampup_memory.serving import serving as serving_lease
 
-    runtime = _runtime(settings)
-    app = create_app(settings, runtime)
-    # An IPv6 address goes in brackets in a URL (`http://[::1]:8765`), as a browser takes it.
-    shown_host = f"[{settings.host}]" if ":" in settings.host.strip("[]") \
-        and not settings.host.startswith("[") else settings.host
-    announce(settings, f"AmpUp Memory on http://{shown_host}:{port}  "
-                       f"(store: {runtime.store.info.name}, home: {settings.home})")
-    # log_config=None: logging is ours (`logs.py`); uvicorn only turns its access log on/off.
-    config = uvicorn.Config(app, log_config=None, access_log=settings.access_log,
-                            timeout_graceful_shutdown=5)
+    # The lease first: no start-up work (a re-embedding, the index's catch-up) under a rebuild.
     with _lease(serving_lease, settings):
+        runtime = _runtime(settings)
+        app = create_app(settings, runtime)
+        # An IPv6 address goes in brackets in a URL (`http://[::1]:8765`), as a browser takes.
+        shown_host = f"[{settings.host}]" if ":" in settings.host.strip("[]") \
+            and not settings.host.startswith("[") else settings.host
+        announce(settings, f"AmpUp Memory on http://{shown_host}:{port}  "
+                           f"(store: {runtime.store.info.name}, home: {settings.home})")
+        # log_config=None: logging is ours (`logs.py`); uvicorn only sets its access log.
+        config = uvicorn.Config(app, log_config=None, access_log=settings.access_log,
+                                timeout_graceful_shutdown=5)
         uvicorn.Server(config).run(sockets=[sock])
 
 
@@ -294,23 +295,23 @@ def mcp(**kwargs: Any) -> None:
 
         if not valid_id(user):  # else every AmpUp tool call refuses, the process runs on
             _fail(f"AMPUP_MEMORY_MCP_USER {user!r} is not a valid user id: {ID_RULE}")
-    rt = _runtime(settings)
-    try:
+    with _lease(serving_lease, settings):  # before any start-up work, as `serve`
+        rt = _runtime(settings)
         try:
-            stdio_caller(rt)  # a bad key stops the process here; calls check it again
-        except UserMismatch as exc:  # stdio has no headers: name the settings
-            _fail(f"AMPUP_MEMORY_MCP_USER {user!r} is not the user AMP_MCP_API_KEY speaks for"
-                  + (" (the key speaks for no user: make one with `keys create --agent ID "
-                     "--user USER`)" if exc.key_user is None else "")
-                  + ": unset AMPUP_MEMORY_MCP_USER, or set it to the key's user.")
-        except (AmpError, ConfigurationError) as exc:
-            _fail(f"cannot act as {settings.mcp_agent_id!r}: {exc}"
-                  + (" (keys are required: set AMP_MCP_API_KEY to this agent's key)"
-                     if settings.require_keys else ""))
-        with _lease(serving_lease, settings):
+            try:
+                stdio_caller(rt)  # a bad key stops the process here; calls check it again
+            except UserMismatch as exc:  # stdio has no headers: name the settings
+                _fail(f"AMPUP_MEMORY_MCP_USER {user!r} is not the user AMP_MCP_API_KEY speaks "
+                      "for" + (" (the key speaks for no user: make one with `keys create "
+                               "--agent ID --user USER`)" if exc.key_user is None else "")
+                      + ": unset AMPUP_MEMORY_MCP_USER, or set it to the key's user.")
+            except (AmpError, ConfigurationError) as exc:
+                _fail(f"cannot act as {settings.mcp_agent_id!r}: {exc}"
+                      + (" (keys are required: set AMP_MCP_API_KEY to this agent's key)"
+                         if settings.require_keys else ""))
             anyio.run(serve_stdio, rt)
-    finally:
-        rt.close()
+        finally:
+            rt.close()
 
 
 @cli.group()
