@@ -161,6 +161,16 @@ def test_a_retried_recording_with_its_key_records_one_run(srv: Served) -> None:
     for blank in ("", "  "):
         assert err(m.http.post("/runs", json={**run, "idempotency_key": blank})) == (
             422, "VALIDATION_ERROR")
+    # A session's start, the same way; its key apart from a run's.
+    start = {"scope": scope, "task": "review", "idempotency_key": "3f1c-retry-me"}
+    opened = m.http.post("/sessions/start", json=start)
+    assert opened.status_code == 201 and opened.json()["created"] is True, opened.text
+    reopened = m.http.post("/sessions/start", json=start)
+    assert reopened.status_code == 200 and reopened.json() == {**opened.json(),
+                                                               "created": False}
+    assert err(m.http.post("/sessions/start", json={**start, "task": "other"})) == (
+        409, "IDEMPOTENCY_KEY_REUSED")
+    assert len(m.http.get("/sessions", params={"scope": scope}).json()["sessions"]) == 1
 
 
 def test_a_second_reward_replaces_the_first_and_both_stay(srv: Served) -> None:

@@ -96,18 +96,19 @@ export class AdviceCalls extends MemoryCalls {
   }
 
   /**
-   * Open a session (advice served on it is recorded): `{ id }`.
+   * Open a session (advice served on it is recorded): `{ id, commit, created }`;
+   * `idempotencyKey` as for `recordRun`.
    *
    * @param {string} scope
    * @param {string} [task]
-   * @param {{ acl?: Names, branch?: string }} [options]
+   * @param {{ acl?: Names, branch?: string, idempotencyKey?: string }} [options]
    * @returns {Promise<JSONObject>}
    */
   async startSession(scope, task, options = {}) {
     const { acl, ...rest } = options;
     return this._post("/sessions/start", {
       scope, ...take({ task }, ["task"]),
-      ...listOption("acl", acl), ...take(rest, ["branch"]),
+      ...listOption("acl", acl), ...take(rest, ["branch", "idempotencyKey"]),
     });
   }
 

@@ -76,7 +76,8 @@ SessionIdP = Annotated[str, Path(max_length=sessions.MAX_SESSION_ID,
     200: {"description": "Already recorded with this idempotency_key: that run, nothing "
                          "committed (created: false)"}, **errors({
         401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch",
-        409: CAP + "; IDEMPOTENCY_KEY_REUSED: the idempotency_key already recorded another run",
+        409: CAP + "; IDEMPOTENCY_KEY_REUSED: the idempotency_key already recorded another "
+        "run",
         422: INVALID, 503: UNAVAILABLE})},
              openapi_extra={**body_doc(runs.RecordRun), **USER_DOC})
 async def record_run(request: Request, user: UserDep) -> JSONResponse:
@@ -131,14 +132,17 @@ def get_run(request: Request, user: UserDep, run_id: RunIdP) -> dict[str, Any]:
     return runs.get_run(service(request), user, run_id)
 
 
-@router.post("/sessions/start", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch", 409: CAP, 422: INVALID,
-    503: UNAVAILABLE}),
+@router.post("/sessions/start", status_code=201, responses={
+    200: {"description": "Already started with this idempotency_key: that session, nothing "
+                         "committed (created: false)"}, **errors({
+        401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch",
+        409: CAP + "; IDEMPOTENCY_KEY_REUSED: the idempotency_key already started another "
+        "session", 422: INVALID, 503: UNAVAILABLE})},
              openapi_extra={**body_doc(sessions.StartSession), **USER_DOC})
 async def start_session(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(sessions.StartSession, await request.body())
-    ses_id = await run_in_threadpool(sessions.start_session, service(request), user, req)
-    return JSONResponse({"id": ses_id}, status_code=201)
+    done = await run_in_threadpool(sessions.start_session, service(request), user, req)
+    return JSONResponse(done.wire(), status_code=201 if done.created else 200)
 
 
 @router.post("/sessions/end", responses=errors({

@@ -34,10 +34,12 @@ def reward_run(svc: MemoryService, caller: Caller, *, run: str, reward: float,
 
 
 def start_session(svc: MemoryService, caller: Caller, *, scope: str, task: str | None = None,
-                  acl: list[str] | None = None, branch: str | None = None) -> dict[str, Any]:
+                  acl: list[str] | None = None, branch: str | None = None,
+                  idempotency_key: str | None = None) -> dict[str, Any]:
     user = caller_user(caller)
-    req = build(sessions.StartSession, scope=scope, task=task, acl=acl, branch=branch)
-    return {"id": sessions.start_session(svc, user, req)}
+    req = build(sessions.StartSession, scope=scope, task=task, acl=acl, branch=branch,
+                idempotency_key=idempotency_key)
+    return sessions.start_session(svc, user, req).wire()
 
 
 def end_session(svc: MemoryService, caller: Caller, *, session: str, transcript: str,

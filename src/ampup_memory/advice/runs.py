@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
@@ -80,9 +79,11 @@ TaskText = Annotated[str, Field(min_length=1, max_length=MAX_TEXT,
 
 
 # A retry's key: any text but white space alone, which would name every blank retry alike.
-IdempotencyKey = Annotated[str, Field(min_length=1, max_length=200,
-                                      json_schema_extra={"pattern": NOT_BLANK_PATTERN}),
-                           AfterValidator(not_blank)]
+IdempotencyKey = Annotated[str, Field(
+    min_length=1, max_length=200, json_schema_extra={"pattern": NOT_BLANK_PATTERN},
+    description="Any text naming this request, e.g. a UUID the client made: a retry with "
+    "the same key (same user, scope and branch) answers what the first one wrote instead "
+    "of writing it twice."), AfterValidator(not_blank)]
 
 
 def utcnow() -> datetime:
@@ -102,10 +103,7 @@ class RecordRun(BaseModel):
     acl: list[AclEntry] | None = Field(default=None, min_length=1, max_length=64,
                                        description="Who may read the run (default: you).")
     branch: BranchText | None = None
-    idempotency_key: IdempotencyKey | None = Field(
-        default=None, description="Any text naming this recording, e.g. a UUID the client "
-        "made: a retry with the same key (same user, scope and branch) answers the run "
-        "the first one recorded instead of recording it twice.")
+    idempotency_key: IdempotencyKey | None = None
 
 
 class RewardRun(BaseModel):
@@ -276,7 +274,8 @@ def _grouped(events: list[EventRecord]) -> dict[str, list[EventRecord]]:
 # -- writing ------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Recorded:
-    """What POST /runs answers: the run, its commit, and whether this request wrote it."""
+    """What POST /runs (and /sessions/start) answers: the run or session, its commit, and
+    whether this request wrote it."""
     run_id: str
     commit: str
     created: bool
@@ -292,46 +291,47 @@ def record_run(svc: MemoryService, user: str, req: RecordRun) -> Recorded:
     run_id = new_id(RUN_PREFIX)
     data = {"task": req.task, "trace": req.trace, "outcome": req.outcome,
             "advice_key": req.advice_key}
-    key = req.idempotency_key
-    event = EventRecord(id=str(ULID()) if key is None else keyed_event_id(user, key),
-                        subject=run_id, kind=RUN, user=user, at=utcnow(), acl=acl, data=data,
-                        branch=branch)
-    try:
-        entry = svc.write_events(user, scope, branch, "record run", [event],
-                                 recheck=None if key is None else _once(svc, str(scope), event))
-    except _Recorded as earlier:
-        return Recorded(earlier.run.subject, earlier.run.commit_id, created=False)
-    return Recorded(run_id, entry.commit_id, created=True)
+    event = EventRecord(id=str(ULID()), subject=run_id, kind=RUN, user=user, at=utcnow(),
+                        acl=acl, data=data, branch=branch)
+    return write_once(svc, user, scope, branch, "record run", event, req.idempotency_key)
 
 
-def keyed_event_id(user: str, key: str) -> str:
-    """A keyed run's event id: the same for every retry of one user's key, so the check
-    below finds the first one's event by its id (the index's key) and never scans runs."""
-    return "idem_" + hashlib.sha256(f"{user}\n{key}".encode()).hexdigest()[:32]
+def write_once(svc: MemoryService, user: str, scope: Scope, branch: str, message: str,
+               event: EventRecord, key: str | None) -> Recorded:
+    """Write the first event of a run or session as one commit. With ``key``, a retry
+    writes nothing and answers what the first one wrote: the event's id is derived from
+    (user, kind, key), and the commit's recheck (inside its compare-and-set, so retries
+    racing on two servers write once) looks that id up; the key already used for another
+    body is a 409."""
+    if key is None:
+        return Recorded(event.subject, svc.write_events(user, scope, branch, message,
+                                                        [event]).commit_id, created=True)
+    event = replace(event, id="idem_" + hashlib.sha256(
+        f"{user}\n{event.kind}\n{key}".encode()).hexdigest()[:32])
 
-
-class _Recorded(Exception):  # noqa: N818 -- not an error: the run a retry answers
-    def __init__(self, run: EventRecord) -> None:
-        super().__init__(run.subject)
-        self.run = run
-
-
-def _once(svc: MemoryService, scope: str, event: EventRecord) -> Callable[[Segments], None]:
-    """The recheck of a keyed recording (inside the commit's compare-and-set, so two
-    retries racing on two servers record once): the run its key already recorded is the
-    answer; a key already used for another run is a 409."""
     def check(segs: Segments) -> None:
-        found = svc.index.events(scope, segs, (RUN,), ids=[event.id])
+        found = svc.index.events(str(scope), segs, (event.kind,), ids=[event.id])
         if not found:
             return
         first = found[0]
         if first.data != event.data or tuple(first.acl) != tuple(event.acl):
-            raise Conflict(f"This idempotency_key already recorded run {first.subject}, "
-                           "with another task, trace, outcome, advice_key or acl: a retry "
-                           "sends the same run; a new run takes a new key.",
-                           code="IDEMPOTENCY_KEY_REUSED")
-        raise _Recorded(first)
-    return check
+            what = "run" if event.kind == RUN else "session"
+            raise Conflict(f"This idempotency_key already started {what} {first.subject} "
+                           "with another body: a retry sends the same request; a new "
+                           f"{what} takes a new key.", code="IDEMPOTENCY_KEY_REUSED")
+        raise _Written(first)
+
+    try:
+        entry = svc.write_events(user, scope, branch, message, [event], recheck=check)
+    except _Written as earlier:
+        return Recorded(earlier.event.subject, earlier.event.commit_id, created=False)
+    return Recorded(event.subject, entry.commit_id, created=True)
+
+
+class _Written(Exception):  # noqa: N818 -- not an error: what a retry answers
+    def __init__(self, event: EventRecord) -> None:
+        super().__init__(event.subject)
+        self.event = event
 
 
 def reward_event(subject: str, user: str, value: float, reason: str, by: str,

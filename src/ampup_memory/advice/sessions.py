@@ -24,6 +24,8 @@ from ampup_memory.advice.runs import (
     SESSION_PREFIX,
     START,
     STEP,
+    IdempotencyKey,
+    Recorded,
     RewardValue,
     TaskText,
     current_reward,
@@ -33,6 +35,7 @@ from ampup_memory.advice.runs import (
     reward_of,
     subject_events,
     utcnow,
+    write_once,
 )
 from ampup_memory.errors import Conflict
 from ampup_memory.memory.acl import AclEntry, normalize_acl, own_acl
@@ -55,6 +58,7 @@ class StartSession(BaseModel):
     acl: list[AclEntry] | None = Field(default=None, min_length=1, max_length=64,
                                        description="Who may read the session (default: you).")
     branch: BranchText | None = None
+    idempotency_key: IdempotencyKey | None = None
 
 
 class EndSession(BaseModel):
@@ -68,15 +72,13 @@ class EndSession(BaseModel):
                                description="Why this reward (default: the outcome).")
 
 
-def start_session(svc: MemoryService, user: str, req: StartSession) -> str:
+def start_session(svc: MemoryService, user: str, req: StartSession) -> Recorded:
     scope = parse_scope(req.scope)
     branch = parse_branch(req.branch)
     acl = normalize_acl(req.acl, ["acl"]) if req.acl is not None else tuple(own_acl(user))
-    ses_id = new_id(SESSION_PREFIX)
-    event = EventRecord(id=str(ULID()), subject=ses_id, kind=START, user=user, at=utcnow(),
-                        acl=acl, data={"task": req.task or ""}, branch=branch)
-    svc.write_events(user, scope, branch, "start session", [event])
-    return ses_id
+    event = EventRecord(id=str(ULID()), subject=new_id(SESSION_PREFIX), kind=START, user=user,
+                        at=utcnow(), acl=acl, data={"task": req.task or ""}, branch=branch)
+    return write_once(svc, user, scope, branch, "start session", event, req.idempotency_key)
 
 
 def _refuse_if_ended(svc: MemoryService, scope: str, session: str, what: str,

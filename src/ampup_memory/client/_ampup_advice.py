@@ -53,11 +53,13 @@ class AdviceCalls(AmpUpFace[R, W]):
 
     def start_session(
         self, scope: str, task: str | None = None, *, acl: str | Sequence[str] | None = None,
-        branch: str | None = None,
+        branch: str | None = None, idempotency_key: str | None = None,
     ) -> R:
-        """Open a session (advice served on it is recorded): ``{id}``."""
+        """Open a session (advice served on it is recorded): ``{id, commit, created}``;
+        ``idempotency_key`` as for `record_run`."""
         return self._post("/sessions/start", _fields(
-            scope=scope, task=task, acl=self._optional_acl(acl), branch=branch))
+            scope=scope, task=task, acl=self._optional_acl(acl), branch=branch,
+            idempotency_key=idempotency_key))
 
     def end_session(
         self, session: str, transcript: str, outcome: str, *, reward: float | None = None,

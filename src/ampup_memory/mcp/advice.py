@@ -43,9 +43,10 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
                                              reason=reason))
 
     def start(caller: Caller, scope: str, task: str | None, acl: list[str] | None,
-              branch: str | None) -> str:
+              branch: str | None, idempotency_key: str | None) -> str:
         return _json(advice_tools.start_session(memory, caller, scope=scope, task=task,
-                                                acl=acl, branch=branch))
+                                                acl=acl, branch=branch,
+                                                idempotency_key=idempotency_key))
 
     def end(caller: Caller, session: str, transcript: str, outcome: str,
             reward: float | None, reason: str | None) -> str:
@@ -108,10 +109,12 @@ def register_advice_tools(server: MCPServer[Any], env: ToolEnv) -> None:
         task: str | None = None,
         acl: list[str] | None = None,
         branch: str | None = None,
+        idempotency_key: str | None = None,
     ) -> CallToolResult:
         """Start a work session in `scope` on `task`; advice served to it is recorded on it.
-        Replies JSON `{"id": "ses_…"}`; finish it with end_session."""
-        return await uenv.reply(ctx, start, scope, task, acl, branch)
+        An `idempotency_key` of your own makes a retry answer the session it started.
+        Replies JSON `{"id": "ses_…", "created": true}`; finish it with end_session."""
+        return await uenv.reply(ctx, start, scope, task, acl, branch, idempotency_key)
 
     @server.tool(annotations=WRITES)
     async def end_session(
