@@ -255,10 +255,7 @@ def test_a_postgres_read_writes_no_index_entry(postgres: PostgresFactory) -> Non
     before gets the fillfactor when it is next opened."""
     url = postgres.new_database("hot")
     pg = open_store(url, DIMS)
-    # A move is heap-only only when its page can be pruned of the last move's old row,
-    # and a snapshot held anywhere in this database (autovacuum's ANALYZE, which 80
-    # writes set off) forbids that: under load 3 of 40 moves went to the indexes.
-    _no_autovacuum(url)
+    _no_autovacuum(url)  # as in the test below: its ANALYZE's snapshot forbids pruning
     filler = " ".join(f"word{n}" for n in range(160))  # rows of about 2.3 kB, as at scale
     try:
         for n in range(1, 61):
@@ -276,7 +273,7 @@ def test_a_postgres_read_writes_no_index_entry(postgres: PostgresFactory) -> Non
     with psycopg.connect(url) as conn:
         options = conn.execute("SELECT reloptions FROM pg_class WHERE relname = 'cells'"
                                ).fetchone()
-    assert options == ([f"fillfactor={CELLS_FILLFACTOR}"],)
+    assert options is not None and f"fillfactor={CELLS_FILLFACTOR}" in options[0], options
 
 
 def _updates(url: str, n: int) -> tuple[int, int]:

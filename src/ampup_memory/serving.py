@@ -71,8 +71,14 @@ def _lock_file(settings: Settings, uri: str) -> Path:
 
 @contextmanager
 def _flocked(path: Path, exclusive: bool, taken: str) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError:
+        # A home that is a file, or one that cannot be written: no lease can be taken, and
+        # opening the store says why in its own words (which this would hide).
+        yield
+        return
     try:
         try:
             fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | fcntl.LOCK_NB)
