@@ -312,8 +312,11 @@ def backup_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, st
     for number in range(rounds):
         audit.scenario = f"backup round {number}"
         dest = home / f"b{number}"
-        run_cli(audit, env, "backup", str(dest),
-                kill_after=rng.uniform(0.1, 0.95) * whole_backup)
+        code, _, _ = run_cli(audit, env, "backup", str(dest),
+                             kill_after=rng.uniform(0.1, 0.9) * whole_backup)
+        audit.count(f"backups {code}")
+        if code != "killed":
+            shutil.rmtree(dest)
         code, out, err = run_cli(audit, env, "backup", str(dest))
         audit.expect(code == 0, "backup run again failed", f"{code}: {err[-400:]}")
         if code != 0:
@@ -323,9 +326,12 @@ def backup_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, st
                 raise Skip(f"backup -> {code}: {err[-300:]}")
         audit.scenario = f"restore round {number}"
         target = home / f"r{number}"
-        run_cli(audit, env, "restore", str(dest), "--home", str(target),
-                kill_after=rng.uniform(0.1, 0.95) * whole_restore)
-        if target.exists():
+        code, _, _ = run_cli(audit, env, "restore", str(dest), "--home", str(target),
+                             kill_after=rng.uniform(0.1, 0.9) * whole_restore)
+        audit.count(f"restores {code}")
+        if code != "killed":
+            shutil.rmtree(target)
+        elif target.exists():
             left = sorted(p.name for p in target.iterdir())
             audit.count("restores that left files behind", 1 if left else 0)
         code, out, err = run_cli(audit, env, "restore", str(dest), "--home", str(target))
