@@ -46,6 +46,7 @@ import os
 import random
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -53,7 +54,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -125,10 +128,28 @@ def timed(audit: CrashAudit, env: dict[str, str], *args: str) -> float:
     return time.monotonic() - began
 
 
-def restart(audit: CrashAudit, procs: list[ServerProcess], victim: int) -> None:
+def restart(audit: CrashAudit, procs: list[ServerProcess], victim: int,
+            pause: float = 0.0) -> None:
+    """kill -9 one server, and start it again on the same store and port ``pause`` s
+    later; a request on a pooled connection to the killed process breaks just after it
+    answers again too (1 s of grace)."""
+    killed = time.monotonic()  # before: requests cut while it dies end before kill returns
     procs[victim].kill()
     audit.kills += 1
+    time.sleep(pause)
     procs[victim].start(timeout=180)
+    audit.down.setdefault(victim, []).append((killed, time.monotonic() + 1.0))
+
+
+def answered(audit: CrashAudit, since: int) -> None:
+    """Every request sent since ``audit.log[since]`` to a server that was not down was
+    answered."""
+    for s in audit.log[since:]:
+        a = s.answer
+        if a.status == "cut" and not audit.was_down(s.server, a.sent, a.done):
+            audit.find("a server that was not killed stopped answering",
+                       f"server {s.server}: {a.shown()} (sent {a.sent:.1f}, cut "
+                       f"{a.done:.1f}; down {audit.down.get(s.server)})")
 
 
 def stopped(procs: list[ServerProcess]) -> None:
@@ -360,24 +381,30 @@ def reembed_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, s
     texts = [f"reembed probe {i} {uuid.uuid4().hex[:6]}" for i in range(REEMBED_CELLS)]
     ids = [new_cell(audit, t) for t in texts]
     stopped(procs)
-    widths = ["128", "192", "256", "96"]
+    whole_run = timed(audit, env, "reembed", "--force")
+    # WordLlama embeds ~0.5 ms a cell, hash far faster: a kill lands mid-rewrite more often
+    embedders = [("wordllama", "256"), ("hash", "192"), ("wordllama", "256"), ("hash", "96")]
     for number in range(rounds):
         audit.scenario = f"reembed round {number}"
-        width = widths[number % len(widths)]
-        changed = {**env, "AMP_EMBEDDING_DIMENSIONS": width}
+        provider, width = embedders[number % len(embedders)]
+        changed = {**env, "AMP_EMBEDDING_PROVIDER": provider,
+                   "AMP_EMBEDDING_DIMENSIONS": width}
         began = time.monotonic()
-        code, _, _ = run_cli(audit, changed, "reembed", kill_after=rng.uniform(0.3, 4.0))
+        code, _, _ = run_cli(audit, changed, "reembed",
+                             kill_after=rng.uniform(0.6, 2.5) * whole_run)
         took = time.monotonic() - began
-        if code != "killed":
+        killed = code == "killed"
+        if not killed:
             audit.count("reembed finished before its kill")
+        recorded = vector_widths(audit, env, int(width), "after the kill")
         code, out, err = run_cli(audit, changed, "reembed")
         report = last_json(out) or {}
         audit.expect(code == 0 and report.get("dimensions") == int(width)
-                     and report.get("reembedded", 0) >= REEMBED_CELLS * (code == "killed"),
+                     and report.get("reembedded", 0) >= REEMBED_CELLS * (not recorded),
                      "reembed run again did not finish", f"{code} {report} {err[-300:]}")
-        audit.count(f"reembed killed after {took:.1f} s")
+        audit.count(f"reembed killed after {took:.1f} s of {whole_run:.1f} s")
         for p in procs:
-            p.env["AMP_EMBEDDING_DIMENSIONS"] = width
+            p.env.update(AMP_EMBEDDING_PROVIDER=provider, AMP_EMBEDDING_DIMENSIONS=width)
         started(procs)
         for i in rng.sample(range(REEMBED_CELLS), 10):
             for server in range(len(audit.urls)):
@@ -392,6 +419,28 @@ def reembed_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, s
     started(procs)
 
 
+def vector_widths(audit: CrashAudit, env: dict[str, str], width: int, what: str) -> bool:
+    """On SQLite, read the cell store itself: a store that records the new embedder has
+    only vectors of its width (a record written before the last vector is a half-done
+    re-embedding nothing redoes). Whether the new embedder is recorded."""
+    if "AMP_STORE_URI" in env:
+        return False  # PostgreSQL: the rerun's count says it
+    db = sqlite3.connect(f"file:{Path(env['AMPUP_MEMORY_HOME']) / 'amp.db'}?mode=ro",
+                         uri=True)
+    try:
+        meta = dict(db.execute("SELECT key, value FROM meta").fetchall())
+        sizes = dict(db.execute("SELECT length(vec), count(*) FROM cells GROUP BY 1"))
+    finally:
+        db.close()
+    recorded = meta.get("embedding_model_dimensions") == str(width)
+    audit.count(f"vector widths {what} (new embedder recorded: {recorded}): "
+                + ", ".join(f"{(n or 0) // 4}d" for n in sorted(sizes, key=lambda n: n or 0)))
+    if recorded:
+        audit.expect(set(sizes) == {width * 4}, "new embedder recorded over old vectors",
+                     f"{what}: widths {[(n or 0) // 4 for n in sizes]}, recorded {width}")
+    return recorded
+
+
 # ---------------------------------------------------------------- extraction
 
 EXTRACT_EPISODES = 400
@@ -403,7 +452,8 @@ SCHEMA = {"schema": {
 
 def extract_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str],
                  home: Path, rounds: int, rng: random.Random) -> None:
-    with ScriptedModel() as model:
+    model = ScriptedModel().start()
+    try:
         model_env = {**env, **model.env()}
         for number in range(rounds):
             audit.scenario = f"extract round {number}"
@@ -420,7 +470,7 @@ def extract_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, s
                 {"entity": f"acct:c{i}", "predicate": "budget", "value": f"{i}k",
                  "unit": 1, "quote": f"budget is {i}k"}]}} for i in range(EXTRACT_EPISODES)])
             args = ("extract", "--scope", scope, "--batch", "25")
-            run_cli(audit, model_env, *args, kill_after=rng.uniform(1.0, 8.0))
+            run_cli(audit, model_env, *args, kill_after=rng.uniform(2.5, 9.0))
             landed = extracted(audit, scope, "after the kill")
             audit.count("facts extracted before the kill", len(landed))
             code, out, err = run_cli(audit, model_env, *args)
@@ -428,24 +478,26 @@ def extract_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, s
             done = extracted(audit, scope, "after the second run")
             audit.expect(len(done) == EXTRACT_EPISODES, "extracted facts missing",
                          f"{len(done)} of {EXTRACT_EPISODES}")
-            asked = [c for c in model.calls()]
-            audit.count("model calls", len(asked))
+            audit.count("model calls", len(model.calls()))
             sweep(audit, scope)
+    finally:
+        model.stop()
 
 
 def extracted(audit: CrashAudit, scope: str, what: str) -> dict[str, int]:
-    """acct key -> how many versions of its budget; each fact's commit in the ledger."""
+    """acct key -> how many versions of its budget; each fact's commit in the ledger, the
+    same through every server."""
     commits = {c["id"]: c for c in check_chain(audit, scope)}
     counts: dict[str, int] = {}
     for server in range(len(audit.urls)):
-        data = audit.ok(Call("GET", "/facts", "/facts",
-                             params={"scope": scope, "history": "true",
-                                     "predicate": "budget"}), server)
         here: dict[str, int] = {}
-        for f in data["facts"]:
-            here[f["entity"]] = here.get(f["entity"], 0) + 1
-            audit.expect(f["commit"] in commits, "fact without its ledger row",
-                         f"{what}: {f['entity']} {f['commit']}")
+        for i in range(EXTRACT_EPISODES):
+            for f in audit.ok(Call("GET", "/facts", "/facts", params={
+                    "scope": scope, "entity": f"acct:c{i}", "history": "true"}), server
+                              )["facts"]:
+                here[f["entity"]] = here.get(f["entity"], 0) + 1
+                audit.expect(f["commit"] in commits, "fact without its ledger row",
+                             f"{what}: {f['entity']} {f['commit']}")
         if server == 0:
             counts = here
         audit.expect(here == counts, "servers disagree on the facts", what)
@@ -456,7 +508,7 @@ def extracted(audit: CrashAudit, scope: str, what: str) -> dict[str, int]:
 
 # ---------------------------------------------------------------- purge and lifecycle
 
-PURGE_CELLS = 3000
+PURGE_CELLS = 2400
 
 
 def purge_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str],
@@ -464,21 +516,14 @@ def purge_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str
     for number in range(rounds):
         audit.scenario = f"purge round {number}"
         tag = uuid.uuid4().hex[:8]
-        live, gone = [], []
-        for i in range(PURGE_CELLS):
-            cell = new_cell(audit, f"purge {tag} cell {i}", i)
-            if i % 3 == 0:
-                live.append(cell)
-                continue
-            audit.ok(Call("PATCH", "/amp/v1/memories/{memory_id}",
-                          f"/amp/v1/memories/{cell}",
-                          {"lifecycle": {"status": "archived"}}), i)
-            if i % 3 == 1:
-                audit.ok(Call("DELETE", "/amp/v1/memories/{memory_id}",
-                              f"/amp/v1/memories/{cell}"), i)
-                gone.append(cell)
+        with ThreadPoolExecutor(4) as pool:
+            made = list(pool.map(partial(purge_cell, audit, tag), range(PURGE_CELLS)))
+        live = [cell for cell, i in made if i % 3 == 0]
+        gone = [cell for cell, i in made if i % 3 == 1]
         now = f"{2030 + number}-01-01T00:00:00Z"
         victim = number % len(procs)
+        dry = audit.send(Call("POST", "/amp/v1/lifecycle/run", "/amp/v1/lifecycle/run",
+                              {"dry_run": True, "now": now}, headers=ADMIN), victim)
         result: list[Any] = []
         lifecycle = Call("POST", "/amp/v1/lifecycle/run", "/amp/v1/lifecycle/run",
                          {"dry_run": False, "now": now}, headers=ADMIN)
@@ -486,17 +531,29 @@ def purge_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str
             target=lambda c, v, into: into.append(audit.send(c, v)),
             args=(lifecycle, victim, result))
         passing.start()
-        time.sleep(rng.uniform(0.2, 3.0))
+        time.sleep(rng.uniform(0.05, 1.2) * (dry.done - dry.sent))
         restart(audit, procs, victim)
         passing.join()
-        audit.count("passes answered before the kill",
-                    int(bool(result) and result[0].status == 200))
+        audit.count(f"passes answered before the kill: {result[0].status if result else '-'}"
+                    f" (dry run {dry.done - dry.sent:.1f} s)")
         check_cells(audit, tag, live, gone, "after the kill")
         again = audit.send(Call("POST", "/amp/v1/lifecycle/run", "/amp/v1/lifecycle/run",
                                 {"dry_run": False, "now": now}, headers=ADMIN), victim)
         audit.expect(again.status == 200, "lifecycle pass run again refused",
                      f"{again.status} {again.text[:200]}")
         check_cells(audit, tag, live, gone, "after the pass run again", purged=True)
+
+
+def purge_cell(audit: CrashAudit, tag: str, i: int) -> tuple[str, int]:
+    """Cell ``i``: kept active (i % 3 == 0), deleted (1) or archived (2)."""
+    cell = new_cell(audit, f"purge {tag} cell {i}", i)
+    if i % 3:
+        audit.ok(Call("PATCH", "/amp/v1/memories/{memory_id}", f"/amp/v1/memories/{cell}",
+                      {"lifecycle": {"status": "archived"}}), i)
+    if i % 3 == 1:
+        audit.ok(Call("DELETE", "/amp/v1/memories/{memory_id}", f"/amp/v1/memories/{cell}"),
+                 i)
+    return cell, i
 
 
 def check_cells(audit: CrashAudit, tag: str, live: list[str], gone: list[str], what: str,
@@ -537,6 +594,7 @@ def admin_round(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, st
     scope = new_scope()
     org, team = scope.split("/")
     stop = threading.Event()
+    since = len(audit.log)
     schemas: list[tuple[int, Any]] = []
     sources: list[tuple[int, Any]] = []
     spaces: list[tuple[str, Any, Any]] = []  # (id, its write, its delete)
@@ -579,30 +637,28 @@ def admin_round(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, st
     for th in threads:
         th.start()
     time.sleep(rng.uniform(0.5, 3.0))
-    victim = number % len(procs)
-    procs[victim].kill()
-    audit.kills += 1
-    killed = time.monotonic()
-    time.sleep(rng.uniform(0, 1.0))
-    procs[victim].start(timeout=180)
-    audit.down.setdefault(victim, []).append((killed, time.monotonic()))
+    restart(audit, procs, number % len(procs), rng.uniform(0, 1.0))
     time.sleep(rng.uniform(1.0, 2.0))
     stop.set()
     for th in threads:
         th.join()
+    answered(audit, since)
     check_admin(audit, scope, schemas, sources, spaces)
-    code, out, err = run_cli(audit, env, "workspace", "gc")
+    # A server killed mid-DELETE holds the maintenance lease until it lapses
+    # (AMPUP_MEMORY_LEASE_SECONDS, 6 here): gc says so (exit 2) until then.
+    for _ in range(4):
+        code, out, err = run_cli(audit, env, "workspace", "gc")
+        if code != 2 or "holds the lease" not in err:
+            break
+        audit.count("workspace gc: the lease still held")
+        time.sleep(3)
     audit.expect(code == 0, "workspace gc failed", f"{code}: {err[-300:]}")
+    check_admin(audit, scope, schemas, sources, spaces)
 
 
 def check_admin(audit: CrashAudit, scope: str, schemas: list[tuple[int, Any]],
                 sources: list[tuple[int, Any]], spaces: list[tuple[str, Any, Any]]) -> None:
     org, team = scope.split("/")
-    for s in audit.log:
-        a = s.answer
-        if a.status == "cut" and not audit.was_down(s.server, a.sent, a.done):
-            audit.find("a server that was not killed stopped answering",
-                       f"server {s.server}: {a.shown()}")
     acked = [a for _, a in schemas if a.ok()]
     audit.count("acknowledged schemas", len(acked))
     cut = [a for _, a in schemas if a.status == "cut"]
@@ -652,7 +708,7 @@ def audit_one(config: str, pg: PostgresFactory | None, paths: list[str], rounds:
               seed: int, log: Callable[[str], None]) -> CrashAudit:
     rng = random.Random(seed)
     home = Path(tempfile.mkdtemp(prefix=f"crashpaths-{config}-"))
-    extra = {"AMP_PURGE_RETENTION": "1"}
+    extra = {"AMP_PURGE_RETENTION": "1", "AMPUP_MEMORY_LEASE_SECONDS": "6"}
     os.environ.update(extra)
     with serving(config, home, pg) as (procs, headers, env):
         spec = httpx.get(f"{procs[0].url}/openapi.json").json()
