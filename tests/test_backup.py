@@ -389,8 +389,9 @@ def test_a_backup_or_restore_killed_midway_runs_again(tmp_path: Path) -> None:
     """kill -9 runs no clean-up: a backup killed after copying the cells left DEST without
     a manifest, and a restore killed midway left a home with stores, so the same command
     run again refused both (`not empty`, `fresh home only`), as docs/cli.md promises it
-    does not (tools/crash_paths_audit.py, 3 of 3 kills each). Each is killed here by its
-    own progress callback, then run again."""
+    does not (tools/crash_paths_audit.py, 3 of 3 kills each), and the half-restored home
+    was served as if whole. Each is killed here by its own progress callback, then run
+    again."""
     good = _backup_of_one_scope(tmp_path)
     home = tmp_path / "home"
     # The killed backup's maintenance lease frees itself within one lease length.
@@ -403,6 +404,9 @@ def test_a_backup_or_restore_killed_midway_runs_again(tmp_path: Path) -> None:
                               timeout=120)
         assert done.returncode == -9, done.stderr
     assert any((tmp_path / "again").iterdir()) and any((tmp_path / "restored").iterdir())
+    # The half-restored home (some tables, no index) is not served as if it were whole.
+    half = cli_in_process(tmp_path / "restored", QUIET, "lifecycle", "run", "--dry-run")
+    assert half.returncode == 2 and "restore" in half.stderr, half.stderr
     again = cli_in_process(home, QUIET, "backup", str(tmp_path / "again"))
     assert again.returncode == 0, again.stderr
     listed = [{f["path"] for f in json.loads((b / "manifest.json").read_text())["files"]}

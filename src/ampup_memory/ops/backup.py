@@ -433,6 +433,16 @@ def undone_on_failure(settings: Settings) -> Iterator[None]:
     marker.unlink()
 
 
+def refuse_unfinished_restore(settings: Settings) -> None:
+    """A home a restore was killed in holds part of a backup (some tables, no index):
+    served, that part would read as the whole. Refused in one line until the same restore
+    runs again (it starts over) or the home is removed."""
+    if (settings.home / RESTORE_UNFINISHED).is_file():
+        raise BackupError(f"{settings.home} holds a restore that was stopped before it "
+                          "finished; run the same `ampup-memory restore SRC --home "
+                          f"{settings.home}` again (it starts over), or remove the folder")
+
+
 def restore_steps(src: Path) -> int:
     manifest = read_manifest(src)
     return len(manifest["files"])
