@@ -6,22 +6,25 @@ store opened again and the interrupted operation run again.
                                                      [--paths load,backup,...]
                                                      [--rounds 3] [--seed N] [--out DIR]
 
-Paths (docs/testing.md, "The crash audit: other write paths"); each round kills once:
+Paths (docs/testing.md, "The crash audit of the other write paths"); each round kills
+once, at a random moment within a measured whole run:
 
-- ``load``: ``ampup-memory load`` of a .jsonl of 3,000 episodes and 300 facts, killed
+- ``load``: ``ampup-memory load`` of a .jsonl of 12,000 episodes and 1,500 facts, killed
   mid-way while the servers serve; then: the episodes listed are whole commits (each one's
   commit in the ledger, the same list through every server), none twice; the same command
   run again exits 0, counts what had landed as ``existing`` and the rest as ``created``,
   and every episode and fact is there once.
 - ``index``: ``index rebuild`` and ``maintenance --rebuild-index`` (servers stopped, as the
-  docs ask) killed mid-way; a server started on the half-rebuilt index answers below 500;
-  the command run again exits 0 and the server answers every listing and search as before.
+  docs ask) killed mid-way; servers started on the half-rebuilt index answer below 500
+  and list and find what they did before; run again, the same.
 - ``backup``: ``backup DEST`` killed mid-way (server running), then the same command run
   again must succeed; ``restore SRC --home H`` killed mid-way, then run again must succeed,
   and a server on H answers what the original does.
 - ``reembed``: servers stopped, the embedder changed, ``reembed`` killed mid-way; the same
-  command run again re-embeds every cell and records the new embedder; a server then
-  finds every cell by its own text.
+  command run again re-embeds every cell (unless the killed run had finished) and records
+  the new embedder; on SQLite the store is read directly (a store recording the new
+  embedder holds only vectors of its width); servers then find sampled cells by their
+  text.
 - ``extract``: ``ampup-memory extract`` against a scripted model (tests/scripted_model.py)
   killed mid-way while it commits; the facts listed are whole commits (each with its read
   marks); run again it reads only what is pending, and every episode's fact is there once.
