@@ -740,7 +740,10 @@ def audit_one(config: str, pg: PostgresFactory | None, paths: list[str], rounds:
             log(f"{config} {name}: {audit.kills - kills} kills, {audit.sent - sent} requests,"
                 f" {time.monotonic() - began:.0f} s, {load_text()}")
         audit.finish(procs)
-    shutil.rmtree(home, ignore_errors=True)
+    if audit.findings:  # the server logs name what went wrong
+        log(f"{config}: findings; its home is kept: {home}")
+    else:
+        shutil.rmtree(home, ignore_errors=True)
     return audit
 
 
