@@ -365,6 +365,60 @@ def test_a_backup_interrupted_midway_leaves_no_partial_folder(tmp_path: Path) ->
         assert cli_in_process(home, QUIET, "backup", str(dest)).returncode == 0
 
 
+KILLED_MIDWAY = """
+import os, signal, sys
+from pathlib import Path
+from ampup_memory.ops import backup as ops
+from ampup_memory.settings import Settings
+
+def die(what, n):
+    if what != "AMP cells":  # at the first table, the cells already copied
+        os.kill(os.getpid(), signal.SIGKILL)
+
+what, home, path = sys.argv[1:]
+settings = Settings(**{"AMPUP_MEMORY_HOME": home})
+if what == "backup":
+    ops.backup(settings, Path(path), die)
+else:
+    with ops.undone_on_failure(settings):
+        ops.restore(settings, Path(path), die)
+"""
+
+
+def test_a_backup_or_restore_killed_midway_runs_again(tmp_path: Path) -> None:
+    """kill -9 runs no clean-up: a backup killed after copying the cells left DEST without
+    a manifest, and a restore killed midway left a home with stores, so the same command
+    run again refused both (`not empty`, `fresh home only`), as docs/cli.md promises it
+    does not (tools/crash_paths_audit.py, 3 of 3 kills each), and the half-restored home
+    was served as if whole. Each is killed here by its own progress callback, then run
+    again."""
+    good = _backup_of_one_scope(tmp_path)
+    home = tmp_path / "home"
+    # The killed backup's maintenance lease frees itself within one lease length.
+    env = {**os.environ, **QUIET, "PYTHONPATH": os.pathsep.join(sys.path),
+           "AMPUP_MEMORY_LEASE_SECONDS": "3"}
+    for what, where, path in (("backup", home, tmp_path / "again"),
+                              ("restore", tmp_path / "restored", good)):
+        done = subprocess.run([sys.executable, "-c", KILLED_MIDWAY, what, str(where),
+                               str(path)], env=env, capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode == -9, done.stderr
+    assert any((tmp_path / "again").iterdir()) and any((tmp_path / "restored").iterdir())
+    # The half-restored home (some tables, no index) is not served as if it were whole.
+    half = cli_in_process(tmp_path / "restored", QUIET, "lifecycle", "run", "--dry-run")
+    assert half.returncode == 2 and "restore" in half.stderr, half.stderr
+    again = cli_in_process(home, QUIET, "backup", str(tmp_path / "again"))
+    assert again.returncode == 0, again.stderr
+    listed = [{f["path"] for f in json.loads((b / "manifest.json").read_text())["files"]}
+              for b in (good, tmp_path / "again")]
+    assert listed[0] == listed[1]
+    restored = cli_in_process(tmp_path / "restored", QUIET, "restore", str(good))
+    assert restored.returncode == 0, restored.stderr
+    assert json.loads(restored.stdout.strip().splitlines()[-1])["rows"] > 0
+    assert not list((tmp_path / "restored").glob(".restore-*"))
+    assert not list((tmp_path / "again").glob(".backup-*"))
+
+
 def test_a_home_named_relatively_opens_from_anywhere(tmp_path: Path) -> None:
     """`restore BK --home rel` (or any command with a relative home) wrote table metadata
     paths relative to the working directory: the same home opened by its full path, or

@@ -461,6 +461,23 @@ def test_changed_model_reembeds_instead_of_mixing(index: SearchIndex) -> None:
 
 
 
+def test_a_width_change_over_a_full_index_reembeds(index: SearchIndex) -> None:
+    """On PostgreSQL the new width's HNSW graphs were built in the transaction that nulled
+    the old vectors, and CREATE INDEX read the rows' old versions too (an update that does
+    not fit its page leaves one): "expected 32 dimensions, not 64", so no server started
+    after a change of the embedder's width once the index held a few pages of rows
+    (tools/crash_paths_audit.py, reembed on postgres-2: both servers, every start)."""
+    eps = [episode(S, [f"Vandelay {i} imports latex and other goods."], ["*"])
+           for i in range(300)]
+    first = SearchEngine(index, HashEmbedder(64))
+    first.ensure_model()
+    first.ingest(DocumentBatch(eps, []))
+    second = SearchEngine(index, HashEmbedder(32))
+    assert second.ensure_model() == 300
+    assert index.model() == ModelInfo("hash/32", 32)
+    assert index.missing_vectors("passages", 10) == []
+
+
 def test_index_cut_another_way_is_emptied_not_mixed(index: SearchIndex) -> None:
     e = episode(S, ["Vandelay imports latex."], ["*"])
     engine = SearchEngine(index, HashEmbedder(64))

@@ -14,6 +14,7 @@ from ampup_memory.amp.store.base import CellStore
 from ampup_memory.amp.store.registry import open_store
 from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.memory.service import MemoryService
+from ampup_memory.ops.backup import refuse_unfinished_restore
 from ampup_memory.progress import Progress
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings, ensure_home
@@ -46,6 +47,7 @@ def open_runtime(settings: Settings, *, reembed: bool = True,
     first: one that refuses to open (say, a newer layout) is said before a long
     re-embedding, not after it."""
     ensure_home(settings)
+    refuse_unfinished_restore(settings)
     embedder = build_embedder(settings)
     store = open_store(settings.resolved_store_uri, embedder.dimensions,
                        ann_min_vectors=settings.search_ann_min_vectors,

@@ -57,6 +57,12 @@ from ampup_memory.web.jsontext import loads
 
 FORMAT = 1
 MANIFEST = "manifest.json"
+# In DEST from a backup's first write until its manifest is in place, and in a home from a
+# restore's first write until its index is rebuilt: a run killed with kill -9 (or a power
+# cut) runs no clean-up, and the marker tells the same command run again that what it
+# finds is its own unfinished work, to clear and write again.
+BACKUP_UNFINISHED = ".backup-unfinished"
+RESTORE_UNFINISHED = ".restore-unfinished"
 LEASE_WAIT = timedelta(minutes=5)
 
 Step = Callable[[str, int], None]  # (what, units done) for a progress bar
@@ -171,7 +177,9 @@ def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
     _require_stores(settings)
     step = step or (lambda what, n: None)
     if dest.exists() and any(dest.iterdir()):
-        raise BackupError(f"{dest} is not empty; back up into a new folder")
+        if not (dest / BACKUP_UNFINISHED).is_file():
+            raise BackupError(f"{dest} is not empty; back up into a new folder")
+        _remove(dest.iterdir())  # a backup killed mid-way: all of it was its own
     amp_db = sqlite_file(settings.resolved_store_uri)
     assert amp_db is not None
     created = not dest.exists()
@@ -183,6 +191,7 @@ def backup(settings: Settings, dest: Path, step: Step | None = None) -> Report:
                           + (f"{blocker} is a file, not a folder" if blocker is not None
                              else exc.strerror or str(exc))) from exc
     try:
+        (dest / BACKUP_UNFINISHED).write_bytes(b"")
         return _backup_into(settings, amp_db, dest, step)
     except BaseException as exc:
         # DEST was new or empty: a copy without its manifest is no backup, and left behind
@@ -234,7 +243,10 @@ def _backup_into(settings: Settings, amp_db: Path, dest: Path, step: Step) -> Re
     manifest = {"format": FORMAT, "version": __version__,
                 "created_at": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
                 "files": files}
-    (dest / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
+    partial = dest / (MANIFEST + ".partial")
+    partial.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(partial, dest / MANIFEST)  # whole or absent
+    (dest / BACKUP_UNFINISHED).unlink()
     return Report(dest, files)
 
 
@@ -398,23 +410,42 @@ def _written_by_restore(settings: Settings) -> set[Path]:
 def undone_on_failure(settings: Settings) -> Iterator[None]:
     """Around a whole restore (tables and index): when it fails or is interrupted, remove
     what it wrote. A half-restored home served its cells without some tables, and refused
-    the next restore as not fresh; it only ever held what this restore put there."""
+    the next restore as not fresh; it only ever held what this restore put there. A
+    restore killed outright (kill -9) leaves its marker in the home: run again, it removes
+    what that one wrote first."""
+    marker = settings.home / RESTORE_UNFINISHED
+    home_existed = settings.home.exists()
+    if marker.is_file():
+        _remove(_written_by_restore(settings))
     if _occupied(settings):  # restore refuses it; files appearing meanwhile are not ours
         yield
         return
-    home_existed = settings.home.exists()
     warehouse = Path(urlsplit(settings.resolved_warehouse).path)
     warehouse_existed = warehouse.exists()
     before = _written_by_restore(settings)
+    settings.home.mkdir(parents=True, exist_ok=True)
+    marker.write_bytes(b"")
     try:
         yield
     except BaseException:
         _remove(_written_by_restore(settings) - before)
+        marker.unlink(missing_ok=True)
         for folder, existed in ((warehouse, warehouse_existed), (settings.home, home_existed)):
             if not existed:
                 with contextlib.suppress(OSError):  # left when anything else is in it
                     folder.rmdir()
         raise
+    marker.unlink()
+
+
+def refuse_unfinished_restore(settings: Settings) -> None:
+    """A home a restore was killed in holds part of a backup (some tables, no index):
+    served, that part would read as the whole. Refused in one line until the same restore
+    runs again (it starts over) or the home is removed."""
+    if (settings.home / RESTORE_UNFINISHED).is_file():
+        raise BackupError(f"{settings.home} holds a restore that was stopped before it "
+                          "finished; run the same `ampup-memory restore SRC --home "
+                          f"{settings.home}` again (it starts over), or remove the folder")
 
 
 def restore_steps(src: Path) -> int:

@@ -86,6 +86,7 @@ log = logging.getLogger(__name__)
 
 WRITE_LOCK = 0x5EA2C4  # advisory lock key of index writers
 _TABLES = {"facts": "search_facts", "passages": "search_passages"}
+GRAPH_TRIES = 5  # `set_model`: building the new width's graphs, a second apart
 # The column keeping the seq of the commit that put a row in its space.
 _SEQ = {"search_facts": "commit_seq", "search_passages": "seq"}
 SIZES_KEPT = 4096  # spaces whose sizes are remembered (`_size`), the least recent go
@@ -348,17 +349,35 @@ class PostgresIndex:
         return ModelInfo(name, int(dims))
 
     def set_model(self, model: ModelInfo) -> None:
+        dims = int(model.dimensions)  # an int: safe in DDL
         with self.transaction():
             if self.model() == model:
                 return
             conn = self._tx()
-            dims = int(model.dimensions)  # an int: safe in DDL
             for table in _TABLES.values():
                 conn.execute(f"DROP INDEX IF EXISTS {table}_vec_hnsw")
                 conn.execute(f"UPDATE {table} SET vec = NULL WHERE vec IS NOT NULL")
-                _graph(conn, table, dims, self.ann_params)
             self._set_meta("model_name", model.name)
             self._set_meta("model_dimensions", str(dims))
+        # The new width's graphs once the old vectors are dead. Built in the transaction
+        # that nulled them, CREATE INDEX also read the rows' old versions (an update that
+        # cannot stay on its page leaves them) and failed on their width ("expected 192
+        # dimensions, not 256"): with a few thousand rows, no server started after a
+        # change of the embedder's width. An older snapshot (another server's read) may
+        # still see them for a moment; if it outlasts the tries, the next open builds the
+        # graphs (`_match_graphs`) and searches go on without them meanwhile.
+        for attempt in range(GRAPH_TRIES):
+            try:
+                with self.transaction():
+                    for table in _TABLES.values():
+                        _graph(self._tx(), table, dims, self.ann_params)
+                return
+            except psycopg.errors.DataException as exc:
+                if attempt == GRAPH_TRIES - 1:
+                    log.warning("search index: the HNSW graphs for %d dimensions wait for "
+                                "the next start (%s)", dims, driver_said(exc))
+                    return
+                time.sleep(1.0)
 
     def passage_cut(self) -> str | None:
         return self._meta("passage_cut")
