@@ -584,6 +584,17 @@ def test_a_control_character_in_a_model_setting_stops_the_start_in_one_line(
     assert shown(base, "--config", str(config))["model_name"] == "qwen2.5:7b-instruct é"
 
 
+def test_a_wordllama_width_without_its_weights_is_a_setting_error(tmp_path: Path) -> None:
+    """WordLlama's wheel holds its 256-dimension weights alone; another width named a
+    missing weights file and was said as a "storage error" (crash31)."""
+    base = clean_env(AMPUP_MEMORY_HOME=str(tmp_path / "home"), **{
+        **QUIET, "AMP_EMBEDDING_PROVIDER": "wordllama", "AMP_EMBEDDING_DIMENSIONS": "128"})
+    done = cli(base, "serve", "--port", "0", timeout=120)
+    _one_error_line(done, "AMP_EMBEDDING_DIMENSIONS=128: the installed WordLlama has "
+                    "weights for 256 dimensions only")
+    assert "storage" not in done.stderr, done.stderr
+
+
 def test_an_endpoint_that_is_no_http_url_stops_the_start_in_one_line(
         tmp_path: Path) -> None:
     """A model or embedding endpoint without its scheme (`localhost:11434/v1`), of

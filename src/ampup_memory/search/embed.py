@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import re
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -74,9 +75,17 @@ class WordLlamaEmbedder:
         self.dimensions = dimensions or 256
         if self.dimensions > 256:
             raise ConfigurationError("wordllama supports at most 256 dimensions")
-        self._model: Any = WordLlama.load(
-            cache_dir=package_dir, disable_download=True, dim=self.dimensions
-        )
+        try:
+            self._model: Any = WordLlama.load(
+                cache_dir=package_dir, disable_download=True, dim=self.dimensions
+            )
+        except FileNotFoundError as exc:  # a setting, not the store: not "storage error"
+            shipped = sorted(int(m.group(1)) for p in package_dir.rglob("*.safetensors")
+                             if (m := re.search(r"_(\d+)\.safetensors$", p.name)))
+            raise ConfigurationError(
+                f"AMP_EMBEDDING_DIMENSIONS={self.dimensions}: the installed WordLlama has "
+                f"weights for {', '.join(map(str, shipped)) or 'no size'} dimensions only "
+                "(no download at run time); leave the setting unset") from exc
         self.name = f"wordllama/l2_supercat_{self.dimensions}"
         self._lock = threading.Lock()
         tokenizer = self._model.tokenizer
