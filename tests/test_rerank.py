@@ -443,13 +443,18 @@ async def test_an_mcp_search_cancelled_while_it_waits_is_not_run(
         return log_path.read_text().count(SKIPPED)
 
     async def round_with_waiters(mcp: Client) -> None:
-        """A round in which a search still waited when the client cancelled: on a busy
-        machine the three may not all have reached the line a second after they were
-        sent (nothing then waits, nothing is skipped, and the round shows nothing), so
-        such a round is sent again with more time."""
-        for wait in (1, 2, 4):
+        """A round in which a search still waited when the client cancelled. Searches wait
+        only while the one before them runs, so the cancel is timed by what one search
+        takes here (timed first): cancelled too soon, the three have not all reached the
+        line; too late (a fixed second on a fast, quiet machine), all three have run.
+        Either way nothing is skipped and the round shows nothing, so such a round is sent
+        again at another point of a search's run."""
+        started = time.monotonic()
+        await ok(mcp, "query_memory", scope=SCOPE, query=QUESTION)
+        one = time.monotonic() - started
+        for share in (0.6, 1.0, 0.3, 1.6):
             before = skips()
-            rounds.append(await _cancel_three_then_ask_two(mcp, wait))
+            rounds.append(await _cancel_three_then_ask_two(mcp, max(0.15, share * one)))
             await anyio.sleep(0.5)  # the skipped searches' log lines
             if skips() > before:
                 break
