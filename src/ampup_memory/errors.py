@@ -292,7 +292,10 @@ def sqlite_failed(exc: BaseException) -> bool:
 def disk_full(exc: BaseException) -> bool:
     """Whether ``exc`` says a store ran out of space: ``ENOSPC``/``EDQUOT`` from a file
     (pyarrow's too), SQLite's ``SQLITE_FULL``, PostgreSQL's ``disk_full`` (53100), also as
-    SQLAlchemy wraps them."""
+    SQLAlchemy wraps them, or the 507 a store already made of one (the PostgreSQL cell
+    store answers its own)."""
+    if isinstance(exc, InsufficientStorage):
+        return True
     inner = _driver_error(exc)
     if isinstance(inner, OSError):
         return inner.errno in (errno.ENOSPC, errno.EDQUOT)

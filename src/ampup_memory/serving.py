@@ -93,9 +93,10 @@ def _flocked(path: Path, exclusive: bool, taken: str) -> Iterator[None]:
 def _advisory(uri: str, exclusive: bool, taken: str) -> Iterator[None]:
     import psycopg
 
+    from ampup_memory.amp.store.postgres import conninfo_from_uri
+
     try:
-        conn: Any = psycopg.connect(uri.replace("postgresql+psycopg://", "postgresql://", 1),
-                                    autocommit=True)
+        conn: Any = psycopg.connect(conninfo_from_uri(uri), autocommit=True)
     except psycopg.OperationalError as exc:
         raise ConfigurationError(f"cannot reach the read index's database: {exc}") from exc
     try:

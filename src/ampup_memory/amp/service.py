@@ -48,7 +48,6 @@ from ampup_memory.amp.store.base import (
 from ampup_memory.errors import (
     AccessDenied,
     AmpError,
-    InsufficientStorage,
     InvalidTransition,
     PayloadTooLarge,
     RateLimited,
@@ -187,7 +186,7 @@ class AmpService:
         try:
             touched = self.store.touch(cell_id, self.clock())
         except Exception as exc:
-            if not (isinstance(exc, InsufficientStorage) or disk_full(exc)):
+            if not disk_full(exc):
                 raise
             log.warning("disk full: a read of %s was answered without counting the access",
                         cell_id)

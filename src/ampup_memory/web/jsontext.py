@@ -2,7 +2,7 @@
 
 Request bodies (`web.body.parse_body`, on every AMP and AmpUp route) and JSON inside
 episode bodies (``crm:`` records, ``slack:``/``gmail:`` exports) share the one depth limit,
-checked before parsing by `depth` (which never recurses), so a body nested 100,000 deep is a
+checked before parsing by `shape` (which never recurses), so a body nested 100,000 deep is a
 clear 422 instead of a ``RecursionError`` in whichever parser meets it first. (``/mcp``
 bodies are parsed by the MCP SDK, whose own parser stops at 200 levels with a JSON-RPC
 parse error.)
@@ -45,11 +45,6 @@ def _steps() -> np.ndarray:
 
 class JsonRefused(ValueError):
     """Well-formed or not, this JSON is refused (too deep, or a number that is not finite)."""
-
-
-def depth(text: bytes | str) -> int:
-    """How deep arrays and objects nest in ``text``, brackets inside strings not counted."""
-    return shape(text)[0]
 
 
 def shape(text: bytes | str) -> tuple[int, int]:
