@@ -244,6 +244,17 @@ def load_file(folder: Path) -> Path:
     return path
 
 
+def loaded_scope(audit: CrashAudit, env: dict[str, str], home: Path) -> str:
+    """A new scope holding the whole `load_file` corpus (a path's starting data), loaded
+    through the CLI; `Skip` when the load itself fails."""
+    scope = new_scope()
+    code, _, err = run_cli(audit, env, "load", str(load_file(home)), "--scope", scope,
+                           "--user", USER)
+    if code != 0:
+        raise Skip(f"load -> {code}: {err[-300:]}")
+    return scope
+
+
 def load_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str],
               home: Path, rounds: int, rng: random.Random) -> None:
     corpus = load_file(home)
@@ -285,11 +296,7 @@ def load_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str]
 
 def index_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str],
                home: Path, rounds: int, rng: random.Random) -> None:
-    scope = new_scope()
-    code, _, err = run_cli(audit, env, "load", str(load_file(home)), "--scope", scope,
-                           "--user", USER)
-    if code != 0:
-        raise Skip(f"load -> {code}: {err[-300:]}")
+    scope = loaded_scope(audit, env, home)
     before = whole(audit, scope, "before")
     query = {"scope": scope, "query": "budget account c17"}
     found = audit.ok(Call("POST", "/search", "/search", query))
@@ -328,11 +335,7 @@ def index_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str
 
 def backup_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str],
                 home: Path, rounds: int, rng: random.Random) -> None:
-    scope = new_scope()
-    code, _, err = run_cli(audit, env, "load", str(load_file(home)), "--scope", scope,
-                           "--user", USER)
-    if code != 0:
-        raise Skip(f"load -> {code}: {err[-300:]}")
+    scope = loaded_scope(audit, env, home)
     for i in range(50):
         new_cell(audit, f"backup cell {i}")
     before = whole(audit, scope, "before")
