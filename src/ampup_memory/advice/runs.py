@@ -38,20 +38,20 @@ from ampup_memory.ruled import published, ruled
 from ampup_memory.timefmt import utc_text
 
 RUN_PREFIX, SESSION_PREFIX = "run_", "ses_"
-RUN_ID_PATTERN = f"^{RUN_PREFIX}[0-9A-HJKMNP-TV-Z]{{26}}$"
+_ULID = "[0-9A-HJKMNP-TV-Z]{26}"  # what follows the prefix of every run and session id
+RUN_ID_PATTERN = f"^{RUN_PREFIX}{_ULID}$"
 # A run id as a request names it (GET /runs' `before`): refused in words, not by regex.
 RunId = Annotated[str, ruled(RUN_ID_PATTERN, "run_id_invalid", "run id",
                              "run_ and 26 ULID characters, as POST /runs answers it"),
                   published(RUN_ID_PATTERN)]
-SESSION_ID_PATTERN = f"^{SESSION_PREFIX}[0-9A-HJKMNP-TV-Z]{{26}}$"
+SESSION_ID_PATTERN = f"^{SESSION_PREFIX}{_ULID}$"
 # A session id as GET /sessions' `before` names it, refused in words as RunId is.
 SessionId = Annotated[str, ruled(SESSION_ID_PATTERN, "session_id_invalid", "session id",
                                  "ses_ and 26 ULID characters, as POST /sessions/start "
                                  "answers it"), published(SESSION_ID_PATTERN)]
 # What POST /runs/reward rewards: a run or a session. A malformed one was looked up and
 # answered 404 "No such run." (a trailing space, a newline or lower case included).
-RUN_OR_SESSION_PATTERN = (f"^(?:{RUN_PREFIX}|{SESSION_PREFIX})"
-                          "[0-9A-HJKMNP-TV-Z]{26}$")
+RUN_OR_SESSION_PATTERN = f"^(?:{RUN_PREFIX}|{SESSION_PREFIX}){_ULID}$"
 RunOrSessionId = Annotated[str, ruled(
     RUN_OR_SESSION_PATTERN, "run_id_invalid", "run or session id",
     "run_ or ses_ and 26 ULID characters, as POST /runs or POST /sessions/start answers it"),
@@ -276,12 +276,12 @@ def _grouped(events: list[EventRecord]) -> dict[str, list[EventRecord]]:
 class Recorded:
     """What POST /runs (and /sessions/start) answers: the run or session, its commit, and
     whether this request wrote it."""
-    run_id: str
+    subject: str  # the run's or session's id
     commit: str
     created: bool
 
     def wire(self) -> dict[str, Any]:
-        return {"id": self.run_id, "commit": self.commit, "created": self.created}
+        return {"id": self.subject, "commit": self.commit, "created": self.created}
 
 
 def record_run(svc: MemoryService, user: str, req: RecordRun) -> Recorded:
