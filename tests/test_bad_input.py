@@ -99,10 +99,56 @@ def test_deeply_nested_body_is_422_on_every_route(client: httpx.Client, method: 
     assert "deeper than 128" in error["message"]
 
 
-def test_deeply_nested_body_on_mcp_is_a_parse_error(client: httpx.Client) -> None:
+def test_deeply_nested_body_on_mcp_is_refused_as_rest_bodies_are(client: httpx.Client) -> None:
     response = client.post("/mcp", content=DEEP, headers=MCP_HEADERS)
-    assert response.status_code == 400
-    assert response.json()["error"]["code"] == -32700  # JSON-RPC parse error
+    assert response.status_code == 422
+    error = response.json()["error"]
+    assert error["code"] == -32600  # JSON-RPC invalid request: well-formed, refused
+    assert "deeper than 128" in error["message"]
+    assert error["data"]["code"] == "VALIDATION_ERROR"
+    still_usable(client, response)
+
+
+# ---- a key named twice in one object -------------------------------------------------
+
+
+def test_a_key_named_twice_is_422_on_every_route(client: httpx.Client) -> None:
+    """Readers differ on which of two values counts (the last in Python and JavaScript, the
+    first in others), so a gateway that checked one ACL could hand on a body read with
+    another: refused wherever JSON comes in, at any depth, before anything is stored."""
+    cell = client.post("/amp/v1/memories", json={
+        "type": "semantic", "content": {"text": "x"},
+        "identity": {"owner_id": "agent-a", "owner_type": "agent"}})
+    twice = b'{"outer": {"k": 1, "k": 2}, "k": 0}'
+    for method, path in _routes_with_bodies():
+        path = (path.replace("{memory_id}", cell.json()["id"])
+                .replace("{episode_id}", "e" * 64).replace("{user}", "bob"))
+        error = refused(client, 422, method, path, content=twice,
+                        headers={"content-type": "application/json"})
+        assert error["message"].startswith('the key "k" appears more than once'), (path, error)
+        assert error["details"]["errors"][0]["loc"] == ["body"]
+    scope = new_scope()
+    refused(client, 422, "POST", "/episodes", headers={"content-type": "application/json"},
+            content=json.dumps({"scope": scope, "source": "doc:a", "body": "private"}
+                               )[:-1].encode() + b', "acl": ["user:alice"], "acl": ["*"]}')
+    found = client.post("/query", json={"scope": scope, "find": "passages",
+                                        "query": "private"})
+    assert found.status_code == 200 and found.json()["results"] == [], found.text
+    # a stored record's JSON is read as it always was (it must split as when written)
+    r = client.post("/episodes", json={"scope": scope, "source": "crm:deal", "acl": ["*"],
+                                       "body": '{"k": 1, "k": 2}'})
+    assert r.status_code == 201, r.text
+
+
+def test_a_key_named_twice_in_an_mcp_message_is_refused(client: httpx.Client) -> None:
+    message = (b'{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": '
+               b'{"name": "search_memory", "arguments": {"query": "x", "query": "y"}}}')
+    response = client.post("/mcp", content=message, headers=MCP_HEADERS)
+    assert response.status_code == 422, response.text
+    error = response.json()["error"]
+    assert error["code"] == -32600
+    assert error["message"] == 'the key "query" appears more than once in one object; ' \
+        "send each key once"
     still_usable(client, response)
 
 

@@ -370,10 +370,13 @@ async def raw_http(audit: Audit, url: str, headers: dict[str, str], tools: list[
                         audit.find("server error", tool.name, name, edge,
                                    f"{r.status_code} {reply[:300]}")
                     elif '"code":-32700' in reply and r.status_code == 400:
-                        # Not JSON the SDK's parser reads (too deep; a lone surrogate is
-                        # no Unicode text): the message is refused whole, as the REST
-                        # routes refuse such a body with a 400, before any tool runs.
+                        # Not JSON the SDK's parser reads (a lone surrogate is no Unicode
+                        # text): the message is refused whole before any tool runs.
                         audit.note(f"raw {edge}: 400 parse error (the SDK's transport)")
+                    elif '"code":-32600' in reply and r.status_code == 422:
+                        # JSON the REST bodies refuse (too deep): refused whole by the
+                        # server's check before the SDK parses it, as a REST body is.
+                        audit.note(f"raw {edge}: 422 refused message (jsontext)")
                     elif '"error"' in reply and '"isError"' not in reply:
                         audit.find("protocol error", tool.name, name, edge,
                                    f"{r.status_code} {reply[:300]}")

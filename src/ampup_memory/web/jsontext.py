@@ -1,11 +1,15 @@
 """How JSON input is read: every JSON text a client sends is parsed by `loads`.
 
+A key named twice in one object is refused (`loads` for request bodies, `check_message`
+for ``/mcp`` messages): RFC 8259 leaves the answer to each reader, and readers differ (the
+first wins in some, the last in Python and JavaScript), so a gateway that checked
+``"acl": ["user:x"]`` could pass on a body this server reads as ``"acl": ["*"]``.
+
 Request bodies (`web.body.parse_body`, on every AMP and AmpUp route) and JSON inside
 episode bodies (``crm:`` records, ``slack:``/``gmail:`` exports) share the one depth limit,
 checked before parsing by `shape` (which never recurses), so a body nested 100,000 deep is a
 clear 422 instead of a ``RecursionError`` in whichever parser meets it first. (``/mcp``
-bodies are parsed by the MCP SDK, whose own parser stops at 200 levels with a JSON-RPC
-parse error.)
+messages are parsed by the MCP SDK: `check_message` holds them to the same bounds first.)
 """
 
 from __future__ import annotations
@@ -109,16 +113,44 @@ def _no_constant(text: str) -> float:
     raise JsonRefused(f"numbers must be finite JSON numbers, not {text}")  # NaN, Infinity
 
 
+def _keys_once(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise JsonRefused(f"the key {json.dumps(key[:100], ensure_ascii=False)} "
+                                  "appears more than once in one object; send each key once")
+            seen.add(key)
+    return obj
+
+
+def check_message(text: bytes | str, where: str = "the message") -> None:
+    """`JsonRefused` for a JSON message nested too deep, holding more than MAX_CONTAINERS
+    arrays and objects, or naming a key twice in one object: for bodies another parser
+    reads (the MCP SDK's, at ``/mcp``), which does none of these checks. Numbers are not
+    checked (the MCP tools check their arguments' numbers themselves) and malformed JSON
+    passes (its parser reports it)."""
+    check_depth(text, where, containers=True)
+    try:
+        json.loads(text, object_pairs_hook=_keys_once)
+    except JsonRefused:
+        raise
+    except ValueError:  # malformed: not ours to report
+        return
+
+
 def loads(text: bytes | str, where: str = "the body", *, finite: bool = True) -> Any:
     """Parse JSON from a client. `JsonRefused` for too deep or, with ``finite``, for a
     number that is not finite (JSON has no NaN or Infinity, and a number too big for a
     double is one in disguise); other malformed JSON raises ``json.JSONDecodeError``. Both
     are ``ValueError``. Episode bodies pass ``finite=False``: they were always read with
-    Python's lenient parser, and a stored body must split the same way it did when written."""
+    Python's lenient parser, and a stored body must split the same way it did when written.
+    With ``finite``, a key named twice in one object is refused too (see above)."""
     check_depth(text, where, containers=finite)
     if not finite:
         return json.loads(text)
     long = (_LONG_DIGITS.search(text) if isinstance(text, str)
             else _LONG_DIGIT_BYTES.search(text))
     return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant,
-                      parse_int=_finite_int if long else None)
+                      parse_int=_finite_int if long else None, object_pairs_hook=_keys_once)

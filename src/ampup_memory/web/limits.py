@@ -8,7 +8,9 @@ envelope (`web.errors.refusal_response`; on ``/mcp`` a JSON-RPC error); the serv
 the unread rest and the connection stays usable.
 
 A body in a content coding (``Content-Encoding`` other than ``identity``) is 415
-``UNSUPPORTED_MEDIA_TYPE`` here too, once it is read: no route decodes one.
+``UNSUPPORTED_MEDIA_TYPE`` here too, once it is read: no route decodes one. An ``/mcp``
+message is held to the REST bodies' JSON rules here (`jsontext.check_message`), since the
+MCP SDK parses it.
 """
 
 from __future__ import annotations
@@ -19,8 +21,15 @@ from urllib.parse import parse_qsl
 from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ampup_memory.errors import AmpError, PayloadTooLarge, UnsupportedMediaType, refuse_nul
-from ampup_memory.web.errors import refusal_response
+from ampup_memory.errors import (
+    AmpError,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    field_error,
+    refuse_nul,
+)
+from ampup_memory.web import jsontext
+from ampup_memory.web.errors import MCP_PATH, refusal_response
 
 log = logging.getLogger("ampup_memory")
 
@@ -68,6 +77,16 @@ class BodyLimit:
                 "(UTF-8 JSON, no Content-Encoding or identity).")
             await refusal_response(refusal, scope)(scope, receive, send)
             return
+
+        if size and scope["path"] == MCP_PATH and scope.get("method") == "POST":
+            # The MCP SDK's parser checks neither nesting, size nor repeated keys; the REST
+            # bodies' checks (`web.body.parse_body`) are made here for its messages.
+            try:
+                jsontext.check_message(b"".join(m.get("body", b"") for m in messages))
+            except jsontext.JsonRefused as exc:
+                refused = field_error(["body"], str(exc), "json_invalid", located=True)
+                await refusal_response(refused, scope)(scope, receive, send)
+                return
 
         async def replay() -> Message:
             return messages.pop(0) if messages else await receive()
