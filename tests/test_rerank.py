@@ -9,7 +9,7 @@ import os
 import sys
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import Any, TextIO
@@ -339,6 +339,9 @@ def test_a_reranked_search_whose_client_left_is_not_run(tmp_path: Path) -> None:
 
 BODY = {"scope": SCOPE, "find": "passages", "query": QUESTION, "limit": 10}
 SKIPPED = "a reranked search was cancelled while it waited; not run"
+WAITS = "a reranked search waits for the reranker"
+# A line of two, and the log's debug lines that say when a search waits in it.
+DEBUG_LINE = {"AMPUP_MEMORY_RERANK_QUEUE": "2", "AMPUP_MEMORY_LOG_LEVEL": "debug"}
 
 
 async def test_a_full_line_is_refused_at_once_with_retry_after(tmp_path: Path) -> None:
@@ -395,7 +398,7 @@ async def test_a_full_line_is_refused_at_once_with_retry_after(tmp_path: Path) -
 async def _stdio(home: Path, errlog: TextIO) -> AsyncIterator[Client]:
     """The stdio MCP process on ``home`` with one slot and a line of two, its stderr (the
     log) to ``errlog``."""
-    env = {**os.environ, **ONE_SLOT, "AMPUP_MEMORY_RERANK_QUEUE": "2",
+    env = {**os.environ, **ONE_SLOT, **DEBUG_LINE,
            "AMPUP_MEMORY_HOME": str(home), "AMP_MCP_AGENT_ID": "agent_alice",
            "AMPUP_MEMORY_MCP_USER": "alice"}
     params = StdioServerParameters(command=sys.executable,
@@ -404,14 +407,15 @@ async def _stdio(home: Path, errlog: TextIO) -> AsyncIterator[Client]:
         yield client
 
 
-async def _cancel_three_then_ask_two(mcp: Client, wait: float = 1) -> list[str]:
-    """Three reranked searches at once, cancelled by the client ``wait`` seconds later;
+async def _cancel_three_then_ask_two(mcp: Client, waiting: Callable[[], Awaitable[None]]
+                                     ) -> list[str]:
+    """Three reranked searches at once, cancelled by the client once ``waiting`` returns;
     then two at once: what each of the two got ("answered", or the refusal's text)."""
     args = {"scope": SCOPE, "query": QUESTION}
     async with anyio.create_task_group() as tg:
         for _ in range(3):
             tg.start_soon(mcp.call_tool, "query_memory", args)
-        await anyio.sleep(wait)  # lets the three reach the server: ordering only
+        await waiting()
         tg.cancel_scope.cancel()
     after: list[str] = []
 
@@ -434,31 +438,30 @@ async def test_an_mcp_search_cancelled_while_it_waits_is_not_run(
     closes the request. Those still waiting leave the line unrun (a log line each), so
     two searches sent next both get in, where a line still holding the cancelled two would
     refuse them both."""
-    srv = _one_slot(tmp_path, AMPUP_MEMORY_RERANK_QUEUE="2")
+    srv = _one_slot(tmp_path, **DEBUG_LINE)
     log_path = srv.log_path if transport == "http" else tmp_path / "stdio.log"
     rounds: list[list[str]] = []
-    marks = [0]  # then the skip lines before and after each transport's last round
+    marks = [0]  # then the skip lines before and after each transport's round
 
     def skips() -> int:
         return log_path.read_text().count(SKIPPED)
 
     async def round_with_waiters(mcp: Client) -> None:
-        """A round in which a search still waited when the client cancelled. Searches wait
-        only while the one before them runs, so the cancel is timed by what one search
-        takes here (timed first): cancelled too soon, the three have not all reached the
-        line; too late (a fixed second on a fast, quiet machine), all three have run.
-        Either way nothing is skipped and the round shows nothing, so such a round is sent
-        again at another point of a search's run."""
-        started = time.monotonic()
-        await ok(mcp, "query_memory", scope=SCOPE, query=QUESTION)
-        one = time.monotonic() - started
-        for share in (0.6, 1.0, 0.3, 1.6):
-            before = skips()
-            rounds.append(await _cancel_three_then_ask_two(mcp, max(0.15, share * one)))
-            await anyio.sleep(0.5)  # the skipped searches' log lines
-            if skips() > before:
-                break
-        marks.append(before)
+        """A round in which two searches wait when the client cancels: it cancels once
+        the server's log says two are in line (a debug line each; timing the cancel by
+        the clock failed in CI both too soon and too late)."""
+        lines = log_path.read_text().count(WAITS)
+
+        async def two_in_line() -> None:
+            with anyio.fail_after(120):
+                while log_path.read_text().count(WAITS) < lines + 2:
+                    await anyio.sleep(0.02)
+
+        marks.append(skips())
+        rounds.append(await _cancel_three_then_ask_two(mcp, two_in_line))
+        with anyio.move_on_after(30):  # the skipped searches' log lines
+            while skips() == marks[-1]:
+                await anyio.sleep(0.05)
         marks.append(skips())
 
     with open(tmp_path / "stdio.log", "w") as errlog:
@@ -478,6 +481,6 @@ async def test_an_mcp_search_cancelled_while_it_waits_is_not_run(
             srv.stop()
     logged = log_path.read_text()
     assert rounds == [["answered", "answered"]] * len(rounds), logged[-3000:]
-    # each transport's last round skipped the one or two still waiting when it cancelled
+    # each round skipped the one or two still waiting when it cancelled
     skipped = [b - a for a, b in zip(marks[1::2], marks[2::2], strict=True)]
     assert skipped and all(1 <= k <= 2 for k in skipped), (skipped, logged[-3000:])

@@ -162,6 +162,10 @@ class Slots:
                 f"(AMPUP_MEMORY_RERANK_QUEUE); try again shortly, or send rerank: false.",
                 self.retry_after(), waiting=self.waiting)
         self.waiting += 1
+        if self._limiter.available_tokens < 1:
+            # At debug level only: a line per queued search would flood a busy server's
+            # log; it lets a test cancel searches it knows to be waiting.
+            log.debug("a reranked search waits for the reranker: %d in line", self.waiting)
         try:
             await self._limiter.acquire()
         except anyio.get_cancelled_exc_class():
