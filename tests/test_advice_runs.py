@@ -235,6 +235,14 @@ def test_session_lifecycle(srv: Served) -> None:
     again = m.http.post("/sessions/end", json={"session": ses, "transcript": "x",
                                                "outcome": "y"})
     assert err(again) == (409, "SESSION_ENDED")
+    # the same request again (its answer lost) answers the session it ended, writing nothing
+    retried = m.http.post("/sessions/end", json={"session": ses, "transcript": "read logs",
+                                                 "outcome": "closed as duplicate"})
+    assert retried.status_code == 200, retried.text
+    assert retried.json() == end.json() | {"judging": "pending"}
+    assert err(m.http.post("/sessions/end", json={  # ... and not with a reward it had not
+        "session": ses, "transcript": "read logs", "outcome": "closed as duplicate",
+        "reward": 1})) == (409, "SESSION_ENDED")
     with srv.service() as svc:
         with pytest.raises(Exception, match="has ended"):
             record_advice_step(svc, "alice", ses, {"key": "late"})
@@ -249,9 +257,30 @@ def test_session_lifecycle(srv: Served) -> None:
                                               "outcome": "shipped", "reward": 1}).json()
     assert (done["reward"]["value"], done["reward"]["by"], done["judging"]) == (
         1.0, "explicit", "not needed")
+    same = {"session": rewarded, "transcript": "t", "outcome": "shipped", "reward": 1}
+    assert m.http.post("/sessions/end", json=same).json()["commit"] == done["commit"]
+    for other in ({"reward": 0.5}, {"reason": "another"}, {"reward": None}):
+        assert err(m.http.post("/sessions/end", json={**same, **other})) == (
+            409, "SESSION_ENDED"), other
     assert err(m.http.post("/sessions/end", json={
         "session": rewarded, "transcript": "t", "outcome": "o", "reward": 2})) == (
         422, "VALIDATION_ERROR")
+
+
+def test_racing_retries_of_one_end_end_the_session_once(srv: Served) -> None:
+    """Six copies of one POST /sessions/end at once (a client retrying on a timeout): each
+    answers the session with the one commit that ended it, on either catalog (the commit's
+    recheck, inside the ledger's compare-and-set, finds the end another copy wrote)."""
+    m = srv.m
+    scope = new_scope()
+    ses = m.http.post("/sessions/start", json={"scope": scope, "task": "t"}).json()["id"]
+    end = {"session": ses, "transcript": "t", "outcome": "done", "reward": 0.5}
+    with ThreadPoolExecutor(6) as pool:
+        answers = list(pool.map(lambda _: m.http.post("/sessions/end", json=end), range(6)))
+    assert [a.status_code for a in answers] == [200] * 6, [a.text for a in answers]
+    assert len({a.json()["commit"] for a in answers}) == 1
+    assert [c["changes"].get("events") for c in m.ledger(scope)] == [2, 1]  # end+reward; start
+    assert len(m.http.get(f"/sessions/{ses}").json()["rewards"]) == 1
 
 
 def test_the_end_answers_the_session_as_its_commit_found_it(srv: Served) -> None:

@@ -81,20 +81,13 @@ def start_session(svc: MemoryService, user: str, req: StartSession) -> Recorded:
     return write_once(svc, user, scope, branch, "start session", event, req.idempotency_key)
 
 
-def _refuse_if_ended(svc: MemoryService, scope: str, session: str, what: str,
-                     seen: list[list[EventRecord]] | None = None
+def _refuse_if_ended(svc: MemoryService, scope: str, session: str, what: str
                      ) -> Callable[[Segments], None]:
-    """The recheck of a write to an open session: refused once it has ended. With ``seen``,
-    each check also keeps the session's events as it found them (the last one kept is the
-    view the commit landed on)."""
+    """The recheck of a write to an open session: refused once it has ended."""
     def check(segs: Segments) -> None:
-        kinds = (END,) if seen is None else None
-        found = svc.index.events(scope, segs, kinds, [session])
-        if any(e.kind == END for e in found):
+        if svc.index.events(scope, segs, (END,), [session]):
             raise Conflict(f"Session {session} has ended; {what}.",
                            code="SESSION_ENDED")
-        if seen is not None:
-            seen.append(found)
     return check
 
 
@@ -127,13 +120,16 @@ def record_advice_step(svc: MemoryService, user: str, session: str,
 
 
 def end_session(svc: MemoryService, user: str, req: EndSession) -> dict[str, Any]:
+    """End an open session (with its reward, if given). A retry of the request that ended
+    it (same caller, transcript, outcome, reward and reason) answers the session again,
+    so a client whose answer was lost may send it again; any other end of an ended
+    session is 409 ``SESSION_ENDED``."""
     events = subject_events(svc, svc.principal(user), req.session, SESSION_PREFIX)
     first = events[0]
     if any(e.kind == END for e in events):
-        raise Conflict(f"Session {req.session} has already ended.", code="SESSION_ENDED")
+        return _ended_by(events, user, req)
     end = EventRecord(id=str(ULID()), subject=req.session, kind=END, user=user, at=utcnow(),
-                      data={"transcript": req.transcript, "outcome": req.outcome},
-                      branch=first.branch)
+                      data=_end_data(req), branch=first.branch)
     written = [end]
     if req.reward is not None:
         written.append(reward_event(req.session, user, req.reward, req.reason or req.outcome,
@@ -141,11 +137,43 @@ def end_session(svc: MemoryService, user: str, req: EndSession) -> dict[str, Any
     # The answer is the session as the commit found it: an advice step that landed after
     # the read above (another request, another server) is in it, as it is in the session.
     seen: list[list[EventRecord]] = []
-    entry = svc.write_events(user, parse_scope(first.scope), first.branch, "end session",
-                             written, recheck=_refuse_if_ended(
-                                 svc, first.scope, req.session, "it ends once", seen))
+
+    def check(segs: Segments) -> None:
+        found = svc.index.events(first.scope, segs, None, [req.session])
+        if any(e.kind == END for e in found):
+            raise _Ended(found)  # a racing end: the same request, or another
+        seen.append(found)
+
+    try:
+        entry = svc.write_events(user, parse_scope(first.scope), first.branch, "end session",
+                                 written, recheck=check)
+    except _Ended as ended:
+        return _ended_by(ended.events, user, req)
     found = seen[-1] if seen and seen[-1] else events
     return session_wire([*found, *written]) | {"commit": entry.commit_id}
+
+
+def _end_data(req: EndSession) -> dict[str, Any]:
+    return {"transcript": req.transcript, "outcome": req.outcome}
+
+
+def _ended_by(events: list[EventRecord], user: str, req: EndSession) -> dict[str, Any]:
+    """The answer to ``req`` for a session that has ended: the session and the commit that
+    ended it, when ``req`` is the request that did (the end and, in the same commit, the
+    explicit reward it carried); else 409 ``SESSION_ENDED``."""
+    end = next(e for e in events if e.kind == END)
+    rewards = [e for e in events if e.kind == REWARD and e.commit_id == end.commit_id]
+    asked = None if req.reward is None else (float(req.reward), req.reason or req.outcome)
+    given = next(((e.reward, e.data.get("reason")) for e in rewards), None)
+    if end.user != user or end.data != _end_data(req) or asked != given:
+        raise Conflict(f"Session {req.session} has already ended.", code="SESSION_ENDED")
+    return session_wire(events) | {"commit": end.commit_id}
+
+
+class _Ended(Exception):  # noqa: N818 -- not an error: the session another end ended
+    def __init__(self, events: list[EventRecord]) -> None:
+        super().__init__(events[0].subject if events else "")
+        self.events = events
 
 
 def get_session(svc: MemoryService, user: str, session: str) -> dict[str, Any]:
