@@ -31,6 +31,7 @@ from ampup_memory.blank import NOT_BLANK_PATTERN, not_blank
 from ampup_memory.errors import Conflict, NotFound
 from ampup_memory.memory.acl import AclEntry, Principal, may_read, normalize_acl, own_acl
 from ampup_memory.memory.events import EventRecord
+from ampup_memory.memory.ledger import ULID_TEXT
 from ampup_memory.memory.scopes import BranchText, Scope, ScopeText, parse_branch, parse_scope
 from ampup_memory.memory.segments import Segments
 from ampup_memory.memory.service import MemoryService
@@ -38,20 +39,19 @@ from ampup_memory.ruled import published, ruled
 from ampup_memory.timefmt import utc_text
 
 RUN_PREFIX, SESSION_PREFIX = "run_", "ses_"
-_ULID = "[0-9A-HJKMNP-TV-Z]{26}"  # what follows the prefix of every run and session id
-RUN_ID_PATTERN = f"^{RUN_PREFIX}{_ULID}$"
+RUN_ID_PATTERN = f"^{RUN_PREFIX}{ULID_TEXT}$"
 # A run id as a request names it (GET /runs' `before`): refused in words, not by regex.
 RunId = Annotated[str, ruled(RUN_ID_PATTERN, "run_id_invalid", "run id",
                              "run_ and 26 ULID characters, as POST /runs answers it"),
                   published(RUN_ID_PATTERN)]
-SESSION_ID_PATTERN = f"^{SESSION_PREFIX}{_ULID}$"
+SESSION_ID_PATTERN = f"^{SESSION_PREFIX}{ULID_TEXT}$"
 # A session id as GET /sessions' `before` names it, refused in words as RunId is.
 SessionId = Annotated[str, ruled(SESSION_ID_PATTERN, "session_id_invalid", "session id",
                                  "ses_ and 26 ULID characters, as POST /sessions/start "
                                  "answers it"), published(SESSION_ID_PATTERN)]
 # What POST /runs/reward rewards: a run or a session. A malformed one was looked up and
 # answered 404 "No such run." (a trailing space, a newline or lower case included).
-RUN_OR_SESSION_PATTERN = f"^(?:{RUN_PREFIX}|{SESSION_PREFIX}){_ULID}$"
+RUN_OR_SESSION_PATTERN = f"^(?:{RUN_PREFIX}|{SESSION_PREFIX}){ULID_TEXT}$"
 RunOrSessionId = Annotated[str, ruled(
     RUN_OR_SESSION_PATTERN, "run_id_invalid", "run or session id",
     "run_ or ses_ and 26 ULID characters, as POST /runs or POST /sessions/start answers it"),

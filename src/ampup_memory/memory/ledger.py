@@ -35,9 +35,12 @@ KINDS = (COMMIT, BRANCH, DELETE, MERGE)
 PUBLIC_CHANGES = ("episodes", "facts", "closures", "acl_changes", "events")
 
 
-# A commit id is a ULID (Crockford base32). Published in the schema; an id of any other
-# shape is simply no commit of the scope (404), like an unknown one.
-COMMIT_SCHEMA: dict[str, Any] = {"type": "string", "pattern": "^[0-9A-HJKMNP-TV-Z]{26}$",
+# A ULID in Crockford base32, as ids are written: a commit id, and the part after the
+# prefix of run, session, pin and snapshot ids (their published patterns).
+ULID_TEXT = "[0-9A-HJKMNP-TV-Z]{26}"
+# Published in the schema; an id of any other shape is simply no commit of the scope
+# (404), like an unknown one.
+COMMIT_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{ULID_TEXT}$",
                                  "description": "A commit id of the scope's ledger."}
 CommitText = Annotated[str, WithJsonSchema(COMMIT_SCHEMA)]
 

@@ -49,7 +49,7 @@ from ulid import ULID
 
 from ampup_memory.errors import Conflict, Gone, NotFound, NotYours, field_error
 from ampup_memory.memory.acl import require_id
-from ampup_memory.memory.ledger import BRANCH, given_commit
+from ampup_memory.memory.ledger import BRANCH, ULID_TEXT, given_commit
 from ampup_memory.memory.maintenance import tidy
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.scopes import MAIN, SYSTEM_NAMESPACE, Scope, parse_branch, parse_scope
@@ -70,9 +70,8 @@ GONE = "gone"
 _NOT_YOURS: dict[str, str] = {PIN: "Only the pin's creator may renew or release it.",
                               SNAPSHOT: "Only the snapshot's creator may release it."}
 PREFIX: dict[str, str] = {PIN: "pin_", SNAPSHOT: "snap_"}
-_ULID = "[0-9A-HJKMNP-TV-Z]{26}"
-PIN_PATTERN = f"^pin_{_ULID}$"
-SNAPSHOT_PATTERN = f"^snap_{_ULID}$"
+PIN_PATTERN = f"^pin_{ULID_TEXT}$"
+SNAPSHOT_PATTERN = f"^snap_{ULID_TEXT}$"
 _ID_RE = {PIN: re.compile(PIN_PATTERN), SNAPSHOT: re.compile(SNAPSHOT_PATTERN)}
 MAX_SNAPSHOT_SCOPES = 256
 # What the schema publishes; the check is `check_id` (a 422 after identity, not before).
