@@ -324,3 +324,48 @@ async def test_an_mcp_client_behind_round_robin_reaches_both_servers(
     assert all(text.startswith("Memory stored: mem_") for text in texts), texts
     recalled = found.content[0].text  # type: ignore[union-attr]
     assert all(f"round robin note {i}" in recalled for i in range(3)), recalled
+
+
+def test_a_server_left_on_another_embedder_answers_503_not_500(
+        postgres: PostgresFactory, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Two servers share one index; the second starts with another embedder width and
+    re-embeds it (a rolling upgrade that changes the embedder, docs/operations.md says to
+    stop them all). The first still embeds in its old width: PostgreSQL refused its
+    vectors, so every search and passage query it answered was a 500 (and each commit's
+    search feed logged a traceback). Now it answers 503 UNAVAILABLE naming both embedders
+    (a balancer's retry may reach a server that was restarted), and its writes still land."""
+    from tests.memory_support import QUIET
+
+    url = postgres.new_database("width")
+    home = tmp_path_factory.mktemp("width")
+    env = {**QUIET, "AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
+           "AMP_STORE_URI": url, "AMPUP_MEMORY_WAREHOUSE": f"file://{home}/warehouse"}
+    old = ServerProcess(home / "old", env=env).start(timeout=90)
+    new = None
+    user = {"X-AmpUp-User": "alice"}
+    try:
+        a = httpx.Client(base_url=old.url, timeout=60, headers=user)
+        write = {"scope": "width/team", "source": "slack:C1", "acl": ["*"],
+                 "body": "The otter team moved to the Oslo office."}
+        assert a.post("/episodes", json=write).status_code == 201
+        new = ServerProcess(home / "new", env={**env, "AMP_EMBEDDING_DIMENSIONS": "128"}
+                            ).start(timeout=90)
+        b = httpx.Client(base_url=new.url, timeout=60, headers=user)
+        search = {"scope": "width/team", "query": "otter Oslo"}
+        assert b.post("/query", json={**search, "find": "passages"}).status_code == 200
+        later = a.post("/episodes", json={**write, "body": "The otter team left Oslo."})
+        assert later.status_code == 201, later.text
+        for route, body in (("/search", search), ("/query", {**search, "find": "passages"})):
+            r = a.post(route, json=body)
+            assert r.status_code == 503, (route, r.text)
+            error = r.json()["error"]
+            assert error["code"] == "UNAVAILABLE"
+            assert "hash/128" in error["message"] and "hash/256" in error["message"], error
+            assert r.headers["Retry-After"]
+        found = b.post("/query", json={**search, "find": "passages"}).json()["results"]
+        assert len(found) == 2  # the old server's commit is searchable through the new one
+        assert "Traceback" not in old.log_path.read_text()
+    finally:
+        old.stop()
+        if new is not None:
+            new.stop()
