@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
+import httpx2
 import pytest
 
 from ampup_memory.amp.store.base import CellStore
@@ -272,3 +273,99 @@ def test_principals_set_through_two_servers_at_once(postgres: PostgresFactory,
             c.close()
         for p in procs:
             p.stop()
+
+
+class _RoundRobin(httpx2.AsyncBaseTransport):
+    """A load balancer in the client: each request goes to the next server, as nginx's
+    round-robin upstream sends them (docs/deployment.md: no sticky sessions)."""
+
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = [httpx2.URL(u) for u in urls]
+        self.sent: list[int] = []
+        self._inner = httpx2.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        n = len(self.sent) % len(self.urls)
+        self.sent.append(n)
+        request.url = request.url.copy_with(port=self.urls[n].port)
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@pytest.mark.parametrize("mode", ["legacy", "auto"])
+async def test_an_mcp_client_behind_round_robin_reaches_both_servers(
+        servers: list[ServerProcess], mode: str) -> None:
+    """An MCP client's requests spread over two servers. Each server kept its own MCP
+    sessions in memory, so a legacy (handshake) client's second request, sent to the
+    other server with the first's Mcp-Session-Id, was 404 "Session not found" and the
+    client failed: a fleet needed sticky sessions for /mcp. Now /mcp keeps no session
+    (identity is per request anyway): every call works on either server."""
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    h = agent()
+    balancer = _RoundRobin([p.url for p in servers])
+    http = httpx2.AsyncClient(headers=h, transport=balancer,
+                              timeout=httpx2.Timeout(30, read=120))
+    async with http, Client(streamable_http_client(servers[0].url + "/mcp", http_client=http),
+                            mode=mode) as client:
+        texts = []
+        for i in range(3):
+            stored = await client.call_tool("amp_remember", {
+                "content": f"round robin note {i}", "owner_id": h["X-AMP-Agent-ID"]})
+            assert not stored.is_error, stored
+            texts.append(stored.content[0].text)  # type: ignore[union-attr]
+        found = await client.call_tool("amp_recall", {
+            "query": "round robin note", "owner_id": h["X-AMP-Agent-ID"]})
+        assert not found.is_error, found
+    assert set(balancer.sent) == {0, 1}
+    assert all(text.startswith("Memory stored: mem_") for text in texts), texts
+    recalled = found.content[0].text  # type: ignore[union-attr]
+    assert all(f"round robin note {i}" in recalled for i in range(3)), recalled
+
+
+def test_a_server_left_on_another_embedder_answers_503_not_500(
+        postgres: PostgresFactory, tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Two servers share one index; the second starts with another embedder width and
+    re-embeds it (a rolling upgrade that changes the embedder, docs/operations.md says to
+    stop them all). The first still embeds in its old width: PostgreSQL refused its
+    vectors, so every search and passage query it answered was a 500 (and each commit's
+    search feed logged a traceback). Now it answers 503 UNAVAILABLE naming both embedders
+    (a balancer's retry may reach a server that was restarted), and its writes still land."""
+    from tests.memory_support import QUIET
+
+    url = postgres.new_database("width")
+    home = tmp_path_factory.mktemp("width")
+    env = {**QUIET, "AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
+           "AMP_STORE_URI": url, "AMPUP_MEMORY_WAREHOUSE": f"file://{home}/warehouse"}
+    old = ServerProcess(home / "old", env=env).start(timeout=90)
+    new = None
+    user = {"X-AmpUp-User": "alice"}
+    try:
+        a = httpx.Client(base_url=old.url, timeout=60, headers=user)
+        write = {"scope": "width/team", "source": "slack:C1", "acl": ["*"],
+                 "body": "The otter team moved to the Oslo office."}
+        assert a.post("/episodes", json=write).status_code == 201
+        new = ServerProcess(home / "new", env={**env, "AMP_EMBEDDING_DIMENSIONS": "128"}
+                            ).start(timeout=90)
+        b = httpx.Client(base_url=new.url, timeout=60, headers=user)
+        search = {"scope": "width/team", "query": "otter Oslo"}
+        assert b.post("/query", json={**search, "find": "passages"}).status_code == 200
+        later = a.post("/episodes", json={**write, "body": "The otter team left Oslo."})
+        assert later.status_code == 201, later.text
+        for route, body in (("/search", search), ("/query", {**search, "find": "passages"})):
+            r = a.post(route, json=body)
+            assert r.status_code == 503, (route, r.text)
+            error = r.json()["error"]
+            assert error["code"] == "UNAVAILABLE"
+            assert "hash/128" in error["message"] and "hash/256" in error["message"], error
+            assert r.headers["Retry-After"]
+        found = b.post("/query", json={**search, "find": "passages"}).json()["results"]
+        assert len(found) == 2  # the old server's commit is searchable through the new one
+        assert "Traceback" not in old.log_path.read_text()
+    finally:
+        old.stop()
+        if new is not None:
+            new.stop()

@@ -15,7 +15,7 @@ from typing import Any
 import anyio.to_thread
 from fastapi.concurrency import run_in_threadpool
 
-from ampup_memory.errors import driver_said, storage_down, storage_trouble
+from ampup_memory.errors import AmpError, driver_said, storage_down, storage_trouble
 from ampup_memory.timefmt import format_time
 
 LifespanHook = Callable[[], AbstractAsyncContextManager[None]]
@@ -80,6 +80,8 @@ def periodic(job: Callable[[], str | None], interval: float, what: str, log: log
                 if storage_down(exc) is not None:  # storage down or full: no bug
                     log.warning("%s failed, %s: %s", what, storage_trouble(exc),
                                 driver_said(exc)[:300])
+                elif isinstance(exc, AmpError):  # a refusal with its reason: no bug
+                    log.warning("%s failed: %s", what, exc.message)
                 else:
                     log.exception("%s failed", what)
             record.in_pass = False

@@ -119,7 +119,6 @@ class AmpService:
     retention_days: int = 30
     purge_retention: bool = False
     clock: Callable[[], datetime] = utcnow
-    last_lifecycle: dict[str, Any] = field(default_factory=dict)
 
     # ---- create / read ---------------------------------------------------------------
 
@@ -473,7 +472,6 @@ class AmpService:
                 # Once a pass, not a page: on SQLite it merges the whole keyword index
                 # (about 1 s at 1M cells, the write lock held); pages are PURGE_PAGE cells.
                 self.store.erase_purged()
-        self.last_lifecycle = {"at": now, **report.wire()}
         if not req.dry_run:  # the history (one row per pass, still under the lease)
             self.store.record_pass(PassRecord(
                 started_at=started, finished_at=self.clock(), holder=_process_name(),

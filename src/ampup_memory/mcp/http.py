@@ -149,8 +149,13 @@ class LazyMCP:
         # the manager. The SDK's own Host/Origin guard is off: web/origin.py's OriginGuard
         # already ran on this request, and the SDK's lists (loopback only, http only) would
         # refuse what AMPUP_MEMORY_ALLOWED_HOSTS / _ORIGINS allow on every other route.
+        # Stateless: no MCP session is kept between requests. Sessions lived in this
+        # process's memory, so behind a round-robin balancer a handshake-era client's next
+        # request, sent to another server with the first's Mcp-Session-Id, was 404
+        # "Session not found" (docs/deployment.md promises no sticky sessions). Nothing
+        # here needs one: identity is per request, and no tool asks the client anything.
         server.streamable_http_app(
-            streamable_http_path=MCP_PATH, host=rt.settings.host,
+            streamable_http_path=MCP_PATH, host=rt.settings.host, stateless_http=True,
             transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
         return server
 

@@ -23,6 +23,7 @@ from pyiceberg.exceptions import CommitFailedException, NoSuchTableError
 from pyiceberg.table import Table
 
 from ampup_memory.errors import (
+    AmpError,
     Conflict,
     NotFound,
     NotYours,
@@ -883,6 +884,9 @@ class MemoryService:
         for listener in self.after_commit:
             try:
                 listener(ns, branch)
+            except AmpError as exc:  # a refusal with its reason (503: the index's embedder
+                log.warning("after-commit listener failed for %s/%s: %s", ns, branch,
+                            exc.message)  # changed under this server): no bug, no traceback
             except Exception as exc:  # the commit stands; the listener catches up next pass
                 if storage_down(exc) is None:
                     log.exception("after-commit listener failed for %s/%s", ns, branch)

@@ -23,6 +23,7 @@ from typing import Any, TypeVar
 
 from pyroaring import BitMap
 
+from ampup_memory.errors import STORAGE_RETRY_AFTER_SECONDS, ServiceUnavailable
 from ampup_memory.memory.facts import CLOSURE, begun, current, newest_order, timelines
 from ampup_memory.memory.schemas import SCHEMA_ENTITY
 from ampup_memory.memory.segments import NO_LIMIT, Segment
@@ -161,6 +162,23 @@ class SearchEngine:
                     progress(len(rows))
         return done
 
+    def require_model(self) -> None:
+        """503 when the index records another embedder than this process's: another server
+        sharing it started with other embedder settings and re-embedded it, so this one's
+        vectors are of another space (PostgreSQL refused them: every search and every
+        commit's feed was a 500). Inside an index transaction the check is ordered with
+        ``set_model``'s (both hold the index's write lock)."""
+        found = self.index.model()
+        if found is None or found == self.model:
+            return
+        raise ServiceUnavailable(
+            f"The search index now holds vectors of the embedder {found.name} ({found.dimensions} "
+            f"dimensions), set by another server sharing it; this server embeds with "
+            f"{self.model.name} ({self.model.dimensions}). Restart it with the same embedder "
+            "settings as the others; another server may answer meanwhile.",
+            details={"index_embedder": found.name, "server_embedder": self.model.name},
+            headers={"Retry-After": str(STORAGE_RETRY_AFTER_SECONDS)})
+
     def _embed(self, texts: Sequence[str]) -> list[list[float]]:
         found: list[list[float]] = []
         for start in range(0, len(texts), EMBED_BATCH):
@@ -201,6 +219,7 @@ class SearchEngine:
             fact_text(f.entity, f.predicate, f.value, f.quote) for f in batch.facts
         ])
         with self.index.transaction():
+            self.require_model()
             new_passages: list[NewPassage] = []
             numbers = self.index.upsert_episodes(batch.episodes)
             for doc, (num, new) in zip(batch.episodes, numbers, strict=True):
@@ -313,6 +332,7 @@ class SearchEngine:
     ) -> FactResults:
         now = now or _now()
         as_of = as_of or now
+        self.require_model()
         window, terms, rest = self._query(query, now, tz)
         span = (window.start, window.end) if window else None
         vector = self.embedder.embed([rest])[0] if rest else None
@@ -497,6 +517,7 @@ class SearchEngine:
         """The passages of the view that best match ``query``, best first. With
         ``rerank`` (and a reranker configured) the top ones are reordered by it."""
         now = now or _now()
+        self.require_model()
         window, terms, rest = self._query(query, now, tz)
         span = (window.start, window.end) if window else None
         text = rest or query
