@@ -1,0 +1,176 @@
+"""Measure keyword search over international text as a user meets it, on both backends.
+
+    PYTHONPATH=src:. python tools/intl_audit.py [--backends sqlite,postgres] [--json OUT]
+
+One real server per backend (SQLite home; PostgreSQL for the index, catalog and cell store,
+`tests/pg.py`), the hash embedder (so the meaning side finds nothing by chance: a hit is
+a keyword hit). Every sentence of `CORPUS` is an episode of one scope, a fact citing it
+and an AMP cell; each query is a word inside one sentence, often spelled another way (NFD
+for NFC, upper case, without accents, full-width). A query counts as found when its
+sentence is in the top 5 of `POST /query` (passages), `POST /search` (facts, by the fact's
+value and quote) and `POST /amp/v1/memories/search` (cells), each with a keyword part above
+zero where the answer shows one. Prints recall@5 per group and backend.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import unicodedata
+import uuid
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.memory_support import QUIET, Memory, serving  # noqa: E402
+from tests.pg import postgres_factory  # noqa: E402
+
+
+def nfd(s: str) -> str:
+    return unicodedata.normalize("NFD", s)
+
+
+# (group, sentence, query): the query is a word of the sentence as a user would type it.
+CORPUS: list[tuple[str, str, str]] = [
+    ("zh", "我昨天在北京买了一台新电脑", "电脑"),
+    ("zh", "今天的天气非常好，我们去公园散步吧", "公园"),
+    ("zh", "她的妹妹在上海大学学习医学", "医学"),
+    ("zh", "这家餐厅的饺子特别好吃", "饺子"),
+    ("zh", "下个月我们要去杭州旅游", "杭州"),
+    ("zh", "请把会议改到星期五下午三点", "会议"),
+    ("zh", "我的猫喜欢睡在窗台上", "猫"),
+    ("zh", "项目预算已经超过了五十万", "预算"),
+    ("ja", "東京の天気は今日とても良いです", "天気"),
+    ("ja", "昨日、新しいコンピューターを買いました", "コンピューター"),
+    ("ja", "田中さんは来週大阪へ出張します", "出張"),
+    ("ja", "この寿司屋はとても人気があります", "寿司"),
+    ("ja", "会議の資料をメールで送ってください", "資料"),
+    ("ja", "私の趣味は写真を撮ることです", "写真"),
+    ("ja", "駅の近くに新しい図書館ができた", "図書館"),
+    ("ja", "ラーメンが大好きです", "ラーメン"),
+    ("th", "ฉันชอบกินข้าวผัดมาก", "ข้าวผัด"),
+    ("th", "พรุ่งนี้เราจะไปเที่ยวเชียงใหม่", "เชียงใหม่"),
+    ("th", "ประชุมครั้งต่อไปวันศุกร์", "ประชุม"),
+    ("th", "แมวของฉันนอนบนโซฟา", "แมว"),
+    ("th", "งบประมาณโครงการเกินแล้ว", "งบประมาณ"),
+    ("th", "เธอทำงานที่โรงพยาบาลกรุงเทพ", "โรงพยาบาล"),
+    ("ko", "서울에서 친구를 만났습니다", "서울"),
+    ("ko", "회의는 금요일 오후에 있습니다", "회의"),
+    ("tr", "İstanbul'da yeni bir ofis açtık", "istanbul"),
+    ("tr", "IRMAK kenarında yürüdük", "ırmak"),
+    ("tr", "Şirketin bütçesi arttı", "şirketin"),
+    ("de", "Die Straße vor dem Büro ist gesperrt", "STRASSE"),
+    ("de", "Wir treffen uns an der Großen Mauer", "GROSSEN"),
+    ("de", "Die Prüfung war am Montag", "prufung"),
+    ("el", "Η ΟΔΟΣ είναι κλειστή σήμερα", "οδός"),
+    ("el", "Το γραφείο μας είναι στην Αθήνα", "αθηνα"),
+    ("accents", "We met at the café near the station", "cafe"),
+    ("accents", "Elle a visité le musée d'Orsay", "musee"),
+    ("accents", "The resume listed her naïve approach", "naïve"),
+    ("accents", "El niño comió piñata dulce", "nino"),
+    ("fullwidth", "注文番号はＡＢＣ１２３です", "ABC123"),
+    ("fullwidth", "Order ABC789 shipped on Tuesday", "ＡＢＣ７８９"),
+    ("nfd", nfd("Renée booked the hôtel in Zürich"), "Zürich"),
+    ("nfd", "Renée booked the chalet in Genève", nfd("Genève")),
+    ("nfd", nfd("Ein Treffen in München am Dienstag"), nfd("München")),
+    ("nfd", nfd("한국어 문서를 저장했습니다"), "문서"),
+    ("rtl", "مرحبا بكم في مكتبنا الجديد في دبي", "دبي"),
+    ("rtl", "שלום, הפגישה בתל אביב מחר", "אביב"),
+    ("rtl", "الاجتماع يوم الخميس", "الخميس"),
+    ("rtl", "שָׁלוֹם עֲלֵיכֶם חברים", "שלום"),
+    ("mixed", "Launch 🚀 of Projekt Ωmega with 田中 and أحمد", "Ωmega"),
+    ("mixed", "Family 👨‍👩‍👧 trip to Kraków in spring", "krakow"),
+    ("indic", "हिन्दी भाषा में दस्तावेज़ सहेजा गया", "दस्तावेज़"),
+    ("indic", "मुंबई में बैठक सोमवार को है", "मुंबई"),
+]
+
+# Distractors: sentences that share scripts but not the queried words.
+NOISE = [
+    "我们明天开会讨论新的计划", "今天下午我去超市买水果", "東京駅で友達に会いました",
+    "明日は雨が降るそうです", "วันนี้อากาศร้อนมาก", "เราไปตลาดกันเถอะ",
+    "The weekly report is ready", "Meeting notes from Monday", "بيت جديد في المدينة",
+    "אנחנו הולכים לים", "Die Besprechung ist morgen", "Η συνάντηση είναι αύριο",
+]
+
+
+def run(url: str, scope: str, group_of: dict[str, str]) -> dict[str, Any]:
+    alice = Memory(url, "alice")
+    http = alice.http
+    bodies = [s for _, s, _ in CORPUS] + NOISE
+    r = http.post("/episodes/batch", json={"scope": scope, "episodes": [
+        {"source": f"doc:s{i}", "body": b, "acl": ["*"]} for i, b in enumerate(bodies)]})
+    assert r.status_code == 201, r.text
+    ids = [e["id"] for e in r.json()["episodes"]]
+    facts = [{"entity": f"note:{i}", "predicate": "says", "value": unicodedata.normalize(
+        "NFC", s)[:40], "quote": s, "cites": [{"episode": ids[i], "unit": 1}]}
+        for i, (_, s, _) in enumerate(CORPUS)]
+    r = http.post("/facts/batch", json={"scope": scope, "facts": facts})
+    assert r.status_code == 201, r.text
+    owner = "u_" + uuid.uuid4().hex[:8]
+    cells: list[str] = []
+    for b in bodies:
+        r = http.post("/amp/v1/memories", headers={"X-AMP-Agent-ID": "a1"}, json={
+            "type": "semantic", "content": {"text": b},
+            "identity": {"owner_id": owner, "owner_type": "user"}})
+        assert r.status_code == 201, r.text
+        cells.append(r.json()["id"])
+    found: dict[str, dict[str, list[int]]] = {}
+    for i, (group, _, query) in enumerate(CORPUS):
+        per = found.setdefault(group, {"passages": [], "facts": [], "cells": []})
+        r = http.post("/query", json={"scope": scope, "find": "passages", "query": query,
+                                      "limit": 5})
+        assert r.status_code == 200, r.text
+        per["passages"].append(int(any(
+            p["episode"] == ids[i] and p["parts"]["keyword"] > 0
+            for p in r.json()["results"][:5])))
+        r = http.post("/search", json={"scope": scope, "query": query, "limit": 5})
+        assert r.status_code == 200, r.text
+        per["facts"].append(int(any(
+            f["entity"] == f"note:{i}" and f["parts"]["keyword"] > 0
+            for f in r.json()["results"][:5])))
+        r = http.post("/amp/v1/memories/search", headers={"X-AMP-Agent-ID": "a1"}, json={
+            "query": query, "owner_id": owner, "limit": 5})
+        assert r.status_code == 200, r.text
+        per["cells"].append(int(cells[i] in [c["id"] for c in r.json()["results"][:5]]))
+    alice.close()
+    return found
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backends", default="sqlite,postgres")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    group_of = {q: g for g, _, q in CORPUS}
+    results: dict[str, Any] = {}
+    with ExitStack() as stack:
+        pg = None
+        for backend in args.backends.split(","):
+            home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="intl-")))
+            env = dict(QUIET)
+            if backend == "postgres":
+                pg = pg or stack.enter_context(postgres_factory())
+                url = pg.new_database("intl")
+                env |= {"AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
+                        "AMP_STORE_URI": url}
+            with serving(home, env) as proc:
+                results[backend] = run(proc.url, f"intl{uuid.uuid4().hex[:8]}/t", group_of)
+    groups = list(dict.fromkeys(g for g, _, _ in CORPUS))
+    print(f"{'group':10} {'n':>3} " + " ".join(
+        f"{b[:6]}:{k[:4]:>4}" for b in results for k in ("passages", "facts", "cells")))
+    for g in groups:
+        n = sum(1 for x, _, _ in CORPUS if x == g)
+        cols = [f"{sum(results[b][g][k])}/{n}".rjust(11) for b in results
+                for k in ("passages", "facts", "cells")]
+        print(f"{g:10} {n:>3} " + " ".join(cols))
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
