@@ -55,7 +55,8 @@ CASES = [
     ("שָׁלוֹם עֲלֵיכֶם חברים", "שלום"),
     ("मुंबई में बैठक सोमवार को है", "मुंबई"),
 ]
-NOISE = ["我们明天开会讨论新的计划", "明日は雨が降るそうです", "วันนี้อากาศร้อนมาก",
+UNCITED = "会议纪要：下周在深圳见客户"  # no fact cites it: the text answer quotes it
+NOISE = [UNCITED, "我们明天开会讨论新的计划", "明日は雨が降るそうです", "วันนี้อากาศร้อนมาก",
          "The weekly report is ready", "Die Besprechung ist morgen"]
 
 
@@ -106,6 +107,15 @@ def test_a_word_of_a_stored_sentence_is_found_by_keyword(
     assert r.status_code == 200, r.text
     facts = [f for f in r.json()["results"] if f["parts"]["keyword"] > 0]
     assert facts and facts[0]["entity"] == f"note:{case}", (query, facts)
+
+
+def test_the_text_answer_quotes_the_source_unit_holding_the_word(
+        served: Served, corpus: tuple[str, list[str]]) -> None:
+    m = served.memory
+    scope, _ = corpus
+    r = m.http.post("/search", json={"scope": scope, "query": "深圳", "format": "text"})
+    assert r.status_code == 200, r.text
+    assert UNCITED in r.text, r.text
 
 
 def test_scripts_and_marks_alone_answer_and_match_nothing(

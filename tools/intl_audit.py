@@ -118,12 +118,16 @@ def run(url: str, scope: str, group_of: dict[str, str]) -> dict[str, Any]:
             "identity": {"owner_id": owner, "owner_type": "user"}})
         assert r.status_code == 201, r.text
         cells.append(r.json()["id"])
-    found: dict[str, dict[str, list[int]]] = {}
+    found: dict[str, Any] = {"lists": {}}
+    num = {e: n for n, e in enumerate(ids)}
     for i, (group, _, query) in enumerate(CORPUS):
         per = found.setdefault(group, {"passages": [], "facts": [], "cells": []})
         r = http.post("/query", json={"scope": scope, "find": "passages", "query": query,
                                       "limit": 5})
         assert r.status_code == 200, r.text
+        # the keyword hits, by corpus number, for the backends' comparison
+        found["lists"][query] = [num[p["episode"]] for p in r.json()["results"]
+                                 if p["parts"]["keyword"] > 0]
         per["passages"].append(int(any(
             p["episode"] == ids[i] and p["parts"]["keyword"] > 0
             for p in r.json()["results"][:5])))
@@ -167,6 +171,13 @@ def main() -> int:
         cols = [f"{sum(results[b][g][k])}/{n}".rjust(11) for b in results
                 for k in ("passages", "facts", "cells")]
         print(f"{g:10} {n:>3} " + " ".join(cols))
+    if len(results) == 2:
+        a, b = (results[k]["lists"] for k in results)
+        differ = {q: (a[q], b[q]) for q in a if a[q] != b[q]}
+        print(f"passage keyword hit lists that differ between the backends: {len(differ)}"
+              f" of {len(a)}")
+        for q, (x, y) in differ.items():
+            print(f"  {q!r}: {x} vs {y}")
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     return 0

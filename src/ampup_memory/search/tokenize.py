@@ -140,11 +140,16 @@ def query_terms(text: str) -> list[str]:
     return _distinct_content(words(text))
 
 
+def keyword_words(text: str, query: bool = False) -> list[str]:
+    """The words of ``text``'s `keyword_text`, in order (marks kept in their words): what
+    the index holds of a stored text, or (``query``) what a query looks up."""
+    return [w.lower() for w in _keyword_word().findall(keyword_text(text, query))]
+
+
 def keyword_terms(text: str) -> list[str]:
-    """The words a keyword index is searched with: `query_terms` of the query's
-    `keyword_text` (marks kept in their words)."""
-    return _distinct_content([w.lower() for w in _keyword_word().findall(
-        keyword_text(text, query=True))])
+    """The words a keyword index is searched with: the distinct content words of the
+    query's `keyword_words`, as `query_terms` keeps them."""
+    return _distinct_content(keyword_words(text, query=True))
 
 
 def fts5_match(terms: list[str]) -> str:
