@@ -10,6 +10,7 @@ PostgreSQL's rows get their keyword text and tsvectors again): nothing is re-emb
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import unicodedata
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ import pytest
 
 from tests.memory_support import BACKENDS, Memory, backend_env, new_scope, serving
 from tests.server_process import ServerProcess
+from tests.test_mcp import http_client_for, ok
 
 
 @dataclass
@@ -116,6 +118,17 @@ def test_the_text_answer_quotes_the_source_unit_holding_the_word(
     r = m.http.post("/search", json={"scope": scope, "query": "深圳", "format": "text"})
     assert r.status_code == 200, r.text
     assert UNCITED in r.text, r.text
+
+
+async def test_the_mcp_search_tools_find_a_word_of_a_stored_sentence(
+        served: Served, corpus: tuple[str, list[str]]) -> None:
+    scope, ids = corpus
+    headers = {"X-AMP-Agent-ID": "agent_alice", "X-AmpUp-User": "alice"}
+    async with http_client_for(served.memory.url, headers) as alice:
+        passages = json.loads(await ok(alice, "query_memory", scope=scope, query="天気"))
+        answer = await ok(alice, "search_memory", scope=scope, query="ข้าวผัด")
+    assert passages["results"][0]["episode"] == ids[2]
+    assert CASES[4][0] in answer  # the fact's quote: the Thai sentence
 
 
 def test_scripts_and_marks_alone_answer_and_match_nothing(
