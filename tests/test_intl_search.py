@@ -131,6 +131,32 @@ async def test_the_mcp_search_tools_find_a_word_of_a_stored_sentence(
     assert CASES[4][0] in answer  # the fact's quote: the Thai sentence
 
 
+def test_non_latin_names_are_kept_and_found_and_non_ascii_ids_refused_in_words(
+        served: Served, corpus: tuple[str, list[str]]) -> None:
+    """Entity ids and predicates in any script are names (in NFC); scopes and branches
+    are ASCII identifiers, and anything else is a 422 naming the rule, never a 500."""
+    m = served.memory
+    scope, ids = corpus
+    r = m.fact(scope, "人物:王伟", "住在", "北京", "北京", [(ids[0], 1)])
+    assert r.status_code == 201, r.text
+    r = m.fact(scope, "שלום", "גר_ב", "תל אביב", "北京", [(ids[0], 1)])
+    assert r.status_code == 201, r.text
+    r = m.facts(scope, "人物:王伟")
+    assert r.status_code == 200 and r.json()["facts"][0]["predicate"] == "住在", r.text
+    r = m.http.post("/search", json={"scope": scope, "query": "王伟住在哪里"})
+    assert r.status_code == 200 and r.json()["results"][0]["entity"] == "人物:王伟", r.text
+    r = m.fact(scope, nfd("café"), "says", "x", "北京", [(ids[0], 1)])
+    assert r.status_code == 422 and "NFC" in r.json()["error"]["message"], r.text
+    for bad in ("北京/团队", "équipe/t1", "ｔ/x", "t/x\u200d"):
+        r = m.write(bad, "hello")
+        assert r.status_code == 422 and "invalid scope" in r.json()["error"]["message"]
+    for name in ("分支", "feature/ü", "dev\u200d"):
+        r = m.http.post("/branches", json={"scope": scope, "name": name})
+        assert r.status_code == 422 and "branch name" in r.json()["error"]["message"]
+        r = m.http.post("/search", json={"scope": scope, "query": "x", "branch": name})
+        assert r.status_code == 422, r.text
+
+
 def test_scripts_and_marks_alone_answer_and_match_nothing(
         served: Served, corpus: tuple[str, list[str]],
         ) -> None:

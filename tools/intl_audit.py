@@ -133,6 +133,8 @@ def run(url: str, scope: str, group_of: dict[str, str]) -> dict[str, Any]:
             for p in r.json()["results"][:5])))
         r = http.post("/search", json={"scope": scope, "query": query, "limit": 5})
         assert r.status_code == 200, r.text
+        found["lists"]["facts: " + query] = [f["entity"] for f in r.json()["results"]
+                                             if f["parts"]["keyword"] > 0]
         per["facts"].append(int(any(
             f["entity"] == f"note:{i}" and f["parts"]["keyword"] > 0
             for f in r.json()["results"][:5])))
@@ -174,7 +176,7 @@ def main() -> int:
     if len(results) == 2:
         a, b = (results[k]["lists"] for k in results)
         differ = {q: (a[q], b[q]) for q in a if a[q] != b[q]}
-        print(f"passage keyword hit lists that differ between the backends: {len(differ)}"
+        print(f"keyword hit lists (passages, facts) that differ between the backends: {len(differ)}"
               f" of {len(a)}")
         for q, (x, y) in differ.items():
             print(f"  {q!r}: {x} vs {y}")
