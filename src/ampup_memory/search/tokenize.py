@@ -49,9 +49,9 @@ _DENSE_RANGES = (
 _DENSE = re.compile(f"[{_DENSE_RANGES}]+")
 _IDEOGRAPH = re.compile("[\u3005\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
                         "\U00020000-\U0003134f]")
-# Diacritics a reader leaves out: the combining marks of Latin, Greek and Cyrillic letters
-# after NFD (é, ö, ά; Cyrillic's й and ё are letters and keep theirs, see `_FOLDABLE`),
-# Hebrew points and cantillation, Arabic harakat and the tatweel.
+# Diacritics a reader leaves out: the combining marks of Latin and Greek letters after NFD
+# (é, ö, ệ, ά; Cyrillic й and ё are letters of their own and keep theirs), Hebrew points
+# and cantillation, Arabic harakat and the tatweel.
 _LATIN_GREEK = "A-Za-z\u00c0-\u024f\u0370-\u03ff\u1e00-\u1fff"
 _FOLDABLE = re.compile(f"(?<=[{_LATIN_GREEK}])[\u0300-\u036f\u1ab0-\u1aff\u1dc0-\u1dff]+")
 _POINTS = re.compile("[\u0591-\u05bd\u05bf\u05c1\u05c2\u05c4\u05c5\u05c7"

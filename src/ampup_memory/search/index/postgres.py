@@ -171,7 +171,8 @@ _FACT_COLS = (
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
 def _tsquery(terms: Sequence[str]) -> str:
-    # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out;
+    # Terms are words of word characters and marks (tokenize.keyword_terms), so quoting
+    # each as a lexeme cannot break out;
     # a number also matches its signed lexeme (`bm25_sql.number_forms`).
     return " | ".join(f"'{form}'" for t in terms if (word := t.replace("'", ""))
                       for form in number_forms(word))
