@@ -255,8 +255,9 @@ def _words_migration(conn: psycopg.Connection[Any]) -> None:
             " AND table_name = %s AND column_name = 'words')", (table, table)).fetchone()
         if row is None or not row[0] or row[1]:
             continue
-        log.warning("the PostgreSQL search index's %s keep keyword text of an older rule:"
-                    " making their keyword vectors again (writers wait)", table)
+        log.warning("the PostgreSQL search index's %s were made by an older version:"
+                    " making their keyword vectors again from their keyword text (once;"
+                    " writers wait)", table)
         conn.execute(f"ALTER TABLE {table} DROP COLUMN tsv, ADD COLUMN words {words}")
         wide = " OR ".join(f"octet_length({c}) <> char_length({c})"
                            for c in columns.split(", "))
