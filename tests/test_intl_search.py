@@ -47,6 +47,7 @@ CASES = [
     ("昨日、新しいコンピューターを買いました", "コンピューター"),
     ("ฉันชอบกินข้าวผัดมาก", "ข้าวผัด"),
     ("서울에서 친구를 만났습니다", "서울"),
+    ("어제 일찍 집에 갔어요", "집"),
     (nfd("Renée booked the hôtel in Zürich"), "Zürich"),
     ("Renée booked the chalet in Genève", nfd("Genève")),
     ("Die Straße vor dem Büro ist gesperrt", "STRASSE"),

@@ -35,8 +35,9 @@ FTS5_TOKENIZER = "porter unicode61 remove_diacritics 0 categories 'L* N* Co M*'"
 
 # Scripts written without spaces between words, and Hangul (whose words carry their
 # particles): a run of them is indexed as its overlapping pairs of characters (and each
-# ideograph alone), searched by the pairs of the query's run. Ideographs (CJK Unified,
-# extensions A to H, compatibility), kana, Hangul, Thai, Lao, Khmer, Myanmar.
+# ideograph and Hangul syllable alone), searched by the pairs of the query's run.
+# Ideographs (CJK Unified, extensions A to H, compatibility), kana, Hangul, Thai, Lao,
+# Khmer, Myanmar.
 _DENSE_RANGES = (
     "\u0e01-\u0e2e\u0e30-\u0e4e\u0e50-\u0e59"  # Thai letters, vowels, marks, digits
     "\u0e81-\u0ebe\u0ec0-\u0ece\u0ed0-\u0ed9"  # Lao
@@ -47,8 +48,10 @@ _DENSE_RANGES = (
     "\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0003134f"  # ideographs
 )
 _DENSE = re.compile(f"[{_DENSE_RANGES}]+")
-_IDEOGRAPH = re.compile("[\u3005\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
-                        "\U00020000-\U0003134f]")
+# The characters that are words alone too (a one-character Chinese word, a one-syllable
+# Korean noun before its particle: 猫, 집 in 집에): indexed alone as well as in pairs.
+_ALONE = re.compile("[\u3005\u3007\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff"
+                    "\U00020000-\U0003134f\uac00-\ud7a3]")
 # Diacritics a reader leaves out: the combining marks of Latin and Greek letters after NFD
 # (é, ö, ệ, ά; Cyrillic й and ё are letters of their own and keep theirs), Hebrew points
 # and cantillation, Arabic harakat and the tatweel.
@@ -94,7 +97,7 @@ def _pairs(run: str, query: bool) -> str:
         return f" {units[0]} "
     out: list[str] = []
     for i, unit in enumerate(units):
-        if not query and _IDEOGRAPH.match(unit):
+        if not query and _ALONE.match(unit):
             out.append(unit)
         if i + 1 < len(units):
             out.append(unit + units[i + 1])
@@ -111,8 +114,9 @@ def keyword_text(text: str, query: bool = False) -> str:
     freed of the diacritics a reader may leave out (café is cafe; Hebrew points and
     Arabic harakat go; Cyrillic й stays), and each run of a script written without spaces
     (Chinese, Japanese, Thai, Lao, Khmer, Myanmar) or of Hangul is spelled as its
-    overlapping character pairs, each ideograph also alone; a query's run as its pairs
-    only (one character: itself), so a word inside a stored sentence is found."""
+    overlapping character pairs, each ideograph and Hangul syllable also alone; a
+    query's run as its pairs only (one character: itself), so a word inside a stored
+    sentence is found."""
     if text.isascii():
         return text
     text = unicodedata.normalize("NFKC", text).casefold().translate(_LETTERS)
