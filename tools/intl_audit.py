@@ -17,7 +17,9 @@ backend.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
+import random
 import sys
 import tempfile
 import unicodedata
@@ -106,19 +108,57 @@ NOISE = [
 ]
 
 
-def run(url: str, scope: str, keyword: bool) -> dict[str, Any]:
+# Distractors by template, `--noise` of each (Chinese, Japanese, Thai): everyday sentences
+# of the same scripts that hold none of the queried words.
+TEMPLATES = [
+    ("{0}在{1}{2}{3}", ["老李", "小王", "张老师", "我妈妈", "同事们"],
+     ["办公室", "学校", "家里", "超市", "机场", "火车站"],
+     ["讨论了", "看见了", "准备了", "忘记了", "需要"],
+     ["报告", "合同", "手机", "咖啡", "雨伞", "钥匙", "文件", "礼物"]),
+    ("{0}は{1}で{3}を{2}", ["佐藤さん", "鈴木さん", "母", "先生", "同僚"],
+     ["会社", "学校", "家", "空港", "銀行", "公園"],
+     ["見ました", "忘れました", "探しています", "持っています", "買いました"],
+     ["本", "傘", "鍵", "書類", "手紙", "弁当", "切符", "財布"]),
+    ("{0}{2}{3}ที่{1}", ["พ่อ", "แม่", "ครู", "เพื่อน", "หมอ"],
+     ["บ้าน", "โรงเรียน", "ตลาด", "สนามบิน", "สำนักงาน"],
+     ["ซื้อ", "ลืม", "หา", "เห็น"], ["กระเป๋า", "หนังสือ", "โทรศัพท์", "ร่ม", "กุญแจ", "เสื้อ"]),
+]
+
+
+def noise(each: int) -> list[str]:
+    pick = random.Random(0)
+    queries = [q for _, _, q in CORPUS]
+    out: list[str] = []
+    for form, *parts in TEMPLATES:
+        made = sorted({form.format(*w) for w in itertools.product(*parts)})
+        made = [m for m in made if not any(q in m for q in queries)]
+        out += pick.sample(made, min(each, len(made)))
+    return out
+
+
+def _batched(http: Any, path: str, key: str, items: list[Any], scope: str) -> list[Any]:
+    out: list[Any] = []
+    for start in range(0, len(items), 200):
+        r = http.post(path, json={"scope": scope, key: items[start:start + 200]})
+        assert r.status_code == 201, r.text
+        out += r.json().get(key, [])
+    return out
+
+
+def run(url: str, scope: str, keyword: bool, extra: list[str]) -> dict[str, Any]:
     alice = Memory(url, "alice")
     http = alice.http
-    bodies = [s for _, s, _ in CORPUS] + NOISE
-    r = http.post("/episodes/batch", json={"scope": scope, "episodes": [
-        {"source": f"doc:s{i}", "body": b, "acl": ["*"]} for i, b in enumerate(bodies)]})
-    assert r.status_code == 201, r.text
-    ids = [e["id"] for e in r.json()["episodes"]]
-    facts = [{"entity": f"note:{i}", "predicate": "says", "value": unicodedata.normalize(
-        "NFC", s)[:40], "quote": s, "cites": [{"episode": ids[i], "unit": 1}]}
-        for i, (_, s, _) in enumerate(CORPUS)]
-    r = http.post("/facts/batch", json={"scope": scope, "facts": facts})
-    assert r.status_code == 201, r.text
+    bodies = [s for _, s, _ in CORPUS] + NOISE + extra
+    ids = [e["id"] for e in _batched(http, "/episodes/batch", "episodes", [
+        {"source": f"doc:s{i}", "body": b, "acl": ["*"]} for i, b in enumerate(bodies)],
+        scope)]
+    # A fact per sentence of CORPUS and per distractor (whose episodes follow NOISE's).
+    cited = [(f"note:{i}", s, ids[i]) for i, (_, s, _) in enumerate(CORPUS)] + [
+        (f"noise:{n}", s, ids[len(CORPUS) + len(NOISE) + n]) for n, s in enumerate(extra)]
+    _batched(http, "/facts/batch", "facts", [
+        {"entity": entity, "predicate": "says", "value": unicodedata.normalize("NFC", s)[:40],
+         "quote": s, "cites": [{"episode": episode, "unit": 1}]}
+        for entity, s, episode in cited], scope)
     owner = "u_" + uuid.uuid4().hex[:8]
     cells: list[str] = []
     for b in bodies:
@@ -159,6 +199,8 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backends", default="sqlite,postgres")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--noise", type=int, default=0, help="distractor sentences of"
+                        " each of Chinese, Japanese and Thai (at most 1,200, 1,200, 600)")
     parser.add_argument("--embedder", default="hash", help="AMP_EMBEDDING_PROVIDER; with"
                         " another than hash a hit by meaning alone counts too")
     args = parser.parse_args()
@@ -175,7 +217,7 @@ def main() -> int:
                         "AMP_STORE_URI": url}
             with serving(home, env) as proc:
                 results[backend] = run(proc.url, f"intl{uuid.uuid4().hex[:8]}/t",
-                                       args.embedder == "hash")
+                                       args.embedder == "hash", noise(args.noise))
     groups = list(dict.fromkeys(g for g, _, _ in CORPUS))
     print(f"{'group':10} {'n':>3} " + " ".join(
         f"{b[:6]}:{k[:4]:>4}" for b in results for k in ("passages", "facts", "cells")))
