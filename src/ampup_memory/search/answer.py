@@ -21,7 +21,7 @@ from typing import Any
 from ampup_memory.search.engine import FactResults, PassageResults, RankedPassage
 from ampup_memory.search.index.base import UNIT_LETTERS, EpisodeRow
 from ampup_memory.search.rank import Parts
-from ampup_memory.search.tokenize import words
+from ampup_memory.search.tokenize import keyword_words
 from ampup_memory.timefmt import utc_text
 
 MAX_SOURCE_QUOTES = 3
@@ -138,7 +138,8 @@ def _clip(text: str) -> str:
 
 
 def _matches(text: str, terms: list[str]) -> bool:
-    found = set(words(text))
+    """Whether a unit holds a query term (`keyword_terms`), read by the index's rule."""
+    found = set(keyword_words(text))
     return any(t in found or any(w.startswith(t) for w in found if len(t) >= 4)
                for t in terms)
 

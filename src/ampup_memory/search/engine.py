@@ -53,7 +53,7 @@ from ampup_memory.search.rank import (
 )
 from ampup_memory.search.rerank import Rerank
 from ampup_memory.search.timewindow import Window, find_window
-from ampup_memory.search.tokenize import query_terms
+from ampup_memory.search.tokenize import keyword_terms
 from ampup_memory.search.visibility import Principal, may_read_fact, visible_episodes
 
 log = logging.getLogger("ampup_memory.search")
@@ -287,7 +287,7 @@ class SearchEngine:
         # A written date is a window and words: "closes on 2025-11-20" also matches the
         # fact whose value is that date (timewindow.py, ``Window.words``).
         said = " ".join([rest, *window.words]) if window is not None else rest
-        terms = query_terms(said) if said.strip() else []
+        terms = keyword_terms(said) if said.strip() else []
         return window, terms, rest.strip()
 
     def _owners(self, scope: str, branch: str, cutoff: Cutoff | None) -> _Owners:
@@ -521,7 +521,7 @@ class SearchEngine:
         window, terms, rest = self._query(query, now, tz)
         span = (window.start, window.end) if window else None
         text = rest or query
-        terms = terms or query_terms(text)
+        terms = terms or keyword_terms(text)
         vector = self.embedder.embed([text])[0]
         visible = self.visible(principal)
         owners = self._owners(scope, branch, cutoff)

@@ -46,6 +46,7 @@ import numpy as np
 from ampup_memory.search.bm25f import K1, B
 from ampup_memory.search.bm25f import idf as bm25_idf
 from ampup_memory.search.index.base import Statistics
+from ampup_memory.search.tokenize import FTS5_TOKENIZER, keyword_text
 from ampup_memory.sqlite_connections import enable_wal, roll_back
 
 # What each kind's FTS5 table indexes, in column order (facts: the BM25F fields, in the
@@ -55,6 +56,9 @@ COLUMNS = {
     "passages": ("text",),
 }
 _TABLES = {"facts": "facts_fts", "passages": "passages_fts"}  # fixed names inside a file
+# The postings' format, a file's ``user_version``: 1 since its text is `keyword_text` under
+# `FTS5_TOKENIZER` (0: the raw text under 'porter unicode61').
+FORMAT = 1
 _TOKEN = re.compile(r"[0-9a-f]{16}")
 _FILE = re.compile(r"([1-9][0-9]*-[0-9a-f]{16}\.db)(?:-wal|-shm)?")
 IDLE_CONNECTIONS = 32  # open space-file connections kept for reuse, across all threads
@@ -85,15 +89,28 @@ def fts_table(kind: str) -> str:
     return _TABLES[kind]
 
 
+def _current(conn: sqlite3.Connection) -> bool:
+    return bool(conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'applied'").fetchone()
+                ) and int(conn.execute("PRAGMA user_version").fetchone()[0]) == FORMAT
+
+
 def _schema(conn: sqlite3.Connection) -> None:
-    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'applied'").fetchone():
+    """Create the file's tables; a file of an older `FORMAT` (its postings tokenized by an
+    older rule) is emptied first, and refills from the index file's rows on its next
+    catch-up, as a new space does (applied is 0)."""
+    if _current(conn):
         return
     conn.execute("BEGIN IMMEDIATE")  # two processes opening a new file: one creates
     try:
+        if int(conn.execute("PRAGMA user_version").fetchone()[0]) != FORMAT:
+            # Virtual tables first: dropping one drops its shadow tables.
+            for table in (*_TABLES.values(), "applied", "sizes"):
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            conn.execute(f"PRAGMA user_version = {int(FORMAT)}")
         for kind, columns in COLUMNS.items():
             conn.execute(
                 f"CREATE VIRTUAL TABLE IF NOT EXISTS {_TABLES[kind]} USING fts5("
-                f"{', '.join(columns)}, content='', tokenize='porter unicode61')"
+                f"{', '.join(columns)}, content='', tokenize=\"{FTS5_TOKENIZER}\")"
             )
         conn.execute("CREATE TABLE IF NOT EXISTS applied"
                      " (kind TEXT PRIMARY KEY, upto INTEGER NOT NULL)")
@@ -117,12 +134,13 @@ def applied(conn: sqlite3.Connection, kind: str) -> int:
 def apply(conn: sqlite3.Connection, kind: str, rows: Iterable[Sequence[Any]], upto: int
           ) -> None:
     """Add (num, *columns) rows and move ``applied`` to ``upto``; the caller holds the
-    file's write lock (``BEGIN IMMEDIATE``) and passes only rows above ``applied``."""
+    file's write lock (``BEGIN IMMEDIATE``) and passes only rows above ``applied``. FTS5
+    indexes each column's `keyword_text`."""
     columns = COLUMNS[kind]
     conn.executemany(
         f"INSERT INTO {_TABLES[kind]} (rowid, {', '.join(columns)})"
         f" VALUES (?, {', '.join('?' * len(columns))})",
-        rows,
+        ((num, *(keyword_text(v) for v in values)) for num, *values in rows),
     )
     last = conn.execute("SELECT num, rows, tokens FROM sizes WHERE kind = ?"
                         " ORDER BY num DESC LIMIT 1", (kind,)).fetchone()
@@ -187,7 +205,7 @@ def _helpers(conn: sqlite3.Connection) -> None:
         conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS temp.{table}_instances"
                      f" USING fts5vocab(main, {table}, instance)")
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.term_text"
-                 " USING fts5(x, tokenize='porter unicode61')")
+                 f" USING fts5(x, tokenize=\"{FTS5_TOKENIZER}\")")
     conn.execute("CREATE VIRTUAL TABLE IF NOT EXISTS temp.term_tokens"
                  " USING fts5vocab(temp, term_text, instance)")
 

@@ -81,6 +81,7 @@ from ampup_memory.search.index.base import (
     words_of,
 )
 from ampup_memory.search.index.common import dumps
+from ampup_memory.search.tokenize import keyword_text
 
 log = logging.getLogger(__name__)
 
@@ -97,6 +98,30 @@ _ROW_TABLES = ("search_facts", "search_passages", "search_episodes", "search_cur
 
 def _tsv(field: str, column: str) -> str:
     return f"setweight(to_tsvector('english', {column}), '{PG_LABELS[field]}')"
+
+
+# What a row's tsvector is made of: each field's `keyword_text`, kept in ``words`` (a
+# passage's text; a fact's entity, value, predicate words and quote) where it is not the
+# field itself (ASCII text is its own keyword text: ``words`` stays NULL).
+_PASSAGE_TSV = "to_tsvector('english', coalesce(words, text))"
+_FACT_FIELDS = (("entity", "entity"), ("value", "value"),
+                ("predicate", "replace(predicate, '_', ' ')"), ("quote", "quote"))
+_FACT_TSV = " || ".join(_tsv(field, f"coalesce(words[{i}], {column})")
+                        for i, (field, column) in enumerate(_FACT_FIELDS, start=1))
+
+
+def _passage_words(text: str) -> str | None:
+    """A passage's ``words``: its `keyword_text`, or None when that is the text."""
+    said = keyword_text(text)
+    return None if said == text else said
+
+
+def _fact_words(entity: str, value: str, predicate: str, quote: str) -> list[str] | None:
+    """A fact's ``words``: the `keyword_text` of each field of `_FACT_FIELDS`, or None when
+    every one is its field."""
+    fields = (entity, value, predicate.replace("_", " "), quote)
+    said = [keyword_text(f) for f in fields]
+    return None if said == list(fields) else said
 
 
 SCHEMA = f"""
@@ -117,8 +142,8 @@ CREATE TABLE IF NOT EXISTS search_passages (
     num bigserial PRIMARY KEY,
     episode_num bigint NOT NULL, scope text NOT NULL, branch text NOT NULL,
     first_unit int NOT NULL, last_unit int NOT NULL, units text NOT NULL, text text NOT NULL,
-    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', text)) STORED,
-    vec vector, seq bigint NOT NULL
+    vec vector, seq bigint NOT NULL, words text,
+    tsv tsvector GENERATED ALWAYS AS ({_PASSAGE_TSV}) STORED
 );
 CREATE INDEX IF NOT EXISTS search_passages_scope ON search_passages (scope, branch);
 CREATE INDEX IF NOT EXISTS search_passages_seq ON search_passages (scope, branch, seq);
@@ -130,11 +155,8 @@ CREATE TABLE IF NOT EXISTS search_facts (
     commit_seq bigint NOT NULL, entity text NOT NULL, predicate text NOT NULL,
     value text NOT NULL, quote text NOT NULL, valid_from timestamptz, valid_to timestamptz,
     written_by text NOT NULL, cites text NOT NULL, ord int NOT NULL, kind text NOT NULL,
-    tsv tsvector GENERATED ALWAYS AS (
-        {_tsv("entity", "entity")} || {_tsv("value", "value")}
-        || {_tsv("predicate", "replace(predicate, '_', ' ')")} || {_tsv("quote", "quote")}
-    ) STORED,
-    vec vector,
+    vec vector, words text[],
+    tsv tsvector GENERATED ALWAYS AS ({_FACT_TSV}) STORED,
     UNIQUE (scope, branch, id)
 );
 CREATE INDEX IF NOT EXISTS search_facts_key ON search_facts (scope, branch, entity, predicate);
@@ -149,7 +171,8 @@ _FACT_COLS = (
     " valid_from, valid_to, written_by, cites, ord, kind"
 )
 def _tsquery(terms: Sequence[str]) -> str:
-    # Terms are \w+ words (tokenize.words), so quoting each as a lexeme cannot break out;
+    # Terms are words of word characters and marks (tokenize.keyword_terms), so quoting
+    # each as a lexeme cannot break out;
     # a number also matches its signed lexeme (`bm25_sql.number_forms`).
     return " | ".join(f"'{form}'" for t in terms if (word := t.replace("'", ""))
                       for form in number_forms(word))
@@ -216,6 +239,37 @@ def _migrate(conn: psycopg.Connection[Any]) -> None:
     conn.execute("ALTER TABLE search_passages ADD COLUMN IF NOT EXISTS seq bigint NOT NULL")
 
 
+def _words_migration(conn: psycopg.Connection[Any]) -> None:
+    """An index whose tsvectors were made from the raw text (before session 32) gets
+    ``words`` and tsvectors of `keyword_text` (under the schema and writers' locks): the
+    rows holding any non-ASCII text get their ``words`` (ASCII rows need none), then each
+    table's tsvector column is made again (a rewrite of the table; its GIN index is
+    rebuilt by SCHEMA). Vectors and rows are kept: nothing is re-embedded."""
+    for table, columns, words, tsv, made in (
+            ("search_passages", "text", "text", _PASSAGE_TSV, _passage_words),
+            ("search_facts", "entity, value, predicate, quote", "text[]", _FACT_TSV,
+             _fact_words)):
+        row = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT 1 FROM"
+            " information_schema.columns WHERE table_schema = current_schema()"
+            " AND table_name = %s AND column_name = 'words')", (table, table)).fetchone()
+        if row is None or not row[0] or row[1]:
+            continue
+        log.warning("the PostgreSQL search index's %s were made by an older version:"
+                    " making their keyword vectors again from their keyword text (once;"
+                    " writers wait)", table)
+        conn.execute(f"ALTER TABLE {table} DROP COLUMN tsv, ADD COLUMN words {words}")
+        wide = " OR ".join(f"octet_length({c}) <> char_length({c})"
+                           for c in columns.split(", "))
+        with conn.cursor(name=f"{table}_wide") as rows, conn.cursor() as cur:
+            rows.execute(f"SELECT num, {columns} FROM {table} WHERE {wide}")
+            while batch := rows.fetchmany(1000):
+                cur.executemany(f"UPDATE {table} SET words = %s WHERE num = %s",
+                                [(made(*values), num) for num, *values in batch])
+        conn.execute(f"ALTER TABLE {table} ADD COLUMN tsv tsvector"
+                     f" GENERATED ALWAYS AS ({tsv}) STORED")
+
+
 def _vec(vector: Sequence[float] | None) -> np.ndarray | None:
     return None if vector is None else np.asarray(vector, dtype=np.float32)
 
@@ -254,6 +308,7 @@ class PostgresIndex:
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
                 conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
                 _migrate(conn)
+                _words_migration(conn)
                 conn.execute(SCHEMA)
                 _match_graphs(conn, ann_params)
         except psycopg.Error as exc:
@@ -555,12 +610,14 @@ class PostgresIndex:
         with self._tx().cursor() as cur:
             cur.executemany(
                 "INSERT INTO search_passages (episode_num, scope, branch, first_unit,"
-                " last_unit, units, text, vec, seq) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s)",
+                " last_unit, units, text, vec, seq, words)"
+                " VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)",
                 [
                     (p.episode_num, p.scope, p.branch, p.first_unit, p.last_unit,
-                     dumps([list(u) for u in p.units]),
-                     "\n\n".join(t for _, _, t in p.units), _vec(p.vector), p.seq)
+                     dumps([list(u) for u in p.units]), text, _vec(p.vector), p.seq,
+                     _passage_words(text))
                     for p in passages
+                    for text in ("\n\n".join(t for _, _, t in p.units),)
                 ],
             )
 
@@ -571,13 +628,14 @@ class PostgresIndex:
             cur.executemany(
                 "INSERT INTO search_facts (id, scope, branch, commit_id, commit_seq, entity,"
                 " predicate, value, quote, valid_from, valid_to, written_by, cites, vec, ord,"
-                " kind) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
+                " kind, words) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s)"
                 " ON CONFLICT (scope, branch, id) DO NOTHING",
                 [
                     (f.doc.id, f.doc.scope, f.doc.branch, f.doc.commit, f.doc.commit_seq,
                      f.doc.entity, f.doc.predicate, f.doc.value, f.doc.quote,
                      f.doc.valid_from, f.doc.valid_to, f.doc.written_by,
-                     dumps([list(c) for c in f.cites]), _vec(f.vector), f.doc.ord, f.doc.kind)
+                     dumps([list(c) for c in f.cites]), _vec(f.vector), f.doc.ord, f.doc.kind,
+                     _fact_words(f.doc.entity, f.doc.value, f.doc.predicate, f.doc.quote))
                     for f in facts
                 ],
             )
