@@ -42,6 +42,7 @@ from ampup_memory.search.index.common import join_graph_threads
 from ampup_memory.settings import Settings
 from ampup_memory.web import apidocs, inspector
 from ampup_memory.web import errors as http_errors
+from ampup_memory.web.answer_headers import AnswerHeaders
 from ampup_memory.web.filelimit import quiet_accept_errors
 from ampup_memory.web.head import HeadAsGet
 from ampup_memory.web.limits import BodyLimit, NulGuard
@@ -163,6 +164,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.add_middleware(OriginGuard, bound_to=settings.host, keys_required=settings.require_keys,
                        allowed_hosts=settings.allowed_hosts,
                        allowed_origins=settings.allowed_origins)
+    # Outermost: every answer, a refusal of the guards above included, gets its caching,
+    # browser and challenge headers here.
+    app.add_middleware(AnswerHeaders, keys_required=settings.require_keys)
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
     app.include_router(branch_router)

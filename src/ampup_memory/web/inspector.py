@@ -20,8 +20,8 @@ ASSETS = {"app.js": "text/javascript", "rooms.js": "text/javascript", "app.css":
 # Scripts, styles, images and fetches from this server only: nothing from the internet.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
-HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-           "Cache-Control": "no-cache"}
+# Caching and the browser headers every answer carries: web/answer_headers.py.
+HEADERS = {"Content-Security-Policy": CSP}
 
 
 def index() -> FileResponse:

@@ -1,0 +1,168 @@
+"""HTTP semantics a shared cache, a careful client and a browser rely on, on every route
+(docs/security-model.md, "Caches, proxies and browsers"; docs/api.md, "Errors"):
+
+- every answer of the API (2xx, 304, 4xx, the refusals made before any route, /mcp) is
+  ``Cache-Control: no-store`` and ``Vary`` names the headers that say who calls: a proxy
+  must not hand one caller's answer to another;
+- the pages and their files are ``no-cache`` (the same for everyone), with the browser
+  headers (nosniff, no referrer, no framing);
+- a 401 carries ``WWW-Authenticate`` (keys off and on);
+- a 201 that made something another route reads says where (``Location``).
+
+One keys-off and one keys-on server for the module.
+"""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.memory_support import QUIET, cli_in_process
+from tests.server_process import ServerProcess, plain_client
+
+CALLER_HEADERS = {"authorization", "x-amp-agent-id", "x-amp-api-key", "x-ampup-user",
+                  "x-amp-admin-token"}
+USER, AGENT = "alice", "agent_a"
+
+
+@pytest.fixture(scope="module")
+def off(tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
+    home = tmp_path_factory.mktemp("http-off")
+    with ServerProcess(home, env=QUIET) as server, \
+            plain_client(base_url=server.url, timeout=60) as http:
+        yield http
+
+
+@pytest.fixture(scope="module")
+def on(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[httpx.Client, str]]:
+    home = tmp_path_factory.mktemp("http-on")
+    done = cli_in_process(home, {}, "keys", "create", "--agent", AGENT, "--user", USER)
+    assert done.returncode == 0, done.stderr
+    key = done.stdout.strip().splitlines()[-1]
+    with ServerProcess(home, env={**QUIET, "AMP_REQUIRE_KEYS": "1"}) as server, \
+            plain_client(base_url=server.url, timeout=60) as http:
+        yield http, key
+
+
+def private(r: httpx.Response) -> None:
+    """Not for any shared cache, and varying by every header that names the caller."""
+    said = r.headers.get("cache-control", "")
+    assert "no-store" in [d.strip().lower() for d in said.split(",")], \
+        (r.request.method, str(r.request.url), r.status_code, said)
+    vary = {v.strip().lower() for v in r.headers.get("vary", "").split(",")}
+    assert CALLER_HEADERS <= vary, (r.request.method, str(r.request.url), r.status_code, vary)
+    assert r.headers.get("x-content-type-options") == "nosniff", r.request.url
+
+
+def seeded(http: httpx.Client) -> dict[str, Any]:
+    me = {"X-AmpUp-User": USER, "X-AMP-Agent-ID": AGENT}
+    scope = f"h{uuid.uuid4().hex[:8]}/team_1"
+    r = http.post("/episodes", headers=me, json={"scope": scope, "source": "doc:a",
+                                                 "body": "Acme renewed.", "acl": ["*"]})
+    assert r.status_code == 201, r.text
+    cell = http.post("/amp/v1/memories", headers=me, json={
+        "type": "semantic", "content": {"text": "Acme prefers e-mail."},
+        "identity": {"owner_id": AGENT, "owner_type": "agent"}})
+    assert cell.status_code == 201, cell.text
+    return {"headers": me, "scope": scope, "episode_id": r.json()["id"],
+            "memory_id": cell.json()["id"], "org": scope.split("/")[0], "team": "team_1",
+            "user": USER, "name": "nope", "workspace_id": "ws_x", "pin_id": "pin_x",
+            "snapshot_id": "snap_x", "run_id": "run_x", "session_id": "ses_x"}
+
+
+def test_every_api_answer_is_no_store_and_varies_by_caller(off: httpx.Client) -> None:
+    values = seeded(off)
+    me = values["headers"]
+    spec = off.get("/openapi.json").json()
+    private(off.get("/openapi.json"))
+    answered = set()
+    for template, item in spec["paths"].items():
+        path = re.sub(r"{(\w+)}", lambda m: str(values[m.group(1)]), template)
+        for method in item:
+            # As the caller (whatever the answer: 2xx, 404, 422 ...) and as no one.
+            for headers in (me, {}):
+                r = off.request(method.upper(), path, params={"scope": values["scope"]},
+                                headers=headers, json={} if method in ("post", "put",
+                                                                       "patch") else None)
+                assert r.status_code < 500, (method, path, r.text)
+                private(r)
+                answered.add(r.status_code)
+    assert {200, 401, 404, 422} <= answered, answered
+    # Conditional reads: the 304 is the caller's too.
+    for path in (f"/amp/v1/memories/{values['memory_id']}",
+                 f"/episodes/{values['episode_id']}?scope={values['scope']}"):
+        first = off.get(path, headers=me)
+        assert first.status_code == 200 and first.headers.get("etag"), first.text
+        private(first)
+        again = off.get(path, headers={**me, "If-None-Match": first.headers["etag"]})
+        assert again.status_code == 304
+        private(again)
+    # Answers made before any route: an unknown route, a wrong method, a HEAD, a
+    # foreign page, a body over the limit, a body in a content coding, /health, /mcp.
+    private(off.get("/no/such/route", headers=me))
+    private(off.request("BREW", "/episodes", headers=me))
+    private(off.head(f"/episodes?scope={values['scope']}", headers=me))
+    private(off.post("/episodes", headers={**me, "Origin": "https://evil.example"}, json={}))
+    big = off.post("/episodes", headers=me, content=b" " * (4 * 2**20 + 1))
+    assert big.status_code == 413, big.text
+    private(big)
+    private(off.post("/episodes", headers={**me, "Content-Encoding": "gzip"}, content=b"x"))
+    private(off.get("/health"))
+    mcp = off.post("/mcp", headers={**me, "Accept": "application/json, text/event-stream"},
+                   json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                       "protocolVersion": "2025-03-26", "capabilities": {},
+                       "clientInfo": {"name": "t", "version": "1"}}})
+    assert mcp.status_code == 200, mcp.text
+    private(mcp)
+    private(off.post("/mcp", json={}))
+
+
+PAGES = ["/", "/inspector/app.js", "/inspector/app.css", "/docs", "/redoc",
+         "/docs/oauth2-redirect", "/static-offline-docs/swagger-ui.css"]
+
+
+def test_pages_are_revalidated_and_guarded(off: httpx.Client) -> None:
+    for path in PAGES:
+        for method in ("GET", "HEAD"):
+            r = off.request(method, path)
+            assert r.status_code == 200, (method, path)
+            assert r.headers.get("cache-control") == "no-cache", (method, path, r.headers)
+            assert r.headers.get("x-content-type-options") == "nosniff", path
+            assert r.headers.get("referrer-policy") == "no-referrer", path
+            assert r.headers.get("x-frame-options") == "DENY", path
+            if path in ("/", "/docs", "/redoc"):
+                assert "frame-ancestors 'none'" in r.headers["content-security-policy"]
+
+
+def test_401_names_its_challenge(off: httpx.Client, on: tuple[httpx.Client, str]) -> None:
+    scope = "h_one/team_1"
+    for path, scheme in (("/amp/v1/memories", "X-AMP-Agent-ID"),
+                         (f"/episodes?scope={scope}", "X-AmpUp-User"),
+                         (f"/facts?scope={scope}&entity=a", "X-AmpUp-User")):
+        r = off.get(path)
+        assert r.status_code == 401, r.text
+        assert r.headers.get("www-authenticate") == f'{scheme} realm="ampup-memory"', path
+    r = off.post("/mcp", json={})
+    assert r.status_code == 401 and r.headers.get("www-authenticate"), r.headers
+    http, key = on
+    for headers in ({}, {"X-AMP-Agent-ID": AGENT}, {"X-AMP-Agent-ID": AGENT,
+                                                     "X-AMP-API-Key": "wrong"},
+                    {"Authorization": "Bearer wrong"}):
+        for method, path in (("GET", "/amp/v1/memories"), ("GET", f"/episodes?scope={scope}"),
+                             ("POST", "/mcp")):
+            r = http.request(method, path, headers=headers, json={} if method == "POST"
+                             else None)
+            assert r.status_code == 401, (path, headers, r.text)
+            assert r.headers.get("www-authenticate") == 'Bearer realm="ampup-memory"'
+            private(r)
+    ok = http.get(f"/episodes?scope={scope}", headers={"Authorization": f"Bearer {key}",
+                                                        "X-AMP-Agent-ID": AGENT})
+    assert ok.status_code == 200, ok.text
+    assert "www-authenticate" not in ok.headers
+    private(ok)
+
