@@ -166,3 +166,39 @@ def test_401_names_its_challenge(off: httpx.Client, on: tuple[httpx.Client, str]
     assert "www-authenticate" not in ok.headers
     private(ok)
 
+
+
+def test_201_says_where_the_new_resource_is_read(off: httpx.Client) -> None:
+    me = {"X-AmpUp-User": USER, "X-AMP-Agent-ID": AGENT}
+    scope = f"h{uuid.uuid4().hex[:8]}/team_1"
+    episode = {"scope": scope, "source": "doc:a", "body": "Acme renewed.", "acl": ["*"]}
+    workspace = off.post("/workspaces", headers=me, json={"name": "w", "ttl": "1h"})
+    made = {"episode": off.post("/episodes", headers=me, json=episode),
+            "cell": off.post("/amp/v1/memories", headers=me, json={
+                "type": "semantic", "content": {"text": "x"},
+                "identity": {"owner_id": AGENT, "owner_type": "agent"}}),
+            "run": off.post("/runs", headers=me, json={"scope": scope, "task": "t"}),
+            "session": off.post("/sessions/start", headers=me, json={"scope": scope}),
+            "pin": off.post("/pin", headers=me, json={"scope": scope, "ttl": "1h"}),
+            "snapshot": off.post("/snapshots", headers=me, json={"scopes": [scope]}),
+            "workspace": workspace}
+    ws_id = workspace.json()["id"]
+    assert off.post("/episodes", headers=me, json={**episode, "scope": f"{ws_id}/team_1"}
+                    ).status_code == 201
+    made["workspace snapshot"] = off.post(f"/workspaces/{ws_id}/snapshots", headers=me)
+    assert off.post("/branches", headers=me, json={"scope": scope, "name": "side"}
+                    ).status_code == 201
+    made["episode on a branch"] = off.post("/episodes", headers=me, json={
+        **episode, "body": "On the side.", "branch": "side"})
+    for what, r in made.items():
+        assert r.status_code == 201, (what, r.text)
+        where = r.headers.get("location")
+        assert where and where.startswith("/"), (what, r.headers)
+        read = off.get(where, headers=me)
+        assert read.status_code == 200, (what, where, read.text)
+        assert read.json()["id"] == r.json()["id"], (what, where)
+    assert made["episode"].headers["location"] == (
+        f"/episodes/{made['episode'].json()['id']}?scope={scope.replace('/', '%2F')}")
+    assert made["episode on a branch"].headers["location"].endswith("&branch=side")
+    again = off.post("/episodes", headers=me, json=episode)  # nothing new: no Location
+    assert again.status_code == 200 and "location" not in again.headers

@@ -17,7 +17,7 @@ from ampup_memory.advice.api import router as advice_router
 from ampup_memory.advice.judge import judge_timer
 from ampup_memory.advice.loop import learning_timers
 from ampup_memory.advice.procedures import compile_timer
-from ampup_memory.amp.api import health, spec
+from ampup_memory.amp.api import API_PREFIX, health, spec
 from ampup_memory.amp.api import router as amp_router
 from ampup_memory.amp.inspect_api import router as amp_cells_router
 from ampup_memory.background import LifespanHook, TimerRecord, periodic, stop_timers
@@ -50,8 +50,6 @@ from ampup_memory.web.openapi import install_schemas
 from ampup_memory.web.origin import OriginGuard
 
 log = logging.getLogger("ampup_memory")
-
-API_PREFIX = "/amp/v1"
 
 
 def _lifecycle_timer(runtime: Runtime, records: list[TimerRecord]) -> LifespanHook:
