@@ -14,6 +14,7 @@ One keys-off and one keys-on server for the module.
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 from collections.abc import Iterator
@@ -202,3 +203,41 @@ def test_201_says_where_the_new_resource_is_read(off: httpx.Client) -> None:
     assert made["episode on a branch"].headers["location"].endswith("&branch=side")
     again = off.post("/episodes", headers=me, json=episode)  # nothing new: no Location
     assert again.status_code == 200 and "location" not in again.headers
+
+
+def test_a_body_declared_in_another_charset_is_never_read_as_other_text(
+        off: httpx.Client) -> None:
+    """Every body is read as UTF-8 JSON. One declared latin-1 holding "Ã©" (bytes C3 A9)
+    was stored as "é"; with "é" (E9) it was a 422 about a code point. Both are 415 now;
+    ASCII in any declared charset, and UTF-8 however declared, are read as before."""
+    me = {"X-AmpUp-User": USER}
+    scope = f"h{uuid.uuid4().hex[:8]}/team_1"
+
+    def send(text: str, content_type: str, encoding: str) -> httpx.Response:
+        body = json.dumps({"scope": scope, "source": "doc:c", "body": text, "acl": ["*"]},
+                          ensure_ascii=False)
+        return off.post("/episodes", headers={**me, "Content-Type": content_type},
+                        content=body.encode(encoding))
+
+    for text, declared, encoding in (("Ã© mojibake", "application/json; charset=latin-1",
+                                      "latin-1"),
+                                     ("café", "application/json; charset=ISO-8859-1",
+                                      "latin-1"),
+                                     ("café", 'text/plain; charset="windows-1252"', "cp1252"),
+                                     ("café", "application/json; charset=utf-16", "utf-16")):
+        r = send(text, declared, encoding)
+        assert r.status_code == 415, (declared, r.status_code, r.text)
+        error = r.json()["error"]
+        assert error["code"] == "UNSUPPORTED_MEDIA_TYPE" and "UTF-8" in error["message"]
+        assert "accept-encoding" not in r.headers
+        private(r)
+    assert off.get("/episodes", headers=me, params={"scope": scope}).json()["total"] == 0
+    for text, declared, encoding in (("plain ascii", "application/json; charset=latin-1",
+                                      "latin-1"),
+                                     ("café", 'application/json; charset="UTF-8"', "utf-8"),
+                                     ("naïve", "application/vnd.api+json", "utf-8"),
+                                     ("über", "text/plain", "utf-8")):
+        r = send(text, declared, encoding)
+        assert r.status_code == 201, (declared, r.text)
+        got = off.get(f"/episodes/{r.json()['id']}", headers=me, params={"scope": scope})
+        assert got.json()["body"] == text
