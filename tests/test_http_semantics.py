@@ -58,6 +58,7 @@ def private(r: httpx.Response) -> None:
     vary = {v.strip().lower() for v in r.headers.get("vary", "").split(",")}
     assert CALLER_HEADERS <= vary, (r.request.method, str(r.request.url), r.status_code, vary)
     assert r.headers.get("x-content-type-options") == "nosniff", r.request.url
+    assert not [h for h in r.headers if h.lower().startswith("access-control-")], r.headers
 
 
 def seeded(http: httpx.Client) -> dict[str, Any]:
@@ -241,3 +242,24 @@ def test_a_body_declared_in_another_charset_is_never_read_as_other_text(
         assert r.status_code == 201, (declared, r.text)
         got = off.get(f"/episodes/{r.json()['id']}", headers=me, params={"scope": scope})
         assert got.json()["body"] == text
+
+
+def test_no_cors_preflight_is_granted(off: httpx.Client) -> None:
+    """A preflight grants nothing: from a page the origin check lets through (a loopback
+    page) a 405 with the path's methods, from another site a 403; never an
+    Access-Control-* header, so a page of another origin sends no caller header and reads
+    no answer (docs/security-model.md)."""
+    ask = {"Access-Control-Request-Method": "POST",
+           "Access-Control-Request-Headers": "content-type, x-ampup-user"}
+    for path in ("/episodes", "/amp/v1/memories", "/search", "/health", "/"):
+        r = off.options(path, headers={**ask, "Origin": "http://localhost:3000"})
+        assert r.status_code == 405 and r.headers["allow"], (path, r.status_code)
+        assert "OPTIONS" not in r.headers["allow"]
+        assert not [h for h in r.headers if h.lower().startswith("access-control-")]
+        r = off.options(path, headers={**ask, "Origin": "https://evil.example"})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "FORBIDDEN_ORIGIN"
+        assert not [h for h in r.headers if h.lower().startswith("access-control-")]
+    r = off.options("/mcp", headers={**ask, "Origin": "http://localhost:3000",
+                                     "X-AmpUp-User": USER})
+    assert r.status_code == 405 and not [
+        h for h in r.headers if h.lower().startswith("access-control-")]
