@@ -263,3 +263,24 @@ def test_no_cors_preflight_is_granted(off: httpx.Client) -> None:
                                      "X-AmpUp-User": USER})
     assert r.status_code == 405 and not [
         h for h in r.headers if h.lower().startswith("access-control-")]
+
+
+def test_mcp_names_the_content_type_it_takes(off: httpx.Client) -> None:
+    """POST /mcp with a body not sent as application/json: a 415 JSON-RPC error (the SDK
+    said 400 "Invalid Content-Type header", bare text with no Content-Type)."""
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}})
+    accept = {"X-AMP-Agent-ID": AGENT, "Accept": "application/json, text/event-stream"}
+    for sent in ("text/plain", None, "application/vnd.api+json",
+                 "application/x-www-form-urlencoded"):
+        r = off.post("/mcp", content=hello, headers={**accept, **(
+            {"Content-Type": sent} if sent else {})})
+        assert r.status_code == 415, (sent, r.status_code, r.text)
+        error = r.json()["error"]
+        assert error["data"]["code"] == "UNSUPPORTED_MEDIA_TYPE", r.text
+        assert "application/json" in error["message"] and r.json()["jsonrpc"] == "2.0"
+        private(r)
+    r = off.post("/mcp", content=hello, headers={
+        **accept, "Content-Type": "application/json; charset=utf-8"})
+    assert r.status_code == 200, r.text
