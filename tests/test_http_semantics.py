@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.memory_support import QUIET, cli_in_process
-from tests.server_process import ServerProcess, plain_client
+from tests.server_process import ServerProcess, free_port, plain_client
 
 CALLER_HEADERS = {"authorization", "x-amp-agent-id", "x-amp-api-key", "x-ampup-user",
                   "x-amp-admin-token"}
@@ -284,3 +286,19 @@ def test_mcp_names_the_content_type_it_takes(off: httpx.Client) -> None:
     r = off.post("/mcp", content=hello, headers={
         **accept, "Content-Type": "application/json; charset=utf-8"})
     assert r.status_code == 200, r.text
+
+
+def test_an_unexpected_error_is_no_store_too(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """A 500 is answered outside every middleware (Starlette's own outermost layer): it is
+    held to the same headers (tests/broken_server.py's spec-crashes)."""
+    root = Path(__file__).resolve().parent
+    home = tmp_path_factory.mktemp("http-500")
+    port = free_port()
+    command = [sys.executable, str(root / "broken_server.py"), "spec-crashes", str(port)]
+    with ServerProcess(home, env=QUIET, command=command, port=port) as server:
+        r = httpx.get(f"{server.url}/amp/v1/spec", headers={"X-AMP-Agent-ID": AGENT})
+        assert r.status_code == 500 and r.json()["error"]["code"] == "INTERNAL_ERROR"
+        private(r)
+        assert r.headers["vary"].count("X-AmpUp-User") == 1
+        ok = httpx.get(f"{server.url}/health")
+        assert ok.status_code == 200 and ok.headers["vary"].count("X-AmpUp-User") == 1

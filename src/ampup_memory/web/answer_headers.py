@@ -33,7 +33,7 @@ REALM = 'realm="ampup-memory"'
 # The interactive pages and their files: the same bytes for every caller.
 _PAGES = frozenset({"/", "/docs", "/docs/oauth2-redirect", "/redoc"})
 _PAGE_FILES = ("/inspector/", "/static-offline-docs/")
-VARY = ", ".join(sorted(CREDENTIAL_HEADERS.values()))
+CALLER_HEADERS = sorted(CREDENTIAL_HEADERS.values())
 BROWSER_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
                    "X-Frame-Options": "DENY"}
 
@@ -49,7 +49,31 @@ def challenge(path: str, keys_required: bool) -> str:
     return f"{'X-AMP-Agent-ID' if path.startswith('/amp/') else 'X-AmpUp-User'} {REALM}"
 
 
+def stamp(headers: MutableHeaders, path: str, status: int, keys_required: bool) -> None:
+    """Give the answer to ``path`` the headers above (what it set itself stays)."""
+    if is_page(path):
+        headers.setdefault("Cache-Control", "no-cache")
+    else:
+        said = headers.get("Cache-Control")
+        if said is None:
+            headers["Cache-Control"] = "no-store"
+        elif "no-store" not in said.lower():
+            headers["Cache-Control"] = f"no-store, {said}"
+        varies = {v.strip().lower() for v in headers.get("Vary", "").split(",")}
+        missing = [name for name in CALLER_HEADERS if name.lower() not in varies]
+        if missing:  # stamped twice (an error `web.errors` stamped), named once
+            headers.add_vary_header(", ".join(missing))
+    for name, value in BROWSER_HEADERS.items():
+        headers.setdefault(name, value)
+    if status == 401:
+        headers.setdefault("WWW-Authenticate", challenge(path, keys_required))
+
+
 class AnswerHeaders:
+    """Every answer the app makes, `stamp`ed. A 500 is made outside it (Starlette's
+    outermost layer runs the handler of unexpected errors), which stamps its own
+    (`web.errors`)."""
+
     def __init__(self, app: ASGIApp, keys_required: bool) -> None:
         self.app = app
         self.keys_required = keys_required
@@ -59,24 +83,11 @@ class AnswerHeaders:
             await self.app(scope, receive, send)
             return
         path = scope.get("path", "")
-        page = is_page(path)
 
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                headers = MutableHeaders(scope=message)
-                if page:
-                    headers.setdefault("Cache-Control", "no-cache")
-                else:
-                    said = headers.get("Cache-Control")
-                    if said is None:
-                        headers["Cache-Control"] = "no-store"
-                    elif "no-store" not in said.lower():
-                        headers["Cache-Control"] = f"no-store, {said}"
-                    headers.add_vary_header(VARY)
-                for name, value in BROWSER_HEADERS.items():
-                    headers.setdefault(name, value)
-                if message["status"] == 401:
-                    headers.setdefault("WWW-Authenticate", challenge(path, self.keys_required))
+                stamp(MutableHeaders(scope=message), path, message["status"],
+                      self.keys_required)
             await send(message)
 
         await self.app(scope, receive, with_headers)
