@@ -28,11 +28,12 @@ from starlette.datastructures import MutableHeaders
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ampup_memory.auth import CREDENTIAL_HEADERS
+from ampup_memory.web import apidocs, inspector
 
 REALM = 'realm="ampup-memory"'
 # The interactive pages and their files: the same bytes for every caller.
-_PAGES = frozenset({"/", "/docs", "/docs/oauth2-redirect", "/redoc"})
-_PAGE_FILES = ("/inspector/", "/static-offline-docs/")
+_PAGES = frozenset({inspector.PAGE, apidocs.DOCS, apidocs.OAUTH2_REDIRECT, apidocs.REDOC})
+_PAGE_FILES = (inspector.FILES, f"{apidocs.STATIC}/")
 CALLER_HEADERS = sorted(CREDENTIAL_HEADERS.values())
 BROWSER_HEADERS = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
                    "X-Frame-Options": "DENY"}
