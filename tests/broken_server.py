@@ -46,10 +46,22 @@ def public_grants_write() -> None:
     service.can_write = can_write  # type: ignore[assignment]
 
 
+def spec_crashes() -> None:
+    """GET /amp/v1/spec raises what no handler expects: the answer of an unexpected error
+    (a 500 made outside every middleware) is held to the same headers as any other."""
+    def crash() -> None:
+        raise RuntimeError("deliberately broken")
+
+    routes = amp_api.router.routes
+    spec = next(r for r in routes if isinstance(r, APIRoute) and r.path == "/spec")
+    routes[routes.index(spec)] = APIRoute("/spec", crash, methods=["GET"])
+
+
 BREAKS = {
     "listing-after-item": listing_after_item,
     "wildcard-blind": wildcard_blind,
     "public-grants-write": public_grants_write,
+    "spec-crashes": spec_crashes,
 }
 
 

@@ -20,15 +20,16 @@ def chromium_path() -> str | None:
 
 
 @contextmanager
-def chromium() -> Iterator[Any]:
-    """A launched headless Chromium (a Playwright ``Browser``), closed on exit; skips the
-    test where Playwright or Chromium is not installed."""
+def chromium(*args: str) -> Iterator[Any]:
+    """A launched headless Chromium (a Playwright ``Browser``), closed on exit, with
+    ``args`` on its command line; skips the test where Playwright or Chromium is not
+    installed."""
     sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
     exe = chromium_path()
     if exe is None:
         pytest.skip("no chromium on this machine (apt-get install chromium)")
     with sync_api.sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
+        browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox", *args])
         try:
             yield browser
         finally:

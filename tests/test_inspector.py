@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -717,5 +718,102 @@ def test_a_second_user_sees_none_of_the_first_users_rooms(
             assert rooms["workspace"] not in text and rooms["poison"] not in text
             assert POISON not in text
         assert ins.errors == [], f"console errors: {ins.errors}"
+    finally:
+        ins.close()
+
+
+# Stored text that would run if any page put it in as markup: a script, event handlers on
+# an image and an SVG, a javascript: link, and quotes that end an attribute first.
+HOSTILE = ('"\'><script>window.__pwned=1</script><img src=x onerror="window.__pwned=2">'
+           '<svg onload="window.__pwned=3"></svg><a href="javascript:window.__pwned=4">j</a>')
+# Elements only that markup would make (the pages draw no image, no script in <main>).
+INJECTED = ("main script, main img, main svg[onload], main [onerror], main [onload], "
+            "a[href^='javascript' i], iframe, object, embed")
+WATCH = """document.addEventListener('securitypolicyviolation',
+  e => (window.__csp = window.__csp || []).push(e.violatedDirective + ' ' + e.blockedURI));"""
+
+
+def test_stored_hostile_text_is_shown_as_text(browser: Any, seeded: dict[str, Any]) -> None:
+    """mallory stores markup in every field a page shows (episode body, source, about,
+    document, fact entity and value, a schema's descriptions and enum value, a run's and a
+    session's texts, a workspace's name, a cell's text, metadata and session id, an agent
+    id) and opens every page, and links whose hash holds markup: no script runs, the
+    policy refuses nothing (nothing reached the page as markup) and the text shows as it
+    was stored."""
+    url, scope = seeded["url"], f"evil{datetime.now():%H%M%S%f}/team_1"
+    me = {"X-AmpUp-User": "mallory", "X-AMP-Agent-ID": "agent-evil"}
+    acl = ["user:mallory"]
+    with httpx.Client(base_url=url, headers=me, timeout=60) as http:
+        def made(r: httpx.Response) -> dict[str, Any]:
+            assert r.status_code in (200, 201), r.text
+            body: dict[str, Any] = r.json()
+            return body
+        episode = made(http.post("/episodes", json={
+            "scope": scope, "source": "doc:" + HOSTILE, "body": HOSTILE + "\n\nsecond unit",
+            "acl": acl, "about": [HOSTILE], "document": HOSTILE}))["id"]
+        made(http.post("/facts", json={"scope": scope, "entity": HOSTILE, "predicate": "plan",
+                                       "value": HOSTILE, "quote": "<script>window.__pwned=1",
+                                       "cites": [{"episode": episode, "unit": 1}]}))
+        made(http.put(f"/schemas/{scope}", headers={"X-AMP-Admin-Token": ADMIN_TOKEN}, json={
+            "schema": {"name": "ops", "description": HOSTILE, "entities": [
+                {"name": "service", "attributes": [
+                    {"name": "tier", "type": "enum", "values": [HOSTILE, "b"],
+                     "description": HOSTILE}]}],
+                "extract": [{"episode_types": ["doc"], "targets": {"service": ["tier"]},
+                             "instructions": HOSTILE}]}}))
+        run = made(http.post("/runs", json={"scope": scope, "task": HOSTILE,
+                                            "outcome": HOSTILE, "trace": HOSTILE}))["id"]
+        session = made(http.post("/sessions/start", json={"scope": scope, "task": HOSTILE}))
+        made(http.post("/sessions/end", json={"session": session["id"], "transcript": HOSTILE,
+                                              "outcome": HOSTILE, "reward": 1,
+                                              "reason": HOSTILE}))
+        workspace = made(http.post("/workspaces", json={"name": HOSTILE, "ttl": "1h"}))["id"]
+        made(http.post("/amp/v1/memories", json={
+            "type": "semantic", "content": {"text": HOSTILE, "metadata": {HOSTILE: HOSTILE}},
+            "identity": {"owner_id": "agent-evil", "owner_type": "agent",
+                         "session_id": HOSTILE}}))
+    ins = Inspector(browser, url)
+    page = ins.page
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.add_init_script(WATCH)
+    esc = scope.replace("/", "%2F")
+    pages = ["#/", f"#/scope/{scope}/episodes", f"#/scope/{scope}/episode/{episode}?unit=1",
+             f"#/scope/{scope}/facts", f"#/scope/{scope}/entity/{quote(HOSTILE, safe='')}",
+             f"#/scope/{scope}/schema", f"#/scope/{scope}/history", f"#/advice?scope={esc}",
+             f"#/run/{run}", f"#/session/{session['id']}", "#/workspaces",
+             f"#/workspace/{workspace}", "#/cells", f"#/set-aside?scope={esc}",
+             # Markup in the link itself (a page reads its hash).
+             f"#/scope/{quote(HOSTILE, safe='')}/x/episodes", f"#/run/{quote(HOSTILE)}",
+             f"#/search?scope={quote(HOSTILE, safe='')}", f"#/advice?scope={quote(HOSTILE)}"]
+    try:
+        ins.be(user="mallory", agent="agent-evil")
+        shown = []
+        for hash_ in pages:
+            page.evaluate("h => { location.hash = h; }", hash_)
+            try:
+                page.wait_for_function(
+                    "() => document.querySelector('main .error') "
+                    "|| !document.getElementById('main').innerText.includes('Loading…')")
+            except Exception:
+                raise AssertionError((hash_, page.inner_text("main"))) from None
+            page.wait_for_timeout(50)
+            shown.append(page.inner_text("main"))
+            assert page.locator(INJECTED).count() == 0, (hash_, page.content()[:3000])
+        ins.go(f"#/search?scope={esc}", "#search-form")
+        page.fill("#search-form input[name=scope]", scope)
+        page.fill("#search-form input[name=q]", "pwned script")
+        page.click("#search-form button")
+        page.wait_for_selector("#search-answer")
+        shown.append(page.inner_text("main"))
+        assert page.locator(INJECTED).count() == 0, page.content()[:3000]
+        assert page.evaluate("window.__pwned") is None
+        assert page.evaluate("window.__csp || []") == []
+        assert dialogs == []
+        assert not [e for e in ins.errors if "Content Security Policy" in e], ins.errors
+        # The markup shows as the text it is, on the pages that show each field.
+        text = "\n".join(shown)
+        assert text.count('<script>window.__pwned=1</script>') >= 10, text[:2000]
+        assert 'onerror="window.__pwned=2"' in text and "javascript:window.__pwned=4" in text
     finally:
         ins.close()

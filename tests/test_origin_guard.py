@@ -5,9 +5,12 @@ server's own pages are served."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -221,3 +224,81 @@ def test_a_loopback_bind_with_keys_serves_its_own_proxy(tmp_path: Path) -> None:
         assert r.status_code == 200, r.text
         r = httpx.get(f"{srv.url}/health", headers={"Host": "memory.example.com"})
         assert _code(r) == (421, "MISDIRECTED_REQUEST")
+
+
+# A page of another site (evil.test, which the browser resolves to this machine) that
+# tries every write a page can send without the server's consent, and reads.
+EVIL_PAGE = """<!doctype html><html><body>
+<form id="f" method="POST" enctype="text/plain" action="TARGET/amp/v1/memories" target="sink">
+<input name='BODY_HEAD' value='"}'></form><iframe name="sink"></iframe>
+<script>
+window.results = {};
+(async () => {
+  const body = 'BODY_HEAD"}';
+  const tried = async (name, f) => { try { results[name] = await f(); }
+                                      catch (e) { results[name] = "failed: " + e; } };
+  await tried("no-cors", async () => (await fetch("TARGET/amp/v1/memories", {method: "POST",
+    mode: "no-cors", headers: {"Content-Type": "text/plain"}, body})).type);
+  await tried("cors", async () => (await fetch("TARGET/amp/v1/memories", {method: "POST",
+    headers: {"Content-Type": "application/json", "X-AMP-Agent-ID": "evil"}, body})).status);
+  await tried("read", async () => (await fetch("TARGET/amp/v1/memories?owner_id=victim",
+    {headers: {"X-AMP-Agent-ID": "victim"}})).status);
+  await tried("health", async () => (await fetch("TARGET/health")).status);
+  results.beacon = navigator.sendBeacon("TARGET/amp/v1/memories",
+                                        new Blob([body], {type: "text/plain"}));
+  document.getElementById("f").submit();
+  results.done = true;
+})();
+</script></body></html>"""
+# A cell a form can post without any header: POST /memories may name its creator in the
+# body (docs/api.md); the form's field name holds all of it but the closing quote.
+EVIL_CELL = ('{"type":"semantic","content":{"text":"planted by a page"},"identity":'
+             '{"owner_id":"victim","owner_type":"user","created_by":"evil"},"x":"')
+
+
+def test_a_real_browser_on_another_site_writes_and_reads_nothing(local: ServerProcess) -> None:
+    """Chromium itself, not a hand-made Origin: a form post, a no-cors fetch and a beacon
+    (the requests that need no preflight) reach the server with the page's Origin and are
+    403; a fetch with a caller header or a read gets no CORS answer and fails in the page.
+    Nothing is written."""
+    from tests.browser import chromium
+
+    page_html = EVIL_PAGE.replace("TARGET", local.url).replace("BODY_HEAD", EVIL_CELL)
+
+    class Page(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (the handler's name)
+            body = page_html.encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    # Served from this machine as a real site (a page the browser fetched itself: one a
+    # test fulfils is of no address space, and Chromium then refuses its loopback requests
+    # before they leave, which proves nothing about the server).
+    site = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=site.serve_forever, daemon=True).start()
+    refused: list[str] = []
+    try:
+        with chromium("--host-resolver-rules=MAP evil.test 127.0.0.1") as browser:
+            page = browser.new_page()
+            page.on("response", lambda r: r.url.startswith(local.url) and r.status == 403
+                    and refused.append(r.request.method))
+            page.goto(f"http://evil.test:{site.server_address[1]}/")
+            page.wait_for_function("window.results && window.results.done")
+            page.wait_for_timeout(500)  # the form's post, into the frame
+            results = page.evaluate("window.results")
+    finally:
+        site.shutdown()
+        site.server_close()
+    assert results["no-cors"] == "opaque" and results["beacon"] is True, results
+    for name in ("cors", "read", "health"):  # no CORS answer: the page reads nothing
+        assert str(results[name]).startswith("failed: TypeError"), results
+    assert len(refused) >= 3, refused  # the no-cors fetch, the beacon, the form
+    owner = httpx.get(f"{local.url}/amp/v1/memories", params={"owner_id": "victim"},
+                      headers={"X-AMP-Agent-ID": "victim"})
+    assert owner.status_code == 200 and owner.json()["returned"] == 0, owner.text

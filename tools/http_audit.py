@@ -28,8 +28,10 @@ Two parts per server (docs/testing.md, "The HTTP audit"):
    (`probe_requests`: an unsatisfiable Accept, long and non-ASCII headers, bad
    percent-encoding, + against %20, HTTP/1.0 without Host, path variants sent raw).
 
-Every answer must be below 500 with no traceback, a JSON error envelope for a 4xx, and a
-status the operation documents. Findings go to ``DIR/findings.json`` and the exit code is
+Every answer must be below 500 with no traceback, a JSON error envelope for a 4xx, a
+status the operation documents, ``Cache-Control: no-store`` and a ``Vary`` naming the
+caller headers, no CORS header, ``WWW-Authenticate`` on a 401 and ``Location`` on a 201
+whose operation documents one. Findings go to ``DIR/findings.json`` and the exit code is
 1 when there are any. Takes several minutes a server (see docs/testing.md).
 """
 
@@ -76,6 +78,9 @@ WRONG_TYPES: list[Any] = [{"a": 1}, [1], True, "s", 1.5, -1, 2**64, None]
 LONE_SURROGATE = '"\\udc00x"'
 SEGMENTS = ["%00", "%ED%A0%80", "%E2%80%AE", "e%CC%81%CC%81", "x" * 10_000, "%2F", "%2e%2e",
             "%FF", "%F0%9F%98%80"]
+# The headers that name the caller: every answer varies by them.
+CALLER_HEADERS = {"authorization", "x-amp-api-key", "x-amp-admin-token", "x-amp-agent-id",
+                  "x-ampup-user"}
 RAW_QUERY = ["%ED%A0%80", "%FF%FE", "%C0%AF", "%00", "a%26b%3Dc", "%"]
 
 
@@ -166,6 +171,25 @@ class Audit:
                     self.find("error envelope", shown, status, text)
         if status == 405 and not headers.get("allow"):
             self.find("405 without Allow", shown, 405, "")
+        # One caller's answer is never a shared cache's to hand to another (docs/
+        # security-model.md, "Caches, proxies and browsers"); a 400 of uvicorn's own, for
+        # a request no route saw, is no answer of ours.
+        if not (status == 400 and not headers.get("content-type", "").startswith(
+                "application/json")):
+            directives = {d.strip().lower() for d in headers.get("cache-control", "").split(",")}
+            varies = {v.strip().lower() for v in headers.get("vary", "").split(",")}
+            if "no-store" not in directives or not CALLER_HEADERS <= varies:
+                self.find("cacheable by a shared cache", shown, status,
+                          f"Cache-Control: {headers.get('cache-control')}; "
+                          f"Vary: {headers.get('vary')}")
+            if [h for h in headers if h.lower().startswith("access-control-")]:
+                self.find("CORS header", shown, status, str(dict(headers)))
+        if status == 401 and not headers.get("www-authenticate"):
+            self.find("401 without WWW-Authenticate", shown, 401, "")
+        if status == 201 and template is not None and not headers.get("location"):
+            op = self.operation(method, template) or {}
+            if "Location" in op.get("responses", {}).get("201", {}).get("headers", {}):
+                self.find("201 without Location", shown, 201, "")
         if expect is not None and status not in expect:
             self.find("unexpected status", shown, status,
                       f"expected one of {sorted(expect)}: {text}")

@@ -157,13 +157,16 @@ class PayloadTooLarge(AmpError):
 class UnsupportedMediaType(AmpError):
     """A body in a content coding the server does not decode (``Content-Encoding: gzip``):
     read as it is, it would be JSON gone wrong, or, labelled but plain, stored as if the
-    label were not there. ``Accept-Encoding`` names what is read (RFC 9110, 15.5.16)."""
+    label were not there. ``Accept-Encoding`` names what is read (RFC 9110, 15.5.16). Also
+    a body declared in a charset other than UTF-8 that holds anything but ASCII: read as
+    UTF-8 it would be other text (web/limits.py)."""
 
     status = 415
     code = "UNSUPPORTED_MEDIA_TYPE"
 
-    def __init__(self, message: str) -> None:
-        super().__init__(message, headers={"Accept-Encoding": "identity"})
+    def __init__(self, message: str, *, coding: bool = True) -> None:
+        """``coding``: refused for its content coding (else for its charset)."""
+        super().__init__(message, headers={"Accept-Encoding": "identity"} if coding else None)
 
 
 class ValidationFailed(AmpError):

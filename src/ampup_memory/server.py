@@ -17,7 +17,7 @@ from ampup_memory.advice.api import router as advice_router
 from ampup_memory.advice.judge import judge_timer
 from ampup_memory.advice.loop import learning_timers
 from ampup_memory.advice.procedures import compile_timer
-from ampup_memory.amp.api import health, spec
+from ampup_memory.amp.api import API_PREFIX, health, spec
 from ampup_memory.amp.api import router as amp_router
 from ampup_memory.amp.inspect_api import router as amp_cells_router
 from ampup_memory.background import LifespanHook, TimerRecord, periodic, stop_timers
@@ -42,6 +42,7 @@ from ampup_memory.search.index.common import join_graph_threads
 from ampup_memory.settings import Settings
 from ampup_memory.web import apidocs, inspector
 from ampup_memory.web import errors as http_errors
+from ampup_memory.web.answer_headers import AnswerHeaders
 from ampup_memory.web.filelimit import quiet_accept_errors
 from ampup_memory.web.head import HeadAsGet
 from ampup_memory.web.limits import BodyLimit, NulGuard
@@ -49,8 +50,6 @@ from ampup_memory.web.openapi import install_schemas
 from ampup_memory.web.origin import OriginGuard
 
 log = logging.getLogger("ampup_memory")
-
-API_PREFIX = "/amp/v1"
 
 
 def _lifecycle_timer(runtime: Runtime, records: list[TimerRecord]) -> LifespanHook:
@@ -163,6 +162,9 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.add_middleware(OriginGuard, bound_to=settings.host, keys_required=settings.require_keys,
                        allowed_hosts=settings.allowed_hosts,
                        allowed_origins=settings.allowed_origins)
+    # Outermost: every answer, a refusal of the guards above included, gets its caching,
+    # browser and challenge headers here.
+    app.add_middleware(AnswerHeaders, keys_required=settings.require_keys)
     app.include_router(amp_router, prefix=API_PREFIX)
     app.include_router(memory_router)  # AmpUp Memory answers at the root paths
     app.include_router(branch_router)

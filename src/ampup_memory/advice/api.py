@@ -37,6 +37,7 @@ from ampup_memory.web.conditional import (
     etag_response,
     read_answer,
 )
+from ampup_memory.web.created import created, created_doc
 from ampup_memory.web.openapi import body_doc, errors, merged
 from ampup_memory.web.query import StrictQueryRoute
 from ampup_memory.web.routing import segment_except
@@ -73,6 +74,7 @@ SessionIdP = Annotated[str, Path(max_length=sessions.MAX_SESSION_ID,
 
 
 @router.post("/runs", status_code=201, responses={
+    201: created_doc("Recorded: `Location` reads it (`GET /runs/{id}`)"),
     200: {"description": "Already recorded with this idempotency_key: that run, nothing "
                          "committed (created: false)"}, **errors({
         401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch",
@@ -83,7 +85,9 @@ SessionIdP = Annotated[str, Path(max_length=sessions.MAX_SESSION_ID,
 async def record_run(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(runs.RecordRun, await request.body())
     done = await run_in_threadpool(runs.record_run, service(request), user, req)
-    return JSONResponse(done.wire(), status_code=201 if done.created else 200)
+    if not done.created:
+        return JSONResponse(done.wire())
+    return created(request, done.wire(), f"/runs/{done.wire()['id']}")
 
 
 @router.post("/runs/reward", status_code=201, responses=errors({
@@ -133,6 +137,7 @@ def get_run(request: Request, user: UserDep, run_id: RunIdP) -> dict[str, Any]:
 
 
 @router.post("/sessions/start", status_code=201, responses={
+    201: created_doc("Started: `Location` reads it (`GET /sessions/{id}`)"),
     200: {"description": "Already started with this idempotency_key: that session, nothing "
                          "committed (created: false)"}, **errors({
         401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch",
@@ -142,7 +147,9 @@ def get_run(request: Request, user: UserDep, run_id: RunIdP) -> dict[str, Any]:
 async def start_session(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(sessions.StartSession, await request.body())
     done = await run_in_threadpool(sessions.start_session, service(request), user, req)
-    return JSONResponse(done.wire(), status_code=201 if done.created else 200)
+    if not done.created:
+        return JSONResponse(done.wire())
+    return created(request, done.wire(), f"/sessions/{done.wire()['id']}")
 
 
 @router.post("/sessions/end", responses=errors({

@@ -51,10 +51,13 @@ from ampup_memory.web.conditional import (
     etag_response,
     read_answer,
 )
+from ampup_memory.web.created import created, created_doc
 from ampup_memory.web.head import is_head
 from ampup_memory.web.openapi import body_doc, errors, merged
 from ampup_memory.web.routing import segment_except
 
+# Where server.py mounts this router (the AMP reference's prefix).
+API_PREFIX = "/amp/v1"
 router = APIRouter()
 
 
@@ -146,7 +149,8 @@ def _created_by_from_body(raw: bytes) -> str | None:
     status_code=201,
     response_model=MemoryCell,
     tags=["memories"],
-    responses={201: etag_response("The new cell, its version in `ETag`"), **ERRORS,
+    responses={201: created_doc("The new cell, its version in `ETag`",
+                           etag_response()["headers"]), **ERRORS,
                **errors({413: "CELL_TOO_LARGE"})},
     openapi_extra=body_doc(CreateMemory),
 )
@@ -159,7 +163,8 @@ async def create_memory(request: Request) -> JSONResponse:
         raise Unauthenticated("The X-AMP-Agent-ID header is required.", code="MISSING_AGENT_ID")
     agent = caller.agent_id if caller else None
     cell = await run_in_threadpool(_svc(request).create, agent, raw)
-    return JSONResponse(cell.wire(), status_code=201, headers={"ETag": cell_etag(cell)})
+    return created(request, cell.wire(), f"{API_PREFIX}/memories/{cell.id}",
+                   headers={"ETag": cell_etag(cell)})
 
 
 def _list(

@@ -29,7 +29,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ampup_memory.auth import USER_HEADER, Authenticator, Caller, header_map
-from ampup_memory.errors import AmpError, ServiceUnavailable, Unauthenticated
+from ampup_memory.errors import (
+    AmpError,
+    ServiceUnavailable,
+    Unauthenticated,
+    UnsupportedMediaType,
+)
 from ampup_memory.memory.api import memory_user
 from ampup_memory.web.errors import MCP_PATH, refusal_response
 
@@ -78,6 +83,8 @@ class AuthGate:
                 headers = header_map(Headers(scope=scope))
                 # A key lookup may touch the store: keep it off the event loop.
                 await anyio.to_thread.run_sync(self.admit, headers)
+                if scope["method"] == "POST":
+                    json_only(headers.get("content-type", ""))
             except AmpError as exc:
                 await refusal_response(exc, scope)(scope, receive, send)
                 return
@@ -95,6 +102,18 @@ class AuthGate:
             if self.auth.require_keys or not headers.get(USER_HEADER, "").strip():
                 raise
             memory_user(self.auth, headers)  # a malformed user id is 401 here, too
+
+
+def json_only(content_type: str) -> None:
+    """A POST to ``/mcp`` is a JSON-RPC message sent as ``application/json``, as MCP's
+    transport has it: anything else is a 415 in the JSON-RPC error the other refusals
+    use. The SDK answered it 400 with the bare text "Invalid Content-Type header" and no
+    Content-Type, a body no MCP client shows."""
+    media = content_type.split(";")[0].strip().lower()
+    if media != "application/json":
+        raise UnsupportedMediaType(
+            f"POST /mcp takes a JSON-RPC message as Content-Type: application/json; this "
+            f"one was sent as {media[:100] or 'no Content-Type'}.", coding=False)
 
 
 class LazyMCP:

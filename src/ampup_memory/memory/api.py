@@ -44,6 +44,7 @@ from ampup_memory.web.conditional import (
     etag_response,
     read_answer,
 )
+from ampup_memory.web.created import created, created_doc
 from ampup_memory.web.openapi import body_doc, errors, header_doc, merged
 from ampup_memory.web.query import StrictQueryRoute
 from ampup_memory.web.routing import segment_except
@@ -173,14 +174,18 @@ CONFLICT = "CONFLICT: an id exists with other acl/occurred_at/about/document"
 
 
 @router.post("/episodes", status_code=201, responses={
+    201: created_doc("Stored: `Location` reads it (`GET /episodes/{id}`)"),
     200: {"description": "Already stored: nothing committed (created: false)"},
     **WRITE_ERRORS, **errors({409: f"{CONFLICT}; {CAP}"})},
              openapi_extra={**body_doc(WriteEpisode), **USER_DOC})
 async def write_episode(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(WriteEpisode, await request.body())
     ep_id, new, holder = await run_in_threadpool(service(request).write_episode, user, req)
-    return JSONResponse({"id": ep_id, "commit": holder, "created": new is not None},
-                        status_code=201 if new is not None else 200)
+    body = {"id": ep_id, "commit": holder, "created": new is not None}
+    if new is None:
+        return JSONResponse(body)
+    return created(request, body, f"/episodes/{ep_id}", scope=str(req.scope),
+                   branch=req.branch)
 
 
 @router.post("/episodes/batch", status_code=201, responses={

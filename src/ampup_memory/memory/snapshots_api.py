@@ -20,6 +20,7 @@ from ampup_memory.memory.scopes import BranchText, ScopeText, parse_scope
 from ampup_memory.timefmt import TtlText, parse_ttl
 from ampup_memory.web.admin import is_admin
 from ampup_memory.web.body import parse_body
+from ampup_memory.web.created import created, created_doc
 from ampup_memory.web.openapi import body_doc, errors
 from ampup_memory.web.query import StrictQueryRoute
 
@@ -61,17 +62,18 @@ class SnapshotRequest(BaseModel):
         description="Scopes whose current main head the snapshot holds.")
 
 
-@router.post("/pin", status_code=201, responses=errors({
+@router.post("/pin", status_code=201, responses={201: created_doc(
+    "The pin: `Location` reads it (`GET /pin/{id}`)"), **errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: unknown branch or at_commit",
     409: "NO_COMMITS: the scope has no commit on that branch yet", 422: INVALID,
-    503: UNAVAILABLE}), openapi_extra={**body_doc(PinRequest), **USER_DOC})
+    503: UNAVAILABLE})}, openapi_extra={**body_doc(PinRequest), **USER_DOC})
 async def create_pin(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(PinRequest, await request.body())
     ttl = parse_ttl(req.ttl, ["ttl"])
     svc = service(request)
     answer = await run_in_threadpool(holds.create_pin, svc, user, req.scope, req.branch,
                                      req.at_commit, ttl)
-    return JSONResponse(answer, status_code=201)
+    return created(request, answer, f"/pin/{answer['id']}")
 
 
 @router.get("/pin/{pin_id}", responses=errors({
@@ -102,21 +104,23 @@ async def release_pin(request: Request, user: UserDep, pin_id: PinP) -> dict[str
     return answer
 
 
-@router.post("/snapshots", status_code=201, responses=errors({
+@router.post("/snapshots", status_code=201, responses={201: created_doc(
+    "The snapshot: `Location` reads it (`GET /snapshots/{id}`)"), **errors({
     401: UNAUTHENTICATED, 404: "WORKSPACE_GONE: a named scope's workspace is not live",
     409: "NO_COMMITS: a named scope has no commit yet", 422: INVALID,
-    503: UNAVAILABLE}), openapi_extra={**body_doc(SnapshotRequest), **USER_DOC})
+    503: UNAVAILABLE})}, openapi_extra={**body_doc(SnapshotRequest), **USER_DOC})
 async def create_snapshot(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(SnapshotRequest, await request.body())
     scopes = sorted({parse_scope(s, "scopes") for s in req.scopes})
     answer = await run_in_threadpool(holds.create_snapshot, service(request), user, scopes)
-    return JSONResponse(answer, status_code=201)
+    return created(request, answer, f"/snapshots/{answer['id']}")
 
 
-@router.post("/workspaces/{workspace_id}/snapshots", status_code=201, responses=errors({
+@router.post("/workspaces/{workspace_id}/snapshots", status_code=201, responses={
+    201: created_doc("The snapshot: `Location` reads it (`GET /snapshots/{id}`)"), **errors({
     401: UNAUTHENTICATED, 404: "NOT_FOUND: no such workspace of the caller",
     409: "NO_COMMITS: no scope of the workspace has a commit yet", 422: INVALID,
-    503: UNAVAILABLE}),
+    503: UNAVAILABLE})},
              openapi_extra=USER_DOC)
 async def snapshot_workspace(request: Request, user: UserDep,
                              workspace_id: Annotated[str, Path(max_length=64)],
@@ -127,7 +131,8 @@ async def snapshot_workspace(request: Request, user: UserDep,
         scopes = holds.workspace_scopes(svc, user, workspace_id)
         return holds.create_snapshot(svc, user, scopes, workspace_id)
 
-    return JSONResponse(await run_in_threadpool(run), status_code=201)
+    answer = await run_in_threadpool(run)
+    return created(request, answer, f"/snapshots/{answer['id']}")
 
 
 @router.get("/workspaces/{workspace_id}/snapshots", responses=errors({

@@ -26,6 +26,8 @@ from ampup_memory.memory.workspaces import ID_PATTERN, CreateWorkspace
 from ampup_memory.timefmt import parse_ttl
 from ampup_memory.web.admin import is_admin, require_admin
 from ampup_memory.web.body import parse_body
+from ampup_memory.web.created import created as created_at
+from ampup_memory.web.created import created_doc
 from ampup_memory.web.openapi import body_doc, errors
 from ampup_memory.web.query import StrictQueryRoute
 
@@ -37,13 +39,14 @@ WorkspaceId = Annotated[str, Path(max_length=64, description="Workspace id (ws_â
 
 
 
-@router.post("/workspaces", status_code=201, responses=errors({
-    401: UNAUTHENTICATED, 422: INVALID + " (bad name, ttl or caps)", 503: UNAVAILABLE}),
+@router.post("/workspaces", status_code=201, responses={201: created_doc(
+    "The workspace: `Location` reads it (`GET /workspaces/{id}`)"), **errors({
+    401: UNAUTHENTICATED, 422: INVALID + " (bad name, ttl or caps)", 503: UNAVAILABLE})},
     openapi_extra={**body_doc(CreateWorkspace), **USER_DOC})
 async def create_workspace(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(CreateWorkspace, await request.body())
-    created = await run_in_threadpool(service(request).workspaces.create, user, req)
-    return JSONResponse(created, status_code=201)
+    made = await run_in_threadpool(service(request).workspaces.create, user, req)
+    return created_at(request, made, f"/workspaces/{made['id']}")
 
 
 @router.get("/workspaces", responses=errors({

@@ -62,9 +62,9 @@ def policy(html: str, *, inline_styles: bool = False) -> str:
 
 def _page(page: HTMLResponse, *, inline_styles: bool = False) -> HTMLResponse:
     html = bytes(page.body).decode()
+    # Caching and the browser headers every answer carries: web/answer_headers.py.
     return HTMLResponse(html, headers={
-        "Content-Security-Policy": policy(html, inline_styles=inline_styles),
-        "X-Content-Type-Options": "nosniff"})
+        "Content-Security-Policy": policy(html, inline_styles=inline_styles)})
 
 
 def mount(app: FastAPI, title: str) -> None:

@@ -21,6 +21,7 @@ from ampup_memory.errors import (
     storage_down,
     storage_trouble,
 )
+from ampup_memory.web.answer_headers import stamp
 from ampup_memory.web.body import MAX_REPORTED_ERRORS, validation_message
 from ampup_memory.web.query import query_names
 from ampup_memory.web.routing import serves
@@ -188,7 +189,10 @@ def install(app: FastAPI) -> None:
 
 def _internal(request: Request, exc: Exception) -> JSONResponse:
     log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
-    return JSONResponse(
+    answer = JSONResponse(
         envelope("INTERNAL_ERROR", "The server hit an unexpected error; it is logged."),
         status_code=500,
     )
+    # Starlette answers an unexpected error outside every middleware, AnswerHeaders too.
+    stamp(answer.headers, request.url.path, 500, False)
+    return answer

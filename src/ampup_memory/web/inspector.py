@@ -16,12 +16,13 @@ from starlette.responses import FileResponse
 from ampup_memory.errors import NotFound
 
 STATIC = Path(__file__).resolve().parent / "inspector"
+PAGE, FILES = "/", "/inspector/"  # the page, and where its files are served
 ASSETS = {"app.js": "text/javascript", "rooms.js": "text/javascript", "app.css": "text/css"}
 # Scripts, styles, images and fetches from this server only: nothing from the internet.
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
        "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
-HEADERS = {"Content-Security-Policy": CSP, "X-Content-Type-Options": "nosniff",
-           "Cache-Control": "no-cache"}
+# Caching and the browser headers every answer carries: web/answer_headers.py.
+HEADERS = {"Content-Security-Policy": CSP}
 
 
 def index() -> FileResponse:
@@ -38,6 +39,6 @@ def asset(name: str) -> FileResponse:
 def mount(app: FastAPI) -> None:
     """``GET /`` is the page, ``GET /inspector/<file>`` its script and style; neither is
     part of the API schema."""
-    app.add_api_route("/", index, methods=["GET", "HEAD"], include_in_schema=False)
-    app.add_api_route("/inspector/{name}", asset, methods=["GET", "HEAD"],
+    app.add_api_route(PAGE, index, methods=["GET", "HEAD"], include_in_schema=False)
+    app.add_api_route(FILES + "{name}", asset, methods=["GET", "HEAD"],
                       include_in_schema=False)

@@ -8,9 +8,10 @@ envelope (`web.errors.refusal_response`; on ``/mcp`` a JSON-RPC error); the serv
 the unread rest and the connection stays usable.
 
 A body in a content coding (``Content-Encoding`` other than ``identity``) is 415
-``UNSUPPORTED_MEDIA_TYPE`` here too, once it is read: no route decodes one. An ``/mcp``
-message is held to the REST bodies' JSON rules here (`jsontext.check_message`), since the
-MCP SDK parses it.
+``UNSUPPORTED_MEDIA_TYPE`` here too, once it is read: no route decodes one; so is a body
+declared in another charset than UTF-8 that holds more than ASCII (`foreign_charset`). An
+``/mcp`` message is held to the REST bodies' JSON rules here (`jsontext.check_message`),
+since the MCP SDK parses it.
 """
 
 from __future__ import annotations
@@ -78,6 +79,15 @@ class BodyLimit:
             await refusal_response(refusal, scope)(scope, receive, send)
             return
 
+        charset = foreign_charset(scope, messages)
+        if charset:
+            refusal = UnsupportedMediaType(
+                f"The body is declared charset={charset[:100]} and holds bytes that are not "
+                "ASCII: every body is read as UTF-8 JSON (RFC 8259), where they would be "
+                "other text. Send it as UTF-8 (charset=utf-8, or no charset).", coding=False)
+            await refusal_response(refusal, scope)(scope, receive, send)
+            return
+
         if size and scope["path"] == MCP_PATH and scope.get("method") == "POST":
             # The MCP SDK's parser checks neither nesting, size nor repeated keys; the REST
             # bodies' checks (`web.body.parse_body`) are made here for its messages.
@@ -107,6 +117,27 @@ def encoded(scope: Scope) -> str:
     codings = ",".join(Headers(scope=scope).getlist("content-encoding"))
     named = [c.strip() for c in codings.split(",") if c.strip()]
     return "" if all(c.lower() == "identity" for c in named) else ", ".join(named)
+
+
+# Charsets whose text is its bytes read as UTF-8 (JSON on the wire is UTF-8: RFC 8259).
+_UTF_8 = frozenset({"utf-8", "utf8", "us-ascii", "ascii"})
+
+
+def foreign_charset(scope: Scope, messages: list[Message]) -> str:
+    """The charset the body's ``Content-Type`` declares, when reading the body as UTF-8
+    could take it for other text: a charset other than UTF-8 (``latin-1``, ``utf-16``) and
+    a byte outside ASCII (or a NUL, as UTF-16 has). "" otherwise: the declaration is then
+    disregarded, as RFC 8259 has it (ASCII is the same text in every charset a client
+    would name), and JSON sent as ``text/plain`` or with no charset is read as before."""
+    declared = ""
+    for param in Headers(scope=scope).get("content-type", "").split(";")[1:]:
+        name, _, value = param.partition("=")
+        if name.strip().lower() == "charset":
+            declared = value.strip().strip('"').strip()
+    if not declared or declared.lower() in _UTF_8:
+        return ""
+    body = b"".join(m.get("body", b"") for m in messages)
+    return declared if not body.isascii() or b"\x00" in body else ""
 
 
 class NulGuard:
