@@ -7,7 +7,8 @@ after a warm-up write; for each it prints the S3 requests the server made (media
 operation, by method and key kind) and the median wall time. Maintenance is the
 `ampup-memory maintenance` command (its own process: its start is counted too).
 
-    PYTHONPATH=src:. python benchmarks/s3_requests_bench.py --repeat 3 [--delay 0.05]
+    PYTHONPATH=src:. python benchmarks/s3_requests_bench.py --repeat 3 [--delay 0.1]
+        [--no-maintenance]
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ SCOPE = "bench/team_s3"
 
 
 def _op_table(mem: Memory, proc_home: Path, env: dict[str, str], proxy: S3Proxy,
-              repeat: int) -> list[tuple[str, int, Counter[str], float]]:
+              repeat: int, maintenance: bool) -> list[tuple[str, int, Counter[str], float]]:
     c = mem.http
     n = iter(range(10**6))
     first = mem.write(SCOPE, "Warm-up: Dana leads the Porto office. Budget is 40k.")
@@ -96,6 +97,8 @@ def _op_table(mem: Memory, proc_home: Path, env: dict[str, str], proxy: S3Proxy,
             kinds.append(Counter(f"{m} {k}" for m, k in seen))
         mid = sorted(range(repeat), key=lambda i: counts[i])[repeat // 2]
         rows.append((name, counts[mid], kinds[mid], statistics.median(times)))
+    if not maintenance:
+        return rows
     proxy.take()
     t0 = time.perf_counter()
     done = run_cli(proc_home, env, "maintenance")
@@ -110,6 +113,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--delay", type=float, default=0.0, help="seconds held per S3 request")
+    ap.add_argument("--no-maintenance", action="store_true", help="skip the maintenance run")
     args = ap.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="s3bench-"))
     s3 = S3Server(tmp).start()
@@ -122,7 +126,7 @@ def main() -> None:
         proc = ServerProcess(tmp / "home", env=env).start(timeout=300)
         proxy.delay = args.delay
         mem = Memory(proc.url)
-        rows = _op_table(mem, tmp / "home", env, proxy, args.repeat)
+        rows = _op_table(mem, tmp / "home", env, proxy, args.repeat, not args.no_maintenance)
         print(f"delay {args.delay * 1000:.0f} ms per S3 request, median of {args.repeat}; "
               f"load {os.getloadavg()[0]:.1f}")
         print("| operation | S3 requests | by kind | ms |")

@@ -176,14 +176,15 @@ class Settings(BaseSettings):
         "cut.",
     )
     s3_attempts: int = Field(
-        default=3,
+        default=2,
         ge=1,
         le=10,
         validation_alias=_env("AMPUP_MEMORY_S3_ATTEMPTS"),
-        description="Attempts of each S3 request (the first and its retries, after errors "
-        "the store's client counts as passing: timeouts, throttling, 5xx) before the "
-        "request answers 503 `UNAVAILABLE`. A store that stops answering fails a request "
-        "after about attempts × (connect or request timeout).",
+        description="Attempts of each S3 request (the first and its retries, after a "
+        "timeout, throttling or a 5xx) before the request needing it answers 503 "
+        "`UNAVAILABLE`. A store that stops answering fails a request after about "
+        "attempts × (request timeout + 7 s) when it was sending a file, attempts × request "
+        "timeout otherwise, attempts × connect timeout when it cannot be reached.",
     )
     purge_retention: bool = Field(
         default=False,
