@@ -53,12 +53,15 @@ def _op_table(mem: Memory, proc_home: Path, env: dict[str, str], proxy: S3Proxy,
     def fact() -> Any:
         return mem.fact(SCOPE, "porto-office", "lead", f"Dana {next(n)}", "Dana", [(ep, 1)])
 
-    def close() -> Any:
-        k = next(n)
-        made = mem.fact(SCOPE, f"office-{k}", "lead", "Dana", "Dana", [(ep, 1)])
+    closing: list[str] = []
+
+    def close_setup() -> None:
+        closing.append(f"office-{next(n)}")
+        made = mem.fact(SCOPE, closing[-1], "lead", "Dana", "Dana", [(ep, 1)])
         assert made.status_code in (200, 201), made.text
-        proxy.take()
-        return c.post("/close", json={"scope": SCOPE, "entity": f"office-{k}",
+
+    def close() -> Any:
+        return c.post("/close", json={"scope": SCOPE, "entity": closing[-1],
                                       "predicate": "lead", "reason": "left"})
 
     def query() -> Any:
@@ -77,16 +80,22 @@ def _op_table(mem: Memory, proc_home: Path, env: dict[str, str], proxy: S3Proxy,
     def snapshot() -> Any:
         return c.post("/snapshots", json={"scopes": [SCOPE]})
 
-    ops: list[tuple[str, Callable[[], Any]]] = [
-        ("episode write", episode), ("episode read", read), ("batch write (10)", batch),
-        ("fact write", fact), ("close", close), ("query (facts)", query),
-        ("search", search), ("branch create", branch), ("snapshot", snapshot)]
+    def nothing() -> None:
+        pass
+
+    ops: list[tuple[str, Callable[[], Any], Callable[[], None]]] = [
+        ("episode write", episode, nothing), ("episode read", read, nothing),
+        ("batch write (10)", batch, nothing), ("fact write", fact, nothing),
+        ("close", close, close_setup), ("query (facts)", query, nothing),
+        ("search", search, nothing), ("branch create", branch, nothing),
+        ("snapshot", snapshot, nothing)]
     rows = []
-    for name, op in ops:
+    for name, op, setup in ops:
         counts: list[int] = []
         kinds: list[Counter[str]] = []
         times: list[float] = []
         for _ in range(repeat):
+            setup()
             proxy.take()
             t0 = time.perf_counter()
             r = op()
