@@ -10,9 +10,11 @@ kinds of warehouse take one code path, and no caller opens a warehouse file with
 
 from __future__ import annotations
 
+import logging
+import queue
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -78,6 +80,61 @@ class _FileCache:
 
 
 FILES = _FileCache()
+
+
+log = logging.getLogger("ampup_memory.memory")
+# How long a drop waits for this process's pending deletions before it lists (past it, a
+# late one may leave a folder marker behind: an empty key, nothing a reader sees).
+DRAIN_SECONDS = 30.0
+
+
+class _Deleter:
+    """Deletes superseded table metadata files after the commit that superseded them, on
+    one background thread, so a commit does not wait for them: on S3 each is three round
+    trips (pyarrow's HEAD, the DELETE, and the folder marker it puts back), 3 of a
+    commit's 7. pyiceberg deletes them right after its commit and only warns when that
+    fails: the file is unreferenced either way, and maintenance's orphan-file pass
+    removes one left behind (a failed deletion, or one pending when the process ended)."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Callable[[], None] | threading.Event] = (
+            queue.SimpleQueue())
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def submit(self, delete: Callable[[], None]) -> None:
+        self._put(delete)
+
+    def drain(self, timeout: float = DRAIN_SECONDS) -> None:
+        """Wait until every deletion submitted before has been tried."""
+        done = threading.Event()
+        self._put(done)
+        done.wait(timeout)
+
+    def _put(self, item: Callable[[], None] | threading.Event) -> None:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="ampup-metadata-deletes")
+                self._thread.start()
+        self._queue.put(item)
+
+    def _run(self) -> None:
+        while True:
+            item = self._queue.get()
+            if isinstance(item, threading.Event):
+                item.set()
+                continue
+            try:
+                item()
+            except FileNotFoundError:
+                pass
+            except Exception as exc:  # an orphan for maintenance, as pyiceberg would leave
+                log.warning("could not delete a superseded table metadata file: %s",
+                            " ".join(str(exc).split()))
+
+
+DELETES = _Deleter()
 
 
 def _immutable(location: str) -> bool:
@@ -158,7 +215,8 @@ class WarehouseIO(PyArrowFileIO):
     - a new file is one PUT (pyarrow's delayed open: small files go up in one request,
       not a multipart upload of three);
     - Iceberg metadata files are kept in memory once written or read (``_FileCache``),
-      and a written file's length is known without asking the store."""
+      and a written file's length is known without asking the store;
+    - superseded table metadata files are deleted off the commit's path (``_Deleter``)."""
 
     def _initialize_s3_fs(self, netloc: str | None) -> pafs.FileSystem:
         made = super()._initialize_s3_fs(netloc)
@@ -181,9 +239,14 @@ class WarehouseIO(PyArrowFileIO):
         return self._file(location)
 
     def delete(self, location: str | InputFile | OutputFile) -> None:
+        """Delete a file; a superseded table metadata file (the only kind pyiceberg
+        deletes after a commit) on the background thread (``_Deleter``)."""
         name = location if isinstance(location, str) else location.location
         FILES.drop(name)
-        super().delete(location)
+        if name.endswith(".metadata.json"):
+            DELETES.submit(lambda: PyArrowFileIO.delete(self, name))
+        else:
+            super().delete(location)
 
 
 def is_s3(location: str) -> bool:
@@ -237,6 +300,7 @@ def remove_tree(properties: Mapping[str, str], location: str) -> None:
     """Delete every file under ``location`` (a namespace's folder or prefix); nothing
     there is not an error."""
     fs, path = filesystem(file_io(properties, location), location)
+    DELETES.drain()  # a pending deletion must not put a folder marker back afterwards
     for attempt in range(3):
         if fs.get_file_info(path).type == pafs.FileType.NotFound:
             return
