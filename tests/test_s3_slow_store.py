@@ -83,13 +83,14 @@ def test_a_hung_store_is_a_503_within_the_set_bound(
 
 
 def test_a_slow_store_is_not_cut_off_and_a_write_costs_few_requests(
-        slow: tuple[Memory, S3Proxy, ServerProcess]) -> None:
-    mem, proxy, _ = slow
-    _write(mem, 100)  # the scope exists and its tables are loaded
+        slow: tuple[Memory, S3Proxy, ServerProcess], s3: S3Server) -> None:  # noqa: F811
+    mem, proxy, proc = slow
+    for n in range(100, 104):  # the tables are loaded and past their kept versions
+        _write(mem, n)
     proxy.take()
     proxy.delay = 0.5  # a quarter of the request timeout, on every request
     try:
-        took, r = _write(mem, 101)
+        took, r = _write(mem, 104)
     finally:
         proxy.delay = 0.0
     assert r.status_code == 201, r.text
@@ -102,3 +103,14 @@ def test_a_slow_store_is_not_cut_off_and_a_write_costs_few_requests(
     # a new metadata file was not there yet.
     assert len(seen) <= 14, seen
     assert took < 0.5 * 14 + 10, took
+    # The superseded metadata files are deleted off the write's path, but deleted: each
+    # table keeps its current one and the 3 before it (previous-versions-max).
+    bucket = proc.env["AMPUP_MEMORY_WAREHOUSE"].removeprefix("s3://").split("/")[0]
+    deadline = time.monotonic() + 30
+    while True:
+        kept = [k for k in s3.keys(bucket) if k.endswith(".metadata.json")
+                and "/slow__team_a/episodes/" in k]
+        if len(kept) <= 4 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert len(kept) <= 4, kept
