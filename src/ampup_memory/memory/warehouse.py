@@ -3,7 +3,8 @@
 ``AMPUP_MEMORY_WAREHOUSE`` is ``file:///path`` (the embedded default) or
 ``s3://bucket/prefix`` on any S3-compatible store, with the ``s3_*`` settings. Everything
 that touches warehouse files (table writes, orphan-file cleanup, a workspace's drop) goes
-through the catalog's FileIO, pyiceberg's ``PyArrowFileIO``, configured here once: the two
+through the catalog's FileIO, ``WarehouseIO`` (pyiceberg's ``PyArrowFileIO`` with fewer S3
+requests and our timeouts and attempts, below), configured here once: the two
 kinds of warehouse take one code path, and no caller opens a warehouse file with
 ``os``/``pathlib``. Backup copies a ``file://`` warehouse only (ops/backup.py says so).
 """
