@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -207,3 +208,121 @@ class S3Outage(TcpOutage):
     def up(self) -> S3Outage:
         super().up()
         return self
+
+
+class S3Proxy:
+    """An HTTP proxy in front of the S3 server that sees each request: it counts them
+    (method and the kind of key: ``metadata`` JSON, ``manifest`` Avro, ``data`` Parquet,
+    ``bucket`` for listings and the bucket itself), can hold each one ``delay`` seconds
+    before passing it on (a store far away), and with ``hang()`` holds every request
+    without ever answering (a store that stopped answering) until ``release()``.
+    The servers under test use ``url``."""
+
+    def __init__(self, target: S3Server) -> None:
+        import http.server
+
+        self.target_port = target.port
+        self.delay = 0.0
+        self._hung = threading.Event()
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+        self.requests: list[tuple[str, str]] = []  # (method, kind) in arrival order
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _any(self) -> None:
+                proxy._relay(self)
+
+            do_GET = do_PUT = do_POST = do_HEAD = do_DELETE = _any
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def up(self) -> S3Proxy:
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def down(self) -> None:
+        self.release()
+        self._server.shutdown()
+        self._server.server_close()
+
+    def env(self, bucket: str, prefix: str = "warehouse") -> dict[str, str]:
+        """As ``S3Server.env``, through this proxy."""
+        return s3_env(self.url, bucket, prefix)
+
+    def hang(self) -> None:
+        self._released.clear()
+        self._hung.set()
+
+    def release(self) -> None:
+        self._hung.clear()
+        self._released.set()
+
+    def take(self) -> list[tuple[str, str]]:
+        """The requests seen since the last ``take``."""
+        with self._lock:
+            seen, self.requests = self.requests, []
+        return seen
+
+    @staticmethod
+    def kind(path: str) -> str:
+        key = path.split("?", 1)[0]
+        if key.endswith(".metadata.json"):
+            return "metadata"
+        if key.endswith(".avro"):
+            return "manifest"
+        if key.endswith(".parquet"):
+            return "data"
+        return "bucket" if key.strip("/").count("/") == 0 else "other"
+
+    def _relay(self, h: Any) -> None:
+        import http.client
+
+        with self._lock:
+            self.requests.append((h.command, self.kind(h.path)))
+        if self._hung.is_set():
+            self._released.wait()  # never answers while hung; the connection is then cut
+            h.close_connection = True
+            return
+        if self.delay:
+            time.sleep(self.delay)
+        body = b""
+        if h.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(h.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    while h.rfile.readline() not in (b"\r\n", b"\n", b""):
+                        pass
+                    break
+                body += h.rfile.read(size)
+                h.rfile.readline()
+        elif n := int(h.headers.get("Content-Length") or 0):
+            body = h.rfile.read(n)
+        headers = {k: v for k, v in h.headers.items()
+                   if k.lower() not in ("transfer-encoding", "content-length", "connection")}
+        upstream = http.client.HTTPConnection("127.0.0.1", self.target_port, timeout=60)
+        try:
+            upstream.request(h.command, h.path, body=body if body or h.command in (
+                "PUT", "POST") else None, headers=headers)
+            answer = upstream.getresponse()
+            data = answer.read()
+        finally:
+            upstream.close()
+        h.send_response_only(answer.status, answer.reason)
+        for k, v in answer.getheaders():
+            if k.lower() not in ("transfer-encoding", "content-length", "connection", "date",
+                                 "server"):
+                h.send_header(k, v)
+        length = answer.getheader("Content-Length") if h.command == "HEAD" else None
+        h.send_header("Content-Length", length or str(len(data)))
+        h.end_headers()
+        if h.command != "HEAD":
+            h.wfile.write(data)

@@ -158,6 +158,34 @@ class Settings(BaseSettings):
         "rather than `endpoint/bucket` (path style, what MinIO, Ceph and SeaweedFS "
         "expect) when `s3_endpoint` is set.",
     )
+    s3_connect_timeout_seconds: float = Field(
+        default=5.0,
+        gt=0,
+        le=300,
+        validation_alias=_env("AMPUP_MEMORY_S3_CONNECT_TIMEOUT_SECONDS"),
+        description="Seconds an S3 request waits for its connection to the store before "
+        "that attempt fails.",
+    )
+    s3_request_timeout_seconds: float = Field(
+        default=10.0,
+        gt=0,
+        le=600,
+        validation_alias=_env("AMPUP_MEMORY_S3_REQUEST_TIMEOUT_SECONDS"),
+        description="Seconds an S3 request may go without a byte moving (the store not "
+        "answering) before that attempt fails; a slow transfer that keeps moving is not "
+        "cut.",
+    )
+    s3_attempts: int = Field(
+        default=2,
+        ge=1,
+        le=10,
+        validation_alias=_env("AMPUP_MEMORY_S3_ATTEMPTS"),
+        description="Attempts of each S3 request (the first and its retries, after a "
+        "timeout, throttling or a 5xx) before the request needing it answers 503 "
+        "`UNAVAILABLE`. A store that stops answering fails a request after about "
+        "attempts × (request timeout + 7 s) when it was sending a file, attempts × request "
+        "timeout otherwise, attempts × connect timeout when it cannot be reached.",
+    )
     purge_retention: bool = Field(
         default=False,
         validation_alias=_env("AMP_PURGE_RETENTION"),
@@ -1206,7 +1234,8 @@ SETTING_GROUPS: dict[str, tuple[str, ...]] = {
     "pool": ("store_pool_wait_seconds",),
     # AmpUp episodes, facts, ledger
     "tables": ("index_uri", "catalog_uri", "warehouse", "s3_endpoint", "s3_region",
-               "s3_access_key_id", "s3_secret_access_key", "s3_virtual_addressing"),
+               "s3_access_key_id", "s3_secret_access_key", "s3_virtual_addressing",
+               "s3_connect_timeout_seconds", "s3_request_timeout_seconds", "s3_attempts"),
     "embedding": ("embedding_provider", "embedding_base_url", "embedding_model",
                   "embedding_api_key", "embedding_dimensions"),
     "access": ("require_keys", "api_keys_file", "admin_token", "scoring_patch_limit",

@@ -44,10 +44,11 @@ from pyiceberg.exceptions import (
     TableAlreadyExistsError,
 )
 from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import update_table_metadata
-from pyiceberg.typedef import Identifier
+from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from sqlalchemy import Connection, Engine, bindparam, create_engine, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
@@ -206,7 +207,25 @@ class Catalog(SqlCatalog):
     a ``FileNotFoundError`` that said "storage down" (503) to a write or a merge that
     had only lost a race. The pointer has moved on then, so the load reads it again.
     A file missing while the pointer still names it is a real loss and is raised.
-    pyiceberg's own commit and its retries load through here too."""
+    pyiceberg's own commit and its retries load through here too.
+
+    Every table shares one FileIO per set of properties (pyiceberg made one per load, each
+    with its own S3 client and so its own connections to the store)."""
+
+    def __init__(self, name: str, **properties: str) -> None:
+        self._ios: dict[tuple[object, ...], FileIO] = {}
+        self._ios_lock = threading.Lock()
+        super().__init__(name, **properties)
+
+    def _load_file_io(self, properties: Properties = EMPTY_DICT,
+                      location: str | None = None) -> FileIO:
+        merged = {**self.properties, **properties}
+        key = (urlsplit(location or "").scheme, *sorted(merged.items()))
+        with self._ios_lock:
+            io = self._ios.get(key)
+            if io is None:
+                io = self._ios[key] = load_file_io(merged, location)
+        return io
 
     def load_table(self, identifier: str | Identifier) -> Table:
         namespace = Catalog.namespace_to_string(Catalog.namespace_from(identifier))
