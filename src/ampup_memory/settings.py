@@ -676,6 +676,25 @@ class Settings(BaseSettings):
         description="Largest request body accepted, in bytes, on every route and `/mcp` "
         "(batches included); a larger one is 413 `PAYLOAD_TOO_LARGE` before it is read.",
     )
+    mcp_session_idle_seconds: int = Field(
+        default=1800,
+        ge=1,
+        validation_alias=_env("AMPUP_MEMORY_MCP_SESSION_IDLE_SECONDS"),
+        description="An MCP session over streamable HTTP (`/mcp`) with no request in flight "
+        "for this long (no call being answered, no open stream) is closed and forgotten; "
+        "its id then answers 404 and the client opens a new session, as the MCP "
+        "specification says. Most clients go away without ending their session: this is "
+        "what frees it (about 36 KB and two tasks each).",
+    )
+    mcp_max_sessions: int = Field(
+        default=10_000,
+        ge=1,
+        validation_alias=_env("AMPUP_MEMORY_MCP_MAX_SESSIONS"),
+        description="MCP sessions over streamable HTTP (`/mcp`) open at once, at most; "
+        "while that many are open, a request that would open another is refused (HTTP "
+        "503, a JSON-RPC error) and the open ones are not affected. Room frees as sessions "
+        "end (`DELETE /mcp`) or idle out (`AMPUP_MEMORY_MCP_SESSION_IDLE_SECONDS`).",
+    )
 
     @classmethod
     def settings_customise_sources(

@@ -149,9 +149,14 @@ class LazyMCP:
         # the manager. The SDK's own Host/Origin guard is off: web/origin.py's OriginGuard
         # already ran on this request, and the SDK's lists (loopback only, http only) would
         # refuse what AMPUP_MEMORY_ALLOWED_HOSTS / _ORIGINS allow on every other route.
+        # Sessions a client never ends (most just go away, some mid-call or with a stream
+        # open) are closed once idle, and their number is capped (our settings, over the
+        # SDK's defaults of 30 minutes and 10,000).
         server.streamable_http_app(
             streamable_http_path=MCP_PATH, host=rt.settings.host,
-            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+            transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+            session_idle_timeout=float(rt.settings.mcp_session_idle_seconds),
+            max_sessions=rt.settings.mcp_max_sessions)
         return server
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
