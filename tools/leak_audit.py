@@ -70,6 +70,71 @@ PROBE_FILE = "leak-probe"  # in the home: DIR/leak-probe.req → DIR/leak-probe.
 # ---------------------------------------------------------------- the probe (in the server)
 
 
+def _owners(type_name: str, samples: int = 3, depth: int = 16) -> list[str]:
+    """For a few live objects of the type (module.qualname), the chain of what holds each:
+    where the type's objects accumulate. Heuristic: the first referrer that is neither a
+    frame nor this search's own lists, a dict named by the object whose ``__dict__`` it is."""
+    import gc
+    import types as pytypes
+
+    mine: set[int] = set()  # the lists this search makes refer to what it looks at
+    everything = gc.get_objects()
+    mine.add(id(everything))
+    found = []
+    for o in everything:
+        if f"{type(o).__module__}.{type(o).__qualname__}" == type_name:
+            found.append(o)
+    del everything
+    mine.add(id(found))
+
+    def holders_of(obj: Any) -> list[Any]:
+        raw = gc.get_referrers(obj)
+        mine.add(id(raw))
+        out = []
+        for r in raw:
+            if id(r) not in mine and not isinstance(r, pytypes.FrameType):
+                out.append(r)
+        mine.add(id(out))
+        return out
+
+    chains = []
+    # From the middle of the list: old enough not to be some request's passing object.
+    for obj in [found[len(found) * (k + 1) // (samples + 1)] for k in range(samples)
+                if found]:
+        chain: list[str] = []
+        current: Any = obj
+        for _ in range(depth):
+            mine.add(id(current))
+            holders = holders_of(current)
+            if not holders:
+                break
+            holder = holders[0]
+            if isinstance(holder, dict):
+                owner = None
+                for o in holders_of(holder):
+                    if getattr(o, "__dict__", None) is holder:
+                        owner = o
+                        break
+                key = next((k for k, v in holder.items() if v is current), "?")
+                if isinstance(owner, pytypes.ModuleType):
+                    chain.append(f"module {owner.__name__}.{key}")
+                    break
+                if owner is not None:
+                    chain.append(f"{type(owner).__qualname__}.{key}")
+                    mine.add(id(holder))
+                    current = owner
+                    continue
+                chain.append(f"dict[{len(holder)}][{str(key)[:40]}]")
+            else:
+                size = ""
+                if isinstance(holder, (list, tuple, set, frozenset)):
+                    size = f"[{len(holder)}]"
+                chain.append(f"{type(holder).__module__}.{type(holder).__qualname__}{size}")
+            current = holder
+        chains.append(" <- ".join(chain))
+    return chains
+
+
 def _probe_answer(loops: list[Any], types: bool) -> dict[str, Any]:
     import asyncio
     import gc
@@ -142,6 +207,9 @@ def probe_serve(argv: list[str]) -> None:
             req.unlink(missing_ok=True)
             try:
                 answer = _probe_answer(loops, types="types" in asked)
+                if " owners " in asked:
+                    answer["owners"] = {name: _owners(name)
+                                        for name in asked.split(" owners ")[1].split(",")}
             except Exception as exc:  # the audit reports it; the server goes on
                 answer = {"error": f"{type(exc).__name__}: {exc}"}
             answer["asked"] = asked
@@ -275,9 +343,12 @@ def _fd_kinds(pid: int, home: Path) -> Counter[str]:
     return kinds
 
 
-def probe(server: Server, types: bool = False, timeout: float = 60.0) -> dict[str, Any]:
+def probe(server: Server, types: bool = False, timeout: float = 60.0,
+          owners: list[str] | None = None) -> dict[str, Any]:
+    """Ask the probe in the server; ``owners``: type names whose holders to trace."""
     req, out = server.home / f"{PROBE_FILE}.req", server.home / f"{PROBE_FILE}.json"
-    token = uuid.uuid4().hex + (" types" if types else "")
+    token = uuid.uuid4().hex + (" types" if types else "") + (
+        f" owners {','.join(owners)}" if owners else "")
     out.unlink(missing_ok=True)
     req.write_text(token)
     deadline = time.monotonic() + timeout
@@ -859,6 +930,18 @@ def run_units(load: Load, work: Workload, start: int, count: int) -> None:
                 load.note(f"workload error: {type(exc).__name__}: {exc}"[:200])
 
 
+def settle(server: Server, wait: float = 20.0) -> None:
+    """Until no request is in flight (a request whose client left mid-way runs to its
+    end), at most ``wait`` seconds: what is sampled then is what stays."""
+    deadline = time.monotonic() + wait
+    time.sleep(0.5)
+    while time.monotonic() < deadline:
+        kinds = probe(server).get("task_kinds") or {}
+        if not any("run_asgi" in k for k in kinds):
+            return
+        time.sleep(0.5)
+
+
 def run_workload(server: Server, work: Workload, n: int, config: str) -> Result:
     result = Result(config, work.name)
     load = Load(server, result)
@@ -867,13 +950,13 @@ def run_workload(server: Server, work: Workload, n: int, config: str) -> Result:
         seed(load)
         units = max(2, round(n * work.scale))
         run_units(load, work, 0, max(1, units // 3))  # warm-up
-        time.sleep(1.0)
+        settle(server)
         result.samples.append(sample(server, "start", types=True))
         result.requests.append(load.sent)
         for half in (1, 2):
             load.phase = half
             run_units(load, work, half * units, units)
-            time.sleep(1.0)  # answers in flight settle
+            settle(server)
             result.samples.append(sample(server, f"{half}N", types=half == 2))
             result.requests.append(load.sent)
     finally:
@@ -909,7 +992,7 @@ def judge(result: Result) -> list[Finding]:
         rows0, rows1, rows2 = (x["rows"] for x in s)
         for table in sorted(rows2):
             values = [rows0.get(table, 0), rows1.get(table, 0), rows2[table]]
-            if values[2] - values[1] > 0 and values[2] > values[0]:
+            if values[2] > values[1] > values[0]:  # a lease row comes and goes
                 findings.append(Finding(result.config, result.workload, f"rows {table}",
                                         values, "rows added by a workload that writes none"))
     for what, count in result.errors.items():
