@@ -157,6 +157,8 @@ def _probe_answer(loops: list[Any], types: bool) -> dict[str, Any]:
             coro = t.get_coro()
             kinds[getattr(coro, "__qualname__", type(coro).__name__)] += 1
         answer["task_kinds"] = dict(kinds.most_common(12))
+    if types:
+        gc.collect()  # what only waits for the cycle collector is no growth
     counts: Counter[str] = Counter()
     sessions = 0
     found_manager = False
@@ -428,8 +430,8 @@ def _pg(url: str) -> tuple[int, dict[str, int]]:
 
 
 def sample(server: Server, label: str, types: bool = False) -> dict[str, Any]:
+    found = probe(server, types=types)  # first: its collection may lower the RSS
     status = _proc_status(server.pid)
-    found = probe(server, types=types)
     fds = _fd_kinds(server.pid, server.home)
     files = [p for p in server.home.rglob("*") if p.is_file()]
     meta, data, snaps = _iceberg(server.home)
@@ -951,13 +953,13 @@ def run_workload(server: Server, work: Workload, n: int, config: str) -> Result:
         units = max(2, round(n * work.scale))
         run_units(load, work, 0, max(1, units // 3))  # warm-up
         settle(server)
-        result.samples.append(sample(server, "start", types=True))
+        result.samples.append(sample(server, "start", types=True))  # collected each time
         result.requests.append(load.sent)
         for half in (1, 2):
             load.phase = half
             run_units(load, work, half * units, units)
             settle(server)
-            result.samples.append(sample(server, f"{half}N", types=half == 2))
+            result.samples.append(sample(server, f"{half}N", types=True))
             result.requests.append(load.sent)
     finally:
         load.close()
