@@ -246,7 +246,10 @@ ENV = {"AMP_ADMIN_TOKEN": ADMIN_TOKEN, "AMP_EMBEDDING_PROVIDER": "hash",
        # The timers run, often: a server that runs for weeks runs them thousands of times.
        "AMPUP_MEMORY_MAINTENANCE_INTERVAL_SECONDS": "5",
        "AMPUP_MEMORY_WORKSPACE_GC_INTERVAL_SECONDS": "3",
-       "AMPUP_MEMORY_ORPHAN_GRACE_SECONDS": "0"}
+       "AMPUP_MEMORY_ORPHAN_GRACE_SECONDS": "0",
+       # Sessions left open must be gone this long after their last request (see `idle`).
+       "AMPUP_MEMORY_MCP_SESSION_IDLE_SECONDS": "20"}
+MCP_IDLE = 20.0
 MCP_ACCEPT = "application/json, text/event-stream"
 MCP_VERSION = "2025-06-18"
 
@@ -310,6 +313,7 @@ class Result:
     samples: list[dict[str, Any]] = field(default_factory=list)
     errors: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
+    after_idle: dict[str, Any] | None = None
     # Per phase (0 warm-up, 1 and 2 the halves), per route: seconds each request took.
     latency: list[dict[str, list[float]]] = field(default_factory=lambda: [{}, {}, {}])
 
@@ -910,13 +914,18 @@ class Workload:
     writes: bool  # rows and data files grow by design
     scale: float = 1.0  # units per --n
     width: int = 4  # units at once
+    # Sampled once more after this long idle, judged by that sample: what is bounded by
+    # an expiry (MCP sessions left open) must be back to where it started by then.
+    idle_after: float = 0.0
+    expiring: tuple[str, ...] = ()
 
 
 WORKLOADS = {
     "routes": Workload("routes", unit_routes, True, 1.0, 4),
     "reads": Workload("reads", unit_reads, False, 1.0, 4),
     "churn": Workload("churn", unit_churn, True, 1.0, 4),
-    "mcp": Workload("mcp", unit_mcp, False, 2.0, 4),
+    "mcp": Workload("mcp", unit_mcp, False, 2.0, 4, MCP_IDLE + 10,
+                    ("mcp_sessions", "tasks")),
     "abandon": Workload("abandon", unit_abandon, True, 3.0, 4),
     "passes": Workload("passes", unit_passes, True, 1.0, 1),
     "idle": Workload("idle", unit_idle, False, 0.1, 1),
@@ -961,6 +970,9 @@ def run_workload(server: Server, work: Workload, n: int, config: str) -> Result:
             settle(server)
             result.samples.append(sample(server, f"{half}N", types=True))
             result.requests.append(load.sent)
+        if work.idle_after:
+            time.sleep(work.idle_after)
+            result.after_idle = sample(server, "after idle")
     finally:
         load.close()
     result.seconds = round(time.monotonic() - began, 1)
@@ -987,6 +999,14 @@ def judge(result: Result) -> list[Finding]:
     judged = PROCESS + (() if work.writes else HOME)
     for resource in judged:
         values = [x.get(resource) for x in s]
+        if resource in work.expiring and result.after_idle is not None:
+            left = result.after_idle.get(resource)
+            if left is not None and values[0] is not None \
+                    and left > values[0] + TOLERANCE[resource][0]:
+                findings.append(Finding(
+                    result.config, result.workload, resource, [*values, left],
+                    f"still there {work.idle_after:g} s after the last request"))
+            continue
         if grows(resource, values):
             findings.append(Finding(result.config, result.workload, resource, values,
                                     _why(resource, s)))
@@ -1042,6 +1062,11 @@ def report_lines(results: list[Result]) -> list[str]:
             judged = resource in PROCESS or not work.writes
             verdict = ("GROWS" if grows(resource, values) else "flat") if judged else (
                 "data (not judged)")
+            if resource in work.expiring and r.after_idle is not None:
+                left = r.after_idle.get(resource)
+                verdict = (f"{left} after {work.idle_after:g} s idle: "
+                           + ("GROWS" if left is not None and values[0] is not None
+                              and left > values[0] + TOLERANCE[resource][0] else "flat"))
             lines.append(f"| {resource} | " + " | ".join(str(v) for v in values)
                          + f" | {verdict} |")
         rows = [x["rows"] for x in r.samples]
