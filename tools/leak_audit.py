@@ -987,7 +987,9 @@ def grows(resource: str, values: list[Any]) -> bool:
         return False
     tol = TOLERANCE[resource][0]
     first, second = values[1] - values[0], values[2] - values[1]
-    return bool(second > tol and second >= 0.5 * first)
+    # Still rising in the second half, about as fast as in the first, and above the start
+    # (a count that fell and came part of the way back is no growth).
+    return bool(second > tol and second >= 0.5 * max(first, 0) and values[2] - values[0] > tol)
 
 
 def judge(result: Result) -> list[Finding]:
