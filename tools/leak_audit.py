@@ -1141,8 +1141,11 @@ def main() -> int:
                             print(f"  {f.resource}: {f.values} {f.detail[:300]}", flush=True)
                     log = server.proc.log_path.read_text(errors="replace")
                     if "Traceback" in log:
+                        kept = out / f"{config}.server.log"
+                        kept.write_text(log)
+                        start = log.rfind("\n", 0, log.index("Traceback")) + 1
                         findings.append(Finding(config, "-", "server log", [],
-                                                log[log.index("Traceback"):][:1500]))
+                                                f"{log[start:][:3000]} (the whole log: {kept})"))
     (out / "samples.json").write_text(json.dumps(
         [{"config": r.config, "workload": r.workload, "requests": r.requests,
           "seconds": r.seconds, "errors": dict(r.errors),
