@@ -4,7 +4,7 @@ A server's worker threads come and go: anyio ends one that idled 10 s, and the n
 of requests (or the next timer pass on a quiet server) starts new ones. Every new thread
 opened its own connections, and the store kept every connection it had ever opened, so a
 server that ran for weeks held a file and its WAL per thread it had ever had: the leak
-audit saw 83 open files grow to 229 over 14 bursts 11 s apart (tools/leak_audit.py,
+audit saw 83 open files grow to 229 over 4 bursts 11 s apart (tools/leak_audit.py,
 workload ``idle``).
 """
 
