@@ -41,3 +41,37 @@ class Remembered(Generic[_Key, _Value]):
             while len(self._found) > self._kept:
                 self._found.popitem(last=False)
         return value
+
+
+class Kept(Generic[_Key, _Value]):
+    """The ``kept`` most recently used values by key, for a caller that decides itself
+    whether an entry is still good (a table object checked against the catalog's pointer):
+    `get` and `put`, the oldest dropped past ``kept``, `pop`. Safe across threads. What a
+    process meets one by one (every scope ever read, workspaces made and dropped) then
+    stays within a bound however long it runs."""
+
+    def __init__(self, kept: int) -> None:
+        self._kept = kept
+        self._found: OrderedDict[_Key, _Value] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: _Key) -> _Value | None:
+        with self._lock:
+            found = self._found.get(key)
+            if found is not None:
+                self._found.move_to_end(key)
+            return found
+
+    def put(self, key: _Key, value: _Value) -> None:
+        with self._lock:
+            self._found[key] = value
+            self._found.move_to_end(key)
+            while len(self._found) > self._kept:
+                self._found.popitem(last=False)
+
+    def pop(self, key: _Key) -> None:
+        with self._lock:
+            self._found.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._found)

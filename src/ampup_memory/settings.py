@@ -704,7 +704,6 @@ class Settings(BaseSettings):
         description="Largest request body accepted, in bytes, on every route and `/mcp` "
         "(batches included); a larger one is 413 `PAYLOAD_TOO_LARGE` before it is read.",
     )
-
     @classmethod
     def settings_customise_sources(
         cls,

@@ -1,7 +1,8 @@
 """What every SQLite-backed store shares: its URI's path and one connection per thread.
 
 Connections are not shared across threads (sqlite3 objects are not thread-safe), WAL lets
-readers run beside the one writer, and ``close_all`` ends every thread's connection.
+readers run beside the one writer, a thread's connection is closed when the thread ends,
+and ``close_all`` ends every live thread's connection.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -124,6 +126,17 @@ def enable_wal(conn: sqlite3.Connection, timeout: float) -> None:
             pause = min(pause * 2, 0.2)
 
 
+class _Held:
+    """A thread's connection, held by that thread's `threading.local` alone: when the
+    thread ends its locals are dropped, and with them this, which closes the connection
+    (`ThreadConnections.get`)."""
+
+    __slots__ = ("conn", "__weakref__")
+
+    def __init__(self, conn: sqlite3.Connection) -> None:
+        self.conn = conn
+
+
 class ThreadConnections:
     def __init__(
         self, path: Path, *, synchronous: Literal["FULL", "NORMAL"], timeout: float
@@ -132,30 +145,47 @@ class ThreadConnections:
         self.synchronous = synchronous
         self.timeout = timeout
         self._local = threading.local()
-        self._all: list[sqlite3.Connection] = []
+        # Every live thread's connection, for `close_all`. A server's worker threads come
+        # and go (anyio ends one idle for 10 s), so a connection must not outlive its
+        # thread: a server running for weeks kept a file and its WAL open per thread it
+        # had ever had (tools/leak_audit.py, workload "idle").
+        self._all: dict[int, sqlite3.Connection] = {}
         self._lock = threading.Lock()
 
     def get(self) -> sqlite3.Connection:
         """This thread's connection, opened on first use (autocommit: callers BEGIN)."""
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=self.timeout
-            )
-            enable_wal(conn, self.timeout)
-            conn.execute(f"PRAGMA synchronous={self.synchronous}")
-            conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
-            self._local.conn = conn
-            with self._lock:
-                self._all.append(conn)
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is not None:
+            return held.conn
+        conn = sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self.timeout
+        )
+        enable_wal(conn, self.timeout)
+        conn.execute(f"PRAGMA synchronous={self.synchronous}")
+        conn.execute(f"PRAGMA busy_timeout={int(self.timeout * 1000)}")
+        held = _Held(conn)
+        with self._lock:
+            self._all[id(conn)] = conn
+        weakref.finalize(held, self._forget, conn)
+        self._local.held = held
         return conn
+
+    def _forget(self, conn: sqlite3.Connection) -> None:
+        """Its thread has ended (or the locals were reset): no one can use it again."""
+        with self._lock:
+            self._all.pop(id(conn), None)
+        try:
+            conn.close()
+        except sqlite3.Error:
+            pass
 
     def close_all(self) -> None:
         with self._lock:
-            for conn in self._all:
-                try:
-                    conn.close()
-                except sqlite3.Error:
-                    pass
+            closing = list(self._all.values())
             self._all.clear()
+        for conn in closing:
+            try:
+                conn.close()
+            except sqlite3.Error:
+                pass
         self._local = threading.local()

@@ -52,6 +52,7 @@ from pyiceberg.typedef import EMPTY_DICT, Identifier, Properties
 from sqlalchemy import Connection, Engine, bindparam, create_engine, func, inspect, select, text
 from sqlalchemy.exc import IntegrityError
 
+from ampup_memory.caches import Kept
 from ampup_memory.errors import ConfigurationError, driver_said
 from ampup_memory.memory.retry import Backoff, until_won
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, Scope, scope_from_namespace
@@ -61,6 +62,10 @@ from ampup_memory.settings import Settings, mask_secrets, mask_uri
 from ampup_memory.sqlite_connections import enable_wal, file_lock, open_note, poll
 
 CATALOG_NAME = "ampup"
+# Loaded tables kept in memory (`MemoryTables`): the system tables and the scopes used
+# last, four tables each (about 25 KB a table of few snapshots: some 50 MB at most); one
+# left out is read from the catalog again when next used.
+TABLES_KEPT = 2048
 
 
 def _staged_metadata(self: Transaction) -> TableMetadata:
@@ -387,13 +392,14 @@ class Turn:
 class MemoryTables:
     """Loads and creates tables; keeps each loaded table until the catalog says it moved."""
 
-    def __init__(self, catalog: SqlCatalog) -> None:
+    def __init__(self, catalog: SqlCatalog, kept: int = TABLES_KEPT) -> None:
         self.catalog = catalog
-        self._cache: dict[tuple[str, str], Table] = {}
+        # Both keep the ``kept`` tables used last: every scope has tables of its own, and
+        # a server meets scopes (and workspaces, made and dropped) without end.
+        self._cache: Kept[tuple[str, str], Table] = Kept(kept)
         # Per table, the latest metadata file seen and its parsed content (frozen): a table
         # object for that location is built from it without reading the file again.
-        self._known: dict[tuple[str, str], tuple[str, TableMetadata, Table]] = {}
-        self._lock = threading.Lock()
+        self._known: Kept[tuple[str, str], tuple[str, TableMetadata, Table]] = Kept(kept)
         self.ledger_turn = Turn(catalog, "ledger")
         self.upkeep_turn = Turn(catalog, "upkeep")
 
@@ -473,16 +479,14 @@ class MemoryTables:
     def table(self, namespace: str, name: str, *, fresh: bool = True) -> Table:
         """The table, reloaded only when its metadata moved since we last saw it."""
         key = (namespace, name)
-        with self._lock:
-            cached = self._cache.get(key)
+        cached = self._cache.get(key)
         if cached is not None and not fresh:
             return cached
         at = self.location(namespace, name)
         if cached is not None and cached.metadata_location == at:
             return cached
         loaded = self._load(key, at)
-        with self._lock:
-            self._cache[key] = loaded
+        self._cache.put(key, loaded)
         return loaded
 
     def _load(self, key: tuple[str, str], at: str | None) -> Table:
@@ -491,8 +495,7 @@ class MemoryTables:
         else read from the catalog. A commit moves the ledger every time, and the ledger
         is read again after each (reads level the index, writers assert it): each read
         was a parse of the whole metadata file (~20 % of a branch creation)."""
-        with self._lock:
-            known = self._known.get(key)
+        known = self._known.get(key)
         if known is not None and at is not None and known[0] == at:
             location, metadata, like = known
             return Table(identifier=like.name(), metadata=metadata,
@@ -507,8 +510,7 @@ class MemoryTables:
         so its location and metadata are one pair."""
         key = tuple(table.name()[-2:])
         location, metadata = table.metadata_location, table.metadata
-        with self._lock:
-            self._known[(key[0], key[1])] = (location, metadata, table)
+        self._known.put((key[0], key[1]), (location, metadata, table))
 
     def commit_turn(self, namespace: str, name: str) -> AbstractContextManager[bool]:
         """The turn a commit to this table takes: the ledger's for the ledger, else none
@@ -524,9 +526,10 @@ class MemoryTables:
         return self.location(namespace, name) != table.metadata_location
 
     def forget(self, namespace: str, name: str) -> None:
-        """Drop the loaded copy of a table (it is being dropped from the catalog)."""
-        with self._lock:
-            self._cache.pop((namespace, name), None)
+        """Drop the loaded copy of a table and its metadata (it is being dropped from the
+        catalog): a dropped workspace's tables stayed in `_known` for good."""
+        self._cache.pop((namespace, name))
+        self._known.pop((namespace, name))
 
     def private(self, namespace: str, name: str) -> Table:
         """A table object no other thread holds: for commits whose base must not move
