@@ -18,17 +18,24 @@ reward corrects an earlier judge verdict. Only a changed outcome writes an event
 ``POST /advice`` reads a per-process cache of the scope's map and notes, keyed by the
 newest commit holding such events (one index query), so serving never re-reads the
 rewarded tasks.
+
+Passes may run at once on one home or catalog: a command beside ``serve``'s timer, or two
+servers whose lease ran out under a paused holder. Each commit of a pass is checked inside
+the ledger's compare-and-set against what it was computed from (`_unmoved`): when another
+pass committed the same subject first, the pass reads again and computes again, so nothing
+is recorded twice and no newer result is overwritten with an older one.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 from ulid import ULID
@@ -51,6 +58,7 @@ from ampup_memory.advice.sessions import (
 )
 from ampup_memory.advice.situations import SituationMap, build_map, members_of, situation_for
 from ampup_memory.background import LifespanHook, TimerRecord, periodic
+from ampup_memory.caches import Kept
 from ampup_memory.errors import NotFound
 from ampup_memory.memory.acl import Principal, may_read
 from ampup_memory.memory.events import EventRecord
@@ -71,6 +79,9 @@ LEARNING_KINDS = (MAP, NOTE, GATE, PROC_SOURCES, PROCEDURES)
 MAP_SUBJECT = "situations"
 LEARNER = "learner"
 CLUSTER_LEASE, LEARN_LEASE = "advice-cluster", "advice-learn"
+STATES_KEPT = 256  # scopes whose learned state a process keeps (the most recently asked)
+ATTEMPTS = 5  # reads of one commit's inputs while other passes commit the same subject first
+R = TypeVar("R")
 
 
 # -- state: the fold of a scope's learning events ------------------------------------------------
@@ -86,6 +97,7 @@ class LearnedState:
     documents: tuple[str, ...] = ()  # the chosen document keys (PUT /procedures/sources)
     procedures: ProcedureSet | None = None  # the latest compilation
     procedures_commit: str | None = None
+    marks: dict[str, int] = field(default_factory=dict)  # subject: its newest event's seq
 
     def notes_of(self, situation: str) -> list[Note]:
         return [n for n in self.notes.values() if n.situation == situation]
@@ -94,6 +106,7 @@ class LearnedState:
 def fold(events: Sequence[EventRecord]) -> LearnedState:
     state = LearnedState()
     for e in events:
+        state.marks[e.subject] = max(e.seq, state.marks.get(e.subject, 0))
         if e.kind == MAP:
             state.smap = SituationMap.from_json(str(e.data["map"]))
             state.map_commit = e.commit_id
@@ -127,22 +140,65 @@ def load_state(svc: MemoryService, scope: Scope) -> LearnedState:
     return fold(svc.index.events(str(scope), segs, LEARNING_KINDS))
 
 
-_cache: dict[tuple[int, str], tuple[int, LearnedState]] = {}
+# Per read index, as typed queries keep theirs (memory/query.py): two homes open in one
+# process (tests, benchmarks) have scopes of the same name. Each keeps the STATES_KEPT
+# scopes asked last: a server meets scopes (and workspaces, made and dropped) without end.
+_cache: weakref.WeakKeyDictionary[Any, Kept[str, tuple[int, LearnedState]]] = (
+    weakref.WeakKeyDictionary())
 _cache_lock = threading.Lock()
+
+
+def _kept(svc: MemoryService) -> Kept[str, tuple[int, LearnedState]]:
+    with _cache_lock:
+        found = _cache.get(svc.index)
+        if found is None:
+            found = _cache[svc.index] = Kept(STATES_KEPT)
+        return found
 
 
 def cached_state(svc: MemoryService, scope: Scope) -> LearnedState:
     """The scope's learned state, re-read only when a newer learning event was committed."""
     marker = svc.index.last_event_seq(str(scope), LEARNING_KINDS, MAIN)  # written on main
-    key = (id(svc), str(scope))
-    with _cache_lock:
-        hit = _cache.get(key)
+    kept = _kept(svc)
+    hit = kept.get(str(scope))
     if hit is not None and hit[0] == marker:
         return hit[1]
     state = load_state(svc, scope)
-    with _cache_lock:
-        _cache[key] = (marker, state)
+    kept.put(str(scope), (marker, state))
     return state
+
+
+class _Meanwhile(Exception):  # noqa: N818 -- not an error: read again, compute again
+    """Another pass committed the subject since this pass read it."""
+
+
+def _unmoved(svc: MemoryService, scope: Scope, state: LearnedState, *subjects: str
+             ) -> Callable[[Segments], None]:
+    """The recheck of a learning commit computed from ``state``: refused (`_Meanwhile`)
+    once another pass committed an event of one of ``subjects`` after that read, checked
+    inside the commit's compare-and-set (the index is level with the ledger it asserts),
+    so two passes at once never both commit what they computed from the same read."""
+    seen = max(state.marks.get(s, 0) for s in subjects)
+
+    def check(_segs: Segments) -> None:
+        if svc.index.last_event_seq(str(scope), LEARNING_KINDS, MAIN, subjects) != seen:
+            raise _Meanwhile()
+    return check
+
+
+def again_if_meanwhile(attempt: Callable[[], R], what: str) -> R | None:
+    """``attempt()`` (which reads, computes and commits with `_unmoved`), again while
+    another pass commits the same subject first, at most ATTEMPTS times; None (and one
+    WARNING line naming ``what``) when the others kept winning: they committed from
+    newer reads, and the next pass reads theirs."""
+    for _ in range(ATTEMPTS):
+        try:
+            return attempt()
+        except _Meanwhile:
+            continue
+    log.warning("%s: other passes committed it first %d times; left to the next pass",
+                what, ATTEMPTS)
+    return None
 
 
 def _learning_event(subject: str, kind: str, data: dict[str, Any]) -> EventRecord:
@@ -165,8 +221,19 @@ def _same_map(a: SituationMap | None, b: SituationMap) -> bool:
 
 def cluster_scope(svc: MemoryService, scope: Scope, embedder: Embedder,
                   model: ChatModel | None, min_similarity: float) -> dict[str, Any]:
-    """Re-cluster one scope's rewarded tasks; commit the map when it changed."""
-    previous = load_state(svc, scope).smap
+    """Re-cluster one scope's rewarded tasks; commit the map when it changed (and no other
+    pass committed one since the read: else again, from that map)."""
+    report = again_if_meanwhile(
+        lambda: _cluster_once(svc, scope, embedder, model, min_similarity),
+        f"cluster {scope}")
+    return report if report is not None else {"scope": str(scope), "tasks": None,
+                                              "situations": None, "committed": None}
+
+
+def _cluster_once(svc: MemoryService, scope: Scope, embedder: Embedder,
+                  model: ChatModel | None, min_similarity: float) -> dict[str, Any]:
+    state = load_state(svc, scope)
+    previous = state.smap
     tasks = rewarded_tasks(svc, scope)
     if previous is not None and previous.embedder == embedder.name and (
             {t.id for t in tasks} == {m for s in previous.situations for m in s.members}):
@@ -178,7 +245,8 @@ def cluster_scope(svc: MemoryService, scope: Scope, embedder: Embedder,
         return {"scope": str(scope), "tasks": len(tasks), "situations": len(smap.situations),
                 "committed": None}
     entry = svc.write_events(LEARNER, scope, MAIN, "cluster situations",
-                             [_learning_event(MAP_SUBJECT, MAP, {"map": smap.to_json()})])
+                             [_learning_event(MAP_SUBJECT, MAP, {"map": smap.to_json()})],
+                             recheck=_unmoved(svc, scope, state, MAP_SUBJECT))
     return {"scope": str(scope), "tasks": len(tasks), "situations": len(smap.situations),
             "committed": entry.commit_id}
 
@@ -238,21 +306,19 @@ def learn_scope(svc: MemoryService, scope: Scope, model: ChatModel | None, rules
                 min_runs: int, asker: Asker) -> dict[str, Any]:
     """Review every note's evidence, then learn a note for each situation with none,
     asking through ``asker`` (the pass's; `learn_pass` settles what it held)."""
-    state = load_state(svc, scope)
-    tasks = rewarded_tasks(svc, scope)
     report: dict[str, Any] = {"scope": str(scope), "reviewed": 0, "promoted": 0,
                               "retired": 0, "learned": 0, "failed": 0, "set_aside": 0}
-    for note in list(state.notes.values()):
-        data = review_note(note, tasks, state.outcomes.get(note.key, {}), rules)
-        if data is None:
+    read = _Read(svc, scope)
+    for key in list(read.state.notes):
+        data = again_if_meanwhile(partial(read.review, key, rules), f"note evidence {key}")
+        if not data:
             continue
-        svc.write_events(LEARNER, scope, MAIN, f"note evidence {note.key}",
-                         [_learning_event(note.key, GATE, data)])
         report["reviewed"] += 1
         kinds = {e["kind"] for e in data["events"]}
         report["promoted"] += int("promoted" in kinds)
         report["retired"] += int("retired" in kinds)
-    if model is None or state.smap is None:
+    tasks = read.tasks
+    if model is None or read.state.smap is None:
         return report
     state = load_state(svc, scope)
     smap = state.smap
@@ -296,6 +362,36 @@ def learn_scope(svc: MemoryService, scope: Scope, model: ChatModel | None, rules
             continue
         report["learned"] += 1
     return report
+
+
+class _Read:
+    """What a learn pass's reviews compute from: the scope's learned state and rewarded
+    tasks, read again once another pass committed a note's review first."""
+
+    def __init__(self, svc: MemoryService, scope: Scope) -> None:
+        self.svc, self.scope = svc, scope
+        self.state, self.tasks = self._read()
+
+    def _read(self) -> tuple[LearnedState, list[RewardedTask]]:
+        state = load_state(self.svc, self.scope)  # first: its marks are what commits check
+        return state, rewarded_tasks(self.svc, self.scope)
+
+    def review(self, key: str, rules: GateRules) -> dict[str, Any]:
+        """Commit the note's review (`review_note`) when it changed anything: its ``gate``
+        event data, or {} for none. `_Meanwhile` (after reading again) when another pass
+        committed an event of the note since the read."""
+        data = review_note(self.state.notes[key], self.tasks,
+                           self.state.outcomes.get(key, {}), rules)
+        if data is None:
+            return {}
+        try:
+            self.svc.write_events(LEARNER, self.scope, MAIN, f"note evidence {key}",
+                                  [_learning_event(key, GATE, data)],
+                                  recheck=_unmoved(self.svc, self.scope, self.state, key))
+        except _Meanwhile:
+            self.state, self.tasks = self._read()
+            raise
+        return data
 
 
 class _NoteMeanwhile(Exception):

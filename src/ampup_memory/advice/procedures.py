@@ -37,6 +37,8 @@ from ampup_memory.advice.loop import (
     _learning_event,
     _scopes,
     _under_lease,
+    _unmoved,
+    again_if_meanwhile,
     fold,
     load_state,
     settle,
@@ -138,7 +140,18 @@ def compile_scope(svc: MemoryService, scope: Scope, model: ChatModel, embedder: 
                   asker: Asker) -> dict[str, Any]:
     """Compile one scope's chosen documents, asking through ``asker`` (the pass's;
     `compile_pass` settles what it held); commit the procedures when their inputs
-    changed since the last compilation."""
+    changed since the last compilation. Another pass's compilation (or a new choice of
+    documents) committed since the read refuses the commit: then the scope is read and
+    compiled again, which asks nothing when that compilation's inputs are the newest."""
+    report = again_if_meanwhile(lambda: _compile_once(svc, scope, model, embedder, asker),
+                                f"compile {scope}")
+    return report if report is not None else {
+        "scope": str(scope), "documents": None, "procedures": None, "committed": None,
+        "failed": 0, "set_aside": 0}
+
+
+def _compile_once(svc: MemoryService, scope: Scope, model: ChatModel, embedder: Embedder,
+                  asker: Asker) -> dict[str, Any]:
     state = load_state(svc, scope)
     previous = state.procedures
     report: dict[str, Any] = {"scope": str(scope), "documents": len(state.documents),
@@ -170,7 +183,9 @@ def compile_scope(svc: MemoryService, scope: Scope, model: ChatModel, embedder: 
                          model=model.name, compiled_at=format_time(utcnow()))
     entry = svc.write_events(LEARNER, scope, MAIN, f"compile {len(skills)} procedures",
                              [_learning_event(PROCEDURES_SUBJECT, PROCEDURES,
-                                              {"procedures": procs.to_dict()})])
+                                              {"procedures": procs.to_dict()})],
+                             recheck=_unmoved(svc, scope, state, PROCEDURES_SUBJECT,
+                                              SOURCES_SUBJECT))
     report.update(procedures=len(skills), committed=entry.commit_id)
     return report
 

@@ -889,16 +889,19 @@ class ReadIndex:
         found.sort(key=lambda e: (e.seq, e.id))
         return found
 
-    def last_event_seq(self, scope: str, kinds: Iterable[str], branch: str | None = None
-                       ) -> int:
+    def last_event_seq(self, scope: str, kinds: Iterable[str], branch: str | None = None,
+                       subjects: Iterable[str] | None = None) -> int:
         """The newest commit seq holding an event of these kinds in the scope (on
-        ``branch``; None: any) (0: none) — a cheap marker a cache of what those events say
-        is keyed by. With a branch the lookup stays in ``mem_events_kind`` instead of
-        reading every event of the scope."""
+        ``branch``; None: any; of these ``subjects``; None: any) (0: none) — a cheap marker
+        a cache of what those events say is keyed by, and what a learning pass's commit
+        checks has not moved since its read. With a branch the lookup stays in
+        ``mem_events_kind`` instead of reading every event of the scope."""
         stmt = select(func.max(events_t.c.seq)).where(
             events_t.c.scope == scope, events_t.c.kind.in_(sorted(set(kinds))))
         if branch is not None:
             stmt = stmt.where(events_t.c.branch == branch)
+        if subjects is not None:
+            stmt = stmt.where(events_t.c.subject.in_(sorted(set(subjects))))
         with self.engine.connect() as conn:
             value = conn.execute(stmt).scalar()
         return int(value or 0)
