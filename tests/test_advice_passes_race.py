@@ -5,7 +5,9 @@ Two services open the same SQLite home, as two processes do. The first pass read
 held at its commit by its own service's write lock (held here) until the second pass has
 read the same and committed; then it commits. Before each commit rechecked its subject
 inside the compare-and-set, the first pass committed again what the second had: a note's
-new outcomes twice in its history, the same situation map as one more version.
+new outcomes twice in its history, the same situation map as one more version, the same
+compilation again. The judge already checked for a reward inside its commit; it is here
+so it stays so.
 Counts from two real processes (and two on one PostgreSQL) are in docs/deployment.md.
 """
 
@@ -22,6 +24,7 @@ import pytest
 
 from ampup_memory.advice import loop
 from ampup_memory.advice.gate import GateRules
+from ampup_memory.advice.judge import judge_pass
 from ampup_memory.advice.loop import (
     LEARNER,
     NOTE,
@@ -33,7 +36,8 @@ from ampup_memory.advice.loop import (
 )
 from ampup_memory.advice.notes import Note
 from ampup_memory.advice.procedures import PutSources, compile_pass, put_sources
-from ampup_memory.advice.runs import RecordRun, RewardRun, record_run, reward
+from ampup_memory.advice.runs import REWARD, RecordRun, RewardRun, record_run, reward
+from ampup_memory.advice.sessions import EndSession, StartSession, end_session, start_session
 from ampup_memory.memory.episodes import WriteEpisode
 from ampup_memory.memory.scopes import MAIN, parse_scope
 from ampup_memory.memory.service import MemoryService
@@ -54,6 +58,7 @@ TASKS = ["Write a SQL query for monthly revenue by region",
 @pytest.fixture
 def settings(tmp_path: Path, scripted_model: ScriptedModel) -> Settings:
     return Settings.model_validate({**QUIET, **scripted_model.env("COMPILE_"),
+                                    **scripted_model.env("JUDGE_"),
                                     "AMPUP_MEMORY_MODEL_RETRIES": "0",
                                     "AMPUP_MEMORY_HOME": str(tmp_path)})
 
@@ -181,6 +186,25 @@ def test_two_compile_passes_commit_one_compilation(
     assert held["failed"] == 0
     assert load_state(a, parse_scope(scope)).procedures_commit == others[0]["committed"]
     assert len(scripted_model.calls()) == 2  # each pass asked once; neither asked again
+
+
+def test_two_judge_passes_judge_a_session_once(
+        two: tuple[MemoryService, MemoryService], settings: Settings,
+        scripted_model: ScriptedModel) -> None:
+    a, b = two
+    scope = new_scope()
+    ses = start_session(a, "alice", StartSession(scope=scope, task=TASKS[0])).subject
+    end_session(a, "alice", EndSession(session=ses, transcript="t", outcome="done"))
+    scripted_model.script([], default={"reply": {"reward": 0.5, "reason": "ok"}})
+    model = chat_model(settings, Role.JUDGE)
+
+    def judge(svc: MemoryService) -> dict[str, Any]:
+        return judge_pass(svc, model, parse_scope(scope))
+
+    others: list[dict[str, Any]] = []
+    held = first_held_at_commit(a, judge, lambda: others.append(judge(b)))
+    assert (others[0]["judged"], held["judged"], held["skipped"]) == (1, 0, 1)
+    assert len(a.index.events(scope, None, (REWARD,), [ses])) == 1
 
 
 def test_the_learned_state_is_kept_for_a_bounded_number_of_scopes(
