@@ -1,0 +1,146 @@
+"""Pins as holds accumulate: does a pin's cost follow the holds ever made, or the live ones?
+
+    python benchmarks/holds_bench.py                          # SQLite, 100 1000 10000
+    python benchmarks/holds_bench.py --backends sqlite,postgres --sizes 100,1000,10000,50000
+
+In process, two services on one home (two "servers": A writes, B reads, so B folds
+whatever A changed, as a second server on one catalog does). Each size seeds the holds
+table with N ended pins (made and released: two rows each, as the API writes them) and
+N/10 live ones, in one append, then times ``--reps`` rounds of: pin create (A), a read
+at that pin (B, `read_view` with `pin=`), renew (A), release (A), and a read without a
+pin (B). Min and median in ms. PostgreSQL: an embedded server (tests/pg.py) holds the
+catalog and the read index. Results go to benchmarks/results/holds.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+from ampup_memory.memory import snapshots  # noqa: E402
+from ampup_memory.memory.episodes import EpisodeIn  # noqa: E402
+from ampup_memory.memory.scopes import SYSTEM_NAMESPACE  # noqa: E402
+from ampup_memory.memory.service import MemoryService  # noqa: E402
+from ampup_memory.memory.tables import HOLDS, arrow  # noqa: E402
+from ampup_memory.settings import load_settings  # noqa: E402
+
+SCOPE = "bench/holds"
+USER = "bench"
+
+
+def ms(v: float) -> float:
+    return round(v * 1000, 2)
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    return {"min_ms": ms(min(times)), "median_ms": ms(statistics.median(times)), "n": len(times)}
+
+
+def seed(svc: MemoryService, commit: str, ended: int, live: int) -> None:
+    """``ended`` released pins (a create row and a release row each) and ``live`` ones."""
+    now = datetime.now(UTC)
+    rows: list[dict[str, Any]] = []
+    for i in range(ended + live):
+        made = now - timedelta(hours=2, seconds=-i / 1000)
+        hold = snapshots.Hold(id=snapshots.new_id(snapshots.PIN), kind=snapshots.PIN,
+                              created_by=USER, created_at=made,
+                              heads={snapshots.head_key(SCOPE, "main"): commit},
+                              expires_at=now + timedelta(days=1), updated_at=made)
+        rows.append(hold.row())
+        if i < ended:
+            rows.append({**hold.row(), "released": True,
+                         "updated_at": made + timedelta(seconds=1)})
+    svc.tables.append_anew(SYSTEM_NAMESPACE, snapshots.TABLE, arrow(HOLDS, rows))
+
+
+def timed(fn: Callable[[], Any], into: list[float]) -> Any:
+    t = time.perf_counter()
+    out = fn()
+    into.append(time.perf_counter() - t)
+    return out
+
+
+def run_size(env: dict[str, str], size: int, reps: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="holds-bench-") as home:
+        settings = load_settings(home=home, embedding_provider="hash", **env)
+        a = MemoryService.open(settings)
+        b = MemoryService.open(settings)
+        try:
+            a.write_episodes(USER, SCOPE, None, [EpisodeIn.model_validate(
+                {"source": "doc:holds", "acl": ["*"], "body": "held text"})])
+            head = a.index.head(SCOPE, "main")
+            assert head is not None
+            t = time.perf_counter()
+            seed(a, head.commit_id, size, max(1, size // 10))
+            seeded = time.perf_counter() - t
+            b.view(SCOPE)  # both have read the seeded table once before timing
+            snapshots.read_view(a, SCOPE)
+            times: dict[str, list[float]] = {k: [] for k in
+                                             ("create", "read_pinned", "renew", "release",
+                                              "read_plain")}
+            ttl = timedelta(hours=1)
+            for _ in range(reps):
+                pin = timed(lambda: snapshots.create_pin(a, USER, SCOPE, None, None, ttl),
+                            times["create"])
+                timed(lambda: snapshots.read_view(b, SCOPE, pin=pin["id"]),  # noqa: B023
+                      times["read_pinned"])
+                timed(lambda: snapshots.renew_pin(a, USER, pin["id"], ttl),  # noqa: B023
+                      times["renew"])
+                timed(lambda: snapshots.release(a, USER, pin["id"], "pin"),  # noqa: B023
+                      times["release"])
+                timed(lambda: snapshots.read_view(b, SCOPE), times["read_plain"])
+            return {"ended": size, "live": max(1, size // 10), "seed_s": round(seeded, 2),
+                    **{k: summary(v) for k, v in times.items()}}
+        finally:
+            a.close()
+            b.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--backends", default="sqlite")
+    ap.add_argument("--sizes", default="100,1000,10000")
+    ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--out", default=str(ROOT / "benchmarks/results/holds.json"))
+    ap.add_argument("--label", default="")
+    args = ap.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    results: dict[str, Any] = {"python": platform.python_version(), "label": args.label,
+                               "runs": {}}
+    for backend in args.backends.split(","):
+        if backend == "postgres":
+            from tests.pg import postgres_factory
+
+            with postgres_factory() as pg:
+                rows = []
+                for size in sizes:
+                    url = pg.new_database("holds")
+                    rows.append(run_size({"catalog_uri": url, "index_uri": url}, size,
+                                         args.reps))
+                    print(json.dumps(rows[-1]), flush=True)
+        else:
+            rows = []
+            for size in sizes:
+                rows.append(run_size({}, size, args.reps))
+                print(json.dumps(rows[-1]), flush=True)
+        results["runs"][backend] = rows
+    out = Path(args.out)
+    before = json.loads(out.read_text()) if out.exists() else {}
+    before[args.label or "latest"] = results
+    out.write_text(json.dumps(before, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
