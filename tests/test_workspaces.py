@@ -270,7 +270,7 @@ def test_a_workspace_listing_reads_its_own_snapshots_as_a_scan_of_all_would(
     did (GET /workspaces/{id}/snapshots read all of them per request), for each workspace,
     after a release, and after another process took a snapshot (the table moved)."""
     from ampup_memory.memory.service import MemoryService
-    from ampup_memory.memory.snapshots import SNAPSHOT
+    from ampup_memory.memory.snapshots import SNAPSHOT, TABLE, fold
     from ampup_memory.settings import Settings
 
     m, home, env = shared
@@ -287,7 +287,8 @@ def test_a_workspace_listing_reads_its_own_snapshots_as_a_scan_of_all_would(
     svc = MemoryService.open(settings)
     try:
         def scanned(org: str) -> list[str]:
-            return sorted(h.id for h in svc.holds.all().values()
+            every = fold(svc.tables.system(TABLE).scan().to_arrow().to_pylist())
+            return sorted(h.id for h in every.values()
                           if h.kind == SNAPSHOT and h.workspace == org)
 
         def agree(counts: list[int]) -> None:

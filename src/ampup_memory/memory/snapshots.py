@@ -44,16 +44,19 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import WithJsonSchema
+from pyiceberg.expressions import AlwaysTrue
+from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 from ulid import ULID
 
+from ampup_memory.caches import Kept
 from ampup_memory.errors import Conflict, Gone, NotFound, NotYours, field_error
 from ampup_memory.memory.acl import require_id
 from ampup_memory.memory.ledger import BRANCH, ULID_TEXT, given_commit
 from ampup_memory.memory.maintenance import tidy
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.scopes import MAIN, SYSTEM_NAMESPACE, Scope, parse_branch, parse_scope
-from ampup_memory.memory.tables import HOLDS, MemoryTables, arrow
+from ampup_memory.memory.tables import HOLDS, MemoryTables, arrow, equal_to
 from ampup_memory.timefmt import utc_text
 
 if TYPE_CHECKING:
@@ -84,6 +87,8 @@ SnapshotText = Annotated[str, WithJsonSchema({
     "description": "Read the head this snapshot holds for the scope and branch (give no "
     "at_commit)."})]
 TABLE = "holds"
+# Ended holds a server keeps after looking one up by id (a read with a released pin).
+ENDED_KEPT = 1024
 
 
 def utcnow() -> datetime:
@@ -189,16 +194,25 @@ def require_live(hold: Hold, kind: Kind, now: datetime) -> Hold:
 
 
 class Holds:
-    """The holds table, folded and cached; shared by every server on one catalog."""
+    """The holds table as each server needs it: the holds that may be live, folded and
+    kept in memory; an ended one (released or expired) looked up in the table by its id
+    when asked for. Shared by every server on one catalog.
+
+    A server reads only the data files it has not folded yet when the table moves, and
+    keeps no ended hold: its cost follows the live holds, not every hold ever made
+    (benchmarks/holds_bench.py). Compaction (maintenance.py) rewrites small files into
+    one, whose rows are then read again once, in Arrow, ended holds' rows left there."""
 
     def __init__(self, tables: MemoryTables, index: ReadIndex) -> None:
         self.tables = tables
         self.index = index
         self._seen: int | None = None  # holds table snapshot the cache was folded at
-        self._cache: dict[str, Hold] = {}
-        # The snapshots taken of each workspace, folded with the cache: a workspace's
-        # listing reads its own, not every hold of the server.
-        self._by_workspace: dict[str, tuple[Hold, ...]] = {}
+        self._files: set[str] = set()  # its data files, every row of them folded
+        self._seq = -1  # the table's sequence number at that snapshot
+        self._cache: dict[str, Hold] = {}  # the holds that may be live, by id
+        # Ended holds looked up by id: an ended hold never changes again (a release is
+        # final; an expired pin cannot be renewed), so one lookup answers for good.
+        self._ended: Kept[str, Hold] = Kept(ENDED_KEPT)
         self._lock = threading.Lock()
         # Held around a read of a hold and the append of its next row. A renew and a
         # release of one hold each read it, then append a row built from what they read:
@@ -209,35 +223,74 @@ class Holds:
         self.changing = threading.Lock()
 
     def all(self) -> dict[str, Hold]:
-        """Every hold as the table says now (one catalog lookup unless it moved)."""
-        table = self.tables.system(TABLE)
+        """The holds that may be live, as the table says now (one catalog lookup unless it
+        moved; then only its new data files are read). Callers check ``live(now)``."""
+        return self._fold_to(self.tables.system(TABLE))
+
+    def _fold_to(self, table: Table) -> dict[str, Hold]:
         snap = table.metadata.current_snapshot()  # one metadata object, read once
         sid = snap.snapshot_id if snap is not None else None
         if sid == self._seen:
             return self._cache
         with self._lock:
-            if sid != self._seen:
-                rows = ([] if sid is None else
-                        table.scan(snapshot_id=sid).to_arrow().to_pylist())
-                self._keep(fold(rows), sid)
+            seq = (snap.sequence_number or 0) if snap is not None else 0
+            if sid == self._seen or seq < self._seq:  # folded already, or further
+                return self._cache
+            tasks = ([] if sid is None else
+                     list(table.scan(snapshot_id=sid).plan_files()))
+            paths = {t.file.file_path for t in tasks}
+            if not self._files <= paths:
+                # Files gone: compacted (or an older snapshot than the one folded, when
+                # another thread moved on): fold again from nothing, in Arrow.
+                self._cache, self._files = {}, set()
+            new = [t for t in tasks if t.file.file_path not in self._files]
+            if new:
+                rows = ArrowScan(table.metadata, table.io, table.schema(),
+                                 AlwaysTrue()).to_table(new)
+                self._cache = self._folded_in(table, sid, rows)
+            self._files, self._seen, self._seq = paths, sid, seq
             return self._cache
 
-    def _keep(self, folded: dict[str, Hold], sid: int | None) -> None:
-        """Cache ``folded`` (the table at snapshot ``sid``); under ``_lock``."""
-        by_workspace: dict[str, list[Hold]] = {}
-        for hold in folded.values():
-            if hold.kind == SNAPSHOT and hold.workspace is not None:
-                by_workspace.setdefault(hold.workspace, []).append(hold)
-        self._by_workspace = {ws: tuple(held) for ws, held in by_workspace.items()}
-        self._cache, self._seen = folded, sid
+    def _folded_in(self, table: Table, sid: int | None, rows: pa.Table) -> dict[str, Hold]:
+        """The cache with ``rows`` (new rows of the table) folded in, ended holds left out.
+        Rows of holds neither cached nor possibly live are dropped in Arrow first: an ended
+        hold's rows cost no Python object."""
+        now = utcnow()
+        out = dict(self._cache)
+        for hid, group in _groups(_maybe_live(rows, set(out), now)).items():
+            before = out.get(hid)
+            if before is not None:
+                group = [before.row(), *group]
+            elif not any(r["created_at"] == r["updated_at"] for r in group):
+                # A later row of a hold this server had as ended (a renewal through a
+                # server whose clock is behind): its whole history decides.
+                group = _rows_of(table, sid, "id", hid)
+            hold = fold(group).get(hid)
+            if hold is not None:
+                out[hid] = hold
+        for hid in [h for h, hold in out.items() if not hold.live(now)]:
+            del out[hid]
+        return out
 
     def of_workspace(self, workspace_id: str) -> tuple[Hold, ...]:
-        """The snapshots taken of one workspace (released ones too), as the table says now."""
-        self.all()  # folds again when the table moved (a newer fold than it is no harm)
-        return self._by_workspace.get(workspace_id, ())
+        """The snapshots taken of one workspace (released ones too), as the table says now:
+        its rows only, looked up in the table."""
+        table = self.tables.system(TABLE)
+        snap = table.metadata.current_snapshot()
+        if snap is None:
+            return ()
+        held = fold(_rows_of(table, snap.snapshot_id, "workspace", workspace_id))
+        return tuple(h for h in held.values() if h.kind == SNAPSHOT)
 
     def get(self, hold_id: str, kind: Kind) -> Hold:
-        hold = self.all().get(hold_id)
+        table = self.tables.system(TABLE)
+        hold = self._fold_to(table).get(hold_id) or self._ended.get(hold_id)
+        if hold is None:
+            snap = table.metadata.current_snapshot()
+            if snap is not None:
+                hold = fold(_rows_of(table, snap.snapshot_id, "id", hold_id)).get(hold_id)
+            if hold is not None and not hold.live(utcnow()):
+                self._ended.put(hold_id, hold)
         if hold is None or hold.kind != kind:
             raise NotFound(f"No such {kind}.", details={kind: hold_id})
         return hold
@@ -261,8 +314,7 @@ class Holds:
 
         def next_row(table: Table) -> pa.Table:
             snap = table.metadata.current_snapshot()
-            rows = [] if snap is None else table.scan(snapshot_id=snap.snapshot_id
-                                                      ).to_arrow().to_pylist()
+            rows = [] if snap is None else _rows_of(table, snap.snapshot_id, "id", hold_id)
             hold = fold(rows).get(hold_id)
             if hold is None or hold.kind != kind:
                 raise NotFound(f"No such {kind}.", details={kind: hold_id})
@@ -274,11 +326,10 @@ class Holds:
 
     def _append(self, hold_id: str, rows: pa.Table | Callable[[Table], pa.Table]) -> Hold:
         table, sid = self.tables.append_anew(SYSTEM_NAMESPACE, TABLE, rows)
-        folded = fold(table.scan(snapshot_id=sid).to_arrow().to_pylist())
-        with self._lock:  # the next all() need not scan again, unless the table moved
-            self._keep(folded, sid)
+        hold = fold(_rows_of(table, sid, "id", hold_id))[hold_id]
+        self._fold_to(table)  # the next all() need not read again, unless the table moved
         tidy(self.tables, SYSTEM_NAMESPACE, TABLE)
-        return folded[hold_id]
+        return hold
 
     # -- reads --------------------------------------------------------------------------------
     def resolve(self, scope_text: object, branch_text: object, at_commit: str | None,
@@ -353,6 +404,44 @@ def _namespace(scope: str) -> str | None:
         return parse_scope(scope).namespace
     except Exception:  # a stored key is always valid; never let upkeep fail on one
         return None
+
+
+def _rows_of(table: Table, sid: int | None, column: str, value: str) -> list[dict[str, Any]]:
+    """The rows of the table at snapshot ``sid`` whose ``column`` is ``value``: the data
+    files whose statistics rule it out are not read (a hold's own appends are files of
+    its rows alone)."""
+    if sid is None:
+        return []
+    found: list[dict[str, Any]] = table.scan(
+        snapshot_id=sid, row_filter=equal_to(column, value)).to_arrow().to_pylist()
+    return found
+
+
+def _maybe_live(rows: pa.Table, cached: set[str], now: datetime) -> pa.Table:
+    """The rows of holds that are cached or may be live: an id with a row neither
+    released nor expired and no release row (an ended hold's rows are left in Arrow)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if rows.num_rows == 0:
+        return rows
+    ids, released = rows.column("id"), pc.fill_null(rows.column("released"), False)
+    expires = rows.column("expires_at")
+    later = pc.fill_null(pc.greater(expires, pa.scalar(now, type=expires.type)), False)
+    open_ = pc.and_(pc.invert(released), pc.or_(pc.is_null(expires), later))
+    ended = pc.unique(pc.filter(ids, released))
+    maybe = pc.unique(pc.filter(ids, open_))
+    keep = pc.or_(pc.and_(pc.is_in(ids, value_set=maybe),
+                          pc.invert(pc.is_in(ids, value_set=ended))),
+                  pc.is_in(ids, value_set=pa.array(sorted(cached), type=pa.string())))
+    return rows.filter(keep)
+
+
+def _groups(rows: pa.Table) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in rows.to_pylist():
+        out.setdefault(row["id"], []).append(row)
+    return out
 
 
 # -- operations (REST, MCP and the CLI call these) -------------------------------------------
