@@ -8,7 +8,10 @@ whatever A changed, as a second server on one catalog does). Each size seeds the
 table with N ended pins (made and released: two rows each, as the API writes them) and
 N/10 live ones, in one append, then times ``--reps`` rounds of: pin create (A), a read
 at that pin (B, `read_view` with `pin=`), renew (A), release (A), and a read without a
-pin (B). Min and median in ms. PostgreSQL: an embedded server (tests/pg.py) holds the
+pin (B). Then three times: a pin made, the holds table compacted (its small files,
+the seeded one among them, rewritten into one), and timed: B's next fold (it reads the
+rewritten file whole), a renew and a release of that pin (a lookup by id reads it too).
+Min and median in ms. PostgreSQL: an embedded server (tests/pg.py) holds the
 catalog and the read index. Results go to benchmarks/results/holds.json.
 """
 
@@ -31,6 +34,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
 from ampup_memory.memory import snapshots  # noqa: E402
 from ampup_memory.memory.episodes import EpisodeIn  # noqa: E402
+from ampup_memory.memory.maintenance import compact  # noqa: E402
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE  # noqa: E402
 from ampup_memory.memory.service import MemoryService  # noqa: E402
 from ampup_memory.memory.tables import HOLDS, arrow  # noqa: E402
@@ -101,8 +105,21 @@ def run_size(env: dict[str, str], size: int, reps: int) -> dict[str, Any]:
                 timed(lambda: snapshots.release(a, USER, pin["id"], "pin"),  # noqa: B023
                       times["release"])
                 timed(lambda: snapshots.read_view(b, SCOPE), times["read_plain"])
+            # Compaction rewrites the table's small files into one (the seeded rows with
+            # them): the next fold reads it all, and a lookup by id reads that file.
+            after: dict[str, list[float]] = {"refold_after_compaction": [],
+                                             "renew_after_compaction": [],
+                                             "release_after_compaction": []}
+            for _ in range(3):
+                pin = snapshots.create_pin(a, USER, SCOPE, None, None, ttl)
+                compact(a.tables.private(SYSTEM_NAMESPACE, snapshots.TABLE))
+                timed(b.holds.all, after["refold_after_compaction"])
+                timed(lambda: snapshots.renew_pin(a, USER, pin["id"], ttl),  # noqa: B023
+                      after["renew_after_compaction"])
+                timed(lambda: snapshots.release(a, USER, pin["id"], "pin"),  # noqa: B023
+                      after["release_after_compaction"])
             return {"ended": size, "live": max(1, size // 10), "seed_s": round(seeded, 2),
-                    **{k: summary(v) for k, v in times.items()}}
+                    **{k: summary(v) for k, v in {**times, **after}.items()}}
         finally:
             a.close()
             b.close()

@@ -739,3 +739,31 @@ def test_a_delete_racing_a_gc_pass_still_drops(tmp_path: Path) -> None:
         assert ws["id"] not in {w["id"] for w in svc.workspaces.listing("alice", False)}
     finally:
         svc.close()
+
+
+def test_a_server_keeps_no_dropped_workspace_and_answers_one_as_before(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    """The registry kept every workspace ever made in each server's memory and folded all
+    of its rows again whenever it moved (leak audit, session 32). A dropped workspace is
+    now left out (and its rows read by no Python code); it answers as before: the same
+    404 to GET, a write to its scope 404 `WORKSPACE_GONE`, nothing for gc to drop. A live
+    one and one deleted but not yet dropped stay known."""
+    from ampup_memory.memory.service import MemoryService
+    from ampup_memory.settings import Settings
+
+    m, home, env = shared
+    kept, dropped = create(m, name="kept")["id"], create(m, name="dropped")["id"]
+    assert m.write(f"{dropped}/t", "hello").status_code == 201
+    assert m.http.delete(f"/workspaces/{dropped}").json()["dropped"] is True
+    svc = MemoryService.open(Settings.model_validate({**env,
+                                                      "AMPUP_MEMORY_HOME": str(home)}))
+    try:
+        known = svc.workspaces.all()
+        assert kept in known and dropped not in known
+        assert error(m.http.get(f"/workspaces/{dropped}"))[:2] == (404, "NOT_FOUND")
+        assert error(m.write(f"{dropped}/t", "again"))[:2] == (404, "WORKSPACE_GONE")
+        assert svc.workspaces.gc()["dropped"] == []
+        assert m.http.get(f"/workspaces/{kept}").status_code == 200
+    finally:
+        svc.close()
+        m.http.delete(f"/workspaces/{kept}")

@@ -44,19 +44,18 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import WithJsonSchema
-from pyiceberg.expressions import AlwaysTrue
-from pyiceberg.io.pyarrow import ArrowScan
 from pyiceberg.table import Table
 from ulid import ULID
 
 from ampup_memory.caches import Kept
 from ampup_memory.errors import Conflict, Gone, NotFound, NotYours, field_error
 from ampup_memory.memory.acl import require_id
+from ampup_memory.memory.folded import Folded, current_snapshot, rows_of
 from ampup_memory.memory.ledger import BRANCH, ULID_TEXT, given_commit
 from ampup_memory.memory.maintenance import tidy
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.scopes import MAIN, SYSTEM_NAMESPACE, Scope, parse_branch, parse_scope
-from ampup_memory.memory.tables import HOLDS, MemoryTables, arrow, equal_to
+from ampup_memory.memory.tables import HOLDS, MemoryTables, arrow
 from ampup_memory.timefmt import utc_text
 
 if TYPE_CHECKING:
@@ -194,26 +193,19 @@ def require_live(hold: Hold, kind: Kind, now: datetime) -> Hold:
 
 
 class Holds:
-    """The holds table as each server needs it: the holds that may be live, folded and
-    kept in memory; an ended one (released or expired) looked up in the table by its id
-    when asked for. Shared by every server on one catalog.
-
-    A server reads only the data files it has not folded yet when the table moves, and
-    keeps no ended hold: its cost follows the live holds, not every hold ever made
-    (benchmarks/holds_bench.py). Compaction (maintenance.py) rewrites small files into
-    one, whose rows are then read again once, in Arrow, ended holds' rows left there."""
+    """The holds table as a server needs it: the holds that may be live, folded in memory
+    (`Folded`: only a moved table's new files are read); an ended one (released or
+    expired) looked up in the table by its id when asked for. Shared by every server on
+    one catalog."""
 
     def __init__(self, tables: MemoryTables, index: ReadIndex) -> None:
         self.tables = tables
         self.index = index
-        self._seen: int | None = None  # holds table snapshot the cache was folded at
-        self._files: set[str] = set()  # its data files, every row of them folded
-        self._seq = -1  # the table's sequence number at that snapshot
-        self._cache: dict[str, Hold] = {}  # the holds that may be live, by id
+        self._folded: Folded[Hold] = Folded(lambda: tables.system(TABLE), fold, Hold.row,
+                                            Hold.live, _may_be_live)
         # Ended holds looked up by id: an ended hold never changes again (a release is
         # final; an expired pin cannot be renewed), so one lookup answers for good.
         self._ended: Kept[str, Hold] = Kept(ENDED_KEPT)
-        self._lock = threading.Lock()
         # Held around a read of a hold and the append of its next row. A renew and a
         # release of one hold each read it, then append a row built from what they read:
         # interleaved, the later row undid the other's change (a release's row carried the
@@ -225,70 +217,20 @@ class Holds:
     def all(self) -> dict[str, Hold]:
         """The holds that may be live, as the table says now (one catalog lookup unless it
         moved; then only its new data files are read). Callers check ``live(now)``."""
-        return self._fold_to(self.tables.system(TABLE))
-
-    def _fold_to(self, table: Table) -> dict[str, Hold]:
-        snap = table.metadata.current_snapshot()  # one metadata object, read once
-        sid = snap.snapshot_id if snap is not None else None
-        if sid == self._seen:
-            return self._cache
-        with self._lock:
-            seq = (snap.sequence_number or 0) if snap is not None else 0
-            if sid == self._seen or seq < self._seq:  # folded already, or further
-                return self._cache
-            tasks = ([] if sid is None else
-                     list(table.scan(snapshot_id=sid).plan_files()))
-            paths = {t.file.file_path for t in tasks}
-            if not self._files <= paths:
-                # Files gone: compacted (or an older snapshot than the one folded, when
-                # another thread moved on): fold again from nothing, in Arrow.
-                self._cache, self._files = {}, set()
-            new = [t for t in tasks if t.file.file_path not in self._files]
-            if new:
-                rows = ArrowScan(table.metadata, table.io, table.schema(),
-                                 AlwaysTrue()).to_table(new)
-                self._cache = self._folded_in(table, sid, rows)
-            self._files, self._seen, self._seq = paths, sid, seq
-            return self._cache
-
-    def _folded_in(self, table: Table, sid: int | None, rows: pa.Table) -> dict[str, Hold]:
-        """The cache with ``rows`` (new rows of the table) folded in, ended holds left out.
-        Rows of holds neither cached nor possibly live are dropped in Arrow first: an ended
-        hold's rows cost no Python object."""
-        now = utcnow()
-        out = dict(self._cache)
-        for hid, group in _groups(_maybe_live(rows, set(out), now)).items():
-            before = out.get(hid)
-            if before is not None:
-                group = [before.row(), *group]
-            elif not any(r["created_at"] == r["updated_at"] for r in group):
-                # A later row of a hold this server had as ended (a renewal through a
-                # server whose clock is behind): its whole history decides.
-                group = _rows_of(table, sid, "id", hid)
-            hold = fold(group).get(hid)
-            if hold is not None:
-                out[hid] = hold
-        for hid in [h for h, hold in out.items() if not hold.live(now)]:
-            del out[hid]
-        return out
+        return self._folded.current()
 
     def of_workspace(self, workspace_id: str) -> tuple[Hold, ...]:
         """The snapshots taken of one workspace (released ones too), as the table says now:
         its rows only, looked up in the table."""
         table = self.tables.system(TABLE)
-        snap = table.metadata.current_snapshot()
-        if snap is None:
-            return ()
-        held = fold(_rows_of(table, snap.snapshot_id, "workspace", workspace_id))
+        held = fold(rows_of(table, current_snapshot(table), "workspace", workspace_id))
         return tuple(h for h in held.values() if h.kind == SNAPSHOT)
 
     def get(self, hold_id: str, kind: Kind) -> Hold:
         table = self.tables.system(TABLE)
-        hold = self._fold_to(table).get(hold_id) or self._ended.get(hold_id)
+        hold = self._folded.current(table).get(hold_id) or self._ended.get(hold_id)
         if hold is None:
-            snap = table.metadata.current_snapshot()
-            if snap is not None:
-                hold = fold(_rows_of(table, snap.snapshot_id, "id", hold_id)).get(hold_id)
+            hold = fold(rows_of(table, current_snapshot(table), "id", hold_id)).get(hold_id)
             if hold is not None and not hold.live(utcnow()):
                 self._ended.put(hold_id, hold)
         if hold is None or hold.kind != kind:
@@ -301,7 +243,9 @@ class Holds:
 
     def write(self, hold: Hold) -> Hold:
         """Append a new hold's first row; the hold as the table says right after."""
-        return self._append(hold.id, arrow(HOLDS, [hold.row()]))
+        row = hold.row()
+        self._append(arrow(HOLDS, [row]))
+        return fold([row])[hold.id]
 
     def change(self, hold_id: str, kind: Kind, make: Callable[[Hold], Hold]) -> Hold:
         """Append the hold's next row, ``make(hold)``, where ``hold`` is the hold as the
@@ -310,26 +254,36 @@ class Holds:
         refuse, e.g. 410 for a renewal of a released pin). The row's ``updated_at`` comes
         after every row of the hold before it, so rows count in the order they were
         appended (`fold`): a renewal and a release through two servers answer as the one
-        order the table keeps. Returns the hold as the table says right after."""
+        order the table keeps. Returns the hold as the table says right after: that
+        state and the row, folded (no row came between them)."""
+        landed: list[dict[str, Any]] = []
 
         def next_row(table: Table) -> pa.Table:
-            snap = table.metadata.current_snapshot()
-            rows = [] if snap is None else _rows_of(table, snap.snapshot_id, "id", hold_id)
-            hold = fold(rows).get(hold_id)
+            hold = self._at(table, hold_id)
             if hold is None or hold.kind != kind:
                 raise NotFound(f"No such {kind}.", details={kind: hold_id})
             made = make(hold)
             after = hold.updated_at + timedelta(microseconds=1)
-            return arrow(HOLDS, [replace(made, updated_at=max(made.updated_at, after)).row()])
+            landed[:] = [hold.row(), replace(made, updated_at=max(made.updated_at, after)).row()]
+            return arrow(HOLDS, landed[1:])
 
-        return self._append(hold_id, next_row)
+        self._append(next_row)
+        return fold(landed)[hold_id]
 
-    def _append(self, hold_id: str, rows: pa.Table | Callable[[Table], pa.Table]) -> Hold:
-        table, sid = self.tables.append_anew(SYSTEM_NAMESPACE, TABLE, rows)
-        hold = fold(_rows_of(table, sid, "id", hold_id))[hold_id]
-        self._fold_to(table)  # the next all() need not read again, unless the table moved
+    def _at(self, table: Table, hold_id: str) -> Hold | None:
+        """The hold as ``table`` (a private object, at the snapshot an append asserts)
+        says: the folded one when this process has folded exactly that snapshot (only its
+        new files are read for it), else its rows looked up."""
+        sid = current_snapshot(table)
+        held = self._folded.current(table)
+        if self._folded.seen == sid and hold_id in held:
+            return held[hold_id]
+        return fold(rows_of(table, sid, "id", hold_id)).get(hold_id)
+
+    def _append(self, rows: pa.Table | Callable[[Table], pa.Table]) -> None:
+        table, _ = self.tables.append_anew(SYSTEM_NAMESPACE, TABLE, rows)
+        self._folded.current(table)  # the next all() reads nothing, unless the table moved
         tidy(self.tables, SYSTEM_NAMESPACE, TABLE)
-        return hold
 
     # -- reads --------------------------------------------------------------------------------
     def resolve(self, scope_text: object, branch_text: object, at_commit: str | None,
@@ -406,42 +360,19 @@ def _namespace(scope: str) -> str | None:
         return None
 
 
-def _rows_of(table: Table, sid: int | None, column: str, value: str) -> list[dict[str, Any]]:
-    """The rows of the table at snapshot ``sid`` whose ``column`` is ``value``: the data
-    files whose statistics rule it out are not read (a hold's own appends are files of
-    its rows alone)."""
-    if sid is None:
-        return []
-    found: list[dict[str, Any]] = table.scan(
-        snapshot_id=sid, row_filter=equal_to(column, value)).to_arrow().to_pylist()
-    return found
-
-
-def _maybe_live(rows: pa.Table, cached: set[str], now: datetime) -> pa.Table:
-    """The rows of holds that are cached or may be live: an id with a row neither
-    released nor expired and no release row (an ended hold's rows are left in Arrow)."""
+def _may_be_live(rows: pa.Table, now: datetime) -> pa.ChunkedArray:
+    """Rows of ids with a row neither released nor expired and no release row: an ended
+    hold's rows are left in Arrow (`Folded`)."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    if rows.num_rows == 0:
-        return rows
     ids, released = rows.column("id"), pc.fill_null(rows.column("released"), False)
     expires = rows.column("expires_at")
     later = pc.fill_null(pc.greater(expires, pa.scalar(now, type=expires.type)), False)
     open_ = pc.and_(pc.invert(released), pc.or_(pc.is_null(expires), later))
     ended = pc.unique(pc.filter(ids, released))
     maybe = pc.unique(pc.filter(ids, open_))
-    keep = pc.or_(pc.and_(pc.is_in(ids, value_set=maybe),
-                          pc.invert(pc.is_in(ids, value_set=ended))),
-                  pc.is_in(ids, value_set=pa.array(sorted(cached), type=pa.string())))
-    return rows.filter(keep)
-
-
-def _groups(rows: pa.Table) -> dict[str, list[dict[str, Any]]]:
-    out: dict[str, list[dict[str, Any]]] = {}
-    for row in rows.to_pylist():
-        out.setdefault(row["id"], []).append(row)
-    return out
+    return pc.and_(pc.is_in(ids, value_set=maybe), pc.invert(pc.is_in(ids, value_set=ended)))
 
 
 # -- operations (REST, MCP and the CLI call these) -------------------------------------------
