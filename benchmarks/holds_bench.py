@@ -10,9 +10,10 @@ N/10 live ones, in one append, then times ``--reps`` rounds of: pin create (A), 
 at that pin (B, `read_view` with `pin=`), renew (A), release (A), and a read without a
 pin (B). Then three times: a pin made, the holds table compacted (its small files,
 the seeded one among them, rewritten into one), and timed: B's next fold (it reads the
-rewritten file whole), a renew and a release of that pin (a lookup by id reads it too).
-Min and median in ms. PostgreSQL: an embedded server (tests/pg.py) holds the
-catalog and the read index. Results go to benchmarks/results/holds.json.
+rewritten file whole), a renew of that pin (A folds it whole too) and its release.
+Min and median in ms. The workspace registry likewise: N dropped workspaces seeded,
+then a workspace made through A and shown through B. PostgreSQL: an embedded server
+(tests/pg.py) holds the catalog and the read index. Results go to benchmarks/results/holds.json.
 """
 
 from __future__ import annotations
@@ -125,38 +126,75 @@ def run_size(env: dict[str, str], size: int, reps: int) -> dict[str, Any]:
             b.close()
 
 
+def run_workspaces(env: dict[str, str], size: int, reps: int) -> dict[str, Any]:
+    """``size`` dropped workspaces seeded (live, deleted, dropped: three rows each, as the
+    API writes them); then a workspace made through A and shown through B, ``reps`` times."""
+    import secrets
+
+    from ampup_memory.memory.tables import WORKSPACES
+    from ampup_memory.memory.workspaces import DEFAULT_CAPS, CreateWorkspace, Workspace
+
+    with tempfile.TemporaryDirectory(prefix="holds-bench-") as home:
+        settings = load_settings(home=home, embedding_provider="hash", **env)
+        a = MemoryService.open(settings)
+        b = MemoryService.open(settings)
+        try:
+            then = datetime.now(UTC) - timedelta(hours=1)
+            rows: list[dict[str, Any]] = []
+            for _ in range(size):
+                ws = Workspace(id="ws_" + secrets.token_hex(8), name="old", created_by=USER,
+                               created_at=then, expires_at=then + timedelta(days=1),
+                               caps=dict(DEFAULT_CAPS), state="live", updated_at=then,
+                               updated_by=USER)
+                rows += [ws.row(), *({**ws.row(), "state": state,
+                                      "updated_at": then + timedelta(seconds=n)}
+                                     for n, state in ((1, "deleted"), (2, "dropped")))]
+            a.tables.append_anew(SYSTEM_NAMESPACE, "workspaces", arrow(WORKSPACES, rows))
+            a.workspaces.all()
+            b.workspaces.all()
+            times: dict[str, list[float]] = {"ws_create": [], "ws_show_other_server": []}
+            req = CreateWorkspace.model_validate({"name": "bench", "ttl": "1h"})
+            for _ in range(reps):
+                made = timed(lambda: a.workspaces.create(USER, req), times["ws_create"])
+                timed(lambda: b.workspaces.show(USER, made["id"], False),  # noqa: B023
+                      times["ws_show_other_server"])
+            return {"dropped_workspaces": size, **{k: summary(v) for k, v in times.items()}}
+        finally:
+            a.close()
+            b.close()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--backends", default="sqlite")
     ap.add_argument("--sizes", default="100,1000,10000")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--parts", default="holds,workspaces")
     ap.add_argument("--out", default=str(ROOT / "benchmarks/results/holds.json"))
-    ap.add_argument("--label", default="")
+    ap.add_argument("--label", default="latest")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
-    results: dict[str, Any] = {"python": platform.python_version(), "label": args.label,
-                               "runs": {}}
-    for backend in args.backends.split(","):
-        if backend == "postgres":
-            from tests.pg import postgres_factory
-
-            with postgres_factory() as pg:
-                rows = []
-                for size in sizes:
-                    url = pg.new_database("holds")
-                    rows.append(run_size({"catalog_uri": url, "index_uri": url}, size,
-                                         args.reps))
-                    print(json.dumps(rows[-1]), flush=True)
-        else:
-            rows = []
-            for size in sizes:
-                rows.append(run_size({}, size, args.reps))
-                print(json.dumps(rows[-1]), flush=True)
-        results["runs"][backend] = rows
+    parts = {"holds": run_size, "workspaces": run_workspaces}
     out = Path(args.out)
-    before = json.loads(out.read_text()) if out.exists() else {}
-    before[args.label or "latest"] = results
-    out.write_text(json.dumps(before, indent=2) + "\n")
+    results: dict[str, Any] = json.loads(out.read_text()) if out.exists() else {}
+    for backend in args.backends.split(","):
+        for part in args.parts.split(","):
+            rows: list[dict[str, Any]] = []
+            for size in sizes:
+                if backend == "postgres":
+                    from tests.pg import postgres_factory
+
+                    with postgres_factory() as pg:
+                        url = pg.new_database("holds")
+                        rows.append(parts[part]({"catalog_uri": url, "index_uri": url},
+                                                size, args.reps))
+                else:
+                    rows.append(parts[part]({}, size, args.reps))
+                print(json.dumps(rows[-1]), flush=True)
+            # Kept per label, backend and part: a run of one part leaves the others.
+            results.setdefault(args.label, {"python": platform.python_version()}
+                               ).setdefault(backend, {})[part] = rows
+    out.write_text(json.dumps(results, indent=2) + "\n")
 
 
 if __name__ == "__main__":

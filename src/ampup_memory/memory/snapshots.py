@@ -16,9 +16,12 @@ row per id wins and a release is final (a renew racing a release on another serv
 bring the hold back). A change reads the hold and appends its next row under one lock per
 process, and answers with the hold as the table says right after its own append (without
 both, a release racing a renew answered the expiry the renew had just replaced). Several
-servers on one catalog share the table; each keeps it folded in memory and re-reads it
-only when the table's snapshot moved, so a held read costs one catalog lookup (the same
-indexed query every read already makes for principals).
+servers on one catalog share the table; each keeps in memory only the holds that may be
+live, folded, and reads only the table's new data files when its snapshot moved
+(folded.py), so a held read costs one catalog lookup (the same indexed query every read
+already makes for principals) however many holds were ever made. An ended hold (released
+or expired) is looked up in the table by its id when asked for, and answers as it always
+did (410, its ``GET`` the ended hold).
 
 Maintenance (the ``protected`` hook, maintenance.py): our reads do not need old Iceberg
 snapshots. They are served from the read index by ledger seq, and the read index is

@@ -9,7 +9,9 @@ recreated by a late write (404 ``WORKSPACE_GONE``).
 Storage: ``memory_system.workspaces`` (Iceberg), one row per change. A workspace's state
 only moves forward (live → deleted → dropped), so per id the row with the furthest state
 wins (newest ``updated_at`` among equals): servers sharing one catalog agree without a
-compare-and-set. Each process caches the table's rows keyed by its snapshot id.
+compare-and-set. Each process keeps the workspaces not dropped yet, folded, and reads
+only the table's new data files when its snapshot moved (folded.py); a dropped one answers
+as one never made (gone), so it is not kept.
 
 Two checks sit on the commit path, both one regex match and nothing else for a scope that
 is not a workspace's: :meth:`Workspaces.require_live` (every view and every commit) and
