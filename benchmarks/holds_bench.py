@@ -8,9 +8,11 @@ whatever A changed, as a second server on one catalog does). Each size seeds the
 table with N ended pins (made and released: two rows each, as the API writes them) and
 N/10 live ones, in one append, then times ``--reps`` rounds of: pin create (A), a read
 at that pin (B, `read_view` with `pin=`), renew (A), release (A), and a read without a
-pin (B). Then three times: a pin made, the holds table compacted (its small files,
-the seeded one among them, rewritten into one), and timed: B's next fold (it reads the
-rewritten file whole), a renew of that pin (A folds it whole too) and its release.
+pin (B). Then three times: a pin made and read by B, the holds table compacted (its
+small files, the seeded one among them, rewritten into one), and timed: B's next fold
+(B had folded every rewritten file: it reads none), a renew of that pin through A and
+its release; then a pin made through A, compacted again, and B's next fold (B was a
+write behind: it reads the rewritten file whole).
 Min and median in ms. The workspace registry likewise: N dropped workspaces seeded,
 then a workspace made through A and shown through B. PostgreSQL: an embedded server
 (tests/pg.py) holds the catalog and the read index. Results go to benchmarks/results/holds.json.
@@ -107,18 +109,24 @@ def run_size(env: dict[str, str], size: int, reps: int) -> dict[str, Any]:
                       times["release"])
                 timed(lambda: snapshots.read_view(b, SCOPE), times["read_plain"])
             # Compaction rewrites the table's small files into one (the seeded rows with
-            # them): the next fold reads it all, and a lookup by id reads that file.
-            after: dict[str, list[float]] = {"refold_after_compaction": [],
+            # them). A server that had folded every file it rewrote reads none of it
+            # (B "current", and A, the writer); one a write behind folds all of it.
+            after: dict[str, list[float]] = {"fold_after_compaction_current": [],
+                                             "fold_after_compaction_behind": [],
                                              "renew_after_compaction": [],
                                              "release_after_compaction": []}
             for _ in range(3):
                 pin = snapshots.create_pin(a, USER, SCOPE, None, None, ttl)
+                b.holds.all()
                 compact(a.tables.private(SYSTEM_NAMESPACE, snapshots.TABLE))
-                timed(b.holds.all, after["refold_after_compaction"])
+                timed(b.holds.all, after["fold_after_compaction_current"])
                 timed(lambda: snapshots.renew_pin(a, USER, pin["id"], ttl),  # noqa: B023
                       after["renew_after_compaction"])
                 timed(lambda: snapshots.release(a, USER, pin["id"], "pin"),  # noqa: B023
                       after["release_after_compaction"])
+                snapshots.create_pin(a, USER, SCOPE, None, None, ttl)
+                compact(a.tables.private(SYSTEM_NAMESPACE, snapshots.TABLE))
+                timed(b.holds.all, after["fold_after_compaction_behind"])
             return {"ended": size, "live": max(1, size // 10), "seed_s": round(seeded, 2),
                     **{k: summary(v) for k, v in {**times, **after}.items()}}
         finally:

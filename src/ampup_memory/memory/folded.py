@@ -8,8 +8,12 @@ release, and a read of a pin through another server, cost more with every hold e
 (leak audit, session 32; docs/performance.md). Now a server
 
 - reads only the data files it has not folded yet when the table moves (a write is one
-  small file); when files went (compaction rewrote them into one) it folds again from
-  nothing, once per compaction;
+  small file). Files go only when compaction rewrites them, row for row, into new ones
+  (these tables lose no row: no delete, no orphan-row cleanup, which needs a
+  ``commit_id``). So when the files that went hold exactly as many rows as every file
+  not folded yet, those are the rewrite and nothing else: every row in them is folded
+  already and none is read. Otherwise (another server also appended, or wrote and
+  compacted before this one looked) it folds again from nothing, in Arrow;
 - drops, in Arrow, the rows of every id that can no longer count (an ended hold, a
   dropped workspace) before any Python object is made of them, and keeps in memory only
   the entries that still count (``kept``);
@@ -73,7 +77,7 @@ class Folded(Generic[T]):
         self._may_count = may_count
         self._seen: int | None = None  # the table's snapshot the entries were folded at
         self._seq = -1  # its sequence number
-        self._files: set[str] = set()  # its data files, every row of them folded
+        self._files: dict[str, int] = {}  # its data files (every row folded): row counts
         self._entries: dict[str, T] = {}
         self._lock = threading.Lock()
 
@@ -95,18 +99,22 @@ class Folded(Generic[T]):
             if sid == self._seen or seq < self._seq:  # folded already, or further
                 return self._entries
             tasks = [] if sid is None else list(table.scan(snapshot_id=sid).plan_files())
-            paths = {t.file.file_path for t in tasks}
+            paths = {t.file.file_path: t.file.record_count for t in tasks}
             entries, files = self._entries, self._files
-            if not files <= paths:  # files rewritten (compaction): from nothing
-                entries, files = {}, set()
             new = [t for t in tasks if t.file.file_path not in files]
+            gone = [n for path, n in files.items() if path not in paths]
+            if gone and sum(gone) == sum(t.file.record_count for t in new):
+                new = []  # a rewrite of rows folded already (see the module's doc)
+            elif gone:  # files rewritten with rows not folded here: from nothing
+                entries, files = {}, {}
+                new = tasks
             if new:
                 rows = ArrowScan(table.metadata, table.io, table.schema(),
                                  AlwaysTrue()).to_table(new)
                 entries = self._folded_in(entries, table, sid, rows)
             # Entries before the snapshot they are at: a reader without the lock that
             # finds the new snapshot finds its entries.
-            self._entries, self._files, self._seq = entries, paths, seq
+            self._entries, self._files, self._seq = entries, dict(paths), seq
             self._seen = sid
             return entries
 
