@@ -12,7 +12,9 @@ pin (B). Then three times: a pin made and read by B, the holds table compacted (
 small files, the seeded one among them, rewritten into one), and timed: B's next fold
 (B had folded every rewritten file: it reads none), a renew of that pin through A and
 its release; then a pin made through A, compacted again, and B's next fold (B was a
-write behind: it reads the rewritten file whole).
+write behind: it reads the rewritten file whole). Last, 10 ended pins asked for through
+B (each a first lookup by id, then kept) and 10 ids never made whose time falls among the
+seeded ones (a lookup reads the compacted file).
 Min and median in ms. The workspace registry likewise: N dropped workspaces seeded,
 then a workspace made through A and shown through B. PostgreSQL: an embedded server
 (tests/pg.py) holds the catalog and the read index. Results go to benchmarks/results/holds.json.
@@ -35,6 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "src"))
+from ampup_memory.errors import Gone, NotFound  # noqa: E402
 from ampup_memory.memory import snapshots  # noqa: E402
 from ampup_memory.memory.episodes import EpisodeIn  # noqa: E402
 from ampup_memory.memory.maintenance import compact  # noqa: E402
@@ -55,8 +58,9 @@ def summary(times: list[float]) -> dict[str, float]:
     return {"min_ms": ms(min(times)), "median_ms": ms(statistics.median(times)), "n": len(times)}
 
 
-def seed(svc: MemoryService, commit: str, ended: int, live: int) -> None:
-    """``ended`` released pins (a create row and a release row each) and ``live`` ones."""
+def seed(svc: MemoryService, commit: str, ended: int, live: int) -> list[str]:
+    """``ended`` released pins (a create row and a release row each) and ``live`` ones;
+    the ended ones' ids."""
     now = datetime.now(UTC)
     rows: list[dict[str, Any]] = []
     for i in range(ended + live):
@@ -70,6 +74,15 @@ def seed(svc: MemoryService, commit: str, ended: int, live: int) -> None:
             rows.append({**hold.row(), "released": True,
                          "updated_at": made + timedelta(seconds=1)})
     svc.tables.append_anew(SYSTEM_NAMESPACE, snapshots.TABLE, arrow(HOLDS, rows))
+    return [r["id"] for r in rows if r["released"]]
+
+
+def _answer(svc: MemoryService, pin_id: str) -> str:
+    try:
+        svc.holds.live(pin_id, snapshots.PIN)
+    except (Gone, NotFound) as exc:
+        return exc.code
+    return "live"
 
 
 def timed(fn: Callable[[], Any], into: list[float]) -> Any:
@@ -90,7 +103,7 @@ def run_size(env: dict[str, str], size: int, reps: int) -> dict[str, Any]:
             head = a.index.head(SCOPE, "main")
             assert head is not None
             t = time.perf_counter()
-            seed(a, head.commit_id, size, max(1, size // 10))
+            ended = seed(a, head.commit_id, size, max(1, size // 10))
             seeded = time.perf_counter() - t
             b.view(SCOPE)  # both have read the seeded table once before timing
             snapshots.read_view(a, SCOPE)
@@ -127,6 +140,14 @@ def run_size(env: dict[str, str], size: int, reps: int) -> dict[str, Any]:
                 snapshots.create_pin(a, USER, SCOPE, None, None, ttl)
                 compact(a.tables.private(SYSTEM_NAMESPACE, snapshots.TABLE))
                 timed(b.holds.all, after["fold_after_compaction_behind"])
+            # An ended id, first asked for (then kept), and an id never made whose time
+            # falls among the seeded ones: each a lookup in the compacted file.
+            for k in range(10):
+                gone = ended[(k * 7919) % len(ended)]
+                timed(lambda: _answer(b, gone), after.setdefault(  # noqa: B023
+                    "ended_id_first_lookup", []))
+                timed(lambda: _answer(b, gone[:-6] + "ZZZZZZ"), after.setdefault(  # noqa: B023
+                    "unknown_id_lookup", []))
             return {"ended": size, "live": max(1, size // 10), "seed_s": round(seeded, 2),
                     **{k: summary(v) for k, v in {**times, **after}.items()}}
         finally:
