@@ -270,7 +270,7 @@ def test_a_workspace_listing_reads_its_own_snapshots_as_a_scan_of_all_would(
     did (GET /workspaces/{id}/snapshots read all of them per request), for each workspace,
     after a release, and after another process took a snapshot (the table moved)."""
     from ampup_memory.memory.service import MemoryService
-    from ampup_memory.memory.snapshots import SNAPSHOT
+    from ampup_memory.memory.snapshots import SNAPSHOT, TABLE, fold
     from ampup_memory.settings import Settings
 
     m, home, env = shared
@@ -287,7 +287,8 @@ def test_a_workspace_listing_reads_its_own_snapshots_as_a_scan_of_all_would(
     svc = MemoryService.open(settings)
     try:
         def scanned(org: str) -> list[str]:
-            return sorted(h.id for h in svc.holds.all().values()
+            every = fold(svc.tables.system(TABLE).scan().to_arrow().to_pylist())
+            return sorted(h.id for h in every.values()
                           if h.kind == SNAPSHOT and h.workspace == org)
 
         def agree(counts: list[int]) -> None:
@@ -738,3 +739,31 @@ def test_a_delete_racing_a_gc_pass_still_drops(tmp_path: Path) -> None:
         assert ws["id"] not in {w["id"] for w in svc.workspaces.listing("alice", False)}
     finally:
         svc.close()
+
+
+def test_a_server_keeps_no_dropped_workspace_and_answers_one_as_before(
+        shared: tuple[Memory, Path, dict[str, str]]) -> None:
+    """The registry kept every workspace ever made in each server's memory and folded all
+    of its rows again whenever it moved (leak audit, session 32). A dropped workspace is
+    now left out (and its rows read by no Python code); it answers as before: the same
+    404 to GET, a write to its scope 404 `WORKSPACE_GONE`, nothing for gc to drop. A live
+    one and one deleted but not yet dropped stay known."""
+    from ampup_memory.memory.service import MemoryService
+    from ampup_memory.settings import Settings
+
+    m, home, env = shared
+    kept, dropped = create(m, name="kept")["id"], create(m, name="dropped")["id"]
+    assert m.write(f"{dropped}/t", "hello").status_code == 201
+    assert m.http.delete(f"/workspaces/{dropped}").json()["dropped"] is True
+    svc = MemoryService.open(Settings.model_validate({**env,
+                                                      "AMPUP_MEMORY_HOME": str(home)}))
+    try:
+        known = svc.workspaces.all()
+        assert kept in known and dropped not in known
+        assert error(m.http.get(f"/workspaces/{dropped}"))[:2] == (404, "NOT_FOUND")
+        assert error(m.write(f"{dropped}/t", "again"))[:2] == (404, "WORKSPACE_GONE")
+        assert svc.workspaces.gc()["dropped"] == []
+        assert m.http.get(f"/workspaces/{kept}").status_code == 200
+    finally:
+        svc.close()
+        m.http.delete(f"/workspaces/{kept}")

@@ -16,9 +16,12 @@ row per id wins and a release is final (a renew racing a release on another serv
 bring the hold back). A change reads the hold and appends its next row under one lock per
 process, and answers with the hold as the table says right after its own append (without
 both, a release racing a renew answered the expiry the renew had just replaced). Several
-servers on one catalog share the table; each keeps it folded in memory and re-reads it
-only when the table's snapshot moved, so a held read costs one catalog lookup (the same
-indexed query every read already makes for principals).
+servers on one catalog share the table; each keeps in memory only the holds that may be
+live, folded, and reads only the table's new data files when its snapshot moved
+(folded.py), so a held read costs one catalog lookup (the same indexed query every read
+already makes for principals) however many holds were ever made. An ended hold (released
+or expired) is looked up in the table by its id when asked for, and answers as it always
+did (410, its ``GET`` the ended hold).
 
 Maintenance (the ``protected`` hook, maintenance.py): our reads do not need old Iceberg
 snapshots. They are served from the read index by ledger seq, and the read index is
@@ -47,8 +50,10 @@ from pydantic import WithJsonSchema
 from pyiceberg.table import Table
 from ulid import ULID
 
+from ampup_memory.caches import Kept
 from ampup_memory.errors import Conflict, Gone, NotFound, NotYours, field_error
 from ampup_memory.memory.acl import require_id
+from ampup_memory.memory.folded import Folded, current_snapshot, rows_of
 from ampup_memory.memory.ledger import BRANCH, ULID_TEXT, given_commit
 from ampup_memory.memory.maintenance import tidy
 from ampup_memory.memory.readindex import ReadIndex
@@ -84,6 +89,8 @@ SnapshotText = Annotated[str, WithJsonSchema({
     "description": "Read the head this snapshot holds for the scope and branch (give no "
     "at_commit)."})]
 TABLE = "holds"
+# Ended holds a server keeps after looking one up by id (a read with a released pin).
+ENDED_KEPT = 1024
 
 
 def utcnow() -> datetime:
@@ -189,17 +196,19 @@ def require_live(hold: Hold, kind: Kind, now: datetime) -> Hold:
 
 
 class Holds:
-    """The holds table, folded and cached; shared by every server on one catalog."""
+    """The holds table as a server needs it: the holds that may be live, folded in memory
+    (`Folded`: only a moved table's new files are read); an ended one (released or
+    expired) looked up in the table by its id when asked for. Shared by every server on
+    one catalog."""
 
     def __init__(self, tables: MemoryTables, index: ReadIndex) -> None:
         self.tables = tables
         self.index = index
-        self._seen: int | None = None  # holds table snapshot the cache was folded at
-        self._cache: dict[str, Hold] = {}
-        # The snapshots taken of each workspace, folded with the cache: a workspace's
-        # listing reads its own, not every hold of the server.
-        self._by_workspace: dict[str, tuple[Hold, ...]] = {}
-        self._lock = threading.Lock()
+        self._folded: Folded[Hold] = Folded(lambda: tables.system(TABLE), fold, Hold.row,
+                                            Hold.live, _may_be_live)
+        # Ended holds looked up by id: an ended hold never changes again (a release is
+        # final; an expired pin cannot be renewed), so one lookup answers for good.
+        self._ended: Kept[str, Hold] = Kept(ENDED_KEPT)
         # Held around a read of a hold and the append of its next row. A renew and a
         # release of one hold each read it, then append a row built from what they read:
         # interleaved, the later row undid the other's change (a release's row carried the
@@ -209,35 +218,24 @@ class Holds:
         self.changing = threading.Lock()
 
     def all(self) -> dict[str, Hold]:
-        """Every hold as the table says now (one catalog lookup unless it moved)."""
-        table = self.tables.system(TABLE)
-        snap = table.metadata.current_snapshot()  # one metadata object, read once
-        sid = snap.snapshot_id if snap is not None else None
-        if sid == self._seen:
-            return self._cache
-        with self._lock:
-            if sid != self._seen:
-                rows = ([] if sid is None else
-                        table.scan(snapshot_id=sid).to_arrow().to_pylist())
-                self._keep(fold(rows), sid)
-            return self._cache
-
-    def _keep(self, folded: dict[str, Hold], sid: int | None) -> None:
-        """Cache ``folded`` (the table at snapshot ``sid``); under ``_lock``."""
-        by_workspace: dict[str, list[Hold]] = {}
-        for hold in folded.values():
-            if hold.kind == SNAPSHOT and hold.workspace is not None:
-                by_workspace.setdefault(hold.workspace, []).append(hold)
-        self._by_workspace = {ws: tuple(held) for ws, held in by_workspace.items()}
-        self._cache, self._seen = folded, sid
+        """The holds that may be live, as the table says now (one catalog lookup unless it
+        moved; then only its new data files are read). Callers check ``live(now)``."""
+        return self._folded.current()
 
     def of_workspace(self, workspace_id: str) -> tuple[Hold, ...]:
-        """The snapshots taken of one workspace (released ones too), as the table says now."""
-        self.all()  # folds again when the table moved (a newer fold than it is no harm)
-        return self._by_workspace.get(workspace_id, ())
+        """The snapshots taken of one workspace (released ones too), as the table says now:
+        its rows only, looked up in the table."""
+        table = self.tables.system(TABLE)
+        held = fold(rows_of(table, current_snapshot(table), "workspace", workspace_id))
+        return tuple(h for h in held.values() if h.kind == SNAPSHOT)
 
     def get(self, hold_id: str, kind: Kind) -> Hold:
-        hold = self.all().get(hold_id)
+        table = self.tables.system(TABLE)
+        hold = self._folded.current(table).get(hold_id) or self._ended.get(hold_id)
+        if hold is None:
+            hold = fold(rows_of(table, current_snapshot(table), "id", hold_id)).get(hold_id)
+            if hold is not None and not hold.live(utcnow()):
+                self._ended.put(hold_id, hold)
         if hold is None or hold.kind != kind:
             raise NotFound(f"No such {kind}.", details={kind: hold_id})
         return hold
@@ -248,7 +246,9 @@ class Holds:
 
     def write(self, hold: Hold) -> Hold:
         """Append a new hold's first row; the hold as the table says right after."""
-        return self._append(hold.id, arrow(HOLDS, [hold.row()]))
+        row = hold.row()
+        self._append(arrow(HOLDS, [row]))
+        return fold([row])[hold.id]
 
     def change(self, hold_id: str, kind: Kind, make: Callable[[Hold], Hold]) -> Hold:
         """Append the hold's next row, ``make(hold)``, where ``hold`` is the hold as the
@@ -257,28 +257,36 @@ class Holds:
         refuse, e.g. 410 for a renewal of a released pin). The row's ``updated_at`` comes
         after every row of the hold before it, so rows count in the order they were
         appended (`fold`): a renewal and a release through two servers answer as the one
-        order the table keeps. Returns the hold as the table says right after."""
+        order the table keeps. Returns the hold as the table says right after: that
+        state and the row, folded (no row came between them)."""
+        landed: list[dict[str, Any]] = []
 
         def next_row(table: Table) -> pa.Table:
-            snap = table.metadata.current_snapshot()
-            rows = [] if snap is None else table.scan(snapshot_id=snap.snapshot_id
-                                                      ).to_arrow().to_pylist()
-            hold = fold(rows).get(hold_id)
+            hold = self._at(table, hold_id)
             if hold is None or hold.kind != kind:
                 raise NotFound(f"No such {kind}.", details={kind: hold_id})
             made = make(hold)
             after = hold.updated_at + timedelta(microseconds=1)
-            return arrow(HOLDS, [replace(made, updated_at=max(made.updated_at, after)).row()])
+            landed[:] = [hold.row(), replace(made, updated_at=max(made.updated_at, after)).row()]
+            return arrow(HOLDS, landed[1:])
 
-        return self._append(hold_id, next_row)
+        self._append(next_row)
+        return fold(landed)[hold_id]
 
-    def _append(self, hold_id: str, rows: pa.Table | Callable[[Table], pa.Table]) -> Hold:
-        table, sid = self.tables.append_anew(SYSTEM_NAMESPACE, TABLE, rows)
-        folded = fold(table.scan(snapshot_id=sid).to_arrow().to_pylist())
-        with self._lock:  # the next all() need not scan again, unless the table moved
-            self._keep(folded, sid)
+    def _at(self, table: Table, hold_id: str) -> Hold | None:
+        """The hold as ``table`` (a private object, at the snapshot an append asserts)
+        says: the folded one when this process has folded exactly that snapshot (only its
+        new files are read for it), else its rows looked up."""
+        sid = current_snapshot(table)
+        held = self._folded.current(table)
+        if self._folded.seen == sid and hold_id in held:
+            return held[hold_id]
+        return fold(rows_of(table, sid, "id", hold_id)).get(hold_id)
+
+    def _append(self, rows: pa.Table | Callable[[Table], pa.Table]) -> None:
+        table, _ = self.tables.append_anew(SYSTEM_NAMESPACE, TABLE, rows)
+        self._folded.current(table)  # the next all() reads nothing, unless the table moved
         tidy(self.tables, SYSTEM_NAMESPACE, TABLE)
-        return folded[hold_id]
 
     # -- reads --------------------------------------------------------------------------------
     def resolve(self, scope_text: object, branch_text: object, at_commit: str | None,
@@ -353,6 +361,21 @@ def _namespace(scope: str) -> str | None:
         return parse_scope(scope).namespace
     except Exception:  # a stored key is always valid; never let upkeep fail on one
         return None
+
+
+def _may_be_live(rows: pa.Table, now: datetime) -> pa.ChunkedArray:
+    """Rows of ids with a row neither released nor expired and no release row: an ended
+    hold's rows are left in Arrow (`Folded`)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ids, released = rows.column("id"), pc.fill_null(rows.column("released"), False)
+    expires = rows.column("expires_at")
+    later = pc.fill_null(pc.greater(expires, pa.scalar(now, type=expires.type)), False)
+    open_ = pc.and_(pc.invert(released), pc.or_(pc.is_null(expires), later))
+    ended = pc.unique(pc.filter(ids, released))
+    maybe = pc.unique(pc.filter(ids, open_))
+    return pc.and_(pc.is_in(ids, value_set=maybe), pc.invert(pc.is_in(ids, value_set=ended)))
 
 
 # -- operations (REST, MCP and the CLI call these) -------------------------------------------

@@ -43,7 +43,7 @@ from pyiceberg.exceptions import (
     NoSuchTableError,
     TableAlreadyExistsError,
 )
-from pyiceberg.expressions import BooleanExpression, GreaterThanOrEqual, In
+from pyiceberg.expressions import BooleanExpression, EqualTo, GreaterThanOrEqual, In
 from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
@@ -604,10 +604,14 @@ def arrow(schema: pa.Schema, rows: list[dict[str, object]]) -> pa.Table:
 
 
 # pyiceberg's predicates are pydantic models with a custom __new__ that mypy cannot follow;
-# these two wrappers keep the ignores in one place.
+# these wrappers keep the ignores in one place.
 def is_in(column: str, values: Iterable[str]) -> BooleanExpression:
     return In(column, set(values))  # type: ignore[call-arg,arg-type]
 
 
 def at_least(column: str, value: str) -> BooleanExpression:
     return GreaterThanOrEqual(column, value)  # type: ignore[call-arg,arg-type]
+
+
+def equal_to(column: str, value: str) -> BooleanExpression:
+    return EqualTo(column, value)  # type: ignore[call-arg,arg-type]

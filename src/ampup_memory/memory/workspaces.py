@@ -9,7 +9,9 @@ recreated by a late write (404 ``WORKSPACE_GONE``).
 Storage: ``memory_system.workspaces`` (Iceberg), one row per change. A workspace's state
 only moves forward (live → deleted → dropped), so per id the row with the furthest state
 wins (newest ``updated_at`` among equals): servers sharing one catalog agree without a
-compare-and-set. Each process caches the table's rows keyed by its snapshot id.
+compare-and-set. Each process keeps the workspaces not dropped yet, folded, and reads
+only the table's new data files when its snapshot moved (folded.py); a dropped one answers
+as one never made (gone), so it is not kept.
 
 Two checks sit on the commit path, both one regex match and nothing else for a scope that
 is not a workspace's: :meth:`Workspaces.require_live` (every view and every commit) and
@@ -36,7 +38,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyiceberg.exceptions import NoSuchNamespaceError, NoSuchTableError
@@ -45,6 +47,7 @@ from sqlalchemy import LargeBinary, cast, delete, func, select
 from ampup_memory.errors import Conflict, NotFound
 from ampup_memory.memory.episodes import Prepared
 from ampup_memory.memory.facts import FactRecord
+from ampup_memory.memory.folded import Folded
 from ampup_memory.memory.maintenance import Protected, tidy
 from ampup_memory.memory.readindex import (
     DEFAULT_LEASE,
@@ -67,6 +70,9 @@ from ampup_memory.progress import Progress, ticker
 from ampup_memory.ruled import published, ruled
 from ampup_memory.timefmt import TtlText, parse_ttl, utc_text
 from ampup_memory.web.body import JsonInt
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("ampup_memory.memory")
 
@@ -159,6 +165,31 @@ class Workspace:
         return out
 
 
+def fold(rows: list[dict[str, Any]]) -> dict[str, Workspace]:
+    """Per id the row with the furthest state (newest ``updated_at`` among equals)."""
+    known: dict[str, Workspace] = {}
+    for row in rows:
+        ws = Workspace.from_row(row)
+        have = known.get(ws.id)
+        if have is None or (_RANK[ws.state], ws.updated_at) >= (
+                _RANK[have.state], have.updated_at):
+            known[ws.id] = ws
+    return known
+
+
+def _not_dropped(ws: Workspace, now: datetime) -> bool:
+    return ws.state != DROPPED
+
+
+def _never_dropped(rows: pa.Table, now: datetime) -> pa.ChunkedArray:
+    """Rows of ids with no ``dropped`` row (a dropped workspace's rows stay in Arrow)."""
+    import pyarrow.compute as pc
+
+    ids = rows.column("id")
+    dropped = pc.unique(pc.filter(ids, pc.equal(rows.column("state"), DROPPED)))
+    return pc.invert(pc.is_in(ids, value_set=dropped))
+
+
 def gone(org: str) -> NotFound:
     return NotFound(f"No live workspace {org}: it has expired, was deleted or never "
                     "existed. Create a new one with POST /workspaces.",
@@ -183,31 +214,16 @@ class Workspaces:
         self.lease_ttl = DEFAULT_LEASE  # AMPUP_MEMORY_LEASE_SECONDS (MemoryService.open)
         # Called with a scope's name as it is dropped (the search index clears its rows).
         self.dropped: list[Callable[[str], None]] = []
-        self._lock = threading.Lock()
-        self._seen: int | None = -1
-        self._known: dict[str, Workspace] = {}
+        self._folded: Folded[Workspace] = Folded(lambda: tables.system(TABLE), fold,
+                                                 Workspace.row, _not_dropped, _never_dropped)
 
     # -- the registry -------------------------------------------------------------------------
     def all(self) -> dict[str, Workspace]:
-        """Every workspace ever made, its furthest state each; re-read only when the table's
-        snapshot moved (one catalog query otherwise)."""
-        table = self.tables.system(TABLE)
-        snap = table.metadata.current_snapshot()
-        sid = snap.snapshot_id if snap is not None else None
-        with self._lock:
-            if sid == self._seen:
-                return self._known
-        known: dict[str, Workspace] = {}
-        if sid is not None:
-            for row in table.scan(snapshot_id=sid).to_arrow().to_pylist():
-                ws = Workspace.from_row(row)
-                have = known.get(ws.id)
-                if have is None or (_RANK[ws.state], ws.updated_at) >= (
-                        _RANK[have.state], have.updated_at):
-                    known[ws.id] = ws
-        with self._lock:
-            self._seen, self._known = sid, known
-        return known
+        """Every workspace not dropped yet (live, or ended and still to drop), its furthest
+        state each, as the table says now (`Folded`: one catalog query unless it moved,
+        then only its new files). A dropped one answers as one never made: gone
+        (``require_live``), 404 (``visible``), nothing left to drop (``gc``)."""
+        return self._folded.current()
 
     def _record(self, ws: Workspace) -> None:
         self.tables.append_anew(SYSTEM_NAMESPACE, TABLE, arrow(WORKSPACES, [ws.row()]))
