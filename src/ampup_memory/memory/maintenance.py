@@ -148,7 +148,15 @@ def delete_orphan_files(table: Table, older_than: datetime) -> int:
         if info.type != pafs.FileType.File or info.path in keep:
             continue
         if info.mtime is not None and info.mtime.astimezone(UTC) < older_than:
-            filesystem.delete_file(info.path)
+            try:
+                filesystem.delete_file(info.path)
+            except OSError as exc:
+                if not warehouse.not_found(exc):
+                    raise
+                # Gone since the listing: another server's orphan pass, or the deleter of
+                # superseded metadata files (`warehouse.DELETES`), which runs after a
+                # commit and may still be behind it when this lists the folder.
+                continue
             count += 1
     return count
 

@@ -250,6 +250,14 @@ class WarehouseIO(PyArrowFileIO):
             super().delete(location)
 
 
+def not_found(exc: OSError) -> bool:
+    """Whether a filesystem error says the file is not there (pyarrow's local filesystem
+    raises ``FileNotFoundError``; on S3 it may be an ``OSError`` saying so, which pyiceberg
+    reads the same way)."""
+    return isinstance(exc, FileNotFoundError) or exc.errno == 2 \
+        or "Path does not exist" in str(exc)
+
+
 def is_s3(location: str) -> bool:
     return urlsplit(location).scheme in S3_SCHEMES
 
