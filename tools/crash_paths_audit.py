@@ -81,6 +81,8 @@ from tools.race_audit import (
     serving,
 )
 
+from ampup_memory.ops.backup import BACKUP_UNFINISHED, MANIFEST, RESTORE_UNFINISHED
+
 CLI_LIMIT = 300.0
 
 
@@ -333,6 +335,14 @@ def index_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str
 # ---------------------------------------------------------------- backup and restore
 
 
+def finished(folder: Path, marker: str, made: str | None = None) -> bool:
+    """Whether a killed backup or restore into ``folder`` had finished: something written
+    (``made``, when named), and no ``marker`` (in place from its first write to its
+    last)."""
+    return folder.is_dir() and any(folder.iterdir()) and not (folder / marker).exists() \
+        and (made is None or (folder / made).is_file())
+
+
 def backup_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, str],
                 home: Path, rounds: int, rng: random.Random) -> None:
     scope = loaded_scope(audit, env, home)
@@ -348,6 +358,11 @@ def backup_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, st
         code, _, _ = run_cli(audit, env, "backup", str(dest),
                              kill_after=rng.uniform(0.1, 0.9) * whole_backup)
         audit.count(f"backups {code}")
+        if code == "killed" and finished(dest, BACKUP_UNFINISHED, MANIFEST):
+            # Killed after its last write (the manifest in place, the marker gone): a whole
+            # backup, which the same command rightly refuses to write over.
+            audit.count("backups killed after they finished")
+            code = 0
         if code != "killed":
             shutil.rmtree(dest)
         code, out, err = run_cli(audit, env, "backup", str(dest))
@@ -362,6 +377,9 @@ def backup_path(audit: CrashAudit, procs: list[ServerProcess], env: dict[str, st
         code, _, _ = run_cli(audit, env, "restore", str(dest), "--home", str(target),
                              kill_after=rng.uniform(0.1, 0.9) * whole_restore)
         audit.count(f"restores {code}")
+        if code == "killed" and finished(target, RESTORE_UNFINISHED):
+            audit.count("restores killed after they finished")  # a whole home, as above
+            code = 0
         if code != "killed":
             shutil.rmtree(target)
         elif target.exists():
