@@ -68,6 +68,15 @@ def _listing_invalid(cursor: str) -> str:
             f"{cursor} id)")
 
 
+def _recorded(request: Request, done: runs.Recorded, collection: str) -> JSONResponse:
+    """A run or session written once (`runs.write_once`): 201 with its ``Location`` when
+    this request wrote it, 200 when a retry with its idempotency_key found it."""
+    wire = done.wire()
+    if not done.created:
+        return JSONResponse(wire)
+    return created(request, wire, f"{collection}/{wire['id']}")
+
+
 RunIdP = Annotated[str, Path(max_length=64, description="A run id (run_…).")]
 SessionIdP = Annotated[str, Path(max_length=sessions.MAX_SESSION_ID,
                                   description="A session id (ses_…).")]
@@ -85,9 +94,7 @@ SessionIdP = Annotated[str, Path(max_length=sessions.MAX_SESSION_ID,
 async def record_run(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(runs.RecordRun, await request.body())
     done = await run_in_threadpool(runs.record_run, service(request), user, req)
-    if not done.created:
-        return JSONResponse(done.wire())
-    return created(request, done.wire(), f"/runs/{done.wire()['id']}")
+    return _recorded(request, done, "/runs")
 
 
 @router.post("/runs/reward", status_code=201, responses=errors({
@@ -147,9 +154,7 @@ def get_run(request: Request, user: UserDep, run_id: RunIdP) -> dict[str, Any]:
 async def start_session(request: Request, user: UserDep) -> JSONResponse:
     req = parse_body(sessions.StartSession, await request.body())
     done = await run_in_threadpool(sessions.start_session, service(request), user, req)
-    if not done.created:
-        return JSONResponse(done.wire())
-    return created(request, done.wire(), f"/sessions/{done.wire()['id']}")
+    return _recorded(request, done, "/sessions")
 
 
 @router.post("/sessions/end", responses=errors({
