@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 
-from tests.memory_support import QUIET
+from tests.memory_support import QUIET, cli_in_process
 from tests.pg import PostgresFactory
 from tests.s3 import ACCESS_KEY, REGION, SECRET_KEY, S3Server, s3  # noqa: F401  (fixture)
 from tests.server_process import ServerProcess
@@ -88,6 +88,12 @@ def test_a_catalog_dump_restores_with_the_bucket_rewound_to_it(
         ServerProcess(tmp_path / "restored", env=restored).start()
     assert "cannot use the Iceberg warehouse" in str(stopped.value)
     assert "metadata.json" in str(stopped.value)
+    # doctor, run first as deployment.md says, names what `serve` would stop on.
+    said = cli_in_process(tmp_path / "restored", restored, "doctor")
+    assert said.returncode == 1, said.stdout
+    warehouse = next(x for x in said.stdout.splitlines() if "  warehouse: " in x)
+    assert warehouse.startswith("FAIL") and "have no current metadata file" in warehouse, \
+        warehouse
 
     removed = 0
     for page in client.get_paginator("list_object_versions").paginate(Bucket=bucket):
@@ -97,6 +103,8 @@ def test_a_catalog_dump_restores_with_the_bucket_rewound_to_it(
                                      VersionId=marker["VersionId"])
                 removed += 1
     assert removed > 0
+    said = cli_in_process(tmp_path / "restored", restored, "doctor")
+    assert said.returncode == 0, said.stdout
     with ServerProcess(tmp_path / "restored", env=restored) as proc:
         assert _reads(proc.url) == at_dump
         _write(proc.url, 9, 10)  # and the restored memory takes writes again

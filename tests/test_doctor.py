@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 import subprocess
 import uuid
 from pathlib import Path
@@ -145,6 +146,36 @@ def test_a_changed_warehouse_on_a_home_with_tables_is_refused(tmp_path: Path) ->
     assert lines["catalog"].startswith("ok"), lines
     done = cli_in_process(home, {}, "load", str(corpus), "--scope", "acme/other")
     assert done.returncode == 0, done.stderr
+
+
+def test_doctor_names_tables_whose_current_metadata_file_is_gone(tmp_path: Path) -> None:
+    """A catalog restored from a dump without the warehouse as of the dump names metadata
+    files later commits deleted: `serve` stops on them. doctor said ok (it only wrote a
+    probe object); it now finds each table's current metadata file and names the lost."""
+    home = tmp_path / "home"
+    corpus = tmp_path / "a.txt"
+    corpus.write_text("Dana: the renewal is set at 120 seats\n")
+    assert cli_in_process(home, {}, "load", str(corpus), "--scope", "acme/sales").returncode == 0
+    done = cli_in_process(home, {}, "doctor")
+    assert done.returncode == 0, done.stdout + done.stderr
+    warehouse_line = _lines(done.stdout)["warehouse"]
+    assert "the current metadata file of each of the catalog's" in warehouse_line
+    tables = int(warehouse_line.rsplit("catalog's ", 1)[1].split()[0])
+    assert tables >= 2, warehouse_line  # the scope's tables and the system ones
+    with sqlite3.connect(home / "catalog.db") as catalog:
+        (location,) = catalog.execute(
+            "SELECT metadata_location FROM iceberg_tables WHERE table_namespace = ? AND "
+            "table_name = ?", ("acme__sales", "episodes")).fetchone()
+    Path(urlsplit(location).path).unlink()
+    done = cli_in_process(home, {}, "doctor")
+    assert done.returncode == 1, done.stdout
+    lines = _lines(done.stdout)
+    assert lines["warehouse"].startswith("FAIL"), lines
+    assert f"1 of the catalog's {tables} tables have no current metadata file" \
+        in lines["warehouse"], lines["warehouse"]
+    assert "acme__sales.episodes" in lines["warehouse"]
+    assert lines["catalog"].startswith("ok"), lines
+    assert "Traceback" not in done.stderr
 
 
 def test_doctor_before_the_first_serve_says_the_home_will_be_created(tmp_path: Path) -> None:

@@ -14,9 +14,10 @@ import os
 import re
 import sqlite3
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ampup_memory.errors import disk_full, driver_said, pgvector_fix
@@ -28,6 +29,10 @@ from ampup_memory.settings import (
     mask_secrets,
     mask_uri,
 )
+
+if TYPE_CHECKING:
+    from pyiceberg.io import FileIO
+    from sqlalchemy import Engine
 
 CONNECT_TIMEOUT_SECONDS = 5
 
@@ -263,32 +268,114 @@ def _warehouse_check(settings: Settings) -> Callable[[], str]:
                 except OSError:  # something else came to live there meanwhile: it stays
                     break
         _tables_under(settings, props["warehouse"])
-        return "wrote, read back and deleted a probe object"
+        tables = _metadata_present(settings, io, location)
+        said = "wrote, read back and deleted a probe object"
+        if tables:
+            said += f"; the current metadata file of each of the catalog's {tables} " \
+                "tables is there"
+        return said
     return probe
+
+
+@contextlib.contextmanager
+def _catalog(settings: Settings) -> Iterator[Engine | None]:
+    """An engine on the configured catalog, or None for an embedded one not made yet."""
+    from sqlalchemy import create_engine
+
+    from ampup_memory.memory.tables import sqlalchemy_url
+    from ampup_memory.ops.backup import sqlite_file
+
+    uri = settings.resolved_catalog_uri
+    db = sqlite_file(uri)
+    if db is not None and not db.exists():
+        yield None
+        return
+    engine = create_engine(sqlalchemy_url(uri, setting="AMPUP_MEMORY_CATALOG_URI"))
+    try:
+        yield engine
+    finally:
+        engine.dispose()
 
 
 def _tables_under(settings: Settings, location: str) -> None:
     """Raise where the catalog's tables were made under another warehouse (what `serve`
     would refuse to start on). A catalog not made yet, or not reachable (its own check
     says why), has nothing to compare."""
-    from sqlalchemy import create_engine
+    from ampup_memory.memory.tables import moved_warehouse, table_outside
 
-    from ampup_memory.memory.tables import moved_warehouse, sqlalchemy_url, table_outside
-    from ampup_memory.ops.backup import sqlite_file
-
-    uri = settings.resolved_catalog_uri
-    db = sqlite_file(uri)
-    if db is not None and not db.exists():
-        return
-    engine = create_engine(sqlalchemy_url(uri, setting="AMPUP_MEMORY_CATALOG_URI"))
-    try:
-        stray = table_outside(engine, location)
-    except Exception:  # noqa: BLE001 - the catalog's own check reports an unreachable one
-        return
-    finally:
-        engine.dispose()
+    with _catalog(settings) as engine:
+        if engine is None:
+            return
+        try:
+            stray = table_outside(engine, location)
+        except Exception:  # noqa: BLE001 - the catalog's own check reports an unreachable one
+            return
     if stray is not None:
         raise ValueError(moved_warehouse(location, stray))
+
+
+def _catalog_locations(settings: Settings) -> list[tuple[str, str, str]]:
+    """``(namespace, table, current metadata file)`` of every table the catalog names; []
+    for a catalog not made yet or not reachable (its own check says why)."""
+    from pyiceberg.catalog.sql import IcebergTables
+    from sqlalchemy import inspect, select
+
+    from ampup_memory.memory.tables import CATALOG_NAME
+
+    stmt = select(IcebergTables.table_namespace, IcebergTables.table_name,
+                  IcebergTables.metadata_location).where(
+        IcebergTables.catalog_name == CATALOG_NAME)
+    with _catalog(settings) as engine:
+        if engine is None:
+            return []
+        try:
+            with engine.connect() as conn:
+                if not inspect(conn).has_table(IcebergTables.__tablename__):
+                    return []
+                return [(ns, name, loc) for ns, name, loc in conn.execute(stmt) if loc]
+        except Exception:  # noqa: BLE001 - the catalog's own check reports an unreachable one
+            return []
+
+
+def _metadata_present(settings: Settings, io: FileIO, location: str) -> int:
+    """How many tables the catalog names, once each one's current metadata file is found
+    in the warehouse; raise OSError naming the missing ones. A catalog restored from a
+    dump without the bucket as of the dump names files a few commits have since deleted:
+    `serve` then stops on the first table it opens (docs/deployment.md, Backups), and the
+    probe object alone said nothing of it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import pyarrow.fs as pafs
+
+    from ampup_memory.memory import warehouse
+
+    tables = _catalog_locations(settings)
+    if not tables:
+        return 0
+    fs, _ = warehouse.filesystem(io, location)
+
+    def missing(entry: tuple[str, str, str]) -> bool:
+        _, _, meta = entry
+        try:
+            info = fs.get_file_info(warehouse.filesystem(io, meta)[1])
+        except OSError as exc:
+            if warehouse.not_found(exc):
+                return True
+            raise
+        return bool(info.type == pafs.FileType.NotFound)
+
+    # One HEAD a table on S3: in parallel, as a store's round trip is most of the cost.
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        gone = [t for t, lost in zip(tables, pool.map(missing, tables), strict=True) if lost]
+    if gone:
+        named = ", ".join(f"{ns}.{name} ({mask_uri(meta)})" for ns, name, meta in gone[:3])
+        more = f" and {len(gone) - 3} more" if len(gone) > 3 else ""
+        raise OSError(
+            f"{len(gone)} of the catalog's {len(tables)} tables have no current metadata "
+            f"file in the warehouse: {named}{more}. `serve` would stop on them. A catalog "
+            "restored from a dump needs the bucket as of the dump (docs/deployment.md, "
+            "Backups); files deleted outside the server cannot be made again here")
+    return len(tables)
 
 
 def _endpoint_check(base_url: str, api_key: str | None) -> Callable[[], str]:
