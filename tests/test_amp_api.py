@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -601,3 +602,20 @@ def test_a_manual_run_waits_for_a_live_pass_not_a_killed_one(
         r = http.post("/lifecycle/run", headers=ADMIN, json={}, timeout=90)
         assert r.status_code == 200, r.text
         assert time.monotonic() - start < 2.5
+
+
+def test_the_readme_try_it_block_runs(server: ServerProcess) -> None:
+    """README.md's "Try it" curls run as written: the cell is made, and the billing agent
+    its policy names finds it by search."""
+    readme = Path(__file__).resolve().parent.parent / "README.md"
+    section = readme.read_text().split("\n## Try it\n", 1)[1]
+    block = re.findall(r"^```bash\n(.*?)^```", section, re.S | re.M)[0]
+    script = "set -e -o pipefail\n" + block.replace("localhost:8765",
+                                                     server.url.removeprefix("http://"))
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    # curl prints each answer with no line break after it: two JSON values back to back.
+    created, end = json.JSONDecoder().raw_decode(ran.stdout)
+    found = json.loads(ran.stdout[end:])
+    assert created["access_policy"]["readable_by"] == ["agent_billing_*"]
+    assert created["id"] in [cell["id"] for cell in found["results"]], found

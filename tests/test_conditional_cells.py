@@ -3,9 +3,13 @@ both cell stores: the embedded SQLite server and two servers sharing one Postgre
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -307,3 +311,16 @@ def test_writers_holding_one_tag_exactly_one_wins(clients: list[httpx.Client],
     assert sorted(codes) == [200] + [412] * (writers - 1), codes
     winner = codes.index(200)
     assert text_of(clients[1], who, cell["id"]) == f"writer {winner}"
+
+
+def test_the_api_doc_conditional_write_example_runs(server: ServerProcess) -> None:
+    """docs/api.md's `sh` example (create, read the ETag, PATCH with If-Match) runs as
+    written against a real server and lands the edit."""
+    doc = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+    (block,) = re.findall(r"^```sh\n(.*?)^```", doc.read_text(), re.S | re.M)
+    script = "set -e -o pipefail\n" + block.replace("localhost:8765",
+                                                     server.url.removeprefix("http://"))
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0, ran.stderr
+    cell = json.loads(ran.stdout)
+    assert cell["content"]["text"] == "moved to Thursday", ran.stdout
