@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -68,3 +69,40 @@ def test_a_stdio_mcp_process_holds_the_lease_too(tmp_path: Path) -> None:
         mcp.stdin.close()  # the client went away: the process ends, and its lease
         mcp.wait(timeout=60)
     assert cli_in_process(tmp_path, {}, "index", "rebuild").returncode == 0
+
+
+@pytest.mark.postgres
+def test_a_server_takes_its_lease_again_after_its_connection_ends(
+        request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    """A database restart (here: the lease's own backend terminated, as a restart or an
+    operator's pg_terminate_backend ends it) ended a server's PostgreSQL lease for good,
+    so a rebuild could then run under the server. It takes the lease again on a new
+    connection within `KEEP_SECONDS`, and a rebuild is refused as before."""
+    import time
+
+    import psycopg
+
+    from ampup_memory.serving import KEEP_SECONDS
+    from tests.pg import PostgresFactory
+
+    pg: PostgresFactory = request.getfixturevalue("postgres")
+    url = pg.new_database("lease")
+    env = {**QUIET, "AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url}
+    database = urlsplit(url).path.lstrip("/")
+    holders = ("SELECT l.pid FROM pg_locks l JOIN pg_database d ON d.oid = l.database "
+               "WHERE l.locktype = 'advisory' AND l.mode = 'ShareLock' AND l.granted "
+               "AND d.datname = %s")
+    with serving(tmp_path, env) as server, \
+            psycopg.connect(pg.admin_url, autocommit=True) as admin:
+        (first,) = [pid for (pid,) in admin.execute(holders, (database,))]
+        admin.execute("SELECT pg_terminate_backend(%s)", (first,))
+        deadline = time.monotonic() + KEEP_SECONDS * 4
+        again: list[int] = []
+        while time.monotonic() < deadline and not again:
+            time.sleep(0.2)
+            again = [pid for (pid,) in admin.execute(holders, (database,)) if pid != first]
+        assert again, "the server did not take its lease again"
+        refused = cli_in_process(tmp_path, env, "index", "rebuild")
+        assert refused.returncode == 2 and SERVERS_RUNNING in refused.stderr, refused.stderr
+        assert "took the server's lease on the read index's database again" \
+            in server.log_path.read_text(), server.log_path.read_text()
