@@ -16,6 +16,12 @@ holds the maintenance lease, so no compaction or snapshot expiry deletes a file 
 The search and read indexes are derived (``ampup-memory index rebuild`` recreates them from
 the tables alone and answers identically), so a backup leaves them out and a restore
 rebuilds them.
+
+A restore with PostgreSQL or S3 settings (`into_fleet`: a laptop moving to several
+servers) writes the same backup into those stores: the cells through the cell stores' own
+code (`CellStore.copies` of the backup's file, `put_copies` of the target), the tables as
+rows as ever. Its unfinished state is marked in the cell store (`set_restore_mark`), where
+every server sees it; run again, it goes on where it stopped.
 """
 
 from __future__ import annotations

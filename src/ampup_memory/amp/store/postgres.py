@@ -439,6 +439,20 @@ def _written(c: CellColumns) -> tuple[Any, ...]:
     )
 
 
+def _insert_sql(unless_there: bool = False) -> str:
+    """A new cell's row (``unless_there``: a row with its id is left alone), with
+    `_insert_params`."""
+    return (f"INSERT INTO cells (id, access_count, last_accessed_at, {_WRITE_COLS},"
+            f" embedding) VALUES (%s, %s, %s, {_WRITE_MARKS}, %s::vector)"
+            + (" ON CONFLICT (id) DO NOTHING" if unless_there else ""))
+
+
+def _insert_params(stored: StoredCell, vector: list[float] | None) -> tuple[Any, ...]:
+    c = columns(stored)
+    return (c.id, c.access_count, c.last_accessed_at, *_written(c),
+            vector_literal(vector) if vector is not None else None)
+
+
 def _cosine(distance: float | None) -> float | None:
     if distance is None:
         return None
@@ -603,23 +617,10 @@ class PostgresStore:
             self._insert(conn, stored, vector)
 
     @classmethod
-    def _insert(cls, conn: Conn, stored: StoredCell, vector: list[float] | None, *,
-                unless_there: bool = False) -> bool:
+    def _insert(cls, conn: Conn, stored: StoredCell, vector: list[float] | None) -> None:
         """Insert one cell's row (its triggers fill the words, postings and filters
-        tables); whether it was written (``unless_there``: a row with its id is left
-        alone)."""
-        c = columns(stored)
-        cur = cls._execute(
-            conn,
-            f"INSERT INTO cells (id, access_count, last_accessed_at, {_WRITE_COLS},"
-            f" embedding) VALUES (%s, %s, %s, {_WRITE_MARKS}, %s::vector)"
-            + (" ON CONFLICT (id) DO NOTHING" if unless_there else ""),
-            (
-                c.id, c.access_count, c.last_accessed_at, *_written(c),
-                vector_literal(vector) if vector is not None else None,
-            ),
-        )
-        return cur.rowcount == 1
+        tables)."""
+        cls._execute(conn, _insert_sql(), _insert_params(stored, vector))
 
     def get(self, cell_id: str) -> StoredCell | None:
         with self._conn() as conn:
@@ -1154,16 +1155,26 @@ class PostgresStore:
                          tuple(patches.get(r[6], ()))) for r in rows]
 
     def put_copies(self, copies: Sequence[CellCopy]) -> int:
-        written = 0
-        with self._conn() as conn, conn.transaction():
-            for copy in copies:
-                if not self._insert(conn, copy.stored, copy.vector, unless_there=True):
-                    continue
-                written += 1
-                for at in copy.scoring_patches:
-                    self._execute(conn, "INSERT INTO scoring_patches (cell_id, at)"
-                                  " VALUES (%s, %s)", (copy.stored.cell.id, to_utc(at)))
-        return written
+        if not copies:
+            return 0
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            # `_insert`'s statement for every cell, pipelined (one round trip, not one a
+            # cell); RETURNING names the cells written, whose scoring patches follow.
+            cur.executemany(
+                _insert_sql(unless_there=True) + " RETURNING id",
+                [_params(_insert_params(copy.stored, copy.vector)) for copy in copies],
+                returning=True)
+            written: set[str] = set()
+            while True:
+                written.update(str(r[0]) for r in cur.fetchall())
+                if not cur.nextset():
+                    break
+            patches = [(copy.stored.cell.id, to_utc(at)) for copy in copies
+                       if copy.stored.cell.id in written for at in copy.scoring_patches]
+            if patches:
+                cur.executemany("INSERT INTO scoring_patches (cell_id, at) VALUES (%s, %s)",
+                                [_params(p) for p in patches])
+        return len(written)
 
     def restore_mark(self) -> str | None:
         with self._conn() as conn:
