@@ -345,6 +345,14 @@ def test_a_restore_stopped_midway_runs_again_and_finishes(
                 ops.restore(Settings(), laptop.backup, step)
         return seen
 
+    # A server started on the empty stores before the move: the restore marks them, finds
+    # the server by its lease and stops there; with it stopped, the same command goes on.
+    with ServerProcess(tmp_path / "early", env=fleet) as early:
+        busy = cli_in_process(tmp_path / "mover", fleet, "restore", str(laptop.backup))
+        assert busy.returncode == 2, busy.stderr
+        assert "a server is using this store" in busy.stderr, busy.stderr
+        assert _fleet_holds(fleet)["count"] == 0
+        early.stop()
     assert stopped_after(2) == ["AMP cells", "AMP cells"]
     assert _fleet_holds(fleet)["count"] == 6  # two batches of 3 of the 7
     refused = cli_in_process(tmp_path / "server", fleet, "status")

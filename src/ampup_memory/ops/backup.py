@@ -435,14 +435,14 @@ def _mark(manifest: dict[str, Any]) -> str:
 
 
 def _held(store: CellStore, tables: MemoryTables) -> list[str]:
-    """What the fleet's stores hold already (a restore writes into empty ones only)."""
+    """What the fleet's stores hold already (a restore writes into empty ones only). A
+    server started on them before holds nothing that counts: its lifecycle passes over
+    no cell (the backup's history is added to them), its empty system tables."""
     found = []
     if n := store.count():
         found.append(f"AMP cells ({n})")
     if n := len(store.list_keys()):
         found.append(f"API keys ({n})")
-    if store.recent_passes(1):
-        found.append("a lifecycle history")
     written = [f"{ns}.{name}" for ns, name in sorted(_locations(tables))
                if _rows_held(tables, ns, name) is not None]
     if written:
@@ -454,6 +454,7 @@ def _held(store: CellStore, tables: MemoryTables) -> list[str]:
 def _restore_into_fleet(settings: Settings, src: Path, manifest: dict[str, Any],
                         step: Step) -> dict[str, Any]:
     from ampup_memory.amp.store.registry import open_store
+    from ampup_memory.serving import alone
 
     ensure_home(settings)
     mark = _mark(manifest)
@@ -475,6 +476,11 @@ def _restore_into_fleet(settings: Settings, src: Path, manifest: dict[str, Any],
                 raise BackupError(f"these stores hold an unfinished restore of another "
                                   f"backup ({found}); run that restore again to finish "
                                   "it, or start over with new databases")
+            # Marked: no server starts on the stores from now on. One started before is
+            # found by the lease every server holds on the index (refused: stop it and run
+            # the same command again).
+            with alone(settings):
+                pass
             cells = _copy_cells(store, src, manifest, settings.home, step)
             rows = _restore_tables(tables, src, manifest, step)
         finally:
