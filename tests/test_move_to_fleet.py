@@ -378,3 +378,18 @@ def test_a_restore_stopped_midway_runs_again_and_finishes(
     assert _fleet_holds(fleet) == laptop.held
     servers[0].start(timeout=120)
     _same_answers(laptop.reads, _reads(servers[0].url, laptop.written))
+
+
+def test_a_fleet_with_another_embedder_gets_every_vector_from_it(
+        laptop: Laptop, fleet: dict[str, str], tmp_path: Path) -> None:
+    """The laptop's vectors come with their embedder's record; a fleet embedding with
+    another (here another width) has every cell re-embedded by the restore's last step,
+    and only the vectors change."""
+    other = {**fleet, "AMP_EMBEDDING_DIMENSIONS": "64"}
+    done = cli_in_process(tmp_path / "mover", other, "restore", str(laptop.backup))
+    assert done.returncode == 0, done.stderr
+    store = _fleet_holds(other)
+    assert json.loads(done.stdout)["cell_store"]["reembedded"] == laptop.held["count"]
+    assert store["model"].dimensions == 64 != laptop.held["model"].dimensions
+    assert {len(c.vector) for c in store["cells"]} == {64}
+    assert [c.stored for c in store["cells"]] == [c.stored for c in laptop.held["cells"]]

@@ -650,6 +650,6 @@ def restore_steps(settings: Settings, src: Path) -> int:
             steps += 1
         else:
             with contextlib.closing(sqlite3.connect(
-                    f"file:{_inside(src, f['path'])}?mode=ro", uri=True)) as conn:
+                    f"file:{_inside(src, f['path'])}?mode=ro&immutable=1", uri=True)) as conn:
                 steps += int(conn.execute("SELECT count(*) FROM cells").fetchone()[0])
     return steps
