@@ -78,6 +78,8 @@ def ops_commands(settings_options: SettingsOptions,
                     report = ops.restore(settings, src, lambda what, n: bar.advance(task, n))
                 report["index"] = rebuild_index(settings)
                 if fleet:
+                    click.echo("building the AMP cells' vector indexes (once, over every "
+                               "cell: minutes at 100,000 cells)", err=True)
                     with progress_if_work("re-embedding cells") as told:
                         report["cell_store"] = ops.finish_restore(settings, told)
         except ConfigurationError as exc:
