@@ -1701,3 +1701,64 @@ def test_postgres_opens_beside_an_index_build_and_writes_go_on(
                 second.close()
     finally:
         first.close()
+
+
+# ---- moving cells between stores (ops/backup.py: a laptop's cells into PostgreSQL) -----
+
+def _everything(store: CellStore) -> list[Any]:
+    """All a store answers about its cells, to compare two stores by."""
+    flt = CellFilter(agent_id="agent_a", statuses=tuple(Status))
+    hits = search(store, flt, ["tea"], EMBED.embed(["green tea"])[0], 20)
+    return [
+        [(wire_json(c.stored), c.stored.stale_since, c.stored.deleted_at,
+          None if c.vector is None else np.asarray(c.vector, dtype=np.float32).tobytes(),
+          c.scoring_patches) for c in store.copies(None, 100)],
+        # scores by each backend's own ranking (`test_keyword_scores_agree_across_stores`)
+        sorted((h.cell_id, h.keyword > 0, None if h.cosine is None else
+                round(h.cosine, 5), h.guard, h.decay) for h in hits),
+        ids(store.list_candidates(flt, None, 100)),
+        store.lifecycle_batch(None, 100),
+        store.deleted_before(T0 + timedelta(days=1), 100),
+        store.status_counts(),
+    ]
+
+
+def test_copies_carry_every_cell_whole_into_another_store(
+        store: CellStore, fresh_uri: str) -> None:
+    """`copies` of one store into `put_copies` of another (every pair of backends): each
+    cell answers the same (clocks, access count, status clocks, vector, counted scoring
+    PATCHes), its words and vector are searchable there, and a copy run again writes
+    nothing twice."""
+    cells = _population(store)
+    store.create(make(12, "a cell with no vector", metadata=RICH_METADATA), None)
+    nul = make(13, "tea with a \x00 inside", owner="o\x00wner", readable_by=["agent_\x00*"])
+    add(store, nul)
+    store.touch(cells["mine"].cell.id, T0 + timedelta(hours=3))
+    store.touch(cells["mine"].cell.id, T0 + timedelta(hours=4))
+    for minutes in (1, 2):
+        store.update(cells["shared"].cell.id, _scoring_patch(T0 + timedelta(minutes=minutes)))
+    target = open_store(fresh_uri, DIMS)
+    try:
+        assert target.restore_mark() is None
+        target.set_restore_mark("backup of 2026-12-06")
+        assert target.restore_mark() == "backup of 2026-12-06"
+        after, written, batches = None, 0, 0
+        while batch := store.copies(after, 5):
+            written += target.put_copies(batch)
+            batches += 1
+            after = batch[-1].stored.cell.id
+        assert (written, batches) == (13, 3)
+        assert target.put_copies(store.copies(None, 100)) == 0  # run again: nothing twice
+        assert _everything(target) == _everything(store)
+        seen: list[datetime] = []
+
+        def look(stored: StoredCell, tx: UpdateTx) -> UpdateOutcome:
+            seen.extend(tx.scoring_patches_since(T0))
+            return UpdateOutcome(stored)
+
+        target.update(cells["shared"].cell.id, look)
+        assert seen == [T0 + timedelta(minutes=1), T0 + timedelta(minutes=2)]
+        target.set_restore_mark(None)
+        assert target.restore_mark() is None
+    finally:
+        target.close()

@@ -14,7 +14,7 @@ from ampup_memory.amp.store.base import CellStore
 from ampup_memory.amp.store.registry import open_store
 from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.memory.service import MemoryService
-from ampup_memory.ops.backup import refuse_unfinished_restore
+from ampup_memory.ops.backup import refuse_marked_store, refuse_unfinished_restore
 from ampup_memory.progress import Progress
 from ampup_memory.search.embed import Embedder, build_embedder
 from ampup_memory.settings import Settings, ensure_home
@@ -54,6 +54,7 @@ def open_runtime(settings: Settings, *, reembed: bool = True,
                        ann_params=settings.ann_params,
                        pool_wait_seconds=settings.store_pool_wait_seconds)
     try:
+        refuse_marked_store(store)
         memory = MemoryService.open(settings)
     except BaseException:
         store.close()

@@ -16,6 +16,12 @@ holds the maintenance lease, so no compaction or snapshot expiry deletes a file 
 The search and read indexes are derived (``ampup-memory index rebuild`` recreates them from
 the tables alone and answers identically), so a backup leaves them out and a restore
 rebuilds them.
+
+A restore with PostgreSQL or S3 settings (`into_fleet`: a laptop moving to several
+servers) writes the same backup into those stores: the cells through the cell stores' own
+code (`CellStore.copies` of the backup's file, `put_copies` of the target), the tables as
+rows as ever. Its unfinished state is marked in the cell store (`set_restore_mark`), where
+every server sees it; run again, it goes on where it stopped.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from ampup_memory import __version__
+from ampup_memory.amp.store.base import PASS_HISTORY, CellStore
 from ampup_memory.errors import ConfigurationError, disk_full, driver_said
 from ampup_memory.memory.scopes import SYSTEM_NAMESPACE, scope_from_namespace
 from ampup_memory.memory.service import MAINTENANCE_LEASE as LEASE
@@ -51,6 +58,7 @@ from ampup_memory.memory.tables import (
     SYSTEM_TABLES,
     MemoryTables,
 )
+from ampup_memory.progress import Progress
 from ampup_memory.settings import Settings, ensure_home, file_in_the_way
 from ampup_memory.sqlite_connections import sqlite_path
 from ampup_memory.web.jsontext import loads
@@ -326,12 +334,21 @@ def _occupied(settings: Settings) -> list[str]:
     return found
 
 
+def into_fleet(settings: Settings) -> bool:
+    """Whether a restore writes into stores outside the home folder (PostgreSQL, an
+    ``s3://`` warehouse): then the AMP cells are copied cell by cell through the stores
+    (`CellStore.put_copies`), not as a file, and an unfinished restore is marked in the
+    cell store, where every server sees it, not by a file in one machine's home."""
+    return bool(embedded(settings))
+
+
 def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str, Any]:
     """Restore a backup into the (fresh) stores ``settings`` names; the caller rebuilds
-    the indexes afterwards."""
-    _require_embedded(settings, "restore")
+    the indexes afterwards (and, `into_fleet`, then calls `finish_restore`)."""
     step = step or (lambda what, n: None)
     manifest = read_manifest(src)
+    if into_fleet(settings):
+        return _restore_into_fleet(settings, src, manifest, step)
     occupied = _occupied(settings)
     if occupied:
         raise BackupError("restore writes into a fresh home only; found "
@@ -340,7 +357,6 @@ def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str
     ensure_home(settings)
     amp_db = sqlite_file(settings.resolved_store_uri)
     assert amp_db is not None
-    rows = 0
     for f in manifest["files"]:
         if f["kind"] == "amp":
             amp_db.parent.mkdir(parents=True, exist_ok=True)
@@ -348,35 +364,209 @@ def restore(settings: Settings, src: Path, step: Step | None = None) -> dict[str
             step("AMP cells", 1)
     tables = MemoryTables.open(settings)
     try:
-        for f in manifest["files"]:
-            if f["kind"] != "table":
-                continue
-            namespace, name = f["namespace"], f["table"]
-            layout = SYSTEM_TABLES if namespace == SYSTEM_NAMESPACE else SCOPE_TABLES
-            tables.ensure_namespace(namespace, layout)
-            data: pa.Table = pq.read_table(_inside(src, f["path"]))
-            if data.num_rows:
-                schema = layout[name]
-                unknown = [c for c in data.schema.names if c not in schema.names]
-                if unknown:  # dropping them would lose what a newer version wrote
-                    raise BackupError(f"{src}: {f['path']} has columns this version does "
-                                      f"not know ({', '.join(unknown)}); restore it with "
-                                      f"the version that made it ({manifest.get('version')})")
-                for field in schema:  # added since the backup: null, as on upgrade
-                    if field.name not in data.schema.names and field.nullable:
-                        data = data.append_column(field, pa.nulls(data.num_rows, field.type))
-                try:
-                    rows_here = data.select(schema.names).cast(schema)
-                except (pa.ArrowException, ValueError, KeyError) as exc:
-                    raise BackupError(f"{src}: {f['path']} does not hold the rows of "
-                                      f"{namespace}.{name} this version reads ({exc})") from exc
-                tables.append(tables.private(namespace, name), rows_here)
-            rows += data.num_rows
-            step(f"{namespace}.{name}", 1)
+        rows = _restore_tables(tables, src, manifest, step)
     finally:
         tables.close()
     return {"restored_from": str(src), "backup_created_at": manifest.get("created_at"),
             "rows": rows}
+
+
+def _restore_tables(tables: MemoryTables, src: Path, manifest: dict[str, Any],
+                    step: Step) -> int:
+    """Append every table's rows, one commit a table. A table already holding the
+    backup's number of rows is this restore's, committed before it was stopped: left as
+    it is. One holding other rows is not: refused."""
+    rows = 0
+    for f in manifest["files"]:
+        if f["kind"] != "table":
+            continue
+        namespace, name = f["namespace"], f["table"]
+        layout = SYSTEM_TABLES if namespace == SYSTEM_NAMESPACE else SCOPE_TABLES
+        tables.ensure_namespace(namespace, layout)
+        held = _rows_held(tables, namespace, name)
+        if held is not None and held == f.get("rows"):
+            rows += held
+            step(f"{namespace}.{name}", 1)
+            continue
+        if held is not None:
+            raise BackupError(f"the Iceberg table {namespace}.{name} already holds {held} "
+                              f"rows, not this backup's {f.get('rows')}: restore into "
+                              "empty stores")
+        data: pa.Table = pq.read_table(_inside(src, f["path"]))
+        if data.num_rows:
+            schema = layout[name]
+            unknown = [c for c in data.schema.names if c not in schema.names]
+            if unknown:  # dropping them would lose what a newer version wrote
+                raise BackupError(f"{src}: {f['path']} has columns this version does "
+                                  f"not know ({', '.join(unknown)}); restore it with "
+                                  f"the version that made it ({manifest.get('version')})")
+            for field in schema:  # added since the backup: null, as on upgrade
+                if field.name not in data.schema.names and field.nullable:
+                    data = data.append_column(field, pa.nulls(data.num_rows, field.type))
+            try:
+                rows_here = data.select(schema.names).cast(schema)
+            except (pa.ArrowException, ValueError, KeyError) as exc:
+                raise BackupError(f"{src}: {f['path']} does not hold the rows of "
+                                  f"{namespace}.{name} this version reads ({exc})") from exc
+            tables.append(tables.private(namespace, name), rows_here)
+        rows += data.num_rows
+        step(f"{namespace}.{name}", 1)
+    return rows
+
+
+def _rows_held(tables: MemoryTables, namespace: str, name: str) -> int | None:
+    """How many rows the table holds, None when it has never been written."""
+    table = tables.private(namespace, name)
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return None
+    total = snapshot.summary.get("total-records") if snapshot.summary else None
+    return int(total) if total is not None else table.scan().to_arrow().num_rows
+
+
+COPY_BATCH = 500  # cells a transaction when copying them into another store
+
+
+def _mark(manifest: dict[str, Any]) -> str:
+    """The unfinished restore's name in the cell store: which backup it is, wherever its
+    folder is now (a rerun of the same one goes on, another is refused)."""
+    digest = hashlib.sha256(json.dumps(manifest["files"], sort_keys=True).encode())
+    return f"the backup made {manifest.get('created_at')} ({digest.hexdigest()[:16]})"
+
+
+def _held(store: CellStore, tables: MemoryTables) -> list[str]:
+    """What the fleet's stores hold already (a restore writes into empty ones only). A
+    server started on them before holds nothing that counts: its lifecycle passes over
+    no cell (the backup's history is added to them), its empty system tables."""
+    found = []
+    if n := store.count():
+        found.append(f"AMP cells ({n})")
+    if n := len(store.list_keys()):
+        found.append(f"API keys ({n})")
+    written = [f"{ns}.{name}" for ns, name in sorted(_locations(tables))
+               if _rows_held(tables, ns, name) is not None]
+    if written:
+        found.append(f"Iceberg tables with rows ({len(written)}: {', '.join(written[:3])}"
+                     + (", …" if len(written) > 3 else "") + ")")
+    return found
+
+
+def _restore_into_fleet(settings: Settings, src: Path, manifest: dict[str, Any],
+                        step: Step) -> dict[str, Any]:
+    from ampup_memory.amp.store.registry import open_store
+    from ampup_memory.serving import alone
+
+    ensure_home(settings)
+    mark = _mark(manifest)
+    # No vector width: the vector indexes are built once over every cell in
+    # `finish_restore`, not grown one insert at a time.
+    store = open_store(settings.resolved_store_uri, None)
+    try:
+        tables = MemoryTables.open(settings)
+        try:
+            found = store.restore_mark()
+            if found is None:
+                held = _held(store, tables)
+                if held:
+                    raise BackupError("restore writes into empty stores only; these hold "
+                                      + ", ".join(held) + ". Point the settings at new "
+                                      "databases (and a new warehouse prefix).")
+                store.set_restore_mark(mark)
+            elif found != mark:
+                raise BackupError(f"these stores hold an unfinished restore of another "
+                                  f"backup ({found}); run that restore again to finish "
+                                  "it, or start over with new databases")
+            # Marked: no server starts on the stores from now on. One started before is
+            # found by the lease every server holds on the index (refused: stop it and run
+            # the same command again).
+            with alone(settings):
+                pass
+            cells = _copy_cells(store, src, manifest, settings.home, step)
+            rows = _restore_tables(tables, src, manifest, step)
+        finally:
+            tables.close()
+    finally:
+        store.close()
+    return {"restored_from": str(src), "backup_created_at": manifest.get("created_at"),
+            "rows": rows, "cells": cells, "resumed": found is not None}
+
+
+def _copy_cells(store: CellStore, src: Path, manifest: dict[str, Any], home: Path,
+                step: Step) -> int:
+    """Every cell, API key, lifecycle pass and the embedder record of the backup's cell
+    store into ``store``, through the stores' own code (`CellStore.copies`,
+    `put_copies`), in batches: a large store never sits in memory. The backup's file is
+    opened as a copy (opening a store may upgrade its layout: the backup stays as its
+    checksum says). Run again, it adds only what is missing."""
+    from ampup_memory.amp.store.registry import open_store
+
+    amp = next((f for f in manifest["files"] if f["kind"] == "amp"), None)
+    if amp is None:
+        return 0
+    scratch = home / ".restore-cells.db"
+    _remove(_scratch_files(scratch))
+    shutil.copyfile(_inside(src, amp["path"]), scratch)
+    source = open_store(f"sqlite:///{scratch}", None)
+    try:
+        after: str | None = None
+        while batch := source.copies(after, COPY_BATCH):
+            store.put_copies(batch)
+            after = batch[-1].stored.cell.id
+            step("AMP cells", len(batch))
+        for key in source.list_keys():
+            if store.key_by_hash(key.key_hash) is None:
+                store.put_key(key)
+        have = {(p.started_at, p.holder) for p in store.recent_passes(PASS_HISTORY)}
+        for record in reversed(source.recent_passes(PASS_HISTORY)):  # oldest first
+            if (record.started_at, record.holder) not in have:
+                store.record_pass(record)
+        model = source.embedding_model()
+        if model is not None:  # what the copied vectors come from
+            store.set_embedding_model(model)
+        return source.count()
+    finally:
+        source.close()
+        _remove(_scratch_files(scratch))
+
+
+def _scratch_files(scratch: Path) -> list[Path]:
+    return [p for p in scratch.parent.glob(scratch.name + "*")] if scratch.parent.is_dir() \
+        else []
+
+
+def finish_restore(settings: Settings, progress: Progress | None = None) -> dict[str, Any]:
+    """The last step of a restore `into_fleet`, after the index rebuild: the cell store
+    opened with the fleet's embedder, as a server opens it (its vector index built over
+    every copied cell), every vector brought to that embedder (nothing to do when it is
+    the laptop's: `amp/reembed.py`), the large owners' vector indexes made, then the
+    unfinished-restore mark cleared: from then on servers start on the stores."""
+    from ampup_memory.amp.reembed import ensure_embedding_model
+    from ampup_memory.amp.store.registry import open_store
+    from ampup_memory.search.embed import build_embedder
+
+    embedder = build_embedder(settings)
+    store = open_store(settings.resolved_store_uri, embedder.dimensions,
+                       ann_min_vectors=settings.search_ann_min_vectors,
+                       ann_params=settings.ann_params,
+                       pool_wait_seconds=settings.store_pool_wait_seconds)
+    try:
+        report = ensure_embedding_model(store, embedder, progress=progress)
+        owners = store.tend_owner_indexes()
+        store.set_restore_mark(None)
+        return {"cells": store.count(), **report.wire(),
+                "owner_indexes": None if owners is None else owners.wire()}
+    finally:
+        store.close()
+
+
+def refuse_marked_store(store: CellStore) -> None:
+    """A cell store a restore into the fleet's stores was stopped in holds part of a
+    backup: refused until the same restore runs again and finishes."""
+    mark = store.restore_mark()
+    if mark is not None:
+        raise BackupError(f"the AMP cell store holds a restore that was stopped before it "
+                          f"finished ({mark}); run the same `ampup-memory restore` with these "
+                          "settings again (it goes on where it stopped)")
 
 
 def _remove(paths: Iterable[Path]) -> None:
@@ -448,6 +638,18 @@ def refuse_unfinished_restore(settings: Settings) -> None:
                           f"{settings.home}` again (it starts over), or remove the folder")
 
 
-def restore_steps(src: Path) -> int:
+def restore_steps(settings: Settings, src: Path) -> int:
+    """How many steps ``restore`` reports: a file each, or `into_fleet`, a table each
+    and a cell each."""
     manifest = read_manifest(src)
-    return len(manifest["files"])
+    if not into_fleet(settings):
+        return len(manifest["files"])
+    steps = 0
+    for f in manifest["files"]:
+        if f["kind"] == "table":
+            steps += 1
+        else:
+            with contextlib.closing(sqlite3.connect(
+                    f"file:{_inside(src, f['path'])}?mode=ro&immutable=1", uri=True)) as conn:
+                steps += int(conn.execute("SELECT count(*) FROM cells").fetchone()[0])
+    return steps

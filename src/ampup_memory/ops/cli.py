@@ -12,7 +12,14 @@ from typing import Any
 
 import click
 
-from ampup_memory.cliutil import dumps, echo_beside, fail, interrupted, progress
+from ampup_memory.cliutil import (
+    dumps,
+    echo_beside,
+    fail,
+    interrupted,
+    progress,
+    progress_if_work,
+)
 from ampup_memory.memory.cli import SettingsOptions
 from ampup_memory.settings import Settings
 
@@ -49,27 +56,38 @@ def ops_commands(settings_options: SettingsOptions,
     @click.argument("src", type=click.Path(exists=True, file_okay=False, path_type=Path))
     @settings_options("common", "cells", "tables", "embedding", "ann")
     def restore(src: Path, **kwargs: Any) -> None:
-        """Restore a backup from SRC into a fresh home, then rebuild the indexes.
+        """Restore a backup from SRC into fresh stores, then rebuild the indexes.
 
-        The home (--home / AMPUP_MEMORY_HOME) must hold no stores yet. Run it with no
-        server on that home.
+        Into a home (--home / AMPUP_MEMORY_HOME) that holds no stores yet, or, with
+        PostgreSQL and S3 settings, into empty databases and warehouse: how a laptop's
+        memory moves to several servers (docs/deployment.md). Run it with no server
+        on those stores; stopped, the same command run again finishes it.
         """
+        import contextlib
+
         from ampup_memory.errors import ConfigurationError
         from ampup_memory.ops import backup as ops
         from ampup_memory.search.cli import rebuild_index
 
         settings = settings_from(kwargs)
+        fleet = ops.into_fleet(settings)
         try:
-            with ops.undone_on_failure(settings):
+            with contextlib.nullcontext() if fleet else ops.undone_on_failure(settings):
                 with progress() as bar:
-                    task = bar.add_task("restoring", total=ops.restore_steps(src))
+                    task = bar.add_task("restoring", total=ops.restore_steps(settings, src))
                     report = ops.restore(settings, src, lambda what, n: bar.advance(task, n))
                 report["index"] = rebuild_index(settings)
+                if fleet:
+                    click.echo("building the AMP cells' vector indexes (once, over every "
+                               "cell: minutes at 100,000 cells)", err=True)
+                    with progress_if_work("re-embedding cells") as told:
+                        report["cell_store"] = ops.finish_restore(settings, told)
         except ConfigurationError as exc:
             fail(str(exc))
         except KeyboardInterrupt:
-            interrupted(f"restore interrupted; what it had written into {settings.home} is "
-                        "removed: run it again")
+            interrupted("restore interrupted; run the same command again to finish it"
+                        if fleet else f"restore interrupted; what it had written into "
+                        f"{settings.home} is removed: run it again")
         click.echo(dumps(report))
 
     @click.command("status")

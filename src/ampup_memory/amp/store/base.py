@@ -142,6 +142,18 @@ class OwnerIndexReport:
                 "failed": self.failed, "skipped": self.skipped}
 
 
+@dataclass(frozen=True)
+class CellCopy:
+    """One cell whole, as a store keeps it: the cell with its clocks and access count, its
+    vector, and the times of its counted scoring PATCHes (the budget's window). What
+    `CellStore.copies` reads and `CellStore.put_copies` of another store writes (moving a
+    laptop's cells to PostgreSQL, `ops/backup.py`)."""
+
+    stored: StoredCell
+    vector: list[float] | None
+    scoring_patches: tuple[datetime, ...] = ()
+
+
 @dataclass
 class StoreInfo:
     name: str
@@ -260,6 +272,31 @@ class CellStore(Protocol):
         """Set each cell's embedding in one transaction, only where the cell's text is
         still the source's (a concurrent edit wrote its own vector). Touches no clock,
         status or document: re-embedding is not an update. Returns the rows written."""
+        ...
+
+    # -- moving cells between stores (`ops/backup.py`) -----------------------------------
+
+    def copies(self, after_id: str | None, batch: int) -> list[CellCopy]:
+        """Every cell whatever its status, whole (`CellCopy`), in id order after
+        ``after_id``: what `put_copies` of another store takes."""
+        ...
+
+    def put_copies(self, copies: Sequence[CellCopy]) -> int:
+        """Write cells as another store kept them (ids, clocks, access counts, vectors,
+        counted scoring PATCHes), in one transaction, through this store's own insert, so
+        everything it derives from a cell (keyword index, filters, vector indexes) is
+        made as for a created cell. A cell whose id is here already is left as it is (a
+        copy run again after an interruption). Returns the cells written."""
+        ...
+
+    def restore_mark(self) -> str | None:
+        """What `set_restore_mark` recorded (an unfinished restore into this store), or
+        None."""
+        ...
+
+    def set_restore_mark(self, mark: str | None) -> None:
+        """Record (or with None, clear) that a restore into this store has not finished;
+        durable when it returns. Servers refuse to open a store that holds one."""
         ...
 
     def graphs(self) -> dict[str, int] | None:

@@ -42,6 +42,7 @@ from ampup_memory.amp.model import Status, StoredCell, to_utc
 from ampup_memory.amp.store import pg_filters, pg_owner_indexes, pg_postings, pg_words
 from ampup_memory.amp.store.base import (
     PASS_HISTORY,
+    CellCopy,
     CellFilter,
     Change,
     EmbeddingSource,
@@ -59,6 +60,7 @@ from ampup_memory.amp.store.rows import (
     MODEL_DIMENSIONS_KEY,
     MODEL_NAME_KEY,
     PASS_COLS,
+    RESTORE_MARK_KEY,
     SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
     CellColumns,
@@ -407,6 +409,14 @@ def vector_literal(vector: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(x)) for x in vector) + "]"
 
 
+def _vector_from_text(text: str) -> list[float]:
+    """pgvector's text form back to the float32 values it stores (each as a Python float
+    equal to it, as the SQLite store reads its blobs)."""
+    import numpy as np
+
+    return np.array(text.strip("[]").split(","), dtype=np.float32).tolist()  # type: ignore[no-any-return]
+
+
 def _stored(row: Sequence[Any]) -> StoredCell:
     return stored_from_row(row[0], row[1], row[2], row[3], row[4])
 
@@ -427,6 +437,20 @@ def _written(c: CellColumns) -> tuple[Any, ...]:
         c.stale_since, c.deleted_at, c.guard, c.importance, c.confidence, c.decay_rate,
         c.created_at, c.last_updated_at, c.expires_at,
     )
+
+
+def _insert_sql(unless_there: bool = False) -> str:
+    """A new cell's row (``unless_there``: a row with its id is left alone), with
+    `_insert_params`."""
+    return (f"INSERT INTO cells (id, access_count, last_accessed_at, {_WRITE_COLS},"
+            f" embedding) VALUES (%s, %s, %s, {_WRITE_MARKS}, %s::vector)"
+            + (" ON CONFLICT (id) DO NOTHING" if unless_there else ""))
+
+
+def _insert_params(stored: StoredCell, vector: list[float] | None) -> tuple[Any, ...]:
+    c = columns(stored)
+    return (c.id, c.access_count, c.last_accessed_at, *_written(c),
+            vector_literal(vector) if vector is not None else None)
 
 
 def _cosine(distance: float | None) -> float | None:
@@ -589,17 +613,14 @@ class PostgresStore:
     # -- cells ----------------------------------------------------------------------------
 
     def create(self, stored: StoredCell, vector: list[float] | None) -> None:
-        c = columns(stored)
         with self._conn() as conn:
-            self._execute(
-                conn,
-                f"INSERT INTO cells (id, access_count, last_accessed_at, {_WRITE_COLS},"
-                f" embedding) VALUES (%s, %s, %s, {_WRITE_MARKS}, %s::vector)",
-                (
-                    c.id, c.access_count, c.last_accessed_at, *_written(c),
-                    vector_literal(vector) if vector is not None else None,
-                ),
-            )
+            self._insert(conn, stored, vector)
+
+    @classmethod
+    def _insert(cls, conn: Conn, stored: StoredCell, vector: list[float] | None) -> None:
+        """Insert one cell's row (its triggers fill the words, postings and filters
+        tables)."""
+        cls._execute(conn, _insert_sql(), _insert_params(stored, vector))
 
     def get(self, cell_id: str) -> StoredCell | None:
         with self._conn() as conn:
@@ -1115,6 +1136,60 @@ class PostgresStore:
                 [_params((vector_literal(v), s.cell_id, s.text)) for s, v in vectors],
             )
             return max(cur.rowcount, 0)  # the sum over the rows (psycopg >= 3.1)
+
+    # -- moving cells between stores ------------------------------------------------------
+
+    def copies(self, after_id: str | None, batch: int) -> list[CellCopy]:
+        with self._conn() as conn, conn.transaction():  # cells and patches: one instant
+            rows = self._execute(
+                conn,
+                f"SELECT {CELL_COLS}, embedding::text, id FROM cells WHERE id > %s"
+                " ORDER BY id LIMIT %s", (after_id or "", batch),
+            ).fetchall()
+            patches: dict[str, list[datetime]] = {}
+            for cell_id, at in self._execute(
+                    conn, "SELECT cell_id, at FROM scoring_patches WHERE cell_id = ANY(%s)"
+                    " ORDER BY cell_id, at", ([r[6] for r in rows],)).fetchall():
+                patches.setdefault(cell_id, []).append(to_utc(at))
+        return [CellCopy(_stored(r), None if r[5] is None else _vector_from_text(r[5]),
+                         tuple(patches.get(r[6], ()))) for r in rows]
+
+    def put_copies(self, copies: Sequence[CellCopy]) -> int:
+        if not copies:
+            return 0
+        with self._conn() as conn, conn.transaction(), conn.cursor() as cur:
+            # `_insert`'s statement for every cell, pipelined (one round trip, not one a
+            # cell); RETURNING names the cells written, whose scoring patches follow.
+            cur.executemany(
+                _insert_sql(unless_there=True) + " RETURNING id",
+                [_params(_insert_params(copy.stored, copy.vector)) for copy in copies],
+                returning=True)
+            written: set[str] = set()
+            while True:
+                written.update(str(r[0]) for r in cur.fetchall())
+                if not cur.nextset():
+                    break
+            patches = [(copy.stored.cell.id, to_utc(at)) for copy in copies
+                       if copy.stored.cell.id in written for at in copy.scoring_patches]
+            if patches:
+                cur.executemany("INSERT INTO scoring_patches (cell_id, at) VALUES (%s, %s)",
+                                [_params(p) for p in patches])
+        return len(written)
+
+    def restore_mark(self) -> str | None:
+        with self._conn() as conn:
+            row = self._execute(conn, "SELECT value FROM meta WHERE key = %s",
+                                (RESTORE_MARK_KEY,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_restore_mark(self, mark: str | None) -> None:
+        with self._conn() as conn:
+            if mark is None:
+                self._execute(conn, "DELETE FROM meta WHERE key = %s", (RESTORE_MARK_KEY,))
+            else:
+                self._execute(conn, "INSERT INTO meta (key, value) VALUES (%s, %s)"
+                              " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                              (RESTORE_MARK_KEY, mark))
 
     def graphs(self) -> dict[str, int] | None:
         return None  # pgvector's HNSW index lives in the database

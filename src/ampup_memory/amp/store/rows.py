@@ -36,6 +36,8 @@ EXACT_LIMIT = 5000
 # Where both stores record the embedding model, in their `meta` table.
 MODEL_NAME_KEY = "embedding_model_name"
 MODEL_DIMENSIONS_KEY = "embedding_model_dimensions"
+# Where both stores record an unfinished restore into them (`CellStore.set_restore_mark`).
+RESTORE_MARK_KEY = "restore_unfinished"
 
 CELL_COLS = "doc, access_count, last_accessed_at, stale_since, deleted_at"
 KEY_COLS = "key_id, agent_id, key_hash, admin, created_at, expires_at, revoked_at, user_id"

@@ -23,6 +23,7 @@ from ampup_memory.amp.lifecycle import DecayInputs, Standing
 from ampup_memory.amp.model import Status, StoredCell
 from ampup_memory.amp.store.base import (
     PASS_HISTORY,
+    CellCopy,
     CellFilter,
     Change,
     EmbeddingSource,
@@ -40,6 +41,7 @@ from ampup_memory.amp.store.rows import (
     MODEL_DIMENSIONS_KEY,
     MODEL_NAME_KEY,
     PASS_COLS,
+    RESTORE_MARK_KEY,
     SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
     check_layout,
@@ -53,6 +55,7 @@ from ampup_memory.amp.store.rows import (
     pass_params,
     stored_from_row,
     vector_bytes,
+    vector_from_bytes,
     where_clause,
     with_status,
 )
@@ -389,21 +392,29 @@ class SQLiteStore:
     # -- cells ----------------------------------------------------------------------------
 
     def create(self, stored: StoredCell, vector: list[float] | None) -> None:
-        c = columns(stored)
         with self._write() as conn:
-            conn.execute(
-                "INSERT INTO cells (id, type, owner_id, created_by, status, public, has_readers,"
-                " access_count, last_accessed_at, text, doc, stale_since, deleted_at, vec,"
-                " vec_seq, guard, importance, confidence, decay_rate, last_updated_at,"
-                " expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-                (
-                    c.id, c.type, c.owner_id, c.created_by, c.status, c.public,
-                    c.has_readers, c.access_count, c.last_accessed_at, c.text, c.doc,
-                    c.stale_since, c.deleted_at, vector_bytes(vector),
-                    self._next_vec_seq(conn), c.guard, c.importance, c.confidence,
-                    c.decay_rate, c.last_updated_at, c.expires_at,
-                ),
-            )
+            self._insert(conn, stored, vector)
+
+    def _insert(self, conn: sqlite3.Connection, stored: StoredCell,
+                vector: list[float] | None, *, unless_there: bool = False) -> bool:
+        """Insert one cell's row (the triggers index its words); whether it was written
+        (``unless_there``: a row with its id is left alone)."""
+        c = columns(stored)
+        cur = conn.execute(
+            "INSERT INTO cells (id, type, owner_id, created_by, status, public, has_readers,"
+            " access_count, last_accessed_at, text, doc, stale_since, deleted_at, vec,"
+            " vec_seq, guard, importance, confidence, decay_rate, last_updated_at,"
+            " expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            + (" ON CONFLICT(id) DO NOTHING" if unless_there else ""),
+            (
+                c.id, c.type, c.owner_id, c.created_by, c.status, c.public,
+                c.has_readers, c.access_count, c.last_accessed_at, c.text, c.doc,
+                c.stale_since, c.deleted_at, vector_bytes(vector),
+                self._next_vec_seq(conn), c.guard, c.importance, c.confidence,
+                c.decay_rate, c.last_updated_at, c.expires_at,
+            ),
+        )
+        return cur.rowcount == 1
 
     def get(self, cell_id: str) -> StoredCell | None:
         row = self._conn().execute(f"SELECT {_COLS} FROM cells WHERE id = ?", (cell_id,)).fetchone()
@@ -800,6 +811,49 @@ class SQLiteStore:
         self, progress: Callable[[int, int], None] | None = None
     ) -> OwnerIndexReport | None:
         return None  # a large owner's block is built in memory as it is searched
+
+    # -- moving cells between stores ------------------------------------------------------
+
+    def copies(self, after_id: str | None, batch: int) -> list[CellCopy]:
+        conn = self._conn()
+        rows = conn.execute(
+            f"SELECT {_COLS}, vec, id FROM cells WHERE id > ? ORDER BY id LIMIT ?",
+            (after_id or "", batch),
+        ).fetchall()
+        patches: dict[str, list[datetime]] = {}
+        if rows:
+            for cell_id, at in conn.execute(
+                    "SELECT cell_id, at FROM scoring_patches WHERE cell_id >= ? AND"
+                    " cell_id <= ? ORDER BY cell_id, at", (rows[0][6], rows[-1][6])):
+                patches.setdefault(cell_id, []).append(_time(at))
+        return [CellCopy(_stored(r),
+                         None if r[5] is None else vector_from_bytes(r[5]).tolist(),
+                         tuple(patches.get(r[6], ()))) for r in rows]
+
+    def put_copies(self, copies: Sequence[CellCopy]) -> int:
+        written = 0
+        with self._write() as conn:
+            for copy in copies:
+                if not self._insert(conn, copy.stored, copy.vector, unless_there=True):
+                    continue
+                written += 1
+                conn.executemany(
+                    "INSERT INTO scoring_patches (cell_id, at) VALUES (?, ?)",
+                    [(copy.stored.cell.id, format_time(at)) for at in copy.scoring_patches])
+        return written
+
+    def restore_mark(self) -> str | None:
+        row = self._conn().execute("SELECT value FROM meta WHERE key = ?",
+                                   (RESTORE_MARK_KEY,)).fetchone()
+        return None if row is None else str(row[0])
+
+    def set_restore_mark(self, mark: str | None) -> None:
+        with self._write() as conn:
+            if mark is None:
+                conn.execute("DELETE FROM meta WHERE key = ?", (RESTORE_MARK_KEY,))
+            else:
+                conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT(key)"
+                             " DO UPDATE SET value = excluded.value", (RESTORE_MARK_KEY, mark))
 
     def graphs(self) -> dict[str, int] | None:
         """Counters of the cell vectors' HNSW graph (`GraphStats`)."""
