@@ -13,11 +13,13 @@ keys on, a scripted model (`tests/scripted_model.py`), and every timed pass on (
 seconds apart under a 4 s lease, so passes hop between the servers):
 
 1. ``old``: the old version starts on the fresh stores and writes records of every kind,
-   and text in other scripts (episodes, facts, cells in Chinese and with accents).
+   and text in other scripts (episodes, facts, cells in Chinese and with accents), and
+   ``--seed-episodes`` episodes and ``--seed-cells`` cells for the new start to migrate.
 2. ``new``: this version starts while the old one serves and is probed: a thread sends
    reads and writes to the old server all along (a cell read, a search, a fact read, an
-   episode write), and its latency before, during and after the new server's start is
-   reported; a failure or a stall above ``--stall`` seconds is a finding.
+   episode write, a cell write, a cell search), and its latency before, during and after
+   the new server's start is reported; a failure or a stall above ``--stall`` seconds is
+   a finding.
 3. Both serve: each writes every kind at the same time as the other (two threads), then
    each writes over the other's records (If-Match with the other's ETag, a fact version,
    a closure, a merge, a pin and workspace renewed, a run rewarded, a session ended, an
@@ -58,6 +60,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -240,6 +243,9 @@ class Probe:
                  ("GET", "/facts", None, {"scope": self.scope, "entity": "acme"}),
                  ("POST", "/episodes", {"scope": self.scope, "source": "doc:probe",
                                         "acl": ["*"], "body": "The probe wrote this line."},
+                  None),
+                 ("POST", "/amp/v1/memories", cell_body("The probe wrote this cell."), None),
+                 ("POST", "/amp/v1/memories/search", {"query": "probe cell", "limit": 5},
                   None)]
         i = 0
         with plain_client(base_url=self.url, timeout=300) as client:
@@ -252,8 +258,9 @@ class Probe:
                                                        headers=self.headers).status_code
                 except httpx.HTTPError as exc:
                     status = type(exc).__name__
-                self.samples.append((t, f"{method} {path.split('/')[1]}",
-                                     time.monotonic() - t, status))
+                shown = re.sub(r"/amp/v1/memories/(?!search)[^/]+$", "/amp/v1/memories/{id}",
+                               path)
+                self.samples.append((t, f"{method} {shown}", time.monotonic() - t, status))
                 time.sleep(0.05)
 
     def __enter__(self) -> Probe:
@@ -273,6 +280,8 @@ class Probe:
                 "p95_ms": round(lat[int(0.95 * (len(lat) - 1))] * 1000),
                 "max_ms": round(lat[-1] * 1000),
                 "slowest": max(got, key=lambda s: s[2])[1],
+                "max_ms_by_call": {k: round(max(s[2] for s in got if s[1] == k) * 1000)
+                                   for k in sorted({s[1] for s in got})},
                 "failed": [f"{s[1]} -> {s[3]}" for s in got
                            if not (isinstance(s[3], int) and s[3] < 300)][:10]}
 
@@ -295,10 +304,19 @@ def world_writes(fleet: Fleet, run: Run, who: str) -> None:
                             "episode": ep, "cell": cell})
 
 
-def seed(run: Run, n: int) -> float:
-    """``n`` episodes (a third of them in other scripts) in one scope, 200 a request, so
-    the new version's start has rows to migrate; the seconds it took."""
+def seed(run: Run, n: int, cells: int) -> float:
+    """``n`` episodes (a third of them in other scripts) in one scope, 200 a request, and
+    ``cells`` AMP cells (a third in other scripts, four writers at once), so the new
+    version's start has rows to migrate; the seconds it took."""
     t = time.monotonic()
+
+    def cell(i: int) -> None:
+        text = (f"{WORLD[i % len(WORLD)][0]} ({i})" if i % 3 == 0
+                else f"Seeded cell {i}: the customer prefers e-mail on day {i % 28 + 1}.")
+        run.audit.ok(call("POST", "/amp/v1/memories", body=cell_body(text)))
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(cell, range(cells)))
     scope = f"seed{uuid.uuid4().hex[:6]}/team"
     for start in range(0, n, 200):
         bodies = [f"{WORLD[i % len(WORLD)][0]} ({i})" if i % 3 == 0 else
@@ -546,14 +564,15 @@ def keys(fleet: Fleet) -> None:
     fleet.other.update({"X-AMP-Agent-ID": OTHER_AGENT, "X-AMP-API-Key": other})
 
 
-def fleet_run(fleet: Fleet, stall: float, seeded: int) -> None:
+def fleet_run(fleet: Fleet, stall: float, seeded: int, cells: int) -> None:
     keys(fleet)
     t0 = time.monotonic()
     old = ready(fleet, "old", fleet.old_src, launch(fleet, "old", fleet.old_src))
     old_run = fleet.runs["old"]
     w0 = write_all(old_run, "f" + uuid.uuid4().hex[:6])
     world_writes(fleet, old_run, "old before")
-    fleet.report["seeded episodes"] = {"n": seeded, "seconds": seed(old_run, seeded)}
+    fleet.report["seeded"] = {"episodes": seeded, "cells": cells,
+                              "seconds": seed(old_run, seeded, cells)}
     global_reads(old_run)
     print(f"{fleet.commit}: old wrote {len(old_run.reads)} reads' records "
           f"({time.monotonic() - t0:.0f} s)", flush=True)
@@ -694,6 +713,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed-episodes", type=int, default=3000, metavar="N",
                         help="episodes the old version writes before the new one starts "
                              "(a third in other scripts: rows its start migrates)")
+    parser.add_argument("--seed-cells", type=int, default=600, metavar="N",
+                        help="AMP cells the old version writes before the new one starts "
+                             "(a third in other scripts)")
     parser.add_argument("--keep", action="store_true", help="keep the homes (printed)")
     args = parser.parse_args(argv)
     args.out = args.out.resolve()
@@ -719,7 +741,7 @@ def main(argv: list[str] | None = None) -> int:
             fleet = Fleet(commit, home, env, db, old / "src", audit)
             t = time.monotonic()
             try:
-                fleet_run(fleet, args.stall, args.seed_episodes)
+                fleet_run(fleet, args.stall, args.seed_episodes, args.seed_cells)
             except Skip as exc:
                 fleet.find("set-up failed", str(exc))
             except Exception as exc:  # a finding, and the next commit runs

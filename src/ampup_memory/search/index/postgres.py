@@ -280,28 +280,37 @@ def _words_migration(conn: psycopg.Connection[Any]) -> None:
 
 
 def _write_words(conn: psycopg.Connection[Any], table: str, columns: str,
-                 made: Callable[..., Any], where: str) -> int:
-    """``words`` written for the rows of ``table`` that ``where`` picks; how many."""
-    n = 0
+                 made: Callable[..., Any], where: str) -> None:
+    """``words`` written for the rows of ``table`` that ``where`` picks."""
     with conn.cursor(name=f"{table}_wide") as rows, conn.cursor() as cur:
         rows.execute(f"SELECT num, {columns} FROM {table} WHERE {where}")
         while batch := rows.fetchmany(1000):
             cur.executemany(f"UPDATE {table} SET words = %s WHERE num = %s",
                             [(made(*values), num) for num, *values in batch])
-            n += len(batch)
-    return n
 
 
 def _fill_words(conn: psycopg.Connection[Any]) -> None:
     """At each open, after the schema's transaction: rows an older version wrote (it
     inserts no ``words``), while it served beside this one in a rolling upgrade, get
     their ``words`` (their tsvector follows), so keyword search finds them as it finds
-    this version's rows. Found through a partial index: nothing to do costs nothing. Not
-    under the writers' lock: rows are only ever inserted and deleted, and a row deleted
-    meanwhile is not updated."""
+    this version's rows. Found through a partial index: nothing to do costs nothing.
+    1,000 rows a transaction, each under the writers' lock (every version's writers take
+    it), so a writer deleting rows of a scope never waits on this in a cycle."""
     for table, columns, made in _WORDED:
-        with conn.transaction():
-            n = _write_words(conn, table, columns, made, _UNWORDED[table])
+        n, last = 0, -1
+        while True:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                batch = conn.execute(
+                    f"SELECT num, {columns} FROM {table} WHERE {_UNWORDED[table]}"
+                    " AND num > %s ORDER BY num LIMIT 1000", (last,)).fetchall()
+                with conn.cursor() as cur:
+                    cur.executemany(f"UPDATE {table} SET words = %s WHERE num = %s",
+                                    [(made(*values), num) for num, *values in batch])
+            n += len(batch)
+            if len(batch) < 1000:
+                break
+            last = batch[-1][0]
         if n:
             log.warning("the PostgreSQL search index's %s held %d rows an older version"
                         " wrote without their keyword text (a server of that version"
