@@ -92,6 +92,8 @@ from tools.upgrade_audit import (  # noqa: E402
     cell_body,
     global_reads,
     new_writes,
+    operations,
+    read_one,
     volatile,
     walk,
     worktree,
@@ -383,8 +385,6 @@ def unworded(fleet: Fleet) -> dict[str, int] | None:
 
 def answers(run: Run, reads: list[Read]) -> dict[str, Answered]:
     """Each read through ``run``'s server (reads this server's API lacks are left out)."""
-    from tools.upgrade_audit import operations, read_one
-
     have = operations(run.audit.spec)
     return {r.name: read_one(run, r) for r in reads
             if (r.call.method, r.call.template) in have}
@@ -434,8 +434,6 @@ def cross(fleet: Fleet, stage: str, old: Run, new: Run, reads: list[Read]) -> di
 def etag_of(run: Run, tag: str) -> dict[str, Answered]:
     """The answer of the plain cell's read (its ETag) as `new_writes` takes it."""
     read = next(r for r in run.reads if r.name == f"{tag}:cell plain")
-    from tools.upgrade_audit import read_one
-
     return {read.name: read_one(run, read)}
 
 
