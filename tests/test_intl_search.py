@@ -197,6 +197,34 @@ def _make_old(backend: str, home: Path, env: dict[str, str]) -> None:
             " || setweight(to_tsvector('english', quote), 'D')) STORED")
 
 
+def test_rows_an_older_version_wrote_beside_this_one_get_their_keyword_text(
+        served: Served, corpus: tuple[str, list[str]],
+        ) -> None:
+    """A rolling upgrade (docs/operations.md, "Upgrading a fleet"): a server of the version
+    before the ``words`` column, serving beside this one on one PostgreSQL index, inserts
+    its rows without their keyword text (its INSERT names no ``words``), and keyword search
+    missed them for good: tools/rolling_audit.py left 8 passages and 8 facts so after the
+    fleet was upgraded and restarted. The next start of this version writes them. Here
+    the older version's rows are made by setting ``words`` back to NULL."""
+    if served.backend != "postgres":
+        pytest.skip("SQLite's keyword files are written by this version only")
+    scope, ids = corpus
+    m = served.memory
+    before = [_passage_hits(m, scope, q) for _, q in CASES]
+    with psycopg.connect(served.env["AMPUP_MEMORY_INDEX_URI"], autocommit=True) as conn:
+        rows = sum(conn.execute(f"UPDATE {table} SET words = NULL WHERE scope = %s"
+                                " AND words IS NOT NULL", (scope,)).rowcount
+                   for table in ("search_passages", "search_facts"))
+    assert rows >= 2 * (len(CASES) - 1)  # one of them is ASCII
+    assert _passage_hits(m, scope, "电脑") == []  # what the older version's rows answered
+    served.proc.stop()
+    served.proc.start()
+    served.memory = Memory(served.proc.url, "alice")
+    m.close()
+    after = [_passage_hits(served.memory, scope, q) for _, q in CASES]
+    assert after == before
+
+
 def test_an_index_of_the_older_rule_is_brought_to_it_when_opened(
         served: Served, corpus: tuple[str, list[str]],
         ) -> None:

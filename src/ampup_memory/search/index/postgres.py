@@ -35,7 +35,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -101,8 +101,10 @@ def _tsv(field: str, column: str) -> str:
 
 
 # What a row's tsvector is made of: each field's `keyword_text`, kept in ``words`` (a
-# passage's text; a fact's entity, value, predicate words and quote) where it is not the
-# field itself (ASCII text is its own keyword text: ``words`` stays NULL).
+# passage's text; a fact's entity, value, predicate words and quote) for every row holding
+# more than ASCII (ASCII text is its own keyword text: ``words`` stays NULL). A row with
+# other text and no ``words`` was written by an older version, which knows no ``words``:
+# one serving beside this one during a rolling upgrade (`_fill_words`).
 _PASSAGE_TSV = "to_tsvector('english', coalesce(words, text))"
 _FACT_FIELDS = (("entity", "entity"), ("value", "value"),
                 ("predicate", "replace(predicate, '_', ' ')"), ("quote", "quote"))
@@ -111,17 +113,28 @@ _FACT_TSV = " || ".join(_tsv(field, f"coalesce(words[{i}], {column})")
 
 
 def _passage_words(text: str) -> str | None:
-    """A passage's ``words``: its `keyword_text`, or None when that is the text."""
-    said = keyword_text(text)
-    return None if said == text else said
+    """A passage's ``words``: its `keyword_text`, or None when the text is ASCII."""
+    return None if text.isascii() else keyword_text(text)
 
 
 def _fact_words(entity: str, value: str, predicate: str, quote: str) -> list[str] | None:
     """A fact's ``words``: the `keyword_text` of each field of `_FACT_FIELDS`, or None when
-    every one is its field."""
+    every one is ASCII."""
     fields = (entity, value, predicate.replace("_", " "), quote)
-    said = [keyword_text(f) for f in fields]
-    return None if said == list(fields) else said
+    return None if all(f.isascii() for f in fields) else [keyword_text(f) for f in fields]
+
+
+def _wide(columns: str) -> str:
+    """The SQL true of a row whose ``columns`` hold more than ASCII."""
+    return " OR ".join(f"octet_length({c}) <> char_length({c})" for c in columns.split(", "))
+
+
+# (table, the columns `words` is made of, the function making it)
+_WORDED: tuple[tuple[str, str, Callable[..., Any]], ...] = (
+    ("search_passages", "text", _passage_words),
+    ("search_facts", "entity, value, predicate, quote", _fact_words))
+# Rows without the ``words`` their text needs: found by a partial index at each open.
+_UNWORDED = {table: f"words IS NULL AND ({_wide(columns)})" for table, columns, _ in _WORDED}
 
 
 SCHEMA = f"""
@@ -163,6 +176,10 @@ CREATE INDEX IF NOT EXISTS search_facts_key ON search_facts (scope, branch, enti
 CREATE INDEX IF NOT EXISTS search_facts_valid ON search_facts (scope, branch, valid_from);
 CREATE INDEX IF NOT EXISTS search_facts_seq ON search_facts (scope, branch, commit_seq);
 CREATE INDEX IF NOT EXISTS search_facts_tsv ON search_facts USING gin (tsv);
+CREATE INDEX IF NOT EXISTS search_passages_unworded ON search_passages (num)
+    WHERE {_UNWORDED["search_passages"]};
+CREATE INDEX IF NOT EXISTS search_facts_unworded ON search_facts (num)
+    WHERE {_UNWORDED["search_facts"]};
 CREATE TABLE IF NOT EXISTS search_acl_bitmaps (entry text PRIMARY KEY, bits bytea NOT NULL);
 """
 
@@ -245,10 +262,8 @@ def _words_migration(conn: psycopg.Connection[Any]) -> None:
     rows holding any non-ASCII text get their ``words`` (ASCII rows need none), then each
     table's tsvector column is made again (a rewrite of the table; its GIN index is
     rebuilt by SCHEMA). Vectors and rows are kept: nothing is re-embedded."""
-    for table, columns, words, tsv, made in (
-            ("search_passages", "text", "text", _PASSAGE_TSV, _passage_words),
-            ("search_facts", "entity, value, predicate, quote", "text[]", _FACT_TSV,
-             _fact_words)):
+    for (table, columns, made), words, tsv in zip(_WORDED, ("text", "text[]"),
+                                                  (_PASSAGE_TSV, _FACT_TSV), strict=True):
         row = conn.execute(
             "SELECT to_regclass(%s) IS NOT NULL, EXISTS (SELECT 1 FROM"
             " information_schema.columns WHERE table_schema = current_schema()"
@@ -259,15 +274,47 @@ def _words_migration(conn: psycopg.Connection[Any]) -> None:
                     " making their keyword vectors again from their keyword text (once;"
                     " writers wait)", table)
         conn.execute(f"ALTER TABLE {table} DROP COLUMN tsv, ADD COLUMN words {words}")
-        wide = " OR ".join(f"octet_length({c}) <> char_length({c})"
-                           for c in columns.split(", "))
-        with conn.cursor(name=f"{table}_wide") as rows, conn.cursor() as cur:
-            rows.execute(f"SELECT num, {columns} FROM {table} WHERE {wide}")
-            while batch := rows.fetchmany(1000):
-                cur.executemany(f"UPDATE {table} SET words = %s WHERE num = %s",
-                                [(made(*values), num) for num, *values in batch])
+        _write_words(conn, table, columns, made, _wide(columns))
         conn.execute(f"ALTER TABLE {table} ADD COLUMN tsv tsvector"
                      f" GENERATED ALWAYS AS ({tsv}) STORED")
+
+
+def _write_words(conn: psycopg.Connection[Any], table: str, columns: str,
+                 made: Callable[..., Any], where: str) -> None:
+    """``words`` written for the rows of ``table`` that ``where`` picks."""
+    with conn.cursor(name=f"{table}_wide") as rows, conn.cursor() as cur:
+        rows.execute(f"SELECT num, {columns} FROM {table} WHERE {where}")
+        while batch := rows.fetchmany(1000):
+            cur.executemany(f"UPDATE {table} SET words = %s WHERE num = %s",
+                            [(made(*values), num) for num, *values in batch])
+
+
+def _fill_words(conn: psycopg.Connection[Any]) -> None:
+    """At each open, after the schema's transaction: rows an older version wrote (it
+    inserts no ``words``), while it served beside this one in a rolling upgrade, get
+    their ``words`` (their tsvector follows), so keyword search finds them as it finds
+    this version's rows. Found through a partial index: nothing to do costs nothing.
+    1,000 rows a transaction, each under the writers' lock (every version's writers take
+    it), so a writer deleting rows of a scope never waits on this in a cycle."""
+    for table, columns, made in _WORDED:
+        n, last = 0, -1
+        while True:
+            with conn.transaction():
+                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                batch = conn.execute(
+                    f"SELECT num, {columns} FROM {table} WHERE {_UNWORDED[table]}"
+                    " AND num > %s ORDER BY num LIMIT 1000", (last,)).fetchall()
+                with conn.cursor() as cur:
+                    cur.executemany(f"UPDATE {table} SET words = %s WHERE num = %s",
+                                    [(made(*values), num) for num, *values in batch])
+            n += len(batch)
+            if len(batch) < 1000:
+                break
+            last = batch[-1][0]
+        if n:
+            log.warning("the PostgreSQL search index's %s held %d rows an older version"
+                        " wrote without their keyword text (a server of that version"
+                        " served beside this one): written", table, n)
 
 
 def _vec(vector: Sequence[float] | None) -> np.ndarray | None:
@@ -299,18 +346,20 @@ class PostgresIndex:
         self.info = IndexInfo(backend="postgresql", details={})
         self.ann_params = ann_params
         try:
-            with psycopg.connect(uri, autocommit=True) as conn, conn.transaction():
-                # Servers starting together on a fresh database: one creates, the rest see.
-                # The writers' lock too: CREATE INDEX IF NOT EXISTS locks its table even when
-                # the index exists, and a server already writing (rows into one table, then
-                # another) deadlocked with a starting one running this (seen in the fleet
-                # test: 3 servers started together).
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
-                conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
-                _migrate(conn)
-                _words_migration(conn)
-                conn.execute(SCHEMA)
-                _match_graphs(conn, ann_params)
+            with psycopg.connect(uri, autocommit=True) as conn:
+                with conn.transaction():
+                    # Servers starting together on a fresh database: one creates, the rest
+                    # see. The writers' lock too: CREATE INDEX IF NOT EXISTS locks its table
+                    # even when the index exists, and a server already writing (rows into
+                    # one table, then another) deadlocked with a starting one running this
+                    # (seen in the fleet test: 3 servers started together).
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (SCHEMA_LOCK,))
+                    conn.execute("SELECT pg_advisory_xact_lock(%s)", (WRITE_LOCK,))
+                    _migrate(conn)
+                    _words_migration(conn)
+                    conn.execute(SCHEMA)
+                    _match_graphs(conn, ann_params)
+                _fill_words(conn)
         except psycopg.Error as exc:
             raise ConfigurationError(f"cannot open the PostgreSQL index: {driver_said(exc)}"
                                      f"{pgvector_fix(exc)}") from exc
