@@ -414,6 +414,18 @@ def test_get_and_delete_on_mcp_are_405_for_a_server_without_sessions(
         assert refusal["message"].startswith(f"{method} /mcp is not served")
 
 
+def test_a_post_without_accept_is_answered(server: ServerProcess) -> None:
+    """A request with no Accept header takes any media type (RFC 9110, 12.5.1; Python's
+    urllib sends none): it is answered, not 406 "Client must accept both ..."."""
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    with httpx.Client(headers={"X-AMP-Agent-ID": "agent_accept"}) as http:
+        del http.headers["accept"]  # httpx's default */*
+        r = http.post(f"{server.url}/mcp", json=hello)
+    assert "accept" not in r.request.headers
+    assert r.status_code == 200, r.text
+    assert '"amp_remember"' in r.text
+
+
 async def test_an_old_sse_transport_client_is_refused_at_once(server: ServerProcess) -> None:
     """The HTTP+SSE transport of protocol 2024-11-05 (the only HTTP one of the MCP Python
     SDK before 1.8) opens with a GET and waits for an `endpoint` event: it waited out its

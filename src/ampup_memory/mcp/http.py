@@ -86,6 +86,8 @@ class AuthGate:
                 await anyio.to_thread.run_sync(self.admit, headers)
                 if scope["method"] == "POST":
                     json_only(headers.get("content-type", ""))
+                    if "accept" not in headers:
+                        scope = accepting_anything(scope)
                 else:
                     post_only(scope["method"])
             except AmpError as exc:
@@ -117,6 +119,15 @@ def json_only(content_type: str) -> None:
         raise UnsupportedMediaType(
             f"POST /mcp takes a JSON-RPC message as Content-Type: application/json; this "
             f"one was sent as {media[:100] or 'no Content-Type'}.", coding=False)
+
+
+def accepting_anything(scope: Scope) -> Scope:
+    """A request without an Accept header takes any media type (RFC 9110, 12.5.1; Python's
+    ``urllib`` sends none): it is given the Accept MCP's transport asks clients to send,
+    where the SDK refused it 406 "Client must accept both application/json and
+    text/event-stream". An Accept naming other types still gets the SDK's 406."""
+    accept = (b"accept", b"application/json, text/event-stream")
+    return {**scope, "headers": [*scope["headers"], accept]}
 
 
 def post_only(method: str) -> None:
