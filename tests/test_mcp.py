@@ -426,6 +426,22 @@ def test_a_post_without_accept_is_answered(server: ServerProcess) -> None:
     assert '"amp_remember"' in r.text
 
 
+def test_a_json_rpc_batch_is_refused_saying_so(server: ServerProcess) -> None:
+    """A JSON-RPC batch (an array of messages, which protocol 2025-03-26 allowed and
+    2025-06-18 dropped) is refused in one line saying what to send instead; the SDK
+    answered a 1,200-character dump of its parser's validation errors."""
+    batch = [{"jsonrpc": "2.0", "id": 1, "method": "ping"},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}]
+    r = httpx.post(f"{server.url}/mcp", json=batch, headers={
+        "X-AMP-Agent-ID": "agent_batch", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-03-26"}, timeout=60)
+    assert r.status_code == 422, r.text
+    refusal = mcp_refusal(r)
+    assert refusal["code"] == "VALIDATION_ERROR"
+    assert refusal["message"].startswith("A JSON-RPC batch is not taken"), refusal
+    assert "Validation error" not in r.text and len(r.text) < 600
+
+
 async def test_an_old_sse_transport_client_is_refused_at_once(server: ServerProcess) -> None:
     """The HTTP+SSE transport of protocol 2024-11-05 (the only HTTP one of the MCP Python
     SDK before 1.8) opens with a GET and waits for an `endpoint` event: it waited out its

@@ -7,16 +7,17 @@ Each client is installed from its package registry into a folder of its own unde
 ``--work`` (a virtualenv per Python client, an npm folder per TypeScript one; kept between
 runs, reinstalled only when missing) and runs `client_matrix_probe.py` or
 `client_matrix_probe.mjs` against real servers started here: keys off (the agent and user
-headers) and keys on (the agent's key in ``X-AMP-API-Key``, then a wrong key). Each run
-initializes, lists the tools, writes and reads through an AMP and an AmpUp tool, reads an
-unknown id (a tool error, ``Access denied.``) and sends a bad argument (a tool error,
-``Invalid request: limit: ...``). Stdio clients start ``ampup-memory mcp`` themselves.
+headers) and keys on (the agent's key in ``X-AMP-API-Key``, then as ``Authorization:
+Bearer``, then a wrong key). Each run initializes, lists the tools, writes and reads
+through an AMP and an AmpUp tool, reads an unknown id (a tool error, ``Access denied.``)
+and sends a bad argument (a tool error, ``Invalid request: limit: ...``). Stdio clients
+start ``ampup-memory mcp`` themselves (keys off only).
 
 A client expected to work must pass every step keys off and keys on, and be refused with
 a wrong key (what it shows, and after how long, is reported); a client expected to be
-refused (the old HTTP+SSE transport) must fail within 30 s. Prints a table (docs/mcp.md, "Clients
-checked", holds the last one); exit code 1 when any expectation fails.
-docs/testing.md, "The client matrix".
+refused (the old HTTP+SSE transport) must fail within 30 s. Prints a table (docs/mcp.md,
+"Clients checked", holds the last one's findings); exit code 1 when any expectation
+fails. docs/testing.md, "The client matrix".
 """
 
 from __future__ import annotations
@@ -264,6 +265,8 @@ def main() -> int:
             runs = {
                 "keys off": (off.url, {"X-AMP-Agent-ID": "agent_matrix", "X-AmpUp-User": USER}),
                 "key": (on.url, {"X-AMP-Agent-ID": "agent_matrix", "X-AMP-API-Key": key}),
+                "bearer": (on.url, {"X-AMP-Agent-ID": "agent_matrix",
+                                    "Authorization": f"Bearer {key}"}),
                 "wrong key": (on.url, {"X-AMP-Agent-ID": "agent_matrix",
                                        "X-AMP-API-Key": "ampk_not_a_key"}),
             }
@@ -295,7 +298,7 @@ def main() -> int:
 
 def summary(row: dict[str, Any]) -> str:
     cells = []
-    for label in ("keys off", "key", "wrong key"):
+    for label in ("keys off", "key", "bearer", "wrong key"):
         run = row.get(label)
         if run is None:
             cells.append("-")
