@@ -139,9 +139,9 @@ def post_only(method: str) -> None:
     read timeout (5 minutes), and every TypeScript client kept one idle connection open."""
     raise MethodNotAllowed(
         f"{method} /mcp is not served: this server keeps no MCP session, so it offers no "
-        f"event stream (GET) and has no session to end (DELETE). Send each JSON-RPC message "
-        f"as a POST (MCP's streamable HTTP transport); the older HTTP+SSE transport is not "
-        f"served.", headers={"Allow": "POST"})
+        "event stream (GET) and has no session to end (DELETE). Send each JSON-RPC message "
+        "as a POST (MCP's streamable HTTP transport); the older HTTP+SSE transport is not "
+        "served.", headers={"Allow": "POST"})
 
 
 class LazyMCP:
