@@ -16,6 +16,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import httpx2
 import pytest
@@ -396,6 +397,63 @@ def test_mcp_without_identity_is_401_with_the_rest_message(server: ServerProcess
     # a REST route keeps its envelope, with the same message
     rest = httpx.get(f"{server.url}/amp/v1/memories")
     assert rest.status_code == 401 and rest.json() == {"error": mcp_refusal(r)}
+
+
+def test_get_and_delete_on_mcp_are_405_for_a_server_without_sessions(
+        server: ServerProcess) -> None:
+    """No MCP session is kept, so there is no server-message stream to GET and no session
+    to DELETE: both are MCP's 405, at once, in the JSON-RPC error clients show. A GET was
+    an event stream held open with nothing ever on it."""
+    headers = {"X-AMP-Agent-ID": "agent_get", "Accept": "text/event-stream"}
+    for method in ("GET", "DELETE"):
+        r = httpx.request(method, f"{server.url}/mcp", headers=headers, timeout=10)
+        assert r.status_code == 405, (method, r.headers)
+        assert r.headers["allow"] == "POST"
+        refusal = mcp_refusal(r)
+        assert refusal["code"] == "METHOD_NOT_ALLOWED"
+        assert refusal["message"].startswith(f"{method} /mcp is not served")
+
+
+def test_a_post_without_accept_is_answered(server: ServerProcess) -> None:
+    """A request with no Accept header takes any media type (RFC 9110, 12.5.1; Python's
+    urllib sends none): it is answered, not 406 "Client must accept both ..."."""
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    with httpx.Client(headers={"X-AMP-Agent-ID": "agent_accept"}) as http:
+        del http.headers["accept"]  # httpx's default */*
+        r = http.post(f"{server.url}/mcp", json=hello)
+    assert "accept" not in r.request.headers
+    assert r.status_code == 200, r.text
+    assert '"amp_remember"' in r.text
+
+
+def test_a_json_rpc_batch_is_refused_saying_so(server: ServerProcess) -> None:
+    """A JSON-RPC batch (an array of messages, which protocol 2025-03-26 allowed and
+    2025-06-18 dropped) is refused in one line saying what to send instead; the SDK
+    answered a 1,200-character dump of its parser's validation errors."""
+    batch = [{"jsonrpc": "2.0", "id": 1, "method": "ping"},
+             {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}}]
+    r = httpx.post(f"{server.url}/mcp", json=batch, headers={
+        "X-AMP-Agent-ID": "agent_batch", "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2025-03-26"}, timeout=60)
+    assert r.status_code == 422, r.text
+    refusal = mcp_refusal(r)
+    assert refusal["code"] == "VALIDATION_ERROR"
+    assert refusal["message"].startswith("A JSON-RPC batch is not taken"), refusal
+    assert "Validation error" not in r.text and len(r.text) < 600
+
+
+async def test_an_old_sse_transport_client_is_refused_at_once(server: ServerProcess) -> None:
+    """The HTTP+SSE transport of protocol 2024-11-05 (the only HTTP one of the MCP Python
+    SDK before 1.8) opens with a GET and waits for an `endpoint` event: it waited out its
+    read timeout (5 minutes by default) on the empty stream; now it fails at once."""
+    from mcp.client.sse import sse_client
+
+    with anyio.fail_after(20), pytest.raises(BaseException) as refusal:
+        async with sse_client(f"{server.url}/mcp", headers={"X-AMP-Agent-ID": "agent_sse"}):
+            pass
+    statuses = {getattr(getattr(leaf, "response", None), "status_code", None)
+                for leaf in leaves(refusal.value)}
+    assert 405 in statuses, leaves(refusal.value)
 
 
 async def test_a_body_over_the_limit_is_a_refusal_the_sdk_client_shows(

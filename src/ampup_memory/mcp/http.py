@@ -31,6 +31,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from ampup_memory.auth import USER_HEADER, Authenticator, Caller, header_map
 from ampup_memory.errors import (
     AmpError,
+    MethodNotAllowed,
     ServiceUnavailable,
     Unauthenticated,
     UnsupportedMediaType,
@@ -85,6 +86,10 @@ class AuthGate:
                 await anyio.to_thread.run_sync(self.admit, headers)
                 if scope["method"] == "POST":
                     json_only(headers.get("content-type", ""))
+                    if "accept" not in headers:
+                        scope = accepting_anything(scope)
+                else:
+                    post_only(scope["method"])
             except AmpError as exc:
                 await refusal_response(exc, scope)(scope, receive, send)
                 return
@@ -114,6 +119,29 @@ def json_only(content_type: str) -> None:
         raise UnsupportedMediaType(
             f"POST /mcp takes a JSON-RPC message as Content-Type: application/json; this "
             f"one was sent as {media[:100] or 'no Content-Type'}.", coding=False)
+
+
+def accepting_anything(scope: Scope) -> Scope:
+    """A request without an Accept header takes any media type (RFC 9110, 12.5.1; Python's
+    ``urllib`` sends none): it is given the Accept MCP's transport asks clients to send,
+    where the SDK refused it 406 "Client must accept both application/json and
+    text/event-stream". An Accept naming other types still gets the SDK's 406."""
+    accept = (b"accept", b"application/json, text/event-stream")
+    return {**scope, "headers": [*scope["headers"], accept]}
+
+
+def post_only(method: str) -> None:
+    """Every MCP message comes as a POST: with no MCP session kept, ``GET /mcp`` has no
+    stream of server messages to offer and ``DELETE /mcp`` no session to end, so both are
+    the 405 MCP's transport allows for them (clients then go on with POSTs alone). The SDK
+    held a GET open as an event stream on which nothing ever came: the old HTTP+SSE
+    clients (MCP Python SDK before 1.8) waited there for an ``endpoint`` event until their
+    read timeout (5 minutes), and every TypeScript client kept one idle connection open."""
+    raise MethodNotAllowed(
+        f"{method} /mcp is not served: this server keeps no MCP session, so it offers no "
+        "event stream (GET) and has no session to end (DELETE). Send each JSON-RPC message "
+        "as a POST (MCP's streamable HTTP transport); the older HTTP+SSE transport is not "
+        "served.", headers={"Allow": "POST"})
 
 
 class LazyMCP:

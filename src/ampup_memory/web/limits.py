@@ -91,11 +91,15 @@ class BodyLimit:
         if size and scope["path"] == MCP_PATH and scope.get("method") == "POST":
             # The MCP SDK's parser checks neither nesting, size nor repeated keys; the REST
             # bodies' checks (`web.body.parse_body`) are made here for its messages.
+            body = b"".join(m.get("body", b"") for m in messages)
             try:
-                jsontext.check_message(b"".join(m.get("body", b"") for m in messages))
+                jsontext.check_message(body)
             except jsontext.JsonRefused as exc:
                 refused = field_error(["body"], str(exc), "json_invalid", located=True)
                 await refusal_response(refused, scope)(scope, receive, send)
+                return
+            if body.lstrip(b" \t\r\n").startswith(b"["):
+                await refusal_response(batch_refused(), scope)(scope, receive, send)
                 return
 
         async def replay() -> Message:
@@ -138,6 +142,15 @@ def foreign_charset(scope: Scope, messages: list[Message]) -> str:
         return ""
     body = b"".join(m.get("body", b"") for m in messages)
     return declared if not body.isascii() or b"\x00" in body else ""
+
+
+def batch_refused() -> AmpError:
+    """A JSON-RPC batch at ``/mcp`` (an array of messages: protocol 2025-03-26 had them,
+    2025-06-18 dropped them). The SDK takes none, and refused one with its parser's
+    validation errors, 1,200 characters naming its classes; no published client sends one."""
+    return field_error(
+        ["body"], "A JSON-RPC batch is not taken: send each message in a POST of its own "
+        "(MCP's protocol has no batches since 2025-06-18).", "json_invalid", located=True)
 
 
 class NulGuard:
