@@ -244,7 +244,8 @@ def _make_old_cells(backend: str, home: Path, env: dict[str, str]) -> None:
     from ampup_memory.amp.store import pg_postings, pg_words
 
     with psycopg.connect(env["AMP_STORE_URI"], autocommit=True) as conn, conn.transaction():
-        conn.execute("DROP TRIGGER cell_words_kept ON cells")
+        conn.execute("DROP TRIGGER cell_words_owed_written ON cells")
+        conn.execute("DROP TRIGGER cell_words_owed_rewritten ON cells")
         conn.execute("DROP TABLE cell_words_owed")
         conn.execute("ALTER TABLE cells DROP COLUMN words CASCADE")
         conn.execute("ALTER TABLE cells ADD COLUMN tsv tsvector GENERATED ALWAYS AS"

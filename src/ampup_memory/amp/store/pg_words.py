@@ -212,7 +212,7 @@ def recount(conn: Conn) -> None:
 # input, two arrays): its cells from `cell_words` when that query is the word's one lexeme
 # (a number's: also its signed form), 0 when it is empty (a stop word matches nothing),
 # NULL otherwise (counted elsewhere). Exact as of the statement's snapshot. Then whether any
-# cell's words are owed (`postgres._WORDS_KEPT`): the search makes them first.
+# cell's words are owed (`postgres._WORDS_TRIGGERS`): the search makes them first.
 STATISTICS = """SELECT
     (SELECT coalesce(sum(cells), 0) FROM cell_totals),
     (SELECT coalesce(sum(lengths), 0) FROM cell_totals),
