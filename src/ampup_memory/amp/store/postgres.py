@@ -662,6 +662,7 @@ class PostgresStore:
             with self._conn() as own:
                 return self._settle_words(own)
         while True:
+            settled = 0
             with conn.transaction():
                 rows = self._execute(
                     conn, "SELECT o.id, c.text FROM cell_words_owed o LEFT JOIN cells c"
@@ -674,7 +675,8 @@ class PostgresStore:
                         continue
                     self._execute(conn, "DELETE FROM cell_words_owed WHERE id = %s",
                                   (cell_id,))
-            if len(rows) < _SETTLE_BATCH:
+                    settled += 1
+            if len(rows) < _SETTLE_BATCH or not settled:
                 return
 
     def _own_connection(self) -> Conn:
