@@ -426,7 +426,8 @@ def _keyword_words(conn: Conn, announce: Callable[[str], None]) -> bool:
     again (a rewrite of the table; nothing is re-embedded) with its GIN index. The
     triggers that watch ``tsv`` go with the old column (CASCADE), so `pg_words` and
     `pg_postings` make them again and recount from the new vectors (their ``prepare``,
-    next). True when it did this (``announce`` told first)."""
+    next), unless no text needed words. True when it did this (``announce`` told
+    first)."""
     conn.execute(_WORDS_OWED)
     conn.execute(_WORDS_OWE)
     row = conn.execute(
@@ -442,15 +443,22 @@ def _keyword_words(conn: Conn, announce: Callable[[str], None]) -> bool:
         conn.execute(f"DROP TRIGGER IF EXISTS {pg_words.trigger_name(statement)} ON cells")
     conn.execute("ALTER TABLE cells ADD COLUMN IF NOT EXISTS words text,"
                  " DROP COLUMN tsv CASCADE")
+    worded = 0
     with conn.cursor(name="cells_not_plain") as rows, conn.cursor() as cur:
         rows.execute("SELECT id, text FROM cells WHERE octet_length(text) <> char_length(text)")
         while batch := rows.fetchmany(1000):
             cur.executemany("UPDATE cells SET words = %s WHERE id = %s",
                             [(_pg_text(cell_words(text)), cell_id) for cell_id, text in batch])
+            worded += len(batch)
     conn.execute(f"ALTER TABLE cells ADD COLUMN tsv tsvector GENERATED ALWAYS AS ({TSV}) STORED")
     conn.execute(_TSV_INDEX)
     conn.execute("DELETE FROM cell_words_owed")
     pg_words.made_triggers(conn, _WORDS_TRIGGERS)
+    if not worded:
+        # Every text plain ASCII: each ``tsv`` is what it was, and so are the counts and
+        # postings made from it. Their triggers made again here, the two ``prepare``
+        # find them and count nothing again.
+        pg_words.made_triggers(conn, pg_words.TRIGGERS + pg_postings.TRIGGERS)
     return True
 
 
