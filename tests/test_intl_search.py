@@ -6,6 +6,8 @@ reader takes for one word (NFC and NFD, upper and lower case, with and without a
 full-width and plain) find each other, on SQLite and PostgreSQL alike. Both indexes of an
 older rule are brought to it when opened (SQLite's keyword files refill from their rows;
 PostgreSQL's rows get their keyword text and tsvectors again): nothing is re-embedded.
+AMP cell search follows the same rule on both cell stores (since session 33), and a cell
+store an older version made, or wrote into, is brought to it too.
 """
 
 from __future__ import annotations
@@ -67,6 +69,8 @@ NOISE = [UNCITED, "我们明天开会讨论新的计划", "明日は雨が降る
 def served(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
            ) -> Iterator[Served]:
     env = backend_env(request.param, request)
+    if request.param == "postgres":  # the AMP cells too
+        env["AMP_STORE_URI"] = env["AMPUP_MEMORY_INDEX_URI"]
     home = tmp_path_factory.mktemp(f"intl-{request.param}")
     with serving(home, env) as proc:
         m = Memory(proc.url, "alice")
@@ -90,6 +94,30 @@ def corpus(served: Served) -> tuple[str, list[str]]:
     return scope, ids
 
 
+AGENT = {"X-AMP-Agent-ID": "agent_intl"}
+
+
+@pytest.fixture(scope="module")
+def cells(served: Served) -> tuple[str, list[str]]:
+    """Every sentence of CASES and NOISE as an AMP cell of one owner: (owner, ids)."""
+    owner = "u_intl"
+    ids = []
+    for text in [s for s, _ in CASES] + NOISE:
+        r = served.memory.http.post("/amp/v1/memories", headers=AGENT, json={
+            "type": "semantic", "content": {"text": text},
+            "identity": {"owner_id": owner, "owner_type": "user"}})
+        assert r.status_code == 201, r.text
+        ids.append(r.json()["id"])
+    return owner, ids
+
+
+def _cell_hits(m: Memory, owner: str, query: str, limit: int = 1) -> list[str]:
+    r = m.http.post("/amp/v1/memories/search", headers=AGENT,
+                    json={"query": query, "owner_id": owner, "limit": limit})
+    assert r.status_code == 200, r.text
+    return [c["id"] for c in r.json()["results"]]
+
+
 def _passage_hits(m: Memory, scope: str, query: str) -> list[dict[str, Any]]:
     r = m.http.post("/query", json={"scope": scope, "find": "passages", "query": query,
                                     "limit": 5})
@@ -110,6 +138,36 @@ def test_a_word_of_a_stored_sentence_is_found_by_keyword(
     assert r.status_code == 200, r.text
     facts = [f for f in r.json()["results"] if f["parts"]["keyword"] > 0]
     assert facts and facts[0]["entity"] == f"note:{case}", (query, facts)
+
+
+def test_amp_cell_search_finds_a_word_of_a_stored_sentence(
+        served: Served, cells: tuple[str, list[str]]) -> None:
+    """Each query's cell first (the hash embedder: by keyword), on both cell stores."""
+    owner, ids = cells
+    missed = [q for i, (_, q) in enumerate(CASES)
+              if _cell_hits(served.memory, owner, q) != [ids[i]]]
+    assert missed == []
+
+
+def _cells_sql(served: Served, sql: str, params: tuple[Any, ...]) -> None:
+    """A statement on the cell store beside the server, as another process would."""
+    if served.backend == "sqlite":
+        with sqlite3.connect(served.home / "amp.db") as conn:
+            conn.execute(sql, params)
+        return
+    with psycopg.connect(served.env["AMP_STORE_URI"], autocommit=True) as conn:
+        conn.execute(sql.replace("?", "%s"), params)
+
+
+def test_a_text_an_older_version_changed_is_searched_by_its_new_words(
+        served: Served, cells: tuple[str, list[str]]) -> None:
+    """An older version writes ``text`` alone: the store's triggers owe the cell its
+    words, which the next search makes."""
+    owner, ids = cells
+    cell = ids[len(CASES) + 2]  # a NOISE cell: 明日は雨が降るそうです
+    _cells_sql(served, "UPDATE cells SET text = ? WHERE id = ?",
+               ("来週の火曜日に健康診断があります", cell))
+    assert _cell_hits(served.memory, owner, "健康診断") == [cell]
 
 
 def test_the_text_answer_quotes_the_source_unit_holding_the_word(
@@ -170,10 +228,39 @@ def test_scripts_and_marks_alone_answer_and_match_nothing(
             assert [p for p in r.json()["results"] if p["parts"]["keyword"] > 0] == []
 
 
+def _make_old_cells(backend: str, home: Path, env: dict[str, str]) -> None:
+    """Put the cell store back as a version before session 33 left it: no ``words``, and
+    on SQLite no `cells_words` (its `cells_fts` is as it was), on PostgreSQL ``tsv`` of
+    the raw text with its counts and postings."""
+    if backend == "sqlite":
+        with sqlite3.connect(home / "amp.db") as conn:
+            for name in ("cells_words_ai", "cells_words_ad", "cells_words_au"):
+                conn.execute(f"DROP TRIGGER {name}")
+            conn.execute("DROP TABLE cells_words")
+            conn.execute("DROP VIEW cells_keyword")
+            conn.execute("DROP TABLE cell_words_owed")
+            conn.execute("ALTER TABLE cells DROP COLUMN words")
+        return
+    from ampup_memory.amp.store import pg_postings, pg_words
+
+    with psycopg.connect(env["AMP_STORE_URI"], autocommit=True) as conn, conn.transaction():
+        conn.execute("DROP TRIGGER cell_words_owed_written ON cells")
+        conn.execute("DROP TRIGGER cell_words_owed_rewritten ON cells")
+        conn.execute("DROP TABLE cell_words_owed")
+        conn.execute("ALTER TABLE cells DROP COLUMN words CASCADE")
+        conn.execute("ALTER TABLE cells ADD COLUMN tsv tsvector GENERATED ALWAYS AS"
+                     " (to_tsvector('english'::regconfig, text)) STORED")
+        conn.execute("CREATE INDEX cells_tsv ON cells USING gin (tsv)")
+        pg_words.made_triggers(conn, pg_words.TRIGGERS + pg_postings.TRIGGERS)
+        pg_words.recount(conn)
+        pg_postings.refill(conn)
+
+
 def _make_old(backend: str, home: Path, env: dict[str, str]) -> None:
     """Put the index back to the rule before keyword_text: SQLite's keyword files as
     format 0 (the raw text under 'porter unicode61'), PostgreSQL's tsvectors of the raw
     text without a words column."""
+    _make_old_cells(backend, home, env)
     if backend == "sqlite":
         for path in (home / "index.db.keywords").glob("*.db"):
             with sqlite3.connect(path) as conn:
@@ -226,18 +313,22 @@ def test_rows_an_older_version_wrote_beside_this_one_get_their_keyword_text(
 
 
 def test_an_index_of_the_older_rule_is_brought_to_it_when_opened(
-        served: Served, corpus: tuple[str, list[str]],
+        served: Served, corpus: tuple[str, list[str]], cells: tuple[str, list[str]],
         ) -> None:
     """Runs last: it stops the module's server, makes its index as an older version left
     it, and starts it again on the same home."""
     scope, ids = corpus
+    owner, _ = cells
     before = [_passage_hits(served.memory, scope, q) for _, q in CASES]
+    cells_before = [_cell_hits(served.memory, owner, q, limit=5) for _, q in CASES]
     served.proc.stop()
     _make_old(served.backend, served.home, served.env)
     with serving(served.home, served.env) as proc:
         again = Memory(proc.url, "alice")
         after = [_passage_hits(again, scope, q) for _, q in CASES]
         hits = _passage_hits(again, scope, "电脑")
+        cells_after = [_cell_hits(again, owner, q, limit=5) for _, q in CASES]
         again.close()
     assert hits and hits[0]["episode"] == ids[0]
     assert after == before  # every score as before: the same postings, rebuilt
+    assert cells_after == cells_before

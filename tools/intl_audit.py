@@ -9,7 +9,8 @@ and an AMP cell; each query is a word inside one sentence, often spelled another
 for NFC, upper case, without accents, full-width). A query counts as found when its
 sentence is in the top 5 of `POST /query` (passages), `POST /search` (facts, by the fact's
 value and quote) and `POST /amp/v1/memories/search` (cells), each with a keyword part above
-zero where the answer shows one (``--embedder wordllama``: what a user of the default
+zero where the answer shows one, for cells a keyword hit by the cell store itself
+(``--embedder wordllama``: what a user of the default
 embedder meets, a hit by meaning alone counting too). Prints recall@5 per group and
 backend.
 """
@@ -145,7 +146,32 @@ def _batched(http: Any, path: str, key: str, items: list[Any], scope: str) -> li
     return out
 
 
-def run(url: str, scope: str, keyword: bool, extra: list[str]) -> dict[str, Any]:
+def cell_keyword_hits(store_uri: str, owner: str, cells: list[str],
+                      queries: list[str]) -> dict[str, list[int]]:
+    """Each query's keyword hits among the owner's cells, by corpus number, best first
+    (ties by number), from the cell store itself (the HTTP answer shows no keyword
+    part), searched with the words the AMP service searches with."""
+    from ampup_memory.amp import service
+    from ampup_memory.amp.store.base import CellFilter
+    from ampup_memory.amp.store.registry import open_store
+
+    terms_of = getattr(service, "keyword_terms", None) or service.query_terms
+    num = {c: n for n, c in enumerate(cells)}
+    store = open_store(store_uri, None)
+    try:
+        out = {}
+        for query in queries:
+            hits = store.search_candidates(CellFilter(agent_id="a1", owner_id=owner),
+                                           terms_of(query), None, 100)
+            out[query] = [num[h.cell_id] for h in sorted(
+                (h for h in hits if h.keyword > 0), key=lambda h: (-h.keyword, num[h.cell_id]))]
+        return out
+    finally:
+        store.close()
+
+
+def run(url: str, scope: str, keyword: bool, extra: list[str],
+        store_uri: str) -> dict[str, Any]:
     alice = Memory(url, "alice")
     http = alice.http
     bodies = [s for _, s, _ in CORPUS] + NOISE + extra
@@ -168,6 +194,7 @@ def run(url: str, scope: str, keyword: bool, extra: list[str]) -> dict[str, Any]
         assert r.status_code == 201, r.text
         cells.append(r.json()["id"])
     found: dict[str, Any] = {"lists": {}}
+    found["cell lists"] = cell_keyword_hits(store_uri, owner, cells, [q for _, _, q in CORPUS])
     num = {e: n for n, e in enumerate(ids)}
     for i, (group, _, query) in enumerate(CORPUS):
         per = found.setdefault(group, {"passages": [], "facts": [], "cells": []})
@@ -190,7 +217,8 @@ def run(url: str, scope: str, keyword: bool, extra: list[str]) -> dict[str, Any]
         r = http.post("/amp/v1/memories/search", headers={"X-AMP-Agent-ID": "a1"}, json={
             "query": query, "owner_id": owner, "limit": 5})
         assert r.status_code == 200, r.text
-        per["cells"].append(int(cells[i] in [c["id"] for c in r.json()["results"][:5]]))
+        per["cells"].append(int(cells[i] in [c["id"] for c in r.json()["results"][:5]] and (
+            i in found["cell lists"][query] or not keyword)))
     alice.close()
     return found
 
@@ -210,14 +238,16 @@ def main() -> int:
         for backend in args.backends.split(","):
             home = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="intl-")))
             env = {**QUIET, "AMP_EMBEDDING_PROVIDER": args.embedder}
+            store_uri = f"sqlite:///{home / 'amp.db'}"
             if backend == "postgres":
                 pg = pg or stack.enter_context(postgres_factory())
                 url = pg.new_database("intl")
                 env |= {"AMPUP_MEMORY_CATALOG_URI": url, "AMPUP_MEMORY_INDEX_URI": url,
                         "AMP_STORE_URI": url}
+                store_uri = url
             with serving(home, env) as proc:
                 results[backend] = run(proc.url, f"intl{uuid.uuid4().hex[:8]}/t",
-                                       args.embedder == "hash", noise(args.noise))
+                                       args.embedder == "hash", noise(args.noise), store_uri)
     groups = list(dict.fromkeys(g for g, _, _ in CORPUS))
     print(f"{'group':10} {'n':>3} " + " ".join(
         f"{b[:6]}:{k[:4]:>4}" for b in results for k in ("passages", "facts", "cells")))
@@ -231,6 +261,17 @@ def main() -> int:
         differ = {q: (a[q], b[q]) for q in a if a[q] != b[q]}
         print(f"keyword hit lists (passages, facts) that differ between the backends: {len(differ)}"
               f" of {len(a)}")
+        for q, (x, y) in differ.items():
+            print(f"  {q!r}: {x} vs {y}")
+        # The cells' lists: every keyword hit (up to 100) as a set, and the first 5 in
+        # order, as the passages' lists are (each backend's BM25 counts a cell's length
+        # its own way, so near ties deep in a long list may swap).
+        a, b = (results[k]["cell lists"] for k in results)
+        differ = {q: (a[q], b[q]) for q in a
+                  if set(a[q]) != set(b[q]) or a[q][:5] != b[q][:5]}
+        ordered = sum(1 for q in a if a[q] != b[q])
+        print(f"AMP cell keyword hit lists that differ between the backends: {len(differ)}"
+              f" of {len(a)} (as sets or in their first 5; in full order: {ordered})")
         for q, (x, y) in differ.items():
             print(f"  {q!r}: {x} vs {y}")
     if args.json:

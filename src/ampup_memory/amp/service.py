@@ -60,7 +60,7 @@ from ampup_memory.errors import (
 from ampup_memory.progress import Progress
 from ampup_memory.search.embed import Embedder
 from ampup_memory.search.rank import score_parts, with_decay
-from ampup_memory.search.tokenize import query_terms
+from ampup_memory.search.tokenize import keyword_terms
 from ampup_memory.timefmt import format_time
 from ampup_memory.web.body import parse_body, validation_errors, validation_message
 from ampup_memory.web.conditional import Condition, etag_of
@@ -381,7 +381,7 @@ class AmpService:
             agent_id=agent_id, statuses=req.statuses(), owner_id=req.owner_id, types=req.types
         )
         vector = self.embedder.embed([req.query])[0]
-        terms = query_terms(req.query)
+        terms = keyword_terms(req.query)
         k = min(max(100, want * 4), MAX_CANDIDATES)
         while True:
             found = self.store.search_candidates(flt, terms, vector, k)

@@ -211,7 +211,8 @@ def recount(conn: Conn) -> None:
 # BM25's N, the cells' summed lengths, and per query word (its text and its ``to_tsquery``
 # input, two arrays): its cells from `cell_words` when that query is the word's one lexeme
 # (a number's: also its signed form), 0 when it is empty (a stop word matches nothing),
-# NULL otherwise (counted elsewhere). Exact as of the statement's snapshot.
+# NULL otherwise (counted elsewhere). Exact as of the statement's snapshot. Then whether any
+# cell's words are owed (`postgres._WORDS_TRIGGERS`): the search makes them first.
 STATISTICS = """SELECT
     (SELECT coalesce(sum(cells), 0) FROM cell_totals),
     (SELECT coalesce(sum(lengths), 0) FROM cell_totals),
@@ -227,7 +228,8 @@ STATISTICS = """SELECT
     FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY u(term, q, i),
     LATERAL (SELECT to_tsquery('english', u.q)::text AS asked,
                     tsvector_to_array(to_tsvector('english', u.term)) AS l) p
-    ORDER BY u.i)"""
+    ORDER BY u.i),
+    EXISTS (SELECT 1 FROM cell_words_owed)"""
 
 
 def statistics(row: Sequence[Any] | None, terms: Sequence[str]

@@ -64,6 +64,7 @@ from ampup_memory.amp.store.rows import (
     SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
     CellColumns,
+    cell_words,
     check_layout,
     columns,
     embedding_source,
@@ -168,6 +169,15 @@ CELLS_FILLFACTOR = 80
 OWNER_FILTER = ("CREATE INDEX IF NOT EXISTS cells_owner_filter ON cells (owner_id, id)"
                 " INCLUDE (type, public, has_readers, created_by)")
 
+# The cells' keyword vector: of ``words`` (`rows.cell_words`: the text's keyword text by the
+# one rule, `tokenize.keyword_text`; docs/search.md "Languages and scripts", since session
+# 33) where the text is not plain ASCII, else of ``text`` (plain ASCII is its own keyword
+# text, so those vectors are what they were). The statistics and postings triggers
+# (`pg_words`, `pg_postings`) read ``tsv`` and so keep to the rule with it.
+TSV = "to_tsvector('english'::regconfig, coalesce(words, text))"
+
+_TSV_INDEX = "CREATE INDEX IF NOT EXISTS cells_tsv ON cells USING gin (tsv)"
+
 SCHEMA = (
     """CREATE TABLE IF NOT EXISTS cells (
         id text COLLATE "C" PRIMARY KEY,
@@ -191,13 +201,14 @@ SCHEMA = (
         last_updated_at timestamptz NOT NULL,
         expires_at timestamptz,
         embedding vector,
-        tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED
+        words text,
+        tsv tsvector GENERATED ALWAYS AS (""" + TSV + """) STORED
     ) WITH (fillfactor = """ + str(CELLS_FILLFACTOR) + ")",
     OWNER_FILTER,  # and no index of `cells` holding `status` (`_status_free`)
     "DROP INDEX IF EXISTS cells_owner_status_id",  # an older layout's owner index
     "CREATE INDEX IF NOT EXISTS cells_deleted_at ON cells (deleted_at)"
     " WHERE deleted_at IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS cells_tsv ON cells USING gin (tsv)",
+    _TSV_INDEX,
     """CREATE TABLE IF NOT EXISTS scoring_patches (
         cell_id text NOT NULL,
         at timestamptz NOT NULL
@@ -381,6 +392,78 @@ def _status_free(conn: Conn, announce: Callable[[str], None]) -> None:
                  " built); the next start tries again")
 
 
+# What an older version writes (it writes no ``words``) is caught by triggers: a text not
+# plain ASCII written without words, or a text changed under words made for the one before,
+# is put in `cell_words_owed`, whose words this version makes when it opens the store and
+# before a keyword search that finds any owed (`PostgresStore._settle_words`). The test is
+# `rows.cell_words`' (bytes against characters). AFTER triggers with a WHEN, as `pg_words`'
+# are: a BEFORE row trigger on ``cells``, even one for other columns, made every read's
+# `touch` a whole new row version instead of a HOT update (60 of 60 in
+# `tests/test_store_contract.py`), with an entry in every index.
+_WORDS_OWED = ("CREATE TABLE IF NOT EXISTS cell_words_owed"
+               " (id text COLLATE \"C\" PRIMARY KEY)")
+_WORDS_OWE = """CREATE OR REPLACE FUNCTION cell_words_owe() RETURNS trigger
+LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO cell_words_owed (id) VALUES (NEW.id) ON CONFLICT DO NOTHING;
+    RETURN NULL;
+END $$"""
+_NOT_PLAIN = "octet_length(NEW.text) <> char_length(NEW.text)"
+_WORDS_TRIGGERS = (
+    "CREATE TRIGGER cell_words_owed_written AFTER INSERT ON cells FOR EACH ROW"
+    f" WHEN (NEW.words IS NULL AND {_NOT_PLAIN}) EXECUTE FUNCTION cell_words_owe()",
+    "CREATE TRIGGER cell_words_owed_rewritten AFTER UPDATE OF text ON cells FOR EACH ROW"
+    " WHEN (NEW.text IS DISTINCT FROM OLD.text AND NEW.words IS NOT DISTINCT FROM"
+    f" OLD.words AND (NEW.words IS NOT NULL OR {_NOT_PLAIN}))"
+    " EXECUTE FUNCTION cell_words_owe()",
+)
+# How many owed words `PostgresStore._settle_words` makes in one transaction.
+_SETTLE_BATCH = 500
+
+
+def _keyword_words(conn: Conn, announce: Callable[[str], None]) -> bool:
+    """A store whose ``tsv`` an older version made of the raw text gets ``words`` and
+    ``tsv`` of `TSV`, in the open's transaction under the schema lock (writers wait): the
+    column added and filled for the cells whose text is not plain ASCII, ``tsv`` made
+    again (a rewrite of the table; nothing is re-embedded) with its GIN index. The
+    triggers that watch ``tsv`` go with the old column (CASCADE), so `pg_words` and
+    `pg_postings` make them again and recount from the new vectors (their ``prepare``,
+    next), unless no text needed words. True when it did this (``announce`` told
+    first)."""
+    conn.execute(_WORDS_OWED)
+    conn.execute(_WORDS_OWE)
+    row = conn.execute(
+        "SELECT pg_get_expr(d.adbin, d.adrelid) FROM pg_attrdef d JOIN pg_attribute a"
+        " ON a.attrelid = d.adrelid AND a.attnum = d.adnum"
+        " WHERE d.adrelid = 'cells'::regclass AND a.attname = 'tsv'").fetchone()
+    if row is not None and "words" in str(row[0]):
+        pg_words.made_triggers(conn, _WORDS_TRIGGERS)
+        return False
+    announce("making the cells' keyword vectors, statistics and postings again by the"
+             " keyword-text rule")
+    for statement in _WORDS_TRIGGERS:
+        conn.execute(f"DROP TRIGGER IF EXISTS {pg_words.trigger_name(statement)} ON cells")
+    conn.execute("ALTER TABLE cells ADD COLUMN IF NOT EXISTS words text,"
+                 " DROP COLUMN tsv CASCADE")
+    worded = 0
+    with conn.cursor(name="cells_not_plain") as rows, conn.cursor() as cur:
+        rows.execute("SELECT id, text FROM cells WHERE octet_length(text) <> char_length(text)")
+        while batch := rows.fetchmany(1000):
+            cur.executemany("UPDATE cells SET words = %s WHERE id = %s",
+                            [(_pg_text(cell_words(text)), cell_id) for cell_id, text in batch])
+            worded += len(batch)
+    conn.execute(f"ALTER TABLE cells ADD COLUMN tsv tsvector GENERATED ALWAYS AS ({TSV}) STORED")
+    conn.execute(_TSV_INDEX)
+    conn.execute("DELETE FROM cell_words_owed")
+    pg_words.made_triggers(conn, _WORDS_TRIGGERS)
+    if not worded:
+        # Every text plain ASCII: each ``tsv`` is what it was, and so are the counts and
+        # postings made from it. Their triggers made again here, the two ``prepare``
+        # find them and count nothing again.
+        pg_words.made_triggers(conn, pg_words.TRIGGERS + pg_postings.TRIGGERS)
+    return True
+
+
 def _pg_text(value: Any) -> Any:
     # PostgreSQL text cannot hold NUL. Indexed columns and lookups map it to U+FFFD; the
     # JSON document (the cell itself) keeps it, escaped, so the wire never changes.
@@ -425,7 +508,7 @@ def _stored(row: Sequence[Any]) -> StoredCell:
 _WRITE_COLS = (
     "type, owner_id, created_by, status, public, has_readers, text, doc, stale_since,"
     " deleted_at, guard, importance, confidence, decay_rate, created_at, last_updated_at,"
-    " expires_at"
+    " expires_at, words"
 )
 _WRITE_MARKS = ", ".join(["%s"] * len(_WRITE_COLS.split(",")))
 
@@ -435,7 +518,7 @@ def _written(c: CellColumns) -> tuple[Any, ...]:
     return (
         c.type, c.owner_id, c.created_by, c.status, c.public, c.has_readers, c.text, c.doc,
         c.stale_since, c.deleted_at, c.guard, c.importance, c.confidence, c.decay_rate,
-        c.created_at, c.last_updated_at, c.expires_at,
+        c.created_at, c.last_updated_at, c.expires_at, cell_words(c.text),
     )
 
 
@@ -518,6 +601,10 @@ class PostgresStore:
             self._pool.close()
             raise ConfigurationError(f"cannot open PostgreSQL connections: {exc}") from exc
         self._warn_if_unbuffered()
+        try:
+            self._settle_words()
+        except ServiceUnavailable:
+            pass  # the next keyword search settles them
 
     def _warn_if_unbuffered(self) -> None:
         """Say at start when the HNSW index outgrows ``shared_buffers``: the server's
@@ -550,8 +637,12 @@ class PostgresStore:
                         if not _made(conn, statement):
                             conn.execute(statement)
                     where = _where(self.conninfo)
-                    pg_words.prepare(conn, lambda what: _upgrading(conn, where, what))
-                    pg_postings.prepare(conn, lambda what: _upgrading(conn, where, what))
+                    # One line for the keyword upgrade, whose counts and postings follow.
+                    rewrote = _keyword_words(conn, lambda what: _upgrading(conn, where, what))
+                    said = (lambda what: None) if rewrote else (
+                        lambda what: _upgrading(conn, where, what))
+                    pg_words.prepare(conn, said)
+                    pg_postings.prepare(conn, said)
                     pg_filters.prepare(conn, lambda what: _upgrading(conn, where, what))
                     # A store made before passes kept their states. Checked first: ALTER
                     # TABLE locks the table even when the column is there.
@@ -592,6 +683,33 @@ class PostgresStore:
             ) from exc
         version = tuple(int(x) for x in str(row[0] if row else "0").split(".")[:2])
         return version >= (0, 8)
+
+    def _settle_words(self, conn: Conn | None = None) -> None:
+        """The words of the cells `cell_words_owed` names (see `_WORDS_TRIGGERS`) made, so
+        their ``tsv`` and its counts and postings follow the rule. Each word is written
+        only where the cell's text is still the one it was made from; a text changed
+        meanwhile stays owed, with its new text, for the next pass. Owed rows another
+        process is settling are skipped."""
+        if conn is None:
+            with self._conn() as own:
+                return self._settle_words(own)
+        while True:
+            settled = 0
+            with conn.transaction():
+                rows = self._execute(
+                    conn, "SELECT o.id, c.text FROM cell_words_owed o LEFT JOIN cells c"
+                    " ON c.id = o.id ORDER BY o.id LIMIT %s FOR UPDATE OF o SKIP LOCKED",
+                    (_SETTLE_BATCH,)).fetchall()
+                for cell_id, text in rows:
+                    if text is not None and self._execute(
+                            conn, "UPDATE cells SET words = %s WHERE id = %s AND text = %s",
+                            (cell_words(text) or text, cell_id, text)).rowcount != 1:
+                        continue
+                    self._execute(conn, "DELETE FROM cell_words_owed WHERE id = %s",
+                                  (cell_id,))
+                    settled += 1
+            if len(rows) < _SETTLE_BATCH or not settled:
+                return
 
     def _own_connection(self) -> Conn:
         """A connection outside the pool, in autocommit: for DDL and long work."""
@@ -733,9 +851,12 @@ class PostgresStore:
         Rows: `_HIT_COLS` and the cosine distance to ``qvec``, then the score."""
         if tsquery(terms) is None:
             return []
-        rows, tokens, table = pg_words.statistics(self._execute(
-            conn, pg_words.STATISTICS, (list(terms), [tsquery([t]) or "" for t in terms])
-        ).fetchone(), terms)
+        asked = (list(terms), [tsquery([t]) or "" for t in terms])
+        found = self._execute(conn, pg_words.STATISTICS, asked).fetchone()
+        if found is not None and found[3]:  # words an older version left to make
+            self._settle_words(conn)
+            found = self._execute(conn, pg_words.STATISTICS, asked).fetchone()
+        rows, tokens, table = pg_words.statistics(found, terms)
         counts = term_counts(
             terms, lambda t: n if (n := table[t]) is not None else self._capped(conn, t),
             lambda known: self._exact_counts(conn, known, table))

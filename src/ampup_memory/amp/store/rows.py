@@ -18,6 +18,7 @@ from ampup_memory.amp.model import MemoryCell, Status, StoredCell, to_utc
 from ampup_memory.amp.store.base import CellFilter, EmbeddingSource, KeyRecord, PassRecord
 from ampup_memory.layouts import newer_layout, stored_version
 from ampup_memory.search.embed import ModelInfo
+from ampup_memory.search.tokenize import keyword_text
 from ampup_memory.timefmt import format_time
 from ampup_memory.timefmt import parse_time as stored_time
 
@@ -111,6 +112,19 @@ def columns(stored: StoredCell) -> CellColumns:
         last_updated_at=format_time(cell.lifecycle.last_updated_at),
         expires_at=_time_or_none(cell.lifecycle.expires_at),
     )
+
+
+def cell_words(text: str) -> str | None:
+    """A cell's ``words`` column: what its keyword index holds of its text by the one
+    rule (`tokenize.keyword_text`), or None when the text is plain ASCII (its own keyword
+    text: the index reads ``text`` then). Every text not plain ASCII gets its words, even
+    where they are the text, so that a NULL beside such a text means "not made yet" to the
+    stores' triggers (a cell an older version wrote): their test is the text's bytes
+    against its characters (a NUL counts as not plain, as SQLite's length() stops at it
+    and PostgreSQL stores it as U+FFFD)."""
+    if text.isascii() and "\x00" not in text:
+        return None
+    return keyword_text(text)
 
 
 def embedding_source(cell_id: str, doc: str) -> EmbeddingSource:

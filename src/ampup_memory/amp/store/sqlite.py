@@ -8,6 +8,7 @@ a 201 means the cell survived a kill -9 or a power cut.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 import time
@@ -44,6 +45,7 @@ from ampup_memory.amp.store.rows import (
     RESTORE_MARK_KEY,
     SCHEMA_VERSION,
     SCHEMA_VERSION_KEY,
+    cell_words,
     check_layout,
     columns,
     embedding_source,
@@ -70,7 +72,7 @@ from ampup_memory.search.index.ann import (
     GraphStats,
 )
 from ampup_memory.search.index.common import VectorMatrix
-from ampup_memory.search.tokenize import fts5_match
+from ampup_memory.search.tokenize import FTS5_TOKENIZER, fts5_match
 from ampup_memory.sqlite_connections import (
     ThreadConnections,
     file_lock,
@@ -82,6 +84,8 @@ from ampup_memory.timefmt import format_time
 
 if TYPE_CHECKING:
     import numpy as np
+
+log = logging.getLogger("ampup_memory")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS cells (
@@ -158,6 +162,75 @@ CREATE TABLE IF NOT EXISTS lifecycle_passes (
 CREATE INDEX IF NOT EXISTS lifecycle_passes_started ON lifecycle_passes(started_at);
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 """
+
+# The keyword index of the one rule (`tokenize.keyword_text`, docs/search.md "Languages and
+# scripts"; since session 33): `cells_words` holds each cell's ``words`` (`rows.cell_words`:
+# its keyword text, NULL for plain ASCII text, which is its own) or else its ``text``, read
+# through the view `cells_keyword` when rebuilt, kept by triggers as `cells_fts` is. It is
+# added beside `cells_fts`, which stays as it was with its triggers: a store this version
+# opened still serves an older version, which searches `cells_fts` and never writes
+# ``words``. What such a version writes is caught by the triggers alone (SQL, no function
+# of ours): a text not plain ASCII written without its words, or a text changed under
+# words made for the one before, is put in `cell_words_owed`, and this version makes
+# those words (`_settle_words`) when it opens the store and before a search. A deletion
+# marks `WORDS_ERASE_KEY` for `erase_purged`, whichever version purged.
+WORDS_ERASE_KEY = "purge_erase_pending_words"
+_NOT_PLAIN = "length(CAST({0}.text AS BLOB)) <> length({0}.text)"  # `rows.cell_words`
+_WORDS_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS cell_words_owed (seq INTEGER PRIMARY KEY)",
+    "CREATE VIEW IF NOT EXISTS cells_keyword AS"
+    " SELECT seq, coalesce(words, text) AS words FROM cells",
+    "CREATE VIRTUAL TABLE IF NOT EXISTS cells_words USING fts5(words,"
+    f" content='cells_keyword', content_rowid='seq', tokenize=\"{FTS5_TOKENIZER}\")",
+    f"""CREATE TRIGGER IF NOT EXISTS cells_words_ai AFTER INSERT ON cells BEGIN
+    INSERT INTO cells_words(rowid, words) VALUES (new.seq, coalesce(new.words, new.text));
+    INSERT OR IGNORE INTO cell_words_owed(seq) SELECT new.seq
+        WHERE new.words IS NULL AND {_NOT_PLAIN.format("new")};
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS cells_words_ad AFTER DELETE ON cells BEGIN
+    INSERT INTO cells_words(cells_words, rowid, words)
+        VALUES ('delete', old.seq, coalesce(old.words, old.text));
+    DELETE FROM cell_words_owed WHERE seq = old.seq;
+    INSERT OR IGNORE INTO meta (key, value) VALUES ('{WORDS_ERASE_KEY}', '1');
+END""",
+    f"""CREATE TRIGGER IF NOT EXISTS cells_words_au AFTER UPDATE OF text, words ON cells
+WHEN new.text IS NOT old.text OR new.words IS NOT old.words BEGIN
+    INSERT INTO cells_words(cells_words, rowid, words)
+        VALUES ('delete', old.seq, coalesce(old.words, old.text));
+    INSERT INTO cells_words(rowid, words) VALUES (new.seq, coalesce(new.words, new.text));
+    INSERT OR IGNORE INTO cell_words_owed(seq) SELECT new.seq
+        WHERE new.text IS NOT old.text AND new.words IS old.words
+        AND (new.words IS NOT NULL OR {_NOT_PLAIN.format("new")});
+END""",
+)
+# How many owed words `_settle_words` makes in one transaction.
+_SETTLE_BATCH = 500
+
+
+def _add_words(conn: sqlite3.Connection, where: str) -> None:
+    """A store made before `cells_words` gets it, in the open's transaction: the
+    ``words`` column, filled for the cells whose text is not plain ASCII (before the
+    triggers exist, so no index is written twice), then the triggers and the index built
+    from `cells_keyword` in one pass. Nothing else of a cell is touched (no vector)."""
+    if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'cells_words'"
+                    ).fetchone() is not None:
+        return
+    started = time.perf_counter()
+    if "words" not in {row[1] for row in conn.execute("PRAGMA table_info(cells)")}:
+        conn.execute("ALTER TABLE cells ADD COLUMN words TEXT")
+    rows = conn.execute(f"SELECT seq, text FROM cells WHERE {_NOT_PLAIN.format('cells')}"
+                        ).fetchall()
+    conn.executemany("UPDATE cells SET words = ? WHERE seq = ?",
+                     [(cell_words(text), seq) for seq, text in rows])
+    for statement in _WORDS_SCHEMA:
+        conn.execute(statement)
+    conn.execute("INSERT INTO cells_words(cells_words) VALUES ('rebuild')")
+    cells = conn.execute("SELECT count(*) FROM cells").fetchone()[0]
+    if cells:
+        log.warning("the AMP cell store %s was made by an older version: its keyword index"
+                    " by the keyword-text rule made (%d cells, %d of them not plain ASCII,"
+                    " %.1f s; once)", where, cells, len(rows), time.perf_counter() - started)
+
 
 _COLS = CELL_COLS
 # `SQLiteStore.purge` marks the keyword index as holding purged words; `erase_purged`
@@ -352,6 +425,13 @@ class SQLiteStore:
                 conn.executescript(SCHEMA)
                 _add_search_columns(conn)
                 conn.execute(_HITS_INDEX)
+                conn.execute("BEGIN IMMEDIATE")
+                try:
+                    _add_words(conn, str(self.path))
+                except BaseException:
+                    roll_back(conn)
+                    raise
+                conn.execute("COMMIT")
                 if "states" not in {r[1] for r in conn.execute(
                         "PRAGMA table_info(lifecycle_passes)")}:  # made before it kept states
                     conn.execute("ALTER TABLE lifecycle_passes ADD COLUMN states TEXT")
@@ -366,6 +446,7 @@ class SQLiteStore:
             self._conns.close_all()
             raise ConfigurationError(f"cannot open the AMP store {self.path}: {exc}"
                                      f"{open_note(self.path)}") from exc
+        self._settle_words()
 
     # -- connections ----------------------------------------------------------------------
 
@@ -404,14 +485,14 @@ class SQLiteStore:
             "INSERT INTO cells (id, type, owner_id, created_by, status, public, has_readers,"
             " access_count, last_accessed_at, text, doc, stale_since, deleted_at, vec,"
             " vec_seq, guard, importance, confidence, decay_rate, last_updated_at,"
-            " expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+            " expires_at, words) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
             + (" ON CONFLICT(id) DO NOTHING" if unless_there else ""),
             (
                 c.id, c.type, c.owner_id, c.created_by, c.status, c.public,
                 c.has_readers, c.access_count, c.last_accessed_at, c.text, c.doc,
                 c.stale_since, c.deleted_at, vector_bytes(vector),
                 self._next_vec_seq(conn), c.guard, c.importance, c.confidence,
-                c.decay_rate, c.last_updated_at, c.expires_at,
+                c.decay_rate, c.last_updated_at, c.expires_at, cell_words(c.text),
             ),
         )
         return cur.rowcount == 1
@@ -450,6 +531,7 @@ class SQLiteStore:
                 c.type, c.owner_id, c.created_by, c.status, c.public, c.has_readers,
                 c.text, c.doc, c.stale_since, c.deleted_at, c.guard, c.importance,
                 c.confidence, c.decay_rate, c.last_updated_at, c.expires_at,
+                cell_words(c.text),
             ]
             vec_sql = ""
             if outcome.vector is not None:
@@ -459,7 +541,7 @@ class SQLiteStore:
                 "UPDATE cells SET type=?, owner_id=?, created_by=?, status=?, public=?,"
                 " has_readers=?, text=?, doc=?, stale_since=?, deleted_at=?, guard=?,"
                 " importance=?, confidence=?, decay_rate=?, last_updated_at=?,"
-                f" expires_at=?{vec_sql}"
+                f" expires_at=?, words=?{vec_sql}"
                 " WHERE id = ?",
                 (*params, cell_id),
             )
@@ -497,13 +579,15 @@ class SQLiteStore:
         conn = self._conn()
         where, params = where_clause(filters, "?", "c.")
         keyword: dict[int, float] = {}
+        if terms:
+            self._settle_words(conn)
         kept = self._affordable_terms(conn, terms)
         if kept and filters.owner_id is None:
             # Broad filters: rank in FTS5 alone (a join costs a row lookup per match) and
             # let the hits query below drop the few rows the filters exclude.
             for seq, score in conn.execute(
-                "SELECT rowid, -bm25(cells_fts) FROM cells_fts WHERE cells_fts MATCH ?"
-                " ORDER BY bm25(cells_fts) LIMIT ?",
+                "SELECT rowid, -bm25(cells_words) FROM cells_words WHERE cells_words MATCH ?"
+                " ORDER BY bm25(cells_words) LIMIT ?",
                 (fts5_match(kept), k * 2),
             ):
                 keyword[seq] = max(float(score), 0.0)
@@ -512,9 +596,9 @@ class SQLiteStore:
             # covering index once (a join would read each match's wide row). The `+` keeps
             # the rowid test out of FTS5, which would run one MATCH per owned cell.
             for seq, score in conn.execute(
-                "SELECT rowid, -bm25(cells_fts) FROM cells_fts WHERE cells_fts MATCH ?"
+                "SELECT rowid, -bm25(cells_words) FROM cells_words WHERE cells_words MATCH ?"
                 f" AND +rowid IN (SELECT c.seq FROM cells c WHERE {where})"
-                " ORDER BY bm25(cells_fts) LIMIT ?",
+                " ORDER BY bm25(cells_words) LIMIT ?",
                 (fts5_match(kept), *params, k),
             ):
                 keyword[seq] = max(float(score), 0.0)
@@ -608,7 +692,8 @@ class SQLiteStore:
         def postings(term: str) -> int:
             # fts5vocab holds stemmed terms; count each query word by a cheap MATCH instead.
             row = conn.execute(
-                "SELECT count(*) FROM cells_fts WHERE cells_fts MATCH ?", (fts5_match([term]),)
+                "SELECT count(*) FROM cells_words WHERE cells_words MATCH ?",
+                (fts5_match([term]),),
             ).fetchone()
             return int(row[0])
 
@@ -684,11 +769,13 @@ class SQLiteStore:
         return gone
 
     def erase_purged(self) -> None:
-        owed = "SELECT 1 FROM meta WHERE key = ?"
-        if self._conn().execute(owed, (ERASE_PENDING_KEY,)).fetchone() is None:
+        owed = "SELECT key FROM meta WHERE key IN (?, ?)"
+        keys = (ERASE_PENDING_KEY, WORDS_ERASE_KEY)
+        if self._conn().execute(owed, keys).fetchone() is None:
             return
         with self._write() as conn:
-            if conn.execute(owed, (ERASE_PENDING_KEY,)).fetchone() is None:
+            marked = {r[0] for r in conn.execute(owed, keys).fetchall()}
+            if not marked:
                 return  # another process merged it meanwhile
             conn.execute("PRAGMA secure_delete=ON")
             # FTS5 keeps a deleted row's words (and its delete marker's) in its index
@@ -696,12 +783,41 @@ class SQLiteStore:
             # Merging every segment drops both; no partial merge is sure to (the marker
             # stays until it reaches the oldest segment), and FTS5's own 'secure-delete'
             # (SQLite 3.42) made each delete 14 times as slow and the file unreadable to
-            # an older SQLite (docs/performance.md, session 31).
-            levels = fts5_levels(conn, "cells_fts")
-            command = "rebuild" if levels is not None and levels >= FTS_REBUILD_LEVELS \
-                else "optimize"
-            conn.execute(f"INSERT INTO cells_fts(cells_fts) VALUES ('{command}')")
-            conn.execute("DELETE FROM meta WHERE key = ?", (ERASE_PENDING_KEY,))
+            # an older SQLite (docs/performance.md, session 31). Each keyword index is
+            # merged when its own mark says so: an older version's erasure merges
+            # `cells_fts` alone and leaves the mark its deletions put for `cells_words`.
+            for table, key in (("cells_fts", ERASE_PENDING_KEY),
+                               ("cells_words", WORDS_ERASE_KEY)):
+                if key not in marked:
+                    continue
+                levels = fts5_levels(conn, table)
+                command = "rebuild" if levels is not None and levels >= FTS_REBUILD_LEVELS \
+                    else "optimize"
+                conn.execute(f"INSERT INTO {table}({table}) VALUES ('{command}')")
+                conn.execute("DELETE FROM meta WHERE key = ?", (key,))
+
+    def _settle_words(self, conn: sqlite3.Connection | None = None) -> None:
+        """The words of the cells `cell_words_owed` names (written by an older version:
+        see `_WORDS_SCHEMA`) made, so the keyword index holds them by the rule. A read of
+        an empty table when there are none (every search asks)."""
+        read = conn or self._conn()
+        if read.execute("SELECT 1 FROM cell_words_owed LIMIT 1").fetchone() is None:
+            return
+        while True:
+            with self._write() as tx:
+                rows = tx.execute(
+                    "SELECT o.seq, c.text FROM cell_words_owed o"
+                    " LEFT JOIN cells c ON c.seq = o.seq LIMIT ?", (_SETTLE_BATCH,)
+                ).fetchall()
+                # Each cell's words and text in one statement, in the write's
+                # transaction: no text can change between them.
+                tx.executemany("UPDATE cells SET words = ? WHERE seq = ?",
+                               [(cell_words(text) or text, seq) for seq, text in rows
+                                if text is not None])
+                tx.executemany("DELETE FROM cell_words_owed WHERE seq = ?",
+                               [(seq,) for seq, _ in rows])
+            if len(rows) < _SETTLE_BATCH:
+                return
 
     @contextmanager
     def lease(self, name: str, ttl_seconds: float) -> Iterator[bool]:
