@@ -996,6 +996,43 @@ def test_json_logs_with_access_log(tmp_path: Path) -> None:
     assert all(x["time"].endswith("Z") for x in lines), lines  # as every answer spells it
 
 
+def test_a_caller_cannot_forge_or_colour_a_log_line(tmp_path: Path) -> None:
+    """A caller's text reaches log lines (the access log's client, which uvicorn takes from
+    X-Forwarded-For on a connection from 127.0.0.1; a decoded path in a debug line): CR, LF
+    and ESC are written as escapes, and a forwarded client that is no address is not
+    written at all."""
+    env = {**QUIET, "AMPUP_MEMORY_ACCESS_LOG": "true", "AMPUP_MEMORY_LOG_LEVEL": "debug"}
+    proc = ServerProcess(tmp_path / "home", env=env).start(90)
+    forged = '6.6.6.6 - "GET /forged HTTP/1.1" 200'
+    try:
+        for extra in (f"X-Forwarded-For: {forged}\r\n", "X-Forwarded-For: \x1b[2J\r\n",
+                      "X-Forwarded-For: 10.1.2.3\r\n"):
+            with socket.create_connection(("127.0.0.1", proc.port), timeout=30) as conn:
+                conn.sendall((f"GET /amp/v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra}"
+                              "Connection: close\r\n\r\n").encode("latin-1"))
+                assert conn.recv(100).startswith(b"HTTP/1.1 200")
+        # A body left unfinished: a debug line names the (decoded) path.
+        with socket.create_connection(("127.0.0.1", proc.port), timeout=30) as conn:
+            conn.sendall(b"POST /amp/v1/x%0d%0aFORGED%1b[31m HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            conn.shutdown(socket.SHUT_WR)
+            conn.recv(100)
+        time.sleep(0.5)
+    finally:
+        proc.stop()
+    log = proc.log_path.read_bytes()
+    assert b"\x1b" not in log and b"\rFORGED" not in log, log
+    lines = log.decode().splitlines()
+    assert not any(line.startswith("FORGED") for line in lines), lines
+    assert any("POST /amp/v1/x\\r\\nFORGED\\x1b[31m: the client went away" in line
+               for line in lines), lines
+    access = [line for line in lines if "uvicorn.access" in line]
+    assert not any("forged" in line or "[2J" in line for line in access), access
+    assert sum("invalid-x-forwarded-for - \"GET /amp/v1/health" in line
+               for line in access) == 2, access
+    assert any("10.1.2.3:0 - " in line for line in access), access
+
+
 def test_python_dash_m_runs_the_command(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "ampup_memory", "episode-type", "show",
                            "call"], env=clean_env(AMPUP_MEMORY_HOME=str(tmp_path)),

@@ -25,7 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
-from ampup_memory.amp.model import AGENT_PATTERN_PATTERN, MemoryType
+from ampup_memory.amp.model import AGENT_PATTERN_PATTERN, MAX_POLICY_PATTERNS, MemoryType
 from ampup_memory.settings import Settings, env_name
 from tests.conftest import ADMIN_TOKEN
 from tests.server_process import ServerProcess
@@ -171,7 +171,8 @@ async def test_tools_have_the_reference_names_and_arguments(connect: Connect, ui
                                            "minimum": 0.0, "maximum": 1.0}
     assert remember_args["readable_by"] == {"default": None}
     assert listed["amp_remember"]["properties"]["readable_by"]["anyOf"] == [
-        {"type": "array", "items": {"type": "string", "pattern": AGENT_PATTERN_PATTERN}},
+        {"type": "array", "items": {"type": "string", "pattern": AGENT_PATTERN_PATTERN},
+         "maxItems": MAX_POLICY_PATTERNS},
         {"type": "null"}]
 
     assert listed["amp_recall"]["required"] == ["query", "owner_id"]

@@ -758,6 +758,24 @@ def test_typed_query_errors(m: Memory) -> None:
         "deal:x", "deal:y"]
 
 
+def test_a_money_text_of_many_spaces_is_refused_at_once(m: Memory) -> None:
+    """A money operand or value is read by one pattern: a refused text with long runs of
+    spaces took time cubic in their length (3,000 spaces: some 20 s of CPU per request)."""
+    scope = new_scope()
+    assert put_schema(m, scope, builtin="sales").status_code == 200
+    ep = _episode(m, scope, "Acme renewal: $50k.")
+    spaced = "1" + " " * 3000 + "x"  # a fact's value: at most 4,000 characters
+    began = time.monotonic()
+    r = query(m, scope, find="entities", type="opportunity",
+              where=[{"attribute": "amount", "op": "gt", "value": spaced}])
+    assert err(r)[:2] == (422, "value_invalid"), r.text
+    assert err(m.fact(scope, "opportunity:acme", "amount", spaced, "$50k", [(ep, 1)]))[0] == 422
+    assert time.monotonic() - began < 5
+    spaced = "  USD " + " " * 1000 + "50" + " " * 1000 + "k " + " " * 1000
+    r = m.fact(scope, "opportunity:acme", "amount", spaced, "$50k", [(ep, 1)])
+    assert r.status_code == 201, r.text
+
+
 def test_schema_commands(tmp_path: Path) -> None:
     listed = cli_in_process(tmp_path, QUIET, "schema", "list")
     assert listed.returncode == 0 and "opportunity: name, account, stage" in listed.stdout

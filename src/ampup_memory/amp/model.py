@@ -66,6 +66,10 @@ AgentId = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 # the AMP v0.1 conformance suite names agents with them. An access pattern is the same
 # with `*` allowed.
 MAX_AGENT_ID = 256
+# Patterns a policy's readable_by or writable_by may hold. Every listing and search by any
+# agent tests a candidate cell's patterns against the caller: 300 cells of 7,000 patterns
+# each (a few seconds to write) made every other agent's search take 8 s.
+MAX_POLICY_PATTERNS = 64
 AGENT_ID_PATTERN = r"^[!-)+-.0-~]{1,256}$"
 AGENT_PATTERN_PATTERN = r"^[!-.0-~]{1,256}$"
 _AGENT_ID_RULE = ("1–256 visible ASCII characters other than '/' and '*' (no spaces, "
@@ -236,8 +240,10 @@ class CreateIdentity(_Strict):
 class CreatePolicy(_Strict):
     """The access policy as a request sends it: every entry a valid agent id or pattern."""
 
-    readable_by: list[AgentPattern] = Field(default_factory=list)
-    writable_by: list[AgentPattern] = Field(default_factory=list)
+    readable_by: list[AgentPattern] = Field(default_factory=list,
+                                            max_length=MAX_POLICY_PATTERNS)
+    writable_by: list[AgentPattern] = Field(default_factory=list,
+                                            max_length=MAX_POLICY_PATTERNS)
     public: bool = False
 
 
@@ -322,8 +328,10 @@ class PatchScoring(_Patch):
 
 class PatchPolicy(_Patch):
     NOT_NULL = ("readable_by", "writable_by", "public")
-    readable_by: list[AgentPattern] | None = None
-    writable_by: list[AgentPattern] | None = None
+    readable_by: list[AgentPattern] | None = Field(default=None,
+                                                   max_length=MAX_POLICY_PATTERNS)
+    writable_by: list[AgentPattern] | None = Field(default=None,
+                                                   max_length=MAX_POLICY_PATTERNS)
     public: bool | None = None
 
     _sent = field_validator(*NOT_NULL, mode="before")(_not_null)

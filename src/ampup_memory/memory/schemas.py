@@ -267,9 +267,12 @@ def _parsed(body: str) -> Schema:
 
 # -- values -------------------------------------------------------------------------------------
 _SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY", "₹": "INR"}
-_MONEY = re.compile(r"^\s*(?P<pre>[A-Za-z]{3}|[$€£¥₹])?\s*(?P<num>[-+]?[0-9][0-9,]*(?:\.[0-9]+)?"
-                    r"|[-+]?\.[0-9]+)\s*(?P<mult>[kKmMbB]|thousand|million|billion)?\s*"
-                    r"(?P<post>[A-Za-z]{3})?\s*$")
+# Possessive (`*+`): each run of spaces is taken whole, once. With plain `\s*` on both
+# sides of an optional part, a refused "1" + 10,000 spaces + "x" (a typed query's operand,
+# a fact's value) tried every way to share the spaces out: cubic, over a minute of CPU.
+_MONEY = re.compile(r"\s*+(?P<pre>[A-Za-z]{3}|[$€£¥₹])?\s*+(?P<num>[-+]?[0-9][0-9,]*+"
+                    r"(?:\.[0-9]++)?|[-+]?\.[0-9]++)\s*+(?P<mult>[kKmMbB]|thousand|million|"
+                    r"billion)?\s*+(?P<post>[A-Za-z]{3})?\s*+")
 _MULT = {"k": 1000, "thousand": 1000, "m": 10**6, "million": 10**6, "b": 10**9,
          "billion": 10**9}
 _DATE_FORMATS = ("%Y-%m-%d", "%Y/%m/%d", "%B %d, %Y", "%b %d, %Y", "%d %B %Y", "%d %b %Y")
@@ -309,7 +312,7 @@ def _money(attr: Attribute, raw: Any) -> dict[str, Any]:
     elif isinstance(raw, (int, float)) and not isinstance(raw, bool):
         amount, currency = _number(raw), attr.currency
     elif isinstance(raw, str):
-        m = _MONEY.match(raw)
+        m = _MONEY.fullmatch(raw)
         if m is None or (m["pre"] and m["post"]):
             raise BadValue(f"expected an amount such as '$50k' or '50000 EUR', got "
                            f"{_shown(raw)}")

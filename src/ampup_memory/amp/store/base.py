@@ -160,6 +160,14 @@ class StoreInfo:
     details: dict[str, str] = field(default_factory=dict)
 
 
+# Decides from a row's status and guard columns alone whether a caller is kept away from
+# the cell: (status, guard, whether the guard names the writers) -> kept out. A cell the
+# caller may not read (or write) is then answered without its document being parsed, as
+# fast as an id that names no cell: how long the refusal takes does not tell whether the
+# cell exists (a 64 KB cell took 0.13 ms more than a missing one).
+Screen = Callable[[str, Guard, bool], bool]
+
+
 class CellStore(Protocol):
     """Persistence for AMP cells. Every method is safe to call from many threads."""
 
@@ -169,7 +177,11 @@ class CellStore(Protocol):
         """Insert a new cell; durable when it returns."""
         ...
 
-    def get(self, cell_id: str) -> StoredCell | None: ...
+    def get(self, cell_id: str, screen: Screen | None = None) -> StoredCell | None:
+        """The cell, or None when there is none. With ``screen``: also None, without the
+        cell's document being read, when ``screen(status, guard, writers_known)`` says
+        the row is not the caller's (see `Screen`)."""
+        ...
 
     def get_many(self, cell_ids: Sequence[str]) -> list[StoredCell]:
         """The cells that exist among ``cell_ids``, in no particular order."""

@@ -50,6 +50,7 @@ from ampup_memory.amp.store.base import (
     KeyRecord,
     OwnerIndexReport,
     PassRecord,
+    Screen,
     StatusMove,
     StoreInfo,
 )
@@ -74,6 +75,7 @@ from ampup_memory.amp.store.rows import (
     model_from_meta,
     pass_from_row,
     pass_params,
+    screened,
     stored_from_row,
     where_clause,
     with_status,
@@ -740,8 +742,15 @@ class PostgresStore:
         tables)."""
         cls._execute(conn, _insert_sql(), _insert_params(stored, vector))
 
-    def get(self, cell_id: str) -> StoredCell | None:
+    def get(self, cell_id: str, screen: Screen | None = None) -> StoredCell | None:
         with self._conn() as conn:
+            if screen is not None:
+                # The guard first: a screened-out cell's document (decoded from jsonb as it
+                # is fetched) is never sent.
+                head = self._execute(conn, "SELECT status, guard FROM cells WHERE id = %s",
+                                     (cell_id,)).fetchone()
+                if head is None or screened(head[0], head[1], screen):
+                    return None
             row = self._execute(
                 conn, f"SELECT {CELL_COLS} FROM cells WHERE id = %s", (cell_id,)
             ).fetchone()

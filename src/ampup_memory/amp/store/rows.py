@@ -15,7 +15,13 @@ from typing import TYPE_CHECKING, Any
 
 from ampup_memory.amp.access import Guard
 from ampup_memory.amp.model import MemoryCell, Status, StoredCell, to_utc
-from ampup_memory.amp.store.base import CellFilter, EmbeddingSource, KeyRecord, PassRecord
+from ampup_memory.amp.store.base import (
+    CellFilter,
+    EmbeddingSource,
+    KeyRecord,
+    PassRecord,
+    Screen,
+)
 from ampup_memory.layouts import newer_layout, stored_version
 from ampup_memory.search.embed import ModelInfo
 from ampup_memory.search.tokenize import keyword_text
@@ -102,7 +108,8 @@ def columns(stored: StoredCell) -> CellColumns:
         guard=json.dumps(
             {"created_by": cell.identity.created_by, "owner_id": cell.identity.owner_id,
              "public": cell.access_policy.public,
-             "readable_by": cell.access_policy.readable_by},
+             "readable_by": cell.access_policy.readable_by,
+             "writable_by": cell.access_policy.writable_by},
             separators=(",", ":"),
         ),
         importance=cell.scoring.importance,
@@ -150,12 +157,25 @@ def model_from_meta(name: str | None, dimensions: str | None) -> ModelInfo | Non
 
 
 @lru_cache(maxsize=4096)
-def guard_from_json(text: str) -> Guard:
-    # Cached: a search reads 100 to 200 guards, and cells share a few (one owner, one
-    # creator, the same readers); a Guard is immutable, so sharing one costs nothing.
+def guard_and_writers(text: str) -> tuple[Guard, bool]:
+    """The guard column read: the Guard, and whether it names the cell's writers (rows
+    written before the column held ``writable_by`` do not: their Guard has none).
+    Cached: a search reads 100 to 200 guards, and cells share a few (one owner, one
+    creator, the same readers); a Guard is immutable, so sharing one costs nothing."""
     data = json.loads(text)
+    writers = data.get("writable_by")
     return Guard(created_by=data["created_by"], owner_id=data["owner_id"],
-                 public=bool(data["public"]), readable_by=tuple(data["readable_by"]))
+                 public=bool(data["public"]), readable_by=tuple(data["readable_by"]),
+                 writable_by=tuple(writers or ())), writers is not None
+
+
+def guard_from_json(text: str) -> Guard:
+    return guard_and_writers(text)[0]
+
+
+def screened(status: str, guard: str, screen: Screen) -> bool:
+    """Whether ``screen`` keeps a row out by its status and guard columns alone."""
+    return screen(status, *guard_and_writers(guard))
 
 
 def parse_time(value: str | datetime | None) -> datetime | None:

@@ -32,6 +32,7 @@ from ampup_memory.amp.store.base import (
     KeyRecord,
     OwnerIndexReport,
     PassRecord,
+    Screen,
     StatusMove,
     StoreInfo,
 )
@@ -55,6 +56,7 @@ from ampup_memory.amp.store.rows import (
     parse_time,
     pass_from_row,
     pass_params,
+    screened,
     stored_from_row,
     vector_bytes,
     vector_from_bytes,
@@ -497,8 +499,15 @@ class SQLiteStore:
         )
         return cur.rowcount == 1
 
-    def get(self, cell_id: str) -> StoredCell | None:
-        row = self._conn().execute(f"SELECT {_COLS} FROM cells WHERE id = ?", (cell_id,)).fetchone()
+    def get(self, cell_id: str, screen: Screen | None = None) -> StoredCell | None:
+        conn = self._conn()
+        if screen is not None:
+            # The guard first: a screened-out cell's document is not even fetched.
+            head = conn.execute("SELECT status, guard FROM cells WHERE id = ?",
+                                (cell_id,)).fetchone()
+            if head is None or screened(head[0], head[1], screen):
+                return None
+        row = conn.execute(f"SELECT {_COLS} FROM cells WHERE id = ?", (cell_id,)).fetchone()
         return _stored(row) if row else None
 
     def get_many(self, cell_ids: Sequence[str]) -> list[StoredCell]:
