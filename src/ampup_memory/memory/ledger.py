@@ -128,3 +128,12 @@ class LedgerEntry:
 class Head:
     commit_id: str
     seq: int
+    committed_at: datetime
+
+
+def not_before(now: datetime, *times: datetime | None) -> datetime:
+    """``now``, or the latest of ``times`` when that is later: the clock of a chain. Its
+    commits' times and the valid time its writes and reads take by default never run back
+    from one commit to the next, though the servers that write it disagree about the time
+    or one's clock steps back (docs/deployment.md, "Clocks")."""
+    return max([now, *(t for t in times if t is not None)])

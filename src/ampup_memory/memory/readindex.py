@@ -117,7 +117,7 @@ ledger_t = Table(
 # statement cost more than running it).
 _SCOPE: Any = bindparam("scope")
 _BRANCH: Any = bindparam("branch")
-_HEAD = (select(ledger_t.c.commit_id, ledger_t.c.seq)
+_HEAD = (select(ledger_t.c.commit_id, ledger_t.c.seq, ledger_t.c.committed_at)
          .where(ledger_t.c.scope == _SCOPE, ledger_t.c.branch == _BRANCH)
          .order_by(ledger_t.c.seq.desc()).limit(1))
 _CHAIN = select(func.count(), func.max(ledger_t.c.seq)).where(
@@ -332,7 +332,7 @@ class ReadIndex:
     def head(self, scope: str, branch: str) -> Head | None:
         with self.engine.connect() as conn:
             row = conn.execute(_HEAD, {"scope": scope, "branch": branch}).first()
-        return Head(row.commit_id, int(row.seq)) if row else None
+        return Head(row.commit_id, int(row.seq), from_us(row.committed_at)) if row else None
 
     def chain_complete(self, scope: str, branch: str) -> bool:
         """Seq runs 1..n with no gap: the index holds the whole chain it knows the head of."""
