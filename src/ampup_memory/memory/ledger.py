@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import WithJsonSchema
@@ -132,8 +132,8 @@ class Head:
 
 
 def not_before(now: datetime, *times: datetime | None) -> datetime:
-    """``now``, or the latest of ``times`` when that is later: the clock of a chain. Its
-    commits' times and the valid time its writes and reads take by default never run back
-    from one commit to the next, though the servers that write it disagree about the time
-    or one's clock steps back (docs/deployment.md, "Clocks")."""
-    return max([now, *(t for t in times if t is not None)])
+    """``now``, or a microsecond after the latest of ``times`` when that is not before it:
+    the clock of a chain. Its commits' times and the valid time its writes and reads take
+    by default run forward from one commit to the next, though the servers that write it
+    disagree about the time or one's clock steps back (docs/deployment.md, "Clocks")."""
+    return max([now, *(t + timedelta(microseconds=1) for t in times if t is not None)])
