@@ -221,14 +221,15 @@ def skewed(url: str, warehouse: Path, skew: timedelta) -> None:
                         f"{label} answered 404 (the value is not current on {label} yet): "
                         f"{r.text[:200]}")
 
-        print("episodes: the newest episode, listed and searched on each server")
-        eps = {name: episode(c, scope, f"order episode through {name}")
-               for name, c in (("A", a), ("N", n), ("B", b))}
-        for name, e in eps.items():
-            note(f"episode through {name}: occurred_at {e.get('occurred_at')}")
-        listed = ok(n.get("/episodes", params={"scope": scope, "limit": 3}))
-        note(f"GET /episodes limit 3 on N: "
-             f"{[x.get('body', x.get('id'))[:40] for x in listed.get('episodes', [])]}")
+        print("episodes: written through A, N, B in turn; GET /episodes (newest first) on N")
+        made = {episode(srv[name], scope, f"order episode through {name}")["id"]: name
+                for name in ("A", "N", "B")}
+        listed = ok(n.get("/episodes", params={"scope": scope, "limit": 3}))["episodes"]
+        order = [made.get(x["id"], "?") for x in listed]
+        if order != ["B", "N", "A"]:
+            finding("episodes newest first", f"GET /episodes listed {order}, not B, N, A")
+        else:
+            note("GET /episodes: B, N, A")
 
         print("AMP cells: created on A, read on N; patched on B")
         owner = {"owner_id": f"u_{uuid.uuid4().hex[:6]}", "owner_type": "user"}
@@ -236,8 +237,7 @@ def skewed(url: str, warehouse: Path, skew: timedelta) -> None:
             "type": "semantic", "content": {"text": "cell from the fast server"},
             "identity": owner}), 201)
         seen = ok(n.get(f"/amp/v1/memories/{cell['id']}", headers=AGENT))
-        note(f"created on A: created_at {seen['lifecycle']['created_at']}; decay on N "
-             f"{seen.get('scoring', {}).get('decay_score')}")
+        note(f"created on A: created_at {seen['lifecycle']['created_at']} (read on N)")
         before_patch = seen["lifecycle"]["last_updated_at"]
         r = b.patch(f"/amp/v1/memories/{cell['id']}", headers={**AGENT, "If-Match":
                                                                 n.get(f"/amp/v1/memories/"
@@ -262,7 +262,7 @@ def skewed(url: str, warehouse: Path, skew: timedelta) -> None:
                           params={"owner_id": owner["owner_id"], "limit": 3}))
         names = {v: k for k, v in cells.items()}
         note(f"GET /amp/v1/memories on N (written A, N, B in that order): "
-             f"{[names.get(x['id'], x['id']) for x in listed.get('memories', listed.get('items', []))]}")
+             f"{[names.get(x['id'], x['id']) for x in listed['results']]}")
 
         print("pins: ttl 10m made on A and on B, read on N")
         for name, c in (("A", a), ("B", b)):
