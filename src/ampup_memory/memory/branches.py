@@ -21,7 +21,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -470,7 +470,9 @@ def merge(svc: MemoryService, user: str, req: MergeRequest, *,
     with svc._write_lock:
         while True:
             svc.sync.scope(scope)
-            p = plan(svc, principal, scope, src, dst, datetime.now(UTC))
+            # Values current on either side as each side's chain tells the time.
+            p = plan(svc, principal, scope, src, dst,
+                     max(svc.now_on(scope, src), svc.now_on(scope, dst)))
             said = {"scope": ns, "from": src, "into": dst,
                     "base": _base_commit(svc.index, ns, p.base),
                     "fast_forward": p.fast_forward, "changes": p.changes}
