@@ -519,10 +519,11 @@ class MemoryService:
             raise Conflict("The scope's schema changed while these facts were checked; "
                            "nothing was written. Post them again.", code="SCHEMA_CHANGED")
 
-    def schema(self, view: View) -> Schema | None:
-        """The schema current in a view (newest version): how its reads count cardinality."""
+    def schema(self, view: View, now: datetime | None = None) -> Schema | None:
+        """The schema current in a view (newest version): how its reads count cardinality.
+        ``now``: the view's ``now_on``, when the caller has it already."""
         typed = schema_at(self.index, str(view.scope), view.segments,
-                          self.now_on(view.scope, view.branch))
+                          now or self.now_on(view.scope, view.branch))
         return typed[0] if typed else None
 
     def _check_fact(self, scope: Scope, item: FactIn,
@@ -593,9 +594,10 @@ class MemoryService:
     def get_facts(self, user: str, view: View, entity: str, predicate: str | None,
                   as_of: datetime | None, history: bool) -> list[dict[str, Any]]:
         groups = self.visible_facts(self.principal(user), view, entity, predicate)
-        at = (as_of or self.now_on(view.scope, view.branch)).astimezone(UTC)
+        now = self.now_on(view.scope, view.branch)
+        at = (as_of or now).astimezone(UTC)
         scope = str(view.scope)
-        schema = self.schema(view) if groups else None
+        schema = self.schema(view, now) if groups else None
         out: list[dict[str, Any]] = []
         for key in sorted(groups):
             many = schema is not None and schema.many(*key)
