@@ -2,10 +2,11 @@
 
 The skew is made from outside the process by libfaketime (LD_PRELOAD; `.ci/run` installs
 the `faketime` package, and these tests skip where it is missing), so no code of ours is
-faked. Valid time a write or read takes by default never runs back along a branch's chain
-(`MemoryService.now_on`): before, a value written on the true clock after one written on
-the fast clock lost to it for the 10 minutes and the read of the fast server's value on
-the true one found nothing; a close of it answered 404. tools/clock_audit.py runs the
+faked. Valid time a write or read takes by default, and commit times and ids, never run
+back along a branch's chain (`MemoryService.now_on`, `next_commit_id`): before, a value
+written on the true clock after one written on the fast clock lost to it for the 10
+minutes and the read of the fast server's value on the true one found nothing; a close
+of it answered 404. tools/clock_audit.py runs the
 same and more (a third server behind, a clock stepping back while it writes).
 """
 
@@ -121,14 +122,18 @@ def test_a_close_ends_a_value_written_on_the_fast_server(
     assert _current(n, scope, "acct_2") == [] and _current(a, scope, "acct_2") == []
 
 
-def test_commit_times_never_run_back(pair: tuple[httpx.Client, httpx.Client]) -> None:
+def test_commit_times_and_ids_never_run_back(
+        pair: tuple[httpx.Client, httpx.Client]) -> None:
+    """Each commit's time and id sort after its parent's (they did not after a commit of
+    the fast server: 10 minutes back)."""
     a, n = pair
     scope = f"clocks/l{uuid.uuid4().hex[:6]}"
     for c in (a, n, a, n):
         _value(c, scope, "acct_3", uuid.uuid4().hex[:6])
     commits = _ok(n.get("/ledger", params={"scope": scope}))["commits"]  # newest first
-    times = [c["time"] for c in commits]
+    times, ids = [c["time"] for c in commits], [c["id"] for c in commits]
     assert len(times) == 8 and times == sorted(times, reverse=True), times
+    assert ids == sorted(ids, reverse=True), ids
 
 
 def test_a_patch_never_moves_updated_at_back(pair: tuple[httpx.Client, httpx.Client]) -> None:

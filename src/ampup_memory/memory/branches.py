@@ -37,7 +37,6 @@ from ampup_memory.memory.ledger import (
     MERGE,
     CommitText,
     LedgerEntry,
-    new_commit_id,
 )
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.reads import ReadMark
@@ -170,7 +169,8 @@ def create(svc: MemoryService, user: str, req: CreateBranch) -> dict[str, Any]:
             branch_segments(svc.index, ns, source)  # the source was not deleted meanwhile
 
         entry = svc._commit(scope, name, user, f"branch from {source}", [], [],
-                            new_commit_id(), recheck=name_free, kind=BRANCH, parent=fork)
+                            svc.next_commit_id(scope, source), recheck=name_free,
+                            kind=BRANCH, parent=fork)
     if source == MAIN and not view.at_commit:
         # Forked from main's head as the commit landed (the compare-and-set asserted it):
         # the marker is the branch's head, nothing is ahead or behind; the general answer
@@ -248,7 +248,8 @@ def delete(svc: MemoryService, user: str, scope_text: str, name_text: str,
                                details=held)
 
         entry = svc._commit(scope, name, user, f"delete branch {name}", [], [],
-                            new_commit_id(), recheck=deletable, kind=DELETE)
+                            svc.next_commit_id(scope, name), recheck=deletable,
+                            kind=DELETE)
     return {"scope": ns, "name": name, "deleted": True, "commit": entry.commit_id}
 
 
@@ -491,7 +492,7 @@ def merge(svc: MemoryService, user: str, req: MergeRequest, *,
                                details={**said, "conflicts": p.conflicts})
             if p.empty or req.dry_run:
                 return {**said, "merged": False, "dry_run": req.dry_run, "commit": None}
-            commit_id = new_commit_id()
+            commit_id = svc.next_commit_id(scope, dst, src)
             facts = [replace(f, fact_id=fact_id(commit_id, n), ord=n, branch=dst, layer=0)
                      for n, f in enumerate(p.facts)]
             bodies = svc.index.bodies(ns, {e.body_ref for e in p.episodes})

@@ -57,9 +57,18 @@ def given_commit(text: str | None, loc: str = "at_commit",
     return text
 
 
-def new_commit_id() -> str:
-    # ULIDs sort by time, so Parquet min/max statistics prune files on commit_id filters.
-    return str(ULID())
+def new_commit_id(after: str | None = None) -> str:
+    """A new commit id. ULIDs sort by time, so Parquet min/max statistics prune files on
+    commit_id filters; with ``after`` (the id of the commit it follows), one that sorts
+    after it though the server that made that one had a clock ahead of ours, or ours
+    stepped back (docs/deployment.md, "Clocks")."""
+    made = ULID()
+    if after is not None and str(made) <= after:
+        try:
+            made = ULID.from_timestamp(ULID.from_str(after).milliseconds + 1)
+        except ValueError:  # not a ULID (no commit id is otherwise): ours as made
+            pass
+    return str(made)
 
 
 @dataclass(frozen=True)

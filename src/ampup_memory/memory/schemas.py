@@ -570,7 +570,6 @@ def set_schema(svc: MemoryService, user: str, scope_text: str,
     from ampup_memory.memory.branches import branch_segments
     from ampup_memory.memory.episode_types import by_name
     from ampup_memory.memory.episodes import MAX_BODY_BYTES, EpisodeIn, prepare
-    from ampup_memory.memory.ledger import new_commit_id
     from ampup_memory.memory.scopes import parse_branch, parse_scope
     from ampup_memory.memory.service import _HeldMeanwhile
 
@@ -602,7 +601,7 @@ def set_schema(svc: MemoryService, user: str, scope_text: str,
             if was is not None and json.loads(was[1].value or "null") == version:
                 return _wire(ns, branch, schema, was[1], changed=False)
             held = bool(svc.index.episodes(ns, segs, [version]))
-            commit_id = new_commit_id()
+            commit_id = svc.next_commit_id(scope, branch)
             fact = _schema_record(version, schema.name, commit_id, branch, now)
 
             def recheck(segs: Segments = segs, held: bool = held,

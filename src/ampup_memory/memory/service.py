@@ -219,6 +219,12 @@ class MemoryService:
         head = self.index.head(str(scope), branch)
         return not_before(utcnow(), head.committed_at if head else None)
 
+    def next_commit_id(self, scope: Scope | str, *branches: str) -> str:
+        """A new commit id that sorts after the heads of ``branches`` (the branch it lands
+        on; a merge's source; a new branch's fork), whatever clock stamped them."""
+        heads = [h.commit_id for b in branches if (h := self.index.head(str(scope), b))]
+        return new_commit_id(max(heads, default=None))
+
     def view(self, scope_text: object, branch_text: object = None,
              at_commit: str | None = None) -> View:
         """The one place a read's scope, branch and commit become a view (404 for an
@@ -320,7 +326,8 @@ class MemoryService:
                     return WriteResult(None, statuses, conflicts)
                 try:
                     commit = self._commit(scope, branch, user, f"write {len(fresh)} episode(s)",
-                                          list(fresh.values()), [], new_commit_id(),
+                                          list(fresh.values()), [],
+                                          self.next_commit_id(scope, branch),
                                           recheck=partial(self._none_held, ns, segs,
                                                           list(fresh)))
                 except _HeldMeanwhile:
@@ -410,7 +417,8 @@ class MemoryService:
             if acl == rec.acl:
                 return {"id": episode_id, "acl": list(acl), "commit": None}
             entry = self._commit(scope, branch, user, "change acl of 1 episode", [],
-                                 [], new_commit_id(), [replace(rec, acl=acl, branch=branch)],
+                                 [], self.next_commit_id(scope, branch),
+                                 [replace(rec, acl=acl, branch=branch)],
                                  recheck=recheck)
         return {"id": episode_id, "acl": list(acl), "commit": entry.commit_id}
 
@@ -479,7 +487,7 @@ class MemoryService:
                 checked.append(replace(rec, branch=branch, value=_json_value(value)))
             held = self._held_facts(principal, View(scope, branch, segs), checked) \
                 if skip_held else set()
-            commit_id = new_commit_id()
+            commit_id = self.next_commit_id(scope, branch)
             facts: list[FactRecord] = []
             ids: list[str | None] = []
             for rec in checked:
@@ -630,7 +638,7 @@ class MemoryService:
                     if not acl:
                         raise field_error(["acl"], "the closed value's episodes share no ACL "
                                           "entry; pass acl for the reason", "acl_required")
-                commit_id = new_commit_id()
+                commit_id = self.next_commit_id(scope, branch)
                 reason = prepare(
                     EpisodeIn(source=f"close:{req.entity}:{req.predicate}:{commit_id}",
                               body=req.reason, occurred_at=now, about=[req.entity], acl=acl),
@@ -739,7 +747,8 @@ class MemoryService:
                 lambda: recheck(branch_segments(self.index, str(scope), branch)))
             if recheck is not None:
                 recheck(segs)  # early, for the common case: no rows written at all
-            return self._commit(scope, branch, user, message, [], [], new_commit_id(),
+            return self._commit(scope, branch, user, message, [], [],
+                                self.next_commit_id(scope, branch),
                                 recheck=check, events=events)
 
     def events_view(self, scope: Scope, branch: str) -> Segments:
