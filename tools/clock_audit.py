@@ -141,8 +141,8 @@ def chain(c: httpx.Client, scope: str) -> list[dict[str, Any]]:
 
 
 def check_chain(name: str, commits: list[dict[str, Any]], acked: list[str]) -> None:
-    """Newest first: one chain; every acknowledged commit in it once. Says how often a
-    commit's id sorts below its parent's and its time runs back."""
+    """Newest first: one chain; every acknowledged commit in it once; no commit's id or
+    time below its parent's."""
     ids = [c["id"] for c in commits]
     missing = [a for a in acked if a not in ids]
     if missing:
@@ -154,6 +154,9 @@ def check_chain(name: str, commits: list[dict[str, Any]], acked: list[str]) -> N
     time_back = sum(n["time"] < o["time"] for n, o in zip(commits, commits[1:], strict=False))
     note(f"{name}: {len(commits)} commits in one chain; id below its parent's: {id_back}, "
          f"time before its parent's: {time_back}")
+    if id_back or time_back:
+        finding(name, f"{id_back} commit id(s) below, {time_back} time(s) before, the "
+                "parent's")
 
 
 def episode(c: httpx.Client, scope: str, body: str, **extra: Any) -> dict[str, Any]:
