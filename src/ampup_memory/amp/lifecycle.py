@@ -26,6 +26,13 @@ def clock(cell: MemoryCell) -> datetime:
     return max(life.created_at, life.last_accessed_at, life.last_updated_at)
 
 
+def touched_at(cell: MemoryCell, now: datetime) -> datetime:
+    """The time a write of ``cell`` records: ``now``, or the cell's clock when that is
+    later (another server whose clock runs ahead wrote it last, or ours stepped back), so
+    ``last_updated_at`` never runs back (docs/deployment.md, "Clocks")."""
+    return max(now, clock(cell))
+
+
 @dataclass(frozen=True)
 class DecayInputs:
     """What the decay score depends on; stores can hand these over without a whole cell."""

@@ -315,9 +315,9 @@ class AmpService:
                     "Archive it first (PATCH lifecycle.status = archived).",
                     status, Status.deleted, can_read(stored.cell, agent_id))
             now = self.clock()
-            life = stored.cell.lifecycle.model_copy(
-                update={"status": Status.deleted, "last_updated_at": now}
-            )
+            life = stored.cell.lifecycle.model_copy(update={
+                "status": Status.deleted,
+                "last_updated_at": lifecycle.touched_at(stored.cell, now)})
             cell = stored.cell.model_copy(update={"lifecycle": life})
             return UpdateOutcome(StoredCell(cell=cell, stale_since=None, deleted_at=now))
 
@@ -675,7 +675,7 @@ def _apply_patch(stored: StoredCell, req: PatchMemory, now: datetime,
             **provenance.model_dump(),
             **{k: getattr(req.provenance, k) for k in req.provenance.model_fields_set},
         })
-    life = cell.lifecycle.model_copy(update={"last_updated_at": now})
+    life = cell.lifecycle.model_copy(update={"last_updated_at": lifecycle.touched_at(cell, now)})
     stale_since = stored.stale_since
     if req.lifecycle is not None:
         if "expires_at" in req.lifecycle.model_fields_set:

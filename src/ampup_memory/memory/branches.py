@@ -21,7 +21,7 @@ import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -37,7 +37,6 @@ from ampup_memory.memory.ledger import (
     MERGE,
     CommitText,
     LedgerEntry,
-    new_commit_id,
 )
 from ampup_memory.memory.readindex import ReadIndex
 from ampup_memory.memory.reads import ReadMark
@@ -170,7 +169,8 @@ def create(svc: MemoryService, user: str, req: CreateBranch) -> dict[str, Any]:
             branch_segments(svc.index, ns, source)  # the source was not deleted meanwhile
 
         entry = svc._commit(scope, name, user, f"branch from {source}", [], [],
-                            new_commit_id(), recheck=name_free, kind=BRANCH, parent=fork)
+                            svc.next_commit_id(scope, source), recheck=name_free,
+                            kind=BRANCH, parent=fork)
     if source == MAIN and not view.at_commit:
         # Forked from main's head as the commit landed (the compare-and-set asserted it):
         # the marker is the branch's head, nothing is ahead or behind; the general answer
@@ -248,7 +248,8 @@ def delete(svc: MemoryService, user: str, scope_text: str, name_text: str,
                                details=held)
 
         entry = svc._commit(scope, name, user, f"delete branch {name}", [], [],
-                            new_commit_id(), recheck=deletable, kind=DELETE)
+                            svc.next_commit_id(scope, name), recheck=deletable,
+                            kind=DELETE)
     return {"scope": ns, "name": name, "deleted": True, "commit": entry.commit_id}
 
 
@@ -470,7 +471,9 @@ def merge(svc: MemoryService, user: str, req: MergeRequest, *,
     with svc._write_lock:
         while True:
             svc.sync.scope(scope)
-            p = plan(svc, principal, scope, src, dst, datetime.now(UTC))
+            # Values current on either side as each side's chain tells the time.
+            p = plan(svc, principal, scope, src, dst,
+                     max(svc.now_on(scope, src), svc.now_on(scope, dst)))
             said = {"scope": ns, "from": src, "into": dst,
                     "base": _base_commit(svc.index, ns, p.base),
                     "fast_forward": p.fast_forward, "changes": p.changes}
@@ -489,7 +492,7 @@ def merge(svc: MemoryService, user: str, req: MergeRequest, *,
                                details={**said, "conflicts": p.conflicts})
             if p.empty or req.dry_run:
                 return {**said, "merged": False, "dry_run": req.dry_run, "commit": None}
-            commit_id = new_commit_id()
+            commit_id = svc.next_commit_id(scope, dst, src)
             facts = [replace(f, fact_id=fact_id(commit_id, n), ord=n, branch=dst, layer=0)
                      for n, f in enumerate(p.facts)]
             bodies = svc.index.bodies(ns, {e.body_ref for e in p.episodes})

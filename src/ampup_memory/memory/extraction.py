@@ -46,7 +46,6 @@ from ampup_memory.errors import Conflict, NotFound, ValidationFailed
 from ampup_memory.memory.acl import Principal
 from ampup_memory.memory.episode_types import Unit, by_name
 from ampup_memory.memory.facts import FactIn, FactRecord
-from ampup_memory.memory.ledger import new_commit_id
 from ampup_memory.memory.reads import ReadMark, read_key
 from ampup_memory.memory.rows import fact_id
 from ampup_memory.memory.schemas import (
@@ -416,7 +415,7 @@ class Extractor:
             ids = [r.episode.id for r in reads]
             cited = svc.index.episodes(ns, segs, ids)
             units_of = {r.episode.id: r.units for r in reads}  # the units the model saw
-            commit_id = new_commit_id()
+            commit_id = svc.next_commit_id(scope, branch)
             facts: list[FactRecord] = []
             counts: list[tuple[_Read, int]] = []
             for r in reads:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 
 from pydantic import WithJsonSchema
@@ -57,9 +57,18 @@ def given_commit(text: str | None, loc: str = "at_commit",
     return text
 
 
-def new_commit_id() -> str:
-    # ULIDs sort by time, so Parquet min/max statistics prune files on commit_id filters.
-    return str(ULID())
+def new_commit_id(after: str | None = None) -> str:
+    """A new commit id. ULIDs sort by time, so Parquet min/max statistics prune files on
+    commit_id filters; with ``after`` (the id of the commit it follows), one that sorts
+    after it though the server that made that one had a clock ahead of ours, or ours
+    stepped back (docs/deployment.md, "Clocks")."""
+    made = ULID()
+    if after is not None and str(made) <= after:
+        try:
+            made = ULID.from_timestamp(ULID.from_str(after).milliseconds + 1)
+        except ValueError:  # not a ULID (no commit id is otherwise): ours as made
+            pass
+    return str(made)
 
 
 @dataclass(frozen=True)
@@ -128,3 +137,12 @@ class LedgerEntry:
 class Head:
     commit_id: str
     seq: int
+    committed_at: datetime
+
+
+def not_before(now: datetime, *times: datetime | None) -> datetime:
+    """``now``, or a microsecond after the latest of ``times`` when that is not before it:
+    the clock of a chain. Its commits' times and the valid time its writes and reads take
+    by default run forward from one commit to the next, though the servers that write it
+    disagree about the time or one's clock steps back (docs/deployment.md, "Clocks")."""
+    return max([now, *(t + timedelta(microseconds=1) for t in times if t is not None)])

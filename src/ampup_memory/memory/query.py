@@ -778,7 +778,7 @@ def warm(svc: MemoryService, scope_text: str, at: datetime | None = None,
     schema = svc.schema(view)
     if schema is None:
         return []
-    at = (at or datetime.now(UTC)).astimezone(UTC)
+    at = (at or svc.now_on(view.scope, view.branch)).astimezone(UTC)
     kept = _kept(svc)
     warmed: list[str] = []
     for etype in schema.entities:
@@ -822,8 +822,9 @@ WARM_WAIT_SECONDS = 120  # a query waits at most this long for a warm-up of its 
 
 def run(svc: MemoryService, user: str, req: TypedQuery) -> dict[str, Any]:
     view = read_view(svc, req.scope, req.branch, req.at_commit, req.pin, req.snapshot)
-    at = (req.as_of or datetime.now(UTC)).astimezone(UTC)
-    schema = svc.schema(view)
+    now = svc.now_on(view.scope, view.branch)
+    at = (req.as_of or now).astimezone(UTC)
+    schema = svc.schema(view, now)
     principal = svc.principal(user)
     head = {"scope": str(view.scope), "branch": view.branch, "find": req.find,
             "as_of": utc_text(at), "at_commit": view.at_commit,

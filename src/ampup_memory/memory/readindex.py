@@ -37,6 +37,7 @@ from sqlalchemy import (
     and_,
     bindparam,
     case,
+    cast,
     create_engine,
     delete,
     event,
@@ -117,7 +118,7 @@ ledger_t = Table(
 # statement cost more than running it).
 _SCOPE: Any = bindparam("scope")
 _BRANCH: Any = bindparam("branch")
-_HEAD = (select(ledger_t.c.commit_id, ledger_t.c.seq)
+_HEAD = (select(ledger_t.c.commit_id, ledger_t.c.seq, ledger_t.c.committed_at)
          .where(ledger_t.c.scope == _SCOPE, ledger_t.c.branch == _BRANCH)
          .order_by(ledger_t.c.seq.desc()).limit(1))
 _CHAIN = select(func.count(), func.max(ledger_t.c.seq)).where(
@@ -332,7 +333,7 @@ class ReadIndex:
     def head(self, scope: str, branch: str) -> Head | None:
         with self.engine.connect() as conn:
             row = conn.execute(_HEAD, {"scope": scope, "branch": branch}).first()
-        return Head(row.commit_id, int(row.seq)) if row else None
+        return Head(row.commit_id, int(row.seq), from_us(row.committed_at)) if row else None
 
     def chain_complete(self, scope: str, branch: str) -> bool:
         """Seq runs 1..n with no gap: the index holds the whole chain it knows the head of."""
@@ -1041,13 +1042,21 @@ class ReadIndex:
         value = self.get_meta(PRINCIPALS_SNAPSHOT)
         return int(value) if value is not None else None
 
-    def take_lease(self, name: str, holder: str, now: datetime, ttl: timedelta) -> bool:
-        """A lock row: free, expired, or already ours → ours until ``now + ttl``."""
-        until = to_us(now + ttl)
+    def take_lease(self, name: str, holder: str, now: datetime | None,
+                   ttl: timedelta) -> bool:
+        """A lock row: free, expired, or already ours → ours until ``now + ttl``. ``now``
+        None: the database's clock on PostgreSQL, which every server sharing the lease
+        reads alike (a server whose clock ran ahead by more than the lease took it from a
+        live holder and ran its pass beside the holder's); this process's on SQLite."""
+        at: Any = to_us(now if now is not None else datetime.now(UTC))
+        if now is None and self.dialect == "postgresql":
+            at = cast(func.floor(func.extract("epoch", func.clock_timestamp()) * 1_000_000),
+                      BigInteger)
+        until = at + ttl // MICRO
         stmt = self._insert(leases_t).values(name=name, holder=holder, until_us=until)
         stmt = stmt.on_conflict_do_update(
             index_elements=["name"], set_={"holder": holder, "until_us": until},
-            where=(leases_t.c.until_us < to_us(now)) | (leases_t.c.holder == holder))
+            where=(leases_t.c.until_us < at) | (leases_t.c.holder == holder))
         # RETURNING, not rowcount: psycopg reports -1 for this statement, so on PostgreSQL
         # the lease was never taken (a row comes back exactly when it is ours).
         with self.engine.begin() as conn:
@@ -1063,7 +1072,7 @@ class ReadIndex:
         dies (kill -9) lets another take over ``ttl`` after its last renewal, never
         ``ttl`` after the pass began."""
         deadline = time.monotonic() + wait
-        while not self.take_lease(name, holder, datetime.now(UTC), ttl):
+        while not self.take_lease(name, holder, None, ttl):
             if time.monotonic() >= deadline:
                 yield False
                 return
@@ -1073,7 +1082,7 @@ class ReadIndex:
         def renew() -> None:
             while not stop.wait(ttl.total_seconds() / LEASE_RENEWALS_PER_TTL):
                 try:
-                    if not self.take_lease(name, holder, datetime.now(UTC), ttl):
+                    if not self.take_lease(name, holder, None, ttl):
                         log.warning("lease %s: another process took it over (this one "
                                     "did not renew it in time)", name)
                         return

@@ -501,7 +501,8 @@ def schema_for(svc: MemoryService, scope: object, branch: object = None,
     """The schema of a scope's branch (at a commit, at a valid time; default now), or None.
     What POST /facts checks against, and what extraction reads (``Schema.extract``)."""
     view = svc.view(scope, branch, at_commit)
-    got = schema_at(svc.index, str(view.scope), view.segments, as_of or datetime.now(UTC))
+    got = schema_at(svc.index, str(view.scope), view.segments,
+                    as_of or svc.now_on(view.scope, view.branch))
     return got[0] if got else None
 
 
@@ -572,7 +573,6 @@ def set_schema(svc: MemoryService, user: str, scope_text: str,
     from ampup_memory.memory.branches import branch_segments
     from ampup_memory.memory.episode_types import by_name
     from ampup_memory.memory.episodes import MAX_BODY_BYTES, EpisodeIn, prepare
-    from ampup_memory.memory.ledger import new_commit_id
     from ampup_memory.memory.scopes import parse_branch, parse_scope
     from ampup_memory.memory.service import _HeldMeanwhile
 
@@ -592,7 +592,7 @@ def set_schema(svc: MemoryService, user: str, scope_text: str,
     with svc._write_lock:
         while True:
             segs = svc._write_view(scope, branch)
-            now = datetime.now(UTC)
+            now = svc.now_on(scope, branch)
             prepared = prepare(EpisodeIn(source=SCHEMA_SOURCE + schema.name, body=body,
                                          occurred_at=now, acl=["*"],
                                          document=SCHEMA_DOCUMENT),
@@ -604,7 +604,7 @@ def set_schema(svc: MemoryService, user: str, scope_text: str,
             if was is not None and json.loads(was[1].value or "null") == version:
                 return _wire(ns, branch, schema, was[1], changed=False)
             held = bool(svc.index.episodes(ns, segs, [version]))
-            commit_id = new_commit_id()
+            commit_id = svc.next_commit_id(scope, branch)
             fact = _schema_record(version, schema.name, commit_id, branch, now)
 
             def recheck(segs: Segments = segs, held: bool = held,
@@ -612,7 +612,7 @@ def set_schema(svc: MemoryService, user: str, scope_text: str,
                 if condition is not None and not condition.empty:
                     now_segs = branch_segments(svc.index, ns, branch)
                     condition.check(schema_etag(schema_at(svc.index, ns, now_segs,
-                                                          datetime.now(UTC))))
+                                                          svc.now_on(ns, branch))))
                 if not held:
                     svc._none_held(ns, segs, [version])
 
@@ -654,7 +654,7 @@ def get_schema(svc: MemoryService, scope_text: object, branch_text: object,
     from ampup_memory.memory.snapshots import read_view
 
     view = read_view(svc, scope_text, branch_text, at_commit, pin, snapshot)
-    ns, at = str(view.scope), (as_of or datetime.now(UTC)).astimezone(UTC)
+    ns, at = str(view.scope), (as_of or svc.now_on(view.scope, view.branch)).astimezone(UTC)
     got = schema_at(svc.index, ns, view.segments, at)
     base: dict[str, Any] = {"scope": ns, "branch": view.branch, "as_of": utc_text(at),
             "at_commit": view.at_commit}

@@ -82,6 +82,7 @@ from ampup_memory.memory.ledger import (
     LedgerEntry,
     given_commit,
     new_commit_id,
+    not_before,
 )
 from ampup_memory.memory.maintenance import Protected, full_pass, tidy
 from ampup_memory.memory.quotes import CitedTexts
@@ -209,6 +210,21 @@ class MemoryService:
     def principal(self, user: str) -> Principal:
         return self.sync.principal(user)
 
+    def now_on(self, scope: Scope | str, branch: str) -> datetime:
+        """Now on a scope's branch, the valid time its writes and reads take when none is
+        given: this server's clock, or the time of the branch's newest commit when that is
+        later (its writer's clock ran ahead of ours, or ours stepped back). So a value
+        written after another is never older than it, and a read sees every value
+        committed before it, whichever server wrote it (docs/deployment.md, "Clocks")."""
+        head = self.index.head(str(scope), branch)
+        return not_before(utcnow(), head.committed_at if head else None)
+
+    def next_commit_id(self, scope: Scope | str, *branches: str) -> str:
+        """A new commit id that sorts after the heads of ``branches`` (the branch it lands
+        on; a merge's source; a new branch's fork), whatever clock stamped them."""
+        heads = [h.commit_id for b in branches if (h := self.index.head(str(scope), b))]
+        return new_commit_id(max(heads, default=None))
+
     def view(self, scope_text: object, branch_text: object = None,
              at_commit: str | None = None) -> View:
         """The one place a read's scope, branch and commit become a view (404 for an
@@ -286,7 +302,7 @@ class MemoryService:
         scope = parse_scope(scope_text)
         branch = parse_branch(branch_text)
         base: list[str | int] = ["episodes"] if loc is None else loc
-        now = utcnow()
+        now = self.now_on(scope, branch)
         prepared = [
             prepare(item, branch, now, [*base, i] if loc is None else base,
                     unclaimed if unclaimed and _unclaimed(item.source) else None)
@@ -310,7 +326,8 @@ class MemoryService:
                     return WriteResult(None, statuses, conflicts)
                 try:
                     commit = self._commit(scope, branch, user, f"write {len(fresh)} episode(s)",
-                                          list(fresh.values()), [], new_commit_id(),
+                                          list(fresh.values()), [],
+                                          self.next_commit_id(scope, branch),
                                           recheck=partial(self._none_held, ns, segs,
                                                           list(fresh)))
                 except _HeldMeanwhile:
@@ -400,14 +417,15 @@ class MemoryService:
             if acl == rec.acl:
                 return {"id": episode_id, "acl": list(acl), "commit": None}
             entry = self._commit(scope, branch, user, "change acl of 1 episode", [],
-                                 [], new_commit_id(), [replace(rec, acl=acl, branch=branch)],
+                                 [], self.next_commit_id(scope, branch),
+                                 [replace(rec, acl=acl, branch=branch)],
                                  recheck=recheck)
         return {"id": episode_id, "acl": list(acl), "commit": entry.commit_id}
 
     def document(self, user: str, document: str, view: View,
                  as_of: datetime | None) -> dict[str, Any]:
         principal = self.principal(user)
-        at = (as_of or utcnow()).astimezone(UTC)
+        at = (as_of or self.now_on(view.scope, view.branch)).astimezone(UTC)
         versions = self.index.document_versions(str(view.scope), view.segments, document, at)
         readable = self.readable_episodes(principal, str(view.scope), view.segments,
                                           [v.id for v in versions])
@@ -452,7 +470,7 @@ class MemoryService:
         principal = self.principal(user)
         with self._write_lock:
             segs = self._write_view(scope, branch)
-            typed = schema_at(self.index, str(scope), segs, utcnow())
+            typed = schema_at(self.index, str(scope), segs, self.now_on(scope, branch))
             cited = self.readable_episodes(principal, str(scope), segs,
                                            {c.episode for f in items for c in f.cites})
             # The cited bodies in one read, not one per episode (two thirds of a
@@ -469,7 +487,7 @@ class MemoryService:
                 checked.append(replace(rec, branch=branch, value=_json_value(value)))
             held = self._held_facts(principal, View(scope, branch, segs), checked) \
                 if skip_held else set()
-            commit_id = new_commit_id()
+            commit_id = self.next_commit_id(scope, branch)
             facts: list[FactRecord] = []
             ids: list[str | None] = []
             for rec in checked:
@@ -504,14 +522,16 @@ class MemoryService:
                           checked: tuple[Schema, FactRecord] | None) -> None:
         """Inside the commit's compare-and-set: the schema the facts were checked against is
         still the branch's (another server may have set a new one meanwhile)."""
-        now = schema_at(self.index, str(scope), segs, utcnow())
+        now = schema_at(self.index, str(scope), segs, self.now_on(scope, segs[-1].branch))
         if (now[1].fact_id if now else None) != (checked[1].fact_id if checked else None):
             raise Conflict("The scope's schema changed while these facts were checked; "
                            "nothing was written. Post them again.", code="SCHEMA_CHANGED")
 
-    def schema(self, view: View) -> Schema | None:
-        """The schema current in a view (newest version): how its reads count cardinality."""
-        typed = schema_at(self.index, str(view.scope), view.segments, utcnow())
+    def schema(self, view: View, now: datetime | None = None) -> Schema | None:
+        """The schema current in a view (newest version): how its reads count cardinality.
+        ``now``: the view's ``now_on``, when the caller has it already."""
+        typed = schema_at(self.index, str(view.scope), view.segments,
+                          now or self.now_on(view.scope, view.branch))
         return typed[0] if typed else None
 
     def _check_fact(self, scope: Scope, item: FactIn,
@@ -582,9 +602,10 @@ class MemoryService:
     def get_facts(self, user: str, view: View, entity: str, predicate: str | None,
                   as_of: datetime | None, history: bool) -> list[dict[str, Any]]:
         groups = self.visible_facts(self.principal(user), view, entity, predicate)
-        at = (as_of or utcnow()).astimezone(UTC)
+        now = self.now_on(view.scope, view.branch)
+        at = (as_of or now).astimezone(UTC)
         scope = str(view.scope)
-        schema = self.schema(view) if groups else None
+        schema = self.schema(view, now) if groups else None
         out: list[dict[str, Any]] = []
         for key in sorted(groups):
             many = schema is not None and schema.many(*key)
@@ -606,7 +627,7 @@ class MemoryService:
         with self._write_lock:
             while True:
                 view = View(scope, branch, self._write_view(scope, branch))
-                now = utcnow()
+                now = self.now_on(scope, branch)
                 window, closed = self._closing(principal, view, req, now)
                 if req.acl is not None:
                     acl = list(normalize_acl(req.acl, ["acl"]))
@@ -617,7 +638,7 @@ class MemoryService:
                     if not acl:
                         raise field_error(["acl"], "the closed value's episodes share no ACL "
                                           "entry; pass acl for the reason", "acl_required")
-                commit_id = new_commit_id()
+                commit_id = self.next_commit_id(scope, branch)
                 reason = prepare(
                     EpisodeIn(source=f"close:{req.entity}:{req.predicate}:{commit_id}",
                               body=req.reason, occurred_at=now, about=[req.entity], acl=acl),
@@ -634,7 +655,8 @@ class MemoryService:
                     close of another server got there first: the 404 of a second close on
                     one server (it closed the value twice); a newer value: close that one."""
                     segs = branch_segments(self.index, str(scope), branch)
-                    again, _ = self._closing(principal, View(scope, branch, segs), req, utcnow())
+                    again, _ = self._closing(principal, View(scope, branch, segs), req,
+                                             self.now_on(scope, branch))
                     if again.version.fact_id != closing:
                         raise _ChangedMeanwhile()
 
@@ -725,7 +747,8 @@ class MemoryService:
                 lambda: recheck(branch_segments(self.index, str(scope), branch)))
             if recheck is not None:
                 recheck(segs)  # early, for the common case: no rows written at all
-            return self._commit(scope, branch, user, message, [], [], new_commit_id(),
+            return self._commit(scope, branch, user, message, [], [],
+                                self.next_commit_id(scope, branch),
                                 recheck=check, events=events)
 
     def events_view(self, scope: Scope, branch: str) -> Segments:
@@ -856,12 +879,16 @@ class MemoryService:
                 self.sync.apply_pending(scope)  # the scope's rows up to this snapshot
                 recheck()
             head = self.index.head(ns, branch)
+            parent_id = parent() if parent is not None else head.commit_id if head else None
+            # Never before the commits it follows: its parent (a branch's creation row: the
+            # commit it forked from) and a merge's merged-in head.
+            before = [head.committed_at if head and parent_id == head.commit_id else
+                      self._committed_at(parent_id), self._committed_at(merged)]
             entry = LedgerEntry(
-                commit_id=commit_id,
-                parent=parent() if parent is not None else head.commit_id if head else None,
+                commit_id=commit_id, parent=parent_id,
                 scope=ns, branch=branch, seq=head.seq + 1 if head else 1, author=author,
-                committed_at=utcnow(), message=message, changes=changes, snapshots=snapshots,
-                kind=kind, merged=merged,
+                committed_at=not_before(utcnow(), *before), message=message,
+                changes=changes, snapshots=snapshots, kind=kind, merged=merged,
             )
             if self.tables.moved(table):  # lost already: skip writing the append's files
                 raise CommitFailedException("the ledger moved during the attempt")
@@ -899,6 +926,10 @@ class MemoryService:
             tidy(self.tables, scope.namespace, name, self.protected)
         tidy(self.tables, SYSTEM_NAMESPACE, "ledger", self.protected)
         return entry
+
+    def _committed_at(self, commit_id: str | None) -> datetime | None:
+        entry = self.index.entry(commit_id) if commit_id is not None else None
+        return entry.committed_at if entry is not None else None
 
     def _append(self, scope: Scope, name: str, rows: Any) -> int:
         """Append data rows; a lost race is retried on the table as it now is (pyiceberg's

@@ -165,7 +165,7 @@ def _open(runtime: Any) -> tuple[SearchService, SearchIndex, Feed]:
     feed = Feed(memory, engine)
     feed.attach()
     return SearchService(engine, memory.principal, feed.reach,
-                         resolve_held=memory.holds.resolve), index, feed
+                         resolve_held=memory.holds.resolve, clock=memory.now_on), index, feed
 
 
 def open_search(runtime: Any) -> tuple[SearchService, SearchIndex]:

@@ -95,7 +95,12 @@ class SearchService:
     # ``Holds.resolve``, the one rule for held reads); None: only plain reads.
     resolve_held: Callable[[object, object, str | None, str | None, str | None],
                            tuple[object, object, str | None]] | None = None
-    clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+    # Now on a (scope, branch): core's ``now_on`` (never before the branch's newest
+    # commit, whichever server's clock stamped it); None: this server's clock.
+    clock: Callable[[str, str], datetime] | None = None
+
+    def _now(self, scope: str, branch: str) -> datetime:
+        return self.clock(scope, branch) if self.clock is not None else datetime.now(UTC)
 
     def _prepare(self, user: str, req: FactSearchRequest | PassageQueryRequest,
                  ) -> tuple[str, str, Principal, Cutoff | None]:
@@ -132,7 +137,7 @@ class SearchService:
     def search(self, user: str, req: FactSearchRequest) -> dict[str, Any] | str:
         rerank = self._may_rerank(req.rerank)
         scope, branch, principal, cutoff = self._prepare(user, req)
-        now = self.clock()
+        now = self._now(scope, branch)
         results = self.engine.search_facts(
             scope, branch, req.query, principal, as_of=req.as_of, limit=req.limit,
             tz=req.tz, now=now, cutoff=cutoff, rerank=rerank,
@@ -150,7 +155,8 @@ class SearchService:
         rerank = self._may_rerank(req.rerank)
         scope, branch, principal, cutoff = self._prepare(user, req)
         results = self.engine.search_passages(
-            scope, branch, req.query, principal, limit=req.limit, tz=req.tz, now=self.clock(),
+            scope, branch, req.query, principal, limit=req.limit, tz=req.tz,
+            now=self._now(scope, branch),
             cutoff=cutoff, rerank=rerank,
         )
         return passages_json(results, scope, branch, req.query,
