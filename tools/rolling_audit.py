@@ -65,7 +65,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 import psycopg
@@ -227,17 +227,40 @@ def harvest(fleet: Fleet, run: Run, server: Server) -> None:
 # ---------------------------------------------------------------- the probe
 
 
-class Probe:
+class _Alongside:
+    """A thread that runs ``loop`` while the audit goes on, from ``with`` to its end."""
+
+    name = "alongside"
+    join_seconds = 10.0
+
+    def __init__(self) -> None:
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self.loop, name=self.name, daemon=True)
+
+    def loop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopping.set()
+        self.thread.join(self.join_seconds)
+
+
+class Probe(_Alongside):
     """Requests to one server all along (a cell read, a search, a fact read, an episode
     write, in turn), each one's latency and status kept with its time."""
+
+    name, join_seconds = "probe", 400.0
 
     def __init__(self, fleet: Fleet, server: Server, scope: str, cell: str) -> None:
         self.url = server.proc.url
         self.headers = fleet.headers
         self.scope, self.cell = scope, cell
         self.samples: list[tuple[float, str, float, int | str]] = []
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.loop, name="probe", daemon=True)
+        super().__init__()
 
     def loop(self) -> None:
         calls = [("GET", f"/amp/v1/memories/{self.cell}", None, None),
@@ -264,14 +287,6 @@ class Probe:
                                path)
                 self.samples.append((t, f"{method} {shown}", time.monotonic() - t, status))
                 time.sleep(0.05)
-
-    def __enter__(self) -> Probe:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.thread.join(400)
 
     def window(self, since: float, until: float) -> dict[str, Any]:
         got = [s for s in self.samples if since <= s[0] < until]
@@ -390,6 +405,13 @@ def answers(run: Run, reads: list[Read]) -> dict[str, Answered]:
             if (r.call.method, r.call.template) in have}
 
 
+
+def _moves(path: str, moving: set[str]) -> bool:
+    """Whether ``path`` of a read is one of ``moving`` (a field the timers change between
+    two reads) or inside one."""
+    return any(path == p or path.startswith(p + ".") or path.startswith(p + "[")
+               for p in moving)
+
 def cross(fleet: Fleet, stage: str, old: Run, new: Run, reads: list[Read]) -> dict[str, Any]:
     """Every read through old, new, old again: a path that differs between the two old
     answers is volatile; any other difference of status or value between old and new is a
@@ -409,8 +431,7 @@ def cross(fleet: Fleet, stage: str, old: Run, new: Run, reads: list[Read]) -> di
         diffs: list[tuple[str, str, Any, Any]] = []
         walk(as_compared(name, x), as_compared(name, mid[name]), "", diffs)
         for kind, path, before, after in diffs:
-            if any(path == p or path.startswith(p + ".") or path.startswith(p + "[")
-                   for p in moving.get(name, set())):
+            if _moves(path, moving.get(name, set())):
                 continue
             if re.search(r"^\*:status$", name) and re.search(r"\.(bytes|timers)\b", path):
                 continue
@@ -485,14 +506,15 @@ def leases_now(fleet: Fleet) -> list[tuple[str, str]]:
             "SELECT name, holder FROM mem_leases ORDER BY name").fetchall()]
 
 
-class LeaseWatch:
+class LeaseWatch(_Alongside):
     """The lease rows sampled every 0.2 s: which server (by pid) held which pass."""
+
+    name = "leases"
 
     def __init__(self, fleet: Fleet) -> None:
         self.fleet = fleet
         self.held: dict[str, set[str]] = {}
-        self.stopping = threading.Event()
-        self.thread = threading.Thread(target=self.loop, name="leases", daemon=True)
+        super().__init__()
 
     def loop(self) -> None:
         while not self.stopping.wait(0.2):
@@ -506,14 +528,6 @@ class LeaseWatch:
                 parts = holder.split("/")
                 who = pids.get(parts[1], f"pid {parts[1]}") if len(parts) > 1 else holder
                 self.held.setdefault(name, set()).add(who)
-
-    def __enter__(self) -> LeaseWatch:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stopping.set()
-        self.thread.join(10)
 
 
 def lifecycle_overlaps(fleet: Fleet, run: Run) -> dict[str, Any]:
@@ -682,8 +696,7 @@ def cross_new(fleet: Fleet, before: dict[str, Answered], run: Run) -> dict[str, 
         diffs: list[tuple[str, str, Any, Any]] = []
         walk(as_compared(name, x), as_compared(name, first[name]), "", diffs)
         for kind, path, b, a in diffs:
-            if any(path == p or path.startswith(p + ".") or path.startswith(p + "[")
-                   for p in moving.get(name, set())):
+            if _moves(path, moving.get(name, set())):
                 continue
             differ.append({"read": name, "kind": kind, "path": path, "before": b, "after": a})
     # The timers moved things between the two (extraction, lifecycle, an access count):

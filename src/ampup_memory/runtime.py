@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from ampup_memory.amp.reembed import ensure_embedding_model
 from ampup_memory.amp.service import AmpService, ScoringLimit
 from ampup_memory.amp.store.base import CellStore
-from ampup_memory.amp.store.registry import open_store
+from ampup_memory.amp.store.registry import open_configured_store
 from ampup_memory.auth import Authenticator, KeyRing
 from ampup_memory.memory.service import MemoryService
 from ampup_memory.ops.backup import refuse_marked_store, refuse_unfinished_restore
@@ -49,10 +49,7 @@ def open_runtime(settings: Settings, *, reembed: bool = True,
     ensure_home(settings)
     refuse_unfinished_restore(settings)
     embedder = build_embedder(settings)
-    store = open_store(settings.resolved_store_uri, embedder.dimensions,
-                       ann_min_vectors=settings.search_ann_min_vectors,
-                       ann_params=settings.ann_params,
-                       pool_wait_seconds=settings.store_pool_wait_seconds)
+    store = open_configured_store(settings, embedder.dimensions)
     try:
         refuse_marked_store(store)
         memory = MemoryService.open(settings)

@@ -541,14 +541,11 @@ def finish_restore(settings: Settings, progress: Progress | None = None) -> dict
     the laptop's: `amp/reembed.py`), the large owners' vector indexes made, then the
     unfinished-restore mark cleared: from then on servers start on the stores."""
     from ampup_memory.amp.reembed import ensure_embedding_model
-    from ampup_memory.amp.store.registry import open_store
+    from ampup_memory.amp.store.registry import open_configured_store
     from ampup_memory.search.embed import build_embedder
 
     embedder = build_embedder(settings)
-    store = open_store(settings.resolved_store_uri, embedder.dimensions,
-                       ann_min_vectors=settings.search_ann_min_vectors,
-                       ann_params=settings.ann_params,
-                       pool_wait_seconds=settings.store_pool_wait_seconds)
+    store = open_configured_store(settings, embedder.dimensions)
     try:
         report = ensure_embedding_model(store, embedder, progress=progress)
         owners = store.tend_owner_indexes()

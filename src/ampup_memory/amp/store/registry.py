@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ampup_memory.amp.store.base import CellStore
 from ampup_memory.errors import ConfigurationError
 from ampup_memory.search.index.ann import ANN_MIN_VECTORS, DEFAULT_PARAMS, GraphParams
+
+if TYPE_CHECKING:
+    from ampup_memory.settings import Settings
 
 # (uri, dimensions, ann_min_vectors, pool_wait_seconds, ann_params) -> store. Each store
 # takes what is its own: the SQLite store the threshold of its HNSW graph over the cell
@@ -70,6 +74,15 @@ def open_store(uri: str, dimensions: int | None, *,
     ``pool_wait_seconds``: how long a request waits for a pooled connection (PostgreSQL);
     ``ann_params``: the HNSW graph's M and efConstruction (`Settings.ann_params`)."""
     return _backend(uri).open(uri, dimensions, ann_min_vectors, pool_wait_seconds, ann_params)
+
+
+def open_configured_store(settings: Settings, dimensions: int | None) -> CellStore:
+    """The configured cell store as a server opens it: its URI and the settings of its
+    vector graph and connection pool (``dimensions``: the embedder's)."""
+    return open_store(settings.resolved_store_uri, dimensions,
+                      ann_min_vectors=settings.search_ann_min_vectors,
+                      ann_params=settings.ann_params,
+                      pool_wait_seconds=settings.store_pool_wait_seconds)
 
 
 def open_existing_store(uri: str, *, ann_params: GraphParams = DEFAULT_PARAMS
