@@ -162,12 +162,19 @@ class Slots:
                 f"(AMPUP_MEMORY_RERANK_QUEUE); try again shortly, or send rerank: false.",
                 self.retry_after(), waiting=self.waiting)
         self.waiting += 1
-        if self._limiter.available_tokens < 1:
-            # At debug level only: a line per queued search would flood a busy server's
-            # log; it lets a test cancel searches it knows to be waiting.
-            log.debug("a reranked search waits for the reranker: %d in line", self.waiting)
         try:
-            await self._limiter.acquire()
+            try:
+                # A free slot is taken at once, with no await between the look and the
+                # take: a search that looked, saw a slot, then lost it to another while
+                # `acquire` yielded waited without its line below (a test counting the
+                # lines to know who waits then waited forever).
+                self._limiter.acquire_nowait()
+            except anyio.WouldBlock:
+                # At debug level only: a line per queued search would flood a busy
+                # server's log; it lets a test cancel searches it knows to be waiting.
+                log.debug("a reranked search waits for the reranker: %d in line",
+                          self.waiting)
+                await self._limiter.acquire()
         except anyio.get_cancelled_exc_class():
             log.info("a reranked search was cancelled while it waited; not run")
             raise
