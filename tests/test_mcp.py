@@ -427,6 +427,18 @@ def test_a_post_without_accept_is_answered(server: ServerProcess) -> None:
     assert '"amp_remember"' in r.text
 
 
+def test_media_types_in_any_case_are_read_as_in_lower_case(server: ServerProcess) -> None:
+    """Media types are case-insensitive (RFC 9110, 8.3.1): a message sent as
+    ``Application/JSON`` (which our own check let through) was the SDK's bare-text 415,
+    an Accept in capitals its 406."""
+    hello = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    r = httpx.post(f"{server.url}/mcp", content=json.dumps(hello), headers={
+        "X-AMP-Agent-ID": "agent_case", "Content-Type": "Application/JSON; charset=UTF-8",
+        "Accept": "Application/JSON, Text/Event-Stream"}, timeout=60)
+    assert r.status_code == 200, r.text
+    assert '"amp_remember"' in r.text
+
+
 def test_a_json_rpc_batch_is_refused_saying_so(server: ServerProcess) -> None:
     """A JSON-RPC batch (an array of messages, which protocol 2025-03-26 allowed and
     2025-06-18 dropped) is refused in one line saying what to send instead; the SDK

@@ -86,8 +86,7 @@ class AuthGate:
                 await anyio.to_thread.run_sync(self.admit, headers)
                 if scope["method"] == "POST":
                     json_only(headers.get("content-type", ""))
-                    if "accept" not in headers:
-                        scope = accepting_anything(scope)
+                    scope = as_the_sdk_reads(scope)
                 else:
                     post_only(scope["method"])
             except AmpError as exc:
@@ -121,13 +120,25 @@ def json_only(content_type: str) -> None:
             f"one was sent as {media[:100] or 'no Content-Type'}.", coding=False)
 
 
-def accepting_anything(scope: Scope) -> Scope:
-    """A request without an Accept header takes any media type (RFC 9110, 12.5.1; Python's
-    ``urllib`` sends none): it is given the Accept MCP's transport asks clients to send,
-    where the SDK refused it 406 "Client must accept both application/json and
-    text/event-stream". An Accept naming other types still gets the SDK's 406."""
-    accept = (b"accept", b"application/json, text/event-stream")
-    return {**scope, "headers": [*scope["headers"], accept]}
+def as_the_sdk_reads(scope: Scope) -> Scope:
+    """``scope`` with its Content-Type and Accept as the SDK compares them: it matches
+    ``application/json`` and ``text/event-stream`` letter for letter, though media types
+    are case-insensitive (RFC 9110, 8.3.1), so ``Application/JSON``, which `json_only`
+    lets through, was its bare 415. A request without an Accept header takes any media
+    type (12.5.1; Python's ``urllib`` sends none): it is given the Accept MCP's transport
+    asks clients to send, where the SDK refused it 406 "Client must accept both
+    application/json and text/event-stream". An Accept naming other types still gets the
+    SDK's 406."""
+    headers: list[tuple[bytes, bytes]] = []
+    accept = False
+    for name, value in scope["headers"]:
+        if name in (b"content-type", b"accept"):
+            accept = accept or name == b"accept"
+            value = value.lower()
+        headers.append((name, value))
+    if not accept:
+        headers.append((b"accept", b"application/json, text/event-stream"))
+    return {**scope, "headers": headers}
 
 
 def post_only(method: str) -> None:
